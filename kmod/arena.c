@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Arena lifetime and memory: KVA_IOC_ARENA_CREATE (validate, reserve against
+ * the module cap, allocate 2 MiB pages on the node, export the dma-buf,
+ * return the arena fd), mmap of the pages, and the two releases: the arena
+ * fd's (bookkeeping) and the dma-buf's (memory).  The ioctls on an arena fd
+ * are in arena_ops.c.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/anon_inodes.h>
+#include <linux/ctype.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/mm.h>
+#include <linux/nodemask.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/timekeeping.h>
+
+#include "compat.h"
+#include "kva.h"
+#include "trace.h"
+
+static const struct file_operations kva_arena_fops;
+
+static int kva_arena_check_args(const struct kva_arena_create *arg)
+{
+	size_t len = strnlen(arg->name, KVA_NAME_LEN);
+	size_t i;
+
+	if (arg->flags || arg->pad || arg->arena_id || arg->blocks_total)
+		return -EINVAL;
+	if (!arg->bytes || arg->bytes & (KVA_PAGE_SIZE - 1))
+		return -EINVAL;
+	if (arg->block_size < KVA_BLOCK_MIN || arg->block_size > KVA_BLOCK_MAX ||
+	    arg->block_size % KVA_BLOCK_MIN)
+		return -EINVAL;
+	if (arg->numa_node != KVA_NUMA_ANY &&
+	    (arg->numa_node < 0 || arg->numa_node >= MAX_NUMNODES ||
+	     !node_online(arg->numa_node)))
+		return -EINVAL;
+	if (len == KVA_NAME_LEN)
+		return -EINVAL;
+	for (i = 0; i < len; i++)
+		if (!isprint(arg->name[i]))
+			return -EINVAL;
+	if (arg->bytes > kva_max_arena_bytes())
+		return -E2BIG;
+	if ((arg->bytes >> KVA_PAGE_SHIFT) * (KVA_PAGE_SIZE / arg->block_size) >=
+	    KVC_MAX_BLOCKS)
+		return -E2BIG;
+	return 0;
+}
+
+static int kva_pinned_reserve(u64 bytes)
+{
+	if (atomic64_add_return(bytes, &kva_pinned_bytes) >
+	    kva_max_pinned_bytes()) {
+		atomic64_sub(bytes, &kva_pinned_bytes);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+static void kva_pages_free(struct kva_arena *arena)
+{
+	u32 i;
+
+	for (i = 0; i < arena->npages; i++)
+		if (arena->pages[i])
+			__free_pages(arena->pages[i], KVA_PAGE_ORDER);
+	kvfree(arena->pages);
+}
+
+static int kva_pages_alloc(struct kva_arena *arena)
+{
+	/* Zeroed: the previous owner's data must never reach user space. */
+	gfp_t gfp = GFP_KERNEL_ACCOUNT | __GFP_COMP | __GFP_ZERO |
+		    __GFP_NOWARN | __GFP_RETRY_MAYFAIL;
+	int nid = arena->numa_node;
+	u32 i;
+
+	if (nid != KVA_NUMA_ANY)
+		gfp |= __GFP_THISNODE;
+	else
+		nid = NUMA_NO_NODE;
+	arena->pages = kvcalloc(arena->npages, sizeof(*arena->pages),
+				GFP_KERNEL);
+	if (!arena->pages)
+		return -ENOMEM;
+	for (i = 0; i < arena->npages; i++) {
+		if (fatal_signal_pending(current))
+			return -EINTR;
+		arena->pages[i] = alloc_pages_node(nid, gfp, KVA_PAGE_ORDER);
+		if (!arena->pages[i])
+			return -ENOMEM;
+		cond_resched();
+	}
+	return 0;
+}
+
+/* Memory side: called when the dma-buf (or a failed create) lets go. */
+void kva_arena_free(struct kva_arena *arena)
+{
+	mutex_lock(&kva_arenas_lock);
+	if (!list_empty(&arena->node))
+		list_del(&arena->node);
+	mutex_unlock(&kva_arenas_lock);
+	trace_kvarena_arena(arena->id, arena->tenant->id, arena->bytes,
+			    arena->block_size, false);
+	kva_pages_free(arena);
+	atomic64_sub(arena->bytes, &kva_pinned_bytes);
+	kva_tenant_arena_add(arena->tenant, -1);
+	mutex_destroy(&arena->att_lock);
+	mutex_destroy(&arena->lock);
+	kfree(arena);
+}
+
+/* Bookkeeping side: every session ends, every block is uncharged. */
+static void kva_arena_close(struct kva_arena *arena)
+{
+	mutex_lock(&arena->lock);
+	arena->fd_open = false;
+	kva_tenant_uncharge(arena->tenant, kvc_blocks_in_use(&arena->core),
+			    arena->block_size);
+	kvc_arena_destroy(&arena->core);
+	mutex_unlock(&arena->lock);
+}
+
+static int kva_arena_release(struct inode *inode, struct file *file)
+{
+	struct kva_arena *arena = file->private_data;
+
+	kva_arena_close(arena);
+	dma_buf_put(arena->dmabuf);
+	return 0;
+}
+
+static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
+					 struct kva_tenant_acct *tenant)
+{
+	struct kva_arena *arena;
+	u32 nblocks;
+	int ret;
+
+	arena = kzalloc(sizeof(*arena), GFP_KERNEL_ACCOUNT);
+	if (!arena)
+		return ERR_PTR(-ENOMEM);
+	mutex_init(&arena->lock);
+	mutex_init(&arena->att_lock);
+	INIT_LIST_HEAD(&arena->attachments);
+	INIT_LIST_HEAD(&arena->node);
+	arena->id = (u32)atomic64_inc_return(&kva_arenas_created);
+	strscpy(arena->name, arg->name, sizeof(arena->name));
+	arena->tenant = tenant;
+	arena->numa_node = arg->numa_node;
+	arena->created_ns = ktime_get_ns();
+	arena->bytes = arg->bytes;
+	arena->npages = arg->bytes >> KVA_PAGE_SHIFT;
+	arena->block_size = arg->block_size;
+	arena->blocks_per_page = KVA_PAGE_SIZE / arg->block_size;
+	kva_tenant_arena_add(tenant, 1);
+
+	ret = kva_pages_alloc(arena);
+	if (ret)
+		goto err_free;
+	nblocks = arena->npages * arena->blocks_per_page;
+	ret = kvc_arena_init(&arena->core, nblocks, arena->block_size,
+			     kva_max_sessions);
+	if (ret)
+		goto err_free;
+	arena->fd_open = true;
+	return arena;
+
+err_free:
+	/* Nothing is shared yet: undo by hand what kva_arena_free would. */
+	kva_pages_free(arena);
+	kva_tenant_arena_add(tenant, -1);
+	mutex_destroy(&arena->att_lock);
+	mutex_destroy(&arena->lock);
+	kfree(arena);
+	return ERR_PTR(ret);
+}
+
+long kva_arena_create_ioctl(void __user *uarg)
+{
+	struct kva_tenant_acct *tenant;
+	struct kva_arena_create arg;
+	struct kva_arena *arena;
+	struct dma_buf *dmabuf;
+	struct file *file;
+	u32 usize;
+	int fd, ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_ARENA_CREATE_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	ret = kva_arena_check_args(&arg);
+	if (ret)
+		return ret;
+	tenant = kva_tenant_get(arg.tenant_id);
+	if (IS_ERR(tenant))
+		return PTR_ERR(tenant);
+	ret = kva_pinned_reserve(arg.bytes);
+	if (ret)
+		return ret;
+	arena = kva_arena_alloc(&arg, tenant);
+	if (IS_ERR(arena)) {
+		atomic64_sub(arg.bytes, &kva_pinned_bytes);
+		return PTR_ERR(arena);
+	}
+
+	/* From here the dma-buf owns the memory and the pinned charge. */
+	dmabuf = kva_dmabuf_export(arena);
+	if (IS_ERR(dmabuf)) {
+		kvc_arena_destroy(&arena->core);
+		kva_arena_free(arena);
+		return PTR_ERR(dmabuf);
+	}
+	arena->dmabuf = dmabuf;
+	mutex_lock(&kva_arenas_lock);
+	list_add_tail(&arena->node, &kva_arenas);
+	mutex_unlock(&kva_arenas_lock);
+	trace_kvarena_arena(arena->id, tenant->id, arena->bytes,
+			    arena->block_size, true);
+
+	fd = get_unused_fd_flags(O_CLOEXEC);
+	if (fd < 0) {
+		ret = fd;
+		goto err_close;
+	}
+	file = anon_inode_getfile("[kvarena]", &kva_arena_fops, arena, O_RDWR);
+	if (IS_ERR(file)) {
+		ret = PTR_ERR(file);
+		goto err_fd;
+	}
+	arg.arena_id = arena->id;
+	arg.blocks_total = arena->core.pool.nblocks;
+	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
+	if (ret) {
+		put_unused_fd(fd);
+		fput(file);		/* releases like a close() */
+		return ret;
+	}
+	fd_install(fd, file);
+	return fd;
+
+err_fd:
+	put_unused_fd(fd);
+err_close:
+	kva_arena_close(arena);
+	dma_buf_put(dmabuf);
+	return ret;
+}
+
+/* The pages are inserted at mmap time; there is nothing to fault in. */
+static const struct vm_operations_struct kva_vm_ops = {};
+
+/* Map the whole range now: normal pages, so GUP (RDMA) can pin them. */
+int kva_arena_mmap(struct kva_arena *arena, struct vm_area_struct *vma)
+{
+	unsigned long len = vma->vm_end - vma->vm_start;
+	unsigned long addr = vma->vm_start;
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	struct page **batch;
+	int ret = 0;
+
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	if (off >= arena->bytes || len > arena->bytes - off)
+		return -EINVAL;
+	batch = kmalloc_array(KVA_PAGES_PER_HUGE, sizeof(*batch), GFP_KERNEL);
+	if (!batch)
+		return -ENOMEM;
+	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	vma->vm_ops = &kva_vm_ops;
+	while (len && !ret) {
+		u64 pg = off >> PAGE_SHIFT;
+		struct page *huge = arena->pages[pg >> KVA_PAGE_ORDER];
+		unsigned long first = pg & (KVA_PAGES_PER_HUGE - 1);
+		unsigned long n = min_t(unsigned long,
+					KVA_PAGES_PER_HUGE - first,
+					len >> PAGE_SHIFT);
+		unsigned long i, left = n;
+
+		for (i = 0; i < n; i++)
+			batch[i] = nth_page(huge, first + i);
+		ret = vm_insert_pages(vma, addr, batch, &left);
+		if (!ret && left)
+			ret = -EFAULT;
+		addr += n << PAGE_SHIFT;
+		off += (u64)n << PAGE_SHIFT;
+		len -= n << PAGE_SHIFT;
+		cond_resched();
+	}
+	kfree(batch);
+	return ret;
+}
+
+static int kva_arena_fop_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	return kva_arena_mmap(file->private_data, vma);
+}
+
+static const struct file_operations kva_arena_fops = {
+	.owner = THIS_MODULE,
+	.release = kva_arena_release,
+	.unlocked_ioctl = kva_arena_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = kva_arena_fop_mmap,
+	.llseek = noop_llseek,
+};

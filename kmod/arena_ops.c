@@ -1,0 +1,336 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The ioctls on an arena fd: info, dma-buf export, blocks and sessions.
+ * Each handler copies its struct in, validates every field, then runs the
+ * shared core (core/) under the arena lock, charging the tenant for blocks
+ * that leave the free pool, and emits the tracepoints.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/slab.h>
+#include <linux/timekeeping.h>
+#include <linux/uaccess.h>
+
+#include "kva.h"
+#include "trace.h"
+
+enum { KVA_TRACE_ALLOC, KVA_TRACE_FREE, KVA_TRACE_SHARE, KVA_TRACE_RELEASE };
+
+static int kva_info(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_arena_info arg;
+	u32 usize;
+	int ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_ARENA_INFO_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags)
+		return -EINVAL;
+	arg = (struct kva_arena_info){ .size = usize };
+	arg.bytes = arena->bytes;
+	arg.arena_id = arena->id;
+	arg.block_size = arena->block_size;
+	arg.blocks_per_page = arena->blocks_per_page;
+	arg.numa_node = arena->numa_node;
+	arg.tenant_id = arena->tenant->id;
+	arg.created_ns = arena->created_ns;
+	memcpy(arg.name, arena->name, sizeof(arg.name));
+	mutex_lock(&arena->lock);
+	arg.blocks_total = arena->core.pool.nblocks;
+	arg.blocks_free = arena->core.pool.nfree;
+	arg.sessions = arena->core.nsessions;
+	arg.sessions_ended = arena->core.sessions_ended;
+	arg.idle_block_us = arena->core.ended_idle_block_us;
+	mutex_unlock(&arena->lock);
+	mutex_lock(&arena->att_lock);
+	arg.dmabuf_attachments = arena->nattached;
+	arg.dmabuf_mapped = arena->nmapped;
+	arg.dmabuf_maps_total = arena->maps_total;
+	mutex_unlock(&arena->att_lock);
+	return kva_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+static int kva_export(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_export arg;
+	u32 usize;
+	int fd, ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize);
+	if (ret)
+		return ret;
+	if (arg.flags & ~KVA_EXPORT_CLOEXEC || arg.pad || arg.fd)
+		return -EINVAL;
+	fd = get_unused_fd_flags(arg.flags & KVA_EXPORT_CLOEXEC ? O_CLOEXEC : 0);
+	if (fd < 0)
+		return fd;
+	arg.fd = fd;
+	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
+	if (ret) {
+		put_unused_fd(fd);
+		return ret;
+	}
+	get_dma_buf(arena->dmabuf);
+	fd_install(fd, arena->dmabuf->file);
+	return fd;
+}
+
+/* Copy in a kva_blocks and its id array (ids_out: array is output only). */
+static int kva_blocks_in(void __user *uarg, struct kva_blocks *arg,
+			 u32 *usize, u32 **ids, bool ids_out)
+{
+	int ret;
+
+	ret = kva_copy_in(arg, sizeof(*arg), KVA_BLOCKS_SIZE_VER0, uarg, usize);
+	if (ret)
+		return ret;
+	if (arg->pad || arg->done)
+		return -EINVAL;
+	if (arg->flags & ~(ids_out ? KVA_ALLOC_PARTIAL : 0))
+		return -EINVAL;
+	if (!arg->count || arg->count > KVA_MAX_BATCH)
+		return -EINVAL;
+	*ids = kmalloc_array(arg->count, sizeof(u32), GFP_KERNEL);
+	if (!*ids)
+		return -ENOMEM;
+	if (!ids_out && copy_from_user(*ids, u64_to_user_ptr(arg->ids),
+				       arg->count * sizeof(u32))) {
+		kfree(*ids);
+		return -EFAULT;
+	}
+	return 0;
+}
+
+static void kva_uncharge(struct kva_arena *arena, u32 released)
+{
+	if (released)
+		kva_tenant_uncharge(arena->tenant, released, arena->block_size);
+}
+
+static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_blocks arg;
+	u32 usize, *ids, quota, released;
+	int ret;
+
+	ret = kva_blocks_in(uarg, &arg, &usize, &ids, true);
+	if (ret)
+		return ret;
+	mutex_lock(&arena->lock);
+	quota = kva_tenant_reserve(arena->tenant, arg.count, arena->block_size);
+	ret = kvc_blocks_alloc(&arena->core, arg.session_id, arg.count,
+			       arg.flags & KVA_ALLOC_PARTIAL, quota,
+			       ktime_get_ns(), ids, &arg.done);
+	kva_uncharge(arena, quota - arg.done);
+	if (!ret)
+		trace_kvarena_blocks(arena->id, arg.session_id, KVA_TRACE_ALLOC,
+				     arg.done, 0, arena->core.pool.nfree);
+	mutex_unlock(&arena->lock);
+	if (ret)
+		goto out;
+
+	if (copy_to_user(u64_to_user_ptr(arg.ids), ids,
+			 arg.done * sizeof(u32)) ||
+	    kva_copy_out(uarg, &arg, sizeof(arg), usize)) {
+		/* The caller cannot learn the ids: give the blocks back. */
+		mutex_lock(&arena->lock);
+		if (!kvc_blocks_free(&arena->core, arg.session_id, arg.done,
+				     ids, ktime_get_ns(), &released))
+			kva_uncharge(arena, released);
+		mutex_unlock(&arena->lock);
+		ret = -EFAULT;
+		goto out;
+	}
+	ret = arg.done;
+out:
+	kfree(ids);
+	return ret;
+}
+
+static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
+			   bool share)
+{
+	struct kva_blocks arg;
+	u32 usize, *ids, released = 0;
+	u64 now = ktime_get_ns();
+	int ret;
+
+	ret = kva_blocks_in(uarg, &arg, &usize, &ids, false);
+	if (ret)
+		return ret;
+	mutex_lock(&arena->lock);
+	if (share)
+		ret = kvc_blocks_share(&arena->core, arg.session_id, arg.count,
+				       ids, now);
+	else
+		ret = kvc_blocks_free(&arena->core, arg.session_id, arg.count,
+				      ids, now, &released);
+	if (!ret) {
+		kva_uncharge(arena, released);
+		trace_kvarena_blocks(arena->id, arg.session_id,
+				     share ? KVA_TRACE_SHARE : KVA_TRACE_FREE,
+				     arg.count, released,
+				     arena->core.pool.nfree);
+	}
+	mutex_unlock(&arena->lock);
+	kfree(ids);
+	if (ret)
+		return ret;
+	arg.done = arg.count;
+	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
+	return ret ? ret : arg.done;
+}
+
+static int kva_session_create(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_session_create arg;
+	u64 now = ktime_get_ns();
+	u32 usize, released;
+	int ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_CREATE_SIZE_VER0,
+			  uarg, &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.pad || arg.session_id)
+		return -EINVAL;
+	mutex_lock(&arena->lock);
+	ret = kvc_session_create(&arena->core, arg.cookie, now,
+				 &arg.session_id);
+	if (!ret)
+		trace_kvarena_session_state(arena->id, arg.session_id,
+					    KVA_STATE_ENDED, KVA_STATE_IDLE, 0,
+					    0, 0, arena->block_size,
+					    arg.cookie);
+	mutex_unlock(&arena->lock);
+	if (ret)
+		return ret;
+	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
+	if (ret) {
+		mutex_lock(&arena->lock);
+		kvc_session_end(&arena->core, arg.session_id, now, &released);
+		mutex_unlock(&arena->lock);
+		return ret;
+	}
+	return arg.session_id;
+}
+
+/* Transition under the lock, with the tracepoint and quota accounting. */
+static int kva_set_state(struct kva_arena *arena, u32 id, u32 state,
+			 u32 tool_class, u64 wait_us)
+{
+	struct kvc_session *s;
+	u32 old, held, released;
+	u64 cookie;
+	int ret;
+
+	mutex_lock(&arena->lock);
+	s = kvc_session_find(&arena->core, id);
+	if (!s) {
+		mutex_unlock(&arena->lock);
+		return -ENOENT;
+	}
+	old = s->state;
+	held = s->nheld;
+	cookie = s->cookie;
+	ret = kvc_session_set_state(&arena->core, id, state, tool_class,
+				    wait_us, ktime_get_ns(), &released);
+	if (!ret) {
+		kva_uncharge(arena, released);
+		if (state == KVA_STATE_ENDED)
+			trace_kvarena_blocks(arena->id, id, KVA_TRACE_RELEASE,
+					     held, released,
+					     arena->core.pool.nfree);
+		trace_kvarena_session_state(arena->id, id, old, state,
+					    tool_class, wait_us, held,
+					    arena->block_size, cookie);
+	}
+	mutex_unlock(&arena->lock);
+	return ret;
+}
+
+static int kva_session_end(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_session_end arg;
+	u32 usize;
+	int ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_END_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.pad)
+		return -EINVAL;
+	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0);
+}
+
+static int kva_session_set_state(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_session_state arg;
+	u32 usize;
+	int ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_STATE_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.pad || arg.state >= KVA_STATE_COUNT)
+		return -EINVAL;
+	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
+			     arg.expected_wait_us);
+}
+
+static int kva_session_info(struct kva_arena *arena, void __user *uarg)
+{
+	struct kva_session_info arg;
+	u32 usize;
+	int ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_INFO_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags)
+		return -EINVAL;
+	mutex_lock(&arena->lock);
+	ret = kvc_session_info(&arena->core, arg.session_id, ktime_get_ns(),
+			       &arg);
+	mutex_unlock(&arena->lock);
+	if (ret)
+		return ret;
+	return kva_copy_out(uarg, &arg, sizeof(arg), usize);
+}
+
+long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct kva_arena *arena = file->private_data;
+	void __user *uarg = (void __user *)arg;
+
+	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
+		return -ENOTTY;
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(KVA_IOC_ARENA_INFO):
+		return kva_info(arena, uarg);
+	case _IOC_NR(KVA_IOC_EXPORT_DMABUF):
+		return kva_export(arena, uarg);
+	case _IOC_NR(KVA_IOC_BLOCKS_ALLOC):
+		return kva_blocks_alloc(arena, uarg);
+	case _IOC_NR(KVA_IOC_BLOCKS_FREE):
+		return kva_blocks_free(arena, uarg, false);
+	case _IOC_NR(KVA_IOC_BLOCKS_SHARE):
+		return kva_blocks_free(arena, uarg, true);
+	case _IOC_NR(KVA_IOC_SESSION_CREATE):
+		return kva_session_create(arena, uarg);
+	case _IOC_NR(KVA_IOC_SESSION_END):
+		return kva_session_end(arena, uarg);
+	case _IOC_NR(KVA_IOC_SESSION_SET_STATE):
+		return kva_session_set_state(arena, uarg);
+	case _IOC_NR(KVA_IOC_SESSION_INFO):
+		return kva_session_info(arena, uarg);
+	}
+	return -ENOTTY;
+}

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * The arena's bookkeeping: its block pool, its sessions (state machine,
+ * timestamps, idle accounting) and which blocks each session holds.  Pure
+ * logic on caller-supplied time; no locks, no memory of the KV itself.
+ * Every operation validates its whole input before it changes anything, so
+ * an error leaves the arena exactly as it was.
+ */
+#ifndef KVC_ARENA_H
+#define KVC_ARENA_H
+
+#include "kvc_shim.h"
+#include "kvc_pool.h"
+
+#define KVC_SLOT_BITS		20
+#define KVC_SLOT_MASK		((1U << KVC_SLOT_BITS) - 1)
+#define KVC_MAX_SESSIONS	KVC_SLOT_MASK
+#define KVC_MAX_BLOCKS		(1U << 31)	/* bit 31 marks ids in checks */
+
+struct kvc_session {
+	u32 id;
+	u32 state;			/* enum kva_state */
+	u32 tool_class;
+	u32 nheld;
+	u32 cap;
+	u32 *held;			/* block table, in allocation order */
+	u64 cookie;
+	u64 expected_wait_us;
+	u64 created_ns;
+	u64 state_since_ns;
+	u64 idle_settled_ns;		/* idle time integrated up to here */
+	u64 transitions;
+	u64 idle_block_us;		/* blocks held x us in IDLE/TOOL_WAIT */
+	u64 state_ns[KVA_STATE_COUNT];	/* closed intervals only */
+};
+
+struct kvc_arena {
+	struct kvc_pool pool;
+	u32 block_size;
+	u32 max_sessions;
+	u32 nsessions;			/* live */
+	u32 nslots;			/* capacity of slot[], gen[], free_slots[] */
+	u32 slots_used;			/* slots ever handed out */
+	u32 nfree_slots;
+	struct kvc_session **slot;
+	u16 *gen;			/* bumped on reuse: stale ids miss */
+	u32 *free_slots;
+	u64 sessions_ended;
+	u64 ended_idle_block_us;
+};
+
+int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
+		   u32 max_sessions);
+void kvc_arena_destroy(struct kvc_arena *a);
+
+static inline u32 kvc_blocks_in_use(const struct kvc_arena *a)
+{
+	return a->pool.nblocks - a->pool.nfree;
+}
+
+struct kvc_session *kvc_session_find(const struct kvc_arena *a, u32 id);
+/* Live sessions in slot order; start with *cursor = 0. */
+struct kvc_session *kvc_session_next(const struct kvc_arena *a, u32 *cursor);
+
+int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id);
+/* *released: blocks that went back to the pool (for quota accounting). */
+int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released);
+int kvc_session_set_state(struct kvc_arena *a, u32 id, u32 state,
+			  u32 tool_class, u64 expected_wait_us, u64 now,
+			  u32 *released);
+int kvc_session_info(struct kvc_arena *a, u32 id, u64 now,
+		     struct kva_session_info *out);
+
+/*
+ * Allocate n blocks (1..KVA_MAX_BATCH) into a session.  quota_left caps how
+ * many the tenant may still take.  Without partial: all n or an error.
+ */
+int kvc_blocks_alloc(struct kvc_arena *a, u32 id, u32 n, bool partial,
+		     u32 quota_left, u64 now, u32 *ids, u32 *done);
+int kvc_blocks_free(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
+		    u64 now, u32 *released);
+int kvc_blocks_share(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
+		     u64 now);
+
+/* Integrate idle block-time up to now; call before nheld or state changes. */
+void kvc_session_settle(struct kvc_session *s, u64 now);
+
+/* Idle byte-seconds from idle block-microseconds, without overflow. */
+u64 kvc_idle_byte_sec(u64 idle_block_us, u32 block_size);
+
+/* Cross-check every invariant; 0 or -EUCLEAN (-ENOMEM if it cannot). */
+int kvc_arena_check(const struct kvc_arena *a);
+
+#endif /* KVC_ARENA_H */

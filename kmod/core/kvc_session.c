@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Sessions: the id table (slot + generation, O(1) lookup, stale ids miss),
+ * the state machine and its accounting (time per state, transitions, idle
+ * block-time).  Block membership lives in kvc_blocks.c.
+ */
+#include "kvc_arena.h"
+
+#define KVC_GEN_BITS	11	/* ids stay below 2^31: positive as an int */
+
+int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
+		   u32 max_sessions)
+{
+	memset(a, 0, sizeof(*a));
+	if (!nblocks || nblocks >= KVC_MAX_BLOCKS || !block_size ||
+	    !max_sessions || max_sessions > KVC_MAX_SESSIONS)
+		return -EINVAL;
+	a->block_size = block_size;
+	a->max_sessions = max_sessions;
+	return kvc_pool_init(&a->pool, nblocks);
+}
+
+static void kvc_session_free(struct kvc_session *s)
+{
+	kvc_free(s->held);
+	kvc_free(s);
+}
+
+void kvc_arena_destroy(struct kvc_arena *a)
+{
+	u32 i;
+
+	for (i = 0; i < a->slots_used; i++)
+		if (a->slot[i])
+			kvc_session_free(a->slot[i]);
+	kvc_free(a->slot);
+	kvc_free(a->gen);
+	kvc_free(a->free_slots);
+	kvc_pool_destroy(&a->pool);
+	memset(a, 0, sizeof(*a));
+}
+
+struct kvc_session *kvc_session_find(const struct kvc_arena *a, u32 id)
+{
+	u32 slot = (id & KVC_SLOT_MASK) - 1;
+	struct kvc_session *s;
+
+	if (!(id & KVC_SLOT_MASK) || slot >= a->slots_used)
+		return NULL;
+	s = a->slot[slot];
+	return s && s->id == id ? s : NULL;
+}
+
+struct kvc_session *kvc_session_next(const struct kvc_arena *a, u32 *cursor)
+{
+	while (*cursor < a->slots_used) {
+		struct kvc_session *s = a->slot[(*cursor)++];
+
+		if (s)
+			return s;
+	}
+	return NULL;
+}
+
+static int kvc_slots_grow(struct kvc_arena *a)
+{
+	u32 n = a->nslots ? a->nslots * 2 : 16;
+	struct kvc_session **slot;
+	u32 *free_slots;
+	u16 *gen;
+
+	if (n > a->max_sessions)
+		n = a->max_sessions;
+	slot = kvc_grow(a->slot, a->nslots * sizeof(*slot), n * sizeof(*slot));
+	if (!slot)
+		return -ENOMEM;
+	a->slot = slot;
+	gen = kvc_grow(a->gen, a->nslots * sizeof(*gen), n * sizeof(*gen));
+	if (!gen)
+		return -ENOMEM;
+	a->gen = gen;
+	free_slots = kvc_grow(a->free_slots, a->nslots * sizeof(*free_slots),
+			      n * sizeof(*free_slots));
+	if (!free_slots)
+		return -ENOMEM;
+	a->free_slots = free_slots;
+	a->nslots = n;
+	return 0;
+}
+
+int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
+{
+	struct kvc_session *s;
+	u32 slot;
+	int ret;
+
+	if (a->nsessions >= a->max_sessions)
+		return -ENOSPC;
+	if (!a->nfree_slots && a->slots_used == a->nslots) {
+		ret = kvc_slots_grow(a);
+		if (ret)
+			return ret;
+	}
+	s = kvc_zalloc(sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	slot = a->nfree_slots ? a->free_slots[--a->nfree_slots] :
+				a->slots_used++;
+	s->id = ((u32)(a->gen[slot] & ((1U << KVC_GEN_BITS) - 1)) <<
+		 KVC_SLOT_BITS) | (slot + 1);
+	s->state = KVA_STATE_IDLE;
+	s->cookie = cookie;
+	s->created_ns = now;
+	s->state_since_ns = now;
+	s->idle_settled_ns = now;
+	a->slot[slot] = s;
+	a->nsessions++;
+	*id = s->id;
+	return 0;
+}
+
+static bool kvc_state_is_idle(u32 state)
+{
+	return state == KVA_STATE_IDLE || state == KVA_STATE_TOOL_WAIT;
+}
+
+void kvc_session_settle(struct kvc_session *s, u64 now)
+{
+	u64 us;
+
+	if (now <= s->idle_settled_ns)
+		return;
+	if (!kvc_state_is_idle(s->state)) {
+		s->idle_settled_ns = now;
+		return;
+	}
+	/* Advance by whole microseconds only, so no time is ever lost. */
+	us = kvc_div_u64(now - s->idle_settled_ns, 1000);
+	s->idle_block_us += us * s->nheld;
+	s->idle_settled_ns += us * 1000;
+}
+
+int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
+{
+	struct kvc_session *s = kvc_session_find(a, id);
+	u32 slot, i, n = 0;
+
+	if (!s)
+		return -ENOENT;
+	kvc_session_settle(s, now);
+	for (i = 0; i < s->nheld; i++)
+		n += kvc_pool_put(&a->pool, s->held[i]);
+	slot = (id & KVC_SLOT_MASK) - 1;
+	a->slot[slot] = NULL;
+	a->gen[slot]++;
+	a->free_slots[a->nfree_slots++] = slot;
+	a->nsessions--;
+	a->sessions_ended++;
+	a->ended_idle_block_us += s->idle_block_us;
+	kvc_session_free(s);
+	*released = n;
+	return 0;
+}
+
+int kvc_session_set_state(struct kvc_arena *a, u32 id, u32 state,
+			  u32 tool_class, u64 expected_wait_us, u64 now,
+			  u32 *released)
+{
+	struct kvc_session *s = kvc_session_find(a, id);
+
+	*released = 0;
+	if (!s)
+		return -ENOENT;
+	if (state >= KVA_STATE_COUNT)
+		return -EINVAL;
+	if (state != KVA_STATE_TOOL_WAIT && (tool_class || expected_wait_us))
+		return -EINVAL;
+	if (state == KVA_STATE_ENDED)
+		return kvc_session_end(a, id, now, released);
+	if (state == s->state)
+		return -EALREADY;
+	kvc_session_settle(s, now);
+	if (now > s->state_since_ns)
+		s->state_ns[s->state] += now - s->state_since_ns;
+	s->state = state;
+	s->state_since_ns = now;
+	s->tool_class = tool_class;
+	s->expected_wait_us = expected_wait_us;
+	s->transitions++;
+	return 0;
+}
+
+u64 kvc_idle_byte_sec(u64 idle_block_us, u32 block_size)
+{
+	u64 sec = kvc_div_u64(idle_block_us, 1000000);
+	u64 rem = idle_block_us - sec * 1000000;
+
+	return sec * block_size + kvc_div_u64(rem * block_size, 1000000);
+}
+
+int kvc_session_info(struct kvc_arena *a, u32 id, u64 now,
+		     struct kva_session_info *out)
+{
+	struct kvc_session *s = kvc_session_find(a, id);
+	u32 i;
+
+	if (!s)
+		return -ENOENT;
+	kvc_session_settle(s, now);
+	out->session_id = s->id;
+	out->state = s->state;
+	out->tool_class = s->tool_class;
+	out->blocks_held = s->nheld;
+	out->expected_wait_us = s->expected_wait_us;
+	out->cookie = s->cookie;
+	out->created_ns = s->created_ns;
+	out->state_since_ns = s->state_since_ns;
+	out->transitions = s->transitions;
+	out->idle_block_us = s->idle_block_us;
+	out->idle_byte_sec = kvc_idle_byte_sec(s->idle_block_us, a->block_size);
+	for (i = 0; i < KVA_STATE_COUNT; i++)
+		out->state_ns[i] = s->state_ns[i];
+	if (now > s->state_since_ns)
+		out->state_ns[s->state] += now - s->state_since_ns;
+	return 0;
+}

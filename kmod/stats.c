@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Stats without special tools: module-wide counters as sysfs attributes of
+ * /dev/kvarena's device (/sys/class/misc/kvarena/), and per-arena and
+ * per-tenant tables in debugfs (/sys/kernel/debug/kvarena/).
+ */
+#include <linux/debugfs.h>
+#include <linux/device.h>
+#include <linux/seq_file.h>
+#include <linux/sysfs.h>
+
+#include "kva.h"
+
+static ssize_t pinned_bytes_show(struct device *dev,
+				 struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%lld\n", atomic64_read(&kva_pinned_bytes));
+}
+static DEVICE_ATTR_RO(pinned_bytes);
+
+static ssize_t arenas_created_show(struct device *dev,
+				   struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%lld\n", atomic64_read(&kva_arenas_created));
+}
+static DEVICE_ATTR_RO(arenas_created);
+
+static ssize_t arenas_show(struct device *dev, struct device_attribute *attr,
+			   char *buf)
+{
+	struct kva_arena *arena;
+	unsigned int n = 0;
+
+	mutex_lock(&kva_arenas_lock);
+	list_for_each_entry(arena, &kva_arenas, node)
+		n++;
+	mutex_unlock(&kva_arenas_lock);
+	return sysfs_emit(buf, "%u\n", n);
+}
+static DEVICE_ATTR_RO(arenas);
+
+/* Blocks, sessions summed over live arenas. */
+static void kva_sum(u64 *blocks_used, u64 *sessions)
+{
+	struct kva_arena *arena;
+
+	*blocks_used = 0;
+	*sessions = 0;
+	mutex_lock(&kva_arenas_lock);
+	list_for_each_entry(arena, &kva_arenas, node) {
+		mutex_lock(&arena->lock);
+		if (arena->fd_open) {
+			*blocks_used += kvc_blocks_in_use(&arena->core);
+			*sessions += arena->core.nsessions;
+		}
+		mutex_unlock(&arena->lock);
+	}
+	mutex_unlock(&kva_arenas_lock);
+}
+
+static ssize_t blocks_used_show(struct device *dev,
+				struct device_attribute *attr, char *buf)
+{
+	u64 blocks, sessions;
+
+	kva_sum(&blocks, &sessions);
+	return sysfs_emit(buf, "%llu\n", blocks);
+}
+static DEVICE_ATTR_RO(blocks_used);
+
+static ssize_t sessions_show(struct device *dev, struct device_attribute *attr,
+			     char *buf)
+{
+	u64 blocks, sessions;
+
+	kva_sum(&blocks, &sessions);
+	return sysfs_emit(buf, "%llu\n", sessions);
+}
+static DEVICE_ATTR_RO(sessions);
+
+static struct attribute *kva_attrs[] = {
+	&dev_attr_pinned_bytes.attr,
+	&dev_attr_arenas.attr,
+	&dev_attr_arenas_created.attr,
+	&dev_attr_blocks_used.attr,
+	&dev_attr_sessions.attr,
+	NULL,
+};
+
+static const struct attribute_group kva_attr_group = {
+	.attrs = kva_attrs,
+};
+
+const struct attribute_group *kva_attr_groups[] = {
+	&kva_attr_group,
+	NULL,
+};
+
+static struct dentry *kva_debugfs;
+
+static int kva_arenas_seq_show(struct seq_file *m, void *unused)
+{
+	struct kva_arena *arena;
+
+	seq_printf(m, "%-6s %-16s %-6s %-12s %-8s %-8s %-8s %-8s %-6s %-6s\n",
+		   "id", "name", "tenant", "bytes", "bsize", "blocks", "free",
+		   "sessions", "attach", "fd");
+	mutex_lock(&kva_arenas_lock);
+	list_for_each_entry(arena, &kva_arenas, node) {
+		u32 free, sessions;
+		bool open;
+
+		mutex_lock(&arena->lock);
+		open = arena->fd_open;
+		free = open ? arena->core.pool.nfree : 0;
+		sessions = open ? arena->core.nsessions : 0;
+		mutex_unlock(&arena->lock);
+		seq_printf(m, "%-6u %-16s %-6u %-12llu %-8u %-8u %-8u %-8u %-6u %-6s\n",
+			   arena->id, arena->name[0] ? arena->name : "-",
+			   arena->tenant->id, arena->bytes, arena->block_size,
+			   arena->npages * arena->blocks_per_page, free,
+			   sessions, arena->nattached,
+			   open ? "open" : "closed");
+	}
+	mutex_unlock(&kva_arenas_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kva_arenas_seq);
+
+static int kva_tenants_seq_show(struct seq_file *m, void *unused)
+{
+	kva_tenants_show(m);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(kva_tenants_seq);
+
+void kva_debugfs_init(void)
+{
+	kva_debugfs = debugfs_create_dir(KBUILD_MODNAME, NULL);
+	debugfs_create_file("arenas", 0444, kva_debugfs, NULL,
+			    &kva_arenas_seq_fops);
+	debugfs_create_file("tenants", 0444, kva_debugfs, NULL,
+			    &kva_tenants_seq_fops);
+}
+
+void kva_debugfs_exit(void)
+{
+	debugfs_remove_recursive(kva_debugfs);
+}
