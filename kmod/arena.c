@@ -9,7 +9,6 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/anon_inodes.h>
-#include <linux/ctype.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
@@ -26,30 +25,13 @@ static const struct file_operations kva_arena_fops;
 
 static int kva_arena_check_args(const struct kva_arena_create *arg)
 {
-	size_t len = strnlen(arg->name, KVA_NAME_LEN);
-	size_t i;
+	int ret = kvc_check_arena_create(arg, kva_max_arena_bytes());
 
-	if (arg->flags || arg->pad || arg->arena_id || arg->blocks_total)
-		return -EINVAL;
-	if (!arg->bytes || arg->bytes & (KVA_PAGE_SIZE - 1))
-		return -EINVAL;
-	if (arg->block_size < KVA_BLOCK_MIN || arg->block_size > KVA_BLOCK_MAX ||
-	    arg->block_size % KVA_BLOCK_MIN)
-		return -EINVAL;
+	if (ret)
+		return ret;
 	if (arg->numa_node != KVA_NUMA_ANY &&
-	    (arg->numa_node < 0 || arg->numa_node >= MAX_NUMNODES ||
-	     !node_online(arg->numa_node)))
+	    (arg->numa_node >= MAX_NUMNODES || !node_online(arg->numa_node)))
 		return -EINVAL;
-	if (len == KVA_NAME_LEN)
-		return -EINVAL;
-	for (i = 0; i < len; i++)
-		if (!isprint(arg->name[i]))
-			return -EINVAL;
-	if (arg->bytes > kva_max_arena_bytes())
-		return -E2BIG;
-	if ((arg->bytes >> KVA_PAGE_SHIFT) * (KVA_PAGE_SIZE / arg->block_size) >=
-	    KVC_MAX_BLOCKS)
-		return -E2BIG;
 	return 0;
 }
 
@@ -165,7 +147,7 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 	ret = kva_pages_alloc(arena);
 	if (ret)
 		goto err_free;
-	nblocks = arena->npages * arena->blocks_per_page;
+	nblocks = kvc_arena_nblocks(arena->bytes, arena->block_size);
 	ret = kvc_arena_init(&arena->core, nblocks, arena->block_size,
 			     kva_max_sessions);
 	if (ret)

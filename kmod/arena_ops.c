@@ -63,7 +63,7 @@ static int kva_export(struct kva_arena *arena, void __user *uarg)
 	ret = kva_copy_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize);
 	if (ret)
 		return ret;
-	if (arg.flags & ~KVA_EXPORT_CLOEXEC || arg.pad || arg.fd)
+	if (arg.flags & ~KVA_EXPORT_CLOEXEC || arg.pad)
 		return -EINVAL;
 	fd = get_unused_fd_flags(arg.flags & KVA_EXPORT_CLOEXEC ? O_CLOEXEC : 0);
 	if (fd < 0)
@@ -88,12 +88,9 @@ static int kva_blocks_in(void __user *uarg, struct kva_blocks *arg,
 	ret = kva_copy_in(arg, sizeof(*arg), KVA_BLOCKS_SIZE_VER0, uarg, usize);
 	if (ret)
 		return ret;
-	if (arg->pad || arg->done)
-		return -EINVAL;
-	if (arg->flags & ~(ids_out ? KVA_ALLOC_PARTIAL : 0))
-		return -EINVAL;
-	if (!arg->count || arg->count > KVA_MAX_BATCH)
-		return -EINVAL;
+	ret = kvc_check_blocks(arg, ids_out);
+	if (ret)
+		return ret;
 	*ids = kmalloc_array(arg->count, sizeof(u32), GFP_KERNEL);
 	if (!*ids)
 		return -ENOMEM;
@@ -196,7 +193,7 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg)
 			  uarg, &usize);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad || arg.session_id)
+	if (arg.flags || arg.pad)
 		return -EINVAL;
 	mutex_lock(&arena->lock);
 	ret = kvc_session_create(&arena->core, arg.cookie, now,

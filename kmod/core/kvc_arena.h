@@ -88,6 +88,11 @@ void kvc_session_settle(struct kvc_session *s, u64 now);
 /* Idle byte-seconds from idle block-microseconds, without overflow. */
 u64 kvc_idle_byte_sec(u64 idle_block_us, u32 block_size);
 
+/* kvc_args.c: input checks shared by the module and the memfd backend. */
+int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes);
+u32 kvc_arena_nblocks(u64 bytes, u32 block_size);
+int kvc_check_blocks(const struct kva_blocks *arg, bool alloc);
+
 /* Cross-check every invariant; 0 or -EUCLEAN (-ENOMEM if it cannot). */
 int kvc_arena_check(const struct kvc_arena *a);
 

@@ -18,8 +18,8 @@
  * the struct's first published version is -EINVAL; above KVA_STRUCT_MAX is
  * -E2BIG.  The size bits of the ioctl command number are ignored for the same
  * reason: `size` is the truth.  Output fields are written back up to the
- * caller's `size`.  Every `flags` bit not defined is rejected with -EINVAL, as
- * is every nonzero `pad`/`reserved` field.
+ * caller's `size`; their values on input are ignored.  Every `flags` bit
+ * not defined is rejected with -EINVAL, as is every nonzero `pad` field.
  */
 #ifndef _UAPI_LINUX_KVARENA_H
 #define _UAPI_LINUX_KVARENA_H

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Validation of UAPI argument structs that does not depend on the kernel,
+ * shared by kvarena.ko and libkvarena's memfd backend so that both reject
+ * exactly the same input with the same errno.  Node and cap checks that
+ * need the running system stay with the callers.
+ */
+#include "kvc_arena.h"
+
+static bool kvc_isprint(char c)
+{
+	return c >= 0x20 && c < 0x7f;
+}
+
+int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
+{
+	u32 i, len = 0;
+
+	if (arg->flags || arg->pad)
+		return -EINVAL;
+	if (!arg->bytes || arg->bytes & (KVA_PAGE_SIZE - 1))
+		return -EINVAL;
+	if (arg->block_size < KVA_BLOCK_MIN || arg->block_size > KVA_BLOCK_MAX ||
+	    arg->block_size % KVA_BLOCK_MIN)
+		return -EINVAL;
+	if (arg->numa_node < KVA_NUMA_ANY)
+		return -EINVAL;
+	while (len < KVA_NAME_LEN && arg->name[len])
+		len++;
+	if (len == KVA_NAME_LEN)
+		return -EINVAL;
+	for (i = 0; i < len; i++)
+		if (!kvc_isprint(arg->name[i]))
+			return -EINVAL;
+	if (arg->bytes > max_bytes)
+		return -E2BIG;
+	if ((arg->bytes >> KVA_PAGE_SHIFT) * (KVA_PAGE_SIZE / arg->block_size) >=
+	    KVC_MAX_BLOCKS)
+		return -E2BIG;
+	return 0;
+}
+
+u32 kvc_arena_nblocks(u64 bytes, u32 block_size)
+{
+	return (u32)(bytes >> KVA_PAGE_SHIFT) *
+	       (u32)(KVA_PAGE_SIZE / block_size);
+}
+
+int kvc_check_blocks(const struct kva_blocks *arg, bool alloc)
+{
+	if (arg->pad)
+		return -EINVAL;
+	if (arg->flags & ~(alloc ? KVA_ALLOC_PARTIAL : 0))
+		return -EINVAL;
+	if (!arg->count || arg->count > KVA_MAX_BATCH)
+		return -EINVAL;
+	return 0;
+}
