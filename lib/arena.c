@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Arena handles: creation and adoption, mapping and block addresses, and
+ * the session and block calls, each one UAPI struct handed to kva_call().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static struct kva_arena *kva_arena_new(struct kva_dev *dev)
+{
+	struct kva_arena *arena = calloc(1, sizeof(*arena));
+
+	if (!arena)
+		return NULL;
+	arena->dev = dev;
+	arena->fd = -1;
+	pthread_mutex_init(&arena->map_lock, NULL);
+	pthread_mutex_init(&arena->lock, NULL);
+	return arena;
+}
+
+static void kva_arena_put(struct kva_arena *arena)
+{
+	pthread_mutex_destroy(&arena->map_lock);
+	pthread_mutex_destroy(&arena->lock);
+	free(arena);
+}
+
+/* Learn the geometry from the arena itself. */
+static int kva_arena_load(struct kva_arena *arena)
+{
+	struct kva_arena_info info;
+	int ret = kva_arena_info(arena, &info);
+
+	if (ret < 0)
+		return ret;
+	arena->bytes = info.bytes;
+	arena->block_size = info.block_size;
+	arena->blocks_per_page = info.blocks_per_page;
+	arena->nblocks = info.blocks_total;
+	return 0;
+}
+
+KVA_EXPORT int kva_arena_create(struct kva_dev *dev,
+				const struct kva_arena_params *p,
+				struct kva_arena **arenap)
+{
+	struct kva_arena_create arg = {
+		.size = sizeof(arg),
+		.bytes = p->bytes,
+		.block_size = p->block_size,
+		.numa_node = p->numa_node,
+		.tenant_id = p->tenant_id,
+	};
+	struct kva_arena *arena;
+	int ret;
+
+	if (p->name) {
+		if (strlen(p->name) >= sizeof(arg.name))
+			return -EINVAL;
+		strcpy(arg.name, p->name);
+	}
+	arena = kva_arena_new(dev);
+	if (!arena)
+		return -ENOMEM;
+	if (dev->backend == KVA_BACKEND_KERNEL) {
+		ret = ioctl(dev->fd, KVA_IOC_ARENA_CREATE, &arg);
+		ret = ret < 0 ? -errno : ret;
+		if (ret >= 0) {
+			arena->fd = ret;
+			ret = kva_arena_load(arena);
+		}
+	} else {
+		ret = kva_memfd_arena_create(dev, &arg, arena);
+	}
+	if (ret < 0) {
+		kva_arena_destroy(arena);
+		return ret;
+	}
+	*arenap = arena;
+	return 0;
+}
+
+KVA_EXPORT int kva_arena_from_fd(struct kva_dev *dev, int arena_fd,
+				 struct kva_arena **arenap)
+{
+	struct kva_arena *arena;
+	int ret;
+
+	if (dev->backend != KVA_BACKEND_KERNEL)
+		return -EOPNOTSUPP;
+	arena = kva_arena_new(dev);
+	if (!arena)
+		return -ENOMEM;
+	arena->fd = fcntl(arena_fd, F_DUPFD_CLOEXEC, 0);
+	ret = arena->fd < 0 ? -errno : kva_arena_load(arena);
+	if (ret < 0) {
+		kva_arena_destroy(arena);
+		return ret;
+	}
+	*arenap = arena;
+	return 0;
+}
+
+KVA_EXPORT void kva_arena_destroy(struct kva_arena *arena)
+{
+	if (!arena)
+		return;
+	if (arena->dev->backend == KVA_BACKEND_MEMFD) {
+		kva_memfd_arena_destroy(arena);
+	} else {
+		if (arena->base)
+			munmap(arena->base, arena->bytes);
+		if (arena->fd >= 0)
+			close(arena->fd);
+	}
+	kva_arena_put(arena);
+}
+
+KVA_EXPORT int kva_arena_fd(const struct kva_arena *arena)
+{
+	return arena->fd;
+}
+
+KVA_EXPORT int kva_arena_info(struct kva_arena *arena,
+			      struct kva_arena_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
+	return kva_call(arena, KVA_IOC_ARENA_INFO, out);
+}
+
+KVA_EXPORT int kva_arena_export_dmabuf(struct kva_arena *arena, uint32_t flags)
+{
+	struct kva_export arg = { .size = sizeof(arg), .flags = flags };
+
+	if (arena->dev->backend != KVA_BACKEND_KERNEL)
+		return -EOPNOTSUPP;
+	return kva_call(arena, KVA_IOC_EXPORT_DMABUF, &arg);
+}
+
+KVA_EXPORT int kva_arena_data_fd(struct kva_arena *arena, uint32_t flags)
+{
+	int fd;
+
+	if (arena->dev->backend == KVA_BACKEND_KERNEL)
+		return kva_arena_export_dmabuf(arena, flags);
+	if (flags & ~KVA_EXPORT_CLOEXEC)
+		return -EINVAL;
+	fd = fcntl(arena->fd, flags ? F_DUPFD_CLOEXEC : F_DUPFD, 0);
+	return fd < 0 ? -errno : fd;
+}
+
+KVA_EXPORT int kva_map_fd(int fd, size_t bytes, void **addrp)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	*addrp = p;
+	return 0;
+}
+
+KVA_EXPORT int kva_unmap(void *addr, size_t bytes)
+{
+	return munmap(addr, bytes) ? -errno : 0;
+}
+
+KVA_EXPORT int kva_arena_map(struct kva_arena *arena, void **addrp)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&arena->map_lock);
+	if (!arena->base)
+		ret = kva_map_fd(arena->fd, arena->bytes, &arena->base);
+	if (!ret && addrp)
+		*addrp = arena->base;
+	pthread_mutex_unlock(&arena->map_lock);
+	return ret;
+}
+
+KVA_EXPORT void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block)
+{
+	uint64_t off;
+
+	if (!arena->base || block >= arena->nblocks)
+		return NULL;
+	off = (uint64_t)(block / arena->blocks_per_page) * KVA_PAGE_SIZE +
+	      (uint64_t)(block % arena->blocks_per_page) * arena->block_size;
+	return (char *)arena->base + off;
+}
+
+KVA_EXPORT int kva_session_create(struct kva_arena *arena, uint64_t cookie,
+				  uint32_t *session)
+{
+	struct kva_session_create arg = { .size = sizeof(arg), .cookie = cookie };
+	int ret = kva_call(arena, KVA_IOC_SESSION_CREATE, &arg);
+
+	if (ret >= 0) {
+		*session = arg.session_id;
+		ret = 0;
+	}
+	return ret;
+}
+
+KVA_EXPORT int kva_session_end(struct kva_arena *arena, uint32_t session)
+{
+	struct kva_session_end arg = { .size = sizeof(arg),
+				       .session_id = session };
+
+	return kva_call(arena, KVA_IOC_SESSION_END, &arg);
+}
+
+KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint32_t session,
+				     uint32_t state, uint32_t tool_class,
+				     uint64_t expected_wait_us)
+{
+	struct kva_session_state arg = {
+		.size = sizeof(arg),
+		.session_id = session,
+		.state = state,
+		.tool_class = tool_class,
+		.expected_wait_us = expected_wait_us,
+	};
+
+	return kva_call(arena, KVA_IOC_SESSION_SET_STATE, &arg);
+}
+
+KVA_EXPORT int kva_session_info(struct kva_arena *arena, uint32_t session,
+				struct kva_session_info *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
+	out->session_id = session;
+	return kva_call(arena, KVA_IOC_SESSION_INFO, out);
+}
+
+static int kva_blocks(struct kva_arena *arena, unsigned long cmd,
+		      uint32_t session, uint32_t n, const uint32_t *ids,
+		      uint32_t flags)
+{
+	struct kva_blocks arg = {
+		.size = sizeof(arg),
+		.flags = flags,
+		.session_id = session,
+		.count = n,
+		.ids = (uintptr_t)ids,
+	};
+
+	return kva_call(arena, cmd, &arg);
+}
+
+KVA_EXPORT int kva_blocks_alloc(struct kva_arena *arena, uint32_t session,
+				uint32_t n, uint32_t *ids, uint32_t flags)
+{
+	return kva_blocks(arena, KVA_IOC_BLOCKS_ALLOC, session, n, ids, flags);
+}
+
+KVA_EXPORT int kva_blocks_free(struct kva_arena *arena, uint32_t session,
+			       uint32_t n, const uint32_t *ids)
+{
+	return kva_blocks(arena, KVA_IOC_BLOCKS_FREE, session, n, ids, 0);
+}
+
+KVA_EXPORT int kva_blocks_share(struct kva_arena *arena, uint32_t session,
+				uint32_t n, const uint32_t *ids)
+{
+	return kva_blocks(arena, KVA_IOC_BLOCKS_SHARE, session, n, ids, 0);
+}

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * Opening a backend, version and tenant queries, and kva_call(): the point
+ * where the kernel and memfd backends part ways.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+uint64_t kva_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int kva_ioctl(int fd, unsigned long cmd, void *arg)
+{
+	int ret = ioctl(fd, cmd, arg);
+
+	return ret < 0 ? -errno : ret;
+}
+
+int kva_call(struct kva_arena *arena, unsigned long cmd, void *arg)
+{
+	if (arena->dev->backend == KVA_BACKEND_KERNEL)
+		return kva_ioctl(arena->fd, cmd, arg);
+	return kva_memfd_call(arena, cmd, arg);
+}
+
+KVA_EXPORT int kva_open(enum kva_backend backend, struct kva_dev **devp)
+{
+	struct kva_dev *dev;
+	int fd = -1;
+
+	if (!devp || backend > KVA_BACKEND_MEMFD)
+		return -EINVAL;
+	if (backend != KVA_BACKEND_MEMFD) {
+		fd = open("/dev/" KVA_DEVICE_NAME, O_RDWR | O_CLOEXEC);
+		if (fd < 0 && backend == KVA_BACKEND_KERNEL)
+			return -errno;
+	}
+	dev = calloc(1, sizeof(*dev));
+	if (!dev) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	dev->fd = fd;
+	dev->backend = fd >= 0 ? KVA_BACKEND_KERNEL : KVA_BACKEND_MEMFD;
+	pthread_mutex_init(&dev->lock, NULL);
+	*devp = dev;
+	return 0;
+}
+
+KVA_EXPORT void kva_close(struct kva_dev *dev)
+{
+	if (!dev)
+		return;
+	if (dev->fd >= 0)
+		close(dev->fd);
+	kva_memfd_dev_destroy(dev);
+	pthread_mutex_destroy(&dev->lock);
+	free(dev);
+}
+
+KVA_EXPORT enum kva_backend kva_dev_backend(const struct kva_dev *dev)
+{
+	return dev->backend;
+}
+
+KVA_EXPORT const char *kva_dev_limits(const struct kva_dev *dev)
+{
+	if (dev->backend == KVA_BACKEND_KERNEL)
+		return "";
+	return "memfd backend: no dma-buf export, no device import, "
+	       "block/session state private to this process, quotas "
+	       "per process, memory pinned only if mlock is allowed";
+}
+
+KVA_EXPORT int kva_version(struct kva_dev *dev, struct kva_version *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
+	if (dev->backend == KVA_BACKEND_KERNEL)
+		return kva_ioctl(dev->fd, KVA_IOC_VERSION, out);
+	return kva_memfd_version(dev, out);
+}
+
+static int kva_tenant(struct kva_dev *dev, bool set, struct kva_tenant *t)
+{
+	if (dev->backend == KVA_BACKEND_KERNEL)
+		return kva_ioctl(dev->fd, set ? KVA_IOC_TENANT_SET_QUOTA :
+						 KVA_IOC_TENANT_INFO, t);
+	return kva_memfd_tenant(dev, set, t);
+}
+
+KVA_EXPORT int kva_tenant_set_quota(struct kva_dev *dev, uint32_t tenant,
+				    uint64_t quota_bytes)
+{
+	struct kva_tenant t = {
+		.size = sizeof(t),
+		.tenant_id = tenant,
+		.quota_bytes = quota_bytes,
+	};
+
+	return kva_tenant(dev, true, &t);
+}
+
+KVA_EXPORT int kva_tenant_info(struct kva_dev *dev, uint32_t tenant,
+			       struct kva_tenant *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->size = sizeof(*out);
+	out->tenant_id = tenant;
+	return kva_tenant(dev, false, out);
+}
+
+KVA_EXPORT const char *kva_state_name(uint32_t state)
+{
+	static const char *const names[KVA_STATE_COUNT] = {
+		[KVA_STATE_IDLE] = "idle",
+		[KVA_STATE_PREFILL] = "prefill",
+		[KVA_STATE_DECODE] = "decode",
+		[KVA_STATE_TOOL_WAIT] = "tool_wait",
+		[KVA_STATE_ENDED] = "ended",
+	};
+
+	return state < KVA_STATE_COUNT ? names[state] : "unknown";
+}
