@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: MIT
+# engine.mk - build, test and benchmark kvarena's CPU inference engine.
+# Included from the top-level Makefile (paths are relative to the repo
+# root); also usable alone: make -f daemon/engine/engine.mk engine
+# Defines only ENGINE_* variables and the phony targets
+#   engine check-engine bench-engine deps-engine
+# Everything it writes goes under build/.
+
+ENGINE_CC       ?= cc
+ENGINE_PY       ?= /usr/bin/python3
+ENGINE_SRC      := daemon/engine
+ENGINE_OUT      := build/engine
+ENGINE_BIN      := build/bin
+ENGINE_CFLAGS   := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
+                   -I$(ENGINE_SRC)
+ENGINE_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                   -fno-omit-frame-pointer
+ENGINE_LIBS     := -lm -lpthread
+
+ENGINE_NAMES    := gguf model tokenizer forward threads sample kernels \
+                   kernels_c kernels_avx2 kernels_avx512
+ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h)
+ENGINE_OBJS     := $(ENGINE_NAMES:%=$(ENGINE_OUT)/obj/%.o)
+ENGINE_SOBJS    := $(ENGINE_NAMES:%=$(ENGINE_OUT)/san/%.o)
+ENGINE_LIB      := $(ENGINE_OUT)/libkvengine.a
+ENGINE_SLIB     := $(ENGINE_OUT)/libkvengine-san.a
+ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
+
+ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz
+ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
+ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
+ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
+
+.PHONY: engine check-engine bench-engine deps-engine
+
+engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
+	$(ENGINE_LOGITS) $(ENGINE_BENCH)
+
+$(ENGINE_OBJS): $(ENGINE_OUT)/obj/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -c $< -o $@
+
+$(ENGINE_SOBJS): $(ENGINE_OUT)/san/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -c $< -o $@
+
+$(ENGINE_LIB): $(ENGINE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(ENGINE_SLIB): $(ENGINE_SOBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(ENGINE_MKMODEL): tools/mkmodel/mkmodel.c tools/mkmodel/corpus.h $(ENGINE_HDRS)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< -o $@ -lm
+
+$(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $(ENGINE_SLIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
+		$(ENGINE_SLIB) -o $@ $(ENGINE_LIBS)
+
+$(ENGINE_LOGITS): tests/engine/kve-logits.c $(ENGINE_SLIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) $< $(ENGINE_SLIB) \
+		-o $@ $(ENGINE_LIBS)
+
+$(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) -o $@ $(ENGINE_LIBS)
+
+check-engine: engine
+	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh
+
+bench-engine: engine
+	@sh tools/bench/engine/bench.sh
+
+deps-engine:
+	@missing=""; \
+	$(ENGINE_PY) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	if [ -n "$$missing" ]; then \
+		echo "deps-engine: installing$$missing"; \
+		apt-get install -y $$missing || { apt-get update && apt-get install -y $$missing; }; \
+	else echo "deps-engine: nothing to install"; fi

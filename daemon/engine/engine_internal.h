@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine_internal.h - structures shared by the engine's source files:
+ * the loaded model, the kernel table and small fp16 helpers. Not installed.
+ */
+#ifndef KVE_ENGINE_INTERNAL_H
+#define KVE_ENGINE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "kvengine.h"
+
+/* A weight matrix as GGUF stores it: rows of `cols` elements. */
+struct kve_mat {
+	const uint8_t *data;
+	uint32_t type;		/* enum ggml_type */
+	uint32_t rows, cols;
+	size_t row_bytes;
+};
+
+struct kve_layer {
+	const float *attn_norm, *ffn_norm;
+	struct kve_mat wq, wk, wv, wo, gate, up, down;
+};
+
+struct kve_model {
+	struct gguf g;
+	void *owned_buf;
+	struct kve_model_info info;
+	struct kve_mat tok_embd, output;
+	const float *out_norm;
+	struct kve_layer *layers;
+};
+
+/* Activations quantised for Q8_0 dot products: one block per 32 values. */
+struct kve_q8x {
+	float d;
+	int8_t q[QK8_0];
+};
+
+/*
+ * Kernel set. mm_* compute, for rows r in [r0, r1) and tokens t in [0, T):
+ *   y[t*ldy + r] = dot(W row r, x row t)
+ * Every (r, t) is summed in the same order whatever T, r0, r1 or the tile
+ * the kernel picks, so batching never changes a result within one set.
+ */
+struct kve_kernels {
+	const char *name;
+	void (*mm_f32)(const struct kve_mat *w, const float *x, int T,
+		       float *y, int ldy, int r0, int r1);
+	void (*mm_f16)(const struct kve_mat *w, const float *x, int T,
+		       float *y, int ldy, int r0, int r1);
+	void (*mm_q8)(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		      float *y, int ldy, int r0, int r1);
+	/* attention helpers over one K or V row of head_dim elements */
+	float (*dot_f32)(const float *a, const float *b, int n);
+	float (*dot_f16)(const float *a, const uint16_t *b, int n);
+	void (*axpy_f32)(float *y, float a, const float *x, int n);
+	void (*axpy_f16)(float *y, float a, const uint16_t *x, int n);
+};
+
+extern const struct kve_kernels kve_kernels_c;
+extern const struct kve_kernels kve_kernels_avx2;
+extern const struct kve_kernels kve_kernels_avx512;
+const struct kve_kernels *kve_kernels_select(void);
+
+/* Portable activation quantiser (shared by all kernel sets so Q8_0
+ * results only differ by summation order between sets). */
+void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out);
+/* Dequantises row `row` of a matrix into out (cols floats). */
+void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out);
+
+static inline float kve_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+	float f;
+
+	if (exp == 0) {
+		if (man == 0) {
+			bits = sign;
+		} else {	/* subnormal: renormalise */
+			exp = 127 - 15 + 1;
+			while (!(man & 0x400)) {
+				man <<= 1;
+				exp--;
+			}
+			man &= 0x3ff;
+			bits = sign | (exp << 23) | (man << 13);
+		}
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000u | (man << 13);
+	} else {
+		bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+	}
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+/* Round to nearest even, like F16C's _cvtps_ph with mode 0. */
+static inline uint16_t kve_f32_to_f16(float f)
+{
+	uint32_t x, sign, mant;
+	int32_t exp;
+
+	memcpy(&x, &f, 4);
+	sign = (x >> 16) & 0x8000;
+	exp = (int32_t)((x >> 23) & 0xff);
+	mant = x & 0x7fffff;
+	if (exp == 255)
+		return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+	exp = exp - 127 + 15;
+	if (exp >= 31)
+		return (uint16_t)(sign | 0x7c00);
+	if (exp <= 0) {
+		uint32_t shift, half, rem, r;
+		if (exp < -10)
+			return (uint16_t)sign;
+		mant |= 0x800000;
+		shift = (uint32_t)(14 - exp);
+		r = mant >> shift;
+		half = 1u << (shift - 1);
+		rem = mant & ((1u << shift) - 1);
+		if (rem > half || (rem == half && (r & 1)))
+			r++;
+		return (uint16_t)(sign | r);
+	}
+	{
+		uint32_t r = ((uint32_t)exp << 10) | (mant >> 13);
+		uint32_t rem = mant & 0x1fff;
+		if (rem > 0x1000 || (rem == 0x1000 && (r & 1)))
+			r++;	/* may carry into the exponent: still correct */
+		return (uint16_t)(sign | r);
+	}
+}
+
+#endif

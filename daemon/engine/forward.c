@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: MIT
+/*
+ * forward.c - the llama forward pass over paged KV: prefill (a prompt chunk
+ * as one batch) and decode (one token from each of several sessions as one
+ * batch). Both run the same pass over T tokens, so each weight matrix is
+ * read once per pass whatever T is. K/V live in caller-owned blocks reached
+ * through struct kve_kv_pool; see Documentation/engine.md for the layout.
+ *
+ * Owns the scratch activations and the thread team; does not own weights
+ * (model.c), KV memory (the pool) or sessions (the caller).
+ */
+#include "engine_internal.h"
+#include "threads.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct mm_item {
+	const struct kve_mat *w;
+	float *y;
+};
+
+struct mm_job {
+	struct kve_engine *e;
+	const float *x;
+	const struct kve_q8x *xq;
+	int T, n;
+	struct mm_item it[3];
+};
+
+struct kve_engine {
+	const struct kve_model *m;
+	struct kve_kv_pool pool;
+	const struct kve_kernels *k;
+	struct kve_threads *th;
+	uint32_t max_tok, max_ctx, max_chunk, max_batch;
+	size_t es;		/* bytes per KV element */
+	float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2;
+	struct kve_q8x *xq;
+	float *scores;		/* per thread, max_ctx each */
+	float *inv_freq;
+	/* the pass in flight */
+	uint32_t T, layer;
+	struct kve_session *const *tok_sess;
+	const uint32_t *tok_pos;
+	struct kve_session **sess_buf;
+	uint32_t *pos_buf;
+};
+
+/* ---- helpers -------------------------------------------------------- */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+	float ss = 0, s;
+	int i;
+
+	for (i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	s = 1.0f / sqrtf(ss / (float)n + eps);
+	for (i = 0; i < n; i++)
+		out[i] = x[i] * s * w[i];
+}
+
+static void rope(float *v, int n_heads, int head_dim, int rope_dims,
+		 uint32_t pos, const float *inv_freq)
+{
+	int h, i;
+
+	for (i = 0; i < rope_dims / 2; i++) {
+		float th = (float)pos * inv_freq[i];
+		float c = cosf(th), s = sinf(th);
+
+		for (h = 0; h < n_heads; h++) {
+			float *p = v + (size_t)h * head_dim + 2 * i;
+			float a = p[0], b = p[1];
+
+			p[0] = a * c - b * s;
+			p[1] = a * s + b * c;
+		}
+	}
+}
+
+static uint8_t *kv_head_base(struct kve_engine *e, uint32_t block_id,
+			     uint32_t layer, int is_v, uint32_t kv_head)
+{
+	const struct kve_model_info *in = &e->m->info;
+	uint8_t *b = e->pool.block_ptr(e->pool.ctx, block_id);
+	size_t idx = ((size_t)(layer * 2 + is_v) * in->n_kv_heads + kv_head) *
+		     e->pool.block_tokens * in->head_dim;
+
+	return b + idx * e->es;
+}
+
+/* ---- threaded matmul ------------------------------------------------ */
+
+static void mm_worker(void *arg, int tid, int n)
+{
+	struct mm_job *j = arg;
+	const struct kve_kernels *k = j->e->k;
+	int i;
+
+	for (i = 0; i < j->n; i++) {
+		const struct kve_mat *w = j->it[i].w;
+		int rows = (int)w->rows;
+		int per = ((rows + n - 1) / n + 7) & ~7;
+		int r0 = tid * per < rows ? tid * per : rows;
+		int r1 = r0 + per < rows ? r0 + per : rows;
+
+		if (r0 >= r1)
+			continue;
+		switch (w->type) {
+		case GGML_F32:
+			k->mm_f32(w, j->x, j->T, j->it[i].y, rows, r0, r1);
+			break;
+		case GGML_F16:
+			k->mm_f16(w, j->x, j->T, j->it[i].y, rows, r0, r1);
+			break;
+		case GGML_Q8_0:
+			k->mm_q8(w, j->xq, j->T, j->it[i].y, rows, r0, r1);
+			break;
+		}
+	}
+}
+
+/* y_i = W_i x for up to three matrices sharing the input x (T rows). */
+static void matmul(struct kve_engine *e, const float *x, int T, int n,
+		   const struct kve_mat *w0, float *y0,
+		   const struct kve_mat *w1, float *y1,
+		   const struct kve_mat *w2, float *y2)
+{
+	struct mm_job j = { .e = e, .x = x, .T = T, .n = n,
+		.it = { { w0, y0 }, { w1, y1 }, { w2, y2 } } };
+	int i, q8 = 0;
+
+	for (i = 0; i < n; i++)
+		q8 |= j.it[i].w->type == GGML_Q8_0;
+	if (q8) {
+		int cols = (int)w0->cols;
+		for (i = 0; i < T; i++)
+			kve_quantize_q8x(x + (size_t)i * cols, cols,
+					 e->xq + (size_t)i * (cols / QK8_0));
+		j.xq = e->xq;
+	}
+	kve_threads_run(e->th, mm_worker, &j);
+}
+
+/* ---- attention ------------------------------------------------------ */
+
+static void attn_worker(void *arg, int tid, int n)
+{
+	struct kve_engine *e = arg;
+	const struct kve_model_info *in = &e->m->info;
+	const struct kve_kernels *k = e->k;
+	uint32_t hd = in->head_dim, bt = e->pool.block_tokens;
+	uint32_t group = in->n_heads / in->n_kv_heads;
+	uint32_t tasks = e->T * in->n_kv_heads;
+	uint32_t per = (tasks + n - 1) / n, task;
+	uint32_t t0 = per * tid, t1 = t0 + per < tasks ? t0 + per : tasks;
+	float *sc = e->scores + (size_t)tid * e->max_ctx;
+	float scale = 1.0f / sqrtf((float)hd);
+	int f16 = e->pool.dtype == KVE_KV_F16;
+
+	for (task = t0; task < t1; task++) {
+		uint32_t t = task / in->n_kv_heads, g = task % in->n_kv_heads;
+		const struct kve_session *s = e->tok_sess[t];
+		uint32_t npos = e->tok_pos[t] + 1, h, j, b;
+
+		for (h = g * group; h < (g + 1) * group; h++) {
+			const float *q = e->q + ((size_t)t * in->n_heads + h) * hd;
+			float *out = e->att + ((size_t)t * in->n_heads + h) * hd;
+			float mx = -INFINITY, sum = 0, inv;
+
+			for (b = 0; b * bt < npos; b++) {
+				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, 0, g);
+				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
+
+				for (j = 0; j < end; j++) {
+					float v = f16 ?
+						k->dot_f16(q, (const uint16_t *)kb + (size_t)j * hd, hd) :
+						k->dot_f32(q, (const float *)kb + (size_t)j * hd, hd);
+					v *= scale;
+					sc[b * bt + j] = v;
+					if (v > mx)
+						mx = v;
+				}
+			}
+			for (j = 0; j < npos; j++) {
+				sc[j] = expf(sc[j] - mx);
+				sum += sc[j];
+			}
+			inv = 1.0f / sum;
+			memset(out, 0, hd * sizeof(float));
+			for (b = 0; b * bt < npos; b++) {
+				const uint8_t *vb = kv_head_base(e, s->block_table[b], e->layer, 1, g);
+				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
+
+				for (j = 0; j < end; j++) {
+					float p = sc[b * bt + j] * inv;
+					if (f16)
+						k->axpy_f16(out, p, (const uint16_t *)vb + (size_t)j * hd, hd);
+					else
+						k->axpy_f32(out, p, (const float *)vb + (size_t)j * hd, hd);
+				}
+			}
+		}
+	}
+}
+
+static void store_kv(struct kve_engine *e, uint32_t t)
+{
+	const struct kve_model_info *in = &e->m->info;
+	const struct kve_session *s = e->tok_sess[t];
+	uint32_t pos = e->tok_pos[t], bt = e->pool.block_tokens, hd = in->head_dim;
+	uint32_t blk = s->block_table[pos / bt], off = pos % bt, g, i;
+	int v;
+
+	for (v = 0; v < 2; v++) {
+		const float *src = (v ? e->vv : e->kk) + (size_t)t * in->n_kv_heads * hd;
+
+		for (g = 0; g < in->n_kv_heads; g++) {
+			uint8_t *dst = kv_head_base(e, blk, e->layer, v, g) +
+				       (size_t)off * hd * e->es;
+			if (e->es == 4) {
+				memcpy(dst, src + (size_t)g * hd, hd * sizeof(float));
+			} else {
+				uint16_t *d16 = (uint16_t *)dst;
+				for (i = 0; i < hd; i++)
+					d16[i] = kve_f32_to_f16(src[(size_t)g * hd + i]);
+			}
+		}
+	}
+}
+
+/* ---- the pass ------------------------------------------------------- */
+
+/* Runs T tokens; logits for the n_out tokens listed in out_idx go to
+ * logits (vocab floats each). Positions/sessions were validated. */
+static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
+		    const uint32_t *out_idx, uint32_t n_out, float *logits)
+{
+	const struct kve_model *m = e->m;
+	const struct kve_model_info *in = &m->info;
+	uint32_t dim = in->dim, qdim = in->n_heads * in->head_dim;
+	uint32_t kvdim = in->n_kv_heads * in->head_dim, ffn = in->ffn_dim;
+	uint32_t l, t, i;
+
+	e->T = T;
+	for (t = 0; t < T; t++)
+		kve_mat_row_f32(&m->tok_embd, (uint32_t)tokens[t], e->x + (size_t)t * dim);
+
+	for (l = 0; l < in->n_layers; l++) {
+		const struct kve_layer *L = &m->layers[l];
+
+		e->layer = l;
+		for (t = 0; t < T; t++)
+			rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
+				L->attn_norm, (int)dim, in->rms_eps);
+		matmul(e, e->xb, (int)T, 3, &L->wq, e->q, &L->wk, e->kk, &L->wv, e->vv);
+		for (t = 0; t < T; t++) {
+			rope(e->q + (size_t)t * qdim, (int)in->n_heads, (int)in->head_dim,
+			     (int)in->rope_dims, e->tok_pos[t], e->inv_freq);
+			rope(e->kk + (size_t)t * kvdim, (int)in->n_kv_heads, (int)in->head_dim,
+			     (int)in->rope_dims, e->tok_pos[t], e->inv_freq);
+			store_kv(e, t);
+		}
+		kve_threads_run(e->th, attn_worker, e);
+		matmul(e, e->att, (int)T, 1, &L->wo, e->xb, NULL, NULL, NULL, NULL);
+		for (i = 0; i < T * dim; i++)
+			e->x[i] += e->xb[i];
+
+		for (t = 0; t < T; t++)
+			rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
+				L->ffn_norm, (int)dim, in->rms_eps);
+		matmul(e, e->xb, (int)T, 2, &L->gate, e->hb, &L->up, e->hb2, NULL, NULL);
+		for (i = 0; i < T * ffn; i++) {
+			float g = e->hb[i];
+			e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i];
+		}
+		matmul(e, e->hb, (int)T, 1, &L->down, e->xb, NULL, NULL, NULL, NULL);
+		for (i = 0; i < T * dim; i++)
+			e->x[i] += e->xb[i];
+	}
+
+	if (!n_out)
+		return;
+	for (i = 0; i < n_out; i++)
+		rmsnorm(e->xb + (size_t)i * dim, e->x + (size_t)out_idx[i] * dim,
+			m->out_norm, (int)dim, in->rms_eps);
+	matmul(e, e->xb, (int)n_out, 1, &m->output, logits, NULL, NULL, NULL, NULL);
+}
+
+/* Every block a pass will touch must resolve; the table must be long
+ * enough. Called before anything is written. */
+static int check_session(struct kve_engine *e, const struct kve_session *s,
+			 uint32_t n_new)
+{
+	uint32_t bt = e->pool.block_tokens, end, b;
+
+	if (!s || !s->block_table)
+		return -EINVAL;
+	if (s->n_tokens > UINT32_MAX - n_new)
+		return -ENOSPC;
+	end = s->n_tokens + n_new;
+	if (end > e->max_ctx || (end + bt - 1) / bt > s->n_blocks)
+		return -ENOSPC;
+	for (b = 0; b < (end + bt - 1) / bt; b++)
+		if (!e->pool.block_ptr(e->pool.ctx, s->block_table[b]))
+			return -EFAULT;
+	return 0;
+}
+
+int kve_prefill(struct kve_engine *e, struct kve_session *s,
+		const int32_t *tokens, uint32_t n_tokens, float *logits)
+{
+	uint32_t done = 0, i;
+	int rc;
+
+	if (!e || !s || !tokens || !n_tokens || !logits)
+		return -EINVAL;
+	for (i = 0; i < n_tokens; i++)
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->m->info.vocab)
+			return -EINVAL;
+	rc = check_session(e, s, n_tokens);
+	if (rc)
+		return rc;
+	while (done < n_tokens) {
+		uint32_t T = n_tokens - done < e->max_chunk ? n_tokens - done : e->max_chunk;
+		int last = done + T == n_tokens;
+		uint32_t out = T - 1;
+
+		for (i = 0; i < T; i++) {
+			e->sess_buf[i] = s;
+			e->pos_buf[i] = s->n_tokens + i;
+		}
+		e->tok_sess = e->sess_buf;
+		e->tok_pos = e->pos_buf;
+		forward(e, tokens + done, T, &out, last ? 1 : 0, logits);
+		s->n_tokens += T;
+		done += T;
+	}
+	return 0;
+}
+
+int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
+	       const int32_t *tokens, uint32_t n, float *logits)
+{
+	uint32_t i, j;
+	int rc;
+
+	if (!e || !sessions || !tokens || !logits || !n || n > e->max_batch)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= e->m->info.vocab)
+			return -EINVAL;
+		for (j = 0; j < i; j++)
+			if (sessions[j] == sessions[i])
+				return -EINVAL;
+		rc = check_session(e, sessions[i], 1);
+		if (rc)
+			return rc;
+	}
+	for (i = 0; i < n; i++) {
+		e->sess_buf[i] = sessions[i];
+		e->pos_buf[i] = sessions[i]->n_tokens;
+		e->pos_buf[e->max_tok + i] = i;	/* output index list */
+	}
+	e->tok_sess = e->sess_buf;
+	e->tok_pos = e->pos_buf;
+	forward(e, tokens, n, e->pos_buf + e->max_tok, n, logits);
+	for (i = 0; i < n; i++)
+		sessions[i]->n_tokens++;
+	return 0;
+}
+
+/* ---- lifetime ------------------------------------------------------- */
+
+void kve_engine_free(struct kve_engine *e)
+{
+	if (!e)
+		return;
+	kve_threads_free(e->th);
+	free(e->x);
+	free(e->xb);
+	free(e->q);
+	free(e->kk);
+	free(e->vv);
+	free(e->att);
+	free(e->hb);
+	free(e->hb2);
+	free(e->xq);
+	free(e->scores);
+	free(e->inv_freq);
+	free(e->sess_buf);
+	free(e->pos_buf);
+	free(e);
+}
+
+static void *alloc_f(size_t n)
+{
+	return aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+}
+
+struct kve_engine *kve_engine_create(const struct kve_model *m,
+				     const struct kve_kv_pool *pool,
+				     const struct kve_engine_params *p,
+				     char *err, size_t errlen)
+{
+	const struct kve_model_info *in;
+	struct kve_engine *e;
+	uint32_t nt, qdim, kvdim, widest, i;
+
+	if (!m || !pool || !p || !pool->block_ptr) {
+		snprintf(err, errlen, "engine: model, pool and params are required");
+		return NULL;
+	}
+	in = &m->info;
+	if (p->n_threads < 1 || p->n_threads > 2) {
+		snprintf(err, errlen, "engine: n_threads %u not supported (1 or 2)", p->n_threads);
+		return NULL;
+	}
+	if (!pool->block_tokens || pool->block_tokens > 4096 ||
+	    (pool->dtype != KVE_KV_F32 && pool->dtype != KVE_KV_F16)) {
+		snprintf(err, errlen, "engine: block_tokens %u or dtype %d invalid",
+			 pool->block_tokens, (int)pool->dtype);
+		return NULL;
+	}
+	if (!p->max_batch || p->max_batch > 1024 || p->max_chunk > 4096 ||
+	    p->max_ctx > (1u << 24)) {
+		snprintf(err, errlen, "engine: max_batch %u / max_chunk %u / max_ctx %u out of range",
+			 p->max_batch, p->max_chunk, p->max_ctx);
+		return NULL;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		goto oom;
+	e->m = m;
+	e->pool = *pool;
+	e->k = kve_kernels_select();
+	e->es = pool->dtype == KVE_KV_F16 ? 2 : 4;
+	e->max_chunk = p->max_chunk ? p->max_chunk : 128;
+	e->max_batch = p->max_batch;
+	e->max_ctx = p->max_ctx ? p->max_ctx : in->ctx_len;
+	e->max_tok = e->max_chunk > e->max_batch ? e->max_chunk : e->max_batch;
+	nt = e->max_tok;
+	qdim = in->n_heads * in->head_dim;
+	kvdim = in->n_kv_heads * in->head_dim;
+	widest = in->dim;
+	if (qdim > widest)
+		widest = qdim;
+	if (in->ffn_dim > widest)
+		widest = in->ffn_dim;
+	e->th = kve_threads_create((int)p->n_threads);
+	e->x = alloc_f((size_t)nt * in->dim);
+	e->xb = alloc_f((size_t)nt * (qdim > in->dim ? qdim : in->dim));
+	e->q = alloc_f((size_t)nt * qdim);
+	e->kk = alloc_f((size_t)nt * kvdim);
+	e->vv = alloc_f((size_t)nt * kvdim);
+	e->att = alloc_f((size_t)nt * qdim);
+	e->hb = alloc_f((size_t)nt * in->ffn_dim);
+	e->hb2 = alloc_f((size_t)nt * in->ffn_dim);
+	e->xq = malloc(((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
+	e->scores = alloc_f((size_t)p->n_threads * e->max_ctx);
+	e->inv_freq = alloc_f(in->rope_dims / 2 + 1);
+	e->sess_buf = calloc(nt, sizeof(*e->sess_buf));
+	e->pos_buf = calloc((size_t)nt * 2, sizeof(*e->pos_buf));
+	if (!e->th || !e->x || !e->xb || !e->q || !e->kk || !e->vv || !e->att ||
+	    !e->hb || !e->hb2 || !e->xq || !e->scores || !e->inv_freq ||
+	    !e->sess_buf || !e->pos_buf)
+		goto oom;
+	for (i = 0; i < in->rope_dims / 2; i++)
+		e->inv_freq[i] = (float)pow((double)in->rope_base,
+					    -2.0 * i / (double)in->rope_dims);
+	return e;
+oom:
+	kve_engine_free(e);
+	snprintf(err, errlen, "engine: out of memory");
+	return NULL;
+}

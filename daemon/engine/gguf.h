@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gguf.h - GGUF v2/v3 container reader (internal to the engine).
+ *
+ * Owns parsing and validation of the file: header, metadata key/values,
+ * tensor directory and the data section. It knows nothing about models;
+ * model.c interprets the keys and tensors.
+ */
+#ifndef KVE_GGUF_H
+#define KVE_GGUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum gguf_vtype {
+	GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3,
+	GGUF_U32 = 4, GGUF_I32 = 5, GGUF_F32 = 6, GGUF_BOOL = 7,
+	GGUF_STR = 8, GGUF_ARR = 9, GGUF_U64 = 10, GGUF_I64 = 11,
+	GGUF_F64 = 12,
+	GGUF_NTYPES
+};
+
+enum ggml_type { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8 };
+
+#define QK8_0 32
+#define Q8_0_BYTES 34	/* fp16 scale + 32 int8 */
+
+/* Guards against absurd headers before any allocation. */
+#define GGUF_MAX_KV		65536u
+#define GGUF_MAX_TENSORS	65536u
+#define GGUF_MAX_DIMS		4u
+#define GGUF_MAX_ALIGN		(1u << 16)
+
+struct gguf_str {
+	const char *p;		/* not NUL-terminated, points into the file */
+	uint64_t n;
+};
+
+struct gguf_kv {
+	struct gguf_str key;
+	uint32_t type;
+	uint32_t arr_type;	/* element type when type == GGUF_ARR */
+	uint64_t arr_n;
+	const uint8_t *val;	/* scalar value or first array element */
+	uint64_t *str_off;	/* string arrays: offset of element i from val */
+};
+
+struct gguf_tensor {
+	struct gguf_str name;
+	uint32_t n_dims;
+	uint64_t ne[GGUF_MAX_DIMS];	/* ne[0] is the contiguous dimension */
+	uint32_t type;
+	uint64_t offset;	/* from the data section */
+	uint64_t size;		/* bytes */
+	const uint8_t *data;
+};
+
+struct gguf {
+	const uint8_t *base;
+	size_t len;
+	int mapped;
+	uint32_t version;
+	uint64_t n_kv, n_tensors;
+	struct gguf_kv *kv;
+	struct gguf_tensor *t;
+	uint64_t alignment;
+	uint64_t data_off;
+};
+
+int gguf_open_mem(struct gguf *g, const void *buf, size_t len,
+		  char *err, size_t errlen);
+int gguf_open_file(struct gguf *g, const char *path, char *err, size_t errlen);
+void gguf_close(struct gguf *g);
+
+const struct gguf_kv *gguf_find_kv(const struct gguf *g, const char *key);
+const struct gguf_tensor *gguf_find_tensor(const struct gguf *g,
+					   const char *name);
+/* Typed getters: 0, -ENOENT (missing) or -EINVAL (wrong type / range). */
+int gguf_get_u32(const struct gguf *g, const char *key, uint32_t *out);
+int gguf_get_f32(const struct gguf *g, const char *key, float *out);
+int gguf_get_bool(const struct gguf *g, const char *key, int *out);
+int gguf_get_str(const struct gguf *g, const char *key, struct gguf_str *out);
+/* Element i of an array kv (already bounds-checked at open). */
+struct gguf_str gguf_arr_str(const struct gguf_kv *kv, uint64_t i);
+int gguf_str_eq(struct gguf_str s, const char *c);
+const char *ggml_type_name(uint32_t type);
+
+#endif

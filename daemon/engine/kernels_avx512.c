@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kernels_avx512.c - AVX-512 (F, BW, VL) kernels, compiled for that target
+ * only and chosen at run time by kernels.c when the CPU has it. Same
+ * contract and tiling as kernels_avx2.c with 16-float vectors; Q8_0 handles
+ * two 32-value blocks per 512-bit vector.
+ */
+#include <immintrin.h>
+
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+
+#include "engine_internal.h"
+
+#define KVE_INLINE static inline __attribute__((always_inline))
+
+KVE_INLINE float hsum16(__m512 v)
+{
+	return _mm512_reduce_add_ps(v);
+}
+
+KVE_INLINE __m512 load_w(const uint8_t *row, int k, int f16)
+{
+	if (f16)
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)k)));
+	return _mm512_loadu_ps((const float *)row + k);
+}
+
+KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
+{
+	if (f16) {
+		uint16_t h;
+		memcpy(&h, row + 2 * (size_t)k, 2);
+		return _cvtsh_ss(h);
+	}
+	return ((const float *)row)[k];
+}
+
+KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
+		       int ldy, int r, int t, const int R, const int C,
+		       const int f16)
+{
+	__m512 acc[8][6];
+	const uint8_t *rows[8];
+	const float *xs[6];
+	int cols = (int)w->cols, k, i, j;
+	int kv = cols & ~15;
+
+#pragma GCC unroll 8
+	for (i = 0; i < R; i++) {
+		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 6
+		for (j = 0; j < C; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 6
+	for (j = 0; j < C; j++)
+		xs[j] = x + (size_t)(t + j) * cols;
+	for (k = 0; k < kv; k += 16) {
+		__m512 xv[6];
+#pragma GCC unroll 6
+		for (j = 0; j < C; j++)
+			xv[j] = _mm512_loadu_ps(xs[j] + k);
+#pragma GCC unroll 8
+		for (i = 0; i < R; i++) {
+			__m512 wv = load_w(rows[i], k, f16);
+#pragma GCC unroll 6
+			for (j = 0; j < C; j++)
+				acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+		}
+	}
+#pragma GCC unroll 8
+	for (i = 0; i < R; i++) {
+#pragma GCC unroll 6
+		for (j = 0; j < C; j++) {
+			float s = hsum16(acc[i][j]);
+			for (k = kv; k < cols; k++)
+				s += load_w1(rows[i], k, f16) * xs[j][k];
+			y[(size_t)(t + j) * ldy + r + i] = s;
+		}
+	}
+}
+
+#define TILE_CASES(F16)                                                      \
+	static void mm_##F16(const struct kve_mat *w, const float *x, int T, \
+			     float *y, int ldy, int r0, int r1)              \
+	{                                                                    \
+		int r = r0, t;                                               \
+		if (T == 1) {                                                \
+			for (; r + 8 <= r1; r += 8)                          \
+				tile_f(w, x, y, ldy, r, 0, 8, 1, F16);       \
+			for (; r < r1; r++)                                  \
+				tile_f(w, x, y, ldy, r, 0, 1, 1, F16);       \
+			return;                                              \
+		}                                                            \
+		for (; r + 4 <= r1; r += 4) {                                \
+			for (t = 0; t + 6 <= T; t += 6)                      \
+				tile_f(w, x, y, ldy, r, t, 4, 6, F16);       \
+			for (; t + 2 <= T; t += 2)                           \
+				tile_f(w, x, y, ldy, r, t, 4, 2, F16);       \
+			if (t < T)                                           \
+				tile_f(w, x, y, ldy, r, t, 4, 1, F16);       \
+		}                                                            \
+		for (; r < r1; r++)                                          \
+			for (t = 0; t < T; t++)                              \
+				tile_f(w, x, y, ldy, r, t, 1, 1, F16);       \
+	}
+TILE_CASES(0)
+TILE_CASES(1)
+
+KVE_INLINE __m512i load2(const void *a, const void *b)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(
+		_mm256_loadu_si256((const __m256i *)a)),
+		_mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
+			float *y, int ldy, int r, int t, const int R,
+			const int C)
+{
+	__m512 acc[4][4];
+	const uint8_t *rows[4];
+	const struct kve_q8x *xs[4];
+	const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+	int nb = (int)w->cols / QK8_0, b, i, j;
+
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++) {
+		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		xs[j] = xq + (size_t)(t + j) * nb;
+	for (b = 0; b < nb; b += 2) {
+		int two = b + 1 < nb;
+		__m512i xv[4];
+		float dx0[4], dx1[4];
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			if (two) {
+				xv[j] = load2(xs[j][b].q, xs[j][b + 1].q);
+				dx1[j] = xs[j][b + 1].d;
+			} else {
+				xv[j] = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xs[j][b].q));
+				xv[j] = _mm512_inserti64x4(xv[j], _mm256_setzero_si256(), 1);
+				dx1[j] = 0;
+			}
+			dx0[j] = xs[j][b].d;
+		}
+#pragma GCC unroll 4
+		for (i = 0; i < R; i++) {
+			const uint8_t *b0 = rows[i] + (size_t)b * Q8_0_BYTES;
+			const uint8_t *b1 = two ? b0 + Q8_0_BYTES : b0;
+			__m512i wv = load2(b0 + 2, b1 + 2);
+			__m512i aw = _mm512_abs_epi8(wv);
+			__mmask64 neg = _mm512_movepi8_mask(wv);
+			uint16_t h0, h1;
+			float dw0, dw1;
+
+			memcpy(&h0, b0, 2);
+			memcpy(&h1, b1, 2);
+			dw0 = _cvtsh_ss(h0);
+			dw1 = two ? _cvtsh_ss(h1) : 0.0f;
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++) {
+				__m512i sx = _mm512_mask_sub_epi8(xv[j], neg, zero, xv[j]);
+				__m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), ones);
+				__m512 sc = _mm512_mask_blend_ps(0xff00,
+					_mm512_set1_ps(dw0 * dx0[j]),
+					_mm512_set1_ps(dw1 * dx1[j]));
+				acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[i][j]);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++)
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			y[(size_t)(t + j) * ldy + r + i] = hsum16(acc[i][j]);
+}
+
+static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		  float *y, int ldy, int r0, int r1)
+{
+	int r = r0, t;
+
+	for (; r + 4 <= r1; r += 4) {
+		for (t = 0; t + 2 <= T; t += 2)
+			tile_q8(w, xq, y, ldy, r, t, 4, 2);
+		if (t < T)
+			tile_q8(w, xq, y, ldy, r, t, 4, 1);
+	}
+	for (; r < r1; r++)
+		for (t = 0; t < T; t++)
+			tile_q8(w, xq, y, ldy, r, t, 1, 1);
+}
+
+static float dot_f32(const float *a, const float *b, int n)
+{
+	__m512 acc = _mm512_setzero_ps();
+	int i = 0;
+	float s;
+
+	for (; i + 16 <= n; i += 16)
+		acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+	s = hsum16(acc);
+	for (; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static float dot_f16(const float *a, const uint16_t *b, int n)
+{
+	__m512 acc = _mm512_setzero_ps();
+	int i = 0;
+	float s;
+
+	for (; i + 16 <= n; i += 16)
+		acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i),
+				      _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))),
+				      acc);
+	s = hsum16(acc);
+	for (; i < n; i++)
+		s += a[i] * _cvtsh_ss(b[i]);
+	return s;
+}
+
+static void axpy_f32(float *y, float a, const float *x, int n)
+{
+	__m512 av = _mm512_set1_ps(a);
+	int i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i),
+							_mm512_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += a * x[i];
+}
+
+static void axpy_f16(float *y, float a, const uint16_t *x, int n)
+{
+	__m512 av = _mm512_set1_ps(a);
+	int i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		_mm512_storeu_ps(y + i, _mm512_fmadd_ps(av,
+			_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))),
+			_mm512_loadu_ps(y + i)));
+	for (; i < n; i++)
+		y[i] += a * _cvtsh_ss(x[i]);
+}
+
+const struct kve_kernels kve_kernels_avx512 = {
+	.name = "avx512",
+	.mm_f32 = mm_0,
+	.mm_f16 = mm_1,
+	.mm_q8 = mm_q8,
+	.dot_f32 = dot_f32,
+	.dot_f16 = dot_f16,
+	.axpy_f32 = axpy_f32,
+	.axpy_f16 = axpy_f16,
+};

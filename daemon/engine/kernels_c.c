@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kernels_c.c - portable C kernels: the fallback for CPUs without AVX2 and
+ * the readable statement of what the SIMD sets in kernels_avx2.c and
+ * kernels_avx512.c compute. Also the activation quantiser all sets share.
+ */
+#include "engine_internal.h"
+
+#include <math.h>
+
+#define LANES 8
+#define CHUNK 256	/* F16 rows are converted CHUNK columns at a time */
+#define TGROUP 16	/* tokens per pass over a row */
+
+static inline float lanes_sum(const float *a)
+{
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static void mm_rows(const struct kve_mat *w, const float *x, int T, float *y,
+		    int ldy, int r0, int r1)
+{
+	float acc[TGROUP][LANES];
+	float buf[CHUNK];
+	int cols = (int)w->cols;
+	int r, t0, t, c0, i;
+
+	for (r = r0; r < r1; r++) {
+		const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+
+		for (t0 = 0; t0 < T; t0 += TGROUP) {
+			int t1 = t0 + TGROUP < T ? t0 + TGROUP : T;
+
+			for (t = t0; t < t1; t++)
+				for (i = 0; i < LANES; i++)
+					acc[t - t0][i] = 0;
+			for (c0 = 0; c0 < cols; c0 += CHUNK) {
+				int n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+				const float *wp;
+
+				if (w->type == GGML_F32) {
+					wp = (const float *)row + c0;
+				} else {
+					for (i = 0; i < n; i++) {
+						uint16_t h;
+						memcpy(&h, row + 2 * (size_t)(c0 + i), 2);
+						buf[i] = kve_f16_to_f32(h);
+					}
+					wp = buf;
+				}
+				for (t = t0; t < t1; t++) {
+					const float *xp = x + (size_t)t * cols + c0;
+					float *a = acc[t - t0];
+					for (i = 0; i < n; i++)
+						a[(c0 + i) % LANES] += wp[i] * xp[i];
+				}
+			}
+			for (t = t0; t < t1; t++)
+				y[(size_t)t * ldy + r] = lanes_sum(acc[t - t0]);
+		}
+	}
+}
+
+static void mm_f32_c(const struct kve_mat *w, const float *x, int T, float *y,
+		     int ldy, int r0, int r1)
+{
+	mm_rows(w, x, T, y, ldy, r0, r1);
+}
+
+static void mm_f16_c(const struct kve_mat *w, const float *x, int T, float *y,
+		     int ldy, int r0, int r1)
+{
+	mm_rows(w, x, T, y, ldy, r0, r1);
+}
+
+static void mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		    float *y, int ldy, int r0, int r1)
+{
+	int nb = (int)w->cols / QK8_0;
+	int r, t, b, j;
+
+	for (r = r0; r < r1; r++) {
+		const uint8_t *row = w->data + (size_t)r * w->row_bytes;
+
+		for (t = 0; t < T; t++) {
+			const struct kve_q8x *xb = xq + (size_t)t * nb;
+			float s = 0;
+
+			for (b = 0; b < nb; b++) {
+				const uint8_t *blk = row + (size_t)b * Q8_0_BYTES;
+				int32_t isum = 0;
+				uint16_t h;
+
+				memcpy(&h, blk, 2);
+				for (j = 0; j < QK8_0; j++)
+					isum += (int32_t)(int8_t)blk[2 + j] * xb[b].q[j];
+				s += (float)isum * (kve_f16_to_f32(h) * xb[b].d);
+			}
+			y[(size_t)t * ldy + r] = s;
+		}
+	}
+}
+
+static float dot_f32_c(const float *a, const float *b, int n)
+{
+	float acc[LANES] = { 0 };
+	int i;
+
+	for (i = 0; i < n; i++)
+		acc[i % LANES] += a[i] * b[i];
+	return lanes_sum(acc);
+}
+
+static float dot_f16_c(const float *a, const uint16_t *b, int n)
+{
+	float acc[LANES] = { 0 };
+	int i;
+
+	for (i = 0; i < n; i++)
+		acc[i % LANES] += a[i] * kve_f16_to_f32(b[i]);
+	return lanes_sum(acc);
+}
+
+static void axpy_f32_c(float *y, float a, const float *x, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+static void axpy_f16_c(float *y, float a, const uint16_t *x, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		y[i] += a * kve_f16_to_f32(x[i]);
+}
+
+void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out)
+{
+	int b, j;
+
+	for (b = 0; b < n / QK8_0; b++) {
+		const float *p = x + b * QK8_0;
+		float amax = 0, d, id;
+
+		for (j = 0; j < QK8_0; j++)
+			amax = fmaxf(amax, fabsf(p[j]));
+		d = amax / 127.0f;
+		id = d > 0 ? 1.0f / d : 0.0f;
+		out[b].d = d;
+		for (j = 0; j < QK8_0; j++) {
+			float v = p[j] * id;
+			/* NaN/inf inputs (corrupt weights) must not be UB */
+			if (!(v > -127.5f))
+				v = v == v && v < 0 ? -127.0f : 0.0f;
+			if (v > 127.0f)
+				v = 127.0f;
+			out[b].q[j] = (int8_t)lrintf(v);
+		}
+	}
+}
+
+const struct kve_kernels kve_kernels_c = {
+	.name = "c",
+	.mm_f32 = mm_f32_c,
+	.mm_f16 = mm_f16_c,
+	.mm_q8 = mm_q8_c,
+	.dot_f32 = dot_f32_c,
+	.dot_f16 = dot_f16_c,
+	.axpy_f32 = axpy_f32_c,
+	.axpy_f16 = axpy_f16_c,
+};

@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvengine.h - public API of kvarena's built-in CPU inference engine.
+ *
+ * The engine runs llama-family GGUF models (F32, F16, Q8_0 tensors) on the
+ * CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
+ * (block id -> address, e.g. backed by a kvarena arena) and, per session, a
+ * table of block ids. The block layout is documented in
+ * Documentation/engine.md and by kve_kv_block_bytes().
+ *
+ * Conventions: functions returning int give 0 or a negative errno; functions
+ * that can fail on user input take an error buffer and write a one-line
+ * message naming what was wrong. Nothing here calls exit().
+ */
+#ifndef KVENGINE_H
+#define KVENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- model ---------------------------------------------------------- */
+
+struct kve_model;
+
+struct kve_model_info {
+	uint32_t dim;		/* embedding length */
+	uint32_t n_layers;
+	uint32_t n_heads;
+	uint32_t n_kv_heads;
+	uint32_t head_dim;
+	uint32_t ffn_dim;
+	uint32_t vocab;
+	uint32_t ctx_len;	/* trained context length from metadata */
+	uint32_t rope_dims;	/* leading dims of each head that are rotated */
+	float rope_base;
+	float rms_eps;
+	int tied_output;	/* 1 when the output head is token_embd */
+	uint32_t weight_type;	/* type of the layer matrices (0 F32, 1 F16, 8 Q8_0) */
+	uint64_t weight_bytes;	/* bytes read per token for all matrices */
+};
+
+/* Open and validate a GGUF file (mmap). On failure returns NULL and writes
+ * the reason to err. */
+struct kve_model *kve_model_load(const char *path, char *err, size_t errlen);
+/* Same, from a caller-owned buffer that must outlive the model. */
+struct kve_model *kve_model_load_mem(const void *buf, size_t len,
+				     char *err, size_t errlen);
+void kve_model_free(struct kve_model *m);
+const struct kve_model_info *kve_model_info(const struct kve_model *m);
+
+/* ---- paged KV ------------------------------------------------------- */
+
+enum kve_kv_dtype {
+	KVE_KV_F32 = 0,
+	KVE_KV_F16 = 1,
+};
+
+#define KVE_DEFAULT_BLOCK_TOKENS 16
+
+/*
+ * One KV block holds block_tokens consecutive positions of one session for
+ * all layers. Layout, outermost first:
+ *   [layer][K|V][kv_head][token][head_dim]   elements of dtype
+ * so the byte size is
+ *   n_layers * 2 * n_kv_heads * block_tokens * head_dim * sizeof(dtype).
+ */
+size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
+			  enum kve_kv_dtype dtype);
+
+/* The engine's only view of KV storage. block_ptr must return the address
+ * of a block of at least kve_kv_block_bytes() bytes, or NULL for an unknown
+ * id. Blocks need 64-byte alignment for best speed (4 bytes minimum). */
+struct kve_kv_pool {
+	void *ctx;
+	void *(*block_ptr)(void *ctx, uint32_t block_id);
+	uint32_t block_tokens;
+	enum kve_kv_dtype dtype;
+};
+
+/*
+ * A session is owned by the caller. block_table[i] holds positions
+ * [i*block_tokens, (i+1)*block_tokens). n_tokens counts positions already
+ * holding K/V. To share a prefix, copy the donor's first k block ids and set
+ * n_tokens = k*block_tokens: the engine only writes positions >= n_tokens,
+ * so whole shared blocks are never written. n_blocks is the table capacity.
+ */
+struct kve_session {
+	uint32_t *block_table;
+	uint32_t n_blocks;
+	uint32_t n_tokens;
+};
+
+/* ---- engine --------------------------------------------------------- */
+
+struct kve_engine;
+
+struct kve_engine_params {
+	uint32_t n_threads;	/* 1 or 2 */
+	uint32_t max_batch;	/* sessions per decode call */
+	uint32_t max_chunk;	/* prompt tokens per prefill pass (0: 128) */
+	uint32_t max_ctx;	/* longest session (0: model ctx_len) */
+};
+
+struct kve_engine *kve_engine_create(const struct kve_model *m,
+				     const struct kve_kv_pool *pool,
+				     const struct kve_engine_params *p,
+				     char *err, size_t errlen);
+void kve_engine_free(struct kve_engine *e);
+
+/* Append tokens to the session, writing their K/V; logits (vocab floats) of
+ * the last token go to logits. -EINVAL bad token/params, -ENOSPC block
+ * table or max_ctx too small, -EFAULT pool returned NULL. */
+int kve_prefill(struct kve_engine *e, struct kve_session *s,
+		const int32_t *tokens, uint32_t n_tokens, float *logits);
+
+/* One decode step for n sessions: session i consumes tokens[i]; logits of
+ * session i go to logits + i*vocab. All weights are read once per step. */
+int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
+	       const int32_t *tokens, uint32_t n, float *logits);
+
+/* Name of the kernel set chosen at run time ("avx512", "avx2", "c"). The
+ * environment variable KVE_ISA=c|avx2|avx512 forces a lower one. */
+const char *kve_isa_name(void);
+
+/* ---- sampling ------------------------------------------------------- */
+
+struct kve_sampler {
+	float temperature;	/* <= 0: greedy */
+	uint32_t top_k;		/* 0: off */
+	float top_p;		/* >= 1 or <= 0: off */
+	uint64_t rng;		/* per-request state; seed it with kve_rng_seed */
+};
+
+uint64_t kve_rng_seed(uint64_t seed);
+/* Returns the chosen token id, or a negative errno. scratch must hold
+ * KVE_SAMPLE_SCRATCH(vocab) bytes; it may be NULL for greedy. Ties and
+ * equal probabilities resolve to the lower token id, so a given rng state
+ * always gives the same token. */
+#define KVE_SAMPLE_SCRATCH(vocab) ((size_t)(vocab) * 8)
+int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
+		   void *scratch);
+
+/* ---- tokenizer ------------------------------------------------------ */
+
+struct kve_tokenizer;
+
+enum kve_tok_kind { KVE_TOK_SPM = 1, KVE_TOK_BPE = 2 };
+
+struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
+					   char *err, size_t errlen);
+void kve_tokenizer_free(struct kve_tokenizer *t);
+enum kve_tok_kind kve_tokenizer_kind(const struct kve_tokenizer *t);
+int32_t kve_tokenizer_bos(const struct kve_tokenizer *t);
+int32_t kve_tokenizer_eos(const struct kve_tokenizer *t);
+
+/* Encode text (len bytes, any bytes allowed). Writes at most max ids and
+ * returns how many the full encoding needs (call again with more room if
+ * larger than max), or a negative errno. add_bos prepends BOS. */
+int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
+		 int add_bos, int32_t *out, size_t max);
+
+/* Raw bytes of one token (byte-fallback / byte-level decoded). Returns the
+ * byte count (may exceed max, truncating), or a negative errno. */
+int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,
+		    size_t max);
+
+/* Streaming detokeniser: feeds tokens one at a time and emits only complete
+ * UTF-8 sequences, holding back the partial tail (up to 3 bytes). */
+struct kve_detok {
+	const struct kve_tokenizer *tok;
+	unsigned char pending[8];
+	uint32_t n_pending;
+	int at_start;		/* drop the SPM dummy-prefix space once */
+};
+void kve_detok_init(struct kve_detok *d, const struct kve_tokenizer *t);
+/* Returns bytes written to out (needs room for token bytes + 8), or <0. */
+int kve_detok_push(struct kve_detok *d, int32_t id, char *out, size_t max);
+/* Flushes held bytes (incomplete UTF-8 at end of stream) as-is. */
+int kve_detok_flush(struct kve_detok *d, char *out, size_t max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: MIT
+/*
+ * model.c - turns a validated GGUF container into a llama-family model:
+ * reads the hyper-parameters from metadata, finds every tensor by name and
+ * checks its shape and type against them. Owns no compute and no KV.
+ */
+#include "engine_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
+
+static int get_arch_u32(const struct gguf *g, const char *arch, const char *k,
+			uint32_t *v, int required, char *err, size_t errlen)
+{
+	char key[160];
+	int rc;
+
+	snprintf(key, sizeof(key), "%s.%s", arch, k);
+	rc = gguf_get_u32(g, key, v);
+	if (rc == -ENOENT && !required)
+		return 0;
+	if (rc)
+		snprintf(err, errlen, "model: metadata %s %s", key,
+			 rc == -ENOENT ? "is missing" : "has the wrong type or range");
+	return rc;
+}
+
+static int get_arch_f32(const struct gguf *g, const char *arch, const char *k,
+			float *v, char *err, size_t errlen)
+{
+	char key[160];
+	int rc;
+
+	snprintf(key, sizeof(key), "%s.%s", arch, k);
+	rc = gguf_get_f32(g, key, v);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc || !isfinite(*v))
+		snprintf(err, errlen, "model: metadata %s is not a finite float",
+			 key);
+	return rc ? rc : (isfinite(*v) ? 0 : -EINVAL);
+}
+
+static int bind(const struct gguf *g, const char *name, struct kve_mat *m,
+		uint32_t cols, uint32_t rows, int optional, char *err,
+		size_t errlen)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(g, name);
+
+	memset(m, 0, sizeof(*m));
+	if (!t) {
+		if (optional)
+			return 0;
+		snprintf(err, errlen, "model: tensor '%s' is missing", name);
+		return -EINVAL;
+	}
+	if (t->n_dims > 2 || t->ne[0] != cols || t->ne[1] != rows) {
+		snprintf(err, errlen,
+			 "model: tensor '%s' has shape [%llu, %llu], expected [%u, %u]",
+			 name, (unsigned long long)t->ne[0],
+			 (unsigned long long)t->ne[1], cols, rows);
+		return -EINVAL;
+	}
+	if (((uintptr_t)t->data & (t->type == GGML_F32 ? 3 : 1))) {
+		snprintf(err, errlen, "model: tensor '%s' data is misaligned",
+			 name);
+		return -EINVAL;
+	}
+	m->data = t->data;
+	m->type = t->type;
+	m->rows = rows;
+	m->cols = cols;
+	m->row_bytes = t->size / rows;
+	return 0;
+}
+
+static int bind_norm(const struct gguf *g, const char *name, uint32_t dim,
+		     const float **out, char *err, size_t errlen)
+{
+	const struct gguf_tensor *t = gguf_find_tensor(g, name);
+
+	if (!t) {
+		snprintf(err, errlen, "model: tensor '%s' is missing", name);
+		return -EINVAL;
+	}
+	if (t->type != GGML_F32 || t->n_dims != 1 || t->ne[0] != dim ||
+	    ((uintptr_t)t->data & 3)) {
+		snprintf(err, errlen,
+			 "model: norm tensor '%s' must be F32 [%u] (is %s [%llu])",
+			 name, dim, ggml_type_name(t->type),
+			 (unsigned long long)t->ne[0]);
+		return -EINVAL;
+	}
+	*out = (const float *)t->data;
+	return 0;
+}
+
+static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
+{
+	struct kve_model_info *in = &m->info;
+	const struct gguf *g = &m->g;
+	struct gguf_str s;
+	char arch[64], nm[96];
+	uint32_t i, qdim, kvdim;
+	uint64_t bytes = 0;
+
+	if (gguf_get_str(g, "general.architecture", &s))
+		ERR("model: metadata general.architecture is missing or not a string");
+	if (s.n == 0 || s.n >= sizeof(arch) || memchr(s.p, 0, s.n))
+		ERR("model: general.architecture is empty or too long");
+	memcpy(arch, s.p, s.n);
+	arch[s.n] = 0;
+	if (strcmp(arch, "llama"))
+		ERR("model: architecture '%s' not supported (llama only)", arch);
+
+	if (get_arch_u32(g, arch, "embedding_length", &in->dim, 1, err, errlen) ||
+	    get_arch_u32(g, arch, "block_count", &in->n_layers, 1, err, errlen) ||
+	    get_arch_u32(g, arch, "feed_forward_length", &in->ffn_dim, 1, err, errlen) ||
+	    get_arch_u32(g, arch, "attention.head_count", &in->n_heads, 1, err, errlen) ||
+	    get_arch_u32(g, arch, "context_length", &in->ctx_len, 1, err, errlen))
+		goto fail;
+	in->n_kv_heads = in->n_heads;
+	if (get_arch_u32(g, arch, "attention.head_count_kv", &in->n_kv_heads, 0, err, errlen))
+		goto fail;
+	if (!in->dim || in->dim > 65536 || !in->n_layers || in->n_layers > 1024 ||
+	    !in->ffn_dim || in->ffn_dim > (1u << 20) || !in->n_heads ||
+	    in->n_heads > 1024 || !in->ctx_len || in->ctx_len > (1u << 24))
+		ERR("model: hyper-parameters out of range (dim %u layers %u ffn %u heads %u ctx %u)",
+		    in->dim, in->n_layers, in->ffn_dim, in->n_heads, in->ctx_len);
+	if (!in->n_kv_heads || in->n_heads % in->n_kv_heads)
+		ERR("model: head_count_kv %u does not divide head_count %u",
+		    in->n_kv_heads, in->n_heads);
+	if (in->dim % in->n_heads)
+		ERR("model: embedding_length %u not divisible by head_count %u",
+		    in->dim, in->n_heads);
+	in->head_dim = in->dim / in->n_heads;
+	if (get_arch_u32(g, arch, "attention.key_length", &in->head_dim, 0, err, errlen))
+		goto fail;
+	if (!in->head_dim || in->head_dim > 1024 || (in->head_dim & 1))
+		ERR("model: head dimension %u must be even and <= 1024", in->head_dim);
+	in->rope_dims = in->head_dim;
+	if (get_arch_u32(g, arch, "rope.dimension_count", &in->rope_dims, 0, err, errlen))
+		goto fail;
+	if (in->rope_dims > in->head_dim || (in->rope_dims & 1))
+		ERR("model: rope.dimension_count %u must be even and <= head dim %u",
+		    in->rope_dims, in->head_dim);
+	in->rope_base = 10000.0f;
+	in->rms_eps = 1e-5f;
+	if (get_arch_f32(g, arch, "rope.freq_base", &in->rope_base, err, errlen) ||
+	    get_arch_f32(g, arch, "attention.layer_norm_rms_epsilon", &in->rms_eps, err, errlen))
+		goto fail;
+	if (!(in->rope_base > 0) || !(in->rms_eps > 0))
+		ERR("model: rope.freq_base and layer_norm_rms_epsilon must be > 0");
+
+	qdim = in->n_heads * in->head_dim;
+	kvdim = in->n_kv_heads * in->head_dim;
+	{
+		const struct gguf_tensor *te = gguf_find_tensor(g, "token_embd.weight");
+		if (!te)
+			ERR("model: tensor 'token_embd.weight' is missing");
+		if (te->ne[1] == 0 || te->ne[1] > (1u << 24))
+			ERR("model: token_embd.weight vocabulary size out of range");
+		in->vocab = (uint32_t)te->ne[1];
+	}
+	if (bind(g, "token_embd.weight", &m->tok_embd, in->dim, in->vocab, 0, err, errlen) ||
+	    bind(g, "output.weight", &m->output, in->dim, in->vocab, 1, err, errlen) ||
+	    bind_norm(g, "output_norm.weight", in->dim, &m->out_norm, err, errlen))
+		goto fail;
+	in->tied_output = m->output.data == NULL;
+	if (in->tied_output)
+		m->output = m->tok_embd;
+	bytes += m->output.row_bytes * in->vocab;
+
+	m->layers = calloc(in->n_layers, sizeof(*m->layers));
+	if (!m->layers)
+		ERR("model: out of memory");
+	for (i = 0; i < in->n_layers; i++) {
+		struct kve_layer *L = &m->layers[i];
+#define B(field, suffix, c, r) \
+		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
+		 bind(g, nm, &L->field, c, r, 0, err, errlen))
+#define N(field, suffix) \
+		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
+		 bind_norm(g, nm, in->dim, &L->field, err, errlen))
+		if (N(attn_norm, "attn_norm") || N(ffn_norm, "ffn_norm") ||
+		    B(wq, "attn_q", in->dim, qdim) ||
+		    B(wk, "attn_k", in->dim, kvdim) ||
+		    B(wv, "attn_v", in->dim, kvdim) ||
+		    B(wo, "attn_output", qdim, in->dim) ||
+		    B(gate, "ffn_gate", in->dim, in->ffn_dim) ||
+		    B(up, "ffn_up", in->dim, in->ffn_dim) ||
+		    B(down, "ffn_down", in->ffn_dim, in->dim))
+			goto fail;
+#undef B
+#undef N
+		bytes += L->wq.row_bytes * qdim + (L->wk.row_bytes + L->wv.row_bytes) * kvdim +
+			 L->wo.row_bytes * in->dim +
+			 (L->gate.row_bytes + L->up.row_bytes) * in->ffn_dim +
+			 L->down.row_bytes * in->dim;
+	}
+	in->weight_type = m->layers[0].wq.type;
+	in->weight_bytes = bytes;
+	return m;
+fail:
+	kve_model_free(m);
+	return NULL;
+}
+
+struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
+{
+	struct kve_model *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		snprintf(err, errlen, "model: out of memory");
+		return NULL;
+	}
+	if (gguf_open_file(&m->g, path, err, errlen)) {
+		free(m);
+		return NULL;
+	}
+	return finish(m, err, errlen);
+}
+
+struct kve_model *kve_model_load_mem(const void *buf, size_t len, char *err,
+				     size_t errlen)
+{
+	struct kve_model *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		snprintf(err, errlen, "model: out of memory");
+		return NULL;
+	}
+	if (gguf_open_mem(&m->g, buf, len, err, errlen)) {
+		free(m);
+		return NULL;
+	}
+	return finish(m, err, errlen);
+}
+
+void kve_model_free(struct kve_model *m)
+{
+	if (!m)
+		return;
+	free(m->layers);
+	gguf_close(&m->g);
+	free(m);
+}
+
+const struct kve_model_info *kve_model_info(const struct kve_model *m)
+{
+	return &m->info;
+}
+
+size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
+			  enum kve_kv_dtype dtype)
+{
+	const struct kve_model_info *in = &m->info;
+
+	return (size_t)in->n_layers * 2 * in->n_kv_heads * block_tokens *
+	       in->head_dim * (dtype == KVE_KV_F16 ? 2 : 4);
+}
+
+void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out)
+{
+	const uint8_t *p = m->data + (size_t)row * m->row_bytes;
+	uint32_t i, j;
+
+	switch (m->type) {
+	case GGML_F32:
+		memcpy(out, p, m->cols * sizeof(float));
+		break;
+	case GGML_F16:
+		for (i = 0; i < m->cols; i++) {
+			uint16_t h;
+			memcpy(&h, p + 2 * i, 2);
+			out[i] = kve_f16_to_f32(h);
+		}
+		break;
+	case GGML_Q8_0:
+		for (i = 0; i < m->cols / QK8_0; i++) {
+			const uint8_t *b = p + (size_t)i * Q8_0_BYTES;
+			uint16_t h;
+			float d;
+			memcpy(&h, b, 2);
+			d = kve_f16_to_f32(h);
+			for (j = 0; j < QK8_0; j++)
+				out[i * QK8_0 + j] = d * (float)(int8_t)b[2 + j];
+		}
+		break;
+	}
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+/*
+ * sample.c - picks the next token from logits: greedy, or temperature with
+ * optional top-k and top-p, driven by a per-request RNG state that lives in
+ * the request (struct kve_sampler), so replaying a request replays its
+ * tokens. Owns no model state.
+ */
+#include "kvengine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+struct cand {
+	float p;
+	int32_t id;
+};
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+uint64_t kve_rng_seed(uint64_t seed)
+{
+	uint64_t s = seed;
+
+	return splitmix(&s);
+}
+
+static int by_prob(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->p != y->p)
+		return x->p > y->p ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+	uint32_t i, best = 0;
+
+	for (i = 1; i < n; i++)
+		if (l[i] > l[best])
+			best = i;
+	return (int32_t)best;
+}
+
+int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
+		   void *scratch)
+{
+	struct cand *c = scratch;
+	float mx, sum = 0, r, acc;
+	uint32_t i, n;
+
+	if (!s || !logits || !vocab || vocab > INT32_MAX)
+		return -EINVAL;
+	if (!(s->temperature > 0) || s->top_k == 1)
+		return argmax(logits, vocab);
+	if (!c)
+		return -EINVAL;
+	mx = logits[argmax(logits, vocab)];
+	for (i = 0; i < vocab; i++) {
+		c[i].id = (int32_t)i;
+		c[i].p = expf((logits[i] - mx) / s->temperature);
+	}
+	qsort(c, vocab, sizeof(*c), by_prob);
+	n = vocab;
+	if (s->top_k && s->top_k < n)
+		n = s->top_k;
+	for (i = 0; i < n; i++)
+		sum += c[i].p;
+	if (s->top_p > 0 && s->top_p < 1) {
+		float cut = s->top_p * sum, run = 0;
+		for (i = 0; i < n; i++) {
+			run += c[i].p;
+			if (run >= cut) {
+				n = i + 1;
+				break;
+			}
+		}
+		sum = run;
+	}
+	/* 24 random bits -> [0, 1) */
+	r = (float)(splitmix(&s->rng) >> 40) * (1.0f / 16777216.0f) * sum;
+	acc = 0;
+	for (i = 0; i < n; i++) {
+		acc += c[i].p;
+		if (r < acc)
+			return c[i].id;
+	}
+	return c[n - 1].id;
+}

@@ -1,0 +1,758 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tokenizer.c - text <-> token ids from the GGUF tokenizer metadata:
+ *  - "llama": SentencePiece-style. Spaces become U+2581, a space is
+ *    prepended, UTF-8 characters are merged pairwise, highest-scoring
+ *    result first; pieces not in the vocabulary fall back to <0xXX> byte
+ *    tokens.
+ *  - "gpt2": byte-level BPE. Bytes map to printable code points (GPT-2's
+ *    table), a pre-tokenizer splits words, and merges apply in rank order.
+ *    The pre-tokenizer follows GPT-2's pattern with ASCII classes; bytes
+ *    >= 0x80 count as letters.
+ * Token strings are not copied: they point into the model's mapping, so the
+ * tokenizer must not outlive the model. Owns no model weights.
+ */
+#include "engine_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4,
+       TT_UNUSED = 5, TT_BYTE = 6 };
+
+struct merge_ent {
+	uint64_t key;		/* left id << 32 | right id; 0 = empty slot */
+	uint32_t rank;
+	int32_t result;
+};
+
+struct kve_tokenizer {
+	enum kve_tok_kind kind;
+	uint32_t n;
+	struct gguf_str *tok;
+	float *score;
+	int32_t *type;
+	int32_t *hash;		/* open addressing, -1 empty */
+	uint32_t hmask;
+	struct merge_ent *merges;
+	uint32_t mmask;
+	int32_t byte_tok[256];	/* SPM <0xXX> or BPE single byte-char token */
+	uint16_t byte_cp[256];	/* BPE: byte -> code point */
+	int16_t cp_byte[512];	/* BPE: code point -> byte, -1 none */
+	int32_t bos, eos, unk;
+	int add_bos;
+};
+
+static uint32_t fnv(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	while (n--)
+		h = (h ^ (unsigned char)*p++) * 16777619u;
+	return h;
+}
+
+static int32_t lookup(const struct kve_tokenizer *t, const char *p, size_t n)
+{
+	uint32_t i = fnv(p, n) & t->hmask;
+
+	for (;; i = (i + 1) & t->hmask) {
+		int32_t id = t->hash[i];
+		if (id < 0)
+			return -1;
+		if (t->tok[id].n == n && !memcmp(t->tok[id].p, p, n))
+			return id;
+	}
+}
+
+static uint64_t mix64(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	return k;
+}
+
+static const struct merge_ent *merge_find(const struct kve_tokenizer *t,
+					  int32_t a, int32_t b)
+{
+	uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+	uint32_t i;
+
+	if (!t->merges)
+		return NULL;
+	for (i = mix64(key) & t->mmask;; i = (i + 1) & t->mmask) {
+		if (!t->merges[i].key)
+			return NULL;
+		if (t->merges[i].key == key)
+			return &t->merges[i];
+	}
+}
+
+static size_t utf8_len(unsigned char c)
+{
+	if (c < 0x80) return 1;
+	if ((c & 0xe0) == 0xc0) return 2;
+	if ((c & 0xf0) == 0xe0) return 3;
+	if ((c & 0xf8) == 0xf0) return 4;
+	return 1;	/* stray continuation or invalid: one byte */
+}
+
+/* Length of the UTF-8 character at p (at most n), 1 when malformed. */
+static size_t char_len(const char *p, size_t n)
+{
+	size_t l = utf8_len((unsigned char)p[0]), i;
+
+	if (l > n)
+		return 1;
+	for (i = 1; i < l; i++)
+		if (((unsigned char)p[i] & 0xc0) != 0x80)
+			return 1;
+	return l;
+}
+
+static size_t put_cp(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xc0 | (cp >> 6));
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	o[0] = (char)(0xe0 | (cp >> 12));
+	o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	o[2] = (char)(0x80 | (cp & 0x3f));
+	return 3;
+}
+
+static void gpt2_byte_table(struct kve_tokenizer *t)
+{
+	uint32_t b, extra = 0;
+
+	for (b = 0; b < 512; b++)
+		t->cp_byte[b] = -1;
+	for (b = 0; b < 256; b++) {
+		int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) ||
+				(b >= 174);
+		t->byte_cp[b] = (uint16_t)(printable ? b : 256 + extra++);
+		t->cp_byte[t->byte_cp[b]] = (int16_t)b;
+	}
+}
+
+void kve_tokenizer_free(struct kve_tokenizer *t)
+{
+	if (!t)
+		return;
+	free(t->tok);
+	free(t->score);
+	free(t->type);
+	free(t->hash);
+	free(t->merges);
+	free(t);
+}
+
+#define TERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
+
+static int build_merges(struct kve_tokenizer *t, const struct gguf_kv *kv,
+			char *err, size_t errlen)
+{
+	uint64_t i;
+	uint32_t size = 16;
+	char buf[1024];
+
+	if (kv->type != GGUF_ARR || kv->arr_type != GGUF_STR)
+		TERR("tokenizer: tokenizer.ggml.merges must be a string array");
+	if (kv->arr_n > 4 * (uint64_t)t->n + 1024)
+		TERR("tokenizer: %llu merges for %u tokens is implausible",
+		     (unsigned long long)kv->arr_n, t->n);
+	while (size < 2 * kv->arr_n)
+		size <<= 1;
+	t->merges = calloc(size, sizeof(*t->merges));
+	if (!t->merges)
+		TERR("tokenizer: out of memory");
+	t->mmask = size - 1;
+	for (i = 0; i < kv->arr_n; i++) {
+		struct gguf_str s = gguf_arr_str(kv, i);
+		const char *sp = memchr(s.p, ' ', s.n);
+		int32_t a, b, r;
+		uint64_t key;
+		uint32_t h;
+
+		if (!sp || sp == s.p || sp == s.p + s.n - 1 || s.n >= sizeof(buf))
+			TERR("tokenizer: merge %llu is not 'left right'",
+			     (unsigned long long)i);
+		a = lookup(t, s.p, sp - s.p);
+		b = lookup(t, sp + 1, s.n - (sp - s.p) - 1);
+		memcpy(buf, s.p, sp - s.p);
+		memcpy(buf + (sp - s.p), sp + 1, s.n - (sp - s.p) - 1);
+		r = lookup(t, buf, s.n - 1);
+		if (a < 0 || b < 0 || r < 0)
+			TERR("tokenizer: merge %llu ('%.*s'): %s is not in the vocabulary",
+			     (unsigned long long)i, (int)(s.n > 60 ? 60 : s.n), s.p,
+			     a < 0 ? "left side" : b < 0 ? "right side" : "result");
+		key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
+		for (h = mix64(key) & t->mmask; t->merges[h].key; h = (h + 1) & t->mmask)
+			if (t->merges[h].key == key)
+				break;
+		if (t->merges[h].key)	/* duplicate pair: first rank wins */
+			continue;
+		t->merges[h].key = key;
+		t->merges[h].rank = (uint32_t)i;
+		t->merges[h].result = r;
+	}
+	return 0;
+fail:
+	return -EINVAL;
+}
+
+struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
+					   char *err, size_t errlen)
+{
+	const struct gguf *g = &m->g;
+	const struct gguf_kv *kv;
+	struct kve_tokenizer *t;
+	struct gguf_str model;
+	uint32_t i, size = 16, v;
+	char piece[8];
+
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		snprintf(err, errlen, "tokenizer: out of memory");
+		return NULL;
+	}
+	if (gguf_get_str(g, "tokenizer.ggml.model", &model))
+		TERR("tokenizer: tokenizer.ggml.model is missing or not a string");
+	if (gguf_str_eq(model, "llama"))
+		t->kind = KVE_TOK_SPM;
+	else if (gguf_str_eq(model, "gpt2"))
+		t->kind = KVE_TOK_BPE;
+	else
+		TERR("tokenizer: model '%.*s' not supported (llama, gpt2)",
+		     (int)(model.n > 40 ? 40 : model.n), model.p);
+
+	kv = gguf_find_kv(g, "tokenizer.ggml.tokens");
+	if (!kv || kv->type != GGUF_ARR || kv->arr_type != GGUF_STR)
+		TERR("tokenizer: tokenizer.ggml.tokens is missing or not a string array");
+	if (kv->arr_n == 0 || kv->arr_n != m->info.vocab)
+		TERR("tokenizer: %llu tokens but the model has a vocabulary of %u",
+		     (unsigned long long)kv->arr_n, m->info.vocab);
+	t->n = (uint32_t)kv->arr_n;
+	t->tok = calloc(t->n, sizeof(*t->tok));
+	t->score = calloc(t->n, sizeof(*t->score));
+	t->type = calloc(t->n, sizeof(*t->type));
+	while (size < 2 * t->n)
+		size <<= 1;
+	t->hash = malloc(size * sizeof(*t->hash));
+	if (!t->tok || !t->score || !t->type || !t->hash)
+		TERR("tokenizer: out of memory");
+	t->hmask = size - 1;
+	memset(t->hash, 0xff, size * sizeof(*t->hash));
+	for (i = 0; i < t->n; i++) {
+		uint32_t h;
+
+		t->tok[i] = gguf_arr_str(kv, i);
+		t->type[i] = TT_NORMAL;
+		for (h = fnv(t->tok[i].p, t->tok[i].n) & t->hmask; t->hash[h] >= 0;
+		     h = (h + 1) & t->hmask)
+			if (t->tok[t->hash[h]].n == t->tok[i].n &&
+			    !memcmp(t->tok[t->hash[h]].p, t->tok[i].p, t->tok[i].n))
+				break;
+		if (t->hash[h] < 0)	/* duplicates: the first id wins */
+			t->hash[h] = (int32_t)i;
+	}
+	kv = gguf_find_kv(g, "tokenizer.ggml.scores");
+	if (kv) {
+		if (kv->type != GGUF_ARR || kv->arr_type != GGUF_F32 || kv->arr_n != t->n)
+			TERR("tokenizer: tokenizer.ggml.scores must be %u floats", t->n);
+		memcpy(t->score, kv->val, (size_t)t->n * 4);
+	}
+	kv = gguf_find_kv(g, "tokenizer.ggml.token_type");
+	if (kv) {
+		if (kv->type != GGUF_ARR || kv->arr_type != GGUF_I32 || kv->arr_n != t->n)
+			TERR("tokenizer: tokenizer.ggml.token_type must be %u int32s", t->n);
+		memcpy(t->type, kv->val, (size_t)t->n * 4);
+	}
+	t->bos = t->eos = t->unk = -1;
+	if (!gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &v) && v < t->n)
+		t->bos = (int32_t)v;
+	if (!gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &v) && v < t->n)
+		t->eos = (int32_t)v;
+	if (!gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v) && v < t->n)
+		t->unk = (int32_t)v;
+	t->add_bos = t->kind == KVE_TOK_SPM;
+	gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+
+	for (i = 0; i < 256; i++) {
+		if (t->kind == KVE_TOK_SPM) {
+			snprintf(piece, sizeof(piece), "<0x%02X>", i);
+			t->byte_tok[i] = lookup(t, piece, 6);
+		}
+	}
+	if (t->kind == KVE_TOK_BPE) {
+		gpt2_byte_table(t);
+		for (i = 0; i < 256; i++)
+			t->byte_tok[i] = lookup(t, piece, put_cp(piece, t->byte_cp[i]));
+		kv = gguf_find_kv(g, "tokenizer.ggml.merges");
+		if (!kv)
+			TERR("tokenizer: gpt2 tokenizer without tokenizer.ggml.merges");
+		if (build_merges(t, kv, err, errlen))
+			goto fail;
+	}
+	return t;
+fail:
+	kve_tokenizer_free(t);
+	return NULL;
+}
+
+enum kve_tok_kind kve_tokenizer_kind(const struct kve_tokenizer *t)
+{
+	return t->kind;
+}
+
+int32_t kve_tokenizer_bos(const struct kve_tokenizer *t)
+{
+	return t->bos;
+}
+
+int32_t kve_tokenizer_eos(const struct kve_tokenizer *t)
+{
+	return t->eos;
+}
+
+/* ---- encoding ------------------------------------------------------- */
+
+struct outbuf {
+	int32_t *ids;
+	size_t max, n;
+};
+
+static void emit(struct outbuf *o, int32_t id)
+{
+	if (o->n < o->max)
+		o->ids[o->n] = id;
+	o->n++;
+}
+
+static void emit_bytes(const struct kve_tokenizer *t, struct outbuf *o,
+		       const char *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		int32_t id = t->byte_tok[(unsigned char)p[i]];
+		emit(o, id >= 0 ? id : t->unk >= 0 ? t->unk : 0);
+	}
+}
+
+struct sym {
+	size_t off, len;	/* into the working text */
+	int prev, next;
+	int32_t id;		/* BPE only */
+};
+
+struct cand_heap {
+	struct { float score; int left, right; size_t len; } *a;
+	size_t n, cap;
+};
+
+static int heap_better(const struct cand_heap *h, size_t i, size_t j)
+{
+	if (h->a[i].score != h->a[j].score)
+		return h->a[i].score > h->a[j].score;
+	return h->a[i].left < h->a[j].left;
+}
+
+static void heap_swap(struct cand_heap *h, size_t i, size_t j)
+{
+	__typeof__(h->a[0]) tmp = h->a[i];
+
+	h->a[i] = h->a[j];
+	h->a[j] = tmp;
+}
+
+static int heap_push(struct cand_heap *h, float score, int left, int right,
+		     size_t len)
+{
+	size_t i;
+
+	if (h->n == h->cap) {
+		size_t nc = h->cap ? h->cap * 2 : 64;
+		void *p = realloc(h->a, nc * sizeof(*h->a));
+		if (!p)
+			return -ENOMEM;
+		h->a = p;
+		h->cap = nc;
+	}
+	i = h->n++;
+	h->a[i].score = score;
+	h->a[i].left = left;
+	h->a[i].right = right;
+	h->a[i].len = len;
+	while (i && heap_better(h, i, (i - 1) / 2)) {
+		heap_swap(h, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	return 0;
+}
+
+static void heap_pop(struct cand_heap *h)
+{
+	size_t i = 0;
+
+	h->a[0] = h->a[--h->n];
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, b = i;
+		if (l < h->n && heap_better(h, l, b))
+			b = l;
+		if (r < h->n && heap_better(h, r, b))
+			b = r;
+		if (b == i)
+			break;
+		heap_swap(h, i, b);
+		i = b;
+	}
+}
+
+static int spm_try(const struct kve_tokenizer *t, const char *w, struct sym *s,
+		   int left, struct cand_heap *h)
+{
+	int right = s[left].next;
+	int32_t id;
+
+	if (left < 0 || right < 0)
+		return 0;
+	id = lookup(t, w + s[left].off, s[left].len + s[right].len);
+	if (id < 0)
+		return 0;
+	return heap_push(h, t->score[id], left, right,
+			 s[left].len + s[right].len);
+}
+
+static int spm_encode(const struct kve_tokenizer *t, const char *text,
+		      size_t len, struct outbuf *o)
+{
+	struct cand_heap h = { 0 };
+	struct sym *s = NULL;
+	char *w;
+	size_t i, n = 0, wl = 0;
+	int ns = 0, k, rc = -ENOMEM;
+
+	if (len > (SIZE_MAX - 3) / 3)
+		return -EINVAL;
+	w = malloc(3 * (len + 1));
+	if (!w)
+		return -ENOMEM;
+	/* dummy prefix, then ' ' -> U+2581 */
+	memcpy(w, "\xe2\x96\x81", 3);
+	wl = 3;
+	for (i = 0; i < len; i++) {
+		if (text[i] == ' ') {
+			memcpy(w + wl, "\xe2\x96\x81", 3);
+			wl += 3;
+		} else {
+			w[wl++] = text[i];
+		}
+	}
+	s = malloc(wl * sizeof(*s));
+	if (!s)
+		goto out;
+	for (i = 0; i < wl; i += n) {
+		n = char_len(w + i, wl - i);
+		s[ns].off = i;
+		s[ns].len = n;
+		s[ns].prev = ns - 1;
+		s[ns].next = i + n < wl ? ns + 1 : -1;
+		ns++;
+	}
+	for (k = 0; k < ns; k++)
+		if (spm_try(t, w, s, k, &h))
+			goto out;
+	while (h.n) {
+		int l = h.a[0].left, r = h.a[0].right;
+		size_t cl = h.a[0].len;
+
+		heap_pop(&h);
+		/* stale: either side merged since this was queued */
+		if (!s[l].len || !s[r].len || s[l].next != r ||
+		    s[l].len + s[r].len != cl)
+			continue;
+		s[l].len += s[r].len;
+		s[r].len = 0;
+		s[l].next = s[r].next;
+		if (s[r].next >= 0)
+			s[s[r].next].prev = l;
+		if (spm_try(t, w, s, s[l].prev, &h) || spm_try(t, w, s, l, &h))
+			goto out;
+	}
+	for (k = 0; k >= 0 && ns; k = s[k].next) {
+		int32_t id = lookup(t, w + s[k].off, s[k].len);
+		if (id >= 0)
+			emit(o, id);
+		else
+			emit_bytes(t, o, w + s[k].off, s[k].len);
+	}
+	rc = 0;
+out:
+	free(h.a);
+	free(s);
+	free(w);
+	return rc;
+}
+
+static int is_ws(unsigned char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static int cls(unsigned char c)
+{
+	if (is_ws(c)) return 0;
+	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return 1;
+	if (c >= 0x80) return 1;
+	if (c >= '0' && c <= '9') return 2;
+	return 3;
+}
+
+/* Length of the next GPT-2 pre-token at p (n > 0 bytes left). */
+static size_t pretoken(const char *p, size_t n)
+{
+	static const char *const contr[] = { "'s", "'t", "'re", "'ve", "'m", "'ll", "'d" };
+	size_t i, j = 0, k;
+	int c;
+
+	for (i = 0; i < sizeof(contr) / sizeof(contr[0]); i++) {
+		size_t l = strlen(contr[i]);
+		if (l <= n && !memcmp(p, contr[i], l))
+			return l;
+	}
+	if (p[0] == ' ' && n > 1 && !is_ws((unsigned char)p[1]))
+		j = 1;
+	c = cls((unsigned char)p[j]);
+	if (c) {
+		for (k = j + 1; k < n && cls((unsigned char)p[k]) == c; k++)
+			;
+		return k;
+	}
+	for (k = 0; k < n && is_ws((unsigned char)p[k]); k++)
+		;
+	if (k < n && k >= 2)
+		return k - 1;	/* leave the last blank for the next word */
+	return k;
+}
+
+static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
+		    struct outbuf *o)
+{
+	int32_t stackbuf[64], *ids = stackbuf;
+	size_t i, m = n;
+
+	if (n > 64) {
+		ids = malloc(n * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+	}
+	for (i = 0; i < n; i++)
+		ids[i] = t->byte_tok[(unsigned char)p[i]];
+	for (;;) {
+		uint32_t best = UINT32_MAX;
+		size_t at = 0;
+		int32_t res = -1;
+
+		for (i = 0; i + 1 < m; i++) {
+			const struct merge_ent *me;
+			if (ids[i] < 0 || ids[i + 1] < 0)
+				continue;
+			me = merge_find(t, ids[i], ids[i + 1]);
+			if (me && me->rank < best) {
+				best = me->rank;
+				at = i;
+				res = me->result;
+			}
+		}
+		if (res < 0)
+			break;
+		ids[at] = res;
+		memmove(ids + at + 1, ids + at + 2, (m - at - 2) * sizeof(*ids));
+		m--;
+	}
+	for (i = 0; i < m; i++)
+		emit(o, ids[i] >= 0 ? ids[i] : (t->unk >= 0 ? t->unk : 0));
+	if (ids != stackbuf)
+		free(ids);
+	return 0;
+}
+
+int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
+		 int add_bos, int32_t *out, size_t max)
+{
+	struct outbuf o = { out, max, 0 };
+	size_t i, n;
+	int rc = 0;
+
+	if (!t || (!text && len))
+		return -EINVAL;
+	if (add_bos && t->bos >= 0)
+		emit(&o, t->bos);
+	if (t->kind == KVE_TOK_SPM) {
+		if (len)
+			rc = spm_encode(t, text, len, &o);
+	} else {
+		for (i = 0; i < len && !rc; i += n) {
+			n = pretoken(text + i, len - i);
+			rc = bpe_word(t, text + i, n, &o);
+		}
+	}
+	if (rc)
+		return rc;
+	return o.n > INT32_MAX ? -E2BIG : (int)o.n;
+}
+
+/* ---- decoding ------------------------------------------------------- */
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9') return c - '0';
+	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+	return -1;
+}
+
+int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,
+		    size_t max)
+{
+	struct gguf_str s;
+	size_t i, n = 0;
+
+	if (!t || id < 0 || (uint32_t)id >= t->n)
+		return -EINVAL;
+	s = t->tok[id];
+	if (t->type[id] == TT_CONTROL || t->type[id] == TT_UNUSED)
+		return 0;
+	if (t->kind == KVE_TOK_SPM) {
+		if (t->type[id] == TT_BYTE && s.n == 6 && !memcmp(s.p, "<0x", 3) &&
+		    s.p[5] == '>' && hexval(s.p[3]) >= 0 && hexval(s.p[4]) >= 0) {
+			if (max)
+				out[0] = (char)(hexval(s.p[3]) * 16 + hexval(s.p[4]));
+			return 1;
+		}
+		for (i = 0; i < s.n; i++) {
+			if (i + 3 <= s.n && !memcmp(s.p + i, "\xe2\x96\x81", 3)) {
+				if (n < max)
+					out[n] = ' ';
+				n++;
+				i += 2;
+			} else {
+				if (n < max)
+					out[n] = s.p[i];
+				n++;
+			}
+		}
+		return n > INT32_MAX ? -E2BIG : (int)n;
+	}
+	/* byte-level: each code point maps back to one byte */
+	for (i = 0; i < s.n;) {
+		size_t l = char_len(s.p + i, s.n - i);
+		uint32_t cp = (unsigned char)s.p[i];
+		int b;
+
+		if (l == 2)
+			cp = ((cp & 0x1f) << 6) | ((unsigned char)s.p[i + 1] & 0x3f);
+		else if (l == 3)
+			cp = ((cp & 0x0f) << 12) | (((unsigned char)s.p[i + 1] & 0x3f) << 6) |
+			     ((unsigned char)s.p[i + 2] & 0x3f);
+		b = cp < 512 && l <= 3 ? t->cp_byte[cp] : -1;
+		if (b < 0) {	/* not byte-level text: pass it through */
+			size_t j;
+			for (j = 0; j < l; j++, n++)
+				if (n < max)
+					out[n] = s.p[i + j];
+		} else {
+			if (n < max)
+				out[n] = (char)b;
+			n++;
+		}
+		i += l;
+	}
+	return n > INT32_MAX ? -E2BIG : (int)n;
+}
+
+void kve_detok_init(struct kve_detok *d, const struct kve_tokenizer *t)
+{
+	memset(d, 0, sizeof(*d));
+	d->tok = t;
+	d->at_start = t && t->kind == KVE_TOK_SPM;
+}
+
+/* Bytes of buf[0..n) that form complete UTF-8 characters; the tail that
+ * could still be completed stays pending. */
+static size_t complete_prefix(const unsigned char *b, size_t n)
+{
+	size_t i = n, k;
+
+	for (k = 0; k < 3 && i > 0; k++) {
+		unsigned char c = b[i - 1];
+		if ((c & 0xc0) == 0x80) {
+			i--;
+			continue;
+		}
+		if (c >= 0xc0) {	/* lead byte: complete? */
+			size_t need = utf8_len(c);
+			if (need > 1 && (n - (i - 1)) < need)
+				return i - 1;
+		}
+		return n;
+	}
+	return n;
+}
+
+int kve_detok_push(struct kve_detok *d, int32_t id, char *out, size_t max)
+{
+	char tmp[512], *buf = tmp;
+	int n = kve_token_bytes(d->tok, id, NULL, 0);
+	size_t total, emit_n, start = 0;
+
+	if (n < 0)
+		return n;
+	total = d->n_pending + (size_t)n;
+	if (total > sizeof(tmp)) {
+		buf = malloc(total);
+		if (!buf)
+			return -ENOMEM;
+	}
+	memcpy(buf, d->pending, d->n_pending);
+	kve_token_bytes(d->tok, id, buf + d->n_pending, (size_t)n);
+	emit_n = complete_prefix((unsigned char *)buf, total);
+	if (total - emit_n > sizeof(d->pending))
+		emit_n = total - sizeof(d->pending);
+	if (d->at_start && emit_n) {
+		if (buf[0] == ' ')
+			start = 1;
+		d->at_start = 0;
+	}
+	if (emit_n - start > max) {
+		if (buf != tmp)
+			free(buf);
+		return -ENOSPC;
+	}
+	memcpy(out, buf + start, emit_n - start);
+	d->n_pending = (uint32_t)(total - emit_n);
+	memcpy(d->pending, buf + emit_n, d->n_pending);
+	if (buf != tmp)
+		free(buf);
+	return (int)(emit_n - start);
+}
+
+int kve_detok_flush(struct kve_detok *d, char *out, size_t max)
+{
+	int n = (int)d->n_pending;
+
+	if ((size_t)n > max)
+		return -ENOSPC;
+	memcpy(out, d->pending, n);
+	d->n_pending = 0;
+	return n;
+}

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kve-logits - runs the engine over a token list and writes the logits of
+ * every position (float32, n x vocab) so tests/engine/ref.py can compare
+ * them with its numpy forward pass. Position 0 is a prefill of one token,
+ * the rest are decode steps, so both paths are compared.
+ *
+ * usage: kve-logits MODEL OUT [--kv f16|f32] [--block N] [--threads N]
+ *                   [--prefill K] TOKEN...
+ * --prefill K: prefill the first K tokens at once (logits of position K-1),
+ *              then decode the rest.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tcheck.h"
+
+int main(int argc, char **argv)
+{
+	enum kve_kv_dtype dt = KVE_KV_F32;
+	uint32_t bt = 16, nth = 1, pre = 1, n = 0, i, vocab, nblk;
+	int32_t toks[4096];
+	char err[256];
+	struct kve_model *m;
+	struct kve_engine *e;
+	struct kve_kv_pool kp;
+	struct kve_engine_params ep = { 0 };
+	struct kve_session s = { 0 };
+	struct tpool tp;
+	float *lg;
+	FILE *f;
+	int a, rc;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: kve-logits MODEL OUT [opts] TOKEN...\n");
+		return 2;
+	}
+	for (a = 3; a < argc; a++) {
+		if (!strcmp(argv[a], "--kv") && a + 1 < argc)
+			dt = !strcmp(argv[++a], "f16") ? KVE_KV_F16 : KVE_KV_F32;
+		else if (!strcmp(argv[a], "--block") && a + 1 < argc)
+			bt = (uint32_t)atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--threads") && a + 1 < argc)
+			nth = (uint32_t)atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--prefill") && a + 1 < argc)
+			pre = (uint32_t)atoi(argv[++a]);
+		else if (n < 4096)
+			toks[n++] = atoi(argv[a]);
+	}
+	if (!n || pre < 1 || pre > n) {
+		fprintf(stderr, "kve-logits: bad token list\n");
+		return 2;
+	}
+	m = kve_model_load(argv[1], err, sizeof(err));
+	if (!m) {
+		fprintf(stderr, "kve-logits: %s\n", err);
+		return 1;
+	}
+	vocab = kve_model_info(m)->vocab;
+	nblk = (n + bt - 1) / bt;
+	if (tpool_init(&tp, m, bt, dt, nblk, &kp))
+		return 1;
+	s.block_table = calloc(nblk, sizeof(uint32_t));
+	s.n_blocks = nblk;
+	for (i = 0; i < nblk; i++)	/* reversed: blocks are not contiguous */
+		s.block_table[i] = nblk - 1 - i;
+	ep.n_threads = nth;
+	ep.max_batch = 1;
+	ep.max_ctx = n;
+	e = kve_engine_create(m, &kp, &ep, err, sizeof(err));
+	if (!e) {
+		fprintf(stderr, "kve-logits: %s\n", err);
+		return 1;
+	}
+	lg = malloc((size_t)vocab * sizeof(float));
+	f = fopen(argv[2], "wb");
+	if (!f || !lg)
+		return 1;
+	rc = kve_prefill(e, &s, toks, pre, lg);
+	if (rc) {
+		fprintf(stderr, "kve-logits: prefill: %s\n", strerror(-rc));
+		return 1;
+	}
+	fwrite(lg, sizeof(float), vocab, f);
+	for (i = pre; i < n; i++) {
+		struct kve_session *sp = &s;
+		rc = kve_decode(e, &sp, &toks[i], 1, lg);
+		if (rc) {
+			fprintf(stderr, "kve-logits: decode: %s\n", strerror(-rc));
+			return 1;
+		}
+		fwrite(lg, sizeof(float), vocab, f);
+	}
+	fclose(f);
+	printf("isa %s, %u positions, vocab %u\n", kve_isa_name(), n - pre + 1, vocab);
+	free(lg);
+	free(s.block_table);
+	kve_engine_free(e);
+	tpool_free(&tp);
+	kve_model_free(m);
+	return 0;
+}

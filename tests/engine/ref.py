@@ -1,0 +1,332 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Independent numpy reference for kvarena's CPU engine.
+
+Reads a GGUF file with its own parser (nothing shared with the C code),
+runs the llama forward pass in float64 and compares per-position logits
+with what the engine's kve-logits tool wrote; also re-implements both
+tokenizers (SentencePiece-style and GPT-2 byte-level BPE) and compares
+token ids with the engine's.
+
+  ref.py logits MODEL KVE_LOGITS --bound B [--kv f16] [--prefill K] [--threads N]
+  ref.py tokens MODEL KVE_LOGITS
+Prints one line per check: 'ok   ...' or 'FAIL ...'; exit status 1 on failure.
+"""
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+
+
+class Gguf:
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.buf = f.read()
+        self.off = 0
+        assert self.buf[:4] == b"GGUF"
+        self.off = 4
+        version, = self.rd("<I")
+        assert version in (2, 3)
+        n_t, n_kv = self.rd("<QQ")
+        self.kv = {}
+        for _ in range(n_kv):
+            k = self.rd_str().decode()
+            t, = self.rd("<I")
+            self.kv[k] = self.rd_val(t)
+        align = self.kv.get("general.alignment", 32)
+        self.tensors = {}
+        self.types = {}
+        infos = []
+        for _ in range(n_t):
+            name = self.rd_str().decode()
+            nd, = self.rd("<I")
+            ne = list(self.rd("<" + "Q" * nd))
+            t, = self.rd("<I")
+            o, = self.rd("<Q")
+            infos.append((name, ne, t, o))
+        base = (self.off + align - 1) // align * align
+        for name, ne, t, o in infos:
+            self.tensors[name] = self.load(base + o, ne, t)
+            self.types[name] = t
+
+    def rd(self, fmt):
+        v = struct.unpack_from(fmt, self.buf, self.off)
+        self.off += struct.calcsize(fmt)
+        return v
+
+    def rd_str(self):
+        n, = self.rd("<Q")
+        s = self.buf[self.off:self.off + n]
+        self.off += n
+        return s
+
+    SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f",
+              7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+    def rd_val(self, t):
+        if t in self.SCALAR:
+            return self.rd(self.SCALAR[t])[0]
+        if t == 8:
+            return self.rd_str()
+        if t == 9:
+            et, n = self.rd("<IQ")
+            if et == 8:
+                return [self.rd_str() for _ in range(n)]
+            fmt = self.SCALAR[et]
+            size = struct.calcsize(fmt)
+            arr = np.frombuffer(self.buf, dtype=np.dtype(fmt), count=n, offset=self.off)
+            self.off += n * size
+            return arr
+        raise ValueError("type %d" % t)
+
+    def load(self, off, ne, t):
+        n = int(np.prod(ne))
+        if t == GGML_F32:
+            a = np.frombuffer(self.buf, np.float32, n, off).astype(np.float64)
+        elif t == GGML_F16:
+            a = np.frombuffer(self.buf, np.float16, n, off).astype(np.float64)
+        elif t == GGML_Q8_0:
+            raw = np.frombuffer(self.buf, np.uint8, n // 32 * 34, off).reshape(-1, 34)
+            d = raw[:, :2].copy().view(np.float16).astype(np.float64)
+            q = raw[:, 2:].copy().view(np.int8).astype(np.float64)
+            a = (q * d).reshape(-1)
+        else:
+            raise ValueError("tensor type %d" % t)
+        return a.reshape(list(reversed(ne)))
+
+
+def quant_act(x):
+    """Activations as the engine feeds Q8_0 matrices: per 32 values,
+    d = amax/127 and q = round-half-even(x/d), computed in float32."""
+    x32 = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    d = np.abs(x32).max(axis=-1, keepdims=True) / np.float32(127)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(x32 * inv), -127, 127)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+def forward(g, tokens, kv_f16=False, q8_act=False):
+    kv = g.kv
+    dim = kv["llama.embedding_length"]
+    nl = kv["llama.block_count"]
+    nh = kv["llama.attention.head_count"]
+    nkv = kv.get("llama.attention.head_count_kv", nh)
+    hd = dim // nh
+    rd = kv.get("llama.rope.dimension_count", hd)
+    base = kv.get("llama.rope.freq_base", 10000.0)
+    eps = kv.get("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    T = g.tensors
+    n = len(tokens)
+
+    def rms(x, w):
+        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+    pos = np.arange(n, dtype=np.float64)
+    inv = base ** (-2.0 * np.arange(rd // 2) / rd)
+    ang = pos[:, None] * inv[None, :]
+    cos, sin = np.cos(ang), np.sin(ang)
+
+    def rope(v, heads):
+        v = v.reshape(n, heads, hd).copy()
+        a = v[:, :, 0:rd:2].copy()
+        b = v[:, :, 1:rd:2].copy()
+        c, s = cos[:, None, :], sin[:, None, :]
+        v[:, :, 0:rd:2] = a * c - b * s
+        v[:, :, 1:rd:2] = a * s + b * c
+        return v
+
+    def mm(x, name):
+        if q8_act and g.types[name] == GGML_Q8_0:
+            x = quant_act(x)
+        return x @ T[name].T
+
+    x = T["token_embd.weight"][tokens]
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for l in range(nl):
+        p = "blk.%d." % l
+        xn = rms(x, T[p + "attn_norm.weight"])
+        q = rope(mm(xn, p + "attn_q.weight"), nh)
+        k = rope(mm(xn, p + "attn_k.weight"), nkv)
+        v = mm(xn, p + "attn_v.weight").reshape(n, nkv, hd)
+        if kv_f16:
+            k = k.astype(np.float16).astype(np.float64)
+            v = v.astype(np.float16).astype(np.float64)
+        out = np.zeros((n, nh, hd))
+        for h in range(nh):
+            g_ = h // (nh // nkv)
+            s = q[:, h, :] @ k[:, g_, :].T / np.sqrt(hd) + mask
+            s = np.exp(s - s.max(axis=1, keepdims=True))
+            s /= s.sum(axis=1, keepdims=True)
+            out[:, h, :] = s @ v[:, g_, :]
+        x = x + mm(out.reshape(n, nh * hd), p + "attn_output.weight")
+        xn = rms(x, T[p + "ffn_norm.weight"])
+        gt = mm(xn, p + "ffn_gate.weight")
+        up = mm(xn, p + "ffn_up.weight")
+        x = x + mm(gt / (1 + np.exp(-gt)) * up, p + "ffn_down.weight")
+    head = "output.weight" if "output.weight" in T else "token_embd.weight"
+    return mm(rms(x, T["output_norm.weight"]), head)
+
+
+# ---- tokenizers -------------------------------------------------------
+
+def utf8_chars(b):
+    out, i = [], 0
+    while i < len(b):
+        c = b[i]
+        ln = 1 if c < 0x80 else 2 if c & 0xE0 == 0xC0 else 3 if c & 0xF0 == 0xE0 \
+            else 4 if c & 0xF8 == 0xF0 else 1
+        if i + ln > len(b) or any(x & 0xC0 != 0x80 for x in b[i + 1:i + ln]):
+            ln = 1
+        out.append(b[i:i + ln])
+        i += ln
+    return out
+
+
+def spm_encode(g, text):
+    toks = g.kv["tokenizer.ggml.tokens"]
+    scores = g.kv["tokenizer.ggml.scores"]
+    ids = {}
+    for i, t in enumerate(toks):
+        ids.setdefault(t, i)
+    w = b"\xe2\x96\x81" + text.replace(b" ", b"\xe2\x96\x81")
+    syms = utf8_chars(w)
+    while True:
+        best, bi = None, -1
+        for i in range(len(syms) - 1):
+            t = ids.get(syms[i] + syms[i + 1])
+            if t is not None and (best is None or scores[t] > best):
+                best, bi = scores[t], i
+        if bi < 0:
+            break
+        syms[bi:bi + 2] = [syms[bi] + syms[bi + 1]]
+    out = []
+    for s in syms:
+        if s in ids:
+            out.append(ids[s])
+        else:
+            out.extend(ids[b"<0x%02X>" % c] for c in s)
+    return out
+
+
+def gpt2_bytes():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c).encode() for b, c in zip(bs, cs)}
+
+
+PRETOK = re.compile(rb"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z\x80-\xff]+| ?[0-9]+"
+                    rb"| ?[^\sA-Za-z0-9\x80-\xff]+|\s+(?!\S)|\s+")
+
+
+def bpe_encode(g, text):
+    toks = g.kv["tokenizer.ggml.tokens"]
+    ids = {}
+    for i, t in enumerate(toks):
+        ids.setdefault(t, i)
+    ranks = {}
+    for r, m in enumerate(g.kv["tokenizer.ggml.merges"]):
+        a, b = m.split(b" ", 1)
+        ranks.setdefault((a, b), r)
+    bmap = gpt2_bytes()
+    out = []
+    for word in PRETOK.findall(text):
+        syms = [bmap[c] for c in word]
+        while len(syms) > 1:
+            pairs = [(ranks.get((syms[i], syms[i + 1]), 1 << 60), i)
+                     for i in range(len(syms) - 1)]
+            r, _ = min(pairs)
+            if r == 1 << 60:
+                break
+            a, b = [p for p in ranks if ranks[p] == r][0]
+            new, i = [], 0
+            while i < len(syms):     # merge every occurrence, left to right
+                if i + 1 < len(syms) and syms[i] == a and syms[i + 1] == b:
+                    new.append(a + b)
+                    i += 2
+                else:
+                    new.append(syms[i])
+                    i += 1
+            syms = new
+        out.extend(ids[s] for s in syms)
+    return out
+
+
+TEXTS = [b"Hello, world!", b"the blocks of a session", b"  two  spaces  ",
+         b"it's they've we'll I'd", b"12 blocks, 345 tokens", b"tabs\tand\nnewlines\n\n",
+         "Caf\u00e9 na\u00efve \u00fcber Stra\u00dfe".encode(),
+         "\u65e5\u672c\u8a9e \U0001F600 emoji".encode(), b"\xff\xfe invalid utf8 \xc3",
+         b"tokenization of the memory layers", b"a", b"", b"!!!???", b"x" * 40,
+         b"The decode worker reads them in place, without a copy."]
+
+
+def main():
+    mode, model, tool = sys.argv[1], sys.argv[2], sys.argv[3]
+    args = sys.argv[4:]
+    g = Gguf(model)
+    fails = 0
+    if mode == "tokens":
+        kind = g.kv["tokenizer.ggml.model"]
+        enc = spm_encode if kind == b"llama" else bpe_encode
+        with tempfile.NamedTemporaryFile("w", suffix=".hex", delete=False) as f:
+            for t in TEXTS:
+                f.write(t.hex() + "\n")
+            name = f.name
+        res = subprocess.run([tool, "--tokenize", model, name], capture_output=True, text=True)
+        os.unlink(name)
+        got = [list(map(int, l.split())) for l in res.stdout.splitlines()]
+        for i, t in enumerate(TEXTS):
+            want = enc(g, t)
+            ok = i < len(got) and got[i] == want
+            fails += not ok
+            print("%s %s tokenizer matches reference on %r%s" % (
+                "ok  " if ok else "FAIL", kind.decode(), t[:30],
+                "" if ok else " (engine %s, ref %s)" % (got[i] if i < len(got) else None, want)))
+        return 1 if fails else 0
+
+    bound = float(args[args.index("--bound") + 1])
+    kv16 = "--kv" in args and args[args.index("--kv") + 1] == "f16"
+    pre = int(args[args.index("--prefill") + 1]) if "--prefill" in args else 1
+    vocab = g.tensors["token_embd.weight"].shape[0]
+    rng = np.random.default_rng(7)
+    tokens = [int(t) for t in rng.integers(0, vocab, 24)]
+    with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
+        out = f.name
+    bi = args.index("--bound")
+    passthru = args[:bi] + args[bi + 2:]
+    cmd = [tool, model, out] + passthru + [str(t) for t in tokens]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode:
+        print("FAIL kve-logits: " + res.stderr.strip())
+        return 1
+    got = np.fromfile(out, dtype=np.float32).reshape(-1, vocab)
+    os.unlink(out)
+    q8 = GGML_Q8_0 in g.types.values()
+    want = forward(g, tokens, kv16, q8)[pre - 1:]
+    err = float(np.abs(got - want).max())
+    if q8:   # informational: distance from plain float activations
+        plain = float(np.abs(got - forward(g, tokens, kv16, False)[pre - 1:]).max())
+        res.stdout = res.stdout.strip() + ", vs unquantised activations %.3g" % plain
+    scale = float(np.abs(want).max())
+    agree = int((got.argmax(1) == want.argmax(1)).sum())
+    ok = got.shape == want.shape and err <= bound
+    print("%s numpy reference %s %s: max abs error %.3g (bound %g, |logit| max %.3g), "
+          "argmax %d/%d, %s" % ("ok  " if ok else "FAIL", os.path.basename(model),
+                                " ".join(passthru), err, bound, scale, agree, len(want),
+                                res.stdout.strip()))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,714 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kva-mkmodel - writes a llama-architecture GGUF v3 file with random
+ * weights of any shape and a tokenizer vocabulary (SentencePiece-style
+ * "llama" or byte-level BPE "gpt2") learnt from a built-in corpus. The
+ * output is a pure function of the arguments (same seed, same bytes), so
+ * tests and benchmarks can regenerate their models instead of storing them.
+ *
+ * Owns the GGUF writer and the vocabulary learner; nothing in the engine
+ * depends on it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../daemon/engine/engine_internal.h"
+#include "corpus.h"
+
+#define ALIGN 32
+
+static const char usage[] =
+"usage: kva-mkmodel -o FILE [options]\n"
+"  --dim N          embedding length (288)\n"
+"  --layers N       transformer blocks (6)\n"
+"  --heads N        attention heads (6)\n"
+"  --kv-heads N     key/value heads, divides heads (= heads)\n"
+"  --ffn N          feed-forward length (768)\n"
+"  --vocab N        vocabulary size (512, at least ~400)\n"
+"  --ctx N          context length (256)\n"
+"  --type T         f32 | f16 | q8_0 for the matrices (f32)\n"
+"  --tokenizer K    spm | bpe (spm)\n"
+"  --rope-base F    RoPE frequency base (10000)\n"
+"  --tied           no output.weight: the head reuses token_embd\n"
+"  --seed N         weights and filler tokens derive from it (1)\n"
+"example: kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \\\n"
+"           --vocab 32000 --ctx 1024 --type q8_0 -o build/models/110m-q8.gguf\n";
+
+/* ---- growable byte buffer ------------------------------------------ */
+
+struct buf {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+static void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p) {
+		fprintf(stderr, "kva-mkmodel: out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+static void put(struct buf *b, const void *d, size_t n)
+{
+	if (b->n + n > b->cap) {
+		b->cap = (b->n + n) * 2 + 1024;
+		b->p = xrealloc(b->p, b->cap);
+	}
+	memcpy(b->p + b->n, d, n);
+	b->n += n;
+}
+
+static void put_u32(struct buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(struct buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(struct buf *b, const char *s, size_t n)
+{
+	put_u64(b, n);
+	put(b, s, n);
+}
+
+/* ---- metadata ------------------------------------------------------- */
+
+static struct buf meta;
+static uint64_t n_meta;
+
+static void kv_key(const char *k, uint32_t type)
+{
+	put_str(&meta, k, strlen(k));
+	put_u32(&meta, type);
+	n_meta++;
+}
+
+static void kv_u32(const char *k, uint32_t v) { kv_key(k, GGUF_U32); put_u32(&meta, v); }
+static void kv_f32(const char *k, float v) { kv_key(k, GGUF_F32); put(&meta, &v, 4); }
+static void kv_bool(const char *k, int v) { uint8_t b = !!v; kv_key(k, GGUF_BOOL); put(&meta, &b, 1); }
+static void kv_str(const char *k, const char *s) { kv_key(k, GGUF_STR); put_str(&meta, s, strlen(s)); }
+
+/* ---- vocabulary ----------------------------------------------------- */
+
+struct vocab {
+	char **tok;
+	float *score;
+	int32_t *type;
+	uint32_t n, cap;
+	char **merge;
+	uint32_t n_merge;
+	/* string set for uniqueness */
+	int32_t *set;
+	uint32_t set_mask;
+};
+
+static uint32_t hstr(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 16777619u;
+	return h;
+}
+
+static int vocab_has(const struct vocab *v, const char *s)
+{
+	uint32_t i;
+
+	for (i = hstr(s) & v->set_mask; v->set[i] >= 0; i = (i + 1) & v->set_mask)
+		if (!strcmp(v->tok[v->set[i]], s))
+			return 1;
+	return 0;
+}
+
+static int vocab_add(struct vocab *v, const char *s, float score, int32_t type)
+{
+	uint32_t i;
+
+	if (vocab_has(v, s))
+		return 0;
+	if (v->n == v->cap) {
+		v->cap = v->cap * 2 + 64;
+		v->tok = xrealloc(v->tok, v->cap * sizeof(*v->tok));
+		v->score = xrealloc(v->score, v->cap * sizeof(*v->score));
+		v->type = xrealloc(v->type, v->cap * sizeof(*v->type));
+	}
+	v->tok[v->n] = strdup(s);
+	v->score[v->n] = score;
+	v->type[v->n] = type;
+	for (i = hstr(s) & v->set_mask; v->set[i] >= 0; i = (i + 1) & v->set_mask)
+		;
+	v->set[i] = (int32_t)v->n++;
+	return 1;
+}
+
+/* A word of the corpus as a list of symbol strings, with its count. */
+struct word {
+	char **sym;
+	int n;
+	int count;
+};
+
+static void learn(struct vocab *v, struct word *w, int nw, uint32_t target,
+		  int bpe)
+{
+	while (v->n < target) {
+		char *best = NULL, *bl = NULL, *br = NULL;
+		int best_count = 1, i, j, k;
+
+		/* count pairs (quadratic, fine for a corpus this size) */
+		for (i = 0; i < nw; i++) {
+			for (j = 0; j + 1 < w[i].n; j++) {
+				int cnt = 0;
+				size_t la = strlen(w[i].sym[j]), lb = strlen(w[i].sym[j + 1]);
+				char *cat = xrealloc(NULL, la + lb + 1);
+
+				memcpy(cat, w[i].sym[j], la);
+				memcpy(cat + la, w[i].sym[j + 1], lb + 1);
+				if (vocab_has(v, cat)) {
+					free(cat);
+					continue;
+				}
+				for (k = 0; k < nw; k++) {
+					int m;
+					for (m = 0; m + 1 < w[k].n; m++)
+						if (!strcmp(w[k].sym[m], w[i].sym[j]) &&
+						    !strcmp(w[k].sym[m + 1], w[i].sym[j + 1]))
+							cnt += w[k].count;
+				}
+				if (cnt > best_count ||
+				    (cnt == best_count && best && strcmp(cat, best) < 0)) {
+					free(best);
+					best = cat;
+					best_count = cnt;
+					bl = w[i].sym[j];
+					br = w[i].sym[j + 1];
+				} else {
+					free(cat);
+				}
+			}
+		}
+		if (!best)
+			break;
+		if (bpe) {
+			size_t n = strlen(bl) + strlen(br) + 2;
+			v->merge = xrealloc(v->merge, (v->n_merge + 1) * sizeof(char *));
+			v->merge[v->n_merge] = xrealloc(NULL, n);
+			snprintf(v->merge[v->n_merge], n, "%s %s", bl, br);
+			v->n_merge++;
+		}
+		vocab_add(v, best, -(float)v->n, 1);
+		/* apply the merge everywhere (bl/br may be freed below: copy) */
+		{
+			char *l = strdup(bl), *r = strdup(br);
+			for (i = 0; i < nw; i++) {
+				for (j = 0; j + 1 < w[i].n; j++) {
+					if (strcmp(w[i].sym[j], l) || strcmp(w[i].sym[j + 1], r))
+						continue;
+					free(w[i].sym[j]);
+					free(w[i].sym[j + 1]);
+					w[i].sym[j] = strdup(best);
+					memmove(w[i].sym + j + 1, w[i].sym + j + 2,
+						(w[i].n - j - 2) * sizeof(char *));
+					w[i].n--;
+				}
+			}
+			free(l);
+			free(r);
+		}
+		free(best);
+	}
+}
+
+static size_t u8len(unsigned char c)
+{
+	if (c < 0x80) return 1;
+	if ((c & 0xe0) == 0xc0) return 2;
+	if ((c & 0xf0) == 0xe0) return 3;
+	if ((c & 0xf8) == 0xf0) return 4;
+	return 1;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void add_word(struct word **w, int *nw, char **syms, int n)
+{
+	int i, j;
+
+	for (i = 0; i < *nw; i++) {
+		if ((*w)[i].n != n)
+			continue;
+		for (j = 0; j < n && !strcmp((*w)[i].sym[j], syms[j]); j++)
+			;
+		if (j == n) {
+			(*w)[i].count++;
+			for (j = 0; j < n; j++)
+				free(syms[j]);
+			free(syms);
+			return;
+		}
+	}
+	*w = xrealloc(*w, (*nw + 1) * sizeof(**w));
+	(*w)[*nw].sym = syms;
+	(*w)[*nw].n = n;
+	(*w)[*nw].count = 1;
+	(*nw)++;
+}
+
+static void free_words(struct word *w, int nw)
+{
+	int i, j;
+
+	for (i = 0; i < nw; i++) {
+		for (j = 0; j < w[i].n; j++)
+			free(w[i].sym[j]);
+		free(w[i].sym);
+	}
+	free(w);
+}
+
+static void filler(struct vocab *v, uint32_t target, uint64_t seed, int bpe)
+{
+	uint64_t s = seed ^ 0x5eedf111ull;
+	char t[32];
+
+	while (v->n < target) {
+		if (bpe) {
+			snprintf(t, sizeof(t), "<|reserved_%u|>", v->n);
+			vocab_add(v, t, 0, 5);
+		} else {
+			int len = 2 + (int)(rng_next(&s) % 7), i;
+			memcpy(t, "\xe2\x96\x81", 3);
+			for (i = 0; i < len; i++)
+				t[3 + i] = (char)('a' + rng_next(&s) % 26);
+			t[3 + len] = 0;
+			vocab_add(v, t, -1e6f - (float)v->n, 1);
+		}
+	}
+}
+
+static int build_spm(struct vocab *v, uint32_t target, uint64_t seed)
+{
+	const char *c = mkmodel_corpus;
+	struct word *w = NULL;
+	int nw = 0;
+	char piece[8];
+	uint32_t i;
+
+	vocab_add(v, "<unk>", 0, 2);
+	vocab_add(v, "<s>", 0, 3);
+	vocab_add(v, "</s>", 0, 3);
+	for (i = 0; i < 256; i++) {
+		snprintf(piece, sizeof(piece), "<0x%02X>", i);
+		vocab_add(v, piece, 0, 6);
+	}
+	/* words: split at spaces, each with its U+2581 prefix, as characters */
+	while (*c) {
+		char **syms = NULL;
+		int n = 0;
+
+		while (*c == ' ')
+			c++;
+		if (!*c)
+			break;
+		syms = xrealloc(syms, sizeof(char *));
+		syms[n++] = strdup("\xe2\x96\x81");
+		while (*c && *c != ' ') {
+			size_t l = u8len((unsigned char)*c);
+			char *s = xrealloc(NULL, l + 1);
+			memcpy(s, c, l);
+			s[l] = 0;
+			c += l;
+			syms = xrealloc(syms, (n + 1) * sizeof(char *));
+			syms[n++] = s;
+		}
+		add_word(&w, &nw, syms, n);
+	}
+	/* every character of the corpus is a piece, except a few held back
+	 * so that byte fallback is exercised on text the corpus contains */
+	for (i = 0; i < (uint32_t)nw; i++) {
+		int j;
+		for (j = 0; j < w[i].n; j++)
+			if (strcmp(w[i].sym[j], "\xc3\x9f") && strcmp(w[i].sym[j], "\t"))
+				vocab_add(v, w[i].sym[j], -1e5f, 1);
+	}
+	if (v->n > target) {
+		fprintf(stderr, "kva-mkmodel: vocab %u too small for the %u base pieces\n",
+			target, v->n);
+		free_words(w, nw);
+		return -1;
+	}
+	learn(v, w, nw, target, 0);
+	free_words(w, nw);
+	filler(v, target, seed, 0);
+	return 0;
+}
+
+static int bpe_cls(unsigned char c)
+{
+	if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return 0;
+	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return 1;
+	if (c >= 0x80) return 1;
+	if (c >= '0' && c <= '9') return 2;
+	return 3;
+}
+
+static size_t byte_str(unsigned char b, char *out)
+{
+	static int init;
+	static uint16_t cp[256];
+	uint32_t x;
+
+	if (!init) {
+		uint32_t i, extra = 0;
+		for (i = 0; i < 256; i++) {
+			int pr = (i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174;
+			cp[i] = (uint16_t)(pr ? i : 256 + extra++);
+		}
+		init = 1;
+	}
+	x = cp[b];
+	if (x < 0x80) {
+		out[0] = (char)x;
+		out[1] = 0;
+		return 1;
+	}
+	out[0] = (char)(0xc0 | (x >> 6));
+	out[1] = (char)(0x80 | (x & 0x3f));
+	out[2] = 0;
+	return 2;
+}
+
+static int build_bpe(struct vocab *v, uint32_t target, uint64_t seed)
+{
+	const unsigned char *c = (const unsigned char *)mkmodel_corpus;
+	struct word *w = NULL;
+	int nw = 0;
+	char s[4];
+	uint32_t i;
+
+	for (i = 0; i < 256; i++) {
+		byte_str((unsigned char)i, s);
+		vocab_add(v, s, 0, 1);
+	}
+	/* words: optional leading space + a run of one character class */
+	while (*c) {
+		const unsigned char *st = c;
+		char **syms = NULL;
+		int n = 0, k;
+
+		if (*c == ' ' && c[1] && bpe_cls(c[1]))
+			c++;
+		k = bpe_cls(*c);
+		c++;
+		while (*c && k && bpe_cls(*c) == k)
+			c++;
+		for (; st < c; st++) {
+			byte_str(*st, s);
+			syms = xrealloc(syms, (n + 1) * sizeof(char *));
+			syms[n++] = strdup(s);
+		}
+		add_word(&w, &nw, syms, n);
+	}
+	if (target < 258 + 8) {
+		fprintf(stderr, "kva-mkmodel: vocab %u too small for byte-level BPE\n", target);
+		free_words(w, nw);
+		return -1;
+	}
+	learn(v, w, nw, target - 2, 1);
+	free_words(w, nw);
+	vocab_add(v, "<|begin_of_text|>", 0, 3);
+	vocab_add(v, "<|end_of_text|>", 0, 3);
+	filler(v, target, seed, 1);
+	return 0;
+}
+
+/* ---- tensors -------------------------------------------------------- */
+
+enum init { INIT_NORM, INIT_MAT, INIT_EMBD };
+
+struct tensor {
+	char name[64];
+	uint64_t ne[2];
+	uint32_t nd, type;
+	enum init init;
+	uint64_t size, offset;
+};
+
+static uint64_t tsize(uint32_t type, uint64_t n)
+{
+	return type == GGML_F32 ? n * 4 : type == GGML_F16 ? n * 2 : n / QK8_0 * Q8_0_BYTES;
+}
+
+static int write_tensor(FILE *f, const struct tensor *t, uint64_t seed, uint32_t idx)
+{
+	uint64_t s = seed * 0x100000001b3ull + idx * 0x9e3779b97f4a7c15ull + 1;
+	uint64_t row, cols = t->ne[0], rows = t->nd > 1 ? t->ne[1] : 1;
+	float scale = t->init == INIT_MAT ? sqrtf(3.0f / (float)cols) : 1.0f;
+	float *x = xrealloc(NULL, cols * sizeof(float));
+	uint8_t *o = xrealloc(NULL, cols * 4);
+
+	for (row = 0; row < rows; row++) {
+		uint64_t i;
+		size_t n = 0;
+
+		for (i = 0; i < cols; i++) {
+			float u = (float)(rng_next(&s) >> 40) / 16777216.0f * 2.0f - 1.0f;
+			x[i] = t->init == INIT_NORM ? 1.0f + 0.2f * u : u * scale;
+		}
+		if (t->type == GGML_F32) {
+			memcpy(o, x, cols * 4);
+			n = cols * 4;
+		} else if (t->type == GGML_F16) {
+			for (i = 0; i < cols; i++) {
+				uint16_t h = kve_f32_to_f16(x[i]);
+				memcpy(o + 2 * i, &h, 2);
+			}
+			n = cols * 2;
+		} else {
+			for (i = 0; i < cols; i += QK8_0) {
+				float amax = 0, d, id;
+				uint16_t h;
+				int j;
+				for (j = 0; j < QK8_0; j++)
+					amax = fmaxf(amax, fabsf(x[i + j]));
+				d = amax / 127.0f;
+				id = d ? 1.0f / d : 0.0f;
+				h = kve_f32_to_f16(d);
+				memcpy(o + n, &h, 2);
+				for (j = 0; j < QK8_0; j++)
+					o[n + 2 + j] = (uint8_t)(int8_t)roundf(x[i + j] * id);
+				n += Q8_0_BYTES;
+			}
+		}
+		if (fwrite(o, 1, n, f) != n) {
+			free(x);
+			free(o);
+			return -1;
+		}
+	}
+	free(x);
+	free(o);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dim", 1, 0, 'd' }, { "layers", 1, 0, 'l' }, { "heads", 1, 0, 'h' },
+		{ "kv-heads", 1, 0, 'k' }, { "ffn", 1, 0, 'f' }, { "vocab", 1, 0, 'v' },
+		{ "ctx", 1, 0, 'c' }, { "type", 1, 0, 't' }, { "tokenizer", 1, 0, 'z' },
+		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
+		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { 0, 0, 0, 0 },
+	};
+	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
+	uint32_t ctx = 256, type = GGML_F32, i, l;
+	uint64_t seed = 1, off = 0;
+	float rope_base = 10000.0f;
+	int tied = 0, bpe = 0, c;
+	const char *out = NULL;
+	struct vocab v = { 0 };
+	struct tensor *ts;
+	uint32_t nt = 0;
+	struct buf hdr = { 0 };
+	FILE *f;
+
+	while ((c = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': dim = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'l': layers = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'h': heads = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'k': kvh = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'f': ffn = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'v': nvocab = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'c': ctx = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'r': rope_base = strtof(optarg, NULL); break;
+		case 'T': tied = 1; break;
+		case 's': seed = strtoull(optarg, NULL, 0); break;
+		case 'o': out = optarg; break;
+		case 't':
+			if (!strcmp(optarg, "f32")) type = GGML_F32;
+			else if (!strcmp(optarg, "f16")) type = GGML_F16;
+			else if (!strcmp(optarg, "q8_0")) type = GGML_Q8_0;
+			else { fprintf(stderr, "kva-mkmodel: unknown type %s\n", optarg); return 2; }
+			break;
+		case 'z':
+			if (!strcmp(optarg, "spm")) bpe = 0;
+			else if (!strcmp(optarg, "bpe")) bpe = 1;
+			else { fprintf(stderr, "kva-mkmodel: unknown tokenizer %s\n", optarg); return 2; }
+			break;
+		case 'H': fputs(usage, stdout); return 0;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (!kvh)
+		kvh = heads;
+	if (!out || !dim || !layers || !heads || !ffn || !ctx || heads % kvh ||
+	    dim % heads || (dim / heads) % 2 || nvocab > (1u << 22)) {
+		fprintf(stderr, "kva-mkmodel: bad or missing arguments\n%s", usage);
+		return 2;
+	}
+	if (type == GGML_Q8_0 && (dim % QK8_0 || ffn % QK8_0)) {
+		fprintf(stderr, "kva-mkmodel: q8_0 needs dim and ffn multiples of 32\n");
+		return 2;
+	}
+
+	v.set_mask = 1;
+	while (v.set_mask < 2 * nvocab + 2)
+		v.set_mask <<= 1;
+	v.set = xrealloc(NULL, v.set_mask * sizeof(int32_t));
+	memset(v.set, 0xff, v.set_mask * sizeof(int32_t));
+	v.set_mask--;
+	if ((bpe ? build_bpe : build_spm)(&v, nvocab, seed))
+		return 1;
+
+	/* metadata */
+	kv_str("general.architecture", "llama");
+	kv_str("general.name", "kvarena-random");
+	kv_u32("general.alignment", ALIGN);
+	kv_u32("general.file_type", type == GGML_F32 ? 0 : type == GGML_F16 ? 1 : 7);
+	kv_u32("llama.context_length", ctx);
+	kv_u32("llama.embedding_length", dim);
+	kv_u32("llama.block_count", layers);
+	kv_u32("llama.feed_forward_length", ffn);
+	kv_u32("llama.attention.head_count", heads);
+	kv_u32("llama.attention.head_count_kv", kvh);
+	kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	kv_f32("llama.rope.freq_base", rope_base);
+	kv_u32("llama.rope.dimension_count", dim / heads);
+	kv_u32("llama.vocab_size", nvocab);
+	kv_str("tokenizer.ggml.model", bpe ? "gpt2" : "llama");
+	if (bpe)
+		kv_str("tokenizer.ggml.pre", "default");
+	kv_key("tokenizer.ggml.tokens", GGUF_ARR);
+	put_u32(&meta, GGUF_STR);
+	put_u64(&meta, v.n);
+	for (i = 0; i < v.n; i++)
+		put_str(&meta, v.tok[i], strlen(v.tok[i]));
+	kv_key("tokenizer.ggml.scores", GGUF_ARR);
+	put_u32(&meta, GGUF_F32);
+	put_u64(&meta, v.n);
+	put(&meta, v.score, v.n * 4);
+	kv_key("tokenizer.ggml.token_type", GGUF_ARR);
+	put_u32(&meta, GGUF_I32);
+	put_u64(&meta, v.n);
+	put(&meta, v.type, v.n * 4);
+	if (bpe) {
+		kv_key("tokenizer.ggml.merges", GGUF_ARR);
+		put_u32(&meta, GGUF_STR);
+		put_u64(&meta, v.n_merge);
+		for (i = 0; i < v.n_merge; i++)
+			put_str(&meta, v.merge[i], strlen(v.merge[i]));
+	}
+	if (bpe) {
+		/* ids of the two specials learnt last before the fillers */
+		uint32_t b = 0, e = 0;
+		for (i = 0; i < v.n; i++) {
+			if (!strcmp(v.tok[i], "<|begin_of_text|>")) b = i;
+			if (!strcmp(v.tok[i], "<|end_of_text|>")) e = i;
+		}
+		kv_u32("tokenizer.ggml.bos_token_id", b);
+		kv_u32("tokenizer.ggml.eos_token_id", e);
+		kv_bool("tokenizer.ggml.add_bos_token", 1);
+	} else {
+		kv_u32("tokenizer.ggml.bos_token_id", 1);
+		kv_u32("tokenizer.ggml.eos_token_id", 2);
+		kv_u32("tokenizer.ggml.unknown_token_id", 0);
+		kv_bool("tokenizer.ggml.add_bos_token", 1);
+		kv_bool("tokenizer.ggml.add_eos_token", 0);
+	}
+
+	/* tensors */
+	ts = xrealloc(NULL, (3 + 9 * (size_t)layers) * sizeof(*ts));
+#define T2(nm, c0, c1, ty, in) do { struct tensor *t = &ts[nt++]; \
+		memset(t, 0, sizeof(*t)); snprintf(t->name, sizeof(t->name), "%s", nm); \
+		t->ne[0] = c0; t->ne[1] = c1; t->nd = (c1) != 0 ? 2 : 1; t->type = ty; \
+		t->init = in; } while (0)
+	T2("token_embd.weight", dim, nvocab, type, INIT_EMBD);
+	T2("output_norm.weight", dim, 0, GGML_F32, INIT_NORM);
+	if (!tied)
+		T2("output.weight", dim, nvocab, type, INIT_MAT);
+	for (l = 0; l < layers; l++) {
+		char nm[64];
+		uint32_t hd = dim / heads;
+#define L2(sfx, c0, c1, ty, in) do { snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, sfx); \
+		T2(nm, c0, c1, ty, in); } while (0)
+		L2("attn_norm", dim, 0, GGML_F32, INIT_NORM);
+		L2("attn_q", dim, heads * hd, type, INIT_MAT);
+		L2("attn_k", dim, kvh * hd, type, INIT_MAT);
+		L2("attn_v", dim, kvh * hd, type, INIT_MAT);
+		L2("attn_output", heads * hd, dim, type, INIT_MAT);
+		L2("ffn_norm", dim, 0, GGML_F32, INIT_NORM);
+		L2("ffn_gate", dim, ffn, type, INIT_MAT);
+		L2("ffn_up", dim, ffn, type, INIT_MAT);
+		L2("ffn_down", ffn, dim, type, INIT_MAT);
+	}
+	for (i = 0; i < nt; i++) {
+		if (ts[i].type == GGML_Q8_0 && ts[i].ne[0] % QK8_0) {
+			fprintf(stderr, "kva-mkmodel: %s: %llu columns not a multiple of 32\n",
+				ts[i].name, (unsigned long long)ts[i].ne[0]);
+			return 2;
+		}
+		ts[i].size = tsize(ts[i].type, ts[i].ne[0] * (ts[i].nd > 1 ? ts[i].ne[1] : 1));
+		ts[i].offset = off;
+		off += (ts[i].size + ALIGN - 1) / ALIGN * ALIGN;
+	}
+
+	put(&hdr, "GGUF", 4);
+	put_u32(&hdr, 3);
+	put_u64(&hdr, nt);
+	put_u64(&hdr, n_meta);
+	put(&hdr, meta.p, meta.n);
+	for (i = 0; i < nt; i++) {
+		uint32_t d;
+		put_str(&hdr, ts[i].name, strlen(ts[i].name));
+		put_u32(&hdr, ts[i].nd);
+		for (d = 0; d < ts[i].nd; d++)
+			put_u64(&hdr, ts[i].ne[d]);
+		put_u32(&hdr, ts[i].type);
+		put_u64(&hdr, ts[i].offset);
+	}
+	while (hdr.n % ALIGN)
+		put(&hdr, "", 1);
+
+	f = fopen(out, "wb");
+	if (!f) {
+		fprintf(stderr, "kva-mkmodel: %s: %s\n", out, strerror(errno));
+		return 1;
+	}
+	if (fwrite(hdr.p, 1, hdr.n, f) != hdr.n)
+		goto werr;
+	for (i = 0; i < nt; i++) {
+		static const char zeros[ALIGN];
+		uint64_t pad = (ALIGN - ts[i].size % ALIGN) % ALIGN;
+		if (write_tensor(f, &ts[i], seed, i) || fwrite(zeros, 1, pad, f) != pad)
+			goto werr;
+	}
+	if (fclose(f)) {
+		f = NULL;
+		goto werr;
+	}
+	printf("%s: llama dim %u layers %u heads %u/%u ffn %u vocab %u ctx %u %s %s%s, %.1f MB\n",
+	       out, dim, layers, heads, kvh, ffn, nvocab, ctx,
+	       type == GGML_F32 ? "f32" : type == GGML_F16 ? "f16" : "q8_0",
+	       bpe ? "bpe" : "spm", tied ? " tied" : "",
+	       (double)(hdr.n + off) / 1e6);
+	return 0;
+werr:
+	fprintf(stderr, "kva-mkmodel: writing %s failed\n", out);
+	if (f)
+		fclose(f);
+	remove(out);
+	return 1;
+}
