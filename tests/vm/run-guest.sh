@@ -218,6 +218,12 @@ n=0
 echo "KVA-DMESG-BEGIN"
 [ -n "$bad" ] && printf '%s\n' "$bad" | sed 's/^/KVA-DMESG| /'
 echo "KVA-DMESG-END count=$n"
+if [ "$n" -gt 0 ]; then
+	# quiet keeps warning-level lines (backtraces) off the console: dump it all.
+	echo "KVA-KLOG-BEGIN (full dmesg, last 400 lines)"
+	dmesg | tail -n 400 | sed 's/^/KVA-KLOG| /'
+	echo "KVA-KLOG-END"
+fi
 echo "KVA-GUEST-RC=$rc"
 sync
 poweroff -f
@@ -408,8 +414,8 @@ add_closure() {
 # do; other ELF interpreters (bash, ...) are copied with their libraries.
 add_interpreter() {
 	local f=$1 first interp arg
-	first=$(head -c 256 "$f" | head -n1)
-	[ "${first:0:2}" = "#!" ] || return 0
+	[ "$(head -c 2 "$f")" = "#!" ] || return 0
+	first=$(head -n1 "$f" | head -c 256)
 	read -r interp arg _ <<<"${first:2}"
 	if [ "$interp" = /usr/bin/env ] && [ -n "$arg" ]; then
 		"$BUSYBOX" --list | grep -qx "$arg" && return 0
@@ -580,7 +586,7 @@ if [ "$nbad" -gt 0 ]; then
 		say "warning: $KVER: kernel log has $nbad line(s) matching /$BAD_KLOG/ (allowed by --allow-warnings):"
 		printf '%s\n' "$bad" | sed "s/^/$ME:   dmesg: /" >&2
 	else
-		say "FAIL: $KVER: kernel log has $nbad line(s) matching /$BAD_KLOG/ (command exit $RC; serial log: $LOGHINT):"
+		say "FAIL: $KVER: kernel log has $nbad line(s) matching /$BAD_KLOG/ (command exit $RC; full dmesg in the serial log between KVA-KLOG-BEGIN/END: $LOGHINT):"
 		printf '%s\n' "$bad" | sed "s/^/$ME:   dmesg: /" >&2
 		[ "$RC" = 0 ] && exit 1
 		exit "$RC"
