@@ -420,10 +420,10 @@ static void heap_pop(struct cand_heap *h)
 static int spm_try(const struct kve_tokenizer *t, const char *w, struct sym *s,
 		   int left, struct cand_heap *h)
 {
-	int right = s[left].next;
+	int right;
 	int32_t id;
 
-	if (left < 0 || right < 0)
+	if (left < 0 || (right = s[left].next) < 0)
 		return 0;
 	id = lookup(t, w + s[left].off, s[left].len + s[right].len);
 	if (id < 0)

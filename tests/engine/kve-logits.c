@@ -9,6 +9,8 @@
  *                   [--prefill K] TOKEN...
  * --prefill K: prefill the first K tokens at once (logits of position K-1),
  *              then decode the rest.
+ *        kve-logits --tokenize MODEL FILE
+ * prints the token ids (no BOS) of each line of FILE, lines given in hex.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +18,40 @@
 #include <string.h>
 
 #include "tcheck.h"
+
+static int tokenize_file(const char *model, const char *file)
+{
+	char err[256], line[8192], text[4096];
+	int32_t ids[4096];
+	struct kve_model *m = kve_model_load(model, err, sizeof(err));
+	struct kve_tokenizer *t;
+	FILE *f;
+
+	if (!m || !(t = kve_tokenizer_create(m, err, sizeof(err)))) {
+		fprintf(stderr, "kve-logits: %s\n", err);
+		return 1;
+	}
+	f = fopen(file, "r");
+	if (!f)
+		return 1;
+	while (fgets(line, sizeof(line), f)) {
+		size_t n = 0, i;
+		unsigned v;
+		int k;
+
+		while (line[2 * n] && line[2 * n] != '\n' &&
+		       sscanf(line + 2 * n, "%2x", &v) == 1 && n < sizeof(text))
+			text[n++] = (char)v;
+		k = kve_tokenize(t, text, n, 0, ids, 4096);
+		for (i = 0; k > 0 && i < (size_t)k; i++)
+			printf(i ? " %d" : "%d", ids[i]);
+		printf("\n");
+	}
+	fclose(f);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -33,6 +69,8 @@ int main(int argc, char **argv)
 	FILE *f;
 	int a, rc;
 
+	if (argc == 4 && !strcmp(argv[1], "--tokenize"))
+		return tokenize_file(argv[2], argv[3]);
 	if (argc < 4) {
 		fprintf(stderr, "usage: kve-logits MODEL OUT [opts] TOKEN...\n");
 		return 2;

@@ -1,0 +1,312 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_engine.c - properties of the forward pass over paged KV, each
+ * checked bit for bit: scattered blocks vs one contiguous block, a shared
+ * prefix vs a private one, prefill-then-decode vs recomputing the whole
+ * sequence, a decode batch vs each session alone, 2 threads vs 1, prompt
+ * chunking; plus API error paths and sampling.
+ *
+ * usage: test_engine MODEL...
+ */
+#include <errno.h>
+#include <math.h>
+
+#include "tcheck.h"
+
+#define NTOK 40
+
+struct rig {
+	struct kve_model *m;
+	struct tpool tp;
+	struct kve_kv_pool kp;
+	struct kve_engine *e;
+	uint32_t vocab, bt;
+};
+
+static int rig_init(struct rig *r, struct kve_model *m, uint32_t bt,
+		    enum kve_kv_dtype dt, uint32_t nblocks, uint32_t threads,
+		    uint32_t chunk)
+{
+	struct kve_engine_params p = { threads, 8, chunk, 256 };
+	char err[256];
+
+	memset(r, 0, sizeof(*r));
+	r->m = m;
+	r->bt = bt;
+	r->vocab = kve_model_info(m)->vocab;
+	if (tpool_init(&r->tp, m, bt, dt, nblocks, &r->kp))
+		return -1;
+	r->e = kve_engine_create(m, &r->kp, &p, err, sizeof(err));
+	if (!r->e) {
+		printf("engine: %s\n", err);
+		return -1;
+	}
+	return 0;
+}
+
+static void rig_free(struct rig *r)
+{
+	kve_engine_free(r->e);
+	tpool_free(&r->tp);
+}
+
+/* Runs prefill(n_pre) then decodes the rest one by one, logging logits of
+ * every step into out ((1 + n - n_pre) x vocab). */
+static int run_seq(struct rig *r, struct kve_session *s, const int32_t *tok,
+		   uint32_t n, uint32_t n_pre, float *out)
+{
+	uint32_t i;
+	int rc = kve_prefill(r->e, s, tok, n_pre, out);
+
+	for (i = n_pre; i < n && !rc; i++) {
+		struct kve_session *sp = s;
+		out += r->vocab;
+		rc = kve_decode(r->e, &sp, &tok[i], 1, out);
+	}
+	return rc;
+}
+
+static void test_model(const char *path)
+{
+	char err[256];
+	struct kve_model *m = kve_model_load(path, err, sizeof(err));
+	const struct kve_model_info *in;
+	int32_t tok[NTOK];
+	uint32_t i, v, steps = NTOK - 20 + 1;
+	float *a, *b;
+	int d;
+
+	CHECK(m != NULL, "load %s %s", path, m ? "" : err);
+	if (!m)
+		return;
+	in = kve_model_info(m);
+	v = in->vocab;
+	for (i = 0; i < NTOK; i++)
+		tok[i] = (int32_t)((i * 7919u + 13) % v);
+	a = calloc((size_t)NTOK * v * 8, sizeof(float));
+	b = calloc((size_t)NTOK * v * 8, sizeof(float));
+
+	CHECK(kve_kv_block_bytes(m, 16, KVE_KV_F16) ==
+	      (size_t)in->n_layers * 2 * in->n_kv_heads * 16 * in->head_dim * 2,
+	      "block bytes = layers*2*kv_heads*tokens*head_dim*2 (%zu)",
+	      kve_kv_block_bytes(m, 16, KVE_KV_F16));
+
+	for (d = 0; d < 2; d++) {
+		enum kve_kv_dtype dt = d ? KVE_KV_F16 : KVE_KV_F32;
+		const char *dn = d ? "f16" : "f32";
+		struct rig rc, rp;
+		uint32_t tab_c[1] = { 0 }, tab_p[16];
+		struct kve_session sc = { tab_c, 1, 0 }, sp = { tab_p, 16, 0 };
+		int ok = 1;
+
+		/* contiguous: one 64-token block; paged: 4-token blocks in a
+		 * scrambled order */
+		if (rig_init(&rc, m, 64, dt, 1, 1, 0) || rig_init(&rp, m, 4, dt, 16, 1, 0))
+			return;
+		for (i = 0; i < 16; i++)
+			tab_p[i] = (i * 5 + 3) % 16;
+		ok &= !run_seq(&rc, &sc, tok, NTOK, 20, a);
+		ok &= !run_seq(&rp, &sp, tok, NTOK, 20, b);
+		CHECK(ok && !memcmp(a, b, (size_t)steps * v * 4),
+		      "%s kv %s: scattered 4-token blocks == one contiguous block (%u steps)",
+		      path, dn, steps);
+		for (i = 0; i < steps * v && isfinite(a[i]); i++)
+			;
+		CHECK(i == steps * v, "%s kv %s: all logits finite", path, dn);
+
+		/* prefill-then-decode == full recompute */
+		{
+			uint32_t t2[16];
+			struct kve_session s2 = { t2, 16, 0 };
+			for (i = 0; i < 16; i++)
+				t2[i] = i;
+			rig_free(&rp);
+			rig_init(&rp, m, 4, dt, 16, 1, 0);
+			ok = !kve_prefill(rp.e, &s2, tok, NTOK, b);
+			CHECK(ok && !memcmp(a + (size_t)(steps - 1) * v, b, (size_t)v * 4),
+			      "%s kv %s: prefill(39)+decode(1) == prefill(40)", path, dn);
+		}
+
+		/* shared prefix: B takes A's first 3 blocks (12 tokens) */
+		{
+			uint32_t ta[16], tb[16], tcopy[16];
+			struct kve_session sa = { ta, 16, 0 }, sb = { tb, 16, 0 },
+					   sx = { tcopy, 16, 0 };
+			int32_t tb_tok[24];
+			uint8_t *snap;
+			size_t bb = rp.tp.block_bytes;
+			struct rig rx;
+
+			rig_free(&rp);
+			rig_init(&rp, m, 4, dt, 16, 1, 0);
+			for (i = 0; i < 16; i++)
+				ta[i] = i;
+			ok = !kve_prefill(rp.e, &sa, tok, 20, a);
+			memcpy(tb, ta, 3 * sizeof(uint32_t));
+			for (i = 3; i < 16; i++)
+				tb[i] = 5 + i - 3;	/* A used blocks 0..4 */
+			sb.n_tokens = 12;
+			for (i = 0; i < 24; i++)
+				tb_tok[i] = i < 12 ? tok[i] : (int32_t)((i * 31u + 5) % v);
+			snap = malloc(5 * bb);
+			memcpy(snap, rp.tp.mem, 5 * bb);
+			ok &= !kve_prefill(rp.e, &sb, tb_tok + 12, 12, b);
+			CHECK(ok && !memcmp(snap, rp.tp.mem, 5 * bb),
+			      "%s kv %s: session sharing A's prefix blocks leaves them untouched",
+			      path, dn);
+			rig_init(&rx, m, 4, dt, 16, 1, 0);
+			for (i = 0; i < 16; i++)
+				tcopy[i] = 15 - i;
+			ok &= !kve_prefill(rx.e, &sx, tb_tok, 24, a);
+			CHECK(ok && !memcmp(a, b, (size_t)v * 4),
+			      "%s kv %s: shared-prefix session == private recompute", path, dn);
+			/* and A continues unaffected by B */
+			{
+				struct kve_session *sap = &sa;
+				float *c = a + v;
+				ok = !kve_decode(rp.e, &sap, &tok[20], 1, c);
+				rig_free(&rx);
+				rig_init(&rx, m, 4, dt, 16, 1, 0);
+				sx.n_tokens = 0;
+				ok &= !kve_prefill(rx.e, &sx, tok, 21, b);
+				CHECK(ok && !memcmp(c, b, (size_t)v * 4),
+				      "%s kv %s: donor session decodes as if alone", path, dn);
+			}
+			free(snap);
+			rig_free(&rx);
+		}
+		rig_free(&rc);
+		rig_free(&rp);
+	}
+
+	/* batch of 5 sessions with different lengths == each alone */
+	{
+		struct rig rb, r1;
+		uint32_t tabs[5][8], tabs1[5][8];
+		struct kve_session sb[5], s1[5], *ps[5];
+		int32_t next[5];
+		int ok = 1, same = 1, step;
+
+		rig_init(&rb, m, 4, KVE_KV_F16, 40, 1, 0);
+		rig_init(&r1, m, 4, KVE_KV_F16, 40, 1, 0);
+		for (i = 0; i < 5; i++) {
+			uint32_t j;
+			for (j = 0; j < 8; j++)
+				tabs[i][j] = tabs1[i][j] = i * 8 + j;
+			sb[i] = (struct kve_session){ tabs[i], 8, 0 };
+			s1[i] = (struct kve_session){ tabs1[i], 8, 0 };
+			ok &= !kve_prefill(rb.e, &sb[i], tok + i, 3 + 4 * i, a);
+			ok &= !kve_prefill(r1.e, &s1[i], tok + i, 3 + 4 * i, a);
+			ps[i] = &sb[i];
+			next[i] = tok[20 + i];
+		}
+		for (step = 0; step < 3; step++) {
+			ok &= !kve_decode(rb.e, ps, next, 5, a);
+			for (i = 0; i < 5; i++) {
+				struct kve_session *p1 = &s1[i];
+				ok &= !kve_decode(r1.e, &p1, &next[i], 1, b + (size_t)i * v);
+			}
+			same &= !memcmp(a, b, (size_t)5 * v * 4);
+			for (i = 0; i < 5; i++)
+				next[i] = kve_sample(&(struct kve_sampler){ 0 }, a + (size_t)i * v, v, NULL);
+		}
+		CHECK(ok && same, "%s: decode batch of 5 == each session alone (3 steps)", path);
+		rig_free(&rb);
+		rig_free(&r1);
+	}
+
+	/* two threads and small prefill chunks change nothing */
+	{
+		struct rig r1, r2, r3;
+		uint32_t t1[16], t2[16], t3[16];
+		struct kve_session s1 = { t1, 16, 0 }, s2 = { t2, 16, 0 }, s3 = { t3, 16, 0 };
+		float *c = a + (size_t)NTOK * v;
+		int ok;
+
+		for (i = 0; i < 16; i++)
+			t1[i] = t2[i] = t3[i] = i;
+		rig_init(&r1, m, 4, KVE_KV_F32, 16, 1, 0);
+		rig_init(&r2, m, 4, KVE_KV_F32, 16, 2, 0);
+		rig_init(&r3, m, 4, KVE_KV_F32, 16, 1, 7);
+		ok = !run_seq(&r1, &s1, tok, NTOK, 30, a);
+		ok &= !run_seq(&r2, &s2, tok, NTOK, 30, b);
+		ok &= !run_seq(&r3, &s3, tok, NTOK, 30, c);
+		CHECK(ok && !memcmp(a, b, (size_t)11 * v * 4), "%s: 2 threads == 1 thread", path);
+		CHECK(ok && !memcmp(a, c, (size_t)11 * v * 4),
+		      "%s: prefill in 7-token chunks == one pass", path);
+
+		/* error paths */
+		{
+			int32_t bad = (int32_t)v;
+			uint32_t small[1] = { 0 }, unknown[2] = { 0, 999 };
+			struct kve_session ss = { small, 1, 0 }, su = { unknown, 2, 0 };
+			struct kve_session *dup[2] = { &s1, &s1 };
+			int32_t two[2] = { 1, 2 };
+
+			CHECK(kve_prefill(r1.e, &s1, &bad, 1, a) == -EINVAL, "token >= vocab -> EINVAL");
+			CHECK(kve_prefill(r1.e, &ss, tok, 5, a) == -ENOSPC, "block table too short -> ENOSPC");
+			CHECK(ss.n_tokens == 0, "failed prefill leaves the session as it was");
+			CHECK(kve_prefill(r1.e, &su, tok, 5, a) == -EFAULT, "unknown block id -> EFAULT");
+			CHECK(kve_decode(r1.e, dup, two, 2, a) == -EINVAL, "same session twice in a batch -> EINVAL");
+			CHECK(kve_decode(r1.e, dup, two, 9, a) == -EINVAL, "batch above max_batch -> EINVAL");
+		}
+		rig_free(&r1);
+		rig_free(&r2);
+		rig_free(&r3);
+	}
+	free(a);
+	free(b);
+	kve_model_free(m);
+}
+
+static void test_sampling(void)
+{
+	float lg[6] = { 0.5f, 2.0f, 1.0f, -1.0f, 2.0f, 0.0f };
+	float three[3] = { 0, logf(2.0f), logf(7.0f) };	/* p = 0.1 0.2 0.7 */
+	void *scr = malloc(KVE_SAMPLE_SCRATCH(6));
+	struct kve_sampler g = { 0 }, s1 = { 1.0f, 0, 1.0f, kve_rng_seed(42) },
+			   s2 = { 1.0f, 0, 1.0f, kve_rng_seed(42) },
+			   s3 = { 1.0f, 0, 1.0f, kve_rng_seed(43) };
+	int i, same = 1, diff = 0, cnt[3] = { 0 }, topk_ok = 1, topp_ok = 1;
+
+	CHECK(kve_sample(&g, lg, 6, NULL) == 1, "greedy picks the first maximum");
+	for (i = 0; i < 200; i++) {
+		int32_t x = kve_sample(&s1, lg, 6, scr), y = kve_sample(&s2, lg, 6, scr);
+		same &= x == y;
+		diff |= x != kve_sample(&s3, lg, 6, scr);
+	}
+	CHECK(same, "same seed -> same token sequence");
+	CHECK(diff, "different seed -> different sequence");
+	{
+		struct kve_sampler st = { 1.0f, 0, 1.0f, kve_rng_seed(7) };
+		for (i = 0; i < 30000; i++)
+			cnt[kve_sample(&st, three, 3, scr)]++;
+	}
+	CHECK(fabs(cnt[0] / 30000.0 - 0.1) < 0.01 && fabs(cnt[1] / 30000.0 - 0.2) < 0.012 &&
+	      fabs(cnt[2] / 30000.0 - 0.7) < 0.012,
+	      "temperature 1 frequencies %.3f %.3f %.3f ~ 0.1 0.2 0.7",
+	      cnt[0] / 30000.0, cnt[1] / 30000.0, cnt[2] / 30000.0);
+	{
+		struct kve_sampler k2 = { 1.0f, 2, 1.0f, kve_rng_seed(9) },
+				   p5 = { 1.0f, 0, 0.5f, kve_rng_seed(9) };
+		for (i = 0; i < 2000; i++) {
+			int32_t x = kve_sample(&k2, three, 3, scr);
+			topk_ok &= x == 1 || x == 2;
+			topp_ok &= kve_sample(&p5, three, 3, scr) == 2;
+		}
+	}
+	CHECK(topk_ok, "top-k 2 never leaves the two most likely tokens");
+	CHECK(topp_ok, "top-p 0.5 keeps only the 0.7 token");
+	free(scr);
+}
+
+int main(int argc, char **argv)
+{
+	int i;
+
+	printf("# kernels: %s\n", kve_isa_name());
+	for (i = 1; i < argc; i++)
+		test_model(argv[i]);
+	test_sampling();
+	return tc_done();
+}
