@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install the Debian packages kvarena needs for a purpose, only those missing.
+# Usage: scripts/deps.sh build|check|demo|bench|all
+set -euo pipefail
+
+build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
+       libnl-genl-3-dev libbpf-dev libelf-dev zlib1g-dev bpftool clang llvm
+       systemtap-sdt-dev linux-headers-amd64 linux-headers-6.12-amd64)
+guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
+       linux-image-amd64 linux-image-6.12-amd64)
+check=(sparse linux-source-6.1 dkms valgrind python3-numpy)
+
+case "${1:-all}" in
+build) want=("${build[@]}") ;;
+demo) want=("${build[@]}" "${guest[@]}") ;;
+check | bench | all) want=("${build[@]}" "${guest[@]}" "${check[@]}") ;;
+*) echo "usage: $0 build|check|demo|bench|all" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+		missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: need root to install packages (or install them yourself)" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >/dev/null
+apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

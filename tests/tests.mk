@@ -1,0 +1,71 @@
+# Tests.  `make check` runs check-all: host suites (shared core, library)
+# under ASan/UBSan and valgrind, module style (checkpatch, sparse), the
+# in-guest suite on every guest kernel, dkms, and the engine's suite.
+
+TEST_CFLAGS := $(CFLAGS_COMMON) -O1
+KT_BIN := $(B)/tests/kmod/test_kmod
+KT_SRCS := $(sort $(wildcard tests/kmod/*.c))
+
+$(KT_BIN): $(KT_SRCS) tests/kmod/kt.h $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit -lpthread
+
+# Host suite for libkvarena (memfd backend), with sanitizers and without
+# (the latter for valgrind).
+LT_SRCS := $(sort $(wildcard tests/lib/*.c))
+LT_BIN := $(B)/tests/lib/test_lib
+LT_BIN_VG := $(B)/tests/lib/test_lib_vg
+LIB_ALL_SRCS := $(CORE_SRCS) $(LIB_SRCS)
+
+$(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $(SAN) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit -lpthread
+
+$(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit -lpthread
+
+.PHONY: tests check-all check-lib check-lib-valgrind check-style check-guest \
+	check-guest-% check-dkms
+tests: $(KT_BIN) $(LT_BIN)
+
+check-lib: $(LT_BIN)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(LT_BIN)
+
+check-lib-valgrind: $(LT_BIN_VG)
+	valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible \
+		--errors-for-leak-kinds=definite,indirect,possible --error-exitcode=9 \
+		--child-silent-after-fork=yes ./$(LT_BIN_VG)
+
+# Kernel style: checkpatch --strict (from Debian's linux-source-6.1) and
+# sparse (C=2) against every guest kernel's headers.
+CHECKPATCH := $(B)/tools/checkpatch/scripts/checkpatch.pl
+$(CHECKPATCH):
+	@mkdir -p $(B)/tools/checkpatch
+	tar -C $(B)/tools/checkpatch --strip-components=1 -xf \
+		$(lastword $(sort $(wildcard /usr/src/linux-source-6.1*.tar.xz))) \
+		--wildcards '*/scripts/checkpatch.pl' '*/scripts/spelling.txt' \
+		'*/scripts/const_structs.checkpatch'
+
+check-style: $(CHECKPATCH)
+	$(CHECKPATCH) --strict --no-tree --quiet --terse --show-types \
+		--ignore FILE_PATH_CHANGES,SPDX_LICENSE_TAG,LINUX_VERSION_CODE \
+		-f $(wildcard kmod/*.[ch] kmod/core/*.[ch]) include/uapi/linux/kvarena.h
+	@echo "checkpatch --strict: clean"
+	tests/kmod/sparse.sh $(GUEST_KERNELS)
+
+check-guest: modules-guest $(KT_BIN)
+	@for k in $(GUEST_KERNELS); do \
+		tests/kmod/run-suite.sh $$k || exit 1; done
+
+check-dkms:
+	tests/dkms/check-dkms.sh
+
+check-all:
+	$(MAKE) --no-print-directory check-core
+	$(MAKE) --no-print-directory check-lib
+	$(MAKE) --no-print-directory check-lib-valgrind
+	$(MAKE) --no-print-directory check-style
+	$(MAKE) --no-print-directory check-guest
+	$(MAKE) --no-print-directory check-dkms
+	$(MAKE) --no-print-directory check-engine
