@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kve-bench - times kvarena's engine on one GGUF file: prefill of a prompt,
+ * greedy decode, decode with a batch of sessions that share the prompt's
+ * blocks, and the memory read bandwidth of this machine (the decode
+ * roofline). Prints key=value lines for bench.sh. The prompt is the same
+ * token formula the llama.cpp driver uses, so argmax can be compared.
+ *
+ * usage: kve-bench MODEL [--threads N] [--prompt N] [--decode N] [--batch N]
+ *                  [--kv f16|f32] [--block N] [--no-bw]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvengine.h"
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct pool {
+	uint8_t *mem;
+	size_t bytes;
+	uint32_t n;
+};
+
+static void *block_ptr(void *ctx, uint32_t id)
+{
+	struct pool *p = ctx;
+
+	return id < p->n ? p->mem + (size_t)id * p->bytes : NULL;
+}
+
+__attribute__((target("avx2")))
+static double read_pass(const uint8_t *p, size_t n)
+{
+	__m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+	size_t i;
+	long long out[4];
+
+	for (i = 0; i + 128 <= n; i += 128) {
+		a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+		a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+		a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+		a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+	}
+	a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+	_mm256_storeu_si256((__m256i *)out, a0);
+	return (double)(out[0] + out[1] + out[2] + out[3]);
+}
+
+static volatile double bw_sink;	/* keeps the read passes alive */
+
+/* Best of 5 passes over 512 MiB, GB/s. */
+static double read_bandwidth(void)
+{
+	size_t n = 512u << 20;
+	uint8_t *p = aligned_alloc(64, n);
+	double best = 0;
+	int i;
+
+	if (!p)
+		return 0;
+	memset(p, 1, n);
+	for (i = 0; i < 5; i++) {
+		double t = now();
+		bw_sink += read_pass(p, n);
+		t = now() - t;
+		if (n / t / 1e9 > best)
+			best = n / t / 1e9;
+	}
+	free(p);
+	return best;
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+	uint32_t i, b = 0;
+
+	for (i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
+}
+
+int main(int argc, char **argv)
+{
+	uint32_t threads = 1, prompt = 128, ndec = 64, batch = 8, bt = 16, i, j;
+	enum kve_kv_dtype dt = KVE_KV_F16;
+	int bw = 1, a, rc;
+	char err[256];
+	struct kve_model *m;
+	const struct kve_model_info *in;
+	struct kve_engine *e;
+	struct kve_engine_params ep = { 0 };
+	struct kve_kv_pool kp;
+	struct pool pool;
+	int32_t *tok, next[64];
+	float *lg;
+	uint32_t per, ctx;
+	double t, t_pre, t_dec, t_bat;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: kve-bench MODEL [options]\n");
+		return 2;
+	}
+	for (a = 2; a < argc; a++) {
+		if (!strcmp(argv[a], "--threads") && a + 1 < argc) threads = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--prompt") && a + 1 < argc) prompt = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--decode") && a + 1 < argc) ndec = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--batch") && a + 1 < argc) batch = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--block") && a + 1 < argc) bt = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--kv") && a + 1 < argc)
+			dt = !strcmp(argv[++a], "f32") ? KVE_KV_F32 : KVE_KV_F16;
+		else if (!strcmp(argv[a], "--no-bw")) bw = 0;
+		else { fprintf(stderr, "kve-bench: unknown option %s\n", argv[a]); return 2; }
+	}
+	if (!batch || batch > 64 || !prompt || prompt % bt) {
+		fprintf(stderr, "kve-bench: batch 1..64, prompt a multiple of the block size\n");
+		return 2;
+	}
+	m = kve_model_load(argv[1], err, sizeof(err));
+	if (!m) {
+		fprintf(stderr, "kve-bench: %s\n", err);
+		return 1;
+	}
+	in = kve_model_info(m);
+	ctx = prompt + ndec + 1;
+	per = (ctx + bt - 1) / bt;
+	pool.bytes = kve_kv_block_bytes(m, bt, dt);
+	/* the prompt's blocks once, then private tails for each session */
+	pool.n = per + batch * per;
+	pool.mem = aligned_alloc(64, (pool.bytes * pool.n + 63) & ~(size_t)63);
+	if (!pool.mem)
+		return 1;
+	memset(pool.mem, 0, pool.bytes * pool.n);
+	kp = (struct kve_kv_pool){ &pool, block_ptr, bt, dt };
+	ep.n_threads = threads;
+	ep.max_batch = batch;
+	ep.max_chunk = prompt;
+	ep.max_ctx = ctx;
+	e = kve_engine_create(m, &kp, &ep, err, sizeof(err));
+	if (!e) {
+		fprintf(stderr, "kve-bench: %s\n", err);
+		return 1;
+	}
+	tok = malloc(sizeof(int32_t) * prompt);
+	lg = malloc(sizeof(float) * in->vocab * batch);
+	for (i = 0; i < prompt; i++)
+		tok[i] = (int32_t)((i * 7919u + 13) % in->vocab);
+
+	/* prefill (session 0 owns blocks 0..per-1) */
+	{
+		uint32_t *tab = malloc(sizeof(uint32_t) * per);
+		struct kve_session s = { tab, per, 0 }, *sp = &s;
+		for (i = 0; i < per; i++)
+			tab[i] = i;
+		t = now();
+		rc = kve_prefill(e, &s, tok, prompt, lg);
+		t_pre = now() - t;
+		if (rc) {
+			fprintf(stderr, "kve-bench: prefill: %s\n", strerror(-rc));
+			return 1;
+		}
+		printf("argmax=%d\n", argmax(lg, in->vocab));
+		next[0] = argmax(lg, in->vocab);
+		t = now();
+		for (i = 0; i < ndec; i++) {
+			rc = kve_decode(e, &sp, next, 1, lg);
+			if (rc)
+				return 1;
+			next[0] = argmax(lg, in->vocab);
+		}
+		t_dec = now() - t;
+
+		/* batch: sessions share the prompt's blocks, own their tails */
+		{
+			struct kve_session *ss = calloc(batch, sizeof(*ss));
+			struct kve_session **ps = calloc(batch, sizeof(*ps));
+			uint32_t steps = ndec / 2 ? ndec / 2 : 1;
+			for (j = 0; j < batch; j++) {
+				ss[j].block_table = malloc(sizeof(uint32_t) * per);
+				ss[j].n_blocks = per;
+				ss[j].n_tokens = prompt;
+				for (i = 0; i < per; i++)
+					ss[j].block_table[i] = i < prompt / bt ? i : per + j * per + i;
+				ps[j] = &ss[j];
+				next[j] = (int32_t)((tok[prompt - 1] + j) % in->vocab);
+			}
+			t = now();
+			for (i = 0; i < steps; i++) {
+				rc = kve_decode(e, ps, next, batch, lg);
+				if (rc) {
+					fprintf(stderr, "kve-bench: batch decode: %s\n", strerror(-rc));
+					return 1;
+				}
+				for (j = 0; j < batch; j++)
+					next[j] = argmax(lg + (size_t)j * in->vocab, in->vocab);
+			}
+			t_bat = (now() - t) / steps;
+		}
+		free(tab);
+	}
+	printf("isa=%s\nthreads=%u\nprefill_tps=%.1f\ndecode_tps=%.1f\nbatch=%u\nbatch_tps=%.1f\n",
+	       kve_isa_name(), threads, prompt / t_pre, ndec / t_dec, batch, batch / t_bat);
+	printf("weight_mb=%.1f\n", in->weight_bytes / 1e6);
+	if (bw) {
+		double gbs = read_bandwidth();
+		double roof = gbs * 1e9 / (double)in->weight_bytes;
+		printf("read_gbs=%.1f\nroofline_tps=%.1f\nroofline_pct=%.1f\n", gbs, roof,
+		       100.0 * (ndec / t_dec) / roof);
+	}
+	return 0;
+}
