@@ -195,6 +195,8 @@ def spm_encode(g, text):
     ids = {}
     for i, t in enumerate(toks):
         ids.setdefault(t, i)
+    if not text:        # no dummy prefix for empty text
+        return []
     w = b"\xe2\x96\x81" + text.replace(b" ", b"\xe2\x96\x81")
     syms = utf8_chars(w)
     while True:

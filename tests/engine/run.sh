@@ -1,0 +1,95 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# run.sh - `make check-engine`: generates small test models with
+# kva-mkmodel, runs the engine's unit tests (built with ASan+UBSan), the
+# numpy reference comparison and the GGUF fuzzer, and prints a closing
+# "N passed, N failed" line. Full output: build/engine/check.log.
+set -u
+B=build/engine
+M=$B/models
+T=$B/tests
+MK=build/bin/kva-mkmodel
+PY=${ENGINE_PY:-/usr/bin/python3}
+LOG=$B/check.log
+FUZZ=${ENGINE_FUZZ_ITERS:-4000}
+mkdir -p "$M"
+: > "$LOG"
+extra_fail=0
+
+gen() {	# gen NAME ARGS...: (re)build a model when the maker is newer
+	name=$1
+	shift
+	if [ ! -f "$M/$name" ] || [ "$MK" -nt "$M/$name" ]; then
+		"$MK" "$@" -o "$M/$name" >> "$LOG" || extra_fail=$((extra_fail + 1))
+	fi
+}
+
+# GQA shapes for the three weight types; an odd one (head_dim 12, dims
+# not multiples of 8) for the kernels' tails; tiny ones to fuzz.
+gen f32-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --seed 11
+gen f16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --tokenizer bpe --seed 12
+gen q8-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 13
+gen odd-f32.gguf --dim 72 --layers 2 --heads 6 --kv-heads 3 --ffn 100 --vocab 480 --ctx 128 --type f32 --rope-base 500000 --seed 14
+gen fz-q8.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 15
+gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
+
+run() {	# run LABEL CMD...: log everything, show failures and notes
+	label=$1
+	shift
+	echo "== $label" >> "$LOG"
+	out=$("$@" 2>&1)
+	rc=$?
+	printf '%s\n' "$out" >> "$LOG"
+	printf '%s\n' "$out" | grep -E '^(FAIL|#)' | sed "s/^/  /"
+	n_ok=$(printf '%s\n' "$out" | grep -c '^ok')
+	n_bad=$(printf '%s\n' "$out" | grep -c '^FAIL')
+	if [ $rc -ne 0 ] && [ "$n_bad" -eq 0 ]; then
+		echo "FAIL $label exited with status $rc" | tee -a "$LOG"
+		extra_fail=$((extra_fail + 1))
+	fi
+	printf '%-44s %4d ok %3d failed\n' "$label" "$n_ok" "$n_bad"
+}
+
+runref() {	# numpy lines are the interesting ones: always show them
+	label=$1
+	shift
+	echo "== $label" >> "$LOG"
+	out=$("$@" 2>&1)
+	printf '%s\n' "$out" >> "$LOG"
+	printf '%s\n' "$out" | sed "s/^/  /"
+	if ! printf '%s\n' "$out" | grep -q '^ok'; then
+		extra_fail=$((extra_fail + 1))
+	fi
+}
+
+echo "engine checks"
+run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf
+run "kernels vs double precision" $T/test_kernels
+run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf
+run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
+run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf
+run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf
+
+echo "numpy reference (float64; max abs error over 24 positions of logits):"
+BOUND=1e-4
+for m in f32-gqa f16-gqa q8-gqa odd-f32; do
+	runref "ref $m" "$PY" tests/engine/ref.py logits $M/$m.gguf $T/kve-logits --bound $BOUND
+done
+runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
+runref "ref c q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
+runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.gguf $T/kve-logits --bound $BOUND --block 1
+for m in f32-gqa f16-gqa; do
+	echo "== tokens $m" >> "$LOG"
+	out=$("$PY" tests/engine/ref.py tokens $M/$m.gguf $T/kve-logits 2>&1)
+	printf '%s\n' "$out" >> "$LOG"
+	printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
+	printf '%-44s %4d ok %3d failed\n' "tokenizer vs python ($m)" \
+		"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
+	printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
+done
+
+pass=$(grep -c '^ok' "$LOG")
+fail=$(( $(grep -c '^FAIL' "$LOG") + extra_fail ))
+echo "(full log: $LOG)"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_gguf.c - the GGUF reader and model loader on hand-made corrupt
+ * files: each must fail with an error naming the bad field, and a valid
+ * file must parse. Also model-level checks (missing tensor, bad shape,
+ * missing metadata) on a real model file edited in memory.
+ *
+ * usage: test_gguf MODEL
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <unistd.h>
+
+#include "engine_internal.h"
+#include "tcheck.h"
+
+struct w {
+	uint8_t b[4096];
+	size_t n;
+};
+
+static void p8(struct w *w, const void *d, size_t n) { memcpy(w->b + w->n, d, n); w->n += n; }
+static void u32(struct w *w, uint32_t v) { p8(w, &v, 4); }
+static void u64(struct w *w, uint64_t v) { p8(w, &v, 8); }
+static void str(struct w *w, const char *s) { u64(w, strlen(s)); p8(w, s, strlen(s)); }
+
+/* A small valid file: two keys, one F32 tensor [8,2] at offset 0. Field
+ * offsets are recorded so tests can corrupt them. */
+struct layout {
+	size_t version, n_tensors, n_kv, key_len, val_type, ndims, dim0, ttype, toff;
+};
+
+static void build(struct w *w, struct layout *L, uint32_t ttype, uint64_t ne0)
+{
+	w->n = 0;
+	p8(w, "GGUF", 4);
+	L->version = w->n; u32(w, 3);
+	L->n_tensors = w->n; u64(w, 1);
+	L->n_kv = w->n; u64(w, 2);
+	L->key_len = w->n; str(w, "general.architecture");
+	L->val_type = w->n; u32(w, GGUF_STR); str(w, "llama");
+	str(w, "x.list"); u32(w, GGUF_ARR); u32(w, GGUF_U32); u64(w, 3);
+	u32(w, 1); u32(w, 2); u32(w, 3);
+	str(w, "t0");
+	L->ndims = w->n; u32(w, 2);
+	L->dim0 = w->n; u64(w, ne0); u64(w, 2);
+	L->ttype = w->n; u32(w, ttype);
+	L->toff = w->n; u64(w, 0);
+	while (w->n % 32)
+		w->b[w->n++] = 0;
+	memset(w->b + w->n, 0, 8 * 2 * 4);
+	w->n += ttype == GGML_Q8_0 ? ne0 / 32 * 34 * 2 : ne0 * 2 * 4;
+}
+
+static void expect(const struct w *w, size_t len, const char *want, const char *what)
+{
+	struct gguf g;
+	char err[256] = "";
+	uint8_t *copy = malloc(len ? len : 1);
+	int rc;
+
+	memcpy(copy, w->b, len);	/* exact-size buffer: ASan sees overreads */
+	rc = gguf_open_mem(&g, copy, len, err, sizeof(err));
+	if (!rc)
+		gguf_close(&g);
+	CHECK(rc < 0 && strstr(err, want), "%s -> \"%s\"", what, err);
+	free(copy);
+}
+
+static void set64(struct w *w, size_t off, uint64_t v) { memcpy(w->b + off, &v, 8); }
+static void set32(struct w *w, size_t off, uint32_t v) { memcpy(w->b + off, &v, 4); }
+
+static void test_container(void)
+{
+	struct w w;
+	struct layout L;
+	struct gguf g;
+	char err[256];
+	size_t cut;
+	int bad = 0;
+
+	build(&w, &L, GGML_F32, 8);
+	CHECK(gguf_open_mem(&g, w.b, w.n, err, sizeof(err)) == 0, "valid file parses");
+	{
+		const struct gguf_tensor *t = gguf_find_tensor(&g, "t0");
+		const struct gguf_kv *kv = gguf_find_kv(&g, "x.list");
+		CHECK(t && t->ne[0] == 8 && t->ne[1] == 2 && t->size == 64, "tensor t0 [8,2] 64 bytes");
+		CHECK(kv && kv->arr_n == 3, "array key with 3 elements");
+		gguf_close(&g);
+	}
+	/* every truncation fails cleanly */
+	for (cut = 0; cut < w.n; cut++) {
+		uint8_t *c = malloc(cut ? cut : 1);
+		memcpy(c, w.b, cut);
+		if (!gguf_open_mem(&g, c, cut, err, sizeof(err))) {
+			gguf_close(&g);
+			bad++;
+		}
+		free(c);
+	}
+	CHECK(bad == 0, "all %zu truncations rejected", w.n);
+	expect(&w, 6, "truncated reading version", "cut inside version");
+	expect(&w, w.n - 4, "exceeds the data section", "cut inside tensor data");
+
+	build(&w, &L, GGML_F32, 8); memcpy(w.b, "GGUG", 4);
+	expect(&w, w.n, "bad magic", "wrong magic");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.version, 4);
+	expect(&w, w.n, "version 4", "version 4");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.n_tensors, 1ull << 40);
+	expect(&w, w.n, "tensor_count", "huge tensor_count");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.n_kv, 60000);
+	expect(&w, w.n, "metadata_kv_count", "kv count past the file");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.key_len, 1ull << 62);
+	expect(&w, w.n, "string length", "huge key length");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.val_type, 77);
+	expect(&w, w.n, "unknown value type 77", "unknown value type");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ndims, 5);
+	expect(&w, w.n, "n_dims 5", "5 dimensions");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 0);
+	expect(&w, w.n, "zero or too large", "zero dimension");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 60);
+	expect(&w, w.n, "zero or too large", "2^60 dimension");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 2);
+	expect(&w, w.n, "type 2 (Q4_0) not supported", "unsupported tensor type");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.toff, 3);
+	expect(&w, w.n, "not aligned", "misaligned tensor offset");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.toff, 1ull << 40);
+	expect(&w, w.n, "exceeds the data section", "offset past the end");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.toff, UINT64_MAX - 31);
+	expect(&w, w.n, "exceeds the data section", "offset near 2^64 (overflow)");
+	build(&w, &L, GGML_Q8_0, 48);
+	expect(&w, w.n, "not a multiple of the Q8_0 block", "Q8_0 row of 48");
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *p;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	p = malloc(n);
+	if (fread(p, 1, n, f) != (size_t)n) {
+		free(p);
+		p = NULL;
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return p;
+}
+
+static void edit_n(const uint8_t *orig, size_t len, const char *from,
+		   const char *to, size_t n, const char *want)
+{
+	uint8_t *c = malloc(len);
+	char err[256] = "";
+	struct kve_model *m;
+	size_t i;
+
+	memcpy(c, orig, len);
+	for (i = 0; i + n <= len; i++)
+		if (!memcmp(c + i, from, n)) {
+			memcpy(c + i, to, n);
+			break;
+		}
+	m = kve_model_load_mem(c, len, err, sizeof(err));
+	CHECK(!m && strstr(err, want), "model with '%s' -> '%s': \"%s\"", from, to, err);
+	kve_model_free(m);
+	free(c);
+}
+
+static void edit_and_expect(const uint8_t *orig, size_t len, const char *from,
+			    const char *to, const char *want)
+{
+	edit_n(orig, len, from, to, strlen(from), want);
+}
+
+static void test_model(const char *path)
+{
+	size_t len;
+	uint8_t *b = slurp(path, &len);
+	char err[256];
+	struct kve_model *m;
+
+	CHECK(b != NULL, "read %s", path);
+	if (!b)
+		return;
+	m = kve_model_load_mem(b, len, err, sizeof(err));
+	CHECK(m != NULL, "model loads from memory");
+	kve_model_free(m);
+	edit_and_expect(b, len, "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight",
+			"'blk.1.ffn_up.weight' is missing");
+	edit_and_expect(b, len, "llama.block_count", "llama.block_counx",
+			"llama.block_count is missing");
+	/* the first "llama" in the file is general.architecture's value */
+	edit_and_expect(b, len, "llama", "llamb", "architecture 'llamb' not supported");
+	/* head_count_kv 2 -> 4: attn_k no longer matches the metadata */
+	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x04", 18,
+	       "'blk.0.attn_k.weight' has shape");
+	m = kve_model_load("/nonexistent/model.gguf", err, sizeof(err));
+	CHECK(!m && strstr(err, "cannot open"), "missing file: \"%s\"", err);
+	{	/* a truncated file on disk */
+		char tmp[] = "/tmp/kve-trunc-XXXXXX";
+		int fd = mkstemp(tmp);
+		if (fd >= 0 && write(fd, b, len / 2) == (ssize_t)(len / 2)) {
+			m = kve_model_load(tmp, err, sizeof(err));
+			CHECK(!m && strstr(err, "exceeds"), "half a file on disk: \"%s\"", err);
+		}
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+	}
+	free(b);
+}
+
+int main(int argc, char **argv)
+{
+	test_container();
+	if (argc > 1)
+		test_model(argv[1]);
+	return tc_done();
+}

@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_kernels.c - every kernel set the CPU can run (portable C, AVX2,
+ * AVX-512) against a double-precision reference on awkward shapes, and the
+ * batch-invariance contract: a token's result is bit-identical whether it
+ * is computed alone, inside a batch, or inside a partial row range.
+ */
+#include <math.h>
+
+#include "engine_internal.h"
+#include "tcheck.h"
+
+static uint64_t rs = 12345;
+
+static float frand(void)
+{
+	rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rs >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+
+struct tm {
+	struct kve_mat m;
+	uint8_t *buf;
+	double *deq;	/* rows x cols */
+};
+
+static void make_mat(struct tm *t, uint32_t type, uint32_t rows, uint32_t cols)
+{
+	uint32_t r, c;
+
+	t->m.type = type;
+	t->m.rows = rows;
+	t->m.cols = cols;
+	t->m.row_bytes = type == GGML_F32 ? cols * 4 : type == GGML_F16 ? cols * 2 :
+			 cols / QK8_0 * Q8_0_BYTES;
+	t->buf = aligned_alloc(64, (t->m.row_bytes * rows + 63) & ~(size_t)63);
+	t->deq = malloc(sizeof(double) * rows * cols);
+	for (r = 0; r < rows; r++) {
+		uint8_t *row = t->buf + r * t->m.row_bytes;
+		float tmp[1024];
+		for (c = 0; c < cols; c++)
+			tmp[c] = frand();
+		for (c = 0; c < cols; c++) {
+			if (type == GGML_F32) {
+				memcpy(row + 4 * c, &tmp[c], 4);
+			} else if (type == GGML_F16) {
+				uint16_t h = kve_f32_to_f16(tmp[c]);
+				memcpy(row + 2 * c, &h, 2);
+			} else if (c % QK8_0 == 0) {
+				uint8_t *b = row + c / QK8_0 * Q8_0_BYTES;
+				uint16_t h = kve_f32_to_f16(1.0f / 127);
+				int j;
+				memcpy(b, &h, 2);
+				for (j = 0; j < QK8_0; j++)
+					b[2 + j] = (uint8_t)(int8_t)lrintf(tmp[c + j] * 127);
+			}
+		}
+		{
+			float out[1024];
+			t->m.data = t->buf;
+			kve_mat_row_f32(&t->m, r, out);
+			for (c = 0; c < cols; c++)
+				t->deq[(size_t)r * cols + c] = out[c];
+		}
+	}
+	t->m.data = t->buf;
+}
+
+static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
+		const struct kve_q8x *xq, int T, float *y, int r0, int r1)
+{
+	if (t->m.type == GGML_F32)
+		k->mm_f32(&t->m, x, T, y, (int)t->m.rows, r0, r1);
+	else if (t->m.type == GGML_F16)
+		k->mm_f16(&t->m, x, T, y, (int)t->m.rows, r0, r1);
+	else
+		k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1);
+}
+
+static void check_set(const struct kve_kernels *k)
+{
+	static const uint32_t types[3] = { GGML_F32, GGML_F16, GGML_Q8_0 };
+	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 72 }, { 9, 70 },
+					      { 40, 96 }, { 8, 256 }, { 3, 13 } };
+	int ti, si;
+
+	for (ti = 0; ti < 3; ti++) {
+		for (si = 0; si < 6; si++) {
+			uint32_t rows = shapes[si][0], cols = shapes[si][1];
+			const int T = 13;
+			struct tm t;
+			float *x, *y, *y1;
+			struct kve_q8x *xq;
+			double err = 0;
+			int tt, r, c, inv = 1;
+
+			if (types[ti] == GGML_Q8_0 && cols % QK8_0)
+				continue;
+			make_mat(&t, types[ti], rows, cols);
+			x = malloc(sizeof(float) * T * cols);
+			y = malloc(sizeof(float) * T * rows);
+			y1 = malloc(sizeof(float) * T * rows);
+			xq = malloc(sizeof(*xq) * T * (cols / QK8_0 + 1));
+			for (c = 0; c < T * (int)cols; c++)
+				x[c] = frand();
+			if (types[ti] == GGML_Q8_0)
+				for (tt = 0; tt < T; tt++)
+					kve_quantize_q8x(x + tt * cols, (int)cols, xq + tt * (cols / QK8_0));
+			run(k, &t, x, xq, T, y, 0, (int)rows);
+			for (tt = 0; tt < T; tt++) {
+				float xd[1024];
+				if (types[ti] == GGML_Q8_0) {	/* the quantised activations */
+					for (c = 0; c < (int)cols; c++)
+						xd[c] = xq[tt * (cols / QK8_0) + c / QK8_0].d *
+							xq[tt * (cols / QK8_0) + c / QK8_0].q[c % QK8_0];
+				} else {
+					memcpy(xd, x + tt * cols, cols * 4);
+				}
+				for (r = 0; r < (int)rows; r++) {
+					double s = 0;
+					for (c = 0; c < (int)cols; c++)
+						s += t.deq[(size_t)r * cols + c] * xd[c];
+					err = fmax(err, fabs(s - y[tt * rows + r]));
+				}
+			}
+			CHECK(err < 2e-5 * sqrt(cols) * 4, "%s %s [%u x %u] x 13 tokens: max error %.2g",
+			      k->name, ggml_type_name(types[ti]), rows, cols, err);
+			/* each token alone, and odd row ranges, give the same bits */
+			for (tt = 0; tt < T; tt++) {
+				run(k, &t, x + tt * cols, xq + tt * (cols / QK8_0), 1, y1, 0, (int)rows);
+				inv &= !memcmp(y1, y + tt * rows, rows * 4);
+			}
+			memset(y1, 0, sizeof(float) * T * rows);
+			for (r = 0; r < (int)rows; r += 5)
+				run(k, &t, x, xq, T, y1, r, r + 5 < (int)rows ? r + 5 : (int)rows);
+			inv &= !memcmp(y1, y, sizeof(float) * T * rows);
+			for (tt = 1; tt < T; tt += 4) {	/* batches of 1..4 tokens */
+				run(k, &t, x, xq, tt, y1, 0, (int)rows);
+				inv &= !memcmp(y1, y, sizeof(float) * tt * rows);
+			}
+			CHECK(inv, "%s %s [%u x %u]: alone == in batch == in row slices",
+			      k->name, ggml_type_name(types[ti]), rows, cols);
+			free(x);
+			free(y);
+			free(y1);
+			free(xq);
+			free(t.buf);
+			free(t.deq);
+		}
+	}
+	{	/* attention helpers */
+		float a[70], b[70], y[70], yr[70];
+		uint16_t h[70];
+		double s = 0, s16 = 0, e = 0;
+		int i;
+		for (i = 0; i < 70; i++) {
+			a[i] = frand();
+			b[i] = frand();
+			h[i] = kve_f32_to_f16(b[i]);
+			s += (double)a[i] * b[i];
+			s16 += (double)a[i] * kve_f16_to_f32(h[i]);
+			y[i] = yr[i] = a[i];
+		}
+		k->axpy_f32(y, 0.5f, b, 70);
+		for (i = 0; i < 70; i++)
+			e = fmax(e, fabs(y[i] - (yr[i] + 0.5 * b[i])));
+		CHECK(fabs(k->dot_f32(a, b, 70) - s) < 1e-5 && fabs(k->dot_f16(a, h, 70) - s16) < 1e-5 &&
+		      e < 1e-6, "%s dot/axpy f32/f16 on 70 values", k->name);
+	}
+}
+
+int main(void)
+{
+	int has2, has512;
+
+	__builtin_cpu_init();
+	has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	has512 = has2 && __builtin_cpu_supports("avx512f") &&
+		 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+	{	/* fp16 conversion: all 65536 halves round-trip */
+		uint32_t i, bad = 0;
+		for (i = 0; i < 65536; i++) {
+			float f = kve_f16_to_f32((uint16_t)i);
+			if (f == f && kve_f32_to_f16(f) != i)
+				bad++;
+		}
+		CHECK(bad == 0, "fp16 -> fp32 -> fp16 round trip of every half (%u bad)", bad);
+	}
+	check_set(&kve_kernels_c);
+	if (has2)
+		check_set(&kve_kernels_avx2);
+	else
+		printf("# skip avx2: CPU lacks it\n");
+	if (has512)
+		check_set(&kve_kernels_avx512);
+	else
+		printf("# skip avx512: CPU lacks it (those kernels are untested here)\n");
+	printf("# dispatch picked: %s\n", kve_isa_name());
+	return tc_done();
+}
