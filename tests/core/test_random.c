@@ -11,13 +11,15 @@
  * must be free in the model.  Times advance in whole microseconds, so idle
  * block-time is exact (sub-microsecond carry is tested in test_session.c).
  *
- * KVC_TEST_SEED=<n> picks the base seed, KVC_TEST_OPS=<n> the total number
- * of operations (default 200000).  A failure prints the seed to replay.
+ * KVC_TEST_SEED=<n> picks the base seed (=random: a fresh one), KVC_TEST_OPS
+ * the total number of operations (default 200000), KVC_TEST_STATS=1 prints
+ * how often each outcome occurred.  A failure prints the seed to replay.
  */
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "kvc_test.h"
 
@@ -58,8 +60,24 @@ struct model {
 	u32 ndead;
 };
 
+enum { OP_CREATE, OP_END, OP_STATE, OP_ALLOC, OP_FREE, OP_SHARE, OP_INFO,
+       OP_COUNT };
+static const char *const op_names[OP_COUNT] = {
+	"create", "end", "set_state", "alloc", "free", "share", "info",
+};
+/* Outcomes counted per operation, to prove the run covered them. */
+static const int outcomes[] = {
+	0, -ENOENT, -EINVAL, -ENOSPC, -EDQUOT, -EEXIST, -EALREADY,
+};
+#define NOUTCOMES	(sizeof(outcomes) / sizeof(outcomes[0]))
+
 struct run {
 	const char *name;
+	u64 base_seed;		/* KVC_TEST_SEED: this suite's seed - index */
+	unsigned long stats[OP_COUNT][NOUTCOMES + 1];	/* + other */
+	unsigned long clamped;		/* partial allocs that got fewer */
+	unsigned long ended_by_state;
+	u32 max_live;
 	u64 seed;
 	u64 rng;
 	unsigned long op;
@@ -100,20 +118,42 @@ static void fail(struct run *r, const char *fmt, ...)
 	if (r->failed)
 		return;
 	r->failed = true;
-	fprintf(stderr, "\n  random[%s]: seed %" PRIu64 " (KVC_TEST_SEED), "
-		"op %lu (%s): ", r->name, r->seed, r->op, r->what);
+	fprintf(stderr, "\n  random[%s]: seed %llu (replay: KVC_TEST_SEED=%llu), "
+		"op %lu (%s): ", r->name, (unsigned long long)r->seed,
+		(unsigned long long)r->base_seed, r->op, r->what);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
 }
 
+static void count(struct run *r, int op, int ret)
+{
+	size_t i;
+
+	for (i = 0; i < NOUTCOMES && outcomes[i] != ret; i++)
+		;
+	r->stats[op][i]++;
+}
+
+/* Small negative values print as errnos, the rest as unsigned. */
+static void expect_fail(struct run *r, const char *what, unsigned long long g,
+			unsigned long long w, int line)
+{
+	if ((long long)g < 0 && (long long)g > -4096 &&
+	    (long long)w <= 0 && (long long)w > -4096)
+		fail(r, "%s = %lld, model says %lld (line %d)", what,
+		     (long long)g, (long long)w, line);
+	else
+		fail(r, "%s = %llu, model says %llu (line %d)", what, g, w,
+		     line);
+}
+
 #define EXPECT_EQ(r, got, want)						\
 	do {								\
 		unsigned long long g_ = (got), w_ = (want);		\
 		if (g_ != w_)						\
-			fail(r, "%s = %llu, model says %llu (line %d)",	\
-			     #got, g_, w_, __LINE__);			\
+			expect_fail(r, #got, g_, w_, __LINE__);		\
 	} while (0)
 
 /* ---- the model ---- */
@@ -390,6 +430,7 @@ static void op_create(struct run *r)
 
 	r->what = "create";
 	ret = kvc_session_create(&r->a, cookie, r->now, &id);
+	count(r, OP_CREATE, ret);
 	if (m->nlive >= m->max_sessions) {
 		EXPECT_EQ(r, ret, -ENOSPC);
 		EXPECT_EQ(r, id, 0xdeadbeef);
@@ -418,6 +459,8 @@ static void op_create(struct run *r)
 	m->sess[i].state_since_ns = r->now;
 	m->sess[i].idle_since_ns = r->now;
 	m->nlive++;
+	if (m->nlive > r->max_live)
+		r->max_live = m->nlive;
 }
 
 static void op_end(struct run *r)
@@ -428,6 +471,7 @@ static void op_end(struct run *r)
 
 	r->what = "end";
 	ret = kvc_session_end(&r->a, id, r->now, &released);
+	count(r, OP_END, ret);
 	if (!ms) {
 		EXPECT_EQ(r, ret, -ENOENT);
 		return;
@@ -454,6 +498,7 @@ static void op_set_state(struct run *r)
 	}
 	ret = kvc_session_set_state(&r->a, id, state, tool, wait, r->now,
 				    &released);
+	count(r, OP_STATE, ret);
 	if (!ms)
 		want = -ENOENT;
 	else if (state >= KVA_STATE_COUNT)
@@ -472,6 +517,7 @@ static void op_set_state(struct run *r)
 		return;
 	}
 	if (state == KVA_STATE_ENDED) {
+		r->ended_by_state++;
 		EXPECT_EQ(r, released, m_end(&r->m, ms, r->now));
 		return;
 	}
@@ -505,6 +551,9 @@ static void op_alloc(struct run *r)
 		r->out[i] = 0xdeadbeef;
 	ret = kvc_blocks_alloc(&r->a, id, n, partial, quota, r->now, r->out,
 			       &done);
+	count(r, OP_ALLOC, ret);
+	if (!ret && done < n)
+		r->clamped++;
 	if (!ms) {
 		want = -ENOENT;
 	} else if (!n || n > KVA_MAX_BATCH) {
@@ -570,6 +619,7 @@ static void op_free(struct run *r)
 	if (chance(r, 3))
 		n = bad_count(r);
 	ret = kvc_blocks_free(&r->a, id, n, r->ids, r->now, &released);
+	count(r, OP_FREE, ret);
 	if (!ms) {
 		want = -ENOENT;
 	} else if (!n || n > KVA_MAX_BATCH) {
@@ -626,6 +676,7 @@ static void op_share(struct run *r)
 	if (chance(r, 3))
 		n = bad_count(r);
 	ret = kvc_blocks_share(&r->a, id, n, r->ids, r->now);
+	count(r, OP_SHARE, ret);
 	if (!ms) {
 		want = -ENOENT;
 	} else if (!n || n > KVA_MAX_BATCH) {
@@ -665,11 +716,15 @@ static void op_info(struct run *r)
 	struct kva_session_info info;
 
 	r->what = "info";
-	if (ms)
+	if (ms) {
+		count(r, OP_INFO, 0);
 		compare_info(r, ms);
-	else
-		EXPECT_EQ(r, kvc_session_info(&r->a, id, r->now, &info),
-			  -ENOENT);
+	} else {
+		int ret = kvc_session_info(&r->a, id, r->now, &info);
+
+		count(r, OP_INFO, ret);
+		EXPECT_EQ(r, ret, -ENOENT);
+	}
 }
 
 static void advance_time(struct run *r)
@@ -703,6 +758,70 @@ static const struct config configs[] = {
 	{ "large", 300, 40, 4096, 30 },
 };
 
+/* Outcomes every run of a non-trivial arena must have produced. */
+static const struct { int op; int ret; } required[] = {
+	{ OP_CREATE, 0 }, { OP_CREATE, -ENOSPC },
+	{ OP_END, 0 }, { OP_END, -ENOENT },
+	{ OP_STATE, 0 }, { OP_STATE, -ENOENT }, { OP_STATE, -EINVAL },
+	{ OP_STATE, -EALREADY },
+	{ OP_ALLOC, 0 }, { OP_ALLOC, -ENOENT }, { OP_ALLOC, -EINVAL },
+	{ OP_ALLOC, -ENOSPC }, { OP_ALLOC, -EDQUOT },
+	{ OP_FREE, 0 }, { OP_FREE, -ENOENT }, { OP_FREE, -EINVAL },
+	{ OP_SHARE, 0 }, { OP_SHARE, -ENOENT }, { OP_SHARE, -EINVAL },
+	{ OP_SHARE, -EEXIST },
+	{ OP_INFO, 0 }, { OP_INFO, -ENOENT },
+};
+
+static unsigned long stat_of(const struct run *r, int op, int ret)
+{
+	size_t i;
+
+	for (i = 0; i < NOUTCOMES && outcomes[i] != ret; i++)
+		;
+	return r->stats[op][i];
+}
+
+static void report(const struct run *r, bool verbose, bool require)
+{
+	static const char *const names[NOUTCOMES + 1] = {
+		"ok", "ENOENT", "EINVAL", "ENOSPC", "EDQUOT", "EEXIST",
+		"EALREADY", "other",
+	};
+	size_t op, i;
+
+	if (verbose) {
+		fprintf(stderr, "\n  random[%s] seed %llu: %lu ops, "
+			"max %u live, %lu clamped allocs, %lu ENDED by "
+			"set_state\n", r->name,
+			(unsigned long long)r->seed, r->op, r->max_live,
+			r->clamped, r->ended_by_state);
+		for (op = 0; op < OP_COUNT; op++) {
+			fprintf(stderr, "    %-10s", op_names[op]);
+			for (i = 0; i <= NOUTCOMES; i++)
+				if (r->stats[op][i])
+					fprintf(stderr, " %s:%lu", names[i],
+						r->stats[op][i]);
+			fputc('\n', stderr);
+		}
+	}
+	if (!require)
+		return;
+	for (i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
+		if (stat_of(r, required[i].op, required[i].ret))
+			continue;
+		fprintf(stderr, "\n  random[%s] seed %llu: %s never "
+			"returned %d\n", r->name,
+			(unsigned long long)r->seed,
+			op_names[required[i].op], required[i].ret);
+		CU_FAIL("an expected outcome never occurred");
+	}
+	CU_ASSERT(r->clamped > 0);
+	CU_ASSERT(r->ended_by_state > 0);
+	CU_ASSERT_EQUAL(r->max_live, r->m.max_sessions);
+	for (op = 0; op < OP_COUNT; op++)
+		CU_ASSERT_EQUAL(r->stats[op][NOUTCOMES], 0);	/* "other" */
+}
+
 static u64 env_u64(const char *name, u64 def)
 {
 	const char *v = getenv(name);
@@ -710,20 +829,46 @@ static u64 env_u64(const char *name, u64 def)
 	return v && *v ? strtoull(v, NULL, 0) : def;
 }
 
-static void run_config(const struct config *c, u64 seed, unsigned long ops)
+/* KVC_TEST_SEED=<n>, or =random for a fresh one (printed on failure). */
+static u64 base_seed(void)
+{
+	static u64 seed;
+	static bool chosen;
+	const char *v = getenv("KVC_TEST_SEED");
+
+	if (chosen)
+		return seed;
+	chosen = true;
+	if (v && !strcmp(v, "random")) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = (u64)ts.tv_sec * 1000000007ull ^ (u64)ts.tv_nsec ^
+		       ((u64)getpid() << 32);
+		fprintf(stderr, "\n  random: KVC_TEST_SEED=%llu\n",
+			(unsigned long long)seed);
+	} else {
+		seed = env_u64("KVC_TEST_SEED", DEFAULT_SEED);
+	}
+	return seed;
+}
+
+static void run_config(const struct config *c, u64 base_seed, u32 index,
+		       unsigned long ops)
 {
 	static struct run r;
 	void (*const opfn[])(struct run *) = {
 		op_create, op_end, op_set_state, op_alloc, op_free, op_share,
 		op_info,
 	};
-	static const u32 weight[] = { 10, 5, 20, 22, 20, 15, 8 };
+	static const u32 weight[OP_COUNT] = { 10, 5, 20, 22, 20, 15, 8 };
 	u32 i, p;
 
 	memset(&r, 0, sizeof(r));
 	r.name = c->name;
-	r.seed = seed;
-	r.rng = seed;
+	r.base_seed = base_seed;
+	r.seed = base_seed + index;
+	r.rng = r.seed;
 	r.what = "init";
 	r.now = 1000ull * below(&r, 1000000);
 	r.m.nblocks = c->nblocks;
@@ -745,18 +890,19 @@ static void run_config(const struct config *c, u64 seed, unsigned long ops)
 		compare_all(&r, true);
 	}
 	CU_ASSERT_FALSE(r.failed);
+	report(&r, getenv("KVC_TEST_STATS") != NULL,
+	       !r.failed && c->nblocks > 1 && ops >= 10000);
 	kvc_arena_destroy(&r.a);
 }
 
 static void run_named(const char *name)
 {
-	u64 seed = env_u64("KVC_TEST_SEED", DEFAULT_SEED);
 	unsigned long total = env_u64("KVC_TEST_OPS", DEFAULT_OPS);
-	size_t i;
+	u32 i;
 
 	for (i = 0; i < sizeof(configs) / sizeof(configs[0]); i++)
 		if (!strcmp(configs[i].name, name))
-			run_config(&configs[i], seed + i,
+			run_config(&configs[i], base_seed(), i,
 				   total / 100 * configs[i].share);
 }
 
