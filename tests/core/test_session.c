@@ -311,7 +311,7 @@ static void test_create_enomem(void)
 	before = kvc_calloc_calls();
 	id = kvc_new_session(&a, 16, 0);
 	calls = kvc_calloc_calls() - before;
-	CU_ASSERT_EQUAL(calls, 4);	/* slot[], gen[], free_slots[], session */
+	CU_ASSERT(calls >= 2);	/* today: slot[], gen[], free_slots[], session */
 	T_OK(kvc_session_end(&a, id, 0, &i));
 	kvc_arena_destroy(&a);
 
