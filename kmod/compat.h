@@ -9,7 +9,7 @@
 #include <linux/version.h>
 #include <linux/mm.h>
 
-#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 3, 0)
+#if KERNEL_VERSION(6, 3, 0) > LINUX_VERSION_CODE
 /* vm_flags became read-only outside these helpers in 6.3. */
 static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 {

@@ -6,6 +6,7 @@
 #ifndef KVA_H
 #define KVA_H
 
+#include <linux/bits.h>
 #include <linux/dma-buf.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
@@ -15,7 +16,7 @@
 #include "core/kvc_arena.h"
 
 #define KVA_PAGE_ORDER	(KVA_PAGE_SHIFT - PAGE_SHIFT)
-#define KVA_PAGES_PER_HUGE	(1U << KVA_PAGE_ORDER)
+#define KVA_PAGES_PER_HUGE	BIT(KVA_PAGE_ORDER)
 
 /* A tenant's KV quota; entries live until the module unloads. */
 struct kva_tenant_acct {

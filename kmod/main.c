@@ -29,6 +29,7 @@ unsigned int kva_max_sessions = 65536;
 module_param_named(max_sessions, kva_max_sessions, uint, 0444);
 MODULE_PARM_DESC(max_sessions, "Most live sessions per arena (default 65536)");
 
+/* The live arenas, for stats; each arena locks its own state. */
 DEFINE_MUTEX(kva_arenas_lock);
 LIST_HEAD(kva_arenas);
 atomic64_t kva_pinned_bytes = ATOMIC64_INIT(0);

@@ -13,9 +13,9 @@
 #include "kvc_pool.h"
 
 #define KVC_SLOT_BITS		20
-#define KVC_SLOT_MASK		((1U << KVC_SLOT_BITS) - 1)
+#define KVC_SLOT_MASK		0xfffffU	/* KVC_SLOT_BITS ones */
 #define KVC_MAX_SESSIONS	KVC_SLOT_MASK
-#define KVC_MAX_BLOCKS		(1U << 31)	/* bit 31 marks ids in checks */
+#define KVC_MAX_BLOCKS		0x80000000U	/* bit 31 marks ids in checks */
 
 struct kvc_session {
 	u32 id;

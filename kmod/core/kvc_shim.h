@@ -41,10 +41,10 @@ static inline u64 kvc_div_u64(u64 n, u32 d)
 #include <string.h>
 #include <linux/kvarena.h>
 
-typedef uint8_t u8;
-typedef uint16_t u16;
-typedef uint32_t u32;
-typedef uint64_t u64;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
 
 static inline void *kvc_zalloc(size_t bytes)
 {

@@ -76,6 +76,7 @@ struct kva_version {
 	__u32 max_sessions;		/* per arena */
 	__u32 pad;
 };
+
 #define KVA_VERSION_SIZE_VER0	56
 
 /*
@@ -103,6 +104,7 @@ struct kva_arena_create {
 	__u32 pad;
 	char name[KVA_NAME_LEN];
 };
+
 #define KVA_ARENA_CREATE_SIZE_VER0	72
 
 /*
@@ -130,6 +132,7 @@ struct kva_arena_info {
 	__u64 idle_block_us;		/* ended sessions' idle block-us */
 	char name[KVA_NAME_LEN];
 };
+
 #define KVA_ARENA_INFO_SIZE_VER0	120
 
 /*
@@ -145,6 +148,7 @@ struct kva_export {
 	__s32 fd;			/* out */
 	__u32 pad;
 };
+
 #define KVA_EXPORT_SIZE_VER0	16
 
 /*
@@ -166,6 +170,7 @@ struct kva_blocks {
 	__u32 done;			/* out */
 	__u32 pad;
 };
+
 #define KVA_BLOCKS_SIZE_VER0	32
 
 /*
@@ -198,6 +203,7 @@ struct kva_session_create {
 	__u32 session_id;		/* out */
 	__u32 pad;
 };
+
 #define KVA_SESSION_CREATE_SIZE_VER0	24
 
 struct kva_session_end {
@@ -206,6 +212,7 @@ struct kva_session_end {
 	__u32 session_id;
 	__u32 pad;
 };
+
 #define KVA_SESSION_END_SIZE_VER0	16
 
 /*
@@ -224,6 +231,7 @@ struct kva_session_state {
 	__u32 pad;
 	__u64 expected_wait_us;
 };
+
 #define KVA_SESSION_STATE_SIZE_VER0	32
 
 /*
@@ -249,6 +257,7 @@ struct kva_session_info {
 	__u64 idle_byte_sec;
 	__u64 state_ns[KVA_STATE_COUNT];	/* time spent per state */
 };
+
 #define KVA_SESSION_INFO_SIZE_VER0	120
 
 /*
@@ -265,6 +274,7 @@ struct kva_tenant {
 	__u64 quota_bytes;		/* in for SET_QUOTA, out for INFO */
 	__u64 used_bytes;		/* out */
 };
+
 #define KVA_TENANT_SIZE_VER0	32
 
 #define KVA_IOC_MAGIC		0xCA
