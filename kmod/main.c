@@ -25,9 +25,9 @@ static unsigned int max_arena_mb;
 module_param(max_arena_mb, uint, 0644);
 MODULE_PARM_DESC(max_arena_mb, "Cap on one arena, MiB (0 at load: max_pinned_mb)");
 
-unsigned int kva_max_sessions = 65536;
+unsigned int kva_max_sessions = KVC_MAX_SESSIONS;
 module_param_named(max_sessions, kva_max_sessions, uint, 0444);
-MODULE_PARM_DESC(max_sessions, "Most live sessions per arena (default 65536)");
+MODULE_PARM_DESC(max_sessions, "Most live sessions per arena (default and limit 65535)");
 
 /* The live arenas, for stats; each arena locks its own state. */
 DEFINE_MUTEX(kva_arenas_lock);

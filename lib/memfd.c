@@ -21,7 +21,7 @@
 
 #include "internal.h"
 
-#define KVA_MEMFD_MAX_SESSIONS	65536U
+#define KVA_MEMFD_MAX_SESSIONS	KVC_MAX_SESSIONS
 #define KVA_MPOL_BIND		2	/* <linux/mempolicy.h> MPOL_BIND */
 
 static uint64_t kva_memfd_cap(void)

@@ -12,8 +12,10 @@
 #include "kvc_shim.h"
 #include "kvc_pool.h"
 
-#define KVC_SLOT_BITS		20
-#define KVC_SLOT_MASK		0xfffffU	/* KVC_SLOT_BITS ones */
+/* A session id: 15 bits of generation above 16 bits of slot + 1. */
+#define KVC_SLOT_BITS		16
+#define KVC_SLOT_MASK		0xffffU		/* KVC_SLOT_BITS ones */
+#define KVC_GEN_MASK		0x7fffU		/* ids stay positive ints */
 #define KVC_MAX_SESSIONS	KVC_SLOT_MASK
 #define KVC_MAX_BLOCKS		0x80000000U	/* bit 31 marks ids in checks */
 
@@ -29,6 +31,7 @@ struct kvc_session {
 	u64 created_ns;
 	u64 state_since_ns;
 	u64 idle_settled_ns;		/* idle time integrated up to here */
+	u64 idle_rem_block_ns;		/* < 1000: carried block-ns */
 	u64 transitions;
 	u64 idle_block_us;		/* blocks held x us in IDLE/TOOL_WAIT */
 	u64 state_ns[KVA_STATE_COUNT];	/* closed intervals only */

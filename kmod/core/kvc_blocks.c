@@ -3,7 +3,8 @@
  * Block membership: allocating blocks into a session's block table, freeing
  * them, sharing allocated blocks into another session, and the invariant
  * check.  Each batch is validated completely before anything changes; bit 31
- * (KVC_MAX_BLOCKS) temporarily marks entries seen during validation.
+ * of a block's refcount (KVC_MARK) temporarily marks the batch's ids, so a
+ * batch costs O(batch + blocks held), whatever the sizes.
  */
 #include "kvc_arena.h"
 
@@ -58,62 +59,85 @@ int kvc_blocks_alloc(struct kvc_arena *a, u32 id, u32 n, bool partial,
 	return 0;
 }
 
-/* Index of block in the session's table, searching from the newest. */
-static int kvc_held_find(const struct kvc_session *s, u32 block)
+/*
+ * Mark the batch's ids in the refcount array (bit 31: refcounts never get
+ * there, one per session at most).  Fails on an id out of range (EINVAL),
+ * not allocated (ENOENT) or repeated (EINVAL); unmarks on failure.
+ */
+static int kvc_batch_mark(struct kvc_pool *pool, u32 n, const u32 *ids)
 {
-	u32 i = s->nheld;
+	u32 i;
+	int ret = 0;
 
-	while (i--)
-		if ((s->held[i] & ~KVC_MARK) == block)
-			return i;
-	return -1;
+	for (i = 0; i < n; i++) {
+		u32 b = ids[i];
+
+		if (!kvc_pool_valid(pool, b))
+			ret = -EINVAL;
+		else if (!pool->refcnt[b])
+			ret = -ENOENT;
+		else if (pool->refcnt[b] & KVC_MARK)
+			ret = -EINVAL;
+		if (ret)
+			break;
+		pool->refcnt[b] |= KVC_MARK;
+	}
+	if (ret)
+		while (i--)
+			pool->refcnt[ids[i]] &= ~KVC_MARK;
+	return ret;
 }
 
-static void kvc_held_unmark(struct kvc_session *s)
+static void kvc_batch_unmark(struct kvc_pool *pool, u32 n, const u32 *ids)
 {
 	u32 i;
 
+	for (i = 0; i < n; i++)
+		pool->refcnt[ids[i]] &= ~KVC_MARK;
+}
+
+/* How many of the session's blocks are marked: one pass, O(held). */
+static u32 kvc_held_marked(const struct kvc_session *s,
+			   const struct kvc_pool *pool)
+{
+	u32 i, n = 0;
+
 	for (i = 0; i < s->nheld; i++)
-		s->held[i] &= ~KVC_MARK;
+		n += !!(pool->refcnt[s->held[i]] & KVC_MARK);
+	return n;
 }
 
 int kvc_blocks_free(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
 		    u64 now, u32 *released)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
+	struct kvc_pool *pool = &a->pool;
 	u32 i, kept = 0, freed = 0;
-	int j, ret = 0;
+	int ret;
 
 	*released = 0;
 	if (!s)
 		return -ENOENT;
 	if (!n || n > KVA_MAX_BATCH)
 		return -EINVAL;
-	for (i = 0; i < n && !ret; i++) {
-		if (!kvc_pool_valid(&a->pool, ids[i])) {
-			ret = -EINVAL;
-			break;
-		}
-		j = kvc_held_find(s, ids[i]);
-		if (j < 0)
-			ret = -ENOENT;
-		else if (s->held[j] & KVC_MARK)
-			ret = -EINVAL;
-		else
-			s->held[j] |= KVC_MARK;
-	}
-	if (ret) {
-		kvc_held_unmark(s);
+	ret = kvc_batch_mark(pool, n, ids);
+	if (ret)
 		return ret;
+	/* A session holds a block at most once: all held iff n are found. */
+	if (kvc_held_marked(s, pool) != n) {
+		kvc_batch_unmark(pool, n, ids);
+		return -ENOENT;
 	}
 	kvc_session_settle(s, now);
 	for (i = 0; i < s->nheld; i++) {
 		u32 b = s->held[i];
 
-		if (b & KVC_MARK)
-			freed += kvc_pool_put(&a->pool, b & ~KVC_MARK);
-		else
+		if (pool->refcnt[b] & KVC_MARK) {
+			pool->refcnt[b] &= ~KVC_MARK;
+			freed += kvc_pool_put(pool, b);
+		} else {
 			s->held[kept++] = b;
+		}
 	}
 	s->nheld = kept;
 	*released = freed;
@@ -124,71 +148,99 @@ int kvc_blocks_share(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
 		     u64 now)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
-	u32 *ref = a->pool.refcnt;
+	struct kvc_pool *pool = &a->pool;
 	u32 i;
-	int ret = 0;
+	int ret;
 
 	if (!s)
 		return -ENOENT;
 	if (!n || n > KVA_MAX_BATCH)
 		return -EINVAL;
-	/* Refcounts never reach bit 31 (one per session): mark with it. */
-	for (i = 0; i < n; i++) {
-		u32 b = ids[i];
-
-		if (!kvc_pool_valid(&a->pool, b))
-			ret = -EINVAL;
-		else if (!ref[b])
-			ret = -ENOENT;
-		else if (ref[b] & KVC_MARK)
-			ret = -EINVAL;
-		else if (kvc_held_find(s, b) >= 0)
-			ret = -EEXIST;
-		if (ret)
-			break;
-		ref[b] |= KVC_MARK;
-	}
-	if (!ret)
-		ret = kvc_held_reserve(s, n);
-	while (i--)
-		ref[ids[i]] &= ~KVC_MARK;
+	ret = kvc_batch_mark(pool, n, ids);
+	if (ret)
+		return ret;
+	ret = kvc_held_marked(s, pool) ? -EEXIST : kvc_held_reserve(s, n);
+	kvc_batch_unmark(pool, n, ids);
 	if (ret)
 		return ret;
 	kvc_session_settle(s, now);
 	for (i = 0; i < n; i++) {
-		kvc_pool_get(&a->pool, ids[i]);
+		kvc_pool_get(pool, ids[i]);
 		s->held[s->nheld++] = ids[i];
 	}
 	return 0;
 }
 
+/* The slot table: free slots empty, distinct, and counted with the live. */
+static int kvc_slots_check(const struct kvc_arena *a)
+{
+	u8 *seen;
+	u32 i;
+	int ret = 0;
+
+	if (a->slots_used > a->nslots ||
+	    a->nfree_slots + a->nsessions != a->slots_used)
+		return -EUCLEAN;
+	seen = kvc_zalloc(a->slots_used + 1);
+	if (!seen)
+		return -ENOMEM;
+	for (i = 0; i < a->nfree_slots && !ret; i++) {
+		u32 slot = a->free_slots[i];
+
+		if (slot >= a->slots_used || a->slot[slot] || seen[slot])
+			ret = -EUCLEAN;
+		else
+			seen[slot] = 1;
+	}
+	kvc_free(seen);
+	return ret;
+}
+
 int kvc_arena_check(const struct kvc_arena *a)
 {
 	const struct kvc_pool *p = &a->pool;
+	u32 *refs, *last, i, cursor = 0, live = 0, used = 0;
 	struct kvc_session *s;
-	u32 *refs, i, cursor = 0, live = 0;
-	int ret = 0;
+	int ret;
 
+	ret = kvc_slots_check(a);
+	if (ret)
+		return ret;
 	refs = kvc_zalloc((size_t)p->nblocks * sizeof(u32));
-	if (!refs)
-		return -ENOMEM;
+	last = kvc_zalloc((size_t)p->nblocks * sizeof(u32));
+	if (!refs || !last) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	while ((s = kvc_session_next(a, &cursor))) {
+		u32 slot = (s->id & KVC_SLOT_MASK) - 1;
+
 		live++;
 		if (s->nheld > s->cap || s->state >= KVA_STATE_ENDED ||
-		    kvc_session_find(a, s->id) != s)
+		    kvc_session_find(a, s->id) != s ||
+		    (s->id >> KVC_SLOT_BITS) != (a->gen[slot] & KVC_GEN_MASK))
 			ret = -EUCLEAN;
+		/* Every held id in range, and held once by this session. */
 		for (i = 0; i < s->nheld && !ret; i++) {
-			if (s->held[i] >= p->nblocks)
+			u32 b = s->held[i];
+
+			if (b >= p->nblocks || last[b] == s->id)
 				ret = -EUCLEAN;
 			else
-				refs[s->held[i]]++;
+				refs[b]++;
+			if (!ret)
+				last[b] = s->id;
 		}
 	}
 	if (live != a->nsessions || p->nfree > p->nblocks)
 		ret = -EUCLEAN;
-	for (i = 0; i < p->nblocks && !ret; i++)
+	for (i = 0; i < p->nblocks && !ret; i++) {
 		if (refs[i] != p->refcnt[i])
 			ret = -EUCLEAN;
+		used += !!p->refcnt[i];
+	}
+	if (!ret && used + p->nfree != p->nblocks)
+		ret = -EUCLEAN;
 	/* Each free id exactly once, and only ids with no references. */
 	for (i = 0; i < p->nfree && !ret; i++) {
 		u32 b = p->free_ids[i];
@@ -198,10 +250,8 @@ int kvc_arena_check(const struct kvc_arena *a)
 		else
 			refs[b] = 1;
 	}
-	for (i = 0, cursor = 0; i < p->nblocks && !ret; i++)
-		cursor += p->refcnt[i] ? 1 : 0;
-	if (!ret && cursor + p->nfree != p->nblocks)
-		ret = -EUCLEAN;
+out:
 	kvc_free(refs);
+	kvc_free(last);
 	return ret;
 }

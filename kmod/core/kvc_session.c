@@ -6,8 +6,6 @@
  */
 #include "kvc_arena.h"
 
-#define KVC_GEN_BITS	11	/* ids stay below 2^31: positive as an int */
-
 int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
 		   u32 max_sessions)
 {
@@ -106,7 +104,7 @@ int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
 		return -ENOMEM;
 	slot = a->nfree_slots ? a->free_slots[--a->nfree_slots] :
 				a->slots_used++;
-	s->id = ((u32)(a->gen[slot] & ((1U << KVC_GEN_BITS) - 1)) <<
+	s->id = ((u32)(a->gen[slot] & KVC_GEN_MASK) <<
 		 KVC_SLOT_BITS) | (slot + 1);
 	s->state = KVA_STATE_IDLE;
 	s->cookie = cookie;
@@ -124,20 +122,26 @@ static bool kvc_state_is_idle(u32 state)
 	return state == KVA_STATE_IDLE || state == KVA_STATE_TOOL_WAIT;
 }
 
+/*
+ * Integrate blocks held x idle time since the last settle, exactly:
+ * idle_block_us is floor(sum(nheld * dt_ns) / 1000), with the sub-us
+ * remainder carried in block-ns at the block count it was earned at.
+ */
 void kvc_session_settle(struct kvc_session *s, u64 now)
 {
-	u64 us;
+	u64 dt, us, rem;
 
 	if (now <= s->idle_settled_ns)
 		return;
-	if (!kvc_state_is_idle(s->state)) {
-		s->idle_settled_ns = now;
+	dt = now - s->idle_settled_ns;
+	s->idle_settled_ns = now;
+	if (!kvc_state_is_idle(s->state) || !s->nheld)
 		return;
-	}
-	/* Advance by whole microseconds only, so no time is ever lost. */
-	us = kvc_div_u64(now - s->idle_settled_ns, 1000);
-	s->idle_block_us += us * s->nheld;
-	s->idle_settled_ns += us * 1000;
+	us = kvc_div_u64(dt, 1000);
+	/* (dt % 1000) * nheld < 2^42: no overflow. */
+	rem = s->idle_rem_block_ns + (dt - us * 1000) * s->nheld;
+	s->idle_block_us += us * s->nheld + kvc_div_u64(rem, 1000);
+	s->idle_rem_block_ns = rem - kvc_div_u64(rem, 1000) * 1000;
 }
 
 int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
@@ -145,6 +149,7 @@ int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
 	struct kvc_session *s = kvc_session_find(a, id);
 	u32 slot, i, n = 0;
 
+	*released = 0;
 	if (!s)
 		return -ENOENT;
 	kvc_session_settle(s, now);
