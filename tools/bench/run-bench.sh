@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# make bench [BENCH=name]: run benchmarks, print a table, and write every
+# figure to build/bench/results.tsv (name value unit peer peer_value ratio).
+# Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
+# kernel and on the host memfd backend), engine (CPU engine vs llama.cpp).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+all=(ioctl engine)
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=("${all[@]}")
+tsv=build/bench/results.tsv
+mkdir -p build/bench
+touch "$tsv"
+
+# Drop a benchmark's old rows (by name prefix) before it writes new ones.
+forget() {
+	local tmp
+	tmp=$(mktemp)
+	grep -vE "^($1)" "$tsv" >"$tmp" || true
+	mv "$tmp" "$tsv"
+}
+
+bench_ioctl() {
+	local secs=${BENCH_SECONDS:-2} k series
+	forget 'ioctl_alloc_free_'
+	build/bin/kva-bench-blocks -b memfd -t "$secs" -p ioctl_alloc_free \
+		-s host_memfd 1 64 | sed -n 's/^ROW\t//p' >>"$tsv"
+	tests/vm/kernels.sh | while read -r series k; do
+		tests/vm/run-guest.sh --kver "$k" --ko "build/kmod/$k/kvarena.ko" \
+			--bin build/bin/kva-bench-blocks --timeout 300 \
+			--log "build/bench/guest-$k.log" \
+			--cmd 'modprobe kvarena || exit 90' \
+			--cmd "kva-bench-blocks -b kernel -t $secs -p ioctl_alloc_free -s guest$series 1 64" \
+			>/dev/null 2>&1 || { echo "bench: guest $k failed (build/bench/guest-$k.log)" >&2; exit 1; }
+		tr -d '\r' <"build/bench/guest-$k.log" | sed -n 's/^ROW\t//p' >>"$tsv"
+	done
+}
+
+bench_engine() {
+	forget '(prefill|decode|argmax)_'
+	make --no-print-directory bench-engine
+}
+
+for b in "${want[@]}"; do
+	case $b in
+	ioctl) bench_ioctl ;;
+	engine) bench_engine ;;
+	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
+	esac
+done
+
+echo
+echo "== build/bench/results.tsv =="
+awk -F'\t' 'BEGIN { printf "%-44s %14s %-7s %-12s %14s %8s\n", "name", "value", "unit", "peer", "peer_value", "ratio" }
+	{ printf "%-44s %14s %-7s %-12s %14s %8s\n", $1, $2, $3, $4, $5, $6 }' "$tsv"
