@@ -231,6 +231,17 @@ INIT
 }
 
 INIT_TEXT=$(write_init)
+# Guest-kernel modules our --ko modules depend on are packed too.
+for ko in "${KOS[@]}"; do
+	[ -f "$ko" ] || die "--ko $ko: no such file"
+	deps=$(modinfo -F depends "$ko" 2>/dev/null) || die "--ko $ko: not a kernel module (modinfo failed)"
+	IFS=, read -r -a d <<<"$deps"
+	for m in "${d[@]}"; do
+		own=0
+		for k in "${KOS[@]}"; do [ "$(basename "$k" .ko)" = "$m" ] && own=1; done
+		[ "$own" = 1 ] || KMODS+=("$m")
+	done
+done
 MODLIST=$(resolve_kmods vgem "${KMODS[@]}") || exit 2
 mapfile -t MOD_RELS <<<"$MODLIST"
 [ -n "$MODLIST" ] || die "module resolution for $KVER produced nothing"
@@ -504,6 +515,7 @@ chmod 755 "$STAGE/opt/kva/run.sh"
 
 (cd "$STAGE" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet) >"$RUN/run.cpio"
 cat "$BASE/base.img" "$RUN/run.cpio" >"$RUN/initrd.img"
+exec 8>&- # done with the base: let other runs of this kernel prune or build
 T1=$(now)
 say "$KVER: initramfs ready in $(elapsed "$T0" "$T1")s (base $BASE_NOTE, $(($(stat -c %s "$RUN/initrd.img") / 1024)) KiB)${KONAMES[0]:+; modules in extra/: ${KONAMES[*]}}"
 
@@ -525,13 +537,34 @@ T2=$(now)
 set +e
 if [ "$SHELL_AFTER" = 1 ]; then
 	timeout --foreground -k 10 "$TIMEOUT" "${QEMU[@]}" 2>&1 | tee "$SERIAL"
+	QRC=${PIPESTATUS[0]}
 else
+	# timeout(1) runs qemu in a process group of its own, out of reach of a
+	# Ctrl-C or of a signal to our group: forward INT/TERM/HUP to it by pid.
+	# The pipeline runs in the background because bash runs traps only once
+	# a foreground command has finished, but interrupts `wait` at once.
+	# shellcheck disable=SC2317 # invoked by the trap
+	stop_guest() {
+		local p
+		p=$(cat "$RUN/qemu.pid" 2>/dev/null || true)
+		[ -n "$p" ] && kill -TERM "$p" 2>/dev/null
+		wait "$PIPE_PID" 2>/dev/null
+		say "interrupted: guest stopped"
+		exit 130
+	}
+	trap stop_guest INT TERM HUP
 	# Stream the console, minus the firmware's terminal escapes (screen clears).
-	timeout -k 10 "$TIMEOUT" "${QEMU[@]}" </dev/null 2>&1 | tee "$SERIAL" |
-		sed -u -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g'
-
+	(
+		timeout -k 10 "$TIMEOUT" "${QEMU[@]}" </dev/null 2>&1 &
+		echo $! >"$RUN/qemu.pid"
+		wait $!
+		echo $? >"$RUN/qemu.rc"
+	) | tee "$SERIAL" | sed -u -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' &
+	PIPE_PID=$!
+	wait "$PIPE_PID"
+	trap - INT TERM HUP
+	QRC=$(cat "$RUN/qemu.rc" 2>/dev/null || echo 255)
 fi
-QRC=${PIPESTATUS[0]}
 set -e
 echo # the guest's last console line has no newline
 T3=$(now)
