@@ -56,6 +56,7 @@ void kt_register_blocks(void);
 void kt_register_dmabuf(void);
 void kt_register_lifetime(void);
 void kt_register_stress(void);
+void kt_register_trace(void);
 void kt_register_module(void);
 
 #define KT_ADD(suite, fn) CU_add_test(suite, #fn, fn)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * kvarena in-guest suite runner.  Usage: test_kmod [suite...]
- * Suites: uapi blocks dmabuf lifetime stress module (default: all, in that
- * order; "module" reloads kvarena.ko, so it runs last).
+ * Suites: uapi blocks dmabuf lifetime trace stress module (default: all,
+ * in that order; "module" reloads kvarena.ko, so it runs last).
  */
 #include <CUnit/Basic.h>
 #include <stdlib.h>
@@ -18,6 +18,7 @@ static const struct {
 	{ "blocks", kt_register_blocks },
 	{ "dmabuf", kt_register_dmabuf },
 	{ "lifetime", kt_register_lifetime },
+	{ "trace", kt_register_trace },
 	{ "stress", kt_register_stress },
 	{ "module", kt_register_module },
 };
