@@ -14,6 +14,7 @@ PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 DESTDIR ?=
 
+.DEFAULT_GOAL := all
 B := build
 CC ?= gcc
 ifeq ($(origin CC),default)
@@ -122,7 +123,8 @@ install: lib tools module
 	ln -sf libkvarena.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvarena.so.$(SONAME_MAJOR)
 	ln -sf libkvarena.so.$(SONAME_MAJOR) $(DESTDIR)$(LIBDIR)/libkvarena.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 0644 $(LIB_PC) $(DESTDIR)$(LIBDIR)/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
 	install -m 0644 lib/kvarena.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
 	install -m 0755 $(TOOLS_BINS) $(DESTDIR)$(PREFIX)/bin/

@@ -136,8 +136,12 @@ static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg)
 		/* The caller cannot learn the ids: give the blocks back. */
 		mutex_lock(&arena->lock);
 		if (!kvc_blocks_free(&arena->core, arg.session_id, arg.done,
-				     ids, ktime_get_ns(), &released))
+				     ids, ktime_get_ns(), &released)) {
 			kva_uncharge(arena, released);
+			trace_kvarena_blocks(arena->id, arg.session_id,
+					     KVA_TRACE_FREE, arg.done, released,
+					     arena->core.pool.nfree);
+		}
 		mutex_unlock(&arena->lock);
 		ret = -EFAULT;
 		goto out;
@@ -159,6 +163,11 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 	ret = kva_blocks_in(uarg, &arg, &usize, &ids, false);
 	if (ret)
 		return ret;
+	/* Fail on an unwritable struct before acting, not after. */
+	if (put_user(0, &((struct kva_blocks __user *)uarg)->done)) {
+		kfree(ids);
+		return -EFAULT;
+	}
 	mutex_lock(&arena->lock);
 	if (share)
 		ret = kvc_blocks_share(&arena->core, arg.session_id, arg.count,
@@ -209,7 +218,13 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg)
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (ret) {
 		mutex_lock(&arena->lock);
-		kvc_session_end(&arena->core, arg.session_id, now, &released);
+		if (!kvc_session_end(&arena->core, arg.session_id, now,
+				     &released))
+			trace_kvarena_session_state(arena->id, arg.session_id,
+						    KVA_STATE_IDLE,
+						    KVA_STATE_ENDED, 0, 0, 0,
+						    arena->block_size,
+						    arg.cookie);
 		mutex_unlock(&arena->lock);
 		return ret;
 	}

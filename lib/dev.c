@@ -82,7 +82,7 @@ KVA_EXPORT const char *kva_dev_limits(const struct kva_dev *dev)
 		return "";
 	return "memfd backend: no dma-buf export, no device import, "
 	       "block/session state private to this process, quotas "
-	       "per process, memory pinned only if mlock is allowed";
+	       "per kva_dev handle, memory pinned only if mlock is allowed";
 }
 
 KVA_EXPORT int kva_version(struct kva_dev *dev, struct kva_version *out)

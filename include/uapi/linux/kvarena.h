@@ -16,8 +16,10 @@
  * caller is zero-extended, a longer one from a newer caller is accepted only
  * if the bytes the kernel does not know are zero (else -E2BIG).  A size below
  * the struct's first published version is -EINVAL; above KVA_STRUCT_MAX is
- * -E2BIG.  The size bits of the ioctl command number are ignored for the same
- * reason: `size` is the truth.  Output fields are written back up to the
+ * -E2BIG.  Only the type and number of an ioctl command are matched; its
+ * size and direction bits are ignored: `size` is the truth.  Every ioctl
+ * may also fail with EFAULT (unreadable or unwritable memory) and ENOTTY
+ * (a command this fd does not take).  Output fields are written back up to the
  * caller's `size`; their values on input are ignored.  Every `flags` bit
  * not defined is rejected with -EINVAL, as is every nonzero `pad` field.
  */
@@ -89,8 +91,9 @@ struct kva_version {
  * out: arena_id (module-wide, for stats and tracing), blocks_total.
  * ret: the new arena fd (O_CLOEXEC).
  * errors: EINVAL bad field; E2BIG bytes above max_arena_mb; ENOSPC the
- *      module's pinned cap would be exceeded; ENOMEM pages unavailable on
- *      the node; EINTR fatal signal while allocating; EMFILE no fd.
+ *      module's pinned cap would be exceeded, or the tenant table is full;
+ *      ENOMEM pages unavailable on the node; EINTR fatal signal while
+ *      allocating; EMFILE/ENFILE no fd.
  */
 struct kva_arena_create {
 	__u32 size;
@@ -157,7 +160,8 @@ struct kva_export {
  *      array of count entries), flags: KVA_ALLOC_PARTIAL accepts fewer.
  * out: ids[0..done), done; the return value is `done`.
  * errors: ENOENT no such session; ENOSPC not enough free blocks (and no
- *      KVA_ALLOC_PARTIAL, or none free); EDQUOT tenant quota; EFAULT.
+ *      KVA_ALLOC_PARTIAL, or none free); EDQUOT tenant quota; ENOMEM the
+ *      session's block table cannot grow; EINVAL count, flags or pad.
  * Without KVA_ALLOC_PARTIAL the call is all or nothing.
  */
 #define KVA_ALLOC_PARTIAL	(1U << 0)
@@ -194,7 +198,7 @@ struct kva_blocks {
  * errors: ENOSPC max_sessions reached.
  *
  * KVA_IOC_SESSION_END (arena fd): release every block, retire the id.
- * in:  session_id.  errors: ENOENT.
+ * in:  session_id.  errors: ENOENT; EINVAL flags or pad.
  */
 struct kva_session_create {
 	__u32 size;
