@@ -26,7 +26,7 @@ $(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit -lpthread
 
 .PHONY: tests check-all check-lib check-lib-valgrind check-style check-guest \
-	check-guest-% check-dkms
+	check-guest-% check-dkms check-install
 tests: $(KT_BIN) $(LT_BIN)
 
 check-lib: $(LT_BIN)
@@ -69,4 +69,19 @@ check-all:
 	$(MAKE) --no-print-directory check-style
 	$(MAKE) --no-print-directory check-guest
 	$(MAKE) --no-print-directory check-dkms
+	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-engine
+
+# make install into a scratch DESTDIR, then build and run a program against
+# it through pkg-config, as a user of the installed library would.
+INST := $(CURDIR)/$(B)/install-test
+check-install: lib tools module
+	rm -rf $(INST)
+	$(MAKE) --no-print-directory install DESTDIR=$(INST) PREFIX=/usr >/dev/null
+	$(CC) -std=c11 -Wall -Wextra -Werror tests/install/example.c -o $(INST)/example \
+		$$(PKG_CONFIG_PATH=$(INST)/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(INST) \
+		   pkg-config --cflags --libs kvarena)
+	LD_LIBRARY_PATH=$(INST)/usr/lib $(INST)/example
+	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
+	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
+	@echo "check-install: ok"
