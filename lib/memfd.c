@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "toolwait_usdt.h"
 
 #define KVA_MEMFD_MAX_SESSIONS	KVC_MAX_SESSIONS
 #define KVA_MPOL_BIND		2	/* <linux/mempolicy.h> MPOL_BIND */
@@ -295,6 +296,33 @@ static int kva_memfd_blocks(struct kva_arena *arena, unsigned int nr,
 	return (int)arg->done;
 }
 
+/*
+ * End a session or change its state; the kvarena:session_state USDT probe
+ * (lib/toolwait_usdt.h) sees what the module's tracepoint would.
+ */
+static int kva_memfd_transition(struct kva_arena *arena, uint32_t id,
+				bool end, uint32_t state, uint32_t tool_class,
+				uint64_t wait_us, uint64_t now,
+				uint32_t *released)
+{
+	const struct kvc_session *s = kvc_session_find(&arena->core, id);
+	uint32_t old = s ? s->state : 0, held = s ? s->nheld : 0;
+	uint64_t cookie = s ? s->cookie : 0;
+	int ret;
+
+	if (end)
+		ret = kvc_session_end(&arena->core, id, now, released);
+	else
+		ret = kvc_session_set_state(&arena->core, id, state, tool_class,
+					    wait_us, now, released);
+	if (!ret)
+		KVA_USDT_SESSION_STATE(arena->id, id, old,
+				       end ? KVA_STATE_ENDED : state,
+				       tool_class, wait_us, held,
+				       arena->block_size, cookie);
+	return ret;
+}
+
 static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 			     void *argp)
 {
@@ -309,6 +337,11 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 			return -EINVAL;
 		ret = kvc_session_create(&arena->core, arg->cookie, now,
 					 &arg->session_id);
+		if (!ret)
+			KVA_USDT_SESSION_STATE(arena->id, arg->session_id,
+					       KVA_STATE_ENDED, KVA_STATE_IDLE,
+					       0, 0, 0, arena->block_size,
+					       arg->cookie);
 		return ret ? ret : (int)arg->session_id;
 	}
 	if (nr == _IOC_NR(KVA_IOC_SESSION_END)) {
@@ -316,17 +349,17 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 
 		if (arg->flags || arg->pad)
 			return -EINVAL;
-		ret = kvc_session_end(&arena->core, arg->session_id, now,
-				      &released);
+		ret = kva_memfd_transition(arena, arg->session_id, true, 0, 0,
+					   0, now, &released);
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_SET_STATE)) {
 		struct kva_session_state *arg = argp;
 
 		if (arg->flags || arg->pad || arg->state >= KVA_STATE_COUNT)
 			return -EINVAL;
-		ret = kvc_session_set_state(&arena->core, arg->session_id,
-					    arg->state, arg->tool_class,
-					    arg->expected_wait_us, now,
-					    &released);
+		ret = kva_memfd_transition(arena, arg->session_id, false,
+					   arg->state, arg->tool_class,
+					   arg->expected_wait_us, now,
+					   &released);
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_INFO)) {
 		struct kva_session_info *arg = argp;
 
