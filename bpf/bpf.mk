@@ -54,7 +54,7 @@ TW_TEST_CFLAGS := $(CFLAGS_COMMON) -O1 $(TW_INC)
 
 $(TW_PREDICT_BIN): tests/toolwait/test_predict.c kmod/core/kvc_predict.c kmod/core/kvc_predict.h
 	@mkdir -p $(dir $@)
-	$(CC) $(TW_TEST_CFLAGS) $(SAN) tests/toolwait/test_predict.c kmod/core/kvc_predict.c -o $@
+	$(CC) $(TW_TEST_CFLAGS) $(SAN) tests/toolwait/test_predict.c kmod/core/kvc_predict.c -o $@ -lm
 
 # No ASan here: the binary also runs in the guests, where ASan's shadow
 # mappings do not fit the 1 GiB guest next to the arena; libbpf is fine
