@@ -32,6 +32,7 @@ struct kvc_session {
 	u64 state_since_ns;
 	u64 idle_settled_ns;		/* idle time integrated up to here */
 	u64 idle_rem_block_ns;		/* < 1000: carried block-ns */
+	u64 last_active_ns;		/* last state change or block op */
 	u64 transitions;
 	u64 idle_block_us;		/* blocks held x us in IDLE/TOOL_WAIT */
 	u64 state_ns[KVA_STATE_COUNT];	/* closed intervals only */
@@ -50,6 +51,13 @@ struct kvc_arena {
 	u32 *free_slots;
 	u64 sessions_ended;
 	u64 ended_idle_block_us;
+
+	/* Eviction (kvc_policy.c) */
+	u32 policy;			/* enum kva_policy */
+	u32 low_wm;
+	u32 high_wm;
+	u32 ttl_ms;
+	bool pressure_armed;
 };
 
 int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
@@ -95,6 +103,17 @@ u64 kvc_idle_byte_sec(u64 idle_block_us, u32 block_size);
 int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes);
 u32 kvc_arena_nblocks(u64 bytes, u32 block_size);
 int kvc_check_blocks(const struct kva_blocks *arg, bool alloc);
+
+/* kvc_policy.c: watermarks, the pressure trigger, victim ranking. */
+int kvc_policy_set(struct kvc_arena *a, u32 policy, u32 low_wm, u32 high_wm,
+		   u32 ttl_ms);
+/* After an allocation (failed: for lack of blocks): post PRESSURE now? */
+bool kvc_pressure_check(struct kvc_arena *a, bool failed);
+/* After blocks return, or the owner acknowledged: arm the trigger again. */
+void kvc_pressure_rearm(struct kvc_arena *a, bool acked);
+/* Rank up to max victims, best first; returns how many. */
+u32 kvc_rank_victims(const struct kvc_arena *a, u32 policy, u64 now,
+		     struct kva_victim *out, u32 max);
 
 /* Cross-check every invariant; 0 or -EUCLEAN (-ENOMEM if it cannot). */
 int kvc_arena_check(const struct kvc_arena *a);

@@ -52,6 +52,7 @@ int kvc_blocks_alloc(struct kvc_arena *a, u32 id, u32 n, bool partial,
 	if (ret)
 		return ret;
 	kvc_session_settle(s, now);
+	s->last_active_ns = now;
 	kvc_pool_alloc(&a->pool, n, s->held + s->nheld);
 	memcpy(ids, s->held + s->nheld, n * sizeof(u32));
 	s->nheld += n;
@@ -129,6 +130,7 @@ int kvc_blocks_free(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
 		return -ENOENT;
 	}
 	kvc_session_settle(s, now);
+	s->last_active_ns = now;
 	for (i = 0; i < s->nheld; i++) {
 		u32 b = s->held[i];
 
@@ -164,6 +166,7 @@ int kvc_blocks_share(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
 	if (ret)
 		return ret;
 	kvc_session_settle(s, now);
+	s->last_active_ns = now;
 	for (i = 0; i < n; i++) {
 		kvc_pool_get(pool, ids[i]);
 		s->held[s->nheld++] = ids[i];

@@ -9,13 +9,18 @@
 int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
 		   u32 max_sessions)
 {
+	int ret;
+
 	memset(a, 0, sizeof(*a));
 	if (!nblocks || nblocks >= KVC_MAX_BLOCKS || !block_size ||
 	    !max_sessions || max_sessions > KVC_MAX_SESSIONS)
 		return -EINVAL;
 	a->block_size = block_size;
 	a->max_sessions = max_sessions;
-	return kvc_pool_init(&a->pool, nblocks);
+	ret = kvc_pool_init(&a->pool, nblocks);
+	if (ret)
+		return ret;
+	return kvc_policy_set(a, KVA_POLICY_TOOLWAIT, 0, 0, 0);
 }
 
 static void kvc_session_free(struct kvc_session *s)
@@ -111,6 +116,7 @@ int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
 	s->created_ns = now;
 	s->state_since_ns = now;
 	s->idle_settled_ns = now;
+	s->last_active_ns = now;
 	a->slot[slot] = s;
 	a->nsessions++;
 	*id = s->id;
@@ -189,6 +195,7 @@ int kvc_session_set_state(struct kvc_arena *a, u32 id, u32 state,
 		s->state_ns[s->state] += now - s->state_since_ns;
 	s->state = state;
 	s->state_since_ns = now;
+	s->last_active_ns = now;
 	s->tool_class = tool_class;
 	s->expected_wait_us = expected_wait_us;
 	s->transitions++;

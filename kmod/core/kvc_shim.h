@@ -46,6 +46,8 @@ typedef __u16 u16;
 typedef __u32 u32;
 typedef __u64 u64;
 
+#define fallthrough __attribute__((__fallthrough__))
+
 static inline void *kvc_zalloc(size_t bytes)
 {
 	return calloc(1, bytes);

@@ -40,6 +40,10 @@
 #define KVA_FEAT_TENANT_QUOTA	(1ULL << 4)	/* KVA_IOC_TENANT_* */
 #define KVA_FEAT_NUMA		(1ULL << 5)	/* arena placement by node */
 #define KVA_FEAT_TRACEPOINTS	(1ULL << 6)	/* events under kvarena: */
+#define KVA_FEAT_URING_CMD	(1ULL << 7)	/* IORING_OP_URING_CMD ops */
+#define KVA_FEAT_EVENTS		(1ULL << 8)	/* KVA_URING_WAIT_EVENT */
+#define KVA_FEAT_EVICTION	(1ULL << 9)	/* policies, watermarks, victims */
+#define KVA_FEAT_NETLINK	(1ULL << 10)	/* generic netlink "kvarena" */
 
 /* Limits. */
 #define KVA_PAGE_SHIFT		21		/* arenas are made of 2 MiB pages */
@@ -60,6 +64,24 @@ enum kva_state {
 	KVA_STATE_ENDED		= 4,	/* blocks released, id retired */
 	KVA_STATE_COUNT
 };
+
+/*
+ * Eviction policies: how an arena ranks victim sessions when free blocks
+ * run low.  The kernel only ranks and tells; the owner spills and frees.
+ *  TOOLWAIT: sessions in TOOL_WAIT by expected remaining wait x blocks
+ *            held, then IDLE sessions by time idle.  Never PREFILL/DECODE.
+ *  LRU:      IDLE and TOOL_WAIT sessions by time since last activity.
+ *  TTL:      as LRU, but only sessions inactive for at least ttl_ms.
+ * Sessions holding no blocks are never victims; ties go to the lower id.
+ */
+enum kva_policy {
+	KVA_POLICY_TOOLWAIT	= 0,
+	KVA_POLICY_LRU		= 1,
+	KVA_POLICY_TTL		= 2,
+	KVA_POLICY_COUNT
+};
+
+#define KVA_TTL_DEFAULT_MS	30000U
 
 /*
  * KVA_IOC_VERSION (/dev/kvarena): query the API version, features and caps.
@@ -106,9 +128,15 @@ struct kva_arena_create {
 	__u32 blocks_total;		/* out */
 	__u32 pad;
 	char name[KVA_NAME_LEN];
+	/* VER1: eviction (0 everywhere: the defaults) */
+	__u32 policy;			/* enum kva_policy */
+	__u32 low_wm;			/* free blocks; 0: blocks_total / 8 */
+	__u32 high_wm;			/* re-arm level; 0: 2 x low_wm */
+	__u32 ttl_ms;			/* KVA_POLICY_TTL; 0: 30 s */
 };
 
 #define KVA_ARENA_CREATE_SIZE_VER0	72
+#define KVA_ARENA_CREATE_SIZE_VER1	88
 
 /*
  * KVA_IOC_ARENA_INFO (arena fd): describe the arena.
@@ -134,9 +162,18 @@ struct kva_arena_info {
 	__u64 sessions_ended;
 	__u64 idle_block_us;		/* ended sessions' idle block-us */
 	char name[KVA_NAME_LEN];
+	/* VER1 */
+	__u32 policy;
+	__u32 low_wm;
+	__u32 high_wm;
+	__u32 ttl_ms;
+	__u64 events_posted;
+	__u64 events_dropped;		/* queue full: nobody waiting */
+	__u64 uring_eagain;		/* non-blocking issues deferred */
 };
 
 #define KVA_ARENA_INFO_SIZE_VER0	120
+#define KVA_ARENA_INFO_SIZE_VER1	160
 
 /*
  * KVA_IOC_EXPORT_DMABUF (arena fd): a dma-buf fd for the arena's memory.
@@ -281,6 +318,108 @@ struct kva_tenant {
 
 #define KVA_TENANT_SIZE_VER0	32
 
+/*
+ * KVA_IOC_ARENA_SET_POLICY (arena fd): change policy and watermarks.
+ * in:  policy, low_wm, high_wm, ttl_ms (0: defaults as at creation)
+ * errors: EINVAL unknown policy, low_wm > high_wm, high_wm > blocks_total.
+ */
+struct kva_policy_set {
+	__u32 size;
+	__u32 flags;
+	__u32 policy;
+	__u32 low_wm;
+	__u32 high_wm;
+	__u32 ttl_ms;
+};
+
+#define KVA_POLICY_SET_SIZE_VER0	24
+
+/* One ranked victim session. */
+struct kva_victim {
+	__u32 session_id;
+	__u32 state;
+	__u32 blocks_held;
+	__u32 tool_class;
+	__u64 score;			/* policy-specific, larger goes first */
+	__u64 idle_ns;			/* time since last activity */
+};
+
+/*
+ * KVA_IOC_ARENA_VICTIMS (arena fd): rank victims now.
+ * in:  max (1..KVA_MAX_VICTIMS), victims (user pointer to max entries),
+ *      policy (KVA_POLICY_ARENA: the arena's own, else one to compare).
+ * out: count, victims[0..count), best first.  The return value is count.
+ */
+#define KVA_MAX_VICTIMS		256U
+#define KVA_POLICY_ARENA	0xffffffffU
+struct kva_victims {
+	__u32 size;
+	__u32 flags;
+	__u32 max;
+	__u32 count;			/* out */
+	__u64 victims;			/* struct kva_victim __user * */
+	__u32 policy;
+	__u32 pad;
+};
+
+#define KVA_VICTIMS_SIZE_VER0	32
+
+/*
+ * Events, delivered by KVA_URING_WAIT_EVENT (a parked io_uring command on
+ * the arena fd, completed when the arena needs its owner's attention).
+ *  PRESSURE:      free blocks fell below low_wm (or an allocation failed
+ *                 for lack of blocks); victims ranked by the policy.  Not
+ *                 posted again until acknowledged (ack_seq) or free blocks
+ *                 rise back to high_wm.
+ *  QUOTA:         an allocation failed with EDQUOT (tenant_id, session_id,
+ *                 requested).
+ *  SESSION_ENDED: a session ended (pid: the process that ended it).
+ * Up to KVA_EVENT_QUEUE events wait for a command; beyond that they are
+ * counted in `dropped` of the next event delivered.
+ */
+enum kva_event_type {
+	KVA_EVENT_PRESSURE	= 1,
+	KVA_EVENT_QUOTA		= 2,
+	KVA_EVENT_SESSION_ENDED	= 3,
+};
+
+#define KVA_EVENT_MAX_VICTIMS	8
+#define KVA_EVENT_QUEUE		64
+struct kva_event {
+	__u32 size;			/* in: sizeof as the caller knows it */
+	__u32 type;			/* enum kva_event_type */
+	__u64 seq;			/* per arena, from 1 */
+	__u64 time_ns;			/* CLOCK_MONOTONIC */
+	__u32 arena_id;
+	__u32 session_id;
+	__u32 tenant_id;
+	__u32 blocks_free;
+	__u32 low_wm;
+	__u32 requested;
+	__u32 pid;
+	__u32 nvictims;
+	__u64 dropped;
+	struct kva_victim victims[KVA_EVENT_MAX_VICTIMS];
+};
+
+#define KVA_EVENT_SIZE_VER0	320
+
+/*
+ * io_uring: IORING_OP_URING_CMD on an arena fd, sqe->cmd_op one of the
+ * arena ioctl numbers below (not EXPORT_DMABUF) or KVA_URING_WAIT_EVENT,
+ * and this 16-byte payload in sqe->cmd (fits a plain 64-byte SQE).  The
+ * op reads and writes the same struct as its ioctl twin, through `arg`;
+ * cqe->res is what the ioctl would return (or -errno).
+ * KVA_URING_WAIT_EVENT: `arg` points to a struct kva_event; ack_seq
+ * acknowledges the last event handled (0: none).  cqe->res is the event
+ * type, or -ECANCELED when the command is cancelled (ring closed, arena
+ * fd closed by the submitting process, process exit).
+ */
+struct kva_uring_cmd {
+	__u64 arg;			/* user pointer to the op's struct */
+	__u64 ack_seq;
+};
+
 #define KVA_IOC_MAGIC		0xCA
 
 /* /dev/kvarena */
@@ -299,5 +438,10 @@ struct kva_tenant {
 #define KVA_IOC_SESSION_END	_IOW(KVA_IOC_MAGIC, 0x16, struct kva_session_end)
 #define KVA_IOC_SESSION_SET_STATE _IOW(KVA_IOC_MAGIC, 0x17, struct kva_session_state)
 #define KVA_IOC_SESSION_INFO	_IOWR(KVA_IOC_MAGIC, 0x18, struct kva_session_info)
+#define KVA_IOC_ARENA_SET_POLICY _IOW(KVA_IOC_MAGIC, 0x19, struct kva_policy_set)
+#define KVA_IOC_ARENA_VICTIMS	_IOWR(KVA_IOC_MAGIC, 0x1a, struct kva_victims)
+
+/* io_uring only */
+#define KVA_URING_WAIT_EVENT	_IOWR(KVA_IOC_MAGIC, 0x20, struct kva_event)
 
 #endif /* _UAPI_LINUX_KVARENA_H */

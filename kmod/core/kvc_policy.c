@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Eviction policy: the arena's watermarks, the pressure trigger (one event
+ * per episode, re-armed by an acknowledgement or by free blocks climbing
+ * back to the high watermark), and victim ranking under the three
+ * policies described in the UAPI header.  Ranking keeps the best `max`
+ * candidates in a sorted array: O(sessions x max), no allocation.
+ */
+#include "kvc_arena.h"
+
+int kvc_policy_set(struct kvc_arena *a, u32 policy, u32 low_wm, u32 high_wm,
+		   u32 ttl_ms)
+{
+	u32 n = a->pool.nblocks;
+
+	if (policy >= KVA_POLICY_COUNT)
+		return -EINVAL;
+	if (!low_wm)
+		low_wm = n / 8;
+	if (!high_wm)
+		high_wm = low_wm * 2 < n ? low_wm * 2 : n;
+	if (low_wm > high_wm || high_wm > n)
+		return -EINVAL;
+	a->policy = policy;
+	a->low_wm = low_wm;
+	a->high_wm = high_wm;
+	a->ttl_ms = ttl_ms ? ttl_ms : KVA_TTL_DEFAULT_MS;
+	a->pressure_armed = a->pool.nfree >= low_wm;
+	return 0;
+}
+
+bool kvc_pressure_check(struct kvc_arena *a, bool failed)
+{
+	if (!a->pressure_armed || (!failed && a->pool.nfree >= a->low_wm))
+		return false;
+	a->pressure_armed = false;
+	return true;
+}
+
+void kvc_pressure_rearm(struct kvc_arena *a, bool acked)
+{
+	if (acked || a->pool.nfree >= a->high_wm)
+		a->pressure_armed = true;
+}
+
+static u64 kvc_sat_mul(u64 x, u32 y)
+{
+	if (y && x > ~0ULL / y)
+		return ~0ULL;
+	return x * y;
+}
+
+/*
+ * Is s a candidate under policy?  Sets its score; the tier (which sessions
+ * go before which, whatever their scores) follows from the policy and state.
+ */
+static bool kvc_candidate(const struct kvc_arena *a, const struct kvc_session *s,
+			  u32 policy, u64 now, u64 *score)
+{
+	u64 inactive = now > s->last_active_ns ? now - s->last_active_ns : 0;
+	u64 in_state = now > s->state_since_ns ? now - s->state_since_ns : 0;
+	u64 elapsed_us;
+
+	if (!s->nheld ||
+	    (s->state != KVA_STATE_IDLE && s->state != KVA_STATE_TOOL_WAIT))
+		return false;
+	switch (policy) {
+	case KVA_POLICY_TOOLWAIT:
+		if (s->state == KVA_STATE_IDLE) {
+			*score = in_state;
+			return true;
+		}
+		elapsed_us = kvc_div_u64(in_state, 1000);
+		*score = kvc_sat_mul(s->expected_wait_us > elapsed_us ?
+				     s->expected_wait_us - elapsed_us : 0,
+				     s->nheld);
+		return true;
+	case KVA_POLICY_TTL:
+		if (inactive < (u64)a->ttl_ms * 1000000)
+			return false;
+		fallthrough;
+	case KVA_POLICY_LRU:
+		*score = inactive;
+		return true;
+	}
+	return false;
+}
+
+static u32 kvc_tier(u32 policy, u32 state)
+{
+	return policy == KVA_POLICY_TOOLWAIT && state == KVA_STATE_TOOL_WAIT;
+}
+
+static bool kvc_before(u32 policy, const struct kva_victim *x,
+		       const struct kva_victim *y)
+{
+	u32 tx = kvc_tier(policy, x->state), ty = kvc_tier(policy, y->state);
+
+	if (tx != ty)
+		return tx > ty;
+	if (x->score != y->score)
+		return x->score > y->score;
+	return x->session_id < y->session_id;
+}
+
+u32 kvc_rank_victims(const struct kvc_arena *a, u32 policy, u64 now,
+		     struct kva_victim *out, u32 max)
+{
+	const struct kvc_session *s;
+	struct kva_victim v;
+	u32 n = 0, cursor = 0, i;
+
+	if (!max)
+		return 0;
+	while ((s = kvc_session_next(a, &cursor))) {
+		if (!kvc_candidate(a, s, policy, now, &v.score))
+			continue;
+		v.session_id = s->id;
+		v.state = s->state;
+		v.blocks_held = s->nheld;
+		v.tool_class = s->tool_class;
+		v.idle_ns = now > s->last_active_ns ? now - s->last_active_ns : 0;
+		if (n == max && !kvc_before(policy, &v, &out[n - 1]))
+			continue;
+		/* Insert into out[0..n), sorted best first. */
+		i = n < max ? n++ : n - 1;
+		while (i && kvc_before(policy, &v, &out[i - 1])) {
+			out[i] = out[i - 1];
+			i--;
+		}
+		out[i] = v;
+	}
+	return n;
+}
