@@ -12,21 +12,34 @@ ENGINE_SRC      := daemon/engine
 ENGINE_OUT      := build/engine
 ENGINE_BIN      := build/bin
 ENGINE_CFLAGS   := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
-                   -I$(ENGINE_SRC)
+                   -I$(ENGINE_SRC) -Ilib -Iinclude/uapi
 ENGINE_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                    -fno-omit-frame-pointer
 ENGINE_LIBS     := -lm -lpthread
+# libkvarena (the KV arena library): the top-level Makefile's $(LIB_A);
+# standalone, built through the top-level Makefile.
+ifeq ($(LIB_A),)
+ENGINE_KVA      := build/lib/libkvarena.a
+$(ENGINE_KVA): FORCE_ENGINE_KVA
+	$(MAKE) -f Makefile $@
+.PHONY: FORCE_ENGINE_KVA
+FORCE_ENGINE_KVA:
+else
+ENGINE_KVA      := $(LIB_A)
+endif
 
 ENGINE_NAMES    := gguf model tokenizer forward threads sample kernels \
-                   kernels_c kernels_avx2 kernels_avx512
-ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h)
+                   kernels_c kernels_avx2 kernels_avx512 kv_arena
+ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
+                   include/uapi/linux/kvarena.h
 ENGINE_OBJS     := $(ENGINE_NAMES:%=$(ENGINE_OUT)/obj/%.o)
 ENGINE_SOBJS    := $(ENGINE_NAMES:%=$(ENGINE_OUT)/san/%.o)
 ENGINE_LIB      := $(ENGINE_OUT)/libkvengine.a
 ENGINE_SLIB     := $(ENGINE_OUT)/libkvengine-san.a
 ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 
-ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz
+ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
+                   test_arena
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
@@ -56,19 +69,20 @@ $(ENGINE_MKMODEL): tools/mkmodel/mkmodel.c tools/mkmodel/corpus.h $(ENGINE_HDRS)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) $< -o $@ -lm
 
-$(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $(ENGINE_SLIB)
+$(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $(ENGINE_SLIB) \
+		$(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
-		$(ENGINE_SLIB) -o $@ $(ENGINE_LIBS)
+		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
 
-$(ENGINE_LOGITS): tests/engine/kve-logits.c $(ENGINE_SLIB)
+$(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
-	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) $< $(ENGINE_SLIB) \
-		-o $@ $(ENGINE_LIBS)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
+		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
 
-$(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB)
+$(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
-	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) -o $@ $(ENGINE_LIBS)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
 
 check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh

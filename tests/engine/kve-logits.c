@@ -132,7 +132,8 @@ int main(int argc, char **argv)
 		fwrite(lg, sizeof(float), vocab, f);
 	}
 	fclose(f);
-	printf("isa %s, %u positions, vocab %u\n", kve_isa_name(), n - pre + 1, vocab);
+	printf("isa %s, %s, %u positions, vocab %u\n", kve_isa_name(),
+	       tp.kv ? "KV in a kvarena arena" : "KV malloc", n - pre + 1, vocab);
 	free(lg);
 	free(s.block_table);
 	kve_engine_free(e);

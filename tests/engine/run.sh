@@ -68,6 +68,11 @@ run "kernels vs double precision" $T/test_kernels
 run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf
+# the same suite with every KV block a libkvarena arena block (memfd
+# backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
+# kva_blocks_share, and a prefill process handing KV to a decode process
+run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
+run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
 run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf
 
 echo "numpy reference (float64; max abs error over 24 positions of logits):"
@@ -78,6 +83,11 @@ done
 runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
 runref "ref c q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
 runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.gguf $T/kve-logits --bound $BOUND --block 1
+# KV in arena blocks (kve-logits under KVE_TEST_KV=arena). Q8_0 with fp16
+# KV is not compared: rounding K/V to fp16 moves activations across Q8_0
+# quantisation steps, which the 1e-4 bound cannot absorb
+runref "ref arena q8" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --block 4 --prefill 9
+runref "ref arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
 for m in f32-gqa f16-gqa; do
 	echo "== tokens $m" >> "$LOG"
 	out=$("$PY" tests/engine/ref.py tokens $M/$m.gguf $T/kve-logits 2>&1)

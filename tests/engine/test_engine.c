@@ -6,7 +6,7 @@
  * sequence, a decode batch vs each session alone, 2 threads vs 1, prompt
  * chunking; plus API error paths and sampling.
  *
- * usage: test_engine MODEL...
+ * usage: test_engine MODEL...   (KVE_TEST_KV=arena: blocks in a kvarena arena)
  */
 #include <errno.h>
 #include <math.h>
@@ -149,9 +149,9 @@ static void test_model(const char *path)
 			for (i = 0; i < 24; i++)
 				tb_tok[i] = i < 12 ? tok[i] : (int32_t)((i * 31u + 5) % v);
 			snap = malloc(5 * bb);
-			memcpy(snap, rp.tp.mem, 5 * bb);
+			tpool_snap(&rp.tp, 0, 5, snap);
 			ok &= !kve_prefill(rp.e, &sb, tb_tok + 12, 12, b);
-			CHECK(ok && !memcmp(snap, rp.tp.mem, 5 * bb),
+			CHECK(ok && tpool_same(&rp.tp, 0, 5, snap),
 			      "%s kv %s: session sharing A's prefix blocks leaves them untouched",
 			      path, dn);
 			rig_init(&rx, m, 4, dt, 16, 1, 0);
@@ -304,7 +304,8 @@ int main(int argc, char **argv)
 {
 	int i;
 
-	printf("# kernels: %s\n", kve_isa_name());
+	printf("# kernels: %s, KV blocks: %s\n", kve_isa_name(),
+	       tpool_arena_mode() ? "libkvarena arena (memfd backend)" : "malloc");
 	for (i = 1; i < argc; i++)
 		test_model(argv[i]);
 	test_sampling();

@@ -66,7 +66,7 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16}; do
 		"$roof" "$pct" "$( [ $agree = 1 ] && echo "agree ($oa)" || echo "MISMATCH $oa vs $la")")
 "
 done
-echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $(get "$o1" isa), read bw $(get "$o1" read_gbs) GB/s"
+echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $(get "$o1" isa), KV in a $(get "$o1" kv), read bw $(get "$o1" read_gbs) GB/s"
 printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" argmax
 printf '%s' "$TABLE"
 echo "rows appended to $TSV"

@@ -5,6 +5,10 @@
  * blocks, and the memory read bandwidth of this machine (the decode
  * roofline). Prints key=value lines for bench.sh. The prompt is the same
  * token formula the llama.cpp driver uses, so argmax can be compared.
+ * KV lives in a libkvarena arena (kernel backend if /dev/kvarena opens,
+ * else memfd) through daemon/engine/kv_arena.c, as in production: blocks
+ * are allocated per session, the batch sessions share the prompt's blocks
+ * with kva_blocks_share. Blocks are reserved before the timed sections.
  *
  * usage: kve-bench MODEL [--threads N] [--prompt N] [--decode N] [--batch N]
  *                  [--kv f16|f32] [--block N] [--no-bw]
@@ -18,6 +22,7 @@
 #include <time.h>
 
 #include "kvengine.h"
+#include "kv_arena.h"
 
 static double now(void)
 {
@@ -25,19 +30,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-struct pool {
-	uint8_t *mem;
-	size_t bytes;
-	uint32_t n;
-};
-
-static void *block_ptr(void *ctx, uint32_t id)
-{
-	struct pool *p = ctx;
-
-	return id < p->n ? p->mem + (size_t)id * p->bytes : NULL;
 }
 
 __attribute__((target("avx2")))
@@ -102,8 +94,9 @@ int main(int argc, char **argv)
 	const struct kve_model_info *in;
 	struct kve_engine *e;
 	struct kve_engine_params ep = { 0 };
-	struct kve_kv_pool kp;
-	struct pool pool;
+	struct kve_arena_kv *kv;
+	struct kve_arena_kv_params ap = { 0 };
+	struct kve_arena_session s0, *ss;
 	int32_t *tok, next[64];
 	float *lg;
 	uint32_t per, ctx;
@@ -136,19 +129,25 @@ int main(int argc, char **argv)
 	in = kve_model_info(m);
 	ctx = prompt + ndec + 1;
 	per = (ctx + bt - 1) / bt;
-	pool.bytes = kve_kv_block_bytes(m, bt, dt);
 	/* the prompt's blocks once, then private tails for each session */
-	pool.n = per + batch * per;
-	pool.mem = aligned_alloc(64, (pool.bytes * pool.n + 63) & ~(size_t)63);
-	if (!pool.mem)
+	ap.backend = KVA_BACKEND_AUTO;
+	ap.n_blocks = per + batch * per;
+	ap.block_tokens = bt;
+	ap.dtype = dt;
+	ap.name = "kve-bench";
+	if (kve_arena_kv_create(m, &ap, &kv, err, sizeof(err))) {
+		fprintf(stderr, "kve-bench: %s\n", err);
 		return 1;
-	memset(pool.mem, 0, pool.bytes * pool.n);
-	kp = (struct kve_kv_pool){ &pool, block_ptr, bt, dt };
+	}
+	if (kve_arena_kv_pool(kv)->block_tokens != bt) {
+		fprintf(stderr, "kve-bench: block of %u tokens over 2 MiB\n", bt);
+		return 1;
+	}
 	ep.n_threads = threads;
 	ep.max_batch = batch;
 	ep.max_chunk = prompt;
 	ep.max_ctx = ctx;
-	e = kve_engine_create(m, &kp, &ep, err, sizeof(err));
+	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
 	if (!e) {
 		fprintf(stderr, "kve-bench: %s\n", err);
 		return 1;
@@ -158,14 +157,18 @@ int main(int argc, char **argv)
 	for (i = 0; i < prompt; i++)
 		tok[i] = (int32_t)((i * 7919u + 13) % in->vocab);
 
-	/* prefill (session 0 owns blocks 0..per-1) */
+	/* prefill: session 0 holds the prompt's blocks and its decode tail */
 	{
-		uint32_t *tab = malloc(sizeof(uint32_t) * per);
-		struct kve_session s = { tab, per, 0 }, *sp = &s;
-		for (i = 0; i < per; i++)
-			tab[i] = i;
+		struct kve_session *sp = &s0.s;
+
+		rc = kve_arena_session_open(kv, 1, ctx, &s0);
+		rc = rc ? rc : kve_arena_session_reserve(kv, &s0, ctx);
+		if (rc) {
+			fprintf(stderr, "kve-bench: arena session: %s\n", strerror(-rc));
+			return 1;
+		}
 		t = now();
-		rc = kve_prefill(e, &s, tok, prompt, lg);
+		rc = kve_prefill(e, &s0.s, tok, prompt, lg);
 		t_pre = now() - t;
 		if (rc) {
 			fprintf(stderr, "kve-bench: prefill: %s\n", strerror(-rc));
@@ -184,16 +187,19 @@ int main(int argc, char **argv)
 
 		/* batch: sessions share the prompt's blocks, own their tails */
 		{
-			struct kve_session *ss = calloc(batch, sizeof(*ss));
 			struct kve_session **ps = calloc(batch, sizeof(*ps));
 			uint32_t steps = ndec / 2 ? ndec / 2 : 1;
+
+			ss = calloc(batch, sizeof(*ss));
 			for (j = 0; j < batch; j++) {
-				ss[j].block_table = malloc(sizeof(uint32_t) * per);
-				ss[j].n_blocks = per;
-				ss[j].n_tokens = prompt;
-				for (i = 0; i < per; i++)
-					ss[j].block_table[i] = i < prompt / bt ? i : per + j * per + i;
-				ps[j] = &ss[j];
+				rc = kve_arena_session_open(kv, 2 + j, ctx, &ss[j]);
+				rc = rc ? rc : kve_arena_session_share(kv, &ss[j], &s0, prompt / bt);
+				rc = rc ? rc : kve_arena_session_reserve(kv, &ss[j], steps);
+				if (rc) {
+					fprintf(stderr, "kve-bench: batch session: %s\n", strerror(-rc));
+					return 1;
+				}
+				ps[j] = &ss[j].s;
 				next[j] = (int32_t)((tok[prompt - 1] + j) % in->vocab);
 			}
 			t = now();
@@ -207,8 +213,20 @@ int main(int argc, char **argv)
 					next[j] = argmax(lg + (size_t)j * in->vocab, in->vocab);
 			}
 			t_bat = (now() - t) / steps;
+			for (j = 0; j < batch; j++)
+				kve_arena_session_close(kv, &ss[j]);
+			free(ss);
+			free(ps);
 		}
-		free(tab);
+		kve_arena_session_close(kv, &s0);
+	}
+	{
+		struct kve_arena_geom g;
+
+		kve_arena_kv_geom(kv, &g);
+		printf("kv=%s arena, %u-byte blocks of %u tokens\n",
+		       kve_arena_kv_backend(kv) == KVA_BACKEND_KERNEL ? "kernel" : "memfd",
+		       g.block_size, g.block_tokens);
 	}
 	printf("isa=%s\nthreads=%u\nprefill_tps=%.1f\ndecode_tps=%.1f\nbatch=%u\nbatch_tps=%.1f\n",
 	       kve_isa_name(), threads, prompt / t_pre, ndec / t_dec, batch, batch / t_bat);

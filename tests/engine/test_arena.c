@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_arena.c - the engine with its KV in libkvarena arena blocks (memfd
+ * backend) through daemon/engine/kv_arena.c, checked bit for bit against
+ * the same model over one contiguous malloc'd block:
+ *  - geometry: 4 KiB-multiple blocks, the UAPI address formula,
+ *    block_tokens reduced when a block would pass 2 MiB;
+ *  - sessions that grow block by block (kva_blocks_alloc) in a shared
+ *    batch, so their blocks interleave in the arena: == contiguous, and
+ *    prefill(n-1)+decode == prefill(n);
+ *  - a prefix shared with kva_blocks_share: == private recompute, donor
+ *    blocks untouched, the prefix survives the donor's end (its blocks are
+ *    not handed out again), all blocks back after the last session ends;
+ *  - a decode batch of 5 arena sessions == each alone;
+ *  - errors: table too short, arena full (all or nothing), bad shares;
+ *  - two processes: this process prefills into the arena and sends the
+ *    arena's data fd (SCM_RIGHTS) and block tables over a Unix socket to a
+ *    freshly exec'd copy of itself, which maps the fd (kva_map_fd) and
+ *    decodes both sessions in place; its logits and the KV it appended
+ *    must equal a single-process run.
+ *
+ * usage: test_arena MODEL...
+ *        test_arena --decode-worker FD MODEL STEPS   (the decode process)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tcheck.h"
+
+#define NTOK 40
+#define HO_BT 4		/* hand-over test: block tokens */
+#define HO_PRE 13	/* session A's prompt; B shares 3 blocks + 5 own */
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+	uint32_t i, b = 0;
+
+	for (i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
+}
+
+/* Reference: the sequence over one contiguous malloc'd block; prefill
+ * n_pre then decode the rest, logits of each step to out. */
+static int ref_seq(const struct kve_model *m, enum kve_kv_dtype dt,
+		   const int32_t *tok, uint32_t n, uint32_t n_pre, float *out)
+{
+	struct kve_engine_params ep = { 1, 8, 0, 256 };
+	uint32_t tab[1] = { 0 }, v = kve_model_info(m)->vocab, i;
+	struct kve_session s = { tab, 1, 0 }, *sp = &s;
+	struct kve_kv_pool kp;
+	struct kve_engine *e;
+	struct tpool tp;
+	char err[256];
+	int rc;
+
+	if (tpool_init(&tp, m, 256, dt, 1, &kp))
+		return -ENOMEM;
+	e = kve_engine_create(m, &kp, &ep, err, sizeof(err));
+	if (!e) {
+		tpool_free(&tp);
+		return -EINVAL;
+	}
+	rc = kve_prefill(e, &s, tok, n_pre, out);
+	for (i = n_pre; i < n && !rc; i++) {
+		out += v;
+		rc = kve_decode(e, &sp, &tok[i], 1, out);
+	}
+	kve_engine_free(e);
+	tpool_free(&tp);
+	return rc;
+}
+
+static uint32_t blocks_free(struct kve_arena_kv *kv)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+
+	return kva_arena_info(kve_arena_kv_arena(kv), &ai) ? 0 : ai.blocks_free;
+}
+
+static uint32_t blocks_held(struct kve_arena_kv *kv, const struct kve_arena_session *as)
+{
+	struct kva_session_info si = { .size = sizeof(si) };
+
+	return kva_session_info(kve_arena_kv_arena(kv), as->sid, &si) ? 0 : si.blocks_held;
+}
+
+static struct kve_arena_kv *mk_kv(const struct kve_model *m, uint32_t n_blocks,
+				  uint32_t bt, enum kve_kv_dtype dt)
+{
+	struct kve_arena_kv_params ap = { .backend = KVA_BACKEND_MEMFD,
+		.n_blocks = n_blocks, .block_tokens = bt, .dtype = dt, .name = "test-arena" };
+	struct kve_arena_kv *kv = NULL;
+	char err[256];
+
+	if (kve_arena_kv_create(m, &ap, &kv, err, sizeof(err)))
+		printf("FAIL kve_arena_kv_create: %s\n", err);
+	return kv;
+}
+
+static void test_geometry(const char *path, const struct kve_model *m)
+{
+	size_t per_tok = kve_kv_block_bytes(m, 1, KVE_KV_F32);
+	struct kve_arena_geom g;
+	struct kve_arena_kv *kv;
+	uint32_t want, id;
+	int ok = 1;
+
+	kv = mk_kv(m, 10, 0, KVE_KV_F16);
+	if (!kv)
+		return;
+	kve_arena_kv_geom(kv, &g);
+	CHECK(g.block_tokens == KVE_DEFAULT_BLOCK_TOKENS &&
+	      g.kv_block_bytes == kve_kv_block_bytes(m, 16, KVE_KV_F16) &&
+	      g.block_size == ((g.kv_block_bytes + 4095) & ~4095u) &&
+	      g.blocks_per_page == (2u << 20) / g.block_size &&
+	      g.arena_bytes % (2u << 20) == 0 && g.blocks_total >= 10 &&
+	      kve_arena_kv_pool(kv)->block_tokens == 16,
+	      "%s: f16 x 16 tokens: KV %u bytes in %u-byte arena blocks, %u per 2 MiB page, %u blocks",
+	      path, g.kv_block_bytes, g.block_size, g.blocks_per_page, g.blocks_total);
+	for (id = 0; id < g.blocks_total; id++) {
+		uint8_t *p = kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, id);
+		uint8_t *q = kva_arena_block_ptr(kve_arena_kv_arena(kv), 0);
+
+		ok &= p == q + (uint64_t)(id / g.blocks_per_page) * (2u << 20) +
+			   (uint64_t)(id % g.blocks_per_page) * g.block_size;
+		ok &= ((uintptr_t)p & 4095) == 0;
+	}
+	ok &= kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, g.blocks_total) == NULL;
+	CHECK(ok, "%s: pool addresses follow the UAPI formula, 4 KiB aligned, NULL past the end", path);
+	kve_arena_kv_destroy(kv);
+
+	/* 4096 tokens per block: reduced when more than 2 MiB */
+	want = per_tok * 4096 > (2u << 20) ? (uint32_t)((2u << 20) / per_tok) : 4096;
+	kv = mk_kv(m, 1, 4096, KVE_KV_F32);
+	if (!kv)
+		return;
+	kve_arena_kv_geom(kv, &g);
+	CHECK(kve_arena_kv_pool(kv)->block_tokens == want && g.block_tokens == want &&
+	      g.block_size <= (2u << 20) && g.kv_block_bytes <= g.block_size,
+	      "%s: 4096 f32 tokens (%zu bytes) -> block_tokens %u, block %u bytes (<= 2 MiB)",
+	      path, per_tok * 4096, g.block_tokens, g.block_size);
+	kve_arena_kv_destroy(kv);
+}
+
+static void test_sessions(const char *path, const struct kve_model *m, enum kve_kv_dtype dt)
+{
+	const char *dn = dt == KVE_KV_F16 ? "f16" : "f32";
+	uint32_t v = kve_model_info(m)->vocab, i, j, steps = NTOK - 20 + 1, total, scattered = 0;
+	struct kve_engine_params ep = { 1, 8, 0, 256 };
+	struct kve_arena_session A, B, C, D, E, F, *pair[2];
+	struct kve_arena_kv *kv = mk_kv(m, 64, 4, dt);
+	int32_t tok[NTOK], other[NTOK], tb[25], next[2];
+	float *a = calloc((size_t)NTOK * v, 4), *r = calloc((size_t)NTOK * v, 4);
+	float *c = calloc((size_t)2 * v, 4);
+	struct kve_engine *e;
+	uint8_t *snap = NULL;
+	char err[256];
+	int ok = 1, rc;
+
+	if (!kv)
+		goto out;
+	total = blocks_free(kv);
+	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
+	CHECK(e != NULL, "%s kv %s: engine over an arena pool %s", path, dn, e ? "" : err);
+	if (!e)
+		goto out;
+	for (i = 0; i < NTOK; i++) {
+		tok[i] = (int32_t)((i * 7919u + 13) % v);
+		other[i] = (int32_t)((i * 31u + 5) % v);
+	}
+
+	/* A: prefill 20, then 20 decode steps in a batch with C, both growing
+	 * block by block so their blocks interleave */
+	ok &= !kve_arena_session_open(kv, 1, 64, &A);
+	ok &= !kve_arena_session_open(kv, 3, 64, &C);
+	ok &= !kve_arena_prefill(e, kv, &A, tok, 20, a);
+	ok &= !kve_arena_prefill(e, kv, &C, other, 1, c);
+	pair[0] = &A;
+	pair[1] = &C;
+	for (i = 20; i < NTOK && ok; i++) {
+		next[0] = tok[i];
+		next[1] = other[i - 19];
+		ok &= !kve_arena_decode(e, kv, pair, next, 2, c);
+		memcpy(a + (size_t)(i - 19) * v, c, (size_t)v * 4);
+	}
+	for (i = 1; i < A.s.n_blocks; i++)
+		scattered |= A.s.block_table[i] != A.s.block_table[i - 1] + 1;
+	ok &= !ref_seq(m, dt, tok, NTOK, 20, r);
+	CHECK(ok && !memcmp(a, r, (size_t)steps * v * 4),
+	      "%s kv %s: arena session growing in a batch == contiguous malloc block (%u steps)",
+	      path, dn, steps);
+	CHECK(scattered && A.s.n_blocks == 10 && blocks_held(kv, &A) == 10,
+	      "%s kv %s: A holds 10 arena blocks, not consecutive (ids %u %u %u ...)",
+	      path, dn, A.s.block_table[0], A.s.block_table[1], A.s.block_table[2]);
+
+	/* prefill(40) in one go == prefill(20) + 20 decodes */
+	ok = !kve_arena_session_open(kv, 4, 64, &D);
+	ok &= !kve_arena_prefill(e, kv, &D, tok, NTOK, c);
+	CHECK(ok && !memcmp(c, a + (size_t)(steps - 1) * v, (size_t)v * 4),
+	      "%s kv %s: prefill(40) == prefill(20)+decode(20) over arena blocks", path, dn);
+	kve_arena_session_close(kv, &D);
+
+	/* B shares A's first 3 blocks (12 tokens) and adds 12 of its own */
+	for (i = 0; i < 25; i++)
+		tb[i] = i < 12 ? tok[i] : (int32_t)((i * 131u + 7) % v);
+	ok = !kve_arena_session_open(kv, 2, 64, &B);
+	CHECK(kve_arena_session_share(kv, &B, &A, 11) == -EINVAL,
+	      "%s kv %s: sharing a block that is not full -> EINVAL", path, dn);
+	ok &= !kve_arena_session_share(kv, &B, &A, 3);
+	CHECK(kve_arena_session_share(kv, &B, &A, 3) == -EBUSY,
+	      "%s kv %s: sharing into a session that holds blocks -> EBUSY", path, dn);
+	snap = malloc((size_t)3 * kve_kv_block_bytes(m, 4, dt));
+	for (i = 0; i < 3; i++)
+		memcpy(snap + i * kve_kv_block_bytes(m, 4, dt),
+		       kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, A.s.block_table[i]),
+		       kve_kv_block_bytes(m, 4, dt));
+	ok &= !kve_arena_prefill(e, kv, &B, tb + 12, 12, c);
+	ok &= !ref_seq(m, dt, tb, 24, 24, r);
+	CHECK(ok && !memcmp(c, r, (size_t)v * 4) && B.s.block_table[0] == A.s.block_table[0] &&
+	      blocks_held(kv, &B) == 6,
+	      "%s kv %s: B over A's 3 shared blocks (kva_blocks_share) + 3 own == private recompute",
+	      path, dn);
+	for (i = 0; i < 3; i++)
+		ok &= !memcmp(snap + i * kve_kv_block_bytes(m, 4, dt),
+			      kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx,
+							       A.s.block_table[i]),
+			      kve_kv_block_bytes(m, 4, dt));
+	CHECK(ok, "%s kv %s: the shared blocks are untouched by B", path, dn);
+
+	/* A and C end; the shared prefix stays B's: fill every free block
+	 * with poison through a new session, then B decodes on */
+	kve_arena_session_close(kv, &A);
+	kve_arena_session_close(kv, &C);
+	CHECK(blocks_free(kv) == total - 6, "%s kv %s: after A ends, B still holds its 6 blocks "
+	      "(%u of %u free)", path, dn, blocks_free(kv), total);
+	ok = !kve_arena_session_open(kv, 5, total * 4, &E);
+	ok &= !kve_arena_session_reserve(kv, &E, (total - 7) * 4);	/* B needs 1 */
+	for (i = 0; ok && i < E.s.n_blocks; i++)
+		memset(kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, E.s.block_table[i]),
+		       0xff, kve_kv_block_bytes(m, 4, dt));
+	pair[0] = &B;
+	ok &= !kve_arena_decode(e, kv, pair, &tb[24], 1, c);
+	ok &= !ref_seq(m, dt, tb, 25, 25, r);
+	CHECK(ok && !memcmp(c, r, (size_t)v * 4) && blocks_free(kv) == 0,
+	      "%s kv %s: B decodes correctly after the donor ended and every free block was "
+	      "reused", path, dn);
+
+	/* errors: arena full (all or nothing), table too short */
+	ok = !kve_arena_session_open(kv, 6, 8, &F);
+	rc = kve_arena_session_reserve(kv, &F, 8);
+	CHECK(ok && rc == -ENOSPC && F.s.n_blocks == 0 && blocks_held(kv, &F) == 0,
+	      "%s kv %s: arena full -> ENOSPC, nothing held (%d)", path, dn, rc);
+	kve_arena_session_close(kv, &E);
+	CHECK(kve_arena_session_reserve(kv, &F, 9) == -ENOSPC && F.s.n_blocks == 0,
+	      "%s kv %s: more tokens than the table holds -> ENOSPC", path, dn);
+	CHECK(kve_arena_prefill(e, kv, &F, tok, 8, c) == 0 && F.s.n_blocks == 2 &&
+	      blocks_held(kv, &F) == 2, "%s kv %s: then 8 tokens fit in 2 blocks", path, dn);
+	kve_arena_session_close(kv, &F);
+	kve_arena_session_close(kv, &B);
+	CHECK(blocks_free(kv) == total, "%s kv %s: every block back after the last session ends",
+	      path, dn);
+
+	/* a decode batch of 5 arena sessions of different lengths == alone */
+	{
+		struct kve_arena_session s5[5], *p5[5];
+		int32_t seq[5][NTOK];
+		float *b5 = calloc((size_t)5 * v, 4), *one = calloc((size_t)NTOK * v, 4);
+		int same = 1, step;
+
+		ok = 1;
+		for (i = 0; i < 5; i++) {
+			for (j = 0; j < 3 + 4 * i; j++)
+				seq[i][j] = tok[i + j];
+			ok &= !kve_arena_session_open(kv, 10 + i, 32, &s5[i]);
+			ok &= !kve_arena_prefill(e, kv, &s5[i], seq[i], 3 + 4 * i, c);
+			p5[i] = &s5[i];
+		}
+		for (step = 0; step < 3 && ok; step++) {
+			int32_t nx[5];
+
+			for (i = 0; i < 5; i++)
+				nx[i] = seq[i][3 + 4 * i + step] = (int32_t)((i * 17u + step * 5u + 1) % v);
+			ok &= !kve_arena_decode(e, kv, p5, nx, 5, b5);
+			for (i = 0; i < 5 && ok; i++) {
+				ok &= !ref_seq(m, dt, seq[i], 3 + 4 * i + step + 1, 3 + 4 * i + step + 1, one);
+				same &= !memcmp(one, b5 + (size_t)i * v, (size_t)v * 4);
+			}
+		}
+		CHECK(ok && same, "%s kv %s: decode batch of 5 arena sessions == each alone (3 steps)",
+		      path, dn);
+		for (i = 0; i < 5; i++)
+			kve_arena_session_close(kv, &s5[i]);
+		free(b5);
+		free(one);
+	}
+	kve_engine_free(e);
+out:
+	free(snap);
+	kve_arena_kv_destroy(kv);
+	free(a);
+	free(r);
+	free(c);
+}
+
+/* ---- two processes ---------------------------------------------------- */
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* The decode process: it has only the socket. Receives the pool and two
+ * sessions, decodes STEPS greedy steps of both as one batch in place and
+ * streams the logits back. Prints only on failure. */
+static int decode_worker(int sock, const char *path, uint32_t steps)
+{
+	struct kve_session sa, sb, *ps[2] = { &sa, &sb };
+	struct kve_engine_params ep = { 1, 2, 0, 256 };
+	struct kve_arena_kv *kv = NULL;
+	struct kve_engine *e;
+	struct kve_model *m;
+	char err[256];
+	int32_t next[2];
+	uint32_t v, i;
+	float *lg;
+	int rc;
+
+	alarm(120);
+	m = kve_model_load(path, err, sizeof(err));
+	if (!m) {
+		printf("FAIL decode worker: %s\n", err);
+		return 1;
+	}
+	v = kve_model_info(m)->vocab;
+	rc = kve_arena_recv_pool(sock, m, &kv, err, sizeof(err));
+	if (rc) {
+		printf("FAIL decode worker: %s\n", err);
+		return 1;
+	}
+	if (kve_arena_recv_session(sock, kv, &sa) || kve_arena_recv_session(sock, kv, &sb)) {
+		printf("FAIL decode worker: receiving the block tables\n");
+		return 1;
+	}
+	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
+	lg = malloc((size_t)2 * v * 4);
+	if (!e || !lg) {
+		printf("FAIL decode worker: engine: %s\n", e ? "oom" : err);
+		return 1;
+	}
+	next[0] = (int32_t)(7 % v);
+	next[1] = (int32_t)(11 % v);
+	for (i = 0; i < steps; i++) {
+		rc = kve_decode(e, ps, next, 2, lg);
+		if (rc) {
+			printf("FAIL decode worker: decode step %u: %s\n", i, strerror(-rc));
+			return 1;
+		}
+		if (write_all(sock, lg, (size_t)2 * v * 4))
+			return 1;
+		next[0] = argmax(lg, v);
+		next[1] = argmax(lg + v, v);
+	}
+	kve_engine_free(e);
+	kve_arena_kv_destroy(kv);
+	free(sa.block_table);
+	free(sb.block_table);
+	free(lg);
+	kve_model_free(m);
+	close(sock);
+	return 0;
+}
+
+/* Prefill of A (HO_PRE tokens) and of B (A's first 3 blocks shared + 5
+ * tokens), with room reserved for `steps` more tokens each. */
+static int ho_prefill(struct kve_engine *e, struct kve_arena_kv *kv, const int32_t *tok,
+		      uint32_t steps, struct kve_arena_session *A, struct kve_arena_session *B,
+		      float *lg)
+{
+	int rc = kve_arena_session_open(kv, 21, 64, A);
+
+	rc = rc ? rc : kve_arena_session_open(kv, 22, 64, B);
+	rc = rc ? rc : kve_arena_prefill(e, kv, A, tok, HO_PRE, lg);
+	rc = rc ? rc : kve_arena_session_share(kv, B, A, 3);
+	rc = rc ? rc : kve_arena_prefill(e, kv, B, tok + 20, 5, lg);
+	rc = rc ? rc : kve_arena_session_reserve(kv, A, steps);
+	rc = rc ? rc : kve_arena_session_reserve(kv, B, steps);
+	return rc;
+}
+
+static void test_handoff(const char *path, const struct kve_model *m)
+{
+	const uint32_t steps = 6;
+	uint32_t v = kve_model_info(m)->vocab, i, nb;
+	struct kve_engine_params ep = { 1, 2, 0, 256 };
+	struct kve_arena_kv *kv = mk_kv(m, 64, HO_BT, KVE_KV_F16);
+	struct kve_arena_session A, B, A2, B2, *pair[2] = { &A2, &B2 };
+	float *got = NULL, *want = NULL;
+	struct kve_engine *e = NULL;
+	int32_t tok[NTOK], next[2];
+	int sv[2], ok, status = -1, same_kv = 1;
+	size_t bb;
+	pid_t pid;
+	char err[256], fdarg[16], stepsarg[16];
+
+	if (!kv)
+		return;
+	bb = kve_kv_block_bytes(m, HO_BT, KVE_KV_F16);
+	for (i = 0; i < NTOK; i++)
+		tok[i] = (int32_t)((i * 7919u + 13) % v);
+	got = calloc((size_t)steps * 2 * v, 4);
+	want = calloc((size_t)steps * 2 * v, 4);
+	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
+	ok = e && got && want && !ho_prefill(e, kv, tok, steps, &A, &B, got) &&
+	     !ho_prefill(e, kv, tok, steps, &A2, &B2, want);
+	CHECK(ok, "%s: prefill process: A %u tokens, B 3 shared blocks + 5 tokens, %u-token "
+	      "blocks reserved for %u more each", path, HO_PRE, HO_BT, steps);
+	if (!ok)
+		goto out;
+
+	/* the decode process: a fresh exec of this binary, holding only the
+	 * socket (the memfd is close-on-exec, nothing else is inherited) */
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+		goto out;
+	fcntl(sv[0], F_SETFD, FD_CLOEXEC);
+	snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
+	snprintf(stepsarg, sizeof(stepsarg), "%u", steps);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		execl("/proc/self/exe", "test_arena", "--decode-worker", fdarg, path, stepsarg,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(sv[1]);
+	ok = pid > 0 && !kve_arena_send_pool(sv[0], kv) && !kve_arena_send_session(sv[0], &A.s) &&
+	     !kve_arena_send_session(sv[0], &B.s);
+	CHECK(ok, "%s: arena data fd (SCM_RIGHTS) and 2 block tables sent", path);
+	ok &= !read_all(sv[0], got, (size_t)steps * 2 * v * 4);
+	close(sv[0]);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	CHECK(ok && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "%s: decode process mapped the arena and ran %u batch steps (exit status %d)",
+	      path, steps, status);
+
+	/* the single-process run: the same steps over A2/B2 here */
+	next[0] = (int32_t)(7 % v);
+	next[1] = (int32_t)(11 % v);
+	for (i = 0; i < steps && ok; i++) {
+		ok &= !kve_arena_decode(e, kv, pair, next, 2, want + (size_t)i * 2 * v);
+		next[0] = argmax(want + (size_t)i * 2 * v, v);
+		next[1] = argmax(want + (size_t)i * 2 * v + v, v);
+	}
+	CHECK(ok && !memcmp(got, want, (size_t)steps * 2 * v * 4),
+	      "%s: decode process logits == single-process run (2 sessions x %u steps)", path, steps);
+
+	/* the KV the decode process appended is in the arena, here */
+	nb = (HO_PRE + steps + HO_BT - 1) / HO_BT;
+	for (i = 0; i < nb; i++)
+		same_kv &= !memcmp(kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx,
+								    A.s.block_table[i]),
+				   kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx,
+								    A2.s.block_table[i]), bb);
+	for (i = 3; i < (12 + 5 + steps + HO_BT - 1) / HO_BT; i++)
+		same_kv &= !memcmp(kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx,
+								    B.s.block_table[i]),
+				   kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx,
+								    B2.s.block_table[i]), bb);
+	CHECK(ok && same_kv, "%s: KV written in place by the decode process == KV of the "
+	      "single-process run (%u + %u blocks)", path, nb,
+	      (12 + 5 + steps + HO_BT - 1) / HO_BT - 3);
+	kve_arena_session_close(kv, &A);
+	kve_arena_session_close(kv, &B);
+	kve_arena_session_close(kv, &A2);
+	kve_arena_session_close(kv, &B2);
+out:
+	kve_engine_free(e);
+	kve_arena_kv_destroy(kv);
+	free(got);
+	free(want);
+}
+
+static void test_recv_errors(const struct kve_model *m)
+{
+	struct kve_arena_kv *kv = mk_kv(m, 4, 4, KVE_KV_F32), *view = NULL, *view2 = NULL;
+	struct kve_arena_geom g, bad;
+	struct kve_session s;
+	uint32_t ids[2] = { 0, 0 };
+	char err[256] = "";
+	int sv[2], rc, fd;
+
+	if (!kv)
+		return;
+	kve_arena_kv_geom(kv, &g);
+	fd = kva_arena_data_fd(kve_arena_kv_arena(kv), KVA_EXPORT_CLOEXEC);
+	bad = g;
+	bad.n_kv_heads++;
+	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "does not match"), "map: other model shape refused (%s)", err);
+	bad = g;
+	bad.blocks_total = g.blocks_per_page * (uint32_t)(g.arena_bytes >> 21) + 1;
+	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "inconsistent"), "map: more blocks than the arena refused (%s)", err);
+	bad = g;
+	bad.arena_bytes *= 2;
+	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "holds"), "map: arena larger than the fd refused (%s)", err);
+	rc = kve_arena_kv_map(m, fd, &g, &view, err, sizeof(err));
+	CHECK(rc == 0 && kve_arena_session_open(view, 1, 4, &(struct kve_arena_session){ 0 }) == -EOPNOTSUPP,
+	      "map: a view maps, and cannot open sessions");
+	if (!rc) {
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+			struct kve_session big = { ids, 2, 9 };
+			ids[1] = g.blocks_total;
+			kve_arena_send_session(sv[0], &big);
+			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EINVAL,
+			      "recv: a block id outside the arena refused");
+			ids[1] = 1;
+			kve_arena_send_session(sv[0], &big);
+			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EINVAL,
+			      "recv: more tokens than the blocks hold refused");
+			write_all(sv[0], "junkjunkjunkjunkjunkjunk", 24);
+			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EPROTO,
+			      "recv: garbage refused");
+			close(sv[0]);
+			CHECK(kve_arena_recv_pool(sv[1], m, &view2, err, sizeof(err)) == -EPIPE && !view2,
+			      "recv: closed socket -> EPIPE (%s)", err);
+			close(sv[1]);
+		}
+		kve_arena_kv_destroy(view);
+	}
+	close(fd);
+	kve_arena_kv_destroy(kv);
+}
+
+int main(int argc, char **argv)
+{
+	int i;
+
+	signal(SIGPIPE, SIG_IGN);
+	if (argc == 5 && !strcmp(argv[1], "--decode-worker"))
+		return decode_worker(atoi(argv[2]), argv[3], (uint32_t)atoi(argv[4]));
+	unsetenv("KVE_TEST_KV");	/* references run on malloc'd blocks */
+	alarm(300);
+	printf("# kernels: %s, KV blocks: libkvarena arena (memfd backend)\n", kve_isa_name());
+	for (i = 1; i < argc; i++) {
+		char err[256];
+		struct kve_model *m = kve_model_load(argv[i], err, sizeof(err));
+
+		CHECK(m != NULL, "load %s %s", argv[i], m ? "" : err);
+		if (!m)
+			continue;
+		test_geometry(argv[i], m);
+		test_sessions(argv[i], m, KVE_KV_F32);
+		test_sessions(argv[i], m, KVE_KV_F16);
+		test_handoff(argv[i], m);
+		if (i == 1)
+			test_recv_errors(m);
+		kve_model_free(m);
+	}
+	return tc_done();
+}
