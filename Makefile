@@ -92,6 +92,7 @@ include tools/tools.mk
 include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
+-include bpf/bpf.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench

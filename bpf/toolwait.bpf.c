@@ -145,7 +145,7 @@ static __always_inline void wait_end(const struct tw_key *key,
 {
 	__u64 us = (now - s->wait_start_ns) / 1000;
 	__u64 cpu_ns = s->cur_cpu_ns, wall_ns = 0, block_us;
-	__u32 slot = slot_of(us);
+	__u32 procs = s->cur_procs, slot = slot_of(us);
 	struct tw_event *e;
 
 	if (s->cur_last_ns > s->cur_first_ns && s->cur_first_ns)
@@ -160,11 +160,19 @@ static __always_inline void wait_end(const struct tw_key *key,
 	s->idle_byte_sec = byte_sec(s->idle_block_us, s->block_size);
 	s->tool_cpu_ns += cpu_ns;
 	s->tool_wall_ns += wall_ns;
-	s->tool_procs += s->cur_procs;
+	s->tool_procs += procs;
 	s->slots[slot]++;
 	s->wait_start_ns = 0;
 	class_add(s->tool_class, us, slot, cpu_ns, wall_ns);
 	STAT_INC(waits);
+	/*
+	 * Tools are counted from here to the end of the next wait, so a
+	 * tool started just before its TOOL_WAIT transition still counts.
+	 */
+	s->cur_cpu_ns = 0;
+	s->cur_first_ns = 0;
+	s->cur_last_ns = 0;
+	s->cur_procs = 0;
 
 	if (us < min_wait_us) {
 		STAT_INC(short_waits);
@@ -182,7 +190,7 @@ static __always_inline void wait_end(const struct tw_key *key,
 	e->expected_wait_us = s->expected_wait_us;
 	e->tool_cpu_ns = cpu_ns;
 	e->tool_wall_ns = wall_ns;
-	e->tool_procs = s->cur_procs;
+	e->tool_procs = procs;
 	e->tool_class = s->tool_class;
 	e->blocks_held = s->blocks_held;
 	e->block_size = s->block_size;
@@ -228,10 +236,6 @@ static __always_inline int on_state(struct tw_key *key, __u32 old_state,
 	if (new_state == TW_STATE_TOOL_WAIT) {
 		s->tool_class = tool_class;
 		s->expected_wait_us = expected_us;
-		s->cur_cpu_ns = 0;
-		s->cur_first_ns = 0;
-		s->cur_last_ns = 0;
-		s->cur_procs = 0;
 		s->wait_start_ns = now;
 	}
 	return 0;
@@ -344,17 +348,19 @@ static __always_inline int on_exit(void)
 	struct tw_proc *p;
 	struct tw_key *key;
 
-	cgid = bpf_get_current_cgroup_id();
-	key = bpf_map_lookup_elem(&cgroups, &cgid);
 	p = bpf_map_lookup_elem(&procs, &pid);
-	if (!key && !p)
-		return 0;
+	if (p) {
+		key = &p->session;
+	} else {
+		cgid = bpf_get_current_cgroup_id();
+		key = bpf_map_lookup_elem(&cgroups, &cgid);
+		if (!key)
+			return 0;
+	}
 	STAT_INC(exits);
 	task = (struct task_struct *)bpf_get_current_task();
 	cpu = BPF_CORE_READ(task, se.sum_exec_runtime);
 	now = bpf_ktime_get_ns();
-	if (p)
-		key = &p->session;
 	s = bpf_map_lookup_elem(&sessions, key);
 	if (s) {
 		__sync_fetch_and_add(&s->cur_cpu_ns, cpu);

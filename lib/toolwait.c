@@ -1,0 +1,603 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * The tool-wait loader (kva_toolwait_*): loads bpf/toolwait.bpf.c from
+ * its generated skeleton, picks one attach kind per event at load time
+ * (module tracepoint: raw_tp, else tracepoint; sched: tp_btf, else raw_tp,
+ * else tracepoint; USDT on the memfd backend), pins the maps under
+ * /sys/fs/bpf/kvarena/ (mounting bpffs if needed), and reads them back.
+ * Owns: program lifetime, pins, the ring-buffer consumer.  Does not own:
+ * what the programs count (bpf/toolwait.bpf.c) or prediction
+ * (kmod/core/kvc_predict.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+#include <linux/types.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "internal.h"
+#include "kvarena_toolwait.h"
+#include "kvc_predict.h"
+#include "toolwait.h"
+#include "toolwait.skel.h"
+
+#define KVA_BPF_FS_MAGIC	0xcafe4a11
+#define KVA_TRACEFS		"/sys/kernel/tracing"
+
+/* The public records are the maps' records. */
+#define TW_SAME(pub, bpf)						\
+	_Static_assert(sizeof(struct pub) == sizeof(struct bpf),	\
+		       #pub " differs from " #bpf)
+TW_SAME(kva_toolwait_key, tw_key);
+TW_SAME(kva_toolwait_session, tw_session);
+TW_SAME(kva_toolwait_hist, tw_hist);
+TW_SAME(kva_toolwait_event, tw_event);
+TW_SAME(kva_toolwait_stats, tw_stats);
+_Static_assert(offsetof(struct kva_toolwait_session, slots) ==
+	       offsetof(struct tw_session, slots), "tw_session.slots");
+_Static_assert(offsetof(struct kva_toolwait_event, source) ==
+	       offsetof(struct tw_event, source), "tw_event.source");
+_Static_assert(KVA_TOOLWAIT_SLOTS == TW_SLOTS &&
+	       KVC_PREDICT_SLOTS == TW_SLOTS, "slot counts");
+
+enum { TW_SESSIONS, TW_CLASSES, TW_CGROUPS, TW_PROCS, TW_STATS, TW_EVENTS,
+       TW_NMAPS };
+static const char *const tw_map_name[TW_NMAPS] = {
+	"sessions", "classes", "cgroups", "procs", "stats", "events",
+};
+
+#define TW_MAX_LINKS	8
+
+struct kva_toolwait {
+	struct toolwait_bpf *skel;	/* NULL: a view of pinned maps */
+	int fd[TW_NMAPS];
+	bool own_fds;			/* opened by path: close them */
+	struct bpf_link *links[TW_MAX_LINKS];
+	int nlinks;
+	struct ring_buffer *rb;
+	kva_toolwait_event_fn fn;
+	void *fn_ctx;
+	int consumed;
+	enum kva_toolwait_attach module, sched;
+	bool usdt;
+	int usdt_pid;
+	char usdt_path[PATH_MAX];
+	char pin_dir[PATH_MAX];		/* "" when not pinned by us */
+	char desc[160];
+};
+
+static const char *tw_kind_name(enum kva_toolwait_attach k)
+{
+	switch (k) {
+	case KVA_TOOLWAIT_TP_BTF: return "tp_btf";
+	case KVA_TOOLWAIT_RAW_TP: return "raw_tp";
+	case KVA_TOOLWAIT_TP: return "tracepoint";
+	case KVA_TOOLWAIT_OFF: return "off";
+	default: return "auto";
+	}
+}
+
+static int tw_mount_if_absent(const char *dir, const char *type,
+			      unsigned long magic)
+{
+	struct statfs fs;
+
+	if (statfs(dir, &fs) == 0 && (unsigned long)fs.f_type == magic)
+		return 0;
+	mkdir(dir, 0755);
+	if (mount(type, dir, type, 0, magic == KVA_BPF_FS_MAGIC ?
+		  "mode=0700" : NULL))
+		return -errno;
+	return 0;
+}
+
+static int tw_need_tracefs(void)
+{
+	if (access(KVA_TRACEFS "/events", F_OK) == 0 ||
+	    access("/sys/kernel/debug/tracing/events", F_OK) == 0)
+		return 0;
+	return tw_mount_if_absent(KVA_TRACEFS, "tracefs", 0x74726163);
+}
+
+/* The file (library or executable) holding the memfd backend's probe. */
+static int tw_self_path(char *buf, size_t len)
+{
+	uintptr_t addr = (uintptr_t)&kva_memfd_call;
+	char line[PATH_MAX + 128];
+	int ret = -ENOENT;
+	FILE *f;
+
+	f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		int pos = 0;
+		char *path;
+
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi,
+			   &pos) < 2 || !pos || addr < lo || addr >= hi)
+			continue;
+		path = line + pos;
+		path[strcspn(path, "\n")] = 0;
+		if (path[0] == '/' && strlen(path) < len) {
+			strcpy(buf, path);
+			ret = 0;
+		}
+		break;
+	}
+	fclose(f);
+	return ret;
+}
+
+static enum kva_toolwait_attach tw_pick_sched(enum kva_toolwait_attach want)
+{
+	if (want != KVA_TOOLWAIT_AUTO)
+		return want;
+	if (libbpf_find_vmlinux_btf_id("sched_process_fork",
+				       BPF_TRACE_RAW_TP) > 0)
+		return KVA_TOOLWAIT_TP_BTF;
+	return KVA_TOOLWAIT_RAW_TP;
+}
+
+static enum kva_toolwait_attach tw_pick_module(enum kva_toolwait_attach want)
+{
+	if (want != KVA_TOOLWAIT_AUTO)
+		return want == KVA_TOOLWAIT_TP_BTF ? KVA_TOOLWAIT_RAW_TP : want;
+	return access("/sys/module/kvarena", F_OK) == 0 ?
+	       KVA_TOOLWAIT_RAW_TP : KVA_TOOLWAIT_OFF;
+}
+
+/* Keep exactly the programs of the chosen kinds. */
+static void tw_select(struct kva_toolwait *tw)
+{
+	struct toolwait_bpf *s = tw->skel;
+	enum kva_toolwait_attach k = tw->sched;
+
+	bpf_program__set_autoload(s->progs.raw_tp_session_state,
+				  tw->module == KVA_TOOLWAIT_RAW_TP);
+	bpf_program__set_autoload(s->progs.tp_session_state,
+				  tw->module == KVA_TOOLWAIT_TP);
+	bpf_program__set_autoload(s->progs.usdt_session_state, tw->usdt);
+	bpf_program__set_autoload(s->progs.btf_fork, k == KVA_TOOLWAIT_TP_BTF);
+	bpf_program__set_autoload(s->progs.btf_exec, k == KVA_TOOLWAIT_TP_BTF);
+	bpf_program__set_autoload(s->progs.btf_exit, k == KVA_TOOLWAIT_TP_BTF);
+	bpf_program__set_autoload(s->progs.raw_fork, k == KVA_TOOLWAIT_RAW_TP);
+	bpf_program__set_autoload(s->progs.raw_exec, k == KVA_TOOLWAIT_RAW_TP);
+	bpf_program__set_autoload(s->progs.raw_exit, k == KVA_TOOLWAIT_RAW_TP);
+	bpf_program__set_autoload(s->progs.tp_fork, k == KVA_TOOLWAIT_TP);
+	bpf_program__set_autoload(s->progs.tp_exec, k == KVA_TOOLWAIT_TP);
+	bpf_program__set_autoload(s->progs.tp_exit, k == KVA_TOOLWAIT_TP);
+}
+
+static struct bpf_map *tw_map(struct kva_toolwait *tw, int i)
+{
+	struct toolwait_bpf *s = tw->skel;
+	struct bpf_map *maps[TW_NMAPS] = {
+		s->maps.sessions, s->maps.classes, s->maps.cgroups,
+		s->maps.procs, s->maps.stats, s->maps.events,
+	};
+
+	return maps[i];
+}
+
+static void tw_unpin(struct kva_toolwait *tw)
+{
+	char path[PATH_MAX + 32];
+	int i;
+
+	if (!tw->pin_dir[0] || !tw->skel)
+		return;
+	for (i = 0; i < TW_NMAPS; i++) {
+		snprintf(path, sizeof(path), "%s/%s", tw->pin_dir,
+			 tw_map_name[i]);
+		bpf_map__unpin(tw_map(tw, i), path);
+	}
+	rmdir(tw->pin_dir);
+	tw->pin_dir[0] = 0;
+}
+
+/* Stale pins (a loader that died) are replaced. */
+static int tw_pin(struct kva_toolwait *tw, const char *dir)
+{
+	char path[PATH_MAX + 32];
+	int i, ret;
+
+	if (strlen(dir) >= sizeof(tw->pin_dir))
+		return -ENAMETOOLONG;
+	if (strncmp(dir, "/sys/fs/bpf", 11) == 0) {
+		ret = tw_mount_if_absent("/sys/fs/bpf", "bpf",
+					 KVA_BPF_FS_MAGIC);
+		if (ret)
+			return ret;
+	}
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return -errno;
+	strcpy(tw->pin_dir, dir);
+	for (i = 0; i < TW_NMAPS; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);
+		unlink(path);
+		ret = bpf_map__pin(tw_map(tw, i), path);
+		if (ret) {
+			tw_unpin(tw);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static int tw_link(struct kva_toolwait *tw, struct bpf_link *link)
+{
+	if (!link)
+		return -errno ? -errno : -EINVAL;
+	if (tw->nlinks >= TW_MAX_LINKS) {
+		bpf_link__destroy(link);
+		return -E2BIG;
+	}
+	tw->links[tw->nlinks++] = link;
+	return 0;
+}
+
+KVA_EXPORT void kva_toolwait_detach(struct kva_toolwait *tw)
+{
+	while (tw && tw->nlinks > 0)
+		bpf_link__destroy(tw->links[--tw->nlinks]);
+}
+
+KVA_EXPORT int kva_toolwait_attach(struct kva_toolwait *tw)
+{
+	struct toolwait_bpf *s = tw->skel;
+	struct bpf_program *sched[3] = { NULL };
+	int i, ret = 0;
+
+	if (!s)
+		return -EINVAL;
+	if (tw->nlinks)
+		return 0;
+	if (tw->module == KVA_TOOLWAIT_RAW_TP)
+		ret = tw_link(tw, bpf_program__attach(s->progs.raw_tp_session_state));
+	else if (tw->module == KVA_TOOLWAIT_TP)
+		ret = tw_link(tw, bpf_program__attach(s->progs.tp_session_state));
+	if (ret)
+		goto fail;
+	if (tw->sched == KVA_TOOLWAIT_TP_BTF) {
+		sched[0] = s->progs.btf_fork;
+		sched[1] = s->progs.btf_exec;
+		sched[2] = s->progs.btf_exit;
+	} else if (tw->sched == KVA_TOOLWAIT_RAW_TP) {
+		sched[0] = s->progs.raw_fork;
+		sched[1] = s->progs.raw_exec;
+		sched[2] = s->progs.raw_exit;
+	} else if (tw->sched == KVA_TOOLWAIT_TP) {
+		sched[0] = s->progs.tp_fork;
+		sched[1] = s->progs.tp_exec;
+		sched[2] = s->progs.tp_exit;
+	}
+	for (i = 0; i < 3 && sched[i]; i++) {
+		ret = tw_link(tw, bpf_program__attach(sched[i]));
+		if (ret)
+			goto fail;
+	}
+	if (tw->usdt) {
+		ret = tw_link(tw, bpf_program__attach_usdt(
+				s->progs.usdt_session_state,
+				tw->usdt_pid ? tw->usdt_pid : -1,
+				tw->usdt_path, "kvarena", "session_state",
+				NULL));
+		if (ret)
+			goto fail;
+	}
+	return 0;
+fail:
+	kva_toolwait_detach(tw);
+	return ret;
+}
+
+static void tw_describe(struct kva_toolwait *tw)
+{
+	snprintf(tw->desc, sizeof(tw->desc), "module=%s sched=%s usdt=%s",
+		 tw_kind_name(tw->module), tw_kind_name(tw->sched),
+		 tw->usdt ? "on" : "off");
+}
+
+KVA_EXPORT const char *kva_toolwait_describe(const struct kva_toolwait *tw)
+{
+	return tw->desc;
+}
+
+KVA_EXPORT int kva_toolwait_open(const struct kva_toolwait_opts *opts,
+				 struct kva_toolwait **twp)
+{
+	struct kva_toolwait_opts o = { 0 };
+	struct kva_toolwait *tw;
+	int i, ret;
+
+	*twp = NULL;
+	if (opts) {
+		if (opts->size < sizeof(o))
+			return -EINVAL;
+		o = *opts;
+	}
+	tw = calloc(1, sizeof(*tw));
+	if (!tw)
+		return -ENOMEM;
+	tw->module = tw_pick_module(o.module);
+	tw->sched = tw_pick_sched(o.sched);
+	tw->usdt = o.usdt != KVA_TOOLWAIT_OFF;
+	tw->usdt_pid = o.usdt_pid;
+	if (tw->usdt) {
+		if (o.usdt_binary) {
+			if (strlen(o.usdt_binary) >= sizeof(tw->usdt_path)) {
+				ret = -ENAMETOOLONG;
+				goto fail;
+			}
+			strcpy(tw->usdt_path, o.usdt_binary);
+		} else {
+			ret = tw_self_path(tw->usdt_path,
+					   sizeof(tw->usdt_path));
+			if (ret)
+				goto fail;
+		}
+	}
+	if (tw->module == KVA_TOOLWAIT_TP || tw->sched == KVA_TOOLWAIT_TP) {
+		ret = tw_need_tracefs();
+		if (ret)
+			goto fail;
+	}
+	tw->skel = toolwait_bpf__open();
+	if (!tw->skel) {
+		ret = -errno ? -errno : -EINVAL;
+		goto fail;
+	}
+	tw->skel->rodata->targ_arena = o.arena_filter;
+	tw->skel->rodata->min_wait_us = o.min_wait_us;
+	tw_select(tw);
+	ret = toolwait_bpf__load(tw->skel);
+	if (ret)
+		goto fail;
+	for (i = 0; i < TW_NMAPS; i++)
+		tw->fd[i] = bpf_map__fd(tw_map(tw, i));
+	if (!o.pin_dir || o.pin_dir[0]) {
+		ret = tw_pin(tw, o.pin_dir ? o.pin_dir : KVA_TOOLWAIT_PIN_DIR);
+		if (ret)
+			goto fail;
+	}
+	ret = kva_toolwait_attach(tw);
+	if (ret)
+		goto fail;
+	tw_describe(tw);
+	*twp = tw;
+	return 0;
+fail:
+	kva_toolwait_close(tw);
+	return ret;
+}
+
+KVA_EXPORT int kva_toolwait_open_pinned(const char *pin_dir,
+					struct kva_toolwait **twp)
+{
+	char path[PATH_MAX + 32];
+	struct kva_toolwait *tw;
+	int i, ret;
+
+	*twp = NULL;
+	tw = calloc(1, sizeof(*tw));
+	if (!tw)
+		return -ENOMEM;
+	tw->own_fds = true;
+	for (i = 0; i < TW_NMAPS; i++)
+		tw->fd[i] = -1;
+	for (i = 0; i < TW_NMAPS; i++) {
+		snprintf(path, sizeof(path), "%s/%s",
+			 pin_dir ? pin_dir : KVA_TOOLWAIT_PIN_DIR,
+			 tw_map_name[i]);
+		tw->fd[i] = bpf_obj_get(path);
+		if (tw->fd[i] < 0) {
+			ret = -errno;
+			kva_toolwait_close(tw);
+			return ret;
+		}
+	}
+	snprintf(tw->desc, sizeof(tw->desc), "pinned %s",
+		 pin_dir ? pin_dir : KVA_TOOLWAIT_PIN_DIR);
+	*twp = tw;
+	return 0;
+}
+
+KVA_EXPORT void kva_toolwait_close(struct kva_toolwait *tw)
+{
+	int i;
+
+	if (!tw)
+		return;
+	ring_buffer__free(tw->rb);
+	kva_toolwait_detach(tw);
+	if (tw->skel) {
+		tw_unpin(tw);
+		toolwait_bpf__destroy(tw->skel);
+	}
+	if (tw->own_fds)
+		for (i = 0; i < TW_NMAPS; i++)
+			if (tw->fd[i] >= 0)
+				close(tw->fd[i]);
+	free(tw);
+}
+
+KVA_EXPORT int kva_toolwait_session_key(struct kva_arena *arena,
+					uint32_t session,
+					struct kva_toolwait_key *key)
+{
+	struct kva_arena_info info = { .size = sizeof(info) };
+	int ret = kva_arena_info(arena, &info);
+
+	if (ret)
+		return ret;
+	memset(key, 0, sizeof(*key));
+	key->arena_id = info.arena_id;
+	key->session_id = session;
+	if (kva_dev_backend(arena->dev) == KVA_BACKEND_MEMFD)
+		key->pid = (uint32_t)getpid();
+	return 0;
+}
+
+KVA_EXPORT int kva_toolwait_cgroup_id(const char *path, uint64_t *id)
+{
+	struct stat st;
+
+	if (stat(path, &st))
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	*id = st.st_ino;
+	return 0;
+}
+
+static int tw_errno(int ret)
+{
+	return ret < 0 ? -errno : 0;
+}
+
+KVA_EXPORT int kva_toolwait_register_cgroup(struct kva_toolwait *tw,
+					    uint64_t cgroup_id,
+					    const struct kva_toolwait_key *key)
+{
+	return tw_errno(bpf_map_update_elem(tw->fd[TW_CGROUPS], &cgroup_id,
+					    key, BPF_ANY));
+}
+
+KVA_EXPORT int kva_toolwait_unregister_cgroup(struct kva_toolwait *tw,
+					      uint64_t cgroup_id)
+{
+	return tw_errno(bpf_map_delete_elem(tw->fd[TW_CGROUPS], &cgroup_id));
+}
+
+KVA_EXPORT int kva_toolwait_sessions(struct kva_toolwait *tw,
+				     struct kva_toolwait_key *keys, int n)
+{
+	struct kva_toolwait_key k, next;
+	const void *prev = NULL;
+	int count = 0;
+
+	while (bpf_map_get_next_key(tw->fd[TW_SESSIONS], prev, &next) == 0) {
+		if (count < n)
+			keys[count] = next;
+		count++;
+		k = next;
+		prev = &k;
+	}
+	return count;
+}
+
+KVA_EXPORT int kva_toolwait_session(struct kva_toolwait *tw,
+				    const struct kva_toolwait_key *key,
+				    struct kva_toolwait_session *out)
+{
+	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_SESSIONS], key, out));
+}
+
+KVA_EXPORT int kva_toolwait_forget_session(struct kva_toolwait *tw,
+					   const struct kva_toolwait_key *key)
+{
+	return tw_errno(bpf_map_delete_elem(tw->fd[TW_SESSIONS], key));
+}
+
+static int tw_cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+KVA_EXPORT int kva_toolwait_classes(struct kva_toolwait *tw,
+				    uint32_t *classes, int n)
+{
+	uint32_t k, next;
+	const void *prev = NULL;
+	int count = 0;
+
+	while (bpf_map_get_next_key(tw->fd[TW_CLASSES], prev, &next) == 0) {
+		if (count < n)
+			classes[count] = next;
+		count++;
+		k = next;
+		prev = &k;
+	}
+	qsort(classes, (size_t)(count < n ? count : n), sizeof(*classes),
+	      tw_cmp_u32);
+	return count;
+}
+
+KVA_EXPORT int kva_toolwait_class_hist(struct kva_toolwait *tw,
+				       uint32_t tool_class,
+				       struct kva_toolwait_hist *out)
+{
+	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_CLASSES], &tool_class,
+					    out));
+}
+
+KVA_EXPORT int kva_toolwait_clear_classes(struct kva_toolwait *tw)
+{
+	uint32_t keys[TW_MAX_CLASSES];
+	int i, n = kva_toolwait_classes(tw, keys, TW_MAX_CLASSES);
+
+	for (i = 0; i < n && i < TW_MAX_CLASSES; i++)
+		bpf_map_delete_elem(tw->fd[TW_CLASSES], &keys[i]);
+	return 0;
+}
+
+KVA_EXPORT int kva_toolwait_stats(struct kva_toolwait *tw,
+				  struct kva_toolwait_stats *out)
+{
+	uint32_t zero = 0;
+
+	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_STATS], &zero, out));
+}
+
+static int tw_on_sample(void *ctx, void *data, size_t size)
+{
+	struct kva_toolwait *tw = ctx;
+	struct kva_toolwait_event e;
+
+	if (size < sizeof(e))
+		return 0;
+	memcpy(&e, data, sizeof(e));
+	tw->consumed++;
+	return tw->fn(&e, tw->fn_ctx) ? -ECANCELED : 0;
+}
+
+KVA_EXPORT int kva_toolwait_consume(struct kva_toolwait *tw,
+				    kva_toolwait_event_fn fn, void *ctx,
+				    int timeout_ms)
+{
+	int ret;
+
+	if (!tw->rb) {
+		tw->rb = ring_buffer__new(tw->fd[TW_EVENTS], tw_on_sample, tw,
+					  NULL);
+		if (!tw->rb)
+			return -errno ? -errno : -EINVAL;
+	}
+	tw->fn = fn;
+	tw->fn_ctx = ctx;
+	tw->consumed = 0;
+	ret = ring_buffer__poll(tw->rb, timeout_ms);
+	if (ret == -EINTR || ret == -ECANCELED || ret >= 0)
+		return tw->consumed;
+	return ret;
+}
+
+KVA_EXPORT uint64_t kva_toolwait_predict(const struct kva_toolwait_hist *h,
+					 uint64_t elapsed_us, uint64_t hint_us)
+{
+	return kvc_predict_remaining_us(h->slots, KVA_TOOLWAIT_SLOTS,
+					elapsed_us, hint_us);
+}
