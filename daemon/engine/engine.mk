@@ -29,7 +29,7 @@ ENGINE_KVA      := $(LIB_A)
 endif
 
 ENGINE_NAMES    := gguf model tokenizer forward threads sample kernels \
-                   kernels_c kernels_avx2 kernels_avx512 kv_arena
+                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena
 ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
                    include/uapi/linux/kvarena.h
 ENGINE_OBJS     := $(ENGINE_NAMES:%=$(ENGINE_OUT)/obj/%.o)

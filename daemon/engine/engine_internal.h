@@ -67,6 +67,31 @@ extern const struct kve_kernels kve_kernels_avx2;
 extern const struct kve_kernels kve_kernels_avx512;
 const struct kve_kernels *kve_kernels_select(void);
 
+/*
+ * Compares every kernel of cand with ref (the portable C set) on small
+ * random inputs: results within a summation-order bound, and cand's own
+ * batch invariance bit for bit. 0 if all pass, else -1 and why names the
+ * kernel, shape and values. selfcheck.c.
+ */
+int kve_kernels_selfcheck(const struct kve_kernels *cand,
+			  const struct kve_kernels *ref, char *why, size_t len);
+
+/*
+ * The selection, as a pure function (kve_kernels_select calls it with the
+ * CPU's features, $KVE_ISA, $KVE_SELFCHECK == "1" and the real sets; tests
+ * call it with stand-ins): the best set the CPU has, lowered by want; the
+ * AVX-512 set (and any SIMD set when force_check) must pass the self-check
+ * against setc or the next lower set is taken, with a line in log.
+ */
+#define KVE_CPU_AVX2	1u
+#define KVE_CPU_AVX512	2u
+const struct kve_kernels *kve_kernels_pick(unsigned cpu, const char *want,
+					   int force_check,
+					   const struct kve_kernels *set512,
+					   const struct kve_kernels *set2,
+					   const struct kve_kernels *setc,
+					   char *log, size_t loglen);
+
 /* Portable activation quantiser (shared by all kernel sets so Q8_0
  * results only differ by summation order between sets). */
 void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out);

@@ -123,8 +123,13 @@ int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
 	       const int32_t *tokens, uint32_t n, float *logits);
 
 /* Name of the kernel set chosen at run time ("avx512", "avx2", "c"). The
- * environment variable KVE_ISA=c|avx2|avx512 forces a lower one. */
+ * environment variable KVE_ISA=c|avx2|avx512 forces a lower one. The
+ * AVX-512 set is used only if it passes a self-check against the portable
+ * C kernels at selection (KVE_SELFCHECK=1: any SIMD set); otherwise the
+ * next lower set is used and kve_isa_note() says why ("" when nothing
+ * happened; the same line goes to stderr once). */
 const char *kve_isa_name(void);
+const char *kve_isa_note(void);
 
 /* ---- sampling ------------------------------------------------------- */
 

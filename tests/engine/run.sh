@@ -64,7 +64,7 @@ runref() {	# numpy lines are the interesting ones: always show them
 
 echo "engine checks"
 run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf
-run "kernels vs double precision" $T/test_kernels
+run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
 run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf

@@ -169,6 +169,132 @@ static void check_set(const struct kve_kernels *k)
 	}
 }
 
+/* ---- the run-time self-check, with portable C kernels standing in ---- */
+
+static const struct kve_kernels *C = &kve_kernels_c;
+
+/* drops the last column's contribution of the last row of the range (a
+ * masked-tail bug) */
+static void bad_mm_f32(const struct kve_mat *w, const float *x, int T, float *y,
+		       int ldy, int r0, int r1)
+{
+	int t, c = (int)w->cols - 1;
+
+	C->mm_f32(w, x, T, y, ldy, r0, r1);
+	for (t = 0; t < T; t++)
+		y[(size_t)t * ldy + r1 - 1] -=
+			((const float *)(w->data + (size_t)(r1 - 1) * w->row_bytes))[c] *
+			x[(size_t)t * w->cols + c];
+}
+
+/* a nudge of one ulp on tokens after the first in a batch: accurate, but
+ * a token's result depends on the batch (breaks the bit-for-bit contract) */
+static void bad_mm_f16(const struct kve_mat *w, const float *x, int T, float *y,
+		       int ldy, int r0, int r1)
+{
+	int t;
+
+	C->mm_f16(w, x, T, y, ldy, r0, r1);
+	for (t = 1; t < T; t++)
+		y[(size_t)t * ldy + r0] = nextafterf(y[(size_t)t * ldy + r0], INFINITY);
+}
+
+/* every token reads token 0's activations (a wrong stride) */
+static void bad_mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		      float *y, int ldy, int r0, int r1)
+{
+	int t;
+
+	for (t = 0; t < T; t++)
+		C->mm_q8(w, xq, 1, y + (size_t)t * ldy, ldy, r0, r1);
+}
+
+static float bad_dot_f32(const float *a, const float *b, int n)
+{
+	return C->dot_f32(a, b, n & ~7);	/* tail ignored */
+}
+
+static float bad_dot_f16(const float *a, const uint16_t *b, int n)
+{
+	return C->dot_f16(a, b, n) * 1.01f;
+}
+
+static void bad_axpy_f32(float *y, float a, const float *x, int n)
+{
+	C->axpy_f32(y, a, x, n > 64 ? 64 : n);	/* stops early */
+}
+
+static void bad_axpy_f16(float *y, float a, const uint16_t *x, int n)
+{
+	C->axpy_f16(y, -a, x, n);
+}
+
+static void check_selfcheck(int has2)
+{
+	struct kve_kernels stand = kve_kernels_c, bad;
+	const struct kve_kernels *set2 = has2 ? &kve_kernels_avx2 : &kve_kernels_c, *k;
+	static const char *names[7] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
+					 "axpy_f32", "axpy_f16" };
+	char why[512], log[600];
+	int i, rc;
+
+	stand.name = "avx512";	/* the C set standing in for AVX-512 */
+	rc = kve_kernels_selfcheck(&stand, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == 0 && !why[0], "self-check: portable C against itself passes");
+	if (has2) {
+		rc = kve_kernels_selfcheck(&kve_kernels_avx2, &kve_kernels_c, why, sizeof(why));
+		CHECK(rc == 0, "self-check: avx2 against portable C passes (the bound is not too "
+		      "tight for a real SIMD set) %s", why);
+	}
+	for (i = 0; i < 7; i++) {
+		bad = kve_kernels_c;
+		bad.name = "avx512";
+		switch (i) {
+		case 0: bad.mm_f32 = bad_mm_f32; break;
+		case 1: bad.mm_f16 = bad_mm_f16; break;
+		case 2: bad.mm_q8 = bad_mm_q8; break;
+		case 3: bad.dot_f32 = bad_dot_f32; break;
+		case 4: bad.dot_f16 = bad_dot_f16; break;
+		case 5: bad.axpy_f32 = bad_axpy_f32; break;
+		case 6: bad.axpy_f16 = bad_axpy_f16; break;
+		}
+		rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
+		      "self-check: a broken %s is caught: %s", names[i], why);
+	}
+
+	/* the selection path itself */
+	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &stand, set2,
+			     &kve_kernels_c, log, sizeof(log));
+	CHECK(k == &stand && !log[0], "pick: an AVX-512 set that passes the self-check is used");
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.mm_q8 = bad_mm_q8;
+	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &bad, set2,
+			     &kve_kernels_c, log, sizeof(log));
+	CHECK(k == set2 && strstr(log, "avx512 kernel self-check failed (mm_q8") &&
+	      strstr(log, set2->name), "pick: a failing AVX-512 set falls back to %s, logged: %s",
+	      set2->name, log);
+	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx2", 0, &bad, set2,
+			     &kve_kernels_c, log, sizeof(log));
+	CHECK(k == set2 && !log[0], "pick: KVE_ISA=avx2 skips the AVX-512 set (and its check)");
+	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "c", 0, &bad, set2,
+			     &kve_kernels_c, log, sizeof(log));
+	CHECK(k == &kve_kernels_c && !log[0], "pick: KVE_ISA=c gives the portable set");
+	k = kve_kernels_pick(KVE_CPU_AVX2, NULL, 0, &bad, set2, &kve_kernels_c, log, sizeof(log));
+	CHECK(k == set2 && !log[0], "pick: without AVX-512 the AVX-512 set is neither checked nor used");
+	{	/* KVE_SELFCHECK=1: a failing AVX2 stand-in falls to C */
+		struct kve_kernels bad2 = kve_kernels_c;
+		bad2.name = "avx2";
+		bad2.dot_f32 = bad_dot_f32;
+		k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 1, &bad, &bad2,
+				     &kve_kernels_c, log, sizeof(log));
+		CHECK(k == &kve_kernels_c && strstr(log, "avx2 kernel self-check failed (dot_f32"),
+		      "pick with KVE_SELFCHECK=1: AVX-512 and AVX2 stand-ins both fail -> c: %s", log);
+	}
+	printf("# dispatch note: \"%s\"\n", kve_isa_note());
+}
+
 int main(void)
 {
 	int has2, has512;
@@ -196,5 +322,10 @@ int main(void)
 	else
 		printf("# skip avx512: CPU lacks it (those kernels are untested here)\n");
 	printf("# dispatch picked: %s\n", kve_isa_name());
+	if (getenv("KVE_SELFCHECK") && !strcmp(getenv("KVE_SELFCHECK"), "1") && !getenv("KVE_ISA"))
+		CHECK(!strcmp(kve_isa_name(), has512 ? "avx512" : has2 ? "avx2" : "c") &&
+		      !kve_isa_note()[0],
+		      "KVE_SELFCHECK=1: the real dispatch self-checked %s and kept it", kve_isa_name());
+	check_selfcheck(has2);
 	return tc_done();
 }

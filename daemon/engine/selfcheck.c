@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MIT
+/*
+ * selfcheck.c - a quick run-time check of a SIMD kernel set against the
+ * portable C set, used by kernels.c before it trusts a set that could not
+ * be tested where the engine was developed (AVX-512). Small deterministic
+ * random inputs with awkward shapes (row, column and token tails, every
+ * tile size), each result compared with the C kernel's within a bound
+ * derived from float summation order, and the batch-invariance contract
+ * (a token alone == in a batch == in a row slice, bit for bit) checked on
+ * the candidate itself. Takes well under a millisecond.
+ */
+#include "engine_internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SC_T 7		/* tokens: covers 6- and 3-wide tiles and a tail */
+#define SC_MAXC 256
+
+static uint64_t sc_next(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 33;
+}
+
+static float sc_rand(uint64_t *s)	/* uniform in [-1, 1) */
+{
+	return (float)((double)sc_next(s) / 2147483648.0 * 2.0 - 1.0);
+}
+
+static void sc_msg(char *why, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void sc_msg(char *why, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, len, fmt, ap);
+	va_end(ap);
+}
+
+/* |a - b| within n * 4 * eps * s (s: sum of |terms|); NaN fails. */
+static int sc_close(float a, float b, double s, int n)
+{
+	double bound = (double)n * 4 * FLT_EPSILON * s + 1e-30;
+
+	return fabs((double)a - (double)b) <= bound;
+}
+
+static void sc_mm(const struct kve_kernels *k, const struct kve_mat *w,
+		  const float *x, const struct kve_q8x *xq, int T, float *y,
+		  int r0, int r1)
+{
+	if (w->type == GGML_F32)
+		k->mm_f32(w, x, T, y, (int)w->rows, r0, r1);
+	else if (w->type == GGML_F16)
+		k->mm_f16(w, x, T, y, (int)w->rows, r0, r1);
+	else
+		k->mm_q8(w, xq, T, y, (int)w->rows, r0, r1);
+}
+
+static const char *sc_mm_name(uint32_t type)
+{
+	return type == GGML_F32 ? "mm_f32" : type == GGML_F16 ? "mm_f16" : "mm_q8";
+}
+
+/* One matrix shape of one type. Returns 0 or -1 with why filled. */
+static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *ref,
+		     uint32_t type, int rows, int cols, uint64_t *seed,
+		     char *why, size_t len)
+{
+	size_t row_bytes = type == GGML_F32 ? (size_t)cols * 4 :
+			   type == GGML_F16 ? (size_t)cols * 2 :
+			   (size_t)cols / QK8_0 * Q8_0_BYTES;
+	uint8_t *data = malloc(row_bytes * (size_t)rows + 64);
+	float *x = malloc(sizeof(float) * SC_T * SC_MAXC);
+	float *xd = malloc(sizeof(float) * SC_T * SC_MAXC);	/* as the kernel sees x */
+	float *wrow = malloc(sizeof(float) * SC_MAXC);
+	float *yc = malloc(sizeof(float) * SC_T * (size_t)rows);
+	float *yr = malloc(sizeof(float) * SC_T * (size_t)rows);
+	float *y1 = malloc(sizeof(float) * SC_T * (size_t)rows);
+	struct kve_q8x *xq = malloc(sizeof(*xq) * SC_T * (SC_MAXC / QK8_0));
+	struct kve_mat w = { data, type, (uint32_t)rows, (uint32_t)cols, row_bytes };
+	const char *name = sc_mm_name(type);
+	int rc = -1, r, t, c, nb = cols / QK8_0;
+
+	if (!data || !x || !xd || !wrow || !yc || !yr || !y1 || !xq) {
+		sc_msg(why, len, "self-check: out of memory");
+		goto out;
+	}
+	for (r = 0; r < rows; r++) {
+		uint8_t *row = data + (size_t)r * row_bytes;
+
+		for (c = 0; c < cols; c++) {
+			float v = sc_rand(seed);
+
+			if (type == GGML_F32) {
+				memcpy(row + 4 * (size_t)c, &v, 4);
+			} else if (type == GGML_F16) {
+				uint16_t h = kve_f32_to_f16(v);
+				memcpy(row + 2 * (size_t)c, &h, 2);
+			} else {
+				uint8_t *b = row + (size_t)(c / QK8_0) * Q8_0_BYTES;
+				if (c % QK8_0 == 0) {
+					uint16_t h = kve_f32_to_f16(0.004f + 0.01f * (sc_rand(seed) + 1));
+					memcpy(b, &h, 2);
+				}
+				b[2 + c % QK8_0] = (uint8_t)(int8_t)(int)(v * 127.0f);
+			}
+		}
+	}
+	for (t = 0; t < SC_T; t++) {
+		for (c = 0; c < cols; c++)
+			x[t * cols + c] = sc_rand(seed);
+		if (type == GGML_Q8_0) {
+			kve_quantize_q8x(x + t * cols, cols, xq + t * nb);
+			for (c = 0; c < cols; c++)
+				xd[t * cols + c] = xq[t * nb + c / QK8_0].d *
+						   xq[t * nb + c / QK8_0].q[c % QK8_0];
+		} else {
+			memcpy(xd + t * cols, x + t * cols, sizeof(float) * cols);
+		}
+	}
+
+	sc_mm(ref, &w, x, xq, SC_T, yr, 0, rows);
+	sc_mm(cand, &w, x, xq, SC_T, yc, 0, rows);
+	for (r = 0; r < rows; r++) {
+		kve_mat_row_f32(&w, (uint32_t)r, wrow);
+		for (t = 0; t < SC_T; t++) {
+			double s = 0;
+
+			for (c = 0; c < cols; c++)
+				s += fabs((double)wrow[c] * xd[t * cols + c]);
+			if (!sc_close(yc[t * rows + r], yr[t * rows + r], s, cols)) {
+				sc_msg(why, len, "%s [%d x %d] x %d tokens: row %d token %d gives %.9g, "
+				       "portable C %.9g (bound %.3g)", name, rows, cols, SC_T, r, t,
+				       (double)yc[t * rows + r], (double)yr[t * rows + r],
+				       (double)cols * 4 * FLT_EPSILON * s);
+				goto out;
+			}
+		}
+	}
+	/* batch invariance: each token alone, then row slices of 5 */
+	for (t = 0; t < SC_T; t++) {
+		sc_mm(cand, &w, x + t * cols, xq + t * nb, 1, y1, 0, rows);
+		if (memcmp(y1, yc + t * rows, sizeof(float) * rows)) {
+			sc_msg(why, len, "%s [%d x %d]: token %d alone differs from the same token "
+			       "in a batch of %d", name, rows, cols, t, SC_T);
+			goto out;
+		}
+	}
+	memset(y1, 0, sizeof(float) * SC_T * rows);
+	for (r = 0; r < rows; r += 5)
+		sc_mm(cand, &w, x, xq, SC_T, y1, r, r + 5 < rows ? r + 5 : rows);
+	if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
+		sc_msg(why, len, "%s [%d x %d]: rows computed in slices of 5 differ from one pass",
+		       name, rows, cols);
+		goto out;
+	}
+	rc = 0;
+out:
+	free(data);
+	free(x);
+	free(xd);
+	free(wrow);
+	free(yc);
+	free(yr);
+	free(y1);
+	free(xq);
+	return rc;
+}
+
+static int sc_attention(const struct kve_kernels *cand, const struct kve_kernels *ref,
+			uint64_t *seed, char *why, size_t len)
+{
+	static const int ns[] = { 12, 64, 70, 128 };
+	float a[128], b[128], y[128], yr[128], b16f[128];
+	uint16_t h[128];
+	unsigned i;
+	int n, j;
+
+	for (i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		double s = 0, s16 = 0;
+		float alpha = sc_rand(seed);
+
+		n = ns[i];
+		for (j = 0; j < n; j++) {
+			a[j] = sc_rand(seed);
+			b[j] = sc_rand(seed);
+			h[j] = kve_f32_to_f16(sc_rand(seed));
+			b16f[j] = kve_f16_to_f32(h[j]);
+			s += fabs((double)a[j] * b[j]);
+			s16 += fabs((double)a[j] * b16f[j]);
+		}
+		if (!sc_close(cand->dot_f32(a, b, n), ref->dot_f32(a, b, n), s, n)) {
+			sc_msg(why, len, "dot_f32 over %d values: %.9g, portable C %.9g", n,
+			       (double)cand->dot_f32(a, b, n), (double)ref->dot_f32(a, b, n));
+			return -1;
+		}
+		if (!sc_close(cand->dot_f16(a, h, n), ref->dot_f16(a, h, n), s16, n)) {
+			sc_msg(why, len, "dot_f16 over %d values: %.9g, portable C %.9g", n,
+			       (double)cand->dot_f16(a, h, n), (double)ref->dot_f16(a, h, n));
+			return -1;
+		}
+		for (int f16 = 0; f16 < 2; f16++) {
+			memcpy(y, a, sizeof(float) * n);
+			memcpy(yr, a, sizeof(float) * n);
+			if (f16) {
+				cand->axpy_f16(y, alpha, h, n);
+				ref->axpy_f16(yr, alpha, h, n);
+			} else {
+				cand->axpy_f32(y, alpha, b, n);
+				ref->axpy_f32(yr, alpha, b, n);
+			}
+			for (j = 0; j < n; j++) {
+				double t = fabs((double)a[j]) +
+					   fabs((double)alpha * (f16 ? b16f[j] : b[j]));
+				if (!sc_close(y[j], yr[j], t, 2)) {	/* FMA vs mul+add */
+					sc_msg(why, len, "%s over %d values: element %d is %.9g, "
+					       "portable C %.9g", f16 ? "axpy_f16" : "axpy_f32", n, j,
+					       (double)y[j], (double)yr[j]);
+					return -1;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+int kve_kernels_selfcheck(const struct kve_kernels *cand,
+			  const struct kve_kernels *ref, char *why, size_t len)
+{
+	static const int shapes[][2] = { { 13, 44 }, { 9, 96 }, { 5, 256 }, { 4, 64 } };
+	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
+	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
+	unsigned ti, si;
+
+	sc_msg(why, len, "%s", "");
+	for (ti = 0; ti < 3; ti++) {
+		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+			if (types[ti] == GGML_Q8_0 && shapes[si][1] % QK8_0)
+				continue;
+			if (sc_matrix(cand, ref, types[ti], shapes[si][0], shapes[si][1], &seed,
+				      why, len))
+				return -1;
+		}
+	}
+	return sc_attention(cand, ref, &seed, why, len);
+}
