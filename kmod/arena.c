@@ -91,9 +91,11 @@ void kva_arena_free(struct kva_arena *arena)
 	mutex_unlock(&kva_arenas_lock);
 	trace_kvarena_arena(arena->id, arena->tenant->id, arena->bytes,
 			    arena->block_size, false);
+	kva_netlink_arena(arena, false);
 	kva_pages_free(arena);
 	atomic64_sub(arena->bytes, &kva_pinned_bytes);
 	kva_tenant_arena_add(arena->tenant, -1);
+	kva_events_destroy(arena);
 	mutex_destroy(&arena->att_lock);
 	mutex_destroy(&arena->lock);
 	kfree(arena);
@@ -116,6 +118,13 @@ static void kva_arena_close(struct kva_arena *arena)
 			    arena->block_size);
 	kvc_arena_destroy(&arena->core);
 	mutex_unlock(&arena->lock);
+}
+
+/* Every close(): the closing process's parked event commands end. */
+static int kva_arena_flush(struct file *file, fl_owner_t id)
+{
+	kva_events_cancel_tgid(file->private_data, task_tgid_nr(current));
+	return 0;
 }
 
 static int kva_arena_release(struct inode *inode, struct file *file)
@@ -152,6 +161,9 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 	arena->blocks_per_page = KVA_PAGE_SIZE / arg->block_size;
 	kva_tenant_arena_add(tenant, 1);
 
+	ret = kva_events_init(arena);
+	if (ret)
+		goto err_free;
 	ret = kva_pages_alloc(arena);
 	if (ret)
 		goto err_free;
@@ -160,12 +172,19 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 			     kva_max_sessions);
 	if (ret)
 		goto err_free;
+	ret = kvc_policy_set(&arena->core, arg->policy, arg->low_wm,
+			     arg->high_wm, arg->ttl_ms);
+	if (ret)
+		goto err_core;
 	arena->fd_open = true;
 	return arena;
 
+err_core:
+	kvc_arena_destroy(&arena->core);
 err_free:
 	/* Nothing is shared yet: undo by hand what kva_arena_free would. */
 	kva_pages_free(arena);
+	kva_events_destroy(arena);
 	kva_tenant_arena_add(tenant, -1);
 	mutex_destroy(&arena->att_lock);
 	mutex_destroy(&arena->lock);
@@ -215,6 +234,7 @@ long kva_arena_create_ioctl(void __user *uarg)
 	mutex_unlock(&kva_arenas_lock);
 	trace_kvarena_arena(arena->id, tenant->id, arena->bytes,
 			    arena->block_size, true);
+	kva_netlink_arena(arena, true);
 
 	fd = get_unused_fd_flags(O_CLOEXEC);
 	if (fd < 0) {
@@ -296,8 +316,10 @@ static int kva_arena_fop_mmap(struct file *file, struct vm_area_struct *vma)
 
 static const struct file_operations kva_arena_fops = {
 	.owner = THIS_MODULE,
+	.flush = kva_arena_flush,
 	.release = kva_arena_release,
 	.unlocked_ioctl = kva_arena_ioctl,
+	.uring_cmd = kva_arena_uring_cmd,
 	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = kva_arena_fop_mmap,
 	.llseek = noop_llseek,

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The ioctls on an arena fd: info, dma-buf export, blocks and sessions.
- * Each handler copies its struct in, validates every field, then runs the
- * shared core (core/) under the arena lock, charging the tenant for blocks
- * that leave the free pool, and emits the tracepoints.
+ * The operations on an arena fd, shared by ioctl and io_uring: info,
+ * dma-buf export, blocks, sessions, policy and victims.  Each handler
+ * copies its struct in, validates every field, then runs the shared core
+ * (core/) under the arena lock, charging the tenant for blocks that leave
+ * the free pool, and emits tracepoints and events (pressure, quota,
+ * session ended).  With nowait (io_uring's inline issue) a contended arena
+ * lock gives -EAGAIN, and io_uring retries from a worker.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/timekeeping.h>
 #include <linux/uaccess.h>
@@ -18,7 +22,19 @@
 
 enum { KVA_TRACE_ALLOC, KVA_TRACE_FREE, KVA_TRACE_SHARE, KVA_TRACE_RELEASE };
 
-static int kva_info(struct kva_arena *arena, void __user *uarg)
+int kva_arena_lock(struct kva_arena *arena, bool nowait)
+{
+	if (!nowait) {
+		mutex_lock(&arena->lock);
+		return 0;
+	}
+	if (mutex_trylock(&arena->lock))
+		return 0;
+	atomic64_inc(&arena->uring_eagain);
+	return -EAGAIN;
+}
+
+static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 {
 	struct kva_arena_info arg;
 	u32 usize;
@@ -39,13 +55,24 @@ static int kva_info(struct kva_arena *arena, void __user *uarg)
 	arg.tenant_id = arena->tenant->id;
 	arg.created_ns = arena->created_ns;
 	memcpy(arg.name, arena->name, sizeof(arg.name));
-	mutex_lock(&arena->lock);
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		return ret;
 	arg.blocks_total = arena->core.pool.nblocks;
 	arg.blocks_free = arena->core.pool.nfree;
 	arg.sessions = arena->core.nsessions;
 	arg.sessions_ended = arena->core.sessions_ended;
 	arg.idle_block_us = arena->core.ended_idle_block_us;
+	arg.policy = arena->core.policy;
+	arg.low_wm = arena->core.low_wm;
+	arg.high_wm = arena->core.high_wm;
+	arg.ttl_ms = arena->core.ttl_ms;
 	mutex_unlock(&arena->lock);
+	spin_lock(&arena->ev_lock);
+	arg.events_posted = arena->events_posted;
+	arg.events_dropped = arena->events_dropped;
+	spin_unlock(&arena->ev_lock);
+	arg.uring_eagain = atomic64_read(&arena->uring_eagain);
 	mutex_lock(&arena->att_lock);
 	arg.dmabuf_attachments = arena->nattached;
 	arg.dmabuf_mapped = arena->nmapped;
@@ -108,16 +135,33 @@ static void kva_uncharge(struct kva_arena *arena, u32 released)
 		kva_tenant_uncharge(arena->tenant, released, arena->block_size);
 }
 
-static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg)
+/* Fill a PRESSURE event with the policy's victims; arena lock held. */
+static void kva_pressure_event(struct kva_arena *arena, struct kva_event *ev)
 {
+	*ev = (struct kva_event){ .type = KVA_EVENT_PRESSURE };
+	ev->tenant_id = arena->tenant->id;
+	ev->blocks_free = arena->core.pool.nfree;
+	ev->low_wm = arena->core.low_wm;
+	ev->nvictims = kvc_rank_victims(&arena->core, arena->core.policy,
+					ktime_get_ns(), ev->victims,
+					KVA_EVENT_MAX_VICTIMS);
+}
+
+static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg,
+			    bool nowait)
+{
+	struct kva_event *ev = NULL;
 	struct kva_blocks arg;
 	u32 usize, *ids, quota, released;
+	bool pressure;
 	int ret;
 
 	ret = kva_blocks_in(uarg, &arg, &usize, &ids, true);
 	if (ret)
 		return ret;
-	mutex_lock(&arena->lock);
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		goto out;
 	quota = kva_tenant_reserve(arena->tenant, arg.count, arena->block_size);
 	ret = kvc_blocks_alloc(&arena->core, arg.session_id, arg.count,
 			       arg.flags & KVA_ALLOC_PARTIAL, quota,
@@ -126,7 +170,25 @@ static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg)
 	if (!ret)
 		trace_kvarena_blocks(arena->id, arg.session_id, KVA_TRACE_ALLOC,
 				     arg.done, 0, arena->core.pool.nfree);
+	/* Allocation never waits: it fails fast and tells the owner. */
+	pressure = (!ret || ret == -ENOSPC) &&
+		   kvc_pressure_check(&arena->core, ret == -ENOSPC);
+	if (pressure || ret == -EDQUOT)
+		ev = kmalloc(sizeof(*ev), GFP_KERNEL);
+	if (ev && pressure) {
+		kva_pressure_event(arena, ev);
+	} else if (ev) {
+		*ev = (struct kva_event){ .type = KVA_EVENT_QUOTA };
+		ev->tenant_id = arena->tenant->id;
+		ev->session_id = arg.session_id;
+		ev->blocks_free = arena->core.pool.nfree;
+		ev->requested = arg.count;
+	}
 	mutex_unlock(&arena->lock);
+	if (ev) {
+		kva_event_post(arena, ev);
+		kfree(ev);
+	}
 	if (ret)
 		goto out;
 
@@ -153,7 +215,7 @@ out:
 }
 
 static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
-			   bool share)
+			   bool share, bool nowait)
 {
 	struct kva_blocks arg;
 	u32 usize, *ids, released = 0;
@@ -168,7 +230,11 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 		kfree(ids);
 		return -EFAULT;
 	}
-	mutex_lock(&arena->lock);
+	ret = kva_arena_lock(arena, nowait);
+	if (ret) {
+		kfree(ids);
+		return ret;
+	}
 	if (share)
 		ret = kvc_blocks_share(&arena->core, arg.session_id, arg.count,
 				       ids, now);
@@ -177,6 +243,7 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 				      ids, now, &released);
 	if (!ret) {
 		kva_uncharge(arena, released);
+		kvc_pressure_rearm(&arena->core, false);
 		trace_kvarena_blocks(arena->id, arg.session_id,
 				     share ? KVA_TRACE_SHARE : KVA_TRACE_FREE,
 				     arg.count, released,
@@ -191,7 +258,8 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 	return ret ? ret : arg.done;
 }
 
-static int kva_session_create(struct kva_arena *arena, void __user *uarg)
+static int kva_session_create(struct kva_arena *arena, void __user *uarg,
+			      bool nowait)
 {
 	struct kva_session_create arg;
 	u64 now = ktime_get_ns();
@@ -204,7 +272,9 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg)
 		return ret;
 	if (arg.flags || arg.pad)
 		return -EINVAL;
-	mutex_lock(&arena->lock);
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		return ret;
 	ret = kvc_session_create(&arena->core, arg.cookie, now,
 				 &arg.session_id);
 	if (!ret)
@@ -233,14 +303,17 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg)
 
 /* Transition under the lock, with the tracepoint and quota accounting. */
 static int kva_set_state(struct kva_arena *arena, u32 id, u32 state,
-			 u32 tool_class, u64 wait_us)
+			 u32 tool_class, u64 wait_us, bool nowait)
 {
+	struct kva_event ev;
 	struct kvc_session *s;
 	u32 old, held, released;
 	u64 cookie;
 	int ret;
 
-	mutex_lock(&arena->lock);
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		return ret;
 	s = kvc_session_find(&arena->core, id);
 	if (!s) {
 		mutex_unlock(&arena->lock);
@@ -253,19 +326,29 @@ static int kva_set_state(struct kva_arena *arena, u32 id, u32 state,
 				    wait_us, ktime_get_ns(), &released);
 	if (!ret) {
 		kva_uncharge(arena, released);
-		if (state == KVA_STATE_ENDED)
+		if (state == KVA_STATE_ENDED) {
+			kvc_pressure_rearm(&arena->core, false);
 			trace_kvarena_blocks(arena->id, id, KVA_TRACE_RELEASE,
 					     held, released,
 					     arena->core.pool.nfree);
+		}
 		trace_kvarena_session_state(arena->id, id, old, state,
 					    tool_class, wait_us, held,
 					    arena->block_size, cookie);
 	}
 	mutex_unlock(&arena->lock);
+	if (!ret && state == KVA_STATE_ENDED) {
+		ev = (struct kva_event){ .type = KVA_EVENT_SESSION_ENDED };
+		ev.session_id = id;
+		ev.tenant_id = arena->tenant->id;
+		ev.pid = task_tgid_nr(current);
+		kva_event_post(arena, &ev);
+	}
 	return ret;
 }
 
-static int kva_session_end(struct kva_arena *arena, void __user *uarg)
+static int kva_session_end(struct kva_arena *arena, void __user *uarg,
+			   bool nowait)
 {
 	struct kva_session_end arg;
 	u32 usize;
@@ -277,10 +360,12 @@ static int kva_session_end(struct kva_arena *arena, void __user *uarg)
 		return ret;
 	if (arg.flags || arg.pad)
 		return -EINVAL;
-	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0);
+	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0,
+			     nowait);
 }
 
-static int kva_session_set_state(struct kva_arena *arena, void __user *uarg)
+static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
+				 bool nowait)
 {
 	struct kva_session_state arg;
 	u32 usize;
@@ -293,10 +378,11 @@ static int kva_session_set_state(struct kva_arena *arena, void __user *uarg)
 	if (arg.flags || arg.pad || arg.state >= KVA_STATE_COUNT)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
-			     arg.expected_wait_us);
+			     arg.expected_wait_us, nowait);
 }
 
-static int kva_session_info(struct kva_arena *arena, void __user *uarg)
+static int kva_session_info(struct kva_arena *arena, void __user *uarg,
+			    bool nowait)
 {
 	struct kva_session_info arg;
 	u32 usize;
@@ -308,7 +394,9 @@ static int kva_session_info(struct kva_arena *arena, void __user *uarg)
 		return ret;
 	if (arg.flags)
 		return -EINVAL;
-	mutex_lock(&arena->lock);
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		return ret;
 	ret = kvc_session_info(&arena->core, arg.session_id, ktime_get_ns(),
 			       &arg);
 	mutex_unlock(&arena->lock);
@@ -317,32 +405,99 @@ static int kva_session_info(struct kva_arena *arena, void __user *uarg)
 	return kva_copy_out(uarg, &arg, sizeof(arg), usize);
 }
 
-long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+static int kva_set_policy(struct kva_arena *arena, void __user *uarg,
+			  bool nowait)
 {
-	struct kva_arena *arena = file->private_data;
-	void __user *uarg = (void __user *)arg;
+	struct kva_policy_set arg;
+	u32 usize;
+	int ret;
 
-	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
-		return -ENOTTY;
-	switch (_IOC_NR(cmd)) {
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_POLICY_SET_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags)
+		return -EINVAL;
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		return ret;
+	ret = kvc_policy_set(&arena->core, arg.policy, arg.low_wm,
+			     arg.high_wm, arg.ttl_ms);
+	mutex_unlock(&arena->lock);
+	return ret;
+}
+
+static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
+{
+	struct kva_victim *v;
+	struct kva_victims arg;
+	u32 usize, policy;
+	int ret;
+
+	ret = kva_copy_in(&arg, sizeof(arg), KVA_VICTIMS_SIZE_VER0, uarg,
+			  &usize);
+	if (ret)
+		return ret;
+	if (arg.flags || arg.pad || !arg.max || arg.max > KVA_MAX_VICTIMS ||
+	    (arg.policy >= KVA_POLICY_COUNT && arg.policy != KVA_POLICY_ARENA))
+		return -EINVAL;
+	v = kcalloc(arg.max, sizeof(*v), GFP_KERNEL);
+	if (!v)
+		return -ENOMEM;
+	ret = kva_arena_lock(arena, nowait);
+	if (ret)
+		goto out;
+	policy = arg.policy == KVA_POLICY_ARENA ? arena->core.policy :
+						  arg.policy;
+	arg.count = kvc_rank_victims(&arena->core, policy, ktime_get_ns(), v,
+				     arg.max);
+	mutex_unlock(&arena->lock);
+	ret = -EFAULT;
+	if (copy_to_user(u64_to_user_ptr(arg.victims), v,
+			 arg.count * sizeof(*v)))
+		goto out;
+	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
+	if (!ret)
+		ret = arg.count;
+out:
+	kfree(v);
+	return ret;
+}
+
+long kva_arena_op(struct kva_arena *arena, unsigned int nr,
+		  void __user *uarg, bool nowait)
+{
+	switch (nr) {
 	case _IOC_NR(KVA_IOC_ARENA_INFO):
-		return kva_info(arena, uarg);
+		return kva_info(arena, uarg, nowait);
 	case _IOC_NR(KVA_IOC_EXPORT_DMABUF):
 		return kva_export(arena, uarg);
 	case _IOC_NR(KVA_IOC_BLOCKS_ALLOC):
-		return kva_blocks_alloc(arena, uarg);
+		return kva_blocks_alloc(arena, uarg, nowait);
 	case _IOC_NR(KVA_IOC_BLOCKS_FREE):
-		return kva_blocks_free(arena, uarg, false);
+		return kva_blocks_free(arena, uarg, false, nowait);
 	case _IOC_NR(KVA_IOC_BLOCKS_SHARE):
-		return kva_blocks_free(arena, uarg, true);
+		return kva_blocks_free(arena, uarg, true, nowait);
 	case _IOC_NR(KVA_IOC_SESSION_CREATE):
-		return kva_session_create(arena, uarg);
+		return kva_session_create(arena, uarg, nowait);
 	case _IOC_NR(KVA_IOC_SESSION_END):
-		return kva_session_end(arena, uarg);
+		return kva_session_end(arena, uarg, nowait);
 	case _IOC_NR(KVA_IOC_SESSION_SET_STATE):
-		return kva_session_set_state(arena, uarg);
+		return kva_session_set_state(arena, uarg, nowait);
 	case _IOC_NR(KVA_IOC_SESSION_INFO):
-		return kva_session_info(arena, uarg);
+		return kva_session_info(arena, uarg, nowait);
+	case _IOC_NR(KVA_IOC_ARENA_SET_POLICY):
+		return kva_set_policy(arena, uarg, nowait);
+	case _IOC_NR(KVA_IOC_ARENA_VICTIMS):
+		return kva_victims(arena, uarg, nowait);
 	}
 	return -ENOTTY;
+}
+
+long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
+		return -ENOTTY;
+	return kva_arena_op(file->private_data, _IOC_NR(cmd),
+			    (void __user *)arg, false);
 }

@@ -17,4 +17,30 @@ static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 }
 #endif
 
+/* uring_cmd: the header moved in 6.6, the payload accessor came with it. */
+#if KERNEL_VERSION(6, 6, 0) > LINUX_VERSION_CODE
+#include <linux/io_uring.h>
+#include <linux/io_uring_types.h>
+static inline const void *kva_uring_payload(struct io_uring_cmd *cmd)
+{
+	return cmd->cmd;
+}
+#else
+#include <linux/io_uring/cmd.h>
+static inline const void *kva_uring_payload(struct io_uring_cmd *cmd)
+{
+	return io_uring_sqe_cmd(cmd->sqe);
+}
+#endif
+
+/*
+ * 6.7 lets io_uring cancel parked commands (IO_URING_F_CANCEL); before it,
+ * kvarena watches the submitter and its ring itself (events.c).
+ */
+#if KERNEL_VERSION(6, 7, 0) <= LINUX_VERSION_CODE
+#define KVA_URING_CANCELABLE	1
+#else
+#define KVA_URING_CANCELABLE	0
+#endif
+
 #endif /* KVA_COMPAT_H */

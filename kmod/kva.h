@@ -10,10 +10,14 @@
 #include <linux/dma-buf.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
 #include <linux/types.h>
 #include <uapi/linux/kvarena.h>
 
 #include "core/kvc_arena.h"
+
+struct io_uring_cmd;
 
 #define KVA_PAGE_ORDER	(KVA_PAGE_SHIFT - PAGE_SHIFT)
 #define KVA_PAGES_PER_HUGE	BIT(KVA_PAGE_ORDER)
@@ -59,6 +63,20 @@ struct kva_arena {
 	unsigned int vmap_count;
 
 	struct list_head node;		/* kva_arenas */
+
+	/* events.c: queued events and parked KVA_URING_WAIT_EVENT commands */
+	spinlock_t ev_lock;
+	struct kva_event *ev_queue;	/* ring of KVA_EVENT_QUEUE */
+	u32 ev_head;
+	u32 ev_count;
+	u64 ev_seq;
+	u64 ev_dropped;			/* since the last event delivered */
+	u64 events_posted;
+	u64 events_dropped;
+	u64 pressure_seq;		/* last PRESSURE posted */
+	struct list_head waiters;
+	struct delayed_work monitor;	/* kernels without uring cancel */
+	atomic64_t uring_eagain;
 };
 
 /* main.c: limits and module-wide state */
@@ -84,6 +102,33 @@ void kva_arena_free(struct kva_arena *arena);
 
 /* arena_ops.c */
 long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
+
+/* arena_ops.c: the ops shared by ioctl and io_uring (nowait: -EAGAIN
+ * instead of sleeping on the arena lock).
+ */
+long kva_arena_op(struct kva_arena *arena, unsigned int nr,
+		  void __user *uarg, bool nowait);
+int kva_arena_lock(struct kva_arena *arena, bool nowait);
+
+/* events.c */
+int kva_events_init(struct kva_arena *arena);
+void kva_events_destroy(struct kva_arena *arena);
+void kva_event_post(struct kva_arena *arena, struct kva_event *ev);
+void kva_events_cancel_tgid(struct kva_arena *arena, pid_t tgid);
+int kva_uring_wait_event(struct kva_arena *arena, struct io_uring_cmd *cmd,
+			 const struct kva_uring_cmd *pdu,
+			 unsigned int issue_flags);
+void kva_uring_wait_cancel(struct kva_arena *arena, struct io_uring_cmd *cmd,
+			   unsigned int issue_flags);
+
+/* uring.c */
+int kva_arena_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
+
+/* netlink.c */
+int kva_netlink_init(void);
+void kva_netlink_exit(void);
+void kva_netlink_event(const struct kva_event *ev);
+void kva_netlink_arena(const struct kva_arena *arena, bool created);
 
 /* dmabuf.c */
 struct dma_buf *kva_dmabuf_export(struct kva_arena *arena);

@@ -59,7 +59,9 @@ static long kva_version_ioctl(void __user *uarg)
 	arg.api_version = KVA_API_VERSION;
 	arg.features = KVA_FEAT_DMABUF | KVA_FEAT_MMAP | KVA_FEAT_SESSIONS |
 		       KVA_FEAT_BLOCK_SHARE | KVA_FEAT_TENANT_QUOTA |
-		       KVA_FEAT_NUMA | KVA_FEAT_TRACEPOINTS;
+		       KVA_FEAT_NUMA | KVA_FEAT_TRACEPOINTS |
+		       KVA_FEAT_URING_CMD | KVA_FEAT_EVENTS |
+		       KVA_FEAT_EVICTION | KVA_FEAT_NETLINK;
 	arg.max_pinned_bytes = kva_max_pinned_bytes();
 	arg.max_arena_bytes = kva_max_arena_bytes();
 	arg.pinned_bytes = atomic64_read(&kva_pinned_bytes);
@@ -114,9 +116,12 @@ static int __init kva_init(void)
 	if (!kva_max_sessions || kva_max_sessions > KVC_MAX_SESSIONS)
 		kva_max_sessions = KVC_MAX_SESSIONS;
 
-	ret = misc_register(&kva_misc);
+	ret = kva_netlink_init();
 	if (ret)
 		return ret;
+	ret = misc_register(&kva_misc);
+	if (ret)
+		goto err_netlink;
 	kva_device = kva_misc.this_device;
 	/* Lets the device import and map its own dma-bufs (self-tests). */
 	ret = dma_coerce_mask_and_coherent(kva_device, DMA_BIT_MASK(64));
@@ -129,6 +134,8 @@ static int __init kva_init(void)
 
 err_misc:
 	misc_deregister(&kva_misc);
+err_netlink:
+	kva_netlink_exit();
 	return ret;
 }
 
@@ -136,6 +143,7 @@ static void __exit kva_exit(void)
 {
 	kva_debugfs_exit();
 	misc_deregister(&kva_misc);
+	kva_netlink_exit();
 	kva_tenants_destroy();
 }
 

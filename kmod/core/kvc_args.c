@@ -23,7 +23,7 @@ int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
 	if (arg->block_size < KVA_BLOCK_MIN || arg->block_size > KVA_BLOCK_MAX ||
 	    arg->block_size % KVA_BLOCK_MIN)
 		return -EINVAL;
-	if (arg->numa_node < KVA_NUMA_ANY)
+	if (arg->numa_node < KVA_NUMA_ANY || arg->policy >= KVA_POLICY_COUNT)
 		return -EINVAL;
 	while (len < KVA_NAME_LEN && arg->name[len])
 		len++;

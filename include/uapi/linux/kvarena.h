@@ -420,6 +420,77 @@ struct kva_uring_cmd {
 	__u64 ack_seq;
 };
 
+/*
+ * Generic netlink family "kvarena" (version 1), for operators: dumps of
+ * arenas and sessions, per-arena policy, and the multicast group "events".
+ * Attributes are one flat space; each command lists those it uses.
+ *  ARENA_GET   [ARENA_ID]          doit: one arena; dump: all arenas
+ *  SESSION_GET [ARENA_ID]          dump: sessions (of one arena, or all)
+ *  POLICY_SET  ARENA_ID, POLICY, [LOW_WM, HIGH_WM, TTL_MS]  (CAP_NET_ADMIN)
+ *  EVENT       multicast: EVENT_TYPE, ARENA_ID, EVENT_SEQ, ... VICTIM*
+ *  ARENA_NEW / ARENA_DEL  multicast: ARENA_ID, ARENA_NAME, TENANT_ID, BYTES
+ */
+#define KVA_GENL_NAME		"kvarena"
+#define KVA_GENL_VERSION	1
+#define KVA_GENL_MCGRP_EVENTS	"events"
+
+enum kva_nl_cmd {
+	KVA_NL_CMD_UNSPEC,
+	KVA_NL_CMD_ARENA_GET,
+	KVA_NL_CMD_SESSION_GET,
+	KVA_NL_CMD_POLICY_SET,
+	KVA_NL_CMD_EVENT,
+	KVA_NL_CMD_ARENA_NEW,
+	KVA_NL_CMD_ARENA_DEL,
+	__KVA_NL_CMD_MAX
+};
+#define KVA_NL_CMD_MAX		(__KVA_NL_CMD_MAX - 1)
+
+enum kva_nl_attr {
+	KVA_NL_A_UNSPEC,
+	KVA_NL_A_PAD,
+	KVA_NL_A_ARENA_ID,		/* u32 */
+	KVA_NL_A_ARENA_NAME,		/* string */
+	KVA_NL_A_TENANT_ID,		/* u32 */
+	KVA_NL_A_BYTES,			/* u64 */
+	KVA_NL_A_BLOCK_SIZE,		/* u32 */
+	KVA_NL_A_BLOCKS_TOTAL,		/* u32 */
+	KVA_NL_A_BLOCKS_FREE,		/* u32 */
+	KVA_NL_A_SESSIONS,		/* u32: live */
+	KVA_NL_A_SESSIONS_ENDED,	/* u64 */
+	KVA_NL_A_NUMA_NODE,		/* s32 */
+	KVA_NL_A_FD_OPEN,		/* u8: 0 once only the dma-buf holds it */
+	KVA_NL_A_DMABUF_ATTACHMENTS,	/* u32 */
+	KVA_NL_A_POLICY,		/* u32: enum kva_policy */
+	KVA_NL_A_LOW_WM,		/* u32 */
+	KVA_NL_A_HIGH_WM,		/* u32 */
+	KVA_NL_A_TTL_MS,		/* u32 */
+	KVA_NL_A_EVENTS_POSTED,		/* u64 */
+	KVA_NL_A_EVENTS_DROPPED,	/* u64 */
+	KVA_NL_A_SESSION_ID,		/* u32 */
+	KVA_NL_A_STATE,			/* u32: enum kva_state */
+	KVA_NL_A_TOOL_CLASS,		/* u32 */
+	KVA_NL_A_BLOCKS_HELD,		/* u32 */
+	KVA_NL_A_EXPECTED_WAIT_US,	/* u64 */
+	KVA_NL_A_COOKIE,		/* u64 */
+	KVA_NL_A_CREATED_NS,		/* u64 */
+	KVA_NL_A_STATE_SINCE_NS,	/* u64 */
+	KVA_NL_A_TRANSITIONS,		/* u64 */
+	KVA_NL_A_IDLE_BLOCK_US,		/* u64 */
+	KVA_NL_A_IDLE_BYTE_SEC,		/* u64 */
+	KVA_NL_A_EVENT_TYPE,		/* u32: enum kva_event_type */
+	KVA_NL_A_EVENT_SEQ,		/* u64 */
+	KVA_NL_A_TIME_NS,		/* u64 */
+	KVA_NL_A_PID,			/* u32 */
+	KVA_NL_A_REQUESTED,		/* u32 */
+	KVA_NL_A_VICTIM,		/* nest: SESSION_ID, STATE, BLOCKS_HELD,
+					 * TOOL_CLASS, SCORE, IDLE_NS */
+	KVA_NL_A_SCORE,			/* u64 */
+	KVA_NL_A_IDLE_NS,		/* u64 */
+	__KVA_NL_A_MAX
+};
+#define KVA_NL_A_MAX		(__KVA_NL_A_MAX - 1)
+
 #define KVA_IOC_MAGIC		0xCA
 
 /* /dev/kvarena */
