@@ -105,10 +105,14 @@ static __always_inline __u32 slot_of(__u64 us)
 {
 	__u32 slot = log2_u64(us);
 
-	if (slot >= TW_SLOTS)
-		slot = TW_SLOTS - 1;
-	return slot & (TW_SLOTS - 1);
+	return slot >= TW_SLOTS ? TW_SLOTS - 1 : slot;
 }
+
+/*
+ * An index the verifier can see is in range: the mask must survive the
+ * compiler, which knows slot_of() < TW_SLOTS (6.1's verifier does not).
+ */
+#define SLOT(x) ({ __u32 _s = (x); barrier_var(_s); _s & (TW_SLOTS - 1); })
 
 /* blocks x block_size x us / 1e6 without overflowing for hours of GiBs */
 static __always_inline __u64 byte_sec(__u64 block_us, __u32 block_size)
@@ -133,7 +137,7 @@ static __always_inline void class_add(__u32 tool_class, __u64 us, __u32 slot,
 	__sync_fetch_and_add(&h->total_us, us);
 	__sync_fetch_and_add(&h->tool_cpu_ns, cpu_ns);
 	__sync_fetch_and_add(&h->tool_wall_ns, wall_ns);
-	__sync_fetch_and_add(&h->slots[slot], 1);
+	__sync_fetch_and_add(&h->slots[SLOT(slot)], 1);
 	if (us > h->max_us)
 		h->max_us = us;
 }
@@ -161,7 +165,7 @@ static __always_inline void wait_end(const struct tw_key *key,
 	s->tool_cpu_ns += cpu_ns;
 	s->tool_wall_ns += wall_ns;
 	s->tool_procs += procs;
-	s->slots[slot]++;
+	s->slots[SLOT(slot)]++;
 	s->wait_start_ns = 0;
 	class_add(s->tool_class, us, slot, cpu_ns, wall_ns);
 	STAT_INC(waits);
