@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Eviction policy: the arena's watermarks, the pressure trigger (one event
- * per episode, re-armed by an acknowledgement or by free blocks climbing
- * back to the high watermark), and victim ranking under the three
+ * per episode, re-armed when the owner acknowledges it or when free blocks
+ * climb back to the high watermark), and victim ranking under the three
  * policies described in the UAPI header.  Ranking keeps the best `max`
  * candidates in a sorted array: O(sessions x max), no allocation.
  */

@@ -444,6 +444,7 @@ enum kva_nl_cmd {
 	KVA_NL_CMD_ARENA_DEL,
 	__KVA_NL_CMD_MAX
 };
+
 #define KVA_NL_CMD_MAX		(__KVA_NL_CMD_MAX - 1)
 
 enum kva_nl_attr {
@@ -483,12 +484,12 @@ enum kva_nl_attr {
 	KVA_NL_A_TIME_NS,		/* u64 */
 	KVA_NL_A_PID,			/* u32 */
 	KVA_NL_A_REQUESTED,		/* u32 */
-	KVA_NL_A_VICTIM,		/* nest: SESSION_ID, STATE, BLOCKS_HELD,
-					 * TOOL_CLASS, SCORE, IDLE_NS */
+	KVA_NL_A_VICTIM,		/* nest: the victim's fields */
 	KVA_NL_A_SCORE,			/* u64 */
 	KVA_NL_A_IDLE_NS,		/* u64 */
 	__KVA_NL_A_MAX
 };
+
 #define KVA_NL_A_MAX		(__KVA_NL_A_MAX - 1)
 
 #define KVA_IOC_MAGIC		0xCA
