@@ -26,7 +26,8 @@ KDIR ?= $(firstword $(wildcard /lib/modules/$(shell uname -r)/build) \
 	$(lastword $(sort $(wildcard /lib/modules/6.1.*-amd64/build))))
 
 WARN := -Wall -Wextra -Werror
-CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE $(WARN) -g -Iinclude/uapi -Ikmod/core -Ilib
+CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE $(WARN) -g -Iinclude/uapi -Ikmod/core -Ilib \
+	-I/usr/include/libnl3
 CFLAGS ?= -O2
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
@@ -37,7 +38,7 @@ LIB_OBJS := $(patsubst %.c,$(B)/pic/%.o,$(CORE_SRCS) $(LIB_SRCS))
 LIB_SO := $(B)/lib/libkvarena.so.$(VERSION)
 LIB_A := $(B)/lib/libkvarena.a
 LIB_PC := $(B)/lib/kvarena.pc
-LIB_LDLIBS := -lpthread
+LIB_LDLIBS := -luring -lnl-genl-3 -lnl-3 -lpthread
 
 $(B)/pic/%.o: %.c $(wildcard include/uapi/linux/*.h kmod/core/*.h lib/*.h)
 	@mkdir -p $(dir $@)

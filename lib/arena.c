@@ -58,6 +58,10 @@ KVA_EXPORT int kva_arena_create(struct kva_dev *dev,
 		.block_size = p->block_size,
 		.numa_node = p->numa_node,
 		.tenant_id = p->tenant_id,
+		.policy = p->policy,
+		.low_wm = p->low_wm,
+		.high_wm = p->high_wm,
+		.ttl_ms = p->ttl_ms,
 	};
 	struct kva_arena *arena;
 	int ret;
@@ -273,4 +277,27 @@ KVA_EXPORT int kva_blocks_share(struct kva_arena *arena, uint32_t session,
 				uint32_t n, const uint32_t *ids)
 {
 	return kva_blocks(arena, KVA_IOC_BLOCKS_SHARE, session, n, ids, 0);
+}
+
+KVA_EXPORT int kva_arena_set_policy(struct kva_arena *arena, uint32_t policy,
+				    uint32_t low_wm, uint32_t high_wm,
+				    uint32_t ttl_ms)
+{
+	struct kva_policy_set arg = {
+		.size = sizeof(arg), .policy = policy, .low_wm = low_wm,
+		.high_wm = high_wm, .ttl_ms = ttl_ms,
+	};
+
+	return kva_call(arena, KVA_IOC_ARENA_SET_POLICY, &arg);
+}
+
+KVA_EXPORT int kva_arena_victims(struct kva_arena *arena, uint32_t policy,
+				 struct kva_victim *out, uint32_t max)
+{
+	struct kva_victims arg = {
+		.size = sizeof(arg), .max = max, .policy = policy,
+		.victims = (uintptr_t)out,
+	};
+
+	return kva_call(arena, KVA_IOC_ARENA_VICTIMS, &arg);
 }

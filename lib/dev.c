@@ -135,3 +135,24 @@ KVA_EXPORT const char *kva_state_name(uint32_t state)
 
 	return state < KVA_STATE_COUNT ? names[state] : "unknown";
 }
+
+static const char *const kva_policy_names[KVA_POLICY_COUNT] = {
+	[KVA_POLICY_TOOLWAIT] = "toolwait",
+	[KVA_POLICY_LRU] = "lru",
+	[KVA_POLICY_TTL] = "ttl",
+};
+
+KVA_EXPORT const char *kva_policy_name(uint32_t policy)
+{
+	return policy < KVA_POLICY_COUNT ? kva_policy_names[policy] : "unknown";
+}
+
+KVA_EXPORT int kva_policy_parse(const char *name)
+{
+	int i;
+
+	for (i = 0; i < KVA_POLICY_COUNT; i++)
+		if (!strcmp(name, kva_policy_names[i]))
+			return i;
+	return -EINVAL;
+}

@@ -48,6 +48,11 @@ struct kva_arena_params {
 	int32_t numa_node;		/* KVA_NUMA_ANY for any */
 	uint32_t tenant_id;
 	const char *name;		/* optional, < KVA_NAME_LEN bytes */
+	/* Eviction; 0 everywhere means the defaults (see kvarena.h UAPI). */
+	uint32_t policy;		/* enum kva_policy */
+	uint32_t low_wm;
+	uint32_t high_wm;
+	uint32_t ttl_ms;
 };
 
 int kva_arena_create(struct kva_dev *dev, const struct kva_arena_params *p,
@@ -98,6 +103,86 @@ int kva_tenant_info(struct kva_dev *dev, uint32_t tenant,
 		    struct kva_tenant *out);
 
 const char *kva_state_name(uint32_t state);
+const char *kva_policy_name(uint32_t policy);
+/* "toolwait", "lru", "ttl" -> enum kva_policy, or -EINVAL. */
+int kva_policy_parse(const char *name);
+
+/* Eviction: change the policy; rank victims now (KVA_POLICY_ARENA: the
+ * arena's own policy).  Returns the number of victims written. */
+int kva_arena_set_policy(struct kva_arena *arena, uint32_t policy,
+			 uint32_t low_wm, uint32_t high_wm, uint32_t ttl_ms);
+int kva_arena_victims(struct kva_arena *arena, uint32_t policy,
+		      struct kva_victim *out, uint32_t max);
+
+/*
+ * io_uring (kernel backend only): the arena ioctls as IORING_OP_URING_CMD,
+ * many per system call, and parked KVA_URING_WAIT_EVENT commands.  `arg`
+ * is the op's UAPI struct (with `size` set) and must stay valid until its
+ * completion is reaped; res is what the ioctl would return, or -errno.
+ */
+struct kva_ring;
+struct kva_ring_cqe {
+	uint64_t user_data;
+	int32_t res;
+};
+
+int kva_ring_open(struct kva_arena *arena, unsigned int entries,
+		  struct kva_ring **ringp);
+void kva_ring_close(struct kva_ring *ring);
+int kva_ring_fd(const struct kva_ring *ring);
+/* Queue one op (an arena ioctl number); -EBUSY when the SQ ring is full. */
+int kva_ring_queue(struct kva_ring *ring, unsigned long op, void *arg,
+		   uint64_t user_data);
+/* Park a wait for the next event, acknowledging ack_seq (0: none). */
+int kva_ring_queue_wait_event(struct kva_ring *ring, struct kva_event *ev,
+			      uint64_t ack_seq, uint64_t user_data);
+/* Submit what is queued; returns how many were submitted. */
+int kva_ring_submit(struct kva_ring *ring);
+/* Reap up to max completions, waiting for at least wait_nr of them. */
+int kva_ring_reap(struct kva_ring *ring, struct kva_ring_cqe *out,
+		  unsigned int max, unsigned int wait_nr);
+
+/*
+ * Generic netlink (kernel backend): what operators see without an arena
+ * fd.  Errors carry the kernel's extack text in kva_nl_error().
+ */
+struct kva_nl;
+struct kva_nl_arena {
+	struct kva_arena_info info;	/* blocks/sessions/policy: fd_open */
+	int fd_open;
+};
+struct kva_nl_session {
+	uint32_t arena_id;
+	struct kva_session_info info;
+};
+struct kva_nl_event {
+	uint32_t cmd;			/* KVA_NL_CMD_EVENT, _ARENA_NEW, _DEL */
+	struct kva_event ev;		/* EVENT; ARENA_*: arena_id, tenant */
+	char name[KVA_NAME_LEN];	/* ARENA_* */
+	uint64_t bytes;			/* ARENA_* */
+};
+
+int kva_nl_open(struct kva_nl **nlp);
+void kva_nl_close(struct kva_nl *nl);
+const char *kva_nl_error(const struct kva_nl *nl);
+int kva_nl_arena_get(struct kva_nl *nl, uint32_t arena_id,
+		     struct kva_nl_arena *out);
+int kva_nl_arenas(struct kva_nl *nl,
+		  int (*cb)(const struct kva_nl_arena *a, void *ctx),
+		  void *ctx);
+/* Sessions of one arena (0: of all arenas). */
+int kva_nl_sessions(struct kva_nl *nl, uint32_t arena_id,
+		    int (*cb)(const struct kva_nl_session *s, void *ctx),
+		    void *ctx);
+int kva_nl_policy_set(struct kva_nl *nl, uint32_t arena_id, uint32_t policy,
+		      uint32_t low_wm, uint32_t high_wm, uint32_t ttl_ms);
+/* Join the "events" group; then wait for one (1), or time out (0). */
+int kva_nl_subscribe(struct kva_nl *nl);
+int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
+		      int timeout_ms);
+/* Send a raw request (tests): a genl command with raw attribute bytes. */
+int kva_nl_raw(struct kva_nl *nl, uint8_t cmd, const void *attrs,
+	       size_t len, int flags);
 
 #ifdef __cplusplus
 }

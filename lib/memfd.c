@@ -41,7 +41,7 @@ int kva_memfd_version(struct kva_dev *dev, struct kva_version *out)
 	out->api_version = KVA_API_VERSION;
 	out->features = KVA_FEAT_MMAP | KVA_FEAT_SESSIONS |
 			KVA_FEAT_BLOCK_SHARE | KVA_FEAT_TENANT_QUOTA |
-			KVA_FEAT_NUMA;
+			KVA_FEAT_NUMA | KVA_FEAT_EVICTION;
 	out->max_pinned_bytes = kva_memfd_cap();
 	out->max_arena_bytes = kva_memfd_cap();
 	out->page_size = KVA_PAGE_SIZE;
@@ -215,6 +215,9 @@ int kva_memfd_arena_create(struct kva_dev *dev, struct kva_arena_create *arg,
 		return ret;
 	ret = kvc_arena_init(&arena->core, arena->nblocks, arena->block_size,
 			     KVA_MEMFD_MAX_SESSIONS);
+	if (!ret)
+		ret = kvc_policy_set(&arena->core, arg->policy, arg->low_wm,
+				     arg->high_wm, arg->ttl_ms);
 	if (ret)
 		return ret;
 	arg->arena_id = arena->id;
@@ -257,6 +260,10 @@ static int kva_memfd_info(struct kva_arena *arena, struct kva_arena_info *out)
 	out->sessions = arena->core.nsessions;
 	out->sessions_ended = arena->core.sessions_ended;
 	out->idle_block_us = arena->core.ended_idle_block_us;
+	out->policy = arena->core.policy;
+	out->low_wm = arena->core.low_wm;
+	out->high_wm = arena->core.high_wm;
+	out->ttl_ms = arena->core.ttl_ms;
 	return 0;
 }
 
@@ -373,6 +380,29 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 	return ret;
 }
 
+static int kva_memfd_policy(struct kva_arena *arena, unsigned int nr,
+			    void *argp)
+{
+	struct kva_victims *v = argp;
+	struct kva_policy_set *p = argp;
+	uint32_t policy;
+
+	if (nr == _IOC_NR(KVA_IOC_ARENA_SET_POLICY))
+		return p->flags ? -EINVAL :
+		       kvc_policy_set(&arena->core, p->policy, p->low_wm,
+				      p->high_wm, p->ttl_ms);
+	if (v->flags || v->pad || !v->max || v->max > KVA_MAX_VICTIMS ||
+	    (v->policy >= KVA_POLICY_COUNT && v->policy != KVA_POLICY_ARENA))
+		return -EINVAL;
+	if (!v->victims)
+		return -EFAULT;
+	policy = v->policy == KVA_POLICY_ARENA ? arena->core.policy : v->policy;
+	v->count = kvc_rank_victims(&arena->core, policy, kva_now_ns(),
+				    (struct kva_victim *)(uintptr_t)v->victims,
+				    v->max);
+	return (int)v->count;
+}
+
 int kva_memfd_call(struct kva_arena *arena, unsigned long cmd, void *arg)
 {
 	unsigned int nr = _IOC_NR(cmd);
@@ -388,6 +418,9 @@ int kva_memfd_call(struct kva_arena *arena, unsigned long cmd, void *arg)
 	else if (nr >= _IOC_NR(KVA_IOC_BLOCKS_ALLOC) &&
 		 nr <= _IOC_NR(KVA_IOC_BLOCKS_SHARE))
 		ret = kva_memfd_blocks(arena, nr, arg);
+	else if (nr == _IOC_NR(KVA_IOC_ARENA_SET_POLICY) ||
+		 nr == _IOC_NR(KVA_IOC_ARENA_VICTIMS))
+		ret = kva_memfd_policy(arena, nr, arg);
 	else
 		ret = kva_memfd_session(arena, nr, arg);
 	pthread_mutex_unlock(&arena->lock);

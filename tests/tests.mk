@@ -8,7 +8,7 @@ KT_SRCS := $(sort $(wildcard tests/kmod/*.c))
 
 $(KT_BIN): $(KT_SRCS) tests/kmod/kt.h $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit -lpthread
+	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit $(LIB_LDLIBS)
 
 # Host suite for libkvarena (memfd backend), with sanitizers and without
 # (the latter for valgrind).
@@ -19,11 +19,11 @@ LIB_ALL_SRCS := $(CORE_SRCS) $(LIB_SRCS)
 
 $(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) $(SAN) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit -lpthread
+	$(CC) $(TEST_CFLAGS) $(SAN) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
 $(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit -lpthread
+	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
 .PHONY: tests check-all check-lib check-lib-valgrind check-style check-guest \
 	check-guest-% check-dkms check-install
