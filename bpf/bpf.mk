@@ -41,7 +41,7 @@ TW_INC := -I$(TW_B) -Ibpf
 TW_LDLIBS := -lbpf -lelf -lz
 LIB_LDLIBS += $(TW_LDLIBS)
 $(B)/pic/lib/toolwait.o: $(TW_SKEL) bpf/toolwait.h
-$(B)/pic/lib/toolwait.o: CFLAGS += $(TW_INC)
+$(B)/pic/lib/toolwait.o: CFLAGS_COMMON += $(TW_INC)
 # tests/lib builds lib/*.c from source: give it the skeleton and libbpf.
 $(LT_BIN) $(LT_BIN_VG): $(TW_SKEL)
 $(LT_BIN) $(LT_BIN_VG): TEST_CFLAGS += $(TW_INC) -Wl,--no-as-needed $(TW_LDLIBS)

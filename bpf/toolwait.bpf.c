@@ -289,15 +289,18 @@ int tp_session_state(struct kvarena_session_state_rec *ctx)
 /* ------------------------------------ libkvarena's memfd backend (USDT) */
 
 SEC("usdt")
-int BPF_USDT(usdt_session_state, __u32 arena_id, __u32 session_id,
-	     __u32 old_state, __u32 new_state, __u32 tool_class,
-	     __u64 expected_us, __u32 blocks, __u32 block_size, __u64 cookie)
+int BPF_USDT(usdt_session_state, void *rec_ptr)
 {
-	struct tw_key key = { .arena_id = arena_id, .session_id = session_id,
-			      .pid = bpf_get_current_pid_tgid() >> 32 };
+	struct tw_key key = { .pid = bpf_get_current_pid_tgid() >> 32 };
+	struct tw_usdt_state r;
 
-	return on_state(&key, old_state, new_state, tool_class, expected_us,
-			blocks, block_size, cookie, TW_SRC_USDT);
+	if (bpf_probe_read_user(&r, sizeof(r), rec_ptr))
+		return 0;
+	key.arena_id = r.arena_id;
+	key.session_id = r.session_id;
+	return on_state(&key, r.old_state, r.new_state, r.tool_class,
+			r.expected_wait_us, r.blocks_held, r.block_size,
+			r.cookie, TW_SRC_USDT);
 }
 
 /* ------------------------------------------------- tool process tracking */

@@ -100,6 +100,25 @@ struct tw_event {
 	__u32 source;
 };
 
+/*
+ * The memfd backend's USDT probe kvarena:session_state has one argument, a
+ * pointer to this record (lib/toolwait_usdt.h): one user read instead of
+ * nine argument fetches, four of them from the stack (875 -> ~N ns).
+ * Same fields as the module's tracepoint.
+ */
+struct tw_usdt_state {
+	__u32 arena_id;
+	__u32 session_id;
+	__u32 old_state;
+	__u32 new_state;
+	__u32 tool_class;
+	__u32 blocks_held;
+	__u64 expected_wait_us;
+	__u64 cookie;
+	__u32 block_size;
+	__u32 pad;
+};
+
 /* stats map (array, one entry): what the programs saw and dropped. */
 struct tw_stats {
 	__u64 transitions;

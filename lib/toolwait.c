@@ -27,6 +27,7 @@
 #include "internal.h"
 #include "kvarena_toolwait.h"
 #include "kvc_predict.h"
+#include "toolwait_usdt.h"
 #include "toolwait.h"
 #include "toolwait.skel.h"
 
@@ -42,6 +43,9 @@ TW_SAME(kva_toolwait_session, tw_session);
 TW_SAME(kva_toolwait_hist, tw_hist);
 TW_SAME(kva_toolwait_event, tw_event);
 TW_SAME(kva_toolwait_stats, tw_stats);
+TW_SAME(kva_usdt_state, tw_usdt_state);
+_Static_assert(offsetof(struct kva_usdt_state, block_size) ==
+	       offsetof(struct tw_usdt_state, block_size), "usdt record");
 _Static_assert(offsetof(struct kva_toolwait_session, slots) ==
 	       offsetof(struct tw_session, slots), "tw_session.slots");
 _Static_assert(offsetof(struct kva_toolwait_event, source) ==

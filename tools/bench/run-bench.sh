@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl engine)
+all=(ioctl engine toolwait)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -37,6 +37,26 @@ bench_ioctl() {
 	done
 }
 
+# toolwait: cost per session-state transition with the toolwait BPF
+# programs attached vs detached (bpf_stats run_time_ns/run_cnt too), and
+# CPU at 10,000 transitions/s: host memfd backend (USDT), guests (raw_tp).
+bench_toolwait() {
+	local secs=${BENCH_SECONDS:-1} k series
+	forget 'toolwait_'
+	make --no-print-directory build/tests/toolwait/test_toolwait >/dev/null
+	build/tests/toolwait/test_toolwait bench -b memfd -l host_memfd -t "$secs" |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+	tests/vm/kernels.sh | while read -r series k; do
+		tests/vm/run-guest.sh --kver "$k" --ko "build/kmod/$k/kvarena.ko" \
+			--bin build/tests/toolwait/test_toolwait --timeout 300 \
+			--log "build/bench/toolwait-guest-$k.log" \
+			--cmd 'modprobe kvarena || exit 90' \
+			--cmd "test_toolwait bench -b kernel -t $secs -l guest$series" \
+			>/dev/null 2>&1 || { echo "bench: guest $k failed (build/bench/toolwait-guest-$k.log)" >&2; exit 1; }
+		tr -d '\r' <"build/bench/toolwait-guest-$k.log" | sed -n 's/^ROW\t//p' >>"$tsv"
+	done
+}
+
 bench_engine() {
 	forget '(prefill|decode|argmax)_'
 	make --no-print-directory bench-engine
@@ -46,6 +66,7 @@ for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
 	engine) bench_engine ;;
+	toolwait) bench_toolwait ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
