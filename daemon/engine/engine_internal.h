@@ -60,6 +60,16 @@ struct kve_kernels {
 	float (*dot_f16)(const float *a, const uint16_t *b, int n);
 	void (*axpy_f32)(float *y, float a, const float *x, int n);
 	void (*axpy_f16)(float *y, float a, const uint16_t *x, int n);
+	/* Q8_0 activation quantiser: bit-identical to kve_quantize_q8x in
+	 * every set, so Q8_0 results differ between sets only by summation
+	 * order */
+	void (*quantize_q8x)(const float *x, int n, struct kve_q8x *out);
+	/* n floats -> fp16, round to nearest even (K/V stores); identical to
+	 * kve_f32_to_f16 except for NaN payloads */
+	void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
+	/* SwiGLU gate: g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + e^-v);
+	 * SIMD sets use their own exp (within a few ulp of expf) */
+	void (*silu_mul)(float *g, const float *u, int n);
 };
 
 extern const struct kve_kernels kve_kernels_c;
@@ -92,9 +102,12 @@ const struct kve_kernels *kve_kernels_pick(unsigned cpu, const char *want,
 					   const struct kve_kernels *setc,
 					   char *log, size_t loglen);
 
-/* Portable activation quantiser (shared by all kernel sets so Q8_0
- * results only differ by summation order between sets). */
+/* Portable activation quantiser: the definition the SIMD ones match bit
+ * for bit (d = amax/127, round half to even, NaN -> 0, clamp to +-127). */
 void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out);
+void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out);
+void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n);
+void kve_silu_mul_avx2(float *g, const float *u, int n);
 /* Dequantises row `row` of a matrix into out (cols floats). */
 void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out);
 

@@ -41,6 +41,7 @@ struct kve_engine {
 	struct kve_q8x *xq;
 	float *scores;		/* per thread, max_ctx each */
 	float *inv_freq;
+	float *rope_cs;		/* max_tok x rope_dims: cos, sin per pair */
 	/* the pass in flight */
 	uint32_t T, layer;
 	struct kve_session *const *tok_sess;
@@ -63,14 +64,26 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, float eps
 		out[i] = x[i] * s * w[i];
 }
 
-static void rope(float *v, int n_heads, int head_dim, int rope_dims,
-		 uint32_t pos, const float *inv_freq)
+/* cos/sin of pos * inv_freq[i] for the rotated pairs, once per token per
+ * pass (every layer and both Q and K reuse them) */
+static void rope_table(float *cs, int rope_dims, uint32_t pos, const float *inv_freq)
+{
+	int i;
+
+	for (i = 0; i < rope_dims / 2; i++) {
+		float th = (float)pos * inv_freq[i];
+
+		cs[2 * i] = cosf(th);
+		cs[2 * i + 1] = sinf(th);
+	}
+}
+
+static void rope(float *v, int n_heads, int head_dim, int rope_dims, const float *cs)
 {
 	int h, i;
 
 	for (i = 0; i < rope_dims / 2; i++) {
-		float th = (float)pos * inv_freq[i];
-		float c = cosf(th), s = sinf(th);
+		float c = cs[2 * i], s = cs[2 * i + 1];
 
 		for (h = 0; h < n_heads; h++) {
 			float *p = v + (size_t)h * head_dim + 2 * i;
@@ -139,8 +152,8 @@ static void matmul(struct kve_engine *e, const float *x, int T, int n,
 	if (q8) {
 		int cols = (int)w0->cols;
 		for (i = 0; i < T; i++)
-			kve_quantize_q8x(x + (size_t)i * cols, cols,
-					 e->xq + (size_t)i * (cols / QK8_0));
+			e->k->quantize_q8x(x + (size_t)i * cols, cols,
+					   e->xq + (size_t)i * (cols / QK8_0));
 		j.xq = e->xq;
 	}
 	kve_threads_run(e->th, mm_worker, &j);
@@ -213,7 +226,7 @@ static void store_kv(struct kve_engine *e, uint32_t t)
 	const struct kve_model_info *in = &e->m->info;
 	const struct kve_session *s = e->tok_sess[t];
 	uint32_t pos = e->tok_pos[t], bt = e->pool.block_tokens, hd = in->head_dim;
-	uint32_t blk = s->block_table[pos / bt], off = pos % bt, g, i;
+	uint32_t blk = s->block_table[pos / bt], off = pos % bt, g;
 	int v;
 
 	for (v = 0; v < 2; v++) {
@@ -222,13 +235,10 @@ static void store_kv(struct kve_engine *e, uint32_t t)
 		for (g = 0; g < in->n_kv_heads; g++) {
 			uint8_t *dst = kv_head_base(e, blk, e->layer, v, g) +
 				       (size_t)off * hd * e->es;
-			if (e->es == 4) {
+			if (e->es == 4)
 				memcpy(dst, src + (size_t)g * hd, hd * sizeof(float));
-			} else {
-				uint16_t *d16 = (uint16_t *)dst;
-				for (i = 0; i < hd; i++)
-					d16[i] = kve_f32_to_f16(src[(size_t)g * hd + i]);
-			}
+			else
+				e->k->f32_to_f16((uint16_t *)dst, src + (size_t)g * hd, (int)hd);
 		}
 	}
 }
@@ -247,8 +257,11 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 	uint32_t l, t, i;
 
 	e->T = T;
-	for (t = 0; t < T; t++)
+	for (t = 0; t < T; t++) {
 		kve_mat_row_f32(&m->tok_embd, (uint32_t)tokens[t], e->x + (size_t)t * dim);
+		rope_table(e->rope_cs + (size_t)t * in->rope_dims, (int)in->rope_dims,
+			   e->tok_pos[t], e->inv_freq);
+	}
 
 	for (l = 0; l < in->n_layers; l++) {
 		const struct kve_layer *L = &m->layers[l];
@@ -259,10 +272,12 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 				L->attn_norm, (int)dim, in->rms_eps);
 		matmul(e, e->xb, (int)T, 3, &L->wq, e->q, &L->wk, e->kk, &L->wv, e->vv);
 		for (t = 0; t < T; t++) {
+			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
+
 			rope(e->q + (size_t)t * qdim, (int)in->n_heads, (int)in->head_dim,
-			     (int)in->rope_dims, e->tok_pos[t], e->inv_freq);
+			     (int)in->rope_dims, cs);
 			rope(e->kk + (size_t)t * kvdim, (int)in->n_kv_heads, (int)in->head_dim,
-			     (int)in->rope_dims, e->tok_pos[t], e->inv_freq);
+			     (int)in->rope_dims, cs);
 			store_kv(e, t);
 		}
 		kve_threads_run(e->th, attn_worker, e);
@@ -274,10 +289,7 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 			rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
 				L->ffn_norm, (int)dim, in->rms_eps);
 		matmul(e, e->xb, (int)T, 2, &L->gate, e->hb, &L->up, e->hb2, NULL, NULL);
-		for (i = 0; i < T * ffn; i++) {
-			float g = e->hb[i];
-			e->hb[i] = g / (1.0f + expf(-g)) * e->hb2[i];
-		}
+		e->k->silu_mul(e->hb, e->hb2, (int)(T * ffn));
 		matmul(e, e->hb, (int)T, 1, &L->down, e->xb, NULL, NULL, NULL, NULL);
 		for (i = 0; i < T * dim; i++)
 			e->x[i] += e->xb[i];
@@ -392,6 +404,7 @@ void kve_engine_free(struct kve_engine *e)
 	free(e->xq);
 	free(e->scores);
 	free(e->inv_freq);
+	free(e->rope_cs);
 	free(e->sess_buf);
 	free(e->pos_buf);
 	free(e);
@@ -463,10 +476,11 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->xq = malloc(((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
 	e->scores = alloc_f((size_t)p->n_threads * e->max_ctx);
 	e->inv_freq = alloc_f(in->rope_dims / 2 + 1);
+	e->rope_cs = alloc_f((size_t)nt * in->rope_dims + 1);
 	e->sess_buf = calloc(nt, sizeof(*e->sess_buf));
 	e->pos_buf = calloc((size_t)nt * 2, sizeof(*e->pos_buf));
 	if (!e->th || !e->x || !e->xb || !e->q || !e->kk || !e->vv || !e->att ||
-	    !e->hb || !e->hb2 || !e->xq || !e->scores || !e->inv_freq ||
+	    !e->hb || !e->hb2 || !e->xq || !e->scores || !e->inv_freq || !e->rope_cs ||
 	    !e->sess_buf || !e->pos_buf)
 		goto oom;
 	for (i = 0; i < in->rope_dims / 2; i++)

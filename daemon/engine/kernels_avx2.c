@@ -251,6 +251,108 @@ static void axpy_f16(float *y, float a, const uint16_t *x, int n)
 		y[i] += a * _cvtsh_ss(x[i]);
 }
 
+/* Same arithmetic as kve_quantize_q8x, 32 values at a time: the max of
+ * |x| (NaN ignored, as fmaxf does: max_ps returns its second operand when
+ * the first is NaN), the same scalar d and 1/d, the same products, NaN ->
+ * 0, clamp to [-127, 127] (what the portable branches do, including at
+ * -127.5) and cvtps_epi32's round half to even (lrintf's). */
+void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out)
+{
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+	const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	int b, k;
+
+	for (b = 0; b < n / QK8_0; b++) {
+		const float *p = x + b * QK8_0;
+		__m256 v[4], m = _mm256_setzero_ps();
+		__m256i q[4], q01, q23;
+		__m128 m4;
+		float amax, d, id;
+
+		for (k = 0; k < 4; k++) {
+			v[k] = _mm256_loadu_ps(p + 8 * k);
+			m = _mm256_max_ps(_mm256_and_ps(v[k], absmask), m);
+		}
+		m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+		m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+		amax = _mm_cvtss_f32(m4);
+		d = amax / 127.0f;
+		id = d > 0 ? 1.0f / d : 0.0f;
+		out[b].d = d;
+		for (k = 0; k < 4; k++) {
+			__m256 t = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+
+			t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
+			t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+			q[k] = _mm256_cvtps_epi32(t);
+		}
+		q01 = _mm256_packs_epi32(q[0], q[1]);
+		q23 = _mm256_packs_epi32(q[2], q[3]);
+		q01 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), perm);
+		_mm256_storeu_si256((__m256i *)out[b].q, q01);
+	}
+}
+
+void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n)
+{
+	int i = 0;
+
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(dst + i),
+				 _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+	for (; i < n; i++)
+		dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* e^x for x in [-87.3, 88.4] (clamped), Cephes' expf: 2^n * p(r) with
+ * r = x - n ln2 in two parts and a degree-6 polynomial; ~1 ulp. */
+KVE_INLINE __m256 exp8(__m256 x)
+{
+	__m256 fx, r, r2, p;
+	__m256i n;
+
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3365402f)),
+			  _mm256_set1_ps(88.3762589f));
+	fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504089f),
+					     _mm256_set1_ps(0.5f)));
+	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+	r2 = _mm256_mul_ps(r, r);
+	p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+	return _mm256_mul_ps(p, _mm256_castsi256_ps(n));
+}
+
+void kve_silu_mul_avx2(float *g, const float *u, int n)
+{
+	const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+	int i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(g + i);
+		__m256 e = exp8(_mm256_xor_ps(v, sign));
+
+		_mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(v, _mm256_add_ps(one, e)),
+						      _mm256_loadu_ps(u + i)));
+	}
+	if (i < n) {	/* the tail through the same vector code */
+		float tg[8] = { 0 }, tu[8] = { 0 };
+
+		memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+		memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+		kve_silu_mul_avx2(tg, tu, 8);
+		memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
+	}
+}
+
 const struct kve_kernels kve_kernels_avx2 = {
 	.name = "avx2",
 	.mm_f32 = mm_0,
@@ -260,4 +362,7 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.dot_f16 = dot_f16,
 	.axpy_f32 = axpy_f32,
 	.axpy_f16 = axpy_f16,
+	.quantize_q8x = kve_quantize_q8x_avx2,
+	.f32_to_f16 = kve_f32_to_f16_avx2,
+	.silu_mul = kve_silu_mul_avx2,
 };

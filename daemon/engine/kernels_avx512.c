@@ -262,4 +262,7 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.dot_f16 = dot_f16,
 	.axpy_f32 = axpy_f32,
 	.axpy_f16 = axpy_f16,
+	.quantize_q8x = kve_quantize_q8x_avx2,	/* AVX-512 CPUs have AVX2 */
+	.f32_to_f16 = kve_f32_to_f16_avx2,
+	.silu_mul = kve_silu_mul_avx2,
 };

@@ -162,6 +162,22 @@ void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out)
 	}
 }
 
+static void f32_to_f16_c(uint16_t *dst, const float *src, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		dst[i] = kve_f32_to_f16(src[i]);
+}
+
+static void silu_mul_c(float *g, const float *u, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 const struct kve_kernels kve_kernels_c = {
 	.name = "c",
 	.mm_f32 = mm_f32_c,
@@ -171,4 +187,7 @@ const struct kve_kernels kve_kernels_c = {
 	.dot_f16 = dot_f16_c,
 	.axpy_f32 = axpy_f32_c,
 	.axpy_f16 = axpy_f16_c,
+	.quantize_q8x = kve_quantize_q8x,
+	.f32_to_f16 = f32_to_f16_c,
+	.silu_mul = silu_mul_c,
 };

@@ -233,6 +233,87 @@ static int sc_attention(const struct kve_kernels *cand, const struct kve_kernels
 	return 0;
 }
 
+/* The quantiser must match bit for bit (it is shared by contract), fp16
+ * stores too except for NaN payloads. Inputs include the edge cases: NaN,
+ * infinities, an all-zero block, values that land on half steps. */
+static int sc_convert(const struct kve_kernels *cand, const struct kve_kernels *ref,
+		      uint64_t *seed, char *why, size_t len)
+{
+	float x[8 * QK8_0];
+	struct kve_q8x qa[8], qb[8];
+	uint16_t ha[8 * QK8_0], hb[8 * QK8_0];
+	int i, b;
+
+	for (i = 0; i < 8 * QK8_0; i++)
+		x[i] = sc_rand(seed) * (i < 4 * QK8_0 ? 1.0f : 70000.0f);
+	for (i = QK8_0; i < 2 * QK8_0; i++)
+		x[i] = 0.0f;
+	x[2 * QK8_0] = NAN;
+	x[3 * QK8_0 + 1] = INFINITY;
+	x[3 * QK8_0 + 2] = -INFINITY;
+	x[4 * QK8_0] = 254.0f;		/* d = 2: odd values land on halves */
+	x[4 * QK8_0 + 1] = -5.0f;	/* -2.5 -> -2 */
+	x[4 * QK8_0 + 2] = 253.0f;	/* 126.5 -> 126 */
+	x[4 * QK8_0 + 3] = 1.0f;	/* 0.5 -> 0 */
+	x[4 * QK8_0 + 4] = 3.0f;	/* 1.5 -> 2 */
+	x[5 * QK8_0 + 3] = 6e-8f;	/* fp16 subnormal range */
+	x[5 * QK8_0 + 4] = 65520.0f;	/* rounds to fp16 inf */
+	memset(qa, 0x55, sizeof(qa));
+	memset(qb, 0x55, sizeof(qb));
+	cand->quantize_q8x(x, 8 * QK8_0, qa);
+	ref->quantize_q8x(x, 8 * QK8_0, qb);
+	for (b = 0; b < 8; b++) {
+		if (memcmp(&qa[b].d, &qb[b].d, sizeof(float)) ||
+		    memcmp(qa[b].q, qb[b].q, QK8_0)) {
+			sc_msg(why, len, "quantize_q8x: block %d differs from the portable "
+			       "quantiser (d %.9g vs %.9g)", b, (double)qa[b].d, (double)qb[b].d);
+			return -1;
+		}
+	}
+	cand->f32_to_f16(ha, x, 8 * QK8_0 - 3);
+	ref->f32_to_f16(hb, x, 8 * QK8_0 - 3);
+	for (i = 0; i < 8 * QK8_0 - 3; i++) {
+		if (ha[i] != hb[i] && !(x[i] != x[i])) {
+			sc_msg(why, len, "f32_to_f16: %.9g gives 0x%04x, portable 0x%04x",
+			       (double)x[i], ha[i], hb[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* SwiGLU: each element within 4e-6 relative of the portable one (the
+ * SIMD exp is its own approximation), NaN where it is NaN. */
+static int sc_silu(const struct kve_kernels *cand, const struct kve_kernels *ref,
+		   uint64_t *seed, char *why, size_t len)
+{
+	float g[77], u[77], ga[77], gb[77];
+	int i;
+
+	for (i = 0; i < 77; i++) {
+		g[i] = sc_rand(seed) * 24.0f;
+		u[i] = sc_rand(seed) * 3.0f;
+	}
+	g[3] = -100.0f;
+	g[4] = 100.0f;
+	g[5] = 0.0f;
+	g[6] = NAN;
+	g[7] = -1e-30f;
+	memcpy(ga, g, sizeof(g));
+	memcpy(gb, g, sizeof(g));
+	cand->silu_mul(ga, u, 77);
+	ref->silu_mul(gb, u, 77);
+	for (i = 0; i < 77; i++) {
+		if (gb[i] != gb[i] ? ga[i] == ga[i] :
+		    !(fabs((double)ga[i] - gb[i]) <= 4e-6 * fabs((double)gb[i]) + 1e-35)) {
+			sc_msg(why, len, "silu_mul: silu(%.9g) * %.9g gives %.9g, portable C %.9g",
+			       (double)g[i], (double)u[i], (double)ga[i], (double)gb[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len)
 {
@@ -251,5 +332,9 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 				return -1;
 		}
 	}
-	return sc_attention(cand, ref, &seed, why, len);
+	if (sc_attention(cand, ref, &seed, why, len))
+		return -1;
+	if (sc_convert(cand, ref, &seed, why, len))
+		return -1;
+	return sc_silu(cand, ref, &seed, why, len);
 }

@@ -229,12 +229,95 @@ static void bad_axpy_f16(float *y, float a, const uint16_t *x, int n)
 	C->axpy_f16(y, -a, x, n);
 }
 
+static void bad_quantize(const float *x, int n, struct kve_q8x *out)
+{
+	C->quantize_q8x(x, n, out);
+	out[n / QK8_0 - 1].q[3] ^= 1;
+}
+
+static void bad_f16(uint16_t *dst, const float *src, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)	/* truncates instead of rounding */
+		dst[i] = kve_f32_to_f16(src[i]) & ~1;
+}
+
+/* the SIMD quantiser and fp16 store against the portable ones, bit for
+ * bit, on random blocks of every scale and on edge cases */
+static void check_convert(const struct kve_kernels *k)
+{
+	static float x[64 * QK8_0];
+	static struct kve_q8x qa[64], qb[64];
+	static uint16_t ha[64 * QK8_0], hb[64 * QK8_0];
+	int i, same = 1, same16 = 1, r;
+
+	for (r = 0; r < 20; r++) {
+		for (i = 0; i < 64 * QK8_0; i++) {
+			float s = ldexpf(1.0f, (int)((i / QK8_0) % 40) - 24 + r);
+			x[i] = frand() * s;
+			if (i % 97 == 5)
+				x[i] = roundf(x[i]);
+		}
+		if (r == 1) {
+			x[7] = NAN;
+			x[40] = INFINITY;
+			x[80] = -INFINITY;
+			x[100] = -NAN;
+			for (i = 128; i < 160; i++)	/* amax 254: d = 2, odd values on halves */
+				x[i] = i == 128 ? 254.0f : (float)(2 * (i - 144) + 1);
+			for (i = 160; i < 192; i++)
+				x[i] = 0;
+		}
+		memset(qa, 0x55, sizeof(qa));
+		memset(qb, 0x55, sizeof(qb));
+		k->quantize_q8x(x, 64 * QK8_0, qa);
+		kve_quantize_q8x(x, 64 * QK8_0, qb);
+		same &= !memcmp(qa, qb, sizeof(qa));
+		k->f32_to_f16(ha, x, 64 * QK8_0 - 5);
+		for (i = 0; i < 64 * QK8_0 - 5; i++) {
+			hb[i] = kve_f32_to_f16(x[i]);
+			same16 &= ha[i] == hb[i] || x[i] != x[i];
+		}
+	}
+	CHECK(same, "%s quantize_q8x == portable, bit for bit (20 x 64 blocks, scales 2^-24..2^35, "
+	      "NaN, inf, ties to even, zero block)", k->name);
+	CHECK(same16, "%s f32_to_f16 == portable round-to-nearest-even (NaN payloads aside)", k->name);
+}
+
+static void bad_silu(float *g, const float *u, int n)
+{
+	C->silu_mul(g, u, n);
+	g[n / 2] *= 1.0001f;
+}
+
+/* SwiGLU against double precision over the range activations take */
+static void check_silu(const struct kve_kernels *k)
+{
+	static float g[4099], u[4099], g0[4099];
+	double err = 0;
+	int i;
+
+	for (i = 0; i < 4099; i++) {
+		g0[i] = g[i] = frand() * 30.0f;
+		u[i] = frand() * 4.0f;
+	}
+	k->silu_mul(g, u, 4099);
+	for (i = 0; i < 4099; i++) {
+		double v = g0[i], want = v / (1.0 + exp(-v)) * u[i];
+		err = fmax(err, fabs(g[i] - want) / (fabs(want) + 1e-30));
+	}
+	CHECK(err < 1e-6, "%s silu_mul over 4099 values in [-30, 30]: max relative error %.2g",
+	      k->name, err);
+}
+
 static void check_selfcheck(int has2)
 {
 	struct kve_kernels stand = kve_kernels_c, bad;
 	const struct kve_kernels *set2 = has2 ? &kve_kernels_avx2 : &kve_kernels_c, *k;
-	static const char *names[7] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
-					 "axpy_f32", "axpy_f16" };
+	static const char *names[10] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
+					 "axpy_f32", "axpy_f16", "quantize_q8x", "f32_to_f16",
+					 "silu_mul" };
 	char why[512], log[600];
 	int i, rc;
 
@@ -246,7 +329,7 @@ static void check_selfcheck(int has2)
 		CHECK(rc == 0, "self-check: avx2 against portable C passes (the bound is not too "
 		      "tight for a real SIMD set) %s", why);
 	}
-	for (i = 0; i < 7; i++) {
+	for (i = 0; i < 10; i++) {
 		bad = kve_kernels_c;
 		bad.name = "avx512";
 		switch (i) {
@@ -257,6 +340,9 @@ static void check_selfcheck(int has2)
 		case 4: bad.dot_f16 = bad_dot_f16; break;
 		case 5: bad.axpy_f32 = bad_axpy_f32; break;
 		case 6: bad.axpy_f16 = bad_axpy_f16; break;
+		case 7: bad.quantize_q8x = bad_quantize; break;
+		case 8: bad.f32_to_f16 = bad_f16; break;
+		case 9: bad.silu_mul = bad_silu; break;
 		}
 		rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
@@ -313,12 +399,19 @@ int main(void)
 		CHECK(bad == 0, "fp16 -> fp32 -> fp16 round trip of every half (%u bad)", bad);
 	}
 	check_set(&kve_kernels_c);
-	if (has2)
+	check_silu(&kve_kernels_c);
+	if (has2) {
 		check_set(&kve_kernels_avx2);
+		check_convert(&kve_kernels_avx2);
+		check_silu(&kve_kernels_avx2);
+	}
 	else
 		printf("# skip avx2: CPU lacks it\n");
-	if (has512)
+	if (has512) {
 		check_set(&kve_kernels_avx512);
+		check_convert(&kve_kernels_avx512);
+		check_silu(&kve_kernels_avx512);
+	}
 	else
 		printf("# skip avx512: CPU lacks it (those kernels are untested here)\n");
 	printf("# dispatch picked: %s\n", kve_isa_name());
