@@ -123,59 +123,73 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 TILE_CASES(0)
 TILE_CASES(1)
 
-/* Q8_0 x Q8 activations: |w| * sign(x, w) through maddubs, then int32 ->
- * float scaled by d_w * d_x, accumulated per (row, token). */
-KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
-			float *y, int ldy, int r, int t, const int R,
-			const int C)
+/*
+ * Q8_0 weights x Q8_0 activations. For each (row, token) and block, the
+ * block's integer dot product as 8 int32 lanes (|w| * sign(x, w) through
+ * maddubs, adjacent pairs summed by madd; exact), then
+ *   acc = fma(float(p) * d_w, d_x, acc)
+ * and the 8 lanes summed at the end. Every tile shape does exactly this,
+ * so a result does not depend on T or the tile. d_w is fp16 -> fp32
+ * (exact); for T >= 3 the scales of 4 rows are converted once into dwc and
+ * reused by every token tile instead of once per tile.
+ */
+#define Q8_DWC_MAX 1024		/* blocks cached per row (32768 columns) */
+
+KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
+			const struct kve_q8x *xq, float *y, int ldy, int r, int t,
+			const int R, const int C)
 {
-	__m256 acc[4][4];
-	const uint8_t *rows[4];
-	const struct kve_q8x *xs[4];
+	__m256 acc[8][3];
+	const uint8_t *rows[8];
+	const struct kve_q8x *xs[3];
 	const __m256i ones = _mm256_set1_epi16(1);
 	int nb = (int)w->cols / QK8_0, b, i, j;
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (i = 0; i < R; i++) {
 		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
-#pragma GCC unroll 4
+#pragma GCC unroll 3
 		for (j = 0; j < C; j++)
 			acc[i][j] = _mm256_setzero_ps();
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 3
 	for (j = 0; j < C; j++)
 		xs[j] = xq + (size_t)(t + j) * nb;
 	for (b = 0; b < nb; b++) {
-		__m256i xv[4];
-		float dx[4];
-#pragma GCC unroll 4
-		for (j = 0; j < C; j++) {
+		__m256i xv[3];
+
+#pragma GCC unroll 3
+		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
-			dx[j] = xs[j][b].d;
-		}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (i = 0; i < R; i++) {
 			const uint8_t *blk = rows[i] + (size_t)b * Q8_0_BYTES;
 			__m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
 			__m256i aw = _mm256_sign_epi8(wv, wv);
-			uint16_t h;
-			float dw;
+			__m256 dw;
 
-			memcpy(&h, blk, 2);
-			dw = _cvtsh_ss(h);
-#pragma GCC unroll 4
+			if (dwc) {
+				dw = _mm256_broadcast_ss(dwc + (size_t)i * ldd + b);
+			} else {
+				uint16_t h;
+
+				memcpy(&h, blk, 2);
+				dw = _mm256_set1_ps(_cvtsh_ss(h));
+			}
+#pragma GCC unroll 3
 			for (j = 0; j < C; j++) {
 				__m256i sx = _mm256_sign_epi8(xv[j], wv);
 				__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
-				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p),
-							    _mm256_set1_ps(dw * dx[j]),
+
+				acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), dw),
+							    _mm256_broadcast_ss(&xs[j][b].d),
 							    acc[i][j]);
 			}
 		}
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (i = 0; i < R; i++)
-#pragma GCC unroll 4
+#pragma GCC unroll 3
 		for (j = 0; j < C; j++)
 			y[(size_t)(t + j) * ldy + r + i] = hsum8(acc[i][j]);
 }
@@ -183,17 +197,39 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
 static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		  float *y, int ldy, int r0, int r1)
 {
-	int r = r0, t;
+	float dwc[4 * Q8_DWC_MAX];
+	int nb = (int)w->cols / QK8_0, r = r0, t, i, b;
+	int cache = T >= 3 && nb <= Q8_DWC_MAX;
 
+	if (T == 1)
+		for (; r + 8 <= r1; r += 8)
+			tile_q8(w, NULL, 0, xq, y, ldy, r, 0, 8, 1);
 	for (; r + 4 <= r1; r += 4) {
-		for (t = 0; t + 2 <= T; t += 2)
-			tile_q8(w, xq, y, ldy, r, t, 4, 2);
-		if (t < T)
-			tile_q8(w, xq, y, ldy, r, t, 4, 1);
+		const float *dp = NULL;
+
+		if (cache) {
+			for (i = 0; i < 4; i++) {
+				const uint8_t *row = w->data + (size_t)(r + i) * w->row_bytes;
+
+				for (b = 0; b < nb; b++) {
+					uint16_t h;
+
+					memcpy(&h, row + (size_t)b * Q8_0_BYTES, 2);
+					dwc[i * nb + b] = _cvtsh_ss(h);
+				}
+			}
+			dp = dwc;
+		}
+		for (t = 0; t + 3 <= T; t += 3)
+			tile_q8(w, dp, nb, xq, y, ldy, r, t, 4, 3);
+		if (T - t == 2)
+			tile_q8(w, dp, nb, xq, y, ldy, r, t, 4, 2);
+		else if (T - t == 1)
+			tile_q8(w, dp, nb, xq, y, ldy, r, t, 4, 1);
 	}
 	for (; r < r1; r++)
 		for (t = 0; t < T; t++)
-			tile_q8(w, xq, y, ldy, r, t, 1, 1);
+			tile_q8(w, NULL, 0, xq, y, ldy, r, t, 1, 1);
 }
 
 static float dot_f32(const float *a, const float *b, int n)
