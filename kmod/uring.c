@@ -14,18 +14,12 @@
 #include "compat.h"
 #include "kva.h"
 
-int kva_arena_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+static int kva_uring_issue(struct kva_arena *arena, struct io_uring_cmd *cmd,
+			   unsigned int issue_flags)
 {
-	struct kva_arena *arena = cmd->file->private_data;
 	unsigned int nr = _IOC_NR(cmd->cmd_op);
 	struct kva_uring_cmd pdu;
 
-#if KVA_URING_CANCELABLE
-	if (issue_flags & IO_URING_F_CANCEL) {
-		kva_uring_wait_cancel(arena, cmd, issue_flags);
-		return 0;
-	}
-#endif
 	/* The SQE may be shared with user space: read it once. */
 	memcpy(&pdu, kva_uring_payload(cmd), sizeof(pdu));
 	if (_IOC_TYPE(cmd->cmd_op) != KVA_IOC_MAGIC)
@@ -39,4 +33,27 @@ int kva_arena_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
 		return -EOPNOTSUPP;
 	return kva_arena_op(arena, nr, u64_to_user_ptr(pdu.arg),
 			    issue_flags & IO_URING_F_NONBLOCK);
+}
+
+int kva_arena_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags)
+{
+	struct kva_arena *arena = cmd->file->private_data;
+	int ret;
+
+#if KVA_URING_CANCELABLE
+	if (issue_flags & IO_URING_F_CANCEL) {
+		kva_uring_wait_cancel(arena, cmd, issue_flags);
+		return 0;
+	}
+#endif
+	ret = kva_uring_issue(arena, cmd, issue_flags);
+	if (ret == -EIOCBQUEUED ||
+	    (ret == -EAGAIN && (issue_flags & IO_URING_F_NONBLOCK)))
+		return ret;
+	/*
+	 * Complete here rather than returning the result: 6.1's io-wq path
+	 * drops a positive return from ->uring_cmd without posting a CQE.
+	 */
+	io_uring_cmd_done(cmd, ret, 0, issue_flags);
+	return -EIOCBQUEUED;
 }

@@ -72,6 +72,7 @@ KVA_EXPORT const char *kva_nl_error(const struct kva_nl *nl)
 struct kva_req {
 	struct kva_nl *nl;
 	int err;
+	int done;			/* the ack, DONE or an error arrived */
 	int (*parse)(struct nlattr **tb, void *ctx);
 	void *ctx;
 };
@@ -85,6 +86,7 @@ static int kva_err_cb(struct sockaddr_nl *who, struct nlmsgerr *e, void *arg)
 
 	(void)who;
 	req->err = e->error;
+	req->done = 1;
 	if (nlh->nlmsg_flags & NLM_F_ACK_TLVS) {
 		if (!(nlh->nlmsg_flags & NLM_F_CAPPED))
 			off += e->msg.nlmsg_len - NLMSG_HDRLEN;
@@ -108,25 +110,20 @@ static int kva_valid_cb(struct nl_msg *msg, void *arg)
 
 	if (genlmsg_parse(nlmsg_hdr(msg), 0, tb, KVA_NL_A_MAX, NULL))
 		return NL_SKIP;
-	ret = req->parse ? req->parse(tb, req->ctx) : 0;
-	if (ret) {
+	/* After a callback's error, keep reading (to drain), not parsing. */
+	ret = req->parse && !req->err ? req->parse(tb, req->ctx) : 0;
+	if (ret)
 		req->err = ret;
-		return NL_STOP;
-	}
 	return NL_OK;
 }
 
-static int kva_finish_cb(struct nl_msg *msg, void *arg)
+/* NLMSG_DONE ends a dump, an ack ends a doit: either way, the end. */
+static int kva_end_cb(struct nl_msg *msg, void *arg)
 {
-	(void)msg;
-	(void)arg;
-	return NL_STOP;
-}
+	struct kva_req *req = arg;
 
-static int kva_ack_cb(struct nl_msg *msg, void *arg)
-{
 	(void)msg;
-	(void)arg;
+	req->done = 1;
 	return NL_STOP;
 }
 
@@ -145,11 +142,12 @@ static int kva_nl_request(struct kva_nl *nl, struct nl_msg *msg,
 	}
 	nl_cb_err(cb, NL_CB_CUSTOM, kva_err_cb, &req);
 	nl_cb_set(cb, NL_CB_VALID, NL_CB_CUSTOM, kva_valid_cb, &req);
-	nl_cb_set(cb, NL_CB_FINISH, NL_CB_CUSTOM, kva_finish_cb, &req);
-	nl_cb_set(cb, NL_CB_ACK, NL_CB_CUSTOM, kva_ack_cb, &req);
+	nl_cb_set(cb, NL_CB_FINISH, NL_CB_CUSTOM, kva_end_cb, &req);
+	nl_cb_set(cb, NL_CB_ACK, NL_CB_CUSTOM, kva_end_cb, &req);
 	ret = nl_send_auto(nl->sk, msg);
 	nlmsg_free(msg);
-	if (ret >= 0)
+	/* A doit's reply and its ack may come in separate reads. */
+	while (ret >= 0 && !req.done)
 		ret = nl_recvmsgs(nl->sk, cb);
 	nl_cb_put(cb);
 	if (req.err)
@@ -410,6 +408,14 @@ static int kva_event_cb(struct nl_msg *msg, void *arg)
 	return NL_STOP;
 }
 
+/* Multicast messages carry no sequence number of ours. */
+static int kva_no_seq_check(struct nl_msg *msg, void *arg)
+{
+	(void)msg;
+	(void)arg;
+	return NL_OK;
+}
+
 KVA_EXPORT int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
 				 int timeout_ms)
 {
@@ -428,6 +434,7 @@ KVA_EXPORT int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
 	cb = nl_cb_alloc(NL_CB_DEFAULT);
 	if (!cb)
 		return -ENOMEM;
+	nl_cb_set(cb, NL_CB_SEQ_CHECK, NL_CB_CUSTOM, kva_no_seq_check, NULL);
 	nl_cb_set(cb, NL_CB_VALID, NL_CB_CUSTOM, kva_event_cb, &p);
 	ret = nl_recvmsgs(nl->ev, cb);
 	nl_cb_put(cb);

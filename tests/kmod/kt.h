@@ -8,6 +8,7 @@
 #define KT_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,6 +58,9 @@ void kt_register_dmabuf(void);
 void kt_register_lifetime(void);
 void kt_register_stress(void);
 void kt_register_trace(void);
+void kt_register_uring(void);
+void kt_register_events(void);
+void kt_register_netlink(void);
 void kt_register_module(void);
 
 #define KT_ADD(suite, fn) CU_add_test(suite, #fn, fn)
