@@ -55,7 +55,7 @@ check-style: $(CHECKPATCH)
 	@echo "checkpatch --strict: clean"
 	tests/kmod/sparse.sh $(GUEST_KERNELS)
 
-check-guest: modules-guest $(KT_BIN)
+check-guest: modules-guest $(KT_BIN) tools
 	@for k in $(GUEST_KERNELS); do \
 		tests/kmod/run-suite.sh $$k || exit 1; done
 

@@ -1,4 +1,4 @@
-# Tools: kva-share (the demo's two-process sharing walk-through).
+# Tools: kva-share (the demo), kvactl (operators), benchmark drivers.
 TOOLS_BINS := $(B)/bin/kva-share
 
 $(B)/bin/%: tools/%.c $(LIB_A) lib/kvarena.h
@@ -13,3 +13,11 @@ $(B)/bin/kva-bench-blocks: tools/bench/kva-bench-blocks.c $(LIB_A) lib/kvarena.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS) $< -o $@ $(LIB_A) $(LIB_LDLIBS)
 tools: $(BENCH_BINS)
+
+# kvactl: the operator CLI (tools/kvactl/*.c).
+KVACTL_SRCS := $(sort $(wildcard tools/kvactl/*.c))
+TOOLS_BINS += $(B)/bin/kvactl
+$(B)/bin/kvactl: $(KVACTL_SRCS) $(wildcard tools/kvactl/*.h) $(LIB_A) lib/kvarena.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -Itools/kvactl $(KVACTL_SRCS) -o $@ $(LIB_A) $(LIB_LDLIBS)
+tools: $(B)/bin/kvactl

@@ -61,6 +61,7 @@ void kt_register_trace(void);
 void kt_register_uring(void);
 void kt_register_events(void);
 void kt_register_netlink(void);
+void kt_register_kvactl(void);
 void kt_register_module(void);
 
 #define KT_ADD(suite, fn) CU_add_test(suite, #fn, fn)

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * kvarena in-guest suite runner.  Usage: test_kmod [suite...]
- * Suites: uapi blocks dmabuf lifetime trace uring events netlink stress
- * module (default: all, in that order; "module" reloads kvarena.ko, so it
- * runs last).
+ * Suites: uapi blocks dmabuf lifetime trace uring events netlink kvactl
+ * stress module (default: all, in that order; "module" reloads
+ * kvarena.ko, so it runs last).
  */
 #include <CUnit/Basic.h>
 #include <stdlib.h>
@@ -23,6 +23,7 @@ static const struct {
 	{ "uring", kt_register_uring },
 	{ "events", kt_register_events },
 	{ "netlink", kt_register_netlink },
+	{ "kvactl", kt_register_kvactl },
 	{ "stress", kt_register_stress },
 	{ "module", kt_register_module },
 };

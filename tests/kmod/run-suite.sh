@@ -8,6 +8,7 @@ kver=$1
 shift
 ko=build/kmod/$kver/kvarena.ko
 bin=build/tests/kmod/test_kmod
+kvactl=build/bin/kvactl
 modargs="max_pinned_mb=512"
 [ -f "$ko" ] || { echo "run-suite: $ko missing (make modules-guest)" >&2; exit 2; }
 [ -x "$bin" ] || { echo "run-suite: $bin missing (make tests)" >&2; exit 2; }
@@ -16,7 +17,7 @@ mkdir -p build/tests
 echo "== kvarena guest suite on $kver =="
 start=$(date +%s)
 rc=0
-tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$bin" \
+tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$bin" --bin "$kvactl" \
 	--timeout "${KT_GUEST_TIMEOUT:-600}" --mem 1024 \
 	--log "build/tests/guest-$kver.log" \
 	--cmd "export KT_MODPROBE_ARGS='$modargs'" \

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * kvactl against the module's own state: arena and session listings in
+ * text and JSON (well-formed, and carrying the values the ioctls report),
+ * policy set, monitor, and bad input.  kvactl runs as a separate process,
+ * as an operator would run it.  Tests tools/kvactl/.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kt.h"
+
+/* Run a command; its stdout (up to len) and exit status. */
+static int run(const char *cmd, char *out, size_t len)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n = 0, r;
+	int st;
+
+	if (!p)
+		return -1;
+	while (n + 1 < len && (r = fread(out + n, 1, len - 1 - n, p)) > 0)
+		n += r;
+	out[n] = 0;
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A small JSON well-formedness check (RFC 8259 grammar, no extensions). */
+static const char *js_value(const char *s);
+
+static const char *js_ws(const char *s)
+{
+	while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
+		s++;
+	return s;
+}
+
+static const char *js_string(const char *s)
+{
+	if (*s++ != '"')
+		return NULL;
+	while (*s && *s != '"') {
+		if ((unsigned char)*s < 0x20)
+			return NULL;
+		if (*s == '\\') {
+			s++;
+			if (*s == 'u') {
+				int i;
+
+				for (i = 1; i <= 4; i++)
+					if (!isxdigit((unsigned char)s[i]))
+						return NULL;
+				s += 4;
+			} else if (!strchr("\"\\/bfnrt", *s)) {
+				return NULL;
+			}
+		}
+		s++;
+	}
+	return *s == '"' ? s + 1 : NULL;
+}
+
+static const char *js_list(const char *s, char close, bool object)
+{
+	s = js_ws(s + 1);
+	if (*s == close)
+		return s + 1;
+	for (;;) {
+		if (object) {
+			s = js_string(js_ws(s));
+			if (!s || *(s = js_ws(s)) != ':')
+				return NULL;
+			s++;
+		}
+		s = js_value(s);
+		if (!s)
+			return NULL;
+		s = js_ws(s);
+		if (*s == close)
+			return s + 1;
+		if (*s++ != ',')
+			return NULL;
+	}
+}
+
+static const char *js_value(const char *s)
+{
+	s = js_ws(s);
+	if (*s == '{')
+		return js_list(s, '}', true);
+	if (*s == '[')
+		return js_list(s, ']', false);
+	if (*s == '"')
+		return js_string(s);
+	if (!strncmp(s, "true", 4) || !strncmp(s, "null", 4))
+		return s + 4;
+	if (!strncmp(s, "false", 5))
+		return s + 5;
+	if (*s == '-' || isdigit((unsigned char)*s)) {
+		char *end;
+
+		strtod(s, &end);
+		return end;
+	}
+	return NULL;
+}
+
+static bool json_ok(const char *s)
+{
+	s = js_value(s);
+	return s && !*js_ws(s);
+}
+
+static void test_arena_listing(void)
+{
+	struct kva_arena_create c = {
+		.size = sizeof(c), .bytes = 4 * KT_MIB, .block_size = 64 << 10,
+		.numa_node = KVA_NUMA_ANY, .tenant_id = 44, .name = "ctl \"q\"",
+	};
+	char out[16384], want[512], size[32], bsz[32], pol[32], fd[16];
+	int dev = kt_dev_open(), arena, sid, found = 0;
+	unsigned int id, ten, blocks, nfree, sess, low, high;
+	struct kva_arena_info ai;
+	uint32_t ids[5];
+	char *line;
+
+	CU_ASSERT_FATAL(dev >= 0);
+	arena = kt_ioctl(dev, KVA_IOC_ARENA_CREATE, &c);
+	CU_ASSERT_FATAL(arena >= 0);
+	sid = kt_session(arena);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 5, ids, 0), 5);
+	CU_ASSERT_EQUAL(kt_arena_info(arena, &ai), 0);
+
+	CU_ASSERT_EQUAL(run("kvactl -j arena list", out, sizeof(out)), 0);
+	CU_ASSERT(json_ok(out));
+	snprintf(want, sizeof(want), "{\"id\": %u, \"name\": \"ctl \\\"q\\\"\", "
+		 "\"tenant\": 44, \"bytes\": 4194304, \"block_size\": 65536, "
+		 "\"numa_node\": -1, \"blocks\": 64, \"blocks_free\": %u, "
+		 "\"sessions\": 1, ", ai.arena_id, ai.blocks_free);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	if (!strstr(out, want))
+		fprintf(stderr, "want %s\ngot %s\n", want, out);
+
+	CU_ASSERT_EQUAL(run("kvactl arena list", out, sizeof(out)), 0);
+	for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		/* The name has a space: take the fields after it. */
+		char *after = strstr(line, "\"q\"");
+
+		if (sscanf(line, "%u", &id) != 1 || id != ai.arena_id || !after)
+			continue;
+		found = sscanf(after + 3, "%u %31s %31s %u %u %u %31s %u %u %15s",
+			       &ten, size, bsz, &blocks, &nfree, &sess, pol,
+			       &low, &high, fd) == 10;
+	}
+	CU_ASSERT_FATAL(found);
+	CU_ASSERT_EQUAL(ten, 44);
+	CU_ASSERT_STRING_EQUAL(size, "4MiB");
+	CU_ASSERT_STRING_EQUAL(bsz, "64KiB");
+	CU_ASSERT_EQUAL(blocks, ai.blocks_total);
+	CU_ASSERT_EQUAL(nfree, ai.blocks_free);
+	CU_ASSERT_EQUAL(sess, 1);
+	CU_ASSERT_STRING_EQUAL(pol, "toolwait");
+	CU_ASSERT_EQUAL(low, ai.low_wm);
+	CU_ASSERT_EQUAL(high, ai.high_wm);
+	CU_ASSERT_STRING_EQUAL(fd, "open");
+
+	snprintf(want, sizeof(want), "kvactl arena show %u", ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
+	snprintf(want, sizeof(want), "64 blocks of 64KiB, %u free", ai.blocks_free);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	snprintf(want, sizeof(want), "kvactl -j arena show %u", ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
+	CU_ASSERT(json_ok(out));
+
+	/* policy set by id, checked through the ioctl view */
+	snprintf(want, sizeof(want), "kvactl policy set %u lru low 3 high 6 ttl 500",
+		 ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
+	CU_ASSERT_EQUAL(kt_arena_info(arena, &ai), 0);
+	CU_ASSERT_EQUAL(ai.policy, KVA_POLICY_LRU);
+	CU_ASSERT_EQUAL(ai.low_wm, 3);
+	CU_ASSERT_EQUAL(ai.high_wm, 6);
+	CU_ASSERT_EQUAL(ai.ttl_ms, 500);
+	/* bad input: usage (2) or a refusal with the kernel's reason (1) */
+	snprintf(want, sizeof(want), "kvactl policy set %u lru low 9 high 6 2>&1",
+		 ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "watermarks"));
+	CU_ASSERT_EQUAL(run("kvactl policy set 1 fifo 2>&1", out, sizeof(out)), 2);
+	CU_ASSERT_EQUAL(run("kvactl arena show 99999 2>&1", out, sizeof(out)), 1);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "no arena"));
+	CU_ASSERT_EQUAL(run("kvactl bogus 2>&1", out, sizeof(out)), 2);
+	close(arena);
+	close(dev);
+}
+
+static void test_session_listing(void)
+{
+	int dev = kt_dev_open(), arena, a, b;
+	char out[65536], want[512], state[32];
+	struct kva_arena_info ai;
+	struct kva_session_info si;
+	unsigned int ar, sess, tool, blocks, rows = 0;
+	uint32_t ids[7];
+	char *line;
+
+	arena = kt_arena(dev, 4 * KT_MIB, 64 << 10, 45);
+	CU_ASSERT_FATAL(arena >= 0);
+	a = kt_session(arena);
+	b = kt_session(arena);
+	CU_ASSERT_EQUAL(kt_alloc(arena, a, 7, ids, 0), 7);
+	CU_ASSERT_EQUAL(kt_set_state(arena, a, KVA_STATE_TOOL_WAIT, 4, 2500000), 0);
+	CU_ASSERT_EQUAL(kt_set_state(arena, b, KVA_STATE_DECODE, 0, 0), 0);
+	kt_arena_info(arena, &ai);
+	kt_session_info(arena, a, &si);
+
+	snprintf(want, sizeof(want), "kvactl -j session list --arena %u", ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
+	CU_ASSERT(json_ok(out));
+	snprintf(want, sizeof(want), "{\"arena\": %u, \"session\": %d, \"state\": "
+		 "\"tool_wait\", \"tool_class\": 4, \"blocks\": 7, "
+		 "\"expected_wait_us\": 2500000, \"cookie\": 42, ", ai.arena_id, a);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	snprintf(want, sizeof(want), "\"session\": %d, \"state\": \"decode\"", b);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+
+	snprintf(want, sizeof(want), "kvactl session list --arena %u", ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
+	for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		if (sscanf(line, "%u %u %31s %u %u", &ar, &sess, state, &tool,
+			   &blocks) != 5)
+			continue;
+		rows++;
+		CU_ASSERT_EQUAL(ar, ai.arena_id);
+		if (sess == (unsigned int)a) {
+			CU_ASSERT_STRING_EQUAL(state, "tool_wait");
+			CU_ASSERT_EQUAL(tool, 4);
+			CU_ASSERT_EQUAL(blocks, si.blocks_held);
+		}
+	}
+	CU_ASSERT_EQUAL(rows, 2);
+	CU_ASSERT_EQUAL(run("kvactl session list --arena x 2>&1", out, sizeof(out)), 2);
+	close(arena);
+	close(dev);
+}
+
+static void test_monitor(void)
+{
+	int dev = kt_dev_open(), arena, sid;
+	char out[4096], want[256];
+	struct kva_arena_info ai;
+	FILE *p;
+	size_t n;
+
+	p = popen("kvactl -j monitor --count 2 --timeout 10", "r");
+	CU_ASSERT_FATAL(p != NULL);
+	usleep(300000);			/* let it subscribe */
+	arena = kt_arena(dev, 2 * KT_MIB, 1 << 20, 46);
+	CU_ASSERT_FATAL(arena >= 0);
+	sid = kt_session(arena);
+	CU_ASSERT_EQUAL(kt_end(arena, sid), 0);
+	kt_arena_info(arena, &ai);
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = 0;
+	CU_ASSERT_EQUAL(pclose(p), 0);
+	snprintf(want, sizeof(want), "{\"event\": \"arena-created\", \"arena\": %u, "
+		 "\"name\": \"kt\", \"tenant\": 46, \"bytes\": 2097152}", ai.arena_id);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	snprintf(want, sizeof(want), "{\"event\": \"session-ended\", \"arena\": %u, ",
+		 ai.arena_id);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	snprintf(want, sizeof(want), "\"session\": %d, \"tenant\": 46", sid);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	/* each line one JSON object */
+	{
+		char *line;
+
+		for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+			CU_ASSERT(json_ok(line));
+	}
+	close(arena);
+	close(dev);
+}
+
+void kt_register_kvactl(void)
+{
+	CU_pSuite s = CU_add_suite("kvactl", NULL, NULL);
+
+	KT_ADD(s, test_arena_listing);
+	KT_ADD(s, test_session_listing);
+	KT_ADD(s, test_monitor);
+}
