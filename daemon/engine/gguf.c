@@ -362,10 +362,48 @@ int gguf_open_mem(struct gguf *g, const void *buf, size_t len,
 	return rc;
 }
 
-int gguf_open_file(struct gguf *g, const char *path, char *err, size_t errlen)
+#define GGUF_HUGE (2u << 20)
+
+/* The whole file in private anonymous memory, 2 MiB aligned, advised to
+ * transparent huge pages, then made read-only. Weights are streamed once
+ * per token, and with 4 KiB pages every page is a TLB miss (a costly one
+ * under virtualisation); 2 MiB pages take 512 times fewer. NULL if the
+ * memory cannot be had (the caller maps the file instead). */
+static void *copy_huge(int fd, size_t n, void **rawp, size_t *rawlen, int *rc)
 {
+	size_t body = (n + GGUF_HUGE - 1) & ~(size_t)(GGUF_HUGE - 1);
+	size_t tot = body + GGUF_HUGE, off = 0;
+	uint8_t *raw, *p;
+
+	*rc = 0;
+	raw = mmap(NULL, tot, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED)
+		return NULL;
+	p = (uint8_t *)(((uintptr_t)raw + GGUF_HUGE - 1) & ~(uintptr_t)(GGUF_HUGE - 1));
+	madvise(p, body, MADV_HUGEPAGE);
+	while (off < n) {
+		ssize_t r = pread(fd, p + off, n - off, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			*rc = r < 0 ? -errno : -EIO;	/* the file shrank */
+			munmap(raw, tot);
+			return NULL;
+		}
+		off += (size_t)r;
+	}
+	mprotect(p, body, PROT_READ);
+	*rawp = raw;
+	*rawlen = tot;
+	return p;
+}
+
+int gguf_open_file(struct gguf *g, const char *path, int huge, char *err, size_t errlen)
+{
+	void *raw = NULL, *p = NULL;
+	size_t rawlen = 0;
 	struct stat st;
-	void *p;
 	int fd, rc;
 
 	memset(g, 0, sizeof(*g));
@@ -381,19 +419,34 @@ int gguf_open_file(struct gguf *g, const char *path, char *err, size_t errlen)
 		close(fd);
 		return -EINVAL;
 	}
-	p = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED) {
-		rc = -errno;
-		snprintf(err, errlen, "gguf: mmap %s: %s", path, strerror(errno));
-		return rc;
+	if (huge) {
+		p = copy_huge(fd, (size_t)st.st_size, &raw, &rawlen, &rc);
+		if (!p && rc) {
+			snprintf(err, errlen, "gguf: read %s: %s", path, strerror(-rc));
+			close(fd);
+			return rc;
+		}
 	}
+	if (!p) {
+		p = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (p == MAP_FAILED) {
+			rc = -errno;
+			close(fd);
+			snprintf(err, errlen, "gguf: mmap %s: %s", path, strerror(-rc));
+			return rc;
+		}
+		raw = p;
+		rawlen = st.st_size;
+	}
+	close(fd);
 	rc = gguf_open_mem(g, p, st.st_size, err, errlen);
 	if (rc) {
-		munmap(p, st.st_size);
+		munmap(raw, rawlen);
 		return rc;
 	}
 	g->mapped = 1;
+	g->map_base = raw;
+	g->map_len = rawlen;
 	return 0;
 }
 
@@ -407,7 +460,7 @@ void gguf_close(struct gguf *g)
 	free(g->kv);
 	free(g->t);
 	if (g->mapped)
-		munmap((void *)g->base, g->len);
+		munmap(g->map_base, g->map_len);
 	memset(g, 0, sizeof(*g));
 }
 

@@ -58,7 +58,9 @@ struct gguf_tensor {
 struct gguf {
 	const uint8_t *base;
 	size_t len;
-	int mapped;
+	int mapped;		/* base came from gguf_open_file: unmap map_base */
+	void *map_base;
+	size_t map_len;
 	uint32_t version;
 	uint64_t n_kv, n_tensors;
 	struct gguf_kv *kv;
@@ -69,7 +71,11 @@ struct gguf {
 
 int gguf_open_mem(struct gguf *g, const void *buf, size_t len,
 		  char *err, size_t errlen);
-int gguf_open_file(struct gguf *g, const char *path, char *err, size_t errlen);
+/* copy_huge: read the file into private anonymous memory in 2 MiB
+ * transparent huge pages instead of mapping the page cache (falls back to
+ * mapping when that memory cannot be had). */
+int gguf_open_file(struct gguf *g, const char *path, int copy_huge,
+		   char *err, size_t errlen);
 void gguf_close(struct gguf *g);
 
 const struct gguf_kv *gguf_find_kv(const struct gguf *g, const char *key);

@@ -210,6 +210,27 @@ fail:
 	return NULL;
 }
 
+/* KVE_WEIGHTS=copy|mmap, else copy when transparent huge pages are
+ * enabled ("always" or "madvise") */
+static int weights_copy(void)
+{
+	const char *v = getenv("KVE_WEIGHTS");
+	char buf[128] = "";
+	FILE *f;
+
+	if (v && !strcmp(v, "mmap"))
+		return 0;
+	if (v && !strcmp(v, "copy"))
+		return 1;
+	f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return strstr(buf, "[always]") || strstr(buf, "[madvise]");
+}
+
 struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
 {
 	struct kve_model *m = calloc(1, sizeof(*m));
@@ -218,7 +239,7 @@ struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "model: out of memory");
 		return NULL;
 	}
-	if (gguf_open_file(&m->g, path, err, errlen)) {
+	if (gguf_open_file(&m->g, path, weights_copy(), err, errlen)) {
 		free(m);
 		return NULL;
 	}

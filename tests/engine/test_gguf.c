@@ -218,10 +218,55 @@ static void test_model(const char *path)
 	free(b);
 }
 
+/* The weights copied into huge pages (the default where THP is on) and the
+ * file mapped as it is give the same model, bit for bit. */
+static void test_load_modes(const char *path)
+{
+	struct kve_model *m[2];
+	float *lg[2];
+	char err[256];
+	int i, ok = 1;
+
+	for (i = 0; i < 2; i++) {
+		struct kve_engine_params ep = { 1, 1, 0, 64 };
+		uint32_t tab[1] = { 0 };
+		struct kve_session s = { tab, 1, 0 };
+		int32_t tok[5] = { 1, 2, 3, 4, 5 };
+		struct kve_kv_pool kp;
+		struct kve_engine *e;
+		struct tpool tp;
+
+		setenv("KVE_WEIGHTS", i ? "mmap" : "copy", 1);
+		m[i] = kve_model_load(path, err, sizeof(err));
+		lg[i] = NULL;
+		if (!m[i] || tpool_init(&tp, m[i], 64, KVE_KV_F32, 1, &kp)) {
+			ok = 0;
+			continue;
+		}
+		lg[i] = calloc(kve_model_info(m[i])->vocab, sizeof(float));
+		e = kve_engine_create(m[i], &kp, &ep, err, sizeof(err));
+		ok &= e && !kve_prefill(e, &s, tok, 5, lg[i]);
+		kve_engine_free(e);
+		tpool_free(&tp);
+	}
+	unsetenv("KVE_WEIGHTS");
+	CHECK(ok && m[0]->g.map_base != m[1]->g.map_base &&
+	      !memcmp(m[0]->g.base, m[1]->g.base, m[0]->g.len) &&
+	      ((uintptr_t)m[0]->g.base & ((2u << 20) - 1)) == 0 &&
+	      !memcmp(lg[0], lg[1], kve_model_info(m[0])->vocab * sizeof(float)),
+	      "KVE_WEIGHTS=copy (2 MiB-aligned copy) and =mmap load the same model, same logits");
+	for (i = 0; i < 2; i++) {
+		kve_model_free(m[i]);
+		free(lg[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
-	if (argc > 1)
+	if (argc > 1) {
 		test_model(argv[1]);
+		test_load_modes(argv[1]);
+	}
 	return tc_done();
 }

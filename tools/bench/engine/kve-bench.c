@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "kvengine.h"
@@ -52,16 +53,21 @@ static double read_pass(const uint8_t *p, size_t n)
 
 static volatile double bw_sink;	/* keeps the read passes alive */
 
-/* Best of 5 passes over 512 MiB, GB/s. */
-static double read_bandwidth(void)
+/* Best of 5 passes over 512 MiB, GB/s; huge: the buffer in 2 MiB
+ * transparent huge pages (as the engine's weights are by default), else
+ * 4 KiB pages. The roofline takes the better of the two. */
+static double read_bandwidth(int huge)
 {
-	size_t n = 512u << 20;
-	uint8_t *p = aligned_alloc(64, n);
+	size_t n = 512u << 20, al = 2u << 20;
+	uint8_t *raw = mmap(NULL, n + al, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *p;
 	double best = 0;
 	int i;
 
-	if (!p)
+	if (raw == MAP_FAILED)
 		return 0;
+	p = (uint8_t *)(((uintptr_t)raw + al - 1) & ~(uintptr_t)(al - 1));
+	madvise(p, n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 	memset(p, 1, n);
 	for (i = 0; i < 5; i++) {
 		double t = now();
@@ -70,7 +76,7 @@ static double read_bandwidth(void)
 		if (n / t / 1e9 > best)
 			best = n / t / 1e9;
 	}
-	free(p);
+	munmap(raw, n + al);
 	return best;
 }
 
@@ -228,12 +234,15 @@ int main(int argc, char **argv)
 		       kve_arena_kv_backend(kv) == KVA_BACKEND_KERNEL ? "kernel" : "memfd",
 		       g.block_size, g.block_tokens);
 	}
+	printf("weights=%s\n", getenv("KVE_WEIGHTS") ? getenv("KVE_WEIGHTS") : "default");
 	printf("isa=%s\nthreads=%u\nprefill_tps=%.1f\ndecode_tps=%.1f\nbatch=%u\nbatch_tps=%.1f\n",
 	       kve_isa_name(), threads, prompt / t_pre, ndec / t_dec, batch, batch / t_bat);
 	printf("weight_mb=%.1f\n", in->weight_bytes / 1e6);
 	if (bw) {
-		double gbs = read_bandwidth();
+		double g4 = read_bandwidth(0), g2 = read_bandwidth(1);
+		double gbs = g2 > g4 ? g2 : g4;
 		double roof = gbs * 1e9 / (double)in->weight_bytes;
+		printf("read_gbs_4k=%.1f\nread_gbs_2m=%.1f\n", g4, g2);
 		printf("read_gbs=%.1f\nroofline_tps=%.1f\nroofline_pct=%.1f\n", gbs, roof,
 		       100.0 * (ndec / t_dec) / roof);
 	}
