@@ -37,6 +37,43 @@ bench_ioctl() {
 	done
 }
 
+# uring: block alloc+free through io_uring against the ioctl path one call
+# per block, in each guest: one SQE carrying 64 ids (the batch row), and
+# 64 single-block SQEs per submission; on the host (memfd backend, no
+# io_uring) a 64-block call against a single-block one.
+ratio_row() {	# name value_row peer_row peer_label
+	awk -F'\t' -v n="$1" -v a="$2" -v b="$3" -v l="$4" '
+		$1 == a { v = $2 } $1 == b { p = $2 }
+		END { if (v && p) printf "%s\t%s\tops/s\t%s\t%s\t%.2f\n", n, v, l, p, v / p }' "$tsv"
+}
+
+bench_uring() {
+	local secs=${BENCH_SECONDS:-2} k series rows
+	forget 'uring_'
+	build/bin/kva-bench-blocks -b memfd -t "$secs" -p uring_memfd_call \
+		-s host_memfd 1 64 | sed -n 's/^ROW\t//p' >>"$tsv"
+	ratio_row uring_batch64_vs_ioctl_host_memfd \
+		uring_memfd_call_batch64_host_memfd uring_memfd_call_batch1_host_memfd \
+		memfd_single >>"$tsv"
+	tests/vm/kernels.sh | while read -r series k; do
+		tests/vm/run-guest.sh --kver "$k" --ko "build/kmod/$k/kvarena.ko" \
+			--bin build/bin/kva-bench-blocks --timeout 300 \
+			--log "build/bench/uring-guest-$k.log" \
+			--cmd 'modprobe kvarena || exit 90' \
+			--cmd "kva-bench-blocks -b kernel -t $secs -p uring_ioctl -s guest$series 1 64" \
+			--cmd "kva-bench-blocks -b kernel -u -t $secs -p uring_sqes -s guest$series 1 8 64" \
+			--cmd "kva-bench-blocks -b kernel -u -i 64 -t $secs -p uring_ids64_sqes -s guest$series 1" \
+			>/dev/null 2>&1 || { echo "bench: guest $k failed (build/bench/uring-guest-$k.log)" >&2; exit 1; }
+		tr -d '\r' <"build/bench/uring-guest-$k.log" | sed -n 's/^ROW\t//p' >>"$tsv"
+		ratio_row "uring_batch64_vs_ioctl_guest$series" \
+			"uring_ids64_sqes_batch1_guest$series" "uring_ioctl_batch1_guest$series" \
+			ioctl_single >>"$tsv"
+		ratio_row "uring_64sqes_vs_ioctl_guest$series" \
+			"uring_sqes_batch64_guest$series" "uring_ioctl_batch1_guest$series" \
+			ioctl_single >>"$tsv"
+	done
+}
+
 # toolwait: cost per session-state transition with the toolwait BPF
 # programs attached vs detached (bpf_stats run_time_ns/run_cnt too), and
 # CPU at 10,000 transitions/s: host memfd backend (USDT), guests (raw_tp).
@@ -65,6 +102,7 @@ bench_engine() {
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
+	uring) bench_uring ;;
 	engine) bench_engine ;;
 	toolwait) bench_toolwait ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
