@@ -149,9 +149,14 @@ int kve_arena_kv_create(const struct kve_model *m,
 	ap.name = p->name;
 	rc = kva_arena_create(kv->dev, &ap, &kv->arena);
 	if (rc) {
+		int memfd = kva_dev_backend(kv->dev) == KVA_BACKEND_MEMFD;
+
 		kv->arena = NULL;
-		set_err(err, errlen, "kv_arena: kva_arena_create(%llu bytes, block %u): %s",
-			(unsigned long long)ap.bytes, ap.block_size, strerror(-rc));
+		set_err(err, errlen, "kv_arena: kva_arena_create(%llu bytes, block %u): %s%s",
+			(unsigned long long)ap.bytes, ap.block_size, strerror(-rc),
+			memfd && (rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM) ?
+			" (the memfd backend mlocks the arena: RLIMIT_MEMLOCK, ulimit -l, "
+			"must cover it)" : "");
 		goto fail;
 	}
 	rc = kva_arena_info(kv->arena, &info);
