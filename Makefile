@@ -119,7 +119,8 @@ install: lib tools module
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/linux $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
-		$(DESTDIR)$(PREFIX)/share/man/man4 $(DESTDIR)$(INSTALL_MODDIR) \
+		$(DESTDIR)$(PREFIX)/share/man/man4 $(DESTDIR)$(PREFIX)/share/man/man8 \
+		$(DESTDIR)$(INSTALL_MODDIR) \
 		$(DESTDIR)/etc/udev/rules.d
 	install -m 0755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/
 	ln -sf libkvarena.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvarena.so.$(SONAME_MAJOR)
@@ -127,12 +128,13 @@ install: lib tools module
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
-	install -m 0644 lib/kvarena.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
 	install -m 0755 $(TOOLS_BINS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(wildcard Documentation/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(wildcard Documentation/man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 $(wildcard Documentation/man/*.4) $(DESTDIR)$(PREFIX)/share/man/man4/
+	install -m 0644 $(wildcard Documentation/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
 	install -m 0644 kvarena.ko $(DESTDIR)$(INSTALL_MODDIR)/
 	install -m 0644 packaging/60-kvarena.rules $(DESTDIR)/etc/udev/rules.d/
 	-[ -n "$(DESTDIR)" ] || depmod -a $(notdir $(patsubst %/build,%,$(KDIR)))
