@@ -137,7 +137,7 @@ TILE_CASES(1)
 
 KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
 			const struct kve_q8x *xq, float *y, int ldy, int r, int t,
-			const int R, const int C)
+			const int R, const int C, const int cached)
 {
 	__m256 acc[8][3];
 	const uint8_t *rows[8];
@@ -157,10 +157,13 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
 		xs[j] = xq + (size_t)(t + j) * nb;
 	for (b = 0; b < nb; b++) {
 		__m256i xv[3];
+		__m256 dx[3];
 
 #pragma GCC unroll 3
-		for (j = 0; j < C; j++)
+		for (j = 0; j < C; j++) {
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
+			dx[j] = _mm256_broadcast_ss(&xs[j][b].d);
+		}
 #pragma GCC unroll 8
 		for (i = 0; i < R; i++) {
 			const uint8_t *blk = rows[i] + (size_t)b * Q8_0_BYTES;
@@ -168,7 +171,7 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
 			__m256i aw = _mm256_sign_epi8(wv, wv);
 			__m256 dw;
 
-			if (dwc) {
+			if (cached) {
 				dw = _mm256_broadcast_ss(dwc + (size_t)i * ldd + b);
 			} else {
 				uint16_t h;
@@ -182,8 +185,7 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
 				__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
 
 				acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), dw),
-							    _mm256_broadcast_ss(&xs[j][b].d),
-							    acc[i][j]);
+							    dx[j], acc[i][j]);
 			}
 		}
 	}
@@ -203,33 +205,35 @@ static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 
 	if (T == 1)
 		for (; r + 8 <= r1; r += 8)
-			tile_q8(w, NULL, 0, xq, y, ldy, r, 0, 8, 1);
+			tile_q8(w, NULL, 0, xq, y, ldy, r, 0, 8, 1, 0);
 	for (; r + 4 <= r1; r += 4) {
-		const float *dp = NULL;
+		if (!cache) {	/* T < 3, or rows too long to cache */
+			for (t = 0; t + 2 <= T; t += 2)
+				tile_q8(w, NULL, 0, xq, y, ldy, r, t, 4, 2, 0);
+			for (; t < T; t++)
+				tile_q8(w, NULL, 0, xq, y, ldy, r, t, 4, 1, 0);
+			continue;
+		}
+		for (i = 0; i < 4; i++) {
+			const uint8_t *row = w->data + (size_t)(r + i) * w->row_bytes;
 
-		if (cache) {
-			for (i = 0; i < 4; i++) {
-				const uint8_t *row = w->data + (size_t)(r + i) * w->row_bytes;
+			for (b = 0; b < nb; b++) {
+				uint16_t h;
 
-				for (b = 0; b < nb; b++) {
-					uint16_t h;
-
-					memcpy(&h, row + (size_t)b * Q8_0_BYTES, 2);
-					dwc[i * nb + b] = _cvtsh_ss(h);
-				}
+				memcpy(&h, row + (size_t)b * Q8_0_BYTES, 2);
+				dwc[i * nb + b] = _cvtsh_ss(h);
 			}
-			dp = dwc;
 		}
 		for (t = 0; t + 3 <= T; t += 3)
-			tile_q8(w, dp, nb, xq, y, ldy, r, t, 4, 3);
+			tile_q8(w, dwc, nb, xq, y, ldy, r, t, 4, 3, 1);
 		if (T - t == 2)
-			tile_q8(w, dp, nb, xq, y, ldy, r, t, 4, 2);
+			tile_q8(w, dwc, nb, xq, y, ldy, r, t, 4, 2, 1);
 		else if (T - t == 1)
-			tile_q8(w, dp, nb, xq, y, ldy, r, t, 4, 1);
+			tile_q8(w, dwc, nb, xq, y, ldy, r, t, 4, 1, 1);
 	}
 	for (; r < r1; r++)
 		for (t = 0; t < T; t++)
-			tile_q8(w, NULL, 0, xq, y, ldy, r, t, 1, 1);
+			tile_q8(w, NULL, 0, xq, y, ldy, r, t, 1, 1, 0);
 }
 
 static float dot_f32(const float *a, const float *b, int n)
