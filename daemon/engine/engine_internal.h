@@ -70,6 +70,17 @@ struct kve_kernels {
 	/* SwiGLU gate: g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + e^-v);
 	 * SIMD sets use their own exp (within a few ulp of expf) */
 	void (*silu_mul)(float *g, const float *u, int n);
+	/* attention over one block: sc[j] = dot(q, K row j) * scale for
+	 * j < n (rows hd elements apart, fp16 when f16), bit-identical to
+	 * dot_* then the multiply; */
+	void (*attn_scores)(const float *q, const void *k, int f16, int n, int hd,
+			    float scale, float *sc);
+	/* sc[j] = e^(sc[j] - mx) for j < n, returning their sum; */
+	float (*softmax_exp)(float *sc, int n, float mx);
+	/* out += p[j] * V row j for j = 0..n-1 in that order, bit-identical
+	 * to axpy_* row by row */
+	void (*attn_values)(float *out, const float *p, const void *v, int f16, int n,
+			    int hd);
 };
 
 extern const struct kve_kernels kve_kernels_c;
@@ -108,6 +119,7 @@ void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out);
 void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out);
 void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n);
 void kve_silu_mul_avx2(float *g, const float *u, int n);
+float kve_softmax_exp_avx2(float *sc, int n, float mx);
 /* Dequantises row `row` of a matrix into out (cols floats). */
 void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out);
 

@@ -183,39 +183,27 @@ static void attn_worker(void *arg, int tid, int n)
 		for (h = g * group; h < (g + 1) * group; h++) {
 			const float *q = e->q + ((size_t)t * in->n_heads + h) * hd;
 			float *out = e->att + ((size_t)t * in->n_heads + h) * hd;
-			float mx = -INFINITY, sum = 0, inv;
+			float mx = -INFINITY, sum, inv;
 
 			for (b = 0; b * bt < npos; b++) {
 				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, 0, g);
 				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
 
-				for (j = 0; j < end; j++) {
-					float v = f16 ?
-						k->dot_f16(q, (const uint16_t *)kb + (size_t)j * hd, hd) :
-						k->dot_f32(q, (const float *)kb + (size_t)j * hd, hd);
-					v *= scale;
-					sc[b * bt + j] = v;
-					if (v > mx)
-						mx = v;
-				}
+				k->attn_scores(q, kb, f16, (int)end, (int)hd, scale, sc + b * bt);
+				for (j = 0; j < end; j++)
+					if (sc[b * bt + j] > mx)
+						mx = sc[b * bt + j];
 			}
-			for (j = 0; j < npos; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += sc[j];
-			}
+			sum = k->softmax_exp(sc, (int)npos, mx);
 			inv = 1.0f / sum;
+			for (j = 0; j < npos; j++)
+				sc[j] *= inv;
 			memset(out, 0, hd * sizeof(float));
 			for (b = 0; b * bt < npos; b++) {
 				const uint8_t *vb = kv_head_base(e, s->block_table[b], e->layer, 1, g);
 				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
 
-				for (j = 0; j < end; j++) {
-					float p = sc[b * bt + j] * inv;
-					if (f16)
-						k->axpy_f16(out, p, (const uint16_t *)vb + (size_t)j * hd, hd);
-					else
-						k->axpy_f32(out, p, (const float *)vb + (size_t)j * hd, hd);
-				}
+				k->attn_values(out, sc + b * bt, vb, f16, (int)end, (int)hd);
 			}
 		}
 	}

@@ -236,7 +236,7 @@ static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 			tile_q8(w, NULL, 0, xq, y, ldy, r, t, 1, 1, 0);
 }
 
-static float dot_f32(const float *a, const float *b, int n)
+KVE_INLINE float dot_f32_i(const float *a, const float *b, int n)
 {
 	__m256 acc = _mm256_setzero_ps();
 	int i = 0;
@@ -250,7 +250,7 @@ static float dot_f32(const float *a, const float *b, int n)
 	return s;
 }
 
-static float dot_f16(const float *a, const uint16_t *b, int n)
+KVE_INLINE float dot_f16_i(const float *a, const uint16_t *b, int n)
 {
 	__m256 acc = _mm256_setzero_ps();
 	int i = 0;
@@ -264,6 +264,16 @@ static float dot_f16(const float *a, const uint16_t *b, int n)
 	for (; i < n; i++)
 		s += a[i] * _cvtsh_ss(b[i]);
 	return s;
+}
+
+static float dot_f32(const float *a, const float *b, int n)
+{
+	return dot_f32_i(a, b, n);
+}
+
+static float dot_f16(const float *a, const uint16_t *b, int n)
+{
+	return dot_f16_i(a, b, n);
 }
 
 static void axpy_f32(float *y, float a, const float *x, int n)
@@ -346,6 +356,75 @@ void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n)
 		dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
+static void attn_scores(const float *q, const void *k, int f16, int n, int hd,
+			float scale, float *sc)
+{
+	int j;
+
+	if (f16)
+		for (j = 0; j < n; j++)
+			sc[j] = dot_f16_i(q, (const uint16_t *)k + (size_t)j * hd, hd) * scale;
+	else
+		for (j = 0; j < n; j++)
+			sc[j] = dot_f32_i(q, (const float *)k + (size_t)j * hd, hd) * scale;
+}
+
+/* out += p[j] * V_j with out held in registers 64 floats at a time: the
+ * same fma per element, in the same row order, as axpy row by row */
+KVE_INLINE void attn_values_nv(float *out, const float *p, const uint8_t *v, int f16,
+			       int n, int hd, int c0, const int nv)
+{
+	size_t es = f16 ? 2 : 4;
+	__m256 acc[8];
+	int i, j;
+
+#pragma GCC unroll 8
+	for (i = 0; i < nv; i++)
+		acc[i] = _mm256_loadu_ps(out + c0 + 8 * i);
+	for (j = 0; j < n; j++) {
+		const uint8_t *row = v + ((size_t)j * hd + c0) * es;
+		__m256 av = _mm256_set1_ps(p[j]);
+
+#pragma GCC unroll 8
+		for (i = 0; i < nv; i++)
+			acc[i] = _mm256_fmadd_ps(av, load_w(row, 8 * i, f16), acc[i]);
+	}
+#pragma GCC unroll 8
+	for (i = 0; i < nv; i++)
+		_mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
+}
+
+KVE_INLINE void attn_values_i(float *out, const float *p, const uint8_t *v, int f16,
+			      int n, int hd)
+{
+	size_t es = f16 ? 2 : 4;
+	int c0, i, j;
+
+	for (c0 = 0; c0 + 8 <= (hd & ~7); c0 += 64) {
+		switch (((hd & ~7) - c0) / 8 < 8 ? ((hd & ~7) - c0) / 8 : 8) {
+		case 1: attn_values_nv(out, p, v, f16, n, hd, c0, 1); break;
+		case 2: attn_values_nv(out, p, v, f16, n, hd, c0, 2); break;
+		case 3: attn_values_nv(out, p, v, f16, n, hd, c0, 3); break;
+		case 4: attn_values_nv(out, p, v, f16, n, hd, c0, 4); break;
+		case 5: attn_values_nv(out, p, v, f16, n, hd, c0, 5); break;
+		case 6: attn_values_nv(out, p, v, f16, n, hd, c0, 6); break;
+		case 7: attn_values_nv(out, p, v, f16, n, hd, c0, 7); break;
+		default: attn_values_nv(out, p, v, f16, n, hd, c0, 8); break;
+		}
+	}
+	for (j = 0; j < n; j++)
+		for (i = hd & ~7; i < hd; i++)
+			out[i] += p[j] * load_w1(v + (size_t)j * hd * es, i, f16);
+}
+
+static void attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+{
+	if (f16)
+		attn_values_i(out, p, v, 1, n, hd);
+	else
+		attn_values_i(out, p, v, 0, n, hd);
+}
+
 /* e^x for x in [-87.3, 88.4] (clamped), Cephes' expf: 2^n * p(r) with
  * r = x - n ln2 in two parts and a degree-6 polynomial; ~1 ulp. */
 KVE_INLINE __m256 exp8(__m256 x)
@@ -393,6 +472,34 @@ void kve_silu_mul_avx2(float *g, const float *u, int n)
 	}
 }
 
+float kve_softmax_exp_avx2(float *sc, int n, float mx)
+{
+	__m256 m = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
+	int j = 0;
+	float sum;
+
+	for (; j + 8 <= n; j += 8) {
+		__m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), m));
+
+		_mm256_storeu_ps(sc + j, e);
+		acc = _mm256_add_ps(acc, e);
+	}
+	sum = hsum8(acc);
+	if (j < n) {	/* the tail through the same exp */
+		float t[8];
+		int i;
+
+		for (i = 0; i < 8; i++)
+			t[i] = j + i < n ? sc[j + i] : mx;
+		_mm256_storeu_ps(t, exp8(_mm256_sub_ps(_mm256_loadu_ps(t), m)));
+		for (i = 0; j + i < n; i++) {
+			sc[j + i] = t[i];
+			sum += t[i];
+		}
+	}
+	return sum;
+}
+
 const struct kve_kernels kve_kernels_avx2 = {
 	.name = "avx2",
 	.mm_f32 = mm_0,
@@ -405,4 +512,7 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.quantize_q8x = kve_quantize_q8x_avx2,
 	.f32_to_f16 = kve_f32_to_f16_avx2,
 	.silu_mul = kve_silu_mul_avx2,
+	.attn_scores = attn_scores,
+	.softmax_exp = kve_softmax_exp_avx2,
+	.attn_values = attn_values,
 };

@@ -253,6 +253,28 @@ static void axpy_f16(float *y, float a, const uint16_t *x, int n)
 		y[i] += a * _cvtsh_ss(x[i]);
 }
 
+static void attn_scores(const float *q, const void *k, int f16, int n, int hd,
+			float scale, float *sc)
+{
+	int j;
+
+	for (j = 0; j < n; j++)
+		sc[j] = (f16 ? dot_f16(q, (const uint16_t *)k + (size_t)j * hd, hd) :
+			       dot_f32(q, (const float *)k + (size_t)j * hd, hd)) * scale;
+}
+
+static void attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+{
+	int j;
+
+	for (j = 0; j < n; j++) {
+		if (f16)
+			axpy_f16(out, p[j], (const uint16_t *)v + (size_t)j * hd, hd);
+		else
+			axpy_f32(out, p[j], (const float *)v + (size_t)j * hd, hd);
+	}
+}
+
 const struct kve_kernels kve_kernels_avx512 = {
 	.name = "avx512",
 	.mm_f32 = mm_0,
@@ -265,4 +287,7 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.quantize_q8x = kve_quantize_q8x_avx2,	/* AVX-512 CPUs have AVX2 */
 	.f32_to_f16 = kve_f32_to_f16_avx2,
 	.silu_mul = kve_silu_mul_avx2,
+	.attn_scores = attn_scores,
+	.softmax_exp = kve_softmax_exp_avx2,
+	.attn_values = attn_values,
 };

@@ -178,6 +178,43 @@ static void silu_mul_c(float *g, const float *u, int n)
 		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void attn_scores_c(const float *q, const void *k, int f16, int n, int hd,
+			  float scale, float *sc)
+{
+	int j;
+
+	for (j = 0; j < n; j++) {
+		float v = f16 ? dot_f16_c(q, (const uint16_t *)k + (size_t)j * hd, hd) :
+				dot_f32_c(q, (const float *)k + (size_t)j * hd, hd);
+		sc[j] = v * scale;
+	}
+}
+
+static float softmax_exp_c(float *sc, int n, float mx)
+{
+	float sum = 0;
+	int j;
+
+	for (j = 0; j < n; j++) {
+		sc[j] = expf(sc[j] - mx);
+		sum += sc[j];
+	}
+	return sum;
+}
+
+static void attn_values_c(float *out, const float *p, const void *v, int f16, int n,
+			  int hd)
+{
+	int j;
+
+	for (j = 0; j < n; j++) {
+		if (f16)
+			axpy_f16_c(out, p[j], (const uint16_t *)v + (size_t)j * hd, hd);
+		else
+			axpy_f32_c(out, p[j], (const float *)v + (size_t)j * hd, hd);
+	}
+}
+
 const struct kve_kernels kve_kernels_c = {
 	.name = "c",
 	.mm_f32 = mm_f32_c,
@@ -190,4 +227,7 @@ const struct kve_kernels kve_kernels_c = {
 	.quantize_q8x = kve_quantize_q8x,
 	.f32_to_f16 = f32_to_f16_c,
 	.silu_mul = silu_mul_c,
+	.attn_scores = attn_scores_c,
+	.softmax_exp = softmax_exp_c,
+	.attn_values = attn_values_c,
 };

@@ -314,6 +314,76 @@ static int sc_silu(const struct kve_kernels *cand, const struct kve_kernels *ref
 	return 0;
 }
 
+/* Block attention: scores and value sums within the summation-order
+ * bound of the portable kernels, softmax within 4e-6 relative. */
+static int sc_block_attn(const struct kve_kernels *cand, const struct kve_kernels *ref,
+			 uint64_t *seed, char *why, size_t len)
+{
+	enum { N = 19, HD = 72 };
+	static float q[HD], kf[N * HD], sa[N], sb[N], oa[HD], ob[HD], mag[HD];
+	static uint16_t kh[N * HD];
+	float suma, sumb;
+	int f16, i, j;
+
+	for (i = 0; i < HD; i++)
+		q[i] = sc_rand(seed);
+	for (i = 0; i < N * HD; i++) {
+		kf[i] = sc_rand(seed);
+		kh[i] = kve_f32_to_f16(sc_rand(seed));
+	}
+	for (f16 = 0; f16 < 2; f16++) {
+		const void *k = f16 ? (const void *)kh : (const void *)kf;
+
+		cand->attn_scores(q, k, f16, N, HD, 0.125f, sa);
+		ref->attn_scores(q, k, f16, N, HD, 0.125f, sb);
+		for (j = 0; j < N; j++) {
+			double s = 0;
+
+			for (i = 0; i < HD; i++)
+				s += fabs((double)q[i] * (f16 ? kve_f16_to_f32(kh[j * HD + i]) :
+							  kf[j * HD + i])) * 0.125;
+			if (!sc_close(sa[j], sb[j], s, HD)) {
+				sc_msg(why, len, "attn_scores (%s K, head_dim %d): row %d gives %.9g, "
+				       "portable C %.9g", f16 ? "fp16" : "fp32", HD, j,
+				       (double)sa[j], (double)sb[j]);
+				return -1;
+			}
+		}
+		suma = cand->softmax_exp(sa, N, 0.5f);
+		sumb = ref->softmax_exp(sb, N, 0.5f);
+		for (j = 0; j < N; j++) {
+			if (!(fabs((double)sa[j] - sb[j]) <= 4e-6 * sb[j])) {
+				sc_msg(why, len, "softmax_exp: element %d gives %.9g, portable C %.9g",
+				       j, (double)sa[j], (double)sb[j]);
+				return -1;
+			}
+		}
+		if (!(fabs((double)suma - sumb) <= 4e-6 * sumb)) {
+			sc_msg(why, len, "softmax_exp: sum %.9g, portable C %.9g", (double)suma,
+			       (double)sumb);
+			return -1;
+		}
+		for (i = 0; i < HD; i++) {
+			oa[i] = ob[i] = sc_rand(seed);
+			mag[i] = fabsf(oa[i]);
+		}
+		cand->attn_values(oa, sb, k, f16, N, HD);
+		ref->attn_values(ob, sb, k, f16, N, HD);
+		for (i = 0; i < HD; i++) {
+			for (j = 0; j < N; j++)
+				mag[i] += fabsf(sb[j] * (f16 ? kve_f16_to_f32(kh[j * HD + i]) :
+							 kf[j * HD + i]));
+			if (!sc_close(oa[i], ob[i], mag[i], 2 * N)) {
+				sc_msg(why, len, "attn_values (%s V, %d rows): element %d gives %.9g, "
+				       "portable C %.9g", f16 ? "fp16" : "fp32", N, i,
+				       (double)oa[i], (double)ob[i]);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
 int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len)
 {
@@ -334,7 +404,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	}
 	if (sc_attention(cand, ref, &seed, why, len))
 		return -1;
-	if (sc_convert(cand, ref, &seed, why, len))
+	if (sc_convert(cand, ref, &seed, why, len) || sc_silu(cand, ref, &seed, why, len))
 		return -1;
-	return sc_silu(cand, ref, &seed, why, len);
+	return sc_block_attn(cand, ref, &seed, why, len);
 }

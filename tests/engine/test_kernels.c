@@ -311,13 +311,87 @@ static void check_silu(const struct kve_kernels *k)
 	      k->name, err);
 }
 
+static void bad_attn_scores(const float *q, const void *k, int f16, int n, int hd,
+			    float scale, float *sc)
+{
+	C->attn_scores(q, k, f16, n, hd, scale, sc);
+	sc[n - 1] = sc[0];	/* a row index bug */
+}
+
+static float bad_softmax(float *sc, int n, float mx)
+{
+	return C->softmax_exp(sc, n, mx * 0.99f);
+}
+
+static void bad_attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+{
+	C->attn_values(out, p, v, f16, n - 1, hd);	/* last row dropped */
+}
+
+/* block attention helpers: bit-identical to the row helpers of the same
+ * set (so switching between them changes nothing), softmax vs double */
+static void check_block_attn(const struct kve_kernels *k)
+{
+	static const int hds[] = { 12, 48, 64, 70, 128, 136 };
+	static float q[136], kf[21 * 136], sc[21], ref[21], o1[136], o2[136];
+	static uint16_t kh[21 * 136];
+	int same = 1, hi, f16, i, j, n = 21;
+	double err = 0, s = 0;
+	float sum;
+
+	for (i = 0; i < 21 * 136; i++) {
+		kf[i] = frand();
+		kh[i] = kve_f32_to_f16(frand());
+	}
+	for (i = 0; i < 136; i++)
+		q[i] = frand();
+	for (hi = 0; hi < 6; hi++) {
+		int hd = hds[hi];
+
+		for (f16 = 0; f16 < 2; f16++) {
+			const void *kp = f16 ? (const void *)kh : (const void *)kf;
+
+			k->attn_scores(q, kp, f16, n, hd, 0.3f, sc);
+			for (j = 0; j < n; j++) {
+				float v = f16 ? k->dot_f16(q, kh + (size_t)j * hd, hd) :
+						k->dot_f32(q, kf + (size_t)j * hd, hd);
+				same &= sc[j] == v * 0.3f;
+				ref[j] = frand();
+			}
+			for (i = 0; i < hd; i++)
+				o1[i] = o2[i] = frand();
+			k->attn_values(o1, ref, kp, f16, n, hd);
+			for (j = 0; j < n; j++) {
+				if (f16)
+					k->axpy_f16(o2, ref[j], kh + (size_t)j * hd, hd);
+				else
+					k->axpy_f32(o2, ref[j], kf + (size_t)j * hd, hd);
+			}
+			same &= !memcmp(o1, o2, sizeof(float) * hd);
+		}
+	}
+	CHECK(same, "%s attn_scores / attn_values == dot / axpy row by row, bit for bit "
+	      "(head_dim 12..136, fp32 and fp16 KV)", k->name);
+	for (j = 0; j < n; j++)	/* as attention uses it: arguments <= 0 */
+		ref[j] = sc[j] = frand() * 40.0f;
+	sum = k->softmax_exp(sc, n, 40.0f);
+	for (j = 0; j < n; j++) {
+		double want = exp((double)(ref[j] - 40.0f));	/* the float difference */
+		err = fmax(err, fabs(sc[j] - want) / want);
+		s += want;
+	}
+	CHECK(err < 2e-6 && fabs(sum - s) / s < 2e-6,
+	      "%s softmax_exp over 21 scores in [-80, 0]: max relative error %.2g, sum %.2g", k->name, err,
+	      fabs(sum - s) / s);
+}
+
 static void check_selfcheck(int has2)
 {
 	struct kve_kernels stand = kve_kernels_c, bad;
 	const struct kve_kernels *set2 = has2 ? &kve_kernels_avx2 : &kve_kernels_c, *k;
-	static const char *names[10] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
+	static const char *names[13] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
 					 "axpy_f32", "axpy_f16", "quantize_q8x", "f32_to_f16",
-					 "silu_mul" };
+					 "silu_mul", "attn_scores", "softmax_exp", "attn_values" };
 	char why[512], log[600];
 	int i, rc;
 
@@ -329,7 +403,7 @@ static void check_selfcheck(int has2)
 		CHECK(rc == 0, "self-check: avx2 against portable C passes (the bound is not too "
 		      "tight for a real SIMD set) %s", why);
 	}
-	for (i = 0; i < 10; i++) {
+	for (i = 0; i < 13; i++) {
 		bad = kve_kernels_c;
 		bad.name = "avx512";
 		switch (i) {
@@ -343,6 +417,9 @@ static void check_selfcheck(int has2)
 		case 7: bad.quantize_q8x = bad_quantize; break;
 		case 8: bad.f32_to_f16 = bad_f16; break;
 		case 9: bad.silu_mul = bad_silu; break;
+		case 10: bad.attn_scores = bad_attn_scores; break;
+		case 11: bad.softmax_exp = bad_softmax; break;
+		case 12: bad.attn_values = bad_attn_values; break;
 		}
 		rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
@@ -400,10 +477,12 @@ int main(void)
 	}
 	check_set(&kve_kernels_c);
 	check_silu(&kve_kernels_c);
+	check_block_attn(&kve_kernels_c);
 	if (has2) {
 		check_set(&kve_kernels_avx2);
 		check_convert(&kve_kernels_avx2);
 		check_silu(&kve_kernels_avx2);
+		check_block_attn(&kve_kernels_avx2);
 	}
 	else
 		printf("# skip avx2: CPU lacks it\n");
@@ -411,6 +490,7 @@ int main(void)
 		check_set(&kve_kernels_avx512);
 		check_convert(&kve_kernels_avx512);
 		check_silu(&kve_kernels_avx512);
+		check_block_attn(&kve_kernels_avx512);
 	}
 	else
 		printf("# skip avx512: CPU lacks it (those kernels are untested here)\n");
