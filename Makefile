@@ -94,6 +94,7 @@ include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
 -include bpf/bpf.mk
+-include tests/debug/debug.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench

@@ -72,6 +72,7 @@ check-all:
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-engine
 	$(MAKE) --no-print-directory check-toolwait
+	$(MAKE) --no-print-directory check-fuzz
 
 # make install into a scratch DESTDIR, then build and run a program against
 # it through pkg-config, as a user of the installed library would.

@@ -32,6 +32,10 @@ Usage: tests/vm/run-guest.sh --kver VER [options]
                     libraries `ldd` lists (same paths as on the host); repeatable
   --file SRC:DST    extra file or directory; DST absolute, or relative to
                     /opt/kva; repeatable
+  --kimage FILE     boot this kernel image (ELF vmlinux or bzImage) instead of
+                    /boot/vmlinuz-VER (a self-built kernel; VER is its release)
+  --modroot DIR     the guest kernel's modules are in DIR/lib/modules/VER
+                    (modules_install INSTALL_MOD_PATH=DIR) instead of /lib/modules/VER
   --kmod NAME       also pack this guest-kernel module and its dependencies
                     (vgem is always packed); repeatable
   --cmd 'CMD'       shell command run in the guest (busybox sh, cwd /opt/kva,
@@ -66,7 +70,7 @@ elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ---------------------------------------------------------------- options
 KVER='' TIMEOUT=300 MEM=1024 SMP=2 APPEND='' LOG='' ALLOW_WARN=0 SHELL_AFTER=0 KEEP=0
-KOS=() BINS=() FILES=() KMODS=() CMDS=()
+KOS=() BINS=() FILES=() KMODS=() CMDS=() KIMAGE_OPT='' MODROOT=''
 
 need_arg() { [ "$#" -ge 2 ] || die "option $1 needs an argument (see --help)"; }
 while [ "$#" -gt 0 ]; do
@@ -83,6 +87,8 @@ while [ "$#" -gt 0 ]; do
 	--bin) need_arg "$@"; BINS+=("$2"); shift 2 ;;
 	--file) need_arg "$@"; FILES+=("$2"); shift 2 ;;
 	--kmod) need_arg "$@"; KMODS+=("$2"); shift 2 ;;
+	--kimage) need_arg "$@"; KIMAGE_OPT=$2; shift 2 ;;
+	--modroot) need_arg "$@"; MODROOT=$(cd "$2" && pwd) || die "--modroot $2: no such directory"; shift 2 ;;
 	--cmd) need_arg "$@"; CMDS+=("$2"); shift 2 ;;
 	--timeout) need_arg "$@"; TIMEOUT=$2; shift 2 ;;
 	--mem) need_arg "$@"; MEM=$2; shift 2 ;;
@@ -111,8 +117,10 @@ fi
 [[ $SMP =~ ^[1-9][0-9]*$ ]] || die "--smp wants a positive number, got '$SMP'"
 [ ${#CMDS[@]} -gt 0 ] || CMDS=("uname -a")
 
-VMLINUZ=/boot/vmlinuz-$KVER
-MODDIR=/lib/modules/$KVER
+VMLINUZ=${KIMAGE_OPT:-/boot/vmlinuz-$KVER}
+MODDIR=$MODROOT/lib/modules/$KVER
+MODINFO_B=()
+[ -n "$MODROOT" ] && MODINFO_B=(-b "$MODROOT")
 [ -r "$VMLINUZ" ] || die "no kernel image $VMLINUZ (installed guest kernels: $("$HERE/kernels.sh" 2>/dev/null | awk '{print $2}' | tr '\n' ' '))"
 [ -r "$MODDIR/modules.dep" ] || die "no module tree $MODDIR (modules.dep missing)"
 
@@ -144,7 +152,7 @@ resolve_kmods() {
 		name=${name//-/_}
 		[ -n "${seen[$name]:-}" ] && continue
 		seen[$name]=1
-		file=$(modinfo -k "$KVER" -F filename "$name" 2>/dev/null | head -n1) ||
+		file=$(modinfo "${MODINFO_B[@]}" -k "$KVER" -F filename "$name" 2>/dev/null | head -n1) ||
 			die "guest kernel $KVER has no module '$name'"
 		[ -n "$file" ] || die "guest kernel $KVER has no module '$name'"
 		case $file in
@@ -371,7 +379,9 @@ extract_vmlinux() {
 }
 
 KIMAGE=$VMLINUZ
-if [ "${KVA_VM_PVH:-1}" != 0 ]; then
+if [ "$(head -c 4 "$VMLINUZ" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+	: # already an ELF vmlinux (--kimage): QEMU boots it through its PVH note
+elif [ "${KVA_VM_PVH:-1}" != 0 ]; then
 	vstamp="$(stat -c '%s %Y' "$VMLINUZ")"
 	if [ -f "$KDIR/vmlinux" ] && [ "$(cat "$KDIR/vmlinux.stamp" 2>/dev/null)" = "$vstamp" ]; then
 		KIMAGE=$KDIR/vmlinux

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Boot the debug kernel (make debug-kernel) with kvarena.ko and run, in one
+# guest: the module's guest suite, kva-fuzz, kva-failnth (fault injection),
+# then rmmod and two kmemleak scans.  Fails on a failing step or on any
+# KASAN / lockdep / kmemleak / DEBUG_OBJECTS / WARN / BUG report.
+#
+#   tests/debug/check-debug.sh KO      (env: DEBUG_KERNEL_DIR, FUZZ_OPS,
+#                                       FUZZ_SECS, FUZZ_SEED, KVA_DEBUG_TIMEOUT)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ko=$1
+dir=${DEBUG_KERNEL_DIR:-/var/cache/kvarena/debug-kernel}
+ops=${FUZZ_OPS:-20000}
+secs=${FUZZ_SECS:-600}
+seed=${FUZZ_SEED:-0x6b7661}
+rel=$(cat "$dir/release") || { echo "check-debug: no debug kernel in $dir (make debug-kernel)" >&2; exit 2; }
+log=build/tests/debug/guest.log
+mkdir -p build/tests/debug
+# Generous: KASAN + lockdep under TCG run the suite several times slower.
+timeout=${KVA_DEBUG_TIMEOUT:-$((1800 + secs))}
+
+# What fails the lane in the guest's kernel log (the harness adds its own
+# Oops|BUG:|WARNING:|general protection|KASAN|kernel BUG|Call Trace).
+bad='BUG:|WARNING:|KASAN|Oops|general protection|possible circular locking|possible recursive locking|inconsistent lock state|INFO: |ODEBUG|kmemleak: [0-9]+ new suspected|UBSAN|DMA-API|list_add corruption|list_del corruption|Poison overwritten|Redzone|hung_task|Call Trace'
+
+echo "== check-debug: $rel, $ko, fuzz $ops ops (<= ${secs}s, seed $seed) =="
+start=$(date +%s)
+rc=0
+tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/vmlinux" --modroot "$dir/root" \
+	--ko "$ko" --bin build/tests/kmod/test_kmod --bin build/bin/kvactl \
+	--bin build/tests/fuzz/kva-fuzz --bin build/tests/debug/kva-failnth \
+	--mem 2048 --timeout "$timeout" --log "$log" \
+	--cmd "export KT_MODPROBE_ARGS='max_pinned_mb=512'" \
+	--cmd 'fail=0; step() { echo "KVA-STEP $1 rc=$2"; [ "$2" = 0 ] || fail=1; }' \
+	--cmd 'kl=/sys/kernel/debug/kmemleak; [ -w $kl ] || { echo "KVA-STEP kmemleak-missing rc=1"; exit 1; }' \
+	--cmd 'echo scan >$kl; echo clear >$kl   # boot-time suspects are not ours' \
+	--cmd 'modprobe kvarena $KT_MODPROBE_ARGS || exit 90' \
+	--cmd 'modprobe vgem' \
+	--cmd 't0=$(cut -d" " -f1 /proc/uptime); test_kmod; step suite $?' \
+	--cmd 't1=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME suite $t0 $t1"' \
+	--cmd "kva-fuzz -s $seed -n $ops -t $secs -p 3 -j 3 -z; step fuzz \$?" \
+	--cmd 't2=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME fuzz $t1 $t2"' \
+	--cmd 'kva-failnth; r=$?; [ $r = 77 ] && r=1; step failnth $r' \
+	--cmd 't3=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME failnth $t2 $t3"' \
+	--cmd 'rmmod vgem; rmmod kvarena; step rmmod $?' \
+	--cmd 'sleep 1; echo scan >$kl; sleep 1; echo scan >$kl; cat $kl >/tmp/leaks' \
+	--cmd 'if [ -s /tmp/leaks ]; then sed "s/^/KVA-LEAK| /" /tmp/leaks | head -200; step kmemleak 1; else step kmemleak 0; fi' \
+	--cmd "n=\$(dmesg | grep -cE '$bad'); dmesg | grep -E '$bad' | head -50 | sed 's/^/KVA-REPORT| /'; step klog \$n" \
+	--cmd 'exit $fail' || rc=$?
+end=$(date +%s)
+echo "== check-debug steps =="
+grep -aE 'KVA-STEP|KVA-TIME|kva-fuzz: (seed|PASS|FAIL|[0-9]+ ops)|failnth: .*(ok|FAIL|PASS)' "$log" | tr -d '\r' || true
+grep -aE 'KVA-LEAK|KVA-REPORT' "$log" | tr -d '\r' | head -80 || true
+echo "== check-debug: exit $rc, $((end - start)) s (serial log: $log) =="
+exit "$rc"
