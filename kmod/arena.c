@@ -82,16 +82,35 @@ static int kva_pages_alloc(struct kva_arena *arena)
 	return 0;
 }
 
+/* Keep kva_arenas sorted by id: netlink dumps resume from the last id. */
+static void kva_arenas_insert(struct kva_arena *arena)
+{
+	struct kva_arena *pos;
+
+	mutex_lock(&kva_arenas_lock);
+	list_for_each_entry_reverse(pos, &kva_arenas, node)
+		if (pos->id < arena->id)
+			break;
+	list_add(&arena->node, &pos->node);
+	mutex_unlock(&kva_arenas_lock);
+}
+
 /* Memory side: called when the dma-buf (or a failed create) lets go. */
 void kva_arena_free(struct kva_arena *arena)
 {
+	bool listed;
+
 	mutex_lock(&kva_arenas_lock);
-	if (!list_empty(&arena->node))
+	listed = !list_empty(&arena->node);
+	if (listed)
 		list_del(&arena->node);
 	mutex_unlock(&kva_arenas_lock);
-	trace_kvarena_arena(arena->id, arena->tenant->id, arena->bytes,
-			    arena->block_size, false);
-	kva_netlink_arena(arena, false);
+	/* Only an arena that was announced is announced gone. */
+	if (listed) {
+		trace_kvarena_arena(arena->id, arena->tenant->id, arena->bytes,
+				    arena->block_size, false);
+		kva_netlink_arena(arena, false);
+	}
 	kva_pages_free(arena);
 	atomic64_sub(arena->bytes, &kva_pinned_bytes);
 	kva_tenant_arena_add(arena->tenant, -1);
@@ -229,9 +248,7 @@ long kva_arena_create_ioctl(void __user *uarg)
 		return PTR_ERR(dmabuf);
 	}
 	arena->dmabuf = dmabuf;
-	mutex_lock(&kva_arenas_lock);
-	list_add_tail(&arena->node, &kva_arenas);
-	mutex_unlock(&kva_arenas_lock);
+	kva_arenas_insert(arena);
 	trace_kvarena_arena(arena->id, tenant->id, arena->bytes,
 			    arena->block_size, true);
 	kva_netlink_arena(arena, true);

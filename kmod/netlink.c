@@ -282,8 +282,10 @@ static const struct genl_small_ops kva_nl_ops[] = {
 		.dumpit = kva_nl_arena_dump,
 	},
 	{
+		/* Sessions carry runtimes' cookies: operators only. */
 		.cmd = KVA_NL_CMD_SESSION_GET,
 		.dumpit = kva_nl_session_dump,
+		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		.cmd = KVA_NL_CMD_POLICY_SET,
@@ -293,7 +295,10 @@ static const struct genl_small_ops kva_nl_ops[] = {
 };
 
 static const struct genl_multicast_group kva_nl_mcgrps[] = {
-	[KVA_MCGRP_EVENTS] = { .name = KVA_GENL_MCGRP_EVENTS },
+	[KVA_MCGRP_EVENTS] = {
+		.name = KVA_GENL_MCGRP_EVENTS,
+		.flags = GENL_MCAST_CAP_NET_ADMIN,	/* events name pids */
+	},
 };
 
 static struct genl_family kva_genl __ro_after_init = {

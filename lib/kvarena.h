@@ -176,7 +176,8 @@ int kva_nl_sessions(struct kva_nl *nl, uint32_t arena_id,
 		    void *ctx);
 int kva_nl_policy_set(struct kva_nl *nl, uint32_t arena_id, uint32_t policy,
 		      uint32_t low_wm, uint32_t high_wm, uint32_t ttl_ms);
-/* Join the "events" group; then wait for one (1), or time out (0). */
+/* Join the "events" group (needs CAP_NET_ADMIN); then wait for one event
+ * (1), time out (0), or find only messages that are not events (-EAGAIN). */
 int kva_nl_subscribe(struct kva_nl *nl);
 int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
 		      int timeout_ms);

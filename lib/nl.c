@@ -346,11 +346,13 @@ KVA_EXPORT int kva_nl_subscribe(struct kva_nl *nl)
 	if (!nl->ev)
 		return -ENOMEM;
 	nl_socket_disable_seq_check(nl->ev);
-	if (genl_connect(nl->ev) ||
-	    nl_socket_add_membership(nl->ev, nl->grp)) {
+	ret = genl_connect(nl->ev);
+	if (!ret)
+		ret = nl_socket_add_membership(nl->ev, nl->grp);
+	if (ret) {
 		nl_socket_free(nl->ev);
 		nl->ev = NULL;
-		return -EIO;
+		return ret == -NLE_PERM ? -EPERM : -EIO;
 	}
 	return 0;
 }
@@ -436,9 +438,12 @@ KVA_EXPORT int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
 		return -ENOMEM;
 	nl_cb_set(cb, NL_CB_SEQ_CHECK, NL_CB_CUSTOM, kva_no_seq_check, NULL);
 	nl_cb_set(cb, NL_CB_VALID, NL_CB_CUSTOM, kva_event_cb, &p);
-	ret = nl_recvmsgs(nl->ev, cb);
+	/* Skip what is not an event until one comes or the socket is dry. */
+	do {
+		ret = nl_recvmsgs(nl->ev, cb);
+	} while (!p.got && ret >= 0 && poll(&pfd, 1, 0) > 0);
 	nl_cb_put(cb);
 	if (ret < 0 && !p.got)
 		return -EIO;
-	return p.got;
+	return p.got ? 1 : -EAGAIN;
 }

@@ -107,6 +107,8 @@ int kvc_check_blocks(const struct kva_blocks *arg, bool alloc);
 /* kvc_policy.c: watermarks, the pressure trigger, victim ranking. */
 int kvc_policy_set(struct kvc_arena *a, u32 policy, u32 low_wm, u32 high_wm,
 		   u32 ttl_ms);
+/* Apply the defaults (0 = default) and check low <= high <= nblocks. */
+int kvc_watermarks(u32 nblocks, u32 *low_wm, u32 *high_wm);
 /* After an allocation (failed: for lack of blocks): post PRESSURE now? */
 bool kvc_pressure_check(struct kvc_arena *a, bool failed);
 /* After blocks return, or the owner acknowledged: arm the trigger again. */

@@ -14,7 +14,7 @@ static bool kvc_isprint(char c)
 
 int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
 {
-	u32 i, len = 0;
+	u32 i, len = 0, low, high;
 
 	if (arg->flags || arg->pad)
 		return -EINVAL;
@@ -37,7 +37,11 @@ int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
 	if ((arg->bytes >> KVA_PAGE_SHIFT) * (KVA_PAGE_SIZE / arg->block_size) >=
 	    KVC_MAX_BLOCKS)
 		return -E2BIG;
-	return 0;
+	/* Before any memory is allocated, so bad watermarks cost nothing. */
+	low = arg->low_wm;
+	high = arg->high_wm;
+	return kvc_watermarks(kvc_arena_nblocks(arg->bytes, arg->block_size),
+			      &low, &high);
 }
 
 u32 kvc_arena_nblocks(u64 bytes, u32 block_size)

@@ -8,24 +8,27 @@
  */
 #include "kvc_arena.h"
 
+int kvc_watermarks(u32 nblocks, u32 *low_wm, u32 *high_wm)
+{
+	if (!*low_wm)
+		*low_wm = nblocks / 8;
+	if (!*high_wm)
+		*high_wm = *low_wm * 2 < nblocks ? *low_wm * 2 : nblocks;
+	return *low_wm > *high_wm || *high_wm > nblocks ? -EINVAL : 0;
+}
+
 int kvc_policy_set(struct kvc_arena *a, u32 policy, u32 low_wm, u32 high_wm,
 		   u32 ttl_ms)
 {
-	u32 n = a->pool.nblocks;
-
-	if (policy >= KVA_POLICY_COUNT)
-		return -EINVAL;
-	if (!low_wm)
-		low_wm = n / 8;
-	if (!high_wm)
-		high_wm = low_wm * 2 < n ? low_wm * 2 : n;
-	if (low_wm > high_wm || high_wm > n)
+	if (policy >= KVA_POLICY_COUNT ||
+	    kvc_watermarks(a->pool.nblocks, &low_wm, &high_wm))
 		return -EINVAL;
 	a->policy = policy;
 	a->low_wm = low_wm;
 	a->high_wm = high_wm;
 	a->ttl_ms = ttl_ms ? ttl_ms : KVA_TTL_DEFAULT_MS;
-	a->pressure_armed = a->pool.nfree >= low_wm;
+	/* A new policy gets a fresh episode: already low means tell now. */
+	a->pressure_armed = true;
 	return 0;
 }
 

@@ -7,7 +7,10 @@
  * by a libnl subscriber.  Tests kmod/netlink.c.
  */
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <linux/capability.h>
 #include <linux/netlink.h>
 
 #include "kt.h"
@@ -234,7 +237,11 @@ static int next_of(struct kva_nl *sub, uint32_t cmd, uint32_t type,
 	int i;
 
 	for (i = 0; i < 20; i++) {
-		if (kva_nl_next_event(sub, ev, 2000) != 1)
+		int ret = kva_nl_next_event(sub, ev, 2000);
+
+		if (ret == -EAGAIN)
+			continue;
+		if (ret != 1)
 			return -1;
 		if (ev->cmd == cmd && (cmd != KVA_NL_CMD_EVENT || ev->ev.type == type))
 			return 0;
@@ -287,6 +294,45 @@ static void test_multicast(void)
 	kva_nl_close(sub);
 }
 
+/* Sessions and events are for operators: CAP_NET_ADMIN. */
+static void test_privileges(void)
+{
+	pid_t pid = fork();
+	int st;
+
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		struct __user_cap_header_struct h = {
+			.version = _LINUX_CAPABILITY_VERSION_3,
+		};
+		struct __user_cap_data_struct d[2];
+		struct kva_nl_arena one;
+		struct kva_nl *n;
+		int bad;
+
+		syscall(SYS_capget, &h, d);
+		d[0].effective &= ~(1U << CAP_NET_ADMIN);
+		if (syscall(SYS_capset, &h, d) || kva_nl_open(&n))
+			_exit(9);
+		int r[4];
+
+		r[0] = kva_nl_sessions(n, 0, NULL, NULL);
+		r[1] = kva_nl_policy_set(n, 1, 0, 0, 0, 0);
+		r[2] = kva_nl_subscribe(n);
+		/* Arenas stay visible, like links to ip(8). */
+		r[3] = kva_nl_arena_get(n, 0x7ffffff0, &one);
+		bad = (r[0] != -EPERM) + (r[1] != -EPERM) + (r[2] != -EPERM) +
+		      (r[3] != -ENOENT);
+		if (bad)
+			fprintf(stderr, "unprivileged: %d %d %d %d\n", r[0],
+				r[1], r[2], r[3]);
+		kva_nl_close(n);
+		_exit(bad);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 void kt_register_netlink(void)
 {
 	CU_pSuite s = CU_add_suite("netlink", nl_init, nl_clean);
@@ -295,4 +341,5 @@ void kt_register_netlink(void)
 	KT_ADD(s, test_dump_10k_sessions);
 	KT_ADD(s, test_malformed_rejected);
 	KT_ADD(s, test_multicast);
+	KT_ADD(s, test_privileges);
 }

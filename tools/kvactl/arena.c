@@ -22,12 +22,20 @@ static int arena_text(const struct kva_nl_arena *a, void *ctx)
 	char sz[32], bs[32];
 
 	(void)ctx;
+	if (!a->fd_open) {	/* only the dma-buf holds it: no bookkeeping */
+		printf("%-5u %-16s %-6u %-8s %-7s %-7s %-7s %-8s %-8s %-5s %-5s %s\n",
+		       i->arena_id, i->name[0] ? i->name : "-", i->tenant_id,
+		       kvactl_size(i->bytes, sz, sizeof(sz)),
+		       kvactl_size(i->block_size, bs, sizeof(bs)), "-", "-",
+		       "-", "-", "-", "-", "closed");
+		return 0;
+	}
 	printf("%-5u %-16s %-6u %-8s %-7s %-7u %-7u %-8u %-8s %-5u %-5u %s\n",
 	       i->arena_id, i->name[0] ? i->name : "-", i->tenant_id,
 	       kvactl_size(i->bytes, sz, sizeof(sz)),
 	       kvactl_size(i->block_size, bs, sizeof(bs)), i->blocks_total,
 	       i->blocks_free, i->sessions, kva_policy_name(i->policy),
-	       i->low_wm, i->high_wm, a->fd_open ? "open" : "closed");
+	       i->low_wm, i->high_wm, "open");
 	return 0;
 }
 
@@ -88,8 +96,10 @@ static int arena_show(struct kvactl *k, const char *id_s)
 	uint32_t id;
 	int ret;
 
-	if (kvactl_parse_u32(id_s, &id))
-		return kvactl_fail(k, "arena show: bad id", -EINVAL);
+	if (kvactl_parse_u32(id_s, &id)) {
+		fprintf(stderr, "kvactl: arena show: bad id '%s'\n", id_s);
+		return 2;
+	}
 	ret = kva_nl_arena_get(k->nl, id, &a);
 	if (ret)
 		return kvactl_fail(k, "arena show", ret);

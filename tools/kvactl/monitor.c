@@ -113,6 +113,8 @@ int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 	while (!count || seen < count) {
 		ret = kva_nl_next_event(k->nl, &e,
 					timeout ? (int)timeout * 1000 : -1);
+		if (ret == -EAGAIN)
+			continue;		/* not an event */
 		if (ret < 0)
 			return kvactl_fail(k, "monitor", ret);
 		if (!ret)

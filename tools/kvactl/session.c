@@ -24,7 +24,7 @@ static int session_row(const struct kva_nl_session *s, void *ctx)
 		printf("%s{\"arena\": %u, \"session\": %u, \"state\": \"%s\""
 		       ", \"tool_class\": %u, \"blocks\": %u"
 		       ", \"expected_wait_us\": %llu, \"cookie\": %llu"
-		       ", \"state_ns\": %llu, \"transitions\": %llu"
+		       ", \"in_state_ns\": %llu, \"transitions\": %llu"
 		       ", \"idle_block_us\": %llu"
 		       ", \"idle_byte_sec\": %llu}",
 		       w->n ? ",\n " : "", s->arena_id, i->session_id,
