@@ -164,7 +164,11 @@ struct shm {
 	/* Last op started per process slot and thread (for crash context). */
 	atomic_ulong cur_op[MAXPROC][MAXTHR];
 	int cur_gen[MAXPROC];
+	/* Kernel calls per op kind that succeeded / failed (coverage). */
+	atomic_ulong ok[OP_COUNT], err[OP_COUNT];
 };
+
+static __thread int cur_kind;
 
 static struct shm *shm;
 static uint64_t g_seed;
@@ -276,10 +280,19 @@ static void expect(struct tctx *t, const struct op *o, const char *what,
 	fail(t, o, "%s: unexpected error %d (%s)", what, e, strerror(e));
 }
 
+static void note(long ret)
+{
+	if (ret < 0)
+		atomic_fetch_add(&shm->err[cur_kind], 1);
+	else
+		atomic_fetch_add(&shm->ok[cur_kind], 1);
+}
+
 static long sys_ioctl(int fd, unsigned long cmd, void *arg)
 {
 	int ret = ioctl(fd, cmd, arg);
 
+	note(ret < 0 ? -errno : ret);
 	return ret < 0 ? -errno : ret;
 }
 
@@ -513,11 +526,12 @@ static void do_netlink(struct tctx *t, const struct op *o)
 		return;
 	}
 	memset(&req, 0, sizeof(req));
-	n = below(&r, 5);
+	n = o->variant < 40 ? (o->c & 1) : below(&r, 5);
 	for (i = 0; i < n; i++) {
 		struct nlattr *a = (struct nlattr *)(req.attrs + off);
-		uint16_t type = below(&r, 4) ? nl_attr_types[below(&r, sizeof(nl_attr_types) / 2)] :
-					      (uint16_t)below(&r, KVA_NL_A_MAX + 4);
+		uint16_t type = o->variant < 40 ? KVA_NL_A_ARENA_ID :
+				below(&r, 4) ? nl_attr_types[below(&r, sizeof(nl_attr_types) / 2)] :
+					       (uint16_t)below(&r, KVA_NL_A_MAX + 4);
 		uint16_t plen = below(&r, 3) ? 4 : (uint16_t)below(&r, 20);
 		uint32_t v = (uint32_t)rnd(&r);
 		struct slot *s = &t->arenas[below(&r, NSLOT)];
@@ -526,6 +540,14 @@ static void do_netlink(struct tctx *t, const struct op *o)
 			v = s->arena_id;
 		else if (type != KVA_NL_A_ARENA_ID && below(&r, 2))
 			v %= 8;
+		if (o->variant < 40) {
+			a->nla_type = type;
+			a->nla_len = NLA_HDRLEN + 4;
+			v = s->arena_id ? s->arena_id : 1;
+			memcpy((char *)a + NLA_HDRLEN, &v, 4);
+			off += NLA_HDRLEN + 4;
+			continue;
+		}
 		if (chance(&r, 5))
 			type |= NLA_F_NESTED;
 		a->nla_type = type;
@@ -537,7 +559,7 @@ static void do_netlink(struct tctx *t, const struct op *o)
 		off += NLA_ALIGN(NLA_HDRLEN + plen);
 	}
 	req.h.nlmsg_len = NLMSG_LENGTH(GENL_HDRLEN) + off;
-	if (chance(&r, 3) && off)
+	if (o->variant >= 40 && chance(&r, 3) && off)
 		req.h.nlmsg_len -= below(&r, 4) + 1;	/* truncated */
 	req.h.nlmsg_type = t->family;
 	req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
@@ -553,6 +575,7 @@ static void do_netlink(struct tctx *t, const struct op *o)
 	if (ret)
 		return;
 	ret = nl_recv(t, seq, 20000, NULL);
+	note(ret);
 	if (ret == -ETIMEDOUT)
 		fail(t, o, "netlink: no reply in 20 s");
 	expect(t, o, "netlink reply", ret, EC_NL);
@@ -586,6 +609,7 @@ static void ring_reap(struct tctx *t, const struct op *o, unsigned int wait_ms)
 			return;
 		if (cqe->user_data < NUBUF)
 			t->ubufs[cqe->user_data].busy = false;
+		note(cqe->res);
 		if (cqe->res < 0)
 			expect(t, o, "uring cqe", cqe->res, EC_URING);
 		io_uring_cqe_seen(&t->ring, cqe);
@@ -745,8 +769,13 @@ static void do_fd_send(struct tctx *t, const struct op *o)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	if (sendmsg(g_sock[0], &m, MSG_DONTWAIT) >= 0 && tag == 'a')
-		s->shared = true;
+	if (sendmsg(g_sock[0], &m, MSG_DONTWAIT) >= 0) {
+		note(0);
+		if (tag == 'a')
+			s->shared = true;
+	} else {
+		note(-errno);
+	}
 }
 
 static void do_fd_recv(struct tctx *t, const struct op *o)
@@ -763,6 +792,7 @@ static void do_fd_recv(struct tctx *t, const struct op *o)
 	for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
 			memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	note(fd < 0 ? -1 : 0);
 	if (fd < 0)
 		return;
 	if (tag == 'a') {
@@ -1027,7 +1057,7 @@ static void do_blocks(struct tctx *t, const struct op *o, int kind)
 	b->ids = (uintptr_t)t->ids;
 	if (kind == 0) {
 		b->flags = (o->c & 2) ? KVA_ALLOC_PARTIAL : 0;
-	} else if (kind == 1 && strict && s->npairs) {
+	} else if (kind == 1 && valid && s->npairs) {
 		/* free ids this session holds, no duplicates */
 		unsigned int k = 0;
 
@@ -1189,6 +1219,7 @@ static void do_mmap(struct tctx *t, const struct op *o)
 	if (o->variant >= 97)
 		fd = t->dev;
 	addr = mmap(NULL, len, prot, flags, fd, off);
+	note(addr == MAP_FAILED ? -errno : 0);
 	if (addr == MAP_FAILED) {
 		expect(t, o, "mmap", -errno, EC_MMAP);
 		return;
@@ -1314,6 +1345,7 @@ static void exec_op(struct tctx *t, const struct op *o)
 {
 	struct slot *s = &t->arenas[o->slot];
 
+	cur_kind = o->kind;
 	switch (o->kind) {
 	case OP_VERSION: do_version(t, o); break;
 	case OP_ARENA_CREATE: do_arena_create(t, o); break;
@@ -1849,6 +1881,11 @@ int main(int argc, char **argv)
 	printf("kva-fuzz: %lu ops in %.1f s, %lu kills, %u processes x %u threads\n",
 	       (unsigned long)(atomic_load(&shm->ops) > g_nops ? g_nops : atomic_load(&shm->ops)),
 	       now_s() - t0, kills, g_procs, g_threads);
+	printf("kva-fuzz: kernel calls ok/failed per op:");
+	for (unsigned int k = 0; k < OP_COUNT; k++)
+		printf("%s %s %lu/%lu", k % 6 ? "," : "\nkva-fuzz:  ", op_names[k],
+		       (unsigned long)atomic_load(&shm->ok[k]), (unsigned long)atomic_load(&shm->err[k]));
+	printf("\n");
 	if (g_check_zero && !rc) {
 		if (check_zero()) {
 			fprintf(stderr, "kva-fuzz: FAIL: module counters not back to zero\n");
