@@ -393,7 +393,9 @@ static int cmd_run(int argc, char **argv)
 		      e->tool_wall_ns <= e->wait_us * 1000,
 		      "event %d: tool wall %" PRIu64 " ns, wait %" PRIu64 " us",
 		      i, e->tool_wall_ns, e->wait_us);
-		CHECK(e->tool_cpu_ns > 0 && e->tool_cpu_ns < e->tool_wall_ns / 2,
+		/* A sleeping tool: CPU below wall (under emulation the
+		 * shell's start-up alone can take half of it). */
+		CHECK(e->tool_cpu_ns > 0 && e->tool_cpu_ns < e->tool_wall_ns,
 		      "event %d: tool cpu %" PRIu64 " ns (wall %" PRIu64 ")", i,
 		      e->tool_cpu_ns, e->tool_wall_ns);
 		w[i].seen = true;
@@ -416,9 +418,11 @@ static int cmd_run(int argc, char **argv)
 		      "class %u: %" PRIu64 " waits", tclass[c], h.count);
 		CHECK(memcmp(h.slots, want, sizeof(want)) == 0,
 		      "class %u: buckets differ from the events'", tclass[c]);
-		CHECK(h.slots[lo] + h.slots[lo + 1] == cnt,
+		/* Timing sanity only (the buckets above are exact): a
+		 * loaded, emulated machine stretches sleeps up to 4x. */
+		CHECK(h.slots[lo] + h.slots[lo + 1] + h.slots[lo + 2] == cnt,
 		      "class %u: waits outside [2^%" PRIu64 ", 2^%" PRIu64 ") us",
-		      tclass[c], lo, lo + 2);
+		      tclass[c], lo, lo + 3);
 		CHECK(h.total_us == total, "class %u: total", tclass[c]);
 	}
 
