@@ -18,10 +18,14 @@ cat <<MSG
    pinned 2 MiB-page arena through its dma-buf, with no copy.
 MSG
 tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin build/bin/kva-share \
+	--bin build/bin/kvactl \
 	--timeout 300 --log build/demo.log \
 	--cmd 'modprobe kvarena max_pinned_mb=256 || exit 90' \
 	--cmd 'echo "# modprobe kvarena: /dev/kvarena $(stat -c "%a" /dev/kvarena), max_pinned_mb=$(cat /sys/module/kvarena/parameters/max_pinned_mb)"' \
+	--cmd 'echo "# kvactl monitor (the operator view, over generic netlink):"' \
+	--cmd 'kvactl monitor --count 4 --timeout 10 2>/dev/null | sed "s/^/  [monitor] /" & sleep 0.5' \
 	--cmd 'kva-share -m 64 -n 32 -s 256' \
+	--cmd 'wait' \
 	--cmd 'echo; echo "# after both processes exit:"; for f in pinned_bytes arenas sessions blocks_used; do printf "  %-13s %s\n" $f "$(cat /sys/class/misc/kvarena/$f)"; done' \
 	--cmd 'rmmod kvarena && echo "# rmmod kvarena: ok"' 2>&1 |
 	grep -vE '^(SeaBIOS|Booting from|KVA-|\[ *[0-9.]+\] reboot)' || true
