@@ -131,21 +131,27 @@ void kva_event_post(struct kva_arena *arena, struct kva_event *ev)
 	kva_netlink_event(ev);
 }
 
+/*
+ * Unpark w and have it completed with -ECANCELED.  Under ev_lock, so that
+ * w->node is empty by the time anyone else (IO_URING_F_CANCEL) looks;
+ * queueing task work does not sleep.
+ */
+static void kva_waiter_cancel(struct kva_waiter *w)
+{
+	list_del_init(&w->node);
+	io_uring_cmd_complete_in_task(w->cmd, kva_wait_cancel_tw);
+}
+
 /* Cancel parked commands of one process (arena fd closed by it, or exit). */
 void kva_events_cancel_tgid(struct kva_arena *arena, pid_t tgid)
 {
 	struct kva_waiter *w, *tmp;
-	LIST_HEAD(gone);
 
 	spin_lock(&arena->ev_lock);
 	list_for_each_entry_safe(w, tmp, &arena->waiters, node)
 		if (w->tgid == tgid)
-			list_move_tail(&w->node, &gone);
+			kva_waiter_cancel(w);
 	spin_unlock(&arena->ev_lock);
-	list_for_each_entry_safe(w, tmp, &gone, node) {
-		list_del_init(&w->node);
-		io_uring_cmd_complete_in_task(w->cmd, kva_wait_cancel_tw);
-	}
 }
 
 #if !KVA_URING_CANCELABLE
@@ -163,19 +169,14 @@ static void kva_monitor_fn(struct work_struct *work)
 	struct kva_arena *arena = container_of(to_delayed_work(work),
 					       struct kva_arena, monitor);
 	struct kva_waiter *w, *tmp;
-	LIST_HEAD(gone);
 	bool again;
 
 	spin_lock(&arena->ev_lock);
 	list_for_each_entry_safe(w, tmp, &arena->waiters, node)
 		if (kva_cmd_orphaned(w->cmd))
-			list_move_tail(&w->node, &gone);
+			kva_waiter_cancel(w);
 	again = !list_empty(&arena->waiters);
 	spin_unlock(&arena->ev_lock);
-	list_for_each_entry_safe(w, tmp, &gone, node) {
-		list_del_init(&w->node);
-		io_uring_cmd_complete_in_task(w->cmd, kva_wait_cancel_tw);
-	}
 	if (again)
 		schedule_delayed_work(&arena->monitor, KVA_MONITOR_PERIOD);
 }
