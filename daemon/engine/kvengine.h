@@ -43,8 +43,11 @@ struct kve_model_info {
 	uint64_t weight_bytes;	/* bytes read per token for all matrices */
 };
 
-/* Open and validate a GGUF file (mmap). On failure returns NULL and writes
- * the reason to err. */
+/* Open and validate a GGUF file. The file is read into private memory in
+ * 2 MiB transparent huge pages when THP is enabled (faster weight
+ * streaming; each process holds its own copy), else mapped read-only;
+ * KVE_WEIGHTS=copy|mmap chooses. On failure returns NULL and writes the
+ * reason to err. */
 struct kve_model *kve_model_load(const char *path, char *err, size_t errlen);
 /* Same, from a caller-owned buffer that must outlive the model. */
 struct kve_model *kve_model_load_mem(const void *buf, size_t len,
