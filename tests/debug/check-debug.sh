@@ -5,7 +5,8 @@
 # KASAN / lockdep / kmemleak / DEBUG_OBJECTS / WARN / BUG report.
 #
 #   tests/debug/check-debug.sh KO      (env: DEBUG_KERNEL_DIR, FUZZ_OPS,
-#                                       FUZZ_SECS, FUZZ_SEED, KVA_DEBUG_TIMEOUT)
+#                                       FUZZ_SECS, FUZZ_SEED, KVA_DEBUG_TIMEOUT,
+#                                       FAILNTH_ARGS: kva-failnth scenarios)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ko=$1
@@ -40,7 +41,7 @@ tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/vmlinux" --modroot "$dir/root
 	--cmd 't1=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME suite $t0 $t1"' \
 	--cmd "kva-fuzz -s $seed -n $ops -t $secs -p 3 -j 3 -z; step fuzz \$?" \
 	--cmd 't2=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME fuzz $t1 $t2"' \
-	--cmd 'kva-failnth; r=$?; [ $r = 77 ] && r=1; step failnth $r' \
+	--cmd "kva-failnth ${FAILNTH_ARGS:-}; r=\$?; [ \$r = 77 ] && r=1; step failnth \$r" \
 	--cmd 't3=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME failnth $t2 $t3"' \
 	--cmd 'rmmod vgem; rmmod kvarena; step rmmod $?' \
 	--cmd '[ -w $kl ] && { sleep 1; echo scan >$kl; sleep 1; echo scan >$kl; cat $kl >/tmp/leaks; }' \

@@ -26,6 +26,8 @@ endif
 # The Debian-kernel lane (check-fuzz) has its own, smaller budget.
 CHECK_FUZZ_OPS ?= 20000
 KVA_DEBUG_INJECT ?=
+# kva-failnth scenarios (default: all)
+FAILNTH_SCENARIOS ?=
 
 FUZZ_BIN := $(B)/tests/fuzz/kva-fuzz
 FAILNTH_BIN := $(B)/tests/debug/kva-failnth
@@ -61,7 +63,7 @@ debug-module: debug-kernel
 
 check-debug: debug-module $(KT_BIN) $(FUZZ_BIN) $(FAILNTH_BIN) tools
 	DEBUG_KERNEL_DIR=$(DEBUG_KERNEL_DIR) FUZZ_OPS=$(FUZZ_OPS) FUZZ_SECS=$(FUZZ_SECS) \
-	FUZZ_SEED=$(FUZZ_SEED) tests/debug/check-debug.sh $(DEBUG_KO)
+	FUZZ_SEED=$(FUZZ_SEED) FAILNTH_ARGS="$(FAILNTH_SCENARIOS)" tests/debug/check-debug.sh $(DEBUG_KO)
 
 check-fuzz: modules-guest $(FUZZ_BIN)
 	@for k in $(GUEST_KERNELS); do \
