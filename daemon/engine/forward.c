@@ -474,6 +474,17 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	for (i = 0; i < in->rope_dims / 2; i++)
 		e->inv_freq[i] = (float)pow((double)in->rope_base,
 					    -2.0 * i / (double)in->rope_dims);
+	/* fault the scratch in now, not inside the first request */
+	memset(e->x, 0, (size_t)nt * in->dim * sizeof(float));
+	memset(e->xb, 0, (size_t)nt * (qdim > in->dim ? qdim : in->dim) * sizeof(float));
+	memset(e->q, 0, (size_t)nt * qdim * sizeof(float));
+	memset(e->kk, 0, (size_t)nt * kvdim * sizeof(float));
+	memset(e->vv, 0, (size_t)nt * kvdim * sizeof(float));
+	memset(e->att, 0, (size_t)nt * qdim * sizeof(float));
+	memset(e->hb, 0, (size_t)nt * in->ffn_dim * sizeof(float));
+	memset(e->hb2, 0, (size_t)nt * in->ffn_dim * sizeof(float));
+	memset(e->xq, 0, ((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
+	memset(e->scores, 0, (size_t)p->n_threads * e->max_ctx * sizeof(float));
 	return e;
 oom:
 	kve_engine_free(e);
