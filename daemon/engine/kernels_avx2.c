@@ -124,30 +124,53 @@ TILE_CASES(0)
 TILE_CASES(1)
 
 /*
- * Q8_0 weights x Q8_0 activations. For each (row, token) and block, the
- * block's integer dot product as 8 int32 lanes (|w| * sign(x, w) through
- * maddubs, adjacent pairs summed by madd; exact), then
- *   acc = fma(float(p) * d_w, d_x, acc)
- * and the 8 lanes summed at the end. Every tile shape does exactly this,
- * so a result does not depend on T or the tile. d_w is fp16 -> fp32
- * (exact); for T >= 3 the scales of 4 rows are converted once into dwc and
- * reused by every token tile instead of once per tile.
+ * Q8_0 weights x Q8_0 activations, rows taken in pairs (a, b). For each
+ * token and 32-value block: p_a, p_b = the block's exact integer dot
+ * products as 8 int32 lanes (|w| * sign(x, w) through maddubs, adjacent
+ * pairs summed by madd); h = hadd(p_a, p_b) puts 4 lanes of each row in
+ * one vector ([a a b b | a a b b]); then
+ *   acc = fma(float(h), [d_wa d_wa d_wb d_wb ...] * d_x, acc)
+ * and at the end row a = (l0 + l4) + (l1 + l5), row b = (l2 + l6) +
+ * (l3 + l7). A row's lanes never mix with its partner's, so a result does
+ * not depend on which row it is paired with (a lone row is paired with
+ * itself), on T or on the tile. Halving the float work and the
+ * accumulators per (row, token) is what pays for the hadd.
+ *
+ * The pair scale vectors come from dwp, converted once per 4-row group
+ * when T >= 3, else built per block.
  */
-#define Q8_DWC_MAX 1024		/* blocks cached per row (32768 columns) */
+#define Q8_DWP_MAX 512		/* blocks cached per row group (16384 columns) */
 
-KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
-			const struct kve_q8x *xq, float *y, int ldy, int r, int t,
-			const int R, const int C, const int cached)
+/* [dw_a dw_a dw_b dw_b dw_a dw_a dw_b dw_b] for blocks of rows a, b */
+KVE_INLINE __m256 q8_pair_scale(const uint8_t *blk_a, const uint8_t *blk_b)
 {
-	__m256 acc[8][3];
+	uint16_t ha, hb;
+	__m128 v;
+
+	memcpy(&ha, blk_a, 2);
+	memcpy(&hb, blk_b, 2);
+	v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hb << 16)));
+	return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v),
+					_mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1));
+}
+
+/* NP row pairs from r (the last one a lone row repeated when lone), C
+ * tokens from t; dwp: NP scale vectors per block, or NULL */
+KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwp, const struct kve_q8x *xq,
+			float *y, int ldy, int r, int t, const int NP, const int C,
+			const int lone)
+{
+	__m256 acc[4][3];
 	const uint8_t *rows[8];
 	const struct kve_q8x *xs[3];
 	const __m256i ones = _mm256_set1_epi16(1);
 	int nb = (int)w->cols / QK8_0, b, i, j;
 
-#pragma GCC unroll 8
-	for (i = 0; i < R; i++) {
-		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
+#pragma GCC unroll 4
+	for (i = 0; i < NP; i++) {
+		rows[2 * i] = w->data + (size_t)(r + 2 * i) * w->row_bytes;
+		rows[2 * i + 1] = lone && i == NP - 1 ? rows[2 * i] :
+				  rows[2 * i] + w->row_bytes;
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
 			acc[i][j] = _mm256_setzero_ps();
@@ -157,83 +180,88 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwc, int ldd,
 		xs[j] = xq + (size_t)(t + j) * nb;
 	for (b = 0; b < nb; b++) {
 		__m256i xv[3];
-		__m256 dx[3];
 
 #pragma GCC unroll 3
-		for (j = 0; j < C; j++) {
+		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
-			dx[j] = _mm256_broadcast_ss(&xs[j][b].d);
-		}
-#pragma GCC unroll 8
-		for (i = 0; i < R; i++) {
-			const uint8_t *blk = rows[i] + (size_t)b * Q8_0_BYTES;
-			__m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
-			__m256i aw = _mm256_sign_epi8(wv, wv);
-			__m256 dw;
+#pragma GCC unroll 4
+		for (i = 0; i < NP; i++) {
+			const uint8_t *ba = rows[2 * i] + (size_t)b * Q8_0_BYTES;
+			const uint8_t *bb = rows[2 * i + 1] + (size_t)b * Q8_0_BYTES;
+			__m256i wa = _mm256_loadu_si256((const __m256i *)(ba + 2));
+			__m256i wb = _mm256_loadu_si256((const __m256i *)(bb + 2));
+			__m256i aa = _mm256_sign_epi8(wa, wa), ab = _mm256_sign_epi8(wb, wb);
+			__m256 dw = dwp ? _mm256_load_ps(dwp + ((size_t)b * NP + i) * 8) :
+					  q8_pair_scale(ba, bb);
 
-			if (cached) {
-				dw = _mm256_broadcast_ss(dwc + (size_t)i * ldd + b);
-			} else {
-				uint16_t h;
-
-				memcpy(&h, blk, 2);
-				dw = _mm256_set1_ps(_cvtsh_ss(h));
-			}
 #pragma GCC unroll 3
 			for (j = 0; j < C; j++) {
-				__m256i sx = _mm256_sign_epi8(xv[j], wv);
-				__m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+				__m256i pa = _mm256_madd_epi16(
+					_mm256_maddubs_epi16(aa, _mm256_sign_epi8(xv[j], wa)), ones);
+				__m256i pb = _mm256_madd_epi16(
+					_mm256_maddubs_epi16(ab, _mm256_sign_epi8(xv[j], wb)), ones);
+				__m256 s = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xs[j][b].d));
 
-				acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), dw),
-							    dx[j], acc[i][j]);
+				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(pa, pb)),
+							    s, acc[i][j]);
 			}
 		}
 	}
-#pragma GCC unroll 8
-	for (i = 0; i < R; i++)
+#pragma GCC unroll 4
+	for (i = 0; i < NP; i++) {
 #pragma GCC unroll 3
-		for (j = 0; j < C; j++)
-			y[(size_t)(t + j) * ldy + r + i] = hsum8(acc[i][j]);
+		for (j = 0; j < C; j++) {
+			__m128 q = _mm_add_ps(_mm256_castps256_ps128(acc[i][j]),
+					      _mm256_extractf128_ps(acc[i][j], 1));
+			float l[4];
+
+			_mm_storeu_ps(l, q);
+			y[(size_t)(t + j) * ldy + r + 2 * i] = l[0] + l[1];
+			if (!(lone && i == NP - 1))
+				y[(size_t)(t + j) * ldy + r + 2 * i + 1] = l[2] + l[3];
+		}
+	}
 }
 
 static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		  float *y, int ldy, int r0, int r1)
 {
-	float dwc[4 * Q8_DWC_MAX];
+	float dwp[2 * 8 * Q8_DWP_MAX] __attribute__((aligned(32)));
 	int nb = (int)w->cols / QK8_0, r = r0, t, i, b;
-	int cache = T >= 3 && nb <= Q8_DWC_MAX;
+	int cache = T >= 3 && nb <= Q8_DWP_MAX;
 
 	if (T == 1)
 		for (; r + 8 <= r1; r += 8)
-			tile_q8(w, NULL, 0, xq, y, ldy, r, 0, 8, 1, 0);
+			tile_q8(w, NULL, xq, y, ldy, r, 0, 4, 1, 0);
 	for (; r + 4 <= r1; r += 4) {
 		if (!cache) {	/* T < 3, or rows too long to cache */
 			for (t = 0; t + 2 <= T; t += 2)
-				tile_q8(w, NULL, 0, xq, y, ldy, r, t, 4, 2, 0);
+				tile_q8(w, NULL, xq, y, ldy, r, t, 2, 2, 0);
 			for (; t < T; t++)
-				tile_q8(w, NULL, 0, xq, y, ldy, r, t, 4, 1, 0);
+				tile_q8(w, NULL, xq, y, ldy, r, t, 2, 1, 0);
 			continue;
 		}
-		for (i = 0; i < 4; i++) {
-			const uint8_t *row = w->data + (size_t)(r + i) * w->row_bytes;
+		for (b = 0; b < nb; b++)
+			for (i = 0; i < 2; i++) {
+				const uint8_t *ba = w->data + (size_t)(r + 2 * i) * w->row_bytes +
+						    (size_t)b * Q8_0_BYTES;
 
-			for (b = 0; b < nb; b++) {
-				uint16_t h;
-
-				memcpy(&h, row + (size_t)b * Q8_0_BYTES, 2);
-				dwc[i * nb + b] = _cvtsh_ss(h);
+				_mm256_store_ps(dwp + ((size_t)b * 2 + i) * 8,
+						q8_pair_scale(ba, ba + w->row_bytes));
 			}
-		}
 		for (t = 0; t + 3 <= T; t += 3)
-			tile_q8(w, dwc, nb, xq, y, ldy, r, t, 4, 3, 1);
+			tile_q8(w, dwp, xq, y, ldy, r, t, 2, 3, 0);
 		if (T - t == 2)
-			tile_q8(w, dwc, nb, xq, y, ldy, r, t, 4, 2, 1);
+			tile_q8(w, dwp, xq, y, ldy, r, t, 2, 2, 0);
 		else if (T - t == 1)
-			tile_q8(w, dwc, nb, xq, y, ldy, r, t, 4, 1, 1);
+			tile_q8(w, dwp, xq, y, ldy, r, t, 2, 1, 0);
 	}
+	for (; r + 2 <= r1; r += 2)
+		for (t = 0; t < T; t++)
+			tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 0);
 	for (; r < r1; r++)
 		for (t = 0; t < T; t++)
-			tile_q8(w, NULL, 0, xq, y, ldy, r, t, 1, 1, 0);
+			tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 1);
 }
 
 KVE_INLINE float dot_f32_i(const float *a, const float *b, int n)
