@@ -27,7 +27,7 @@ bad='BUG:|WARNING:|KASAN|Oops|general protection|possible circular locking|possi
 echo "== check-debug: $rel, $ko, fuzz $ops ops (<= ${secs}s, seed $seed) =="
 start=$(date +%s)
 rc=0
-tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/vmlinux" --modroot "$dir/root" \
+KVA_VM_PVH=0 tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/bzImage" --modroot "$dir/root" \
 	--ko "$ko" --bin build/tests/kmod/test_kmod --bin build/bin/kvactl \
 	--bin build/tests/fuzz/kva-fuzz --bin build/tests/debug/kva-failnth \
 	--mem 2048 --timeout "$timeout" --log "$log" \
