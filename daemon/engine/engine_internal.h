@@ -81,6 +81,8 @@ struct kve_kernels {
 	 * to axpy_* row by row */
 	void (*attn_values)(float *out, const float *p, const void *v, int f16, int n,
 			    int hd);
+	/* out = x / sqrt(mean(x^2) + eps) * w */
+	void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
 };
 
 extern const struct kve_kernels kve_kernels_c;
@@ -120,6 +122,7 @@ void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out);
 void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n);
 void kve_silu_mul_avx2(float *g, const float *u, int n);
 float kve_softmax_exp_avx2(float *sc, int n, float mx);
+void kve_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
 /* Dequantises row `row` of a matrix into out (cols floats). */
 void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out);
 

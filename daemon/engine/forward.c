@@ -52,18 +52,6 @@ struct kve_engine {
 
 /* ---- helpers -------------------------------------------------------- */
 
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
-{
-	float ss = 0, s;
-	int i;
-
-	for (i = 0; i < n; i++)
-		ss += x[i] * x[i];
-	s = 1.0f / sqrtf(ss / (float)n + eps);
-	for (i = 0; i < n; i++)
-		out[i] = x[i] * s * w[i];
-}
-
 /* cos/sin of pos * inv_freq[i] for the rotated pairs, once per token per
  * pass (every layer and both Q and K reuse them) */
 static void rope_table(float *cs, int rope_dims, uint32_t pos, const float *inv_freq)
@@ -256,8 +244,8 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 
 		e->layer = l;
 		for (t = 0; t < T; t++)
-			rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
-				L->attn_norm, (int)dim, in->rms_eps);
+			e->k->rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
+				      L->attn_norm, (int)dim, in->rms_eps);
 		matmul(e, e->xb, (int)T, 3, &L->wq, e->q, &L->wk, e->kk, &L->wv, e->vv);
 		for (t = 0; t < T; t++) {
 			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
@@ -274,8 +262,8 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 			e->x[i] += e->xb[i];
 
 		for (t = 0; t < T; t++)
-			rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
-				L->ffn_norm, (int)dim, in->rms_eps);
+			e->k->rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
+				      L->ffn_norm, (int)dim, in->rms_eps);
 		matmul(e, e->xb, (int)T, 2, &L->gate, e->hb, &L->up, e->hb2, NULL, NULL);
 		e->k->silu_mul(e->hb, e->hb2, (int)(T * ffn));
 		matmul(e, e->hb, (int)T, 1, &L->down, e->xb, NULL, NULL, NULL, NULL);
@@ -286,8 +274,8 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 	if (!n_out)
 		return;
 	for (i = 0; i < n_out; i++)
-		rmsnorm(e->xb + (size_t)i * dim, e->x + (size_t)out_idx[i] * dim,
-			m->out_norm, (int)dim, in->rms_eps);
+		e->k->rmsnorm(e->xb + (size_t)i * dim, e->x + (size_t)out_idx[i] * dim,
+			      m->out_norm, (int)dim, in->rms_eps);
 	matmul(e, e->xb, (int)n_out, 1, &m->output, logits, NULL, NULL, NULL, NULL);
 }
 

@@ -15,6 +15,8 @@
 
 #include "engine_internal.h"
 
+#include <math.h>
+
 #define KVE_INLINE static inline __attribute__((always_inline))
 
 KVE_INLINE float hsum8(__m256 v)
@@ -528,6 +530,29 @@ float kve_softmax_exp_avx2(float *sc, int n, float mx)
 	return sum;
 }
 
+void kve_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps)
+{
+	__m256 acc = _mm256_setzero_ps(), sv;
+	float ss, s;
+	int i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+
+		acc = _mm256_fmadd_ps(v, v, acc);
+	}
+	ss = hsum8(acc);
+	for (; i < n; i++)
+		ss += x[i] * x[i];
+	s = 1.0f / sqrtf(ss / (float)n + eps);
+	sv = _mm256_set1_ps(s);
+	for (i = 0; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv),
+							_mm256_loadu_ps(w + i)));
+	for (; i < n; i++)
+		out[i] = x[i] * s * w[i];
+}
+
 const struct kve_kernels kve_kernels_avx2 = {
 	.name = "avx2",
 	.mm_f32 = mm_0,
@@ -543,4 +568,5 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.attn_scores = attn_scores,
 	.softmax_exp = kve_softmax_exp_avx2,
 	.attn_values = attn_values,
+	.rmsnorm = kve_rmsnorm_avx2,
 };

@@ -290,4 +290,5 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.attn_scores = attn_scores,
 	.softmax_exp = kve_softmax_exp_avx2,
 	.attn_values = attn_values,
+	.rmsnorm = kve_rmsnorm_avx2,
 };

@@ -215,6 +215,18 @@ static void attn_values_c(float *out, const float *p, const void *v, int f16, in
 	}
 }
 
+static void rmsnorm_c(float *out, const float *x, const float *w, int n, float eps)
+{
+	float ss = 0, s;
+	int i;
+
+	for (i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	s = 1.0f / sqrtf(ss / (float)n + eps);
+	for (i = 0; i < n; i++)
+		out[i] = x[i] * s * w[i];
+}
+
 const struct kve_kernels kve_kernels_c = {
 	.name = "c",
 	.mm_f32 = mm_f32_c,
@@ -230,4 +242,5 @@ const struct kve_kernels kve_kernels_c = {
 	.attn_scores = attn_scores_c,
 	.softmax_exp = softmax_exp_c,
 	.attn_values = attn_values_c,
+	.rmsnorm = rmsnorm_c,
 };

@@ -384,6 +384,29 @@ static int sc_block_attn(const struct kve_kernels *cand, const struct kve_kernel
 	return 0;
 }
 
+/* RMSNorm: within 1e-5 relative (summation order of the squares) */
+static int sc_rmsnorm(const struct kve_kernels *cand, const struct kve_kernels *ref,
+		      uint64_t *seed, char *why, size_t len)
+{
+	float x[75], w[75], a[75], b[75];
+	int i;
+
+	for (i = 0; i < 75; i++) {
+		x[i] = sc_rand(seed) * 3.0f;
+		w[i] = 1.0f + 0.1f * sc_rand(seed);
+	}
+	cand->rmsnorm(a, x, w, 75, 1e-5f);
+	ref->rmsnorm(b, x, w, 75, 1e-5f);
+	for (i = 0; i < 75; i++) {
+		if (!(fabs((double)a[i] - b[i]) <= 1e-5 * fabs((double)b[i]) + 1e-30)) {
+			sc_msg(why, len, "rmsnorm over 75 values: element %d gives %.9g, "
+			       "portable C %.9g", i, (double)a[i], (double)b[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len)
 {
@@ -406,5 +429,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 		return -1;
 	if (sc_convert(cand, ref, &seed, why, len) || sc_silu(cand, ref, &seed, why, len))
 		return -1;
-	return sc_block_attn(cand, ref, &seed, why, len);
+	if (sc_block_attn(cand, ref, &seed, why, len))
+		return -1;
+	return sc_rmsnorm(cand, ref, &seed, why, len);
 }

@@ -385,13 +385,45 @@ static void check_block_attn(const struct kve_kernels *k)
 	      fabs(sum - s) / s);
 }
 
+static void bad_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+	C->rmsnorm(out, x, w, n - 1, eps);	/* mean over one value too few */
+	out[n - 1] = x[n - 1] * w[n - 1];
+}
+
+static void check_rmsnorm(const struct kve_kernels *k)
+{
+	static const int ns[] = { 7, 64, 72, 768, 4099 };
+	static float x[4099], w[4099], o[4099];
+	double err = 0;
+	int ni, i;
+
+	for (ni = 0; ni < 5; ni++) {
+		int n = ns[ni];
+		double ss = 0, s;
+
+		for (i = 0; i < n; i++) {
+			x[i] = frand() * 5.0f;
+			w[i] = 1.0f + 0.2f * frand();
+			ss += (double)x[i] * x[i];
+		}
+		k->rmsnorm(o, x, w, n, 1e-5f);
+		s = 1.0 / sqrt(ss / n + 1e-5);
+		for (i = 0; i < n; i++)
+			err = fmax(err, fabs(o[i] - x[i] * s * w[i]) / (fabs(x[i] * s * w[i]) + 1e-30));
+	}
+	CHECK(err < 2e-6, "%s rmsnorm (7..4099 values) vs double: max relative error %.2g",
+	      k->name, err);
+}
+
 static void check_selfcheck(int has2)
 {
 	struct kve_kernels stand = kve_kernels_c, bad;
 	const struct kve_kernels *set2 = has2 ? &kve_kernels_avx2 : &kve_kernels_c, *k;
-	static const char *names[13] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
+	static const char *names[14] = { "mm_f32", "mm_f16", "mm_q8", "dot_f32", "dot_f16",
 					 "axpy_f32", "axpy_f16", "quantize_q8x", "f32_to_f16",
-					 "silu_mul", "attn_scores", "softmax_exp", "attn_values" };
+					 "silu_mul", "attn_scores", "softmax_exp", "attn_values",
+					 "rmsnorm" };
 	char why[512], log[600];
 	int i, rc;
 
@@ -403,7 +435,7 @@ static void check_selfcheck(int has2)
 		CHECK(rc == 0, "self-check: avx2 against portable C passes (the bound is not too "
 		      "tight for a real SIMD set) %s", why);
 	}
-	for (i = 0; i < 13; i++) {
+	for (i = 0; i < 14; i++) {
 		bad = kve_kernels_c;
 		bad.name = "avx512";
 		switch (i) {
@@ -420,6 +452,7 @@ static void check_selfcheck(int has2)
 		case 10: bad.attn_scores = bad_attn_scores; break;
 		case 11: bad.softmax_exp = bad_softmax; break;
 		case 12: bad.attn_values = bad_attn_values; break;
+		case 13: bad.rmsnorm = bad_rmsnorm; break;
 		}
 		rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
@@ -478,11 +511,13 @@ int main(void)
 	check_set(&kve_kernels_c);
 	check_silu(&kve_kernels_c);
 	check_block_attn(&kve_kernels_c);
+	check_rmsnorm(&kve_kernels_c);
 	if (has2) {
 		check_set(&kve_kernels_avx2);
 		check_convert(&kve_kernels_avx2);
 		check_silu(&kve_kernels_avx2);
 		check_block_attn(&kve_kernels_avx2);
+		check_rmsnorm(&kve_kernels_avx2);
 	}
 	else
 		printf("# skip avx2: CPU lacks it\n");
@@ -491,6 +526,7 @@ int main(void)
 		check_convert(&kve_kernels_avx512);
 		check_silu(&kve_kernels_avx512);
 		check_block_attn(&kve_kernels_avx512);
+		check_rmsnorm(&kve_kernels_avx512);
 	}
 	else
 		printf("# skip avx512: CPU lacks it (those kernels are untested here)\n");
