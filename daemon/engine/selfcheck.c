@@ -416,6 +416,13 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	unsigned ti, si;
 
 	sc_msg(why, len, "%s", "");
+	if (!cand->mm_f32 || !cand->mm_f16 || !cand->mm_q8 || !cand->dot_f32 ||
+	    !cand->dot_f16 || !cand->axpy_f32 || !cand->axpy_f16 || !cand->quantize_q8x ||
+	    !cand->f32_to_f16 || !cand->silu_mul || !cand->attn_scores ||
+	    !cand->softmax_exp || !cand->attn_values || !cand->rmsnorm) {
+		sc_msg(why, len, "a kernel of the %s set is missing", cand->name);
+		return -1;
+	}
 	for (ti = 0; ti < 3; ti++) {
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			if (types[ti] == GGML_Q8_0 && shapes[si][1] % QK8_0)

@@ -459,6 +459,12 @@ static void check_selfcheck(int has2)
 		      "self-check: a broken %s is caught: %s", names[i], why);
 	}
 
+	bad = kve_kernels_c;
+	bad.rmsnorm = NULL;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && strstr(why, "missing"), "self-check: a set with a missing kernel fails: %s",
+	      why);
+
 	/* the selection path itself */
 	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &stand, set2,
 			     &kve_kernels_c, log, sizeof(log));
