@@ -6,7 +6,9 @@
 #
 #   tests/debug/check-debug.sh KO      (env: DEBUG_KERNEL_DIR, FUZZ_OPS,
 #                                       FUZZ_SECS, FUZZ_SEED, KVA_DEBUG_TIMEOUT,
-#                                       FAILNTH_ARGS: kva-failnth scenarios)
+#                                       FAILNTH_ARGS: kva-failnth scenarios,
+#                                       KT_SUITES: guest suites, FUZZ_ARGS: more
+#                                       kva-fuzz options, e.g. -x VGEM)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ko=$1
@@ -22,7 +24,7 @@ timeout=${KVA_DEBUG_TIMEOUT:-$((1800 + secs))}
 
 # What fails the lane in the guest's kernel log (the harness adds its own
 # Oops|BUG:|WARNING:|general protection|KASAN|kernel BUG|Call Trace).
-bad='BUG:|WARNING:|KASAN|Oops|general protection|possible circular locking|possible recursive locking|inconsistent lock state|INFO: |ODEBUG|kmemleak: [0-9]+ new suspected|UBSAN|DMA-API|list_add corruption|list_del corruption|Poison overwritten|Redzone|hung_task|Call Trace'
+bad='BUG:|WARNING:|KASAN|Oops|general protection|possible circular locking|possible recursive locking|inconsistent lock state|INFO: |ODEBUG|kmemleak: [0-9]+ new suspected|UBSAN|list_add corruption|list_del corruption|Poison overwritten|Redzone|hung_task|Call Trace'
 
 echo "== check-debug: $rel, $ko, fuzz $ops ops (<= ${secs}s, seed $seed) =="
 start=$(date +%s)
@@ -37,9 +39,9 @@ KVA_VM_PVH=0 tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/bzImage" --modro
 	--cmd '[ -w $kl ] && { echo scan >$kl; echo clear >$kl; }   # boot-time suspects are not ours' \
 	--cmd 'modprobe kvarena $KT_MODPROBE_ARGS || exit 90' \
 	--cmd 'modprobe vgem' \
-	--cmd 't0=$(cut -d" " -f1 /proc/uptime); test_kmod; step suite $?' \
+	--cmd "t0=\$(cut -d' ' -f1 /proc/uptime); test_kmod ${KT_SUITES:-}; step suite \$?" \
 	--cmd 't1=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME suite $t0 $t1"' \
-	--cmd "kva-fuzz -s $seed -n $ops -t $secs -p 3 -j 3 -z; step fuzz \$?" \
+	--cmd "kva-fuzz -s $seed -n $ops -t $secs -p 3 -j 3 -z ${FUZZ_ARGS:-}; step fuzz \$?" \
 	--cmd 't2=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME fuzz $t1 $t2"' \
 	--cmd "kva-failnth ${FAILNTH_ARGS:-}; r=\$?; [ \$r = 77 ] && r=1; step failnth \$r" \
 	--cmd 't3=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME failnth $t2 $t3"' \

@@ -28,6 +28,9 @@ CHECK_FUZZ_OPS ?= 20000
 KVA_DEBUG_INJECT ?=
 # kva-failnth scenarios (default: all)
 FAILNTH_SCENARIOS ?=
+# guest suites (default: all) and extra kva-fuzz options (e.g. -x VGEM)
+DEBUG_SUITES ?=
+FUZZ_ARGS ?=
 
 FUZZ_BIN := $(B)/tests/fuzz/kva-fuzz
 FAILNTH_BIN := $(B)/tests/debug/kva-failnth
@@ -63,7 +66,8 @@ debug-module: debug-kernel
 
 check-debug: debug-module $(KT_BIN) $(FUZZ_BIN) $(FAILNTH_BIN) tools
 	DEBUG_KERNEL_DIR=$(DEBUG_KERNEL_DIR) FUZZ_OPS=$(FUZZ_OPS) FUZZ_SECS=$(FUZZ_SECS) \
-	FUZZ_SEED=$(FUZZ_SEED) FAILNTH_ARGS="$(FAILNTH_SCENARIOS)" tests/debug/check-debug.sh $(DEBUG_KO)
+	FUZZ_SEED=$(FUZZ_SEED) FAILNTH_ARGS="$(FAILNTH_SCENARIOS)" \
+	KT_SUITES="$(DEBUG_SUITES)" FUZZ_ARGS="$(FUZZ_ARGS)" tests/debug/check-debug.sh $(DEBUG_KO)
 
 check-fuzz: modules-guest $(FUZZ_BIN)
 	@for k in $(GUEST_KERNELS); do \

@@ -22,7 +22,9 @@
  * the failing thread is replayed alone and shrunk to a minimal sequence.
  *
  *   kva-fuzz [-s SEED] [-n OPS] [-t SECONDS] [-p PROCS] [-j THREADS]
- *            [-k KILLS_PER_SEC] [-z] [-v] [-R PROC:GEN:THREAD:NOPS]
+ *            [-k KILLS_PER_SEC] [-z] [-v] [-x OP[,OP...]] [-R PROC:GEN:THREAD:NOPS]
+ * -x leaves out op kinds (names as printed, e.g. VGEM,GEM_CLOSE); the op
+ * streams then differ, so pass the same -x to reproduce.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
@@ -102,8 +105,8 @@ static const char *const op_names[OP_COUNT] = {
 	"RAW_IOCTL",
 };
 
-/* Relative weights. */
-static const unsigned int op_weight[OP_COUNT] = {
+/* Relative weights (-x NAME sets one to 0). */
+static unsigned int op_weight[OP_COUNT] = {
 	[OP_VERSION] = 2, [OP_ARENA_CREATE] = 5, [OP_ARENA_CLOSE] = 2,
 	[OP_INFO] = 4, [OP_EXPORT] = 3, [OP_DMABUF_CLOSE] = 2,
 	[OP_SESS_CREATE] = 8, [OP_SESS_END] = 4, [OP_SET_STATE] = 6,
@@ -1734,7 +1737,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: kva-fuzz [-s SEED] [-n OPS] [-t SECONDS] [-p PROCS] [-j THREADS]\n"
-		"                [-k KILLS_PER_SEC] [-z] [-v] [-R PROC:GEN:THREAD:NOPS]\n");
+		"                [-k KILLS_PER_SEC] [-z] [-v] [-x OP[,OP...]] [-R PROC:GEN:THREAD:NOPS]\n");
 	exit(2);
 }
 
@@ -1752,7 +1755,7 @@ int main(int argc, char **argv)
 	uint64_t fop = 0;
 
 	g_seed = (uint64_t)time(NULL) * 2654435761ULL ^ (uint64_t)getpid();
-	while ((opt = getopt(argc, argv, "s:n:t:p:j:k:zvR:h")) != -1) {
+	while ((opt = getopt(argc, argv, "s:n:t:p:j:k:zvR:x:h")) != -1) {
 		switch (opt) {
 		case 's': g_seed = strtoull(optarg, NULL, 0); break;
 		case 'n': g_nops = strtoul(optarg, NULL, 0); break;
@@ -1763,6 +1766,19 @@ int main(int argc, char **argv)
 		case 'z': g_check_zero = 1; break;
 		case 'v': g_verbose++; break;
 		case 'R': replay = optarg; break;
+		case 'x':
+			for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ",")) {
+				unsigned int k;
+
+				for (k = 0; k < OP_COUNT && strcasecmp(tok, op_names[k]); k++)
+					;
+				if (k == OP_COUNT) {
+					fprintf(stderr, "kva-fuzz: -x: no op '%s'\n", tok);
+					return 2;
+				}
+				op_weight[k] = 0;
+			}
+			break;
 		default: usage();
 		}
 	}
