@@ -126,56 +126,62 @@ TILE_CASES(0)
 TILE_CASES(1)
 
 /*
- * Q8_0 weights x Q8_0 activations, rows taken in pairs (a, b). For each
- * token and 32-value block: p_a, p_b = the block's exact integer dot
- * products as 8 int32 lanes (|w| * sign(x, w) through maddubs, adjacent
- * pairs summed by madd); h = hadd(p_a, p_b) puts 4 lanes of each row in
- * one vector ([a a b b | a a b b]); then
- *   acc = fma(float(h), [d_wa d_wa d_wb d_wb ...] * d_x, acc)
- * and at the end row a = (l0 + l4) + (l1 + l5), row b = (l2 + l6) +
- * (l3 + l7). A row's lanes never mix with its partner's, so a result does
- * not depend on which row it is paired with (a lone row is paired with
- * itself), on T or on the tile. Halving the float work and the
- * accumulators per (row, token) is what pays for the hadd.
+ * Q8_0 weights x Q8_0 activations, rows taken in groups of four (a, b, c,
+ * d). For each token and 32-value block: p_a..p_d = each row's exact
+ * integer dot product as 8 int32 lanes (|w| * sign(x, w) through maddubs,
+ * adjacent pairs summed by madd); two levels of hadd leave each row's
+ * lanes 0-3 and 4-7 summed in one vector, [a b c d | a b c d], which is
+ * converted and accumulated once:
+ *   acc = fma(float(h), [d_wa d_wb d_wc d_wd | same] * d_x, acc)
+ * and at the end row a = l0 + l4, b = l1 + l5, ... Integer sums are exact
+ * and a row's lanes never mix with another row's (a short group repeats
+ * its first row), so a result does not depend on the grouping, T or the
+ * tile. Against converting each row's 8 lanes separately this does a
+ * quarter of the float work and keeps one accumulator per 4 rows.
  *
- * The pair scale vectors come from dwp, converted once per 4-row group
+ * The group scale vectors come from dwq, converted once per 4-row group
  * when T >= 3, else built per block.
  */
-#define Q8_DWP_MAX 512		/* blocks cached per row group (16384 columns) */
+#define Q8_DWQ_MAX 2048		/* blocks cached per row group (65536 columns) */
 
-/* [dw_a dw_a dw_b dw_b dw_a dw_a dw_b dw_b] for blocks of rows a, b */
-KVE_INLINE __m256 q8_pair_scale(const uint8_t *blk_a, const uint8_t *blk_b)
+/* [d0 d1 d2 d3 d0 d1 d2 d3] from the fp16 scales of four blocks */
+KVE_INLINE __m256 q8_quad_scale(const uint8_t *b0, const uint8_t *b1, const uint8_t *b2,
+				const uint8_t *b3)
 {
-	uint16_t ha, hb;
+	uint16_t h0, h1, h2, h3;
 	__m128 v;
 
-	memcpy(&ha, blk_a, 2);
-	memcpy(&hb, blk_b, 2);
-	v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)ha | (uint32_t)hb << 16)));
-	return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v),
-					_mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1));
+	memcpy(&h0, b0, 2);
+	memcpy(&h1, b1, 2);
+	memcpy(&h2, b2, 2);
+	memcpy(&h3, b3, 2);
+	v = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)((uint64_t)h0 | (uint64_t)h1 << 16 |
+						       (uint64_t)h2 << 32 | (uint64_t)h3 << 48)));
+	return _mm256_set_m128(v, v);
 }
 
-/* NP row pairs from r (the last one a lone row repeated when lone), C
- * tokens from t; dwp: NP scale vectors per block, or NULL */
-KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwp, const struct kve_q8x *xq,
-			float *y, int ldy, int r, int t, const int NP, const int C,
-			const int lone)
+/* NG groups of 4 rows from r (the last group has `last` real rows, the
+ * rest repeat its first), C tokens from t; dwq: 4 scales per group per
+ * block, or NULL */
+KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct kve_q8x *xq,
+			float *y, int ldy, int r, int t, const int NG, const int C,
+			const int last)
 {
-	__m256 acc[4][3];
+	__m256 acc[2][3];
 	const uint8_t *rows[8];
 	const struct kve_q8x *xs[3];
 	const __m256i ones = _mm256_set1_epi16(1);
-	int nb = (int)w->cols / QK8_0, b, i, j;
+	int nb = (int)w->cols / QK8_0, b, g, i, j;
 
+#pragma GCC unroll 2
+	for (g = 0; g < NG; g++) {
 #pragma GCC unroll 4
-	for (i = 0; i < NP; i++) {
-		rows[2 * i] = w->data + (size_t)(r + 2 * i) * w->row_bytes;
-		rows[2 * i + 1] = lone && i == NP - 1 ? rows[2 * i] :
-				  rows[2 * i] + w->row_bytes;
+		for (i = 0; i < 4; i++)
+			rows[4 * g + i] = w->data + (size_t)(r + 4 * g +
+				(g == NG - 1 && i >= last ? 0 : i)) * w->row_bytes;
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
-			acc[i][j] = _mm256_setzero_ps();
+			acc[g][j] = _mm256_setzero_ps();
 	}
 #pragma GCC unroll 3
 	for (j = 0; j < C; j++)
@@ -186,41 +192,68 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwp, const struct 
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
+#pragma GCC unroll 2
+		for (g = 0; g < NG; g++) {
+			const uint8_t *bl[4];
+			__m256i h01[3];
+			__m256 dw;
+
 #pragma GCC unroll 4
-		for (i = 0; i < NP; i++) {
-			const uint8_t *ba = rows[2 * i] + (size_t)b * Q8_0_BYTES;
-			const uint8_t *bb = rows[2 * i + 1] + (size_t)b * Q8_0_BYTES;
-			__m256i wa = _mm256_loadu_si256((const __m256i *)(ba + 2));
-			__m256i wb = _mm256_loadu_si256((const __m256i *)(bb + 2));
-			__m256i aa = _mm256_sign_epi8(wa, wa), ab = _mm256_sign_epi8(wb, wb);
-			__m256 dw = dwp ? _mm256_load_ps(dwp + ((size_t)b * NP + i) * 8) :
-					  q8_pair_scale(ba, bb);
+			for (i = 0; i < 4; i++)
+				bl[i] = rows[4 * g + i] + (size_t)b * Q8_0_BYTES;
+			dw = dwq ? _mm256_broadcast_ps((const __m128 *)(dwq + ((size_t)b * NG + g) * 4)) :
+				   q8_quad_scale(bl[0], bl[1], bl[2], bl[3]);
+			{
+				__m256i w0 = _mm256_loadu_si256((const __m256i *)(bl[0] + 2));
+				__m256i w1 = _mm256_loadu_si256((const __m256i *)(bl[1] + 2));
+				__m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
 
 #pragma GCC unroll 3
-			for (j = 0; j < C; j++) {
-				__m256i pa = _mm256_madd_epi16(
-					_mm256_maddubs_epi16(aa, _mm256_sign_epi8(xv[j], wa)), ones);
-				__m256i pb = _mm256_madd_epi16(
-					_mm256_maddubs_epi16(ab, _mm256_sign_epi8(xv[j], wb)), ones);
-				__m256 s = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xs[j][b].d));
+				for (j = 0; j < C; j++) {
+					__m256i p0 = _mm256_madd_epi16(
+						_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xv[j], w0)), ones);
+					__m256i p1 = _mm256_madd_epi16(
+						_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xv[j], w1)), ones);
 
-				acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(pa, pb)),
-							    s, acc[i][j]);
+					h01[j] = _mm256_hadd_epi32(p0, p1);
+				}
+			}
+			{
+				__m256i w2 = _mm256_loadu_si256((const __m256i *)(bl[2] + 2));
+				__m256i w3 = _mm256_loadu_si256((const __m256i *)(bl[3] + 2));
+				__m256i a2 = _mm256_sign_epi8(w2, w2), a3 = _mm256_sign_epi8(w3, w3);
+
+#pragma GCC unroll 3
+				for (j = 0; j < C; j++) {
+					__m256i p2 = _mm256_madd_epi16(
+						_mm256_maddubs_epi16(a2, _mm256_sign_epi8(xv[j], w2)), ones);
+					__m256i p3 = _mm256_madd_epi16(
+						_mm256_maddubs_epi16(a3, _mm256_sign_epi8(xv[j], w3)), ones);
+					__m256i h = _mm256_hadd_epi32(h01[j], _mm256_hadd_epi32(p2, p3));
+					__m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xs[j][b].d));
+
+					acc[g][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, acc[g][j]);
+				}
 			}
 		}
 	}
-#pragma GCC unroll 4
-	for (i = 0; i < NP; i++) {
+#pragma GCC unroll 2
+	for (g = 0; g < NG; g++) {
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++) {
-			__m128 q = _mm_add_ps(_mm256_castps256_ps128(acc[i][j]),
-					      _mm256_extractf128_ps(acc[i][j], 1));
-			float l[4];
+			__m128 q = _mm_add_ps(_mm256_castps256_ps128(acc[g][j]),
+					      _mm256_extractf128_ps(acc[g][j], 1));
+			float *yo = y + (size_t)(t + j) * ldy + r + 4 * g;
 
-			_mm_storeu_ps(l, q);
-			y[(size_t)(t + j) * ldy + r + 2 * i] = l[0] + l[1];
-			if (!(lone && i == NP - 1))
-				y[(size_t)(t + j) * ldy + r + 2 * i + 1] = l[2] + l[3];
+			if (g < NG - 1 || last == 4) {
+				_mm_storeu_ps(yo, q);
+			} else {
+				float l[4];
+
+				_mm_storeu_ps(l, q);
+				for (i = 0; i < last; i++)
+					yo[i] = l[i];
+			}
 		}
 	}
 }
@@ -228,42 +261,45 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwp, const struct 
 static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		  float *y, int ldy, int r0, int r1)
 {
-	float dwp[2 * 8 * Q8_DWP_MAX] __attribute__((aligned(32)));
-	int nb = (int)w->cols / QK8_0, r = r0, t, i, b;
-	int cache = T >= 3 && nb <= Q8_DWP_MAX;
+	float dwq[4 * Q8_DWQ_MAX] __attribute__((aligned(32)));
+	int nb = (int)w->cols / QK8_0, r = r0, t, b;
+	int cache = T >= 3 && nb <= Q8_DWQ_MAX;
 
 	if (T == 1)
 		for (; r + 8 <= r1; r += 8)
-			tile_q8(w, NULL, xq, y, ldy, r, 0, 4, 1, 0);
+			tile_q8(w, NULL, xq, y, ldy, r, 0, 2, 1, 4);
 	for (; r + 4 <= r1; r += 4) {
 		if (!cache) {	/* T < 3, or rows too long to cache */
 			for (t = 0; t + 2 <= T; t += 2)
-				tile_q8(w, NULL, xq, y, ldy, r, t, 2, 2, 0);
+				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 2, 4);
 			for (; t < T; t++)
-				tile_q8(w, NULL, xq, y, ldy, r, t, 2, 1, 0);
+				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 4);
 			continue;
 		}
-		for (b = 0; b < nb; b++)
-			for (i = 0; i < 2; i++) {
-				const uint8_t *ba = w->data + (size_t)(r + 2 * i) * w->row_bytes +
-						    (size_t)b * Q8_0_BYTES;
+		for (b = 0; b < nb; b++) {
+			const uint8_t *b0 = w->data + (size_t)r * w->row_bytes + (size_t)b * Q8_0_BYTES;
 
-				_mm256_store_ps(dwp + ((size_t)b * 2 + i) * 8,
-						q8_pair_scale(ba, ba + w->row_bytes));
-			}
+			_mm_store_ps(dwq + (size_t)b * 4,
+				     _mm256_castps256_ps128(q8_quad_scale(b0, b0 + w->row_bytes,
+									  b0 + 2 * w->row_bytes,
+									  b0 + 3 * w->row_bytes)));
+		}
 		for (t = 0; t + 3 <= T; t += 3)
-			tile_q8(w, dwp, xq, y, ldy, r, t, 2, 3, 0);
+			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 3, 4);
 		if (T - t == 2)
-			tile_q8(w, dwp, xq, y, ldy, r, t, 2, 2, 0);
+			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 2, 4);
 		else if (T - t == 1)
-			tile_q8(w, dwp, xq, y, ldy, r, t, 2, 1, 0);
+			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 1, 4);
 	}
-	for (; r + 2 <= r1; r += 2)
-		for (t = 0; t < T; t++)
-			tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 0);
-	for (; r < r1; r++)
-		for (t = 0; t < T; t++)
-			tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 1);
+	if (r < r1)	/* 1-3 rows left: one short group */
+		for (t = 0; t < T; t++) {
+			if (r1 - r == 1)
+				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 1);
+			else if (r1 - r == 2)
+				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 2);
+			else
+				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 3);
+		}
 }
 
 KVE_INLINE float dot_f32_i(const float *a, const float *b, int n)
