@@ -32,7 +32,7 @@ rc=0
 KVA_VM_PVH=0 tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/bzImage" --modroot "$dir/root" \
 	--ko "$ko" --bin build/tests/kmod/test_kmod --bin build/bin/kvactl \
 	--bin build/tests/fuzz/kva-fuzz --bin build/tests/debug/kva-failnth \
-	--mem 2048 --timeout "$timeout" --log "$log" \
+	--mem 2048 --timeout "$timeout" --log "$log" --append kasan_multi_shot \
 	--cmd "export KT_MODPROBE_ARGS='max_pinned_mb=512'" \
 	--cmd 'fail=0; step() { echo "KVA-STEP $1 rc=$2"; [ "$2" = 0 ] || fail=1; }' \
 	--cmd 'kl=/sys/kernel/debug/kmemleak; [ -w $kl ] || step kmemleak-present 1' \
@@ -45,8 +45,9 @@ KVA_VM_PVH=0 tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/bzImage" --modro
 	--cmd 't2=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME fuzz $t1 $t2"' \
 	--cmd "kva-failnth ${FAILNTH_ARGS:-}; r=\$?; [ \$r = 77 ] && r=1; step failnth \$r" \
 	--cmd 't3=$(cut -d" " -f1 /proc/uptime); echo "KVA-TIME failnth $t2 $t3"' \
+	--cmd '[ -w $kl ] && { sleep 1; echo scan >$kl; sleep 1; echo scan >$kl; cat $kl >/tmp/leaks; }  # symbols resolve' \
 	--cmd 'rmmod vgem; rmmod kvarena; step rmmod $?' \
-	--cmd '[ -w $kl ] && { sleep 1; echo scan >$kl; sleep 1; echo scan >$kl; cat $kl >/tmp/leaks; }' \
+	--cmd '[ -w $kl ] && { sleep 1; echo scan >$kl; sleep 1; echo scan >$kl; cat $kl >>/tmp/leaks; }  # and on unload' \
 	--cmd 'if [ -s /tmp/leaks ]; then sed "s/^/KVA-LEAK| /" /tmp/leaks | head -200; step kmemleak 1; else step kmemleak 0; fi' \
 	--cmd "n=\$(dmesg | grep -cE '$bad'); dmesg | grep -E '$bad' | head -50 | sed 's/^/KVA-REPORT| /'; step klog \$n" \
 	--cmd 'exit $fail' || rc=$?

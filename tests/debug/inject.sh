@@ -4,12 +4,11 @@
 #   uaf   KASAN: ARENA_INFO reads a kmalloc'ed word after kfree
 #   leak  kmemleak: ARENA_INFO leaks a 128-byte kmalloc (a static keeps only the last)
 #   lock  lockdep: ARENA_INFO takes arena->lock and att_lock in both orders
-#   odebug DEBUG_OBJECTS: ARENA_INFO frees an armed timer
+#   odebug DEBUG_OBJECTS: arena creation frees a delayed work whose timer is armed
 # Usage: inject.sh uaf|leak|lock|odebug SRC_COPY_DIR
 set -euo pipefail
 kind=$1
 f=$2/kmod/arena_ops.c
-[ -f "$f" ] || { echo "inject: $f missing" >&2; exit 2; }
 case $kind in
 uaf)
 	anchor='	arg = (struct kva_arena_info){ .size = usize };'
@@ -21,10 +20,13 @@ lock)
 	anchor='	arg = (struct kva_arena_info){ .size = usize };'
 	code='	mutex_lock(&arena->lock); mutex_lock(&arena->att_lock); mutex_unlock(&arena->att_lock); mutex_unlock(&arena->lock); mutex_lock(&arena->att_lock); mutex_lock(&arena->lock); mutex_unlock(&arena->lock); mutex_unlock(&arena->att_lock); /* INJECTED */' ;;
 odebug)
-	anchor='	arg = (struct kva_arena_info){ .size = usize };'
-	code='	{ struct timer_list *t = kzalloc(sizeof(*t), GFP_KERNEL); if (t) { timer_setup(t, NULL, 0); mod_timer(t, jiffies + 100 * HZ); kfree(t); } } /* INJECTED */' ;;
+	# (a timer with a NULL function is never armed on 6.1.y: use a real one)
+	f=$2/kmod/events.c
+	anchor='	INIT_DELAYED_WORK(&arena->monitor, kva_monitor_fn);'
+	code='	{ struct delayed_work *w = kzalloc(sizeof(*w), GFP_KERNEL); if (w) { INIT_DELAYED_WORK(w, kva_monitor_fn); schedule_delayed_work(w, 100 * HZ); kfree(w); } } /* INJECTED */' ;;
 *) echo "inject: unknown kind '$kind' (uaf|leak|lock|odebug)" >&2; exit 2 ;;
 esac
+[ -f "$f" ] || { echo "inject: $f missing" >&2; exit 2; }
 grep -qF "$anchor" "$f" || { echo "inject: anchor not found in $f" >&2; exit 2; }
 awk -v a="$anchor" -v c="$code" '{ print } $0 == a && !done { print c; done = 1 }' "$f" >"$f.new"
 mv "$f.new" "$f"
