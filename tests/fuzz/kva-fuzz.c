@@ -1894,6 +1894,7 @@ int main(int argc, char **argv)
 	}
 	close(g_sock[0]);
 	close(g_sock[1]);
+	g_sock[0] = g_sock[1] = -1;	/* replays run without fd passing */
 	printf("kva-fuzz: %lu ops in %.1f s, %lu kills, %u processes x %u threads\n",
 	       (unsigned long)(atomic_load(&shm->ops) > g_nops ? g_nops : atomic_load(&shm->ops)),
 	       now_s() - t0, kills, g_procs, g_threads);
