@@ -49,6 +49,8 @@ static void kva_pages_free(struct kva_arena *arena)
 {
 	u32 i;
 
+	if (!arena->pages)	/* a create that failed before allocating */
+		return;
 	for (i = 0; i < arena->npages; i++)
 		if (arena->pages[i])
 			__free_pages(arena->pages[i], KVA_PAGE_ORDER);

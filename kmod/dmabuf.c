@@ -100,9 +100,16 @@ static struct sg_table *kva_dmabuf_map(struct dma_buf_attachment *attachment,
 	struct kva_attachment *a = attachment->priv;
 	int ret;
 
-	ret = dma_map_sgtable(attachment->dev, &a->sgt, dir, 0);
+	/*
+	 * Several importers on one device (each DRM file attaches on its
+	 * own) map the same pages: skip the implicit sync, which treats
+	 * overlapping mappings as an error, and sync explicitly instead.
+	 */
+	ret = dma_map_sgtable(attachment->dev, &a->sgt, dir,
+			      DMA_ATTR_SKIP_CPU_SYNC);
 	if (ret)
 		return ERR_PTR(ret);
+	dma_sync_sgtable_for_device(attachment->dev, &a->sgt, dir);
 	mutex_lock(&arena->att_lock);
 	a->mapped = true;
 	arena->nmapped++;
@@ -121,7 +128,8 @@ static void kva_dmabuf_unmap(struct dma_buf_attachment *attachment,
 	a->mapped = false;
 	arena->nmapped--;
 	mutex_unlock(&arena->att_lock);
-	dma_unmap_sgtable(attachment->dev, sgt, dir, 0);
+	dma_sync_sgtable_for_cpu(attachment->dev, sgt, dir);
+	dma_unmap_sgtable(attachment->dev, sgt, dir, DMA_ATTR_SKIP_CPU_SYNC);
 }
 
 static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,

@@ -255,9 +255,11 @@ static void test_monitor(void)
 	FILE *p;
 	size_t n;
 
-	p = popen("kvactl -j monitor --count 2 --timeout 10", "r");
+	/* kvactl says on stderr when it has subscribed: wait for that. */
+	p = popen("kvactl -j monitor --count 2 --timeout 10 2>&1", "r");
 	CU_ASSERT_FATAL(p != NULL);
-	usleep(300000);			/* let it subscribe */
+	CU_ASSERT_FATAL(fgets(out, sizeof(out), p) != NULL);
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "monitoring"));
 	arena = kt_arena(dev, 2 * KT_MIB, 1 << 20, 46);
 	CU_ASSERT_FATAL(arena >= 0);
 	sid = kt_session(arena);

@@ -107,8 +107,8 @@ int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 	ret = kva_nl_subscribe(k->nl);
 	if (ret)
 		return kvactl_fail(k, "monitor", ret);
-	if (!k->json)
-		fprintf(stderr, "kvactl: monitoring kvarena events (Ctrl-C to stop)\n");
+	/* On stderr in JSON mode too: scripts can wait for this line. */
+	fprintf(stderr, "kvactl: monitoring kvarena events (Ctrl-C to stop)\n");
 	fflush(stderr);
 	while (!count || seen < count) {
 		ret = kva_nl_next_event(k->nl, &e,
