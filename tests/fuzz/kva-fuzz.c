@@ -1749,7 +1749,8 @@ int main(int argc, char **argv)
 	bool killed[MAXPROC] = { false }, done[MAXPROC] = { false };
 	char *replay = NULL;
 	struct rng kr;
-	double t0, next_kill;
+	double t0, next_kill, stop_at = 0;
+	bool hang_killed = false;
 	unsigned long kills = 0, crashes = 0;
 	int fproc = -1, fgen = 0, ftid = -1;
 	uint64_t fop = 0;
@@ -1867,12 +1868,19 @@ int main(int argc, char **argv)
 			printf("kva-fuzz: time budget reached\n");
 			atomic_store(&shm->stop, 1);
 		}
-		if (atomic_load(&shm->stop) && now - t0 > g_secs + 120) {
-			fprintf(stderr, "kva-fuzz: FAIL: children still running 120 s after stop (hang?)\n");
+		if (atomic_load(&shm->stop) && !stop_at)
+			stop_at = now;
+		if (stop_at && now - stop_at > 120 && !hang_killed) {
+			fprintf(stderr, "kva-fuzz: FAIL: children still running 120 s after stop (hang?); SIGKILL\n");
 			for (unsigned int p = 0; p < g_procs; p++)
 				if (!done[p])
 					kill(pids[p], SIGKILL);
+			hang_killed = true;
 			rc = 1;
+		}
+		if (hang_killed && now - stop_at > 150) {
+			fprintf(stderr, "kva-fuzz: FAIL: children survive SIGKILL: stuck in the kernel (D state)\n");
+			break;
 		}
 		if (!atomic_load(&shm->stop) && now >= next_kill) {
 			unsigned int p = below(&kr, g_procs);
