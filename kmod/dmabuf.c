@@ -132,6 +132,27 @@ static void kva_dmabuf_unmap(struct dma_buf_attachment *attachment,
 	dma_unmap_sgtable(attachment->dev, sgt, dir, DMA_ATTR_SKIP_CPU_SYNC);
 }
 
+/*
+ * Sync a mapped attachment by its DMA segments only: while an importer
+ * holds the table, CONFIG_DMABUF_DEBUG mangles its page links, so nothing
+ * here may look at sg_page().
+ */
+static void kva_sync_mapped(struct kva_attachment *a,
+			    enum dma_data_direction dir, bool for_cpu)
+{
+	struct scatterlist *sg;
+	int i;
+
+	for_each_sgtable_dma_sg(&a->sgt, sg, i) {
+		if (for_cpu)
+			dma_sync_single_for_cpu(a->dev, sg_dma_address(sg),
+						sg_dma_len(sg), dir);
+		else
+			dma_sync_single_for_device(a->dev, sg_dma_address(sg),
+						   sg_dma_len(sg), dir);
+	}
+}
+
 static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,
 				enum dma_data_direction dir)
 {
@@ -143,7 +164,7 @@ static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,
 		invalidate_kernel_vmap_range(arena->vaddr, arena->bytes);
 	list_for_each_entry(a, &arena->attachments, node)
 		if (a->mapped)
-			dma_sync_sgtable_for_cpu(a->dev, &a->sgt, dir);
+			kva_sync_mapped(a, dir, true);
 	mutex_unlock(&arena->att_lock);
 	return 0;
 }
@@ -159,7 +180,7 @@ static int kva_dmabuf_end_cpu(struct dma_buf *dmabuf,
 		flush_kernel_vmap_range(arena->vaddr, arena->bytes);
 	list_for_each_entry(a, &arena->attachments, node)
 		if (a->mapped)
-			dma_sync_sgtable_for_device(a->dev, &a->sgt, dir);
+			kva_sync_mapped(a, dir, false);
 	mutex_unlock(&arena->att_lock);
 	return 0;
 }
