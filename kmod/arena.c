@@ -170,6 +170,7 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 	mutex_init(&arena->lock);
 	mutex_init(&arena->att_lock);
 	INIT_LIST_HEAD(&arena->attachments);
+	INIT_LIST_HEAD(&arena->dev_maps);
 	INIT_LIST_HEAD(&arena->node);
 	arena->id = (u32)atomic64_inc_return(&kva_arenas_created);
 	strscpy(arena->name, arg->name, sizeof(arena->name));

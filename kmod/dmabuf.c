@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The arena's dma-buf exporter: per-attachment sg tables over the 2 MiB
- * pages, CPU-access sync of mapped attachments, a refcounted kernel vmap and
- * mmap.  The dma-buf owns the arena's memory: its release frees it.
+ * The arena's dma-buf exporter: one DMA mapping per importing device shared
+ * by its attachments, CPU-access sync of those mappings, a refcounted kernel
+ * vmap and mmap.  The dma-buf owns the arena's memory: its release frees it.
  *
  * Since 6.2 the core calls map/unmap with the reservation lock held; these
  * ops never take it, and use att_lock for their own state.
@@ -18,11 +18,24 @@
 
 #include "kva.h"
 
-struct kva_attachment {
+/*
+ * One DMA mapping per device, shared by every attachment of that device.
+ * DRM imports per file, so a prefill and a decode process on one GPU each
+ * attach: mapping the arena once per attachment would give the same pages
+ * two live mappings on one device, which the DMA API cannot track (its
+ * debug code keeps one entry per device address).
+ */
+struct kva_dev_map {
 	struct device *dev;
-	struct sg_table sgt;
-	struct list_head node;
-	bool mapped;
+	struct sg_table sgt;		/* never handed out: page links valid */
+	struct list_head node;		/* arena->dev_maps */
+	unsigned int users;		/* mapped attachments */
+};
+
+struct kva_attachment {
+	struct sg_table sgt;		/* the importer's copy of map->sgt */
+	struct kva_dev_map *map;	/* while mapped */
+	struct list_head node;		/* arena->attachments */
 };
 
 /* One sg entry per chunk: 2 MiB pages split to the device's segment limit. */
@@ -55,6 +68,79 @@ static int kva_sgt_build(struct kva_arena *arena, struct device *dev,
 	return 0;
 }
 
+/*
+ * Map the arena for @dev, or take another user of its mapping.  Mapped
+ * bidirectional, so every importer's direction and every CPU-access sync
+ * is covered; the implicit sync is skipped because other devices may map
+ * the same pages (overlap is an error to the DMA API's sync tracking), and
+ * done explicitly instead.  Caller holds att_lock.
+ */
+static struct kva_dev_map *kva_dev_map_get(struct kva_arena *arena,
+					   struct device *dev)
+{
+	struct kva_dev_map *map;
+	int ret;
+
+	list_for_each_entry(map, &arena->dev_maps, node) {
+		if (map->dev == dev) {
+			dma_sync_sgtable_for_device(dev, &map->sgt,
+						    DMA_BIDIRECTIONAL);
+			map->users++;
+			return map;
+		}
+	}
+	map = kzalloc(sizeof(*map), GFP_KERNEL);
+	if (!map)
+		return ERR_PTR(-ENOMEM);
+	ret = kva_sgt_build(arena, dev, &map->sgt);
+	if (ret)
+		goto err_free;
+	ret = dma_map_sgtable(dev, &map->sgt, DMA_BIDIRECTIONAL,
+			      DMA_ATTR_SKIP_CPU_SYNC);
+	if (ret)
+		goto err_table;
+	dma_sync_sgtable_for_device(dev, &map->sgt, DMA_BIDIRECTIONAL);
+	map->dev = dev;
+	map->users = 1;
+	list_add(&map->node, &arena->dev_maps);
+	arena->ndev_maps++;
+	return map;
+
+err_table:
+	sg_free_table(&map->sgt);
+err_free:
+	kfree(map);
+	return ERR_PTR(ret);
+}
+
+/* Drop a user; the last one unmaps.  Caller holds att_lock. */
+static void kva_dev_map_put(struct kva_arena *arena, struct kva_dev_map *map)
+{
+	dma_sync_sgtable_for_cpu(map->dev, &map->sgt, DMA_BIDIRECTIONAL);
+	if (--map->users)
+		return;
+	list_del(&map->node);
+	arena->ndev_maps--;
+	dma_unmap_sgtable(map->dev, &map->sgt, DMA_BIDIRECTIONAL,
+			  DMA_ATTR_SKIP_CPU_SYNC);
+	sg_free_table(&map->sgt);
+	kfree(map);
+}
+
+/* Give the importer's table the device mapping's DMA segments. */
+static void kva_sgt_copy_dma(struct sg_table *dst, const struct sg_table *src)
+{
+	struct scatterlist *d = dst->sgl, *s;
+	int i;
+
+	for_each_sgtable_dma_sg(src, s, i) {
+		sg_dma_address(d) = sg_dma_address(s);
+		sg_dma_len(d) = sg_dma_len(s);
+		d = sg_next(d);
+	}
+	dst->nents = src->nents;
+}
+
 static int kva_dmabuf_attach(struct dma_buf *dmabuf,
 			     struct dma_buf_attachment *attachment)
 {
@@ -70,7 +156,6 @@ static int kva_dmabuf_attach(struct dma_buf *dmabuf,
 		kfree(a);
 		return ret;
 	}
-	a->dev = attachment->dev;
 	attachment->priv = a;
 	mutex_lock(&arena->att_lock);
 	list_add(&a->node, &arena->attachments);
@@ -98,24 +183,23 @@ static struct sg_table *kva_dmabuf_map(struct dma_buf_attachment *attachment,
 {
 	struct kva_arena *arena = attachment->dmabuf->priv;
 	struct kva_attachment *a = attachment->priv;
-	int ret;
+	struct kva_dev_map *map;
 
-	/*
-	 * Several importers on one device (each DRM file attaches on its
-	 * own) map the same pages: skip the implicit sync, which treats
-	 * overlapping mappings as an error, and sync explicitly instead.
-	 */
-	ret = dma_map_sgtable(attachment->dev, &a->sgt, dir,
-			      DMA_ATTR_SKIP_CPU_SYNC);
-	if (ret)
-		return ERR_PTR(ret);
-	dma_sync_sgtable_for_device(attachment->dev, &a->sgt, dir);
 	mutex_lock(&arena->att_lock);
-	a->mapped = true;
+	if (a->map) {			/* the core maps an attachment once */
+		map = ERR_PTR(-EBUSY);
+		goto out;
+	}
+	map = kva_dev_map_get(arena, attachment->dev);
+	if (IS_ERR(map))
+		goto out;
+	kva_sgt_copy_dma(&a->sgt, &map->sgt);
+	a->map = map;
 	arena->nmapped++;
 	arena->maps_total++;
+out:
 	mutex_unlock(&arena->att_lock);
-	return &a->sgt;
+	return IS_ERR(map) ? ERR_CAST(map) : &a->sgt;
 }
 
 static void kva_dmabuf_unmap(struct dma_buf_attachment *attachment,
@@ -125,46 +209,26 @@ static void kva_dmabuf_unmap(struct dma_buf_attachment *attachment,
 	struct kva_attachment *a = attachment->priv;
 
 	mutex_lock(&arena->att_lock);
-	a->mapped = false;
-	arena->nmapped--;
-	mutex_unlock(&arena->att_lock);
-	dma_sync_sgtable_for_cpu(attachment->dev, sgt, dir);
-	dma_unmap_sgtable(attachment->dev, sgt, dir, DMA_ATTR_SKIP_CPU_SYNC);
-}
-
-/*
- * Sync a mapped attachment by its DMA segments only: while an importer
- * holds the table, CONFIG_DMABUF_DEBUG mangles its page links, so nothing
- * here may look at sg_page().
- */
-static void kva_sync_mapped(struct kva_attachment *a,
-			    enum dma_data_direction dir, bool for_cpu)
-{
-	struct scatterlist *sg;
-	int i;
-
-	for_each_sgtable_dma_sg(&a->sgt, sg, i) {
-		if (for_cpu)
-			dma_sync_single_for_cpu(a->dev, sg_dma_address(sg),
-						sg_dma_len(sg), dir);
-		else
-			dma_sync_single_for_device(a->dev, sg_dma_address(sg),
-						   sg_dma_len(sg), dir);
+	if (!WARN_ON_ONCE(!a->map)) {
+		kva_dev_map_put(arena, a->map);
+		a->map = NULL;
+		arena->nmapped--;
 	}
+	mutex_unlock(&arena->att_lock);
 }
 
+/* CPU access syncs each device's mapping once, whatever its attachments. */
 static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,
 				enum dma_data_direction dir)
 {
 	struct kva_arena *arena = dmabuf->priv;
-	struct kva_attachment *a;
+	struct kva_dev_map *map;
 
 	mutex_lock(&arena->att_lock);
 	if (arena->vmap_count)
 		invalidate_kernel_vmap_range(arena->vaddr, arena->bytes);
-	list_for_each_entry(a, &arena->attachments, node)
-		if (a->mapped)
-			kva_sync_mapped(a, dir, true);
+	list_for_each_entry(map, &arena->dev_maps, node)
+		dma_sync_sgtable_for_cpu(map->dev, &map->sgt, dir);
 	mutex_unlock(&arena->att_lock);
 	return 0;
 }
@@ -173,14 +237,13 @@ static int kva_dmabuf_end_cpu(struct dma_buf *dmabuf,
 			      enum dma_data_direction dir)
 {
 	struct kva_arena *arena = dmabuf->priv;
-	struct kva_attachment *a;
+	struct kva_dev_map *map;
 
 	mutex_lock(&arena->att_lock);
 	if (arena->vmap_count)
 		flush_kernel_vmap_range(arena->vaddr, arena->bytes);
-	list_for_each_entry(a, &arena->attachments, node)
-		if (a->mapped)
-			kva_sync_mapped(a, dir, false);
+	list_for_each_entry(map, &arena->dev_maps, node)
+		dma_sync_sgtable_for_device(map->dev, &map->sgt, dir);
 	mutex_unlock(&arena->att_lock);
 	return 0;
 }

@@ -54,10 +54,12 @@ struct kva_arena {
 
 	struct dma_buf *dmabuf;
 
-	struct mutex att_lock;		/* attachments, vmap */
+	struct mutex att_lock;		/* attachments, dev_maps, vmap */
 	struct list_head attachments;
+	struct list_head dev_maps;	/* one DMA mapping per device */
 	u32 nattached;
 	u32 nmapped;
+	u32 ndev_maps;
 	u64 maps_total;
 	void *vaddr;
 	unsigned int vmap_count;

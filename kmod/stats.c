@@ -102,9 +102,9 @@ static int kva_arenas_seq_show(struct seq_file *m, void *unused)
 {
 	struct kva_arena *arena;
 
-	seq_printf(m, "%-6s %-16s %-6s %-12s %-8s %-8s %-8s %-8s %-6s %-6s\n",
+	seq_printf(m, "%-6s %-16s %-6s %-12s %-8s %-8s %-8s %-8s %-6s %-7s %-6s\n",
 		   "id", "name", "tenant", "bytes", "bsize", "blocks", "free",
-		   "sessions", "attach", "fd");
+		   "sessions", "attach", "devmaps", "fd");
 	mutex_lock(&kva_arenas_lock);
 	list_for_each_entry(arena, &kva_arenas, node) {
 		u32 free, sessions;
@@ -115,11 +115,12 @@ static int kva_arenas_seq_show(struct seq_file *m, void *unused)
 		free = open ? arena->core.pool.nfree : 0;
 		sessions = open ? arena->core.nsessions : 0;
 		mutex_unlock(&arena->lock);
-		seq_printf(m, "%-6u %-16s %-6u %-12llu %-8u %-8u %-8u %-8u %-6u %-6s\n",
+		seq_printf(m, "%-6u %-16s %-6u %-12llu %-8u %-8u %-8u %-8u %-6u %-7u %-6s\n",
 			   arena->id, arena->name[0] ? arena->name : "-",
 			   arena->tenant->id, arena->bytes, arena->block_size,
 			   arena->npages * arena->blocks_per_page, free,
-			   sessions, arena->nattached,
+			   sessions, READ_ONCE(arena->nattached),
+			   READ_ONCE(arena->ndev_maps),
 			   open ? "open" : "closed");
 	}
 	mutex_unlock(&kva_arenas_lock);

@@ -3,7 +3,8 @@
  * The dma-buf exporter: mmap through the arena fd and the dma-buf fd, CPU
  * access sync, two processes sharing blocks through a dma-buf fd passed
  * over a Unix socket, import by a real third-party driver (vgem), and the
- * memory outliving the arena fd while the dma-buf lives.  Tests
+ * memory outliving the arena fd while the dma-buf lives, and two importers
+ * on one device sharing one DMA mapping.  Tests
  * kmod/dmabuf.c and kmod/arena.c (mmap).
  */
 #include <dirent.h>
@@ -310,6 +311,87 @@ static void test_vgem_import(void)
 	close(vgem);
 }
 
+/* The arena's `devmaps` column in debugfs, -1 if the row is missing. */
+static int devmaps(uint32_t arena_id)
+{
+	FILE *f = fopen("/sys/kernel/debug/kvarena/arenas", "r");
+	char line[256], name[64], bytes[32], fd[16];
+	unsigned int id, t, bs, nb, fr, ss, at;
+	int n = -1, dm;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%u %63s %u %31s %u %u %u %u %u %d %15s", &id,
+			   name, &t, bytes, &bs, &nb, &fr, &ss, &at, &dm,
+			   fd) == 11 && id == arena_id)
+			n = dm;
+	fclose(f);
+	return n;
+}
+
+/*
+ * Two importers on one device (two DRM files, as a prefill and a decode
+ * process on one GPU) share one DMA mapping of the arena; CPU-access sync
+ * works while both hold it, and the mapping goes with the last of them.
+ */
+static void test_vgem_two_importers(void)
+{
+	struct kt_drm_prime_handle prime[2] = { 0 };
+	struct kt_drm_gem_close gclose = { 0 };
+	struct dma_buf_sync sync = { 0 };
+	struct kva_arena_info info;
+	int vgem[2], arena, dmabuf, i;
+
+	vgem[0] = open_vgem();
+	vgem[1] = open_vgem();
+	CU_ASSERT_FATAL(vgem[0] >= 0 && vgem[1] >= 0);
+	arena = kt_arena(dev, 4 * KT_MIB, BS, 3);
+	CU_ASSERT_FATAL(arena >= 0);
+	dmabuf = kt_export(arena);
+	CU_ASSERT_FATAL(dmabuf >= 0);
+	CU_ASSERT_EQUAL_FATAL(kt_arena_info(arena, &info), 0);
+	CU_ASSERT_EQUAL(devmaps(info.arena_id), 0);
+
+	for (i = 0; i < 2; i++) {
+		prime[i].fd = dmabuf;
+		CU_ASSERT_EQUAL_FATAL(kt_ioctl(vgem[i], KT_DRM_IOCTL_PRIME_FD_TO_HANDLE,
+					       &prime[i]), 0);
+	}
+	CU_ASSERT_EQUAL(kt_arena_info(arena, &info), 0);
+	CU_ASSERT_EQUAL(info.dmabuf_attachments, 2);
+	CU_ASSERT_EQUAL(info.dmabuf_mapped, 2);
+	CU_ASSERT_EQUAL(devmaps(info.arena_id), 1);
+
+	sync.flags = DMA_BUF_SYNC_START | DMA_BUF_SYNC_RW;
+	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
+	sync.flags = DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW;
+	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
+
+	gclose.handle = prime[0].handle;
+	CU_ASSERT_EQUAL(kt_ioctl(vgem[0], KT_DRM_IOCTL_GEM_CLOSE, &gclose), 0);
+	CU_ASSERT_EQUAL(kt_arena_info(arena, &info), 0);
+	CU_ASSERT_EQUAL(info.dmabuf_attachments, 1);
+	CU_ASSERT_EQUAL(info.dmabuf_mapped, 1);
+	CU_ASSERT_EQUAL(devmaps(info.arena_id), 1);
+	sync.flags = DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ;
+	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
+	sync.flags = DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ;
+	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
+
+	gclose.handle = prime[1].handle;
+	CU_ASSERT_EQUAL(kt_ioctl(vgem[1], KT_DRM_IOCTL_GEM_CLOSE, &gclose), 0);
+	CU_ASSERT_EQUAL(kt_arena_info(arena, &info), 0);
+	CU_ASSERT_EQUAL(info.dmabuf_attachments, 0);
+	CU_ASSERT_EQUAL(info.dmabuf_mapped, 0);
+	CU_ASSERT_EQUAL(devmaps(info.arena_id), 0);
+	close(dmabuf);
+	close(arena);
+	close(vgem[0]);
+	close(vgem[1]);
+	CU_ASSERT_EQUAL(kt_sysfs("pinned_bytes"), 0);
+}
+
 void kt_register_dmabuf(void)
 {
 	CU_pSuite s = CU_add_suite("dmabuf", dmabuf_init, dmabuf_clean);
@@ -318,4 +400,5 @@ void kt_register_dmabuf(void)
 	KT_ADD(s, test_two_processes);
 	KT_ADD(s, test_memory_outlives_arena_fd);
 	KT_ADD(s, test_vgem_import);
+	KT_ADD(s, test_vgem_two_importers);
 }
