@@ -5,10 +5,11 @@ set -euo pipefail
 
 build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
        libnl-genl-3-dev libbpf-dev libelf-dev zlib1g-dev bpftool clang llvm
-       systemtap-sdt-dev linux-headers-amd64 linux-headers-6.12-amd64)
+       systemtap-sdt-dev linux-headers-amd64 linux-headers-6.12-amd64
+       libpcre2-dev)
 guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
        linux-image-amd64 linux-image-6.12-amd64)
-check=(sparse linux-source-6.1 dkms valgrind python3-numpy)
+check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex)
 
 case "${1:-all}" in
 build) want=("${build[@]}") ;;

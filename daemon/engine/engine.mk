@@ -15,7 +15,8 @@ ENGINE_CFLAGS   := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
                    -I$(ENGINE_SRC) -Ilib -Iinclude/uapi
 ENGINE_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                    -fno-omit-frame-pointer
-ENGINE_LIBS     := -lm -lpthread
+# libpcre2-8: the BPE pre-tokenizers' regular expressions (tokenizer.c)
+ENGINE_LIBS     := -lpcre2-8 -lm -lpthread
 # libkvarena (the KV arena library): the top-level Makefile's $(LIB_A);
 # standalone, built through the top-level Makefile.
 ifeq ($(LIB_A),)
@@ -92,7 +93,9 @@ bench-engine: engine
 
 deps-engine:
 	@missing=""; \
+	[ -f /usr/include/pcre2.h ] || missing="$$missing libpcre2-dev"; \
 	$(ENGINE_PY) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
+	$(ENGINE_PY) -c 'import regex' 2>/dev/null || missing="$$missing python3-regex"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
 	if [ -n "$$missing" ]; then \

@@ -123,6 +123,26 @@ void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n);
 void kve_silu_mul_avx2(float *g, const float *u, int n);
 float kve_softmax_exp_avx2(float *sc, int n, float mx);
 void kve_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float eps);
+/*
+ * BPE pre-tokenizer (tokenizer.c): splits text into the words merges apply
+ * within, by the regular expression tokenizer.ggml.pre names ("gpt2" or
+ * "default", "llama-bpe" (also "llama3", "llama-v3"), "qwen2"). name is
+ * not NUL-terminated. Unknown names fail with a message naming the value.
+ * kve_pretok_split calls fn for each word in order (the words concatenate
+ * to the text; any bytes, ill-formed UTF-8 included); a non-zero return
+ * from fn stops it and is returned. Safe to call concurrently.
+ */
+struct kve_pretok;
+typedef int (*kve_word_fn)(void *ctx, const char *word, size_t n);
+struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
+				     size_t errlen);
+void kve_pretok_free(struct kve_pretok *p);
+const char *kve_pretok_name(const struct kve_pretok *p);
+int kve_pretok_split(const struct kve_pretok *p, const char *text, size_t len,
+		     kve_word_fn fn, void *ctx);
+/* A BPE tokenizer's pre-tokenizer; NULL for SentencePiece. */
+const struct kve_pretok *kve_tokenizer_pretok(const struct kve_tokenizer *t);
+
 /* Dequantises row `row` of a matrix into out (cols floats). */
 void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out);
 

@@ -158,6 +158,10 @@ struct kve_tokenizer;
 
 enum kve_tok_kind { KVE_TOK_SPM = 1, KVE_TOK_BPE = 2 };
 
+/* From the model's tokenizer.ggml.* metadata. BPE ("gpt2") vocabularies
+ * split words by the pattern tokenizer.ggml.pre names: "gpt2" (also
+ * "default", or no key), "llama-bpe" (llama-3) or "qwen2"; another value
+ * fails, naming it in err. */
 struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 					   char *err, size_t errlen);
 void kve_tokenizer_free(struct kve_tokenizer *t);

@@ -5,10 +5,11 @@
  *    prepended, UTF-8 characters are merged pairwise, highest-scoring
  *    result first; pieces not in the vocabulary fall back to <0xXX> byte
  *    tokens.
- *  - "gpt2": byte-level BPE. Bytes map to printable code points (GPT-2's
- *    table), a pre-tokenizer splits words, and merges apply in rank order.
- *    The pre-tokenizer follows GPT-2's pattern with ASCII classes; bytes
- *    >= 0x80 count as letters.
+ *  - "gpt2": byte-level BPE. A pre-tokenizer splits the text into words
+ *    with the regular expression named by tokenizer.ggml.pre (GPT-2's,
+ *    llama-3's or qwen2's, Unicode classes, matched by PCRE2); each word's
+ *    bytes map to printable code points (GPT-2's table) and merges apply
+ *    in rank order.
  * Token strings are not copied: they point into the model's mapping, so the
  * tokenizer must not outlive the model. Owns no model weights.
  */
@@ -17,6 +18,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4,
        TT_UNUSED = 5, TT_BYTE = 6 };
@@ -42,6 +46,7 @@ struct kve_tokenizer {
 	int16_t cp_byte[512];	/* BPE: code point -> byte, -1 none */
 	int32_t bos, eos, unk;
 	int add_bos;
+	struct kve_pretok *pre;	/* BPE only */
 };
 
 static uint32_t fnv(const char *p, size_t n)
@@ -143,6 +148,248 @@ static void gpt2_byte_table(struct kve_tokenizer *t)
 	}
 }
 
+/* ---- BPE pre-tokenizers ---------------------------------------------- */
+
+/*
+ * The word-splitting regular expressions of the HF tokenizers, by the name
+ * GGUF gives them in tokenizer.ggml.pre. Matched with PCRE2 in UTF + UCP
+ * mode, so \p{L}, \p{N} and \s are Unicode classes.
+ */
+#define PRE_CONTRACTIONS_CI \
+	"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+static const char pre_gpt2[] =
+	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+"
+	"|\\s+(?!\\S)|\\s+";
+static const char pre_llama3[] =
+	PRE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
+	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char pre_qwen2[] =
+	PRE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const struct {
+	const char *name, *canon, *pattern;
+} pre_table[] = {
+	{ "gpt2", "gpt2", pre_gpt2 },
+	{ "default", "gpt2", pre_gpt2 },
+	{ "llama-bpe", "llama-bpe", pre_llama3 },
+	{ "llama3", "llama-bpe", pre_llama3 },
+	{ "llama-v3", "llama-bpe", pre_llama3 },
+	{ "qwen2", "qwen2", pre_qwen2 },
+};
+
+struct kve_pretok {
+	const char *canon;
+	pcre2_code *re;		/* shared by concurrent callers: read-only */
+};
+
+void kve_pretok_free(struct kve_pretok *p)
+{
+	if (!p)
+		return;
+	pcre2_code_free(p->re);
+	free(p);
+}
+
+struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
+				     size_t errlen)
+{
+	struct kve_pretok *p;
+	size_t i;
+	int ec;
+	PCRE2_SIZE eo;
+
+	for (i = 0; i < sizeof(pre_table) / sizeof(pre_table[0]); i++)
+		if (strlen(pre_table[i].name) == len &&
+		    !memcmp(pre_table[i].name, name, len))
+			break;
+	if (i == sizeof(pre_table) / sizeof(pre_table[0])) {
+		char shown[41];
+		size_t k;
+
+		/* the value comes from the file: show it printable */
+		for (k = 0; k < len && k < sizeof(shown) - 1; k++)
+			shown[k] = name[k] >= 0x20 && name[k] < 0x7f ? name[k] : '?';
+		shown[k] = 0;
+		snprintf(err, errlen,
+			 "tokenizer: tokenizer.ggml.pre '%s'%s is not a supported pre-tokenizer "
+			 "(gpt2, default, llama-bpe, llama3, llama-v3, qwen2)",
+			 shown, len > k ? "..." : "");
+		return NULL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, errlen, "tokenizer: out of memory");
+		return NULL;
+	}
+	p->canon = pre_table[i].canon;
+	p->re = pcre2_compile((PCRE2_SPTR)pre_table[i].pattern, PCRE2_ZERO_TERMINATED,
+			      PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+	if (!p->re) {
+		PCRE2_UCHAR msg[120];
+
+		pcre2_get_error_message(ec, msg, sizeof(msg));
+		snprintf(err, errlen, "tokenizer: pre-tokenizer %s: PCRE2 compile: %s at %zu",
+			 p->canon, (const char *)msg, (size_t)eo);
+		free(p);
+		return NULL;
+	}
+	/* without JIT support (or where executable memory is refused) the
+	 * interpreter matches the same way, only slower */
+	(void)pcre2_jit_compile(p->re, PCRE2_JIT_COMPLETE);
+	return p;
+}
+
+const char *kve_pretok_name(const struct kve_pretok *p)
+{
+	return p->canon;
+}
+
+/*
+ * Length of the well-formed UTF-8 character at p (n > 0 bytes left), 0 if
+ * ill-formed: RFC 3629, as PCRE2 checks it (no overlong forms, no
+ * surrogates, nothing above U+10FFFF).
+ */
+static size_t utf8_strict_len(const unsigned char *p, size_t n)
+{
+	unsigned char c = p[0], lo = 0x80, hi = 0xbf;
+
+	if (c < 0x80)
+		return 1;
+	if (c < 0xc2 || c > 0xf4)
+		return 0;
+	if (c < 0xe0)
+		return n >= 2 && (p[1] & 0xc0) == 0x80 ? 2 : 0;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (n < 2 || p[1] < lo || p[1] > hi)
+		return 0;
+	if (c < 0xf0)
+		return n >= 3 && (p[2] & 0xc0) == 0x80 ? 3 : 0;
+	return n >= 4 && (p[2] & 0xc0) == 0x80 && (p[3] & 0xc0) == 0x80 ? 4 : 0;
+}
+
+/*
+ * Ill-formed UTF-8. PCRE2 must not see it (with PCRE2_NO_UTF_CHECK that is
+ * undefined behaviour; without, every match fails), so the regex runs on a
+ * copy in which each byte that is not part of a well-formed character is
+ * replaced by U+FFFD - as llama.cpp does before its pre-tokenizer, so the
+ * byte splits like a symbol - and the words are cut from the original
+ * text, keeping the bytes (a byte-level vocabulary encodes any byte).
+ * Matched offsets are mapped back by walking both texts character by
+ * character; matches end on character boundaries of the copy.
+ */
+struct pretok_map {
+	const unsigned char *orig;
+	size_t olen;
+	size_t c_at, o_at;	/* a pair of corresponding offsets */
+};
+
+static size_t map_offset(struct pretok_map *m, size_t c_off)
+{
+	while (m->c_at < c_off && m->o_at < m->olen) {
+		size_t l = utf8_strict_len(m->orig + m->o_at, m->olen - m->o_at);
+
+		m->c_at += l ? l : 3;
+		m->o_at += l ? l : 1;
+	}
+	return m->o_at;
+}
+
+int kve_pretok_split(const struct kve_pretok *p, const char *text, size_t len,
+		     kve_word_fn fn, void *ctx)
+{
+	const unsigned char *u = (const unsigned char *)text;
+	struct pretok_map map = { u, len, 0, 0 };
+	pcre2_match_data *md;
+	unsigned char *copy = NULL;
+	const unsigned char *subj = u;
+	size_t slen = len, i, l, gap = 0, from = 0, o_gap = 0;
+	uint32_t opts = 0;
+	int rc = 0;
+
+	if (!len)
+		return 0;
+	for (i = 0; i < len && (l = utf8_strict_len(u + i, len - i)); i += l)
+		;
+	if (i < len) {
+		size_t bad = 0;
+
+		for (i = 0; i < len; i += l ? l : 1)
+			if (!(l = utf8_strict_len(u + i, len - i)))
+				bad++;
+		if (bad > (SIZE_MAX - len) / 2)
+			return -E2BIG;
+		copy = malloc(len + 2 * bad);
+		if (!copy)
+			return -ENOMEM;
+		for (i = 0, slen = 0; i < len; i += l ? l : 1) {
+			l = utf8_strict_len(u + i, len - i);
+			if (l) {
+				memcpy(copy + slen, u + i, l);
+				slen += l;
+			} else {
+				memcpy(copy + slen, "\xef\xbf\xbd", 3);
+				slen += 3;
+			}
+		}
+		subj = copy;
+	}
+	md = pcre2_match_data_create_from_pattern(p->re, NULL);
+	if (!md) {
+		free(copy);
+		return -ENOMEM;
+	}
+	/* gap: start of text not yet emitted; from: where to search next.
+	 * The first match lets PCRE2 check the whole subject itself; later
+	 * ones skip that (it would make the loop quadratic) */
+	while (!rc && from < slen) {
+		PCRE2_SIZE *ov;
+		size_t s, e, os, oe;
+		int m = pcre2_match(p->re, subj, slen, from, opts, md, NULL);
+
+		if (m == PCRE2_ERROR_JIT_STACKLIMIT)	/* deep backtracking */
+			m = pcre2_match(p->re, subj, slen, from, opts | PCRE2_NO_JIT, md, NULL);
+		if (m == PCRE2_ERROR_NOMATCH)
+			break;
+		if (m < 0) {
+			rc = m == PCRE2_ERROR_NOMEMORY || m == PCRE2_ERROR_HEAPLIMIT ? -ENOMEM :
+			     m <= PCRE2_ERROR_UTF8_ERR1 && m >= PCRE2_ERROR_UTF8_ERR21 ? -EILSEQ :
+			     -E2BIG;
+			break;
+		}
+		opts = PCRE2_NO_UTF_CHECK;
+		ov = pcre2_get_ovector_pointer(md);
+		s = ov[0];
+		e = ov[1];
+		if (e <= s) {	/* empty match: step one character; it joins the gap */
+			from = s + 1;
+			while (from < slen && (subj[from] & 0xc0) == 0x80)
+				from++;
+			continue;
+		}
+		os = copy ? map_offset(&map, s) : s;
+		oe = copy ? map_offset(&map, e) : e;
+		if (s > gap)	/* text no alternative matched: a word of its own */
+			rc = fn(ctx, text + o_gap, os - o_gap);
+		if (!rc)
+			rc = fn(ctx, text + os, oe - os);
+		gap = from = e;
+		o_gap = oe;
+	}
+	if (!rc && gap < slen)
+		rc = fn(ctx, text + o_gap, len - o_gap);
+	pcre2_match_data_free(md);
+	free(copy);
+	return rc;
+}
+
 void kve_tokenizer_free(struct kve_tokenizer *t)
 {
 	if (!t)
@@ -152,6 +399,7 @@ void kve_tokenizer_free(struct kve_tokenizer *t)
 	free(t->type);
 	free(t->hash);
 	free(t->merges);
+	kve_pretok_free(t->pre);
 	free(t);
 }
 
@@ -301,6 +549,20 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 			TERR("tokenizer: gpt2 tokenizer without tokenizer.ggml.merges");
 		if (build_merges(t, kv, err, errlen))
 			goto fail;
+		/* absent: GPT-2's pattern, as llama.cpp assumes for old files */
+		switch (gguf_get_str(g, "tokenizer.ggml.pre", &model)) {
+		case 0:
+			break;
+		case -ENOENT:
+			model.p = "gpt2";
+			model.n = 4;
+			break;
+		default:
+			TERR("tokenizer: tokenizer.ggml.pre is not a string");
+		}
+		t->pre = kve_pretok_create(model.p, model.n, err, errlen);
+		if (!t->pre)
+			goto fail;
 	}
 	return t;
 fail:
@@ -311,6 +573,11 @@ fail:
 enum kve_tok_kind kve_tokenizer_kind(const struct kve_tokenizer *t)
 {
 	return t->kind;
+}
+
+const struct kve_pretok *kve_tokenizer_pretok(const struct kve_tokenizer *t)
+{
+	return t->pre;
 }
 
 int32_t kve_tokenizer_bos(const struct kve_tokenizer *t)
@@ -503,47 +770,6 @@ out:
 	return rc;
 }
 
-static int is_ws(unsigned char c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
-static int cls(unsigned char c)
-{
-	if (is_ws(c)) return 0;
-	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return 1;
-	if (c >= 0x80) return 1;
-	if (c >= '0' && c <= '9') return 2;
-	return 3;
-}
-
-/* Length of the next GPT-2 pre-token at p (n > 0 bytes left). */
-static size_t pretoken(const char *p, size_t n)
-{
-	static const char *const contr[] = { "'s", "'t", "'re", "'ve", "'m", "'ll", "'d" };
-	size_t i, j = 0, k;
-	int c;
-
-	for (i = 0; i < sizeof(contr) / sizeof(contr[0]); i++) {
-		size_t l = strlen(contr[i]);
-		if (l <= n && !memcmp(p, contr[i], l))
-			return l;
-	}
-	if (p[0] == ' ' && n > 1 && !is_ws((unsigned char)p[1]))
-		j = 1;
-	c = cls((unsigned char)p[j]);
-	if (c) {
-		for (k = j + 1; k < n && cls((unsigned char)p[k]) == c; k++)
-			;
-		return k;
-	}
-	for (k = 0; k < n && is_ws((unsigned char)p[k]); k++)
-		;
-	if (k < n && k >= 2)
-		return k - 1;	/* leave the last blank for the next word */
-	return k;
-}
-
 static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
 		    struct outbuf *o)
 {
@@ -586,11 +812,22 @@ static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
 	return 0;
 }
 
+struct bpe_ctx {
+	const struct kve_tokenizer *t;
+	struct outbuf *o;
+};
+
+static int bpe_word_cb(void *ctx, const char *word, size_t n)
+{
+	struct bpe_ctx *c = ctx;
+
+	return bpe_word(c->t, word, n, c->o);
+}
+
 int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		 int add_bos, int32_t *out, size_t max)
 {
 	struct outbuf o = { out, max, 0 };
-	size_t i, n;
 	int rc = 0;
 
 	if (!t || (!text && len))
@@ -601,10 +838,9 @@ int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		if (len)
 			rc = spm_encode(t, text, len, &o);
 	} else {
-		for (i = 0; i < len && !rc; i += n) {
-			n = pretoken(text + i, len - i);
-			rc = bpe_word(t, text + i, n, &o);
-		}
+		struct bpe_ctx c = { t, &o };
+
+		rc = kve_pretok_split(t->pre, text, len, bpe_word_cb, &c);
 	}
 	if (rc)
 		return rc;

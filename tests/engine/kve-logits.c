@@ -11,21 +11,79 @@
  *              then decode the rest.
  *        kve-logits --tokenize MODEL FILE
  * prints the token ids (no BOS) of each line of FILE, lines given in hex.
+ *        kve-logits --pretok NAME FILE
+ * prints the words the BPE pre-tokenizer NAME (a tokenizer.ggml.pre
+ * value) splits each line of FILE into, in hex, separated by spaces.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_internal.h"
 #include "tcheck.h"
+
+/* Reads one line of hex from f into text; returns its byte count or -1 at
+ * the end of the file. */
+static long hex_line(FILE *f, char *text, size_t max)
+{
+	char line[8192];
+	size_t n = 0;
+	unsigned v;
+
+	if (!fgets(line, sizeof(line), f))
+		return -1;
+	while (line[2 * n] && line[2 * n] != '\n' &&
+	       sscanf(line + 2 * n, "%2x", &v) == 1 && n < max)
+		text[n++] = (char)v;
+	return (long)n;
+}
+
+static int print_word(void *ctx, const char *w, size_t n)
+{
+	size_t i;
+
+	printf("%s", *(int *)ctx ? " " : "");
+	for (i = 0; i < n; i++)
+		printf("%02x", (unsigned char)w[i]);
+	*(int *)ctx = 1;
+	return 0;
+}
+
+static int pretok_file(const char *name, const char *file)
+{
+	char err[256], text[4096];
+	struct kve_pretok *p = kve_pretok_create(name, strlen(name), err, sizeof(err));
+	FILE *f;
+	long n;
+
+	if (!p) {
+		fprintf(stderr, "kve-logits: %s\n", err);
+		return 1;
+	}
+	f = fopen(file, "r");
+	if (!f)
+		return 1;
+	while ((n = hex_line(f, text, sizeof(text))) >= 0) {
+		int any = 0, rc = kve_pretok_split(p, text, (size_t)n, print_word, &any);
+
+		if (rc)
+			printf(" error %d", rc);
+		printf("\n");
+	}
+	fclose(f);
+	kve_pretok_free(p);
+	return 0;
+}
 
 static int tokenize_file(const char *model, const char *file)
 {
-	char err[256], line[8192], text[4096];
+	char err[256], text[4096];
 	int32_t ids[4096];
 	struct kve_model *m = kve_model_load(model, err, sizeof(err));
 	struct kve_tokenizer *t;
 	FILE *f;
+	long n;
 
 	if (!m || !(t = kve_tokenizer_create(m, err, sizeof(err)))) {
 		fprintf(stderr, "kve-logits: %s\n", err);
@@ -34,15 +92,10 @@ static int tokenize_file(const char *model, const char *file)
 	f = fopen(file, "r");
 	if (!f)
 		return 1;
-	while (fgets(line, sizeof(line), f)) {
-		size_t n = 0, i;
-		unsigned v;
-		int k;
+	while ((n = hex_line(f, text, sizeof(text))) >= 0) {
+		size_t i;
+		int k = kve_tokenize(t, text, (size_t)n, 0, ids, 4096);
 
-		while (line[2 * n] && line[2 * n] != '\n' &&
-		       sscanf(line + 2 * n, "%2x", &v) == 1 && n < sizeof(text))
-			text[n++] = (char)v;
-		k = kve_tokenize(t, text, n, 0, ids, 4096);
 		for (i = 0; k > 0 && i < (size_t)k; i++)
 			printf(i ? " %d" : "%d", ids[i]);
 		printf("\n");
@@ -71,6 +124,8 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && !strcmp(argv[1], "--tokenize"))
 		return tokenize_file(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "--pretok"))
+		return pretok_file(argv[2], argv[3]);
 	if (argc < 4) {
 		fprintf(stderr, "usage: kve-logits MODEL OUT [opts] TOKEN...\n");
 		return 2;

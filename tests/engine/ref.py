@@ -6,20 +6,26 @@ Reads a GGUF file with its own parser (nothing shared with the C code),
 runs the llama forward pass in float64 and compares per-position logits
 with what the engine's kve-logits tool wrote; also re-implements both
 tokenizers (SentencePiece-style and GPT-2 byte-level BPE) and compares
-token ids with the engine's.
+token ids with the engine's, and the BPE pre-tokenizers' word splits
+(applied with the third-party `regex` module, Debian's python3-regex).
 
   ref.py logits MODEL KVE_LOGITS --bound B [--kv f16] [--prefill K] [--threads N]
   ref.py tokens MODEL KVE_LOGITS
+  ref.py pretok KVE_LOGITS
 Prints one line per check: 'ok   ...' or 'FAIL ...'; exit status 1 on failure.
 """
 import os
-import re
 import struct
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
+
+try:
+    import regex
+except ImportError:     # reported by the modes that need it
+    regex = None
 
 GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
 
@@ -228,8 +234,35 @@ def gpt2_bytes():
     return {b: chr(c).encode() for b, c in zip(bs, cs)}
 
 
-PRETOK = re.compile(rb"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z\x80-\xff]+| ?[0-9]+"
-                    rb"| ?[^\sA-Za-z0-9\x80-\xff]+|\s+(?!\S)|\s+")
+# tokenizer.ggml.pre -> the HF tokenizers' pre-tokenizer pattern
+_CONTR_CI = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+PRE_PATTERNS = {
+    "gpt2": r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    "llama-bpe": _CONTR_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "qwen2": _CONTR_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+             r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+PRE_PATTERNS["default"] = PRE_PATTERNS["gpt2"]
+
+
+def pretok_split(name, text):
+    """Words of text (bytes) under pre-tokenizer name. Bytes that are not
+    well-formed UTF-8 match as U+FFFD (one each) but keep their value in
+    the words; text between matches is a word of its own."""
+    s = text.decode("utf-8", "surrogateescape")
+    clean = "".join("\ufffd" if 0xDC80 <= ord(c) <= 0xDCFF else c for c in s)
+    words, at = [], 0
+    for m in regex.finditer(PRE_PATTERNS[name], clean):
+        if m.start() == m.end():
+            continue
+        if m.start() > at:
+            words.append(s[at:m.start()])
+        words.append(s[m.start():m.end()])
+        at = m.end()
+    if at < len(s):
+        words.append(s[at:])
+    return [w.encode("utf-8", "surrogateescape") for w in words]
 
 
 def bpe_encode(g, text):
@@ -242,8 +275,9 @@ def bpe_encode(g, text):
         a, b = m.split(b" ", 1)
         ranks.setdefault((a, b), r)
     bmap = gpt2_bytes()
+    pre = g.kv.get("tokenizer.ggml.pre", b"gpt2").decode()
     out = []
-    for word in PRETOK.findall(text):
+    for word in pretok_split(pre, text):
         syms = [bmap[c] for c in word]
         while len(syms) > 1:
             pairs = [(ranks.get((syms[i], syms[i + 1]), 1 << 60), i)
@@ -273,27 +307,88 @@ TEXTS = [b"Hello, world!", b"the blocks of a session", b"  two  spaces  ",
          b"The decode worker reads them in place, without a copy."]
 
 
+# Strings where the three pre-tokenizers differ, or Unicode classes matter
+PRE_TEXTS = [
+    b"it's IT'S I'm I'M we'll WE'LL they've THEY'VE I'd YOU'RE don't",
+    b"1234567", b"12345 and 3.14159 or 2,000,000; a1b22c333d4444",
+    "h\u00e9llo w\u00f6rld \u65e5\u672c\u8a9e \u03a9mega".encode(),
+    "\U0001F44D\U0001F3FD family \U0001F468\u200d\U0001F469\u200d\U0001F467 ok!".encode(),
+    b"\n\n  x", b"tabs\tand\ttext\t", b"trailing spaces   ", b"   leading", b"...!!?\n",
+    b"a\r\nb\r\n\r\nc\n", b"x  \n  y", b"(x)=>{ return 'q'; }\n\n",
+    "\u0663\u0664\u0665 \u0661\u0662\u0663\u0664 \u00bd\u2167".encode(),
+    "non\u00a0breaking\u3000ideographic\u2028line \x85nel".encode(),
+    "em\u2014dash \u00abquotes\u00bb \u00bfqu\u00e9? e\u0301 n\u0303o".encode(),
+    b"'s at start ''quoted'' x' 'LL", b" ", b"", b"a",
+    b"\xff\xfe bad \xc3 x", b"caf\xe9 \xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80",
+    b"ab\xe6\x97 cd \xf0\x9f\x98", b" \xff\xffabc 12\xff34",
+]
+
+
+def check_pretok(tool):
+    if regex is None:
+        print("FAIL pretok: python3 cannot import regex (apt-get install python3-regex)")
+        return 1
+    with tempfile.NamedTemporaryFile("w", suffix=".hex", delete=False) as f:
+        for t in PRE_TEXTS:
+            f.write(t.hex() + "\n")
+        name = f.name
+    fails = 0
+    for pre in ("gpt2", "default", "llama-bpe", "qwen2"):
+        res = subprocess.run([tool, "--pretok", pre, name], capture_output=True, text=True)
+        got = [[bytes.fromhex(w) for w in l.split()] for l in res.stdout.splitlines()]
+        if res.returncode:
+            print("FAIL pretok %s: %s" % (pre, res.stderr.strip()))
+            fails += 1
+            continue
+        for i, t in enumerate(PRE_TEXTS):
+            want = pretok_split(pre, t)
+            ok = i < len(got) and got[i] == want
+            fails += not ok
+            print("%s %s pre-tokenizer splits %r as python regex does%s" % (
+                "ok  " if ok else "FAIL", pre, t[:30],
+                "" if ok else " (engine %s, regex %s)" % (got[i] if i < len(got) else None, want)))
+    os.unlink(name)
+    return 1 if fails else 0
+
+
+def kind_needs_regex(g):
+    return g.kv["tokenizer.ggml.model"] == b"gpt2"
+
+
 def main():
-    mode, model, tool = sys.argv[1], sys.argv[2], sys.argv[3]
+    mode = sys.argv[1]
+    if mode == "pretok":
+        return check_pretok(sys.argv[2])
+    model, tool = sys.argv[2], sys.argv[3]
     args = sys.argv[4:]
     g = Gguf(model)
     fails = 0
     if mode == "tokens":
+        if kind_needs_regex(g) and regex is None:
+            print("FAIL tokens: python3 cannot import regex (apt-get install python3-regex)")
+            return 1
         kind = g.kv["tokenizer.ggml.model"]
         enc = spm_encode if kind == b"llama" else bpe_encode
+        label = kind.decode()
+        if kind == b"gpt2":
+            label += " (pre %s)" % g.kv.get("tokenizer.ggml.pre", b"gpt2").decode()
+        texts = TEXTS + PRE_TEXTS
         with tempfile.NamedTemporaryFile("w", suffix=".hex", delete=False) as f:
-            for t in TEXTS:
+            for t in texts:
                 f.write(t.hex() + "\n")
             name = f.name
         res = subprocess.run([tool, "--tokenize", model, name], capture_output=True, text=True)
         os.unlink(name)
+        if res.returncode:
+            print("FAIL kve-logits --tokenize: " + res.stderr.strip())
+            return 1
         got = [list(map(int, l.split())) for l in res.stdout.splitlines()]
-        for i, t in enumerate(TEXTS):
+        for i, t in enumerate(texts):
             want = enc(g, t)
             ok = i < len(got) and got[i] == want
             fails += not ok
             print("%s %s tokenizer matches reference on %r%s" % (
-                "ok  " if ok else "FAIL", kind.decode(), t[:30],
+                "ok  " if ok else "FAIL", label, t[:30],
                 "" if ok else " (engine %s, ref %s)" % (got[i] if i < len(got) else None, want)))
         return 1 if fails else 0
 

@@ -31,6 +31,9 @@ gen f16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512
 gen q8-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 13
 gen odd-f32.gguf --dim 72 --layers 2 --heads 6 --kv-heads 3 --ffn 100 --vocab 480 --ctx 128 --type f32 --rope-base 500000 --seed 14
 gen fz-q8.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 15
+# BPE vocabularies under the llama-3 and qwen2 pre-tokenizers
+gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre llama-bpe --seed 17
+gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 
 run() {	# run LABEL CMD...: log everything, show failures and notes
@@ -65,7 +68,7 @@ runref() {	# numpy lines are the interesting ones: always show them
 echo "engine checks"
 run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf
 run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
-run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf
+run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
@@ -88,7 +91,14 @@ runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.ggu
 # quantisation steps, which the 1e-4 bound cannot absorb
 runref "ref arena q8" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --block 4 --prefill 9
 runref "ref arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
-for m in f32-gqa f16-gqa; do
+echo "== pre-tokenizers" >> "$LOG"
+out=$("$PY" tests/engine/ref.py pretok $T/kve-logits 2>&1)
+printf '%s\n' "$out" >> "$LOG"
+printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
+printf '%-44s %4d ok %3d failed\n' "BPE pre-tokenizers vs python regex" \
+	"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
+printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
+for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2; do
 	echo "== tokens $m" >> "$LOG"
 	out=$("$PY" tests/engine/ref.py tokens $M/$m.gguf $T/kve-logits 2>&1)
 	printf '%s\n' "$out" >> "$LOG"

@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_tokenizer.c - the tokenizers on vocabularies kva-mkmodel writes:
- * encode/decode round trips, byte fallback, streaming detokenisation that
- * never splits a UTF-8 character, BOS handling, and BPE merge order (the
- * lower-ranked of two overlapping merges wins). ref.py compares full
- * encodings with an independent implementation.
+ * encode/decode round trips (per BPE pre-tokenizer), byte fallback,
+ * streaming detokenisation that never splits a UTF-8 character, BOS
+ * handling, BPE merge order (the lower-ranked of two overlapping merges
+ * wins), the pre-tokenizers' word splits on strings where they differ,
+ * and tokenizer.ggml.pre errors. ref.py compares full encodings and the
+ * pre-tokenizers' splits of many more strings with an independent
+ * implementation (Python's regex module).
  *
- * usage: test_tokenizer SPM_MODEL BPE_MODEL
+ * usage: test_tokenizer SPM_MODEL BPE_MODEL...  (the first BPE model's
+ *        tokenizer.ggml.pre must be gpt2)
  */
+#include <errno.h>
+
 #include "engine_internal.h"
 #include "tcheck.h"
 
@@ -16,7 +22,27 @@ static const char *const texts[] = {
 	"tabs\tand\nnewlines\n", "Caf\xc3\xa9 Stra\xc3\x9f" "e \xc3\xbc",
 	"\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80", "\xff\xfe\xc3", "x", "",
 	"The decode worker reads them in place, without a copy.",
+	"I'M 12345 h\xc3\xa9llo\xe2\x80\x94world \xce\xa9mega", "\n\n  x...!!?\n\r\n",
+	"\xed\xa0\x80\xc0\xaf\xf4\x90\x80\x80 ab\xe6\x97 12\xff" "34",
 };
+
+/* s for a one-line message: control and non-ASCII bytes as \xNN (at most
+ * max bytes of s shown) */
+static const char *esc(const char *s, size_t max, char *out, size_t outlen)
+{
+	size_t i, o = 0;
+
+	for (i = 0; s[i] && i < max && o + 5 < outlen; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c >= 0x20 && c < 0x7f)
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", c);
+	}
+	out[o] = 0;
+	return out;
+}
 
 static int valid_utf8(const char *s, size_t n)
 {
@@ -46,6 +72,7 @@ static void round_trips(struct kve_tokenizer *t, const char *name)
 		size_t len = strlen(texts[i]), o = 0;
 		struct kve_detok d;
 		int n = kve_tokenize(t, texts[i], len, 1, ids, 512), k, chunks_ok = 1;
+		char shown[128];
 
 		kve_detok_init(&d, t);
 		for (k = 0; k < n; k++) {
@@ -60,20 +87,153 @@ static void round_trips(struct kve_tokenizer *t, const char *name)
 		o += (size_t)kve_detok_flush(&d, out + o, sizeof(out) - o);
 		CHECK(n > 0 && ids[0] == kve_tokenizer_bos(t) && o == len &&
 		      !memcmp(out, texts[i], len) && chunks_ok,
-		      "%s round trip (%d tokens, streamed) of \"%.20s\"", name, n, texts[i]);
+		      "%s round trip (%d tokens, streamed) of \"%s\"", name, n,
+		      esc(texts[i], 20, shown, sizeof(shown)));
 	}
+}
+
+/* ---- pre-tokenizers ------------------------------------------------ */
+
+struct words {
+	char buf[256];
+	size_t n;
+};
+
+static int join_word(void *ctx, const char *w, size_t n)
+{
+	struct words *ws = ctx;
+
+	if (ws->n + n + 2 > sizeof(ws->buf))
+		return -ENOSPC;
+	memcpy(ws->buf + ws->n, w, n);
+	ws->n += n;
+	ws->buf[ws->n++] = '|';
+	ws->buf[ws->n] = 0;
+	return 0;
+}
+
+/* Word splits that tell the three patterns (and ASCII classes) apart;
+ * words joined with '|'. ref.py checks many more against Python's regex. */
+static void pretok_splits(void)
+{
+	static const struct {
+		const char *pre, *text, *want;
+	} cases[] = {
+		{ "gpt2", "12345", "12345|" },
+		{ "llama-bpe", "12345", "123|45|" },
+		{ "qwen2", "12345", "1|2|3|4|5|" },
+		{ "gpt2", "I'M I'm", "I|'|M| I|'m|" },
+		{ "llama-bpe", "I'M I'm", "I|'M| I|'m|" },
+		{ "qwen2", "I'M I'm", "I|'M| I|'m|" },
+		/* an em dash is punctuation, U+0663.. are digits, U+3000 space */
+		{ "gpt2", "h\xc3\xa9llo\xe2\x80\x94w\xc3\xb6rld \xd9\xa3\xd9\xa4\xe3\x80\x80x",
+		  "h\xc3\xa9llo|\xe2\x80\x94|w\xc3\xb6rld| \xd9\xa3\xd9\xa4|\xe3\x80\x80|x|" },
+		{ "llama-bpe", "h\xc3\xa9llo\xe2\x80\x94w\xc3\xb6rld \xd9\xa3\xd9\xa4\xe3\x80\x80x",
+		  "h\xc3\xa9llo|\xe2\x80\x94w\xc3\xb6rld| |\xd9\xa3\xd9\xa4|\xe3\x80\x80x|" },
+		{ "gpt2", "\n\n  x...!!?\n", "\n\n | x|...!!?|\n|" },
+		{ "llama-bpe", "\n\n  x...!!?\n", "\n\n| | x|...!!?\n|" },
+		/* ill-formed bytes split like a symbol (U+FFFD) and are kept */
+		{ "gpt2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
+		{ "qwen2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char err[256], e1[256], e2[512], e3[512];
+		struct kve_pretok *p = kve_pretok_create(cases[i].pre, strlen(cases[i].pre),
+							 err, sizeof(err));
+		struct words ws = { "", 0 };
+		int rc = p ? kve_pretok_split(p, cases[i].text, strlen(cases[i].text),
+					      join_word, &ws) : -1;
+
+		CHECK(!rc && !strcmp(ws.buf, cases[i].want),
+		      "%s splits \"%s\" as \"%s\" (got \"%s\"%s)", cases[i].pre,
+		      esc(cases[i].text, 60, e1, sizeof(e1)), esc(cases[i].want, 80, e2, sizeof(e2)),
+		      esc(ws.buf, 80, e3, sizeof(e3)), p ? "" : err);
+		kve_pretok_free(p);
+	}
+	{
+		char err[256] = "";
+		struct kve_pretok *p = kve_pretok_create("gpt3", 4, err, sizeof(err));
+
+		CHECK(!p && strstr(err, "tokenizer.ggml.pre 'gpt3'"),
+		      "unknown pre-tokenizer refused: \"%s\"", err);
+		kve_pretok_free(p);
+	}
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *p = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
+	    (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
+		free(p);
+		p = NULL;
+	}
+	fclose(f);
+	*len = p ? (size_t)n : 0;
+	return p;
+}
+
+/* tokenizer.ggml.pre in a model file: an unknown value is a load error
+ * naming the key and value; without the key the pattern is GPT-2's. */
+static void pre_metadata(const char *path)
+{
+	static const char key[] = "tokenizer.ggml.pre";
+	size_t len, i, kl = sizeof(key) - 1;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "", want[80];
+	struct kve_model *m;
+	struct kve_tokenizer *t;
+	uint64_t vlen;
+
+	for (i = 0; b && i + kl + 16 < len; i++)
+		if (!memcmp(b + i, key, kl) && b[i + kl] == GGUF_STR)
+			break;
+	CHECK(b && i + kl + 16 < len, "found %s in %s", key, path);
+	if (!b || i + kl + 16 >= len) {
+		free(b);
+		return;
+	}
+	/* the value's first letter in upper case: "gpt2" -> "Gpt2" */
+	memcpy(&vlen, b + i + kl + 4, 8);
+	b[i + kl + 12] ^= 0x20;
+	snprintf(want, sizeof(want), "tokenizer.ggml.pre '%.*s'",
+		 (int)(vlen < 40 ? vlen : 40), (const char *)b + i + kl + 12);
+	m = kve_model_load_mem(b, len, err, sizeof(err));
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	CHECK(m && !t && strstr(err, want),
+	      "unknown tokenizer.ggml.pre is a load error: \"%s\"", err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	b[i + kl + 12] ^= 0x20;
+	b[i + kl - 1] = 'x';	/* "tokenizer.ggml.prx": no pre key */
+	m = kve_model_load_mem(b, len, err, sizeof(err));
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	CHECK(t && !strcmp(kve_pretok_name(kve_tokenizer_pretok(t)), "gpt2"),
+	      "no tokenizer.ggml.pre: gpt2's pattern %s", t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
 }
 
 int main(int argc, char **argv)
 {
 	char err[256];
-	struct kve_model *ms, *mb;
+	struct kve_model *ms, *mb, *mx[8];
 	struct kve_tokenizer *ts, *tb;
+	int i, nx = 0;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: test_tokenizer SPM_MODEL BPE_MODEL\n");
+		fprintf(stderr, "usage: test_tokenizer SPM_MODEL BPE_MODEL...\n");
 		return 2;
 	}
+	pretok_splits();
 	ms = kve_model_load(argv[1], err, sizeof(err));
 	mb = kve_model_load(argv[2], err, sizeof(err));
 	if (!ms || !mb) {
@@ -83,11 +243,31 @@ int main(int argc, char **argv)
 	ts = kve_tokenizer_create(ms, err, sizeof(err));
 	CHECK(ts && kve_tokenizer_kind(ts) == KVE_TOK_SPM, "SPM tokenizer from metadata %s", ts ? "" : err);
 	tb = kve_tokenizer_create(mb, err, sizeof(err));
-	CHECK(tb && kve_tokenizer_kind(tb) == KVE_TOK_BPE, "BPE tokenizer from metadata %s", tb ? "" : err);
+	CHECK(tb && kve_tokenizer_kind(tb) == KVE_TOK_BPE &&
+	      !strcmp(kve_pretok_name(kve_tokenizer_pretok(tb)), "gpt2"),
+	      "BPE tokenizer (gpt2 pre-tokenizer) from metadata %s", tb ? "" : err);
 	if (!ts || !tb)
 		return tc_done();
 	round_trips(ts, "spm");
-	round_trips(tb, "bpe");
+	round_trips(tb, "bpe gpt2");
+	pre_metadata(argv[2]);
+	for (i = 3; i < argc && nx < 8; i++) {
+		struct kve_tokenizer *tx;
+		char label[64];
+
+		mx[nx] = kve_model_load(argv[i], err, sizeof(err));
+		tx = mx[nx] ? kve_tokenizer_create(mx[nx], err, sizeof(err)) : NULL;
+		CHECK(tx && kve_tokenizer_kind(tx) == KVE_TOK_BPE, "BPE tokenizer of %s %s",
+		      argv[i], tx ? "" : err);
+		if (!tx)
+			continue;
+		snprintf(label, sizeof(label), "bpe %s", kve_pretok_name(kve_tokenizer_pretok(tx)));
+		round_trips(tx, label);
+		if (strcmp(kve_pretok_name(kve_tokenizer_pretok(tx)), "gpt2"))
+			pre_metadata(argv[i]);
+		kve_tokenizer_free(tx);
+		nx++;
+	}
 
 	{	/* byte fallback: CJK is not in the SPM vocabulary, and the
 		 * model maker holds back U+00DF */
@@ -175,5 +355,7 @@ int main(int argc, char **argv)
 	kve_tokenizer_free(tb);
 	kve_model_free(ms);
 	kve_model_free(mb);
+	while (nx)
+		kve_model_free(mx[--nx]);
 	return tc_done();
 }

@@ -34,6 +34,7 @@ static const char usage[] =
 "  --ctx N          context length (256)\n"
 "  --type T         f32 | f16 | q8_0 for the matrices (f32)\n"
 "  --tokenizer K    spm | bpe (spm)\n"
+"  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2 (gpt2)\n"
 "  --rope-base F    RoPE frequency base (10000)\n"
 "  --tied           no output.weight: the head reuses token_embd\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
@@ -510,14 +511,15 @@ int main(int argc, char **argv)
 		{ "kv-heads", 1, 0, 'k' }, { "ffn", 1, 0, 'f' }, { "vocab", 1, 0, 'v' },
 		{ "ctx", 1, 0, 'c' }, { "type", 1, 0, 't' }, { "tokenizer", 1, 0, 'z' },
 		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
-		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { 0, 0, 0, 0 },
+		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
+		{ 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
 	uint32_t ctx = 256, type = GGML_F32, i, l;
 	uint64_t seed = 1, off = 0;
 	float rope_base = 10000.0f;
 	int tied = 0, bpe = 0, c;
-	const char *out = NULL;
+	const char *out = NULL, *pre = NULL;
 	struct vocab v = { 0 };
 	struct tensor *ts;
 	uint32_t nt = 0;
@@ -548,6 +550,15 @@ int main(int argc, char **argv)
 			else if (!strcmp(optarg, "bpe")) bpe = 1;
 			else { fprintf(stderr, "kva-mkmodel: unknown tokenizer %s\n", optarg); return 2; }
 			break;
+		case 'p':
+			if (strcmp(optarg, "gpt2") && strcmp(optarg, "default") &&
+			    strcmp(optarg, "llama-bpe") && strcmp(optarg, "qwen2")) {
+				fprintf(stderr, "kva-mkmodel: unknown pre-tokenizer %s "
+					"(gpt2, default, llama-bpe, qwen2)\n", optarg);
+				return 2;
+			}
+			pre = optarg;
+			break;
 		case 'H': fputs(usage, stdout); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
@@ -559,6 +570,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kva-mkmodel: bad or missing arguments\n%s", usage);
 		return 2;
 	}
+	if (pre && !bpe) {
+		fprintf(stderr, "kva-mkmodel: --pre needs --tokenizer bpe\n");
+		return 2;
+	}
+	if (bpe && !pre)
+		pre = "gpt2";
 	if (type == GGML_Q8_0 && (dim % QK8_0 || ffn % QK8_0)) {
 		fprintf(stderr, "kva-mkmodel: q8_0 needs dim and ffn multiples of 32\n");
 		return 2;
@@ -590,7 +607,7 @@ int main(int argc, char **argv)
 	kv_u32("llama.vocab_size", nvocab);
 	kv_str("tokenizer.ggml.model", bpe ? "gpt2" : "llama");
 	if (bpe)
-		kv_str("tokenizer.ggml.pre", "default");
+		kv_str("tokenizer.ggml.pre", pre);
 	kv_key("tokenizer.ggml.tokens", GGUF_ARR);
 	put_u32(&meta, GGUF_STR);
 	put_u64(&meta, v.n);
@@ -699,10 +716,10 @@ int main(int argc, char **argv)
 		f = NULL;
 		goto werr;
 	}
-	printf("%s: llama dim %u layers %u heads %u/%u ffn %u vocab %u ctx %u %s %s%s, %.1f MB\n",
+	printf("%s: llama dim %u layers %u heads %u/%u ffn %u vocab %u ctx %u %s %s%s%s, %.1f MB\n",
 	       out, dim, layers, heads, kvh, ffn, nvocab, ctx,
 	       type == GGML_F32 ? "f32" : type == GGML_F16 ? "f16" : "q8_0",
-	       bpe ? "bpe" : "spm", tied ? " tied" : "",
+	       bpe ? "bpe " : "spm", bpe ? pre : "", tied ? " tied" : "",
 	       (double)(hdr.n + off) / 1e6);
 	return 0;
 werr:
