@@ -1,6 +1,7 @@
 # Tests.  `make check` runs check-all: host suites (shared core, library)
 # under ASan/UBSan and valgrind, module style (checkpatch, sparse), the
-# in-guest suite on every guest kernel, dkms, and the engine's suite.
+# in-guest suite on every guest kernel, dkms, and the engine's suite (on the
+# host, and over the module in each guest).
 
 TEST_CFLAGS := $(CFLAGS_COMMON) -O1
 KT_BIN := $(B)/tests/kmod/test_kmod
@@ -26,7 +27,7 @@ $(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
 .PHONY: tests check-all check-lib check-lib-valgrind check-style check-guest \
-	check-guest-% check-dkms check-install
+	check-guest-% check-dkms check-install check-engine-guest
 tests: $(KT_BIN) $(LT_BIN)
 
 check-lib: $(LT_BIN)
@@ -59,6 +60,11 @@ check-guest: modules-guest $(KT_BIN) tools
 	@for k in $(GUEST_KERNELS); do \
 		tests/kmod/run-suite.sh $$k || exit 1; done
 
+# The engine's KV over kvarena.ko (the host's check-engine uses memfd).
+check-engine-guest: modules-guest engine
+	@for k in $(GUEST_KERNELS); do \
+		tests/engine/run-guest-arena.sh $$k || exit 1; done
+
 check-dkms:
 	tests/dkms/check-dkms.sh
 
@@ -71,6 +77,7 @@ check-all:
 	$(MAKE) --no-print-directory check-dkms
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-engine
+	$(MAKE) --no-print-directory check-engine-guest
 	$(MAKE) --no-print-directory check-toolwait
 	$(MAKE) --no-print-directory check-fuzz
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_arena.c - the engine with its KV in libkvarena arena blocks (memfd
- * backend) through daemon/engine/kv_arena.c, checked bit for bit against
+ * backend on the host; KVE_TEST_BACKEND=kernel runs the same tests over
+ * /dev/kvarena, in a guest) through daemon/engine/kv_arena.c, checked bit for bit against
  * the same model over one contiguous malloc'd block:
  *  - geometry: 4 KiB-multiple blocks, the UAPI address formula,
  *    block_tokens reduced when a block would pass 2 MiB;
@@ -92,10 +93,12 @@ static uint32_t blocks_held(struct kve_arena_kv *kv, const struct kve_arena_sess
 	return kva_session_info(kve_arena_kv_arena(kv), as->sid, &si) ? 0 : si.blocks_held;
 }
 
+static enum kva_backend backend = KVA_BACKEND_MEMFD;
+
 static struct kve_arena_kv *mk_kv(const struct kve_model *m, uint32_t n_blocks,
 				  uint32_t bt, enum kve_kv_dtype dt)
 {
-	struct kve_arena_kv_params ap = { .backend = KVA_BACKEND_MEMFD,
+	struct kve_arena_kv_params ap = { .backend = backend,
 		.n_blocks = n_blocks, .block_tokens = bt, .dtype = dt, .name = "test-arena" };
 	struct kve_arena_kv *kv = NULL;
 	char err[256];
@@ -570,6 +573,7 @@ static void test_recv_errors(const struct kve_model *m)
 
 int main(int argc, char **argv)
 {
+	const char *be = getenv("KVE_TEST_BACKEND");
 	int i;
 
 	signal(SIGPIPE, SIG_IGN);
@@ -577,7 +581,14 @@ int main(int argc, char **argv)
 		return decode_worker(atoi(argv[2]), argv[3], (uint32_t)atoi(argv[4]));
 	unsetenv("KVE_TEST_KV");	/* references run on malloc'd blocks */
 	alarm(300);
-	printf("# kernels: %s, KV blocks: libkvarena arena (memfd backend)\n", kve_isa_name());
+	if (be && !strcmp(be, "kernel")) {
+		backend = KVA_BACKEND_KERNEL;
+	} else if (be && strcmp(be, "memfd")) {
+		fprintf(stderr, "test_arena: KVE_TEST_BACKEND=%s: kernel or memfd\n", be);
+		return 2;
+	}
+	printf("# kernels: %s, KV blocks: libkvarena arena (%s backend)\n", kve_isa_name(),
+	       backend == KVA_BACKEND_KERNEL ? "kernel module" : "memfd");
 	for (i = 1; i < argc; i++) {
 		char err[256];
 		struct kve_model *m = kve_model_load(argv[i], err, sizeof(err));
