@@ -2,11 +2,13 @@
 # make bench [BENCH=name]: run benchmarks, print a table, and write every
 # figure to build/bench/results.tsv (name value unit peer peer_value ratio).
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
-# kernel and on the host memfd backend), engine (CPU engine vs llama.cpp).
+# kernel and on the host memfd backend), uring (batched uring_cmd against
+# one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
+# programs' cost per session transition).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl engine toolwait)
+all=(ioctl uring engine toolwait)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
