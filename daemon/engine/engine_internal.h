@@ -23,6 +23,7 @@ struct kve_mat {
 
 struct kve_layer {
 	const float *attn_norm, *ffn_norm;
+	const float *bq, *bk, *bv;	/* Q/K/V biases, all NULL when absent */
 	struct kve_mat wq, wk, wv, wo, gate, up, down;
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * forward.c - the llama forward pass over paged KV: prefill (a prompt chunk
+ * forward.c - the llama forward pass (with qwen2's Q/K/V biases and NEOX
+ * rope where the model has them) over paged KV: prefill (a prompt chunk
  * as one batch) and decode (one token from each of several sessions as one
  * batch). Both run the same pass over T tokens, so each weight matrix is
  * read once per pass whatever T is. K/V live in caller-owned blocks reached
@@ -66,21 +67,34 @@ static void rope_table(float *cs, int rope_dims, uint32_t pos, const float *inv_
 	}
 }
 
-static void rope(float *v, int n_heads, int head_dim, int rope_dims, const float *cs)
+/* Rotates pair i of each head by angle i: the pair is (2i, 2i+1) for
+ * llama ("normal" rope in llama.cpp), (i, i + rope_dims/2) for NEOX-style
+ * models (qwen2), which rotate the two halves of the rotated dims. */
+static void rope(float *v, int n_heads, int head_dim, int rope_dims, int neox,
+		 const float *cs)
 {
-	int h, i;
+	int h, i, step = neox ? 1 : 2, other = neox ? rope_dims / 2 : 1;
 
 	for (i = 0; i < rope_dims / 2; i++) {
 		float c = cs[2 * i], s = cs[2 * i + 1];
 
 		for (h = 0; h < n_heads; h++) {
-			float *p = v + (size_t)h * head_dim + 2 * i;
-			float a = p[0], b = p[1];
+			float *p = v + (size_t)h * head_dim + step * i;
+			float a = p[0], b = p[other];
 
 			p[0] = a * c - b * s;
-			p[1] = a * s + b * c;
+			p[other] = a * s + b * c;
 		}
 	}
+}
+
+static void add_bias(float *y, const float *bias, uint32_t T, uint32_t n)
+{
+	uint32_t t, i;
+
+	for (t = 0; t < T; t++)
+		for (i = 0; i < n; i++)
+			y[(size_t)t * n + i] += bias[i];
 }
 
 static uint8_t *kv_head_base(struct kve_engine *e, uint32_t block_id,
@@ -247,13 +261,18 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 			e->k->rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
 				      L->attn_norm, (int)dim, in->rms_eps);
 		matmul(e, e->xb, (int)T, 3, &L->wq, e->q, &L->wk, e->kk, &L->wv, e->vv);
+		if (L->bq) {
+			add_bias(e->q, L->bq, T, qdim);
+			add_bias(e->kk, L->bk, T, kvdim);
+			add_bias(e->vv, L->bv, T, kvdim);
+		}
 		for (t = 0; t < T; t++) {
 			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
 
 			rope(e->q + (size_t)t * qdim, (int)in->n_heads, (int)in->head_dim,
-			     (int)in->rope_dims, cs);
+			     (int)in->rope_dims, in->rope_neox, cs);
 			rope(e->kk + (size_t)t * kvdim, (int)in->n_kv_heads, (int)in->head_dim,
-			     (int)in->rope_dims, cs);
+			     (int)in->rope_dims, in->rope_neox, cs);
 			store_kv(e, t);
 		}
 		kve_threads_run(e->th, attn_worker, e);

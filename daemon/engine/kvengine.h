@@ -2,8 +2,8 @@
 /*
  * kvengine.h - public API of kvarena's built-in CPU inference engine.
  *
- * The engine runs llama-family GGUF models (F32, F16, Q8_0 tensors) on the
- * CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
+ * The engine runs llama-family GGUF models (architectures llama and qwen2;
+ * F32, F16, Q8_0 tensors) on the CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
  * (block id -> address, e.g. backed by a kvarena arena) and, per session, a
  * table of block ids. The block layout is documented in
  * Documentation/engine.md and by kve_kv_block_bytes().
@@ -41,6 +41,10 @@ struct kve_model_info {
 	int tied_output;	/* 1 when the output head is token_embd */
 	uint32_t weight_type;	/* type of the layer matrices (0 F32, 1 F16, 8 Q8_0) */
 	uint64_t weight_bytes;	/* bytes read per token for all matrices */
+	const char *arch;	/* general.architecture: "llama" or "qwen2" */
+	int rope_neox;		/* 1: rope rotates pairs (i, i + rope_dims/2)
+				 * (NEOX, qwen2); 0: pairs (2i, 2i+1) (llama) */
+	int qkv_bias;		/* 1 when the Q/K/V projections have biases */
 };
 
 /* Open and validate a GGUF file. The file is read into private memory in

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * model.c - turns a validated GGUF container into a llama-family model:
- * reads the hyper-parameters from metadata, finds every tensor by name and
- * checks its shape and type against them. Owns no compute and no KV.
+ * model.c - turns a validated GGUF container into a llama-family model
+ * ("llama", or "qwen2": llama with Q/K/V biases and NEOX rope): reads the
+ * hyper-parameters from the "<arch>.*" metadata, finds every tensor by
+ * name and checks its shape and type against them. Owns no compute and no
+ * KV.
  */
 #include "engine_internal.h"
 
@@ -12,6 +14,19 @@
 #include <stdlib.h>
 
 #define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
+
+/* What an architecture changes in the llama pass. */
+enum bias_rule { BIAS_OPTIONAL, BIAS_REQUIRED };
+
+static const struct arch_desc {
+	const char *name;
+	int rope_neox;		/* rotate (i, i + d/2) instead of (2i, 2i+1) */
+	enum bias_rule qkv_bias;
+} archs[] = {
+	/* llama.cpp reads Q/K/V biases for llama too, when present */
+	{ "llama", 0, BIAS_OPTIONAL },
+	{ "qwen2", 1, BIAS_REQUIRED },
+};
 
 static int get_arch_u32(const struct gguf *g, const char *arch, const char *k,
 			uint32_t *v, int required, char *err, size_t errlen)
@@ -78,21 +93,26 @@ static int bind(const struct gguf *g, const char *name, struct kve_mat *m,
 	return 0;
 }
 
-static int bind_norm(const struct gguf *g, const char *name, uint32_t dim,
-		     const float **out, char *err, size_t errlen)
+/* A vector of dim F32s (norm weights, biases); optional ones may be absent
+ * (*out = NULL). */
+static int bind_vec(const struct gguf *g, const char *name, uint32_t dim,
+		    const float **out, int optional, char *err, size_t errlen)
 {
 	const struct gguf_tensor *t = gguf_find_tensor(g, name);
 
+	*out = NULL;
 	if (!t) {
+		if (optional)
+			return 0;
 		snprintf(err, errlen, "model: tensor '%s' is missing", name);
 		return -EINVAL;
 	}
 	if (t->type != GGML_F32 || t->n_dims != 1 || t->ne[0] != dim ||
 	    ((uintptr_t)t->data & 3)) {
 		snprintf(err, errlen,
-			 "model: norm tensor '%s' must be F32 [%u] (is %s [%llu])",
-			 name, dim, ggml_type_name(t->type),
-			 (unsigned long long)t->ne[0]);
+			 "model: %s tensor '%s' must be F32 [%u] (is %s [%llu])",
+			 strstr(name, ".bias") ? "bias" : "norm", name, dim,
+			 ggml_type_name(t->type), (unsigned long long)t->ne[0]);
 		return -EINVAL;
 	}
 	*out = (const float *)t->data;
@@ -103,6 +123,7 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 {
 	struct kve_model_info *in = &m->info;
 	const struct gguf *g = &m->g;
+	const struct arch_desc *ad = NULL;
 	struct gguf_str s;
 	char arch[64], nm[96];
 	uint32_t i, qdim, kvdim;
@@ -114,8 +135,13 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 		ERR("model: general.architecture is empty or too long");
 	memcpy(arch, s.p, s.n);
 	arch[s.n] = 0;
-	if (strcmp(arch, "llama"))
-		ERR("model: architecture '%s' not supported (llama only)", arch);
+	for (i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+		if (!strcmp(arch, archs[i].name))
+			ad = &archs[i];
+	if (!ad)
+		ERR("model: architecture '%s' not supported (llama, qwen2)", arch);
+	in->arch = ad->name;
+	in->rope_neox = ad->rope_neox;
 
 	if (get_arch_u32(g, arch, "embedding_length", &in->dim, 1, err, errlen) ||
 	    get_arch_u32(g, arch, "block_count", &in->n_layers, 1, err, errlen) ||
@@ -168,7 +194,7 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 	}
 	if (bind(g, "token_embd.weight", &m->tok_embd, in->dim, in->vocab, 0, err, errlen) ||
 	    bind(g, "output.weight", &m->output, in->dim, in->vocab, 1, err, errlen) ||
-	    bind_norm(g, "output_norm.weight", in->dim, &m->out_norm, err, errlen))
+	    bind_vec(g, "output_norm.weight", in->dim, &m->out_norm, 0, err, errlen))
 		goto fail;
 	in->tied_output = m->output.data == NULL;
 	if (in->tied_output)
@@ -185,8 +211,13 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 		 bind(g, nm, &L->field, c, r, 0, err, errlen))
 #define N(field, suffix) \
 		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
-		 bind_norm(g, nm, in->dim, &L->field, err, errlen))
+		 bind_vec(g, nm, in->dim, &L->field, 0, err, errlen))
+#define BIAS(field, suffix, n) \
+		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".bias", i), \
+		 bind_vec(g, nm, n, &L->field, ad->qkv_bias == BIAS_OPTIONAL, err, errlen))
 		if (N(attn_norm, "attn_norm") || N(ffn_norm, "ffn_norm") ||
+		    BIAS(bq, "attn_q", qdim) || BIAS(bk, "attn_k", kvdim) ||
+		    BIAS(bv, "attn_v", kvdim) ||
 		    B(wq, "attn_q", in->dim, qdim) ||
 		    B(wk, "attn_k", in->dim, kvdim) ||
 		    B(wv, "attn_v", in->dim, kvdim) ||
@@ -197,11 +228,19 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 			goto fail;
 #undef B
 #undef N
+#undef BIAS
+		/* all three or none: the pass adds them together */
+		if ((L->bq != NULL) != (L->bk != NULL) || (L->bq != NULL) != (L->bv != NULL))
+			ERR("model: layer %u has some of attn_q/k/v.bias but not all three", i);
+		if (i && (L->bq != NULL) != (m->layers[0].bq != NULL))
+			ERR("model: layer %u %s Q/K/V biases, layer 0 %s", i,
+			    L->bq ? "has" : "lacks", L->bq ? "lacks them" : "has them");
 		bytes += L->wq.row_bytes * qdim + (L->wk.row_bytes + L->wv.row_bytes) * kvdim +
 			 L->wo.row_bytes * in->dim +
 			 (L->gate.row_bytes + L->up.row_bytes) * in->ffn_dim +
 			 L->down.row_bytes * in->dim;
 	}
+	in->qkv_bias = m->layers[0].bq != NULL;
 	in->weight_type = m->layers[0].wq.type;
 	in->weight_bytes = bytes;
 	return m;

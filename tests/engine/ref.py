@@ -3,13 +3,15 @@
 """Independent numpy reference for kvarena's CPU engine.
 
 Reads a GGUF file with its own parser (nothing shared with the C code),
-runs the llama forward pass in float64 and compares per-position logits
+runs the llama forward pass (qwen2: with Q/K/V biases and NEOX rope) in
+float64 and compares per-position logits
 with what the engine's kve-logits tool wrote; also re-implements both
 tokenizers (SentencePiece-style and GPT-2 byte-level BPE) and compares
 token ids with the engine's, and the BPE pre-tokenizers' word splits
 (applied with the third-party `regex` module, Debian's python3-regex).
 
   ref.py logits MODEL KVE_LOGITS --bound B [--kv f16] [--prefill K] [--threads N]
+                [--block N] [--controls]
   ref.py tokens MODEL KVE_LOGITS
   ref.py pretok KVE_LOGITS
 Prints one line per check: 'ok   ...' or 'FAIL ...'; exit status 1 on failure.
@@ -118,16 +120,26 @@ def quant_act(x):
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 
 
-def forward(g, tokens, kv_f16=False, q8_act=False):
+# general.architecture -> rope style; both read "<arch>.*" keys and add
+# blk.N.attn_{q,k,v}.bias when the file has them
+NEOX_ARCHS = {"qwen2"}
+
+
+def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True):
+    """neox / biases override the file's rope style and bias use (the
+    negative controls of --controls)."""
     kv = g.kv
-    dim = kv["llama.embedding_length"]
-    nl = kv["llama.block_count"]
-    nh = kv["llama.attention.head_count"]
-    nkv = kv.get("llama.attention.head_count_kv", nh)
-    hd = dim // nh
-    rd = kv.get("llama.rope.dimension_count", hd)
-    base = kv.get("llama.rope.freq_base", 10000.0)
-    eps = kv.get("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    arch = kv["general.architecture"].decode()
+    dim = kv[arch + ".embedding_length"]
+    nl = kv[arch + ".block_count"]
+    nh = kv[arch + ".attention.head_count"]
+    nkv = kv.get(arch + ".attention.head_count_kv", nh)
+    hd = kv.get(arch + ".attention.key_length", dim // nh)
+    rd = kv.get(arch + ".rope.dimension_count", hd)
+    base = kv.get(arch + ".rope.freq_base", 10000.0)
+    eps = kv.get(arch + ".attention.layer_norm_rms_epsilon", 1e-5)
+    if neox is None:
+        neox = arch in NEOX_ARCHS
     T = g.tensors
     n = len(tokens)
 
@@ -140,13 +152,22 @@ def forward(g, tokens, kv_f16=False, q8_act=False):
     cos, sin = np.cos(ang), np.sin(ang)
 
     def rope(v, heads):
+        # pair i is (2i, 2i+1), or (i, i + rd/2) for NEOX (the halves)
         v = v.reshape(n, heads, hd).copy()
-        a = v[:, :, 0:rd:2].copy()
-        b = v[:, :, 1:rd:2].copy()
+        ia = np.arange(rd // 2) if neox else np.arange(0, rd, 2)
+        ib = ia + rd // 2 if neox else ia + 1
+        a = v[:, :, ia].copy()
+        b = v[:, :, ib].copy()
         c, s = cos[:, None, :], sin[:, None, :]
-        v[:, :, 0:rd:2] = a * c - b * s
-        v[:, :, 1:rd:2] = a * s + b * c
+        v[:, :, ia] = a * c - b * s
+        v[:, :, ib] = a * s + b * c
         return v
+
+    def proj(x, p, w):
+        y = mm(x, p + w + ".weight")
+        if biases and p + w + ".bias" in T:
+            y = y + T[p + w + ".bias"]
+        return y
 
     def mm(x, name):
         if q8_act and g.types[name] == GGML_Q8_0:
@@ -158,9 +179,9 @@ def forward(g, tokens, kv_f16=False, q8_act=False):
     for l in range(nl):
         p = "blk.%d." % l
         xn = rms(x, T[p + "attn_norm.weight"])
-        q = rope(mm(xn, p + "attn_q.weight"), nh)
-        k = rope(mm(xn, p + "attn_k.weight"), nkv)
-        v = mm(xn, p + "attn_v.weight").reshape(n, nkv, hd)
+        q = rope(proj(xn, p, "attn_q"), nh)
+        k = rope(proj(xn, p, "attn_k"), nkv)
+        v = proj(xn, p, "attn_v").reshape(n, nkv, hd)
         if kv_f16:
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)
@@ -400,8 +421,9 @@ def main():
     tokens = [int(t) for t in rng.integers(0, vocab, 24)]
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as f:
         out = f.name
+    controls = "--controls" in args
     bi = args.index("--bound")
-    passthru = args[:bi] + args[bi + 2:]
+    passthru = [a for a in args[:bi] + args[bi + 2:] if a != "--controls"]
     cmd = [tool, model, out] + passthru + [str(t) for t in tokens]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode:
@@ -422,6 +444,23 @@ def main():
           "argmax %d/%d, %s" % ("ok  " if ok else "FAIL", os.path.basename(model),
                                 " ".join(passthru), err, bound, scale, agree, len(want),
                                 res.stdout.strip()))
+    if controls:
+        # negative controls: a reference with the other rope style, or
+        # without the Q/K/V biases, must miss the engine by more than the
+        # bound, or this comparison could not catch such a mix-up
+        arch = g.kv["general.architecture"].decode()
+        neox = arch in NEOX_ARCHS
+        variants = [("%s rope instead of %s" % ("NEOX" if not neox else "normal",
+                                                 "NEOX" if neox else "normal"),
+                     dict(neox=not neox))]
+        if any(k.endswith(".attn_q.bias") for k in g.tensors):
+            variants.append(("no Q/K/V biases", dict(biases=False)))
+        for what, kw in variants:
+            e = float(np.abs(got - forward(g, tokens, kv16, q8, **kw)[pre - 1:]).max())
+            good = e > bound
+            ok &= good
+            print("%s control: %s reference with %s is off by %.3g (must exceed %g)" % (
+                "ok  " if good else "FAIL", os.path.basename(model), what, e, bound))
     return 0 if ok else 1
 
 

@@ -31,10 +31,16 @@ gen f16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512
 gen q8-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 13
 gen odd-f32.gguf --dim 72 --layers 2 --heads 6 --kv-heads 3 --ffn 100 --vocab 480 --ctx 128 --type f32 --rope-base 500000 --seed 14
 gen fz-q8.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 15
+# qwen2 (Q/K/V biases, NEOX rope; BPE vocabulary, qwen2 pre-tokenizer):
+# GQA for the three weight types, the Q8_0 one with a tied head
+gen qwen2-f32.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-base 1000000 --seed 21
+gen qwen2-f16.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --seed 22
+gen qwen2-q8.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 23
 # BPE vocabularies under the llama-3 and qwen2 pre-tokenizers
 gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre llama-bpe --seed 17
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
+gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
 
 run() {	# run LABEL CMD...: log everything, show failures and notes
 	label=$1
@@ -66,23 +72,29 @@ runref() {	# numpy lines are the interesting ones: always show them
 }
 
 echo "engine checks"
-run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf
+run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf $M/qwen2-f32.gguf
 run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
-run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf
-run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
-run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf
+run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
+run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
+run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
 # kva_blocks_share, and a prefill process handing KV to a decode process
-run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
+run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
 run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
-run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf
+run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
 
 echo "numpy reference (float64; max abs error over 24 positions of logits):"
 BOUND=1e-4
-for m in f32-gqa f16-gqa q8-gqa odd-f32; do
+for m in f32-gqa f16-gqa q8-gqa odd-f32 qwen2-f16 qwen2-q8; do
 	runref "ref $m" "$PY" tests/engine/ref.py logits $M/$m.gguf $T/kve-logits --bound $BOUND
 done
+# --controls: a reference with llama's rope (and one without the biases)
+# must miss by more than the bound, so a rope mix-up cannot pass
+runref "ref qwen2-f32" "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --controls
+runref "ref f32-gqa controls" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --controls
+runref "ref qwen2 arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
+runref "ref c qwen2 q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-q8.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
 runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
 runref "ref c q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
 runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.gguf $T/kve-logits --bound $BOUND --block 1
@@ -98,7 +110,7 @@ printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
 printf '%-44s %4d ok %3d failed\n' "BPE pre-tokenizers vs python regex" \
 	"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
 printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
-for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2; do
+for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2 qwen2-f32; do
 	echo "== tokens $m" >> "$LOG"
 	out=$("$PY" tests/engine/ref.py tokens $M/$m.gguf $T/kve-logits 2>&1)
 	printf '%s\n' "$out" >> "$LOG"

@@ -3,9 +3,11 @@
  * test_gguf.c - the GGUF reader and model loader on hand-made corrupt
  * files: each must fail with an error naming the bad field, and a valid
  * file must parse. Also model-level checks (missing tensor, bad shape,
- * missing metadata) on a real model file edited in memory.
+ * missing metadata) on a real model file edited in memory, and the qwen2
+ * architecture's (qwen2.* keys, required Q/K/V biases, NEOX rope; a llama
+ * file may carry the biases too).
  *
- * usage: test_gguf MODEL
+ * usage: test_gguf LLAMA_MODEL [QWEN2_MODEL]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -218,6 +220,54 @@ static void test_model(const char *path)
 	free(b);
 }
 
+/* Every occurrence of from (n bytes) in b becomes to. */
+static void replace_all(uint8_t *b, size_t len, const char *from, const char *to, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i + n <= len; i++)
+		if (!memcmp(b + i, from, n))
+			memcpy(b + i, to, n);
+}
+
+static void test_qwen2(const char *path)
+{
+	size_t len;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "";
+	struct kve_model *m;
+	const struct kve_model_info *in;
+
+	CHECK(b != NULL, "read %s", path);
+	if (!b)
+		return;
+	m = kve_model_load_mem(b, len, err, sizeof(err));
+	in = m ? kve_model_info(m) : NULL;
+	CHECK(in && !strcmp(in->arch, "qwen2") && in->rope_neox && in->qkv_bias &&
+	      m->layers[1].bk && in->rms_eps == 1e-6f,
+	      "qwen2 model loads: qwen2.* keys, NEOX rope, Q/K/V biases %s", m ? "" : err);
+	kve_model_free(m);
+	edit_and_expect(b, len, "qwen2.block_count", "qwen2.block_counx",
+			"qwen2.block_count is missing");
+	edit_and_expect(b, len, "blk.1.attn_k.bias", "blk.1.attn_k.biax",
+			"'blk.1.attn_k.bias' is missing");
+	/* the tensor directory: name, n_dims 1, ne[0] = 32 (kv dim) -> 16 */
+	edit_n(b, len, "blk.0.attn_v.bias\x01\0\0\0\x20", "blk.0.attn_v.bias\x01\0\0\0\x10", 22,
+	       "bias tensor 'blk.0.attn_v.bias' must be F32 [32] (is F32 [16])");
+	/* the same file as a llama one: llama.* keys, biases optional but
+	 * used when present, normal rope */
+	replace_all(b, len, "qwen2.", "llama.", 6);
+	replace_all(b, len, "\x05\0\0\0\0\0\0\0qwen2", "\x05\0\0\0\0\0\0\0llama", 13);
+	m = kve_model_load_mem(b, len, err, sizeof(err));
+	in = m ? kve_model_info(m) : NULL;
+	CHECK(in && !strcmp(in->arch, "llama") && !in->rope_neox && in->qkv_bias,
+	      "llama file with Q/K/V biases loads with them, normal rope %s", m ? "" : err);
+	kve_model_free(m);
+	edit_and_expect(b, len, "blk.1.attn_q.bias", "blk.1.attn_q.biax",
+			"layer 1 has some of attn_q/k/v.bias but not all three");
+	free(b);
+}
+
 /* The weights copied into huge pages (the default where THP is on) and the
  * file mapped as it is give the same model, bit for bit. */
 static void test_load_modes(const char *path)
@@ -268,5 +318,7 @@ int main(int argc, char **argv)
 		test_model(argv[1]);
 		test_load_modes(argv[1]);
 	}
+	if (argc > 2)
+		test_qwen2(argv[2]);
 	return tc_done();
 }

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * kva-mkmodel - writes a llama-architecture GGUF v3 file with random
- * weights of any shape and a tokenizer vocabulary (SentencePiece-style
- * "llama" or byte-level BPE "gpt2") learnt from a built-in corpus. The
- * output is a pure function of the arguments (same seed, same bytes), so
- * tests and benchmarks can regenerate their models instead of storing them.
+ * kva-mkmodel - writes a llama- or qwen2-architecture GGUF v3 file with
+ * random weights of any shape (qwen2: with Q/K/V biases) and a tokenizer
+ * vocabulary (SentencePiece-style "llama" or byte-level BPE "gpt2") learnt
+ * from a built-in corpus. The output is a pure function of the arguments
+ * (same seed, same bytes), so tests and benchmarks can regenerate their
+ * models instead of storing them.
  *
  * Owns the GGUF writer and the vocabulary learner; nothing in the engine
  * depends on it.
@@ -25,6 +26,8 @@
 
 static const char usage[] =
 "usage: kva-mkmodel -o FILE [options]\n"
+"  --arch A         llama | qwen2 (llama); qwen2 adds Q/K/V biases, its\n"
+"                   metadata keys are qwen2.*, its tokenizer bpe/qwen2\n"
 "  --dim N          embedding length (288)\n"
 "  --layers N       transformer blocks (6)\n"
 "  --heads N        attention heads (6)\n"
@@ -33,8 +36,9 @@ static const char usage[] =
 "  --vocab N        vocabulary size (512, at least ~400)\n"
 "  --ctx N          context length (256)\n"
 "  --type T         f32 | f16 | q8_0 for the matrices (f32)\n"
-"  --tokenizer K    spm | bpe (spm)\n"
-"  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2 (gpt2)\n"
+"  --tokenizer K    spm | bpe (spm; qwen2: bpe)\n"
+"  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2\n"
+"                   (gpt2; qwen2: qwen2)\n"
 "  --rope-base F    RoPE frequency base (10000)\n"
 "  --tied           no output.weight: the head reuses token_embd\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
@@ -437,7 +441,7 @@ static int build_bpe(struct vocab *v, uint32_t target, uint64_t seed)
 
 /* ---- tensors -------------------------------------------------------- */
 
-enum init { INIT_NORM, INIT_MAT, INIT_EMBD };
+enum init { INIT_NORM, INIT_MAT, INIT_EMBD, INIT_BIAS };
 
 struct tensor {
 	char name[64];
@@ -512,14 +516,15 @@ int main(int argc, char **argv)
 		{ "ctx", 1, 0, 'c' }, { "type", 1, 0, 't' }, { "tokenizer", 1, 0, 'z' },
 		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
 		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
-		{ 0, 0, 0, 0 },
+		{ "arch", 1, 0, 'A' }, { 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
 	uint32_t ctx = 256, type = GGML_F32, i, l;
 	uint64_t seed = 1, off = 0;
 	float rope_base = 10000.0f;
-	int tied = 0, bpe = 0, c;
-	const char *out = NULL, *pre = NULL;
+	int tied = 0, bpe = 0, tok_set = 0, qwen2 = 0, c;
+	const char *out = NULL, *pre = NULL, *arch;
+	char key[96];
 	struct vocab v = { 0 };
 	struct tensor *ts;
 	uint32_t nt = 0;
@@ -549,6 +554,12 @@ int main(int argc, char **argv)
 			if (!strcmp(optarg, "spm")) bpe = 0;
 			else if (!strcmp(optarg, "bpe")) bpe = 1;
 			else { fprintf(stderr, "kva-mkmodel: unknown tokenizer %s\n", optarg); return 2; }
+			tok_set = 1;
+			break;
+		case 'A':
+			if (!strcmp(optarg, "llama")) qwen2 = 0;
+			else if (!strcmp(optarg, "qwen2")) qwen2 = 1;
+			else { fprintf(stderr, "kva-mkmodel: unknown architecture %s (llama, qwen2)\n", optarg); return 2; }
 			break;
 		case 'p':
 			if (strcmp(optarg, "gpt2") && strcmp(optarg, "default") &&
@@ -570,12 +581,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kva-mkmodel: bad or missing arguments\n%s", usage);
 		return 2;
 	}
+	arch = qwen2 ? "qwen2" : "llama";
+	if (qwen2 && !tok_set)
+		bpe = 1;
 	if (pre && !bpe) {
 		fprintf(stderr, "kva-mkmodel: --pre needs --tokenizer bpe\n");
 		return 2;
 	}
 	if (bpe && !pre)
-		pre = "gpt2";
+		pre = qwen2 ? "qwen2" : "gpt2";
 	if (type == GGML_Q8_0 && (dim % QK8_0 || ffn % QK8_0)) {
 		fprintf(stderr, "kva-mkmodel: q8_0 needs dim and ffn multiples of 32\n");
 		return 2;
@@ -591,20 +605,23 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* metadata */
-	kv_str("general.architecture", "llama");
+	kv_str("general.architecture", arch);
 	kv_str("general.name", "kvarena-random");
 	kv_u32("general.alignment", ALIGN);
 	kv_u32("general.file_type", type == GGML_F32 ? 0 : type == GGML_F16 ? 1 : 7);
-	kv_u32("llama.context_length", ctx);
-	kv_u32("llama.embedding_length", dim);
-	kv_u32("llama.block_count", layers);
-	kv_u32("llama.feed_forward_length", ffn);
-	kv_u32("llama.attention.head_count", heads);
-	kv_u32("llama.attention.head_count_kv", kvh);
-	kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-	kv_f32("llama.rope.freq_base", rope_base);
-	kv_u32("llama.rope.dimension_count", dim / heads);
-	kv_u32("llama.vocab_size", nvocab);
+#define AK(k) (snprintf(key, sizeof(key), "%s.%s", arch, k), key)
+	kv_u32(AK("context_length"), ctx);
+	kv_u32(AK("embedding_length"), dim);
+	kv_u32(AK("block_count"), layers);
+	kv_u32(AK("feed_forward_length"), ffn);
+	kv_u32(AK("attention.head_count"), heads);
+	kv_u32(AK("attention.head_count_kv"), kvh);
+	kv_f32(AK("attention.layer_norm_rms_epsilon"), qwen2 ? 1e-6f : 1e-5f);
+	kv_f32(AK("rope.freq_base"), rope_base);
+	if (!qwen2)	/* qwen2 files leave it to the default, the head dim */
+		kv_u32(AK("rope.dimension_count"), dim / heads);
+	kv_u32(AK("vocab_size"), nvocab);
+#undef AK
 	kv_str("tokenizer.ggml.model", bpe ? "gpt2" : "llama");
 	if (bpe)
 		kv_str("tokenizer.ggml.pre", pre);
@@ -647,7 +664,7 @@ int main(int argc, char **argv)
 	}
 
 	/* tensors */
-	ts = xrealloc(NULL, (3 + 9 * (size_t)layers) * sizeof(*ts));
+	ts = xrealloc(NULL, (3 + 12 * (size_t)layers) * sizeof(*ts));
 #define T2(nm, c0, c1, ty, in) do { struct tensor *t = &ts[nt++]; \
 		memset(t, 0, sizeof(*t)); snprintf(t->name, sizeof(t->name), "%s", nm); \
 		t->ne[0] = c0; t->ne[1] = c1; t->nd = (c1) != 0 ? 2 : 1; t->type = ty; \
@@ -665,6 +682,15 @@ int main(int argc, char **argv)
 		L2("attn_q", dim, heads * hd, type, INIT_MAT);
 		L2("attn_k", dim, kvh * hd, type, INIT_MAT);
 		L2("attn_v", dim, kvh * hd, type, INIT_MAT);
+		if (qwen2) {
+			static const char *const sfx[3] = { "attn_q", "attn_k", "attn_v" };
+			int b;
+
+			for (b = 0; b < 3; b++) {
+				snprintf(nm, sizeof(nm), "blk.%u.%s.bias", l, sfx[b]);
+				T2(nm, (b ? kvh : heads) * hd, 0, GGML_F32, INIT_BIAS);
+			}
+		}
 		L2("attn_output", heads * hd, dim, type, INIT_MAT);
 		L2("ffn_norm", dim, 0, GGML_F32, INIT_NORM);
 		L2("ffn_gate", dim, ffn, type, INIT_MAT);
@@ -716,8 +742,8 @@ int main(int argc, char **argv)
 		f = NULL;
 		goto werr;
 	}
-	printf("%s: llama dim %u layers %u heads %u/%u ffn %u vocab %u ctx %u %s %s%s%s, %.1f MB\n",
-	       out, dim, layers, heads, kvh, ffn, nvocab, ctx,
+	printf("%s: %s dim %u layers %u heads %u/%u ffn %u vocab %u ctx %u %s %s%s%s, %.1f MB\n",
+	       out, arch, dim, layers, heads, kvh, ffn, nvocab, ctx,
 	       type == GGML_F32 ? "f32" : type == GGML_F16 ? "f16" : "q8_0",
 	       bpe ? "bpe " : "spm", bpe ? pre : "", tied ? " tied" : "",
 	       (double)(hdr.n + off) / 1e6);
