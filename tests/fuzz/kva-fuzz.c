@@ -1052,6 +1052,7 @@ static void do_blocks(struct tctx *t, const struct op *o, int kind)
 	bool strict = valid && p == buf && s->kind && fd == s->fd && !s->shared && s->nsids;
 	uint32_t n = 1 + o->a % 8, i;
 	struct rng r = { o->junk };
+	const uint32_t *got;
 	long ret;
 
 	if (o->a % 16 == 0)
@@ -1106,20 +1107,24 @@ static void do_blocks(struct tctx *t, const struct op *o, int kind)
 	}
 	if (ret <= 0 || p != buf || !s->kind || fd != s->fd)
 		return;
+	/* the ids the kernel took or wrote: an invalid variant may have
+	 * pointed them elsewhere (next to the guard page), and a partial
+	 * allocation that fits there succeeds */
+	got = (const uint32_t *)(uintptr_t)b->ids;
 	if (kind == 1) {
 		for (i = 0; i < (uint32_t)ret; i++)
 			for (unsigned int j = 0; j < s->npairs; j++)
-				if (s->pairs[j].sid == b->session_id && s->pairs[j].id == t->ids[i]) {
+				if (s->pairs[j].sid == b->session_id && s->pairs[j].id == got[i]) {
 					s->pairs[j] = s->pairs[--s->npairs];
 					break;
 				}
 		return;
 	}
 	for (i = 0; i < (uint32_t)ret && s->npairs < NPAIRS; i++) {
-		if (t->ids[i] >= s->blocks_total)
+		if (got[i] >= s->blocks_total)
 			fail(t, o, "%s returned id %u >= blocks_total %u", op_names[o->kind],
-			     t->ids[i], s->blocks_total);
-		s->pairs[s->npairs++] = (struct pair){ b->session_id, t->ids[i] };
+			     got[i], s->blocks_total);
+		s->pairs[s->npairs++] = (struct pair){ b->session_id, got[i] };
 	}
 }
 
