@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages kvarena needs for a purpose, only those missing.
-# Usage: scripts/deps.sh build|check|demo|bench|all
+# Usage: scripts/deps.sh build|check|demo|bench|avx512-emu|all
 set -euo pipefail
 
 build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
@@ -10,12 +10,18 @@ build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
 guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
        linux-image-amd64 linux-image-6.12-amd64)
 check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex)
+# make check-engine-avx512: Bochs (its Skylake-X model has AVX-512; bochs-term
+# is the display plugin it runs headless with), a GRUB ISO, a 6.12 kernel
+avx512_emu=(bochs bochs-term bochsbios vgabios grub-pc-bin grub-common xorriso
+            mtools busybox-static cpio linux-image-6.12-amd64)
 
 case "${1:-all}" in
 build) want=("${build[@]}") ;;
 demo) want=("${build[@]}" "${guest[@]}") ;;
-check | bench | all) want=("${build[@]}" "${guest[@]}" "${check[@]}") ;;
-*) echo "usage: $0 build|check|demo|bench|all" >&2; exit 2 ;;
+check | bench) want=("${build[@]}" "${guest[@]}" "${check[@]}") ;;
+avx512-emu) want=("${build[@]}" "${avx512_emu[@]}") ;;
+all) want=("${build[@]}" "${guest[@]}" "${check[@]}" "${avx512_emu[@]}") ;;
+*) echo "usage: $0 build|check|demo|bench|avx512-emu|all" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -3,7 +3,8 @@
 # Included from the top-level Makefile (paths are relative to the repo
 # root); also usable alone: make -f daemon/engine/engine.mk engine
 # Defines only ENGINE_* variables and the phony targets
-#   engine check-engine bench-engine deps-engine
+#   engine check-engine check-engine-avx512 bench-engine deps-engine
+#   deps-engine-avx512
 # Everything it writes goes under build/.
 
 ENGINE_CC       ?= cc
@@ -45,7 +46,12 @@ ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
 
-.PHONY: engine check-engine bench-engine deps-engine
+# test_kernels linked statically (no sanitizers) for the AVX-512 emulation
+# lane: check-engine-avx512 boots it under Bochs's Skylake-X CPU model
+ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
+
+.PHONY: engine check-engine check-engine-avx512 bench-engine deps-engine \
+	deps-engine-avx512
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
 	$(ENGINE_LOGITS) $(ENGINE_BENCH)
@@ -87,6 +93,20 @@ $(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB) $(ENGINE_KVA)
 
 check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh
+
+$(ENGINE_EMU_TK): tests/engine/test_kernels.c tests/engine/tcheck.h $(ENGINE_LIB) \
+		| deps-engine-avx512
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -static -Itests/engine $< $(ENGINE_LIB) -o $@ \
+		$(ENGINE_LIBS)
+
+# The AVX-512 kernels under emulation (no CPU here has AVX-512), about
+# 1.5 minutes; see Documentation/engine.md.
+check-engine-avx512: $(ENGINE_EMU_TK)
+	@sh tests/engine/avx512-emu.sh $(ENGINE_EMU_TK)
+
+deps-engine-avx512:
+	@scripts/deps.sh avx512-emu
 
 bench-engine: engine
 	@sh tools/bench/engine/bench.sh

@@ -1,0 +1,179 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# avx512-emu.sh - run the engine's kernel test on an emulated AVX-512 CPU.
+#
+#   tests/engine/avx512-emu.sh STATIC_TEST_BINARY
+#
+# No machine here has AVX-512, and QEMU's TCG does not emulate it, so the
+# AVX-512 kernels (daemon/engine/kernels_avx512.c) are run under Bochs with
+# its Skylake-X CPU model (AVX-512 F/CD/DQ/BW/VL): a Debian kernel boots
+# from a GRUB ISO into an initramfs of busybox and the (statically linked)
+# test binary; /init prints /proc/cpuinfo's flags and the kernel's XSAVE
+# lines, runs the test, prints a marker with its exit status and powers
+# off. The serial console goes to a file, which this script checks.
+#
+# Fails unless: the guest CPU reports avx512f, avx512bw and avx512vl; the
+# kernel enabled the AVX-512 XSAVE state (opmask, ZMM_Hi256, Hi16_ZMM);
+# the test ran AVX-512 checks (no "# skip avx512"); no check failed; the
+# exit-status marker appeared before the timeout.
+#
+# This is emulation: it proves the kernels compute the right results, and
+# says nothing about their speed. A run takes one to three minutes.
+#
+# Environment: AVX512_EMU_OUT (work directory, default
+# build/engine/avx512emu), AVX512_EMU_KERNEL (a bzImage; default the
+# newest /boot/vmlinuz-6.12*, which is zstd-compressed and boots faster
+# under Bochs than 6.1's xz), AVX512_EMU_TIMEOUT (seconds, default 900),
+# AVX512_EMU_CPU (the Bochs CPU model, default corei7_skylake_x; one
+# without AVX-512, e.g. corei7_haswell_4770, shows the lane failing).
+# Only one Bochs runs at a time: the work directory is locked.
+#
+# Bochs quirks handled here: Debian's bochs has its debugger built in and
+# stops at a prompt before the first instruction (-rc feeds it
+# "continue"); it ships no "nogui" display, so the "term" display runs on
+# a pseudo-terminal made by script(1); its CPUID leaf 0xD sub-leaf 1
+# reports the standard-format XSAVE size where the compacted one belongs,
+# so Linux rejects XSAVES/XSAVEC ("XSAVE consistency problem") and turns
+# off XSAVE, AVX and AVX-512 altogether - hence clearcpuid=xsaves,xsavec,
+# which makes the kernel use the standard format.
+set -eu
+
+die() { echo "avx512-emu: $*" >&2; exit 1; }
+
+[ $# -eq 1 ] || { echo "usage: $0 STATIC_TEST_BINARY" >&2; exit 2; }
+bin=$1
+out=${AVX512_EMU_OUT:-build/engine/avx512emu}
+tmo=${AVX512_EMU_TIMEOUT:-900}
+kernel=${AVX512_EMU_KERNEL:-}
+cpu=${AVX512_EMU_CPU:-corei7_skylake_x}
+if [ -z "$kernel" ]; then
+	# shellcheck disable=SC2012 # /boot's names are plain
+	kernel=$(ls /boot/vmlinuz-6.12* 2>/dev/null | sort -V | tail -n 1)
+	# shellcheck disable=SC2012
+	[ -n "$kernel" ] || kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)
+fi
+bios=/usr/share/bochs/BIOS-bochs-latest
+vgabios=/usr/share/vgabios/vgabios.bin
+busybox=/bin/busybox
+
+for t in bochs-bin grub-mkrescue xorriso cpio script timeout flock readelf; do
+	command -v $t >/dev/null 2>&1 || die "$t not found (scripts/deps.sh avx512-emu installs it)"
+done
+for f in "$bin" "$kernel" "$bios" "$vgabios" "$busybox"; do
+	if [ -z "$f" ] || [ ! -r "$f" ]; then
+		die "missing: ${f:-a kernel in /boot}"
+	fi
+done
+for f in "$bin" "$busybox"; do
+	readelf -l "$f" | grep -q INTERP && die "$f is not statically linked"
+done
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+exec 9>"$out/lock"
+flock -w "$tmo" 9 || die "another run holds $out/lock"
+
+start=$(date +%s)
+rm -rf "$out/root" "$out/iso" "$out/serial.log" "$out/bochs.log" "$out/boot.iso"
+mkdir -p "$out/root/bin" "$out/root/proc" "$out/root/sys" "$out/root/dev" \
+	"$out/iso/boot/grub"
+cp "$busybox" "$out/root/bin/busybox"
+cp "$bin" "$out/root/test"
+cat >"$out/root/init" <<'EOF'
+#!/bin/busybox sh
+/bin/busybox mkdir -p /sbin /usr/bin /usr/sbin
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+echo "avx512-emu: kernel $(uname -r)"
+echo "avx512-emu: flags $(grep -m1 '^flags' /proc/cpuinfo | sed 's/^flags[^:]*: //')"
+dmesg | grep -E 'x86/fpu|XSAVE|Clearing CPUID' | sed 's/^/avx512-emu: dmesg /'
+KVE_SELFCHECK=1 /test	# as tests/engine/run.sh runs it
+rc=$?
+echo "avx512-emu: test exit status $rc"
+sleep 1	# let the UART drain before the power goes
+poweroff -f
+EOF
+chmod 755 "$out/root/init"
+(cd "$out/root" && find . | cpio -o -H newc --quiet) >"$out/iso/boot/initrd.cpio"
+cp "$kernel" "$out/iso/boot/vmlinuz"
+cat >"$out/iso/boot/grub/grub.cfg" <<'EOF'
+set timeout=0
+set default=0
+menuentry avx512-emu {
+	linux /boot/vmlinuz console=ttyS0,115200 rdinit=/init quiet mitigations=off nokaslr clearcpuid=xsaves,xsavec
+	initrd /boot/initrd.cpio
+}
+EOF
+grub-mkrescue -d /usr/lib/grub/i386-pc -o "$out/boot.iso" "$out/iso" >"$out/grub-mkrescue.log" 2>&1 ||
+	{ cat "$out/grub-mkrescue.log" >&2; die "grub-mkrescue failed"; }
+
+# ips only sets how fast guest time runs against emulated instructions
+# (clock: sync=none): a low value shortens the BIOS's and GRUB's waits.
+cat >"$out/bochsrc" <<EOF
+megs: 256
+romimage: file=$bios
+vgaromimage: file=$vgabios
+cpu: model=$cpu, count=1, ips=50000000, reset_on_triple_fault=0
+clock: sync=none, time0=local
+pci: enabled=1, chipset=i440fx
+ata0-master: type=cdrom, path=boot.iso, status=inserted
+ata1: enabled=0
+ata2: enabled=0
+ata3: enabled=0
+boot: cdrom
+floppy_bootsig_check: disabled=1
+com1: enabled=1, mode=file, dev=serial.log
+display_library: term
+speaker: enabled=0
+sound: driver=dummy
+log: bochs.log
+panic: action=fatal
+error: action=report
+info: action=report
+debug: action=ignore
+EOF
+printf 'continue\nquit\n' >"$out/debugger.rc"
+
+echo "avx512-emu: booting $(basename "$kernel") under Bochs (cpu $cpu), timeout ${tmo}s"
+rc=0
+(cd "$out" && TERM=vt100 timeout -k 10 "$tmo" script -qec \
+	"bochs-bin -q -f bochsrc -rc debugger.rc" /dev/null) \
+	</dev/null >"$out/bochs.stdout" 2>&1 || rc=$?
+secs=$(( $(date +%s) - start ))
+case $rc in 124 | 137) echo "avx512-emu: Bochs stopped by the ${tmo}s timeout" ;; esac
+
+log=$out/serial.txt
+: >"$log"
+[ -f "$out/serial.log" ] && tr -d '\r' <"$out/serial.log" >"$log"
+fail=0
+bad() { echo "avx512-emu: FAIL: $*"; fail=1; }
+
+flags=$(sed -n 's/^avx512-emu: flags //p' "$log")
+for f in avx512f avx512bw avx512vl; do
+	echo " $flags " | grep -q " $f " || bad "the emulated CPU does not report $f"
+done
+for x in "0x020: 'AVX-512 opmask'" "0x040: 'AVX-512 Hi256'" "0x080: 'AVX-512 ZMM_Hi256'"; do
+	grep -q "x86/fpu: Supporting XSAVE feature $x" "$log" ||
+		bad "the kernel did not enable XSAVE feature $x"
+done
+grep -q '^# skip avx512' "$log" && bad "the test skipped AVX-512"
+grep -q '^ok   avx512 ' "$log" || bad "no AVX-512 check passed"
+grep '^FAIL' "$log" | sed 's/^/avx512-emu: /'
+grep -q '^FAIL' "$log" && bad "$(grep -c '^FAIL' "$log") check(s) failed"
+status=$(sed -n 's/^avx512-emu: test exit status //p' "$log")
+if [ -z "$status" ]; then
+	bad "no exit-status marker: the guest never finished (see $out/serial.log, $out/bochs.log)"
+	tail -n 20 "$log" | sed 's/^/avx512-emu: serial: /'
+elif [ "$status" != 0 ]; then
+	bad "the test exited with status $status"
+fi
+
+grep '^# ' "$log" | sed 's/^/avx512-emu: test: /'
+echo "avx512-emu: cpu flags: $(echo " $flags " | tr ' ' '\n' | grep -E '^(avx|fma|f16c|xsave)' | tr '\n' ' ')"
+sed -n 's/^avx512-emu: dmesg \[[ 0-9.]*\] \(x86\/fpu: Enabled.*\)/avx512-emu: \1/p' "$log"
+echo "avx512-emu: $(grep -c '^ok   avx512 ' "$log") avx512 checks ok; $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" || echo 'no summary line')"
+echo "avx512-emu: ${secs}s end to end; logs in $out"
+[ "$fail" -eq 0 ] || exit 1
+echo "avx512-emu: PASS"
