@@ -1,7 +1,8 @@
 # Tests.  `make check` runs check-all: host suites (shared core, library)
 # under ASan/UBSan and valgrind, module style (checkpatch, sparse), the
 # in-guest suite on every guest kernel, dkms, and the engine's suite (on the
-# host, and over the module in each guest).
+# host, over the module in each guest, and its AVX-512 kernels on Bochs's
+# emulated Skylake-X).
 
 TEST_CFLAGS := $(CFLAGS_COMMON) -O1
 KT_BIN := $(B)/tests/kmod/test_kmod
@@ -78,6 +79,7 @@ check-all:
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-engine
 	$(MAKE) --no-print-directory check-engine-guest
+	$(MAKE) --no-print-directory check-engine-avx512
 	$(MAKE) --no-print-directory check-toolwait
 	$(MAKE) --no-print-directory check-fuzz
 
