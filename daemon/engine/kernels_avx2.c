@@ -8,6 +8,15 @@
  * Matrix products are register tiles of R weight rows x C tokens: each
  * weight vector loaded is used C times, which is what makes a decode step
  * over a batch read each weight once.
+ *
+ * PREFETCH_NOTE: a one-token tile walks 8 rows side by side, i.e. 8 short
+ * streams (0.8-3 KiB each for 110M-class models) that the hardware
+ * prefetcher barely ramps up on before they end. While it works on one
+ * tile it prefetches the same offsets of the next tile's rows, so those
+ * are in flight when it starts: +10% decode for F16 (512-wide rows),
+ * +15-20% for Q8_0, about neutral for F32 with 3 KiB rows, measured A/B
+ * with kve-bench. A prefetch is a hint: results do not change, and one
+ * past the matrix's end does not fault.
  */
 #include <immintrin.h>
 
@@ -71,6 +80,12 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 		xs[j] = x + (size_t)(t + j) * cols;
 	for (k = 0; k < kv; k += 8) {
 		__m256 xv[4];
+		/* decode: prefetch the next tile's rows (see PREFETCH_NOTE) */
+		if (C == 1 && !((k * (f16 ? 2 : 4)) & 63))
+#pragma GCC unroll 8
+			for (i = 0; i < R; i++)
+				_mm_prefetch((const char *)rows[i] + (size_t)R * w->row_bytes +
+					     (size_t)k * (f16 ? 2 : 4), _MM_HINT_T0);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_ps(xs[j] + k);
@@ -188,6 +203,13 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 		xs[j] = xq + (size_t)(t + j) * nb;
 	for (b = 0; b < nb; b++) {
 		__m256i xv[3];
+
+		/* decode: prefetch the next tile's rows (see PREFETCH_NOTE) */
+		if (C == 1 && !(b & 1))
+#pragma GCC unroll 8
+			for (i = 0; i < 4 * NG; i++)
+				_mm_prefetch((const char *)rows[i] + (size_t)4 * NG * w->row_bytes +
+					     (size_t)b * Q8_0_BYTES, _MM_HINT_T0);
 
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
