@@ -8,7 +8,7 @@ TEST_CFLAGS := $(CFLAGS_COMMON) -O1
 KT_BIN := $(B)/tests/kmod/test_kmod
 KT_SRCS := $(sort $(wildcard tests/kmod/*.c))
 
-$(KT_BIN): $(KT_SRCS) tests/kmod/kt.h $(LIB_A)
+$(KT_BIN): $(KT_SRCS) tests/kmod/kt.h tests/common/kva_guest.h $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit $(LIB_LDLIBS)
 

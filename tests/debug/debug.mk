@@ -36,11 +36,11 @@ FUZZ_BIN := $(B)/tests/fuzz/kva-fuzz
 FAILNTH_BIN := $(B)/tests/debug/kva-failnth
 DEBUG_KO := $(B)/kmod-debug$(if $(KVA_DEBUG_INJECT),-$(KVA_DEBUG_INJECT))/kvarena.ko
 
-$(FUZZ_BIN): tests/fuzz/kva-fuzz.c include/uapi/linux/kvarena.h
+$(FUZZ_BIN): tests/fuzz/kva-fuzz.c tests/common/kva_guest.h include/uapi/linux/kvarena.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -O2 $< -o $@ -luring -lpthread
 
-$(FAILNTH_BIN): tests/debug/kva-failnth.c include/uapi/linux/kvarena.h
+$(FAILNTH_BIN): tests/debug/kva-failnth.c tests/common/kva_guest.h include/uapi/linux/kvarena.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) -O2 $< -o $@ -luring
 

@@ -41,6 +41,8 @@
 #include <linux/netlink.h>
 #include <liburing.h>
 
+#include "../common/kva_guest.h"
+
 struct drm_prime { uint32_t handle, flags; int32_t fd; };
 struct drm_gclose { uint32_t handle, pad; };
 #define DRM_GEM_CLOSE	_IOW('d', 0x09, struct drm_gclose)
@@ -63,40 +65,7 @@ static int wr(const char *path, const char *v)
 	return ok ? 0 : -EIO;
 }
 
-static long long sysfs_num(const char *name)
-{
-	char path[256];
-	long long v = -1;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "/sys/class/misc/kvarena/%s", name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%lld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
-static bool counters_zero(char *why, size_t len)
-{
-	static const char *const names[] = { "arenas", "pinned_bytes", "sessions", "blocks_used" };
-
-	for (int tries = 0; tries < 300; tries++) {
-		bool zero = true;
-
-		for (int i = 0; i < 4; i++)
-			zero &= sysfs_num(names[i]) == 0;
-		if (zero)
-			return true;
-		usleep(10000);
-	}
-	snprintf(why, len, "arenas=%lld pinned_bytes=%lld sessions=%lld blocks_used=%lld",
-		 sysfs_num("arenas"), sysfs_num("pinned_bytes"), sysfs_num("sessions"),
-		 sysfs_num("blocks_used"));
-	return false;
-}
 
 static void nth_arm(int n)
 {
@@ -249,27 +218,6 @@ static int nl_arena_attr(char *a, uint32_t id)
 	return NLA_ALIGN(na->nla_len);
 }
 
-static int open_vgem(void)
-{
-	char path[PATH_MAX], real[PATH_MAX];
-	struct dirent *e;
-	int fd = -1;
-	DIR *d = opendir("/sys/class/drm");
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)) && fd < 0) {
-		if (strncmp(e->d_name, "card", 4) || strchr(e->d_name, '-'))
-			continue;
-		snprintf(path, sizeof(path), "/sys/class/drm/%s", e->d_name);
-		if (!realpath(path, real) || !strstr(real, "/vgem"))
-			continue;
-		snprintf(path, sizeof(path), "/dev/dri/%s", e->d_name);
-		fd = open(path, O_RDWR | O_CLOEXEC);
-	}
-	closedir(d);
-	return fd;
-}
 
 /* ------------------------------------------------------------ scenarios */
 struct scenario {
@@ -344,7 +292,7 @@ static int setup_vgem(struct fx *f)
 
 	if (r)
 		return r;
-	f->vgem = open_vgem();
+	f->vgem = kvg_open_vgem();
 	if (f->vgem < 0)
 		return -ENODEV;
 	f->dmabuf = ioctl(f->arena, KVA_IOC_EXPORT_DMABUF, &e);
@@ -609,7 +557,7 @@ static int run(const struct scenario *s)
 			}
 		}
 		teardown(&f);
-		if (!counters_zero(why, sizeof(why))) {
+		if (!kvg_counters_zero(300, 10000, why, sizeof(why))) {
 			printf("failnth: %-16s FAIL: fault %d (%s): leak: %s\n", s->name, n,
 			       r ? strerror(-r) : "op succeeded", why);
 			bad++;

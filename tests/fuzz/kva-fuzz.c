@@ -59,6 +59,8 @@
 #include <linux/netlink.h>
 #include <liburing.h>
 
+#include "../common/kva_guest.h"
+
 #define MIB		(1ULL << 20)
 #define NSLOT		4
 #define NUBUF		24
@@ -819,29 +821,6 @@ static void do_fd_recv(struct tctx *t, const struct op *o)
 	}
 }
 
-/* ------------------------------------------------------------ vgem */
-static int open_vgem(void)
-{
-	char path[PATH_MAX], real[PATH_MAX];
-	struct dirent *e;
-	int fd = -1;
-	DIR *d = opendir("/sys/class/drm");
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)) && fd < 0) {
-		if (strncmp(e->d_name, "card", 4) || strchr(e->d_name, '-'))
-			continue;
-		snprintf(path, sizeof(path), "/sys/class/drm/%s", e->d_name);
-		if (!realpath(path, real) || !strstr(real, "/vgem"))
-			continue;
-		snprintf(path, sizeof(path), "/dev/dri/%s", e->d_name);
-		fd = open(path, O_RDWR | O_CLOEXEC);
-	}
-	closedir(d);
-	return fd;
-}
-
 /* ------------------------------------------------------------ the ops */
 static void do_arena_create(struct tctx *t, const struct op *o)
 {
@@ -1433,7 +1412,7 @@ static void tctx_init(struct tctx *t, int proc, int gen, int tid)
 	mprotect(t->guard + 4096, 4096, PROT_NONE);
 	t->nl = -1;
 	nl_open(t);
-	t->vgem = open_vgem();
+	t->vgem = kvg_open_vgem();
 }
 
 static void tctx_fini(struct tctx *t)
@@ -1678,43 +1657,6 @@ out:
 	free(skip);
 }
 
-/* ------------------------------------------------------------ counters */
-static long long sysfs_num(const char *name)
-{
-	char path[256];
-	long long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/class/misc/kvarena/%s", name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (fscanf(f, "%lld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
-static int check_zero(void)
-{
-	static const char *const names[] = { "arenas", "pinned_bytes", "sessions", "blocks_used" };
-	int i, tries;
-
-	for (tries = 0; tries < 200; tries++) {
-		bool zero = true;
-
-		for (i = 0; i < 4; i++)
-			zero &= sysfs_num(names[i]) == 0;
-		if (zero)
-			return 0;
-		usleep(100000);
-	}
-	for (i = 0; i < 4; i++)
-		fprintf(stderr, "kva-fuzz: after the run: %s = %lld (want 0)\n", names[i],
-			sysfs_num(names[i]));
-	return 1;
-}
-
 /* ------------------------------------------------------------ supervisor */
 static double now_s(void)
 {
@@ -1917,8 +1859,10 @@ int main(int argc, char **argv)
 		       (unsigned long)atomic_load(&shm->ok[k]), (unsigned long)atomic_load(&shm->err[k]));
 	printf("\n");
 	if (g_check_zero && !rc) {
-		if (check_zero()) {
-			fprintf(stderr, "kva-fuzz: FAIL: module counters not back to zero\n");
+		char why[160];
+
+		if (!kvg_counters_zero(200, 100000, why, sizeof(why))) {
+			fprintf(stderr, "kva-fuzz: FAIL: module counters not back to zero: %s\n", why);
 			rc = 1;
 		}
 	}

@@ -18,6 +18,7 @@
 #include <linux/dma-buf.h>
 
 #include "kt.h"
+#include "../common/kva_guest.h"
 
 /* The two DRM ioctls used, from <drm/drm.h> (not in linux-libc-dev). */
 struct kt_drm_prime_handle {
@@ -250,29 +251,11 @@ static void test_memory_outlives_arena_fd(void)
 	CU_ASSERT_EQUAL(kt_sysfs("arenas"), 0);
 }
 
-/* Find the DRM card of vgem (a bare platform device), loading it first. */
+/* vgem's DRM card, loading the module first. */
 static int open_vgem(void)
 {
-	char path[PATH_MAX], real[PATH_MAX];
-	struct dirent *e;
-	int fd = -1;
-	DIR *d;
-
 	kt_sh("modprobe vgem 2>/dev/null");
-	d = opendir("/sys/class/drm");
-	if (!d)
-		return -1;
-	while ((e = readdir(d)) && fd < 0) {
-		if (strncmp(e->d_name, "card", 4) || strchr(e->d_name, '-'))
-			continue;
-		snprintf(path, sizeof(path), "/sys/class/drm/%s", e->d_name);
-		if (!realpath(path, real) || !strstr(real, "/platform/vgem/"))
-			continue;
-		snprintf(path, sizeof(path), "/dev/dri/%s", e->d_name);
-		fd = open(path, O_RDWR | O_CLOEXEC);
-	}
-	closedir(d);
-	return fd;
+	return kvg_open_vgem();
 }
 
 static void test_vgem_import(void)
@@ -330,6 +313,17 @@ static int devmaps(uint32_t arena_id)
 	return n;
 }
 
+/* A CPU access bracket (DMA_BUF_IOCTL_SYNC start, end): 0 if both pass. */
+static int cpu_access(int dmabuf, uint64_t rw)
+{
+	struct dma_buf_sync sync = { .flags = DMA_BUF_SYNC_START | rw };
+
+	if (kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync))
+		return -1;
+	sync.flags = DMA_BUF_SYNC_END | rw;
+	return kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync);
+}
+
 /*
  * Two importers on one device (two DRM files, as a prefill and a decode
  * process on one GPU) share one DMA mapping of the arena; CPU-access sync
@@ -339,7 +333,6 @@ static void test_vgem_two_importers(void)
 {
 	struct kt_drm_prime_handle prime[2] = { 0 };
 	struct kt_drm_gem_close gclose = { 0 };
-	struct dma_buf_sync sync = { 0 };
 	struct kva_arena_info info;
 	int vgem[2], arena, dmabuf, i;
 
@@ -363,10 +356,7 @@ static void test_vgem_two_importers(void)
 	CU_ASSERT_EQUAL(info.dmabuf_mapped, 2);
 	CU_ASSERT_EQUAL(devmaps(info.arena_id), 1);
 
-	sync.flags = DMA_BUF_SYNC_START | DMA_BUF_SYNC_RW;
-	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
-	sync.flags = DMA_BUF_SYNC_END | DMA_BUF_SYNC_RW;
-	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
+	CU_ASSERT_EQUAL(cpu_access(dmabuf, DMA_BUF_SYNC_RW), 0);
 
 	gclose.handle = prime[0].handle;
 	CU_ASSERT_EQUAL(kt_ioctl(vgem[0], KT_DRM_IOCTL_GEM_CLOSE, &gclose), 0);
@@ -374,10 +364,7 @@ static void test_vgem_two_importers(void)
 	CU_ASSERT_EQUAL(info.dmabuf_attachments, 1);
 	CU_ASSERT_EQUAL(info.dmabuf_mapped, 1);
 	CU_ASSERT_EQUAL(devmaps(info.arena_id), 1);
-	sync.flags = DMA_BUF_SYNC_START | DMA_BUF_SYNC_READ;
-	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
-	sync.flags = DMA_BUF_SYNC_END | DMA_BUF_SYNC_READ;
-	CU_ASSERT_EQUAL(kt_ioctl(dmabuf, DMA_BUF_IOCTL_SYNC, &sync), 0);
+	CU_ASSERT_EQUAL(cpu_access(dmabuf, DMA_BUF_SYNC_READ), 0);
 
 	gclose.handle = prime[1].handle;
 	CU_ASSERT_EQUAL(kt_ioctl(vgem[1], KT_DRM_IOCTL_GEM_CLOSE, &gclose), 0);
