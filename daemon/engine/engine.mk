@@ -30,7 +30,7 @@ else
 ENGINE_KVA      := $(LIB_A)
 endif
 
-ENGINE_NAMES    := gguf model tokenizer forward threads sample kernels \
+ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
                    kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena
 ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
                    include/uapi/linux/kvarena.h

@@ -13,13 +13,77 @@
 #include "gguf.h"
 #include "kvengine.h"
 
-/* A weight matrix as GGUF stores it: rows of `cols` elements. */
+/*
+ * A weight matrix: rows of `cols` elements, row_bytes each, either as GGUF
+ * stores it (panel 0: row after row) or packed in panels (pack.c): groups
+ * of `panel` consecutive rows interleaved so that a tile reading those
+ * rows side by side reads one linear stream. F32/F16 panels are 8 rows,
+ * stored as 8-column chunks [chunk][row][8 values]; Q8_0 panels are 4 rows,
+ * stored per block as the 4 fp16 scales then the 4 rows' 32 quants
+ * [block][4 scales | 4 x 32 quants]. A panel holds panel * row_bytes bytes,
+ * so panel p starts where row p * panel would. Kernels address elements
+ * only through the helpers below, which serve both layouts.
+ */
 struct kve_mat {
 	const uint8_t *data;
 	uint32_t type;		/* enum ggml_type */
 	uint32_t rows, cols;
 	size_t row_bytes;
+	uint32_t panel;		/* 0, or rows per panel (KVE_PANEL_F / KVE_PANEL_Q8) */
 };
+
+#define KVE_PANEL_F	8	/* F32/F16 rows per panel; chunks of 8 columns */
+#define KVE_PANEL_Q8	4	/* Q8_0 rows per panel */
+
+/* F32/F16: columns [8c, 8c + 8) of row r, as consecutive values. */
+static inline const uint8_t *kve_mat_chunk(const struct kve_mat *w, uint32_t r, uint32_t c)
+{
+	size_t es = w->type == GGML_F32 ? 4 : 2;
+
+	if (!w->panel)
+		return w->data + (size_t)r * w->row_bytes + (size_t)c * 8 * es;
+	return w->data + (size_t)(r - r % KVE_PANEL_F) * w->row_bytes +
+	       ((size_t)c * KVE_PANEL_F + r % KVE_PANEL_F) * 8 * es;
+}
+
+/* F32/F16: bytes from one chunk of a row to its next */
+static inline size_t kve_mat_cstep(const struct kve_mat *w)
+{
+	return (w->panel ? KVE_PANEL_F : 1) * 8 * (size_t)(w->type == GGML_F32 ? 4 : 2);
+}
+
+/* Q8_0: the fp16 scale of block b of row r */
+static inline const uint8_t *kve_q8_scale(const struct kve_mat *w, uint32_t r, uint32_t b)
+{
+	if (!w->panel)
+		return w->data + (size_t)r * w->row_bytes + (size_t)b * Q8_0_BYTES;
+	return w->data + (size_t)(r - r % KVE_PANEL_Q8) * w->row_bytes +
+	       (size_t)b * KVE_PANEL_Q8 * Q8_0_BYTES + 2 * (r % KVE_PANEL_Q8);
+}
+
+/* Q8_0: the 32 quants of block b of row r */
+static inline const uint8_t *kve_q8_quants(const struct kve_mat *w, uint32_t r, uint32_t b)
+{
+	if (!w->panel)
+		return kve_q8_scale(w, r, b) + 2;
+	return w->data + (size_t)(r - r % KVE_PANEL_Q8) * w->row_bytes +
+	       (size_t)b * KVE_PANEL_Q8 * Q8_0_BYTES + 2 * KVE_PANEL_Q8 + QK8_0 * (r % KVE_PANEL_Q8);
+}
+
+/* Q8_0: bytes from one block of a row to its next (scales and quants) */
+static inline size_t kve_q8_bstep(const struct kve_mat *w)
+{
+	return (w->panel ? KVE_PANEL_Q8 : 1) * (size_t)Q8_0_BYTES;
+}
+
+/*
+ * Packs a row-major matrix into panels in place (its memory must be
+ * writable). 0 when packed, 1 when the shape does not allow it (F32/F16
+ * need rows and cols multiples of 8, Q8_0 rows a multiple of 4; other
+ * types stay as they are) and the matrix is left untouched, -ENOMEM.
+ * pack.c.
+ */
+int kve_mat_pack(struct kve_mat *w);
 
 struct kve_layer {
 	const float *attn_norm, *ffn_norm;
@@ -172,6 +236,21 @@ static inline float kve_f16_to_f32(uint16_t h)
 	}
 	memcpy(&f, &bits, 4);
 	return f;
+}
+
+/* F32/F16: the value at row r, column c (either layout) */
+static inline float kve_mat_at(const struct kve_mat *w, uint32_t r, uint32_t c)
+{
+	const uint8_t *p = kve_mat_chunk(w, r, c / 8);
+	float f;
+	uint16_t h;
+
+	if (w->type == GGML_F32) {
+		memcpy(&f, p + 4 * (c % 8), 4);
+		return f;
+	}
+	memcpy(&h, p + 2 * (c % 8), 2);
+	return kve_f16_to_f32(h);
 }
 
 /* Round to nearest even, like F16C's _cvtps_ph with mode 0. */

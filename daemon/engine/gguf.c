@@ -365,7 +365,8 @@ int gguf_open_mem(struct gguf *g, const void *buf, size_t len,
 #define GGUF_HUGE (2u << 20)
 
 /* The whole file in private anonymous memory, 2 MiB aligned, advised to
- * transparent huge pages, then made read-only. Weights are streamed once
+ * transparent huge pages, writable until gguf_seal (the model repacks its
+ * weights in place first). Weights are streamed once
  * per token, and with 4 KiB pages every page is a TLB miss (a costly one
  * under virtualisation); 2 MiB pages take 512 times fewer. NULL if the
  * memory cannot be had (the caller maps the file instead). */
@@ -393,7 +394,6 @@ static void *copy_huge(int fd, size_t n, void **rawp, size_t *rawlen, int *rc)
 		}
 		off += (size_t)r;
 	}
-	mprotect(p, body, PROT_READ);
 	*rawp = raw;
 	*rawlen = tot;
 	return p;
@@ -404,7 +404,7 @@ int gguf_open_file(struct gguf *g, const char *path, int huge, char *err, size_t
 	void *raw = NULL, *p = NULL;
 	size_t rawlen = 0;
 	struct stat st;
-	int fd, rc;
+	int fd, rc, copied = 0;
 
 	memset(g, 0, sizeof(*g));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -421,6 +421,7 @@ int gguf_open_file(struct gguf *g, const char *path, int huge, char *err, size_t
 	}
 	if (huge) {
 		p = copy_huge(fd, (size_t)st.st_size, &raw, &rawlen, &rc);
+		copied = p != NULL;
 		if (!p && rc) {
 			snprintf(err, errlen, "gguf: read %s: %s", path, strerror(-rc));
 			close(fd);
@@ -445,9 +446,17 @@ int gguf_open_file(struct gguf *g, const char *path, int huge, char *err, size_t
 		return rc;
 	}
 	g->mapped = 1;
+	g->writable = copied;
 	g->map_base = raw;
 	g->map_len = rawlen;
 	return 0;
+}
+
+void gguf_seal(struct gguf *g)
+{
+	if (g->writable)
+		mprotect(g->map_base, g->map_len, PROT_READ);
+	g->writable = 0;
 }
 
 void gguf_close(struct gguf *g)

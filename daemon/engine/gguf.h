@@ -59,6 +59,7 @@ struct gguf {
 	const uint8_t *base;
 	size_t len;
 	int mapped;		/* base came from gguf_open_file: unmap map_base */
+	int writable;		/* base is a private copy, writable until gguf_seal */
 	void *map_base;
 	size_t map_len;
 	uint32_t version;
@@ -76,6 +77,8 @@ int gguf_open_mem(struct gguf *g, const void *buf, size_t len,
  * mapping when that memory cannot be had). */
 int gguf_open_file(struct gguf *g, const char *path, int copy_huge,
 		   char *err, size_t errlen);
+/* Makes a writable copy read-only (after the model repacked its weights). */
+void gguf_seal(struct gguf *g);
 void gguf_close(struct gguf *g);
 
 const struct gguf_kv *gguf_find_kv(const struct gguf *g, const char *key);

@@ -40,11 +40,12 @@ KVE_INLINE float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-KVE_INLINE __m256 load_w(const uint8_t *row, int k, int f16)
+/* 8 values from p (a chunk of kve_mat_chunk) */
+KVE_INLINE __m256 load_w(const uint8_t *p, int f16)
 {
 	if (f16)
-		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * (size_t)k)));
-	return _mm256_loadu_ps((const float *)row + k);
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_loadu_ps((const float *)p);
 }
 
 KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
@@ -57,6 +58,35 @@ KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
 	return ((const float *)row)[k];
 }
 
+/*
+ * Decode prefetch for a one-token tile at byte offset off of its rows
+ * (column k). Packed: one stream, PF_AHEAD bytes ahead of the tile's
+ * first row, every line of the step. Row-major: the same offsets of the
+ * next tile's rows, once per 64 bytes of a row.
+ */
+#define PF_AHEAD_F32	1024
+#define PF_AHEAD_F16	2048
+KVE_INLINE void prefetch_f(const struct kve_mat *w, const uint8_t *const *rows, int R,
+			   size_t off, int k, int f16)
+{
+	int i;
+
+	if (w->panel) {
+		const size_t step = kve_mat_cstep(w);
+		const char *p = (const char *)rows[0] + off + (f16 ? PF_AHEAD_F16 : PF_AHEAD_F32);
+		size_t l;
+
+		for (l = 0; l < step; l += 64)
+			_mm_prefetch(p + l, _MM_HINT_T0);
+		return;
+	}
+	if ((k * (f16 ? 2 : 4)) & 63)
+		return;
+#pragma GCC unroll 8
+	for (i = 0; i < R; i++)
+		_mm_prefetch((const char *)rows[i] + (size_t)R * w->row_bytes + off, _MM_HINT_T0);
+}
+
 /* R rows starting at r, C tokens starting at t. */
 KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 		       int ldy, int r, int t, const int R, const int C,
@@ -65,12 +95,14 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	__m256 acc[8][4];
 	const uint8_t *rows[8];
 	const float *xs[4];
+	const size_t step = kve_mat_cstep(w);
 	int cols = (int)w->cols, k, i, j;
 	int kv = cols & ~7;
+	size_t off;
 
 #pragma GCC unroll 8
 	for (i = 0; i < R; i++) {
-		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
+		rows[i] = kve_mat_chunk(w, (uint32_t)(r + i), 0);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++)
 			acc[i][j] = _mm256_setzero_ps();
@@ -78,20 +110,17 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++)
 		xs[j] = x + (size_t)(t + j) * cols;
-	for (k = 0; k < kv; k += 8) {
+	for (k = 0, off = 0; k < kv; k += 8, off += step) {
 		__m256 xv[4];
-		/* decode: prefetch the next tile's rows (see PREFETCH_NOTE) */
-		if (C == 1 && !((k * (f16 ? 2 : 4)) & 63))
-#pragma GCC unroll 8
-			for (i = 0; i < R; i++)
-				_mm_prefetch((const char *)rows[i] + (size_t)R * w->row_bytes +
-					     (size_t)k * (f16 ? 2 : 4), _MM_HINT_T0);
+
+		if (C == 1)	/* decode (see PREFETCH_NOTE) */
+			prefetch_f(w, rows, R, off, k, f16);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_ps(xs[j] + k);
 #pragma GCC unroll 8
 		for (i = 0; i < R; i++) {
-			__m256 wv = load_w(rows[i], k, f16);
+			__m256 wv = load_w(rows[i] + off, f16);
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++)
 				acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
@@ -102,8 +131,8 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			float s = hsum8(acc[i][j]);
-			for (k = kv; k < cols; k++)
-				s += load_w1(rows[i], k, f16) * xs[j][k];
+			for (k = kv; k < cols; k++)	/* row-major only: packed cols % 8 == 0 */
+				s += kve_mat_at(w, (uint32_t)(r + i), (uint32_t)k) * xs[j][k];
 			y[(size_t)(t + j) * ldy + r + i] = s;
 		}
 	}
@@ -175,6 +204,36 @@ KVE_INLINE __m256 q8_quad_scale(const uint8_t *b0, const uint8_t *b1, const uint
 	return _mm256_set_m128(v, v);
 }
 
+/*
+ * Decode prefetch for a one-token Q8_0 tile of R rows at byte offset off
+ * of its blocks (block b). Packed: one stream per 4-row panel, PF_AHEAD_Q8
+ * bytes ahead, every line of the block. Row-major: the same offsets of the
+ * next tile's rows, every other block.
+ */
+#define PF_AHEAD_Q8	2048
+KVE_INLINE void prefetch_q8(const struct kve_mat *w, const uint8_t *const *sp, int R,
+			    size_t off, int b)
+{
+	int i;
+
+	if (w->panel) {
+#pragma GCC unroll 2
+		for (i = 0; i < R; i += KVE_PANEL_Q8) {
+			const char *p = (const char *)sp[i] + off + PF_AHEAD_Q8;
+
+			_mm_prefetch(p, _MM_HINT_T0);
+			_mm_prefetch(p + 64, _MM_HINT_T0);
+			_mm_prefetch(p + 128, _MM_HINT_T0);
+		}
+		return;
+	}
+	if (b & 1)
+		return;
+#pragma GCC unroll 8
+	for (i = 0; i < R; i++)
+		_mm_prefetch((const char *)sp[i] + (size_t)R * w->row_bytes + off, _MM_HINT_T0);
+}
+
 /* NG groups of 4 rows from r (the last group has `last` real rows, the
  * rest repeat its first), C tokens from t; dwq: 4 scales per group per
  * block, or NULL */
@@ -183,17 +242,22 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 			const int last)
 {
 	__m256 acc[2][3];
-	const uint8_t *rows[8];
+	const uint8_t *sp[8], *qp[8];	/* block 0's scale and quants per row */
 	const struct kve_q8x *xs[3];
 	const __m256i ones = _mm256_set1_epi16(1);
+	const size_t step = kve_q8_bstep(w);
 	int nb = (int)w->cols / QK8_0, b, g, i, j;
+	size_t off;
 
 #pragma GCC unroll 2
 	for (g = 0; g < NG; g++) {
 #pragma GCC unroll 4
-		for (i = 0; i < 4; i++)
-			rows[4 * g + i] = w->data + (size_t)(r + 4 * g +
-				(g == NG - 1 && i >= last ? 0 : i)) * w->row_bytes;
+		for (i = 0; i < 4; i++) {
+			uint32_t row = (uint32_t)(r + 4 * g + (g == NG - 1 && i >= last ? 0 : i));
+
+			sp[4 * g + i] = kve_q8_scale(w, row, 0);
+			qp[4 * g + i] = kve_q8_quants(w, row, 0);
+		}
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
 			acc[g][j] = _mm256_setzero_ps();
@@ -201,33 +265,25 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 #pragma GCC unroll 3
 	for (j = 0; j < C; j++)
 		xs[j] = xq + (size_t)(t + j) * nb;
-	for (b = 0; b < nb; b++) {
+	for (b = 0, off = 0; b < nb; b++, off += step) {
 		__m256i xv[3];
 
-		/* decode: prefetch the next tile's rows (see PREFETCH_NOTE) */
-		if (C == 1 && !(b & 1))
-#pragma GCC unroll 8
-			for (i = 0; i < 4 * NG; i++)
-				_mm_prefetch((const char *)rows[i] + (size_t)4 * NG * w->row_bytes +
-					     (size_t)b * Q8_0_BYTES, _MM_HINT_T0);
-
+		if (C == 1)	/* decode (see PREFETCH_NOTE) */
+			prefetch_q8(w, sp, 4 * NG, off, b);
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
 #pragma GCC unroll 2
 		for (g = 0; g < NG; g++) {
-			const uint8_t *bl[4];
+			const uint8_t *const *s4 = sp + 4 * g, *const *q4 = qp + 4 * g;
 			__m256i h01[3];
 			__m256 dw;
 
-#pragma GCC unroll 4
-			for (i = 0; i < 4; i++)
-				bl[i] = rows[4 * g + i] + (size_t)b * Q8_0_BYTES;
 			dw = dwq ? _mm256_broadcast_ps((const __m128 *)(dwq + ((size_t)b * NG + g) * 4)) :
-				   q8_quad_scale(bl[0], bl[1], bl[2], bl[3]);
+				   q8_quad_scale(s4[0] + off, s4[1] + off, s4[2] + off, s4[3] + off);
 			{
-				__m256i w0 = _mm256_loadu_si256((const __m256i *)(bl[0] + 2));
-				__m256i w1 = _mm256_loadu_si256((const __m256i *)(bl[1] + 2));
+				__m256i w0 = _mm256_loadu_si256((const __m256i *)(q4[0] + off));
+				__m256i w1 = _mm256_loadu_si256((const __m256i *)(q4[1] + off));
 				__m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
 
 #pragma GCC unroll 3
@@ -241,8 +297,8 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 				}
 			}
 			{
-				__m256i w2 = _mm256_loadu_si256((const __m256i *)(bl[2] + 2));
-				__m256i w3 = _mm256_loadu_si256((const __m256i *)(bl[3] + 2));
+				__m256i w2 = _mm256_loadu_si256((const __m256i *)(q4[2] + off));
+				__m256i w3 = _mm256_loadu_si256((const __m256i *)(q4[3] + off));
 				__m256i a2 = _mm256_sign_epi8(w2, w2), a3 = _mm256_sign_epi8(w3, w3);
 
 #pragma GCC unroll 3
@@ -298,14 +354,12 @@ static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 4);
 			continue;
 		}
-		for (b = 0; b < nb; b++) {
-			const uint8_t *b0 = w->data + (size_t)r * w->row_bytes + (size_t)b * Q8_0_BYTES;
-
-			_mm_store_ps(dwq + (size_t)b * 4,
-				     _mm256_castps256_ps128(q8_quad_scale(b0, b0 + w->row_bytes,
-									  b0 + 2 * w->row_bytes,
-									  b0 + 3 * w->row_bytes)));
-		}
+		for (b = 0; b < nb; b++)
+			_mm_store_ps(dwq + (size_t)b * 4, _mm256_castps256_ps128(q8_quad_scale(
+				kve_q8_scale(w, (uint32_t)r, (uint32_t)b),
+				kve_q8_scale(w, (uint32_t)r + 1, (uint32_t)b),
+				kve_q8_scale(w, (uint32_t)r + 2, (uint32_t)b),
+				kve_q8_scale(w, (uint32_t)r + 3, (uint32_t)b))));
 		for (t = 0; t + 3 <= T; t += 3)
 			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 3, 4);
 		if (T - t == 2)
@@ -475,7 +529,7 @@ KVE_INLINE void attn_values_nv(float *out, const float *p, const uint8_t *v, int
 
 #pragma GCC unroll 8
 		for (i = 0; i < nv; i++)
-			acc[i] = _mm256_fmadd_ps(av, load_w(row, 8 * i, f16), acc[i]);
+			acc[i] = _mm256_fmadd_ps(av, load_w(row + (size_t)8 * i * es, f16), acc[i]);
 	}
 #pragma GCC unroll 8
 	for (i = 0; i < nv; i++)

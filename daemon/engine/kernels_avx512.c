@@ -18,21 +18,17 @@ KVE_INLINE float hsum16(__m512 v)
 	return _mm512_reduce_add_ps(v);
 }
 
-KVE_INLINE __m512 load_w(const uint8_t *row, int k, int f16)
+/* 16 values: the chunk at p and the next one, step bytes on
+ * (kve_mat_cstep; the two are adjacent when row-major) */
+KVE_INLINE __m512 load_w(const uint8_t *p, size_t step, int f16)
 {
 	if (f16)
-		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 2 * (size_t)k)));
-	return _mm512_loadu_ps((const float *)row + k);
-}
-
-KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
-{
-	if (f16) {
-		uint16_t h;
-		memcpy(&h, row + 2 * (size_t)k, 2);
-		return _cvtsh_ss(h);
-	}
-	return ((const float *)row)[k];
+		return _mm512_cvtph_ps(_mm256_inserti128_si256(
+			_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+			_mm_loadu_si128((const __m128i *)(p + step)), 1));
+	return _mm512_castpd_ps(_mm512_insertf64x4(
+		_mm512_castpd256_pd512(_mm256_loadu_pd((const double *)p)),
+		_mm256_loadu_pd((const double *)(p + step)), 1));
 }
 
 KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
@@ -42,12 +38,13 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	__m512 acc[8][6];
 	const uint8_t *rows[8];
 	const float *xs[6];
+	const size_t step = kve_mat_cstep(w);
 	int cols = (int)w->cols, k, i, j;
 	int kv = cols & ~15;
 
 #pragma GCC unroll 8
 	for (i = 0; i < R; i++) {
-		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
+		rows[i] = kve_mat_chunk(w, (uint32_t)(r + i), 0);
 #pragma GCC unroll 6
 		for (j = 0; j < C; j++)
 			acc[i][j] = _mm512_setzero_ps();
@@ -62,7 +59,7 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 			xv[j] = _mm512_loadu_ps(xs[j] + k);
 #pragma GCC unroll 8
 		for (i = 0; i < R; i++) {
-			__m512 wv = load_w(rows[i], k, f16);
+			__m512 wv = load_w(rows[i] + (size_t)(k / 8) * step, step, f16);
 #pragma GCC unroll 6
 			for (j = 0; j < C; j++)
 				acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
@@ -74,7 +71,7 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 		for (j = 0; j < C; j++) {
 			float s = hsum16(acc[i][j]);
 			for (k = kv; k < cols; k++)
-				s += load_w1(rows[i], k, f16) * xs[j][k];
+				s += kve_mat_at(w, (uint32_t)(r + i), (uint32_t)k) * xs[j][k];
 			y[(size_t)(t + j) * ldy + r + i] = s;
 		}
 	}
@@ -119,14 +116,16 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
 			const int C)
 {
 	__m512 acc[4][4];
-	const uint8_t *rows[4];
+	const uint8_t *sp[4], *qp[4];	/* block 0's scale and quants per row */
+	const size_t step = kve_q8_bstep(w);
 	const struct kve_q8x *xs[4];
 	const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
 	int nb = (int)w->cols / QK8_0, b, i, j;
 
 #pragma GCC unroll 4
 	for (i = 0; i < R; i++) {
-		rows[i] = w->data + (size_t)(r + i) * w->row_bytes;
+		sp[i] = kve_q8_scale(w, (uint32_t)(r + i), 0);
+		qp[i] = kve_q8_quants(w, (uint32_t)(r + i), 0);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++)
 			acc[i][j] = _mm512_setzero_ps();
@@ -152,16 +151,15 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
 		}
 #pragma GCC unroll 4
 		for (i = 0; i < R; i++) {
-			const uint8_t *b0 = rows[i] + (size_t)b * Q8_0_BYTES;
-			const uint8_t *b1 = two ? b0 + Q8_0_BYTES : b0;
-			__m512i wv = load2(b0 + 2, b1 + 2);
+			size_t o0 = (size_t)b * step, o1 = two ? o0 + step : o0;
+			__m512i wv = load2(qp[i] + o0, qp[i] + o1);
 			__m512i aw = _mm512_abs_epi8(wv);
 			__mmask64 neg = _mm512_movepi8_mask(wv);
 			uint16_t h0, h1;
 			float dw0, dw1;
 
-			memcpy(&h0, b0, 2);
-			memcpy(&h1, b1, 2);
+			memcpy(&h0, sp[i] + o0, 2);
+			memcpy(&h1, sp[i] + o1, 2);
 			dw0 = _cvtsh_ss(h0);
 			dw1 = two ? _cvtsh_ss(h1) : 0.0f;
 #pragma GCC unroll 4

@@ -9,7 +9,7 @@
 #include <math.h>
 
 #define LANES 8
-#define CHUNK 256	/* F16 rows are converted CHUNK columns at a time */
+#define CHUNK 256	/* rows are read CHUNK columns at a time */
 #define TGROUP 16	/* tokens per pass over a row */
 
 static inline float lanes_sum(const float *a)
@@ -26,8 +26,6 @@ static void mm_rows(const struct kve_mat *w, const float *x, int T, float *y,
 	int r, t0, t, c0, i;
 
 	for (r = r0; r < r1; r++) {
-		const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-
 		for (t0 = 0; t0 < T; t0 += TGROUP) {
 			int t1 = t0 + TGROUP < T ? t0 + TGROUP : T;
 
@@ -36,23 +34,14 @@ static void mm_rows(const struct kve_mat *w, const float *x, int T, float *y,
 					acc[t - t0][i] = 0;
 			for (c0 = 0; c0 < cols; c0 += CHUNK) {
 				int n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
-				const float *wp;
 
-				if (w->type == GGML_F32) {
-					wp = (const float *)row + c0;
-				} else {
-					for (i = 0; i < n; i++) {
-						uint16_t h;
-						memcpy(&h, row + 2 * (size_t)(c0 + i), 2);
-						buf[i] = kve_f16_to_f32(h);
-					}
-					wp = buf;
-				}
+				for (i = 0; i < n; i++)
+					buf[i] = kve_mat_at(w, (uint32_t)r, (uint32_t)(c0 + i));
 				for (t = t0; t < t1; t++) {
 					const float *xp = x + (size_t)t * cols + c0;
 					float *a = acc[t - t0];
 					for (i = 0; i < n; i++)
-						a[(c0 + i) % LANES] += wp[i] * xp[i];
+						a[(c0 + i) % LANES] += buf[i] * xp[i];
 				}
 			}
 			for (t = t0; t < t1; t++)
@@ -80,20 +69,18 @@ static void mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 	int r, t, b, j;
 
 	for (r = r0; r < r1; r++) {
-		const uint8_t *row = w->data + (size_t)r * w->row_bytes;
-
 		for (t = 0; t < T; t++) {
 			const struct kve_q8x *xb = xq + (size_t)t * nb;
 			float s = 0;
 
 			for (b = 0; b < nb; b++) {
-				const uint8_t *blk = row + (size_t)b * Q8_0_BYTES;
+				const uint8_t *q = kve_q8_quants(w, (uint32_t)r, (uint32_t)b);
 				int32_t isum = 0;
 				uint16_t h;
 
-				memcpy(&h, blk, 2);
+				memcpy(&h, kve_q8_scale(w, (uint32_t)r, (uint32_t)b), 2);
 				for (j = 0; j < QK8_0; j++)
-					isum += (int32_t)(int8_t)blk[2 + j] * xb[b].q[j];
+					isum += (int32_t)(int8_t)q[j] * xb[b].q[j];
 				s += (float)isum * (kve_f16_to_f32(h) * xb[b].d);
 			}
 			y[(size_t)t * ldy + r] = s;

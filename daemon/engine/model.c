@@ -270,6 +270,49 @@ static int weights_copy(void)
 	return strstr(buf, "[always]") || strstr(buf, "[madvise]");
 }
 
+/* KVE_PACK=0 keeps the weights row-major (to measure what packing gives) */
+static int pack_off(void)
+{
+	const char *v = getenv("KVE_PACK");
+
+	return v && !strcmp(v, "0");
+}
+
+/*
+ * F16 and Q8_0 matrices that decode streams (every layer's and a separate
+ * output head; not the embedding, whose rows are looked up) are packed
+ * into panels in the private copy of the file; shapes that do not pack
+ * stay row-major. F32 stays row-major: its rows (4 bytes a value) are
+ * long enough streams already, decode gained nothing measurable, and the
+ * prefill tile's half-panel stride cost 10-15% there (Documentation/
+ * engine.md, "Weight layout").
+ */
+static int pack_one(struct kve_mat *w)
+{
+	return w->type == GGML_F32 ? 0 : kve_mat_pack(w);
+}
+
+static int pack_weights(struct kve_model *m, char *err, size_t errlen)
+{
+	uint32_t l, i;
+
+	for (l = 0; l < m->info.n_layers; l++) {
+		struct kve_layer *L = &m->layers[l];
+		struct kve_mat *w[] = { &L->wq, &L->wk, &L->wv, &L->wo,
+					&L->gate, &L->up, &L->down };
+
+		for (i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+			if (pack_one(w[i]) < 0)
+				goto oom;
+	}
+	if (!m->info.tied_output && pack_one(&m->output) < 0)
+		goto oom;
+	return 0;
+oom:
+	snprintf(err, errlen, "model: out of memory packing the weights");
+	return -ENOMEM;
+}
+
 struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
 {
 	struct kve_model *m = calloc(1, sizeof(*m));
@@ -282,7 +325,14 @@ struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
 		free(m);
 		return NULL;
 	}
-	return finish(m, err, errlen);
+	m = finish(m, err, errlen);
+	if (m && m->g.writable && !pack_off() && pack_weights(m, err, errlen)) {
+		kve_model_free(m);
+		return NULL;
+	}
+	if (m)
+		gguf_seal(&m->g);
+	return m;
 }
 
 struct kve_model *kve_model_load_mem(const void *buf, size_t len, char *err,
@@ -326,29 +376,24 @@ size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 
 void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out)
 {
-	const uint8_t *p = m->data + (size_t)row * m->row_bytes;
 	uint32_t i, j;
 
 	switch (m->type) {
 	case GGML_F32:
-		memcpy(out, p, m->cols * sizeof(float));
-		break;
 	case GGML_F16:
-		for (i = 0; i < m->cols; i++) {
-			uint16_t h;
-			memcpy(&h, p + 2 * i, 2);
-			out[i] = kve_f16_to_f32(h);
-		}
+		for (i = 0; i < m->cols; i++)
+			out[i] = kve_mat_at(m, row, i);
 		break;
 	case GGML_Q8_0:
 		for (i = 0; i < m->cols / QK8_0; i++) {
-			const uint8_t *b = p + (size_t)i * Q8_0_BYTES;
+			const uint8_t *q = kve_q8_quants(m, row, i);
 			uint16_t h;
 			float d;
-			memcpy(&h, b, 2);
+
+			memcpy(&h, kve_q8_scale(m, row, i), 2);
 			d = kve_f16_to_f32(h);
 			for (j = 0; j < QK8_0; j++)
-				out[i * QK8_0 + j] = d * (float)(int8_t)b[2 + j];
+				out[i * QK8_0 + j] = d * (float)(int8_t)q[j];
 		}
 		break;
 	}

@@ -86,9 +86,10 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	float *yr = malloc(sizeof(float) * SC_T * (size_t)rows);
 	float *y1 = malloc(sizeof(float) * SC_T * (size_t)rows);
 	struct kve_q8x *xq = malloc(sizeof(*xq) * SC_T * (SC_MAXC / QK8_0));
-	struct kve_mat w = { data, type, (uint32_t)rows, (uint32_t)cols, row_bytes };
+	struct kve_mat w = { data, type, (uint32_t)rows, (uint32_t)cols, row_bytes, 0 }, wp;
 	const char *name = sc_mm_name(type);
 	int rc = -1, r, t, c, nb = cols / QK8_0;
+	uint8_t *pk = NULL;
 
 	if (!data || !x || !xd || !wrow || !yc || !yr || !y1 || !xq) {
 		sc_msg(why, len, "self-check: out of memory");
@@ -163,8 +164,27 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 		       name, rows, cols);
 		goto out;
 	}
+	/* packed in panels, as loaded models are: the same bits */
+	wp = w;
+	wp.data = pk = malloc(row_bytes * (size_t)rows + 64);
+	if (pk)
+		memcpy(pk, data, row_bytes * (size_t)rows);
+	c = pk ? kve_mat_pack(&wp) : -1;
+	if (c < 0) {
+		sc_msg(why, len, "self-check: out of memory");
+		goto out;
+	}
+	if (c == 0) {
+		sc_mm(cand, &wp, x, xq, SC_T, y1, 0, rows);
+		if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
+			sc_msg(why, len, "%s [%d x %d]: packed in panels differs from row-major",
+			       name, rows, cols);
+			goto out;
+		}
+	}
 	rc = 0;
 out:
+	free(pk);
 	free(data);
 	free(x);
 	free(xd);
@@ -410,7 +430,8 @@ static int sc_rmsnorm(const struct kve_kernels *cand, const struct kve_kernels *
 int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len)
 {
-	static const int shapes[][2] = { { 13, 44 }, { 9, 96 }, { 5, 256 }, { 4, 64 } };
+	static const int shapes[][2] = { { 13, 44 }, { 9, 96 }, { 5, 256 }, { 4, 64 },
+					 { 16, 72 }, { 8, 96 } };
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;

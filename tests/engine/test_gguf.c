@@ -268,16 +268,21 @@ static void test_qwen2(const char *path)
 	free(b);
 }
 
-/* The weights copied into huge pages (the default where THP is on) and the
- * file mapped as it is give the same model, bit for bit. */
+/*
+ * The weights copied into huge pages (the default where THP is on; F16
+ * and Q8_0 matrices packed into panels), the copy left row-major
+ * (KVE_PACK=0) and the file mapped as it is give the same logits, bit for
+ * bit; only the packed copy's bytes differ from the file's.
+ */
 static void test_load_modes(const char *path)
 {
-	struct kve_model *m[2];
-	float *lg[2];
+	static const char *const weights[3] = { "copy", "copy", "mmap" };
+	struct kve_model *m[3];
+	float *lg[3];
 	char err[256];
-	int i, ok = 1;
+	int i, ok = 1, packed;
 
-	for (i = 0; i < 2; i++) {
+	for (i = 0; i < 3; i++) {
 		struct kve_engine_params ep = { 1, 1, 0, 64 };
 		uint32_t tab[1] = { 0 };
 		struct kve_session s = { tab, 1, 0 };
@@ -286,7 +291,8 @@ static void test_load_modes(const char *path)
 		struct kve_engine *e;
 		struct tpool tp;
 
-		setenv("KVE_WEIGHTS", i ? "mmap" : "copy", 1);
+		setenv("KVE_WEIGHTS", weights[i], 1);
+		setenv("KVE_PACK", i == 1 ? "0" : "1", 1);
 		m[i] = kve_model_load(path, err, sizeof(err));
 		lg[i] = NULL;
 		if (!m[i] || tpool_init(&tp, m[i], 64, KVE_KV_F32, 1, &kp)) {
@@ -300,12 +306,25 @@ static void test_load_modes(const char *path)
 		tpool_free(&tp);
 	}
 	unsetenv("KVE_WEIGHTS");
-	CHECK(ok && m[0]->g.map_base != m[1]->g.map_base &&
-	      !memcmp(m[0]->g.base, m[1]->g.base, m[0]->g.len) &&
+	unsetenv("KVE_PACK");
+	if (!ok) {
+		CHECK(0, "%s: loads in three modes (%s)", path, err);
+		goto out;
+	}
+	packed = m[0]->layers[0].wq.panel != 0;
+	CHECK(m[0]->g.map_base != m[2]->g.map_base &&
 	      ((uintptr_t)m[0]->g.base & ((2u << 20) - 1)) == 0 &&
-	      !memcmp(lg[0], lg[1], kve_model_info(m[0])->vocab * sizeof(float)),
-	      "KVE_WEIGHTS=copy (2 MiB-aligned copy) and =mmap load the same model, same logits");
-	for (i = 0; i < 2; i++) {
+	      packed == (kve_model_info(m[0])->weight_type != GGML_F32) &&
+	      !m[1]->layers[0].wq.panel && !m[2]->layers[0].wq.panel &&
+	      !memcmp(m[1]->g.base, m[2]->g.base, m[1]->g.len) &&
+	      !memcmp(m[0]->g.base, m[2]->g.base, m[0]->g.len) == !packed &&
+	      !memcmp(lg[0], lg[2], kve_model_info(m[0])->vocab * sizeof(float)) &&
+	      !memcmp(lg[1], lg[2], kve_model_info(m[0])->vocab * sizeof(float)),
+	      "%s %s: KVE_WEIGHTS=copy (2 MiB-aligned, %s), copy with KVE_PACK=0 and mmap: "
+	      "same logits bit for bit", path, ggml_type_name(kve_model_info(m[0])->weight_type),
+	      packed ? "packed in panels" : "row-major");
+out:
+	for (i = 0; i < 3; i++) {
 		kve_model_free(m[i]);
 		free(lg[i]);
 	}
@@ -320,5 +339,7 @@ int main(int argc, char **argv)
 	}
 	if (argc > 2)
 		test_qwen2(argv[2]);
+	for (int i = 3; i < argc; i++)	/* more weight types */
+		test_load_modes(argv[i]);
 	return tc_done();
 }

@@ -29,6 +29,7 @@ static void make_mat(struct tm *t, uint32_t type, uint32_t rows, uint32_t cols)
 {
 	uint32_t r, c;
 
+	memset(t, 0, sizeof(*t));	/* row-major: panel 0 */
 	t->m.type = type;
 	t->m.rows = rows;
 	t->m.cols = cols;
@@ -78,15 +79,66 @@ static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
 		k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1);
 }
 
+/*
+ * The same matrix packed into panels (as loaded models are) gives the
+ * same bits as row-major y: the whole batch, each token alone and odd row
+ * ranges (which start and end inside panels).
+ */
+static void check_packed(const struct kve_kernels *k, const struct tm *t, const float *x,
+			 const struct kve_q8x *xq, int T, const float *y)
+{
+	struct tm p = *t;
+	size_t n = t->m.row_bytes * t->m.rows;
+	uint32_t rows = t->m.rows, cols = t->m.cols;
+	float *y1 = calloc((size_t)T * rows, sizeof(float));
+	int rc, tt, r, same;
+
+	p.buf = malloc(n);
+	memcpy(p.buf, t->buf, n);
+	p.m.data = p.buf;
+	rc = kve_mat_pack(&p.m);
+	if (rc == 1) {	/* this shape stays row-major */
+		CHECK(!p.m.panel && !memcmp(p.buf, t->buf, n),
+		      "%s %s [%u x %u]: does not pack, left as it was", k->name,
+		      ggml_type_name(t->m.type), rows, cols);
+		goto out;
+	}
+	run(k, &p, x, xq, T, y1, 0, (int)rows);
+	same = rc == 0 && p.m.panel && memcmp(p.buf, t->buf, n) &&
+	       !memcmp(y1, y, sizeof(float) * T * rows);
+	for (tt = 0; tt < T; tt++) {
+		run(k, &p, x + tt * cols, xq + tt * (cols / QK8_0), 1, y1, 0, (int)rows);
+		same &= !memcmp(y1, y + tt * rows, rows * 4);
+	}
+	memset(y1, 0, sizeof(float) * T * rows);
+	for (r = 0; r < (int)rows; r += 5)
+		run(k, &p, x, xq, T, y1, r, r + 5 < (int)rows ? r + 5 : (int)rows);
+	same &= !memcmp(y1, y, sizeof(float) * T * rows);
+	for (r = 0; r < (int)rows; r++) {	/* the row helper reads panels too */
+		float a[1024], b[1024];
+
+		kve_mat_row_f32(&t->m, (uint32_t)r, a);
+		kve_mat_row_f32(&p.m, (uint32_t)r, b);
+		same &= !memcmp(a, b, cols * sizeof(float));
+	}
+	CHECK(same, "%s %s [%u x %u] packed in panels of %u rows: same bits as row-major "
+	      "(batch, alone, row slices, row helper)", k->name, ggml_type_name(t->m.type),
+	      rows, cols, p.m.panel);
+out:
+	free(p.buf);
+	free(y1);
+}
+
 static void check_set(const struct kve_kernels *k)
 {
 	static const uint32_t types[3] = { GGML_F32, GGML_F16, GGML_Q8_0 };
 	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 72 }, { 9, 70 },
-					      { 40, 96 }, { 8, 256 }, { 3, 13 } };
+					      { 40, 96 }, { 8, 256 }, { 3, 13 },
+					      { 16, 72 }, { 12, 96 } };
 	int ti, si;
 
 	for (ti = 0; ti < 3; ti++) {
-		for (si = 0; si < 6; si++) {
+		for (si = 0; si < (int)(sizeof(shapes) / sizeof(shapes[0])); si++) {
 			uint32_t rows = shapes[si][0], cols = shapes[si][1];
 			const int T = 13;
 			struct tm t;
@@ -141,6 +193,7 @@ static void check_set(const struct kve_kernels *k)
 			}
 			CHECK(inv, "%s %s [%u x %u]: alone == in batch == in row slices",
 			      k->name, ggml_type_name(types[ti]), rows, cols);
+			check_packed(k, &t, x, xq, T, y);
 			free(x);
 			free(y);
 			free(y1);

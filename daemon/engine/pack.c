@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+/*
+ * pack.c - repacks a weight matrix into panels (layout in
+ * engine_internal.h, reasons in Documentation/engine.md "Weight layout").
+ *
+ * A one-token tile reads 8 rows side by side. Row after row, that is 8
+ * short streams (1 KiB per row for a 512-wide F16 matrix), and the
+ * hardware prefetcher barely ramps up on each before it ends. Packed, the
+ * same tile reads one linear stream that a software prefetch can run
+ * ahead of. Every row keeps its values and every kernel its summation
+ * order, so results are bit-identical in both layouts.
+ *
+ * The layout is written through the same helpers the kernels read it
+ * with, so it is defined in one place.
+ */
+#include "engine_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+int kve_mat_pack(struct kve_mat *w)
+{
+	uint32_t P, r0, i, c;
+	struct kve_mat pk = *w;
+	uint8_t *tmp;
+
+	if (w->panel)
+		return 0;
+	if (w->type == GGML_F32 || w->type == GGML_F16) {
+		if (w->rows % KVE_PANEL_F || w->cols % 8)
+			return 1;
+		P = KVE_PANEL_F;
+	} else if (w->type == GGML_Q8_0) {
+		if (w->rows % KVE_PANEL_Q8)
+			return 1;
+		P = KVE_PANEL_Q8;
+	} else {
+		return 1;
+	}
+	tmp = malloc(P * w->row_bytes);
+	if (!tmp)
+		return -ENOMEM;
+	pk.panel = P;
+	for (r0 = 0; r0 < w->rows; r0 += P) {
+		/* a panel occupies the bytes its rows did: copy them out first */
+		memcpy(tmp, w->data + (size_t)r0 * w->row_bytes, P * w->row_bytes);
+		for (i = 0; i < P; i++) {
+			const uint8_t *row = tmp + (size_t)i * w->row_bytes;
+
+			if (w->type == GGML_Q8_0) {
+				for (c = 0; c < w->cols / QK8_0; c++) {
+					const uint8_t *blk = row + (size_t)c * Q8_0_BYTES;
+
+					memcpy((uint8_t *)kve_q8_scale(&pk, r0 + i, c), blk, 2);
+					memcpy((uint8_t *)kve_q8_quants(&pk, r0 + i, c), blk + 2, QK8_0);
+				}
+			} else {
+				size_t chunk = w->row_bytes / (w->cols / 8);
+
+				for (c = 0; c < w->cols / 8; c++)
+					memcpy((uint8_t *)kve_mat_chunk(&pk, r0 + i, c),
+					       row + c * chunk, chunk);
+			}
+		}
+	}
+	free(tmp);
+	w->panel = P;
+	return 0;
+}
