@@ -31,6 +31,22 @@ KVE_INLINE __m512 load_w(const uint8_t *p, size_t step, int f16)
 		_mm256_loadu_pd((const double *)(p + step)), 1));
 }
 
+/*
+ * Decode prefetch over a packed panel, the distances kernels_avx2.c
+ * measured (PREFETCH_NOTE there): every line of the n bytes at p. Not
+ * measured on AVX-512 hardware (none was available).
+ */
+#define PF_AHEAD_F32	1024
+#define PF_AHEAD_F16	2048
+#define PF_AHEAD_Q8	8192
+KVE_INLINE void prefetch_ahead(const uint8_t *p, size_t n)
+{
+	size_t l;
+
+	for (l = 0; l < n; l += 64)
+		_mm_prefetch((const char *)p + l, _MM_HINT_T0);
+}
+
 KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 		       int ldy, int r, int t, const int R, const int C,
 		       const int f16)
@@ -54,6 +70,10 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 		xs[j] = x + (size_t)(t + j) * cols;
 	for (k = 0; k < kv; k += 16) {
 		__m512 xv[6];
+
+		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_f */
+			prefetch_ahead(rows[0] + (size_t)(k / 8) * step +
+				       (f16 ? PF_AHEAD_F16 : PF_AHEAD_F32), 2 * step);
 #pragma GCC unroll 6
 		for (j = 0; j < C; j++)
 			xv[j] = _mm512_loadu_ps(xs[j] + k);
@@ -137,6 +157,9 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
 		int two = b + 1 < nb;
 		__m512i xv[4];
 		float dx0[4], dx1[4];
+
+		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
+			prefetch_ahead(sp[0] + (size_t)b * step + PF_AHEAD_Q8, 2 * step);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			if (two) {
