@@ -16,12 +16,12 @@
 /*
  * A weight matrix: rows of `cols` elements, row_bytes each, either as GGUF
  * stores it (panel 0: row after row) or packed in panels (pack.c): groups
- * of `panel` consecutive rows interleaved so that a tile reading those
- * rows side by side reads one linear stream. F32/F16 panels are 8 rows,
- * stored as 8-column chunks [chunk][row][8 values]; Q8_0 panels are 4 rows,
- * stored per block as the 4 fp16 scales then the 4 rows' 32 quants
- * [block][4 scales | 4 x 32 quants]. A panel holds panel * row_bytes bytes,
- * so panel p starts where row p * panel would. Kernels address elements
+ * of 4 consecutive rows interleaved so that a tile reading those rows
+ * side by side reads one linear stream, and consecutive tiles continue
+ * it. F32/F16 panels are stored as 8-column chunks [chunk][row 0..3][8
+ * values]; Q8_0 panels per block as the 4 fp16 scales then the 4 rows'
+ * 32 quants [block][4 scales | 4 x 32 quants]. A panel holds 4 * row_bytes
+ * bytes, so panel p starts where row 4p would. Kernels address elements
  * only through the helpers below, which serve both layouts.
  */
 struct kve_mat {
@@ -29,11 +29,11 @@ struct kve_mat {
 	uint32_t type;		/* enum ggml_type */
 	uint32_t rows, cols;
 	size_t row_bytes;
-	uint32_t panel;		/* 0, or rows per panel (KVE_PANEL_F / KVE_PANEL_Q8) */
+	uint32_t panel;		/* 0 (row-major), or rows per panel */
 };
 
-#define KVE_PANEL_F	8	/* F32/F16 rows per panel; chunks of 8 columns */
-#define KVE_PANEL_Q8	4	/* Q8_0 rows per panel */
+#define KVE_PANEL_F	4	/* F32/F16 rows per panel; chunks of 8 columns */
+#define KVE_PANEL_Q8	4	/* Q8_0 rows per panel (a 4-row group of the kernels) */
 
 /* F32/F16: columns [8c, 8c + 8) of row r, as consecutive values. */
 static inline const uint8_t *kve_mat_chunk(const struct kve_mat *w, uint32_t r, uint32_t c)
@@ -78,9 +78,9 @@ static inline size_t kve_q8_bstep(const struct kve_mat *w)
 
 /*
  * Packs a row-major matrix into panels in place (its memory must be
- * writable). 0 when packed, 1 when the shape does not allow it (F32/F16
- * need rows and cols multiples of 8, Q8_0 rows a multiple of 4; other
- * types stay as they are) and the matrix is left untouched, -ENOMEM.
+ * writable). 0 when packed, 1 when the shape does not allow it (rows must
+ * be a multiple of 4, F32/F16 cols a multiple of 8; other types stay as
+ * they are) and the matrix is left untouched, -ENOMEM.
  * pack.c.
  */
 int kve_mat_pack(struct kve_mat *w);

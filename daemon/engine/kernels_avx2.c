@@ -9,19 +9,19 @@
  * weight vector loaded is used C times, which is what makes a decode step
  * over a batch read each weight once.
  *
- * PREFETCH_NOTE: a one-token tile walks 8 rows side by side. Row-major,
- * that is 8 short streams (0.8-3 KiB each for 110M-class models) that
- * the hardware prefetcher barely ramps up on before they end; the tile
- * prefetches the same offsets of the next tile's rows. Packed in panels
- * (pack.c; F16 and Q8_0 weights of a loaded model), the tile reads one
- * linear stream per panel and prefetches every line of it a fixed
- * distance ahead: 2 KiB for F16, 8 KiB for Q8_0 (4-16 KiB measured
- * alike, 2 KiB about 30% slower), 1 KiB for F32. Against row-major with the
- * next-tile prefetch, A/B with kve-bench: GQA F16 decode +54%, 110M Q8_0
- * decode +45%; F32 decode unchanged, which is why F32 stays row-major
- * (where the next-tile prefetch is worth 14%).
- * A prefetch is a hint: results do not change, and one past the
- * matrix's end does not fault.
+ * PREFETCH_NOTE: row-major, a one-token tile walks 8 rows side by side,
+ * 8 short streams (0.8-3 KiB each for 110M-class models) that the
+ * hardware prefetcher barely ramps up on before they end, so the tile
+ * prefetches the same offsets of the next tile's rows (worth 14% for F32
+ * decode). Packed in 4-row panels (pack.c, what a loaded model gets), a
+ * one-token tile takes one panel: the tiles read the matrix as one linear
+ * stream, and the prefetch runs a fixed distance ahead in it: 1 KiB for
+ * F16, 8 KiB for Q8_0 (4-16 KiB measured alike, 2 KiB about 30% slower),
+ * none for F32 (any distance was slower: the hardware prefetcher keeps up
+ * with one 4-byte-per-value stream). A/B against row-major with
+ * kve-bench: 110M F32 decode +10%, GQA F16 +55%, 110M Q8_0 +45%, with
+ * prefill as fast or faster. A prefetch is a hint: results do not change,
+ * and one past the matrix's end does not fault.
  */
 #include <immintrin.h>
 
@@ -65,26 +65,14 @@ KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
 
 /*
  * Decode prefetch for a one-token tile at byte offset off of its rows
- * (column k). Packed: one stream, PF_AHEAD bytes ahead of the tile's
- * first row, every line of the step. Row-major: the same offsets of the
- * next tile's rows, once per 64 bytes of a row.
+ * (column k), row-major: the same offsets of the next tile's rows, once
+ * per 64 bytes of a row. (Packed tiles prefetch in tile_f.)
  */
-#define PF_AHEAD_F32	1024
-#define PF_AHEAD_F16	2048
-KVE_INLINE void prefetch_f(const struct kve_mat *w, const uint8_t *const *rows, int R,
-			   size_t off, int k, int f16)
+KVE_INLINE void prefetch_next_rows(const struct kve_mat *w, const uint8_t *const *rows,
+				   int R, size_t off, int k, int f16)
 {
 	int i;
 
-	if (w->panel) {
-		const size_t step = kve_mat_cstep(w);
-		const char *p = (const char *)rows[0] + off + (f16 ? PF_AHEAD_F16 : PF_AHEAD_F32);
-		size_t l;
-
-		for (l = 0; l < step; l += 64)
-			_mm_prefetch(p + l, _MM_HINT_T0);
-		return;
-	}
 	if ((k * (f16 ? 2 : 4)) & 63)
 		return;
 #pragma GCC unroll 8
@@ -92,22 +80,36 @@ KVE_INLINE void prefetch_f(const struct kve_mat *w, const uint8_t *const *rows, 
 		_mm_prefetch((const char *)rows[i] + (size_t)R * w->row_bytes + off, _MM_HINT_T0);
 }
 
-/* R rows starting at r, C tokens starting at t. */
+/* Packed one-token tiles prefetch this far ahead in the stream (0: not
+ * at all; see PREFETCH_NOTE) */
+#define PF_AHEAD_F32	0
+#define PF_AHEAD_F16	1024
+
+/*
+ * R rows starting at r, C tokens starting at t. packed: the R rows are
+ * one panel (R = 4, r % 4 == 0), so each is a fixed distance from the
+ * first and the tile needs one pointer for all of them (given 8 row
+ * pointers the compiler keeps them on the stack and reloads each one
+ * every step).
+ */
 KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 		       int ldy, int r, int t, const int R, const int C,
-		       const int f16)
+		       const int f16, const int packed)
 {
+	const size_t es = f16 ? 2 : 4;
+	const int pf = f16 ? PF_AHEAD_F16 : PF_AHEAD_F32;
 	__m256 acc[8][4];
 	const uint8_t *rows[8];
 	const float *xs[4];
-	const size_t step = kve_mat_cstep(w);
+	const size_t step = packed ? KVE_PANEL_F * 8 * es : kve_mat_cstep(w);
 	int cols = (int)w->cols, k, i, j;
 	int kv = cols & ~7;
 	size_t off;
 
 #pragma GCC unroll 8
 	for (i = 0; i < R; i++) {
-		rows[i] = kve_mat_chunk(w, (uint32_t)(r + i), 0);
+		rows[i] = packed ? kve_mat_chunk(w, (uint32_t)r, 0) + (size_t)i * 8 * es :
+			  kve_mat_chunk(w, (uint32_t)(r + i), 0);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++)
 			acc[i][j] = _mm256_setzero_ps();
@@ -118,14 +120,21 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	for (k = 0, off = 0; k < kv; k += 8, off += step) {
 		__m256 xv[4];
 
-		if (C == 1)	/* decode (see PREFETCH_NOTE) */
-			prefetch_f(w, rows, R, off, k, f16);
+		if (C == 1 && packed && pf > 0) {
+			const char *f = (const char *)rows[0] + off + pf;
+#pragma GCC unroll 4
+			for (i = 0; i < (int)step; i += 64)
+				_mm_prefetch(f + i, _MM_HINT_T0);
+		} else if (C == 1 && !packed) {
+			prefetch_next_rows(w, rows, R, off, k, f16);
+		}
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++)
 			xv[j] = _mm256_loadu_ps(xs[j] + k);
 #pragma GCC unroll 8
 		for (i = 0; i < R; i++) {
-			__m256 wv = load_w(rows[i] + off, f16);
+			__m256 wv = load_w((packed ? rows[0] + (size_t)i * 8 * es : rows[i]) + off,
+					   f16);
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++)
 				acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
@@ -143,33 +152,46 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	}
 }
 
+/* 4 rows from r, tokens [0, T), in tiles of 3, then 2 or 1 */
+KVE_INLINE void rows4(const struct kve_mat *w, const float *x, int T, float *y, int ldy,
+		      int r, const int f16, const int packed)
+{
+	int t;
+
+	for (t = 0; t + 3 <= T; t += 3)
+		tile_f(w, x, y, ldy, r, t, 4, 3, f16, packed);
+	if (T - t == 2)
+		tile_f(w, x, y, ldy, r, t, 4, 2, f16, packed);
+	else if (T - t == 1)
+		tile_f(w, x, y, ldy, r, t, 4, 1, f16, packed);
+}
+
 #define TILE_CASES(F16)                                                      \
 	static void mm_##F16(const struct kve_mat *w, const float *x, int T, \
 			     float *y, int ldy, int r0, int r1)              \
 	{                                                                    \
 		int r = r0, t;                                               \
 		if (T == 1) {                                                \
+			for (; w->panel && r + 4 <= r1; r += 4) {           \
+				if (!(r % KVE_PANEL_F))  /* panel by panel */ \
+					tile_f(w, x, y, ldy, r, 0, 4, 1, F16, 1); \
+				else                                         \
+					tile_f(w, x, y, ldy, r, 0, 4, 1, F16, 0); \
+			}                                                    \
 			for (; r + 8 <= r1; r += 8)                          \
-				tile_f(w, x, y, ldy, r, 0, 8, 1, F16);       \
+				tile_f(w, x, y, ldy, r, 0, 8, 1, F16, 0);    \
 			for (; r < r1; r++)                                  \
-				tile_f(w, x, y, ldy, r, 0, 1, 1, F16);       \
+				tile_f(w, x, y, ldy, r, 0, 1, 1, F16, 0);    \
 			return;                                              \
 		}                                                            \
-		for (; r < r1; r += 4) {                                     \
-			int R = r1 - r >= 4 ? 4 : 1;                         \
-			if (R == 1) {                                        \
-				for (; r < r1; r++)                          \
-					for (t = 0; t < T; t++)              \
-						tile_f(w, x, y, ldy, r, t, 1, 1, F16); \
-				break;                                       \
-			}                                                    \
-			for (t = 0; t + 3 <= T; t += 3)                      \
-				tile_f(w, x, y, ldy, r, t, 4, 3, F16);       \
-			if (T - t == 2)                                      \
-				tile_f(w, x, y, ldy, r, t, 4, 2, F16);       \
-			else if (T - t == 1)                                 \
-				tile_f(w, x, y, ldy, r, t, 4, 1, F16);       \
-		}                                                            \
+		for (; r + 4 <= r1; r += 4)                                  \
+			if (w->panel && !(r % KVE_PANEL_F))                  \
+				rows4(w, x, T, y, ldy, r, F16, 1);           \
+			else                                                 \
+				rows4(w, x, T, y, ldy, r, F16, 0);           \
+		for (; r < r1; r++)                                          \
+			for (t = 0; t < T; t++)                              \
+				tile_f(w, x, y, ldy, r, t, 1, 1, F16, 0);    \
 	}
 TILE_CASES(0)
 TILE_CASES(1)

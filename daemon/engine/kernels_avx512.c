@@ -36,8 +36,7 @@ KVE_INLINE __m512 load_w(const uint8_t *p, size_t step, int f16)
  * measured (PREFETCH_NOTE there): every line of the n bytes at p. Not
  * measured on AVX-512 hardware (none was available).
  */
-#define PF_AHEAD_F32	1024
-#define PF_AHEAD_F16	2048
+#define PF_AHEAD_F16	1024
 #define PF_AHEAD_Q8	8192
 KVE_INLINE void prefetch_ahead(const uint8_t *p, size_t n)
 {
@@ -71,9 +70,10 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	for (k = 0; k < kv; k += 16) {
 		__m512 xv[6];
 
-		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_f */
-			prefetch_ahead(rows[0] + (size_t)(k / 8) * step +
-				       (f16 ? PF_AHEAD_F16 : PF_AHEAD_F32), 2 * step);
+		/* decode over a packed F16 panel, as in kernels_avx2.c's
+		 * tile_f (F32 streams best without) */
+		if (C == 1 && R == 4 && f16 && w->panel)
+			prefetch_ahead(rows[0] + (size_t)(k / 8) * step + PF_AHEAD_F16, 2 * step);
 #pragma GCC unroll 6
 		for (j = 0; j < C; j++)
 			xv[j] = _mm512_loadu_ps(xs[j] + k);
@@ -103,6 +103,8 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	{                                                                    \
 		int r = r0, t;                                               \
 		if (T == 1) {                                                \
+			for (; w->panel && r + 4 <= r1; r += 4)              \
+				tile_f(w, x, y, ldy, r, 0, 4, 1, F16); /* a panel */ \
 			for (; r + 8 <= r1; r += 8)                          \
 				tile_f(w, x, y, ldy, r, 0, 8, 1, F16);       \
 			for (; r < r1; r++)                                  \

@@ -279,19 +279,11 @@ static int pack_off(void)
 }
 
 /*
- * F16 and Q8_0 matrices that decode streams (every layer's and a separate
- * output head; not the embedding, whose rows are looked up) are packed
- * into panels in the private copy of the file; shapes that do not pack
- * stay row-major. F32 stays row-major: its rows (4 bytes a value) are
- * long enough streams already, decode gained nothing measurable, and the
- * prefill tile's half-panel stride cost 10-15% there (Documentation/
- * engine.md, "Weight layout").
+ * The matrices decode streams (every layer's and a separate output head;
+ * not the embedding, whose rows are looked up) are packed into panels in
+ * the private copy of the file; shapes that do not pack stay row-major
+ * (Documentation/engine.md, "Weight layout").
  */
-static int pack_one(struct kve_mat *w)
-{
-	return w->type == GGML_F32 ? 0 : kve_mat_pack(w);
-}
-
 static int pack_weights(struct kve_model *m, char *err, size_t errlen)
 {
 	uint32_t l, i;
@@ -302,10 +294,10 @@ static int pack_weights(struct kve_model *m, char *err, size_t errlen)
 					&L->gate, &L->up, &L->down };
 
 		for (i = 0; i < sizeof(w) / sizeof(w[0]); i++)
-			if (pack_one(w[i]) < 0)
+			if (kve_mat_pack(w[i]) < 0)
 				goto oom;
 	}
-	if (!m->info.tied_output && pack_one(&m->output) < 0)
+	if (!m->info.tied_output && kve_mat_pack(&m->output) < 0)
 		goto oom;
 	return 0;
 oom:

@@ -3,12 +3,12 @@
  * pack.c - repacks a weight matrix into panels (layout in
  * engine_internal.h, reasons in Documentation/engine.md "Weight layout").
  *
- * A one-token tile reads 8 rows side by side. Row after row, that is 8
- * short streams (1 KiB per row for a 512-wide F16 matrix), and the
- * hardware prefetcher barely ramps up on each before it ends. Packed, the
- * same tile reads one linear stream that a software prefetch can run
- * ahead of. Every row keeps its values and every kernel its summation
- * order, so results are bit-identical in both layouts.
+ * A one-token tile reads several rows side by side. Row after row, those
+ * are short streams (1 KiB per row for a 512-wide F16 matrix) that the
+ * hardware prefetcher barely ramps up on before they end. Packed, a tile
+ * of one panel reads one linear stream, and the next tile continues it.
+ * Every row keeps its values and every kernel its summation order, so
+ * results are bit-identical in both layouts.
  *
  * The layout is written through the same helpers the kernels read it
  * with, so it is defined in one place.
