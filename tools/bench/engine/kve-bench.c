@@ -25,6 +25,8 @@
 #include "kvengine.h"
 #include "kv_arena.h"
 
+#define PREFILL_REPS 3
+
 static double now(void)
 {
 	struct timespec ts;
@@ -173,12 +175,19 @@ int main(int argc, char **argv)
 			fprintf(stderr, "kve-bench: arena session: %s\n", strerror(-rc));
 			return 1;
 		}
-		t = now();
-		rc = kve_prefill(e, &s0.s, tok, prompt, lg);
-		t_pre = now() - t;
-		if (rc) {
-			fprintf(stderr, "kve-bench: prefill: %s\n", strerror(-rc));
-			return 1;
+		/* best of PREFILL_REPS (the same in llama-driver.c): one
+		 * prefill of a small model is a few ms on a shared host */
+		for (t_pre = 0, j = 0; j < PREFILL_REPS; j++) {
+			s0.s.n_tokens = 0;	/* the same positions again */
+			t = now();
+			rc = kve_prefill(e, &s0.s, tok, prompt, lg);
+			t = now() - t;
+			if (rc) {
+				fprintf(stderr, "kve-bench: prefill: %s\n", strerror(-rc));
+				return 1;
+			}
+			if (!j || t < t_pre)
+				t_pre = t;
 		}
 		printf("argmax=%d\n", argmax(lg, in->vocab));
 		next[0] = argmax(lg, in->vocab);
