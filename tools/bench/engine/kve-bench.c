@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * kve-bench - times kvarena's engine on one GGUF file: prefill of a prompt,
- * greedy decode, decode with a batch of sessions that share the prompt's
+ * kve-bench - times kvarena's engine on one GGUF file: prefill of a prompt
+ * (best of 3), greedy decode, decode with a batch of sessions that share the prompt's
  * blocks, and the memory read bandwidth of this machine (the decode
  * roofline). Prints key=value lines for bench.sh. The prompt is the same
  * token formula the llama.cpp driver uses, so argmax can be compared.
