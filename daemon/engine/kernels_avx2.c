@@ -389,40 +389,47 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 	}
 }
 
+/* 4 rows from r, tokens [0, T); packed: the rows are one panel */
+KVE_INLINE void q8_rows4(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			 float *y, int ldy, int r, float *dwq, const int packed)
+{
+	int nb = (int)w->cols / QK8_0, t, b;
+
+	if (T < 3 || nb > Q8_DWQ_MAX) {	/* T < 3, or rows too long to cache */
+		for (t = 0; t + 2 <= T; t += 2)
+			tile_q8(w, NULL, xq, y, ldy, r, t, 1, 2, 4, packed);
+		for (; t < T; t++)
+			tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 4, packed);
+		return;
+	}
+	for (b = 0; b < nb; b++)
+		_mm_store_ps(dwq + (size_t)b * 4, _mm256_castps256_ps128(q8_quad_scale(
+			kve_q8_scale(w, (uint32_t)r, (uint32_t)b),
+			kve_q8_scale(w, (uint32_t)r + 1, (uint32_t)b),
+			kve_q8_scale(w, (uint32_t)r + 2, (uint32_t)b),
+			kve_q8_scale(w, (uint32_t)r + 3, (uint32_t)b))));
+	for (t = 0; t + 3 <= T; t += 3)
+		tile_q8(w, dwq, xq, y, ldy, r, t, 1, 3, 4, packed);
+	if (T - t == 2)
+		tile_q8(w, dwq, xq, y, ldy, r, t, 1, 2, 4, packed);
+	else if (T - t == 1)
+		tile_q8(w, dwq, xq, y, ldy, r, t, 1, 1, 4, packed);
+}
+
 static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		  float *y, int ldy, int r0, int r1)
 {
 	float dwq[4 * Q8_DWQ_MAX] __attribute__((aligned(32)));
-	int nb = (int)w->cols / QK8_0, r = r0, t, b;
-	int cache = T >= 3 && nb <= Q8_DWQ_MAX;
+	int r = r0, t;
 
-	if (T == 1 && w->panel && !(r % KVE_PANEL_Q8))	/* panel by panel: one stream */
-		for (; r + 4 <= r1; r += 4)
-			tile_q8(w, NULL, xq, y, ldy, r, 0, 1, 1, 4, 1);
-	if (T == 1)
+	if (T == 1 && !w->panel)
 		for (; r + 8 <= r1; r += 8)
 			tile_q8(w, NULL, xq, y, ldy, r, 0, 2, 1, 4, 0);
-	for (; r + 4 <= r1; r += 4) {
-		if (!cache) {	/* T < 3, or rows too long to cache */
-			for (t = 0; t + 2 <= T; t += 2)
-				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 2, 4, 0);
-			for (; t < T; t++)
-				tile_q8(w, NULL, xq, y, ldy, r, t, 1, 1, 4, 0);
-			continue;
-		}
-		for (b = 0; b < nb; b++)
-			_mm_store_ps(dwq + (size_t)b * 4, _mm256_castps256_ps128(q8_quad_scale(
-				kve_q8_scale(w, (uint32_t)r, (uint32_t)b),
-				kve_q8_scale(w, (uint32_t)r + 1, (uint32_t)b),
-				kve_q8_scale(w, (uint32_t)r + 2, (uint32_t)b),
-				kve_q8_scale(w, (uint32_t)r + 3, (uint32_t)b))));
-		for (t = 0; t + 3 <= T; t += 3)
-			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 3, 4, 0);
-		if (T - t == 2)
-			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 2, 4, 0);
-		else if (T - t == 1)
-			tile_q8(w, dwq, xq, y, ldy, r, t, 1, 1, 4, 0);
-	}
+	for (; r + 4 <= r1; r += 4)	/* packed: panel by panel, one stream */
+		if (w->panel && !(r % KVE_PANEL_Q8))
+			q8_rows4(w, xq, T, y, ldy, r, dwq, 1);
+		else
+			q8_rows4(w, xq, T, y, ldy, r, dwq, 0);
 	if (r < r1)	/* 1-3 rows left: one short group */
 		for (t = 0; t < T; t++) {
 			if (r1 - r == 1)
