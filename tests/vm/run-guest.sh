@@ -544,6 +544,14 @@ if [ "${KVA_VM_NOLOCK:-0}" != 1 ]; then
 fi
 say "booting: $(printf '%q ' "${QEMU[@]}")"
 T2=$(now)
+# A guest that dies before its init runs (no KVA-GUEST-START marker) died
+# in the kernel's own boot, before anything of ours was loaded (modules
+# are loaded by --cmd): under TCG, 6.12 has been seen to take an int3
+# oops in early boot while patching kernel text. That is booted again,
+# KVA_VM_BOOT_RETRIES times (default 1), saying so; any later failure is
+# the verdict.
+boot=0
+while :; do
 set +e
 if [ "$SHELL_AFTER" = 1 ]; then
 	timeout --foreground -k 10 "$TIMEOUT" "${QEMU[@]}" 2>&1 | tee "$SERIAL"
@@ -576,6 +584,18 @@ else
 	QRC=$(cat "$RUN/qemu.rc" 2>/dev/null || echo 255)
 fi
 set -e
+boot=$((boot + 1))
+if [ "$SHELL_AFTER" != 1 ] && [ "$QRC" != 124 ] && [ "$QRC" != 137 ] &&
+	[ "$boot" -le "${KVA_VM_BOOT_RETRIES:-1}" ] &&
+	! grep -aq 'KVA-GUEST-START' "$SERIAL"; then
+	say "$KVER: the guest kernel died before init (no KVA-GUEST-START; nothing of ours was loaded): booting again ($boot of ${KVA_VM_BOOT_RETRIES:-1} retries)"
+	grep -aE 'Kernel panic|Oops|RIP:' "$SERIAL" | head -n 3 | tr -d '\r' |
+		sed "s/^/$ME:   boot $boot: /" >&2 || true
+	cp "$SERIAL" "$RUN/serial.boot$boot.log"
+	continue
+fi
+break
+done
 echo # the guest's last console line has no newline
 T3=$(now)
 [ "${KVA_VM_NOLOCK:-0}" != 1 ] && exec 9>&-
