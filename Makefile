@@ -100,7 +100,8 @@ include tests/tests.mk
 .PHONY: demo check bench
 demo:
 	@scripts/deps.sh demo
-	@$(MAKE) --no-print-directory lib tools tests modules-guest
+	@$(MAKE) --no-print-directory lib tools tests modules-guest $(ENGINE_DEMO) \
+		$(ENGINE_MKMODEL)
 	tests/demo/run-demo.sh
 
 check:

@@ -39,6 +39,8 @@ ENGINE_SOBJS    := $(ENGINE_NAMES:%=$(ENGINE_OUT)/san/%.o)
 ENGINE_LIB      := $(ENGINE_OUT)/libkvengine.a
 ENGINE_SLIB     := $(ENGINE_OUT)/libkvengine-san.a
 ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
+# the engine as prefill and decode workers over one arena (make demo)
+ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
 ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
                    test_arena
@@ -54,7 +56,7 @@ ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 	deps-engine-avx512
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
-	$(ENGINE_LOGITS) $(ENGINE_BENCH)
+	$(ENGINE_LOGITS) $(ENGINE_BENCH) $(ENGINE_DEMO)
 
 $(ENGINE_OBJS): $(ENGINE_OUT)/obj/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
 	@mkdir -p $(@D)
@@ -86,6 +88,10 @@ $(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+
+$(ENGINE_DEMO): tools/kve-demo/kve-demo.c $(ENGINE_LIB) $(ENGINE_KVA)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
 
 $(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
