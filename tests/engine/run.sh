@@ -85,6 +85,30 @@ run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M
 run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
 run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
 
+# kve-demo (make demo's engine part): the decode worker, a separate
+# process on the arena's fd, generates what one process does
+demo_checks() {
+	for a in "" "--temp 0.8 --seed 5"; do
+		# shellcheck disable=SC2086 # $a is a list of options
+		out=$(build/bin/kve-demo $M/f16-gqa.gguf "Hello, arena." --tokens 12 $a 2>&1)
+		rc=$?
+		if [ $rc -eq 0 ] && printf '%s\n' "$out" | grep -q 'in this process: the same tokens'; then
+			echo "ok kve-demo ${a:-greedy}: the decode worker's 12 tokens == one process"
+		else
+			printf '%s\n' "$out"
+			echo "FAIL kve-demo ${a:-greedy}: exit $rc"
+		fi
+	done
+	out=$(build/bin/kve-demo $M/f16-gqa.gguf "Hello" --tokens 200 2>&1)
+	rc=$?
+	if [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q "model's context of 128"; then
+		echo "ok kve-demo: a generation past the context is refused, naming it"
+	else
+		echo "FAIL kve-demo --tokens 200 on a 128-token context: exit $rc: $out"
+	fi
+}
+run "kve-demo: prefill and decode workers" demo_checks
+
 echo "numpy reference (float64; max abs error over 24 positions of logits):"
 BOUND=1e-4
 for m in f32-gqa f16-gqa q8-gqa odd-f32 qwen2-f16 qwen2-q8; do
