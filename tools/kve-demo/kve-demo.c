@@ -165,43 +165,39 @@ static int run(const struct opts *o, const char *self)
 {
 	struct kve_arena_kv_params ap = { 0 };
 	struct kve_engine_params ep = { 1, 1, 0, 0 };
-	struct kve_arena_session a, b;
+	struct kve_arena_session a = { 0 }, b = { 0 };
 	struct kve_arena_geom g;
-	struct kve_arena_kv *kv;
-	struct kve_tokenizer *t;
-	struct kve_engine *e;
+	struct kve_arena_kv *kv = NULL;
+	struct kve_tokenizer *t = NULL;
+	struct kve_engine *e = NULL;
 	struct kve_model *m;
 	const struct kve_model_info *in;
 	int32_t tok[MAX_PROMPT], first, theirs[MAX_GEN], mine[MAX_GEN];
-	char err[256], fdarg[16], ngen[16], temp[32], seed[32];
-	int sv[2], n, status = -1, rc;
-	float *lg;
-	void *scratch;
+	char err[256] = "", fdarg[16], ngen[16], temp[32], seed[32];
+	int sv[2], n, status = -1, rc = 1;
+	float *lg = NULL;
+	void *scratch = NULL;
 	pid_t pid;
 
 	m = kve_model_load(o->model, err, sizeof(err));
 	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
-	if (!t) {
-		fprintf(stderr, "kve-demo: %s\n", err);
-		return 1;
-	}
+	if (!t)
+		goto fail;
 	in = kve_model_info(m);
 	n = kve_tokenize(t, o->prompt, strlen(o->prompt), 1, tok, MAX_PROMPT);
 	if (n <= 0 || n > MAX_PROMPT || (uint32_t)n + o->n_gen + 1 > in->ctx_len) {
-		fprintf(stderr, "kve-demo: the prompt is %d tokens; with %u to generate it must "
-			"fit in %d and in the model's context of %u\n", n, o->n_gen, MAX_PROMPT,
-			in->ctx_len);
-		return 1;
+		snprintf(err, sizeof(err), "the prompt is %d tokens; with %u to generate it must "
+			 "fit in %d and in the model's context of %u", n, o->n_gen, MAX_PROMPT,
+			 in->ctx_len);
+		goto fail;
 	}
 	ap.backend = KVA_BACKEND_AUTO;	/* kvarena.ko when /dev/kvarena opens */
 	ap.block_tokens = 16;
 	ap.n_blocks = 2 * (((uint32_t)n + o->n_gen + 16) / 16);
 	ap.dtype = KVE_KV_F16;
 	ap.name = "kve-demo";
-	if (kve_arena_kv_create(m, &ap, &kv, err, sizeof(err))) {
-		fprintf(stderr, "kve-demo: %s\n", err);
-		return 1;
-	}
+	if (kve_arena_kv_create(m, &ap, &kv, err, sizeof(err)))
+		goto fail;
 	kve_arena_kv_geom(kv, &g);
 	ep.max_ctx = (uint32_t)n + o->n_gen + 1;
 	ep.max_chunk = (uint32_t)n;
@@ -209,26 +205,28 @@ static int run(const struct opts *o, const char *self)
 	lg = malloc(sizeof(float) * in->vocab);
 	scratch = malloc(KVE_SAMPLE_SCRATCH(in->vocab));
 	if (!e || !lg || !scratch) {
-		fprintf(stderr, "kve-demo: %s\n", e ? "out of memory" : err);
-		return 1;
+		if (e)
+			snprintf(err, sizeof(err), "out of memory");
+		goto fail;
 	}
 	printf("prefill pid %d: %s model, dim %u, %u layers, %s kernels; KV in a %s arena, "
 	       "%u-token blocks of %u KiB\n", (int)getpid(), in->arch, in->dim, in->n_layers,
 	       kve_isa_name(),
 	       kve_arena_kv_backend(kv) == KVA_BACKEND_KERNEL ? "kvarena.ko (dma-buf)" : "memfd",
 	       g.block_tokens, g.block_size / 1024);
-	rc = prefill(e, kv, &a, 1, tok, (uint32_t)n, o, in->vocab, lg, scratch, &first);
-	if (rc) {
-		fprintf(stderr, "kve-demo: prefill: %s\n", strerror(-rc));
-		return 1;
+	if (prefill(e, kv, &a, 1, tok, (uint32_t)n, o, in->vocab, lg, scratch, &first)) {
+		snprintf(err, sizeof(err), "prefill failed");
+		goto fail;
 	}
 	printf("prefill pid %d: \"%s\" -> %d tokens, prefilled into %u blocks; starting the "
 	       "decode worker\n", (int)getpid(), o->prompt, n, (n + g.block_tokens - 1) /
 	       g.block_tokens);
 	fflush(stdout);
 
-	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
-		return 1;
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+		snprintf(err, sizeof(err), "socketpair: %s", strerror(errno));
+		goto fail;
+	}
 	fcntl(sv[0], F_SETFD, FD_CLOEXEC);
 	snprintf(fdarg, sizeof(fdarg), "%d", sv[1]);
 	snprintf(ngen, sizeof(ngen), "%u", o->n_gen);
@@ -247,22 +245,29 @@ static int run(const struct opts *o, const char *self)
 	if (pid > 0)
 		waitpid(pid, &status, 0);
 	if (rc || !WIFEXITED(status) || WEXITSTATUS(status)) {
-		fprintf(stderr, "kve-demo: the decode worker failed (status %d)\n", status);
-		return 1;
+		snprintf(err, sizeof(err), "the decode worker failed (wait status %d)", status);
+		rc = 1;
+		goto fail;
 	}
 
 	/* the same request decoded here, in a second session */
-	rc = prefill(e, kv, &b, 2, tok, (uint32_t)n, o, in->vocab, lg, scratch, &first);
-	rc = rc ? rc : generate(e, &b.s, first, o, in->vocab, mine, lg, scratch);
-	if (rc) {
-		fprintf(stderr, "kve-demo: check: %s\n", strerror(-rc));
-		return 1;
+	if (prefill(e, kv, &b, 2, tok, (uint32_t)n, o, in->vocab, lg, scratch, &first) ||
+	    generate(e, &b.s, first, o, in->vocab, mine, lg, scratch)) {
+		snprintf(err, sizeof(err), "decoding in this process failed");
+		rc = 1;
+		goto fail;
 	}
 	rc = memcmp(mine, theirs, sizeof(int32_t) * o->n_gen) != 0;
 	printf("prefill pid %d: the same request decoded in this process: %s\n", (int)getpid(),
 	       rc ? "DIFFERENT tokens" : "the same tokens");
-	kve_arena_session_close(kv, &a);
-	kve_arena_session_close(kv, &b);
+	goto out;
+fail:
+	fprintf(stderr, "kve-demo: %s\n", err);
+out:
+	if (a.s.block_table)
+		kve_arena_session_close(kv, &a);
+	if (b.s.block_table)
+		kve_arena_session_close(kv, &b);
 	kve_engine_free(e);
 	kve_arena_kv_destroy(kv);
 	free(lg);
@@ -303,7 +308,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kve-demo: --tokens must be 1..%d\n", MAX_GEN);
 		return 2;
 	}
-	return sock >= 0 ? decode_worker(sock, &o) : run(&o, "/proc/self/exe");
+	if (sock >= 0)
+		return decode_worker(sock, &o);
+	{	/* the decode worker is this binary: its path, not /proc/self/exe
+		 * (under valgrind that would be valgrind) */
+		char self[4096];
+		ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+		if (k <= 0)
+			return 1;
+		self[k] = 0;
+		return run(&o, self);
+	}
 bad:
 	fprintf(stderr, "kve-demo: unknown or incomplete option %s\n", argv[a]);
 	return 2;
