@@ -79,6 +79,23 @@ static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
 		k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1);
 }
 
+/* Each token alone, and the batch in row slices of 5 (which start and end
+ * inside panels), give y's bits; y1 is scratch of T x rows. */
+static int same_alone_sliced(const struct kve_kernels *k, const struct tm *t, const float *x,
+			     const struct kve_q8x *xq, int T, const float *y, float *y1)
+{
+	int rows = (int)t->m.rows, cols = (int)t->m.cols, tt, r, same = 1;
+
+	for (tt = 0; tt < T; tt++) {
+		run(k, t, x + tt * cols, xq + tt * (cols / QK8_0), 1, y1, 0, rows);
+		same &= !memcmp(y1, y + tt * rows, rows * sizeof(float));
+	}
+	memset(y1, 0, sizeof(float) * T * rows);
+	for (r = 0; r < rows; r += 5)
+		run(k, t, x, xq, T, y1, r, r + 5 < rows ? r + 5 : rows);
+	return same && !memcmp(y1, y, sizeof(float) * T * rows);
+}
+
 /*
  * The same matrix packed into panels (as loaded models are) gives the
  * same bits as row-major y: the whole batch, each token alone and odd row
@@ -91,7 +108,7 @@ static void check_packed(const struct kve_kernels *k, const struct tm *t, const 
 	size_t n = t->m.row_bytes * t->m.rows;
 	uint32_t rows = t->m.rows, cols = t->m.cols;
 	float *y1 = calloc((size_t)T * rows, sizeof(float));
-	int rc, tt, r, same;
+	int rc, r, same;
 
 	p.buf = malloc(n);
 	memcpy(p.buf, t->buf, n);
@@ -105,15 +122,7 @@ static void check_packed(const struct kve_kernels *k, const struct tm *t, const 
 	}
 	run(k, &p, x, xq, T, y1, 0, (int)rows);
 	same = rc == 0 && p.m.panel && memcmp(p.buf, t->buf, n) &&
-	       !memcmp(y1, y, sizeof(float) * T * rows);
-	for (tt = 0; tt < T; tt++) {
-		run(k, &p, x + tt * cols, xq + tt * (cols / QK8_0), 1, y1, 0, (int)rows);
-		same &= !memcmp(y1, y + tt * rows, rows * 4);
-	}
-	memset(y1, 0, sizeof(float) * T * rows);
-	for (r = 0; r < (int)rows; r += 5)
-		run(k, &p, x, xq, T, y1, r, r + 5 < (int)rows ? r + 5 : (int)rows);
-	same &= !memcmp(y1, y, sizeof(float) * T * rows);
+	       !memcmp(y1, y, sizeof(float) * T * rows) && same_alone_sliced(k, &p, x, xq, T, y, y1);
 	for (r = 0; r < (int)rows; r++) {	/* the row helper reads panels too */
 		float a[1024], b[1024];
 
@@ -178,15 +187,7 @@ static void check_set(const struct kve_kernels *k)
 			}
 			CHECK(err < 2e-5 * sqrt(cols) * 4, "%s %s [%u x %u] x 13 tokens: max error %.2g",
 			      k->name, ggml_type_name(types[ti]), rows, cols, err);
-			/* each token alone, and odd row ranges, give the same bits */
-			for (tt = 0; tt < T; tt++) {
-				run(k, &t, x + tt * cols, xq + tt * (cols / QK8_0), 1, y1, 0, (int)rows);
-				inv &= !memcmp(y1, y + tt * rows, rows * 4);
-			}
-			memset(y1, 0, sizeof(float) * T * rows);
-			for (r = 0; r < (int)rows; r += 5)
-				run(k, &t, x, xq, T, y1, r, r + 5 < (int)rows ? r + 5 : (int)rows);
-			inv &= !memcmp(y1, y, sizeof(float) * T * rows);
+			inv = same_alone_sliced(k, &t, x, xq, T, y, y1);
 			for (tt = 1; tt < T; tt += 4) {	/* batches of 1..4 tokens */
 				run(k, &t, x, xq, tt, y1, 0, (int)rows);
 				inv &= !memcmp(y1, y, sizeof(float) * tt * rows);
