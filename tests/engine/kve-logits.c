@@ -50,60 +50,73 @@ static int print_word(void *ctx, const char *w, size_t n)
 	return 0;
 }
 
+/* Calls fn on each hex line of file, ending each output line; -1 if the
+ * file cannot be read. */
+static int each_hex_line(const char *file, void (*fn)(void *ctx, const char *text, size_t n),
+			 void *ctx)
+{
+	char text[4096];
+	FILE *f = fopen(file, "r");
+	long n;
+
+	if (!f)
+		return -1;
+	while ((n = hex_line(f, text, sizeof(text))) >= 0) {
+		fn(ctx, text, (size_t)n);
+		printf("\n");
+	}
+	fclose(f);
+	return 0;
+}
+
+static void pretok_line(void *ctx, const char *text, size_t n)
+{
+	int any = 0, rc = kve_pretok_split(ctx, text, n, print_word, &any);
+
+	if (rc)
+		printf(" error %d", rc);
+}
+
 static int pretok_file(const char *name, const char *file)
 {
-	char err[256], text[4096];
+	char err[256];
 	struct kve_pretok *p = kve_pretok_create(name, strlen(name), err, sizeof(err));
-	FILE *f;
-	long n;
+	int rc;
 
 	if (!p) {
 		fprintf(stderr, "kve-logits: %s\n", err);
 		return 1;
 	}
-	f = fopen(file, "r");
-	if (!f)
-		return 1;
-	while ((n = hex_line(f, text, sizeof(text))) >= 0) {
-		int any = 0, rc = kve_pretok_split(p, text, (size_t)n, print_word, &any);
-
-		if (rc)
-			printf(" error %d", rc);
-		printf("\n");
-	}
-	fclose(f);
+	rc = each_hex_line(file, pretok_line, p);
 	kve_pretok_free(p);
-	return 0;
+	return rc ? 1 : 0;
+}
+
+static void tokenize_line(void *ctx, const char *text, size_t n)
+{
+	int32_t ids[4096];
+	int k = kve_tokenize(ctx, text, n, 0, ids, 4096), i;
+
+	for (i = 0; i < k && i < 4096; i++)
+		printf(i ? " %d" : "%d", ids[i]);
 }
 
 static int tokenize_file(const char *model, const char *file)
 {
-	char err[256], text[4096];
-	int32_t ids[4096];
+	char err[256];
 	struct kve_model *m = kve_model_load(model, err, sizeof(err));
 	struct kve_tokenizer *t;
-	FILE *f;
-	long n;
+	int rc;
 
 	if (!m || !(t = kve_tokenizer_create(m, err, sizeof(err)))) {
 		fprintf(stderr, "kve-logits: %s\n", err);
+		kve_model_free(m);
 		return 1;
 	}
-	f = fopen(file, "r");
-	if (!f)
-		return 1;
-	while ((n = hex_line(f, text, sizeof(text))) >= 0) {
-		size_t i;
-		int k = kve_tokenize(t, text, (size_t)n, 0, ids, 4096);
-
-		for (i = 0; k > 0 && i < (size_t)k; i++)
-			printf(i ? " %d" : "%d", ids[i]);
-		printf("\n");
-	}
-	fclose(f);
+	rc = each_hex_line(file, tokenize_line, t);
 	kve_tokenizer_free(t);
 	kve_model_free(m);
-	return 0;
+	return rc ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -345,6 +345,20 @@ PRE_TEXTS = [
 ]
 
 
+def compare_lines(texts, got, want_of, what, ref_name):
+    """One ok/FAIL line per text: the engine's line i against want_of(text);
+    what has a %r for the text. Returns the number of failures."""
+    fails = 0
+    for i, t in enumerate(texts):
+        want = want_of(t)
+        ok = i < len(got) and got[i] == want
+        fails += not ok
+        print("%s %s%s" % ("ok  " if ok else "FAIL", what % (t[:30],),
+                           "" if ok else " (engine %s, %s %s)" % (
+                               got[i] if i < len(got) else None, ref_name, want)))
+    return fails
+
+
 def check_pretok(tool):
     if regex is None:
         print("FAIL pretok: python3 cannot import regex (apt-get install python3-regex)")
@@ -361,13 +375,8 @@ def check_pretok(tool):
             print("FAIL pretok %s: %s" % (pre, res.stderr.strip()))
             fails += 1
             continue
-        for i, t in enumerate(PRE_TEXTS):
-            want = pretok_split(pre, t)
-            ok = i < len(got) and got[i] == want
-            fails += not ok
-            print("%s %s pre-tokenizer splits %r as python regex does%s" % (
-                "ok  " if ok else "FAIL", pre, t[:30],
-                "" if ok else " (engine %s, regex %s)" % (got[i] if i < len(got) else None, want)))
+        fails += compare_lines(PRE_TEXTS, got, lambda t: pretok_split(pre, t),
+                               "%s pre-tokenizer splits %%r as python regex does" % pre, "regex")
     os.unlink(name)
     return 1 if fails else 0
 
@@ -404,13 +413,8 @@ def main():
             print("FAIL kve-logits --tokenize: " + res.stderr.strip())
             return 1
         got = [list(map(int, l.split())) for l in res.stdout.splitlines()]
-        for i, t in enumerate(texts):
-            want = enc(g, t)
-            ok = i < len(got) and got[i] == want
-            fails += not ok
-            print("%s %s tokenizer matches reference on %r%s" % (
-                "ok  " if ok else "FAIL", label, t[:30],
-                "" if ok else " (engine %s, ref %s)" % (got[i] if i < len(got) else None, want)))
+        fails = compare_lines(texts, got, lambda t: enc(g, t),
+                              "%s tokenizer matches reference on %%r" % label, "ref")
         return 1 if fails else 0
 
     bound = float(args[args.index("--bound") + 1])
