@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvd.h - the orchestrator's interface to the HTTP layer (daemon/api/).
+ *
+ * The orchestrator (daemon/kvarenad/) owns sessions, the prefix cache, the
+ * scheduler and the stage workers. The HTTP layer parses and validates
+ * OpenAI requests, renders the chat to prompt text (daemon/api/chat.c),
+ * submits a job here and turns the job's events into JSON or SSE. It never
+ * sees tokens' KV, blocks or workers.
+ *
+ * Threads: every function here may be called from any thread. A job is
+ * used by one thread at a time (the connection's). Errors are negative
+ * errno values; functions that can fail on user input also fill a
+ * struct kvd_error the HTTP layer turns into an OpenAI error body.
+ */
+#ifndef KVD_H
+#define KVD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kvd;
+struct kvd_job;
+
+#define KVD_MAX_STOP 4		/* OpenAI: up to 4 stop sequences */
+#define KVD_MAX_STOP_LEN 256	/* bytes per stop sequence */
+#define KVD_MAX_TOP_LOGPROBS 20
+
+/* Sampling and limits of one completion; the HTTP layer has validated the
+ * ranges (temperature 0..2, top_p 0..1, top_logprobs 0..20). */
+struct kvd_sampling {
+	float temperature;		/* 0: greedy */
+	float top_p;			/* 1: off */
+	uint64_t seed;
+	int has_seed;			/* 0: the orchestrator picks a seed */
+	uint32_t max_tokens;		/* 0: until the context or server cap */
+	uint32_t n_stop;
+	const char *stop[KVD_MAX_STOP];	/* NUL-terminated, non-empty */
+	int logprobs;			/* 1: per-token logprob in events */
+	uint32_t top_logprobs;		/* 0..KVD_MAX_TOP_LOGPROBS */
+};
+
+struct kvd_request {
+	const char *model;		/* must name the served model */
+	const char *prompt;		/* rendered chat text, UTF-8 */
+	size_t prompt_len;
+	const char *session_key;	/* prompt_cache_key or user; may be NULL */
+	uint32_t tenant;		/* from the API key (0: no keys configured) */
+	const char *request_id;		/* "chatcmpl-..." for logs; may be NULL */
+	struct kvd_sampling s;
+};
+
+/* Maps to an HTTP status and OpenAI error type in the HTTP layer. */
+enum kvd_err_kind {
+	KVD_ERR_NONE = 0,
+	KVD_ERR_INVALID,	/* 400 invalid_request_error */
+	KVD_ERR_TOO_LONG,	/* 400, code "context_length_exceeded" */
+	KVD_ERR_NOT_FOUND,	/* 404 (unknown model, unknown session) */
+	KVD_ERR_BUSY,		/* 429, Retry-After: retry_after_s */
+	KVD_ERR_QUOTA,		/* 429, tenant budget; Retry-After */
+	KVD_ERR_UNAVAILABLE,	/* 503 (draining, no worker) */
+	KVD_ERR_INTERNAL,	/* 500 */
+};
+
+struct kvd_error {
+	enum kvd_err_kind kind;
+	uint32_t retry_after_s;		/* BUSY, QUOTA */
+	const char *param;		/* the offending field, or NULL */
+	const char *code;		/* OpenAI "code", or NULL */
+	char message[256];
+};
+
+enum kvd_finish {
+	KVD_FINISH_STOP = 0,		/* end of turn or a stop sequence */
+	KVD_FINISH_LENGTH,		/* max_tokens or the context */
+};
+
+struct kvd_usage {
+	uint32_t prompt_tokens;
+	uint32_t cached_tokens;		/* prompt tokens whose KV was reused */
+	uint32_t completion_tokens;
+};
+
+struct kvd_top_logprob {
+	int32_t token;
+	float logprob;
+	const char *text;		/* the token's bytes (not NUL-safe) */
+	size_t text_len;
+};
+
+enum kvd_event_type {
+	KVD_EV_TOKEN = 1,
+	KVD_EV_DONE,
+	KVD_EV_ERROR,
+};
+
+/* Valid until the next kvd_job_next() or kvd_job_free() on the job. */
+struct kvd_event {
+	enum kvd_event_type type;
+	/* TOKEN: the text this token completes (UTF-8; may be empty while a
+	 * multi-byte character or a possible stop sequence is held back). */
+	const char *text;
+	size_t text_len;
+	int32_t token;
+	float logprob;			/* when requested */
+	uint32_t n_top;
+	const struct kvd_top_logprob *top;
+	/* DONE */
+	enum kvd_finish finish;
+	struct kvd_usage usage;
+	const char *session_id;		/* for DELETE /v1/sessions/{id} */
+	double ttft_ms, total_ms;	/* for the request's log line */
+	/* ERROR (after submission: a worker failed for good, shutdown) */
+	struct kvd_error err;
+};
+
+/* Queue a completion. 0 and *jobp, or a negative errno with err filled
+ * (BUSY/QUOTA: 429; TOO_LONG; NOT_FOUND for an unknown model). */
+int kvd_job_submit(struct kvd *d, const struct kvd_request *req,
+		   struct kvd_job **jobp, struct kvd_error *err);
+/* Wait up to timeout_ms (-1: forever) for the next event: 1 and *ev, 0 on
+ * timeout. After DONE or ERROR there are no more events. */
+int kvd_job_next(struct kvd_job *job, struct kvd_event *ev, int timeout_ms);
+/* The client went away: stop generating (the session is kept). */
+void kvd_job_cancel(struct kvd_job *job);
+void kvd_job_free(struct kvd_job *job);
+
+/* DELETE /v1/sessions/{id}: release a session's KV now. -ENOENT unknown
+ * (or another tenant's). */
+int kvd_session_delete(struct kvd *d, const char *session_id, uint32_t tenant);
+
+/* The served model's id (for /v1/models and the "model" check). */
+const char *kvd_model_id(const struct kvd *d);
+/* Longest prompt + completion in tokens. */
+uint32_t kvd_context_len(const struct kvd *d);
+/* 1 when able to serve, 0 while starting or draining. */
+int kvd_ready(const struct kvd *d);
+/* Prometheus text exposition of every metric; malloc'd, caller frees. */
+char *kvd_metrics_text(struct kvd *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
