@@ -95,6 +95,9 @@ include tests/tests.mk
 -include daemon/engine/engine.mk
 -include bpf/bpf.mk
 -include tests/debug/debug.mk
+-include daemon/api/api.mk
+-include daemon/kvarenad/kvarenad.mk
+-include tests/daemon/daemon-tests.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench
