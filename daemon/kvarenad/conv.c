@@ -178,6 +178,14 @@ static uint32_t tokens_within(const struct kvd_conv *c, size_t len)
 	return k;
 }
 
+/*
+ * A request continues a conversation when it repeats the conversation's
+ * whole text (the next turn, or the request bringing tool results), or
+ * names it by session key (then a partial match truncates it: a client
+ * that edits or regenerates). Another conversation that merely shares a
+ * prefix (the same system prompt) gets a session of its own, sharing the
+ * prefix's blocks through the prefix cache instead.
+ */
 struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
 				const char *prompt, size_t len, uint32_t *keep)
 {
@@ -191,15 +199,16 @@ struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
 
 		if (c->tenant != tenant || c->job || c->delete_pending || !c->n_tokens)
 			continue;
-		/* a session key names the conversation outright */
 		if (key && c->key && strcmp(key, c->key))
 			continue;
 		l = common_prefix(c->text, c->text_len, prompt, len);
+		if (l < c->text_len && !(key && c->key))
+			continue;
 		k = tokens_within(c, l);
 		/* keep at least one token to prefill: it gives the logits */
 		if (k && c->tok_end[k - 1] == len)
 			k--;
-		if (k > best_k || (k == best_k && k && key && c->key)) {
+		if (k > best_k) {
 			best = c;
 			best_k = k;
 		}

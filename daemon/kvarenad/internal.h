@@ -92,6 +92,7 @@ struct kvd_job {
 	struct kve_detok detok;
 	char *gen;			/* generated text */
 	size_t gen_len, gen_cap, emitted;
+	size_t text_base;		/* conv text length where the reply starts */
 	int cancelled;
 	int worker;			/* index in d->workers, -1 */
 	uint32_t retries;

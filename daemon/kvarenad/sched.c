@@ -195,6 +195,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		kvd_hist_add(&d->m.ttft, (double)(j->t_first - j->t_submit) / 1e6);
 	}
 	j->n_gen++;
+	j->next_token = tok;
 	if (tok == d->eos || tok == d->eot) {
 		finish(d, j, KVD_FINISH_STOP);
 		return;
@@ -214,6 +215,17 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 					   top, n_top);
 		j->gen_len = stop;
 		j->emitted = stop;
+		/* the client will send back the reply as cut: so does the
+		 * conversation, or its next turn would not match */
+		{
+			uint32_t k = c->n_tokens;
+
+			while (k && (c->tok_end[k - 1] == UINT32_MAX ||
+				     c->tok_end[k - 1] > j->text_base + stop))
+				k--;
+			if (kvd_conv_truncate(d, c, k))
+				kvd_conv_drop_kv(d, c);
+		}
 		finish(d, j, KVD_FINISH_STOP);
 		return;
 	}
@@ -277,6 +289,7 @@ static int admit(struct kvd *d, struct kvd_job *j)
 					    (kvd_now_ns() - c->wait_started_ns) / 1000);
 			c->wait_started_ns = 0;
 		}
+		j->text_base = c->text_len;
 		kve_detok_init(&j->detok, d->tok);
 		j->detok.at_start = 0;	/* the reply continues a text */
 		j->n_prompt = c->n_tokens;
@@ -334,14 +347,15 @@ static int workers_up(struct kvd *d, uint32_t role)
 static void run_jobs(struct kvd *d)
 {
 	struct kvd_job *j, **pp, *batch[256];
-	uint32_t i, running = 0;
+	uint32_t running = 0;
 
 	/* admission, oldest first; sweep finished jobs */
+	for (j = d->jobs; j; j = j->next)
+		if (j->state != JOB_QUEUED && j->state != JOB_FINISHED)
+			running++;
 	for (pp = &d->jobs; (j = *pp);) {
 		if (j->state == JOB_FINISHED) {
 			*pp = j->next;
-			if (d->jobs_tail == j)
-				d->jobs_tail = NULL;
 			kvd_job_put(j);
 			continue;
 		}
@@ -349,38 +363,32 @@ static void run_jobs(struct kvd *d)
 			if (j->state == JOB_QUEUED)
 				d->n_queued--;
 			finish(d, j, KVD_FINISH_STOP);
+			pp = &j->next;
 			continue;
 		}
 		if (j->state == JOB_QUEUED) {
 			int rc = admit(d, j);
 
-			if (rc <= 0)
-				d->n_queued--;
-			if (rc == 1 && !running && !d->stopping) {
+			if (rc == 1 && !running) {
 				/* nothing running will free blocks for it */
-				uint32_t free_now = kvd_make_room(d, d->geom.blocks_total);
-
-				if (j->conv && kvd_conv_reserve(d, j->conv,
-						j->conv->n_tokens - j->conv->as.s.n_tokens + 1)) {
-					d->n_queued--;
+				kvd_make_room(d, d->geom.blocks_total);
+				rc = admit(d, j);
+				if (rc == 1) {
 					fail(d, j, KVD_ERR_BUSY,
 					     "the KV arena cannot hold this conversation");
-				} else if (j->conv) {
-					(void)free_now;
-					d->n_queued--;
-					rc = admit(d, j);
+					rc = -ENOSPC;
 				}
 			}
+			if (rc != 1)
+				d->n_queued--;
+			if (rc == 0)
+				running++;
 		}
-		if (j->state != JOB_QUEUED && j->state != JOB_FINISHED)
-			running++;
 		pp = &j->next;
 	}
-	if (!d->jobs)
-		d->jobs_tail = NULL;
-	else
-		for (d->jobs_tail = d->jobs; d->jobs_tail->next; d->jobs_tail = d->jobs_tail->next)
-			;
+	for (d->jobs_tail = d->jobs; d->jobs_tail && d->jobs_tail->next;
+	     d->jobs_tail = d->jobs_tail->next)
+		;
 
 	/* prefill: one job per step, cheapest idle prefill worker */
 	for (j = d->jobs; j; j = j->next) {
@@ -444,7 +452,6 @@ static void run_jobs(struct kvd *d)
 		d->m.steps_decode++;
 		d->m.decode_seqs += n;
 	}
-	(void)i;
 }
 
 /* ---- results ---------------------------------------------------------------- */
@@ -555,6 +562,10 @@ static int on_result(struct kvd *d, struct kvd_worker *w, const char *p, size_t 
 		p += kvb;
 		if (j->state == JOB_FINISHED || !j->conv)
 			continue;
+		if (j->cancelled) {
+			finish(d, j, KVD_FINISH_STOP);
+			continue;
+		}
 		if (w->step_kind == KVD_STEP_PREFILL)
 			d->m.handoffs++;
 		on_token(d, j, rs.token, rs.logprob, top, rs.n_top);

@@ -2,7 +2,7 @@
 /*
  * workers.c - the stage worker processes: started as fresh execs of
  * kvarenad itself (`--worker`), handed the arena's data fd over a
- * SOCK_SEQPACKET socketpair, sent steps, and restarted when they die.
+ * SOCK_STREAM socketpair, sent steps, and restarted when they die.
  * A step's lease (lease_ms) bounds how long a worker may hold blocks:
  * past it the worker is killed before anything it reads can be freed.
  */
@@ -35,7 +35,7 @@ int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w)
 	int sv[2], rc;
 	pid_t pid;
 
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
 		return -errno;
 	snprintf(threads, sizeof(threads), "%u", d->cfg.threads_per_worker);
 	snprintf(batch, sizeof(batch), "%u", d->cfg.max_batch);

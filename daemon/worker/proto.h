@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * proto.h - the one message protocol between kvarenad's orchestrator and
- * its stage workers, over a connected AF_UNIX SOCK_SEQPACKET socket.
+ * its stage workers, over a connected AF_UNIX SOCK_STREAM socket.
  *
  * What crosses the socket: the arena's data fd once (SCM_RIGHTS, with the
  * geometry), then block tables, token ids, sampling parameters and sampled
@@ -10,8 +10,7 @@
  * arena saves: there RESULT carries the bytes of the blocks a prefill step
  * wrote and KV_LOAD carries them to a decode worker.
  *
- * Every message is one datagram: a struct kvd_msg_hdr and `len` payload
- * bytes. Payload structs are fixed-width and little-endian (same host).
+ * Every message is a struct kvd_msg_hdr and `len` payload bytes. Payload structs are fixed-width and little-endian (same host).
  * A receiver checks every count against the payload length before use.
  * Messages larger than KVD_MSG_MAX are refused.
  */

@@ -4,7 +4,7 @@
  *
  * The orchestrator starts each worker as `kvarenad --worker ...` (a fresh
  * exec, so no thread or lock of the orchestrator is inherited) with one
- * end of a SOCK_SEQPACKET socketpair as fd KVD_WORKER_FD. The worker
+ * end of a SOCK_STREAM socketpair as fd KVD_WORKER_FD. The worker
  * receives HELLO with the arena's data fd, maps the arena, starts its
  * backend, answers READY, then serves STEP and KV_LOAD messages one at a
  * time until the socket closes (proto.h).
