@@ -151,6 +151,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		return 0;
 	}
 	STR("kv", "policy", policy);
+	U32("kv", "low_watermark", low_wm, 0, 1 << 20);
+	U32("kv", "high_watermark", high_wm, 0, 1 << 20);
 	BOOL("kv", "prefix_cache", prefix_cache);
 	BOOL("kv", "retention", retention);
 	U32("kv", "idle_retention_s", idle_retention_s, 0, 86400 * 7);
@@ -284,6 +286,10 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 	if (strcmp(c->policy, "toolwait") && strcmp(c->policy, "lru") &&
 	    strcmp(c->policy, "ttl")) {
 		snprintf(err, errlen, "[kv] policy must be toolwait, lru or ttl");
+		return -1;
+	}
+	if (c->high_wm && c->low_wm > c->high_wm) {
+		snprintf(err, errlen, "[kv] low_watermark > high_watermark");
 		return -1;
 	}
 	if (c->toolwait_min_s > c->toolwait_max_s) {

@@ -43,6 +43,7 @@ struct kvd_config {
 	char kv_dtype[8];		/* f16, f32 */
 	enum kvd_handoff handoff;
 	char policy[16];		/* toolwait, lru, ttl */
+	uint32_t low_wm, high_wm;	/* free-block watermarks (0: the kernel's) */
 	int prefix_cache;		/* 1: keep full blocks for reuse */
 	int retention;			/* 1: keep session KV between requests */
 	uint32_t idle_retention_s;	/* an idle session's KV lives this long */

@@ -498,7 +498,7 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 		return -ENOMEM;
 	rc = kva_policy_parse(d->cfg.policy);
 	if (rc >= 0)
-		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, 0, 0, 0);
+		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm, 0);
 	if (rc < 0) {
 		snprintf(err, errlen, "eviction policy %s: %s", d->cfg.policy, strerror(-rc));
 		return rc;

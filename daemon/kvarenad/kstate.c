@@ -135,7 +135,8 @@ static void handle_event(struct kvd *d, int res)
 
 		d->m.pressure_events++;
 		kva_arena_info(d->arena, &ai);
-		want = d->ev.low_wm + (d->ev.low_wm > 8 ? d->ev.low_wm : 8);
+		/* back up to the high watermark (the kernel's default: 2 x low) */
+		want = d->cfg.high_wm ? d->cfg.high_wm : 2 * d->ev.low_wm;
 		kvd_log(KVD_LOG_INFO, "kstate", "pressure: %u blocks free (low %u), %u victims ranked",
 			d->ev.blocks_free, d->ev.low_wm, d->ev.nvictims);
 		kvd_make_room(d, want < ai.blocks_total ? want : ai.blocks_total);

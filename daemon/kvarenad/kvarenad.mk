@@ -54,3 +54,9 @@ $(KVD_PLUGIN): daemon/worker/backend_cpu.c $(KVD_ENGINE_PIC) $(KVD_HDRS)
 
 .PHONY: daemon
 daemon: $(KVD_BIN) $(KVD_PLUGIN)
+
+# make bench BENCH=handoff: the hand-off of one session's KV, arena vs copy
+KVD_BENCH_HANDOFF := $(B)/bin/kvd-handoff
+$(KVD_BENCH_HANDOFF): tools/bench/daemon/kvd-handoff.c $(KVD_CORE_LIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(LIB_A) -o $@ $(LIB_LDLIBS)

@@ -63,11 +63,11 @@ static int send_iov(int sock, struct iovec *iov, int n, int fd)
 int kvd_msg_sendv(int sock, uint16_t type, const struct kvd_iov *v, int n)
 {
 	struct kvd_msg_hdr h = { KVD_PROTO_MAGIC, KVD_PROTO_VERSION, type, 0, 0 };
-	struct iovec iov[9];
+	struct iovec iov[KVD_MAX_IOV + 1];
 	size_t total = 0;
 	int i;
 
-	if (n < 0 || n > 8)
+	if (n < 0 || n > KVD_MAX_IOV)
 		return -EINVAL;
 	iov[0].iov_base = &h;
 	iov[0].iov_len = sizeof(h);

@@ -136,7 +136,8 @@ struct kvd_kv_load {
 /* Send one message (and optionally one fd). 0 or -errno. */
 int kvd_msg_send(int sock, uint16_t type, const void *payload, size_t len,
 		 int fd);
-/* Send a message whose payload is gathered from n pieces. */
+/* Send a message whose payload is gathered from n <= KVD_MAX_IOV pieces. */
+#define KVD_MAX_IOV 64
 struct kvd_iov {
 	const void *base;
 	size_t len;

@@ -17,3 +17,16 @@ $(KVD_TEST_MODEL): $(ENGINE_MKMODEL)
 .PHONY: check-orch
 check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+
+# In the guests: the same orchestrator over kvarena.ko (dma-buf hand-off,
+# io_uring state batches, the kernel's pressure events), without
+# sanitizers (TCG is slow enough), then every pinned byte must be back.
+KVD_TEST_ORCH_G := $(KVD_OUT)/tests/test_orch_guest
+$(KVD_TEST_ORCH_G): tests/daemon/test_orch.c $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB_A) -o $@ $(KVD_LDLIBS)
+
+.PHONY: check-orch-guest
+check-orch-guest: modules-guest $(KVD_TEST_ORCH_G) $(ENGINE_MKMODEL)
+	@for k in $(GUEST_KERNELS); do \
+		tests/daemon/run-guest-orch.sh $$k || exit 1; done

@@ -4,11 +4,12 @@
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
 # kernel and on the host memfd backend), uring (batched uring_cmd against
 # one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
-# programs' cost per session transition).
+# programs' cost per session transition), handoff (KV from prefill to
+# decode: arena vs copy).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait)
+all=(ioctl uring engine toolwait handoff)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -96,6 +97,17 @@ bench_toolwait() {
 	done
 }
 
+# handoff: one session's KV (8B-shaped: 128 KiB per token) from a prefill
+# process to a decode process over kvarenad's worker protocol, the arena
+# way (block table; the receiver already maps the arena) against the copy
+# way (the bytes over the socket into the receiver's own blocks).
+bench_handoff() {
+	forget 'handoff_'
+	make --no-print-directory build/bin/kvd-handoff >/dev/null
+	build/bin/kvd-handoff -r "${BENCH_RUNS:-3}" ${BENCH_HANDOFF_TOKENS:-1024 4096 8192 32768} |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
 bench_engine() {
 	forget '(prefill|decode|argmax)_'
 	make --no-print-directory bench-engine
@@ -107,6 +119,7 @@ for b in "${want[@]}"; do
 	uring) bench_uring ;;
 	engine) bench_engine ;;
 	toolwait) bench_toolwait ;;
+	handoff) bench_handoff ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
