@@ -192,7 +192,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		if (!t)
 			return -1;
 		if (!strcmp(k, "key")) {
-			if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || strlen(v) < 8 ||
+			/* at least 16 bytes: the HTTP layer refuses shorter keys */
+			if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || strlen(v) < 16 ||
 			    copy_str(t->keys[t->n_keys], sizeof(t->keys[0]), v))
 				return -1;
 			t->n_keys++;

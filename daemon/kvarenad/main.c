@@ -151,34 +151,48 @@ static int is_loopback(const char *host)
 	       !strcmp(host, "localhost") || !strncmp(host, "127.", 4);
 }
 
-static void fill_api_config(struct kvd_api_config *ac, const struct kvd_config *c)
+/* The HTTP layer's view of the tenants: it copies what it keeps. */
+struct api_tenants {
+	struct kvd_api_tenant t[KVD_MAX_TENANTS];
+	const char *keys[KVD_MAX_TENANTS][KVD_MAX_KEYS_PER_TENANT];
+	size_t n;
+};
+
+static void api_tenants(struct api_tenants *at, const struct kvd_config *c)
 {
 	uint32_t i, k;
 
-	memset(ac, 0, sizeof(*ac));
-	kvd_api_config_defaults(ac);
-	snprintf(ac->listen_host, sizeof(ac->listen_host), "%s", c->listen_host);
-	ac->listen_port = c->listen_port;
-	ac->allow_remote = c->allow_remote;
-	ac->max_body_bytes = (size_t)c->max_body_kb * 1024;
-	ac->max_connections = c->max_connections;
-	ac->connection_timeout_s = c->conn_timeout_s;
-	ac->n_tenants = 0;
-	for (i = 0; i < c->n_tenants && i < KVD_API_MAX_TENANTS; i++) {
-		struct kvd_api_tenant *t = &ac->tenants[ac->n_tenants++];
-
-		snprintf(t->name, sizeof(t->name), "%s", c->tenants[i].name);
-		t->id = c->tenants[i].id;
-		for (k = 0; k < c->tenants[i].n_keys && k < KVD_API_MAX_KEYS; k++)
-			snprintf(t->keys[k], sizeof(t->keys[k]), "%s", c->tenants[i].keys[k]);
-		t->n_keys = k;
+	at->n = c->n_tenants;
+	for (i = 0; i < c->n_tenants; i++) {
+		for (k = 0; k < c->tenants[i].n_keys; k++)
+			at->keys[i][k] = c->tenants[i].keys[k];
+		at->t[i].name = c->tenants[i].name;
+		at->t[i].id = c->tenants[i].id;
+		at->t[i].keys = at->keys[i];
+		at->t[i].n_keys = c->tenants[i].n_keys;
 	}
+}
+
+static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
+			    const struct kvd_config *c)
+{
+	kvd_api_config_defaults(ac);
+	api_tenants(at, c);
+	ac->listen_addr = c->listen_host;
+	ac->port = c->listen_port;
+	ac->allow_remote = c->allow_remote;
+	ac->tenants = at->t;
+	ac->n_tenants = at->n;
+	ac->max_body = (size_t)c->max_body_kb * 1024;
+	ac->max_connections = c->max_connections;
+	ac->conn_timeout_s = c->conn_timeout_s;
 }
 
 int main(int argc, char **argv)
 {
 	struct kvd_config cfg;
 	struct kvd_api_config ac;
+	static struct api_tenants at;
 	struct overrides ov = { 0 };
 	const char *config_file = NULL;
 	char err[512] = "", exe[PATH_MAX];
@@ -224,6 +238,7 @@ int main(int argc, char **argv)
 	}
 	kvd_log_set_level((enum kvd_log_level)cfg.log_level);
 	if (!cfg.n_tenants && !is_loopback(cfg.listen_host) && !cfg.allow_remote) {
+		/* the HTTP layer refuses this too; say it before loading anything */
 		kvd_log(KVD_LOG_ERR, "main",
 			"refusing to listen on %s without API keys: configure [tenant.*] keys, "
 			"or pass --allow-remote to serve anyone who can reach it",
@@ -264,7 +279,7 @@ int main(int argc, char **argv)
 		kvd_log(KVD_LOG_WARN, "main",
 			"no API keys configured: anyone who can reach %s:%u may use this server",
 			cfg.listen_host, cfg.listen_port);
-	fill_api_config(&ac, &cfg);
+	fill_api_config(&ac, &at, &cfg);
 	rc = kvd_api_start(d, &ac, &api, err, sizeof(err));
 	if (rc) {
 		kvd_log(KVD_LOG_ERR, "main", "HTTP: %s", err);
@@ -286,11 +301,18 @@ int main(int argc, char **argv)
 			if (load_config(&nc, config_file, &ov, err, sizeof(err))) {
 				kvd_log(KVD_LOG_ERR, "main", "reload: %s; keeping the old settings", err);
 			} else {
-				kvd_set_tenants(d, &nc);
-				fill_api_config(&ac, &nc);
-				kvd_api_set_tenants(api, &ac);
-				kvd_log_set_level((enum kvd_log_level)nc.log_level);
-				kvd_log(KVD_LOG_INFO, "main", "reloaded: %u tenants", nc.n_tenants);
+				static struct api_tenants nat;
+
+				api_tenants(&nat, &nc);
+				if (kvd_api_set_tenants(api, nat.t, nat.n, err, sizeof(err))) {
+					kvd_log(KVD_LOG_ERR, "main", "reload: %s; keeping the old keys",
+						err);
+				} else {
+					kvd_set_tenants(d, &nc);
+					kvd_log_set_level((enum kvd_log_level)nc.log_level);
+					kvd_log(KVD_LOG_INFO, "main", "reloaded: %u tenants",
+						nc.n_tenants);
+				}
 			}
 			sd_notify(0, "READY=1");
 		}

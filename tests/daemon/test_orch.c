@@ -215,7 +215,7 @@ static void test_greedy_and_turns(void)
 
 	base_config(&c);
 	d = start(&c);
-	CHECK(d != NULL, "orchestrator starts with 1 prefill + 1 decode worker (memfd)");
+	CHECK(d != NULL, "orchestrator starts with 1 prefill + 1 decode worker (%s backend)", d && d->backend == KVA_BACKEND_KERNEL ? "kernel" : "memfd");
 	if (!d)
 		return;
 	snprintf(prompt, sizeof(prompt), "%s<|im_start|>user\nWhat is 12345 + 678?<|im_end|>\n"
