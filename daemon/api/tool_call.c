@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tool_call.c - splitting generated text into content and tool calls, in
+ * one pass that works on a stream (see tool_call.h for the rules). Owns
+ * the canonical text of a call; the chat template renders assistant turns
+ * with tc_render_call() so that both sides agree byte for byte.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include <jansson.h>
+
+#include "tool_call.h"
+
+static int is_ws(char c)
+{
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+int tc_valid_name(const char *s, size_t len)
+{
+	if (len == 0 || len > TC_MAX_NAME)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+void tc_make_id(char out[TC_ID_LEN + 1])
+{
+	static const char alnum[] =
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	unsigned char r[TC_ID_LEN - 5];
+	size_t got = 0;
+
+	while (got < sizeof(r)) {
+		ssize_t n = getrandom(r + got, sizeof(r) - got, 0);
+
+		if (n > 0)
+			got += (size_t)n;
+		else if (n < 0 && errno != EINTR)
+			abort();	/* getrandom(2) cannot fail for 19 bytes */
+	}
+	memcpy(out, "call_", 5);
+	for (size_t i = 0; i < sizeof(r); i++)
+		out[5 + i] = alnum[r[i] % (sizeof(alnum) - 1)];
+	out[TC_ID_LEN] = '\0';
+}
+
+void tc_render_call(struct strbuf *b, const struct tc_tags *t,
+		    const char *name, const char *args, size_t args_len)
+{
+	/* names are [A-Za-z0-9_-]: nothing to escape */
+	sb_adds(b, t->open);
+	sb_adds(b, "\n{\"name\": \"");
+	sb_adds(b, name);
+	sb_adds(b, "\", \"arguments\": ");
+	sb_add(b, args, args_len);
+	sb_adds(b, "}\n");
+	sb_adds(b, t->close);
+}
+
+void tc_render_body(struct strbuf *b, const struct tc_tags *t,
+		    const char *content, size_t content_len,
+		    const struct tc_call *calls, size_t n_calls)
+{
+	sb_add(b, content, content_len);
+	for (size_t i = 0; i < n_calls; i++) {
+		if (i > 0 || content_len > 0)
+			sb_adds(b, TC_SEP);
+		tc_render_call(b, t, calls[i].name, calls[i].arguments,
+			       calls[i].arguments_len);
+	}
+}
+
+/* ---- finding the verbatim "arguments" value in a valid JSON object ---- */
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+	while (i < n && is_ws(s[i]))
+		i++;
+	return i;
+}
+
+/* s[i] == '"': the index after the closing quote */
+static size_t skip_string(const char *s, size_t n, size_t i)
+{
+	for (i++; i < n; i++) {
+		if (s[i] == '\\')
+			i++;
+		else if (s[i] == '"')
+			return i + 1;
+	}
+	return n;
+}
+
+static size_t skip_value(const char *s, size_t n, size_t i)
+{
+	size_t depth = 0;
+
+	if (i < n && s[i] == '"')
+		return skip_string(s, n, i);
+	if (i < n && s[i] != '{' && s[i] != '[') {
+		while (i < n && !is_ws(s[i]) && s[i] != ',' && s[i] != '}' &&
+		       s[i] != ']')
+			i++;
+		return i;
+	}
+	while (i < n) {
+		char c = s[i];
+
+		if (c == '"') {
+			i = skip_string(s, n, i);
+			continue;
+		}
+		if (c == '{' || c == '[')
+			depth++;
+		else if ((c == '}' || c == ']') && --depth == 0)
+			return i + 1;
+		i++;
+	}
+	return n;
+}
+
+/* The body is already known to be one valid JSON object. */
+static int find_arguments(const char *s, size_t n, size_t *off, size_t *len)
+{
+	size_t i = skip_ws(s, n, 0);
+
+	if (i >= n || s[i] != '{')
+		return -1;
+	for (i++;;) {
+		size_t k, v;
+
+		i = skip_ws(s, n, i);
+		if (i >= n || s[i] != '"')
+			return -1;
+		k = i;
+		i = skip_string(s, n, i);
+		i = skip_ws(s, n, i);
+		if (i >= n || s[i] != ':')
+			return -1;
+		i = skip_ws(s, n, i + 1);
+		v = i;
+		i = skip_value(s, n, i);
+		if (k + 11 <= n && !memcmp(s + k, "\"arguments\"", 11) &&
+		    skip_string(s, n, k) == k + 11) {
+			*off = v;
+			*len = i - v;
+			return 0;
+		}
+		i = skip_ws(s, n, i);
+		if (i >= n || s[i] != ',')
+			return -1;
+		i++;
+	}
+}
+
+/* A well-formed call body: {"name": NAME, "arguments": {...}} in any key
+ * order and spacing; name copied to namebuf, arguments point into body. */
+static int check_call(const char *body, size_t len, struct tc_call *call,
+		      char namebuf[TC_MAX_NAME + 1])
+{
+	json_t *root, *name, *args;
+	size_t off, alen;
+	int ok = 0;
+
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+	if (!root)
+		return 0;
+	name = json_object_get(root, "name");
+	args = json_object_get(root, "arguments");
+	if (json_is_object(root) && json_object_size(root) == 2 &&
+	    json_is_string(name) && json_is_object(args) &&
+	    tc_valid_name(json_string_value(name), json_string_length(name)) &&
+	    !find_arguments(body, len, &off, &alen)) {
+		memcpy(namebuf, json_string_value(name),
+		       json_string_length(name) + 1);
+		memset(call, 0, sizeof(*call));
+		tc_make_id(call->id);
+		call->name = namebuf;
+		call->arguments = body + off;
+		call->arguments_len = alen;
+		ok = 1;
+	}
+	json_decref(root);
+	return ok;
+}
+
+/* ---- the stream ---- */
+
+void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
+		    tc_emit_fn emit, void *ctx)
+{
+	memset(s, 0, sizeof(*s));
+	s->tags.open = t && t->open ? t->open : TC_DEFAULT_OPEN;
+	s->tags.close = t && t->close ? t->close : TC_DEFAULT_CLOSE;
+	s->emit = emit;
+	s->ctx = ctx;
+}
+
+static void out(struct tc_stream *s, const char *p, size_t n)
+{
+	int r;
+
+	if (s->err || n == 0)
+		return;
+	r = s->emit(s->ctx, p, n, NULL);
+	if (r < 0)
+		s->err = r;
+}
+
+static int all_ws(const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!is_ws(p[i]))
+			return 0;
+	return 1;
+}
+
+/* Longest proper prefix of tag that text ends with. */
+static size_t partial_tag(const char *text, size_t n, const char *tag)
+{
+	size_t tl = strlen(tag);
+	size_t k = tl - 1 < n ? tl - 1 : n;
+
+	for (; k > 0; k--)
+		if (!memcmp(text + n - k, tag, k))
+			return k;
+	return 0;
+}
+
+/* The block was not a call: everything since the segment's held
+ * whitespace goes out as content. */
+static void block_as_content(struct tc_stream *s, size_t block_len)
+{
+	out(s, s->ws.s, s->ws.len);
+	out(s, s->tags.open, strlen(s->tags.open));
+	out(s, s->block.s, block_len);
+	s->seg_nonws = 1;
+}
+
+static void process(struct tc_stream *s)
+{
+	size_t ol = strlen(s->tags.open), cl = strlen(s->tags.close);
+
+	while (!s->err) {
+		if (s->block.oom || s->hold.oom || s->ws.oom) {
+			s->err = -ENOMEM;
+			return;
+		}
+		if (s->in_block) {
+			const char *c = s->block.len ?
+				memmem(s->block.s, s->block.len, s->tags.close, cl) : NULL;
+			size_t body, used;
+			char name[TC_MAX_NAME + 1];
+			struct tc_call call;
+
+			if (!c && s->block.len <= TC_MAX_BLOCK)
+				return;
+			if (!c) {
+				used = s->block.len;
+				block_as_content(s, used);
+			} else {
+				body = (size_t)(c - s->block.s);
+				used = body + cl;
+				if (check_call(s->block.s, body, &call, name)) {
+					size_t wl = s->ws.len;
+
+					if (s->n_calls == 0 || s->seg_nonws) {
+						if (wl && s->ws.s[wl - 1] == '\n')
+							wl--;
+						out(s, s->ws.s, wl);
+					}
+					if (!s->err) {
+						int r = s->emit(s->ctx, NULL, 0, &call);
+
+						if (r < 0)
+							s->err = r;
+					}
+					s->n_calls++;
+					s->seg_nonws = 0;
+				} else {
+					block_as_content(s, used);
+				}
+			}
+			sb_reset(&s->hold);
+			sb_add(&s->hold, s->block.s + used, s->block.len - used);
+			sb_reset(&s->block);
+			sb_reset(&s->ws);
+			s->in_block = 0;
+			continue;
+		}
+		if (s->hold.len == 0)
+			return;
+		{
+			const char *o = memmem(s->hold.s, s->hold.len, s->tags.open, ol);
+			size_t q = o ? (size_t)(o - s->hold.s) :
+				s->hold.len - partial_tag(s->hold.s, s->hold.len,
+							  s->tags.open);
+			size_t w = q;
+
+			while (w > 0 && is_ws(s->hold.s[w - 1]))
+				w--;
+			if (w > 0) {
+				out(s, s->hold.s, w);
+				s->seg_nonws = 1;
+			}
+			if (!o) {
+				sb_consume(&s->hold, w);
+				return;
+			}
+			sb_reset(&s->ws);
+			sb_add(&s->ws, s->hold.s + w, q - w);
+			sb_reset(&s->block);
+			sb_add(&s->block, s->hold.s + q + ol, s->hold.len - q - ol);
+			sb_reset(&s->hold);
+			s->in_block = 1;
+		}
+	}
+}
+
+int tc_stream_feed(struct tc_stream *s, const char *text, size_t len)
+{
+	if (s->err)
+		return s->err;
+	if (s->in_block)
+		sb_add(&s->block, text, len);
+	else
+		sb_add(&s->hold, text, len);
+	process(s);
+	return s->err;
+}
+
+int tc_stream_finish(struct tc_stream *s)
+{
+	process(s);
+	if (s->err)
+		return s->err;
+	if (s->in_block) {
+		block_as_content(s, s->block.len);
+		sb_reset(&s->block);
+		sb_reset(&s->ws);
+		s->in_block = 0;
+	} else if (s->n_calls == 0 || s->seg_nonws ||
+		   !all_ws(s->hold.s, s->hold.len)) {
+		out(s, s->hold.s, s->hold.len);
+	}
+	sb_reset(&s->hold);
+	return s->err;
+}
+
+void tc_stream_free(struct tc_stream *s)
+{
+	sb_free(&s->hold);
+	sb_free(&s->ws);
+	sb_free(&s->block);
+}
+
+/* ---- batch ---- */
+
+struct collect {
+	struct strbuf content;
+	struct tc_call *calls;
+	size_t n_calls;
+};
+
+static char *dup_n(const char *p, size_t n)
+{
+	char *s = malloc(n + 1);
+
+	if (s) {
+		memcpy(s, p, n);
+		s[n] = '\0';
+	}
+	return s;
+}
+
+static int collect_emit(void *ctx, const char *content, size_t len,
+			const struct tc_call *call)
+{
+	struct collect *c = ctx;
+	struct tc_call *calls, *nc;
+
+	if (!call) {
+		sb_add(&c->content, content, len);
+		return c->content.oom ? -ENOMEM : 0;
+	}
+	calls = realloc(c->calls, (c->n_calls + 1) * sizeof(*calls));
+	if (!calls)
+		return -ENOMEM;
+	c->calls = calls;
+	nc = &calls[c->n_calls];
+	*nc = *call;
+	nc->name = dup_n(call->name, strlen(call->name));
+	nc->arguments = dup_n(call->arguments, call->arguments_len);
+	if (!nc->name || !nc->arguments) {
+		free((void *)nc->name);
+		free((void *)nc->arguments);
+		return -ENOMEM;
+	}
+	c->n_calls++;
+	return 0;
+}
+
+void tc_result_free(struct tc_result *r)
+{
+	for (size_t i = 0; i < r->n_calls; i++) {
+		free((void *)r->calls[i].name);
+		free((void *)r->calls[i].arguments);
+	}
+	free(r->calls);
+	free(r->content);
+	memset(r, 0, sizeof(*r));
+}
+
+int tc_parse(const struct tc_tags *t, const char *text, size_t len,
+	     struct tc_result *r)
+{
+	struct collect c = { 0 };
+	struct tc_stream s;
+	struct strbuf again = { 0 };
+	int err;
+
+	memset(r, 0, sizeof(*r));
+	tc_stream_init(&s, t, collect_emit, &c);
+	err = tc_stream_feed(&s, text, len);
+	if (!err)
+		err = tc_stream_finish(&s);
+	r->calls = c.calls;
+	r->n_calls = c.n_calls;
+	r->content = sb_steal(&c.content, &r->content_len);
+	if (!err && !r->content)
+		err = -ENOMEM;
+	if (!err) {
+		tc_render_body(&again, &s.tags, r->content, r->content_len,
+			       r->calls, r->n_calls);
+		if (again.oom)
+			err = -ENOMEM;
+		r->canonical = again.len == len &&
+			(len == 0 || !memcmp(again.s, text, len));
+	}
+	sb_free(&again);
+	tc_stream_free(&s);
+	if (err)
+		tc_result_free(r);
+	return err;
+}
