@@ -353,6 +353,7 @@ static int parse_messages(struct parser *p, json_t *v)
 			if (check_tool_reply(p, i, msg->tool_call_id))
 				return -1;
 		} else if (!strcmp(role, "function")) {
+			snprintf(pp, sizeof(pp), "messages[%zu].role", i);
 			return api_bad(p->e, pp, "Invalid value for '%s': the deprecated 'function' role is not supported; use 'tool'.", pp), -1;
 		} else {
 			snprintf(pp, sizeof(pp), "messages[%zu].role", i);

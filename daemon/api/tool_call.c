@@ -264,10 +264,10 @@ static void process(struct tc_stream *s)
 			char name[TC_MAX_NAME + 1];
 			struct tc_call call;
 
-			if (!c && s->block.len <= TC_MAX_BLOCK)
+			if (!c && s->block.len < TC_MAX_BLOCK + cl)
 				return;
-			if (!c) {
-				used = s->block.len;
+			if (!c || (size_t)(c - s->block.s) > TC_MAX_BLOCK) {
+				used = c ? (size_t)(c - s->block.s) + cl : s->block.len;
 				block_as_content(s, used);
 			} else {
 				body = (size_t)(c - s->block.s);
