@@ -182,11 +182,8 @@ static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 		return NULL;
 	if (!strncmp(msg, "say ", 4)) {
 		reply = strdup(msg + 4);
-	} else if (sscanf(msg, "call %64s %n", name, &k) == 1) {
-		if (asprintf(&reply, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
-			     name, msg + k) < 0)
-			reply = NULL;
-	} else if (sscanf(msg, "calls %d %64s %n", &count, name, &k) == 2 &&
+	} else if (!strncmp(msg, "calls ", 6) &&
+		   sscanf(msg, "calls %d %64s %n", &count, name, &k) == 2 &&
 		   count > 0 && count <= 16) {
 		size_t cap = (size_t)count * (strlen(msg) + 64), at = 0;
 
@@ -195,6 +192,10 @@ static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 			at += (size_t)snprintf(reply + at, cap - at,
 				"%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
 				i ? "\n" : "", name, msg + k);
+	} else if (!strncmp(msg, "call ", 5) && sscanf(msg, "call %64s %n", name, &k) == 1) {
+		if (asprintf(&reply, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+			     name, msg + k) < 0)
+			reply = NULL;
 	} else if (!strcmp(msg, "whoami")) {
 		if (asprintf(&reply, "tenant=%u", j->tenant) < 0)
 			reply = NULL;
