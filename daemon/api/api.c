@@ -815,7 +815,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		q->a = a;
 		clock_gettime(CLOCK_MONOTONIC, &q->t0);
 		snprintf(q->method, sizeof(q->method), "%s", method);
+		for (char *p = q->method; *p; p++)
+			if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e)
+				*p = '?';
 		snprintf(q->path, sizeof(q->path), "%s", url);
+		for (char *p = q->path; *p; p++)	/* one log line, printable */
+			if ((unsigned char)*p < 0x21 || (unsigned char)*p > 0x7e)
+				*p = '?';
 		snprintf(q->tenant, sizeof(q->tenant), "-");
 		pthread_mutex_lock(&a->lock);
 		a->inflight++;

@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "error.h"
+#include "strbuf.h"
 
 /* snprintf may cut a multi-byte character; JSON needs whole ones. */
 static void trim_utf8(char *s)
@@ -73,12 +74,63 @@ void api_error_from_kvd(struct api_error *e, const struct kvd_error *k)
 		e->retry_after_s = k->retry_after_s ? k->retry_after_s : 1;
 }
 
+/* Length of the valid UTF-8 sequence at p, 0 if invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+	size_t need;
+	unsigned cp;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xC2 && p[0] <= 0xDF)
+		need = 2, cp = p[0] & 0x1F;
+	else if (p[0] >= 0xE0 && p[0] <= 0xEF)
+		need = 3, cp = p[0] & 0x0F;
+	else if (p[0] >= 0xF0 && p[0] <= 0xF4)
+		need = 4, cp = p[0] & 0x07;
+	else
+		return 0;
+	if (n < need)
+		return 0;
+	for (size_t i = 1; i < need; i++) {
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3F);
+	}
+	if ((need == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+	    (need == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+		return 0;
+	return need;
+}
+
+json_t *api_json_string_lossy(const char *s, size_t n)
+{
+	struct strbuf b = { 0 };
+	json_t *j;
+
+	for (size_t i = 0; i < n;) {
+		size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+
+		if (k) {
+			sb_add(&b, s + i, k);
+			i += k;
+		} else {
+			sb_adds(&b, "\xEF\xBF\xBD");
+			i++;
+		}
+	}
+	j = b.oom ? NULL : json_stringn(b.len ? b.s : "", b.len);
+	sb_free(&b);
+	return j;
+}
+
 char *api_error_json(const struct api_error *e)
 {
-	json_t *o = json_pack("{s:{s:s, s:s, s:o, s:o}}", "error",
-			      "message", e->message,
+	json_t *o = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error",
+			      "message", api_json_string_lossy(e->message, strlen(e->message)),
 			      "type", e->type ? e->type : "server_error",
-			      "param", e->param[0] ? json_string(e->param) : json_null(),
+			      "param", e->param[0] ?
+				api_json_string_lossy(e->param, strlen(e->param)) : json_null(),
 			      "code", e->code ? json_string(e->code) : json_null());
 	char *s;
 

@@ -7,6 +7,10 @@
 #ifndef KVD_API_ERROR_H
 #define KVD_API_ERROR_H
 
+#include <stddef.h>
+
+#include <jansson.h>
+
 #include "kvd.h"
 
 struct api_error {
@@ -28,6 +32,9 @@ void api_error_set(struct api_error *e, int status, const char *type,
 	api_error_set((e), 400, API_INVALID, NULL, (param), __VA_ARGS__)
 /* From the orchestrator's error. */
 void api_error_from_kvd(struct api_error *e, const struct kvd_error *k);
+/* A JSON string of s[0..n) with bytes that are not UTF-8 as U+FFFD (JSON
+ * must be UTF-8; request paths, generated text need not be). */
+json_t *api_json_string_lossy(const char *s, size_t n);
 /* The JSON body (malloc'd, NUL-terminated); NULL on allocation failure. */
 char *api_error_json(const struct api_error *e);
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
 #include "response.h"
 #include "strbuf.h"
 
@@ -16,56 +17,6 @@ const char *resp_finish_reason(enum kvd_finish f, size_t n_calls)
 	if (f == KVD_FINISH_LENGTH)
 		return "length";
 	return n_calls ? "tool_calls" : "stop";
-}
-
-/* Length of the valid UTF-8 sequence at p, 0 if invalid. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-	size_t need;
-	unsigned cp;
-
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] >= 0xC2 && p[0] <= 0xDF)
-		need = 2, cp = p[0] & 0x1F;
-	else if (p[0] >= 0xE0 && p[0] <= 0xEF)
-		need = 3, cp = p[0] & 0x0F;
-	else if (p[0] >= 0xF0 && p[0] <= 0xF4)
-		need = 4, cp = p[0] & 0x07;
-	else
-		return 0;
-	if (n < need)
-		return 0;
-	for (size_t i = 1; i < need; i++) {
-		if ((p[i] & 0xC0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (p[i] & 0x3F);
-	}
-	if ((need == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-	    (need == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-		return 0;
-	return need;
-}
-
-static json_t *string_lossy(const char *s, size_t n)
-{
-	struct strbuf b = { 0 };
-	json_t *j;
-
-	for (size_t i = 0; i < n;) {
-		size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-
-		if (k) {
-			sb_add(&b, s + i, k);
-			i += k;
-		} else {
-			sb_adds(&b, "\xEF\xBF\xBD");
-			i++;
-		}
-	}
-	j = b.oom ? NULL : json_stringn(b.len ? b.s : "", b.len);
-	sb_free(&b);
-	return j;
 }
 
 static json_t *bytes_array(const char *s, size_t n)
@@ -97,7 +48,7 @@ json_t *resp_logprob(const struct kvd_event *ev)
 		const struct kvd_top_logprob *t = &ev->top[i];
 
 		if (json_array_append_new(top, json_pack("{s:o, s:f, s:o}",
-				"token", string_lossy(t->text, t->text_len),
+				"token", api_json_string_lossy(t->text, t->text_len),
 				"logprob", (double)t->logprob,
 				"bytes", bytes_array(t->text, t->text_len)))) {
 			json_decref(top);
@@ -106,7 +57,7 @@ json_t *resp_logprob(const struct kvd_event *ev)
 	}
 	if (!top)
 		return NULL;
-	o = json_pack("{s:o, s:f, s:o, s:o}", "token", string_lossy(text, len),
+	o = json_pack("{s:o, s:f, s:o, s:o}", "token", api_json_string_lossy(text, len),
 		      "logprob", (double)ev->logprob, "bytes",
 		      bytes_array(text, len), "top_logprobs", top);
 	return o;
@@ -179,7 +130,7 @@ char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
 	}
 	msg = json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
 			tr->n_calls && !tr->content_len ? json_null() :
-			string_lossy(tr->content, tr->content_len), "refusal");
+			api_json_string_lossy(tr->content, tr->content_len), "refusal");
 	if (!msg)
 		goto fail;
 	if (calls) {
@@ -241,7 +192,7 @@ char *resp_chunk_role(const struct resp_ctx *c)
 char *resp_chunk_content(const struct resp_ctx *c, const char *text,
 			 size_t len, json_t *logprobs)
 {
-	return chunk(c, len ? json_pack("{s:o}", "content", string_lossy(text, len)) :
+	return chunk(c, len ? json_pack("{s:o}", "content", api_json_string_lossy(text, len)) :
 		     json_object(), logprobs, NULL, NULL);
 }
 

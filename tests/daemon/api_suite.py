@@ -263,6 +263,10 @@ def routes_and_methods():
     r, data = request("GET", "/v1/models/no-such-model")
     check(r.status == 404, "unknown model id")
     error_of(json.loads(data), 404, code="model_not_found")
+    # a path that is not UTF-8 still gets a JSON error
+    raw = raw_exchange(b"GET /v1/\xff\xfe%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    check(status_of(raw) == 404, f"raw path: {raw[:60]!r}")
+    error_of(body_of(raw), 404)
     for method, path, want in (("GET", "/nope", 404), ("POST", "/v1/completions", 404),
                                ("GET", "/v1/chat/completions", 405),
                                ("DELETE", "/v1/chat/completions", 405),
