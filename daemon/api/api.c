@@ -1065,6 +1065,7 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		return -EPERM;
 	}
 	a->mhd = MHD_start_daemon(flags, c->port, NULL, NULL, on_request, a,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 		MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)(c->max_connections ? c->max_connections : 1024),
@@ -1072,7 +1073,6 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		(unsigned)(c->conn_timeout_s ? c->conn_timeout_s : 60),
 		MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_END);
 	if (!a->mhd) {
 		snprintf(err, errlen, "cannot listen on %s port %u (in use, or not an address of this host?)",

@@ -93,7 +93,7 @@ def start_server():
     global SERVER, PORT
     write_keys()
     pf = os.path.join(TMP, "port")
-    SERVER = spawn(["--keys", KEYS_FILE, "--timeout", "3", "--drain", "20",
+    SERVER = spawn(["--keys", KEYS_FILE, "--timeout", "60", "--drain", "20",
                     "--context", str(CONTEXT), "--model", MODEL], pf)
     PORT = wait_port(SERVER, pf)
     check(PORT, "server exited at start")
@@ -366,11 +366,6 @@ def bad_requests():
         r, data = request("POST", "/v1/chat/completions", full[:k])
         check(r.status == 400, f"prefix {k}: {r.status}")
         error_of(json.loads(data), 400)
-    # also when the declared length promises more than arrives
-    raw = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                       b"Authorization: Bearer " + KEY_A.encode() +
-                       b"\r\nContent-Length: 100\r\nConnection: close\r\n\r\n" + full[:40], timeout=20)
-    check(status_of(raw) in (None, 400), f"short body: {raw[:60]!r}")
     r, _ = request("POST", "/v1/chat/completions", full)
     check(r.status == 200, "the full body works")
 
@@ -624,8 +619,12 @@ def thousand_connections():
         for i in range(n):
             s = socket.create_connection((HOST, PORT), timeout=60)
             socks.append(s)
+        # scripted: each reply takes over 1 s (its second token comes 1 s
+        # after the first), so answering all within the 240 s below needs
+        # them served concurrently (one at a time would take 1000 s)
         for i, s in enumerate(socks):
-            body = json.dumps({"model": MODEL, "messages": user(f"say n{i}"),
+            text = f"slow 1000 n{i}" if SCRIPTED else f"say n{i}"
+            body = json.dumps({"model": MODEL, "messages": user(text),
                                "max_tokens": 10}).encode()
             s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                       b"Authorization: Bearer " + KEY_A.encode() +
@@ -650,6 +649,9 @@ def thousand_connections():
                 left -= 1
         check(left == 0, f"{left} of {n} connections unanswered")
         ok = sum(1 for raw in results.values() if status_of(raw) == 200)
+        if ok != n:
+            bad = [raw[:120] for raw in results.values() if status_of(raw) != 200]
+            print(f"     e.g. {bad[:3]}; no answer at all: {sum(1 for b in bad if not b)}")
         check(ok == n, f"only {ok} of {n} answered 200")
         if SCRIPTED:
             for i in (0, n // 2, n - 1):
@@ -662,43 +664,56 @@ def thousand_connections():
 
 @test()
 def slow_clients():
-    """Slowloris: clients that trickle their headers or body, or send
-    nothing, hold a connection each but never the server; idle ones are
-    closed after the connection timeout."""
+    """Slowloris: clients that trickle their headers, or send nothing, hold a
+    connection each but never the server."""
     slow = []
     for i in range(60):
         s = socket.create_connection((HOST, PORT), timeout=30)
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
         slow.append(s)
-    idle = socket.create_connection((HOST, PORT), timeout=60)
-    body_stall = socket.create_connection((HOST, PORT), timeout=60)
-    body_stall.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
-                       KEY_A.encode() + b"\r\nContent-Length: 100\r\n\r\n{\"model\"")
-    t0 = time.time()
+    idle = [socket.create_connection((HOST, PORT), timeout=30) for i in range(20)]
     for rnd in range(3):
         for s in slow:
-            try:
-                s.sendall(b"X-Slow: 1\r\n")
-            except OSError:
-                pass
+            s.sendall(b"X-Slow: 1\r\n")
         t = time.time()
         health_ok()
         st, j, _ = chat({"messages": user("hello")}, timeout=20)
         check(st == 200, "served while slow clients hang on")
         check(time.time() - t < 15, "slow clients delayed others")
         time.sleep(0.5)
-    # connection timeout (3 s on the test server; generous bound)
-    if SPAWNED:
-        for s, what in ((idle, "idle"), (body_stall, "stalled body")):
-            s.settimeout(60)
+    for s in slow + idle:
+        s.close()
+
+
+@test(spawned=True)
+def idle_timeout():
+    """A connection that sends nothing, or stops in the middle of its body,
+    is closed after the connection timeout (2 s on this server)."""
+    pf = os.path.join(TMP, "port-idle")
+    p = spawn(["--timeout", "2"], pf)
+    port = wait_port(p, pf)
+    check(port, "server with a 2 s timeout did not start")
+    try:
+        idle = socket.create_connection((HOST, port), timeout=60)
+        stall = socket.create_connection((HOST, port), timeout=60)
+        stall.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"model\"")
+        t0 = time.time()
+        for s, what in ((idle, "idle"), (stall, "stalled body")):
             try:
                 d = s.recv(4096)
             except (ConnectionResetError, socket.timeout):
                 d = b""
             check(time.time() - t0 < 60, f"{what} connection not closed")
             check(d == b"" or status_of(d) in (400, 408, 413), f"{what}: {d[:60]!r}")
-    for s in slow + [idle, body_stall]:
-        s.close()
+            s.close()
+        c = http.client.HTTPConnection(HOST, port, timeout=30)
+        c.request("GET", "/health")
+        check(c.getresponse().status == 200, "still serving")
+        c.close()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(30) == 0, "exit status")
 
 
 @test()

@@ -8,7 +8,7 @@
  * usage: kvd-api-testserver [--listen ADDR] [--port N] [--port-file F]
  *        [--keys FILE] [--allow-remote] [--max-body BYTES]
  *        [--max-conn N] [--timeout S] [--drain S] [--context BYTES]
- *        [--model ID]
+ *        [--model ID] [--debug]
  * Keys file: one tenant per line, "NAME ID KEY [KEY...]"; # comments.
  * SIGUSR1 toggles readiness (GET /health 200 <-> 503).
  */
@@ -94,6 +94,10 @@ int main(int argc, char **argv)
 
 		if (!strcmp(a, "--allow-remote")) {
 			c.allow_remote = 1;
+			continue;
+		}
+		if (!strcmp(a, "--debug")) {
+			kvd_log_set_level(KVD_LOG_DEBUG);
 			continue;
 		}
 		if (!v) {
