@@ -522,6 +522,19 @@ def byte_stable_turns():
                       "tools": TOOLS})
     got = j4["usage"]["prompt_tokens_details"]["cached_tokens"]
     check(got == p3 + len(text.encode()), f"turn 4 cached {got}, wanted {p3 + len(text.encode())}")
+    # content and two calls in one reply, sent back as the client got them
+    gen5 = ("Checking both.\n" + canonical_call("get_weather", '{"city": "A"}') + "\n" +
+            canonical_call("get_weather", '{"city":"B"}'))
+    msgs5 = msgs3 + [{"role": "assistant", "content": text}] + user("say " + gen5)
+    st, j5, _ = chat({"messages": msgs5, "tools": TOOLS})
+    m5 = j5["choices"][0]["message"]
+    check(m5["content"] == "Checking both." and len(m5["tool_calls"]) == 2, f"turn 5 {m5}")
+    msgs6 = msgs5 + [{"role": "assistant", "content": m5["content"], "tool_calls": m5["tool_calls"]}]
+    msgs6 += [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in m5["tool_calls"]]
+    st, j6, _ = chat({"messages": msgs6, "tools": TOOLS})
+    want = j5["usage"]["prompt_tokens"] + len(gen5.encode())
+    got = j6["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(got == want, f"turn 6 cached {got}, wanted {want}")
 
 
 @test(scripted=True)
