@@ -104,6 +104,7 @@ struct gen {
 	struct strbuf pending;		/* stream: content of this event */
 	struct strbuf out;		/* stream: SSE bytes not yet sent */
 
+	struct timespec peer_checked;
 	int cancelled;			/* by us (one call) or client gone */
 	struct timespec cancel_t;
 	int client_gone;
@@ -430,12 +431,16 @@ static int gen_step(struct gen *g, int timeout_ms)
 		gen_event(g, &ev);
 		if (g->out.oom || g->raw.oom || g->content.oom || g->pending.oom)
 			gen_oom(g);
-		return 1;
+		/* a steady stream of tokens must not hide a hang-up */
+		if (g->finished || ms_since(&g->peer_checked) < WAIT_TICK_MS)
+			return 1;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &g->peer_checked);
 	if (peer_gone(g->fd)) {
 		g->client_gone = 1;
 		if (!g->cancelled) {
 			g->cancelled = 1;
+			clock_gettime(CLOCK_MONOTONIC, &g->cancel_t);
 			kvd_job_cancel(g->job);
 		}
 		__atomic_add_fetch(&g->a->disconnects, 1, __ATOMIC_RELAXED);
@@ -450,7 +455,7 @@ static int gen_step(struct gen *g, int timeout_ms)
 			g->id, CANCEL_WAIT_MS);
 		gen_event(g, &ev);
 	}
-	return 0;
+	return r > 0;
 }
 
 /* Count responses whose text would not render back byte for byte. */
@@ -546,6 +551,7 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	tc_stream_init(&g->ts, &a->tags, gen_emit, g);
 	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	g->fd = ci ? ci->connect_fd : -1;
+	clock_gettime(CLOCK_MONOTONIC, &g->peer_checked);
 	q->gen = g;
 
 	memset(&kr, 0, sizeof(kr));
