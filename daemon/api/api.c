@@ -95,6 +95,10 @@ struct gen {
 	char id[40];
 	char model[257];
 
+	/* the request and its prompt live as long as the job: kvd_request
+	 * points into them (prompt, stop strings, session key) */
+	struct chat_request cr;
+	struct strbuf prompt;
 	struct strbuf raw;		/* everything generated */
 	struct strbuf content;		/* non-stream: content so far */
 	struct tc_call *calls;		/* non-stream: calls so far */
@@ -188,7 +192,7 @@ static enum MHD_Result queue(struct MHD_Connection *c, struct req *q,
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	if (q->gen)
+	if (q->gen && q->gen->id[0])
 		MHD_add_response_header(r, "x-request-id", q->gen->id);
 	if (e && e->retry_after_s) {
 		snprintf(ra, sizeof(ra), "%u", e->retry_after_s);
@@ -251,6 +255,8 @@ static void gen_unref(struct gen *g)
 		return;
 	if (g->job)
 		kvd_job_free(g->job);
+	chat_request_free(&g->cr);
+	sb_free(&g->prompt);
 	tc_stream_free(&g->ts);
 	sb_free(&g->raw);
 	sb_free(&g->content);
@@ -513,65 +519,57 @@ static void sse_free(void *cls)
 static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 {
 	struct kvd_api *a = q->a;
-	struct chat_request cr;
+	struct chat_request *cr;
 	struct api_error e;
-	struct strbuf prompt = { 0 };
 	struct kvd_request kr;
 	struct kvd_error ke;
 	const union MHD_ConnectionInfo *ci;
 	struct gen *g;
 	enum MHD_Result ret;
 
-	if (chat_request_parse(q->body.s ? q->body.s : "", q->body.len,
-			       kvd_model_id(a->d), &cr, &e)) {
-		chat_request_free(&cr);
-		return send_error(c, q, &e);
-	}
 	g = calloc(1, sizeof(*g));
-	if (!g || chat_render(&cr, &a->tags, &prompt)) {
-		free(g);
-		sb_free(&prompt);
-		chat_request_free(&cr);
+	if (!g)
 		return fail(c, q, 500, "server_error", NULL, "out of memory");
-	}
 	g->refs = 1;
 	g->a = a;
-	g->stream = cr.stream;
-	g->include_usage = cr.include_usage;
-	g->want_logprobs = cr.s.logprobs;
-	g->parallel = cr.parallel_tool_calls;
-	g->parse_tools = cr.n_tools > 0 && cr.tool_choice != CHAT_TOOLS_NONE;
-	g->logprobs = cr.s.logprobs ? json_array() : NULL;
+	q->gen = g;	/* freed with the request from here on */
+	cr = &g->cr;
+	if (chat_request_parse(q->body.s ? q->body.s : "", q->body.len,
+			       kvd_model_id(a->d), cr, &e))
+		return send_error(c, q, &e);
+	if (chat_render(cr, &a->tags, &g->prompt))
+		return fail(c, q, 500, "server_error", NULL, "out of memory");
+	g->stream = cr->stream;
+	g->include_usage = cr->include_usage;
+	g->want_logprobs = cr->s.logprobs;
+	g->parallel = cr->parallel_tool_calls;
+	g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
+	g->logprobs = cr->s.logprobs ? json_array() : NULL;
 	make_id(g->id, sizeof(g->id), "chatcmpl-");
-	snprintf(g->model, sizeof(g->model), "%s", cr.model);
+	snprintf(g->model, sizeof(g->model), "%s", cr->model);
 	g->rc.id = g->id;
 	g->rc.model = g->model;
 	g->rc.created = (int64_t)time(NULL);
-	g->rc.usage_null = cr.stream && cr.include_usage;
+	g->rc.usage_null = cr->stream && cr->include_usage;
 	tc_stream_init(&g->ts, &a->tags, gen_emit, g);
 	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	g->fd = ci ? ci->connect_fd : -1;
 	clock_gettime(CLOCK_MONOTONIC, &g->peer_checked);
-	q->gen = g;
 
 	memset(&kr, 0, sizeof(kr));
 	memset(&ke, 0, sizeof(ke));
-	kr.model = cr.model;
-	kr.prompt = prompt.s;
-	kr.prompt_len = prompt.len;
-	kr.session_key = cr.prompt_cache_key ? cr.prompt_cache_key : cr.user;
+	kr.model = cr->model;
+	kr.prompt = g->prompt.s;
+	kr.prompt_len = g->prompt.len;
+	kr.session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
 	kr.tenant = q->tenant_id;
 	kr.request_id = g->id;
-	kr.s = cr.s;
+	kr.s = cr->s;
 	if (kvd_job_submit(a->d, &kr, &g->job, &ke)) {
 		g->job = NULL;
-		sb_free(&prompt);
-		chat_request_free(&cr);
 		api_error_from_kvd(&e, &ke);
 		return send_error(c, q, &e);
 	}
-	sb_free(&prompt);
-	chat_request_free(&cr);	/* kvd copied what it keeps */
 
 	if (g->stream) {
 		struct MHD_Response *r;
