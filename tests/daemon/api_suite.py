@@ -825,6 +825,41 @@ def listen_policy():
 
 
 @test(spawned=True)
+def drain_timeout():
+    """A stream that would never end is cut when the drain time is up; the
+    server still exits cleanly (its job cancelled, nothing leaked)."""
+    pf = os.path.join(TMP, "port-drain")
+    p = spawn(["--drain", "1"], pf)
+    port = wait_port(p, pf)
+    check(port, "server did not start")
+    body = json.dumps({"model": MODEL, "messages": user("hold"), "stream": True}).encode()
+    s = socket.create_connection((HOST, port), timeout=30)
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    check(b" 200 " in s.recv(4096).split(b"\r\n")[0], "stream started")
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Fail("server hung in drain")
+    rest = b""
+    try:
+        while True:
+            d = s.recv(4096)
+            if not d:
+                break
+            rest += d
+    except (ConnectionResetError, socket.timeout):
+        pass
+    s.close()
+    check(rc == 0, f"exit status {rc}")
+    check(b"[DONE]" not in rest, "a cut stream must not claim to be complete")
+    check(time.time() - t0 < 30, "drain took too long")
+
+
+@test(spawned=True)
 def drain_on_sigterm():
     """SIGTERM: new connections are refused, the stream in flight ends
     normally, the server exits 0 (and ASan finds no leak)."""
