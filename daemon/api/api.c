@@ -290,8 +290,8 @@ static void flush_pending(struct gen *g, json_t *logprobs)
 	sb_reset(&g->pending);
 }
 
-/* tc_stream's output: content pieces and whole calls. */
-static int gen_emit(void *ctx, const char *text, size_t len,
+/* tc_stream's output: content, and calls as they are generated. */
+static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
 		    const struct tc_call *call)
 {
 	struct gen *g = ctx;
@@ -299,17 +299,16 @@ static int gen_emit(void *ctx, const char *text, size_t len,
 
 	if (g->cancelled)	/* parallel_tool_calls false: one call only */
 		return 0;
-	if (!call) {
+	switch (ev) {
+	case TC_CONTENT:
 		sb_add(g->stream ? &g->pending : &g->content, text, len);
-		return 0;
-	}
-	__atomic_add_fetch(&g->a->tool_calls, 1, __ATOMIC_RELAXED);
-	if (g->stream) {
-		flush_pending(g, NULL);
-		sse_frame(g, resp_chunk_call(&g->rc, g->n_calls, call));
-		sse_frame(g, resp_chunk_call_args(&g->rc, g->n_calls, call->arguments,
-						  call->arguments_len));
-	} else {
+		break;
+	case TC_CALL_START:
+		if (g->stream) {
+			flush_pending(g, NULL);
+			sse_frame(g, resp_chunk_call(&g->rc, g->n_calls, call));
+			break;
+		}
 		/* names and arguments are kept as offsets into call_text until
 		 * the end (it may move as it grows) */
 		calls = realloc(g->calls, (g->n_calls + 1) * sizeof(*calls));
@@ -320,16 +319,30 @@ static int gen_emit(void *ctx, const char *text, size_t len,
 		calls[g->n_calls].name = (const char *)(uintptr_t)g->call_text.len;
 		sb_add(&g->call_text, call->name, strlen(call->name) + 1);
 		calls[g->n_calls].arguments = (const char *)(uintptr_t)g->call_text.len;
-		sb_add(&g->call_text, call->arguments, call->arguments_len);
-		sb_add(&g->call_text, "", 1);
+		calls[g->n_calls].arguments_len = 0;
+		break;
+	case TC_CALL_ARGS:
+		if (g->stream) {
+			sse_frame(g, resp_chunk_call_args(&g->rc, g->n_calls, text, len));
+			break;
+		}
+		sb_add(&g->call_text, text, len);
+		g->calls[g->n_calls].arguments_len += len;
+		break;
+	case TC_CALL_END:
+		if (!g->stream)
+			sb_add(&g->call_text, "", 1);
+		g->n_calls++;
+		__atomic_add_fetch(&g->a->tool_calls, 1, __ATOMIC_RELAXED);
+		if (!g->parallel) {
+			g->cancelled = 1;
+			clock_gettime(CLOCK_MONOTONIC, &g->cancel_t);
+			kvd_job_cancel(g->job);
+		}
+		break;
 	}
-	g->n_calls++;
-	if (!g->parallel && !g->cancelled) {
-		g->cancelled = 1;
-		clock_gettime(CLOCK_MONOTONIC, &g->cancel_t);
-		kvd_job_cancel(g->job);
-	}
-	return (g->out.oom || g->call_text.oom) ? -ENOMEM : 0;
+	return (g->out.oom || g->call_text.oom || g->pending.oom ||
+		g->content.oom) ? -ENOMEM : 0;
 }
 
 static void gen_fail(struct gen *g, const struct api_error *e)
@@ -374,7 +387,7 @@ static void gen_event(struct gen *g, const struct kvd_event *ev)
 				return;
 			}
 		} else {
-			gen_emit(g, ev->text, ev->text_len, NULL);
+			gen_emit(g, TC_CONTENT, ev->text, ev->text_len, NULL);
 		}
 		if (g->stream) {
 			flush_pending(g, lp);

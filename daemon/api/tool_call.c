@@ -197,6 +197,8 @@ static int check_call(const char *body, size_t len, struct tc_call *call,
 
 /* ---- the stream ---- */
 
+#define TC_MAX_TAIL 256		/* bytes between arguments and close tag */
+
 void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
 		    tc_emit_fn emit, void *ctx)
 {
@@ -205,17 +207,24 @@ void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
 	s->tags.close = t && t->close ? t->close : TC_DEFAULT_CLOSE;
 	s->emit = emit;
 	s->ctx = ctx;
+	s->phase = TC_OUT;
+}
+
+static void emit(struct tc_stream *s, enum tc_event ev, const char *p,
+		 size_t n, const struct tc_call *call)
+{
+	int r;
+
+	if (s->err || ((ev == TC_CONTENT || ev == TC_CALL_ARGS) && n == 0))
+		return;
+	r = s->emit(s->ctx, ev, p, n, call);
+	if (r < 0)
+		s->err = r;
 }
 
 static void out(struct tc_stream *s, const char *p, size_t n)
 {
-	int r;
-
-	if (s->err || n == 0)
-		return;
-	r = s->emit(s->ctx, p, n, NULL);
-	if (r < 0)
-		s->err = r;
+	emit(s, TC_CONTENT, p, n, NULL);
 }
 
 static int all_ws(const char *p, size_t n)
@@ -248,55 +257,217 @@ static void block_as_content(struct tc_stream *s, size_t block_len)
 	s->seg_nonws = 1;
 }
 
+/* A call begins: the whitespace held before its open tag goes out first
+ * (minus the separator "\n"), or not at all after another call. */
+static void call_start(struct tc_stream *s, const struct tc_call *call)
+{
+	size_t wl = s->ws.len;
+
+	if (s->n_calls == 0 || s->seg_nonws) {
+		if (wl && s->ws.s[wl - 1] == '\n')
+			wl--;
+		out(s, s->ws.s, wl);
+	}
+	sb_reset(&s->ws);
+	emit(s, TC_CALL_START, NULL, 0, call);
+}
+
+static void call_end(struct tc_stream *s)
+{
+	emit(s, TC_CALL_END, NULL, 0, NULL);
+	s->n_calls++;
+	s->seg_nonws = 0;
+}
+
+/* Leave the block: what is left of it is outside text again. */
+static void leave_block(struct tc_stream *s, size_t used)
+{
+	sb_reset(&s->hold);
+	sb_add(&s->hold, s->block.s + used, s->block.len - used);
+	sb_reset(&s->block);
+	sb_reset(&s->ws);
+	s->phase = TC_OUT;
+}
+
+enum match { NO, PARTIAL, FULL };
+
+/* Does the block start as the canonical form does, up to the "{" opening
+ * the arguments? *name_len and *args_at on FULL. */
+static enum match canonical_head(const char *b, size_t n, size_t *name_off,
+				 size_t *name_len, size_t *args_at)
+{
+	static const char p1[] = "\n{\"name\": \"", p2[] = "\", \"arguments\": {";
+	size_t l1 = sizeof(p1) - 1, l2 = sizeof(p2) - 1, i, k;
+
+	if (n == 0)
+		return PARTIAL;
+	if (memcmp(b, p1, n < l1 ? n : l1))
+		return NO;
+	if (n <= l1)
+		return PARTIAL;
+	for (i = l1; i < n && i - l1 <= TC_MAX_NAME && tc_valid_name(b + i, 1); i++)
+		;
+	if (i - l1 > TC_MAX_NAME)
+		return NO;
+	if (i == n)
+		return PARTIAL;
+	if (i == l1)
+		return NO;
+	k = n - i < l2 ? n - i : l2;
+	if (memcmp(b + i, p2, k))
+		return NO;
+	if (k < l2)
+		return PARTIAL;
+	*name_off = l1;
+	*name_len = i - l1;
+	*args_at = i + l2 - 1;
+	return FULL;
+}
+
+/* After the arguments: whitespace, "}", whitespace, the close tag. */
+static enum match tail(const char *b, size_t n, const char *close, size_t *used)
+{
+	size_t i = 0, cl = strlen(close), k;
+
+	while (i < n && is_ws(b[i]))
+		i++;
+	if (i == n)
+		return n > TC_MAX_TAIL ? NO : PARTIAL;
+	if (b[i++] != '}')
+		return NO;
+	while (i < n && is_ws(b[i]))
+		i++;
+	k = n - i < cl ? n - i : cl;
+	if (memcmp(b + i, close, k) || i > TC_MAX_TAIL)
+		return NO;
+	if (k < cl)
+		return PARTIAL;
+	*used = i + cl;
+	return FULL;
+}
+
+/* Scan streamed arguments from the block's start; the length that ends
+ * the object, or 0 while it goes on. */
+static size_t scan_args(struct tc_stream *s, const char *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char c = b[i];
+
+		if (s->in_str) {
+			if (s->esc)
+				s->esc = 0;
+			else if (c == '\\')
+				s->esc = 1;
+			else if (c == '"')
+				s->in_str = 0;
+		} else if (c == '"') {
+			s->in_str = 1;
+		} else if (c == '{' || c == '[') {
+			s->depth++;
+		} else if ((c == '}' || c == ']') && --s->depth == 0) {
+			return i + 1;
+		}
+	}
+	return 0;
+}
+
+static void in_block(struct tc_stream *s, size_t cl)
+{
+	const char *c;
+	size_t body, used, name_off, name_len, args_at;
+	char name[TC_MAX_NAME + 1];
+	struct tc_call call;
+
+	switch (s->phase) {
+	case TC_HEAD:
+		switch (canonical_head(s->block.s, s->block.len, &name_off,
+				       &name_len, &args_at)) {
+		case FULL:
+			memset(&call, 0, sizeof(call));
+			tc_make_id(call.id);
+			memcpy(name, s->block.s + name_off, name_len);
+			name[name_len] = '\0';
+			call.name = name;
+			call_start(s, &call);
+			sb_consume(&s->block, args_at);
+			s->depth = s->in_str = s->esc = 0;
+			s->phase = TC_ARGS;
+			return;
+		case PARTIAL:
+			if (!memmem(s->block.s, s->block.len, s->tags.close, cl)) {
+				s->phase = TC_HEAD;
+				return;
+			}
+			/* closed before it looked canonical */
+			__attribute__((fallthrough));
+		case NO:
+			s->phase = TC_WHOLE;
+			return;
+		}
+		return;
+	case TC_ARGS:
+		used = scan_args(s, s->block.s, s->block.len);
+		emit(s, TC_CALL_ARGS, s->block.s, used ? used : s->block.len, NULL);
+		sb_consume(&s->block, used ? used : s->block.len);
+		if (used)
+			s->phase = TC_TAIL;
+		return;
+	case TC_TAIL:
+		switch (tail(s->block.s, s->block.len, s->tags.close, &used)) {
+		case PARTIAL:
+			return;
+		case FULL:
+			call_end(s);
+			leave_block(s, used);
+			return;
+		case NO:
+			call_end(s);
+			leave_block(s, 0);
+			return;
+		}
+		return;
+	case TC_WHOLE:
+		c = s->block.len ? memmem(s->block.s, s->block.len, s->tags.close, cl) : NULL;
+		if (!c && s->block.len < TC_MAX_BLOCK + cl)
+			return;
+		if (!c || (size_t)(c - s->block.s) > TC_MAX_BLOCK) {
+			used = c ? (size_t)(c - s->block.s) + cl : s->block.len;
+			block_as_content(s, used);
+		} else {
+			body = (size_t)(c - s->block.s);
+			used = body + cl;
+			if (check_call(s->block.s, body, &call, name)) {
+				call_start(s, &call);
+				emit(s, TC_CALL_ARGS, call.arguments, call.arguments_len, NULL);
+				call_end(s);
+			} else {
+				block_as_content(s, used);
+			}
+		}
+		leave_block(s, used);
+		return;
+	case TC_OUT:
+		return;
+	}
+}
+
 static void process(struct tc_stream *s)
 {
 	size_t ol = strlen(s->tags.open), cl = strlen(s->tags.close);
 
 	while (!s->err) {
+		enum tc_phase before = s->phase;
+		size_t left = s->block.len;
+
 		if (s->block.oom || s->hold.oom || s->ws.oom) {
 			s->err = -ENOMEM;
 			return;
 		}
-		if (s->in_block) {
-			const char *c = s->block.len ?
-				memmem(s->block.s, s->block.len, s->tags.close, cl) : NULL;
-			size_t body, used;
-			char name[TC_MAX_NAME + 1];
-			struct tc_call call;
-
-			if (!c && s->block.len < TC_MAX_BLOCK + cl)
+		if (s->phase != TC_OUT) {
+			in_block(s, cl);
+			/* go on while something moved */
+			if (s->phase == before && s->block.len == left)
 				return;
-			if (!c || (size_t)(c - s->block.s) > TC_MAX_BLOCK) {
-				used = c ? (size_t)(c - s->block.s) + cl : s->block.len;
-				block_as_content(s, used);
-			} else {
-				body = (size_t)(c - s->block.s);
-				used = body + cl;
-				if (check_call(s->block.s, body, &call, name)) {
-					size_t wl = s->ws.len;
-
-					if (s->n_calls == 0 || s->seg_nonws) {
-						if (wl && s->ws.s[wl - 1] == '\n')
-							wl--;
-						out(s, s->ws.s, wl);
-					}
-					if (!s->err) {
-						int r = s->emit(s->ctx, NULL, 0, &call);
-
-						if (r < 0)
-							s->err = r;
-					}
-					s->n_calls++;
-					s->seg_nonws = 0;
-				} else {
-					block_as_content(s, used);
-				}
-			}
-			sb_reset(&s->hold);
-			sb_add(&s->hold, s->block.s + used, s->block.len - used);
-			sb_reset(&s->block);
-			sb_reset(&s->ws);
-			s->in_block = 0;
 			continue;
 		}
 		if (s->hold.len == 0)
@@ -323,7 +494,7 @@ static void process(struct tc_stream *s)
 			sb_reset(&s->block);
 			sb_add(&s->block, s->hold.s + q + ol, s->hold.len - q - ol);
 			sb_reset(&s->hold);
-			s->in_block = 1;
+			s->phase = TC_HEAD;
 		}
 	}
 }
@@ -332,7 +503,7 @@ int tc_stream_feed(struct tc_stream *s, const char *text, size_t len)
 {
 	if (s->err)
 		return s->err;
-	if (s->in_block)
+	if (s->phase != TC_OUT)
 		sb_add(&s->block, text, len);
 	else
 		sb_add(&s->hold, text, len);
@@ -345,15 +516,25 @@ int tc_stream_finish(struct tc_stream *s)
 	process(s);
 	if (s->err)
 		return s->err;
-	if (s->in_block) {
+	switch (s->phase) {
+	case TC_HEAD:
+	case TC_WHOLE:
 		block_as_content(s, s->block.len);
-		sb_reset(&s->block);
-		sb_reset(&s->ws);
-		s->in_block = 0;
-	} else if (s->n_calls == 0 || s->seg_nonws ||
-		   !all_ws(s->hold.s, s->hold.len)) {
-		out(s, s->hold.s, s->hold.len);
+		leave_block(s, s->block.len);
+		break;
+	case TC_ARGS:		/* cut inside the arguments */
+		call_end(s);
+		leave_block(s, s->block.len);
+		break;
+	case TC_TAIL:		/* the rest is outside text */
+		call_end(s);
+		leave_block(s, 0);
+		break;
+	case TC_OUT:
+		break;
 	}
+	if (s->n_calls == 0 || s->seg_nonws || !all_ws(s->hold.s, s->hold.len))
+		out(s, s->hold.s, s->hold.len);
 	sb_reset(&s->hold);
 	return s->err;
 }
@@ -371,6 +552,7 @@ struct collect {
 	struct strbuf content;
 	struct tc_call *calls;
 	size_t n_calls;
+	struct strbuf name, args;	/* the call being collected */
 };
 
 static char *dup_n(const char *p, size_t n)
@@ -384,30 +566,43 @@ static char *dup_n(const char *p, size_t n)
 	return s;
 }
 
-static int collect_emit(void *ctx, const char *content, size_t len,
-			const struct tc_call *call)
+static int collect_emit(void *ctx, enum tc_event ev, const char *text,
+			size_t len, const struct tc_call *call)
 {
 	struct collect *c = ctx;
 	struct tc_call *calls, *nc;
 
-	if (!call) {
-		sb_add(&c->content, content, len);
+	switch (ev) {
+	case TC_CONTENT:
+		sb_add(&c->content, text, len);
 		return c->content.oom ? -ENOMEM : 0;
+	case TC_CALL_START:
+		calls = realloc(c->calls, (c->n_calls + 1) * sizeof(*calls));
+		if (!calls)
+			return -ENOMEM;
+		c->calls = calls;
+		memset(&calls[c->n_calls], 0, sizeof(*calls));
+		memcpy(calls[c->n_calls].id, call->id, sizeof(call->id));
+		sb_reset(&c->name);
+		sb_adds(&c->name, call->name);
+		sb_reset(&c->args);
+		return c->name.oom ? -ENOMEM : 0;
+	case TC_CALL_ARGS:
+		sb_add(&c->args, text, len);
+		return c->args.oom ? -ENOMEM : 0;
+	case TC_CALL_END:
+		nc = &c->calls[c->n_calls];
+		nc->name = dup_n(sb_cstr(&c->name) ? c->name.s : "", c->name.len);
+		nc->arguments = dup_n(c->args.len ? c->args.s : "", c->args.len);
+		nc->arguments_len = c->args.len;
+		if (!nc->name || !nc->arguments) {
+			free((void *)nc->name);
+			free((void *)nc->arguments);
+			return -ENOMEM;
+		}
+		c->n_calls++;
+		return 0;
 	}
-	calls = realloc(c->calls, (c->n_calls + 1) * sizeof(*calls));
-	if (!calls)
-		return -ENOMEM;
-	c->calls = calls;
-	nc = &calls[c->n_calls];
-	*nc = *call;
-	nc->name = dup_n(call->name, strlen(call->name));
-	nc->arguments = dup_n(call->arguments, call->arguments_len);
-	if (!nc->name || !nc->arguments) {
-		free((void *)nc->name);
-		free((void *)nc->arguments);
-		return -ENOMEM;
-	}
-	c->n_calls++;
 	return 0;
 }
 
@@ -438,6 +633,8 @@ int tc_parse(const struct tc_tags *t, const char *text, size_t len,
 	r->calls = c.calls;
 	r->n_calls = c.n_calls;
 	r->content = sb_steal(&c.content, &r->content_len);
+	sb_free(&c.name);
+	sb_free(&c.args);
 	if (!err && !r->content)
 		err = -ENOMEM;
 	if (!err) {

@@ -8,14 +8,26 @@
  * SSE paths, so a response reads the same whichever way it was asked for.
  *
  * How generated text splits into content and calls: the text is segments
- * S0 C1 S1 C2 ... Ck Sk where each Ci is a well-formed call block. A block
- * is well-formed when its body is one JSON object with exactly the keys
- * "name" (a tool name, [A-Za-z0-9_-]{1,64}) and "arguments" (an object);
- * anything else between the tags (bad JSON, extra keys, a block never
- * closed, a block over TC_MAX_BLOCK) stays in the content verbatim.
+ * S0 C1 S1 C2 ... Ck Sk where each Ci is a call block. Two ways a block
+ * becomes a call:
+ *  - streamed: the block starts exactly as the canonical form does,
+ *    open tag, "\n{\"name\": \"NAME\", \"arguments\": {" with a valid NAME
+ *    ([A-Za-z0-9_-]{1,64}). The call is announced there and its arguments
+ *    are passed on as they are generated, up to the "}" closing the
+ *    arguments object (strings and nesting tracked); then whitespace, "}",
+ *    whitespace and the close tag end the block. If something else follows
+ *    the arguments, the call still ends there and that text is content;
+ *    if the text ends inside the arguments (max_tokens), the call ends with
+ *    the arguments generated so far.
+ *  - whole: any other block is checked when its close tag arrives: one JSON
+ *    object with exactly the keys "name" (valid) and "arguments" (an
+ *    object), any spacing and order; it is then announced with its
+ *    arguments in one piece. Anything else between the tags (bad JSON,
+ *    extra keys, a block never closed, a block over TC_MAX_BLOCK) stays in
+ *    the content verbatim.
  * Content = S0 and every later segment that is not all whitespace, each
  * minus one trailing "\n" when a call follows it. Arguments are the exact
- * bytes of the "arguments" value as generated.
+ * bytes generated for the "arguments" value.
  *
  * The canonical form is what tc_render_call() and the chat template write
  * back for an assistant message: content, "\n" if there is content and a
@@ -61,12 +73,17 @@ struct tc_call {
 	size_t arguments_len;
 };
 
-/* Streaming: text in, content pieces and whole calls out, in order. A call
- * is reported when its closing tag arrives (its arguments are checked
- * before anything about it is sent). Text that may start a tag, or
- * whitespace that may precede one, is held back until it is known. */
-typedef int (*tc_emit_fn)(void *ctx, const char *content, size_t len,
-			  const struct tc_call *call);
+/* Streaming: text in, content and calls out, in order. */
+enum tc_event {
+	TC_CONTENT,		/* text, len: content */
+	TC_CALL_START,		/* call: id and name (arguments not set) */
+	TC_CALL_ARGS,		/* text, len: the next piece of its arguments */
+	TC_CALL_END,		/* the call is complete */
+};
+typedef int (*tc_emit_fn)(void *ctx, enum tc_event ev, const char *text,
+			  size_t len, const struct tc_call *call);
+
+enum tc_phase { TC_OUT, TC_HEAD, TC_ARGS, TC_TAIL, TC_WHOLE };
 
 struct tc_stream {
 	struct tc_tags tags;
@@ -75,7 +92,8 @@ struct tc_stream {
 	struct strbuf hold;	/* outside a block: not yet emitted */
 	struct strbuf ws;	/* whitespace before an open tag */
 	struct strbuf block;	/* inside a block: after the open tag */
-	int in_block;
+	enum tc_phase phase;
+	int depth, in_str, esc;	/* scanning streamed arguments */
 	int seg_nonws;		/* this segment emitted non-whitespace */
 	size_t n_calls;
 	int err;		/* first error from emit or allocation */

@@ -521,9 +521,23 @@ static const struct tc_case tc_cases[] = {
 	/* text after a call stays content */
 	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\nDone.",
 	  "\nDone.", 1, "f", "{}", 0 },
-	/* malformed blocks stay content, verbatim */
+	/* a streamed call ends where its arguments end; what follows that is
+	 * not "}" and the close tag is content */
 	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}\n</tool_call>",
-	  "<tool_call>\n{\"name\": \"f\", \"arguments\": {}\n</tool_call>", 0, NULL, NULL, 1 },
+	  "\n</tool_call>", 1, "f", "{}", 0 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} trailing\n</tool_call>",
+	  "} trailing\n</tool_call>", 1, "f", "{}", 0 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1, \"]}\"]} }  \n</tool_call>\n",
+	  "", 1, "f", "{\"x\": [1, \"]}\"]}", 0 },
+	/* cut inside the arguments (max_tokens): the call has what was made */
+	{ "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"}\\\"{\", \"b\": [1",
+	  "ok", 1, "f", "{\"a\": \"}\\\"{\", \"b\": [1", 0 },
+	/* a canonical start with an invalid name is not streamed */
+	{ "<tool_call>\n{\"name\": \"b@d\", \"arguments\": {}}\n</tool_call>",
+	  "<tool_call>\n{\"name\": \"b@d\", \"arguments\": {}}\n</tool_call>", 0, NULL, NULL, 1 },
+	/* malformed blocks stay content, verbatim */
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": []}\n</tool_call>",
+	  "<tool_call>\n{\"name\": \"f\", \"arguments\": []}\n</tool_call>", 0, NULL, NULL, 1 },
 	{ "x <tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
 	  "x <tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>", 0, NULL, NULL, 1 },
 	{ "<tool_call>{\"name\": \"bad name\", \"arguments\": {}}</tool_call>",
@@ -547,23 +561,31 @@ struct collected {
 	struct strbuf names, args;
 };
 
-static int collect(void *ctx, const char *text, size_t len,
+static int collect(void *ctx, enum tc_event ev, const char *text, size_t len,
 		   const struct tc_call *call)
 {
 	struct collected *c = ctx;
 
-	if (!call) {
+	switch (ev) {
+	case TC_CONTENT:
 		CU_ASSERT(len > 0);
 		sb_add(&c->content, text, len);
-		return 0;
+		break;
+	case TC_CALL_START:
+		CU_ASSERT_EQUAL(strlen(call->id), TC_ID_LEN);
+		CU_ASSERT_EQUAL(strncmp(call->id, "call_", 5), 0);
+		sb_adds(&c->names, call->name);
+		sb_adds(&c->names, "|");
+		break;
+	case TC_CALL_ARGS:
+		CU_ASSERT(len > 0);
+		sb_add(&c->args, text, len);
+		break;
+	case TC_CALL_END:
+		sb_adds(&c->args, "|");
+		c->n_calls++;
+		break;
 	}
-	CU_ASSERT_EQUAL(strlen(call->id), TC_ID_LEN);
-	CU_ASSERT_EQUAL(strncmp(call->id, "call_", 5), 0);
-	sb_adds(&c->names, call->name);
-	sb_adds(&c->names, "|");
-	sb_add(&c->args, call->arguments, call->arguments_len);
-	sb_adds(&c->args, "|");
-	c->n_calls++;
 	return 0;
 }
 
@@ -655,6 +677,55 @@ static void test_tool_calls_stream(void)
 	}
 }
 
+/* A canonical call is announced at its "arguments": { and its arguments
+ * are passed on as they come, before the block closes. */
+struct trace {
+	int starts, args, ends;
+	int args_before_end;
+};
+
+static int trace_emit(void *ctx, enum tc_event ev, const char *text,
+		      size_t len, const struct tc_call *call)
+{
+	struct trace *t = ctx;
+
+	(void)text;
+	(void)len;
+	(void)call;
+	if (ev == TC_CALL_START)
+		t->starts++;
+	if (ev == TC_CALL_ARGS && !t->ends)
+		t->args++;
+	if (ev == TC_CALL_END)
+		t->ends++;
+	return 0;
+}
+
+static void test_tool_calls_incremental(void)
+{
+	const char *text = "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"0123456789\"}}\n</tool_call>";
+	const char *args = strstr(text, "{\"text");
+	struct tc_stream st;
+	struct trace t = { 0 };
+	size_t i;
+
+	tc_stream_init(&st, &tags, trace_emit, &t);
+	for (i = 0; text + i < args; i++)
+		CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+	CU_ASSERT_EQUAL(t.starts, 0);	/* not before the arguments open */
+	CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i++, 1), 0);
+	CU_ASSERT_EQUAL(t.starts, 1);
+	for (; text[i] != '}'; i++)
+		CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+	/* every byte so far went out on its own, nothing held back */
+	CU_ASSERT_EQUAL(t.args, (int)(text + i - args));
+	CU_ASSERT_EQUAL(t.ends, 0);
+	CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, strlen(text + i)), 0);
+	CU_ASSERT_EQUAL(t.ends, 1);
+	CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+	tc_stream_free(&st);
+}
+
 /* Configured tags, and a block over the size cap stays content. */
 static void test_tool_calls_tags_and_cap(void)
 {
@@ -669,13 +740,25 @@ static void test_tool_calls_tags_and_cap(void)
 	CU_ASSERT(r.canonical);
 	tc_result_free(&r);
 
+	/* checked whole (not the canonical start): over the cap, content */
+	sb_adds(&big, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": \"");
+	for (int i = 0; i < TC_MAX_BLOCK / 8 + 1; i++)
+		sb_adds(&big, "aaaaaaaa");
+	sb_adds(&big, "\"}}</tool_call>");
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, big.s, big.len, &r), 0);
+	CU_ASSERT_EQUAL(r.n_calls, 0);
+	CU_ASSERT_EQUAL(r.content_len, big.len);
+	tc_result_free(&r);
+	/* streamed: arguments are passed on, not held, so no cap applies */
+	sb_reset(&big);
 	sb_adds(&big, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"");
 	for (int i = 0; i < TC_MAX_BLOCK / 8 + 1; i++)
 		sb_adds(&big, "aaaaaaaa");
 	sb_adds(&big, "\"}}\n</tool_call>");
 	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, big.s, big.len, &r), 0);
-	CU_ASSERT_EQUAL(r.n_calls, 0);
-	CU_ASSERT_EQUAL(r.content_len, big.len);
+	CU_ASSERT_EQUAL(r.n_calls, 1);
+	CU_ASSERT_EQUAL(r.content_len, 0);
+	CU_ASSERT(r.canonical);
 	tc_result_free(&r);
 	sb_free(&big);
 }
@@ -859,6 +942,7 @@ int main(void)
 	CU_add_test(s, "template: byte-stable across turns", test_template_stable);
 	CU_add_test(s, "tool calls: batch", test_tool_calls_batch);
 	CU_add_test(s, "tool calls: streamed, split everywhere", test_tool_calls_stream);
+	CU_add_test(s, "tool calls: arguments streamed as generated", test_tool_calls_incremental);
 	CU_add_test(s, "tool calls: tags and size cap", test_tool_calls_tags_and_cap);
 	CU_add_test(s, "responses: JSON", test_responses);
 	CU_add_test(s, "errors: JSON and kvd mapping", test_error_json);
