@@ -6,7 +6,10 @@ set -euo pipefail
 build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
        libnl-genl-3-dev libbpf-dev libelf-dev zlib1g-dev bpftool clang llvm
        systemtap-sdt-dev linux-headers-amd64 linux-headers-6.12-amd64
-       libpcre2-dev)
+       libpcre2-dev libmicrohttpd-dev libjansson-dev)
+# node + npm run the official openai client against the API (check-api);
+# a node already installed from elsewhere (e.g. NodeSource) is kept
+command -v node >/dev/null && command -v npm >/dev/null || build+=(nodejs npm)
 guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
        linux-image-amd64 linux-image-6.12-amd64)
 check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex)

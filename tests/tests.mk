@@ -82,6 +82,7 @@ check-all:
 	$(MAKE) --no-print-directory check-engine-avx512
 	$(MAKE) --no-print-directory check-toolwait
 	$(MAKE) --no-print-directory check-fuzz
+	$(MAKE) --no-print-directory check-api
 
 # make install into a scratch DESTDIR, then build and run a program against
 # it through pkg-config, as a user of the installed library would.
