@@ -96,7 +96,6 @@ include tests/tests.mk
 -include daemon/api/api.mk
 -include bpf/bpf.mk
 -include tests/debug/debug.mk
--include daemon/api/api.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
 

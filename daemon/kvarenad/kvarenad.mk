@@ -52,6 +52,11 @@ $(KVD_PLUGIN): daemon/worker/backend_cpu.c $(KVD_ENGINE_PIC) $(KVD_HDRS)
 	$(CC) $(KVD_CFLAGS) -fPIC -fvisibility=hidden -DKVD_BACKEND_PLUGIN -shared \
 		-Wl,-z,defs daemon/worker/backend_cpu.c $(KVD_ENGINE_PIC) -o $@ $(ENGINE_LIBS)
 
+$(KVD_BIN): daemon/kvarenad/main.c $(KVD_CORE_LIB) $(API_LIB) $(ENGINE_LIB) $(LIB_A) $(KVD_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(API_LIB) $(ENGINE_LIB) $(LIB_A) -o $@ \
+		-lsystemd $(API_LIBS) $(KVD_LDLIBS)
+
 .PHONY: daemon
 daemon: $(KVD_BIN) $(KVD_PLUGIN)
 
