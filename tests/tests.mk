@@ -83,6 +83,7 @@ check-all:
 	$(MAKE) --no-print-directory check-toolwait
 	$(MAKE) --no-print-directory check-fuzz
 	$(MAKE) --no-print-directory check-api
+	$(MAKE) --no-print-directory check-daemon
 
 # make install into a scratch DESTDIR, then build and run a program against
 # it through pkg-config, as a user of the installed library would.

@@ -394,7 +394,9 @@ int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
 	}
 	rc = kve_arena_session_reserve(d->kv, &c->as, n_more);
 	if (rc == -ENOSPC && need <= c->as.cap) {
-		kvd_make_room(d, need - before);
+		/* make room for more than this one step: evicting a victim per
+		 * decode step would cost every step a scan */
+		kvd_make_room(d, need - before + d->geom.blocks_total / 16);
 		rc = kve_arena_session_reserve(d->kv, &c->as, n_more);
 	}
 	if (rc)

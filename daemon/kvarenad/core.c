@@ -285,6 +285,19 @@ static int tenant_budget_ok(struct kvd *d, uint32_t tenant, uint32_t *retry_s)
 	return 0;
 }
 
+/* Charges a finished request's tokens to its tenant's bucket (it may go
+ * negative: the next request then waits for the refill). */
+void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens)
+{
+	if (!tenant || tenant > d->cfg.n_tenants || !d->cfg.tenants[tenant - 1].tokens_per_min)
+		return;
+	if (!d->tenant_refill_ns[tenant]) {
+		d->tenant_tokens[tenant] = (double)d->cfg.tenants[tenant - 1].tokens_per_min;
+		d->tenant_refill_ns[tenant] = kvd_now_ns();
+	}
+	d->tenant_tokens[tenant] -= tokens;
+}
+
 int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **jobp,
 		   struct kvd_error *err)
 {

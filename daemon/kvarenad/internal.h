@@ -256,6 +256,7 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f);
 void kvd_job_emit_error(struct kvd_job *j, enum kvd_err_kind kind,
 			const char *msg);
 void kvd_wake(struct kvd *d);
+void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens);
 
 /* sched.c */
 void *kvd_sched_main(void *arg);

@@ -59,23 +59,24 @@ static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t
 	return n;
 }
 
+static int gen_append(struct kvd_job *j, const char *s, size_t n);
+static size_t utf8_clean(const char *in, size_t n, char *out);
+
 static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 {
 	struct kvd_conv *c = j->conv;
 	uint64_t now = kvd_now_ns();
-	char tail[16];
+	char raw[16], tail[48];
 	int n;
 
 	if (j->state == JOB_FINISHED)
 		return;
 	/* bytes of an incomplete UTF-8 sequence at the very end */
-	n = kve_detok_flush(&j->detok, tail, sizeof(tail));
+	n = kve_detok_flush(&j->detok, raw, sizeof(raw));
+	n = n > 0 ? (int)utf8_clean(raw, (size_t)n, tail) : 0;
 	if (n > 0 && c) {
 		kvd_conv_append_text(c, tail, (size_t)n);
-		if (j->gen_len + (size_t)n <= j->gen_cap) {
-			memcpy(j->gen + j->gen_len, tail, (size_t)n);
-			j->gen_len += (size_t)n;
-		}
+		gen_append(j, tail, (size_t)n);
 	}
 	if (j->emitted < j->gen_len)
 		kvd_job_emit_token(j, j->gen + j->emitted, j->gen_len - j->emitted, -1, 0,
@@ -84,6 +85,7 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 	kvd_job_emit_done(j, f);
 	j->state = JOB_FINISHED;
 	d->m.completion_tokens += j->n_gen;
+	kvd_tenant_charge(d, j->tenant, j->n_prompt - j->n_cached + j->n_gen);
 	if (j->t_first && j->n_gen > 1)
 		kvd_hist_add(&d->m.tpot, (double)(now - j->t_first) / 1e6 / (j->n_gen - 1));
 	if (c) {
@@ -122,6 +124,7 @@ static void fail(struct kvd *d, struct kvd_job *j, enum kvd_err_kind kind,
 	kvd_job_emit_error(j, kind, msg);
 	j->state = JOB_FINISHED;
 	d->m.requests_failed++;
+	kvd_tenant_charge(d, j->tenant, j->n_gen);
 	if (c) {
 		c->job = NULL;
 		/* what the failed step may have left is not trusted: drop it */
@@ -182,11 +185,52 @@ static size_t find_stop(const struct kvd_job *j, size_t *safe)
 	return best;
 }
 
+/*
+ * Replaces bytes that are not valid UTF-8 with U+FFFD. The detokenizer
+ * holds back incomplete sequences, so what reaches here is either valid
+ * or never will be (a small model's stray bytes). The conversation keeps
+ * this same text, so a client that sends the reply back (as JSON, valid
+ * UTF-8) repeats it byte for byte and the conversation still matches.
+ */
+static size_t utf8_clean(const char *in, size_t n, char *out)
+{
+	const unsigned char *p = (const unsigned char *)in;
+	size_t i = 0, o = 0;
+
+	while (i < n) {
+		unsigned char c = p[i];
+		size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 :
+			     (c & 0xf8) == 0xf0 ? 4 : 0;
+		uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+		size_t k;
+		int ok = len && i + len <= n;
+
+		for (k = 1; ok && k < len; k++) {
+			ok = (p[i + k] & 0xc0) == 0x80;
+			cp = (cp << 6) | (p[i + k] & 0x3f);
+		}
+		if (ok && len > 1)	/* overlong, surrogate, out of range */
+			ok = !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+			       (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+			       (cp >= 0xd800 && cp <= 0xdfff));
+		if (ok) {
+			memcpy(out + o, p + i, len);
+			o += len;
+			i += len;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	return o;
+}
+
 static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		     const struct kvd_top *top, uint32_t n_top)
 {
 	struct kvd_conv *c = j->conv;
-	char piece[256];
+	char raw[256], piece[768];
 	size_t stop, safe;
 	int n;
 
@@ -200,9 +244,8 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		finish(d, j, KVD_FINISH_STOP);
 		return;
 	}
-	n = kve_detok_push(&j->detok, tok, piece, sizeof(piece));
-	if (n < 0)
-		n = 0;
+	n = kve_detok_push(&j->detok, tok, raw, sizeof(raw));
+	n = n > 0 ? (int)utf8_clean(raw, (size_t)n, piece) : 0;
 	if (kvd_conv_push_token(c, tok, piece, (size_t)n, j->detok.n_pending == 0) ||
 	    gen_append(j, piece, (size_t)n)) {
 		fail(d, j, KVD_ERR_INTERNAL, "out of memory");

@@ -30,3 +30,16 @@ $(KVD_TEST_ORCH_G): tests/daemon/test_orch.c $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB
 check-orch-guest: modules-guest $(KVD_TEST_ORCH_G) $(ENGINE_MKMODEL)
 	@for k in $(GUEST_KERNELS); do \
 		tests/daemon/run-guest-orch.sh $$k || exit 1; done
+
+# The real kvarenad over HTTP: test_serve.py (turns, prefix sharing,
+# streaming, budgets, reload, a killed worker, drain, copy mode, the
+# plugin, the listen policy), then the HTTP suites (bad input, 1000
+# connections, slow clients) and the official openai client against it.
+.PHONY: check-serve check-daemon
+check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL)
+	/usr/bin/python3 tests/daemon/test_serve.py $(KVD_BIN) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+	KVD_API_MODEL=test \
+	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
+		sh tests/daemon/run-api.sh
+
+check-daemon: check-orch check-serve check-orch-guest
