@@ -103,9 +103,15 @@ include tests/tests.mk
 .PHONY: demo check bench
 demo:
 	@scripts/deps.sh demo
-	@$(MAKE) --no-print-directory lib tools tests modules-guest $(ENGINE_DEMO) \
-		$(ENGINE_MKMODEL)
+	@$(MAKE) --no-print-directory lib tools modules-guest $(ENGINE_MKMODEL) \
+		$(KVD_BIN) $(KVD_DEMO_CLIENT)
 	tests/demo/run-demo.sh
+
+.PHONY: demo-host
+demo-host:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory lib tools $(ENGINE_MKMODEL) $(KVD_BIN) $(KVD_DEMO_CLIENT)
+	tests/demo/run-demo-host.sh
 
 check:
 	@scripts/deps.sh check

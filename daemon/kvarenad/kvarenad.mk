@@ -65,3 +65,9 @@ KVD_BENCH_HANDOFF := $(B)/bin/kvd-handoff
 $(KVD_BENCH_HANDOFF): tools/bench/daemon/kvd-handoff.c $(KVD_CORE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(LIB_A) -o $@ $(LIB_LDLIBS)
+
+# make demo's agent client (libcurl, jansson)
+KVD_DEMO_CLIENT := $(B)/bin/kvd-demo
+$(KVD_DEMO_CLIENT): tools/kvd-demo/kvd-demo.c
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) $< -o $@ -lcurl -ljansson -lpthread

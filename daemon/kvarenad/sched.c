@@ -186,7 +186,7 @@ static size_t find_stop(const struct kvd_job *j, size_t *safe)
 }
 
 /*
- * Replaces bytes that are not valid UTF-8 with U+FFFD. The detokenizer
+ * Replaces bytes that are not valid UTF-8, and NUL, with U+FFFD. The detokenizer
  * holds back incomplete sequences, so what reaches here is either valid
  * or never will be (a small model's stray bytes). The conversation keeps
  * this same text, so a client that sends the reply back (as JSON, valid
@@ -203,7 +203,7 @@ static size_t utf8_clean(const char *in, size_t n, char *out)
 			     (c & 0xf8) == 0xf0 ? 4 : 0;
 		uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
 		size_t k;
-		int ok = len && i + len <= n;
+		int ok = len && i + len <= n && c;	/* NUL too: C strings, JSON parsers */
 
 		for (k = 1; ok && k < len; k++) {
 			ok = (p[i + k] & 0xc0) == 0x80;

@@ -160,14 +160,20 @@ def sse_text(resp):
     return text, usage, done
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "calc", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                   "required": ["expression"]}}}]
+
+
 def test_turns_and_prefix(d):
     m1 = [{"role": "system", "content": SYS}, {"role": "user", "content": "What is 12345 + 678?"}]
-    st, r1, _ = d.chat(m1, max_tokens=16)
+    st, r1, _ = d.chat(m1, max_tokens=16, tools=TOOLS)
     check(st == 200 and r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
           f"first turn: 200, nothing cached (prompt {r1['usage']['prompt_tokens'] if st == 200 else st})")
     reply = r1["choices"][0]["message"]["content"]
     m2 = m1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And 9 * 9?"}]
-    st, r2, _ = d.chat(m2, max_tokens=8)
+    st, r2, _ = d.chat(m2, max_tokens=8, tools=TOOLS)
     u1, u2 = r1["usage"], r2["usage"]
     cached = u2["prompt_tokens_details"]["cached_tokens"]
     check(st == 200 and cached >= u1["prompt_tokens"] + u1["completion_tokens"] - 1,
