@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff)
+all=(ioctl uring engine toolwait handoff serve)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -108,6 +108,18 @@ bench_handoff() {
 		sed -n 's/^ROW\t//p' >>"$tsv"
 }
 
+# serve: kvarenad under 16 concurrent multi-turn conversations (15M model),
+# and resuming a 2k-token conversation with its KV kept vs recomputed.
+bench_serve() {
+	local m=build/bench/serve-15m-q8.gguf
+	forget '(serve_|resume_)'
+	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
+	[ -f "$m" ] || build/bin/kva-mkmodel --dim 288 --layers 6 --heads 6 --ffn 768 \
+		--vocab 32000 --ctx 4096 --type q8_0 -o "$m" >/dev/null
+	/usr/bin/python3 tools/bench/daemon/serve_bench.py build/bin/kvarenad "$m" |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
 bench_engine() {
 	forget '(prefill|decode|argmax)_'
 	make --no-print-directory bench-engine
@@ -120,6 +132,7 @@ for b in "${want[@]}"; do
 	engine) bench_engine ;;
 	toolwait) bench_toolwait ;;
 	handoff) bench_handoff ;;
+	serve) bench_serve ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
