@@ -126,7 +126,7 @@ bench:
 # ---------------------------------------------------------------- install
 INSTALL_MODDIR ?= /lib/modules/$(notdir $(patsubst %/build,%,$(KDIR)))/extra
 .PHONY: install
-install: lib tools module
+install: lib tools module daemon
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/linux $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
@@ -142,6 +142,14 @@ install: lib tools module
 	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
 	install -m 0755 $(TOOLS_BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(KVD_BIN) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(LIBDIR)/kvarenad $(DESTDIR)/etc/systemd/system \
+		$(DESTDIR)/etc/kvarena
+	install -m 0755 $(KVD_PLUGIN) $(DESTDIR)$(LIBDIR)/kvarenad/
+	sed 's|/usr/local/bin|$(PREFIX)/bin|' packaging/kvarenad.service \
+		> $(DESTDIR)/etc/systemd/system/kvarenad.service
+	[ -f $(DESTDIR)/etc/kvarena/kvarenad.conf ] || \
+		install -m 0640 packaging/kvarenad.conf $(DESTDIR)/etc/kvarena/
 	install -m 0644 $(wildcard Documentation/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(wildcard Documentation/man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 $(wildcard Documentation/man/*.4) $(DESTDIR)$(PREFIX)/share/man/man4/

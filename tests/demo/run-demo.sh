@@ -32,11 +32,11 @@ cat <<MSG
 MSG
 tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin build/bin/kvarenad \
 	--bin build/bin/kvd-demo --bin build/bin/kvactl --bin tests/demo/demo-summary.sh \
-	--file "$model:/opt/kva/model.gguf" --file "build/demo/files:/opt/kva/demo" \
+	--file "$model:/opt/kva/$id.gguf" --file "build/demo/files:/opt/kva/demo" \
 	--timeout 900 --mem 1536 --log build/demo.log \
 	--cmd 'modprobe kvarena max_pinned_mb=512 || exit 90' \
 	--cmd 'echo "# modprobe kvarena: /dev/kvarena $(stat -c "%a" /dev/kvarena)"' \
-	--cmd "kvarenad --model /opt/kva/model.gguf --listen 127.0.0.1:8080 --backend kernel --kv-blocks 2048 >/tmp/kvarenad.log 2>&1 & kvd=\$!" \
+	--cmd "kvarenad --model /opt/kva/$id.gguf --listen 127.0.0.1:8080 --backend kernel --kv-blocks 2048 >/tmp/kvarenad.log 2>&1 & kvd=\$!" \
 	--cmd 'for i in $(seq 1 1200); do wget -q -O /dev/null http://127.0.0.1:8080/health 2>/dev/null && break; kill -0 $kvd || break; sleep 0.5; done' \
 	--cmd 'grep -E "KV arena|workers ready|eBPF|serving" /tmp/kvarenad.log | sed "s/^[^ ]* /  [kvarenad] /"' \
 	--cmd 'echo; echo "# kvd-demo: four conversations, streamed, tools run by the client"' \
