@@ -785,6 +785,8 @@ void kvs_policy_free(struct kvs_policy *p)
 	for (i = 0; i < p->n_tools; i++)
 		tool_free(p->tools[i]);
 	free(p->bpf);
+	if (p->netns_fd >= 0)
+		close(p->netns_fd);
 	free(p);
 }
 
@@ -797,6 +799,7 @@ static struct kvs_policy *policy_new(void)
 		return NULL;
 	p->uid = 65534;
 	p->gid = 65534;
+	p->netns_fd = -1;
 	for (i = 0; i < sizeof(ld_so_candidates) / sizeof(ld_so_candidates[0]); i++)
 		if (realpath(ld_so_candidates[i], p->ld_so))
 			break;
@@ -845,6 +848,10 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 		kvs_note(p->notes, sizeof(p->notes),
 			 "Landlock unavailable (kernel lacks it or it is not in lsm=): file and "
 			 "exec rules rest on the mount namespace alone");
+	if (p->privileged && p->landlock_abi >= 6) {
+		rc = kvs_netns_create();
+		p->netns_fd = rc >= 0 ? rc : -1;
+	}
 	kvs_cgroup_setup(p);
 	return 0;
 }

@@ -88,6 +88,7 @@ struct kvs_policy {
 	int cgroup_ok;			/* parent exists and is ours to write */
 	int have_cpu, have_memory, have_pids, have_kill, have_freeze, have_peak;
 	int landlock_abi;		/* 0: none */
+	int netns_fd;			/* shared empty netns; -1: one per run */
 	unsigned int cap_last;
 	struct sock_filter *bpf;	/* seccomp program */
 	unsigned short bpf_len;
@@ -128,6 +129,7 @@ void kvs_cgroup_finish(const struct kvs_policy *p, struct kvs_cg *cg,
 
 /* spawn.c: remove a tree the launcher created (bounded depth) */
 void kvs_remove_tree(const char *path);
+int kvs_netns_create(void);
 
 /* util */
 void kvs_note(char *note, size_t len, const char *fmt, ...)

@@ -93,7 +93,7 @@ enum step {
 	ST_SYNC = 1, ST_HOSTNAME, ST_PRIVATE, ST_CLONE_TREE, ST_ATTR, ST_STAGE,
 	ST_SKELETON, ST_MOVE, ST_TMP, ST_PROC, ST_PROC_SYS, ST_PIVOT, ST_ROOT_RO,
 	ST_CHDIR, ST_SECUREBITS, ST_BOUNDING, ST_GROUPS, ST_GID, ST_UID, ST_CAPS,
-	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_EXEC,
+	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_NETNS, ST_USERNS, ST_EXEC,
 };
 
 static const char *const step_names[] = {
@@ -108,7 +108,8 @@ static const char *const step_names[] = {
 	[ST_GROUPS] = "setgroups", [ST_GID] = "setresgid", [ST_UID] = "setresuid",
 	[ST_CAPS] = "dropping capabilities", [ST_RLIMIT] = "setrlimit",
 	[ST_NNP] = "no_new_privs", [ST_LANDLOCK] = "Landlock", [ST_STDIO] = "stdio",
-	[ST_SECCOMP] = "seccomp", [ST_EXEC] = "execve",
+	[ST_SECCOMP] = "seccomp", [ST_NETNS] = "joining the empty network namespace",
+	[ST_USERNS] = "creating the user namespace", [ST_EXEC] = "execve",
 };
 
 struct child_err {
@@ -121,6 +122,12 @@ struct plan {
 	const struct kvs_policy *p;
 	const struct kvs_tool *t;
 	int sync_fd, status_fd, in_fd, out_fd, err_fd;
+	/* root launcher: build the root as real root in namespaces owned by
+	 * the initial user namespace, then unshare the user namespace the
+	 * tool runs in (and join the policy's shared empty netns, if any) */
+	int priv;
+	int netns_fd;
+	int sync_fd_parent;
 	const char *workdir;		/* host, canonical; also the stage */
 	const char *exe;		/* inside */
 	char *const *argv;
@@ -155,14 +162,22 @@ static void child_mounts(const struct plan *c)
 	int fds[KVS_MAX_MOUNTS], wfd, sfd, i;
 	char b;
 
-	if (read(c->sync_fd, &b, 1) != 1)
-		_exit(125);	/* the parent gave up on us */
-	/* files the child creates (the root's skeleton) need an owner mapped
-	 * in its namespace; NO_SETUID_FIXUP keeps the capabilities meanwhile */
-	if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
-		child_fail(c, ST_SECUREBITS, errno, 0);
-	setfsgid(KVS_INSIDE_UID);
-	setfsuid(KVS_INSIDE_UID);
+	if (!c->priv) {
+		if (read(c->sync_fd, &b, 1) != 1)
+			_exit(125);	/* the parent gave up on us */
+		/* files the child creates (the root's skeleton) need an owner
+		 * mapped in its user namespace; NO_SETUID_FIXUP keeps the
+		 * capabilities meanwhile */
+		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
+			child_fail(c, ST_SECUREBITS, errno, 0);
+		setfsgid(KVS_INSIDE_UID);
+		setfsuid(KVS_INSIDE_UID);
+	} else {
+		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
+			child_fail(c, ST_SECUREBITS, errno, 0);
+		if (c->netns_fd >= 0 && setns(c->netns_fd, CLONE_NEWNET))
+			child_fail(c, ST_NETNS, errno, 0);
+	}
 	if (sethostname("kvs", 3))
 		child_fail(c, ST_HOSTNAME, errno, 0);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
@@ -253,6 +268,15 @@ static void child_mounts(const struct plan *c)
 		child_fail(c, ST_ROOT_RO, errno, 0);
 	if (chdir(KVS_WORK))
 		child_fail(c, ST_CHDIR, errno, 0);
+	if (c->priv) {
+		struct child_err e = { 0, 0, 0 };
+
+		if (unshare(CLONE_NEWUSER))
+			child_fail(c, ST_USERNS, errno, 0);
+		if (write(c->status_fd, &e, sizeof(e)) != sizeof(e) ||
+		    read(c->sync_fd, &b, 1) != 1)
+			_exit(125);
+	}
 }
 
 static void child_creds(const struct plan *c)
@@ -357,6 +381,38 @@ static int map_ids(const struct kvs_policy *p, pid_t pid)
 		return rc;
 	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->gid);
 	return write_map(pid, "gid_map", buf);
+}
+
+/* Let the child go on: an unprivileged launcher maps the ids of the user
+ * namespace clone3() made; a root launcher waits for the child to have
+ * built its root and unshared its user namespace, then maps it. A child
+ * that fails first leaves its record in *early and -EAGAIN comes back. */
+static int handshake(const struct kvs_policy *p, const struct plan *c, pid_t pid,
+		     int status_fd, double deadline, struct child_err *early)
+{
+	struct child_err e;
+	int rc;
+
+	if (c->priv) {
+		struct pollfd pf = { .fd = status_fd, .events = POLLIN };
+		double left = deadline - kvs_now();
+
+		if (poll(&pf, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0)
+			return -ETIMEDOUT;
+		if (read(status_fd, &e, sizeof(e)) != sizeof(e)) {
+			early->step = ST_SYNC;
+			early->err = EIO;
+			return -EAGAIN;
+		}
+		if (e.step != 0) {
+			*early = e;
+			return -EAGAIN;
+		}
+	}
+	rc = map_ids(p, pid);
+	if (rc)
+		return rc;
+	return write(c->sync_fd_parent, "g", 1) == 1 ? 0 : -EIO;
 }
 
 /* An fd >= 3 (the child dup2()s onto 0..2). */
@@ -529,6 +585,41 @@ static void rm_tree_at(int dfd, const char *name, int depth)
 	unlinkat(dfd, name, AT_REMOVEDIR);
 }
 
+/* An empty network namespace (loopback down) that a root launcher's runs
+ * without network join instead of creating one each: creating and tearing
+ * down a network namespace is most of a spawn's cost. Runs then share it,
+ * so only with Landlock ABI >= 6, whose scoping keeps one run from
+ * reaching another's abstract Unix sockets (the only thing shared: with
+ * the loopback down there is no IP at all, and no run has the privilege
+ * to bring it up). */
+int kvs_netns_create(void)
+{
+	struct clone_args ca;
+	char path[64];
+	long pid;
+	int pidfd = -1, fd;
+	siginfo_t si;
+
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = CLONE_NEWNET | CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	if (pid < 0)
+		return -errno;
+	snprintf(path, sizeof(path), "/proc/%ld/ns/net", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fd = -errno;
+	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
+	close(pidfd);
+	return fd;
+}
+
 void kvs_remove_tree(const char *path)
 {
 	int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -619,6 +710,7 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 	double t0, deadline, exited_at = 0;
 	long pid;
 	int exited = 0, killed = 0, setup_done = 0;
+	struct child_err early = { -1, 0, 0 };
 	siginfo_t si;
 
 	result_init(res);
@@ -711,6 +803,7 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 		goto setup_fail;
 	}
 	c->sync_fd = sync_p[0];
+	c->sync_fd_parent = sync_p[1];
 	c->status_fd = stat_p[1];
 	c->in_fd = in_fd;
 	c->out_fd = out_p[1];
@@ -723,10 +816,18 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 	res->cgroup_id = cg.id;
 
 	memset(&ca, 0, sizeof(ca));
-	ca.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-		   CLONE_NEWCGROUP | CLONE_PIDFD;
-	if (!t->network)
-		ca.flags |= CLONE_NEWNET;
+	c->priv = p->privileged;
+	c->netns_fd = -1;
+	ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
+		   CLONE_PIDFD;
+	if (!c->priv)
+		ca.flags |= CLONE_NEWUSER;
+	if (!t->network) {
+		if (c->priv && p->netns_fd >= 0)
+			c->netns_fd = p->netns_fd;
+		else
+			ca.flags |= CLONE_NEWNET;
+	}
 	if (cg.dirfd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)cg.dirfd;
@@ -753,18 +854,20 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 	close(in_fd);
 	in_fd = -1;
 
-	rc = map_ids(p, (pid_t)pid);
-	if (rc) {
-		kvs_note(res->note, sizeof(res->note), "writing the id map: %s", strerror(-rc));
-	} else if (req->on_cgroup && req->on_cgroup(req->ctx, cg.id, (pid_t)pid)) {
+	if (req->on_cgroup && req->on_cgroup(req->ctx, cg.id, (pid_t)pid)) {
 		rc = -ECANCELED;
 		kvs_note(res->note, sizeof(res->note), "refused by the caller's cgroup hook");
+	} else {
+		rc = handshake(p, c, (pid_t)pid, stat_p[0], t0 + timeout_ms / 1000.0, &early);
+		if (rc == -EAGAIN)
+			rc = 0;	/* the child failed; its record is in early */
+		else if (rc)
+			kvs_note(res->note, sizeof(res->note), "writing the id map: %s",
+				 strerror(-rc));
 	}
 	if (rc) {
 		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 		res->reason = KVS_EXIT_SETUP;
-	} else if (write(sync_p[1], "g", 1) != 1) {
-		rc = -EIO;
 	}
 	close(sync_p[1]);
 	sync_p[1] = -1;
@@ -807,9 +910,10 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 		ms = killed || exited ? 100 : (int)((deadline - now) * 1000) + 1;
 		if (poll(pf, nf, ms) < 0 && errno != EINTR)
 			break;
-		if (ix_st >= 0 && pf[ix_st].revents) {
-			struct child_err ce;
-			ssize_t n = read(stat_p[0], &ce, sizeof(ce));
+		if (ix_st >= 0 && (pf[ix_st].revents || early.step > 0)) {
+			struct child_err ce = early;
+			ssize_t n = early.step > 0 ? (ssize_t)sizeof(ce) :
+				    read(stat_p[0], &ce, sizeof(ce));
 
 			setup_done = 1;
 			res->setup_s = kvs_now() - t0;

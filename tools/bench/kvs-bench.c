@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvs-bench - make bench BENCH=sandbox: N sandboxed spawns of /bin/true
+ * through the launcher library with the full policy (user, mount, PID,
+ * network, IPC, UTS and cgroup namespaces, a cgroup per run, seccomp,
+ * Landlock, rlimits, captured output) against N plain fork+exec+wait of
+ * the same binary, in the same process and run. Prints ROW lines in
+ * results.tsv's columns: name value unit peer peer_value ratio.
+ *
+ *   kvs-bench [-n N] [-j PARALLEL]
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvsandbox.h"
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int fork_exec(const char *path)
+{
+	int st;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execl(path, path, (char *)NULL);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *exe[] = { "/usr/bin/true", NULL };
+	const char *args[] = { "/usr/bin/true", NULL };
+	char wd[] = "/tmp/kvs-bench-XXXXXX", err[512];
+	struct kvs_policy *p;
+	struct kvs_request *reqs;
+	struct kvs_result *res;
+	int n = 1000, par = 2, o, i, bad = 0;
+	double t0, sandbox_s, plain_s, par_s;
+
+	while ((o = getopt(argc, argv, "n:j:")) != -1) {
+		if (o == 'n')
+			n = atoi(optarg);
+		else if (o == 'j')
+			par = atoi(optarg);
+		else {
+			fprintf(stderr, "usage: kvs-bench [-n N] [-j PARALLEL]\n");
+			return 2;
+		}
+	}
+	if (n < 1 || n > 100000 || par < 1 || par > 64) {
+		fprintf(stderr, "kvs-bench: 1 <= N <= 100000, 1 <= PARALLEL <= 64\n");
+		return 2;
+	}
+	if (kvs_policy_default(exe, &p, err, sizeof(err))) {
+		fprintf(stderr, "kvs-bench: %s\n", err);
+		return 1;
+	}
+	if (kvs_policy_host_notes(p)[0])
+		fprintf(stderr, "kvs-bench: host: %s\n", kvs_policy_host_notes(p));
+	if (!mkdtemp(wd) || (geteuid() == 0 && chown(wd, 65534, 65534))) {
+		perror("kvs-bench: work directory");
+		return 1;
+	}
+	reqs = calloc(n, sizeof(*reqs));
+	res = calloc(n, sizeof(*res));
+	if (!reqs || !res)
+		return 1;
+	for (i = 0; i < n; i++) {
+		reqs[i].tool = "default";
+		reqs[i].workdir = wd;
+		reqs[i].argv = args;
+	}
+
+	/* warm both paths once */
+	kvs_run(p, &reqs[0], &res[0]);
+	kvs_result_free(&res[0]);
+	fork_exec(args[0]);
+
+	t0 = now();
+	for (i = 0; i < n; i++) {
+		if (kvs_run(p, &reqs[i], &res[i]) || res[i].reason != KVS_EXIT_CODE ||
+		    res[i].status != 0) {
+			if (!bad++)
+				fprintf(stderr, "kvs-bench: run %d: %s %d %s\n", i,
+					kvs_exit_name(res[i].reason), res[i].status, res[i].note);
+		}
+		kvs_result_free(&res[i]);
+	}
+	sandbox_s = now() - t0;
+
+	t0 = now();
+	for (i = 0; i < n; i++)
+		if (fork_exec(args[0]))
+			bad++;
+	plain_s = now() - t0;
+
+	t0 = now();
+	if (kvs_run_many(p, reqs, res, n, par))
+		bad++;
+	par_s = now() - t0;
+	for (i = 0; i < n; i++) {
+		if (res[i].reason != KVS_EXIT_CODE || res[i].status != 0)
+			bad++;
+		kvs_result_free(&res[i]);
+	}
+
+	printf("ROW\tsandbox_%d_spawns\t%.3f\ts\tfork_exec_%d\t%.3f\t%.2f\n", n, sandbox_s, n,
+	       plain_s, sandbox_s / plain_s);
+	printf("ROW\tsandbox_%d_spawns_par%d\t%.3f\ts\tsandbox_%d_spawns\t%.3f\t%.2f\n", n, par,
+	       par_s, n, sandbox_s, par_s / sandbox_s);
+	fprintf(stderr, "kvs-bench: %d sandboxed spawns %.3f s (%.2f ms each), %d fork+exec "
+		"%.3f s (%.2f ms each), ratio %.1fx; %d at once: %.3f s; failures %d\n",
+		n, sandbox_s, sandbox_s * 1e3 / n, n, plain_s, plain_s * 1e3 / n,
+		sandbox_s / plain_s, par, par_s, bad);
+	rmdir(wd);
+	free(reqs);
+	free(res);
+	kvs_policy_free(p);
+	return bad ? 1 : 0;
+}
