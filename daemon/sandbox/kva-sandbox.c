@@ -214,13 +214,24 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return RC_USAGE;
 	}
+	/* a relative CMD with a slash names a host file: make it absolute */
+	if (optind < argc && strchr(argv[optind], '/') && argv[optind][0] != '/' &&
+	    (!tool || (strcmp(tool, "read_file") && strcmp(tool, "write_file") &&
+		       strcmp(tool, "list_dir") && strcmp(tool, "sh")))) {
+		if (!realpath(argv[optind], cmdpath)) {
+			fprintf(stderr, "kva-sandbox: %s: %s\n", argv[optind], strerror(errno));
+			return 127;
+		}
+		argv[optind] = cmdpath;
+	}
 	if (policy) {
 		rc = kvs_policy_load(policy, &p, err, sizeof(err));
 	} else {
 		const char *extra[2] = { NULL, NULL };
 
 		if ((!tool || !strcmp(tool, "default")) && optind < argc) {
-			if (find_cmd(argv[optind], cmdpath, sizeof(cmdpath))) {
+			if (argv[optind] != cmdpath &&
+			    find_cmd(argv[optind], cmdpath, sizeof(cmdpath))) {
 				fprintf(stderr, "kva-sandbox: %s: command not found\n", argv[optind]);
 				return 127;
 			}

@@ -579,9 +579,10 @@ static int add_entry(struct compiler *c, const char *path, enum kvs_access acc,
 				 c->t->name, path);
 			return -EINVAL;
 		}
-		if (!strcmp(full, "/")) {
-			snprintf(c->err, c->errlen, "[%s]: refusing to expose the host's root",
-				 c->t->name);
+		if (!strcmp(full, "/") || !strcmp(full, "/etc") || !strcmp(full, "/home") ||
+		    is_under(full, "/root") || is_under(full, KVS_WORK)) {
+			snprintf(c->err, c->errlen, "[%s]: %s: the host's /, /etc, /home, /root and "
+				 "%s are never exposed", c->t->name, path, KVS_WORK);
 			return -EPERM;
 		}
 		rc = bind_add(c, full, acc == KVS_ACC_RW || acc == KVS_ACC_RWX,
@@ -680,7 +681,8 @@ int kvs_compile_tool(struct kvs_policy *p, struct kvs_tool *t, char *err, size_t
 	}
 	/* fixed mount points */
 	rc = skel_add(&c, KVS_NODE_DIR, "/proc", NULL) ?: skel_add(&c, KVS_NODE_DIR, "/dev", NULL) ?:
-	     skel_add(&c, KVS_NODE_DIR, "/tmp", NULL) ?: skel_add(&c, KVS_NODE_DIR, KVS_WORK, NULL) ?:
+	     skel_add(&c, KVS_NODE_DIR, "/tmp", NULL) ?: skel_add(&c, KVS_NODE_DIR, "/home", NULL) ?:
+	     skel_add(&c, KVS_NODE_DIR, KVS_WORK, NULL) ?:
 	     skel_add(&c, KVS_NODE_DIR, "/etc", NULL) ?:
 	     skel_add(&c, KVS_NODE_LINK, "/dev/fd", "/proc/self/fd") ?:
 	     skel_add(&c, KVS_NODE_LINK, "/dev/stdin", "/proc/self/fd/0") ?:

@@ -22,7 +22,7 @@
 #define KVS_MAX_RULES 64	/* Landlock rules of one run */
 #define KVS_MAX_ENV 32
 #define KVS_INSIDE_UID 1000	/* the tool's uid and gid inside its namespace */
-#define KVS_WORK "/work"	/* the work directory inside the sandbox */
+#define KVS_WORK "/home/tool"	/* the work directory inside the sandbox */
 #define KVS_PATH 512		/* longest path a policy may name */
 
 /* Landlock access classes (translated to rights by landlock.c). */

@@ -217,6 +217,12 @@ static void child_mounts(const struct plan *c)
 		child_fail(c, ST_STAGE, errno, 0);
 	if (chdir(c->workdir))
 		child_fail(c, ST_STAGE, errno, 1);
+	/* /tmp first: binds below it (a work file under the host's /tmp)
+	 * then land on top of it, not under it */
+	if (c->tmp_bytes && (mkdir("tmp", 0755) ||
+			     mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+				   c->tmp_opts)))
+		child_fail(c, ST_TMP, errno, 0);
 	for (i = 0; i < t->n_skel; i++) {
 		const struct kvs_skel *s = &t->skel[i];
 		int rc = 0, fd;
@@ -242,9 +248,6 @@ static void child_mounts(const struct plan *c)
 			child_fail(c, ST_MOVE, errno, i);
 	if (sys_move_mount(wfd, "", AT_FDCWD, KVS_WORK + 1, MOVE_MOUNT_F_EMPTY_PATH))
 		child_fail(c, ST_MOVE, errno, -1);
-	if (c->tmp_bytes && mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-				  c->tmp_opts))
-		child_fail(c, ST_TMP, errno, 0);
 	/* before the host's /proc leaves this namespace: a new proc is only
 	 * allowed while a fully visible one is mounted */
 	if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
@@ -513,12 +516,8 @@ static int resolve_exe(const struct kvs_tool *t, const char *name, int exec_work
 	char cand[PATH_MAX], canon[PATH_MAX];
 	const char *s, *e;
 
-	if (!strncmp(name, KVS_WORK "/", strlen(KVS_WORK) + 1)) {
-		if (!exec_workdir) {
-			kvs_note(note, notelen, "tool '%s' may not execute from %s", t->name,
-				 KVS_WORK);
-			return -EPERM;
-		}
+	/* the tool's own work directory, when the tool may run what it built */
+	if (exec_workdir && !strncmp(name, KVS_WORK "/", strlen(KVS_WORK) + 1)) {
 		if (strstr(name, "/..") || strlen(name) >= outlen)
 			return -EINVAL;
 		snprintf(out, outlen, "%s", name);
