@@ -261,10 +261,19 @@ static void child_mounts(const struct plan *c)
 		    sys_move_mount(sfd, "", AT_FDCWD, "proc/sys", MOVE_MOUNT_F_EMPTY_PATH))
 			child_fail(c, ST_PROC_SYS, errno, 0);
 	}
-	if (syscall(SYS_pivot_root, ".", "."))
+	if (syscall(SYS_pivot_root, ".", ".") == 0) {
+		if (umount2(".", MNT_DETACH))
+			child_fail(c, ST_PIVOT, errno, 1);
+	} else if (errno == EINVAL) {
+		/* the host's root is the initramfs (rootfs), which cannot be
+		 * pivoted away from: move the new root over it and chroot, as
+		 * switch_root does; the tool can neither chroot (seccomp, no
+		 * CAP_SYS_CHROOT) nor unmount its way back */
+		if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
+			child_fail(c, ST_PIVOT, errno, 3);
+	} else {
 		child_fail(c, ST_PIVOT, errno, 0);
-	if (umount2(".", MNT_DETACH))
-		child_fail(c, ST_PIVOT, errno, 1);
+	}
 	if (chdir("/"))
 		child_fail(c, ST_PIVOT, errno, 2);
 	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))
