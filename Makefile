@@ -95,6 +95,7 @@ include tests/tests.mk
 -include daemon/engine/engine.mk
 -include bpf/bpf.mk
 -include tests/debug/debug.mk
+-include daemon/sandbox/sandbox.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench
@@ -117,7 +118,7 @@ bench:
 # ---------------------------------------------------------------- install
 INSTALL_MODDIR ?= /lib/modules/$(notdir $(patsubst %/build,%,$(KDIR)))/extra
 .PHONY: install
-install: lib tools module
+install: lib tools module $(SANDBOX_CLI)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/linux $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
@@ -132,7 +133,7 @@ install: lib tools module
 	    -e 's|@VERSION@|$(VERSION)|' lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
 	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
-	install -m 0755 $(TOOLS_BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(TOOLS_BINS) $(SANDBOX_CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(wildcard Documentation/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(wildcard Documentation/man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 $(wildcard Documentation/man/*.4) $(DESTDIR)$(PREFIX)/share/man/man4/

@@ -72,8 +72,12 @@ $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 # Host lane: everything but the cgroup limits (this host's cgroup v2 has
 # no cpu/memory/pids controllers); guest lane: the limits, on Debian 6.12.
 check-sandbox: sandbox
-	@tests/sandbox/escape.sh host
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST)
+	@tests/sandbox/escape.sh host
+	@mandoc -Tlint -W warning Documentation/man/kva-sandbox.1
+	@! LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l Documentation/man/kva-sandbox.1 2>&1 \
+		>/dev/null | grep .
+	@echo "check-sandbox: man page lint clean"
 
 check-sandbox-guest: sandbox
 	@tests/sandbox/run-guest.sh

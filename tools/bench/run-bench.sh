@@ -4,11 +4,12 @@
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
 # kernel and on the host memfd backend), uring (batched uring_cmd against
 # one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
-# programs' cost per session transition).
+# programs' cost per session transition), sandbox (1000 sandboxed spawns
+# of /bin/true against 1000 plain fork+exec).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait)
+all=(ioctl uring engine toolwait sandbox)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -101,12 +102,22 @@ bench_engine() {
 	make --no-print-directory bench-engine
 }
 
+# sandbox: 1000 spawns of /bin/true through the launcher with the full
+# policy (namespaces, cgroup, seccomp, Landlock) next to 1000 fork+exec of
+# it, in one process and run; and the 1000 again two at a time.
+bench_sandbox() {
+	forget 'sandbox_'
+	make --no-print-directory build/sandbox/kvs-bench >/dev/null
+	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 | sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
 	uring) bench_uring ;;
 	engine) bench_engine ;;
 	toolwait) bench_toolwait ;;
+	sandbox) bench_sandbox ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
