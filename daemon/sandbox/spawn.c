@@ -170,8 +170,8 @@ static void child_mounts(const struct plan *c)
 		 * capabilities meanwhile */
 		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
 			child_fail(c, ST_SECUREBITS, errno, 0);
-		setfsgid(KVS_INSIDE_UID);
-		setfsuid(KVS_INSIDE_UID);
+		syscall(SYS_setfsgid, KVS_INSIDE_UID);
+		syscall(SYS_setfsuid, KVS_INSIDE_UID);
 	} else {
 		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
 			child_fail(c, ST_SECUREBITS, errno, 0);
@@ -300,11 +300,15 @@ static void child_creds(const struct plan *c)
 	for (cap = 0; cap <= c->p->cap_last; cap++)
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) && errno != EINVAL)
 			child_fail(c, ST_BOUNDING, errno, (int)cap);
-	if (c->p->privileged && setgroups(0, NULL))
+	/* raw system calls: glibc's wrappers broadcast the change to every
+	 * thread it knows of, and after clone3() from a multi-threaded
+	 * caller it knows of threads this child does not have (it would wait
+	 * for them forever) */
+	if (c->p->privileged && syscall(SYS_setgroups, 0, NULL))
 		child_fail(c, ST_GROUPS, errno, 0);
-	if (setresgid(KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
+	if (syscall(SYS_setresgid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
 		child_fail(c, ST_GID, errno, 0);
-	if (setresuid(KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
+	if (syscall(SYS_setresuid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
 		child_fail(c, ST_UID, errno, 0);
 	memset(data, 0, sizeof(data));
 	if (syscall(SYS_capset, &hdr, data))
