@@ -125,6 +125,28 @@ void kvs_result_free(struct kvs_result *res);
 int kvs_run_many(const struct kvs_policy *p, const struct kvs_request *reqs,
 		 struct kvs_result *res, size_t n, unsigned int max_parallel);
 
+/* ---- long-running tools (MCP servers) -------------------------------- */
+
+struct kvs_proc;
+
+/* Start the request's command as kvs_run() would and hand it over running,
+ * once it has exec'd: the caller talks to it through its stdin (a Unix
+ * stream socket: write with send(MSG_NOSIGNAL)) and stdout/stderr (pipes,
+ * non-blocking). req->stdin_data is ignored. The tool's timeout is its
+ * lifetime (kvs_proc_deadline(), CLOCK_MONOTONIC seconds): the caller
+ * ends it by then with kvs_proc_finish(). On failure *res says why. */
+int kvs_spawn(const struct kvs_policy *p, const struct kvs_request *req,
+	      struct kvs_proc **proc, struct kvs_result *res);
+int kvs_proc_stdin(const struct kvs_proc *proc);
+int kvs_proc_stdout(const struct kvs_proc *proc);
+int kvs_proc_stderr(const struct kvs_proc *proc);
+int kvs_proc_pidfd(const struct kvs_proc *proc);	/* readable when it exits */
+uint64_t kvs_proc_cgroup_id(const struct kvs_proc *proc);
+double kvs_proc_deadline(const struct kvs_proc *proc);
+/* Close its stdin, give it grace_ms to exit, kill its cgroup, reap, remove
+ * the cgroup, free proc. res gets the exit (no output: the caller read it). */
+int kvs_proc_finish(struct kvs_proc *proc, unsigned int grace_ms, struct kvs_result *res);
+
 /* ---- built-in tools ------------------------------------------------- */
 
 /* sh: one shell command through the policy's "sh" tool. */

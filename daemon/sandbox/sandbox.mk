@@ -12,8 +12,8 @@ SANDBOX_CC     ?= gcc
 SANDBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -I$(SANDBOX_SRC)
 SANDBOX_SAN    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer
-SANDBOX_LIBS   := -lseccomp -linih -lpthread
-SANDBOX_NAMES  := policy spawn cgroup seccomp landlock tools util
+SANDBOX_LIBS   := -lseccomp -linih -ljansson -lpthread
+SANDBOX_NAMES  := policy spawn cgroup seccomp landlock tools util mcp
 SANDBOX_HDRS   := $(wildcard $(SANDBOX_SRC)/*.h)
 SANDBOX_OBJS   := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/obj/%.o)
 SANDBOX_SOBJS  := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/san/%.o)
@@ -25,11 +25,13 @@ SANDBOX_CLI_SAN := $(SANDBOX_OUT)/kva-sandbox-san
 SANDBOX_PROBE  := $(SANDBOX_OUT)/kvs-probe
 SANDBOX_TEST   := $(SANDBOX_OUT)/test_sandbox
 SANDBOX_BENCH  := $(SANDBOX_OUT)/kvs-bench
+SANDBOX_MCPT   := $(SANDBOX_OUT)/test_mcp
+SANDBOX_FAKE   := $(SANDBOX_OUT)/kvs-mcp-fake
 
 .PHONY: sandbox check-sandbox check-sandbox-guest bench-sandbox
 
 sandbox: $(SANDBOX_LIB) $(SANDBOX_SLIB) $(SANDBOX_CLI) $(SANDBOX_CLI_SAN) $(SANDBOX_PROBE) \
-	$(SANDBOX_TEST) $(SANDBOX_BENCH)
+	$(SANDBOX_TEST) $(SANDBOX_BENCH) $(SANDBOX_MCPT) $(SANDBOX_FAKE)
 
 $(SANDBOX_OBJS): $(SANDBOX_OUT)/obj/%.o: $(SANDBOX_SRC)/%.c $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
@@ -65,6 +67,14 @@ $(SANDBOX_TEST): tests/sandbox/test_sandbox.c $(SANDBOX_SLIB) $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $(SANDBOX_SAN) $< $(SANDBOX_SLIB) -o $@ $(SANDBOX_LIBS)
 
+$(SANDBOX_MCPT): tests/sandbox/test_mcp.c $(SANDBOX_SLIB) $(SANDBOX_HDRS)
+	@mkdir -p $(@D)
+	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $(SANDBOX_SAN) $< $(SANDBOX_SLIB) -o $@ $(SANDBOX_LIBS)
+
+$(SANDBOX_FAKE): tests/sandbox/kvs-mcp-fake.c
+	@mkdir -p $(@D)
+	$(SANDBOX_CC) $(SANDBOX_CFLAGS) -static $< -o $@
+
 $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $< $(SANDBOX_LIB) -o $@ $(SANDBOX_LIBS)
@@ -73,6 +83,7 @@ $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 # no cpu/memory/pids controllers); guest lane: the limits, on Debian 6.12.
 check-sandbox: sandbox
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST)
+	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_MCPT) $(SANDBOX_FAKE)
 	@tests/sandbox/escape.sh host
 	@mandoc -Tlint -W warning Documentation/man/kva-sandbox.1
 	@! LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l Documentation/man/kva-sandbox.1 2>&1 \

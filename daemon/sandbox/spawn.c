@@ -28,6 +28,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -705,7 +706,22 @@ static int refuse(struct kvs_result *res, int rc, const char *fmt, const char *a
 	return rc;
 }
 
-int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_result *res)
+/* A tool left running with its stdio open (kvs_spawn). */
+struct kvs_proc {
+	const struct kvs_policy *p;
+	struct kvs_cg cg;
+	pid_t pid;
+	int pidfd;
+	int in_fd, out_fd, err_fd;
+	double t0, deadline;
+	int temp_wd;
+	char workdir[PATH_MAX];
+};
+
+/* kvs_run(), or with ip set kvs_spawn(): the same launch, then either
+ * supervise the run to its end or hand the running tool over. */
+static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
+		      struct kvs_result *res, struct kvs_proc *ip)
 {
 	const struct kvs_tool *t;
 	const struct kvs_limits *lim = req->limits;
@@ -715,6 +731,7 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 	char canon_wd[PATH_MAX], exe[PATH_MAX];
 	int sync_p[2] = { -1, -1 }, stat_p[2] = { -1, -1 }, out_p[2] = { -1, -1 };
 	int err_p[2] = { -1, -1 }, in_fd = -1, pidfd = -1, temp_wd = 0, rc = 0, i;
+	int in_w = -1;
 	uint32_t timeout_ms;
 	uint64_t cap_bytes;
 	size_t argbytes = 0;
@@ -809,7 +826,22 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 		out_p[i] = high_fd(out_p[i]);
 		err_p[i] = high_fd(err_p[i]);
 	}
-	in_fd = make_stdin(req->stdin_data, req->stdin_len);
+	if (ip) {
+		/* a socket, not a pipe: the caller writes with MSG_NOSIGNAL and
+		 * a server that died costs it an EPIPE, never a SIGPIPE */
+		int sv[2];
+
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+			rc = -errno;
+			goto setup_fail;
+		}
+		in_fd = high_fd(sv[0]);
+		in_w = high_fd(sv[1]);
+		shutdown(in_fd, SHUT_WR);
+		shutdown(in_w, SHUT_RD);
+	} else {
+		in_fd = make_stdin(req->stdin_data, req->stdin_len);
+	}
 	if (in_fd < 0) {
 		rc = in_fd;
 		goto setup_fail;
@@ -883,6 +915,46 @@ int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kv
 	}
 	close(sync_p[1]);
 	sync_p[1] = -1;
+
+	if (ip && !rc && early.step <= 0) {
+		/* the tool is released: wait for its execve (the status pipe
+		 * closes) or its setup failure (a record) */
+		struct pollfd spf = { .fd = stat_p[0], .events = POLLIN };
+		double left = t0 + timeout_ms / 1000.0 - kvs_now();
+		struct child_err ce;
+
+		if (poll(&spf, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0) {
+			early = (struct child_err){ ST_EXEC, ETIMEDOUT, 0 };
+		} else if (read(stat_p[0], &ce, sizeof(ce)) == sizeof(ce) && ce.step > 0) {
+			early = ce;
+		} else {
+			res->setup_s = kvs_now() - t0;
+			fcntl(out_p[0], F_SETFL, O_NONBLOCK);
+			fcntl(err_p[0], F_SETFL, O_NONBLOCK);
+			fcntl(in_w, F_SETFL, O_NONBLOCK);
+			ip->p = p;
+			ip->cg = cg;
+			ip->pid = (pid_t)pid;
+			ip->pidfd = pidfd;
+			ip->in_fd = in_w;
+			ip->out_fd = out_p[0];
+			ip->err_fd = err_p[0];
+			ip->t0 = t0;
+			ip->deadline = t0 + timeout_ms / 1000.0;
+			ip->temp_wd = temp_wd;
+			snprintf(ip->workdir, sizeof(ip->workdir), "%s", canon_wd);
+			cg.dirfd = -1;
+			pidfd = -1;
+			in_w = -1;
+			out_p[0] = err_p[0] = -1;
+			temp_wd = 0;
+			goto done;
+		}
+	}
+	if (in_w >= 0) {
+		close(in_w);
+		in_w = -1;
+	}
 
 	out.fd = out_p[0];
 	err.fd = err_p[0];
@@ -1011,12 +1083,89 @@ done:
 	}
 	if (in_fd >= 0)
 		close(in_fd);
+	if (in_w >= 0)
+		close(in_w);
 	if (pidfd >= 0)
 		close(pidfd);
 	if (temp_wd)
 		kvs_remove_tree(canon_wd);
 	free(c);
 	return rc;
+}
+
+int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_result *res)
+{
+	return run_common(p, req, res, NULL);
+}
+
+int kvs_spawn(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_proc **out,
+	      struct kvs_result *res)
+{
+	struct kvs_proc *ip = calloc(1, sizeof(*ip));
+	int rc;
+
+	*out = NULL;
+	if (!ip) {
+		result_init(res);
+		return refuse(res, -ENOMEM, "%sout of memory", "");
+	}
+	ip->pidfd = ip->in_fd = ip->out_fd = ip->err_fd = -1;
+	rc = run_common(p, req, res, ip);
+	if (rc || ip->pidfd < 0) {
+		free(ip);
+		return rc ? rc : -EIO;
+	}
+	*out = ip;
+	return 0;
+}
+
+int kvs_proc_stdin(const struct kvs_proc *ip) { return ip->in_fd; }
+int kvs_proc_stdout(const struct kvs_proc *ip) { return ip->out_fd; }
+int kvs_proc_stderr(const struct kvs_proc *ip) { return ip->err_fd; }
+int kvs_proc_pidfd(const struct kvs_proc *ip) { return ip->pidfd; }
+uint64_t kvs_proc_cgroup_id(const struct kvs_proc *ip) { return ip->cg.id; }
+double kvs_proc_deadline(const struct kvs_proc *ip) { return ip->deadline; }
+
+int kvs_proc_finish(struct kvs_proc *ip, unsigned int grace_ms, struct kvs_result *res)
+{
+	struct pollfd pf;
+	siginfo_t si;
+
+	result_init(res);
+	if (!ip)
+		return -EINVAL;
+	if (ip->in_fd >= 0) {
+		close(ip->in_fd);	/* EOF on its stdin: the polite way to stop */
+		ip->in_fd = -1;
+	}
+	pf = (struct pollfd){ .fd = ip->pidfd, .events = POLLIN };
+	if (poll(&pf, 1, (int)grace_ms) <= 0) {
+		res->reason = KVS_EXIT_SIGNAL;
+		kill_run(ip->p, &ip->cg, ip->pidfd);
+	}
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)ip->pidfd, &si, WEXITED | __WALL) == 0) {
+		res->status = si.si_status;
+		if (si.si_code != CLD_EXITED)
+			res->reason = KVS_EXIT_SIGNAL;
+		else if (res->reason == KVS_EXIT_SIGNAL)
+			res->reason = KVS_EXIT_CODE;
+	}
+	kill_run(ip->p, &ip->cg, -1);
+	res->cgroup_id = ip->cg.id;
+	kvs_cgroup_finish(ip->p, &ip->cg, res);
+	res->wall_s = kvs_now() - ip->t0;
+	res->out = calloc(1, 1);
+	res->err = calloc(1, 1);
+	close(ip->pidfd);
+	if (ip->out_fd >= 0)
+		close(ip->out_fd);
+	if (ip->err_fd >= 0)
+		close(ip->err_fd);
+	if (ip->temp_wd)
+		kvs_remove_tree(ip->workdir);
+	free(ip);
+	return 0;
 }
 
 void kvs_result_free(struct kvs_result *res)
