@@ -2,6 +2,8 @@
 # sandbox.mk - the tool-run launcher (daemon/sandbox/): libkvsandbox, the
 # kva-sandbox CLI, its escape suite and its benchmark. Included from the
 # top-level Makefile with -include; paths are relative to the repo root.
+# Needs: libseccomp-dev libinih-dev libjansson-dev gcc mandoc, node and npm
+# for the MCP lane (scripts/deps.sh check).
 # Defines only SANDBOX_* variables and the targets
 #   sandbox check-sandbox check-sandbox-guest bench-sandbox
 # Everything it writes goes under build/.
@@ -27,11 +29,12 @@ SANDBOX_TEST   := $(SANDBOX_OUT)/test_sandbox
 SANDBOX_BENCH  := $(SANDBOX_OUT)/kvs-bench
 SANDBOX_MCPT   := $(SANDBOX_OUT)/test_mcp
 SANDBOX_FAKE   := $(SANDBOX_OUT)/kvs-mcp-fake
+SANDBOX_MCPCLI := $(SANDBOX_OUT)/kvs-mcp-cli
 
 .PHONY: sandbox check-sandbox check-sandbox-guest bench-sandbox
 
 sandbox: $(SANDBOX_LIB) $(SANDBOX_SLIB) $(SANDBOX_CLI) $(SANDBOX_CLI_SAN) $(SANDBOX_PROBE) \
-	$(SANDBOX_TEST) $(SANDBOX_BENCH) $(SANDBOX_MCPT) $(SANDBOX_FAKE)
+	$(SANDBOX_TEST) $(SANDBOX_BENCH) $(SANDBOX_MCPT) $(SANDBOX_FAKE) $(SANDBOX_MCPCLI)
 
 $(SANDBOX_OBJS): $(SANDBOX_OUT)/obj/%.o: $(SANDBOX_SRC)/%.c $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
@@ -71,6 +74,10 @@ $(SANDBOX_MCPT): tests/sandbox/test_mcp.c $(SANDBOX_SLIB) $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $(SANDBOX_SAN) $< $(SANDBOX_SLIB) -o $@ $(SANDBOX_LIBS)
 
+$(SANDBOX_MCPCLI): tests/sandbox/kvs-mcp-cli.c $(SANDBOX_SLIB) $(SANDBOX_HDRS)
+	@mkdir -p $(@D)
+	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $(SANDBOX_SAN) $< $(SANDBOX_SLIB) -o $@ $(SANDBOX_LIBS)
+
 $(SANDBOX_FAKE): tests/sandbox/kvs-mcp-fake.c
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) -static $< -o $@
@@ -79,11 +86,15 @@ $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $< $(SANDBOX_LIB) -o $@ $(SANDBOX_LIBS)
 
-# Host lane: everything but the cgroup limits (this host's cgroup v2 has
-# no cpu/memory/pids controllers); guest lane: the limits, on Debian 6.12.
+# Host lane: the API (test_sandbox), the MCP client against a hostile fake
+# server (test_mcp) and the real npm servers (mcp-npm.sh, which installs
+# them on first use), the escape suite through kva-sandbox, the man page;
+# everything but the cgroup limits (this host's cgroup v2 has no
+# cpu/memory/pids controllers). Guest lane: the limits, on Debian 6.12.
 check-sandbox: sandbox
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST)
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_MCPT) $(SANDBOX_FAKE)
+	@tests/sandbox/mcp-npm.sh
 	@tests/sandbox/escape.sh host
 	@mandoc -Tlint -W warning Documentation/man/kva-sandbox.1
 	@! LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l Documentation/man/kva-sandbox.1 2>&1 \
