@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *policy = NULL, *tool = NULL, *workdir = NULL, *stdin_path = NULL;
-	char err[1024], cmdpath[PATH_MAX], wdabs[PATH_MAX];
+	char err[1024], cmdpath[PATH_MAX], wdabs[PATH_MAX], unenf[128] = "";
 	struct kvs_policy *p = NULL;
 	struct kvs_result r;
 	struct kvs_limits lim = { 0 };
@@ -306,10 +306,19 @@ int main(int argc, char **argv)
 	if (r.err)
 		write_all(2, r.err, r.err_len);
 	code = exit_code(&r);
+	if (r.unenforced) {
+		static const char *const names[] = { "landlock", "cgroup", "cpu", "memory", "pids" };
+		size_t k, used = 0;
+
+		for (k = 0; k < 5; k++)
+			if (r.unenforced & (1u << k))
+				used += snprintf(unenf + used, sizeof(unenf) - used, "%s%s",
+						 used ? "," : " unenforced=", names[k]);
+	}
 	fprintf(stderr, "kva-sandbox: tool=%s reason=%s status=%d exit=%d cgroup=%llu "
-		"setup=%.4fs wall=%.4fs cpu=%.3fs%s%s%s\n", tool, kvs_exit_name(r.reason),
+		"setup=%.4fs wall=%.4fs cpu=%.3fs%s%s%s%s\n", tool, kvs_exit_name(r.reason),
 		r.status, code, (unsigned long long)r.cgroup_id, r.setup_s, r.wall_s,
-		r.cpu_user_s + r.cpu_sys_s, r.out_truncated || r.err_truncated ? " truncated" : "",
+		r.cpu_user_s + r.cpu_sys_s, unenf, r.out_truncated || r.err_truncated ? " truncated" : "",
 		r.note[0] ? " note: " : "", r.note);
 	kvs_result_free(&r);
 	kvs_policy_free(p);

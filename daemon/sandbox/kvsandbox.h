@@ -79,8 +79,16 @@ struct kvs_request {
 	void *ctx;
 };
 
+/* What a run went without because this host cannot enforce it. */
+#define KVS_UNENF_LANDLOCK (1u << 0)	/* kernel without Landlock */
+#define KVS_UNENF_CGROUP (1u << 1)	/* no cgroup of its own at all */
+#define KVS_UNENF_CPU (1u << 2)		/* no cpu.max (RLIMIT_CPU only) */
+#define KVS_UNENF_MEMORY (1u << 3)	/* no memory.max (RLIMIT_AS instead) */
+#define KVS_UNENF_PIDS (1u << 4)	/* no pids.max (RLIMIT_NPROC instead) */
+
 struct kvs_result {
 	enum kvs_exit reason;
+	unsigned int unenforced;	/* KVS_UNENF_* */
 	int status;			/* exit code or signal number */
 	char *out, *err;		/* captured (NUL-terminated, malloc'd) */
 	size_t out_len, err_len;

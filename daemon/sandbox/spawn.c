@@ -762,6 +762,11 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		return refuse(res, -ENOMEM, "%sout of memory", "");
 	c->p = p;
 	c->t = t;
+	res->unenforced = (p->landlock_abi <= 0 ? KVS_UNENF_LANDLOCK : 0) |
+			  (!p->cgroup_ok ? KVS_UNENF_CGROUP : 0) |
+			  (!p->cgroup_ok || !p->have_cpu ? KVS_UNENF_CPU : 0) |
+			  (!p->cgroup_ok || !p->have_memory ? KVS_UNENF_MEMORY : 0) |
+			  (!p->cgroup_ok || !p->have_pids ? KVS_UNENF_PIDS : 0);
 	c->exec_workdir = t->exec_workdir;
 	c->network = t->network;
 	rc = resolve_exe(t, req->argv[0], t->exec_workdir, exe, sizeof(exe), res->note,

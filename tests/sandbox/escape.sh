@@ -10,12 +10,15 @@
 #   tests/sandbox/escape.sh [host]
 # Environment: KVS (the CLI, default the ASan build), PROBE.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 
 KVS=${KVS:-build/sandbox/kva-sandbox-san}
 PROBE=$(realpath "${PROBE:-build/sandbox/kvs-probe}")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-[ -x "$KVS" ] && [ -x "$PROBE" ] || { echo "escape: build first (make sandbox)" >&2; exit 2; }
+if [ ! -x "$KVS" ] || [ ! -x "$PROBE" ]; then
+	echo "escape: build first (make sandbox)" >&2
+	exit 2
+fi
 [ "$(id -u)" = 0 ] || { echo "escape: SKIP: the suite runs as root (it plants a setuid-root binary and a host listener)" >&2; exit 0; }
 
 T=$(mktemp -d /tmp/kvs-escape.XXXXXX)

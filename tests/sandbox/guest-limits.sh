@@ -23,6 +23,13 @@ cpu = 0.25
 timeout = 60
 INI
 
+# busybox has no pgrep: look at every process's command line
+alive() {
+	for f in /proc/[0-9]*/cmdline; do
+		tr '\0' ' ' <"$f" 2>/dev/null | grep -q "$1" && return 0
+	done
+	return 1
+}
 ok() { pass=$((pass + 1)); echo "ok   $1: $2"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; head -c 2000 "$T/out" | sed 's/^/     | /'; }
 run() { "$K" -q --policy "$T/lim.ini" --tool lim --workdir "$W" "$@" >"$T/out" 2>&1; rc=$?; }
@@ -78,7 +85,7 @@ sleep 1
 s1=$(wc -c <"$W/hb" 2>/dev/null || echo 0)
 sleep 1
 s2=$(wc -c <"$W/hb" 2>/dev/null || echo 0)
-if [ "$rc" = 0 ] && [ "$s1" -gt 0 ] && [ "$s1" = "$s2" ] && ! ps | grep -v grep | grep -q "kvs-probe daemon"; then
+if [ "$rc" = 0 ] && [ "$s1" -gt 0 ] && [ "$s1" = "$s2" ] && ! alive "kvs-probe daemon"; then
 	ok "daemon forked by the tool" "died with the cgroup"
 else
 	bad "daemon forked by the tool" "exit $rc heartbeat $s1 -> $s2"
@@ -87,7 +94,10 @@ fi
 run -- "$P" syscalls
 if [ "$rc" = 0 ] && grep -q '^BLOCKED' "$T/out" && ! grep -q SUCCEEDED "$T/out"; then ok "syscalls" "all refused"; else bad "syscalls" "exit $rc"; fi
 
-left=$(ls /sys/fs/cgroup/kvarena-sandbox | grep -c '^run-')
+left=0
+for d in /sys/fs/cgroup/kvarena-sandbox/run-*; do
+	[ -d "$d" ] && left=$((left + 1))
+done
 if [ "$left" = 0 ]; then ok "cgroups removed" "no run-* left"; else bad "cgroups removed" "$left left"; fi
 
 echo "== escape suite (guest lane): $pass passed, $fail failed"
