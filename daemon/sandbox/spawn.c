@@ -339,6 +339,20 @@ static __attribute__((noreturn)) void child_main(const struct plan *c)
 		if (rc)
 			child_fail(c, ST_LANDLOCK, -rc, 0);
 	}
+	/* what the caller's thread had: a blocked mask and ignored signals
+	 * (a daemon often ignores SIGPIPE) would survive execve */
+	{
+		struct kvs_ksigaction { void *handler; unsigned long flags; void *restorer;
+					uint64_t mask; } dfl = { SIG_DFL, 0, NULL, 0 };
+		uint64_t none = 0;
+		int sig;
+
+		for (sig = 1; sig < 65; sig++)
+			if (sig != SIGKILL && sig != SIGSTOP)
+				syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t));
+		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(uint64_t));
+	}
+	umask(022);
 	if (dup2(c->in_fd, 0) < 0 || dup2(c->out_fd, 1) < 0 || dup2(c->err_fd, 2) < 0)
 		child_fail(c, ST_STDIO, errno, 0);
 	/* nothing of the launcher's reaches the tool; status_fd is O_CLOEXEC */

@@ -6,6 +6,8 @@
  * built-in tools. (Escapes are tests/sandbox/escape.sh's job.)
  */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +167,27 @@ static void test_runs(struct kvs_policy *p, const char *wd)
 	kvs_result_free(&r);
 }
 
+/* A daemon's blocked signals and ignored SIGPIPE must not reach the tool. */
+static void test_signals(struct kvs_policy *p, const char *wd)
+{
+	struct kvs_result r;
+	sigset_t set, old;
+	void (*was)(int);
+	int rc;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	was = signal(SIGPIPE, SIG_IGN);
+	rc = kvs_tool_sh(p, wd, "grep -E '^Sig(Blk|Ign)' /proc/self/status; umask", NULL, &r);
+	CHECK(rc == 0 && strstr(r.out, "SigBlk:\t0000000000000000") &&
+	      strstr(r.out, "SigIgn:\t0000000000000000") && strstr(r.out, "0022"),
+	      "signal state: %s", r.out);
+	kvs_result_free(&r);
+	signal(SIGPIPE, was);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 static void test_many(struct kvs_policy *p)
 {
 	enum { N = 12 };
@@ -255,6 +278,7 @@ int main(void)
 			printf("test_sandbox: host: %s\n", kvs_policy_host_notes(p));
 		snprintf(wd, sizeof(wd), "%s/work", tmpdir);
 		test_runs(p, wd);
+		test_signals(p, wd);
 		test_many(p);
 		test_builtins(p, wd);
 	}
