@@ -7,7 +7,10 @@
  * the same binary, in the same process and run. Prints ROW lines in
  * results.tsv's columns: name value unit peer peer_value ratio.
  *
- *   kvs-bench [-n N] [-j PARALLEL]
+ *   kvs-bench [-n N] [-j PARALLEL] [-m MIB]
+ * -m: first give this process MIB of touched private memory, as a daemon
+ * holding a model would have: a fork-style clone3() copies its page
+ * tables on every spawn (so does fork).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -63,13 +66,16 @@ int main(int argc, char **argv)
 	struct kvs_policy *p;
 	struct kvs_request *reqs;
 	struct kvs_result *res;
-	int n = 1000, par = 2, o, i, bad = 0;
+	int n = 1000, par = 2, o, i, bad = 0, ballast_mib = 0;
+	char *ballast = NULL;
 	double tool_cpu = 0;
 	double t0, c0, sandbox_s, plain_s, par_s, sandbox_cpu, plain_cpu;
 
-	while ((o = getopt(argc, argv, "n:j:")) != -1) {
+	while ((o = getopt(argc, argv, "n:j:m:")) != -1) {
 		if (o == 'n')
 			n = atoi(optarg);
+		else if (o == 'm')
+			ballast_mib = atoi(optarg);
 		else if (o == 'j')
 			par = atoi(optarg);
 		else {
@@ -80,6 +86,12 @@ int main(int argc, char **argv)
 	if (n < 1 || n > 100000 || par < 1 || par > 64) {
 		fprintf(stderr, "kvs-bench: 1 <= N <= 100000, 1 <= PARALLEL <= 64\n");
 		return 2;
+	}
+	if (ballast_mib > 0 && ballast_mib <= 65536) {
+		ballast = malloc((size_t)ballast_mib << 20);
+		if (!ballast)
+			return 1;
+		memset(ballast, 1, (size_t)ballast_mib << 20);
 	}
 	if (kvs_policy_default(exe, &p, err, sizeof(err))) {
 		fprintf(stderr, "kvs-bench: %s\n", err);
@@ -154,6 +166,7 @@ int main(int argc, char **argv)
 	rmdir(wd);
 	free(reqs);
 	free(res);
+	free(ballast);
 	kvs_policy_free(p);
 	return bad ? 1 : 0;
 }
