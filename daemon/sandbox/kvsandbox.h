@@ -115,6 +115,16 @@ int kvs_policy_default(const char *const *extra_exec, struct kvs_policy **out,
 		       char *err, size_t errlen);
 void kvs_policy_free(struct kvs_policy *p);
 
+/* Fork a small spawner process that makes the policy's runs from now on:
+ * spawning clones the caller's page tables (as fork does), so a caller
+ * holding much private memory (a model, activations) would pay for it on
+ * every run; the spawner, forked while the caller is still small, does
+ * not. Call it right after loading the policy, before loading the model;
+ * kvs_run() and kvs_run_many() then go through it (kvs_spawn() does not).
+ * Its runs' outputs come back through a socket. Stopped by
+ * kvs_policy_free(). Returns 0 or a negative errno (runs stay direct). */
+int kvs_policy_start_spawner(struct kvs_policy *p);
+
 /* Human-readable lines on what this host can enforce for the policy
  * (controllers, Landlock ABI, cgroup.kill); "" when everything. */
 const char *kvs_policy_host_notes(const struct kvs_policy *p);

@@ -786,6 +786,7 @@ void kvs_policy_free(struct kvs_policy *p)
 		return;
 	for (i = 0; i < p->n_tools; i++)
 		tool_free(p->tools[i]);
+	kvs_spawner_stop(p);
 	free(p->bpf);
 	if (p->netns_fd >= 0)
 		close(p->netns_fd);
@@ -802,6 +803,7 @@ static struct kvs_policy *policy_new(void)
 	p->uid = 65534;
 	p->gid = 65534;
 	p->netns_fd = -1;
+	p->spawner_fd = -1;
 	for (i = 0; i < sizeof(ld_so_candidates) / sizeof(ld_so_candidates[0]); i++)
 		if (realpath(ld_so_candidates[i], p->ld_so))
 			break;

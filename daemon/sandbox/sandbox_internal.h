@@ -89,6 +89,8 @@ struct kvs_policy {
 	int have_cpu, have_memory, have_pids, have_kill, have_freeze, have_peak;
 	int landlock_abi;		/* 0: none */
 	int netns_fd;			/* shared empty netns; -1: one per run */
+	int spawner_fd;			/* control socket to the spawner; -1: none */
+	pid_t spawner_pid;
 	unsigned int cap_last;
 	struct sock_filter *bpf;	/* seccomp program */
 	unsigned short bpf_len;
@@ -130,6 +132,15 @@ void kvs_cgroup_finish(const struct kvs_policy *p, struct kvs_cg *cg,
 /* spawn.c: remove a tree the launcher created (bounded depth) */
 void kvs_remove_tree(const char *path);
 int kvs_netns_create(void);
+/* kvs_run() in this process, stdin from stdin_fd when >= 0 */
+int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
+		   struct kvs_result *res, int stdin_fd);
+int kvs_make_stdin(const void *data, size_t len);
+
+/* spawner.c */
+int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
+		    struct kvs_result *res);
+void kvs_spawner_stop(struct kvs_policy *p);
 
 /* util */
 void kvs_note(char *note, size_t len, const char *fmt, ...)

@@ -458,7 +458,7 @@ static int high_fd(int fd)
 	return nfd;
 }
 
-static int make_stdin(const void *data, size_t len)
+int kvs_make_stdin(const void *data, size_t len)
 {
 	int fd = memfd_create("kvs-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	const char *s = data;
@@ -735,7 +735,7 @@ struct kvs_proc {
 /* kvs_run(), or with ip set kvs_spawn(): the same launch, then either
  * supervise the run to its end or hand the running tool over. */
 static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
-		      struct kvs_result *res, struct kvs_proc *ip)
+		      struct kvs_result *res, struct kvs_proc *ip, int stdin_fd)
 {
 	const struct kvs_tool *t;
 	const struct kvs_limits *lim = req->limits;
@@ -859,7 +859,8 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		shutdown(in_fd, SHUT_WR);
 		shutdown(in_w, SHUT_RD);
 	} else {
-		in_fd = make_stdin(req->stdin_data, req->stdin_len);
+		in_fd = stdin_fd >= 0 ? high_fd(fcntl(stdin_fd, F_DUPFD_CLOEXEC, 3)) :
+			kvs_make_stdin(req->stdin_data, req->stdin_len);
 	}
 	if (in_fd < 0) {
 		rc = in_fd;
@@ -1114,7 +1115,15 @@ done:
 
 int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_result *res)
 {
-	return run_common(p, req, res, NULL);
+	if (p->spawner_fd >= 0)
+		return kvs_spawner_run(p, req, res);
+	return run_common(p, req, res, NULL, -1);
+}
+
+int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
+		   struct kvs_result *res, int stdin_fd)
+{
+	return run_common(p, req, res, NULL, stdin_fd);
 }
 
 int kvs_spawn(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_proc **out,
@@ -1129,7 +1138,7 @@ int kvs_spawn(const struct kvs_policy *p, const struct kvs_request *req, struct 
 		return refuse(res, -ENOMEM, "%sout of memory", "");
 	}
 	ip->pidfd = ip->in_fd = ip->out_fd = ip->err_fd = -1;
-	rc = run_common(p, req, res, ip);
+	rc = run_common(p, req, res, ip, -1);
 	if (rc || ip->pidfd < 0) {
 		free(ip);
 		return rc ? rc : -EIO;

@@ -281,6 +281,13 @@ int main(void)
 		test_signals(p, wd);
 		test_many(p);
 		test_builtins(p, wd);
+		/* the same through the spawner process */
+		rc = kvs_policy_start_spawner(p);
+		CHECK(rc == 0, "spawner: %d", rc);
+		test_runs(p, wd);
+		test_signals(p, wd);
+		test_many(p);
+		test_builtins(p, wd);
 	}
 	kvs_policy_free(p);
 	{
