@@ -258,6 +258,40 @@ static void test_builtins(struct kvs_policy *p, const char *wd)
 	kvs_result_free(&r);
 }
 
+/* writable = a host directory: the tool writes there and nowhere else */
+static void test_writable(void)
+{
+	struct kvs_policy *p = NULL;
+	struct kvs_result r;
+	char err[512], text[512], shared[160], wd[160], path[200];
+	const char *argv[] = { "/bin/sh", "-c", NULL, NULL };
+	struct kvs_request req = { .tool = "w", .argv = argv };
+	struct stat st;
+	int rc;
+
+	snprintf(shared, sizeof(shared), "%s/shared", tmpdir);
+	snprintf(wd, sizeof(wd), "%s/wwork", tmpdir);
+	mkdir(shared, 0777);
+	chmod(shared, 0777);
+	snprintf(text, sizeof(text), "[w]\nexec = /bin/sh /usr/bin\nwritable = %s\n", shared);
+	rc = kvs_policy_load(write_policy("w.ini", text), &p, err, sizeof(err));
+	CHECK(rc == 0, "writable policy: %s", err);
+	if (rc)
+		return;
+	snprintf(text, sizeof(text), "echo out > %s/from-tool && ! echo x > %s/../nope 2>/dev/null",
+		 shared, shared);
+	argv[2] = text;
+	req.workdir = wd;
+	rc = kvs_run(p, &req, &r);
+	snprintf(path, sizeof(path), "%s/from-tool", shared);
+	CHECK(rc == 0 && r.status == 0 && stat(path, &st) == 0, "writable: %d %s %s", r.status,
+	      r.err, r.note);
+	snprintf(path, sizeof(path), "%s/nope", tmpdir);
+	CHECK(stat(path, &st) != 0, "wrote beside the writable path");
+	kvs_result_free(&r);
+	kvs_policy_free(p);
+}
+
 int main(void)
 {
 	struct kvs_policy *p = NULL;
@@ -270,6 +304,7 @@ int main(void)
 	}
 	chmod(tmpdir, 0755);
 	test_policy_files();
+	test_writable();
 	rc = kvs_policy_load(write_policy("run.ini", "[true]\nexec = /bin/true\n"), &p, err,
 			     sizeof(err));
 	CHECK(rc == 0, "policy: %s", err);
