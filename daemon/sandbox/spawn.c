@@ -7,6 +7,11 @@
  * captures stdout/stderr up to the cap, enforces the wall-clock timeout by
  * killing the whole cgroup, and reports why the run ended.
  *
+ * kvs_spawn() is the same launch, handing the running tool over (MCP
+ * servers); kvs_run_many() is kvs_run() from a few threads. Also here: the
+ * empty network namespace a root launcher's runs share, and removing the
+ * temporary work directories it made.
+ *
  * The child between clone3() and execve() makes system calls only: the
  * caller may be multi-threaded and raw clone3() runs no atfork handlers.
  */
@@ -1062,7 +1067,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 				res->status = si.si_status;
 			}
 		} else if (res->reason != KVS_EXIT_SETUP) {
-			res->status = si.si_code == CLD_EXITED ? si.si_status : si.si_status;
+			res->status = si.si_status;
 		}
 	}
 	if (!setup_done)
