@@ -33,6 +33,9 @@ SANDBOX_MCPCLI := $(SANDBOX_OUT)/kvs-mcp-cli
 
 .PHONY: sandbox check-sandbox check-sandbox-guest bench-sandbox
 
+# `make` (the top-level tools target) builds the CLI too
+tools: $(SANDBOX_CLI)
+
 sandbox: $(SANDBOX_LIB) $(SANDBOX_SLIB) $(SANDBOX_CLI) $(SANDBOX_CLI_SAN) $(SANDBOX_PROBE) \
 	$(SANDBOX_TEST) $(SANDBOX_BENCH) $(SANDBOX_MCPT) $(SANDBOX_FAKE) $(SANDBOX_MCPCLI)
 
