@@ -98,6 +98,7 @@ include tests/tests.mk
 -include tests/debug/debug.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
+-include daemon/sandbox/sandbox.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench
@@ -126,7 +127,7 @@ bench:
 # ---------------------------------------------------------------- install
 INSTALL_MODDIR ?= /lib/modules/$(notdir $(patsubst %/build,%,$(KDIR)))/extra
 .PHONY: install
-install: lib tools module daemon
+install: lib tools module daemon $(SANDBOX_CLI)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/linux $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
@@ -141,7 +142,7 @@ install: lib tools module daemon
 	    -e 's|@VERSION@|$(VERSION)|' lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
 	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
-	install -m 0755 $(TOOLS_BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(TOOLS_BINS) $(SANDBOX_CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(KVD_BIN) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(LIBDIR)/kvarenad $(DESTDIR)/etc/systemd/system \
 		$(DESTDIR)/etc/kvarena

@@ -84,6 +84,8 @@ check-all:
 	$(MAKE) --no-print-directory check-fuzz
 	$(MAKE) --no-print-directory check-api
 	$(MAKE) --no-print-directory check-daemon
+	$(MAKE) --no-print-directory check-sandbox
+	$(MAKE) --no-print-directory check-sandbox-guest
 
 # make install into a scratch DESTDIR, then build and run a program against
 # it through pkg-config, as a user of the installed library would.
@@ -97,4 +99,5 @@ check-install: lib tools module
 	LD_LIBRARY_PATH=$(INST)/usr/lib $(INST)/example
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
+	ls $(INST)/usr/bin/kva-sandbox $(INST)/usr/share/man/man1/kva-sandbox.1 >/dev/null
 	@echo "check-install: ok"

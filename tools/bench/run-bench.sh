@@ -5,11 +5,12 @@
 # kernel and on the host memfd backend), uring (batched uring_cmd against
 # one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
 # programs' cost per session transition), handoff (KV from prefill to
-# decode: arena vs copy).
+# decode: arena vs copy), serve (kvarenad under agent load),
+# sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve)
+all=(ioctl uring engine toolwait handoff serve sandbox)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -125,6 +126,22 @@ bench_engine() {
 	make --no-print-directory bench-engine
 }
 
+# sandbox: 1000 spawns of /bin/true through the launcher with the full
+# policy (namespaces, cgroup, seccomp, Landlock) next to 1000 fork+exec of
+# it, in one process and run; and the 1000 again two at a time; then 50
+# each from a caller with 256 MiB of private memory, direct and through
+# the spawner process.
+bench_sandbox() {
+	forget 'sandbox_'
+	make --no-print-directory build/sandbox/kvs-bench >/dev/null
+	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 | sed -n 's/^ROW\t//p' >>"$tsv"
+	# a caller holding 256 MiB of private memory, as a daemon with a
+	# model does: direct spawns (and fork+exec) copy its page tables each
+	# time, spawns through the spawner process do not
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 | sed -n 's/^ROW\t//p' >>"$tsv"
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
@@ -133,6 +150,7 @@ for b in "${want[@]}"; do
 	toolwait) bench_toolwait ;;
 	handoff) bench_handoff ;;
 	serve) bench_serve ;;
+	sandbox) bench_sandbox ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
