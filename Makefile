@@ -119,7 +119,7 @@ INSTALL_MODDIR ?= /lib/modules/$(notdir $(patsubst %/build,%,$(KDIR)))/extra
 .PHONY: install
 install: lib tools module
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
-		$(DESTDIR)$(PREFIX)/include/linux $(DESTDIR)$(PREFIX)/bin \
+		$(DESTDIR)$(PREFIX)/include/kvarena/linux $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
 		$(DESTDIR)$(PREFIX)/share/man/man4 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(INSTALL_MODDIR) \
@@ -130,8 +130,8 @@ install: lib tools module
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
 	    -e 's|@VERSION@|$(VERSION)|' lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
-	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
+	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/kvarena/
+	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/kvarena/linux/
 	install -m 0755 $(TOOLS_BINS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(wildcard Documentation/man/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 $(wildcard Documentation/man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/

@@ -13,7 +13,7 @@
 
 #include "internal.h"
 
-static struct kva_arena *kva_arena_new(struct kva_dev *dev)
+static struct kva_arena *kva_arena_alloc(struct kva_dev *dev)
 {
 	struct kva_arena *arena = calloc(1, sizeof(*arena));
 
@@ -37,7 +37,7 @@ static void kva_arena_put(struct kva_arena *arena)
 static int kva_arena_load(struct kva_arena *arena)
 {
 	struct kva_arena_info info;
-	int ret = kva_arena_info(arena, &info);
+	int ret = kva_arena_get_info(arena, &info);
 
 	if (ret < 0)
 		return ret;
@@ -48,7 +48,7 @@ static int kva_arena_load(struct kva_arena *arena)
 	return 0;
 }
 
-KVA_EXPORT int kva_arena_create(struct kva_dev *dev,
+KVA_EXPORT int kva_arena_new(struct kva_dev *dev,
 				const struct kva_arena_params *p,
 				struct kva_arena **arenap)
 {
@@ -71,7 +71,7 @@ KVA_EXPORT int kva_arena_create(struct kva_dev *dev,
 			return -EINVAL;
 		strcpy(arg.name, p->name);
 	}
-	arena = kva_arena_new(dev);
+	arena = kva_arena_alloc(dev);
 	if (!arena)
 		return -ENOMEM;
 	if (dev->backend == KVA_BACKEND_KERNEL) {
@@ -100,7 +100,7 @@ KVA_EXPORT int kva_arena_from_fd(struct kva_dev *dev, int arena_fd,
 
 	if (dev->backend != KVA_BACKEND_KERNEL)
 		return -EOPNOTSUPP;
-	arena = kva_arena_new(dev);
+	arena = kva_arena_alloc(dev);
 	if (!arena)
 		return -ENOMEM;
 	arena->fd = fcntl(arena_fd, F_DUPFD_CLOEXEC, 0);
@@ -133,7 +133,7 @@ KVA_EXPORT int kva_arena_fd(const struct kva_arena *arena)
 	return arena->fd;
 }
 
-KVA_EXPORT int kva_arena_info(struct kva_arena *arena,
+KVA_EXPORT int kva_arena_get_info(struct kva_arena *arena,
 			      struct kva_arena_info *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -201,7 +201,7 @@ KVA_EXPORT void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block)
 	return (char *)arena->base + off;
 }
 
-KVA_EXPORT int kva_session_create(struct kva_arena *arena, uint64_t cookie,
+KVA_EXPORT int kva_session_open(struct kva_arena *arena, uint64_t cookie,
 				  uint32_t *session)
 {
 	struct kva_session_create arg = { .size = sizeof(arg), .cookie = cookie };
@@ -214,7 +214,7 @@ KVA_EXPORT int kva_session_create(struct kva_arena *arena, uint64_t cookie,
 	return ret;
 }
 
-KVA_EXPORT int kva_session_end(struct kva_arena *arena, uint32_t session)
+KVA_EXPORT int kva_session_close(struct kva_arena *arena, uint32_t session)
 {
 	struct kva_session_end arg = { .size = sizeof(arg),
 				       .session_id = session };
@@ -237,7 +237,7 @@ KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint32_t session,
 	return kva_call(arena, KVA_IOC_SESSION_SET_STATE, &arg);
 }
 
-KVA_EXPORT int kva_session_info(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint32_t session,
 				struct kva_session_info *out)
 {
 	memset(out, 0, sizeof(*out));

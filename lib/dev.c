@@ -85,7 +85,7 @@ KVA_EXPORT const char *kva_dev_limits(const struct kva_dev *dev)
 	       "per kva_dev handle, memory pinned only if mlock is allowed";
 }
 
-KVA_EXPORT int kva_version(struct kva_dev *dev, struct kva_version *out)
+KVA_EXPORT int kva_dev_version(struct kva_dev *dev, struct kva_version *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->size = sizeof(*out);

@@ -20,7 +20,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <linux/kvarena.h>
+/* The UAPI header next to this one when installed (kvarena/linux/), the
+ * tree's include/uapi/ when built in place: never the system's linux/. */
+#include "linux/kvarena.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,7 +42,7 @@ void kva_close(struct kva_dev *dev);
 enum kva_backend kva_dev_backend(const struct kva_dev *dev);
 /* One line: what this backend does not provide ("" for the kernel). */
 const char *kva_dev_limits(const struct kva_dev *dev);
-int kva_version(struct kva_dev *dev, struct kva_version *out);
+int kva_dev_version(struct kva_dev *dev, struct kva_version *out);
 
 struct kva_arena_params {
 	uint64_t bytes;			/* multiple of 2 MiB */
@@ -55,14 +57,14 @@ struct kva_arena_params {
 	uint32_t ttl_ms;
 };
 
-int kva_arena_create(struct kva_dev *dev, const struct kva_arena_params *p,
+int kva_arena_new(struct kva_dev *dev, const struct kva_arena_params *p,
 		     struct kva_arena **arenap);
 /* Adopt an arena fd received from another process (kernel backend). */
 int kva_arena_from_fd(struct kva_dev *dev, int arena_fd,
 		      struct kva_arena **arenap);
 void kva_arena_destroy(struct kva_arena *arena);
 int kva_arena_fd(const struct kva_arena *arena);
-int kva_arena_info(struct kva_arena *arena, struct kva_arena_info *out);
+int kva_arena_get_info(struct kva_arena *arena, struct kva_arena_info *out);
 
 /*
  * A new fd for the arena's memory: a dma-buf (kernel backend) or a memfd
@@ -80,13 +82,13 @@ void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block);
 int kva_map_fd(int fd, size_t bytes, void **addrp);
 int kva_unmap(void *addr, size_t bytes);
 
-int kva_session_create(struct kva_arena *arena, uint64_t cookie,
+int kva_session_open(struct kva_arena *arena, uint64_t cookie,
 		       uint32_t *session);
-int kva_session_end(struct kva_arena *arena, uint32_t session);
+int kva_session_close(struct kva_arena *arena, uint32_t session);
 int kva_session_set_state(struct kva_arena *arena, uint32_t session,
 			  uint32_t state, uint32_t tool_class,
 			  uint64_t expected_wait_us);
-int kva_session_info(struct kva_arena *arena, uint32_t session,
+int kva_session_get_info(struct kva_arena *arena, uint32_t session,
 		     struct kva_session_info *out);
 
 /* Return the number of blocks allocated (all n unless KVA_ALLOC_PARTIAL). */

@@ -108,7 +108,7 @@ struct kva_toolwait_stats {
 #define KVA_TOOLWAIT_SRC_USDT	3
 
 /* How to attach; AUTO picks at load time, the rest force one kind. */
-enum kva_toolwait_attach {
+enum kva_toolwait_kind {
 	KVA_TOOLWAIT_AUTO = 0,
 	KVA_TOOLWAIT_TP_BTF,		/* sched only */
 	KVA_TOOLWAIT_RAW_TP,
@@ -121,11 +121,11 @@ struct kva_toolwait_opts {
 	uint32_t arena_filter;		/* only this arena (0: all) */
 	uint64_t min_wait_us;		/* shorter waits send no event */
 	/* Module tracepoint: AUTO = raw_tp if kvarena is loaded, else OFF. */
-	enum kva_toolwait_attach module;
+	enum kva_toolwait_kind module;
 	/* sched fork/exec/exit: AUTO = tp_btf, else raw_tp. */
-	enum kva_toolwait_attach sched;
+	enum kva_toolwait_kind sched;
 	/* USDT in libkvarena's memfd backend: AUTO/ON = attach, OFF = not. */
-	enum kva_toolwait_attach usdt;
+	enum kva_toolwait_kind usdt;
 	const char *usdt_binary;	/* NULL: the file this library is in */
 	int usdt_pid;			/* 0: every process; else that one */
 	/* Pin the maps here (NULL: KVA_TOOLWAIT_PIN_DIR, "": do not pin). */
@@ -161,7 +161,7 @@ int kva_toolwait_unregister_cgroup(struct kva_toolwait *tw,
 /* Up to n keys; returns how many there are (may exceed n). */
 int kva_toolwait_sessions(struct kva_toolwait *tw,
 			  struct kva_toolwait_key *keys, int n);
-int kva_toolwait_session(struct kva_toolwait *tw,
+int kva_toolwait_get_session(struct kva_toolwait *tw,
 			 const struct kva_toolwait_key *key,
 			 struct kva_toolwait_session *out);
 int kva_toolwait_forget_session(struct kva_toolwait *tw,
@@ -172,7 +172,7 @@ int kva_toolwait_class_hist(struct kva_toolwait *tw, uint32_t tool_class,
 			    struct kva_toolwait_hist *out);
 /* Zero the per-class histograms (interval reporting). */
 int kva_toolwait_clear_classes(struct kva_toolwait *tw);
-int kva_toolwait_stats(struct kva_toolwait *tw,
+int kva_toolwait_get_stats(struct kva_toolwait *tw,
 		       struct kva_toolwait_stats *out);
 
 /*

@@ -71,7 +71,7 @@ struct kva_toolwait {
 	kva_toolwait_event_fn fn;
 	void *fn_ctx;
 	int consumed;
-	enum kva_toolwait_attach module, sched;
+	enum kva_toolwait_kind module, sched;
 	bool usdt;
 	int usdt_pid;
 	char usdt_path[PATH_MAX];
@@ -79,7 +79,7 @@ struct kva_toolwait {
 	char desc[160];
 };
 
-static const char *tw_kind_name(enum kva_toolwait_attach k)
+static const char *tw_kind_name(enum kva_toolwait_kind k)
 {
 	switch (k) {
 	case KVA_TOOLWAIT_TP_BTF: return "tp_btf";
@@ -143,7 +143,7 @@ static int tw_self_path(char *buf, size_t len)
 	return ret;
 }
 
-static enum kva_toolwait_attach tw_pick_sched(enum kva_toolwait_attach want)
+static enum kva_toolwait_kind tw_pick_sched(enum kva_toolwait_kind want)
 {
 	if (want != KVA_TOOLWAIT_AUTO)
 		return want;
@@ -153,7 +153,7 @@ static enum kva_toolwait_attach tw_pick_sched(enum kva_toolwait_attach want)
 	return KVA_TOOLWAIT_RAW_TP;
 }
 
-static enum kva_toolwait_attach tw_pick_module(enum kva_toolwait_attach want)
+static enum kva_toolwait_kind tw_pick_module(enum kva_toolwait_kind want)
 {
 	if (want != KVA_TOOLWAIT_AUTO)
 		return want == KVA_TOOLWAIT_TP_BTF ? KVA_TOOLWAIT_RAW_TP : want;
@@ -165,7 +165,7 @@ static enum kva_toolwait_attach tw_pick_module(enum kva_toolwait_attach want)
 static void tw_select(struct kva_toolwait *tw)
 {
 	struct toolwait_bpf *s = tw->skel;
-	enum kva_toolwait_attach k = tw->sched;
+	enum kva_toolwait_kind k = tw->sched;
 
 	bpf_program__set_autoload(s->progs.raw_tp_session_state,
 				  tw->module == KVA_TOOLWAIT_RAW_TP);
@@ -441,7 +441,7 @@ KVA_EXPORT int kva_toolwait_session_key(struct kva_arena *arena,
 					struct kva_toolwait_key *key)
 {
 	struct kva_arena_info info = { .size = sizeof(info) };
-	int ret = kva_arena_info(arena, &info);
+	int ret = kva_arena_get_info(arena, &info);
 
 	if (ret)
 		return ret;
@@ -501,7 +501,7 @@ KVA_EXPORT int kva_toolwait_sessions(struct kva_toolwait *tw,
 	return count;
 }
 
-KVA_EXPORT int kva_toolwait_session(struct kva_toolwait *tw,
+KVA_EXPORT int kva_toolwait_get_session(struct kva_toolwait *tw,
 				    const struct kva_toolwait_key *key,
 				    struct kva_toolwait_session *out)
 {
@@ -558,7 +558,7 @@ KVA_EXPORT int kva_toolwait_clear_classes(struct kva_toolwait *tw)
 	return 0;
 }
 
-KVA_EXPORT int kva_toolwait_stats(struct kva_toolwait *tw,
+KVA_EXPORT int kva_toolwait_get_stats(struct kva_toolwait *tw,
 				  struct kva_toolwait_stats *out)
 {
 	uint32_t zero = 0;

@@ -83,16 +83,25 @@ check-all:
 	$(MAKE) --no-print-directory check-toolwait
 	$(MAKE) --no-print-directory check-fuzz
 
-# make install into a scratch DESTDIR, then build and run a program against
-# it through pkg-config, as a user of the installed library would.
+# make install into a scratch DESTDIR, then build and run programs against
+# it through pkg-config, as a user of the installed library would: one in
+# C, one in C++ (and every struct/enum tag named bare from C++).
 INST := $(CURDIR)/$(B)/install-test
+CXX_STD ?= -std=c++17
+INST_PC = PKG_CONFIG_PATH=$(INST)/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(INST) pkg-config
 check-install: lib tools module
 	rm -rf $(INST)
 	$(MAKE) --no-print-directory install DESTDIR=$(INST) PREFIX=/usr >/dev/null
 	$(CC) -std=c11 -Wall -Wextra -Werror tests/install/example.c -o $(INST)/example \
-		$$(PKG_CONFIG_PATH=$(INST)/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(INST) \
-		   pkg-config --cflags --libs kvarena)
+		$$($(INST_PC) --cflags --libs kvarena)
 	LD_LIBRARY_PATH=$(INST)/usr/lib $(INST)/example
+	$(CXX) $(CXX_STD) -Wall -Wextra -Werror tests/install/example_cxx.cpp \
+		-o $(INST)/example_cxx $$($(INST_PC) --cflags --libs kvarena)
+	LD_LIBRARY_PATH=$(INST)/usr/lib $(INST)/example_cxx
+	tests/install/cxx-tags.sh $(INST)/usr/include > $(INST)/tags.cpp
+	$(CXX) $(CXX_STD) -Wall -Wextra -Werror -fsyntax-only $(INST)/tags.cpp \
+		$$($(INST_PC) --cflags kvarena)
+	! test -e $(INST)/usr/include/linux
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
 	@echo "check-install: ok"

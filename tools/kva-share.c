@@ -125,7 +125,7 @@ static int decode_side(int sock, enum kva_backend backend)
 	if (!ret)
 		ret = kva_arena_from_fd(dev, afd, &arena);
 	if (!ret)
-		ret = kva_session_create(arena, 2, &sid);
+		ret = kva_session_open(arena, 2, &sid);
 	if (!ret)
 		ret = kva_blocks_share(arena, sid, h.nblocks, h.ids);
 	if (!ret)
@@ -134,7 +134,7 @@ static int decode_side(int sock, enum kva_backend backend)
 		return fail("decode: share the prefix", ret);
 	printf("decode  pid %d: session %u shares the %u blocks and decodes in place\n",
 	       getpid(), sid, h.nblocks);
-	ret = kva_session_end(arena, sid);
+	ret = kva_session_close(arena, sid);
 	kva_arena_destroy(arena);
 	kva_close(dev);
 	kva_unmap(base, h.bytes);
@@ -230,15 +230,15 @@ int main(int argc, char **argv)
 	backend = kva_dev_backend(dev);
 	if (backend == KVA_BACKEND_MEMFD)
 		printf("note: %s\n", kva_dev_limits(dev));
-	ret = kva_arena_create(dev, &p, &arena);
+	ret = kva_arena_new(dev, &p, &arena);
 	if (ret)
 		return fail("create arena", ret);
-	kva_arena_info(arena, &ai);
+	kva_arena_get_info(arena, &ai);
 	printf("prefill pid %d: arena %u \"%s\": %llu MiB in 2 MiB pages, %u blocks of %u KiB\n",
 	       getpid(), ai.arena_id, ai.name, (unsigned long long)(ai.bytes >> 20),
 	       ai.blocks_total, ai.block_size >> 10);
 
-	ret = kva_session_create(arena, 1, &sid);
+	ret = kva_session_open(arena, 1, &sid);
 	if (!ret)
 		ret = kva_session_set_state(arena, sid, KVA_STATE_PREFILL, 0, 0);
 	if (!ret)
@@ -285,8 +285,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kva-share: decode process failed\n");
 		return 1;
 	}
-	kva_session_info(arena, sid, &si);
-	kva_arena_info(arena, &ai);
+	kva_session_get_info(arena, sid, &si);
+	kva_arena_get_info(arena, &ai);
 	printf("prefill pid %d: session %u state %s (tool class %u), %u blocks held, %llu idle block-us, %llu idle byte-s\n",
 	       getpid(), sid, kva_state_name(si.state), si.tool_class,
 	       si.blocks_held, (unsigned long long)si.idle_block_us,
@@ -296,7 +296,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)ai.sessions_ended);
 	if (backend == KVA_BACKEND_KERNEL)
 		print_module_stats();
-	ret = kva_session_end(arena, sid);
+	ret = kva_session_close(arena, sid);
 	kva_arena_destroy(arena);
 	kva_close(dev);
 	return ret ? fail("end session", ret) : 0;

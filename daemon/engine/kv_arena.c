@@ -2,7 +2,7 @@
 /*
  * kv_arena.c - the engine's KV pool over a libkvarena arena: block sizing
  * (4 KiB multiples, <= 2 MiB), per-session block tables filled with
- * kva_blocks_alloc / kva_blocks_share and released with kva_session_end,
+ * kva_blocks_alloc / kva_blocks_share and released with kva_session_close,
  * and the hand-over of an arena (geometry + data fd over SCM_RIGHTS) and of
  * session tables to another process. Owns the arena handle or the received
  * mapping; does not own the model or the engines that use the pool.
@@ -147,19 +147,19 @@ int kve_arena_kv_create(const struct kve_model *m,
 	ap.numa_node = KVA_NUMA_ANY;
 	ap.tenant_id = p->tenant_id;
 	ap.name = p->name;
-	rc = kva_arena_create(kv->dev, &ap, &kv->arena);
+	rc = kva_arena_new(kv->dev, &ap, &kv->arena);
 	if (rc) {
 		int memfd = kva_dev_backend(kv->dev) == KVA_BACKEND_MEMFD;
 
 		kv->arena = NULL;
-		set_err(err, errlen, "kv_arena: kva_arena_create(%llu bytes, block %u): %s%s",
+		set_err(err, errlen, "kv_arena: kva_arena_new(%llu bytes, block %u): %s%s",
 			(unsigned long long)ap.bytes, ap.block_size, strerror(-rc),
 			memfd && (rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM) ?
 			" (the memfd backend mlocks the arena: RLIMIT_MEMLOCK, ulimit -l, "
 			"must cover it)" : "");
 		goto fail;
 	}
-	rc = kva_arena_info(kv->arena, &info);
+	rc = kva_arena_get_info(kv->arena, &info);
 	if (!rc)
 		rc = kva_arena_map(kv->arena, &base);
 	if (rc) {
@@ -311,7 +311,7 @@ int kve_arena_session_open(struct kve_arena_kv *kv, uint64_t cookie,
 	as->s.block_table = calloc(cap, sizeof(uint32_t));
 	if (!as->s.block_table)
 		return -ENOMEM;
-	rc = kva_session_create(kv->arena, cookie, &as->sid);
+	rc = kva_session_open(kv->arena, cookie, &as->sid);
 	if (rc) {
 		free(as->s.block_table);
 		memset(as, 0, sizeof(*as));
@@ -405,7 +405,7 @@ int kve_arena_session_close(struct kve_arena_kv *kv,
 	if (!as->s.block_table)
 		return 0;
 	if (kv->arena)
-		rc = kva_session_end(kv->arena, as->sid);
+		rc = kva_session_close(kv->arena, as->sid);
 	free(as->s.block_table);
 	memset(as, 0, sizeof(*as));
 	return rc;

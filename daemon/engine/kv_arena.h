@@ -10,7 +10,7 @@
  * table: blocks are allocated into the kvarena session with
  * kva_blocks_alloc() as the session grows, a prefix is shared between
  * sessions with kva_blocks_share(), and everything the session holds goes
- * back with kva_session_end().
+ * back with kva_session_close().
  *
  * Handing KV from a prefill process to a decode process: the prefill side
  * calls kve_arena_send_pool() (geometry as bytes, the data fd by
@@ -120,7 +120,7 @@ struct kve_arena_session {
 	uint32_t cap;		/* block_table entries */
 };
 
-/* A kvarena session (cookie as kva_session_create) with room in its table
+/* A kvarena session (cookie as kva_session_open) with room in its table
  * for max_tokens positions; it holds no blocks yet. */
 int kve_arena_session_open(struct kve_arena_kv *kv, uint64_t cookie,
 			   uint32_t max_tokens, struct kve_arena_session *as);

@@ -83,14 +83,14 @@ static uint32_t blocks_free(struct kve_arena_kv *kv)
 {
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 
-	return kva_arena_info(kve_arena_kv_arena(kv), &ai) ? 0 : ai.blocks_free;
+	return kva_arena_get_info(kve_arena_kv_arena(kv), &ai) ? 0 : ai.blocks_free;
 }
 
 static uint32_t blocks_held(struct kve_arena_kv *kv, const struct kve_arena_session *as)
 {
 	struct kva_session_info si = { .size = sizeof(si) };
 
-	return kva_session_info(kve_arena_kv_arena(kv), as->sid, &si) ? 0 : si.blocks_held;
+	return kva_session_get_info(kve_arena_kv_arena(kv), as->sid, &si) ? 0 : si.blocks_held;
 }
 
 static enum kva_backend backend = KVA_BACKEND_MEMFD;

@@ -36,7 +36,7 @@ static void env_open(struct env *e, uint32_t policy, uint32_t low_wm,
 
 	memset(e, 0, sizeof(*e));
 	CU_ASSERT_FATAL(kva_open(KVA_BACKEND_KERNEL, &e->d) == 0);
-	CU_ASSERT_FATAL(kva_arena_create(e->d, &p, &e->a) == 0);
+	CU_ASSERT_FATAL(kva_arena_new(e->d, &p, &e->a) == 0);
 	CU_ASSERT_FATAL(kva_ring_open(e->a, 16, &e->r) == 0);
 	e->fd = kva_arena_fd(e->a);
 }

@@ -60,7 +60,7 @@ static void twin_open(struct twin *t, bool uring)
 
 	memset(t, 0, sizeof(*t));
 	CU_ASSERT_FATAL(kva_open(KVA_BACKEND_KERNEL, &t->d) == 0);
-	CU_ASSERT_FATAL(kva_arena_create(t->d, &p, &t->a) == 0);
+	CU_ASSERT_FATAL(kva_arena_new(t->d, &p, &t->a) == 0);
 	t->fd = kva_arena_fd(t->a);
 	if (uring)
 		CU_ASSERT_FATAL(kva_ring_open(t->a, 64, &t->ring) == 0);
@@ -267,7 +267,7 @@ static void test_uring_only_rules(void)
 		struct kva_dev *d;
 
 		CU_ASSERT_FATAL(kva_open(KVA_BACKEND_MEMFD, &d) == 0);
-		CU_ASSERT_FATAL(kva_arena_create(d, &p, &a) == 0);
+		CU_ASSERT_FATAL(kva_arena_new(d, &p, &a) == 0);
 		CU_ASSERT_EQUAL(kva_ring_open(a, 8, &r), -EOPNOTSUPP);
 		kva_arena_destroy(a);
 		kva_close(d);

@@ -40,7 +40,7 @@ static struct kva_arena *mk(uint64_t bytes, uint32_t bs, uint32_t tenant)
 	};
 	struct kva_arena *a = NULL;
 
-	CU_ASSERT_EQUAL(kva_arena_create(dev, &p, &a), 0);
+	CU_ASSERT_EQUAL(kva_arena_new(dev, &p, &a), 0);
 	return a;
 }
 
@@ -52,7 +52,7 @@ static void test_open_and_version(void)
 
 	CU_ASSERT_EQUAL(kva_dev_backend(dev), KVA_BACKEND_MEMFD);
 	CU_ASSERT(strstr(kva_dev_limits(dev), "no dma-buf") != NULL);
-	CU_ASSERT_EQUAL(kva_version(dev, &v), 0);
+	CU_ASSERT_EQUAL(kva_dev_version(dev, &v), 0);
 	CU_ASSERT_EQUAL(v.api_version, KVA_API_VERSION);
 	CU_ASSERT_FALSE(v.features & KVA_FEAT_DMABUF);
 	CU_ASSERT(v.features & KVA_FEAT_SESSIONS);
@@ -81,7 +81,7 @@ static void test_create_errors(void)
 		struct kva_arena_params q = p;				\
 		(void)q;						\
 		stmt;							\
-		CU_ASSERT_EQUAL(kva_arena_create(dev, &q, &a), err);	\
+		CU_ASSERT_EQUAL(kva_arena_new(dev, &q, &a), err);	\
 	} while (0)
 	EXPECT(q.bytes = 0, -EINVAL);
 	EXPECT(q.bytes = 3 * MIB, -EINVAL);
@@ -104,12 +104,12 @@ static void test_blocks_and_sessions(void)
 	uint32_t s1, s2, ids[64], more[8], bad[2];
 
 	CU_ASSERT_FATAL(a != NULL);
-	CU_ASSERT_EQUAL(kva_arena_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
 	CU_ASSERT_EQUAL(ai.blocks_total, 64);
 	CU_ASSERT_EQUAL(ai.blocks_per_page, 32);
 	CU_ASSERT_EQUAL(ai.dmabuf_attachments, 0);
-	CU_ASSERT_EQUAL(kva_session_create(a, 5, &s1), 0);
-	CU_ASSERT_EQUAL(kva_session_create(a, 6, &s2), 0);
+	CU_ASSERT_EQUAL(kva_session_open(a, 5, &s1), 0);
+	CU_ASSERT_EQUAL(kva_session_open(a, 6, &s2), 0);
 	CU_ASSERT_NOT_EQUAL(s1, s2);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, s1, 60, ids, 0), 60);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, s1, 8, more, 0), -ENOSPC);
@@ -135,20 +135,20 @@ static void test_blocks_and_sessions(void)
 	CU_ASSERT_EQUAL(kva_session_set_state(a, s1, KVA_STATE_TOOL_WAIT, 2, 99), -EALREADY);
 	CU_ASSERT_EQUAL(kva_session_set_state(a, s1, KVA_STATE_DECODE, 2, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kva_session_set_state(a, s1, 9, 0, 0), -EINVAL);
-	CU_ASSERT_EQUAL(kva_session_info(a, s1, &si), 0);
+	CU_ASSERT_EQUAL(kva_session_get_info(a, s1, &si), 0);
 	CU_ASSERT_EQUAL(si.blocks_held, 60);
 	CU_ASSERT_EQUAL(si.cookie, 5);
 	CU_ASSERT_EQUAL(si.tool_class, 2);
 
 	/* Ending s1 frees all but the 3 blocks s2 still shares. */
-	CU_ASSERT_EQUAL(kva_session_end(a, s1), 0);
-	CU_ASSERT_EQUAL(kva_session_end(a, s1), -ENOENT);
-	CU_ASSERT_EQUAL(kva_arena_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(kva_session_close(a, s1), 0);
+	CU_ASSERT_EQUAL(kva_session_close(a, s1), -ENOENT);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
 	CU_ASSERT_EQUAL(ai.blocks_free, 61);
 	CU_ASSERT_EQUAL(ai.sessions, 1);
 	CU_ASSERT_EQUAL(ai.sessions_ended, 1);
 	CU_ASSERT_EQUAL(kva_session_set_state(a, s2, KVA_STATE_ENDED, 0, 0), 0);
-	CU_ASSERT_EQUAL(kva_arena_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
 	CU_ASSERT_EQUAL(ai.blocks_free, 64);
 	kva_arena_destroy(a);
 }
@@ -165,7 +165,7 @@ static void test_map_and_data_fd(void)
 	CU_ASSERT_EQUAL(kva_arena_export_dmabuf(a, 0), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(kva_arena_from_fd(dev, kva_arena_fd(a), &a), -EOPNOTSUPP);
 	CU_ASSERT_EQUAL(kva_arena_map(a, (void **)&base), 0);
-	CU_ASSERT_EQUAL(kva_session_create(a, 0, &sid), 0);
+	CU_ASSERT_EQUAL(kva_session_open(a, 0, &sid), 0);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, sid, 4, ids, 0), 4);
 	/* Blocks never straddle a 2 MiB page. */
 	for (i = 0; i < 4; i++) {
@@ -214,7 +214,7 @@ static void test_tenant_quota(void)
 	CU_ASSERT_EQUAL(kva_tenant_set_quota(dev, 500, 2 * BS), 0);
 	a = mk(4 * MIB, BS, 500);
 	CU_ASSERT_FATAL(a != NULL);
-	CU_ASSERT_EQUAL(kva_session_create(a, 0, &sid), 0);
+	CU_ASSERT_EQUAL(kva_session_open(a, 0, &sid), 0);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, sid, 3, ids, 0), -EDQUOT);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, sid, 3, ids, KVA_ALLOC_PARTIAL), 2);
 	CU_ASSERT_EQUAL(kva_tenant_info(dev, 500, &t), 0);
@@ -234,13 +234,13 @@ static void test_idle_accounting(void)
 	uint32_t sid, ids[4];
 
 	CU_ASSERT_FATAL(a != NULL);
-	CU_ASSERT_EQUAL(kva_session_create(a, 0, &sid), 0);
+	CU_ASSERT_EQUAL(kva_session_open(a, 0, &sid), 0);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, sid, 4, ids, 0), 4);
 	CU_ASSERT_EQUAL(kva_session_set_state(a, sid, KVA_STATE_TOOL_WAIT, 1, 1), 0);
 	nanosleep(&ts, NULL);
 	CU_ASSERT_EQUAL(kva_session_set_state(a, sid, KVA_STATE_DECODE, 0, 0), 0);
 	nanosleep(&ts, NULL);
-	CU_ASSERT_EQUAL(kva_session_info(a, sid, &si), 0);
+	CU_ASSERT_EQUAL(kva_session_get_info(a, sid, &si), 0);
 	CU_ASSERT(si.idle_block_us >= 4 * 20000);
 	CU_ASSERT(si.idle_block_us < 4 * 20000 * 20);
 	CU_ASSERT(si.state_ns[KVA_STATE_DECODE] >= 20000000ULL);
@@ -258,7 +258,7 @@ static void *worker(void *p)
 	uint32_t sid, ids[16];
 	int i, n;
 
-	if (kva_session_create(w->a, 0, &sid)) {
+	if (kva_session_open(w->a, 0, &sid)) {
 		w->errors++;
 		return NULL;
 	}
@@ -269,7 +269,7 @@ static void *worker(void *p)
 		if (n <= 0 || kva_blocks_free(w->a, sid, (uint32_t)n, ids) != n)
 			w->errors++;
 	}
-	w->errors += kva_session_end(w->a, sid) != 0;
+	w->errors += kva_session_close(w->a, sid) != 0;
 	return NULL;
 }
 
@@ -288,7 +288,7 @@ static void test_threads(void)
 		pthread_join(t[i], NULL);
 		CU_ASSERT_EQUAL(w[i].errors, 0);
 	}
-	CU_ASSERT_EQUAL(kva_arena_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
 	CU_ASSERT_EQUAL(ai.blocks_free, 32);
 	CU_ASSERT_EQUAL(ai.sessions, 0);
 	kva_arena_destroy(a);

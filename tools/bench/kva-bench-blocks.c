@@ -150,9 +150,9 @@ int main(int argc, char **argv)
 	}
 	ret = kva_open(backend, &dev);
 	if (!ret)
-		ret = kva_arena_create(dev, &p, &arena);
+		ret = kva_arena_new(dev, &p, &arena);
 	if (!ret)
-		ret = kva_session_create(arena, 0, &sid);
+		ret = kva_session_open(arena, 0, &sid);
 	if (ret) {
 		fprintf(stderr, "kva-bench-blocks: setup: %s\n", strerror(-ret));
 		return 1;

@@ -224,7 +224,7 @@ static void kt_sessions(struct kva_toolwait *tw, struct kt_state *st)
 		const struct kva_toolwait_key *k = &keys[i];
 
 		if ((st->arena && k->arena_id != st->arena) ||
-		    kva_toolwait_session(tw, k, &s))
+		    kva_toolwait_get_session(tw, k, &s))
 			continue;
 		if (st->json)
 			printf("%s{\"arena_id\": %u, \"session_id\": %u, "
@@ -261,7 +261,7 @@ static void kt_print(struct kva_toolwait *tw, struct kt_state *st,
 {
 	struct kva_toolwait_stats s = { 0 };
 
-	kva_toolwait_stats(tw, &s);
+	kva_toolwait_get_stats(tw, &s);
 	if (st->json) {
 		printf("{\"source\": \"%s\", ", kva_toolwait_describe(tw));
 		kt_classes(tw, st, delta);
