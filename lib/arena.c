@@ -36,7 +36,7 @@ static void kva_arena_put(struct kva_arena *arena)
 /* Learn the geometry from the arena itself. */
 static int kva_arena_load(struct kva_arena *arena)
 {
-	struct kva_arena_info info;
+	KVA_STRUCT(kva_arena_info, info);
 	int ret = kva_arena_get_info(arena, &info);
 
 	if (ret < 0)
@@ -49,27 +49,32 @@ static int kva_arena_load(struct kva_arena *arena)
 }
 
 KVA_EXPORT int kva_arena_new(struct kva_dev *dev,
-				const struct kva_arena_params *p,
+				const struct kva_arena_params *params,
 				struct kva_arena **arenap)
 {
-	struct kva_arena_create arg = {
-		.size = sizeof(arg),
-		.bytes = p->bytes,
-		.block_size = p->block_size,
-		.numa_node = p->numa_node,
-		.tenant_id = p->tenant_id,
-		.policy = p->policy,
-		.low_wm = p->low_wm,
-		.high_wm = p->high_wm,
-		.ttl_ms = p->ttl_ms,
-	};
+	struct kva_arena_create arg = { .size = sizeof(arg) };
+	struct kva_arena_params p;
 	struct kva_arena *arena;
 	int ret;
 
-	if (p->name) {
-		if (strlen(p->name) >= sizeof(arg.name))
+	if (!dev || !params || !arenap)
+		return -EINVAL;
+	ret = kva_abi_in(&p, sizeof(p), params, params->size,
+			 KVA_ARENA_PARAMS_SIZE_VER0);
+	if (ret)
+		return ret;
+	arg.bytes = p.bytes;
+	arg.block_size = p.block_size;
+	arg.numa_node = p.numa_node;
+	arg.tenant_id = p.tenant_id;
+	arg.policy = p.policy;
+	arg.low_wm = p.low_wm;
+	arg.high_wm = p.high_wm;
+	arg.ttl_ms = p.ttl_ms;
+	if (p.name) {
+		if (strlen(p.name) >= sizeof(arg.name))
 			return -EINVAL;
-		strcpy(arg.name, p->name);
+		strcpy(arg.name, p.name);
 	}
 	arena = kva_arena_alloc(dev);
 	if (!arena)
@@ -136,9 +141,15 @@ KVA_EXPORT int kva_arena_fd(const struct kva_arena *arena)
 KVA_EXPORT int kva_arena_get_info(struct kva_arena *arena,
 			      struct kva_arena_info *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
-	return kva_call(arena, KVA_IOC_ARENA_INFO, out);
+	struct kva_arena_info full = { .size = sizeof(full) };
+	int ret = KVA_OUT_CHECK(out, KVA_ARENA_INFO_SIZE_VER0);
+
+	if (ret)
+		return ret;
+	ret = kva_call(arena, KVA_IOC_ARENA_INFO, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 KVA_EXPORT int kva_arena_export_dmabuf(struct kva_arena *arena, uint32_t flags)
@@ -240,10 +251,16 @@ KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint32_t session,
 KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint32_t session,
 				struct kva_session_info *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
-	out->session_id = session;
-	return kva_call(arena, KVA_IOC_SESSION_INFO, out);
+	struct kva_session_info full = { .size = sizeof(full),
+					 .session_id = session };
+	int ret = KVA_OUT_CHECK(out, KVA_SESSION_INFO_SIZE_VER0);
+
+	if (ret)
+		return ret;
+	ret = kva_call(arena, KVA_IOC_SESSION_INFO, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 static int kva_blocks(struct kva_arena *arena, unsigned long cmd,

@@ -87,11 +87,18 @@ KVA_EXPORT const char *kva_dev_limits(const struct kva_dev *dev)
 
 KVA_EXPORT int kva_dev_version(struct kva_dev *dev, struct kva_version *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
+	struct kva_version full = { .size = sizeof(full) };
+	int ret = KVA_OUT_CHECK(out, KVA_VERSION_SIZE_VER0);
+
+	if (ret)
+		return ret;
 	if (dev->backend == KVA_BACKEND_KERNEL)
-		return kva_ioctl(dev->fd, KVA_IOC_VERSION, out);
-	return kva_memfd_version(dev, out);
+		ret = kva_ioctl(dev->fd, KVA_IOC_VERSION, &full);
+	else
+		ret = kva_memfd_version(dev, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 static int kva_tenant(struct kva_dev *dev, bool set, struct kva_tenant *t)
@@ -117,10 +124,15 @@ KVA_EXPORT int kva_tenant_set_quota(struct kva_dev *dev, uint32_t tenant,
 KVA_EXPORT int kva_tenant_info(struct kva_dev *dev, uint32_t tenant,
 			       struct kva_tenant *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
-	out->tenant_id = tenant;
-	return kva_tenant(dev, false, out);
+	struct kva_tenant full = { .size = sizeof(full), .tenant_id = tenant };
+	int ret = KVA_OUT_CHECK(out, KVA_TENANT_SIZE_VER0);
+
+	if (ret)
+		return ret;
+	ret = kva_tenant(dev, false, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 KVA_EXPORT const char *kva_state_name(uint32_t state)

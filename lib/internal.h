@@ -53,6 +53,23 @@ struct kva_arena {
 };
 
 uint64_t kva_now_ns(void);
+
+/* abi.c: the size convention (see the top of abi.c). */
+#define kva_offsetofend(type, member) \
+	(offsetof(type, member) + sizeof(((type *)0)->member))
+/* Copy a caller's input struct of src_size bytes into dst (dst_size). */
+int kva_abi_in(void *dst, size_t dst_size, const void *src, size_t src_size,
+	       size_t min_size);
+/* Check a caller's output struct (its size) before filling it. */
+int kva_abi_out_check(const void *out, size_t size, size_t min_size);
+/* Copy the library's full record into the caller's `size` bytes. */
+void kva_abi_out(void *out, size_t size, const void *full, size_t full_size);
+/* The same for a UAPI struct whose leading __u32 size the caller set;
+ * leaves in it the number of bytes filled in. */
+void kva_abi_out_uapi(void *out, const void *full, size_t full_size);
+/* A UAPI output struct: check out->size against the struct's VER0. */
+#define KVA_OUT_CHECK(out, ver0) \
+	kva_abi_out_check((out), (out) ? (out)->size : 0, (ver0))
 int kva_call(struct kva_arena *arena, unsigned long cmd, void *arg);
 
 /* memfd.c */

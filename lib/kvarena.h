@@ -12,8 +12,19 @@
  *    that created the arena (only the data can be shared, as a memfd).
  *
  * Every function returns 0 (or a count or fd) on success and a negative
- * errno on failure; nothing here calls exit().  The structs are the UAPI's
- * (<linux/kvarena.h>); `size` fields are filled in by the library.
+ * errno on failure; nothing here calls exit().
+ *
+ * ABI: every struct passed across this API, in or out, starts with a
+ * `size` member the caller sets to sizeof(the struct as it was compiled)
+ * (KVA_STRUCT() does it); the library reads and writes only that many
+ * bytes.  Fields a caller's older header lacks default to zero on input
+ * and are not written on output; fields a newer header has that this
+ * library lacks must be zero on input (-E2BIG) and come back zero.  A size
+ * below the struct's first version is -EINVAL.  The tool-wait map records
+ * (<kvarena/kvarena_toolwait.h>) carry no size member: their functions take
+ * the size as an argument.  Arrays of kva_ring_cqe and kva_victim records
+ * are frozen layouts (they never grow).  Records the library hands to a
+ * callback have the library's size in `size` and only grow at the end.
  */
 #ifndef KVARENA_H
 #define KVARENA_H
@@ -31,6 +42,10 @@ extern "C" {
 struct kva_dev;
 struct kva_arena;
 
+/* A zeroed struct with its size set: KVA_STRUCT(kva_arena_info, ai); */
+#define KVA_STRUCT(type, name, ...) \
+	struct type name = { .size = sizeof(struct type), __VA_ARGS__ }
+
 enum kva_backend {
 	KVA_BACKEND_AUTO = 0,	/* kernel if /dev/kvarena opens, else memfd */
 	KVA_BACKEND_KERNEL,
@@ -45,6 +60,7 @@ const char *kva_dev_limits(const struct kva_dev *dev);
 int kva_dev_version(struct kva_dev *dev, struct kva_version *out);
 
 struct kva_arena_params {
+	size_t size;			/* sizeof(struct kva_arena_params) */
 	uint64_t bytes;			/* multiple of 2 MiB */
 	uint32_t block_size;		/* multiple of 4 KiB, <= 2 MiB */
 	int32_t numa_node;		/* KVA_NUMA_ANY for any */
@@ -56,6 +72,8 @@ struct kva_arena_params {
 	uint32_t high_wm;
 	uint32_t ttl_ms;
 };
+/* The first version: up to and including `name`. */
+#define KVA_ARENA_PARAMS_SIZE_VER0	offsetof(struct kva_arena_params, policy)
 
 int kva_arena_new(struct kva_dev *dev, const struct kva_arena_params *p,
 		     struct kva_arena **arenap);
@@ -132,8 +150,21 @@ int kva_ring_open(struct kva_arena *arena, unsigned int entries,
 		  struct kva_ring **ringp);
 void kva_ring_close(struct kva_ring *ring);
 int kva_ring_fd(const struct kva_ring *ring);
-/* Queue one op (an arena ioctl number); -EBUSY when the SQ ring is full. */
-int kva_ring_queue(struct kva_ring *ring, unsigned long op, void *arg,
+/* The ops a ring carries; `arg` is the op's UAPI struct. */
+enum kva_ring_op {
+	KVA_RING_ARENA_INFO = 1,	/* struct kva_arena_info */
+	KVA_RING_BLOCKS_ALLOC,		/* struct kva_blocks */
+	KVA_RING_BLOCKS_FREE,		/* struct kva_blocks */
+	KVA_RING_BLOCKS_SHARE,		/* struct kva_blocks */
+	KVA_RING_SESSION_OPEN,		/* struct kva_session_create */
+	KVA_RING_SESSION_CLOSE,		/* struct kva_session_end */
+	KVA_RING_SESSION_SET_STATE,	/* struct kva_session_state */
+	KVA_RING_SESSION_INFO,		/* struct kva_session_info */
+	KVA_RING_SET_POLICY,		/* struct kva_policy_set */
+	KVA_RING_VICTIMS,		/* struct kva_victims */
+};
+/* Queue one op; -EINVAL for an unknown op, -EBUSY when the SQ is full. */
+int kva_ring_queue(struct kva_ring *ring, enum kva_ring_op op, void *arg,
 		   uint64_t user_data);
 /* Park a wait for the next event, acknowledging ack_seq (0: none). */
 int kva_ring_queue_wait_event(struct kva_ring *ring, struct kva_event *ev,
@@ -149,19 +180,28 @@ int kva_ring_reap(struct kva_ring *ring, struct kva_ring_cqe *out,
  * fd.  Errors carry the kernel's extack text in kva_nl_error().
  */
 struct kva_nl;
+/* The UAPI record is last in each, so that it can grow. */
 struct kva_nl_arena {
-	struct kva_arena_info info;	/* blocks/sessions/policy: fd_open */
-	int fd_open;
+	size_t size;			/* sizeof(struct kva_nl_arena) */
+	int fd_open;			/* some process holds an arena fd */
+	struct kva_arena_info info;
 };
 struct kva_nl_session {
+	size_t size;
 	uint32_t arena_id;
 	struct kva_session_info info;
 };
+enum kva_nl_event_kind {
+	KVA_NL_EV_EVENT = 1,		/* an arena event: ev */
+	KVA_NL_EV_ARENA_NEW,		/* ev.arena_id, ev.tenant_id, name, bytes */
+	KVA_NL_EV_ARENA_DEL,		/* likewise */
+};
 struct kva_nl_event {
-	uint32_t cmd;			/* KVA_NL_CMD_EVENT, _ARENA_NEW, _DEL */
-	struct kva_event ev;		/* EVENT; ARENA_*: arena_id, tenant */
+	size_t size;			/* sizeof(struct kva_nl_event) */
+	uint32_t kind;			/* enum kva_nl_event_kind */
 	char name[KVA_NAME_LEN];	/* ARENA_* */
 	uint64_t bytes;			/* ARENA_* */
+	struct kva_event ev;
 };
 
 int kva_nl_open(struct kva_nl **nlp);

@@ -11,6 +11,9 @@
  * tracefs.  Documentation/toolwait.md describes the maps.
  *
  * Every function returns 0 (or a count) on success and a negative errno.
+ * The map records below mirror the BPF maps and carry no size member: the
+ * functions that fill one take the caller's sizeof as `size` (the ABI
+ * convention of <kvarena/kvarena.h>); kva_toolwait_opts has a leading size.
  */
 #ifndef KVARENA_TOOLWAIT_H
 #define KVARENA_TOOLWAIT_H
@@ -131,6 +134,8 @@ struct kva_toolwait_opts {
 	/* Pin the maps here (NULL: KVA_TOOLWAIT_PIN_DIR, "": do not pin). */
 	const char *pin_dir;
 };
+#define KVA_TOOLWAIT_OPTS_SIZE_VER0 \
+	(offsetof(struct kva_toolwait_opts, pin_dir) + sizeof(const char *))
 
 struct kva_toolwait;
 
@@ -162,18 +167,18 @@ int kva_toolwait_unregister_cgroup(struct kva_toolwait *tw,
 int kva_toolwait_sessions(struct kva_toolwait *tw,
 			  struct kva_toolwait_key *keys, int n);
 int kva_toolwait_get_session(struct kva_toolwait *tw,
-			 const struct kva_toolwait_key *key,
-			 struct kva_toolwait_session *out);
+			     const struct kva_toolwait_key *key,
+			     struct kva_toolwait_session *out, size_t size);
 int kva_toolwait_forget_session(struct kva_toolwait *tw,
 				const struct kva_toolwait_key *key);
 /* Tool classes seen, sorted; returns how many (may exceed n). */
 int kva_toolwait_classes(struct kva_toolwait *tw, uint32_t *classes, int n);
 int kva_toolwait_class_hist(struct kva_toolwait *tw, uint32_t tool_class,
-			    struct kva_toolwait_hist *out);
+			    struct kva_toolwait_hist *out, size_t size);
 /* Zero the per-class histograms (interval reporting). */
 int kva_toolwait_clear_classes(struct kva_toolwait *tw);
 int kva_toolwait_get_stats(struct kva_toolwait *tw,
-		       struct kva_toolwait_stats *out);
+			   struct kva_toolwait_stats *out, size_t size);
 
 /*
  * Completed waits from the ring buffer: calls fn for each (stop early by

@@ -325,11 +325,14 @@ KVA_EXPORT int kva_toolwait_open(const struct kva_toolwait_opts *opts,
 	struct kva_toolwait *tw;
 	int i, ret;
 
+	if (!twp)
+		return -EINVAL;
 	*twp = NULL;
 	if (opts) {
-		if (opts->size < sizeof(o))
-			return -EINVAL;
-		o = *opts;
+		ret = kva_abi_in(&o, sizeof(o), opts, opts->size,
+				 KVA_TOOLWAIT_OPTS_SIZE_VER0);
+		if (ret)
+			return ret;
 	}
 	tw = calloc(1, sizeof(*tw));
 	if (!tw)
@@ -501,11 +504,29 @@ KVA_EXPORT int kva_toolwait_sessions(struct kva_toolwait *tw,
 	return count;
 }
 
-KVA_EXPORT int kva_toolwait_get_session(struct kva_toolwait *tw,
-				    const struct kva_toolwait_key *key,
-				    struct kva_toolwait_session *out)
+/* Look a record up into the caller's `size` bytes (the ABI convention). */
+static int tw_lookup(int fd, const void *key, void *out, size_t size,
+		     void *full, size_t full_size)
 {
-	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_SESSIONS], key, out));
+	int ret = kva_abi_out_check(out, size, full_size);
+
+	if (ret)
+		return ret;
+	ret = tw_errno(bpf_map_lookup_elem(fd, key, full));
+	if (!ret)
+		kva_abi_out(out, size, full, full_size);
+	return ret;
+}
+
+KVA_EXPORT int kva_toolwait_get_session(struct kva_toolwait *tw,
+					const struct kva_toolwait_key *key,
+					struct kva_toolwait_session *out,
+					size_t size)
+{
+	struct kva_toolwait_session full;
+
+	return tw_lookup(tw->fd[TW_SESSIONS], key, out, size, &full,
+			 sizeof(full));
 }
 
 KVA_EXPORT int kva_toolwait_forget_session(struct kva_toolwait *tw,
@@ -542,10 +563,13 @@ KVA_EXPORT int kva_toolwait_classes(struct kva_toolwait *tw,
 
 KVA_EXPORT int kva_toolwait_class_hist(struct kva_toolwait *tw,
 				       uint32_t tool_class,
-				       struct kva_toolwait_hist *out)
+				       struct kva_toolwait_hist *out,
+				       size_t size)
 {
-	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_CLASSES], &tool_class,
-					    out));
+	struct kva_toolwait_hist full;
+
+	return tw_lookup(tw->fd[TW_CLASSES], &tool_class, out, size, &full,
+			 sizeof(full));
 }
 
 KVA_EXPORT int kva_toolwait_clear_classes(struct kva_toolwait *tw)
@@ -559,11 +583,14 @@ KVA_EXPORT int kva_toolwait_clear_classes(struct kva_toolwait *tw)
 }
 
 KVA_EXPORT int kva_toolwait_get_stats(struct kva_toolwait *tw,
-				  struct kva_toolwait_stats *out)
+				      struct kva_toolwait_stats *out,
+				      size_t size)
 {
+	struct kva_toolwait_stats full;
 	uint32_t zero = 0;
 
-	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_STATS], &zero, out));
+	return tw_lookup(tw->fd[TW_STATS], &zero, out, size, &full,
+			 sizeof(full));
 }
 
 static int tw_on_sample(void *ctx, void *data, size_t size)

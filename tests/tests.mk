@@ -27,6 +27,18 @@ $(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
+.PHONY: check-abi
+# A program built against a deliberately older copy of the headers
+# (tests/abi/old/), run against the library built now (memfd backend).
+ABI_BIN := $(B)/tests/abi/test_old_header
+$(ABI_BIN): tests/abi/test_old_header.c $(wildcard tests/abi/old/kvarena/*.h \
+		tests/abi/old/kvarena/linux/*.h) $(LIB_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -g -Itests/abi/old $< -o $@ \
+		-L$(B)/lib -lkvarena
+check-abi: $(ABI_BIN)
+	LD_LIBRARY_PATH=$(B)/lib ./$(ABI_BIN)
+
 .PHONY: tests check-all check-lib check-lib-valgrind check-style check-guest \
 	check-guest-% check-dkms check-install check-engine-guest
 tests: $(KT_BIN) $(LT_BIN)
@@ -72,6 +84,7 @@ check-dkms:
 check-all:
 	$(MAKE) --no-print-directory check-core
 	$(MAKE) --no-print-directory check-lib
+	$(MAKE) --no-print-directory check-abi
 	$(MAKE) --no-print-directory check-lib-valgrind
 	$(MAKE) --no-print-directory check-style
 	$(MAKE) --no-print-directory check-guest

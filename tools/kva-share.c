@@ -186,12 +186,12 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_AUTO;
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = 64ULL << 20, .block_size = 256 << 10,
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 7, .name = "demo",
 	};
-	struct kva_session_info si;
-	struct kva_arena_info ai;
+	struct kva_session_info si = { .size = sizeof(si) };
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct kva_arena *arena;
 	struct kva_dev *dev;
 	struct handoff h = { 0 };

@@ -102,7 +102,7 @@ int kve_arena_kv_create(const struct kve_model *m,
 			const struct kve_arena_kv_params *p,
 			struct kve_arena_kv **kvp, char *err, size_t errlen)
 {
-	struct kva_arena_params ap = { 0 };
+	struct kva_arena_params ap = { .size = sizeof(ap) };
 	struct kva_arena_info info = { .size = sizeof(info) };
 	struct kve_arena_kv *kv;
 	uint32_t bt;

@@ -5,7 +5,7 @@
 
 int main(void)
 {
-	struct kva_arena_params p = { .bytes = 2 << 20, .block_size = 4096,
+	struct kva_arena_params p = { .size = sizeof(p), .bytes = 2 << 20, .block_size = 4096,
 				      .numa_node = KVA_NUMA_ANY, .name = "inst" };
 	struct kva_arena *a;
 	struct kva_dev *d;

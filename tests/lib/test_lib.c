@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kvarena.h"
+#include "kvarena_toolwait.h"
 
 #define MIB	(1ULL << 20)
 #define BS	(64U << 10)
@@ -34,7 +35,7 @@ static int suite_clean(void)
 
 static struct kva_arena *mk(uint64_t bytes, uint32_t bs, uint32_t tenant)
 {
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = bytes, .block_size = bs, .numa_node = KVA_NUMA_ANY,
 		.tenant_id = tenant, .name = "t",
 	};
@@ -46,7 +47,7 @@ static struct kva_arena *mk(uint64_t bytes, uint32_t bs, uint32_t tenant)
 
 static void test_open_and_version(void)
 {
-	struct kva_version v;
+	struct kva_version v = { .size = sizeof(v) };
 	struct kva_dev *d;
 	int ret;
 
@@ -72,7 +73,7 @@ static void test_open_and_version(void)
 
 static void test_create_errors(void)
 {
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = 4 * MIB, .block_size = BS, .numa_node = KVA_NUMA_ANY,
 	};
 	struct kva_arena *a = NULL;
@@ -99,8 +100,8 @@ static void test_create_errors(void)
 static void test_blocks_and_sessions(void)
 {
 	struct kva_arena *a = mk(4 * MIB, BS, 1);
-	struct kva_session_info si;
-	struct kva_arena_info ai;
+	struct kva_session_info si = { .size = sizeof(si) };
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	uint32_t s1, s2, ids[64], more[8], bad[2];
 
 	CU_ASSERT_FATAL(a != NULL);
@@ -206,7 +207,7 @@ static void test_map_and_data_fd(void)
 
 static void test_tenant_quota(void)
 {
-	struct kva_tenant t;
+	struct kva_tenant t = { .size = sizeof(t) };
 	struct kva_arena *a;
 	uint32_t sid, ids[8];
 
@@ -230,7 +231,7 @@ static void test_idle_accounting(void)
 {
 	struct timespec ts = { .tv_nsec = 20 * 1000 * 1000 };
 	struct kva_arena *a = mk(2 * MIB, BS, 1);
-	struct kva_session_info si;
+	struct kva_session_info si = { .size = sizeof(si) };
 	uint32_t sid, ids[4];
 
 	CU_ASSERT_FATAL(a != NULL);
@@ -273,11 +274,64 @@ static void *worker(void *p)
 	return NULL;
 }
 
+/*
+ * The size convention from a newer caller's side (tests/abi has the older
+ * one): unknown input fields must be zero, unknown output fields come back
+ * zero, sizes below the first version are refused.
+ */
+static void test_abi_sizes(void)
+{
+	struct {
+		struct kva_arena_params p;
+		uint64_t future[2];
+	} np = { .p = { .size = sizeof(np), .bytes = 2 * MIB, .block_size = BS,
+			.numa_node = KVA_NUMA_ANY, .name = "new" } };
+	struct {
+		struct kva_arena_info i;
+		uint64_t future[2];
+	} ni;
+	struct {
+		struct kva_toolwait_opts o;
+		uint64_t future;
+	} no = { .o = { .size = sizeof(no) }, .future = 1 };
+	struct kva_toolwait_opts small = { .size = KVA_TOOLWAIT_OPTS_SIZE_VER0 - 1 };
+	struct kva_toolwait_stats st;
+	struct kva_toolwait *tw = (struct kva_toolwait *)&st;
+	struct kva_arena *a = NULL;
+
+	np.future[1] = 1;
+	CU_ASSERT_EQUAL(kva_arena_new(dev, &np.p, &a), -E2BIG);
+	np.future[1] = 0;
+	np.p.size = KVA_ARENA_PARAMS_SIZE_VER0 - 1;
+	CU_ASSERT_EQUAL(kva_arena_new(dev, &np.p, &a), -EINVAL);
+	np.p.size = 0;
+	CU_ASSERT_EQUAL(kva_arena_new(dev, &np.p, &a), -EINVAL);
+	np.p.size = sizeof(np);
+	CU_ASSERT_EQUAL_FATAL(kva_arena_new(dev, &np.p, &a), 0);
+
+	memset(&ni, 0xa5, sizeof(ni));
+	ni.i.size = sizeof(ni);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ni.i), 0);
+	CU_ASSERT_EQUAL(ni.i.size, sizeof(ni.i));	/* what was filled */
+	CU_ASSERT_EQUAL(ni.future[0], 0);
+	CU_ASSERT_EQUAL(ni.future[1], 0);
+	CU_ASSERT_STRING_EQUAL(ni.i.name, "new");
+	ni.i.size = 0;
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ni.i), -EINVAL);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, NULL), -EINVAL);
+	kva_arena_destroy(a);
+
+	/* Tool-wait options: refused before anything is loaded or mounted. */
+	CU_ASSERT_EQUAL(kva_toolwait_open(&no.o, &tw), -E2BIG);
+	CU_ASSERT_PTR_NULL(tw);
+	CU_ASSERT_EQUAL(kva_toolwait_open(&small, &tw), -EINVAL);
+}
+
 static void test_threads(void)
 {
 	struct kva_arena *a = mk(2 * MIB, BS, 1);	/* 32 blocks, 2 x 16 */
 	struct worker_arg w[3] = { { a, 0 }, { a, 0 }, { a, 0 } };
-	struct kva_arena_info ai;
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	pthread_t t[3];
 	int i;
 
@@ -309,6 +363,7 @@ int main(void)
 	CU_add_test(s, "tenant quota", test_tenant_quota);
 	CU_add_test(s, "idle accounting", test_idle_accounting);
 	CU_add_test(s, "threads", test_threads);
+	CU_add_test(s, "ABI sizes", test_abi_sizes);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed() +

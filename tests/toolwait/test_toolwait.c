@@ -254,7 +254,7 @@ static int cmd_run(int argc, char **argv)
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
 	struct kva_toolwait_opts o = { .size = sizeof(o) };
 	struct kva_toolwait *tw = NULL, *tw2 = NULL, *view = NULL;
-	struct kva_arena_params ap = { .bytes = 8 << 20, .block_size = 64 << 10,
+	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 8 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "toolwait" };
 	const uint32_t nblocks[2] = { 10, 3 };
@@ -416,7 +416,7 @@ static int cmd_run(int argc, char **argv)
 				total += log.e[i].wait_us;
 				cnt++;
 			}
-		NEED(kva_toolwait_class_hist(tw, tclass[c], &h) == 0,
+		NEED(kva_toolwait_class_hist(tw, tclass[c], &h, sizeof(h)) == 0,
 		     "class %u histogram", tclass[c]);
 		CHECK(h.count == cnt && cnt == (c ? NWAITS_B : NWAITS_A),
 		      "class %u: %" PRIu64 " waits", tclass[c], h.count);
@@ -443,7 +443,7 @@ static int cmd_run(int argc, char **argv)
 				if (log.e[i].wait_us > max)
 					max = log.e[i].wait_us;
 			}
-		NEED(kva_toolwait_get_session(tw, &key[c], &ss[c]) == 0,
+		NEED(kva_toolwait_get_session(tw, &key[c], &ss[c], sizeof(ss[c])) == 0,
 		     "session %c in map", 'A' + c);
 		CHECK(ss[c].waits == (c ? NWAITS_B : NWAITS_A) &&
 		      ss[c].total_us == total && ss[c].max_us == max,
@@ -480,7 +480,7 @@ static int cmd_run(int argc, char **argv)
 		n = drain(tw2, &log2);
 		CHECK(n == want && want >= NWAITS_A,
 		      "min_wait_us: %d events, want %d", n, want);
-		CHECK(kva_toolwait_get_stats(tw2, &st) == 0 &&
+		CHECK(kva_toolwait_get_stats(tw2, &st, sizeof(st)) == 0 &&
 		      st.short_waits == (uint64_t)(NWAITS - want) &&
 		      st.waits == NWAITS,
 		      "min_wait_us: %" PRIu64 " short of %" PRIu64,
@@ -488,7 +488,7 @@ static int cmd_run(int argc, char **argv)
 		kva_toolwait_close(tw2);
 		tw2 = NULL;
 	}
-	CHECK(kva_toolwait_get_stats(tw, &st) == 0 && st.events == NWAITS &&
+	CHECK(kva_toolwait_get_stats(tw, &st, sizeof(st)) == 0 && st.events == NWAITS &&
 	      st.events_lost == 0 && st.sessions_full == 0 &&
 	      st.filtered == 0, "stats: %" PRIu64 " events %" PRIu64 " lost",
 	      st.events, st.events_lost);
@@ -500,14 +500,14 @@ static int cmd_run(int argc, char **argv)
 		struct kva_toolwait_session v;
 		uint32_t classes[8];
 
-		CHECK(kva_toolwait_get_session(view, &key[0], &v) == 0 &&
+		CHECK(kva_toolwait_get_session(view, &key[0], &v, sizeof(v)) == 0 &&
 		      v.total_us == ss[0].total_us, "pinned sessions map");
 		CHECK(kva_toolwait_classes(view, classes, 8) == 2 &&
 		      classes[0] == 1 && classes[1] == 2, "pinned classes map");
 		kva_toolwait_close(view);
 	}
 	/* Predictor on the real histogram: 8 samples needed, class 2 has 6. */
-	if (kva_toolwait_class_hist(tw, 2, &h) == 0)
+	if (kva_toolwait_class_hist(tw, 2, &h, sizeof(h)) == 0)
 		CHECK(kva_toolwait_predict(&h, 0, 0) == 1000000,
 		      "cold start below 8 samples");
 
@@ -532,7 +532,7 @@ static int cmd_run(int argc, char **argv)
 	kva_toolwait_detach(tw);
 	kva_session_set_state(arena, sid[0], KVA_STATE_TOOL_WAIT, 1, 0);
 	kva_session_set_state(arena, sid[0], KVA_STATE_DECODE, 0, 0);
-	CHECK(kva_toolwait_get_session(tw, &key[0], &ss[1]) == 0 &&
+	CHECK(kva_toolwait_get_session(tw, &key[0], &ss[1], sizeof(ss[1])) == 0 &&
 	      ss[1].waits == NWAITS_A, "detached: no more waits counted");
 	for (i = 0; i < 2; i++)
 		kva_toolwait_unregister_cgroup(tw, cgid[i]);
@@ -622,7 +622,7 @@ static int cmd_bench(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
 	struct kva_toolwait_opts o = { .size = sizeof(o), .pin_dir = "" };
-	struct kva_arena_params ap = { .bytes = 4 << 20, .block_size = 64 << 10,
+	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 4 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "twbench" };
 	const char *label = "host", *prog;
@@ -725,7 +725,7 @@ static int cmd_demo(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
 	struct kva_toolwait_opts o = { .size = sizeof(o) };
-	struct kva_arena_params ap = { .bytes = 8 << 20, .block_size = 64 << 10,
+	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 8 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "demo" };
 	struct kva_toolwait_key key;

@@ -90,7 +90,7 @@ static int arena_list(struct kvactl *k)
 
 static int arena_show(struct kvactl *k, const char *id_s)
 {
-	struct kva_nl_arena a;
+	struct kva_nl_arena a = { .size = sizeof(a) };
 	struct kva_arena_info *i = &a.info;
 	char sz[32], bs[32];
 	uint32_t id;

@@ -11,9 +11,9 @@
 
 static const char *event_name(const struct kva_nl_event *e)
 {
-	if (e->cmd == KVA_NL_CMD_ARENA_NEW)
+	if (e->kind == KVA_NL_EV_ARENA_NEW)
 		return "arena-created";
-	if (e->cmd == KVA_NL_CMD_ARENA_DEL)
+	if (e->kind == KVA_NL_EV_ARENA_DEL)
 		return "arena-destroyed";
 	switch (e->ev.type) {
 	case KVA_EVENT_PRESSURE:
@@ -32,7 +32,7 @@ static void event_json(const struct kva_nl_event *e)
 	uint32_t i;
 
 	printf("{\"event\": \"%s\", \"arena\": %u", event_name(e), v->arena_id);
-	if (e->cmd != KVA_NL_CMD_EVENT) {
+	if (e->kind != KVA_NL_EV_EVENT) {
 		printf(", \"name\": ");
 		kvactl_json_str(e->name);
 		printf(", \"tenant\": %u, \"bytes\": %llu}\n",
@@ -61,7 +61,7 @@ static void event_text(const struct kva_nl_event *e)
 	char sz[32];
 	uint32_t i;
 
-	switch (e->cmd == KVA_NL_CMD_EVENT ? v->type : 0) {
+	switch (e->kind == KVA_NL_EV_EVENT ? v->type : 0) {
 	case KVA_EVENT_PRESSURE:
 		printf("arena %u seq %llu pressure: %u free < low %u; victims",
 		       v->arena_id, v->seq, v->blocks_free, v->low_wm);
@@ -90,7 +90,7 @@ static void event_text(const struct kva_nl_event *e)
 int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 {
 	uint32_t count = 0, timeout = 0, seen = 0;
-	struct kva_nl_event e;
+	struct kva_nl_event e = { .size = sizeof(e) };
 	int i, ret;
 
 	for (i = 1; i + 1 < argc; i += 2) {

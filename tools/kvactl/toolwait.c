@@ -171,7 +171,7 @@ static void kt_classes(struct kva_toolwait *tw, struct kt_state *st,
 		uint32_t cls = st->classes[i];
 		uint64_t pred;
 
-		if (kva_toolwait_class_hist(tw, cls, &h))
+		if (kva_toolwait_class_hist(tw, cls, &h, sizeof(h)))
 			continue;
 		/* Predict from the cumulative histogram, show the delta. */
 		pred = kva_toolwait_predict(&h, 0, 0);
@@ -224,7 +224,7 @@ static void kt_sessions(struct kva_toolwait *tw, struct kt_state *st)
 		const struct kva_toolwait_key *k = &keys[i];
 
 		if ((st->arena && k->arena_id != st->arena) ||
-		    kva_toolwait_get_session(tw, k, &s))
+		    kva_toolwait_get_session(tw, k, &s, sizeof(s)))
 			continue;
 		if (st->json)
 			printf("%s{\"arena_id\": %u, \"session_id\": %u, "
@@ -261,7 +261,7 @@ static void kt_print(struct kva_toolwait *tw, struct kt_state *st,
 {
 	struct kva_toolwait_stats s = { 0 };
 
-	kva_toolwait_get_stats(tw, &s);
+	kva_toolwait_get_stats(tw, &s, sizeof(s));
 	if (st->json) {
 		printf("{\"source\": \"%s\", ", kva_toolwait_describe(tw));
 		kt_classes(tw, st, delta);
@@ -295,7 +295,7 @@ static void kt_baseline(struct kva_toolwait *tw, struct kt_state *st)
 
 	n = kva_toolwait_classes(tw, st->classes, KT_MAX_CLASSES);
 	for (k = 0; k < n && k < KT_MAX_CLASSES; k++)
-		if (!kva_toolwait_class_hist(tw, st->classes[k], &h))
+		if (!kva_toolwait_class_hist(tw, st->classes[k], &h, sizeof(h)))
 			kt_delta(st, st->classes[k], &h);
 }
 
