@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # kvarena top-level build.
 #
 #   make                 module (KDIR), libkvarena, tools, tests

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: (LGPL-2.1-or-later OR BSD-2-Clause)
 # eBPF tool-wait observability (bpf/toolwait.bpf.c) and its tests.
 #
 #   make bpf                  vmlinux.h, toolwait.bpf.o, toolwait.skel.h in build/bpf/

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Install the Debian packages kvarena needs for a purpose, only those missing.
 # Usage: scripts/deps.sh build|check|demo|bench|avx512-emu|all
 set -euo pipefail

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Tests.  `make check` runs check-all: host suites (shared core, library)
 # under ASan/UBSan and valgrind, module style (checkpatch, sparse), the
 # in-guest suite on every guest kernel, dkms, and the engine's suite (on the
@@ -26,6 +27,11 @@ $(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 $(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
+
+.PHONY: check-spdx
+# Every source file's SPDX tag, from the set allowed in its directory.
+check-spdx:
+	scripts/check-spdx.sh
 
 .PHONY: check-abi
 # A program built against a deliberately older copy of the headers
@@ -82,6 +88,7 @@ check-dkms:
 	tests/dkms/check-dkms.sh
 
 check-all:
+	$(MAKE) --no-print-directory check-spdx
 	$(MAKE) --no-print-directory check-core
 	$(MAKE) --no-print-directory check-lib
 	$(MAKE) --no-print-directory check-abi

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Tools: kva-share (the demo), kvactl (operators), benchmark drivers.
 TOOLS_BINS := $(B)/bin/kva-share
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Kernel hardening lane (included from the top-level Makefile):
 #
 #   make debug-kernel    Debian's linux-source-6.1 + tests/debug/kernel.config

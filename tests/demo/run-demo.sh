@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # make demo: boot a Debian guest kernel in QEMU, load kvarena.ko, and run
 # kva-share: a prefill process writes KV into arena blocks, a decode process
 # receives the arena and its dma-buf over a Unix socket, verifies the bytes

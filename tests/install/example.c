@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /* Built against an installed libkvarena (pkg-config), run on the memfd backend. */
 #include <stdio.h>
 #include <kvarena/kvarena.h>

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kva-bench-blocks: block alloc+free throughput through libkvarena, one
  * call per batch (the ioctl path on the kernel backend, the shared core

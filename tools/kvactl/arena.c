@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kvactl arena list|show, and kvactl policy set: arenas as the module's
  * generic netlink family reports them, and their eviction policy.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kvactl: the kvarena operator CLI, in the manner of ip(8): terse aligned
  * text by default, -j for JSON.  Everything but `toolwait` speaks the

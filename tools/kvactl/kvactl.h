@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: MIT */
 /*
  * kvactl internals: the subcommands (one file each) and the small output
  * helpers they share (JSON strings, sizes, durations).

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kvactl monitor [--count N] [--timeout SECONDS]: the module's multicast
  * events as they happen, one line (or one JSON object) each.

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /* kvactl session list [--arena ID]: sessions from the netlink dump. */
 #include <errno.h>
 #include <inttypes.h>

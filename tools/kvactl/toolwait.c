@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kvactl toolwait [-p DIR] [-a ARENA] [-T] [interval [count]]
  *

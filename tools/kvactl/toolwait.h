@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: MIT */
 /*
  * kvactl toolwait: tool-wait histograms per tool class and a per-session
  * table, from the maps the toolwait BPF programs pin under

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /* kvactl output helpers (see kvactl.h). */
 #include <errno.h>
 #include <inttypes.h>
