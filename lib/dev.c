@@ -35,6 +35,20 @@ int kva_call(struct kva_arena *arena, unsigned long cmd, void *arg)
 	return kva_memfd_call(arena, cmd, arg);
 }
 
+#define KVA_STR2(x) #x
+#define KVA_STR(x) KVA_STR2(x)
+
+KVA_EXPORT unsigned int kva_lib_version(void)
+{
+	return KVA_LIB_VERSION;
+}
+
+KVA_EXPORT const char *kva_lib_version_string(void)
+{
+	return KVA_STR(KVA_LIB_VERSION_MAJOR) "." KVA_STR(KVA_LIB_VERSION_MINOR)
+	       "." KVA_STR(KVA_LIB_VERSION_PATCH);
+}
+
 KVA_EXPORT int kva_open(enum kva_backend backend, struct kva_dev **devp)
 {
 	struct kva_dev *dev;

@@ -39,6 +39,19 @@
 extern "C" {
 #endif
 
+/* The version of this header; kva_lib_version() is the library's. */
+#define KVA_LIB_VERSION_MAJOR	0
+#define KVA_LIB_VERSION_MINOR	1
+#define KVA_LIB_VERSION_PATCH	0
+#define KVA_LIB_VERSION_NUM(maj, min, pat) \
+	((unsigned int)(maj) * 10000U + (unsigned int)(min) * 100U + (unsigned int)(pat))
+#define KVA_LIB_VERSION	KVA_LIB_VERSION_NUM(KVA_LIB_VERSION_MAJOR, \
+	KVA_LIB_VERSION_MINOR, KVA_LIB_VERSION_PATCH)
+
+/* The library running: KVA_LIB_VERSION_NUM of it, and "0.1.0". */
+unsigned int kva_lib_version(void);
+const char *kva_lib_version_string(void);
+
 struct kva_dev;
 struct kva_arena;
 

@@ -11,7 +11,7 @@ KT_SRCS := $(sort $(wildcard tests/kmod/*.c))
 
 $(KT_BIN): $(KT_SRCS) tests/kmod/kt.h tests/common/kva_guest.h $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit $(LIB_LDLIBS)
+	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit $(LIB_LDLIBS) -ljansson
 
 # Host suite for libkvarena (memfd backend), with sanitizers and without
 # (the latter for valgrind).
@@ -20,11 +20,12 @@ LT_BIN := $(B)/tests/lib/test_lib
 LT_BIN_VG := $(B)/tests/lib/test_lib_vg
 LIB_ALL_SRCS := $(CORE_SRCS) $(LIB_SRCS)
 
-$(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
+$(LT_BIN) $(LT_BIN_VG): TEST_CFLAGS += -DKVA_TEST_VERSION='"$(VERSION)"'
+$(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h) VERSION
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(SAN) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
-$(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
+$(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h) VERSION
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
@@ -32,6 +33,21 @@ $(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
 # Every source file's SPDX tag, from the set allowed in its directory.
 check-spdx:
 	scripts/check-spdx.sh
+
+.PHONY: check-kvactl check-man
+# kvactl on the host without the module: help, usage errors, its JSON
+# schema and kvactl(8) (the listings run in the guest suite).
+check-kvactl: $(B)/bin/kvactl
+	tests/kvactl/check-host.sh $(B)/bin/kvactl
+
+# Every man page lint-clean for mandoc and for groff (man --warnings).
+check-man:
+	@out=$$(for f in Documentation/man/*.[1-8]; do \
+		mandoc -Tlint "$$f" 2>&1; \
+		LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z \
+			"$$f" 2>&1 >/dev/null; done); \
+	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; \
+	echo "check-man: $$(ls Documentation/man/*.[1-8] | wc -l) pages lint-clean"
 
 .PHONY: check-abi
 # A program built against a deliberately older copy of the headers
@@ -89,6 +105,8 @@ check-dkms:
 
 check-all:
 	$(MAKE) --no-print-directory check-spdx
+	$(MAKE) --no-print-directory check-man
+	$(MAKE) --no-print-directory check-kvactl
 	$(MAKE) --no-print-directory check-core
 	$(MAKE) --no-print-directory check-lib
 	$(MAKE) --no-print-directory check-abi

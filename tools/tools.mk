@@ -18,7 +18,8 @@ tools: $(BENCH_BINS)
 # kvactl: the operator CLI (tools/kvactl/*.c).
 KVACTL_SRCS := $(sort $(wildcard tools/kvactl/*.c))
 TOOLS_BINS += $(B)/bin/kvactl
-$(B)/bin/kvactl: $(KVACTL_SRCS) $(wildcard tools/kvactl/*.h) $(LIB_A) lib/kvarena.h
+$(B)/bin/kvactl: $(KVACTL_SRCS) $(wildcard tools/kvactl/*.h) $(LIB_A) lib/kvarena.h VERSION
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -Itools/kvactl $(KVACTL_SRCS) -o $@ $(LIB_A) $(LIB_LDLIBS)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -Itools/kvactl -DKVACTL_VERSION='"$(VERSION)"' \
+		$(KVACTL_SRCS) -o $@ $(LIB_A) $(LIB_LDLIBS) -ljansson
 tools: $(B)/bin/kvactl

@@ -51,6 +51,9 @@ static void test_open_and_version(void)
 	struct kva_dev *d;
 	int ret;
 
+	/* The header's version, the library's, and the VERSION file agree. */
+	CU_ASSERT_EQUAL(kva_lib_version(), KVA_LIB_VERSION);
+	CU_ASSERT_STRING_EQUAL(kva_lib_version_string(), KVA_TEST_VERSION);
 	CU_ASSERT_EQUAL(kva_dev_backend(dev), KVA_BACKEND_MEMFD);
 	CU_ASSERT(strstr(kva_dev_limits(dev), "no dma-buf") != NULL);
 	CU_ASSERT_EQUAL(kva_dev_version(dev, &v), 0);
