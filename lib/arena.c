@@ -203,13 +203,9 @@ KVA_EXPORT int kva_arena_map(struct kva_arena *arena, void **addrp)
 
 KVA_EXPORT void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block)
 {
-	uint64_t off;
-
 	if (!arena->base || block >= arena->nblocks)
 		return NULL;
-	off = (uint64_t)(block / arena->blocks_per_page) * KVA_PAGE_SIZE +
-	      (uint64_t)(block % arena->blocks_per_page) * arena->block_size;
-	return (char *)arena->base + off;
+	return (char *)arena->base + kva_block_offset(arena->block_size, block);
 }
 
 KVA_EXPORT int kva_session_open(struct kva_arena *arena, uint64_t cookie,

@@ -113,6 +113,29 @@ void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block);
 int kva_map_fd(int fd, size_t bytes, void **addrp);
 int kva_unmap(void *addr, size_t bytes);
 
+/*
+ * Sharing an arena between processes.  The byte offset of `block` in a
+ * mapping of an arena with `block_size`-byte blocks (blocks never straddle
+ * a 2 MiB page): (block / per_page) * 2 MiB + (block % per_page) *
+ * block_size; UINT64_MAX for a block size no arena can have.
+ */
+uint64_t kva_block_offset(uint32_t block_size, uint32_t block);
+
+/*
+ * Send `len` bytes (at least 1) with up to KVA_MAX_FDS fds over a Unix
+ * socket (SCM_RIGHTS); the caller still owns its fds.  Receive exactly
+ * `len` bytes and up to *nfds fds (O_CLOEXEC; *nfds is set to how many came;
+ * the caller owns them).  On a stream socket the bytes may arrive in
+ * pieces; on a datagram or seqpacket socket they are one message.  -EPIPE:
+ * the peer closed first; -EMSGSIZE: more fds than asked for or a short
+ * message (nothing is kept: every fd received is closed).
+ */
+#define KVA_MAX_FDS	16
+int kva_send_fds(int sock, const void *data, size_t len, const int *fds,
+		 unsigned int nfds);
+int kva_recv_fds(int sock, void *data, size_t len, int *fds,
+		 unsigned int *nfds);
+
 int kva_session_open(struct kva_arena *arena, uint64_t cookie,
 		       uint32_t *session);
 int kva_session_close(struct kva_arena *arena, uint32_t session);

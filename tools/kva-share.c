@@ -36,42 +36,27 @@ static int fail(const char *what, int err)
 	return 1;
 }
 
+/* The hand-over: geometry and block ids, with the arena and data fds. */
 static int send_fds(int sock, const struct handoff *h, int fd1, int fd2)
 {
-	char cbuf[CMSG_SPACE(2 * sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = (void *)h, .iov_len = sizeof(*h) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
-	};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 	int fds[2] = { fd1, fd2 };
 
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	return sendmsg(sock, &msg, 0) == sizeof(*h) ? 0 : -errno;
+	return kva_send_fds(sock, h, sizeof(*h), fds, 2);
 }
 
 static int recv_fds(int sock, struct handoff *h, int *fd1, int *fd2)
 {
-	char cbuf[CMSG_SPACE(2 * sizeof(int))];
-	struct iovec iov = { .iov_base = h, .iov_len = sizeof(*h) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
-	};
-	struct cmsghdr *c;
-	int fds[2];
+	unsigned int n = 2;
+	int fds[2], ret;
 
-	if (recvmsg(sock, &msg, 0) != sizeof(*h))
-		return -EIO;
-	c = CMSG_FIRSTHDR(&msg);
-	if (!c || c->cmsg_type != SCM_RIGHTS ||
-	    c->cmsg_len != CMSG_LEN(sizeof(fds)))
+	ret = kva_recv_fds(sock, h, sizeof(*h), fds, &n);
+	if (ret)
+		return ret;
+	if (n != 2) {
+		while (n)
+			close(fds[--n]);
 		return -EBADMSG;
-	memcpy(fds, CMSG_DATA(c), sizeof(fds));
+	}
 	*fd1 = fds[0];
 	*fd2 = fds[1];
 	return 0;
@@ -84,10 +69,7 @@ static uint64_t pattern(uint32_t block, uint64_t word)
 
 static void *block_at(void *base, const struct handoff *h, uint32_t id)
 {
-	uint32_t per = (uint32_t)(KVA_PAGE_SIZE / h->block_size);
-
-	return (char *)base + (uint64_t)(id / per) * KVA_PAGE_SIZE +
-	       (uint64_t)(id % per) * h->block_size;
+	return (char *)base + kva_block_offset(h->block_size, id);
 }
 
 static int decode_side(int sock, enum kva_backend backend)

@@ -132,8 +132,7 @@ static void test_geometry(const char *path, const struct kve_model *m)
 		uint8_t *p = kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, id);
 		uint8_t *q = kva_arena_block_ptr(kve_arena_kv_arena(kv), 0);
 
-		ok &= p == q + (uint64_t)(id / g.blocks_per_page) * (2u << 20) +
-			   (uint64_t)(id % g.blocks_per_page) * g.block_size;
+		ok &= p == q + kva_block_offset(g.block_size, id);
 		ok &= ((uintptr_t)p & 4095) == 0;
 	}
 	ok &= kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, g.blocks_total) == NULL;

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -188,13 +189,11 @@ static void test_map_and_data_fd(void)
 	CU_ASSERT_FATAL(pid >= 0);
 	if (pid == 0) {
 		char *m;
-		uint32_t per = 2;
 
 		if (kva_map_fd(fd, 8 * MIB, (void **)&m))
 			_exit(1);
 		for (i = 0; i < 4; i++) {
-			char *p = m + (ids[i] / per) * KVA_PAGE_SIZE +
-				  (ids[i] % per) * (768 << 10);
+			char *p = m + kva_block_offset(768 << 10, ids[i]);
 
 			if (p[0] != (char)(0x10 + ids[i]) ||
 			    p[(768 << 10) - 1] != (char)(0x10 + ids[i]))
@@ -330,6 +329,71 @@ static void test_abi_sizes(void)
 	CU_ASSERT_EQUAL(kva_toolwait_open(&small, &tw), -EINVAL);
 }
 
+/* The block-offset formula and SCM_RIGHTS passing (lib/share.c). */
+static void test_share_helpers(void)
+{
+	struct { uint64_t a, b; } msg = { 7, 9 }, got;
+	struct kva_arena *a = mk(4 * MIB, BS, 0);
+	int sv[2], fds[3], rfd[2], i;
+	unsigned int n;
+	char *m, *r;
+
+	/* 768 KiB blocks: 2 per 2 MiB page, the last 512 KiB unused. */
+	CU_ASSERT_EQUAL(kva_block_offset(768 << 10, 0), 0);
+	CU_ASSERT_EQUAL(kva_block_offset(768 << 10, 1), 768 << 10);
+	CU_ASSERT_EQUAL(kva_block_offset(768 << 10, 2), 2 * MIB);
+	CU_ASSERT_EQUAL(kva_block_offset(768 << 10, 5), 4 * MIB + (768 << 10));
+	CU_ASSERT_EQUAL(kva_block_offset(2 * MIB, 3), 6 * MIB);
+	CU_ASSERT_EQUAL(kva_block_offset(0, 1), UINT64_MAX);
+	CU_ASSERT_EQUAL(kva_block_offset(4097, 1), UINT64_MAX);
+	CU_ASSERT_EQUAL(kva_block_offset(4 * MIB, 1), UINT64_MAX);
+
+	CU_ASSERT_FATAL(a != NULL);
+	CU_ASSERT_EQUAL_FATAL(kva_arena_map(a, (void **)&m), 0);
+	CU_ASSERT_PTR_EQUAL(kva_arena_block_ptr(a, 37),
+			    m + kva_block_offset(BS, 37));
+	m[kva_block_offset(BS, 37)] = 0x42;
+	for (i = 0; i < 2; i++) {
+		int type = i ? SOCK_SEQPACKET : SOCK_STREAM;
+
+		CU_ASSERT_FATAL(socketpair(AF_UNIX, type, 0, sv) == 0);
+		fds[0] = kva_arena_data_fd(a, KVA_EXPORT_CLOEXEC);
+		fds[1] = dup(fds[0]);
+		CU_ASSERT_EQUAL(kva_send_fds(sv[0], &msg, sizeof(msg), fds, 2), 0);
+		n = 2;
+		memset(&got, 0, sizeof(got));
+		CU_ASSERT_EQUAL(kva_recv_fds(sv[1], &got, sizeof(got), rfd, &n), 0);
+		CU_ASSERT_EQUAL(n, 2);
+		CU_ASSERT(got.a == 7 && got.b == 9);
+		CU_ASSERT_EQUAL(kva_map_fd(rfd[1], 4 * MIB, (void **)&r), 0);
+		CU_ASSERT_EQUAL(r[kva_block_offset(BS, 37)], 0x42);
+		kva_unmap(r, 4 * MIB);
+		close(rfd[0]);
+		close(rfd[1]);
+		/* More fds than asked for: refused, every fd closed. */
+		CU_ASSERT_EQUAL(kva_send_fds(sv[0], &msg, sizeof(msg), fds, 2), 0);
+		n = 1;
+		CU_ASSERT_EQUAL(kva_recv_fds(sv[1], &got, sizeof(got), rfd, &n),
+				-EMSGSIZE);
+		CU_ASSERT_EQUAL(n, 0);
+		/* No fds at all, then the peer gone. */
+		CU_ASSERT_EQUAL(kva_send_fds(sv[0], &msg, sizeof(msg), NULL, 0), 0);
+		n = 1;
+		CU_ASSERT_EQUAL(kva_recv_fds(sv[1], &got, sizeof(got), rfd, &n), 0);
+		CU_ASSERT_EQUAL(n, 0);
+		close(sv[0]);
+		CU_ASSERT_EQUAL(kva_recv_fds(sv[1], &got, sizeof(got), rfd, &n),
+				-EPIPE);
+		close(sv[1]);
+		close(fds[0]);
+		close(fds[1]);
+	}
+	CU_ASSERT_EQUAL(kva_send_fds(-1, &msg, sizeof(msg), NULL, 0), -EBADF);
+	CU_ASSERT_EQUAL(kva_send_fds(0, &msg, sizeof(msg), fds, KVA_MAX_FDS + 1),
+			-EINVAL);
+	kva_arena_destroy(a);
+}
+
 static void test_threads(void)
 {
 	struct kva_arena *a = mk(2 * MIB, BS, 1);	/* 32 blocks, 2 x 16 */
@@ -367,6 +431,7 @@ int main(void)
 	CU_add_test(s, "idle accounting", test_idle_accounting);
 	CU_add_test(s, "threads", test_threads);
 	CU_add_test(s, "ABI sizes", test_abi_sizes);
+	CU_add_test(s, "share helpers", test_share_helpers);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed() +
