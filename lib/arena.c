@@ -71,6 +71,9 @@ KVA_EXPORT int kva_arena_new(struct kva_dev *dev,
 	arg.low_wm = p.low_wm;
 	arg.high_wm = p.high_wm;
 	arg.ttl_ms = p.ttl_ms;
+	if ((p.flags & ~(KVA_ARENA_NO_MLOCK | KVA_ARENA_MLOCK_TRY)) ||
+	    (p.flags & KVA_ARENA_NO_MLOCK && p.flags & KVA_ARENA_MLOCK_TRY))
+		return -EINVAL;
 	if (p.name) {
 		if (strlen(p.name) >= sizeof(arg.name))
 			return -EINVAL;
@@ -87,7 +90,7 @@ KVA_EXPORT int kva_arena_new(struct kva_dev *dev,
 			ret = kva_arena_load(arena);
 		}
 	} else {
-		ret = kva_memfd_arena_create(dev, &arg, arena);
+		ret = kva_memfd_arena_create(dev, &arg, p.flags, arena);
 	}
 	if (ret < 0) {
 		kva_arena_destroy(arena);

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -52,20 +53,27 @@ KVA_EXPORT const char *kva_lib_version_string(void)
 KVA_EXPORT int kva_open(enum kva_backend backend, struct kva_dev **devp)
 {
 	struct kva_dev *dev;
-	int fd = -1;
+	int fd = -1, err = 0;
 
 	if (!devp || backend > KVA_BACKEND_MEMFD)
 		return -EINVAL;
 	if (backend != KVA_BACKEND_MEMFD) {
 		fd = open("/dev/" KVA_DEVICE_NAME, O_RDWR | O_CLOEXEC);
+		err = errno;
 		if (fd < 0 && backend == KVA_BACKEND_KERNEL)
-			return -errno;
+			return -err;
 	}
 	dev = calloc(1, sizeof(*dev));
 	if (!dev) {
 		if (fd >= 0)
 			close(fd);
 		return -ENOMEM;
+	}
+	if (fd < 0 && backend == KVA_BACKEND_AUTO) {
+		snprintf(dev->fallback, sizeof(dev->fallback),
+			 "open /dev/" KVA_DEVICE_NAME ": %s", strerror(err));
+		kva_log(KVA_LOG_INFO, "AUTO backend: memfd, as %s",
+			dev->fallback);
 	}
 	dev->fd = fd;
 	dev->backend = fd >= 0 ? KVA_BACKEND_KERNEL : KVA_BACKEND_MEMFD;
@@ -85,6 +93,11 @@ KVA_EXPORT void kva_close(struct kva_dev *dev)
 	free(dev);
 }
 
+KVA_EXPORT const char *kva_dev_fallback(const struct kva_dev *dev)
+{
+	return dev->fallback[0] ? dev->fallback : NULL;
+}
+
 KVA_EXPORT enum kva_backend kva_dev_backend(const struct kva_dev *dev)
 {
 	return dev->backend;
@@ -96,7 +109,8 @@ KVA_EXPORT const char *kva_dev_limits(const struct kva_dev *dev)
 		return "";
 	return "memfd backend: no dma-buf export, no device import, "
 	       "block/session state private to this process, quotas "
-	       "per kva_dev handle, memory pinned only if mlock is allowed";
+	       "per kva_dev handle, memory pinned only if mlock is allowed "
+	       "(KVA_ARENA_MLOCK_TRY, KVA_ARENA_NO_MLOCK)";
 }
 
 KVA_EXPORT int kva_dev_version(struct kva_dev *dev, struct kva_version *out)

@@ -65,7 +65,24 @@ enum kva_backend {
 	KVA_BACKEND_MEMFD,
 };
 
+/*
+ * The library never prints.  A caller-set logger receives what it would
+ * say (libbpf's messages during tool-wait loading, why AUTO fell back to
+ * memfd), one message per call without a newline; level as syslog's
+ * (KVA_LOG_ERR 3 .. KVA_LOG_DEBUG 7).  NULL (the default): silence.
+ * Process-wide; may be called at any time from any thread.
+ */
+#define KVA_LOG_ERR	3
+#define KVA_LOG_WARN	4
+#define KVA_LOG_INFO	6
+#define KVA_LOG_DEBUG	7
+typedef void (*kva_log_fn)(int level, const char *msg, void *ctx);
+void kva_set_logger(kva_log_fn fn, void *ctx);
+
 int kva_open(enum kva_backend backend, struct kva_dev **devp);
+/* AUTO fell back to memfd: why, e.g. "open /dev/kvarena: Permission
+ * denied"; NULL when the backend is the one asked for. */
+const char *kva_dev_fallback(const struct kva_dev *dev);
 void kva_close(struct kva_dev *dev);
 enum kva_backend kva_dev_backend(const struct kva_dev *dev);
 /* One line: what this backend does not provide ("" for the kernel). */
@@ -84,7 +101,17 @@ struct kva_arena_params {
 	uint32_t low_wm;
 	uint32_t high_wm;
 	uint32_t ttl_ms;
+	/* Since 0.1 too, after VER0: KVA_ARENA_* flags. */
+	uint32_t flags;
 };
+/*
+ * memfd backend: memory is mlock()ed (pinned, faulted in) by default and
+ * creation fails if RLIMIT_MEMLOCK refuses.  NO_MLOCK: never lock (the
+ * memory may be swapped); MLOCK_TRY: lock if allowed, else go on unlocked.
+ * The kernel backend always pins and ignores both.
+ */
+#define KVA_ARENA_NO_MLOCK	(1U << 0)
+#define KVA_ARENA_MLOCK_TRY	(1U << 1)
 /* The first version: up to and including `name`. */
 #define KVA_ARENA_PARAMS_SIZE_VER0	offsetof(struct kva_arena_params, policy)
 

@@ -7,8 +7,10 @@
  * to sessions through the cgroup v2 directory they run in.
  *
  * Needs CAP_BPF + CAP_PERFMON (in practice root), a kernel with BTF, bpffs
- * (mounted at /sys/fs/bpf if it is not) and, for tracepoint/ attachment,
- * tracefs.  Documentation/toolwait.md describes the maps.
+ * at /sys/fs/bpf (for pinning) and, for tracepoint/ attachment, tracefs;
+ * the loader mounts them only when asked (KVA_TOOLWAIT_MOUNT).  libbpf's
+ * messages go to kva_set_logger()'s logger, never to stderr.
+ * Documentation/toolwait.md describes the maps.
  *
  * Every function returns 0 (or a count) on success and a negative errno.
  * The map records below mirror the BPF maps and carry no size member: the
@@ -133,7 +135,15 @@ struct kva_toolwait_opts {
 	int usdt_pid;			/* 0: every process; else that one */
 	/* Pin the maps here (NULL: KVA_TOOLWAIT_PIN_DIR, "": do not pin). */
 	const char *pin_dir;
+	/* After VER0: KVA_TOOLWAIT_* flags (0: mount nothing, replace no pin). */
+	uint32_t flags;
 };
+/* Mount bpffs on /sys/fs/bpf and tracefs on /sys/kernel/tracing if they
+ * are needed and absent (else: -ENODEV, with the reason logged). */
+#define KVA_TOOLWAIT_MOUNT		(1U << 0)
+/* Unlink pins found in pin_dir (a loader that died) and pin ours (else:
+ * -EEXIST, as they may be a live loader's). */
+#define KVA_TOOLWAIT_REPLACE_PINS	(1U << 1)
 #define KVA_TOOLWAIT_OPTS_SIZE_VER0 \
 	(offsetof(struct kva_toolwait_opts, pin_dir) + sizeof(const char *))
 

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -394,6 +395,119 @@ static void test_share_helpers(void)
 	kva_arena_destroy(a);
 }
 
+struct log_seen {
+	int n;
+	int level;
+	char last[256];
+};
+
+static void log_cb(int level, const char *msg, void *ctx)
+{
+	struct log_seen *l = ctx;
+
+	l->n++;
+	l->level = level;
+	snprintf(l->last, sizeof(l->last), "%s", msg);
+}
+
+/*
+ * Errors and side effects: why AUTO fell back, through the caller's
+ * logger; memfd arena ids unique across handles; the caller's choice of
+ * mlock, checked where RLIMIT_MEMLOCK applies (a child without privilege).
+ */
+static void test_errors_and_side_effects(void)
+{
+	struct kva_arena_params p = { .size = sizeof(p), .bytes = 4 * MIB,
+		.block_size = BS, .numa_node = KVA_NUMA_ANY, .name = "lk" };
+	struct log_seen seen = { 0 };
+	struct kva_arena *a1 = NULL, *a2 = NULL;
+	struct kva_dev *d1, *d2;
+	struct kva_nl *nl;
+	int st, ret;
+	pid_t pid;
+
+	kva_set_logger(log_cb, &seen);
+	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_AUTO, &d1), 0);
+	if (kva_dev_backend(d1) == KVA_BACKEND_MEMFD) {
+		CU_ASSERT_PTR_NOT_NULL(kva_dev_fallback(d1));
+		if (kva_dev_fallback(d1))
+			CU_ASSERT(strstr(kva_dev_fallback(d1), "/dev/kvarena") != NULL);
+		CU_ASSERT(seen.n >= 1 && seen.level == KVA_LOG_INFO &&
+			  strstr(seen.last, "memfd") != NULL);
+	}
+	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_MEMFD, &d2), 0);
+	CU_ASSERT_PTR_NULL(kva_dev_fallback(d2));
+	kva_set_logger(NULL, NULL);
+
+	/* Arena ids: one sequence per process, not per handle. */
+	if (kva_dev_backend(d1) == KVA_BACKEND_MEMFD) {
+		KVA_STRUCT(kva_arena_info, i1);
+		KVA_STRUCT(kva_arena_info, i2);
+
+		CU_ASSERT_EQUAL_FATAL(kva_arena_new(d1, &p, &a1), 0);
+		CU_ASSERT_EQUAL_FATAL(kva_arena_new(d2, &p, &a2), 0);
+		CU_ASSERT_EQUAL(kva_arena_get_info(a1, &i1), 0);
+		CU_ASSERT_EQUAL(kva_arena_get_info(a2, &i2), 0);
+		CU_ASSERT_NOT_EQUAL(i1.arena_id, i2.arena_id);
+		kva_arena_destroy(a1);
+		kva_arena_destroy(a2);
+	}
+	p.flags = KVA_ARENA_NO_MLOCK | KVA_ARENA_MLOCK_TRY;
+	CU_ASSERT_EQUAL(kva_arena_new(d2, &p, &a1), -EINVAL);
+	p.flags = 1U << 7;
+	CU_ASSERT_EQUAL(kva_arena_new(d2, &p, &a1), -EINVAL);
+	p.flags = 0;
+
+	/* Without the module the netlink family is absent: ENOENT, not EIO. */
+	if (access("/sys/module/kvarena", F_OK)) {
+		ret = kva_nl_open(&nl);
+		CU_ASSERT_EQUAL(ret, -ENOENT);
+		if (!ret)
+			kva_nl_close(nl);
+	}
+
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = { 64 << 10, 64 << 10 };
+		struct kva_arena *a;
+
+#ifdef __SANITIZE_ADDRESS__
+		_exit(77);	/* ASan makes mlock a no-op: valgrind's run checks */
+#endif
+		if (setrlimit(RLIMIT_MEMLOCK, &rl))
+			_exit(10);
+		if (geteuid() == 0 && (setgid(65534), setuid(65534)))
+			_exit(77);	/* root would bypass the limit */
+		kva_set_logger(log_cb, &seen);
+		seen.n = 0;
+		if (kva_arena_new(d2, &p, &a) == 0)	/* 4 MiB locked: no */
+			_exit(12);
+		if (seen.n != 1 || seen.level != KVA_LOG_ERR ||
+		    !strstr(seen.last, "KVA_ARENA_MLOCK_TRY"))
+			_exit(13);
+		p.flags = KVA_ARENA_MLOCK_TRY;
+		if (kva_arena_new(d2, &p, &a))
+			_exit(14);
+		kva_arena_destroy(a);
+		p.flags = KVA_ARENA_NO_MLOCK;
+		if (kva_arena_new(d2, &p, &a))
+			_exit(15);
+		kva_arena_destroy(a);
+		_exit(0);
+	}
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st));
+	if (WEXITSTATUS(st) == 77)
+		printf("(mlock choice not checked here: %s) ",
+		       "ASan build, or no unprivileged uid");
+	else if (WEXITSTATUS(st))
+		fprintf(stderr, "mlock child: exit %d\n", WEXITSTATUS(st));
+	CU_ASSERT(WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 77);
+	kva_close(d1);
+	kva_close(d2);
+}
+
 static void test_threads(void)
 {
 	struct kva_arena *a = mk(2 * MIB, BS, 1);	/* 32 blocks, 2 x 16 */
@@ -432,6 +546,7 @@ int main(void)
 	CU_add_test(s, "threads", test_threads);
 	CU_add_test(s, "ABI sizes", test_abi_sizes);
 	CU_add_test(s, "share helpers", test_share_helpers);
+	CU_add_test(s, "errors and side effects", test_errors_and_side_effects);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed() +

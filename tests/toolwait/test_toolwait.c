@@ -252,7 +252,8 @@ static int run_kvactl(char **argv, int argc, bool json, char *out, size_t len)
 static int cmd_run(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
-	struct kva_toolwait_opts o = { .size = sizeof(o) };
+	struct kva_toolwait_opts o = { .size = sizeof(o),
+		.flags = KVA_TOOLWAIT_MOUNT | KVA_TOOLWAIT_REPLACE_PINS };
 	struct kva_toolwait *tw = NULL, *tw2 = NULL, *view = NULL;
 	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 8 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
@@ -327,6 +328,18 @@ static int cmd_run(int argc, char **argv)
 		o2.arena_filter = ai.arena_id;
 		n = kva_toolwait_open(&o2, &tw2);
 		CHECK(n == 0, "second loader: %s", strerror(-n));
+	}
+	/* A third on the same pins, without REPLACE_PINS: refused. */
+	{
+		struct kva_toolwait_opts o3 = o;
+		struct kva_toolwait *tw3 = NULL;
+
+		o3.flags = KVA_TOOLWAIT_MOUNT;
+		n = kva_toolwait_open(&o3, &tw3);
+		CHECK(n == -EEXIST && !tw3 &&
+		      access(KVA_TOOLWAIT_PIN_DIR "/sessions", F_OK) == 0,
+		      "live pins kept without REPLACE_PINS: %s", strerror(-n));
+		kva_toolwait_close(tw3);
 	}
 
 	for (i = 0; i < 2; i++) {
@@ -621,7 +634,8 @@ static void write_sysctl(const char *path, const char *v)
 static int cmd_bench(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
-	struct kva_toolwait_opts o = { .size = sizeof(o), .pin_dir = "" };
+	struct kva_toolwait_opts o = { .size = sizeof(o), .pin_dir = "",
+				       .flags = KVA_TOOLWAIT_MOUNT };
 	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 4 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "twbench" };
@@ -724,7 +738,8 @@ static int cmd_bench(int argc, char **argv)
 static int cmd_demo(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
-	struct kva_toolwait_opts o = { .size = sizeof(o) };
+	struct kva_toolwait_opts o = { .size = sizeof(o),
+		.flags = KVA_TOOLWAIT_MOUNT | KVA_TOOLWAIT_REPLACE_PINS };
 	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 8 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "demo" };

@@ -442,7 +442,8 @@ int kvactl_toolwait(int argc, char **argv, int json)
 	if (ret == -ENOENT && interval) {
 		struct kva_toolwait_opts o = { .size = sizeof(o),
 					       .arena_filter = st->arena,
-					       .pin_dir = "" };
+					       .pin_dir = "",
+					       .flags = KVA_TOOLWAIT_MOUNT };
 
 		ret = kva_toolwait_open(&o, &tw);
 	}
