@@ -6,6 +6,7 @@
  * retried by io_uring's worker: the caller still sees success).  Tests
  * kmod/uring.c and kva_arena_op() in kmod/arena_ops.c.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -401,6 +402,37 @@ static void test_eagain_path(void)
 	twin_close(&tw);
 }
 
+/*
+ * A ring outlives its arena handle: it holds its own dup of the arena fd,
+ * so after kva_arena_destroy() and the fd number's reuse by another file,
+ * its ops still reach the same arena (never the file now at that number).
+ */
+static void test_ring_outlives_arena(void)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kva_arena_info after = { .size = sizeof(after) };
+	struct twin t;
+	int old_fd, reuse;
+
+	twin_open(&t, true);
+	CU_ASSERT_EQUAL(kt_arena_info(t.fd, &ai), 0);
+	old_fd = t.fd;
+	kva_arena_destroy(t.a);
+	t.a = NULL;
+	reuse = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (reuse != old_fd) {			/* put it at the old number */
+		CU_ASSERT_EQUAL(dup2(reuse, old_fd), old_fd);
+		close(reuse);
+		reuse = old_fd;
+	}
+	CU_ASSERT_EQUAL(ring_op(t.ring, KVA_IOC_ARENA_INFO, &after), 0);
+	CU_ASSERT_EQUAL(after.arena_id, ai.arena_id);
+	CU_ASSERT_EQUAL(after.blocks_total, ai.blocks_total);
+	close(reuse);
+	kva_ring_close(t.ring);
+	kva_close(t.d);
+}
+
 void kt_register_uring(void)
 {
 	CU_pSuite s = CU_add_suite("uring", uring_init, uring_clean);
@@ -409,4 +441,5 @@ void kt_register_uring(void)
 	KT_ADD(s, test_batched);
 	KT_ADD(s, test_uring_only_rules);
 	KT_ADD(s, test_eagain_path);
+	KT_ADD(s, test_ring_outlives_arena);
 }
