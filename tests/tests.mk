@@ -140,6 +140,17 @@ check-install: lib tools module
 	$(CXX) $(CXX_STD) -Wall -Wextra -Werror -fsyntax-only $(INST)/tags.cpp \
 		$$($(INST_PC) --cflags kvarena)
 	! test -e $(INST)/usr/include/linux
+	@# pkg-config --static lists everything a static link needs.
+	$(CC) -std=c11 -Wall -Wextra -Werror -static tests/install/example.c \
+		-o $(INST)/example-static $$($(INST_PC) --cflags --static --libs kvarena) \
+		2>&1 | { grep -v 'statically linked applications requires' || true; }
+	$(INST)/example-static
+	@# Without the tool-wait part: no clang, bpftool or libbpf involved.
+	$(MAKE) --no-print-directory B=$(B)/notw KVA_TOOLWAIT=0 DEVELOPER=0 \
+		BPF_CLANG=/nonexistent BPFTOOL=/nonexistent lib $(B)/notw/bin/kvactl >/dev/null
+	! readelf -d $(B)/notw/lib/libkvarena.so | grep -q libbpf
+	! grep -q libbpf $(B)/notw/lib/kvarena.pc
+	$(B)/notw/bin/kvactl toolwait 2>&1 | grep -q 'Operation not supported'
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
 	@echo "check-install: ok"

@@ -4,7 +4,7 @@ TOOLS_BINS := $(B)/bin/kva-share
 
 $(B)/bin/%: tools/%.c $(LIB_A) lib/kvarena.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS) $< -o $@ $(LIB_A) $(LIB_LDLIBS)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LIB_A) $(LIB_LDLIBS)
 
 .PHONY: tools
 tools: $(TOOLS_BINS)
@@ -12,7 +12,7 @@ tools: $(TOOLS_BINS)
 BENCH_BINS := $(B)/bin/kva-bench-blocks
 $(B)/bin/kva-bench-blocks: tools/bench/kva-bench-blocks.c $(LIB_A) lib/kvarena.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS) $< -o $@ $(LIB_A) $(LIB_LDLIBS)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LIB_A) $(LIB_LDLIBS)
 tools: $(BENCH_BINS)
 
 # kvactl: the operator CLI (tools/kvactl/*.c).
@@ -21,5 +21,5 @@ TOOLS_BINS += $(B)/bin/kvactl
 $(B)/bin/kvactl: $(KVACTL_SRCS) $(wildcard tools/kvactl/*.h) $(LIB_A) lib/kvarena.h VERSION
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -Itools/kvactl -DKVACTL_VERSION='"$(VERSION)"' \
-		$(KVACTL_SRCS) -o $@ $(LIB_A) $(LIB_LDLIBS) -ljansson
+		$(LDFLAGS) $(KVACTL_SRCS) -o $@ $(LIB_A) $(LIB_LDLIBS) -ljansson
 tools: $(B)/bin/kvactl

@@ -39,6 +39,7 @@ int main()
 	v.size = sizeof(v);
 	CHECK(kva_dev_version(dev, &v) == 0 && v.api_version == KVA_API_VERSION);
 
+	p.size = sizeof(p);
 	p.bytes = KVA_PAGE_SIZE;
 	p.block_size = 64 * 1024;
 	p.numa_node = KVA_NUMA_ANY;
