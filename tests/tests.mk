@@ -40,14 +40,24 @@ check-spdx:
 check-kvactl: $(B)/bin/kvactl
 	tests/kvactl/check-host.sh $(B)/bin/kvactl
 
-# Every man page lint-clean for mandoc and for groff (man --warnings).
+# Every man page lint-clean for mandoc and for groff (man --warnings);
+# a .so link must point to a page that exists.
 check-man:
 	@out=$$(for f in Documentation/man/*.[1-8]; do \
+		if head -1 "$$f" | grep -q '^\.so '; then \
+			t=Documentation/man/$$(head -1 "$$f" | sed 's|^\.so man[1-8]/||'); \
+			[ -f "$$t" ] || echo "$$f: .so to a missing $$t"; continue; \
+		fi; \
 		mandoc -Tlint "$$f" 2>&1; \
 		LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z \
 			"$$f" 2>&1 >/dev/null; done); \
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; \
 	echo "check-man: $$(ls Documentation/man/*.[1-8] | wc -l) pages lint-clean"
+
+.PHONY: check-lib-docs
+# Exported symbols = version script = headers = library.md = man pages.
+check-lib-docs: $(LIB_SO)
+	scripts/check-lib-docs.sh $(LIB_SO)
 
 .PHONY: check-abi
 # A program built against a deliberately older copy of the headers
@@ -106,6 +116,7 @@ check-dkms:
 check-all:
 	$(MAKE) --no-print-directory check-spdx
 	$(MAKE) --no-print-directory check-man
+	$(MAKE) --no-print-directory check-lib-docs
 	$(MAKE) --no-print-directory check-kvactl
 	$(MAKE) --no-print-directory check-core
 	$(MAKE) --no-print-directory check-lib
@@ -153,4 +164,5 @@ check-install: lib tools module
 	$(B)/notw/bin/kvactl toolwait 2>&1 | grep -q 'Operation not supported'
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
+	MANWIDTH=80 man -M $(INST)/usr/share/man -P cat kva_recv_fds 2>/dev/null | grep -q 'kva_recv_fds('
 	@echo "check-install: ok"
