@@ -19,6 +19,7 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 SONAME_MAJOR := 0
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
 DESTDIR ?=
 
 .DEFAULT_GOAL := all
@@ -156,6 +157,8 @@ install: lib tools module
 	install -m 0644 $(wildcard Documentation/man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 $(wildcard Documentation/man/*.4) $(DESTDIR)$(PREFIX)/share/man/man4/
 	install -m 0644 $(wildcard Documentation/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -d $(DESTDIR)$(PYTHONDIR)/kvarena
+	install -m 0644 lib/python/kvarena/__init__.py $(DESTDIR)$(PYTHONDIR)/kvarena/
 	install -m 0644 kvarena.ko $(DESTDIR)$(INSTALL_MODDIR)/
 	install -m 0644 packaging/60-kvarena.rules $(DESTDIR)/etc/udev/rules.d/
 	-[ -n "$(DESTDIR)" ] || depmod -a $(notdir $(patsubst %/build,%,$(KDIR)))

@@ -54,6 +54,13 @@ check-man:
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; \
 	echo "check-man: $$(ls Documentation/man/*.[1-8] | wc -l) pages lint-clean"
 
+.PHONY: check-python
+# The Python binding (lib/python, ctypes) on the memfd backend, with
+# Debian's python3 and numpy, against the library built here.
+check-python: $(LIB_SO)
+	KVARENA_LIB=$(CURDIR)/$(B)/lib/libkvarena.so.$(SONAME_MAJOR) PYTHONPATH=lib/python \
+		/usr/bin/python3 -m unittest discover -s lib/python/tests -v
+
 .PHONY: check-lib-docs
 # Exported symbols = version script = headers = library.md = man pages.
 check-lib-docs: $(LIB_SO)
@@ -122,6 +129,7 @@ check-all:
 	$(MAKE) --no-print-directory check-lib
 	$(MAKE) --no-print-directory check-abi
 	$(MAKE) --no-print-directory check-lib-valgrind
+	$(MAKE) --no-print-directory check-python
 	$(MAKE) --no-print-directory check-style
 	$(MAKE) --no-print-directory check-guest
 	$(MAKE) --no-print-directory check-dkms
@@ -165,4 +173,7 @@ check-install: lib tools module
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
 	MANWIDTH=80 man -M $(INST)/usr/share/man -P cat kva_recv_fds 2>/dev/null | grep -q 'kva_recv_fds('
+	cd / && PYTHONPATH=$(INST)/usr/lib/python3/dist-packages \
+		LD_LIBRARY_PATH=$(INST)/usr/lib /usr/bin/python3 -c \
+		'import kvarena; print("installed python binding: libkvarena", kvarena.lib_version())'
 	@echo "check-install: ok"
