@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make bench [BENCH=name]: run benchmarks, print a table, and write every
 # figure to build/bench/results.tsv (name value unit peer peer_value ratio).
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
