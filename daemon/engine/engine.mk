@@ -16,8 +16,9 @@ ENGINE_CFLAGS   := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
                    -I$(ENGINE_SRC) -Ilib -Iinclude/uapi
 ENGINE_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                    -fno-omit-frame-pointer
-# libpcre2-8: the BPE pre-tokenizers' regular expressions (tokenizer.c)
-ENGINE_LIBS     := -lpcre2-8 -lm -lpthread
+# libpcre2-8: the BPE pre-tokenizers' regular expressions (tokenizer.c);
+# libjansson: JSON Schema parsing for constrained decoding (json_schema.c)
+ENGINE_LIBS     := -lpcre2-8 -ljansson -lm -lpthread
 # libkvarena (the KV arena library): the top-level Makefile's $(LIB_A);
 # standalone, built through the top-level Makefile.
 ifeq ($(LIB_A),)
@@ -31,7 +32,8 @@ ENGINE_KVA      := $(LIB_A)
 endif
 
 ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
-                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena
+                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena \
+                   grammar json_schema constrain
 ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
                    include/uapi/linux/kvarena.h
 ENGINE_OBJS     := $(ENGINE_NAMES:%=$(ENGINE_OUT)/obj/%.o)
@@ -43,7 +45,7 @@ ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
 ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
-                   test_arena
+                   test_arena test_constrain
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
@@ -120,6 +122,8 @@ bench-engine: engine
 deps-engine:
 	@missing=""; \
 	[ -f /usr/include/pcre2.h ] || missing="$$missing libpcre2-dev"; \
+	[ -f /usr/include/jansson.h ] || missing="$$missing libjansson-dev"; \
+	[ -f /usr/share/nodejs/ajv/package.json ] || missing="$$missing node-ajv"; \
 	$(ENGINE_PY) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
 	$(ENGINE_PY) -c 'import regex' 2>/dev/null || missing="$$missing python3-regex"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
