@@ -752,16 +752,39 @@ void kvc_matcher_free(struct kvc_matcher *m)
 	free(m);
 }
 
+/* Whether the output may end here: the called sub-automata may all
+ * return (a return needs no byte) and the root accepts. *more: some state
+ * on the way could still take a byte. */
+static int can_end(const struct kvc_matcher *m, int *more)
+{
+	const struct kvc_grammar *g = m->g;
+	int32_t s = m->state;
+	uint32_t d = m->depth;
+
+	*more = g->has_out[s];
+	while (d && (g->d.flags[s] & DF_RETURN)) {
+		s = m->stack[--d];
+		*more |= g->has_out[s];
+	}
+	return !d && (g->d.flags[s] & DF_ACCEPT);
+}
+
 int kvc_accepting(const struct kvc_matcher *m)
 {
-	return m->mode == M_SCAN ||
-	       (m->mode == M_ACTIVE && !m->depth && (m->g->d.flags[m->state] & DF_ACCEPT));
+	int more;
+
+	if (m->mode == M_SCAN)
+		return 1;
+	return m->mode == M_ACTIVE && can_end(m, &more);
 }
 
 int kvc_finished(const struct kvc_matcher *m)
 {
-	return m->mode == M_ENDED ||
-	       (kvc_accepting(m) && m->mode == M_ACTIVE && !m->g->has_out[m->state]);
+	int more;
+
+	if (m->mode == M_ENDED)
+		return 1;
+	return m->mode == M_ACTIVE && can_end(m, &more) && !more;
 }
 
 int kvc_triggered(const struct kvc_matcher *m)

@@ -12,8 +12,7 @@
  *
  * usage: test_constrain MODEL...
  */
-#include "tcheck.h"
-#include "kvconstrain.h"
+#include "cgen.h"
 
 #include <errno.h>
 
@@ -212,33 +211,228 @@ static void cache(void)
 	kvc_grammar_release(c);
 }
 
+static const char TOOLS[] =
+	"[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"parameters\":{\"type\":\"object\","
+	"\"properties\":{\"command\":{\"enum\":[\"ls\",\"ls -l\",\"make check\"]}},\"required\":[\"command\"],"
+	"\"additionalProperties\":false}}},"
+	"{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+	"\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},\"days\":{\"type\":\"integer\","
+	"\"minimum\":1,\"maximum\":7},\"opts\":{\"type\":\"object\",\"properties\":{\"metric\":{\"type\":\"boolean\"}}}},"
+	"\"required\":[\"city\"]}}},"
+	"{\"type\":\"function\",\"function\":{\"name\":\"noargs\"}}]";
+
+static struct kvc_grammar *tools_grammar(const char *name, uint32_t calls)
+{
+	struct kvc_spec sp = { .kind = KVC_TOOL_CALLS, .json = TOOLS, .json_len = strlen(TOOLS),
+			       .tool_name = name, .max_calls = calls };
+	struct kvc_grammar *g = NULL;
+	char err[256];
+
+	if (kvc_compile(V, &sp, &g, err, sizeof(err)))
+		printf("# tools: %s\n", err);
+	return g;
+}
+
+static void tool_calls(void)
+{
+	struct kvc_grammar *g = tools_grammar(NULL, 2), *one = tools_grammar(NULL, 1),
+			   *named = tools_grammar("get_weather", 1);
+	const char *c1 = "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"command\": \"make check\"}}\n</tool_call>";
+	const char *c2 = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Z\\u00fcrich\",\"days\":3,"
+			 "\"opts\":{}}}</tool_call>";
+	const char *c3 = "<tool_call>{\"name\":\"noargs\",\"arguments\":{}}</tool_call>";
+	char buf[1024];
+	struct kvc_spec bad = { .kind = KVC_TOOL_CALLS, .json = TOOLS, .json_len = strlen(TOOLS),
+				.tool_name = "nope" };
+	struct kvc_grammar *gb = NULL;
+	char err[256];
+
+	CHECK(g && one && named, "%s: tool-call grammars compile", MNAME);
+	if (!g || !one || !named)
+		return;
+	snprintf(buf, sizeof(buf), "%s\n%s", c1, c2);
+	CHECK(accepts_bytes(g, c1, 0) && accepts_bytes(g, c2, 0) && accepts_bytes(g, c3, 0) &&
+	      accepts_bytes(g, buf, 0),
+	      "%s: tool calls (enum argument, nested object, no parameters, two in a row) accepted", MNAME);
+	CHECK(!accepts_bytes(one, buf, 0) && accepts_bytes(one, c2, 0),
+	      "%s: max_calls 1 (parallel_tool_calls false) refuses a second call", MNAME);
+	CHECK(!accepts_bytes(named, c1, 0) && accepts_bytes(named, c2, 0),
+	      "%s: a named tool_choice allows that tool only", MNAME);
+	CHECK(!accepts_bytes(g, "<tool_call>{\"name\":\"rm\",\"arguments\":{}}</tool_call>", 0) &&
+	      !accepts_bytes(g, "<tool_call>{\"name\":\"run\",\"arguments\":{\"command\":\"rm\"}}</tool_call>", 0) &&
+	      !accepts_bytes(g, "<tool_call>{\"name\":\"run\",\"arguments\":{\"command\":\"ls\"}}", 0) &&
+	      !accepts_bytes(g, "Sure. <tool_call>{\"name\":\"noargs\",\"arguments\":{}}</tool_call>", 0) &&
+	      !accepts_bytes(g, "<tool_call>{\"arguments\":{},\"name\":\"noargs\"}</tool_call>", 0),
+	      "%s: unknown tool, bad argument, unclosed call, text before a required call refused", MNAME);
+	snprintf(buf, sizeof(buf), "Let me check. <tool_%s", c3 + 6);
+	CHECK(accepts_bytes(g, "Just text, no call.", KVC_LAZY) && accepts_bytes(g, buf, KVC_LAZY) &&
+	      !accepts_bytes(g, "Calling <tool_call>{\"name\":\"rm\"", KVC_LAZY) &&
+	      !accepts_bytes(g, "text <tool_call>{\"name\":\"noargs\",\"arguments\":{}}", KVC_LAZY),
+	      "%s: lazy (tool_choice auto): free text, then constrained from the start tag on", MNAME);
+	{	/* a lazy matcher: triggered only at the tag */
+		struct kvc_matcher *m = kvc_matcher_create(g, KVC_LAZY);
+		const char *p = "x <tool_call";
+		int ok = 1;
+		for (; *p; p++)
+			ok &= kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		ok &= !kvc_triggered(m);
+		ok &= kvc_advance(m, byte_tok['>']) == 0 && kvc_triggered(m) && !kvc_accepting(m);
+		ok &= kvc_advance(m, byte_tok['x']) == -EPERM;
+		CHECK(ok, "%s: the trigger fires at the tag's last byte; bytes after it are constrained", MNAME);
+		kvc_matcher_free(m);
+	}
+	CHECK(kvc_compile(V, &bad, &gb, err, sizeof(err)) == -EINVAL && strstr(err, "no tool named 'nope'"),
+	      "%s: a named tool that is not declared is refused (%s)", MNAME, err);
+	kvc_grammar_release(g);
+	kvc_grammar_release(one);
+	kvc_grammar_release(named);
+}
+
+/* Free-form nesting stops at KVC_MAX_DEPTH: the mask (the slow path near
+ * the limit) and kvc_advance agree, and '[' is refused at the limit. */
+static void depth_limit(void)
+{
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_OBJECT, NULL, err, sizeof(err));
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, 0) : NULL;
+	uint32_t *mask = calloc(kvc_mask_words(V), 4), d;
+	int agree = 1, refused = 0;
+	const char *p;
+
+	if (!m) {
+		CHECK(0, "%s: json_object compiles: %s", MNAME, err);
+		free(mask);
+		return;
+	}
+	for (p = "{\"a\":"; *p; p++)
+		kvc_advance(m, byte_tok[(uint8_t)*p]);
+	for (d = 0; d < KVC_MAX_DEPTH + 2; d++) {
+		uint32_t id;
+		kvc_mask(m, mask);
+		for (id = 0; id < NV; id++) {
+			struct kvc_matcher *c = kvc_matcher_clone(m);
+			int bit = (mask[id >> 5] >> (id & 31)) & 1;
+			if (bit != (kvc_advance(c, (int32_t)id) == 0))
+				agree = 0;
+			kvc_matcher_free(c);
+		}
+		if (kvc_advance(m, byte_tok['[']) == -EPERM) {
+			refused = 1;
+			break;
+		}
+	}
+	CHECK(agree && refused && d == KVC_MAX_DEPTH - 1,
+	      "%s: nesting stops at %d levels (refused at %u), mask == advance near the limit",
+	      MNAME, KVC_MAX_DEPTH, d);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+	free(mask);
+}
+
+static void sample_masked(void)
+{
+	uint32_t n = 300, i, mask[10] = { 0 }, bad = 0, seen = 0;
+	float lg[300];
+	uint64_t r = 7;
+	struct kve_sampler s = { .temperature = 0.8f, .top_p = 0.9f, .rng = kve_rng_seed(3) };
+	struct kve_sampler g0 = { 0 };
+	void *scr = malloc(KVE_SAMPLE_SCRATCH(300));
+	int32_t t;
+
+	for (i = 0; i < n; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		lg[i] = (float)((r >> 40) % 1000) / 1000.0f;
+	}
+	lg[5] = 100;	/* the global best, not allowed */
+	for (i = 37; i < n; i += 41)
+		mask[i >> 5] |= 1u << (i & 31);
+	t = kve_sample_masked(&g0, lg, n, mask, NULL);
+	{
+		int32_t best = -1;
+		for (i = 0; i < n; i++)
+			if (((mask[i >> 5] >> (i & 31)) & 1) && (best < 0 || lg[i] > lg[best]))
+				best = (int32_t)i;
+		CHECK(t == best, "kve_sample_masked greedy: the best allowed token (%d)", t);
+	}
+	for (i = 0; i < 2000; i++) {
+		t = kve_sample_masked(&s, lg, n, mask, scr);
+		if (t < 0 || !((mask[t >> 5] >> (t & 31)) & 1))
+			bad++;
+		else
+			seen |= 1u << ((t - 37) / 41);
+	}
+	CHECK(!bad && __builtin_popcount(seen) >= 3,
+	      "kve_sample_masked sampled: only allowed tokens, several of them (%d)", __builtin_popcount(seen));
+	memset(mask, 0, sizeof(mask));
+	CHECK(kve_sample_masked(&s, lg, n, mask, scr) == -ENOENT, "kve_sample_masked: no allowed token: -ENOENT");
+	free(scr);
+}
+
+/* Sampling under each kind of constraint with the mask checked against
+ * kvc_advance for the whole vocabulary at every step. */
+static void generation(struct cgen *c)
+{
+	static const int pick[] = { 0, 1, 4, 5, 8 };
+	struct kvc_grammar *gs[8] = { 0 };
+	unsigned fl[8] = { 0 };
+	int ng = 0, k, seed;
+	char err[256];
+
+	for (k = 0; k < 5; k++)
+		gs[ng++] = compile(KVC_JSON_SCHEMA, cases[pick[k]].schema, err, sizeof(err));
+	gs[ng++] = compile(KVC_JSON_OBJECT, NULL, err, sizeof(err));
+	gs[ng] = tools_grammar(NULL, 2);
+	ng++;
+	gs[ng] = tools_grammar(NULL, 2);
+	fl[ng++] = KVC_LAZY;
+	for (k = 0; k < ng; k++) {
+		int mism = 0, errs = 0, complete = 0, toks = 0;
+		if (!gs[k]) {
+			CHECK(0, "%s: grammar %d compiles", MNAME, k);
+			continue;
+		}
+		for (seed = 0; seed < 2; seed++) {
+			struct cgen_out o;
+			cgen_run(c, gs[k], fl[k], "The arena hands out memory.", 100 * k + seed, 1.0f, 48, 1, &o);
+			mism += o.mismatches;
+			errs += o.errors;
+			complete += o.complete;
+			toks += o.tokens;
+			free(o.text);
+		}
+		CHECK(!mism && !errs, "%s: grammar %d%s: %d sampled tokens, every step's mask == kvc_advance "
+		      "over all %u tokens (%d complete)", MNAME, k, fl[k] ? " (lazy)" : "", toks, NV, complete);
+		kvc_grammar_release(gs[k]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int a;
 
+	sample_masked();
 	for (a = 1; a < argc; a++) {
 		char err[256];
-		struct kve_model *m = kve_model_load(argv[a], err, sizeof(err));
+		struct cgen c;
 
 		MNAME = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
-		if (!m) {
+		if (cgen_open(&c, argv[a], err, sizeof(err))) {
 			CHECK(0, "load %s: %s", argv[a], err);
 			continue;
 		}
-		T = kve_tokenizer_create(m, err, sizeof(err));
-		NV = kve_model_info(m)->vocab;
-		V = T ? kvc_vocab_create(T, NV, err, sizeof(err)) : NULL;
+		T = c.t;
+		V = c.v;
+		NV = c.vocab;
 		CHECK(V != NULL, "%s: vocabulary trie (%s)", MNAME,
-		      T && kve_tokenizer_kind(T) == KVE_TOK_BPE ? "byte-level BPE" : "SentencePiece");
-		if (!V)
-			continue;
+		      kve_tokenizer_kind(T) == KVE_TOK_BPE ? "byte-level BPE" : "SentencePiece");
 		byte_tokens();
 		accept_cases();
 		refusals();
 		cache();
-		kvc_vocab_free(V);
-		kve_tokenizer_free(T);
-		kve_model_free(m);
+		tool_calls();
+		depth_limit();
+		generation(&c);
+		cgen_close(&c);
 	}
 	return tc_done();
 }
