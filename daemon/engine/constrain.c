@@ -221,6 +221,7 @@ struct kvc_grammar {
 	struct kvc_dfa d;
 	struct tset *ts;
 	uint8_t *has_out;	/* a state with some byte or call to go on */
+	uint32_t *dist;		/* fewest bytes to the end of the state's frame */
 	/* lazy trigger (TOOL_CALLS) */
 	char *tag;
 	uint32_t tag_len, *kmp;
@@ -391,6 +392,42 @@ static int sim(const struct kvc_dfa *d, int32_t *s, int32_t *stack, uint32_t *de
 	return 1;
 }
 
+/* Fewest bytes from each state to where its frame may end (ACCEPT or
+ * RETURN); a call costs its callee's distance plus its return state's. */
+static int build_dist(struct kvc_grammar *g)
+{
+	const struct kvc_dfa *d = &g->d;
+	uint32_t s, c, k, sweeps;
+	int changed = 1;
+
+	g->dist = malloc(d->n * sizeof(uint32_t));
+	if (!g->dist)
+		return -ENOMEM;
+	for (s = 0; s < d->n; s++)
+		g->dist[s] = (d->flags[s] & (DF_ACCEPT | DF_RETURN)) ? 0 : UINT32_MAX / 4;
+	for (sweeps = 0; changed && sweeps < 100000; sweeps++) {
+		changed = 0;
+		for (s = 0; s < d->n; s++) {
+			uint32_t best = g->dist[s];
+			for (c = 0; c < d->n_cls; c++) {
+				int32_t t = d->next[(size_t)s * d->n_cls + c];
+				if (t >= 0 && g->dist[t] + 1 < best)
+					best = g->dist[t] + 1;
+			}
+			for (k = d->call_off[s]; k < d->call_off[s + 1]; k++) {
+				int32_t e = d->call_entry[k], r = d->call_ret[k];
+				if (e >= 0 && g->dist[e] + g->dist[r] < best)
+					best = g->dist[e] + g->dist[r];
+			}
+			if (best < g->dist[s]) {
+				g->dist[s] = best;
+				changed = 1;
+			}
+		}
+	}
+	return 0;
+}
+
 static int build_sets(struct kvc_grammar *g)
 {
 	const struct kvc_vocab *v = g->v;
@@ -551,6 +588,7 @@ static void grammar_free(struct kvc_grammar *g)
 		tset_free(&g->ts[i]);
 	free(g->ts);
 	free(g->has_out);
+	free(g->dist);
 	free(g->tag);
 	free(g->kmp);
 	free(g->forb_off);
@@ -587,6 +625,8 @@ static int compile_new(struct kvc_vocab *v, const struct kvc_spec *spec,
 	if (!rc) {
 		g->stats.dfa_states = g->d.n;
 		rc = build_sets(g);
+		if (!rc)
+			rc = build_dist(g);
 		if (rc)
 			snprintf(err, errlen, "constrain: out of memory building token sets");
 	}
@@ -919,4 +959,60 @@ int kvc_advance(struct kvc_matcher *m, int32_t token)
 	m->depth = depth;
 	memcpy(m->stack, stack, depth * sizeof(int32_t));
 	return 0;
+}
+
+static uint32_t remaining(const struct kvc_grammar *g, int32_t s, const int32_t *stack,
+			  uint32_t depth)
+{
+	uint32_t r = g->dist[s], i;
+
+	for (i = 0; i < depth; i++)
+		r += g->dist[stack[i]];
+	return r;
+}
+
+uint32_t kvc_remaining(const struct kvc_matcher *m)
+{
+	if (m->mode != M_ACTIVE)
+		return 0;
+	return remaining(m->g, m->state, m->stack, m->depth);
+}
+
+int kvc_mask_finish(struct kvc_matcher *m, uint32_t *mask)
+{
+	const struct kvc_grammar *g = m->g;
+	const struct kvc_vocab *v = g->v;
+	uint32_t cur = kvc_remaining(m), w;
+	int n = kvc_mask(m, mask);
+
+	if (n <= 0)
+		return n;
+	n = 0;
+	for (w = 0; w < v->words; w++) {
+		uint32_t bits = mask[w];
+
+		while (bits) {
+			int32_t id = (int32_t)(w * 32 + (uint32_t)__builtin_ctz(bits)), s = m->state;
+			int32_t stack[KVC_MAX_DEPTH];
+			uint32_t dp = m->depth;
+			int keep;
+
+			bits &= bits - 1;
+			if (id == v->eos) {
+				keep = 1;
+			} else if (m->mode == M_SCAN) {
+				keep = 0;	/* free text: stopping is closest */
+			} else {
+				memcpy(stack, m->stack, dp * sizeof(int32_t));
+				keep = sim(&g->d, &s, stack, &dp, v->bytes + v->off[id],
+					   v->off[id + 1] - v->off[id]) &&
+				       remaining(g, s, stack, dp) < cur;
+			}
+			if (keep)
+				n++;
+			else
+				mask[w] &= ~(1u << (id & 31));
+		}
+	}
+	return n;
 }

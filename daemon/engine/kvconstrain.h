@@ -114,6 +114,13 @@ int kvc_accepting(const struct kvc_matcher *m);
 /* 1 when nothing can follow: EOS was consumed, or the output is complete
  * and no further byte is allowed. Stop generating. */
 int kvc_finished(const struct kvc_matcher *m);
+/* The fewest bytes that still complete the output (0: complete now). */
+uint32_t kvc_remaining(const struct kvc_matcher *m);
+/* kvc_mask restricted to the tokens that bring the end closer (fewer
+ * remaining bytes), or to EOS once complete: a generation about to reach
+ * its token limit closes its JSON instead of stopping inside a value.
+ * Costs a simulation per allowed token: use it only near the limit. */
+int kvc_mask_finish(struct kvc_matcher *m, uint32_t *mask);
 /* KVC_LAZY: 1 once the start tag has been seen (output is constrained) */
 int kvc_triggered(const struct kvc_matcher *m);
 

@@ -3,7 +3,8 @@
  * cgen.h - the constrained-decoding tests' generation loop: a model with
  * its tokenizer, vocabulary trie and engine over the tests' KV pool
  * (tcheck.h), and one function that samples a completion, under a
- * grammar (mask, kve_sample_masked, kvc_advance) or free. Optionally it
+ * grammar (mask, kve_sample_masked, kvc_advance; kvc_mask_finish near
+ * the token limit) or free. Optionally it
  * checks at each step that every token's mask bit equals kvc_advance's
  * verdict on a copy of the matcher.
  */
@@ -115,11 +116,14 @@ static inline int cgen_run(struct cgen *c, struct kvc_grammar *g, unsigned flags
 		int k;
 
 		if (mt) {
-			if (kvc_mask(mt, c->mask) < 0) {
+			/* near the limit, close the output instead of cutting it */
+			int fin = kvc_remaining(mt) + 4 >= max - step;
+
+			if ((fin ? kvc_mask_finish(mt, c->mask) : kvc_mask(mt, c->mask)) < 0) {
 				o->errors++;
 				break;
 			}
-			if (check) {
+			if (check && !fin) {
 				for (uint32_t id = 0; id < c->vocab; id++) {
 					struct kvc_matcher *cl = kvc_matcher_clone(mt);
 					int bit = (c->mask[id >> 5] >> (id & 31)) & 1;
