@@ -978,11 +978,11 @@ uint32_t kvc_remaining(const struct kvc_matcher *m)
 	return remaining(m->g, m->state, m->stack, m->depth);
 }
 
-int kvc_mask_finish(struct kvc_matcher *m, uint32_t *mask)
+int kvc_mask_budget(struct kvc_matcher *m, uint32_t *mask, uint32_t tokens_left)
 {
 	const struct kvc_grammar *g = m->g;
 	const struct kvc_vocab *v = g->v;
-	uint32_t cur = kvc_remaining(m), w;
+	uint32_t w;
 	int n = kvc_mask(m, mask);
 
 	if (n <= 0)
@@ -1000,13 +1000,25 @@ int kvc_mask_finish(struct kvc_matcher *m, uint32_t *mask)
 			bits &= bits - 1;
 			if (id == v->eos) {
 				keep = 1;
+			} else if (!tokens_left) {
+				keep = 0;
 			} else if (m->mode == M_SCAN) {
-				keep = 0;	/* free text: stopping is closest */
+				/* free text may stop anywhere; a token that opens
+				 * the constrained part must leave room to close it */
+				keep = 1;
+				if (memmem(v->bytes + v->off[id], v->off[id + 1] - v->off[id],
+					   g->tag, g->tag_len) || m->kmp) {
+					struct kvc_matcher c = *m;
+					c.w_ready = 0;
+					c.scratch.p = NULL;
+					keep = !kvc_advance(&c, id) &&
+					       kvc_remaining(&c) <= tokens_left - 1;
+				}
 			} else {
 				memcpy(stack, m->stack, dp * sizeof(int32_t));
 				keep = sim(&g->d, &s, stack, &dp, v->bytes + v->off[id],
 					   v->off[id + 1] - v->off[id]) &&
-				       remaining(g, s, stack, dp) < cur;
+				       remaining(g, s, stack, dp) <= tokens_left - 1;
 			}
 			if (keep)
 				n++;

@@ -48,6 +48,8 @@ ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
                    test_arena test_constrain
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
+# the constrained-decoding property test's generator (constrain-prop.js checks)
+ENGINE_KVCGEN   := $(ENGINE_OUT)/tests/kvc-gen
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
 
 # test_kernels linked statically (no sanitizers) for the AVX-512 emulation
@@ -58,7 +60,7 @@ ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 	deps-engine-avx512
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
-	$(ENGINE_LOGITS) $(ENGINE_BENCH) $(ENGINE_DEMO)
+	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_DEMO)
 
 $(ENGINE_OBJS): $(ENGINE_OUT)/obj/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
 	@mkdir -p $(@D)
@@ -87,6 +89,12 @@ $(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
 
 $(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB) $(ENGINE_KVA)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
+		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+
+$(ENGINE_KVCGEN): tests/engine/kvc-gen.c tests/engine/cgen.h tests/engine/tcheck.h $(ENGINE_SLIB) \
+		$(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)

@@ -116,11 +116,14 @@ int kvc_accepting(const struct kvc_matcher *m);
 int kvc_finished(const struct kvc_matcher *m);
 /* The fewest bytes that still complete the output (0: complete now). */
 uint32_t kvc_remaining(const struct kvc_matcher *m);
-/* kvc_mask restricted to the tokens that bring the end closer (fewer
- * remaining bytes), or to EOS once complete: a generation about to reach
- * its token limit closes its JSON instead of stopping inside a value.
- * Costs a simulation per allowed token: use it only near the limit. */
-int kvc_mask_finish(struct kvc_matcher *m, uint32_t *mask);
+/* kvc_mask restricted to the tokens after which the output can still be
+ * completed within tokens_left - 1 more tokens (counting, at worst, one
+ * token per byte), and EOS once complete: a generation near its token
+ * limit closes its JSON instead of stopping inside a value. Keeping
+ * kvc_remaining() <= tokens_left at every step guarantees completion.
+ * Costs a simulation per allowed token: use it only near the limit, e.g.
+ * while tokens_left <= kvc_remaining() + 256. */
+int kvc_mask_budget(struct kvc_matcher *m, uint32_t *mask, uint32_t tokens_left);
 /* KVC_LAZY: 1 once the start tag has been seen (output is constrained) */
 int kvc_triggered(const struct kvc_matcher *m);
 

@@ -3,7 +3,7 @@
  * cgen.h - the constrained-decoding tests' generation loop: a model with
  * its tokenizer, vocabulary trie and engine over the tests' KV pool
  * (tcheck.h), and one function that samples a completion, under a
- * grammar (mask, kve_sample_masked, kvc_advance; kvc_mask_finish near
+ * grammar (mask, kve_sample_masked, kvc_advance; kvc_mask_budget near
  * the token limit) or free. Optionally it
  * checks at each step that every token's mask bit equals kvc_advance's
  * verdict on a copy of the matcher.
@@ -117,9 +117,9 @@ static inline int cgen_run(struct cgen *c, struct kvc_grammar *g, unsigned flags
 
 		if (mt) {
 			/* near the limit, close the output instead of cutting it */
-			int fin = kvc_remaining(mt) + 4 >= max - step;
+			int fin = kvc_remaining(mt) + 256 >= max - step;
 
-			if ((fin ? kvc_mask_finish(mt, c->mask) : kvc_mask(mt, c->mask)) < 0) {
+			if ((fin ? kvc_mask_budget(mt, c->mask, max - step) : kvc_mask(mt, c->mask)) < 0) {
 				o->errors++;
 				break;
 			}
@@ -173,8 +173,8 @@ static inline int cgen_run(struct cgen *c, struct kvc_grammar *g, unsigned flags
 	o->text[o->len] = 0;
 	if (mt) {
 		o->triggered = kvc_triggered(mt);
-		if (!o->complete && kvc_accepting(mt) && (flags & KVC_LAZY))
-			o->complete = 1;	/* free text may stop anywhere */
+		if (!o->complete && kvc_accepting(mt))
+			o->complete = 1;	/* at the limit, on an end */
 	}
 	kvc_matcher_free(mt);
 	return 0;
