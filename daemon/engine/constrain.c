@@ -219,7 +219,9 @@ struct kvc_grammar {
 	struct kvc_vocab *v;
 	int refs;		/* under v->lock */
 	struct kvc_dfa d;
-	struct tset *ts;
+	struct tset *sets;	/* one per class of equivalent states */
+	uint32_t n_sets;
+	uint32_t *set_of;	/* state -> its set */
 	uint8_t *has_out;	/* a state with some byte or call to go on */
 	uint32_t *dist;		/* fewest bytes to the end of the state's frame */
 	/* lazy trigger (TOOL_CALLS) */
@@ -393,38 +395,151 @@ static int sim(const struct kvc_dfa *d, int32_t *s, int32_t *stack, uint32_t *de
 }
 
 /* Fewest bytes from each state to where its frame may end (ACCEPT or
- * RETURN); a call costs its callee's distance plus its return state's. */
+ * RETURN); a call costs its callee's distance plus its return state's.
+ * A worklist over reverse edges (Bellman-Ford in queue order): a state
+ * is offered a new distance when a successor, callee entry or return
+ * state got closer. */
 static int build_dist(struct kvc_grammar *g)
 {
 	const struct kvc_dfa *d = &g->d;
-	uint32_t s, c, k, sweeps;
-	int changed = 1;
+	uint32_t s, c, k, n = d->n, ne = 0, *off, *fill, *q, qh = 0, qn = 0;
+	int64_t *pred = NULL;	/* pred state << 32 | (call index + 1, 0: byte) */
+	uint8_t *inq;
+	int rc = -ENOMEM;
 
-	g->dist = malloc(d->n * sizeof(uint32_t));
-	if (!g->dist)
-		return -ENOMEM;
-	for (s = 0; s < d->n; s++)
+	g->dist = malloc(n * sizeof(uint32_t));
+	off = calloc(n + 1, sizeof(uint32_t));
+	fill = malloc((n + 1) * sizeof(uint32_t));
+	q = malloc(n * sizeof(uint32_t));
+	inq = calloc(n, 1);
+	if (!g->dist || !off || !fill || !q || !inq)
+		goto out;
+#define EACH_SUCC(body) \
+	for (s = 0; s < n; s++) { \
+		int32_t last = -1; \
+		for (c = 0; c < d->n_cls; c++) { \
+			int32_t t = d->next[(size_t)s * d->n_cls + c]; \
+			int64_t tag = 0; \
+			if (t >= 0 && t != last) { last = t; body; } \
+		} \
+		for (k = d->call_off[s]; k < d->call_off[s + 1]; k++) { \
+			int32_t t = d->call_entry[k]; \
+			int64_t tag = k + 1; \
+			if (t < 0) continue; \
+			{ body; } \
+			t = d->call_ret[k]; \
+			{ body; } \
+		} \
+	}
+	EACH_SUCC((void)tag; off[t + 1]++; ne++);
+	for (s = 0; s < n; s++)
+		off[s + 1] += off[s];
+	pred = malloc((ne ? ne : 1) * sizeof(*pred));
+	if (!pred)
+		goto out;
+	memcpy(fill, off, (n + 1) * sizeof(uint32_t));
+	EACH_SUCC(pred[fill[t]++] = (int64_t)s << 32 | tag);
+#undef EACH_SUCC
+	for (s = 0; s < n; s++) {
 		g->dist[s] = (d->flags[s] & (DF_ACCEPT | DF_RETURN)) ? 0 : UINT32_MAX / 4;
-	for (sweeps = 0; changed && sweeps < 100000; sweeps++) {
-		changed = 0;
-		for (s = 0; s < d->n; s++) {
-			uint32_t best = g->dist[s];
-			for (c = 0; c < d->n_cls; c++) {
-				int32_t t = d->next[(size_t)s * d->n_cls + c];
-				if (t >= 0 && g->dist[t] + 1 < best)
-					best = g->dist[t] + 1;
-			}
-			for (k = d->call_off[s]; k < d->call_off[s + 1]; k++) {
-				int32_t e = d->call_entry[k], r = d->call_ret[k];
-				if (e >= 0 && g->dist[e] + g->dist[r] < best)
-					best = g->dist[e] + g->dist[r];
-			}
-			if (best < g->dist[s]) {
-				g->dist[s] = best;
-				changed = 1;
+		if (!g->dist[s]) {
+			q[qn++ % n] = s;
+			inq[s] = 1;
+		}
+	}
+	while (qh != qn) {
+		uint32_t t = q[qh++ % n];
+
+		inq[t] = 0;
+		for (k = off[t]; k < off[t + 1]; k++) {
+			uint32_t p = (uint32_t)(pred[k] >> 32), j = (uint32_t)pred[k], nd;
+
+			nd = j ? g->dist[d->call_entry[j - 1]] + g->dist[d->call_ret[j - 1]]
+			       : g->dist[t] + 1;
+			if (nd < g->dist[p]) {
+				g->dist[p] = nd;
+				if (!inq[p]) {
+					inq[p] = 1;
+					q[qn++ % n] = p;
+				}
 			}
 		}
 	}
+	rc = 0;
+out:
+	free(off);
+	free(fill);
+	free(pred);
+	free(q);
+	free(inq);
+	return rc;
+}
+
+/*
+ * States whose token sets must be equal: the same answer, ACCEPT and
+ * RETURN alike, for every byte string up to the longest token (Moore's
+ * refinement stopped after that many rounds, or once stable). A state
+ * with calls is its own class. Long strings with maxLength, for example,
+ * have one class for all counts more than a token away from the bound.
+ * Returns the class of each state in *out.
+ */
+static int token_classes(const struct kvc_grammar *g, uint32_t rounds, uint32_t **out)
+{
+	const struct kvc_dfa *d = &g->d;
+	uint32_t n = d->n, w = d->n_cls + 1, s, c, it, ncl = 0, hm = 1;
+	uint32_t *cls = malloc(n * sizeof(uint32_t)), *nc = malloc(n * sizeof(uint32_t));
+	int32_t *sig = malloc((size_t)n * w * sizeof(int32_t)), *ht;
+
+	while (hm < 2 * n)
+		hm <<= 1;
+	ht = malloc(hm * sizeof(int32_t));
+	if (!cls || !nc || !sig || !ht) {
+		free(cls);
+		free(nc);
+		free(sig);
+		free(ht);
+		return -ENOMEM;
+	}
+	for (s = 0; s < n; s++)
+		cls[s] = d->call_off[s + 1] > d->call_off[s] ? 3 + s : (d->flags[s] & 3);
+	for (it = 0; it <= rounds; it++) {
+		uint32_t prev = ncl;
+
+		memset(ht, 0xff, hm * sizeof(int32_t));
+		ncl = 0;
+		for (s = 0; s < n; s++) {
+			int32_t *sg = sig + (size_t)s * w;
+			uint64_t h = 0x9e3779b97f4a7c15ull;
+			uint32_t i;
+
+			sg[0] = (int32_t)cls[s];
+			for (c = 0; c < d->n_cls; c++) {
+				int32_t t = d->next[(size_t)s * d->n_cls + c];
+				sg[c + 1] = it ? (t >= 0 ? (int32_t)cls[t] : -1) : 0;
+			}
+			for (c = 0; c < w; c++)	/* xor-rotate: no multiply chain */
+				h = ((h << 7) | (h >> 57)) ^ (uint32_t)sg[c];
+			h *= 0xff51afd7ed558ccdull;
+			for (i = (uint32_t)(h ^ (h >> 31)) & (hm - 1);; i = (i + 1) & (hm - 1)) {
+				if (ht[i] < 0) {
+					ht[i] = (int32_t)s;
+					nc[s] = ncl++;
+					break;
+				}
+				if (!memcmp(sig + (size_t)ht[i] * w, sg, w * sizeof(int32_t))) {
+					nc[s] = nc[ht[i]];
+					break;
+				}
+			}
+		}
+		memcpy(cls, nc, n * sizeof(uint32_t));
+		if (it > 0 && ncl == prev)
+			break;	/* stable: this is the full equivalence */
+	}
+	free(nc);
+	free(sig);
+	free(ht);
+	*out = cls;
 	return 0;
 }
 
@@ -434,28 +549,39 @@ static int build_sets(struct kvc_grammar *g)
 	const struct kvc_dfa *d = &g->d;
 	struct ivec32 acc = { 0 }, maybe = { 0 }, q = { 0 };
 	uint8_t *seen = calloc(d->n, 1);
+	uint32_t *cls = NULL, *rep = NULL, i, k;
 	struct walker w;
-	uint32_t i, k;
 	int rc = -ENOMEM;
 
-	g->ts = calloc(d->n, sizeof(*g->ts));
+	memset(&w, 0, sizeof(w));
+	g->set_of = malloc(d->n * sizeof(uint32_t));
+	g->sets = calloc(d->n, sizeof(*g->sets));
 	g->has_out = calloc(d->n, 1);
-	if (!seen || !g->ts || !g->has_out || walker_init(&w, v, d))
+	rep = malloc(d->n * sizeof(uint32_t));
+	if (!seen || !g->set_of || !g->sets || !g->has_out || !rep ||
+	    walker_init(&w, v, d) || token_classes(g, v->max_len, &cls))
 		goto out;
+	memset(rep, 0xff, d->n * sizeof(uint32_t));
 	for (i = 0; i < d->n; i++) {
 		for (k = 0; k < d->n_cls && !g->has_out[i]; k++)
 			g->has_out[i] = d->next[(size_t)i * d->n_cls + k] >= 0;
 		for (k = d->call_off[i]; k < d->call_off[i + 1]; k++)
 			g->has_out[i] |= d->call_entry[k] >= 0;
 	}
-	/* reachable states only */
+	/* reachable states only; one walk per class */
 	seen[d->start] = 1;
 	if (push32(&q, d->start))
 		goto out;
 	while (q.n) {
 		int32_t s = q.p[--q.n], t;
-		struct tset *ts = &g->ts[s];
+		struct tset *ts;
 
+		if (rep[cls[s]] != UINT32_MAX) {
+			g->set_of[s] = rep[cls[s]];
+			goto next;
+		}
+		rep[cls[s]] = g->set_of[s] = g->n_sets;
+		ts = &g->sets[g->n_sets++];
 		acc.n = maybe.n = 0;
 		if (walk(&w, s, NULL, 0, &acc, &maybe, &ts->max_push))
 			goto out;
@@ -483,6 +609,7 @@ static int build_sets(struct kvc_grammar *g)
 			g->stats.table_bytes += maybe.n * 4;
 		}
 		g->stats.token_sets++;
+next:
 		for (k = 0; k < d->n_cls; k++) {
 			t = d->next[(size_t)s * d->n_cls + k];
 			if (t >= 0 && !seen[t]) {
@@ -507,12 +634,13 @@ static int build_sets(struct kvc_grammar *g)
 			}
 		}
 	}
-	g->stats.table_bytes += (uint64_t)d->n * d->n_cls * 4;
+	g->stats.table_bytes += (uint64_t)d->n * (d->n_cls + 1) * 4;
 	rc = 0;
 out:
-	if (g->ts)
-		walker_free(&w);
+	walker_free(&w);
 	free(seen);
+	free(cls);
+	free(rep);
 	free(acc.p);
 	free(maybe.p);
 	free(q.p);
@@ -584,9 +712,10 @@ static void grammar_free(struct kvc_grammar *g)
 
 	if (!g)
 		return;
-	for (i = 0; g->ts && i < g->d.n; i++)
-		tset_free(&g->ts[i]);
-	free(g->ts);
+	for (i = 0; g->sets && i < g->n_sets; i++)
+		tset_free(&g->sets[i]);
+	free(g->sets);
+	free(g->set_of);
 	free(g->has_out);
 	free(g->dist);
 	free(g->tag);
@@ -859,7 +988,7 @@ int kvc_mask(struct kvc_matcher *m, uint32_t *mask)
 		}
 		return (int)n;
 	}
-	ts = &g->ts[m->state];
+	ts = &g->sets[g->set_of[m->state]];
 	if (m->depth + ts->max_push > KVC_MAX_DEPTH) {
 		/* near the nesting limit: walk with the real stack */
 		memset(mask, 0, v->words * 4);

@@ -51,6 +51,8 @@ ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 # the constrained-decoding property test's generator (constrain-prop.js checks)
 ENGINE_KVCGEN   := $(ENGINE_OUT)/tests/kvc-gen
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
+# constrained vs unconstrained decode, schema compile time (BENCH=constrained)
+ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 
 # test_kernels linked statically (no sanitizers) for the AVX-512 emulation
 # lane: check-engine-avx512 boots it under Bochs's Skylake-X CPU model
@@ -60,7 +62,7 @@ ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 	deps-engine-avx512
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
-	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_DEMO)
+	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_KVCBENCH) $(ENGINE_DEMO)
 
 $(ENGINE_OBJS): $(ENGINE_OUT)/obj/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
 	@mkdir -p $(@D)
@@ -106,6 +108,10 @@ $(ENGINE_DEMO): tools/kve-demo/kve-demo.c $(ENGINE_LIB) $(ENGINE_KVA)
 $(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+
+$(ENGINE_KVCBENCH): tools/bench/engine/kvc-bench.c $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) -o $@ $(ENGINE_LIBS)
 
 check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh

@@ -319,33 +319,69 @@ static int set_err(char *err, size_t errlen, int rc, const char *msg)
 	return rc;
 }
 
-/* Drop what cannot reach an end; check that calls are unambiguous. */
+/* Drop what cannot reach an end; check that calls are unambiguous.
+ * Liveness spreads backwards from the ends over reverse edges; a call
+ * makes its state live once both its entry and its return state are. */
 static int trim(struct kvc_dfa *d, char *err, size_t errlen)
 {
-	uint8_t *live = calloc(d->n ? d->n : 1, 1);
-	uint32_t s, c, k;
-	int changed = 1;
+	uint32_t n = d->n, s, c, k, ne = 0, *off = calloc(n + 1, sizeof(uint32_t));
+	uint32_t *pred = NULL, *fill = malloc((n + 1) * sizeof(uint32_t)), *q = malloc(n * sizeof(uint32_t));
+	uint8_t *live = calloc(n ? n : 1, 1);
+	uint32_t qn = 0, qh = 0;
 
-	if (!live)
-		return -ENOMEM;
-	for (s = 0; s < d->n; s++)
-		live[s] = (d->flags[s] & (DF_ACCEPT | DF_RETURN)) != 0;
-	while (changed) {
-		changed = 0;
-		for (s = 0; s < d->n; s++) {
-			if (live[s])
+	if (!off || !fill || !q || !live)
+		goto oom;
+#define EACH_SUCC(body) \
+	for (s = 0; s < n; s++) { \
+		for (c = 0; c < d->n_cls; c++) { \
+			int32_t t = d->next[(size_t)s * d->n_cls + c]; \
+			if (t >= 0) { body; } \
+		} \
+		for (k = d->call_off[s]; k < d->call_off[s + 1]; k++) { \
+			int32_t t = d->call_entry[k]; \
+			{ body; } \
+			t = d->call_ret[k]; \
+			{ body; } \
+		} \
+	}
+	EACH_SUCC(off[t + 1]++; ne++);
+	for (s = 0; s < n; s++)
+		off[s + 1] += off[s];
+	pred = malloc((ne ? ne : 1) * sizeof(uint32_t));
+	if (!pred)
+		goto oom;
+	memcpy(fill, off, (n + 1) * sizeof(uint32_t));
+	EACH_SUCC(pred[fill[t]++] = s);
+#undef EACH_SUCC
+	for (s = 0; s < n; s++)
+		if (d->flags[s] & (DF_ACCEPT | DF_RETURN)) {
+			live[s] = 1;
+			q[qn++] = s;
+		}
+	while (qh < qn) {
+		uint32_t t = q[qh++];
+
+		for (k = off[t]; k < off[t + 1]; k++) {
+			uint32_t p = pred[k], j;
+			int ok = 0;
+
+			if (live[p])
 				continue;
-			for (c = 0; c < d->n_cls && !live[s]; c++) {
-				int32_t t = d->next[(size_t)s * d->n_cls + c];
-				if (t >= 0 && live[t])
-					live[s] = 1;
+			for (c = 0; c < d->n_cls && !ok; c++)
+				ok = d->next[(size_t)p * d->n_cls + c] == (int32_t)t;
+			for (j = d->call_off[p]; j < d->call_off[p + 1] && !ok; j++)
+				ok = live[d->call_entry[j]] && live[d->call_ret[j]];
+			if (ok) {
+				live[p] = 1;
+				q[qn++] = p;
 			}
-			for (k = d->call_off[s]; k < d->call_off[s + 1] && !live[s]; k++)
-				if (live[d->call_entry[k]] && live[d->call_ret[k]])
-					live[s] = 1;
-			changed |= live[s];
 		}
 	}
+	free(off);
+	free(fill);
+	free(pred);
+	free(q);
+	off = fill = pred = q = NULL;
 	if (!live[d->start]) {
 		free(live);
 		return set_err(err, errlen, -EINVAL,
@@ -380,6 +416,13 @@ static int trim(struct kvc_dfa *d, char *err, size_t errlen)
 	}
 	free(live);
 	return 0;
+oom:
+	free(off);
+	free(fill);
+	free(pred);
+	free(q);
+	free(live);
+	return set_err(err, errlen, -ENOMEM, "out of memory compiling the grammar");
 }
 
 int dfa_build(const struct nfa *n, int32_t start, uint32_t max_states,
@@ -452,13 +495,11 @@ int dfa_build(const struct nfa *n, int32_t start, uint32_t max_states,
 				uint32_t x, last = UINT32_MAX;
 
 				if (e->kind == NE_BYTE) {
-					for (x = e->lo; x <= e->hi; x++) {
-						if (d->cls[x] == last)
-							continue;
-						last = d->cls[x];
-						if (iv_push(&bucket[last], e->to))
+					/* classes are numbered in byte order: an edge
+					 * covers a contiguous run of them */
+					for (x = d->cls[e->lo], last = d->cls[e->hi]; x <= last; x++)
+						if (iv_push(&bucket[x], e->to))
 							goto out;
-					}
 				} else if (e->kind == NE_CALL) {
 					uint32_t j;
 					for (j = 0; j < npc && pc[j].entry != e->entry; j++)
