@@ -36,7 +36,7 @@ struct kvc_matcher;
  * plus the tool-call frame: deeper values are not generated. */
 #define KVC_MAX_DEPTH 32
 /* Default bound on whitespace bytes at one place between JSON tokens. */
-#define KVC_DEFAULT_WS 12
+#define KVC_DEFAULT_WS 8
 /* Default bound on tool calls in one answer (parallel_tool_calls). */
 #define KVC_DEFAULT_CALLS 4
 /* Largest schema text, tools text and compiled automaton accepted. */
