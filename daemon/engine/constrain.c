@@ -50,12 +50,9 @@ struct kvc_vocab {
 	uint64_t tick;
 };
 
-static const struct kvc_vocab *sort_vocab;	/* qsort context, set under sort_lock */
-static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int by_bytes(const void *a, const void *b)
+static int by_bytes(const void *a, const void *b, void *ctx)
 {
-	const struct kvc_vocab *v = sort_vocab;
+	const struct kvc_vocab *v = ctx;
 	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
 	uint32_t lx = v->off[x + 1] - v->off[x], ly = v->off[y + 1] - v->off[y];
 	int c = memcmp(v->bytes + v->off[x], v->bytes + v->off[y], lx < ly ? lx : ly);
@@ -103,10 +100,7 @@ static int build_trie(struct kvc_vocab *v)
 	for (i = 0; i < v->n_vocab; i++)
 		if (v->off[i + 1] > v->off[i] && (int32_t)i != v->eos)
 			v->tok[nt++] = (int32_t)i;
-	pthread_mutex_lock(&sort_lock);
-	sort_vocab = v;
-	qsort(v->tok, nt, sizeof(int32_t), by_bytes);
-	pthread_mutex_unlock(&sort_lock);
+	qsort_r(v->tok, nt, sizeof(int32_t), by_bytes, v);
 	/* nodes <= total bytes */
 	cap = v->off[v->n_vocab] + 1;
 	v->nb = malloc(cap);
