@@ -585,7 +585,7 @@ static int32_t object(struct sb *b, int32_t from, json_t *s, const char *path)
 	int32_t end = st(b), o, f, r;
 	const char *key;
 	json_t *ps;
-	size_t i, np;
+	size_t i;
 	char sp[512];
 
 	if (props && !json_is_object(props))
@@ -620,10 +620,8 @@ static int32_t object(struct sb *b, int32_t from, json_t *s, const char *path)
 	}
 	/* declared properties in order; optional ones may be skipped.
 	 * f: nothing written yet, r: something written (needs a comma) */
-	np = props ? json_object_size(props) : 0;
 	f = o;
 	r = st(b);
-	i = 0;
 	json_object_foreach(props, key, ps) {
 		int32_t m = st(b), f2 = st(b), r2 = st(b), v;
 		int required = 0;
@@ -654,9 +652,7 @@ static int32_t object(struct sb *b, int32_t from, json_t *s, const char *path)
 		}
 		f = f2;
 		r = r2;
-		i++;
 	}
-	(void)np;
 	nfa_byte(b->n, f, '}', '}', end);
 	nfa_byte(b->n, r, '}', '}', end);
 	return end;
@@ -1020,15 +1016,15 @@ static int32_t tool_calls(struct sb *b, json_t *tools, const struct kvc_spec *sp
 	p = ws(b, lit(b, p, "{"));
 	p = ws(b, lit(b, ws(b, lit(b, p, "\"name\"")), ":"));
 	for (i = 0; i < json_array_size(tools); i++) {
-		json_t *t = json_array_get(tools, i), *fn, *name, *params;
+		json_t *t = json_array_get(tools, i), *fn, *name, *params, *ty;
 		int32_t q;
 		char *nt;
 
 		snprintf(sp, sizeof(sp), "tools/%zu", i);
 		fn = json_object_get(t, "function");
+		ty = json_object_get(t, "type");
 		if (!json_is_object(t) || !json_is_object(fn) ||
-		    (json_object_get(t, "type") &&
-		     strcmp(json_string_value(json_object_get(t, "type")) ?: "", "function")))
+		    (ty && (!json_is_string(ty) || strcmp(json_string_value(ty), "function"))))
 			return fail(b, sp, "must be {\"type\": \"function\", \"function\": {...}}");
 		name = json_object_get(fn, "name");
 		if (!json_is_string(name) || !json_string_length(name))

@@ -43,16 +43,20 @@ static void *block_ptr(void *ctx, uint32_t id)
 	return id < p->n ? p->mem + (size_t)id * p->bytes : NULL;
 }
 
-/* A nested tool set: what an agent's tools look like. */
+/* A nested tool set: what an agent's tools look like. Strings are
+ * bounded so that a greedy random model finishes calls and the run
+ * crosses every kind of state (keys, enums, numbers, nested objects,
+ * arrays, the tags), not one long string. */
 static const char TOOLS[] =
 	"[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"description\":\"run a command\","
 	"\"parameters\":{\"type\":\"object\",\"properties\":{\"command\":{\"enum\":[\"ls -l\",\"make check\","
-	"\"git status\",\"cat README.md\"]},\"cwd\":{\"type\":\"string\",\"maxLength\":64},"
-	"\"env\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"value\":{\"type\":\"string\"}},"
+	"\"git status\",\"cat README.md\"]},\"cwd\":{\"type\":\"string\",\"maxLength\":24},"
+	"\"env\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":16},"
+	"\"value\":{\"type\":\"string\",\"maxLength\":16}},"
 	"\"required\":[\"name\",\"value\"],\"additionalProperties\":false},\"timeout_s\":{\"type\":\"integer\","
 	"\"minimum\":1,\"maximum\":600}},\"required\":[\"command\"],\"additionalProperties\":false}}},"
 	"{\"type\":\"function\",\"function\":{\"name\":\"compile_c\",\"parameters\":{\"type\":\"object\","
-	"\"properties\":{\"source\":{\"type\":\"string\"},\"flags\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
+	"\"properties\":{\"source\":{\"type\":\"string\",\"maxLength\":48},\"flags\":{\"type\":\"array\",\"items\":{\"type\":\"string\","
 	"\"maxLength\":32},\"maxItems\":8},\"opt\":{\"type\":\"object\",\"properties\":{\"level\":{\"type\":\"integer\","
 	"\"minimum\":0,\"maximum\":3},\"debug\":{\"type\":\"boolean\"},\"std\":{\"enum\":[\"c11\",\"c17\",\"gnu11\"]}},"
 	"\"required\":[\"level\"],\"additionalProperties\":false}},\"required\":[\"source\",\"opt\"],"
