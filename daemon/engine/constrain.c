@@ -314,12 +314,23 @@ static int walk(struct walker *w, int32_t s, const int32_t *stack, uint32_t dept
 		w->len[0]++;
 	}
 	w->st[0] = s;
+	/* room for every token: the loop below appends without checks */
+	if (acc->cap < v->n_vocab) {
+		int32_t *p = realloc(acc->p, v->n_vocab * sizeof(int32_t));
+		if (!p)
+			return -ENOMEM;
+		acc->p = p;
+		acc->cap = v->n_vocab;
+	}
 	for (i = 0; i < v->n_nodes;) {
 		uint32_t dd = v->nd[i], ln = w->len[dd - 1];
-		int32_t tp = w->top[dd - 1], t;
+		int32_t tp = w->top[dd - 1], ps = w->st[dd - 1], t;
 		int mb = 0;
 
-		t = pstep(w, w->st[dd - 1], &tp, &ln, &np, v->nb[i], &mb);
+		/* the common case, a plain edge, inline; calls and returns in pstep */
+		t = w->d->next[(size_t)ps * w->d->n_cls + w->d->cls[v->nb[i]]];
+		if (t < 0)
+			t = pstep(w, ps, &tp, &ln, &np, v->nb[i], &mb);
 		if (t < 0) {
 			if (mb && maybe) {
 				uint32_t j, q;
@@ -334,11 +345,12 @@ static int walk(struct walker *w, int32_t s, const int32_t *stack, uint32_t dept
 		w->st[dd] = t;
 		w->top[dd] = tp;
 		w->len[dd] = ln;
-		for (k = 0; k < v->tn[i]; k++)
-			if (push32(acc, v->tok[v->tfirst[i] + k]))
-				return -ENOMEM;
-		if (v->tn[i] && ln > mp)
-			mp = ln;
+		if (v->tn[i]) {
+			for (k = 0; k < v->tn[i]; k++)
+				acc->p[acc->n++] = v->tok[v->tfirst[i] + k];
+			if (ln > mp)
+				mp = ln;
+		}
 		i++;
 	}
 	if (max_push)
