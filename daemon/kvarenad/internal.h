@@ -24,6 +24,7 @@
 #include "kv_arena.h"
 #include "kvarena_toolwait.h"
 #include "kvd.h"
+#include "kvconstrain.h"
 #include "kvengine.h"
 #include "proto.h"
 
@@ -85,6 +86,12 @@ struct kvd_job {
 	struct kvd_sampling s;
 	char *stop[KVD_MAX_STOP];
 	uint32_t max_new;		/* after clipping to the context */
+	/* structured decoding: the spec the workers compile, and the tokens
+	 * generated so far (a worker without the matcher replays them) */
+	struct kvd_constraint_wire cw;
+	char *c_json, *c_name;
+	int32_t *hist;
+	uint32_t n_hist, cap_hist;
 	/* generation */
 	int32_t next_token;		/* sampled, not yet fed (KV pending) */
 	uint64_t rng;
@@ -201,6 +208,7 @@ struct kvd {
 	/* model and KV */
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
+	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
 	struct kve_arena_kv *kv;

@@ -240,6 +240,20 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	}
 	j->n_gen++;
 	j->next_token = tok;
+	if (j->cw.kind && tok != d->eos && tok != d->eot) {
+		if (j->n_hist == j->cap_hist) {
+			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
+			int32_t *h = realloc(j->hist, cap * sizeof(*h));
+
+			if (!h) {
+				fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+				return;
+			}
+			j->hist = h;
+			j->cap_hist = cap;
+		}
+		j->hist[j->n_hist++] = tok;
+	}
 	if (tok == d->eos || tok == d->eot) {
 		finish(d, j, KVD_FINISH_STOP);
 		return;
