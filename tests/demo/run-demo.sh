@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# make demo: boot a Debian guest kernel in QEMU, load kvarena.ko, and run
-# kva-share: a prefill process writes KV into arena blocks, a decode process
-# receives the arena and its dma-buf over a Unix socket, verifies the bytes
-# in place and shares the blocks; then kve-demo: the CPU engine as a prefill
-# worker and a decode worker over one kvarena arena, on a small
-# random-weight model kva-mkmodel writes; then the module's stats.
-# DEMO_KERNEL=61|612 picks the guest kernel (default 612).
+# SPDX-License-Identifier: MIT
+# make demo: boot a Debian guest kernel in QEMU, load kvarena.ko, start
+# kvarenad (one prefill and one decode worker sharing KV in one kvarena
+# arena through its dma-buf) and point an agent client at its
+# OpenAI-compatible API: a few conversations at once, multi-turn, streamed,
+# with the tools the model calls run by the client and their results sent
+# back. Then a summary: per-stage timings, KV reuse, blocks, bytes copied
+# between stages (0), the kernel's per-session idle byte-seconds and the
+# tool-wait histogram from the eBPF maps.
+# DEMO_KERNEL=61|612 picks the guest kernel (default 612); DEMO_MODEL a
+# GGUF file (default: the trained agent model when present, else a random
+# one). The host variant: make demo-host (memfd backend).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -13,30 +18,34 @@ series=${DEMO_KERNEL:-612}
 kver=$(tests/vm/kernels.sh "$series" | awk '{print $2}')
 ko=build/kmod/$kver/kvarena.ko
 [ -f "$ko" ] || { echo "demo: $ko missing: run 'make demo'" >&2; exit 2; }
-model=build/demo/demo-f16.gguf
-mkdir -p build/demo
-build/bin/kva-mkmodel --dim 256 --layers 4 --heads 8 --kv-heads 2 --ffn 688 \
-	--vocab 4096 --ctx 512 --type f16 --seed 7 -o "$model" >/dev/null
+model=$(tests/demo/demo-model.sh)
+id=$(basename "$model" .gguf)
+mkdir -p build/demo/files
+printf 'meeting moved to 10:30, room 4\n' >build/demo/files/notes.txt
+printf 'kvarena demo\n' >build/demo/files/readme.txt
 
 cat <<MSG
 == kvarena demo on Linux $kver (QEMU guest) ==
-   modprobe kvarena; kva-share: prefill and decode processes share one
-   pinned 2 MiB-page arena through its dma-buf, with no copy; kve-demo:
-   the CPU engine prefills a prompt into arena blocks in one process and
-   decodes from them in another.
+   modprobe kvarena; kvarenad serves $id over HTTP with a prefill and a
+   decode worker sharing one pinned arena through its dma-buf; kvd-demo
+   runs four agent conversations against it at once.
 MSG
-tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin build/bin/kva-share \
-	--bin build/bin/kvactl --bin build/bin/kve-demo --file "$model:/opt/kva/demo.gguf" \
-	--timeout 300 --log build/demo.log \
-	--cmd 'modprobe kvarena max_pinned_mb=256 || exit 90' \
-	--cmd 'echo "# modprobe kvarena: /dev/kvarena $(stat -c "%a" /dev/kvarena), max_pinned_mb=$(cat /sys/module/kvarena/parameters/max_pinned_mb)"' \
-	--cmd 'echo "# kvactl monitor (the operator view, over generic netlink):"' \
-	--cmd 'kvactl monitor --count 4 --timeout 10 2>/dev/null | sed "s/^/  [monitor] /" & sleep 0.5' \
-	--cmd 'kva-share -m 64 -n 32 -s 256 || exit 92' \
-	--cmd 'wait' \
-	--cmd 'echo; echo "# kve-demo: the engine as prefill and decode workers over one arena"' \
-	--cmd 'kve-demo /opt/kva/demo.gguf "The decode worker reads the KV the prefill worker wrote." --tokens 24 || exit 93' \
-	--cmd 'echo; echo "# after both processes exit:"; for f in pinned_bytes arenas sessions blocks_used; do printf "  %-13s %s\n" $f "$(cat /sys/class/misc/kvarena/$f)"; done' \
+tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin build/bin/kvarenad \
+	--bin build/bin/kvd-demo --bin build/bin/kvactl --bin tests/demo/demo-summary.sh \
+	--file "$model:/opt/kva/$id.gguf" --file "build/demo/files:/opt/kva/demo" \
+	--timeout 900 --mem 1536 --log build/demo.log \
+	--cmd 'modprobe kvarena max_pinned_mb=512 || exit 90' \
+	--cmd 'echo "# modprobe kvarena: /dev/kvarena $(stat -c "%a" /dev/kvarena)"' \
+	--cmd "kvarenad --model /opt/kva/$id.gguf --listen 127.0.0.1:8080 --backend kernel --kv-blocks 2048 >/tmp/kvarenad.log 2>&1 & kvd=\$!" \
+	--cmd 'for i in $(seq 1 1200); do wget -q -O /dev/null http://127.0.0.1:8080/health 2>/dev/null && break; kill -0 $kvd || break; sleep 0.5; done' \
+	--cmd 'grep -E "KV arena|workers ready|eBPF|serving" /tmp/kvarenad.log | sed "s/^[^ ]* /  [kvarenad] /"' \
+	--cmd 'echo; echo "# kvd-demo: four conversations, streamed, tools run by the client"' \
+	--cmd "kvd-demo --url http://127.0.0.1:8080 --model $id --dir /opt/kva/demo || { tail -20 /tmp/kvarenad.log; exit 93; }" \
+	--cmd 'echo; echo "# kvarenad /metrics:"; wget -q -O - http://127.0.0.1:8080/metrics | demo-summary.sh' \
+	--cmd 'echo; echo "# the kernel: sessions (idle byte-seconds: KV held while waiting)"; kvactl session list | head -12' \
+	--cmd 'echo; echo "# the eBPF tool-wait maps:"; kvactl toolwait -T 2>&1 | head -30' \
+	--cmd 'kill -TERM $kvd; wait $kvd; echo "# kvarenad stopped (exit $?)"' \
+	--cmd 'echo "# after: pinned_bytes $(cat /sys/class/misc/kvarena/pinned_bytes) arenas $(cat /sys/class/misc/kvarena/arenas)"' \
 	--cmd 'rmmod kvarena && echo "# rmmod kvarena: ok"' 2>&1 |
-	grep -vE '^(SeaBIOS|Booting from|KVA-|\[ *[0-9.]+\] reboot)' || true
+	grep -vE '^(SeaBIOS|Booting from|KVA-|\[ *[0-9.]+\] )' || true
 grep -q '^KVA-GUEST-RC=0' build/demo.log

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make bench [BENCH=name]: run benchmarks, print a table, and write every
 # figure to build/bench/results.tsv (name value unit peer peer_value ratio).
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
 # kernel and on the host memfd backend), uring (batched uring_cmd against
 # one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
-# programs' cost per session transition), constrained (decode under a tool-call
-# grammar vs free, in the same run, and JSON Schema compile time).
+# programs' cost per session transition), handoff (KV from prefill to
+# decode: arena vs copy), serve (kvarenad under agent load),
+# sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
+# constrained (decode under a tool-call grammar vs free, in the same run,
+# and JSON Schema compile time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait constrained)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -97,13 +101,37 @@ bench_toolwait() {
 	done
 }
 
+# handoff: one session's KV (8B-shaped: 128 KiB per token) from a prefill
+# process to a decode process over kvarenad's worker protocol, the arena
+# way (block table; the receiver already maps the arena) against the copy
+# way (the bytes over the socket into the receiver's own blocks).
+bench_handoff() {
+	forget 'handoff_'
+	make --no-print-directory build/bin/kvd-handoff >/dev/null
+	build/bin/kvd-handoff -r "${BENCH_RUNS:-3}" ${BENCH_HANDOFF_TOKENS:-1024 4096 8192 32768} |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
+# serve: kvarenad under 16 concurrent multi-turn conversations (15M model),
+# and resuming a 2k-token conversation with its KV kept vs recomputed.
+bench_serve() {
+	local m=build/bench/serve-15m-q8.gguf
+	forget '(serve_|resume_)'
+	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
+	[ -f "$m" ] || build/bin/kva-mkmodel --dim 288 --layers 6 --heads 6 --ffn 768 \
+		--vocab 32000 --ctx 4096 --type q8_0 -o "$m" >/dev/null
+	/usr/bin/python3 tools/bench/daemon/serve_bench.py build/bin/kvarenad "$m" |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
 bench_engine() {
 	forget '(prefill|decode|argmax)_'
 	make --no-print-directory bench-engine
 }
 
 # constrained: greedy decode tok/s under a nested tool-call grammar vs
-# free, same model and run (alternating rounds, best of each), on the
+# free, same model and run (two sessions stepping in turn, tok/s over all
+# rounds), on the
 # engine benchmark's 15M and 110M Q8_0 models; the compile time of a
 # 20-property schema (automaton and token sets for the 32000-token
 # vocabulary; median of 7 cold compiles, wall clock). Goals: >= 0.9x and
@@ -134,12 +162,31 @@ bench_constrained() {
 	done
 }
 
+# sandbox: 1000 spawns of /bin/true through the launcher with the full
+# policy (namespaces, cgroup, seccomp, Landlock) next to 1000 fork+exec of
+# it, in one process and run; and the 1000 again two at a time; then 50
+# each from a caller with 256 MiB of private memory, direct and through
+# the spawner process.
+bench_sandbox() {
+	forget 'sandbox_'
+	make --no-print-directory build/sandbox/kvs-bench >/dev/null
+	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 | sed -n 's/^ROW\t//p' >>"$tsv"
+	# a caller holding 256 MiB of private memory, as a daemon with a
+	# model does: direct spawns (and fork+exec) copy its page tables each
+	# time, spawns through the spawner process do not
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 | sed -n 's/^ROW\t//p' >>"$tsv"
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
 	uring) bench_uring ;;
 	engine) bench_engine ;;
 	toolwait) bench_toolwait ;;
+	handoff) bench_handoff ;;
+	serve) bench_serve ;;
+	sandbox) bench_sandbox ;;
 	constrained) bench_constrained ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac

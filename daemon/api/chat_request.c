@@ -1,0 +1,727 @@
+// SPDX-License-Identifier: MIT
+/*
+ * chat_request.c - parsing and validating a chat-completions body with
+ * jansson: every field's type, range and size, errors naming the field
+ * (param) as OpenAI does. Does not render the prompt (chat_template.c) and
+ * does not know the orchestrator beyond the served model's id.
+ *
+ * Unknown fields: the body's top level is checked against OpenAI's list of
+ * chat-completions parameters; a name not on it is refused ("Unrecognized
+ * request argument supplied"), as OpenAI does, so a typo such as
+ * "max_token" is not silently ignored. Parameters on the list that we do
+ * not implement either have no effect on the output we can honour
+ * (frequency/presence penalties, metadata, store, service_tier, ...: type
+ * checked, then ignored) or would change the output (logit_bias, audio,
+ * prediction, json response formats, required/named tool_choice: refused
+ * with a message saying so). Inside messages and tools, unknown keys are
+ * ignored: clients echo response messages back with extra fields.
+ */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_request.h"
+#include "tool_call.h"
+
+struct parser {
+	struct chat_request *r;
+	struct api_error *e;
+};
+
+static const char *type_name(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
+static int wrong_type(struct api_error *e, const char *param, const json_t *v,
+		      const char *want)
+{
+	api_bad(e, param, "Invalid type for '%s': expected %s, but got %s.",
+		param, want, type_name(v));
+	return -1;
+}
+
+/* Optional number within [lo, hi]; *out untouched when absent/null. */
+static int get_number(struct api_error *e, json_t *o, const char *key,
+		      double lo, double hi, double *out)
+{
+	json_t *v = json_object_get(o, key);
+	double d;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v))
+		return wrong_type(e, key, v, "a number");
+	d = json_number_value(v);
+	if (!isfinite(d) || d < lo || d > hi) {
+		api_bad(e, key, "Invalid value for '%s': %g is not within [%g, %g].",
+			key, d, lo, hi);
+		return -1;
+	}
+	*out = d;
+	return 0;
+}
+
+static int get_int(struct api_error *e, json_t *o, const char *key,
+		   json_int_t lo, json_int_t hi, json_int_t *out, int *present)
+{
+	json_t *v = json_object_get(o, key);
+
+	*present = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_integer(v))
+		return wrong_type(e, key, v, "an integer");
+	if (json_integer_value(v) < lo || json_integer_value(v) > hi) {
+		api_bad(e, key, "Invalid value for '%s': %lld is not within [%lld, %lld].",
+			key, (long long)json_integer_value(v), (long long)lo,
+			(long long)hi);
+		return -1;
+	}
+	*out = json_integer_value(v);
+	*present = 1;
+	return 0;
+}
+
+static int get_bool(struct api_error *e, json_t *o, const char *key, int *out)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_boolean(v))
+		return wrong_type(e, key, v, "a boolean");
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* Optional string of at most max bytes; NULL when absent/null. */
+static int get_string(struct api_error *e, json_t *o, const char *key,
+		      const char *param, size_t max, const char **out)
+{
+	json_t *v = json_object_get(o, key);
+
+	*out = NULL;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return wrong_type(e, param, v, "a string");
+	if (json_string_length(v) > max) {
+		api_bad(e, param, "Invalid '%s': string too long (%zu bytes; at most %zu).",
+			param, json_string_length(v), max);
+		return -1;
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+/* ---- messages ---- */
+
+/* A string, or an array of {"type": "text", "text": ...} parts joined. */
+static int get_content(struct parser *p, json_t *m, const char *param,
+		       int required, const char **out, size_t *len)
+{
+	json_t *v = json_object_get(m, "content"), *part, *joined;
+	char pp[160];
+	size_t i;
+	struct strbuf b = { 0 };
+
+	*out = "";
+	*len = 0;
+	if (!v || json_is_null(v)) {
+		if (!required)
+			return 0;
+		api_bad(p->e, param, "Missing required parameter: '%s'.", param);
+		return -1;
+	}
+	if (json_is_string(v)) {
+		*out = json_string_value(v);
+		*len = json_string_length(v);
+		return 0;
+	}
+	if (!json_is_array(v))
+		return wrong_type(p->e, param, v, "a string or an array of content parts");
+	if (json_array_size(v) > CHAT_MAX_PARTS) {
+		api_bad(p->e, param, "Invalid '%s': at most %d content parts.",
+			param, CHAT_MAX_PARTS);
+		return -1;
+	}
+	json_array_foreach(v, i, part) {
+		json_t *type = json_object_get(part, "type");
+		json_t *text = json_object_get(part, "text");
+
+		snprintf(pp, sizeof(pp), "%s[%zu]", param, i);
+		if (!json_is_object(part)) {
+			sb_free(&b);
+			return wrong_type(p->e, pp, part, "an object");
+		}
+		snprintf(pp, sizeof(pp), "%s[%zu].type", param, i);
+		if (!json_is_string(type)) {
+			sb_free(&b);
+			return type ? wrong_type(p->e, pp, type, "a string") :
+				(api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1);
+		}
+		if (strcmp(json_string_value(type), "text")) {
+			api_bad(p->e, pp, "Invalid value for '%s': content parts of type '%s' are not supported; this server takes text only.",
+				pp, json_string_value(type));
+			sb_free(&b);
+			return -1;
+		}
+		snprintf(pp, sizeof(pp), "%s[%zu].text", param, i);
+		if (!json_is_string(text)) {
+			sb_free(&b);
+			return text ? wrong_type(p->e, pp, text, "a string") :
+				(api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1);
+		}
+		sb_add(&b, json_string_value(text), json_string_length(text));
+	}
+	joined = json_stringn(b.len ? b.s : "", b.len);
+	sb_free(&b);
+	if (!joined || json_array_append_new(p->r->keep, joined)) {
+		api_error_set(p->e, 500, "server_error", NULL, NULL, "out of memory");
+		return -1;
+	}
+	*out = json_string_value(joined);
+	*len = json_string_length(joined);
+	return 0;
+}
+
+static int parse_calls(struct parser *p, json_t *m, size_t mi,
+		       struct chat_msg *msg)
+{
+	json_t *v = json_object_get(m, "tool_calls"), *c;
+	char pp[160];
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	snprintf(pp, sizeof(pp), "messages[%zu].tool_calls", mi);
+	if (!json_is_array(v))
+		return wrong_type(p->e, pp, v, "an array");
+	if (json_array_size(v) > CHAT_MAX_CALLS) {
+		api_bad(p->e, pp, "Invalid '%s': at most %d tool calls.", pp, CHAT_MAX_CALLS);
+		return -1;
+	}
+	if (json_array_size(v) == 0)
+		return 0;
+	msg->calls = calloc(json_array_size(v), sizeof(*msg->calls));
+	if (!msg->calls) {
+		api_error_set(p->e, 500, "server_error", NULL, NULL, "out of memory");
+		return -1;
+	}
+	json_array_foreach(v, i, c) {
+		struct chat_call *cc = &msg->calls[i];
+		json_t *type, *fn, *args;
+
+		msg->n_calls = i + 1;
+		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu]", mi, i);
+		if (!json_is_object(c))
+			return wrong_type(p->e, pp, c, "an object");
+		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].id", mi, i);
+		if (get_string(p->e, c, "id", pp, CHAT_MAX_ID, &cc->id))
+			return -1;
+		if (!cc->id || !cc->id[0]) {
+			api_bad(p->e, pp, "Missing required parameter: '%s'.", pp);
+			return -1;
+		}
+		type = json_object_get(c, "type");
+		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].type", mi, i);
+		if (type && !json_is_null(type) &&
+		    (!json_is_string(type) || strcmp(json_string_value(type), "function"))) {
+			api_bad(p->e, pp, "Invalid value for '%s': only 'function' tool calls are supported.", pp);
+			return -1;
+		}
+		fn = json_object_get(c, "function");
+		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].function", mi, i);
+		if (!json_is_object(fn)) {
+			if (!fn)
+				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
+			return wrong_type(p->e, pp, fn, "an object");
+		}
+		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].function.name", mi, i);
+		if (get_string(p->e, fn, "name", pp, TC_MAX_NAME, &cc->name))
+			return -1;
+		if (!cc->name || !tc_valid_name(cc->name, strlen(cc->name))) {
+			api_bad(p->e, pp, "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.", pp);
+			return -1;
+		}
+		args = json_object_get(fn, "arguments");
+		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].function.arguments", mi, i);
+		if (!json_is_string(args)) {
+			if (!args)
+				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
+			return wrong_type(p->e, pp, args, "a string");
+		}
+		cc->arguments = json_string_value(args);
+		cc->arguments_len = json_string_length(args);
+	}
+	return 0;
+}
+
+/* A tool message answers a call of the assistant message it follows
+ * (other tool messages may come between). */
+static int check_tool_reply(struct parser *p, size_t mi, const char *id)
+{
+	char pp[96];
+
+	snprintf(pp, sizeof(pp), "messages[%zu].tool_call_id", mi);
+	for (size_t j = mi; j-- > 0;) {
+		const struct chat_msg *m = &p->r->msgs[j];
+
+		if (m->role == CHAT_TOOL)
+			continue;
+		if (m->role == CHAT_ASSISTANT)
+			for (size_t k = 0; k < m->n_calls; k++)
+				if (!strcmp(m->calls[k].id, id))
+					return 0;
+		break;
+	}
+	api_bad(p->e, pp, "Invalid '%s': messages with role 'tool' must answer a tool call ('%s') of the assistant message before them.",
+		pp, id);
+	return -1;
+}
+
+static int parse_messages(struct parser *p, json_t *v)
+{
+	json_t *m;
+	size_t i;
+	char pp[96];
+
+	if (!v)
+		return api_bad(p->e, "messages", "Missing required parameter: 'messages'."), -1;
+	if (!json_is_array(v))
+		return wrong_type(p->e, "messages", v, "an array");
+	if (json_array_size(v) == 0)
+		return api_bad(p->e, "messages", "Invalid 'messages': empty array. Expected an array with minimum length 1."), -1;
+	if (json_array_size(v) > CHAT_MAX_MESSAGES)
+		return api_bad(p->e, "messages", "Invalid 'messages': at most %d messages.",
+			       CHAT_MAX_MESSAGES), -1;
+	p->r->msgs = calloc(json_array_size(v), sizeof(*p->r->msgs));
+	if (!p->r->msgs)
+		return api_error_set(p->e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+	json_array_foreach(v, i, m) {
+		struct chat_msg *msg = &p->r->msgs[i];
+		const char *role, *name;
+
+		p->r->n_msgs = i + 1;
+		snprintf(pp, sizeof(pp), "messages[%zu]", i);
+		if (!json_is_object(m))
+			return wrong_type(p->e, pp, m, "an object");
+		snprintf(pp, sizeof(pp), "messages[%zu].role", i);
+		if (get_string(p->e, m, "role", pp, 64, &role))
+			return -1;
+		if (!role)
+			return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
+		snprintf(pp, sizeof(pp), "messages[%zu].name", i);
+		if (get_string(p->e, m, "name", pp, CHAT_MAX_ID, &name))
+			return -1;
+		snprintf(pp, sizeof(pp), "messages[%zu].content", i);
+		if (!strcmp(role, "system") || !strcmp(role, "developer")) {
+			msg->role = CHAT_SYSTEM;
+			if (get_content(p, m, pp, 1, &msg->content, &msg->content_len))
+				return -1;
+		} else if (!strcmp(role, "user")) {
+			msg->role = CHAT_USER;
+			if (get_content(p, m, pp, 1, &msg->content, &msg->content_len))
+				return -1;
+		} else if (!strcmp(role, "assistant")) {
+			msg->role = CHAT_ASSISTANT;
+			if (get_content(p, m, pp, 0, &msg->content, &msg->content_len) ||
+			    parse_calls(p, m, i, msg))
+				return -1;
+		} else if (!strcmp(role, "tool")) {
+			msg->role = CHAT_TOOL;
+			if (get_content(p, m, pp, 1, &msg->content, &msg->content_len))
+				return -1;
+			snprintf(pp, sizeof(pp), "messages[%zu].tool_call_id", i);
+			if (get_string(p->e, m, "tool_call_id", pp, CHAT_MAX_ID,
+				       &msg->tool_call_id))
+				return -1;
+			if (!msg->tool_call_id)
+				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
+			if (check_tool_reply(p, i, msg->tool_call_id))
+				return -1;
+		} else if (!strcmp(role, "function")) {
+			snprintf(pp, sizeof(pp), "messages[%zu].role", i);
+			return api_bad(p->e, pp, "Invalid value for '%s': the deprecated 'function' role is not supported; use 'tool'.", pp), -1;
+		} else {
+			snprintf(pp, sizeof(pp), "messages[%zu].role", i);
+			return api_bad(p->e, pp, "Invalid value for '%s': '%s'. Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.",
+				       pp, role), -1;
+		}
+	}
+	return 0;
+}
+
+/* ---- tools ---- */
+
+static int parse_tools(struct parser *p, json_t *v)
+{
+	json_t *t;
+	size_t i;
+	char pp[96];
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_array(v))
+		return wrong_type(p->e, "tools", v, "an array");
+	if (json_array_size(v) > CHAT_MAX_TOOLS)
+		return api_bad(p->e, "tools", "Invalid 'tools': at most %d tools.", CHAT_MAX_TOOLS), -1;
+	if (json_array_size(v) == 0)
+		return 0;
+	p->r->tools = calloc(json_array_size(v), sizeof(*p->r->tools));
+	if (!p->r->tools)
+		return api_error_set(p->e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+	json_array_foreach(v, i, t) {
+		struct chat_tool *ct = &p->r->tools[i];
+		json_t *type, *fn, *x;
+		const char *s;
+
+		snprintf(pp, sizeof(pp), "tools[%zu]", i);
+		if (!json_is_object(t))
+			return wrong_type(p->e, pp, t, "an object");
+		type = json_object_get(t, "type");
+		snprintf(pp, sizeof(pp), "tools[%zu].type", i);
+		if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+			return api_bad(p->e, pp, "Invalid value for '%s': only tools of type 'function' are supported.", pp), -1;
+		fn = json_object_get(t, "function");
+		snprintf(pp, sizeof(pp), "tools[%zu].function", i);
+		if (!json_is_object(fn)) {
+			if (!fn)
+				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
+			return wrong_type(p->e, pp, fn, "an object");
+		}
+		snprintf(pp, sizeof(pp), "tools[%zu].function.name", i);
+		if (get_string(p->e, fn, "name", pp, TC_MAX_NAME, &ct->name))
+			return -1;
+		if (!ct->name || !tc_valid_name(ct->name, strlen(ct->name)))
+			return api_bad(p->e, pp, "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.", pp), -1;
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(p->r->tools[j].name, ct->name))
+				return api_bad(p->e, pp, "Invalid '%s': duplicate function name '%s'.", pp, ct->name), -1;
+		snprintf(pp, sizeof(pp), "tools[%zu].function.description", i);
+		if (get_string(p->e, fn, "description", pp, 64 * 1024, &s))
+			return -1;
+		x = json_object_get(fn, "parameters");
+		snprintf(pp, sizeof(pp), "tools[%zu].function.parameters", i);
+		if (x && !json_is_null(x) && !json_is_object(x))
+			return wrong_type(p->e, pp, x, "an object");
+		x = json_object_get(fn, "strict");
+		snprintf(pp, sizeof(pp), "tools[%zu].function.strict", i);
+		if (x && !json_is_null(x) && !json_is_boolean(x))
+			return wrong_type(p->e, pp, x, "a boolean");
+		ct->function = fn;
+		p->r->n_tools = i + 1;
+	}
+	return 0;
+}
+
+static int parse_tool_choice(struct parser *p, json_t *v)
+{
+	const char *s;
+
+	p->r->tool_choice = CHAT_TOOLS_AUTO;
+	if (!v || json_is_null(v))
+		return 0;
+	if (json_is_object(v)) {
+		api_error_set(p->e, 400, API_INVALID, "unsupported_value", "tool_choice",
+			      "Named tool_choice objects need structured decoding, which this server does not support yet; use 'auto' or 'none'.");
+		return -1;
+	}
+	if (!json_is_string(v))
+		return wrong_type(p->e, "tool_choice", v, "a string or an object");
+	s = json_string_value(v);
+	if (!strcmp(s, "auto"))
+		return 0;
+	if (!strcmp(s, "none")) {
+		p->r->tool_choice = CHAT_TOOLS_NONE;
+		return 0;
+	}
+	if (!strcmp(s, "required")) {
+		api_error_set(p->e, 400, API_INVALID, "unsupported_value", "tool_choice",
+			      "tool_choice 'required' needs structured decoding, which this server does not support yet; use 'auto' or 'none'.");
+		return -1;
+	}
+	return api_bad(p->e, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', 'auto' and 'required'.", s), -1;
+}
+
+/* The one place response formats are decided (the structured-decoding
+ * hook): record the format, refuse what cannot be honoured yet. */
+static int chat_response_format(struct parser *p, json_t *v)
+{
+	json_t *type;
+	const char *t;
+
+	p->r->format = CHAT_FORMAT_TEXT;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return wrong_type(p->e, "response_format", v, "an object");
+	type = json_object_get(v, "type");
+	if (!json_is_string(type))
+		return type ? wrong_type(p->e, "response_format.type", type, "a string") :
+			(api_bad(p->e, "response_format.type", "Missing required parameter: 'response_format.type'."), -1);
+	t = json_string_value(type);
+	if (!strcmp(t, "text"))
+		return 0;
+	if (!strcmp(t, "json_object"))
+		p->r->format = CHAT_FORMAT_JSON_OBJECT;
+	else if (!strcmp(t, "json_schema"))
+		p->r->format = CHAT_FORMAT_JSON_SCHEMA;
+	else
+		return api_bad(p->e, "response_format.type", "Invalid value for 'response_format.type': '%s'. Supported values are: 'text', 'json_object' and 'json_schema'.", t), -1;
+	p->r->json_schema = json_object_get(v, "json_schema");
+	api_error_set(p->e, 400, API_INVALID, "unsupported_value", "response_format",
+		      "response_format '%s' needs structured decoding, which this server does not support yet; use 'text'.", t);
+	return -1;
+}
+
+static int parse_stop(struct parser *p, json_t *v)
+{
+	json_t *x;
+	size_t i;
+	char pp[32];
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (json_is_string(v)) {
+		x = v;
+		i = 0;
+		goto one;
+	}
+	if (!json_is_array(v))
+		return wrong_type(p->e, "stop", v, "a string or an array of strings");
+	if (json_array_size(v) > KVD_MAX_STOP)
+		return api_bad(p->e, "stop", "Invalid 'stop': at most %d stop sequences.", KVD_MAX_STOP), -1;
+	json_array_foreach(v, i, x) {
+one:
+		snprintf(pp, sizeof(pp), json_is_array(v) ? "stop[%zu]" : "stop", i);
+		if (!json_is_string(x))
+			return wrong_type(p->e, pp, x, "a string");
+		if (json_string_length(x) == 0 || json_string_length(x) > KVD_MAX_STOP_LEN)
+			return api_bad(p->e, pp, "Invalid '%s': a stop sequence is 1 to %d bytes.",
+				       pp, KVD_MAX_STOP_LEN), -1;
+		p->r->s.stop[p->r->s.n_stop++] = json_string_value(x);
+		if (!json_is_array(v))
+			break;
+	}
+	return 0;
+}
+
+static int parse_stream(struct parser *p, json_t *root)
+{
+	json_t *so = json_object_get(root, "stream_options"), *k;
+	const char *key;
+
+	if (get_bool(p->e, root, "stream", &p->r->stream))
+		return -1;
+	if (!so || json_is_null(so))
+		return 0;
+	if (!json_is_object(so))
+		return wrong_type(p->e, "stream_options", so, "an object");
+	if (!p->r->stream)
+		return api_bad(p->e, "stream_options", "Invalid value for 'stream_options': only allowed when 'stream' is true."), -1;
+	json_object_foreach(so, key, k) {
+		if (!strcmp(key, "include_usage")) {
+			if (!json_is_boolean(k) && !json_is_null(k))
+				return wrong_type(p->e, "stream_options.include_usage", k, "a boolean");
+			p->r->include_usage = json_is_true(k);
+		} else if (!strcmp(key, "include_obfuscation")) {
+			if (!json_is_boolean(k) && !json_is_null(k))
+				return wrong_type(p->e, "stream_options.include_obfuscation", k, "a boolean");
+		} else {
+			return api_bad(p->e, "stream_options", "Unrecognized stream_options argument supplied: %s", key), -1;
+		}
+	}
+	return 0;
+}
+
+static int parse_sampling(struct parser *p, json_t *root)
+{
+	struct kvd_sampling *s = &p->r->s;
+	struct api_error *e = p->e;
+	json_int_t mt = 0, mct = 0, seed = 0, n = 1, top = 0;
+	int has_mt, has_mct, has_seed, has_n, has_top;
+	double d = 1.0, dummy = 0;
+
+	if (get_number(e, root, "temperature", 0, 2, &d))
+		return -1;
+	s->temperature = (float)d;
+	d = 1.0;
+	if (get_number(e, root, "top_p", 0, 1, &d))
+		return -1;
+	s->top_p = (float)d;
+	if (get_number(e, root, "frequency_penalty", -2, 2, &dummy) ||
+	    get_number(e, root, "presence_penalty", -2, 2, &dummy))
+		return -1;
+	if (get_int(e, root, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed))
+		return -1;
+	s->seed = (uint64_t)seed;
+	s->has_seed = has_seed;
+	if (get_int(e, root, "max_tokens", 1, UINT32_MAX, &mt, &has_mt) ||
+	    get_int(e, root, "max_completion_tokens", 1, UINT32_MAX, &mct, &has_mct))
+		return -1;
+	if (has_mt && has_mct && mt != mct)
+		return api_bad(e, "max_tokens", "Set only one of 'max_tokens' and 'max_completion_tokens'."), -1;
+	s->max_tokens = (uint32_t)(has_mct ? mct : mt);
+	if (get_int(e, root, "n", 1, INT32_MAX, &n, &has_n))
+		return -1;
+	if (n != 1)
+		return api_bad(e, "n", "Invalid value for 'n': this server returns one choice (n = 1)."), -1;
+	if (get_bool(e, root, "logprobs", &s->logprobs))
+		return -1;
+	if (get_int(e, root, "top_logprobs", 0, KVD_MAX_TOP_LOGPROBS, &top, &has_top))
+		return -1;
+	if (has_top && !s->logprobs)
+		return api_bad(e, "top_logprobs", "Invalid value for 'top_logprobs': 'logprobs' must be true to use it."), -1;
+	s->top_logprobs = (uint32_t)top;
+	return parse_stop(p, json_object_get(root, "stop"));
+}
+
+/* Parameters that would change the output and are not implemented. */
+static int refuse_if_set(struct parser *p, json_t *root, const char *key,
+			 const char *why)
+{
+	json_t *v = json_object_get(root, key);
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (json_is_object(v) && json_object_size(v) == 0 && !strcmp(key, "logit_bias"))
+		return 0;
+	api_error_set(p->e, 400, API_INVALID, "unsupported_parameter", key,
+		      "Unsupported parameter: '%s' %s.", key, why);
+	return -1;
+}
+
+static int check_ignored(struct parser *p, json_t *root)
+{
+	static const char *const strings[] = {
+		"service_tier", "reasoning_effort", "verbosity",
+		"safety_identifier", "prompt_cache_retention",
+	};
+	json_t *v;
+	const char *s;
+	size_t i;
+
+	for (i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
+		if (get_string(p->e, root, strings[i], strings[i], CHAT_MAX_ID, &s))
+			return -1;
+	v = json_object_get(root, "metadata");
+	if (v && !json_is_null(v) && !json_is_object(v))
+		return wrong_type(p->e, "metadata", v, "an object");
+	v = json_object_get(root, "store");
+	if (v && !json_is_null(v) && !json_is_boolean(v))
+		return wrong_type(p->e, "store", v, "a boolean");
+	v = json_object_get(root, "modalities");
+	if (v && !json_is_null(v)) {
+		json_t *m;
+
+		if (!json_is_array(v))
+			return wrong_type(p->e, "modalities", v, "an array");
+		json_array_foreach(v, i, m)
+			if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
+				return api_error_set(p->e, 400, API_INVALID, "unsupported_value", "modalities",
+						     "Invalid value for 'modalities': this server produces text only."), -1;
+	}
+	return refuse_if_set(p, root, "logit_bias", "is not supported by this server") ||
+		refuse_if_set(p, root, "audio", "is not supported: this server produces text only") ||
+		refuse_if_set(p, root, "prediction", "is not supported by this server") ||
+		refuse_if_set(p, root, "web_search_options", "is not supported by this server") ||
+		refuse_if_set(p, root, "functions", "is deprecated and not supported; use 'tools'") ||
+		refuse_if_set(p, root, "function_call", "is deprecated and not supported; use 'tool_choice'") ?
+		-1 : 0;
+}
+
+/* OpenAI's chat-completions parameters; anything else is refused. */
+static const char *const known_keys[] = {
+	"model", "messages", "tools", "tool_choice", "parallel_tool_calls",
+	"stream", "stream_options", "max_tokens", "max_completion_tokens",
+	"temperature", "top_p", "seed", "stop", "logprobs", "top_logprobs",
+	"n", "user", "prompt_cache_key", "response_format",
+	"frequency_penalty", "presence_penalty", "metadata", "store",
+	"service_tier", "reasoning_effort", "verbosity", "safety_identifier",
+	"prompt_cache_retention", "modalities", "logit_bias", "audio",
+	"prediction", "web_search_options", "functions", "function_call",
+};
+
+int chat_request_parse(const char *body, size_t len, const char *model_id,
+		       struct chat_request *r, struct api_error *e)
+{
+	struct parser p = { .r = r, .e = e };
+	json_error_t jerr;
+	json_t *v;
+	const char *key;
+
+	memset(r, 0, sizeof(*r));
+	r->parallel_tool_calls = 1;
+	r->s.temperature = 1.0f;
+	r->s.top_p = 1.0f;
+	r->keep = json_array();
+	if (!r->keep)
+		return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+	r->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!r->root) {
+		api_bad(e, NULL, "We could not parse the JSON body of your request: %s (line %d, column %d). The body must be valid UTF-8 JSON.",
+			jerr.text, jerr.line, jerr.column);
+		return -1;
+	}
+	if (!json_is_object(r->root))
+		return api_bad(e, NULL, "The request body must be a JSON object, not %s.",
+			       type_name(r->root)), -1;
+	json_object_foreach(r->root, key, v) {
+		size_t i;
+
+		for (i = 0; i < sizeof(known_keys) / sizeof(known_keys[0]); i++)
+			if (!strcmp(key, known_keys[i]))
+				break;
+		if (i == sizeof(known_keys) / sizeof(known_keys[0])) {
+			api_error_set(e, 400, API_INVALID, "unknown_parameter", key,
+				      "Unrecognized request argument supplied: %s", key);
+			return -1;
+		}
+	}
+	if (get_string(e, r->root, "model", "model", 256, &r->model))
+		return -1;
+	if (!r->model)
+		return api_bad(e, "model", "Missing required parameter: 'model'."), -1;
+	if (strcmp(r->model, model_id)) {
+		api_error_set(e, 404, API_INVALID, "model_not_found", "model",
+			      "The model '%s' does not exist or you do not have access to it.",
+			      r->model);
+		return -1;
+	}
+	if (parse_messages(&p, json_object_get(r->root, "messages")) ||
+	    parse_tools(&p, json_object_get(r->root, "tools")) ||
+	    parse_tool_choice(&p, json_object_get(r->root, "tool_choice")) ||
+	    get_bool(e, r->root, "parallel_tool_calls", &r->parallel_tool_calls) ||
+	    parse_stream(&p, r->root) || parse_sampling(&p, r->root) ||
+	    get_string(e, r->root, "user", "user", CHAT_MAX_ID, &r->user) ||
+	    get_string(e, r->root, "prompt_cache_key", "prompt_cache_key",
+		       CHAT_MAX_ID, &r->prompt_cache_key) ||
+	    chat_response_format(&p, json_object_get(r->root, "response_format")) ||
+	    check_ignored(&p, r->root))
+		return -1;
+	return 0;
+}
+
+void chat_request_free(struct chat_request *r)
+{
+	for (size_t i = 0; i < r->n_msgs; i++)
+		free(r->msgs[i].calls);
+	free(r->msgs);
+	free(r->tools);
+	json_decref(r->root);
+	json_decref(r->keep);
+	memset(r, 0, sizeof(*r));
+}

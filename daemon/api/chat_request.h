@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * chat_request.h - a validated POST /v1/chat/completions body. Strings
+ * point into the parsed JSON (root), which the request owns; nothing here
+ * is used after chat_request_free().
+ */
+#ifndef KVD_API_CHAT_REQUEST_H
+#define KVD_API_CHAT_REQUEST_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "error.h"
+#include "kvd.h"
+
+/* Bounds on what one request may carry (besides the body cap). */
+#define CHAT_MAX_MESSAGES 4096
+#define CHAT_MAX_PARTS 256		/* content parts per message */
+#define CHAT_MAX_TOOLS 128
+#define CHAT_MAX_CALLS 128		/* tool calls per assistant message */
+#define CHAT_MAX_ID 256			/* tool_call ids, user, cache key */
+
+enum chat_role { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
+
+struct chat_call {
+	const char *id;
+	const char *name;
+	const char *arguments;		/* verbatim, as the client sent it */
+	size_t arguments_len;
+};
+
+struct chat_msg {
+	enum chat_role role;
+	const char *content;		/* "" when null or absent */
+	size_t content_len;
+	struct chat_call *calls;	/* assistant */
+	size_t n_calls;
+	const char *tool_call_id;	/* tool */
+};
+
+struct chat_tool {
+	const char *name;
+	json_t *function;		/* {name, description, parameters...} */
+};
+
+enum chat_tool_choice { CHAT_TOOLS_AUTO, CHAT_TOOLS_NONE };
+
+/* response_format. Only TEXT is served today; the structured-decoding work
+ * adds the others in chat_response_format() (chat_request.c), the one
+ * place that refuses them now. */
+enum chat_format { CHAT_FORMAT_TEXT, CHAT_FORMAT_JSON_OBJECT,
+		   CHAT_FORMAT_JSON_SCHEMA };
+
+struct chat_request {
+	json_t *root;
+	json_t *keep;			/* strings made while parsing */
+	const char *model;
+	struct chat_msg *msgs;
+	size_t n_msgs;
+	struct chat_tool *tools;
+	size_t n_tools;
+	enum chat_tool_choice tool_choice;
+	int parallel_tool_calls;
+	int stream;
+	int include_usage;
+	const char *user;		/* NULL when absent */
+	const char *prompt_cache_key;	/* NULL when absent */
+	enum chat_format format;
+	json_t *json_schema;		/* CHAT_FORMAT_JSON_SCHEMA */
+	struct kvd_sampling s;
+};
+
+/* 0, or -1 with e filled (400; 404 model_not_found when model is not
+ * model_id). r needs chat_request_free() either way. */
+int chat_request_parse(const char *body, size_t len, const char *model_id,
+		       struct chat_request *r, struct api_error *e);
+void chat_request_free(struct chat_request *r);
+
+#endif

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * response.h - the JSON the API sends back for chat completions: the
+ * chat.completion object and the chat.completion.chunk objects of a
+ * stream (each returned as a malloc'd compact JSON string, NULL when out of
+ * memory). Knows nothing about HTTP.
+ */
+#ifndef KVD_API_RESPONSE_H
+#define KVD_API_RESPONSE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "kvd.h"
+#include "tool_call.h"
+
+struct resp_ctx {
+	const char *id;		/* "chatcmpl-..." */
+	const char *model;
+	int64_t created;	/* Unix seconds */
+	int usage_null;		/* streaming with include_usage: "usage": null */
+};
+
+/* {token, logprob, bytes, top_logprobs} for one token event; NULL when out
+ * of memory. Token bytes that are not valid UTF-8 show as U+FFFD in
+ * "token"; "bytes" has them exactly. */
+json_t *resp_logprob(const struct kvd_event *ev);
+
+/* The whole chat.completion; logprobs is the "content" array (stolen) or
+ * NULL when not requested. */
+char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
+		      const char *finish, const struct kvd_usage *u,
+		      const char *session_id, json_t *logprobs);
+
+char *resp_chunk_role(const struct resp_ctx *c);
+/* content may be empty when only logprobs are sent (stolen; may be NULL) */
+char *resp_chunk_content(const struct resp_ctx *c, const char *text,
+			 size_t len, json_t *logprobs);
+/* A tool call: the header chunk (id, type, name, empty arguments), then
+ * its arguments. */
+char *resp_chunk_call(const struct resp_ctx *c, size_t index,
+		      const struct tc_call *call);
+char *resp_chunk_call_args(const struct resp_ctx *c, size_t index,
+			   const char *args, size_t len);
+char *resp_chunk_finish(const struct resp_ctx *c, const char *finish,
+			const char *session_id);
+char *resp_chunk_usage(const struct resp_ctx *c, const struct kvd_usage *u,
+		       const char *session_id);
+
+const char *resp_finish_reason(enum kvd_finish f, size_t n_calls);
+
+#endif

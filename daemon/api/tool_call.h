@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tool_call.h - tool calls in generated text, Hermes/Qwen style:
+ *
+ *   content\n<tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
+ *
+ * (tags configurable). One streaming parser serves both the batch and the
+ * SSE paths, so a response reads the same whichever way it was asked for.
+ *
+ * How generated text splits into content and calls: the text is segments
+ * S0 C1 S1 C2 ... Ck Sk where each Ci is a call block. Two ways a block
+ * becomes a call:
+ *  - streamed: the block starts exactly as the canonical form does,
+ *    open tag, "\n{\"name\": \"NAME\", \"arguments\": {" with a valid NAME
+ *    ([A-Za-z0-9_-]{1,64}). The call is announced there and its arguments
+ *    are passed on as they are generated, up to the "}" closing the
+ *    arguments object (strings and nesting tracked); then whitespace, "}",
+ *    whitespace and the close tag end the block. If something else follows
+ *    the arguments, the call still ends there and that text is content;
+ *    if the text ends inside the arguments (max_tokens), the call ends with
+ *    the arguments generated so far.
+ *  - whole: any other block is checked when its close tag arrives: one JSON
+ *    object with exactly the keys "name" (valid) and "arguments" (an
+ *    object), any spacing and order; it is then announced with its
+ *    arguments in one piece. Anything else between the tags (bad JSON,
+ *    extra keys, a block never closed, a block over TC_MAX_BLOCK) stays in
+ *    the content verbatim.
+ * Content = S0 and every later segment that is not all whitespace, each
+ * minus one trailing "\n" when a call follows it. Arguments are the exact
+ * bytes generated for the "arguments" value.
+ *
+ * The canonical form is what tc_render_call() and the chat template write
+ * back for an assistant message: content, "\n" if there is content and a
+ * call, then the calls joined by "\n". Text the model generated in that
+ * form renders back byte for byte (tc_result.canonical), which is what
+ * keeps the orchestrator's prefix reuse intact across tool turns.
+ */
+#ifndef KVD_API_TOOL_CALL_H
+#define KVD_API_TOOL_CALL_H
+
+#include <stddef.h>
+
+#include "strbuf.h"
+
+#define TC_DEFAULT_OPEN "<tool_call>"
+#define TC_DEFAULT_CLOSE "</tool_call>"
+#define TC_MAX_TAG 64			/* bytes per tag */
+#define TC_MAX_BLOCK (256 * 1024)	/* bytes between the tags */
+#define TC_MAX_NAME 64			/* OpenAI's limit on function names */
+#define TC_ID_LEN 29			/* "call_" + 24 characters */
+
+struct tc_tags {
+	const char *open;
+	const char *close;
+};
+
+/* A tool name as OpenAI allows it: [A-Za-z0-9_-]{1,64}. */
+int tc_valid_name(const char *s, size_t len);
+/* A fresh "call_" id (TC_ID_LEN characters + NUL) from getrandom(). */
+void tc_make_id(char out[TC_ID_LEN + 1]);
+
+/* The canonical text of one call (no separators). */
+void tc_render_call(struct strbuf *b, const struct tc_tags *t,
+		    const char *name, const char *args, size_t args_len);
+
+/* Separator between content and the first call, and between calls. */
+#define TC_SEP "\n"
+
+struct tc_call {
+	char id[TC_ID_LEN + 1];
+	const char *name;	/* owned by the parser's result */
+	const char *arguments;
+	size_t arguments_len;
+};
+
+/* Streaming: text in, content and calls out, in order. */
+enum tc_event {
+	TC_CONTENT,		/* text, len: content */
+	TC_CALL_START,		/* call: id and name (arguments not set) */
+	TC_CALL_ARGS,		/* text, len: the next piece of its arguments */
+	TC_CALL_END,		/* the call is complete */
+};
+typedef int (*tc_emit_fn)(void *ctx, enum tc_event ev, const char *text,
+			  size_t len, const struct tc_call *call);
+
+enum tc_phase { TC_OUT, TC_HEAD, TC_ARGS, TC_TAIL, TC_WHOLE };
+
+struct tc_stream {
+	struct tc_tags tags;
+	tc_emit_fn emit;
+	void *ctx;
+	struct strbuf hold;	/* outside a block: not yet emitted */
+	struct strbuf ws;	/* whitespace before an open tag */
+	struct strbuf block;	/* inside a block: after the open tag */
+	enum tc_phase phase;
+	int depth, in_str, esc;	/* scanning streamed arguments */
+	int seg_nonws;		/* this segment emitted non-whitespace */
+	size_t n_calls;
+	int err;		/* first error from emit or allocation */
+};
+
+void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
+		    tc_emit_fn emit, void *ctx);
+/* 0, or the first negative error (emit's, or -ENOMEM) */
+int tc_stream_feed(struct tc_stream *s, const char *text, size_t len);
+int tc_stream_finish(struct tc_stream *s);
+void tc_stream_free(struct tc_stream *s);
+
+/* Batch: the whole text at once. */
+struct tc_result {
+	char *content;		/* NUL-terminated, never NULL on success */
+	size_t content_len;
+	struct tc_call *calls;
+	size_t n_calls;
+	int canonical;		/* re-rendering gives the text back exactly */
+};
+
+int tc_parse(const struct tc_tags *t, const char *text, size_t len,
+	     struct tc_result *r);
+void tc_result_free(struct tc_result *r);
+/* The canonical assistant text for content + calls (the chat template's
+ * assistant body). */
+void tc_render_body(struct strbuf *b, const struct tc_tags *t,
+		    const char *content, size_t content_len,
+		    const struct tc_call *calls, size_t n_calls);
+
+#endif

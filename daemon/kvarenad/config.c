@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: MIT
+/*
+ * config.c - defaults and the INI file (libinih) for kvarenad. Unknown
+ * sections or keys are errors: a typo must not silently fall back to a
+ * default (a tenant budget that is not applied is a security bug).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+
+void kvd_config_defaults(struct kvd_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->listen_host, sizeof(c->listen_host), "127.0.0.1");
+	c->listen_port = 8080;
+	c->max_body_kb = 4096;
+	c->max_connections = 1024;
+	c->conn_timeout_s = 30;
+	c->max_tokens_cap = 1024;
+	snprintf(c->backend, sizeof(c->backend), "auto");
+	c->kv_blocks = 1024;
+	c->block_tokens = 16;
+	snprintf(c->kv_dtype, sizeof(c->kv_dtype), "f16");
+	snprintf(c->policy, sizeof(c->policy), "toolwait");
+	c->prefix_cache = 1;
+	c->retention = 1;
+	c->idle_retention_s = 300;
+	c->toolwait_min_s = 10;
+	c->toolwait_max_s = 600;
+	c->toolwait_bpf = 1;
+	c->prefill_workers = 1;
+	c->decode_workers = 1;
+	c->threads_per_worker = 1;
+	c->max_batch = 16;
+	snprintf(c->prefill_backend, sizeof(c->prefill_backend), "cpu");
+	snprintf(c->decode_backend, sizeof(c->decode_backend), "cpu");
+	c->lease_ms = 30000;
+	c->lease_per_token_ms = 50;
+	c->prefill_load_scale = 1.0;
+	c->max_queue = 256;
+	c->max_sessions = 4096;
+	c->log_level = 2;
+}
+
+static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	char *end;
+	unsigned long long x;
+
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-' || x < lo || x > hi)
+		return -1;
+	*out = (uint32_t)x;
+	return 0;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+	if (!strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcmp(v, "1") ||
+	    !strcasecmp(v, "on"))
+		*out = 1;
+	else if (!strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcmp(v, "0") ||
+		 !strcasecmp(v, "off"))
+		*out = 0;
+	else
+		return -1;
+	return 0;
+}
+
+static int copy_str(char *dst, size_t n, const char *v)
+{
+	if (strlen(v) >= n)
+		return -1;
+	memcpy(dst, v, strlen(v) + 1);
+	return 0;
+}
+
+struct load_ctx {
+	struct kvd_config *c;
+	char *err;
+	size_t errlen;
+	int failed;
+};
+
+static struct kvd_tenant_cfg *tenant_for(struct kvd_config *c, const char *name)
+{
+	uint32_t i;
+
+	for (i = 0; i < c->n_tenants; i++)
+		if (!strcmp(c->tenants[i].name, name))
+			return &c->tenants[i];
+	if (c->n_tenants == KVD_MAX_TENANTS || strlen(name) >= sizeof(c->tenants[0].name) ||
+	    !*name)
+		return NULL;
+	c->tenants[c->n_tenants].id = c->n_tenants + 1;
+	snprintf(c->tenants[c->n_tenants].name, sizeof(c->tenants[0].name), "%s", name);
+	return &c->tenants[c->n_tenants++];
+}
+
+/* Returns 0 ok, -1 bad value, -2 unknown key. */
+static int set_key(struct kvd_config *c, const char *sec, const char *k, const char *v)
+{
+	uint32_t u;
+	int b;
+
+#define U32(S, K, F, LO, HI) \
+	if (!strcmp(sec, S) && !strcmp(k, K)) \
+		return parse_u32(v, LO, HI, &u) ? -1 : (c->F = u, 0)
+#define BOOL(S, K, F) \
+	if (!strcmp(sec, S) && !strcmp(k, K)) \
+		return parse_bool(v, &b) ? -1 : (c->F = b, 0)
+#define STR(S, K, F) \
+	if (!strcmp(sec, S) && !strcmp(k, K)) \
+		return copy_str(c->F, sizeof(c->F), v)
+
+	if (!strcmp(sec, "server") && !strcmp(k, "listen")) {
+		const char *colon = strrchr(v, ':');
+
+		if (!colon || colon == v || (size_t)(colon - v) >= sizeof(c->listen_host) ||
+		    parse_u32(colon + 1, 1, 65535, &u))
+			return -1;
+		memcpy(c->listen_host, v, (size_t)(colon - v));
+		c->listen_host[colon - v] = 0;
+		c->listen_port = (uint16_t)u;
+		return 0;
+	}
+	BOOL("server", "allow_remote", allow_remote);
+	U32("server", "max_body_kb", max_body_kb, 1, 1 << 20);
+	U32("server", "max_connections", max_connections, 1, 65536);
+	U32("server", "connection_timeout_s", conn_timeout_s, 1, 3600);
+	STR("model", "path", model_path);
+	STR("model", "id", model_id);
+	U32("model", "max_tokens", max_tokens_cap, 1, 1 << 20);
+	STR("kv", "backend", backend);
+	U32("kv", "blocks", kv_blocks, 8, 1 << 20);
+	U32("kv", "block_tokens", block_tokens, 1, 4096);
+	STR("kv", "dtype", kv_dtype);
+	if (!strcmp(sec, "kv") && !strcmp(k, "handoff")) {
+		if (!strcmp(v, "arena"))
+			c->handoff = KVD_HANDOFF_ARENA;
+		else if (!strcmp(v, "copy"))
+			c->handoff = KVD_HANDOFF_COPY;
+		else
+			return -1;
+		return 0;
+	}
+	STR("kv", "policy", policy);
+	U32("kv", "low_watermark", low_wm, 0, 1 << 20);
+	U32("kv", "high_watermark", high_wm, 0, 1 << 20);
+	BOOL("kv", "prefix_cache", prefix_cache);
+	BOOL("kv", "retention", retention);
+	U32("kv", "idle_retention_s", idle_retention_s, 0, 86400 * 7);
+	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
+	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
+	BOOL("kv", "toolwait_bpf", toolwait_bpf);
+	U32("workers", "prefill", prefill_workers, 1, 64);
+	U32("workers", "decode", decode_workers, 1, 64);
+	U32("workers", "threads", threads_per_worker, 1, 2);
+	U32("workers", "max_batch", max_batch, 1, 256);
+	STR("workers", "prefill_backend", prefill_backend);
+	STR("workers", "decode_backend", decode_backend);
+	STR("workers", "backend_options", backend_options);
+	U32("workers", "lease_ms", lease_ms, 100, 3600000);
+	U32("workers", "lease_per_token_ms", lease_per_token_ms, 0, 60000);
+	if (!strcmp(sec, "workers") && !strcmp(k, "prefill_load_scale")) {
+		char *end;
+		double x = strtod(v, &end);
+
+		if (end == v || *end || !(x >= 0 && x <= 1000))
+			return -1;
+		c->prefill_load_scale = x;
+		return 0;
+	}
+	U32("limits", "max_queue", max_queue, 1, 1 << 20);
+	U32("limits", "max_sessions", max_sessions, 1, 1 << 22);
+	if (!strcmp(sec, "log") && !strcmp(k, "level")) {
+		static const char *const lv[] = { "error", "warn", "info", "debug" };
+
+		for (b = 0; b < 4; b++)
+			if (!strcmp(v, lv[b]))
+				return c->log_level = b, 0;
+		return -1;
+	}
+	if (!strncmp(sec, "tenant.", 7)) {
+		struct kvd_tenant_cfg *t = tenant_for(c, sec + 7);
+
+		if (!t)
+			return -1;
+		if (!strcmp(k, "key")) {
+			/* at least 16 bytes: the HTTP layer refuses shorter keys */
+			if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || strlen(v) < 16 ||
+			    copy_str(t->keys[t->n_keys], sizeof(t->keys[0]), v))
+				return -1;
+			t->n_keys++;
+			return 0;
+		}
+		if (!strcmp(k, "tokens_per_min")) {
+			if (parse_u32(v, 0, UINT32_MAX, &u))
+				return -1;
+			t->tokens_per_min = u;
+			return 0;
+		}
+		if (!strcmp(k, "kv_blocks"))
+			return parse_u32(v, 0, 1 << 20, &t->kv_blocks);
+		if (!strcmp(k, "server_tools"))
+			return parse_bool(v, &t->server_tools);
+	}
+	return -2;
+#undef U32
+#undef BOOL
+#undef STR
+}
+
+int kvd_config_set(struct kvd_config *c, const char *sec, const char *key,
+		   const char *val, char *err, size_t errlen)
+{
+	int r = set_key(c, sec, key, val);
+
+	if (r)
+		snprintf(err, errlen, "%s: %s", key, r == -2 ? "unknown setting" : "bad value");
+	return r ? -1 : 0;
+}
+
+static int on_key(void *user, const char *sec, const char *k, const char *v)
+{
+	struct load_ctx *lc = user;
+	int r;
+
+	if (lc->failed)
+		return 0;
+	r = set_key(lc->c, sec, k, v);
+	if (r) {
+		snprintf(lc->err, lc->errlen, "[%s] %s = %s: %s", sec, k, v,
+			 r == -2 ? "unknown key" : "bad value");
+		lc->failed = 1;
+		return 0;
+	}
+	return 1;
+}
+
+int kvd_config_load(struct kvd_config *c, const char *path, char *err, size_t errlen)
+{
+	struct load_ctx lc = { c, err, errlen, 0 };
+	int r = ini_parse(path, on_key, &lc);
+
+	if (r == -1) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (lc.failed) {
+		char tmp[256];
+
+		snprintf(tmp, sizeof(tmp), "%s", err);
+		snprintf(err, errlen, "%s: %s", path, tmp);
+		return -1;
+	}
+	if (r) {
+		snprintf(err, errlen, "%s:%d: syntax error", path, r);
+		return -1;
+	}
+	snprintf(c->config_path, sizeof(c->config_path), "%s", path);
+	return 0;
+}
+
+int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
+{
+	uint32_t i, j;
+
+	if (!c->model_path[0]) {
+		snprintf(err, errlen, "no model: give --model FILE or [model] path");
+		return -1;
+	}
+	if (strcmp(c->backend, "auto") && strcmp(c->backend, "kernel") &&
+	    strcmp(c->backend, "memfd")) {
+		snprintf(err, errlen, "[kv] backend must be auto, kernel or memfd");
+		return -1;
+	}
+	if (strcmp(c->kv_dtype, "f16") && strcmp(c->kv_dtype, "f32")) {
+		snprintf(err, errlen, "[kv] dtype must be f16 or f32");
+		return -1;
+	}
+	if (strcmp(c->policy, "toolwait") && strcmp(c->policy, "lru") &&
+	    strcmp(c->policy, "ttl")) {
+		snprintf(err, errlen, "[kv] policy must be toolwait, lru or ttl");
+		return -1;
+	}
+	if (c->high_wm && c->low_wm > c->high_wm) {
+		snprintf(err, errlen, "[kv] low_watermark > high_watermark");
+		return -1;
+	}
+	if (c->toolwait_min_s > c->toolwait_max_s) {
+		snprintf(err, errlen, "[kv] toolwait_min_s > toolwait_max_s");
+		return -1;
+	}
+	for (i = 0; i < c->n_tenants; i++) {
+		if (!c->tenants[i].n_keys) {
+			snprintf(err, errlen, "[tenant.%s] has no key", c->tenants[i].name);
+			return -1;
+		}
+		for (j = 0; j < i; j++)
+			for (uint32_t a = 0; a < c->tenants[i].n_keys; a++)
+				for (uint32_t b = 0; b < c->tenants[j].n_keys; b++)
+					if (!strcmp(c->tenants[i].keys[a], c->tenants[j].keys[b])) {
+						snprintf(err, errlen, "tenants %s and %s share a key",
+							 c->tenants[i].name, c->tenants[j].name);
+						return -1;
+					}
+	}
+	if (!c->model_id[0]) {
+		const char *base = strrchr(c->model_path, '/');
+		size_t n;
+
+		base = base ? base + 1 : c->model_path;
+		n = strlen(base);
+		if (n > 5 && !strcmp(base + n - 5, ".gguf"))
+			n -= 5;
+		if (n >= sizeof(c->model_id))
+			n = sizeof(c->model_id) - 1;
+		memcpy(c->model_id, base, n);
+		c->model_id[n] = 0;
+	}
+	return 0;
+}

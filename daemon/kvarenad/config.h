@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - kvarenad's configuration: defaults, the INI file (libinih)
+ * and command-line overrides. Documentation/daemon.md lists every key.
+ */
+#ifndef KVD_CONFIG_H
+#define KVD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVD_MAX_TENANTS 64
+#define KVD_MAX_KEYS_PER_TENANT 8
+
+struct kvd_tenant_cfg {
+	char name[64];
+	uint32_t id;			/* 1.. in file order */
+	uint32_t n_keys;
+	char keys[KVD_MAX_KEYS_PER_TENANT][128];
+	uint64_t tokens_per_min;	/* prompt + completion; 0: unlimited */
+	uint32_t kv_blocks;		/* blocks held at once; 0: unlimited */
+	int server_tools;		/* may use server-side tools */
+};
+
+enum kvd_handoff { KVD_HANDOFF_ARENA = 0, KVD_HANDOFF_COPY = 1 };
+
+struct kvd_config {
+	/* [server] */
+	char listen_host[64];
+	uint16_t listen_port;
+	int allow_remote;		/* listen beyond loopback without keys */
+	uint32_t max_body_kb;
+	uint32_t max_connections;
+	uint32_t conn_timeout_s;
+	/* [model] */
+	char model_path[512];
+	char model_id[128];		/* default: file name without .gguf */
+	uint32_t max_tokens_cap;	/* completion tokens when unset */
+	/* [kv] */
+	char backend[16];		/* auto, kernel, memfd */
+	uint32_t kv_blocks;		/* arena capacity in blocks */
+	uint32_t block_tokens;
+	char kv_dtype[8];		/* f16, f32 */
+	enum kvd_handoff handoff;
+	char policy[16];		/* toolwait, lru, ttl */
+	uint32_t low_wm, high_wm;	/* free-block watermarks (0: the kernel's) */
+	int prefix_cache;		/* 1: keep full blocks for reuse */
+	int retention;			/* 1: keep session KV between requests */
+	uint32_t idle_retention_s;	/* an idle session's KV lives this long */
+	uint32_t toolwait_min_s, toolwait_max_s;	/* bounds of a TOOL_WAIT deadline */
+	int toolwait_bpf;		/* 1: load the eBPF tool-wait programs if possible */
+	/* [workers] */
+	uint32_t prefill_workers;
+	uint32_t decode_workers;
+	uint32_t threads_per_worker;
+	uint32_t max_batch;
+	char prefill_backend[256];	/* cpu or a plugin .so path */
+	char decode_backend[256];
+	char backend_options[256];
+	uint32_t lease_ms;		/* a step may take this long, then its worker dies */
+	uint32_t lease_per_token_ms;	/* ... plus this per prompt token it prefills */
+	double prefill_load_scale;	/* router cost weight */
+	/* [limits] */
+	uint32_t max_queue;		/* jobs waiting for admission */
+	uint32_t max_sessions;		/* conversations remembered */
+	/* [tenant.NAME] sections */
+	uint32_t n_tenants;
+	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];
+	/* [log] */
+	int log_level;
+	char config_path[512];
+};
+
+void kvd_config_defaults(struct kvd_config *c);
+/* Reads an INI file over c. 0, or -1 with a message naming the line. */
+int kvd_config_load(struct kvd_config *c, const char *path, char *err, size_t errlen);
+/* One setting, as the file's [sec] key = val. 0 or -1 with a message. */
+int kvd_config_set(struct kvd_config *c, const char *sec, const char *key,
+		   const char *val, char *err, size_t errlen);
+/* Checks the whole configuration; 0 or -1 with a message. */
+int kvd_config_check(struct kvd_config *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,681 @@
+// SPDX-License-Identifier: MIT
+/*
+ * core.c - the orchestrator's life and its job API (kvd.h): loading the
+ * model and tokenizer, creating the arena, starting the workers and the
+ * scheduler thread; then jobs: admission checks at submit, and each job's
+ * event queue from the scheduler thread to the HTTP connection's thread.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+
+struct kvd_qev {
+	struct kvd_event ev;
+	struct kvd_qev *next;
+	char *text;
+	struct kvd_top_logprob *top;
+	char *top_text;
+	char session_id[40];
+};
+
+uint64_t kvd_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void kvd_wake(struct kvd *d)
+{
+	uint64_t one = 1;
+
+	if (write(d->wake_fd, &one, sizeof(one)) < 0)
+		return;		/* the counter is saturated: a wake-up is pending */
+}
+
+/* ---- event queue -------------------------------------------------------- */
+
+static void qev_free(struct kvd_qev *q)
+{
+	if (!q)
+		return;
+	free(q->text);
+	free(q->top);
+	free(q->top_text);
+	free(q);
+}
+
+static void job_push(struct kvd_job *j, struct kvd_qev *q)
+{
+	pthread_mutex_lock(&j->qlock);
+	if (j->q_closed) {
+		pthread_mutex_unlock(&j->qlock);
+		qev_free(q);
+		return;
+	}
+	if (q->ev.type != KVD_EV_TOKEN)
+		j->q_closed = 1;
+	if (j->q_tail)
+		j->q_tail->next = q;
+	else
+		j->q_head = q;
+	j->q_tail = q;
+	pthread_cond_signal(&j->qcond);
+	pthread_mutex_unlock(&j->qlock);
+}
+
+void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n, int32_t tok,
+			float lp, const struct kvd_top *top, uint32_t n_top)
+{
+	struct kvd_qev *q = calloc(1, sizeof(*q));
+	uint32_t i;
+	size_t off = 0;
+
+	if (!q)
+		return;
+	q->ev.type = KVD_EV_TOKEN;
+	q->text = malloc(n + 1);
+	if (!q->text)
+		goto fail;
+	memcpy(q->text, text, n);
+	q->text[n] = 0;
+	q->ev.text = q->text;
+	q->ev.text_len = n;
+	q->ev.token = tok;
+	q->ev.logprob = lp;
+	if (n_top) {
+		q->top = calloc(n_top, sizeof(*q->top));
+		q->top_text = malloc((size_t)n_top * 64);
+		if (!q->top || !q->top_text)
+			goto fail;
+		for (i = 0; i < n_top; i++) {
+			int r = kve_token_bytes(j->d->tok, top[i].token, q->top_text + off, 64);
+
+			if (r < 0)
+				r = 0;
+			if (r > 64)
+				r = 64;
+			q->top[i].token = top[i].token;
+			q->top[i].logprob = top[i].logprob;
+			q->top[i].text = q->top_text + off;
+			q->top[i].text_len = (size_t)r;
+			off += 64;
+		}
+		q->ev.top = q->top;
+		q->ev.n_top = n_top;
+	}
+	job_push(j, q);
+	return;
+fail:
+	qev_free(q);
+}
+
+void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
+{
+	struct kvd_qev *q = calloc(1, sizeof(*q));
+	uint64_t now = kvd_now_ns();
+
+	if (!q)
+		return;
+	q->ev.type = KVD_EV_DONE;
+	q->ev.finish = f;
+	q->ev.usage.prompt_tokens = j->n_prompt;
+	q->ev.usage.cached_tokens = j->n_cached;
+	q->ev.usage.completion_tokens = j->n_gen;
+	if (j->conv)
+		snprintf(q->session_id, sizeof(q->session_id), "%s", j->conv->id);
+	q->ev.session_id = q->session_id;
+	q->ev.ttft_ms = j->t_first ? (double)(j->t_first - j->t_submit) / 1e6 : 0;
+	q->ev.total_ms = (double)(now - j->t_submit) / 1e6;
+	job_push(j, q);
+}
+
+void kvd_job_emit_error(struct kvd_job *j, enum kvd_err_kind kind, const char *msg)
+{
+	struct kvd_qev *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return;
+	q->ev.type = KVD_EV_ERROR;
+	q->ev.err.kind = kind;
+	snprintf(q->ev.err.message, sizeof(q->ev.err.message), "%s", msg);
+	q->ev.total_ms = (double)(kvd_now_ns() - j->t_submit) / 1e6;
+	job_push(j, q);
+}
+
+int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
+{
+	struct timespec dl;
+	int rc = 0;
+
+	pthread_mutex_lock(&j->qlock);
+	qev_free(j->cur);
+	j->cur = NULL;
+	if (timeout_ms >= 0) {
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += timeout_ms / 1000;
+		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+	}
+	while (!j->q_head) {
+		if (timeout_ms < 0)
+			pthread_cond_wait(&j->qcond, &j->qlock);
+		else if (pthread_cond_timedwait(&j->qcond, &j->qlock, &dl) == ETIMEDOUT)
+			break;
+	}
+	if (j->q_head) {
+		j->cur = j->q_head;
+		j->q_head = j->cur->next;
+		if (!j->q_head)
+			j->q_tail = NULL;
+		*ev = j->cur->ev;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&j->qlock);
+	return rc;
+}
+
+void kvd_job_cancel(struct kvd_job *j)
+{
+	struct kvd *d = j->d;
+
+	pthread_mutex_lock(&d->lock);
+	j->cancelled = 1;
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+}
+
+static void job_destroy(struct kvd_job *j)
+{
+	struct kvd_qev *q, *n;
+	uint32_t i;
+
+	for (q = j->q_head; q; q = n) {
+		n = q->next;
+		qev_free(q);
+	}
+	qev_free(j->cur);
+	for (i = 0; i < KVD_MAX_STOP; i++)
+		free(j->stop[i]);
+	free(j->prompt);
+	free(j->session_key);
+	free(j->gen);
+	free(j->kv_payload);
+	pthread_mutex_destroy(&j->qlock);
+	pthread_cond_destroy(&j->qcond);
+	free(j);
+}
+
+/* Called with d->lock held. */
+void kvd_job_put(struct kvd_job *j)
+{
+	if (--j->refs == 0)
+		job_destroy(j);
+}
+
+void kvd_job_free(struct kvd_job *j)
+{
+	struct kvd *d = j->d;
+
+	pthread_mutex_lock(&d->lock);
+	j->cancelled = 1;
+	kvd_job_put(j);
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+}
+
+/* ---- submission ---------------------------------------------------------- */
+
+static void set_err(struct kvd_error *e, enum kvd_err_kind k, const char *param,
+		    const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static void set_err(struct kvd_error *e, enum kvd_err_kind k, const char *param,
+		    const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	memset(e, 0, sizeof(*e));
+	e->kind = k;
+	e->param = param;
+	e->code = code;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+}
+
+/* Token bucket per tenant: tokens_per_min refilled continuously. */
+static int tenant_budget_ok(struct kvd *d, uint32_t tenant, uint32_t *retry_s)
+{
+	const struct kvd_tenant_cfg *t;
+	uint64_t now = kvd_now_ns();
+	double cap, rate;
+
+	if (!tenant || tenant > d->cfg.n_tenants)
+		return 1;
+	t = &d->cfg.tenants[tenant - 1];
+	if (!t->tokens_per_min)
+		return 1;
+	cap = (double)t->tokens_per_min;
+	rate = cap / 60e9;
+	if (!d->tenant_refill_ns[tenant]) {
+		d->tenant_tokens[tenant] = cap;
+	} else {
+		d->tenant_tokens[tenant] += rate * (double)(now - d->tenant_refill_ns[tenant]);
+		if (d->tenant_tokens[tenant] > cap)
+			d->tenant_tokens[tenant] = cap;
+	}
+	d->tenant_refill_ns[tenant] = now;
+	if (d->tenant_tokens[tenant] > 0)
+		return 1;
+	*retry_s = (uint32_t)(-d->tenant_tokens[tenant] / rate / 1e9) + 1;
+	return 0;
+}
+
+/* Charges a finished request's tokens to its tenant's bucket (it may go
+ * negative: the next request then waits for the refill). */
+void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens)
+{
+	if (!tenant || tenant > d->cfg.n_tenants || !d->cfg.tenants[tenant - 1].tokens_per_min)
+		return;
+	if (!d->tenant_refill_ns[tenant]) {
+		d->tenant_tokens[tenant] = (double)d->cfg.tenants[tenant - 1].tokens_per_min;
+		d->tenant_refill_ns[tenant] = kvd_now_ns();
+	}
+	d->tenant_tokens[tenant] -= tokens;
+}
+
+int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **jobp,
+		   struct kvd_error *err)
+{
+	struct kvd_job *j;
+	uint32_t i, retry = 1;
+	int n;
+
+	memset(err, 0, sizeof(*err));
+	if (!r->model || strcmp(r->model, d->cfg.model_id)) {
+		set_err(err, KVD_ERR_NOT_FOUND, "model", "model_not_found",
+			"The model '%s' does not exist; this server serves '%s'",
+			r->model ? r->model : "", d->cfg.model_id);
+		return -ENOENT;
+	}
+	if (!r->prompt || !r->prompt_len) {
+		set_err(err, KVD_ERR_INVALID, "messages", NULL, "empty prompt");
+		return -EINVAL;
+	}
+	/* cheap bound before tokenizing: a token is at least one byte, except
+	 * the SPM dummy prefix */
+	n = kve_tokenize(d->tok, r->prompt, r->prompt_len, 1, NULL, 0);
+	if (n < 0) {
+		set_err(err, KVD_ERR_INVALID, "messages", NULL, "cannot tokenize the prompt: %s",
+			strerror(-n));
+		return n;
+	}
+	if ((uint32_t)n >= d->ctx_len) {
+		set_err(err, KVD_ERR_TOO_LONG, "messages", "context_length_exceeded",
+			"This model's maximum context length is %u tokens; the messages "
+			"take %d", d->ctx_len, n);
+		return -E2BIG;
+	}
+	if (r->s.max_tokens && (uint64_t)n + r->s.max_tokens > d->ctx_len) {
+		set_err(err, KVD_ERR_TOO_LONG, "max_tokens", "context_length_exceeded",
+			"This model's maximum context length is %u tokens; the messages "
+			"take %d and max_tokens asks for %u more", d->ctx_len, n,
+			r->s.max_tokens);
+		return -E2BIG;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		goto nomem;
+	pthread_mutex_init(&j->qlock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&j->qcond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	j->d = d;
+	j->refs = 2;
+	j->worker = -1;
+	j->tenant = r->tenant;
+	j->s = r->s;
+	j->prompt = malloc(r->prompt_len + 1);
+	if (!j->prompt)
+		goto nomem_job;
+	memcpy(j->prompt, r->prompt, r->prompt_len);
+	j->prompt[r->prompt_len] = 0;
+	j->prompt_len = r->prompt_len;
+	if (r->session_key && *r->session_key) {
+		j->session_key = strdup(r->session_key);
+		if (!j->session_key)
+			goto nomem_job;
+	}
+	for (i = 0; i < r->s.n_stop && i < KVD_MAX_STOP; i++) {
+		j->stop[i] = strdup(r->s.stop[i]);
+		if (!j->stop[i])
+			goto nomem_job;
+		j->s.stop[i] = j->stop[i];
+	}
+	j->s.n_stop = i;
+	if (r->s.has_seed) {
+		j->rng = kve_rng_seed(r->s.seed);
+	} else {
+		uint64_t seed = 0;
+
+		if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+			seed = kvd_now_ns();
+		j->rng = kve_rng_seed(seed);
+	}
+	snprintf(j->request_id, sizeof(j->request_id), "%s",
+		 r->request_id ? r->request_id : "-");
+	j->t_submit = kvd_now_ns();
+
+	pthread_mutex_lock(&d->lock);
+	if (d->stopping || !d->ready) {
+		pthread_mutex_unlock(&d->lock);
+		set_err(err, KVD_ERR_UNAVAILABLE, NULL, NULL,
+			d->stopping ? "the server is shutting down" : "the server is starting");
+		goto reject;
+	}
+	if (d->n_queued >= d->cfg.max_queue) {
+		d->m.requests_rejected++;
+		pthread_mutex_unlock(&d->lock);
+		set_err(err, KVD_ERR_BUSY, NULL, "server_busy",
+			"%u requests are already waiting; retry later", d->cfg.max_queue);
+		err->retry_after_s = 1;
+		goto reject;
+	}
+	if (!tenant_budget_ok(d, r->tenant, &retry)) {
+		d->m.requests_rejected++;
+		pthread_mutex_unlock(&d->lock);
+		set_err(err, KVD_ERR_QUOTA, NULL, "rate_limit_exceeded",
+			"tenant token budget (%llu tokens per minute) used up",
+			(unsigned long long)d->cfg.tenants[r->tenant - 1].tokens_per_min);
+		err->retry_after_s = retry;
+		goto reject;
+	}
+	if (d->jobs_tail)
+		d->jobs_tail->next = j;
+	else
+		d->jobs = j;
+	d->jobs_tail = j;
+	d->n_queued++;
+	d->m.requests++;
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+	*jobp = j;
+	return 0;
+reject:
+	j->refs = 1;
+	job_destroy(j);
+	return -EAGAIN;
+nomem_job:
+	j->refs = 1;
+	job_destroy(j);
+nomem:
+	set_err(err, KVD_ERR_INTERNAL, NULL, NULL, "out of memory");
+	return -ENOMEM;
+}
+
+int kvd_session_delete(struct kvd *d, const char *id, uint32_t tenant)
+{
+	struct kvd_conv *c;
+	int rc = 0;
+
+	pthread_mutex_lock(&d->lock);
+	c = kvd_conv_find_id(d, id);
+	if (!c || c->tenant != tenant) {
+		rc = -ENOENT;
+	} else if (c->job) {
+		/* a step may hold a lease on its blocks: free them when the
+		 * step ends (or its worker is killed at lease expiry) */
+		c->delete_pending = 1;
+		c->job->cancelled = 1;
+	} else {
+		kvd_conv_free(d, c);
+	}
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+	return rc;
+}
+
+const char *kvd_model_id(const struct kvd *d)
+{
+	return d->cfg.model_id;
+}
+
+uint32_t kvd_context_len(const struct kvd *d)
+{
+	return d->ctx_len;
+}
+
+int kvd_ready(const struct kvd *d)
+{
+	return __atomic_load_n(&d->ready, __ATOMIC_RELAXED) &&
+	       !__atomic_load_n(&d->stopping, __ATOMIC_RELAXED);
+}
+
+/* ---- life ------------------------------------------------------------------ */
+
+static int32_t single_token(struct kvd *d, const char *s)
+{
+	int32_t ids[4];
+	int n = kve_tokenize(d->tok, s, strlen(s), 0, ids, 4);
+
+	return n == 1 ? ids[0] : -1;
+}
+
+static int open_arena(struct kvd *d, char *err, size_t errlen)
+{
+	struct kve_arena_kv_params p = { 0 };
+	int rc;
+
+	if (!strcmp(d->cfg.backend, "kernel"))
+		p.backend = KVA_BACKEND_KERNEL;
+	else if (!strcmp(d->cfg.backend, "memfd"))
+		p.backend = KVA_BACKEND_MEMFD;
+	else
+		p.backend = KVA_BACKEND_AUTO;
+	p.n_blocks = d->cfg.kv_blocks;
+	p.block_tokens = d->cfg.block_tokens;
+	p.dtype = strcmp(d->cfg.kv_dtype, "f32") ? KVE_KV_F16 : KVE_KV_F32;
+	p.name = "kvarenad";
+	rc = kve_arena_kv_create(d->model, &p, &d->kv, err, errlen);
+	if (rc)
+		return rc;
+	d->arena = kve_arena_kv_arena(d->kv);
+	d->backend = kve_arena_kv_backend(d->kv);
+	kve_arena_kv_geom(d->kv, &d->geom);
+	d->data_fd = kva_arena_data_fd(d->arena, KVA_EXPORT_CLOEXEC);
+	if (d->data_fd < 0) {
+		snprintf(err, errlen, "arena data fd: %s", strerror(-d->data_fd));
+		return d->data_fd;
+	}
+	d->block_users = calloc(d->geom.blocks_total, sizeof(*d->block_users));
+	if (!d->block_users)
+		return -ENOMEM;
+	rc = kva_policy_parse(d->cfg.policy);
+	if (rc >= 0)
+		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm, 0);
+	if (rc < 0) {
+		snprintf(err, errlen, "eviction policy %s: %s", d->cfg.policy, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **dp,
+	       char *err, size_t errlen)
+{
+	const struct kve_model_info *mi;
+	struct kvd *d = calloc(1, sizeof(*d));
+	int rc;
+
+	if (!d)
+		return -ENOMEM;
+	d->cfg = *cfg;
+	d->self_exe = self_exe;
+	d->data_fd = -1;
+	pthread_mutex_init(&d->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&d->idle_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	d->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (d->wake_fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	/* the orchestrator only tokenizes and sizes KV: map the weights
+	 * (page cache) instead of a private copy */
+	setenv("KVE_WEIGHTS", "mmap", 0);
+	d->model = kve_model_load(cfg->model_path, err, errlen);
+	unsetenv("KVE_WEIGHTS");
+	if (!d->model) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	mi = kve_model_info(d->model);
+	d->vocab = mi->vocab;
+	d->ctx_len = mi->ctx_len;
+	d->tok = kve_tokenizer_create(d->model, err, errlen);
+	if (!d->tok) {
+		rc = -EINVAL;
+		goto fail;
+	}
+	d->eos = kve_tokenizer_eos(d->tok);
+	d->eot = single_token(d, "<|im_end|>");
+	rc = open_arena(d, err, errlen);
+	if (rc)
+		goto fail;
+	rc = kvd_prefix_init(d);
+	if (rc) {
+		snprintf(err, errlen, "prefix cache: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = kvd_kstate_init(d);
+	if (rc) {
+		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = kvd_workers_start(d);
+	if (rc) {
+		snprintf(err, errlen, "workers: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = pthread_create(&d->sched, NULL, kvd_sched_main, d);
+	if (rc) {
+		rc = -rc;
+		snprintf(err, errlen, "scheduler thread: %s", strerror(-rc));
+		kvd_workers_stop(d);
+		goto fail;
+	}
+	*dp = d;
+	return 0;
+fail:
+	if (!err[0])
+		snprintf(err, errlen, "%s", strerror(-rc));
+	kvd_kstate_fini(d);
+	kvd_prefix_fini(d);
+	free(d->block_users);
+	if (d->data_fd >= 0)
+		close(d->data_fd);
+	kve_arena_kv_destroy(d->kv);
+	kve_tokenizer_free(d->tok);
+	kve_model_free(d->model);
+	if (d->wake_fd >= 0)
+		close(d->wake_fd);
+	pthread_cond_destroy(&d->idle_cond);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	return rc;
+}
+
+void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
+{
+	pthread_mutex_lock(&d->lock);
+	d->cfg.n_tenants = cfg->n_tenants;
+	memcpy(d->cfg.tenants, cfg->tenants, sizeof(cfg->tenants));
+	pthread_mutex_unlock(&d->lock);
+}
+
+int kvd_drain(struct kvd *d, int timeout_ms)
+{
+	uint64_t end = kvd_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int busy;
+
+	pthread_mutex_lock(&d->lock);
+	d->stopping = 1;
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		struct kvd_job *j;
+		struct timespec ts;
+
+		busy = 0;
+		for (j = d->jobs; j; j = j->next)
+			if (j->state != JOB_FINISHED)
+				busy++;
+		if (!busy || kvd_now_ns() >= end)
+			break;
+		ts.tv_sec = (time_t)(end / 1000000000ull);
+		ts.tv_nsec = (long)(end % 1000000000ull);
+		pthread_cond_timedwait(&d->idle_cond, &d->lock, &ts);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return busy ? -ETIMEDOUT : 0;
+}
+
+void kvd_destroy(struct kvd *d)
+{
+	struct kvd_job *j;
+
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->stopping = 1;
+	d->stop_now = 1;
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+	pthread_join(d->sched, NULL);
+	kvd_workers_stop(d);
+	/* jobs still held by the scheduler: their API side is gone by now */
+	while ((j = d->jobs)) {
+		d->jobs = j->next;
+		kvd_job_put(j);
+	}
+	while (d->convs)
+		kvd_conv_free(d, d->convs);
+	kvd_prefix_fini(d);
+	kvd_kstate_fini(d);
+	free(d->block_users);
+	if (d->data_fd >= 0)
+		close(d->data_fd);
+	kve_arena_kv_destroy(d->kv);
+	kve_tokenizer_free(d->tok);
+	kve_model_free(d->model);
+	close(d->wake_fd);
+	pthread_cond_destroy(&d->idle_cond);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}

@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h - the orchestrator's state, shared by its files:
+ *   core.c      struct kvd, jobs and their event queues (kvd.h's API)
+ *   sched.c     the scheduler thread: admission, steps, results
+ *   conv.c      conversations (one kvarena session each), text matching
+ *   prefix.c    the prefix cache: full blocks by chained token hashes
+ *   workers.c   stage worker processes: start, restart, leases
+ *   router.c    which worker gets a step (Dynamo-style cost)
+ *   kstate.c    session states to the kernel (batched), pressure events
+ *   toolwait.c  tool classes and predicted waits
+ *   metrics.c   counters, histograms, Prometheus text
+ * One lock (kvd.lock) guards all of it; worker I/O and tokenizing happen
+ * outside it.
+ */
+#ifndef KVD_INTERNAL_H
+#define KVD_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "kv_arena.h"
+#include "kvarena_toolwait.h"
+#include "kvd.h"
+#include "kvengine.h"
+#include "proto.h"
+
+struct kvd_job;
+struct kvd_conv;
+
+/* ---- conversations ---------------------------------------------------- */
+
+struct kvd_conv {
+	char id[40];			/* "sess_" + 24 hex digits */
+	uint32_t tenant;
+	char *key;			/* prompt_cache_key / user, or NULL */
+	struct kve_arena_session as;	/* as.s.n_tokens: positions with KV */
+	int has_kv;			/* a kvarena session exists */
+	int32_t *tokens;		/* the conversation so far */
+	uint32_t *tok_end;		/* text offset after each token;
+					 * UINT32_MAX: not a text boundary */
+	uint32_t n_tokens, cap_tokens;
+	char *text;			/* the text the tokens stand for */
+	size_t text_len, text_cap;
+	uint64_t *hashes;		/* chained hash of each full block */
+	uint32_t n_hashed;		/* full blocks offered to the cache */
+	struct kvd_job *job;		/* the job using it, or NULL */
+	uint32_t kstate;		/* KVA_STATE_* last sent to the kernel */
+	uint32_t tool_class;
+	uint64_t wait_started_ns;	/* TOOL_WAIT entry, for measuring */
+	uint64_t last_used_ns;
+	uint64_t deadline_ns;		/* KV retention ends */
+	int delete_pending;		/* DELETE while a step held a lease */
+	struct kvd_conv *prev, *next;	/* d->convs, most recent first */
+};
+
+/* ---- jobs ------------------------------------------------------------- */
+
+enum kvd_job_state {
+	JOB_QUEUED = 0,		/* waiting for admission (blocks) */
+	JOB_PREFILL_READY,	/* blocks held, waiting for a prefill worker */
+	JOB_PREFILLING,
+	JOB_KV_LOAD_READY,	/* copy mode: KV bytes wait for a decode worker */
+	JOB_KV_LOADING,
+	JOB_DECODE_READY,
+	JOB_DECODING,
+	JOB_FINISHED,
+};
+
+struct kvd_qev;			/* core.c: a queued event */
+
+struct kvd_job {
+	int refs;			/* API side + scheduler side */
+	enum kvd_job_state state;
+	struct kvd *d;
+	struct kvd_conv *conv;
+	char request_id[64];
+	uint32_t tenant;
+	/* the request */
+	char *prompt;
+	size_t prompt_len;
+	char *session_key;
+	struct kvd_sampling s;
+	char *stop[KVD_MAX_STOP];
+	uint32_t max_new;		/* after clipping to the context */
+	/* generation */
+	int32_t next_token;		/* sampled, not yet fed (KV pending) */
+	uint64_t rng;
+	uint32_t n_prompt, n_cached, n_gen;
+	struct kve_detok detok;
+	char *gen;			/* generated text */
+	size_t gen_len, gen_cap, emitted;
+	size_t text_base;		/* conv text length where the reply starts */
+	int cancelled;
+	int worker;			/* index in d->workers, -1 */
+	uint32_t retries;
+	/* copy mode: KV bytes from prefill, for a decode worker */
+	void *kv_payload;
+	size_t kv_payload_len;
+	/* timing */
+	uint64_t t_submit, t_first, t_last;
+	/* events to the API thread */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct kvd_qev *q_head, *q_tail;
+	struct kvd_qev *cur;		/* returned by the last kvd_job_next */
+	int q_closed;
+	struct kvd_job *next;		/* d->jobs */
+};
+
+/* ---- workers ---------------------------------------------------------- */
+
+enum kvd_wstate { W_DOWN = 0, W_STARTING, W_IDLE, W_BUSY };
+
+struct kvd_worker {
+	int index;
+	uint32_t role;			/* KVD_ROLE_* */
+	enum kvd_wstate state;
+	pid_t pid;
+	int sock;
+	uint64_t step_id;
+	uint64_t step_started_ns;	/* the lease */
+	uint32_t step_kind;		/* KVD_STEP_* or 0 for KV_LOAD */
+	struct kvd_job **inflight;
+	uint32_t n_inflight;
+	uint32_t queued_tokens;		/* router: tokens of the step in flight */
+	uint32_t restarts;
+	uint32_t fails_in_row;
+	uint64_t next_start_ns;		/* backoff after failures */
+	uint64_t started_ns;
+	char backend[32];
+};
+
+/* ---- prefix cache ----------------------------------------------------- */
+
+struct kvd_pentry {
+	uint64_t hash;
+	uint32_t block;
+	uint32_t depth;			/* block index in its chain */
+	uint64_t last_used_ns;
+	int used;			/* slot in use */
+};
+
+struct kvd_prefix {
+	struct kvd_pentry *slots;	/* open addressing, power of two */
+	uint32_t cap, n;
+	uint32_t *by_block;		/* block -> slot + 1, or 0 */
+	uint32_t cache_sid;		/* the kvarena session holding references */
+	int has_sid;
+};
+
+/* ---- tool classes ------------------------------------------------------ */
+
+#define KVD_MAX_TOOL_CLASSES 256
+struct kvd_toolclass {
+	char name[64];
+	struct kva_toolwait_hist hist;	/* the daemon's own measurements */
+};
+
+/* ---- metrics ----------------------------------------------------------- */
+
+#define KVD_HIST_BUCKETS 16
+struct kvd_hist {
+	uint64_t counts[KVD_HIST_BUCKETS + 1];	/* last: +Inf */
+	double sum;
+	uint64_t n;
+};
+
+struct kvd_metrics {
+	uint64_t requests, requests_failed, requests_rejected;
+	uint64_t prompt_tokens, cached_tokens, completion_tokens;
+	uint64_t prefix_hit_tokens;		/* from the block cache */
+	uint64_t session_hit_tokens;		/* from the conversation's own KV */
+	uint64_t kv_bytes_copied;		/* between stages */
+	uint64_t handoffs;			/* prefill -> decode */
+	uint64_t evictions, evicted_blocks, cache_evictions;
+	uint64_t pressure_events;
+	uint64_t worker_restarts, lease_expiries;
+	uint64_t tool_waits;
+	uint64_t steps_prefill, steps_decode, decode_seqs;
+	struct kvd_hist ttft, tpot, toolwait, prefill_ms;
+};
+
+/* ---- the orchestrator -------------------------------------------------- */
+
+struct kvd_state_change {
+	struct kva_session_state st;
+};
+
+struct kvd {
+	struct kvd_config cfg;
+	const char *self_exe;		/* to exec workers */
+	pthread_mutex_t lock;
+	pthread_t sched;
+	int wake_fd;			/* eventfd: new job, cancel, stop */
+	int stopping;			/* drain: refuse new, finish running */
+	int stop_now;
+	int ready;
+	/* model and KV */
+	struct kve_model *model;
+	struct kve_tokenizer *tok;
+	uint32_t vocab, ctx_len;
+	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
+	struct kve_arena_kv *kv;
+	struct kva_arena *arena;
+	struct kve_arena_geom geom;
+	int data_fd;			/* the arena's dma-buf / memfd */
+	enum kva_backend backend;
+	uint16_t *block_users;		/* conversations holding each block */
+	/* kernel */
+	struct kva_ring *ring;
+	struct kva_event ev;		/* the parked WAIT_EVENT's buffer */
+	uint64_t ev_ack;
+	int ev_parked;
+	struct kvd_state_change *pending;
+	uint32_t n_pending, cap_pending;
+	struct kva_toolwait *tw;	/* eBPF tool-wait, optional */
+	/* state */
+	struct kvd_conv *convs;
+	uint32_t n_convs;
+	struct kvd_job *jobs, *jobs_tail;	/* every job the scheduler holds, oldest first */
+	pthread_cond_t idle_cond;	/* a job finished (kvd_drain waits) */
+	uint32_t n_queued;
+	struct kvd_prefix prefix;
+	struct kvd_worker *workers;
+	uint32_t n_workers;
+	uint64_t next_step_id;
+	uint32_t tenant_blocks[KVD_MAX_TENANTS + 1];
+	double tenant_tokens[KVD_MAX_TENANTS + 1];	/* token bucket */
+	uint64_t tenant_refill_ns[KVD_MAX_TENANTS + 1];
+	struct kvd_toolclass classes[KVD_MAX_TOOL_CLASSES];
+	uint32_t n_classes;
+	struct kvd_metrics m;
+	char startup_note[256];
+};
+
+uint64_t kvd_now_ns(void);
+
+/* core.c: the orchestrator's life (main.c) */
+int kvd_create(const struct kvd_config *cfg, const char *self_exe,
+	       struct kvd **dp, char *err, size_t errlen);
+/* Stop admitting; wait up to timeout_ms for running jobs; 0 when drained. */
+int kvd_drain(struct kvd *d, int timeout_ms);
+void kvd_destroy(struct kvd *d);
+/* Tenants and budgets may change on SIGHUP. */
+void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg);
+
+/* core.c */
+void kvd_job_put(struct kvd_job *j);			/* drop a reference */
+void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n,
+			int32_t tok, float lp, const struct kvd_top *top,
+			uint32_t n_top);
+void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f);
+void kvd_job_emit_error(struct kvd_job *j, enum kvd_err_kind kind,
+			const char *msg);
+void kvd_wake(struct kvd *d);
+void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens);
+
+/* sched.c */
+void *kvd_sched_main(void *arg);
+
+/* conv.c */
+struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key);
+void kvd_conv_free(struct kvd *d, struct kvd_conv *c);
+struct kvd_conv *kvd_conv_find_id(struct kvd *d, const char *id);
+/* Best conversation whose text is a prefix-match of the prompt; *keep:
+ * tokens whose text the prompt repeats. */
+struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
+				const char *prompt, size_t len, uint32_t *keep);
+int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n_tokens);
+int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len);
+int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
+			   size_t len, int add_bos);
+int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text,
+			size_t n, int boundary);
+int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c);
+void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c);
+int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more);
+void kvd_conv_touch(struct kvd_conv *c);
+uint32_t kvd_conv_blocks(const struct kvd_conv *c);
+
+/* prefix.c */
+int kvd_prefix_init(struct kvd *d);
+void kvd_prefix_fini(struct kvd *d);
+uint64_t kvd_prefix_hash(uint64_t parent, const int32_t *tokens, uint32_t n);
+/* Shares the longest cached run of c's full blocks into c (c has a kvarena
+ * session and no blocks yet); returns tokens covered. */
+uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens);
+/* Offers c's newly filled blocks to the cache. */
+void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c);
+int kvd_prefix_cached(const struct kvd *d, uint32_t block);
+/* Frees cached blocks no conversation holds, oldest and deepest first;
+ * returns blocks released. */
+uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want);
+
+/* workers.c */
+int kvd_workers_start(struct kvd *d);
+void kvd_workers_stop(struct kvd *d);
+int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w);
+void kvd_worker_lost(struct kvd *d, struct kvd_worker *w, const char *why);
+int kvd_worker_send_step(struct kvd *d, struct kvd_worker *w, uint32_t kind,
+			 struct kvd_job **jobs, uint32_t n);
+int kvd_worker_send_kv_load(struct kvd *d, struct kvd_worker *w, struct kvd_job *j);
+
+/* router.c */
+struct kvd_worker *kvd_route(struct kvd *d, uint32_t role, uint32_t new_tokens,
+			     uint32_t overlap_tokens);
+
+/* kstate.c */
+int kvd_kstate_init(struct kvd *d);
+void kvd_kstate_fini(struct kvd *d);
+void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
+		    uint32_t tool_class, uint64_t expected_us);
+void kvd_kstate_flush(struct kvd *d);
+int kvd_kstate_fd(struct kvd *d);
+void kvd_kstate_poll(struct kvd *d);
+uint32_t kvd_blocks_free(struct kvd *d);
+/* Frees blocks until want are free: cache first, then victim sessions
+ * ranked by the kernel's policy. Returns blocks free after. */
+uint32_t kvd_make_room(struct kvd *d, uint32_t want);
+
+/* toolwait.c */
+uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len);
+uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
+void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
+
+/* metrics.c */
+void kvd_hist_add(struct kvd_hist *h, double v_ms);
+
+#endif

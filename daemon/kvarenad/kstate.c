@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kstate.c - what the kernel hears from the orchestrator, and what it
+ * says back. Session state changes (PREFILL, DECODE, TOOL_WAIT with tool
+ * class and predicted wait, IDLE) are collected during a scheduler step
+ * and sent together: through io_uring (many uring_cmds, one system call)
+ * with kvarena.ko, one call each with the memfd backend. A parked
+ * KVA_URING_WAIT_EVENT command brings the kernel's pressure events; on
+ * one, the orchestrator frees blocks (the cache's unused ones first, then
+ * the kernel's ranked victims) back up to the high watermark.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+
+#define RING_ENTRIES 256
+#define UD_EVENT 1ull		/* user_data of the parked wait */
+
+static void park_wait(struct kvd *d)
+{
+	if (!d->ring || d->ev_parked)
+		return;
+	memset(&d->ev, 0, sizeof(d->ev));
+	d->ev.size = sizeof(d->ev);
+	if (kva_ring_queue_wait_event(d->ring, &d->ev, d->ev_ack, UD_EVENT) == 0 &&
+	    kva_ring_submit(d->ring) >= 0)
+		d->ev_parked = 1;
+}
+
+int kvd_kstate_init(struct kvd *d)
+{
+	int rc;
+
+	if (d->backend != KVA_BACKEND_KERNEL)
+		return 0;
+	rc = kva_ring_open(d->arena, RING_ENTRIES, &d->ring);
+	if (rc) {
+		kvd_log(KVD_LOG_WARN, "kstate", "io_uring: %s; state changes go by ioctl",
+			strerror(-rc));
+		d->ring = NULL;
+	}
+	park_wait(d);
+	if (d->cfg.toolwait_bpf) {
+		struct kva_toolwait_opts o = { 0 };
+
+		o.size = sizeof(o);
+		o.module = KVA_TOOLWAIT_AUTO;
+		o.sched = KVA_TOOLWAIT_AUTO;
+		o.usdt = KVA_TOOLWAIT_OFF;
+		rc = kva_toolwait_open(&o, &d->tw);
+		if (rc) {
+			kvd_log(KVD_LOG_INFO, "kstate",
+				"eBPF tool-wait programs not loaded (%s): waits are predicted "
+				"from this daemon's own measurements", strerror(-rc));
+			d->tw = NULL;
+		} else {
+			kvd_log(KVD_LOG_INFO, "kstate", "eBPF tool-wait programs: %s",
+				kva_toolwait_describe(d->tw));
+		}
+	}
+	return 0;
+}
+
+void kvd_kstate_fini(struct kvd *d)
+{
+	if (d->ring)
+		kva_ring_close(d->ring);
+	d->ring = NULL;
+	if (d->tw)
+		kva_toolwait_close(d->tw);
+	d->tw = NULL;
+	free(d->pending);
+	d->pending = NULL;
+	d->n_pending = d->cap_pending = 0;
+}
+
+int kvd_kstate_fd(struct kvd *d)
+{
+	return d->ring ? kva_ring_fd(d->ring) : -1;
+}
+
+void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
+		    uint32_t tool_class, uint64_t expected_us)
+{
+	struct kva_session_state *st;
+	uint32_t i;
+
+	if (!c->has_kv || (c->kstate == state && state != KVA_STATE_TOOL_WAIT))
+		return;
+	c->kstate = state;
+	/* a later change of the same session in this step replaces it */
+	for (i = 0; i < d->n_pending; i++)
+		if (d->pending[i].st.session_id == c->as.sid)
+			break;
+	if (i == d->n_pending) {
+		if (d->n_pending == d->cap_pending) {
+			uint32_t cap = d->cap_pending ? d->cap_pending * 2 : 64;
+			void *p = realloc(d->pending, cap * sizeof(*d->pending));
+
+			if (!p)
+				return;
+			d->pending = p;
+			d->cap_pending = cap;
+		}
+		d->n_pending++;
+	}
+	st = &d->pending[i].st;
+	memset(st, 0, sizeof(*st));
+	st->size = sizeof(*st);
+	st->session_id = c->as.sid;
+	st->state = state;
+	if (state == KVA_STATE_TOOL_WAIT) {
+		st->tool_class = tool_class;
+		st->expected_wait_us = expected_us;
+	}
+}
+
+static void handle_event(struct kvd *d, int res)
+{
+	d->ev_parked = 0;
+	if (res < 0) {
+		if (res != -ECANCELED)
+			kvd_log(KVD_LOG_WARN, "kstate", "wait event: %s", strerror(-res));
+		return;
+	}
+	d->ev_ack = d->ev.seq;
+	if (d->ev.type == KVA_EVENT_PRESSURE) {
+		struct kva_arena_info ai = { .size = sizeof(ai) };
+		uint32_t want;
+
+		d->m.pressure_events++;
+		kva_arena_get_info(d->arena, &ai);
+		/* back up to the high watermark (the kernel's default: 2 x low) */
+		want = d->cfg.high_wm ? d->cfg.high_wm : 2 * d->ev.low_wm;
+		kvd_log(KVD_LOG_INFO, "kstate", "pressure: %u blocks free (low %u), %u victims ranked",
+			d->ev.blocks_free, d->ev.low_wm, d->ev.nvictims);
+		kvd_make_room(d, want < ai.blocks_total ? want : ai.blocks_total);
+	}
+}
+
+/* Reap completions without waiting; re-park the event wait. */
+void kvd_kstate_poll(struct kvd *d)
+{
+	struct kva_ring_cqe cqe[32];
+	int n, i;
+
+	if (!d->ring)
+		return;
+	while ((n = kva_ring_reap(d->ring, cqe, 32, 0)) > 0) {
+		for (i = 0; i < n; i++)
+			if (cqe[i].user_data == UD_EVENT)
+				handle_event(d, cqe[i].res);
+	}
+	park_wait(d);
+}
+
+void kvd_kstate_flush(struct kvd *d)
+{
+	uint32_t i, queued = 0, done = 0;
+	struct kva_ring_cqe cqe[32];
+	int rc;
+
+	if (!d->n_pending)
+		return;
+	for (i = 0; i < d->n_pending; i++) {
+		struct kva_session_state *st = &d->pending[i].st;
+
+		if (d->ring) {
+			rc = kva_ring_queue(d->ring, KVA_RING_SESSION_SET_STATE, st, 2 + i);
+			if (rc == 0) {
+				queued++;
+				continue;
+			}
+		}
+		rc = kva_session_set_state(d->arena, st->session_id, st->state,
+					   st->tool_class, st->expected_wait_us);
+		if (rc && rc != -EALREADY && rc != -ENOENT)
+			kvd_log(KVD_LOG_WARN, "kstate", "session %u -> %s: %s", st->session_id,
+				kva_state_name(st->state), strerror(-rc));
+	}
+	if (queued && kva_ring_submit(d->ring) >= 0) {
+		/* wait for this step's completions: the args live in d->pending */
+		while (done < queued) {
+			int n = kva_ring_reap(d->ring, cqe, 32, 1);
+
+			if (n <= 0)
+				break;
+			for (int k = 0; k < n; k++) {
+				if (cqe[k].user_data == UD_EVENT) {
+					handle_event(d, cqe[k].res);
+					continue;
+				}
+				done++;
+				if (cqe[k].res < 0 && cqe[k].res != -EALREADY && cqe[k].res != -ENOENT)
+					kvd_log(KVD_LOG_WARN, "kstate", "uring set_state: %s",
+						strerror(-cqe[k].res));
+			}
+		}
+	}
+	d->n_pending = 0;
+	park_wait(d);
+}
+
+uint32_t kvd_blocks_free(struct kvd *d)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+
+	if (kva_arena_get_info(d->arena, &ai))
+		return 0;
+	return ai.blocks_free;
+}
+
+static struct kvd_conv *conv_by_sid(struct kvd *d, uint32_t sid)
+{
+	struct kvd_conv *c;
+
+	for (c = d->convs; c; c = c->next)
+		if (c->has_kv && c->as.sid == sid)
+			return c;
+	return NULL;
+}
+
+static void evict(struct kvd *d, struct kvd_conv *c)
+{
+	d->m.evictions++;
+	d->m.evicted_blocks += c->as.s.n_blocks;
+	kvd_log(KVD_LOG_INFO, "kstate", "evict %s: %u blocks (%s), recomputed if it returns",
+		c->id, c->as.s.n_blocks, kva_state_name(c->kstate));
+	kvd_conv_drop_kv(d, c);
+}
+
+uint32_t kvd_make_room(struct kvd *d, uint32_t want)
+{
+	struct kva_victim v[64];
+	uint32_t free_now = kvd_blocks_free(d);
+	int n, i, progress = 1;
+
+	if (free_now >= want)
+		return free_now;
+	kvd_prefix_evict(d, want - free_now);
+	free_now = kvd_blocks_free(d);
+	while (free_now < want && progress) {
+		progress = 0;
+		n = kva_arena_victims(d->arena, KVA_POLICY_ARENA, v, 64);
+		for (i = 0; i < n && free_now < want; i++) {
+			struct kvd_conv *c = conv_by_sid(d, v[i].session_id);
+
+			if (!c || c->job)
+				continue;
+			evict(d, c);
+			kvd_prefix_evict(d, want - free_now);
+			free_now = kvd_blocks_free(d);
+			progress = 1;
+		}
+		if (!progress) {
+			/* the kernel ranked none we may evict: oldest idle first */
+			struct kvd_conv *c, *old = NULL;
+
+			for (c = d->convs; c; c = c->next)
+				if (c->has_kv && !c->job && c->as.s.n_blocks)
+					old = c;
+			if (old) {
+				evict(d, old);
+				kvd_prefix_evict(d, want - free_now);
+				free_now = kvd_blocks_free(d);
+				progress = 1;
+			}
+		}
+	}
+	return free_now;
+}

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+/*
+ * metrics.c - kvarenad's Prometheus metrics (text exposition format 0.0.4),
+ * rendered from the orchestrator's counters and the arena's own numbers.
+ * Histograms are in milliseconds with fixed buckets.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const double bucket_ms[KVD_HIST_BUCKETS] = {
+	1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
+	60000, 300000,
+};
+
+void kvd_hist_add(struct kvd_hist *h, double v)
+{
+	int i;
+
+	for (i = 0; i < KVD_HIST_BUCKETS && v > bucket_ms[i]; i++)
+		;
+	h->counts[i]++;
+	h->sum += v;
+	h->n++;
+}
+
+struct out {
+	char *buf;
+	size_t len, cap;
+	int oom;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (o->oom)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			o->oom = 1;
+			return;
+		}
+		if ((size_t)n < o->cap - o->len)
+			break;
+		o->cap = (o->cap + (size_t)n) * 2;
+		o->buf = realloc(o->buf, o->cap);
+		if (!o->buf) {
+			o->oom = 1;
+			return;
+		}
+	}
+	o->len += (size_t)n;
+}
+
+static void counter(struct out *o, const char *name, const char *help, uint64_t v)
+{
+	put(o, "# HELP kvarenad_%s %s\n# TYPE kvarenad_%s counter\nkvarenad_%s %llu\n",
+	    name, help, name, name, (unsigned long long)v);
+}
+
+static void gauge(struct out *o, const char *name, const char *help, double v)
+{
+	put(o, "# HELP kvarenad_%s %s\n# TYPE kvarenad_%s gauge\nkvarenad_%s %.17g\n",
+	    name, help, name, name, v);
+}
+
+static void hist(struct out *o, const char *name, const char *help,
+		 const struct kvd_hist *h)
+{
+	uint64_t cum = 0;
+	int i;
+
+	put(o, "# HELP kvarenad_%s %s\n# TYPE kvarenad_%s histogram\n", name, help, name);
+	for (i = 0; i < KVD_HIST_BUCKETS; i++) {
+		cum += h->counts[i];
+		put(o, "kvarenad_%s_bucket{le=\"%g\"} %llu\n", name, bucket_ms[i],
+		    (unsigned long long)cum);
+	}
+	cum += h->counts[KVD_HIST_BUCKETS];
+	put(o, "kvarenad_%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+	put(o, "kvarenad_%s_sum %.17g\nkvarenad_%s_count %llu\n", name, h->sum, name,
+	    (unsigned long long)h->n);
+}
+
+char *kvd_metrics_text(struct kvd *d)
+{
+	struct out o = { 0 };
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	uint32_t states[KVA_STATE_COUNT + 1] = { 0 }, queued = 0, running = 0, i;
+	uint32_t up[3] = { 0 };
+	struct kvd_conv *c;
+	struct kvd_job *j;
+	struct kvd_metrics m;
+	static const char *const st_names[] = { "idle", "prefill", "decode", "tool_wait",
+						"ended" };
+
+	o.cap = 8192;
+	o.buf = malloc(o.cap);
+	if (!o.buf)
+		return NULL;
+	pthread_mutex_lock(&d->lock);
+	m = d->m;
+	kva_arena_get_info(d->arena, &ai);
+	for (c = d->convs; c; c = c->next)
+		states[c->has_kv ? (c->kstate < KVA_STATE_COUNT ? c->kstate : 0) : KVA_STATE_ENDED]++;
+	for (j = d->jobs; j; j = j->next) {
+		if (j->state == JOB_QUEUED)
+			queued++;
+		else if (j->state != JOB_FINISHED)
+			running++;
+	}
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].state == W_IDLE || d->workers[i].state == W_BUSY)
+			up[d->workers[i].role]++;
+	put(&o, "# HELP kvarenad_info The served model and KV backend.\n"
+		"# TYPE kvarenad_info gauge\n"
+		"kvarenad_info{model=\"%s\",kv_backend=\"%s\",handoff=\"%s\"} 1\n",
+	    d->cfg.model_id, d->backend == KVA_BACKEND_KERNEL ? "kernel" : "memfd",
+	    d->cfg.handoff == KVD_HANDOFF_COPY ? "copy" : "arena");
+	put(&o, "# HELP kvarenad_sessions Conversations by kvarena session state "
+		"(ended: remembered without KV).\n# TYPE kvarenad_sessions gauge\n");
+	for (i = 0; i < KVA_STATE_COUNT && i < 5; i++)
+		put(&o, "kvarenad_sessions{state=\"%s\"} %u\n", st_names[i], states[i]);
+	gauge(&o, "queue_depth", "Requests waiting for admission.", queued);
+	gauge(&o, "requests_running", "Requests being prefilled or decoded.", running);
+	put(&o, "# HELP kvarenad_workers_up Stage workers serving.\n"
+		"# TYPE kvarenad_workers_up gauge\n"
+		"kvarenad_workers_up{stage=\"prefill\"} %u\nkvarenad_workers_up{stage=\"decode\"} %u\n",
+	    up[KVD_ROLE_PREFILL], up[KVD_ROLE_DECODE]);
+	gauge(&o, "kv_blocks_total", "KV blocks in the arena.", ai.blocks_total);
+	gauge(&o, "kv_blocks_free", "KV blocks free in the arena.", ai.blocks_free);
+	gauge(&o, "kv_blocks_used", "KV blocks held (sessions and the prefix cache).",
+	      ai.blocks_total - ai.blocks_free);
+	gauge(&o, "kv_blocks_cached", "KV blocks indexed by the prefix cache.", d->prefix.n);
+	gauge(&o, "kv_block_bytes", "Bytes of one arena block.", ai.block_size);
+	pthread_mutex_unlock(&d->lock);
+
+	counter(&o, "requests_total", "Completions admitted.", m.requests);
+	counter(&o, "requests_rejected_total", "Completions refused with 429.",
+		m.requests_rejected);
+	counter(&o, "requests_failed_total", "Completions that ended in an error.",
+		m.requests_failed);
+	counter(&o, "prompt_tokens_total", "Prompt tokens.", m.prompt_tokens);
+	counter(&o, "prompt_cached_tokens_total", "Prompt tokens whose KV was reused.",
+		m.cached_tokens);
+	counter(&o, "prefix_hit_tokens_total", "Prompt tokens reused from the prefix cache.",
+		m.prefix_hit_tokens);
+	counter(&o, "session_hit_tokens_total",
+		"Prompt tokens reused from the conversation's own KV.", m.session_hit_tokens);
+	counter(&o, "completion_tokens_total", "Generated tokens.", m.completion_tokens);
+	counter(&o, "kv_bytes_copied_total", "KV bytes copied between pipeline stages.",
+		m.kv_bytes_copied);
+	counter(&o, "handoffs_total", "Prefill to decode hand-offs.", m.handoffs);
+	counter(&o, "evictions_total", "Sessions whose KV was evicted under pressure.",
+		m.evictions);
+	counter(&o, "evicted_blocks_total", "Blocks released by evicted sessions.",
+		m.evicted_blocks);
+	counter(&o, "cache_evictions_total", "Prefix-cache blocks freed.", m.cache_evictions);
+	counter(&o, "pressure_events_total", "Kernel pressure events received.",
+		m.pressure_events);
+	counter(&o, "worker_restarts_total", "Stage workers restarted.", m.worker_restarts);
+	counter(&o, "lease_expiries_total", "Steps past their KV lease (worker killed).",
+		m.lease_expiries);
+	counter(&o, "tool_waits_total", "Tool waits measured.", m.tool_waits);
+	put(&o, "# HELP kvarenad_steps_total Steps sent to workers.\n"
+		"# TYPE kvarenad_steps_total counter\n"
+		"kvarenad_steps_total{stage=\"prefill\"} %llu\n"
+		"kvarenad_steps_total{stage=\"decode\"} %llu\n",
+	    (unsigned long long)m.steps_prefill, (unsigned long long)m.steps_decode);
+	counter(&o, "decode_sequences_total", "Sequences in decode steps (batching).",
+		m.decode_seqs);
+	hist(&o, "ttft_ms", "Time to first token.", &m.ttft);
+	hist(&o, "tpot_ms", "Time per output token after the first.", &m.tpot);
+	hist(&o, "prefill_ms", "Prefill step compute time.", &m.prefill_ms);
+	hist(&o, "tool_wait_ms", "Tool waits: from a response with tool calls to the "
+	     "request with their results.", &m.toolwait);
+	if (o.oom) {
+		free(o.buf);
+		return NULL;
+	}
+	return o.buf;
+}

@@ -1,0 +1,819 @@
+// SPDX-License-Identifier: MIT
+/*
+ * sched.c - the scheduler thread: the orchestrator's one loop.
+ *
+ * Each turn: restart dead workers, expire leases, admit queued jobs
+ * (find or make the conversation, share cached prefix blocks, reserve
+ * blocks), send prefill steps (one job each, to the cheapest idle prefill
+ * worker) and decode steps (every decoding job, batched per idle decode
+ * worker: continuous batching, since jobs join and leave between steps),
+ * send the kernel this turn's state changes in one batch, then sleep in
+ * poll() on the workers' sockets, the io_uring and the wake-up eventfd.
+ * Results advance each job: its sampled token becomes text (stop
+ * sequences held back), an event for its HTTP connection, and the next
+ * decode input. A job's KV positions count only once a worker has
+ * answered for them, so a step lost with its worker is simply resent.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+
+#define MAX_STEP_RETRIES 3
+
+/* ---- finishing -------------------------------------------------------- */
+
+/* The tool names of <tool_call>{"name": "..."} blocks, for tool classes. */
+static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
+{
+	const char *p = text, *end = text + len;
+	uint32_t n = 0;
+
+	*cls = 0;
+	while ((p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
+		const char *q = memmem(p, (size_t)(end - p), "\"name\"", 6), *s, *e;
+
+		p += 11;
+		if (!q)
+			break;
+		s = q + 6;
+		while (s < end && (*s == ' ' || *s == ':' || *s == '\n' || *s == '\t'))
+			s++;
+		if (s >= end || *s != '"')
+			continue;
+		e = memchr(s + 1, '"', (size_t)(end - s - 1));
+		if (!e)
+			break;
+		if (!n)
+			*cls = kvd_toolclass(d, s + 1, (size_t)(e - s - 1));
+		n++;
+	}
+	return n;
+}
+
+static int gen_append(struct kvd_job *j, const char *s, size_t n);
+static size_t utf8_clean(const char *in, size_t n, char *out);
+
+static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
+{
+	struct kvd_conv *c = j->conv;
+	uint64_t now = kvd_now_ns();
+	char raw[16], tail[48];
+	int n;
+
+	if (j->state == JOB_FINISHED)
+		return;
+	/* bytes of an incomplete UTF-8 sequence at the very end */
+	n = kve_detok_flush(&j->detok, raw, sizeof(raw));
+	n = n > 0 ? (int)utf8_clean(raw, (size_t)n, tail) : 0;
+	if (n > 0 && c) {
+		kvd_conv_append_text(c, tail, (size_t)n);
+		gen_append(j, tail, (size_t)n);
+	}
+	if (j->emitted < j->gen_len)
+		kvd_job_emit_token(j, j->gen + j->emitted, j->gen_len - j->emitted, -1, 0,
+				   NULL, 0);
+	j->emitted = j->gen_len;
+	kvd_job_emit_done(j, f);
+	j->state = JOB_FINISHED;
+	d->m.completion_tokens += j->n_gen;
+	kvd_tenant_charge(d, j->tenant, j->n_prompt - j->n_cached + j->n_gen);
+	if (j->t_first && j->n_gen > 1)
+		kvd_hist_add(&d->m.tpot, (double)(now - j->t_first) / 1e6 / (j->n_gen - 1));
+	if (c) {
+		uint32_t cls;
+
+		c->job = NULL;
+		kvd_conv_touch(c);
+		if (c->delete_pending || !d->cfg.retention) {
+			kvd_conv_free(d, c);
+		} else if (tool_calls(d, j->gen, j->gen_len, &cls)) {
+			uint64_t pred = kvd_toolwait_predict_us(d, cls), keep = pred * 4;
+			uint64_t lo = (uint64_t)d->cfg.toolwait_min_s * 1000000ull;
+			uint64_t hi = (uint64_t)d->cfg.toolwait_max_s * 1000000ull;
+
+			keep = keep < lo ? lo : keep > hi ? hi : keep;
+			c->tool_class = cls;
+			c->wait_started_ns = now;
+			c->deadline_ns = now + keep * 1000ull;
+			kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
+		} else {
+			c->tool_class = 0;
+			c->deadline_ns = now + (uint64_t)d->cfg.idle_retention_s * 1000000000ull;
+			kvd_kstate_set(d, c, KVA_STATE_IDLE, 0, 0);
+		}
+	}
+	j->conv = NULL;
+	pthread_cond_broadcast(&d->idle_cond);
+}
+
+static void fail(struct kvd *d, struct kvd_job *j, enum kvd_err_kind kind,
+		 const char *msg)
+{
+	struct kvd_conv *c = j->conv;
+
+	kvd_log(KVD_LOG_WARN, "sched", "%s: %s", j->request_id, msg);
+	kvd_job_emit_error(j, kind, msg);
+	j->state = JOB_FINISHED;
+	d->m.requests_failed++;
+	kvd_tenant_charge(d, j->tenant, j->n_gen);
+	if (c) {
+		c->job = NULL;
+		/* what the failed step may have left is not trusted: drop it */
+		if (c->delete_pending)
+			kvd_conv_free(d, c);
+		else
+			kvd_conv_drop_kv(d, c);
+	}
+	j->conv = NULL;
+	pthread_cond_broadcast(&d->idle_cond);
+}
+
+/* ---- tokens to text ----------------------------------------------------- */
+
+static int gen_append(struct kvd_job *j, const char *s, size_t n)
+{
+	if (j->gen_len + n + 1 > j->gen_cap) {
+		size_t cap = j->gen_cap ? j->gen_cap : 256;
+		char *p;
+
+		while (cap < j->gen_len + n + 1)
+			cap *= 2;
+		p = realloc(j->gen, cap);
+		if (!p)
+			return -ENOMEM;
+		j->gen = p;
+		j->gen_cap = cap;
+	}
+	memcpy(j->gen + j->gen_len, s, n);
+	j->gen_len += n;
+	j->gen[j->gen_len] = 0;
+	return 0;
+}
+
+/* Where a stop sequence starts (or gen_len), and how much may be emitted
+ * without giving away the start of one. */
+static size_t find_stop(const struct kvd_job *j, size_t *safe)
+{
+	size_t best = j->gen_len, hold = 0;
+	uint32_t i;
+
+	for (i = 0; i < j->s.n_stop; i++) {
+		const char *st = j->stop[i];
+		size_t sl = strlen(st), from, k;
+		const char *hit;
+
+		from = j->emitted > sl ? j->emitted - sl : 0;
+		hit = memmem(j->gen + from, j->gen_len - from, st, sl);
+		if (hit && (size_t)(hit - j->gen) < best)
+			best = (size_t)(hit - j->gen);
+		for (k = sl - 1; k > hold; k--)
+			if (k <= j->gen_len && !memcmp(j->gen + j->gen_len - k, st, k)) {
+				hold = k;
+				break;
+			}
+	}
+	*safe = j->gen_len - hold;
+	return best;
+}
+
+/*
+ * Replaces bytes that are not valid UTF-8, and NUL, with U+FFFD. The detokenizer
+ * holds back incomplete sequences, so what reaches here is either valid
+ * or never will be (a small model's stray bytes). The conversation keeps
+ * this same text, so a client that sends the reply back (as JSON, valid
+ * UTF-8) repeats it byte for byte and the conversation still matches.
+ */
+static size_t utf8_clean(const char *in, size_t n, char *out)
+{
+	const unsigned char *p = (const unsigned char *)in;
+	size_t i = 0, o = 0;
+
+	while (i < n) {
+		unsigned char c = p[i];
+		size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 :
+			     (c & 0xf8) == 0xf0 ? 4 : 0;
+		uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+		size_t k;
+		int ok = len && i + len <= n && c;	/* NUL too: C strings, JSON parsers */
+
+		for (k = 1; ok && k < len; k++) {
+			ok = (p[i + k] & 0xc0) == 0x80;
+			cp = (cp << 6) | (p[i + k] & 0x3f);
+		}
+		if (ok && len > 1)	/* overlong, surrogate, out of range */
+			ok = !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) ||
+			       (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+			       (cp >= 0xd800 && cp <= 0xdfff));
+		if (ok) {
+			memcpy(out + o, p + i, len);
+			o += len;
+			i += len;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	return o;
+}
+
+static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
+		     const struct kvd_top *top, uint32_t n_top)
+{
+	struct kvd_conv *c = j->conv;
+	char raw[256], piece[768];
+	size_t stop, safe;
+	int n;
+
+	if (!j->t_first) {
+		j->t_first = kvd_now_ns();
+		kvd_hist_add(&d->m.ttft, (double)(j->t_first - j->t_submit) / 1e6);
+	}
+	j->n_gen++;
+	j->next_token = tok;
+	if (tok == d->eos || tok == d->eot) {
+		finish(d, j, KVD_FINISH_STOP);
+		return;
+	}
+	n = kve_detok_push(&j->detok, tok, raw, sizeof(raw));
+	n = n > 0 ? (int)utf8_clean(raw, (size_t)n, piece) : 0;
+	if (kvd_conv_push_token(c, tok, piece, (size_t)n, j->detok.n_pending == 0) ||
+	    gen_append(j, piece, (size_t)n)) {
+		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
+	stop = find_stop(j, &safe);
+	if (stop < j->gen_len) {
+		if (stop > j->emitted)
+			kvd_job_emit_token(j, j->gen + j->emitted, stop - j->emitted, tok, lp,
+					   top, n_top);
+		j->gen_len = stop;
+		j->emitted = stop;
+		/* the client will send back the reply as cut: so does the
+		 * conversation, or its next turn would not match */
+		{
+			uint32_t k = c->n_tokens;
+
+			while (k && (c->tok_end[k - 1] == UINT32_MAX ||
+				     c->tok_end[k - 1] > j->text_base + stop))
+				k--;
+			if (kvd_conv_truncate(d, c, k))
+				kvd_conv_drop_kv(d, c);
+		}
+		finish(d, j, KVD_FINISH_STOP);
+		return;
+	}
+	if (safe < j->emitted)
+		safe = j->emitted;
+	kvd_job_emit_token(j, j->gen + j->emitted, safe - j->emitted, tok, lp, top, n_top);
+	j->emitted = safe;
+	if (j->n_gen >= j->max_new || c->n_tokens >= d->ctx_len) {
+		finish(d, j, KVD_FINISH_LENGTH);
+		return;
+	}
+	j->state = JOB_DECODE_READY;
+}
+
+/* ---- admission ------------------------------------------------------------ */
+
+/* 0 admitted, 1 wait (no room yet), <0 failed (job finished). */
+static int admit(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c;
+	uint32_t keep = 0, kv0, sess_hit = 0;
+	int rc, fresh = 0;
+
+	if (!j->conv) {
+		c = kvd_conv_match(d, j->tenant, j->session_key, j->prompt, j->prompt_len, &keep);
+		if (c && (!d->cfg.retention || !keep))
+			c = NULL;
+		if (c) {
+			if (kvd_conv_truncate(d, c, keep)) {
+				kvd_conv_drop_kv(d, c);
+				c = NULL;
+			}
+		}
+		if (c) {
+			sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
+			rc = kvd_conv_append_tokens(d, c, j->prompt + c->text_len,
+						    j->prompt_len - c->text_len, 0);
+		} else {
+			c = kvd_conv_new(d, j->tenant, j->session_key);
+			if (!c) {
+				fail(d, j, KVD_ERR_BUSY, "too many sessions in use");
+				return -EBUSY;
+			}
+			fresh = 1;
+			rc = kvd_conv_append_tokens(d, c, j->prompt, j->prompt_len, 1);
+		}
+		c->job = j;
+		j->conv = c;
+		if (rc) {
+			fail(d, j, KVD_ERR_INTERNAL, "cannot tokenize the prompt");
+			if (fresh)
+				kvd_conv_free(d, c);
+			return rc;
+		}
+		if (c->n_tokens >= d->ctx_len) {
+			fail(d, j, KVD_ERR_TOO_LONG, "the conversation exceeds the context length");
+			return -E2BIG;
+		}
+		if (c->wait_started_ns && c->tool_class) {
+			kvd_toolwait_record(d, c->tool_class,
+					    (kvd_now_ns() - c->wait_started_ns) / 1000);
+			c->wait_started_ns = 0;
+		}
+		j->text_base = c->text_len;
+		kve_detok_init(&j->detok, d->tok);
+		j->detok.at_start = 0;	/* the reply continues a text */
+		j->n_prompt = c->n_tokens;
+		(void)sess_hit;
+	}
+	c = j->conv;
+	rc = kvd_conv_open_kv(d, c);
+	if (rc == -ENOSPC || rc == -EBUSY) {
+		kvd_make_room(d, 1);
+		rc = kvd_conv_open_kv(d, c);
+	}
+	if (rc) {
+		if (rc == -ENOSPC || rc == -EBUSY)
+			return 1;
+		fail(d, j, KVD_ERR_INTERNAL, "cannot open a kvarena session");
+		return rc;
+	}
+	kv0 = c->as.s.n_tokens;
+	if (!kv0 && d->cfg.prefix_cache)
+		kv0 = kvd_prefix_attach(d, c, c->n_tokens - 1);
+	rc = kvd_conv_reserve(d, c, c->n_tokens - c->as.s.n_tokens + 1);
+	if (rc == -EDQUOT) {
+		fail(d, j, KVD_ERR_QUOTA, "the tenant's KV budget is used up");
+		return rc;
+	}
+	if (rc)
+		return 1;
+	j->n_cached = c->as.s.n_tokens;
+	if (j->n_cached > c->n_tokens - 1)
+		j->n_cached = c->n_tokens - 1;
+	d->m.prompt_tokens += j->n_prompt;
+	d->m.cached_tokens += j->n_cached;
+	if (kv0 && !sess_hit)
+		d->m.prefix_hit_tokens += j->n_cached;
+	else
+		d->m.session_hit_tokens += j->n_cached;
+	j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
+	if (j->max_new > d->ctx_len - c->n_tokens)
+		j->max_new = d->ctx_len - c->n_tokens;
+	j->state = JOB_PREFILL_READY;
+	kvd_kstate_set(d, c, KVA_STATE_PREFILL, 0, 0);
+	return 0;
+}
+
+static int workers_up(struct kvd *d, uint32_t role)
+{
+	uint32_t i;
+
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6)
+			return 1;
+	return 0;
+}
+
+static void run_jobs(struct kvd *d)
+{
+	struct kvd_job *j, **pp, *batch[256];
+	uint32_t running = 0;
+
+	/* admission, oldest first; sweep finished jobs */
+	for (j = d->jobs; j; j = j->next)
+		if (j->state != JOB_QUEUED && j->state != JOB_FINISHED)
+			running++;
+	for (pp = &d->jobs; (j = *pp);) {
+		if (j->state == JOB_FINISHED) {
+			*pp = j->next;
+			kvd_job_put(j);
+			continue;
+		}
+		if (j->cancelled && j->worker < 0) {
+			if (j->state == JOB_QUEUED)
+				d->n_queued--;
+			finish(d, j, KVD_FINISH_STOP);
+			pp = &j->next;
+			continue;
+		}
+		if (j->state == JOB_QUEUED) {
+			int rc = admit(d, j);
+
+			if (rc == 1 && !running) {
+				/* nothing running will free blocks for it */
+				kvd_make_room(d, d->geom.blocks_total);
+				rc = admit(d, j);
+				if (rc == 1) {
+					fail(d, j, KVD_ERR_BUSY,
+					     "the KV arena cannot hold this conversation");
+					rc = -ENOSPC;
+				}
+			}
+			if (rc != 1)
+				d->n_queued--;
+			if (rc == 0)
+				running++;
+		}
+		pp = &j->next;
+	}
+	for (d->jobs_tail = d->jobs; d->jobs_tail && d->jobs_tail->next;
+	     d->jobs_tail = d->jobs_tail->next)
+		;
+
+	/* prefill: one job per step, cheapest idle prefill worker */
+	for (j = d->jobs; j; j = j->next) {
+		struct kvd_worker *w;
+		uint32_t new_tokens;
+
+		if (j->state != JOB_PREFILL_READY)
+			continue;
+		if (j->retries > MAX_STEP_RETRIES || !workers_up(d, KVD_ROLE_PREFILL)) {
+			fail(d, j, KVD_ERR_UNAVAILABLE, "no prefill worker could run this step");
+			continue;
+		}
+		new_tokens = j->conv->n_tokens - j->conv->as.s.n_tokens;
+		w = kvd_route(d, KVD_ROLE_PREFILL, new_tokens, 0);
+		if (!w)
+			break;
+		if (kvd_worker_send_step(d, w, KVD_STEP_PREFILL, &j, 1))
+			kvd_worker_lost(d, w, "send failed");
+		else
+			d->m.steps_prefill++;
+	}
+	/* copy mode: KV bytes to a decode worker */
+	for (j = d->jobs; j; j = j->next) {
+		struct kvd_worker *w;
+
+		if (j->state != JOB_KV_LOAD_READY)
+			continue;
+		w = kvd_route(d, KVD_ROLE_DECODE, 0, 0);
+		if (!w)
+			break;
+		if (kvd_worker_send_kv_load(d, w, j))
+			kvd_worker_lost(d, w, "send failed");
+	}
+	/* decode: continuous batching over every ready job */
+	for (;;) {
+		struct kvd_worker *w = NULL;
+		uint32_t n = 0, max = d->cfg.max_batch < 256 ? d->cfg.max_batch : 256;
+
+		for (j = d->jobs; j && n < max; j = j->next) {
+			if (j->state != JOB_DECODE_READY)
+				continue;
+			if (j->retries > MAX_STEP_RETRIES || !workers_up(d, KVD_ROLE_DECODE)) {
+				fail(d, j, KVD_ERR_UNAVAILABLE, "no decode worker could run this step");
+				continue;
+			}
+			if (!w && !(w = kvd_route(d, KVD_ROLE_DECODE, 0, 0)))
+				break;
+			if (kvd_conv_reserve(d, j->conv, 1)) {
+				finish(d, j, KVD_FINISH_LENGTH);
+				continue;
+			}
+			kvd_kstate_set(d, j->conv, KVA_STATE_DECODE, 0, 0);
+			batch[n++] = j;
+		}
+		if (!n)
+			break;
+		if (kvd_worker_send_step(d, w, KVD_STEP_DECODE, batch, n)) {
+			kvd_worker_lost(d, w, "send failed");
+			break;
+		}
+		d->m.steps_decode++;
+		d->m.decode_seqs += n;
+	}
+}
+
+/* ---- results ---------------------------------------------------------------- */
+
+static struct kvd_job *inflight(struct kvd_worker *w, uint64_t seq_id)
+{
+	uint32_t i;
+
+	for (i = 0; i < w->n_inflight; i++)
+		if ((uint64_t)(uintptr_t)w->inflight[i] == seq_id)
+			return w->inflight[i];
+	return NULL;
+}
+
+static void release_inflight(struct kvd *d, struct kvd_worker *w)
+{
+	uint32_t i;
+
+	for (i = 0; i < w->n_inflight; i++) {
+		struct kvd_job *j = w->inflight[i];
+
+		j->worker = -1;
+		if (j->state == JOB_PREFILLING)
+			j->state = JOB_PREFILL_READY;
+		else if (j->state == JOB_DECODING)
+			j->state = JOB_DECODE_READY;
+		else if (j->state == JOB_KV_LOADING)
+			j->state = JOB_KV_LOAD_READY;
+		kvd_job_put(j);
+	}
+	w->n_inflight = 0;
+	w->queued_tokens = 0;
+	w->state = W_IDLE;
+	(void)d;
+}
+
+static int on_result(struct kvd *d, struct kvd_worker *w, const char *p, size_t len)
+{
+	const char *end = p + len;
+	struct kvd_result r;
+	uint32_t i;
+
+	if (len < sizeof(r) || w->state != W_BUSY)
+		return -EPROTO;
+	memcpy(&r, p, sizeof(r));
+	p += sizeof(r);
+	if (r.step_id != w->step_id)
+		return -EPROTO;
+	if (r.status) {
+		kvd_log(KVD_LOG_WARN, "sched", "worker %d: step failed: %s", w->index,
+			strerror(-r.status));
+		for (i = 0; i < w->n_inflight; i++)
+			w->inflight[i]->retries++;
+		release_inflight(d, w);
+		return 0;
+	}
+	if (w->step_kind == KVD_STEP_PREFILL)
+		kvd_hist_add(&d->m.prefill_ms, (double)r.compute_ns / 1e6);
+	if (r.n_seq != w->n_inflight)
+		return -EPROTO;
+	d->m.kv_bytes_copied += r.kv_bytes;
+	for (i = 0; i < r.n_seq; i++) {
+		struct kvd_result_seq rs;
+		const struct kvd_top *top;
+		struct kvd_job *j;
+		size_t kvb;
+
+		if ((size_t)(end - p) < sizeof(rs))
+			return -EPROTO;
+		memcpy(&rs, p, sizeof(rs));
+		p += sizeof(rs);
+		if (rs.n_top > KVD_MAX_TOP_LOGPROBS ||
+		    (size_t)(end - p) < rs.n_top * sizeof(struct kvd_top))
+			return -EPROTO;
+		top = (const struct kvd_top *)p;
+		p += rs.n_top * sizeof(struct kvd_top);
+		kvb = (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes;
+		if ((size_t)(end - p) < kvb)
+			return -EPROTO;
+		j = inflight(w, rs.seq_id);
+		if (!j || rs.token < 0 || (uint32_t)rs.token >= d->vocab)
+			return -EPROTO;
+		j->rng = rs.rng;
+		if (j->conv) {
+			struct kvd_conv *c = j->conv;
+
+			c->as.s.n_tokens = w->step_kind == KVD_STEP_PREFILL ? c->n_tokens :
+					   c->as.s.n_tokens + 1;
+			kvd_prefix_offer(d, c);
+			if (w->step_kind == KVD_STEP_PREFILL && rs.n_kv_blocks) {
+				/* copy mode: keep the bytes for a decode worker */
+				uint32_t b;
+				char *q;
+
+				if (rs.first_block + rs.n_kv_blocks > c->as.s.n_blocks)
+					return -EPROTO;
+				free(j->kv_payload);
+				j->kv_payload_len = (size_t)rs.n_kv_blocks * (4 + d->geom.kv_block_bytes);
+				j->kv_payload = malloc(j->kv_payload_len);
+				if (j->kv_payload) {
+					q = j->kv_payload;
+					for (b = 0; b < rs.n_kv_blocks; b++, q += 4)
+						memcpy(q, &c->as.s.block_table[rs.first_block + b], 4);
+					memcpy(q, p, kvb);
+				}
+			}
+		}
+		p += kvb;
+		if (j->state == JOB_FINISHED || !j->conv)
+			continue;
+		if (j->cancelled) {
+			finish(d, j, KVD_FINISH_STOP);
+			continue;
+		}
+		if (w->step_kind == KVD_STEP_PREFILL)
+			d->m.handoffs++;
+		on_token(d, j, rs.token, rs.logprob, top, rs.n_top);
+		if (j->state == JOB_DECODE_READY && w->step_kind == KVD_STEP_PREFILL &&
+		    j->kv_payload)
+			j->state = JOB_KV_LOAD_READY;
+	}
+	if (p != end)
+		return -EPROTO;
+	for (i = 0; i < w->n_inflight; i++) {
+		w->inflight[i]->worker = -1;
+		if (w->inflight[i]->state == JOB_PREFILLING ||
+		    w->inflight[i]->state == JOB_DECODING)
+			w->inflight[i]->state = JOB_DECODE_READY;
+		kvd_job_put(w->inflight[i]);
+	}
+	w->n_inflight = 0;
+	w->queued_tokens = 0;
+	w->state = W_IDLE;
+	w->fails_in_row = 0;
+	return 0;
+}
+
+static int on_kv_loaded(struct kvd *d, struct kvd_worker *w, const char *p, size_t len)
+{
+	struct kvd_result r;
+	struct kvd_job *j;
+
+	if (len != sizeof(r) || w->state != W_BUSY || w->step_kind || w->n_inflight != 1)
+		return -EPROTO;
+	memcpy(&r, p, sizeof(r));
+	if (r.step_id != w->step_id)
+		return -EPROTO;
+	d->m.kv_bytes_copied += r.kv_bytes;
+	j = w->inflight[0];
+	free(j->kv_payload);
+	j->kv_payload = NULL;
+	j->kv_payload_len = 0;
+	j->worker = -1;
+	if (j->state == JOB_KV_LOADING)
+		j->state = JOB_DECODE_READY;
+	kvd_job_put(j);
+	w->n_inflight = 0;
+	w->state = W_IDLE;
+	return 0;
+}
+
+static void on_worker_readable(struct kvd *d, struct kvd_worker *w, void **buf,
+			       size_t *cap)
+{
+	uint16_t type;
+	size_t len;
+	int rc;
+
+	pthread_mutex_unlock(&d->lock);
+	rc = kvd_msg_recv(w->sock, &type, buf, cap, &len, NULL);
+	pthread_mutex_lock(&d->lock);
+	if (rc <= 0) {
+		kvd_worker_lost(d, w, rc ? strerror(-rc) : "exited");
+		return;
+	}
+	if (type == KVD_MSG_READY && w->state == W_STARTING && len == sizeof(struct kvd_ready)) {
+		struct kvd_ready rd;
+
+		memcpy(&rd, *buf, sizeof(rd));
+		rd.message[sizeof(rd.message) - 1] = 0;
+		rd.backend[sizeof(rd.backend) - 1] = 0;
+		if (rd.status || rd.vocab != d->vocab) {
+			kvd_log(KVD_LOG_ERR, "workers", "worker %d cannot serve: %s", w->index,
+				rd.status ? rd.message : "vocabulary differs from the model's");
+			kvd_worker_lost(d, w, "failed to start");
+			return;
+		}
+		snprintf(w->backend, sizeof(w->backend), "%s", rd.backend);
+		w->state = W_IDLE;
+		kvd_log(KVD_LOG_INFO, "workers", "%s worker %d ready: pid %d, backend %s",
+			w->role == KVD_ROLE_PREFILL ? "prefill" : "decode", w->index, (int)w->pid,
+			w->backend);
+		return;
+	}
+	if (type == KVD_MSG_RESULT)
+		rc = on_result(d, w, *buf, len);
+	else if (type == KVD_MSG_KV_LOADED)
+		rc = on_kv_loaded(d, w, *buf, len);
+	else
+		rc = -EPROTO;
+	if (rc)
+		kvd_worker_lost(d, w, "protocol error");
+}
+
+/* ---- housekeeping ------------------------------------------------------------ */
+
+static void reap_and_restart(struct kvd *d, uint64_t now)
+{
+	uint32_t i;
+	int st;
+
+	for (i = 0; i < d->n_workers; i++) {
+		struct kvd_worker *w = &d->workers[i];
+
+		if (w->pid > 0 && waitpid(w->pid, &st, WNOHANG) == w->pid) {
+			w->pid = 0;
+			kvd_worker_lost(d, w, WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "exited");
+		}
+		/* a step's lease: lease_ms, plus lease_per_token_ms for each
+		 * prompt token it prefills (slow machines, long prompts) */
+		if (w->state == W_BUSY && now - w->step_started_ns >
+			(uint64_t)d->cfg.lease_ms * 1000000ull +
+			(uint64_t)w->queued_tokens * d->cfg.lease_per_token_ms * 1000000ull) {
+			d->m.lease_expiries++;
+			kvd_worker_lost(d, w, "KV lease expired");
+		}
+		if (w->state == W_DOWN && now >= w->next_start_ns && !d->stopping) {
+			int rc = kvd_worker_spawn(d, w);
+
+			if (rc)
+				kvd_log(KVD_LOG_ERR, "workers", "restart worker %d: %s", w->index,
+					strerror(-rc));
+		}
+	}
+}
+
+static void expire_convs(struct kvd *d, uint64_t now)
+{
+	struct kvd_conv *c, *next;
+
+	for (c = d->convs; c; c = next) {
+		next = c->next;
+		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns)
+			continue;
+		kvd_log(KVD_LOG_DEBUG, "sched", "%s: retention over, KV released", c->id);
+		kvd_conv_drop_kv(d, c);
+	}
+}
+
+static int all_ready(struct kvd *d)
+{
+	uint32_t i;
+
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY)
+			return 0;
+	return 1;
+}
+
+void *kvd_sched_main(void *arg)
+{
+	struct kvd *d = arg;
+	struct pollfd *pfd;
+	void *buf = NULL;
+	size_t cap = 0;
+	uint32_t i;
+
+	pfd = calloc(d->n_workers + 2, sizeof(*pfd));
+	if (!pfd)
+		return NULL;
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		uint64_t now = kvd_now_ns();
+		int n = 0, timeout = 250, rc;
+		uint64_t cnt;
+
+		reap_and_restart(d, now);
+		if (d->stop_now)
+			break;
+		if (!d->ready && all_ready(d)) {
+			d->ready = 1;
+			kvd_log(KVD_LOG_INFO, "sched", "all %u workers ready", d->n_workers);
+		}
+		run_jobs(d);
+		kvd_kstate_flush(d);
+		expire_convs(d, now);
+		pfd[n].fd = d->wake_fd;
+		pfd[n++].events = POLLIN;
+		if (kvd_kstate_fd(d) >= 0) {
+			pfd[n].fd = kvd_kstate_fd(d);
+			pfd[n++].events = POLLIN;
+		}
+		for (i = 0; i < d->n_workers; i++) {
+			pfd[n].fd = d->workers[i].sock;
+			pfd[n++].events = d->workers[i].sock >= 0 ? POLLIN : 0;
+		}
+		pthread_mutex_unlock(&d->lock);
+		rc = poll(pfd, (nfds_t)n, timeout);
+		pthread_mutex_lock(&d->lock);
+		if (rc <= 0)
+			continue;
+		if (pfd[0].revents & POLLIN)
+			(void)!read(d->wake_fd, &cnt, sizeof(cnt));
+		n = 1;
+		if (kvd_kstate_fd(d) >= 0) {
+			if (pfd[n].revents)
+				kvd_kstate_poll(d);
+			n++;
+		}
+		for (i = 0; i < d->n_workers; i++, n++) {
+			struct kvd_worker *w = &d->workers[i];
+
+			if (w->sock < 0 || pfd[n].fd != w->sock || !pfd[n].revents)
+				continue;
+			on_worker_readable(d, w, &buf, &cap);
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	free(buf);
+	free(pfd);
+	return NULL;
+}

@@ -1,0 +1,1259 @@
+// SPDX-License-Identifier: MIT
+/*
+ * spawn.c - one tool run: clone3() into new user, mount, PID, network,
+ * IPC, UTS and cgroup namespaces and straight into the run's cgroup; the
+ * child builds its root from the tool's compiled plan, drops every
+ * privilege and execs; the parent maps the child's ids, feeds stdin,
+ * captures stdout/stderr up to the cap, enforces the wall-clock timeout by
+ * killing the whole cgroup, and reports why the run ended.
+ *
+ * kvs_spawn() is the same launch, handing the running tool over (MCP
+ * servers); kvs_run_many() is kvs_run() from a few threads. Also here: the
+ * empty network namespace a root launcher's runs share, and removing the
+ * temporary work directories it made.
+ *
+ * The child between clone3() and execve() makes system calls only: the
+ * caller may be multi-threaded and raw clone3() runs no atfork handlers.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <sys/fsuid.h>
+#include <unistd.h>
+#include <grp.h>
+#include <linux/securebits.h>
+#include <linux/seccomp.h>
+
+#include "sandbox_internal.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef MOUNT_ATTR_NOSYMFOLLOW
+#define MOUNT_ATTR_NOSYMFOLLOW 0x00200000
+#endif
+
+/* glibc 2.36 lacks wrappers for the new mount API */
+struct kvs_mount_attr {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+static int sys_open_tree(int dfd, const char *path, unsigned int flags)
+{
+	return (int)syscall(__NR_open_tree, dfd, path, flags);
+}
+
+static int sys_move_mount(int from, const char *fp, int to, const char *tp, unsigned int fl)
+{
+	return (int)syscall(__NR_move_mount, from, fp, to, tp, fl);
+}
+
+static int sys_mount_setattr(int dfd, const char *path, unsigned int flags,
+			     struct kvs_mount_attr *a)
+{
+	return (int)syscall(__NR_mount_setattr, dfd, path, flags, a, sizeof(*a));
+}
+
+const char *kvs_exit_name(enum kvs_exit reason)
+{
+	switch (reason) {
+	case KVS_EXIT_CODE: return "exit";
+	case KVS_EXIT_SIGNAL: return "signal";
+	case KVS_EXIT_TIMEOUT: return "timeout";
+	case KVS_EXIT_OOM: return "oom";
+	case KVS_EXIT_OUTPUT_CAP: return "output-cap";
+	case KVS_EXIT_SETUP: return "setup-failed";
+	case KVS_EXIT_REFUSED: return "refused";
+	}
+	return "?";
+}
+
+/* ---- the child ------------------------------------------------------ */
+
+enum step {
+	ST_SYNC = 1, ST_HOSTNAME, ST_PRIVATE, ST_CLONE_TREE, ST_ATTR, ST_STAGE,
+	ST_SKELETON, ST_MOVE, ST_TMP, ST_PROC, ST_PROC_SYS, ST_PIVOT, ST_ROOT_RO,
+	ST_CHDIR, ST_SECUREBITS, ST_BOUNDING, ST_GROUPS, ST_GID, ST_UID, ST_CAPS,
+	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_NETNS, ST_USERNS, ST_EXEC,
+};
+
+static const char *const step_names[] = {
+	[ST_SYNC] = "waiting for the id map", [ST_HOSTNAME] = "sethostname",
+	[ST_PRIVATE] = "making mounts private", [ST_CLONE_TREE] = "cloning a bind source",
+	[ST_ATTR] = "making a bind read-only", [ST_STAGE] = "mounting the root tmpfs",
+	[ST_SKELETON] = "creating the root skeleton", [ST_MOVE] = "attaching a bind",
+	[ST_TMP] = "mounting /tmp", [ST_PROC] = "mounting /proc",
+	[ST_PROC_SYS] = "making /proc/sys read-only", [ST_PIVOT] = "pivot_root",
+	[ST_ROOT_RO] = "making the root read-only", [ST_CHDIR] = "entering the work directory",
+	[ST_SECUREBITS] = "securebits", [ST_BOUNDING] = "dropping the bounding set",
+	[ST_GROUPS] = "setgroups", [ST_GID] = "setresgid", [ST_UID] = "setresuid",
+	[ST_CAPS] = "dropping capabilities", [ST_RLIMIT] = "setrlimit",
+	[ST_NNP] = "no_new_privs", [ST_LANDLOCK] = "Landlock", [ST_STDIO] = "stdio",
+	[ST_SECCOMP] = "seccomp", [ST_NETNS] = "joining the empty network namespace",
+	[ST_USERNS] = "creating the user namespace", [ST_EXEC] = "execve",
+};
+
+struct child_err {
+	int step;
+	int err;
+	int index;		/* which bind, for ST_CLONE_TREE and friends */
+};
+
+struct plan {
+	const struct kvs_policy *p;
+	const struct kvs_tool *t;
+	int sync_fd, status_fd, in_fd, out_fd, err_fd;
+	/* root launcher: build the root as real root in namespaces owned by
+	 * the initial user namespace, then unshare the user namespace the
+	 * tool runs in (and join the policy's shared empty netns, if any) */
+	int priv;
+	int netns_fd;
+	int sync_fd_parent;
+	const char *workdir;		/* host, canonical; also the stage */
+	const char *exe;		/* inside */
+	char *const *argv;
+	int network;
+	int exec_workdir;
+	uint64_t tmp_bytes;
+	char tmp_opts[64];
+	struct rlimit rl_cpu, rl_nofile, rl_fsize, rl_core, rl_nproc, rl_as;
+	int set_nproc, set_as;
+	const struct kvs_rule *rules[KVS_MAX_RULES];
+	int n_rules;
+	struct kvs_rule work_rule;
+};
+
+#define SECBITS_CHILD (SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_SETUID_FIXUP | \
+		       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | \
+		       SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
+
+static __attribute__((noreturn)) void child_fail(const struct plan *c, int step, int err,
+						 int index)
+{
+	struct child_err e = { step, err, index };
+	ssize_t n = write(c->status_fd, &e, sizeof(e));
+
+	(void)n;
+	_exit(125);
+}
+
+static void child_mounts(const struct plan *c)
+{
+	const struct kvs_tool *t = c->t;
+	int fds[KVS_MAX_MOUNTS], wfd, sfd, i;
+	char b;
+
+	if (!c->priv) {
+		if (read(c->sync_fd, &b, 1) != 1)
+			_exit(125);	/* the parent gave up on us */
+		/* files the child creates (the root's skeleton) need an owner
+		 * mapped in its user namespace; NO_SETUID_FIXUP keeps the
+		 * capabilities meanwhile */
+		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
+			child_fail(c, ST_SECUREBITS, errno, 0);
+		syscall(SYS_setfsgid, KVS_INSIDE_UID);
+		syscall(SYS_setfsuid, KVS_INSIDE_UID);
+	} else {
+		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
+			child_fail(c, ST_SECUREBITS, errno, 0);
+		if (c->netns_fd >= 0 && setns(c->netns_fd, CLONE_NEWNET))
+			child_fail(c, ST_NETNS, errno, 0);
+	}
+	if (sethostname("kvs", 3))
+		child_fail(c, ST_HOSTNAME, errno, 0);
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+		child_fail(c, ST_PRIVATE, errno, 0);
+	/* clone every source first: the stage tmpfs may hide some of them */
+	for (i = 0; i < t->n_binds; i++) {
+		const struct kvs_bind *bd = &t->binds[i];
+		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID };
+		unsigned int rec = bd->is_dir ? AT_RECURSIVE : 0;
+
+		fds[i] = sys_open_tree(AT_FDCWD, bd->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | rec);
+		if (fds[i] < 0)
+			child_fail(c, ST_CLONE_TREE, errno, i);
+		if (!bd->writable)
+			a.attr_set |= MOUNT_ATTR_RDONLY;
+		if (!bd->dev)
+			a.attr_set |= MOUNT_ATTR_NODEV;
+		if (sys_mount_setattr(fds[i], "", AT_EMPTY_PATH | rec, &a))
+			child_fail(c, ST_ATTR, errno, i);
+	}
+	wfd = sys_open_tree(AT_FDCWD, c->workdir,
+			    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (wfd < 0)
+		child_fail(c, ST_CLONE_TREE, errno, -1);
+	{
+		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+
+		if (!c->exec_workdir)
+			a.attr_set |= MOUNT_ATTR_NOEXEC;
+		if (sys_mount_setattr(wfd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a))
+			child_fail(c, ST_ATTR, errno, -1);
+	}
+	/* the new root: a small tmpfs over the work directory's host path,
+	 * which exists by construction and is private to this namespace */
+	if (mount("tmpfs", c->workdir, "tmpfs", MS_NOSUID | MS_NODEV,
+		  "size=1m,nr_inodes=4096,mode=0755"))
+		child_fail(c, ST_STAGE, errno, 0);
+	if (chdir(c->workdir))
+		child_fail(c, ST_STAGE, errno, 1);
+	/* /tmp first: binds below it (a work file under the host's /tmp)
+	 * then land on top of it, not under it */
+	if (c->tmp_bytes && (mkdir("tmp", 0755) ||
+			     mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+				   c->tmp_opts)))
+		child_fail(c, ST_TMP, errno, 0);
+	for (i = 0; i < t->n_skel; i++) {
+		const struct kvs_skel *s = &t->skel[i];
+		int rc = 0, fd;
+
+		switch (s->kind) {
+		case KVS_NODE_DIR:
+			rc = mkdir(s->rel, 0755);
+			break;
+		case KVS_NODE_FILE:
+			fd = open(s->rel, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+			rc = fd < 0 ? -1 : close(fd);
+			break;
+		case KVS_NODE_LINK:
+			rc = symlink(s->target, s->rel);
+			break;
+		}
+		if (rc && errno != EEXIST)
+			child_fail(c, ST_SKELETON, errno, i);
+	}
+	for (i = 0; i < t->n_binds; i++)
+		if (sys_move_mount(fds[i], "", AT_FDCWD, t->binds[i].src + 1,
+				   MOVE_MOUNT_F_EMPTY_PATH))
+			child_fail(c, ST_MOVE, errno, i);
+	if (sys_move_mount(wfd, "", AT_FDCWD, KVS_WORK + 1, MOVE_MOUNT_F_EMPTY_PATH))
+		child_fail(c, ST_MOVE, errno, -1);
+	/* before the host's /proc leaves this namespace: a new proc is only
+	 * allowed while a fully visible one is mounted */
+	if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+		child_fail(c, ST_PROC, errno, 0);
+	sfd = sys_open_tree(AT_FDCWD, "proc/sys", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (sfd >= 0) {
+		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+							MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC };
+
+		if (sys_mount_setattr(sfd, "", AT_EMPTY_PATH, &a) ||
+		    sys_move_mount(sfd, "", AT_FDCWD, "proc/sys", MOVE_MOUNT_F_EMPTY_PATH))
+			child_fail(c, ST_PROC_SYS, errno, 0);
+	}
+	if (syscall(SYS_pivot_root, ".", ".") == 0) {
+		if (umount2(".", MNT_DETACH))
+			child_fail(c, ST_PIVOT, errno, 1);
+	} else if (errno == EINVAL) {
+		/* the host's root is the initramfs (rootfs), which cannot be
+		 * pivoted away from: move the new root over it and chroot, as
+		 * switch_root does; the tool can neither chroot (seccomp, no
+		 * CAP_SYS_CHROOT) nor unmount its way back */
+		if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
+			child_fail(c, ST_PIVOT, errno, 3);
+	} else {
+		child_fail(c, ST_PIVOT, errno, 0);
+	}
+	if (chdir("/"))
+		child_fail(c, ST_PIVOT, errno, 2);
+	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))
+		child_fail(c, ST_ROOT_RO, errno, 0);
+	if (chdir(KVS_WORK))
+		child_fail(c, ST_CHDIR, errno, 0);
+	if (c->priv) {
+		struct child_err e = { 0, 0, 0 };
+
+		if (unshare(CLONE_NEWUSER))
+			child_fail(c, ST_USERNS, errno, 0);
+		if (write(c->status_fd, &e, sizeof(e)) != sizeof(e) ||
+		    read(c->sync_fd, &b, 1) != 1)
+			_exit(125);
+	}
+}
+
+static void child_creds(const struct plan *c)
+{
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2];
+	unsigned int cap;
+
+	for (cap = 0; cap <= c->p->cap_last; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) && errno != EINVAL)
+			child_fail(c, ST_BOUNDING, errno, (int)cap);
+	/* raw system calls: glibc's wrappers broadcast the change to every
+	 * thread it knows of, and after clone3() from a multi-threaded
+	 * caller it knows of threads this child does not have (it would wait
+	 * for them forever) */
+	if (c->p->privileged && syscall(SYS_setgroups, 0, NULL))
+		child_fail(c, ST_GROUPS, errno, 0);
+	if (syscall(SYS_setresgid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
+		child_fail(c, ST_GID, errno, 0);
+	if (syscall(SYS_setresuid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
+		child_fail(c, ST_UID, errno, 0);
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capset, &hdr, data))
+		child_fail(c, ST_CAPS, errno, 0);
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) && errno != EINVAL)
+		child_fail(c, ST_CAPS, errno, 1);
+	if (setrlimit(RLIMIT_CORE, &c->rl_core) || setrlimit(RLIMIT_CPU, &c->rl_cpu) ||
+	    setrlimit(RLIMIT_NOFILE, &c->rl_nofile) || setrlimit(RLIMIT_FSIZE, &c->rl_fsize) ||
+	    (c->set_nproc && setrlimit(RLIMIT_NPROC, &c->rl_nproc)) ||
+	    (c->set_as && setrlimit(RLIMIT_AS, &c->rl_as)))
+		child_fail(c, ST_RLIMIT, errno, 0);
+	/* after the uid change, which clears it */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		child_fail(c, ST_NNP, errno, 0);
+}
+
+static __attribute__((noreturn)) void child_main(const struct plan *c)
+{
+	struct sock_fprog prog = { .len = c->p->bpf_len, .filter = c->p->bpf };
+	int rc;
+
+	child_mounts(c);
+	child_creds(c);
+	if (c->p->landlock_abi > 0) {
+		rc = kvs_landlock_apply(c->p->landlock_abi, c->rules, c->n_rules, !c->network);
+		if (rc)
+			child_fail(c, ST_LANDLOCK, -rc, 0);
+	}
+	/* what the caller's thread had: a blocked mask and ignored signals
+	 * (a daemon often ignores SIGPIPE) would survive execve */
+	{
+		struct kvs_ksigaction { void *handler; unsigned long flags; void *restorer;
+					uint64_t mask; } dfl = { SIG_DFL, 0, NULL, 0 };
+		uint64_t none = 0;
+		int sig;
+
+		for (sig = 1; sig < 65; sig++)
+			if (sig != SIGKILL && sig != SIGSTOP)
+				syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t));
+		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(uint64_t));
+	}
+	umask(022);
+	if (dup2(c->in_fd, 0) < 0 || dup2(c->out_fd, 1) < 0 || dup2(c->err_fd, 2) < 0)
+		child_fail(c, ST_STDIO, errno, 0);
+	/* nothing of the launcher's reaches the tool; status_fd is O_CLOEXEC */
+	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC))
+		child_fail(c, ST_STDIO, errno, 1);
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		child_fail(c, ST_SECCOMP, errno, 0);
+	execve(c->exe, c->argv, c->t->envp);
+	child_fail(c, ST_EXEC, errno, 0);
+}
+
+/* ---- the parent ----------------------------------------------------- */
+
+/* The bind or skeleton entry a failed step was working on. */
+static const char *what_of(const struct kvs_tool *t, const struct child_err *ce)
+{
+	if (ce->step == ST_SKELETON && ce->index >= 0 && ce->index < t->n_skel)
+		return t->skel[ce->index].rel;
+	if ((ce->step == ST_CLONE_TREE || ce->step == ST_ATTR || ce->step == ST_MOVE) &&
+	    ce->index >= 0 && ce->index < t->n_binds)
+		return t->binds[ce->index].src;
+	if ((ce->step == ST_CLONE_TREE || ce->step == ST_ATTR || ce->step == ST_MOVE) &&
+	    ce->index == -1)
+		return "(the work directory)";
+	return NULL;
+}
+
+static int write_map(pid_t pid, const char *file, const char *text)
+{
+	char path[64];
+	int fd, rc = 0;
+	size_t len = strlen(text);
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, text, len) != (ssize_t)len)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static int map_ids(const struct kvs_policy *p, pid_t pid)
+{
+	char buf[64];
+	int rc;
+
+	if (!p->privileged) {
+		rc = write_map(pid, "setgroups", "deny");
+		if (rc)
+			return rc;
+	}
+	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->uid);
+	rc = write_map(pid, "uid_map", buf);
+	if (rc)
+		return rc;
+	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->gid);
+	return write_map(pid, "gid_map", buf);
+}
+
+/* Let the child go on: an unprivileged launcher maps the ids of the user
+ * namespace clone3() made; a root launcher waits for the child to have
+ * built its root and unshared its user namespace, then maps it. A child
+ * that fails first leaves its record in *early and -EAGAIN comes back. */
+static int handshake(const struct kvs_policy *p, const struct plan *c, pid_t pid,
+		     int status_fd, double deadline, struct child_err *early)
+{
+	struct child_err e;
+	int rc;
+
+	if (c->priv) {
+		struct pollfd pf = { .fd = status_fd, .events = POLLIN };
+		double left = deadline - kvs_now();
+
+		if (poll(&pf, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0)
+			return -ETIMEDOUT;
+		if (read(status_fd, &e, sizeof(e)) != sizeof(e)) {
+			early->step = ST_SYNC;
+			early->err = EIO;
+			return -EAGAIN;
+		}
+		if (e.step != 0) {
+			*early = e;
+			return -EAGAIN;
+		}
+	}
+	rc = map_ids(p, pid);
+	if (rc)
+		return rc;
+	return write(c->sync_fd_parent, "g", 1) == 1 ? 0 : -EIO;
+}
+
+/* An fd >= 3 (the child dup2()s onto 0..2). */
+static int high_fd(int fd)
+{
+	int nfd;
+
+	if (fd < 0 || fd > 2)
+		return fd;
+	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	close(fd);
+	return nfd;
+}
+
+int kvs_make_stdin(const void *data, size_t len)
+{
+	int fd = memfd_create("kvs-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	const char *s = data;
+	size_t off = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (off < len) {
+		ssize_t n = write(fd, s + off, len - off);
+
+		if (n <= 0) {
+			close(fd);
+			return -EIO;
+		}
+		off += n;
+	}
+	if (lseek(fd, 0, SEEK_SET) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)) {
+		close(fd);
+		return -errno;
+	}
+	return high_fd(fd);
+}
+
+struct capture {
+	int fd;
+	char *buf;
+	size_t len, cap_bytes, alloc;
+	int truncated, eof;
+};
+
+/* Read what is there; 1 when the cap was passed. */
+static int capture_read(struct capture *c)
+{
+	char tmp[65536];
+
+	for (;;) {
+		ssize_t n = read(c->fd, tmp, sizeof(tmp));
+
+		if (n == 0) {
+			c->eof = 1;
+			return 0;
+		}
+		if (n < 0)
+			return 0;	/* EAGAIN */
+		if (c->len + n > c->cap_bytes) {
+			n = c->cap_bytes - c->len;
+			c->truncated = 1;
+		}
+		if (c->len + n + 1 > c->alloc) {
+			size_t want = c->alloc ? c->alloc : 4096;
+			char *nb;
+
+			while (want < c->len + n + 1)
+				want *= 2;
+			if (want > c->cap_bytes + 1)
+				want = c->cap_bytes + 1;
+			nb = realloc(c->buf, want);
+			if (!nb) {
+				c->truncated = 1;
+				return 1;
+			}
+			c->buf = nb;
+			c->alloc = want;
+		}
+		memcpy(c->buf + c->len, tmp, n);
+		c->len += n;
+		if (c->truncated)
+			return 1;
+	}
+}
+
+static void kill_run(const struct kvs_policy *p, struct kvs_cg *cg, int pidfd)
+{
+	kvs_cgroup_kill(p, cg);
+	if (pidfd >= 0)
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+}
+
+static int resolve_exe(const struct kvs_tool *t, const char *name, int exec_workdir,
+		       char *out, size_t outlen, char *note, size_t notelen)
+{
+	char cand[PATH_MAX], canon[PATH_MAX];
+	const char *s, *e;
+
+	/* the tool's own work directory, when the tool may run what it built */
+	if (exec_workdir && !strncmp(name, KVS_WORK "/", strlen(KVS_WORK) + 1)) {
+		if (strstr(name, "/..") || strlen(name) >= outlen)
+			return -EINVAL;
+		snprintf(out, outlen, "%s", name);
+		return 0;
+	}
+	if (strchr(name, '/')) {
+		if (name[0] != '/') {
+			kvs_note(note, notelen, "'%s': want an absolute path or a name on the "
+				 "tool's path", name);
+			return -EINVAL;
+		}
+		if (!realpath(name, canon)) {
+			kvs_note(note, notelen, "%s: %s", name, strerror(errno));
+			return -ENOENT;
+		}
+		if (!kvs_exec_allowed(t, canon)) {
+			kvs_note(note, notelen, "tool '%s' may not execute %s", t->name, canon);
+			return -EPERM;
+		}
+		snprintf(out, outlen, "%s", canon);
+		return 0;
+	}
+	for (s = t->path; *s; s = *e ? e + 1 : e) {
+		e = strchr(s, ':');
+		if (!e)
+			e = s + strlen(s);
+		if (e == s)
+			continue;
+		snprintf(cand, sizeof(cand), "%.*s/%s", (int)(e - s), s, name);
+		if (realpath(cand, canon) && kvs_exec_allowed(t, canon) &&
+		    access(canon, X_OK) == 0) {
+			snprintf(out, outlen, "%s", canon);
+			return 0;
+		}
+	}
+	kvs_note(note, notelen, "'%s' is not an executable the tool '%s' may run (path %s)",
+		 name, t->name, t->path);
+	return -ENOENT;
+}
+
+/* Remove a directory tree the launcher created (bounded depth). */
+static void rm_tree_at(int dfd, const char *name, int depth)
+{
+	int fd;
+	DIR *d;
+	struct dirent *de;
+
+	if (depth > 64)
+		return;
+	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
+		return;
+	fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return;
+	}
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			rm_tree_at(fd, de->d_name, depth + 1);
+	closedir(d);
+	unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* An empty network namespace (loopback down) that a root launcher's runs
+ * without network join instead of creating one each: creating and tearing
+ * down a network namespace is most of a spawn's cost. Runs then share it,
+ * so only with Landlock ABI >= 6, whose scoping keeps one run from
+ * reaching another's abstract Unix sockets (the only thing shared: with
+ * the loopback down there is no IP at all, and no run has the privilege
+ * to bring it up). */
+int kvs_netns_create(void)
+{
+	struct clone_args ca;
+	char path[64];
+	long pid;
+	int pidfd = -1, fd;
+	siginfo_t si;
+
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = CLONE_NEWNET | CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0) {
+		for (;;)
+			pause();
+	}
+	if (pid < 0)
+		return -errno;
+	snprintf(path, sizeof(path), "/proc/%ld/ns/net", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fd = -errno;
+	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
+	close(pidfd);
+	return fd;
+}
+
+void kvs_remove_tree(const char *path)
+{
+	int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (dfd < 0 || path[0] != '/')
+		return;
+	rm_tree_at(dfd, path + 1, 0);
+	close(dfd);
+}
+
+static int prepare_workdir(const struct kvs_policy *p, const char *want, char *canon,
+			   int *temp, char *note, size_t notelen)
+{
+	struct stat st;
+
+	*temp = 0;
+	if (!want) {
+		char tmpl[] = "/tmp/kvs-work-XXXXXX";
+
+		if (!mkdtemp(tmpl))
+			return -errno;
+		*temp = 1;
+		want = tmpl;
+		if (p->privileged && chown(tmpl, p->uid, p->gid))
+			return -errno;
+		if (!realpath(tmpl, canon))
+			return -errno;
+		return 0;
+	}
+	if (want[0] != '/') {
+		kvs_note(note, notelen, "work directory '%s': want an absolute path", want);
+		return -EINVAL;
+	}
+	if (mkdir(want, 0700) == 0) {
+		if (p->privileged && chown(want, p->uid, p->gid)) {
+			int e = errno;
+
+			rmdir(want);
+			return -e;
+		}
+	} else if (errno != EEXIST) {
+		int e = errno;
+
+		kvs_note(note, notelen, "work directory %s: %s", want, strerror(e));
+		return -e;
+	}
+	if (!realpath(want, canon) || stat(canon, &st) || !S_ISDIR(st.st_mode)) {
+		kvs_note(note, notelen, "work directory %s: not a directory", want);
+		return -ENOTDIR;
+	}
+	if (!strcmp(canon, "/")) {
+		kvs_note(note, notelen, "the host's root cannot be a work directory");
+		return -EPERM;
+	}
+	if (p->privileged && st.st_uid != p->uid)
+		kvs_note(note, notelen, "work directory %s is owned by uid %u, the tool runs as "
+			 "uid %u outside", canon, (unsigned int)st.st_uid, (unsigned int)p->uid);
+	return 0;
+}
+
+static void result_init(struct kvs_result *res)
+{
+	memset(res, 0, sizeof(*res));
+}
+
+static int refuse(struct kvs_result *res, int rc, const char *fmt, const char *a)
+{
+	res->reason = KVS_EXIT_REFUSED;
+	if (fmt)
+		kvs_note(res->note, sizeof(res->note), fmt, a);
+	return rc;
+}
+
+/* A tool left running with its stdio open (kvs_spawn). */
+struct kvs_proc {
+	const struct kvs_policy *p;
+	struct kvs_cg cg;
+	pid_t pid;
+	int pidfd;
+	int in_fd, out_fd, err_fd;
+	double t0, deadline;
+	int temp_wd;
+	char workdir[PATH_MAX];
+};
+
+/* kvs_run(), or with ip set kvs_spawn(): the same launch, then either
+ * supervise the run to its end or hand the running tool over. */
+static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
+		      struct kvs_result *res, struct kvs_proc *ip, int stdin_fd)
+{
+	const struct kvs_tool *t;
+	const struct kvs_limits *lim = req->limits;
+	struct plan *c;
+	struct kvs_cg cg = { .dirfd = -1 };
+	struct capture out = { .fd = -1 }, err = { .fd = -1 };
+	char canon_wd[PATH_MAX], exe[PATH_MAX];
+	int sync_p[2] = { -1, -1 }, stat_p[2] = { -1, -1 }, out_p[2] = { -1, -1 };
+	int err_p[2] = { -1, -1 }, in_fd = -1, pidfd = -1, temp_wd = 0, rc = 0, i;
+	int in_w = -1;
+	uint32_t timeout_ms;
+	uint64_t cap_bytes;
+	size_t argbytes = 0;
+	struct clone_args ca;
+	double t0, deadline, exited_at = 0;
+	long pid;
+	int exited = 0, killed = 0, setup_done = 0;
+	struct child_err early = { -1, 0, 0 };
+	siginfo_t si;
+
+	result_init(res);
+	t = kvs_find_tool(p, req->tool);
+	if (!t)
+		return refuse(res, -ENOENT, "unknown tool '%s': refused", req->tool ? req->tool : "");
+	if (!req->argv || !req->argv[0] || !req->argv[0][0])
+		return refuse(res, -EINVAL, "%sno command", "");
+	for (i = 0; req->argv[i]; i++) {
+		if (i >= KVS_MAX_ARGS)
+			return refuse(res, -E2BIG, "%smore than 256 arguments", "");
+		argbytes += strlen(req->argv[i]) + 1;
+	}
+	if (argbytes > KVS_MAX_ARG_BYTES)
+		return refuse(res, -E2BIG, "%sarguments longer than 256 KiB", "");
+	if (req->stdin_len > KVS_MAX_STDIN || (req->stdin_len && !req->stdin_data))
+		return refuse(res, -E2BIG, "%sstdin larger than 16 MiB", "");
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return refuse(res, -ENOMEM, "%sout of memory", "");
+	c->p = p;
+	c->t = t;
+	res->unenforced = (p->landlock_abi <= 0 ? KVS_UNENF_LANDLOCK : 0) |
+			  (!p->cgroup_ok ? KVS_UNENF_CGROUP : 0) |
+			  (!p->cgroup_ok || !p->have_cpu ? KVS_UNENF_CPU : 0) |
+			  (!p->cgroup_ok || !p->have_memory ? KVS_UNENF_MEMORY : 0) |
+			  (!p->cgroup_ok || !p->have_pids ? KVS_UNENF_PIDS : 0);
+	c->exec_workdir = t->exec_workdir;
+	c->network = t->network;
+	rc = resolve_exe(t, req->argv[0], t->exec_workdir, exe, sizeof(exe), res->note,
+			 sizeof(res->note));
+	if (rc) {
+		free(c);
+		res->reason = KVS_EXIT_REFUSED;
+		return rc;
+	}
+	rc = prepare_workdir(p, req->workdir, canon_wd, &temp_wd, res->note, sizeof(res->note));
+	if (rc) {
+		free(c);
+		res->reason = KVS_EXIT_SETUP;
+		return rc;
+	}
+	timeout_ms = t->timeout_ms;
+	cap_bytes = t->output;
+	if (lim) {
+		if (lim->timeout_ms && lim->timeout_ms < timeout_ms)
+			timeout_ms = lim->timeout_ms;
+		if (lim->output_bytes && lim->output_bytes < cap_bytes)
+			cap_bytes = lim->output_bytes;
+	}
+	c->workdir = canon_wd;
+	c->exe = exe;
+	c->argv = (char *const *)req->argv;
+	c->tmp_bytes = t->tmp_bytes;
+	snprintf(c->tmp_opts, sizeof(c->tmp_opts), "size=%llu,mode=1777,nr_inodes=16384",
+		 (unsigned long long)t->tmp_bytes);
+	c->rl_core = (struct rlimit){ 0, 0 };
+	c->rl_cpu = (struct rlimit){ timeout_ms / 1000 + 1, timeout_ms / 1000 + 2 };
+	c->rl_nofile = (struct rlimit){ t->nofile, t->nofile };
+	c->rl_fsize = (struct rlimit){ t->fsize, t->fsize };
+	if (!p->have_pids || !p->cgroup_ok) {
+		uint32_t pids = lim && lim->pids && lim->pids < t->pids ? lim->pids : t->pids;
+
+		c->set_nproc = 1;
+		c->rl_nproc = (struct rlimit){ pids, pids };
+	}
+	if (!p->have_memory || !p->cgroup_ok) {
+		uint64_t mem = lim && lim->memory_bytes && lim->memory_bytes < t->memory ?
+			       lim->memory_bytes : t->memory;
+
+		c->set_as = 1;
+		/* address space, not memory: leave room for mappings never touched */
+		c->rl_as = (struct rlimit){ mem + (256ull << 20), mem + (256ull << 20) };
+	}
+	for (i = 0; i < t->n_rules; i++)
+		c->rules[c->n_rules++] = &t->rules[i];
+	snprintf(c->work_rule.path, sizeof(c->work_rule.path), "%s", KVS_WORK);
+	c->work_rule.acc = t->exec_workdir ? KVS_ACC_RWX : KVS_ACC_RW;
+	c->rules[c->n_rules++] = &c->work_rule;
+
+	if (pipe2(sync_p, O_CLOEXEC) || pipe2(stat_p, O_CLOEXEC) || pipe2(out_p, O_CLOEXEC) ||
+	    pipe2(err_p, O_CLOEXEC)) {
+		rc = -errno;
+		goto setup_fail;
+	}
+	for (i = 0; i < 2; i++) {
+		sync_p[i] = high_fd(sync_p[i]);
+		stat_p[i] = high_fd(stat_p[i]);
+		out_p[i] = high_fd(out_p[i]);
+		err_p[i] = high_fd(err_p[i]);
+	}
+	if (ip) {
+		/* a socket, not a pipe: the caller writes with MSG_NOSIGNAL and
+		 * a server that died costs it an EPIPE, never a SIGPIPE */
+		int sv[2];
+
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+			rc = -errno;
+			goto setup_fail;
+		}
+		in_fd = high_fd(sv[0]);
+		in_w = high_fd(sv[1]);
+		shutdown(in_fd, SHUT_WR);
+		shutdown(in_w, SHUT_RD);
+	} else {
+		in_fd = stdin_fd >= 0 ? high_fd(fcntl(stdin_fd, F_DUPFD_CLOEXEC, 3)) :
+			kvs_make_stdin(req->stdin_data, req->stdin_len);
+	}
+	if (in_fd < 0) {
+		rc = in_fd;
+		goto setup_fail;
+	}
+	c->sync_fd = sync_p[0];
+	c->sync_fd_parent = sync_p[1];
+	c->status_fd = stat_p[1];
+	c->in_fd = in_fd;
+	c->out_fd = out_p[1];
+	c->err_fd = err_p[1];
+
+	rc = kvs_cgroup_create(p, t, lim, &cg, res->note, sizeof(res->note));
+	if (rc && p->cgroup_ok)
+		goto setup_fail;
+	rc = 0;
+	res->cgroup_id = cg.id;
+
+	memset(&ca, 0, sizeof(ca));
+	c->priv = p->privileged;
+	c->netns_fd = -1;
+	ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
+		   CLONE_PIDFD;
+	if (!c->priv)
+		ca.flags |= CLONE_NEWUSER;
+	if (!t->network) {
+		if (c->priv && p->netns_fd >= 0)
+			c->netns_fd = p->netns_fd;
+		else
+			ca.flags |= CLONE_NEWNET;
+	}
+	if (cg.dirfd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)cg.dirfd;
+	}
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	ca.exit_signal = 0;	/* no SIGCHLD into the caller's process */
+	t0 = kvs_now();
+	pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0)
+		child_main(c);
+	if (pid < 0) {
+		rc = -errno;
+		kvs_note(res->note, sizeof(res->note), "clone3: %s", strerror(errno));
+		goto setup_fail;
+	}
+	close(sync_p[0]);
+	sync_p[0] = -1;
+	close(stat_p[1]);
+	stat_p[1] = -1;
+	close(out_p[1]);
+	out_p[1] = -1;
+	close(err_p[1]);
+	err_p[1] = -1;
+	close(in_fd);
+	in_fd = -1;
+
+	if (req->on_cgroup && req->on_cgroup(req->ctx, cg.id, (pid_t)pid)) {
+		rc = -ECANCELED;
+		kvs_note(res->note, sizeof(res->note), "refused by the caller's cgroup hook");
+	} else {
+		rc = handshake(p, c, (pid_t)pid, stat_p[0], t0 + timeout_ms / 1000.0, &early);
+		if (rc == -EAGAIN)
+			rc = 0;	/* the child failed; its record is in early */
+		else if (rc)
+			kvs_note(res->note, sizeof(res->note), "writing the id map: %s",
+				 strerror(-rc));
+	}
+	if (rc) {
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+		res->reason = KVS_EXIT_SETUP;
+	}
+	close(sync_p[1]);
+	sync_p[1] = -1;
+
+	if (ip && !rc && early.step <= 0) {
+		/* the tool is released: wait for its execve (the status pipe
+		 * closes) or its setup failure (a record) */
+		struct pollfd spf = { .fd = stat_p[0], .events = POLLIN };
+		double left = t0 + timeout_ms / 1000.0 - kvs_now();
+		struct child_err ce;
+
+		if (poll(&spf, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0) {
+			early = (struct child_err){ ST_EXEC, ETIMEDOUT, 0 };
+		} else if (read(stat_p[0], &ce, sizeof(ce)) == sizeof(ce) && ce.step > 0) {
+			early = ce;
+		} else {
+			res->setup_s = kvs_now() - t0;
+			fcntl(out_p[0], F_SETFL, O_NONBLOCK);
+			fcntl(err_p[0], F_SETFL, O_NONBLOCK);
+			fcntl(in_w, F_SETFL, O_NONBLOCK);
+			ip->p = p;
+			ip->cg = cg;
+			ip->pid = (pid_t)pid;
+			ip->pidfd = pidfd;
+			ip->in_fd = in_w;
+			ip->out_fd = out_p[0];
+			ip->err_fd = err_p[0];
+			ip->t0 = t0;
+			ip->deadline = t0 + timeout_ms / 1000.0;
+			ip->temp_wd = temp_wd;
+			snprintf(ip->workdir, sizeof(ip->workdir), "%s", canon_wd);
+			cg.dirfd = -1;
+			pidfd = -1;
+			in_w = -1;
+			out_p[0] = err_p[0] = -1;
+			temp_wd = 0;
+			goto done;
+		}
+	}
+	if (in_w >= 0) {
+		close(in_w);
+		in_w = -1;
+	}
+
+	out.fd = out_p[0];
+	err.fd = err_p[0];
+	out.cap_bytes = err.cap_bytes = cap_bytes;
+	fcntl(out.fd, F_SETFL, O_NONBLOCK);
+	fcntl(err.fd, F_SETFL, O_NONBLOCK);
+	deadline = t0 + timeout_ms / 1000.0;
+	while (!exited || !out.eof || !err.eof || !setup_done) {
+		struct pollfd pf[4];
+		int nf = 0, ms, ix_pid = -1, ix_out = -1, ix_err = -1, ix_st = -1;
+		double now = kvs_now();
+
+		if (exited && now - exited_at > 2.0)
+			break;	/* every holder of the pipes is dead by now */
+		if (!exited) {
+			ix_pid = nf;
+			pf[nf++] = (struct pollfd){ .fd = pidfd, .events = POLLIN };
+		}
+		if (!out.eof) {
+			ix_out = nf;
+			pf[nf++] = (struct pollfd){ .fd = out.fd, .events = POLLIN };
+		}
+		if (!err.eof) {
+			ix_err = nf;
+			pf[nf++] = (struct pollfd){ .fd = err.fd, .events = POLLIN };
+		}
+		if (!setup_done) {
+			ix_st = nf;
+			pf[nf++] = (struct pollfd){ .fd = stat_p[0], .events = POLLIN };
+		}
+		if (!killed && now >= deadline) {
+			killed = 1;
+			if (res->reason == KVS_EXIT_CODE)
+				res->reason = KVS_EXIT_TIMEOUT;
+			kill_run(p, &cg, pidfd);
+		}
+		ms = killed || exited ? 100 : (int)((deadline - now) * 1000) + 1;
+		if (poll(pf, nf, ms) < 0 && errno != EINTR)
+			break;
+		if (ix_st >= 0 && (pf[ix_st].revents || early.step > 0)) {
+			struct child_err ce = early;
+			ssize_t n = early.step > 0 ? (ssize_t)sizeof(ce) :
+				    read(stat_p[0], &ce, sizeof(ce));
+
+			setup_done = 1;
+			res->setup_s = kvs_now() - t0;
+			if (n == sizeof(ce) && ce.step > 0 && ce.step <= ST_EXEC) {
+				res->reason = KVS_EXIT_SETUP;
+				if (ce.step == ST_EXEC)
+					kvs_note(res->note, sizeof(res->note), "execve %s: %s", exe,
+						 strerror(ce.err));
+				else
+					kvs_note(res->note, sizeof(res->note),
+						 "sandbox setup failed at %s%s%s: %s",
+						 step_names[ce.step], what_of(t, &ce) ? " " : "",
+						 what_of(t, &ce) ? what_of(t, &ce) : "",
+						 strerror(ce.err));
+				rc = -(ce.err ? ce.err : EIO);
+			}
+		}
+		if (ix_out >= 0 && pf[ix_out].revents && capture_read(&out) && !killed) {
+			killed = 1;
+			res->reason = KVS_EXIT_OUTPUT_CAP;
+			kill_run(p, &cg, pidfd);
+		}
+		if (ix_err >= 0 && pf[ix_err].revents && capture_read(&err) && !killed) {
+			killed = 1;
+			res->reason = KVS_EXIT_OUTPUT_CAP;
+			kill_run(p, &cg, pidfd);
+		}
+		if (ix_pid >= 0 && pf[ix_pid].revents) {
+			exited = 1;
+			exited_at = kvs_now();
+		}
+		if (out.truncated && !out.eof)
+			capture_read(&out);	/* drain past the cap */
+	}
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) == 0) {
+		if (res->reason == KVS_EXIT_CODE) {
+			if (si.si_code == CLD_EXITED) {
+				res->status = si.si_status;
+			} else {
+				res->reason = KVS_EXIT_SIGNAL;
+				res->status = si.si_status;
+			}
+		} else if (res->reason != KVS_EXIT_SETUP) {
+			res->status = si.si_status;
+		}
+	}
+	if (!setup_done)
+		res->setup_s = kvs_now() - t0;
+	kill_run(p, &cg, -1);	/* anything left in the cgroup, e.g. after a setup failure */
+	kvs_cgroup_finish(p, &cg, res);
+	res->wall_s = kvs_now() - t0;
+	if (res->reason == KVS_EXIT_SETUP && !rc)
+		rc = -EIO;
+	goto done;
+
+setup_fail:
+	res->reason = KVS_EXIT_SETUP;
+	if (!res->note[0])
+		kvs_note(res->note, sizeof(res->note), "setting up the run: %s", strerror(-rc));
+	if (cg.dirfd >= 0)
+		kvs_cgroup_finish(p, &cg, res);
+done:
+	res->out = out.buf ? out.buf : calloc(1, 1);
+	res->err = err.buf ? err.buf : calloc(1, 1);
+	if (res->out)
+		res->out[out.len] = 0;
+	if (res->err)
+		res->err[err.len] = 0;
+	res->out_len = out.len;
+	res->err_len = err.len;
+	res->out_truncated = out.truncated;
+	res->err_truncated = err.truncated;
+	for (i = 0; i < 2; i++) {
+		if (sync_p[i] >= 0)
+			close(sync_p[i]);
+		if (stat_p[i] >= 0)
+			close(stat_p[i]);
+		if (out_p[i] >= 0)
+			close(out_p[i]);
+		if (err_p[i] >= 0)
+			close(err_p[i]);
+	}
+	if (in_fd >= 0)
+		close(in_fd);
+	if (in_w >= 0)
+		close(in_w);
+	if (pidfd >= 0)
+		close(pidfd);
+	if (temp_wd)
+		kvs_remove_tree(canon_wd);
+	free(c);
+	return rc;
+}
+
+int kvs_run(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_result *res)
+{
+	if (p->spawner_fd >= 0)
+		return kvs_spawner_run(p, req, res);
+	return run_common(p, req, res, NULL, -1);
+}
+
+int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
+		   struct kvs_result *res, int stdin_fd)
+{
+	return run_common(p, req, res, NULL, stdin_fd);
+}
+
+int kvs_spawn(const struct kvs_policy *p, const struct kvs_request *req, struct kvs_proc **out,
+	      struct kvs_result *res)
+{
+	struct kvs_proc *ip = calloc(1, sizeof(*ip));
+	int rc;
+
+	*out = NULL;
+	if (!ip) {
+		result_init(res);
+		return refuse(res, -ENOMEM, "%sout of memory", "");
+	}
+	ip->pidfd = ip->in_fd = ip->out_fd = ip->err_fd = -1;
+	rc = run_common(p, req, res, ip, -1);
+	if (rc || ip->pidfd < 0) {
+		free(ip);
+		return rc ? rc : -EIO;
+	}
+	*out = ip;
+	return 0;
+}
+
+int kvs_proc_stdin(const struct kvs_proc *ip) { return ip->in_fd; }
+int kvs_proc_stdout(const struct kvs_proc *ip) { return ip->out_fd; }
+int kvs_proc_stderr(const struct kvs_proc *ip) { return ip->err_fd; }
+int kvs_proc_pidfd(const struct kvs_proc *ip) { return ip->pidfd; }
+uint64_t kvs_proc_cgroup_id(const struct kvs_proc *ip) { return ip->cg.id; }
+double kvs_proc_deadline(const struct kvs_proc *ip) { return ip->deadline; }
+
+int kvs_proc_finish(struct kvs_proc *ip, unsigned int grace_ms, struct kvs_result *res)
+{
+	struct pollfd pf;
+	siginfo_t si;
+
+	result_init(res);
+	if (!ip)
+		return -EINVAL;
+	if (ip->in_fd >= 0) {
+		close(ip->in_fd);	/* EOF on its stdin: the polite way to stop */
+		ip->in_fd = -1;
+	}
+	pf = (struct pollfd){ .fd = ip->pidfd, .events = POLLIN };
+	if (poll(&pf, 1, (int)grace_ms) <= 0) {
+		res->reason = KVS_EXIT_SIGNAL;
+		kill_run(ip->p, &ip->cg, ip->pidfd);
+	}
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)ip->pidfd, &si, WEXITED | __WALL) == 0) {
+		res->status = si.si_status;
+		if (si.si_code != CLD_EXITED)
+			res->reason = KVS_EXIT_SIGNAL;
+		else if (res->reason == KVS_EXIT_SIGNAL)
+			res->reason = KVS_EXIT_CODE;
+	}
+	kill_run(ip->p, &ip->cg, -1);
+	res->cgroup_id = ip->cg.id;
+	kvs_cgroup_finish(ip->p, &ip->cg, res);
+	res->wall_s = kvs_now() - ip->t0;
+	res->out = calloc(1, 1);
+	res->err = calloc(1, 1);
+	close(ip->pidfd);
+	if (ip->out_fd >= 0)
+		close(ip->out_fd);
+	if (ip->err_fd >= 0)
+		close(ip->err_fd);
+	if (ip->temp_wd)
+		kvs_remove_tree(ip->workdir);
+	free(ip);
+	return 0;
+}
+
+void kvs_result_free(struct kvs_result *res)
+{
+	if (!res)
+		return;
+	free(res->out);
+	free(res->err);
+	res->out = res->err = NULL;
+}
+
+struct many {
+	const struct kvs_policy *p;
+	const struct kvs_request *reqs;
+	struct kvs_result *res;
+	size_t n;
+	atomic_size_t next;
+	atomic_int first_rc;
+};
+
+static void *many_worker(void *arg)
+{
+	struct many *m = arg;
+	size_t i;
+
+	while ((i = atomic_fetch_add(&m->next, 1)) < m->n) {
+		int rc = kvs_run(m->p, &m->reqs[i], &m->res[i]), zero = 0;
+
+		if (rc)
+			atomic_compare_exchange_strong(&m->first_rc, &zero, rc);
+	}
+	return NULL;
+}
+
+int kvs_run_many(const struct kvs_policy *p, const struct kvs_request *reqs,
+		 struct kvs_result *res, size_t n, unsigned int max_parallel)
+{
+	struct many m = { .p = p, .reqs = reqs, .res = res, .n = n };
+	pthread_t th[64];
+	unsigned int k, started = 0;
+
+	if (!max_parallel || max_parallel > n)
+		max_parallel = (unsigned int)n;
+	if (max_parallel > 64)
+		max_parallel = 64;
+	atomic_init(&m.next, 0);
+	atomic_init(&m.first_rc, 0);
+	for (k = 0; k < max_parallel; k++) {
+		if (pthread_create(&th[k], NULL, many_worker, &m))
+			break;
+		started++;
+	}
+	if (!started)
+		many_worker(&m);
+	for (k = 0; k < started; k++)
+		pthread_join(th[k], NULL);
+	return atomic_load(&m.first_rc);
+}

@@ -1,0 +1,481 @@
+// SPDX-License-Identifier: MIT
+/*
+ * worker.c - the stage worker process: maps the arena the orchestrator
+ * sends, runs one backend (built-in cpu or a dlopen()ed plugin) and
+ * answers steps with sampled tokens. It holds no session state between
+ * steps: every step carries the block tables and sampler states it needs,
+ * so a worker that dies loses nothing the orchestrator cannot resend.
+ *
+ * Sampling lives here, not in backends: greedy, temperature and top-p via
+ * the engine's sampler, with the chosen token's log-probability and the
+ * top alternatives computed from the raw logits (OpenAI's logprobs).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "kvengine.h"
+#include "log.h"
+#include "worker.h"
+
+struct worker {
+	int sock;
+	uint32_t role;
+	int copy_mode;
+	struct kvd_kv_geom geom;
+	void *arena;		/* the shared arena */
+	void *priv;		/* copy mode, prefill: this stage's own KV */
+	const struct kvd_backend_ops *ops;
+	void *bctx;
+	void *dl;
+	uint32_t vocab;
+	float *logits;
+	uint32_t logits_n;	/* sequences the buffer holds */
+	void *scratch;
+	void *rx;
+	size_t rx_cap;
+	char *tx;
+	size_t tx_cap;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int load_backend(struct worker *w, const char *name, char *err, size_t errlen)
+{
+	kvd_backend_entry_fn entry;
+
+	if (!name || !strcmp(name, "cpu")) {
+		w->ops = kvd_backend_cpu();
+		return 0;
+	}
+	w->dl = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (!w->dl) {
+		snprintf(err, errlen, "backend %s: %s", name, dlerror());
+		return -ENOENT;
+	}
+	entry = (kvd_backend_entry_fn)dlsym(w->dl, KVD_BACKEND_ENTRY);
+	if (!entry) {
+		snprintf(err, errlen, "backend %s: no %s symbol", name, KVD_BACKEND_ENTRY);
+		return -ENOEXEC;
+	}
+	w->ops = entry(KVD_BACKEND_ABI_VERSION);
+	if (!w->ops || w->ops->abi_version != KVD_BACKEND_ABI_VERSION ||
+	    w->ops->size < sizeof(struct kvd_backend_ops) || !w->ops->create ||
+	    !w->ops->prefill || !w->ops->decode || !w->ops->vocab_size) {
+		snprintf(err, errlen, "backend %s: does not speak ABI version %u", name,
+			 KVD_BACKEND_ABI_VERSION);
+		w->ops = NULL;
+		return -ENOEXEC;
+	}
+	return 0;
+}
+
+static int geom_ok(const struct kvd_kv_geom *g)
+{
+	return g->block_size && g->block_size <= (2u << 20) && !(g->block_size & 4095) &&
+	       g->blocks_per_page == (2u << 20) / g->block_size && g->block_tokens &&
+	       g->kv_block_bytes && g->kv_block_bytes <= g->block_size &&
+	       g->arena_bytes && !(g->arena_bytes & ((2u << 20) - 1)) &&
+	       (uint64_t)g->blocks_total <= g->arena_bytes / (2u << 20) * g->blocks_per_page &&
+	       g->dtype <= 1;
+}
+
+static int hello(struct worker *w, const struct kvd_worker_args *a)
+{
+	struct kvd_backend_init in = { 0 };
+	struct kvd_ready rd = { 0 };
+	struct kvd_hello h;
+	uint16_t type;
+	size_t len;
+	int fd = -1, rc;
+
+	rc = kvd_msg_recv(w->sock, &type, &w->rx, &w->rx_cap, &len, &fd);
+	if (rc <= 0)
+		return rc ? rc : -ECONNRESET;
+	if (type != KVD_MSG_HELLO || len != sizeof(h) || fd < 0) {
+		rc = -EPROTO;
+		snprintf(rd.message, sizeof(rd.message), "expected HELLO with the arena fd");
+		goto out;
+	}
+	memcpy(&h, w->rx, sizeof(h));
+	if (!geom_ok(&h.geom) || (h.role != KVD_ROLE_PREFILL && h.role != KVD_ROLE_DECODE)) {
+		rc = -EINVAL;
+		snprintf(rd.message, sizeof(rd.message), "HELLO: bad geometry or role");
+		goto out;
+	}
+	w->role = h.role;
+	w->copy_mode = !!h.copy_mode;
+	w->geom = h.geom;
+	w->arena = mmap(NULL, h.geom.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (w->arena == MAP_FAILED) {
+		w->arena = NULL;
+		rc = -errno;
+		snprintf(rd.message, sizeof(rd.message), "mmap arena: %s", strerror(-rc));
+		goto out;
+	}
+	if (w->copy_mode && w->role == KVD_ROLE_PREFILL) {
+		w->priv = mmap(NULL, h.geom.arena_bytes, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (w->priv == MAP_FAILED) {
+			w->priv = NULL;
+			rc = -errno;
+			snprintf(rd.message, sizeof(rd.message), "private KV: %s", strerror(-rc));
+			goto out;
+		}
+	}
+	rc = load_backend(w, a->backend, rd.message, sizeof(rd.message));
+	if (rc)
+		goto out;
+	in.size = sizeof(in);
+	in.role = w->role;
+	in.model_path = a->model_path;
+	in.options = a->backend_options;
+	in.arena_fd = fd;
+	in.arena_base = w->priv ? w->priv : w->arena;
+	in.geom = w->geom;
+	in.n_threads = a->n_threads;
+	in.max_batch = a->max_batch;
+	in.max_ctx = a->max_ctx;
+	rc = w->ops->create(&in, &w->bctx, rd.message, sizeof(rd.message));
+	if (rc)
+		goto out;
+	w->vocab = w->ops->vocab_size(w->bctx);
+	w->scratch = malloc(KVE_SAMPLE_SCRATCH(w->vocab));
+	if (!w->scratch)
+		rc = -ENOMEM;
+out:
+	if (fd >= 0)
+		close(fd);
+	rd.status = rc;
+	rd.vocab = w->vocab;
+	rd.pid = (uint32_t)getpid();
+	snprintf(rd.backend, sizeof(rd.backend), "%s", w->ops ? w->ops->name : "?");
+	if (kvd_msg_send(w->sock, KVD_MSG_READY, &rd, sizeof(rd), -1) < 0 && !rc)
+		rc = -EPIPE;
+	return rc;
+}
+
+static int ensure_logits(struct worker *w, uint32_t n)
+{
+	float *p;
+
+	if (n <= w->logits_n)
+		return 0;
+	p = realloc(w->logits, (size_t)n * w->vocab * sizeof(float));
+	if (!p)
+		return -ENOMEM;
+	w->logits = p;
+	w->logits_n = n;
+	return 0;
+}
+
+/* Appends to the reply buffer. */
+static int tx_put(struct worker *w, size_t *off, const void *p, size_t n)
+{
+	if (*off + n > w->tx_cap) {
+		size_t cap = w->tx_cap ? w->tx_cap : 4096;
+		char *nb;
+
+		while (cap < *off + n)
+			cap *= 2;
+		nb = realloc(w->tx, cap);
+		if (!nb)
+			return -ENOMEM;
+		w->tx = nb;
+		w->tx_cap = cap;
+	}
+	memcpy(w->tx + *off, p, n);
+	*off += n;
+	return 0;
+}
+
+/* Sample from one sequence's logits; fills the result entry and its top
+ * alternatives (written to top, at most KVD_MAX_TOP). */
+#define KVD_MAX_TOP 20
+static int sample_one(struct worker *w, const struct kvd_step_seq *sq,
+		      const float *lg, struct kvd_result_seq *rs, struct kvd_top *top)
+{
+	struct kve_sampler sm = { sq->temperature, 0, sq->top_p, sq->rng };
+	int32_t tok = kve_sample(&sm, lg, w->vocab, w->scratch);
+	uint32_t i, k, n_top = sq->top_logprobs > KVD_MAX_TOP ? KVD_MAX_TOP : sq->top_logprobs;
+	double mx = -INFINITY, sum = 0, lse;
+
+	if (tok < 0)
+		return tok;
+	rs->seq_id = sq->seq_id;
+	rs->token = tok;
+	rs->rng = sm.rng;
+	rs->logprob = 0;
+	rs->n_top = 0;
+	if (!(sq->flags & KVD_SEQ_LOGPROBS) && !n_top)
+		return 0;
+	for (i = 0; i < w->vocab; i++)
+		if (lg[i] > mx)
+			mx = lg[i];
+	for (i = 0; i < w->vocab; i++)
+		sum += exp((double)lg[i] - mx);
+	lse = mx + log(sum);
+	rs->logprob = (float)((double)lg[tok] - lse);
+	/* top n_top by insertion: n_top <= 20 */
+	for (i = 0; i < w->vocab; i++) {
+		float v = lg[i];
+
+		if (rs->n_top == n_top && (!n_top || v <= lg[top[n_top - 1].token]))
+			continue;
+		k = rs->n_top < n_top ? rs->n_top++ : n_top - 1;
+		while (k > 0 && lg[top[k - 1].token] < v) {
+			top[k] = top[k - 1];
+			k--;
+		}
+		top[k].token = (int32_t)i;
+	}
+	for (k = 0; k < rs->n_top; k++)
+		top[k].logprob = (float)((double)lg[top[k].token] - lse);
+	return 0;
+}
+
+/* Parses the step's sequences into arrays; every count checked. */
+struct step_view {
+	const struct kvd_step_seq *sq;
+	const int32_t *tokens;
+	uint32_t *blocks;
+};
+
+static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
+		      struct step_view **views)
+{
+	const char *p = w->rx, *end = p + len;
+	struct step_view *v;
+	uint32_t i;
+
+	if (len < sizeof(*st))
+		return -EPROTO;
+	memcpy(st, p, sizeof(*st));
+	p += sizeof(*st);
+	if (!st->n_seq || st->n_seq > 4096 ||
+	    (st->kind != KVD_STEP_PREFILL && st->kind != KVD_STEP_DECODE))
+		return -EPROTO;
+	v = calloc(st->n_seq, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < st->n_seq; i++) {
+		const struct kvd_step_seq *sq = (const void *)p;
+		uint64_t need;
+
+		if ((size_t)(end - p) < sizeof(*sq))
+			goto bad;
+		need = sizeof(*sq) + (uint64_t)sq->n_new * 4 + (uint64_t)sq->n_blocks * 4;
+		if ((uint64_t)(end - p) < need || !sq->n_new ||
+		    (st->kind == KVD_STEP_DECODE && sq->n_new != 1))
+			goto bad;
+		if ((uint64_t)sq->n_blocks * w->geom.block_tokens <
+		    (uint64_t)sq->n_kv + sq->n_new)
+			goto bad;
+		v[i].sq = sq;
+		v[i].tokens = (const int32_t *)(p + sizeof(*sq));
+		v[i].blocks = (uint32_t *)(p + sizeof(*sq) + (size_t)sq->n_new * 4);
+		for (uint32_t b = 0; b < sq->n_blocks; b++)
+			if (v[i].blocks[b] >= w->geom.blocks_total)
+				goto bad;
+		p += need;
+	}
+	if (p != end)
+		goto bad;
+	*views = v;
+	return 0;
+bad:
+	free(v);
+	return -EPROTO;
+}
+
+/* copy mode: this stage's private KV starts as a copy of the blocks that
+ * already hold the sequence's earlier positions (counted: it is a copy). */
+static uint64_t copy_in(struct worker *w, const struct step_view *v)
+{
+	uint32_t bt = w->geom.block_tokens, nb = (v->sq->n_kv + bt - 1) / bt, b;
+
+	for (b = 0; b < nb; b++)
+		memcpy(kvd_block_addr(w->priv, &w->geom, v->blocks[b]),
+		       kvd_block_addr(w->arena, &w->geom, v->blocks[b]),
+		       w->geom.kv_block_bytes);
+	return (uint64_t)nb * w->geom.kv_block_bytes;
+}
+
+static int do_step(struct worker *w, size_t len)
+{
+	struct kvd_result res = { 0 };
+	struct step_view *v = NULL;
+	struct kvd_step st;
+	struct kvd_seq *seqs = NULL, **sp = NULL;
+	int32_t *toks = NULL;
+	struct kvd_top top[KVD_MAX_TOP];
+	size_t off = 0;
+	uint64_t t0 = now_ns(), copied = 0;
+	uint32_t i;
+	int rc;
+
+	rc = parse_step(w, len, &st, &v);
+	if (rc)
+		return rc;
+	res.step_id = st.step_id;
+	seqs = calloc(st.n_seq, sizeof(*seqs));
+	sp = calloc(st.n_seq, sizeof(*sp));
+	toks = calloc(st.n_seq, sizeof(*toks));
+	if (!seqs || !sp || !toks || ensure_logits(w, st.kind == KVD_STEP_DECODE ? st.n_seq : 1)) {
+		rc = -ENOMEM;
+		goto reply;
+	}
+	for (i = 0; i < st.n_seq; i++) {
+		seqs[i].block_table = v[i].blocks;
+		seqs[i].n_blocks = v[i].sq->n_blocks;
+		seqs[i].n_tokens = v[i].sq->n_kv;
+		sp[i] = &seqs[i];
+		toks[i] = v[i].tokens[0];
+	}
+	if (st.kind == KVD_STEP_DECODE)
+		rc = w->ops->decode(w->bctx, sp, toks, st.n_seq, w->logits);
+	res.n_seq = st.n_seq;
+	rc = rc ? rc : tx_put(w, &off, &res, sizeof(res));
+	for (i = 0; !rc && i < st.n_seq; i++) {
+		struct kvd_result_seq rs = { 0 };
+		const float *lg = w->logits;
+
+		if (st.kind == KVD_STEP_PREFILL) {
+			if (w->priv)
+				copied += copy_in(w, &v[i]);
+			rc = w->ops->prefill(w->bctx, &seqs[i], v[i].tokens, v[i].sq->n_new,
+					     w->logits);
+			if (rc)
+				break;
+		} else {
+			lg = w->logits + (size_t)i * w->vocab;
+		}
+		rc = sample_one(w, v[i].sq, lg, &rs, top);
+		if (rc)
+			break;
+		if (w->priv) {
+			uint32_t bt = w->geom.block_tokens;
+
+			rs.first_block = v[i].sq->n_kv / bt;
+			rs.n_kv_blocks = (v[i].sq->n_kv + v[i].sq->n_new + bt - 1) / bt -
+					 rs.first_block;
+		}
+		rc = tx_put(w, &off, &rs, sizeof(rs));
+		if (!rc && rs.n_top)
+			rc = tx_put(w, &off, top, rs.n_top * sizeof(top[0]));
+		for (uint32_t b = 0; !rc && b < rs.n_kv_blocks; b++) {
+			rc = tx_put(w, &off,
+				    kvd_block_addr(w->priv, &w->geom, v[i].blocks[rs.first_block + b]),
+				    w->geom.kv_block_bytes);
+			copied += w->geom.kv_block_bytes;
+		}
+	}
+reply:
+	free(v);
+	free(seqs);
+	free(sp);
+	free(toks);
+	if (rc) {
+		memset(&res, 0, sizeof(res));
+		res.step_id = st.step_id;
+		res.status = rc;
+		off = 0;
+		if (tx_put(w, &off, &res, sizeof(res)))
+			return -ENOMEM;
+	} else {
+		res.compute_ns = now_ns() - t0;
+		res.kv_bytes = copied;
+		memcpy(w->tx, &res, sizeof(res));
+	}
+	return kvd_msg_send(w->sock, KVD_MSG_RESULT, w->tx, off, -1);
+}
+
+/* copy mode, decode side: write the received blocks into the arena. */
+static int do_kv_load(struct worker *w, size_t len)
+{
+	struct kvd_result res = { 0 };
+	struct kvd_kv_load kl;
+	const char *p = w->rx;
+	const uint32_t *ids;
+	uint32_t i;
+
+	if (len < sizeof(kl))
+		return -EPROTO;
+	memcpy(&kl, p, sizeof(kl));
+	if (!kl.n_blocks || kl.n_blocks > w->geom.blocks_total ||
+	    len != sizeof(kl) + (size_t)kl.n_blocks * (4 + w->geom.kv_block_bytes))
+		return -EPROTO;
+	ids = (const uint32_t *)(p + sizeof(kl));
+	p += sizeof(kl) + (size_t)kl.n_blocks * 4;
+	for (i = 0; i < kl.n_blocks; i++)
+		if (ids[i] >= w->geom.blocks_total)
+			return -EPROTO;
+	for (i = 0; i < kl.n_blocks; i++, p += w->geom.kv_block_bytes)
+		memcpy(kvd_block_addr(w->arena, &w->geom, ids[i]), p, w->geom.kv_block_bytes);
+	res.step_id = kl.step_id;
+	res.kv_bytes = (uint64_t)kl.n_blocks * w->geom.kv_block_bytes;
+	return kvd_msg_send(w->sock, KVD_MSG_KV_LOADED, &res, sizeof(res), -1);
+}
+
+int kvd_worker_main(int sock, const struct kvd_worker_args *a)
+{
+	struct worker w = { .sock = sock };
+	uint16_t type;
+	size_t len;
+	int rc;
+
+	/* die with the orchestrator: a worker never outlives it */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() == 1)
+		return 1;
+	rc = hello(&w, a);
+	if (rc) {
+		kvd_log(KVD_LOG_ERR, "worker", "cannot serve: %s", strerror(-rc));
+		goto out;
+	}
+	for (;;) {
+		rc = kvd_msg_recv(sock, &type, &w.rx, &w.rx_cap, &len, NULL);
+		if (rc <= 0)
+			break;
+		if (type == KVD_MSG_STEP)
+			rc = do_step(&w, len);
+		else if (type == KVD_MSG_KV_LOAD && w.role == KVD_ROLE_DECODE)
+			rc = do_kv_load(&w, len);
+		else
+			rc = -EPROTO;
+		if (rc < 0) {
+			kvd_log(KVD_LOG_ERR, "worker", "message %u: %s", type, strerror(-rc));
+			break;
+		}
+	}
+out:
+	if (w.ops && w.bctx)
+		w.ops->destroy(w.bctx);
+	if (w.arena)
+		munmap(w.arena, w.geom.arena_bytes);
+	if (w.priv)
+		munmap(w.priv, w.geom.arena_bytes);
+	free(w.logits);
+	free(w.scratch);
+	free(w.rx);
+	free(w.tx);
+	if (w.dl)
+		dlclose(w.dl);
+	return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,45 @@
+# SPDX-License-Identifier: MIT
+# The daemon's tests: the orchestrator end to end without HTTP
+# (test_orch: real workers, engine and arena), under ASan/UBSan.
+KVD_TEST_ORCH  := $(KVD_OUT)/tests/test_orch
+KVD_TEST_MODEL := $(KVD_OUT)/tests/orch-bpe.gguf
+
+$(KVD_TEST_ORCH): tests/daemon/test_orch.c $(KVD_CORE_SLIB) $(ENGINE_SLIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) $< $(KVD_CORE_SLIB) $(ENGINE_SLIB) $(LIB_A) \
+		-o $@ $(KVD_LDLIBS)
+
+$(KVD_TEST_MODEL): $(ENGINE_MKMODEL)
+	@mkdir -p $(@D)
+	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
+		--vocab 512 --ctx 1024 --tokenizer bpe --type f32 --seed 3 -o $@ >/dev/null
+
+.PHONY: check-orch
+check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+
+# In the guests: the same orchestrator over kvarena.ko (dma-buf hand-off,
+# io_uring state batches, the kernel's pressure events), without
+# sanitizers (TCG is slow enough), then every pinned byte must be back.
+KVD_TEST_ORCH_G := $(KVD_OUT)/tests/test_orch_guest
+$(KVD_TEST_ORCH_G): tests/daemon/test_orch.c $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB_A) -o $@ $(KVD_LDLIBS)
+
+.PHONY: check-orch-guest
+check-orch-guest: modules-guest $(KVD_TEST_ORCH_G) $(ENGINE_MKMODEL)
+	@for k in $(GUEST_KERNELS); do \
+		tests/daemon/run-guest-orch.sh $$k || exit 1; done
+
+# The real kvarenad over HTTP: test_serve.py (turns, prefix sharing,
+# streaming, budgets, reload, a killed worker, drain, copy mode, the
+# plugin, the listen policy), then the HTTP suites (bad input, 1000
+# connections, slow clients) and the official openai client against it.
+.PHONY: check-serve check-daemon
+check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL)
+	/usr/bin/python3 tests/daemon/test_serve.py $(KVD_BIN) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+	KVD_API_MODEL=test \
+	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
+		sh tests/daemon/run-api.sh
+
+check-daemon: check-orch check-serve check-orch-guest

@@ -1,0 +1,528 @@
+// SPDX-License-Identifier: MIT
+/*
+ * scripted_kvd.c - a deterministic orchestrator behind kvd.h, for testing
+ * the HTTP layer without a model. The reply is chosen by the last user
+ * message of the rendered prompt (the chat template's text, so the
+ * template is exercised end to end):
+ *
+ *   say TEXT          reply TEXT verbatim
+ *   call NAME ARGS    reply one canonical tool-call block
+ *   calls N NAME ARGS N blocks, joined as the template joins them
+ *   whoami            "tenant=ID" (the tenant the API key mapped to)
+ *   slow MS TEXT      TEXT, one token every MS milliseconds
+ *   hold              no token until cancelled
+ *   fail              two tokens, then an ERROR event
+ *   busy              submission refused (429, Retry-After 2)
+ *   long N            N tokens "x "
+ *   anything else     "You said: " + the message
+ * After a tool result (the prompt ends with a tool turn) the reply is
+ * "Tool said: " + the result.
+ *
+ * A token is at most 3 bytes of the reply (never splitting a UTF-8
+ * character), so tags and multi-byte characters arrive split. Token
+ * counts are bytes for the prompt: prompt_tokens is the prompt's length
+ * and cached_tokens the longest byte prefix it shares with an earlier
+ * prompt + reply of the same tenant - so a test can check from usage
+ * alone that a conversation's rendering is byte-stable across turns.
+ * max_tokens, stop sequences, logprobs and the context length are
+ * honoured. Not a model and not a scheduler: no batching, no KV.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvd.h"
+#include "scripted_kvd.h"
+
+#define HISTORY 256
+
+struct hist {
+	char *text;
+	size_t len;
+	uint32_t tenant;
+	char session[32];
+	int live;
+};
+
+struct kvd {
+	char model[128];
+	uint32_t context;
+	int ready;
+	pthread_mutex_t lock;
+	struct hist hist[HISTORY];
+	unsigned next_hist;
+	unsigned next_session;
+	unsigned long jobs, cancelled, deleted;
+};
+
+struct kvd_job {
+	struct kvd *d;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char *prompt;
+	size_t prompt_len;
+	char *reply;
+	size_t len, pos;
+	uint32_t tenant;
+	int step_ms;
+	int hold;
+	int fail;
+	int cancelled;
+	int ended;
+	enum kvd_finish finish;
+	struct kvd_sampling s;
+	uint32_t tokens;
+	uint32_t cached;
+	char session[32];
+	struct timespec t0, next_at;
+	double ttft_ms;
+	struct kvd_top_logprob top[2];
+	char tok[8];
+};
+
+struct kvd *scripted_kvd_new(const char *model, uint32_t context)
+{
+	struct kvd *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	snprintf(d->model, sizeof(d->model), "%s", model);
+	d->context = context;
+	d->ready = 1;
+	pthread_mutex_init(&d->lock, NULL);
+	return d;
+}
+
+void scripted_kvd_free(struct kvd *d)
+{
+	for (unsigned i = 0; i < HISTORY; i++)
+		free(d->hist[i].text);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+void scripted_kvd_set_ready(struct kvd *d, int ready)
+{
+	__atomic_store_n(&d->ready, ready, __ATOMIC_RELAXED);
+}
+
+static double ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) * 1e3 +
+		(double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static char *dupn(const char *s, size_t n)
+{
+	char *p = malloc(n + 1);
+
+	if (p) {
+		memcpy(p, s, n);
+		p[n] = '\0';
+	}
+	return p;
+}
+
+/* The last turn of the prompt before the generation prompt. */
+static int last_turn(const char *p, size_t n, const char **role,
+		     size_t *role_len, const char **text, size_t *len)
+{
+	static const char start[] = "<|im_start|>", end[] = "<|im_end|>";
+	const char *gen = NULL, *s = NULL, *e;
+
+	for (const char *q = p; (q = memmem(q, n - (size_t)(q - p), start, 12)); q++) {
+		s = gen;
+		gen = q;
+	}
+	if (!s)
+		return -1;
+	s += 12;
+	e = memchr(s, '\n', (size_t)(gen - s));
+	if (!e)
+		return -1;
+	*role = s;
+	*role_len = (size_t)(e - s);
+	*text = e + 1;
+	e = memmem(*text, (size_t)(gen - *text), end, 10);
+	*len = e ? (size_t)(e - *text) : 0;
+	return 0;
+}
+
+static char *make_reply(struct kvd_job *j, const char *p, size_t n,
+			struct kvd_error *err)
+{
+	const char *role, *text;
+	size_t rl, tl;
+	char *msg, *reply = NULL;
+	int k, count;
+	char name[65];
+
+	if (last_turn(p, n, &role, &rl, &text, &tl))
+		return strdup("(no turn)");
+	if (rl == 4 && !memcmp(role, "tool", 4)) {
+		static const char open[] = "<tool_response>\n", close[] = "\n</tool_response>";
+
+		if (tl >= sizeof(open) - 1 + sizeof(close) - 1) {
+			text += sizeof(open) - 1;
+			tl -= sizeof(open) - 1 + sizeof(close) - 1;
+		}
+		if (asprintf(&reply, "Tool said: %.*s", (int)tl, text) < 0)
+			return NULL;
+		return reply;
+	}
+	msg = dupn(text, tl);
+	if (!msg)
+		return NULL;
+	if (!strncmp(msg, "say ", 4)) {
+		reply = strdup(msg + 4);
+	} else if (!strncmp(msg, "calls ", 6) &&
+		   sscanf(msg, "calls %d %64s %n", &count, name, &k) == 2 &&
+		   count > 0 && count <= 16) {
+		size_t cap = (size_t)count * (strlen(msg) + 64), at = 0;
+
+		reply = malloc(cap);
+		for (int i = 0; reply && i < count; i++)
+			at += (size_t)snprintf(reply + at, cap - at,
+				"%s<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+				i ? "\n" : "", name, msg + k);
+	} else if (!strncmp(msg, "call ", 5) && sscanf(msg, "call %64s %n", name, &k) == 1) {
+		if (asprintf(&reply, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+			     name, msg + k) < 0)
+			reply = NULL;
+	} else if (!strcmp(msg, "whoami")) {
+		if (asprintf(&reply, "tenant=%u", j->tenant) < 0)
+			reply = NULL;
+	} else if (sscanf(msg, "slow %d %n", &j->step_ms, &k) == 1) {
+		reply = strdup(msg + k);
+	} else if (!strcmp(msg, "hold")) {
+		j->hold = 1;
+		reply = strdup("");
+	} else if (!strcmp(msg, "fail")) {
+		j->fail = 1;
+		reply = strdup("partial output that fails");
+	} else if (!strcmp(msg, "busy")) {
+		err->kind = KVD_ERR_BUSY;
+		err->retry_after_s = 2;
+		snprintf(err->message, sizeof(err->message), "scripted: busy");
+	} else if (sscanf(msg, "long %d", &count) == 1 && count > 0 && count <= 100000) {
+		reply = malloc((size_t)count * 2 + 1);
+		for (int i = 0; reply && i < count; i++)
+			memcpy(reply + 2 * i, i % 2 ? "y " : "x ", 3);
+		if (reply)
+			reply[count * 2] = '\0';
+	} else {
+		if (asprintf(&reply, "You said: %s", msg) < 0)
+			reply = NULL;
+	}
+	free(msg);
+	return reply;
+}
+
+int kvd_job_submit(struct kvd *d, const struct kvd_request *req,
+		   struct kvd_job **jobp, struct kvd_error *err)
+{
+	struct kvd_job *j;
+	size_t best = 0;
+
+	memset(err, 0, sizeof(*err));
+	if (strcmp(req->model, d->model)) {
+		err->kind = KVD_ERR_NOT_FOUND;
+		snprintf(err->message, sizeof(err->message), "unknown model");
+		return -ENOENT;
+	}
+	if (req->prompt_len > d->context) {
+		err->kind = KVD_ERR_TOO_LONG;
+		err->param = "messages";
+		snprintf(err->message, sizeof(err->message),
+			 "This model's maximum context length is %u tokens; your messages resulted in %zu tokens.",
+			 d->context, req->prompt_len);
+		return -E2BIG;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		goto nomem;
+	j->d = d;
+	j->tenant = req->tenant;
+	j->s = req->s;
+	for (uint32_t i = 0; i < j->s.n_stop; i++)
+		j->s.stop[i] = NULL;	/* the request's strings are not kept */
+	j->prompt = dupn(req->prompt, req->prompt_len);
+	j->prompt_len = req->prompt_len;
+	if (!j->prompt)
+		goto nomem;
+	j->reply = make_reply(j, req->prompt, req->prompt_len, err);
+	if (err->kind) {
+		free(j->prompt);
+		free(j);
+		return -EBUSY;
+	}
+	if (!j->reply)
+		goto nomem;
+	j->len = strlen(j->reply);
+	/* stop sequences cut the reply where the first one starts */
+	for (uint32_t i = 0; i < req->s.n_stop; i++) {
+		char *at = strstr(j->reply, req->s.stop[i]);
+
+		if (at && (size_t)(at - j->reply) < j->len)
+			j->len = (size_t)(at - j->reply);
+	}
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &j->t0);
+	j->next_at = j->t0;
+
+	pthread_mutex_lock(&d->lock);
+	d->jobs++;
+	for (unsigned i = 0; i < HISTORY; i++) {
+		const struct hist *h = &d->hist[i];
+		size_t k = 0, m;
+
+		if (!h->text || h->tenant != req->tenant)
+			continue;
+		m = h->len < req->prompt_len ? h->len : req->prompt_len;
+		while (k < m && h->text[k] == req->prompt[k])
+			k++;
+		if (k > best) {
+			best = k;
+			/* a continuation of that conversation: same session */
+			if (h->live && k == h->len)
+				snprintf(j->session, sizeof(j->session), "%s", h->session);
+			else
+				j->session[0] = '\0';
+		}
+	}
+	if (!j->session[0])
+		snprintf(j->session, sizeof(j->session), "sess-%u", ++d->next_session);
+	pthread_mutex_unlock(&d->lock);
+	j->cached = (uint32_t)best;
+	*jobp = j;
+	return 0;
+nomem:
+	if (j) {
+		free(j->prompt);
+		free(j);
+	}
+	err->kind = KVD_ERR_INTERNAL;
+	snprintf(err->message, sizeof(err->message), "out of memory");
+	return -ENOMEM;
+}
+
+/* Prompt + what was generated becomes history for prefix matching. */
+static void remember(struct kvd_job *j)
+{
+	struct kvd *d = j->d;
+	struct hist *h;
+	char *t = malloc(j->prompt_len + j->pos + 1);
+
+	if (!t)
+		return;
+	memcpy(t, j->prompt, j->prompt_len);
+	memcpy(t + j->prompt_len, j->reply, j->pos);
+	pthread_mutex_lock(&d->lock);
+	h = &d->hist[d->next_hist++ % HISTORY];
+	free(h->text);
+	h->text = t;
+	h->len = j->prompt_len + j->pos;
+	h->tenant = j->tenant;
+	h->live = 1;
+	snprintf(h->session, sizeof(h->session), "%s", j->session);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void done(struct kvd_job *j, struct kvd_event *ev, enum kvd_finish f)
+{
+	j->ended = 1;
+	ev->type = KVD_EV_DONE;
+	ev->finish = f;
+	ev->usage.prompt_tokens = (uint32_t)j->prompt_len;
+	ev->usage.cached_tokens = j->cached;
+	ev->usage.completion_tokens = j->tokens;
+	ev->session_id = j->session;
+	ev->ttft_ms = j->ttft_ms;
+	ev->total_ms = ms_since(&j->t0);
+	remember(j);
+}
+
+int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
+{
+	struct timespec deadline, wake;
+	size_t n;
+
+	memset(ev, 0, sizeof(*ev));
+	if (j->ended)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	if (timeout_ms >= 0) {
+		deadline.tv_sec += timeout_ms / 1000;
+		deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (deadline.tv_nsec >= 1000000000) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000;
+		}
+	}
+	pthread_mutex_lock(&j->lock);
+	for (;;) {
+		struct timespec now;
+
+		if (__atomic_load_n(&j->cancelled, __ATOMIC_RELAXED)) {
+			pthread_mutex_unlock(&j->lock);
+			done(j, ev, KVD_FINISH_STOP);
+			return 1;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (!j->hold && (now.tv_sec > j->next_at.tv_sec ||
+		     (now.tv_sec == j->next_at.tv_sec && now.tv_nsec >= j->next_at.tv_nsec)))
+			break;
+		if (timeout_ms >= 0 && (now.tv_sec > deadline.tv_sec ||
+		    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))) {
+			pthread_mutex_unlock(&j->lock);
+			return 0;
+		}
+		wake = j->hold || (timeout_ms >= 0 &&
+			(deadline.tv_sec < j->next_at.tv_sec ||
+			 (deadline.tv_sec == j->next_at.tv_sec &&
+			  deadline.tv_nsec < j->next_at.tv_nsec))) ? deadline : j->next_at;
+		if (j->hold && timeout_ms < 0)
+			pthread_cond_wait(&j->cond, &j->lock);
+		else
+			pthread_cond_timedwait(&j->cond, &j->lock, &wake);
+	}
+	pthread_mutex_unlock(&j->lock);
+
+	if (j->fail && j->tokens == 2) {
+		j->ended = 1;
+		ev->type = KVD_EV_ERROR;
+		ev->err.kind = KVD_ERR_INTERNAL;
+		snprintf(ev->err.message, sizeof(ev->err.message),
+			 "scripted: the decode worker failed");
+		remember(j);
+		return 1;
+	}
+	if (j->pos >= j->len) {
+		done(j, ev, KVD_FINISH_STOP);
+		return 1;
+	}
+	if (j->s.max_tokens && j->tokens >= j->s.max_tokens) {
+		done(j, ev, KVD_FINISH_LENGTH);
+		return 1;
+	}
+	/* up to 3 bytes, whole UTF-8 characters */
+	n = 0;
+	while (j->pos + n < j->len && n < 3) {
+		unsigned char c = (unsigned char)j->reply[j->pos + n];
+		size_t cl = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+
+		if (n && n + cl > 3)
+			break;
+		n += cl;
+	}
+	if (j->pos + n > j->len)
+		n = j->len - j->pos;
+	memcpy(j->tok, j->reply + j->pos, n);
+	ev->type = KVD_EV_TOKEN;
+	ev->text = j->reply + j->pos;
+	ev->text_len = n;
+	ev->token = 1000 + (int32_t)j->tokens;
+	if (j->s.logprobs) {
+		ev->logprob = -0.25f;
+		j->top[0] = (struct kvd_top_logprob){ ev->token, -0.25f, j->tok, n };
+		j->top[1] = (struct kvd_top_logprob){ 7, -2.5f, "\xe2\x82", 2 };
+		ev->n_top = j->s.top_logprobs < 2 ? j->s.top_logprobs : 2;
+		ev->top = j->top;
+	}
+	j->pos += n;
+	if (j->tokens++ == 0)
+		j->ttft_ms = ms_since(&j->t0);
+	if (j->step_ms > 0) {
+		clock_gettime(CLOCK_MONOTONIC, &j->next_at);
+		j->next_at.tv_nsec += (long)j->step_ms * 1000000;
+		j->next_at.tv_sec += j->next_at.tv_nsec / 1000000000;
+		j->next_at.tv_nsec %= 1000000000;
+	}
+	return 1;
+}
+
+void kvd_job_cancel(struct kvd_job *j)
+{
+	pthread_mutex_lock(&j->lock);
+	if (!j->cancelled && !j->ended) {
+		__atomic_store_n(&j->cancelled, 1, __ATOMIC_RELAXED);
+		pthread_mutex_lock(&j->d->lock);
+		j->d->cancelled++;
+		pthread_mutex_unlock(&j->d->lock);
+	}
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+void kvd_job_free(struct kvd_job *j)
+{
+	if (!j)
+		return;
+	pthread_mutex_destroy(&j->lock);
+	pthread_cond_destroy(&j->cond);
+	free(j->prompt);
+	free(j->reply);
+	free(j);
+}
+
+int kvd_session_delete(struct kvd *d, const char *id, uint32_t tenant)
+{
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&d->lock);
+	for (unsigned i = 0; i < HISTORY; i++) {
+		struct hist *h = &d->hist[i];
+
+		if (h->text && h->live && h->tenant == tenant && !strcmp(h->session, id)) {
+			h->live = 0;
+			r = 0;
+		}
+	}
+	if (!r)
+		d->deleted++;
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+const char *kvd_model_id(const struct kvd *d)
+{
+	return d->model;
+}
+
+uint32_t kvd_context_len(const struct kvd *d)
+{
+	return d->context;
+}
+
+int kvd_ready(const struct kvd *d)
+{
+	return __atomic_load_n(&d->ready, __ATOMIC_RELAXED);
+}
+
+char *kvd_metrics_text(struct kvd *d)
+{
+	char *s;
+
+	pthread_mutex_lock(&d->lock);
+	if (asprintf(&s, "# HELP kvd_scripted_jobs_total Jobs submitted to the scripted orchestrator.\n"
+		     "# TYPE kvd_scripted_jobs_total counter\n"
+		     "kvd_scripted_jobs_total %lu\n"
+		     "# HELP kvd_scripted_jobs_cancelled_total Jobs cancelled before their end.\n"
+		     "# TYPE kvd_scripted_jobs_cancelled_total counter\n"
+		     "kvd_scripted_jobs_cancelled_total %lu\n"
+		     "# HELP kvd_scripted_sessions_deleted_total Sessions deleted.\n"
+		     "# TYPE kvd_scripted_sessions_deleted_total counter\n"
+		     "kvd_scripted_sessions_deleted_total %lu\n",
+		     d->jobs, d->cancelled, d->deleted) < 0)
+		s = NULL;
+	pthread_mutex_unlock(&d->lock);
+	return s;
+}

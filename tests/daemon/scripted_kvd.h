@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * scripted_kvd.h - construction of the scripted test orchestrator
+ * (scripted_kvd.c implements kvd.h).
+ */
+#ifndef SCRIPTED_KVD_H
+#define SCRIPTED_KVD_H
+
+#include <stdint.h>
+
+struct kvd;
+
+/* context: longest prompt in bytes (its "tokens") */
+struct kvd *scripted_kvd_new(const char *model, uint32_t context);
+void scripted_kvd_free(struct kvd *d);
+void scripted_kvd_set_ready(struct kvd *d, int ready);
+
+#endif

@@ -1,0 +1,955 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_api.c - unit tests of kvarenad's HTTP layer pieces without a
+ * server: request validation (valid bodies and every class of invalid
+ * one), the chat template (exact text, and byte stability across turns),
+ * tool-call parsing (batch, and streaming split at every byte), response
+ * JSON, API key lookup. CUnit, built with ASan/UBSan.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <CUnit/Basic.h>
+#include <jansson.h>
+
+#include "auth.h"
+#include "chat_request.h"
+#include "chat_template.h"
+#include "error.h"
+#include "response.h"
+#include "tool_call.h"
+
+#define MODEL "test-model"
+static const struct tc_tags tags = { TC_DEFAULT_OPEN, TC_DEFAULT_CLOSE };
+
+/* ---------------------------------------------------------------- requests */
+
+static int parse(const char *body, struct chat_request *r, struct api_error *e)
+{
+	return chat_request_parse(body, strlen(body), MODEL, r, e);
+}
+
+static void test_request_valid(void)
+{
+	struct chat_request r;
+	struct api_error e;
+	const char *body =
+		"{\"model\": \"test-model\", \"messages\": ["
+		"{\"role\": \"system\", \"content\": \"Be brief.\"},"
+		"{\"role\": \"developer\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]},"
+		"{\"role\": \"user\", \"content\": \"weather?\", \"name\": \"bob\"},"
+		"{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\":\\\"Paris\\\"}\"}}], \"refusal\": null, \"annotations\": []},"
+		"{\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": \"sunny\"}],"
+		"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"d\", \"parameters\": {\"type\": \"object\"}, \"strict\": false}}],"
+		"\"tool_choice\": \"auto\", \"parallel_tool_calls\": false, \"stream\": true,"
+		"\"stream_options\": {\"include_usage\": true}, \"max_completion_tokens\": 77,"
+		"\"temperature\": 0.5, \"top_p\": 0.9, \"seed\": -3, \"stop\": [\"END\", \"STOP\"],"
+		"\"logprobs\": true, \"top_logprobs\": 5, \"n\": 1, \"user\": \"u1\","
+		"\"prompt_cache_key\": \"conv-9\", \"response_format\": {\"type\": \"text\"},"
+		"\"frequency_penalty\": 0, \"presence_penalty\": 0.5, \"metadata\": {\"a\": \"b\"},"
+		"\"store\": false, \"service_tier\": \"auto\", \"logit_bias\": {}, \"modalities\": [\"text\"]}";
+
+	CU_ASSERT_EQUAL_FATAL(parse(body, &r, &e), 0);
+	CU_ASSERT_EQUAL(r.n_msgs, 5);
+	CU_ASSERT_EQUAL(r.msgs[0].role, CHAT_SYSTEM);
+	CU_ASSERT_EQUAL(r.msgs[1].role, CHAT_SYSTEM);
+	CU_ASSERT_STRING_EQUAL(r.msgs[1].content, "ab");
+	CU_ASSERT_EQUAL(r.msgs[3].role, CHAT_ASSISTANT);
+	CU_ASSERT_EQUAL(r.msgs[3].content_len, 0);
+	CU_ASSERT_EQUAL(r.msgs[3].n_calls, 1);
+	CU_ASSERT_STRING_EQUAL(r.msgs[3].calls[0].arguments, "{\"city\":\"Paris\"}");
+	CU_ASSERT_STRING_EQUAL(r.msgs[4].tool_call_id, "call_1");
+	CU_ASSERT_EQUAL(r.n_tools, 1);
+	CU_ASSERT_STRING_EQUAL(r.tools[0].name, "get_weather");
+	CU_ASSERT_EQUAL(r.parallel_tool_calls, 0);
+	CU_ASSERT(r.stream && r.include_usage);
+	CU_ASSERT_EQUAL(r.s.max_tokens, 77);
+	CU_ASSERT(r.s.temperature == 0.5f && r.s.top_p == 0.9f);
+	CU_ASSERT(r.s.has_seed && r.s.seed == (uint64_t)-3);
+	CU_ASSERT_EQUAL(r.s.n_stop, 2);
+	CU_ASSERT_STRING_EQUAL(r.s.stop[1], "STOP");
+	CU_ASSERT(r.s.logprobs && r.s.top_logprobs == 5);
+	CU_ASSERT_STRING_EQUAL(r.user, "u1");
+	CU_ASSERT_STRING_EQUAL(r.prompt_cache_key, "conv-9");
+	chat_request_free(&r);
+
+	/* the smallest request, and defaults */
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"x\",\"max_tokens\":5}",
+				    &r, &e), 0);
+	CU_ASSERT(r.s.temperature == 1.0f && r.s.top_p == 1.0f && !r.s.has_seed);
+	CU_ASSERT(r.parallel_tool_calls && !r.stream && r.tool_choice == CHAT_TOOLS_AUTO);
+	CU_ASSERT_EQUAL(r.s.n_stop, 1);
+	CU_ASSERT_EQUAL(r.s.max_tokens, 5);
+	CU_ASSERT_PTR_NULL(r.user);
+	chat_request_free(&r);
+}
+
+struct bad {
+	const char *body;
+	int status;
+	const char *param;	/* NULL: null */
+	const char *code;	/* NULL: not checked */
+};
+
+#define M "\"model\":\"test-model\","
+#define U "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+
+static const struct bad bads[] = {
+	/* not JSON / not an object */
+	{ "", 400, NULL, NULL },
+	{ "{", 400, NULL, NULL },
+	{ "{\"model\": \"test-model\", \"messages\": [", 400, NULL, NULL },
+	{ "nul", 400, NULL, NULL },
+	{ "[1,2]", 400, NULL, NULL },
+	{ "\"str\"", 400, NULL, NULL },
+	{ "{" M U "} trailing", 400, NULL, NULL },
+	{ "{" M U ",\"model\":\"test-model\"}", 400, NULL, NULL },	/* duplicate key */
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", 400, NULL, NULL },
+	/* invalid UTF-8 */
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, NULL, NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", 400, NULL, NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"\xed\xa0\x80\"}]}", 400, NULL, NULL },
+	/* unknown top-level fields */
+	{ "{" M U ",\"max_token\":5}", 400, "max_token", "unknown_parameter" },
+	{ "{" M U ",\"foo\":null}", 400, "foo", "unknown_parameter" },
+	/* model */
+	{ "{" U "}", 400, "model", NULL },
+	{ "{\"model\":5," U "}", 400, "model", NULL },
+	{ "{\"model\":\"gpt-4o\"," U "}", 404, "model", "model_not_found" },
+	/* messages */
+	{ "{" M "\"messages\":[]}", 400, "messages", NULL },
+	{ "{" M "\"messages\":{}}", 400, "messages", NULL },
+	{ "{\"model\":\"test-model\"}", 400, "messages", NULL },
+	{ "{" M "\"messages\":[5]}", 400, "messages[0]", NULL },
+	{ "{" M "\"messages\":[{\"content\":\"x\"}]}", 400, "messages[0].role", NULL },
+	{ "{" M "\"messages\":[{\"role\":7,\"content\":\"x\"}]}", 400, "messages[0].role", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages[0].role", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", 400, "messages[0].role", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\"}]}", 400, "messages[0].content", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", 400, "messages[0].content[0].type", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages[0].content[0].text", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[7]}]}", 400, "messages[0].content[0]", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":5}]}", 400, "messages[0].name", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", 400, "messages[0].tool_calls", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].id", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"bad name\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].function.name", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}", 400, "messages[0].tool_calls[0].function.arguments", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"custom\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].type", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"tool\",\"content\":\"r\"}]}", 400, "messages[0].tool_call_id", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"r\"}]}", 400, "messages[0].tool_call_id", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+	  "{\"role\":\"tool\",\"tool_call_id\":\"d\",\"content\":\"r\"}]}", 400, "messages[1].tool_call_id", NULL },
+	/* tools and tool_choice */
+	{ "{" M U ",\"tools\":{}}", 400, "tools", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"code_interpreter\"}]}", 400, "tools[0].type", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools[0].function", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{}}]}", 400, "tools[0].function.name", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", 400, "tools[0].function.parameters", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "tools[1].function.name", NULL },
+	{ "{" M U ",\"tool_choice\":\"required\"}", 400, "tool_choice", "unsupported_value" },
+	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice", "unsupported_value" },
+	{ "{" M U ",\"tool_choice\":\"sometimes\"}", 400, "tool_choice", NULL },
+	{ "{" M U ",\"tool_choice\":3}", 400, "tool_choice", NULL },
+	{ "{" M U ",\"parallel_tool_calls\":\"yes\"}", 400, "parallel_tool_calls", NULL },
+	/* stream */
+	{ "{" M U ",\"stream\":1}", 400, "stream", NULL },
+	{ "{" M U ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", NULL },
+	{ "{" M U ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", 400, "stream_options.include_usage", NULL },
+	{ "{" M U ",\"stream\":true,\"stream_options\":{\"other\":1}}", 400, "stream_options", NULL },
+	/* sampling */
+	{ "{" M U ",\"temperature\":2.5}", 400, "temperature", NULL },
+	{ "{" M U ",\"temperature\":-0.1}", 400, "temperature", NULL },
+	{ "{" M U ",\"temperature\":\"hot\"}", 400, "temperature", NULL },
+	{ "{" M U ",\"top_p\":1.5}", 400, "top_p", NULL },
+	{ "{" M U ",\"seed\":1.5}", 400, "seed", NULL },
+	{ "{" M U ",\"max_tokens\":0}", 400, "max_tokens", NULL },
+	{ "{" M U ",\"max_tokens\":\"10\"}", 400, "max_tokens", NULL },
+	{ "{" M U ",\"max_completion_tokens\":-1}", 400, "max_completion_tokens", NULL },
+	{ "{" M U ",\"max_tokens\":5,\"max_completion_tokens\":6}", 400, "max_tokens", NULL },
+	{ "{" M U ",\"max_tokens\":99999999999}", 400, "max_tokens", NULL },
+	{ "{" M U ",\"n\":2}", 400, "n", NULL },
+	{ "{" M U ",\"n\":\"1\"}", 400, "n", NULL },
+	{ "{" M U ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL },
+	{ "{" M U ",\"stop\":[\"a\",3]}", 400, "stop[1]", NULL },
+	{ "{" M U ",\"stop\":\"\"}", 400, "stop", NULL },
+	{ "{" M U ",\"stop\":7}", 400, "stop", NULL },
+	{ "{" M U ",\"logprobs\":\"yes\"}", 400, "logprobs", NULL },
+	{ "{" M U ",\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs", NULL },
+	{ "{" M U ",\"top_logprobs\":2}", 400, "top_logprobs", NULL },
+	{ "{" M U ",\"frequency_penalty\":3}", 400, "frequency_penalty", NULL },
+	{ "{" M U ",\"user\":5}", 400, "user", NULL },
+	{ "{" M U ",\"prompt_cache_key\":[]}", 400, "prompt_cache_key", NULL },
+	/* response_format and the rest */
+	{ "{" M U ",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", "unsupported_value" },
+	{ "{" M U ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}}", 400, "response_format", "unsupported_value" },
+	{ "{" M U ",\"response_format\":{\"type\":\"yaml\"}}", 400, "response_format.type", NULL },
+	{ "{" M U ",\"response_format\":\"text\"}", 400, "response_format", NULL },
+	{ "{" M U ",\"logit_bias\":{\"50256\":-100}}", 400, "logit_bias", "unsupported_parameter" },
+	{ "{" M U ",\"functions\":[]}", 400, "functions", "unsupported_parameter" },
+	{ "{" M U ",\"audio\":{}}", 400, "audio", "unsupported_parameter" },
+	{ "{" M U ",\"modalities\":[\"audio\"]}", 400, "modalities", NULL },
+	{ "{" M U ",\"metadata\":[]}", 400, "metadata", NULL },
+	{ "{" M U ",\"store\":\"no\"}", 400, "store", NULL },
+};
+
+static void test_request_invalid(void)
+{
+	for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
+		struct chat_request r;
+		struct api_error e;
+		int rc = parse(bads[i].body, &r, &e);
+		char *js;
+		json_t *j;
+
+		chat_request_free(&r);
+		if (rc != -1 || e.status != bads[i].status ||
+		    strcmp(e.param, bads[i].param ? bads[i].param : "") ||
+		    (bads[i].code && (!e.code || strcmp(e.code, bads[i].code))))
+			fprintf(stderr, "\nbad[%zu] %s: rc %d status %d param '%s' code %s: %s\n",
+				i, bads[i].body, rc, e.status, e.param,
+				e.code ? e.code : "null", e.message);
+		CU_ASSERT_EQUAL(rc, -1);
+		CU_ASSERT_EQUAL(e.status, bads[i].status);
+		CU_ASSERT_STRING_EQUAL(e.param, bads[i].param ? bads[i].param : "");
+		if (bads[i].code)
+			CU_ASSERT(e.code && !strcmp(e.code, bads[i].code));
+		CU_ASSERT(strlen(e.message) > 10);
+		/* the body is OpenAI's shape, valid JSON */
+		js = api_error_json(&e);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+		j = json_loads(js, 0, NULL);
+		CU_ASSERT(json_is_string(json_object_get(json_object_get(j, "error"), "message")));
+		CU_ASSERT(json_is_string(json_object_get(json_object_get(j, "error"), "type")));
+		CU_ASSERT(json_object_get(json_object_get(j, "error"), "param") != NULL);
+		CU_ASSERT(json_object_get(json_object_get(j, "error"), "code") != NULL);
+		json_decref(j);
+		free(js);
+	}
+}
+
+/* Every strict prefix of a valid body is refused (and nothing crashes). */
+static void test_request_truncated(void)
+{
+	const char *body = "{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"h\xc3\xa9llo\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"stop\":[\"x\"]}";
+	size_t n = strlen(body);
+	struct chat_request r;
+	struct api_error e;
+
+	for (size_t k = 0; k < n; k++) {
+		CU_ASSERT_EQUAL(chat_request_parse(body, k, MODEL, &r, &e), -1);
+		CU_ASSERT_EQUAL(e.status, 400);
+		chat_request_free(&r);
+	}
+	CU_ASSERT_EQUAL(chat_request_parse(body, n, MODEL, &r, &e), 0);
+	chat_request_free(&r);
+}
+
+/* Sizes are bounded: too many messages, tools, stop strings too long. */
+static void test_request_bounds(void)
+{
+	struct strbuf b = { 0 };
+	struct chat_request r;
+	struct api_error e;
+
+	sb_adds(&b, "{" M "\"messages\":[");
+	for (int i = 0; i <= CHAT_MAX_MESSAGES; i++)
+		sb_addf(&b, "%s{\"role\":\"user\",\"content\":\"m\"}", i ? "," : "");
+	sb_adds(&b, "]}");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+	CU_ASSERT_STRING_EQUAL(e.param, "messages");
+	chat_request_free(&r);
+	sb_reset(&b);
+	sb_adds(&b, "{" M U ",\"tools\":[");
+	for (int i = 0; i <= CHAT_MAX_TOOLS; i++)
+		sb_addf(&b, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}", i ? "," : "", i);
+	sb_adds(&b, "]}");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+	CU_ASSERT_STRING_EQUAL(e.param, "tools");
+	chat_request_free(&r);
+	sb_reset(&b);
+	sb_adds(&b, "{" M U ",\"stop\":\"");
+	for (int i = 0; i <= KVD_MAX_STOP_LEN; i++)
+		sb_adds(&b, "s");
+	sb_adds(&b, "\"}");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+	CU_ASSERT_STRING_EQUAL(e.param, "stop");
+	chat_request_free(&r);
+	sb_reset(&b);
+	sb_adds(&b, "{" M U ",\"user\":\"");
+	for (int i = 0; i <= CHAT_MAX_ID; i++)
+		sb_adds(&b, "u");
+	sb_adds(&b, "\"}");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+	CU_ASSERT_STRING_EQUAL(e.param, "user");
+	chat_request_free(&r);
+	/* a message of 1000 deep arrays: refused, not a stack overflow */
+	sb_reset(&b);
+	sb_adds(&b, "{" M U ",\"metadata\":");
+	for (int i = 0; i < 100000; i++)
+		sb_adds(&b, "[");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+	chat_request_free(&r);
+	sb_free(&b);
+}
+
+/* ---------------------------------------------------------------- template */
+
+static char *render_body(const char *body)
+{
+	struct chat_request r;
+	struct api_error e;
+	struct strbuf b = { 0 };
+	char *s;
+
+	if (parse(body, &r, &e)) {
+		fprintf(stderr, "\nrender_body: %s\n", e.message);
+		chat_request_free(&r);
+		return NULL;
+	}
+	CU_ASSERT_EQUAL(chat_render(&r, &tags, &b), 0);
+	chat_request_free(&r);
+	s = sb_steal(&b, NULL);
+	return s;
+}
+
+static void test_template_text(void)
+{
+	char *s = render_body("{" M "\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+			      "{\"role\":\"user\",\"content\":\"U\"},"
+			      "{\"role\":\"assistant\",\"content\":\"A\"},"
+			      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"V\"}]}]}");
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	CU_ASSERT_STRING_EQUAL(s, "<|im_start|>system\nS<|im_end|>\n"
+			       "<|im_start|>user\nU<|im_end|>\n"
+			       "<|im_start|>assistant\nA<|im_end|>\n"
+			       "<|im_start|>user\nV<|im_end|>\n"
+			       "<|im_start|>assistant\n");
+	free(s);
+
+	s = render_body("{" M "\"messages\":[{\"role\":\"system\",\"content\":\"S\"},"
+			"{\"role\":\"user\",\"content\":\"U\"},"
+			"{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":["
+			"{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}},"
+			"{\"id\":\"c2\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]},"
+			"{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"R1\"},"
+			"{\"role\":\"tool\",\"tool_call_id\":\"c2\",\"content\":\"R2\"}],"
+			"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}]}");
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "<|im_start|>system\nS\n\n# Tools\n"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}\n</tools>"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(s, "<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+				      "<|im_start|>assistant\nok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>\n"
+				      "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
+				      "<|im_start|>tool\n<tool_response>\nR1\n</tool_response><|im_end|>\n"
+				      "<|im_start|>tool\n<tool_response>\nR2\n</tool_response><|im_end|>\n"
+				      "<|im_start|>assistant\n"));
+	/* only one system turn: the system message went into the tools one */
+	CU_ASSERT_PTR_NULL(strstr(strstr(s, "<|im_end|>"), "<|im_start|>system"));
+	free(s);
+}
+
+/* Appends a message (JSON text) to a growing conversation. */
+struct conv {
+	struct strbuf msgs;
+	const char *tools;	/* "" or ",\"tools\":[...]" */
+};
+
+static char *conv_render(struct conv *c)
+{
+	struct strbuf b = { 0 };
+	char *s;
+
+	sb_adds(&b, "{" M "\"messages\":[");
+	sb_add(&b, c->msgs.s, c->msgs.len);
+	sb_adds(&b, "]");
+	sb_adds(&b, c->tools);
+	sb_adds(&b, "}");
+	s = render_body(sb_cstr(&b));
+	sb_free(&b);
+	return s;
+}
+
+static void conv_add(struct conv *c, const char *msg_json)
+{
+	if (c->msgs.len)
+		sb_adds(&c->msgs, ",");
+	sb_adds(&c->msgs, msg_json);
+}
+
+/* The assistant message a client sends back for generated text: content
+ * and tool calls exactly as a response carried them. */
+static void conv_add_reply(struct conv *c, const char *generated)
+{
+	struct tc_result tr;
+	json_t *m, *calls;
+	char *s;
+
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, generated, strlen(generated), &tr), 0);
+	CU_ASSERT(tr.canonical);
+	m = json_pack("{s:s, s:o}", "role", "assistant", "content",
+		      tr.n_calls && !tr.content_len ? json_null() :
+		      json_stringn(tr.content, tr.content_len));
+	if (tr.n_calls) {
+		calls = json_array();
+		for (size_t i = 0; i < tr.n_calls; i++)
+			json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}",
+				"id", tr.calls[i].id, "type", "function", "function",
+				"name", tr.calls[i].name, "arguments", tr.calls[i].arguments));
+		json_object_set_new(m, "tool_calls", calls);
+	}
+	s = json_dumps(m, JSON_COMPACT);
+	conv_add(c, s);
+	free(s);
+	json_decref(m);
+	tc_result_free(&tr);
+}
+
+static const char *last_call_id(struct conv *c, int back)
+{
+	static char id[64];
+	const char *p = c->msgs.s + c->msgs.len;
+
+	for (int i = 0; i <= back; i++) {
+		p = memmem(c->msgs.s, (size_t)(p - c->msgs.s), "\"call_", 6);
+		while (p) {
+			const char *q = memmem(p + 1, c->msgs.len - (size_t)(p + 1 - c->msgs.s), "\"call_", 6);
+
+			if (!q || q >= c->msgs.s + c->msgs.len)
+				break;
+			p = q;
+		}
+	}
+	snprintf(id, sizeof(id), "%.*s", TC_ID_LEN, p + 1);
+	return id;
+}
+
+/* Turn N's prompt + the generated text is a byte prefix of turn N+1's
+ * prompt, whatever the client appends; and the generated text reappears
+ * exactly (the assistant turn renders back to what the model wrote). */
+static void check_turn(struct conv *c, const char *generated,
+		       const char *const *then, size_t n_then)
+{
+	char *before = conv_render(c), *after;
+	struct strbuf want = { 0 };
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(before);
+	conv_add_reply(c, generated);
+	for (size_t i = 0; i < n_then; i++) {
+		char msg[512];
+
+		if (strstr(then[i], "%s"))
+			snprintf(msg, sizeof(msg), then[i], last_call_id(c, (int)(n_then - 1 - i)));
+		else
+			snprintf(msg, sizeof(msg), "%s", then[i]);
+		conv_add(c, msg);
+	}
+	after = conv_render(c);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(after);
+	sb_adds(&want, before);
+	sb_adds(&want, generated);
+	sb_adds(&want, "<|im_end|>");
+	if (strncmp(after, want.s, want.len))
+		fprintf(stderr, "\nnot a prefix:\n--- want\n%s\n--- got\n%s\n", want.s, after);
+	CU_ASSERT_EQUAL(strncmp(after, want.s, want.len), 0);
+	sb_free(&want);
+	free(before);
+	free(after);
+}
+
+static void test_template_stable(void)
+{
+	const char *tools_decl = ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather \\u00e9t\\u00e9\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
+				 "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\"},\"n\":{\"type\":\"number\",\"default\":1.5}}}}}]";
+	struct conv c = { .tools = tools_decl };
+	const char *t1[] = { "{\"role\":\"user\",\"content\":\"and tomorrow?\"}" };
+	const char *t2[] = { "{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"content\":\"{\\\"temp\\\": 21}\"}" };
+	const char *t3[] = { "{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"content\":\"r1\"}",
+			     "{\"role\":\"tool\",\"tool_call_id\":\"%s\",\"content\":\"r2\"}",
+			     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"thanks\"}]}" };
+	const char *t4[] = { "{\"role\":\"system\",\"content\":\"late system note\"}",
+			     "{\"role\":\"user\",\"content\":\"\\u65e5\\u672c\"}" };
+
+	conv_add(&c, "{\"role\":\"system\",\"content\":\"You are terse.\"}");
+	conv_add(&c, "{\"role\":\"user\",\"content\":\"weather in Paris?\"}");
+	check_turn(&c, "Let me look.", t1, 1);
+	check_turn(&c, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", t2, 1);
+	check_turn(&c, "Checking both.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"a \\\"b\\\"\", \"n\": 2.50}}\n</tool_call>\n"
+		   "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Nice\"}}\n</tool_call>", t3, 3);
+	check_turn(&c, "It is 21 \xc2\xb0" "C.\n\nBye \xf0\x9f\x91\x8b", t4, 2);
+	check_turn(&c, "", t1, 1);
+	sb_free(&c.msgs);
+
+	/* without tools, without a system message */
+	c.tools = "";
+	conv_add(&c, "{\"role\":\"user\",\"content\":\"hi\"}");
+	check_turn(&c, "hello", t1, 1);
+	check_turn(&c, "<tool_call> not a call </tool_call>", t1, 1);
+	sb_free(&c.msgs);
+}
+
+/* ---------------------------------------------------------------- tool calls */
+
+struct tc_case {
+	const char *text;
+	const char *content;
+	int n_calls;
+	const char *name0, *args0;
+	int canonical;
+};
+
+static const struct tc_case tc_cases[] = {
+	{ "plain text", "plain text", 0, NULL, NULL, 1 },
+	{ "", "", 0, NULL, NULL, 1 },
+	{ "trailing ws \n\n", "trailing ws \n\n", 0, NULL, NULL, 1 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, {\"b\": \"}\"}]}}\n</tool_call>",
+	  "", 1, "f", "{\"a\": [1, {\"b\": \"}\"}]}", 1 },
+	{ "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+	  "Sure.", 1, "f", "{}", 1 },
+	{ "Sure.\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+	  "Sure.\n", 1, "f", "{}", 1 },
+	/* other spacing and key order: still a call, not canonical */
+	{ "<tool_call>{\"arguments\":{\"x\":\"<tool_call>\"},\"name\":\"g-1\"}</tool_call>",
+	  "", 1, "g-1", "{\"x\":\"<tool_call>\"}", 0 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n\n<tool_call>\n{\"name\": \"h\", \"arguments\": {\"k\": null}}\n</tool_call>\n",
+	  "", 2, "f", "{}", 0 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"h\", \"arguments\": {}}\n</tool_call>",
+	  "", 2, "f", "{}", 1 },
+	/* text after a call stays content */
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\nDone.",
+	  "\nDone.", 1, "f", "{}", 0 },
+	/* a streamed call ends where its arguments end; what follows that is
+	 * not "}" and the close tag is content */
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}\n</tool_call>",
+	  "\n</tool_call>", 1, "f", "{}", 0 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} trailing\n</tool_call>",
+	  "} trailing\n</tool_call>", 1, "f", "{}", 0 },
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1, \"]}\"]} }  \n</tool_call>\n",
+	  "", 1, "f", "{\"x\": [1, \"]}\"]}", 0 },
+	/* cut inside the arguments (max_tokens): the call has what was made */
+	{ "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"}\\\"{\", \"b\": [1",
+	  "ok", 1, "f", "{\"a\": \"}\\\"{\", \"b\": [1", 0 },
+	/* a canonical start with an invalid name is not streamed */
+	{ "<tool_call>\n{\"name\": \"b@d\", \"arguments\": {}}\n</tool_call>",
+	  "<tool_call>\n{\"name\": \"b@d\", \"arguments\": {}}\n</tool_call>", 0, NULL, NULL, 1 },
+	/* malformed blocks stay content, verbatim */
+	{ "<tool_call>\n{\"name\": \"f\", \"arguments\": []}\n</tool_call>",
+	  "<tool_call>\n{\"name\": \"f\", \"arguments\": []}\n</tool_call>", 0, NULL, NULL, 1 },
+	{ "x <tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>",
+	  "x <tool_call>{\"name\": \"f\", \"arguments\": \"{}\"}</tool_call>", 0, NULL, NULL, 1 },
+	{ "<tool_call>{\"name\": \"bad name\", \"arguments\": {}}</tool_call>",
+	  "<tool_call>{\"name\": \"bad name\", \"arguments\": {}}</tool_call>", 0, NULL, NULL, 1 },
+	{ "<tool_call>{\"name\": \"f\", \"arguments\": {}, \"extra\": 1}</tool_call>",
+	  "<tool_call>{\"name\": \"f\", \"arguments\": {}, \"extra\": 1}</tool_call>", 0, NULL, NULL, 1 },
+	{ "<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>",
+	  "<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>", 0, NULL, NULL, 1 },
+	{ "a\n<tool_call>\n{\"name\": \"f\", \"argu",
+	  "a\n<tool_call>\n{\"name\": \"f\", \"argu", 0, NULL, NULL, 1 },
+	{ "a <tool_ca", "a <tool_ca", 0, NULL, NULL, 1 },
+	{ "a </tool_call> b", "a </tool_call> b", 0, NULL, NULL, 1 },
+	/* a malformed block then a good one */
+	{ "<tool_call>oops</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"u\": \"\xc3\xa9\"}}\n</tool_call>",
+	  "<tool_call>oops</tool_call>", 1, "f", "{\"u\": \"\xc3\xa9\"}", 1 },
+};
+
+struct collected {
+	struct strbuf content;
+	int n_calls;
+	struct strbuf names, args;
+};
+
+static int collect(void *ctx, enum tc_event ev, const char *text, size_t len,
+		   const struct tc_call *call)
+{
+	struct collected *c = ctx;
+
+	switch (ev) {
+	case TC_CONTENT:
+		CU_ASSERT(len > 0);
+		sb_add(&c->content, text, len);
+		break;
+	case TC_CALL_START:
+		CU_ASSERT_EQUAL(strlen(call->id), TC_ID_LEN);
+		CU_ASSERT_EQUAL(strncmp(call->id, "call_", 5), 0);
+		sb_adds(&c->names, call->name);
+		sb_adds(&c->names, "|");
+		break;
+	case TC_CALL_ARGS:
+		CU_ASSERT(len > 0);
+		sb_add(&c->args, text, len);
+		break;
+	case TC_CALL_END:
+		sb_adds(&c->args, "|");
+		c->n_calls++;
+		break;
+	}
+	return 0;
+}
+
+static void stream_pieces(const char *text, const size_t *cuts, size_t n_cuts,
+			  struct collected *out)
+{
+	struct tc_stream s;
+	size_t at = 0, len = strlen(text);
+
+	memset(out, 0, sizeof(*out));
+	tc_stream_init(&s, &tags, collect, out);
+	for (size_t i = 0; i <= n_cuts; i++) {
+		size_t end = i < n_cuts ? cuts[i] : len;
+
+		CU_ASSERT_EQUAL(tc_stream_feed(&s, text + at, end - at), 0);
+		at = end;
+	}
+	CU_ASSERT_EQUAL(tc_stream_finish(&s), 0);
+	tc_stream_free(&s);
+}
+
+static void collected_free(struct collected *c)
+{
+	sb_free(&c->content);
+	sb_free(&c->names);
+	sb_free(&c->args);
+}
+
+static void test_tool_calls_batch(void)
+{
+	for (size_t i = 0; i < sizeof(tc_cases) / sizeof(tc_cases[0]); i++) {
+		const struct tc_case *k = &tc_cases[i];
+		struct tc_result r;
+
+		CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, k->text, strlen(k->text), &r), 0);
+		if (strcmp(r.content, k->content) || (int)r.n_calls != k->n_calls ||
+		    r.canonical != k->canonical)
+			fprintf(stderr, "\ncase %zu: content '%s' calls %zu canonical %d\n",
+				i, r.content, r.n_calls, r.canonical);
+		CU_ASSERT_STRING_EQUAL(r.content, k->content);
+		CU_ASSERT_EQUAL(r.content_len, strlen(k->content));
+		CU_ASSERT_EQUAL((int)r.n_calls, k->n_calls);
+		CU_ASSERT_EQUAL(r.canonical, k->canonical);
+		if (k->n_calls) {
+			CU_ASSERT_STRING_EQUAL(r.calls[0].name, k->name0);
+			CU_ASSERT_STRING_EQUAL(r.calls[0].arguments, k->args0);
+			CU_ASSERT_EQUAL(r.calls[0].arguments_len, strlen(k->args0));
+		}
+		tc_result_free(&r);
+	}
+}
+
+/* Streaming gives the batch result however the text is cut: at every
+ * single byte boundary, at every pair of boundaries (short texts), and
+ * one byte at a time. */
+static void test_tool_calls_stream(void)
+{
+	for (size_t i = 0; i < sizeof(tc_cases) / sizeof(tc_cases[0]); i++) {
+		const char *text = tc_cases[i].text;
+		size_t len = strlen(text);
+		struct collected ref, got;
+		size_t cuts[4096];
+
+		stream_pieces(text, NULL, 0, &ref);
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&ref.content), tc_cases[i].content);
+		for (size_t a = 0; a <= len; a++) {
+			stream_pieces(text, &a, 1, &got);
+			CU_ASSERT_STRING_EQUAL(sb_cstr(&got.content), sb_cstr(&ref.content));
+			CU_ASSERT_STRING_EQUAL(sb_cstr(&got.names), sb_cstr(&ref.names));
+			CU_ASSERT_STRING_EQUAL(sb_cstr(&got.args), sb_cstr(&ref.args));
+			collected_free(&got);
+			for (size_t b = a; len < 80 && b <= len; b++) {
+				size_t two[2] = { a, b };
+
+				stream_pieces(text, two, 2, &got);
+				CU_ASSERT_STRING_EQUAL(sb_cstr(&got.content), sb_cstr(&ref.content));
+				CU_ASSERT_STRING_EQUAL(sb_cstr(&got.args), sb_cstr(&ref.args));
+				collected_free(&got);
+			}
+		}
+		for (size_t a = 0; a < len && a < 4096; a++)
+			cuts[a] = a + 1;
+		stream_pieces(text, cuts, len < 4096 ? len : 4096, &got);
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.content), sb_cstr(&ref.content));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.names), sb_cstr(&ref.names));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.args), sb_cstr(&ref.args));
+		collected_free(&got);
+		collected_free(&ref);
+	}
+}
+
+/* A canonical call is announced at its "arguments": { and its arguments
+ * are passed on as they come, before the block closes. */
+struct trace {
+	int starts, args, ends;
+	int args_before_end;
+};
+
+static int trace_emit(void *ctx, enum tc_event ev, const char *text,
+		      size_t len, const struct tc_call *call)
+{
+	struct trace *t = ctx;
+
+	(void)text;
+	(void)len;
+	(void)call;
+	if (ev == TC_CALL_START)
+		t->starts++;
+	if (ev == TC_CALL_ARGS && !t->ends)
+		t->args++;
+	if (ev == TC_CALL_END)
+		t->ends++;
+	return 0;
+}
+
+static void test_tool_calls_incremental(void)
+{
+	const char *text = "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"0123456789\"}}\n</tool_call>";
+	const char *args = strstr(text, "{\"text");
+	struct tc_stream st;
+	struct trace t = { 0 };
+	size_t i;
+
+	tc_stream_init(&st, &tags, trace_emit, &t);
+	for (i = 0; text + i < args; i++)
+		CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+	CU_ASSERT_EQUAL(t.starts, 0);	/* not before the arguments open */
+	CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i++, 1), 0);
+	CU_ASSERT_EQUAL(t.starts, 1);
+	for (; text[i] != '}'; i++)
+		CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+	/* every byte so far went out on its own, nothing held back */
+	CU_ASSERT_EQUAL(t.args, (int)(text + i - args));
+	CU_ASSERT_EQUAL(t.ends, 0);
+	CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, strlen(text + i)), 0);
+	CU_ASSERT_EQUAL(t.ends, 1);
+	CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+	tc_stream_free(&st);
+}
+
+/* Configured tags, and a block over the size cap stays content. */
+static void test_tool_calls_tags_and_cap(void)
+{
+	const struct tc_tags t = { "[CALL]", "[/CALL]" };
+	const char *text = "hi\n[CALL]\n{\"name\": \"f\", \"arguments\": {}}\n[/CALL]";
+	struct tc_result r;
+	struct strbuf big = { 0 };
+
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&t, text, strlen(text), &r), 0);
+	CU_ASSERT_STRING_EQUAL(r.content, "hi");
+	CU_ASSERT_EQUAL(r.n_calls, 1);
+	CU_ASSERT(r.canonical);
+	tc_result_free(&r);
+
+	/* checked whole (not the canonical start): over the cap, content */
+	sb_adds(&big, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": \"");
+	for (int i = 0; i < TC_MAX_BLOCK / 8 + 1; i++)
+		sb_adds(&big, "aaaaaaaa");
+	sb_adds(&big, "\"}}</tool_call>");
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, big.s, big.len, &r), 0);
+	CU_ASSERT_EQUAL(r.n_calls, 0);
+	CU_ASSERT_EQUAL(r.content_len, big.len);
+	tc_result_free(&r);
+	/* streamed: arguments are passed on, not held, so no cap applies */
+	sb_reset(&big);
+	sb_adds(&big, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"");
+	for (int i = 0; i < TC_MAX_BLOCK / 8 + 1; i++)
+		sb_adds(&big, "aaaaaaaa");
+	sb_adds(&big, "\"}}\n</tool_call>");
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, big.s, big.len, &r), 0);
+	CU_ASSERT_EQUAL(r.n_calls, 1);
+	CU_ASSERT_EQUAL(r.content_len, 0);
+	CU_ASSERT(r.canonical);
+	tc_result_free(&r);
+	sb_free(&big);
+}
+
+/* ---------------------------------------------------------------- responses */
+
+static void test_responses(void)
+{
+	struct resp_ctx rc = { "chatcmpl-x", "m", 1700000000, 0 };
+	struct tc_result tr;
+	struct kvd_usage u = { 10, 4, 3 };
+	const char *text = "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+	struct kvd_top_logprob top[2] = { { 5, -0.1f, "ok", 2 }, { 6, -3.0f, "\xe2\x82", 2 } };
+	struct kvd_event ev = { .type = KVD_EV_TOKEN, .text = "ok", .text_len = 2,
+				.token = 5, .logprob = -0.1f, .n_top = 2, .top = top };
+	json_t *lp, *j, *msg, *call;
+	char *s;
+
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, text, strlen(text), &tr), 0);
+	lp = json_array();
+	json_array_append_new(lp, resp_logprob(&ev));
+	s = resp_completion(&rc, &tr, resp_finish_reason(KVD_FINISH_STOP, tr.n_calls),
+			    &u, "sess-1", lp);
+	CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+	j = json_loads(s, 0, NULL);
+	free(s);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "object")), "chat.completion");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "id")), "chatcmpl-x");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(j, "created")), 1700000000);
+	msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(msg, "role")), "assistant");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(msg, "content")), "ok");
+	call = json_array_get(json_object_get(msg, "tool_calls"), 0);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(call, "type")), "function");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")),
+			       "{\"a\": 1}");
+	CU_ASSERT_EQUAL(strncmp(json_string_value(json_object_get(call, "id")), "call_", 5), 0);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+							 "finish_reason")), "tool_calls");
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")), 13);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(json_object_get(j, "usage"),
+								"prompt_tokens_details"), "cached_tokens")), 4);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(j, "kvarena"), "session_id")),
+			       "sess-1");
+	lp = json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content");
+	CU_ASSERT_EQUAL(json_array_size(lp), 1);
+	/* a partial UTF-8 token: U+FFFD in "token", the bytes exact */
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(json_object_get(json_array_get(lp, 0),
+							"top_logprobs"), 1), "token")), "\xef\xbf\xbd\xef\xbf\xbd");
+	CU_ASSERT_EQUAL(json_integer_value(json_array_get(json_object_get(json_array_get(json_object_get(json_array_get(lp, 0),
+							"top_logprobs"), 1), "bytes"), 0)), 0xe2);
+	json_decref(j);
+
+	/* content null when there are only calls */
+	tc_result_free(&tr);
+	CU_ASSERT_EQUAL_FATAL(tc_parse(&tags, text + 3, strlen(text + 3), &tr), 0);
+	s = resp_completion(&rc, &tr, "tool_calls", &u, NULL, NULL);
+	j = json_loads(s, 0, NULL);
+	free(s);
+	msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+	CU_ASSERT(json_is_null(json_object_get(msg, "content")));
+	CU_ASSERT(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs")));
+	json_decref(j);
+
+	/* chunks */
+	rc.usage_null = 1;
+	s = resp_chunk_call(&rc, 1, &tr.calls[0]);
+	j = json_loads(s, 0, NULL);
+	free(s);
+	call = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+							      "delta"), "tool_calls"), 0);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(call, "index")), 1);
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "f");
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "");
+	CU_ASSERT(json_is_null(json_object_get(j, "usage")));
+	CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(j, "object")), "chat.completion.chunk");
+	json_decref(j);
+	s = resp_chunk_usage(&rc, &u, "sess-2");
+	j = json_loads(s, 0, NULL);
+	free(s);
+	CU_ASSERT_EQUAL(json_array_size(json_object_get(j, "choices")), 0);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 10);
+	json_decref(j);
+	s = resp_chunk_content(&rc, "\xc3", 1, NULL);	/* invalid UTF-8 never breaks JSON */
+	CU_ASSERT_PTR_NOT_NULL(s);
+	free(s);
+	tc_result_free(&tr);
+}
+
+static void test_error_json(void)
+{
+	struct api_error e;
+	struct kvd_error k = { .kind = KVD_ERR_BUSY, .retry_after_s = 3, .message = "busy" };
+	char long_msg[1024];
+	char *s;
+	json_t *j;
+
+	api_error_from_kvd(&e, &k);
+	CU_ASSERT_EQUAL(e.status, 429);
+	CU_ASSERT_EQUAL(e.retry_after_s, 3);
+	k.kind = KVD_ERR_TOO_LONG;
+	api_error_from_kvd(&e, &k);
+	CU_ASSERT_EQUAL(e.status, 400);
+	CU_ASSERT_STRING_EQUAL(e.code, "context_length_exceeded");
+	k.kind = 99;
+	api_error_from_kvd(&e, &k);
+	CU_ASSERT_EQUAL(e.status, 500);
+	/* a message cut in the middle of a multi-byte character */
+	memset(long_msg, 'a', sizeof(long_msg));
+	for (size_t i = 500; i + 1 < sizeof(long_msg); i += 2)
+		memcpy(long_msg + i, "\xc3\xa9", 2);
+	long_msg[sizeof(long_msg) - 1] = '\0';
+	for (int shift = 0; shift < 2; shift++) {
+		api_bad(&e, "p", "%s", long_msg + shift);
+		s = api_error_json(&e);
+		CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+		j = json_loads(s, 0, NULL);
+		CU_ASSERT_PTR_NOT_NULL(j);
+		json_decref(j);
+		free(s);
+	}
+}
+
+/* ---------------------------------------------------------------- auth */
+
+static void test_auth(void)
+{
+	const char *ka[] = { "alpha-key-0123456789", "alpha-key-second-000" };
+	const char *kb[] = { "beta-key-0123456789x" };
+	struct kvd_api_tenant t[] = { { "alpha", 7, ka, 2 }, { "beta", 9, kb, 1 } };
+	struct kvd_api_tenant bad;
+	const char *shortk[] = { "short" };
+	char err[256];
+	struct auth_table *a = auth_table_new(t, 2, err, sizeof(err));
+	const struct auth_tenant *w;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+	CU_ASSERT_EQUAL(auth_table_keys(a), 3);
+	w = auth_lookup(a, ka[1], strlen(ka[1]));
+	CU_ASSERT(w && w->id == 7 && !strcmp(w->name, "alpha"));
+	w = auth_lookup(a, kb[0], strlen(kb[0]));
+	CU_ASSERT(w && w->id == 9);
+	CU_ASSERT_PTR_NULL(auth_lookup(a, ka[0], strlen(ka[0]) - 1));	/* prefix */
+	CU_ASSERT_PTR_NULL(auth_lookup(a, "alpha-key-0123456789z", 21));	/* longer */
+	CU_ASSERT_PTR_NULL(auth_lookup(a, "", 0));
+	CU_ASSERT_PTR_NULL(auth_lookup(a, "xlpha-key-0123456789", 20));
+	auth_table_get(a);
+	auth_table_put(a);
+	auth_table_put(a);
+
+	bad = t[0];
+	bad.keys = shortk;
+	bad.n_keys = 1;
+	CU_ASSERT_PTR_NULL(auth_table_new(&bad, 1, err, sizeof(err)));
+	bad = t[0];
+	bad.id = 0;
+	CU_ASSERT_PTR_NULL(auth_table_new(&bad, 1, err, sizeof(err)));
+	bad = t[0];
+	bad.name = "has space";
+	CU_ASSERT_PTR_NULL(auth_table_new(&bad, 1, err, sizeof(err)));
+	t[1].keys = ka;	/* the same key for two tenants */
+	CU_ASSERT_PTR_NULL(auth_table_new(t, 2, err, sizeof(err)));
+	t[1].keys = kb;
+	t[1].id = 7;
+	CU_ASSERT_PTR_NULL(auth_table_new(t, 2, err, sizeof(err)));
+}
+
+int main(void)
+{
+	CU_pSuite s;
+	unsigned fails;
+
+	if (CU_initialize_registry() != CUE_SUCCESS)
+		return 1;
+	s = CU_add_suite("api", NULL, NULL);
+	CU_add_test(s, "request: valid", test_request_valid);
+	CU_add_test(s, "request: every invalid class", test_request_invalid);
+	CU_add_test(s, "request: truncated at every byte", test_request_truncated);
+	CU_add_test(s, "request: bounds", test_request_bounds);
+	CU_add_test(s, "template: exact text", test_template_text);
+	CU_add_test(s, "template: byte-stable across turns", test_template_stable);
+	CU_add_test(s, "tool calls: batch", test_tool_calls_batch);
+	CU_add_test(s, "tool calls: streamed, split everywhere", test_tool_calls_stream);
+	CU_add_test(s, "tool calls: arguments streamed as generated", test_tool_calls_incremental);
+	CU_add_test(s, "tool calls: tags and size cap", test_tool_calls_tags_and_cap);
+	CU_add_test(s, "responses: JSON", test_responses);
+	CU_add_test(s, "errors: JSON and kvd mapping", test_error_json);
+	CU_add_test(s, "auth: keys to tenants", test_auth);
+	CU_basic_set_mode(CU_BRM_VERBOSE);
+	CU_basic_run_tests();
+	fails = CU_get_number_of_failures();
+	CU_cleanup_registry();
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,526 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_orch.c - kvarenad's orchestrator end to end without HTTP: real
+ * worker processes (this binary re-executed with --worker), the real CPU
+ * engine, a real arena (memfd on the host; kvarena.ko in a guest with
+ * KVD_TEST_BACKEND=kernel). Checks: greedy output equal to the engine's
+ * own; the next turn prefills only its new tokens; two conversations
+ * share a system prompt's blocks; copy hand-off counts its bytes and the
+ * arena hand-off counts 0; an arena too small for the conversations
+ * evicts and recomputes with unchanged outputs; a decode worker killed
+ * mid-stream (and one stopped past its KV lease) is replaced and the
+ * request still completes; the CPU engine loaded as a plugin .so gives
+ * the same tokens; DELETE releases a session; drain finishes running work.
+ *
+ * usage: test_orch MODEL [PLUGIN.so]
+ * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing,
+ * copy_mode, pressure, worker_death, plugin).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+#include "worker.h"
+
+static int pass, failed;
+static const char *model_path, *plugin_path;
+static char self[PATH_MAX];
+
+#define CHECK(cond, ...) do { \
+	if (cond) { pass++; printf("ok   "); } \
+	else { failed++; printf("FAIL %s:%d ", __FILE__, __LINE__); } \
+	printf(__VA_ARGS__); printf("\n"); fflush(stdout); } while (0)
+
+struct reply {
+	char text[8192];
+	size_t len;
+	int32_t tokens[1024];
+	uint32_t n_tokens;
+	struct kvd_usage usage;
+	enum kvd_finish finish;
+	int error;
+	char session[40];
+};
+
+static void base_config(struct kvd_config *c)
+{
+	kvd_config_defaults(c);
+	snprintf(c->model_path, sizeof(c->model_path), "%s", model_path);
+	snprintf(c->model_id, sizeof(c->model_id), "test");
+	snprintf(c->backend, sizeof(c->backend), "%s",
+		 getenv("KVD_TEST_BACKEND") ? getenv("KVD_TEST_BACKEND") : "memfd");
+	c->kv_blocks = 256;
+	c->toolwait_bpf = 0;
+	c->log_level = KVD_LOG_WARN;
+	if (getenv("KVD_TEST_LEASE_MS"))
+		c->lease_ms = (uint32_t)atoi(getenv("KVD_TEST_LEASE_MS"));
+}
+
+static struct kvd *start(const struct kvd_config *c)
+{
+	char err[256] = "";
+	struct kvd *d = NULL;
+	int i;
+
+	if (kvd_create(c, self, &d, err, sizeof(err))) {
+		printf("kvd_create: %s\n", err);
+		return NULL;
+	}
+	for (i = 0; i < 3000 && !kvd_ready(d); i++) {
+		struct timespec ts = { 0, 10000000 };
+
+		nanosleep(&ts, NULL);	/* workers load the model */
+	}
+	return d;
+}
+
+static int ask(struct kvd *d, const char *prompt, float temp, uint64_t seed,
+	       uint32_t max_tokens, struct reply *r, void (*mid)(struct kvd *, int))
+{
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *j;
+	int n = 0;
+
+	memset(r, 0, sizeof(*r));
+	rq.model = "test";
+	rq.prompt = prompt;
+	rq.prompt_len = strlen(prompt);
+	rq.s.temperature = temp;
+	rq.s.top_p = 1;
+	rq.s.seed = seed;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = max_tokens;
+	if (kvd_job_submit(d, &rq, &j, &err)) {
+		printf("submit: %s\n", err.message);
+		r->error = 1;
+		return -1;
+	}
+	while (kvd_job_next(j, &ev, 60000) == 1) {
+		if (ev.type == KVD_EV_TOKEN) {
+			if (ev.token >= 0 && r->n_tokens < 1024)
+				r->tokens[r->n_tokens++] = ev.token;
+			if (r->len + ev.text_len < sizeof(r->text)) {
+				memcpy(r->text + r->len, ev.text, ev.text_len);
+				r->len += ev.text_len;
+			}
+			if (mid)
+				mid(d, ++n);
+		} else if (ev.type == KVD_EV_DONE) {
+			r->usage = ev.usage;
+			r->finish = ev.finish;
+			snprintf(r->session, sizeof(r->session), "%s", ev.session_id);
+			break;
+		} else {
+			printf("error event: %s\n", ev.err.message);
+			r->error = 1;
+			break;
+		}
+	}
+	kvd_job_free(j);
+	return r->error ? -1 : 0;
+}
+
+/* The engine alone: tokenize with BOS, prefill, greedy decode. */
+static int engine_greedy(const char *prompt, uint32_t n, int32_t *out)
+{
+	char err[256];
+	struct kve_model *m = kve_model_load(model_path, err, sizeof(err));
+	struct kve_tokenizer *t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	struct kve_arena_kv_params p = { .backend = KVA_BACKEND_MEMFD, .n_blocks = 64,
+					  .dtype = KVE_KV_F16 };
+	struct kve_arena_kv *kv = NULL;
+	struct kve_arena_session as;
+	struct kve_engine_params ep = { .n_threads = 1, .max_batch = 1 };
+	struct kve_engine *e = NULL;
+	int32_t ids[2048], next;
+	float *lg = NULL;
+	uint32_t i, vocab;
+	int nt, got = 0;
+
+	if (!t || kve_arena_kv_create(m, &p, &kv, err, sizeof(err)))
+		goto out;
+	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
+	vocab = kve_model_info(m)->vocab;
+	lg = malloc(vocab * sizeof(float));
+	nt = kve_tokenize(t, prompt, strlen(prompt), 1, ids, 2048);
+	if (!e || !lg || nt <= 0 || kve_arena_session_open(kv, 1, 1024, &as))
+		goto out;
+	if (kve_arena_prefill(e, kv, &as, ids, (uint32_t)nt, lg))
+		goto close;
+	for (i = 0; i < n; i++) {
+		struct kve_sampler sm = { 0, 0, 1, 0 };
+		struct kve_arena_session *ap = &as;
+
+		next = kve_sample(&sm, lg, vocab, NULL);
+		out[got++] = next;
+		if (next == kve_tokenizer_eos(t))
+			break;
+		if (i + 1 < n && kve_arena_decode(e, kv, &ap, &next, 1, lg))
+			break;
+	}
+close:
+	kve_arena_session_close(kv, &as);
+out:
+	free(lg);
+	kve_engine_free(e);
+	kve_arena_kv_destroy(kv);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	return got;
+}
+
+static uint64_t metric(struct kvd *d, const char *name)
+{
+	char *txt = kvd_metrics_text(d), *p;
+	uint64_t v = UINT64_MAX;
+	size_t n = strlen(name);
+
+	for (p = txt; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, name, n) && p[n] == ' ') {
+			v = strtoull(p + n + 1, NULL, 10);
+			break;
+		}
+	free(txt);
+	return v;
+}
+
+static const char *sys_prompt;
+static const char *sys_prompt_long =
+	"<|im_start|>system\nYou are a careful assistant that runs tools for "
+	"the user. You may call calc for arithmetic, read_file to read a file "
+	"and list_dir to list a directory. Answer briefly and use tool results "
+	"exactly as given. Never invent a file's contents.<|im_end|>\n";
+/* TCG guests are slow: a shorter one there (still two full blocks) */
+static const char *sys_prompt_short =
+	"<|im_start|>system\nYou run tools: calc, read_file, list_dir.<|im_end|>\n";
+
+static void test_greedy_and_turns(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r1, r2;
+	int32_t want[64];
+	char prompt[4096], next[8192];
+	int n, same = 1;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts with 1 prefill + 1 decode worker (%s backend)", d && d->backend == KVA_BACKEND_KERNEL ? "kernel" : "memfd");
+	if (!d)
+		return;
+	snprintf(prompt, sizeof(prompt), "%s<|im_start|>user\nWhat is 12345 + 678?<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	CHECK(ask(d, prompt, 0, 1, 24, &r1, NULL) == 0, "greedy completion: %u tokens",
+	      r1.n_tokens);
+	n = engine_greedy(prompt, 24, want);
+	for (int i = 0; i < n && i < (int)r1.n_tokens; i++)
+		same &= want[i] == r1.tokens[i];
+	CHECK(same && n > 0 && (uint32_t)n >= r1.n_tokens,
+	      "daemon's greedy tokens equal the engine's own (%d)", n);
+	CHECK(r1.usage.cached_tokens == 0, "first request: no cached tokens");
+	/* the next turn repeats the history byte for byte */
+	snprintf(next, sizeof(next), "%s%.*s<|im_end|>\n<|im_start|>user\nAnd 9 * 9?<|im_end|>\n"
+		 "<|im_start|>assistant\n", prompt, (int)r1.len, r1.text);
+	CHECK(ask(d, next, 0, 1, 8, &r2, NULL) == 0, "second turn completes");
+	CHECK(r2.usage.cached_tokens + 1 >= r1.usage.prompt_tokens + r1.usage.completion_tokens - 1,
+	      "second turn reuses the first's KV: %u cached of %u (turn 1: %u + %u)",
+	      r2.usage.cached_tokens, r2.usage.prompt_tokens, r1.usage.prompt_tokens,
+	      r1.usage.completion_tokens);
+	{
+		const char *suffix = next + strlen(prompt) + r1.len;
+		int n_suffix = kve_tokenize(d->tok, suffix, strlen(suffix), 0, NULL, 0);
+		uint32_t pending = r1.finish == KVD_FINISH_LENGTH ? 1 : 0;
+
+		CHECK(r2.usage.prompt_tokens - r2.usage.cached_tokens == (uint32_t)n_suffix + pending,
+		      "second turn prefills only the appended tokens: %u = %d appended + %u "
+		      "sampled without KV", r2.usage.prompt_tokens - r2.usage.cached_tokens,
+		      n_suffix, pending);
+	}
+	CHECK(!strcmp(r1.session, r2.session), "same session id across turns (%s)", r2.session);
+	CHECK(metric(d, "kvarenad_kv_bytes_copied_total") == 0,
+	      "arena hand-off: 0 KV bytes copied between stages");
+	CHECK(metric(d, "kvarenad_handoffs_total") == 2, "two prefill->decode hand-offs");
+	CHECK(kvd_session_delete(d, r2.session, 0) == 0, "DELETE session");
+	CHECK(kvd_session_delete(d, r2.session, 0) == -ENOENT, "DELETE again: unknown");
+	kvd_destroy(d);
+}
+
+static void test_prefix_sharing(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply a, b;
+	char p1[4096], p2[4096];
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nlist /tmp<|im_end|>\n<|im_start|>assistant\n",
+		 sys_prompt);
+	snprintf(p2, sizeof(p2), "%s<|im_start|>user\nread /etc/motd please<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	ask(d, p1, 0, 1, 4, &a, NULL);
+	ask(d, p2, 0, 1, 4, &b, NULL);
+	CHECK(strcmp(a.session, b.session) != 0, "two conversations, two sessions");
+	CHECK(b.usage.cached_tokens >= 16,
+	      "the second shares the system prompt's blocks: %u of %u prompt tokens cached",
+	      b.usage.cached_tokens, b.usage.prompt_tokens);
+	CHECK(metric(d, "kvarenad_prefix_hit_tokens_total") == b.usage.cached_tokens,
+	      "prefix-cache hits counted");
+	kvd_destroy(d);
+}
+
+static void test_copy_mode(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r, ref;
+	char p[4096];
+	uint64_t copied;
+
+	snprintf(p, sizeof(p), "%s<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+		 sys_prompt);
+	base_config(&c);
+	c.handoff = KVD_HANDOFF_COPY;
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 12, &r, NULL);
+	copied = metric(d, "kvarenad_kv_bytes_copied_total");
+	CHECK(copied > 0 && copied % (uint64_t)d->geom.kv_block_bytes == 0,
+	      "copy hand-off: %llu KV bytes copied between stages",
+	      (unsigned long long)copied);
+	kvd_destroy(d);
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 12, &ref, NULL);
+	CHECK(ref.n_tokens == r.n_tokens && !memcmp(ref.tokens, r.tokens, r.n_tokens * 4),
+	      "copy and arena hand-off give the same tokens");
+	kvd_destroy(d);
+}
+
+static void test_pressure(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref[6], r;
+	char p[6][4096];
+	int i, round, same = 1;
+
+	for (i = 0; i < 6; i++)
+		snprintf(p[i], sizeof(p[i]), "conversation %d\n%s<|im_start|>user\nsay something "
+			 "about the number %d<|im_end|>\n<|im_start|>assistant\n",
+			 i, sys_prompt, i * 7919);
+	/* reference: plenty of room */
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	for (i = 0; i < 6; i++)
+		ask(d, p[i], 0, 1, 16, &ref[i], NULL);
+	kvd_destroy(d);
+	/* too small for six conversations to stay: two rounds */
+	base_config(&c);
+	c.kv_blocks = 24;	/* one 2 MiB page: 64 blocks of 16 tokens here */
+	c.prefix_cache = 1;
+	if (getenv("KVD_TEST_SMALL")) {
+		/* a tiny model's blocks are many per page: pressure from a
+		 * high low watermark instead (the kernel's PRESSURE events) */
+		c.low_wm = (uint32_t)atoi(getenv("KVD_TEST_SMALL"));
+		c.high_wm = c.low_wm + 16;
+	}
+	d = start(&c);
+	if (!d)
+		return;
+	for (round = 0; round < 2; round++)
+		for (i = 0; i < 6; i++) {
+			if (ask(d, p[i], 0, 1, 16, &r, NULL)) {
+				same = 0;
+				continue;
+			}
+			same &= r.n_tokens == ref[i].n_tokens &&
+				!memcmp(r.tokens, ref[i].tokens, r.n_tokens * 4);
+		}
+	CHECK(metric(d, "kvarenad_evictions_total") > 0 ||
+	      metric(d, "kvarenad_cache_evictions_total") > 0,
+	      "a small arena evicts (%llu sessions, %llu cached blocks)",
+	      (unsigned long long)metric(d, "kvarenad_evictions_total"),
+	      (unsigned long long)metric(d, "kvarenad_cache_evictions_total"));
+	CHECK(same, "evicted conversations are recomputed: every reply equals the unpressured run");
+	if (d->backend == KVA_BACKEND_KERNEL)
+		CHECK(metric(d, "kvarenad_pressure_events_total") > 0,
+		      "kvarena.ko sent pressure events through io_uring (%llu)",
+		      (unsigned long long)metric(d, "kvarenad_pressure_events_total"));
+	kvd_destroy(d);
+}
+
+static pid_t decode_pid(struct kvd *d)
+{
+	pid_t pid = 0;
+	uint32_t i;
+
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].role == KVD_ROLE_DECODE)
+			pid = d->workers[i].pid;
+	pthread_mutex_unlock(&d->lock);
+	return pid;
+}
+
+static void kill_at_5(struct kvd *d, int n)
+{
+	if (n == 5)
+		kill(decode_pid(d), SIGKILL);
+}
+
+static void stop_at_5(struct kvd *d, int n)
+{
+	if (n == 5)
+		kill(decode_pid(d), SIGSTOP);
+}
+
+static void test_worker_death(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	char p[4096];
+	uint32_t used_before;
+
+	snprintf(p, sizeof(p), "<|im_start|>user\ncount to ten<|im_end|>\n<|im_start|>assistant\n");
+	base_config(&c);
+	c.lease_ms = getenv("KVD_TEST_SMALL") ? 20000 : 3000;
+	c.lease_per_token_ms = 0;
+	c.prefix_cache = 0;
+	c.retention = 0;
+	d = start(&c);
+	if (!d)
+		return;
+	used_before = (uint32_t)metric(d, "kvarenad_kv_blocks_used");
+	ask(d, p, 0, 1, 32, &ref, NULL);
+	CHECK(ask(d, p, 0, 1, 32, &r, kill_at_5) == 0 && r.n_tokens == ref.n_tokens &&
+	      !memcmp(r.tokens, ref.tokens, r.n_tokens * 4),
+	      "decode worker SIGKILLed mid-stream: the request completes with the same tokens");
+	CHECK(metric(d, "kvarenad_worker_restarts_total") >= 1, "the worker was restarted");
+	CHECK(ask(d, p, 0, 1, 8, &r, NULL) == 0, "the next request succeeds");
+	CHECK(ask(d, p, 0, 1, 32, &r, stop_at_5) == 0 && r.n_tokens == ref.n_tokens &&
+	      !memcmp(r.tokens, ref.tokens, r.n_tokens * 4),
+	      "decode worker stopped past its KV lease: killed, replaced, request completes");
+	CHECK(metric(d, "kvarenad_lease_expiries_total") >= 1, "the lease expiry was counted");
+	CHECK((uint32_t)metric(d, "kvarenad_kv_blocks_used") == used_before,
+	      "no blocks leak (%u used, as before)",
+	      (uint32_t)metric(d, "kvarenad_kv_blocks_used"));
+	kvd_destroy(d);
+}
+
+static void test_plugin(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	char p[4096];
+
+	if (!plugin_path) {
+		printf("skip plugin test (no plugin path)\n");
+		return;
+	}
+	snprintf(p, sizeof(p), "%s<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+		 sys_prompt);
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0.8f, 42, 16, &ref, NULL);
+	kvd_destroy(d);
+	base_config(&c);
+	snprintf(c.prefill_backend, sizeof(c.prefill_backend), "%s", plugin_path);
+	snprintf(c.decode_backend, sizeof(c.decode_backend), "%s", plugin_path);
+	d = start(&c);
+	CHECK(d && kvd_ready(d), "workers run the CPU engine loaded from %s", plugin_path);
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	CHECK(!strcmp(d->workers[0].backend, "cpu"), "the plugin reports its name");
+	pthread_mutex_unlock(&d->lock);
+	CHECK(ask(d, p, 0.8f, 42, 16, &r, NULL) == 0 && r.n_tokens == ref.n_tokens &&
+	      !memcmp(r.tokens, ref.tokens, r.n_tokens * 4),
+	      "sampled (T=0.8, seed 42) tokens through the plugin equal the built-in's");
+	kvd_destroy(d);
+	base_config(&c);
+	snprintf(c.decode_backend, sizeof(c.decode_backend), "/nonexistent/backend.so");
+	{
+		char err[256] = "";
+		struct kvd *bad = NULL;
+
+		if (kvd_create(&c, self, &bad, err, sizeof(err)) == 0) {
+			struct kvd_request rq = { .model = "test", .prompt = p,
+						  .prompt_len = strlen(p) };
+			struct kvd_error e;
+			struct kvd_job *j;
+
+			/* the workers fail to start: never ready, submissions refused */
+			CHECK(kvd_job_submit(bad, &rq, &j, &e) != 0 && e.kind == KVD_ERR_UNAVAILABLE,
+			      "a missing backend plugin: not ready, requests get 503 (%s)", e.message);
+			kvd_destroy(bad);
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	ssize_t n;
+
+	if (argc >= 3 && !strcmp(argv[1], "--worker")) {
+		struct kvd_worker_args a = { .backend = "cpu", .n_threads = 1, .max_batch = 16 };
+		int i;
+
+		for (i = 3; i + 1 < argc; i += 2) {
+			if (!strcmp(argv[i], "--model"))
+				a.model_path = argv[i + 1];
+			else if (!strcmp(argv[i], "--backend"))
+				a.backend = argv[i + 1];
+			else if (!strcmp(argv[i], "--max-ctx"))
+				a.max_ctx = (unsigned)atoi(argv[i + 1]);
+		}
+		return kvd_worker_main(KVD_WORKER_FD, &a);
+	}
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s MODEL [PLUGIN.so]\n", argv[0]);
+		return 2;
+	}
+	model_path = argv[1];
+	plugin_path = argc > 2 ? argv[2] : NULL;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return 2;
+	self[n] = 0;
+	signal(SIGPIPE, SIG_IGN);
+	kvd_log_set_level(KVD_LOG_WARN);
+	sys_prompt = getenv("KVD_TEST_SMALL") ? sys_prompt_short : sys_prompt_long;
+#define RUN(name) do { \
+		const char *only = getenv("KVD_TEST_ONLY"); \
+		if (!only || strstr(only, #name)) \
+			test_##name(); \
+	} while (0)
+	RUN(greedy_and_turns);
+	RUN(prefix_sharing);
+	RUN(copy_mode);
+	RUN(pressure);
+	RUN(worker_death);
+	RUN(plugin);
+	printf("%d passed, %d failed\n", pass, failed);
+	return failed ? 1 : 0;
+}

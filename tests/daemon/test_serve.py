@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""test_serve.py - the real kvarenad end to end over HTTP.
+
+Starts build/bin/kvarenad (memfd backend unless KVD_TEST_BACKEND=kernel)
+on a free loopback port with a random-weight model and checks what the
+orchestrator promises through the API: the next turn reuses the KV (usage
+and metrics), two conversations share a system prompt's blocks, streamed
+and non-streamed greedy replies agree, a decode worker killed mid-stream is
+replaced, tenant budgets answer 429 with Retry-After, SIGHUP reloads keys,
+SIGTERM drains a stream in flight, copy hand-off counts its bytes (arena
+mode: 0), the CPU engine loaded as a plugin serves the same tokens, and
+the daemon refuses to listen beyond loopback without keys.
+
+usage: test_serve.py KVARENAD MODEL PLUGIN.so
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+EXE, MODEL, PLUGIN = sys.argv[1:4]
+TMP = tempfile.mkdtemp(prefix="kvd-serve-")
+passed = failed = 0
+KEY_A = "tenant-a-key-0123456789"
+KEY_B = "tenant-b-key-0123456789"
+KEY_C = "tenant-c-key-0123456789"
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+        print(f"ok   {what}", flush=True)
+    else:
+        failed += 1
+        print(f"FAIL {what}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    def __init__(self, *args, tenants=True, extra_conf=""):
+        self.port = free_port()
+        self.conf = os.path.join(TMP, f"conf-{self.port}")
+        with open(self.conf, "w") as f:
+            f.write(f"[server]\nlisten = 127.0.0.1:{self.port}\n")
+            f.write(f"[model]\npath = {MODEL}\nid = test\n")
+            f.write("[kv]\nbackend = %s\ntoolwait_bpf = no\n"
+                    % os.environ.get("KVD_TEST_BACKEND", "memfd"))
+            if tenants:
+                f.write(f"[tenant.a]\nkey = {KEY_A}\n")
+                f.write(f"[tenant.b]\nkey = {KEY_B}\ntokens_per_min = 40\n")
+            f.write(extra_conf)
+        self.log = open(os.path.join(TMP, f"log-{self.port}"), "w+")
+        self.p = subprocess.Popen([EXE, "--config", self.conf] + list(args),
+                                  stdout=self.log, stderr=self.log)
+        end = time.time() + 120
+        while time.time() < end:
+            if self.p.poll() is not None:
+                raise RuntimeError(f"kvarenad exited {self.p.returncode}: "
+                                   + self.logtext())
+            try:
+                if self.req("GET", "/health", key=None)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("kvarenad not healthy")
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def req(self, method, path, body=None, key=KEY_A, stream=False):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        h = {"Content-Type": "application/json"}
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        c.request(method, path, json.dumps(body) if body is not None else None, h)
+        r = c.getresponse()
+        if stream:
+            return r.status, r
+        data = r.read()
+        c.close()
+        try:
+            return r.status, json.loads(data), r
+        except ValueError:
+            return r.status, data.decode(errors="replace"), r
+
+    def chat(self, messages, key=KEY_A, **kw):
+        body = {"model": "test", "messages": messages, "temperature": 0}
+        body.update(kw)
+        return self.req("POST", "/v1/chat/completions", body, key=key)
+
+    def metric(self, name):
+        st, txt, _ = self.req("GET", "/metrics")
+        for line in txt.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def children(self, role):
+        out = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().split(b"\0")
+            except OSError:
+                continue
+            if ppid == self.p.pid and len(cmd) > 2 and cmd[1] == b"--worker" \
+                    and cmd[2] == role.encode():
+                out.append(int(pid))
+        return out
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        return self.p.returncode
+
+
+SYS = ("You are a careful assistant that runs tools for the user. You may call "
+       "calc for arithmetic, read_file to read a file and list_dir to list a "
+       "directory. Answer briefly and use tool results exactly as given.")
+
+
+def sse_text(resp):
+    text, usage, done = "", None, False
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            done = True
+            break
+        ch = json.loads(line[6:])
+        if ch.get("usage"):
+            usage = ch["usage"]
+        for c in ch["choices"]:
+            text += c["delta"].get("content") or ""
+    return text, usage, done
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "calc", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                   "required": ["expression"]}}}]
+
+
+def test_turns_and_prefix(d):
+    m1 = [{"role": "system", "content": SYS}, {"role": "user", "content": "What is 12345 + 678?"}]
+    st, r1, _ = d.chat(m1, max_tokens=16, tools=TOOLS)
+    check(st == 200 and r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+          f"first turn: 200, nothing cached (prompt {r1['usage']['prompt_tokens'] if st == 200 else st})")
+    reply = r1["choices"][0]["message"]["content"]
+    m2 = m1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And 9 * 9?"}]
+    st, r2, _ = d.chat(m2, max_tokens=8, tools=TOOLS)
+    u1, u2 = r1["usage"], r2["usage"]
+    cached = u2["prompt_tokens_details"]["cached_tokens"]
+    check(st == 200 and cached >= u1["prompt_tokens"] + u1["completion_tokens"] - 1,
+          f"next turn reuses the KV: {cached} of {u2['prompt_tokens']} cached "
+          f"(turn 1: {u1['prompt_tokens']} + {u1['completion_tokens']})")
+    check(r1["kvarena"]["session_id"] == r2["kvarena"]["session_id"],
+          "same session across turns")
+    # another conversation, same system prompt
+    st, r3, _ = d.chat([{"role": "system", "content": SYS},
+                        {"role": "user", "content": "list /tmp"}], max_tokens=4)
+    c3 = r3["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(st == 200 and c3 >= 32 and r3["kvarena"]["session_id"] != r1["kvarena"]["session_id"],
+          f"a second conversation shares the system prompt's blocks ({c3} tokens)")
+    check(d.metric("kvarenad_prefix_hit_tokens_total") >= c3, "prefix hits in /metrics")
+    check(d.metric("kvarenad_kv_bytes_copied_total") == 0,
+          "arena hand-off: kvarenad_kv_bytes_copied_total 0")
+    # streamed and non-streamed greedy agree
+    m = [{"role": "user", "content": "tell me a story"}]
+    st, r4, _ = d.chat(m, max_tokens=20, seed=5)
+    st2, resp = d.req("POST", "/v1/chat/completions",
+                      {"model": "test", "messages": m, "temperature": 0, "max_tokens": 20,
+                       "stream": True, "stream_options": {"include_usage": True}}, stream=True)
+    text, usage, done = sse_text(resp)
+    check(st2 == 200 and done and text == r4["choices"][0]["message"]["content"]
+          and usage and usage["completion_tokens"] == r4["usage"]["completion_tokens"],
+          "streamed greedy reply equals the non-streamed one, usage chunk included")
+    st, _, _ = d.req("DELETE", f"/v1/sessions/{r1['kvarena']['session_id']}")
+    check(st in (200, 204), f"DELETE /v1/sessions/{{id}}: {st}")
+    st, _, _ = d.req("DELETE", f"/v1/sessions/{r1['kvarena']['session_id']}", key=KEY_B)
+    check(st == 404, "another tenant's (or a deleted) session: 404")
+
+
+def test_budget_and_reload(d):
+    m = [{"role": "user", "content": "hello there"}]
+    st, _, _ = d.chat(m, key=KEY_B, max_tokens=30)
+    st2, body, r = d.chat(m, key=KEY_B, max_tokens=30)
+    check(st == 200 and st2 == 429 and r.getheader("Retry-After"),
+          f"tenant over tokens_per_min: 429 with Retry-After {r.getheader('Retry-After')}")
+    st, _, _ = d.chat(m, key=KEY_A, max_tokens=4)
+    check(st == 200, "another tenant is unaffected")
+    st, _, _ = d.chat(m, key=KEY_C, max_tokens=4)
+    check(st == 401, "unknown key: 401")
+    with open(d.conf, "a") as f:
+        f.write(f"[tenant.c]\nkey = {KEY_C}\n")
+    d.p.send_signal(signal.SIGHUP)
+    ok = False
+    for _ in range(50):
+        if d.chat(m, key=KEY_C, max_tokens=4)[0] == 200:
+            ok = True
+            break
+        time.sleep(0.1)
+    check(ok, "SIGHUP reload: a new tenant's key works")
+
+
+def test_worker_kill(d):
+    m = [{"role": "user", "content": "count slowly"}]
+    st, ref, _ = d.chat(m, max_tokens=48)
+    used = d.metric("kvarenad_kv_blocks_used")
+    st, resp = d.req("POST", "/v1/chat/completions",
+                     {"model": "test", "messages": [{"role": "user", "content": "count again"}],
+                      "temperature": 0, "max_tokens": 48, "stream": True}, stream=True)
+    n = 0
+    killed = False
+    text = ""
+    done = False
+    for raw in resp:
+        line = raw.decode().strip()
+        if line == "data: [DONE]":
+            done = True
+            break
+        if line.startswith("data: ") and not killed:
+            n += 1
+            if n == 4:
+                for pid in d.children("decode"):
+                    os.kill(pid, signal.SIGKILL)
+                killed = True
+    check(killed and done, "decode worker SIGKILLed mid-stream: the stream still ends with [DONE]")
+    st, r, _ = d.chat(m, max_tokens=48)
+    check(st == 200 and r["choices"][0]["message"]["content"] == ref["choices"][0]["message"]["content"],
+          "the next request succeeds, same reply as before the kill")
+    check(d.metric("kvarenad_worker_restarts_total") >= 1, "worker restart counted")
+
+
+def test_drain(d):
+    st, resp = d.req("POST", "/v1/chat/completions",
+                     {"model": "test", "messages": [{"role": "user", "content": "long answer"}],
+                      "max_tokens": 120, "stream": True}, stream=True)
+    first = resp.readline()
+    d.p.send_signal(signal.SIGTERM)
+    text, usage, done = sse_text(resp)
+    rc = d.p.wait(60)
+    check(first and done and rc == 0, f"SIGTERM drains the stream in flight ([DONE]), exit {rc}")
+
+
+def main():
+    d = Daemon()
+    try:
+        test_turns_and_prefix(d)
+        test_budget_and_reload(d)
+        test_worker_kill(d)
+        test_drain(d)
+    finally:
+        d.stop()
+    # copy hand-off counts its bytes
+    d = Daemon("--kv-handoff", "copy")
+    try:
+        st, r, _ = d.chat([{"role": "user", "content": "hello"}], max_tokens=8)
+        copied = d.metric("kvarenad_kv_bytes_copied_total")
+        check(st == 200 and copied and copied > 0,
+              f"copy hand-off: kvarenad_kv_bytes_copied_total {copied:.0f}")
+        copy_text = r["choices"][0]["message"]["content"]
+    finally:
+        d.stop()
+    # the CPU engine as a plugin
+    d = Daemon("--prefill-backend", PLUGIN, "--decode-backend", PLUGIN)
+    try:
+        st, r, _ = d.chat([{"role": "user", "content": "hello"}], max_tokens=8)
+        check(st == 200 and r["choices"][0]["message"]["content"] == copy_text,
+              "the CPU engine as a plugin .so serves the same greedy reply")
+    finally:
+        d.stop()
+    # no keys and a non-loopback address: refused
+    port = free_port()
+    p = subprocess.run([EXE, "--model", MODEL, "--listen", f"0.0.0.0:{port}"],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "without API keys" in p.stderr,
+          "no keys + 0.0.0.0: refused at startup, exit 2")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

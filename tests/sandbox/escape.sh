@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The escape suite, through kva-sandbox: each attempt must fail, for a
+# reason the output names. Host lane (this script, `make check-sandbox`):
+# everything but the cgroup v2 limits; where this host cannot enforce a
+# limit (hybrid cgroups: no v2 cpu/memory/pids) the rlimit stand-in is what
+# is checked, and said. The limits themselves: guest-limits.sh in a Debian
+# 6.12 guest (`make check-sandbox-guest`).
+#
+#   tests/sandbox/escape.sh [host]
+# Environment: KVS (the CLI, default the ASan build), PROBE.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+
+KVS=${KVS:-build/sandbox/kva-sandbox-san}
+PROBE=$(realpath "${PROBE:-build/sandbox/kvs-probe}")
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+if [ ! -x "$KVS" ] || [ ! -x "$PROBE" ]; then
+	echo "escape: build first (make sandbox)" >&2
+	exit 2
+fi
+[ "$(id -u)" = 0 ] || { echo "escape: SKIP: the suite runs as root (it plants a setuid-root binary and a host listener)" >&2; exit 0; }
+
+T=$(mktemp -d /tmp/kvs-escape.XXXXXX)
+chmod 755 "$T"
+LISTENER=
+SLEEPER=
+cleanup() {
+	[ -n "$LISTENER" ] && kill "$LISTENER" 2>/dev/null
+	[ -n "$SLEEPER" ] && kill "$SLEEPER" 2>/dev/null
+	rm -rf "$T"
+}
+trap cleanup EXIT
+
+pass=0
+fail=0
+start=$(date +%s)
+
+ok() { pass=$((pass + 1)); printf 'ok   %-34s %s\n' "$1" "$2"; }
+bad() { fail=$((fail + 1)); printf 'FAIL %-34s %s\n' "$1" "$2"; cut -c1-300 "$T/out" | sed 's/^/     | /' | head -n 20; }
+
+# run NAME ARGS... : kva-sandbox ARGS, output in $T/out, status in $rc
+run() {
+	local name=$1
+	shift
+	"$KVS" -q "$@" >"$T/out" 2>&1
+	rc=$?
+	reason=$(grep -ao 'kva-sandbox: tool=[^ ]* reason=[a-z-]*' "$T/out" | tail -n1 | sed 's/.*reason=//')
+	: "$name"
+}
+
+# expect_blocked NAME [kva-sandbox args --] probe-args: the probe ran and
+# said BLOCKED, and nothing said ESCAPED or SUCCEEDED
+expect_blocked() {
+	local name=$1
+	shift
+	run "$name" "$@"
+	if [ "$rc" = 0 ] && grep -q '^BLOCKED' "$T/out" && ! grep -qE 'ESCAPED|SUCCEEDED' "$T/out"; then
+		ok "$name" "$(grep -m1 '^BLOCKED' "$T/out")"
+	else
+		bad "$name" "exit $rc, reason ${reason:-?}"
+	fi
+}
+
+W=$T/work
+mkdir -p "$W" && chown 65534:65534 "$W"
+
+echo "== escape suite (host lane): $KVS"
+: >"$T/empty.ini"
+"$KVS" --policy "$T/empty.ini" --check 2>&1 | sed -n 's/^host: /   host cannot enforce: /p' | cut -c1-300
+
+# ---- files
+mkdir -p "$T/secret" && echo secret >"$T/secret/key"
+expect_blocked "read /etc/shadow" --workdir "$W" -- "$PROBE" read /etc/shadow
+expect_blocked "read a file outside the work dir" --workdir "$W" -- "$PROBE" read "$T/secret/key"
+expect_blocked "read the launcher's own files" --workdir "$W" -- "$PROBE" read /proc/1/root/etc/passwd
+expect_blocked "write outside (/etc)" --workdir "$W" -- "$PROBE" write /etc/kvs-escape
+expect_blocked "write outside (a ro system dir)" --workdir "$W" -- "$PROBE" write /usr/lib/x86_64-linux-gnu/kvs-escape
+expect_blocked "write outside (host path)" --workdir "$W" -- "$PROBE" write "$T/secret/planted"
+[ -e "$T/secret/planted" ] && bad "write outside (host path)" "the file appeared on the host"
+expect_blocked "symlink to /etc/passwd" --workdir "$W" -- "$PROBE" symlink /etc/passwd
+expect_blocked "symlink ../.. to the host" --workdir "$W" -- "$PROBE" symlink "../../../../../../$T/secret/key"
+expect_blocked "read ../.. out of the work dir" --workdir "$W" -- "$PROBE" read "../../../../../$T/secret/key"
+# control: the work directory itself is readable and writable
+run "control: write in the work dir" --workdir "$W" -- "$PROBE" write ./control
+if [ "$rc" = 99 ] && [ "$(stat -c %u "$W/control" 2>/dev/null)" = 65534 ]; then
+	ok "control: write in the work dir" "allowed, owned by uid 65534 on the host"
+else
+	bad "control: write in the work dir" "exit $rc"
+fi
+
+# ---- the built-in file tools, run by the launcher itself: a link the
+# sandbox left in the work directory must not lead the launcher out
+"$KVS" -q --workdir "$W" -- "$PROBE" symlink /etc/shadow >/dev/null 2>&1
+ln -sfn /etc/shadow "$W/lnk"	# as a tool would have left it
+run "read_file via a planted symlink" --tool read_file --workdir "$W" -- lnk
+if [ "$rc" = 126 ] && grep -q 'out of the work directory\|link it may not follow' "$T/out" &&
+	! grep -q 'root:' "$T/out"; then
+	ok "read_file via a planted symlink" "$(grep -o 'read_file lnk: .*' "$T/out")"
+else
+	bad "read_file via a planted symlink" "exit $rc"
+fi
+run "read_file ../" --tool read_file --workdir "$W" -- "../secret/key"
+if [ "$rc" = 126 ] && ! grep -qx secret "$T/out"; then ok "read_file ../" "$(grep -o 'read_file \.\./secret/key: .*' "$T/out")"; else bad "read_file ../" "exit $rc"; fi
+run "read_file absolute" --tool read_file --workdir "$W" -- /etc/passwd
+if [ "$rc" = 126 ]; then ok "read_file absolute" "$(grep -o 'read_file /etc/passwd: .*' "$T/out")"; else bad "read_file absolute" "exit $rc"; fi
+run "write_file via a planted symlink" --tool write_file --workdir "$W" --stdin /dev/null -- lnk
+if [ "$rc" = 126 ] && [ -s /etc/shadow ]; then ok "write_file via a planted symlink" "$(grep -o 'write_file lnk: .*' "$T/out")"; else bad "write_file via a planted symlink" "exit $rc"; fi
+run "write_file ../" --tool write_file --workdir "$W" --stdin /dev/null -- ../planted
+if [ "$rc" = 126 ] && [ ! -e "$T/planted" ]; then ok "write_file ../" "$(grep -o 'write_file \.\./planted: .*' "$T/out")"; else bad "write_file ../" "exit $rc"; fi
+echo hello >"$T/in"
+run "control: write_file + read_file" --tool write_file --workdir "$W" --stdin "$T/in" -- notes.txt
+run "control: write_file + read_file" --tool read_file --workdir "$W" -- notes.txt
+if [ "$rc" = 0 ] && grep -q hello "$T/out"; then ok "control: write_file + read_file" "round trip in the work dir"; else bad "control: write_file + read_file" "exit $rc"; fi
+
+# ---- network: a real listener on the host's loopback
+PORT=$((20000 + RANDOM % 20000))
+/usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(16)
+while True:
+    c, _ = s.accept(); c.close()
+' "$PORT" &
+LISTENER=$!
+for _ in $(seq 50); do
+	(exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break
+	sleep 0.1
+done
+expect_blocked "TCP to 127.0.0.1 (network denied)" --workdir "$W" -- "$PROBE" connect 127.0.0.1 "$PORT"
+cat >"$T/net.ini" <<EOF
+[net]
+exec = $PROBE
+network = yes
+EOF
+run "control: TCP with network granted" --policy "$T/net.ini" --tool net --workdir "$W" -- "$PROBE" connect 127.0.0.1 "$PORT"
+if [ "$rc" = 99 ]; then ok "control: TCP with network granted" "connected: the listener is real"; else bad "control: TCP with network granted" "exit $rc"; fi
+
+# ---- processes and the kernel
+expect_blocked "ptrace / process_vm_writev of a sibling" --workdir "$W" -- "$PROBE" ptrace
+expect_blocked "mount, unshare/setns, bpf, modules, ..." --workdir "$W" -- "$PROBE" syscalls
+sleep 300 &
+SLEEPER=$!
+expect_blocked "kill a process outside" --workdir "$W" -- "$PROBE" kill "$SLEEPER"
+if ! kill -0 "$SLEEPER" 2>/dev/null; then bad "kill a process outside" "the host process died"; fi
+expect_blocked "write /proc/sys and /sys" --workdir "$W" -- "$PROBE" procsys
+cp "$PROBE" "$T/suid-probe" && chown 0:0 "$T/suid-probe" && chmod 4755 "$T/suid-probe"
+expect_blocked "setuid-root binary" --workdir "$W" -- "$T/suid-probe" euid
+expect_blocked "exec what the policy does not list" --workdir "$W" -- "$PROBE" exec /usr/lib/x86_64-linux-gnu/libc.so.6
+
+# ---- limits and the kill
+run "CPU spin past the timeout" --workdir "$W" --timeout 1 -- "$PROBE" spin
+wall=$(grep -ao ' wall=[0-9.]*' "$T/out" | tail -n1 | cut -d= -f2)
+if [ "$rc" = 124 ] && [ "$reason" = timeout ] && awk -v w="$wall" 'BEGIN { exit !(w < 10) }'; then
+	ok "CPU spin past the timeout" "exit 124, killed after ${wall}s"
+else
+	bad "CPU spin past the timeout" "exit $rc reason ${reason:-?} wall ${wall:-?}"
+fi
+rm -f "$W/hb"
+run "a daemon forked by the tool" --workdir "$W" -- "$PROBE" daemon hb
+sleep 0.5
+s1=$(stat -c %s "$W/hb" 2>/dev/null || echo 0)
+sleep 0.6
+s2=$(stat -c %s "$W/hb" 2>/dev/null || echo 0)
+if [ "$rc" = 0 ] && [ "$s1" -gt 0 ] && [ "$s1" = "$s2" ] && ! pgrep -f "kvs-probe daemon" >/dev/null; then
+	ok "a daemon forked by the tool" "gone with the run (heartbeat stopped at $s2 bytes)"
+else
+	bad "a daemon forked by the tool" "exit $rc, heartbeat $s1 -> $s2"
+	pkill -KILL -f "kvs-probe daemon" 2>/dev/null
+fi
+run "output past the cap" --workdir "$W" -- "$PROBE" output 5000000
+if [ "$rc" = 122 ] && [ "$reason" = output-cap ]; then ok "output past the cap" "exit 122, captured 1 MiB then killed"; else bad "output past the cap" "exit $rc reason ${reason:-?}"; fi
+# without v2 pids/memory controllers the rlimit stand-ins must still stop
+# the bombs (the guest lane checks pids.max and memory.max themselves)
+expect_blocked "fork bomb (RLIMIT_NPROC here)" --workdir "$W" -- "$PROBE" forkbomb 5000
+expect_blocked "memory bomb (RLIMIT_AS here)" --workdir "$W" -- "$PROBE" membomb 4096
+
+# ---- policy
+run "unknown tool refused" --policy "$T/net.ini" --tool nope --workdir "$W" -- "$PROBE" euid
+if [ "$rc" = 126 ] && grep -q "unknown tool 'nope'" "$T/out"; then ok "unknown tool refused" "exit 126"; else bad "unknown tool refused" "exit $rc"; fi
+run "command outside the tool's exec list" --policy "$T/net.ini" --tool net --workdir "$W" -- /bin/sh -c true
+if [ "$rc" = 126 ] && grep -q "may not execute" "$T/out"; then ok "command outside the tool's exec list" "exit 126"; else bad "command outside the tool's exec list" "exit $rc"; fi
+printf '[t]\nexec = /bin/sh\nbogus = 1\n' >"$T/badkey.ini"
+run "bad policy key" --policy "$T/badkey.ini" --check
+if [ "$rc" = 126 ] && grep -q "unknown key 'bogus'" "$T/out"; then ok "bad policy key" "$(grep -o 'badkey.ini:.*' "$T/out")"; else bad "bad policy key" "exit $rc"; fi
+printf '[t]\nro = /etc\n' >"$T/etc.ini"
+run "policy exposing /etc wholesale" --policy "$T/etc.ini" --check
+if [ "$rc" = 126 ] && grep -q "never exposed" "$T/out"; then ok "policy exposing /etc wholesale" "refused"; else bad "policy exposing /etc wholesale" "exit $rc"; fi
+
+# ---- the unprivileged launcher (user namespaces only): the same walls
+U=$T/uwork
+mkdir -p "$U" && chown 65534:65534 "$U"
+chmod 755 "$(dirname "$KVS")" "$PROBE"
+if setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
+	KVS_SAVE=$KVS
+	printf '#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups %s "$@"\n' \
+		"$(realpath "$KVS")" >"$T/kvs-unpriv"
+	chmod 755 "$T/kvs-unpriv"
+	KVS=$T/kvs-unpriv
+	expect_blocked "unprivileged launcher: syscalls" --workdir "$U" -- "$PROBE" syscalls
+	expect_blocked "unprivileged launcher: read outside" --workdir "$U" -- "$PROBE" read "$T/secret/key"
+	expect_blocked "unprivileged launcher: TCP" --workdir "$U" -- "$PROBE" connect 127.0.0.1 "$PORT"
+	KVS=$KVS_SAVE
+fi
+
+echo "== escape suite (host lane): $pass passed, $fail failed, $(($(date +%s) - start)) s"
+[ "$fail" = 0 ]

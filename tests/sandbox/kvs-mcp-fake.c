@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvs-mcp-fake - a small MCP stdio server for test_mcp, well-behaved or
+ * hostile: kvs-mcp-fake good|garbage|huge|hugeanswer|silent|exit|ask|deep
+ * Answers initialize, tools/list (one tool, "echo") and tools/call; the
+ * hostile modes add what their names say. Static, no JSON library: it
+ * only needs the id and method of what it is sent.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *mode = "good";
+
+static void out(const char *s)
+{
+	fputs(s, stdout);
+	fflush(stdout);
+}
+
+static void huge_line(size_t bytes, const char *prefix, const char *suffix)
+{
+	static char chunk[1 << 16];
+	size_t done = 0;
+
+	memset(chunk, 'A', sizeof(chunk));
+	fputs(prefix, stdout);
+	while (done < bytes) {
+		size_t n = bytes - done < sizeof(chunk) ? bytes - done : sizeof(chunk);
+
+		if (fwrite(chunk, 1, n, stdout) != n)
+			exit(1);
+		done += n;
+	}
+	fputs(suffix, stdout);
+	fflush(stdout);
+}
+
+static void answer(long id, const char *method)
+{
+	char buf[1024];
+
+	if (!strcmp(mode, "garbage"))
+		out("this is not json\n{\"broken\": \n[1,2,3]\n\"a string\"\n{\"jsonrpc\":\"2.0\",\"id\":999999,\"result\":{}}\n");
+	if (!strcmp(mode, "deep")) {
+		huge_line(200000, "", "");	/* 'A's: not JSON */
+		for (int i = 0; i < 100000; i++)
+			fputc('[', stdout);
+		out("\n");
+	}
+	if (!strcmp(mode, "ask"))
+		out("{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"roots/list\"}\n"
+		    "{\"jsonrpc\":\"2.0\",\"id\":\"s2\",\"method\":\"ping\"}\n"
+		    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n");
+	if (!strcmp(method, "initialize")) {
+		snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{"
+			 "\"protocolVersion\":\"2024-11-05\",\"capabilities\":{\"tools\":{}},"
+			 "\"serverInfo\":{\"name\":\"fake-%s\",\"version\":\"1\"}}}\n", id, mode);
+		out(buf);
+	} else if (!strcmp(method, "tools/list")) {
+		if (!strcmp(mode, "huge"))
+			huge_line(100u << 20, "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"", "\"}\n");
+		if (!strcmp(mode, "hugeanswer")) {
+			snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{\"tools\":[],\"x\":\"", id);
+			huge_line(100u << 20, buf, "\"}}\n");
+			return;
+		}
+		snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{\"tools\":["
+			 "{\"name\":\"echo\",\"description\":\"echoes\",\"inputSchema\":{\"type\":\"object\","
+			 "\"properties\":{\"text\":{\"type\":\"string\"}}}},"
+			 "{\"name\":42},{\"description\":\"no name\"}]}}\n", id);
+		out(buf);
+	} else if (!strcmp(method, "tools/call")) {
+		snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{\"content\":"
+			 "[{\"type\":\"text\",\"text\":\"echo from %s\"}],\"isError\":false}}\n", id, mode);
+		out(buf);
+	} else {
+		snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"error\":{\"code\":-32601,"
+			 "\"message\":\"no method %.100s\"}}\n", id, method);
+		out(buf);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	char line[1 << 16];
+
+	if (argc > 1)
+		mode = argv[1];
+	if (!strcmp(mode, "exit"))
+		return 3;
+	while (fgets(line, sizeof(line), stdin)) {
+		char method[128] = "";
+		char *m = strstr(line, "\"method\":\""), *i = strstr(line, "\"id\":");
+		long id;
+
+		fputs("stderr noise\n", stderr);
+		if (!m || !i)
+			continue;	/* a notification */
+		sscanf(m + 10, "%127[^\"]", method);
+		id = strtol(i + 5, NULL, 10);
+		if (!strcmp(mode, "silent"))
+			continue;
+		answer(id, method);
+	}
+	return 0;
+}

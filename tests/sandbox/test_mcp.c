@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_mcp - the MCP stdio client (kvsmcp.h) against kvs-mcp-fake in the
+ * sandbox, well-behaved and hostile (garbage lines, a 100 MB message, a
+ * 100 MB answer, silence, a server that exits, server-to-client requests,
+ * 100000-deep nesting), under ASan/UBSan: every case ends in bounded time
+ * with a clear error or the right answer, and this process lives on.
+ *   test_mcp FAKE-SERVER
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvsmcp.h"
+#include "sandbox_internal.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                      \
+	do {                                                                  \
+		checks++;                                                     \
+		if (!(cond)) {                                                \
+			failures++;                                           \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                         \
+			fputc('\n', stderr);                                  \
+		}                                                             \
+	} while (0)
+
+static const char *fake;
+
+static int open_mode(struct kvs_policy *p, const char *mode, uint32_t init_ms,
+		     struct kvs_mcp **m, char *err, size_t errlen)
+{
+	const char *argv[] = { fake, mode, NULL };
+	struct kvs_mcp_limits lim = { .init_timeout_ms = init_ms, .call_timeout_ms = 5000 };
+
+	return kvs_mcp_open(p, "mcp", NULL, argv, &lim, m, err, errlen);
+}
+
+static void well_behaved(struct kvs_policy *p, const char *mode, unsigned long min_malformed)
+{
+	struct kvs_mcp *m = NULL;
+	json_t *tools = NULL, *res = NULL, *args;
+	char err[512] = "", want[64];
+	double t0 = kvs_now();
+	int rc;
+
+	rc = open_mode(p, mode, 30000, &m, err, sizeof(err));
+	CHECK(rc == 0 && m, "%s: open: %d %s", mode, rc, err);
+	if (!m)
+		return;
+	snprintf(want, sizeof(want), "fake-%s 1", mode);
+	CHECK(!strcmp(kvs_mcp_server_info(m), want), "%s: info '%s'", mode, kvs_mcp_server_info(m));
+	rc = kvs_mcp_list_tools(m, &tools, err, sizeof(err));
+	CHECK(rc == 0 && json_array_size(tools) == 1, "%s: list: %d %s", mode, rc, err);
+	CHECK(tools && !strcmp(json_string_value(json_object_get(json_array_get(tools, 0), "name")),
+			       "echo"), "%s: tool name", mode);
+	args = json_pack("{s:s}", "text", "hi");
+	rc = kvs_mcp_call(m, "echo", args, &res, err, sizeof(err));
+	json_decref(args);
+	snprintf(want, sizeof(want), "echo from %s", mode);
+	CHECK(rc == 0 && res && !strcmp(json_string_value(json_object_get(
+			json_array_get(json_object_get(res, "content"), 0), "text")), want),
+	      "%s: call: %d %s", mode, rc, err);
+	json_decref(res);
+	args = json_array();
+	rc = kvs_mcp_call(m, "echo", args, &res, err, sizeof(err));
+	json_decref(args);
+	CHECK(rc == -EINVAL && !res, "%s: array arguments refused: %d", mode, rc);
+	CHECK(kvs_mcp_malformed(m) >= min_malformed, "%s: malformed %lu < %lu", mode,
+	      kvs_mcp_malformed(m), min_malformed);
+	printf("test_mcp: %-10s ok in %.2f s (malformed %lu, oversized %lu)\n", mode,
+	       kvs_now() - t0, kvs_mcp_malformed(m), kvs_mcp_oversized(m));
+	json_decref(tools);
+	json_decref(res);
+	kvs_mcp_close(m);
+}
+
+static void fails(struct kvs_policy *p, const char *mode, uint32_t init_ms, int want_rc,
+		  const char *want_err, int at_list)
+{
+	struct kvs_mcp *m = NULL;
+	json_t *tools = NULL;
+	char err[512] = "";
+	double t0 = kvs_now(), took;
+	int rc;
+
+	rc = open_mode(p, mode, init_ms, &m, err, sizeof(err));
+	if (at_list) {
+		CHECK(rc == 0, "%s: open: %d %s", mode, rc, err);
+		if (rc)
+			return;
+		rc = kvs_mcp_list_tools(m, &tools, err, sizeof(err));
+	}
+	took = kvs_now() - t0;
+	CHECK(rc == want_rc && strstr(err, want_err), "%s: rc %d (want %d) '%s'", mode, rc,
+	      want_rc, err);
+	CHECK(took < init_ms / 1000.0 * (at_list ? 2 : 1) + 5, "%s: took %.1f s", mode, took);
+	printf("test_mcp: %-10s refused in %.2f s: %s\n", mode, took, err);
+	json_decref(tools);
+	kvs_mcp_close(m);
+}
+
+int main(int argc, char **argv)
+{
+	char path[] = "/tmp/kvs-mcp-XXXXXX", ini[64], err[512], text[512];
+	struct kvs_policy *p = NULL;
+	FILE *f;
+	int fd;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc != 2 || !(fake = realpath(argv[1], NULL))) {
+		fprintf(stderr, "usage: test_mcp FAKE-SERVER\n");
+		return 2;
+	}
+	fd = mkstemp(path);
+	if (fd < 0)
+		return 1;
+	close(fd);
+	snprintf(ini, sizeof(ini), "%s", path);
+	f = fopen(ini, "w");
+	snprintf(text, sizeof(text), "[mcp]\nexec = %s\ntimeout = 120\n", fake);
+	fputs(text, f);
+	fclose(f);
+	if (kvs_policy_load(ini, &p, err, sizeof(err))) {
+		fprintf(stderr, "test_mcp: %s\n", err);
+		return 1;
+	}
+	well_behaved(p, "good", 2);	/* its list has two bad entries */
+	well_behaved(p, "garbage", 6);
+	well_behaved(p, "ask", 2);
+	well_behaved(p, "deep", 4);
+	well_behaved(p, "huge", 2);
+	fails(p, "hugeanswer", 5000, -EMSGSIZE, "over the size cap", 1);
+	fails(p, "silent", 1500, -ETIMEDOUT, "no answer in time", 0);
+	fails(p, "exit", 5000, -EPIPE, "the server exited", 0);
+	kvs_policy_free(p);
+	unlink(ini);
+	free((char *)fake);
+	printf("test_mcp: %d checks, %d failed\n", checks, failures);
+	return failures ? 1 : 0;
+}

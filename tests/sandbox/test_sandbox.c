@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_sandbox - the launcher library through its API, under ASan/UBSan:
+ * policy files good and bad, refusals, stdin and output capture, the
+ * cgroup hook, per-run limits, concurrent runs from several threads, the
+ * built-in tools. (Escapes are tests/sandbox/escape.sh's job.)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvsandbox.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                      \
+	do {                                                                  \
+		checks++;                                                     \
+		if (!(cond)) {                                                \
+			failures++;                                           \
+			fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			fprintf(stderr, __VA_ARGS__);                         \
+			fputc('\n', stderr);                                  \
+		}                                                             \
+	} while (0)
+
+static char tmpdir[] = "/tmp/kvs-test-XXXXXX";
+
+static const char *write_policy(const char *name, const char *text)
+{
+	static char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	f = fopen(path, "w");
+	if (!f)
+		abort();
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+static void expect_bad_policy(const char *text, const char *want)
+{
+	struct kvs_policy *p = NULL;
+	char err[512] = "";
+	int rc = kvs_policy_load(write_policy("bad.ini", text), &p, err, sizeof(err));
+
+	CHECK(rc < 0 && !p, "policy %s loaded", text);
+	CHECK(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
+	kvs_policy_free(p);
+}
+
+static void test_policy_files(void)
+{
+	struct kvs_policy *p = NULL;
+	char err[512];
+	int rc;
+
+	expect_bad_policy("[t]\nbogus = 1\n", "unknown key 'bogus'");
+	expect_bad_policy("[t]\nexec = relative/path\n", "not an absolute path");
+	expect_bad_policy("[t]\nexec = /nonexistent/kvs\n", "No such file");
+	expect_bad_policy("[t]\nmemory = lots\n", "bad value for memory");
+	expect_bad_policy("[t]\ntimeout = 0\n", "bad value for timeout");
+	expect_bad_policy("[t]\ntimeout = 2h\n", "bad value for timeout");
+	expect_bad_policy("[t]\nnetwork = maybe\n", "bad value for network");
+	expect_bad_policy("[t]\nro = /etc\n", "never exposed");
+	expect_bad_policy("[t]\nro = /root\n", "never exposed");
+	expect_bad_policy("[bad name!]\nnetwork = no\n", "bad tool name");
+	expect_bad_policy("network = no\n", "outside a section");
+	expect_bad_policy("[sandbox]\nuid = 0\n", "nonzero id");
+	expect_bad_policy("[read_file]\nexec = /bin/sh\n", "only 'output'");
+	rc = kvs_policy_load("/nonexistent/policy.ini", &p, err, sizeof(err));
+	CHECK(rc == -ENOENT && strstr(err, "No such file"), "missing file: %d %s", rc, err);
+
+	rc = kvs_policy_load(write_policy("good.ini",
+					  "[sandbox]\nuid = 65534\n\n[true]\nexec = /bin/true\n"
+					  "timeout = 500ms\ncpu = 0.5\nmemory = 64M\npids = 8\n"
+					  "output = 4K\nenv = FOO=bar\n"),
+			     &p, err, sizeof(err));
+	CHECK(rc == 0 && p, "good policy: %s", err);
+	if (p) {
+		CHECK(kvs_policy_has_tool(p, "true"), "tool 'true'");
+		CHECK(kvs_policy_has_tool(p, "sh"), "built-in sh kept");
+		CHECK(!kvs_policy_has_tool(p, "nope"), "no tool 'nope'");
+	}
+	kvs_policy_free(p);
+}
+
+struct hook {
+	int calls;
+	uint64_t id;
+	int refuse;
+};
+
+static int on_cgroup(void *ctx, uint64_t id, pid_t pid)
+{
+	struct hook *h = ctx;
+
+	h->calls++;
+	h->id = id;
+	return pid > 0 && h->refuse;
+}
+
+static void test_runs(struct kvs_policy *p, const char *wd)
+{
+	const char *sh_cat[] = { "/bin/sh", "-c", "cat; echo err >&2; exit 7", NULL };
+	const char *loud[] = { "/bin/sh", "-c", "while :; do echo yyyyyyyyyyyyyyyy; done", NULL };
+	const char *nope[] = { "/usr/bin/env", NULL };
+	struct kvs_limits lim = { .output_bytes = 1000 };
+	struct kvs_request req = { .tool = "sh", .workdir = wd, .argv = sh_cat,
+				   .stdin_data = "hello", .stdin_len = 5 };
+	struct hook h = { 0 };
+	struct kvs_result r;
+	int rc;
+
+	req.on_cgroup = on_cgroup;
+	req.ctx = &h;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == 0 && r.reason == KVS_EXIT_CODE && r.status == 7, "cat: rc %d %s %d %s",
+	      rc, kvs_exit_name(r.reason), r.status, r.note);
+	CHECK(r.out_len == 5 && !memcmp(r.out, "hello", 5), "stdout '%s'", r.out);
+	CHECK(!strcmp(r.err, "err\n"), "stderr '%s'", r.err);
+	CHECK(h.calls == 1 && h.id == r.cgroup_id, "hook %d %llu vs %llu", h.calls,
+	      (unsigned long long)h.id, (unsigned long long)r.cgroup_id);
+	CHECK(r.wall_s > 0 && r.setup_s > 0 && r.setup_s <= r.wall_s, "timings %f %f",
+	      r.setup_s, r.wall_s);
+	kvs_result_free(&r);
+
+	h.refuse = 1;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == -ECANCELED && r.reason == KVS_EXIT_SETUP && !r.out_len,
+	      "refusing hook: rc %d %s", rc, kvs_exit_name(r.reason));
+	kvs_result_free(&r);
+
+	req.on_cgroup = NULL;
+	req.argv = loud;
+	req.limits = &lim;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == 0 && r.reason == KVS_EXIT_OUTPUT_CAP && r.out_truncated && r.out_len == 1000,
+	      "output cap: %s %zu", kvs_exit_name(r.reason), r.out_len);
+	kvs_result_free(&r);
+
+	req.limits = NULL;
+	req.argv = nope;
+	req.tool = "true";
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc < 0 && r.reason == KVS_EXIT_REFUSED && strstr(r.note, "may not execute"),
+	      "exec outside the list: %s %s", kvs_exit_name(r.reason), r.note);
+	kvs_result_free(&r);
+
+	req.tool = "nope";
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == -ENOENT && r.reason == KVS_EXIT_REFUSED && strstr(r.note, "unknown tool"),
+	      "unknown tool: %s", r.note);
+	kvs_result_free(&r);
+
+	req.tool = "sh";
+	req.argv = NULL;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == -EINVAL && r.reason == KVS_EXIT_REFUSED, "no argv");
+	kvs_result_free(&r);
+}
+
+/* A daemon's blocked signals and ignored SIGPIPE must not reach the tool. */
+static void test_signals(struct kvs_policy *p, const char *wd)
+{
+	struct kvs_result r;
+	sigset_t set, old;
+	void (*was)(int);
+	int rc;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	was = signal(SIGPIPE, SIG_IGN);
+	rc = kvs_tool_sh(p, wd, "grep -E '^Sig(Blk|Ign)' /proc/self/status; umask", NULL, &r);
+	CHECK(rc == 0 && strstr(r.out, "SigBlk:\t0000000000000000") &&
+	      strstr(r.out, "SigIgn:\t0000000000000000") && strstr(r.out, "0022"),
+	      "signal state: %s", r.out);
+	kvs_result_free(&r);
+	signal(SIGPIPE, was);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void test_many(struct kvs_policy *p)
+{
+	enum { N = 12 };
+	const char *argv[] = { "/bin/sh", "-c", "echo $PPID:$$; sleep 0.2", NULL };
+	struct kvs_request reqs[N];
+	struct kvs_result res[N];
+	char wds[N][64];
+	int i, j, rc;
+
+	for (i = 0; i < N; i++) {
+		snprintf(wds[i], sizeof(wds[i]), "%s/many%d", tmpdir, i);
+		reqs[i] = (struct kvs_request){ .tool = "sh", .workdir = wds[i], .argv = argv };
+	}
+	rc = kvs_run_many(p, reqs, res, N, 4);
+	CHECK(rc == 0, "run_many: %d", rc);
+	for (i = 0; i < N; i++) {
+		CHECK(res[i].reason == KVS_EXIT_CODE && res[i].status == 0,
+		      "run %d: %s %d %s", i, kvs_exit_name(res[i].reason), res[i].status,
+		      res[i].note);
+		/* pid 1 of its own namespace, parent invisible */
+		CHECK(!strcmp(res[i].out, "0:1\n"), "run %d printed '%s'", i, res[i].out);
+		for (j = 0; j < i; j++)
+			CHECK(!res[i].cgroup_id || res[i].cgroup_id != res[j].cgroup_id,
+			      "runs %d and %d share cgroup %llu", i, j,
+			      (unsigned long long)res[i].cgroup_id);
+	}
+	for (i = 0; i < N; i++)
+		kvs_result_free(&res[i]);
+}
+
+static void test_builtins(struct kvs_policy *p, const char *wd)
+{
+	const char *good = "#include <stdio.h>\nint main(void){int x;"
+			   "if(scanf(\"%d\",&x)!=1)return 1;printf(\"%d\\n\",x*2);return 0;}\n";
+	const char *broken = "int main(void) { return nope; }\n";
+	struct kvs_result r;
+	int rc;
+
+	rc = kvs_tool_sh(p, wd, "echo made >made.txt; ls", NULL, &r);
+	CHECK(rc == 0 && r.status == 0 && strstr(r.out, "made.txt"), "sh: %s", r.out);
+	kvs_result_free(&r);
+
+	rc = kvs_read_file(p, wd, "made.txt", &r);
+	CHECK(rc == 0 && !strcmp(r.out, "made\n"), "read_file: '%s' %s", r.out, r.note);
+	kvs_result_free(&r);
+	rc = kvs_read_file(p, wd, "../../etc/passwd", &r);
+	CHECK(rc == -EXDEV && r.reason == KVS_EXIT_REFUSED, "read_file ..: %d", rc);
+	kvs_result_free(&r);
+	rc = kvs_write_file(p, wd, "sub/x", "y", 1, &r);
+	CHECK(rc == -ENOENT, "write_file into a missing directory: %d", rc);
+	kvs_result_free(&r);
+	rc = kvs_write_file(p, wd, "w.txt", "data", 4, &r);
+	CHECK(rc == 0, "write_file: %d %s", rc, r.note);
+	kvs_result_free(&r);
+	rc = kvs_list_dir(p, wd, ".", &r);
+	CHECK(rc == 0 && strstr(r.out, "made.txt\n") && strstr(r.out, "w.txt\n"), "list_dir: %s",
+	      r.out);
+	kvs_result_free(&r);
+
+	rc = kvs_tool_c_compile_run(p, wd, good, strlen(good), "21", 2, NULL, &r);
+	CHECK(rc == 0 && r.reason == KVS_EXIT_CODE && r.status == 0 && !strcmp(r.out, "42\n"),
+	      "c_compile_run: %s %d '%s' %s", kvs_exit_name(r.reason), r.status, r.out, r.note);
+	kvs_result_free(&r);
+	rc = kvs_tool_c_compile_run(p, NULL, broken, strlen(broken), NULL, 0, NULL, &r);
+	CHECK(r.reason == KVS_EXIT_CODE && r.status != 0 && strstr(r.err, "nope") &&
+	      strstr(r.note, "compilation failed"), "c_compile_run broken: %d %s", r.status,
+	      r.note);
+	kvs_result_free(&r);
+}
+
+/* writable = a host directory: the tool writes there and nowhere else */
+static void test_writable(void)
+{
+	struct kvs_policy *p = NULL;
+	struct kvs_result r;
+	char err[512], text[512], shared[160], wd[160], path[200];
+	const char *argv[] = { "/bin/sh", "-c", NULL, NULL };
+	struct kvs_request req = { .tool = "w", .argv = argv };
+	struct stat st;
+	int rc;
+
+	snprintf(shared, sizeof(shared), "%s/shared", tmpdir);
+	snprintf(wd, sizeof(wd), "%s/wwork", tmpdir);
+	mkdir(shared, 0777);
+	chmod(shared, 0777);
+	snprintf(text, sizeof(text), "[w]\nexec = /bin/sh /usr/bin\nwritable = %s\n", shared);
+	rc = kvs_policy_load(write_policy("w.ini", text), &p, err, sizeof(err));
+	CHECK(rc == 0, "writable policy: %s", err);
+	if (rc)
+		return;
+	snprintf(text, sizeof(text), "echo out > %s/from-tool && ! echo x > %s/../nope 2>/dev/null",
+		 shared, shared);
+	argv[2] = text;
+	req.workdir = wd;
+	rc = kvs_run(p, &req, &r);
+	snprintf(path, sizeof(path), "%s/from-tool", shared);
+	CHECK(rc == 0 && r.status == 0 && stat(path, &st) == 0, "writable: %d %s %s", r.status,
+	      r.err, r.note);
+	snprintf(path, sizeof(path), "%s/nope", tmpdir);
+	CHECK(stat(path, &st) != 0, "wrote beside the writable path");
+	kvs_result_free(&r);
+	kvs_policy_free(p);
+}
+
+int main(void)
+{
+	struct kvs_policy *p = NULL;
+	char err[512], wd[128];
+	int rc;
+
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	chmod(tmpdir, 0755);
+	test_policy_files();
+	test_writable();
+	rc = kvs_policy_load(write_policy("run.ini", "[true]\nexec = /bin/true\n"), &p, err,
+			     sizeof(err));
+	CHECK(rc == 0, "policy: %s", err);
+	if (p) {
+		if (kvs_policy_host_notes(p)[0])
+			printf("test_sandbox: host: %s\n", kvs_policy_host_notes(p));
+		snprintf(wd, sizeof(wd), "%s/work", tmpdir);
+		test_runs(p, wd);
+		test_signals(p, wd);
+		test_many(p);
+		test_builtins(p, wd);
+		/* the same through the spawner process */
+		rc = kvs_policy_start_spawner(p);
+		CHECK(rc == 0, "spawner: %d", rc);
+		test_runs(p, wd);
+		test_signals(p, wd);
+		test_many(p);
+		test_builtins(p, wd);
+	}
+	kvs_policy_free(p);
+	{
+		char cmd[256];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf -- '%s'", tmpdir);
+		if (system(cmd))
+			fprintf(stderr, "test_sandbox: could not remove %s\n", tmpdir);
+	}
+	printf("test_sandbox: %d checks, %d failed\n", checks, failures);
+	return failures ? 1 : 0;
+}
