@@ -340,6 +340,8 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	sp.json_len = c->json_len;
 	sp.tool_name = c->tool_name;
 	sp.max_calls = c->max_calls;
+	sp.start_tag = d->cfg.tool_open;
+	sp.end_tag = d->cfg.tool_close;
 	rc = kvc_compile(d->cvocab, &sp, &g, msg, sizeof(msg));
 	if (rc) {
 		set_err(err, KVD_ERR_INVALID,

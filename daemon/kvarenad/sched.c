@@ -31,17 +31,20 @@
 
 /* ---- finishing -------------------------------------------------------- */
 
-/* The tool names of <tool_call>{"name": "..."} blocks, for tool classes. */
+/* The tool names of the calls ([model] tool_call_open, default
+ * <tool_call>, then {"name": "..."}), for tool classes. */
 static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
 {
-	const char *p = text, *end = text + len;
+	const char *p = text, *end = text + len, *tag = d->cfg.tool_open;
+	size_t tl = strlen(tag);
 	uint32_t n = 0;
 
 	*cls = 0;
-	while ((p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
-		const char *q = memmem(p, (size_t)(end - p), "\"name\"", 6), *s, *e;
+	while ((p = memmem(p, (size_t)(end - p), tag, tl))) {
+		const char *q, *s, *e;
 
-		p += 11;
+		p += tl;
+		q = memmem(p, (size_t)(end - p), "\"name\"", 6);
 		if (!q)
 			break;
 		s = q + 6;

@@ -52,7 +52,8 @@ int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w)
 				       "--model", d->cfg.model_path, "--backend", backend,
 				       "--backend-options", d->cfg.backend_options,
 				       "--threads", threads, "--max-batch", batch,
-				       "--max-ctx", ctx, NULL };
+				       "--max-ctx", ctx, "--tool-open", d->cfg.tool_open,
+				       "--tool-close", d->cfg.tool_close, NULL };
 
 		sigset_t none;
 

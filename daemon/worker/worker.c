@@ -41,6 +41,7 @@ struct mcache {
 struct worker {
 	int sock;
 	const char *model_path;
+	const struct kvd_worker_args *args;
 	struct kve_model *tmodel;	/* the tokenizer's (weights mapped, unused) */
 	struct kve_tokenizer *tok;
 	struct kvc_vocab *cvocab;
@@ -282,6 +283,8 @@ static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view 
 	sp.json_len = v->cw.json_len;
 	sp.tool_name = v->cw.name_len ? name : NULL;
 	sp.max_calls = v->cw.max_calls;
+	sp.start_tag = w->args->tool_open;
+	sp.end_tag = w->args->tool_close;
 	if (kvc_compile(w->cvocab, &sp, &g, err, sizeof(err))) {
 		kvd_log(KVD_LOG_ERR, "worker", "constraint: %s", err);
 		return NULL;
@@ -571,7 +574,7 @@ static int do_kv_load(struct worker *w, size_t len)
 
 int kvd_worker_main(int sock, const struct kvd_worker_args *a)
 {
-	struct worker w = { .sock = sock, .model_path = a->model_path };
+	struct worker w = { .sock = sock, .model_path = a->model_path, .args = a };
 	uint16_t type;
 	size_t len;
 	int rc;
