@@ -8,6 +8,10 @@
  * made it, and sharing it into a new conversation is the kernel's block
  * reference (kva_blocks_share), never a copy.
  *
+ * Chains start from the tenant: tenants never share blocks, so neither a
+ * faster first token nor usage.cached_tokens tells one tenant what another
+ * sent (the cross-tenant timing channel vLLM closes with cache_salt).
+ *
  * Eviction frees only blocks no conversation holds, least recently used
  * first and, among equals, the deepest (a conversation's tail before the
  * system prompt everyone shares).
@@ -35,6 +39,12 @@ uint64_t kvd_prefix_hash(uint64_t parent, const int32_t *tokens, uint32_t n)
 	h *= 0xff51afd7ed558ccdull;
 	h ^= h >> 33;
 	return h ? h : 1;
+}
+
+/* The root of a tenant's hash chains. */
+static uint64_t chain_root(uint32_t tenant)
+{
+	return kvd_prefix_hash(0x6b7661726e61ull, (const int32_t *)&tenant, 1);
 }
 
 int kvd_prefix_init(struct kvd *d)
@@ -116,7 +126,7 @@ uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_token
 {
 	struct kvd_prefix *p = &d->prefix;
 	uint32_t bt = d->geom.block_tokens, n = 0, i, max_blocks = max_tokens / bt;
-	uint64_t h = 0, now = kvd_now_ns();
+	uint64_t h = chain_root(c->tenant), now = kvd_now_ns();
 	uint32_t ids[256];
 
 	if (!p->slots || !c->has_kv || c->as.s.n_blocks || c->as.s.n_tokens)
@@ -151,7 +161,7 @@ uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_token
 	if (!c->hashes)
 		c->hashes = calloc(c->as.cap, sizeof(*c->hashes));
 	if (c->hashes) {
-		h = 0;
+		h = chain_root(c->tenant);
 		for (i = 0; i < n; i++) {
 			h = kvd_prefix_hash(h, c->tokens + (size_t)i * bt, bt);
 			c->hashes[i] = h;
@@ -173,7 +183,7 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 		return;
 	full = c->as.s.n_tokens / bt;
 	for (i = c->n_hashed; i < full; i++) {
-		uint64_t h = kvd_prefix_hash(i ? c->hashes[i - 1] : 0,
+		uint64_t h = kvd_prefix_hash(i ? c->hashes[i - 1] : chain_root(c->tenant),
 					     c->tokens + (size_t)i * bt, bt);
 		uint32_t block = c->as.s.block_table[i], s;
 		struct kvd_pentry *e;

@@ -394,6 +394,36 @@ static int admit(struct kvd *d, struct kvd_job *j)
 	return 0;
 }
 
+/*
+ * Conversations that start together with the same system prompt (agents
+ * fanned out by one client) would each prefill it: the prefix cache only
+ * knows blocks once a prefill has answered. A new conversation whose
+ * prompt shares at least two blocks' worth of text with one being
+ * prefilled for the same tenant waits for it and then shares its blocks;
+ * with prefill steps serialized per worker this costs it nothing.
+ */
+static int wait_for_shared_prefill(struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_job *o;
+	size_t want = (size_t)d->geom.block_tokens * 2 * 2;	/* ~2 bytes per token */
+
+	if (!d->cfg.prefix_cache || j->conv)
+		return 0;
+	for (o = d->jobs; o; o = o->next) {
+		size_t n = 0, m;
+
+		if (o == j || o->tenant != j->tenant ||
+		    (o->state != JOB_PREFILL_READY && o->state != JOB_PREFILLING))
+			continue;
+		m = o->prompt_len < j->prompt_len ? o->prompt_len : j->prompt_len;
+		while (n < m && o->prompt[n] == j->prompt[n])
+			n++;
+		if (n >= want)
+			return 1;
+	}
+	return 0;
+}
+
 static int workers_up(struct kvd *d, uint32_t role)
 {
 	uint32_t i;
@@ -427,7 +457,7 @@ static void run_jobs(struct kvd *d)
 			continue;
 		}
 		if (j->state == JOB_QUEUED) {
-			int rc = admit(d, j);
+			int rc = wait_for_shared_prefill(d, j) ? 1 : admit(d, j);
 
 			if (rc == 1 && !running) {
 				/* nothing running will free blocks for it */
