@@ -47,5 +47,5 @@ tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin build/bin/kvarenad \
 	--cmd 'kill -TERM $kvd; wait $kvd; echo "# kvarenad stopped (exit $?)"' \
 	--cmd 'echo "# after: pinned_bytes $(cat /sys/class/misc/kvarena/pinned_bytes) arenas $(cat /sys/class/misc/kvarena/arenas)"' \
 	--cmd 'rmmod kvarena && echo "# rmmod kvarena: ok"' 2>&1 |
-	grep -vE '^(SeaBIOS|Booting from|KVA-|\[ *[0-9.]+\] )' || true
-grep -q '^KVA-GUEST-RC=0' build/demo.log
+	grep -avE '^(SeaBIOS|Booting from|KVA-|\[ *[0-9.]+\] )' || true
+grep -aq '^KVA-GUEST-RC=0' build/demo.log
