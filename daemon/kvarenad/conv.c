@@ -300,6 +300,17 @@ int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
 		free(ids);
 		return rc < 0 ? rc : -ENOMEM;
 	}
+	/* SentencePiece puts a dummy-prefix space before every text it
+	 * encodes; a piece appended to a conversation continues a text, and
+	 * the chat template starts each with a marker (<|im_end|>...), so a
+	 * lone leading space token is that prefix: drop it, and the tokens
+	 * equal those of the whole conversation encoded at once */
+	if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
+	    len && text[0] != ' ' &&
+	    kve_token_bytes(d->tok, ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
+		memmove(ids, ids + 1, (size_t)(n - 1) * sizeof(*ids));
+		n--;
+	}
 	rc = kvd_conv_append_text(c, text, len);
 	if (rc) {
 		free(ids);
