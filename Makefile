@@ -93,6 +93,7 @@ include tools/tools.mk
 include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
+-include tools/train/model.mk
 -include bpf/bpf.mk
 -include tests/debug/debug.mk
 
