@@ -10,7 +10,9 @@ failure):
   logits: the engine's logits (kve-logits: a prefill, then decode steps)
           and a float64 PyTorch forward of the same weights (read from the
           GGUF, Q8_0 dequantised) agree within --bound (max abs error) and
-          pick the same argmax at every compared position.
+          pick the same argmax wherever the reference's top-2 margin
+          exceeds twice the bound (an error within the bound cannot flip
+          those; near-ties are counted and shown).
 
   crosscheck.py MODEL --kve-logits BIN --bound B [--prompts N] [--tokens]
 """
@@ -91,7 +93,7 @@ def check_tokens(kve, model, tok, n):
 
 
 def check_logits(kve, model, m, tok, n, bound, decode):
-    worst, agree, total = 0.0, 0, 0
+    worst, agree, total, ties, flips = 0.0, 0, 0, 0, 0
     for text in prompts(n):
         ids = tok.encode(text)
         with torch.no_grad():
@@ -103,12 +105,19 @@ def check_logits(kve, model, m, tok, n, bound, decode):
             eng = np.fromfile(f.name, dtype=np.float32).reshape(-1, m.cfg.vocab)
         r = ref[pre - 1:]
         worst = max(worst, float(np.abs(eng - r).max()))
-        agree += int((eng.argmax(-1) == r.argmax(-1)).sum())
+        same = eng.argmax(-1) == r.argmax(-1)
+        top2 = np.sort(r, axis=-1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > 2 * bound
+        agree += int(same.sum())
         total += r.shape[0]
-    report(worst <= bound and agree == total,
+        ties += int((~clear).sum())
+        flips += int((~same & clear).sum())
+    # an error within the bound cannot flip an argmax whose margin exceeds
+    # twice the bound: those must all agree
+    report(worst <= bound and flips == 0,
            "logits %s: %d prompts, %d positions (prefill + %d decode steps each): "
-           "max abs error %.3g (bound %g), argmax agreement %d/%d"
-           % (os.path.basename(model), n, total, decode, worst, bound, agree, total))
+           "max abs error %.3g (bound %g), argmax agreement %d/%d (%d near-ties)"
+           % (os.path.basename(model), n, total, decode, worst, bound, agree, total, ties))
 
 
 def main():
