@@ -43,7 +43,8 @@ class Chat:
     """kve-chat as a child process."""
 
     def __init__(self, binary, model, threads):
-        self.p = subprocess.Popen([binary, model, "--threads", str(threads)],
+        # the longest assistant turn in the corpus is ~80 tokens
+        self.p = subprocess.Popen([binary, model, "--threads", str(threads), "--max-new", "160"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
 
@@ -133,7 +134,7 @@ def run_one(chat, conv, tmp):
     make_fs(root, exp)
     msgs = [conv["messages"][0]]
     calls, values, answer = [], [], None
-    for _ in range(4):
+    for _ in range(3):     # at most two tool rounds are expected
         reply = chat.complete(corpus.render(msgs, add_generation_prompt=True))
         m = CALL_RE.search(reply)
         if not m:
