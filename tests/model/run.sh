@@ -45,7 +45,7 @@ result $? "corpus: seed 1 is the corpus the shipped model learnt from (sha256 $g
 if "$py" -c 'import torch' 2>/dev/null; then
 	"$py" $dir/crosscheck.py $f32 --kve-logits "$logits" --bound 1e-3 --prompts 2 --tokens 60
 	result $? "cross-check F32"
-	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.5 --prompts 2
+	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.25 --prompts 2
 	result $? "cross-check Q8_0"
 else
 	echo "SKIP cross-check: python3-torch is not installed (scripts/deps.sh check installs it)"

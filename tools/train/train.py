@@ -100,6 +100,9 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ffn", type=int, default=512)
     ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--init", help="continue from this checkpoint (same vocabulary and "
+                    "shape; a fresh optimiser; the corpus is drawn with --seed + 1 "
+                    "and its first --n-train conversations)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(a.threads)
@@ -110,8 +113,12 @@ def main():
         print("[%7.1fs] %s" % (time.time() - t0, msg), flush=True)
 
     log("args %s" % vars(a))
-    convs = corpus.generate(a.seed, a.n_train, "train")
-    tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab)
+    init = torch.load(a.init) if a.init else None
+    convs = corpus.generate(a.seed + (1 if init else 0), a.n_train, "train")
+    if init:
+        tok = Tokenizer(init["tokens"], init["scores"], init["types"])
+    else:
+        tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab)
     tok.save(os.path.join(a.out, "tokenizer.json"))
     prefix = torch.tensor(tok.encode(SYS_TEXT))
     log("vocabulary %d tokens, system prompt %d tokens" % (len(tok.tokens), len(prefix)))
@@ -128,6 +135,10 @@ def main():
     cfg = Config(vocab=len(tok.tokens), dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                  n_kv_heads=a.kv_heads, ffn=a.ffn)
     model = Model(cfg)
+    if init:
+        assert init["cfg"] == cfg.to_dict(), "--init: another model shape"
+        model.load_state_dict(init["state"])
+        log("continuing from %s (its final loss %.4f)" % (a.init, init["final_loss"]))
     log("model %s: %d parameters" % (cfg.to_dict(), n_params(model)))
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
