@@ -6,6 +6,7 @@
 #   2. tokenizer parity and the torch cross-check of the engine's logits,
 #      F32 and Q8_0 with their own bounds (skipped, saying so, without torch)
 #   3. smoke: one held-out calc question through a real calc round trip
+#      (an expected failure while smoke_xfail=1, below)
 # usage: run.sh KVE_CHAT KVE_LOGITS
 set -u
 chat=$1
@@ -51,8 +52,21 @@ else
 	echo "SKIP cross-check: python3-torch is not installed (scripts/deps.sh check installs it)"
 fi
 
+# The shipped model has not learnt to copy numbers yet (Documentation/
+# model.md, Evaluation): its smoke failure is expected and reported, not
+# counted; a pass then fails the suite until this mark is removed.
+smoke_xfail=1
 "$py" $dir/eval.py --chat "$chat" --model $q8 --smoke
-result $? "smoke: $q8"
+rc=$?
+if [ "$smoke_xfail" -eq 1 ]; then
+	if [ $rc -eq 0 ]; then
+		result 1 "smoke: $q8 passes: set smoke_xfail=0 in $0"
+	else
+		echo "XFAIL smoke: $q8 (expected: see Documentation/model.md)"
+	fi
+else
+	result $rc "smoke: $q8"
+fi
 
 echo "check-model: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

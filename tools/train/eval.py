@@ -208,8 +208,8 @@ def main():
     speed = chat.close()
     if a.smoke:
         ok = stats["all"][1:] == [1, 1, 1]
-        print("%s smoke: held-out calc question answered through a real calc round trip (%s)"
-              % ("ok  " if ok else "FAIL", speed))
+        print("smoke: held-out calc question through a real calc round trip: %s (%s)"
+              % ("right number" if ok else "wrong", speed))
         sys.exit(0 if ok else 1)
     print("%-14s %5s %8s %10s %8s" % ("family", "n", "tool", "arguments", "answer"))
     for k in sorted(k for k in stats if k != "all") + ["all"]:
