@@ -112,6 +112,7 @@ include tools/tools.mk
 include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
+-include tools/train/model.mk
 -include daemon/api/api.mk
 ifneq ($(KVA_TOOLWAIT),0)
 -include bpf/bpf.mk

@@ -15,7 +15,8 @@ command -v node >/dev/null && command -v npm >/dev/null || build+=(nodejs npm)
 guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
        linux-image-amd64 linux-image-6.12-amd64)
 check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex
-       mandoc g++ node-ajv)
+       mandoc g++ node-ajv
+       python3-torch libopenblas0-pthread)
 # make check-engine-avx512: Bochs (its Skylake-X model has AVX-512; bochs-term
 # is the display plugin it runs headless with), a GRUB ISO, a 6.12 kernel
 avx512_emu=(bochs bochs-term bochsbios vgabios grub-pc-bin grub-common xorriso

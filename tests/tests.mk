@@ -141,6 +141,7 @@ check-all:
 	$(MAKE) --no-print-directory check-dkms
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-engine
+	$(MAKE) --no-print-directory check-model
 	$(MAKE) --no-print-directory check-engine-guest
 	$(MAKE) --no-print-directory check-engine-avx512
 	$(MAKE) --no-print-directory check-toolwait

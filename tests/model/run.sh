@@ -1,0 +1,72 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The shipped agent model's checks (make check-model):
+#   1. corpus determinism: same seed, same bytes; another seed, other bytes;
+#      seed 1 still gives the corpus the shipped model was trained on
+#   2. tokenizer parity and the torch cross-check of the engine's logits,
+#      F32 and Q8_0 with their own bounds (skipped, saying so, without torch)
+#   3. smoke: one held-out calc question through a real calc round trip
+#      (an expected failure while smoke_xfail=1, below)
+# usage: run.sh KVE_CHAT KVE_LOGITS
+set -u
+chat=$1
+logits=$2
+py=${MODEL_PY:-/usr/bin/python3}
+dir=tools/train
+f32=models/kvarena-agent-f32.gguf
+q8=models/kvarena-agent-q8_0.gguf
+# sha256 of 'corpus.py --seed 1 --n 200': changes only with the corpus
+# design, which then needs a retrained model (make model)
+corpus_sha=ee0e3601fb4fe417419c2298dc673ce09835cb2dad9ac83817cc752c3a66db04
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+result() {	# status message
+	if [ "$1" -eq 0 ]; then
+		pass=$((pass + 1))
+		echo "ok   $2"
+	else
+		fail=$((fail + 1))
+		echo "FAIL $2"
+	fi
+}
+
+"$py" $dir/corpus.py --seed 7 --n 300 --out "$tmp/a.jsonl" &&
+	"$py" $dir/corpus.py --seed 7 --n 300 --out "$tmp/b.jsonl" &&
+	cmp -s "$tmp/a.jsonl" "$tmp/b.jsonl"
+result $? "corpus: seed 7 twice gives the same bytes"
+"$py" $dir/corpus.py --seed 8 --n 300 --out "$tmp/c.jsonl" && ! cmp -s "$tmp/a.jsonl" "$tmp/c.jsonl"
+result $? "corpus: seed 8 gives other bytes"
+got=$("$py" $dir/corpus.py --seed 1 --n 200 | sha256sum | cut -d' ' -f1)
+[ "$got" = "$corpus_sha" ]
+result $? "corpus: seed 1 is the corpus the shipped model learnt from (sha256 $got)"
+
+if "$py" -c 'import torch' 2>/dev/null; then
+	"$py" $dir/crosscheck.py $f32 --kve-logits "$logits" --bound 1e-3 --prompts 2 --tokens 60
+	result $? "cross-check F32"
+	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.25 --prompts 2
+	result $? "cross-check Q8_0"
+else
+	echo "SKIP cross-check: python3-torch is not installed (scripts/deps.sh check installs it)"
+fi
+
+# The shipped model has not learnt to copy numbers yet (Documentation/
+# model.md, Evaluation): its smoke failure is expected and reported, not
+# counted; a pass then fails the suite until this mark is removed.
+smoke_xfail=1
+"$py" $dir/eval.py --chat "$chat" --model $q8 --smoke
+rc=$?
+if [ "$smoke_xfail" -eq 1 ]; then
+	if [ $rc -eq 0 ]; then
+		result 1 "smoke: $q8 passes: set smoke_xfail=0 in $0"
+	else
+		echo "XFAIL smoke: $q8 (expected: see Documentation/model.md)"
+	fi
+else
+	result $rc "smoke: $q8"
+fi
+
+echo "check-model: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

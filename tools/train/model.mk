@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: MIT
+# model.mk - the trained agent model (tools/train/, models/). Included from
+# the top-level Makefile after engine.mk (uses its ENGINE_* variables).
+#   make model        retrain from scratch (~30 min on 1 core) and re-export
+#                     models/kvarena-agent-{f32,f16,q8_0}.gguf + training log
+#   make eval-model   200 held-out conversations through the engine (greedy,
+#                     real tool execution): right tool / arguments / answer
+#   make check-model  torch cross-check of the engine's logits (F32, Q8_0),
+#                     tokenizer parity, one calc round trip, corpus determinism
+
+MODEL_PY        ?= /usr/bin/python3
+MODEL_DIR       := models
+MODEL_BASE      := $(MODEL_DIR)/kvarena-agent
+MODEL_F32       := $(MODEL_BASE)-f32.gguf
+MODEL_Q8        := $(MODEL_BASE)-q8_0.gguf
+EVAL_MODEL      ?= $(MODEL_F32)
+MODEL_TRAIN     := build/train/model
+MODEL_CHAT      := build/bin/kve-chat
+MODEL_CHAT_SAN  := build/engine/tests/kve-chat-san
+
+.PHONY: model eval-model check-model
+
+$(MODEL_CHAT): tools/train/kve-chat.c $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) -o $@ $(ENGINE_LIBS)
+
+$(MODEL_CHAT_SAN): tools/train/kve-chat.c $(ENGINE_SLIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) $< $(ENGINE_SLIB) -o $@ $(ENGINE_LIBS)
+
+model:
+	@mkdir -p $(MODEL_TRAIN)
+	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN) > $(MODEL_TRAIN)/train.log 2>&1 || \
+		{ tail -20 $(MODEL_TRAIN)/train.log; exit 1; }
+	$(MODEL_PY) tools/train/export_gguf.py $(MODEL_TRAIN)/ckpt.pt $(MODEL_BASE)
+	cp $(MODEL_TRAIN)/train.log $(MODEL_BASE)-train.log
+	@tail -2 $(MODEL_BASE)-train.log
+
+eval-model: $(MODEL_CHAT)
+	$(MODEL_PY) tools/train/eval.py --chat $(MODEL_CHAT) --model $(EVAL_MODEL)
+
+check-model: $(MODEL_CHAT_SAN) $(ENGINE_LOGITS)
+	@MODEL_PY=$(MODEL_PY) sh tests/model/run.sh $(MODEL_CHAT_SAN) $(ENGINE_LOGITS)

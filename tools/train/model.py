@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: MIT
+"""model.py - the agent model in PyTorch: llama architecture (RMSNorm,
+rotary position embedding on interleaved pairs as GGUF's "llama" expects,
+SwiGLU feed-forward, grouped-query attention, output head tied to the token
+embedding).
+
+Owns the module and two forward passes: forward() over whole sequences (the
+cross-check's reference) and forward_prefix() for training, where every
+conversation starts with the same system prompt: its hidden states are
+computed once per batch and its keys/values shared by all rows.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Config:
+    def __init__(self, vocab=1024, dim=256, n_layers=6, n_heads=8, n_kv_heads=2,
+                 ffn=768, ctx=1024, rope_base=10000.0, eps=1e-5):
+        self.vocab, self.dim, self.n_layers = vocab, dim, n_layers
+        self.n_heads, self.n_kv_heads, self.ffn, self.ctx = n_heads, n_kv_heads, ffn, ctx
+        self.rope_base, self.eps = rope_base, eps
+        self.head_dim = dim // n_heads
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_tables(cfg, n, dtype=torch.float32):
+    hd = cfg.head_dim
+    inv = cfg.rope_base ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.arange(n, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
+
+
+def rope(x, cos, sin):
+    """x: (B, H, T, hd); pairs (2i, 2i+1) rotate by angle pos * inv_freq[i]."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    r0 = x0 * cos - x1 * sin
+    r1 = x0 * sin + x1 * cos
+    return torch.stack((r0, r1), dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        d, hd = cfg.dim, cfg.head_dim
+        self.cfg = cfg
+        self.attn_norm = RMSNorm(d, cfg.eps)
+        self.wq = nn.Linear(d, cfg.n_heads * hd, bias=False)
+        self.wk = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
+        self.wv = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        self.ffn_norm = RMSNorm(d, cfg.eps)
+        self.gate = nn.Linear(d, cfg.ffn, bias=False)
+        self.up = nn.Linear(d, cfg.ffn, bias=False)
+        self.down = nn.Linear(cfg.ffn, d, bias=False)
+
+    def qkv(self, x, cos, sin):
+        c = self.cfg
+        B, T, _ = x.shape
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
+        k = self.wk(h).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.wv(h).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        return rope(q, cos, sin), rope(k, cos, sin), v
+
+    def attend(self, x, q, k, v, mask):
+        c = self.cfg
+        B, _, T, _ = q.shape
+        rep = c.n_heads // c.n_kv_heads
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(c.head_dim) + mask
+        o = (F.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(B, T, -1)
+        x = x + self.wo(o)
+        h = self.ffn_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def causal_mask(T, prefix=0, dtype=torch.float32):
+    m = torch.full((T, prefix + T), float("-inf"), dtype=dtype)
+    return torch.triu(m, diagonal=prefix + 1)
+
+
+class Model(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.eps)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        for b in self.layers:
+            for lin in (b.wq, b.wk, b.wv, b.gate, b.up):
+                nn.init.normal_(lin.weight, std=0.02)
+            for lin in (b.wo, b.down):
+                nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * cfg.n_layers))
+
+    def head(self, x):
+        return self.norm(x) @ self.embed.weight.t()
+
+    def forward(self, ids):
+        """ids (B, T) from position 0 -> logits (B, T, vocab)."""
+        T = ids.shape[1]
+        cos, sin = rope_tables(self.cfg, T, self.embed.weight.dtype)
+        mask = causal_mask(T, dtype=self.embed.weight.dtype)
+        x = self.embed(ids)
+        for b in self.layers:
+            q, k, v = b.qkv(x, cos, sin)
+            x = b.attend(x, q, k, v, mask)
+        return self.head(x)
+
+    def forward_prefix(self, prefix, ids, head=True):
+        """prefix (P,) shared by every row, ids (B, T) following it ->
+        logits (B, T, vocab) of the ids' positions, and (vocab,) of the last
+        prefix position; head=False: the final hidden states instead."""
+        P, (B, T) = prefix.shape[0], ids.shape
+        cos, sin = rope_tables(self.cfg, P + T)
+        xp = self.embed(prefix)[None]
+        xs = self.embed(ids)
+        mp, ms = causal_mask(P), causal_mask(T, P)
+        for b in self.layers:
+            qp, kp, vp = b.qkv(xp, cos[:P], sin[:P])
+            qs, ks, vs = b.qkv(xs, cos[P:], sin[P:])
+            k = torch.cat((kp.expand(B, -1, -1, -1), ks), dim=2)
+            v = torch.cat((vp.expand(B, -1, -1, -1), vs), dim=2)
+            xs = b.attend(xs, qs, k, v, ms)
+            xp = b.attend(xp, qp, kp, vp, mp)
+        if not head:
+            return xs, xp[0, -1]
+        return self.head(xs), self.head(xp[0, -1])
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
