@@ -273,6 +273,44 @@ def test_structured(d):
     check(st == 200 and not r["choices"][0]["message"].get("tool_calls"), "tool_choice none: no calls")
 
 
+AGENT_MODEL = "models/kvarena-agent-q8_0.gguf"
+AGENT_TOOLS = [
+    {"type": "function", "function": {"name": "calc", "description": "Evaluate an arithmetic expression.", "parameters": {"type": "object", "properties": {"expression": {"type": "string", "description": "integers with + - *"}}, "required": ["expression"]}}},
+    {"type": "function", "function": {"name": "read_file", "description": "Read a text file.", "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "absolute path"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "list_dir", "description": "List the entries of a directory.", "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "absolute path"}}, "required": ["path"]}}},
+    {"type": "function", "function": {"name": "c_compile_run", "description": "Compile a C program and run it; returns its output.", "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "C source"}}, "required": ["code"]}}}]
+
+
+def test_tool_round_trip(d):
+    """The trained agent model calls a tool by itself; the client runs it
+    and sends the result: only the appended tokens are prefilled."""
+    m = [{"role": "system", "content": "You are a helpful assistant."},
+         {"role": "user", "content": "What is 4577 + 577?"}]
+    st, r1, _ = d.chat(m, tools=AGENT_TOOLS, max_tokens=64)
+    msg = r1["choices"][0]["message"] if st == 200 else {}
+    calls = msg.get("tool_calls") or []
+    check(st == 200 and r1["choices"][0]["finish_reason"] == "tool_calls" and calls
+          and calls[0]["function"]["name"] == "calc",
+          f"the model calls calc by itself: {calls[0]['function'] if calls else msg}")
+    if not calls:
+        return
+    args = json.loads(calls[0]["function"]["arguments"])
+    expr = args.get("expression", "")
+    result = str(eval(expr, {"__builtins__": {}})) if all(ch in "0123456789+-* " for ch in expr) else "error"
+    m2 = m + [msg, {"role": "tool", "tool_call_id": calls[0]["id"], "content": result}]
+    st, r2, _ = d.chat(m2, tools=AGENT_TOOLS, max_tokens=32)
+    u1, u2 = r1["usage"], r2["usage"]
+    cached = u2["prompt_tokens_details"]["cached_tokens"]
+    check(st == 200 and cached >= u1["prompt_tokens"] + u1["completion_tokens"] - 2
+          and u2["prompt_tokens"] - cached <= 32,
+          f"after the client's tool run only the appended tokens are prefilled: "
+          f"{u2['prompt_tokens'] - cached} of {u2['prompt_tokens']} (turn 1: "
+          f"{u1['prompt_tokens']} + {u1['completion_tokens']})")
+    check(r1["kvarena"]["session_id"] == r2["kvarena"]["session_id"] and
+          d.metric("kvarenad_tool_waits_total") >= 1,
+          "the session waited in TOOL_WAIT between the two requests (tool wait measured)")
+
+
 def test_budget_and_reload(d):
     m = [{"role": "user", "content": "hello there"}]
     st, _, _ = d.chat(m, key=KEY_B, max_tokens=30)
@@ -363,6 +401,17 @@ def main():
               "the CPU engine as a plugin .so serves the same greedy reply")
     finally:
         d.stop()
+    if os.path.exists(AGENT_MODEL):
+        global MODEL
+        saved, MODEL = MODEL, AGENT_MODEL
+        d = Daemon()
+        try:
+            test_tool_round_trip(d)
+        finally:
+            d.stop()
+            MODEL = saved
+    else:
+        print(f"skip the tool round trip: {AGENT_MODEL} missing")
     # no keys and a non-loopback address: refused
     port = free_port()
     p = subprocess.run([EXE, "--model", MODEL, "--listen", f"0.0.0.0:{port}"],
