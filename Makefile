@@ -96,9 +96,10 @@ include tests/tests.mk
 -include daemon/api/api.mk
 -include bpf/bpf.mk
 -include tests/debug/debug.mk
+# the sandbox before the daemon, which links it
+-include daemon/sandbox/sandbox.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
--include daemon/sandbox/sandbox.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench

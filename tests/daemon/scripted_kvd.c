@@ -526,3 +526,17 @@ char *kvd_metrics_text(struct kvd *d)
 	pthread_mutex_unlock(&d->lock);
 	return s;
 }
+
+/* No server-side tools in the scripted orchestrator. */
+const char *kvd_server_tools(const struct kvd *d)
+{
+	(void)d;
+	return NULL;
+}
+
+int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
+{
+	(void)d;
+	(void)tenant;
+	return 0;
+}
