@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # kvarena top-level build.
 #
 #   make                 module (KDIR), libkvarena, tools, tests
@@ -6,12 +7,19 @@
 #   make bench [BENCH=name]   benchmarks -> build/bench/results.tsv
 #   make install [DESTDIR=... PREFIX=/usr/local]
 #
+# Knobs: KVA_TOOLWAIT=0 builds libkvarena without its eBPF tool-wait part
+# (no clang, bpftool or libbpf needed; kva_toolwait_open() then says
+# -EOPNOTSUPP).  DEVELOPER=1 (the default in a git checkout) makes
+# warnings errors; a release tarball builds with DEVELOPER=0.  CPPFLAGS,
+# CFLAGS and LDFLAGS are honoured.
+#
 # Build outputs go to build/ (the module's objects to kmod/, as Kbuild does).
 
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.1.0)
 SONAME_MAJOR := 0
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
+PYTHONDIR ?= $(PREFIX)/lib/python3/dist-packages
 DESTDIR ?=
 
 .DEFAULT_GOAL := all
@@ -25,8 +33,10 @@ endif
 KDIR ?= $(firstword $(wildcard /lib/modules/$(shell uname -r)/build) \
 	$(lastword $(sort $(wildcard /lib/modules/6.1.*-amd64/build))))
 
-WARN := -Wall -Wextra -Werror
-CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE $(WARN) -g -Iinclude/uapi -Ikmod/core -Ilib \
+DEVELOPER ?= $(if $(wildcard .git),1,0)
+WARN := -Wall -Wextra $(if $(filter 1,$(DEVELOPER)),-Werror)
+KVA_TOOLWAIT ?= 1
+CFLAGS_COMMON := $(CPPFLAGS) -std=c11 -D_GNU_SOURCE $(WARN) -g -Iinclude/uapi -Ikmod/core -Ilib \
 	-I/usr/include/libnl3
 CFLAGS ?= -O2
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -34,6 +44,14 @@ SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recove
 # ---------------------------------------------------------------- library
 CORE_SRCS := $(sort $(wildcard kmod/core/*.c))
 LIB_SRCS := $(sort $(wildcard lib/*.c))
+# lib/toolwait.c (eBPF) or, with KVA_TOOLWAIT=0, its stand-in.
+ifeq ($(KVA_TOOLWAIT),0)
+LIB_SRCS := $(filter-out lib/toolwait.c,$(LIB_SRCS))
+LIB_PC_REQUIRES := liburing libnl-genl-3.0
+else
+LIB_SRCS := $(filter-out lib/toolwait_none.c,$(LIB_SRCS))
+LIB_PC_REQUIRES := liburing libnl-genl-3.0 libbpf
+endif
 LIB_OBJS := $(patsubst %.c,$(B)/pic/%.o,$(CORE_SRCS) $(LIB_SRCS))
 LIB_SO := $(B)/lib/libkvarena.so.$(VERSION)
 LIB_A := $(B)/lib/libkvarena.a
@@ -46,7 +64,7 @@ $(B)/pic/%.o: %.c $(wildcard include/uapi/linux/*.h kmod/core/*.h lib/*.h)
 
 $(LIB_SO): $(LIB_OBJS) lib/libkvarena.map
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libkvarena.so.$(SONAME_MAJOR) \
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvarena.so.$(SONAME_MAJOR) \
 		-Wl,--version-script=lib/libkvarena.map -o $@ $(LIB_OBJS) $(LIB_LDLIBS)
 	ln -sf libkvarena.so.$(VERSION) $(B)/lib/libkvarena.so.$(SONAME_MAJOR)
 	ln -sf libkvarena.so.$(SONAME_MAJOR) $(B)/lib/libkvarena.so
@@ -55,10 +73,11 @@ $(LIB_A): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@REQUIRES_PRIVATE@|$(LIB_PC_REQUIRES)|'
 $(LIB_PC): lib/kvarena.pc.in VERSION
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' $< > $@
+	$(PC_SED) $< > $@
 
 .PHONY: all lib module deps
 all: module lib tools tests
@@ -94,7 +113,9 @@ include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
 -include daemon/api/api.mk
+ifneq ($(KVA_TOOLWAIT),0)
 -include bpf/bpf.mk
+endif
 -include tests/debug/debug.mk
 # the sandbox before the daemon, which links it
 -include daemon/sandbox/sandbox.mk
@@ -130,7 +151,7 @@ INSTALL_MODDIR ?= /lib/modules/$(notdir $(patsubst %/build,%,$(KDIR)))/extra
 .PHONY: install
 install: lib tools module daemon $(SANDBOX_CLI)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
-		$(DESTDIR)$(PREFIX)/include/linux $(DESTDIR)$(PREFIX)/bin \
+		$(DESTDIR)$(PREFIX)/include/kvarena/linux $(DESTDIR)$(PREFIX)/bin \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
 		$(DESTDIR)$(PREFIX)/share/man/man4 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(INSTALL_MODDIR) \
@@ -139,10 +160,9 @@ install: lib tools module daemon $(SANDBOX_CLI)
 	ln -sf libkvarena.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libkvarena.so.$(SONAME_MAJOR)
 	ln -sf libkvarena.so.$(SONAME_MAJOR) $(DESTDIR)$(LIBDIR)/libkvarena.so
 	install -m 0644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
-	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/linux/
+	$(PC_SED) lib/kvarena.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/kvarena.pc
+	install -m 0644 lib/kvarena.h lib/kvarena_toolwait.h $(DESTDIR)$(PREFIX)/include/kvarena/
+	install -m 0644 include/uapi/linux/kvarena.h $(DESTDIR)$(PREFIX)/include/kvarena/linux/
 	install -m 0755 $(TOOLS_BINS) $(SANDBOX_CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(KVD_BIN) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(LIBDIR)/kvarenad $(DESTDIR)/etc/systemd/system \
@@ -156,6 +176,8 @@ install: lib tools module daemon $(SANDBOX_CLI)
 	install -m 0644 $(wildcard Documentation/man/*.3) $(DESTDIR)$(PREFIX)/share/man/man3/
 	install -m 0644 $(wildcard Documentation/man/*.4) $(DESTDIR)$(PREFIX)/share/man/man4/
 	install -m 0644 $(wildcard Documentation/man/*.8) $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -d $(DESTDIR)$(PYTHONDIR)/kvarena
+	install -m 0644 lib/python/kvarena/__init__.py $(DESTDIR)$(PYTHONDIR)/kvarena/
 	install -m 0644 kvarena.ko $(DESTDIR)$(INSTALL_MODDIR)/
 	install -m 0644 packaging/60-kvarena.rules $(DESTDIR)/etc/udev/rules.d/
 	-[ -n "$(DESTDIR)" ] || depmod -a $(notdir $(patsubst %/build,%,$(KDIR)))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: (LGPL-2.1-or-later OR BSD-2-Clause)
 # eBPF tool-wait observability (bpf/toolwait.bpf.c) and its tests.
 #
 #   make bpf                  vmlinux.h, toolwait.bpf.o, toolwait.skel.h in build/bpf/
@@ -64,7 +65,7 @@ $(TW_TEST_BIN): tests/toolwait/test_toolwait.c tools/kvactl/toolwait.c \
 	@mkdir -p $(dir $@)
 	$(CC) $(TW_TEST_CFLAGS) -Itools/kvactl -fsanitize=undefined \
 		-fno-sanitize-recover=all tests/toolwait/test_toolwait.c \
-		tools/kvactl/toolwait.c -o $@ $(LIB_A) $(LIB_LDLIBS)
+		tools/kvactl/toolwait.c -o $@ $(LIB_A) $(LIB_LDLIBS) -ljansson
 
 .PHONY: check-toolwait check-toolwait-host check-toolwait-guest check-toolwait-predict
 check-toolwait-predict: $(TW_PREDICT_BIN)

@@ -13,7 +13,7 @@
 
 #include "internal.h"
 
-static struct kva_arena *kva_arena_new(struct kva_dev *dev)
+static struct kva_arena *kva_arena_alloc(struct kva_dev *dev)
 {
 	struct kva_arena *arena = calloc(1, sizeof(*arena));
 
@@ -36,8 +36,8 @@ static void kva_arena_put(struct kva_arena *arena)
 /* Learn the geometry from the arena itself. */
 static int kva_arena_load(struct kva_arena *arena)
 {
-	struct kva_arena_info info;
-	int ret = kva_arena_info(arena, &info);
+	KVA_STRUCT(kva_arena_info, info);
+	int ret = kva_arena_get_info(arena, &info);
 
 	if (ret < 0)
 		return ret;
@@ -48,30 +48,38 @@ static int kva_arena_load(struct kva_arena *arena)
 	return 0;
 }
 
-KVA_EXPORT int kva_arena_create(struct kva_dev *dev,
-				const struct kva_arena_params *p,
+KVA_EXPORT int kva_arena_new(struct kva_dev *dev,
+				const struct kva_arena_params *params,
 				struct kva_arena **arenap)
 {
-	struct kva_arena_create arg = {
-		.size = sizeof(arg),
-		.bytes = p->bytes,
-		.block_size = p->block_size,
-		.numa_node = p->numa_node,
-		.tenant_id = p->tenant_id,
-		.policy = p->policy,
-		.low_wm = p->low_wm,
-		.high_wm = p->high_wm,
-		.ttl_ms = p->ttl_ms,
-	};
+	struct kva_arena_create arg = { .size = sizeof(arg) };
+	struct kva_arena_params p;
 	struct kva_arena *arena;
 	int ret;
 
-	if (p->name) {
-		if (strlen(p->name) >= sizeof(arg.name))
+	if (!dev || !params || !arenap)
+		return -EINVAL;
+	ret = kva_abi_in(&p, sizeof(p), params, params->size,
+			 KVA_ARENA_PARAMS_SIZE_VER0);
+	if (ret)
+		return ret;
+	arg.bytes = p.bytes;
+	arg.block_size = p.block_size;
+	arg.numa_node = p.numa_node;
+	arg.tenant_id = p.tenant_id;
+	arg.policy = p.policy;
+	arg.low_wm = p.low_wm;
+	arg.high_wm = p.high_wm;
+	arg.ttl_ms = p.ttl_ms;
+	if ((p.flags & ~(KVA_ARENA_NO_MLOCK | KVA_ARENA_MLOCK_TRY)) ||
+	    (p.flags & KVA_ARENA_NO_MLOCK && p.flags & KVA_ARENA_MLOCK_TRY))
+		return -EINVAL;
+	if (p.name) {
+		if (strlen(p.name) >= sizeof(arg.name))
 			return -EINVAL;
-		strcpy(arg.name, p->name);
+		strcpy(arg.name, p.name);
 	}
-	arena = kva_arena_new(dev);
+	arena = kva_arena_alloc(dev);
 	if (!arena)
 		return -ENOMEM;
 	if (dev->backend == KVA_BACKEND_KERNEL) {
@@ -82,7 +90,7 @@ KVA_EXPORT int kva_arena_create(struct kva_dev *dev,
 			ret = kva_arena_load(arena);
 		}
 	} else {
-		ret = kva_memfd_arena_create(dev, &arg, arena);
+		ret = kva_memfd_arena_create(dev, &arg, p.flags, arena);
 	}
 	if (ret < 0) {
 		kva_arena_destroy(arena);
@@ -100,7 +108,7 @@ KVA_EXPORT int kva_arena_from_fd(struct kva_dev *dev, int arena_fd,
 
 	if (dev->backend != KVA_BACKEND_KERNEL)
 		return -EOPNOTSUPP;
-	arena = kva_arena_new(dev);
+	arena = kva_arena_alloc(dev);
 	if (!arena)
 		return -ENOMEM;
 	arena->fd = fcntl(arena_fd, F_DUPFD_CLOEXEC, 0);
@@ -133,12 +141,18 @@ KVA_EXPORT int kva_arena_fd(const struct kva_arena *arena)
 	return arena->fd;
 }
 
-KVA_EXPORT int kva_arena_info(struct kva_arena *arena,
+KVA_EXPORT int kva_arena_get_info(struct kva_arena *arena,
 			      struct kva_arena_info *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
-	return kva_call(arena, KVA_IOC_ARENA_INFO, out);
+	struct kva_arena_info full = { .size = sizeof(full) };
+	int ret = KVA_OUT_CHECK(out, KVA_ARENA_INFO_SIZE_VER0);
+
+	if (ret)
+		return ret;
+	ret = kva_call(arena, KVA_IOC_ARENA_INFO, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 KVA_EXPORT int kva_arena_export_dmabuf(struct kva_arena *arena, uint32_t flags)
@@ -192,16 +206,12 @@ KVA_EXPORT int kva_arena_map(struct kva_arena *arena, void **addrp)
 
 KVA_EXPORT void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block)
 {
-	uint64_t off;
-
 	if (!arena->base || block >= arena->nblocks)
 		return NULL;
-	off = (uint64_t)(block / arena->blocks_per_page) * KVA_PAGE_SIZE +
-	      (uint64_t)(block % arena->blocks_per_page) * arena->block_size;
-	return (char *)arena->base + off;
+	return (char *)arena->base + kva_block_offset(arena->block_size, block);
 }
 
-KVA_EXPORT int kva_session_create(struct kva_arena *arena, uint64_t cookie,
+KVA_EXPORT int kva_session_open(struct kva_arena *arena, uint64_t cookie,
 				  uint32_t *session)
 {
 	struct kva_session_create arg = { .size = sizeof(arg), .cookie = cookie };
@@ -214,7 +224,7 @@ KVA_EXPORT int kva_session_create(struct kva_arena *arena, uint64_t cookie,
 	return ret;
 }
 
-KVA_EXPORT int kva_session_end(struct kva_arena *arena, uint32_t session)
+KVA_EXPORT int kva_session_close(struct kva_arena *arena, uint32_t session)
 {
 	struct kva_session_end arg = { .size = sizeof(arg),
 				       .session_id = session };
@@ -237,13 +247,19 @@ KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint32_t session,
 	return kva_call(arena, KVA_IOC_SESSION_SET_STATE, &arg);
 }
 
-KVA_EXPORT int kva_session_info(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint32_t session,
 				struct kva_session_info *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
-	out->session_id = session;
-	return kva_call(arena, KVA_IOC_SESSION_INFO, out);
+	struct kva_session_info full = { .size = sizeof(full),
+					 .session_id = session };
+	int ret = KVA_OUT_CHECK(out, KVA_SESSION_INFO_SIZE_VER0);
+
+	if (ret)
+		return ret;
+	ret = kva_call(arena, KVA_IOC_SESSION_INFO, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 static int kva_blocks(struct kva_arena *arena, unsigned long cmd,

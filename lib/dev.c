@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -35,23 +36,44 @@ int kva_call(struct kva_arena *arena, unsigned long cmd, void *arg)
 	return kva_memfd_call(arena, cmd, arg);
 }
 
+#define KVA_STR2(x) #x
+#define KVA_STR(x) KVA_STR2(x)
+
+KVA_EXPORT unsigned int kva_lib_version(void)
+{
+	return KVA_LIB_VERSION;
+}
+
+KVA_EXPORT const char *kva_lib_version_string(void)
+{
+	return KVA_STR(KVA_LIB_VERSION_MAJOR) "." KVA_STR(KVA_LIB_VERSION_MINOR)
+	       "." KVA_STR(KVA_LIB_VERSION_PATCH);
+}
+
 KVA_EXPORT int kva_open(enum kva_backend backend, struct kva_dev **devp)
 {
 	struct kva_dev *dev;
-	int fd = -1;
+	int fd = -1, err = 0;
 
 	if (!devp || backend > KVA_BACKEND_MEMFD)
 		return -EINVAL;
 	if (backend != KVA_BACKEND_MEMFD) {
 		fd = open("/dev/" KVA_DEVICE_NAME, O_RDWR | O_CLOEXEC);
+		err = errno;
 		if (fd < 0 && backend == KVA_BACKEND_KERNEL)
-			return -errno;
+			return -err;
 	}
 	dev = calloc(1, sizeof(*dev));
 	if (!dev) {
 		if (fd >= 0)
 			close(fd);
 		return -ENOMEM;
+	}
+	if (fd < 0 && backend == KVA_BACKEND_AUTO) {
+		snprintf(dev->fallback, sizeof(dev->fallback),
+			 "open /dev/" KVA_DEVICE_NAME ": %s", strerror(err));
+		kva_log(KVA_LOG_INFO, "AUTO backend: memfd, as %s",
+			dev->fallback);
 	}
 	dev->fd = fd;
 	dev->backend = fd >= 0 ? KVA_BACKEND_KERNEL : KVA_BACKEND_MEMFD;
@@ -71,6 +93,11 @@ KVA_EXPORT void kva_close(struct kva_dev *dev)
 	free(dev);
 }
 
+KVA_EXPORT const char *kva_dev_fallback(const struct kva_dev *dev)
+{
+	return dev->fallback[0] ? dev->fallback : NULL;
+}
+
 KVA_EXPORT enum kva_backend kva_dev_backend(const struct kva_dev *dev)
 {
 	return dev->backend;
@@ -82,16 +109,24 @@ KVA_EXPORT const char *kva_dev_limits(const struct kva_dev *dev)
 		return "";
 	return "memfd backend: no dma-buf export, no device import, "
 	       "block/session state private to this process, quotas "
-	       "per kva_dev handle, memory pinned only if mlock is allowed";
+	       "per kva_dev handle, memory pinned only if mlock is allowed "
+	       "(KVA_ARENA_MLOCK_TRY, KVA_ARENA_NO_MLOCK)";
 }
 
-KVA_EXPORT int kva_version(struct kva_dev *dev, struct kva_version *out)
+KVA_EXPORT int kva_dev_version(struct kva_dev *dev, struct kva_version *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
+	struct kva_version full = { .size = sizeof(full) };
+	int ret = KVA_OUT_CHECK(out, KVA_VERSION_SIZE_VER0);
+
+	if (ret)
+		return ret;
 	if (dev->backend == KVA_BACKEND_KERNEL)
-		return kva_ioctl(dev->fd, KVA_IOC_VERSION, out);
-	return kva_memfd_version(dev, out);
+		ret = kva_ioctl(dev->fd, KVA_IOC_VERSION, &full);
+	else
+		ret = kva_memfd_version(dev, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 static int kva_tenant(struct kva_dev *dev, bool set, struct kva_tenant *t)
@@ -117,10 +152,15 @@ KVA_EXPORT int kva_tenant_set_quota(struct kva_dev *dev, uint32_t tenant,
 KVA_EXPORT int kva_tenant_info(struct kva_dev *dev, uint32_t tenant,
 			       struct kva_tenant *out)
 {
-	memset(out, 0, sizeof(*out));
-	out->size = sizeof(*out);
-	out->tenant_id = tenant;
-	return kva_tenant(dev, false, out);
+	struct kva_tenant full = { .size = sizeof(full), .tenant_id = tenant };
+	int ret = KVA_OUT_CHECK(out, KVA_TENANT_SIZE_VER0);
+
+	if (ret)
+		return ret;
+	ret = kva_tenant(dev, false, &full);
+	if (ret >= 0)
+		kva_abi_out_uapi(out, &full, sizeof(full));
+	return ret;
 }
 
 KVA_EXPORT const char *kva_state_name(uint32_t state)

@@ -7,10 +7,15 @@
  * to sessions through the cgroup v2 directory they run in.
  *
  * Needs CAP_BPF + CAP_PERFMON (in practice root), a kernel with BTF, bpffs
- * (mounted at /sys/fs/bpf if it is not) and, for tracepoint/ attachment,
- * tracefs.  Documentation/toolwait.md describes the maps.
+ * at /sys/fs/bpf (for pinning) and, for tracepoint/ attachment, tracefs;
+ * the loader mounts them only when asked (KVA_TOOLWAIT_MOUNT).  libbpf's
+ * messages go to kva_set_logger()'s logger, never to stderr.
+ * Documentation/toolwait.md describes the maps.
  *
  * Every function returns 0 (or a count) on success and a negative errno.
+ * The map records below mirror the BPF maps and carry no size member: the
+ * functions that fill one take the caller's sizeof as `size` (the ABI
+ * convention of <kvarena/kvarena.h>); kva_toolwait_opts has a leading size.
  */
 #ifndef KVARENA_TOOLWAIT_H
 #define KVARENA_TOOLWAIT_H
@@ -108,7 +113,7 @@ struct kva_toolwait_stats {
 #define KVA_TOOLWAIT_SRC_USDT	3
 
 /* How to attach; AUTO picks at load time, the rest force one kind. */
-enum kva_toolwait_attach {
+enum kva_toolwait_kind {
 	KVA_TOOLWAIT_AUTO = 0,
 	KVA_TOOLWAIT_TP_BTF,		/* sched only */
 	KVA_TOOLWAIT_RAW_TP,
@@ -121,16 +126,26 @@ struct kva_toolwait_opts {
 	uint32_t arena_filter;		/* only this arena (0: all) */
 	uint64_t min_wait_us;		/* shorter waits send no event */
 	/* Module tracepoint: AUTO = raw_tp if kvarena is loaded, else OFF. */
-	enum kva_toolwait_attach module;
+	enum kva_toolwait_kind module;
 	/* sched fork/exec/exit: AUTO = tp_btf, else raw_tp. */
-	enum kva_toolwait_attach sched;
+	enum kva_toolwait_kind sched;
 	/* USDT in libkvarena's memfd backend: AUTO/ON = attach, OFF = not. */
-	enum kva_toolwait_attach usdt;
+	enum kva_toolwait_kind usdt;
 	const char *usdt_binary;	/* NULL: the file this library is in */
 	int usdt_pid;			/* 0: every process; else that one */
 	/* Pin the maps here (NULL: KVA_TOOLWAIT_PIN_DIR, "": do not pin). */
 	const char *pin_dir;
+	/* After VER0: KVA_TOOLWAIT_* flags (0: mount nothing, replace no pin). */
+	uint32_t flags;
 };
+/* Mount bpffs on /sys/fs/bpf and tracefs on /sys/kernel/tracing if they
+ * are needed and absent (else: -ENODEV, with the reason logged). */
+#define KVA_TOOLWAIT_MOUNT		(1U << 0)
+/* Unlink pins found in pin_dir (a loader that died) and pin ours (else:
+ * -EEXIST, as they may be a live loader's). */
+#define KVA_TOOLWAIT_REPLACE_PINS	(1U << 1)
+#define KVA_TOOLWAIT_OPTS_SIZE_VER0 \
+	(offsetof(struct kva_toolwait_opts, pin_dir) + sizeof(const char *))
 
 struct kva_toolwait;
 
@@ -161,19 +176,19 @@ int kva_toolwait_unregister_cgroup(struct kva_toolwait *tw,
 /* Up to n keys; returns how many there are (may exceed n). */
 int kva_toolwait_sessions(struct kva_toolwait *tw,
 			  struct kva_toolwait_key *keys, int n);
-int kva_toolwait_session(struct kva_toolwait *tw,
-			 const struct kva_toolwait_key *key,
-			 struct kva_toolwait_session *out);
+int kva_toolwait_get_session(struct kva_toolwait *tw,
+			     const struct kva_toolwait_key *key,
+			     struct kva_toolwait_session *out, size_t size);
 int kva_toolwait_forget_session(struct kva_toolwait *tw,
 				const struct kva_toolwait_key *key);
 /* Tool classes seen, sorted; returns how many (may exceed n). */
 int kva_toolwait_classes(struct kva_toolwait *tw, uint32_t *classes, int n);
 int kva_toolwait_class_hist(struct kva_toolwait *tw, uint32_t tool_class,
-			    struct kva_toolwait_hist *out);
+			    struct kva_toolwait_hist *out, size_t size);
 /* Zero the per-class histograms (interval reporting). */
 int kva_toolwait_clear_classes(struct kva_toolwait *tw);
-int kva_toolwait_stats(struct kva_toolwait *tw,
-		       struct kva_toolwait_stats *out);
+int kva_toolwait_get_stats(struct kva_toolwait *tw,
+			   struct kva_toolwait_stats *out, size_t size);
 
 /*
  * Completed waits from the ring buffer: calls fn for each (stop early by

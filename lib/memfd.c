@@ -135,9 +135,14 @@ static int kva_node_online(int node)
 	return access(path, F_OK) == 0;
 }
 
-/* hugetlb pages if the host has them reserved, else THP; locked. */
+/* Arena ids: one sequence for the whole process, so that two kva_dev
+ * handles never hand out the same id (tool-wait keys, logs). */
+static uint32_t kva_memfd_next_id;
+
+/* hugetlb pages if the host has them reserved, else THP; locked unless
+ * the caller said otherwise (KVA_ARENA_NO_MLOCK, KVA_ARENA_MLOCK_TRY). */
 static int kva_memfd_memory(struct kva_arena *arena, const char *name,
-			    int32_t node)
+			    int32_t node, uint32_t flags)
 {
 	char label[KVA_NAME_LEN + 16];
 	void *p = MAP_FAILED;
@@ -176,14 +181,26 @@ static int kva_memfd_memory(struct kva_arena *arena, const char *name,
 			    sizeof(mask) * 8, 0))
 			return -errno;
 	}
+	if (flags & KVA_ARENA_NO_MLOCK)
+		return 0;
 	/* Fault everything in now, as the module does at creation. */
-	if (mlock(p, arena->bytes))
-		return -errno;
+	if (mlock(p, arena->bytes)) {
+		int err = errno;
+
+		kva_log(flags & KVA_ARENA_MLOCK_TRY ? KVA_LOG_INFO : KVA_LOG_ERR,
+			"memfd arena \"%s\": mlock of %llu bytes: %s%s", name,
+			(unsigned long long)arena->bytes, strerror(err),
+			flags & KVA_ARENA_MLOCK_TRY ? "; going on unlocked" :
+			" (raise ulimit -l, or create with KVA_ARENA_MLOCK_TRY"
+			" or KVA_ARENA_NO_MLOCK)");
+		if (!(flags & KVA_ARENA_MLOCK_TRY))
+			return -err;
+	}
 	return 0;
 }
 
 int kva_memfd_arena_create(struct kva_dev *dev, struct kva_arena_create *arg,
-			   struct kva_arena *arena)
+			   uint32_t flags, struct kva_arena *arena)
 {
 	int ret;
 
@@ -205,12 +222,12 @@ int kva_memfd_arena_create(struct kva_dev *dev, struct kva_arena_create *arg,
 	arena->tenant = kva_utenant_find(dev, arg->tenant_id, true);
 	if (arena->tenant)
 		arena->tenant->arenas++;
-	arena->id = ++dev->next_arena_id;
+	arena->id = __atomic_add_fetch(&kva_memfd_next_id, 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&dev->lock);
 	if (!arena->tenant)
 		return -ENOMEM;
 
-	ret = kva_memfd_memory(arena, arg->name, arg->numa_node);
+	ret = kva_memfd_memory(arena, arg->name, arg->numa_node, flags);
 	if (ret)
 		return ret;
 	ret = kvc_arena_init(&arena->core, arena->nblocks, arena->block_size,

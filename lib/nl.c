@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -23,6 +24,47 @@ struct kva_nl {
 	int grp;
 	char error[256];
 };
+
+/*
+ * A libnl failure as the errno behind it: the socket's own errno when the
+ * failure was a system call (ENOBUFS: the receive queue overran and a
+ * monitor must resync), else libnl's code mapped back.
+ */
+static int kva_nl_errno(int nle, int sys_errno)
+{
+	if (nle >= 0)
+		return 0;
+	if (sys_errno)
+		return -sys_errno;
+	switch (-nle) {
+	case NLE_NOMEM: return -ENOMEM;
+	case NLE_PERM: return -EPERM;
+	case NLE_AGAIN: return -EAGAIN;
+	case NLE_INTR: return -EINTR;
+	case NLE_BAD_SOCK: return -EBADF;
+	case NLE_OBJ_NOTFOUND: return -ENOENT;
+	case NLE_MSG_TRUNC: return -EMSGSIZE;
+	case NLE_DUMP_INTR: return -EAGAIN;	/* the dump changed: retry */
+	case NLE_PROTO_MISMATCH: return -EPROTONOSUPPORT;
+	case NLE_NOACCESS: return -EACCES;
+	case NLE_INVAL: return -EINVAL;
+	case NLE_RANGE: return -ERANGE;
+	case NLE_OPNOTSUPP: return -EOPNOTSUPP;
+	case NLE_NODEV: return -ENODEV;
+	default: return -EIO;
+	}
+}
+
+/* nl_recvmsgs with the system errno kept for kva_nl_errno(). */
+static int kva_nl_recv(struct nl_sock *sk, struct nl_cb *cb, int *sys_errno)
+{
+	int ret;
+
+	errno = 0;
+	ret = nl_recvmsgs(sk, cb);
+	*sys_errno = ret < 0 ? errno : 0;
+	return ret;
+}
 
 KVA_EXPORT int kva_nl_open(struct kva_nl **nlp)
 {
@@ -41,7 +83,7 @@ KVA_EXPORT int kva_nl_open(struct kva_nl **nlp)
 		ret = genl_ctrl_resolve(nl->sk, KVA_GENL_NAME);
 	if (ret < 0) {
 		/* The family exists only while kvarena.ko is loaded. */
-		ret = ret == -NLE_OBJ_NOTFOUND ? -ENOENT : -EIO;
+		ret = kva_nl_errno(ret, 0);
 		nl_socket_free(nl->sk);
 		free(nl);
 		return ret;
@@ -127,13 +169,28 @@ static int kva_end_cb(struct nl_msg *msg, void *arg)
 	return NL_STOP;
 }
 
+/*
+ * Copy a kva_nl_* record into the caller's `size` bytes, and set the
+ * sizes the caller reads back: its own, and its embedded UAPI record's.
+ */
+static void kva_nl_out(void *out, size_t size, const void *full,
+		       size_t full_size, size_t uapi_off)
+{
+	size_t n = size < full_size ? size : full_size;
+	uint32_t usize = (uint32_t)(n - uapi_off);
+
+	kva_abi_out(out, size, full, full_size);
+	memcpy(out, &n, sizeof(n));
+	memcpy((char *)out + uapi_off, &usize, sizeof(usize));
+}
+
 /* Send msg and run the reply through parse; 0 or -errno. */
 static int kva_nl_request(struct kva_nl *nl, struct nl_msg *msg,
 			  int (*parse)(struct nlattr **, void *), void *ctx)
 {
 	struct kva_req req = { .nl = nl, .parse = parse, .ctx = ctx };
 	struct nl_cb *cb = nl_cb_alloc(NL_CB_DEFAULT);
-	int ret;
+	int ret, sys_errno = 0;
 
 	nl->error[0] = 0;
 	if (!cb) {
@@ -144,15 +201,18 @@ static int kva_nl_request(struct kva_nl *nl, struct nl_msg *msg,
 	nl_cb_set(cb, NL_CB_VALID, NL_CB_CUSTOM, kva_valid_cb, &req);
 	nl_cb_set(cb, NL_CB_FINISH, NL_CB_CUSTOM, kva_end_cb, &req);
 	nl_cb_set(cb, NL_CB_ACK, NL_CB_CUSTOM, kva_end_cb, &req);
+	errno = 0;
 	ret = nl_send_auto(nl->sk, msg);
+	if (ret < 0)
+		sys_errno = errno;
 	nlmsg_free(msg);
 	/* A doit's reply and its ack may come in separate reads. */
 	while (ret >= 0 && !req.done)
-		ret = nl_recvmsgs(nl->sk, cb);
+		ret = kva_nl_recv(nl->sk, cb, &sys_errno);
 	nl_cb_put(cb);
 	if (req.err)
 		return req.err;
-	return ret < 0 ? -EIO : 0;
+	return kva_nl_errno(ret, sys_errno);
 }
 
 static struct nl_msg *kva_nl_msg(struct kva_nl *nl, uint8_t cmd, int flags)
@@ -182,6 +242,7 @@ static void kva_parse_arena(struct nlattr **tb, struct kva_nl_arena *a)
 	struct kva_arena_info *i = &a->info;
 
 	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
 	i->size = sizeof(*i);
 	i->arena_id = u32_of(tb, KVA_NL_A_ARENA_ID);
 	if (tb[KVA_NL_A_ARENA_NAME])
@@ -226,19 +287,34 @@ static int kva_arena_parse(struct nlattr **tb, void *ctx)
 	return w->cb(&a, w->ctx);
 }
 
+/* A caller's kva_nl_* record: size first, its UAPI record last. */
+#define KVA_NL_VER0(type, member, ver0) (offsetof(type, member) + (ver0))
+
 KVA_EXPORT int kva_nl_arena_get(struct kva_nl *nl, uint32_t arena_id,
 				struct kva_nl_arena *out)
 {
-	struct kva_arena_walk w = { .one = out };
-	struct nl_msg *msg = kva_nl_msg(nl, KVA_NL_CMD_ARENA_GET, 0);
+	struct kva_nl_arena full;
+	struct kva_arena_walk w = { .one = &full };
+	struct nl_msg *msg;
+	int ret;
 
+	ret = kva_abi_out_check(out, out ? out->size : 0,
+				KVA_NL_VER0(struct kva_nl_arena, info,
+					    KVA_ARENA_INFO_SIZE_VER0));
+	if (ret)
+		return ret;
+	msg = kva_nl_msg(nl, KVA_NL_CMD_ARENA_GET, 0);
 	if (!msg)
 		return -ENOMEM;
 	if (nla_put_u32(msg, KVA_NL_A_ARENA_ID, arena_id)) {
 		nlmsg_free(msg);
 		return -ENOMEM;
 	}
-	return kva_nl_request(nl, msg, kva_arena_parse, &w);
+	ret = kva_nl_request(nl, msg, kva_arena_parse, &w);
+	if (!ret)
+		kva_nl_out(out, out->size, &full, sizeof(full),
+			   offsetof(struct kva_nl_arena, info));
+	return ret;
 }
 
 KVA_EXPORT int kva_nl_arenas(struct kva_nl *nl,
@@ -265,6 +341,7 @@ static int kva_session_parse(struct nlattr **tb, void *ctx)
 	struct kva_session_info *i = &s.info;
 
 	memset(&s, 0, sizeof(s));
+	s.size = sizeof(s);
 	s.arena_id = u32_of(tb, KVA_NL_A_ARENA_ID);
 	i->size = sizeof(*i);
 	i->session_id = u32_of(tb, KVA_NL_A_SESSION_ID);
@@ -352,7 +429,7 @@ KVA_EXPORT int kva_nl_subscribe(struct kva_nl *nl)
 	if (ret) {
 		nl_socket_free(nl->ev);
 		nl->ev = NULL;
-		return ret == -NLE_PERM ? -EPERM : -EIO;
+		return kva_nl_errno(ret, 0);
 	}
 	return 0;
 }
@@ -374,7 +451,13 @@ static int kva_event_cb(struct nl_msg *msg, void *arg)
 	if (genlmsg_parse(nlh, 0, tb, KVA_NL_A_MAX, NULL))
 		return NL_SKIP;
 	memset(p->out, 0, sizeof(*p->out));
-	p->out->cmd = gh->cmd;
+	p->out->size = sizeof(*p->out);
+	switch (gh->cmd) {
+	case KVA_NL_CMD_EVENT: p->out->kind = KVA_NL_EV_EVENT; break;
+	case KVA_NL_CMD_ARENA_NEW: p->out->kind = KVA_NL_EV_ARENA_NEW; break;
+	case KVA_NL_CMD_ARENA_DEL: p->out->kind = KVA_NL_EV_ARENA_DEL; break;
+	default: return NL_SKIP;
+	}
 	ev->size = sizeof(*ev);
 	ev->type = u32_of(tb, KVA_NL_A_EVENT_TYPE);
 	ev->seq = u64_of(tb, KVA_NL_A_EVENT_SEQ);
@@ -421,13 +504,19 @@ static int kva_no_seq_check(struct nl_msg *msg, void *arg)
 KVA_EXPORT int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
 				 int timeout_ms)
 {
-	struct kva_event_parse p = { .out = out };
+	struct kva_nl_event full;
+	struct kva_event_parse p = { .out = &full };
 	struct pollfd pfd;
 	struct nl_cb *cb;
-	int ret;
+	int ret, sys_errno = 0;
 
 	if (!nl->ev)
 		return -EINVAL;
+	ret = kva_abi_out_check(out, out ? out->size : 0,
+				KVA_NL_VER0(struct kva_nl_event, ev,
+					    KVA_EVENT_SIZE_VER0));
+	if (ret)
+		return ret;
 	pfd.fd = nl_socket_get_fd(nl->ev);
 	pfd.events = POLLIN;
 	ret = poll(&pfd, 1, timeout_ms);
@@ -440,10 +529,14 @@ KVA_EXPORT int kva_nl_next_event(struct kva_nl *nl, struct kva_nl_event *out,
 	nl_cb_set(cb, NL_CB_VALID, NL_CB_CUSTOM, kva_event_cb, &p);
 	/* Skip what is not an event until one comes or the socket is dry. */
 	do {
-		ret = nl_recvmsgs(nl->ev, cb);
+		ret = kva_nl_recv(nl->ev, cb, &sys_errno);
 	} while (!p.got && ret >= 0 && poll(&pfd, 1, 0) > 0);
 	nl_cb_put(cb);
 	if (ret < 0 && !p.got)
-		return -EIO;
-	return p.got ? 1 : -EAGAIN;
+		return kva_nl_errno(ret, sys_errno);
+	if (!p.got)
+		return -EAGAIN;
+	kva_nl_out(out, out->size, &full, sizeof(full),
+		   offsetof(struct kva_nl_event, ev));
+	return 1;
 }

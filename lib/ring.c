@@ -6,6 +6,8 @@
  * sqe->cmd is struct kva_uring_cmd (fits a plain 64-byte SQE).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <liburing.h>
@@ -14,7 +16,21 @@
 
 struct kva_ring {
 	struct io_uring uring;
-	int fd;				/* the arena fd */
+	int fd;				/* our own dup of the arena fd */
+};
+
+/* The op -> ioctl number table: the numbers stay inside the library. */
+static const unsigned long kva_ring_ops[] = {
+	[KVA_RING_ARENA_INFO] = KVA_IOC_ARENA_INFO,
+	[KVA_RING_BLOCKS_ALLOC] = KVA_IOC_BLOCKS_ALLOC,
+	[KVA_RING_BLOCKS_FREE] = KVA_IOC_BLOCKS_FREE,
+	[KVA_RING_BLOCKS_SHARE] = KVA_IOC_BLOCKS_SHARE,
+	[KVA_RING_SESSION_OPEN] = KVA_IOC_SESSION_CREATE,
+	[KVA_RING_SESSION_CLOSE] = KVA_IOC_SESSION_END,
+	[KVA_RING_SESSION_SET_STATE] = KVA_IOC_SESSION_SET_STATE,
+	[KVA_RING_SESSION_INFO] = KVA_IOC_SESSION_INFO,
+	[KVA_RING_SET_POLICY] = KVA_IOC_ARENA_SET_POLICY,
+	[KVA_RING_VICTIMS] = KVA_IOC_ARENA_VICTIMS,
 };
 
 KVA_EXPORT int kva_ring_open(struct kva_arena *arena, unsigned int entries,
@@ -30,12 +46,23 @@ KVA_EXPORT int kva_ring_open(struct kva_arena *arena, unsigned int entries,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	ret = io_uring_queue_init(entries, &r->uring, 0);
-	if (ret < 0) {
+	/*
+	 * The ring holds its own reference to the arena: destroying the
+	 * arena handle first leaves the ring's commands on the same arena,
+	 * never on whatever file reuses the number.
+	 */
+	r->fd = fcntl(arena->fd, F_DUPFD_CLOEXEC, 0);
+	if (r->fd < 0) {
+		ret = -errno;
 		free(r);
 		return ret;
 	}
-	r->fd = arena->fd;
+	ret = io_uring_queue_init(entries, &r->uring, 0);
+	if (ret < 0) {
+		close(r->fd);
+		free(r);
+		return ret;
+	}
 	*ringp = r;
 	return 0;
 }
@@ -45,6 +72,7 @@ KVA_EXPORT void kva_ring_close(struct kva_ring *ring)
 	if (!ring)
 		return;
 	io_uring_queue_exit(&ring->uring);
+	close(ring->fd);
 	free(ring);
 }
 
@@ -68,12 +96,13 @@ static int kva_ring_prep(struct kva_ring *ring, unsigned long op, void *arg,
 	return 0;
 }
 
-KVA_EXPORT int kva_ring_queue(struct kva_ring *ring, unsigned long op,
+KVA_EXPORT int kva_ring_queue(struct kva_ring *ring, enum kva_ring_op op,
 			      void *arg, uint64_t user_data)
 {
-	if (_IOC_TYPE(op) != KVA_IOC_MAGIC || !arg)
+	if ((unsigned int)op >= sizeof(kva_ring_ops) / sizeof(kva_ring_ops[0]) ||
+	    !kva_ring_ops[op] || !arg)
 		return -EINVAL;
-	return kva_ring_prep(ring, op, arg, 0, user_data);
+	return kva_ring_prep(ring, kva_ring_ops[op], arg, 0, user_data);
 }
 
 KVA_EXPORT int kva_ring_queue_wait_event(struct kva_ring *ring,
@@ -82,7 +111,7 @@ KVA_EXPORT int kva_ring_queue_wait_event(struct kva_ring *ring,
 {
 	if (!ev)
 		return -EINVAL;
-	ev->size = sizeof(*ev);
+	/* ev->size is the caller's, read by the kernel when the op runs. */
 	return kva_ring_prep(ring, KVA_URING_WAIT_EVENT, ev, ack_seq,
 			     user_data);
 }

@@ -4,7 +4,9 @@
  * its generated skeleton, picks one attach kind per event at load time
  * (module tracepoint: raw_tp, else tracepoint; sched: tp_btf, else raw_tp,
  * else tracepoint; USDT on the memfd backend), pins the maps under
- * /sys/fs/bpf/kvarena/ (mounting bpffs if needed), and reads them back.
+ * /sys/fs/bpf/kvarena/ (mounting bpffs, replacing pins, only when the
+ * caller's flags say so), and reads them back.  libbpf prints through the
+ * library's logger while the loader calls it.
  * Owns: program lifetime, pins, the ring-buffer consumer.  Does not own:
  * what the programs count (bpf/toolwait.bpf.c) or prediction
  * (kmod/core/kvc_predict.c).
@@ -71,7 +73,7 @@ struct kva_toolwait {
 	kva_toolwait_event_fn fn;
 	void *fn_ctx;
 	int consumed;
-	enum kva_toolwait_attach module, sched;
+	enum kva_toolwait_kind module, sched;
 	bool usdt;
 	int usdt_pid;
 	char usdt_path[PATH_MAX];
@@ -79,7 +81,7 @@ struct kva_toolwait {
 	char desc[160];
 };
 
-static const char *tw_kind_name(enum kva_toolwait_attach k)
+static const char *tw_kind_name(enum kva_toolwait_kind k)
 {
 	switch (k) {
 	case KVA_TOOLWAIT_TP_BTF: return "tp_btf";
@@ -90,13 +92,41 @@ static const char *tw_kind_name(enum kva_toolwait_attach k)
 	}
 }
 
+/* libbpf's messages, to the library's logger (silence without one). */
+static int tw_libbpf_print(enum libbpf_print_level level, const char *fmt,
+			   va_list ap)
+{
+	kva_vlog(level == LIBBPF_WARN ? KVA_LOG_WARN :
+		 level == LIBBPF_INFO ? KVA_LOG_INFO : KVA_LOG_DEBUG, fmt, ap);
+	return 0;
+}
+
+/*
+ * libbpf's print function is process-wide: ours is installed only around
+ * the loader's own libbpf calls, and the previous one put back after.
+ */
+static libbpf_print_fn_t tw_log_begin(void)
+{
+	return libbpf_set_print(tw_libbpf_print);
+}
+
+static void tw_log_end(libbpf_print_fn_t old)
+{
+	libbpf_set_print(old);
+}
+
 static int tw_mount_if_absent(const char *dir, const char *type,
-			      unsigned long magic)
+			      unsigned long magic, bool may_mount)
 {
 	struct statfs fs;
 
 	if (statfs(dir, &fs) == 0 && (unsigned long)fs.f_type == magic)
 		return 0;
+	if (!may_mount) {
+		kva_log(KVA_LOG_ERR, "toolwait: %s is not mounted on %s "
+			"(KVA_TOOLWAIT_MOUNT mounts it)", type, dir);
+		return -ENODEV;
+	}
 	mkdir(dir, 0755);
 	if (mount(type, dir, type, 0, magic == KVA_BPF_FS_MAGIC ?
 		  "mode=0700" : NULL))
@@ -104,12 +134,13 @@ static int tw_mount_if_absent(const char *dir, const char *type,
 	return 0;
 }
 
-static int tw_need_tracefs(void)
+static int tw_need_tracefs(bool may_mount)
 {
 	if (access(KVA_TRACEFS "/events", F_OK) == 0 ||
 	    access("/sys/kernel/debug/tracing/events", F_OK) == 0)
 		return 0;
-	return tw_mount_if_absent(KVA_TRACEFS, "tracefs", 0x74726163);
+	return tw_mount_if_absent(KVA_TRACEFS, "tracefs", 0x74726163,
+				  may_mount);
 }
 
 /* The file (library or executable) holding the memfd backend's probe. */
@@ -143,7 +174,7 @@ static int tw_self_path(char *buf, size_t len)
 	return ret;
 }
 
-static enum kva_toolwait_attach tw_pick_sched(enum kva_toolwait_attach want)
+static enum kva_toolwait_kind tw_pick_sched(enum kva_toolwait_kind want)
 {
 	if (want != KVA_TOOLWAIT_AUTO)
 		return want;
@@ -153,7 +184,7 @@ static enum kva_toolwait_attach tw_pick_sched(enum kva_toolwait_attach want)
 	return KVA_TOOLWAIT_RAW_TP;
 }
 
-static enum kva_toolwait_attach tw_pick_module(enum kva_toolwait_attach want)
+static enum kva_toolwait_kind tw_pick_module(enum kva_toolwait_kind want)
 {
 	if (want != KVA_TOOLWAIT_AUTO)
 		return want == KVA_TOOLWAIT_TP_BTF ? KVA_TOOLWAIT_RAW_TP : want;
@@ -165,7 +196,7 @@ static enum kva_toolwait_attach tw_pick_module(enum kva_toolwait_attach want)
 static void tw_select(struct kva_toolwait *tw)
 {
 	struct toolwait_bpf *s = tw->skel;
-	enum kva_toolwait_attach k = tw->sched;
+	enum kva_toolwait_kind k = tw->sched;
 
 	bpf_program__set_autoload(s->progs.raw_tp_session_state,
 				  tw->module == KVA_TOOLWAIT_RAW_TP);
@@ -210,8 +241,8 @@ static void tw_unpin(struct kva_toolwait *tw)
 	tw->pin_dir[0] = 0;
 }
 
-/* Stale pins (a loader that died) are replaced. */
-static int tw_pin(struct kva_toolwait *tw, const char *dir)
+/* Pins already there are replaced only when the caller said so. */
+static int tw_pin(struct kva_toolwait *tw, const char *dir, uint32_t flags)
 {
 	char path[PATH_MAX + 32];
 	int i, ret;
@@ -220,12 +251,23 @@ static int tw_pin(struct kva_toolwait *tw, const char *dir)
 		return -ENAMETOOLONG;
 	if (strncmp(dir, "/sys/fs/bpf", 11) == 0) {
 		ret = tw_mount_if_absent("/sys/fs/bpf", "bpf",
-					 KVA_BPF_FS_MAGIC);
+					 KVA_BPF_FS_MAGIC,
+					 flags & KVA_TOOLWAIT_MOUNT);
 		if (ret)
 			return ret;
 	}
 	if (mkdir(dir, 0700) && errno != EEXIST)
 		return -errno;
+	for (i = 0; i < TW_NMAPS; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);
+		if (access(path, F_OK) == 0 &&
+		    !(flags & KVA_TOOLWAIT_REPLACE_PINS)) {
+			kva_log(KVA_LOG_ERR, "toolwait: %s exists: another "
+				"loader's (KVA_TOOLWAIT_REPLACE_PINS replaces "
+				"it)", path);
+			return -EEXIST;
+		}
+	}
 	strcpy(tw->pin_dir, dir);
 	for (i = 0; i < TW_NMAPS; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);
@@ -257,7 +299,18 @@ KVA_EXPORT void kva_toolwait_detach(struct kva_toolwait *tw)
 		bpf_link__destroy(tw->links[--tw->nlinks]);
 }
 
+static int tw_attach(struct kva_toolwait *tw);
+
 KVA_EXPORT int kva_toolwait_attach(struct kva_toolwait *tw)
+{
+	libbpf_print_fn_t old = tw_log_begin();
+	int ret = tw_attach(tw);
+
+	tw_log_end(old);
+	return ret;
+}
+
+static int tw_attach(struct kva_toolwait *tw)
 {
 	struct toolwait_bpf *s = tw->skel;
 	struct bpf_program *sched[3] = { NULL };
@@ -318,18 +371,34 @@ KVA_EXPORT const char *kva_toolwait_describe(const struct kva_toolwait *tw)
 	return tw->desc;
 }
 
+static int tw_open(const struct kva_toolwait_opts *opts,
+		   struct kva_toolwait **twp);
+
 KVA_EXPORT int kva_toolwait_open(const struct kva_toolwait_opts *opts,
 				 struct kva_toolwait **twp)
+{
+	libbpf_print_fn_t old = tw_log_begin();
+	int ret = tw_open(opts, twp);
+
+	tw_log_end(old);
+	return ret;
+}
+
+static int tw_open(const struct kva_toolwait_opts *opts,
+		   struct kva_toolwait **twp)
 {
 	struct kva_toolwait_opts o = { 0 };
 	struct kva_toolwait *tw;
 	int i, ret;
 
+	if (!twp)
+		return -EINVAL;
 	*twp = NULL;
 	if (opts) {
-		if (opts->size < sizeof(o))
-			return -EINVAL;
-		o = *opts;
+		ret = kva_abi_in(&o, sizeof(o), opts, opts->size,
+				 KVA_TOOLWAIT_OPTS_SIZE_VER0);
+		if (ret)
+			return ret;
 	}
 	tw = calloc(1, sizeof(*tw));
 	if (!tw)
@@ -352,8 +421,12 @@ KVA_EXPORT int kva_toolwait_open(const struct kva_toolwait_opts *opts,
 				goto fail;
 		}
 	}
+	if (o.flags & ~(KVA_TOOLWAIT_MOUNT | KVA_TOOLWAIT_REPLACE_PINS)) {
+		ret = -EINVAL;
+		goto fail;
+	}
 	if (tw->module == KVA_TOOLWAIT_TP || tw->sched == KVA_TOOLWAIT_TP) {
-		ret = tw_need_tracefs();
+		ret = tw_need_tracefs(o.flags & KVA_TOOLWAIT_MOUNT);
 		if (ret)
 			goto fail;
 	}
@@ -371,11 +444,12 @@ KVA_EXPORT int kva_toolwait_open(const struct kva_toolwait_opts *opts,
 	for (i = 0; i < TW_NMAPS; i++)
 		tw->fd[i] = bpf_map__fd(tw_map(tw, i));
 	if (!o.pin_dir || o.pin_dir[0]) {
-		ret = tw_pin(tw, o.pin_dir ? o.pin_dir : KVA_TOOLWAIT_PIN_DIR);
+		ret = tw_pin(tw, o.pin_dir ? o.pin_dir : KVA_TOOLWAIT_PIN_DIR,
+			     o.flags);
 		if (ret)
 			goto fail;
 	}
-	ret = kva_toolwait_attach(tw);
+	ret = tw_attach(tw);
 	if (ret)
 		goto fail;
 	tw_describe(tw);
@@ -441,7 +515,7 @@ KVA_EXPORT int kva_toolwait_session_key(struct kva_arena *arena,
 					struct kva_toolwait_key *key)
 {
 	struct kva_arena_info info = { .size = sizeof(info) };
-	int ret = kva_arena_info(arena, &info);
+	int ret = kva_arena_get_info(arena, &info);
 
 	if (ret)
 		return ret;
@@ -501,11 +575,29 @@ KVA_EXPORT int kva_toolwait_sessions(struct kva_toolwait *tw,
 	return count;
 }
 
-KVA_EXPORT int kva_toolwait_session(struct kva_toolwait *tw,
-				    const struct kva_toolwait_key *key,
-				    struct kva_toolwait_session *out)
+/* Look a record up into the caller's `size` bytes (the ABI convention). */
+static int tw_lookup(int fd, const void *key, void *out, size_t size,
+		     void *full, size_t full_size)
 {
-	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_SESSIONS], key, out));
+	int ret = kva_abi_out_check(out, size, full_size);
+
+	if (ret)
+		return ret;
+	ret = tw_errno(bpf_map_lookup_elem(fd, key, full));
+	if (!ret)
+		kva_abi_out(out, size, full, full_size);
+	return ret;
+}
+
+KVA_EXPORT int kva_toolwait_get_session(struct kva_toolwait *tw,
+					const struct kva_toolwait_key *key,
+					struct kva_toolwait_session *out,
+					size_t size)
+{
+	struct kva_toolwait_session full;
+
+	return tw_lookup(tw->fd[TW_SESSIONS], key, out, size, &full,
+			 sizeof(full));
 }
 
 KVA_EXPORT int kva_toolwait_forget_session(struct kva_toolwait *tw,
@@ -542,10 +634,13 @@ KVA_EXPORT int kva_toolwait_classes(struct kva_toolwait *tw,
 
 KVA_EXPORT int kva_toolwait_class_hist(struct kva_toolwait *tw,
 				       uint32_t tool_class,
-				       struct kva_toolwait_hist *out)
+				       struct kva_toolwait_hist *out,
+				       size_t size)
 {
-	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_CLASSES], &tool_class,
-					    out));
+	struct kva_toolwait_hist full;
+
+	return tw_lookup(tw->fd[TW_CLASSES], &tool_class, out, size, &full,
+			 sizeof(full));
 }
 
 KVA_EXPORT int kva_toolwait_clear_classes(struct kva_toolwait *tw)
@@ -558,12 +653,15 @@ KVA_EXPORT int kva_toolwait_clear_classes(struct kva_toolwait *tw)
 	return 0;
 }
 
-KVA_EXPORT int kva_toolwait_stats(struct kva_toolwait *tw,
-				  struct kva_toolwait_stats *out)
+KVA_EXPORT int kva_toolwait_get_stats(struct kva_toolwait *tw,
+				      struct kva_toolwait_stats *out,
+				      size_t size)
 {
+	struct kva_toolwait_stats full;
 	uint32_t zero = 0;
 
-	return tw_errno(bpf_map_lookup_elem(tw->fd[TW_STATS], &zero, out));
+	return tw_lookup(tw->fd[TW_STATS], &zero, out, size, &full,
+			 sizeof(full));
 }
 
 static int tw_on_sample(void *ctx, void *data, size_t size)
@@ -582,18 +680,23 @@ KVA_EXPORT int kva_toolwait_consume(struct kva_toolwait *tw,
 				    kva_toolwait_event_fn fn, void *ctx,
 				    int timeout_ms)
 {
+	libbpf_print_fn_t old;
 	int ret;
 
 	if (!tw->rb) {
+		old = tw_log_begin();
 		tw->rb = ring_buffer__new(tw->fd[TW_EVENTS], tw_on_sample, tw,
 					  NULL);
+		tw_log_end(old);
 		if (!tw->rb)
 			return -errno ? -errno : -EINVAL;
 	}
 	tw->fn = fn;
 	tw->fn_ctx = ctx;
 	tw->consumed = 0;
+	old = tw_log_begin();
 	ret = ring_buffer__poll(tw->rb, timeout_ms);
+	tw_log_end(old);
 	if (ret == -EINTR || ret == -ECANCELED || ret >= 0)
 		return tw->consumed;
 	return ret;

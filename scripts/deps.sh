@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Install the Debian packages kvarena needs for a purpose, only those missing.
 # Usage: scripts/deps.sh build|check|demo|bench|avx512-emu|all
 set -euo pipefail
@@ -13,7 +14,8 @@ build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
 command -v node >/dev/null && command -v npm >/dev/null || build+=(nodejs npm)
 guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
        linux-image-amd64 linux-image-6.12-amd64)
-check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex mandoc)
+check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex
+       mandoc g++ node-ajv)
 # make check-engine-avx512: Bochs (its Skylake-X model has AVX-512; bochs-term
 # is the display plugin it runs headless with), a GRUB ISO, a 6.12 kernel
 avx512_emu=(bochs bochs-term bochsbios vgabios grub-pc-bin grub-common xorriso

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Tests.  `make check` runs check-all: host suites (shared core, library)
 # under ASan/UBSan and valgrind, module style (checkpatch, sparse), the
 # in-guest suite on every guest kernel, dkms, and the engine's suite (on the
@@ -10,7 +11,7 @@ KT_SRCS := $(sort $(wildcard tests/kmod/*.c))
 
 $(KT_BIN): $(KT_SRCS) tests/kmod/kt.h tests/common/kva_guest.h $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit $(LIB_LDLIBS)
+	$(CC) $(TEST_CFLAGS) $(KT_SRCS) -o $@ $(LIB_A) -lcunit $(LIB_LDLIBS) -ljansson
 
 # Host suite for libkvarena (memfd backend), with sanitizers and without
 # (the latter for valgrind).
@@ -19,13 +20,63 @@ LT_BIN := $(B)/tests/lib/test_lib
 LT_BIN_VG := $(B)/tests/lib/test_lib_vg
 LIB_ALL_SRCS := $(CORE_SRCS) $(LIB_SRCS)
 
-$(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
+$(LT_BIN) $(LT_BIN_VG): TEST_CFLAGS += -DKVA_TEST_VERSION='"$(VERSION)"'
+$(LT_BIN): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h) VERSION
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(SAN) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
 
-$(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h)
+$(LT_BIN_VG): $(LT_SRCS) $(LIB_ALL_SRCS) $(wildcard lib/*.h kmod/core/*.h) VERSION
 	@mkdir -p $(dir $@)
 	$(CC) $(TEST_CFLAGS) $(LT_SRCS) $(LIB_ALL_SRCS) -o $@ -lcunit $(LIB_LDLIBS)
+
+.PHONY: check-spdx
+# Every source file's SPDX tag, from the set allowed in its directory.
+check-spdx:
+	scripts/check-spdx.sh
+
+.PHONY: check-kvactl check-man
+# kvactl on the host without the module: help, usage errors, its JSON
+# schema and kvactl(8) (the listings run in the guest suite).
+check-kvactl: $(B)/bin/kvactl
+	tests/kvactl/check-host.sh $(B)/bin/kvactl
+
+# Every man page lint-clean for mandoc and for groff (man --warnings);
+# a .so link must point to a page that exists.
+check-man:
+	@out=$$(for f in Documentation/man/*.[1-8]; do \
+		if head -1 "$$f" | grep -q '^\.so '; then \
+			t=Documentation/man/$$(head -1 "$$f" | sed 's|^\.so man[1-8]/||'); \
+			[ -f "$$t" ] || echo "$$f: .so to a missing $$t"; continue; \
+		fi; \
+		mandoc -Tlint "$$f" 2>&1; \
+		LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -E UTF-8 -l -Tutf8 -Z \
+			"$$f" 2>&1 >/dev/null; done); \
+	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; \
+	echo "check-man: $$(ls Documentation/man/*.[1-8] | wc -l) pages lint-clean"
+
+.PHONY: check-python
+# The Python binding (lib/python, ctypes) on the memfd backend, with
+# Debian's python3 and numpy, against the library built here.
+check-python: $(LIB_SO)
+	KVARENA_LIB=$(CURDIR)/$(B)/lib/libkvarena.so.$(SONAME_MAJOR) PYTHONPATH=lib/python \
+		/usr/bin/python3 -m unittest discover -s lib/python/tests -v
+
+.PHONY: check-lib-docs
+# Exported symbols = version script = headers = library.md = man pages.
+check-lib-docs: $(LIB_SO)
+	scripts/check-lib-docs.sh $(LIB_SO)
+
+.PHONY: check-abi
+# A program built against a deliberately older copy of the headers
+# (tests/abi/old/), run against the library built now (memfd backend).
+ABI_BIN := $(B)/tests/abi/test_old_header
+$(ABI_BIN): tests/abi/test_old_header.c $(wildcard tests/abi/old/kvarena/*.h \
+		tests/abi/old/kvarena/linux/*.h) $(LIB_SO)
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -g -Itests/abi/old $< -o $@ \
+		-L$(B)/lib -lkvarena
+check-abi: $(ABI_BIN)
+	LD_LIBRARY_PATH=$(B)/lib ./$(ABI_BIN)
 
 .PHONY: tests check-all check-lib check-lib-valgrind check-style check-guest \
 	check-guest-% check-dkms check-install check-engine-guest
@@ -70,9 +121,15 @@ check-dkms:
 	tests/dkms/check-dkms.sh
 
 check-all:
+	$(MAKE) --no-print-directory check-spdx
+	$(MAKE) --no-print-directory check-man
+	$(MAKE) --no-print-directory check-lib-docs
+	$(MAKE) --no-print-directory check-kvactl
 	$(MAKE) --no-print-directory check-core
 	$(MAKE) --no-print-directory check-lib
+	$(MAKE) --no-print-directory check-abi
 	$(MAKE) --no-print-directory check-lib-valgrind
+	$(MAKE) --no-print-directory check-python
 	$(MAKE) --no-print-directory check-style
 	$(MAKE) --no-print-directory check-guest
 	$(MAKE) --no-print-directory check-dkms
@@ -87,17 +144,41 @@ check-all:
 	$(MAKE) --no-print-directory check-sandbox
 	$(MAKE) --no-print-directory check-sandbox-guest
 
-# make install into a scratch DESTDIR, then build and run a program against
-# it through pkg-config, as a user of the installed library would.
+# make install into a scratch DESTDIR, then build and run programs against
+# it through pkg-config, as a user of the installed library would: one in
+# C, one in C++ (and every struct/enum tag named bare from C++).
 INST := $(CURDIR)/$(B)/install-test
+CXX_STD ?= -std=c++17
+INST_PC = PKG_CONFIG_PATH=$(INST)/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(INST) pkg-config
 check-install: lib tools module
 	rm -rf $(INST)
 	$(MAKE) --no-print-directory install DESTDIR=$(INST) PREFIX=/usr >/dev/null
 	$(CC) -std=c11 -Wall -Wextra -Werror tests/install/example.c -o $(INST)/example \
-		$$(PKG_CONFIG_PATH=$(INST)/usr/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$(INST) \
-		   pkg-config --cflags --libs kvarena)
+		$$($(INST_PC) --cflags --libs kvarena)
 	LD_LIBRARY_PATH=$(INST)/usr/lib $(INST)/example
+	$(CXX) $(CXX_STD) -Wall -Wextra -Werror tests/install/example_cxx.cpp \
+		-o $(INST)/example_cxx $$($(INST_PC) --cflags --libs kvarena)
+	LD_LIBRARY_PATH=$(INST)/usr/lib $(INST)/example_cxx
+	tests/install/cxx-tags.sh $(INST)/usr/include > $(INST)/tags.cpp
+	$(CXX) $(CXX_STD) -Wall -Wextra -Werror -fsyntax-only $(INST)/tags.cpp \
+		$$($(INST_PC) --cflags kvarena)
+	! test -e $(INST)/usr/include/linux
+	@# pkg-config --static lists everything a static link needs.
+	$(CC) -std=c11 -Wall -Wextra -Werror -static tests/install/example.c \
+		-o $(INST)/example-static $$($(INST_PC) --cflags --static --libs kvarena) \
+		2>&1 | { grep -v 'statically linked applications requires' || true; }
+	$(INST)/example-static
+	@# Without the tool-wait part: no clang, bpftool or libbpf involved.
+	$(MAKE) --no-print-directory B=$(B)/notw KVA_TOOLWAIT=0 DEVELOPER=0 \
+		BPF_CLANG=/nonexistent BPFTOOL=/nonexistent lib $(B)/notw/bin/kvactl >/dev/null
+	! readelf -d $(B)/notw/lib/libkvarena.so | grep -q libbpf
+	! grep -q libbpf $(B)/notw/lib/kvarena.pc
+	$(B)/notw/bin/kvactl toolwait 2>&1 | grep -q 'Operation not supported'
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
 	ls $(INST)/usr/bin/kva-sandbox $(INST)/usr/share/man/man1/kva-sandbox.1 >/dev/null
+	MANWIDTH=80 man -M $(INST)/usr/share/man -P cat kva_recv_fds 2>/dev/null | grep -q 'kva_recv_fds('
+	cd / && PYTHONPATH=$(INST)/usr/lib/python3/dist-packages \
+		LD_LIBRARY_PATH=$(INST)/usr/lib /usr/bin/python3 -c \
+		'import kvarena; print("installed python binding: libkvarena", kvarena.lib_version())'
 	@echo "check-install: ok"

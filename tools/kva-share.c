@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kva-share: a prefill process and a decode process sharing one KV arena.
  *
@@ -36,42 +36,27 @@ static int fail(const char *what, int err)
 	return 1;
 }
 
+/* The hand-over: geometry and block ids, with the arena and data fds. */
 static int send_fds(int sock, const struct handoff *h, int fd1, int fd2)
 {
-	char cbuf[CMSG_SPACE(2 * sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = (void *)h, .iov_len = sizeof(*h) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
-	};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 	int fds[2] = { fd1, fd2 };
 
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	return sendmsg(sock, &msg, 0) == sizeof(*h) ? 0 : -errno;
+	return kva_send_fds(sock, h, sizeof(*h), fds, 2);
 }
 
 static int recv_fds(int sock, struct handoff *h, int *fd1, int *fd2)
 {
-	char cbuf[CMSG_SPACE(2 * sizeof(int))];
-	struct iovec iov = { .iov_base = h, .iov_len = sizeof(*h) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
-	};
-	struct cmsghdr *c;
-	int fds[2];
+	unsigned int n = 2;
+	int fds[2], ret;
 
-	if (recvmsg(sock, &msg, 0) != sizeof(*h))
-		return -EIO;
-	c = CMSG_FIRSTHDR(&msg);
-	if (!c || c->cmsg_type != SCM_RIGHTS ||
-	    c->cmsg_len != CMSG_LEN(sizeof(fds)))
+	ret = kva_recv_fds(sock, h, sizeof(*h), fds, &n);
+	if (ret)
+		return ret;
+	if (n != 2) {
+		while (n)
+			close(fds[--n]);
 		return -EBADMSG;
-	memcpy(fds, CMSG_DATA(c), sizeof(fds));
+	}
 	*fd1 = fds[0];
 	*fd2 = fds[1];
 	return 0;
@@ -84,10 +69,7 @@ static uint64_t pattern(uint32_t block, uint64_t word)
 
 static void *block_at(void *base, const struct handoff *h, uint32_t id)
 {
-	uint32_t per = (uint32_t)(KVA_PAGE_SIZE / h->block_size);
-
-	return (char *)base + (uint64_t)(id / per) * KVA_PAGE_SIZE +
-	       (uint64_t)(id % per) * h->block_size;
+	return (char *)base + kva_block_offset(h->block_size, id);
 }
 
 static int decode_side(int sock, enum kva_backend backend)
@@ -125,7 +107,7 @@ static int decode_side(int sock, enum kva_backend backend)
 	if (!ret)
 		ret = kva_arena_from_fd(dev, afd, &arena);
 	if (!ret)
-		ret = kva_session_create(arena, 2, &sid);
+		ret = kva_session_open(arena, 2, &sid);
 	if (!ret)
 		ret = kva_blocks_share(arena, sid, h.nblocks, h.ids);
 	if (!ret)
@@ -134,7 +116,7 @@ static int decode_side(int sock, enum kva_backend backend)
 		return fail("decode: share the prefix", ret);
 	printf("decode  pid %d: session %u shares the %u blocks and decodes in place\n",
 	       getpid(), sid, h.nblocks);
-	ret = kva_session_end(arena, sid);
+	ret = kva_session_close(arena, sid);
 	kva_arena_destroy(arena);
 	kva_close(dev);
 	kva_unmap(base, h.bytes);
@@ -186,12 +168,12 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_AUTO;
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = 64ULL << 20, .block_size = 256 << 10,
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 7, .name = "demo",
 	};
-	struct kva_session_info si;
-	struct kva_arena_info ai;
+	struct kva_session_info si = { .size = sizeof(si) };
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct kva_arena *arena;
 	struct kva_dev *dev;
 	struct handoff h = { 0 };
@@ -230,15 +212,15 @@ int main(int argc, char **argv)
 	backend = kva_dev_backend(dev);
 	if (backend == KVA_BACKEND_MEMFD)
 		printf("note: %s\n", kva_dev_limits(dev));
-	ret = kva_arena_create(dev, &p, &arena);
+	ret = kva_arena_new(dev, &p, &arena);
 	if (ret)
 		return fail("create arena", ret);
-	kva_arena_info(arena, &ai);
+	kva_arena_get_info(arena, &ai);
 	printf("prefill pid %d: arena %u \"%s\": %llu MiB in 2 MiB pages, %u blocks of %u KiB\n",
 	       getpid(), ai.arena_id, ai.name, (unsigned long long)(ai.bytes >> 20),
 	       ai.blocks_total, ai.block_size >> 10);
 
-	ret = kva_session_create(arena, 1, &sid);
+	ret = kva_session_open(arena, 1, &sid);
 	if (!ret)
 		ret = kva_session_set_state(arena, sid, KVA_STATE_PREFILL, 0, 0);
 	if (!ret)
@@ -285,8 +267,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kva-share: decode process failed\n");
 		return 1;
 	}
-	kva_session_info(arena, sid, &si);
-	kva_arena_info(arena, &ai);
+	kva_session_get_info(arena, sid, &si);
+	kva_arena_get_info(arena, &ai);
 	printf("prefill pid %d: session %u state %s (tool class %u), %u blocks held, %llu idle block-us, %llu idle byte-s\n",
 	       getpid(), sid, kva_state_name(si.state), si.tool_class,
 	       si.blocks_held, (unsigned long long)si.idle_block_us,
@@ -296,7 +278,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)ai.sessions_ended);
 	if (backend == KVA_BACKEND_KERNEL)
 		print_module_stats();
-	ret = kva_session_end(arena, sid);
+	ret = kva_session_close(arena, sid);
 	kva_arena_destroy(arena);
 	kva_close(dev);
 	return ret ? fail("end session", ret) : 0;

@@ -16,8 +16,9 @@ ENGINE_CFLAGS   := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
                    -I$(ENGINE_SRC) -Ilib -Iinclude/uapi
 ENGINE_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                    -fno-omit-frame-pointer
-# libpcre2-8: the BPE pre-tokenizers' regular expressions (tokenizer.c)
-ENGINE_LIBS     := -lpcre2-8 -lm -lpthread
+# libpcre2-8: the BPE pre-tokenizers' regular expressions (tokenizer.c);
+# libjansson: JSON Schema parsing for constrained decoding (json_schema.c)
+ENGINE_LIBS     := -lpcre2-8 -ljansson -lm -lpthread
 # libkvarena (the KV arena library): the top-level Makefile's $(LIB_A);
 # standalone, built through the top-level Makefile.
 ifeq ($(LIB_A),)
@@ -31,7 +32,8 @@ ENGINE_KVA      := $(LIB_A)
 endif
 
 ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
-                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena
+                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena \
+                   grammar json_schema constrain
 ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
                    include/uapi/linux/kvarena.h
 ENGINE_OBJS     := $(ENGINE_NAMES:%=$(ENGINE_OUT)/obj/%.o)
@@ -43,10 +45,14 @@ ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
 ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
-                   test_arena
+                   test_arena test_constrain
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
+# the constrained-decoding property test's generator (constrain-prop.js checks)
+ENGINE_KVCGEN   := $(ENGINE_OUT)/tests/kvc-gen
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
+# constrained vs unconstrained decode, schema compile time (BENCH=constrained)
+ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 
 # test_kernels linked statically (no sanitizers) for the AVX-512 emulation
 # lane: check-engine-avx512 boots it under Bochs's Skylake-X CPU model
@@ -56,7 +62,7 @@ ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 	deps-engine-avx512
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
-	$(ENGINE_LOGITS) $(ENGINE_BENCH) $(ENGINE_DEMO)
+	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_KVCBENCH) $(ENGINE_DEMO)
 
 $(ENGINE_OBJS): $(ENGINE_OUT)/obj/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
 	@mkdir -p $(@D)
@@ -89,6 +95,12 @@ $(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
 
+$(ENGINE_KVCGEN): tests/engine/kvc-gen.c tests/engine/cgen.h tests/engine/tcheck.h $(ENGINE_SLIB) \
+		$(ENGINE_KVA)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
+		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+
 $(ENGINE_DEMO): tools/kve-demo/kve-demo.c $(ENGINE_LIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
@@ -96,6 +108,10 @@ $(ENGINE_DEMO): tools/kve-demo/kve-demo.c $(ENGINE_LIB) $(ENGINE_KVA)
 $(ENGINE_BENCH): tools/bench/engine/kve-bench.c $(ENGINE_LIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+
+$(ENGINE_KVCBENCH): tools/bench/engine/kvc-bench.c $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) -o $@ $(ENGINE_LIBS)
 
 check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh
@@ -120,6 +136,8 @@ bench-engine: engine
 deps-engine:
 	@missing=""; \
 	[ -f /usr/include/pcre2.h ] || missing="$$missing libpcre2-dev"; \
+	[ -f /usr/include/jansson.h ] || missing="$$missing libjansson-dev"; \
+	[ -f /usr/share/nodejs/ajv/package.json ] || missing="$$missing node-ajv"; \
 	$(ENGINE_PY) -c 'import numpy' 2>/dev/null || missing="$$missing python3-numpy"; \
 	$(ENGINE_PY) -c 'import regex' 2>/dev/null || missing="$$missing python3-regex"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \

@@ -2,7 +2,7 @@
 /*
  * kv_arena.c - the engine's KV pool over a libkvarena arena: block sizing
  * (4 KiB multiples, <= 2 MiB), per-session block tables filled with
- * kva_blocks_alloc / kva_blocks_share and released with kva_session_end,
+ * kva_blocks_alloc / kva_blocks_share and released with kva_session_close,
  * and the hand-over of an arena (geometry + data fd over SCM_RIGHTS) and of
  * session tables to another process. Owns the arena handle or the received
  * mapping; does not own the model or the engines that use the pool.
@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "kv_arena.h"
@@ -55,8 +54,7 @@ static void *geom_block_ptr(void *ctx, uint32_t id)
 
 	if (id >= kv->g.blocks_total)
 		return NULL;
-	return kv->base + (uint64_t)(id / kv->g.blocks_per_page) * KVA_PAGE_SIZE +
-	       (uint64_t)(id % kv->g.blocks_per_page) * kv->g.block_size;
+	return kv->base + kva_block_offset(kv->g.block_size, id);
 }
 
 /* An owned arena: libkvarena's own address computation. */
@@ -102,7 +100,7 @@ int kve_arena_kv_create(const struct kve_model *m,
 			const struct kve_arena_kv_params *p,
 			struct kve_arena_kv **kvp, char *err, size_t errlen)
 {
-	struct kva_arena_params ap = { 0 };
+	struct kva_arena_params ap = { .size = sizeof(ap) };
 	struct kva_arena_info info = { .size = sizeof(info) };
 	struct kve_arena_kv *kv;
 	uint32_t bt;
@@ -147,19 +145,19 @@ int kve_arena_kv_create(const struct kve_model *m,
 	ap.numa_node = KVA_NUMA_ANY;
 	ap.tenant_id = p->tenant_id;
 	ap.name = p->name;
-	rc = kva_arena_create(kv->dev, &ap, &kv->arena);
+	rc = kva_arena_new(kv->dev, &ap, &kv->arena);
 	if (rc) {
 		int memfd = kva_dev_backend(kv->dev) == KVA_BACKEND_MEMFD;
 
 		kv->arena = NULL;
-		set_err(err, errlen, "kv_arena: kva_arena_create(%llu bytes, block %u): %s%s",
+		set_err(err, errlen, "kv_arena: kva_arena_new(%llu bytes, block %u): %s%s",
 			(unsigned long long)ap.bytes, ap.block_size, strerror(-rc),
 			memfd && (rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM) ?
 			" (the memfd backend mlocks the arena: RLIMIT_MEMLOCK, ulimit -l, "
 			"must cover it)" : "");
 		goto fail;
 	}
-	rc = kva_arena_info(kv->arena, &info);
+	rc = kva_arena_get_info(kv->arena, &info);
 	if (!rc)
 		rc = kva_arena_map(kv->arena, &base);
 	if (rc) {
@@ -311,7 +309,7 @@ int kve_arena_session_open(struct kve_arena_kv *kv, uint64_t cookie,
 	as->s.block_table = calloc(cap, sizeof(uint32_t));
 	if (!as->s.block_table)
 		return -ENOMEM;
-	rc = kva_session_create(kv->arena, cookie, &as->sid);
+	rc = kva_session_open(kv->arena, cookie, &as->sid);
 	if (rc) {
 		free(as->s.block_table);
 		memset(as, 0, sizeof(*as));
@@ -405,7 +403,7 @@ int kve_arena_session_close(struct kve_arena_kv *kv,
 	if (!as->s.block_table)
 		return 0;
 	if (kv->arena)
-		rc = kva_session_end(kv->arena, as->sid);
+		rc = kva_session_close(kv->arena, as->sid);
 	free(as->s.block_table);
 	memset(as, 0, sizeof(*as));
 	return rc;
@@ -507,37 +505,17 @@ int kve_arena_send_pool(int sock, struct kve_arena_kv *kv)
 		struct msg_hdr h;
 		struct kve_arena_geom g;
 	} m;
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
-	};
-	struct cmsghdr *c;
-	ssize_t w;
-	int fd, rc = 0;
+	int fd, rc;
 
 	if (!kv || !kv->arena)
 		return -EINVAL;
 	memset(&m, 0, sizeof(m));
-	memset(cbuf, 0, sizeof(cbuf));
 	m.h = (struct msg_hdr){ KVEA_MAGIC, KVEA_POOL, sizeof(m.g), 0 };
 	m.g = kv->g;
 	fd = kva_arena_data_fd(kv->arena, KVA_EXPORT_CLOEXEC);
 	if (fd < 0)
 		return fd;
-	c = CMSG_FIRSTHDR(&msg);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	do
-		w = sendmsg(sock, &msg, MSG_NOSIGNAL);
-	while (w < 0 && errno == EINTR);
-	if (w < 0)
-		rc = -errno;
-	else if ((size_t)w < sizeof(m))	/* the fd went with the first byte */
-		rc = send_all(sock, (uint8_t *)&m + w, sizeof(m) - (size_t)w);
+	rc = kva_send_fds(sock, &m, sizeof(m), &fd, 1);
 	close(fd);	/* the receiver has its own */
 	return rc;
 }
@@ -549,62 +527,25 @@ int kve_arena_recv_pool(int sock, const struct kve_model *m,
 		struct msg_hdr h;
 		struct kve_arena_geom g;
 	} mb;
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} cb;
-	struct iovec iov = { .iov_base = &mb, .iov_len = sizeof(mb) };
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = cb.buf, .msg_controllen = sizeof(cb.buf),
-	};
-	struct cmsghdr *c;
-	int fd = -1, rc = 0;
-	ssize_t r;
+	unsigned int nfd = 1;
+	int fd = -1, rc;
 
 	if (!kvp)
 		return -EINVAL;
 	*kvp = NULL;
-	do
-		r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-	while (r < 0 && errno == EINTR);
-	if (r < 0) {
-		rc = -errno;
-		set_err(err, errlen, "kv_arena: recvmsg: %s", strerror(-rc));
-		return rc;
-	}
-	/* keep exactly one fd; close anything else that came along */
-	for (c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-		size_t i, nfd;
-
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (i = 0; i < nfd; i++) {
-			int x;
-
-			memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (fd < 0)
-				fd = x;
-			else
-				close(x);
-		}
-	}
-	if (r == 0)
-		rc = -EPIPE;
-	else if ((size_t)r < sizeof(mb))
-		rc = recv_all(sock, (uint8_t *)&mb + r, sizeof(mb) - (size_t)r);
+	/* Exactly one fd: more, or a truncated message, is refused. */
+	rc = kva_recv_fds(sock, &mb, sizeof(mb), &fd, &nfd);
 	if (!rc && (mb.h.magic != KVEA_MAGIC || mb.h.type != KVEA_POOL ||
 		    mb.h.len != sizeof(mb.g)))
 		rc = -EPROTO;
-	if (!rc && (fd < 0 || (msg.msg_flags & MSG_CTRUNC)))
+	if (!rc && nfd != 1)
 		rc = -EBADMSG;
 	if (rc) {
 		set_err(err, errlen, "kv_arena: receiving the pool: %s", strerror(-rc));
 	} else {
 		rc = kve_arena_kv_map(m, fd, &mb.g, kvp, err, errlen);
 	}
-	if (fd >= 0)
+	if (fd >= 0 && nfd == 1)
 		close(fd);
 	return rc;
 }

@@ -10,7 +10,7 @@
  * table: blocks are allocated into the kvarena session with
  * kva_blocks_alloc() as the session grows, a prefix is shared between
  * sessions with kva_blocks_share(), and everything the session holds goes
- * back with kva_session_end().
+ * back with kva_session_close().
  *
  * Handing KV from a prefill process to a decode process: the prefill side
  * calls kve_arena_send_pool() (geometry as bytes, the data fd by
@@ -59,7 +59,7 @@ struct kve_arena_kv_params {
  * Everything a peer process needs to address the blocks of a mapped arena,
  * sent as plain bytes. Block `id` starts at byte
  *   (id / blocks_per_page) * 2 MiB + (id % blocks_per_page) * block_size
- * (the UAPI's formula) and holds kv_block_bytes bytes of KV in the layout
+ * (the UAPI's formula, libkvarena's kva_block_offset()) and holds kv_block_bytes bytes of KV in the layout
  * of kvengine.h; the model fields let a receiver check that it runs the
  * same shape.
  */
@@ -120,7 +120,7 @@ struct kve_arena_session {
 	uint32_t cap;		/* block_table entries */
 };
 
-/* A kvarena session (cookie as kva_session_create) with room in its table
+/* A kvarena session (cookie as kva_session_open) with room in its table
  * for max_tokens positions; it holds no blocks yet. */
 int kve_arena_session_open(struct kve_arena_kv *kv, uint64_t cookie,
 			   uint32_t max_tokens, struct kve_arena_session *as);
@@ -154,7 +154,7 @@ int kve_arena_decode(struct kve_engine *e, struct kve_arena_kv *kv,
 
 /* ---- handing KV to another process ------------------------------------ */
 
-/* Sends the geometry and a new data fd of the arena (SCM_RIGHTS). */
+/* Sends the geometry and a new data fd of the arena (kva_send_fds()). */
 int kve_arena_send_pool(int sock, struct kve_arena_kv *kv);
 /* Receives them and maps the arena (kve_arena_kv_map); the received fd is
  * closed once mapped. */

@@ -155,6 +155,11 @@ uint64_t kve_rng_seed(uint64_t seed);
 #define KVE_SAMPLE_SCRATCH(vocab) ((size_t)(vocab) * 8)
 int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
 		   void *scratch);
+/* Same, over the tokens whose bit is set in mask ((vocab + 31) / 32 words,
+ * bit i % 32 of word i / 32; kvc_mask in kvconstrain.h fills it). mask
+ * NULL: kve_sample. -ENOENT when no token is allowed. */
+int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t vocab,
+			  const uint32_t *mask, void *scratch);
 
 /* ---- tokenizer ------------------------------------------------------ */
 

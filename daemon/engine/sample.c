@@ -3,7 +3,8 @@
  * sample.c - picks the next token from logits: greedy, or temperature with
  * optional top-k and top-p, driven by a per-request RNG state that lives in
  * the request (struct kve_sampler), so replaying a request replays its
- * tokens. Owns no model state.
+ * tokens. kve_sample_masked does the same over the tokens a bitset
+ * allows (constrained decoding, kvconstrain.h). Owns no model state.
  */
 #include "kvengine.h"
 
@@ -87,6 +88,78 @@ int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
 		sum = run;
 	}
 	/* 24 random bits -> [0, 1) */
+	r = (float)(splitmix(&s->rng) >> 40) * (1.0f / 16777216.0f) * sum;
+	acc = 0;
+	for (i = 0; i < n; i++) {
+		acc += c[i].p;
+		if (r < acc)
+			return c[i].id;
+	}
+	return c[n - 1].id;
+}
+
+static int allowed(const uint32_t *mask, uint32_t i)
+{
+	return (mask[i >> 5] >> (i & 31)) & 1;
+}
+
+/* The same choice as kve_sample over the allowed tokens only: greedy is
+ * the best allowed token, and temperature, top-k and top-p act on the
+ * allowed tokens' distribution. */
+int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t vocab,
+			  const uint32_t *mask, void *scratch)
+{
+	struct cand *c = scratch;
+	float mx = 0, sum = 0, r, acc;
+	uint32_t i, w, n = 0;
+	int32_t best = -1;
+
+	if (!mask)
+		return kve_sample(s, logits, vocab, scratch);
+	if (!s || !logits || !vocab || vocab > INT32_MAX)
+		return -EINVAL;
+	for (w = 0; w < (vocab + 31) / 32; w++) {
+		uint32_t bits = mask[w];
+
+		if (w == vocab / 32)
+			bits &= (1u << (vocab & 31)) - 1;
+		while (bits) {
+			i = w * 32 + (uint32_t)__builtin_ctz(bits);
+			bits &= bits - 1;
+			if (best < 0 || logits[i] > logits[best])
+				best = (int32_t)i;
+		}
+	}
+	if (best < 0)
+		return -ENOENT;
+	if (!(s->temperature > 0) || s->top_k == 1)
+		return best;
+	if (!c)
+		return -EINVAL;
+	mx = logits[best];
+	for (i = 0; i < vocab; i++) {
+		if (!allowed(mask, i))
+			continue;
+		c[n].id = (int32_t)i;
+		c[n].p = expf((logits[i] - mx) / s->temperature);
+		n++;
+	}
+	qsort(c, n, sizeof(*c), by_prob);
+	if (s->top_k && s->top_k < n)
+		n = s->top_k;
+	for (i = 0; i < n; i++)
+		sum += c[i].p;
+	if (s->top_p > 0 && s->top_p < 1) {
+		float cut = s->top_p * sum, run = 0;
+		for (i = 0; i < n; i++) {
+			run += c[i].p;
+			if (run >= cut) {
+				n = i + 1;
+				break;
+			}
+		}
+		sum = run;
+	}
 	r = (float)(splitmix(&s->rng) >> 40) * (1.0f / 16777216.0f) * sum;
 	acc = 0;
 	for (i = 0; i < n; i++) {

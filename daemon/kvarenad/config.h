@@ -70,6 +70,7 @@ struct kvd_config {
 	char decode_backend[256];
 	char backend_options[256];
 	uint32_t lease_ms;		/* a step may take this long, then its worker dies */
+	uint32_t lease_per_token_ms;	/* ... plus this per prompt token it prefills */
 	double prefill_load_scale;	/* router cost weight */
 	/* [limits] */
 	uint32_t max_queue;		/* jobs waiting for admission */

@@ -134,7 +134,7 @@ static void handle_event(struct kvd *d, int res)
 		uint32_t want;
 
 		d->m.pressure_events++;
-		kva_arena_info(d->arena, &ai);
+		kva_arena_get_info(d->arena, &ai);
 		/* back up to the high watermark (the kernel's default: 2 x low) */
 		want = d->cfg.high_wm ? d->cfg.high_wm : 2 * d->ev.low_wm;
 		kvd_log(KVD_LOG_INFO, "kstate", "pressure: %u blocks free (low %u), %u victims ranked",
@@ -171,7 +171,7 @@ void kvd_kstate_flush(struct kvd *d)
 		struct kva_session_state *st = &d->pending[i].st;
 
 		if (d->ring) {
-			rc = kva_ring_queue(d->ring, KVA_IOC_SESSION_SET_STATE, st, 2 + i);
+			rc = kva_ring_queue(d->ring, KVA_RING_SESSION_SET_STATE, st, 2 + i);
 			if (rc == 0) {
 				queued++;
 				continue;
@@ -210,7 +210,7 @@ uint32_t kvd_blocks_free(struct kvd *d)
 {
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 
-	if (kva_arena_info(d->arena, &ai))
+	if (kva_arena_get_info(d->arena, &ai))
 		return 0;
 	return ai.blocks_free;
 }

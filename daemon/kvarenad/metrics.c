@@ -111,7 +111,7 @@ char *kvd_metrics_text(struct kvd *d)
 		return NULL;
 	pthread_mutex_lock(&d->lock);
 	m = d->m;
-	kva_arena_info(d->arena, &ai);
+	kva_arena_get_info(d->arena, &ai);
 	for (c = d->convs; c; c = c->next)
 		states[c->has_kv ? (c->kstate < KVA_STATE_COUNT ? c->kstate : 0) : KVA_STATE_ENDED]++;
 	for (j = d->jobs; j; j = j->next) {

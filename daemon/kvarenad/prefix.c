@@ -52,7 +52,7 @@ int kvd_prefix_init(struct kvd *d)
 	if (!p->slots || !p->by_block)
 		return -ENOMEM;
 	p->cap = cap;
-	rc = kva_session_create(d->arena, 0, &p->cache_sid);
+	rc = kva_session_open(d->arena, 0, &p->cache_sid);
 	if (rc)
 		return rc;
 	p->has_sid = 1;
@@ -64,7 +64,7 @@ void kvd_prefix_fini(struct kvd *d)
 	struct kvd_prefix *p = &d->prefix;
 
 	if (p->has_sid && d->arena)
-		kva_session_end(d->arena, p->cache_sid);
+		kva_session_close(d->arena, p->cache_sid);
 	free(p->slots);
 	free(p->by_block);
 	memset(p, 0, sizeof(*p));

@@ -818,8 +818,11 @@ static void reap_and_restart(struct kvd *d, uint64_t now)
 			w->pid = 0;
 			kvd_worker_lost(d, w, WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "exited");
 		}
+		/* a step's lease: lease_ms, plus lease_per_token_ms for each
+		 * prompt token it prefills (slow machines, long prompts) */
 		if (w->state == W_BUSY && now - w->step_started_ns >
-					  (uint64_t)d->cfg.lease_ms * 1000000ull) {
+			(uint64_t)d->cfg.lease_ms * 1000000ull +
+			(uint64_t)w->queued_tokens * d->cfg.lease_per_token_ms * 1000000ull) {
 			d->m.lease_expiries++;
 			kvd_worker_lost(d, w, "KV lease expired");
 		}

@@ -35,7 +35,7 @@ uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t cls)
 
 	if (!cls || cls > d->n_classes)
 		return kva_toolwait_predict(&none, 0, 0);
-	if (d->tw && kva_toolwait_class_hist(d->tw, cls, &h) == 0 &&
+	if (d->tw && kva_toolwait_class_hist(d->tw, cls, &h, sizeof(h)) == 0 &&
 	    h.count >= d->classes[cls - 1].hist.count)
 		return kva_toolwait_predict(&h, 0, 0);
 	return kva_toolwait_predict(&d->classes[cls - 1].hist, 0, 0);

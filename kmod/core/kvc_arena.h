@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * The arena's bookkeeping: its block pool, its sessions (state machine,
  * timestamps, idle accounting) and which blocks each session holds.  Pure

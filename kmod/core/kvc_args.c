@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Validation of UAPI argument structs that does not depend on the kernel,
  * shared by kvarena.ko and libkvarena's memfd backend so that both reject

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Block membership: allocating blocks into a session's block table, freeing
  * them, sharing allocated blocks into another session, and the invariant

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Eviction policy: the arena's watermarks, the pressure trigger (one event
  * per episode, re-armed when the owner acknowledges it or when free blocks

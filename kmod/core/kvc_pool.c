@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Block pool: free-id stack and per-block refcounts (see kvc_pool.h).
  * Validation of ids belongs to the caller (kvc_arena.c), which checks a whole

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * The block pool: which of an arena's fixed-size blocks are free, and how
  * many references each allocated block has.  O(1) per block: a stack of free

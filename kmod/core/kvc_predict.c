@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Wait prediction over a log2 histogram (see kvc_predict.h): the
  * conditional mean and survival of a tool wait given how long it has

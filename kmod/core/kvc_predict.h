@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * Tool-wait prediction from a log2 histogram of past waits (the toolwait
  * BPF maps' slots[]: slot i counts waits in [2^i, 2^(i+1)) us, slot 0 also

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
  * Sessions: the id table (slot + generation, O(1) lookup, stale ids miss),
  * the state machine and its accounting (time per state, transitions, idle

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * The shared core's only view of its world: fixed-width types, errno values,
  * memory and 64-bit division, from the kernel or from libc.  The core code

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Host unit tests for the shared core (kmod/core/*.c) under ASan + UBSan.
 #
 # Included from the top-level Makefile, or used alone from the repo root:

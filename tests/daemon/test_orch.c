@@ -405,6 +405,7 @@ static void test_worker_death(void)
 	snprintf(p, sizeof(p), "<|im_start|>user\ncount to ten<|im_end|>\n<|im_start|>assistant\n");
 	base_config(&c);
 	c.lease_ms = getenv("KVD_TEST_SMALL") ? 20000 : 3000;
+	c.lease_per_token_ms = 0;
 	c.prefix_cache = 0;
 	c.retention = 0;
 	d = start(&c);

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Build the kvarena debug kernel (KASAN, lockdep, kmemleak, DEBUG_OBJECTS,
 # fault injection) from Debian's linux-source-6.1 into a cache directory
 # outside the repository:

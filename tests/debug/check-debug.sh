@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # Boot the debug kernel (make debug-kernel) with kvarena.ko and run, in one
 # guest: the module's guest suite, kva-fuzz, kva-failnth (fault injection),
 # then rmmod and two kmemleak scans.  Fails on a failing step or on any

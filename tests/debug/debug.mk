@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Kernel hardening lane (included from the top-level Makefile):
 #
 #   make debug-kernel    Debian's linux-source-6.1 + tests/debug/kernel.config
@@ -36,9 +37,9 @@ FUZZ_BIN := $(B)/tests/fuzz/kva-fuzz
 FAILNTH_BIN := $(B)/tests/debug/kva-failnth
 DEBUG_KO := $(B)/kmod-debug$(if $(KVA_DEBUG_INJECT),-$(KVA_DEBUG_INJECT))/kvarena.ko
 
-$(FUZZ_BIN): tests/fuzz/kva-fuzz.c tests/common/kva_guest.h include/uapi/linux/kvarena.h
+$(FUZZ_BIN): tests/fuzz/kva-fuzz.c tests/common/kva_guest.h include/uapi/linux/kvarena.h $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) -O2 $< -o $@ -luring -lpthread
+	$(CC) $(CFLAGS_COMMON) -O2 $< -o $@ $(LIB_A) $(LIB_LDLIBS)
 
 $(FAILNTH_BIN): tests/debug/kva-failnth.c tests/common/kva_guest.h include/uapi/linux/kvarena.h
 	@mkdir -p $(dir $@)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # Put one known bug into a scratch copy of the module sources, to prove that
 # check-debug catches it (see Documentation/hardening.md):
 #   uaf   KASAN: ARENA_INFO reads a kmalloc'ed word after kfree

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Check that kvarena builds through DKMS against every installed guest
 # kernel's headers (tests/vm/kernels.sh), then remove everything it added.
 #

@@ -41,6 +41,10 @@ gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
+# constrained decoding's property test: one of each tokenizer, room for
+# 240 generated tokens
+gen cprop-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f32 --seed 31
+gen cprop-bpe.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f16 --tokenizer bpe --seed 32
 
 run() {	# run LABEL CMD...: log everything, show failures and notes
 	label=$1
@@ -84,6 +88,24 @@ run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q
 run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
 run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
 run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
+
+# constrained decoding: unit checks on both tokenizers, then the property
+# test: random specs (constrain-prop.js gen), completions sampled under
+# them by random-weight models (kvc-gen), validated by ajv
+run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf
+constrain_prop() {
+	NODE_PATH=/usr/share/nodejs
+	export NODE_PATH
+	node tests/engine/constrain-prop.js gen "${ENGINE_CPROP_SEED:-1}" "${ENGINE_CPROP_SPECS:-40}" \
+		> $B/cprop-specs.jsonl || { echo "FAIL constrain-prop.js gen (node, node-ajv: make deps-engine)"; return; }
+	for m in cprop-spm cprop-bpe; do
+		$T/kvc-gen $M/$m.gguf $B/cprop-specs.jsonl 2 240 > $B/cprop-$m.jsonl ||
+			echo "FAIL kvc-gen $m exited with status $?"
+	done
+	node tests/engine/constrain-prop.js check $B/cprop-specs.jsonl $B/cprop-cprop-spm.jsonl \
+		$B/cprop-cprop-bpe.jsonl
+}
+run "constrained outputs vs ajv (property test)" constrain_prop
 
 # kve-demo (make demo's engine part): the decode worker, a separate
 # process on the arena's fd, generates what one process does

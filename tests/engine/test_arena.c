@@ -83,14 +83,14 @@ static uint32_t blocks_free(struct kve_arena_kv *kv)
 {
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 
-	return kva_arena_info(kve_arena_kv_arena(kv), &ai) ? 0 : ai.blocks_free;
+	return kva_arena_get_info(kve_arena_kv_arena(kv), &ai) ? 0 : ai.blocks_free;
 }
 
 static uint32_t blocks_held(struct kve_arena_kv *kv, const struct kve_arena_session *as)
 {
 	struct kva_session_info si = { .size = sizeof(si) };
 
-	return kva_session_info(kve_arena_kv_arena(kv), as->sid, &si) ? 0 : si.blocks_held;
+	return kva_session_get_info(kve_arena_kv_arena(kv), as->sid, &si) ? 0 : si.blocks_held;
 }
 
 static enum kva_backend backend = KVA_BACKEND_MEMFD;
@@ -132,8 +132,7 @@ static void test_geometry(const char *path, const struct kve_model *m)
 		uint8_t *p = kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, id);
 		uint8_t *q = kva_arena_block_ptr(kve_arena_kv_arena(kv), 0);
 
-		ok &= p == q + (uint64_t)(id / g.blocks_per_page) * (2u << 20) +
-			   (uint64_t)(id % g.blocks_per_page) * g.block_size;
+		ok &= p == q + kva_block_offset(g.block_size, id);
 		ok &= ((uintptr_t)p & 4095) == 0;
 	}
 	ok &= kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, g.blocks_total) == NULL;

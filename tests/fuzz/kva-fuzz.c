@@ -60,6 +60,7 @@
 #include <liburing.h>
 
 #include "../common/kva_guest.h"
+#include "kvarena.h"	/* kva_send_fds(), kva_recv_fds() */
 
 #define MIB		(1ULL << 20)
 #define NSLOT		4
@@ -760,45 +761,27 @@ static void do_uring(struct tctx *t, const struct op *o, bool wait_only)
 static void do_fd_send(struct tctx *t, const struct op *o)
 {
 	struct slot *s = &t->arenas[o->slot];
-	int fd = (o->a & 1) ? t->dmabufs[o->slot] : s->fd;
+	int fd = (o->a & 1) ? t->dmabufs[o->slot] : s->fd, ret;
 	char tag = (o->a & 1) ? 'd' : 'a';
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = &tag, .iov_len = 1 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 
 	if (fd < 0 || g_sock[0] < 0)
 		return;
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	if (sendmsg(g_sock[0], &m, MSG_DONTWAIT) >= 0) {
-		note(0);
-		if (tag == 'a')
-			s->shared = true;
-	} else {
-		note(-errno);
-	}
+	ret = kva_send_fds(g_sock[0], &tag, 1, &fd, 1);	/* non-blocking */
+	note(ret);
+	if (!ret && tag == 'a')
+		s->shared = true;
 }
 
 static void do_fd_recv(struct tctx *t, const struct op *o)
 {
-	char cbuf[CMSG_SPACE(sizeof(int) * 4)] = { 0 }, tag = 0;
-	struct iovec iov = { .iov_base = &tag, .iov_len = 1 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c;
+	unsigned int n = 1;
+	char tag = 0;
 	int fd = -1;
 
-	if (g_sock[1] < 0 || recvmsg(g_sock[1], &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) < 0)
+	if (g_sock[1] < 0 || kva_recv_fds(g_sock[1], &tag, 1, &fd, &n))
 		return;
-	for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-	note(fd < 0 ? -1 : 0);
-	if (fd < 0)
+	note(n ? 0 : -1);
+	if (!n)
 		return;
 	if (tag == 'a') {
 		struct slot *s = &t->arenas[o->slot];
@@ -1751,7 +1734,7 @@ int main(int argc, char **argv)
 	}
 	printf("kva-fuzz: seed=%#" PRIx64 " ops=%lu time=%us procs=%u threads=%u kills/s=%.2f\n",
 	       g_seed, g_nops, g_secs, g_procs, g_threads, g_kills);
-	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, g_sock))
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, g_sock))
 		g_sock[0] = g_sock[1] = -1;
 	kfd = kmsg_open();
 	kr.s = mix64(g_seed ^ 0x6b696c6cULL);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # A short kva-fuzz run against kvarena.ko in a guest running the Debian
 # kernel VERSION (check-fuzz).  Usage: run-fuzz.sh VERSION
 # env: FUZZ_OPS (20000), FUZZ_SEED, FUZZ_SECS (300)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # Run the in-guest suite (build/tests/kmod/test_kmod) against kvarena.ko in
 # a QEMU guest running kernel VERSION.  Usage: run-suite.sh VERSION [suite...]
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # sparse (make C=2) over kvarena.ko against each given kernel's headers;
 # fails on any sparse report about our sources.  Usage: sparse.sh VERSION...
 set -euo pipefail

@@ -59,10 +59,7 @@ static uint64_t pat(uint32_t block, uint64_t w)
 
 static void *blk(void *base, uint32_t id)
 {
-	uint32_t per = KVA_PAGE_SIZE / BS;
-
-	return (char *)base + (uint64_t)(id / per) * KVA_PAGE_SIZE +
-	       (uint64_t)(id % per) * BS;
+	return (char *)base + kva_block_offset(BS, id);
 }
 
 static void fill(void *base, const uint32_t *ids, int n)
@@ -140,34 +137,16 @@ static void test_mmap_both_fds(void)
 
 static int send_fd(int sock, int fd, const uint32_t *ids, size_t n)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { .iov_base = (void *)ids, .iov_len = n * 4 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	return sendmsg(sock, &m, 0) == (ssize_t)(n * 4) ? 0 : -1;
+	return kva_send_fds(sock, ids, n * 4, &fd, 1) ? -1 : 0;
 }
 
 static int recv_fd(int sock, uint32_t *ids, size_t n)
 {
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct iovec iov = { .iov_base = ids, .iov_len = n * 4 };
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
-			    .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *c;
+	unsigned int nfd = 1;
 	int fd;
 
-	if (recvmsg(sock, &m, 0) != (ssize_t)(n * 4))
+	if (kva_recv_fds(sock, ids, n * 4, &fd, &nfd) || nfd != 1)
 		return -1;
-	c = CMSG_FIRSTHDR(&m);
-	if (!c || c->cmsg_type != SCM_RIGHTS)
-		return -1;
-	memcpy(&fd, CMSG_DATA(c), sizeof(int));
 	return fd;
 }
 

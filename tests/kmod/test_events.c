@@ -28,7 +28,7 @@ struct env {
 static void env_open(struct env *e, uint32_t policy, uint32_t low_wm,
 		     uint32_t tenant)
 {
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = 4 * KT_MIB, .block_size = BS,
 		.numa_node = KVA_NUMA_ANY, .tenant_id = tenant, .name = "ev",
 		.policy = policy, .low_wm = low_wm,
@@ -36,7 +36,7 @@ static void env_open(struct env *e, uint32_t policy, uint32_t low_wm,
 
 	memset(e, 0, sizeof(*e));
 	CU_ASSERT_FATAL(kva_open(KVA_BACKEND_KERNEL, &e->d) == 0);
-	CU_ASSERT_FATAL(kva_arena_create(e->d, &p, &e->a) == 0);
+	CU_ASSERT_FATAL(kva_arena_new(e->d, &p, &e->a) == 0);
 	CU_ASSERT_FATAL(kva_ring_open(e->a, 16, &e->r) == 0);
 	e->fd = kva_arena_fd(e->a);
 }
@@ -51,6 +51,7 @@ static void env_close(struct env *e)
 static void park(struct env *e, struct kva_event *ev, uint64_t ack)
 {
 	memset(ev, 0, sizeof(*ev));
+	ev->size = sizeof(*ev);
 	CU_ASSERT_EQUAL(kva_ring_queue_wait_event(e->r, ev, ack, 1), 0);
 	CU_ASSERT_EQUAL(kva_ring_submit(e->r), 1);
 }
@@ -219,7 +220,7 @@ static void test_quota_and_session_ended(void)
 /* Events wait for a command; past KVA_EVENT_QUEUE they are counted. */
 static void test_queue_and_overflow(void)
 {
-	struct kva_arena_info ai;
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct kva_ring_cqe c;
 	struct kva_event ev;
 	struct env e;
@@ -242,12 +243,11 @@ static void test_queue_and_overflow(void)
 	CU_ASSERT_EQUAL_FATAL(kva_ring_reap(e.r, &c, 1, 1), 1);
 	CU_ASSERT_EQUAL(ev.seq, 2);
 	CU_ASSERT_EQUAL(ev.dropped, 0);
-	/* A bad event struct is refused before parking. */
+	/* A bad event struct (size 0) is refused by the kernel, not parked. */
 	{
 		struct kva_event small = { 0 };
 
-		CU_ASSERT_EQUAL(kva_ring_queue(e.r, KVA_URING_WAIT_EVENT,
-					       &small, 5), 0);
+		CU_ASSERT_EQUAL(kva_ring_queue_wait_event(e.r, &small, 0, 5), 0);
 		kva_ring_submit(e.r);
 		CU_ASSERT_EQUAL_FATAL(kva_ring_reap(e.r, &c, 1, 1), 1);
 		CU_ASSERT_EQUAL(c.res, -EINVAL);
@@ -268,6 +268,7 @@ static void test_cancel_ring_close(void)
 		alarm(20);
 		env_open(&e, KVA_POLICY_TOOLWAIT, 0, 24);
 		memset(&ev, 0, sizeof(ev));
+		ev.size = sizeof(ev);
 		kva_ring_queue_wait_event(e.r, &ev, 0, 1);
 		kva_ring_submit(e.r);
 		kva_ring_close(e.r);		/* the ring goes first */

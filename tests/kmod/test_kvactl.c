@@ -6,6 +6,7 @@
  * as an operator would run it.  Tests tools/kvactl/.
  */
 #include <ctype.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,90 +29,92 @@ static int run(const char *cmd, char *out, size_t len)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* A small JSON well-formedness check (RFC 8259 grammar, no extensions). */
-static const char *js_value(const char *s);
+/*
+ * kvactl's JSON against the schema it prints (`kvactl help json`): every
+ * object carries exactly the keys of its schema object, with their types.
+ */
+static json_t *schema;
 
-static const char *js_ws(const char *s)
+static bool valid(json_t *v, const char *type);
+
+static bool valid_obj(json_t *o, const char *name)
 {
-	while (*s == ' ' || *s == '\n' || *s == '\t' || *s == '\r')
-		s++;
-	return s;
-}
+	json_t *def = json_object_get(json_object_get(schema, "objects"), name);
+	const char *key;
+	json_t *t;
 
-static const char *js_string(const char *s)
-{
-	if (*s++ != '"')
-		return NULL;
-	while (*s && *s != '"') {
-		if ((unsigned char)*s < 0x20)
-			return NULL;
-		if (*s == '\\') {
-			s++;
-			if (*s == 'u') {
-				int i;
-
-				for (i = 1; i <= 4; i++)
-					if (!isxdigit((unsigned char)s[i]))
-						return NULL;
-				s += 4;
-			} else if (!strchr("\"\\/bfnrt", *s)) {
-				return NULL;
-			}
+	if (!json_is_object(o) || !def || json_object_size(o) != json_object_size(def)) {
+		fprintf(stderr, "kvactl JSON: not a %s object (%zu keys)\n", name,
+			json_object_size(o));
+		return false;
+	}
+	json_object_foreach(def, key, t)
+		if (!valid(json_object_get(o, key), json_string_value(t))) {
+			fprintf(stderr, "kvactl JSON: %s.%s is not %s\n", name, key,
+				json_string_value(t));
+			return false;
 		}
-		s++;
-	}
-	return *s == '"' ? s + 1 : NULL;
+	return true;
 }
 
-static const char *js_list(const char *s, char close, bool object)
+static bool valid(json_t *v, const char *type)
 {
-	s = js_ws(s + 1);
-	if (*s == close)
-		return s + 1;
-	for (;;) {
-		if (object) {
-			s = js_string(js_ws(s));
-			if (!s || *(s = js_ws(s)) != ':')
-				return NULL;
-			s++;
-		}
-		s = js_value(s);
-		if (!s)
-			return NULL;
-		s = js_ws(s);
-		if (*s == close)
-			return s + 1;
-		if (*s++ != ',')
-			return NULL;
+	char name[64];
+	size_t i;
+	json_t *e;
+
+	if (!v || !type)
+		return false;
+	if (!strcmp(type, "integer"))
+		return json_is_integer(v);
+	if (!strcmp(type, "string"))
+		return json_is_string(v);
+	if (!strcmp(type, "boolean"))
+		return json_is_boolean(v);
+	if (!strcmp(type, "u64"))
+		return (json_is_integer(v) && json_integer_value(v) >= 0) ||
+		       (json_is_string(v) && strspn(json_string_value(v),
+						    "0123456789") ==
+		        strlen(json_string_value(v)));
+	if (type[0] == '[') {
+		snprintf(name, sizeof(name), "%.*s", (int)strlen(type) - 2, type + 1);
+		if (!json_is_array(v))
+			return false;
+		json_array_foreach(v, i, e)
+			if (!valid_obj(e, name))
+				return false;
+		return true;
 	}
+	return valid_obj(v, type);
 }
 
-static const char *js_value(const char *s)
+/* Text printed for `command` is valid JSON of the schema's type. */
+static bool json_valid(const char *text, const char *command)
 {
-	s = js_ws(s);
-	if (*s == '{')
-		return js_list(s, '}', true);
-	if (*s == '[')
-		return js_list(s, ']', false);
-	if (*s == '"')
-		return js_string(s);
-	if (!strncmp(s, "true", 4) || !strncmp(s, "null", 4))
-		return s + 4;
-	if (!strncmp(s, "false", 5))
-		return s + 5;
-	if (*s == '-' || isdigit((unsigned char)*s)) {
-		char *end;
+	json_t *v = json_loads(text, 0, NULL);
+	bool ok = v && valid(v, json_string_value(json_object_get(
+			json_object_get(schema, "commands"), command)));
 
-		strtod(s, &end);
-		return end;
-	}
-	return NULL;
+	if (!ok)
+		fprintf(stderr, "kvactl JSON for %s invalid:\n%s\n", command, text);
+	json_decref(v);
+	return ok;
 }
 
-static bool json_ok(const char *s)
+static int kvactl_init(void)
 {
-	s = js_value(s);
-	return s && !*js_ws(s);
+	static char out[16384];
+
+	if (run("kvactl help json", out, sizeof(out)))
+		return 1;
+	schema = json_loads(out, 0, NULL);
+	return !schema;
+}
+
+static int kvactl_clean(void)
+{
+	json_decref(schema);
+	return 0;
 }
 
 static void test_arena_listing(void)
@@ -135,10 +138,10 @@ static void test_arena_listing(void)
 	CU_ASSERT_EQUAL(kt_arena_info(arena, &ai), 0);
 
 	CU_ASSERT_EQUAL(run("kvactl -j arena list", out, sizeof(out)), 0);
-	CU_ASSERT(json_ok(out));
-	snprintf(want, sizeof(want), "{\"id\": %u, \"name\": \"ctl \\\"q\\\"\", "
-		 "\"tenant\": 44, \"bytes\": 4194304, \"block_size\": 65536, "
-		 "\"numa_node\": -1, \"blocks\": 64, \"blocks_free\": %u, "
+	CU_ASSERT(json_valid(out, "arena list"));
+	snprintf(want, sizeof(want), "{\"arena_id\": %u, \"name\": \"ctl \\\"q\\\"\", "
+		 "\"tenant_id\": 44, \"bytes\": 4194304, \"block_size\": 65536, "
+		 "\"numa_node\": -1, \"blocks_total\": 64, \"blocks_free\": %u, "
 		 "\"sessions\": 1, ", ai.arena_id, ai.blocks_free);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 	if (!strstr(out, want))
@@ -173,7 +176,11 @@ static void test_arena_listing(void)
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 	snprintf(want, sizeof(want), "kvactl -j arena show %u", ai.arena_id);
 	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
-	CU_ASSERT(json_ok(out));
+	CU_ASSERT(json_valid(out, "arena show"));
+	snprintf(want, sizeof(want), "kvactl -p arena show %u", ai.arena_id);
+	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
+	CU_ASSERT(json_valid(out, "arena show"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "\n  \"arena_id\": "));	/* indented */
 
 	/* policy set by id, checked through the ioctl view */
 	snprintf(want, sizeof(want), "kvactl policy set %u lru low 3 high 6 ttl 500",
@@ -193,7 +200,33 @@ static void test_arena_listing(void)
 	CU_ASSERT_EQUAL(run("kvactl arena show 99999 2>&1", out, sizeof(out)), 1);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, "no arena"));
 	CU_ASSERT_EQUAL(run("kvactl bogus 2>&1", out, sizeof(out)), 2);
-	close(arena);
+
+	/* Closed (only a dma-buf holds the memory): zeros, not dashes. */
+	{
+		struct kva_export e = { .size = sizeof(e) };
+		int buf = kt_ioctl(arena, KVA_IOC_EXPORT_DMABUF, &e);
+
+		CU_ASSERT_FATAL(buf >= 0);
+		close(arena);
+		arena = -1;
+		found = 0;
+		CU_ASSERT_EQUAL(run("kvactl arena list", out, sizeof(out)), 0);
+		for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+			char *after = strstr(line, "\"q\"");
+
+			if (sscanf(line, "%u", &id) != 1 || id != ai.arena_id || !after)
+				continue;
+			found = sscanf(after + 3, "%u %31s %31s %u %u %u %31s %u %u %15s",
+				       &ten, size, bsz, &blocks, &nfree, &sess, pol,
+				       &low, &high, fd) == 10;
+		}
+		CU_ASSERT(found);
+		CU_ASSERT_STRING_EQUAL(fd, "closed");
+		CU_ASSERT_EQUAL(blocks + nfree + sess + low + high, 0);
+		CU_ASSERT_EQUAL(run("kvactl -j arena list", out, sizeof(out)), 0);
+		CU_ASSERT(json_valid(out, "arena list"));
+		close(buf);
+	}
 	close(dev);
 }
 
@@ -219,12 +252,12 @@ static void test_session_listing(void)
 
 	snprintf(want, sizeof(want), "kvactl -j session list --arena %u", ai.arena_id);
 	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
-	CU_ASSERT(json_ok(out));
-	snprintf(want, sizeof(want), "{\"arena\": %u, \"session\": %d, \"state\": "
-		 "\"tool_wait\", \"tool_class\": 4, \"blocks\": 7, "
+	CU_ASSERT(json_valid(out, "session list"));
+	snprintf(want, sizeof(want), "{\"arena_id\": %u, \"session_id\": %d, \"state\": "
+		 "\"tool_wait\", \"tool_class\": 4, \"blocks_held\": 7, "
 		 "\"expected_wait_us\": 2500000, \"cookie\": 42, ", ai.arena_id, a);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-	snprintf(want, sizeof(want), "\"session\": %d, \"state\": \"decode\"", b);
+	snprintf(want, sizeof(want), "\"session_id\": %d, \"state\": \"decode\"", b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 
 	snprintf(want, sizeof(want), "kvactl session list --arena %u", ai.arena_id);
@@ -255,11 +288,13 @@ static void test_monitor(void)
 	FILE *p;
 	size_t n;
 
-	/* kvactl says on stderr when it has subscribed: wait for that. */
-	p = popen("kvactl -j monitor --count 2 --timeout 10 2>&1", "r");
+	/* With -j, kvactl's first line says it has subscribed (and nothing
+	 * goes to stderr): wait for that. */
+	p = popen("kvactl -j monitor --count 2 --timeout 10 2>/tmp/kvactl.err", "r");
 	CU_ASSERT_FATAL(p != NULL);
 	CU_ASSERT_FATAL(fgets(out, sizeof(out), p) != NULL);
-	CU_ASSERT_PTR_NOT_NULL(strstr(out, "monitoring"));
+	CU_ASSERT_PTR_NOT_NULL(strstr(out, "{\"event\": \"subscribed\""));
+	CU_ASSERT(json_valid(out, "monitor"));
 	arena = kt_arena(dev, 2 * KT_MIB, 1 << 20, 46);
 	CU_ASSERT_FATAL(arena >= 0);
 	sid = kt_session(arena);
@@ -268,20 +303,27 @@ static void test_monitor(void)
 	n = fread(out, 1, sizeof(out) - 1, p);
 	out[n] = 0;
 	CU_ASSERT_EQUAL(pclose(p), 0);
-	snprintf(want, sizeof(want), "{\"event\": \"arena-created\", \"arena\": %u, "
-		 "\"name\": \"kt\", \"tenant\": 46, \"bytes\": 2097152}", ai.arena_id);
+	snprintf(want, sizeof(want), "{\"event\": \"arena-created\", \"arena_id\": %u, "
+		 "\"tenant_id\": 46, \"name\": \"kt\", \"bytes\": 2097152, ", ai.arena_id);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-	snprintf(want, sizeof(want), "{\"event\": \"session-ended\", \"arena\": %u, ",
-		 ai.arena_id);
+	snprintf(want, sizeof(want), "{\"event\": \"session-ended\", \"arena_id\": %u, "
+		 "\"tenant_id\": 46, ", ai.arena_id);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-	snprintf(want, sizeof(want), "\"session\": %d, \"tenant\": 46", sid);
+	snprintf(want, sizeof(want), "\"session_id\": %d, ", sid);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
+	{
+		FILE *err = fopen("/tmp/kvactl.err", "r");
+
+		CU_ASSERT(err && fgetc(err) == EOF);	/* nothing on stderr */
+		if (err)
+			fclose(err);
+	}
 	/* each line one JSON object */
 	{
 		char *line;
 
 		for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
-			CU_ASSERT(json_ok(line));
+			CU_ASSERT(json_valid(line, "monitor"));
 	}
 	close(arena);
 	close(dev);
@@ -289,7 +331,7 @@ static void test_monitor(void)
 
 void kt_register_kvactl(void)
 {
-	CU_pSuite s = CU_add_suite("kvactl", NULL, NULL);
+	CU_pSuite s = CU_add_suite("kvactl", kvactl_init, kvactl_clean);
 
 	KT_ADD(s, test_arena_listing);
 	KT_ADD(s, test_session_listing);

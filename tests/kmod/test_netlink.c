@@ -57,8 +57,8 @@ static void test_arena_dump_matches_ioctl(void)
 		.policy = KVA_POLICY_TTL, .low_wm = 5, .high_wm = 9, .ttl_ms = 777,
 	};
 	int fd = kt_ioctl(dev, KVA_IOC_ARENA_CREATE, &c), fd2, sid;
-	struct kva_arena_info ai;
-	struct kva_nl_arena one;
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kva_nl_arena one = { .size = sizeof(one) };
 	struct found f = { 0 };
 	uint32_t ids[3];
 
@@ -114,7 +114,7 @@ struct sess_walk {
 static int session_cb(const struct kva_nl_session *s, void *ctx)
 {
 	struct sess_walk *w = ctx;
-	struct kva_session_info si;
+	struct kva_session_info si = { .size = sizeof(si) };
 
 	if (s->arena_id != w->arena) {
 		w->others++;
@@ -231,7 +231,7 @@ static void test_malformed_rejected(void)
 	CU_ASSERT_EQUAL(kva_nl_raw(nl, KVA_NL_CMD_ARENA_GET, NULL, 0, NLM_F_DUMP), 0);
 }
 
-static int next_of(struct kva_nl *sub, uint32_t cmd, uint32_t type,
+static int next_of(struct kva_nl *sub, uint32_t kind, uint32_t type,
 		   struct kva_nl_event *ev)
 {
 	int i;
@@ -243,7 +243,7 @@ static int next_of(struct kva_nl *sub, uint32_t cmd, uint32_t type,
 			continue;
 		if (ret != 1)
 			return -1;
-		if (ev->cmd == cmd && (cmd != KVA_NL_CMD_EVENT || ev->ev.type == type))
+		if (ev->kind == kind && (kind != KVA_NL_EV_EVENT || ev->ev.type == type))
 			return 0;
 	}
 	return -1;
@@ -256,7 +256,7 @@ static void test_multicast(void)
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 43, .name = "nl-mc",
 		.low_wm = 2,
 	};
-	struct kva_nl_event ev;
+	struct kva_nl_event ev = { .size = sizeof(ev) };
 	struct kva_nl *sub;
 	uint32_t ids[8];
 	int fd, a, x;
@@ -265,7 +265,7 @@ static void test_multicast(void)
 	CU_ASSERT_FATAL(kva_nl_subscribe(sub) == 0);
 	fd = kt_ioctl(dev, KVA_IOC_ARENA_CREATE, &c);
 	CU_ASSERT_FATAL(fd >= 0);
-	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_CMD_ARENA_NEW, 0, &ev), 0);
+	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_EV_ARENA_NEW, 0, &ev), 0);
 	CU_ASSERT_EQUAL(ev.ev.arena_id, c.arena_id);
 	CU_ASSERT_STRING_EQUAL(ev.name, "nl-mc");
 	CU_ASSERT_EQUAL(ev.bytes, 2 * KT_MIB);
@@ -276,7 +276,7 @@ static void test_multicast(void)
 	x = kt_session(fd);
 	CU_ASSERT_EQUAL(kt_set_state(fd, x, KVA_STATE_DECODE, 0, 0), 0);
 	CU_ASSERT_EQUAL(kt_alloc(fd, x, 4, ids, 0), 4);		/* 1 free < 2 */
-	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_CMD_EVENT, KVA_EVENT_PRESSURE, &ev), 0);
+	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_EV_EVENT, KVA_EVENT_PRESSURE, &ev), 0);
 	CU_ASSERT_EQUAL(ev.ev.arena_id, c.arena_id);
 	CU_ASSERT_EQUAL(ev.ev.blocks_free, 1);
 	CU_ASSERT_EQUAL_FATAL(ev.ev.nvictims, 1);
@@ -285,11 +285,11 @@ static void test_multicast(void)
 	CU_ASSERT_EQUAL(ev.ev.victims[0].blocks_held, 3);
 
 	CU_ASSERT_EQUAL(kt_end(fd, a), 0);
-	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_CMD_EVENT, KVA_EVENT_SESSION_ENDED, &ev), 0);
+	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_EV_EVENT, KVA_EVENT_SESSION_ENDED, &ev), 0);
 	CU_ASSERT_EQUAL(ev.ev.session_id, (uint32_t)a);
 	CU_ASSERT_EQUAL(ev.ev.pid, (uint32_t)getpid());
 	close(fd);
-	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_CMD_ARENA_DEL, 0, &ev), 0);
+	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_EV_ARENA_DEL, 0, &ev), 0);
 	CU_ASSERT_EQUAL(ev.ev.arena_id, c.arena_id);
 	kva_nl_close(sub);
 }
@@ -306,7 +306,7 @@ static void test_privileges(void)
 			.version = _LINUX_CAPABILITY_VERSION_3,
 		};
 		struct __user_cap_data_struct d[2];
-		struct kva_nl_arena one;
+		struct kva_nl_arena one = { .size = sizeof(one) };
 		struct kva_nl *n;
 		int bad;
 

@@ -52,10 +52,7 @@ static uint64_t rnd(uint64_t *s)
 
 static uint64_t *blk(char *base, uint32_t id)
 {
-	uint32_t per = KVA_PAGE_SIZE / BS;
-
-	return (uint64_t *)(base + (uint64_t)(id / per) * KVA_PAGE_SIZE +
-			    (uint64_t)(id % per) * BS);
+	return (uint64_t *)(base + kva_block_offset(BS, id));
 }
 
 static uint64_t stamp(int idx, uint32_t id, uint64_t w)

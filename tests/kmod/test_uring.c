@@ -6,10 +6,12 @@
  * retried by io_uring's worker: the caller still sees success).  Tests
  * kmod/uring.c and kva_arena_op() in kmod/arena_ops.c.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <liburing.h>
 
 #include "kt.h"
 
@@ -27,12 +29,60 @@ static int uring_clean(void)
 	return 0;
 }
 
+/* The library's op for an ioctl number (0: none, the library refuses). */
+static enum kva_ring_op ring_op_of(unsigned long ioc)
+{
+	static const struct { unsigned long ioc; enum kva_ring_op op; } map[] = {
+		{ KVA_IOC_ARENA_INFO, KVA_RING_ARENA_INFO },
+		{ KVA_IOC_BLOCKS_ALLOC, KVA_RING_BLOCKS_ALLOC },
+		{ KVA_IOC_BLOCKS_FREE, KVA_RING_BLOCKS_FREE },
+		{ KVA_IOC_BLOCKS_SHARE, KVA_RING_BLOCKS_SHARE },
+		{ KVA_IOC_SESSION_CREATE, KVA_RING_SESSION_OPEN },
+		{ KVA_IOC_SESSION_END, KVA_RING_SESSION_CLOSE },
+		{ KVA_IOC_SESSION_SET_STATE, KVA_RING_SESSION_SET_STATE },
+		{ KVA_IOC_SESSION_INFO, KVA_RING_SESSION_INFO },
+		{ KVA_IOC_ARENA_SET_POLICY, KVA_RING_SET_POLICY },
+		{ KVA_IOC_ARENA_VICTIMS, KVA_RING_VICTIMS },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (map[i].ioc == ioc)
+			return map[i].op;
+	return (enum kva_ring_op)0;
+}
+
+/*
+ * A raw IORING_OP_URING_CMD with any cmd_op on its own ring, for what the
+ * library will not send (ops it has no name for): the kernel's refusals.
+ */
+static int raw_ring_op(int fd, unsigned long op, void *arg)
+{
+	struct kva_uring_cmd pdu = { .arg = (uintptr_t)arg };
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	struct io_uring ring;
+	int ret;
+
+	if (io_uring_queue_init(4, &ring, 0))
+		return -9999;
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_rw(IORING_OP_URING_CMD, sqe, fd, NULL, 0, 0);
+	sqe->cmd_op = (uint32_t)op;
+	memcpy(sqe->cmd, &pdu, sizeof(pdu));
+	ret = io_uring_submit(&ring) == 1 && !io_uring_wait_cqe(&ring, &cqe) ?
+	      cqe->res : -9999;
+	io_uring_queue_exit(&ring);
+	return ret;
+}
+
 /* One op through the ring, waited for: the uring twin of kt_ioctl. */
-static int ring_op(struct kva_ring *r, unsigned long op, void *arg)
+static int ring_op(struct kva_ring *r, unsigned long ioc, void *arg)
 {
 	struct kva_ring_cqe cqe;
 
-	if (kva_ring_queue(r, op, arg, 77) || kva_ring_submit(r) != 1 ||
+	if (kva_ring_queue(r, ring_op_of(ioc), arg, 77) ||
+	    kva_ring_submit(r) != 1 ||
 	    kva_ring_reap(r, &cqe, 1, 1) != 1 || cqe.user_data != 77)
 		return -9999;
 	return cqe.res;
@@ -53,14 +103,14 @@ static int call(struct twin *t, unsigned long op, void *arg)
 
 static void twin_open(struct twin *t, bool uring)
 {
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = 4 * KT_MIB, .block_size = 64 << 10,
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 8, .name = "twin",
 	};
 
 	memset(t, 0, sizeof(*t));
 	CU_ASSERT_FATAL(kva_open(KVA_BACKEND_KERNEL, &t->d) == 0);
-	CU_ASSERT_FATAL(kva_arena_create(t->d, &p, &t->a) == 0);
+	CU_ASSERT_FATAL(kva_arena_new(t->d, &p, &t->a) == 0);
 	t->fd = kva_arena_fd(t->a);
 	if (uring)
 		CU_ASSERT_FATAL(kva_ring_open(t->a, 64, &t->ring) == 0);
@@ -162,8 +212,10 @@ static void script(struct twin *t, int *res, uint32_t *ids,
 
 static void test_twins(void)
 {
-	struct kva_session_info si[2];
-	struct kva_arena_info ai[2];
+	struct kva_session_info si[2] = { { .size = sizeof(si[0]) },
+					  { .size = sizeof(si[1]) } };
+	struct kva_arena_info ai[2] = { { .size = sizeof(ai[0]) },
+				       { .size = sizeof(ai[1]) } };
 	struct kva_victim vic[2][8];
 	uint32_t ids[2][64];
 	int res[2][NRES], i;
@@ -209,7 +261,7 @@ static void test_batched(void)
 	struct kva_blocks b[64];
 	struct kva_ring_cqe cqe[64];
 	uint32_t ids[64], many[64];
-	struct kva_arena_info ai;
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct twin t;
 	int i, got = 0, sid;
 
@@ -219,10 +271,10 @@ static void test_batched(void)
 		b[i] = (struct kva_blocks){ .size = sizeof(b[i]),
 			.session_id = sid, .count = 1,
 			.ids = (uintptr_t)&ids[i] };
-		CU_ASSERT_EQUAL(kva_ring_queue(t.ring, KVA_IOC_BLOCKS_ALLOC,
+		CU_ASSERT_EQUAL(kva_ring_queue(t.ring, KVA_RING_BLOCKS_ALLOC,
 					       &b[i], i), 0);
 	}
-	CU_ASSERT_EQUAL(kva_ring_queue(t.ring, KVA_IOC_BLOCKS_ALLOC, &b[0], 99),
+	CU_ASSERT_EQUAL(kva_ring_queue(t.ring, KVA_RING_BLOCKS_ALLOC, &b[0], 99),
 			-EBUSY);			/* SQ full */
 	CU_ASSERT_EQUAL(kva_ring_submit(t.ring), 64);
 	while (got < 64) {
@@ -252,22 +304,25 @@ static void test_uring_only_rules(void)
 	struct twin t;
 
 	twin_open(&t, true);
-	CU_ASSERT_EQUAL(ring_op(t.ring, KVA_IOC_EXPORT_DMABUF, &e), -EOPNOTSUPP);
-	CU_ASSERT_EQUAL(ring_op(t.ring, _IOWR(KVA_IOC_MAGIC, 0x7e, struct kva_export), &e),
+	CU_ASSERT_EQUAL(raw_ring_op(t.fd, KVA_IOC_EXPORT_DMABUF, &e), -EOPNOTSUPP);
+	CU_ASSERT_EQUAL(raw_ring_op(t.fd, _IOWR(KVA_IOC_MAGIC, 0x7e, struct kva_export), &e),
 			-ENOTTY);
-	CU_ASSERT_EQUAL(ring_op(t.ring, KVA_IOC_VERSION, &ai), -ENOTTY);
-	CU_ASSERT_EQUAL(kva_ring_queue(t.ring, 0x1234, &ai, 1), -EINVAL);
+	CU_ASSERT_EQUAL(raw_ring_op(t.fd, KVA_IOC_VERSION, &ai), -ENOTTY);
+	CU_ASSERT_EQUAL(kva_ring_queue(t.ring, (enum kva_ring_op)0x1234, &ai, 1),
+			-EINVAL);
+	CU_ASSERT_EQUAL(kva_ring_queue(t.ring, (enum kva_ring_op)0, &ai, 1),
+			-EINVAL);
 	twin_close(&t);
 	/* The memfd backend has no ring. */
 	{
-		struct kva_arena_params p = { .bytes = 2 * KT_MIB,
+		struct kva_arena_params p = { .size = sizeof(p), .bytes = 2 * KT_MIB,
 			.block_size = 4096, .numa_node = KVA_NUMA_ANY };
 		struct kva_arena *a;
 		struct kva_ring *r;
 		struct kva_dev *d;
 
 		CU_ASSERT_FATAL(kva_open(KVA_BACKEND_MEMFD, &d) == 0);
-		CU_ASSERT_FATAL(kva_arena_create(d, &p, &a) == 0);
+		CU_ASSERT_FATAL(kva_arena_new(d, &p, &a) == 0);
 		CU_ASSERT_EQUAL(kva_ring_open(a, 8, &r), -EOPNOTSUPP);
 		kva_arena_destroy(a);
 		kva_close(d);
@@ -300,7 +355,7 @@ static void test_eagain_path(void)
 {
 	struct kva_ring_cqe cqe[32];
 	struct kva_blocks b[32];
-	struct kva_arena_info ai;
+	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct hammer h;
 	struct timespec t0, t;
 	uint32_t ids[32];
@@ -320,7 +375,7 @@ static void test_eagain_path(void)
 			b[i] = (struct kva_blocks){ .size = sizeof(b[i]),
 				.session_id = sid, .count = 1,
 				.ids = (uintptr_t)&ids[i] };
-			kva_ring_queue(tw.ring, KVA_IOC_BLOCKS_ALLOC, &b[i], i);
+			kva_ring_queue(tw.ring, KVA_RING_BLOCKS_ALLOC, &b[i], i);
 		}
 		kva_ring_submit(tw.ring);
 		for (n = 0; n < 32;) {
@@ -347,6 +402,37 @@ static void test_eagain_path(void)
 	twin_close(&tw);
 }
 
+/*
+ * A ring outlives its arena handle: it holds its own dup of the arena fd,
+ * so after kva_arena_destroy() and the fd number's reuse by another file,
+ * its ops still reach the same arena (never the file now at that number).
+ */
+static void test_ring_outlives_arena(void)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kva_arena_info after = { .size = sizeof(after) };
+	struct twin t;
+	int old_fd, reuse;
+
+	twin_open(&t, true);
+	CU_ASSERT_EQUAL(kt_arena_info(t.fd, &ai), 0);
+	old_fd = t.fd;
+	kva_arena_destroy(t.a);
+	t.a = NULL;
+	reuse = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (reuse != old_fd) {			/* put it at the old number */
+		CU_ASSERT_EQUAL(dup2(reuse, old_fd), old_fd);
+		close(reuse);
+		reuse = old_fd;
+	}
+	CU_ASSERT_EQUAL(ring_op(t.ring, KVA_IOC_ARENA_INFO, &after), 0);
+	CU_ASSERT_EQUAL(after.arena_id, ai.arena_id);
+	CU_ASSERT_EQUAL(after.blocks_total, ai.blocks_total);
+	close(reuse);
+	kva_ring_close(t.ring);
+	kva_close(t.d);
+}
+
 void kt_register_uring(void)
 {
 	CU_pSuite s = CU_add_suite("uring", uring_init, uring_clean);
@@ -355,4 +441,5 @@ void kt_register_uring(void)
 	KT_ADD(s, test_batched);
 	KT_ADD(s, test_uring_only_rules);
 	KT_ADD(s, test_eagain_path);
+	KT_ADD(s, test_ring_outlives_arena);
 }

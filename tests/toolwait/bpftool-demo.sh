@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # Two tool waits with the toolwait programs attached, then bpftool on what
 # they pinned: the commands Documentation/toolwait.md shows.
 set -euo pipefail

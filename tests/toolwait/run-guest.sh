@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # The toolwait loader test in a QEMU guest running kernel VERSION, against
 # kvarena.ko's tracepoint: raw_tp with tp_btf sched probes, then
 # tracepoint/ with raw_tp sched probes.  Usage: run-guest.sh VERSION

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # The toolwait loader test on this host (root): memfd backend, the USDT
 # probe, and each kind of sched probe (tp_btf, raw_tp, tracepoint/), then
 # bpftool reading the pinned maps by field name.

@@ -177,7 +177,7 @@ static int drain(struct kva_toolwait *tw, struct evlog *log)
 	return n < 0 ? n : total;
 }
 
-static enum kva_toolwait_attach parse_kind(const char *s)
+static enum kva_toolwait_kind parse_kind(const char *s)
 {
 	if (!strcmp(s, "tp_btf"))
 		return KVA_TOOLWAIT_TP_BTF;
@@ -252,9 +252,10 @@ static int run_kvactl(char **argv, int argc, bool json, char *out, size_t len)
 static int cmd_run(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
-	struct kva_toolwait_opts o = { .size = sizeof(o) };
+	struct kva_toolwait_opts o = { .size = sizeof(o),
+		.flags = KVA_TOOLWAIT_MOUNT | KVA_TOOLWAIT_REPLACE_PINS };
 	struct kva_toolwait *tw = NULL, *tw2 = NULL, *view = NULL;
-	struct kva_arena_params ap = { .bytes = 8 << 20, .block_size = 64 << 10,
+	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 8 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "toolwait" };
 	const uint32_t nblocks[2] = { 10, 3 };
@@ -300,7 +301,7 @@ static int cmd_run(int argc, char **argv)
 	NEED(kva_open(backend, &dev) == 0, "kva_open");
 	if (backend == KVA_BACKEND_KERNEL)
 		check_tp_format();
-	NEED(kva_arena_create(dev, &ap, &arena) == 0, "arena create");
+	NEED(kva_arena_new(dev, &ap, &arena) == 0, "arena create");
 	NEED(cgroup2_root(root, sizeof(root)) == 0, "no cgroup2 mount");
 	for (i = 0; i < 2; i++) {
 		snprintf(cg[i], sizeof(cg[i]), "%s/kvatw-%d-%c", root,
@@ -321,16 +322,28 @@ static int cmd_run(int argc, char **argv)
 		struct kva_toolwait_opts o2 = o;
 		struct kva_arena_info ai = { .size = sizeof(ai) };
 
-		kva_arena_info(arena, &ai);
+		kva_arena_get_info(arena, &ai);
 		o2.pin_dir = "";
 		o2.min_wait_us = 100000;
 		o2.arena_filter = ai.arena_id;
 		n = kva_toolwait_open(&o2, &tw2);
 		CHECK(n == 0, "second loader: %s", strerror(-n));
 	}
+	/* A third on the same pins, without REPLACE_PINS: refused. */
+	{
+		struct kva_toolwait_opts o3 = o;
+		struct kva_toolwait *tw3 = NULL;
+
+		o3.flags = KVA_TOOLWAIT_MOUNT;
+		n = kva_toolwait_open(&o3, &tw3);
+		CHECK(n == -EEXIST && !tw3 &&
+		      access(KVA_TOOLWAIT_PIN_DIR "/sessions", F_OK) == 0,
+		      "live pins kept without REPLACE_PINS: %s", strerror(-n));
+		kva_toolwait_close(tw3);
+	}
 
 	for (i = 0; i < 2; i++) {
-		NEED(kva_session_create(arena, 1000 + i, &sid[i]) == 0,
+		NEED(kva_session_open(arena, 1000 + i, &sid[i]) == 0,
 		     "session create");
 		NEED(kva_blocks_alloc(arena, sid[i], nblocks[i], ids, 0) ==
 		     (int)nblocks[i], "blocks alloc");
@@ -416,7 +429,7 @@ static int cmd_run(int argc, char **argv)
 				total += log.e[i].wait_us;
 				cnt++;
 			}
-		NEED(kva_toolwait_class_hist(tw, tclass[c], &h) == 0,
+		NEED(kva_toolwait_class_hist(tw, tclass[c], &h, sizeof(h)) == 0,
 		     "class %u histogram", tclass[c]);
 		CHECK(h.count == cnt && cnt == (c ? NWAITS_B : NWAITS_A),
 		      "class %u: %" PRIu64 " waits", tclass[c], h.count);
@@ -443,7 +456,7 @@ static int cmd_run(int argc, char **argv)
 				if (log.e[i].wait_us > max)
 					max = log.e[i].wait_us;
 			}
-		NEED(kva_toolwait_session(tw, &key[c], &ss[c]) == 0,
+		NEED(kva_toolwait_get_session(tw, &key[c], &ss[c], sizeof(ss[c])) == 0,
 		     "session %c in map", 'A' + c);
 		CHECK(ss[c].waits == (c ? NWAITS_B : NWAITS_A) &&
 		      ss[c].total_us == total && ss[c].max_us == max,
@@ -463,7 +476,7 @@ static int cmd_run(int argc, char **argv)
 		CHECK(ss[c].tool_procs == procs && ss[c].cur_procs == 0,
 		      "session %c: %" PRIu64 " tool processes", 'A' + c,
 		      ss[c].tool_procs);
-		NEED(kva_session_info(arena, sid[c], &si) == 0, "session info");
+		NEED(kva_session_get_info(arena, sid[c], &si) == 0, "session info");
 		CHECK(llabs((long long)(si.state_ns[KVA_STATE_TOOL_WAIT] / 1000) -
 			    (long long)total) <= 1000 + (long long)total / 100,
 		      "session %c: module TOOL_WAIT %" PRIu64 " us, BPF %"
@@ -480,7 +493,7 @@ static int cmd_run(int argc, char **argv)
 		n = drain(tw2, &log2);
 		CHECK(n == want && want >= NWAITS_A,
 		      "min_wait_us: %d events, want %d", n, want);
-		CHECK(kva_toolwait_stats(tw2, &st) == 0 &&
+		CHECK(kva_toolwait_get_stats(tw2, &st, sizeof(st)) == 0 &&
 		      st.short_waits == (uint64_t)(NWAITS - want) &&
 		      st.waits == NWAITS,
 		      "min_wait_us: %" PRIu64 " short of %" PRIu64,
@@ -488,7 +501,7 @@ static int cmd_run(int argc, char **argv)
 		kva_toolwait_close(tw2);
 		tw2 = NULL;
 	}
-	CHECK(kva_toolwait_stats(tw, &st) == 0 && st.events == NWAITS &&
+	CHECK(kva_toolwait_get_stats(tw, &st, sizeof(st)) == 0 && st.events == NWAITS &&
 	      st.events_lost == 0 && st.sessions_full == 0 &&
 	      st.filtered == 0, "stats: %" PRIu64 " events %" PRIu64 " lost",
 	      st.events, st.events_lost);
@@ -500,14 +513,14 @@ static int cmd_run(int argc, char **argv)
 		struct kva_toolwait_session v;
 		uint32_t classes[8];
 
-		CHECK(kva_toolwait_session(view, &key[0], &v) == 0 &&
+		CHECK(kva_toolwait_get_session(view, &key[0], &v, sizeof(v)) == 0 &&
 		      v.total_us == ss[0].total_us, "pinned sessions map");
 		CHECK(kva_toolwait_classes(view, classes, 8) == 2 &&
 		      classes[0] == 1 && classes[1] == 2, "pinned classes map");
 		kva_toolwait_close(view);
 	}
 	/* Predictor on the real histogram: 8 samples needed, class 2 has 6. */
-	if (kva_toolwait_class_hist(tw, 2, &h) == 0)
+	if (kva_toolwait_class_hist(tw, 2, &h, sizeof(h)) == 0)
 		CHECK(kva_toolwait_predict(&h, 0, 0) == 1000000,
 		      "cold start below 8 samples");
 
@@ -532,7 +545,7 @@ static int cmd_run(int argc, char **argv)
 	kva_toolwait_detach(tw);
 	kva_session_set_state(arena, sid[0], KVA_STATE_TOOL_WAIT, 1, 0);
 	kva_session_set_state(arena, sid[0], KVA_STATE_DECODE, 0, 0);
-	CHECK(kva_toolwait_session(tw, &key[0], &ss[1]) == 0 &&
+	CHECK(kva_toolwait_get_session(tw, &key[0], &ss[1], sizeof(ss[1])) == 0 &&
 	      ss[1].waits == NWAITS_A, "detached: no more waits counted");
 	for (i = 0; i < 2; i++)
 		kva_toolwait_unregister_cgroup(tw, cgid[i]);
@@ -621,8 +634,9 @@ static void write_sysctl(const char *path, const char *v)
 static int cmd_bench(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
-	struct kva_toolwait_opts o = { .size = sizeof(o), .pin_dir = "" };
-	struct kva_arena_params ap = { .bytes = 4 << 20, .block_size = 64 << 10,
+	struct kva_toolwait_opts o = { .size = sizeof(o), .pin_dir = "",
+				       .flags = KVA_TOOLWAIT_MOUNT };
+	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 4 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "twbench" };
 	const char *label = "host", *prog;
@@ -655,8 +669,8 @@ static int cmd_bench(int argc, char **argv)
 		}
 	}
 	mount_if_absent("/sys/fs/bpf", "bpf", "/sys/fs/bpf/.");
-	if (kva_open(backend, &dev) || kva_arena_create(dev, &ap, &arena) ||
-	    kva_session_create(arena, 1, &sid) ||
+	if (kva_open(backend, &dev) || kva_arena_new(dev, &ap, &arena) ||
+	    kva_session_open(arena, 1, &sid) ||
 	    kva_blocks_alloc(arena, sid, 4, ids, 0) != 4) {
 		fprintf(stderr, "bench: setup failed\n");
 		return 1;
@@ -724,8 +738,9 @@ static int cmd_bench(int argc, char **argv)
 static int cmd_demo(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
-	struct kva_toolwait_opts o = { .size = sizeof(o) };
-	struct kva_arena_params ap = { .bytes = 8 << 20, .block_size = 64 << 10,
+	struct kva_toolwait_opts o = { .size = sizeof(o),
+		.flags = KVA_TOOLWAIT_MOUNT | KVA_TOOLWAIT_REPLACE_PINS };
+	struct kva_arena_params ap = { .size = sizeof(ap), .bytes = 8 << 20, .block_size = 64 << 10,
 				       .numa_node = KVA_NUMA_ANY,
 				       .name = "demo" };
 	struct kva_toolwait_key key;
@@ -748,7 +763,7 @@ static int cmd_demo(int argc, char **argv)
 	else
 		o.usdt = KVA_TOOLWAIT_OFF;
 	mount_if_absent("/sys/fs/bpf", "bpf", "/sys/fs/bpf/.");
-	if (kva_open(backend, &dev) || kva_arena_create(dev, &ap, &arena) ||
+	if (kva_open(backend, &dev) || kva_arena_new(dev, &ap, &arena) ||
 	    cgroup2_root(root, sizeof(root)))
 		return 1;
 	snprintf(cg, sizeof(cg), "%s/kvatw-demo-%d", root, (int)getpid());
@@ -759,7 +774,7 @@ static int cmd_demo(int argc, char **argv)
 		fprintf(stderr, "demo: %s\n", strerror(-ret));
 		return 1;
 	}
-	kva_session_create(arena, 42, &sid);
+	kva_session_open(arena, 42, &sid);
 	kva_blocks_alloc(arena, sid, 8, ids, 0);
 	kva_toolwait_session_key(arena, sid, &key);
 	kva_toolwait_register_cgroup(tw, cgid, &key);

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Print the guest kernels the VM harness tests, one per line:
 #   <series> <full version>        e.g. "61 6.1.0-57-amd64", "612 6.12.117+deb12-amd64"
 # A kernel counts as installed when /boot/vmlinuz-<ver> and /lib/modules/<ver>/

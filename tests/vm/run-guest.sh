@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Boot a Debian guest kernel under QEMU (TCG) with a busybox initramfs, load
 # nothing automatically, run one shell command, and report its exit status.
 #

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Self-test of the VM harness: builds a throw-away hello module (and a small
 # dynamically linked program) for every installed guest kernel, then checks,
 # one guest at a time:

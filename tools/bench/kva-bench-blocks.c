@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
  * kva-bench-blocks: block alloc+free throughput through libkvarena, one
  * call per batch (the ioctl path on the kernel backend, the shared core
@@ -75,8 +75,8 @@ static int run_uring(struct kva_arena *arena, uint32_t sid, uint32_t batch,
 				b[i] = (struct kva_blocks){ .size = sizeof(b[i]),
 					.session_id = sid, .count = per_sqe,
 					.ids = (uintptr_t)ids[i] };
-				kva_ring_queue(ring, pass ? KVA_IOC_BLOCKS_FREE :
-					       KVA_IOC_BLOCKS_ALLOC, &b[i], i);
+				kva_ring_queue(ring, pass ? KVA_RING_BLOCKS_FREE :
+					       KVA_RING_BLOCKS_ALLOC, &b[i], i);
 			}
 			if (kva_ring_submit(ring) != (int)batch) {
 				kva_ring_close(ring);
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_AUTO;
 	const char *prefix = "blocks", *suffix = "host";
-	struct kva_arena_params p = {
+	struct kva_arena_params p = { .size = sizeof(p),
 		.bytes = 64ULL << 20, .block_size = 64 << 10,
 		.numa_node = KVA_NUMA_ANY, .name = "bench",
 	};
@@ -150,9 +150,9 @@ int main(int argc, char **argv)
 	}
 	ret = kva_open(backend, &dev);
 	if (!ret)
-		ret = kva_arena_create(dev, &p, &arena);
+		ret = kva_arena_new(dev, &p, &arena);
 	if (!ret)
-		ret = kva_session_create(arena, 0, &sid);
+		ret = kva_session_open(arena, 0, &sid);
 	if (ret) {
 		fprintf(stderr, "kva-bench-blocks: setup: %s\n", strerror(-ret));
 		return 1;

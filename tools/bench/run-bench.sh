@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make bench [BENCH=name]: run benchmarks, print a table, and write every
 # figure to build/bench/results.tsv (name value unit peer peer_value ratio).
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
@@ -6,11 +7,12 @@
 # one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
 # programs' cost per session transition), handoff (KV from prefill to
 # decode: arena vs copy), serve (kvarenad under agent load),
-# sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec).
+# sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
+# constrained (decode under a tool-call grammar vs free, and schema compile time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve sandbox)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -142,6 +144,38 @@ bench_sandbox() {
 	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
 }
 
+# constrained: greedy decode tok/s under a nested tool-call grammar vs
+# free, same model and run (alternating rounds, best of each), on the
+# engine benchmark's 15M and 110M Q8_0 models; the compile time of a
+# 20-property schema (automaton and token sets for the 32000-token
+# vocabulary; median of 7 cold compiles, wall clock). Goals: >= 0.9x and
+# <= 50 ms.
+bench_constrained() {
+	local md=build/bench/models m tag out
+	forget '(constrained_|schema_compile_)'
+	make --no-print-directory build/engine/bench/kvc-bench build/bin/kva-mkmodel >/dev/null
+	mkdir -p "$md"
+	[ -f "$md/15m_q8.gguf" ] || build/bin/kva-mkmodel --dim 288 --layers 6 --heads 6 --ffn 768 \
+		--vocab 32000 --ctx 256 --type q8_0 -o "$md/15m_q8.gguf" >/dev/null
+	[ -f "$md/110m_q8.gguf" ] || build/bin/kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \
+		--vocab 32000 --ctx 1024 --type q8_0 -o "$md/110m_q8.gguf" >/dev/null
+	for m in 15m_q8 110m_q8; do
+		tag=${m%_q8}
+		out=$(build/engine/bench/kvc-bench "$md/$m.gguf" --tokens 128 --rounds 3)
+		echo "$out" | sed "s/^/  $m: /"
+		get() { echo "$out" | sed -n "s/^$1=//p"; }
+		printf 'constrained_decode_%s\t%s\ttok/s\tunconstrained\t%s\t%s\n' "$tag" \
+			"$(get constrained_tps)" "$(get unconstrained_tps)" "$(get ratio)" >>"$tsv"
+		printf 'constrained_mask_us_%s\t%s\tus/token\tdecode_step_us\t%s\t%s\n' "$tag" \
+			"$(get constraint_us_per_token)" "$(get step_us)" \
+			"$(awk -v a="$(get constraint_us_per_token)" -v b="$(get step_us)" 'BEGIN { printf "%.4f", a / b }')" >>"$tsv"
+		if [ "$m" = 15m_q8 ]; then
+			printf 'schema_compile_20props\t%s\tms\t-\t-\t-\n' "$(get schema20_compile_ms)" >>"$tsv"
+			printf 'schema_compile_20props_cpu\t%s\tms\t-\t-\t-\n' "$(get schema20_compile_cpu_ms)" >>"$tsv"
+		fi
+	done
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
@@ -151,6 +185,7 @@ for b in "${want[@]}"; do
 	handoff) bench_handoff ;;
 	serve) bench_serve ;;
 	sandbox) bench_sandbox ;;
+	constrained) bench_constrained ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done

@@ -1,7 +1,8 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: MIT
 /*
- * kvactl monitor [--count N] [--timeout SECONDS]: the module's multicast
- * events as they happen, one line (or one JSON object) each.
+ * kvactl monitor [--arena ID] [--count N] [--timeout SECONDS]: the
+ * module's multicast events as they happen, one line (or one JSON object)
+ * each.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -9,11 +10,14 @@
 
 #include "kvactl.h"
 
+const char kvactl_monitor_usage[] =
+	"usage: kvactl [-j|-p] monitor [--arena ID] [--count N] [--timeout SECONDS]\n";
+
 static const char *event_name(const struct kva_nl_event *e)
 {
-	if (e->cmd == KVA_NL_CMD_ARENA_NEW)
+	if (e->kind == KVA_NL_EV_ARENA_NEW)
 		return "arena-created";
-	if (e->cmd == KVA_NL_CMD_ARENA_DEL)
+	if (e->kind == KVA_NL_EV_ARENA_DEL)
 		return "arena-destroyed";
 	switch (e->ev.type) {
 	case KVA_EVENT_PRESSURE:
@@ -26,33 +30,40 @@ static const char *event_name(const struct kva_nl_event *e)
 	return "unknown";
 }
 
-static void event_json(const struct kva_nl_event *e)
+/*
+ * The "event" object of the JSON schema: every key in every event (0, ""
+ * or [] where it does not apply), so that one schema describes them all.
+ */
+static json_t *event_json(const char *name, const struct kva_nl_event *e)
 {
 	const struct kva_event *v = &e->ev;
+	json_t *victims = json_array();
 	uint32_t i;
 
-	printf("{\"event\": \"%s\", \"arena\": %u", event_name(e), v->arena_id);
-	if (e->cmd != KVA_NL_CMD_EVENT) {
-		printf(", \"name\": ");
-		kvactl_json_str(e->name);
-		printf(", \"tenant\": %u, \"bytes\": %llu}\n",
-		       v->tenant_id, (unsigned long long)e->bytes);
-		return;
-	}
-	printf(", \"seq\": %llu, \"time_ns\": %llu"
-	       ", \"session\": %u, \"tenant\": %u, \"blocks_free\": %u"
-	       ", \"low_wm\": %u, \"requested\": %u, \"pid\": %u, \"victims\": [",
-	       v->seq, v->time_ns, v->session_id, v->tenant_id, v->blocks_free,
-	       v->low_wm, v->requested, v->pid);
-	for (i = 0; i < v->nvictims; i++)
-		printf("%s{\"session\": %u, \"state\": \"%s\", \"blocks\": %u"
-		       ", \"tool_class\": %u, \"score\": %llu"
-		       ", \"idle_ns\": %llu}", i ? ", " : "",
-		       v->victims[i].session_id,
-		       kva_state_name(v->victims[i].state),
-		       v->victims[i].blocks_held, v->victims[i].tool_class,
-		       v->victims[i].score, v->victims[i].idle_ns);
-	printf("]}\n");
+	for (i = 0; victims && i < v->nvictims && i < KVA_EVENT_MAX_VICTIMS; i++)
+		json_array_append_new(victims, json_pack(
+			"{s:I, s:s, s:I, s:I, s:o, s:o}",
+			"session_id", (json_int_t)v->victims[i].session_id,
+			"state", kva_state_name(v->victims[i].state),
+			"blocks_held", (json_int_t)v->victims[i].blocks_held,
+			"tool_class", (json_int_t)v->victims[i].tool_class,
+			"score", kvactl_ju64(v->victims[i].score),
+			"idle_ns", kvactl_ju64(v->victims[i].idle_ns)));
+	return json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:o, s:I, s:I, s:I,"
+			 " s:I, s:I, s:o}",
+			 "event", name,
+			 "arena_id", (json_int_t)v->arena_id,
+			 "tenant_id", (json_int_t)v->tenant_id,
+			 "name", e->name,
+			 "bytes", kvactl_ju64(e->bytes),
+			 "seq", kvactl_ju64(v->seq),
+			 "time_ns", kvactl_ju64(v->time_ns),
+			 "session_id", (json_int_t)v->session_id,
+			 "blocks_free", (json_int_t)v->blocks_free,
+			 "low_wm", (json_int_t)v->low_wm,
+			 "requested", (json_int_t)v->requested,
+			 "pid", (json_int_t)v->pid,
+			 "victims", victims);
 }
 
 static void event_text(const struct kva_nl_event *e)
@@ -61,11 +72,12 @@ static void event_text(const struct kva_nl_event *e)
 	char sz[32];
 	uint32_t i;
 
-	switch (e->cmd == KVA_NL_CMD_EVENT ? v->type : 0) {
+	switch (e->kind == KVA_NL_EV_EVENT ? v->type : 0) {
 	case KVA_EVENT_PRESSURE:
 		printf("arena %u seq %llu pressure: %u free < low %u; victims",
-		       v->arena_id, v->seq, v->blocks_free, v->low_wm);
-		for (i = 0; i < v->nvictims; i++)
+		       v->arena_id, (unsigned long long)v->seq, v->blocks_free,
+		       v->low_wm);
+		for (i = 0; i < v->nvictims && i < KVA_EVENT_MAX_VICTIMS; i++)
 			printf(" %u(%s,%u blk)", v->victims[i].session_id,
 			       kva_state_name(v->victims[i].state),
 			       v->victims[i].blocks_held);
@@ -73,12 +85,13 @@ static void event_text(const struct kva_nl_event *e)
 		break;
 	case KVA_EVENT_QUOTA:
 		printf("arena %u seq %llu quota: tenant %u session %u requested %u\n",
-		       v->arena_id, v->seq, v->tenant_id, v->session_id,
-		       v->requested);
+		       v->arena_id, (unsigned long long)v->seq, v->tenant_id,
+		       v->session_id, v->requested);
 		break;
 	case KVA_EVENT_SESSION_ENDED:
 		printf("arena %u seq %llu session-ended: %u by pid %u\n",
-		       v->arena_id, v->seq, v->session_id, v->pid);
+		       v->arena_id, (unsigned long long)v->seq, v->session_id,
+		       v->pid);
 		break;
 	default:
 		printf("arena %u %s \"%s\" tenant %u %s\n", v->arena_id,
@@ -89,45 +102,61 @@ static void event_text(const struct kva_nl_event *e)
 
 int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 {
-	uint32_t count = 0, timeout = 0, seen = 0;
-	struct kva_nl_event e;
+	uint32_t count = 0, timeout = 0, arena = 0, seen = 0, *dst;
+	struct kva_nl_event e = { .size = sizeof(e) };
 	int i, ret;
 
 	for (i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--count") &&
-		    !kvactl_parse_u32(argv[i + 1], &count))
-			continue;
-		if (!strcmp(argv[i], "--timeout") &&
-		    !kvactl_parse_u32(argv[i + 1], &timeout))
-			continue;
-		goto usage;
+		dst = !strcmp(argv[i], "--count") ? &count :
+		      !strcmp(argv[i], "--timeout") ? &timeout :
+		      !strcmp(argv[i], "--arena") || !strcmp(argv[i], "-a") ?
+		      &arena : NULL;
+		if (!dst || kvactl_parse_u32(argv[i + 1], dst))
+			return kvactl_usage_error(kvactl_monitor_usage);
 	}
-	if (i != argc)
-		goto usage;
+	if (i != argc || timeout > 2000000)	/* ms fit an int */
+		return kvactl_usage_error(kvactl_monitor_usage);
+	if (kvactl_nl(k))
+		return 1;
 	ret = kva_nl_subscribe(k->nl);
 	if (ret)
 		return kvactl_fail(k, "monitor", ret);
-	/* On stderr in JSON mode too: scripts can wait for this line. */
-	fprintf(stderr, "kvactl: monitoring kvarena events (Ctrl-C to stop)\n");
+	/*
+	 * Scripts wait for this before causing events: on stderr as text,
+	 * or, with -j, a first "subscribed" object on stdout (nothing on
+	 * stderr).
+	 */
+	if (k->json) {
+		memset(&e.ev, 0, sizeof(e.ev));
+		kvactl_json_print(k, event_json("subscribed", &e));
+	} else {
+		fprintf(stderr, "kvactl: monitoring kvarena events (Ctrl-C to stop)\n");
+	}
+	fflush(stdout);
 	fflush(stderr);
 	while (!count || seen < count) {
+		e.size = sizeof(e);
 		ret = kva_nl_next_event(k->nl, &e,
 					timeout ? (int)timeout * 1000 : -1);
 		if (ret == -EAGAIN)
 			continue;		/* not an event */
+		if (ret == -ENOBUFS) {		/* overran: say so, go on */
+			fprintf(stderr, "kvactl: monitor: events lost "
+				"(receive queue overran)\n");
+			continue;
+		}
 		if (ret < 0)
 			return kvactl_fail(k, "monitor", ret);
 		if (!ret)
 			break;			/* timed out */
+		if (arena && e.ev.arena_id != arena)
+			continue;
 		if (k->json)
-			event_json(&e);
+			kvactl_json_print(k, event_json(event_name(&e), &e));
 		else
 			event_text(&e);
 		fflush(stdout);
 		seen++;
 	}
 	return 0;
-usage:
-	fprintf(stderr, "usage: kvactl monitor [--count N] [--timeout SECONDS]\n");
-	return 2;
 }

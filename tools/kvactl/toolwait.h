@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: GPL-2.0 */
+/* SPDX-License-Identifier: MIT */
 /*
  * kvactl toolwait: tool-wait histograms per tool class and a per-session
  * table, from the maps the toolwait BPF programs pin under
@@ -8,9 +8,12 @@
 #ifndef KVACTL_TOOLWAIT_H
 #define KVACTL_TOOLWAIT_H
 
-#include <stdbool.h>
+extern const char kvactl_toolwait_usage[];
 
-/* argv[0] is "toolwait"; returns 0 or a negative errno (message printed). */
-int kvactl_toolwait(int argc, char **argv, bool json);
+/*
+ * argv[0] is "toolwait"; json: 0 text, 1 JSON, 2 indented JSON.  Returns
+ * the exit status: 0, 1 (failed, message printed) or 2 (usage error).
+ */
+int kvactl_toolwait(int argc, char **argv, int json);
 
 #endif /* KVACTL_TOOLWAIT_H */

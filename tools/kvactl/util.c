@@ -1,5 +1,6 @@
-// SPDX-License-Identifier: GPL-2.0
-/* kvactl output helpers (see kvactl.h). */
+// SPDX-License-Identifier: MIT
+/* kvactl shared helpers (see kvactl.h). */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -8,20 +9,69 @@
 
 #include "kvactl.h"
 
-void kvactl_json_str(const char *s)
+int kvactl_nl(struct kvactl *k)
 {
-	putchar('"');
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
+	int ret = kva_nl_open(&k->nl);
 
-		if (c == '"' || c == '\\')
-			printf("\\%c", c);
-		else if (c < 0x20)
-			printf("\\u%04x", c);
-		else
-			putchar(c);
+	if (!ret)
+		return 0;
+	k->nl = NULL;
+	fprintf(stderr, "kvactl: %s\n", ret == -ENOENT ?
+		"no kvarena netlink family: is kvarena.ko loaded?" :
+		strerror(-ret));
+	return 1;
+}
+
+bool kvactl_is_help(const char *arg)
+{
+	return !strcmp(arg, "help") || !strcmp(arg, "-h") ||
+	       !strcmp(arg, "--help");
+}
+
+/*
+ * `OBJECT help`, `OBJECT COMMAND help`, or -h/--help anywhere: the object's
+ * usage, before anything is opened.
+ */
+bool kvactl_wants_help(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return true;
+	return (argc > 1 && !strcmp(argv[1], "help")) ||
+	       (argc > 2 && !strcmp(argv[2], "help"));
+}
+
+int kvactl_usage_error(const char *usage)
+{
+	fputs(usage, stderr);
+	return 2;
+}
+
+void kvactl_json_print(const struct kvactl *k, json_t *v)
+{
+	size_t flags = JSON_PRESERVE_ORDER;
+
+	if (!v) {
+		fprintf(stderr, "kvactl: out of memory building JSON\n");
+		return;
 	}
-	putchar('"');
+	if (k->json == KVACTL_PRETTY)
+		flags |= JSON_INDENT(2);
+	json_dumpf(v, stdout, flags);
+	putchar('\n');
+	json_decref(v);
+}
+
+json_t *kvactl_ju64(uint64_t v)
+{
+	char buf[24];
+
+	if (v <= (uint64_t)INT64_MAX)
+		return json_integer((json_int_t)v);
+	snprintf(buf, sizeof(buf), "%" PRIu64, v);
+	return json_string(buf);
 }
 
 const char *kvactl_size(uint64_t bytes, char *buf, size_t len)
@@ -67,12 +117,21 @@ int kvactl_fail(struct kvactl *k, const char *what, int err)
 
 int kvactl_parse_u32(const char *s, uint32_t *out)
 {
+	int base = 10;
+	unsigned long long v;
 	char *end;
-	unsigned long v;
 
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+		base = 16;
+		s += 2;
+		if (!isxdigit((unsigned char)s[0]))
+			return -EINVAL;
+	}
 	errno = 0;
-	v = strtoul(s, &end, 0);
-	if (errno || !*s || *end || v > UINT32_MAX)
+	v = strtoull(s, &end, base);
+	if (errno || *end || v > UINT32_MAX)
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;

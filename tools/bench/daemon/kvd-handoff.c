@@ -136,11 +136,12 @@ static int run(enum kva_backend backend, uint32_t tokens, int runs)
 
 	if (!ids || !ta || !tc || kva_open(backend, &dev))
 		goto out;
+	p.size = sizeof(p);
 	p.bytes = (uint64_t)n * BLOCK;
 	p.block_size = BLOCK;
 	p.numa_node = KVA_NUMA_ANY;
 	p.name = "handoff";
-	if (kva_arena_create(dev, &p, &a) || kva_session_create(a, 1, &sid))
+	if (kva_arena_new(dev, &p, &a) || kva_session_open(a, 1, &sid))
 		goto out;
 	for (i = 0; i < n; i += 1024) {
 		uint32_t k = n - i < 1024 ? n - i : 1024;

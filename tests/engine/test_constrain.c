@@ -1,0 +1,475 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_constrain - constrained decoding (kvconstrain.h) on real
+ * tokenizers: texts a schema must accept or refuse, fed byte by byte and
+ * as the tokenizer splits them (tokens spanning several JSON characters,
+ * ending inside escapes or UTF-8 sequences); every step's mask checked
+ * against kvc_advance for the whole vocabulary while a random-weight
+ * model samples under the constraint; the lazy tool-call trigger; the
+ * nesting limit; refusals naming the keyword; the compile cache;
+ * kve_sample_masked. The property test against an independent validator
+ * is kvc-gen + validate.js (run.sh).
+ *
+ * usage: test_constrain MODEL...
+ */
+#include "cgen.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+static struct kvc_vocab *V;
+static struct kve_tokenizer *T;
+static uint32_t NV;
+static int32_t byte_tok[256];
+static const char *MNAME;
+
+static struct kvc_grammar *compile(enum kvc_kind kind, const char *json, char *err, size_t n)
+{
+	struct kvc_spec sp = { .kind = kind, .json = json, .json_len = json ? strlen(json) : 0 };
+	struct kvc_grammar *g = NULL;
+
+	if (kvc_compile(V, &sp, &g, err, n))
+		return NULL;
+	return g;
+}
+
+/* 1 if text is accepted fed one byte token at a time and the output is
+ * complete at the end */
+static int accepts_bytes(struct kvc_grammar *g, const char *text, unsigned flags)
+{
+	struct kvc_matcher *m = kvc_matcher_create(g, flags);
+	size_t i;
+	int ok = 1;
+
+	for (i = 0; text[i] && ok; i++)
+		ok = kvc_advance(m, byte_tok[(uint8_t)text[i]]) == 0;
+	ok = ok && kvc_accepting(m);
+	kvc_matcher_free(m);
+	return ok;
+}
+
+/* The same through the tokenizer's own split, checking each token's
+ * mask bit on the way */
+static int accepts_tokens(struct kvc_grammar *g, const char *text, int *mask_ok)
+{
+	int32_t ids[512];
+	int n = kve_tokenize(T, text, strlen(text), 0, ids, 512), i, ok = 1;
+	struct kvc_matcher *m = kvc_matcher_create(g, 0);
+	uint32_t *mask = calloc(kvc_mask_words(V), 4);
+
+	*mask_ok = 1;
+	for (i = 0; i < n && ok; i++) {
+		int bit;
+		kvc_mask(m, mask);
+		bit = (mask[ids[i] >> 5] >> (ids[i] & 31)) & 1;
+		ok = kvc_advance(m, ids[i]) == 0;
+		if (bit != ok)
+			*mask_ok = 0;
+	}
+	ok = ok && kvc_accepting(m);
+	kvc_matcher_free(m);
+	free(mask);
+	return ok;
+}
+
+struct tcase {
+	const char *schema;
+	const char *good[8];
+	const char *bad[10];
+};
+
+static const struct tcase cases[] = {
+	{ "{\"type\":\"object\",\"properties\":{\"unit\":{\"enum\":[\"c\",\"cel\",\"celsius\",\"celsius2\"]}},"
+	  "\"required\":[\"unit\"],\"additionalProperties\":false}",
+	  { "{\"unit\":\"c\"}", "{\"unit\": \"cel\"}", "{ \"unit\" : \"celsius\" }", "{\"unit\":\"celsius2\"}" },
+	  { "{\"unit\":\"ce\"}", "{\"unit\":\"celsius3\"}", "{}", "{\"unit\":\"c\",\"x\":1}", "{\"Unit\":\"c\"}" } },
+	{ "{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}",
+	  { "\"ab\"", "\"\\n\\\"\"", "\"\\u00e9\\u4e2d\\ud7ff\"", "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80z\"", "\"a\\\\\\/\"" },
+	  { "\"a\"", "\"abcde\"", "\"\\ud800x\"", "\"\\x41\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"a\tb\"",
+	    "\"\xf4\x90\x80\x80z\"", "\"ab" } },
+	{ "{\"type\":\"number\"}",
+	  { "0", "-0.5", "1e5", "1E+05", "-2.25e-3", "123456789012345678", "3.141592653589" },
+	  { "01", "1.", ".5", "+1", "1e", "1e+", "--1", "1234567890123456789", "NaN" } },
+	{ "{\"type\":\"integer\",\"minimum\":-15,\"maximum\":250}",
+	  { "-15", "-9", "0", "7", "99", "250", "199" },
+	  { "-16", "251", "300", "-0", "1.5", "1e2", "1000", "-150" } },
+	{ "{\"type\":\"number\",\"minimum\":0.25,\"exclusiveMaximum\":1.5}",
+	  { "0.25", "0.3", "1", "1.4999", "0.250001", "1.0" },
+	  { "0.2", "0.24999", "1.5", "1.50", "2", "-1", "0" } },
+	{ "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"array\","
+	  "\"items\":{\"type\":\"boolean\"},\"maxItems\":2}},\"required\":[\"b\"]},\"n\":{\"type\":\"null\"}},"
+	  "\"required\":[\"a\"]}",
+	  { "{\"a\":{\"b\":[]}}", "{\"a\":{\"b\":[true,false]},\"n\":null}", "{\"a\":{\"b\":[ ]} , \"n\" : null}" },
+	  { "{\"a\":{\"b\":[true,false,true]}}", "{\"a\":{}}", "{\"n\":null}", "{\"a\":{\"b\":[1]}}", "{\"a\":{\"b\":[true,]}}" } },
+	{ "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"integer\",\"minimum\":5,\"maximum\":5},"
+	  "{\"$ref\":\"#/$defs/p\"}],\"$defs\":{\"p\":{\"type\":\"array\",\"minItems\":1,\"items\":{\"const\":\"x\"}}}}",
+	  { "\"\"", "\"q\"", "5", "[\"x\"]", "[\"x\",\"x\",\"x\"]" },
+	  { "\"qq\"", "4", "[]", "[\"y\"]", "null" } },
+	{ "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}}",
+	  { "{}", "{\"k\":3}", "{\"k\":3,\"j\\\"\":9}" },
+	  { "{\"k\":10}", "{\"k\":\"3\"}", "{3:3}" } },
+	{ "{\"type\":\"object\",\"properties\":{\"free\":{\"type\":\"object\"},\"any\":{}},\"required\":[\"free\",\"any\"]}",
+	  { "{\"free\":{},\"any\":1}", "{\"free\":{\"x\":[1,{\"y\":[[]]}],\"z\":\"w\"},\"any\":[{}]}",
+	    "{\"free\":{\"a\":null},\"any\":\"s\"}" },
+	  { "{\"free\":[],\"any\":1}", "{\"free\":{\"x\":},\"any\":1}", "{\"free\":{\"x\":1,},\"any\":1}",
+	    "{\"free\":{},\"any\":}" } },
+};
+
+static void byte_tokens(void)
+{
+	int32_t i;
+	char b[8];
+
+	for (i = 0; i < 256; i++)
+		byte_tok[i] = -1;
+	/* prefer the byte-fallback / single-byte token for each byte */
+	for (i = (int32_t)NV - 1; i >= 0; i--)
+		if (kve_token_bytes(T, i, b, sizeof(b)) == 1)
+			byte_tok[(uint8_t)b[0]] = i;
+	for (i = 0; i < 256; i++)
+		if (byte_tok[i] < 0)
+			break;
+	CHECK(i == 256, "%s: every byte has a one-byte token", MNAME);
+}
+
+static void accept_cases(void)
+{
+	size_t c, k;
+	char err[256];
+
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, cases[c].schema, err, sizeof(err));
+		int good = 1, bad = 1, tok = 1, mask = 1, mo;
+
+		CHECK(g != NULL, "%s: case %zu compiles%s%s", MNAME, c, g ? "" : ": ", g ? "" : err);
+		if (!g)
+			continue;
+		for (k = 0; k < 8 && cases[c].good[k]; k++) {
+			if (!accepts_bytes(g, cases[c].good[k], 0)) {
+				printf("# case %zu: refused %s\n", c, cases[c].good[k]);
+				good = 0;
+			}
+			if (!accepts_tokens(g, cases[c].good[k], &mo)) {
+				printf("# case %zu: tokens of %s refused\n", c, cases[c].good[k]);
+				tok = 0;
+			}
+			mask &= mo;
+		}
+		for (k = 0; k < 10 && cases[c].bad[k]; k++) {
+			if (accepts_bytes(g, cases[c].bad[k], 0)) {
+				printf("# case %zu: accepted %s\n", c, cases[c].bad[k]);
+				bad = 0;
+			}
+			if (accepts_tokens(g, cases[c].bad[k], &mo)) {
+				printf("# case %zu: tokens of %s accepted\n", c, cases[c].bad[k]);
+				bad = 0;
+			}
+			mask &= mo;
+		}
+		CHECK(good && tok, "%s: case %zu accepts its valid texts, bytewise and tokenized", MNAME, c);
+		CHECK(bad, "%s: case %zu refuses its invalid texts", MNAME, c);
+		CHECK(mask, "%s: case %zu: each token's mask bit == kvc_advance's verdict", MNAME, c);
+		kvc_grammar_release(g);
+	}
+}
+
+static void refusals(void)
+{
+	static const char *const s[][2] = {
+		{ "{\"type\":\"string\",\"pattern\":\"^a\"}", "'pattern'" },
+		{ "{\"type\":\"string\",\"format\":\"date-time\"}", "'format'" },
+		{ "{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf'" },
+		{ "{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'" },
+		{ "{\"properties\":{\"a\":{\"not\":{}}}}", "/properties/a: unsupported keyword 'not'" },
+		{ "{\"$defs\":{\"n\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},\"$ref\":\"#/$defs/n\"}",
+		  "recursive $ref" },
+		{ "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "admits no value" },
+		{ "{\"type\":\"object\",\"required\":[\"x\"]}", "'x' is not in properties" },
+		{ "{\"type\":\"strin\"}", "unknown type 'strin'" },
+		{ "{\"type\":", "not valid JSON" },
+		{ "{\"a\":1,\"a\":2}", "not valid JSON" },
+	};
+	size_t i;
+	char err[256];
+
+	for (i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, s[i][0], err, sizeof(err));
+		CHECK(!g && strstr(err, s[i][1]), "%s: refused, naming %s (%s)", MNAME, s[i][1], g ? "compiled" : err);
+		kvc_grammar_release(g);
+	}
+}
+
+static void cache(void)
+{
+	char err[256];
+	struct kvc_grammar *a = compile(KVC_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"integer\"}}}", err, sizeof(err));
+	struct kvc_grammar *b = compile(KVC_JSON_SCHEMA, " { \"type\" : \"object\" ,\n \"properties\":{\"q\":{\"type\":\"integer\"}}}", err, sizeof(err));
+	struct kvc_grammar *c = compile(KVC_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"number\"}}}", err, sizeof(err));
+
+	CHECK(a && a == b && c && c != a, "%s: the cache returns one grammar for the same content, another for other content", MNAME);
+	kvc_grammar_release(a);
+	kvc_grammar_release(b);
+	kvc_grammar_release(c);
+}
+
+static const char TOOLS[] =
+	"[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"parameters\":{\"type\":\"object\","
+	"\"properties\":{\"command\":{\"enum\":[\"ls\",\"ls -l\",\"make check\"]}},\"required\":[\"command\"],"
+	"\"additionalProperties\":false}}},"
+	"{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+	"\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},\"days\":{\"type\":\"integer\","
+	"\"minimum\":1,\"maximum\":7},\"opts\":{\"type\":\"object\",\"properties\":{\"metric\":{\"type\":\"boolean\"}}}},"
+	"\"required\":[\"city\"]}}},"
+	"{\"type\":\"function\",\"function\":{\"name\":\"noargs\"}}]";
+
+static struct kvc_grammar *tools_grammar(const char *name, uint32_t calls)
+{
+	struct kvc_spec sp = { .kind = KVC_TOOL_CALLS, .json = TOOLS, .json_len = strlen(TOOLS),
+			       .tool_name = name, .max_calls = calls };
+	struct kvc_grammar *g = NULL;
+	char err[256];
+
+	if (kvc_compile(V, &sp, &g, err, sizeof(err)))
+		printf("# tools: %s\n", err);
+	return g;
+}
+
+static void tool_calls(void)
+{
+	struct kvc_grammar *g = tools_grammar(NULL, 2), *one = tools_grammar(NULL, 1),
+			   *named = tools_grammar("get_weather", 1);
+	const char *c1 = "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"command\": \"make check\"}}\n</tool_call>";
+	const char *c2 = "<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Z\\u00fcrich\",\"days\":3,"
+			 "\"opts\":{}}}</tool_call>";
+	const char *c3 = "<tool_call>{\"name\":\"noargs\",\"arguments\":{}}</tool_call>";
+	char buf[1024];
+	struct kvc_spec bad = { .kind = KVC_TOOL_CALLS, .json = TOOLS, .json_len = strlen(TOOLS),
+				.tool_name = "nope" };
+	struct kvc_grammar *gb = NULL;
+	char err[256];
+
+	CHECK(g && one && named, "%s: tool-call grammars compile", MNAME);
+	if (!g || !one || !named)
+		return;
+	snprintf(buf, sizeof(buf), "%s\n%s", c1, c2);
+	CHECK(accepts_bytes(g, c1, 0) && accepts_bytes(g, c2, 0) && accepts_bytes(g, c3, 0) &&
+	      accepts_bytes(g, buf, 0),
+	      "%s: tool calls (enum argument, nested object, no parameters, two in a row) accepted", MNAME);
+	CHECK(!accepts_bytes(one, buf, 0) && accepts_bytes(one, c2, 0),
+	      "%s: max_calls 1 (parallel_tool_calls false) refuses a second call", MNAME);
+	CHECK(!accepts_bytes(named, c1, 0) && accepts_bytes(named, c2, 0),
+	      "%s: a named tool_choice allows that tool only", MNAME);
+	CHECK(!accepts_bytes(g, "<tool_call>{\"name\":\"rm\",\"arguments\":{}}</tool_call>", 0) &&
+	      !accepts_bytes(g, "<tool_call>{\"name\":\"run\",\"arguments\":{\"command\":\"rm\"}}</tool_call>", 0) &&
+	      !accepts_bytes(g, "<tool_call>{\"name\":\"run\",\"arguments\":{\"command\":\"ls\"}}", 0) &&
+	      !accepts_bytes(g, "Sure. <tool_call>{\"name\":\"noargs\",\"arguments\":{}}</tool_call>", 0) &&
+	      !accepts_bytes(g, "<tool_call>{\"arguments\":{},\"name\":\"noargs\"}</tool_call>", 0),
+	      "%s: unknown tool, bad argument, unclosed call, text before a required call refused", MNAME);
+	snprintf(buf, sizeof(buf), "Let me check. <tool_%s", c3 + 6);
+	CHECK(accepts_bytes(g, "Just text, no call.", KVC_LAZY) && accepts_bytes(g, buf, KVC_LAZY) &&
+	      !accepts_bytes(g, "Calling <tool_call>{\"name\":\"rm\"", KVC_LAZY) &&
+	      !accepts_bytes(g, "text <tool_call>{\"name\":\"noargs\",\"arguments\":{}}", KVC_LAZY),
+	      "%s: lazy (tool_choice auto): free text, then constrained from the start tag on", MNAME);
+	{	/* a lazy matcher: triggered only at the tag */
+		struct kvc_matcher *m = kvc_matcher_create(g, KVC_LAZY);
+		const char *p = "x <tool_call";
+		int ok = 1;
+		for (; *p; p++)
+			ok &= kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		ok &= !kvc_triggered(m);
+		ok &= kvc_advance(m, byte_tok['>']) == 0 && kvc_triggered(m) && !kvc_accepting(m);
+		ok &= kvc_advance(m, byte_tok['x']) == -EPERM;
+		CHECK(ok, "%s: the trigger fires at the tag's last byte; bytes after it are constrained", MNAME);
+		kvc_matcher_free(m);
+	}
+	CHECK(kvc_compile(V, &bad, &gb, err, sizeof(err)) == -EINVAL && strstr(err, "no tool named 'nope'"),
+	      "%s: a named tool that is not declared is refused (%s)", MNAME, err);
+	kvc_grammar_release(g);
+	kvc_grammar_release(one);
+	kvc_grammar_release(named);
+}
+
+/* Free-form nesting stops at KVC_MAX_DEPTH: the mask (the slow path near
+ * the limit) and kvc_advance agree, and '[' is refused at the limit. */
+static void depth_limit(void)
+{
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_OBJECT, NULL, err, sizeof(err));
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, 0) : NULL;
+	uint32_t *mask = calloc(kvc_mask_words(V), 4), d;
+	int agree = 1, refused = 0;
+	const char *p;
+
+	if (!m) {
+		CHECK(0, "%s: json_object compiles: %s", MNAME, err);
+		free(mask);
+		return;
+	}
+	for (p = "{\"a\":"; *p; p++)
+		kvc_advance(m, byte_tok[(uint8_t)*p]);
+	for (d = 0; d < KVC_MAX_DEPTH + 2; d++) {
+		uint32_t id;
+		kvc_mask(m, mask);
+		for (id = 0; id < NV; id++) {
+			struct kvc_matcher *c = kvc_matcher_clone(m);
+			int bit = (mask[id >> 5] >> (id & 31)) & 1;
+			if (bit != (kvc_advance(c, (int32_t)id) == 0))
+				agree = 0;
+			kvc_matcher_free(c);
+		}
+		if (kvc_advance(m, byte_tok['[']) == -EPERM) {
+			refused = 1;
+			break;
+		}
+	}
+	CHECK(agree && refused && d == KVC_MAX_DEPTH - 1,
+	      "%s: nesting stops at %d levels (refused at %u), mask == advance near the limit",
+	      MNAME, KVC_MAX_DEPTH, d);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+	free(mask);
+}
+
+static void sample_masked(void)
+{
+	uint32_t n = 300, i, mask[10] = { 0 }, bad = 0, seen = 0;
+	float lg[300];
+	uint64_t r = 7;
+	struct kve_sampler s = { .temperature = 0.8f, .top_p = 0.9f, .rng = kve_rng_seed(3) };
+	struct kve_sampler g0 = { 0 };
+	void *scr = malloc(KVE_SAMPLE_SCRATCH(300));
+	int32_t t;
+
+	for (i = 0; i < n; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		lg[i] = (float)((r >> 40) % 1000) / 1000.0f;
+	}
+	lg[5] = 100;	/* the global best, not allowed */
+	for (i = 37; i < n; i += 41)
+		mask[i >> 5] |= 1u << (i & 31);
+	t = kve_sample_masked(&g0, lg, n, mask, NULL);
+	{
+		int32_t best = -1;
+		for (i = 0; i < n; i++)
+			if (((mask[i >> 5] >> (i & 31)) & 1) && (best < 0 || lg[i] > lg[best]))
+				best = (int32_t)i;
+		CHECK(t == best, "kve_sample_masked greedy: the best allowed token (%d)", t);
+	}
+	for (i = 0; i < 2000; i++) {
+		t = kve_sample_masked(&s, lg, n, mask, scr);
+		if (t < 0 || !((mask[t >> 5] >> (t & 31)) & 1))
+			bad++;
+		else
+			seen |= 1u << ((t - 37) / 41);
+	}
+	CHECK(!bad && __builtin_popcount(seen) >= 3,
+	      "kve_sample_masked sampled: only allowed tokens, several of them (%d)", __builtin_popcount(seen));
+	memset(mask, 0, sizeof(mask));
+	CHECK(kve_sample_masked(&s, lg, n, mask, scr) == -ENOENT, "kve_sample_masked: no allowed token: -ENOENT");
+	free(scr);
+}
+
+/* Threads compiling through one cache, sharing grammars, each with its
+ * own matchers (run under ASan: use-after-free or double free fail). */
+static void *thread_body(void *arg)
+{
+	long k = (long)arg, i;
+	char err[256], js[128];
+	long ok = 1;
+
+	for (i = 0; i < 20; i++) {
+		struct kvc_grammar *g;
+		snprintf(js, sizeof(js), "{\"type\":\"integer\",\"minimum\":%ld,\"maximum\":%ld}",
+			 (i + k) % 3, 100 + (i + k) % 3);
+		g = compile(KVC_JSON_SCHEMA, js, err, sizeof(err));
+		ok &= g && accepts_bytes(g, "42", 0) && !accepts_bytes(g, "-1", 0);
+		kvc_grammar_release(g);
+	}
+	return (void *)ok;
+}
+
+static void threads(void)
+{
+	pthread_t th[4];
+	long k, ok = 1;
+	void *r;
+
+	for (k = 0; k < 4; k++)
+		pthread_create(&th[k], NULL, thread_body, (void *)k);
+	for (k = 0; k < 4; k++) {
+		pthread_join(th[k], &r);
+		ok &= (long)r;
+	}
+	CHECK(ok, "%s: 4 threads compiling through the shared cache, matching concurrently", MNAME);
+}
+
+/* Sampling under each kind of constraint with the mask checked against
+ * kvc_advance for the whole vocabulary at every step. */
+static void generation(struct cgen *c)
+{
+	static const int pick[] = { 0, 1, 4, 5, 8 };
+	struct kvc_grammar *gs[8] = { 0 };
+	unsigned fl[8] = { 0 };
+	int ng = 0, k, seed;
+	char err[256];
+
+	for (k = 0; k < 5; k++)
+		gs[ng++] = compile(KVC_JSON_SCHEMA, cases[pick[k]].schema, err, sizeof(err));
+	gs[ng++] = compile(KVC_JSON_OBJECT, NULL, err, sizeof(err));
+	gs[ng] = tools_grammar(NULL, 2);
+	ng++;
+	gs[ng] = tools_grammar(NULL, 2);
+	fl[ng++] = KVC_LAZY;
+	for (k = 0; k < ng; k++) {
+		int mism = 0, errs = 0, complete = 0, toks = 0;
+		if (!gs[k]) {
+			CHECK(0, "%s: grammar %d compiles", MNAME, k);
+			continue;
+		}
+		for (seed = 0; seed < 2; seed++) {
+			struct cgen_out o;
+			cgen_run(c, gs[k], fl[k], "The arena hands out memory.", 100 * k + seed, 1.0f, 100, 1, &o);
+			mism += o.mismatches;
+			errs += o.errors;
+			complete += o.complete;
+			toks += o.tokens;
+			free(o.text);
+		}
+		CHECK(!mism && !errs && complete == 2, "%s: grammar %d%s: %d sampled tokens, every step's mask == "
+		      "kvc_advance over all %u tokens, both outputs complete (%d)", MNAME, k,
+		      fl[k] ? " (lazy)" : "", toks, NV, complete);
+		kvc_grammar_release(gs[k]);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int a;
+
+	sample_masked();
+	for (a = 1; a < argc; a++) {
+		char err[256];
+		struct cgen c;
+
+		MNAME = strrchr(argv[a], '/') ? strrchr(argv[a], '/') + 1 : argv[a];
+		if (cgen_open(&c, argv[a], err, sizeof(err))) {
+			CHECK(0, "load %s: %s", argv[a], err);
+			continue;
+		}
+		T = c.t;
+		V = c.v;
+		NV = c.vocab;
+		CHECK(V != NULL, "%s: vocabulary trie (%s)", MNAME,
+		      kve_tokenizer_kind(T) == KVE_TOK_BPE ? "byte-level BPE" : "SentencePiece");
+		byte_tokens();
+		accept_cases();
+		refusals();
+		cache();
+		tool_calls();
+		depth_limit();
+		threads();
+		generation(&c);
+		cgen_close(&c);
+	}
+	return tc_done();
+}
