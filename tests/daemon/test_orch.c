@@ -670,8 +670,8 @@ static void test_agent_loop(void)
 	base_config(&c);
 	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
 	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
-	c.tools_enabled = 1u << KVD_TOOL_SH | 1u << KVD_TOOL_READ_FILE |
-			  1u << KVD_TOOL_WRITE_FILE | 1u << KVD_TOOL_LIST_DIR;
+	c.tools_enabled = 1u << KVD_TOOL_SH | 1u << KVD_TOOL_C_COMPILE_RUN |
+			  1u << KVD_TOOL_READ_FILE | 1u << KVD_TOOL_WRITE_FILE;
 	c.tools_max_rounds = 2;
 	c.n_tenants = 2;
 	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
@@ -684,8 +684,9 @@ static void test_agent_loop(void)
 	if (!d)
 		return;
 	decl = kvd_server_tools(d);
-	CHECK(decl && strstr(decl, "\"name\": \"sh\"") && strstr(decl, "\"list_dir\"") &&
-	      !strstr(decl, "c_compile_run"), "declarations of the enabled tools only");
+	CHECK(decl && strstr(decl, "\"name\": \"sh\"") && strstr(decl, "\"c_compile_run\"") &&
+	      strstr(decl, "\"write_file\"") && !strstr(decl, "list_dir"),
+	      "declarations of the enabled tools only");
 	CHECK(kvd_server_tools_allowed(d, 1) && !kvd_server_tools_allowed(d, 2),
 	      "server_tools = yes for tenant a, not for b");
 
@@ -798,6 +799,34 @@ static void test_agent_loop(void)
 		      "tenant b (server_tools = no): the call is returned, nothing runs");
 		snprintf(path, sizeof(path), "%s/%s", work, t.r.session);
 		CHECK(!dir_exists(path), "and no work dir was made for it");
+	}
+
+	/* c_compile_run (gcc, then the program, each in the sandbox, stdin fed)
+	 * beside write_file, in one round */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"c_compile_run\", \"arguments\": {\"code\": \"#include <stdio.h>\\nint main(void) { int x; if (scanf(\\\"%d\\\", &x) != 1) return 1; printf(\\\"%d\\\\n\\\", 2 * x); return 0; }\", \"stdin\": \"21\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"/home/tool/w.txt\", \"content\": \"data\"}}\n</tool_call>",
+		};
+		char buf[64] = "";
+
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\ndouble 21 in C<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 1, 4), &t, NULL, NULL) == 0 && t.n_runs == 2,
+		      "c_compile_run and write_file run as one round");
+		CHECK(!strcmp(t.runs[0].name, "c_compile_run") && !strcmp(t.runs[0].reason, "exit") &&
+		      !strcmp(t.runs[0].output, "42\n"),
+		      "c_compile_run compiled and ran the program on its stdin: \"%s\" (%s)",
+		      t.runs[0].output, t.runs[0].reason);
+		snprintf(path, sizeof(path), "%s/%s/w.txt", work, t.r.session);
+		f = fopen(path, "r");
+		if (f) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = 0;
+			fclose(f);
+		}
+		CHECK(!strcmp(t.runs[1].reason, "exit") && !strcmp(buf, "data"),
+		      "write_file wrote /home/tool/w.txt into the session's work dir");
 	}
 
 	/* hostile tools, in parallel: a fork bomb and a spin past the timeout */
