@@ -586,6 +586,9 @@ struct gate {
 	struct kvd_job *j;
 	char root[512];
 	int opened, saw_wait, tool_class, ticks;
+	int arena_wait;			/* the arena's own record said TOOL_WAIT */
+	uint32_t arena_class;
+	uint64_t arena_expected_us;
 };
 
 static int gate_tick(void *arg)
@@ -603,8 +606,17 @@ static int gate_tick(void *arg)
 	if (c) {
 		snprintf(path, sizeof(path), "%s/%s/gate", g->root, c->id);
 		if (c->kstate == KVA_STATE_TOOL_WAIT && c->job->state == JOB_TOOL_RUNNING) {
+			struct kva_session_info si = { .size = sizeof(si) };
+
 			g->saw_wait = 1;
 			g->tool_class = (int)c->tool_class;
+			/* what the arena (kvarena.ko, or the memfd backend) holds */
+			if (c->has_kv && kva_session_get_info(g->d->arena, c->as.sid, &si) == 0 &&
+			    si.state == KVA_STATE_TOOL_WAIT) {
+				g->arena_wait = 1;
+				g->arena_class = si.tool_class;
+				g->arena_expected_us = si.expected_wait_us;
+			}
 		}
 	}
 	pthread_mutex_unlock(&g->d->lock);
@@ -711,10 +723,14 @@ static void test_agent_loop(void)
 		snprintf(g.root, sizeof(g.root), "%s", work);
 		CHECK(g.j && collect(g.j, &t, gate_tick, &g) == 0, "a two-round tool request completes");
 		CHECK(g.saw_wait && g.opened,
-		      "while the tool ran, the session was TOOL_WAIT in the kernel state (class %d)",
+		      "while the tool ran, the job was JOB_TOOL_RUNNING and its session TOOL_WAIT (class %d)",
 		      g.tool_class);
 		pthread_mutex_lock(&d->lock);
 		CHECK(g.tool_class == (int)kvd_toolclass(d, "sh", 2), "its tool class is sh's");
+		CHECK(g.arena_wait && g.arena_class == (uint32_t)g.tool_class &&
+		      g.arena_expected_us > 0,
+		      "the arena's session info says TOOL_WAIT, class %u, expected wait %llu us",
+		      g.arena_class, (unsigned long long)g.arena_expected_us);
 		pthread_mutex_unlock(&d->lock);
 		CHECK(t.n_runs == 3 && t.runs[0].round == 1 && t.runs[1].round == 2 &&
 		      t.runs[2].round == 2 && t.runs[2].index == 1,
@@ -755,6 +771,21 @@ static void test_agent_loop(void)
 		CHECK(t.r.usage.completion_tokens >= 1 && t.r.len > strlen(r[0]) + strlen(r[1]),
 		      "the model decoded after the tool results (%u tokens)",
 		      t.r.usage.completion_tokens);
+		{
+			struct kva_session_info si = { .size = sizeof(si) };
+			struct kvd_conv *cv;
+			int got = 0;
+
+			pthread_mutex_lock(&d->lock);
+			cv = kvd_conv_find_id(d, t.r.session);
+			if (cv && cv->has_kv)
+				got = kva_session_get_info(d->arena, cv->as.sid, &si) == 0;
+			pthread_mutex_unlock(&d->lock);
+			CHECK(got && si.state_ns[KVA_STATE_TOOL_WAIT] > 0 &&
+			      si.state != KVA_STATE_TOOL_WAIT,
+			      "the session spent %llu ns in TOOL_WAIT, and left it",
+			      (unsigned long long)si.state_ns[KVA_STATE_TOOL_WAIT]);
+		}
 		snprintf(path, sizeof(path), "%s/%s", work, t.r.session);
 		CHECK(dir_exists(path), "the session's work dir exists: %s", path);
 		CHECK(kvd_session_delete(d, t.r.session, 1) == 0, "DELETE the session");
