@@ -37,8 +37,14 @@ check-spdx:
 .PHONY: check-kvactl check-man
 # kvactl on the host without the module: help, usage errors, its JSON
 # schema and kvactl(8) (the listings run in the guest suite).
-check-kvactl: $(B)/bin/kvactl
+KVACTL_DELTA_BIN := $(B)/tests/kvactl/test_delta
+$(KVACTL_DELTA_BIN): tests/kvactl/test_delta.c tools/kvactl/toolwait.c tools/kvactl/toolwait.h $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(TEST_CFLAGS) $(SAN) -Itools/kvactl tests/kvactl/test_delta.c \
+		tools/kvactl/toolwait.c -o $@ $(LIB_A) $(LIB_LDLIBS) -ljansson
+check-kvactl: $(B)/bin/kvactl $(KVACTL_DELTA_BIN)
 	tests/kvactl/check-host.sh $(B)/bin/kvactl
+	./$(KVACTL_DELTA_BIN)
 
 # Every man page lint-clean for mandoc and for groff (man --warnings);
 # a .so link must point to a page that exists.

@@ -252,7 +252,9 @@ int main(int argc, char **argv)
 		return fail("fork", -errno);
 	if (pid == 0) {
 		close(sv[0]);
-		_exit(decode_side(sv[1], backend));
+		ret = decode_side(sv[1], backend);
+		fflush(stdout);		/* _exit() flushes nothing; a pipe buffers */
+		_exit(ret);
 	}
 	close(sv[1]);
 	ret = send_fds(sv[0], &h, kva_arena_fd(arena), dfd);

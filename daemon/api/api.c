@@ -684,8 +684,51 @@ static int offer_stools(struct kvd_api *a, struct gen *g, struct chat_request *c
 	return 0;
 }
 
+/*
+ * Structured decoding for a request: tool_choice "required" or a named
+ * tool constrain the reply to tool calls; "auto" with tools constrains a
+ * call once the model opens one (free text before); a JSON
+ * response_format (without a forced tool call) constrains the reply to
+ * JSON. Returns the spec text (malloc'd, freed by the caller) or NULL.
+ */
+static char *constraint_for(const struct chat_request *cr, struct kvd_constraint *k)
+{
+	char *txt = NULL;
+
+	memset(k, 0, sizeof(*k));
+	if (cr->format != CHAT_FORMAT_TEXT && cr->tool_choice != CHAT_TOOLS_REQUIRED &&
+	    cr->tool_choice != CHAT_TOOLS_NAMED) {
+		if (cr->format == CHAT_FORMAT_JSON_OBJECT) {
+			k->kind = KVD_CONSTRAIN_JSON_OBJECT;
+			return NULL;
+		}
+		k->kind = KVD_CONSTRAIN_JSON_SCHEMA;
+		txt = json_dumps(cr->json_schema, JSON_COMPACT);
+	} else if (cr->n_tools && cr->tool_choice != CHAT_TOOLS_NONE) {
+		json_t *arr = json_array();
+		size_t i;
+
+		for (i = 0; arr && i < cr->n_tools; i++)
+			json_array_append_new(arr, json_pack("{s:s,s:O}", "type", "function",
+							     "function", cr->tools[i].function));
+		txt = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+		json_decref(arr);
+		k->kind = KVD_CONSTRAIN_TOOLS;
+		k->lazy = cr->tool_choice == CHAT_TOOLS_AUTO;
+		k->tool_name = cr->tool_choice == CHAT_TOOLS_NAMED ? cr->tool_choice_name : NULL;
+		k->max_calls = cr->parallel_tool_calls ? 0 : 1;
+	}
+	if (txt) {
+		k->json = txt;
+		k->json_len = strlen(txt);
+	}
+	return txt;
+}
+
 static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 {
+	char *c_json = NULL;
+	int rc;
 	struct kvd_api *a = q->a;
 	struct chat_request *cr;
 	struct api_error e;
@@ -738,7 +781,14 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	kr.request_id = g->id;
 	kr.s = cr->s;
 	kr.server_tools = g->stools;
-	if (kvd_job_submit(a->d, &kr, &g->job, &ke)) {
+	c_json = constraint_for(cr, &kr.c);
+	if ((kr.c.kind == KVD_CONSTRAIN_TOOLS || kr.c.kind == KVD_CONSTRAIN_JSON_SCHEMA) &&
+	    !c_json) {
+		return fail(c, q, 500, "server_error", NULL, "out of memory");
+	}
+	rc = kvd_job_submit(a->d, &kr, &g->job, &ke);
+	free(c_json);	/* the orchestrator keeps its own copy */
+	if (rc) {
 		g->job = NULL;
 		api_error_from_kvd(&e, &ke);
 		return send_error(c, q, &e);

@@ -435,9 +435,22 @@ static int parse_tool_choice(struct parser *p, json_t *v)
 	if (!v || json_is_null(v))
 		return 0;
 	if (json_is_object(v)) {
-		api_error_set(p->e, 400, API_INVALID, "unsupported_value", "tool_choice",
-			      "Named tool_choice objects need structured decoding, which this server does not support yet; use 'auto' or 'none'.");
-		return -1;
+		json_t *type = json_object_get(v, "type"), *fn = json_object_get(v, "function");
+		const char *name = json_string_value(json_object_get(fn, "name"));
+		size_t i;
+
+		if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+			return api_bad(p->e, "tool_choice.type", "Invalid 'tool_choice.type': expected 'function'."), -1;
+		if (!name)
+			return api_bad(p->e, "tool_choice.function.name", "Missing required parameter: 'tool_choice.function.name'."), -1;
+		for (i = 0; i < p->r->n_tools; i++)
+			if (!strcmp(p->r->tools[i].name, name))
+				break;
+		if (i == p->r->n_tools)
+			return api_bad(p->e, "tool_choice.function.name", "Invalid 'tool_choice': no tool named '%s' in 'tools'.", name), -1;
+		p->r->tool_choice = CHAT_TOOLS_NAMED;
+		p->r->tool_choice_name = name;
+		return 0;
 	}
 	if (!json_is_string(v))
 		return wrong_type(p->e, "tool_choice", v, "a string or an object");
@@ -449,9 +462,10 @@ static int parse_tool_choice(struct parser *p, json_t *v)
 		return 0;
 	}
 	if (!strcmp(s, "required")) {
-		api_error_set(p->e, 400, API_INVALID, "unsupported_value", "tool_choice",
-			      "tool_choice 'required' needs structured decoding, which this server does not support yet; use 'auto' or 'none'.");
-		return -1;
+		if (!p->r->n_tools)
+			return api_bad(p->e, "tool_choice", "Invalid 'tool_choice': 'required' needs 'tools'."), -1;
+		p->r->tool_choice = CHAT_TOOLS_REQUIRED;
+		return 0;
 	}
 	return api_bad(p->e, "tool_choice", "Invalid value for 'tool_choice': '%s'. Supported values are: 'none', 'auto' and 'required'.", s), -1;
 }
@@ -481,10 +495,17 @@ static int chat_response_format(struct parser *p, json_t *v)
 		p->r->format = CHAT_FORMAT_JSON_SCHEMA;
 	else
 		return api_bad(p->e, "response_format.type", "Invalid value for 'response_format.type': '%s'. Supported values are: 'text', 'json_object' and 'json_schema'.", t), -1;
-	p->r->json_schema = json_object_get(v, "json_schema");
-	api_error_set(p->e, 400, API_INVALID, "unsupported_value", "response_format",
-		      "response_format '%s' needs structured decoding, which this server does not support yet; use 'text'.", t);
-	return -1;
+	if (p->r->format == CHAT_FORMAT_JSON_SCHEMA) {
+		json_t *js = json_object_get(v, "json_schema");
+
+		if (!json_is_object(js))
+			return js ? wrong_type(p->e, "response_format.json_schema", js, "an object") :
+				(api_bad(p->e, "response_format.json_schema", "Missing required parameter: 'response_format.json_schema'."), -1);
+		p->r->json_schema = json_object_get(js, "schema");
+		if (!json_is_object(p->r->json_schema))
+			return api_bad(p->e, "response_format.json_schema.schema", "Missing or invalid 'response_format.json_schema.schema': expected a JSON Schema object."), -1;
+	}
+	return 0;
 }
 
 static int parse_stop(struct parser *p, json_t *v)

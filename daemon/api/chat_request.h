@@ -44,11 +44,11 @@ struct chat_tool {
 	json_t *function;		/* {name, description, parameters...} */
 };
 
-enum chat_tool_choice { CHAT_TOOLS_AUTO, CHAT_TOOLS_NONE };
+enum chat_tool_choice { CHAT_TOOLS_AUTO, CHAT_TOOLS_NONE, CHAT_TOOLS_REQUIRED,
+			 CHAT_TOOLS_NAMED };
 
-/* response_format. Only TEXT is served today; the structured-decoding work
- * adds the others in chat_response_format() (chat_request.c), the one
- * place that refuses them now. */
+/* response_format: JSON formats are served by constrained decoding (the
+ * orchestrator compiles the schema and refuses what it does not support). */
 enum chat_format { CHAT_FORMAT_TEXT, CHAT_FORMAT_JSON_OBJECT,
 		   CHAT_FORMAT_JSON_SCHEMA };
 
@@ -61,6 +61,7 @@ struct chat_request {
 	struct chat_tool *tools;
 	size_t n_tools;
 	enum chat_tool_choice tool_choice;
+	const char *tool_choice_name;	/* CHAT_TOOLS_NAMED */
 	int parallel_tool_calls;
 	int stream;
 	int include_usage;

@@ -33,17 +33,24 @@ struct cache_ent {
 	uint64_t used;
 };
 
+/* A trie node: the end of its subtree (index of the next node that is
+ * not below it), the tokens ending here (tok[tfirst .. tfirst + tn)),
+ * its depth (1: a first byte) and its byte. */
+struct tnode {
+	uint32_t skip, tfirst;
+	uint16_t tn, depth;
+	uint8_t byte;
+};
+
 struct kvc_vocab {
 	uint32_t n_vocab, words;
 	int32_t eos;
 	uint32_t *off;		/* token i: bytes[off[i] .. off[i+1]) */
 	uint8_t *bytes;
-	/* trie in preorder: node byte, depth (1 = first byte), end of its
-	 * subtree, and the tokens ending there (tok[tfirst .. tfirst+tn)) */
+	/* trie in preorder, one 16-byte record per node (the walk reads them
+	 * in order) */
 	uint32_t n_nodes, max_len;
-	uint8_t *nb;
-	uint16_t *nd;
-	uint32_t *nskip, *tfirst, *tn;
+	struct tnode *node;
 	int32_t *tok;
 	pthread_mutex_t lock;	/* the cache and grammar reference counts */
 	struct cache_ent cache[CACHE_ENTRIES];
@@ -79,11 +86,7 @@ void kvc_vocab_free(struct kvc_vocab *v)
 	pthread_mutex_destroy(&v->lock);
 	free(v->off);
 	free(v->bytes);
-	free(v->nb);
-	free(v->nd);
-	free(v->nskip);
-	free(v->tfirst);
-	free(v->tn);
+	free(v->node);
 	free(v->tok);
 	free(v);
 }
@@ -103,12 +106,8 @@ static int build_trie(struct kvc_vocab *v)
 	qsort_r(v->tok, nt, sizeof(int32_t), by_bytes, v);
 	/* nodes <= total bytes */
 	cap = v->off[v->n_vocab] + 1;
-	v->nb = malloc(cap);
-	v->nd = malloc(cap * sizeof(uint16_t));
-	v->nskip = malloc(cap * sizeof(uint32_t));
-	v->tfirst = malloc(cap * sizeof(uint32_t));
-	v->tn = calloc(cap, sizeof(uint32_t));
-	if (!v->nb || !v->nd || !v->nskip || !v->tfirst || !v->tn)
+	v->node = calloc(cap, sizeof(*v->node));
+	if (!v->node)
 		return -ENOMEM;
 	for (i = 0; i < nt; i++) {
 		int32_t id = v->tok[i];
@@ -122,17 +121,17 @@ static int build_trie(struct kvc_vocab *v)
 				lcp++;
 			/* close the previous path's nodes below the common prefix */
 			for (d = lcp; d < lq; d++)
-				v->nskip[path[d]] = n;
+				v->node[path[d]].skip = n;
 		}
 		for (d = lcp; d < len; d++) {
-			v->nb[n] = p[d];
-			v->nd[n] = (uint16_t)(d + 1);
-			v->tn[n] = 0;
+			v->node[n].byte = p[d];
+			v->node[n].depth = (uint16_t)(d + 1);
+			v->node[n].tn = 0;
 			path[d] = n++;
 		}
-		if (!v->tn[path[len - 1]])
-			v->tfirst[path[len - 1]] = i;
-		v->tn[path[len - 1]]++;
+		if (!v->node[path[len - 1]].tn)
+			v->node[path[len - 1]].tfirst = i;
+		v->node[path[len - 1]].tn++;
 		if (len > v->max_len)
 			v->max_len = len;
 		prev = id;
@@ -140,7 +139,7 @@ static int build_trie(struct kvc_vocab *v)
 	if (prev >= 0) {
 		uint32_t d, lq = v->off[prev + 1] - v->off[prev];
 		for (d = 0; d < lq; d++)
-			v->nskip[path[d]] = n;
+			v->node[path[d]].skip = n;
 	}
 	v->n_nodes = n;
 	return 0;
@@ -323,31 +322,32 @@ static int walk(struct walker *w, int32_t s, const int32_t *stack, uint32_t dept
 		acc->cap = v->n_vocab;
 	}
 	for (i = 0; i < v->n_nodes;) {
-		uint32_t dd = v->nd[i], ln = w->len[dd - 1];
+		const struct tnode *nd = &v->node[i];
+		uint32_t dd = nd->depth, ln = w->len[dd - 1];
 		int32_t tp = w->top[dd - 1], ps = w->st[dd - 1], t;
 		int mb = 0;
 
 		/* the common case, a plain edge, inline; calls and returns in pstep */
-		t = w->d->next[(size_t)ps * w->d->n_cls + w->d->cls[v->nb[i]]];
+		t = w->d->next[(size_t)ps * w->d->n_cls + w->d->cls[nd->byte]];
 		if (t < 0)
-			t = pstep(w, ps, &tp, &ln, &np, v->nb[i], &mb);
+			t = pstep(w, ps, &tp, &ln, &np, nd->byte, &mb);
 		if (t < 0) {
 			if (mb && maybe) {
 				uint32_t j, q;
-				for (j = i; j < v->nskip[i]; j++)
-					for (q = 0; q < v->tn[j]; q++)
-						if (push32(maybe, v->tok[v->tfirst[j] + q]))
+				for (j = i; j < nd->skip; j++)
+					for (q = 0; q < v->node[j].tn; q++)
+						if (push32(maybe, v->tok[v->node[j].tfirst + q]))
 							return -ENOMEM;
 			}
-			i = v->nskip[i];
+			i = nd->skip;
 			continue;
 		}
 		w->st[dd] = t;
 		w->top[dd] = tp;
 		w->len[dd] = ln;
-		if (v->tn[i]) {
-			for (k = 0; k < v->tn[i]; k++)
-				acc->p[acc->n++] = v->tok[v->tfirst[i] + k];
+		if (nd->tn) {
+			for (k = 0; k < nd->tn; k++)
+				acc->p[acc->n++] = v->tok[nd->tfirst + k];
 			if (ln > mp)
 				mp = ln;
 		}

@@ -578,7 +578,7 @@ static int tool_index(const char *name)
 int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 {
 	struct kvd_agent *a = d->agent;
-	struct tc_tags tags = { TC_DEFAULT_OPEN, TC_DEFAULT_CLOSE };
+	struct tc_tags tags = { d->cfg.tool_open, d->cfg.tool_close };	/* [model] */
 	struct kvd_conv *c = j->conv;
 	struct tc_result tr;
 	struct kvd_round *r;

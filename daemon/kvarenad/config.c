@@ -51,6 +51,8 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->max_connections = 1024;
 	c->conn_timeout_s = 30;
 	c->max_tokens_cap = 1024;
+	snprintf(c->tool_open, sizeof(c->tool_open), "<tool_call>");
+	snprintf(c->tool_close, sizeof(c->tool_close), "</tool_call>");
 	snprintf(c->backend, sizeof(c->backend), "auto");
 	c->kv_blocks = 1024;
 	c->block_tokens = 16;
@@ -170,6 +172,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	STR("model", "path", model_path);
 	STR("model", "id", model_id);
 	U32("model", "max_tokens", max_tokens_cap, 1, 1 << 20);
+	STR("model", "tool_call_open", tool_open);
+	STR("model", "tool_call_close", tool_close);
 	STR("kv", "backend", backend);
 	U32("kv", "blocks", kv_blocks, 8, 1 << 20);
 	U32("kv", "block_tokens", block_tokens, 1, 4096);
@@ -329,6 +333,10 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 	if (strcmp(c->policy, "toolwait") && strcmp(c->policy, "lru") &&
 	    strcmp(c->policy, "ttl")) {
 		snprintf(err, errlen, "[kv] policy must be toolwait, lru or ttl");
+		return -1;
+	}
+	if (!c->tool_open[0] || !c->tool_close[0] || !strcmp(c->tool_open, c->tool_close)) {
+		snprintf(err, errlen, "[model] tool_call_open and tool_call_close must differ and be set");
 		return -1;
 	}
 	if (c->high_wm && c->low_wm > c->high_wm) {

@@ -48,6 +48,7 @@ struct kvd_config {
 	char model_path[512];
 	char model_id[128];		/* default: file name without .gguf */
 	uint32_t max_tokens_cap;	/* completion tokens when unset */
+	char tool_open[32], tool_close[32];	/* tool-call tags in generated text */
 	/* [kv] */
 	char backend[16];		/* auto, kernel, memfd */
 	uint32_t kv_blocks;		/* arena capacity in blocks */

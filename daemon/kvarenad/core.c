@@ -245,6 +245,9 @@ static void job_destroy(struct kvd_job *j)
 	for (i = 0; i < KVD_MAX_STOP; i++)
 		free(j->stop[i]);
 	free(j->prompt);
+	free(j->c_json);
+	free(j->c_name);
+	free(j->hist);
 	free(j->session_key);
 	free(j->gen);
 	free(j->kv_payload);
@@ -329,6 +332,75 @@ void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens)
 		d->tenant_refill_ns[tenant] = kvd_now_ns();
 	}
 	d->tenant_tokens[tenant] -= tokens;
+}
+
+/* FNV-1a of the spec, for the workers' matcher caches. */
+static uint64_t spec_hash(const struct kvd_constraint *c)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ (uint64_t)c->kind ^ ((uint64_t)c->max_calls << 8) ^
+		     ((uint64_t)!!c->lazy << 40);
+	size_t i;
+
+	for (i = 0; i < c->json_len; i++)
+		h = (h ^ (uint8_t)c->json[i]) * 0x100000001b3ull;
+	for (i = 0; c->tool_name && c->tool_name[i]; i++)
+		h = (h ^ (uint8_t)c->tool_name[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* Compiles the request's constraint once here, so that what the compiler
+ * does not support is a 400 naming it, not a failed step later. */
+static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
+			    struct kvd_job *j, struct kvd_error *err)
+{
+	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
+					       KVC_JSON_SCHEMA };
+	struct kvc_spec sp = { 0 };
+	struct kvc_grammar *g = NULL;
+	char msg[200] = "";
+	int rc;
+
+	if (c->kind == KVD_CONSTRAIN_NONE)
+		return 0;
+	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
+	    c->json_len > KVC_MAX_SPEC_BYTES) {
+		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
+			"this constraint cannot be served");
+		return -EINVAL;
+	}
+	sp.kind = kinds[c->kind];
+	sp.json = c->json;
+	sp.json_len = c->json_len;
+	sp.tool_name = c->tool_name;
+	sp.max_calls = c->max_calls;
+	sp.start_tag = d->cfg.tool_open;
+	sp.end_tag = d->cfg.tool_close;
+	rc = kvc_compile(d->cvocab, &sp, &g, msg, sizeof(msg));
+	if (rc) {
+		set_err(err, KVD_ERR_INVALID,
+			c->kind == KVD_CONSTRAIN_TOOLS ? "tools" : "response_format",
+			"unsupported_schema", "%s", msg[0] ? msg : strerror(-rc));
+		return rc;
+	}
+	kvc_grammar_release(g);
+	j->cw.kind = (uint32_t)c->kind;
+	j->cw.flags = c->lazy ? KVD_CONSTRAINT_LAZY : 0;
+	j->cw.max_calls = c->max_calls;
+	j->cw.json_len = (uint32_t)c->json_len;
+	j->cw.hash = spec_hash(c);
+	j->c_json = malloc(c->json_len + 1);
+	if (!j->c_json)
+		return -ENOMEM;
+	if (c->json_len)
+		memcpy(j->c_json, c->json, c->json_len);
+	j->c_json[c->json_len] = 0;
+	if (c->tool_name) {
+		j->c_name = strdup(c->tool_name);
+		if (!j->c_name)
+			return -ENOMEM;
+		j->cw.name_len = (uint32_t)strlen(c->tool_name);
+	}
+	return 0;
 }
 
 int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **jobp,
@@ -416,6 +488,11 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	}
 	snprintf(j->request_id, sizeof(j->request_id), "%s",
 		 r->request_id ? r->request_id : "-");
+	if (check_constraint(d, &r->c, j, err)) {
+		j->refs = 1;
+		job_destroy(j);
+		return -EINVAL;
+	}
 	j->t_submit = kvd_now_ns();
 
 	pthread_mutex_lock(&d->lock);
@@ -614,6 +691,11 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	}
 	d->eos = kve_tokenizer_eos(d->tok);
 	d->eot = single_token(d, "<|im_end|>");
+	d->cvocab = kvc_vocab_create(d->tok, d->vocab, err, errlen);
+	if (!d->cvocab) {
+		kvd_log(KVD_LOG_WARN, "core", "structured decoding unavailable: %s", err);
+		err[0] = 0;
+	}
 	rc = open_arena(d, err, errlen);
 	if (rc)
 		goto fail;
@@ -651,6 +733,7 @@ fail:
 	if (d->data_fd >= 0)
 		close(d->data_fd);
 	kve_arena_kv_destroy(d->kv);
+	kvc_vocab_free(d->cvocab);
 	kve_tokenizer_free(d->tok);
 	kve_model_free(d->model);
 	if (d->wake_fd >= 0)
@@ -725,6 +808,7 @@ void kvd_destroy(struct kvd *d)
 	if (d->data_fd >= 0)
 		close(d->data_fd);
 	kve_arena_kv_destroy(d->kv);
+	kvc_vocab_free(d->cvocab);
 	kve_tokenizer_free(d->tok);
 	kve_model_free(d->model);
 	close(d->wake_fd);

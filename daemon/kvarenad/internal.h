@@ -25,6 +25,7 @@
 #include "kv_arena.h"
 #include "kvarena_toolwait.h"
 #include "kvd.h"
+#include "kvconstrain.h"
 #include "kvengine.h"
 #include "proto.h"
 
@@ -93,6 +94,12 @@ struct kvd_job {
 	uint32_t tool_rounds;		/* rounds run so far */
 	size_t round_start;		/* gen offset where this round's text starts */
 	uint32_t round_tokens;		/* tokens sampled in this round */
+	/* structured decoding: the spec the workers compile, and the tokens
+	 * generated so far (a worker without the matcher replays them) */
+	struct kvd_constraint_wire cw;
+	char *c_json, *c_name;
+	int32_t *hist;
+	uint32_t n_hist, cap_hist;
 	/* generation */
 	int32_t next_token;		/* sampled, not yet fed (KV pending) */
 	uint64_t rng;
@@ -211,6 +218,7 @@ struct kvd {
 	/* model and KV */
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
+	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
 	struct kve_arena_kv *kv;

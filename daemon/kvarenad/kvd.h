@@ -44,6 +44,24 @@ struct kvd_sampling {
 	uint32_t top_logprobs;		/* 0..KVD_MAX_TOP_LOGPROBS */
 };
 
+/* Structured decoding: sampling restricted so the output parses
+ * (daemon/engine/kvconstrain.h). */
+enum kvd_constraint_kind {
+	KVD_CONSTRAIN_NONE = 0,
+	KVD_CONSTRAIN_TOOLS,		/* tool calls; json: the "tools" array */
+	KVD_CONSTRAIN_JSON_OBJECT,	/* any JSON object (json_object) */
+	KVD_CONSTRAIN_JSON_SCHEMA,	/* json: a JSON Schema (json_schema) */
+};
+
+struct kvd_constraint {
+	enum kvd_constraint_kind kind;
+	const char *json;
+	size_t json_len;
+	const char *tool_name;		/* TOOLS: only this one (named choice) */
+	uint32_t max_calls;		/* TOOLS: 1 without parallel_tool_calls; 0: default */
+	int lazy;			/* TOOLS: free text until a call opens ("auto") */
+};
+
 struct kvd_request {
 	const char *model;		/* must name the served model */
 	const char *prompt;		/* rendered chat text, UTF-8 */
@@ -56,6 +74,9 @@ struct kvd_request {
 	 * in the prompt (the HTTP layer appended it for this tenant). Calls
 	 * only to such tools are run by the orchestrator; 0: none. */
 	uint32_t server_tools;
+	struct kvd_constraint c;	/* refused with KVD_ERR_INVALID (param
+					 * "tools" or "response_format") when it
+					 * uses what the compiler does not support */
 };
 
 /* Maps to an HTTP status and OpenAI error type in the HTTP layer. */

@@ -68,6 +68,10 @@ static int worker_mode(int argc, char **argv)
 			a.max_batch = (unsigned)atoi(v);
 		else if (!strcmp(k, "--max-ctx"))
 			a.max_ctx = (unsigned)atoi(v);
+		else if (!strcmp(k, "--tool-open"))
+			a.tool_open = v;
+		else if (!strcmp(k, "--tool-close"))
+			a.tool_close = v;
 	}
 	if (!a.model_path)
 		return 2;
@@ -186,6 +190,8 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->max_body = (size_t)c->max_body_kb * 1024;
 	ac->max_connections = c->max_connections;
 	ac->conn_timeout_s = c->conn_timeout_s;
+	ac->tool_open = c->tool_open;
+	ac->tool_close = c->tool_close;
 }
 
 int main(int argc, char **argv)

@@ -31,17 +31,20 @@
 
 /* ---- finishing -------------------------------------------------------- */
 
-/* The tool names of <tool_call>{"name": "..."} blocks, for tool classes. */
+/* The tool names of the calls ([model] tool_call_open, default
+ * <tool_call>, then {"name": "..."}), for tool classes. */
 static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
 {
-	const char *p = text, *end = text + len;
+	const char *p = text, *end = text + len, *tag = d->cfg.tool_open;
+	size_t tl = strlen(tag);
 	uint32_t n = 0;
 
 	*cls = 0;
-	while ((p = memmem(p, (size_t)(end - p), "<tool_call>", 11))) {
-		const char *q = memmem(p, (size_t)(end - p), "\"name\"", 6), *s, *e;
+	while ((p = memmem(p, (size_t)(end - p), tag, tl))) {
+		const char *q, *s, *e;
 
-		p += 11;
+		p += tl;
+		q = memmem(p, (size_t)(end - p), "\"name\"", 6);
 		if (!q)
 			break;
 		s = q + 6;
@@ -276,6 +279,20 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	j->round_tokens++;
 	j->n_gen++;
 	j->next_token = tok;
+	if (j->cw.kind && tok != d->eos && tok != d->eot) {
+		if (j->n_hist == j->cap_hist) {
+			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
+			int32_t *h = realloc(j->hist, cap * sizeof(*h));
+
+			if (!h) {
+				fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+				return;
+			}
+			j->hist = h;
+			j->cap_hist = cap;
+		}
+		j->hist[j->n_hist++] = tok;
+	}
 	if (tok == d->eos || tok == d->eot) {
 		/* a round ending in calls to server-side tools goes on */
 		round_end(j);
@@ -380,6 +397,9 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 		j->max_new = j->n_gen + (d->ctx_len - c->n_tokens);
 	j->round_start = j->gen_len;
 	j->round_tokens = 0;
+	/* structured decoding applies to each round's assistant message: the
+	 * workers' matchers start over (they are keyed by n_hist) */
+	j->n_hist = 0;
 	/* gen offsets of this round map to conversation text from here */
 	j->text_base = c->text_len - j->gen_len;
 	kve_detok_init(&j->detok, d->tok);

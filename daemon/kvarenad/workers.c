@@ -52,7 +52,8 @@ int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w)
 				       "--model", d->cfg.model_path, "--backend", backend,
 				       "--backend-options", d->cfg.backend_options,
 				       "--threads", threads, "--max-batch", batch,
-				       "--max-ctx", ctx, NULL };
+				       "--max-ctx", ctx, "--tool-open", d->cfg.tool_open,
+				       "--tool-close", d->cfg.tool_close, NULL };
 
 		sigset_t none;
 
@@ -207,6 +208,8 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 	sq.temperature = j->s.temperature;
 	sq.top_p = j->s.top_p;
 	sq.rng = j->rng;
+	sq.constraint_len = j->cw.kind ? (uint32_t)(sizeof(j->cw) + j->cw.json_len +
+						     j->cw.name_len + (size_t)j->n_hist * 4) : 0;
 	memcpy(*p, &sq, sizeof(sq));
 	*p += sizeof(sq);
 	if (kind == KVD_STEP_PREFILL)
@@ -216,6 +219,20 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 	*p += (size_t)n_new * 4;
 	memcpy(*p, c->as.s.block_table, (size_t)sq.n_blocks * 4);
 	*p += (size_t)sq.n_blocks * 4;
+	if (sq.constraint_len) {
+		struct kvd_constraint_wire cw = j->cw;
+
+		cw.n_hist = j->n_hist;
+		cw.tokens_left = j->max_new > j->n_gen ? j->max_new - j->n_gen : 1;
+		memcpy(*p, &cw, sizeof(cw));
+		*p += sizeof(cw);
+		memcpy(*p, j->c_json, cw.json_len);
+		*p += cw.json_len;
+		memcpy(*p, j->c_name, cw.name_len);
+		*p += cw.name_len;
+		memcpy(*p, j->hist, (size_t)j->n_hist * 4);
+		*p += (size_t)j->n_hist * 4;
+	}
 	(void)d;
 }
 
@@ -233,6 +250,9 @@ int kvd_worker_send_step(struct kvd *d, struct kvd_worker *w, uint32_t kind,
 
 		len += sizeof(struct kvd_step_seq) + (size_t)c->as.s.n_blocks * 4 +
 		       (kind == KVD_STEP_PREFILL ? (size_t)(c->n_tokens - c->as.s.n_tokens) * 4 : 4);
+		if (jobs[i]->cw.kind)
+			len += sizeof(jobs[i]->cw) + jobs[i]->cw.json_len + jobs[i]->cw.name_len +
+			       (size_t)jobs[i]->n_hist * 4;
 	}
 	buf = malloc(len);
 	if (!buf)

@@ -95,8 +95,28 @@ struct kvd_step_seq {
 	uint32_t top_logprobs;	/* 0..20 alternatives to report */
 	float temperature;	/* <= 0: greedy */
 	float top_p;
-	uint32_t pad;
+	uint32_t constraint_len;	/* bytes of a struct kvd_constraint_wire
+					 * after the block ids (0: free) */
 	uint64_t rng;		/* sampler state in; RESULT carries it out */
+};
+
+/* Structured decoding: the worker samples only tokens that keep the
+ * output a valid prefix. Followed by json_len bytes of spec, name_len of
+ * tool name, and n_hist int32 tokens this request generated so far (the
+ * worker rebuilds its matcher from them when it has none at that point:
+ * a restarted or another worker). */
+#define KVD_CONSTRAINT_LAZY 1u
+struct kvd_constraint_wire {
+	uint32_t kind;		/* enum kvd_constraint_kind (kvd.h) */
+	uint32_t flags;		/* KVD_CONSTRAINT_* */
+	uint32_t max_calls;
+	uint32_t json_len;
+	uint32_t name_len;
+	uint32_t n_hist;
+	uint64_t hash;		/* identifies the spec */
+	uint32_t tokens_left;	/* this token included: near it, the output
+				 * is steered to close in time */
+	uint32_t pad;
 };
 
 struct kvd_result {

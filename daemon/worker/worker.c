@@ -24,12 +24,31 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "kvconstrain.h"
 #include "kvengine.h"
 #include "log.h"
 #include "worker.h"
 
+/* Structured decoding: matchers by sequence, at a known position. */
+#define MATCHER_CACHE 64
+struct mcache {
+	uint64_t seq_id, hash;
+	uint32_t pos;			/* tokens it has consumed */
+	uint64_t used;
+	struct kvc_matcher *m;
+};
+
 struct worker {
 	int sock;
+	const char *model_path;
+	const struct kvd_worker_args *args;
+	struct kve_model *tmodel;	/* the tokenizer's (weights mapped, unused) */
+	struct kve_tokenizer *tok;
+	struct kvc_vocab *cvocab;
+	struct mcache mc[MATCHER_CACHE];
+	uint64_t mc_clock;
+	uint32_t *mask;
+	int32_t eos;
 	uint32_t role;
 	int copy_mode;
 	struct kvd_kv_geom geom;
@@ -205,17 +224,126 @@ static int tx_put(struct worker *w, size_t *off, const void *p, size_t n)
 	return 0;
 }
 
+/* One sequence of a step, pointing into the received message. */
+struct step_view {
+	const struct kvd_step_seq *sq;
+	const int32_t *tokens;
+	uint32_t *blocks;
+	struct kvd_constraint_wire cw;	/* cw.kind 0: free */
+	const char *json, *name;
+	const int32_t *hist;
+};
+
 /* Sample from one sequence's logits; fills the result entry and its top
  * alternatives (written to top, at most KVD_MAX_TOP). */
 #define KVD_MAX_TOP 20
-static int sample_one(struct worker *w, const struct kvd_step_seq *sq,
+/* The matcher for a constrained sequence at its position: from the cache,
+ * else compiled (the vocabulary caches grammars by content) and replayed
+ * over the tokens the request generated so far. */
+static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view *v,
+				       struct mcache **slot)
+{
+	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
+					       KVC_JSON_SCHEMA };
+	struct mcache *e, *lru = &w->mc[0];
+	struct kvc_spec sp = { 0 };
+	struct kvc_grammar *g = NULL;
+	char err[200], name[256];
+	uint32_t i;
+
+	for (i = 0; i < MATCHER_CACHE; i++) {
+		e = &w->mc[i];
+		if (e->m && e->seq_id == v->sq->seq_id && e->hash == v->cw.hash &&
+		    e->pos == v->cw.n_hist) {
+			e->used = ++w->mc_clock;
+			*slot = e;
+			return e->m;
+		}
+		if (!e->m || e->used < lru->used)
+			lru = e;
+	}
+	if (!w->cvocab) {
+		setenv("KVE_WEIGHTS", "mmap", 1);
+		w->tmodel = kve_model_load(w->model_path, err, sizeof(err));
+		w->tok = w->tmodel ? kve_tokenizer_create(w->tmodel, err, sizeof(err)) : NULL;
+		w->cvocab = w->tok ? kvc_vocab_create(w->tok, w->vocab, err, sizeof(err)) : NULL;
+		w->mask = calloc((w->vocab + 31) / 32, sizeof(uint32_t));
+		if (!w->cvocab || !w->mask) {
+			kvd_log(KVD_LOG_ERR, "worker", "structured decoding: %s", err);
+			return NULL;
+		}
+		w->eos = kve_tokenizer_eos(w->tok);
+	}
+	if (v->cw.name_len >= sizeof(name))
+		return NULL;
+	memcpy(name, v->name, v->cw.name_len);
+	name[v->cw.name_len] = 0;
+	sp.kind = kinds[v->cw.kind];
+	sp.json = v->cw.json_len ? v->json : NULL;
+	sp.json_len = v->cw.json_len;
+	sp.tool_name = v->cw.name_len ? name : NULL;
+	sp.max_calls = v->cw.max_calls;
+	sp.start_tag = w->args->tool_open;
+	sp.end_tag = w->args->tool_close;
+	if (kvc_compile(w->cvocab, &sp, &g, err, sizeof(err))) {
+		kvd_log(KVD_LOG_ERR, "worker", "constraint: %s", err);
+		return NULL;
+	}
+	if (lru->m)
+		kvc_matcher_free(lru->m);
+	lru->m = kvc_matcher_create(g, v->cw.flags & KVD_CONSTRAINT_LAZY ? KVC_LAZY : 0);
+	kvc_grammar_release(g);
+	if (!lru->m)
+		return NULL;
+	for (i = 0; i < v->cw.n_hist; i++)
+		if (kvc_advance(lru->m, v->hist[i])) {
+			kvc_matcher_free(lru->m);
+			lru->m = NULL;
+			return NULL;
+		}
+	lru->seq_id = v->sq->seq_id;
+	lru->hash = v->cw.hash;
+	lru->pos = v->cw.n_hist;
+	lru->used = ++w->mc_clock;
+	*slot = lru;
+	return lru->m;
+}
+
+static int sample_one(struct worker *w, const struct step_view *v,
 		      const float *lg, struct kvd_result_seq *rs, struct kvd_top *top)
 {
+	const struct kvd_step_seq *sq = v->sq;
 	struct kve_sampler sm = { sq->temperature, 0, sq->top_p, sq->rng };
-	int32_t tok = kve_sample(&sm, lg, w->vocab, w->scratch);
+	struct kvc_matcher *m = NULL;
+	struct mcache *slot = NULL;
 	uint32_t i, k, n_top = sq->top_logprobs > KVD_MAX_TOP ? KVD_MAX_TOP : sq->top_logprobs;
 	double mx = -INFINITY, sum = 0, lse;
+	int32_t tok;
 
+	if (v->cw.kind) {
+		m = matcher_for(w, v, &slot);
+		if (!m)
+			return -EINVAL;
+		int allowed = 0;
+
+		/* near the token limit, prefer tokens that still let the output
+		 * close in time; when none can (a budget below the shortest
+		 * completion), keep to the grammar alone */
+		if (v->cw.tokens_left && v->cw.tokens_left <= kvc_remaining(m) + 64)
+			allowed = kvc_mask_budget(m, w->mask, v->cw.tokens_left);
+		if (allowed <= 0)
+			allowed = kvc_mask(m, w->mask);
+
+		if (kvc_finished(m) || allowed <= 0)
+			tok = w->eos;	/* nothing may follow: end the output */
+		else
+			tok = kve_sample_masked(&sm, lg, w->vocab, w->mask, w->scratch);
+		if (tok >= 0 && tok != w->eos && kvc_advance(m, tok))
+			return -EINVAL;
+		slot->pos++;
+	} else {
+		tok = kve_sample(&sm, lg, w->vocab, w->scratch);
+	}
 	if (tok < 0)
 		return tok;
 	rs->seq_id = sq->seq_id;
@@ -251,11 +379,6 @@ static int sample_one(struct worker *w, const struct kvd_step_seq *sq,
 }
 
 /* Parses the step's sequences into arrays; every count checked. */
-struct step_view {
-	const struct kvd_step_seq *sq;
-	const int32_t *tokens;
-	uint32_t *blocks;
-};
 
 static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 		      struct step_view **views)
@@ -280,7 +403,8 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 
 		if ((size_t)(end - p) < sizeof(*sq))
 			goto bad;
-		need = sizeof(*sq) + (uint64_t)sq->n_new * 4 + (uint64_t)sq->n_blocks * 4;
+		need = sizeof(*sq) + (uint64_t)sq->n_new * 4 + (uint64_t)sq->n_blocks * 4 +
+		       sq->constraint_len;
 		if ((uint64_t)(end - p) < need || !sq->n_new ||
 		    (st->kind == KVD_STEP_DECODE && sq->n_new != 1))
 			goto bad;
@@ -293,6 +417,21 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 		for (uint32_t b = 0; b < sq->n_blocks; b++)
 			if (v[i].blocks[b] >= w->geom.blocks_total)
 				goto bad;
+		if (sq->constraint_len) {
+			const char *c = p + sizeof(*sq) + (size_t)sq->n_new * 4 +
+					(size_t)sq->n_blocks * 4;
+
+			if (sq->constraint_len < sizeof(v[i].cw))
+				goto bad;
+			memcpy(&v[i].cw, c, sizeof(v[i].cw));
+			if (!v[i].cw.kind || v[i].cw.kind > 3 ||
+			    (uint64_t)sizeof(v[i].cw) + v[i].cw.json_len + v[i].cw.name_len +
+			    (uint64_t)v[i].cw.n_hist * 4 != sq->constraint_len)
+				goto bad;
+			v[i].json = c + sizeof(v[i].cw);
+			v[i].name = v[i].json + v[i].cw.json_len;
+			v[i].hist = (const int32_t *)(v[i].name + v[i].cw.name_len);
+		}
 		p += need;
 	}
 	if (p != end)
@@ -366,7 +505,7 @@ static int do_step(struct worker *w, size_t len)
 		} else {
 			lg = w->logits + (size_t)i * w->vocab;
 		}
-		rc = sample_one(w, v[i].sq, lg, &rs, top);
+		rc = sample_one(w, &v[i], lg, &rs, top);
 		if (rc)
 			break;
 		if (w->priv) {
@@ -435,7 +574,7 @@ static int do_kv_load(struct worker *w, size_t len)
 
 int kvd_worker_main(int sock, const struct kvd_worker_args *a)
 {
-	struct worker w = { .sock = sock };
+	struct worker w = { .sock = sock, .model_path = a->model_path, .args = a };
 	uint16_t type;
 	size_t len;
 	int rc;
@@ -471,6 +610,12 @@ out:
 		munmap(w.arena, w.geom.arena_bytes);
 	if (w.priv)
 		munmap(w.priv, w.geom.arena_bytes);
+	for (int i = 0; i < MATCHER_CACHE; i++)
+		kvc_matcher_free(w.mc[i].m);
+	kvc_vocab_free(w.cvocab);
+	kve_tokenizer_free(w.tok);
+	kve_model_free(w.tmodel);
+	free(w.mask);
 	free(w.logits);
 	free(w.scratch);
 	free(w.rx);

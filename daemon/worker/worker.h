@@ -21,6 +21,7 @@ struct kvd_worker_args {
 	unsigned int n_threads;
 	unsigned int max_batch;
 	unsigned int max_ctx;
+	const char *tool_open, *tool_close;	/* NULL: <tool_call> </tool_call> */
 };
 
 /* Runs the worker on fd sock; returns the process exit status. */

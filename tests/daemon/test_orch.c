@@ -904,6 +904,10 @@ int main(int argc, char **argv)
 				a.backend = argv[i + 1];
 			else if (!strcmp(argv[i], "--max-ctx"))
 				a.max_ctx = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--tool-open"))
+				a.tool_open = argv[i + 1];
+			else if (!strcmp(argv[i], "--tool-close"))
+				a.tool_close = argv[i + 1];
 		}
 		return kvd_worker_main(KVD_WORKER_FD, &a);
 	}

@@ -207,6 +207,73 @@ def test_turns_and_prefix(d):
     check(st == 404, "another tenant's (or a deleted) session: 404")
 
 
+def test_structured(d):
+    tools = [{"type": "function", "function": {
+        "name": "calc", "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {
+            "expression": {"type": "string", "maxLength": 24}},
+            "required": ["expression"], "additionalProperties": False}}},
+        {"type": "function", "function": {
+            "name": "read_file", "description": "Read a file.",
+            "parameters": {"type": "object", "properties": {
+                "path": {"type": "string", "enum": ["/etc/motd", "/tmp/notes.txt"]}},
+                "required": ["path"], "additionalProperties": False}}}]
+    m = [{"role": "user", "content": "what is 2 + 3?"}]
+    ok = True
+    for seed in (1, 2, 3):
+        st, r, _ = d.chat(m, tools=tools, tool_choice="required", max_tokens=200,
+                          temperature=0.8, seed=seed)
+        calls = r["choices"][0]["message"].get("tool_calls") or [] if st == 200 else []
+        for c in calls:
+            args = json.loads(c["function"]["arguments"])
+            ok &= c["function"]["name"] in ("calc", "read_file")
+            if c["function"]["name"] == "read_file":
+                ok &= args["path"] in ("/etc/motd", "/tmp/notes.txt")
+            else:
+                ok &= isinstance(args["expression"], str) and len(args["expression"]) <= 24
+        # a sampled random model may spend its tokens on allowed whitespace
+        # and reach max_tokens right after a complete call ("length")
+        ok &= st == 200 and r["choices"][0]["finish_reason"] in ("tool_calls", "length") \
+            and len(calls) >= 1
+    check(ok, "tool_choice required: a random-weight model's sampled output is always a "
+          "valid call of a declared tool (3 seeds)")
+    st, r, _ = d.chat(m, tools=tools, max_tokens=200, temperature=0.8, seed=4,
+                      tool_choice={"type": "function", "function": {"name": "read_file"}},
+                      parallel_tool_calls=False)
+    calls = r["choices"][0]["message"].get("tool_calls") or []
+    check(st == 200 and len(calls) == 1 and calls[0]["function"]["name"] == "read_file"
+          and json.loads(calls[0]["function"]["arguments"])["path"] in ("/etc/motd", "/tmp/notes.txt"),
+          "named tool_choice without parallel calls: exactly one call of that tool")
+    schema = {"type": "object", "properties": {
+        "answer": {"type": "integer", "minimum": 0, "maximum": 100},
+        "unit": {"type": "string", "enum": ["ms", "s"]}, "ok": {"type": "boolean"}},
+        "required": ["answer", "unit", "ok"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}}
+    st, r, _ = d.chat(m, response_format=rf, max_tokens=120, temperature=0.8, seed=5)
+    try:
+        v = json.loads(r["choices"][0]["message"]["content"])
+        good = (set(v) == {"answer", "unit", "ok"} and isinstance(v["answer"], int)
+                and 0 <= v["answer"] <= 100 and v["unit"] in ("ms", "s") and isinstance(v["ok"], bool))
+    except (ValueError, KeyError, TypeError):
+        good = False
+    check(st == 200 and good, "response_format json_schema: the reply parses and validates")
+    st2, resp = d.req("POST", "/v1/chat/completions",
+                      {"model": "test", "messages": m, "response_format": {"type": "json_object"},
+                       "max_tokens": 80, "temperature": 0.8, "seed": 6, "stream": True}, stream=True)
+    text, _, done = sse_text(resp)
+    try:
+        good = isinstance(json.loads(text), dict)
+    except ValueError:
+        good = False
+    check(st2 == 200 and done and good, "json_object, streamed: the reply is a JSON object")
+    bad = dict(rf, json_schema={"name": "r", "schema": {"type": "string", "pattern": "a+"}})
+    st, r, _ = d.chat(m, response_format=bad)
+    check(st == 400 and "pattern" in r["error"]["message"],
+          f"an unsupported keyword is refused with 400 naming it: {r['error']['message'] if st == 400 else st}")
+    st, r, _ = d.chat(m, tools=tools, tool_choice="none", max_tokens=8)
+    check(st == 200 and not r["choices"][0]["message"].get("tool_calls"), "tool_choice none: no calls")
+
+
 def test_budget_and_reload(d):
     m = [{"role": "user", "content": "hello there"}]
     st, _, _ = d.chat(m, key=KEY_B, max_tokens=30)
@@ -327,6 +394,7 @@ def main():
     d = Daemon()
     try:
         test_turns_and_prefix(d)
+        test_structured(d)
         test_budget_and_reload(d)
         test_worker_kill(d)
         test_drain(d)

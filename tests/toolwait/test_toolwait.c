@@ -435,11 +435,18 @@ static int cmd_run(int argc, char **argv)
 		      "class %u: %" PRIu64 " waits", tclass[c], h.count);
 		CHECK(memcmp(h.slots, want, sizeof(want)) == 0,
 		      "class %u: buckets differ from the events'", tclass[c]);
-		/* Timing sanity only (the buckets above are exact): a
-		 * loaded, emulated machine stretches sleeps up to 4x. */
-		CHECK(h.slots[lo] + h.slots[lo + 1] + h.slots[lo + 2] == cnt,
-		      "class %u: waits outside [2^%" PRIu64 ", 2^%" PRIu64 ") us",
-		      tclass[c], lo, lo + 3);
+		/* Timing sanity only (the buckets above are exact): no wait
+		 * shorter than the tool's sleep.  No upper bound: a loaded,
+		 * emulated machine stretches sleeps without limit (8x seen at
+		 * a load of 13 on 2 CPUs). */
+		{
+			uint64_t below = 0, k;
+
+			for (k = 0; k < lo; k++)
+				below += h.slots[k];
+			CHECK(below == 0, "class %u: %" PRIu64 " waits below 2^%"
+			      PRIu64 " us", tclass[c], below, lo);
+		}
 		CHECK(h.total_us == total, "class %u: total", tclass[c]);
 	}
 

@@ -8,7 +8,8 @@
 # programs' cost per session transition), handoff (KV from prefill to
 # decode: arena vs copy), serve (kvarenad under agent load),
 # sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
-# constrained (decode under a tool-call grammar vs free, and schema compile time).
+# constrained (decode under a tool-call grammar vs free, in the same run,
+# and JSON Schema compile time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -128,24 +129,9 @@ bench_engine() {
 	make --no-print-directory bench-engine
 }
 
-# sandbox: 1000 spawns of /bin/true through the launcher with the full
-# policy (namespaces, cgroup, seccomp, Landlock) next to 1000 fork+exec of
-# it, in one process and run; and the 1000 again two at a time; then 50
-# each from a caller with 256 MiB of private memory, direct and through
-# the spawner process.
-bench_sandbox() {
-	forget 'sandbox_'
-	make --no-print-directory build/sandbox/kvs-bench >/dev/null
-	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 | sed -n 's/^ROW\t//p' >>"$tsv"
-	# a caller holding 256 MiB of private memory, as a daemon with a
-	# model does: direct spawns (and fork+exec) copy its page tables each
-	# time, spawns through the spawner process do not
-	build/sandbox/kvs-bench -n 50 -j 2 -m 256 | sed -n 's/^ROW\t//p' >>"$tsv"
-	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
-}
-
 # constrained: greedy decode tok/s under a nested tool-call grammar vs
-# free, same model and run (alternating rounds, best of each), on the
+# free, same model and run (two sessions stepping in turn, tok/s over all
+# rounds), on the
 # engine benchmark's 15M and 110M Q8_0 models; the compile time of a
 # 20-property schema (automaton and token sets for the 32000-token
 # vocabulary; median of 7 cold compiles, wall clock). Goals: >= 0.9x and
@@ -174,6 +160,22 @@ bench_constrained() {
 			printf 'schema_compile_20props_cpu\t%s\tms\t-\t-\t-\n' "$(get schema20_compile_cpu_ms)" >>"$tsv"
 		fi
 	done
+}
+
+# sandbox: 1000 spawns of /bin/true through the launcher with the full
+# policy (namespaces, cgroup, seccomp, Landlock) next to 1000 fork+exec of
+# it, in one process and run; and the 1000 again two at a time; then 50
+# each from a caller with 256 MiB of private memory, direct and through
+# the spawner process.
+bench_sandbox() {
+	forget 'sandbox_'
+	make --no-print-directory build/sandbox/kvs-bench >/dev/null
+	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 | sed -n 's/^ROW\t//p' >>"$tsv"
+	# a caller holding 256 MiB of private memory, as a daemon with a
+	# model does: direct spawns (and fork+exec) copy its page tables each
+	# time, spawns through the spawner process do not
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 | sed -n 's/^ROW\t//p' >>"$tsv"
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
 }
 
 for b in "${want[@]}"; do

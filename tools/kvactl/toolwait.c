@@ -171,6 +171,22 @@ static bool kt_went_down(const struct kva_toolwait_hist *h,
 	return false;
 }
 
+int kvactl_toolwait_delta(struct kva_toolwait_hist *h,
+			  const struct kva_toolwait_hist *prev)
+{
+	int j;
+
+	if (kt_went_down(h, prev))
+		return 1;		/* cleared meanwhile: h is the delta */
+	h->count -= prev->count;
+	h->total_us -= prev->total_us;
+	h->tool_cpu_ns -= prev->tool_cpu_ns;
+	h->tool_wall_ns -= prev->tool_wall_ns;
+	for (j = 0; j < KVA_TOOLWAIT_SLOTS; j++)
+		h->slots[j] -= prev->slots[j];
+	return 0;
+}
+
 /*
  * h minus the previous interval's snapshot of the same class.  After a
  * clear (kva_toolwait_clear_classes() by anyone) the counts restart: the
@@ -180,22 +196,13 @@ static void kt_delta(struct kt_state *st, uint32_t cls,
 		     struct kva_toolwait_hist *h)
 {
 	struct kva_toolwait_hist cur = *h;
-	uint32_t i, j;
+	uint32_t i;
 
 	for (i = 0; i < st->nprev; i++)
 		if (st->prev_class[i] == cls)
 			break;
 	if (i < st->nprev) {
-		const struct kva_toolwait_hist *p = &st->prev[i];
-
-		if (!kt_went_down(h, p)) {
-			h->count -= p->count;
-			h->total_us -= p->total_us;
-			h->tool_cpu_ns -= p->tool_cpu_ns;
-			h->tool_wall_ns -= p->tool_wall_ns;
-			for (j = 0; j < KVA_TOOLWAIT_SLOTS; j++)
-				h->slots[j] -= p->slots[j];
-		}
+		kvactl_toolwait_delta(h, &st->prev[i]);
 	} else if (st->nprev < KT_MAX_CLASSES) {
 		i = st->nprev++;
 		st->prev_class[i] = cls;

@@ -16,4 +16,12 @@ extern const char kvactl_toolwait_usage[];
  */
 int kvactl_toolwait(int argc, char **argv, int json);
 
+struct kva_toolwait_hist;
+/*
+ * An interval's histogram: h minus the previous snapshot, or h itself if
+ * any count went down (the histograms were cleared meanwhile; returns 1).
+ */
+int kvactl_toolwait_delta(struct kva_toolwait_hist *h,
+			  const struct kva_toolwait_hist *prev);
+
 #endif /* KVACTL_TOOLWAIT_H */
