@@ -748,7 +748,9 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	if (chat_request_parse(q->body.s ? q->body.s : "", q->body.len,
 			       kvd_model_id(a->d), cr, &e))
 		return send_error(c, q, &e);
-	if (a->stools && cr->tool_choice != CHAT_TOOLS_NONE &&
+	/* only with tool_choice "auto": "none" wants no call, "required" and a
+	 * named tool want the client's */
+	if (a->stools && cr->tool_choice == CHAT_TOOLS_AUTO &&
 	    kvd_server_tools_allowed(a->d, q->tenant_id) && offer_stools(a, g, cr))
 		return fail(c, q, 500, "server_error", NULL, "out of memory");
 	if (chat_render(cr, &a->tags, &g->prompt))
