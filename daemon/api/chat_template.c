@@ -33,15 +33,22 @@ int chat_template_known(const char *name)
 	return !name || !strcmp(name, "chatml");
 }
 
+/*
+ * The tool block of the system turn, in the Hermes/Qwen-2.5 wording that
+ * tool-calling ChatML models (and models/kvarena-agent, see
+ * Documentation/model.md) are trained on, byte for byte: one tool per
+ * line as JSON with ", " and ": " separators, keys in the client's order,
+ * non-ASCII escaped.
+ */
 static void render_tools(struct strbuf *b, const struct chat_request *r,
 			 const struct tc_tags *t)
 {
-	sb_adds(b, "# Tools\n\nYou can call the functions described below to help with the request. "
-		   "Their signatures follow inside <tools></tools>, one JSON object per line:\n<tools>");
+	sb_adds(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+		   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
 	for (size_t i = 0; i < r->n_tools; i++) {
 		json_t *o = json_pack("{s:s, s:O}", "type", "function",
 				      "function", r->tools[i].function);
-		char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;
+		char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) : NULL;
 
 		if (!s) {
 			b->oom = 1;
@@ -53,13 +60,13 @@ static void render_tools(struct strbuf *b, const struct chat_request *r,
 		free(s);
 		json_decref(o);
 	}
-	sb_adds(b, "\n</tools>\n\nTo call a function, write a JSON object with its name and arguments between ");
+	sb_adds(b, "\n</tools>\n\nFor each function call, return a json object with function name "
+		   "and arguments within ");
 	sb_adds(b, t->open);
-	sb_adds(b, " and ");
 	sb_adds(b, t->close);
-	sb_adds(b, ", one call per block:\n");
+	sb_adds(b, " XML tags:\n");
 	sb_adds(b, t->open);
-	sb_adds(b, "\n{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\n");
+	sb_adds(b, "\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n");
 	sb_adds(b, t->close);
 }
 

@@ -381,9 +381,9 @@ BAD = [
     (jb(dict(VALID, n=3)), 400, "n", "-"),
     (jb(dict(VALID, logprobs=True, top_logprobs=50)), 400, "top_logprobs", "-"),
     (jb(dict(VALID, tools={"a": 1})), 400, "tools", "-"),
-    (jb(dict(VALID, tool_choice="required")), 400, "tool_choice", "unsupported_value"),
-    (jb(dict(VALID, tool_choice={"type": "function", "function": {"name": "f"}})), 400, "tool_choice", "unsupported_value"),
-    (jb(dict(VALID, response_format={"type": "json_object"})), 400, "response_format", "unsupported_value"),
+    (jb(dict(VALID, tool_choice="required")), 400, "tool_choice", None),
+    (jb(dict(VALID, tool_choice={"type": "function", "function": {"name": "f"}})), 400, "tool_choice.function.name", None),
+    (jb(dict(VALID, response_format={"type": "json_schema"})), 400, "response_format.json_schema", None),
     (jb(dict(VALID, maxtokens=5)), 400, "maxtokens", "unknown_parameter"),
     (jb(dict(VALID, stream_options={"include_usage": True})), 400, "stream_options", "-"),
 ]

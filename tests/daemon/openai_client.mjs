@@ -123,8 +123,9 @@ await test('400 as BadRequestError', async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n'
       && e.type === 'invalid_request_error');
   await assert.rejects(
-    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], tool_choice: 'required', tools }),
-    (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_value');
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+      tool_choice: { type: 'function', function: { name: 'no_such_tool' } }, tools }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice.function.name');
 });
 
 await test('401 as AuthenticationError', async () => {
