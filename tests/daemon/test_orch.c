@@ -864,15 +864,22 @@ static void test_agent_loop(void)
 	{
 		const char *r[] = {
 			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"b() { b | b & }; while :; do b; done\"}}\n</tool_call>\n"
-			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"while :; do :; done\"}}\n</tool_call>",
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"while :; do :; done\"}}\n</tool_call>\n"
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"cat /etc/shadow\"}}\n</tool_call>\n"
+			"<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"../../../../etc/passwd\"}}\n</tool_call>",
 		};
 		struct reply ok;
 
 		snprintf(p1, sizeof(p1), "%s<|im_start|>user\nbreak things<|im_end|>\n"
 			 "<|im_start|>assistant\n", sys_prompt);
 		script(d, r, 1);
-		CHECK(collect(submit_tools(d, p1, 1, 4), &t, NULL, NULL) == 0 && t.n_runs == 2,
-		      "a fork bomb and a CPU spin run as one round of two calls");
+		CHECK(collect(submit_tools(d, p1, 1, 4), &t, NULL, NULL) == 0 && t.n_runs == 4,
+		      "a fork bomb, a CPU spin and two escapes run as one round of four calls");
+		CHECK(!strcmp(t.runs[2].reason, "exit") && t.runs[2].code != 0 &&
+		      !strstr(t.runs[2].output, "root:"),
+		      "sh: cat /etc/shadow fails inside the sandbox: \"%s\"", t.runs[2].output);
+		CHECK(!strcmp(t.runs[3].reason, "refused") && !strstr(t.runs[3].output, "root:"),
+		      "read_file ../../../../etc/passwd is refused: \"%s\"", t.runs[3].output);
 		CHECK(!strcmp(t.runs[1].reason, "timeout"),
 		      "the spin is killed at the policy's timeout (%s)", t.runs[1].reason);
 		CHECK(strcmp(t.runs[0].reason, "exit") || t.runs[0].code != 0,
