@@ -118,9 +118,10 @@ ifneq ($(KVA_TOOLWAIT),0)
 -include bpf/bpf.mk
 endif
 -include tests/debug/debug.mk
+# the sandbox before the daemon, which links it
+-include daemon/sandbox/sandbox.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
--include daemon/sandbox/sandbox.mk
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench

@@ -66,6 +66,7 @@ struct kvd_api {
 	unsigned drain_timeout_s;
 	struct tc_tags tags;
 	int64_t started;
+	json_t *stools;			/* server-side tools' function objects */
 
 	pthread_mutex_t lock;		/* auth, inflight wakeups */
 	pthread_cond_t idle;
@@ -90,6 +91,14 @@ struct gen {
 	MHD_socket fd;
 	int stream, include_usage, want_logprobs, parallel;
 	int parse_tools;
+	uint32_t stools;		/* server-side tools offered (bits of a->stools) */
+	/* calls to server-side tools, held back until the orchestrator says
+	 * it ran them (a TOOL_RUN event) or the response ends with them */
+	struct held_call *held;
+	size_t n_held;
+	int holding;			/* the call being parsed is held */
+	int replaying;
+	json_t *tool_runs;		/* non-stream: kvarena.tool_runs */
 	struct tc_stream ts;
 	struct resp_ctx rc;
 	char id[40];
@@ -249,6 +258,67 @@ static enum MHD_Result fail(struct MHD_Connection *c, struct req *q, int status,
 
 /* ---------------------------------------------------------------- generation */
 
+struct held_call {
+	struct tc_call call;
+	char *name;
+	struct strbuf args;
+};
+
+static void held_clear(struct gen *g)
+{
+	for (size_t i = 0; i < g->n_held; i++) {
+		free(g->held[i].name);
+		sb_free(&g->held[i].args);
+	}
+	free(g->held);
+	g->held = NULL;
+	g->n_held = 0;
+	g->holding = 0;
+}
+
+/* 1 when name is a server-side tool offered to this request */
+static int offered_stool(const struct gen *g, const char *name)
+{
+	size_t i;
+	json_t *f;
+
+	json_array_foreach(g->a->stools, i, f)
+		if (i < 32 && (g->stools & (1u << i)) &&
+		    !strcmp(json_string_value(json_object_get(f, "name")), name))
+			return 1;
+	return 0;
+}
+
+static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
+		    const struct tc_call *call);
+
+/* Held calls the orchestrator did not run go to the client as its own. */
+static int held_release(struct gen *g)
+{
+	struct held_call *h = g->held;
+	size_t n = g->n_held;
+	int rc = 0;
+
+	g->held = NULL;
+	g->n_held = 0;
+	g->replaying = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (!rc) {
+			h[i].call.name = h[i].name;
+			rc = gen_emit(g, TC_CALL_START, NULL, 0, &h[i].call);
+		}
+		if (!rc && h[i].args.len)
+			rc = gen_emit(g, TC_CALL_ARGS, h[i].args.s, h[i].args.len, &h[i].call);
+		if (!rc)
+			rc = gen_emit(g, TC_CALL_END, NULL, 0, &h[i].call);
+		free(h[i].name);
+		sb_free(&h[i].args);
+	}
+	free(h);
+	g->replaying = 0;
+	return rc;
+}
+
 static void gen_unref(struct gen *g)
 {
 	if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL))
@@ -265,6 +335,8 @@ static void gen_unref(struct gen *g)
 	sb_free(&g->out);
 	free(g->calls);
 	json_decref(g->logprobs);
+	held_clear(g);
+	json_decref(g->tool_runs);
 	free(g);
 }
 
@@ -299,6 +371,40 @@ static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
 
 	if (g->cancelled)	/* parallel_tool_calls false: one call only */
 		return 0;
+	if (!g->replaying) {
+		if (ev == TC_CALL_START && g->stools && offered_stool(g, call->name)) {
+			struct held_call *h = realloc(g->held, (g->n_held + 1) * sizeof(*h));
+
+			if (!h)
+				return -ENOMEM;
+			g->held = h;
+			h = &g->held[g->n_held];
+			memset(h, 0, sizeof(*h));
+			h->call = *call;
+			h->name = strdup(call->name);
+			if (!h->name)
+				return -ENOMEM;
+			g->n_held++;
+			g->holding = 1;
+			return 0;
+		}
+		if (g->holding && ev == TC_CALL_ARGS) {
+			sb_add(&g->held[g->n_held - 1].args, text, len);
+			return g->held[g->n_held - 1].args.oom ? -ENOMEM : 0;
+		}
+		if (g->holding && ev == TC_CALL_END) {
+			g->holding = 0;
+			return 0;
+		}
+		/* a client-side call beside held ones: the orchestrator runs
+		 * none of the round's calls; the client gets them all */
+		if (ev == TC_CALL_START && g->n_held) {
+			int rc = held_release(g);
+
+			if (rc || g->cancelled)
+				return rc;
+		}
+	}
 	switch (ev) {
 	case TC_CONTENT:
 		sb_add(g->stream ? &g->pending : &g->content, text, len);
@@ -396,8 +502,25 @@ static void gen_event(struct gen *g, const struct kvd_event *ev)
 			json_decref(lp);
 		}
 		return;
+	case KVD_EV_TOOL_RUN: {
+		json_t *run = resp_tool_run(ev->tool_run);
+
+		/* the held calls ran: they are not the client's */
+		held_clear(g);
+		if (!run) {
+			gen_oom(g);
+			return;
+		}
+		if (g->stream) {
+			flush_pending(g, NULL);
+			sse_frame(g, resp_chunk_tool_run(&g->rc, run));
+		} else if (json_array_append_new(g->tool_runs, run)) {
+			gen_oom(g);
+		}
+		return;
+	}
 	case KVD_EV_DONE:
-		if (g->parse_tools && tc_stream_finish(&g->ts)) {
+		if (g->parse_tools && (tc_stream_finish(&g->ts) || held_release(g))) {
 			gen_oom(g);
 			return;
 		}
@@ -530,6 +653,38 @@ static void sse_free(void *cls)
 /* ---------------------------------------------------------------- routes */
 
 /*
+ * Server-side tools go after the request's own tools, in the daemon's
+ * order, so a conversation's prompt renders the same on every turn. A
+ * tool the client declares itself stays the client's: the server's of the
+ * same name is not offered.
+ */
+static int offer_stools(struct kvd_api *a, struct gen *g, struct chat_request *cr)
+{
+	size_t n = json_array_size(a->stools), i, k;
+	struct chat_tool *t;
+	json_t *f;
+
+	t = realloc(cr->tools, (cr->n_tools + n) * sizeof(*t));
+	if (!t)
+		return -1;
+	cr->tools = t;
+	json_array_foreach(a->stools, i, f) {
+		const char *name = json_string_value(json_object_get(f, "name"));
+
+		for (k = 0; k < cr->n_tools; k++)
+			if (!strcmp(cr->tools[k].name, name))
+				break;
+		if (k < cr->n_tools || i >= 32)
+			continue;
+		cr->tools[cr->n_tools].name = name;
+		cr->tools[cr->n_tools].function = f;
+		cr->n_tools++;
+		g->stools |= 1u << i;
+	}
+	return 0;
+}
+
+/*
  * Structured decoding for a request: tool_choice "required" or a named
  * tool constrain the reply to tool calls; "auto" with tools constrains a
  * call once the model opens one (free text before); a JSON
@@ -593,6 +748,11 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	if (chat_request_parse(q->body.s ? q->body.s : "", q->body.len,
 			       kvd_model_id(a->d), cr, &e))
 		return send_error(c, q, &e);
+	/* only with tool_choice "auto": "none" wants no call, "required" and a
+	 * named tool want the client's */
+	if (a->stools && cr->tool_choice == CHAT_TOOLS_AUTO &&
+	    kvd_server_tools_allowed(a->d, q->tenant_id) && offer_stools(a, g, cr))
+		return fail(c, q, 500, "server_error", NULL, "out of memory");
 	if (chat_render(cr, &a->tags, &g->prompt))
 		return fail(c, q, 500, "server_error", NULL, "out of memory");
 	g->stream = cr->stream;
@@ -601,6 +761,7 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	g->parallel = cr->parallel_tool_calls;
 	g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
 	g->logprobs = cr->s.logprobs ? json_array() : NULL;
+	g->tool_runs = g->stools ? json_array() : NULL;
 	make_id(g->id, sizeof(g->id), "chatcmpl-");
 	snprintf(g->model, sizeof(g->model), "%s", cr->model);
 	g->rc.id = g->id;
@@ -621,6 +782,7 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	kr.tenant = q->tenant_id;
 	kr.request_id = g->id;
 	kr.s = cr->s;
+	kr.server_tools = g->stools;
 	c_json = constraint_for(cr, &kr.c);
 	if ((kr.c.kind == KVD_CONSTRAIN_TOOLS || kr.c.kind == KVD_CONSTRAIN_JSON_SCHEMA) &&
 	    !c_json) {
@@ -681,9 +843,10 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 		tr.content_len = g->content.len;
 		tr.calls = g->calls;
 		tr.n_calls = g->n_calls;
-		body = resp_completion(&g->rc, &tr, fin, &g->usage, g->session_id,
-				       g->logprobs);
+		body = resp_completion_runs(&g->rc, &tr, fin, &g->usage, g->session_id,
+					    g->logprobs, g->tool_runs);
 		g->logprobs = NULL;
+		g->tool_runs = NULL;
 		if (!body)
 			return fail(c, q, 500, "server_error", NULL, "out of memory");
 		return queue(c, q, 200, body, "application/json", NULL);
@@ -1053,6 +1216,7 @@ static void api_free(struct kvd_api *a)
 	free(a->listen_addr);
 	free((void *)a->tags.open);
 	free((void *)a->tags.close);
+	json_decref(a->stools);
 	pthread_mutex_destroy(&a->lock);
 	pthread_cond_destroy(&a->idle);
 	free(a);
@@ -1117,6 +1281,25 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		api_free(a);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
+	}
+	if (kvd_server_tools(d)) {
+		json_error_t je;
+		size_t i;
+		json_t *f;
+
+		/* parsed once: the same bytes render on every request */
+		a->stools = json_loads(kvd_server_tools(d), 0, &je);
+		if (!json_is_array(a->stools)) {
+			snprintf(err, errlen, "server-side tool declarations: %s", je.text);
+			api_free(a);
+			return -EINVAL;
+		}
+		json_array_foreach(a->stools, i, f)
+			if (!json_is_string(json_object_get(f, "name"))) {
+				snprintf(err, errlen, "server-side tool %zu has no name", i);
+				api_free(a);
+				return -EINVAL;
+			}
 	}
 	if (c->n_tenants) {
 		a->auth = auth_table_new(c->tenants, c->n_tenants, err, errlen);

@@ -63,6 +63,7 @@ check-api-unit: $(API_UNIT)
 check-api: deps-api $(API_UNIT) $(API_SERVER)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(API_UNIT)
 	KVD_API_SERVER=$(API_SERVER) sh tests/daemon/run-api.sh
+	python3 tests/daemon/api_server_tools.py $(API_SERVER) 2>/dev/null
 
 deps-api:
 	@[ -f /usr/include/microhttpd.h ] && [ -f /usr/include/jansson.h ] && \

@@ -101,6 +101,9 @@ static json_t *base(const struct resp_ctx *c, const char *object)
 			 "created", (json_int_t)c->created, "model", c->model);
 }
 
+static char *chunk(const struct resp_ctx *c, json_t *delta, json_t *logprobs,
+		   const char *finish, json_t *extension);
+
 static json_t *ext(const char *session_id)
 {
 	return json_pack("{s:s?}", "session_id", session_id);
@@ -110,7 +113,34 @@ char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
 		      const char *finish, const struct kvd_usage *u,
 		      const char *session_id, json_t *logprobs)
 {
+	return resp_completion_runs(c, tr, finish, u, session_id, logprobs, NULL);
+}
+
+json_t *resp_tool_run(const struct kvd_tool_run *t)
+{
+	return json_pack("{s:i, s:i, s:s, s:o, s:s, s:i, s:o, s:f}",
+			 "round", (int)t->round, "index", (int)t->index, "name", t->name,
+			 "arguments", api_json_string_lossy(t->arguments, t->arguments_len),
+			 "exit_reason", t->exit_reason, "exit_code", t->exit_code,
+			 "output", api_json_string_lossy(t->output, t->output_len),
+			 "wall_ms", t->wall_ms);
+}
+
+char *resp_chunk_tool_run(const struct resp_ctx *c, json_t *run)
+{
+	json_t *e = run ? json_pack("{s:o}", "tool_run", run) : NULL;
+
+	if (!e)
+		return NULL;
+	return chunk(c, json_object(), NULL, NULL, e);
+}
+
+char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,
+			   const char *finish, const struct kvd_usage *u,
+			   const char *session_id, json_t *logprobs, json_t *tool_runs)
+{
 	json_t *o = base(c, "chat.completion"), *msg = NULL, *calls = NULL;
+	json_t *e;
 	json_t *lp = json_null();
 	int r;
 
@@ -143,11 +173,21 @@ char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
 			"index", 0, "message", msg, "logprobs", lp,
 			"finish_reason", finish));
 	msg = lp = NULL;
-	if (r || json_object_set_new(o, "usage", usage_json(u)) ||
-	    json_object_set_new(o, "kvarena", ext(session_id)))
+	e = ext(session_id);
+	if (e && tool_runs) {
+		r = json_object_set_new(e, "tool_runs", tool_runs);
+		tool_runs = NULL;
+		if (r) {
+			json_decref(e);
+			e = NULL;
+		}
+	}
+	if (r || !e || json_object_set_new(o, "usage", usage_json(u)) ||
+	    json_object_set_new(o, "kvarena", e))
 		goto fail;
 	return dump(o);
 fail:
+	json_decref(tool_runs);
 	json_decref(o);
 	json_decref(msg);
 	json_decref(calls);

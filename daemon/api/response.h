@@ -34,6 +34,17 @@ char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
 		      const char *finish, const struct kvd_usage *u,
 		      const char *session_id, json_t *logprobs);
 
+/* The same with the server-side tool runs (a JSON array, stolen; NULL:
+ * none) in "kvarena": {"tool_runs": [...]}. */
+char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,
+			   const char *finish, const struct kvd_usage *u,
+			   const char *session_id, json_t *logprobs, json_t *tool_runs);
+/* {round, index, name, arguments, exit_reason, exit_code, output, wall_ms}
+ * of one server-side tool run; NULL when out of memory. */
+json_t *resp_tool_run(const struct kvd_tool_run *t);
+/* A chunk with an empty delta and "kvarena": {"tool_run": run} (stolen). */
+char *resp_chunk_tool_run(const struct resp_ctx *c, json_t *run);
+
 char *resp_chunk_role(const struct resp_ctx *c);
 /* content may be empty when only logprobs are sent (stolen; may be NULL) */
 char *resp_chunk_content(const struct resp_ctx *c, const char *text,

@@ -14,6 +14,34 @@
 
 #include "config.h"
 
+const char *const kvd_stool_names[KVD_N_TOOLS] = {
+	"sh", "c_compile_run", "read_file", "write_file", "list_dir",
+};
+
+/* "sh, read_file" -> a mask; "" or "none": 0. -1 names an unknown tool. */
+static int parse_tools(const char *v, uint32_t *out)
+{
+	char buf[256], *save = NULL, *t;
+	uint32_t m = 0;
+	int i;
+
+	if (strlen(v) >= sizeof(buf))
+		return -1;
+	memcpy(buf, v, strlen(v) + 1);
+	for (t = strtok_r(buf, ", \t", &save); t; t = strtok_r(NULL, ", \t", &save)) {
+		if (!strcmp(t, "none"))
+			continue;
+		for (i = 0; i < KVD_N_TOOLS; i++)
+			if (!strcmp(t, kvd_stool_names[i]))
+				break;
+		if (i == KVD_N_TOOLS)
+			return -1;
+		m |= 1u << i;
+	}
+	*out = m;
+	return 0;
+}
+
 void kvd_config_defaults(struct kvd_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -48,6 +76,10 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->max_queue = 256;
 	c->max_sessions = 4096;
 	c->log_level = 2;
+	c->tools_max_rounds = 4;
+	snprintf(c->tools_workdir_root, sizeof(c->tools_workdir_root),
+		 "/var/lib/kvarenad/tools");
+	c->tools_result_bytes = 16384;
 }
 
 static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -184,6 +216,14 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	}
 	U32("limits", "max_queue", max_queue, 1, 1 << 20);
 	U32("limits", "max_sessions", max_sessions, 1, 1 << 22);
+	STR("tools", "policy", tools_policy);
+	if (!strcmp(sec, "tools") && !strcmp(k, "enable"))
+		return parse_tools(v, &c->tools_enabled);
+	U32("tools", "max_rounds", tools_max_rounds, 0, 64);
+	if (!strcmp(sec, "tools") && !strcmp(k, "workdir_root"))
+		return v[0] != '/' ? -1 : copy_str(c->tools_workdir_root,
+						    sizeof(c->tools_workdir_root), v);
+	U32("tools", "result_bytes", tools_result_bytes, 256, 1 << 20);
 	if (!strcmp(sec, "log") && !strcmp(k, "level")) {
 		static const char *const lv[] = { "error", "warn", "info", "debug" };
 

@@ -24,6 +24,18 @@ struct kvd_tenant_cfg {
 
 enum kvd_handoff { KVD_HANDOFF_ARENA = 0, KVD_HANDOFF_COPY = 1 };
 
+/* Server-side tools the orchestrator can run ([tools] enable); bit order is
+ * the order of their declarations (kvd_server_tools()). */
+enum kvd_stool {
+	KVD_TOOL_SH = 0,
+	KVD_TOOL_C_COMPILE_RUN,
+	KVD_TOOL_READ_FILE,
+	KVD_TOOL_WRITE_FILE,
+	KVD_TOOL_LIST_DIR,
+	KVD_N_TOOLS,
+};
+extern const char *const kvd_stool_names[KVD_N_TOOLS];
+
 struct kvd_config {
 	/* [server] */
 	char listen_host[64];
@@ -64,6 +76,12 @@ struct kvd_config {
 	/* [limits] */
 	uint32_t max_queue;		/* jobs waiting for admission */
 	uint32_t max_sessions;		/* conversations remembered */
+	/* [tools] */
+	char tools_policy[512];		/* kva-sandbox policy file; "": built-in */
+	uint32_t tools_enabled;		/* 1 << KVD_TOOL_*; 0: no server tools */
+	uint32_t tools_max_rounds;	/* tool rounds per request */
+	char tools_workdir_root[512];	/* per-session work directories */
+	uint32_t tools_result_bytes;	/* tool output given to the model, per call */
 	/* [tenant.NAME] sections */
 	uint32_t n_tenants;
 	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];

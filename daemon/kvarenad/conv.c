@@ -138,6 +138,7 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 
 void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 {
+	kvd_agent_forget(d, c);
 	kvd_conv_drop_kv(d, c);
 	list_del(d, c);
 	d->n_convs--;

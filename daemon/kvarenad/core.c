@@ -26,6 +26,8 @@ struct kvd_qev {
 	struct kvd_top_logprob *top;
 	char *top_text;
 	char session_id[40];
+	struct kvd_tool_run tool_run;
+	char *tool_strings;		/* name, arguments, output */
 };
 
 uint64_t kvd_now_ns(void)
@@ -53,6 +55,7 @@ static void qev_free(struct kvd_qev *q)
 	free(q->text);
 	free(q->top);
 	free(q->top_text);
+	free(q->tool_strings);
 	free(q);
 }
 
@@ -64,7 +67,7 @@ static void job_push(struct kvd_job *j, struct kvd_qev *q)
 		qev_free(q);
 		return;
 	}
-	if (q->ev.type != KVD_EV_TOKEN)
+	if (q->ev.type == KVD_EV_DONE || q->ev.type == KVD_EV_ERROR)
 		j->q_closed = 1;
 	if (j->q_tail)
 		j->q_tail->next = q;
@@ -138,6 +141,36 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 	q->ev.session_id = q->session_id;
 	q->ev.ttft_ms = j->t_first ? (double)(j->t_first - j->t_submit) / 1e6 : 0;
 	q->ev.total_ms = (double)(now - j->t_submit) / 1e6;
+	job_push(j, q);
+}
+
+void kvd_job_emit_tool_run(struct kvd_job *j, const struct kvd_tool_run *tr)
+{
+	struct kvd_qev *q = calloc(1, sizeof(*q));
+	size_t nl = strlen(tr->name), off = 0;
+	char *s;
+
+	if (!q)
+		return;
+	s = malloc(nl + tr->arguments_len + tr->output_len + 3);
+	if (!s) {
+		free(q);
+		return;
+	}
+	q->tool_strings = s;
+	q->tool_run = *tr;
+	memcpy(s, tr->name, nl + 1);
+	q->tool_run.name = s;
+	off = nl + 1;
+	memcpy(s + off, tr->arguments, tr->arguments_len);
+	s[off + tr->arguments_len] = 0;
+	q->tool_run.arguments = s + off;
+	off += tr->arguments_len + 1;
+	memcpy(s + off, tr->output, tr->output_len);
+	s[off + tr->output_len] = 0;
+	q->tool_run.output = s + off;
+	q->ev.type = KVD_EV_TOOL_RUN;
+	q->ev.tool_run = &q->tool_run;
 	job_push(j, q);
 }
 
@@ -486,6 +519,19 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		err->retry_after_s = retry;
 		goto reject;
 	}
+	/* server-side tools: only those offered to a tenant allowed them */
+	if (r->server_tools && d->agent &&
+	    (!d->cfg.n_tenants || (r->tenant && r->tenant <= d->cfg.n_tenants &&
+				   d->cfg.tenants[r->tenant - 1].server_tools))) {
+		/* bit k of the request: the k-th declaration, i.e. the k-th
+		 * enabled tool; the job keeps 1 << KVD_TOOL_* */
+		int t, k = 0;
+
+		for (t = 0; t < KVD_N_TOOLS; t++)
+			if (d->cfg.tools_enabled & (1u << t))
+				if (r->server_tools & (1u << k++))
+					j->server_tools |= 1u << t;
+	}
 	if (d->jobs_tail)
 		d->jobs_tail->next = j;
 	else
@@ -622,6 +668,10 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		rc = -errno;
 		goto fail;
 	}
+	/* the sandbox's spawner forks now, while this process is small */
+	rc = kvd_agent_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	/* the orchestrator only tokenizes and sizes KV: map the weights
 	 * (page cache) instead of a private copy */
 	setenv("KVE_WEIGHTS", "mmap", 0);
@@ -676,6 +726,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 fail:
 	if (!err[0])
 		snprintf(err, errlen, "%s", strerror(-rc));
+	kvd_agent_fini(d);
 	kvd_kstate_fini(d);
 	kvd_prefix_fini(d);
 	free(d->block_users);
@@ -741,6 +792,7 @@ void kvd_destroy(struct kvd *d)
 	pthread_mutex_unlock(&d->lock);
 	kvd_wake(d);
 	pthread_join(d->sched, NULL);
+	kvd_agent_stop(d);	/* running tools finish; then no thread holds a job */
 	kvd_workers_stop(d);
 	/* jobs still held by the scheduler: their API side is gone by now */
 	while ((j = d->jobs)) {
@@ -749,6 +801,7 @@ void kvd_destroy(struct kvd *d)
 	}
 	while (d->convs)
 		kvd_conv_free(d, d->convs);
+	kvd_agent_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	free(d->block_users);

@@ -9,6 +9,7 @@
  *   router.c    which worker gets a step (Dynamo-style cost)
  *   kstate.c    session states to the kernel (batched), pressure events
  *   toolwait.c  tool classes and predicted waits
+ *   agent.c     server-side tools: declarations, the sandbox, tool rounds
  *   metrics.c   counters, histograms, Prometheus text
  * One lock (kvd.lock) guards all of it; worker I/O and tokenizing happen
  * outside it.
@@ -54,6 +55,7 @@ struct kvd_conv {
 	uint64_t last_used_ns;
 	uint64_t deadline_ns;		/* KV retention ends */
 	int delete_pending;		/* DELETE while a step held a lease */
+	int has_workdir;		/* server-side tools made its work dir */
 	struct kvd_conv *prev, *next;	/* d->convs, most recent first */
 };
 
@@ -67,6 +69,7 @@ enum kvd_job_state {
 	JOB_KV_LOADING,
 	JOB_DECODE_READY,
 	JOB_DECODING,
+	JOB_TOOL_RUNNING,	/* server-side tools run (agent.c), no worker */
 	JOB_FINISHED,
 };
 
@@ -86,6 +89,11 @@ struct kvd_job {
 	struct kvd_sampling s;
 	char *stop[KVD_MAX_STOP];
 	uint32_t max_new;		/* after clipping to the context */
+	/* server-side tools */
+	uint32_t server_tools;		/* kvd_request.server_tools, tenant-checked */
+	uint32_t tool_rounds;		/* rounds run so far */
+	size_t round_start;		/* gen offset where this round's text starts */
+	uint32_t round_tokens;		/* tokens sampled in this round */
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
 	struct kvd_constraint_wire cw;
@@ -186,6 +194,8 @@ struct kvd_metrics {
 	uint64_t pressure_events;
 	uint64_t worker_restarts, lease_expiries;
 	uint64_t tool_waits;
+	uint64_t tool_runs[KVD_N_TOOLS][8];	/* by tool and enum kvs_exit */
+	uint64_t tool_rounds, tool_rounds_exhausted, tool_result_tokens;
 	uint64_t steps_prefill, steps_decode, decode_seqs;
 	struct kvd_hist ttft, tpot, toolwait, prefill_ms;
 };
@@ -241,7 +251,13 @@ struct kvd {
 	struct kvd_toolclass classes[KVD_MAX_TOOL_CLASSES];
 	uint32_t n_classes;
 	struct kvd_metrics m;
+	struct kvd_agent *agent;	/* server-side tools, or NULL */
 	char startup_note[256];
+#ifdef KVD_TEST_HOOKS
+	/* test_orch only: replies fed in place of the model's (sched.c) */
+	char *test_replies[8];
+	uint32_t n_test_replies;
+#endif
 };
 
 uint64_t kvd_now_ns(void);
@@ -261,6 +277,7 @@ void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n,
 			int32_t tok, float lp, const struct kvd_top *top,
 			uint32_t n_top);
 void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f);
+void kvd_job_emit_tool_run(struct kvd_job *j, const struct kvd_tool_run *tr);
 void kvd_job_emit_error(struct kvd_job *j, enum kvd_err_kind kind,
 			const char *msg);
 void kvd_wake(struct kvd *d);
@@ -333,6 +350,33 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want);
 uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len);
 uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
+
+/* agent.c: server-side tools */
+struct kvd_round;
+/* Before the model is loaded (the sandbox's spawner forks small). */
+int kvd_agent_init(struct kvd *d, char *err, size_t errlen);
+/* Stops the tool threads (running tools finish first); rounds not done are
+ * dropped. Work dirs of conversations freed after this go synchronously. */
+void kvd_agent_stop(struct kvd *d);
+void kvd_agent_fini(struct kvd *d);
+/* The job's round just ended with its end of turn: when its text calls
+ * server-side tools only (offered to it, within max_rounds), start them
+ * (TOOL_WAIT, job -> JOB_TOOL_RUNNING) and return 1; else 0. */
+int kvd_agent_try(struct kvd *d, struct kvd_job *j);
+/* A round whose calls all ran, or NULL; the caller resumes its job and
+ * frees it with kvd_agent_round_free(). */
+struct kvd_round *kvd_agent_next_done(struct kvd *d);
+struct kvd_job *kvd_agent_round_job(const struct kvd_round *r);
+/* Emits the round's TOOL_RUN events, logs and counts its runs, records the
+ * measured wait; returns the text to append (tool turns, then the next
+ * assistant header), malloc'd, or NULL when out of memory. */
+char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
+void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
+/* The conversation is forgotten: its work directory goes. */
+void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);
+
+/* sched.c: invalid UTF-8 and NUL to U+FFFD; out needs 3 * n bytes */
+size_t kvd_utf8_clean(const char *in, size_t n, char *out);
 
 /* metrics.c */
 void kvd_hist_add(struct kvd_hist *h, double v_ms);

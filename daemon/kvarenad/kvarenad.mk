@@ -2,24 +2,31 @@
 # kvarenad.mk - the daemon: orchestrator (daemon/kvarenad), stage worker
 # (daemon/worker), shared pieces (daemon/common), the HTTP API (daemon/api,
 # its own api.mk) and the CPU engine as a dlopen()-able backend plugin.
-# Included from the top-level Makefile after the engine's engine.mk.
+# Included from the top-level Makefile after the engine's engine.mk, api.mk
+# and sandbox.mk (server-side tools: the orchestrator links libkvsandbox and
+# the API's tool-call parser).
 
 KVD_VERSION   := $(VERSION)
 KVD_OUT       := $(B)/daemon
 KVD_CFLAGS    := -std=c11 -Wall -Wextra -Werror -O2 -g \
                  -fno-strict-aliasing -DKVD_VERSION=\"$(KVD_VERSION)\" \
                  -Idaemon/kvarenad -Idaemon/worker -Idaemon/common -Idaemon/api \
-                 -Idaemon/engine -Ilib -Iinclude/uapi -Ikmod/core
+                 -Idaemon/engine -Idaemon/sandbox -Ilib -Iinclude/uapi -Ikmod/core
 KVD_CORE_SRCS := $(filter-out daemon/kvarenad/main.c,$(sort $(wildcard daemon/kvarenad/*.c))) \
                  $(sort $(wildcard daemon/worker/*.c)) $(sort $(wildcard daemon/common/*.c))
 KVD_HDRS      := $(wildcard daemon/kvarenad/*.h daemon/worker/*.h daemon/common/*.h \
-                 daemon/api/*.h daemon/engine/*.h) lib/kvarena.h lib/kvarena_toolwait.h \
+                 daemon/api/*.h daemon/engine/*.h daemon/sandbox/kvsandbox.h) \
+                 lib/kvarena.h lib/kvarena_toolwait.h \
                  include/uapi/linux/kvarena.h
 KVD_CORE_OBJS := $(KVD_CORE_SRCS:%.c=$(KVD_OUT)/obj/%.o)
 KVD_CORE_SOBJS := $(KVD_CORE_SRCS:%.c=$(KVD_OUT)/san/%.o)
 KVD_CORE_LIB  := $(KVD_OUT)/libkvd.a
 KVD_CORE_SLIB := $(KVD_OUT)/libkvd-san.a
-KVD_LDLIBS    := -linih -ldl $(ENGINE_LIBS) $(LIB_LDLIBS)
+KVD_LDLIBS    := -linih -ldl -lseccomp -ljansson $(ENGINE_LIBS) $(LIB_LDLIBS)
+# what the core library needs besides the engine: the API's tool-call
+# parser (tool_call.o, strbuf.o) and the sandbox
+KVD_DEP_LIBS  := $(API_LIB) $(SANDBOX_LIB)
+KVD_DEP_SLIBS := $(API_SLIB) $(SANDBOX_SLIB)
 KVD_BIN       := $(B)/bin/kvarenad
 KVD_PLUGIN    := $(B)/lib/kvarenad/backend-cpu.so
 KVD_SAN       := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
@@ -29,9 +36,11 @@ $(KVD_CORE_OBJS): $(KVD_OUT)/obj/%.o: %.c $(KVD_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(KVD_CFLAGS) -c $< -o $@
 
+# The sanitized library is test_orch's alone: it carries the test hooks
+# (KVD_TEST_HOOKS, sched.c), which the daemon's objects never have.
 $(KVD_CORE_SOBJS): $(KVD_OUT)/san/%.o: %.c $(KVD_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -c $< -o $@
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS -c $< -o $@
 
 $(KVD_CORE_LIB): $(KVD_CORE_OBJS)
 	@rm -f $@
@@ -52,9 +61,9 @@ $(KVD_PLUGIN): daemon/worker/backend_cpu.c $(KVD_ENGINE_PIC) $(KVD_HDRS)
 	$(CC) $(KVD_CFLAGS) -fPIC -fvisibility=hidden -DKVD_BACKEND_PLUGIN -shared \
 		-Wl,-z,defs daemon/worker/backend_cpu.c $(KVD_ENGINE_PIC) -o $@ $(ENGINE_LIBS)
 
-$(KVD_BIN): daemon/kvarenad/main.c $(KVD_CORE_LIB) $(API_LIB) $(ENGINE_LIB) $(LIB_A) $(KVD_HDRS)
+$(KVD_BIN): daemon/kvarenad/main.c $(KVD_CORE_LIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) $(LIB_A) $(KVD_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(API_LIB) $(ENGINE_LIB) $(LIB_A) -o $@ \
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) $(LIB_A) -o $@ \
 		-lsystemd $(API_LIBS) $(KVD_LDLIBS)
 
 .PHONY: daemon
@@ -62,9 +71,10 @@ daemon: $(KVD_BIN) $(KVD_PLUGIN)
 
 # make bench BENCH=handoff: the hand-off of one session's KV, arena vs copy
 KVD_BENCH_HANDOFF := $(B)/bin/kvd-handoff
-$(KVD_BENCH_HANDOFF): tools/bench/daemon/kvd-handoff.c $(KVD_CORE_LIB) $(LIB_A)
+$(KVD_BENCH_HANDOFF): tools/bench/daemon/kvd-handoff.c $(KVD_CORE_LIB) $(KVD_DEP_LIBS) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(LIB_A) -o $@ $(LIB_LDLIBS)
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(KVD_DEP_LIBS) $(LIB_A) -o $@ $(LIB_LDLIBS) \
+		-lseccomp -ljansson -linih -lpthread
 
 # make demo's agent client (libcurl, jansson)
 KVD_DEMO_CLIENT := $(B)/bin/kvd-demo

@@ -70,6 +70,10 @@ struct kvd_request {
 	uint32_t tenant;		/* from the API key (0: no keys configured) */
 	const char *request_id;		/* "chatcmpl-..." for logs; may be NULL */
 	struct kvd_sampling s;
+	/* Bit i: the i-th server-side tool of kvd_server_tools() was declared
+	 * in the prompt (the HTTP layer appended it for this tenant). Calls
+	 * only to such tools are run by the orchestrator; 0: none. */
+	uint32_t server_tools;
 	struct kvd_constraint c;	/* refused with KVD_ERR_INVALID (param
 					 * "tools" or "response_format") when it
 					 * uses what the compiler does not support */
@@ -117,6 +121,24 @@ enum kvd_event_type {
 	KVD_EV_TOKEN = 1,
 	KVD_EV_DONE,
 	KVD_EV_ERROR,
+	KVD_EV_TOOL_RUN,	/* a server-side tool ran; decoding goes on */
+};
+
+/* One server-side tool run (KVD_EV_TOOL_RUN). The reply's text up to here
+ * ended in calls to server-side tools only; the orchestrator ran them,
+ * appended their results as tool turns and decodes the next round. */
+struct kvd_tool_run {
+	uint32_t round;			/* 1.. within the request */
+	uint32_t index;			/* the call's place in its round */
+	const char *name;		/* NUL-terminated */
+	const char *arguments;		/* the call's JSON object, verbatim */
+	size_t arguments_len;
+	const char *exit_reason;	/* "exit", "signal", "timeout", "oom",
+					   "output-cap", "setup-failed", "refused" */
+	int exit_code;			/* exit code or signal number */
+	const char *output;		/* exactly what the model was given */
+	size_t output_len;
+	double wall_ms;
 };
 
 /* Valid until the next kvd_job_next() or kvd_job_free() on the job. */
@@ -137,6 +159,8 @@ struct kvd_event {
 	double ttft_ms, total_ms;	/* for the request's log line */
 	/* ERROR (after submission: a worker failed for good, shutdown) */
 	struct kvd_error err;
+	/* TOOL_RUN */
+	const struct kvd_tool_run *tool_run;
 };
 
 /* Queue a completion. 0 and *jobp, or a negative errno with err filled
@@ -160,6 +184,14 @@ const char *kvd_model_id(const struct kvd *d);
 uint32_t kvd_context_len(const struct kvd *d);
 /* 1 when able to serve, 0 while starting or draining. */
 int kvd_ready(const struct kvd *d);
+/* Server-side tools (Documentation/daemon.md, "Server-side tools"): a
+ * JSON array of OpenAI function objects ({"name", "description",
+ * "parameters"}), fixed for the daemon's life; element i is bit i of
+ * kvd_request.server_tools. NULL when none are enabled. */
+const char *kvd_server_tools(const struct kvd *d);
+/* 1 when the tenant may have them: [tenant.NAME] server_tools = yes, or
+ * any request when no API keys are configured at all. */
+int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant);
 /* Prometheus text exposition of every metric; malloc'd, caller frees. */
 char *kvd_metrics_text(struct kvd *d);
 

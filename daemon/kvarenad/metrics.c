@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kvsandbox.h"
 
 static const double bucket_ms[KVD_HIST_BUCKETS] = {
 	1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000,
@@ -172,6 +173,22 @@ char *kvd_metrics_text(struct kvd *d)
 	counter(&o, "lease_expiries_total", "Steps past their KV lease (worker killed).",
 		m.lease_expiries);
 	counter(&o, "tool_waits_total", "Tool waits measured.", m.tool_waits);
+	put(&o, "# HELP kvarenad_tool_runs_total Server-side tool runs, by tool and exit "
+		"reason.\n# TYPE kvarenad_tool_runs_total counter\n");
+	for (i = 0; i < KVD_N_TOOLS; i++)
+		for (int r = 0; r < 8; r++)
+			if (m.tool_runs[i][r])
+				put(&o, "kvarenad_tool_runs_total{tool=\"%s\",reason=\"%s\"} %llu\n",
+				    kvd_stool_names[i], kvs_exit_name((enum kvs_exit)r),
+				    (unsigned long long)m.tool_runs[i][r]);
+	counter(&o, "tool_rounds_total", "Rounds of server-side tool calls run.",
+		m.tool_rounds);
+	counter(&o, "tool_rounds_exhausted_total",
+		"Replies whose server-side calls were not run: [tools] max_rounds reached.",
+		m.tool_rounds_exhausted);
+	counter(&o, "tool_result_tokens_total",
+		"Tokens of server-side tool results appended (and prefilled).",
+		m.tool_result_tokens);
 	put(&o, "# HELP kvarenad_steps_total Steps sent to workers.\n"
 		"# TYPE kvarenad_steps_total counter\n"
 		"kvarenad_steps_total{stage=\"prefill\"} %llu\n"

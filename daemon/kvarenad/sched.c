@@ -63,20 +63,18 @@ static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t
 }
 
 static int gen_append(struct kvd_job *j, const char *s, size_t n);
-static size_t utf8_clean(const char *in, size_t n, char *out);
 
-static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
+/* The round's text is complete: the detokenizer's held bytes and the text
+ * held back for a possible stop sequence go out. */
+static void round_end(struct kvd_job *j)
 {
 	struct kvd_conv *c = j->conv;
-	uint64_t now = kvd_now_ns();
 	char raw[16], tail[48];
 	int n;
 
-	if (j->state == JOB_FINISHED)
-		return;
 	/* bytes of an incomplete UTF-8 sequence at the very end */
 	n = kve_detok_flush(&j->detok, raw, sizeof(raw));
-	n = n > 0 ? (int)utf8_clean(raw, (size_t)n, tail) : 0;
+	n = n > 0 ? (int)kvd_utf8_clean(raw, (size_t)n, tail) : 0;
 	if (n > 0 && c) {
 		kvd_conv_append_text(c, tail, (size_t)n);
 		gen_append(j, tail, (size_t)n);
@@ -85,6 +83,16 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 		kvd_job_emit_token(j, j->gen + j->emitted, j->gen_len - j->emitted, -1, 0,
 				   NULL, 0);
 	j->emitted = j->gen_len;
+}
+
+static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
+{
+	struct kvd_conv *c = j->conv;
+	uint64_t now = kvd_now_ns();
+
+	if (j->state == JOB_FINISHED)
+		return;
+	round_end(j);
 	kvd_job_emit_done(j, f);
 	j->state = JOB_FINISHED;
 	d->m.completion_tokens += j->n_gen;
@@ -98,7 +106,9 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 		kvd_conv_touch(c);
 		if (c->delete_pending || !d->cfg.retention) {
 			kvd_conv_free(d, c);
-		} else if (tool_calls(d, j->gen, j->gen_len, &cls)) {
+		} else if (j->round_start <= j->gen_len &&
+			   tool_calls(d, j->gen + j->round_start, j->gen_len - j->round_start,
+				      &cls)) {
 			uint64_t pred = kvd_toolwait_predict_us(d, cls), keep = pred * 4;
 			uint64_t lo = (uint64_t)d->cfg.toolwait_min_s * 1000000ull;
 			uint64_t hi = (uint64_t)d->cfg.toolwait_max_s * 1000000ull;
@@ -195,7 +205,7 @@ static size_t find_stop(const struct kvd_job *j, size_t *safe)
  * this same text, so a client that sends the reply back (as JSON, valid
  * UTF-8) repeats it byte for byte and the conversation still matches.
  */
-static size_t utf8_clean(const char *in, size_t n, char *out)
+size_t kvd_utf8_clean(const char *in, size_t n, char *out)
 {
 	const unsigned char *p = (const unsigned char *)in;
 	size_t i = 0, o = 0;
@@ -241,6 +251,32 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		j->t_first = kvd_now_ns();
 		kvd_hist_add(&d->m.ttft, (double)(j->t_first - j->t_submit) / 1e6);
 	}
+#ifdef KVD_TEST_HOOKS
+	/* test_orch: a scripted reply stands for this round's (the random
+	 * test model never calls a tool); its tokens get KV with the next
+	 * prefill, as a client's text would */
+	if (j->round_tokens == 0 && d->n_test_replies) {
+		char *txt = d->test_replies[0];
+		size_t tl = strlen(txt);
+		int bad;
+
+		d->n_test_replies--;
+		memmove(d->test_replies, d->test_replies + 1,
+			d->n_test_replies * sizeof(d->test_replies[0]));
+		j->round_tokens++;
+		bad = kvd_conv_append_tokens(d, c, txt, tl, 0) || gen_append(j, txt, tl);
+		free(txt);
+		if (bad) {
+			fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+			return;
+		}
+		round_end(j);
+		if (!kvd_agent_try(d, j))
+			finish(d, j, KVD_FINISH_STOP);
+		return;
+	}
+#endif
+	j->round_tokens++;
 	j->n_gen++;
 	j->next_token = tok;
 	if (j->cw.kind && tok != d->eos && tok != d->eot) {
@@ -258,11 +294,15 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		j->hist[j->n_hist++] = tok;
 	}
 	if (tok == d->eos || tok == d->eot) {
+		/* a round ending in calls to server-side tools goes on */
+		round_end(j);
+		if (kvd_agent_try(d, j))
+			return;
 		finish(d, j, KVD_FINISH_STOP);
 		return;
 	}
 	n = kve_detok_push(&j->detok, tok, raw, sizeof(raw));
-	n = n > 0 ? (int)utf8_clean(raw, (size_t)n, piece) : 0;
+	n = n > 0 ? (int)kvd_utf8_clean(raw, (size_t)n, piece) : 0;
 	if (kvd_conv_push_token(c, tok, piece, (size_t)n, j->detok.n_pending == 0) ||
 	    gen_append(j, piece, (size_t)n)) {
 		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
@@ -298,6 +338,74 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		return;
 	}
 	j->state = JOB_DECODE_READY;
+}
+
+/* ---- server-side tool rounds ---------------------------------------------- */
+
+/* A round's tools ran: append their results as tool turns (the chat
+ * template's text), prefill only those tokens, decode the next round. */
+static void tools_done(struct kvd *d, struct kvd_round *r)
+{
+	struct kvd_job *j = kvd_agent_round_job(r);
+	struct kvd_conv *c = j->conv;
+	uint32_t before;
+	size_t len = 0;
+	char *t;
+	int rc;
+
+	t = j->state == JOB_TOOL_RUNNING ? kvd_agent_round_finish(d, r, &len) : NULL;
+	kvd_agent_round_free(d, r);	/* the scheduler's list still holds j */
+	if (j->state != JOB_TOOL_RUNNING) {
+		free(t);
+		return;
+	}
+	if (!t) {
+		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
+	if (j->cancelled || !c || c->delete_pending) {
+		free(t);
+		finish(d, j, KVD_FINISH_STOP);
+		return;
+	}
+	before = c->n_tokens;
+	rc = kvd_conv_append_tokens(d, c, t, len, 0);
+	free(t);
+	if (rc) {
+		fail(d, j, KVD_ERR_INTERNAL, "cannot tokenize the tool results");
+		return;
+	}
+	d->m.tool_result_tokens += c->n_tokens - before;
+	if (c->n_tokens + 1 >= d->ctx_len || j->n_gen >= j->max_new) {
+		finish(d, j, KVD_FINISH_LENGTH);
+		return;
+	}
+	rc = kvd_conv_reserve(d, c, c->n_tokens - c->as.s.n_tokens + 1);
+	if (rc) {
+		fail(d, j, rc == -EDQUOT ? KVD_ERR_QUOTA : KVD_ERR_BUSY,
+		     rc == -EDQUOT ? "the tenant's KV budget is used up" :
+				     "the KV arena cannot hold the tool results");
+		return;
+	}
+	/* usage sums the rounds: each round's context, and what was reused */
+	j->n_prompt += c->n_tokens;
+	j->n_cached += c->as.s.n_tokens;
+	d->m.prompt_tokens += c->n_tokens;
+	d->m.cached_tokens += c->as.s.n_tokens;
+	d->m.session_hit_tokens += c->as.s.n_tokens;
+	if (j->max_new > j->n_gen + (d->ctx_len - c->n_tokens))
+		j->max_new = j->n_gen + (d->ctx_len - c->n_tokens);
+	j->round_start = j->gen_len;
+	j->round_tokens = 0;
+	/* structured decoding applies to each round's assistant message: the
+	 * workers' matchers start over (they are keyed by n_hist) */
+	j->n_hist = 0;
+	/* gen offsets of this round map to conversation text from here */
+	j->text_base = c->text_len - j->gen_len;
+	kve_detok_init(&j->detok, d->tok);
+	j->detok.at_start = 0;
+	j->state = JOB_PREFILL_READY;
+	kvd_kstate_set(d, c, KVA_STATE_PREFILL, 0, 0);
 }
 
 /* ---- admission ------------------------------------------------------------ */
@@ -449,7 +557,7 @@ static void run_jobs(struct kvd *d)
 			kvd_job_put(j);
 			continue;
 		}
-		if (j->cancelled && j->worker < 0) {
+		if (j->cancelled && j->worker < 0 && j->state != JOB_TOOL_RUNNING) {
 			if (j->state == JOB_QUEUED)
 				d->n_queued--;
 			finish(d, j, KVD_FINISH_STOP);
@@ -824,6 +932,12 @@ void *kvd_sched_main(void *arg)
 		if (!d->ready && all_ready(d)) {
 			d->ready = 1;
 			kvd_log(KVD_LOG_INFO, "sched", "all %u workers ready", d->n_workers);
+		}
+		{
+			struct kvd_round *r;
+
+			while ((r = kvd_agent_next_done(d)))
+				tools_done(d, r);
 		}
 		run_jobs(d);
 		kvd_kstate_flush(d);

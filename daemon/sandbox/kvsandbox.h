@@ -143,6 +143,14 @@ void kvs_result_free(struct kvs_result *res);
 int kvs_run_many(const struct kvs_policy *p, const struct kvs_request *reqs,
 		 struct kvs_result *res, size_t n, unsigned int max_parallel);
 
+/* Create a work directory as kvs_run() would (0700, owned by the tool's
+ * uid when the launcher is root); 0 when it exists already. For callers
+ * whose first use of a directory is an in-process tool (read_file ...). */
+int kvs_workdir_create(const struct kvs_policy *p, const char *workdir);
+/* Remove a directory tree (a forgotten session's work directory) without
+ * following symbolic links out of it. */
+void kvs_remove_tree(const char *path);
+
 /* ---- long-running tools (MCP servers) -------------------------------- */
 
 struct kvs_proc;
@@ -180,6 +188,14 @@ int kvs_tool_c_compile_run(const struct kvs_policy *p, const char *workdir,
 			   const char *source, size_t source_len,
 			   const void *stdin_data, size_t stdin_len,
 			   const struct kvs_limits *lim, struct kvs_result *res);
+/* The same with a cgroup hook (struct kvs_request's on_cgroup), called for
+ * both of its runs. */
+int kvs_tool_c_compile_run_hook(const struct kvs_policy *p, const char *workdir,
+				const char *source, size_t source_len,
+				const void *stdin_data, size_t stdin_len,
+				const struct kvs_limits *lim,
+				int (*on_cgroup)(void *ctx, uint64_t cgroup_id, pid_t pid),
+				void *ctx, struct kvs_result *res);
 
 /* read_file / write_file / list_dir: in the launcher's process, confined
  * to workdir by the kernel (openat2 RESOLVE_BENEATH | NO_MAGICLINKS |

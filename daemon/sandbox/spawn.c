@@ -712,6 +712,16 @@ static int prepare_workdir(const struct kvs_policy *p, const char *want, char *c
 	return 0;
 }
 
+int kvs_workdir_create(const struct kvs_policy *p, const char *workdir)
+{
+	char canon[PATH_MAX], note[KVS_NOTE_LEN] = "";
+	int temp;
+
+	if (!workdir)
+		return -EINVAL;
+	return prepare_workdir(p, workdir, canon, &temp, note, sizeof(note));
+}
+
 static void result_init(struct kvs_result *res)
 {
 	memset(res, 0, sizeof(*res));

@@ -301,10 +301,22 @@ int kvs_tool_c_compile_run(const struct kvs_policy *p, const char *workdir,
 			   const void *stdin_data, size_t stdin_len,
 			   const struct kvs_limits *lim, struct kvs_result *res)
 {
+	return kvs_tool_c_compile_run_hook(p, workdir, source, source_len, stdin_data,
+					   stdin_len, lim, NULL, NULL, res);
+}
+
+int kvs_tool_c_compile_run_hook(const struct kvs_policy *p, const char *workdir,
+				const char *source, size_t source_len,
+				const void *stdin_data, size_t stdin_len,
+				const struct kvs_limits *lim,
+				int (*on_cgroup)(void *ctx, uint64_t cgroup_id, pid_t pid),
+				void *ctx, struct kvs_result *res)
+{
 	const char *cc[] = { "gcc", "-O1", "-o", KVS_WORK "/snippet", KVS_WORK "/snippet.c",
 			     "-lm", NULL };
 	const char *run[] = { KVS_WORK "/snippet", NULL };
-	struct kvs_request req = { .tool = "c_compile_run", .limits = lim };
+	struct kvs_request req = { .tool = "c_compile_run", .limits = lim,
+				   .on_cgroup = on_cgroup, .ctx = ctx };
 	struct kvs_result wr;
 	char tmpl[] = "/tmp/kvs-cc-XXXXXX";
 	const char *wd = workdir;

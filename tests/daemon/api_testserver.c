@@ -8,9 +8,10 @@
  * usage: kvd-api-testserver [--listen ADDR] [--port N] [--port-file F]
  *        [--keys FILE] [--allow-remote] [--max-body BYTES]
  *        [--max-conn N] [--timeout S] [--drain S] [--context BYTES]
- *        [--model ID] [--debug]
+ *        [--model ID] [--debug] [--server-tools]
  * Keys file: one tenant per line, "NAME ID KEY [KEY...]"; # comments.
- * SIGUSR1 toggles readiness (GET /health 200 <-> 503).
+ * SIGUSR1 toggles readiness (GET /health 200 <-> 503). --server-tools: the
+ * scripted orchestrator declares a server-side tool (scripted_kvd.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -85,13 +86,17 @@ int main(int argc, char **argv)
 	sigset_t set;
 	struct rlimit rl;
 	struct kvd *d;
-	int sig, ready = 1;
+	int sig, ready = 1, server_tools = 0;
 
 	kvd_api_config_defaults(&c);
 	c.port = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (!strcmp(a, "--server-tools")) {
+			server_tools = 1;
+			continue;
+		}
 		if (!strcmp(a, "--allow-remote")) {
 			c.allow_remote = 1;
 			continue;
@@ -142,6 +147,7 @@ int main(int argc, char **argv)
 	d = scripted_kvd_new(model, context);
 	if (!d)
 		return 1;
+	scripted_kvd_set_server_tools(d, server_tools);
 	/* signals are taken by this thread only (sigwait below) */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);

@@ -4,10 +4,10 @@
 KVD_TEST_ORCH  := $(KVD_OUT)/tests/test_orch
 KVD_TEST_MODEL := $(KVD_OUT)/tests/orch-bpe.gguf
 
-$(KVD_TEST_ORCH): tests/daemon/test_orch.c $(KVD_CORE_SLIB) $(ENGINE_SLIB) $(LIB_A)
+$(KVD_TEST_ORCH): tests/daemon/test_orch.c $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) $< $(KVD_CORE_SLIB) $(ENGINE_SLIB) $(LIB_A) \
-		-o $@ $(KVD_LDLIBS)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS $< $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) \
+		$(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS)
 
 $(KVD_TEST_MODEL): $(ENGINE_MKMODEL)
 	@mkdir -p $(@D)
@@ -22,9 +22,10 @@ check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 # io_uring state batches, the kernel's pressure events), without
 # sanitizers (TCG is slow enough), then every pinned byte must be back.
 KVD_TEST_ORCH_G := $(KVD_OUT)/tests/test_orch_guest
-$(KVD_TEST_ORCH_G): tests/daemon/test_orch.c $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB_A)
+$(KVD_TEST_ORCH_G): tests/daemon/test_orch.c $(KVD_CORE_LIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) $(LIB_A)
 	@mkdir -p $(@D)
-	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(ENGINE_LIB) $(LIB_A) -o $@ $(KVD_LDLIBS)
+	$(CC) $(KVD_CFLAGS) $< $(KVD_CORE_LIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) $(LIB_A) -o $@ \
+		$(KVD_LDLIBS)
 
 .PHONY: check-orch-guest
 check-orch-guest: modules-guest $(KVD_TEST_ORCH_G) $(ENGINE_MKMODEL)

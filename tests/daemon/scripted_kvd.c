@@ -14,6 +14,11 @@
  *   fail              two tokens, then an ERROR event
  *   busy              submission refused (429, Retry-After 2)
  *   long N            N tokens "x "
+ *   srv ARGS          a call to the server-side tool srv_echo; when the
+ *                     request offered it (--server-tools), a TOOL_RUN event
+ *                     ("echo: ARGS") after the call's text, then "Done."
+ *   srvmix ARGS       srv_echo and the client's calc in one reply: nothing
+ *                     runs (a mixed round is the client's)
  *   anything else     "You said: " + the message
  * After a tool result (the prompt ends with a tool turn) the reply is
  * "Tool said: " + the result.
@@ -57,6 +62,7 @@ struct kvd {
 	unsigned next_hist;
 	unsigned next_session;
 	unsigned long jobs, cancelled, deleted;
+	int server_tools;
 };
 
 struct kvd_job {
@@ -82,6 +88,12 @@ struct kvd_job {
 	double ttft_ms;
 	struct kvd_top_logprob top[2];
 	char tok[8];
+	/* srv: a TOOL_RUN event when pos reaches tool_at */
+	int offered;
+	size_t tool_at;
+	int tool_sent;
+	char *tool_args, *tool_out;
+	struct kvd_tool_run run;
 };
 
 struct kvd *scripted_kvd_new(const char *model, uint32_t context)
@@ -103,6 +115,11 @@ void scripted_kvd_free(struct kvd *d)
 		free(d->hist[i].text);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
+}
+
+void scripted_kvd_set_server_tools(struct kvd *d, int on)
+{
+	d->server_tools = on;
 }
 
 void scripted_kvd_set_ready(struct kvd *d, int ready)
@@ -196,6 +213,24 @@ static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 		if (asprintf(&reply, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
 			     name, msg + k) < 0)
 			reply = NULL;
+	} else if (!strncmp(msg, "srv ", 4) || !strncmp(msg, "srvmix ", 7)) {
+		int mix = msg[3] == 'm';
+		const char *args = msg + (mix ? 7 : 4);
+		int n;
+
+		n = asprintf(&reply, "<tool_call>\n{\"name\": \"srv_echo\", \"arguments\": %s}\n"
+			     "</tool_call>%s%s", args,
+			     mix ? "\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {}}\n"
+				   "</tool_call>" : "",
+			     !mix && j->offered ? "Done." : "");
+		if (n < 0) {
+			reply = NULL;
+		} else if (!mix && j->offered) {
+			j->tool_at = (size_t)n - 5;
+			j->tool_args = strdup(args);
+			if (asprintf(&j->tool_out, "echo: %s", args) < 0)
+				j->tool_out = NULL;
+		}
 	} else if (!strcmp(msg, "whoami")) {
 		if (asprintf(&reply, "tenant=%u", j->tenant) < 0)
 			reply = NULL;
@@ -253,6 +288,7 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *req,
 	j->s = req->s;
 	for (uint32_t i = 0; i < j->s.n_stop; i++)
 		j->s.stop[i] = NULL;	/* the request's strings are not kept */
+	j->offered = d->server_tools && (req->server_tools & 1);
 	j->prompt = dupn(req->prompt, req->prompt_len);
 	j->prompt_len = req->prompt_len;
 	if (!j->prompt)
@@ -405,6 +441,19 @@ int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
 		remember(j);
 		return 1;
 	}
+	if (j->tool_at && j->pos == j->tool_at && !j->tool_sent) {
+		j->tool_sent = 1;
+		j->run = (struct kvd_tool_run){
+			.round = 1, .name = "srv_echo",
+			.arguments = j->tool_args ? j->tool_args : "",
+			.arguments_len = j->tool_args ? strlen(j->tool_args) : 0,
+			.exit_reason = "exit", .output = j->tool_out ? j->tool_out : "",
+			.output_len = j->tool_out ? strlen(j->tool_out) : 0, .wall_ms = 1.5,
+		};
+		ev->type = KVD_EV_TOOL_RUN;
+		ev->tool_run = &j->run;
+		return 1;
+	}
 	if (j->pos >= j->len) {
 		done(j, ev, KVD_FINISH_STOP);
 		return 1;
@@ -425,6 +474,8 @@ int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
 	}
 	if (j->pos + n > j->len)
 		n = j->len - j->pos;
+	if (j->tool_at && j->pos < j->tool_at && j->pos + n > j->tool_at)
+		n = j->tool_at - j->pos;
 	memcpy(j->tok, j->reply + j->pos, n);
 	ev->type = KVD_EV_TOKEN;
 	ev->text = j->reply + j->pos;
@@ -466,6 +517,8 @@ void kvd_job_free(struct kvd_job *j)
 {
 	if (!j)
 		return;
+	free(j->tool_args);
+	free(j->tool_out);
 	pthread_mutex_destroy(&j->lock);
 	pthread_cond_destroy(&j->cond);
 	free(j->prompt);
@@ -525,4 +578,18 @@ char *kvd_metrics_text(struct kvd *d)
 		s = NULL;
 	pthread_mutex_unlock(&d->lock);
 	return s;
+}
+
+const char *kvd_server_tools(const struct kvd *d)
+{
+	return d->server_tools ?
+		"[{\"name\": \"srv_echo\", \"description\": \"Echo the arguments (scripted).\", "
+		"\"parameters\": {\"type\": \"object\", \"properties\": {\"x\": "
+		"{\"type\": \"integer\"}}}}]" : NULL;
+}
+
+int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
+{
+	(void)tenant;
+	return d->server_tools;
 }

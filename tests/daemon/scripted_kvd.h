@@ -14,5 +14,7 @@ struct kvd;
 struct kvd *scripted_kvd_new(const char *model, uint32_t context);
 void scripted_kvd_free(struct kvd *d);
 void scripted_kvd_set_ready(struct kvd *d, int ready);
+/* Declare one server-side tool, srv_echo, to every tenant (see "srv"). */
+void scripted_kvd_set_server_tools(struct kvd *d, int on);
 
 #endif

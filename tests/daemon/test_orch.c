@@ -23,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -479,6 +481,421 @@ static void test_plugin(void)
 	}
 }
 
+#ifdef KVD_TEST_HOOKS
+/*
+ * The agent loop, driven honestly: a random-weight model never calls a
+ * tool by itself, so the test hook (KVD_TEST_HOOKS, sched.c, compiled into
+ * this binary only) feeds fixed reply texts in place of a round's first
+ * sampled token; everything after that is the daemon's: parsing the calls,
+ * TOOL_WAIT, running them in the sandbox, appending the results, prefilling
+ * them and decoding the next round with the real model.
+ */
+struct trun {
+	uint32_t round, index;
+	char name[32], reason[16], output[1024];
+	int code;
+};
+
+struct treply {
+	struct reply r;
+	struct trun runs[8];
+	uint32_t n_runs;
+};
+
+static void script(struct kvd *d, const char *const *replies, uint32_t n)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < d->n_test_replies; i++)
+		free(d->test_replies[i]);
+	for (i = 0; i < n && i < 8; i++)
+		d->test_replies[i] = strdup(replies[i]);
+	d->n_test_replies = i;
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* gate: a FIFO in the session's work dir the first tool blocks on; the
+ * session's kernel state is sampled while it does, then it is opened. */
+static struct kvd_job *submit_tools(struct kvd *d, const char *prompt, uint32_t tenant,
+				    uint32_t max_tokens)
+{
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+
+	rq.model = "test";
+	rq.prompt = prompt;
+	rq.prompt_len = strlen(prompt);
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.seed = 1;
+	rq.s.max_tokens = max_tokens;
+	rq.tenant = tenant;
+	rq.server_tools = ~0u;
+	if (kvd_job_submit(d, &rq, &j, &err))
+		printf("submit: %s\n", err.message);
+	return j;
+}
+
+static int collect(struct kvd_job *j, struct treply *t, int (*tick)(void *), void *arg)
+{
+	struct kvd_event ev;
+	int rc;
+
+	memset(t, 0, sizeof(*t));
+	for (;;) {
+		rc = kvd_job_next(j, &ev, tick ? 50 : 60000);
+		if (rc == 0) {
+			if (!tick || tick(arg) < 0)
+				break;
+			continue;
+		}
+		if (ev.type == KVD_EV_TOKEN) {
+			if (t->r.len + ev.text_len < sizeof(t->r.text)) {
+				memcpy(t->r.text + t->r.len, ev.text, ev.text_len);
+				t->r.len += ev.text_len;
+			}
+		} else if (ev.type == KVD_EV_TOOL_RUN) {
+			struct trun *x = &t->runs[t->n_runs < 8 ? t->n_runs++ : 7];
+
+			x->round = ev.tool_run->round;
+			x->index = ev.tool_run->index;
+			x->code = ev.tool_run->exit_code;
+			snprintf(x->name, sizeof(x->name), "%s", ev.tool_run->name);
+			snprintf(x->reason, sizeof(x->reason), "%s", ev.tool_run->exit_reason);
+			snprintf(x->output, sizeof(x->output), "%.*s",
+				 (int)ev.tool_run->output_len, ev.tool_run->output);
+		} else if (ev.type == KVD_EV_DONE) {
+			t->r.usage = ev.usage;
+			t->r.finish = ev.finish;
+			snprintf(t->r.session, sizeof(t->r.session), "%s", ev.session_id);
+			break;
+		} else {
+			printf("error event: %s\n", ev.err.message);
+			t->r.error = 1;
+			break;
+		}
+	}
+	kvd_job_free(j);
+	return t->r.error ? -1 : 0;
+}
+
+struct gate {
+	struct kvd *d;
+	struct kvd_job *j;
+	char root[512];
+	int opened, saw_wait, tool_class, ticks;
+	int arena_wait;			/* the arena's own record said TOOL_WAIT */
+	uint32_t arena_class;
+	uint64_t arena_expected_us;
+};
+
+static int gate_tick(void *arg)
+{
+	struct gate *g = arg;
+	struct kvd_conv *c;
+	char path[700];
+	int fd;
+
+	if (g->opened || ++g->ticks > 1200)	/* 60 s */
+		return g->opened ? 0 : -1;
+	pthread_mutex_lock(&g->d->lock);
+	for (c = g->d->convs; c && c->job != g->j; c = c->next)
+		;
+	if (c) {
+		snprintf(path, sizeof(path), "%s/%s/gate", g->root, c->id);
+		if (c->kstate == KVA_STATE_TOOL_WAIT && c->job->state == JOB_TOOL_RUNNING) {
+			struct kva_session_info si = { .size = sizeof(si) };
+
+			g->saw_wait = 1;
+			g->tool_class = (int)c->tool_class;
+			/* what the arena (kvarena.ko, or the memfd backend) holds */
+			if (c->has_kv && kva_session_get_info(g->d->arena, c->as.sid, &si) == 0 &&
+			    si.state == KVA_STATE_TOOL_WAIT) {
+				g->arena_wait = 1;
+				g->arena_class = si.tool_class;
+				g->arena_expected_us = si.expected_wait_us;
+			}
+		}
+	}
+	pthread_mutex_unlock(&g->d->lock);
+	if (!c || !g->saw_wait)
+		return 0;
+	/* ENXIO until the tool has it open for reading */
+	fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd >= 0) {
+		if (write(fd, "go\n", 3) == 3)
+			g->opened = 1;
+		close(fd);
+	}
+	return 0;
+}
+
+static uint32_t ntok(struct kvd *d, const char *s)
+{
+	int n = kve_tokenize(d->tok, s, strlen(s), 0, NULL, 0);
+
+	return n > 0 ? (uint32_t)n : 0;
+}
+
+static uint32_t ntok_result(struct kvd *d, const char *output)
+{
+	char t[4096];
+
+	snprintf(t, sizeof(t), "<|im_end|>\n<|im_start|>tool\n<tool_response>\n%s\n"
+		 "</tool_response><|im_end|>\n<|im_start|>assistant\n", output);
+	return ntok(d, t);
+}
+
+static int dir_exists(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void test_agent_loop(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t;
+	struct gate g = { 0 };
+	char root[256], policy[300], work[300], p1[4096], path[700];
+	const char *decl;
+	FILE *f;
+	int i;
+
+	snprintf(root, sizeof(root), "/tmp/kvd-tools-XXXXXX");
+	if (!mkdtemp(root)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	snprintf(policy, sizeof(policy), "%s/policy.ini", root);
+	snprintf(work, sizeof(work), "%s/work", root);
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	/* a short timeout so the hostile cases end quickly */
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 3s\npids = 32\n");
+	fclose(f);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	c.tools_enabled = 1u << KVD_TOOL_SH | 1u << KVD_TOOL_C_COMPILE_RUN |
+			  1u << KVD_TOOL_READ_FILE | 1u << KVD_TOOL_WRITE_FILE;
+	c.tools_max_rounds = 2;
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	c.tenants[0].id = 1;
+	c.tenants[0].server_tools = 1;
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
+	c.tenants[1].id = 2;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts with server-side tools (sandbox policy %s)", policy);
+	if (!d)
+		return;
+	decl = kvd_server_tools(d);
+	CHECK(decl && strstr(decl, "\"name\": \"sh\"") && strstr(decl, "\"c_compile_run\"") &&
+	      strstr(decl, "\"write_file\"") && !strstr(decl, "list_dir"),
+	      "declarations of the enabled tools only");
+	CHECK(kvd_server_tools_allowed(d, 1) && !kvd_server_tools_allowed(d, 2),
+	      "server_tools = yes for tenant a, not for b");
+
+	/* two rounds: the first writes a file (after the gate), the second
+	 * reads it back: the work dir persists across the session's calls */
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nwrite a note, then read it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	{
+		const char *r[] = {
+			"I will write it.\n<tool_call>\n{\"name\": \"sh\", \"arguments\": "
+			"{\"command\": \"mkfifo gate && read x < gate && echo hello > note.txt "
+			"&& echo wrote\"}}\n</tool_call>",
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"cat "
+			"note.txt; ls\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"read_file\", "
+			"\"arguments\": {\"path\": \"/home/tool/note.txt\"}}\n</tool_call>",
+		};
+		uint64_t waits0 = metric(d, "kvarenad_tool_waits_total");
+
+		script(d, r, 2);
+		g.d = d;
+		g.j = submit_tools(d, p1, 1, 6);
+		snprintf(g.root, sizeof(g.root), "%s", work);
+		CHECK(g.j && collect(g.j, &t, gate_tick, &g) == 0, "a two-round tool request completes");
+		CHECK(g.saw_wait && g.opened,
+		      "while the tool ran, the job was JOB_TOOL_RUNNING and its session TOOL_WAIT (class %d)",
+		      g.tool_class);
+		pthread_mutex_lock(&d->lock);
+		CHECK(g.tool_class == (int)kvd_toolclass(d, "sh", 2), "its tool class is sh's");
+		CHECK(g.arena_wait && g.arena_class == (uint32_t)g.tool_class &&
+		      g.arena_expected_us > 0,
+		      "the arena's session info says TOOL_WAIT, class %u, expected wait %llu us",
+		      g.arena_class, (unsigned long long)g.arena_expected_us);
+		pthread_mutex_unlock(&d->lock);
+		CHECK(t.n_runs == 3 && t.runs[0].round == 1 && t.runs[1].round == 2 &&
+		      t.runs[2].round == 2 && t.runs[2].index == 1,
+		      "3 tool runs reported: round 1 sh, round 2 sh + read_file in parallel (%u)",
+		      t.n_runs);
+		CHECK(!strcmp(t.runs[0].reason, "exit") && t.runs[0].code == 0 &&
+		      !strcmp(t.runs[0].output, "wrote\n"), "round 1: sh ran in the sandbox: \"%s\"",
+		      t.runs[0].output);
+		CHECK(strstr(t.runs[1].output, "hello\n") && strstr(t.runs[1].output, "note.txt"),
+		      "round 2: the file written in round 1 is there: \"%s\"", t.runs[1].output);
+		CHECK(!strcmp(t.runs[2].output, "hello\n"),
+		      "round 2: read_file of /home/tool/note.txt reads it: \"%s\"", t.runs[2].output);
+		CHECK(metric(d, "kvarenad_tool_waits_total") == waits0 + 2,
+		      "both tool waits measured");
+		CHECK(metric(d, "kvarenad_tool_runs_total{tool=\"sh\",reason=\"exit\"}") == 2 &&
+		      metric(d, "kvarenad_tool_runs_total{tool=\"read_file\",reason=\"exit\"}") == 1,
+		      "tool runs counted by tool and exit reason");
+		{
+			char r2res[3072];
+			uint32_t p0 = (uint32_t)kve_tokenize(d->tok, p1, strlen(p1), 1, NULL, 0);
+			uint32_t a1 = ntok_result(d, t.runs[0].output), a2;
+			uint32_t want;
+
+			/* round 2's results are two tool turns in one piece */
+			snprintf(r2res, sizeof(r2res), "%s\n</tool_response><|im_end|>\n"
+				 "<|im_start|>tool\n<tool_response>\n%s", t.runs[1].output,
+				 t.runs[2].output);
+			a2 = ntok_result(d, r2res);
+			want = p0 + ntok(d, r[0]) + a1 + ntok(d, r[1]) + a2;
+			CHECK(t.r.usage.prompt_tokens - t.r.usage.cached_tokens == want,
+			      "only new tokens were prefilled: %u = prompt %u + replies + results "
+			      "(%u, %u)", t.r.usage.prompt_tokens - t.r.usage.cached_tokens, p0, a1, a2);
+			CHECK(metric(d, "kvarenad_tool_result_tokens_total") == a1 + a2,
+			      "tool-result tokens counted: %u", a1 + a2);
+		}
+		CHECK(metric(d, "kvarenad_steps_total{stage=\"prefill\"}") == 3,
+		      "three prefills: the prompt and each round's appended text");
+		CHECK(t.r.usage.completion_tokens >= 1 && t.r.len > strlen(r[0]) + strlen(r[1]),
+		      "the model decoded after the tool results (%u tokens)",
+		      t.r.usage.completion_tokens);
+		{
+			struct kva_session_info si = { .size = sizeof(si) };
+			struct kvd_conv *cv;
+			int got = 0;
+
+			pthread_mutex_lock(&d->lock);
+			cv = kvd_conv_find_id(d, t.r.session);
+			if (cv && cv->has_kv)
+				got = kva_session_get_info(d->arena, cv->as.sid, &si) == 0;
+			pthread_mutex_unlock(&d->lock);
+			CHECK(got && si.state_ns[KVA_STATE_TOOL_WAIT] > 0 &&
+			      si.state != KVA_STATE_TOOL_WAIT,
+			      "the session spent %llu ns in TOOL_WAIT, and left it",
+			      (unsigned long long)si.state_ns[KVA_STATE_TOOL_WAIT]);
+		}
+		snprintf(path, sizeof(path), "%s/%s", work, t.r.session);
+		CHECK(dir_exists(path), "the session's work dir exists: %s", path);
+		CHECK(kvd_session_delete(d, t.r.session, 1) == 0, "DELETE the session");
+		for (i = 0; i < 200 && dir_exists(path); i++) {
+			struct timespec ts = { 0, 50000000 };
+
+			nanosleep(&ts, NULL);	/* removal runs on a tool thread */
+		}
+		CHECK(!dir_exists(path), "a forgotten session's work dir is removed");
+	}
+
+	/* max_rounds stops a loop */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"echo 1\"}}\n</tool_call>",
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"echo 2\"}}\n</tool_call>",
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"echo 3\"}}\n</tool_call>",
+		};
+
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\ncount<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		script(d, r, 3);
+		CHECK(collect(submit_tools(d, p1, 1, 6), &t, NULL, NULL) == 0 && t.n_runs == 2 &&
+		      strstr(t.r.text, "echo 3") && t.r.finish == KVD_FINISH_STOP,
+		      "max_rounds = 2: two rounds run, the third reply's call is returned (%u runs)",
+		      t.n_runs);
+		CHECK(metric(d, "kvarenad_tool_rounds_exhausted_total") == 1,
+		      "counted in tool_rounds_exhausted_total");
+	}
+
+	/* a tenant without server_tools never runs one */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"touch owned\"}}\n</tool_call>",
+		};
+
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\ntouch it<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 2, 4), &t, NULL, NULL) == 0 && t.n_runs == 0 &&
+		      strstr(t.r.text, "touch owned"),
+		      "tenant b (server_tools = no): the call is returned, nothing runs");
+		snprintf(path, sizeof(path), "%s/%s", work, t.r.session);
+		CHECK(!dir_exists(path), "and no work dir was made for it");
+	}
+
+	/* c_compile_run (gcc, then the program, each in the sandbox, stdin fed)
+	 * beside write_file, in one round */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"c_compile_run\", \"arguments\": {\"code\": \"#include <stdio.h>\\nint main(void) { int x; if (scanf(\\\"%d\\\", &x) != 1) return 1; printf(\\\"%d\\\\n\\\", 2 * x); return 0; }\", \"stdin\": \"21\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"/home/tool/w.txt\", \"content\": \"data\"}}\n</tool_call>",
+		};
+		char buf[64] = "";
+
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\ndouble 21 in C<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 1, 4), &t, NULL, NULL) == 0 && t.n_runs == 2,
+		      "c_compile_run and write_file run as one round");
+		CHECK(!strcmp(t.runs[0].name, "c_compile_run") && !strcmp(t.runs[0].reason, "exit") &&
+		      !strcmp(t.runs[0].output, "42\n"),
+		      "c_compile_run compiled and ran the program on its stdin: \"%s\" (%s)",
+		      t.runs[0].output, t.runs[0].reason);
+		snprintf(path, sizeof(path), "%s/%s/w.txt", work, t.r.session);
+		f = fopen(path, "r");
+		if (f) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = 0;
+			fclose(f);
+		}
+		CHECK(!strcmp(t.runs[1].reason, "exit") && !strcmp(buf, "data"),
+		      "write_file wrote /home/tool/w.txt into the session's work dir");
+	}
+
+	/* hostile tools, in parallel: a fork bomb and a spin past the timeout */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"b() { b | b & }; while :; do b; done\"}}\n</tool_call>\n"
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"while :; do :; done\"}}\n</tool_call>\n"
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"cat /etc/shadow\"}}\n</tool_call>\n"
+			"<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"../../../../etc/passwd\"}}\n</tool_call>",
+		};
+		struct reply ok;
+
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\nbreak things<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 1, 4), &t, NULL, NULL) == 0 && t.n_runs == 4,
+		      "a fork bomb, a CPU spin and two escapes run as one round of four calls");
+		CHECK(!strcmp(t.runs[2].reason, "exit") && t.runs[2].code != 0 &&
+		      !strstr(t.runs[2].output, "root:"),
+		      "sh: cat /etc/shadow fails inside the sandbox: \"%s\"", t.runs[2].output);
+		CHECK(!strcmp(t.runs[3].reason, "refused") && !strstr(t.runs[3].output, "root:"),
+		      "read_file ../../../../etc/passwd is refused: \"%s\"", t.runs[3].output);
+		CHECK(!strcmp(t.runs[1].reason, "timeout"),
+		      "the spin is killed at the policy's timeout (%s)", t.runs[1].reason);
+		CHECK(strcmp(t.runs[0].reason, "exit") || t.runs[0].code != 0,
+		      "the fork bomb (forking until stopped) ends without success (%s %d)", t.runs[0].reason,
+		      t.runs[0].code);
+		CHECK(ask(d, p1, 0, 1, 4, &ok, NULL) == 0 && kvd_ready(d),
+		      "the daemon still serves afterwards");
+	}
+	kvd_destroy(d);
+	CHECK(!dir_exists(work) || rmdir(work) == 0,
+	      "every session's work dir is gone after shutdown");
+	unlink(policy);
+	rmdir(root);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	ssize_t n;
@@ -525,6 +942,9 @@ int main(int argc, char **argv)
 	RUN(pressure);
 	RUN(worker_death);
 	RUN(plugin);
+#ifdef KVD_TEST_HOOKS
+	RUN(agent_loop);
+#endif
 	printf("%d passed, %d failed\n", pass, failed);
 	return failed ? 1 : 0;
 }

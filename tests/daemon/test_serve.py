@@ -9,8 +9,9 @@ and metrics), two conversations share a system prompt's blocks, streamed
 and non-streamed greedy replies agree, a decode worker killed mid-stream is
 replaced, tenant budgets answer 429 with Retry-After, SIGHUP reloads keys,
 SIGTERM drains a stream in flight, copy hand-off counts its bytes (arena
-mode: 0), the CPU engine loaded as a plugin serves the same tokens, and
-the daemon refuses to listen beyond loopback without keys.
+mode: 0), the CPU engine loaded as a plugin serves the same tokens, the
+daemon refuses to listen beyond loopback without keys, and server-side
+tools are offered to an allowed tenant only, byte-stably across turns.
 
 usage: test_serve.py KVARENAD MODEL PLUGIN.so
 """
@@ -373,7 +374,61 @@ def test_drain(d):
     check(first and done and rc == 0, f"SIGTERM drains the stream in flight ([DONE]), exit {rc}")
 
 
+def test_server_tools():
+    """[tools]: the server's tool declarations reach the prompt of an allowed
+    tenant only, render byte-stably across turns, yield to a client tool of
+    the same name and to tool_choice none. (The loop itself, which needs a
+    model that calls tools, is test_orch's.)"""
+    conf = (f"[tenant.a]\nkey = {KEY_A}\nserver_tools = yes\n"
+            f"[tenant.b]\nkey = {KEY_B}\n"
+            f"[tools]\nenable = sh\nmax_rounds = 2\nworkdir_root = {TMP}/work\n")
+    d = Daemon(tenants=False, extra_conf=conf)
+    try:
+        m = [{"role": "user", "content": "what is in the work dir?"}]
+        st, ra, _ = d.chat(m, max_tokens=4)
+        st2, rb, _ = d.chat(m, key=KEY_B, max_tokens=4)
+        pa, pb = ra["usage"]["prompt_tokens"], rb["usage"]["prompt_tokens"]
+        check(st == 200 and st2 == 200 and pa > pb + 20,
+              f"server_tools = yes: the sh declaration is in the prompt ({pa} vs {pb} tokens)")
+        check(ra["kvarena"].get("tool_runs") == [] and "tool_runs" not in rb["kvarena"],
+              "kvarena.tool_runs: [] for the allowed tenant, absent for the other")
+        m2 = m + [{"role": "assistant", "content": ra["choices"][0]["message"]["content"]},
+                  {"role": "user", "content": "and now?"}]
+        st, r2, _ = d.chat(m2, max_tokens=4)
+        cached = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
+        # all but the last sampled token (cut by max_tokens, no KV yet) and
+        # the one re-prefilled for its logits
+        check(st == 200 and cached >= pa + ra["usage"]["completion_tokens"] - 2,
+              f"the next turn renders the same declarations: {cached} tokens reused "
+              f"(turn 1: {pa} + {ra['usage']['completion_tokens']})")
+        st, rn, _ = d.chat(m, max_tokens=4, tool_choice="none")
+        check(st == 200 and rn["usage"]["prompt_tokens"] == pb,
+              "tool_choice none: no server-side tools offered")
+        mine = [{"type": "function", "function": {
+            "name": "sh", "description": "the client's own shell",
+            "parameters": {"type": "object", "properties": {}}}}]
+        st, rc, _ = d.chat(m, max_tokens=4, tools=mine)
+        st2, rd, _ = d.chat(m, key=KEY_B, max_tokens=4, tools=mine)
+        check(st == 200 and rc["usage"]["prompt_tokens"] == rd["usage"]["prompt_tokens"],
+              "a client tool named sh stays the client's: the server's is not added")
+        st, resp = d.req("POST", "/v1/chat/completions",
+                         {"model": "test", "messages": m, "max_tokens": 4, "stream": True},
+                         stream=True)
+        text, usage, done = sse_text(resp)
+        check(st == 200 and done, "streaming with server-side tools offered")
+        check(d.metric("kvarenad_tool_rounds_total") == 0, "no tool round ran")
+    finally:
+        d.stop()
+    bad = os.path.join(TMP, "bad-tools.conf")
+    with open(bad, "w") as f:
+        f.write(f"[model]\npath = {MODEL}\n[tools]\nenable = sh,rm_rf\n")
+    p = subprocess.run([EXE, "--config", bad], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "enable" in p.stderr,
+          f"[tools] enable naming an unknown tool: refused at startup ({p.stderr.strip()})")
+
+
 def main():
+    test_server_tools()
     d = Daemon()
     try:
         test_turns_and_prefix(d)

@@ -1,0 +1,754 @@
+// SPDX-License-Identifier: MIT
+/*
+ * agent.c - server-side tools: the agent loop's tool half. The tools
+ * ([tools] enable: sh, c_compile_run, read_file, write_file, list_dir)
+ * are declared to the model through kvd_server_tools() (the HTTP layer
+ * appends them to a request's tools for tenants allowed to use them).
+ * When a reply's round ends in calls to such tools only, the scheduler
+ * hands them here: the session goes TOOL_WAIT in the kernel (tool class =
+ * the first call's tool, expected wait = the predictor's) for exactly the
+ * run, the calls run in the sandbox (daemon/sandbox) on a small pool of
+ * threads, outside the orchestrator's lock and concurrently, each run's
+ * cgroup registered with the eBPF tool-wait programs when they are loaded;
+ * then the scheduler appends the results as tool turns (the text the chat
+ * template renders for them) and prefills only those tokens.
+ *
+ * Each conversation has a work directory WORKDIR_ROOT/SESSION_ID, kept
+ * across its tool calls and removed when the conversation is forgotten.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "internal.h"
+#include "kvsandbox.h"
+#include "log.h"
+#include "tool_call.h"
+
+#define KVD_TOOL_THREADS 4		/* calls running at once, all sessions */
+#define KVD_MAX_ROUND_CALLS 16		/* more calls in one round: none run */
+#define KVD_TOOL_WORKDIR "/home/tool"	/* the work directory inside the sandbox */
+
+/* The declarations the model sees, in enum kvd_stool order. Argument names
+ * follow the agent model's training set (Documentation/model.md). */
+static const char *const decls[KVD_N_TOOLS] = {
+	"{\"name\": \"sh\", \"description\": \"Run one shell command (/bin/sh -c) in the "
+	"session's work directory, which persists across calls. No network. Returns its "
+	"output.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"command\": "
+	"{\"type\": \"string\", \"description\": \"the shell command\"}}, \"required\": "
+	"[\"command\"]}}",
+	"{\"name\": \"c_compile_run\", \"description\": \"Compile a C program and run it; "
+	"returns its output.\", \"parameters\": {\"type\": \"object\", \"properties\": "
+	"{\"code\": {\"type\": \"string\", \"description\": \"C source\"}, \"stdin\": "
+	"{\"type\": \"string\", \"description\": \"the program's input\"}}, \"required\": "
+	"[\"code\"]}}",
+	"{\"name\": \"read_file\", \"description\": \"Read a text file of the work "
+	"directory.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"path\": "
+	"{\"type\": \"string\", \"description\": \"path in the work directory\"}}, "
+	"\"required\": [\"path\"]}}",
+	"{\"name\": \"write_file\", \"description\": \"Write a text file in the work "
+	"directory.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"path\": "
+	"{\"type\": \"string\", \"description\": \"path in the work directory\"}, "
+	"\"content\": {\"type\": \"string\"}}, \"required\": [\"path\", \"content\"]}}",
+	"{\"name\": \"list_dir\", \"description\": \"List the entries of a directory of "
+	"the work directory.\", \"parameters\": {\"type\": \"object\", \"properties\": "
+	"{\"path\": {\"type\": \"string\", \"description\": \"path in the work directory\"}}, "
+	"\"required\": [\"path\"]}}",
+};
+
+struct kvd_call {
+	struct kvd_round *r;
+	enum kvd_stool tool;
+	char *name, *args;
+	size_t args_len;
+	/* result, written by the pool thread */
+	struct kvs_result res;
+	int rc;
+	char *output;			/* what the model gets */
+	size_t output_len;
+	struct kvd_call *next;		/* the pool's queue */
+};
+
+struct kvd_round {
+	struct kvd *d;
+	struct kvd_job *j;		/* holds a reference */
+	char workdir[600];
+	struct kva_toolwait_key key;
+	int has_key;
+	uint32_t round, n, n_done;
+	uint32_t result_bytes;
+	struct kvd_round *next;		/* agent->done */
+	struct kvd_call calls[];
+};
+
+struct rm_item {
+	char *path;
+	struct rm_item *next;
+};
+
+struct kvd_agent {
+	struct kvs_policy *policy;
+	char *decls;			/* JSON array of the enabled tools */
+	uint32_t enabled;
+	pthread_mutex_t lock;		/* the queue; never held with d->lock */
+	pthread_cond_t cond;
+	struct kvd_call *q_head, *q_tail;
+	struct rm_item *rm;
+	int stop;
+	pthread_t threads[KVD_TOOL_THREADS];
+	unsigned n_threads;
+	struct kvd_round *done;		/* guarded by d->lock */
+};
+
+/* ---- declarations ------------------------------------------------------ */
+
+const char *kvd_server_tools(const struct kvd *d)
+{
+	return d->agent ? d->agent->decls : NULL;
+}
+
+int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
+{
+	int ok;
+
+	if (!d->agent)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	if (!d->cfg.n_tenants)
+		ok = 1;
+	else
+		ok = tenant && tenant <= d->cfg.n_tenants &&
+		     d->cfg.tenants[tenant - 1].server_tools;
+	pthread_mutex_unlock(&d->lock);
+	return ok;
+}
+
+/* ---- running one call (pool threads, no orchestrator lock) ---------------- */
+
+static int on_cgroup(void *ctx, uint64_t cgroup_id, pid_t pid)
+{
+	struct kvd_round *r = ctx;
+	int rc;
+
+	(void)pid;
+	if (!r->has_key || !cgroup_id)
+		return 0;
+	rc = kva_toolwait_register_cgroup(r->d->tw, cgroup_id, &r->key);
+	if (rc)
+		kvd_log(KVD_LOG_WARN, "tools", "eBPF: cannot register cgroup %llu: %s",
+			(unsigned long long)cgroup_id, strerror(-rc));
+	return 0;	/* the tool runs unattributed rather than not at all */
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* A path the model saw inside the sandbox (/home/tool/x) names the same
+ * file for the in-process tools; anything else absolute is refused by
+ * their RESOLVE_BENEATH. */
+static const char *inner_path(const char *p)
+{
+	size_t n = strlen(KVD_TOOL_WORKDIR);
+
+	if (p && !strncmp(p, KVD_TOOL_WORKDIR, n) && (p[n] == '/' || !p[n])) {
+		p += n;
+		while (*p == '/')
+			p++;
+		return *p ? p : ".";
+	}
+	return p;
+}
+
+static void refuse(struct kvs_result *res, const char *why)
+{
+	memset(res, 0, sizeof(*res));
+	res->reason = KVS_EXIT_REFUSED;
+	snprintf(res->note, sizeof(res->note), "%s", why);
+}
+
+static void run_call(struct kvd_agent *a, struct kvd_call *c)
+{
+	struct kvd_round *r = c->r;
+	json_error_t je;
+	json_t *o = json_loadb(c->args, c->args_len, 0, &je);
+	const char *s;
+
+	if (!json_is_object(o)) {
+		refuse(&c->res, "the arguments are not a JSON object");
+		c->rc = -EINVAL;
+		json_decref(o);
+		return;
+	}
+	switch (c->tool) {
+	case KVD_TOOL_SH: {
+		const char *argv[] = { "/bin/sh", "-c", jstr(o, "command"), NULL };
+		struct kvs_request req = {
+			.tool = "sh", .workdir = r->workdir, .argv = argv,
+			.on_cgroup = on_cgroup, .ctx = r,
+		};
+
+		if (!argv[2]) {
+			refuse(&c->res, "sh: wants a string \"command\"");
+			c->rc = -EINVAL;
+			break;
+		}
+		c->rc = kvs_run(a->policy, &req, &c->res);
+		break;
+	}
+	case KVD_TOOL_C_COMPILE_RUN: {
+		const char *in = jstr(o, "stdin");
+
+		s = jstr(o, "code");
+		if (!s)
+			s = jstr(o, "source");
+		if (!s) {
+			refuse(&c->res, "c_compile_run: wants a string \"code\"");
+			c->rc = -EINVAL;
+			break;
+		}
+		c->rc = kvs_tool_c_compile_run_hook(a->policy, r->workdir, s, strlen(s), in,
+						    in ? strlen(in) : 0, NULL, on_cgroup, r,
+						    &c->res);
+		break;
+	}
+	case KVD_TOOL_READ_FILE:
+	case KVD_TOOL_WRITE_FILE:
+	case KVD_TOOL_LIST_DIR:
+		s = inner_path(jstr(o, "path"));
+		c->rc = kvs_workdir_create(a->policy, r->workdir);
+		if (c->rc) {
+			refuse(&c->res, "the session's work directory cannot be made");
+			break;
+		}
+		if (c->tool == KVD_TOOL_READ_FILE) {
+			c->rc = kvs_read_file(a->policy, r->workdir, s, &c->res);
+		} else if (c->tool == KVD_TOOL_LIST_DIR) {
+			c->rc = kvs_list_dir(a->policy, r->workdir, s ? s : ".", &c->res);
+		} else {
+			const char *data = jstr(o, "content");
+
+			if (!data) {
+				refuse(&c->res, "write_file: wants a string \"content\"");
+				c->rc = -EINVAL;
+				break;
+			}
+			c->rc = kvs_write_file(a->policy, r->workdir, s, data, strlen(data),
+					       &c->res);
+		}
+		break;
+	default:
+		refuse(&c->res, "unknown tool");
+		c->rc = -EINVAL;
+	}
+	json_decref(o);
+	if (r->has_key && c->res.cgroup_id)
+		kva_toolwait_unregister_cgroup(r->d->tw, c->res.cgroup_id);
+}
+
+/* Appends s to b (cap bytes at most), defusing chat markers: a tool's
+ * output must not forge a turn boundary, so "<|" gets a zero-width space
+ * between its two characters. */
+static void out_add(char *b, size_t *len, size_t cap, const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n && *len < cap; i++) {
+		if (s[i] == '<' && i + 1 < n && s[i + 1] == '|') {
+			if (*len + 4 > cap)
+				break;
+			memcpy(b + *len, "<\xe2\x80\x8b", 4);
+			*len += 4;
+			continue;
+		}
+		b[(*len)++] = s[i];
+	}
+}
+
+/* The tool result as the model reads it: stdout, stderr, and a bracketed
+ * line when it did not exit 0; at most result_bytes, valid UTF-8. */
+static void format_output(struct kvd_call *c, uint32_t cap)
+{
+	const struct kvs_result *res = &c->res;
+	char tail[KVS_NOTE_LEN + 96];
+	size_t room = (size_t)cap + sizeof(tail), len = 0, clean;
+	char *b = malloc(room), *u;
+	int n = 0;
+
+	if (!b)
+		return;
+	if (res->out_len)
+		out_add(b, &len, cap, res->out, res->out_len);
+	if (res->err_len) {
+		if (len && b[len - 1] != '\n')
+			out_add(b, &len, cap, "\n", 1);
+		out_add(b, &len, cap, res->err, res->err_len);
+	}
+	if (len == cap)
+		n = snprintf(tail, sizeof(tail), "\n[output cut at %u bytes]", cap);
+	if (res->reason != KVS_EXIT_CODE || res->status)
+		n += snprintf(tail + n, sizeof(tail) - (size_t)n, "%s[%s %d%s%s]",
+			      len ? "\n" : "", res->reason == KVS_EXIT_CODE ? "exit status" :
+			      kvs_exit_name(res->reason), res->status,
+			      res->note[0] && res->reason != KVS_EXIT_CODE ? ": " : "",
+			      res->reason != KVS_EXIT_CODE ? res->note : "");
+	if (n > 0) {
+		if ((size_t)n > sizeof(tail) - 1)
+			n = sizeof(tail) - 1;
+		memcpy(b + len, tail, (size_t)n);	/* room has sizeof(tail) spare */
+		len += (size_t)n;
+	}
+	u = malloc(len * 3 + 1);
+	if (!u) {
+		free(b);
+		return;
+	}
+	clean = kvd_utf8_clean(b, len, u);
+	u[clean] = 0;
+	free(b);
+	c->output = u;
+	c->output_len = clean;
+}
+
+static void *pool_main(void *arg)
+{
+	struct kvd *d = arg;
+	struct kvd_agent *a = d->agent;
+
+	pthread_mutex_lock(&a->lock);
+	for (;;) {
+		struct kvd_call *c;
+		struct rm_item *rm;
+
+		while (!a->stop && !a->q_head && !a->rm)
+			pthread_cond_wait(&a->cond, &a->lock);
+		if (a->stop)
+			break;
+		if ((rm = a->rm)) {
+			a->rm = rm->next;
+			pthread_mutex_unlock(&a->lock);
+			kvs_remove_tree(rm->path);
+			free(rm->path);
+			free(rm);
+			pthread_mutex_lock(&a->lock);
+			continue;
+		}
+		c = a->q_head;
+		a->q_head = c->next;
+		if (!a->q_head)
+			a->q_tail = NULL;
+		pthread_mutex_unlock(&a->lock);
+		run_call(a, c);
+		format_output(c, c->r->result_bytes);
+		pthread_mutex_lock(&d->lock);
+		if (++c->r->n_done == c->r->n) {
+			c->r->next = a->done;
+			a->done = c->r;
+		}
+		pthread_mutex_unlock(&d->lock);
+		kvd_wake(d);
+		pthread_mutex_lock(&a->lock);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+/* ---- life ---------------------------------------------------------------- */
+
+static int mkdir_p(const char *path)
+{
+	char tmp[600];
+	size_t i, n = strlen(path);
+
+	if (n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, n + 1);
+	for (i = 1; i <= n; i++)
+		if (tmp[i] == '/' || !tmp[i]) {
+			char c = tmp[i];
+
+			tmp[i] = 0;
+			if (mkdir(tmp, 0700) && errno != EEXIST)
+				return -errno;
+			tmp[i] = c;
+		}
+	return 0;
+}
+
+int kvd_agent_init(struct kvd *d, char *err, size_t errlen)
+{
+	struct kvd_agent *a;
+	size_t cap = 64;
+	const char *notes;
+	int i, rc;
+
+	if (!d->cfg.tools_enabled)
+		return 0;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->cond, NULL);
+	d->agent = a;
+	a->enabled = d->cfg.tools_enabled;
+	rc = d->cfg.tools_policy[0] ?
+		kvs_policy_load(d->cfg.tools_policy, &a->policy, err, errlen) :
+		kvs_policy_default(NULL, &a->policy, err, errlen);
+	if (rc) {
+		char tmp[256];
+
+		snprintf(tmp, sizeof(tmp), "%s", err);
+		snprintf(err, errlen, "[tools] policy %s: %s",
+			 d->cfg.tools_policy[0] ? d->cfg.tools_policy : "(built-in)", tmp);
+		return rc;
+	}
+	for (i = 0; i < KVD_N_TOOLS; i++)
+		if ((a->enabled & (1u << i)) && !kvs_policy_has_tool(a->policy, kvd_stool_names[i])) {
+			snprintf(err, errlen, "[tools] enable names %s, which the policy lacks",
+				 kvd_stool_names[i]);
+			return -EINVAL;
+		}
+	rc = mkdir_p(d->cfg.tools_workdir_root);
+	if (rc) {
+		snprintf(err, errlen, "[tools] workdir_root %s: %s", d->cfg.tools_workdir_root,
+			 strerror(-rc));
+		return rc;
+	}
+	/* before the model is loaded: each spawn then copies a small process */
+	rc = kvs_policy_start_spawner(a->policy);
+	if (rc)
+		kvd_log(KVD_LOG_WARN, "tools", "sandbox spawner: %s; tools spawn from the daemon",
+			strerror(-rc));
+	for (i = 0; i < KVD_N_TOOLS; i++)
+		cap += strlen(decls[i]) + 2;
+	a->decls = malloc(cap);
+	if (!a->decls)
+		return -ENOMEM;
+	strcpy(a->decls, "[");
+	for (i = 0; i < KVD_N_TOOLS; i++) {
+		if (!(a->enabled & (1u << i)))
+			continue;
+		if (a->decls[1])
+			strcat(a->decls, ", ");
+		strcat(a->decls, decls[i]);
+	}
+	strcat(a->decls, "]");
+	for (a->n_threads = 0; a->n_threads < KVD_TOOL_THREADS; a->n_threads++)
+		if (pthread_create(&a->threads[a->n_threads], NULL, pool_main, d)) {
+			snprintf(err, errlen, "tool threads: cannot start");
+			return -EAGAIN;
+		}
+	notes = kvs_policy_host_notes(a->policy);
+	kvd_log(KVD_LOG_INFO, "tools", "server-side tools: %s; policy %s; work dirs under %s; "
+		"at most %u rounds per request%s%s", a->decls[1] ? "enabled" : "none",
+		d->cfg.tools_policy[0] ? d->cfg.tools_policy : "built-in least privilege",
+		d->cfg.tools_workdir_root, d->cfg.tools_max_rounds, notes[0] ? "; " : "", notes);
+	return 0;
+}
+
+static void round_free(struct kvd_round *r)
+{
+	uint32_t i;
+
+	for (i = 0; i < r->n; i++) {
+		free(r->calls[i].name);
+		free(r->calls[i].args);
+		free(r->calls[i].output);
+		kvs_result_free(&r->calls[i].res);
+	}
+	free(r);
+}
+
+void kvd_agent_stop(struct kvd *d)
+{
+	struct kvd_agent *a = d->agent;
+	struct kvd_round *r, *rounds = NULL;
+	unsigned i;
+
+	if (!a || a->stop)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->stop = 1;
+	pthread_cond_broadcast(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+	for (i = 0; i < a->n_threads; i++)
+		pthread_join(a->threads[i], NULL);
+	/* calls never started: their rounds never complete */
+	while (a->q_head) {
+		struct kvd_call *c = a->q_head;
+
+		a->q_head = c->next;
+		if (c->r->n_done != UINT32_MAX) {
+			c->r->n_done = UINT32_MAX;
+			c->r->next = rounds;
+			rounds = c->r;
+		}
+	}
+	a->q_tail = NULL;
+	pthread_mutex_lock(&d->lock);
+	while ((r = a->done)) {
+		a->done = r->next;
+		r->next = rounds;
+		rounds = r;
+	}
+	while ((r = rounds)) {
+		rounds = r->next;
+		kvd_job_put(r->j);
+		round_free(r);
+	}
+	pthread_mutex_unlock(&d->lock);
+	while (a->rm) {
+		struct rm_item *rm = a->rm;
+
+		a->rm = rm->next;
+		kvs_remove_tree(rm->path);
+		free(rm->path);
+		free(rm);
+	}
+}
+
+void kvd_agent_fini(struct kvd *d)
+{
+	struct kvd_agent *a = d->agent;
+
+	if (!a)
+		return;
+	kvd_agent_stop(d);
+	kvs_policy_free(a->policy);
+	free(a->decls);
+	pthread_mutex_destroy(&a->lock);
+	pthread_cond_destroy(&a->cond);
+	free(a);
+	d->agent = NULL;
+}
+
+static void workdir_of(const struct kvd *d, const struct kvd_conv *c, char *out, size_t n)
+{
+	snprintf(out, n, "%s/%s", d->cfg.tools_workdir_root, c->id);
+}
+
+void kvd_agent_forget(struct kvd *d, struct kvd_conv *c)
+{
+	struct kvd_agent *a = d->agent;
+	struct rm_item *rm;
+	char path[600];
+
+	if (!a || !c->has_workdir)
+		return;
+	c->has_workdir = 0;
+	workdir_of(d, c, path, sizeof(path));
+	rm = calloc(1, sizeof(*rm));
+	if (rm)
+		rm->path = strdup(path);
+	if (!rm || !rm->path || a->stop) {
+		/* no thread to hand it to: remove it here */
+		kvs_remove_tree(path);
+		if (rm)
+			free(rm->path);
+		free(rm);
+		return;
+	}
+	pthread_mutex_lock(&a->lock);
+	rm->next = a->rm;
+	a->rm = rm;
+	pthread_cond_signal(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* ---- rounds (scheduler thread, d->lock held) ------------------------------ */
+
+static int tool_index(const char *name)
+{
+	int i;
+
+	for (i = 0; i < KVD_N_TOOLS; i++)
+		if (!strcmp(name, kvd_stool_names[i]))
+			return i;
+	return -1;
+}
+
+int kvd_agent_try(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_agent *a = d->agent;
+	struct tc_tags tags = { d->cfg.tool_open, d->cfg.tool_close };	/* [model] */
+	struct kvd_conv *c = j->conv;
+	struct tc_result tr;
+	struct kvd_round *r;
+	uint64_t pred;
+	uint32_t cls, i, mask;
+	size_t k;
+
+	if (!a || !c || j->cancelled || j->round_start > j->gen_len)
+		return 0;
+	mask = j->server_tools & a->enabled;
+	if (!mask)
+		return 0;
+	if (tc_parse(&tags, j->gen + j->round_start, j->gen_len - j->round_start, &tr))
+		return 0;
+	if (!tr.n_calls)
+		goto no;
+	for (k = 0; k < tr.n_calls; k++) {
+		int t = tool_index(tr.calls[k].name);
+
+		/* a call to anything else (the client's own tools) ends the
+		 * response with every call of the round: none runs here */
+		if (t < 0 || !(mask & (1u << t)))
+			goto no;
+	}
+	if (j->tool_rounds >= d->cfg.tools_max_rounds) {
+		d->m.tool_rounds_exhausted++;
+		kvd_log(KVD_LOG_INFO, "tools", "%s: %s: max_rounds (%u) reached; the calls are "
+			"returned as they are", j->request_id, c->id, d->cfg.tools_max_rounds);
+		goto no;
+	}
+	if (tr.n_calls > KVD_MAX_ROUND_CALLS) {
+		kvd_log(KVD_LOG_WARN, "tools", "%s: %zu calls in one round (at most %d run); "
+			"returned as they are", j->request_id, tr.n_calls, KVD_MAX_ROUND_CALLS);
+		goto no;
+	}
+	r = calloc(1, sizeof(*r) + tr.n_calls * sizeof(r->calls[0]));
+	if (!r)
+		goto no;
+	r->d = d;
+	r->n = (uint32_t)tr.n_calls;
+	r->round = j->tool_rounds + 1;
+	r->result_bytes = d->cfg.tools_result_bytes;
+	workdir_of(d, c, r->workdir, sizeof(r->workdir));
+	for (i = 0; i < r->n; i++) {
+		struct kvd_call *cl = &r->calls[i];
+
+		cl->r = r;
+		cl->tool = (enum kvd_stool)tool_index(tr.calls[i].name);
+		cl->name = strdup(tr.calls[i].name);
+		cl->args = malloc(tr.calls[i].arguments_len + 1);
+		if (!cl->name || !cl->args) {
+			round_free(r);
+			goto no;
+		}
+		memcpy(cl->args, tr.calls[i].arguments, tr.calls[i].arguments_len);
+		cl->args[tr.calls[i].arguments_len] = 0;
+		cl->args_len = tr.calls[i].arguments_len;
+	}
+	if (d->tw && kva_toolwait_session_key(d->arena, c->as.sid, &r->key) == 0)
+		r->has_key = 1;
+	tc_result_free(&tr);
+	/* the kernel sees TOOL_WAIT before the first tool's instruction */
+	cls = kvd_toolclass(d, r->calls[0].name, strlen(r->calls[0].name));
+	pred = kvd_toolwait_predict_us(d, cls);
+	c->tool_class = cls;
+	c->wait_started_ns = kvd_now_ns();
+	kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
+	kvd_kstate_flush(d);
+	c->has_workdir = 1;
+	j->tool_rounds++;
+	j->state = JOB_TOOL_RUNNING;
+	j->refs++;
+	r->j = j;
+	d->m.tool_rounds++;
+	pthread_mutex_lock(&a->lock);
+	for (i = 0; i < r->n; i++) {
+		r->calls[i].next = NULL;
+		if (a->q_tail)
+			a->q_tail->next = &r->calls[i];
+		else
+			a->q_head = &r->calls[i];
+		a->q_tail = &r->calls[i];
+	}
+	pthread_cond_broadcast(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+	return 1;
+no:
+	tc_result_free(&tr);
+	return 0;
+}
+
+struct kvd_round *kvd_agent_next_done(struct kvd *d)
+{
+	struct kvd_round *r = d->agent ? d->agent->done : NULL;
+
+	if (r)
+		d->agent->done = r->next;
+	return r;
+}
+
+struct kvd_job *kvd_agent_round_job(const struct kvd_round *r)
+{
+	return r->j;
+}
+
+#define TOOL_HEAD "<|im_start|>tool\n<tool_response>\n"
+#define TOOL_TAIL "\n</tool_response><|im_end|>\n"
+
+char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
+{
+	struct kvd_job *j = r->j;
+	struct kvd_conv *c = j->conv;
+	uint64_t now = kvd_now_ns();
+	size_t cap = 64, n = 0;
+	uint32_t i;
+	char *t;
+
+	if (c && c->wait_started_ns) {
+		kvd_toolwait_record(d, c->tool_class, (now - c->wait_started_ns) / 1000);
+		c->wait_started_ns = 0;
+	}
+	for (i = 0; i < r->n; i++) {
+		struct kvd_call *cl = &r->calls[i];
+		struct kvd_tool_run tr = { 0 };
+		unsigned reason = cl->res.reason < 8 ? cl->res.reason : 7;
+
+		d->m.tool_runs[cl->tool][reason]++;
+		tr.round = r->round;
+		tr.index = i;
+		tr.name = cl->name;
+		tr.arguments = cl->args;
+		tr.arguments_len = cl->args_len;
+		tr.exit_reason = kvs_exit_name(cl->res.reason);
+		tr.exit_code = cl->res.status;
+		tr.output = cl->output ? cl->output : "";
+		tr.output_len = cl->output ? cl->output_len : 0;
+		tr.wall_ms = cl->res.wall_s * 1e3;
+		kvd_log(KVD_LOG_INFO, "tools",
+			"%s %s round=%u tool=%s exit_reason=%s status=%d wall_ms=%.1f "
+			"output_bytes=%zu cgroup=%llu%s%s", j->request_id, c ? c->id : "-",
+			r->round, cl->name, tr.exit_reason, tr.exit_code, tr.wall_ms,
+			tr.output_len, (unsigned long long)cl->res.cgroup_id,
+			cl->res.note[0] ? " note=" : "", cl->res.note);
+		kvd_job_emit_tool_run(j, &tr);
+		cap += strlen(TOOL_HEAD) + tr.output_len + strlen(TOOL_TAIL);
+	}
+	t = malloc(cap);
+	if (!t)
+		return NULL;
+	n += (size_t)sprintf(t, "<|im_end|>\n");
+	for (i = 0; i < r->n; i++) {
+		const struct kvd_call *cl = &r->calls[i];
+
+		memcpy(t + n, TOOL_HEAD, strlen(TOOL_HEAD));
+		n += strlen(TOOL_HEAD);
+		if (cl->output) {
+			memcpy(t + n, cl->output, cl->output_len);
+			n += cl->output_len;
+		}
+		memcpy(t + n, TOOL_TAIL, strlen(TOOL_TAIL));
+		n += strlen(TOOL_TAIL);
+	}
+	n += (size_t)sprintf(t + n, "<|im_start|>assistant\n");
+	*len = n;
+	return t;
+}
+
+void kvd_agent_round_free(struct kvd *d, struct kvd_round *r)
+{
+	(void)d;
+	kvd_job_put(r->j);
+	round_free(r);
+}
