@@ -34,6 +34,22 @@ int kva_arena_lock(struct kva_arena *arena, bool nowait)
 	return -EAGAIN;
 }
 
+/*
+ * att_lock is held across the DMA mapping of a whole arena for a device,
+ * which can take milliseconds: the non-blocking issue must not wait for it.
+ */
+static int kva_att_lock(struct kva_arena *arena, bool nowait)
+{
+	if (!nowait) {
+		mutex_lock(&arena->att_lock);
+		return 0;
+	}
+	if (mutex_trylock(&arena->att_lock))
+		return 0;
+	atomic64_inc(&arena->uring_eagain);
+	return -EAGAIN;
+}
+
 static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 {
 	struct kva_arena_info arg;
@@ -72,8 +88,10 @@ static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 	arg.events_posted = arena->events_posted;
 	arg.events_dropped = arena->events_dropped;
 	spin_unlock(&arena->ev_lock);
+	ret = kva_att_lock(arena, nowait);
+	if (ret)
+		return ret;
 	arg.uring_eagain = atomic64_read(&arena->uring_eagain);
-	mutex_lock(&arena->att_lock);
 	arg.dmabuf_attachments = arena->nattached;
 	arg.dmabuf_mapped = arena->nmapped;
 	arg.dmabuf_maps_total = arena->maps_total;
@@ -83,6 +101,7 @@ static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 
 static int kva_export(struct kva_arena *arena, void __user *uarg)
 {
+	struct dma_buf *dmabuf;
 	struct kva_export arg;
 	u32 usize;
 	int fd, ret;
@@ -90,19 +109,29 @@ static int kva_export(struct kva_arena *arena, void __user *uarg)
 	ret = kva_copy_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize);
 	if (ret)
 		return ret;
-	if (arg.flags & ~KVA_EXPORT_CLOEXEC || arg.pad)
+	if (arg.flags & ~(KVA_EXPORT_CLOEXEC | KVA_EXPORT_RDONLY) || arg.pad)
 		return -EINVAL;
+	if (arg.flags & KVA_EXPORT_RDONLY) {
+		dmabuf = kva_dmabuf_rdonly(arena);
+		if (IS_ERR(dmabuf))
+			return PTR_ERR(dmabuf);
+	} else {
+		dmabuf = arena->dmabuf;
+		get_dma_buf(dmabuf);
+	}
 	fd = get_unused_fd_flags(arg.flags & KVA_EXPORT_CLOEXEC ? O_CLOEXEC : 0);
-	if (fd < 0)
+	if (fd < 0) {
+		dma_buf_put(dmabuf);
 		return fd;
+	}
 	arg.fd = fd;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (ret) {
 		put_unused_fd(fd);
+		dma_buf_put(dmabuf);
 		return ret;
 	}
-	get_dma_buf(arena->dmabuf);
-	fd_install(fd, arena->dmabuf->file);
+	fd_install(fd, dmabuf->file);
 	return fd;
 }
 
@@ -186,7 +215,7 @@ static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg,
 	}
 	mutex_unlock(&arena->lock);
 	if (ev) {
-		kva_event_post(arena, ev);
+		kva_event_post(arena, ev, false);
 		kfree(ev);
 	}
 	if (ret)
@@ -341,8 +370,7 @@ static int kva_set_state(struct kva_arena *arena, u32 id, u32 state,
 		ev = (struct kva_event){ .type = KVA_EVENT_SESSION_ENDED };
 		ev.session_id = id;
 		ev.tenant_id = arena->tenant->id;
-		ev.pid = task_tgid_nr(current);
-		kva_event_post(arena, &ev);
+		kva_event_post(arena, &ev, true);
 	}
 	return ret;
 }
@@ -427,6 +455,21 @@ static int kva_set_policy(struct kva_arena *arena, void __user *uarg,
 	return ret;
 }
 
+/* Victims at the caller's stride: what the kernel knows, zeros past it. */
+static int kva_victims_out(u8 __user *out, u32 stride,
+			   const struct kva_victim *v, u32 count)
+{
+	size_t known = min_t(size_t, stride, sizeof(*v));
+	u32 i;
+
+	for (i = 0; i < count; i++, out += stride) {
+		if (copy_to_user(out, &v[i], known) ||
+		    (stride > known && clear_user(out + known, stride - known)))
+			return -EFAULT;
+	}
+	return 0;
+}
+
 static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 {
 	struct kva_victim *v;
@@ -438,9 +481,12 @@ static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 			  &usize);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad || !arg.max || arg.max > KVA_MAX_VICTIMS ||
+	if (arg.flags || !arg.max || arg.max > KVA_MAX_VICTIMS ||
+	    arg.victim_size < KVA_VICTIM_SIZE_VER0 ||
 	    (arg.policy >= KVA_POLICY_COUNT && arg.policy != KVA_POLICY_ARENA))
 		return -EINVAL;
+	if (arg.victim_size > KVA_STRUCT_MAX)
+		return -E2BIG;
 	v = kcalloc(arg.max, sizeof(*v), GFP_KERNEL);
 	if (!v)
 		return -ENOMEM;
@@ -452,9 +498,9 @@ static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 	arg.count = kvc_rank_victims(&arena->core, policy, ktime_get_ns(), v,
 				     arg.max);
 	mutex_unlock(&arena->lock);
-	ret = -EFAULT;
-	if (copy_to_user(u64_to_user_ptr(arg.victims), v,
-			 arg.count * sizeof(*v)))
+	ret = kva_victims_out(u64_to_user_ptr(arg.victims), arg.victim_size,
+			      v, arg.count);
+	if (ret)
 		goto out;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (!ret)
@@ -464,31 +510,31 @@ out:
 	return ret;
 }
 
-long kva_arena_op(struct kva_arena *arena, unsigned int nr,
+long kva_arena_op(struct kva_arena *arena, unsigned int cmd,
 		  void __user *uarg, bool nowait)
 {
-	switch (nr) {
-	case _IOC_NR(KVA_IOC_ARENA_INFO):
+	switch (cmd) {
+	case KVA_IOC_ARENA_INFO:
 		return kva_info(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_EXPORT_DMABUF):
+	case KVA_IOC_EXPORT_DMABUF:
 		return kva_export(arena, uarg);
-	case _IOC_NR(KVA_IOC_BLOCKS_ALLOC):
+	case KVA_IOC_BLOCKS_ALLOC:
 		return kva_blocks_alloc(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_BLOCKS_FREE):
+	case KVA_IOC_BLOCKS_FREE:
 		return kva_blocks_free(arena, uarg, false, nowait);
-	case _IOC_NR(KVA_IOC_BLOCKS_SHARE):
+	case KVA_IOC_BLOCKS_SHARE:
 		return kva_blocks_free(arena, uarg, true, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_CREATE):
+	case KVA_IOC_SESSION_CREATE:
 		return kva_session_create(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_END):
+	case KVA_IOC_SESSION_END:
 		return kva_session_end(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_SET_STATE):
+	case KVA_IOC_SESSION_SET_STATE:
 		return kva_session_set_state(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_INFO):
+	case KVA_IOC_SESSION_INFO:
 		return kva_session_info(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_ARENA_SET_POLICY):
+	case KVA_IOC_ARENA_SET_POLICY:
 		return kva_set_policy(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_ARENA_VICTIMS):
+	case KVA_IOC_ARENA_VICTIMS:
 		return kva_victims(arena, uarg, nowait);
 	}
 	return -ENOTTY;
@@ -496,8 +542,5 @@ long kva_arena_op(struct kva_arena *arena, unsigned int nr,
 
 long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
-	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
-		return -ENOTTY;
-	return kva_arena_op(file->private_data, _IOC_NR(cmd),
-			    (void __user *)arg, false);
+	return kva_arena_op(file->private_data, cmd, (void __user *)arg, false);
 }

@@ -54,10 +54,10 @@ KVA_EXPORT int kva_ring_fd(const struct kva_ring *ring)
 }
 
 static int kva_ring_prep(struct kva_ring *ring, unsigned long op, void *arg,
-			 uint64_t ack_seq, uint64_t user_data)
+			 uint64_t user_data)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->uring);
-	struct kva_uring_cmd pdu = { .arg = (uintptr_t)arg, .ack_seq = ack_seq };
+	struct kva_uring_cmd pdu = { .arg = (uintptr_t)arg };
 
 	if (!sqe)
 		return -EBUSY;
@@ -73,7 +73,7 @@ KVA_EXPORT int kva_ring_queue(struct kva_ring *ring, unsigned long op,
 {
 	if (_IOC_TYPE(op) != KVA_IOC_MAGIC || !arg)
 		return -EINVAL;
-	return kva_ring_prep(ring, op, arg, 0, user_data);
+	return kva_ring_prep(ring, op, arg, user_data);
 }
 
 KVA_EXPORT int kva_ring_queue_wait_event(struct kva_ring *ring,
@@ -83,8 +83,8 @@ KVA_EXPORT int kva_ring_queue_wait_event(struct kva_ring *ring,
 	if (!ev)
 		return -EINVAL;
 	ev->size = sizeof(*ev);
-	return kva_ring_prep(ring, KVA_URING_WAIT_EVENT, ev, ack_seq,
-			     user_data);
+	ev->ack_seq = ack_seq;
+	return kva_ring_prep(ring, KVA_URING_WAIT_EVENT, ev, user_data);
 }
 
 KVA_EXPORT int kva_ring_submit(struct kva_ring *ring)

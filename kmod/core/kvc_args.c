@@ -34,6 +34,7 @@ int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
 			return -EINVAL;
 	if (arg->bytes > max_bytes)
 		return -E2BIG;
+	/* The pool's arrays (4 bytes a block each) stay within kvmalloc. */
 	if ((arg->bytes >> KVA_PAGE_SHIFT) * (KVA_PAGE_SIZE / arg->block_size) >=
 	    KVC_MAX_BLOCKS)
 		return -E2BIG;

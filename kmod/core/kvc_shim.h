@@ -32,6 +32,13 @@ static inline u64 kvc_div_u64(u64 n, u32 d)
 	return div_u64(n, d);
 }
 
+/* Loops over every session or block of a large arena give the CPU away. */
+static inline void kvc_resched(u32 i)
+{
+	if (!(i & 1023))
+		cond_resched();
+}
+
 #else /* user space */
 #include <errno.h>
 #include <stdbool.h>
@@ -61,6 +68,11 @@ static inline void kvc_free(void *p)
 static inline u64 kvc_div_u64(u64 n, u32 d)
 {
 	return n / d;
+}
+
+static inline void kvc_resched(u32 i)
+{
+	(void)i;
 }
 #endif
 
