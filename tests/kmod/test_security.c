@@ -255,6 +255,7 @@ static int next_arena_msg(struct kva_nl *sub, uint32_t *arena_id)
 static void test_failed_create_never_announced(void)
 {
 	struct kva_arena_create *c;
+	struct kva_arena_info info;
 	struct kva_nl *sub;
 	uint32_t id = 0;
 	int fd, cmd;
@@ -272,8 +273,11 @@ static void test_failed_create_never_announced(void)
 	CU_ASSERT_EQUAL(kt_ioctl(dev, KVA_IOC_ARENA_CREATE, c), -EFAULT);
 	fd = kt_arena(dev, 2 * KT_MIB, 4096, 0);	/* the marker */
 	CU_ASSERT_FATAL(fd >= 0);
+	CU_ASSERT_EQUAL_FATAL(kt_arena_info(fd, &info), 0);
+	/* The first announcement is the marker's: none for the failure. */
 	cmd = next_arena_msg(sub, &id);
 	CU_ASSERT_EQUAL(cmd, KVA_NL_CMD_ARENA_NEW);
+	CU_ASSERT_EQUAL(id, info.arena_id);
 	CU_ASSERT_EQUAL(kt_sysfs("arenas"), 1);
 	close(fd);
 	munmap(c, 4096);
