@@ -2,16 +2,20 @@
 /*
  * The operations on an arena fd, shared by ioctl and io_uring: info,
  * dma-buf export, blocks, sessions, policy and victims.  Each handler
- * copies its struct in, validates every field, then runs the shared core
+ * validates (copies its struct in through kva_op_in(), checks every field,
+ * and checks that its output can be written), then runs the shared core
  * (core/) under the arena lock, charging the tenant for blocks that leave
- * the free pool, and emits tracepoints and events (pressure, quota,
- * session ended).  With nowait (io_uring's inline issue) a contended arena
+ * the free pool, and only then publishes: writes the result back and emits
+ * tracepoints and events (pressure, quota, session ended).  A result that
+ * cannot be written back after all (memory unmapped meanwhile by another
+ * thread) is undone.  With nowait (io_uring's inline issue) a contended arena
  * lock gives -EAGAIN, and io_uring retries from a worker.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/pagemap.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/timekeeping.h>
@@ -21,6 +25,27 @@
 #include "trace.h"
 
 enum { KVA_TRACE_ALLOC, KVA_TRACE_FREE, KVA_TRACE_SHARE, KVA_TRACE_RELEASE };
+
+/* Every arena op's struct starts with these two fields. */
+struct kva_op_hdr {
+	u32 size;
+	u32 flags;
+};
+
+/*
+ * Validate, the first of each op's three steps (then allocate, then
+ * publish): copy the struct in (size rules of the UAPI header) and refuse
+ * flags the op does not define.
+ */
+static int kva_op_in(void *karg, size_t ksize, size_t ver0,
+		     void __user *uarg, u32 *usize, u32 flags_ok)
+{
+	int ret = kva_copy_in(karg, ksize, ver0, uarg, usize);
+
+	if (ret)
+		return ret;
+	return ((struct kva_op_hdr *)karg)->flags & ~flags_ok ? -EINVAL : 0;
+}
 
 int kva_arena_lock(struct kva_arena *arena, bool nowait)
 {
@@ -56,12 +81,10 @@ static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_ARENA_INFO_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_ARENA_INFO_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	arg = (struct kva_arena_info){ .size = usize };
 	arg.bytes = arena->bytes;
 	arg.arena_id = arena->id;
@@ -106,10 +129,11 @@ static int kva_export(struct kva_arena *arena, void __user *uarg)
 	u32 usize;
 	int fd, ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize,
+			KVA_EXPORT_CLOEXEC | KVA_EXPORT_RDONLY);
 	if (ret)
 		return ret;
-	if (arg.flags & ~(KVA_EXPORT_CLOEXEC | KVA_EXPORT_RDONLY) || arg.pad)
+	if (arg.pad)
 		return -EINVAL;
 	if (arg.flags & KVA_EXPORT_RDONLY) {
 		dmabuf = kva_dmabuf_rdonly(arena);
@@ -147,6 +171,15 @@ static int kva_blocks_in(void __user *uarg, struct kva_blocks *arg,
 	ret = kvc_check_blocks(arg, ids_out);
 	if (ret)
 		return ret;
+	/*
+	 * Output that cannot be written fails the call before anything is
+	 * committed (every op: `done`; alloc: the id array, faulted in
+	 * writable without being written).
+	 */
+	if (put_user(0, &((struct kva_blocks __user *)uarg)->done) ||
+	    (ids_out && fault_in_writeable(u64_to_user_ptr(arg->ids),
+					   arg->count * sizeof(u32))))
+		return -EFAULT;
 	*ids = kmalloc_array(arg->count, sizeof(u32), GFP_KERNEL);
 	if (!*ids)
 		return -ENOMEM;
@@ -224,7 +257,11 @@ static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg,
 	if (copy_to_user(u64_to_user_ptr(arg.ids), ids,
 			 arg.done * sizeof(u32)) ||
 	    kva_copy_out(uarg, &arg, sizeof(arg), usize)) {
-		/* The caller cannot learn the ids: give the blocks back. */
+		/*
+		 * Only if the memory went away since it was checked (another
+		 * thread's munmap): the caller cannot learn the ids, so the
+		 * blocks go back.
+		 */
 		mutex_lock(&arena->lock);
 		if (!kvc_blocks_free(&arena->core, arg.session_id, arg.done,
 				     ids, ktime_get_ns(), &released)) {
@@ -254,11 +291,6 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 	ret = kva_blocks_in(uarg, &arg, &usize, &ids, false);
 	if (ret)
 		return ret;
-	/* Fail on an unwritable struct before acting, not after. */
-	if (put_user(0, &((struct kva_blocks __user *)uarg)->done)) {
-		kfree(ids);
-		return -EFAULT;
-	}
 	ret = kva_arena_lock(arena, nowait);
 	if (ret) {
 		kfree(ids);
@@ -295,12 +327,15 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 	u32 usize, released;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_CREATE_SIZE_VER0,
-			  uarg, &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_CREATE_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad)
+	if (arg.pad)
 		return -EINVAL;
+	/* The id must be writable before a session exists to write. */
+	if (put_user(0, &((struct kva_session_create __user *)uarg)->session_id))
+		return -EFAULT;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;
@@ -316,6 +351,7 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 		return ret;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (ret) {
+		/* Unmapped since the check: nobody could ever end it. */
 		mutex_lock(&arena->lock);
 		if (!kvc_session_end(&arena->core, arg.session_id, now,
 				     &released))
@@ -382,11 +418,11 @@ static int kva_session_end(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_END_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_END_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad)
+	if (arg.pad)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0,
 			     nowait);
@@ -399,11 +435,11 @@ static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_STATE_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_STATE_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad || arg.state >= KVA_STATE_COUNT)
+	if (arg.pad || arg.state >= KVA_STATE_COUNT)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
 			     arg.expected_wait_us, nowait);
@@ -416,12 +452,10 @@ static int kva_session_info(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_INFO_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_INFO_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;
@@ -440,12 +474,10 @@ static int kva_set_policy(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_POLICY_SET_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_POLICY_SET_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;
@@ -477,11 +509,11 @@ static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 	u32 usize, policy;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_VICTIMS_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_VICTIMS_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || !arg.max || arg.max > KVA_MAX_VICTIMS ||
+	if (!arg.max || arg.max > KVA_MAX_VICTIMS ||
 	    arg.victim_size < KVA_VICTIM_SIZE_VER0 ||
 	    (arg.policy >= KVA_POLICY_COUNT && arg.policy != KVA_POLICY_ARENA))
 		return -EINVAL;
