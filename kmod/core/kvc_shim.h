@@ -9,6 +9,7 @@
 #define KVC_SHIM_H
 
 #ifdef __KERNEL__
+#include <linux/build_bug.h>
 #include <linux/types.h>
 #include <linux/errno.h>
 #include <linux/string.h>
@@ -40,6 +41,7 @@ static inline void kvc_resched(u32 i)
 }
 
 #else /* user space */
+#include <assert.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
