@@ -125,10 +125,12 @@ static void kva_arena_close(struct kva_arena *arena)
 	mutex_lock(&arena->lock);
 	arena->fd_open = false;
 	/* Tracers see every session end, including these. */
-	while ((s = kvc_session_next(&arena->core, &cursor)))
+	while ((s = kvc_session_next(&arena->core, &cursor))) {
 		trace_kvarena_session_state(arena->id, s->id, s->state,
 					    KVA_STATE_ENDED, 0, 0, s->nheld,
 					    arena->block_size, s->cookie);
+		kvc_resched(cursor);	/* up to 65,535 sessions */
+	}
 	kva_tenant_uncharge(arena->tenant, kvc_blocks_in_use(&arena->core),
 			    arena->block_size);
 	kvc_arena_destroy(&arena->core);
