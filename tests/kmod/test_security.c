@@ -181,6 +181,13 @@ static void *sysfs_main(void *p)
 	return NULL;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 /*
  * Finding 4: readers of every arena (sysfs sums, netlink dumps) held the
  * module-wide list lock while waiting for each arena's lock, so one arena
@@ -194,7 +201,8 @@ static void test_busy_arena_does_not_stall_creates(void)
 	struct victims_run v = { 0 };
 	pthread_t tv, ts;
 	static uint32_t sids[N];
-	double longest = 0, t0;
+	static double lat[4096];
+	double longest = 0, t0, median;
 	uint32_t id;
 	int i, n = 0;
 
@@ -216,19 +224,27 @@ static void test_busy_arena_does_not_stall_creates(void)
 
 		CU_ASSERT(fd >= 0);
 		close(fd);
-		if (now_s() - c0 > longest)
-			longest = now_s() - c0;
+		lat[n] = now_s() - c0;
+		if (lat[n] > longest)
+			longest = lat[n];
 		n++;
-		if (now_s() - t0 > 60)
+		if (now_s() - t0 > 60 || n == 4096)
 			break;
 	}
 	v.stop = 1;
 	pthread_join(tv, NULL);
 	pthread_join(ts, NULL);
-	printf("\n    %d creates, longest %.3f s; %ld rankings, longest %.3f s\n",
-	       n, longest, v.calls, v.longest);
+	qsort(lat, n, sizeof(lat[0]), cmp_double);
+	median = lat[n / 2];
+	printf("\n    %d creates, median %.3f s, longest %.3f s; %ld rankings, longest %.3f s\n",
+	       n, median, longest, v.calls, v.longest);
 	CU_ASSERT(v.longest > 0.05);	/* else the test proves nothing */
-	CU_ASSERT(longest < v.longest / 2);
+	/*
+	 * Stalled, a create waits for a whole ranking; free, for a page's
+	 * zeroing and its share of two busy vCPUs.  The median keeps one
+	 * descheduled create on a loaded host from deciding.
+	 */
+	CU_ASSERT(median < v.longest / 4);
 	close(v.fd);
 }
 
