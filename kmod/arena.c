@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Arena lifetime and memory: KVA_IOC_ARENA_CREATE (validate, reserve against
- * the module cap, allocate 2 MiB pages on the node, export the dma-buf,
- * return the arena fd), mmap of the pages, and the two releases: the arena
- * fd's (bookkeeping) and the dma-buf's (memory).  The ioctls on an arena fd
- * are in arena_ops.c.
+ * Arena lifetime: KVA_IOC_ARENA_CREATE (validate; allocate the arena, its
+ * pages, its dma-buf and fd; publish), the list of live arenas and the
+ * references that let stats and netlink walk it without holding its lock,
+ * and the two releases: the arena fd's (bookkeeping) and the dma-buf's
+ * (memory).  The pages are in pages.c, the ioctls on an arena fd in
+ * arena_ops.c.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -35,56 +36,7 @@ static int kva_arena_check_args(const struct kva_arena_create *arg)
 	return 0;
 }
 
-static int kva_pinned_reserve(u64 bytes)
-{
-	if (atomic64_add_return(bytes, &kva_pinned_bytes) >
-	    kva_max_pinned_bytes()) {
-		atomic64_sub(bytes, &kva_pinned_bytes);
-		return -ENOSPC;
-	}
-	return 0;
-}
-
-static void kva_pages_free(struct kva_arena *arena)
-{
-	u32 i;
-
-	if (!arena->pages)	/* a create that failed before allocating */
-		return;
-	for (i = 0; i < arena->npages; i++)
-		if (arena->pages[i])
-			__free_pages(arena->pages[i], KVA_PAGE_ORDER);
-	kvfree(arena->pages);
-}
-
-static int kva_pages_alloc(struct kva_arena *arena)
-{
-	/* Zeroed: the previous owner's data must never reach user space. */
-	gfp_t gfp = GFP_KERNEL_ACCOUNT | __GFP_COMP | __GFP_ZERO |
-		    __GFP_NOWARN | __GFP_RETRY_MAYFAIL;
-	int nid = arena->numa_node;
-	u32 i;
-
-	if (nid != KVA_NUMA_ANY)
-		gfp |= __GFP_THISNODE;
-	else
-		nid = NUMA_NO_NODE;
-	arena->pages = kvcalloc(arena->npages, sizeof(*arena->pages),
-				GFP_KERNEL);
-	if (!arena->pages)
-		return -ENOMEM;
-	for (i = 0; i < arena->npages; i++) {
-		if (fatal_signal_pending(current))
-			return -EINTR;
-		arena->pages[i] = alloc_pages_node(nid, gfp, KVA_PAGE_ORDER);
-		if (!arena->pages[i])
-			return -ENOMEM;
-		cond_resched();
-	}
-	return 0;
-}
-
-/* Keep kva_arenas sorted by id: netlink dumps resume from the last id. */
+/* Keep kva_arenas sorted by id: walkers resume from the last id. */
 static void kva_arenas_insert(struct kva_arena *arena)
 {
 	struct kva_arena *pos;
@@ -97,7 +49,55 @@ static void kva_arenas_insert(struct kva_arena *arena)
 	mutex_unlock(&kva_arenas_lock);
 }
 
-/* Memory side: called when the dma-buf (or a failed create) lets go. */
+struct kva_arena *kva_arena_get_next(u32 min_id)
+{
+	struct kva_arena *arena, *found = NULL;
+
+	mutex_lock(&kva_arenas_lock);
+	list_for_each_entry(arena, &kva_arenas, node) {
+		if (arena->id >= min_id) {
+			/* Listed: the dma-buf's reference is still held. */
+			kref_get(&arena->ref);
+			found = arena;
+			break;
+		}
+	}
+	mutex_unlock(&kva_arenas_lock);
+	return found;
+}
+
+struct kva_arena *kva_arena_get_id(u32 id)
+{
+	struct kva_arena *arena = kva_arena_get_next(id);
+
+	if (arena && arena->id != id) {
+		kva_arena_put(arena);
+		arena = NULL;
+	}
+	return arena;
+}
+
+/* The last reference: everything goes but pages still referenced elsewhere. */
+static void kva_arena_release_mem(struct kref *ref)
+{
+	struct kva_arena *arena = container_of(ref, struct kva_arena, ref);
+
+	kvc_arena_destroy(&arena->core);	/* a create that failed */
+	kva_events_destroy(arena);
+	if (arena->tenant)
+		kva_tenant_arena_uncharge(arena->tenant, arena->tenant_bytes);
+	mutex_destroy(&arena->att_lock);
+	mutex_destroy(&arena->lock);
+	if (!kva_pages_release(arena))
+		kfree(arena);
+}
+
+void kva_arena_put(struct kva_arena *arena)
+{
+	kref_put(&arena->ref, kva_arena_release_mem);
+}
+
+/* Memory side: called when the dma-buf lets go. */
 void kva_arena_free(struct kva_arena *arena)
 {
 	bool listed;
@@ -105,7 +105,7 @@ void kva_arena_free(struct kva_arena *arena)
 	mutex_lock(&kva_arenas_lock);
 	listed = !list_empty(&arena->node);
 	if (listed)
-		list_del(&arena->node);
+		list_del_init(&arena->node);
 	mutex_unlock(&kva_arenas_lock);
 	/* Only an arena that was announced is announced gone. */
 	if (listed) {
@@ -113,13 +113,7 @@ void kva_arena_free(struct kva_arena *arena)
 				    arena->block_size, false);
 		kva_netlink_arena(arena, false);
 	}
-	kva_pages_free(arena);
-	atomic64_sub(arena->bytes, &kva_pinned_bytes);
-	kva_tenant_arena_add(arena->tenant, -1);
-	kva_events_destroy(arena);
-	mutex_destroy(&arena->att_lock);
-	mutex_destroy(&arena->lock);
-	kfree(arena);
+	kva_arena_put(arena);
 }
 
 /* Bookkeeping side: every session ends, every block is uncharged. */
@@ -131,10 +125,12 @@ static void kva_arena_close(struct kva_arena *arena)
 	mutex_lock(&arena->lock);
 	arena->fd_open = false;
 	/* Tracers see every session end, including these. */
-	while ((s = kvc_session_next(&arena->core, &cursor)))
+	while ((s = kvc_session_next(&arena->core, &cursor))) {
 		trace_kvarena_session_state(arena->id, s->id, s->state,
 					    KVA_STATE_ENDED, 0, 0, s->nheld,
 					    arena->block_size, s->cookie);
+		kvc_resched(cursor);	/* up to 65,535 sessions */
+	}
 	kva_tenant_uncharge(arena->tenant, kvc_blocks_in_use(&arena->core),
 			    arena->block_size);
 	kvc_arena_destroy(&arena->core);
@@ -157,63 +153,86 @@ static int kva_arena_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
+/* Arena ids are u32 in the UAPI and never reused: refuse the 2^32nd. */
+static int kva_arena_new_id(u32 *id)
+{
+	s64 n = atomic64_inc_return(&kva_arenas_created);
+
+	if (n > U32_MAX) {
+		atomic64_dec(&kva_arenas_created);
+		return -ENOSPC;
+	}
+	*id = n;
+	return 0;
+}
+
+/*
+ * Allocate everything an arena needs, charging the caller's memcg, the
+ * pinned cap and the tenant; nothing is visible to anyone yet.  On error
+ * the arena's own release undoes whatever was done.
+ */
 static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 					 struct kva_tenant_acct *tenant)
 {
 	struct kva_arena *arena;
-	u32 nblocks;
 	int ret;
 
 	arena = kzalloc(sizeof(*arena), GFP_KERNEL_ACCOUNT);
 	if (!arena)
 		return ERR_PTR(-ENOMEM);
+	kref_init(&arena->ref);
 	mutex_init(&arena->lock);
 	mutex_init(&arena->att_lock);
 	INIT_LIST_HEAD(&arena->attachments);
 	INIT_LIST_HEAD(&arena->dev_maps);
 	INIT_LIST_HEAD(&arena->node);
-	arena->id = (u32)atomic64_inc_return(&kva_arenas_created);
 	strscpy(arena->name, arg->name, sizeof(arena->name));
-	arena->tenant = tenant;
 	arena->numa_node = arg->numa_node;
 	arena->created_ns = ktime_get_ns();
-	arena->bytes = arg->bytes;
 	arena->npages = arg->bytes >> KVA_PAGE_SHIFT;
 	arena->block_size = arg->block_size;
 	arena->blocks_per_page = KVA_PAGE_SIZE / arg->block_size;
-	kva_tenant_arena_add(tenant, 1);
 
 	ret = kva_events_init(arena);
 	if (ret)
-		goto err_free;
+		goto err;
+	ret = kva_arena_new_id(&arena->id);
+	if (ret)
+		goto err;
+	ret = kva_tenant_arena_charge(tenant, arg->bytes);
+	if (ret)
+		goto err;
+	arena->tenant = tenant;		/* the release uncharges it... */
+	arena->tenant_bytes = arg->bytes;
+	ret = kva_pinned_reserve(arg->bytes);
+	if (ret)
+		goto err;
+	arena->bytes = arg->bytes;	/* ...and the pinned cap from here */
 	ret = kva_pages_alloc(arena);
 	if (ret)
-		goto err_free;
-	nblocks = kvc_arena_nblocks(arena->bytes, arena->block_size);
-	ret = kvc_arena_init(&arena->core, nblocks, arena->block_size,
-			     kva_max_sessions);
+		goto err;
+	ret = kvc_arena_init(&arena->core,
+			     kvc_arena_nblocks(arena->bytes, arena->block_size),
+			     arena->block_size, kva_max_sessions);
 	if (ret)
-		goto err_free;
+		goto err;
 	ret = kvc_policy_set(&arena->core, arg->policy, arg->low_wm,
 			     arg->high_wm, arg->ttl_ms);
 	if (ret)
-		goto err_core;
+		goto err;
 	arena->fd_open = true;
 	return arena;
-
-err_core:
-	kvc_arena_destroy(&arena->core);
-err_free:
-	/* Nothing is shared yet: undo by hand what kva_arena_free would. */
-	kva_pages_free(arena);
-	kva_events_destroy(arena);
-	kva_tenant_arena_add(tenant, -1);
-	mutex_destroy(&arena->att_lock);
-	mutex_destroy(&arena->lock);
-	kfree(arena);
+err:
+	kva_arena_put(arena);
 	return ERR_PTR(ret);
 }
 
+/*
+ * KVA_IOC_ARENA_CREATE in udmabuf's order: validate the request, allocate
+ * everything (memory, dma-buf, file, fd) and tell the caller, and only then
+ * publish the arena (list, tracepoint, netlink) and install its fd, so a
+ * failed create is never seen by anyone.
+ */
 long kva_arena_create_ioctl(void __user *uarg)
 {
 	struct kva_tenant_acct *tenant;
@@ -231,31 +250,21 @@ long kva_arena_create_ioctl(void __user *uarg)
 	ret = kva_arena_check_args(&arg);
 	if (ret)
 		return ret;
-	tenant = kva_tenant_get(arg.tenant_id);
+	tenant = kva_tenant_for_caller(arg.tenant_id);
 	if (IS_ERR(tenant))
 		return PTR_ERR(tenant);
-	ret = kva_pinned_reserve(arg.bytes);
-	if (ret)
-		return ret;
 	arena = kva_arena_alloc(&arg, tenant);
-	if (IS_ERR(arena)) {
-		atomic64_sub(arg.bytes, &kva_pinned_bytes);
+	kva_tenant_put(tenant);		/* the arena holds its own */
+	if (IS_ERR(arena))
 		return PTR_ERR(arena);
-	}
 
-	/* From here the dma-buf owns the memory and the pinned charge. */
 	dmabuf = kva_dmabuf_export(arena);
 	if (IS_ERR(dmabuf)) {
-		kvc_arena_destroy(&arena->core);
-		kva_arena_free(arena);
+		kva_arena_put(arena);
 		return PTR_ERR(dmabuf);
 	}
+	/* From here the dma-buf owns the arena: its release frees it. */
 	arena->dmabuf = dmabuf;
-	kva_arenas_insert(arena);
-	trace_kvarena_arena(arena->id, tenant->id, arena->bytes,
-			    arena->block_size, true);
-	kva_netlink_arena(arena, true);
-
 	fd = get_unused_fd_flags(O_CLOEXEC);
 	if (fd < 0) {
 		ret = fd;
@@ -268,12 +277,18 @@ long kva_arena_create_ioctl(void __user *uarg)
 	}
 	arg.arena_id = arena->id;
 	arg.blocks_total = arena->core.pool.nblocks;
+	arg.tenant_id = tenant->id;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (ret) {
 		put_unused_fd(fd);
 		fput(file);		/* releases like a close() */
 		return ret;
 	}
+
+	kva_arenas_insert(arena);
+	trace_kvarena_arena(arena->id, tenant->id, arena->bytes,
+			    arena->block_size, true);
+	kva_netlink_arena(arena, true);
 	fd_install(fd, file);
 	return fd;
 
@@ -282,50 +297,6 @@ err_fd:
 err_close:
 	kva_arena_close(arena);
 	dma_buf_put(dmabuf);
-	return ret;
-}
-
-/* The pages are inserted at mmap time; there is nothing to fault in. */
-static const struct vm_operations_struct kva_vm_ops = {};
-
-/* Map the whole range now: normal pages, so GUP (RDMA) can pin them. */
-int kva_arena_mmap(struct kva_arena *arena, struct vm_area_struct *vma)
-{
-	unsigned long len = vma->vm_end - vma->vm_start;
-	unsigned long addr = vma->vm_start;
-	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
-	struct page **batch;
-	int ret = 0;
-
-	if (!(vma->vm_flags & VM_SHARED))
-		return -EINVAL;
-	if (off >= arena->bytes || len > arena->bytes - off)
-		return -EINVAL;
-	batch = kmalloc_array(KVA_PAGES_PER_HUGE, sizeof(*batch), GFP_KERNEL);
-	if (!batch)
-		return -ENOMEM;
-	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
-	vma->vm_ops = &kva_vm_ops;
-	while (len && !ret) {
-		u64 pg = off >> PAGE_SHIFT;
-		struct page *huge = arena->pages[pg >> KVA_PAGE_ORDER];
-		unsigned long first = pg & (KVA_PAGES_PER_HUGE - 1);
-		unsigned long n = min_t(unsigned long,
-					KVA_PAGES_PER_HUGE - first,
-					len >> PAGE_SHIFT);
-		unsigned long i, left = n;
-
-		for (i = 0; i < n; i++)
-			batch[i] = nth_page(huge, first + i);
-		ret = vm_insert_pages(vma, addr, batch, &left);
-		if (!ret && left)
-			ret = -EFAULT;
-		addr += n << PAGE_SHIFT;
-		off += (u64)n << PAGE_SHIFT;
-		len -= n << PAGE_SHIFT;
-		cond_resched();
-	}
-	kfree(batch);
 	return ret;
 }
 

@@ -2,16 +2,20 @@
 /*
  * The operations on an arena fd, shared by ioctl and io_uring: info,
  * dma-buf export, blocks, sessions, policy and victims.  Each handler
- * copies its struct in, validates every field, then runs the shared core
+ * validates (copies its struct in through kva_op_in(), checks every field,
+ * and checks that its output can be written), then runs the shared core
  * (core/) under the arena lock, charging the tenant for blocks that leave
- * the free pool, and emits tracepoints and events (pressure, quota,
- * session ended).  With nowait (io_uring's inline issue) a contended arena
+ * the free pool, and only then publishes: writes the result back and emits
+ * tracepoints and events (pressure, quota, session ended).  A result that
+ * cannot be written back after all (memory unmapped meanwhile by another
+ * thread) is undone.  With nowait (io_uring's inline issue) a contended arena
  * lock gives -EAGAIN, and io_uring retries from a worker.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/file.h>
 #include <linux/fs.h>
+#include <linux/pagemap.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 #include <linux/timekeeping.h>
@@ -21,6 +25,27 @@
 #include "trace.h"
 
 enum { KVA_TRACE_ALLOC, KVA_TRACE_FREE, KVA_TRACE_SHARE, KVA_TRACE_RELEASE };
+
+/* Every arena op's struct starts with these two fields. */
+struct kva_op_hdr {
+	u32 size;
+	u32 flags;
+};
+
+/*
+ * Validate, the first of each op's three steps (then allocate, then
+ * publish): copy the struct in (size rules of the UAPI header) and refuse
+ * flags the op does not define.
+ */
+static int kva_op_in(void *karg, size_t ksize, size_t ver0,
+		     void __user *uarg, u32 *usize, u32 flags_ok)
+{
+	int ret = kva_copy_in(karg, ksize, ver0, uarg, usize);
+
+	if (ret)
+		return ret;
+	return ((struct kva_op_hdr *)karg)->flags & ~flags_ok ? -EINVAL : 0;
+}
 
 int kva_arena_lock(struct kva_arena *arena, bool nowait)
 {
@@ -34,18 +59,32 @@ int kva_arena_lock(struct kva_arena *arena, bool nowait)
 	return -EAGAIN;
 }
 
+/*
+ * att_lock is held across the DMA mapping of a whole arena for a device,
+ * which can take milliseconds: the non-blocking issue must not wait for it.
+ */
+static int kva_att_lock(struct kva_arena *arena, bool nowait)
+{
+	if (!nowait) {
+		mutex_lock(&arena->att_lock);
+		return 0;
+	}
+	if (mutex_trylock(&arena->att_lock))
+		return 0;
+	atomic64_inc(&arena->uring_eagain);
+	return -EAGAIN;
+}
+
 static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 {
 	struct kva_arena_info arg;
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_ARENA_INFO_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_ARENA_INFO_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	arg = (struct kva_arena_info){ .size = usize };
 	arg.bytes = arena->bytes;
 	arg.arena_id = arena->id;
@@ -72,8 +111,10 @@ static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 	arg.events_posted = arena->events_posted;
 	arg.events_dropped = arena->events_dropped;
 	spin_unlock(&arena->ev_lock);
+	ret = kva_att_lock(arena, nowait);
+	if (ret)
+		return ret;
 	arg.uring_eagain = atomic64_read(&arena->uring_eagain);
-	mutex_lock(&arena->att_lock);
 	arg.dmabuf_attachments = arena->nattached;
 	arg.dmabuf_mapped = arena->nmapped;
 	arg.dmabuf_maps_total = arena->maps_total;
@@ -83,26 +124,38 @@ static int kva_info(struct kva_arena *arena, void __user *uarg, bool nowait)
 
 static int kva_export(struct kva_arena *arena, void __user *uarg)
 {
+	struct dma_buf *dmabuf;
 	struct kva_export arg;
 	u32 usize;
 	int fd, ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_EXPORT_SIZE_VER0, uarg, &usize,
+			KVA_EXPORT_CLOEXEC | KVA_EXPORT_RDONLY);
 	if (ret)
 		return ret;
-	if (arg.flags & ~KVA_EXPORT_CLOEXEC || arg.pad)
+	if (arg.pad)
 		return -EINVAL;
+	if (arg.flags & KVA_EXPORT_RDONLY) {
+		dmabuf = kva_dmabuf_rdonly(arena);
+		if (IS_ERR(dmabuf))
+			return PTR_ERR(dmabuf);
+	} else {
+		dmabuf = arena->dmabuf;
+		get_dma_buf(dmabuf);
+	}
 	fd = get_unused_fd_flags(arg.flags & KVA_EXPORT_CLOEXEC ? O_CLOEXEC : 0);
-	if (fd < 0)
+	if (fd < 0) {
+		dma_buf_put(dmabuf);
 		return fd;
+	}
 	arg.fd = fd;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (ret) {
 		put_unused_fd(fd);
+		dma_buf_put(dmabuf);
 		return ret;
 	}
-	get_dma_buf(arena->dmabuf);
-	fd_install(fd, arena->dmabuf->file);
+	fd_install(fd, dmabuf->file);
 	return fd;
 }
 
@@ -118,6 +171,15 @@ static int kva_blocks_in(void __user *uarg, struct kva_blocks *arg,
 	ret = kvc_check_blocks(arg, ids_out);
 	if (ret)
 		return ret;
+	/*
+	 * Output that cannot be written fails the call before anything is
+	 * committed (every op: `done`; alloc: the id array, faulted in
+	 * writable without being written).
+	 */
+	if (put_user(0, &((struct kva_blocks __user *)uarg)->done) ||
+	    (ids_out && fault_in_writeable(u64_to_user_ptr(arg->ids),
+					   arg->count * sizeof(u32))))
+		return -EFAULT;
 	*ids = kmalloc_array(arg->count, sizeof(u32), GFP_KERNEL);
 	if (!*ids)
 		return -ENOMEM;
@@ -186,7 +248,7 @@ static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg,
 	}
 	mutex_unlock(&arena->lock);
 	if (ev) {
-		kva_event_post(arena, ev);
+		kva_event_post(arena, ev, false);
 		kfree(ev);
 	}
 	if (ret)
@@ -195,7 +257,11 @@ static int kva_blocks_alloc(struct kva_arena *arena, void __user *uarg,
 	if (copy_to_user(u64_to_user_ptr(arg.ids), ids,
 			 arg.done * sizeof(u32)) ||
 	    kva_copy_out(uarg, &arg, sizeof(arg), usize)) {
-		/* The caller cannot learn the ids: give the blocks back. */
+		/*
+		 * Only if the memory went away since it was checked (another
+		 * thread's munmap): the caller cannot learn the ids, so the
+		 * blocks go back.
+		 */
 		mutex_lock(&arena->lock);
 		if (!kvc_blocks_free(&arena->core, arg.session_id, arg.done,
 				     ids, ktime_get_ns(), &released)) {
@@ -225,11 +291,6 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 	ret = kva_blocks_in(uarg, &arg, &usize, &ids, false);
 	if (ret)
 		return ret;
-	/* Fail on an unwritable struct before acting, not after. */
-	if (put_user(0, &((struct kva_blocks __user *)uarg)->done)) {
-		kfree(ids);
-		return -EFAULT;
-	}
 	ret = kva_arena_lock(arena, nowait);
 	if (ret) {
 		kfree(ids);
@@ -266,12 +327,15 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 	u32 usize, released;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_CREATE_SIZE_VER0,
-			  uarg, &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_CREATE_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad)
+	if (arg.pad)
 		return -EINVAL;
+	/* The id must be writable before a session exists to write. */
+	if (put_user(0, &((struct kva_session_create __user *)uarg)->session_id))
+		return -EFAULT;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;
@@ -287,6 +351,7 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 		return ret;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (ret) {
+		/* Unmapped since the check: nobody could ever end it. */
 		mutex_lock(&arena->lock);
 		if (!kvc_session_end(&arena->core, arg.session_id, now,
 				     &released))
@@ -341,8 +406,7 @@ static int kva_set_state(struct kva_arena *arena, u32 id, u32 state,
 		ev = (struct kva_event){ .type = KVA_EVENT_SESSION_ENDED };
 		ev.session_id = id;
 		ev.tenant_id = arena->tenant->id;
-		ev.pid = task_tgid_nr(current);
-		kva_event_post(arena, &ev);
+		kva_event_post(arena, &ev, true);
 	}
 	return ret;
 }
@@ -354,11 +418,11 @@ static int kva_session_end(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_END_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_END_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad)
+	if (arg.pad)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0,
 			     nowait);
@@ -371,11 +435,11 @@ static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_STATE_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_STATE_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad || arg.state >= KVA_STATE_COUNT)
+	if (arg.pad || arg.state >= KVA_STATE_COUNT)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
 			     arg.expected_wait_us, nowait);
@@ -388,12 +452,10 @@ static int kva_session_info(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_SESSION_INFO_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_INFO_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;
@@ -412,12 +474,10 @@ static int kva_set_policy(struct kva_arena *arena, void __user *uarg,
 	u32 usize;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_POLICY_SET_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_POLICY_SET_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags)
-		return -EINVAL;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;
@@ -427,6 +487,21 @@ static int kva_set_policy(struct kva_arena *arena, void __user *uarg,
 	return ret;
 }
 
+/* Victims at the caller's stride: what the kernel knows, zeros past it. */
+static int kva_victims_out(u8 __user *out, u32 stride,
+			   const struct kva_victim *v, u32 count)
+{
+	size_t known = min_t(size_t, stride, sizeof(*v));
+	u32 i;
+
+	for (i = 0; i < count; i++, out += stride) {
+		if (copy_to_user(out, &v[i], known) ||
+		    (stride > known && clear_user(out + known, stride - known)))
+			return -EFAULT;
+	}
+	return 0;
+}
+
 static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 {
 	struct kva_victim *v;
@@ -434,13 +509,16 @@ static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 	u32 usize, policy;
 	int ret;
 
-	ret = kva_copy_in(&arg, sizeof(arg), KVA_VICTIMS_SIZE_VER0, uarg,
-			  &usize);
+	ret = kva_op_in(&arg, sizeof(arg), KVA_VICTIMS_SIZE_VER0, uarg,
+			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.flags || arg.pad || !arg.max || arg.max > KVA_MAX_VICTIMS ||
+	if (!arg.max || arg.max > KVA_MAX_VICTIMS ||
+	    arg.victim_size < KVA_VICTIM_SIZE_VER0 ||
 	    (arg.policy >= KVA_POLICY_COUNT && arg.policy != KVA_POLICY_ARENA))
 		return -EINVAL;
+	if (arg.victim_size > KVA_STRUCT_MAX)
+		return -E2BIG;
 	v = kcalloc(arg.max, sizeof(*v), GFP_KERNEL);
 	if (!v)
 		return -ENOMEM;
@@ -452,9 +530,9 @@ static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 	arg.count = kvc_rank_victims(&arena->core, policy, ktime_get_ns(), v,
 				     arg.max);
 	mutex_unlock(&arena->lock);
-	ret = -EFAULT;
-	if (copy_to_user(u64_to_user_ptr(arg.victims), v,
-			 arg.count * sizeof(*v)))
+	ret = kva_victims_out(u64_to_user_ptr(arg.victims), arg.victim_size,
+			      v, arg.count);
+	if (ret)
 		goto out;
 	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
 	if (!ret)
@@ -464,31 +542,31 @@ out:
 	return ret;
 }
 
-long kva_arena_op(struct kva_arena *arena, unsigned int nr,
+long kva_arena_op(struct kva_arena *arena, unsigned int cmd,
 		  void __user *uarg, bool nowait)
 {
-	switch (nr) {
-	case _IOC_NR(KVA_IOC_ARENA_INFO):
+	switch (cmd) {
+	case KVA_IOC_ARENA_INFO:
 		return kva_info(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_EXPORT_DMABUF):
+	case KVA_IOC_EXPORT_DMABUF:
 		return kva_export(arena, uarg);
-	case _IOC_NR(KVA_IOC_BLOCKS_ALLOC):
+	case KVA_IOC_BLOCKS_ALLOC:
 		return kva_blocks_alloc(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_BLOCKS_FREE):
+	case KVA_IOC_BLOCKS_FREE:
 		return kva_blocks_free(arena, uarg, false, nowait);
-	case _IOC_NR(KVA_IOC_BLOCKS_SHARE):
+	case KVA_IOC_BLOCKS_SHARE:
 		return kva_blocks_free(arena, uarg, true, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_CREATE):
+	case KVA_IOC_SESSION_CREATE:
 		return kva_session_create(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_END):
+	case KVA_IOC_SESSION_END:
 		return kva_session_end(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_SET_STATE):
+	case KVA_IOC_SESSION_SET_STATE:
 		return kva_session_set_state(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_SESSION_INFO):
+	case KVA_IOC_SESSION_INFO:
 		return kva_session_info(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_ARENA_SET_POLICY):
+	case KVA_IOC_ARENA_SET_POLICY:
 		return kva_set_policy(arena, uarg, nowait);
-	case _IOC_NR(KVA_IOC_ARENA_VICTIMS):
+	case KVA_IOC_ARENA_VICTIMS:
 		return kva_victims(arena, uarg, nowait);
 	}
 	return -ENOTTY;
@@ -496,8 +574,5 @@ long kva_arena_op(struct kva_arena *arena, unsigned int nr,
 
 long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
-	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
-		return -ENOTTY;
-	return kva_arena_op(file->private_data, _IOC_NR(cmd),
-			    (void __user *)arg, false);
+	return kva_arena_op(file->private_data, cmd, (void __user *)arg, false);
 }

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The arena's dma-buf exporter: one DMA mapping per importing device shared
- * by its attachments, CPU-access sync of those mappings, a refcounted kernel
+ * by its attachments (at most max_attachments, their tables charged to the
+ * importer's memcg), CPU-access sync of those mappings, a refcounted kernel
  * vmap and mmap.  The dma-buf owns the arena's memory: its release frees it.
+ * Read-only dma-bufs of the same memory hold a reference on it.
  *
  * Since 6.2 the core calls map/unmap with the reservation lock held; these
  * ops never take it, and use att_lock for their own state.
@@ -17,6 +19,10 @@
 #include <linux/vmalloc.h>
 
 #include "kva.h"
+
+static unsigned int max_attachments = 64;
+module_param(max_attachments, uint, 0644);
+MODULE_PARM_DESC(max_attachments, "Most importer attachments per arena, all its dma-bufs together (default 64)");
 
 /*
  * One DMA mapping per device, shared by every attachment of that device.
@@ -51,7 +57,8 @@ static int kva_sgt_build(struct kva_arena *arena, struct device *dev,
 	if (!seg)
 		seg = PAGE_SIZE;
 	per_page = DIV_ROUND_UP(KVA_PAGE_SIZE, seg);
-	ret = sg_alloc_table(sgt, arena->npages * per_page, GFP_KERNEL);
+	/* Kernel memory an importer makes us spend: its memcg pays. */
+	ret = sg_alloc_table(sgt, arena->npages * per_page, GFP_KERNEL_ACCOUNT);
 	if (ret)
 		return ret;
 	sg = sgt->sgl;
@@ -64,6 +71,7 @@ static int kva_sgt_build(struct kva_arena *arena, struct device *dev,
 			sg_set_page(sg, arena->pages[i], len, off);
 			sg = sg_next(sg);
 		}
+		cond_resched();
 	}
 	return 0;
 }
@@ -89,7 +97,7 @@ static struct kva_dev_map *kva_dev_map_get(struct kva_arena *arena,
 			return map;
 		}
 	}
-	map = kzalloc(sizeof(*map), GFP_KERNEL);
+	map = kzalloc(sizeof(*map), GFP_KERNEL_ACCOUNT);
 	if (!map)
 		return ERR_PTR(-ENOMEM);
 	ret = kva_sgt_build(arena, dev, &map->sgt);
@@ -148,20 +156,34 @@ static int kva_dmabuf_attach(struct dma_buf *dmabuf,
 	struct kva_attachment *a;
 	int ret;
 
-	a = kzalloc(sizeof(*a), GFP_KERNEL);
-	if (!a)
-		return -ENOMEM;
+	/* Each attachment costs a scatterlist of the whole arena: bounded. */
+	mutex_lock(&arena->att_lock);
+	ret = arena->nattached >= READ_ONCE(max_attachments) ? -ENOSPC : 0;
+	if (!ret)
+		arena->nattached++;
+	mutex_unlock(&arena->att_lock);
+	if (ret)
+		return ret;
+	a = kzalloc(sizeof(*a), GFP_KERNEL_ACCOUNT);
+	if (!a) {
+		ret = -ENOMEM;
+		goto err;
+	}
 	ret = kva_sgt_build(arena, attachment->dev, &a->sgt);
 	if (ret) {
 		kfree(a);
-		return ret;
+		goto err;
 	}
 	attachment->priv = a;
 	mutex_lock(&arena->att_lock);
 	list_add(&a->node, &arena->attachments);
-	arena->nattached++;
 	mutex_unlock(&arena->att_lock);
 	return 0;
+err:
+	mutex_lock(&arena->att_lock);
+	arena->nattached--;
+	mutex_unlock(&arena->att_lock);
+	return ret;
 }
 
 static void kva_dmabuf_detach(struct dma_buf *dmabuf,
@@ -217,6 +239,26 @@ static void kva_dmabuf_unmap(struct dma_buf_attachment *attachment,
 	mutex_unlock(&arena->att_lock);
 }
 
+/*
+ * The kernel vmap's cache maintenance, in pieces: these helpers take an int
+ * size, and an arena may be larger than 2 GiB.
+ */
+static void kva_vmap_sync(struct kva_arena *arena, bool flush)
+{
+	const u64 chunk = SZ_1G;
+	u64 off;
+
+	for (off = 0; off < arena->bytes; off += chunk) {
+		void *p = arena->vaddr + off;
+		int len = min(chunk, arena->bytes - off);
+
+		if (flush)
+			flush_kernel_vmap_range(p, len);
+		else
+			invalidate_kernel_vmap_range(p, len);
+	}
+}
+
 /* CPU access syncs each device's mapping once, whatever its attachments. */
 static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,
 				enum dma_data_direction dir)
@@ -226,7 +268,7 @@ static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,
 
 	mutex_lock(&arena->att_lock);
 	if (arena->vmap_count)
-		invalidate_kernel_vmap_range(arena->vaddr, arena->bytes);
+		kva_vmap_sync(arena, false);
 	list_for_each_entry(map, &arena->dev_maps, node)
 		dma_sync_sgtable_for_cpu(map->dev, &map->sgt, dir);
 	mutex_unlock(&arena->att_lock);
@@ -241,7 +283,7 @@ static int kva_dmabuf_end_cpu(struct dma_buf *dmabuf,
 
 	mutex_lock(&arena->att_lock);
 	if (arena->vmap_count)
-		flush_kernel_vmap_range(arena->vaddr, arena->bytes);
+		kva_vmap_sync(arena, true);
 	list_for_each_entry(map, &arena->dev_maps, node)
 		dma_sync_sgtable_for_device(map->dev, &map->sgt, dir);
 	mutex_unlock(&arena->att_lock);
@@ -260,12 +302,15 @@ static void *kva_vmap_pages(struct kva_arena *arena)
 	unsigned long i;
 	void *vaddr;
 
-	pages = kvmalloc_array(n, sizeof(*pages), GFP_KERNEL);
+	pages = kvmalloc_array(n, sizeof(*pages), GFP_KERNEL_ACCOUNT);
 	if (!pages)
 		return NULL;
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		pages[i] = nth_page(arena->pages[i >> KVA_PAGE_ORDER],
 				    i & (KVA_PAGES_PER_HUGE - 1));
+		if (!(i & (KVA_PAGES_PER_HUGE - 1)))
+			cond_resched();
+	}
 	vaddr = vmap(pages, n, VM_MAP, PAGE_KERNEL);
 	kvfree(pages);
 	return vaddr;
@@ -309,6 +354,12 @@ static void kva_dmabuf_release(struct dma_buf *dmabuf)
 	kva_arena_free(dmabuf->priv);
 }
 
+/* A read-only dma-buf holds a reference on the arena's memory only. */
+static void kva_dmabuf_ro_release(struct dma_buf *dmabuf)
+{
+	kva_arena_put(dmabuf->priv);
+}
+
 static const struct dma_buf_ops kva_dmabuf_ops = {
 	.attach = kva_dmabuf_attach,
 	.detach = kva_dmabuf_detach,
@@ -322,15 +373,50 @@ static const struct dma_buf_ops kva_dmabuf_ops = {
 	.release = kva_dmabuf_release,
 };
 
-struct dma_buf *kva_dmabuf_export(struct kva_arena *arena)
+static const struct dma_buf_ops kva_dmabuf_ro_ops = {
+	.attach = kva_dmabuf_attach,
+	.detach = kva_dmabuf_detach,
+	.map_dma_buf = kva_dmabuf_map,
+	.unmap_dma_buf = kva_dmabuf_unmap,
+	.begin_cpu_access = kva_dmabuf_begin_cpu,
+	.end_cpu_access = kva_dmabuf_end_cpu,
+	.mmap = kva_dmabuf_mmap,
+	.vmap = kva_dmabuf_vmap,
+	.vunmap = kva_dmabuf_vunmap,
+	.release = kva_dmabuf_ro_release,
+};
+
+static struct dma_buf *kva_export_one(struct kva_arena *arena,
+				      const struct dma_buf_ops *ops, int flags)
 {
 	DEFINE_DMA_BUF_EXPORT_INFO(exp_info);
 
 	exp_info.exp_name = KBUILD_MODNAME;
 	exp_info.owner = THIS_MODULE;
-	exp_info.ops = &kva_dmabuf_ops;
+	exp_info.ops = ops;
 	exp_info.size = arena->bytes;
-	exp_info.flags = O_RDWR;
+	exp_info.flags = flags;
 	exp_info.priv = arena;
 	return dma_buf_export(&exp_info);
+}
+
+struct dma_buf *kva_dmabuf_export(struct kva_arena *arena)
+{
+	return kva_export_one(arena, &kva_dmabuf_ops, O_RDWR);
+}
+
+/*
+ * A new dma-buf whose file is read-only: mmap gives read-only mappings
+ * (MAP_SHARED with PROT_WRITE is refused by the VFS), for a stage that
+ * must not write the KV it reads.  Each call makes its own.
+ */
+struct dma_buf *kva_dmabuf_rdonly(struct kva_arena *arena)
+{
+	struct dma_buf *dmabuf;
+
+	kref_get(&arena->ref);
+	dmabuf = kva_export_one(arena, &kva_dmabuf_ro_ops, O_RDONLY);
+	if (IS_ERR(dmabuf))
+		kva_arena_put(arena);
+	return dmabuf;
 }

@@ -7,6 +7,7 @@
 #define KVA_H
 
 #include <linux/bits.h>
+#include <linux/kref.h>
 #include <linux/dma-buf.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
@@ -22,20 +23,28 @@ struct io_uring_cmd;
 #define KVA_PAGE_ORDER	(KVA_PAGE_SHIFT - PAGE_SHIFT)
 #define KVA_PAGES_PER_HUGE	BIT(KVA_PAGE_ORDER)
 
-/* A tenant's KV quota; entries live until the module unloads. */
+/* A tenant's account (tenant.c). */
 struct kva_tenant_acct {
 	u32 id;
 	u32 arenas;
-	u64 quota_bytes;		/* 0 = unlimited */
+	u32 refs;			/* arenas and callers holding it */
+	bool explicit;			/* quotas set by an administrator */
+	u64 quota_bytes;		/* blocks held; 0 = unlimited */
 	u64 used_bytes;
+	u64 arena_quota_bytes;		/* 0 = tenant_default_mb */
+	u64 arena_bytes;
 };
 
 /*
  * One arena.  Two lifetimes: the bookkeeping (core, sessions) lives while
  * the arena fd is open; the memory and this struct live until the dma-buf,
- * which the arena fd holds one reference to, is released.
+ * which the arena fd holds one reference to, is released, and until no one
+ * who walks the arena list (stats, netlink) holds a reference (ref).  Its
+ * 2 MiB pages stay charged to the pinned cap until they are really free:
+ * a page someone else still references (a pipe, a GUP pin) lingers.
  */
 struct kva_arena {
+	struct kref ref;		/* the dma-buf's, and list walkers' */
 	struct mutex lock;		/* core and fd_open */
 	struct kvc_arena core;
 	bool fd_open;
@@ -43,6 +52,7 @@ struct kva_arena {
 	u32 id;
 	char name[KVA_NAME_LEN];
 	struct kva_tenant_acct *tenant;
+	u64 tenant_bytes;		/* charged to the tenant */
 	int numa_node;
 	u64 created_ns;
 
@@ -64,11 +74,11 @@ struct kva_arena {
 	void *vaddr;
 	unsigned int vmap_count;
 
-	struct list_head node;		/* kva_arenas */
+	struct list_head node;		/* kva_arenas, then kva_lingering */
 
-	/* events.c: queued events and parked KVA_URING_WAIT_EVENT commands */
+	/* events.c: queued events; waiters.c: parked WAIT_EVENT commands */
 	spinlock_t ev_lock;
-	struct kva_event *ev_queue;	/* ring of KVA_EVENT_QUEUE */
+	struct kva_queued *ev_queue;	/* ring of KVA_EVENT_QUEUE */
 	u32 ev_head;
 	u32 ev_count;
 	u64 ev_seq;
@@ -77,7 +87,8 @@ struct kva_arena {
 	u64 events_dropped;
 	u64 pressure_seq;		/* last PRESSURE posted */
 	struct list_head waiters;
-	struct delayed_work monitor;	/* kernels without uring cancel */
+	u32 nwaiters;			/* at most KVA_MAX_WAITERS */
+	struct delayed_work monitor;	/* monitor.c: kernels without cancel */
 	atomic64_t uring_eagain;
 };
 
@@ -100,7 +111,18 @@ int kva_copy_out(void __user *uarg, const void *kstruct, size_t ksize,
 /* arena.c */
 long kva_arena_create_ioctl(void __user *uarg);
 int kva_arena_mmap(struct kva_arena *arena, struct vm_area_struct *vma);
+/* The dma-buf lets go: the arena leaves the list, its memory goes. */
 void kva_arena_free(struct kva_arena *arena);
+/*
+ * Walk the live arenas without holding kva_arenas_lock across anything
+ * that sleeps: the first listed arena with id >= min_id (or exactly id),
+ * referenced; drop it with kva_arena_put().  Its bookkeeping may be gone
+ * (fd_open false) but its struct stays valid while referenced.
+ */
+struct kva_arena *kva_arena_get_next(u32 min_id);
+struct kva_arena *kva_arena_get_id(u32 id);
+void kva_arena_put(struct kva_arena *arena);
+void kva_arenas_exit(void);
 
 /* arena_ops.c */
 long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
@@ -108,20 +130,48 @@ long kva_arena_ioctl(struct file *file, unsigned int cmd, unsigned long arg);
 /* arena_ops.c: the ops shared by ioctl and io_uring (nowait: -EAGAIN
  * instead of sleeping on the arena lock).
  */
-long kva_arena_op(struct kva_arena *arena, unsigned int nr,
+long kva_arena_op(struct kva_arena *arena, unsigned int cmd,
 		  void __user *uarg, bool nowait);
 int kva_arena_lock(struct kva_arena *arena, bool nowait);
 
-/* events.c */
+/*
+ * An event on its way: the UAPI struct and, for SESSION_ENDED, the process
+ * that ended the session, so that its pid is given as the receiver's pid
+ * namespace sees it.
+ */
+struct kva_queued {
+	struct kva_event ev;
+	struct pid *pid;		/* referenced, or NULL */
+};
+
+/* events.c: the event queue */
 int kva_events_init(struct kva_arena *arena);
 void kva_events_destroy(struct kva_arena *arena);
-void kva_event_post(struct kva_arena *arena, struct kva_event *ev);
+/* Post ev (with the calling process as its pid if with_pid). */
+void kva_event_post(struct kva_arena *arena, struct kva_event *ev,
+		    bool with_pid);
+/* Take the oldest queued event into q; caller holds ev_lock. */
+bool kva_event_pop(struct kva_arena *arena, struct kva_queued *q);
+/* Fill q->ev.pid for the current task's pid namespace; drops q->pid. */
+void kva_event_pid_for_current(struct kva_queued *q);
+
+/* waiters.c: parked KVA_URING_WAIT_EVENT commands */
+struct kva_waiter;
+/* Hand q to the oldest parked command, if any; caller holds ev_lock. */
+bool kva_waiter_take(struct kva_arena *arena, struct kva_queued *q);
 void kva_events_cancel_tgid(struct kva_arena *arena, pid_t tgid);
 int kva_uring_wait_event(struct kva_arena *arena, struct io_uring_cmd *cmd,
 			 const struct kva_uring_cmd *pdu,
 			 unsigned int issue_flags);
 void kva_uring_wait_cancel(struct kva_arena *arena, struct io_uring_cmd *cmd,
 			   unsigned int issue_flags);
+
+/* monitor.c: kernels before 6.7 cannot cancel parked commands themselves */
+void kva_monitor_init(struct kva_arena *arena);
+void kva_monitor_kick(struct kva_arena *arena);
+void kva_monitor_stop(struct kva_arena *arena);
+/* waiters.c, for the monitor: cancel commands whose ring or task dies. */
+void kva_waiters_cancel_orphans(struct kva_arena *arena);
 
 /* uring.c */
 int kva_arena_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
@@ -134,16 +184,32 @@ void kva_netlink_arena(const struct kva_arena *arena, bool created);
 
 /* dmabuf.c */
 struct dma_buf *kva_dmabuf_export(struct kva_arena *arena);
+/* The arena's read-only dma-buf (made on first use), referenced. */
+struct dma_buf *kva_dmabuf_rdonly(struct kva_arena *arena);
 
 /* tenant.c */
-struct kva_tenant_acct *kva_tenant_get(u32 id);
+void kva_tenants_init(u64 max_pinned_mb);
+/* The tenant a create names (KVA_TENANT_SELF: the caller's), held. */
+struct kva_tenant_acct *kva_tenant_for_caller(u32 requested);
+void kva_tenant_put(struct kva_tenant_acct *t);
+/* An arena's bytes: charged at create (-EDQUOT), uncharged at its end. */
+int kva_tenant_arena_charge(struct kva_tenant_acct *t, u64 bytes);
+void kva_tenant_arena_uncharge(struct kva_tenant_acct *t, u64 bytes);
 u32 kva_tenant_reserve(struct kva_tenant_acct *t, u32 blocks, u32 block_size);
 void kva_tenant_uncharge(struct kva_tenant_acct *t, u32 blocks,
 			 u32 block_size);
-void kva_tenant_arena_add(struct kva_tenant_acct *t, int delta);
 long kva_tenant_ioctl(unsigned int cmd, void __user *uarg);
+unsigned int kva_tenants_count(void);
 void kva_tenants_destroy(void);
 void kva_tenants_show(struct seq_file *m);
+
+/* pages.c */
+int kva_pinned_reserve(u64 bytes);
+int kva_pages_alloc(struct kva_arena *arena);
+/* true: the arena now lingers (pages.c frees it once its pages are free) */
+bool kva_pages_release(struct kva_arena *arena);
+u64 kva_lingering_bytes(void);
+void kva_pages_exit(void);
 
 /* stats.c */
 extern const struct attribute_group *kva_attr_groups[];

@@ -76,15 +76,13 @@ static long kva_dev_ioctl(struct file *file, unsigned int cmd,
 {
 	void __user *uarg = (void __user *)arg;
 
-	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
-		return -ENOTTY;
-	switch (_IOC_NR(cmd)) {
-	case _IOC_NR(KVA_IOC_VERSION):
+	switch (cmd) {
+	case KVA_IOC_VERSION:
 		return kva_version_ioctl(uarg);
-	case _IOC_NR(KVA_IOC_ARENA_CREATE):
+	case KVA_IOC_ARENA_CREATE:
 		return kva_arena_create_ioctl(uarg);
-	case _IOC_NR(KVA_IOC_TENANT_SET_QUOTA):
-	case _IOC_NR(KVA_IOC_TENANT_INFO):
+	case KVA_IOC_TENANT_SET_QUOTA:
+	case KVA_IOC_TENANT_INFO:
 		return kva_tenant_ioctl(cmd, uarg);
 	}
 	return -ENOTTY;
@@ -115,6 +113,7 @@ static int __init kva_init(void)
 		max_arena_mb = max_pinned_mb;
 	if (!kva_max_sessions || kva_max_sessions > KVC_MAX_SESSIONS)
 		kva_max_sessions = KVC_MAX_SESSIONS;
+	kva_tenants_init(max_pinned_mb);
 
 	ret = kva_netlink_init();
 	if (ret)
@@ -144,6 +143,7 @@ static void __exit kva_exit(void)
 	kva_debugfs_exit();
 	misc_deregister(&kva_misc);
 	kva_netlink_exit();
+	kva_pages_exit();
 	kva_tenants_destroy();
 }
 

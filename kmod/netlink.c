@@ -6,6 +6,15 @@
  * multicast group "events" (arena created/destroyed, pressure with ranked
  * victims, quota hit, session ended).  Validation is strict: attributes a
  * request may not carry are rejected with an extack message.
+ *
+ * Who may see what (Documentation/threat-model.md): everything here shows
+ * every user's arenas, so every command and the multicast group need
+ * CAP_NET_ADMIN in the initial user namespace; an arena's owner reads its
+ * own arena through its fd.  The family is not network-namespace aware on
+ * purpose: arenas are host memory, not a per-namespace resource, so it
+ * answers only sockets of the initial network namespace (a container sees
+ * no family), and the pids in events are as the initial pid namespace sees
+ * them.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -38,17 +47,6 @@ static struct nlattr **kva_dump_attrs(struct netlink_callback *cb)
 static u32 kva_nla_u32(const struct nlattr *a)
 {
 	return a ? nla_get_u32(a) : 0;
-}
-
-/* Caller holds kva_arenas_lock, which keeps the arena from being freed. */
-static struct kva_arena *kva_arena_by_id(u32 id)
-{
-	struct kva_arena *arena;
-
-	list_for_each_entry(arena, &kva_arenas, node)
-		if (arena->id == id)
-			return arena;
-	return NULL;
 }
 
 static int kva_put_arena(struct sk_buff *skb, struct kva_arena *arena)
@@ -115,12 +113,12 @@ static int kva_nl_arena_get(struct sk_buff *skb, struct genl_info *info)
 	msg = nlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
 	if (!msg)
 		return -ENOMEM;
-	mutex_lock(&kva_arenas_lock);
-	arena = kva_arena_by_id(nla_get_u32(info->attrs[KVA_NL_A_ARENA_ID]));
+	arena = kva_arena_get_id(nla_get_u32(info->attrs[KVA_NL_A_ARENA_ID]));
 	ret = arena ? kva_fill_arena(msg, arena, info->snd_portid,
 				     info->snd_seq, 0, KVA_NL_CMD_ARENA_GET) :
 		      -ENOENT;
-	mutex_unlock(&kva_arenas_lock);
+	if (arena)
+		kva_arena_put(arena);
 	if (ret) {
 		if (ret == -ENOENT)
 			NL_SET_ERR_MSG_ATTR(info->extack,
@@ -132,24 +130,27 @@ static int kva_nl_arena_get(struct sk_buff *skb, struct genl_info *info)
 	return genlmsg_reply(msg, info);
 }
 
-/* cb->args[0]: id of the last arena sent (ids only grow along the list). */
+/*
+ * cb->args[0]: id of the last arena sent (ids only grow along the list).
+ * Each arena is referenced and locked on its own, never under the list's
+ * lock: a busy arena delays this dump only.
+ */
 static int kva_nl_arena_dump(struct sk_buff *skb, struct netlink_callback *cb)
 {
 	struct kva_arena *arena;
 	int ret = 0;
 
-	mutex_lock(&kva_arenas_lock);
-	list_for_each_entry(arena, &kva_arenas, node) {
-		if (arena->id <= cb->args[0])
-			continue;
+	while (cb->args[0] < U32_MAX &&
+	       (arena = kva_arena_get_next(cb->args[0] + 1))) {
 		ret = kva_fill_arena(skb, arena, NETLINK_CB(cb->skb).portid,
 				     cb->nlh->nlmsg_seq, NLM_F_MULTI,
 				     KVA_NL_CMD_ARENA_GET);
+		if (!ret)
+			cb->args[0] = arena->id;
+		kva_arena_put(arena);
 		if (ret)
 			break;
-		cb->args[0] = arena->id;
 	}
-	mutex_unlock(&kva_arenas_lock);
 	return ret && !skb->len ? ret : skb->len;
 }
 
@@ -218,11 +219,16 @@ static int kva_nl_session_dump(struct sk_buff *skb, struct netlink_callback *cb)
 
 	if (!cb->args[0] && attrs[KVA_NL_A_ARENA_ID])
 		cb->args[2] = nla_get_u32(attrs[KVA_NL_A_ARENA_ID]);
-	mutex_lock(&kva_arenas_lock);
-	list_for_each_entry(arena, &kva_arenas, node) {
-		if (arena->id < cb->args[0] ||
-		    (cb->args[2] && arena->id != cb->args[2]))
-			continue;
+	if (cb->args[2] && cb->args[0] < cb->args[2])
+		cb->args[0] = cb->args[2];
+	while (cb->args[0] <= U32_MAX &&
+	       (arena = kva_arena_get_next(cb->args[0]))) {
+		bool done = false;
+
+		if (cb->args[2] && arena->id != cb->args[2]) {
+			kva_arena_put(arena);
+			break;
+		}
 		if (arena->id != cb->args[0]) {
 			cb->args[0] = arena->id;
 			cb->args[1] = 0;
@@ -232,12 +238,15 @@ static int kva_nl_session_dump(struct sk_buff *skb, struct netlink_callback *cb)
 			ret = kva_dump_arena_sessions(skb, cb, arena,
 						      &cb->args[1]);
 		mutex_unlock(&arena->lock);
-		if (ret)
+		if (!ret) {
+			done = arena->id == U32_MAX;
+			cb->args[0] = (u64)arena->id + 1;
+			cb->args[1] = 0;
+		}
+		kva_arena_put(arena);
+		if (ret || done)
 			break;
-		cb->args[0] = arena->id + 1;
-		cb->args[1] = 0;
 	}
-	mutex_unlock(&kva_arenas_lock);
 	return ret && !skb->len ? ret : skb->len;
 }
 
@@ -251,8 +260,7 @@ static int kva_nl_policy_set(struct sk_buff *skb, struct genl_info *info)
 		NL_SET_ERR_MSG(info->extack, "ARENA_ID and POLICY are required");
 		return -EINVAL;
 	}
-	mutex_lock(&kva_arenas_lock);
-	arena = kva_arena_by_id(nla_get_u32(a[KVA_NL_A_ARENA_ID]));
+	arena = kva_arena_get_id(nla_get_u32(a[KVA_NL_A_ARENA_ID]));
 	ret = -ENOENT;
 	if (arena) {
 		mutex_lock(&arena->lock);
@@ -264,8 +272,8 @@ static int kva_nl_policy_set(struct sk_buff *skb, struct genl_info *info)
 				     kva_nla_u32(a[KVA_NL_A_TTL_MS])) :
 		      -ENOENT;
 		mutex_unlock(&arena->lock);
+		kva_arena_put(arena);
 	}
-	mutex_unlock(&kva_arenas_lock);
 	if (ret == -ENOENT)
 		NL_SET_ERR_MSG_ATTR(info->extack, a[KVA_NL_A_ARENA_ID],
 				    "no live arena with this id");
@@ -277,9 +285,11 @@ static int kva_nl_policy_set(struct sk_buff *skb, struct genl_info *info)
 
 static const struct genl_small_ops kva_nl_ops[] = {
 	{
+		/* Names, tenants and usage of everyone's arenas: operators. */
 		.cmd = KVA_NL_CMD_ARENA_GET,
 		.doit = kva_nl_arena_get,
 		.dumpit = kva_nl_arena_dump,
+		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		/* Sessions carry runtimes' cookies: operators only. */

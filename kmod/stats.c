@@ -39,23 +39,43 @@ static ssize_t arenas_show(struct device *dev, struct device_attribute *attr,
 }
 static DEVICE_ATTR_RO(arenas);
 
-/* Blocks, sessions summed over live arenas. */
+static ssize_t lingering_bytes_show(struct device *dev,
+				    struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%llu\n", kva_lingering_bytes());
+}
+static DEVICE_ATTR_RO(lingering_bytes);
+
+static ssize_t tenants_show(struct device *dev, struct device_attribute *attr,
+			    char *buf)
+{
+	return sysfs_emit(buf, "%u\n", kva_tenants_count());
+}
+static DEVICE_ATTR_RO(tenants);
+
+/*
+ * Blocks, sessions summed over live arenas, one arena lock at a time and
+ * never under kva_arenas_lock: a busy arena delays this reader only.
+ */
 static void kva_sum(u64 *blocks_used, u64 *sessions)
 {
 	struct kva_arena *arena;
+	u32 next = 0;
 
 	*blocks_used = 0;
 	*sessions = 0;
-	mutex_lock(&kva_arenas_lock);
-	list_for_each_entry(arena, &kva_arenas, node) {
+	while ((arena = kva_arena_get_next(next))) {
 		mutex_lock(&arena->lock);
 		if (arena->fd_open) {
 			*blocks_used += kvc_blocks_in_use(&arena->core);
 			*sessions += arena->core.nsessions;
 		}
 		mutex_unlock(&arena->lock);
+		next = arena->id + 1;
+		kva_arena_put(arena);
+		if (!next)
+			break;
 	}
-	mutex_unlock(&kva_arenas_lock);
 }
 
 static ssize_t blocks_used_show(struct device *dev,
@@ -84,6 +104,8 @@ static struct attribute *kva_attrs[] = {
 	&dev_attr_arenas_created.attr,
 	&dev_attr_blocks_used.attr,
 	&dev_attr_sessions.attr,
+	&dev_attr_lingering_bytes.attr,
+	&dev_attr_tenants.attr,
 	NULL,
 };
 
@@ -105,8 +127,9 @@ static int kva_arenas_seq_show(struct seq_file *m, void *unused)
 	seq_printf(m, "%-6s %-16s %-6s %-12s %-8s %-8s %-8s %-8s %-6s %-7s %-6s\n",
 		   "id", "name", "tenant", "bytes", "bsize", "blocks", "free",
 		   "sessions", "attach", "devmaps", "fd");
-	mutex_lock(&kva_arenas_lock);
-	list_for_each_entry(arena, &kva_arenas, node) {
+	u32 next = 0;
+
+	while ((arena = kva_arena_get_next(next))) {
 		u32 free, sessions;
 		bool open;
 
@@ -122,8 +145,11 @@ static int kva_arenas_seq_show(struct seq_file *m, void *unused)
 			   sessions, READ_ONCE(arena->nattached),
 			   READ_ONCE(arena->ndev_maps),
 			   open ? "open" : "closed");
+		next = arena->id + 1;
+		kva_arena_put(arena);
+		if (!next)
+			break;
 	}
-	mutex_unlock(&kva_arenas_lock);
 	return 0;
 }
 DEFINE_SHOW_ATTRIBUTE(kva_arenas_seq);

@@ -1,13 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Tenant accounts: bytes of KV blocks held by each tenant's arenas, against
- * a quota an administrator sets.  Charged when a block leaves the free pool
- * and uncharged when it returns; shared references cost nothing extra.
- * The table is bounded by max_tenants and lives until the module unloads.
+ * Tenant accounts.  A tenant is who pays: by default the caller's effective
+ * uid (as the host sees it), which an unprivileged caller cannot choose;
+ * only CAP_SYS_ADMIN may act for another tenant.  Two charges: the bytes of
+ * the tenant's arenas (the pinned memory, the real resource), checked at
+ * create against its arena quota (tenant_default_mb unless an administrator
+ * set one), and the bytes of KV blocks its arenas hold, against its block
+ * quota (charged when a block leaves the free pool; shared references cost
+ * nothing extra).  An account lives while an arena holds it, or until
+ * unload once an administrator set its quotas; a failed call never leaves
+ * one behind.  The table is bounded by max_tenants.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/capability.h>
+#include <linux/cred.h>
 #include <linux/moduleparam.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
@@ -20,44 +27,133 @@ static unsigned int max_tenants = 1024;
 module_param(max_tenants, uint, 0644);
 MODULE_PARM_DESC(max_tenants, "Most tenant accounts the module keeps (default 1024)");
 
+static unsigned int tenant_default_mb;
+module_param(tenant_default_mb, uint, 0644);
+MODULE_PARM_DESC(tenant_default_mb, "Arena bytes a tenant may hold unless an administrator set its quota, MiB (0 at load: half of max_pinned_mb)");
+
 static DEFINE_XARRAY(kva_tenants);
-static DEFINE_MUTEX(kva_tenants_lock);		/* insertion */
-static DEFINE_SPINLOCK(kva_charge_lock);	/* quota_bytes, used_bytes */
+static DEFINE_MUTEX(kva_tenants_lock);		/* table, refs, explicit */
+static DEFINE_SPINLOCK(kva_charge_lock);	/* quotas and usage */
 static unsigned int kva_ntenants;
 
-static struct kva_tenant_acct *kva_tenant_lookup(u32 id, bool create)
+void kva_tenants_init(u64 max_pinned_mb)
 {
-	struct kva_tenant_acct *t;
+	if (!tenant_default_mb)
+		tenant_default_mb = max_pinned_mb / 2 ?: 1;
+}
+
+/* The caller's own tenant: its effective uid, as the host sees it. */
+static u32 kva_tenant_self(void)
+{
+	return from_kuid_munged(&init_user_ns, current_euid());
+}
+
+/*
+ * Which tenant may the caller act for?  Its own always; any other only
+ * with CAP_SYS_ADMIN (an administrator, or a daemon it trusts that way).
+ */
+static int kva_tenant_resolve(u32 requested, u32 *id)
+{
+	*id = requested == KVA_TENANT_SELF ? kva_tenant_self() : requested;
+	if (*id != kva_tenant_self() && !capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	return 0;
+}
+
+/* Find or add an account and hold it; kva_tenants_lock held. */
+static struct kva_tenant_acct *kva_tenant_hold(u32 id, bool create)
+{
+	struct kva_tenant_acct *t = xa_load(&kva_tenants, id);
 	int ret;
 
-	mutex_lock(&kva_tenants_lock);
-	t = xa_load(&kva_tenants, id);
-	if (t || !create)
-		goto out;
-	t = ERR_PTR(-ENOSPC);
-	if (kva_ntenants >= max_tenants)
-		goto out;
-	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	if (!t && !create)
+		return ERR_PTR(-ENOENT);
 	if (!t) {
-		t = ERR_PTR(-ENOMEM);
-		goto out;
+		if (kva_ntenants >= max_tenants)
+			return ERR_PTR(-ENOSPC);
+		t = kzalloc(sizeof(*t), GFP_KERNEL_ACCOUNT);
+		if (!t)
+			return ERR_PTR(-ENOMEM);
+		t->id = id;
+		ret = xa_err(xa_store(&kva_tenants, id, t, GFP_KERNEL_ACCOUNT));
+		if (ret) {
+			kfree(t);
+			return ERR_PTR(ret);
+		}
+		kva_ntenants++;
 	}
-	t->id = id;
-	ret = xa_err(xa_store(&kva_tenants, id, t, GFP_KERNEL));
-	if (ret) {
-		kfree(t);
-		t = ERR_PTR(ret);
-		goto out;
-	}
-	kva_ntenants++;
-out:
+	t->refs++;
+	return t;
+}
+
+/* Drop a hold; an account nobody holds and no administrator set goes. */
+static void kva_tenant_unhold(struct kva_tenant_acct *t)
+{
+	if (--t->refs || t->explicit)
+		return;
+	xa_erase(&kva_tenants, t->id);
+	kva_ntenants--;
+	kfree(t);
+}
+
+struct kva_tenant_acct *kva_tenant_for_caller(u32 requested)
+{
+	struct kva_tenant_acct *t;
+	u32 id;
+	int ret;
+
+	ret = kva_tenant_resolve(requested, &id);
+	if (ret)
+		return ERR_PTR(ret);
+	mutex_lock(&kva_tenants_lock);
+	t = kva_tenant_hold(id, true);
 	mutex_unlock(&kva_tenants_lock);
 	return t;
 }
 
-struct kva_tenant_acct *kva_tenant_get(u32 id)
+void kva_tenant_put(struct kva_tenant_acct *t)
 {
-	return kva_tenant_lookup(id, true);
+	mutex_lock(&kva_tenants_lock);
+	kva_tenant_unhold(t);
+	mutex_unlock(&kva_tenants_lock);
+}
+
+static u64 kva_arena_quota(const struct kva_tenant_acct *t)
+{
+	return t->arena_quota_bytes ?: (u64)READ_ONCE(tenant_default_mb) << 20;
+}
+
+/* An arena of `bytes` for t: within its arena quota, or -EDQUOT. */
+int kva_tenant_arena_charge(struct kva_tenant_acct *t, u64 bytes)
+{
+	int ret = 0;
+
+	mutex_lock(&kva_tenants_lock);
+	spin_lock(&kva_charge_lock);
+	if (bytes > kva_arena_quota(t) ||
+	    t->arena_bytes > kva_arena_quota(t) - bytes) {
+		ret = -EDQUOT;
+	} else {
+		t->arena_bytes += bytes;
+		t->arenas++;
+		t->refs++;
+	}
+	spin_unlock(&kva_charge_lock);
+	mutex_unlock(&kva_tenants_lock);
+	return ret;
+}
+
+void kva_tenant_arena_uncharge(struct kva_tenant_acct *t, u64 bytes)
+{
+	mutex_lock(&kva_tenants_lock);
+	spin_lock(&kva_charge_lock);
+	if (!WARN_ON_ONCE(bytes > t->arena_bytes || !t->arenas)) {
+		t->arena_bytes -= bytes;
+		t->arenas--;
+	}
+	spin_unlock(&kva_charge_lock);
+	kva_tenant_unhold(t);
+	mutex_unlock(&kva_tenants_lock);
 }
 
 /* Charge up to `blocks` blocks within the quota; returns how many fit. */
@@ -90,19 +186,16 @@ void kva_tenant_uncharge(struct kva_tenant_acct *t, u32 blocks, u32 block_size)
 	spin_unlock(&kva_charge_lock);
 }
 
-void kva_tenant_arena_add(struct kva_tenant_acct *t, int delta)
-{
-	spin_lock(&kva_charge_lock);
-	t->arenas += delta;
-	spin_unlock(&kva_charge_lock);
-}
-
+/*
+ * SET_QUOTA: administrators only; the account is kept until unload.
+ * INFO: the caller's own tenant, or any with CAP_SYS_ADMIN.
+ */
 long kva_tenant_ioctl(unsigned int cmd, void __user *uarg)
 {
+	bool set = cmd == KVA_IOC_TENANT_SET_QUOTA;
 	struct kva_tenant_acct *t;
 	struct kva_tenant arg;
-	bool set = _IOC_NR(cmd) == _IOC_NR(KVA_IOC_TENANT_SET_QUOTA);
-	u32 usize;
+	u32 usize, id;
 	int ret;
 
 	ret = kva_copy_in(&arg, sizeof(arg), KVA_TENANT_SIZE_VER0, uarg, &usize);
@@ -112,18 +205,30 @@ long kva_tenant_ioctl(unsigned int cmd, void __user *uarg)
 		return -EINVAL;
 	if (set && !capable(CAP_SYS_ADMIN))
 		return -EPERM;
-	t = kva_tenant_lookup(arg.tenant_id, set);
-	if (!t)
-		return -ENOENT;
-	if (IS_ERR(t))
+	ret = kva_tenant_resolve(arg.tenant_id, &id);
+	if (ret)
+		return ret;
+	mutex_lock(&kva_tenants_lock);
+	t = kva_tenant_hold(id, set);
+	if (IS_ERR(t)) {
+		mutex_unlock(&kva_tenants_lock);
 		return PTR_ERR(t);
+	}
 	spin_lock(&kva_charge_lock);
-	if (set)
+	if (set) {
+		t->explicit = true;
 		t->quota_bytes = arg.quota_bytes;
+		t->arena_quota_bytes = arg.arena_quota_bytes;
+	}
+	arg.tenant_id = t->id;
 	arg.quota_bytes = t->quota_bytes;
 	arg.used_bytes = t->used_bytes;
 	arg.arenas = t->arenas;
+	arg.arena_quota_bytes = kva_arena_quota(t);
+	arg.arena_bytes = t->arena_bytes;
 	spin_unlock(&kva_charge_lock);
+	kva_tenant_unhold(t);
+	mutex_unlock(&kva_tenants_lock);
 	return set ? 0 : kva_copy_out(uarg, &arg, sizeof(arg), usize);
 }
 
@@ -132,16 +237,23 @@ void kva_tenants_show(struct seq_file *m)
 	struct kva_tenant_acct *t;
 	unsigned long id;
 
-	seq_printf(m, "%-10s %-7s %-16s %-16s\n", "tenant", "arenas",
-		   "used_bytes", "quota_bytes");
+	seq_printf(m, "%-10s %-7s %-16s %-16s %-16s %-16s\n", "tenant",
+		   "arenas", "used_bytes", "quota_bytes", "arena_bytes",
+		   "arena_quota");
 	mutex_lock(&kva_tenants_lock);
 	xa_for_each(&kva_tenants, id, t) {
 		spin_lock(&kva_charge_lock);
-		seq_printf(m, "%-10u %-7u %-16llu %-16llu\n", t->id, t->arenas,
-			   t->used_bytes, t->quota_bytes);
+		seq_printf(m, "%-10u %-7u %-16llu %-16llu %-16llu %-16llu\n",
+			   t->id, t->arenas, t->used_bytes, t->quota_bytes,
+			   t->arena_bytes, kva_arena_quota(t));
 		spin_unlock(&kva_charge_lock);
 	}
 	mutex_unlock(&kva_tenants_lock);
+}
+
+unsigned int kva_tenants_count(void)
+{
+	return READ_ONCE(kva_ntenants);
 }
 
 void kva_tenants_destroy(void)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * io_uring passthrough (IORING_OP_URING_CMD) on an arena fd.  sqe->cmd_op
- * is an arena ioctl number and the 16-byte payload points to that ioctl's
+ * is an arena ioctl command and the 16-byte payload points to that ioctl's
  * struct, so every op runs the very handler its ioctl twin runs; only
  * KVA_URING_WAIT_EVENT is io_uring's own (events.c).  The inline issue is
  * non-blocking: a contended arena gives -EAGAIN and io_uring retries the
@@ -17,21 +17,18 @@
 static int kva_uring_issue(struct kva_arena *arena, struct io_uring_cmd *cmd,
 			   unsigned int issue_flags)
 {
-	unsigned int nr = _IOC_NR(cmd->cmd_op);
 	struct kva_uring_cmd pdu;
 
 	/* The SQE may be shared with user space: read it once. */
 	memcpy(&pdu, kva_uring_payload(cmd), sizeof(pdu));
-	if (_IOC_TYPE(cmd->cmd_op) != KVA_IOC_MAGIC)
-		return -ENOTTY;
-	if (nr == _IOC_NR(KVA_URING_WAIT_EVENT))
-		return kva_uring_wait_event(arena, cmd, &pdu, issue_flags);
-	if (pdu.ack_seq)
+	if (pdu.flags || pdu.pad)
 		return -EINVAL;
+	if (cmd->cmd_op == KVA_URING_WAIT_EVENT)
+		return kva_uring_wait_event(arena, cmd, &pdu, issue_flags);
 	/* An fd installed from an io_uring worker is not worth the risk. */
-	if (nr == _IOC_NR(KVA_IOC_EXPORT_DMABUF))
+	if (cmd->cmd_op == KVA_IOC_EXPORT_DMABUF)
 		return -EOPNOTSUPP;
-	return kva_arena_op(arena, nr, u64_to_user_ptr(pdu.arg),
+	return kva_arena_op(arena, cmd->cmd_op, u64_to_user_ptr(pdu.arg),
 			    issue_flags & IO_URING_F_NONBLOCK);
 }
 

@@ -312,7 +312,7 @@ KVA_EXPORT int kva_arena_victims(struct kva_arena *arena, uint32_t policy,
 {
 	struct kva_victims arg = {
 		.size = sizeof(arg), .max = max, .policy = policy,
-		.victims = (uintptr_t)out,
+		.victims = (uintptr_t)out, .victim_size = sizeof(*out),
 	};
 
 	return kva_call(arena, KVA_IOC_ARENA_VICTIMS, &arg);

@@ -397,6 +397,28 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 	return ret;
 }
 
+/* Victims at the caller's stride, as the module writes them. */
+static int kva_memfd_victims_out(struct kva_arena *arena, uint32_t policy,
+				 struct kva_victims *v)
+{
+	struct kva_victim *tmp = calloc(v->max, sizeof(*tmp));
+	size_t known = v->victim_size < sizeof(*tmp) ? v->victim_size :
+						      sizeof(*tmp);
+	char *out = (char *)(uintptr_t)v->victims;
+	uint32_t i;
+
+	if (!tmp)
+		return -ENOMEM;
+	v->count = kvc_rank_victims(&arena->core, policy, kva_now_ns(), tmp,
+				    v->max);
+	for (i = 0; i < v->count; i++, out += v->victim_size) {
+		memcpy(out, &tmp[i], known);
+		memset(out + known, 0, v->victim_size - known);
+	}
+	free(tmp);
+	return (int)v->count;
+}
+
 static int kva_memfd_policy(struct kva_arena *arena, unsigned int nr,
 			    void *argp)
 {
@@ -408,16 +430,16 @@ static int kva_memfd_policy(struct kva_arena *arena, unsigned int nr,
 		return p->flags ? -EINVAL :
 		       kvc_policy_set(&arena->core, p->policy, p->low_wm,
 				      p->high_wm, p->ttl_ms);
-	if (v->flags || v->pad || !v->max || v->max > KVA_MAX_VICTIMS ||
+	if (v->flags || !v->max || v->max > KVA_MAX_VICTIMS ||
+	    v->victim_size < KVA_VICTIM_SIZE_VER0 ||
 	    (v->policy >= KVA_POLICY_COUNT && v->policy != KVA_POLICY_ARENA))
 		return -EINVAL;
+	if (v->victim_size > KVA_STRUCT_MAX)
+		return -E2BIG;
 	if (!v->victims)
 		return -EFAULT;
 	policy = v->policy == KVA_POLICY_ARENA ? arena->core.policy : v->policy;
-	v->count = kvc_rank_victims(&arena->core, policy, kva_now_ns(),
-				    (struct kva_victim *)(uintptr_t)v->victims,
-				    v->max);
-	return (int)v->count;
+	return kva_memfd_victims_out(arena, policy, v);
 }
 
 int kva_memfd_call(struct kva_arena *arena, unsigned long cmd, void *arg)
@@ -425,7 +447,8 @@ int kva_memfd_call(struct kva_arena *arena, unsigned long cmd, void *arg)
 	unsigned int nr = _IOC_NR(cmd);
 	int ret;
 
-	if (_IOC_TYPE(cmd) != KVA_IOC_MAGIC)
+	/* Commands are matched exactly, as the module does. */
+	if (cmd != _IO(KVA_IOC_MAGIC, nr))
 		return -ENOTTY;
 	if (nr == _IOC_NR(KVA_IOC_EXPORT_DMABUF))
 		return -EOPNOTSUPP;

@@ -82,10 +82,10 @@ KVA_EXPORT int kva_ring_fd(const struct kva_ring *ring)
 }
 
 static int kva_ring_prep(struct kva_ring *ring, unsigned long op, void *arg,
-			 uint64_t ack_seq, uint64_t user_data)
+			 uint64_t user_data)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->uring);
-	struct kva_uring_cmd pdu = { .arg = (uintptr_t)arg, .ack_seq = ack_seq };
+	struct kva_uring_cmd pdu = { .arg = (uintptr_t)arg };
 
 	if (!sqe)
 		return -EBUSY;
@@ -102,7 +102,7 @@ KVA_EXPORT int kva_ring_queue(struct kva_ring *ring, enum kva_ring_op op,
 	if ((unsigned int)op >= sizeof(kva_ring_ops) / sizeof(kva_ring_ops[0]) ||
 	    !kva_ring_ops[op] || !arg)
 		return -EINVAL;
-	return kva_ring_prep(ring, kva_ring_ops[op], arg, 0, user_data);
+	return kva_ring_prep(ring, kva_ring_ops[op], arg, user_data);
 }
 
 KVA_EXPORT int kva_ring_queue_wait_event(struct kva_ring *ring,
@@ -112,8 +112,8 @@ KVA_EXPORT int kva_ring_queue_wait_event(struct kva_ring *ring,
 	if (!ev)
 		return -EINVAL;
 	/* ev->size is the caller's, read by the kernel when the op runs. */
-	return kva_ring_prep(ring, KVA_URING_WAIT_EVENT, ev, ack_seq,
-			     user_data);
+	ev->ack_seq = ack_seq;
+	return kva_ring_prep(ring, KVA_URING_WAIT_EVENT, ev, user_data);
 }
 
 KVA_EXPORT int kva_ring_submit(struct kva_ring *ring)

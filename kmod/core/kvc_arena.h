@@ -12,12 +12,18 @@
 #include "kvc_shim.h"
 #include "kvc_pool.h"
 
-/* A session id: 15 bits of generation above 16 bits of slot + 1. */
+/*
+ * A session id: 15 bits of generation above 16 bits of slot + 1 (ids stay
+ * positive ints).  Slots are handed out fresh until max_sessions of them
+ * exist, then reused oldest-freed first, each reuse bumping the slot's
+ * generation: an id comes back only after max_sessions x 32768 sessions
+ * (2^31 at the default max_sessions) were created in the arena.
+ */
 #define KVC_SLOT_BITS		16
 #define KVC_SLOT_MASK		0xffffU		/* KVC_SLOT_BITS ones */
 #define KVC_GEN_MASK		0x7fffU		/* ids stay positive ints */
 #define KVC_MAX_SESSIONS	KVC_SLOT_MASK
-#define KVC_MAX_BLOCKS		0x80000000U	/* bit 31 marks ids in checks */
+#define KVC_MAX_BLOCKS		KVA_MAX_BLOCKS	/* < 2^31: bit 31 marks ids in checks */
 
 struct kvc_session {
 	u32 id;
@@ -46,6 +52,7 @@ struct kvc_arena {
 	u32 nslots;			/* capacity of slot[], gen[], free_slots[] */
 	u32 slots_used;			/* slots ever handed out */
 	u32 nfree_slots;
+	u32 free_head;			/* free_slots[] is a FIFO ring */
 	struct kvc_session **slot;
 	u16 *gen;			/* bumped on reuse: stale ids miss */
 	u32 *free_slots;

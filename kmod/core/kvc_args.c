@@ -7,6 +7,34 @@
  */
 #include "kvc_arena.h"
 
+/*
+ * The UAPI is frozen at version 1: the structs keep the sizes published
+ * for them (a struct grows only by a new KVA_*_SIZE_VER<n> at its end).
+ */
+static_assert(sizeof(struct kva_version) == KVA_VERSION_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_arena_create) == KVA_ARENA_CREATE_SIZE_VER1,
+	      "uapi");
+static_assert(sizeof(struct kva_arena_info) == KVA_ARENA_INFO_SIZE_VER1,
+	      "uapi");
+static_assert(sizeof(struct kva_export) == KVA_EXPORT_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_blocks) == KVA_BLOCKS_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_session_create) ==
+	      KVA_SESSION_CREATE_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_session_end) == KVA_SESSION_END_SIZE_VER0,
+	      "uapi");
+static_assert(sizeof(struct kva_session_state) ==
+	      KVA_SESSION_STATE_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_session_info) == KVA_SESSION_INFO_SIZE_VER0,
+	      "uapi");
+static_assert(sizeof(struct kva_tenant) == KVA_TENANT_SIZE_VER1, "uapi");
+static_assert(sizeof(struct kva_policy_set) == KVA_POLICY_SET_SIZE_VER0,
+	      "uapi");
+static_assert(sizeof(struct kva_victim) == KVA_VICTIM_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_victims) == KVA_VICTIMS_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_event) == KVA_EVENT_SIZE_VER0, "uapi");
+static_assert(sizeof(struct kva_uring_cmd) == 16, "uapi");
+static_assert(KVA_STATE_COUNT <= KVA_STATE_SLOTS, "uapi");
+
 static bool kvc_isprint(char c)
 {
 	return c >= 0x20 && c < 0x7f;
@@ -34,6 +62,7 @@ int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
 			return -EINVAL;
 	if (arg->bytes > max_bytes)
 		return -E2BIG;
+	/* The pool's arrays (4 bytes a block each) stay within kvmalloc. */
 	if ((arg->bytes >> KVA_PAGE_SHIFT) * (KVA_PAGE_SIZE / arg->block_size) >=
 	    KVC_MAX_BLOCKS)
 		return -E2BIG;

@@ -188,7 +188,7 @@ static int kvc_slots_check(const struct kvc_arena *a)
 	if (!seen)
 		return -ENOMEM;
 	for (i = 0; i < a->nfree_slots && !ret; i++) {
-		u32 slot = a->free_slots[i];
+		u32 slot = a->free_slots[(a->free_head + i) % a->nslots];
 
 		if (slot >= a->slots_used || a->slot[slot] || seen[slot])
 			ret = -EUCLEAN;

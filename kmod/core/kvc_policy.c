@@ -116,6 +116,7 @@ u32 kvc_rank_victims(const struct kvc_arena *a, u32 policy, u64 now,
 	if (!max)
 		return 0;
 	while ((s = kvc_session_next(a, &cursor))) {
+		kvc_resched(cursor);
 		if (!kvc_candidate(a, s, policy, now, &v.score))
 			continue;
 		v.session_id = s->id;

@@ -18,8 +18,10 @@ int kvc_pool_init(struct kvc_pool *pool, u32 nblocks)
 		return -ENOMEM;
 	}
 	/* Lowest ids on top, so a fresh arena hands out 0, 1, 2, ... */
-	for (i = 0; i < nblocks; i++)
+	for (i = 0; i < nblocks; i++) {
 		pool->free_ids[i] = nblocks - 1 - i;
+		kvc_resched(i);
+	}
 	pool->nfree = nblocks;
 	return 0;
 }

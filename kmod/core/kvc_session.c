@@ -33,9 +33,11 @@ void kvc_arena_destroy(struct kvc_arena *a)
 {
 	u32 i;
 
-	for (i = 0; i < a->slots_used; i++)
+	for (i = 0; i < a->slots_used; i++) {
 		if (a->slot[i])
 			kvc_session_free(a->slot[i]);
+		kvc_resched(i);
+	}
 	kvc_free(a->slot);
 	kvc_free(a->gen);
 	kvc_free(a->free_slots);
@@ -65,15 +67,37 @@ struct kvc_session *kvc_session_next(const struct kvc_arena *a, u32 *cursor)
 	return NULL;
 }
 
+/* Unwrap the free ring to start at index 0 (before its array grows). */
+static int kvc_free_unwrap(struct kvc_arena *a)
+{
+	u32 *ring, i;
+
+	if (!a->free_head)
+		return 0;
+	ring = kvc_zalloc((size_t)a->nslots * sizeof(*ring));
+	if (!ring)
+		return -ENOMEM;
+	for (i = 0; i < a->nfree_slots; i++)
+		ring[i] = a->free_slots[(a->free_head + i) % a->nslots];
+	kvc_free(a->free_slots);
+	a->free_slots = ring;
+	a->free_head = 0;
+	return 0;
+}
+
 static int kvc_slots_grow(struct kvc_arena *a)
 {
 	u32 n = a->nslots ? a->nslots * 2 : 16;
 	struct kvc_session **slot;
 	u32 *free_slots;
 	u16 *gen;
+	int ret;
 
 	if (n > a->max_sessions)
 		n = a->max_sessions;
+	ret = kvc_free_unwrap(a);
+	if (ret)
+		return ret;
 	slot = kvc_grow(a->slot, a->nslots * sizeof(*slot), n * sizeof(*slot));
 	if (!slot)
 		return -ENOMEM;
@@ -99,7 +123,8 @@ int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
 
 	if (a->nsessions >= a->max_sessions)
 		return -ENOSPC;
-	if (!a->nfree_slots && a->slots_used == a->nslots) {
+	/* Fresh slots first, then the one freed longest ago: slow reuse. */
+	if (a->slots_used < a->max_sessions && a->slots_used == a->nslots) {
 		ret = kvc_slots_grow(a);
 		if (ret)
 			return ret;
@@ -107,8 +132,13 @@ int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
 	s = kvc_zalloc(sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	slot = a->nfree_slots ? a->free_slots[--a->nfree_slots] :
-				a->slots_used++;
+	if (a->slots_used < a->max_sessions) {
+		slot = a->slots_used++;
+	} else {
+		slot = a->free_slots[a->free_head];
+		a->free_head = (a->free_head + 1) % a->nslots;
+		a->nfree_slots--;
+	}
 	s->id = ((u32)(a->gen[slot] & KVC_GEN_MASK) <<
 		 KVC_SLOT_BITS) | (slot + 1);
 	s->state = KVA_STATE_IDLE;
@@ -164,7 +194,7 @@ int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
 	slot = (id & KVC_SLOT_MASK) - 1;
 	a->slot[slot] = NULL;
 	a->gen[slot]++;
-	a->free_slots[a->nfree_slots++] = slot;
+	a->free_slots[(a->free_head + a->nfree_slots++) % a->nslots] = slot;
 	a->nsessions--;
 	a->sessions_ended++;
 	a->ended_idle_block_us += s->idle_block_us;

@@ -9,6 +9,7 @@
 #define KVC_SHIM_H
 
 #ifdef __KERNEL__
+#include <linux/build_bug.h>
 #include <linux/types.h>
 #include <linux/errno.h>
 #include <linux/string.h>
@@ -32,7 +33,15 @@ static inline u64 kvc_div_u64(u64 n, u32 d)
 	return div_u64(n, d);
 }
 
+/* Loops over every session or block of a large arena give the CPU away. */
+static inline void kvc_resched(u32 i)
+{
+	if (!(i & 1023))
+		cond_resched();
+}
+
 #else /* user space */
+#include <assert.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,6 +70,11 @@ static inline void kvc_free(void *p)
 static inline u64 kvc_div_u64(u64 n, u32 d)
 {
 	return n / d;
+}
+
+static inline void kvc_resched(u32 i)
+{
+	(void)i;
 }
 #endif
 

@@ -83,8 +83,11 @@ struct kvc_snap *kvc_snap_take(const struct kvc_arena *a)
 				   a->pool.nfree * sizeof(u32));
 	snap->refcnt = dup_array(a->pool.refcnt, a->pool.nblocks * sizeof(u32));
 	snap->gen = dup_array(a->gen, a->nslots * sizeof(u16));
-	snap->free_slots = dup_array(a->free_slots,
-				     a->nfree_slots * sizeof(u32));
+	/* The free slots in ring order (kvc_arena.free_head). */
+	snap->free_slots = dup_array(NULL, a->nfree_slots * sizeof(u32));
+	for (i = 0; i < a->nfree_slots; i++)
+		snap->free_slots[i] = a->free_slots[(a->free_head + i) %
+						    a->nslots];
 	snap->sess = dup_array(NULL, a->slots_used * sizeof(*snap->sess));
 	snap->held = dup_array(NULL, a->slots_used * sizeof(u32 *));
 	for (i = 0; i < a->slots_used; i++) {
@@ -175,8 +178,10 @@ bool kvc_snap_same(const struct kvc_snap *snap, const struct kvc_arena *a)
 		SNAP_FIELD(snap->refcnt[i], a->pool.refcnt[i], "refcnt[]");
 	for (i = 0; i < o->nslots; i++)
 		SNAP_FIELD(snap->gen[i], a->gen[i], "gen[]");
+	SNAP_FIELD(o->free_head, a->free_head, "free_head");
 	for (i = 0; i < o->nfree_slots; i++)
-		SNAP_FIELD(snap->free_slots[i], a->free_slots[i],
+		SNAP_FIELD(snap->free_slots[i],
+			   a->free_slots[(a->free_head + i) % a->nslots],
 			   "free_slots[]");
 	for (i = 0; i < o->slots_used; i++) {
 		if (!snap->sess[i].id) {

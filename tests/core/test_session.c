@@ -895,7 +895,56 @@ static void test_info_enoent(void)
 	kvc_arena_destroy(&a);
 }
 
+/*
+ * A tight create/end loop must not see an id again (issue 11, finding 6):
+ * with the most recently freed slot reused first and 15 bits of
+ * generation, the 32769th session had the first one's id.
+ */
+static void test_ids_not_reused_in_tight_loop(void)
+{
+	enum { N = 100000 };
+	static unsigned char seen[1u << 24 >> 3];	/* 8 bits of gen */
+	struct kvc_arena a;
+	u32 i, id, bit, released, dups = 0;
+
+	memset(seen, 0, sizeof(seen));
+	kvc_new_arena(&a, 1, BS, KVC_MAX_SESSIONS);
+	for (i = 0; i < N; i++) {
+		id = kvc_new_session(&a, i, i);
+		CU_ASSERT(id > 0 && id < 0x80000000u);
+		bit = ((id >> KVC_SLOT_BITS) & 0xff) << KVC_SLOT_BITS |
+		      (id & KVC_SLOT_MASK);
+		dups += (id >> KVC_SLOT_BITS) > 0xff ||
+			((seen[bit >> 3] >> (bit & 7)) & 1);
+		seen[bit >> 3] |= 1 << (bit & 7);
+		T_OK(kvc_session_end(&a, id, i, &released));
+	}
+	CU_ASSERT_EQUAL(dups, 0);
+	T_CHECK(&a);
+	kvc_arena_destroy(&a);
+}
+
+/* Blocks per arena stay below KVA_MAX_BLOCKS: the pool fits kvmalloc. */
+static void test_create_args_block_cap(void)
+{
+	struct kva_arena_create c = {
+		.size = sizeof(c), .block_size = KVA_BLOCK_MIN,
+		.numa_node = KVA_NUMA_ANY,
+	};
+	u64 per_page = KVA_PAGE_SIZE / KVA_BLOCK_MIN;
+
+	c.bytes = (u64)KVA_MAX_BLOCKS / per_page * KVA_PAGE_SIZE;
+	T_ERR(kvc_check_arena_create(&c, ~0ULL), E2BIG);
+	c.bytes -= KVA_PAGE_SIZE;
+	T_OK(kvc_check_arena_create(&c, ~0ULL));
+	c.block_size = KVA_BLOCK_MAX;
+	c.bytes = 1ULL << 40;
+	T_OK(kvc_check_arena_create(&c, ~0ULL));
+}
+
 static const CU_TestInfo session_tests[] = {
+	{ "ids not reused in a tight loop", test_ids_not_reused_in_tight_loop },
+	{ "create args: block cap", test_create_args_block_cap },
 	{ "init rejects bad parameters", test_init_rejects_bad_params },
 	{ "init -ENOMEM", test_init_enomem },
 	{ "create starts IDLE", test_create_starts_idle },

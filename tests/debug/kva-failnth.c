@@ -373,6 +373,7 @@ static int op_victims(struct fx *f)
 {
 	struct kva_victim v[8];
 	struct kva_victims a = { .size = sizeof(a), .max = 8, .victims = (uintptr_t)v,
+				 .victim_size = sizeof(*v),
 				 .policy = KVA_POLICY_ARENA };
 
 	return ioctl(f->arena, KVA_IOC_ARENA_VICTIMS, &a) < 0 ? -errno : 0;

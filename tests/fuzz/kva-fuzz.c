@@ -40,6 +40,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,7 +266,8 @@ static const ecls_t EC_IOCTL = E(EINVAL) | E(E2BIG) | E(EFAULT) | E(ENOTTY) |
 	E(EBADF) | E(EAGAIN) | E(EMFILE) | E(EINTR) | E(EPERM) | E(EOPNOTSUPP);
 static const ecls_t EC_URING = E(EINVAL) | E(E2BIG) | E(EFAULT) | E(ENOTTY) |
 	E(ENOENT) | E(ENOSPC) | E(EDQUOT) | E(ENOMEM) | E(EEXIST) | E(EALREADY) |
-	E(EBADF) | E(EAGAIN) | E(EINTR) | E(EPERM) | E(EOPNOTSUPP) | E(ECANCELED);
+	E(EBADF) | E(EAGAIN) | E(EINTR) | E(EPERM) | E(EOPNOTSUPP) | E(ECANCELED) |
+	E(EBUSY);
 static const ecls_t EC_MMAP = E(EINVAL) | E(EBADF) | E(ENODEV) | E(EACCES) |
 	E(ENOMEM) | E(EAGAIN) | E(EPERM) | E(EFAULT) | E(EOVERFLOW);
 static const ecls_t EC_NL = E(EINVAL) | E(ENOENT) | E(EPERM) | E(EOPNOTSUPP) |
@@ -682,6 +684,7 @@ static void fill_struct(struct tctx *t, const struct op *o, struct rng *r,
 
 			v->max = valid ? 1 + below(r, 16) : (uint32_t)rnd(r);
 			v->victims = (uintptr_t)ids;
+			v->victim_size = valid ? sizeof(struct kva_victim) : below(r, 64);
 			v->policy = valid ? KVA_POLICY_ARENA : below(r, 5);
 			v->count = 0;
 		}
@@ -723,6 +726,7 @@ static void do_uring(struct tctx *t, const struct op *o, bool wait_only)
 		unsigned long cmd = wait_only ? KVA_URING_WAIT_EVENT :
 				    uring_ops[below(&r, sizeof(uring_ops) / sizeof(uring_ops[0]))];
 		struct kva_uring_cmd pdu = { 0 };
+		uint64_t ack = 0;
 		struct io_uring_sqe *sqe;
 		unsigned int idx;
 		struct ubuf *u = ubuf_get(t, &idx);
@@ -737,9 +741,12 @@ static void do_uring(struct tctx *t, const struct op *o, bool wait_only)
 		if (_IOC_NR(cmd) == _IOC_NR(KVA_URING_WAIT_EVENT)) {
 			unsigned int k = below(&r, 4);
 
-			pdu.ack_seq = k == 0 ? 0 : k == 1 ? below(&r, 16) : k == 2 ? ~0ULL : rnd(&r);
+			ack = k == 0 ? 0 : k == 1 ? below(&r, 16) : k == 2 ? ~0ULL : rnd(&r);
+			memcpy(u->raw + offsetof(struct kva_event, ack_seq), &ack, sizeof(ack));
 		} else if (chance(&r, 5)) {
-			pdu.ack_seq = 1;
+			pdu.flags = 1;		/* no flags defined: EINVAL */
+		} else if (chance(&r, 3)) {
+			pdu.pad = (uint32_t)rnd(&r) | 1;
 		}
 		io_uring_prep_rw(IORING_OP_URING_CMD, sqe, fd, NULL, 0, 0);
 		sqe->cmd_op = (uint32_t)cmd;
@@ -847,7 +854,8 @@ static void do_arena_create(struct tctx *t, const struct op *o)
 	}
 	ret = sys_ioctl(t->dev, KVA_IOC_ARENA_CREATE, p);
 	if (valid && p == buf && t->dev >= 0) {
-		if (ret < 0 && ret != -ENOSPC && ret != -ENOMEM && ret != -EMFILE)
+		if (ret < 0 && ret != -ENOSPC && ret != -EDQUOT && ret != -ENOMEM &&
+		    ret != -EMFILE)
 			fail(t, o, "valid ARENA_CREATE: %s", strerror((int)-ret));
 	} else {
 		expect(t, o, "ARENA_CREATE", ret, EC_IOCTL);
@@ -1122,8 +1130,9 @@ static void do_victims(struct tctx *t, const struct op *o)
 	if (v->max > (KVA_MAX_BATCH * 4) / sizeof(struct kva_victim))
 		v->victims = (uintptr_t)t->guard;	/* EFAULT past the first page */
 	v->policy = valid ? ((o->b & 1) ? KVA_POLICY_ARENA : o->b % 3) : o->b;
+	v->victim_size = sizeof(struct kva_victim);
 	if (!valid && (o->y & 1))
-		v->pad = 1;
+		v->victim_size = o->y % 3 ? (uint32_t)(o->y >> 8) % 40 : 5000;
 	ret = sys_ioctl(slot_arena_fd(t, o), KVA_IOC_ARENA_VICTIMS, p);
 	expect(t, o, "ARENA_VICTIMS", ret, EC_IOCTL);
 	if (ret > 0 && p == buf && (uint32_t)ret > v->max)

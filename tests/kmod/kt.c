@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kt.h"
+#include "../common/kva_guest.h"
 
 int kt_dev_open(void)
 {
@@ -171,4 +172,25 @@ int kt_sh(const char *fmt, ...)
 	va_end(ap);
 	st = system(cmd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int kt_vgem_open(void)
+{
+	kt_sh("modprobe vgem 2>/dev/null");
+	return kvg_open_vgem();
+}
+
+int kt_vgem_import(int vgem, int dmabuf)
+{
+	struct kt_drm_prime_handle prime = { .fd = dmabuf };
+	int ret = kt_ioctl(vgem, KT_DRM_IOCTL_PRIME_FD_TO_HANDLE, &prime);
+
+	return ret < 0 ? ret : (int)prime.handle;
+}
+
+int kt_vgem_close(int vgem, uint32_t handle)
+{
+	struct kt_drm_gem_close gclose = { .handle = handle };
+
+	return kt_ioctl(vgem, KT_DRM_IOCTL_GEM_CLOSE, &gclose);
 }

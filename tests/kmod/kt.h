@@ -51,6 +51,28 @@ long long kt_zone_free_pages(void);
 /* Run a shell command; returns its exit status. */
 int kt_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The two DRM ioctls used, from <drm/drm.h> (not in linux-libc-dev). */
+struct kt_drm_prime_handle {
+	uint32_t handle;
+	uint32_t flags;
+	int32_t fd;
+};
+
+struct kt_drm_gem_close {
+	uint32_t handle;
+	uint32_t pad;
+};
+
+#define KT_DRM_IOCTL_GEM_CLOSE	_IOW('d', 0x09, struct kt_drm_gem_close)
+#define KT_DRM_IOCTL_PRIME_FD_TO_HANDLE \
+	_IOWR('d', 0x2e, struct kt_drm_prime_handle)
+
+/* vgem's DRM card, loading the module first; -1 if none. */
+int kt_vgem_open(void);
+/* Import a dma-buf into vgem (attach + map); the GEM handle or -errno. */
+int kt_vgem_import(int vgem, int dmabuf);
+int kt_vgem_close(int vgem, uint32_t handle);
+
 /* Suites (one per file). */
 void kt_register_uapi(void);
 void kt_register_blocks(void);
@@ -63,6 +85,7 @@ void kt_register_events(void);
 void kt_register_netlink(void);
 void kt_register_kvactl(void);
 void kt_register_module(void);
+void kt_register_security(void);
 
 #define KT_ADD(suite, fn) CU_add_test(suite, #fn, fn)
 

@@ -2,7 +2,7 @@
 /*
  * kvarena in-guest suite runner.  Usage: test_kmod [suite...]
  * Suites: uapi blocks dmabuf lifetime trace uring events netlink kvactl
- * stress module (default: all, in that order; "module" reloads
+ * security stress module (default: all, in that order; "module" reloads
  * kvarena.ko, so it runs last).
  */
 #include <CUnit/Basic.h>
@@ -24,6 +24,7 @@ static const struct {
 	{ "events", kt_register_events },
 	{ "netlink", kt_register_netlink },
 	{ "kvactl", kt_register_kvactl },
+	{ "security", kt_register_security },
 	{ "stress", kt_register_stress },
 	{ "module", kt_register_module },
 };

@@ -20,22 +20,6 @@
 #include "kt.h"
 #include "../common/kva_guest.h"
 
-/* The two DRM ioctls used, from <drm/drm.h> (not in linux-libc-dev). */
-struct kt_drm_prime_handle {
-	uint32_t handle;
-	uint32_t flags;
-	int32_t fd;
-};
-
-struct kt_drm_gem_close {
-	uint32_t handle;
-	uint32_t pad;
-};
-
-#define KT_DRM_IOCTL_GEM_CLOSE	_IOW('d', 0x09, struct kt_drm_gem_close)
-#define KT_DRM_IOCTL_PRIME_FD_TO_HANDLE \
-	_IOWR('d', 0x2e, struct kt_drm_prime_handle)
-
 #define BS	(256U << 10)
 
 static int dev = -1;
@@ -230,19 +214,12 @@ static void test_memory_outlives_arena_fd(void)
 	CU_ASSERT_EQUAL(kt_sysfs("arenas"), 0);
 }
 
-/* vgem's DRM card, loading the module first. */
-static int open_vgem(void)
-{
-	kt_sh("modprobe vgem 2>/dev/null");
-	return kvg_open_vgem();
-}
-
 static void test_vgem_import(void)
 {
 	struct kt_drm_prime_handle prime = { 0 };
 	struct kt_drm_gem_close gclose = { 0 };
 	struct kva_arena_info info;
-	int vgem = open_vgem(), arena, dmabuf;
+	int vgem = kt_vgem_open(), arena, dmabuf;
 	uint64_t maps_before;
 
 	CU_ASSERT_FATAL(vgem >= 0);
@@ -328,8 +305,8 @@ static void test_vgem_two_importers(void)
 	struct kva_arena_info info;
 	int vgem[2], arena, dmabuf, i;
 
-	vgem[0] = open_vgem();
-	vgem[1] = open_vgem();
+	vgem[0] = kt_vgem_open();
+	vgem[1] = kt_vgem_open();
 	CU_ASSERT_FATAL(vgem[0] >= 0 && vgem[1] >= 0);
 	arena = kt_arena(dev, 4 * KT_MIB, BS, 3);
 	CU_ASSERT_FATAL(arena >= 0);

@@ -134,6 +134,7 @@ static void script(struct twin *t, int *res, uint32_t *ids,
 	struct kva_session_end se = { .size = sizeof(se) };
 	struct kva_policy_set ps = { .size = sizeof(ps) };
 	struct kva_victims v = { .size = sizeof(v), .max = 8,
+				 .victim_size = sizeof(struct kva_victim),
 				 .policy = KVA_POLICY_ARENA };
 	uint32_t s1, s2, bad[2];
 	int n = 0;

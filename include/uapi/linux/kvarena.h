@@ -16,10 +16,12 @@
  * caller is zero-extended, a longer one from a newer caller is accepted only
  * if the bytes the kernel does not know are zero (else -E2BIG).  A size below
  * the struct's first published version is -EINVAL; above KVA_STRUCT_MAX is
- * -E2BIG.  Only the type and number of an ioctl command are matched; its
- * size and direction bits are ignored: `size` is the truth.  Every ioctl
- * may also fail with EFAULT (unreadable or unwritable memory) and ENOTTY
- * (a command this fd does not take).  Output fields are written back up to the
+ * -E2BIG.  Commands are _IO(KVA_IOC_MAGIC, nr), matched exactly (as VFIO
+ * does with its argsz): the command never encodes a size, so a struct can
+ * grow without a new command, strace and seccomp see one number per
+ * command, and `size` is the only length.  Every ioctl may also fail with
+ * EFAULT (unreadable or unwritable memory) and ENOTTY (a command this fd
+ * does not take, or any other number).  Output fields are written back up to the
  * caller's `size`; their values on input are ignored.  Every `flags` bit
  * not defined is rejected with -EINVAL, as is every nonzero `pad` field.
  */
@@ -62,8 +64,11 @@ enum kva_state {
 	KVA_STATE_DECODE	= 2,	/* tokens being generated */
 	KVA_STATE_TOOL_WAIT	= 3,	/* agent waits on a tool call */
 	KVA_STATE_ENDED		= 4,	/* blocks released, id retired */
-	KVA_STATE_COUNT
+	KVA_STATE_COUNT			/* states this header knows */
 };
+
+/* Room for states in kva_session_info.state_ns: future states fit. */
+#define KVA_STATE_SLOTS		8
 
 /*
  * Eviction policies: how an arena ranks victim sessions when free blocks
@@ -108,22 +113,30 @@ struct kva_version {
  * in:  bytes (multiple of 2 MiB), block_size (multiple of 4 KiB, at most
  *      2 MiB; blocks never straddle a 2 MiB page, so a size that does not
  *      divide 2 MiB wastes the remainder of each page), numa_node (or
- *      KVA_NUMA_ANY), tenant_id (charged for blocks held), name (NUL
- *      terminated, printable), flags (none defined: must be 0).
- * out: arena_id (module-wide, for stats and tracing), blocks_total.
+ *      KVA_NUMA_ANY), tenant_id (who pays: KVA_TENANT_SELF, the caller's
+ *      own tenant, its effective uid; any other only with CAP_SYS_ADMIN),
+ *      name (NUL terminated, printable), flags (none defined: must be 0).
+ * out: arena_id (module-wide, never reused), blocks_total, tenant_id (the
+ *      tenant charged).
  * ret: the new arena fd (O_CLOEXEC).
- * errors: EINVAL bad field; E2BIG bytes above max_arena_mb; ENOSPC the
+ * errors: EINVAL bad field; E2BIG bytes above max_arena_mb, or
+ *      KVA_MAX_BLOCKS blocks or more; EPERM another tenant without CAP_SYS_ADMIN;
+ *      EDQUOT the tenant's arena quota would be exceeded; ENOSPC the
  *      module's pinned cap would be exceeded, or the tenant table is full;
  *      ENOMEM pages unavailable on the node; EINTR fatal signal while
- *      allocating; EMFILE/ENFILE no fd.
+ *      allocating; EMFILE/ENFILE no fd.  A failed create leaves nothing
+ *      behind and is announced nowhere.
  */
+#define KVA_TENANT_SELF		0U
+/* Blocks per arena stay below this: the pool's arrays fit kvmalloc. */
+#define KVA_MAX_BLOCKS		(1U << 28)
 struct kva_arena_create {
 	__u32 size;
 	__u32 flags;
 	__u64 bytes;
 	__u32 block_size;
 	__s32 numa_node;
-	__u32 tenant_id;
+	__u32 tenant_id;		/* in/out */
 	__u32 arena_id;			/* out */
 	__u32 blocks_total;		/* out */
 	__u32 pad;
@@ -177,11 +190,14 @@ struct kva_arena_info {
 
 /*
  * KVA_IOC_EXPORT_DMABUF (arena fd): a dma-buf fd for the arena's memory.
- * Every call returns a new fd for the same dma-buf.
- * in:  flags: KVA_EXPORT_CLOEXEC
+ * Every call returns a new fd for the same dma-buf; with KVA_EXPORT_RDONLY,
+ * a new fd for the arena's one read-only dma-buf (opened O_RDONLY: mmap
+ * with PROT_WRITE is refused, importers map it DMA_TO_DEVICE).
+ * in:  flags: KVA_EXPORT_CLOEXEC, KVA_EXPORT_RDONLY
  * out: fd (also the return value)
  */
 #define KVA_EXPORT_CLOEXEC	(1U << 0)
+#define KVA_EXPORT_RDONLY	(1U << 1)
 struct kva_export {
 	__u32 size;
 	__u32 flags;
@@ -296,27 +312,39 @@ struct kva_session_info {
 	__u64 transitions;
 	__u64 idle_block_us;
 	__u64 idle_byte_sec;
-	__u64 state_ns[KVA_STATE_COUNT];	/* time spent per state */
+	__u64 state_ns[KVA_STATE_SLOTS];	/* time per state; 0 beyond */
 };
 
-#define KVA_SESSION_INFO_SIZE_VER0	120
+#define KVA_SESSION_INFO_SIZE_VER0	144
 
 /*
- * KVA_IOC_TENANT_SET_QUOTA (/dev/kvarena, CAP_SYS_ADMIN): cap the bytes of
- * KV blocks a tenant's arenas may hold (0 = unlimited).
+ * A tenant is who pays for arenas: by default a caller's effective uid.
+ * Two quotas: arena_quota_bytes caps the bytes of the tenant's live arenas
+ * (checked at create: EDQUOT; 0 = the module's tenant_default_mb), and
+ * quota_bytes caps the bytes of KV blocks they hold (checked at allocation:
+ * EDQUOT and a QUOTA event; 0 = unlimited).
+ *
+ * KVA_IOC_TENANT_SET_QUOTA (/dev/kvarena, CAP_SYS_ADMIN): set both quotas;
+ * the account then lives until the module unloads.
  * errors: EPERM; ENOSPC tenant table full (max_tenants).
- * KVA_IOC_TENANT_INFO (/dev/kvarena): quota and usage.  errors: ENOENT.
+ * KVA_IOC_TENANT_INFO (/dev/kvarena): quotas and usage of the caller's own
+ * tenant (tenant_id KVA_TENANT_SELF or its own), or of any tenant with
+ * CAP_SYS_ADMIN.  errors: EPERM another tenant; ENOENT no such account.
  */
 struct kva_tenant {
 	__u32 size;
 	__u32 flags;
-	__u32 tenant_id;
+	__u32 tenant_id;		/* in/out */
 	__u32 arenas;			/* out: live arenas */
 	__u64 quota_bytes;		/* in for SET_QUOTA, out for INFO */
 	__u64 used_bytes;		/* out */
+	/* VER1 */
+	__u64 arena_quota_bytes;	/* in for SET_QUOTA, out (effective) */
+	__u64 arena_bytes;		/* out: bytes of live arenas */
 };
 
 #define KVA_TENANT_SIZE_VER0	32
+#define KVA_TENANT_SIZE_VER1	48
 
 /*
  * KVA_IOC_ARENA_SET_POLICY (arena fd): change policy and watermarks.
@@ -334,7 +362,7 @@ struct kva_policy_set {
 
 #define KVA_POLICY_SET_SIZE_VER0	24
 
-/* One ranked victim session. */
+/* One ranked victim session (an array element: see victim_size). */
 struct kva_victim {
 	__u32 session_id;
 	__u32 state;
@@ -344,10 +372,15 @@ struct kva_victim {
 	__u64 idle_ns;			/* time since last activity */
 };
 
+#define KVA_VICTIM_SIZE_VER0	32
+
 /*
  * KVA_IOC_ARENA_VICTIMS (arena fd): rank victims now.
  * in:  max (1..KVA_MAX_VICTIMS), victims (user pointer to max entries),
- *      policy (KVA_POLICY_ARENA: the arena's own, else one to compare).
+ *      victim_size (the caller's sizeof(struct kva_victim), at least
+ *      KVA_VICTIM_SIZE_VER0: the array's stride; the kernel fills what it
+ *      knows of each entry and zeroes the rest), policy (KVA_POLICY_ARENA:
+ *      the arena's own, else one to compare).
  * out: count, victims[0..count), best first.  The return value is count.
  */
 #define KVA_MAX_VICTIMS		256U
@@ -359,7 +392,7 @@ struct kva_victims {
 	__u32 count;			/* out */
 	__u64 victims;			/* struct kva_victim __user * */
 	__u32 policy;
-	__u32 pad;
+	__u32 victim_size;
 };
 
 #define KVA_VICTIMS_SIZE_VER0	32
@@ -373,7 +406,8 @@ struct kva_victims {
  *                 rise back to high_wm.
  *  QUOTA:         an allocation failed with EDQUOT (tenant_id, session_id,
  *                 requested).
- *  SESSION_ENDED: a session ended (pid: the process that ended it).
+ *  SESSION_ENDED: a session ended (pid: the process that ended it, as the
+ *                 receiver's pid namespace sees it; 0 if it cannot).
  * Up to KVA_EVENT_QUEUE events wait for a command; beyond that they are
  * counted in `dropped` of the next event delivered.
  */
@@ -400,9 +434,10 @@ struct kva_event {
 	__u32 nvictims;
 	__u64 dropped;
 	struct kva_victim victims[KVA_EVENT_MAX_VICTIMS];
+	__u64 ack_seq;			/* in: last event handled (0: none) */
 };
 
-#define KVA_EVENT_SIZE_VER0	320
+#define KVA_EVENT_SIZE_VER0	328
 
 /*
  * io_uring: IORING_OP_URING_CMD on an arena fd, sqe->cmd_op one of the
@@ -410,15 +445,20 @@ struct kva_event {
  * and this 16-byte payload in sqe->cmd (fits a plain 64-byte SQE).  The
  * op reads and writes the same struct as its ioctl twin, through `arg`;
  * cqe->res is what the ioctl would return (or -errno).
- * KVA_URING_WAIT_EVENT: `arg` points to a struct kva_event; ack_seq
+ * KVA_URING_WAIT_EVENT: `arg` points to a struct kva_event whose ack_seq
  * acknowledges the last event handled (0: none).  cqe->res is the event
  * type, or -ECANCELED when the command is cancelled (ring closed, arena
- * fd closed by the submitting process, process exit).
+ * fd closed by the submitting process, process exit), or -EBUSY when
+ * KVA_MAX_WAITERS commands are already parked on the arena.
+ * `flags` (none defined) and `pad` must be 0: they let the payload grow.
  */
 struct kva_uring_cmd {
 	__u64 arg;			/* user pointer to the op's struct */
-	__u64 ack_seq;
+	__u32 flags;
+	__u32 pad;
 };
+
+#define KVA_MAX_WAITERS		64	/* parked WAIT_EVENTs per arena */
 
 /*
  * Generic netlink family "kvarena" (version 1), for operators: dumps of
@@ -492,28 +532,33 @@ enum kva_nl_attr {
 
 #define KVA_NL_A_MAX		(__KVA_NL_A_MAX - 1)
 
-#define KVA_IOC_MAGIC		0xCA
+/*
+ * 0xBC: free in Documentation/userspace-api/ioctl/ioctl-number.rst (6.1 and
+ * current kernels).  Arguments are passed by pointer; each struct's `size`
+ * is its length (the VFIO convention), so commands are plain _IO numbers.
+ */
+#define KVA_IOC_MAGIC		0xBC
 
 /* /dev/kvarena */
-#define KVA_IOC_VERSION		_IOWR(KVA_IOC_MAGIC, 0x00, struct kva_version)
-#define KVA_IOC_ARENA_CREATE	_IOWR(KVA_IOC_MAGIC, 0x01, struct kva_arena_create)
-#define KVA_IOC_TENANT_SET_QUOTA _IOW(KVA_IOC_MAGIC, 0x02, struct kva_tenant)
-#define KVA_IOC_TENANT_INFO	_IOWR(KVA_IOC_MAGIC, 0x03, struct kva_tenant)
+#define KVA_IOC_VERSION		_IO(KVA_IOC_MAGIC, 0x00)	/* kva_version */
+#define KVA_IOC_ARENA_CREATE	_IO(KVA_IOC_MAGIC, 0x01)	/* kva_arena_create */
+#define KVA_IOC_TENANT_SET_QUOTA _IO(KVA_IOC_MAGIC, 0x02)	/* kva_tenant */
+#define KVA_IOC_TENANT_INFO	_IO(KVA_IOC_MAGIC, 0x03)	/* kva_tenant */
 
 /* arena fd (the same numbers are the uring_cmd ops) */
-#define KVA_IOC_ARENA_INFO	_IOWR(KVA_IOC_MAGIC, 0x10, struct kva_arena_info)
-#define KVA_IOC_EXPORT_DMABUF	_IOWR(KVA_IOC_MAGIC, 0x11, struct kva_export)
-#define KVA_IOC_BLOCKS_ALLOC	_IOWR(KVA_IOC_MAGIC, 0x12, struct kva_blocks)
-#define KVA_IOC_BLOCKS_FREE	_IOWR(KVA_IOC_MAGIC, 0x13, struct kva_blocks)
-#define KVA_IOC_BLOCKS_SHARE	_IOWR(KVA_IOC_MAGIC, 0x14, struct kva_blocks)
-#define KVA_IOC_SESSION_CREATE	_IOWR(KVA_IOC_MAGIC, 0x15, struct kva_session_create)
-#define KVA_IOC_SESSION_END	_IOW(KVA_IOC_MAGIC, 0x16, struct kva_session_end)
-#define KVA_IOC_SESSION_SET_STATE _IOW(KVA_IOC_MAGIC, 0x17, struct kva_session_state)
-#define KVA_IOC_SESSION_INFO	_IOWR(KVA_IOC_MAGIC, 0x18, struct kva_session_info)
-#define KVA_IOC_ARENA_SET_POLICY _IOW(KVA_IOC_MAGIC, 0x19, struct kva_policy_set)
-#define KVA_IOC_ARENA_VICTIMS	_IOWR(KVA_IOC_MAGIC, 0x1a, struct kva_victims)
+#define KVA_IOC_ARENA_INFO	_IO(KVA_IOC_MAGIC, 0x10)	/* kva_arena_info */
+#define KVA_IOC_EXPORT_DMABUF	_IO(KVA_IOC_MAGIC, 0x11)	/* kva_export */
+#define KVA_IOC_BLOCKS_ALLOC	_IO(KVA_IOC_MAGIC, 0x12)	/* kva_blocks */
+#define KVA_IOC_BLOCKS_FREE	_IO(KVA_IOC_MAGIC, 0x13)	/* kva_blocks */
+#define KVA_IOC_BLOCKS_SHARE	_IO(KVA_IOC_MAGIC, 0x14)	/* kva_blocks */
+#define KVA_IOC_SESSION_CREATE	_IO(KVA_IOC_MAGIC, 0x15)	/* kva_session_create */
+#define KVA_IOC_SESSION_END	_IO(KVA_IOC_MAGIC, 0x16)	/* kva_session_end */
+#define KVA_IOC_SESSION_SET_STATE _IO(KVA_IOC_MAGIC, 0x17)	/* kva_session_state */
+#define KVA_IOC_SESSION_INFO	_IO(KVA_IOC_MAGIC, 0x18)	/* kva_session_info */
+#define KVA_IOC_ARENA_SET_POLICY _IO(KVA_IOC_MAGIC, 0x19)	/* kva_policy_set */
+#define KVA_IOC_ARENA_VICTIMS	_IO(KVA_IOC_MAGIC, 0x1a)	/* kva_victims */
 
 /* io_uring only */
-#define KVA_URING_WAIT_EVENT	_IOWR(KVA_IOC_MAGIC, 0x20, struct kva_event)
+#define KVA_URING_WAIT_EVENT	_IO(KVA_IOC_MAGIC, 0x20)	/* kva_event */
 
 #endif /* _UAPI_LINUX_KVARENA_H */
