@@ -76,7 +76,7 @@ static void *importer_main(void *p)
 static void test_uring_info_never_waits_for_dma_mapping(void)
 {
 	struct kva_arena_params p = {
-		.bytes = 128 * KT_MIB, .block_size = 64 << 10,
+		.size = sizeof(p), .bytes = 128 * KT_MIB, .block_size = 64 << 10,
 		.numa_node = KVA_NUMA_ANY, .name = "nowait",
 	};
 	struct kva_arena_info ai[16], info;
@@ -92,7 +92,7 @@ static void test_uring_info_never_waits_for_dma_mapping(void)
 	im.vgem = kt_vgem_open();
 	CU_ASSERT_FATAL(im.vgem >= 0);
 	CU_ASSERT_FATAL(kva_open(KVA_BACKEND_KERNEL, &d) == 0);
-	CU_ASSERT_FATAL(kva_arena_create(d, &p, &a) == 0);
+	CU_ASSERT_FATAL(kva_arena_new(d, &p, &a) == 0);
 	CU_ASSERT_FATAL(kva_ring_open(a, 32, &ring) == 0);
 	im.dmabuf = kt_export(kva_arena_fd(a));
 	CU_ASSERT_FATAL(im.dmabuf >= 0);
@@ -101,7 +101,7 @@ static void test_uring_info_never_waits_for_dma_mapping(void)
 		for (i = 0; i < 16; i++) {
 			memset(&ai[i], 0, sizeof(ai[i]));
 			ai[i].size = sizeof(ai[i]);
-			kva_ring_queue(ring, KVA_IOC_ARENA_INFO, &ai[i], i);
+			kva_ring_queue(ring, KVA_RING_ARENA_INFO, &ai[i], i);
 		}
 		kva_ring_submit(ring);
 		for (n = 0; n < 16;) {
@@ -255,9 +255,9 @@ static int next_arena_msg(struct kva_nl *sub, uint32_t *arena_id)
 	int ret;
 
 	while ((ret = kva_nl_next_event(sub, &ev, 2000)) > 0) {
-		if (ev.cmd == KVA_NL_CMD_ARENA_NEW || ev.cmd == KVA_NL_CMD_ARENA_DEL) {
+		if (ev.kind == KVA_NL_EV_ARENA_NEW || ev.kind == KVA_NL_EV_ARENA_DEL) {
 			*arena_id = ev.ev.arena_id;
-			return ev.cmd;
+			return ev.kind;
 		}
 	}
 	return ret;
@@ -292,7 +292,7 @@ static void test_failed_create_never_announced(void)
 	CU_ASSERT_EQUAL_FATAL(kt_arena_info(fd, &info), 0);
 	/* The first announcement is the marker's: none for the failure. */
 	cmd = next_arena_msg(sub, &id);
-	CU_ASSERT_EQUAL(cmd, KVA_NL_CMD_ARENA_NEW);
+	CU_ASSERT_EQUAL(cmd, KVA_NL_EV_ARENA_NEW);
 	CU_ASSERT_EQUAL(id, info.arena_id);
 	CU_ASSERT_EQUAL(kt_sysfs("arenas"), 1);
 	close(fd);
@@ -335,7 +335,7 @@ static void test_attachments_capped(void)
 static void test_parked_waiters_capped(void)
 {
 	struct kva_arena_params p = {
-		.bytes = 2 * KT_MIB, .block_size = 64 << 10,
+		.size = sizeof(p), .bytes = 2 * KT_MIB, .block_size = 64 << 10,
 		.numa_node = KVA_NUMA_ANY, .name = "waiters",
 	};
 	static struct kva_event ev[KVA_MAX_WAITERS + 1];
@@ -347,10 +347,12 @@ static void test_parked_waiters_capped(void)
 	int i, n;
 
 	CU_ASSERT_FATAL(kva_open(KVA_BACKEND_KERNEL, &d) == 0);
-	CU_ASSERT_FATAL(kva_arena_create(d, &p, &a) == 0);
+	CU_ASSERT_FATAL(kva_arena_new(d, &p, &a) == 0);
 	CU_ASSERT_FATAL(kva_ring_open(a, 128, &ring) == 0);
-	for (i = 0; i <= KVA_MAX_WAITERS; i++)
+	for (i = 0; i <= KVA_MAX_WAITERS; i++) {
+		ev[i].size = sizeof(ev[i]);
 		CU_ASSERT_EQUAL(kva_ring_queue_wait_event(ring, &ev[i], 0, i), 0);
+	}
 	CU_ASSERT_EQUAL(kva_ring_submit(ring), KVA_MAX_WAITERS + 1);
 	pfd.fd = kva_ring_fd(ring);
 	pfd.events = POLLIN;
@@ -450,7 +452,7 @@ static void test_pinned_cap_survives_page_references(void)
 
 static int nl_child(void *p)
 {
-	struct kva_nl_arena one;
+	struct kva_nl_arena one = { .size = sizeof(one) };
 	struct kva_nl *nl;
 	int dev_fd = *(int *)p;
 	struct kva_tenant t = { .size = sizeof(t), .tenant_id = 77 };
@@ -509,6 +511,7 @@ static int pidns_child(void *p)
 	sid = kt_session(c->arena);
 	if (sid <= 0 || kt_end(c->arena, sid))
 		return 32;
+	ev.size = sizeof(ev);
 	if (kva_ring_queue_wait_event(ring, &ev, 0, 1) || kva_ring_submit(ring) != 1 ||
 	    kva_ring_reap(ring, &cqe, 1, 1) != 1)
 		return 33;
