@@ -33,6 +33,7 @@ POLICIES = ("toolwait", "lru", "ttl")
 _BACKENDS = {"auto": 0, "kernel": 1, "memfd": 2}
 _NAME_LEN = 32
 _STATE_COUNT = 5
+_STATE_SLOTS = 8        # KVA_STATE_SLOTS: state_ns has room for more states
 KVA_EXPORT_CLOEXEC = 1
 KVA_ALLOC_PARTIAL = 1
 KVA_ARENA_NO_MLOCK = 1
@@ -76,7 +77,7 @@ class _SessionInfo(ctypes.Structure):
                 ("expected_wait_us", u64), ("cookie", u64),
                 ("created_ns", u64), ("state_since_ns", u64),
                 ("transitions", u64), ("idle_block_us", u64),
-                ("idle_byte_sec", u64), ("state_ns", u64 * _STATE_COUNT)]
+                ("idle_byte_sec", u64), ("state_ns", u64 * _STATE_SLOTS)]
 
 
 class _Tenant(ctypes.Structure):

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /* tests/abi: a deliberately OLD copy (the first version of each struct:
  * kva_arena_info and kva_arena_create without VER1, kva_arena_params
- * without eviction) that the ABI test builds against. Do not update. */
+ * without eviction) that the ABI test builds against. Do not update,
+ * except where the UAPI freeze (issue 11) fixed a struct's first shape
+ * before any release: kva_session_info's state_ns[8], kva_event's ack_seq. */
 /*
  * kvarena: kernel-managed KV-cache arenas for staged LLM inference.
  *
@@ -286,10 +288,10 @@ struct kva_session_info {
 	__u64 transitions;
 	__u64 idle_block_us;
 	__u64 idle_byte_sec;
-	__u64 state_ns[KVA_STATE_COUNT];	/* time spent per state */
+	__u64 state_ns[8];			/* KVA_STATE_SLOTS: the frozen shape */
 };
 
-#define KVA_SESSION_INFO_SIZE_VER0	120
+#define KVA_SESSION_INFO_SIZE_VER0	144
 
 /*
  * KVA_IOC_TENANT_SET_QUOTA (/dev/kvarena, CAP_SYS_ADMIN): cap the bytes of
@@ -390,9 +392,10 @@ struct kva_event {
 	__u32 nvictims;
 	__u64 dropped;
 	struct kva_victim victims[KVA_EVENT_MAX_VICTIMS];
+	__u64 ack_seq;
 };
 
-#define KVA_EVENT_SIZE_VER0	320
+#define KVA_EVENT_SIZE_VER0	328
 
 /*
  * io_uring: IORING_OP_URING_CMD on an arena fd, sqe->cmd_op one of the
