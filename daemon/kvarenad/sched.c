@@ -79,6 +79,11 @@ static void round_end(struct kvd_job *j)
 		kvd_conv_append_text(c, tail, (size_t)n);
 		gen_append(j, tail, (size_t)n);
 	}
+	/* the flushed bytes were the last token's: its text ends here, so a
+	 * next turn repeating it keeps that token */
+	if (c && c->n_tokens && c->tok_end[c->n_tokens - 1] == UINT32_MAX &&
+	    c->text_len < UINT32_MAX)
+		c->tok_end[c->n_tokens - 1] = (uint32_t)c->text_len;
 	if (j->emitted < j->gen_len)
 		kvd_job_emit_token(j, j->gen + j->emitted, j->gen_len - j->emitted, -1, 0,
 				   NULL, 0);
@@ -428,6 +433,7 @@ static int admit(struct kvd *d, struct kvd_job *j)
 			}
 		}
 		if (c) {
+			fprintf(stderr, "DBG keep %u n_tokens %u n_kv %u text_len %zu prompt_len %zu\n", keep, c->n_tokens, c->has_kv ? c->as.s.n_tokens : 0, c->text_len, j->prompt_len);
 			sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 			rc = kvd_conv_append_tokens(d, c, j->prompt + c->text_len,
 						    j->prompt_len - c->text_len, 0);
