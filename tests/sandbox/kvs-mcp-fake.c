@@ -3,7 +3,9 @@
  * kvs-mcp-fake - a small MCP stdio server for test_mcp, well-behaved or
  * hostile: kvs-mcp-fake good|garbage|huge|hugeanswer|silent|exit|ask|deep
  * Answers initialize, tools/list (one tool, "echo") and tools/call; the
- * hostile modes add what their names say. Static, no JSON library: it
+ * hostile modes add what their names say. The call* modes (callsilent,
+ * callhuge, callgarbage, callexit: kvarenad's test_orch) start well and
+ * misbehave on tools/call only. Static, no JSON library: it
  * only needs the id and method of what it is sent.
  */
 #include <stdio.h>
@@ -72,6 +74,22 @@ static void answer(long id, const char *method)
 			 "{\"name\":42},{\"description\":\"no name\"}]}}\n", id);
 		out(buf);
 	} else if (!strcmp(method, "tools/call")) {
+		if (!strcmp(mode, "callsilent"))
+			return;
+		if (!strcmp(mode, "callexit"))
+			exit(7);
+		if (!strcmp(mode, "callhuge")) {
+			snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":"
+				 "{\"content\":[{\"type\":\"text\",\"text\":\"", id);
+			huge_line(100u << 20, buf, "\"}]}}\n");
+			return;
+		}
+		if (!strcmp(mode, "callgarbage")) {
+			snprintf(buf, sizeof(buf), "not json at all\n{\"jsonrpc\":\"2.0\",\"id\":%ld,"
+				 "\"result\":\"not an object\"}\n", id);
+			out(buf);
+			return;
+		}
 		snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{\"content\":"
 			 "[{\"type\":\"text\",\"text\":\"echo from %s\"}],\"isError\":false}}\n", id, mode);
 		out(buf);
