@@ -217,8 +217,7 @@ static void fail_res(struct kvs_result *res, enum kvs_exit reason, const char *f
 	res->reason = reason;
 	res->status = 1;
 	snprintf(buf, sizeof(buf), fmt, a, b);
-	snprintf(res->note, sizeof(res->note), "%s", buf);
-	res->err = strdup(buf);
+	res->err = strdup(buf);		/* the model reads it (note: empty) */
 	res->err_len = res->err ? strlen(res->err) : 0;
 }
 

@@ -929,8 +929,9 @@ static int run_of(const struct treply *t, const char *name)
 
 static void test_mcp_servers(void)
 {
-	const char *fake = getenv("KVD_TEST_MCP_FAKE"), *npm = getenv("KVD_TEST_MCP_NPM");
+	const char *fake_rel = getenv("KVD_TEST_MCP_FAKE"), *npm_rel = getenv("KVD_TEST_MCP_NPM");
 	char root[256], policy[300], work[300], fsdir[300], path[700], node[PATH_MAX];
+	char fake[PATH_MAX], npm[PATH_MAX];
 	char cmd[2 * PATH_MAX + 128], p1[4096];
 
 	struct kvd_config c;
@@ -941,7 +942,8 @@ static void test_mcp_servers(void)
 	FILE *f;
 	int i;
 
-	if (!fake || !npm || (!realpath("/usr/bin/node", node) &&
+	if (!fake_rel || !npm_rel || !realpath(fake_rel, fake) || !realpath(npm_rel, npm) ||
+	    (!realpath("/usr/bin/node", node) &&
 			      !realpath("/usr/local/bin/node", node))) {
 		printf("SKIP mcp_servers: KVD_TEST_MCP_FAKE, KVD_TEST_MCP_NPM or node missing "
 		       "(make check-orch sets them)\n");
@@ -968,8 +970,9 @@ static void test_mcp_servers(void)
 	f = fopen(policy, "w");
 	if (!f)
 		return;
+	/* a server lives as long as its tool's timeout allows */
 	fprintf(f, "[mcp-node]\nexec = %s\nro = %s/node_modules\nmemory = 1G\npids = 64\n"
-		"timeout = 300\n", node, npm);
+		"timeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm, fake);
 	fclose(f);
 
 	base_config(&c);
@@ -988,16 +991,17 @@ static void test_mcp_servers(void)
 	c.mcp[1].has_prefix = 1;
 	snprintf(c.mcp[1].workdir, sizeof(c.mcp[1].workdir), "%s", fsdir);
 	snprintf(c.mcp[1].allow, sizeof(c.mcp[1].allow), "read_text_file list_directory");
-	/* the hostile ones under the built-in least privilege (no tool =) */
+	/* the hostile ones: misbehaving on tools/call only */
 	snprintf(cmd, sizeof(cmd), "%s callsilent", fake);
-	mcp_cfg(&c, "silent", cmd, "", 1500);
+	mcp_cfg(&c, "silent", cmd, "mcp-fake", 1500);
 	snprintf(cmd, sizeof(cmd), "%s callhuge", fake);
-	mcp_cfg(&c, "huge", cmd, "", 1500);
+	mcp_cfg(&c, "huge", cmd, "mcp-fake", 1500);
 	c.mcp[3].max_result_bytes = 65536;
 	snprintf(cmd, sizeof(cmd), "%s callgarbage", fake);
-	mcp_cfg(&c, "garbage", cmd, "", 1500);
+	mcp_cfg(&c, "garbage", cmd, "mcp-fake", 1500);
 	snprintf(cmd, sizeof(cmd), "%s callexit", fake);
-	mcp_cfg(&c, "exits", cmd, "", 1500);
+	mcp_cfg(&c, "exits", cmd, "mcp-fake", 1500);
+	/* never initializes; under the built-in least privilege (no tool =) */
 	snprintf(cmd, sizeof(cmd), "%s silent", fake);
 	mcp_cfg(&c, "dead", cmd, "", 1000);
 
@@ -1061,17 +1065,18 @@ static void test_mcp_servers(void)
 		CHECK(collect(submit_tools(d, p1, 0, 4), &t, NULL, NULL) == 0 && t.n_runs == 4,
 		      "four hostile MCP calls run as one round (%u runs)", t.n_runs);
 		i = run_of(&t, "silent_echo");
-		CHECK(!strcmp(t.runs[i].reason, "timeout") && strstr(t.runs[i].output, "MCP error"),
+		CHECK(!strcmp(t.runs[i].reason, "timeout") &&
+		      strstr(t.runs[i].output, "no answer in time"),
 		      "a server that never answers: a timeout tool error: \"%s\"", t.runs[i].output);
 		i = run_of(&t, "huge_echo");
 		CHECK(!strcmp(t.runs[i].reason, "output-cap") &&
 		      strstr(t.runs[i].output, "size cap"),
 		      "a 100 MB answer: an output-cap tool error: \"%.200s\"", t.runs[i].output);
 		i = run_of(&t, "garbage_echo");
-		CHECK(t.runs[i].code != 0 && strstr(t.runs[i].output, "MCP error"),
+		CHECK(t.runs[i].code != 0 && strstr(t.runs[i].output, "without a result object"),
 		      "malformed answers: a tool error: \"%s\"", t.runs[i].output);
 		i = run_of(&t, "exits_echo");
-		CHECK(t.runs[i].code != 0 && strstr(t.runs[i].output, "MCP error"),
+		CHECK(t.runs[i].code != 0 && strstr(t.runs[i].output, "the server exited"),
 		      "a server that exits on the call: a tool error: \"%s\"", t.runs[i].output);
 	}
 	{
@@ -1086,7 +1091,8 @@ static void test_mcp_servers(void)
 		script(d, r, 1);
 		CHECK(collect(submit_tools(d, p1, 0, 4), &t, NULL, NULL) == 0 && t.n_runs == 2,
 		      "the next round runs (%u runs)", t.n_runs);
-		CHECK(t.runs[0].code != 0 && metric(d, "kvarenad_mcp_restarts_total") > restarts,
+		CHECK(t.runs[0].code != 0 && strstr(t.runs[0].output, "the server exited") &&
+		      metric(d, "kvarenad_mcp_restarts_total") > restarts,
 		      "the server that exited is started again for the next call (and fails "
 		      "again): \"%s\"", t.runs[0].output);
 		CHECK(t.runs[1].code == 0 && strstr(t.runs[1].output, "42"),
