@@ -975,6 +975,46 @@ static void test_mcp_servers(void)
 		"timeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm, fake);
 	fclose(f);
 
+	/* the [mcp.NAME] keys as the INI file gives them */
+	{
+		char e[256];
+
+		base_config(&c);
+		CHECK(!kvd_config_set(&c, "mcp.fs", "command", "/bin/x \"a b\" c", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "tool", "mcp-node", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "prefix", "", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "allow", "a, b", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "timeout_ms", "2000", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "max_result_bytes", "65536", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "workdir", "/srv/x", e, sizeof(e)) &&
+		      c.n_mcp == 1 && c.mcp[0].has_prefix && !c.mcp[0].prefix[0] &&
+		      c.mcp[0].timeout_ms == 2000 && !kvd_config_check(&c, e, sizeof(e)),
+		      "[mcp.fs] keys parse (%s)", e);
+		CHECK(kvd_config_set(&c, "mcp.fs", "prefix", "a b", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.fs", "timeout_ms", "5", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.fs", "workdir", "rel", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.fs", "nope", "1", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.a b", "command", "/bin/x", e, sizeof(e)),
+		      "bad [mcp.*] values, keys and names are refused");
+		CHECK(!kvd_config_set(&c, "mcp.other", "tool", "x", e, sizeof(e)) &&
+		      kvd_config_check(&c, e, sizeof(e)) && strstr(e, "no command"),
+		      "an [mcp.*] without a command is refused: %s", e);
+
+		/* two servers whose tools would share a name: refused at start */
+		base_config(&c);
+		snprintf(cmd, sizeof(cmd), "%s good", fake);
+		mcp_cfg(&c, "one", cmd, "mcp-fake", 5000);
+		mcp_cfg(&c, "two", cmd, "mcp-fake", 5000);
+		c.mcp[0].has_prefix = c.mcp[1].has_prefix = 1;
+		snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+		snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+		d = NULL;
+		e[0] = 0;
+		CHECK(kvd_create(&c, self, &d, e, sizeof(e)) != 0 && !d &&
+		      strstr(e, "echo is declared twice"),
+		      "two servers both declaring echo without a prefix: the start is refused: %s", e);
+	}
+
 	base_config(&c);
 	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
 	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
@@ -992,7 +1032,7 @@ static void test_mcp_servers(void)
 	snprintf(c.mcp[1].workdir, sizeof(c.mcp[1].workdir), "%s", fsdir);
 	snprintf(c.mcp[1].allow, sizeof(c.mcp[1].allow), "read_text_file list_directory");
 	/* the hostile ones: misbehaving on tools/call only */
-	snprintf(cmd, sizeof(cmd), "%s callsilent", fake);
+	snprintf(cmd, sizeof(cmd), "\"%s\" \"callsilent\"", fake);	/* quoted words */
 	mcp_cfg(&c, "silent", cmd, "mcp-fake", 1500);
 	snprintf(cmd, sizeof(cmd), "%s callhuge", fake);
 	mcp_cfg(&c, "huge", cmd, "mcp-fake", 1500);
