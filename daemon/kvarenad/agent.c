@@ -448,6 +448,8 @@ static int allowed(const char *list, const char *name)
 	size_t n = strlen(name);
 	const char *p = list;
 
+	if (!n)
+		return 0;
 	if (!list[0])
 		return 1;
 	while ((p = strstr(p, name))) {
@@ -480,14 +482,16 @@ static int mcp_decls(struct kvd *d, struct kvd_agent *a, const struct kvd_mcp_cf
 		const char *desc = json_string_value(json_object_get(t, "description"));
 		json_t *schema = json_object_get(t, "inputSchema"), *f;
 		char *dump;
-		size_t dl;
+		size_t dl, dn = desc ? strnlen(desc, 2048) : 0;
 
 		if (!rn || !allowed(mc->allow, rn))
 			continue;
 		snprintf(name, sizeof(name), "%s%s", prefix, rn);
 		if (!tool_name_ok(name)) {
-			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool \"%.64s\": not a valid tool "
-				"name ([A-Za-z0-9_-], at most 64); not offered", mc->name, name);
+			/* not logged as it is: a server's bytes stay out of the log */
+			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] a tool name of %zu bytes is not a "
+				"valid tool name ([A-Za-z0-9_-], at most 64); not offered",
+				mc->name, strlen(prefix) + strlen(rn));
 			continue;
 		}
 		for (k = 0; k < KVD_N_TOOLS; k++)
@@ -508,15 +512,27 @@ static int mcp_decls(struct kvd *d, struct kvd_agent *a, const struct kvd_mcp_cf
 				KVD_MAX_DECLS);
 			continue;
 		}
+		/* at most 2 KiB of description, cut between UTF-8 characters */
+		while (dn && desc[dn] && ((unsigned char)desc[dn] & 0xc0) == 0x80)
+			dn--;
 		/* "o" steals: a reference of its own either way */
 		f = json_pack("{s:s, s:s%, s:o}", "name", name, "description",
-			      desc ? desc : "", desc ? strnlen(desc, 2048) : (size_t)0,
+			      desc ? desc : "", dn,
 			      "parameters", json_is_object(schema) ? json_incref(schema) :
 			      json_pack("{s:s}", "type", "object"));
 		if (!f)
 			return -ENOMEM;
 		dump = json_dumps(f, JSON_COMPACT);
 		dl = dump ? strlen(dump) : SIZE_MAX;
+		/* the declaration is rendered into the prompt: a chat marker in
+		 * it would forge a turn */
+		if (dump && strstr(dump, "<|")) {
+			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: its declaration holds a "
+				"chat marker (<|); not offered", mc->name, name);
+			free(dump);
+			json_decref(f);
+			continue;
+		}
 		free(dump);
 		if (dl > KVD_MAX_DECL_BYTES) {
 			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: its declaration is over "

@@ -1041,12 +1041,15 @@ static void test_mcp_servers(void)
 	mcp_cfg(&c, "garbage", cmd, "mcp-fake", 1500);
 	snprintf(cmd, sizeof(cmd), "%s callexit", fake);
 	mcp_cfg(&c, "exits", cmd, "mcp-fake", 1500);
+	/* odd tool names and descriptions */
+	snprintf(cmd, sizeof(cmd), "%s odd", fake);
+	mcp_cfg(&c, "odd", cmd, "mcp-fake", 5000);
 	/* never initializes; under the built-in least privilege (no tool =) */
 	snprintf(cmd, sizeof(cmd), "%s silent", fake);
 	mcp_cfg(&c, "dead", cmd, "", 1000);
 
 	d = start(&c);
-	CHECK(d != NULL, "orchestrator starts with 7 MCP servers (one never answers)");
+	CHECK(d != NULL, "orchestrator starts with 8 MCP servers (one never answers)");
 	if (!d)
 		goto out;
 	decl = kvd_server_tools(d);
@@ -1058,6 +1061,11 @@ static void test_mcp_servers(void)
 	      "fakes' echo; none of the server that never initialized");
 	CHECK(decl && strstr(decl, "\"message\""),
 	      "server-everything's echo is declared with its input schema");
+	CHECK(decl && strstr(decl, "\"odd_echo\"") && strstr(decl, "\"odd_long\"") &&
+	      !strstr(decl, "odd_inject") && !strstr(decl, "<|") && !strstr(decl, "has space") &&
+	      !strstr(decl, "\"odd_\""),
+	      "odd tools: a chat marker, a blank or an empty name are not offered; a long "
+	      "UTF-8 description is cut");
 
 	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nuse the MCP tools<|im_end|>\n"
 		 "<|im_start|>assistant\n", sys_prompt);
