@@ -33,6 +33,8 @@
 #define KVD_TOOL_THREADS 4		/* calls running at once, all sessions */
 #define KVD_MAX_ROUND_CALLS 16		/* more calls in one round: none run */
 #define KVD_TOOL_WORKDIR "/home/tool"	/* the work directory inside the sandbox */
+#define KVD_MAX_DECLS 32		/* kvd_request.server_tools has 32 bits */
+#define KVD_MAX_DECL_BYTES 16384	/* one MCP tool's declaration, serialised */
 
 /* The declarations the model sees, in enum kvd_stool order. Argument names
  * follow the agent model's training set (Documentation/model.md). */
@@ -61,9 +63,20 @@ static const char *const decls[KVD_N_TOOLS] = {
 	"\"required\": [\"path\"]}}",
 };
 
+/* One declaration offered to the model: a built-in tool or an MCP
+ * server's tool. */
+struct kvd_decl {
+	char name[96];
+	int builtin;			/* enum kvd_stool, or -1: MCP */
+	struct kvd_mcpsrv *srv;
+	char *remote;			/* the name the server knows it by */
+};
+
 struct kvd_call {
 	struct kvd_round *r;
-	enum kvd_stool tool;
+	enum kvd_stool tool;		/* built-in; KVD_N_TOOLS for MCP */
+	const struct kvd_decl *decl;
+	int restarted;			/* its MCP server was started again */
 	char *name, *args;
 	size_t args_len;
 	/* result, written by the pool thread */
@@ -95,6 +108,10 @@ struct kvd_agent {
 	struct kvs_policy *policy;
 	char *decls;			/* JSON array of the enabled tools */
 	uint32_t enabled;
+	struct kvd_decl decl[KVD_MAX_DECLS];
+	uint32_t n_decl;
+	struct kvd_mcpsrv *mcp[KVD_MAX_MCP];
+	uint32_t n_mcp;
 	pthread_mutex_t lock;		/* the queue; never held with d->lock */
 	pthread_cond_t cond;
 	struct kvd_call *q_head, *q_tail;
@@ -110,6 +127,13 @@ struct kvd_agent {
 const char *kvd_server_tools(const struct kvd *d)
 {
 	return d->agent ? d->agent->decls : NULL;
+}
+
+uint32_t kvd_agent_decl_mask(const struct kvd *d)
+{
+	uint32_t n = d->agent ? d->agent->n_decl : 0;
+
+	return n >= 32 ? ~0u : (1u << n) - 1;
 }
 
 int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
@@ -186,6 +210,13 @@ static void run_call(struct kvd_agent *a, struct kvd_call *c)
 		refuse(&c->res, "the arguments are not a JSON object");
 		c->rc = -EINVAL;
 		json_decref(o);
+		return;
+	}
+	if (c->decl->srv) {
+		json_decref(o);
+		c->rc = kvd_mcp_call(c->decl->srv, c->decl->remote, c->args, c->args_len,
+				     r->has_key ? r->d->tw : NULL, r->has_key ? &r->key : NULL,
+				     &c->res, &c->restarted);
 		return;
 	}
 	switch (c->tool) {
@@ -383,14 +414,190 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+static int decl_add(struct kvd_agent *a, json_t *arr, const char *name, json_t *f,
+		    int builtin, struct kvd_mcpsrv *srv, const char *remote)
+{
+	struct kvd_decl *dc = &a->decl[a->n_decl];
+
+	if (json_array_append(arr, f))
+		return -ENOMEM;
+	snprintf(dc->name, sizeof(dc->name), "%s", name);
+	dc->builtin = builtin;
+	dc->srv = srv;
+	if (remote && !(dc->remote = strdup(remote)))
+		return -ENOMEM;
+	a->n_decl++;
+	return 0;
+}
+
+static int tool_name_ok(const char *s)
+{
+	size_t i, n = strlen(s);
+
+	if (!n || n > 64)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return 0;
+	return 1;
+}
+
+static int allowed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	const char *p = list;
+
+	if (!n)
+		return 0;
+	if (!list[0])
+		return 1;
+	while ((p = strstr(p, name))) {
+		if ((p == list || strchr(", \t", p[-1])) && (!p[n] || strchr(", \t", p[n])))
+			return 1;
+		p += n;
+	}
+	return 0;
+}
+
+/* One MCP server's tools, as declarations: PREFIX + its name, its
+ * description, its inputSchema as the parameters. A name that collides
+ * with a built-in tool or another declaration is a configuration error. */
+static int mcp_decls(struct kvd *d, struct kvd_agent *a, const struct kvd_mcp_cfg *mc,
+		     struct kvd_mcpsrv *srv, json_t *tools, json_t *arr, char *err,
+		     size_t errlen)
+{
+	char prefix[40], name[160];
+	json_t *t;
+	size_t i;
+	uint32_t k;
+
+	(void)d;
+	if (mc->has_prefix)
+		snprintf(prefix, sizeof(prefix), "%s", mc->prefix);
+	else
+		snprintf(prefix, sizeof(prefix), "%s_", mc->name);
+	json_array_foreach(tools, i, t) {
+		const char *rn = json_string_value(json_object_get(t, "name"));
+		const char *desc = json_string_value(json_object_get(t, "description"));
+		json_t *schema = json_object_get(t, "inputSchema"), *f;
+		char *dump;
+		size_t dl, dn = desc ? strnlen(desc, 2048) : 0;
+
+		if (!rn || !allowed(mc->allow, rn))
+			continue;
+		snprintf(name, sizeof(name), "%s%s", prefix, rn);
+		if (!tool_name_ok(name)) {
+			/* not logged as it is: a server's bytes stay out of the log */
+			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] a tool name of %zu bytes is not a "
+				"valid tool name ([A-Za-z0-9_-], at most 64); not offered",
+				mc->name, strlen(prefix) + strlen(rn));
+			continue;
+		}
+		for (k = 0; k < KVD_N_TOOLS; k++)
+			if (!strcmp(name, kvd_stool_names[k])) {
+				snprintf(err, errlen, "[mcp.%s] tool %s has a built-in tool's name; "
+					 "set a prefix", mc->name, name);
+				return -EINVAL;
+			}
+		for (k = 0; k < a->n_decl; k++)
+			if (!strcmp(name, a->decl[k].name)) {
+				snprintf(err, errlen, "[mcp.%s] tool %s is declared twice; set a "
+					 "prefix", mc->name, name);
+				return -EINVAL;
+			}
+		if (a->n_decl == KVD_MAX_DECLS) {
+			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: %d tools are offered at "
+				"most; not offered (narrow with allow =)", mc->name, name,
+				KVD_MAX_DECLS);
+			continue;
+		}
+		/* at most 2 KiB of description, cut between UTF-8 characters */
+		while (dn && desc[dn] && ((unsigned char)desc[dn] & 0xc0) == 0x80)
+			dn--;
+		/* "o" steals: a reference of its own either way */
+		f = json_pack("{s:s, s:s%, s:o}", "name", name, "description",
+			      desc ? desc : "", dn,
+			      "parameters", json_is_object(schema) ? json_incref(schema) :
+			      json_pack("{s:s}", "type", "object"));
+		if (!f)
+			return -ENOMEM;
+		dump = json_dumps(f, JSON_COMPACT);
+		dl = dump ? strlen(dump) : SIZE_MAX;
+		/* the declaration is rendered into the prompt: a chat marker in
+		 * it would forge a turn */
+		if (dump && strstr(dump, "<|")) {
+			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: its declaration holds a "
+				"chat marker (<|); not offered", mc->name, name);
+			free(dump);
+			json_decref(f);
+			continue;
+		}
+		free(dump);
+		if (dl > KVD_MAX_DECL_BYTES) {
+			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: its declaration is over "
+				"%d bytes; not offered", mc->name, name, KVD_MAX_DECL_BYTES);
+			json_decref(f);
+			continue;
+		}
+		if (decl_add(a, arr, name, f, -1, srv, rn)) {
+			json_decref(f);
+			return -ENOMEM;
+		}
+		json_decref(f);
+	}
+	return 0;
+}
+
+/* The built-in tools enabled, then each MCP server's (started here). */
+static int build_decls(struct kvd *d, struct kvd_agent *a, char *err, size_t errlen)
+{
+	json_t *arr = json_array(), *f;
+	json_error_t je;
+	uint32_t i;
+	int rc = 0;
+
+	if (!arr)
+		return -ENOMEM;
+	for (i = 0; i < KVD_N_TOOLS && !rc; i++) {
+		if (!(a->enabled & (1u << i)))
+			continue;
+		f = json_loads(decls[i], 0, &je);
+		rc = f ? decl_add(a, arr, kvd_stool_names[i], f, (int)i, NULL, NULL) : -ENOMEM;
+		json_decref(f);
+	}
+	for (i = 0; i < d->cfg.n_mcp && !rc; i++) {
+		const struct kvd_mcp_cfg *mc = &d->cfg.mcp[i];
+		json_t *tools = NULL;
+		struct kvd_mcpsrv *srv = kvd_mcp_start(mc, a->policy, &tools, err, errlen);
+
+		if (!srv) {
+			rc = -EINVAL;
+			break;
+		}
+		a->mcp[a->n_mcp++] = srv;
+		if (tools)
+			rc = mcp_decls(d, a, mc, srv, tools, arr, err, errlen);
+		json_decref(tools);
+	}
+	if (!rc) {
+		a->decls = json_dumps(arr, JSON_PRESERVE_ORDER);
+		if (!a->decls)
+			rc = -ENOMEM;
+	}
+	json_decref(arr);
+	if (rc == -ENOMEM)
+		snprintf(err, errlen, "server-side tool declarations: out of memory");
+	return rc;
+}
+
 int kvd_agent_init(struct kvd *d, char *err, size_t errlen)
 {
 	struct kvd_agent *a;
-	size_t cap = 64;
 	const char *notes;
 	int i, rc;
 
-	if (!d->cfg.tools_enabled)
+	if (!d->cfg.tools_enabled && !d->cfg.n_mcp)
 		return 0;
 	a = calloc(1, sizeof(*a));
 	if (!a)
@@ -427,28 +634,18 @@ int kvd_agent_init(struct kvd *d, char *err, size_t errlen)
 	if (rc)
 		kvd_log(KVD_LOG_WARN, "tools", "sandbox spawner: %s; tools spawn from the daemon",
 			strerror(-rc));
-	for (i = 0; i < KVD_N_TOOLS; i++)
-		cap += strlen(decls[i]) + 2;
-	a->decls = malloc(cap);
-	if (!a->decls)
-		return -ENOMEM;
-	strcpy(a->decls, "[");
-	for (i = 0; i < KVD_N_TOOLS; i++) {
-		if (!(a->enabled & (1u << i)))
-			continue;
-		if (a->decls[1])
-			strcat(a->decls, ", ");
-		strcat(a->decls, decls[i]);
-	}
-	strcat(a->decls, "]");
+	/* MCP servers start after the spawner, before the model and workers */
+	rc = build_decls(d, a, err, errlen);
+	if (rc)
+		return rc;
 	for (a->n_threads = 0; a->n_threads < KVD_TOOL_THREADS; a->n_threads++)
 		if (pthread_create(&a->threads[a->n_threads], NULL, pool_main, d)) {
 			snprintf(err, errlen, "tool threads: cannot start");
 			return -EAGAIN;
 		}
 	notes = kvs_policy_host_notes(a->policy);
-	kvd_log(KVD_LOG_INFO, "tools", "server-side tools: %s; policy %s; work dirs under %s; "
-		"at most %u rounds per request%s%s", a->decls[1] ? "enabled" : "none",
+	kvd_log(KVD_LOG_INFO, "tools", "server-side tools: %u (%u MCP servers); policy %s; "
+		"work dirs under %s; at most %u rounds per request%s%s", a->n_decl, a->n_mcp,
 		d->cfg.tools_policy[0] ? d->cfg.tools_policy : "built-in least privilege",
 		d->cfg.tools_workdir_root, d->cfg.tools_max_rounds, notes[0] ? "; " : "", notes);
 	return 0;
@@ -518,10 +715,15 @@ void kvd_agent_stop(struct kvd *d)
 void kvd_agent_fini(struct kvd *d)
 {
 	struct kvd_agent *a = d->agent;
+	uint32_t i;
 
 	if (!a)
 		return;
 	kvd_agent_stop(d);
+	for (i = 0; i < a->n_mcp; i++)
+		kvd_mcp_free(a->mcp[i]);
+	for (i = 0; i < a->n_decl; i++)
+		free(a->decl[i].remote);
 	kvs_policy_free(a->policy);
 	free(a->decls);
 	pthread_mutex_destroy(&a->lock);
@@ -565,13 +767,14 @@ void kvd_agent_forget(struct kvd *d, struct kvd_conv *c)
 
 /* ---- rounds (scheduler thread, d->lock held) ------------------------------ */
 
-static int tool_index(const char *name)
+/* The declaration's index, or -1. */
+static int tool_index(const struct kvd_agent *a, const char *name)
 {
-	int i;
+	uint32_t i;
 
-	for (i = 0; i < KVD_N_TOOLS; i++)
-		if (!strcmp(name, kvd_stool_names[i]))
-			return i;
+	for (i = 0; i < a->n_decl; i++)
+		if (!strcmp(name, a->decl[i].name))
+			return (int)i;
 	return -1;
 }
 
@@ -588,7 +791,7 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 
 	if (!a || !c || j->cancelled || j->round_start > j->gen_len)
 		return 0;
-	mask = j->server_tools & a->enabled;
+	mask = j->server_tools & kvd_agent_decl_mask(d);
 	if (!mask)
 		return 0;
 	if (tc_parse(&tags, j->gen + j->round_start, j->gen_len - j->round_start, &tr))
@@ -596,7 +799,7 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 	if (!tr.n_calls)
 		goto no;
 	for (k = 0; k < tr.n_calls; k++) {
-		int t = tool_index(tr.calls[k].name);
+		int t = tool_index(a, tr.calls[k].name);
 
 		/* a call to anything else (the client's own tools) ends the
 		 * response with every call of the round: none runs here */
@@ -626,7 +829,9 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 		struct kvd_call *cl = &r->calls[i];
 
 		cl->r = r;
-		cl->tool = (enum kvd_stool)tool_index(tr.calls[i].name);
+		cl->decl = &a->decl[tool_index(a, tr.calls[i].name)];
+		cl->tool = cl->decl->builtin >= 0 ? (enum kvd_stool)cl->decl->builtin :
+			   KVD_N_TOOLS;
 		cl->name = strdup(tr.calls[i].name);
 		cl->args = malloc(tr.calls[i].arguments_len + 1);
 		if (!cl->name || !cl->args) {
@@ -705,7 +910,12 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 		struct kvd_tool_run tr = { 0 };
 		unsigned reason = cl->res.reason < 8 ? cl->res.reason : 7;
 
-		d->m.tool_runs[cl->tool][reason]++;
+		if (cl->tool < KVD_N_TOOLS) {
+			d->m.tool_runs[cl->tool][reason]++;
+		} else {
+			d->m.mcp_calls[cl->rc || cl->res.status ? 1 : 0]++;
+			d->m.mcp_restarts += (uint64_t)cl->restarted;
+		}
 		tr.round = r->round;
 		tr.index = i;
 		tr.name = cl->name;

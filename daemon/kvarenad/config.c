@@ -138,6 +138,65 @@ static struct kvd_tenant_cfg *tenant_for(struct kvd_config *c, const char *name)
 	return &c->tenants[c->n_tenants++];
 }
 
+static int name_ok(const char *s, size_t max)
+{
+	size_t i, n = strlen(s);
+
+	if (!n || n >= max)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return 0;
+	return 1;
+}
+
+static struct kvd_mcp_cfg *mcp_for(struct kvd_config *c, const char *name)
+{
+	struct kvd_mcp_cfg *m;
+	uint32_t i;
+
+	for (i = 0; i < c->n_mcp; i++)
+		if (!strcmp(c->mcp[i].name, name))
+			return &c->mcp[i];
+	if (c->n_mcp == KVD_MAX_MCP || !name_ok(name, sizeof(c->mcp[0].name)))
+		return NULL;
+	m = &c->mcp[c->n_mcp++];
+	memset(m, 0, sizeof(*m));
+	snprintf(m->name, sizeof(m->name), "%s", name);
+	m->timeout_ms = 10000;
+	m->max_result_bytes = 1u << 20;
+	return m;
+}
+
+static int set_mcp(struct kvd_config *c, const char *name, const char *k, const char *v)
+{
+	struct kvd_mcp_cfg *m = mcp_for(c, name);
+	uint32_t u;
+
+	if (!m)
+		return -1;
+	if (!strcmp(k, "command"))
+		return copy_str(m->command, sizeof(m->command), v);
+	if (!strcmp(k, "tool"))
+		return copy_str(m->tool, sizeof(m->tool), v);
+	if (!strcmp(k, "prefix")) {
+		if (v[0] && !name_ok(v, sizeof(m->prefix)))
+			return -1;
+		m->has_prefix = 1;
+		return copy_str(m->prefix, sizeof(m->prefix), v);
+	}
+	if (!strcmp(k, "workdir"))
+		return v[0] != '/' ? -1 : copy_str(m->workdir, sizeof(m->workdir), v);
+	if (!strcmp(k, "allow"))
+		return copy_str(m->allow, sizeof(m->allow), v);
+	if (!strcmp(k, "timeout_ms"))
+		return parse_u32(v, 100, 3600000, &u) ? -1 : (m->timeout_ms = u, 0);
+	if (!strcmp(k, "max_result_bytes"))
+		return parse_u32(v, 4096, 64u << 20, &u) ? -1 : (m->max_result_bytes = u, 0);
+	return -2;
+}
+
 /* Returns 0 ok, -1 bad value, -2 unknown key. */
 static int set_key(struct kvd_config *c, const char *sec, const char *k, const char *v)
 {
@@ -232,6 +291,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 				return c->log_level = b, 0;
 		return -1;
 	}
+	if (!strncmp(sec, "mcp.", 4))
+		return set_mcp(c, sec + 4, k, v);
 	if (!strncmp(sec, "tenant.", 7)) {
 		struct kvd_tenant_cfg *t = tenant_for(c, sec + 7);
 
@@ -361,6 +422,11 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 						return -1;
 					}
 	}
+	for (i = 0; i < c->n_mcp; i++)
+		if (!c->mcp[i].command[0]) {
+			snprintf(err, errlen, "[mcp.%s] has no command", c->mcp[i].name);
+			return -1;
+		}
 	if (!c->model_id[0]) {
 		const char *base = strrchr(c->model_path, '/');
 		size_t n;

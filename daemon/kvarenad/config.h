@@ -22,6 +22,22 @@ struct kvd_tenant_cfg {
 	int server_tools;		/* may use server-side tools */
 };
 
+/* [mcp.NAME]: an MCP tool server (stdio) started in the sandbox; its
+ * tools are offered beside the built-in ones (agent.c, mcp.c). */
+#define KVD_MAX_MCP 8
+#define KVD_MCP_MAX_ARGS 32
+struct kvd_mcp_cfg {
+	char name[32];			/* [A-Za-z0-9_-] */
+	char command[1024];		/* argv: blank-separated, "quoted" words */
+	char tool[64];			/* policy tool; "": built-in least privilege */
+	char prefix[32];		/* before each tool name; default NAME_ */
+	int has_prefix;
+	char workdir[512];		/* its /home/tool; "": a fresh one per start */
+	char allow[1024];		/* server tool names offered; "": all */
+	uint32_t timeout_ms;		/* initialize, tools/list, each tools/call */
+	uint32_t max_result_bytes;	/* largest message accepted from it */
+};
+
 enum kvd_handoff { KVD_HANDOFF_ARENA = 0, KVD_HANDOFF_COPY = 1 };
 
 /* Server-side tools the orchestrator can run ([tools] enable); bit order is
@@ -82,6 +98,9 @@ struct kvd_config {
 	uint32_t tools_max_rounds;	/* tool rounds per request */
 	char tools_workdir_root[512];	/* per-session work directories */
 	uint32_t tools_result_bytes;	/* tool output given to the model, per call */
+	/* [mcp.NAME] sections */
+	uint32_t n_mcp;
+	struct kvd_mcp_cfg mcp[KVD_MAX_MCP];
 	/* [tenant.NAME] sections */
 	uint32_t n_tenants;
 	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];

@@ -523,14 +523,9 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	if (r->server_tools && d->agent &&
 	    (!d->cfg.n_tenants || (r->tenant && r->tenant <= d->cfg.n_tenants &&
 				   d->cfg.tenants[r->tenant - 1].server_tools))) {
-		/* bit k of the request: the k-th declaration, i.e. the k-th
-		 * enabled tool; the job keeps 1 << KVD_TOOL_* */
-		int t, k = 0;
-
-		for (t = 0; t < KVD_N_TOOLS; t++)
-			if (d->cfg.tools_enabled & (1u << t))
-				if (r->server_tools & (1u << k++))
-					j->server_tools |= 1u << t;
+		/* bit k of the request: the k-th declaration (built-in tools
+		 * enabled, then MCP servers' tools); the job keeps the same */
+		j->server_tools = r->server_tools & kvd_agent_decl_mask(d);
 	}
 	if (d->jobs_tail)
 		d->jobs_tail->next = j;

@@ -10,6 +10,7 @@
  *   kstate.c    session states to the kernel (batched), pressure events
  *   toolwait.c  tool classes and predicted waits
  *   agent.c     server-side tools: declarations, the sandbox, tool rounds
+ *   mcp.c       MCP tool servers ([mcp.NAME]) for agent.c
  *   metrics.c   counters, histograms, Prometheus text
  * One lock (kvd.lock) guards all of it; worker I/O and tokenizing happen
  * outside it.
@@ -196,6 +197,7 @@ struct kvd_metrics {
 	uint64_t tool_waits;
 	uint64_t tool_runs[KVD_N_TOOLS][8];	/* by tool and enum kvs_exit */
 	uint64_t tool_rounds, tool_rounds_exhausted, tool_result_tokens;
+	uint64_t mcp_calls[2], mcp_restarts;	/* [0] ok, [1] tool error */
 	uint64_t steps_prefill, steps_decode, decode_seqs;
 	struct kvd_hist ttft, tpot, toolwait, prefill_ms;
 };
@@ -374,6 +376,28 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);
+/* Bits of the declarations kvd_server_tools() lists (request bit i = the
+ * i-th declaration; jobs keep the same bits). */
+uint32_t kvd_agent_decl_mask(const struct kvd *d);
+
+/* mcp.c: MCP tool servers ([mcp.NAME]) */
+struct kvd_mcpsrv;
+struct kvs_policy;
+struct kvs_result;
+struct json_t;
+/* Starts the server in the sandbox (p: the [tools] policy, for tool =)
+ * and lists its tools (*tools: a new JSON array, or NULL when it did not
+ * start: logged, the server stays stopped). NULL: a configuration error
+ * in err. */
+struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
+				 struct json_t **tools, char *err, size_t errlen);
+/* One tools/call, serialised per server, restarting a stopped server
+ * first; the text content (or the error) in res. 0 or a negative errno. */
+int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_t args_len,
+		 struct kva_toolwait *tw, const struct kva_toolwait_key *key,
+		 struct kvs_result *res, int *restarted);
+const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
+void kvd_mcp_free(struct kvd_mcpsrv *s);
 
 /* sched.c: invalid UTF-8 and NUL to U+FFFD; out needs 3 * n bytes */
 size_t kvd_utf8_clean(const char *in, size_t n, char *out);

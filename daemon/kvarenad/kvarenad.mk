@@ -15,7 +15,8 @@ KVD_CFLAGS    := -std=c11 -Wall -Wextra -Werror -O2 -g \
 KVD_CORE_SRCS := $(filter-out daemon/kvarenad/main.c,$(sort $(wildcard daemon/kvarenad/*.c))) \
                  $(sort $(wildcard daemon/worker/*.c)) $(sort $(wildcard daemon/common/*.c))
 KVD_HDRS      := $(wildcard daemon/kvarenad/*.h daemon/worker/*.h daemon/common/*.h \
-                 daemon/api/*.h daemon/engine/*.h daemon/sandbox/kvsandbox.h) \
+                 daemon/api/*.h daemon/engine/*.h daemon/sandbox/kvsandbox.h \
+                 daemon/sandbox/kvsmcp.h) \
                  lib/kvarena.h lib/kvarena_toolwait.h \
                  include/uapi/linux/kvarena.h
 KVD_CORE_OBJS := $(KVD_CORE_SRCS:%.c=$(KVD_OUT)/obj/%.o)

@@ -181,6 +181,13 @@ char *kvd_metrics_text(struct kvd *d)
 				put(&o, "kvarenad_tool_runs_total{tool=\"%s\",reason=\"%s\"} %llu\n",
 				    kvd_stool_names[i], kvs_exit_name((enum kvs_exit)r),
 				    (unsigned long long)m.tool_runs[i][r]);
+	put(&o, "# HELP kvarenad_mcp_calls_total Calls to MCP tool servers' tools, by result "
+		"(error: isError, or the call failed).\n# TYPE kvarenad_mcp_calls_total counter\n"
+		"kvarenad_mcp_calls_total{result=\"ok\"} %llu\n"
+		"kvarenad_mcp_calls_total{result=\"error\"} %llu\n",
+		(unsigned long long)m.mcp_calls[0], (unsigned long long)m.mcp_calls[1]);
+	counter(&o, "mcp_restarts_total", "MCP tool servers started again for a call.",
+		m.mcp_restarts);
 	counter(&o, "tool_rounds_total", "Rounds of server-side tool calls run.",
 		m.tool_rounds);
 	counter(&o, "tool_rounds_exhausted_total",

@@ -5,7 +5,7 @@
 # Needs: libseccomp-dev libinih-dev libjansson-dev gcc mandoc, node and npm
 # for the MCP lane (scripts/deps.sh check).
 # Defines only SANDBOX_* variables and the targets
-#   sandbox check-sandbox check-sandbox-guest bench-sandbox
+#   sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox
 # Everything it writes goes under build/.
 
 SANDBOX_SRC    := daemon/sandbox
@@ -31,7 +31,12 @@ SANDBOX_MCPT   := $(SANDBOX_OUT)/test_mcp
 SANDBOX_FAKE   := $(SANDBOX_OUT)/kvs-mcp-fake
 SANDBOX_MCPCLI := $(SANDBOX_OUT)/kvs-mcp-cli
 
-.PHONY: sandbox check-sandbox check-sandbox-guest bench-sandbox
+.PHONY: sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox
+
+# the npm MCP servers in $(SANDBOX_OUT)/npm (installed once; kvarenad's
+# test_orch runs them too)
+sandbox-npm:
+	@tests/sandbox/mcp-npm.sh --install
 
 # `make` (the top-level tools target) builds the CLI too
 tools: $(SANDBOX_CLI)

@@ -14,9 +14,12 @@ $(KVD_TEST_MODEL): $(ENGINE_MKMODEL)
 	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
 		--vocab 512 --ctx 1024 --tokenizer bpe --type f32 --seed 3 -o $@ >/dev/null
 
+# mcp_servers: the npm MCP servers (sandbox-npm) and the hostile fake
 .PHONY: check-orch
-check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
-	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN) $(SANDBOX_FAKE) sandbox-npm
+	ASAN_OPTIONS=detect_leaks=1 KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) \
+		KVD_TEST_MCP_NPM=$(SANDBOX_OUT)/npm \
+		$(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 
 # In the guests: the same orchestrator over kvarena.ko (dma-buf hand-off,
 # io_uring state batches, the kernel's pressure events), without
@@ -37,8 +40,8 @@ check-orch-guest: modules-guest $(KVD_TEST_ORCH_G) $(ENGINE_MKMODEL)
 # plugin, the listen policy), then the HTTP suites (bad input, 1000
 # connections, slow clients) and the official openai client against it.
 .PHONY: check-serve check-daemon
-check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL)
-	/usr/bin/python3 tests/daemon/test_serve.py $(KVD_BIN) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
+	KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) /usr/bin/python3 tests/daemon/test_serve.py $(KVD_BIN) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 	KVD_API_MODEL=test \
 	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
 		sh tests/daemon/run-api.sh

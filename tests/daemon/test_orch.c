@@ -894,6 +894,269 @@ static void test_agent_loop(void)
 	unlink(policy);
 	rmdir(root);
 }
+
+/*
+ * MCP tool servers ([mcp.NAME]) through the orchestrator: the real npm
+ * servers (server-everything's echo, server-filesystem in a directory it
+ * was given) and the hostile fake (silent, oversized, malformed, exiting
+ * on tools/call; one that never initializes): each hostile call is a tool
+ * error, and the daemon keeps serving.
+ */
+static void mcp_cfg(struct kvd_config *c, const char *name, const char *cmd, const char *tool,
+		    uint32_t timeout_ms)
+{
+	struct kvd_mcp_cfg *m = &c->mcp[c->n_mcp++];
+
+	memset(m, 0, sizeof(*m));
+	snprintf(m->name, sizeof(m->name), "%s", name);
+	if (strlen(cmd) >= sizeof(m->command))
+		CHECK(0, "command too long: %s", cmd);
+	snprintf(m->command, sizeof(m->command), "%.1000s", cmd);
+	snprintf(m->tool, sizeof(m->tool), "%s", tool);
+	m->timeout_ms = timeout_ms;
+	m->max_result_bytes = 1u << 20;
+}
+
+static int run_of(const struct treply *t, const char *name)
+{
+	uint32_t i;
+
+	for (i = 0; i < t->n_runs; i++)
+		if (!strcmp(t->runs[i].name, name))
+			return (int)i;
+	return 0;
+}
+
+static void test_mcp_servers(void)
+{
+	const char *fake_rel = getenv("KVD_TEST_MCP_FAKE"), *npm_rel = getenv("KVD_TEST_MCP_NPM");
+	char root[256], policy[300], work[300], fsdir[300], path[700], node[PATH_MAX];
+	char fake[PATH_MAX], npm[PATH_MAX];
+	char cmd[2 * PATH_MAX + 128], p1[4096];
+
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t;
+	const char *decl;
+	uint64_t ok0, err0;
+	FILE *f;
+	int i;
+
+	if (!fake_rel || !npm_rel || !realpath(fake_rel, fake) || !realpath(npm_rel, npm) ||
+	    (!realpath("/usr/bin/node", node) &&
+			      !realpath("/usr/local/bin/node", node))) {
+		printf("SKIP mcp_servers: KVD_TEST_MCP_FAKE, KVD_TEST_MCP_NPM or node missing "
+		       "(make check-orch sets them)\n");
+		return;
+	}
+	snprintf(root, sizeof(root), "/tmp/kvd-mcp-XXXXXX");
+	if (!mkdtemp(root)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	chmod(root, 0755);
+	snprintf(policy, sizeof(policy), "%s/policy.ini", root);
+	snprintf(work, sizeof(work), "%s/work", root);
+	snprintf(fsdir, sizeof(fsdir), "%s/fs", root);
+	mkdir(fsdir, 0755);
+	snprintf(path, sizeof(path), "%s/a.txt", fsdir);
+	f = fopen(path, "w");
+	if (!f)
+		return;
+	fputs("hello from an MCP server\n", f);
+	fclose(f);
+	if (geteuid() == 0 && (chown(fsdir, 65534, 65534) || chown(path, 65534, 65534)))
+		CHECK(0, "chown %s", fsdir);
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	/* a server lives as long as its tool's timeout allows */
+	fprintf(f, "[mcp-node]\nexec = %s\nro = %s/node_modules\nmemory = 1G\npids = 64\n"
+		"timeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm, fake);
+	fclose(f);
+
+	/* the [mcp.NAME] keys as the INI file gives them */
+	{
+		char e[256];
+
+		base_config(&c);
+		CHECK(!kvd_config_set(&c, "mcp.fs", "command", "/bin/x \"a b\" c", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "tool", "mcp-node", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "prefix", "", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "allow", "a, b", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "timeout_ms", "2000", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "max_result_bytes", "65536", e, sizeof(e)) &&
+		      !kvd_config_set(&c, "mcp.fs", "workdir", "/srv/x", e, sizeof(e)) &&
+		      c.n_mcp == 1 && c.mcp[0].has_prefix && !c.mcp[0].prefix[0] &&
+		      c.mcp[0].timeout_ms == 2000 && !kvd_config_check(&c, e, sizeof(e)),
+		      "[mcp.fs] keys parse (%s)", e);
+		CHECK(kvd_config_set(&c, "mcp.fs", "prefix", "a b", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.fs", "timeout_ms", "5", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.fs", "workdir", "rel", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.fs", "nope", "1", e, sizeof(e)) &&
+		      kvd_config_set(&c, "mcp.a b", "command", "/bin/x", e, sizeof(e)),
+		      "bad [mcp.*] values, keys and names are refused");
+		CHECK(!kvd_config_set(&c, "mcp.other", "tool", "x", e, sizeof(e)) &&
+		      kvd_config_check(&c, e, sizeof(e)) && strstr(e, "no command"),
+		      "an [mcp.*] without a command is refused: %s", e);
+
+		/* two servers whose tools would share a name: refused at start */
+		base_config(&c);
+		snprintf(cmd, sizeof(cmd), "%s good", fake);
+		mcp_cfg(&c, "one", cmd, "mcp-fake", 5000);
+		mcp_cfg(&c, "two", cmd, "mcp-fake", 5000);
+		c.mcp[0].has_prefix = c.mcp[1].has_prefix = 1;
+		snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+		snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+		d = NULL;
+		e[0] = 0;
+		CHECK(kvd_create(&c, self, &d, e, sizeof(e)) != 0 && !d &&
+		      strstr(e, "echo is declared twice"),
+		      "two servers both declaring echo without a prefix: the start is refused: %s", e);
+	}
+
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	c.tools_enabled = 1u << KVD_TOOL_SH;
+	c.tools_max_rounds = 2;
+	snprintf(cmd, sizeof(cmd), "%s %s/node_modules/@modelcontextprotocol/server-everything/"
+		 "dist/index.js stdio", node, npm);
+	mcp_cfg(&c, "everything", cmd, "mcp-node", 30000);
+	snprintf(c.mcp[0].allow, sizeof(c.mcp[0].allow), "echo, get-sum");
+	snprintf(cmd, sizeof(cmd), "%s %s/node_modules/@modelcontextprotocol/server-filesystem/"
+		 "dist/index.js /home/tool", node, npm);
+	mcp_cfg(&c, "filesystem", cmd, "mcp-node", 30000);
+	snprintf(c.mcp[1].prefix, sizeof(c.mcp[1].prefix), "fs_");
+	c.mcp[1].has_prefix = 1;
+	snprintf(c.mcp[1].workdir, sizeof(c.mcp[1].workdir), "%s", fsdir);
+	snprintf(c.mcp[1].allow, sizeof(c.mcp[1].allow), "read_text_file list_directory");
+	/* the hostile ones: misbehaving on tools/call only */
+	snprintf(cmd, sizeof(cmd), "\"%s\" \"callsilent\"", fake);	/* quoted words */
+	mcp_cfg(&c, "silent", cmd, "mcp-fake", 1500);
+	snprintf(cmd, sizeof(cmd), "%s callhuge", fake);
+	mcp_cfg(&c, "huge", cmd, "mcp-fake", 1500);
+	c.mcp[3].max_result_bytes = 65536;
+	snprintf(cmd, sizeof(cmd), "%s callgarbage", fake);
+	mcp_cfg(&c, "garbage", cmd, "mcp-fake", 1500);
+	snprintf(cmd, sizeof(cmd), "%s callexit", fake);
+	mcp_cfg(&c, "exits", cmd, "mcp-fake", 1500);
+	/* odd tool names and descriptions */
+	snprintf(cmd, sizeof(cmd), "%s odd", fake);
+	mcp_cfg(&c, "odd", cmd, "mcp-fake", 5000);
+	/* never initializes; under the built-in least privilege (no tool =) */
+	snprintf(cmd, sizeof(cmd), "%s silent", fake);
+	mcp_cfg(&c, "dead", cmd, "", 1000);
+
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts with 8 MCP servers (one never answers)");
+	if (!d)
+		goto out;
+	decl = kvd_server_tools(d);
+	CHECK(decl && strstr(decl, "\"name\": \"sh\"") && strstr(decl, "\"everything_echo\"") &&
+	      strstr(decl, "\"everything_get-sum\"") && strstr(decl, "\"fs_read_text_file\"") &&
+	      strstr(decl, "\"fs_list_directory\"") && !strstr(decl, "fs_write_file") &&
+	      strstr(decl, "\"silent_echo\"") && strstr(decl, "\"exits_echo\"") &&
+	      !strstr(decl, "dead_"), "declarations: sh, the allowed npm tools (prefixed), the "
+	      "fakes' echo; none of the server that never initialized");
+	CHECK(decl && strstr(decl, "\"message\""),
+	      "server-everything's echo is declared with its input schema");
+	CHECK(decl && strstr(decl, "\"odd_echo\"") && strstr(decl, "\"odd_long\"") &&
+	      !strstr(decl, "odd_inject") && !strstr(decl, "<|") && !strstr(decl, "has space") &&
+	      !strstr(decl, "\"odd_\""),
+	      "odd tools: a chat marker, a blank or an empty name are not offered; a long "
+	      "UTF-8 description is cut");
+
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nuse the MCP tools<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	ok0 = metric(d, "kvarenad_mcp_calls_total{result=\"ok\"}");
+	err0 = metric(d, "kvarenad_mcp_calls_total{result=\"error\"}");
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"everything_echo\", \"arguments\": {\"message\": "
+			"\"hi from kvarena\"}}\n</tool_call>\n<tool_call>\n{\"name\": "
+			"\"fs_read_text_file\", \"arguments\": {\"path\": \"/home/tool/a.txt\"}}\n"
+			"</tool_call>\n<tool_call>\n{\"name\": \"fs_list_directory\", \"arguments\": "
+			"{\"path\": \"/home/tool\"}}\n</tool_call>\n<tool_call>\n{\"name\": "
+			"\"fs_read_text_file\", \"arguments\": {\"path\": \"/etc/passwd\"}}\n"
+			"</tool_call>",
+		};
+
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 0, 4), &t, NULL, NULL) == 0 && t.n_runs == 4,
+		      "one round of four MCP calls (two servers) completes (%u runs)", t.n_runs);
+		CHECK(!strcmp(t.runs[0].reason, "exit") && t.runs[0].code == 0 &&
+		      strstr(t.runs[0].output, "Echo: hi from kvarena"),
+		      "server-everything echo: \"%s\"", t.runs[0].output);
+		CHECK(t.runs[1].code == 0 && strstr(t.runs[1].output, "hello from an MCP server"),
+		      "server-filesystem reads a.txt of the directory it was given: \"%s\"",
+		      t.runs[1].output);
+		CHECK(t.runs[2].code == 0 && strstr(t.runs[2].output, "a.txt"),
+		      "server-filesystem lists it: \"%s\"", t.runs[2].output);
+		CHECK(t.runs[3].code != 0 && !strstr(t.runs[3].output, "root:"),
+		      "server-filesystem refuses /etc/passwd (isError): \"%.120s\"",
+		      t.runs[3].output);
+		CHECK(metric(d, "kvarenad_mcp_calls_total{result=\"ok\"}") == ok0 + 3 &&
+		      metric(d, "kvarenad_mcp_calls_total{result=\"error\"}") == err0 + 1,
+		      "MCP calls counted: 3 ok, 1 error");
+	}
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"silent_echo\", \"arguments\": {\"text\": \"a\"}}\n"
+			"</tool_call>\n<tool_call>\n{\"name\": \"huge_echo\", \"arguments\": {}}\n"
+			"</tool_call>\n<tool_call>\n{\"name\": \"garbage_echo\", \"arguments\": {}}\n"
+			"</tool_call>\n<tool_call>\n{\"name\": \"exits_echo\", \"arguments\": {}}\n"
+			"</tool_call>",
+		};
+
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 0, 4), &t, NULL, NULL) == 0 && t.n_runs == 4,
+		      "four hostile MCP calls run as one round (%u runs)", t.n_runs);
+		i = run_of(&t, "silent_echo");
+		CHECK(!strcmp(t.runs[i].reason, "timeout") &&
+		      strstr(t.runs[i].output, "no answer in time"),
+		      "a server that never answers: a timeout tool error: \"%s\"", t.runs[i].output);
+		i = run_of(&t, "huge_echo");
+		CHECK(!strcmp(t.runs[i].reason, "output-cap") &&
+		      strstr(t.runs[i].output, "size cap"),
+		      "a 100 MB answer: an output-cap tool error: \"%.200s\"", t.runs[i].output);
+		i = run_of(&t, "garbage_echo");
+		CHECK(t.runs[i].code != 0 && strstr(t.runs[i].output, "without a result object"),
+		      "malformed answers: a tool error: \"%s\"", t.runs[i].output);
+		i = run_of(&t, "exits_echo");
+		CHECK(t.runs[i].code != 0 && strstr(t.runs[i].output, "the server exited"),
+		      "a server that exits on the call: a tool error: \"%s\"", t.runs[i].output);
+	}
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"exits_echo\", \"arguments\": {}}\n</tool_call>\n"
+			"<tool_call>\n{\"name\": \"everything_get-sum\", \"arguments\": {\"a\": 2, "
+			"\"b\": 40}}\n</tool_call>",
+		};
+		uint64_t restarts = metric(d, "kvarenad_mcp_restarts_total");
+		struct reply ok;
+
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 0, 4), &t, NULL, NULL) == 0 && t.n_runs == 2,
+		      "the next round runs (%u runs)", t.n_runs);
+		CHECK(t.runs[0].code != 0 && strstr(t.runs[0].output, "the server exited") &&
+		      metric(d, "kvarenad_mcp_restarts_total") > restarts,
+		      "the server that exited is started again for the next call (and fails "
+		      "again): \"%s\"", t.runs[0].output);
+		CHECK(t.runs[1].code == 0 && strstr(t.runs[1].output, "42"),
+		      "server-everything still answers: get-sum 2 + 40: \"%s\"", t.runs[1].output);
+		CHECK(ask(d, p1, 0, 1, 4, &ok, NULL) == 0 && kvd_ready(d),
+		      "the daemon still serves afterwards");
+	}
+	kvd_destroy(d);
+out:
+	unlink(path);
+	rmdir(fsdir);
+	unlink(policy);
+	snprintf(cmd, sizeof(cmd), "%s", work);
+	rmdir(cmd);
+	rmdir(root);
+}
 #endif
 
 int main(int argc, char **argv)
@@ -944,6 +1207,7 @@ int main(int argc, char **argv)
 	RUN(plugin);
 #ifdef KVD_TEST_HOOKS
 	RUN(agent_loop);
+	RUN(mcp_servers);
 #endif
 	printf("%d passed, %d failed\n", pass, failed);
 	return failed ? 1 : 0;

@@ -425,6 +425,36 @@ def test_server_tools():
     p = subprocess.run([EXE, "--config", bad], capture_output=True, text=True, timeout=60)
     check(p.returncode == 2 and "enable" in p.stderr,
           f"[tools] enable naming an unknown tool: refused at startup ({p.stderr.strip()})")
+    # [mcp.NAME] through the real daemon and its INI file: an MCP server's
+    # tool alone (no built-in enabled) reaches an allowed tenant's prompt
+    fake = os.environ.get("KVD_TEST_MCP_FAKE")
+    if not fake:
+        print("skip [mcp.*] through kvarenad: KVD_TEST_MCP_FAKE unset (make check-serve sets it)")
+        return
+    fake = os.path.realpath(fake)
+    conf = (f"[tenant.a]\nkey = {KEY_A}\nserver_tools = yes\n"
+            f"[tenant.b]\nkey = {KEY_B}\n"
+            f"[tools]\nworkdir_root = {TMP}/work\n"
+            f"[mcp.fake]\ncommand = {fake} good\ntimeout_ms = 5000\n")
+    d = Daemon(tenants=False, extra_conf=conf)
+    try:
+        m = [{"role": "user", "content": "echo something"}]
+        st, ra, _ = d.chat(m, max_tokens=4)
+        st2, rb, _ = d.chat(m, key=KEY_B, max_tokens=4)
+        pa, pb = ra["usage"]["prompt_tokens"], rb["usage"]["prompt_tokens"]
+        check(st == 200 and st2 == 200 and pa > pb + 10,
+              f"[mcp.fake]: its echo tool (fake_echo) is in tenant a's prompt ({pa} vs {pb})")
+        check("[mcp.fake] fake-good 1: 1 tools" in d.logtext(),
+              "the startup log names the server and its tools")
+        check(d.metric('kvarenad_mcp_calls_total{result="ok"}') == 0,
+              "kvarenad_mcp_calls_total is exported")
+    finally:
+        d.stop()
+    with open(bad, "w") as f:
+        f.write(f"[model]\npath = {MODEL}\n[mcp.x]\ncommand = {fake} good\nbogus = 1\n")
+    p = subprocess.run([EXE, "--config", bad], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "bogus" in p.stderr,
+          f"an unknown [mcp.x] key: refused at startup ({p.stderr.strip()})")
 
 
 def main():

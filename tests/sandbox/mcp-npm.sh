@@ -12,7 +12,7 @@ VER=${KVS_MCP_NPM_VERSION:-2026.8.31}
 NPMDIR=$PWD/build/sandbox/npm
 CLI=build/sandbox/kvs-mcp-cli
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-[ -x "$CLI" ] || { echo "mcp-npm: $CLI missing (make sandbox)" >&2; exit 2; }
+[ "${1:-}" = --install ] || [ -x "$CLI" ] || { echo "mcp-npm: $CLI missing (make sandbox)" >&2; exit 2; }
 NODE=$(command -v node) || { echo "mcp-npm: node not found (scripts/deps.sh check installs nodejs)" >&2; exit 2; }
 NODE=$(realpath "$NODE")
 if [ ! -f "$NPMDIR/.installed-$VER" ]; then
@@ -25,6 +25,8 @@ if [ ! -f "$NPMDIR/.installed-$VER" ]; then
 	touch "$NPMDIR/.installed-$VER"
 fi
 M=$NPMDIR/node_modules/@modelcontextprotocol
+# --install: only make sure they are there (kvarenad's test_orch uses them)
+[ "${1:-}" = --install ] && exit 0
 
 T=$(mktemp -d /tmp/kvs-mcp-npm.XXXXXX)
 trap 'rm -rf "$T"' EXIT
