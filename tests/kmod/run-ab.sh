@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
 # Run guest suites against the module as of a base revision, then against
 # the working tree's, in one guest boot: a test written for a fix should fail
 # on the first and pass on the second.  Usage: run-ab.sh VERSION REV [suite...]
