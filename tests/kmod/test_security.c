@@ -251,10 +251,11 @@ static void test_busy_arena_does_not_stall_creates(void)
 /* One kvarena netlink message of cmd, within 2 s; 0 if none came. */
 static int next_arena_msg(struct kva_nl *sub, uint32_t *arena_id)
 {
-	struct kva_nl_event ev;
+	struct kva_nl_event ev = { .size = sizeof(ev) };
 	int ret;
 
 	while ((ret = kva_nl_next_event(sub, &ev, 2000)) > 0) {
+		ev.size = sizeof(ev);
 		if (ev.kind == KVA_NL_EV_ARENA_NEW || ev.kind == KVA_NL_EV_ARENA_DEL) {
 			*arena_id = ev.ev.arena_id;
 			return ev.kind;
