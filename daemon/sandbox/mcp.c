@@ -229,7 +229,10 @@ static int request(struct kvs_mcp *m, const char *method, json_t *params, uint32
 	rc = send_json(m, msg, deadline);
 	json_decref(msg);
 	if (rc) {
-		say(err, errlen, "%s: sending: %s", method, strerror(-rc));
+		/* a server that exited before reading its request: the same
+		 * failure as one that exits before answering */
+		say(err, errlen, "%s: sending: %s", method,
+		    rc == -EPIPE ? "the server exited" : strerror(-rc));
 		return rc;
 	}
 	for (;;) {
