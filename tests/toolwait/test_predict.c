@@ -216,12 +216,42 @@ static void test_extremes(void)
 	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, UINT64_MAX / 4,
 				     0);
 	CHECK(r == UINT64_MAX / 4, "beyond the last slot: Lindy");
+	/*
+	 * One 40-minute wait among 4 million short ones: the counts sum past
+	 * 2^20, so they are scaled (by 4); rounding down would lose it and
+	 * fall back to the cold-start rule (about 1 s).  Its slot's midpoint
+	 * is 3 x 2^30 us.
+	 */
 	memset(slots, 0, sizeof(slots));
-	slots[0] = 1000000;
-	slots[31] = 1;	/* one 40-minute wait must not scale away */
+	slots[0] = 4000000;
+	slots[31] = 1;
 	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 10, 0);
-	CHECK(r > (1ULL << 31), "rare long wait survives scaling: %lu",
+	CHECK(r == 3ULL * (1ULL << 30) - 10, "rare long wait survives scaling: %lu",
 	      (unsigned long)r);
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 10, 1000) == 1024,
+	      "rare long wait: certain to last 1 ms more");
+	/* Just at the scaling threshold (2^20, no scaling) and one past it. */
+	memset(slots, 0, sizeof(slots));
+	slots[3] = 1048576 - 8;
+	slots[20] = 8;
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 16, 0);
+	CHECK(r == 3ULL * (1ULL << 19) - 16, "2^20 samples, past slot 3: %lu",
+	      (unsigned long)r);
+	slots[3]++;
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 16, 0);
+	CHECK(r == 3ULL * (1ULL << 19) - 16, "2^20 + 1 samples, past slot 3: %lu",
+	      (unsigned long)r);
+	/* A wait inside a slot: the slot's mass is spread uniformly. */
+	memset(slots, 0, sizeof(slots));
+	slots[10] = 100;	/* [1024, 2048) us */
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 1536, 0);
+	CHECK(r == 256, "half-way through a slot: mean of the rest %lu",
+	      (unsigned long)r);
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 512) == 512,
+	      "half of a uniform slot survives half its width: %u",
+	      kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 512));
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 1024) == 0,
+	      "nothing outlives its slot");
 }
 
 int main(void)
