@@ -96,3 +96,10 @@ check-install: lib tools module
 	test -f $(INST)/etc/udev/rules.d/60-kvarena.rules
 	ls $(INST)/lib/modules/*/extra/kvarena.ko $(INST)/usr/share/man/man3/libkvarena.3 >/dev/null
 	@echo "check-install: ok"
+
+# Mutation testing (Documentation/testing.md, "Mutation lane"); not part of
+# check-all: minutes per group. MUTATION_ARGS="--seed 7 -n 40 --groups core"
+MUTATION_ARGS ?=
+.PHONY: check-mutation
+check-mutation:
+	nice -n 15 /usr/bin/python3 tests/mutation/mutate.py $(MUTATION_ARGS)

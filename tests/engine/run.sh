@@ -42,6 +42,15 @@ gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 -
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
 
+# ENGINE_FAIL_FAST=1 (the mutation lane): stop at the first failure
+bail() {
+	if [ -n "${ENGINE_FAIL_FAST:-}" ] &&
+	   [ $(( $(grep -c '^FAIL' "$LOG") + extra_fail )) -gt 0 ]; then
+		echo "ENGINE_FAIL_FAST: stopping at the first failure (log: $LOG)"
+		exit 1
+	fi
+}
+
 run() {	# run LABEL CMD...: log everything, show failures and notes
 	label=$1
 	shift
@@ -57,6 +66,7 @@ run() {	# run LABEL CMD...: log everything, show failures and notes
 		extra_fail=$((extra_fail + 1))
 	fi
 	printf '%-44s %4d ok %3d failed\n' "$label" "$n_ok" "$n_bad"
+	bail
 }
 
 runref() {	# numpy lines are the interesting ones: always show them
@@ -69,6 +79,7 @@ runref() {	# numpy lines are the interesting ones: always show them
 	if ! printf '%s\n' "$out" | grep -q '^ok'; then
 		extra_fail=$((extra_fail + 1))
 	fi
+	bail
 }
 
 echo "engine checks"
@@ -143,6 +154,7 @@ for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2 qwen2-f32; do
 	printf '%-44s %4d ok %3d failed\n' "tokenizer vs python ($m)" \
 		"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
 	printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
+	bail
 done
 
 pass=$(grep -c '^ok' "$LOG")
