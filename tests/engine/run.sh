@@ -36,6 +36,9 @@ gen fz-q8.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 400 --ctx 64 --typ
 gen qwen2-f32.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-base 1000000 --seed 21
 gen qwen2-f16.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --seed 22
 gen qwen2-q8.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 23
+# partial rope (rope.dimension_count < head dim 16), both rope styles
+gen rope8-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-dims 8 --seed 25
+gen qwen2-rope6-f16.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --rope-dims 6 --seed 26
 # BPE vocabularies under the llama-3 and qwen2 pre-tokenizers
 gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre llama-bpe --seed 17
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18
@@ -129,6 +132,9 @@ done
 # must miss by more than the bound, so a rope mix-up cannot pass
 runref "ref qwen2-f32" "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --controls
 runref "ref f32-gqa controls" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --controls
+# partial rope: 8 of 16 dims (llama pairs), 6 of 16 (NEOX halves)
+runref "ref rope8-f32 controls" "$PY" tests/engine/ref.py logits $M/rope8-f32.gguf $T/kve-logits --bound $BOUND --controls
+runref "ref qwen2-rope6-f16 controls" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-rope6-f16.gguf $T/kve-logits --bound $BOUND --controls --prefill 7
 runref "ref qwen2 arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
 runref "ref c qwen2 q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-q8.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
 runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
