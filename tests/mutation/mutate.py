@@ -43,9 +43,11 @@ SCRATCH = os.path.join(ROOT, "build", "mutation")
 TREE = os.path.join(SCRATCH, "tree")
 EQUIV = os.path.join(ROOT, "tests", "mutation", "equivalent.txt")
 
+# the sanitized library's binaries only: kve-demo (the unsanitized build)
+# is skipped, test_arena covers its hand-over
 ENGINE_BINS = ["build/engine/tests/test_%s" % t for t in
                ("gguf", "kernels", "tokenizer", "engine", "fuzz", "arena")] + [
-    "build/engine/tests/kve-logits", "build/bin/kve-demo", "build/bin/kva-mkmodel"]
+    "build/engine/tests/kve-logits", "build/bin/kva-mkmodel"]
 CORE_BINS = ["build/tests/core/test_core", "build/tests/lib/test_lib",
              "build/tests/toolwait/test_predict"]
 CORE_TESTS = [["make", "-s", "--no-print-directory", "check-core"],
@@ -64,7 +66,8 @@ GROUPS = {
                    exclude=["daemon/engine/kernels_avx512.c"],
                    build=ENGINE_BINS,
                    tests=[["sh", "tests/engine/run.sh"]],
-                   env={"ENGINE_FAIL_FAST": "1", "ENGINE_FUZZ_ITERS": "600"}),
+                   env={"ENGINE_FAIL_FAST": "1", "ENGINE_FUZZ_ITERS": "600",
+                        "ENGINE_SKIP_DEMO": "1"}),
     # kvarenad's request parsing and scheduler, once they and their
     # suite (make check-kvarenad) are in the tree
     "daemon": dict(files=["daemon/kvarenad/*.c"], build=[],
@@ -405,6 +408,9 @@ def main():
     ap.add_argument("--list", action="store_true", help="count candidates, run nothing")
     ap.add_argument("--file", action="append", default=[],
                     help="only mutants in this file (repeatable)")
+    ap.add_argument("--match", action="append", default=[],
+                    help="only mutants whose key (as printed for survivors) "
+                         "contains this text (repeatable): to rerun some")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else int(time.time()) % 100000
     equiv = load_equiv()
@@ -432,7 +438,8 @@ def main():
         for f in files:
             src = open(os.path.join(ROOT, f)).read()
             for m in candidates(f, src):
-                cands.append((f, m))
+                if not a.match or any(t in key_of(f, src, m) for t in a.match):
+                    cands.append((f, m))
         print("# group %s: %d candidate mutants in %d files" % (name, len(cands), len(files)))
         plan.append((name, g, cands))
     if a.list:
@@ -463,22 +470,29 @@ def main():
         if verdict != "survived":
             print("FAIL %s: the unmutated tree fails its suites (%s, %s)" % (name, verdict, log_path))
             return 2
-        print("# %s: unmutated suites pass in %.0fs" % (name, secs))
-        if secs > a.timeout / 2:
-            print("# warning: that is over half the timeout; a loaded machine may "
-                  "time out correct code (--timeout)")
+        # a timeout counts as a kill: keep it well above what correct code
+        # takes on this machine now
+        limit = max(a.timeout, round(2.5 * secs))
+        print("# %s: unmutated suites pass in %.0fs; test timeout %ds per mutant"
+              % (name, secs, limit))
         order = list(range(len(cands)))
         random.Random("%d:%s" % (seed, name)).shuffle(order)
+        # the first n in seeded order, run grouped by file (a file's object
+        # is rebuilt once per mutant, not twice); those that do not compile
+        # are replaced by the next ones in the same order
+        queue, nxt = sorted(order[:a.n]), a.n
         done, nobuild, seen = 0, 0, set()
-        for idx in order:
-            if done >= a.n:
-                break
+        while queue:
+            idx = queue.pop(0)
             f, m = cands[idx]
             path = os.path.join(TREE, f)
             orig = open(os.path.join(ROOT, f)).read()
             st, en, rep, kind = m
             mutated = orig[:st] + rep + orig[en:]
             if (f, mutated) in seen:
+                if nxt < len(order):
+                    queue.insert(0, order[nxt])
+                    nxt += 1
                 continue
             seen.add((f, mutated))
             ln, desc = describe(f, orig, m)
@@ -490,8 +504,11 @@ def main():
                     rc = build(g, genv, log)
                     if rc != 0:
                         nobuild += 1
+                        if nxt < len(order):
+                            queue.insert(0, order[nxt])
+                            nxt += 1
                         continue
-                    verdict, secs = test(g, genv, a.timeout, log)
+                    verdict, secs = test(g, genv, limit, log)
             finally:
                 with open(path, "w") as out:
                     out.write(orig)
