@@ -356,7 +356,8 @@ def copy_tree():
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.exists(dst) or open(dst, "rb").read() != open(
                 os.path.join(ROOT, f), "rb").read():
-            shutil.copy2(os.path.join(ROOT, f), dst)
+            shutil.copyfile(os.path.join(ROOT, f), dst)	# new mtime: rebuilt
+            shutil.copymode(os.path.join(ROOT, f), dst)
     for d in ("build/bpf",):
         s = os.path.join(ROOT, d)
         if os.path.isdir(s) and not os.path.isdir(os.path.join(TREE, d)):
