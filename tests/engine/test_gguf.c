@@ -253,6 +253,60 @@ static void edit_and_expect(const uint8_t *orig, size_t len, const char *from,
 
 static void replace_all(uint8_t *b, size_t len, const char *from, const char *to, size_t n);
 
+/* The model with the u32 metadata key `key` set to v: loads, or the error. */
+static int with_u32(const uint8_t *orig, size_t len, const char *key, uint32_t v,
+		    char *err, size_t errlen)
+{
+	size_t kl = strlen(key), i;
+	uint8_t *c = malloc(len);
+	struct kve_model *m;
+	uint32_t t;
+
+	memcpy(c, orig, len);
+	for (i = 0; i + kl + 8 <= len; i++) {
+		memcpy(&t, c + i + kl, 4);
+		if (!memcmp(c + i, key, kl) && t == GGUF_U32) {
+			memcpy(c + i + kl + 4, &v, 4);
+			break;
+		}
+	}
+	if (i + kl + 8 > len)
+		snprintf(err, errlen, "key %s not found", key);
+	m = i + kl + 8 <= len ? kve_model_load_mem(c, len, err, errlen) : NULL;
+	kve_model_free(m);
+	free(c);
+	return m != NULL;
+}
+
+/* Each hyper-parameter's range: 0 and one past the limit are "out of
+ * range"; the limit itself is not (it may fail later, on shapes). */
+static void hyper_ranges(const uint8_t *b, size_t len)
+{
+	static const struct { const char *key; uint32_t max; } hp[] = {
+		{ "llama.embedding_length", 65536 }, { "llama.block_count", 1024 },
+		{ "llama.feed_forward_length", 1u << 20 },
+		{ "llama.attention.head_count", 1024 }, { "llama.context_length", 1u << 24 },
+	};
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(hp) / sizeof(hp[0]); i++) {
+		int ok = 1, loaded;
+
+		err[0] = 0;
+		ok &= !with_u32(b, len, hp[i].key, 0, err, sizeof(err)) &&
+		      strstr(err, "out of range");
+		err[0] = 0;
+		ok &= !with_u32(b, len, hp[i].key, hp[i].max + 1, err, sizeof(err)) &&
+		      strstr(err, "out of range");
+		err[0] = 0;
+		loaded = with_u32(b, len, hp[i].key, hp[i].max, err, sizeof(err));
+		ok &= loaded || (err[0] && !strstr(err, "out of range") && !strstr(err, "not found"));
+		CHECK(ok, "%s: 0 and %u out of range, %u not (%s)", hp[i].key, hp[i].max + 1,
+		      hp[i].max, loaded ? "loads" : err);
+	}
+}
+
 static void test_model(const char *path)
 {
 	size_t len;
@@ -266,6 +320,7 @@ static void test_model(const char *path)
 	m = kve_model_load_mem(b, len, err, sizeof(err));
 	CHECK(m != NULL, "model loads from memory");
 	kve_model_free(m);
+	hyper_ranges(b, len);
 	edit_and_expect(b, len, "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight",
 			"'blk.1.ffn_up.weight' is missing");
 	edit_and_expect(b, len, "llama.block_count", "llama.block_counx",

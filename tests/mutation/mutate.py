@@ -344,9 +344,18 @@ def group_files(g):
     return [os.path.relpath(f, ROOT) for f in files if f not in ex]
 
 
+APPLIED = os.path.join(SCRATCH, "applied")	# names a file while it is mutated
+
+
 def copy_tree():
     """tracked and untracked-but-not-ignored files, plus build outputs the
     suites reuse (bpf skeleton, engine models), into the scratch tree"""
+    # a run killed while a mutant was applied: that file's objects are the
+    # mutant's, so give its restored copy a new mtime below
+    stale = None
+    if os.path.exists(APPLIED):
+        stale = open(APPLIED).read().strip()
+        os.unlink(APPLIED)
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"],
                            cwd=ROOT, capture_output=True, check=True).stdout
     for f in files.decode().split("\0"):
@@ -358,6 +367,8 @@ def copy_tree():
                 os.path.join(ROOT, f), "rb").read():
             shutil.copyfile(os.path.join(ROOT, f), dst)	# new mtime: rebuilt
             shutil.copymode(os.path.join(ROOT, f), dst)
+    if stale and os.path.exists(os.path.join(TREE, stale)):
+        shutil.copyfile(os.path.join(ROOT, stale), os.path.join(TREE, stale))
     for d in ("build/bpf",):
         s = os.path.join(ROOT, d)
         if os.path.isdir(s) and not os.path.isdir(os.path.join(TREE, d)):
@@ -498,6 +509,8 @@ def main():
             seen.add((f, mutated))
             ln, desc = describe(f, orig, m)
             key = key_of(f, orig, m)
+            with open(APPLIED, "w") as out:
+                out.write(f)
             with open(path, "w") as out:
                 out.write(mutated)
             try:
@@ -513,6 +526,7 @@ def main():
             finally:
                 with open(path, "w") as out:
                     out.write(orig)
+                os.unlink(APPLIED)
             done += 1
             results.append((name, f, ln, desc, key, verdict, secs))
             print("[%s %2d/%d] %-8s %5.1fs %s:%d %s" % (name, done, a.n, verdict.upper(),
