@@ -423,7 +423,15 @@ def main():
     ap.add_argument("--match", action="append", default=[],
                     help="only mutants whose key (as printed for survivors) "
                          "contains this text (repeatable): to rerun some")
+    ap.add_argument("--scratch", default=None,
+                    help="scratch directory (build/mutation): two runs at once "
+                         "need two")
     a = ap.parse_args()
+    if a.scratch:
+        global SCRATCH, TREE, APPLIED
+        SCRATCH = os.path.abspath(a.scratch)
+        TREE = os.path.join(SCRATCH, "tree")
+        APPLIED = os.path.join(SCRATCH, "applied")
     seed = a.seed if a.seed is not None else int(time.time()) % 100000
     equiv = load_equiv()
     env = dict(os.environ)
