@@ -477,6 +477,22 @@ def main():
     print("mutation lane: seed %d, %d mutants per group, test timeout %gs, scratch %s"
           % (seed, a.n, a.timeout, os.path.relpath(TREE, ROOT)))
     results = []	# (group, file, line, desc, key, outcome, secs)
+
+    def stop(signum, frame):
+        # interrupted (Ctrl-C, timeout, kill): report what is done; the
+        # mutated file is restored by the finally below
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        rc = run_groups(a, plan, env, results, seed)
+        if rc:
+            return rc
+    except KeyboardInterrupt:
+        print("\ninterrupted: the report covers the %d mutants done" % len(results))
+    return report(results, equiv, seed)
+
+
+def run_groups(a, plan, env, results, seed):
     log_path = os.path.join(SCRATCH, "last.log")
     for name, g, cands in plan:
         genv = dict(env)
@@ -544,7 +560,7 @@ def main():
         # leave the scratch tree built from the real sources
         with open(log_path, "w") as log:
             build(g, genv, log)
-    return report(results, equiv, seed)
+    return 0
 
 
 def report(results, equiv, seed):
