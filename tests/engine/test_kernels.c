@@ -290,6 +290,26 @@ static void bad_quantize(const float *x, int n, struct kve_q8x *out)
 	out[n / QK8_0 - 1].q[3] ^= 1;
 }
 
+/* rounds ties away from zero (roundf) where the contract says to even
+ * (lrintf): only inputs that land exactly on a half step tell them apart */
+static void bad_quantize_ties(const float *x, int n, struct kve_q8x *out)
+{
+	int b, j;
+
+	C->quantize_q8x(x, n, out);
+	for (b = 0; b < n / QK8_0; b++) {
+		float id = out[b].d > 0 ? 1.0f / out[b].d : 0.0f;
+
+		for (j = 0; j < QK8_0; j++) {
+			float v = x[b * QK8_0 + j] * id;
+
+			if (v == v && fabsf(v) <= 127.0f && v - truncf(v) != 0 &&
+			    fabsf(v - truncf(v)) == 0.5f)
+				out[b].q[j] = (int8_t)roundf(v);
+		}
+	}
+}
+
 static void bad_f16(uint16_t *dst, const float *src, int n)
 {
 	int i;
@@ -542,6 +562,13 @@ static void check_selfcheck(int has2)
 		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
 		      "self-check: a broken %s is caught: %s", names[i], why);
 	}
+
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.quantize_q8x = bad_quantize_ties;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "quantize_q8x", 12),
+	      "self-check: a quantiser rounding half steps away from zero is caught: %s", why);
 
 	bad = kve_kernels_c;
 	bad.rmsnorm = NULL;
