@@ -623,6 +623,16 @@ static void test_reserve_rollback(const struct kve_model *m)
 	CHECK(rc == 0 && F.s.n_blocks == 1050 && blocks_held(kv, &F) == 1050 &&
 	      blocks_free(kv) == 0, "then 1050 blocks fit, in two batches (%d)", rc);
 	kve_arena_session_close(kv, &F);
+	/* sharing takes whole blocks the donor has written: E "wrote" 8
+	 * tokens (2 blocks of 4), so 2 blocks may be shared and 3 not */
+	E.s.n_tokens = 8;
+	rc = kve_arena_session_open(kv, 3, 64, &F);
+	CHECK(!rc && kve_arena_session_share(kv, &F, &E, 3) == -EINVAL && F.s.n_blocks == 0 &&
+	      kve_arena_session_share(kv, &F, &E, 2) == 0 && F.s.n_blocks == 2 &&
+	      F.s.n_tokens == 8 && blocks_held(kv, &F) == 2,
+	      "share: 3 blocks of a donor that wrote 2 refused, 2 shared");
+	if (!rc)
+		kve_arena_session_close(kv, &F);
 	kve_arena_session_close(kv, &E);
 	kve_arena_kv_destroy(kv);
 }

@@ -436,7 +436,8 @@ static void bad_attn_values(float *out, const float *p, const void *v, int f16, 
  * set (so switching between them changes nothing), softmax vs double */
 static void check_block_attn(const struct kve_kernels *k)
 {
-	static const int hds[] = { 12, 48, 64, 70, 128, 136 };
+	/* every count of 8-wide vectors in a 64-wide pass (1..8), tails */
+	static const int hds[] = { 12, 20, 24, 36, 40, 48, 60, 64, 70, 100, 128, 136 };
 	static float q[136], kf[21 * 136], sc[21], ref[21], o1[136], o2[136];
 	static uint16_t kh[21 * 136];
 	int same = 1, hi, f16, i, j, n = 21;
@@ -449,7 +450,7 @@ static void check_block_attn(const struct kve_kernels *k)
 	}
 	for (i = 0; i < 136; i++)
 		q[i] = frand();
-	for (hi = 0; hi < 6; hi++) {
+	for (hi = 0; hi < (int)(sizeof(hds) / sizeof(hds[0])); hi++) {
 		int hd = hds[hi];
 
 		for (f16 = 0; f16 < 2; f16++) {
