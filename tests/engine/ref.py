@@ -328,7 +328,11 @@ TEXTS = [b"Hello, world!", b"the blocks of a session", b"  two  spaces  ",
          b"tokenization of the memory layers", b"a", b"", b"!!!???", b"x" * 40,
          b"The decode worker reads them in place, without a copy.",
          # repeated pairs: equal-rank merges must apply leftmost first
-         b"lll aaaa Hellllo eee sss ttttt", b"llll", b"ooo"]
+         b"lll aaaa Hellllo eee sss ttttt", b"llll", b"ooo",
+         # long words: many merge candidates at once (SPM's heap order)
+         b"thethethethethethe sessionsessionsession blocksofblocksofblocks",
+         b"abababababababababab tokenizationofthememorylayers inplacewithoutacopy",
+         b"the decode worker reads the blocks of a session in place, without a copy; " * 3]
 
 
 # Strings where the three pre-tokenizers differ, or Unicode classes matter

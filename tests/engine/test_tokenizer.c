@@ -257,6 +257,33 @@ static void pre_metadata(const char *path)
 	free(b);
 }
 
+/* Byte tokens spelled in lower-case hex ("<0xef>") decode like "<0xEF>". */
+static void lower_hex(const char *path)
+{
+	size_t len, i, hits = 0;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "", piece[16];
+	struct kve_model *m;
+	struct kve_tokenizer *t = NULL;
+	int32_t id, n = 0;
+
+	for (i = 0; b && i + 6 <= len; i++)
+		if (!memcmp(b + i, "<0xEF>", 6)) {
+			memcpy(b + i, "<0xef>", 6);
+			hits++;
+		}
+	m = hits ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	for (id = 0; t && id < (int32_t)kve_model_info(m)->vocab; id++)
+		n += kve_token_bytes(t, id, piece, sizeof(piece)) == 1 &&
+		     (unsigned char)piece[0] == 0xef;
+	CHECK(hits == 1 && t && n == 1, "byte token <0xef> (lower-case hex) is the byte 0xef "
+	      "(%d tokens) %s", n, t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -284,6 +311,7 @@ int main(int argc, char **argv)
 	if (!ts || !tb)
 		return tc_done();
 	round_trips(ts, "spm");
+	lower_hex(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
