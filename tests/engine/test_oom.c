@@ -193,6 +193,27 @@ static int build_arena(void *p, char *err, size_t errlen)
 	return rc;
 }
 
+/* Streaming decode of ordinary tokens allocates nothing (its buffer is
+ * on the stack up to 512 bytes): counted, none failing. */
+static long detok_allocs(struct kve_tokenizer *t)
+{
+	int32_t ids[64];
+	char out[64];
+	struct kve_detok d;
+	static const char text[] = "Hello, w\xc3\xb6rld: blocks of a session.";
+	int n = kve_tokenize(t, text, sizeof(text) - 1, 1, ids, 64), i;
+	long used;
+
+	kve_detok_init(&d, t);
+	calls = 0;
+	fail_at = 1L << 60;	/* count, never fail */
+	for (i = 0; i < n; i++)
+		kve_detok_push(&d, ids[i], out, sizeof(out));
+	used = calls;
+	fail_at = -1;
+	return n > 0 ? used : -1;
+}
+
 int main(int argc, char **argv)
 {
 	int i;
@@ -230,6 +251,9 @@ int main(int argc, char **argv)
 		      argv[i], n);
 		c.t = kve_tokenizer_create(c.m, err, sizeof(err));
 		if (c.t) {
+			n = detok_allocs(c.t);
+			CHECK(n == 0, "%s: streaming decode of short tokens allocates nothing (%ld)",
+			      argv[i], n);
 			n = each_failure("tokenize", tokenize_long, &c);
 			CHECK(n >= 0, "%s: tokenize and stream a 100-letter word: each of %ld "
 			      "allocations failing -> -ENOMEM", argv[i], n);
