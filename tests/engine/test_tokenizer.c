@@ -284,6 +284,50 @@ static void lower_hex(const char *path)
 	free(b);
 }
 
+/*
+ * A BPE vocabulary entry that is not byte-level text decodes to its own
+ * bytes: a filler token "<|reserved_N|>" (type unused) becomes a normal
+ * token spelled "\xe0\xa0\x81eserved_N|>" (U+0801 for "<|r"), which must
+ * not be read as byte-level code points.
+ */
+static void non_byte_level(const char *path)
+{
+	static const char tt[] = "tokenizer.ggml.token_type";
+	size_t len, i, at = 0, tl = sizeof(tt) - 1;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "", piece[32], want[32];
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	unsigned int id = 0;
+	int n = -1, wl = 0;
+
+	for (i = 0; b && i + 16 < len && !at; i++)
+		if (!memcmp(b + i, "<|reserved_", 11) && sscanf((char *)b + i + 11, "%u", &id) == 1) {
+			memcpy(b + i, "\xe0\xa0\x81", 3);
+			wl = snprintf(want, sizeof(want), "\xe0\xa0\x81" "eserved_%u|>", id);
+			at = i;
+		}
+	for (i = 0; at && i + tl + 16 < len; i++)
+		if (!memcmp(b + i, tt, tl)) {	/* ARR, I32, count, then the types */
+			size_t p = i + tl + 16 + (size_t)id * 4;
+			int32_t normal = 1;
+
+			if (p + 4 <= len)
+				memcpy(b + p, &normal, 4);
+			break;
+		}
+	m = at ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	if (t)
+		n = kve_token_bytes(t, (int32_t)id, piece, sizeof(piece));
+	CHECK(n == wl && wl > 0 && !memcmp(piece, want, (size_t)wl),
+	      "a non-byte-level BPE token (U+0801...) decodes to its own %d bytes (%d) %s", wl, n,
+	      t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -314,6 +358,7 @@ int main(int argc, char **argv)
 	lower_hex(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	pre_metadata(argv[2]);
+	non_byte_level(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
 		char label[64];
