@@ -409,7 +409,13 @@ def main():
         label = kind.decode()
         if kind == b"gpt2":
             label += " (pre %s)" % g.kv.get("tokenizer.ggml.pre", b"gpt2").decode()
-        texts = TEXTS + PRE_TEXTS
+        # and 80 random strings of common letters and spaces (fixed seed):
+        # long runs with many merge candidates at once, where a wrong merge
+        # order (or SPM's candidate heap) would show
+        rnd = np.random.default_rng(18)
+        letters = np.frombuffer(b"etaoinshrdlucmw  ", dtype=np.uint8)
+        texts = TEXTS + PRE_TEXTS + [bytes(rnd.choice(letters, int(rnd.integers(12, 60))))
+                                     for _ in range(80)]
         with tempfile.NamedTemporaryFile("w", suffix=".hex", delete=False) as f:
             for t in texts:
                 f.write(t.hex() + "\n")
