@@ -386,6 +386,11 @@ def run(cmd, env, timeout, log):
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         rc = None
+    except BaseException:
+        # interrupted: the suite runs in its own session, end it too
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
     return rc, time.time() - t0
 
 
@@ -483,6 +488,7 @@ def main():
         # mutated file is restored by the finally below
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         rc = run_groups(a, plan, env, results, seed)
         if rc:
