@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include <float.h>
+
 #include "engine_internal.h"
 #include "tcheck.h"
 
@@ -432,6 +434,25 @@ static void bad_attn_values(float *out, const float *p, const void *v, int f16, 
 	C->attn_values(out, p, v, f16, n - 1, hd);	/* last row dropped */
 }
 
+/* off by 2.5 times the self-check's bound for attn_values (2n rows of
+ * 4 ulps of |out| + sum |p v|): a small error, but past the bound */
+static void near_attn_values(float *out, const float *p, const void *v, int f16, int n,
+			     int hd)
+{
+	float mag[256];
+	int i, j;
+
+	for (i = 0; i < hd && i < 256; i++) {
+		mag[i] = fabsf(out[i]);
+		for (j = 0; j < n; j++)
+			mag[i] += fabsf(p[j] * (f16 ? kve_f16_to_f32(((const uint16_t *)v)[j * hd + i]) :
+						((const float *)v)[j * hd + i]));
+	}
+	C->attn_values(out, p, v, f16, n, hd);
+	for (i = 0; i < hd && i < 256; i++)
+		out[i] += 2.5f * (float)(2 * n) * 4 * FLT_EPSILON * mag[i];
+}
+
 /* block attention helpers: bit-identical to the row helpers of the same
  * set (so switching between them changes nothing), softmax vs double */
 static void check_block_attn(const struct kve_kernels *k)
@@ -563,6 +584,13 @@ static void check_selfcheck(int has2)
 		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
 		      "self-check: a broken %s is caught: %s", names[i], why);
 	}
+
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.attn_values = near_attn_values;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "attn_values", 11),
+	      "self-check: attn_values off by 2.5 times its bound is caught: %s", why);
 
 	bad = kve_kernels_c;
 	bad.name = "avx512";
