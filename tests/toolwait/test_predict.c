@@ -252,6 +252,33 @@ static void test_extremes(void)
 	      kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 512));
 	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 1024) == 0,
 	      "nothing outlives its slot");
+	/* The last microsecond of a slot: the rest's mean is the elapsed
+	 * time itself (integer us), so nothing remains. */
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 2047, 0) == 0,
+	      "at the last us of the last slot: 0 left");
+	/* Exactly 2^20 samples are not scaled: 3 and 5 above elapsed keep
+	 * their 3 : 5 weights (scaled by 2 they would round to 2 : 3). */
+	memset(slots, 0, sizeof(slots));
+	slots[3] = 1048576 - 8;
+	slots[19] = 3;
+	slots[20] = 5;
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 16, 0);
+	CHECK(r == (3 * 786432ULL + 5 * 1572864ULL) / 8 - 16,
+	      "2^20 samples unscaled: %lu", (unsigned long)r);
+	/* Cold start between base / 3 and base / 2: still base - elapsed. */
+	memset(slots, 0, sizeof(slots));
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 400000, 0) == 600000,
+	      "cold, elapsed 0.4 s: 0.6 s left");
+	/* Histograms longer than the predictor's 32 slots: the rest ignored. */
+	{
+		uint32_t big[40] = { 0 };
+
+		big[10] = 100;
+		big[35] = 1000000;
+		CHECK(kvc_predict_remaining_us(big, 40, 1536, 0) == 256 &&
+		      kvc_predict_survival(big, 40, 1024, 512) == 512,
+		      "slots past the 32nd are ignored");
+	}
 }
 
 int main(void)
