@@ -578,7 +578,10 @@ static void test_recv_errors(const struct kve_model *m)
 			write_all(sv[0], "junkjunkjunkjunkjunkjunk", 24);
 			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EPROTO,
 			      "recv: garbage refused");
+			write_all(sv[0], "junkjunk", 8);	/* then the sender goes */
 			close(sv[0]);
+			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EPIPE,
+			      "recv: a message cut short by a closed socket -> EPIPE");
 			CHECK(kve_arena_recv_pool(sv[1], m, &view2, err, sizeof(err)) == -EPIPE && !view2,
 			      "recv: closed socket -> EPIPE (%s)", err);
 			close(sv[1]);

@@ -356,6 +356,18 @@ static void test_model(const char *path)
 	       "'blk.0.attn_k.weight' has shape");
 	m = kve_model_load("/nonexistent/model.gguf", err, sizeof(err));
 	CHECK(!m && strstr(err, "cannot open"), "missing file: \"%s\"", err);
+	{	/* an empty file on disk */
+		char tmp[] = "/tmp/kve-empty-XXXXXX";
+		int fd = mkstemp(tmp);
+
+		if (fd >= 0) {
+			m = kve_model_load(tmp, err, sizeof(err));
+			CHECK(!m && strstr(err, "empty"), "empty file on disk: \"%s\"", err);
+			kve_model_free(m);
+			close(fd);
+			unlink(tmp);
+		}
+	}
 	{	/* a truncated file on disk */
 		char tmp[] = "/tmp/kve-trunc-XXXXXX";
 		int fd = mkstemp(tmp);

@@ -630,6 +630,9 @@ static void check_selfcheck(int has2)
 	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "c", 0, &bad, set2,
 			     &kve_kernels_c, log, sizeof(log));
 	CHECK(k == &kve_kernels_c && !log[0], "pick: KVE_ISA=c gives the portable set");
+	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx512", 0, &stand, set2,
+			     &kve_kernels_c, log, sizeof(log));
+	CHECK(k == &stand, "pick: KVE_ISA=avx512 on an AVX-512 CPU keeps the AVX-512 set");
 	k = kve_kernels_pick(KVE_CPU_AVX2, NULL, 0, &bad, set2, &kve_kernels_c, log, sizeof(log));
 	CHECK(k == set2 && !log[0], "pick: without AVX-512 the AVX-512 set is neither checked nor used");
 	{	/* KVE_SELFCHECK=1: a failing AVX2 stand-in falls to C */
