@@ -356,6 +356,15 @@ static void test_model(const char *path)
 	       "'blk.0.attn_k.weight' has shape");
 	m = kve_model_load("/nonexistent/model.gguf", err, sizeof(err));
 	CHECK(!m && strstr(err, "cannot open"), "missing file: \"%s\"", err);
+	{	/* a directory: open and fstat work, reading fails; the copy's
+		 * read error is the one reported (not a fallback to mapping) */
+		setenv("KVE_WEIGHTS", "copy", 1);
+		m = kve_model_load("/tmp", err, sizeof(err));
+		unsetenv("KVE_WEIGHTS");
+		CHECK(!m && strstr(err, "read /tmp") && strstr(err, "directory"),
+		      "a directory as the model, copied: \"%s\"", err);
+		kve_model_free(m);
+	}
 	{	/* an empty file on disk */
 		char tmp[] = "/tmp/kve-empty-XXXXXX";
 		int fd = mkstemp(tmp);
