@@ -189,3 +189,10 @@ check-install: lib tools module
 		LD_LIBRARY_PATH=$(INST)/usr/lib /usr/bin/python3 -c \
 		'import kvarena; print("installed python binding: libkvarena", kvarena.lib_version())'
 	@echo "check-install: ok"
+
+# Mutation testing (Documentation/testing.md, "Mutation lane"); not part of
+# check-all: minutes per group. MUTATION_ARGS="--seed 7 -n 40 --groups core"
+MUTATION_ARGS ?=
+.PHONY: check-mutation
+check-mutation:
+	nice -n 15 /usr/bin/python3 tests/mutation/mutate.py $(MUTATION_ARGS)

@@ -45,7 +45,7 @@ ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
 ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
-                   test_arena test_constrain
+                   test_arena test_constrain test_oom
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 # the constrained-decoding property test's generator (constrain-prop.js checks)
@@ -88,7 +88,11 @@ $(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $
 		$(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
-		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS) $(ENGINE_TLDFLAGS)
+
+# test_oom fails the engine's allocations one by one (tests/engine/test_oom.c)
+$(ENGINE_OUT)/tests/test_oom: ENGINE_TLDFLAGS := \
+	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc
 
 $(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)

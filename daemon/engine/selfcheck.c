@@ -265,7 +265,7 @@ static int sc_convert(const struct kve_kernels *cand, const struct kve_kernels *
 	int i, b;
 
 	for (i = 0; i < 8 * QK8_0; i++)
-		x[i] = sc_rand(seed) * (i < 4 * QK8_0 ? 1.0f : 70000.0f);
+		x[i] = sc_rand(seed) * (i < 5 * QK8_0 ? 1.0f : 70000.0f);
 	for (i = QK8_0; i < 2 * QK8_0; i++)
 		x[i] = 0.0f;
 	x[2 * QK8_0] = NAN;

@@ -20,6 +20,7 @@ int kvc_test_register_session(void);
 int kvc_test_register_blocks(void);
 int kvc_test_register_random(void);
 int kvc_test_register_policy(void);
+int kvc_test_register_args(void);
 /* Add a suite; every test starts and ends with failure injection off. */
 int kvc_test_add_suite(const char *name, const CU_TestInfo *tests);
 

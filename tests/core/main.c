@@ -17,6 +17,7 @@ int main(void)
 		kvc_test_register_session,
 		kvc_test_register_blocks,
 		kvc_test_register_policy,
+		kvc_test_register_args,
 		kvc_test_register_random,
 	};
 	unsigned int failures, tests_failed;

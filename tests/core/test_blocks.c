@@ -541,6 +541,19 @@ static void test_check_detects_corruption(void)
 	T_CORRUPT(&a, s2->id = s[0], s2->id = save2);
 	T_CORRUPT(&a, a.nsessions++, a.nsessions--);
 	T_CORRUPT(&a, a.nsessions--, a.nsessions++);
+	/* The slot table: s[3]'s slot is free; a free slot out of range, one
+	 * of a live session, and (after s[1] ends too) one listed twice. */
+	CU_ASSERT_EQUAL_FATAL(a.nfree_slots, 1);
+	save = a.free_slots[0];
+	T_CORRUPT(&a, a.free_slots[0] = a.slots_used, a.free_slots[0] = save);
+	T_CORRUPT(&a, a.free_slots[0] = a.slots_used + 5, a.free_slots[0] = save);
+	T_CORRUPT(&a, a.free_slots[0] = (s[0] & KVC_SLOT_MASK) - 1,
+		  a.free_slots[0] = save);
+	T_OK(kvc_session_end(&a, s[1], 0, &save2));
+	CU_ASSERT_EQUAL_FATAL(a.nfree_slots, 2);
+	save = a.free_slots[1];
+	T_CORRUPT(&a, a.free_slots[1] = a.free_slots[0], a.free_slots[1] = save);
+	T_CORRUPT(&a, a.nfree_slots--, a.nfree_slots++);
 	kvc_arena_destroy(&a);
 }
 

@@ -38,7 +38,9 @@ static void test_pressure_trigger(void)
 	s = kvc_new_session(&a, 0, 0);
 	kvc_alloc_ok(&a, s, 60, 1, ids);	/* 20 free */
 	CU_ASSERT_FALSE(kvc_pressure_check(&a, false));
-	kvc_alloc_ok(&a, s, 11, 2, ids + 60);	/* 9 free: crossed */
+	kvc_alloc_ok(&a, s, 10, 2, ids + 60);	/* 10 free: at low, not under */
+	CU_ASSERT_FALSE(kvc_pressure_check(&a, false));
+	kvc_alloc_ok(&a, s, 1, 2, ids + 70);	/* 9 free: crossed */
 	CU_ASSERT_TRUE(kvc_pressure_check(&a, false));
 	CU_ASSERT_FALSE(kvc_pressure_check(&a, false));	/* once per episode */
 	CU_ASSERT_FALSE(kvc_pressure_check(&a, true));
@@ -48,23 +50,39 @@ static void test_pressure_trigger(void)
 	CU_ASSERT_EQUAL(kvc_blocks_free(&a, s, 5, ids, 3, &done), 0);
 	kvc_pressure_rearm(&a, false);
 	CU_ASSERT_FALSE(kvc_pressure_check(&a, true));
-	CU_ASSERT_EQUAL(kvc_blocks_free(&a, s, 10, ids + 5, 4, &done), 0);
-	kvc_pressure_rearm(&a, false);			/* 24 free >= 20 */
+	CU_ASSERT_EQUAL(kvc_blocks_free(&a, s, 5, ids + 5, 4, &done), 0);
+	kvc_pressure_rearm(&a, false);			/* 19 free < 20 */
+	CU_ASSERT_FALSE(kvc_pressure_check(&a, true));
+	CU_ASSERT_EQUAL(kvc_blocks_free(&a, s, 1, ids + 10, 4, &done), 0);
+	kvc_pressure_rearm(&a, false);			/* 20 free: high */
 	CU_ASSERT_FALSE(kvc_pressure_check(&a, false));	/* not low */
 	CU_ASSERT_TRUE(kvc_pressure_check(&a, true));	/* a failure is */
 	kvc_arena_destroy(&a);
 }
 
+/*
+ * Rank into an array of exactly max entries (ASan reports a write past
+ * it), check every field of each victim against its session, and return
+ * the ids in order.
+ */
 static u32 rank(struct kvc_arena *a, u32 policy, u64 now, u32 *ids, u32 max)
 {
-	struct kva_victim v[16];
-	u32 n = kvc_rank_victims(a, policy, now, v, max), i;
+	struct kva_victim *v = malloc(max * sizeof(*v) + !max);
+	u32 n, i;
 
-	for (i = 0; i < n; i++) {
+	CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+	n = kvc_rank_victims(a, policy, now, v, max);
+	CU_ASSERT(n <= max);
+	for (i = 0; i < n && i < max; i++) {
+		const struct kvc_session *s = kvc_must_find(a, v[i].session_id);
+
 		ids[i] = v[i].session_id;
-		CU_ASSERT_EQUAL(v[i].blocks_held,
-				kvc_must_find(a, v[i].session_id)->nheld);
+		CU_ASSERT_EQUAL(v[i].blocks_held, s->nheld);
+		CU_ASSERT_EQUAL(v[i].state, s->state);
+		CU_ASSERT_EQUAL(v[i].tool_class, s->tool_class);
+		CU_ASSERT_EQUAL(v[i].idle_ns, now - s->last_active_ns);
 	}
+	free(v);
 	return n;
 }
 
@@ -113,6 +131,75 @@ static void test_rank_toolwait(void)
 	/* max truncates to the best. */
 	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TOOLWAIT, 100 * MS, got, 1), 1);
 	CU_ASSERT_EQUAL(got[0], id[0]);
+	/* A full array: B, A, then C must replace D (IDLE, tie, higher id). */
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 1200 * MS, got, 3), 3);
+	CU_ASSERT_EQUAL(got[0], id[1]);
+	CU_ASSERT_EQUAL(got[1], id[0]);
+	CU_ASSERT_EQUAL(got[2], id[2]);
+	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TOOLWAIT, 100 * MS, got, 0), 0);
+	kvc_arena_destroy(&a);
+}
+
+/*
+ * A full array whose later candidates are better: slot order A, B, C but
+ * LRU wants C, A, B.  With max 2, C arrives when [A, B] is full and must
+ * evict B, the worst; a candidate no better than the worst is dropped.
+ */
+static void test_rank_replace_worst(void)
+{
+	struct kvc_arena a;
+	u32 id[7], got[16];
+
+	setup(&a, id);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_LRU, 100 * MS, got, 2), 2);
+	CU_ASSERT_EQUAL(got[0], id[2]);
+	CU_ASSERT_EQUAL(got[1], id[0]);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_LRU, 100 * MS, got, 3), 3);
+	CU_ASSERT_EQUAL(got[0], id[2]);
+	CU_ASSERT_EQUAL(got[1], id[0]);
+	CU_ASSERT_EQUAL(got[2], id[1]);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_LRU, 100 * MS, got, 1), 1);
+	CU_ASSERT_EQUAL(got[0], id[2]);
+	kvc_arena_destroy(&a);
+}
+
+/*
+ * Ranking by the wait left (expected - elapsed) x blocks, not by the
+ * expected wait: X expects 500 ms from t=0, Y 400 ms from t=300 ms; at
+ * 350 ms X has 150 ms left and Y 350 ms, so Y goes first.  IDLE sessions
+ * rank by time in their state, not by last activity: P (lower id) and Q
+ * are IDLE since 0, P allocated more recently; equal time in state, so
+ * the lower id, P, goes first.
+ */
+static void test_rank_remaining_wait(void)
+{
+	struct kvc_arena a;
+	u32 x, y, p, q, r, got[16];
+
+	kvc_new_arena(&a, 64, BS, 16);
+	p = kvc_new_session(&a, 0, 0);
+	q = kvc_new_session(&a, 0, 0);
+	x = kvc_new_session(&a, 0, 0);
+	y = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, p, 1, 60 * MS, NULL);
+	kvc_alloc_ok(&a, q, 1, 10 * MS, NULL);
+	kvc_alloc_ok(&a, x, 2, 0, NULL);
+	kvc_alloc_ok(&a, y, 2, 0, NULL);
+	CU_ASSERT_EQUAL(kvc_session_set_state(&a, x, KVA_STATE_TOOL_WAIT, 3,
+					      500000, 0, &r), 0);
+	CU_ASSERT_EQUAL(kvc_session_set_state(&a, y, KVA_STATE_TOOL_WAIT, 4,
+					      400000, 300 * MS, &r), 0);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 350 * MS, got, 16), 4);
+	CU_ASSERT_EQUAL(got[0], y);
+	CU_ASSERT_EQUAL(got[1], x);
+	CU_ASSERT_EQUAL(got[2], p);
+	CU_ASSERT_EQUAL(got[3], q);
+	/* LRU: Q (inactive since 10 ms) before P (60 ms). */
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_LRU, 350 * MS, got, 16), 4);
+	CU_ASSERT_EQUAL(got[0], x);
+	CU_ASSERT_EQUAL(got[1], q);
+	CU_ASSERT_EQUAL(got[2], p);
+	CU_ASSERT_EQUAL(got[3], y);
 	kvc_arena_destroy(&a);
 }
 
@@ -143,6 +230,10 @@ static void test_rank_ttl(void)
 	CU_ASSERT_EQUAL(got[0], id[2]);
 	CU_ASSERT_EQUAL(got[1], id[0]);
 	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TTL, 5 * MS, got, 16), 0);
+	/* Exactly the TTL counts: at 70 ms A has been inactive 60 ms. */
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TTL, 70 * MS, got, 16), 2);
+	CU_ASSERT_EQUAL(got[1], id[0]);
+	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TTL, 70 * MS - 1, got, 16), 1);
 	kvc_arena_destroy(&a);
 }
 
@@ -156,9 +247,13 @@ static void test_rank_ties_and_saturation(void)
 		id[i] = kvc_new_session(&a, 0, 0);
 		kvc_alloc_ok(&a, id[i], 2, 0, NULL);
 		CU_ASSERT_EQUAL(kvc_session_set_state(&a, id[i], KVA_STATE_TOOL_WAIT,
-						      0, i == 4 ? ~0ULL : 500, 0, &r), 0);
+						      0, i == 4 ? (1ULL << 63) + 1 : 500,
+						      0, &r), 0);
 	}
-	/* Equal scores: ascending ids.  A huge expected wait saturates, first. */
+	/*
+	 * Equal scores: ascending ids.  A huge expected wait saturates and
+	 * goes first: (2^63 + 1) x 2 blocks would wrap to 2, the last place.
+	 */
 	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 0, got, 16), 5);
 	CU_ASSERT_EQUAL(got[0], id[4]);
 	for (i = 1; i < 5; i++)
@@ -179,6 +274,8 @@ int kvc_test_register_policy(void)
 		{ "rank lru", test_rank_lru },
 		{ "rank ttl", test_rank_ttl },
 		{ "rank ties and saturation", test_rank_ties_and_saturation },
+		{ "rank: a full array replaces its worst", test_rank_replace_worst },
+		{ "rank by the wait left", test_rank_remaining_wait },
 		CU_TEST_INFO_NULL,
 	};
 

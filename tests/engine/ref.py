@@ -125,9 +125,10 @@ def quant_act(x):
 NEOX_ARCHS = {"qwen2"}
 
 
-def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True):
-    """neox / biases override the file's rope style and bias use (the
-    negative controls of --controls)."""
+def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
+            rope_dims=None):
+    """neox / biases / rope_dims override the file's rope style, bias use
+    and rotated dims (the negative controls of --controls)."""
     kv = g.kv
     arch = kv["general.architecture"].decode()
     dim = kv[arch + ".embedding_length"]
@@ -135,7 +136,7 @@ def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True):
     nh = kv[arch + ".attention.head_count"]
     nkv = kv.get(arch + ".attention.head_count_kv", nh)
     hd = kv.get(arch + ".attention.key_length", dim // nh)
-    rd = kv.get(arch + ".rope.dimension_count", hd)
+    rd = kv.get(arch + ".rope.dimension_count", hd) if rope_dims is None else rope_dims
     base = kv.get(arch + ".rope.freq_base", 10000.0)
     eps = kv.get(arch + ".attention.layer_norm_rms_epsilon", 1e-5)
     if neox is None:
@@ -325,7 +326,13 @@ TEXTS = [b"Hello, world!", b"the blocks of a session", b"  two  spaces  ",
          "Caf\u00e9 na\u00efve \u00fcber Stra\u00dfe".encode(),
          "\u65e5\u672c\u8a9e \U0001F600 emoji".encode(), b"\xff\xfe invalid utf8 \xc3",
          b"tokenization of the memory layers", b"a", b"", b"!!!???", b"x" * 40,
-         b"The decode worker reads them in place, without a copy."]
+         b"The decode worker reads them in place, without a copy.",
+         # repeated pairs: equal-rank merges must apply leftmost first
+         b"lll aaaa Hellllo eee sss ttttt", b"llll", b"ooo",
+         # long words: many merge candidates at once (SPM's heap order)
+         b"thethethethethethe sessionsessionsession blocksofblocksofblocks",
+         b"abababababababababab tokenizationofthememorylayers inplacewithoutacopy",
+         b"the decode worker reads the blocks of a session in place, without a copy; " * 3]
 
 
 # Strings where the three pre-tokenizers differ, or Unicode classes matter
@@ -402,7 +409,13 @@ def main():
         label = kind.decode()
         if kind == b"gpt2":
             label += " (pre %s)" % g.kv.get("tokenizer.ggml.pre", b"gpt2").decode()
-        texts = TEXTS + PRE_TEXTS
+        # and 80 random strings of common letters and spaces (fixed seed):
+        # long runs with many merge candidates at once, where a wrong merge
+        # order (or SPM's candidate heap) would show
+        rnd = np.random.default_rng(18)
+        letters = np.frombuffer(b"etaoinshrdlucmw  ", dtype=np.uint8)
+        texts = TEXTS + PRE_TEXTS + [bytes(rnd.choice(letters, int(rnd.integers(12, 60))))
+                                     for _ in range(80)]
         with tempfile.NamedTemporaryFile("w", suffix=".hex", delete=False) as f:
             for t in texts:
                 f.write(t.hex() + "\n")
@@ -459,6 +472,13 @@ def main():
                      dict(neox=not neox))]
         if any(k.endswith(".attn_q.bias") for k in g.tensors):
             variants.append(("no Q/K/V biases", dict(biases=False)))
+        # partial rope: rotating the whole head instead must miss too
+        hd = g.kv.get(arch + ".attention.key_length",
+                      g.kv[arch + ".embedding_length"] // g.kv[arch + ".attention.head_count"])
+        rd = g.kv.get(arch + ".rope.dimension_count", hd)
+        if rd < hd:
+            variants.append(("rope over all %d head dims instead of %d" % (hd, rd),
+                             dict(rope_dims=hd)))
         for what, kw in variants:
             e = float(np.abs(got - forward(g, tokens, kv16, q8, **kw)[pre - 1:]).max())
             good = e > bound

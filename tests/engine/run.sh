@@ -36,6 +36,9 @@ gen fz-q8.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 400 --ctx 64 --typ
 gen qwen2-f32.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-base 1000000 --seed 21
 gen qwen2-f16.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --seed 22
 gen qwen2-q8.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 23
+# partial rope (rope.dimension_count < head dim 16), both rope styles
+gen rope8-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-dims 8 --seed 25
+gen qwen2-rope6-f16.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --rope-dims 6 --seed 26
 # BPE vocabularies under the llama-3 and qwen2 pre-tokenizers
 gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre llama-bpe --seed 17
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18
@@ -45,6 +48,15 @@ gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 
 # 240 generated tokens
 gen cprop-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f32 --seed 31
 gen cprop-bpe.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f16 --tokenizer bpe --seed 32
+
+# ENGINE_FAIL_FAST=1 (the mutation lane): stop at the first failure
+bail() {
+	if [ -n "${ENGINE_FAIL_FAST:-}" ] &&
+	   [ $(( $(grep -c '^FAIL' "$LOG") + extra_fail )) -gt 0 ]; then
+		echo "ENGINE_FAIL_FAST: stopping at the first failure (log: $LOG)"
+		exit 1
+	fi
+}
 
 run() {	# run LABEL CMD...: log everything, show failures and notes
 	label=$1
@@ -61,6 +73,7 @@ run() {	# run LABEL CMD...: log everything, show failures and notes
 		extra_fail=$((extra_fail + 1))
 	fi
 	printf '%-44s %4d ok %3d failed\n' "$label" "$n_ok" "$n_bad"
+	bail
 }
 
 runref() {	# numpy lines are the interesting ones: always show them
@@ -73,6 +86,7 @@ runref() {	# numpy lines are the interesting ones: always show them
 	if ! printf '%s\n' "$out" | grep -q '^ok'; then
 		extra_fail=$((extra_fail + 1))
 	fi
+	bail
 }
 
 echo "engine checks"
@@ -87,6 +101,7 @@ run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q
 # kva_blocks_share, and a prefill process handing KV to a decode process
 run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
 run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
+run "allocation failures, one at a time" $T/test_oom $M/f32-gqa.gguf $M/fz-bpe.gguf
 run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
 
 # constrained decoding: unit checks on both tokenizers, then the property
@@ -129,7 +144,11 @@ demo_checks() {
 		echo "FAIL kve-demo --tokens 200 on a 128-token context: exit $rc: $out"
 	fi
 }
-run "kve-demo: prefill and decode workers" demo_checks
+# ENGINE_SKIP_DEMO=1 (the mutation lane, which builds only the sanitized
+# library): test_arena covers the same hand-over
+if [ -z "${ENGINE_SKIP_DEMO:-}" ]; then
+	run "kve-demo: prefill and decode workers" demo_checks
+fi
 
 echo "numpy reference (float64; max abs error over 24 positions of logits):"
 BOUND=1e-4
@@ -140,6 +159,9 @@ done
 # must miss by more than the bound, so a rope mix-up cannot pass
 runref "ref qwen2-f32" "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --controls
 runref "ref f32-gqa controls" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --controls
+# partial rope: 8 of 16 dims (llama pairs), 6 of 16 (NEOX halves)
+runref "ref rope8-f32 controls" "$PY" tests/engine/ref.py logits $M/rope8-f32.gguf $T/kve-logits --bound $BOUND --controls
+runref "ref qwen2-rope6-f16 controls" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-rope6-f16.gguf $T/kve-logits --bound $BOUND --controls --prefill 7
 runref "ref qwen2 arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
 runref "ref c qwen2 q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-q8.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
 runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
@@ -165,6 +187,7 @@ for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2 qwen2-f32; do
 	printf '%-44s %4d ok %3d failed\n' "tokenizer vs python ($m)" \
 		"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
 	printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
+	bail
 done
 
 pass=$(grep -c '^ok' "$LOG")

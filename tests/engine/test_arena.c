@@ -546,12 +546,30 @@ static void test_recv_errors(const struct kve_model *m)
 	CHECK(rc == 0 && kve_arena_session_open(view, 1, 4, &(struct kve_arena_session){ 0 }) == -EOPNOTSUPP,
 	      "map: a view maps, and cannot open sessions");
 	if (!rc) {
+		const struct kve_kv_pool *vp = kve_arena_kv_pool(view);
+		uint8_t *last = vp->block_ptr(vp->ctx, g.blocks_total - 1);
+
+		CHECK(vp->block_ptr(vp->ctx, g.blocks_total) == NULL && last &&
+		      (uint64_t)(last - (uint8_t *)vp->block_ptr(vp->ctx, 0)) ==
+		      g.arena_bytes - g.block_size,
+		      "map: the view's last block (%u) is the arena's last, %u is outside",
+		      g.blocks_total - 1, g.blocks_total);
 		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
-			struct kve_session big = { ids, 2, 9 };
+			/* 8 tokens in 2 blocks of 4: only the block id is wrong */
+			struct kve_session big = { ids, 2, 8 };
 			ids[1] = g.blocks_total;
 			kve_arena_send_session(sv[0], &big);
 			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EINVAL,
-			      "recv: a block id outside the arena refused");
+			      "recv: a block id outside the arena (%u) refused", ids[1]);
+			ids[1] = g.blocks_total - 1;
+			kve_arena_send_session(sv[0], &big);
+			rc = kve_arena_recv_session(sv[1], view, &s);
+			CHECK(rc == 0 && s.n_blocks == 2 && s.n_tokens == 8 &&
+			      s.block_table[1] == g.blocks_total - 1,
+			      "recv: the last block id (%u) accepted (%d)", ids[1], rc);
+			if (!rc)
+				free(s.block_table);
+			big.n_tokens = 9;
 			ids[1] = 1;
 			kve_arena_send_session(sv[0], &big);
 			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EINVAL,
@@ -559,7 +577,10 @@ static void test_recv_errors(const struct kve_model *m)
 			write_all(sv[0], "junkjunkjunkjunkjunkjunk", 24);
 			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EPROTO,
 			      "recv: garbage refused");
+			write_all(sv[0], "junkjunk", 8);	/* then the sender goes */
 			close(sv[0]);
+			CHECK(kve_arena_recv_session(sv[1], view, &s) == -EPIPE,
+			      "recv: a message cut short by a closed socket -> EPIPE");
 			CHECK(kve_arena_recv_pool(sv[1], m, &view2, err, sizeof(err)) == -EPIPE && !view2,
 			      "recv: closed socket -> EPIPE (%s)", err);
 			close(sv[1]);
@@ -567,6 +588,54 @@ static void test_recv_errors(const struct kve_model *m)
 		kve_arena_kv_destroy(view);
 	}
 	close(fd);
+	kve_arena_kv_destroy(kv);
+}
+
+/*
+ * A reservation larger than one kva_blocks_alloc batch (KVA_MAX_BATCH)
+ * that fails in its second batch gives back what the first took: with
+ * 1050 blocks free, 1100 fails (ENOSPC) and leaves 1050 free; 1050 fits.
+ */
+static void test_reserve_rollback(const struct kve_model *m)
+{
+	struct kve_arena_kv *kv = mk_kv(m, 1100, 4, KVE_KV_F32);
+	struct kve_arena_session E, F;
+	uint32_t total, hold;
+	int rc, ok;
+
+	if (!kv)
+		return;
+	total = blocks_free(kv);
+	hold = total - 1050;
+	ok = total > 1100 && !kve_arena_session_open(kv, 1, total * 4, &E) &&
+	     !kve_arena_session_reserve(kv, &E, hold * 4) &&
+	     !kve_arena_session_open(kv, 2, total * 4, &F);
+	if (!ok) {
+		CHECK(0, "rollback: setup (%u blocks)", total);
+		kve_arena_kv_destroy(kv);
+		return;
+	}
+	rc = kve_arena_session_reserve(kv, &F, 1100 * 4);
+	CHECK(rc == -ENOSPC && F.s.n_blocks == 0 && blocks_held(kv, &F) == 0 &&
+	      blocks_free(kv) == 1050,
+	      "reserve 1100 blocks with 1050 free: ENOSPC after the first batch of %u, "
+	      "which is given back (%d, %u held, %u free)", KVA_MAX_BATCH, rc,
+	      blocks_held(kv, &F), blocks_free(kv));
+	rc = kve_arena_session_reserve(kv, &F, 1050 * 4);
+	CHECK(rc == 0 && F.s.n_blocks == 1050 && blocks_held(kv, &F) == 1050 &&
+	      blocks_free(kv) == 0, "then 1050 blocks fit, in two batches (%d)", rc);
+	kve_arena_session_close(kv, &F);
+	/* sharing takes whole blocks the donor has written: E "wrote" 8
+	 * tokens (2 blocks of 4), so 2 blocks may be shared and 3 not */
+	E.s.n_tokens = 8;
+	rc = kve_arena_session_open(kv, 3, 64, &F);
+	CHECK(!rc && kve_arena_session_share(kv, &F, &E, 3) == -EINVAL && F.s.n_blocks == 0 &&
+	      kve_arena_session_share(kv, &F, &E, 2) == 0 && F.s.n_blocks == 2 &&
+	      F.s.n_tokens == 8 && blocks_held(kv, &F) == 2,
+	      "share: 3 blocks of a donor that wrote 2 refused, 2 shared");
+	if (!rc)
+		kve_arena_session_close(kv, &F);
+	kve_arena_session_close(kv, &E);
 	kve_arena_kv_destroy(kv);
 }
 
@@ -599,8 +668,10 @@ int main(int argc, char **argv)
 		test_sessions(argv[i], m, KVE_KV_F32);
 		test_sessions(argv[i], m, KVE_KV_F16);
 		test_handoff(argv[i], m);
-		if (i == 1)
+		if (i == 1) {
 			test_recv_errors(m);
+			test_reserve_rollback(m);
+		}
 		kve_model_free(m);
 	}
 	return tc_done();

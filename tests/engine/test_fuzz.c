@@ -5,7 +5,9 @@
  * mostly in the header, where the counts and offsets live) and feeds each
  * to the loader, the tokenizer and, when it loads, one prefill and decode.
  * Built with ASan+UBSan: any overread or UB aborts the run. A rejected
- * file must come with an error message.
+ * file must come with an error message; an accepted one must keep the
+ * loader's promises (alignment, tensors inside the data section, a model
+ * shape the forward pass can run).
  *
  * usage: test_fuzz ITERATIONS MODEL...
  */
@@ -85,6 +87,35 @@ static void exercise(struct kve_model *m)
 	tpool_free(&tp);
 }
 
+/*
+ * A file the loader accepts must be a valid one: what it promises about
+ * the container and the model holds. Returns a description of the first
+ * broken promise, or NULL.
+ */
+static const char *invalid(const struct kve_model *m)
+{
+	const struct kve_model_info *in = kve_model_info(m);
+	const struct gguf *g = &m->g;
+	uint64_t i;
+
+	if (!g->alignment || (g->alignment & (g->alignment - 1)) ||
+	    g->alignment > GGUF_MAX_ALIGN || g->data_off % g->alignment ||
+	    g->data_off > g->len)
+		return "alignment or data section";
+	for (i = 0; i < g->n_tensors; i++) {
+		const struct gguf_tensor *t = &g->t[i];
+
+		if (t->offset % g->alignment || t->data < g->base + g->data_off ||
+		    t->size > g->len || t->data + t->size > g->base + g->len)
+			return "a tensor's offset or size";
+	}
+	if (!in->n_heads || !in->n_kv_heads || in->n_heads % in->n_kv_heads ||
+	    !in->head_dim || in->head_dim % 2 || in->rope_dims > in->head_dim ||
+	    in->rope_dims % 2 || !in->vocab || !in->n_layers || !in->dim)
+		return "the model's shape";
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	int iters = argc > 1 ? atoi(argv[1]) : 3000, mi;
@@ -92,7 +123,7 @@ int main(int argc, char **argv)
 	for (mi = 2; mi < argc; mi++) {
 		size_t len, hdr;
 		uint8_t *orig = slurp(argv[mi], &len);
-		int it, loaded = 0, rejected = 0, silent = 0, nmodels = argc - 2;
+		int it, loaded = 0, rejected = 0, silent = 0, bad = 0, nmodels = argc - 2;
 		struct gguf g;
 		char err[256];
 
@@ -133,7 +164,12 @@ int main(int argc, char **argv)
 			err[0] = 0;
 			m = kve_model_load_mem(c, n, err, sizeof(err));
 			if (m) {
+				const char *why = invalid(m);
+
 				loaded++;
+				if (why && bad++ < 3)
+					printf("# fuzz: mutation %d of %s loaded with invalid %s\n",
+					       it, argv[mi], why);
 				exercise(m);
 				kve_model_free(m);
 			} else {
@@ -142,9 +178,9 @@ int main(int argc, char **argv)
 			}
 			free(c);
 		}
-		CHECK(silent == 0, "fuzz %s: %d mutations, %d loaded and ran, %d rejected, "
-		      "%d without a message; no crash", argv[mi], iters / nmodels, loaded,
-		      rejected, silent);
+		CHECK(silent == 0 && bad == 0, "fuzz %s: %d mutations, %d loaded and ran, "
+		      "%d rejected, %d without a message, %d loaded but invalid; no crash",
+		      argv[mi], iters / nmodels, loaded, rejected, silent, bad);
 		free(orig);
 	}
 	return tc_done();

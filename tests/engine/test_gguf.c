@@ -134,6 +134,76 @@ static void test_container(void)
 	expect(&w, w.n, "not a multiple of the Q8_0 block", "Q8_0 row of 48");
 }
 
+/* One key, general.alignment (type atype, value a), and one F32 tensor
+ * [8,2] at offset toff; the data section is padded to a. */
+static void build_align(struct w *w, uint32_t atype, uint32_t a, uint64_t toff)
+{
+	uint64_t al = a && !(a & (a - 1)) && a <= 1024 ? a : 32;
+
+	w->n = 0;
+	p8(w, "GGUF", 4);
+	u32(w, 3);
+	u64(w, 1);
+	u64(w, 1);
+	str(w, "general.alignment");
+	u32(w, atype);
+	u32(w, a);
+	str(w, "t0");
+	u32(w, 2);
+	u64(w, 8);
+	u64(w, 2);
+	u32(w, GGML_F32);
+	u64(w, toff);
+	while (w->n % al)
+		w->b[w->n++] = 0;
+	memset(w->b + w->n, 0, toff + 64);
+	w->n += toff + 64;
+}
+
+/* general.alignment: a power of two up to GGUF_MAX_ALIGN, as a uint32;
+ * tensor offsets and the data section follow it. */
+static void test_alignment(void)
+{
+	static const uint32_t bad[] = { 0, 3, 24, 48, 96, 1000, GGUF_MAX_ALIGN + 1,
+					GGUF_MAX_ALIGN * 2, (1u << 31) + 1 };
+	static const uint32_t fine[] = { 1, 2, 8, 64, 1024 };
+	struct gguf g;
+	struct w w;
+	char err[256], what[64];
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		build_align(&w, GGUF_U32, bad[i], 0);
+		snprintf(what, sizeof(what), "alignment %u", bad[i]);
+		expect(&w, w.n, "is not a power of two", what);
+	}
+	for (i = 0; i < sizeof(fine) / sizeof(fine[0]); i++) {
+		int rc;
+
+		build_align(&w, GGUF_U32, fine[i], 0);
+		rc = gguf_open_mem(&g, w.b, w.n, err, sizeof(err));
+		CHECK(rc == 0 && g.alignment == fine[i] && g.data_off % fine[i] == 0,
+		      "alignment %u accepted, data section aligned to it %s", fine[i],
+		      rc ? err : "");
+		if (!rc)
+			gguf_close(&g);
+	}
+	/* the largest: the data section at 64 KiB, past this small file */
+	build_align(&w, GGUF_U32, GGUF_MAX_ALIGN, 0);
+	expect(&w, w.n, "past the end", "alignment 2^16 on a small file");
+	build_align(&w, GGUF_I32, 64, 0);
+	expect(&w, w.n, "general.alignment must be a uint32", "alignment of type i32");
+	/* offsets must be multiples of the file's alignment, not the default */
+	build_align(&w, GGUF_U32, 64, 32);
+	expect(&w, w.n, "not aligned to 64", "offset 32 with alignment 64");
+	build_align(&w, GGUF_U32, 16, 16);
+	i = (size_t)gguf_open_mem(&g, w.b, w.n, err, sizeof(err));
+	CHECK(i == 0 && gguf_find_tensor(&g, "t0")->data == g.base + g.data_off + 16,
+	      "offset 16 with alignment 16 accepted %s", i ? err : "");
+	if (i == 0)
+		gguf_close(&g);
+}
+
 static uint8_t *slurp(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
@@ -181,6 +251,62 @@ static void edit_and_expect(const uint8_t *orig, size_t len, const char *from,
 	edit_n(orig, len, from, to, strlen(from), want);
 }
 
+static void replace_all(uint8_t *b, size_t len, const char *from, const char *to, size_t n);
+
+/* The model with the u32 metadata key `key` set to v: loads, or the error. */
+static int with_u32(const uint8_t *orig, size_t len, const char *key, uint32_t v,
+		    char *err, size_t errlen)
+{
+	size_t kl = strlen(key), i;
+	uint8_t *c = malloc(len);
+	struct kve_model *m;
+	uint32_t t;
+
+	memcpy(c, orig, len);
+	for (i = 0; i + kl + 8 <= len; i++) {
+		memcpy(&t, c + i + kl, 4);
+		if (!memcmp(c + i, key, kl) && t == GGUF_U32) {
+			memcpy(c + i + kl + 4, &v, 4);
+			break;
+		}
+	}
+	if (i + kl + 8 > len)
+		snprintf(err, errlen, "key %s not found", key);
+	m = i + kl + 8 <= len ? kve_model_load_mem(c, len, err, errlen) : NULL;
+	kve_model_free(m);
+	free(c);
+	return m != NULL;
+}
+
+/* Each hyper-parameter's range: 0 and one past the limit are "out of
+ * range"; the limit itself is not (it may fail later, on shapes). */
+static void hyper_ranges(const uint8_t *b, size_t len)
+{
+	static const struct { const char *key; uint32_t max; } hp[] = {
+		{ "llama.embedding_length", 65536 }, { "llama.block_count", 1024 },
+		{ "llama.feed_forward_length", 1u << 20 },
+		{ "llama.attention.head_count", 1024 }, { "llama.context_length", 1u << 24 },
+	};
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(hp) / sizeof(hp[0]); i++) {
+		int ok = 1, loaded;
+
+		err[0] = 0;
+		ok &= !with_u32(b, len, hp[i].key, 0, err, sizeof(err)) &&
+		      strstr(err, "out of range");
+		err[0] = 0;
+		ok &= !with_u32(b, len, hp[i].key, hp[i].max + 1, err, sizeof(err)) &&
+		      strstr(err, "out of range");
+		err[0] = 0;
+		loaded = with_u32(b, len, hp[i].key, hp[i].max, err, sizeof(err));
+		ok &= loaded || (err[0] && !strstr(err, "out of range") && !strstr(err, "not found"));
+		CHECK(ok, "%s: 0 and %u out of range, %u not (%s)", hp[i].key, hp[i].max + 1,
+		      hp[i].max, loaded ? "loads" : err);
+	}
+}
+
 static void test_model(const char *path)
 {
 	size_t len;
@@ -194,17 +320,63 @@ static void test_model(const char *path)
 	m = kve_model_load_mem(b, len, err, sizeof(err));
 	CHECK(m != NULL, "model loads from memory");
 	kve_model_free(m);
+	hyper_ranges(b, len);
 	edit_and_expect(b, len, "blk.1.ffn_up.weight", "blk.1.ffn_uq.weight",
 			"'blk.1.ffn_up.weight' is missing");
 	edit_and_expect(b, len, "llama.block_count", "llama.block_counx",
 			"llama.block_count is missing");
 	/* the first "llama" in the file is general.architecture's value */
 	edit_and_expect(b, len, "llama", "llamb", "architecture 'llamb' not supported");
+	/* head_count_kv must divide head_count (4): 3 and 0 do not */
+	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x03", 18,
+	       "head_count_kv 3 does not divide head_count 4");
+	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x00", 18,
+	       "head_count_kv 0 does not divide head_count 4");
+	/* rope over at most the head (16 dims), an even count */
+	edit_n(b, len, "dimension_count\x04\0\0\0\x10", "dimension_count\x04\0\0\0\x12", 20,
+	       "rope.dimension_count 18 must be even and <= head dim 16");
+	edit_n(b, len, "dimension_count\x04\0\0\0\x10", "dimension_count\x04\0\0\0\x0f", 20,
+	       "rope.dimension_count 15 must be even and <= head dim 16");
+	edit_n(b, len, "dimension_count\x04\0\0\0\x10", "dimension_count\x04\0\0\0\x00\x01", 21,
+	       "rope.dimension_count 256 must be even and <= head dim 16");
+	{	/* 14 of 16: partial rope loads */
+		uint8_t *c = malloc(len);
+
+		memcpy(c, b, len);
+		replace_all(c, len, "dimension_count\x04\0\0\0\x10",
+			    "dimension_count\x04\0\0\0\x0e", 20);
+		m = kve_model_load_mem(c, len, err, sizeof(err));
+		CHECK(m && kve_model_info(m)->rope_dims == 14 && kve_model_info(m)->head_dim == 16,
+		      "rope.dimension_count 14 of head dim 16 loads (partial rope) %s", m ? "" : err);
+		kve_model_free(m);
+		free(c);
+	}
 	/* head_count_kv 2 -> 4: attn_k no longer matches the metadata */
 	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x04", 18,
 	       "'blk.0.attn_k.weight' has shape");
 	m = kve_model_load("/nonexistent/model.gguf", err, sizeof(err));
 	CHECK(!m && strstr(err, "cannot open"), "missing file: \"%s\"", err);
+	{	/* a directory: open and fstat work, reading fails; the copy's
+		 * read error is the one reported (not a fallback to mapping) */
+		setenv("KVE_WEIGHTS", "copy", 1);
+		m = kve_model_load("/tmp", err, sizeof(err));
+		unsetenv("KVE_WEIGHTS");
+		CHECK(!m && strstr(err, "read /tmp") && strstr(err, "directory"),
+		      "a directory as the model, copied: \"%s\"", err);
+		kve_model_free(m);
+	}
+	{	/* an empty file on disk */
+		char tmp[] = "/tmp/kve-empty-XXXXXX";
+		int fd = mkstemp(tmp);
+
+		if (fd >= 0) {
+			m = kve_model_load(tmp, err, sizeof(err));
+			CHECK(!m && strstr(err, "empty"), "empty file on disk: \"%s\"", err);
+			kve_model_free(m);
+			close(fd);
+			unlink(tmp);
+		}
+	}
 	{	/* a truncated file on disk */
 		char tmp[] = "/tmp/kve-trunc-XXXXXX";
 		int fd = mkstemp(tmp);
@@ -332,6 +504,7 @@ out:
 int main(int argc, char **argv)
 {
 	test_container();
+	test_alignment();
 	if (argc > 1) {
 		test_model(argv[1]);
 		test_load_modes(argv[1]);

@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include <float.h>
+
 #include "engine_internal.h"
 #include "tcheck.h"
 
@@ -290,6 +292,26 @@ static void bad_quantize(const float *x, int n, struct kve_q8x *out)
 	out[n / QK8_0 - 1].q[3] ^= 1;
 }
 
+/* rounds ties away from zero (roundf) where the contract says to even
+ * (lrintf): only inputs that land exactly on a half step tell them apart */
+static void bad_quantize_ties(const float *x, int n, struct kve_q8x *out)
+{
+	int b, j;
+
+	C->quantize_q8x(x, n, out);
+	for (b = 0; b < n / QK8_0; b++) {
+		float id = out[b].d > 0 ? 1.0f / out[b].d : 0.0f;
+
+		for (j = 0; j < QK8_0; j++) {
+			float v = x[b * QK8_0 + j] * id;
+
+			if (v == v && fabsf(v) <= 127.0f && v - truncf(v) != 0 &&
+			    fabsf(v - truncf(v)) == 0.5f)
+				out[b].q[j] = (int8_t)roundf(v);
+		}
+	}
+}
+
 static void bad_f16(uint16_t *dst, const float *src, int n)
 {
 	int i;
@@ -412,11 +434,33 @@ static void bad_attn_values(float *out, const float *p, const void *v, int f16, 
 	C->attn_values(out, p, v, f16, n - 1, hd);	/* last row dropped */
 }
 
+/* off by near_factor times the self-check's bound for attn_values (2n
+ * rows of 4 ulps of |out| + sum |p v|): 2.5 must be caught, 0.5 not */
+static float near_factor;
+
+static void near_attn_values(float *out, const float *p, const void *v, int f16, int n,
+			     int hd)
+{
+	float mag[256];
+	int i, j;
+
+	for (i = 0; i < hd && i < 256; i++) {
+		mag[i] = fabsf(out[i]);
+		for (j = 0; j < n; j++)
+			mag[i] += fabsf(p[j] * (f16 ? kve_f16_to_f32(((const uint16_t *)v)[j * hd + i]) :
+						((const float *)v)[j * hd + i]));
+	}
+	C->attn_values(out, p, v, f16, n, hd);
+	for (i = 0; i < hd && i < 256; i++)
+		out[i] += near_factor * (float)(2 * n) * 4 * FLT_EPSILON * mag[i];
+}
+
 /* block attention helpers: bit-identical to the row helpers of the same
  * set (so switching between them changes nothing), softmax vs double */
 static void check_block_attn(const struct kve_kernels *k)
 {
-	static const int hds[] = { 12, 48, 64, 70, 128, 136 };
+	/* every count of 8-wide vectors in a 64-wide pass (1..8), tails */
+	static const int hds[] = { 12, 20, 24, 36, 40, 48, 60, 64, 70, 100, 128, 136 };
 	static float q[136], kf[21 * 136], sc[21], ref[21], o1[136], o2[136];
 	static uint16_t kh[21 * 136];
 	int same = 1, hi, f16, i, j, n = 21;
@@ -429,7 +473,7 @@ static void check_block_attn(const struct kve_kernels *k)
 	}
 	for (i = 0; i < 136; i++)
 		q[i] = frand();
-	for (hi = 0; hi < 6; hi++) {
+	for (hi = 0; hi < (int)(sizeof(hds) / sizeof(hds[0])); hi++) {
 		int hd = hds[hi];
 
 		for (f16 = 0; f16 < 2; f16++) {
@@ -544,6 +588,25 @@ static void check_selfcheck(int has2)
 	}
 
 	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.attn_values = near_attn_values;
+	near_factor = 2.5f;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "attn_values", 11),
+	      "self-check: attn_values off by 2.5 times its bound is caught: %s", why);
+	near_factor = 0.5f;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == 0, "self-check: attn_values off by half its bound passes, element by "
+	      "element (the bound follows each element's magnitude) %s", why);
+
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.quantize_q8x = bad_quantize_ties;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "quantize_q8x", 12),
+	      "self-check: a quantiser rounding half steps away from zero is caught: %s", why);
+
+	bad = kve_kernels_c;
 	bad.rmsnorm = NULL;
 	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 	CHECK(rc == -1 && strstr(why, "missing"), "self-check: a set with a missing kernel fails: %s",
@@ -567,6 +630,9 @@ static void check_selfcheck(int has2)
 	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "c", 0, &bad, set2,
 			     &kve_kernels_c, log, sizeof(log));
 	CHECK(k == &kve_kernels_c && !log[0], "pick: KVE_ISA=c gives the portable set");
+	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx512", 0, &stand, set2,
+			     &kve_kernels_c, log, sizeof(log));
+	CHECK(k == &stand, "pick: KVE_ISA=avx512 on an AVX-512 CPU keeps the AVX-512 set");
 	k = kve_kernels_pick(KVE_CPU_AVX2, NULL, 0, &bad, set2, &kve_kernels_c, log, sizeof(log));
 	CHECK(k == set2 && !log[0], "pick: without AVX-512 the AVX-512 set is neither checked nor used");
 	{	/* KVE_SELFCHECK=1: a failing AVX2 stand-in falls to C */

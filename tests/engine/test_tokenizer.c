@@ -62,6 +62,29 @@ static int valid_utf8(const char *s, size_t n)
 	return 1;
 }
 
+/* Bytes of b[0..n) that are whole characters (b is valid UTF-8 cut
+ * anywhere): what a stream may have shown after them. */
+static size_t whole_chars(const char *b, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned char c = (unsigned char)b[i];
+		size_t l = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
+
+		if (i + l > n)
+			break;
+		i += l;
+	}
+	return i;
+}
+
+/*
+ * Encode, then decode token by token: the text comes back, every chunk of
+ * a valid text is whole characters, and each character comes out with the
+ * token that completes it, not later (an SPM stream drops one leading
+ * space, the dummy prefix).
+ */
 static void round_trips(struct kve_tokenizer *t, const char *name)
 {
 	size_t i;
@@ -74,14 +97,26 @@ static void round_trips(struct kve_tokenizer *t, const char *name)
 		int n = kve_tokenize(t, texts[i], len, 1, ids, 512), k, chunks_ok = 1;
 		char shown[128];
 
+		char raw[2048];
+		size_t nraw = 0;
+
 		kve_detok_init(&d, t);
 		for (k = 0; k < n; k++) {
+			int nb = kve_token_bytes(t, ids[k], raw + nraw, sizeof(raw) - nraw);
 			int w = kve_detok_push(&d, ids[k], out + o, sizeof(out) - o);
-			if (w < 0)
+			if (w < 0 || nb < 0)
 				break;
-			/* valid input: every chunk is whole characters */
-			if (valid_utf8(texts[i], len) && !valid_utf8(out + o, (size_t)w))
-				chunks_ok = 0;
+			nraw += (size_t)nb;
+			/* valid input: every chunk is whole characters, and
+			 * all of them so far */
+			if (valid_utf8(texts[i], len)) {
+				size_t want = whole_chars(raw, nraw);
+
+				if (kve_tokenizer_kind(t) == KVE_TOK_SPM && want && raw[0] == ' ')
+					want--;
+				if (!valid_utf8(out + o, (size_t)w) || o + (size_t)w != want)
+					chunks_ok = 0;
+			}
 			o += (size_t)w;
 		}
 		o += (size_t)kve_detok_flush(&d, out + o, sizeof(out) - o);
@@ -222,6 +257,77 @@ static void pre_metadata(const char *path)
 	free(b);
 }
 
+/* Byte tokens spelled in lower-case hex ("<0xef>") decode like "<0xEF>". */
+static void lower_hex(const char *path)
+{
+	size_t len, i, hits = 0;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "", piece[16];
+	struct kve_model *m;
+	struct kve_tokenizer *t = NULL;
+	int32_t id, n = 0;
+
+	for (i = 0; b && i + 6 <= len; i++)
+		if (!memcmp(b + i, "<0xEF>", 6)) {
+			memcpy(b + i, "<0xef>", 6);
+			hits++;
+		}
+	m = hits ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	for (id = 0; t && id < (int32_t)kve_model_info(m)->vocab; id++)
+		n += kve_token_bytes(t, id, piece, sizeof(piece)) == 1 &&
+		     (unsigned char)piece[0] == 0xef;
+	CHECK(hits == 1 && t && n == 1, "byte token <0xef> (lower-case hex) is the byte 0xef "
+	      "(%d tokens) %s", n, t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
+/*
+ * A BPE vocabulary entry that is not byte-level text decodes to its own
+ * bytes: a filler token "<|reserved_N|>" (type unused) becomes a normal
+ * token spelled "\xe0\xa0\x81eserved_N|>" (U+0801 for "<|r"), which must
+ * not be read as byte-level code points.
+ */
+static void non_byte_level(const char *path)
+{
+	static const char tt[] = "tokenizer.ggml.token_type";
+	size_t len, i, at = 0, tl = sizeof(tt) - 1;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "", piece[32], want[32];
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	unsigned int id = 0;
+	int n = -1, wl = 0;
+
+	for (i = 0; b && i + 16 < len && !at; i++)
+		if (!memcmp(b + i, "<|reserved_", 11) && sscanf((char *)b + i + 11, "%u", &id) == 1) {
+			memcpy(b + i, "\xe0\xa0\x81", 3);
+			wl = snprintf(want, sizeof(want), "\xe0\xa0\x81" "eserved_%u|>", id);
+			at = i;
+		}
+	for (i = 0; at && i + tl + 16 < len; i++)
+		if (!memcmp(b + i, tt, tl)) {	/* ARR, I32, count, then the types */
+			size_t p = i + tl + 16 + (size_t)id * 4;
+			int32_t normal = 1;
+
+			if (p + 4 <= len)
+				memcpy(b + p, &normal, 4);
+			break;
+		}
+	m = at ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	if (t)
+		n = kve_token_bytes(t, (int32_t)id, piece, sizeof(piece));
+	CHECK(n == wl && wl > 0 && !memcmp(piece, want, (size_t)wl),
+	      "a non-byte-level BPE token (U+0801...) decodes to its own %d bytes (%d) %s", wl, n,
+	      t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -249,8 +355,10 @@ int main(int argc, char **argv)
 	if (!ts || !tb)
 		return tc_done();
 	round_trips(ts, "spm");
+	lower_hex(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	pre_metadata(argv[2]);
+	non_byte_level(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
 		char label[64];
@@ -350,6 +458,51 @@ int main(int argc, char **argv)
 			}
 		}
 		CHECK(found, "found overlapping merges to test rank order");
+	}
+	{	/* equal ranks: "ccc" with a merge "c c" (and none making
+		 * "ccc") is "cc" + "c", the leftmost pair merged first */
+		const struct gguf_kv *mk = gguf_find_kv(&mb->g, "tokenizer.ggml.merges");
+		uint64_t i, k;
+		int tried = 0, ok = 1;
+
+		for (i = 0; mk && i < mk->arr_n; i++) {
+			struct gguf_str x = gguf_arr_str(mk, i);
+			char word[4], two[3];
+			int32_t ids[8], cc[2], c1[2];
+			int n, three = 0;
+
+			if (x.n != 3 || x.p[1] != ' ' || x.p[0] != x.p[2] ||
+			    x.p[0] < 'a' || x.p[0] > 'z')
+				continue;
+			for (k = 0; k < mk->arr_n; k++) {
+				struct gguf_str z = gguf_arr_str(mk, k);
+				int q, cs = 0, sp = 0;
+
+				for (q = 0; z.n == 4 && q < 4; q++) {
+					cs += z.p[q] == x.p[0];
+					sp += z.p[q] == ' ';
+				}
+				three |= cs == 3 && sp == 1;	/* "cc c" or "c cc" */
+			}
+			if (three)
+				continue;
+			memset(word, x.p[0], 3);
+			word[3] = 0;
+			memcpy(two, word, 2);
+			two[2] = 0;
+			n = kve_tokenize(tb, word, 3, 0, ids, 8);
+			if (kve_tokenize(tb, two, 2, 0, cc, 2) != 1 ||
+			    kve_tokenize(tb, word, 1, 0, c1, 2) != 1)
+				continue;
+			tried++;
+			if (n != 2 || ids[0] != cc[0] || ids[1] != c1[0]) {
+				ok = 0;
+				printf("# \"%s\" -> %d tokens: %d %d, want %d %d\n", word, n,
+				       ids[0], n > 1 ? ids[1] : -1, cc[0], c1[0]);
+			}
+		}
+		CHECK(tried && ok, "equal-rank merges apply leftmost first (\"ccc\" = \"cc\" \"c\", "
+		      "%d letters tried)", tried);
 	}
 	kve_tokenizer_free(ts);
 	kve_tokenizer_free(tb);

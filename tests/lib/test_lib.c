@@ -230,6 +230,28 @@ static void test_tenant_quota(void)
 	CU_ASSERT_EQUAL(t.arenas, 0);
 }
 
+/* set_policy reaches the shared core with each field in its place. */
+static void test_set_policy(void)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kva_arena *a = mk(4 * MIB, BS, 0);	/* 128 blocks */
+
+	CU_ASSERT_FATAL(a != NULL);
+	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_TTL, 3, 5, 70000), 0);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(ai.policy, KVA_POLICY_TTL);
+	CU_ASSERT_EQUAL(ai.low_wm, 3);
+	CU_ASSERT_EQUAL(ai.high_wm, 5);
+	CU_ASSERT_EQUAL(ai.ttl_ms, 70000);
+	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_LRU, 6, 5, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_LRU, 1, 129, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_COUNT, 0, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(ai.policy, KVA_POLICY_TTL);	/* unchanged */
+	CU_ASSERT_EQUAL(ai.high_wm, 5);
+	kva_arena_destroy(a);
+}
+
 static void test_idle_accounting(void)
 {
 	struct timespec ts = { .tv_nsec = 20 * 1000 * 1000 };
@@ -559,6 +581,7 @@ int main(void)
 	CU_add_test(s, "blocks and sessions", test_blocks_and_sessions);
 	CU_add_test(s, "map and data fd", test_map_and_data_fd);
 	CU_add_test(s, "tenant quota", test_tenant_quota);
+	CU_add_test(s, "set policy", test_set_policy);
 	CU_add_test(s, "idle accounting", test_idle_accounting);
 	CU_add_test(s, "threads", test_threads);
 	CU_add_test(s, "ABI sizes", test_abi_sizes);

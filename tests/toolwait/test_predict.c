@@ -216,12 +216,69 @@ static void test_extremes(void)
 	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, UINT64_MAX / 4,
 				     0);
 	CHECK(r == UINT64_MAX / 4, "beyond the last slot: Lindy");
+	/*
+	 * One 40-minute wait among 4 million short ones: the counts sum past
+	 * 2^20, so they are scaled (by 4); rounding down would lose it and
+	 * fall back to the cold-start rule (about 1 s).  Its slot's midpoint
+	 * is 3 x 2^30 us.
+	 */
 	memset(slots, 0, sizeof(slots));
-	slots[0] = 1000000;
-	slots[31] = 1;	/* one 40-minute wait must not scale away */
+	slots[0] = 4000000;
+	slots[31] = 1;
 	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 10, 0);
-	CHECK(r > (1ULL << 31), "rare long wait survives scaling: %lu",
+	CHECK(r == 3ULL * (1ULL << 30) - 10, "rare long wait survives scaling: %lu",
 	      (unsigned long)r);
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 10, 1000) == 1024,
+	      "rare long wait: certain to last 1 ms more");
+	/* Just at the scaling threshold (2^20, no scaling) and one past it. */
+	memset(slots, 0, sizeof(slots));
+	slots[3] = 1048576 - 8;
+	slots[20] = 8;
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 16, 0);
+	CHECK(r == 3ULL * (1ULL << 19) - 16, "2^20 samples, past slot 3: %lu",
+	      (unsigned long)r);
+	slots[3]++;
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 16, 0);
+	CHECK(r == 3ULL * (1ULL << 19) - 16, "2^20 + 1 samples, past slot 3: %lu",
+	      (unsigned long)r);
+	/* A wait inside a slot: the slot's mass is spread uniformly. */
+	memset(slots, 0, sizeof(slots));
+	slots[10] = 100;	/* [1024, 2048) us */
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 1536, 0);
+	CHECK(r == 256, "half-way through a slot: mean of the rest %lu",
+	      (unsigned long)r);
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 512) == 512,
+	      "half of a uniform slot survives half its width: %u",
+	      kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 512));
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 1024) == 0,
+	      "nothing outlives its slot");
+	/* The last microsecond of a slot: the rest's mean is the elapsed
+	 * time itself (integer us), so nothing remains. */
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 2047, 0) == 0,
+	      "at the last us of the last slot: 0 left");
+	/* Exactly 2^20 samples are not scaled: 3 and 5 above elapsed keep
+	 * their 3 : 5 weights (scaled by 2 they would round to 2 : 3). */
+	memset(slots, 0, sizeof(slots));
+	slots[3] = 1048576 - 8;
+	slots[19] = 3;
+	slots[20] = 5;
+	r = kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 16, 0);
+	CHECK(r == (3 * 786432ULL + 5 * 1572864ULL) / 8 - 16,
+	      "2^20 samples unscaled: %lu", (unsigned long)r);
+	/* Cold start between base / 3 and base / 2: still base - elapsed. */
+	memset(slots, 0, sizeof(slots));
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 400000, 0) == 600000,
+	      "cold, elapsed 0.4 s: 0.6 s left");
+	/* Histograms longer than the predictor's 32 slots: the rest ignored. */
+	{
+		uint32_t big[40] = { 0 };
+
+		big[10] = 100;
+		big[35] = 1000000;
+		CHECK(kvc_predict_remaining_us(big, 40, 1536, 0) == 256 &&
+		      kvc_predict_survival(big, 40, 1024, 512) == 512,
+		      "slots past the 32nd are ignored");
+	}
 }
 
 int main(void)

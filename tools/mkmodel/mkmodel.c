@@ -40,6 +40,8 @@ static const char usage[] =
 "  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2\n"
 "                   (gpt2; qwen2: qwen2)\n"
 "  --rope-base F    RoPE frequency base (10000)\n"
+"  --rope-dims N    rotate only the first N dims of each head (partial\n"
+"                   rope; even, <= head dim; default: the head dim)\n"
 "  --tied           no output.weight: the head reuses token_embd\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
 "example: kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \\\n"
@@ -516,10 +518,10 @@ int main(int argc, char **argv)
 		{ "ctx", 1, 0, 'c' }, { "type", 1, 0, 't' }, { "tokenizer", 1, 0, 'z' },
 		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
 		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
-		{ "arch", 1, 0, 'A' }, { 0, 0, 0, 0 },
+		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
-	uint32_t ctx = 256, type = GGML_F32, i, l;
+	uint32_t ctx = 256, type = GGML_F32, rope_dims = 0, i, l;
 	uint64_t seed = 1, off = 0;
 	float rope_base = 10000.0f;
 	int tied = 0, bpe = 0, tok_set = 0, qwen2 = 0, c;
@@ -541,6 +543,7 @@ int main(int argc, char **argv)
 		case 'v': nvocab = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'c': ctx = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'r': rope_base = strtof(optarg, NULL); break;
+		case 'R': rope_dims = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'T': tied = 1; break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'o': out = optarg; break;
@@ -577,7 +580,8 @@ int main(int argc, char **argv)
 	if (!kvh)
 		kvh = heads;
 	if (!out || !dim || !layers || !heads || !ffn || !ctx || heads % kvh ||
-	    dim % heads || (dim / heads) % 2 || nvocab > (1u << 22)) {
+	    dim % heads || (dim / heads) % 2 || nvocab > (1u << 22) ||
+	    (rope_dims && (rope_dims % 2 || rope_dims > dim / heads))) {
 		fprintf(stderr, "kva-mkmodel: bad or missing arguments\n%s", usage);
 		return 2;
 	}
@@ -618,8 +622,9 @@ int main(int argc, char **argv)
 	kv_u32(AK("attention.head_count_kv"), kvh);
 	kv_f32(AK("attention.layer_norm_rms_epsilon"), qwen2 ? 1e-6f : 1e-5f);
 	kv_f32(AK("rope.freq_base"), rope_base);
-	if (!qwen2)	/* qwen2 files leave it to the default, the head dim */
-		kv_u32(AK("rope.dimension_count"), dim / heads);
+	/* qwen2 files leave it to the default, the head dim, unless partial */
+	if (!qwen2 || rope_dims)
+		kv_u32(AK("rope.dimension_count"), rope_dims ? rope_dims : dim / heads);
 	kv_u32(AK("vocab_size"), nvocab);
 #undef AK
 	kv_str("tokenizer.ggml.model", bpe ? "gpt2" : "llama");

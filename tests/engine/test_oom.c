@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_oom.c - allocation failures. Each of the engine's constructors (model
+ * from memory, tokenizer, engine, KV arena and arena session) and the
+ * tokenizer's long-word path is run with its k-th allocation failing, for
+ * k = 0, 1, ... until a run makes fewer than k + 1 allocations: every run
+ * with a failure must return an error (NULL with a message, or -ENOMEM),
+ * never crash, and leak nothing (ASan's leak check at exit).
+ *
+ * Linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,
+ * --wrap=aligned_alloc (engine.mk), so the engine's and libkvarena's calls
+ * come here; libc and libpcre2 allocate on their own.
+ *
+ * usage: test_oom MODEL...
+ */
+#include <errno.h>
+
+#include "engine_internal.h"
+#include "tcheck.h"
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__real_realloc(void *p, size_t n);
+void *__real_aligned_alloc(size_t align, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t size);
+void *__wrap_realloc(void *p, size_t n);
+void *__wrap_aligned_alloc(size_t align, size_t n);
+
+static long fail_at = -1, calls;
+
+static int failing(void)
+{
+	return fail_at >= 0 && calls++ == fail_at;
+}
+
+void *__wrap_malloc(size_t n)
+{
+	return failing() ? NULL : __real_malloc(n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	return failing() ? NULL : __real_calloc(n, size);
+}
+
+void *__wrap_realloc(void *p, size_t n)
+{
+	return failing() ? NULL : __real_realloc(p, n);
+}
+
+void *__wrap_aligned_alloc(size_t align, size_t n)
+{
+	return failing() ? NULL : __real_aligned_alloc(align, n);
+}
+
+/* What is being built: 0 or a negative errno, err set on failure. */
+typedef int (*build_fn)(void *ctx, char *err, size_t errlen);
+
+/*
+ * Runs fn with allocation k failing for k = 0, 1, ... Returns how many
+ * allocations a full run makes, or -1 after printing what went wrong.
+ */
+static long each_failure(const char *what, build_fn fn, void *ctx)
+{
+	long k;
+
+	for (k = 0; k < 100000; k++) {
+		char err[256] = "";
+		int rc;
+
+		calls = 0;
+		fail_at = k;
+		rc = fn(ctx, err, sizeof(err));
+		fail_at = -1;
+		if (calls <= k) {	/* allocation k never happened */
+			if (rc) {
+				printf("# %s: fails (%d: %s) with no allocation failing\n",
+				       what, rc, err);
+				return -1;
+			}
+			return k;
+		}
+		if (rc != -ENOMEM || !err[0]) {
+			printf("# %s: allocation %ld of %ld failed, result %d \"%s\"\n", what, k,
+			       calls, rc, err);
+			return -1;
+		}
+	}
+	return -1;
+}
+
+struct ctx {
+	const uint8_t *file;
+	size_t len;
+	struct kve_model *m;
+	struct kve_tokenizer *t;
+};
+
+static int build_model(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kve_model *m = kve_model_load_mem(c->file, c->len, err, errlen);
+
+	if (!m)
+		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+	kve_model_free(m);
+	return 0;
+}
+
+static int build_tokenizer(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kve_tokenizer *t = kve_tokenizer_create(c->m, err, errlen);
+
+	if (!t)
+		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+	kve_tokenizer_free(t);
+	return 0;
+}
+
+/* a word of 100 letters (BPE: past the 64-id stack buffer) and a long
+ * streamed decode */
+static int tokenize_long(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	char text[160], out[512];
+	int32_t ids[256];
+	struct kve_detok d;
+	int n, i, w;
+
+	memset(text, 'a', 100);
+	memcpy(text + 100, " Hello, w\xc3\xb6rld", 15);
+	n = kve_tokenize(c->t, text, 115, 1, ids, 256);
+	if (n < 0) {
+		snprintf(err, errlen, "tokenize: %s", strerror(-n));
+		return n;
+	}
+	kve_detok_init(&d, c->t);
+	for (i = 0; i < n; i++) {
+		w = kve_detok_push(&d, ids[i], out, sizeof(out));
+		if (w < 0) {
+			snprintf(err, errlen, "detok: %s", strerror(-w));
+			return w;
+		}
+	}
+	return 0;
+}
+
+static int build_engine(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kve_engine_params ep = { 2, 2, 4, 16 };
+	struct kve_kv_pool kp;
+	struct tpool tp;
+	struct kve_engine *e;
+	long k = fail_at;
+	int rc;
+
+	fail_at = -1;	/* the test's own pool is not under test */
+	rc = tpool_init(&tp, c->m, 4, KVE_KV_F32, 4, &kp);
+	fail_at = k;
+	if (rc)
+		return -EIO;
+	e = kve_engine_create(c->m, &kp, &ep, err, errlen);
+	rc = e ? 0 : strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+	kve_engine_free(e);
+	fail_at = -1;
+	tpool_free(&tp);
+	return rc;
+}
+
+static int build_arena(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kve_arena_kv_params ap = { .backend = KVA_BACKEND_MEMFD, .n_blocks = 8,
+					  .block_tokens = 4, .dtype = KVE_KV_F16,
+					  .name = "oom" };
+	struct kve_arena_kv *kv = NULL;
+	struct kve_arena_session as;
+	int rc = kve_arena_kv_create(c->m, &ap, &kv, err, errlen);
+
+	if (rc)
+		return rc;
+	rc = kve_arena_session_open(kv, 1, 32, &as);
+	if (!rc) {
+		rc = kve_arena_session_reserve(kv, &as, 32);
+		kve_arena_session_close(kv, &as);
+	}
+	if (rc)
+		snprintf(err, errlen, "session: %s", strerror(-rc));
+	kve_arena_kv_destroy(kv);
+	return rc;
+}
+
+/* Streaming decode of ordinary tokens allocates nothing (its buffer is
+ * on the stack up to 512 bytes): counted, none failing. */
+static long detok_allocs(struct kve_tokenizer *t)
+{
+	int32_t ids[64];
+	char out[64];
+	struct kve_detok d;
+	static const char text[] = "Hello, w\xc3\xb6rld: blocks of a session.";
+	int n = kve_tokenize(t, text, sizeof(text) - 1, 1, ids, 64), i;
+	long used;
+
+	kve_detok_init(&d, t);
+	calls = 0;
+	fail_at = 1L << 60;	/* count, never fail */
+	for (i = 0; i < n; i++)
+		kve_detok_push(&d, ids[i], out, sizeof(out));
+	used = calls;
+	fail_at = -1;
+	return n > 0 ? used : -1;
+}
+
+int main(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		struct ctx c = { 0 };
+		char err[256];
+		FILE *f = fopen(argv[i], "rb");
+		uint8_t *buf = NULL;
+		long n = -1, len = 0;
+
+		if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
+		    (buf = malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) == (size_t)len)
+			n = 0;
+		if (f)
+			fclose(f);
+		CHECK(n == 0, "read %s", argv[i]);
+		if (n) {
+			free(buf);
+			continue;
+		}
+		c.file = buf;
+		c.len = (size_t)len;
+		n = each_failure("model", build_model, &c);
+		CHECK(n > 0, "%s: model from memory: each of %ld allocations failing -> "
+		      "out of memory, nothing leaked", argv[i], n);
+		c.m = kve_model_load_mem(buf, (size_t)len, err, sizeof(err));
+		if (!c.m) {
+			CHECK(0, "%s: %s", argv[i], err);
+			free(buf);
+			continue;
+		}
+		n = each_failure("tokenizer", build_tokenizer, &c);
+		CHECK(n > 0, "%s: tokenizer: each of %ld allocations failing -> out of memory",
+		      argv[i], n);
+		c.t = kve_tokenizer_create(c.m, err, sizeof(err));
+		if (c.t) {
+			n = detok_allocs(c.t);
+			CHECK(n == 0, "%s: streaming decode of short tokens allocates nothing (%ld)",
+			      argv[i], n);
+			n = each_failure("tokenize", tokenize_long, &c);
+			CHECK(n >= 0, "%s: tokenize and stream a 100-letter word: each of %ld "
+			      "allocations failing -> -ENOMEM", argv[i], n);
+			kve_tokenizer_free(c.t);
+		}
+		n = each_failure("engine", build_engine, &c);
+		CHECK(n > 0, "%s: engine: each of its allocations failing -> out of memory",
+		      argv[i]);
+		n = each_failure("arena", build_arena, &c);
+		CHECK(n > 0, "%s: KV arena and a session: each of %ld allocations failing -> "
+		      "an error, nothing held", argv[i], n);
+		kve_model_free(c.m);
+		free(buf);
+	}
+	return tc_done();
+}
