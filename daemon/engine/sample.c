@@ -52,32 +52,21 @@ static int32_t argmax(const float *l, uint32_t n)
 	return (int32_t)best;
 }
 
-int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
-		   void *scratch)
+/* Top-k, top-p and the draw over n weighted candidates (unnormalised
+ * probabilities), shared by the free and the masked sampler. */
+static int32_t draw(struct kve_sampler *s, struct cand *c, uint32_t n)
 {
-	struct cand *c = scratch;
-	float mx, sum = 0, r, acc;
-	uint32_t i, n;
+	float sum = 0, r, acc;
+	uint32_t i;
 
-	if (!s || !logits || !vocab || vocab > INT32_MAX)
-		return -EINVAL;
-	if (!(s->temperature > 0) || s->top_k == 1)
-		return argmax(logits, vocab);
-	if (!c)
-		return -EINVAL;
-	mx = logits[argmax(logits, vocab)];
-	for (i = 0; i < vocab; i++) {
-		c[i].id = (int32_t)i;
-		c[i].p = expf((logits[i] - mx) / s->temperature);
-	}
-	qsort(c, vocab, sizeof(*c), by_prob);
-	n = vocab;
+	qsort(c, n, sizeof(*c), by_prob);
 	if (s->top_k && s->top_k < n)
 		n = s->top_k;
 	for (i = 0; i < n; i++)
 		sum += c[i].p;
 	if (s->top_p > 0 && s->top_p < 1) {
 		float cut = s->top_p * sum, run = 0;
+
 		for (i = 0; i < n; i++) {
 			run += c[i].p;
 			if (run >= cut) {
@@ -98,6 +87,27 @@ int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
 	return c[n - 1].id;
 }
 
+int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
+		   void *scratch)
+{
+	struct cand *c = scratch;
+	float mx;
+	uint32_t i;
+
+	if (!s || !logits || !vocab || vocab > INT32_MAX)
+		return -EINVAL;
+	if (!(s->temperature > 0) || s->top_k == 1)
+		return argmax(logits, vocab);
+	if (!c)
+		return -EINVAL;
+	mx = logits[argmax(logits, vocab)];
+	for (i = 0; i < vocab; i++) {
+		c[i].id = (int32_t)i;
+		c[i].p = expf((logits[i] - mx) / s->temperature);
+	}
+	return draw(s, c, vocab);
+}
+
 static int allowed(const uint32_t *mask, uint32_t i)
 {
 	return (mask[i >> 5] >> (i & 31)) & 1;
@@ -110,7 +120,7 @@ int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t v
 			  const uint32_t *mask, void *scratch)
 {
 	struct cand *c = scratch;
-	float mx = 0, sum = 0, r, acc;
+	float mx = 0;
 	uint32_t i, w, n = 0;
 	int32_t best = -1;
 
@@ -144,28 +154,5 @@ int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t v
 		c[n].p = expf((logits[i] - mx) / s->temperature);
 		n++;
 	}
-	qsort(c, n, sizeof(*c), by_prob);
-	if (s->top_k && s->top_k < n)
-		n = s->top_k;
-	for (i = 0; i < n; i++)
-		sum += c[i].p;
-	if (s->top_p > 0 && s->top_p < 1) {
-		float cut = s->top_p * sum, run = 0;
-		for (i = 0; i < n; i++) {
-			run += c[i].p;
-			if (run >= cut) {
-				n = i + 1;
-				break;
-			}
-		}
-		sum = run;
-	}
-	r = (float)(splitmix(&s->rng) >> 40) * (1.0f / 16777216.0f) * sum;
-	acc = 0;
-	for (i = 0; i < n; i++) {
-		acc += c[i].p;
-		if (r < acc)
-			return c[i].id;
-	}
-	return c[n - 1].id;
+	return draw(s, c, n);
 }
