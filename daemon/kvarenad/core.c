@@ -637,6 +637,27 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* What kvd_create set up, undone in reverse; a failed create and
+ * kvd_destroy end here alike. */
+static void release(struct kvd *d)
+{
+	kvd_agent_fini(d);
+	kvd_prefix_fini(d);
+	kvd_kstate_fini(d);
+	free(d->block_users);
+	if (d->data_fd >= 0)
+		close(d->data_fd);
+	kve_arena_kv_destroy(d->kv);
+	kvc_vocab_free(d->cvocab);
+	kve_tokenizer_free(d->tok);
+	kve_model_free(d->model);
+	if (d->wake_fd >= 0)
+		close(d->wake_fd);
+	pthread_cond_destroy(&d->idle_cond);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
 int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **dp,
 	       char *err, size_t errlen)
 {
@@ -721,21 +742,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 fail:
 	if (!err[0])
 		snprintf(err, errlen, "%s", strerror(-rc));
-	kvd_agent_fini(d);
-	kvd_kstate_fini(d);
-	kvd_prefix_fini(d);
-	free(d->block_users);
-	if (d->data_fd >= 0)
-		close(d->data_fd);
-	kve_arena_kv_destroy(d->kv);
-	kvc_vocab_free(d->cvocab);
-	kve_tokenizer_free(d->tok);
-	kve_model_free(d->model);
-	if (d->wake_fd >= 0)
-		close(d->wake_fd);
-	pthread_cond_destroy(&d->idle_cond);
-	pthread_mutex_destroy(&d->lock);
-	free(d);
+	release(d);
 	return rc;
 }
 
@@ -796,18 +803,5 @@ void kvd_destroy(struct kvd *d)
 	}
 	while (d->convs)
 		kvd_conv_free(d, d->convs);
-	kvd_agent_fini(d);
-	kvd_prefix_fini(d);
-	kvd_kstate_fini(d);
-	free(d->block_users);
-	if (d->data_fd >= 0)
-		close(d->data_fd);
-	kve_arena_kv_destroy(d->kv);
-	kvc_vocab_free(d->cvocab);
-	kve_tokenizer_free(d->tok);
-	kve_model_free(d->model);
-	close(d->wake_fd);
-	pthread_cond_destroy(&d->idle_cond);
-	pthread_mutex_destroy(&d->lock);
-	free(d);
+	release(d);
 }
