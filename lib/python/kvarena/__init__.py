@@ -82,7 +82,8 @@ class _SessionInfo(ctypes.Structure):
 
 class _Tenant(ctypes.Structure):
     _fields_ = [("size", u32), ("flags", u32), ("tenant_id", u32),
-                ("arenas", u32), ("quota_bytes", u64), ("used_bytes", u64)]
+                ("arenas", u32), ("quota_bytes", u64), ("used_bytes", u64),
+                ("arena_quota_bytes", u64), ("arena_bytes", u64)]
 
 
 class _ArenaParams(ctypes.Structure):

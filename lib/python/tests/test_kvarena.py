@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""The Python binding on the memfd backend (host): devices, arenas,
-sessions, blocks, states, the data fd shared with a child process, and
-zero-copy views (memoryview and numpy) of blocks.  Run by make check-python
-with KVARENA_LIB pointing at the library built in the tree."""
+"""The Python binding: devices, arenas, sessions, blocks, states, the data
+fd shared with a child process, and zero-copy views (memoryview and numpy)
+of blocks.  KVARENA_TEST_BACKEND picks the backend: "memfd" (default; make
+check-python on the host, KVARENA_LIB pointing at the library built in the
+tree) or "kernel" (make check-python-guest: kvarena.ko in a QEMU guest,
+where the data fd is a dma-buf)."""
 import errno
 import mmap
 import os
@@ -12,11 +14,13 @@ import kvarena
 
 MIB = 1 << 20
 BS = 64 << 10
+BACKEND = os.environ.get("KVARENA_TEST_BACKEND", "memfd")
+KERNEL = BACKEND == "kernel"
 
 
 class Binding(unittest.TestCase):
     def setUp(self):
-        self.dev = kvarena.Device("memfd")
+        self.dev = kvarena.Device(BACKEND)
         self.arena = self.dev.arena(4 * MIB, BS, name="py", tenant=5)
 
     def tearDown(self):
@@ -24,7 +28,7 @@ class Binding(unittest.TestCase):
         self.dev.close()
 
     def test_device(self):
-        self.assertEqual(self.dev.backend, "memfd")
+        self.assertEqual(self.dev.backend, BACKEND)
         self.assertIsNone(self.dev.fallback)
         v = self.dev.version()
         self.assertEqual(v["api_version"], 1)
@@ -71,7 +75,12 @@ class Binding(unittest.TestCase):
         self.dev.set_quota(5, 3 * BS)
         s = self.arena.session()
         self.assertEqual(len(s.alloc(8, partial=True)), 3)
-        self.assertEqual(self.dev.tenant(5)["used_bytes"], 3 * BS)
+        t = self.dev.tenant(5)
+        self.assertEqual(t["used_bytes"], 3 * BS)
+        self.assertEqual(t["arenas"], 1)
+        if KERNEL:      # the kernel also charges the arena's own bytes
+            self.assertEqual(t["arena_bytes"], 4 * MIB)
+            self.assertGreater(t["arena_quota_bytes"], 0)
         s.close()
         self.dev.set_quota(5, 0)
 
@@ -122,10 +131,30 @@ class Binding(unittest.TestCase):
         self.assertEqual(bytes(self.arena.block(blk)[:8]), b"kvarena!")
         s.close()
 
-    def test_dmabuf_needs_the_kernel(self):
-        with self.assertRaises(kvarena.KvaError) as e:
-            self.arena.dmabuf_fd()
-        self.assertEqual(e.exception.errno, errno.EOPNOTSUPP)
+    def test_dmabuf(self):
+        if not KERNEL:
+            with self.assertRaises(kvarena.KvaError) as e:
+                self.arena.dmabuf_fd()
+            self.assertEqual(e.exception.errno, errno.EOPNOTSUPP)
+            return
+        s = self.arena.session()
+        (blk,) = s.alloc(1)
+        self.arena.block(blk)[:8] = b"dma-buf!"
+        fd = self.arena.dmabuf_fd()
+        try:
+            # A real dma-buf, exported by kvarena.ko ...
+            with open("/proc/self/fdinfo/%d" % fd) as f:
+                info = f.read()
+            self.assertRegex(info, r"exp_name:\s*kvarena")
+            # ... whose mapping is the same memory as the block's view.
+            off = self.arena.block_offset(blk)
+            with mmap.mmap(fd, 4 * MIB) as mm:
+                self.assertEqual(mm[off:off + 8], b"dma-buf!")
+                mm[off:off + 4] = b"DMA-"
+            self.assertEqual(bytes(self.arena.block(blk)[:8]), b"DMA-buf!")
+        finally:
+            os.close(fd)
+        s.close()
 
     def test_bad_arguments(self):
         with self.assertRaises(kvarena.KvaError) as e:
