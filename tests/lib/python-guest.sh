@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SPDX-License-Identifier: LGPL-2.1-or-later
+# SPDX-License-Identifier: MIT
 # The Python binding on the kernel backend: lib/python/tests with
 # KVARENA_TEST_BACKEND=kernel in a QEMU guest running kernel VERSION, with
 # Debian's python3 and numpy packed in (only the files the suite imports,

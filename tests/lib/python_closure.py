@@ -1,4 +1,4 @@
-# SPDX-License-Identifier: LGPL-2.1-or-later
+# SPDX-License-Identifier: MIT
 """Print the files a Python program needs outside the repository: run the
 binding's test suite here (memfd backend), then list every imported
 module's file and every shared library those modules load (from ldd), one
