@@ -11,7 +11,10 @@ replaced, tenant budgets answer 429 with Retry-After, SIGHUP reloads keys,
 SIGTERM drains a stream in flight, copy hand-off counts its bytes (arena
 mode: 0), the CPU engine loaded as a plugin serves the same tokens, the
 daemon refuses to listen beyond loopback without keys, and server-side
-tools are offered to an allowed tenant only, byte-stably across turns.
+tools are offered to an allowed tenant only, byte-stably across turns; with
+the trained agent model (models/), the model calls a tool by itself, both
+client-side and server-side (run in the sandbox, result prefilled, the
+reply continued).
 
 usage: test_serve.py KVARENAD MODEL PLUGIN.so
 """
