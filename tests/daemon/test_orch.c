@@ -927,7 +927,8 @@ static int blocked_ok(const struct trun *r)
 	       !strstr(r->output, "SUCCEEDED");
 }
 
-static int probe_alive(const char *what)
+/* a process of this test's probe (its path is unique to the test) */
+static int probe_alive(const char *probe, const char *what)
 {
 	char path[300], buf[512];
 	struct dirent *e;
@@ -954,7 +955,7 @@ static int probe_alive(const char *what)
 			if (!buf[i])
 				buf[i] = ' ';
 		buf[n] = 0;
-		found = strstr(buf, "kvs-probe") && strstr(buf, what);
+		found = strstr(buf, probe) && strstr(buf, what);
 	}
 	closedir(dir);
 	return found;
@@ -1074,7 +1075,9 @@ static void test_escape(void)
 	if (!f)
 		return;
 	/* c_compile_run: the built-in section */
-	fprintf(f, "[sh]\nexec = /usr/bin %s %s\ntimeout = 3s\npids = 32\nmemory = 256M\n",
+	/* 10 s: a memory bomb touching ~500 MiB can take seconds on a loaded
+	 * machine before RLIMIT_AS stops it */
+	fprintf(f, "[sh]\nexec = /usr/bin %s %s\ntimeout = 10s\npids = 32\nmemory = 256M\n",
 		e.probe, e.suid);
 	fclose(f);
 	base_config(&c);
@@ -1167,6 +1170,7 @@ static void test_escape(void)
 	 * another session is served */
 	{
 		long s1, s2;
+		int alive;
 
 		snprintf(cmds[0], sizeof(cmds[0]), "%s spin", e.probe);
 		snprintf(cmds[1], sizeof(cmds[1]), "%s daemon hb", e.probe);
@@ -1182,10 +1186,11 @@ static void test_escape(void)
 		s1 = file_size(path);
 		nanosleep(&(struct timespec){ 1, 0 }, NULL);
 		s2 = file_size(path);
+		alive = probe_alive(e.probe, "daemon");
 		CHECK(t.n_runs == 2 && !strcmp(t.runs[1].reason, "exit") && s1 > 0 && s1 == s2 &&
-		      !probe_alive("daemon"),
-		      "daemon sh: a daemon forked by the tool died with the run (heartbeat %ld -> "
-		      "%ld bytes)", s1, s2);
+		      !alive,
+		      "daemon sh: a daemon forked by the tool died with the run (%s; heartbeat %ld "
+		      "-> %ld bytes; %s)", t.runs[1].reason, s1, s2, alive ? "STILL ALIVE" : "gone");
 	}
 	/* c_compile_run: a program the model wrote tries the same, and the
 	 * launcher's own file tools are asked out of the work dir */
@@ -1235,12 +1240,15 @@ static void test_escape(void)
 	}
 	{
 		struct reply ok;
+		int left;
 
 		snprintf(p1, sizeof(p1), "%s<|im_start|>user\nstill there?<|im_end|>\n"
 			 "<|im_start|>assistant\n", sys_prompt);
-		CHECK(ask(e.d, p1, 0, 1, 4, &ok, NULL) == 0 && kvd_ready(e.d) &&
-		      !probe_alive(""),
-		      "after every attempt the daemon serves, and no probe process is left");
+		left = probe_alive(e.probe, "");
+
+		CHECK(ask(e.d, p1, 0, 1, 4, &ok, NULL) == 0 && kvd_ready(e.d) && !left,
+		      "after every attempt the daemon serves (%s), and no probe process is left (%s)",
+		      kvd_ready(e.d) ? "ready" : "NOT READY", left ? "ONE IS" : "none");
 	}
 	kvd_destroy(e.d);
 out:
@@ -1397,7 +1405,7 @@ static void test_mcp_servers(void)
 	snprintf(cmd, sizeof(cmd), "%s callgarbage", fake);
 	mcp_cfg(&c, "garbage", cmd, "mcp-fake", 1500);
 	snprintf(cmd, sizeof(cmd), "%s callexit", fake);
-	mcp_cfg(&c, "exits", cmd, "mcp-fake", 1500);
+	mcp_cfg(&c, "exits", cmd, "mcp-fake", 5000);	/* its restart, on a loaded machine */
 	c.mcp[5].restart_backoff_ms = 10;	/* restarted for the next round */
 	/* odd tool names and descriptions */
 	snprintf(cmd, sizeof(cmd), "%s odd", fake);
