@@ -109,7 +109,7 @@ static const char *const step_names[] = {
 	[ST_ATTR] = "making a bind read-only", [ST_STAGE] = "mounting the root tmpfs",
 	[ST_SKELETON] = "creating the root skeleton", [ST_MOVE] = "attaching a bind",
 	[ST_TMP] = "mounting /tmp", [ST_PROC] = "mounting /proc",
-	[ST_PROC_SYS] = "making /proc/sys read-only", [ST_PIVOT] = "pivot_root",
+	[ST_PROC_SYS] = "making /proc/sys read-only", [ST_PIVOT] = "switching to the new root",
 	[ST_ROOT_RO] = "making the root read-only", [ST_CHDIR] = "entering the work directory",
 	[ST_SECUREBITS] = "securebits", [ST_BOUNDING] = "dropping the bounding set",
 	[ST_GROUPS] = "setgroups", [ST_GID] = "setresgid", [ST_UID] = "setresuid",
