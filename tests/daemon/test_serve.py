@@ -325,7 +325,7 @@ def test_server_agent():
     is the model's (tests/model)."""
     work = os.path.join(TMP, "agent-work")
     conf = (f"[tools]\nenable = calc, read_file, list_dir, c_compile_run\n"
-            f"max_rounds = 2\nworkdir_root = {work}\n")
+            f"max_rounds = 4\nworkdir_root = {work}\n")
     d = Daemon(tenants=False, extra_conf=conf)
     try:
         asks = ["What is 4577 + 577?", "Compute 812 * 37.",
