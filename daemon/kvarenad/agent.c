@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * agent.c - server-side tools: the agent loop's tool half. The tools
- * ([tools] enable: sh, c_compile_run, read_file, write_file, list_dir)
+ * ([tools] enable: sh, c_compile_run, read_file, write_file, list_dir,
+ * calc)
  * are declared to the model through kvd_server_tools() (the HTTP layer
  * appends them to a request's tools for tenants allowed to use them).
  * When a reply's round ends in calls to such tools only, the scheduler
@@ -36,8 +37,12 @@
 #define KVD_MAX_DECLS 32		/* kvd_request.server_tools has 32 bits */
 #define KVD_MAX_DECL_BYTES 16384	/* one MCP tool's declaration, serialised */
 
-/* The declarations the model sees, in enum kvd_stool order. Argument names
- * follow the agent model's training set (Documentation/model.md). */
+/* The declarations the model sees, by enum kvd_stool. calc, read_file,
+ * list_dir and c_compile_run are byte for byte those the shipped agent
+ * model was trained on (tools/train/corpus.py, Documentation/model.md):
+ * with [tools] enable = calc, read_file, list_dir, c_compile_run it sees
+ * the system prompt it learned. c_compile_run also takes an undeclared
+ * "stdin"; the file tools take paths in the work directory. */
 static const char *const decls[KVD_N_TOOLS] = {
 	"{\"name\": \"sh\", \"description\": \"Run one shell command (/bin/sh -c) in the "
 	"session's work directory, which persists across calls. No network. Returns its "
@@ -46,21 +51,22 @@ static const char *const decls[KVD_N_TOOLS] = {
 	"[\"command\"]}}",
 	"{\"name\": \"c_compile_run\", \"description\": \"Compile a C program and run it; "
 	"returns its output.\", \"parameters\": {\"type\": \"object\", \"properties\": "
-	"{\"code\": {\"type\": \"string\", \"description\": \"C source\"}, \"stdin\": "
-	"{\"type\": \"string\", \"description\": \"the program's input\"}}, \"required\": "
+	"{\"code\": {\"type\": \"string\", \"description\": \"C source\"}}, \"required\": "
 	"[\"code\"]}}",
-	"{\"name\": \"read_file\", \"description\": \"Read a text file of the work "
-	"directory.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"path\": "
-	"{\"type\": \"string\", \"description\": \"path in the work directory\"}}, "
-	"\"required\": [\"path\"]}}",
+	"{\"name\": \"read_file\", \"description\": \"Read a text file.\", \"parameters\": "
+	"{\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\", "
+	"\"description\": \"absolute path\"}}, \"required\": [\"path\"]}}",
 	"{\"name\": \"write_file\", \"description\": \"Write a text file in the work "
 	"directory.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"path\": "
 	"{\"type\": \"string\", \"description\": \"path in the work directory\"}, "
 	"\"content\": {\"type\": \"string\"}}, \"required\": [\"path\", \"content\"]}}",
-	"{\"name\": \"list_dir\", \"description\": \"List the entries of a directory of "
-	"the work directory.\", \"parameters\": {\"type\": \"object\", \"properties\": "
-	"{\"path\": {\"type\": \"string\", \"description\": \"path in the work directory\"}}, "
-	"\"required\": [\"path\"]}}",
+	"{\"name\": \"list_dir\", \"description\": \"List the entries of a directory.\", "
+	"\"parameters\": {\"type\": \"object\", \"properties\": {\"path\": {\"type\": "
+	"\"string\", \"description\": \"absolute path\"}}, \"required\": [\"path\"]}}",
+	"{\"name\": \"calc\", \"description\": \"Evaluate an arithmetic expression.\", "
+	"\"parameters\": {\"type\": \"object\", \"properties\": {\"expression\": "
+	"{\"type\": \"string\", \"description\": \"integers with + - *\"}}, \"required\": "
+	"[\"expression\"]}}",
 };
 
 /* One declaration offered to the model: a built-in tool or an MCP
@@ -192,6 +198,39 @@ static const char *inner_path(const char *p)
 	return p;
 }
 
+/*
+ * calc's expression, checked and normalised for the shell's arithmetic
+ * ($((...)), 64-bit): digits, + - * ( ) and blanks only, so nothing but
+ * arithmetic reaches the shell; leading zeros dropped (the shell would
+ * read 010 as octal). The shell runs in the sandbox under the policy's
+ * calc tool. 0, or -1 when the expression is not one.
+ */
+#define KVD_CALC_MAX 256
+static int calc_expr(const char *in, char *out)
+{
+	size_t i, n = 0, digits = 0;
+
+	if (!in || !*in || strlen(in) > KVD_CALC_MAX)
+		return -1;
+	for (i = 0; in[i]; i++) {
+		char ch = in[i];
+
+		if (ch >= '0' && ch <= '9') {
+			/* a zero with more digits of the same number after it */
+			if (ch == '0' && !digits && in[i + 1] >= '0' && in[i + 1] <= '9')
+				continue;
+			digits++;
+		} else if (strchr("+-*() \t", ch)) {
+			digits = 0;
+		} else {
+			return -1;
+		}
+		out[n++] = ch;
+	}
+	out[n] = 0;
+	return 0;
+}
+
 static void refuse(struct kvs_result *res, const char *why)
 {
 	memset(res, 0, sizeof(*res));
@@ -249,6 +288,23 @@ static void run_call(struct kvd_agent *a, struct kvd_call *c)
 		c->rc = kvs_tool_c_compile_run_hook(a->policy, r->workdir, s, strlen(s), in,
 						    in ? strlen(in) : 0, NULL, on_cgroup, r,
 						    &c->res);
+		break;
+	}
+	case KVD_TOOL_CALC: {
+		char expr[KVD_CALC_MAX + 1];
+		const char *argv[] = { "/bin/sh", "-c", "echo $(($1))", "calc", expr, NULL };
+		struct kvs_request req = {
+			.tool = "calc", .workdir = r->workdir, .argv = argv,
+			.on_cgroup = on_cgroup, .ctx = r,
+		};
+
+		if (calc_expr(jstr(o, "expression"), expr)) {
+			refuse(&c->res, "calc: wants an \"expression\" of integers, + - * and "
+			       "parentheses (at most 256 characters)");
+			c->rc = -EINVAL;
+			break;
+		}
+		c->rc = kvs_run(a->policy, &req, &c->res);
 		break;
 	}
 	case KVD_TOOL_READ_FILE:
@@ -559,11 +615,15 @@ static int build_decls(struct kvd *d, struct kvd_agent *a, char *err, size_t err
 
 	if (!arr)
 		return -ENOMEM;
+	/* in the order [tools] enable names them (the prompt's order) */
 	for (i = 0; i < KVD_N_TOOLS && !rc; i++) {
-		if (!(a->enabled & (1u << i)))
+		uint32_t t = d->cfg.n_tools_order ? (i < d->cfg.n_tools_order ?
+						     d->cfg.tools_order[i] : KVD_N_TOOLS) : i;
+
+		if (t >= KVD_N_TOOLS || !(a->enabled & (1u << t)))
 			continue;
-		f = json_loads(decls[i], 0, &je);
-		rc = f ? decl_add(a, arr, kvd_stool_names[i], f, (int)i, NULL, NULL) : -ENOMEM;
+		f = json_loads(decls[t], 0, &je);
+		rc = f ? decl_add(a, arr, kvd_stool_names[t], f, (int)t, NULL, NULL) : -ENOMEM;
 		json_decref(f);
 	}
 	for (i = 0; i < d->cfg.n_mcp && !rc; i++) {

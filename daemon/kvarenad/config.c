@@ -15,14 +15,15 @@
 #include "config.h"
 
 const char *const kvd_stool_names[KVD_N_TOOLS] = {
-	"sh", "c_compile_run", "read_file", "write_file", "list_dir",
+	"sh", "c_compile_run", "read_file", "write_file", "list_dir", "calc",
 };
 
-/* "sh, read_file" -> a mask; "" or "none": 0. -1 names an unknown tool. */
-static int parse_tools(const char *v, uint32_t *out)
+/* "sh, read_file" -> a mask and the order named (the declarations'
+ * order); "" or "none": 0. -1 names an unknown tool. */
+static int parse_tools(const char *v, uint32_t *out, uint8_t *order, uint32_t *n_order)
 {
 	char buf[256], *save = NULL, *t;
-	uint32_t m = 0;
+	uint32_t m = 0, n = 0;
 	int i;
 
 	if (strlen(v) >= sizeof(buf))
@@ -36,9 +37,12 @@ static int parse_tools(const char *v, uint32_t *out)
 				break;
 		if (i == KVD_N_TOOLS)
 			return -1;
+		if (!(m & (1u << i)))
+			order[n++] = (uint8_t)i;
 		m |= 1u << i;
 	}
 	*out = m;
+	*n_order = n;
 	return 0;
 }
 
@@ -194,6 +198,12 @@ static int set_mcp(struct kvd_config *c, const char *name, const char *k, const 
 		return parse_u32(v, 100, 3600000, &u) ? -1 : (m->timeout_ms = u, 0);
 	if (!strcmp(k, "max_result_bytes"))
 		return parse_u32(v, 4096, 64u << 20, &u) ? -1 : (m->max_result_bytes = u, 0);
+	if (!strcmp(k, "restart_backoff_ms"))
+		return parse_u32(v, 10, 3600000, &u) ? -1 : (m->restart_backoff_ms = u, 0);
+	if (!strcmp(k, "restart_backoff_max_ms"))
+		return parse_u32(v, 10, 3600000, &u) ? -1 : (m->restart_backoff_max_ms = u, 0);
+	if (!strcmp(k, "healthy_ms"))
+		return parse_u32(v, 10, 86400000, &u) ? -1 : (m->healthy_ms = u, 0);
 	return -2;
 }
 
@@ -277,7 +287,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("limits", "max_sessions", max_sessions, 1, 1 << 22);
 	STR("tools", "policy", tools_policy);
 	if (!strcmp(sec, "tools") && !strcmp(k, "enable"))
-		return parse_tools(v, &c->tools_enabled);
+		return parse_tools(v, &c->tools_enabled, c->tools_order,
+				   &c->n_tools_order);
 	U32("tools", "max_rounds", tools_max_rounds, 0, 64);
 	if (!strcmp(sec, "tools") && !strcmp(k, "workdir_root"))
 		return v[0] != '/' ? -1 : copy_str(c->tools_workdir_root,

@@ -36,18 +36,27 @@ struct kvd_mcp_cfg {
 	char allow[1024];		/* server tool names offered; "": all */
 	uint32_t timeout_ms;		/* initialize, tools/list, each tools/call */
 	uint32_t max_result_bytes;	/* largest message accepted from it */
+	/* a server that failed is started again after a back-off: first
+	 * restart_backoff_ms, doubling per failure up to restart_backoff_max_ms;
+	 * back to the first after it ran healthy_ms. 0: the defaults (1 s,
+	 * 60 s, 60 s) */
+	uint32_t restart_backoff_ms;
+	uint32_t restart_backoff_max_ms;
+	uint32_t healthy_ms;
 };
 
 enum kvd_handoff { KVD_HANDOFF_ARENA = 0, KVD_HANDOFF_COPY = 1 };
 
-/* Server-side tools the orchestrator can run ([tools] enable); bit order is
- * the order of their declarations (kvd_server_tools()). */
+/* Server-side tools the orchestrator can run ([tools] enable). Their
+ * declarations (kvd_server_tools()) come in the order enable names them
+ * (tools_order), else in this order. */
 enum kvd_stool {
 	KVD_TOOL_SH = 0,
 	KVD_TOOL_C_COMPILE_RUN,
 	KVD_TOOL_READ_FILE,
 	KVD_TOOL_WRITE_FILE,
 	KVD_TOOL_LIST_DIR,
+	KVD_TOOL_CALC,
 	KVD_N_TOOLS,
 };
 extern const char *const kvd_stool_names[KVD_N_TOOLS];
@@ -95,6 +104,8 @@ struct kvd_config {
 	/* [tools] */
 	char tools_policy[512];		/* kva-sandbox policy file; "": built-in */
 	uint32_t tools_enabled;		/* 1 << KVD_TOOL_*; 0: no server tools */
+	uint8_t tools_order[KVD_N_TOOLS];	/* enum kvd_stool, as enable names them */
+	uint32_t n_tools_order;		/* 0: enum order */
 	uint32_t tools_max_rounds;	/* tool rounds per request */
 	char tools_workdir_root[512];	/* per-session work directories */
 	uint32_t tools_result_bytes;	/* tool output given to the model, per call */

@@ -392,7 +392,9 @@ struct json_t;
 struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
 				 struct json_t **tools, char *err, size_t errlen);
 /* One tools/call, serialised per server, restarting a stopped server
- * first; the text content (or the error) in res. 0 or a negative errno. */
+ * first (after its back-off: -EAGAIN before), refusing a tool it no
+ * longer lists (-ENOENT); the text content (or the error) in res. 0 or a
+ * negative errno. */
 int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_t args_len,
 		 struct kva_toolwait *tw, const struct kva_toolwait_key *key,
 		 struct kvs_result *res, int *restarted);

@@ -6,9 +6,17 @@
  * here. One server is used by one thread at a time (its lock). A call that
  * fails other than by the server's own JSON-RPC error (it died, timed out,
  * sent something over the cap or malformed) becomes a tool error and the
- * server is stopped; the next call starts it again. A server that cannot
- * start at daemon start is logged and its tools are not offered: the
- * daemon serves without them.
+ * server is stopped; a later call starts it again, but not before its
+ * back-off has passed (restart_backoff_ms, doubled per failure in a row
+ * up to restart_backoff_max_ms, back to the first once an instance ran
+ * healthy_ms): a server that crashes at once costs a refused call, not a
+ * spawn per call. After each start and on notifications/tools/list_changed
+ * the server's tools are listed again: the declarations offered to the
+ * model stay those of the daemon's start (prompts render the same bytes),
+ * a call to a tool the server no longer has is refused without reaching
+ * it, and tools it added are logged. A server that cannot start at daemon
+ * start is logged and its tools are not offered: the daemon serves
+ * without them.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,9 +39,97 @@ struct kvd_mcpsrv {
 	char *words;			/* argv's storage */
 	const char *argv[KVD_MCP_MAX_ARGS + 1];
 	struct kvs_mcp_limits lim;
-	pthread_mutex_t lock;		/* one call at a time; m */
+	pthread_mutex_t lock;		/* one call at a time; all below */
 	struct kvs_mcp *m;		/* NULL: stopped, started on the next call */
+	json_t *offered;		/* names declared at daemon start */
+	json_t *has;			/* names of its last tools/list */
+	uint32_t fails;			/* failures in a row */
+	uint64_t started_ns;		/* of the running instance */
+	uint64_t next_start_ns;		/* no start before */
 };
+
+#define MCP_BACKOFF_MS 1000u
+#define MCP_BACKOFF_MAX_MS 60000u
+#define MCP_HEALTHY_MS 60000u
+
+static uint32_t or_default(uint32_t v, uint32_t d)
+{
+	return v ? v : d;
+}
+
+/* The running instance failed (or a start did): stop it, and the next
+ * start waits first * 2^(fails-1), at most max. A failure of an instance
+ * that ran healthy_ms starts the count again. */
+static void failed(struct kvd_mcpsrv *s)
+{
+	uint64_t now = kvd_now_ns(), d;
+	uint32_t first = or_default(s->cfg->restart_backoff_ms, MCP_BACKOFF_MS);
+	uint32_t max = or_default(s->cfg->restart_backoff_max_ms, MCP_BACKOFF_MAX_MS);
+	uint32_t healthy = or_default(s->cfg->healthy_ms, MCP_HEALTHY_MS);
+
+	if (s->m && now - s->started_ns >= (uint64_t)healthy * 1000000ull)
+		s->fails = 0;
+	kvs_mcp_close(s->m);
+	s->m = NULL;
+	if (s->fails < 32)
+		s->fails++;
+	d = (uint64_t)first << (s->fails - 1 < 20 ? s->fails - 1 : 20);
+	if (d > max)
+		d = max;
+	s->next_start_ns = now + d * 1000000ull;
+	kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] stopped after %u failure%s in a row; next start "
+		"in %llu ms at the earliest", s->cfg->name, s->fails, s->fails > 1 ? "s" : "",
+		(unsigned long long)d);
+}
+
+static int has_name(json_t *names, const char *n)
+{
+	json_t *v;
+	size_t i;
+
+	json_array_foreach(names, i, v)
+		if (!strcmp(json_string_value(v), n))
+			return 1;
+	return 0;
+}
+
+static json_t *names_of(json_t *tools)
+{
+	json_t *out = json_array(), *t;
+	size_t i;
+
+	json_array_foreach(tools, i, t)
+		json_array_append(out, json_object_get(t, "name"));
+	return out;
+}
+
+/* tools/list again (after a start, on list_changed): what the server has
+ * now. A tool it dropped is refused from now on; one it added is logged
+ * (offered from the daemon's next start). Its bytes stay out of the log. */
+static int relist(struct kvd_mcpsrv *s, const char *why, char *err, size_t errlen)
+{
+	json_t *tools = NULL, *names, *v;
+	size_t i, gone = 0, added = 0;
+	int rc = kvs_mcp_list_tools(s->m, &tools, err, errlen);
+
+	if (rc)
+		return rc;
+	names = names_of(tools);
+	json_decref(tools);
+	if (!names)
+		return -ENOMEM;
+	json_array_foreach(s->offered, i, v)
+		gone += !has_name(names, json_string_value(v));
+	json_array_foreach(names, i, v)
+		added += !has_name(s->has, json_string_value(v));
+	json_decref(s->has);
+	s->has = names;
+	kvd_log(gone || added ? KVD_LOG_WARN : KVD_LOG_INFO, "mcp",
+		"[mcp.%s] tools listed again (%s): %zu tools; %zu of those offered are gone "
+		"(refused), %zu new (offered after a restart of the daemon)", s->cfg->name, why,
+		json_array_size(names), gone, added);
+	return 0;
+}
 
 /* "a b \"c d\"" -> argv; no other expansion. */
 static int split(struct kvd_mcpsrv *s, char *err, size_t errlen)
@@ -87,8 +183,11 @@ static int split(struct kvd_mcpsrv *s, char *err, size_t errlen)
 
 static int start(struct kvd_mcpsrv *s, char *err, size_t errlen)
 {
-	return kvs_mcp_open(s->p, s->tool, s->cfg->workdir[0] ? s->cfg->workdir : NULL,
-			    s->argv, &s->lim, &s->m, err, errlen);
+	int rc = kvs_mcp_open(s->p, s->tool, s->cfg->workdir[0] ? s->cfg->workdir : NULL,
+			      s->argv, &s->lim, &s->m, err, errlen);
+
+	s->started_ns = kvd_now_ns();
+	return rc;
 }
 
 struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
@@ -142,6 +241,12 @@ struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs
 		*tools = NULL;
 		return s;
 	}
+	s->has = names_of(*tools);
+	s->offered = json_incref(s->has);
+	if (!s->has) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
 	kvd_log(KVD_LOG_INFO, "mcp", "[mcp.%s] %s: %zu tools; policy tool %s", cfg->name,
 		kvs_mcp_server_info(s->m), json_array_size(*tools),
 		cfg->tool[0] ? cfg->tool : "built-in least privilege");
@@ -161,6 +266,8 @@ void kvd_mcp_free(struct kvd_mcpsrv *s)
 	if (!s)
 		return;
 	kvs_mcp_close(s->m);
+	json_decref(s->has);
+	json_decref(s->offered);
 	kvs_policy_free(s->own);
 	free(s->words);
 	pthread_mutex_destroy(&s->lock);
@@ -240,17 +347,49 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&s->lock);
+	if (!s->m && t0 < s->next_start_ns) {
+		char wait[160];
+
+		snprintf(wait, sizeof(wait), "%s is restarting: %u failure%s in a row, next start "
+			 "in %llu ms", s->cfg->name, s->fails, s->fails > 1 ? "s" : "",
+			 (unsigned long long)((s->next_start_ns - t0 + 999999) / 1000000));
+		pthread_mutex_unlock(&s->lock);
+		json_decref(a);
+		fail_res(res, KVS_EXIT_SETUP, "MCP server %s%s", wait, "");
+		return -EAGAIN;
+	}
 	if (!s->m) {
 		*restarted = 1;
 		rc = start(s, why, sizeof(why));
+		if (!rc)
+			rc = relist(s, "restarted", why, sizeof(why));
 		if (rc) {
-			s->m = NULL;
+			failed(s);
 			pthread_mutex_unlock(&s->lock);
 			json_decref(a);
 			fail_res(res, KVS_EXIT_SETUP, "MCP server %s does not start: %s",
 				 s->cfg->name, why);
 			return rc;
 		}
+	}
+	/* what it said while idle: list_changed, or that it is gone */
+	rc = kvs_mcp_poll(s->m);
+	if (!rc && kvs_mcp_tools_changed(s->m))
+		rc = relist(s, "tools/list_changed", why, sizeof(why));
+	if (rc) {
+		failed(s);
+		pthread_mutex_unlock(&s->lock);
+		json_decref(a);
+		fail_res(res, KVS_EXIT_CODE, "MCP error: the server failed while idle: %s",
+			 rc == -EPIPE ? "it exited" : why, "");
+		return rc;
+	}
+	if (!has_name(s->has, name)) {
+		pthread_mutex_unlock(&s->lock);
+		json_decref(a);
+		fail_res(res, KVS_EXIT_REFUSED, "MCP server %s no longer offers tool %s",
+			 s->cfg->name, name);
+		return -ENOENT;
 	}
 	cg = kvs_mcp_cgroup_id(s->m);
 	if (tw && key && cg &&
@@ -263,10 +402,19 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 	if (rc && rc != -EREMOTEIO && rc != -EINVAL) {
 		/* the stream cannot be trusted any more: the server goes */
 		kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] %s: %s (malformed %lu, oversized %lu); "
-			"stopped, started again on the next call", s->cfg->name, name, why,
+			"stopped", s->cfg->name, name, why,
 			kvs_mcp_malformed(s->m), kvs_mcp_oversized(s->m));
-		kvs_mcp_close(s->m);
-		s->m = NULL;
+		failed(s);
+	} else if (kvs_mcp_tools_changed(s->m)) {
+		char why2[512];
+
+		/* it said so while answering: list now, for the next call */
+		if (relist(s, "tools/list_changed", why2, sizeof(why2)))
+			failed(s);
+	} else if (!rc && s->fails &&
+		   t0 - s->started_ns >= (uint64_t)or_default(s->cfg->healthy_ms,
+							      MCP_HEALTHY_MS) * 1000000ull) {
+		s->fails = 0;	/* healthy long enough: the back-off starts over */
 	}
 	pthread_mutex_unlock(&s->lock);
 	json_decref(a);

@@ -53,6 +53,14 @@ int kvs_mcp_list_tools(struct kvs_mcp *m, json_t **tools, char *err, size_t errl
 int kvs_mcp_call(struct kvs_mcp *m, const char *name, json_t *arguments,
 		 json_t **result, char *err, size_t errlen);
 
+/* Reads what the server sent since the last request, without waiting:
+ * its requests are answered, notifications noted. 0, or -EPIPE/-ETIME
+ * when it is gone. */
+int kvs_mcp_poll(struct kvs_mcp *m);
+/* 1 when the server sent notifications/tools/list_changed since the last
+ * call of this (during a request or kvs_mcp_poll()); clears it. */
+int kvs_mcp_tools_changed(struct kvs_mcp *m);
+
 /* "name version" from the server's initialize answer. */
 const char *kvs_mcp_server_info(const struct kvs_mcp *m);
 uint64_t kvs_mcp_cgroup_id(const struct kvs_mcp *m);

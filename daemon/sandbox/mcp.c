@@ -27,6 +27,7 @@ struct kvs_mcp {
 	size_t len, cap;
 	int skipping;			/* discarding an oversized line */
 	int dead;
+	int tools_changed;		/* notifications/tools/list_changed seen */
 	long long next_id;
 	unsigned long malformed, oversized;
 	char info[256];
@@ -123,6 +124,8 @@ static void drain_stderr(struct kvs_mcp *m)
  * (a message over the cap went by). */
 static int read_msg(struct kvs_mcp *m, double deadline, json_t **out)
 {
+	int last = 0;	/* the deadline passed: one look at what is there */
+
 	*out = NULL;
 	for (;;) {
 		struct pollfd pf[3];
@@ -143,8 +146,11 @@ static int read_msg(struct kvs_mcp *m, double deadline, json_t **out)
 			return -ETIME;
 		}
 		left = deadline - kvs_now();
-		if (left <= 0)
-			return -ETIMEDOUT;
+		if (left <= 0) {
+			if (last++)
+				return -ETIMEDOUT;
+			left = -0.001;	/* poll(0) */
+		}
 		pf[0] = (struct pollfd){ .fd = kvs_proc_stdout(m->proc), .events = POLLIN };
 		pf[1] = (struct pollfd){ .fd = kvs_proc_stderr(m->proc), .events = POLLIN };
 		pf[2] = (struct pollfd){ .fd = kvs_proc_pidfd(m->proc), .events = POLLIN };
@@ -207,6 +213,30 @@ static int is_id(json_t *id, long long want)
 	return json_is_integer(id) && json_integer_value(id) == want;
 }
 
+/* A message that is not the answer awaited: the server's own requests
+ * are answered (ping with {}, the rest, sampling and roots, with "method
+ * not found"); tools/list_changed is noted; other notifications and stale
+ * answers are dropped. Consumes in. */
+static void other_msg(struct kvs_mcp *m, json_t *in, double deadline)
+{
+	json_t *rid = json_object_get(in, "id");
+	const char *meth = json_string_value(json_object_get(in, "method"));
+
+	if (meth && rid) {
+		json_t *ans = !strcmp(meth, "ping") ?
+			json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", rid, "result") :
+			json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", rid,
+				  "error", "code", -32601, "message", "method not found");
+
+		if (ans)
+			send_json(m, ans, deadline);
+		json_decref(ans);
+	} else if (meth && !strcmp(meth, "notifications/tools/list_changed")) {
+		m->tools_changed = 1;
+	}
+	json_decref(in);
+}
+
 /* Send method(params) and wait for its answer; params is stolen. */
 static int request(struct kvs_mcp *m, const char *method, json_t *params, uint32_t timeout_ms,
 		   json_t **result, char *err, size_t errlen)
@@ -256,17 +286,9 @@ static int request(struct kvs_mcp *m, const char *method, json_t *params, uint32
 		}
 		rid = json_object_get(in, "id");
 		meth = json_object_get(in, "method");
-		if (json_is_string(meth) && rid) {
-			/* the server asks us something: ping is answered, the rest
-			 * (sampling, roots) is not offered */
-			json_t *ans = !strcmp(json_string_value(meth), "ping") ?
-				json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", rid, "result") :
-				json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", rid,
-					  "error", "code", -32601, "message", "method not found");
-
-			if (ans)
-				send_json(m, ans, deadline);
-			json_decref(ans);
+		if (json_is_string(meth)) {
+			other_msg(m, in, deadline);
+			continue;
 		} else if (is_id(rid, id)) {
 			json_t *res = json_object_get(in, "result");
 			json_t *jerr = json_object_get(in, "error");
@@ -289,9 +311,41 @@ static int request(struct kvs_mcp *m, const char *method, json_t *params, uint32
 			json_decref(in);
 			return 0;
 		}
-		/* notifications and stale answers: nothing to do */
+		/* stale answers: nothing to do */
 		json_decref(in);
 	}
+}
+
+int kvs_mcp_poll(struct kvs_mcp *m)
+{
+	int i;
+
+	/* bounded: a server that floods is read again on the next call */
+	for (i = 0; i < 64 && !m->dead; i++) {
+		json_t *in = NULL;
+		int rc = read_msg(m, kvs_now(), &in);
+
+		if (rc == -ETIMEDOUT)
+			break;
+		if (rc == -EMSGSIZE)
+			continue;
+		if (rc)
+			return rc;
+		if (!json_is_string(json_object_get(in, "method"))) {
+			json_decref(in);	/* an answer nobody waits for */
+			continue;
+		}
+		other_msg(m, in, kvs_now() + 1);
+	}
+	return m->dead ? -EPIPE : 0;
+}
+
+int kvs_mcp_tools_changed(struct kvs_mcp *m)
+{
+	int c = m->tools_changed;
+
+	m->tools_changed = 0;
+	return c;
 }
 
 int kvs_mcp_open(const struct kvs_policy *p, const char *tool, const char *workdir,

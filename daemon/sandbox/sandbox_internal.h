@@ -23,6 +23,7 @@
 #define KVS_MAX_ENV 32
 #define KVS_INSIDE_UID 1000	/* the tool's uid and gid inside its namespace */
 #define KVS_WORK "/home/tool"	/* the work directory inside the sandbox */
+#define KVS_STAGE "/stage"	/* where a run builds its root in the template */
 #define KVS_PATH 512		/* longest path a policy may name */
 
 /* Landlock access classes (translated to rights by landlock.c). */
@@ -89,6 +90,8 @@ struct kvs_policy {
 	int have_cpu, have_memory, have_pids, have_kill, have_freeze, have_peak;
 	int landlock_abi;		/* 0: none */
 	int netns_fd;			/* shared empty netns; -1: one per run */
+	int mntns_fd;			/* the empty template mount namespace
+					 * runs copy; -1: they copy the host's */
 	int spawner_fd;			/* control socket to the spawner; -1: none */
 	pid_t spawner_pid;
 	unsigned int cap_last;
@@ -132,6 +135,7 @@ void kvs_cgroup_finish(const struct kvs_policy *p, struct kvs_cg *cg,
 /* spawn.c: remove a tree the launcher created (bounded depth) */
 void kvs_remove_tree(const char *path);
 int kvs_netns_create(void);
+int kvs_mntns_create(void);
 /* kvs_run() in this process, stdin from stdin_fd when >= 0 */
 int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
 		   struct kvs_result *res, int stdin_fd);

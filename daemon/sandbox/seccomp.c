@@ -69,6 +69,12 @@ int kvs_seccomp_build(struct kvs_policy *p, char *err, size_t errlen)
 	}
 	/* foreign ABIs are not in this filter: they hit the bad-arch action */
 	rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+	/* a binary tree of the syscall numbers, not a list: at attach the
+	 * kernel runs the filter for every syscall of every arch to build its
+	 * action cache (with interrupts off), and each run is a short walk
+	 * down the tree instead of ~60 compares (less CPU per spawn) */
+	if (!rc)
+		rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
 	if (rc)
 		goto fail;
 	for (i = 0; i < sizeof(denied) / sizeof(denied[0]); i++) {

@@ -99,7 +99,8 @@ enum step {
 	ST_SYNC = 1, ST_HOSTNAME, ST_PRIVATE, ST_CLONE_TREE, ST_ATTR, ST_STAGE,
 	ST_SKELETON, ST_MOVE, ST_TMP, ST_PROC, ST_PROC_SYS, ST_PIVOT, ST_ROOT_RO,
 	ST_CHDIR, ST_SECUREBITS, ST_BOUNDING, ST_GROUPS, ST_GID, ST_UID, ST_CAPS,
-	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_NETNS, ST_USERNS, ST_EXEC,
+	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_NETNS, ST_USERNS, ST_MNTNS,
+	ST_EXEC,
 };
 
 static const char *const step_names[] = {
@@ -108,14 +109,15 @@ static const char *const step_names[] = {
 	[ST_ATTR] = "making a bind read-only", [ST_STAGE] = "mounting the root tmpfs",
 	[ST_SKELETON] = "creating the root skeleton", [ST_MOVE] = "attaching a bind",
 	[ST_TMP] = "mounting /tmp", [ST_PROC] = "mounting /proc",
-	[ST_PROC_SYS] = "making /proc/sys read-only", [ST_PIVOT] = "pivot_root",
+	[ST_PROC_SYS] = "making /proc/sys read-only", [ST_PIVOT] = "switching to the new root",
 	[ST_ROOT_RO] = "making the root read-only", [ST_CHDIR] = "entering the work directory",
 	[ST_SECUREBITS] = "securebits", [ST_BOUNDING] = "dropping the bounding set",
 	[ST_GROUPS] = "setgroups", [ST_GID] = "setresgid", [ST_UID] = "setresuid",
 	[ST_CAPS] = "dropping capabilities", [ST_RLIMIT] = "setrlimit",
 	[ST_NNP] = "no_new_privs", [ST_LANDLOCK] = "Landlock", [ST_STDIO] = "stdio",
 	[ST_SECCOMP] = "seccomp", [ST_NETNS] = "joining the empty network namespace",
-	[ST_USERNS] = "creating the user namespace", [ST_EXEC] = "execve",
+	[ST_USERNS] = "creating the user namespace",
+	[ST_MNTNS] = "entering the template mount namespace", [ST_EXEC] = "execve",
 };
 
 struct child_err {
@@ -133,6 +135,7 @@ struct plan {
 	 * tool runs in (and join the policy's shared empty netns, if any) */
 	int priv;
 	int netns_fd;
+	int mntns_fd;			/* the policy's template; -1: clone3 copied the host's */
 	int sync_fd_parent;
 	const char *workdir;		/* host, canonical; also the stage */
 	const char *exe;		/* inside */
@@ -165,6 +168,7 @@ static __attribute__((noreturn)) void child_fail(const struct plan *c, int step,
 static void child_mounts(const struct plan *c)
 {
 	const struct kvs_tool *t = c->t;
+	const char *stage = c->mntns_fd >= 0 ? KVS_STAGE : c->workdir;
 	int fds[KVS_MAX_MOUNTS], wfd, sfd, i;
 	char b;
 
@@ -186,7 +190,10 @@ static void child_mounts(const struct plan *c)
 	}
 	if (sethostname("kvs", 3))
 		child_fail(c, ST_HOSTNAME, errno, 0);
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+	/* with the template the child is still in the host's mount
+	 * namespace here: it must change nothing in it (the clones below are
+	 * detached trees of their own) */
+	if (c->mntns_fd < 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
 		child_fail(c, ST_PRIVATE, errno, 0);
 	/* clone every source first: the stage tmpfs may hide some of them */
 	for (i = 0; i < t->n_binds; i++) {
@@ -216,12 +223,16 @@ static void child_mounts(const struct plan *c)
 		if (sys_mount_setattr(wfd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a))
 			child_fail(c, ST_ATTR, errno, -1);
 	}
-	/* the new root: a small tmpfs over the work directory's host path,
-	 * which exists by construction and is private to this namespace */
-	if (mount("tmpfs", c->workdir, "tmpfs", MS_NOSUID | MS_NODEV,
-		  "size=1m,nr_inodes=4096,mode=0755"))
+	/* into a private copy of the template: one empty read-only tmpfs
+	 * with a /stage directory, instead of every host mount */
+	if (c->mntns_fd >= 0 && (setns(c->mntns_fd, CLONE_NEWNS) || unshare(CLONE_NEWNS)))
+		child_fail(c, ST_MNTNS, errno, 0);
+	/* the new root: a small tmpfs over the template's /stage, or else
+	 * over the work directory's host path, which exists by construction
+	 * and is private to this namespace */
+	if (mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"))
 		child_fail(c, ST_STAGE, errno, 0);
-	if (chdir(c->workdir))
+	if (chdir(stage))
 		child_fail(c, ST_STAGE, errno, 1);
 	/* /tmp first: binds below it (a work file under the host's /tmp)
 	 * then land on top of it, not under it */
@@ -267,18 +278,27 @@ static void child_mounts(const struct plan *c)
 		    sys_move_mount(sfd, "", AT_FDCWD, "proc/sys", MOVE_MOUNT_F_EMPTY_PATH))
 			child_fail(c, ST_PROC_SYS, errno, 0);
 	}
-	if (syscall(SYS_pivot_root, ".", ".") == 0) {
-		if (umount2(".", MNT_DETACH))
-			child_fail(c, ST_PIVOT, errno, 1);
-	} else if (errno == EINVAL) {
-		/* the host's root is the initramfs (rootfs), which cannot be
-		 * pivoted away from: move the new root over it and chroot, as
-		 * switch_root does; the tool can neither chroot (seccomp, no
-		 * CAP_SYS_CHROOT) nor unmount its way back */
+	/*
+	 * The root launcher moves the new root over the old one and chroots
+	 * into it, as switch_root does; pivot_root would leave the old root
+	 * to be lazily unmounted, whose RCU grace period (namespace_unlock)
+	 * was ~1.6 ms of every spawn. The old root stays beneath, out of
+	 * reach: the tool can neither chroot, pivot_root, mount, unmount nor
+	 * open_tree (seccomp; no capability in the namespaces that own its
+	 * mounts), holds no descriptor outside, the kernel refuses a new user
+	 * namespace to a chrooted process, and /proc/self/mountinfo lists
+	 * only mounts beneath the root. The host's initramfs (rootfs), which
+	 * cannot be pivoted away from, takes the same road. The unprivileged
+	 * launcher, whose tool owns its mount namespace until it drops its
+	 * capabilities, keeps pivot_root and detaches the old root.
+	 */
+	if (c->priv || syscall(SYS_pivot_root, ".", ".")) {
+		if (!c->priv && errno != EINVAL)
+			child_fail(c, ST_PIVOT, errno, 0);
 		if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
 			child_fail(c, ST_PIVOT, errno, 3);
-	} else {
-		child_fail(c, ST_PIVOT, errno, 0);
+	} else if (umount2(".", MNT_DETACH)) {
+		child_fail(c, ST_PIVOT, errno, 1);
 	}
 	if (chdir("/"))
 		child_fail(c, ST_PIVOT, errno, 2);
@@ -652,6 +672,67 @@ int kvs_netns_create(void)
 	return fd;
 }
 
+/*
+ * The template mount namespace a root launcher's runs copy: one empty
+ * tmpfs, read-only, holding only the directory /stage. A run's child
+ * clones its binds from the host's namespace (detached trees), then
+ * enters a private copy of this one to build its root, so clone3() no
+ * longer copies every host mount (and the run's exit tears none of them
+ * down), and what lies beneath the run's root after its chroot is this
+ * empty tmpfs, not the host's root.
+ */
+int kvs_mntns_create(void)
+{
+	struct clone_args ca;
+	char path[64], b = 0;
+	long pid;
+	int pidfd = -1, fd = -1, sp[2];
+	siginfo_t si;
+
+	if (pipe2(sp, O_CLOEXEC))
+		return -errno;
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = CLONE_NEWNS | CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	ca.exit_signal = 0;
+	pid = syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid == 0) {
+		/* system calls only (the caller may be multi-threaded) */
+		char ok = 1;
+
+		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+		    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  "size=4k,nr_inodes=8,mode=0755") ||
+		    mkdir("/tmp" KVS_STAGE, 0755) || chdir("/tmp") ||
+		    syscall(SYS_pivot_root, ".", ".") || umount2(".", MNT_DETACH) || chdir("/") ||
+		    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
+			  MS_NOEXEC, NULL))
+			ok = 0;
+		if (write(sp[1], &ok, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(sp[1]);
+	if (pid < 0) {
+		close(sp[0]);
+		return -errno;
+	}
+	if (read(sp[0], &b, 1) == 1 && b == 1) {
+		snprintf(path, sizeof(path), "/proc/%ld/ns/mnt", pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			fd = -errno;
+	} else {
+		fd = -EIO;
+	}
+	close(sp[0]);
+	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
+	close(pidfd);
+	return fd;
+}
+
 void kvs_remove_tree(const char *path)
 {
 	int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -897,8 +978,10 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	memset(&ca, 0, sizeof(ca));
 	c->priv = p->privileged;
 	c->netns_fd = -1;
-	ca.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP |
-		   CLONE_PIDFD;
+	c->mntns_fd = c->priv ? p->mntns_fd : -1;
+	ca.flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+	if (c->mntns_fd < 0)
+		ca.flags |= CLONE_NEWNS;
 	if (!c->priv)
 		ca.flags |= CLONE_NEWUSER;
 	if (!t->network) {

@@ -247,7 +247,7 @@ static void *serve_thread(void *arg)
 static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, int ctl,
 						   pid_t parent)
 {
-	int keep[3] = { ctl, p->netns_fd, -1 }, lo = 3, k, a, b;
+	int keep[3] = { ctl, p->netns_fd, p->mntns_fd }, lo = 3, k, m;
 	pthread_attr_t attr;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -257,10 +257,16 @@ static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, i
 	signal(SIGPIPE, SIG_IGN);
 	/* none of the caller's descriptors but ours: a listening socket the
 	 * daemon closes later must really close */
-	a = keep[0] < keep[1] ? keep[0] : keep[1];
-	b = keep[0] < keep[1] ? keep[1] : keep[0];
-	for (k = 0; k < 2; k++) {
-		int upto = k == 0 ? a : b;
+	for (k = 0; k < 3; k++)		/* ascending; -1s first */
+		for (m = k + 1; m < 3; m++)
+			if (keep[m] < keep[k]) {
+				int x = keep[k];
+
+				keep[k] = keep[m];
+				keep[m] = x;
+			}
+	for (k = 0; k < 3; k++) {
+		int upto = keep[k];
 
 		if (upto >= lo) {
 			if (upto > lo)

@@ -14,10 +14,12 @@ $(KVD_TEST_MODEL): $(ENGINE_MKMODEL)
 	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
 		--vocab 512 --ctx 1024 --tokenizer bpe --type f32 --seed 3 -o $@ >/dev/null
 
-# mcp_servers: the npm MCP servers (sandbox-npm) and the hostile fake
+# mcp_servers: the npm MCP servers (sandbox-npm) and the hostile fake;
+# escape: the escape suite's probe (kvs-probe) through the daemon's tools
 .PHONY: check-orch
-check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN) $(SANDBOX_FAKE) sandbox-npm
-	ASAN_OPTIONS=detect_leaks=1 KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) \
+check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN) $(SANDBOX_FAKE) $(SANDBOX_PROBE) \
+	sandbox-npm
+	ASAN_OPTIONS=detect_leaks=1 KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) KVD_TEST_PROBE=$(SANDBOX_PROBE) \
 		KVD_TEST_MCP_NPM=$(SANDBOX_OUT)/npm \
 		$(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 

@@ -23,12 +23,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "internal.h"
+#include "kvsandbox.h"
 #include "log.h"
 #include "worker.h"
 
@@ -896,6 +903,364 @@ static void test_agent_loop(void)
 }
 
 /*
+ * The escape suite through the daemon: each attempt of tests/sandbox/
+ * escape.sh made by the model's own tool calls (sh running kvs-probe, and
+ * c_compile_run), run by the orchestrator in the sandbox: each tool result
+ * must report the refusal or the limit (the probe's BLOCKED line with the
+ * kernel's reason, or the launcher's exit reason), nothing on the host may
+ * change, and the daemon keeps serving, another session's request included
+ * while hostile tools run. On this host the cgroup v2 limits are not
+ * enforceable: the fork and memory bombs meet the rlimit stand-ins, as in
+ * escape.sh; the cgroup limits themselves are the guest lane's
+ * (guest-limits.sh). Needs root (a setuid-root binary, a host listener)
+ * and KVD_TEST_PROBE (make check-orch sets it).
+ */
+struct probe_env {
+	struct kvd *d;
+	char root[256], probe[300], suid[300], secret[300], work[300];
+	int port;
+};
+
+static int blocked_ok(const struct trun *r)
+{
+	return strstr(r->output, "BLOCKED") && !strstr(r->output, "ESCAPED") &&
+	       !strstr(r->output, "SUCCEEDED");
+}
+
+/* a process of this test's probe (its path is unique to the test) */
+static int probe_alive(const char *probe, const char *what)
+{
+	char path[300], buf[512];
+	struct dirent *e;
+	DIR *dir = opendir("/proc");
+	int found = 0;
+
+	if (!dir)
+		return 0;
+	while (!found && (e = readdir(dir))) {
+		ssize_t n, i;
+		int fd;
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		for (i = 0; i < n; i++)
+			if (!buf[i])
+				buf[i] = ' ';
+		buf[n] = 0;
+		found = strstr(buf, probe) && strstr(buf, what);
+	}
+	closedir(dir);
+	return found;
+}
+
+static long file_size(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) ? -1 : (long)st.st_size;
+}
+
+/* one round of sh calls, "PROBE ARGS" each; returns the reply */
+static int probe_round(struct probe_env *e, const char *const *cmds, uint32_t n,
+		       struct treply *t, int ask_meanwhile)
+{
+	char reply[8192], p1[4096];
+	size_t len = 0;
+	uint32_t i;
+	const char *r[1] = { reply };
+	struct kvd_job *j;
+	int rc;
+
+	for (i = 0; i < n; i++)
+		len += (size_t)snprintf(reply + len, sizeof(reply) - len,
+					"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": "
+					"\"%s\"}}\n</tool_call>\n", cmds[i]);
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\ntry to escape<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	script(e->d, r, 1);
+	j = submit_tools(e->d, p1, 0, 4);
+	if (ask_meanwhile) {
+		struct reply ok;
+
+		/* another session, served while the hostile round runs */
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\nhello<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		CHECK(ask(e->d, p1, 0, 1, 4, &ok, NULL) == 0 && ok.usage.completion_tokens > 0,
+		      "another session is served while the hostile round runs");
+	}
+	rc = j ? collect(j, t, NULL, NULL) : -1;
+	return rc == 0 && t->n_runs == n ? 0 : -1;
+}
+
+static void test_escape(void)
+{
+	const char *probe_rel = getenv("KVD_TEST_PROBE");
+	struct probe_env e = { 0 };
+	struct kvd_config c;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	struct treply t;
+	char path[700], policy[300], cmds[8][700], p1[4096];
+	const char *cp[8];
+	pid_t outside;
+	int lfd, i, src, dst;
+	FILE *f;
+
+	if (geteuid() != 0 || !probe_rel || !realpath(probe_rel, path)) {
+		printf("SKIP escape: needs root and KVD_TEST_PROBE (make check-orch sets it)\n");
+		return;
+	}
+	snprintf(e.root, sizeof(e.root), "/tmp/kvd-escape-XXXXXX");
+	if (!mkdtemp(e.root)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	chmod(e.root, 0755);
+	/* the probe, a setuid-root copy of it, a secret beside the work dirs */
+	snprintf(e.probe, sizeof(e.probe), "%s/kvs-probe", e.root);
+	snprintf(e.suid, sizeof(e.suid), "%s/suid-kvs-probe", e.root);
+	src = open(path, O_RDONLY | O_CLOEXEC);
+	for (i = 0; i < 2; i++) {
+		char buf[65536];
+		ssize_t n;
+
+		dst = open(i ? e.suid : e.probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+		lseek(src, 0, SEEK_SET);
+		while (src >= 0 && dst >= 0 && (n = read(src, buf, sizeof(buf))) > 0)
+			if (write(dst, buf, (size_t)n) != n)
+				break;
+		if (dst >= 0)
+			close(dst);
+	}
+	if (src >= 0)
+		close(src);
+	if (chown(e.suid, 0, 0) || chmod(e.suid, 04755) || chmod(e.probe, 0755)) {
+		CHECK(0, "the probe copies: %s", strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/secret", e.root);
+	mkdir(path, 0755);
+	snprintf(e.secret, sizeof(e.secret), "%s/secret/key", e.root);
+	f = fopen(e.secret, "w");
+	if (!f)
+		return;
+	fputs("secret\n", f);
+	fclose(f);
+	snprintf(e.work, sizeof(e.work), "%s/work", e.root);
+	/* a real listener on the host's loopback */
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 16) ||
+	    getsockname(lfd, (struct sockaddr *)&sa, &sl)) {
+		CHECK(0, "listener: %s", strerror(errno));
+		return;
+	}
+	e.port = ntohs(sa.sin_port);
+	/* a process outside the sandbox, for the probe to try to kill */
+	outside = fork();
+	if (outside == 0) {
+		pause();
+		_exit(0);
+	}
+	snprintf(policy, sizeof(policy), "%s/policy.ini", e.root);
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	/* c_compile_run: the built-in section */
+	/* 10 s: a memory bomb touching ~500 MiB can take seconds on a loaded
+	 * machine before RLIMIT_AS stops it */
+	fprintf(f, "[sh]\nexec = /usr/bin %s %s\ntimeout = 10s\npids = 32\nmemory = 256M\n",
+		e.probe, e.suid);
+	fclose(f);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", e.work);
+	c.tools_enabled = 1u << KVD_TOOL_SH | 1u << KVD_TOOL_C_COMPILE_RUN |
+			  1u << KVD_TOOL_READ_FILE | 1u << KVD_TOOL_LIST_DIR;
+	c.tools_max_rounds = 1;
+	e.d = start(&c);
+	CHECK(e.d != NULL, "orchestrator starts with sh running kvs-probe (policy %s)", policy);
+	if (!e.d)
+		goto out;
+
+	/* files: reads and writes outside, symlinks and .. out of the work dir */
+	{
+		static const char *const what[] = {
+			"read /etc/shadow", "read a host file outside the work dir",
+			"write /etc", "write a host path outside the work dir",
+			"symlink to /etc/passwd", "symlink ../.. to a host file",
+			"read ../.. out of the work dir", "control: write in the work dir",
+		};
+
+		snprintf(cmds[0], sizeof(cmds[0]), "%s read /etc/shadow", e.probe);
+		snprintf(cmds[1], sizeof(cmds[1]), "%s read %s", e.probe, e.secret);
+		snprintf(cmds[2], sizeof(cmds[2]), "%s write /etc/kvd-escape", e.probe);
+		snprintf(cmds[3], sizeof(cmds[3]), "%s write %s/secret/planted", e.probe, e.root);
+		snprintf(cmds[4], sizeof(cmds[4]), "%s symlink /etc/passwd", e.probe);
+		snprintf(cmds[5], sizeof(cmds[5]), "%s symlink ../../../../../..%s", e.probe,
+			 e.secret);
+		snprintf(cmds[6], sizeof(cmds[6]), "%s read ../../../../../..%s", e.probe, e.secret);
+		snprintf(cmds[7], sizeof(cmds[7]), "%s write ./control", e.probe);
+		for (i = 0; i < 8; i++)
+			cp[i] = cmds[i];
+		CHECK(probe_round(&e, cp, 8, &t, 0) == 0, "a round of 8 file escapes through sh "
+		      "(%u runs)", t.n_runs);
+		for (i = 0; i < 7 && i < (int)t.n_runs; i++)
+			CHECK(blocked_ok(&t.runs[i]) && !strstr(t.runs[i].output, "root:") &&
+			      !strstr(t.runs[i].output, "secret\n"),
+			      "daemon sh: %s: %.*s", what[i],
+			      (int)strcspn(t.runs[i].output, "\n"), t.runs[i].output);
+		snprintf(path, sizeof(path), "%s/secret/planted", e.root);
+		CHECK(access(path, F_OK) != 0 && access("/etc/kvd-escape", F_OK) != 0,
+		      "nothing was written on the host");
+		snprintf(path, sizeof(path), "%s/%s/control", e.work, t.r.session);
+		CHECK(t.n_runs == 8 && strstr(t.runs[7].output, "ESCAPED write") &&
+		      access(path, F_OK) == 0,
+		      "control: the same probe may write in its work dir (the walls are real)");
+	}
+	/* network, processes, the kernel's privileged interfaces, the bombs */
+	{
+		static const char *const what[] = {
+			"TCP to 127.0.0.1 (network denied)", "ptrace / process_vm_writev of a sibling",
+			"mount, umount, pivot_root, unshare/setns, bpf, modules, kexec, ...",
+			"kill a process outside", "write /proc/sys and /sys",
+			"a setuid-root binary",
+		};
+
+		snprintf(cmds[0], sizeof(cmds[0]), "%s connect 127.0.0.1 %d", e.probe, e.port);
+		snprintf(cmds[1], sizeof(cmds[1]), "%s ptrace", e.probe);
+		snprintf(cmds[2], sizeof(cmds[2]), "%s syscalls", e.probe);
+		snprintf(cmds[3], sizeof(cmds[3]), "%s kill %d", e.probe, (int)outside);
+		snprintf(cmds[4], sizeof(cmds[4]), "%s procsys", e.probe);
+		snprintf(cmds[5], sizeof(cmds[5]), "%s euid", e.suid);
+		for (i = 0; i < 6; i++)
+			cp[i] = cmds[i];
+		CHECK(probe_round(&e, cp, 6, &t, 0) == 0, "a round of 6 kernel escapes through sh "
+		      "(%u runs)", t.n_runs);
+		for (i = 0; i < 6 && i < (int)t.n_runs; i++)
+			CHECK(blocked_ok(&t.runs[i]), "daemon sh: %s: %.*s", what[i],
+			      (int)strcspn(t.runs[i].output, "\n"), t.runs[i].output);
+		CHECK(kill(outside, 0) == 0, "the process outside lives on");
+	}
+	/* the bombs, in a round of their own (the rlimit stand-ins count per
+	 * user): stopped without harm to the host or the daemon */
+	{
+		snprintf(cmds[0], sizeof(cmds[0]), "%s forkbomb 5000", e.probe);
+		snprintf(cmds[1], sizeof(cmds[1]), "%s membomb 4096", e.probe);
+		cp[0] = cmds[0];
+		cp[1] = cmds[1];
+		CHECK(probe_round(&e, cp, 2, &t, 0) == 0, "a fork bomb and a memory bomb (%u runs)",
+		      t.n_runs);
+		for (i = 0; i < 2 && i < (int)t.n_runs; i++)
+			CHECK(blocked_ok(&t.runs[i]) || !strcmp(t.runs[i].reason, "oom"),
+			      "daemon sh: %s: %.*s (%s)",
+			      i ? "memory bomb (RLIMIT_AS here; memory.max in the guest)" :
+			      "fork bomb (RLIMIT_NPROC here; pids.max in the guest)",
+			      (int)strcspn(t.runs[i].output, "\n"), t.runs[i].output, t.runs[i].reason);
+	}
+	/* a spin past the timeout and a daemon forked by the tool, while
+	 * another session is served */
+	{
+		long s1, s2;
+		int alive;
+
+		snprintf(cmds[0], sizeof(cmds[0]), "%s spin", e.probe);
+		snprintf(cmds[1], sizeof(cmds[1]), "%s daemon hb", e.probe);
+		cp[0] = cmds[0];
+		cp[1] = cmds[1];
+		CHECK(probe_round(&e, cp, 2, &t, 1) == 0, "a spin and a forked daemon (%u runs)",
+		      t.n_runs);
+		CHECK(t.n_runs == 2 && !strcmp(t.runs[0].reason, "timeout") &&
+		      strstr(t.runs[0].output, "[timeout"),
+		      "daemon sh: CPU spin past the timeout: killed, the result says so: \"%.80s\"",
+		      t.runs[0].output);
+		snprintf(path, sizeof(path), "%s/%s/hb", e.work, t.r.session);
+		s1 = file_size(path);
+		nanosleep(&(struct timespec){ 1, 0 }, NULL);
+		s2 = file_size(path);
+		alive = probe_alive(e.probe, "daemon");
+		CHECK(t.n_runs == 2 && !strcmp(t.runs[1].reason, "exit") && s1 > 0 && s1 == s2 &&
+		      !alive,
+		      "daemon sh: a daemon forked by the tool died with the run (%s; heartbeat %ld "
+		      "-> %ld bytes; %s)", t.runs[1].reason, s1, s2, alive ? "STILL ALIVE" : "gone");
+	}
+	/* c_compile_run: a program the model wrote tries the same, and the
+	 * launcher's own file tools are asked out of the work dir */
+	{
+		char reply[8192];
+		const char *r[1] = { reply };
+
+		snprintf(reply, sizeof(reply),
+			 "<tool_call>\n{\"name\": \"c_compile_run\", \"arguments\": {\"code\": "
+			 "\"#include <stdio.h>\\n#include <errno.h>\\n#include <string.h>\\n"
+			 "#include <fcntl.h>\\n#include <unistd.h>\\n#include <sys/mount.h>\\n"
+			 "#include <sys/socket.h>\\n#include <netinet/in.h>\\n#include <arpa/inet.h>\\n"
+			 "#include <signal.h>\\n"
+			 "int main(void) { struct sockaddr_in a = { .sin_family = AF_INET, "
+			 ".sin_port = htons(%d) }; int s = socket(AF_INET, SOCK_STREAM, 0); "
+			 "a.sin_addr.s_addr = htonl(INADDR_LOOPBACK); "
+			 "if (open(\\\"/etc/shadow\\\", O_RDONLY) < 0) printf(\\\"BLOCKED shadow: %%s\\\\n\\\", strerror(errno)); "
+			 "if (open(\\\"%s\\\", O_RDONLY) < 0) printf(\\\"BLOCKED secret: %%s\\\\n\\\", strerror(errno)); "
+			 "if (connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) printf(\\\"BLOCKED tcp: %%s\\\\n\\\", strerror(errno)); "
+			 "if (mount(\\\"none\\\", \\\"/tmp\\\", \\\"tmpfs\\\", 0, 0) < 0) printf(\\\"BLOCKED mount: %%s\\\\n\\\", strerror(errno)); "
+			 "if (kill(%d, 9) < 0) printf(\\\"BLOCKED kill: %%s\\\\n\\\", strerror(errno)); "
+			 "return 0; }\"}}\n</tool_call>\n"
+			 "<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": "
+			 "\"../../secret/key\"}}\n</tool_call>\n"
+			 "<tool_call>\n{\"name\": \"list_dir\", \"arguments\": {\"path\": \"/\"}}\n"
+			 "</tool_call>\n", e.port, e.secret, (int)outside);
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\nescape in C<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		script(e.d, r, 1);
+		CHECK(collect(submit_tools(e.d, p1, 0, 4), &t, NULL, NULL) == 0 && t.n_runs == 3,
+		      "c_compile_run, read_file and list_dir escapes as one round (%u runs)",
+		      t.n_runs);
+		CHECK(t.n_runs == 3 && !strcmp(t.runs[0].reason, "exit") &&
+		      strstr(t.runs[0].output, "BLOCKED shadow") &&
+		      strstr(t.runs[0].output, "BLOCKED secret") &&
+		      strstr(t.runs[0].output, "BLOCKED tcp") &&
+		      strstr(t.runs[0].output, "BLOCKED mount") &&
+		      strstr(t.runs[0].output, "BLOCKED kill"),
+		      "daemon c_compile_run: /etc/shadow, a host file, TCP, mount, kill: all refused: "
+		      "\"%.200s\"", t.runs[0].output);
+		CHECK(t.n_runs == 3 && !strcmp(t.runs[1].reason, "refused") &&
+		      !strstr(t.runs[1].output, "secret\n") &&
+		      !strcmp(t.runs[2].reason, "refused"),
+		      "daemon read_file ../../secret/key and list_dir /: refused (\"%.80s\", "
+		      "\"%.80s\")", t.runs[1].output, t.runs[2].output);
+		CHECK(kill(outside, 0) == 0, "the process outside still lives");
+	}
+	{
+		struct reply ok;
+		int left;
+
+		snprintf(p1, sizeof(p1), "%s<|im_start|>user\nstill there?<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt);
+		left = probe_alive(e.probe, "");
+
+		CHECK(ask(e.d, p1, 0, 1, 4, &ok, NULL) == 0 && kvd_ready(e.d) && !left,
+		      "after every attempt the daemon serves (%s), and no probe process is left (%s)",
+		      kvd_ready(e.d) ? "ready" : "NOT READY", left ? "ONE IS" : "none");
+	}
+	kvd_destroy(e.d);
+out:
+	kill(outside, SIGKILL);
+	waitpid(outside, NULL, 0);
+	close(lfd);
+	snprintf(path, sizeof(path), "rm -rf '%s'", e.root);
+	if (system(path))
+		CHECK(0, "cleanup of %s", e.root);
+}
+
+/*
  * MCP tool servers ([mcp.NAME]) through the orchestrator: the real npm
  * servers (server-everything's echo, server-filesystem in a directory it
  * was given) and the hostile fake (silent, oversized, malformed, exiting
@@ -1040,7 +1405,8 @@ static void test_mcp_servers(void)
 	snprintf(cmd, sizeof(cmd), "%s callgarbage", fake);
 	mcp_cfg(&c, "garbage", cmd, "mcp-fake", 1500);
 	snprintf(cmd, sizeof(cmd), "%s callexit", fake);
-	mcp_cfg(&c, "exits", cmd, "mcp-fake", 1500);
+	mcp_cfg(&c, "exits", cmd, "mcp-fake", 5000);	/* its restart, on a loaded machine */
+	c.mcp[5].restart_backoff_ms = 10;	/* restarted for the next round */
 	/* odd tool names and descriptions */
 	snprintf(cmd, sizeof(cmd), "%s odd", fake);
 	mcp_cfg(&c, "odd", cmd, "mcp-fake", 5000);
@@ -1157,6 +1523,191 @@ out:
 	rmdir(cmd);
 	rmdir(root);
 }
+/*
+ * A crashing MCP server is restarted after a bounded exponential back-off
+ * (refused calls meanwhile, not a spawn per call), reset after a healthy
+ * period; its tools are listed again after each restart and on
+ * notifications/tools/list_changed, and a tool it dropped is refused.
+ * The timing is checked on kvd_mcp_call() itself (a request through the
+ * model takes seconds on a loaded machine); then through the orchestrator.
+ */
+struct mcall {
+	int rc, restarted, code;
+	char out[512];
+};
+
+static void mcall(struct kvd_mcpsrv *s, const char *tool, struct mcall *m)
+{
+	struct kvs_result res;
+
+	m->rc = kvd_mcp_call(s, tool, "{}", 2, NULL, NULL, &res, &m->restarted);
+	m->code = res.status;
+	snprintf(m->out, sizeof(m->out), "%s%s", res.out ? res.out : "", res.err ? res.err : "");
+	kvs_result_free(&res);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);	/* the back-off is time: wait it out */
+}
+
+static void test_mcp_restart(void)
+{
+	const char *fake_rel = getenv("KVD_TEST_MCP_FAKE");
+	char root[256], policy[300], work[300], srv[300], fake[PATH_MAX], cmd[PATH_MAX + 64];
+	char err[512] = "", p1[4096];
+	struct kvd_mcp_cfg mc[2];
+	struct kvs_policy *pol = NULL;
+	struct kvd_mcpsrv *s = NULL, *l = NULL;
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t;
+	struct mcall m;
+	json_t *tools = NULL;
+	uint64_t r0;
+	FILE *f;
+
+	if (!fake_rel || !realpath(fake_rel, fake)) {
+		printf("SKIP mcp_restart: KVD_TEST_MCP_FAKE unset (make check-orch sets it)\n");
+		return;
+	}
+	snprintf(root, sizeof(root), "/tmp/kvd-mcpr-XXXXXX");
+	if (!mkdtemp(root)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	chmod(root, 0755);
+	snprintf(policy, sizeof(policy), "%s/policy.ini", root);
+	snprintf(work, sizeof(work), "%s/work", root);
+	snprintf(srv, sizeof(srv), "%s/srv", root);
+	mkdir(srv, 0755);
+	if (geteuid() == 0 && chown(srv, 65534, 65534))
+		CHECK(0, "chown %s", srv);
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[mcp-fake]\nexec = %s\ntimeout = 300\n", fake);
+	fclose(f);
+	if (kvs_policy_load(policy, &pol, err, sizeof(err))) {
+		CHECK(0, "policy: %s", err);
+		goto out;
+	}
+	memset(mc, 0, sizeof(mc));
+	snprintf(mc[0].name, sizeof(mc[0].name), "cr");
+	snprintf(mc[0].command, sizeof(mc[0].command), "%.900s crashy", fake);
+	snprintf(mc[0].tool, sizeof(mc[0].tool), "mcp-fake");
+	snprintf(mc[0].workdir, sizeof(mc[0].workdir), "%s", srv);
+	mc[0].timeout_ms = 10000;
+	mc[0].max_result_bytes = 1u << 20;
+	/* 1 s, then 1.5 s (the bound, not 2 s); wide margins for a loaded
+	 * machine on the side that must still be refused */
+	mc[0].restart_backoff_ms = 1000;
+	mc[0].restart_backoff_max_ms = 1500;
+	mc[0].healthy_ms = 2000;
+	mc[1] = mc[0];
+	snprintf(mc[1].name, sizeof(mc[1].name), "lc");
+	snprintf(mc[1].command, sizeof(mc[1].command), "%.900s listchange", fake);
+	mc[1].workdir[0] = 0;
+	s = kvd_mcp_start(&mc[0], pol, &tools, err, sizeof(err));
+	CHECK(s && json_array_size(tools) == 3, "the crashy fake starts: echo, crash, extra (%s)",
+	      err);
+	json_decref(tools);
+	tools = NULL;
+	if (!s)
+		goto out;
+	mcall(s, "crash", &m);
+	CHECK(m.rc && strstr(m.out, "the server exited"),
+	      "a call that crashes the server: an error: \"%.60s\"", m.out);
+	mcall(s, "echo", &m);
+	CHECK(m.rc == -EAGAIN && !m.restarted && strstr(m.out, "is restarting: 1 failure in a row"),
+	      "at once after: refused during the back-off, nothing started: \"%.100s\"", m.out);
+	sleep_ms(1100);
+	mcall(s, "extra", &m);
+	CHECK(m.restarted && m.rc == -ENOENT && strstr(m.out, "no longer offers tool extra"),
+	      "after the back-off (1 s) it is started again and its tools listed again: "
+	      "extra, which the restarted server lacks, is refused: \"%.100s\"", m.out);
+	mcall(s, "crash", &m);
+	CHECK(m.rc && !m.restarted && strstr(m.out, "the server exited"), "it crashes again");
+	sleep_ms(700);
+	mcall(s, "echo", &m);
+	CHECK(m.rc == -EAGAIN && strstr(m.out, "2 failures in a row"),
+	      "the second failure in a row: a longer back-off, still refused after 700 ms: "
+	      "\"%.100s\"", m.out);
+	sleep_ms(900);
+	mcall(s, "echo", &m);
+	CHECK(!m.rc && m.restarted && m.code == 0 && strstr(m.out, "echo from crashy"),
+	      "after 1.5 s (the bound, not 2 s) it is back and answers: \"%.60s\"", m.out);
+	sleep_ms(2100);
+	mcall(s, "echo", &m);
+	CHECK(!m.rc && !m.restarted, "it stays up past healthy_ms (2 s)");
+	mcall(s, "crash", &m);
+	mcall(s, "echo", &m);
+	CHECK(m.rc == -EAGAIN && strstr(m.out, "1 failure in a row"),
+	      "a crash after the healthy period starts the back-off over: \"%.100s\"", m.out);
+	/* list_changed */
+	l = kvd_mcp_start(&mc[1], pol, &tools, err, sizeof(err));
+	CHECK(l && json_array_size(tools) == 2, "the listchange fake starts: echo, gone");
+	json_decref(tools);
+	tools = NULL;
+	if (!l)
+		goto out;
+	mcall(l, "gone", &m);
+	CHECK(!m.rc && m.code == 0, "gone answers before the list changes");
+	mcall(l, "echo", &m);
+	CHECK(!m.rc && m.code == 0, "echo answers (the server sends tools/list_changed first)");
+	mcall(l, "gone", &m);
+	CHECK(m.rc == -ENOENT && strstr(m.out, "no longer offers tool gone"),
+	      "after list_changed the tools are listed again: gone is refused: \"%.80s\"", m.out);
+	mcall(l, "echo", &m);
+	CHECK(!m.rc && m.code == 0 && !m.restarted, "echo still answers, same instance");
+
+	/* through the orchestrator: a crash, then the model's next call is
+	 * refused while the server backs off (a long back-off here) */
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	c.tools_max_rounds = 1;
+	mcp_cfg(&c, "cr", mc[0].command, "mcp-fake", 10000);
+	c.mcp[0].restart_backoff_ms = 60000;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator with the crashy fake (back-off 60 s)");
+	if (!d)
+		goto out;
+	r0 = metric(d, "kvarenad_mcp_restarts_total");
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\ncrash it<|im_end|>\n<|im_start|>assistant\n",
+		 sys_prompt);
+	{
+		const char *r[] = { "<tool_call>\n{\"name\": \"cr_crash\", \"arguments\": {}}\n"
+				    "</tool_call>" };
+
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 0, 2), &t, NULL, NULL) == 0 && t.n_runs == 1 &&
+		      strstr(t.runs[0].output, "the server exited"),
+		      "the model's call crashes the server: \"%.60s\"", t.runs[0].output);
+	}
+	{
+		const char *r[] = { "<tool_call>\n{\"name\": \"cr_echo\", \"arguments\": {}}\n"
+				    "</tool_call>" };
+
+		script(d, r, 1);
+		CHECK(collect(submit_tools(d, p1, 0, 2), &t, NULL, NULL) == 0 && t.n_runs == 1 &&
+		      !strcmp(t.runs[0].reason, "setup-failed") &&
+		      strstr(t.runs[0].output, "is restarting") &&
+		      metric(d, "kvarenad_mcp_restarts_total") == r0,
+		      "its next call is refused at once, nothing started: \"%.100s\"",
+		      t.runs[0].output);
+	}
+	kvd_destroy(d);
+out:
+	kvd_mcp_free(s);
+	kvd_mcp_free(l);
+	kvs_policy_free(pol);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd))
+		CHECK(0, "cleanup");
+}
 #endif
 
 int main(int argc, char **argv)
@@ -1207,7 +1758,9 @@ int main(int argc, char **argv)
 	RUN(plugin);
 #ifdef KVD_TEST_HOOKS
 	RUN(agent_loop);
+	RUN(escape);
 	RUN(mcp_servers);
+	RUN(mcp_restart);
 #endif
 	printf("%d passed, %d failed\n", pass, failed);
 	return failed ? 1 : 0;

@@ -11,7 +11,10 @@ replaced, tenant budgets answer 429 with Retry-After, SIGHUP reloads keys,
 SIGTERM drains a stream in flight, copy hand-off counts its bytes (arena
 mode: 0), the CPU engine loaded as a plugin serves the same tokens, the
 daemon refuses to listen beyond loopback without keys, and server-side
-tools are offered to an allowed tenant only, byte-stably across turns.
+tools are offered to an allowed tenant only, byte-stably across turns; with
+the trained agent model (models/), the model calls a tool by itself, both
+client-side and server-side (run in the sandbox, result prefilled, the
+reply continued).
 
 usage: test_serve.py KVARENAD MODEL PLUGIN.so
 """
@@ -312,6 +315,67 @@ def test_tool_round_trip(d):
           "the session waited in TOOL_WAIT between the two requests (tool wait measured)")
 
 
+def test_server_agent():
+    """The trained agent model drives a server-side tool by itself: the
+    daemon declares calc, read_file, list_dir and c_compile_run exactly as
+    the model was trained on them; the model's own call runs in the
+    sandbox (a cgroup of its own, said in the log), its result is appended
+    and prefilled, and decoding continues to a final assistant message;
+    kvarena.tool_runs says what ran. Structure only: the answer's quality
+    is the model's (tests/model)."""
+    work = os.path.join(TMP, "agent-work")
+    conf = (f"[tools]\nenable = calc, read_file, list_dir, c_compile_run\n"
+            f"max_rounds = 4\nworkdir_root = {work}\n")
+    d = Daemon(tenants=False, extra_conf=conf)
+    try:
+        asks = ["What is 4577 + 577?", "Compute 812 * 37.",
+                "Write a C program that prints the sum of 1234 and 4321, then run it."]
+        runs_seen = []
+        for q in asks:
+            m = [{"role": "system", "content": "You are a helpful assistant."},
+                 {"role": "user", "content": q}]
+            p0 = d.metric('kvarenad_steps_total{stage="prefill"}') or 0
+            st, r, _ = d.chat(m, max_tokens=96)
+            if st != 200:
+                check(False, f"server-side agent request {q!r}: HTTP {st}: {r}")
+                continue
+            runs = r["kvarena"].get("tool_runs")
+            msg = r["choices"][0]["message"]
+            finish = r["choices"][0]["finish_reason"]
+            print(f"     {q!r}: runs {[(x['name'], x['exit_reason'], x['output'][:40]) for x in runs or []]}"
+                  f", finish {finish}, answer {msg.get('content', '')[:60]!r}")
+            check(isinstance(runs, list), f"{q!r}: kvarena.tool_runs is there")
+            if not runs:
+                continue
+            runs_seen.append((q, r, runs))
+            p1 = d.metric('kvarenad_steps_total{stage="prefill"}') or 0
+            check(all(x["name"] in ("calc", "read_file", "list_dir", "c_compile_run") and
+                      x["round"] >= 1 and x["exit_reason"] and "output" in x for x in runs),
+                  f"{q!r}: the model's own calls ran server-side: "
+                  f"{[(x['name'], x['arguments'][:60]) for x in runs]}")
+            check(p1 - p0 >= 2,
+                  f"{q!r}: the result was appended and prefilled (prefills {p0:.0f} -> {p1:.0f})")
+            check(not msg.get("tool_calls") and finish in ("stop", "length") and
+                  msg.get("content") is not None,
+                  f"{q!r}: decoding continued to a final assistant message "
+                  f"(finish {finish}, no tool_calls left for the client)")
+        check(runs_seen, f"the model called a server-side tool by itself on "
+              f"{len(runs_seen)} of {len(asks)} requests")
+        sandboxed = [ln for ln in d.logtext().splitlines()
+                     if " tool=calc " in ln or " tool=c_compile_run " in ln]
+        cg = [ln for ln in sandboxed if " cgroup=" in ln and " cgroup=0" not in ln]
+        if any(x["name"] in ("calc", "c_compile_run") for _, _, rs in runs_seen for x in rs):
+            check(cg, f"the spawned tools ran in the sandbox, each in a cgroup of its own: "
+                  f"{cg[0].split(' tools ')[-1][:160] if cg else sandboxed[:1]}")
+        check((d.metric("kvarenad_tool_result_tokens_total") or 0) > 0 and
+              (d.metric("kvarenad_tool_rounds_total") or 0) >= len(runs_seen),
+              "tool rounds and result tokens counted in /metrics")
+        st, _, _ = d.chat([{"role": "user", "content": "Hi!"}], max_tokens=8)
+        check(st == 200, "the daemon keeps serving")
+    finally:
+        d.stop()
+
+
 def test_budget_and_reload(d):
     m = [{"role": "user", "content": "hello there"}]
     st, _, _ = d.chat(m, key=KEY_B, max_tokens=30)
@@ -494,6 +558,9 @@ def main():
             test_tool_round_trip(d)
         finally:
             d.stop()
+        try:
+            test_server_agent()
+        finally:
             MODEL = saved
     else:
         print(f"skip the tool round trip: {AGENT_MODEL} missing")

@@ -7,8 +7,13 @@
  * callhuge, callgarbage, callexit: kvarenad's test_orch) start well and
  * misbehave on tools/call only; "odd" lists odd tools beside echo (an
  * empty name, a blank in one, a chat marker in a description, a
- * description of 3001 bytes of UTF-8). Static, no JSON library: it
- * only needs the id and method of what it is sent.
+ * description of 3001 bytes of UTF-8). "crashy" lists echo, crash and,
+ * on its first start in its work directory only, extra; a call of crash
+ * makes it exit (kvarenad's restart back-off and re-listing). "listchange"
+ * lists echo and gone until a call of echo, which it answers after sending
+ * notifications/tools/list_changed; from then on it lists echo alone.
+ * Static, no JSON library: it only needs the id, method and tool name of
+ * what it is sent.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +21,9 @@
 #include <unistd.h>
 
 static const char *mode = "good";
+static int first_start = 1;	/* crashy: no mark of an earlier start */
+static int changed;		/* listchange: echo was called */
+static const char *cur_line = "";
 
 static void out(const char *s)
 {
@@ -79,6 +87,15 @@ static void answer(long id, const char *method)
 			out(big);
 			return;
 		}
+		if (!strcmp(mode, "crashy") || !strcmp(mode, "listchange")) {
+			snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":"
+				 "{\"tools\":[{\"name\":\"echo\",\"inputSchema\":{\"type\":\"object\"}}%s%s]}}\n",
+				 id, !strcmp(mode, "crashy") ? ",{\"name\":\"crash\"}" : "",
+				 !strcmp(mode, "crashy") ? (first_start ? ",{\"name\":\"extra\"}" : "") :
+				 (changed ? "" : ",{\"name\":\"gone\"}"));
+			out(buf);
+			return;
+		}
 		if (!strcmp(mode, "hugeanswer")) {
 			snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":{\"tools\":[],\"x\":\"", id);
 			huge_line(100u << 20, buf, "\"}}\n");
@@ -94,6 +111,12 @@ static void answer(long id, const char *method)
 			return;
 		if (!strcmp(mode, "callexit"))
 			exit(7);
+		if (!strcmp(mode, "crashy") && strstr(cur_line, "\"crash\""))
+			exit(5);
+		if (!strcmp(mode, "listchange") && strstr(cur_line, "\"echo\"")) {
+			changed = 1;
+			out("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n");
+		}
 		if (!strcmp(mode, "callhuge")) {
 			snprintf(buf, sizeof(buf), "{\"jsonrpc\":\"2.0\",\"id\":%ld,\"result\":"
 				 "{\"content\":[{\"type\":\"text\",\"text\":\"", id);
@@ -124,6 +147,17 @@ int main(int argc, char **argv)
 		mode = argv[1];
 	if (!strcmp(mode, "exit"))
 		return 3;
+	if (!strcmp(mode, "crashy")) {
+		/* its work directory persists across starts ([mcp.*] workdir) */
+		FILE *f = fopen("started", "r");
+
+		if (f) {
+			first_start = 0;
+			fclose(f);
+		} else if ((f = fopen("started", "w"))) {
+			fclose(f);
+		}
+	}
 	while (fgets(line, sizeof(line), stdin)) {
 		char method[128] = "";
 		char *m = strstr(line, "\"method\":\""), *i = strstr(line, "\"id\":");
@@ -133,6 +167,7 @@ int main(int argc, char **argv)
 		if (!m || !i)
 			continue;	/* a notification */
 		sscanf(m + 10, "%127[^\"]", method);
+		cur_line = line;
 		id = strtol(i + 5, NULL, 10);
 		if (!strcmp(mode, "silent"))
 			continue;
