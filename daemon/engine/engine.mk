@@ -44,7 +44,7 @@ ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 # the engine as prefill and decode workers over one arena (make demo)
 ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
-ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
+ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz test_threads \
                    test_arena test_constrain test_oom
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
