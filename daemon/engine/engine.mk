@@ -32,7 +32,8 @@ ENGINE_KVA      := $(LIB_A)
 endif
 
 ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
-                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena \
+                   kernels_c kernels_avx2 kernels_avx512 kernels_avxvnni \
+                   kernels_avx512vnni selfcheck kv_arena \
                    grammar json_schema constrain
 ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
                    include/uapi/linux/kvarena.h
