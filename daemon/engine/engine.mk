@@ -56,7 +56,8 @@ ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
 ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 
 # test_kernels linked statically (no sanitizers) for the AVX-512 emulation
-# lane: check-engine-avx512 boots it under Bochs's Skylake-X CPU model
+# lane: check-engine-avx512 boots it under Bochs's Ice Lake CPU model
+# (AVX-512 with VNNI)
 ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 
 .PHONY: engine check-engine check-engine-avx512 bench-engine deps-engine \
@@ -127,8 +128,8 @@ $(ENGINE_EMU_TK): tests/engine/test_kernels.c tests/engine/tcheck.h $(ENGINE_LIB
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -static -Itests/engine $< $(ENGINE_LIB) -o $@ \
 		$(ENGINE_LIBS)
 
-# The AVX-512 kernels under emulation (no CPU here has AVX-512), about
-# 1.5 minutes; see Documentation/engine.md.
+# The AVX-512 and AVX-512 VNNI kernels under emulation (no CPU here has
+# AVX-512), 2-15 minutes by the host's load; see Documentation/engine.md.
 check-engine-avx512: $(ENGINE_EMU_TK)
 	@sh tests/engine/avx512-emu.sh $(ENGINE_EMU_TK)
 
