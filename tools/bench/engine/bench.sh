@@ -45,10 +45,26 @@ TABLE2=""
 # first round's output: the host is shared and noisy; the read
 # bandwidth (with THREADS reading threads) is measured in the first
 # round only
+# llama.cpp's spinning barriers can collapse on a loaded host at 2
+# threads (runs of many minutes): each of its runs is cut off after
+# ENGINE_BENCH_PEER_TIMEOUT seconds (default 300) and then counts as 0
+# (ratio "-", and a note under the table)
+peer() {
+	timeout "${ENGINE_BENCH_PEER_TIMEOUT:-300}" "$LD" "$CACHE/lib" "$@" || echo "peer_timeout=1"
+}
+PEER_NOTE=""
+cutoff() {	# cutoff OUTPUT MODEL THREADS: note a peer run that was cut off
+	case "$1" in *peer_timeout=1*)
+		PEER_NOTE="$PEER_NOTE
+llama.cpp $2 at $3 thread(s): a run was cut off after ${ENGINE_BENCH_PEER_TIMEOUT:-300} s (counted as 0)" ;;
+	esac
+}
+
 measure() {
 	f="$MD/$1.gguf"
 	o1=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC")
-	l1=$("$LD" "$CACHE/lib" "$f" --threads "$2" --decode "$DEC")
+	l1=$(peer "$f" --threads "$2" --decode "$DEC")
+	cutoff "$l1" "$1" "$2"
 	for k in prefill_tps decode_tps batch_tps; do
 		eval "o_$k=\$(get \"\$o1\" $k)"
 		eval "l_$k=\$(get \"\$l1\" $k)"
@@ -56,12 +72,16 @@ measure() {
 	r=1
 	while [ "$r" -lt "${ENGINE_BENCH_ROUNDS:-2}" ]; do
 		o2=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC" --no-bw)
-		l2=$("$LD" "$CACHE/lib" "$f" --threads "$2" --decode "$DEC")
+		l2=$(peer "$f" --threads "$2" --decode "$DEC")
+		cutoff "$l2" "$1" "$2"
 		for k in prefill_tps decode_tps batch_tps; do
 			eval "o_$k=\$(best \"\$o_$k\" \"\$(get \"\$o2\" $k)\")"
 			eval "l_$k=\$(best \"\$l_$k\" \"\$(get \"\$l2\" $k)\")"
 		done
 		r=$((r + 1))
+	done
+	for k in prefill_tps decode_tps batch_tps; do
+		eval "[ -n \"\$l_$k\" ] || l_$k=0"
 	done
 	roof=$(get "$o1" roofline_tps)
 	pct=$(awk -v d="$o_decode_tps" -v r="$roof" 'BEGIN { printf "%.1f", 100 * d / r }')
@@ -119,5 +139,6 @@ if [ -n "$TABLE2" ]; then
 	printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" t2/t1
 	printf '%s' "$TABLE2"
 fi
+[ -z "$PEER_NOTE" ] || echo "${PEER_NOTE#?}"
 echo "rows appended to $TSV"
 exit $fail
