@@ -23,7 +23,7 @@
 #
 # This is emulation: it proves the kernels compute the right results, and
 # says nothing about their speed. A run takes two to fifteen minutes
-# (the latter on a 2-core host at load average 14).
+# (the latter on a 2-core host at load average 13-15).
 #
 # Environment: AVX512_EMU_OUT (work directory, default
 # build/engine/avx512emu), AVX512_EMU_KERNEL (a bzImage; default the
