@@ -32,7 +32,8 @@ ENGINE_KVA      := $(LIB_A)
 endif
 
 ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
-                   kernels_c kernels_avx2 kernels_avx512 selfcheck kv_arena \
+                   kernels_c kernels_avx2 kernels_avx512 kernels_avxvnni \
+                   kernels_avx512vnni selfcheck kv_arena \
                    grammar json_schema constrain
 ENGINE_HDRS     := $(wildcard $(ENGINE_SRC)/*.h) lib/kvarena.h \
                    include/uapi/linux/kvarena.h
@@ -44,7 +45,7 @@ ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 # the engine as prefill and decode workers over one arena (make demo)
 ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
-ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz \
+ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz test_threads \
                    test_arena test_constrain test_oom
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
@@ -55,7 +56,8 @@ ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
 ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 
 # test_kernels linked statically (no sanitizers) for the AVX-512 emulation
-# lane: check-engine-avx512 boots it under Bochs's Skylake-X CPU model
+# lane: check-engine-avx512 boots it under Bochs's Ice Lake CPU model
+# (AVX-512 with VNNI)
 ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 
 .PHONY: engine check-engine check-engine-avx512 bench-engine deps-engine \
@@ -126,8 +128,8 @@ $(ENGINE_EMU_TK): tests/engine/test_kernels.c tests/engine/tcheck.h $(ENGINE_LIB
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -static -Itests/engine $< $(ENGINE_LIB) -o $@ \
 		$(ENGINE_LIBS)
 
-# The AVX-512 kernels under emulation (no CPU here has AVX-512), about
-# 1.5 minutes; see Documentation/engine.md.
+# The AVX-512 and AVX-512 VNNI kernels under emulation (no CPU here has
+# AVX-512), 2-15 minutes by the host's load; see Documentation/engine.md.
 check-engine-avx512: $(ENGINE_EMU_TK)
 	@sh tests/engine/avx512-emu.sh $(ENGINE_EMU_TK)
 

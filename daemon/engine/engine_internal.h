@@ -165,20 +165,52 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len);
 
 /*
- * The selection, as a pure function (kve_kernels_select calls it with the
- * CPU's features, $KVE_ISA, $KVE_SELFCHECK == "1" and the real sets; tests
- * call it with stand-ins): the best set the CPU has, lowered by want; the
- * AVX-512 set (and any SIMD set when force_check) must pass the self-check
- * against setc or the next lower set is taken, with a line in log.
+ * The VNNI sets: the AVX2 set with kve_mm_q8_avxvnni ("avxvnni") and the
+ * AVX-512 set with kve_mm_q8_avx512vnni ("avx512vnni"), built on first
+ * call. Their integer lanes equal their parents', so are their results.
+ * kernels.c; the products are in kernels_avxvnni.c, kernels_avx512vnni.c.
  */
-#define KVE_CPU_AVX2	1u
-#define KVE_CPU_AVX512	2u
+const struct kve_kernels *kve_kernels_avxvnni(void);
+const struct kve_kernels *kve_kernels_avx512vnni(void);
+void kve_mm_q8_avxvnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		       float *y, int ldy, int r0, int r1);
+void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			  float *y, int ldy, int r0, int r1);
+
+/*
+ * The selection, as a pure function (kve_kernels_select calls it with
+ * kve_cpu_features(), $KVE_ISA, $KVE_SELFCHECK == "1" and the real sets;
+ * tests call it with stand-ins and made-up feature masks). Sets, best
+ * first: avx512vnni, avx512, avxvnni, avx2, c; a set is a candidate only
+ * when cpu has every feature it needs (avx512vnni: AVX2 | AVX512 |
+ * AVX512VNNI; avx512: AVX2 | AVX512; avxvnni: AVX2 | AVXVNNI; avx2:
+ * AVX2) and it is not NULL. want (a set's name) caps the choice at that
+ * set; unknown names are ignored. The sets never run where the engine
+ * was developed (avx512vnni, avx512, avxvnni; any SIMD set when
+ * force_check) must pass the self-check against c, or the next lower
+ * candidate is taken, with a line in log per failure.
+ */
+#define KVE_CPU_AVX2		1u	/* AVX2, FMA, F16C */
+#define KVE_CPU_AVX512		2u	/* AVX-512 F, BW, VL */
+#define KVE_CPU_AVXVNNI		4u	/* AVX-VNNI (VEX vpdpbusd) */
+#define KVE_CPU_AVX512VNNI	8u	/* AVX-512 VNNI */
+struct kve_kernel_sets {
+	const struct kve_kernels *avx512vnni, *avx512, *avxvnni, *avx2, *c;
+};
+const struct kve_kernels *kve_kernels_pick_sets(unsigned cpu, const char *want,
+						int force_check,
+						const struct kve_kernel_sets *s,
+						char *log, size_t loglen);
+/* the same without the VNNI sets (the three-set form tests use) */
 const struct kve_kernels *kve_kernels_pick(unsigned cpu, const char *want,
 					   int force_check,
 					   const struct kve_kernels *set512,
 					   const struct kve_kernels *set2,
 					   const struct kve_kernels *setc,
 					   char *log, size_t loglen);
+/* This CPU's KVE_CPU_* features (each also needing the OS to save the
+ * registers it uses, as __builtin_cpu_supports checks). */
+unsigned kve_cpu_features(void);
 
 /* Portable activation quantiser: the definition the SIMD ones match bit
  * for bit (d = amax/127, round half to even, NaN -> 0, clamp to +-127). */

@@ -21,13 +21,17 @@
 struct mm_item {
 	const struct kve_mat *w;
 	float *y;
+	int rows_per;		/* rows per chunk */
+	int first;		/* this item's first chunk */
 };
 
 struct mm_job {
 	struct kve_engine *e;
 	const float *x;
 	const struct kve_q8x *xq;
-	int T, n;
+	int T, n, nchunks;
+	int silu;		/* it[0] is the gate, it[1] the up matrix:
+				 * g = silu(g) * u once a chunk has both */
 	struct mm_item it[3];
 };
 
@@ -110,33 +114,84 @@ static uint8_t *kv_head_base(struct kve_engine *e, uint32_t block_id,
 
 /* ---- threaded matmul ------------------------------------------------ */
 
-static void mm_worker(void *arg, int tid, int n)
+static void mm_rows(const struct kve_engine *e, const struct mm_job *j,
+		    const struct kve_mat *w, float *y, int r0, int r1)
+{
+	const struct kve_kernels *k = e->k;
+	int rows = (int)w->rows;
+
+	switch (w->type) {
+	case GGML_F32:
+		k->mm_f32(w, j->x, j->T, y, rows, r0, r1);
+		break;
+	case GGML_F16:
+		k->mm_f16(w, j->x, j->T, y, rows, r0, r1);
+		break;
+	case GGML_Q8_0:
+		k->mm_q8(w, j->xq, j->T, y, rows, r0, r1);
+		break;
+	}
+}
+
+/* One chunk: a range of rows of one matrix (of both with silu). Every
+ * (row, token) is summed the same whatever the range (the kernels'
+ * contract), so the split never changes a result. */
+static void mm_worker(void *arg, int c, int tid)
 {
 	struct mm_job *j = arg;
-	const struct kve_kernels *k = j->e->k;
-	int i;
+	const struct mm_item *it = &j->it[0];
+	int r0, r1, t, items = j->silu ? 1 : j->n;
 
-	for (i = 0; i < j->n; i++) {
-		const struct kve_mat *w = j->it[i].w;
-		int rows = (int)w->rows;
-		int per = ((rows + n - 1) / n + 7) & ~7;
-		int r0 = tid * per < rows ? tid * per : rows;
-		int r1 = r0 + per < rows ? r0 + per : rows;
+	(void)tid;
+	while (it + 1 < j->it + items && c >= it[1].first)
+		it++;
+	r0 = (c - it->first) * it->rows_per;
+	r1 = r0 + it->rows_per < (int)it->w->rows ? r0 + it->rows_per : (int)it->w->rows;
+	mm_rows(j->e, j, it->w, it->y, r0, r1);
+	if (!j->silu)
+		return;
+	mm_rows(j->e, j, j->it[1].w, j->it[1].y, r0, r1);
+	/* elementwise, tails through the same vector code: per element
+	 * the same as over the whole buffer */
+	for (t = 0; t < j->T; t++)
+		j->e->k->silu_mul(it->y + (size_t)t * it->w->rows + r0,
+				  j->it[1].y + (size_t)t * it->w->rows + r0, r1 - r0);
+}
 
-		if (r0 >= r1)
-			continue;
-		switch (w->type) {
-		case GGML_F32:
-			k->mm_f32(w, j->x, j->T, j->it[i].y, rows, r0, r1);
-			break;
-		case GGML_F16:
-			k->mm_f16(w, j->x, j->T, j->it[i].y, rows, r0, r1);
-			break;
-		case GGML_Q8_0:
-			k->mm_q8(w, j->xq, j->T, j->it[i].y, rows, r0, r1);
-			break;
-		}
+/* Chunks per matrix: a few per thread, so that a thread the host
+ * preempts holds back a small share; rows per chunk a multiple of 16
+ * (whole 4-row panels, and whole cache lines of y) */
+static int mm_split(const struct kve_engine *e, struct mm_item *it)
+{
+	int nt = kve_threads_count(e->th), rows = (int)it->w->rows;
+	int want = nt == 1 ? 1 : 4 * nt;
+	int per = ((rows + want - 1) / want + 15) & ~15;
+
+	if (nt == 1 || per >= rows)
+		per = rows;
+	it->rows_per = per;
+	return (rows + per - 1) / per;
+}
+
+static void matmul_job(struct kve_engine *e, struct mm_job *j)
+{
+	int i, q8 = 0;
+
+	for (i = 0; i < j->n; i++)
+		q8 |= j->it[i].w->type == GGML_Q8_0;
+	if (q8) {
+		int cols = (int)j->it[0].w->cols;
+		for (i = 0; i < j->T; i++)
+			e->k->quantize_q8x(j->x + (size_t)i * cols, cols,
+					   e->xq + (size_t)i * (cols / QK8_0));
+		j->xq = e->xq;
 	}
+	j->nchunks = 0;
+	for (i = 0; i < (j->silu ? 1 : j->n); i++) {
+		j->it[i].first = j->nchunks;
+		j->nchunks += mm_split(e, &j->it[i]);
+	}
+	kve_threads_run(e->th, mm_worker, j, j->nchunks);
 }
 
 /* y_i = W_i x for up to three matrices sharing the input x (T rows). */
@@ -146,33 +201,45 @@ static void matmul(struct kve_engine *e, const float *x, int T, int n,
 		   const struct kve_mat *w2, float *y2)
 {
 	struct mm_job j = { .e = e, .x = x, .T = T, .n = n,
-		.it = { { w0, y0 }, { w1, y1 }, { w2, y2 } } };
-	int i, q8 = 0;
+		.it = { { w0, y0, 0, 0 }, { w1, y1, 0, 0 }, { w2, y2, 0, 0 } } };
 
-	for (i = 0; i < n; i++)
-		q8 |= j.it[i].w->type == GGML_Q8_0;
-	if (q8) {
-		int cols = (int)w0->cols;
-		for (i = 0; i < T; i++)
-			e->k->quantize_q8x(x + (size_t)i * cols, cols,
-					   e->xq + (size_t)i * (cols / QK8_0));
-		j.xq = e->xq;
-	}
-	kve_threads_run(e->th, mm_worker, &j);
+	matmul_job(e, &j);
+}
+
+/* gate = silu(W_gate x) * (W_up x), one job: a chunk computes the same
+ * rows of both and applies the gate to them */
+static void matmul_swiglu(struct kve_engine *e, const float *x, int T,
+			  const struct kve_mat *gate, float *g,
+			  const struct kve_mat *up, float *u)
+{
+	struct mm_job j = { .e = e, .x = x, .T = T, .n = 2, .silu = 1,
+		.it = { { gate, g, 0, 0 }, { up, u, 0, 0 } } };
+
+	matmul_job(e, &j);
 }
 
 /* ---- attention ------------------------------------------------------ */
 
-static void attn_worker(void *arg, int tid, int n)
+/* Attention tasks: one per (token, KV head); chunk c runs a range */
+static int attn_chunks(const struct kve_engine *e)
+{
+	int tasks = (int)(e->T * e->m->info.n_kv_heads);
+	int nt = kve_threads_count(e->th);
+	int want = nt == 1 ? 1 : 8 * nt;
+
+	return tasks < want ? tasks : want;
+}
+
+static void attn_worker(void *arg, int c, int tid)
 {
 	struct kve_engine *e = arg;
 	const struct kve_model_info *in = &e->m->info;
 	const struct kve_kernels *k = e->k;
 	uint32_t hd = in->head_dim, bt = e->pool.block_tokens;
 	uint32_t group = in->n_heads / in->n_kv_heads;
-	uint32_t tasks = e->T * in->n_kv_heads;
-	uint32_t per = (tasks + n - 1) / n, task;
-	uint32_t t0 = per * tid, t1 = t0 + per < tasks ? t0 + per : tasks;
+	uint64_t tasks = (uint64_t)e->T * in->n_kv_heads, nch = (uint64_t)attn_chunks(e);
+	uint32_t t0 = (uint32_t)(tasks * (uint64_t)c / nch);
+	uint32_t t1 = (uint32_t)(tasks * (uint64_t)(c + 1) / nch), task;
 	float *sc = e->scores + (size_t)tid * e->max_ctx;
 	float scale = 1.0f / sqrtf((float)hd);
 	int f16 = e->pool.dtype == KVE_KV_F16;
@@ -243,7 +310,7 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 	const struct kve_model *m = e->m;
 	const struct kve_model_info *in = &m->info;
 	uint32_t dim = in->dim, qdim = in->n_heads * in->head_dim;
-	uint32_t kvdim = in->n_kv_heads * in->head_dim, ffn = in->ffn_dim;
+	uint32_t kvdim = in->n_kv_heads * in->head_dim;
 	uint32_t l, t, i;
 
 	e->T = T;
@@ -275,7 +342,7 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 			     (int)in->rope_dims, in->rope_neox, cs);
 			store_kv(e, t);
 		}
-		kve_threads_run(e->th, attn_worker, e);
+		kve_threads_run(e->th, attn_worker, e, attn_chunks(e));
 		matmul(e, e->att, (int)T, 1, &L->wo, e->xb, NULL, NULL, NULL, NULL);
 		for (i = 0; i < T * dim; i++)
 			e->x[i] += e->xb[i];
@@ -283,8 +350,7 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 		for (t = 0; t < T; t++)
 			e->k->rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
 				      L->ffn_norm, (int)dim, in->rms_eps);
-		matmul(e, e->xb, (int)T, 2, &L->gate, e->hb, &L->up, e->hb2, NULL, NULL);
-		e->k->silu_mul(e->hb, e->hb2, (int)(T * ffn));
+		matmul_swiglu(e, e->xb, (int)T, &L->gate, e->hb, &L->up, e->hb2);
 		matmul(e, e->hb, (int)T, 1, &L->down, e->xb, NULL, NULL, NULL, NULL);
 		for (i = 0; i < T * dim; i++)
 			e->x[i] += e->xb[i];

@@ -1,41 +1,131 @@
 // SPDX-License-Identifier: MIT
 /*
- * kernels.c - picks the kernel set once, by CPU features: AVX-512 (F, BW,
- * VL) > AVX2 (+FMA, F16C) > portable C. KVE_ISA=c|avx2|avx512 may ask for a
- * lower set (never for one the CPU lacks), which is how tests cover the
- * fallbacks. The AVX-512 set has never run on hardware during development,
- * so before it is used it must pass kve_kernels_selfcheck() against the
- * portable C set; if it does not, AVX2 is used and one line says why
- * (stderr, and kve_isa_note()). KVE_SELFCHECK=1 checks any SIMD set picked.
+ * kernels.c - picks the kernel set once, by CPU features: AVX-512 with
+ * VNNI > AVX-512 (F, BW, VL) > AVX-VNNI > AVX2 (+FMA, F16C) > portable C.
+ * The VNNI sets are their parent sets with the Q8_0 product done by
+ * vpdpbusd (kernels_avxvnni.c, kernels_avx512vnni.c). KVE_ISA=c|avx2|
+ * avxvnni|avx512|avx512vnni may ask for a lower set (never for one the CPU
+ * lacks), which is how tests cover the fallbacks. The AVX-512 and VNNI
+ * sets have never run on hardware during development (the AVX-512 ones
+ * run under emulation, tests/engine/avx512-emu.sh), so before one is used
+ * it must pass kve_kernels_selfcheck() against the portable C set; if it
+ * does not, the next lower set is tried and one line says why (stderr,
+ * and kve_isa_note()). KVE_SELFCHECK=1 checks any SIMD set picked.
  */
 #include "engine_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const struct kve_kernels *chosen;
-static char note[512];
+static char note[768];
 
-static int has_avx512(void)
+static struct kve_kernels set_avxvnni, set_avx512vnni;
+static pthread_once_t vnni_once = PTHREAD_ONCE_INIT;
+
+static void make_vnni_sets(void)
 {
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") &&
-	       __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") &&
-	       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	set_avxvnni = kve_kernels_avx2;
+	set_avxvnni.name = "avxvnni";
+	set_avxvnni.mm_q8 = kve_mm_q8_avxvnni;
+	set_avx512vnni = kve_kernels_avx512;
+	set_avx512vnni.name = "avx512vnni";
+	set_avx512vnni.mm_q8 = kve_mm_q8_avx512vnni;
 }
 
-static int has_avx2(void)
+const struct kve_kernels *kve_kernels_avxvnni(void)
+{
+	pthread_once(&vnni_once, make_vnni_sets);
+	return &set_avxvnni;
+}
+
+const struct kve_kernels *kve_kernels_avx512vnni(void)
+{
+	pthread_once(&vnni_once, make_vnni_sets);
+	return &set_avx512vnni;
+}
+
+static int has_f16c(void)
 {
 	unsigned int a, b, c, d;
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-		return 0;
 	/* F16C is CPUID.1:ECX bit 29; __builtin_cpu_supports lacks it */
 	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
 	return (c >> 29) & 1;
+}
+
+unsigned kve_cpu_features(void)
+{
+	unsigned cpu = 0;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !has_f16c())
+		return 0;
+	cpu |= KVE_CPU_AVX2;
+	/* libgcc reports these only when XCR0 has the register state on */
+	if (__builtin_cpu_supports("avxvnni"))
+		cpu |= KVE_CPU_AVXVNNI;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl")) {
+		cpu |= KVE_CPU_AVX512;
+		if (__builtin_cpu_supports("avx512vnni"))
+			cpu |= KVE_CPU_AVX512VNNI;
+	}
+	return cpu;
+}
+
+#define NSETS 5
+
+const struct kve_kernels *kve_kernels_pick_sets(unsigned cpu, const char *want,
+						int force_check,
+						const struct kve_kernel_sets *s,
+						char *log, size_t loglen)
+{
+	/* best first; names are what KVE_ISA takes */
+	const struct {
+		const char *name;
+		const struct kve_kernels *k;
+		unsigned need;
+		int untested;	/* never run where the engine was developed */
+	} cand[NSETS] = {
+		{ "avx512vnni", s->avx512vnni,
+		  KVE_CPU_AVX2 | KVE_CPU_AVX512 | KVE_CPU_AVX512VNNI, 1 },
+		{ "avx512", s->avx512, KVE_CPU_AVX2 | KVE_CPU_AVX512, 1 },
+		{ "avxvnni", s->avxvnni, KVE_CPU_AVX2 | KVE_CPU_AVXVNNI, 1 },
+		{ "avx2", s->avx2, KVE_CPU_AVX2, 0 },
+		{ "c", s->c, 0, 0 },
+	};
+	char why[384];
+	size_t used = 0;
+	int i = 0, j;
+
+	if (log && loglen)
+		log[0] = 0;
+	if (want)
+		for (j = 0; j < NSETS; j++)
+			if (!strcmp(want, cand[j].name))
+				i = j;
+	while (i < NSETS - 1 && (!cand[i].k || (cpu & cand[i].need) != cand[i].need))
+		i++;
+	while (i < NSETS - 1 && (cand[i].untested || force_check)) {
+		if (!kve_kernels_selfcheck(cand[i].k, s->c, why, sizeof(why)))
+			break;
+		j = i + 1;
+		while (j < NSETS - 1 && (!cand[j].k || (cpu & cand[j].need) != cand[j].need))
+			j++;
+		if (log && loglen > used + 1) {
+			int n = snprintf(log + used, loglen - used,
+					 "%skvengine: %s kernel self-check failed (%s); using %s kernels",
+					 used ? "\n" : "", cand[i].k->name, why, cand[j].k->name);
+			used = n < 0 ? used : used + (size_t)n;
+			if (used >= loglen)
+				used = loglen - 1;
+		}
+		i = j;
+	}
+	return cand[i].k;
 }
 
 const struct kve_kernels *kve_kernels_pick(unsigned cpu, const char *want,
@@ -45,52 +135,26 @@ const struct kve_kernels *kve_kernels_pick(unsigned cpu, const char *want,
 					   const struct kve_kernels *setc,
 					   char *log, size_t loglen)
 {
-	const struct kve_kernels *k = setc;
-	char why[384];
+	const struct kve_kernel_sets s = { NULL, set512, NULL, set2, setc };
 
-	if (log && loglen)
-		log[0] = 0;
-	if (cpu & KVE_CPU_AVX2) {
-		k = set2;
-		if (cpu & KVE_CPU_AVX512)
-			k = set512;
-	}
-	if (want) {
-		if (!strcmp(want, "c"))
-			k = setc;
-		else if (!strcmp(want, "avx2") && k == set512)
-			k = set2;
-	}
-	while (k != setc && (k == set512 || force_check)) {
-		const struct kve_kernels *lower = k == set512 ? set2 : setc;
-
-		if (!kve_kernels_selfcheck(k, setc, why, sizeof(why)))
-			break;
-		if (log && loglen)
-			snprintf(log, loglen, "kvengine: %s kernel self-check failed (%s); "
-				 "using %s kernels", k->name, why, lower->name);
-		k = lower;
-	}
-	return k;
+	return kve_kernels_pick_sets(cpu & (KVE_CPU_AVX2 | KVE_CPU_AVX512), want, force_check,
+				     &s, log, loglen);
 }
 
 const struct kve_kernels *kve_kernels_select(void)
 {
 	const struct kve_kernels *k;
 	const char *force;
-	unsigned cpu = 0;
+	struct kve_kernel_sets s = {
+		kve_kernels_avx512vnni(), &kve_kernels_avx512, kve_kernels_avxvnni(),
+		&kve_kernels_avx2, &kve_kernels_c,
+	};
 
 	if (chosen)
 		return chosen;
-	if (has_avx2()) {
-		cpu |= KVE_CPU_AVX2;
-		if (has_avx512())
-			cpu |= KVE_CPU_AVX512;
-	}
 	force = getenv("KVE_SELFCHECK");
-	k = kve_kernels_pick(cpu, getenv("KVE_ISA"), force && !strcmp(force, "1"),
-			     &kve_kernels_avx512, &kve_kernels_avx2, &kve_kernels_c,
-			     note, sizeof(note));
+	k = kve_kernels_pick_sets(kve_cpu_features(), getenv("KVE_ISA"),
+				  force && !strcmp(force, "1"), &s, note, sizeof(note));
 	if (note[0])
 		fprintf(stderr, "%s\n", note);
 	chosen = k;

@@ -13,10 +13,18 @@
 
 #define KVE_INLINE static inline __attribute__((always_inline))
 
-KVE_INLINE float hsum16(__m512 v)
+/* maddubs: |w| * sign(x, w) pairs to int16, madd: adjacent pairs to int32 */
+KVE_INLINE __m512i q8_dot16(__m512i a, __m512i b)
 {
-	return _mm512_reduce_add_ps(v);
+	return _mm512_madd_epi16(_mm512_maddubs_epi16(a, b), _mm512_set1_epi16(1));
 }
+
+#define Q8_MM_NAME	mm_q8
+#define Q8_MM_LINKAGE	static
+#include "kernels_q8_avx512.h"
+
+/* F16 decode prefetch distance (PF_AHEAD_Q8: kernels_q8_avx512.h) */
+#define PF_AHEAD_F16	1024
 
 /* 16 values: the chunk at p and the next one, step bytes on
  * (kve_mat_cstep; the two are adjacent when row-major) */
@@ -29,21 +37,6 @@ KVE_INLINE __m512 load_w(const uint8_t *p, size_t step, int f16)
 	return _mm512_castpd_ps(_mm512_insertf64x4(
 		_mm512_castpd256_pd512(_mm256_loadu_pd((const double *)p)),
 		_mm256_loadu_pd((const double *)(p + step)), 1));
-}
-
-/*
- * Decode prefetch over a packed panel, the distances kernels_avx2.c
- * measured (PREFETCH_NOTE there): every line of the n bytes at p. Not
- * measured on AVX-512 hardware (none was available).
- */
-#define PF_AHEAD_F16	1024
-#define PF_AHEAD_Q8	8192
-KVE_INLINE void prefetch_ahead(const uint8_t *p, size_t n)
-{
-	size_t l;
-
-	for (l = 0; l < n; l += 64)
-		_mm_prefetch((const char *)p + l, _MM_HINT_T0);
 }
 
 KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
@@ -125,101 +118,6 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	}
 TILE_CASES(0)
 TILE_CASES(1)
-
-KVE_INLINE __m512i load2(const void *a, const void *b)
-{
-	return _mm512_inserti64x4(_mm512_castsi256_si512(
-		_mm256_loadu_si256((const __m256i *)a)),
-		_mm256_loadu_si256((const __m256i *)b), 1);
-}
-
-KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
-			float *y, int ldy, int r, int t, const int R,
-			const int C)
-{
-	__m512 acc[4][4];
-	const uint8_t *sp[4], *qp[4];	/* block 0's scale and quants per row */
-	const size_t step = kve_q8_bstep(w);
-	const struct kve_q8x *xs[4];
-	const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
-	int nb = (int)w->cols / QK8_0, b, i, j;
-
-#pragma GCC unroll 4
-	for (i = 0; i < R; i++) {
-		sp[i] = kve_q8_scale(w, (uint32_t)(r + i), 0);
-		qp[i] = kve_q8_quants(w, (uint32_t)(r + i), 0);
-#pragma GCC unroll 4
-		for (j = 0; j < C; j++)
-			acc[i][j] = _mm512_setzero_ps();
-	}
-#pragma GCC unroll 4
-	for (j = 0; j < C; j++)
-		xs[j] = xq + (size_t)(t + j) * nb;
-	for (b = 0; b < nb; b += 2) {
-		int two = b + 1 < nb;
-		__m512i xv[4];
-		float dx0[4], dx1[4];
-
-		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
-			prefetch_ahead(sp[0] + (size_t)b * step + PF_AHEAD_Q8, 2 * step);
-#pragma GCC unroll 4
-		for (j = 0; j < C; j++) {
-			if (two) {
-				xv[j] = load2(xs[j][b].q, xs[j][b + 1].q);
-				dx1[j] = xs[j][b + 1].d;
-			} else {
-				xv[j] = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xs[j][b].q));
-				xv[j] = _mm512_inserti64x4(xv[j], _mm256_setzero_si256(), 1);
-				dx1[j] = 0;
-			}
-			dx0[j] = xs[j][b].d;
-		}
-#pragma GCC unroll 4
-		for (i = 0; i < R; i++) {
-			size_t o0 = (size_t)b * step, o1 = two ? o0 + step : o0;
-			__m512i wv = load2(qp[i] + o0, qp[i] + o1);
-			__m512i aw = _mm512_abs_epi8(wv);
-			__mmask64 neg = _mm512_movepi8_mask(wv);
-			uint16_t h0, h1;
-			float dw0, dw1;
-
-			memcpy(&h0, sp[i] + o0, 2);
-			memcpy(&h1, sp[i] + o1, 2);
-			dw0 = _cvtsh_ss(h0);
-			dw1 = two ? _cvtsh_ss(h1) : 0.0f;
-#pragma GCC unroll 4
-			for (j = 0; j < C; j++) {
-				__m512i sx = _mm512_mask_sub_epi8(xv[j], neg, zero, xv[j]);
-				__m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(aw, sx), ones);
-				__m512 sc = _mm512_mask_blend_ps(0xff00,
-					_mm512_set1_ps(dw0 * dx0[j]),
-					_mm512_set1_ps(dw1 * dx1[j]));
-				acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[i][j]);
-			}
-		}
-	}
-#pragma GCC unroll 4
-	for (i = 0; i < R; i++)
-#pragma GCC unroll 4
-		for (j = 0; j < C; j++)
-			y[(size_t)(t + j) * ldy + r + i] = hsum16(acc[i][j]);
-}
-
-static void mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T,
-		  float *y, int ldy, int r0, int r1)
-{
-	int r = r0, t;
-
-	for (; r + 4 <= r1; r += 4) {
-		for (t = 0; t + 2 <= T; t += 2)
-			tile_q8(w, xq, y, ldy, r, t, 4, 2);
-		if (t < T)
-			tile_q8(w, xq, y, ldy, r, t, 4, 1);
-	}
-	for (; r < r1; r++)
-		for (t = 0; t < T; t++)
-			tile_q8(w, xq, y, ldy, r, t, 1, 1);
-}
 
 static float dot_f32(const float *a, const float *b, int n)
 {

@@ -2,12 +2,13 @@
 /*
  * selfcheck.c - a quick run-time check of a SIMD kernel set against the
  * portable C set, used by kernels.c before it trusts a set that could not
- * be tested where the engine was developed (AVX-512). Small deterministic
- * random inputs with awkward shapes (row, column and token tails, every
- * tile size), each result compared with the C kernel's within a bound
- * derived from float summation order, and the batch-invariance contract
- * (a token alone == in a batch == in a row slice, bit for bit) checked on
- * the candidate itself. Takes well under a millisecond.
+ * be tested where the engine was developed (AVX-512, AVX-VNNI, AVX-512
+ * VNNI). Small deterministic random inputs with awkward shapes (row,
+ * column and token tails, every tile size), each result compared with
+ * the C kernel's within a bound derived from float summation order, and
+ * the batch-invariance contract (a token alone == in a batch == in a row
+ * slice, bit for bit) checked on the candidate itself. Takes well under
+ * a millisecond.
  */
 #include "engine_internal.h"
 

@@ -1,20 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * threads.h - a fixed team of worker threads for the forward pass, woken
- * and joined with a mutex and condition variables (no spinning: on a
- * loaded host a spinning barrier starves the thread it waits for).
+ * threads.h - a fixed team of worker threads for the forward pass. A job
+ * is a number of chunks; the threads claim them one at a time, so a
+ * thread the host has descheduled costs at most the chunk it holds, and
+ * the others finish the rest. Waiting spins for a bounded time, then
+ * sleeps on a futex: a spinning barrier on a loaded host starves the
+ * thread it waits for, a sleeping one costs a wake-up per job.
  */
 #ifndef KVE_THREADS_H
 #define KVE_THREADS_H
 
 struct kve_threads;
-typedef void (*kve_job_fn)(void *arg, int tid, int nthreads);
+/* one chunk of a job; tid (0 = the caller) only picks per-thread scratch */
+typedef void (*kve_job_fn)(void *arg, int chunk, int tid);
+
+/* Most chunks one job may have. */
+#define KVE_THREADS_MAX_CHUNKS 65535
 
 struct kve_threads *kve_threads_create(int n);	/* n >= 1, caller included */
 void kve_threads_free(struct kve_threads *t);
-/* Runs fn(arg, tid, n) on every thread (the caller is tid 0); returns when
- * all are done. */
-void kve_threads_run(struct kve_threads *t, kve_job_fn fn, void *arg);
+/* Runs fn(arg, c, tid) once for each c in [0, nchunks), spread over the
+ * team (the caller is tid 0 and takes part); returns when all are done.
+ * Which thread runs a chunk varies from run to run, so results must not
+ * depend on it. nchunks in [1, KVE_THREADS_MAX_CHUNKS]. */
+void kve_threads_run(struct kve_threads *t, kve_job_fn fn, void *arg, int nchunks);
 int kve_threads_count(const struct kve_threads *t);
 
 #endif

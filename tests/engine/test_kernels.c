@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_kernels.c - every kernel set the CPU can run (portable C, AVX2,
- * AVX-512) against a double-precision reference on awkward shapes, and the
- * batch-invariance contract: a token's result is bit-identical whether it
- * is computed alone, inside a batch, or inside a partial row range.
+ * AVX-VNNI, AVX-512, AVX-512 VNNI) against a double-precision reference on
+ * awkward shapes, and the batch-invariance contract: a token's result is
+ * bit-identical whether it is computed alone, inside a batch, or inside a
+ * partial row range. The VNNI Q8_0 products must equal their parent
+ * sets' bit for bit; the set selection is run on made-up feature masks.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -140,7 +142,86 @@ out:
 	free(y1);
 }
 
-static void check_set(const struct kve_kernels *k)
+/*
+ * The 256-bit VNNI product's shared code (kernels_q8_avx2.h) compiled
+ * for AVX-512 VNNI + VL, i.e. with the EVEX encoding of the same 256-bit
+ * vpdpbusd. Bochs 2.7 (the emulation lane) has no CPU model with
+ * AVX-VNNI, so kernels_avxvnni.c's VEX instruction runs nowhere here;
+ * this runs everything else of it (the lanes are the same by the ISA's
+ * definition) on an AVX-512 VNNI CPU or Bochs's tigerlake model.
+ */
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
+#define KVE_INLINE static inline __attribute__((always_inline))
+KVE_INLINE __m256i q8_dot4(__m256i a, __m256i b)
+{
+	return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+}
+#define Q8_MM_NAME	mm_q8_vnni256_evex
+#define Q8_MM_LINKAGE	static
+#include "kernels_q8_avx2.h"
+#pragma GCC pop_options
+
+typedef void (*mm_q8_fn)(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			 float *y, int ldy, int r0, int r1);
+
+/* mm (a VNNI product) == parent's mm_q8 bit for bit: shapes with row
+ * tails, 1..13 tokens, row-major and packed, row slices; weights include
+ * -128 (|w| = 128 in the unsigned operand) */
+static void check_same_q8(const char *name, mm_q8_fn mm, const struct kve_kernels *parent)
+{
+	static const uint32_t shapes[][2] = { { 37, 64 }, { 40, 96 }, { 8, 256 }, { 13, 32 },
+					      { 16, 1024 }, { 6, 160 } };
+	static const int Ts[] = { 1, 2, 3, 4, 5, 13 };
+	int si, ti, packed, r, same = 1, n = 0;
+
+	for (si = 0; si < (int)(sizeof(shapes) / sizeof(shapes[0])); si++) {
+		uint32_t rows = shapes[si][0], cols = shapes[si][1], nb = cols / QK8_0;
+		struct tm t;
+		struct kve_q8x *xq = malloc(sizeof(*xq) * 13 * nb);
+		float *x = malloc(sizeof(float) * 13 * cols);
+		float *ya = malloc(sizeof(float) * 13 * rows), *yb = malloc(sizeof(float) * 13 * rows);
+		int c;
+
+		make_mat(&t, GGML_Q8_0, rows, cols);
+		for (r = 0; r < (int)rows; r++)	/* -128 somewhere in every row */
+			t.buf[(size_t)r * t.m.row_bytes + ((size_t)r % nb) * Q8_0_BYTES + 2 + r % QK8_0] = 0x80;
+		for (c = 0; c < 13 * (int)cols; c++)
+			x[c] = frand();
+		for (c = 0; c < 13; c++)
+			kve_quantize_q8x(x + (size_t)c * cols, (int)cols, xq + (size_t)c * nb);
+		for (packed = 0; packed < 2; packed++) {
+			if (packed && kve_mat_pack(&t.m))
+				break;
+			for (ti = 0; ti < (int)(sizeof(Ts) / sizeof(Ts[0])); ti++) {
+				int T = Ts[ti];
+
+				memset(ya, 0, sizeof(float) * 13 * rows);
+				memset(yb, 0xff, sizeof(float) * 13 * rows);
+				parent->mm_q8(&t.m, xq, T, ya, (int)rows, 0, (int)rows);
+				mm(&t.m, xq, T, yb, (int)rows, 0, (int)rows);
+				same &= !memcmp(ya, yb, sizeof(float) * T * rows);
+				memset(yb, 0xff, sizeof(float) * 13 * rows);
+				for (r = 0; r < (int)rows; r += 5)
+					mm(&t.m, xq, T, yb, (int)rows, r, r + 5 < (int)rows ? r + 5 : (int)rows);
+				same &= !memcmp(ya, yb, sizeof(float) * T * rows);
+				n++;
+			}
+		}
+		free(xq);
+		free(x);
+		free(ya);
+		free(yb);
+		free(t.buf);
+		free(t.deq);
+	}
+	CHECK(same, "%s mm_q8 == %s mm_q8 bit for bit (%d shape/T/layout cases, row slices, "
+	      "weights of -128)", name, parent->name, n);
+}
+
+/* q8_only: the Q8_0 product alone (a VNNI set, whose other kernels are
+ * its parent's, checked already: the set-structure check proves it) */
+static void check_set_part(const struct kve_kernels *k, int q8_only)
 {
 	static const uint32_t types[3] = { GGML_F32, GGML_F16, GGML_Q8_0 };
 	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 72 }, { 9, 70 },
@@ -148,7 +229,7 @@ static void check_set(const struct kve_kernels *k)
 					      { 16, 72 }, { 12, 96 } };
 	int ti, si;
 
-	for (ti = 0; ti < 3; ti++) {
+	for (ti = q8_only ? 2 : 0; ti < 3; ti++) {
 		for (si = 0; si < (int)(sizeof(shapes) / sizeof(shapes[0])); si++) {
 			uint32_t rows = shapes[si][0], cols = shapes[si][1];
 			const int T = 13;
@@ -205,6 +286,8 @@ static void check_set(const struct kve_kernels *k)
 			free(t.deq);
 		}
 	}
+	if (q8_only)
+		return;
 	{	/* attention helpers */
 		float a[70], b[70], y[70], yr[70];
 		uint16_t h[70];
@@ -224,6 +307,11 @@ static void check_set(const struct kve_kernels *k)
 		CHECK(fabs(k->dot_f32(a, b, 70) - s) < 1e-5 && fabs(k->dot_f16(a, h, 70) - s16) < 1e-5 &&
 		      e < 1e-6, "%s dot/axpy f32/f16 on 70 values", k->name);
 	}
+}
+
+static void check_set(const struct kve_kernels *k)
+{
+	check_set_part(k, 0);
 }
 
 /* ---- the run-time self-check, with portable C kernels standing in ---- */
@@ -647,14 +735,122 @@ static void check_selfcheck(int has2)
 	printf("# dispatch note: \"%s\"\n", kve_isa_note());
 }
 
+/* Linux's view of the CPU: is flag in /proc/cpuinfo? -1 if unreadable */
+static int cpuinfo_has(const char *flag)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[8192];
+	int found = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *p;
+
+		if (strncmp(line, "flags", 5))
+			continue;
+		found = 0;
+		for (p = strtok(strchr(line, ':') ? strchr(line, ':') + 1 : line, " \n"); p;
+		     p = strtok(NULL, " \n"))
+			found |= !strcmp(p, flag);
+		break;
+	}
+	fclose(f);
+	return found;
+}
+
+/* The five-set selection on every made-up feature mask, with C stand-ins
+ * named after the sets (they pass the self-check) and broken ones. */
+static void check_pick_vnni(void)
+{
+	struct kve_kernels s512v = kve_kernels_c, s512 = kve_kernels_c, s2v = kve_kernels_c,
+			   s2 = kve_kernels_c, bad, badv;
+	struct kve_kernel_sets s = { &s512v, &s512, &s2v, &s2, &kve_kernels_c };
+	const struct kve_kernels *k, *want;
+	char log[800];
+	unsigned cpu;
+	int ok = 1, never = 1;
+
+	s512v.name = "avx512vnni";
+	s512.name = "avx512";
+	s2v.name = "avxvnni";
+	s2.name = "avx2";
+	for (cpu = 0; cpu < 16; cpu++) {
+		int a2 = cpu & KVE_CPU_AVX2;
+
+		want = a2 && (cpu & KVE_CPU_AVX512) && (cpu & KVE_CPU_AVX512VNNI) ? &s512v :
+		       a2 && (cpu & KVE_CPU_AVX512) ? &s512 :
+		       a2 && (cpu & KVE_CPU_AVXVNNI) ? &s2v : a2 ? &s2 : &kve_kernels_c;
+		k = kve_kernels_pick_sets(cpu, NULL, 0, &s, log, sizeof(log));
+		ok &= k == want && !log[0];
+		never &= k != &s2v || (cpu & (KVE_CPU_AVX2 | KVE_CPU_AVXVNNI)) ==
+				      (KVE_CPU_AVX2 | KVE_CPU_AVXVNNI);
+		never &= k != &s512v || (cpu & (KVE_CPU_AVX2 | KVE_CPU_AVX512 | KVE_CPU_AVX512VNNI)) ==
+					(KVE_CPU_AVX2 | KVE_CPU_AVX512 | KVE_CPU_AVX512VNNI);
+	}
+	CHECK(ok, "pick: on all 16 feature masks the best set the mask allows is chosen");
+	CHECK(never, "pick: a VNNI set is never chosen without its CPU flag (and AVX2, and "
+	      "AVX-512 for avx512vnni)");
+	{	/* the real VNNI sets: the parent with only mm_q8 replaced */
+		struct kve_kernels a = *kve_kernels_avxvnni(), b = *kve_kernels_avx512vnni();
+		int same;
+
+		same = !strcmp(a.name, "avxvnni") && a.mm_q8 == kve_mm_q8_avxvnni &&
+		       !strcmp(b.name, "avx512vnni") && b.mm_q8 == kve_mm_q8_avx512vnni;
+		a.name = kve_kernels_avx2.name;
+		a.mm_q8 = kve_kernels_avx2.mm_q8;
+		b.name = kve_kernels_avx512.name;
+		b.mm_q8 = kve_kernels_avx512.mm_q8;
+		same &= !memcmp(&a, &kve_kernels_avx2, sizeof(a)) &&
+			!memcmp(&b, &kve_kernels_avx512, sizeof(b));
+		CHECK(same, "the avxvnni/avx512vnni sets are avx2/avx512 with mm_q8 replaced");
+	}
+	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx512vnni", 0, &s, log, sizeof(log));
+	CHECK(k == &s512, "pick: KVE_ISA=avx512vnni without AVX-512 VNNI gives avx512");
+	k = kve_kernels_pick_sets(15, "avx512", 0, &s, log, sizeof(log));
+	CHECK(k == &s512, "pick: KVE_ISA=avx512 on a VNNI CPU skips the VNNI set");
+	k = kve_kernels_pick_sets(15, "avxvnni", 0, &s, log, sizeof(log));
+	CHECK(k == &s2v, "pick: KVE_ISA=avxvnni caps the choice at avxvnni");
+	k = kve_kernels_pick_sets(15, "avx2", 0, &s, log, sizeof(log));
+	CHECK(k == &s2 && !log[0], "pick: KVE_ISA=avx2 skips both VNNI sets and their checks");
+	bad = kve_kernels_c;
+	bad.name = "avx512vnni";
+	bad.mm_q8 = bad_mm_q8;
+	s.avx512vnni = &bad;
+	k = kve_kernels_pick_sets(15, NULL, 0, &s, log, sizeof(log));
+	CHECK(k == &s512 && strstr(log, "avx512vnni kernel self-check failed (mm_q8") &&
+	      strstr(log, "using avx512 kernels"),
+	      "pick: a failing avx512vnni set falls back to avx512: %s", log);
+	s.avx512vnni = &s512v;
+	badv = bad;
+	badv.name = "avxvnni";
+	s.avxvnni = &badv;
+	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVXVNNI, NULL, 0, &s, log, sizeof(log));
+	CHECK(k == &s2 && strstr(log, "avxvnni kernel self-check failed (mm_q8") &&
+	      strstr(log, "using avx2 kernels"),
+	      "pick: a failing avxvnni set falls back to avx2: %s", log);
+	{
+		struct kve_kernels bad512 = kve_kernels_c;
+
+		bad512.name = "avx512";
+		bad512.dot_f32 = bad_dot_f32;
+		s.avx512 = &bad512;
+		k = kve_kernels_pick_sets(15, NULL, 0, &s, log, sizeof(log));
+		CHECK(k == &s512v, "pick: a passing avx512vnni set is kept (the avx512 one is not checked)");
+		s.avx512vnni = &bad;
+		k = kve_kernels_pick_sets(15, NULL, 0, &s, log, sizeof(log));
+		CHECK(k == &s2 && strstr(log, "avx512vnni kernel self-check failed") &&
+		      strstr(log, "avx512 kernel self-check failed") &&
+		      strstr(log, "avxvnni kernel self-check failed"),
+		      "pick: avx512vnni, avx512 and avxvnni all failing -> avx2, each logged: %s", log);
+	}
+}
+
 int main(void)
 {
-	int has2, has512;
-
-	__builtin_cpu_init();
-	has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	has512 = has2 && __builtin_cpu_supports("avx512f") &&
-		 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+	unsigned cpu = kve_cpu_features();
+	int has2 = !!(cpu & KVE_CPU_AVX2), has512 = !!(cpu & KVE_CPU_AVX512);
+	const char *best;
 	{	/* fp16 conversion: all 65536 halves round-trip */
 		uint32_t i, bad = 0;
 		for (i = 0; i < 65536; i++) {
@@ -686,9 +882,39 @@ int main(void)
 	}
 	else
 		printf("# skip avx512: CPU lacks it (those kernels are untested here)\n");
+	if (cpu & KVE_CPU_AVXVNNI) {
+		check_set_part(kve_kernels_avxvnni(), 1);
+		check_same_q8("avxvnni", kve_mm_q8_avxvnni, &kve_kernels_avx2);
+	} else {
+		printf("# skip avxvnni: CPU lacks AVX-VNNI (kve_mm_q8_avxvnni untested here)\n");
+	}
+	if (cpu & KVE_CPU_AVX512VNNI) {
+		check_set_part(kve_kernels_avx512vnni(), 1);
+		check_same_q8("avx512vnni", kve_mm_q8_avx512vnni, &kve_kernels_avx512);
+		check_same_q8("avxvnni code with EVEX vpdpbusd", mm_q8_vnni256_evex,
+			      &kve_kernels_avx2);
+	} else {
+		printf("# skip avx512vnni: CPU lacks AVX-512 VNNI (kve_mm_q8_avx512vnni untested "
+		       "here)\n");
+	}
+	{	/* the features the dispatch sees == what Linux reports */
+		int v = cpuinfo_has("avx_vnni"), v512 = cpuinfo_has("avx512_vnni");
+
+		printf("# cpu features: avx2 %d avx512 %d avxvnni %d avx512vnni %d; "
+		       "/proc/cpuinfo avx_vnni %d avx512_vnni %d\n", has2, has512,
+		       !!(cpu & KVE_CPU_AVXVNNI), !!(cpu & KVE_CPU_AVX512VNNI), v, v512);
+		if (v >= 0)
+			CHECK(v == !!(cpu & KVE_CPU_AVXVNNI) &&
+			      (!has512 || v512 == !!(cpu & KVE_CPU_AVX512VNNI)),
+			      "kve_cpu_features: AVX-VNNI %s, AVX-512 VNNI %s, as /proc/cpuinfo says",
+			      v ? "present" : "absent", v512 ? "present" : "absent");
+	}
+	check_pick_vnni();
+	best = (cpu & KVE_CPU_AVX512VNNI) ? "avx512vnni" : has512 ? "avx512" :
+	       (cpu & KVE_CPU_AVXVNNI) ? "avxvnni" : has2 ? "avx2" : "c";
 	printf("# dispatch picked: %s\n", kve_isa_name());
 	if (getenv("KVE_SELFCHECK") && !strcmp(getenv("KVE_SELFCHECK"), "1") && !getenv("KVE_ISA"))
-		CHECK(!strcmp(kve_isa_name(), has512 ? "avx512" : has2 ? "avx2" : "c") &&
+		CHECK(!strcmp(kve_isa_name(), best) &&
 		      !kve_isa_note()[0],
 		      "KVE_SELFCHECK=1: the real dispatch self-checked %s and kept it", kve_isa_name());
 	check_selfcheck(has2);

@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: MIT
 # bench.sh - `make bench-engine` (`make bench BENCH=engine`): kvarena's
 # engine side by side with llama.cpp on the same random-weight GGUF files,
-# one thread each: prefill tok/s (128-token prompt), greedy decode tok/s,
-# decode at batch 8 (sessions sharing the prompt's KV), our decode as a %
-# of the read-bandwidth roofline measured in the same run, and argmax
-# agreement after the prompt. Appends rows to build/bench/results.tsv
+# one thread each, then two threads each (ENGINE_BENCH_T2_MODELS): prefill
+# tok/s (128-token prompt), greedy decode tok/s, decode at batch 8
+# (sessions sharing the prompt's KV), our decode as a % of the
+# read-bandwidth roofline measured in the same run (by as many threads),
+# and argmax agreement after the prompt. Appends rows to build/bench/results.tsv
 # (name value unit peer peer_value ratio) and prints a table.
 # ENGINE_BENCH_MODELS limits the set (e.g. "15m_q8 110m_f32").
 set -eu
@@ -37,29 +38,58 @@ row() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$TSV"; }
 
 fail=0
 TABLE=""
-for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16}; do
-	f="$MD/$m.gguf"
-	# alternating rounds (ENGINE_BENCH_ROUNDS, default 2), best of each:
-	# the host is shared and noisy; the read bandwidth is measured in the
-	# first round only
-	o1=$($B/bench/kve-bench "$f" --threads 1 --decode "$DEC")
-	l1=$("$LD" "$CACHE/lib" "$f" --threads 1 --decode "$DEC")
+TABLE2=""
+
+# measure MODEL THREADS: sets o_* (ours) and l_* (llama.cpp) to the best
+# of ENGINE_BENCH_ROUNDS (default 2) alternating rounds, o1/l1 to the
+# first round's output: the host is shared and noisy; the read
+# bandwidth (with THREADS reading threads) is measured in the first
+# round only
+# llama.cpp's spinning barriers can collapse on a loaded host at 2
+# threads (runs of many minutes): each of its runs is cut off after
+# ENGINE_BENCH_PEER_TIMEOUT seconds (default 300) and then counts as 0
+# (ratio "-", and a note under the table)
+peer() {
+	timeout "${ENGINE_BENCH_PEER_TIMEOUT:-300}" "$LD" "$CACHE/lib" "$@" || echo "peer_timeout=1"
+}
+PEER_NOTE=""
+cutoff() {	# cutoff OUTPUT MODEL THREADS: note a peer run that was cut off
+	case "$1" in *peer_timeout=1*)
+		PEER_NOTE="$PEER_NOTE
+llama.cpp $2 at $3 thread(s): a run was cut off after ${ENGINE_BENCH_PEER_TIMEOUT:-300} s (counted as 0)" ;;
+	esac
+}
+
+measure() {
+	f="$MD/$1.gguf"
+	o1=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC")
+	l1=$(peer "$f" --threads "$2" --decode "$DEC")
+	cutoff "$l1" "$1" "$2"
 	for k in prefill_tps decode_tps batch_tps; do
 		eval "o_$k=\$(get \"\$o1\" $k)"
 		eval "l_$k=\$(get \"\$l1\" $k)"
 	done
 	r=1
 	while [ "$r" -lt "${ENGINE_BENCH_ROUNDS:-2}" ]; do
-		o2=$($B/bench/kve-bench "$f" --threads 1 --decode "$DEC" --no-bw)
-		l2=$("$LD" "$CACHE/lib" "$f" --threads 1 --decode "$DEC")
+		o2=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC" --no-bw)
+		l2=$(peer "$f" --threads "$2" --decode "$DEC")
+		cutoff "$l2" "$1" "$2"
 		for k in prefill_tps decode_tps batch_tps; do
 			eval "o_$k=\$(best \"\$o_$k\" \"\$(get \"\$o2\" $k)\")"
 			eval "l_$k=\$(best \"\$l_$k\" \"\$(get \"\$l2\" $k)\")"
 		done
 		r=$((r + 1))
 	done
+	for k in prefill_tps decode_tps batch_tps; do
+		eval "[ -n \"\$l_$k\" ] || l_$k=0"
+	done
 	roof=$(get "$o1" roofline_tps)
 	pct=$(awk -v d="$o_decode_tps" -v r="$roof" 'BEGIN { printf "%.1f", 100 * d / r }')
+}
+
+for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16}; do
+	measure "$m" 1
+	eval "dec1_$m=\$o_decode_tps"
 	oa=$(get "$o1" argmax)
 	la=$(get "$l1" argmax)
 	agree=1
@@ -76,8 +106,39 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16}; do
 		"$roof" "$pct" "$( [ $agree = 1 ] && echo "agree ($oa)" || echo "MISMATCH $oa vs $la")")
 "
 done
-echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $(get "$o1" isa), KV in a $(get "$o1" kv), read bw $(get "$o1" read_gbs) GB/s"
+isa=$(get "$o1" isa)
+kv=$(get "$o1" kv)
+bw1=$(get "$o1" read_gbs)
+
+# 2 threads, both engines (ENGINE_BENCH_T2_MODELS, default the 110M
+# pair; "" skips): the same rows with _t2, the roofline at the read
+# bandwidth of 2 threads, and our 2-thread decode over our 1-thread one
+for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8}; do
+	measure "$m" 2
+	eval "d1=\${dec1_$m:-}"
+	[ -n "$d1" ] || d1=$(get "$($B/bench/kve-bench "$MD/$m.gguf" --threads 1 --decode "$DEC" --no-bw)" decode_tps)
+	row "prefill_${m}_t2" "$o_prefill_tps" tok/s llama.cpp "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")"
+	row "decode_${m}_t2" "$o_decode_tps" tok/s llama.cpp "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")"
+	row "decode_${m}_t2_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
+	row "decode_${m}_t2_roofline_pct" "$pct" % "roofline_tok/s@$(get "$o1" read_gbs)GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
+	row "decode_${m}_t2_over_t1" "$(ratio "$o_decode_tps" "$d1")" x kvarena_t1 "$d1" "$(ratio "$o_decode_tps" "$d1")"
+	TABLE2="$TABLE2$(printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %5sx' \
+		"$m" "$o_prefill_tps" "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")" \
+		"$o_decode_tps" "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")" \
+		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
+		"$roof" "$pct" "$(ratio "$o_decode_tps" "$d1")")
+"
+	bw2=$(get "$o1" read_gbs)
+done
+echo "host: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa, KV in a $kv, read bw $bw1 GB/s"
 printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" argmax
 printf '%s' "$TABLE"
+if [ -n "$TABLE2" ]; then
+	echo "2 threads, both engines; roofline at the 2-thread read bw ${bw2:-?} GB/s; t2/t1: our decode at 2 threads over 1"
+	printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" t2/t1
+	printf '%s' "$TABLE2"
+fi
+[ -z "$PEER_NOTE" ] || echo "${PEER_NOTE#?}"
 echo "rows appended to $TSV"
 exit $fail

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * kve-bench - times kvarena's engine on one GGUF file: prefill of a prompt
- * (best of 3), greedy decode, decode with a batch of sessions that share the prompt's
- * blocks, and the memory read bandwidth of this machine (the decode
- * roofline). Prints key=value lines for bench.sh. The prompt is the same
+ * (best of 3), greedy decode, decode with a batch of sessions that share
+ * the prompt's blocks, and the memory read bandwidth of this machine (the
+ * decode roofline), read by as many threads as --threads. Prints
+ * key=value lines for bench.sh. The prompt is the same
  * token formula the llama.cpp driver uses, so argmax can be compared.
  * KV lives in a libkvarena arena (kernel backend if /dev/kvarena opens,
  * else memfd) through daemon/engine/kv_arena.c, as in production: blocks
@@ -15,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,26 +57,62 @@ static double read_pass(const uint8_t *p, size_t n)
 
 static volatile double bw_sink;	/* keeps the read passes alive */
 
-/* Best of 5 passes over 512 MiB, GB/s; huge: the buffer in 2 MiB
+struct bw_part {
+	const uint8_t *p;
+	size_t n;
+	pthread_barrier_t *go;
+	double sum;
+};
+
+static void *bw_thread(void *arg)
+{
+	struct bw_part *b = arg;
+
+	pthread_barrier_wait(b->go);
+	b->sum = read_pass(b->p, b->n);
+	return NULL;
+}
+
+/* Best of 5 passes over 512 MiB, GB/s, the buffer read by nth threads
+ * (each its own slice, started together); huge: the buffer in 2 MiB
  * transparent huge pages (as the engine's weights are by default), else
  * 4 KiB pages. The roofline takes the better of the two. */
-static double read_bandwidth(int huge)
+static double read_bandwidth(int huge, int nth)
 {
-	size_t n = 512u << 20, al = 2u << 20;
+	size_t n = 512u << 20, al = 2u << 20, part;
 	uint8_t *raw = mmap(NULL, n + al, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *p;
 	double best = 0;
-	int i;
+	int i, k;
 
 	if (raw == MAP_FAILED)
 		return 0;
+	if (nth < 1 || nth > 2)
+		nth = 1;
+	part = n / (size_t)nth;
 	p = (uint8_t *)(((uintptr_t)raw + al - 1) & ~(uintptr_t)(al - 1));
 	madvise(p, n, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 	memset(p, 1, n);
 	for (i = 0; i < 5; i++) {
-		double t = now();
-		bw_sink += read_pass(p, n);
+		struct bw_part parts[2];
+		pthread_t th[2];
+		pthread_barrier_t go;
+		double t;
+
+		pthread_barrier_init(&go, NULL, (unsigned)nth + 1);
+		for (k = 0; k < nth; k++) {
+			parts[k] = (struct bw_part){ p + (size_t)k * part, part, &go, 0 };
+			if (pthread_create(&th[k], NULL, bw_thread, &parts[k]))
+				abort();
+		}
+		t = now();
+		pthread_barrier_wait(&go);
+		for (k = 0; k < nth; k++) {
+			pthread_join(th[k], NULL);
+			bw_sink += parts[k].sum;
+		}
 		t = now() - t;
+		pthread_barrier_destroy(&go);
 		if (n / t / 1e9 > best)
 			best = n / t / 1e9;
 	}
@@ -248,7 +286,8 @@ int main(int argc, char **argv)
 	       kve_isa_name(), threads, prompt / t_pre, ndec / t_dec, batch, batch / t_bat);
 	printf("weight_mb=%.1f\n", in->weight_bytes / 1e6);
 	if (bw) {
-		double g4 = read_bandwidth(0), g2 = read_bandwidth(1);
+		/* as many reading threads as the engine runs */
+		double g4 = read_bandwidth(0, (int)threads), g2 = read_bandwidth(1, (int)threads);
 		double gbs = g2 > g4 ? g2 : g4;
 		double roof = gbs * 1e9 / (double)in->weight_bytes;
 		printf("read_gbs_4k=%.1f\nread_gbs_2m=%.1f\n", g4, g2);

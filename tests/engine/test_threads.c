@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_threads - the worker team (daemon/engine/threads.c): every chunk of
+ * every job runs exactly once and its writes are visible when run()
+ * returns, over many jobs of varying size, with the bounded spin (the
+ * default) and with KVE_SPIN_US=0 (every wait goes to the futex: the
+ * sleep/wake paths). No timing is asserted: the host may be loaded.
+ */
+#define _GNU_SOURCE
+#include "threads.h"
+
+#include <stdatomic.h>
+
+#include "tcheck.h"
+
+#define JOBS	20000
+#define MAXC	64
+
+struct job {
+	int seq;
+	int out[MAXC];			/* plain writes, read after run() */
+	_Atomic int runs[MAXC];
+	_Atomic int by_tid[2];
+};
+
+static void chunk(void *arg, int c, int tid)
+{
+	struct job *j = arg;
+
+	j->out[c] = j->seq * 131 + c;
+	atomic_fetch_add(&j->runs[c], 1);
+	if (tid >= 0 && tid < 2)
+		atomic_fetch_add(&j->by_tid[tid], 1);
+}
+
+static void team(const char *spin)
+{
+	struct kve_threads *t;
+	static struct job j;
+	int i, c, bad_runs = 0, bad_out = 0;
+	unsigned x = 12345;
+
+	setenv("KVE_SPIN_US", spin, 1);
+	t = kve_threads_create(2);
+	CHECK(t && kve_threads_count(t) == 2, "spin %s us: a team of 2", spin);
+	if (!t)
+		return;
+	memset(&j, 0, sizeof(j));
+	for (i = 0; i < JOBS; i++) {
+		int n;
+
+		x = x * 1103515245u + 12345u;
+		n = 1 + (int)((x >> 16) % MAXC);
+		j.seq = i;
+		for (c = 0; c < MAXC; c++)
+			atomic_store(&j.runs[c], 0);
+		kve_threads_run(t, chunk, &j, n);
+		for (c = 0; c < MAXC; c++) {
+			bad_runs += atomic_load(&j.runs[c]) != (c < n);
+			bad_out += c < n && j.out[c] != i * 131 + c;
+		}
+	}
+	CHECK(!bad_runs, "spin %s us: %d jobs of 1-%d chunks: each chunk ran once (%d wrong)",
+	      spin, JOBS, MAXC, bad_runs);
+	CHECK(!bad_out, "spin %s us: every chunk's writes seen when run() returned (%d wrong)",
+	      spin, bad_out);
+	printf("# spin %s us: chunks run by the caller %d, by the worker %d\n", spin,
+	       atomic_load(&j.by_tid[0]), atomic_load(&j.by_tid[1]));
+	kve_threads_free(t);
+}
+
+int main(void)
+{
+	struct kve_threads *one = kve_threads_create(1);
+	static struct job j;
+	int c, ok = 1;
+
+	CHECK(!kve_threads_create(0), "a team of 0 is refused");
+	CHECK(one && kve_threads_count(one) == 1, "a team of 1");
+	if (one) {
+		kve_threads_run(one, chunk, &j, 5);
+		for (c = 0; c < MAXC; c++)
+			ok &= atomic_load(&j.runs[c]) == (c < 5);
+		CHECK(ok && atomic_load(&j.by_tid[0]) == 5, "a team of 1 runs the chunks itself");
+		kve_threads_free(one);
+	}
+	team("50");
+	team("0");
+	kve_threads_free(NULL);
+	return tc_done();
+}
