@@ -305,8 +305,8 @@ class Gen:
         return {"family": "talk", "messages": [("user", q), ("assistant", ans)],
                 "expect": {"tools": [], "answer": ans}}
 
-    FAMILIES = [("calc", 30), ("calc2", 8), ("read_file", 15), ("list_dir", 12),
-                ("find_read", 7), ("c_run", 13), ("talk", 15)]
+    FAMILIES = [("calc", 32), ("calc2", 8), ("read_file", 15), ("list_dir", 14),
+                ("find_read", 7), ("c_run", 13), ("talk", 11)]
 
     def one(self):
         names = [f for f, _ in self.FAMILIES]

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: MIT
 # model.mk - the trained agent model (tools/train/, models/). Included from
 # the top-level Makefile after engine.mk (uses its ENGINE_* variables).
-#   make model        retrain from scratch (~30 min on 1 core) and re-export
+#   make model        retrain from scratch (~40 min on 2 loaded cores) and re-export
 #                     models/kvarena-agent-{f32,f16,q8_0}.gguf + training log
 #   make eval-model   200 held-out conversations through the engine (greedy,
 #                     real tool execution): right tool / arguments / answer
+#   make eval-model-http  the same 200 conversations through kvarenad's HTTP
+#                     API (started on a free loopback port), tools run by
+#                     the client for real
 #   make check-model  torch cross-check of the engine's logits (F32, Q8_0),
 #                     tokenizer parity, one calc round trip, corpus determinism
 
@@ -18,7 +21,7 @@ MODEL_TRAIN     := build/train/model
 MODEL_CHAT      := build/bin/kve-chat
 MODEL_CHAT_SAN  := build/engine/tests/kve-chat-san
 
-.PHONY: model eval-model check-model
+.PHONY: model eval-model eval-model-http check-model
 
 $(MODEL_CHAT): tools/train/kve-chat.c $(ENGINE_LIB)
 	@mkdir -p $(@D)
@@ -38,6 +41,11 @@ model:
 
 eval-model: $(MODEL_CHAT)
 	$(MODEL_PY) tools/train/eval.py --chat $(MODEL_CHAT) --model $(EVAL_MODEL)
+
+# kvarenad.mk is included after this file: KVD_BIN is known in recipes only
+eval-model-http:
+	@$(MAKE) --no-print-directory $(KVD_BIN)
+	$(MODEL_PY) tools/train/eval_http.py --kvarenad $(KVD_BIN) --model $(EVAL_MODEL)
 
 check-model: $(MODEL_CHAT_SAN) $(ENGINE_LOGITS)
 	@MODEL_PY=$(MODEL_PY) sh tests/model/run.sh $(MODEL_CHAT_SAN) $(ENGINE_LOGITS)
