@@ -29,6 +29,13 @@ from model import Config, Model, n_params   # noqa: E402
 from tokenizer import Tokenizer   # noqa: E402
 
 SYS_TEXT = corpus.render([])
+# The curriculum's first phase: a system turn without the tool block (what
+# a server renders for a request without tools). With ~12 tokens before the
+# question instead of 352, attention at initialisation is spread over a
+# tenth as many positions, so the heads that copy a number or a name from
+# the question or the tool result into the reply form many times sooner;
+# the second phase moves the skill to the full system prompt.
+SHORT_SYS_TEXT = corpus.IM_START + "system\nYou are a helpful assistant." + corpus.IM_END + "\n"
 
 
 def encode_conv(tok, messages):
@@ -81,10 +88,12 @@ def collate(data, b):
     return ids, turns
 
 
-def loss_fn(model, prefix, ids, turns, exact=False):
-    """Mean cross-entropy of the assistant tokens; exact: also, under
-    teacher forcing, how many assistant turns and conversations the argmax
-    gets entirely right (a proxy for greedy decoding)."""
+def loss_fn(model, prefix, ids, turns, exact=None):
+    """Mean cross-entropy of the assistant tokens; exact (the id of
+    <tool_call>): also, under teacher forcing, the number of tool-call
+    turns, how many of them the argmax gets entirely right, and how many
+    conversations it gets entirely right (a proxy for greedy decoding,
+    stricter: a final answer's phrasing is one of several)."""
     h, _ = model.forward_prefix(prefix, ids, head=False)
     # position t predicts token t+1; the head runs on those with loss only
     tt = turns[:, 1:]
@@ -97,19 +106,21 @@ def loss_fn(model, prefix, ids, turns, exact=False):
         return loss
     wrong = torch.zeros(tt.shape, dtype=torch.bool)
     wrong.view(-1)[sel.nonzero()[:, 0]] = logits.argmax(-1) != tg
-    n_turns = ok_turns = ok_convs = 0
+    n_calls = ok_calls = ok_convs = 0
     for r in range(ids.shape[0]):
         conv_ok = True
         for k in range(1, int(tt[r].max()) + 1):
-            bad = bool(wrong[r][tt[r] == k].any())
-            n_turns += 1
-            ok_turns += not bad
+            at = tt[r] == k
+            bad = bool(wrong[r][at].any())
+            if int(ids[r, 1:][at][0]) == exact:     # a tool-call turn
+                n_calls += 1
+                ok_calls += not bad
             conv_ok = conv_ok and not bad
         ok_convs += conv_ok
-    return loss, n_turns, ok_turns, ok_convs
+    return loss, n_calls, ok_calls, ok_convs
 
 
-def evaluate(model, prefix, edata):
+def evaluate(model, prefix, edata, call_id):
     model.eval()
     tot = cnt = n_turns = ok_turns = ok_convs = 0
     with torch.no_grad():
@@ -117,14 +128,14 @@ def evaluate(model, prefix, edata):
             b = list(range(k, min(k + 32, len(edata))))
             ids, tm = collate(edata, b)
             n = (tm[:, 1:] > 0).sum().item()
-            loss, nt, ot, oc = loss_fn(model, prefix, ids, tm, exact=True)
+            loss, nt, ot, oc = loss_fn(model, prefix, ids, tm, exact=call_id)
             tot += loss.item() * n
             cnt += n
             n_turns += nt
             ok_turns += ot
             ok_convs += oc
     model.train()
-    return tot / cnt, ok_turns / n_turns, ok_convs / len(edata)
+    return tot / cnt, ok_turns / max(1, n_turns), ok_convs / len(edata)
 
 
 def main():
@@ -133,8 +144,10 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--n-train", type=int, default=0,
                     help="conversations drawn (default: steps * batch, none seen twice)")
-    ap.add_argument("--steps", type=int, default=640)
+    ap.add_argument("--steps", type=int, default=1800)
     ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--short-steps", type=int, default=900,
+                    help="first phase: this many steps after the short system turn")
     ap.add_argument("--lr", type=float, default=4e-3)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
@@ -145,8 +158,10 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=1)
     ap.add_argument("--ffn", type=int, default=384)
     ap.add_argument("--log-every", type=int, default=10)
-    ap.add_argument("--eval-every", type=int, default=80)
+    ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--n-eval", type=int, default=96)
+    ap.add_argument("--save-every-eval", action="store_true",
+                    help="also write OUT/ckpt-step.pt at each held-out evaluation")
     ap.add_argument("--init", help="continue from this checkpoint (same vocabulary and "
                     "shape; a fresh optimiser; the corpus is drawn with --seed + 1)")
     a = ap.parse_args()
@@ -171,7 +186,9 @@ def main():
         tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab)
     tok.save(os.path.join(a.out, "tokenizer.json"))
     prefix = torch.tensor(tok.encode(SYS_TEXT))
-    log("vocabulary %d tokens, system prompt %d tokens" % (len(tok.tokens), len(prefix)))
+    short = torch.tensor(tok.encode(SHORT_SYS_TEXT))
+    log("vocabulary %d tokens, system prompt %d tokens (first %d steps: %d)"
+        % (len(tok.tokens), len(prefix), a.short_steps, len(short)))
     data = [encode_conv(tok, c["messages"]) for c in convs]
     del convs
     # the split encoding must be the whole text's
@@ -214,7 +231,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         ids, tm = collate(data, b)
-        loss = loss_fn(model, prefix, ids, tm)
+        loss = loss_fn(model, short if step < a.short_steps else prefix, ids, tm)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -228,19 +245,28 @@ def main():
                 "%.0f per CPU s; load %.1f)" % (step, loss.item(), ema, lr, gn.item(), seen,
                                                  seen / dt, seen / dc, os.getloadavg()[0]))
         if step % a.eval_every == 0 or step == a.steps:
-            el, et, ec = evaluate(model, prefix, edata)
-            log("held-out (%d conversations, teacher forced): loss %.4f, assistant turns "
-                "exact %.1f%%, conversations exact %.1f%%" % (len(edata), el, 100 * et, 100 * ec))
+            for name, p in (("short system turn", short), ("system prompt", prefix)):
+                if name == "system prompt" or step <= a.short_steps:
+                    el, et, ec = evaluate(model, p, edata, tok.ids["<tool_call>"])
+                    log("held-out (%d conversations, %s, teacher forced): loss %.4f, tool "
+                        "calls exact %.1f%%, conversations exact %.1f%%"
+                        % (len(edata), name, el, 100 * et, 100 * ec))
+            if a.save_every_eval:
+                save(model, cfg, tok, a, ema, el, t0, os.path.join(a.out, "ckpt-step.pt"))
     dt, dc = time.time() - t1, time.process_time() - c1
     log("trained %d steps, %d tokens in %.0f s wall (%.0f tok/s), %.0f s CPU (%.0f tok per CPU s); "
         "load average %.1f %.1f %.1f" % (step, seen, dt, seen / dt, dc, seen / dc,
                                           *os.getloadavg()))
     log("final train loss (ema) %.4f, held-out loss %.4f" % (ema, el))
+    save(model, cfg, tok, a, ema, el, t0, os.path.join(a.out, "ckpt.pt"))
+    log("saved %s" % os.path.join(a.out, "ckpt.pt"))
+
+
+def save(model, cfg, tok, a, ema, el, t0, path):
     torch.save({"cfg": cfg.to_dict(), "state": model.state_dict(), "tokens": tok.tokens,
                 "scores": tok.scores, "types": tok.types, "args": vars(a),
                 "final_loss": ema, "heldout_loss": el,
-                "train_seconds": time.time() - t0}, os.path.join(a.out, "ckpt.pt"))
-    log("saved %s" % os.path.join(a.out, "ckpt.pt"))
+                "train_seconds": time.time() - t0}, path)
 
 
 def blas_lib():
