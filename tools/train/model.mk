@@ -32,10 +32,10 @@ $(MODEL_CHAT_SAN): tools/train/kve-chat.c $(ENGINE_SLIB)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) $< $(ENGINE_SLIB) -o $@ $(ENGINE_LIBS)
 
 # Two runs: 1800 steps from scratch (the first 900 after a short system
-# turn, see train.py), then 800 more on fresh conversations (seed + 1) at
+# turn, see train.py), then 600 more on fresh conversations (seed + 1) at
 # a second learning-rate peak: copying forms late in the first run and
 # the second one, started from its weights, carries it on.
-MODEL_CONT_ARGS := --steps 800 --lr 2e-3 --warmup 20 --short-steps 0
+MODEL_CONT_ARGS := --steps 600 --lr 2e-3 --warmup 20 --short-steps 0
 
 model:
 	@mkdir -p $(MODEL_TRAIN)/1 $(MODEL_TRAIN)/2
