@@ -31,21 +31,26 @@ $(MODEL_CHAT_SAN): tools/train/kve-chat.c $(ENGINE_SLIB)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) $< $(ENGINE_SLIB) -o $@ $(ENGINE_LIBS)
 
-# Two runs: 1800 steps from scratch (the first 900 after a short system
-# turn, see train.py), then 600 more on fresh conversations (seed + 1) at
-# a second learning-rate peak: copying forms late in the first run and
-# the second one, started from its weights, carries it on.
-MODEL_CONT_ARGS := --steps 600 --lr 2e-3 --warmup 20 --short-steps 0
+# Three runs: 1800 steps from scratch (the first 900 after a short system
+# turn, see train.py), then 600 and 350 more, each from the previous
+# run's weights on fresh conversations (seed + 1) at a new learning-rate
+# peak: copying forms late in the first run and the next ones carry it on.
+MODEL_RUN2_ARGS := --steps 600 --lr 2e-3 --warmup 20 --short-steps 0
+MODEL_RUN3_ARGS := --seed 2 --steps 350 --lr 1e-3 --warmup 10 --short-steps 0
 
 model:
-	@mkdir -p $(MODEL_TRAIN)/1 $(MODEL_TRAIN)/2
+	@mkdir -p $(MODEL_TRAIN)/1 $(MODEL_TRAIN)/2 $(MODEL_TRAIN)/3
 	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/1 > $(MODEL_TRAIN)/1/train.log 2>&1 || \
 		{ tail -20 $(MODEL_TRAIN)/1/train.log; exit 1; }
 	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/2 --init $(MODEL_TRAIN)/1/ckpt.pt \
-		$(MODEL_CONT_ARGS) > $(MODEL_TRAIN)/2/train.log 2>&1 || \
+		$(MODEL_RUN2_ARGS) > $(MODEL_TRAIN)/2/train.log 2>&1 || \
 		{ tail -20 $(MODEL_TRAIN)/2/train.log; exit 1; }
-	$(MODEL_PY) tools/train/export_gguf.py $(MODEL_TRAIN)/2/ckpt.pt $(MODEL_BASE)
-	cat $(MODEL_TRAIN)/1/train.log $(MODEL_TRAIN)/2/train.log > $(MODEL_BASE)-train.log
+	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/3 --init $(MODEL_TRAIN)/2/ckpt.pt \
+		$(MODEL_RUN3_ARGS) > $(MODEL_TRAIN)/3/train.log 2>&1 || \
+		{ tail -20 $(MODEL_TRAIN)/3/train.log; exit 1; }
+	$(MODEL_PY) tools/train/export_gguf.py $(MODEL_TRAIN)/3/ckpt.pt $(MODEL_BASE)
+	cat $(MODEL_TRAIN)/1/train.log $(MODEL_TRAIN)/2/train.log $(MODEL_TRAIN)/3/train.log \
+		> $(MODEL_BASE)-train.log
 	@tail -2 $(MODEL_BASE)-train.log
 
 eval-model: $(MODEL_CHAT)
