@@ -39,7 +39,8 @@ assert corpus.SYSTEM.startswith(SYSTEM_TEXT + "\n\n# Tools\n")
 class Server:
     """A kvarenad child on a free loopback port, or a running one (url)."""
 
-    def __init__(self, binary=None, model=None, url=None, key=None, workdir=None):
+    def __init__(self, binary=None, model=None, url=None, key=None, workdir=None,
+                 blocks=1024, extra=""):
         self.p = self.log = None
         self.key = key
         if url:
@@ -53,7 +54,7 @@ class Server:
         with open(conf, "w") as f:
             f.write("[server]\nlisten = 127.0.0.1:%d\n" % self.port)
             f.write("[model]\npath = %s\nid = agent\n" % os.path.abspath(model))
-            f.write("[kv]\nbackend = memfd\ntoolwait_bpf = no\n")
+            f.write("[kv]\nbackend = memfd\ntoolwait_bpf = no\nblocks = %d\n" % blocks + extra)
         self.log = open(os.path.join(workdir, "kvarenad.log"), "w+")
         self.p = subprocess.Popen([binary, "--config", conf], stdout=self.log,
                                   stderr=self.log)
@@ -106,7 +107,7 @@ class Server:
             self.p = None
 
 
-def run_one(srv, model, conv, tmp, usage):
+def run_one(srv, model, conv, tmp, usage, release=True):
     """The agent loop of one conversation over HTTP; (tool, arguments,
     answer, transcript) as eval.run_one."""
     root = os.path.join(tmp, "fs")
@@ -147,7 +148,7 @@ def run_one(srv, model, conv, tmp, usage):
                 calls.append(None)
             values.append(value)
             msgs.append({"role": "tool", "tool_call_id": tc["id"], "content": result})
-    if session:
+    if session and release:
         srv.req("DELETE", "/v1/sessions/" + session)
     t, g, f = ev.score(conv, calls, values, answer)
     return t, g, f, msgs
@@ -161,6 +162,12 @@ def main():
     ap.add_argument("--model-id", help="the served model's id (default: GET /v1/models)")
     ap.add_argument("--key", default=os.environ.get("KVARENAD_API_KEY"),
                     help="API key (default: $KVARENAD_API_KEY)")
+    ap.add_argument("--kv-blocks", type=int, default=1024,
+                    help="the started kvarenad's KV arena, in 16-token blocks (its default 1024)")
+    ap.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                    help="start kvarenad with [kv] prefix_cache = no")
+    ap.add_argument("--keep-sessions", dest="release", action="store_false",
+                    help="do not DELETE each conversation's session when it ends")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--show", type=int, default=3, help="print this many failed conversations")
@@ -172,12 +179,13 @@ def main():
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     shown = 0
     with tempfile.TemporaryDirectory(prefix="kvd-eval-") as tmp:
-        srv = Server(a.kvarenad, a.model, a.url, a.key, tmp)
+        srv = Server(a.kvarenad, a.model, a.url, a.key, tmp, a.kv_blocks,
+                     "" if a.prefix_cache else "prefix_cache = no\n")
         t0 = time.time()
         try:
             model = a.model_id or srv.model_id()
             for conv in convs:
-                t, g, f, transcript = run_one(srv, model, conv, tmp, usage)
+                t, g, f, transcript = run_one(srv, model, conv, tmp, usage, a.release)
                 table.add(conv["family"], t, g, f)
                 if not (t and g and f) and shown < a.show:
                     shown += 1
