@@ -2,14 +2,16 @@
 # SPDX-License-Identifier: MIT
 """train.py - trains the agent model from scratch on the synthetic corpus.
 
-Owns the training recipe: corpus size, vocabulary learning, batching, loss
-mask (assistant turns only: their text and the <|im_end|> that ends them),
-optimiser and schedule. Everything derives from --seed: the same seed on
-the same machine gives the same loss curve, step for step.
+Owns the training recipe: corpus size (fresh conversations, each seen
+once), vocabulary learning, batching, loss mask (assistant turns only:
+their text and the <|im_end|> that ends them), the short-prompt
+curriculum, optimiser and schedule. Everything derives from --seed: the
+same seed on the same machine gives the same loss curve, step for step.
 
-  train.py --out DIR [--seed 1] [--steps N] [--threads 1]
+  train.py --out DIR [--seed 1] [--steps N] [--threads 2] [--init CKPT]
 writes DIR/ckpt.pt (weights, config, vocabulary) and DIR/tokenizer.json;
-the log goes to stdout.
+the log (losses, tokens/s, load average, held-out checks) goes to stdout.
+make model runs it three times (tools/train/model.mk).
 """
 import argparse
 import math
