@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # model.mk - the trained agent model (tools/train/, models/). Included from
 # the top-level Makefile after engine.mk (uses its ENGINE_* variables).
-#   make model        retrain from scratch (~40 min on 2 loaded cores) and re-export
+#   make model        retrain from scratch (~45 min on 2 loaded cores) and re-export
 #                     models/kvarena-agent-{f32,f16,q8_0}.gguf + training log
 #   make eval-model   200 held-out conversations through the engine (greedy,
 #                     real tool execution): right tool / arguments / answer
