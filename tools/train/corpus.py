@@ -85,7 +85,9 @@ def held_out(s):
 
 SYL = ["ka", "lo", "mi", "ren", "ta", "vo", "shi", "del", "an", "bur", "co", "fen",
        "gil", "ho", "ix", "jo", "ku", "lam", "mor", "nel", "ost", "pa", "qui", "ras",
-       "sen", "tor", "ul", "ven", "wyn", "ya", "zed", "bri", "cas", "dor", "el", "fa"]
+       "sen", "tor", "ul", "ven", "wyn", "ya", "zed", "bri", "cas", "dor", "el", "fa",
+       "ab", "ek", "ir", "om", "un", "ba", "di", "ge", "hu", "ji", "ke", "ly", "ne", "pi",
+       "ro", "su", "te", "wi", "xa", "zu"]
 EXTS = ["txt", "md", "conf", "log", "csv", "ini"]
 TOP = ["/home", "/srv", "/etc", "/var/lib", "/opt", "/data", "/tmp", "/usr/share"]
 KEYS = ["port", "host", "user", "mode", "level", "limit", "owner", "color", "size", "name"]
@@ -303,8 +305,8 @@ class Gen:
         return {"family": "talk", "messages": [("user", q), ("assistant", ans)],
                 "expect": {"tools": [], "answer": ans}}
 
-    FAMILIES = [("calc", 30), ("calc2", 8), ("read_file", 15), ("list_dir", 12),
-                ("find_read", 7), ("c_run", 13), ("talk", 15)]
+    FAMILIES = [("calc", 32), ("calc2", 8), ("read_file", 15), ("list_dir", 14),
+                ("find_read", 7), ("c_run", 13), ("talk", 11)]
 
     def one(self):
         names = [f for f, _ in self.FAMILIES]

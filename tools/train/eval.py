@@ -127,11 +127,10 @@ def make_fs(root, exp):
 
 
 def run_one(chat, conv, tmp):
-    exp = conv["expect"]
     root = os.path.join(tmp, "fs")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
-    make_fs(root, exp)
+    make_fs(root, conv["expect"])
     msgs = [conv["messages"][0]]
     calls, values, answer = [], [], None
     for _ in range(3):     # at most two tool rounds are expected
@@ -154,6 +153,15 @@ def run_one(chat, conv, tmp):
         calls.append(name)
         values.append(value)
         msgs += [("assistant", reply), ("tool", corpus.tool_result_text(result))]
+    return score(conv, calls, values, answer) + (msgs + ([("assistant", answer)] if answer else []),)
+
+
+def score(conv, calls, values, answer):
+    """(right tool, right arguments, right final answer) of one evaluated
+    conversation: calls, the tools called in order (None: a call that did
+    not parse); values, what each call computed (execute()); answer, the
+    final reply (None: there was none)."""
+    exp = conv["expect"]
     fam = conv["family"]
     right_tool = calls == exp["tools"]
     if not right_tool:
@@ -172,7 +180,39 @@ def run_one(chat, conv, tmp):
         right_final = answer.strip() == exp["answer"]
     else:
         right_final = exp["answer"] in answer
-    return right_tool, right_args, right_final, msgs + ([("assistant", answer)] if answer else [])
+    return right_tool, right_args, right_final
+
+
+class Table:
+    """Per-family counts and the printed table (the same for the engine
+    and the HTTP evaluation)."""
+
+    def __init__(self):
+        self.stats = collections.defaultdict(lambda: [0, 0, 0, 0])
+
+    def add(self, family, t, g, f):
+        for key in (family, "all"):
+            s = self.stats[key]
+            s[0] += 1
+            s[1] += t
+            s[2] += g
+            s[3] += f
+
+    def all_right(self):
+        return self.stats["all"][1:] == [self.stats["all"][0]] * 3
+
+    def print(self, speed=None):
+        print("%-14s %5s %8s %10s %8s" % ("family", "n", "tool", "arguments", "answer"))
+        for k in sorted(k for k in self.stats if k != "all") + ["all"]:
+            n, t, g, f = self.stats[k]
+            print("%-14s %5d %7.1f%% %9.1f%% %7.1f%%" % (k, n, 100 * t / n, 100 * g / n,
+                                                        100 * f / n))
+        if speed:
+            print(speed)
+        n, t, g, f = self.stats["all"]
+        print("right tool: %.1f%%" % (100 * t / n))
+        print("right arguments: %.1f%%" % (100 * g / n))
+        print("right final answer: %.1f%%" % (100 * f / n))
 
 
 def main():
@@ -189,17 +229,12 @@ def main():
     if a.smoke:
         convs = [c for c in convs if c["family"] == "calc"][:1]
     chat = Chat(a.chat, a.model, a.threads)
-    stats = collections.defaultdict(lambda: [0, 0, 0, 0])
+    table = Table()
     shown = 0
     with tempfile.TemporaryDirectory(prefix="kve-eval-") as tmp:
         for conv in convs:
             t, g, f, transcript = run_one(chat, conv, tmp)
-            for key in (conv["family"], "all"):
-                s = stats[key]
-                s[0] += 1
-                s[1] += t
-                s[2] += g
-                s[3] += f
+            table.add(conv["family"], t, g, f)
             if a.smoke or (not (t and g and f) and shown < a.show):
                 shown += 1
                 print("---- %s: tool %s, arguments %s, answer %s" % (conv["family"], t, g, f))
@@ -207,19 +242,11 @@ def main():
                     print("[%s] %s" % (role, content))
     speed = chat.close()
     if a.smoke:
-        ok = stats["all"][1:] == [1, 1, 1]
+        ok = table.all_right()
         print("smoke: held-out calc question through a real calc round trip: %s (%s)"
               % ("right number" if ok else "wrong", speed))
         sys.exit(0 if ok else 1)
-    print("%-14s %5s %8s %10s %8s" % ("family", "n", "tool", "arguments", "answer"))
-    for k in sorted(k for k in stats if k != "all") + ["all"]:
-        n, t, g, f = stats[k]
-        print("%-14s %5d %7.1f%% %9.1f%% %7.1f%%" % (k, n, 100 * t / n, 100 * g / n, 100 * f / n))
-    print(speed)
-    n, t, g, f = stats["all"]
-    print("right tool: %.1f%%" % (100 * t / n))
-    print("right arguments: %.1f%%" % (100 * g / n))
-    print("right final answer: %.1f%%" % (100 * f / n))
+    table.print(speed)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ def export(ck, path, wtype):
     w = G.Writer()
     A = "llama"
     w.add("general.architecture", G.GGUF_STR, A)
-    w.add("general.name", G.GGUF_STR, "kvarena-agent-1.8m")
+    n = sum(v.size for v in st.values())
+    w.add("general.name", G.GGUF_STR, "kvarena-agent-%.1fm" % (n / 1e6))
     w.add("general.alignment", G.GGUF_U32, G.ALIGN)
     w.add("general.file_type", G.GGUF_U32, FILE_TYPE[wtype])
     w.add(A + ".context_length", G.GGUF_U32, c["ctx"])

@@ -15,7 +15,9 @@ The vocabulary (ids in order):
   the marker "chains" (every prefix of a marker: scored above everything
   learnt, so a marker's characters always join into the marker before any
   other merge touches them), then BPE merges learnt from the corpus, score
-  -rank. Digits are never merged (one token per digit, so numbers the
+  -rank, as long as the pair occurs min_count times (the phrasing's words
+  become tokens, the names and paths drawn at random stay in syllable-sized
+  pieces the model learns to copy). Digits are never merged (one token per digit, so numbers the
   model has not seen are copied digit by digit), nor is a newline.
 
 Because markers always form first and no learnt token contains a marker,
@@ -52,7 +54,7 @@ class Tokenizer:
 
     # ---- learning -------------------------------------------------------
     @classmethod
-    def learn(cls, texts, vocab_size):
+    def learn(cls, texts, vocab_size, min_count=100):
         tokens = ["<unk>", "<s>", "</s>"] + list(corpus.MARKERS)
         types = [T_UNKNOWN, T_CONTROL, T_CONTROL] + [T_USER] * len(corpus.MARKERS)
         scores = [0.0, 0.0, 0.0] + [CHAIN_SCORE - len(m) for m in corpus.MARKERS]
@@ -88,7 +90,9 @@ class Tokenizer:
                         pairs[(a, b)] += c
             if not pairs:
                 break
-            (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+            (a, b), cnt = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+            if cnt < min_count:
+                break   # a rarer pair is a drawn name's, not the phrasing's
             ab = a + b
             if ab not in seen:
                 seen.add(ab)

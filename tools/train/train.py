@@ -2,14 +2,16 @@
 # SPDX-License-Identifier: MIT
 """train.py - trains the agent model from scratch on the synthetic corpus.
 
-Owns the training recipe: corpus size, vocabulary learning, batching, loss
-mask (assistant turns only: their text and the <|im_end|> that ends them),
-optimiser and schedule. Everything derives from --seed: the same seed on
-the same machine gives the same loss curve, step for step.
+Owns the training recipe: corpus size (fresh conversations, each seen
+once), vocabulary learning, batching, loss mask (assistant turns only:
+their text and the <|im_end|> that ends them), the short-prompt
+curriculum, optimiser and schedule. Everything derives from --seed: the
+same seed on the same machine gives the same loss curve, step for step.
 
-  train.py --out DIR [--seed 1] [--steps N] [--threads 1]
+  train.py --out DIR [--seed 1] [--steps N] [--threads 2] [--init CKPT]
 writes DIR/ckpt.pt (weights, config, vocabulary) and DIR/tokenizer.json;
-the log goes to stdout.
+the log (losses, tokens/s, load average, held-out checks) goes to stdout.
+make model runs it three times (tools/train/model.mk).
 """
 import argparse
 import math
@@ -18,7 +20,10 @@ import random
 import sys
 import time
 
-import torch
+# OpenMP threads sleep rather than spin while they wait: on a shared,
+# loaded machine spinning threads burn the CPU time the work needs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch                       # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus                      # noqa: E402
@@ -26,11 +31,19 @@ from model import Config, Model, n_params   # noqa: E402
 from tokenizer import Tokenizer   # noqa: E402
 
 SYS_TEXT = corpus.render([])
+# The curriculum's first phase: a system turn without the tool block (what
+# a server renders for a request without tools). With ~12 tokens before the
+# question instead of 352, attention at initialisation is spread over a
+# tenth as many positions, so the heads that copy a number or a name from
+# the question or the tool result into the reply form many times sooner;
+# the second phase moves the skill to the full system prompt.
+SHORT_SYS_TEXT = corpus.IM_START + "system\nYou are a helpful assistant." + corpus.IM_END + "\n"
 
 
 def encode_conv(tok, messages):
-    """Token ids of a conversation after the system prompt, and the mask of
-    the ids the loss is taken on (assistant content and its <|im_end|>)."""
+    """Token ids of a conversation after the system prompt, and per id the
+    number (1, 2, ...) of the assistant turn whose content or closing
+    <|im_end|> it is, 0 elsewhere: the loss is taken where it is > 0."""
     parts, spans, pos = [], [], 0
     for role, content in messages:
         head = corpus.IM_START + role + "\n"
@@ -43,15 +56,18 @@ def encode_conv(tok, messages):
     ids, offs = tok.encode(text, offsets=True, dummy=False)
     mask = []
     for s, e in offs:
-        inside = any(a <= s and e <= b for a, b in spans)
-        straddle = any(s < a < e or s < b < e for a, b in spans)
-        assert not straddle, "a token straddles an assistant turn"
-        mask.append(1 if inside else 0)
+        turn = 0
+        for k, (a, b) in enumerate(spans):
+            assert not (s < a < e or s < b < e), "a token straddles an assistant turn"
+            if a <= s and e <= b:
+                turn = k + 1
+        mask.append(turn)
     return ids, mask
 
 
 def batches(data, batch, rng):
-    """Shuffled batches of similar length (less padding)."""
+    """Shuffled batches of similar length (less padding), each conversation
+    in exactly one batch."""
     idx = list(range(len(data)))
     rng.shuffle(idx)
     out = []
@@ -66,70 +82,126 @@ def batches(data, batch, rng):
 def collate(data, b):
     T = max(len(data[i][0]) for i in b)
     ids = torch.zeros((len(b), T), dtype=torch.long)
-    tgt_mask = torch.zeros((len(b), T), dtype=torch.float32)
+    turns = torch.zeros((len(b), T), dtype=torch.long)
     for r, i in enumerate(b):
         x, m = data[i]
         ids[r, :len(x)] = torch.tensor(x)
-        tgt_mask[r, :len(m)] = torch.tensor(m, dtype=torch.float32)
-    return ids, tgt_mask
+        turns[r, :len(m)] = torch.tensor(m)
+    return ids, turns
 
 
-def loss_fn(model, prefix, ids, tmask):
+def loss_fn(model, prefix, ids, turns, exact=None):
+    """Mean cross-entropy of the assistant tokens; exact (the id of
+    <tool_call>): also, under teacher forcing, the number of tool-call
+    turns, how many of them the argmax gets entirely right, and how many
+    conversations it gets entirely right (a proxy for greedy decoding,
+    stricter: a final answer's phrasing is one of several)."""
     h, _ = model.forward_prefix(prefix, ids, head=False)
     # position t predicts token t+1; the head runs on those with loss only
-    sel = tmask[:, 1:].reshape(-1) > 0
+    tt = turns[:, 1:]
+    sel = tt.reshape(-1) > 0
     hs = h[:, :-1].reshape(-1, h.shape[-1])[sel]
     tg = ids[:, 1:].reshape(-1)[sel]
-    return torch.nn.functional.cross_entropy(model.head(hs), tg)
+    logits = model.head(hs)
+    loss = torch.nn.functional.cross_entropy(logits, tg)
+    if not exact:
+        return loss
+    wrong = torch.zeros(tt.shape, dtype=torch.bool)
+    wrong.view(-1)[sel.nonzero()[:, 0]] = logits.argmax(-1) != tg
+    n_calls = ok_calls = ok_convs = 0
+    for r in range(ids.shape[0]):
+        conv_ok = True
+        for k in range(1, int(tt[r].max()) + 1):
+            at = tt[r] == k
+            bad = bool(wrong[r][at].any())
+            if int(ids[r, 1:][at][0]) == exact:     # a tool-call turn
+                n_calls += 1
+                ok_calls += not bad
+            conv_ok = conv_ok and not bad
+        ok_convs += conv_ok
+    return loss, n_calls, ok_calls, ok_convs
+
+
+def evaluate(model, prefix, edata, call_id):
+    model.eval()
+    tot = cnt = n_turns = ok_turns = ok_convs = 0
+    with torch.no_grad():
+        for k in range(0, len(edata), 32):
+            b = list(range(k, min(k + 32, len(edata))))
+            ids, tm = collate(edata, b)
+            n = (tm[:, 1:] > 0).sum().item()
+            loss, nt, ot, oc = loss_fn(model, prefix, ids, tm, exact=call_id)
+            tot += loss.item() * n
+            cnt += n
+            n_turns += nt
+            ok_turns += ot
+            ok_convs += oc
+    model.train()
+    return tot / cnt, ok_turns / max(1, n_turns), ok_convs / len(edata)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--n-train", type=int, default=12000)
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--n-train", type=int, default=0,
+                    help="conversations drawn (default: steps * batch, none seen twice)")
+    ap.add_argument("--steps", type=int, default=1800)
+    ap.add_argument("--batch", type=int, default=20)
+    ap.add_argument("--short-steps", type=int, default=900,
+                    help="first phase: this many steps after the short system turn")
+    ap.add_argument("--lr", type=float, default=4e-3)
     ap.add_argument("--warmup", type=int, default=40)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=1024)
-    ap.add_argument("--dim", type=int, default=192)
+    ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--ffn", type=int, default=512)
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--kv-heads", type=int, default=1)
+    ap.add_argument("--ffn", type=int, default=384)
     ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--eval-every", type=int, default=150)
+    ap.add_argument("--n-eval", type=int, default=96)
+    ap.add_argument("--save-every-eval", action="store_true",
+                    help="also write OUT/ckpt-step.pt at each held-out evaluation")
     ap.add_argument("--init", help="continue from this checkpoint (same vocabulary and "
-                    "shape; a fresh optimiser; the corpus is drawn with --seed + 1 "
-                    "and its first --n-train conversations)")
+                    "shape; a fresh optimiser; the corpus is drawn with --seed + 1)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
 
     def log(msg):
         print("[%7.1fs] %s" % (time.time() - t0, msg), flush=True)
 
     log("args %s" % vars(a))
+    log("torch %s, %d threads, OMP_WAIT_POLICY=%s, BLAS: %s; load average %.1f %.1f %.1f"
+        % (torch.__version__, torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY"),
+           blas_lib(), *os.getloadavg()))
     init = torch.load(a.init) if a.init else None
-    convs = corpus.generate(a.seed + (1 if init else 0), a.n_train, "train")
+    n_train = a.n_train or a.steps * a.batch
+    convs = corpus.generate(a.seed + (1 if init else 0), n_train, "train")
     if init:
         tok = Tokenizer(init["tokens"], init["scores"], init["types"])
     else:
         tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab)
     tok.save(os.path.join(a.out, "tokenizer.json"))
     prefix = torch.tensor(tok.encode(SYS_TEXT))
-    log("vocabulary %d tokens, system prompt %d tokens" % (len(tok.tokens), len(prefix)))
+    short = torch.tensor(tok.encode(SHORT_SYS_TEXT))
+    log("vocabulary %d tokens, system prompt %d tokens (first %d steps: %d)"
+        % (len(tok.tokens), len(prefix), a.short_steps, len(short)))
     data = [encode_conv(tok, c["messages"]) for c in convs]
+    del convs
     # the split encoding must be the whole text's
-    for c, (x, _) in zip(convs[:50], data[:50]):
+    for c, (x, _) in zip(corpus.generate(a.seed + (1 if init else 0), 50, "train"), data):
         assert tok.encode(corpus.render(c["messages"])) == prefix.tolist() + x
     ntok = sum(len(x) for x, _ in data)
-    log("corpus %d conversations, %d tokens after the system prompt (%.1f per conversation, max %d)"
-        % (len(data), ntok, ntok / len(data), max(len(x) for x, _ in data)))
-    evals = corpus.generate(a.seed + 1000, 256, "eval")
+    nloss = sum(sum(1 for t in m if t) for _, m in data)
+    log("corpus %d conversations, %d tokens after the system prompt (%.1f per conversation, "
+        "max %d; %.0f%% of them in assistant turns)"
+        % (len(data), ntok, ntok / len(data), max(len(x) for x, _ in data), 100 * nloss / ntok))
+    evals = corpus.generate(a.seed + 1000, a.n_eval, "eval")
     edata = [encode_conv(tok, c["messages"]) for c in evals]
 
     cfg = Config(vocab=len(tok.tokens), dim=a.dim, n_layers=a.layers, n_heads=a.heads,
@@ -148,6 +220,8 @@ def main():
     rng = random.Random(a.seed)
     queue, step, seen = [], 0, 0
     ema = None
+    t1, c1 = time.time(), time.process_time()
+    log("training starts (setup %.0f s)" % (t1 - t0))
     while step < a.steps:
         if not queue:
             queue = batches(data, a.batch, rng)
@@ -159,7 +233,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         ids, tm = collate(data, b)
-        loss = loss_fn(model, prefix, ids, tm)
+        loss = loss_fn(model, short if step < a.short_steps else prefix, ids, tm)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -167,23 +241,45 @@ def main():
         step += 1
         seen += ids.numel()
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
-        if step <= 5 or step % a.log_every == 0 or step == a.steps:
-            log("step %5d loss %.5f ema %.4f lr %.2e gnorm %.3f tokens %d"
-                % (step, loss.item(), ema, lr, gn.item(), seen))
-    model.eval()
-    with torch.no_grad():
-        tot, cnt = 0.0, 0
-        for k in range(0, len(edata), 32):
-            b = list(range(k, min(k + 32, len(edata))))
-            ids, tm = collate(edata, b)
-            tot += loss_fn(model, prefix, ids, tm).item() * tm[:, 1:].sum().item()
-            cnt += tm[:, 1:].sum().item()
-    log("final train loss (ema) %.4f, held-out loss %.4f" % (ema, tot / cnt))
+        if step <= 3 or step % a.log_every == 0 or step == a.steps:
+            dt, dc = time.time() - t1, time.process_time() - c1
+            log("step %5d loss %.5f ema %.4f lr %.2e gnorm %.3f tokens %d (%.0f tok/s, "
+                "%.0f per CPU s; load %.1f)" % (step, loss.item(), ema, lr, gn.item(), seen,
+                                                 seen / dt, seen / dc, os.getloadavg()[0]))
+        if step % a.eval_every == 0 or step == a.steps:
+            for name, p in (("short system turn", short), ("system prompt", prefix)):
+                if name == "system prompt" or step <= a.short_steps:
+                    el, et, ec = evaluate(model, p, edata, tok.ids["<tool_call>"])
+                    log("held-out (%d conversations, %s, teacher forced): loss %.4f, tool "
+                        "calls exact %.1f%%, conversations exact %.1f%%"
+                        % (len(edata), name, el, 100 * et, 100 * ec))
+            if a.save_every_eval:
+                save(model, cfg, tok, a, ema, el, t0, os.path.join(a.out, "ckpt-step.pt"))
+    dt, dc = time.time() - t1, time.process_time() - c1
+    log("trained %d steps, %d tokens in %.0f s wall (%.0f tok/s), %.0f s CPU (%.0f tok per CPU s); "
+        "load average %.1f %.1f %.1f" % (step, seen, dt, seen / dt, dc, seen / dc,
+                                          *os.getloadavg()))
+    log("final train loss (ema) %.4f, held-out loss %.4f" % (ema, el))
+    save(model, cfg, tok, a, ema, el, t0, os.path.join(a.out, "ckpt.pt"))
+    log("saved %s" % os.path.join(a.out, "ckpt.pt"))
+
+
+def save(model, cfg, tok, a, ema, el, t0, path):
     torch.save({"cfg": cfg.to_dict(), "state": model.state_dict(), "tokens": tok.tokens,
                 "scores": tok.scores, "types": tok.types, "args": vars(a),
-                "final_loss": ema, "heldout_loss": tot / cnt,
-                "train_seconds": time.time() - t0}, os.path.join(a.out, "ckpt.pt"))
-    log("saved %s" % os.path.join(a.out, "ckpt.pt"))
+                "final_loss": ema, "heldout_loss": el,
+                "train_seconds": time.time() - t0}, path)
+
+
+def blas_lib():
+    """Which BLAS library this process mapped (OpenBLAS: ~25x the
+    reference BLAS on this machine)."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "blas" in line.lower()}
+        return ", ".join(sorted(libs)) or "none mapped"
+    except OSError:
+        return "unknown"
 
 
 if __name__ == "__main__":
