@@ -455,6 +455,7 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		pthread_condattr_destroy(&ca);
 	}
 	j->d = d;
+	j->seq_id = __atomic_add_fetch(&d->next_seq_id, 1, __ATOMIC_RELAXED);
 	j->refs = 2;
 	j->worker = -1;
 	j->tenant = r->tenant;

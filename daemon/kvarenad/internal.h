@@ -78,6 +78,10 @@ struct kvd_qev;			/* core.c: a queued event */
 
 struct kvd_job {
 	int refs;			/* API side + scheduler side */
+	/* what the workers know this job's current round by: never reused
+	 * (a freed job's address is, and a worker's matcher cache must never
+	 * take another sequence's grammar state for this one's) */
+	uint64_t seq_id;
 	enum kvd_job_state state;
 	struct kvd *d;
 	struct kvd_conv *conv;
@@ -247,6 +251,7 @@ struct kvd {
 	struct kvd_worker *workers;
 	uint32_t n_workers;
 	uint64_t next_step_id;
+	uint64_t next_seq_id;	/* names a job's round to the workers */
 	uint32_t tenant_blocks[KVD_MAX_TENANTS + 1];
 	double tenant_tokens[KVD_MAX_TENANTS + 1];	/* token bucket */
 	uint64_t tenant_refill_ns[KVD_MAX_TENANTS + 1];

@@ -405,6 +405,7 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 	/* structured decoding applies to each round's assistant message: the
 	 * workers' matchers start over (they are keyed by n_hist) */
 	j->n_hist = 0;
+	j->seq_id = __atomic_add_fetch(&d->next_seq_id, 1, __ATOMIC_RELAXED);
 	/* gen offsets of this round map to conversation text from here */
 	j->text_base = c->text_len - j->gen_len;
 	kve_detok_init(&j->detok, d->tok);
@@ -433,7 +434,6 @@ static int admit(struct kvd *d, struct kvd_job *j)
 			}
 		}
 		if (c) {
-			fprintf(stderr, "DBG keep %u n_tokens %u n_kv %u text_len %zu prompt_len %zu\n", keep, c->n_tokens, c->has_kv ? c->as.s.n_tokens : 0, c->text_len, j->prompt_len);
 			sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 			rc = kvd_conv_append_tokens(d, c, j->prompt + c->text_len,
 						    j->prompt_len - c->text_len, 0);
@@ -665,7 +665,7 @@ static struct kvd_job *inflight(struct kvd_worker *w, uint64_t seq_id)
 	uint32_t i;
 
 	for (i = 0; i < w->n_inflight; i++)
-		if ((uint64_t)(uintptr_t)w->inflight[i] == seq_id)
+		if (w->inflight[i]->seq_id == seq_id)
 			return w->inflight[i];
 	return NULL;
 }

@@ -199,7 +199,7 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 	struct kvd_step_seq sq = { 0 };
 	uint32_t n_new = kind == KVD_STEP_PREFILL ? c->n_tokens - c->as.s.n_tokens : 1;
 
-	sq.seq_id = (uint64_t)(uintptr_t)j;
+	sq.seq_id = j->seq_id;
 	sq.n_kv = c->as.s.n_tokens;
 	sq.n_new = n_new;
 	sq.n_blocks = c->as.s.n_blocks;
