@@ -315,6 +315,27 @@ def test_tool_round_trip(d):
           "the session waited in TOOL_WAIT between the two requests (tool wait measured)")
 
 
+def test_greedy_repeats(d):
+    """Greedy replies with tools (the lazy tool-call grammar) do not depend
+    on what ran before: each prompt asked three times in a row gets one
+    reply. (Workers once keyed their grammar matchers by
+    the job's address; a new job at a freed job's address then inherited
+    its grammar state.)"""
+    sys.path.insert(0, "tools/train")
+    import corpus     # the declarations the model was trained on
+    prompts = [c["messages"][0][1] for c in corpus.generate(2026, 40, "eval")]
+    replies = {p: set() for p in prompts}
+    for p in prompts:
+        for _ in range(3):
+            st, r, _ = d.chat([{"role": "system", "content": "You are a helpful assistant."},
+                               {"role": "user", "content": p}],
+                              tools=corpus.TOOLS, max_tokens=200, temperature=0)
+            m = r["choices"][0]["message"] if st == 200 else {}
+            replies[p].add(json.dumps([st, m.get("content"), [c["function"] for c in m.get("tool_calls") or []]]))
+    varied = [p for p in prompts if len(replies[p]) != 1]
+    check(not varied, f"the same greedy request gets the same reply, whatever ran before: {varied}")
+
+
 def test_server_agent():
     """The trained agent model drives a server-side tool by itself: the
     daemon declares calc, read_file, list_dir and c_compile_run exactly as
@@ -556,6 +577,7 @@ def main():
         d = Daemon()
         try:
             test_tool_round_trip(d)
+            test_greedy_repeats(d)
         finally:
             d.stop()
         try:
