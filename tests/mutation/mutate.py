@@ -23,7 +23,7 @@ tests/mutation/equivalent.txt (same file, same source line, same change)
 are reported as equivalent, with the reason given there, and leave the
 score's denominator.
 
-usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,engine,...]
+usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched]
                                 [--timeout SEC] [--list] [--keep]
 """
 
@@ -69,11 +69,17 @@ GROUPS = {
                    tests=[["sh", "tests/engine/run.sh"]],
                    env={"ENGINE_FAIL_FAST": "1", "ENGINE_FUZZ_ITERS": "600",
                         "ENGINE_SKIP_DEMO": "1"}),
-    # kvarenad's request parsing and scheduler, once they and their
-    # suite (make check-kvarenad) are in the tree
-    "daemon": dict(files=["daemon/kvarenad/*.c"], build=[],
-                   tests=[["make", "-s", "--no-print-directory", "check-kvarenad"]],
-                   needs_target="check-kvarenad"),
+    # kvarenad's request parsing (the chat request and the tool-call
+    # parser) under the API's unit tests; the HTTP suites (check-api, a
+    # minute) are not run per mutant
+    "api": dict(files=["daemon/api/chat_request.c", "daemon/api/tool_call.c"],
+                build=["build/api/tests/test_api"],
+                tests=[["make", "-s", "--no-print-directory", "check-api-unit"]]),
+    # the scheduler under the orchestrator's test (real workers, engine,
+    # memfd arena, MCP servers)
+    "sched": dict(files=["daemon/kvarenad/sched.c"],
+                  build=["build/daemon/tests/test_orch"],
+                  tests=[["make", "-s", "--no-print-directory", "check-orch"]]),
 }
 
 # calls whose arguments are messages: mutating them changes only text
@@ -421,7 +427,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("-n", type=int, default=20, help="mutants per group")
-    ap.add_argument("--groups", default="core,lib,engine,daemon")
+    ap.add_argument("--groups", default="core,lib,engine,api,sched")
     ap.add_argument("--timeout", type=float, default=60, help="test seconds per mutant")
     ap.add_argument("--list", action="store_true", help="count candidates, run nothing")
     ap.add_argument("--file", action="append", default=[],
