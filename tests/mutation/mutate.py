@@ -330,17 +330,32 @@ def key_of(path, src, m):
                                      " ".join(rep.split()) or "''")
 
 
+class Equiv:
+    """tests/mutation/equivalent.txt: KEY || why. Keys hold ' || '
+    themselves (a dropped operand of a || chain), so a line is matched by
+    its start: the survivor's key, then ' || ', then the reason."""
+
+    def __init__(self, path):
+        self.lines = []
+        if os.path.exists(path):
+            for raw in open(path):
+                line = " ".join(raw.split())
+                if line and not line.startswith("#") and " || " in line:
+                    self.lines.append(line)
+
+    def get(self, key):
+        k = " ".join(key.split()) + " || "
+        for line in self.lines:
+            if line.startswith(k):
+                return line[len(k):].strip() or "(no reason given)"
+        return None
+
+    def __contains__(self, key):
+        return self.get(key) is not None
+
+
 def load_equiv():
-    eq = {}
-    if os.path.exists(EQUIV):
-        for raw in open(EQUIV):
-            line = raw.rstrip("\n")
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            if " || " in line:
-                k, why = line.split(" || ", 1)
-                eq[" ".join(k.split())] = why.strip()
-    return eq
+    return Equiv(EQUIV)
 
 
 def group_files(g):
@@ -581,14 +596,14 @@ def report(results, equiv, seed):
     by_file, by_group = {}, {}
     survivors = []
     for grp, f, ln, desc, key, verdict, secs in results:
-        eqv = verdict == "survived" and " ".join(key.split()) in equiv
+        eqv = verdict == "survived" and key in equiv
         for d, k in ((by_file, f), (by_group, grp)):
             s = d.setdefault(k, [0, 0, 0])
             s[0] += verdict != "survived"
             s[1] += 1
             s[2] += eqv
         if verdict == "survived":
-            survivors.append((f, ln, desc, key, equiv.get(" ".join(key.split()))))
+            survivors.append((f, ln, desc, key, equiv.get(key)))
 
     def pct(s):
         den = s[1] - s[2]
