@@ -76,10 +76,12 @@ GROUPS = {
                 build=["build/api/tests/test_api"],
                 tests=[["make", "-s", "--no-print-directory", "check-api-unit"]]),
     # the scheduler under the orchestrator's test (real workers, engine,
-    # memfd arena, MCP servers)
+    # memfd arena), less its MCP-server part (npm servers; minutes)
     "sched": dict(files=["daemon/kvarenad/sched.c"],
                   build=["build/daemon/tests/test_orch"],
-                  tests=[["make", "-s", "--no-print-directory", "check-orch"]]),
+                  tests=[["make", "-s", "--no-print-directory", "check-orch"]],
+                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,copy_mode,"
+                                        "pressure,worker_death,plugin,agent_loop"}),
 }
 
 # calls whose arguments are messages: mutating them changes only text
