@@ -460,6 +460,49 @@ static void non_byte_level(const char *path)
 	respelled(path, 5, "\xc4", "a lead byte without its continuation in a BPE token");
 }
 
+/*
+ * Typed arrays: tokenizer.ggml.token_type must hold int32s and
+ * tokenizer.ggml.scores floats. Each retyped in place (a 4-byte type for
+ * another, so the file stays well-formed) is a load error naming the key.
+ */
+static void array_types(const char *path)
+{
+	static const struct {
+		const char *key, *want;
+		uint32_t from, to;
+	} cases[] = {
+		{ "tokenizer.ggml.token_type", "token_type must be", GGUF_I32, GGUF_U32 },
+		{ "tokenizer.ggml.token_type", "token_type must be", GGUF_I32, GGUF_F32 },
+		{ "tokenizer.ggml.scores", "scores must be", GGUF_F32, GGUF_I32 },
+	};
+	size_t c;
+
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		size_t len, i, kl = strlen(cases[c].key), hit = 0;
+		uint8_t *b = slurp(path, &len);
+		char err[256] = "";
+		struct kve_model *m = NULL;
+		struct kve_tokenizer *t = NULL;
+		uint32_t at;
+
+		for (i = 0; b && i + kl + 8 < len && !hit; i++)	/* key, ARR, type */
+			if (!memcmp(b + i, cases[c].key, kl) && b[i + kl] == GGUF_ARR &&
+			    (memcpy(&at, b + i + kl + 4, 4), at == cases[c].from)) {
+				at = cases[c].to;
+				memcpy(b + i + kl + 4, &at, 4);
+				hit = 1;
+			}
+		m = hit ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		CHECK(hit && m && !t && strstr(err, cases[c].want),
+		      "%s as type %u instead of %u is a load error: \"%s\"", cases[c].key,
+		      cases[c].to, cases[c].from, err);
+		kve_tokenizer_free(t);
+		kve_model_free(m);
+		free(b);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -489,6 +532,7 @@ int main(int argc, char **argv)
 		return tc_done();
 	round_trips(ts, "spm");
 	lower_hex(argv[1]);
+	array_types(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	non_byte_level(argv[2]);

@@ -348,8 +348,71 @@ static void test_memfd_victims_args(void)
 	kva_close(d);
 }
 
+/*
+ * What the backend says of itself (its version call) and the flags every
+ * call refuses: through kva_call, since the public wrappers always pass
+ * flags 0.
+ */
+static void test_memfd_version_and_flags(void)
+{
+	uint64_t cap = ((uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE) / 2) &
+		       ~(KVA_PAGE_SIZE - 1);
+	struct kva_version v = { .size = sizeof(v) };
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kva_session_create sc = { .size = sizeof(sc) };
+	struct kva_session_end se = { .size = sizeof(se) };
+	struct kva_session_state ss = { .size = sizeof(ss) };
+	struct kva_session_info si = { .size = sizeof(si) };
+	struct kva_arena *a;
+	struct kva_dev *d;
+
+	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_MEMFD, &d), 0);
+	CU_ASSERT_EQUAL(kva_dev_version(d, &v), 0);
+	/* half of RAM in whole 2 MiB pages, as the module's default */
+	CU_ASSERT_EQUAL(v.max_pinned_bytes, cap);
+	CU_ASSERT_EQUAL(v.max_arena_bytes, cap);
+	CU_ASSERT_EQUAL(v.page_size, KVA_PAGE_SIZE);
+	CU_ASSERT_EQUAL(v.max_batch, KVA_MAX_BATCH);
+	/* exactly what the backend can do: no dma-buf, tracepoints, io_uring,
+	 * events or netlink */
+	CU_ASSERT_EQUAL(v.features, KVA_FEAT_MMAP | KVA_FEAT_SESSIONS | KVA_FEAT_BLOCK_SHARE |
+			KVA_FEAT_TENANT_QUOTA | KVA_FEAT_NUMA | KVA_FEAT_EVICTION);
+
+	a = mk_memfd(d, 2 * MIB, KVA_NUMA_ANY, "flags");
+	CU_ASSERT_FATAL(a != NULL);
+	ai.flags = 1;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_ARENA_INFO, &ai), -EINVAL);
+	ai.flags = 0;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_ARENA_INFO, &ai), 0);
+	CU_ASSERT_EQUAL(ai.blocks_total, 32);
+	sc.flags = 1;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_CREATE, &sc), -EINVAL);
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_ARENA_INFO, &ai), 0);
+	CU_ASSERT_EQUAL(ai.sessions, 0);	/* none made */
+	sc.flags = 0;
+	CU_ASSERT(kva_call(a, KVA_IOC_SESSION_CREATE, &sc) > 0);
+	ss.session_id = se.session_id = si.session_id = sc.session_id;
+	ss.flags = 1;
+	ss.state = KVA_STATE_TOOL_WAIT;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_SET_STATE, &ss), -EINVAL);
+	si.flags = 1;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_INFO, &si), -EINVAL);
+	si.flags = 0;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_INFO, &si), 0);
+	CU_ASSERT_EQUAL(si.state, KVA_STATE_IDLE);	/* unchanged */
+	se.flags = 1;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_END, &se), -EINVAL);
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_ARENA_INFO, &ai), 0);
+	CU_ASSERT_EQUAL(ai.sessions, 1);	/* still there */
+	se.flags = 0;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_END, &se), 0);
+	kva_arena_destroy(a);
+	kva_close(d);
+}
+
 void add_memfd_tests(CU_pSuite s)
 {
+	CU_add_test(s, "memfd version and refused flags", test_memfd_version_and_flags);
 	CU_add_test(s, "memfd memory: hugetlb or THP, no fd leak", test_memfd_memory);
 	CU_add_test(s, "memfd memory: NUMA binding", test_memfd_numa);
 	CU_add_test(s, "memfd victims: arguments as the module's", test_memfd_victims_args);
