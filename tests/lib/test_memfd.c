@@ -410,10 +410,40 @@ static void test_memfd_version_and_flags(void)
 	kva_close(d);
 }
 
+/*
+ * Ending a session settles its idle time at the moment it ends: 4 blocks
+ * 20 ms in a tool wait, then ended, add at least 4 x 20000 block-us to the
+ * arena's total for ended sessions.
+ */
+static void test_memfd_idle_at_end(void)
+{
+	struct timespec ts = { .tv_nsec = 20 * 1000 * 1000 };
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kva_arena *a;
+	struct kva_dev *d;
+	uint32_t sid, ids[4];
+
+	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_MEMFD, &d), 0);
+	a = mk_memfd(d, 2 * MIB, KVA_NUMA_ANY, "idle");
+	CU_ASSERT_FATAL(a != NULL);
+	CU_ASSERT_EQUAL(kva_session_open(a, 0, &sid), 0);
+	CU_ASSERT_EQUAL(kva_blocks_alloc(a, sid, 4, ids, 0), 4);
+	CU_ASSERT_EQUAL(kva_session_set_state(a, sid, KVA_STATE_TOOL_WAIT, 1, 1), 0);
+	nanosleep(&ts, NULL);
+	CU_ASSERT_EQUAL(kva_session_close(a, sid), 0);
+	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
+	CU_ASSERT_EQUAL(ai.sessions_ended, 1);
+	CU_ASSERT(ai.idle_block_us >= 4 * 20000);
+	CU_ASSERT(ai.idle_block_us < 4ULL * 10 * 1000000);	/* not garbage: < 10 s each */
+	kva_arena_destroy(a);
+	kva_close(d);
+}
+
 void add_memfd_tests(CU_pSuite s)
 {
 	CU_add_test(s, "memfd version and refused flags", test_memfd_version_and_flags);
 	CU_add_test(s, "memfd memory: hugetlb or THP, no fd leak", test_memfd_memory);
 	CU_add_test(s, "memfd memory: NUMA binding", test_memfd_numa);
 	CU_add_test(s, "memfd victims: arguments as the module's", test_memfd_victims_args);
+	CU_add_test(s, "memfd idle time settled when a session ends", test_memfd_idle_at_end);
 }
