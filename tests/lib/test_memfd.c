@@ -378,6 +378,23 @@ static void test_memfd_version_and_flags(void)
 	CU_ASSERT_EQUAL(v.features, KVA_FEAT_MMAP | KVA_FEAT_SESSIONS | KVA_FEAT_BLOCK_SHARE |
 			KVA_FEAT_TENANT_QUOTA | KVA_FEAT_NUMA | KVA_FEAT_EVICTION);
 
+	{	/* the tenant call's flags; then a policy given at creation */
+		struct kva_tenant t = { .size = sizeof(t), .flags = 1, .tenant_id = 9 };
+		struct kva_arena_params p = { .size = sizeof(p), .bytes = 2 * MIB,
+			.block_size = BS, .numa_node = KVA_NUMA_ANY, .name = "pol",
+			.policy = KVA_POLICY_TTL, .low_wm = 2, .high_wm = 6, .ttl_ms = 1234 };
+
+		CU_ASSERT_EQUAL(kva_memfd_tenant(d, true, &t), -EINVAL);
+		a = NULL;
+		CU_ASSERT_EQUAL_FATAL(kva_arena_new(d, &p, &a), 0);
+		CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
+		CU_ASSERT_EQUAL(ai.policy, KVA_POLICY_TTL);
+		CU_ASSERT_EQUAL(ai.low_wm, 2);
+		CU_ASSERT_EQUAL(ai.high_wm, 6);
+		CU_ASSERT_EQUAL(ai.ttl_ms, 1234);
+		kva_arena_destroy(a);
+		ai = (struct kva_arena_info){ .size = sizeof(ai) };
+	}
 	a = mk_memfd(d, 2 * MIB, KVA_NUMA_ANY, "flags");
 	CU_ASSERT_FATAL(a != NULL);
 	ai.flags = 1;
