@@ -215,6 +215,27 @@ static void test_get_u32(void)
 		      (long long)cases[i].v, cases[i].ok ? "read" : "refused", rc, v);
 	}
 	gguf_close(&g);
+
+	/* an error names a long key by its first 64 bytes and "..." */
+	{
+		char k70[71], want[96];
+
+		memset(k70, 'x', 70);
+		k70[70] = 0;
+		w.n = 0;
+		p8(&w, "GGUF", 4);
+		u32(&w, 3);
+		u64(&w, 0);
+		u64(&w, 2);
+		str(&w, k70);
+		u32(&w, GGUF_U32);
+		u32(&w, 1);
+		str(&w, k70);
+		u32(&w, GGUF_U32);
+		u32(&w, 1);
+		snprintf(want, sizeof(want), "duplicate key '%.64s...'", k70);
+		expect(&w, w.n, want, "a duplicate 70-byte key, shown cut at 64 bytes");
+	}
 }
 
 /* general.alignment: a power of two up to GGUF_MAX_ALIGN, as a uint32;
