@@ -92,6 +92,10 @@ $(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS) $(ENGINE_TLDFLAGS)
 
+# test_tokenizer runs the pre-tokenizers once more under a seccomp filter
+# that refuses executable memory (PCRE2's JIT off, its interpreter on)
+$(ENGINE_OUT)/tests/test_tokenizer: ENGINE_TLDFLAGS := -lseccomp
+
 # test_oom fails the engine's allocations one by one (tests/engine/test_oom.c)
 $(ENGINE_OUT)/tests/test_oom: ENGINE_TLDFLAGS := \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc

@@ -235,6 +235,9 @@ struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
 				     size_t errlen);
 void kve_pretok_free(struct kve_pretok *p);
 const char *kve_pretok_name(const struct kve_pretok *p);
+/* 1 when PCRE2 JIT-compiled the pattern, 0 when the interpreter runs it
+ * (no JIT support, or executable memory refused): the same words. */
+int kve_pretok_jit(const struct kve_pretok *p);
 int kve_pretok_split(const struct kve_pretok *p, const char *text, size_t len,
 		     kve_word_fn fn, void *ctx);
 /* A BPE tokenizer's pre-tokenizer; NULL for SentencePiece. */

@@ -245,6 +245,13 @@ const char *kve_pretok_name(const struct kve_pretok *p)
 	return p->canon;
 }
 
+int kve_pretok_jit(const struct kve_pretok *p)
+{
+	size_t sz = 0;
+
+	return !pcre2_pattern_info(p->re, PCRE2_INFO_JITSIZE, &sz) && sz > 0;
+}
+
 /*
  * Length of the well-formed UTF-8 character at p (n > 0 bytes left), 0 if
  * ill-formed: RFC 3629, as PCRE2 checks it (no overlong forms, no
@@ -889,12 +896,25 @@ int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,
 		}
 		return n > INT32_MAX ? -E2BIG : (int)n;
 	}
-	/* byte-level: each code point maps back to one byte */
+	/*
+	 * byte-level: each code point maps back to one byte. Anything else
+	 * passes through as it is: text that is not byte-level, and each
+	 * byte of ill-formed UTF-8 (RFC 3629, as the pre-tokenizer judges
+	 * input), so an overlong form ("\xe0\x81\x81") never decodes as the
+	 * character it imitates ('A').
+	 */
 	for (i = 0; i < s.n;) {
-		size_t l = char_len(s.p + i, s.n - i);
+		size_t l = utf8_strict_len((const unsigned char *)s.p + i, s.n - i);
 		uint32_t cp = (unsigned char)s.p[i];
 		int b;
 
+		if (!l) {
+			if (n < max)
+				out[n] = s.p[i];
+			n++;
+			i++;
+			continue;
+		}
 		if (l == 2)
 			cp = ((cp & 0x1f) << 6) | ((unsigned char)s.p[i + 1] & 0x3f);
 		else if (l == 3)

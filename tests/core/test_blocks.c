@@ -554,6 +554,12 @@ static void test_check_detects_corruption(void)
 	save = a.free_slots[1];
 	T_CORRUPT(&a, a.free_slots[1] = a.free_slots[0], a.free_slots[1] = save);
 	T_CORRUPT(&a, a.nfree_slots--, a.nfree_slots++);
+	/* A live session (holding nothing) lost from its slot, which is not
+	 * on the free stack either: only the count of live sessions shows it. */
+	save = kvc_new_session(&a, 9, 0);
+	save2 = (save & KVC_SLOT_MASK) - 1;
+	s2 = a.slot[save2];
+	T_CORRUPT(&a, a.slot[save2] = NULL, a.slot[save2] = s2);
 	kvc_arena_destroy(&a);
 }
 
@@ -613,10 +619,16 @@ static void test_check_enomem(void)
 {
 	struct kvc_arena a;
 	u32 s[4];
+	long k;
 
 	busy_arena(&a, s);
-	kvc_fail_calloc(0);
-	T_ERR(kvc_arena_check(&a), ENOMEM);
+	/* each of its three allocations failing alone: the slot table's,
+	 * then the reference counts', then the last-holder table's */
+	for (k = 0; k < 3; k++) {
+		kvc_fail_calloc(k);
+		T_ERR(kvc_arena_check(&a), ENOMEM);
+	}
+	kvc_fail_calloc(-1);
 	T_CHECK(&a);
 	kvc_arena_destroy(&a);
 }

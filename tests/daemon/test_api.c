@@ -148,6 +148,8 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"tools\":[{\"type\":\"function\"}]}", 400, "tools[0].function", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{}}]}", 400, "tools[0].function.name", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", 400, "tools[0].function.parameters", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}", 400, "tools[0].function.name", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":\"yes\"}}]}", 400, "tools[0].function.strict", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "tools[1].function.name", NULL },
 	{ "{" M U ",\"tool_choice\":\"required\"}", 400, "tool_choice", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice.function.name", NULL },

@@ -585,6 +585,30 @@ static void test_recv_errors(const struct kve_model *m)
 			      "recv: closed socket -> EPIPE (%s)", err);
 			close(sv[1]);
 		}
+		/*
+		 * A receiver whose stdin is closed gets the pool's fd as 0: the
+		 * mapping is made and fd 0 is closed again like any other.
+		 */
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
+			int saved = dup(0), closed;
+
+			err[0] = 0;
+
+			close(0);
+			rc = kve_arena_send_pool(sv[0], kv);
+			rc = rc ? rc : kve_arena_recv_pool(sv[1], m, &view2, err, sizeof(err));
+			closed = fcntl(0, F_GETFD) < 0 && errno == EBADF;
+			if (saved >= 0) {
+				dup2(saved, 0);
+				close(saved);
+			}
+			CHECK(rc == 0 && view2 && closed,
+			      "recv: a pool received as fd 0 (stdin closed) is mapped and fd 0 closed "
+			      "(rc %d %s)", rc, err);
+			kve_arena_kv_destroy(view2);
+			close(sv[0]);
+			close(sv[1]);
+		}
 		kve_arena_kv_destroy(view);
 	}
 	close(fd);

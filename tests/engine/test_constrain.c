@@ -113,6 +113,10 @@ static const struct tcase cases[] = {
 	    "{\"free\":{\"a\":null},\"any\":\"s\"}" },
 	  { "{\"free\":[],\"any\":1}", "{\"free\":{\"x\":},\"any\":1}", "{\"free\":{\"x\":1,},\"any\":1}",
 	    "{\"free\":{},\"any\":}" } },
+	/* the boolean schema true: any value, containers included */
+	{ "{\"type\":\"object\",\"properties\":{\"t\":true},\"required\":[\"t\"],\"additionalProperties\":false}",
+	  { "{\"t\":1}", "{\"t\":{\"a\":[true,null]}}", "{\"t\":\"s\"}", "{ \"t\" : [] }" },
+	  { "{}", "{\"t\":}", "{\"u\":1}", "{\"t\":1,\"u\":2}", "{\"t\":tru}" } },
 };
 
 static void byte_tokens(void)

@@ -160,6 +160,84 @@ static void build_align(struct w *w, uint32_t atype, uint32_t a, uint64_t toff)
 	w->n += toff + 64;
 }
 
+/*
+ * gguf_get_u32 on the integer types: a value that fits in a uint32 is
+ * read, a negative one or one above UINT32_MAX is -EINVAL (never wrapped
+ * into a huge count), and so are i8, i16 and non-integers.
+ */
+static void test_get_u32(void)
+{
+	static const struct {
+		uint32_t type;
+		int64_t v;
+		int ok;
+	} cases[] = {
+		/* i8 and i16 are not taken for counts at all */
+		{ GGUF_U8, 200, 1 }, { GGUF_I8, 100, 0 }, { GGUF_I8, -1, 0 },
+		{ GGUF_U16, 60000, 1 }, { GGUF_I16, 2, 0 }, { GGUF_U32, 0xffffffffLL, 1 },
+		{ GGUF_I32, 7, 1 }, { GGUF_I32, -1, 0 }, { GGUF_I32, INT32_MIN, 0 },
+		{ GGUF_U64, 0xffffffffLL, 1 }, { GGUF_U64, 0x100000000LL, 0 },
+		{ GGUF_I64, 0xffffffffLL, 1 }, { GGUF_I64, 0x100000000LL, 0 },
+		{ GGUF_I64, -1, 0 }, { GGUF_F32, 0, 0 },
+	};
+	size_t n = sizeof(cases) / sizeof(cases[0]), i, wid;
+	static const size_t width[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8 };
+	struct gguf g;
+	struct w w;
+	char err[256] = "", key[16];
+	int rc;
+
+	w.n = 0;
+	p8(&w, "GGUF", 4);
+	u32(&w, 3);
+	u64(&w, 0);	/* no tensors */
+	u64(&w, n);
+	for (i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "k%zu", i);
+		str(&w, key);
+		u32(&w, cases[i].type);
+		wid = width[cases[i].type];
+		p8(&w, &cases[i].v, wid);	/* little-endian: the low bytes */
+	}
+	while (w.n % 32)
+		w.b[w.n++] = 0;
+	rc = gguf_open_mem(&g, w.b, w.n, err, sizeof(err));
+	CHECK(rc == 0, "a file of integer keys opens %s", err);
+	if (rc)
+		return;
+	for (i = 0; i < n; i++) {
+		uint32_t v = 12345;
+
+		snprintf(key, sizeof(key), "k%zu", i);
+		rc = gguf_get_u32(&g, key, &v);
+		CHECK(cases[i].ok ? rc == 0 && v == (uint32_t)cases[i].v : rc == -EINVAL,
+		      "gguf_get_u32 of type %u value %lld: %s (rc %d, %u)", cases[i].type,
+		      (long long)cases[i].v, cases[i].ok ? "read" : "refused", rc, v);
+	}
+	gguf_close(&g);
+
+	/* an error names a long key by its first 64 bytes and "..." */
+	{
+		char k70[71], want[96];
+
+		memset(k70, 'x', 70);
+		k70[70] = 0;
+		w.n = 0;
+		p8(&w, "GGUF", 4);
+		u32(&w, 3);
+		u64(&w, 0);
+		u64(&w, 2);
+		str(&w, k70);
+		u32(&w, GGUF_U32);
+		u32(&w, 1);
+		str(&w, k70);
+		u32(&w, GGUF_U32);
+		u32(&w, 1);
+		snprintf(want, sizeof(want), "duplicate key '%.64s...'", k70);
+		expect(&w, w.n, want, "a duplicate 70-byte key, shown cut at 64 bytes");
+	}
+}
+
 /* general.alignment: a power of two up to GGUF_MAX_ALIGN, as a uint32;
  * tensor offsets and the data section follow it. */
 static void test_alignment(void)
@@ -505,6 +583,7 @@ int main(int argc, char **argv)
 {
 	test_container();
 	test_alignment();
+	test_get_u32();
 	if (argc > 1) {
 		test_model(argv[1]);
 		test_load_modes(argv[1]);

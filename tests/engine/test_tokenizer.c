@@ -12,7 +12,12 @@
  * usage: test_tokenizer SPM_MODEL BPE_MODEL...  (the first BPE model's
  *        tokenizer.ggml.pre must be gpt2)
  */
+#define _DEFAULT_SOURCE	/* MAP_ANONYMOUS */
 #include <errno.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine_internal.h"
 #include "tcheck.h"
@@ -149,43 +154,54 @@ static int join_word(void *ctx, const char *w, size_t n)
 
 /* Word splits that tell the three patterns (and ASCII classes) apart;
  * words joined with '|'. ref.py checks many more against Python's regex. */
+static const struct {
+	const char *pre, *text, *want;
+} split_cases[] = {
+	{ "gpt2", "12345", "12345|" },
+	{ "llama-bpe", "12345", "123|45|" },
+	{ "qwen2", "12345", "1|2|3|4|5|" },
+	{ "gpt2", "I'M I'm", "I|'|M| I|'m|" },
+	{ "llama-bpe", "I'M I'm", "I|'M| I|'m|" },
+	{ "qwen2", "I'M I'm", "I|'M| I|'m|" },
+	/* an em dash is punctuation, U+0663.. are digits, U+3000 space */
+	{ "gpt2", "h\xc3\xa9llo\xe2\x80\x94w\xc3\xb6rld \xd9\xa3\xd9\xa4\xe3\x80\x80x",
+	  "h\xc3\xa9llo|\xe2\x80\x94|w\xc3\xb6rld| \xd9\xa3\xd9\xa4|\xe3\x80\x80|x|" },
+	{ "llama-bpe", "h\xc3\xa9llo\xe2\x80\x94w\xc3\xb6rld \xd9\xa3\xd9\xa4\xe3\x80\x80x",
+	  "h\xc3\xa9llo|\xe2\x80\x94w\xc3\xb6rld| |\xd9\xa3\xd9\xa4|\xe3\x80\x80x|" },
+	{ "gpt2", "\n\n  x...!!?\n", "\n\n | x|...!!?|\n|" },
+	{ "llama-bpe", "\n\n  x...!!?\n", "\n\n| | x|...!!?\n|" },
+	/* ill-formed bytes split like a symbol (U+FFFD) and are kept */
+	{ "gpt2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
+	{ "qwen2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
+};
+/* split_cases[i] split as it wants; p gives whether PCRE2 JIT-compiled
+ * the pattern (-1 when it could not be created) */
+static int split_case_ok(size_t i, int *jit, char *msg, size_t msglen)
+{
+	char err[256], e1[256], e2[512], e3[512];
+	struct kve_pretok *p = kve_pretok_create(split_cases[i].pre, strlen(split_cases[i].pre),
+						 err, sizeof(err));
+	struct words ws = { "", 0 };
+	int rc = p ? kve_pretok_split(p, split_cases[i].text, strlen(split_cases[i].text),
+				      join_word, &ws) : -1;
+
+	*jit = p ? kve_pretok_jit(p) : -1;
+	snprintf(msg, msglen, "%s splits \"%s\" as \"%s\" (got \"%s\"%s)", split_cases[i].pre,
+		 esc(split_cases[i].text, 60, e1, sizeof(e1)), esc(split_cases[i].want, 80, e2, sizeof(e2)),
+		 esc(ws.buf, 80, e3, sizeof(e3)), p ? "" : err);
+	kve_pretok_free(p);
+	return !rc && !strcmp(ws.buf, split_cases[i].want);
+}
+
 static void pretok_splits(void)
 {
-	static const struct {
-		const char *pre, *text, *want;
-	} cases[] = {
-		{ "gpt2", "12345", "12345|" },
-		{ "llama-bpe", "12345", "123|45|" },
-		{ "qwen2", "12345", "1|2|3|4|5|" },
-		{ "gpt2", "I'M I'm", "I|'|M| I|'m|" },
-		{ "llama-bpe", "I'M I'm", "I|'M| I|'m|" },
-		{ "qwen2", "I'M I'm", "I|'M| I|'m|" },
-		/* an em dash is punctuation, U+0663.. are digits, U+3000 space */
-		{ "gpt2", "h\xc3\xa9llo\xe2\x80\x94w\xc3\xb6rld \xd9\xa3\xd9\xa4\xe3\x80\x80x",
-		  "h\xc3\xa9llo|\xe2\x80\x94|w\xc3\xb6rld| \xd9\xa3\xd9\xa4|\xe3\x80\x80|x|" },
-		{ "llama-bpe", "h\xc3\xa9llo\xe2\x80\x94w\xc3\xb6rld \xd9\xa3\xd9\xa4\xe3\x80\x80x",
-		  "h\xc3\xa9llo|\xe2\x80\x94w\xc3\xb6rld| |\xd9\xa3\xd9\xa4|\xe3\x80\x80x|" },
-		{ "gpt2", "\n\n  x...!!?\n", "\n\n | x|...!!?|\n|" },
-		{ "llama-bpe", "\n\n  x...!!?\n", "\n\n| | x|...!!?\n|" },
-		/* ill-formed bytes split like a symbol (U+FFFD) and are kept */
-		{ "gpt2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
-		{ "qwen2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
-	};
 	size_t i;
 
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char err[256], e1[256], e2[512], e3[512];
-		struct kve_pretok *p = kve_pretok_create(cases[i].pre, strlen(cases[i].pre),
-							 err, sizeof(err));
-		struct words ws = { "", 0 };
-		int rc = p ? kve_pretok_split(p, cases[i].text, strlen(cases[i].text),
-					      join_word, &ws) : -1;
+	for (i = 0; i < sizeof(split_cases) / sizeof(split_cases[0]); i++) {
+		char msg[1600];
+		int jit, ok = split_case_ok(i, &jit, msg, sizeof(msg));
 
-		CHECK(!rc && !strcmp(ws.buf, cases[i].want),
-		      "%s splits \"%s\" as \"%s\" (got \"%s\"%s)", cases[i].pre,
-		      esc(cases[i].text, 60, e1, sizeof(e1)), esc(cases[i].want, 80, e2, sizeof(e2)),
-		      esc(ws.buf, 80, e3, sizeof(e3)), p ? "" : err);
-		kve_pretok_free(p);
+		CHECK(ok, "%s", msg);
 	}
 	{
 		char err[256] = "";
@@ -195,6 +211,100 @@ static void pretok_splits(void)
 		      "unknown pre-tokenizer refused: \"%s\"", err);
 		kve_pretok_free(p);
 	}
+}
+
+/*
+ * Without JIT: where executable memory is refused (here a seccomp filter
+ * failing every PROT_EXEC mapping, as a hardened service's
+ * MemoryDenyWriteExecute does), PCRE2 cannot JIT-compile the patterns and
+ * its interpreter runs them: every split and every BPE encoding must come
+ * out the same. Runs first, before this process JIT-compiles anything
+ * (PCRE2 would reuse its executable memory in the child); the filtered
+ * child reports by exit status and a shared page.
+ */
+enum { NT = sizeof(texts) / sizeof(texts[0]) };
+struct nojit {
+	int n[NT];
+	int32_t ids[NT][512];
+};
+
+static void without_jit(const char *bpe_path)
+{
+	struct nojit *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+			       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct kve_tokenizer *t = NULL;
+	struct kve_model *m;
+	int st = -1, same = 1, jit;
+	char err[256], msg[1600];
+	size_t i;
+	pid_t pid;
+
+	if (r == MAP_FAILED) {
+		CHECK(0, "without JIT: shared page: %s", strerror(errno));
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
+
+		if (!f ||
+		    seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mmap), 1,
+				     SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC)) ||
+		    seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mprotect), 1,
+				     SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC)) ||
+		    seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(pkey_mprotect), 1,
+				     SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC)) ||
+		    seccomp_load(f))
+			_exit(77);
+		seccomp_release(f);
+		for (i = 0; i < sizeof(split_cases) / sizeof(split_cases[0]); i++) {
+			if (!split_case_ok(i, &jit, msg, sizeof(msg))) {
+				printf("# without JIT: %s\n", msg);
+				fflush(stdout);
+				_exit(3);
+			}
+			if (jit)
+				_exit(2);
+		}
+		m = kve_model_load(bpe_path, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		if (!t)
+			_exit(4);
+		if (kve_pretok_jit(kve_tokenizer_pretok(t)))
+			_exit(2);
+		for (i = 0; i < NT; i++)
+			r->n[i] = kve_tokenize(t, texts[i], strlen(texts[i]), 0, r->ids[i], 512);
+		_exit(0);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	if (pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+		printf("# no seccomp filter here: the interpreter fallback not checked\n");
+		munmap(r, sizeof(*r));
+		return;
+	}
+	m = kve_model_load(bpe_path, err, sizeof(err));
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	for (i = 0; t && i < NT; i++) {
+		int32_t ids[512];
+		int n = kve_tokenize(t, texts[i], strlen(texts[i]), 0, ids, 512);
+
+		if (n < 0 || n != r->n[i] || memcmp(ids, r->ids[i], (size_t)n * sizeof(*ids))) {
+			same = 0;
+			printf("# text %zu: %d tokens with JIT, %d without\n", i, n, r->n[i]);
+		}
+	}
+	if (t && !kve_pretok_jit(kve_tokenizer_pretok(t)))
+		printf("# PCRE2 does not JIT here: both runs used the interpreter\n");
+	CHECK(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && t && same,
+	      "without JIT (executable memory refused) the interpreter splits all %zu cases "
+	      "and encodes all %d texts as JIT does (child status %d: 2 JIT still on, "
+	      "3 split, 4 load) %s", sizeof(split_cases) / sizeof(split_cases[0]), (int)NT,
+	      WIFEXITED(st) ? WEXITSTATUS(st) : -1, t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	munmap(r, sizeof(*r));
 }
 
 static uint8_t *slurp(const char *path, size_t *len)
@@ -286,25 +396,27 @@ static void lower_hex(const char *path)
 
 /*
  * A BPE vocabulary entry that is not byte-level text decodes to its own
- * bytes: a filler token "<|reserved_N|>" (type unused) becomes a normal
- * token spelled "\xe0\xa0\x81eserved_N|>" (U+0801 for "<|r"), which must
- * not be read as byte-level code points.
+ * bytes: the nth filler token "<|reserved_N|>" (type unused) becomes a
+ * normal token whose first bytes are respelled (same length, so the file
+ * stays valid), and kve_token_bytes must give back exactly its bytes.
  */
-static void non_byte_level(const char *path)
+static void respelled(const char *path, int nth, const char *spell, const char *what)
 {
 	static const char tt[] = "tokenizer.ggml.token_type";
-	size_t len, i, at = 0, tl = sizeof(tt) - 1;
+	size_t len, i, at = 0, tl = sizeof(tt) - 1, sl = strlen(spell);
 	uint8_t *b = slurp(path, &len);
-	char err[256] = "", piece[32], want[32];
+	char err[256] = "", piece[32], want[32], shown[128];
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	unsigned int id = 0;
 	int n = -1, wl = 0;
 
 	for (i = 0; b && i + 16 < len && !at; i++)
-		if (!memcmp(b + i, "<|reserved_", 11) && sscanf((char *)b + i + 11, "%u", &id) == 1) {
-			memcpy(b + i, "\xe0\xa0\x81", 3);
-			wl = snprintf(want, sizeof(want), "\xe0\xa0\x81" "eserved_%u|>", id);
+		if (!memcmp(b + i, "<|reserved_", 11) && sscanf((char *)b + i + 11, "%u", &id) == 1 &&
+		    nth-- == 0) {
+			snprintf(want, sizeof(want), "%s%.20s", spell, (char *)b + i + sl);
+			wl = (int)(strstr(want, "|>") + 2 - want);
+			memcpy(b + i, spell, sl);
 			at = i;
 		}
 	for (i = 0; at && i + tl + 16 < len; i++)
@@ -321,11 +433,74 @@ static void non_byte_level(const char *path)
 	if (t)
 		n = kve_token_bytes(t, (int32_t)id, piece, sizeof(piece));
 	CHECK(n == wl && wl > 0 && !memcmp(piece, want, (size_t)wl),
-	      "a non-byte-level BPE token (U+0801...) decodes to its own %d bytes (%d) %s", wl, n,
-	      t ? "" : err);
+	      "%s: \"%s\" decodes to its own %d bytes (got %d: \"%s\") %s", what,
+	      esc(want, (size_t)wl, shown, sizeof(shown)), wl, n,
+	      n > 0 ? esc(piece, (size_t)n < sizeof(piece) ? (size_t)n : sizeof(piece),
+			  shown + 64, 64) : "", t ? "" : err);
 	kve_tokenizer_free(t);
 	kve_model_free(m);
 	free(b);
+}
+
+static void non_byte_level(const char *path)
+{
+	/* U+0801 for "<|r": a code point outside GPT-2's byte table */
+	respelled(path, 0, "\xe0\xa0\x81", "a non-byte-level BPE token (U+0801...)");
+	/*
+	 * Ill-formed UTF-8 is not byte-level text either: an overlong form
+	 * must not decode as the character it imitates ("\xe0\x81\x81" is
+	 * not 'A', "\xc0\xaf" not '/'); its bytes pass through as they are,
+	 * as the pre-tokenizer keeps ill-formed input bytes.
+	 */
+	respelled(path, 1, "\xe0\x81\x81", "an overlong 3-byte 'A' in a BPE token");
+	respelled(path, 2, "\xc0\xaf", "an overlong 2-byte '/' in a BPE token");
+	respelled(path, 3, "\xc1\x81", "an overlong 2-byte 'A' in a BPE token");
+	/* a surrogate, and a lead byte cut short by ASCII */
+	respelled(path, 4, "\xed\xa0\x80", "a surrogate (U+D800) in a BPE token");
+	respelled(path, 5, "\xc4", "a lead byte without its continuation in a BPE token");
+}
+
+/*
+ * Typed arrays: tokenizer.ggml.token_type must hold int32s and
+ * tokenizer.ggml.scores floats. Each retyped in place (a 4-byte type for
+ * another, so the file stays well-formed) is a load error naming the key.
+ */
+static void array_types(const char *path)
+{
+	static const struct {
+		const char *key, *want;
+		uint32_t from, to;
+	} cases[] = {
+		{ "tokenizer.ggml.token_type", "token_type must be", GGUF_I32, GGUF_U32 },
+		{ "tokenizer.ggml.token_type", "token_type must be", GGUF_I32, GGUF_F32 },
+		{ "tokenizer.ggml.scores", "scores must be", GGUF_F32, GGUF_I32 },
+	};
+	size_t c;
+
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		size_t len, i, kl = strlen(cases[c].key), hit = 0;
+		uint8_t *b = slurp(path, &len);
+		char err[256] = "";
+		struct kve_model *m = NULL;
+		struct kve_tokenizer *t = NULL;
+		uint32_t at;
+
+		for (i = 0; b && i + kl + 8 < len && !hit; i++)	/* key, ARR, type */
+			if (!memcmp(b + i, cases[c].key, kl) && b[i + kl] == GGUF_ARR &&
+			    (memcpy(&at, b + i + kl + 4, 4), at == cases[c].from)) {
+				at = cases[c].to;
+				memcpy(b + i + kl + 4, &at, 4);
+				hit = 1;
+			}
+		m = hit ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		CHECK(hit && m && !t && strstr(err, cases[c].want),
+		      "%s as type %u instead of %u is a load error: \"%s\"", cases[c].key,
+		      cases[c].to, cases[c].from, err);
+		kve_tokenizer_free(t);
+		kve_model_free(m);
+		free(b);
+	}
 }
 
 int main(int argc, char **argv)
@@ -339,6 +514,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_tokenizer SPM_MODEL BPE_MODEL...\n");
 		return 2;
 	}
+	without_jit(argv[2]);
 	pretok_splits();
 	ms = kve_model_load(argv[1], err, sizeof(err));
 	mb = kve_model_load(argv[2], err, sizeof(err));
@@ -356,6 +532,7 @@ int main(int argc, char **argv)
 		return tc_done();
 	round_trips(ts, "spm");
 	lower_hex(argv[1]);
+	array_types(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	non_byte_level(argv[2]);

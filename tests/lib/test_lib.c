@@ -24,6 +24,8 @@
 
 static struct kva_dev *dev;
 
+void add_memfd_tests(CU_pSuite s);	/* test_memfd.c */
+
 static int suite_init(void)
 {
 	return kva_open(KVA_BACKEND_MEMFD, &dev) != 0;
@@ -587,6 +589,7 @@ int main(void)
 	CU_add_test(s, "ABI sizes", test_abi_sizes);
 	CU_add_test(s, "share helpers", test_share_helpers);
 	CU_add_test(s, "errors and side effects", test_errors_and_side_effects);
+	add_memfd_tests(s);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed() +

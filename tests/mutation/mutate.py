@@ -23,7 +23,7 @@ tests/mutation/equivalent.txt (same file, same source line, same change)
 are reported as equivalent, with the reason given there, and leave the
 score's denominator.
 
-usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,engine,...]
+usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched]
                                 [--timeout SEC] [--list] [--keep]
 """
 
@@ -46,8 +46,9 @@ EQUIV = os.path.join(ROOT, "tests", "mutation", "equivalent.txt")
 # the sanitized library's binaries only: kve-demo (the unsanitized build)
 # is skipped, test_arena covers its hand-over
 ENGINE_BINS = ["build/engine/tests/test_%s" % t for t in
-               ("gguf", "kernels", "tokenizer", "engine", "fuzz", "arena", "oom")] + [
-    "build/engine/tests/kve-logits", "build/bin/kva-mkmodel"]
+               ("gguf", "kernels", "tokenizer", "engine", "fuzz", "arena", "oom",
+                "constrain")] + [
+    "build/engine/tests/kve-logits", "build/engine/tests/kvc-gen", "build/bin/kva-mkmodel"]
 CORE_BINS = ["build/tests/core/test_core", "build/tests/lib/test_lib",
              "build/tests/toolwait/test_predict"]
 CORE_TESTS = [["make", "-s", "--no-print-directory", "check-core"],
@@ -68,11 +69,19 @@ GROUPS = {
                    tests=[["sh", "tests/engine/run.sh"]],
                    env={"ENGINE_FAIL_FAST": "1", "ENGINE_FUZZ_ITERS": "600",
                         "ENGINE_SKIP_DEMO": "1"}),
-    # kvarenad's request parsing and scheduler, once they and their
-    # suite (make check-kvarenad) are in the tree
-    "daemon": dict(files=["daemon/kvarenad/*.c"], build=[],
-                   tests=[["make", "-s", "--no-print-directory", "check-kvarenad"]],
-                   needs_target="check-kvarenad"),
+    # kvarenad's request parsing (the chat request and the tool-call
+    # parser) under the API's unit tests; the HTTP suites (check-api, a
+    # minute) are not run per mutant
+    "api": dict(files=["daemon/api/chat_request.c", "daemon/api/tool_call.c"],
+                build=["build/api/tests/test_api"],
+                tests=[["make", "-s", "--no-print-directory", "check-api-unit"]]),
+    # the scheduler under the orchestrator's test (real workers, engine,
+    # memfd arena), less its MCP-server part (npm servers; minutes)
+    "sched": dict(files=["daemon/kvarenad/sched.c"],
+                  build=["build/daemon/tests/test_orch"],
+                  tests=[["make", "-s", "--no-print-directory", "check-orch"]],
+                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,copy_mode,"
+                                        "pressure,worker_death,plugin,agent_loop"}),
 }
 
 # calls whose arguments are messages: mutating them changes only text
@@ -323,17 +332,32 @@ def key_of(path, src, m):
                                      " ".join(rep.split()) or "''")
 
 
+class Equiv:
+    """tests/mutation/equivalent.txt: KEY || why. Keys hold ' || '
+    themselves (a dropped operand of a || chain), so a line is matched by
+    its start: the survivor's key, then ' || ', then the reason."""
+
+    def __init__(self, path):
+        self.lines = []
+        if os.path.exists(path):
+            for raw in open(path):
+                line = " ".join(raw.split())
+                if line and not line.startswith("#") and " || " in line:
+                    self.lines.append(line)
+
+    def get(self, key):
+        k = " ".join(key.split()) + " || "
+        for line in self.lines:
+            if line.startswith(k):
+                return line[len(k):].strip() or "(no reason given)"
+        return None
+
+    def __contains__(self, key):
+        return self.get(key) is not None
+
+
 def load_equiv():
-    eq = {}
-    if os.path.exists(EQUIV):
-        for raw in open(EQUIV):
-            line = raw.rstrip("\n")
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            if " || " in line:
-                k, why = line.split(" || ", 1)
-                eq[" ".join(k.split())] = why.strip()
-    return eq
+    return Equiv(EQUIV)
 
 
 def group_files(g):
@@ -420,7 +444,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("-n", type=int, default=20, help="mutants per group")
-    ap.add_argument("--groups", default="core,lib,engine,daemon")
+    ap.add_argument("--groups", default="core,lib,engine,api,sched")
     ap.add_argument("--timeout", type=float, default=60, help="test seconds per mutant")
     ap.add_argument("--list", action="store_true", help="count candidates, run nothing")
     ap.add_argument("--file", action="append", default=[],
@@ -574,14 +598,14 @@ def report(results, equiv, seed):
     by_file, by_group = {}, {}
     survivors = []
     for grp, f, ln, desc, key, verdict, secs in results:
-        eqv = verdict == "survived" and " ".join(key.split()) in equiv
+        eqv = verdict == "survived" and key in equiv
         for d, k in ((by_file, f), (by_group, grp)):
             s = d.setdefault(k, [0, 0, 0])
             s[0] += verdict != "survived"
             s[1] += 1
             s[2] += eqv
         if verdict == "survived":
-            survivors.append((f, ln, desc, key, equiv.get(" ".join(key.split()))))
+            survivors.append((f, ln, desc, key, equiv.get(key)))
 
     def pct(s):
         den = s[1] - s[2]

@@ -200,6 +200,10 @@ static void test_cold_start(void)
 	/* Eight waits all in [131 ms, 262 ms): midpoint 196 ms. */
 	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 0, 0) ==
 	      196608, "warm: slot midpoint");
+	/* exactly KVC_PREDICT_MIN_SAMPLES is warm for survival too: all
+	 * eight waits outlast 1 ms */
+	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 0, 1000) == 1024,
+	      "warm survival at exactly %u samples", KVC_PREDICT_MIN_SAMPLES);
 }
 
 static void test_extremes(void)
