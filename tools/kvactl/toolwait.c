@@ -317,7 +317,7 @@ static json_t *kt_sessions(struct kva_toolwait *tw, struct kt_state *st)
 				"tool_wall_ns", kt_ju64(s.tool_wall_ns),
 				"cookie", kt_ju64(s.cookie)));
 		else
-			printf("%-6u %-8u %-7u %-9s %5u %6" PRIu64 " %10.1f %9.1f"
+			printf("%-6u %-8" PRIu64 " %-7u %-9s %5u %6" PRIu64 " %10.1f %9.1f"
 			       " %12" PRIu64 " %5" PRIu64 " %8.1f %9.1f\n",
 			       k->arena_id, k->session_id, k->pid,
 			       kva_state_name(s.state), s.tool_class, s.waits,
