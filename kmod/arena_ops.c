@@ -174,11 +174,16 @@ static int kva_blocks_in(void __user *uarg, struct kva_blocks *arg,
 	/*
 	 * Output that cannot be written fails the call before anything is
 	 * committed (every op: `done`; alloc: the id array, faulted in
-	 * writable without being written).
+	 * writable without being written: fault_in_writeable() would store a
+	 * zero byte at its start and at each page boundary, in entries the
+	 * UAPI promises are left alone).
 	 */
-	if (put_user(0, &((struct kva_blocks __user *)uarg)->done) ||
-	    (ids_out && fault_in_writeable(u64_to_user_ptr(arg->ids),
-					   arg->count * sizeof(u32))))
+	if (put_user(0, &((struct kva_blocks __user *)uarg)->done))
+		return -EFAULT;
+	if (ids_out &&
+	    (!access_ok(u64_to_user_ptr(arg->ids), arg->count * sizeof(u32)) ||
+	     fault_in_safe_writeable(u64_to_user_ptr(arg->ids),
+				     arg->count * sizeof(u32))))
 		return -EFAULT;
 	*ids = kmalloc_array(arg->count, sizeof(u32), GFP_KERNEL);
 	if (!*ids)

@@ -240,6 +240,40 @@ static void test_idle_accounting(void)
 	CU_ASSERT_EQUAL(kt_end(arena, sid), 0);
 }
 
+/*
+ * An allocation writes ids[0..done) and nothing else: a failed one leaves
+ * the array as it was, a partial one the entries past `done`, even where
+ * the array crosses a page boundary (the writability check once stored a
+ * zero byte at the array's start and at each page boundary in it).
+ */
+static void test_alloc_writes_only_done(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned char *buf = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint32_t *ids, held[NBLK], i;
+	int64_t sid = kt_session(arena);
+	long bad = 0;
+
+	CU_ASSERT_FATAL(buf != MAP_FAILED && sid > 0);
+	memset(buf, 0xa5, 2 * pg);
+	/* 100 entries from 2 bytes before the second page's start */
+	ids = (uint32_t *)(buf + pg - 4 * 50 + 2);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, NBLK - 4, held, 0), (int)NBLK - 4);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 100, ids, 0), -ENOSPC);
+	for (i = 0; i < 2 * pg; i++)
+		bad += buf[i] != 0xa5;
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 100, ids, KVA_ALLOC_PARTIAL), 4);
+	for (i = 0; i < 2 * pg; i++)
+		bad += (buf + i < (unsigned char *)(ids + 4) &&
+			buf + i >= (unsigned char *)ids) ? 0 : buf[i] != 0xa5;
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(kt_end(arena, sid), 0);
+	CU_ASSERT_EQUAL(free_blocks(), NBLK);
+	munmap(buf, 2 * pg);
+}
+
 void kt_register_blocks(void)
 {
 	CU_pSuite s = CU_add_suite("blocks", blocks_init, blocks_clean);
@@ -247,6 +281,7 @@ void kt_register_blocks(void)
 	KT_ADD(s, test_session_lifecycle);
 	KT_ADD(s, test_alloc_free);
 	KT_ADD(s, test_blocks_errors);
+	KT_ADD(s, test_alloc_writes_only_done);
 	KT_ADD(s, test_share);
 	KT_ADD(s, test_idle_accounting);
 }

@@ -249,6 +249,10 @@ static void test_twins(void)
 	CU_ASSERT_EQUAL(res[0][14], -EALREADY);
 	CU_ASSERT_EQUAL(res[0][20], 1);		/* one victim: s1 */
 	CU_ASSERT_EQUAL(memcmp(ids[0], ids[1], sizeof(ids[0])), 0);
+	for (i = 0; i < 64; i++)
+		if (ids[0][i] != ids[1][i])
+			fprintf(stderr, "ids[%d]: ioctl %u, uring %u\n", i,
+				ids[0][i], ids[1][i]);
 	CU_ASSERT_EQUAL(si[0].blocks_held, si[1].blocks_held);
 	CU_ASSERT_EQUAL(si[0].state, si[1].state);
 	CU_ASSERT_EQUAL(si[0].tool_class, si[1].tool_class);
