@@ -248,7 +248,7 @@ static __always_inline int on_state(struct tw_key *key, __u32 old_state,
 /* ------------------------------------------------ the module's tracepoint */
 
 SEC("raw_tp/kvarena_session_state")
-int BPF_PROG(raw_tp_session_state, __u32 arena_id, __u32 session_id,
+int BPF_PROG(raw_tp_session_state, __u32 arena_id, __u64 session_id,
 	     __u32 old_state, __u32 new_state, __u32 tool_class,
 	     __u64 expected_us, __u32 blocks, __u32 block_size, __u64 cookie)
 {
@@ -265,14 +265,14 @@ struct kvarena_session_state_rec {
 	__u8 common_preempt_count;
 	__s32 common_pid;
 	__u32 arena_id;
-	__u32 session_id;
 	__u32 old_state;
+	__u64 session_id;
 	__u32 new_state;
 	__u32 tool_class;
 	__u32 blocks_held;
+	__u32 block_size;
 	__u64 expected_wait_us;
 	__u64 cookie;
-	__u32 block_size;
 };
 
 SEC("tracepoint/kvarena/kvarena_session_state")

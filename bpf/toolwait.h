@@ -35,9 +35,8 @@
  */
 struct tw_key {
 	__u32 arena_id;
-	__u32 session_id;
 	__u32 pid;
-	__u32 pad;
+	__u64 session_id;
 };
 
 /* sessions map value: totals over the session's life and its histogram. */
@@ -108,15 +107,14 @@ struct tw_event {
  */
 struct tw_usdt_state {
 	__u32 arena_id;
-	__u32 session_id;
 	__u32 old_state;
+	__u64 session_id;
 	__u32 new_state;
 	__u32 tool_class;
 	__u32 blocks_held;
+	__u32 block_size;
 	__u64 expected_wait_us;
 	__u64 cookie;
-	__u32 block_size;
-	__u32 pad;
 };
 
 /* stats map (array, one entry): what the programs saw and dropped. */

@@ -174,11 +174,16 @@ static int kva_blocks_in(void __user *uarg, struct kva_blocks *arg,
 	/*
 	 * Output that cannot be written fails the call before anything is
 	 * committed (every op: `done`; alloc: the id array, faulted in
-	 * writable without being written).
+	 * writable without being written: fault_in_writeable() would store a
+	 * zero byte at its start and at each page boundary, in entries the
+	 * UAPI promises are left alone).
 	 */
-	if (put_user(0, &((struct kva_blocks __user *)uarg)->done) ||
-	    (ids_out && fault_in_writeable(u64_to_user_ptr(arg->ids),
-					   arg->count * sizeof(u32))))
+	if (put_user(0, &((struct kva_blocks __user *)uarg)->done))
+		return -EFAULT;
+	if (ids_out &&
+	    (!access_ok(u64_to_user_ptr(arg->ids), arg->count * sizeof(u32)) ||
+	     fault_in_safe_writeable(u64_to_user_ptr(arg->ids),
+				     arg->count * sizeof(u32))))
 		return -EFAULT;
 	*ids = kmalloc_array(arg->count, sizeof(u32), GFP_KERNEL);
 	if (!*ids)
@@ -331,8 +336,6 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.pad)
-		return -EINVAL;
 	/* The id must be writable before a session exists to write. */
 	if (put_user(0, &((struct kva_session_create __user *)uarg)->session_id))
 		return -EFAULT;
@@ -363,11 +366,12 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 		mutex_unlock(&arena->lock);
 		return ret;
 	}
-	return arg.session_id;
+	/* The id is 64-bit: it goes back in the struct only, never as ret. */
+	return 0;
 }
 
 /* Transition under the lock, with the tracepoint and quota accounting. */
-static int kva_set_state(struct kva_arena *arena, u32 id, u32 state,
+static int kva_set_state(struct kva_arena *arena, u64 id, u32 state,
 			 u32 tool_class, u64 wait_us, bool nowait)
 {
 	struct kva_event ev;
@@ -422,8 +426,6 @@ static int kva_session_end(struct kva_arena *arena, void __user *uarg,
 			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.pad)
-		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0,
 			     nowait);
 }
@@ -439,7 +441,7 @@ static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
 			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.pad || arg.state >= KVA_STATE_COUNT)
+	if (arg.state >= KVA_STATE_COUNT)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
 			     arg.expected_wait_us, nowait);
@@ -456,6 +458,8 @@ static int kva_session_info(struct kva_arena *arena, void __user *uarg,
 			&usize, 0);
 	if (ret)
 		return ret;
+	if (arg.pad)
+		return -EINVAL;
 	ret = kva_arena_lock(arena, nowait);
 	if (ret)
 		return ret;

@@ -158,7 +158,8 @@ static int kva_put_session(struct sk_buff *skb, u32 arena_id,
 			   const struct kva_session_info *si)
 {
 	if (nla_put_u32(skb, KVA_NL_A_ARENA_ID, arena_id) ||
-	    nla_put_u32(skb, KVA_NL_A_SESSION_ID, si->session_id) ||
+	    nla_put_u64_64bit(skb, KVA_NL_A_SESSION_ID, si->session_id,
+			      KVA_NL_A_PAD) ||
 	    nla_put_u32(skb, KVA_NL_A_STATE, si->state) ||
 	    nla_put_u32(skb, KVA_NL_A_TOOL_CLASS, si->tool_class) ||
 	    nla_put_u32(skb, KVA_NL_A_BLOCKS_HELD, si->blocks_held) ||
@@ -339,7 +340,8 @@ static int kva_put_victim(struct sk_buff *skb, const struct kva_victim *v)
 	struct nlattr *nest = nla_nest_start(skb, KVA_NL_A_VICTIM);
 
 	if (!nest ||
-	    nla_put_u32(skb, KVA_NL_A_SESSION_ID, v->session_id) ||
+	    nla_put_u64_64bit(skb, KVA_NL_A_SESSION_ID, v->session_id,
+			      KVA_NL_A_PAD) ||
 	    nla_put_u32(skb, KVA_NL_A_STATE, v->state) ||
 	    nla_put_u32(skb, KVA_NL_A_BLOCKS_HELD, v->blocks_held) ||
 	    nla_put_u32(skb, KVA_NL_A_TOOL_CLASS, v->tool_class) ||
@@ -368,7 +370,8 @@ void kva_netlink_event(const struct kva_event *ev)
 	    nla_put_u64_64bit(msg, KVA_NL_A_EVENT_SEQ, ev->seq, KVA_NL_A_PAD) ||
 	    nla_put_u64_64bit(msg, KVA_NL_A_TIME_NS, ev->time_ns,
 			      KVA_NL_A_PAD) ||
-	    nla_put_u32(msg, KVA_NL_A_SESSION_ID, ev->session_id) ||
+	    nla_put_u64_64bit(msg, KVA_NL_A_SESSION_ID, ev->session_id,
+			      KVA_NL_A_PAD) ||
 	    nla_put_u32(msg, KVA_NL_A_TENANT_ID, ev->tenant_id) ||
 	    nla_put_u32(msg, KVA_NL_A_BLOCKS_FREE, ev->blocks_free) ||
 	    nla_put_u32(msg, KVA_NL_A_LOW_WM, ev->low_wm) ||

@@ -212,7 +212,7 @@ KVA_EXPORT void *kva_arena_block_ptr(struct kva_arena *arena, uint32_t block)
 }
 
 KVA_EXPORT int kva_session_open(struct kva_arena *arena, uint64_t cookie,
-				  uint32_t *session)
+				  uint64_t *session)
 {
 	struct kva_session_create arg = { .size = sizeof(arg), .cookie = cookie };
 	int ret = kva_call(arena, KVA_IOC_SESSION_CREATE, &arg);
@@ -224,7 +224,7 @@ KVA_EXPORT int kva_session_open(struct kva_arena *arena, uint64_t cookie,
 	return ret;
 }
 
-KVA_EXPORT int kva_session_close(struct kva_arena *arena, uint32_t session)
+KVA_EXPORT int kva_session_close(struct kva_arena *arena, uint64_t session)
 {
 	struct kva_session_end arg = { .size = sizeof(arg),
 				       .session_id = session };
@@ -232,7 +232,7 @@ KVA_EXPORT int kva_session_close(struct kva_arena *arena, uint32_t session)
 	return kva_call(arena, KVA_IOC_SESSION_END, &arg);
 }
 
-KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint64_t session,
 				     uint32_t state, uint32_t tool_class,
 				     uint64_t expected_wait_us)
 {
@@ -247,7 +247,7 @@ KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint32_t session,
 	return kva_call(arena, KVA_IOC_SESSION_SET_STATE, &arg);
 }
 
-KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint64_t session,
 				struct kva_session_info *out)
 {
 	struct kva_session_info full = { .size = sizeof(full),
@@ -263,7 +263,7 @@ KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint32_t session,
 }
 
 static int kva_blocks(struct kva_arena *arena, unsigned long cmd,
-		      uint32_t session, uint32_t n, const uint32_t *ids,
+		      uint64_t session, uint32_t n, const uint32_t *ids,
 		      uint32_t flags)
 {
 	struct kva_blocks arg = {
@@ -277,19 +277,19 @@ static int kva_blocks(struct kva_arena *arena, unsigned long cmd,
 	return kva_call(arena, cmd, &arg);
 }
 
-KVA_EXPORT int kva_blocks_alloc(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_blocks_alloc(struct kva_arena *arena, uint64_t session,
 				uint32_t n, uint32_t *ids, uint32_t flags)
 {
 	return kva_blocks(arena, KVA_IOC_BLOCKS_ALLOC, session, n, ids, flags);
 }
 
-KVA_EXPORT int kva_blocks_free(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_blocks_free(struct kva_arena *arena, uint64_t session,
 			       uint32_t n, const uint32_t *ids)
 {
 	return kva_blocks(arena, KVA_IOC_BLOCKS_FREE, session, n, ids, 0);
 }
 
-KVA_EXPORT int kva_blocks_share(struct kva_arena *arena, uint32_t session,
+KVA_EXPORT int kva_blocks_share(struct kva_arena *arena, uint64_t session,
 				uint32_t n, const uint32_t *ids)
 {
 	return kva_blocks(arena, KVA_IOC_BLOCKS_SHARE, session, n, ids, 0);

@@ -41,14 +41,14 @@ extern "C" {
 
 /* The version of this header; kva_lib_version() is the library's. */
 #define KVA_LIB_VERSION_MAJOR	0
-#define KVA_LIB_VERSION_MINOR	1
+#define KVA_LIB_VERSION_MINOR	2
 #define KVA_LIB_VERSION_PATCH	0
 #define KVA_LIB_VERSION_NUM(maj, min, pat) \
 	((unsigned int)(maj) * 10000U + (unsigned int)(min) * 100U + (unsigned int)(pat))
 #define KVA_LIB_VERSION	KVA_LIB_VERSION_NUM(KVA_LIB_VERSION_MAJOR, \
 	KVA_LIB_VERSION_MINOR, KVA_LIB_VERSION_PATCH)
 
-/* The library running: KVA_LIB_VERSION_NUM of it, and "0.1.0". */
+/* The library running: KVA_LIB_VERSION_NUM of it, and "0.2.0". */
 unsigned int kva_lib_version(void);
 const char *kva_lib_version_string(void);
 
@@ -164,20 +164,20 @@ int kva_recv_fds(int sock, void *data, size_t len, int *fds,
 		 unsigned int *nfds);
 
 int kva_session_open(struct kva_arena *arena, uint64_t cookie,
-		       uint32_t *session);
-int kva_session_close(struct kva_arena *arena, uint32_t session);
-int kva_session_set_state(struct kva_arena *arena, uint32_t session,
+		       uint64_t *session);
+int kva_session_close(struct kva_arena *arena, uint64_t session);
+int kva_session_set_state(struct kva_arena *arena, uint64_t session,
 			  uint32_t state, uint32_t tool_class,
 			  uint64_t expected_wait_us);
-int kva_session_get_info(struct kva_arena *arena, uint32_t session,
+int kva_session_get_info(struct kva_arena *arena, uint64_t session,
 		     struct kva_session_info *out);
 
 /* Return the number of blocks allocated (all n unless KVA_ALLOC_PARTIAL). */
-int kva_blocks_alloc(struct kva_arena *arena, uint32_t session, uint32_t n,
+int kva_blocks_alloc(struct kva_arena *arena, uint64_t session, uint32_t n,
 		     uint32_t *ids, uint32_t flags);
-int kva_blocks_free(struct kva_arena *arena, uint32_t session, uint32_t n,
+int kva_blocks_free(struct kva_arena *arena, uint64_t session, uint32_t n,
 		    const uint32_t *ids);
-int kva_blocks_share(struct kva_arena *arena, uint32_t session, uint32_t n,
+int kva_blocks_share(struct kva_arena *arena, uint64_t session, uint32_t n,
 		     const uint32_t *ids);
 
 int kva_tenant_set_quota(struct kva_dev *dev, uint32_t tenant,

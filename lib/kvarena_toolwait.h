@@ -40,9 +40,8 @@ extern "C" {
  */
 struct kva_toolwait_key {
 	uint32_t arena_id;
-	uint32_t session_id;
 	uint32_t pid;			/* memfd backend: owner's tgid; kernel: 0 */
-	uint32_t pad;
+	uint64_t session_id;
 };
 
 struct kva_toolwait_session {
@@ -163,7 +162,7 @@ int kva_toolwait_attach(struct kva_toolwait *tw);
 const char *kva_toolwait_describe(const struct kva_toolwait *tw);
 
 /* The key of a session of an arena (arena id; pid for the memfd backend). */
-int kva_toolwait_session_key(struct kva_arena *arena, uint32_t session,
+int kva_toolwait_session_key(struct kva_arena *arena, uint64_t session,
 			     struct kva_toolwait_key *key);
 /* cgroup v2 id of a directory: its inode number. */
 int kva_toolwait_cgroup_id(const char *path, uint64_t *id);

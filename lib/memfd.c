@@ -324,7 +324,7 @@ static int kva_memfd_blocks(struct kva_arena *arena, unsigned int nr,
  * End a session or change its state; the kvarena:session_state USDT probe
  * (lib/toolwait_usdt.h) sees what the module's tracepoint would.
  */
-static int kva_memfd_transition(struct kva_arena *arena, uint32_t id,
+static int kva_memfd_transition(struct kva_arena *arena, uint64_t id,
 				bool end, uint32_t state, uint32_t tool_class,
 				uint64_t wait_us, uint64_t now,
 				uint32_t *released)
@@ -357,7 +357,7 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 	if (nr == _IOC_NR(KVA_IOC_SESSION_CREATE)) {
 		struct kva_session_create *arg = argp;
 
-		if (arg->flags || arg->pad)
+		if (arg->flags)
 			return -EINVAL;
 		ret = kvc_session_create(&arena->core, arg->cookie, now,
 					 &arg->session_id);
@@ -366,19 +366,19 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 					       KVA_STATE_ENDED, KVA_STATE_IDLE,
 					       0, 0, 0, arena->block_size,
 					       arg->cookie);
-		return ret ? ret : (int)arg->session_id;
+		return ret;		/* the id is in arg, as the module does */
 	}
 	if (nr == _IOC_NR(KVA_IOC_SESSION_END)) {
 		struct kva_session_end *arg = argp;
 
-		if (arg->flags || arg->pad)
+		if (arg->flags)
 			return -EINVAL;
 		ret = kva_memfd_transition(arena, arg->session_id, true, 0, 0,
 					   0, now, &released);
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_SET_STATE)) {
 		struct kva_session_state *arg = argp;
 
-		if (arg->flags || arg->pad || arg->state >= KVA_STATE_COUNT)
+		if (arg->flags || arg->state >= KVA_STATE_COUNT)
 			return -EINVAL;
 		ret = kva_memfd_transition(arena, arg->session_id, false,
 					   arg->state, arg->tool_class,
@@ -387,7 +387,7 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_INFO)) {
 		struct kva_session_info *arg = argp;
 
-		if (arg->flags)
+		if (arg->flags || arg->pad)
 			return -EINVAL;
 		return kvc_session_info(&arena->core, arg->session_id, now,
 					arg);

@@ -344,7 +344,7 @@ static int kva_session_parse(struct nlattr **tb, void *ctx)
 	s.size = sizeof(s);
 	s.arena_id = u32_of(tb, KVA_NL_A_ARENA_ID);
 	i->size = sizeof(*i);
-	i->session_id = u32_of(tb, KVA_NL_A_SESSION_ID);
+	i->session_id = u64_of(tb, KVA_NL_A_SESSION_ID);
 	i->state = u32_of(tb, KVA_NL_A_STATE);
 	i->tool_class = u32_of(tb, KVA_NL_A_TOOL_CLASS);
 	i->blocks_held = u32_of(tb, KVA_NL_A_BLOCKS_HELD);
@@ -463,7 +463,7 @@ static int kva_event_cb(struct nl_msg *msg, void *arg)
 	ev->seq = u64_of(tb, KVA_NL_A_EVENT_SEQ);
 	ev->time_ns = u64_of(tb, KVA_NL_A_TIME_NS);
 	ev->arena_id = u32_of(tb, KVA_NL_A_ARENA_ID);
-	ev->session_id = u32_of(tb, KVA_NL_A_SESSION_ID);
+	ev->session_id = u64_of(tb, KVA_NL_A_SESSION_ID);
 	ev->tenant_id = u32_of(tb, KVA_NL_A_TENANT_ID);
 	ev->blocks_free = u32_of(tb, KVA_NL_A_BLOCKS_FREE);
 	ev->low_wm = u32_of(tb, KVA_NL_A_LOW_WM);
@@ -482,7 +482,7 @@ static int kva_event_cb(struct nl_msg *msg, void *arg)
 		    nla_parse_nested(vb, KVA_NL_A_MAX, a, NULL))
 			continue;
 		v = &ev->victims[ev->nvictims++];
-		v->session_id = u32_of(vb, KVA_NL_A_SESSION_ID);
+		v->session_id = u64_of(vb, KVA_NL_A_SESSION_ID);
 		v->state = u32_of(vb, KVA_NL_A_STATE);
 		v->blocks_held = u32_of(vb, KVA_NL_A_BLOCKS_HELD);
 		v->tool_class = u32_of(vb, KVA_NL_A_TOOL_CLASS);

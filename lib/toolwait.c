@@ -511,7 +511,7 @@ KVA_EXPORT void kva_toolwait_close(struct kva_toolwait *tw)
 }
 
 KVA_EXPORT int kva_toolwait_session_key(struct kva_arena *arena,
-					uint32_t session,
+					uint64_t session,
 					struct kva_toolwait_key *key)
 {
 	struct kva_arena_info info = { .size = sizeof(info) };

@@ -59,7 +59,7 @@ KVA_EXPORT const char *kva_toolwait_describe(const struct kva_toolwait *tw)
 }
 
 KVA_EXPORT int kva_toolwait_session_key(struct kva_arena *arena,
-					uint32_t session,
+					uint64_t session,
 					struct kva_toolwait_key *key)
 {
 	(void)arena;

@@ -19,15 +19,14 @@
 /* bpf/toolwait.h's struct tw_usdt_state, which the probe points at. */
 struct kva_usdt_state {
 	uint32_t arena_id;
-	uint32_t session_id;
 	uint32_t old_state;
+	uint64_t session_id;
 	uint32_t new_state;
 	uint32_t tool_class;
 	uint32_t blocks_held;
+	uint32_t block_size;
 	uint64_t expected_wait_us;
 	uint64_t cookie;
-	uint32_t block_size;
-	uint32_t pad;
 };
 
 #ifdef KVA_NO_USDT

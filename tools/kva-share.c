@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +79,8 @@ static int decode_side(int sock, enum kva_backend backend)
 	struct kva_dev *dev;
 	struct handoff h;
 	int afd, dfd, ret;
-	uint32_t sid, i;
+	uint64_t sid;
+	uint32_t i;
 	uint64_t w, bad = 0;
 	void *base;
 
@@ -114,7 +116,7 @@ static int decode_side(int sock, enum kva_backend backend)
 		ret = kva_session_set_state(arena, sid, KVA_STATE_DECODE, 0, 0);
 	if (ret < 0)
 		return fail("decode: share the prefix", ret);
-	printf("decode  pid %d: session %u shares the %u blocks and decodes in place\n",
+	printf("decode  pid %d: session %" PRIu64 " shares the %u blocks and decodes in place\n",
 	       getpid(), sid, h.nblocks);
 	ret = kva_session_close(arena, sid);
 	kva_arena_destroy(arena);
@@ -178,7 +180,8 @@ int main(int argc, char **argv)
 	struct kva_dev *dev;
 	struct handoff h = { 0 };
 	int opt, ret, sv[2], dfd, status;
-	uint32_t sid, i, n = 32;
+	uint64_t sid;
+	uint32_t i, n = 32;
 	uint64_t w;
 	pid_t pid;
 
@@ -236,7 +239,7 @@ int main(int argc, char **argv)
 		for (w = 0; w < p.block_size / 8; w++)
 			b[w] = pattern(h.ids[i], w);
 	}
-	printf("prefill pid %d: session %u wrote KV into %u blocks (ids %u..%u)\n",
+	printf("prefill pid %d: session %" PRIu64 " wrote KV into %u blocks (ids %u..%u)\n",
 	       getpid(), sid, n, h.ids[0], h.ids[n - 1]);
 
 	h.bytes = ai.bytes;
@@ -271,7 +274,7 @@ int main(int argc, char **argv)
 	}
 	kva_session_get_info(arena, sid, &si);
 	kva_arena_get_info(arena, &ai);
-	printf("prefill pid %d: session %u state %s (tool class %u), %u blocks held, %llu idle block-us, %llu idle byte-s\n",
+	printf("prefill pid %d: session %" PRIu64 " state %s (tool class %u), %u blocks held, %llu idle block-us, %llu idle byte-s\n",
 	       getpid(), sid, kva_state_name(si.state), si.tool_class,
 	       si.blocks_held, (unsigned long long)si.idle_block_us,
 	       (unsigned long long)si.idle_byte_sec);

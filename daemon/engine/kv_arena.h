@@ -116,7 +116,7 @@ enum kva_backend kve_arena_kv_backend(const struct kve_arena_kv *kv);
 struct kve_arena_session {
 	struct kve_session s;	/* give &as->s to kve_prefill / kve_decode;
 				 * s.n_blocks counts the blocks held */
-	uint32_t sid;		/* the kvarena session */
+	uint64_t sid;		/* the kvarena session */
 	uint32_t cap;		/* block_table entries */
 };
 

@@ -167,7 +167,7 @@ struct kvd_prefix {
 	struct kvd_pentry *slots;	/* open addressing, power of two */
 	uint32_t cap, n;
 	uint32_t *by_block;		/* block -> slot + 1, or 0 */
-	uint32_t cache_sid;		/* the kvarena session holding references */
+	uint64_t cache_sid;		/* the kvarena session holding references */
 	int has_sid;
 };
 

@@ -180,7 +180,8 @@ void kvd_kstate_flush(struct kvd *d)
 		rc = kva_session_set_state(d->arena, st->session_id, st->state,
 					   st->tool_class, st->expected_wait_us);
 		if (rc && rc != -EALREADY && rc != -ENOENT)
-			kvd_log(KVD_LOG_WARN, "kstate", "session %u -> %s: %s", st->session_id,
+			kvd_log(KVD_LOG_WARN, "kstate", "session %llu -> %s: %s",
+				(unsigned long long)st->session_id,
 				kva_state_name(st->state), strerror(-rc));
 	}
 	if (queued && kva_ring_submit(d->ring) >= 0) {
@@ -215,7 +216,7 @@ uint32_t kvd_blocks_free(struct kvd *d)
 	return ai.blocks_free;
 }
 
-static struct kvd_conv *conv_by_sid(struct kvd *d, uint32_t sid)
+static struct kvd_conv *conv_by_sid(struct kvd *d, uint64_t sid)
 {
 	struct kvd_conv *c;
 

@@ -13,20 +13,24 @@
 #include "kvc_pool.h"
 
 /*
- * A session id: 15 bits of generation above 16 bits of slot + 1 (ids stay
- * positive ints).  Slots are handed out fresh until max_sessions of them
- * exist, then reused oldest-freed first, each reuse bumping the slot's
- * generation: an id comes back only after max_sessions x 32768 sessions
- * (2^31 at the default max_sessions) were created in the arena.
+ * A session id: a per-arena serial (one per create) above 16 bits of
+ * slot + 1.  The slot gives the O(1) lookup; the serial makes the id
+ * unique for the arena's lifetime, so an ended session's id misses even
+ * after its slot is reused.  Serials start at KVC_SERIAL_FIRST, so every
+ * id is above 2^32 and a consumer that keeps ids in 32 bits fails at its
+ * first session rather than after 65536; they stop at
+ * KVA_SESSION_SERIAL_MAX (ids < 2^63): creation then fails rather than
+ * reuse an id.  Slots are handed out fresh until max_sessions of them
+ * exist, then reused oldest-freed first.
  */
 #define KVC_SLOT_BITS		16
 #define KVC_SLOT_MASK		0xffffU		/* KVC_SLOT_BITS ones */
-#define KVC_GEN_MASK		0x7fffU		/* ids stay positive ints */
 #define KVC_MAX_SESSIONS	KVC_SLOT_MASK
+#define KVC_SERIAL_FIRST	(1ULL << (32 - KVC_SLOT_BITS))
 #define KVC_MAX_BLOCKS		KVA_MAX_BLOCKS	/* < 2^31: bit 31 marks ids in checks */
 
 struct kvc_session {
-	u32 id;
+	u64 id;
 	u32 state;			/* enum kva_state */
 	u32 tool_class;
 	u32 nheld;
@@ -49,12 +53,12 @@ struct kvc_arena {
 	u32 block_size;
 	u32 max_sessions;
 	u32 nsessions;			/* live */
-	u32 nslots;			/* capacity of slot[], gen[], free_slots[] */
+	u32 nslots;			/* capacity of slot[], free_slots[] */
 	u32 slots_used;			/* slots ever handed out */
 	u32 nfree_slots;
 	u32 free_head;			/* free_slots[] is a FIFO ring */
+	u64 next_serial;		/* the next id's high bits */
 	struct kvc_session **slot;
-	u16 *gen;			/* bumped on reuse: stale ids miss */
 	u32 *free_slots;
 	u64 sessions_ended;
 	u64 ended_idle_block_us;
@@ -76,28 +80,28 @@ static inline u32 kvc_blocks_in_use(const struct kvc_arena *a)
 	return a->pool.nblocks - a->pool.nfree;
 }
 
-struct kvc_session *kvc_session_find(const struct kvc_arena *a, u32 id);
+struct kvc_session *kvc_session_find(const struct kvc_arena *a, u64 id);
 /* Live sessions in slot order; start with *cursor = 0. */
 struct kvc_session *kvc_session_next(const struct kvc_arena *a, u32 *cursor);
 
-int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id);
+int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u64 *id);
 /* *released: blocks that went back to the pool (for quota accounting). */
-int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released);
-int kvc_session_set_state(struct kvc_arena *a, u32 id, u32 state,
+int kvc_session_end(struct kvc_arena *a, u64 id, u64 now, u32 *released);
+int kvc_session_set_state(struct kvc_arena *a, u64 id, u32 state,
 			  u32 tool_class, u64 expected_wait_us, u64 now,
 			  u32 *released);
-int kvc_session_info(struct kvc_arena *a, u32 id, u64 now,
+int kvc_session_info(struct kvc_arena *a, u64 id, u64 now,
 		     struct kva_session_info *out);
 
 /*
  * Allocate n blocks (1..KVA_MAX_BATCH) into a session.  quota_left caps how
  * many the tenant may still take.  Without partial: all n or an error.
  */
-int kvc_blocks_alloc(struct kvc_arena *a, u32 id, u32 n, bool partial,
+int kvc_blocks_alloc(struct kvc_arena *a, u64 id, u32 n, bool partial,
 		     u32 quota_left, u64 now, u32 *ids, u32 *done);
-int kvc_blocks_free(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
+int kvc_blocks_free(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 		    u64 now, u32 *released);
-int kvc_blocks_share(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
+int kvc_blocks_share(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 		     u64 now);
 
 /* Integrate idle block-time up to now; call before nheld or state changes. */

@@ -81,8 +81,6 @@ u32 kvc_arena_nblocks(u64 bytes, u32 block_size)
 
 int kvc_check_blocks(const struct kva_blocks *arg, bool alloc)
 {
-	if (arg->pad)
-		return -EINVAL;
 	if (arg->flags & ~(alloc ? KVA_ALLOC_PARTIAL : 0))
 		return -EINVAL;
 	if (!arg->count || arg->count > KVA_MAX_BATCH)

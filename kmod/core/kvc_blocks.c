@@ -27,7 +27,7 @@ static int kvc_held_reserve(struct kvc_session *s, u32 extra)
 	return 0;
 }
 
-int kvc_blocks_alloc(struct kvc_arena *a, u32 id, u32 n, bool partial,
+int kvc_blocks_alloc(struct kvc_arena *a, u64 id, u32 n, bool partial,
 		     u32 quota_left, u64 now, u32 *ids, u32 *done)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
@@ -108,7 +108,7 @@ static u32 kvc_held_marked(const struct kvc_session *s,
 	return n;
 }
 
-int kvc_blocks_free(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
+int kvc_blocks_free(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 		    u64 now, u32 *released)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
@@ -146,7 +146,7 @@ int kvc_blocks_free(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
 	return 0;
 }
 
-int kvc_blocks_share(struct kvc_arena *a, u32 id, u32 n, const u32 *ids,
+int kvc_blocks_share(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 		     u64 now)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
@@ -216,23 +216,24 @@ int kvc_arena_check(const struct kvc_arena *a)
 		goto out;
 	}
 	while ((s = kvc_session_next(a, &cursor))) {
-		u32 slot = (s->id & KVC_SLOT_MASK) - 1;
+		/* slot + 1: distinct among live sessions, never 0 */
+		u32 tag = (u32)(s->id & KVC_SLOT_MASK);
 
 		live++;
 		if (s->nheld > s->cap || s->state >= KVA_STATE_ENDED ||
 		    kvc_session_find(a, s->id) != s ||
-		    (s->id >> KVC_SLOT_BITS) != (a->gen[slot] & KVC_GEN_MASK))
+		    (s->id >> KVC_SLOT_BITS) >= a->next_serial)
 			ret = -EUCLEAN;
 		/* Every held id in range, and held once by this session. */
 		for (i = 0; i < s->nheld && !ret; i++) {
 			u32 b = s->held[i];
 
-			if (b >= p->nblocks || last[b] == s->id)
+			if (b >= p->nblocks || last[b] == tag)
 				ret = -EUCLEAN;
 			else
 				refs[b]++;
 			if (!ret)
-				last[b] = s->id;
+				last[b] = tag;
 		}
 	}
 	if (live != a->nsessions || p->nfree > p->nblocks)

@@ -123,6 +123,7 @@ u32 kvc_rank_victims(const struct kvc_arena *a, u32 policy, u64 now,
 		v.state = s->state;
 		v.blocks_held = s->nheld;
 		v.tool_class = s->tool_class;
+		v.pad = 0;
 		v.idle_ns = now > s->last_active_ns ? now - s->last_active_ns : 0;
 		if (n == max && !kvc_before(policy, &v, &out[n - 1]))
 			continue;

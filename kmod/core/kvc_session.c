@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * Sessions: the id table (slot + generation, O(1) lookup, stale ids miss),
+ * Sessions: the id table (serial + slot, O(1) lookup, ids never reused),
  * the state machine and its accounting (time per state, transitions, idle
  * block-time).  Block membership lives in kvc_blocks.c.
  */
@@ -17,6 +17,7 @@ int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
 		return -EINVAL;
 	a->block_size = block_size;
 	a->max_sessions = max_sessions;
+	a->next_serial = KVC_SERIAL_FIRST;
 	ret = kvc_pool_init(&a->pool, nblocks);
 	if (ret)
 		return ret;
@@ -39,15 +40,19 @@ void kvc_arena_destroy(struct kvc_arena *a)
 		kvc_resched(i);
 	}
 	kvc_free(a->slot);
-	kvc_free(a->gen);
 	kvc_free(a->free_slots);
 	kvc_pool_destroy(&a->pool);
 	memset(a, 0, sizeof(*a));
 }
 
-struct kvc_session *kvc_session_find(const struct kvc_arena *a, u32 id)
+static u32 kvc_id_slot(u64 id)
 {
-	u32 slot = (id & KVC_SLOT_MASK) - 1;
+	return (u32)(id & KVC_SLOT_MASK) - 1;
+}
+
+struct kvc_session *kvc_session_find(const struct kvc_arena *a, u64 id)
+{
+	u32 slot = kvc_id_slot(id);
 	struct kvc_session *s;
 
 	if (!(id & KVC_SLOT_MASK) || slot >= a->slots_used)
@@ -90,7 +95,6 @@ static int kvc_slots_grow(struct kvc_arena *a)
 	u32 n = a->nslots ? a->nslots * 2 : 16;
 	struct kvc_session **slot;
 	u32 *free_slots;
-	u16 *gen;
 	int ret;
 
 	if (n > a->max_sessions)
@@ -102,10 +106,6 @@ static int kvc_slots_grow(struct kvc_arena *a)
 	if (!slot)
 		return -ENOMEM;
 	a->slot = slot;
-	gen = kvc_grow(a->gen, a->nslots * sizeof(*gen), n * sizeof(*gen));
-	if (!gen)
-		return -ENOMEM;
-	a->gen = gen;
 	free_slots = kvc_grow(a->free_slots, a->nslots * sizeof(*free_slots),
 			      n * sizeof(*free_slots));
 	if (!free_slots)
@@ -115,13 +115,15 @@ static int kvc_slots_grow(struct kvc_arena *a)
 	return 0;
 }
 
-int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
+int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u64 *id)
 {
 	struct kvc_session *s;
 	u32 slot;
 	int ret;
 
-	if (a->nsessions >= a->max_sessions)
+	/* Ids spent (2^47 creates) is ENOSPC too: an id is never reused. */
+	if (a->nsessions >= a->max_sessions ||
+	    a->next_serial >= KVA_SESSION_SERIAL_MAX)
 		return -ENOSPC;
 	/* Fresh slots first, then the one freed longest ago: slow reuse. */
 	if (a->slots_used < a->max_sessions && a->slots_used == a->nslots) {
@@ -139,8 +141,7 @@ int kvc_session_create(struct kvc_arena *a, u64 cookie, u64 now, u32 *id)
 		a->free_head = (a->free_head + 1) % a->nslots;
 		a->nfree_slots--;
 	}
-	s->id = ((u32)(a->gen[slot] & KVC_GEN_MASK) <<
-		 KVC_SLOT_BITS) | (slot + 1);
+	s->id = (a->next_serial++ << KVC_SLOT_BITS) | (slot + 1);
 	s->state = KVA_STATE_IDLE;
 	s->cookie = cookie;
 	s->created_ns = now;
@@ -180,7 +181,7 @@ void kvc_session_settle(struct kvc_session *s, u64 now)
 	s->idle_rem_block_ns = rem - kvc_div_u64(rem, 1000) * 1000;
 }
 
-int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
+int kvc_session_end(struct kvc_arena *a, u64 id, u64 now, u32 *released)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
 	u32 slot, i, n = 0;
@@ -191,9 +192,8 @@ int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
 	kvc_session_settle(s, now);
 	for (i = 0; i < s->nheld; i++)
 		n += kvc_pool_put(&a->pool, s->held[i]);
-	slot = (id & KVC_SLOT_MASK) - 1;
+	slot = kvc_id_slot(id);
 	a->slot[slot] = NULL;
-	a->gen[slot]++;
 	a->free_slots[(a->free_head + a->nfree_slots++) % a->nslots] = slot;
 	a->nsessions--;
 	a->sessions_ended++;
@@ -203,7 +203,7 @@ int kvc_session_end(struct kvc_arena *a, u32 id, u64 now, u32 *released)
 	return 0;
 }
 
-int kvc_session_set_state(struct kvc_arena *a, u32 id, u32 state,
+int kvc_session_set_state(struct kvc_arena *a, u64 id, u32 state,
 			  u32 tool_class, u64 expected_wait_us, u64 now,
 			  u32 *released)
 {
@@ -240,7 +240,7 @@ u64 kvc_idle_byte_sec(u64 idle_block_us, u32 block_size)
 	return sec * block_size + kvc_div_u64(rem * block_size, 1000000);
 }
 
-int kvc_session_info(struct kvc_arena *a, u32 id, u64 now,
+int kvc_session_info(struct kvc_arena *a, u64 id, u64 now,
 		     struct kva_session_info *out)
 {
 	struct kvc_session *s = kvc_session_find(a, id);

@@ -50,7 +50,8 @@ int main(void)
 	} p;
 	struct kva_arena *a;
 	struct kva_dev *d;
-	uint32_t sid, ids[2];
+	uint64_t sid;
+	uint32_t ids[2];
 
 	/* The copy is old: the library's kva_arena_info is bigger. */
 	CHECK(sizeof(struct kva_arena_info) == KVA_ARENA_INFO_SIZE_VER0);

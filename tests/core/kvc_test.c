@@ -54,7 +54,6 @@ struct kvc_snap {
 	struct kvc_arena arena;		/* scalars; pointers not compared */
 	u32 *free_ids;
 	u32 *refcnt;
-	u16 *gen;
 	u32 *free_slots;
 	struct kvc_session *sess;	/* per slot; id 0 = empty slot */
 	u32 **held;			/* per slot */
@@ -82,7 +81,6 @@ struct kvc_snap *kvc_snap_take(const struct kvc_arena *a)
 	snap->free_ids = dup_array(a->pool.free_ids,
 				   a->pool.nfree * sizeof(u32));
 	snap->refcnt = dup_array(a->pool.refcnt, a->pool.nblocks * sizeof(u32));
-	snap->gen = dup_array(a->gen, a->nslots * sizeof(u16));
 	/* The free slots in ring order (kvc_arena.free_head). */
 	snap->free_slots = dup_array(NULL, a->nfree_slots * sizeof(u32));
 	for (i = 0; i < a->nfree_slots; i++)
@@ -112,7 +110,6 @@ void kvc_snap_free(struct kvc_snap *snap)
 	free(snap->held);
 	free(snap->sess);
 	free(snap->free_slots);
-	free(snap->gen);
 	free(snap->refcnt);
 	free(snap->free_ids);
 	free(snap);
@@ -176,8 +173,7 @@ bool kvc_snap_same(const struct kvc_snap *snap, const struct kvc_arena *a)
 		SNAP_FIELD(snap->free_ids[i], a->pool.free_ids[i], "free_ids[]");
 	for (i = 0; i < o->pool.nblocks; i++)
 		SNAP_FIELD(snap->refcnt[i], a->pool.refcnt[i], "refcnt[]");
-	for (i = 0; i < o->nslots; i++)
-		SNAP_FIELD(snap->gen[i], a->gen[i], "gen[]");
+	SNAP_FIELD(o->next_serial, a->next_serial, "next_serial");
 	SNAP_FIELD(o->free_head, a->free_head, "free_head");
 	for (i = 0; i < o->nfree_slots; i++)
 		SNAP_FIELD(snap->free_slots[i],
@@ -198,7 +194,7 @@ bool kvc_snap_same(const struct kvc_snap *snap, const struct kvc_arena *a)
 	return true;
 }
 
-struct kvc_session *kvc_must_find(const struct kvc_arena *a, u32 id)
+struct kvc_session *kvc_must_find(const struct kvc_arena *a, u64 id)
 {
 	struct kvc_session *s = kvc_session_find(a, id);
 
@@ -213,16 +209,16 @@ void kvc_new_arena(struct kvc_arena *a, u32 nblocks, u32 block_size,
 					     max_sessions), 0);
 }
 
-u32 kvc_new_session(struct kvc_arena *a, u64 cookie, u64 now)
+u64 kvc_new_session(struct kvc_arena *a, u64 cookie, u64 now)
 {
-	u32 id = 0;
+	u64 id = 0;
 
 	CU_ASSERT_EQUAL_FATAL(kvc_session_create(a, cookie, now, &id), 0);
 	CU_ASSERT_NOT_EQUAL_FATAL(id, 0);
 	return id;
 }
 
-void kvc_alloc_ok(struct kvc_arena *a, u32 id, u32 n, u64 now, u32 *ids)
+void kvc_alloc_ok(struct kvc_arena *a, u64 id, u32 n, u64 now, u32 *ids)
 {
 	u32 *buf = malloc((n ? n : 1) * sizeof(u32)), done = ~0u;
 
@@ -235,7 +231,7 @@ void kvc_alloc_ok(struct kvc_arena *a, u32 id, u32 n, u64 now, u32 *ids)
 	free(buf);
 }
 
-void kvc_state_ok(struct kvc_arena *a, u32 id, u32 state, u64 now)
+void kvc_state_ok(struct kvc_arena *a, u64 id, u32 state, u64 now)
 {
 	u32 released = ~0u;
 
@@ -244,7 +240,7 @@ void kvc_state_ok(struct kvc_arena *a, u32 id, u32 state, u64 now)
 	CU_ASSERT_EQUAL(released, 0);
 }
 
-struct kva_session_info kvc_info_ok(struct kvc_arena *a, u32 id, u64 now)
+struct kva_session_info kvc_info_ok(struct kvc_arena *a, u64 id, u64 now)
 {
 	struct kva_session_info info;
 

@@ -36,7 +36,7 @@ void *__wrap_calloc(size_t n, size_t size);
 
 /*
  * A deep copy of everything observable in an arena: pool arrays, slot
- * table, free slot stack, generations, every live session including its
+ * table, free slot ring, id serial, every live session including its
  * block table in order.  kvc_snap_same() reports the first difference on
  * stderr and returns false.
  */
@@ -46,7 +46,7 @@ bool kvc_snap_same(const struct kvc_snap *snap, const struct kvc_arena *a);
 void kvc_snap_free(struct kvc_snap *snap);
 
 /* The session an id names, asserting that it exists. */
-struct kvc_session *kvc_must_find(const struct kvc_arena *a, u32 id);
+struct kvc_session *kvc_must_find(const struct kvc_arena *a, u64 id);
 
 /*
  * Steps that must succeed (fatal CUnit assertions otherwise), for setting
@@ -54,11 +54,11 @@ struct kvc_session *kvc_must_find(const struct kvc_arena *a, u32 id);
  */
 void kvc_new_arena(struct kvc_arena *a, u32 nblocks, u32 block_size,
 		   u32 max_sessions);
-u32 kvc_new_session(struct kvc_arena *a, u64 cookie, u64 now);
+u64 kvc_new_session(struct kvc_arena *a, u64 cookie, u64 now);
 /* Allocate exactly n blocks; their ids go to ids (may be NULL). */
-void kvc_alloc_ok(struct kvc_arena *a, u32 id, u32 n, u64 now, u32 *ids);
-void kvc_state_ok(struct kvc_arena *a, u32 id, u32 state, u64 now);
-struct kva_session_info kvc_info_ok(struct kvc_arena *a, u32 id, u64 now);
+void kvc_alloc_ok(struct kvc_arena *a, u64 id, u32 n, u64 now, u32 *ids);
+void kvc_state_ok(struct kvc_arena *a, u64 id, u32 state, u64 now);
+struct kva_session_info kvc_info_ok(struct kvc_arena *a, u64 id, u64 now);
 
 /* Shorthands. */
 #define T_OK(expr)		CU_ASSERT_EQUAL((expr), 0)

@@ -9,7 +9,7 @@
 
 #define BS	4096u
 
-static u32 held_at(const struct kvc_arena *a, u32 id, u32 i)
+static u32 held_at(const struct kvc_arena *a, u64 id, u32 i)
 {
 	const struct kvc_session *s = kvc_session_find(a, id);
 
@@ -18,13 +18,13 @@ static u32 held_at(const struct kvc_arena *a, u32 id, u32 i)
 	return s->held[i];
 }
 
-static u32 nheld(const struct kvc_arena *a, u32 id)
+static u32 nheld(const struct kvc_arena *a, u64 id)
 {
 	return kvc_must_find(a, id)->nheld;
 }
 
 /* The session's block table is exactly want[0..n), in order. */
-static void assert_held(const struct kvc_arena *a, u32 id, const u32 *want,
+static void assert_held(const struct kvc_arena *a, u64 id, const u32 *want,
 			u32 n)
 {
 	const struct kvc_session *s = kvc_must_find(a, id);
@@ -40,7 +40,8 @@ static void assert_held(const struct kvc_arena *a, u32 id, const u32 *want,
 static void test_alloc_basic(void)
 {
 	struct kvc_arena a;
-	u32 id, ids[5], done = 99, i;
+	u64 id;
+	u32 ids[5], done = 99, i;
 
 	kvc_new_arena(&a, 16, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -69,7 +70,8 @@ static void test_alloc_table_growth(void)
 {
 	enum { N = 300 };
 	struct kvc_arena a;
-	u32 id, got[N], i;
+	u64 id;
+	u32 got[N], i;
 
 	kvc_new_arena(&a, N, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -86,7 +88,8 @@ static void test_alloc_bad_args(void)
 {
 	static u32 ids[KVA_MAX_BATCH + 2];
 	struct kvc_arena a;
-	u32 id, done;
+	u64 id;
+	u32 done;
 
 	kvc_new_arena(&a, 2048, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -119,7 +122,8 @@ static void test_alloc_bad_args(void)
 static void test_alloc_all_or_nothing(void)
 {
 	struct kvc_arena a;
-	u32 s1, s2, ids[8], done;
+	u64 s1, s2;
+	u32 ids[8], done;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	s1 = kvc_new_session(&a, 0, 0);
@@ -152,7 +156,8 @@ static void test_alloc_all_or_nothing(void)
 static void test_alloc_quota(void)
 {
 	struct kvc_arena a;
-	u32 id, ids[8], done;
+	u64 id;
+	u32 ids[8], done;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -192,7 +197,8 @@ static void test_alloc_quota(void)
 static void test_alloc_enomem(void)
 {
 	struct kvc_arena a;
-	u32 id, ids[8], done = 99;
+	u64 id;
+	u32 ids[8], done = 99;
 
 	kvc_new_arena(&a, 64, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -215,7 +221,8 @@ static void test_alloc_enomem(void)
 static void test_free_keeps_order(void)
 {
 	struct kvc_arena a;
-	u32 id, ids[10], drop[4], want[6], released = 99;
+	u64 id;
+	u32 ids[10], drop[4], want[6], released = 99;
 
 	kvc_new_arena(&a, 16, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -268,7 +275,8 @@ static void test_free_errors(void)
 {
 	static u32 big[KVA_MAX_BATCH + 1];
 	struct kvc_arena a;
-	u32 s1, s2, ids[4], other[2], bad[3], released;
+	u64 s1, s2;
+	u32 ids[4], other[2], bad[3], released;
 
 	kvc_new_arena(&a, 16, BS, 4);
 	s1 = kvc_new_session(&a, 0, 0);
@@ -332,7 +340,8 @@ static void test_free_errors(void)
 static void test_share_refcounts(void)
 {
 	struct kvc_arena a;
-	u32 s1, s2, s3, ids[4], released, again;
+	u64 s1, s2, s3;
+	u32 ids[4], released, again;
 
 	kvc_new_arena(&a, 6, BS, 4);
 	s1 = kvc_new_session(&a, 0, 0);
@@ -379,7 +388,8 @@ static void test_share_refcounts(void)
 static void test_share_after_drop(void)
 {
 	struct kvc_arena a;
-	u32 s1, s2, id, released;
+	u64 s1, s2;
+	u32 id, released;
 
 	kvc_new_arena(&a, 4, BS, 4);
 	s1 = kvc_new_session(&a, 0, 0);
@@ -401,7 +411,8 @@ static void test_share_errors(void)
 {
 	static u32 big[KVA_MAX_BATCH + 1];
 	struct kvc_arena a;
-	u32 s1, s2, ids[4], bad[3], released;
+	u64 s1, s2;
+	u32 ids[4], bad[3], released;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	s1 = kvc_new_session(&a, 0, 0);
@@ -449,7 +460,8 @@ static void test_share_errors(void)
 static void test_share_enomem(void)
 {
 	struct kvc_arena a;
-	u32 s1, s2, ids[9];
+	u64 s1, s2;
+	u32 ids[9];
 
 	kvc_new_arena(&a, 16, BS, 4);
 	s1 = kvc_new_session(&a, 0, 0);
@@ -469,7 +481,7 @@ static void test_share_enomem(void)
 /* ---- kvc_arena_check ---- */
 
 /* An arena with some of everything: shared blocks, free blocks, holes. */
-static void busy_arena(struct kvc_arena *a, u32 *s)
+static void busy_arena(struct kvc_arena *a, u64 *s)
 {
 	u32 ids[6], released, i;
 
@@ -497,7 +509,8 @@ static void test_check_detects_corruption(void)
 	struct kvc_arena a;
 	struct kvc_pool *p = &a.pool;
 	struct kvc_session *s0, *s2;
-	u32 s[4], save, save2, b;
+	u64 s[4], save_id;
+	u32 save, save2, b;
 
 	busy_arena(&a, s);
 	s0 = kvc_must_find(&a, s[0]);
@@ -537,8 +550,11 @@ static void test_check_detects_corruption(void)
 	T_CORRUPT(&a, s2->state = KVA_STATE_ENDED,
 		  s2->state = KVA_STATE_IDLE);
 	T_CORRUPT(&a, s2->state = 77, s2->state = KVA_STATE_IDLE);
-	save2 = s2->id;
-	T_CORRUPT(&a, s2->id = s[0], s2->id = save2);
+	save_id = s2->id;
+	T_CORRUPT(&a, s2->id = s[0], s2->id = save_id);
+	/* An id from a serial the arena has not handed out yet. */
+	T_CORRUPT(&a, s2->id += a.next_serial << KVC_SLOT_BITS,
+		  s2->id = save_id);
 	T_CORRUPT(&a, a.nsessions++, a.nsessions--);
 	T_CORRUPT(&a, a.nsessions--, a.nsessions++);
 	/* The slot table: s[3]'s slot is free; a free slot out of range, one
@@ -572,7 +588,8 @@ static void test_check_detects_duplicate_held(void)
 {
 	struct kvc_arena a;
 	struct kvc_session *s0;
-	u32 s[4], dup, gone, ret;
+	u64 s[4];
+	u32 dup, gone, ret;
 
 	busy_arena(&a, s);
 	s0 = kvc_must_find(&a, s[0]);
@@ -603,7 +620,8 @@ static void test_check_detects_duplicate_held(void)
 static void test_check_detects_live_free_slot(void)
 {
 	struct kvc_arena a;
-	u32 s[4], ret;
+	u64 s[4];
+	u32 ret;
 
 	busy_arena(&a, s);
 	CU_ASSERT_EQUAL_FATAL(a.nfree_slots, 1);
@@ -618,7 +636,7 @@ static void test_check_detects_live_free_slot(void)
 static void test_check_enomem(void)
 {
 	struct kvc_arena a;
-	u32 s[4];
+	u64 s[4];
 	long k;
 
 	busy_arena(&a, s);

@@ -32,7 +32,8 @@ static void test_policy_defaults_and_errors(void)
 static void test_pressure_trigger(void)
 {
 	struct kvc_arena a;
-	u32 s, ids[80], done;
+	u64 s;
+	u32 ids[80], done;
 
 	kvc_new_arena(&a, 80, BS, 16);		/* low 10, high 20 */
 	s = kvc_new_session(&a, 0, 0);
@@ -65,7 +66,7 @@ static void test_pressure_trigger(void)
  * it), check every field of each victim against its session, and return
  * the ids in order.
  */
-static u32 rank(struct kvc_arena *a, u32 policy, u64 now, u32 *ids, u32 max)
+static u32 rank(struct kvc_arena *a, u32 policy, u64 now, u64 *ids, u32 max)
 {
 	struct kva_victim *v = malloc(max * sizeof(*v) + !max);
 	u32 n, i;
@@ -91,7 +92,7 @@ static u32 rank(struct kvc_arena *a, u32 policy, u64 now, u32 *ids, u32 max)
  * expects 3000 ms;  C IDLE 2 blocks since t=0;  D IDLE 9 blocks since
  * t=50 ms;  E DECODE 8 blocks;  F PREFILL 8 blocks;  G IDLE no blocks.
  */
-static void setup(struct kvc_arena *a, u32 *id)
+static void setup(struct kvc_arena *a, u64 *id)
 {
 	u32 r;
 
@@ -115,7 +116,7 @@ static void setup(struct kvc_arena *a, u32 *id)
 static void test_rank_toolwait(void)
 {
 	struct kvc_arena a;
-	u32 id[7], got[16];
+	u64 id[7], got[16];
 
 	setup(&a, id);
 	/* At 100 ms: A has 910 ms x 4 left = 3640, B 2920 ms x 1 = 2920. */
@@ -148,7 +149,7 @@ static void test_rank_toolwait(void)
 static void test_rank_replace_worst(void)
 {
 	struct kvc_arena a;
-	u32 id[7], got[16];
+	u64 id[7], got[16];
 
 	setup(&a, id);
 	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_LRU, 100 * MS, got, 2), 2);
@@ -174,7 +175,8 @@ static void test_rank_replace_worst(void)
 static void test_rank_remaining_wait(void)
 {
 	struct kvc_arena a;
-	u32 x, y, p, q, r, got[16];
+	u64 x, y, p, q, got[16];
+	u32 r;
 
 	kvc_new_arena(&a, 64, BS, 16);
 	p = kvc_new_session(&a, 0, 0);
@@ -206,7 +208,7 @@ static void test_rank_remaining_wait(void)
 static void test_rank_lru(void)
 {
 	struct kvc_arena a;
-	u32 id[7], got[16];
+	u64 id[7], got[16];
 
 	setup(&a, id);
 	/* Last activity: C 0, D 50, A 10, B 20 -> C, A, B, D. */
@@ -221,7 +223,7 @@ static void test_rank_lru(void)
 static void test_rank_ttl(void)
 {
 	struct kvc_arena a;
-	u32 id[7], got[16];
+	u64 id[7], got[16];
 
 	setup(&a, id);
 	CU_ASSERT_EQUAL(kvc_policy_set(&a, KVA_POLICY_TTL, 0, 0, 60), 0);
@@ -240,7 +242,8 @@ static void test_rank_ttl(void)
 static void test_rank_ties_and_saturation(void)
 {
 	struct kvc_arena a;
-	u32 id[5], got[16], r, i;
+	u64 id[5], got[16];
+	u32 r, i, b;
 
 	kvc_new_arena(&a, 64, BS, 16);
 	for (i = 0; i < 5; i++) {
@@ -259,7 +262,7 @@ static void test_rank_ties_and_saturation(void)
 	for (i = 1; i < 5; i++)
 		CU_ASSERT_EQUAL(got[i], id[i - 1]);
 	/* A session's activity moves it in LRU but not its TOOL_WAIT rank. */
-	CU_ASSERT_EQUAL(kvc_blocks_alloc(&a, id[0], 1, false, ~0U, 5 * MS, got, &r), 0);
+	CU_ASSERT_EQUAL(kvc_blocks_alloc(&a, id[0], 1, false, ~0U, 5 * MS, &b, &r), 0);
 	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_LRU, 10 * MS, got, 16), 5);
 	CU_ASSERT_EQUAL(got[4], id[0]);
 	kvc_arena_destroy(&a);

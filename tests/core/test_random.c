@@ -31,7 +31,7 @@
 
 struct msess {
 	bool live;
-	u32 id;
+	u64 id;
 	u64 cookie;
 	u32 state;
 	u32 tool_class;
@@ -56,8 +56,9 @@ struct model {
 	struct msess sess[MAX_SESS];
 	u64 sessions_ended;
 	u64 ended_idle_block_us;
-	u32 dead[DEAD_RING];
+	u64 dead[DEAD_RING];
 	u32 ndead;
+	u64 last_id;			/* the newest id handed out */
 };
 
 enum { OP_CREATE, OP_END, OP_STATE, OP_ALLOC, OP_FREE, OP_SHARE, OP_INFO,
@@ -163,7 +164,7 @@ static bool m_idle(u32 state)
 	return state == KVA_STATE_IDLE || state == KVA_STATE_TOOL_WAIT;
 }
 
-static struct msess *m_find(struct model *m, u32 id)
+static struct msess *m_find(struct model *m, u64 id)
 {
 	u32 i;
 
@@ -276,15 +277,17 @@ static void compare_all(struct run *r, bool with_info)
 			continue;
 		s = kvc_session_find(a, ms->id);
 		if (!s) {
-			fail(r, "session %#x lost", ms->id);
+			fail(r, "session %#llx lost",
+			     (unsigned long long)ms->id);
 			break;
 		}
 		EXPECT_EQ(r, s->state, ms->state);
 		EXPECT_EQ(r, s->nheld, ms->nheld);
 		for (j = 0; j < ms->nheld && !r->failed; j++)
 			if (s->held[j] != ms->held[j])
-				fail(r, "session %#x held[%u] = %u, model "
-				     "says %u", ms->id, j, s->held[j],
+				fail(r, "session %#llx held[%u] = %u, model "
+				     "says %u", (unsigned long long)ms->id, j,
+				     s->held[j],
 				     ms->held[j]);
 		if (with_info)
 			compare_info(r, ms);
@@ -310,7 +313,7 @@ static struct msess *pick_live(struct run *r)
 }
 
 /* Mostly a live id; sometimes a stale, random, zero or mangled one. */
-static u32 pick_id(struct run *r)
+static u64 pick_id(struct run *r)
 {
 	struct msess *ms = pick_live(r);
 	u32 p = below(r, 100);
@@ -323,9 +326,9 @@ static u32 pick_id(struct run *r)
 	if (p < 92)
 		return 0;
 	if (p < 96 && ms)
-		return ms->id ^ (1u << (KVC_SLOT_BITS + below(r, 12)));
+		return ms->id ^ (1ull << (KVC_SLOT_BITS + below(r, 48)));
 	if (p < 98)
-		return (u32)rnd(r);
+		return below(r, 2) ? (u32)rnd(r) : rnd(r);
 	return below(r, 8);
 }
 
@@ -425,7 +428,8 @@ static void op_create(struct run *r)
 {
 	struct model *m = &r->m;
 	u64 cookie = rnd(r);
-	u32 id = 0xdeadbeef, i;
+	u64 id = 0xdeadbeef;
+	u32 i;
 	int ret;
 
 	r->what = "create";
@@ -439,11 +443,13 @@ static void op_create(struct run *r)
 	EXPECT_EQ(r, ret, 0);
 	if (ret)
 		return;
-	if (!id || id >= 0x80000000u || m_find(m, id) ||
+	/* Never an id seen before: each one above the last. */
+	if (!id || id >= (1ull << 63) || id <= m->last_id || m_find(m, id) ||
 	    (id & KVC_SLOT_MASK) > m->max_sessions) {
-		fail(r, "bad new session id %#x", id);
+		fail(r, "bad new session id %#llx", (unsigned long long)id);
 		return;
 	}
+	m->last_id = id;
 	for (i = 0; i < MAX_SESS && m->sess[i].live; i++)
 		;
 	if (i == MAX_SESS) {
@@ -465,7 +471,8 @@ static void op_create(struct run *r)
 
 static void op_end(struct run *r)
 {
-	u32 id = pick_id(r), released = 0xdeadbeef;
+	u64 id = pick_id(r);
+	u32 released = 0xdeadbeef;
 	struct msess *ms = m_find(&r->m, id);
 	int ret;
 
@@ -482,7 +489,8 @@ static void op_end(struct run *r)
 
 static void op_set_state(struct run *r)
 {
-	u32 id = pick_id(r), released = 0xdeadbeef, state, tool = 0;
+	u64 id = pick_id(r);
+	u32 released = 0xdeadbeef, state, tool = 0;
 	struct msess *ms = m_find(&r->m, id);
 	u64 wait = 0;
 	int ret, want;
@@ -534,7 +542,8 @@ static void op_set_state(struct run *r)
 static void op_alloc(struct run *r)
 {
 	struct model *m = &r->m;
-	u32 id = pick_id(r), n, quota, done = 0xdeadbeef, i, j;
+	u64 id = pick_id(r);
+	u32 n, quota, done = 0xdeadbeef, i, j;
 	struct msess *ms = m_find(m, id);
 	bool partial = chance(r, 40);
 	int ret, want = 0;
@@ -603,7 +612,8 @@ static void op_alloc(struct run *r)
 static void op_free(struct run *r)
 {
 	struct model *m = &r->m;
-	u32 id = pick_id(r), n = 0, released = 0xdeadbeef, zeroed = 0, i, j;
+	u64 id = pick_id(r);
+	u32 n = 0, released = 0xdeadbeef, zeroed = 0, i, j;
 	struct msess *ms = m_find(m, id);
 	int ret, want = 0;
 
@@ -659,7 +669,8 @@ static void op_free(struct run *r)
 static void op_share(struct run *r)
 {
 	struct model *m = &r->m;
-	u32 id = pick_id(r), n = 0, i, j, b;
+	u64 id = pick_id(r);
+	u32 n = 0, i, j, b;
 	struct msess *ms = m_find(m, id);
 	int ret, want = 0;
 
@@ -711,7 +722,7 @@ static void op_share(struct run *r)
 
 static void op_info(struct run *r)
 {
-	u32 id = pick_id(r);
+	u64 id = pick_id(r);
 	struct msess *ms = m_find(&r->m, id);
 	struct kva_session_info info;
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Tests for kmod/core/kvc_session.c: arena setup, the session id table
- * (slots, generations, growth, iteration), the state machine and its
+ * (serials and slots, growth, iteration), the state machine and its
  * accounting (time per state, transitions, idle block-time, byte-seconds).
  * Block membership is tested in test_blocks.c.
  */
@@ -63,11 +63,13 @@ static void test_create_starts_idle(void)
 	struct kvc_arena a;
 	struct kva_session_info info;
 	struct kvc_session *s;
-	u32 id, i;
+	u64 id;
+	u32 i;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	id = kvc_new_session(&a, 0xfeedfacecafebeefull, 5000);
-	CU_ASSERT(id != 0 && id < 0x80000000u);
+	/* Above 2^32: 32-bit truncation anywhere shows at once. */
+	CU_ASSERT(id > UINT32_MAX && id < (1ull << 63));
 	CU_ASSERT_EQUAL(a.nsessions, 1);
 	s = kvc_must_find(&a, id);
 	CU_ASSERT_EQUAL(s->id, id);
@@ -93,12 +95,14 @@ static void test_ids_unique(void)
 {
 	enum { N = 50 };
 	struct kvc_arena a;
-	u32 ids[N], i, j;
+	u64 ids[N];
+	u32 i, j;
 
 	kvc_new_arena(&a, 8, BS, N);
 	for (i = 0; i < N; i++) {
 		ids[i] = kvc_new_session(&a, i, 0);
-		CU_ASSERT(ids[i] < 0x80000000u);
+		CU_ASSERT(ids[i] < (1ull << 63));
+		CU_ASSERT(!i || ids[i] > ids[i - 1]);	/* creation order */
 		for (j = 0; j < i; j++)
 			CU_ASSERT_NOT_EQUAL(ids[i], ids[j]);
 	}
@@ -111,7 +115,8 @@ static void test_ids_unique(void)
 static void test_find_rejects_foreign_ids(void)
 {
 	struct kvc_arena a;
-	u32 id, bit;
+	u64 id;
+	u32 bit;
 
 	kvc_new_arena(&a, 8, BS, 8);
 	CU_ASSERT_PTR_NULL(kvc_session_find(&a, 1));	/* empty table */
@@ -121,10 +126,11 @@ static void test_find_rejects_foreign_ids(void)
 	CU_ASSERT_PTR_NULL(kvc_session_find(&a, 3));	/* slot not used */
 	CU_ASSERT_PTR_NULL(kvc_session_find(&a, KVC_SLOT_MASK));
 	CU_ASSERT_PTR_NULL(kvc_session_find(&a, UINT32_MAX));
-	CU_ASSERT_PTR_NULL(kvc_session_find(&a, id & ~KVC_SLOT_MASK));
+	CU_ASSERT_PTR_NULL(kvc_session_find(&a, UINT64_MAX));
+	CU_ASSERT_PTR_NULL(kvc_session_find(&a, id & ~(u64)KVC_SLOT_MASK));
 	/* Any flipped bit outside the slot field is another id. */
-	for (bit = KVC_SLOT_BITS; bit < 32; bit++)
-		CU_ASSERT_PTR_NULL(kvc_session_find(&a, id ^ (1u << bit)));
+	for (bit = KVC_SLOT_BITS; bit < 64; bit++)
+		CU_ASSERT_PTR_NULL(kvc_session_find(&a, id ^ (1ull << bit)));
 	CU_ASSERT_PTR_NOT_NULL(kvc_session_find(&a, id));
 	kvc_arena_destroy(&a);
 }
@@ -132,7 +138,8 @@ static void test_find_rejects_foreign_ids(void)
 static void test_end(void)
 {
 	struct kvc_arena a;
-	u32 id, other, released = 77;
+	u64 id, other;
+	u32 released = 77;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	id = kvc_new_session(&a, 1, 0);
@@ -160,7 +167,8 @@ static void test_stale_id_after_slot_reuse(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 old, fresh, released, done, ids[2], blk;
+	u64 old, fresh;
+	u32 released, done, ids[2], blk;
 
 	kvc_new_arena(&a, 8, BS, 1);
 	old = kvc_new_session(&a, 1, 0);
@@ -189,10 +197,10 @@ static void test_stale_id_after_slot_reuse(void)
 }
 
 /* One slot reused 2047 times: 2048 distinct ids, no stale one ever hits. */
-static void test_generations_distinct(void)
+static void test_serials_distinct(void)
 {
 	enum { N = 2048 };
-	static u32 ids[N];
+	static u64 ids[N];
 	static unsigned char seen[1u << 11];
 	struct kvc_arena a;
 	u32 i, released;
@@ -202,8 +210,9 @@ static void test_generations_distinct(void)
 	for (i = 0; i < N; i++) {
 		ids[i] = kvc_new_session(&a, i, i);
 		CU_ASSERT_EQUAL(ids[i] & KVC_SLOT_MASK, 1);
-		CU_ASSERT(ids[i] < 0x80000000u);
-		CU_ASSERT_EQUAL(seen[ids[i] >> KVC_SLOT_BITS]++, 0);
+		CU_ASSERT(ids[i] > UINT32_MAX && ids[i] < (1ull << 63));
+		CU_ASSERT_EQUAL(seen[(ids[i] >> KVC_SLOT_BITS) -
+				     KVC_SERIAL_FIRST]++, 0);
 		if (i)
 			CU_ASSERT_PTR_NULL(kvc_session_find(&a, ids[i - 1]));
 		T_OK(kvc_session_end(&a, ids[i], i, &released));
@@ -216,7 +225,8 @@ static void test_generations_distinct(void)
 static void test_max_sessions_enospc(void)
 {
 	struct kvc_arena a;
-	u32 ids[3], id = 12345, released, again;
+	u64 ids[3], id = 12345, again;
+	u32 released;
 
 	kvc_new_arena(&a, 8, BS, 3);
 	ids[0] = kvc_new_session(&a, 0, 0);
@@ -243,7 +253,8 @@ static void test_growth(void)
 {
 	enum { MAX = 100 };
 	struct kvc_arena a;
-	u32 ids[MAX], i, id, released;
+	u64 ids[MAX], id;
+	u32 i, released;
 
 	kvc_new_arena(&a, 8, BS, MAX);
 	CU_ASSERT_EQUAL(a.nslots, 0);
@@ -279,7 +290,8 @@ static void test_growth(void)
 static void test_growth_capped_odd_max(void)
 {
 	struct kvc_arena a;
-	u32 i, id;
+	u64 id;
+	u32 i;
 
 	kvc_new_arena(&a, 8, BS, 17);
 	for (i = 0; i < 17; i++)
@@ -300,7 +312,8 @@ static void test_growth_capped_odd_max(void)
 static void test_create_enomem(void)
 {
 	struct kvc_arena a;
-	u32 i, id = 0;
+	u64 id = 0;
+	u32 i;
 	unsigned long before, calls;
 	long k;
 
@@ -311,7 +324,7 @@ static void test_create_enomem(void)
 	before = kvc_calloc_calls();
 	id = kvc_new_session(&a, 16, 0);
 	calls = kvc_calloc_calls() - before;
-	CU_ASSERT(calls >= 2);	/* today: slot[], gen[], free_slots[], session */
+	CU_ASSERT(calls >= 2);	/* today: slot[], free_slots[], session */
 	T_OK(kvc_session_end(&a, id, 0, &i));
 	kvc_arena_destroy(&a);
 
@@ -347,7 +360,8 @@ static void test_next_iterates_live_in_slot_order(void)
 	enum { N = 40 };
 	struct kvc_arena a;
 	struct kvc_session *s;
-	u32 ids[N], i, cursor = 0, count = 0, released, last_slot = 0;
+	u64 ids[N];
+	u32 i, cursor = 0, count = 0, released, last_slot = 0;
 
 	kvc_new_arena(&a, 8, BS, N);
 	CU_ASSERT_PTR_NULL(kvc_session_next(&a, &cursor));
@@ -383,7 +397,8 @@ static void test_next_iterates_live_in_slot_order(void)
 static void test_every_transition(void)
 {
 	struct kvc_arena a;
-	u32 f, t, id, released;
+	u64 id;
+	u32 f, t, released;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	for (f = 0; f < 4; f++) {
@@ -427,7 +442,8 @@ static void test_every_transition(void)
 static void test_set_state_rejects(void)
 {
 	struct kvc_arena a;
-	u32 id, released, i;
+	u64 id;
+	u32 released, i;
 	static const u32 bad_states[] = {
 		KVA_STATE_COUNT, KVA_STATE_COUNT + 1, 0x80000000u, UINT32_MAX,
 	};
@@ -467,7 +483,8 @@ static void test_tool_fields(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 id, released;
+	u64 id;
+	u32 released;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -505,7 +522,8 @@ static void test_tool_fields(void)
 static void test_ended_via_set_state_releases(void)
 {
 	struct kvc_arena a;
-	u32 s1, s2, ids[5], released = 0, nfree;
+	u64 s1, s2;
+	u32 ids[5], released = 0, nfree;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	s1 = kvc_new_session(&a, 1, 0);
@@ -538,7 +556,8 @@ static void test_time_per_state(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 id, i;
+	u64 id;
+	u32 i;
 	u64 sum = 0;
 
 	kvc_new_arena(&a, 8, BS, 4);
@@ -578,7 +597,8 @@ static void test_time_going_backwards(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 id, i;
+	u64 id;
+	u32 i;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	id = kvc_new_session(&a, 0, 1000000);
@@ -599,7 +619,7 @@ static void test_time_going_backwards(void)
 
 /* ---- idle block-time ---- */
 
-static u64 idle_us(struct kvc_arena *a, u32 id, u64 now)
+static u64 idle_us(struct kvc_arena *a, u64 id, u64 now)
 {
 	return kvc_info_ok(a, id, now).idle_block_us;
 }
@@ -608,7 +628,8 @@ static u64 idle_us(struct kvc_arena *a, u32 id, u64 now)
 static void test_idle_only_in_idle_states(void)
 {
 	struct kvc_arena a;
-	u32 id, released;
+	u64 id;
+	u32 released;
 
 	kvc_new_arena(&a, 64, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -633,7 +654,8 @@ static void test_idle_only_in_idle_states(void)
 static void test_idle_with_block_changes(void)
 {
 	struct kvc_arena a;
-	u32 s1, s2, ids[10], released;
+	u64 s1, s2;
+	u32 ids[10], released;
 	u64 t = 0, want = 0;
 
 	kvc_new_arena(&a, 64, BS, 4);
@@ -672,7 +694,8 @@ static void test_idle_with_block_changes(void)
 static void test_idle_carry_small_steps(void)
 {
 	struct kvc_arena a;
-	u32 id, i;
+	u64 id;
+	u32 i;
 	u64 t = 0;
 
 	kvc_new_arena(&a, 64, BS, 4);
@@ -702,7 +725,8 @@ static void test_idle_remainder_kept_across_busy(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 id, i;
+	u64 id;
+	u32 i;
 	u64 t = 0;
 
 	kvc_new_arena(&a, 64, BS, 4);
@@ -733,7 +757,7 @@ static void test_idle_remainder_at_old_count_alloc(void)
 {
 	struct kvc_arena a;
 	u64 got;
-	u32 id;
+	u64 id;
 
 	kvc_new_arena(&a, 1024, BS, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -750,7 +774,8 @@ static void test_idle_remainder_at_old_count_alloc(void)
 static void test_idle_remainder_at_old_count_free(void)
 {
 	struct kvc_arena a;
-	u32 id, ids[1000], released;
+	u64 id;
+	u32 ids[1000], released;
 	u64 got;
 
 	kvc_new_arena(&a, 1024, BS, 4);
@@ -847,7 +872,7 @@ static void test_info_byte_sec(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 id;
+	u64 id;
 
 	kvc_new_arena(&a, 64, 2097152, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -865,7 +890,7 @@ static void test_idle_large_values(void)
 	struct kvc_arena a;
 	struct kva_session_info info;
 	u64 year = 365ull * 24 * 3600 * 1000000000ull, want;
-	u32 id;
+	u64 id;
 
 	kvc_new_arena(&a, 4096, 2097152, 4);
 	id = kvc_new_session(&a, 0, 0);
@@ -883,7 +908,8 @@ static void test_info_enoent(void)
 {
 	struct kvc_arena a;
 	struct kva_session_info info;
-	u32 id, released;
+	u64 id;
+	u32 released;
 
 	kvc_new_arena(&a, 8, BS, 4);
 	T_ERR(kvc_session_info(&a, 1, 0, &info), ENOENT);
@@ -896,31 +922,61 @@ static void test_info_enoent(void)
 }
 
 /*
- * A tight create/end loop must not see an id again (issue 11, finding 6):
- * with the most recently freed slot reused first and 15 bits of
- * generation, the 32769th session had the first one's id.
+ * A tight create/end loop never sees an id again (issue 11, finding 6;
+ * 15 bits of generation gave the 32769th session the first one's id): a
+ * million sessions through one slot, each id above the last (so none
+ * repeats), and every stale id misses although its slot is taken again.
  */
 static void test_ids_not_reused_in_tight_loop(void)
 {
-	enum { N = 100000 };
-	static unsigned char seen[1u << 24 >> 3];	/* 8 bits of gen */
+	enum { N = 1000000 };
+	struct kva_session_info info;
 	struct kvc_arena a;
-	u32 i, id, bit, released, dups = 0;
+	u64 id, prev = 0, first = 0;
+	u32 i, released, bad = 0;
 
-	memset(seen, 0, sizeof(seen));
-	kvc_new_arena(&a, 1, BS, KVC_MAX_SESSIONS);
+	kvc_new_arena(&a, 1, BS, 1);
 	for (i = 0; i < N; i++) {
 		id = kvc_new_session(&a, i, i);
-		CU_ASSERT(id > 0 && id < 0x80000000u);
-		bit = ((id >> KVC_SLOT_BITS) & 0xff) << KVC_SLOT_BITS |
-		      (id & KVC_SLOT_MASK);
-		dups += (id >> KVC_SLOT_BITS) > 0xff ||
-			((seen[bit >> 3] >> (bit & 7)) & 1);
-		seen[bit >> 3] |= 1 << (bit & 7);
+		bad += id <= prev || id >= (1ull << 63) ||
+		       (id & KVC_SLOT_MASK) != 1;
+		if (prev)
+			bad += kvc_session_info(&a, prev, i, &info) != -ENOENT ||
+			       kvc_session_find(&a, first) != NULL;
+		if (!first)
+			first = id;
+		prev = id;
 		T_OK(kvc_session_end(&a, id, i, &released));
 	}
-	CU_ASSERT_EQUAL(dups, 0);
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(a.sessions_ended, N);
+	CU_ASSERT_EQUAL(a.next_serial, KVC_SERIAL_FIRST + N);
 	T_CHECK(&a);
+	kvc_arena_destroy(&a);
+}
+
+/* When the serials are spent, create says ENOSPC rather than reuse one. */
+static void test_serials_spent_enospc(void)
+{
+	struct kvc_arena a;
+	u64 id, last = 0, stale;
+	u32 released;
+
+	kvc_new_arena(&a, 1, BS, 4);
+	stale = kvc_new_session(&a, 0, 0);
+	T_OK(kvc_session_end(&a, stale, 0, &released));
+	a.next_serial = KVA_SESSION_SERIAL_MAX - 1;
+	last = kvc_new_session(&a, 1, 1);
+	CU_ASSERT_EQUAL(last >> KVC_SLOT_BITS, KVA_SESSION_SERIAL_MAX - 1);
+	CU_ASSERT(last < (1ull << 63));
+	CU_ASSERT_PTR_NULL(kvc_session_find(&a, stale));
+	id = 77;
+	T_ERR_UNCHANGED(&a, kvc_session_create(&a, 2, 2, &id), ENOSPC);
+	CU_ASSERT_EQUAL(id, 77);
+	/* Ending sessions frees slots, not ids. */
+	T_OK(kvc_session_end(&a, last, 3, &released));
+	T_ERR_UNCHANGED(&a, kvc_session_create(&a, 2, 4, &id), ENOSPC);
+	CU_ASSERT_EQUAL(a.nsessions, 0);
 	kvc_arena_destroy(&a);
 }
 
@@ -944,6 +1000,7 @@ static void test_create_args_block_cap(void)
 
 static const CU_TestInfo session_tests[] = {
 	{ "ids not reused in a tight loop", test_ids_not_reused_in_tight_loop },
+	{ "serials spent -> -ENOSPC", test_serials_spent_enospc },
 	{ "create args: block cap", test_create_args_block_cap },
 	{ "init rejects bad parameters", test_init_rejects_bad_params },
 	{ "init -ENOMEM", test_init_enomem },
@@ -952,7 +1009,7 @@ static const CU_TestInfo session_tests[] = {
 	{ "find rejects foreign ids", test_find_rejects_foreign_ids },
 	{ "end", test_end },
 	{ "stale id after slot reuse", test_stale_id_after_slot_reuse },
-	{ "2048 generations distinct", test_generations_distinct },
+	{ "2048 serials distinct", test_serials_distinct },
 	{ "max_sessions -> -ENOSPC", test_max_sessions_enospc },
 	{ "slot table growth 16/32/64/max", test_growth },
 	{ "growth capped at odd max", test_growth_capped_odd_max },

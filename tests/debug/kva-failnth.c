@@ -97,7 +97,8 @@ static bool nth_fired(void)
 /* ------------------------------------------------------------ fixtures */
 struct fx {
 	int arena, dmabuf, vgem, nl;
-	uint32_t arena_id, sid, sid2, blocks_total;
+	uint32_t arena_id, blocks_total;
+	uint64_t sid, sid2;
 	uint32_t ids[16];
 	struct io_uring ring;
 	bool ring_open;
@@ -121,15 +122,17 @@ static int arena_create(uint32_t *id, uint32_t *total)
 	return fd < 0 ? -errno : fd;
 }
 
-static int sess(int arena)
+/* 0 and the new session's id in *sid, or -errno (*sid 0). */
+static int sess(int arena, uint64_t *sid)
 {
 	struct kva_session_create s = { .size = sizeof(s), .cookie = 1 };
 	int r = ioctl(arena, KVA_IOC_SESSION_CREATE, &s);
 
-	return r < 0 ? -errno : r;
+	*sid = r ? 0 : s.session_id;
+	return r < 0 ? -errno : r ? -EBADMSG : 0;
 }
 
-static int alloc_blocks(int arena, uint32_t sid, uint32_t n, uint32_t *ids)
+static int alloc_blocks(int arena, uint64_t sid, uint32_t n, uint32_t *ids)
 {
 	struct kva_blocks b = { .size = sizeof(b), .session_id = sid, .count = n,
 				.ids = (uintptr_t)ids };
@@ -242,14 +245,17 @@ static int setup_session(struct fx *f)
 
 	if (r)
 		return r;
-	f->sid = sess(f->arena);
-	f->sid2 = sess(f->arena);
+	r = sess(f->arena, &f->sid);
+	if (!r)
+		r = sess(f->arena, &f->sid2);
+	if (r)
+		return r;
 	/* pressure on the first allocation: the event path allocates too */
 	ps.low_wm = f->blocks_total - 1;
 	ps.high_wm = f->blocks_total;
 	if (ioctl(f->arena, KVA_IOC_ARENA_SET_POLICY, &ps))
 		return -errno;
-	return (int)f->sid < 0 ? (int)f->sid : (int)f->sid2 < 0 ? (int)f->sid2 : 0;
+	return 0;
 }
 
 static int setup_blocks(struct fx *f)
@@ -324,10 +330,7 @@ static int op_export(struct fx *f)
 
 static int op_session(struct fx *f)
 {
-	int r = sess(f->arena);
-
-	f->sid = r > 0 ? (uint32_t)r : 0;
-	return r < 0 ? r : 0;
+	return sess(f->arena, &f->sid);
 }
 
 static int op_alloc(struct fx *f)

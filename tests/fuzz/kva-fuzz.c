@@ -186,14 +186,14 @@ static int g_verbose, g_check_zero;
 static int g_sock[2] = { -1, -1 };	/* SOCK_DGRAM pair: fd passing */
 static bool g_replay;			/* single-threaded replay: quiet */
 
-struct pair { uint32_t sid, id; };
+struct pair { uint64_t sid; uint32_t id; };
 
 struct slot {
 	int fd;
 	int kind;			/* 0 empty, 1 arena */
 	bool shared;			/* others may act on it: no strict checks */
 	uint32_t arena_id, blocks_total;
-	uint32_t sids[8];
+	uint64_t sids[8];
 	unsigned int nsids;
 	struct pair pairs[NPAIRS];
 	unsigned int npairs;
@@ -362,7 +362,7 @@ static void slot_reset(struct slot *s)
 	s->fd = -1;
 }
 
-static void pairs_drop_sid(struct slot *s, uint32_t sid)
+static void pairs_drop_sid(struct slot *s, uint64_t sid)
 {
 	unsigned int i = 0;
 
@@ -374,7 +374,7 @@ static void pairs_drop_sid(struct slot *s, uint32_t sid)
 	}
 }
 
-static void sid_drop(struct slot *s, uint32_t sid)
+static void sid_drop(struct slot *s, uint64_t sid)
 {
 	unsigned int i;
 
@@ -386,11 +386,14 @@ static void sid_drop(struct slot *s, uint32_t sid)
 	pairs_drop_sid(s, sid);
 }
 
-static uint32_t pick_sid(struct slot *s, const struct op *o)
+/* A live id; else a small one, a 32-bit one or any 64-bit one. */
+static uint64_t pick_sid(struct slot *s, const struct op *o)
 {
 	if (s->nsids && o->variant < 80)
 		return s->sids[o->b % s->nsids];
-	return o->variant < 90 ? o->b % 8 : o->b;
+	if (o->variant < 90)
+		return o->b % 8;
+	return o->variant < 95 ? o->b : o->y;
 }
 
 /* ------------------------------------------------------------ netlink */
@@ -675,9 +678,24 @@ static void fill_struct(struct tctx *t, const struct op *o, struct rng *r,
 		size = valid ? (below(r, 2) ? sizeof(struct kva_event) : 4096) :
 			       (uint32_t)below(r, 5000);
 		break;
+	case _IOC_NR(KVA_IOC_SESSION_END):
+	case _IOC_NR(KVA_IOC_SESSION_SET_STATE):
+	case _IOC_NR(KVA_IOC_SESSION_INFO): {
+		/* the 64-bit session id, then (SET_STATE) the state */
+		uint64_t sid = s->nsids && valid ? s->sids[below(r, s->nsids)] : below(r, 8);
+
+		memcpy(buf + 8, &sid, sizeof(sid));
+		((uint32_t *)buf)[4] = below(r, valid ? 5 : 6);
+		size = _IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_END) ? 16 :
+		       _IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_SET_STATE) ? 32 :
+		       sizeof(struct kva_session_info);
+		if (!valid)
+			size = (uint32_t)below(r, 200);
+		break;
+	}
 	default:
-		/* info, sessions, policy, victims: a plausible first few fields */
-		((uint32_t *)buf)[2] = s->nsids && valid ? s->sids[below(r, s->nsids)] : below(r, 8);
+		/* info, create, policy, victims: a plausible first few fields */
+		((uint32_t *)buf)[2] = below(r, 8);
 		((uint32_t *)buf)[3] = below(r, 6);
 		if (_IOC_NR(cmd) == _IOC_NR(KVA_IOC_ARENA_VICTIMS)) {
 			struct kva_victims *v = (void *)buf;
@@ -691,22 +709,12 @@ static void fill_struct(struct tctx *t, const struct op *o, struct rng *r,
 		if (_IOC_NR(cmd) == _IOC_NR(KVA_IOC_ARENA_SET_POLICY))
 			((uint32_t *)buf)[2] = below(r, 4);
 		size = valid ? 160 : (uint32_t)below(r, 200);
-		if (_IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_INFO) && valid)
-			size = sizeof(struct kva_session_info);
 		if (_IOC_NR(cmd) == _IOC_NR(KVA_IOC_ARENA_SET_POLICY) && valid)
 			size = sizeof(struct kva_policy_set);
 		if (_IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_CREATE) && valid)
 			size = sizeof(struct kva_session_create);
 		if (_IOC_NR(cmd) == _IOC_NR(KVA_IOC_ARENA_VICTIMS) && valid)
 			size = sizeof(struct kva_victims);
-		if ((_IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_END) ||
-		     _IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_SET_STATE)) && valid) {
-			size = _IOC_NR(cmd) == _IOC_NR(KVA_IOC_SESSION_END) ? 16 : 32;
-			((uint32_t *)buf)[1] = 0;
-			((uint32_t *)buf)[3] = below(r, 5);
-			((uint32_t *)buf)[4] = 0;
-			((uint32_t *)buf)[5] = 0;
-		}
 		break;
 	}
 	memcpy(buf, &size, 4);
@@ -934,22 +942,24 @@ static void do_sess_create(struct tctx *t, const struct op *o)
 	if (!valid && (o->a & 3) == 0)
 		c->flags = o->b | 1;
 	if (!valid && (o->a & 3) == 1)
-		c->pad = o->b | 1;
+		c->session_id = o->y;		/* output only: ignored */
 	ret = sys_ioctl(fd, KVA_IOC_SESSION_CREATE, p);
 	if (valid && p == buf && s->kind && fd == s->fd && !s->shared) {
 		if (ret < 0 && ret != -ENOSPC && ret != -ENOMEM)
 			fail(t, o, "valid SESSION_CREATE: %s", strerror((int)-ret));
-		if (ret == 0)
-			fail(t, o, "SESSION_CREATE returned session 0");
-		if (ret > 0 && (uint32_t)ret != c->session_id)
-			fail(t, o, "SESSION_CREATE returned %ld, session_id %u", ret, c->session_id);
+		/* The id is 64-bit: in the struct, never the return value. */
+		if (ret > 0)
+			fail(t, o, "SESSION_CREATE returned %ld", ret);
+		if (ret == 0 && (c->session_id <= UINT32_MAX || c->session_id >> 63))
+			fail(t, o, "SESSION_CREATE gave session %#llx",
+			     (unsigned long long)c->session_id);
 	} else {
 		expect(t, o, "SESSION_CREATE", ret, EC_IOCTL);
 	}
-	if (ret > 0 && s->kind && fd == s->fd) {
+	if (ret == 0 && p == buf && s->kind && fd == s->fd) {
 		if (s->nsids == 8)
 			sid_drop(s, s->sids[0]);
-		s->sids[s->nsids++] = (uint32_t)ret;
+		s->sids[s->nsids++] = c->session_id;
 	}
 }
 
@@ -963,7 +973,7 @@ static void do_sess_end(struct tctx *t, const struct op *o, bool set_state)
 	uint32_t size = pick_size(o, ver0, ver0, valid);
 	void *p = argbuf(t, o, buf, sizeof(buf), size, !valid && (o->c & 1), ver0);
 	int fd = slot_arena_fd(t, o);
-	uint32_t sid = pick_sid(s, o);
+	uint64_t sid = pick_sid(s, o);
 	uint32_t state = 0;
 	long ret;
 
@@ -979,7 +989,7 @@ static void do_sess_end(struct tctx *t, const struct op *o, bool set_state)
 	if (!valid && (o->a & 0x300) == 0x100)
 		st->flags = o->b | 1;
 	if (!valid && (o->a & 0x300) == 0x200)
-		st->pad = o->b | 1;
+		st->session_id = sid ^ (1ULL << (16 + o->b % 47));	/* a near miss */
 	ret = sys_ioctl(fd, set_state ? KVA_IOC_SESSION_SET_STATE : KVA_IOC_SESSION_END, p);
 	expect(t, o, set_state ? "SESSION_SET_STATE" : "SESSION_END", ret, EC_IOCTL);
 	if (ret == 0 && s->kind && fd == s->fd && (!set_state || state == KVA_STATE_ENDED))
@@ -997,15 +1007,22 @@ static void do_sess_info(struct tctx *t, const struct op *o)
 	uint32_t size = pick_size(o, KVA_SESSION_INFO_SIZE_VER0, sizeof(*i), valid);
 	void *p = argbuf(t, o, buf, sizeof(buf), size, !valid && (o->c & 1), sizeof(*i));
 	int fd = slot_arena_fd(t, o);
+	uint64_t sid;
 	long ret;
 
 	i->session_id = pick_sid(s, o);
 	if (!valid && (o->a & 3) == 0)
 		i->flags = o->b | 1;
+	if (!valid && (o->a & 3) == 1)
+		i->pad = o->b | 1;
+	sid = i->session_id;
 	ret = sys_ioctl(fd, KVA_IOC_SESSION_INFO, p);
 	expect(t, o, "SESSION_INFO", ret, EC_IOCTL);
 	if (ret == 0 && p == buf && i->state >= KVA_STATE_COUNT)
 		fail(t, o, "SESSION_INFO: state %u", i->state);
+	if (ret == 0 && p == buf && i->session_id != sid)
+		fail(t, o, "SESSION_INFO: session %#llx for %#llx",
+		     (unsigned long long)i->session_id, (unsigned long long)sid);
 }
 
 static void do_blocks(struct tctx *t, const struct op *o, int kind)
@@ -1052,7 +1069,7 @@ static void do_blocks(struct tctx *t, const struct op *o, int kind)
 		case 0: b->count = 0; break;
 		case 1: b->count = KVA_MAX_BATCH + 1 + o->y % 8; break;
 		case 2: b->flags = (uint32_t)o->y | 4; break;
-		case 3: b->pad = (uint32_t)o->y | 1; break;
+		case 3: b->session_id ^= 1ULL << (16 + o->y % 47); break;
 		case 4: b->ids = 0; break;
 		case 5: b->ids = (uintptr_t)t->ro; break;
 		case 6: b->ids = (uintptr_t)(t->guard + 4096 - 4 * (o->y % n)); break;
@@ -1306,9 +1323,8 @@ static void do_fork(struct tctx *t, const struct op *o)
 		uint32_t ids[8];
 		struct kva_blocks b = { .size = sizeof(b), .count = 8, .ids = (uintptr_t)ids,
 					.flags = KVA_ALLOC_PARTIAL };
-		int sid = ioctl(s->fd, KVA_IOC_SESSION_CREATE, &sc);
-
-		b.session_id = sid > 0 ? (uint32_t)sid : 1;
+		b.session_id = ioctl(s->fd, KVA_IOC_SESSION_CREATE, &sc) == 0 ?
+			       sc.session_id : 1;
 		ioctl(s->fd, KVA_IOC_BLOCKS_ALLOC, &b);
 		if (o->a & 1)
 			close(s->fd);

@@ -9,7 +9,8 @@ int main(void)
 				      .numa_node = KVA_NUMA_ANY, .name = "inst" };
 	struct kva_arena *a;
 	struct kva_dev *d;
-	uint32_t sid, ids[4];
+	uint64_t sid;
+	uint32_t ids[4];
 
 	if (kva_open(KVA_BACKEND_MEMFD, &d) || kva_arena_new(d, &p, &a) ||
 	    kva_session_open(a, 1, &sid) || kva_blocks_alloc(a, sid, 4, ids, 0) != 4)

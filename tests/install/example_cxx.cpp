@@ -29,7 +29,8 @@ int main()
 	kva_toolwait_session tws{};
 	kva_toolwait_stats twst{};
 	kva_toolwait_kind kind = KVA_TOOLWAIT_AUTO;
-	uint32_t sid = 0, ids[4];
+	uint64_t sid = 0;
+	uint32_t ids[4];
 	void *base = nullptr;
 
 	(void)tws;

@@ -26,14 +26,18 @@ int kt_arena(int dev, uint64_t bytes, uint32_t block_size, uint32_t tenant)
 	return kt_ioctl(dev, KVA_IOC_ARENA_CREATE, &c);
 }
 
-int kt_session(int arena)
+int64_t kt_session(int arena)
 {
 	struct kva_session_create c = { .size = sizeof(c), .cookie = 42 };
+	int ret = kt_ioctl(arena, KVA_IOC_SESSION_CREATE, &c);
 
-	return kt_ioctl(arena, KVA_IOC_SESSION_CREATE, &c);
+	/* The id is 64-bit and comes back in the struct only. */
+	if (ret > 0)
+		return -EPROTO;
+	return ret < 0 ? ret : (int64_t)c.session_id;
 }
 
-static int kt_blocks(int arena, unsigned long cmd, uint32_t sid, uint32_t n,
+static int kt_blocks(int arena, unsigned long cmd, uint64_t sid, uint32_t n,
 		     const uint32_t *ids, uint32_t flags)
 {
 	struct kva_blocks b = {
@@ -44,22 +48,22 @@ static int kt_blocks(int arena, unsigned long cmd, uint32_t sid, uint32_t n,
 	return kt_ioctl(arena, cmd, &b);
 }
 
-int kt_alloc(int arena, uint32_t sid, uint32_t n, uint32_t *ids, uint32_t flags)
+int kt_alloc(int arena, uint64_t sid, uint32_t n, uint32_t *ids, uint32_t flags)
 {
 	return kt_blocks(arena, KVA_IOC_BLOCKS_ALLOC, sid, n, ids, flags);
 }
 
-int kt_free(int arena, uint32_t sid, uint32_t n, const uint32_t *ids)
+int kt_free(int arena, uint64_t sid, uint32_t n, const uint32_t *ids)
 {
 	return kt_blocks(arena, KVA_IOC_BLOCKS_FREE, sid, n, ids, 0);
 }
 
-int kt_share(int arena, uint32_t sid, uint32_t n, const uint32_t *ids)
+int kt_share(int arena, uint64_t sid, uint32_t n, const uint32_t *ids)
 {
 	return kt_blocks(arena, KVA_IOC_BLOCKS_SHARE, sid, n, ids, 0);
 }
 
-int kt_set_state(int arena, uint32_t sid, uint32_t state, uint32_t tool,
+int kt_set_state(int arena, uint64_t sid, uint32_t state, uint32_t tool,
 		 uint64_t wait_us)
 {
 	struct kva_session_state s = {
@@ -70,7 +74,7 @@ int kt_set_state(int arena, uint32_t sid, uint32_t state, uint32_t tool,
 	return kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s);
 }
 
-int kt_end(int arena, uint32_t sid)
+int kt_end(int arena, uint64_t sid)
 {
 	struct kva_session_end e = { .size = sizeof(e), .session_id = sid };
 
@@ -84,7 +88,7 @@ int kt_arena_info(int arena, struct kva_arena_info *info)
 	return kt_ioctl(arena, KVA_IOC_ARENA_INFO, info);
 }
 
-int kt_session_info(int arena, uint32_t sid, struct kva_session_info *info)
+int kt_session_info(int arena, uint64_t sid, struct kva_session_info *info)
 {
 	memset(info, 0, sizeof(*info));
 	info->size = sizeof(*info);

@@ -8,6 +8,7 @@
 #define KT_H
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,15 +32,16 @@ static inline int kt_ioctl(int fd, unsigned long cmd, void *arg)
 int kt_dev_open(void);
 /* Create an arena through the raw ioctl; returns the fd or -errno. */
 int kt_arena(int dev, uint64_t bytes, uint32_t block_size, uint32_t tenant);
-int kt_session(int arena);
-int kt_alloc(int arena, uint32_t sid, uint32_t n, uint32_t *ids, uint32_t flags);
-int kt_free(int arena, uint32_t sid, uint32_t n, const uint32_t *ids);
-int kt_share(int arena, uint32_t sid, uint32_t n, const uint32_t *ids);
-int kt_set_state(int arena, uint32_t sid, uint32_t state, uint32_t tool,
+/* A session's id (above 2^32, below 2^63) or -errno. */
+int64_t kt_session(int arena);
+int kt_alloc(int arena, uint64_t sid, uint32_t n, uint32_t *ids, uint32_t flags);
+int kt_free(int arena, uint64_t sid, uint32_t n, const uint32_t *ids);
+int kt_share(int arena, uint64_t sid, uint32_t n, const uint32_t *ids);
+int kt_set_state(int arena, uint64_t sid, uint32_t state, uint32_t tool,
 		 uint64_t wait_us);
-int kt_end(int arena, uint32_t sid);
+int kt_end(int arena, uint64_t sid);
 int kt_arena_info(int arena, struct kva_arena_info *info);
-int kt_session_info(int arena, uint32_t sid, struct kva_session_info *info);
+int kt_session_info(int arena, uint64_t sid, struct kva_session_info *info);
 int kt_export(int arena);
 
 /* /sys/class/misc/kvarena/<name>, /sys/module/kvarena/parameters/<name> */

@@ -44,7 +44,7 @@ static uint32_t free_blocks(void)
 static void test_session_lifecycle(void)
 {
 	struct kva_session_info si;
-	int sid = kt_session(arena), sid2;
+	int64_t sid = kt_session(arena), sid2;
 
 	CU_ASSERT_FATAL(sid > 0);
 	CU_ASSERT_EQUAL(kt_session_info(arena, sid, &si), 0);
@@ -63,7 +63,7 @@ static void test_session_lifecycle(void)
 	CU_ASSERT(si.state_ns[KVA_STATE_PREFILL] > 0);
 	CU_ASSERT(si.state_since_ns >= si.created_ns);
 
-	/* Errors: bad state, tool fields outside TOOL_WAIT, flags, pad. */
+	/* Errors: bad state, tool fields outside TOOL_WAIT, flags. */
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_COUNT, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, 1000, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_DECODE, 1, 0), -EINVAL);
@@ -71,16 +71,16 @@ static void test_session_lifecycle(void)
 	{
 		struct kva_session_state s = { .size = sizeof(s), .flags = 1,
 			.session_id = sid, .state = KVA_STATE_IDLE };
-		struct kva_session_end e = { .size = sizeof(e), .pad = 1,
+		struct kva_session_end e = { .size = sizeof(e), .flags = 1,
 			.session_id = sid };
 		struct kva_session_create c = { .size = sizeof(c), .flags = 2 };
+		struct kva_session_info i = { .size = sizeof(i), .pad = 1,
+			.session_id = sid };
 
-		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s), -EINVAL);
-		s.flags = 0;
-		s.pad = 1;
 		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s), -EINVAL);
 		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_END, &e), -EINVAL);
 		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_CREATE, &c), -EINVAL);
+		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_INFO, &i), -EINVAL);
 	}
 	/* Ending: through SET_STATE(ENDED) or SESSION_END; ids never reused. */
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_ENDED, 0, 0), 0);
@@ -88,16 +88,21 @@ static void test_session_lifecycle(void)
 	CU_ASSERT_EQUAL(kt_end(arena, sid), -ENOENT);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_DECODE, 0, 0), -ENOENT);
 	sid2 = kt_session(arena);
-	CU_ASSERT(sid2 > 0 && sid2 != sid);	/* same slot, new generation */
+	CU_ASSERT(sid2 > sid);			/* same slot, a new id */
 	CU_ASSERT_EQUAL(kt_end(arena, sid2), 0);
 	CU_ASSERT_EQUAL(kt_end(arena, 0), -ENOENT);
 	CU_ASSERT_EQUAL(kt_end(arena, 0x7fffffff), -ENOENT);
+	/* 32 bits of an id name nothing; neither do ids not handed out. */
+	CU_ASSERT_EQUAL(kt_end(arena, (uint32_t)sid), -ENOENT);
+	CU_ASSERT_EQUAL(kt_end(arena, UINT64_MAX), -ENOENT);
+	CU_ASSERT_EQUAL(kt_end(arena, sid2 + (1ULL << 40)), -ENOENT);
 }
 
 static void test_alloc_free(void)
 {
 	uint32_t ids[NBLK + 1], more[4];
-	int sid = kt_session(arena), i;
+	int64_t sid = kt_session(arena);
+	int i;
 
 	CU_ASSERT_FATAL(sid > 0);
 	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 10, ids, 0), 10);
@@ -126,7 +131,7 @@ static void test_alloc_free(void)
 static void test_blocks_errors(void)
 {
 	uint32_t ids[4], bad[2], big_ids[1];
-	int sid = kt_session(arena), other = kt_session(arena);
+	int64_t sid = kt_session(arena), other = kt_session(arena);
 	struct kva_blocks b;
 	uint32_t before;
 
@@ -134,7 +139,7 @@ static void test_blocks_errors(void)
 	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 4, ids, 0), 4);
 	before = free_blocks();
 
-	/* Zero and oversized batches, unknown flags, pad, bad session. */
+	/* Zero and oversized batches, unknown flags, bad session. */
 	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 0, ids, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_alloc(arena, sid, KVA_MAX_BATCH + 1, ids, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 1, ids, 2), -EINVAL);
@@ -145,9 +150,6 @@ static void test_blocks_errors(void)
 	b.session_id = sid;
 	b.count = 1;
 	b.ids = (uintptr_t)big_ids;
-	b.pad = 1;
-	CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_BLOCKS_ALLOC, &b), -EINVAL);
-	b.pad = 0;
 	b.flags = KVA_ALLOC_PARTIAL;	/* only alloc takes it */
 	CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_BLOCKS_FREE, &b), -EINVAL);
 	/* Bad user pointers: nothing allocated, nothing freed. */
@@ -182,7 +184,7 @@ static void test_blocks_errors(void)
 static void test_share(void)
 {
 	uint32_t ids[4], bad[2], freed_id;
-	int a = kt_session(arena), b = kt_session(arena);
+	int64_t a = kt_session(arena), b = kt_session(arena);
 	struct kva_session_info si;
 
 	CU_ASSERT_FATAL(a > 0 && b > 0);
@@ -217,7 +219,7 @@ static void test_idle_accounting(void)
 	struct timespec ts = { .tv_nsec = 50 * 1000 * 1000 };
 	struct kva_session_info si;
 	uint32_t ids[8];
-	int sid = kt_session(arena);
+	int64_t sid = kt_session(arena);
 	uint64_t expect;
 
 	CU_ASSERT_FATAL(sid > 0);
@@ -238,6 +240,40 @@ static void test_idle_accounting(void)
 	CU_ASSERT_EQUAL(kt_end(arena, sid), 0);
 }
 
+/*
+ * An allocation writes ids[0..done) and nothing else: a failed one leaves
+ * the array as it was, a partial one the entries past `done`, even where
+ * the array crosses a page boundary (the writability check once stored a
+ * zero byte at the array's start and at each page boundary in it).
+ */
+static void test_alloc_writes_only_done(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned char *buf = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint32_t *ids, held[NBLK], i;
+	int64_t sid = kt_session(arena);
+	long bad = 0;
+
+	CU_ASSERT_FATAL(buf != MAP_FAILED && sid > 0);
+	memset(buf, 0xa5, 2 * pg);
+	/* 100 entries from 2 bytes before the second page's start */
+	ids = (uint32_t *)(buf + pg - 4 * 50 + 2);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, NBLK - 4, held, 0), (int)NBLK - 4);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 100, ids, 0), -ENOSPC);
+	for (i = 0; i < 2 * pg; i++)
+		bad += buf[i] != 0xa5;
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 100, ids, KVA_ALLOC_PARTIAL), 4);
+	for (i = 0; i < 2 * pg; i++)
+		bad += (buf + i < (unsigned char *)(ids + 4) &&
+			buf + i >= (unsigned char *)ids) ? 0 : buf[i] != 0xa5;
+	CU_ASSERT_EQUAL(bad, 0);
+	CU_ASSERT_EQUAL(kt_end(arena, sid), 0);
+	CU_ASSERT_EQUAL(free_blocks(), NBLK);
+	munmap(buf, 2 * pg);
+}
+
 void kt_register_blocks(void)
 {
 	CU_pSuite s = CU_add_suite("blocks", blocks_init, blocks_clean);
@@ -245,6 +281,7 @@ void kt_register_blocks(void)
 	KT_ADD(s, test_session_lifecycle);
 	KT_ADD(s, test_alloc_free);
 	KT_ADD(s, test_blocks_errors);
+	KT_ADD(s, test_alloc_writes_only_done);
 	KT_ADD(s, test_share);
 	KT_ADD(s, test_idle_accounting);
 }

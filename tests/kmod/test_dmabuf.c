@@ -80,7 +80,7 @@ static void test_mmap_both_fds(void)
 	struct dma_buf_sync sync = { .flags = DMA_BUF_SYNC_START | DMA_BUF_SYNC_RW };
 	uint32_t ids[8];
 	void *a, *d;
-	int sid;
+	int64_t sid;
 
 	CU_ASSERT_FATAL(arena >= 0);
 	dmabuf = kt_export(arena);
@@ -141,7 +141,8 @@ static int recv_fd(int sock, uint32_t *ids, size_t n)
 static void test_two_processes(void)
 {
 	size_t len = 16 * KT_MIB;
-	int sv[2], arena, dmabuf, sid, st;
+	int64_t sid;
+	int sv[2], arena, dmabuf, st;
 	uint32_t ids[20];
 	uint64_t *a;
 	pid_t pid;

@@ -63,11 +63,11 @@ static int done(struct env *e, struct kva_ring_cqe *c)
 	return kva_ring_reap(e->r, c, 1, 0);
 }
 
-static int session(struct env *e, uint32_t state, uint32_t tool,
+static int64_t session(struct env *e, uint32_t state, uint32_t tool,
 		   uint64_t wait_us, uint32_t blocks)
 {
 	uint32_t ids[64];
-	int sid = kt_session(e->fd);
+	int64_t sid = kt_session(e->fd);
 
 	CU_ASSERT_FATAL(sid > 0);
 	if (blocks)
@@ -95,7 +95,7 @@ static void test_pressure_toolwait(void)
 	struct kva_event ev, ev2;
 	struct env e;
 	uint32_t ids[16];
-	int a, b, cs, d, x;
+	int64_t a, b, cs, d, x;
 
 	env_open(&e, KVA_POLICY_TOOLWAIT, 8, 20);
 	a = session(&e, KVA_STATE_TOOL_WAIT, 3, 10000000, 4);	/* 10 s x 4 */
@@ -118,10 +118,10 @@ static void test_pressure_toolwait(void)
 	CU_ASSERT_EQUAL(ev.low_wm, 8);
 	CU_ASSERT_EQUAL(ev.tenant_id, 20);
 	CU_ASSERT_EQUAL_FATAL(ev.nvictims, 3);
-	CU_ASSERT_EQUAL(ev.victims[0].session_id, (uint32_t)a);
+	CU_ASSERT_EQUAL(ev.victims[0].session_id, (uint64_t)a);
 	CU_ASSERT_EQUAL(ev.victims[0].tool_class, 3);
-	CU_ASSERT_EQUAL(ev.victims[1].session_id, (uint32_t)b);
-	CU_ASSERT_EQUAL(ev.victims[2].session_id, (uint32_t)cs);
+	CU_ASSERT_EQUAL(ev.victims[1].session_id, (uint64_t)b);
+	CU_ASSERT_EQUAL(ev.victims[2].session_id, (uint64_t)cs);
 	CU_ASSERT_EQUAL(ev.victims[2].state, KVA_STATE_IDLE);
 	CU_ASSERT(ev.victims[0].score > ev.victims[1].score);
 	(void)d;
@@ -155,7 +155,8 @@ static void test_pressure_lru_order(void)
 	struct timespec ts = { .tv_nsec = 2 * 1000 * 1000 };
 	struct env e;
 	uint32_t ids[64];
-	int s[3], x, i;
+	int64_t s[3], x;
+	int i;
 
 	env_open(&e, KVA_POLICY_LRU, 8, 21);
 	for (i = 0; i < 3; i++) {
@@ -169,9 +170,9 @@ static void test_pressure_lru_order(void)
 	CU_ASSERT_EQUAL(kt_alloc(e.fd, x, 50, ids, 0), 50);	/* 1 free */
 	CU_ASSERT_EQUAL_FATAL(done(&e, &c), 1);
 	CU_ASSERT_EQUAL_FATAL(ev.nvictims, 3);
-	CU_ASSERT_EQUAL(ev.victims[0].session_id, (uint32_t)s[1]);
-	CU_ASSERT_EQUAL(ev.victims[1].session_id, (uint32_t)s[2]);
-	CU_ASSERT_EQUAL(ev.victims[2].session_id, (uint32_t)s[0]);
+	CU_ASSERT_EQUAL(ev.victims[0].session_id, (uint64_t)s[1]);
+	CU_ASSERT_EQUAL(ev.victims[1].session_id, (uint64_t)s[2]);
+	CU_ASSERT_EQUAL(ev.victims[2].session_id, (uint64_t)s[0]);
 	env_close(&e);
 }
 
@@ -184,7 +185,8 @@ static void test_quota_and_session_ended(void)
 	struct kva_event ev;
 	struct env e;
 	uint32_t ids[4];
-	int sid, st;
+	int64_t sid;
+	int st;
 	pid_t pid;
 
 	CU_ASSERT_EQUAL(kt_ioctl(dev, KVA_IOC_TENANT_SET_QUOTA, &t), 0);
@@ -195,7 +197,7 @@ static void test_quota_and_session_ended(void)
 	CU_ASSERT_EQUAL_FATAL(done(&e, &c), 1);
 	CU_ASSERT_EQUAL(c.res, KVA_EVENT_QUOTA);
 	CU_ASSERT_EQUAL(ev.tenant_id, 22);
-	CU_ASSERT_EQUAL(ev.session_id, (uint32_t)sid);
+	CU_ASSERT_EQUAL(ev.session_id, (uint64_t)sid);
 	CU_ASSERT_EQUAL(ev.requested, 3);
 
 	/* A session ended by another process (it shares the arena fd). */
@@ -209,7 +211,7 @@ static void test_quota_and_session_ended(void)
 	/* Our task work runs on our next system call. */
 	CU_ASSERT_EQUAL_FATAL(kva_ring_reap(e.r, &c, 1, 1), 1);
 	CU_ASSERT_EQUAL(c.res, KVA_EVENT_SESSION_ENDED);
-	CU_ASSERT_EQUAL(ev.session_id, (uint32_t)sid);
+	CU_ASSERT_EQUAL(ev.session_id, (uint64_t)sid);
 	CU_ASSERT_EQUAL(ev.pid, (uint32_t)pid);
 	env_close(&e);
 	t.quota_bytes = 0;
@@ -224,7 +226,8 @@ static void test_queue_and_overflow(void)
 	struct kva_ring_cqe c;
 	struct kva_event ev;
 	struct env e;
-	int i, sid;
+	int64_t sid;
+	int i;
 
 	env_open(&e, KVA_POLICY_TOOLWAIT, 0, 23);
 	for (i = 0; i < KVA_EVENT_QUEUE + 5; i++) {

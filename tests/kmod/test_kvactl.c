@@ -124,7 +124,8 @@ static void test_arena_listing(void)
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 44, .name = "ctl \"q\"",
 	};
 	char out[16384], want[512], size[32], bsz[32], pol[32], fd[16];
-	int dev = kt_dev_open(), arena, sid, found = 0;
+	int64_t sid;
+	int dev = kt_dev_open(), arena, found = 0;
 	unsigned int id, ten, blocks, nfree, sess, low, high;
 	struct kva_arena_info ai;
 	uint32_t ids[5];
@@ -232,11 +233,13 @@ static void test_arena_listing(void)
 
 static void test_session_listing(void)
 {
-	int dev = kt_dev_open(), arena, a, b;
+	int64_t a, b;
+	int dev = kt_dev_open(), arena;
 	char out[65536], want[512], state[32];
 	struct kva_arena_info ai;
 	struct kva_session_info si;
-	unsigned int ar, sess, tool, blocks, rows = 0;
+	uint64_t sess;
+	unsigned int ar, tool, blocks, rows = 0;
 	uint32_t ids[7];
 	char *line;
 
@@ -253,22 +256,22 @@ static void test_session_listing(void)
 	snprintf(want, sizeof(want), "kvactl -j session list --arena %u", ai.arena_id);
 	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
 	CU_ASSERT(json_valid(out, "session list"));
-	snprintf(want, sizeof(want), "{\"arena_id\": %u, \"session_id\": %d, \"state\": "
+	snprintf(want, sizeof(want), "{\"arena_id\": %u, \"session_id\": %" PRId64 ", \"state\": "
 		 "\"tool_wait\", \"tool_class\": 4, \"blocks_held\": 7, "
 		 "\"expected_wait_us\": 2500000, \"cookie\": 42, ", ai.arena_id, a);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-	snprintf(want, sizeof(want), "\"session_id\": %d, \"state\": \"decode\"", b);
+	snprintf(want, sizeof(want), "\"session_id\": %" PRId64 ", \"state\": \"decode\"", b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 
 	snprintf(want, sizeof(want), "kvactl session list --arena %u", ai.arena_id);
 	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
 	for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-		if (sscanf(line, "%u %u %31s %u %u", &ar, &sess, state, &tool,
+		if (sscanf(line, "%u %" SCNu64 " %31s %u %u", &ar, &sess, state, &tool,
 			   &blocks) != 5)
 			continue;
 		rows++;
 		CU_ASSERT_EQUAL(ar, ai.arena_id);
-		if (sess == (unsigned int)a) {
+		if (sess == (uint64_t)a) {
 			CU_ASSERT_STRING_EQUAL(state, "tool_wait");
 			CU_ASSERT_EQUAL(tool, 4);
 			CU_ASSERT_EQUAL(blocks, si.blocks_held);
@@ -282,7 +285,8 @@ static void test_session_listing(void)
 
 static void test_monitor(void)
 {
-	int dev = kt_dev_open(), arena, sid;
+	int64_t sid;
+	int dev = kt_dev_open(), arena;
 	char out[4096], want[256];
 	struct kva_arena_info ai;
 	FILE *p;
@@ -309,7 +313,7 @@ static void test_monitor(void)
 	snprintf(want, sizeof(want), "{\"event\": \"session-ended\", \"arena_id\": %u, "
 		 "\"tenant_id\": 46, ", ai.arena_id);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-	snprintf(want, sizeof(want), "\"session_id\": %d, ", sid);
+	snprintf(want, sizeof(want), "\"session_id\": %" PRId64 ", ", sid);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 	{
 		FILE *err = fopen("/tmp/kvactl.err", "r");

@@ -18,7 +18,8 @@
 static void holder(int ready)
 {
 	size_t len = ARENA_MB * KT_MIB;
-	int dev = kt_dev_open(), arena, dmabuf, i, sid;
+	int64_t sid;
+	int dev = kt_dev_open(), arena, dmabuf, i;
 	uint32_t ids[256];
 	char *a, *d;
 

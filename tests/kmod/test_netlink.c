@@ -56,7 +56,8 @@ static void test_arena_dump_matches_ioctl(void)
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 41, .name = "nl-a",
 		.policy = KVA_POLICY_TTL, .low_wm = 5, .high_wm = 9, .ttl_ms = 777,
 	};
-	int fd = kt_ioctl(dev, KVA_IOC_ARENA_CREATE, &c), fd2, sid;
+	int64_t sid;
+	int fd = kt_ioctl(dev, KVA_IOC_ARENA_CREATE, &c), fd2;
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct kva_nl_arena one = { .size = sizeof(one) };
 	struct found f = { 0 };
@@ -123,7 +124,9 @@ static int session_cb(const struct kva_nl_session *s, void *ctx)
 	w->n++;
 	if (w->seen[s->info.session_id & 0xffff]++)
 		w->repeats++;
+	/* The id travels whole (a u64 attribute): the kernel knows it. */
 	if (kt_session_info(w->fd, s->info.session_id, &si) ||
+	    si.session_id != s->info.session_id ||
 	    si.state != s->info.state || si.blocks_held != s->info.blocks_held ||
 	    si.cookie != s->info.cookie || si.tool_class != s->info.tool_class ||
 	    si.expected_wait_us != s->info.expected_wait_us ||
@@ -148,7 +151,8 @@ static void test_dump_10k_sessions(void)
 	CU_ASSERT_FATAL(fd >= 0);
 	for (i = 0; i < NSESS; i++) {
 		sc.cookie = 1000000 + i;
-		CU_ASSERT_FATAL(kt_ioctl(fd, KVA_IOC_SESSION_CREATE, &sc) > 0);
+		CU_ASSERT_FATAL(kt_ioctl(fd, KVA_IOC_SESSION_CREATE, &sc) == 0);
+		CU_ASSERT_FATAL(sc.session_id > UINT32_MAX);
 		if (i % 3 == 0)
 			kt_alloc(fd, sc.session_id, 1 + i % 4, ids,
 				 KVA_ALLOC_PARTIAL);
@@ -259,7 +263,8 @@ static void test_multicast(void)
 	struct kva_nl_event ev = { .size = sizeof(ev) };
 	struct kva_nl *sub;
 	uint32_t ids[8];
-	int fd, a, x;
+	int64_t a, x;
+	int fd;
 
 	CU_ASSERT_FATAL(kva_nl_open(&sub) == 0);
 	CU_ASSERT_FATAL(kva_nl_subscribe(sub) == 0);
@@ -280,13 +285,13 @@ static void test_multicast(void)
 	CU_ASSERT_EQUAL(ev.ev.arena_id, c.arena_id);
 	CU_ASSERT_EQUAL(ev.ev.blocks_free, 1);
 	CU_ASSERT_EQUAL_FATAL(ev.ev.nvictims, 1);
-	CU_ASSERT_EQUAL(ev.ev.victims[0].session_id, (uint32_t)a);
+	CU_ASSERT_EQUAL(ev.ev.victims[0].session_id, (uint64_t)a);
 	CU_ASSERT_EQUAL(ev.ev.victims[0].tool_class, 6);
 	CU_ASSERT_EQUAL(ev.ev.victims[0].blocks_held, 3);
 
 	CU_ASSERT_EQUAL(kt_end(fd, a), 0);
 	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_EV_EVENT, KVA_EVENT_SESSION_ENDED, &ev), 0);
-	CU_ASSERT_EQUAL(ev.ev.session_id, (uint32_t)a);
+	CU_ASSERT_EQUAL(ev.ev.session_id, (uint64_t)a);
 	CU_ASSERT_EQUAL(ev.ev.pid, (uint32_t)getpid());
 	close(fd);
 	CU_ASSERT_EQUAL_FATAL(next_of(sub, KVA_NL_EV_ARENA_DEL, 0, &ev), 0);

@@ -200,7 +200,7 @@ static void test_busy_arena_does_not_stall_creates(void)
 	enum { N = 20000 };
 	struct victims_run v = { 0 };
 	pthread_t tv, ts;
-	static uint32_t sids[N];
+	static int64_t sids[N];
 	static double lat[4096];
 	double longest = 0, t0, median;
 	uint32_t id;
@@ -210,7 +210,7 @@ static void test_busy_arena_does_not_stall_creates(void)
 	CU_ASSERT_FATAL(v.fd >= 0);
 	for (i = 0; i < N; i++) {
 		sids[i] = kt_session(v.fd);
-		CU_ASSERT_FATAL((int)sids[i] > 0);
+		CU_ASSERT_FATAL(sids[i] > 0);
 	}
 	/* Later slots idle longer: every candidate goes to the front. */
 	for (i = N - 1; i >= 0; i--)
@@ -502,7 +502,7 @@ static int pidns_child(void *p)
 	struct kva_ring_cqe cqe;
 	struct kva_event ev;
 	struct kva_dev *d;
-	int sid;
+	int64_t sid;
 
 	if (getpid() != 1)
 		return 30;
@@ -613,27 +613,57 @@ static void test_tenants_cannot_be_forged(void)
 /*
  * Finding 6: session ids came back after 32768 create/end cycles of one
  * session (milliseconds), so a late END from one stage could hit an
- * unrelated session.  Now 40,000 cycles give 40,000 distinct ids.
+ * unrelated session.  Now ids are 64-bit and never reused: 70,000 cycles
+ * through one slot (past the old 2^15 and 2^16 wraps) give ids that only
+ * grow, so none repeats; the ioctl returns 0 (kt_session checks), every
+ * id is above 2^32, and a stale id gets ENOENT from every op though its
+ * slot is taken again, in this process and in another one.
  */
 static void test_session_ids_not_reused(void)
 {
-	enum { N = 40000 };
-	static unsigned char seen[1u << 24 >> 3];
+	enum { N = 70000 };
 	int arena = kt_arena(dev, 2 * KT_MIB, 64 << 10, 0);
-	int i, dups = 0, bad = 0;
+	struct kva_session_info si;
+	int64_t sid, prev = 0, first = 0;
+	int i, bad = 0, dups = 0, stale = 0, st;
+	uint32_t blk;
+	pid_t pid;
 
 	CU_ASSERT_FATAL(arena >= 0);
-	memset(seen, 0, sizeof(seen));
 	for (i = 0; i < N; i++) {
-		int sid = kt_session(arena);
-		uint32_t bit = ((uint32_t)sid >> 16 & 0xff) << 16 | (sid & 0xffff);
-
-		bad += sid <= 0 || kt_end(arena, sid) != 0;
-		dups += ((uint32_t)sid >> 16) > 0xff || (seen[bit >> 3] >> (bit & 7) & 1);
-		seen[bit >> 3] |= 1 << (bit & 7);
+		sid = kt_session(arena);
+		bad += sid <= (int64_t)UINT32_MAX;
+		dups += sid <= prev;
+		if (prev)
+			stale += kt_end(arena, prev) != -ENOENT;
+		if (!first)
+			first = sid;
+		prev = sid;
+		bad += kt_end(arena, sid) != 0;
 	}
 	CU_ASSERT_EQUAL(bad, 0);
 	CU_ASSERT_EQUAL(dups, 0);
+	CU_ASSERT_EQUAL(stale, 0);
+	/* The slot is live again; the first and last ids name nothing. */
+	sid = kt_session(arena);
+	CU_ASSERT_FATAL(sid > prev);
+	CU_ASSERT_EQUAL(kt_alloc(arena, sid, 1, &blk, 0), 1);
+	CU_ASSERT_EQUAL(kt_alloc(arena, first, 1, &blk, 0), -ENOENT);
+	CU_ASSERT_EQUAL(kt_free(arena, prev, 1, &blk), -ENOENT);
+	CU_ASSERT_EQUAL(kt_share(arena, prev, 1, &blk), -ENOENT);
+	CU_ASSERT_EQUAL(kt_set_state(arena, prev, KVA_STATE_DECODE, 0, 0), -ENOENT);
+	CU_ASSERT_EQUAL(kt_session_info(arena, prev, &si), -ENOENT);
+	pid = fork();
+	CU_ASSERT_FATAL(pid >= 0);
+	if (pid == 0)
+		_exit(kt_end(arena, prev) == -ENOENT && kt_end(arena, first) == -ENOENT ?
+		      0 : 1);
+	CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CU_ASSERT_EQUAL(kt_session_info(arena, sid, &si), 0);
+	CU_ASSERT_EQUAL(si.blocks_held, 1);
+	CU_ASSERT_EQUAL(si.session_id, (uint64_t)sid);
+	CU_ASSERT_EQUAL(kt_end(arena, sid), 0);
 	close(arena);
 }
 

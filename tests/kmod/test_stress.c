@@ -91,7 +91,8 @@ static void *worker_main(void *arg)
 	struct timespec t0, t;
 	struct kva_session_info si;
 	uint32_t *err = (uint32_t *)&w->board->errors[w->idx];
-	int sid = kt_session(w->arena), ret;
+	int64_t sid = kt_session(w->arena);
+	int ret;
 	uint64_t ops = 0;
 	double limit = kt_seconds();
 

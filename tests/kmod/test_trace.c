@@ -48,7 +48,8 @@ static char *slurp(const char *file)
 
 static void test_tracepoints(void)
 {
-	int dev = kt_dev_open(), arena, sid;
+	int64_t sid;
+	int dev = kt_dev_open(), arena;
 	struct kva_arena_create c = {
 		.size = sizeof(c), .bytes = 2 * KT_MIB, .block_size = 1 << 20,
 		.numa_node = KVA_NUMA_ANY, .tenant_id = 31, .name = "tr",
@@ -73,19 +74,19 @@ static void test_tracepoints(void)
 	snprintf(want, sizeof(want), "kvarena_arena: arena=%u tenant=31 bytes=%llu bs=%u created",
 		 c.arena_id, 2 * KT_MIB, 1 << 20);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, want));
-	snprintf(want, sizeof(want), "kvarena_session_state: arena=%u session=%d 4->0 ",
+	snprintf(want, sizeof(want), "kvarena_session_state: arena=%u session=%" PRId64 " 4->0 ",
 		 c.arena_id, sid);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, want));
-	snprintf(want, sizeof(want), "kvarena_blocks: arena=%u session=%d op=0 count=2 released=0 free=0",
+	snprintf(want, sizeof(want), "kvarena_blocks: arena=%u session=%" PRId64 " op=0 count=2 released=0 free=0",
 		 c.arena_id, sid);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, want));
-	snprintf(want, sizeof(want), "kvarena_session_state: arena=%u session=%d 0->3 tool=5 wait_us=777 blocks=2 bs=%u cookie=42",
+	snprintf(want, sizeof(want), "kvarena_session_state: arena=%u session=%" PRId64 " 0->3 tool=5 wait_us=777 blocks=2 bs=%u cookie=42",
 		 c.arena_id, sid, 1 << 20);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, want));
-	snprintf(want, sizeof(want), "kvarena_blocks: arena=%u session=%d op=3 count=2 released=2 free=2",
+	snprintf(want, sizeof(want), "kvarena_blocks: arena=%u session=%" PRId64 " op=3 count=2 released=2 free=2",
 		 c.arena_id, sid);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, want));
-	snprintf(want, sizeof(want), "kvarena_session_state: arena=%u session=%d 3->4 ",
+	snprintf(want, sizeof(want), "kvarena_session_state: arena=%u session=%" PRId64 " 3->4 ",
 		 c.arena_id, sid);
 	CU_ASSERT_PTR_NOT_NULL(strstr(t, want));
 	snprintf(want, sizeof(want), "kvarena_arena: arena=%u tenant=31 bytes=%llu bs=%u freed",

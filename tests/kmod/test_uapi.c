@@ -223,7 +223,8 @@ static void test_tenant_quota(void)
 				.quota_bytes = 3 * 64 << 10 };
 	struct kva_arena_create c = good();
 	uint32_t ids[8];
-	int arena, sid;
+	int64_t sid;
+	int arena;
 
 	CU_ASSERT_EQUAL(kt_ioctl(dev, KVA_IOC_TENANT_SET_QUOTA, &t), 0);
 	t.flags = 1;

@@ -136,7 +136,8 @@ static void script(struct twin *t, int *res, uint32_t *ids,
 	struct kva_victims v = { .size = sizeof(v), .max = 8,
 				 .victim_size = sizeof(struct kva_victim),
 				 .policy = KVA_POLICY_ARENA };
-	uint32_t s1, s2, bad[2];
+	uint64_t s1, s2;
+	uint32_t bad[2];
 	int n = 0;
 
 	res[n++] = call(t, KVA_IOC_SESSION_CREATE, &sc);
@@ -232,6 +233,11 @@ static void test_twins(void)
 				res[0][i], res[1][i]);
 		CU_ASSERT_EQUAL(res[0][i], res[1][i]);
 	}
+	/* A 64-bit id comes back in the struct; cqe->res is 0. */
+	CU_ASSERT_EQUAL(res[0][0], 0);
+	CU_ASSERT_EQUAL(res[0][1], 0);
+	CU_ASSERT(si[0].session_id > UINT32_MAX);
+	CU_ASSERT_EQUAL(si[0].session_id, si[1].session_id);
 	CU_ASSERT_EQUAL(res[0][2], 20);
 	CU_ASSERT_EQUAL(res[0][4], -ENOSPC);
 	CU_ASSERT_EQUAL(res[0][5], 44);
@@ -243,6 +249,10 @@ static void test_twins(void)
 	CU_ASSERT_EQUAL(res[0][14], -EALREADY);
 	CU_ASSERT_EQUAL(res[0][20], 1);		/* one victim: s1 */
 	CU_ASSERT_EQUAL(memcmp(ids[0], ids[1], sizeof(ids[0])), 0);
+	for (i = 0; i < 64; i++)
+		if (ids[0][i] != ids[1][i])
+			fprintf(stderr, "ids[%d]: ioctl %u, uring %u\n", i,
+				ids[0][i], ids[1][i]);
 	CU_ASSERT_EQUAL(si[0].blocks_held, si[1].blocks_held);
 	CU_ASSERT_EQUAL(si[0].state, si[1].state);
 	CU_ASSERT_EQUAL(si[0].tool_class, si[1].tool_class);
@@ -264,7 +274,8 @@ static void test_batched(void)
 	uint32_t ids[64], many[64];
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct twin t;
-	int i, got = 0, sid;
+	int64_t sid;
+	int i, got = 0;
 
 	twin_open(&t, true);
 	sid = kt_session(t.fd);
@@ -339,7 +350,7 @@ static void *hammer_main(void *p)
 {
 	struct hammer *h = p;
 	uint32_t id;
-	int sid = kt_session(h->fd);
+	int64_t sid = kt_session(h->fd);
 
 	while (!h->stop)
 		if (kt_alloc(h->fd, sid, 1, &id, 0) == 1)
@@ -362,7 +373,8 @@ static void test_eagain_path(void)
 	uint32_t ids[32];
 	pthread_t th;
 	struct twin tw;
-	int sid, i, n, bad = 0;
+	int64_t sid;
+	int i, n, bad = 0;
 	long rounds = 0;
 
 	twin_open(&tw, true);

@@ -229,7 +229,8 @@ static void test_memfd_victims_args(void)
 	struct kva_arena *a;
 	struct kva_policy_set ps;
 	struct kva_dev *d;
-	uint32_t s1, s2, ids[8];
+	uint64_t s1, s2;
+	uint32_t ids[8];
 	int i, n;
 
 	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_MEMFD, &d), 0);
@@ -260,7 +261,7 @@ static void test_memfd_victims_args(void)
 	CU_ASSERT_EQUAL(raw[1].session_id, s1);
 	CU_ASSERT_EQUAL(raw[1].state, KVA_STATE_TOOL_WAIT);
 	CU_ASSERT_EQUAL(raw[1].tool_class, 1);
-	CU_ASSERT_EQUAL(raw[2].session_id, 0xa5a5a5a5);	/* past count */
+	CU_ASSERT_EQUAL(raw[2].session_id, 0xa5a5a5a5a5a5a5a5ull);	/* past count */
 	/* an explicit policy overrides the arena's */
 	v = v0;
 	v.victims = (uintptr_t)raw;
@@ -275,9 +276,10 @@ static void test_memfd_victims_args(void)
 	memset(raw, 0xa5, sizeof(raw));
 	CU_ASSERT_EQUAL(victims_raw(a, &v), 1);
 	CU_ASSERT_EQUAL(raw[0].session_id, s2);
-	CU_ASSERT_EQUAL(raw[1].session_id, 0xa5a5a5a5);
+	CU_ASSERT_EQUAL(raw[1].session_id, 0xa5a5a5a5a5a5a5a5ull);
 
-	/* A wider stride: 32 known bytes, 16 zeroed, the next entry at 48. */
+	/* A wider stride: the struct's bytes, the rest zeroed, the next
+	 * entry at 48. */
 	v = v0;
 	v.victims = (uintptr_t)wide;
 	v.victim_size = 48;
@@ -289,7 +291,7 @@ static void test_memfd_victims_args(void)
 		memcpy(&e, wide + 48 * i, sizeof(e));
 		CU_ASSERT_EQUAL(e.session_id, pub[i].session_id);
 		CU_ASSERT_EQUAL(e.blocks_held, pub[i].blocks_held);
-		for (n = 32; n < 48; n++)
+		for (n = (int)sizeof(e); n < 48; n++)
 			CU_ASSERT_EQUAL(wide[48 * i + n], 0);
 	}
 	CU_ASSERT_EQUAL(wide[96], 0xa5);	/* nothing past count */
@@ -407,7 +409,8 @@ static void test_memfd_version_and_flags(void)
 	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_ARENA_INFO, &ai), 0);
 	CU_ASSERT_EQUAL(ai.sessions, 0);	/* none made */
 	sc.flags = 0;
-	CU_ASSERT(kva_call(a, KVA_IOC_SESSION_CREATE, &sc) > 0);
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_CREATE, &sc), 0);
+	CU_ASSERT(sc.session_id > 0);
 	ss.session_id = se.session_id = si.session_id = sc.session_id;
 	ss.flags = 1;
 	ss.state = KVA_STATE_TOOL_WAIT;
@@ -438,7 +441,8 @@ static void test_memfd_idle_at_end(void)
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 	struct kva_arena *a;
 	struct kva_dev *d;
-	uint32_t sid, ids[4];
+	uint64_t sid;
+	uint32_t ids[4];
 
 	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_MEMFD, &d), 0);
 	a = mk_memfd(d, 2 * MIB, KVA_NUMA_ANY, "idle");

@@ -194,10 +194,10 @@ static enum kva_toolwait_kind parse_kind(const char *s)
 static void check_tp_format(void)
 {
 	static const struct { const char *field; int off; } want[] = {
-		{ "arena_id;", 8 }, { "session_id;", 12 }, { "old_state;", 16 },
-		{ "new_state;", 20 }, { "tool_class;", 24 },
-		{ "blocks_held;", 28 }, { "expected_wait_us;", 32 },
-		{ "cookie;", 40 }, { "block_size;", 48 },
+		{ "arena_id;", 8 }, { "old_state;", 12 }, { "session_id;", 16 },
+		{ "new_state;", 24 }, { "tool_class;", 28 },
+		{ "blocks_held;", 32 }, { "block_size;", 36 },
+		{ "expected_wait_us;", 40 }, { "cookie;", 48 },
 	};
 	FILE *f = fopen("/sys/kernel/tracing/events/kvarena/"
 			"kvarena_session_state/format", "re");
@@ -270,7 +270,8 @@ static int cmd_run(int argc, char **argv)
 	static struct evlog log, log2;
 	struct kva_dev *dev = NULL;
 	struct kva_arena *arena = NULL;
-	uint32_t sid[2], ids[16];
+	uint64_t sid[2];
+	uint32_t ids[16];
 	uint64_t cgid[2];
 	int c, i, n;
 
@@ -606,7 +607,7 @@ static double cpu_s(void)
 }
 
 /* Transitions DECODE <-> TOOL_WAIT: back to back (ns each), or paced. */
-static double transitions(struct kva_arena *arena, uint32_t sid, long n,
+static double transitions(struct kva_arena *arena, uint64_t sid, long n,
 			  double rate)
 {
 	uint64_t t0 = now_ns(), next = t0;
@@ -652,7 +653,8 @@ static int cmd_bench(int argc, char **argv)
 	struct kva_toolwait *tw = NULL;
 	struct kva_arena *arena;
 	struct kva_dev *dev;
-	uint32_t sid, ids[4];
+	uint64_t sid;
+	uint32_t ids[4];
 	long n;
 	int c, i;
 
@@ -755,7 +757,8 @@ static int cmd_demo(int argc, char **argv)
 	struct kva_arena *arena;
 	struct kva_dev *dev;
 	char root[256], cg[320];
-	uint32_t sid, ids[8];
+	uint64_t sid;
+	uint32_t ids[8];
 	uint64_t cgid;
 	int c, i, status, ret;
 

@@ -26,7 +26,7 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int run(struct kva_arena *arena, uint32_t sid, uint32_t batch,
+static int run(struct kva_arena *arena, uint64_t sid, uint32_t batch,
 	       double seconds, double *ops_per_s)
 {
 	uint32_t ids[KVA_MAX_BATCH];
@@ -53,7 +53,7 @@ static int run(struct kva_arena *arena, uint32_t sid, uint32_t batch,
 }
 
 /* batch SQEs of per_sqe blocks each per submission: allocs, then frees. */
-static int run_uring(struct kva_arena *arena, uint32_t sid, uint32_t batch,
+static int run_uring(struct kva_arena *arena, uint64_t sid, uint32_t batch,
 		     uint32_t per_sqe, double seconds, double *ops_per_s)
 {
 	static struct kva_blocks b[KVA_MAX_BATCH];
@@ -116,7 +116,7 @@ int main(int argc, char **argv)
 	struct kva_arena *arena;
 	struct kva_dev *dev;
 	double seconds = 2.0, rate;
-	uint32_t sid;
+	uint64_t sid;
 	int opt, ret, i, uring = 0;
 	uint32_t per_sqe = 1;
 

@@ -78,20 +78,21 @@ static void event_text(const struct kva_nl_event *e)
 		       v->arena_id, (unsigned long long)v->seq, v->blocks_free,
 		       v->low_wm);
 		for (i = 0; i < v->nvictims && i < KVA_EVENT_MAX_VICTIMS; i++)
-			printf(" %u(%s,%u blk)", v->victims[i].session_id,
+			printf(" %llu(%s,%u blk)",
+			       (unsigned long long)v->victims[i].session_id,
 			       kva_state_name(v->victims[i].state),
 			       v->victims[i].blocks_held);
 		printf("%s\n", v->nvictims ? "" : " none");
 		break;
 	case KVA_EVENT_QUOTA:
-		printf("arena %u seq %llu quota: tenant %u session %u requested %u\n",
+		printf("arena %u seq %llu quota: tenant %u session %llu requested %u\n",
 		       v->arena_id, (unsigned long long)v->seq, v->tenant_id,
-		       v->session_id, v->requested);
+		       (unsigned long long)v->session_id, v->requested);
 		break;
 	case KVA_EVENT_SESSION_ENDED:
-		printf("arena %u seq %llu session-ended: %u by pid %u\n",
-		       v->arena_id, (unsigned long long)v->seq, v->session_id,
-		       v->pid);
+		printf("arena %u seq %llu session-ended: %llu by pid %u\n",
+		       v->arena_id, (unsigned long long)v->seq,
+		       (unsigned long long)v->session_id, v->pid);
 		break;
 	default:
 		printf("arena %u %s \"%s\" tenant %u %s\n", v->arena_id,

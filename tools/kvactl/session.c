@@ -50,8 +50,9 @@ static int session_row(const struct kva_nl_session *s, void *ctx)
 			return -ENOMEM;
 		return 0;
 	}
-	printf("%-5u %-8u %-9s %-4u %-7u %-10llu %-9s %-9s %llu\n",
-	       s->arena_id, i->session_id, kva_state_name(i->state),
+	printf("%-5u %-12llu %-9s %-4u %-7u %-10llu %-9s %-9s %llu\n",
+	       s->arena_id, (unsigned long long)i->session_id,
+	       kva_state_name(i->state),
 	       i->tool_class, i->blocks_held,
 	       (unsigned long long)i->idle_byte_sec,
 	       kvactl_dur(in_state, d1, sizeof(d1)),
@@ -85,7 +86,7 @@ int kvactl_session(struct kvactl *k, int argc, char **argv)
 		if (!w.list)
 			return kvactl_fail(k, "session list", -ENOMEM);
 	} else {
-		printf("%-5s %-8s %-9s %-4s %-7s %-10s %-9s %-9s %s\n", "ARENA",
+		printf("%-5s %-12s %-9s %-4s %-7s %-10s %-9s %-9s %s\n", "ARENA",
 		       "SESSION", "STATE", "TOOL", "BLOCKS", "IDLE_B*S",
 		       "FOR", "EXPECTED", "COOKIE");
 	}

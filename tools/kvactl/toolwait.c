@@ -287,7 +287,7 @@ static json_t *kt_sessions(struct kva_toolwait *tw, struct kt_state *st)
 
 	n = kt_keys(tw, &keys);
 	if (!list)
-		printf("\n%-6s %-8s %-7s %-9s %5s %6s %10s %9s %12s %5s %8s %9s\n",
+		printf("\n%-6s %-12s %-7s %-9s %5s %6s %10s %9s %12s %5s %8s %9s\n",
 		       "ARENA", "SESSION", "PID", "STATE", "CLASS", "WAITS",
 		       "TOTAL_MS", "MAX_MS", "IDLE_BYTE_S", "PROCS", "CPU_MS",
 		       "WALL_MS");
@@ -317,7 +317,7 @@ static json_t *kt_sessions(struct kva_toolwait *tw, struct kt_state *st)
 				"tool_wall_ns", kt_ju64(s.tool_wall_ns),
 				"cookie", kt_ju64(s.cookie)));
 		else
-			printf("%-6u %-8u %-7u %-9s %5u %6" PRIu64 " %10.1f %9.1f"
+			printf("%-6u %-12" PRIu64 " %-7u %-9s %5u %6" PRIu64 " %10.1f %9.1f"
 			       " %12" PRIu64 " %5" PRIu64 " %8.1f %9.1f\n",
 			       k->arena_id, k->session_id, k->pid,
 			       kva_state_name(s.state), s.tool_class, s.waits,

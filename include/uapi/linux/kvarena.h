@@ -214,18 +214,17 @@ struct kva_export {
  * out: ids[0..done), done; the return value is `done`.
  * errors: ENOENT no such session; ENOSPC not enough free blocks (and no
  *      KVA_ALLOC_PARTIAL, or none free); EDQUOT tenant quota; ENOMEM the
- *      session's block table cannot grow; EINVAL count, flags or pad.
+ *      session's block table cannot grow; EINVAL count or flags.
  * Without KVA_ALLOC_PARTIAL the call is all or nothing.
  */
 #define KVA_ALLOC_PARTIAL	(1U << 0)
 struct kva_blocks {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
+	__u64 session_id;
 	__u32 count;
-	__u64 ids;			/* __u32 __user * */
 	__u32 done;			/* out */
-	__u32 pad;
+	__u64 ids;			/* __u32 __user * */
 };
 
 #define KVA_BLOCKS_SIZE_VER0	32
@@ -245,20 +244,32 @@ struct kva_blocks {
  */
 
 /*
+ * Session ids are 64-bit and never reused within an arena's lifetime: an
+ * id names one session only, so a late END or FREE for an ended session
+ * gets ENOENT, never another session.  Ids are opaque: they grow with
+ * creation order, are above 2^32 (a caller that truncates them to 32 bits
+ * fails at once) and below 2^63 (a positive int64 for JSON and other
+ * languages).  The low 16 bits are the kernel's slot, the bits above a
+ * per-arena serial that stops at KVA_SESSION_SERIAL_MAX (2^47 creates,
+ * 4.5 years at a million a second): then SESSION_CREATE says ENOSPC rather
+ * than reuse an id.
+ */
+#define KVA_SESSION_SERIAL_MAX	(1ULL << 47)
+
+/*
  * KVA_IOC_SESSION_CREATE (arena fd): a new session in state IDLE.
  * in:  cookie (opaque to the kernel: the runtime's request id)
- * out: session_id (also the return value; never 0)
- * errors: ENOSPC max_sessions reached.
+ * out: session_id (never 0); the return value is 0.
+ * errors: ENOSPC max_sessions live, or the arena's ids are spent.
  *
  * KVA_IOC_SESSION_END (arena fd): release every block, retire the id.
- * in:  session_id.  errors: ENOENT; EINVAL flags or pad.
+ * in:  session_id.  errors: ENOENT; EINVAL flags.
  */
 struct kva_session_create {
 	__u32 size;
 	__u32 flags;
 	__u64 cookie;
-	__u32 session_id;		/* out */
-	__u32 pad;
+	__u64 session_id;		/* out */
 };
 
 #define KVA_SESSION_CREATE_SIZE_VER0	24
@@ -266,8 +277,7 @@ struct kva_session_create {
 struct kva_session_end {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
-	__u32 pad;
+	__u64 session_id;
 };
 
 #define KVA_SESSION_END_SIZE_VER0	16
@@ -282,10 +292,9 @@ struct kva_session_end {
 struct kva_session_state {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
+	__u64 session_id;
 	__u32 state;
 	__u32 tool_class;
-	__u32 pad;
 	__u64 expected_wait_us;
 };
 
@@ -301,10 +310,11 @@ struct kva_session_state {
 struct kva_session_info {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
+	__u64 session_id;
 	__u32 state;
 	__u32 tool_class;
 	__u32 blocks_held;
+	__u32 pad;
 	__u64 expected_wait_us;
 	__u64 cookie;
 	__u64 created_ns;
@@ -315,7 +325,7 @@ struct kva_session_info {
 	__u64 state_ns[KVA_STATE_SLOTS];	/* time per state; 0 beyond */
 };
 
-#define KVA_SESSION_INFO_SIZE_VER0	144
+#define KVA_SESSION_INFO_SIZE_VER0	152
 
 /*
  * A tenant is who pays for arenas: by default a caller's effective uid.
@@ -364,15 +374,16 @@ struct kva_policy_set {
 
 /* One ranked victim session (an array element: see victim_size). */
 struct kva_victim {
-	__u32 session_id;
+	__u64 session_id;
 	__u32 state;
 	__u32 blocks_held;
 	__u32 tool_class;
+	__u32 pad;
 	__u64 score;			/* policy-specific, larger goes first */
 	__u64 idle_ns;			/* time since last activity */
 };
 
-#define KVA_VICTIM_SIZE_VER0	32
+#define KVA_VICTIM_SIZE_VER0	40
 
 /*
  * KVA_IOC_ARENA_VICTIMS (arena fd): rank victims now.
@@ -425,19 +436,20 @@ struct kva_event {
 	__u64 seq;			/* per arena, from 1 */
 	__u64 time_ns;			/* CLOCK_MONOTONIC */
 	__u32 arena_id;
-	__u32 session_id;
 	__u32 tenant_id;
+	__u64 session_id;
 	__u32 blocks_free;
 	__u32 low_wm;
 	__u32 requested;
 	__u32 pid;
 	__u32 nvictims;
+	__u32 pad;
 	__u64 dropped;
 	struct kva_victim victims[KVA_EVENT_MAX_VICTIMS];
 	__u64 ack_seq;			/* in: last event handled (0: none) */
 };
 
-#define KVA_EVENT_SIZE_VER0	328
+#define KVA_EVENT_SIZE_VER0	400
 
 /*
  * io_uring: IORING_OP_URING_CMD on an arena fd, sqe->cmd_op one of the
@@ -508,7 +520,7 @@ enum kva_nl_attr {
 	KVA_NL_A_TTL_MS,		/* u32 */
 	KVA_NL_A_EVENTS_POSTED,		/* u64 */
 	KVA_NL_A_EVENTS_DROPPED,	/* u64 */
-	KVA_NL_A_SESSION_ID,		/* u32 */
+	KVA_NL_A_SESSION_ID,		/* u64 */
 	KVA_NL_A_STATE,			/* u32: enum kva_state */
 	KVA_NL_A_TOOL_CLASS,		/* u32 */
 	KVA_NL_A_BLOCKS_HELD,		/* u32 */

@@ -72,9 +72,9 @@ class _ArenaInfo(ctypes.Structure):
 
 
 class _SessionInfo(ctypes.Structure):
-    _fields_ = [("size", u32), ("flags", u32), ("session_id", u32),
+    _fields_ = [("size", u32), ("flags", u32), ("session_id", u64),
                 ("state", u32), ("tool_class", u32), ("blocks_held", u32),
-                ("expected_wait_us", u64), ("cookie", u64),
+                ("pad", u32), ("expected_wait_us", u64), ("cookie", u64),
                 ("created_ns", u64), ("state_since_ns", u64),
                 ("transitions", u64), ("idle_block_us", u64),
                 ("idle_byte_sec", u64), ("state_ns", u64 * _STATE_SLOTS)]
@@ -118,13 +118,14 @@ def _load():
         "kva_arena_map": (ctypes.c_int, [vp, P(vp)]),
         "kva_arena_set_policy": (ctypes.c_int, [vp, u32, u32, u32, u32]),
         "kva_block_offset": (u64, [u32, u32]),
-        "kva_session_open": (ctypes.c_int, [vp, u64, P(u32)]),
-        "kva_session_close": (ctypes.c_int, [vp, u32]),
-        "kva_session_set_state": (ctypes.c_int, [vp, u32, u32, u32, u64]),
-        "kva_session_get_info": (ctypes.c_int, [vp, u32, P(_SessionInfo)]),
-        "kva_blocks_alloc": (ctypes.c_int, [vp, u32, u32, P(u32), u32]),
-        "kva_blocks_free": (ctypes.c_int, [vp, u32, u32, P(u32)]),
-        "kva_blocks_share": (ctypes.c_int, [vp, u32, u32, P(u32)]),
+        # session ids are 64-bit (libkvarena 0.2)
+        "kva_session_open": (ctypes.c_int, [vp, u64, P(u64)]),
+        "kva_session_close": (ctypes.c_int, [vp, u64]),
+        "kva_session_set_state": (ctypes.c_int, [vp, u64, u32, u32, u64]),
+        "kva_session_get_info": (ctypes.c_int, [vp, u64, P(_SessionInfo)]),
+        "kva_blocks_alloc": (ctypes.c_int, [vp, u64, u32, P(u32), u32]),
+        "kva_blocks_free": (ctypes.c_int, [vp, u64, u32, P(u32)]),
+        "kva_blocks_share": (ctypes.c_int, [vp, u64, u32, P(u32)]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
@@ -143,7 +144,7 @@ def _check(ret, what):
 
 
 def lib_version():
-    """The running libkvarena's version, e.g. "0.1.0"."""
+    """The running libkvarena's version, e.g. "0.2.0"."""
     return _lib.kva_lib_version_string().decode()
 
 
@@ -328,7 +329,7 @@ class Arena:
                "kva_arena_set_policy")
 
     def session(self, cookie=0):
-        sid = u32()
+        sid = u64()
         _check(_lib.kva_session_open(self._handle(), cookie,
                                      ctypes.byref(sid)), "kva_session_open")
         return Session(self, sid.value)

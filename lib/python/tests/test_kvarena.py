@@ -63,10 +63,24 @@ class Binding(unittest.TestCase):
         with self.assertRaises(kvarena.KvaError) as e:
             t.share(ids[:1])            # already held
         self.assertEqual(e.exception.errno, errno.EEXIST)
+        # ids are 64-bit, above 2^32, and the info names the same one
+        self.assertGreater(s.id, 2 ** 32)
+        self.assertLess(s.id, 2 ** 63)
+        self.assertGreater(t.id, s.id)
+        self.assertEqual(i["session_id"], s.id)
         s.free(ids[2:])
+        old = s.id
         s.close()
         t.close()
         self.assertEqual(self.arena.info()["blocks_free"], 64)
+        # a stale id (its slot reused or not) names nothing
+        u = self.arena.session()
+        stale = kvarena.Session(self.arena, old)
+        with self.assertRaises(kvarena.KvaError) as e:
+            stale.info()
+        self.assertEqual(e.exception.errno, errno.ENOENT)
+        stale.id = None
+        u.close()
         with self.assertRaises(kvarena.KvaError) as e:
             self.arena.session().alloc(65)
         self.assertEqual(e.exception.errno, errno.ENOSPC)

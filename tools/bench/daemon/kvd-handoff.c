@@ -122,7 +122,8 @@ static int wait_ack(int sock, void **buf, size_t *cap, uint32_t want)
 
 static int run(enum kva_backend backend, uint32_t tokens, int runs)
 {
-	uint32_t n = tokens / TOKENS_PER_BLOCK, i, sid;
+	uint64_t sid;
+	uint32_t n = tokens / TOKENS_PER_BLOCK, i;
 	struct kva_arena_params p = { 0 };
 	struct kva_dev *dev = NULL;
 	struct kva_arena *a = NULL;

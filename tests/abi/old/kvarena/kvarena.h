@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* tests/abi: a deliberately OLD copy (the first version of each struct:
  * kva_arena_info and kva_arena_create without VER1, kva_arena_params
- * without eviction) that the ABI test builds against. Do not update. */
+ * without eviction) that the ABI test builds against. Do not update,
+ * except for the 64-bit session ids the UAPI freeze (issue 11) gave the
+ * API before any release (libkvarena 0.2). */
 /*
  * libkvarena: the C API runtimes use to hold KV caches in kvarena arenas.
  *
@@ -97,20 +99,20 @@ int kva_map_fd(int fd, size_t bytes, void **addrp);
 int kva_unmap(void *addr, size_t bytes);
 
 int kva_session_open(struct kva_arena *arena, uint64_t cookie,
-		       uint32_t *session);
-int kva_session_close(struct kva_arena *arena, uint32_t session);
-int kva_session_set_state(struct kva_arena *arena, uint32_t session,
+		       uint64_t *session);
+int kva_session_close(struct kva_arena *arena, uint64_t session);
+int kva_session_set_state(struct kva_arena *arena, uint64_t session,
 			  uint32_t state, uint32_t tool_class,
 			  uint64_t expected_wait_us);
-int kva_session_get_info(struct kva_arena *arena, uint32_t session,
+int kva_session_get_info(struct kva_arena *arena, uint64_t session,
 		     struct kva_session_info *out);
 
 /* Return the number of blocks allocated (all n unless KVA_ALLOC_PARTIAL). */
-int kva_blocks_alloc(struct kva_arena *arena, uint32_t session, uint32_t n,
+int kva_blocks_alloc(struct kva_arena *arena, uint64_t session, uint32_t n,
 		     uint32_t *ids, uint32_t flags);
-int kva_blocks_free(struct kva_arena *arena, uint32_t session, uint32_t n,
+int kva_blocks_free(struct kva_arena *arena, uint64_t session, uint32_t n,
 		    const uint32_t *ids);
-int kva_blocks_share(struct kva_arena *arena, uint32_t session, uint32_t n,
+int kva_blocks_share(struct kva_arena *arena, uint64_t session, uint32_t n,
 		     const uint32_t *ids);
 
 int kva_tenant_set_quota(struct kva_dev *dev, uint32_t tenant,

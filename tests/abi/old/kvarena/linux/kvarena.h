@@ -3,7 +3,8 @@
  * kva_arena_info and kva_arena_create without VER1, kva_arena_params
  * without eviction) that the ABI test builds against. Do not update,
  * except where the UAPI freeze (issue 11) fixed a struct's first shape
- * before any release: kva_session_info's state_ns[8], kva_event's ack_seq. */
+ * before any release: kva_session_info's state_ns[8], kva_event's ack_seq,
+ * and the 64-bit session ids of every struct that carries one. */
 /*
  * kvarena: kernel-managed KV-cache arenas for staged LLM inference.
  *
@@ -197,11 +198,10 @@ struct kva_export {
 struct kva_blocks {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
+	__u64 session_id;
 	__u32 count;
-	__u64 ids;			/* __u32 __user * */
 	__u32 done;			/* out */
-	__u32 pad;
+	__u64 ids;			/* __u32 __user * */
 };
 
 #define KVA_BLOCKS_SIZE_VER0	32
@@ -233,8 +233,7 @@ struct kva_session_create {
 	__u32 size;
 	__u32 flags;
 	__u64 cookie;
-	__u32 session_id;		/* out */
-	__u32 pad;
+	__u64 session_id;		/* out */
 };
 
 #define KVA_SESSION_CREATE_SIZE_VER0	24
@@ -242,8 +241,7 @@ struct kva_session_create {
 struct kva_session_end {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
-	__u32 pad;
+	__u64 session_id;
 };
 
 #define KVA_SESSION_END_SIZE_VER0	16
@@ -258,10 +256,9 @@ struct kva_session_end {
 struct kva_session_state {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
+	__u64 session_id;
 	__u32 state;
 	__u32 tool_class;
-	__u32 pad;
 	__u64 expected_wait_us;
 };
 
@@ -277,10 +274,11 @@ struct kva_session_state {
 struct kva_session_info {
 	__u32 size;
 	__u32 flags;
-	__u32 session_id;
+	__u64 session_id;
 	__u32 state;
 	__u32 tool_class;
 	__u32 blocks_held;
+	__u32 pad;
 	__u64 expected_wait_us;
 	__u64 cookie;
 	__u64 created_ns;
@@ -291,7 +289,7 @@ struct kva_session_info {
 	__u64 state_ns[8];			/* KVA_STATE_SLOTS: the frozen shape */
 };
 
-#define KVA_SESSION_INFO_SIZE_VER0	144
+#define KVA_SESSION_INFO_SIZE_VER0	152
 
 /*
  * KVA_IOC_TENANT_SET_QUOTA (/dev/kvarena, CAP_SYS_ADMIN): cap the bytes of
@@ -328,10 +326,11 @@ struct kva_policy_set {
 
 /* One ranked victim session. */
 struct kva_victim {
-	__u32 session_id;
+	__u64 session_id;
 	__u32 state;
 	__u32 blocks_held;
 	__u32 tool_class;
+	__u32 pad;
 	__u64 score;			/* policy-specific, larger goes first */
 	__u64 idle_ns;			/* time since last activity */
 };
@@ -383,19 +382,20 @@ struct kva_event {
 	__u64 seq;			/* per arena, from 1 */
 	__u64 time_ns;			/* CLOCK_MONOTONIC */
 	__u32 arena_id;
-	__u32 session_id;
 	__u32 tenant_id;
+	__u64 session_id;
 	__u32 blocks_free;
 	__u32 low_wm;
 	__u32 requested;
 	__u32 pid;
 	__u32 nvictims;
+	__u32 pad;
 	__u64 dropped;
 	struct kva_victim victims[KVA_EVENT_MAX_VICTIMS];
 	__u64 ack_seq;
 };
 
-#define KVA_EVENT_SIZE_VER0	328
+#define KVA_EVENT_SIZE_VER0	400
 
 /*
  * io_uring: IORING_OP_URING_CMD on an arena fd, sqe->cmd_op one of the
