@@ -540,7 +540,7 @@ static void test_session_ended_pid_in_receivers_namespace(void)
 		pid_t inner;
 
 		if (unshare(CLONE_NEWPID))
-			_exit(40);
+			_exit(errno == EINVAL ? 39 : 40);	/* 39: no CONFIG_PID_NS */
 		inner = fork();
 		if (inner == 0)
 			_exit(pidns_child(&c));
@@ -550,7 +550,10 @@ static void test_session_ended_pid_in_receivers_namespace(void)
 	}
 	CU_ASSERT_FATAL(pid > 0);
 	CU_ASSERT(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
-	CU_ASSERT_EQUAL(WEXITSTATUS(st), 0);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 39)
+		printf("(skipped: this kernel has no pid namespaces) ");
+	else
+		CU_ASSERT_EQUAL(WEXITSTATUS(st), 0);
 	close(c.arena);
 }
 
