@@ -15,6 +15,18 @@ until the model answers. Scoring and the table are eval.py's.
   eval_http.py --kvarenad BIN --model GGUF [--n 200]   starts kvarenad on a
                                 free loopback port (memfd backend) and stops it
   eval_http.py --url http://127.0.0.1:8080 --model-id ID   a running server
+  eval_http.py --kvarenad BIN --model GGUF --server-tools   kvarenad runs the
+                                tools itself, in its sandbox (calc, calc2,
+                                c_compile_run and talk conversations only:
+                                a session's work directory starts empty, so
+                                the file questions' paths are not in it)
+
+With --server-tools the requests declare no tools: kvarenad's [tools]
+enable = calc, read_file, list_dir, c_compile_run offers the training set's
+declarations in the training order (Documentation/daemon.md), the model's
+calls run server-side in the tool sandbox, their results are prefilled and
+decoding continues within the one request; what ran is read from the
+response's kvarena.tool_runs and scored as the client-side runs are.
 """
 import argparse
 import http.client
@@ -154,6 +166,64 @@ def run_one(srv, model, conv, tmp, usage, release=True):
     return t, g, f, msgs
 
 
+SERVER_FAMILIES = ("calc", "calc2", "c_compile_run", "talk")
+
+
+def run_one_server(srv, model, conv, usage, release=True):
+    """One conversation with the tools run by kvarenad: a single request;
+    (tool, arguments, answer, transcript) as run_one."""
+    msgs = [{"role": "system", "content": SYSTEM_TEXT},
+            {"role": "user", "content": conv["messages"][0][1]}]
+    st, r = srv.req("POST", "/v1/chat/completions", {
+        "model": model, "messages": msgs, "temperature": 0, "max_tokens": 400})
+    if st != 200:
+        raise RuntimeError("POST /v1/chat/completions: %d %s" % (st, r))
+    for k in ("prompt_tokens", "completion_tokens"):
+        usage[k] += r["usage"][k]
+    usage["cached_tokens"] += r["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    runs = r.get("kvarena", {}).get("tool_runs") or []
+    usage["tool_runs"] += len(runs)
+    usage["sandboxed"] += sum(x["name"] in ("calc", "c_compile_run") for x in runs)
+    msg = r["choices"][0]["message"]
+    calls, values = [], []
+    for x in runs:
+        try:
+            args = json.loads(x["arguments"])
+            if not isinstance(args, dict):
+                raise TypeError
+        except (ValueError, TypeError):
+            calls.append(None)
+            values.append(None)
+            continue
+        calls.append(x["name"])
+        out = x["output"].rstrip("\n") if x["exit_reason"] == "exit" and not x["exit_code"] \
+            else None
+        if x["name"] in ("calc",):
+            try:
+                values.append(int(out))
+            except (TypeError, ValueError):
+                values.append(None)
+        elif x["name"] in ("read_file", "list_dir"):
+            values.append(args.get("path") if out is not None else None)
+        else:
+            values.append(out)
+        msgs.append({"role": "tool run", "content": "%s %s -> %s %r" % (
+            x["name"], x["arguments"], x["exit_reason"], x["output"][:200])})
+    # a call the daemon handed back instead of running (past max_rounds,
+    # a tool it does not offer) is a call the evaluation did not see run
+    for tc in msg.get("tool_calls") or []:
+        calls.append(tc["function"]["name"])
+        values.append(None)
+    answer = None if msg.get("tool_calls") else (msg.get("content") or "")
+    if answer is not None:
+        msgs.append({"role": "assistant", "content": answer})
+    session = r.get("kvarena", {}).get("session_id")
+    if session and release:
+        srv.req("DELETE", "/v1/sessions/" + session)
+    t, g, f = ev.score(conv, calls, values, answer)
+    return t, g, f, msgs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kvarenad", help="kvarenad binary to start")
@@ -168,6 +238,8 @@ def main():
                     help="start kvarenad with [kv] prefix_cache = no")
     ap.add_argument("--keep-sessions", dest="release", action="store_false",
                     help="do not DELETE each conversation's session when it ends")
+    ap.add_argument("--server-tools", action="store_true",
+                    help="kvarenad runs the tools (calc, calc2, c_compile_run, talk conversations)")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--show", type=int, default=3, help="print this many failed conversations")
@@ -175,17 +247,28 @@ def main():
     if not a.url and not (a.kvarenad and a.model):
         ap.error("give --kvarenad and --model, or --url")
     convs = corpus.generate(a.seed, a.n, "eval")
+    skipped = 0
+    if a.server_tools:
+        skipped = sum(c["family"] not in SERVER_FAMILIES for c in convs)
+        convs = [c for c in convs if c["family"] in SERVER_FAMILIES]
     table = ev.Table()
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
+             "tool_runs": 0, "sandboxed": 0}
     shown = 0
     with tempfile.TemporaryDirectory(prefix="kvd-eval-") as tmp:
-        srv = Server(a.kvarenad, a.model, a.url, a.key, tmp, a.kv_blocks,
-                     "" if a.prefix_cache else "prefix_cache = no\n")
+        extra = "" if a.prefix_cache else "prefix_cache = no\n"
+        if a.server_tools and not a.url:
+            extra += ("[tools]\nenable = calc, read_file, list_dir, c_compile_run\n"
+                      "max_rounds = 3\nworkdir_root = %s\n" % os.path.join(tmp, "tools"))
+        srv = Server(a.kvarenad, a.model, a.url, a.key, tmp, a.kv_blocks, extra)
         t0 = time.time()
         try:
             model = a.model_id or srv.model_id()
             for conv in convs:
-                t, g, f, transcript = run_one(srv, model, conv, tmp, usage, a.release)
+                if a.server_tools:
+                    t, g, f, transcript = run_one_server(srv, model, conv, usage, a.release)
+                else:
+                    t, g, f, transcript = run_one(srv, model, conv, tmp, usage, a.release)
                 table.add(conv["family"], t, g, f)
                 if not (t and g and f) and shown < a.show:
                     shown += 1
@@ -197,6 +280,10 @@ def main():
         finally:
             srv.close()
     dt = time.time() - t0
+    if a.server_tools:
+        print("server-side tools: %d runs (%d of them spawned in the sandbox); %d file "
+              "conversations not asked (their paths are outside a session's work directory)"
+              % (usage["tool_runs"], usage["sandboxed"], skipped))
     table.print("kvarenad: %d conversations in %.1f s; prompt tokens %d (%d of them cached), "
                 "completion tokens %d" % (len(convs), dt, usage["prompt_tokens"],
                                           usage["cached_tokens"], usage["completion_tokens"]))

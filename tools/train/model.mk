@@ -8,6 +8,8 @@
 #   make eval-model-http  the same 200 conversations through kvarenad's HTTP
 #                     API (started on a free loopback port), tools run by
 #                     the client for real
+#   make eval-model-server  the calc, calc2, c_compile_run and talk conversations
+#                     through kvarenad with the tools run server-side, in its sandbox
 #   make check-model  torch cross-check of the engine's logits (F32, Q8_0),
 #                     tokenizer parity, one calc round trip, corpus determinism
 
@@ -21,7 +23,7 @@ MODEL_TRAIN     := build/train/model
 MODEL_CHAT      := build/bin/kve-chat
 MODEL_CHAT_SAN  := build/engine/tests/kve-chat-san
 
-.PHONY: model eval-model eval-model-http check-model
+.PHONY: model eval-model eval-model-http eval-model-server check-model
 
 $(MODEL_CHAT): tools/train/kve-chat.c $(ENGINE_LIB)
 	@mkdir -p $(@D)
@@ -60,6 +62,10 @@ eval-model: $(MODEL_CHAT)
 eval-model-http:
 	@$(MAKE) --no-print-directory $(KVD_BIN)
 	$(MODEL_PY) tools/train/eval_http.py --kvarenad $(KVD_BIN) --model $(EVAL_MODEL)
+
+eval-model-server:
+	@$(MAKE) --no-print-directory $(KVD_BIN)
+	$(MODEL_PY) tools/train/eval_http.py --kvarenad $(KVD_BIN) --model $(EVAL_MODEL) --server-tools
 
 check-model: $(MODEL_CHAT_SAN) $(ENGINE_LOGITS)
 	@MODEL_PY=$(MODEL_PY) sh tests/model/run.sh $(MODEL_CHAT_SAN) $(ENGINE_LOGITS)
