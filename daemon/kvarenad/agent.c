@@ -361,7 +361,10 @@ static void out_add(char *b, size_t *len, size_t cap, const char *s, size_t n)
 }
 
 /* The tool result as the model reads it: stdout, stderr, and a bracketed
- * line when it did not exit 0; at most result_bytes, valid UTF-8. */
+ * line when it did not exit 0; at most result_bytes, valid UTF-8. Trailing
+ * newlines are dropped: the chat template puts one before the closing tag,
+ * and a model trained on results without them reads "7006652\n\n" as a
+ * different, unfamiliar turn. */
 static void format_output(struct kvd_call *c, uint32_t cap)
 {
 	const struct kvs_result *res = &c->res;
@@ -381,6 +384,8 @@ static void format_output(struct kvd_call *c, uint32_t cap)
 	}
 	if (len == cap)
 		n = snprintf(tail, sizeof(tail), "\n[output cut at %u bytes]", cap);
+	while (len && b[len - 1] == '\n')
+		len--;
 	if (res->reason != KVS_EXIT_CODE || res->status)
 		n += snprintf(tail + n, sizeof(tail) - (size_t)n, "%s[%s %d%s%s]",
 			      len ? "\n" : "", res->reason == KVS_EXIT_CODE ? "exit status" :

@@ -45,9 +45,11 @@ result $? "corpus: seed 1 is the corpus the shipped model learnt from (sha256 $g
 if "$py" -c 'import torch' 2>/dev/null; then
 	"$py" $dir/crosscheck.py $f32 --kve-logits "$logits" --bound 1e-3 --prompts 2 --tokens 60
 	result $? "cross-check F32"
-	# 0.25 until the model that copies: its logits are sharper (larger),
-	# and Q8_0's error grows with them: 0.252 measured, argmax 50/50
-	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.3 --prompts 2
+	# Q8_0's error grows with the logits (the engine quantises activations
+	# to Q8_0 too), and each retrained model's are sharper: 0.252 measured
+	# on the second model, 0.294 on the third (the "/" tokenizer), argmax
+	# 50/50 both; the bound leaves room for other kernel sets' rounding
+	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.4 --prompts 2
 	result $? "cross-check Q8_0"
 else
 	echo "SKIP cross-check: python3-torch is not installed (scripts/deps.sh check installs it)"

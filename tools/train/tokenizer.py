@@ -18,7 +18,8 @@ The vocabulary (ids in order):
   -rank, as long as the pair occurs min_count times (the phrasing's words
   become tokens, the names and paths drawn at random stay in syllable-sized
   pieces the model learns to copy). Digits are never merged (one token per digit, so numbers the
-  model has not seen are copied digit by digit), nor is a newline.
+  model has not seen are copied digit by digit), nor is a newline; "/" and
+  "." join only the letters after them (path components, extensions).
 
 Because markers always form first and no learnt token contains a marker,
 the text between markers encodes independently: encode() works segment by
@@ -36,7 +37,11 @@ T_NORMAL, T_UNKNOWN, T_CONTROL, T_USER, T_BYTE = 1, 2, 3, 4, 6
 CHAIN_SCORE = 1.0e6
 MARKER_RE = re.compile("|".join(re.escape(m) for m in corpus.MARKERS))
 # learning only: which characters may end up in one token
-WORD_RE = re.compile(SP + "?[A-Za-z]+|[0-9]|" + SP + "?[^A-Za-z0-9" + SP + "\n]+|" + SP + "+|\n")
+# A "/" or "." only starts a piece ("/opt", ".csv"), never continues one, so
+# a path is the same tokens after a space in a question and after a quote
+# in a call: the model copies it token for token from its first component.
+WORD_RE = re.compile(SP + "?[A-Za-z]+|[0-9]|[./][A-Za-z]+|[./]|"
+                     + SP + "?[^A-Za-z0-9./" + SP + "\n]+|" + SP + "+|\n")
 
 
 def has_digit(s):
