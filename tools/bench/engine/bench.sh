@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # bench.sh - `make bench-engine` (`make bench BENCH=engine`): kvarena's
-# engine side by side with llama.cpp on the same random-weight GGUF files,
+# engine side by side with llama.cpp on the same random-weight GGUF files
+# and the shipped trained agent model (agent_f32, agent_q8),
 # one thread each, then two threads each (ENGINE_BENCH_T2_MODELS): prefill
 # tok/s (128-token prompt), greedy decode tok/s, decode at batch 8
 # (sessions sharing the prompt's KV), our decode as a % of the
@@ -30,6 +31,9 @@ model 15m_q8 --dim 288 --layers 6 --heads 6 --ffn 768 --vocab 32000 --ctx 256 --
 model 110m_f32 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type f32
 model 110m_q8 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q8_0
 model gqa_f16 --dim 512 --layers 8 --heads 8 --kv-heads 2 --ffn 1408 --vocab 32000 --ctx 512 --type f16
+# the trained agent model as shipped (models/, Documentation/model.md)
+ln -sf "$PWD/models/kvarena-agent-f32.gguf" "$MD/agent_f32.gguf"
+ln -sf "$PWD/models/kvarena-agent-q8_0.gguf" "$MD/agent_q8.gguf"
 
 get() { printf '%s\n' "$1" | sed -n "s/^$2=//p" | head -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
@@ -87,7 +91,7 @@ measure() {
 	pct=$(awk -v d="$o_decode_tps" -v r="$roof" 'BEGIN { printf "%.1f", 100 * d / r }')
 }
 
-for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16}; do
+for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8}; do
 	measure "$m" 1
 	eval "dec1_$m=\$o_decode_tps"
 	oa=$(get "$o1" argmax)
