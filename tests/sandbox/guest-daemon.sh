@@ -88,6 +88,7 @@ after() {
 		bad "$1: served after" "daemon pids $(daemon_pids), was $PIDS"; fi
 }
 
+read -r up0 _ </proc/uptime
 echo "== escape suite through kvarenad (guest lane, cgroup v2 limits): kernel $(uname -r)"
 KVD_TEST_REPLY_FILE=$REPLY "$D" --config "$T/kvarenad.conf" >"$T/log" 2>&1 &
 KVD=$!
@@ -200,5 +201,7 @@ wait "$KVD"
 rc=$?
 if [ "$rc" = 0 ] && [ -z "$(daemon_pids)" ]; then ok "SIGTERM" "kvarenad drained and exited 0"; else bad "SIGTERM" "exit $rc"; fi
 
-echo "== escape suite through kvarenad (guest lane): $pass passed, $fail failed"
+read -r up1 _ </proc/uptime
+echo "== escape suite through kvarenad (guest lane): $pass passed, $fail failed," \
+	"$(awk -v a="$up0" -v b="$up1" 'BEGIN { printf "%.0f", b - a }') s"
 [ "$fail" = 0 ]
