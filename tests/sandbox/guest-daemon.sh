@@ -53,6 +53,7 @@ CONF
 # the pattern $2 (busybox has no pgrep): one grep for $1's first word over
 # every /proc/N/cmdline, then the pattern on the candidates
 procs() {
+	# shellcheck disable=SC2013 # /proc/N/cmdline: no blanks in the names
 	for f in $(grep -lsF "${1%% *}" /proc/[0-9]*/cmdline); do
 		tr '\0' ' ' 2>/dev/null <"$f" | grep -q "$2" && { p=${f#/proc/}; echo "${p%/cmdline}"; }
 	done

@@ -13,6 +13,7 @@ for f in build/bin/kva-sandbox build/sandbox/kvs-probe build/daemon/tests/kvaren
 	[ -e "$f" ] || { echo "sandbox guest: $f missing (make check-sandbox-guest builds it)" >&2; exit 2; }
 done
 mkdir -p build/sandbox
+# shellcheck disable=SC2016 # $a and $b are the guest shell's
 exec tests/vm/run-guest.sh --kver "${KVS_GUEST_KVER:-612}" --timeout "${KVS_GUEST_TIMEOUT:-600}" \
 	--mem 1024 --log build/sandbox/guest.log \
 	--bin build/bin/kva-sandbox --bin build/sandbox/kvs-probe \
