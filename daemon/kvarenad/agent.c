@@ -993,8 +993,9 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 		tr.wall_ms = cl->res.wall_s * 1e3;
 		kvd_log(KVD_LOG_INFO, "tools",
 			"%s %s round=%u tool=%s exit_reason=%s status=%d wall_ms=%.1f "
-			"output_bytes=%zu cgroup=%llu%s%s", j->request_id, c ? c->id : "-",
-			r->round, cl->name, tr.exit_reason, tr.exit_code, tr.wall_ms,
+			"cpu_ms=%.1f output_bytes=%zu cgroup=%llu%s%s", j->request_id,
+			c ? c->id : "-", r->round, cl->name, tr.exit_reason, tr.exit_code,
+			tr.wall_ms, (cl->res.cpu_user_s + cl->res.cpu_sys_s) * 1e3,
 			tr.output_len, (unsigned long long)cl->res.cgroup_id,
 			cl->res.note[0] ? " note=" : "", cl->res.note);
 		kvd_job_emit_tool_run(j, &tr);

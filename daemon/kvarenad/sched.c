@@ -244,6 +244,37 @@ size_t kvd_utf8_clean(const char *in, size_t n, char *out)
 	return o;
 }
 
+#ifdef KVD_TEST_HOOKS
+/* kvarenad-hooks (the sandbox's guest lane, tests/sandbox/guest-daemon.sh):
+ * the test, driving the daemon over HTTP, leaves the next scripted reply in
+ * the file $KVD_TEST_REPLY_FILE; the first round to start takes it (read,
+ * then removed), so it stands for exactly one round of one request. */
+static void test_reply_from_file(struct kvd *d)
+{
+	const char *path = getenv("KVD_TEST_REPLY_FILE");
+	char *buf;
+	size_t n;
+	FILE *f;
+
+	if (!path || !*path || d->n_test_replies)
+		return;
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	buf = malloc(65536);
+	n = buf ? fread(buf, 1, 65535, f) : 0;
+	fclose(f);
+	unlink(path);
+	if (!buf || !n) {
+		free(buf);
+		return;
+	}
+	buf[n] = 0;
+	d->test_replies[0] = buf;
+	d->n_test_replies = 1;
+}
+#endif
+
 static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		     const struct kvd_top *top, uint32_t n_top)
 {
@@ -260,6 +291,8 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	/* test_orch: a scripted reply stands for this round's (the random
 	 * test model never calls a tool); its tokens get KV with the next
 	 * prefill, as a client's text would */
+	if (j->round_tokens == 0)
+		test_reply_from_file(d);
 	if (j->round_tokens == 0 && d->n_test_replies) {
 		char *txt = d->test_replies[0];
 		size_t tl = strlen(txt);

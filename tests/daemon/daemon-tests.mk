@@ -49,3 +49,35 @@ check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
 		sh tests/daemon/run-api.sh
 
 check-daemon: check-orch check-serve check-orch-guest
+
+# kvarenad with the test hooks (sched.c: a scripted reply read from
+# $KVD_TEST_REPLY_FILE), unsanitized (TCG): the sandbox's guest lane starts
+# it and drives the escape suite's cgroup-limit cases through its HTTP API
+# and agent loop (tests/sandbox/guest-daemon.sh). Never installed.
+KVD_CORE_HOBJS := $(KVD_CORE_SRCS:%.c=$(KVD_OUT)/hooks/%.o)
+KVD_CORE_HLIB  := $(KVD_OUT)/libkvd-hooks.a
+KVD_HOOKS_BIN  := $(KVD_OUT)/tests/kvarenad-hooks
+KVD_SBX_MODEL  := $(KVD_OUT)/tests/sandbox-guest.gguf
+
+$(KVD_CORE_HOBJS): $(KVD_OUT)/hooks/%.o: %.c $(KVD_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -DKVD_TEST_HOOKS -c $< -o $@
+
+$(KVD_CORE_HLIB): $(KVD_CORE_HOBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(KVD_HOOKS_BIN): daemon/kvarenad/main.c $(KVD_CORE_HLIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) $(LIB_A) \
+	$(KVD_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -DKVD_TEST_HOOKS $< $(KVD_CORE_HLIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) \
+		$(LIB_A) -o $@ -lsystemd $(API_LIBS) $(KVD_LDLIBS)
+
+# small enough for TCG
+$(KVD_SBX_MODEL): $(ENGINE_MKMODEL)
+	@mkdir -p $(@D)
+	$(ENGINE_MKMODEL) --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 \
+		--ctx 2048 --tokenizer bpe --type f32 --seed 3 -o $@ >/dev/null
+
+# sandbox.mk's guest lane (included before this file) runs the daemon too
+check-sandbox-guest: $(KVD_HOOKS_BIN) $(KVD_SBX_MODEL)
