@@ -32,6 +32,9 @@ struct mm_job {
 	int T, n, nchunks;
 	int silu;		/* it[0] is the gate, it[1] the up matrix:
 				 * g = silu(g) * u once a chunk has both */
+	float *res;		/* one matrix: res += y, row range by row range
+				 * (the residual add, in the job rather than
+				 * after it on one thread) */
 	struct mm_item it[3];
 };
 
@@ -148,6 +151,18 @@ static void mm_worker(void *arg, int c, int tid)
 	r0 = (c - it->first) * it->rows_per;
 	r1 = r0 + it->rows_per < (int)it->w->rows ? r0 + it->rows_per : (int)it->w->rows;
 	mm_rows(j->e, j, it->w, it->y, r0, r1);
+	if (j->res) {
+		size_t n = it->w->rows;
+
+		for (t = 0; t < j->T; t++) {
+			float *x = j->res + (size_t)t * n;
+			const float *y = it->y + (size_t)t * n;
+			int r;
+
+			for (r = r0; r < r1; r++)
+				x[r] += y[r];
+		}
+	}
 	if (!j->silu)
 		return;
 	mm_rows(j->e, j, j->it[1].w, j->it[1].y, r0, r1);
@@ -202,6 +217,16 @@ static void matmul(struct kve_engine *e, const float *x, int T, int n,
 {
 	struct mm_job j = { .e = e, .x = x, .T = T, .n = n,
 		.it = { { w0, y0, 0, 0 }, { w1, y1, 0, 0 }, { w2, y2, 0, 0 } } };
+
+	matmul_job(e, &j);
+}
+
+/* res += W x (T rows; y is W x's scratch): the residual connection */
+static void matmul_add(struct kve_engine *e, const float *x, int T,
+		       const struct kve_mat *w, float *y, float *res)
+{
+	struct mm_job j = { .e = e, .x = x, .T = T, .n = 1, .res = res,
+		.it = { { w, y, 0, 0 } } };
 
 	matmul_job(e, &j);
 }
@@ -343,17 +368,13 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 			store_kv(e, t);
 		}
 		kve_threads_run(e->th, attn_worker, e, attn_chunks(e));
-		matmul(e, e->att, (int)T, 1, &L->wo, e->xb, NULL, NULL, NULL, NULL);
-		for (i = 0; i < T * dim; i++)
-			e->x[i] += e->xb[i];
+		matmul_add(e, e->att, (int)T, &L->wo, e->xb, e->x);
 
 		for (t = 0; t < T; t++)
 			e->k->rmsnorm(e->xb + (size_t)t * dim, e->x + (size_t)t * dim,
 				      L->ffn_norm, (int)dim, in->rms_eps);
 		matmul_swiglu(e, e->xb, (int)T, &L->gate, e->hb, &L->up, e->hb2);
-		matmul(e, e->hb, (int)T, 1, &L->down, e->xb, NULL, NULL, NULL, NULL);
-		for (i = 0; i < T * dim; i++)
-			e->x[i] += e->xb[i];
+		matmul_add(e, e->hb, (int)T, &L->down, e->xb, e->x);
 	}
 
 	if (!n_out)

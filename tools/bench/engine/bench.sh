@@ -132,14 +132,14 @@ for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8}; do
 		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
 		"$roof" "$pct" "$(ratio "$o_decode_tps" "$d1")")
 "
-	bw2=$(get "$o1" read_gbs)
+	bw2="${bw2:+$bw2, }$m $(get "$o1" read_gbs)"	# each model measures its own
 done
 echo "host: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa, KV in a $kv, read bw $bw1 GB/s"
 printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" argmax
 printf '%s' "$TABLE"
 if [ -n "$TABLE2" ]; then
-	echo "2 threads, both engines; roofline at the 2-thread read bw ${bw2:-?} GB/s; t2/t1: our decode at 2 threads over 1"
+	echo "2 threads, both engines; roofline at the 2-thread read bw (GB/s: ${bw2:-?}); t2/t1: our decode at 2 threads over 1"
 	printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" t2/t1
 	printf '%s' "$TABLE2"
 fi
