@@ -266,6 +266,15 @@ static void test_sessions(const char *path, const struct kve_model *m, enum kve_
 	CHECK(kve_arena_prefill(e, kv, &F, tok, 8, c) == 0 && F.s.n_blocks == 2 &&
 	      blocks_held(kv, &F) == 2, "%s kv %s: then 8 tokens fit in 2 blocks", path, dn);
 	kve_arena_session_close(kv, &F);
+	/* a limit that ends inside a block: 9 tokens are 2 whole blocks and
+	 * one partial one, and the table has room for all 3 */
+	ok = !kve_arena_session_open(kv, 7, 9, &F);
+	rc = kve_arena_session_reserve(kv, &F, 9);
+	CHECK(ok && rc == 0 && F.s.n_blocks == 3 && blocks_held(kv, &F) == 3 &&
+	      kve_arena_session_reserve(kv, &F, 13) == -ENOSPC,
+	      "%s kv %s: a 9-token session (blocks of 4) reserves its 9 tokens in 3 blocks (%d), "
+	      "13 tokens -> ENOSPC", path, dn, rc);
+	kve_arena_session_close(kv, &F);
 	kve_arena_session_close(kv, &B);
 	CHECK(blocks_free(kv) == total, "%s kv %s: every block back after the last session ends",
 	      path, dn);

@@ -293,6 +293,87 @@ static void tool_calls(void)
 	kvc_grammar_release(named);
 }
 
+/* kvc_mask_budget at its exact edge: a token is kept with tokens_left
+ * tokens to go iff the output can still be completed after it within
+ * tokens_left - 1 (kvc_remaining of a clone that took it, one token per
+ * byte at worst). Checked for every allowed token at tokens_left = r and
+ * r + 1 for each distinct r, constrained (a string with minLength) and
+ * lazy with all of the start tag but its last byte seen (the token that
+ * completes the tag must leave room to close the call). */
+static int budget_edge_at(struct kvc_matcher *m, uint32_t *mask, uint32_t *bm, uint32_t *rem,
+			  int *kept_at_edge)
+{
+	uint32_t w, id, t, words = kvc_mask_words(V), tried[64], nt = 0;
+	int ok = kvc_mask(m, mask) > 0;
+
+	for (id = 0; ok && id < NV; id++) {
+		struct kvc_matcher *c;
+
+		rem[id] = UINT32_MAX;
+		if (!((mask[id >> 5] >> (id & 31)) & 1) || (int32_t)id == kve_tokenizer_eos(T))
+			continue;
+		c = kvc_matcher_clone(m);
+		ok = c && kvc_advance(c, (int32_t)id) == 0;
+		if (ok)
+			rem[id] = kvc_remaining(c);
+		kvc_matcher_free(c);
+	}
+	for (id = 0; ok && id < NV; id++) {
+		uint32_t k, r = rem[id];
+
+		if (r == UINT32_MAX)
+			continue;
+		for (k = 0; k < nt && tried[k] != r; k++)
+			;
+		if (k < nt || nt == 64)
+			continue;
+		tried[nt++] = r;
+		for (t = r ? r : 1; t <= r + 1; t++) {
+			memcpy(bm, mask, words * 4);
+			ok &= kvc_mask_budget(m, bm, t) >= 0;
+			for (w = 0; ok && w < NV; w++) {
+				int bit = (bm[w >> 5] >> (w & 31)) & 1;
+
+				if (rem[w] == UINT32_MAX)
+					continue;
+				ok &= bit == (rem[w] <= t - 1);
+				if (bit && rem[w] == t - 1 && rem[w] > 0)
+					(*kept_at_edge)++;
+			}
+		}
+	}
+	return ok;
+}
+
+static void budget_edge(void)
+{
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":3}", err,
+					sizeof(err)), *tg = tools_grammar(NULL, 1);
+	uint32_t words = kvc_mask_words(V);
+	uint32_t *mask = calloc(words, 4), *bm = calloc(words, 4), *rem = calloc(NV, 4);
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, 0) : NULL;
+	struct kvc_matcher *lz = tg ? kvc_matcher_create(tg, KVC_LAZY) : NULL;
+	const char *p;
+	int ok = m && lz && mask && bm && rem, edge = 0, ledge = 0;
+
+	ok = ok && kvc_advance(m, byte_tok['"']) == 0 && budget_edge_at(m, mask, bm, rem, &edge);
+	CHECK(ok && edge > 0, "%s: budget mask in a string (minLength 3): a token is kept iff what "
+	      "follows it fits tokens_left - 1, %d kept at exactly that edge", MNAME, edge);
+	for (p = "Sure. <tool_call"; ok && *p; p++)
+		ok = kvc_advance(lz, byte_tok[(uint8_t)*p]) == 0;
+	ok = ok && !kvc_triggered(lz) && budget_edge_at(lz, mask, bm, rem, &ledge);
+	CHECK(ok && ledge > 0, "%s: budget mask in lazy free text one byte before the start tag: a "
+	      "token completing the tag is kept iff the call fits after it (%d at the edge)", MNAME, ledge);
+	kvc_matcher_free(m);
+	kvc_matcher_free(lz);
+	kvc_grammar_release(g);
+	kvc_grammar_release(tg);
+	free(mask);
+	free(bm);
+	free(rem);
+}
+
 /* Free-form nesting stops at KVC_MAX_DEPTH: the mask (the slow path near
  * the limit) and kvc_advance agree, and '[' is refused at the limit. */
 static void depth_limit(void)
@@ -470,6 +551,7 @@ int main(int argc, char **argv)
 		refusals();
 		cache();
 		tool_calls();
+		budget_edge();
 		depth_limit();
 		threads();
 		generation(&c);
