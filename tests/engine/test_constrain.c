@@ -294,6 +294,35 @@ static void tool_calls(void)
 	kvc_grammar_release(named);
 }
 
+/* kvc_finished: 0 while a byte may still follow (the value, then its
+ * trailing whitespace), 1 once only EOS may; 0 in lazy free text. */
+static void finished(void)
+{
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, "{\"enum\":[\"a\"]}", err, sizeof(err)),
+			   *tg = tools_grammar(NULL, 1);
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, 0) : NULL;
+	struct kvc_matcher *lz = tg ? kvc_matcher_create(tg, KVC_LAZY) : NULL;
+	int ok = m && lz, before = 0, spaces = 0;
+	const char *p;
+
+	for (p = "\"a\""; ok && *p; p++) {
+		before |= kvc_finished(m);
+		ok = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+	}
+	ok = ok && kvc_accepting(m) && !kvc_finished(m);
+	while (ok && spaces < 100 && kvc_advance(m, byte_tok[' ']) == 0)
+		spaces++;
+	ok = ok && spaces > 0 && spaces < 100 && kvc_accepting(m) && kvc_finished(m);
+	ok = ok && !before && kvc_advance(lz, byte_tok['x']) == 0 && !kvc_finished(lz);
+	CHECK(ok, "%s: kvc_finished: 0 inside the value and after it while whitespace may follow, "
+	      "1 after the last allowed space (%d), 0 in lazy free text", MNAME, spaces);
+	kvc_matcher_free(m);
+	kvc_matcher_free(lz);
+	kvc_grammar_release(g);
+	kvc_grammar_release(tg);
+}
+
 /* kvc_mask_budget at its exact edge: a token is kept with tokens_left
  * tokens to go iff the output can still be completed after it within
  * tokens_left - 1 (kvc_remaining of a clone that took it, one token per
@@ -553,6 +582,7 @@ int main(int argc, char **argv)
 		cache();
 		tool_calls();
 		budget_edge();
+		finished();
 		depth_limit();
 		threads();
 		generation(&c);
