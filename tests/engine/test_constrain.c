@@ -85,7 +85,7 @@ static const struct tcase cases[] = {
 	  { "{\"unit\":\"ce\"}", "{\"unit\":\"celsius3\"}", "{}", "{\"unit\":\"c\",\"x\":1}", "{\"Unit\":\"c\"}" } },
 	{ "{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}",
 	  { "\"ab\"", "\"\\n\\\"\"", "\"\\u00e9\\u4e2d\\ud7ff\"", "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80z\"", "\"a\\\\\\/\"",
-	    "\"\xe0\xa0\x80z\"" },
+	    "\"\xe0\xa0\x80z\"", "\" !\"" },
 	  { "\"a\"", "\"abcde\"", "\"\\ud800x\"", "\"\\x41\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"a\tb\"",
 	    "\"\xf4\x90\x80\x80z\"", "\"ab", "\"\xe0\x9f\xbfz\"" } },
 	{ "{\"type\":\"number\"}",
