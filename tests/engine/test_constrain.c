@@ -327,7 +327,7 @@ static void finished(void)
  * tokens to go iff the output can still be completed after it within
  * tokens_left - 1 (kvc_remaining of a clone that took it, one token per
  * byte at worst). Checked for every allowed token at tokens_left = r and
- * r + 1 for each distinct r, constrained (a string with minLength) and
+ * r + 1 for each distinct r, and at 0 (nothing but EOS), constrained (a string with minLength) and
  * lazy with all of the start tag but its last byte seen (the token that
  * completes the tag must leave room to close the call). */
 static int budget_edge_at(struct kvc_matcher *m, uint32_t *mask, uint32_t *bm, uint32_t *rem,
@@ -372,6 +372,11 @@ static int budget_edge_at(struct kvc_matcher *m, uint32_t *mask, uint32_t *bm, u
 			}
 		}
 	}
+	/* no token left: none but EOS */
+	memcpy(bm, mask, words * 4);
+	ok &= kvc_mask_budget(m, bm, 0) >= 0;
+	for (w = 0; ok && w < NV; w++)
+		ok &= !((bm[w >> 5] >> (w & 31)) & 1) || (int32_t)w == kve_tokenizer_eos(T);
 	return ok;
 }
 
