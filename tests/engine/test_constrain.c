@@ -118,6 +118,11 @@ static const struct tcase cases[] = {
 	{ "{\"type\":\"object\",\"properties\":{\"t\":true},\"required\":[\"t\"],\"additionalProperties\":false}",
 	  { "{\"t\":1}", "{\"t\":{\"a\":[true,null]}}", "{\"t\":\"s\"}", "{ \"t\" : [] }" },
 	  { "{}", "{\"t\":}", "{\"u\":1}", "{\"t\":1,\"u\":2}", "{\"t\":tru}" } },
+	/* enum values outside the schema's type (a list of types) are not
+	 * offered */
+	{ "{\"type\":[\"integer\",\"null\"],\"enum\":[1,\"a\",null,true,2.5]}",
+	  { "1", "null" },
+	  { "\"a\"", "true", "2.5", "2" } },
 };
 
 static void byte_tokens(void)
