@@ -554,6 +554,15 @@ static void test_recv_errors(const struct kve_model *m)
 	rc = kve_arena_kv_map(m, fd, &g, &view, err, sizeof(err));
 	CHECK(rc == 0 && kve_arena_session_open(view, 1, 4, &(struct kve_arena_session){ 0 }) == -EOPNOTSUPP,
 	      "map: a view maps, and cannot open sessions");
+	if (!rc) {	/* nor reserve or share blocks, even for tables that would pass */
+		uint32_t t1[1] = { 0 }, t2[1] = { 0 };
+		struct kve_arena_session d1 = { .s = { t1, 0, 0 }, .cap = 1 };
+		struct kve_arena_session d2 = { .s = { t2, 1, g.block_tokens }, .cap = 1 };
+
+		CHECK(kve_arena_session_reserve(view, &d1, 1) == -EOPNOTSUPP &&
+		      kve_arena_session_share(view, &d1, &d2, 1) == -EOPNOTSUPP && !d1.s.n_blocks,
+		      "map: a view cannot reserve or share blocks (EOPNOTSUPP)");
+	}
 	if (!rc) {
 		const struct kve_kv_pool *vp = kve_arena_kv_pool(view);
 		uint8_t *last = vp->block_ptr(vp->ctx, g.blocks_total - 1);
