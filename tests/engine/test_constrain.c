@@ -299,6 +299,35 @@ static void tool_calls(void)
 	kvc_grammar_release(named);
 }
 
+/* The cache key holds the whole spec however long the tags: two tool
+ * sets that differ only in their last bytes, under a 64-byte start tag,
+ * are two grammars. */
+static void cache_long_tag(void)
+{
+	static const char tag[] = "<a-start-tag-of-the-longest-length-allowed-which-is-64-bytes--->";
+	static const char ta[] = "[{\"type\":\"function\",\"function\":{\"name\":\"aa\"}}]";
+	static const char tb[] = "[{\"type\":\"function\",\"function\":{\"name\":\"ab\"}}]";
+	struct kvc_spec sa = { .kind = KVC_TOOL_CALLS, .json = ta, .json_len = sizeof(ta) - 1,
+			       .start_tag = tag };
+	struct kvc_spec sb = sa;
+	struct kvc_grammar *ga = NULL, *gb = NULL;
+	struct kvc_grammar_stats st = { 0 };
+	char err[256], call[160];
+	int ok;
+
+	sb.json = tb;
+	sb.json_len = sizeof(tb) - 1;
+	ok = sizeof(tag) - 1 == 64 && !kvc_compile(V, &sa, &ga, err, sizeof(err)) &&
+	     !kvc_compile(V, &sb, &gb, err, sizeof(err));
+	if (ok)
+		kvc_grammar_stats(gb, &st);
+	snprintf(call, sizeof(call), "%s{\"name\":\"ab\",\"arguments\":{}}</tool_call>", tag);
+	CHECK(ok && ga != gb && !st.cached && accepts_bytes(gb, call, 0) && !accepts_bytes(ga, call, 0),
+	      "%s: a 64-byte start tag: tool sets differing in their last bytes are two grammars", MNAME);
+	kvc_grammar_release(ga);
+	kvc_grammar_release(gb);
+}
+
 /* kvc_finished: 0 while a byte may still follow (the value, then its
  * trailing whitespace), 1 once only EOS may; 0 in lazy free text. */
 static void finished(void)
@@ -590,6 +619,7 @@ int main(int argc, char **argv)
 		accept_cases();
 		refusals();
 		cache();
+		cache_long_tag();
 		tool_calls();
 		budget_edge();
 		finished();
