@@ -781,6 +781,15 @@ static int compile_new(struct kvc_vocab *v, const struct kvc_spec *spec,
 	return 0;
 }
 
+/* Every failure names itself: the allocations that fail without writing
+ * err (the cache key, the grammar, the tag's copy, ...) are out of memory. */
+static int compile_err(int rc, char *err, size_t errlen)
+{
+	if (rc == -ENOMEM && errlen && !err[0])
+		snprintf(err, errlen, "constrain: out of memory compiling the grammar");
+	return rc;
+}
+
 int kvc_compile(struct kvc_vocab *v, const struct kvc_spec *spec,
 		struct kvc_grammar **out, char *err, size_t errlen)
 {
@@ -794,9 +803,11 @@ int kvc_compile(struct kvc_vocab *v, const struct kvc_spec *spec,
 		snprintf(err, errlen, "constrain: no vocabulary or spec");
 		return -EINVAL;
 	}
+	if (errlen)
+		err[0] = '\0';
 	rc = kvc_spec_key(spec, &key, err, errlen);
 	if (rc)
-		return rc;
+		return compile_err(rc, err, errlen);
 	pthread_mutex_lock(&v->lock);
 	for (i = 0; i < CACHE_ENTRIES; i++) {
 		struct cache_ent *c = &v->cache[i];
@@ -814,7 +825,7 @@ int kvc_compile(struct kvc_vocab *v, const struct kvc_spec *spec,
 	key = NULL;
 	rc = compile_new(v, spec, &g, &key, err, errlen);
 	if (rc)
-		return rc;
+		return compile_err(rc, err, errlen);
 	pthread_mutex_lock(&v->lock);
 	for (i = 0; i < CACHE_ENTRIES; i++) {
 		struct cache_ent *c = &v->cache[i];

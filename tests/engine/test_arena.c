@@ -266,6 +266,15 @@ static void test_sessions(const char *path, const struct kve_model *m, enum kve_
 	CHECK(kve_arena_prefill(e, kv, &F, tok, 8, c) == 0 && F.s.n_blocks == 2 &&
 	      blocks_held(kv, &F) == 2, "%s kv %s: then 8 tokens fit in 2 blocks", path, dn);
 	kve_arena_session_close(kv, &F);
+	/* a limit that ends inside a block: 9 tokens are 2 whole blocks and
+	 * one partial one, and the table has room for all 3 */
+	ok = !kve_arena_session_open(kv, 7, 9, &F);
+	rc = kve_arena_session_reserve(kv, &F, 9);
+	CHECK(ok && rc == 0 && F.s.n_blocks == 3 && blocks_held(kv, &F) == 3 &&
+	      kve_arena_session_reserve(kv, &F, 13) == -ENOSPC,
+	      "%s kv %s: a 9-token session (blocks of 4) reserves its 9 tokens in 3 blocks (%d), "
+	      "13 tokens -> ENOSPC", path, dn, rc);
+	kve_arena_session_close(kv, &F);
 	kve_arena_session_close(kv, &B);
 	CHECK(blocks_free(kv) == total, "%s kv %s: every block back after the last session ends",
 	      path, dn);
@@ -545,6 +554,15 @@ static void test_recv_errors(const struct kve_model *m)
 	rc = kve_arena_kv_map(m, fd, &g, &view, err, sizeof(err));
 	CHECK(rc == 0 && kve_arena_session_open(view, 1, 4, &(struct kve_arena_session){ 0 }) == -EOPNOTSUPP,
 	      "map: a view maps, and cannot open sessions");
+	if (!rc) {	/* nor reserve or share blocks, even for tables that would pass */
+		uint32_t t1[1] = { 0 }, t2[1] = { 0 };
+		struct kve_arena_session d1 = { .s = { t1, 0, 0 }, .cap = 1 };
+		struct kve_arena_session d2 = { .s = { t2, 1, g.block_tokens }, .cap = 1 };
+
+		CHECK(kve_arena_session_reserve(view, &d1, 1) == -EOPNOTSUPP &&
+		      kve_arena_session_share(view, &d1, &d2, 1) == -EOPNOTSUPP && !d1.s.n_blocks,
+		      "map: a view cannot reserve or share blocks (EOPNOTSUPP)");
+	}
 	if (!rc) {
 		const struct kve_kv_pool *vp = kve_arena_kv_pool(view);
 		uint8_t *last = vp->block_ptr(vp->ctx, g.blocks_total - 1);

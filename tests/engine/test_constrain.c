@@ -84,9 +84,10 @@ static const struct tcase cases[] = {
 	  { "{\"unit\":\"c\"}", "{\"unit\": \"cel\"}", "{ \"unit\" : \"celsius\" }", "{\"unit\":\"celsius2\"}" },
 	  { "{\"unit\":\"ce\"}", "{\"unit\":\"celsius3\"}", "{}", "{\"unit\":\"c\",\"x\":1}", "{\"Unit\":\"c\"}" } },
 	{ "{\"type\":\"string\",\"minLength\":2,\"maxLength\":4}",
-	  { "\"ab\"", "\"\\n\\\"\"", "\"\\u00e9\\u4e2d\\ud7ff\"", "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80z\"", "\"a\\\\\\/\"" },
+	  { "\"ab\"", "\"\\n\\\"\"", "\"\\u00e9\\u4e2d\\ud7ff\"", "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80z\"", "\"a\\\\\\/\"",
+	    "\"\xe0\xa0\x80z\"", "\" !\"" },
 	  { "\"a\"", "\"abcde\"", "\"\\ud800x\"", "\"\\x41\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"a\tb\"",
-	    "\"\xf4\x90\x80\x80z\"", "\"ab" } },
+	    "\"\xf4\x90\x80\x80z\"", "\"ab", "\"\xe0\x9f\xbfz\"" } },
 	{ "{\"type\":\"number\"}",
 	  { "0", "-0.5", "1e5", "1E+05", "-2.25e-3", "123456789012345678", "3.141592653589" },
 	  { "01", "1.", ".5", "+1", "1e", "1e+", "--1", "1234567890123456789", "NaN" } },
@@ -117,6 +118,11 @@ static const struct tcase cases[] = {
 	{ "{\"type\":\"object\",\"properties\":{\"t\":true},\"required\":[\"t\"],\"additionalProperties\":false}",
 	  { "{\"t\":1}", "{\"t\":{\"a\":[true,null]}}", "{\"t\":\"s\"}", "{ \"t\" : [] }" },
 	  { "{}", "{\"t\":}", "{\"u\":1}", "{\"t\":1,\"u\":2}", "{\"t\":tru}" } },
+	/* enum values outside the schema's type (a list of types) are not
+	 * offered */
+	{ "{\"type\":[\"integer\",\"null\"],\"enum\":[1,\"a\",null,true,2.5]}",
+	  { "1", "null" },
+	  { "\"a\"", "true", "2.5", "2" } },
 };
 
 static void byte_tokens(void)
@@ -291,6 +297,150 @@ static void tool_calls(void)
 	kvc_grammar_release(g);
 	kvc_grammar_release(one);
 	kvc_grammar_release(named);
+}
+
+/* The cache key holds the whole spec however long the tags: two tool
+ * sets that differ only in their last bytes, under a 64-byte start tag,
+ * are two grammars. */
+static void cache_long_tag(void)
+{
+	static const char tag[] = "<a-start-tag-of-the-longest-length-allowed-which-is-64-bytes--->";
+	static const char ta[] = "[{\"type\":\"function\",\"function\":{\"name\":\"aa\"}}]";
+	static const char tb[] = "[{\"type\":\"function\",\"function\":{\"name\":\"ab\"}}]";
+	struct kvc_spec sa = { .kind = KVC_TOOL_CALLS, .json = ta, .json_len = sizeof(ta) - 1,
+			       .start_tag = tag };
+	struct kvc_spec sb = sa;
+	struct kvc_grammar *ga = NULL, *gb = NULL;
+	struct kvc_grammar_stats st = { 0 };
+	char err[256], call[160];
+	int ok;
+
+	sb.json = tb;
+	sb.json_len = sizeof(tb) - 1;
+	ok = sizeof(tag) - 1 == 64 && !kvc_compile(V, &sa, &ga, err, sizeof(err)) &&
+	     !kvc_compile(V, &sb, &gb, err, sizeof(err));
+	if (ok)
+		kvc_grammar_stats(gb, &st);
+	snprintf(call, sizeof(call), "%s{\"name\":\"ab\",\"arguments\":{}}</tool_call>", tag);
+	CHECK(ok && ga != gb && !st.cached && accepts_bytes(gb, call, 0) && !accepts_bytes(ga, call, 0),
+	      "%s: a 64-byte start tag: tool sets differing in their last bytes are two grammars", MNAME);
+	kvc_grammar_release(ga);
+	kvc_grammar_release(gb);
+}
+
+/* kvc_finished: 0 while a byte may still follow (the value, then its
+ * trailing whitespace), 1 once only EOS may; 0 in lazy free text. */
+static void finished(void)
+{
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, "{\"enum\":[\"a\"]}", err, sizeof(err)),
+			   *tg = tools_grammar(NULL, 1);
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, 0) : NULL;
+	struct kvc_matcher *lz = tg ? kvc_matcher_create(tg, KVC_LAZY) : NULL;
+	int ok = m && lz, before = 0, spaces = 0;
+	const char *p;
+
+	for (p = "\"a\""; ok && *p; p++) {
+		before |= kvc_finished(m);
+		ok = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+	}
+	ok = ok && kvc_accepting(m) && !kvc_finished(m);
+	while (ok && spaces < 100 && kvc_advance(m, byte_tok[' ']) == 0)
+		spaces++;
+	ok = ok && spaces > 0 && spaces < 100 && kvc_accepting(m) && kvc_finished(m);
+	ok = ok && !before && kvc_advance(lz, byte_tok['x']) == 0 && !kvc_finished(lz);
+	CHECK(ok, "%s: kvc_finished: 0 inside the value and after it while whitespace may follow, "
+	      "1 after the last allowed space (%d), 0 in lazy free text", MNAME, spaces);
+	kvc_matcher_free(m);
+	kvc_matcher_free(lz);
+	kvc_grammar_release(g);
+	kvc_grammar_release(tg);
+}
+
+/* kvc_mask_budget at its exact edge: a token is kept with tokens_left
+ * tokens to go iff the output can still be completed after it within
+ * tokens_left - 1 (kvc_remaining of a clone that took it, one token per
+ * byte at worst). Checked for every allowed token at tokens_left = r and
+ * r + 1 for each distinct r, and at 0 (nothing but EOS), constrained (a string with minLength) and
+ * lazy with all of the start tag but its last byte seen (the token that
+ * completes the tag must leave room to close the call). */
+static int budget_edge_at(struct kvc_matcher *m, uint32_t *mask, uint32_t *bm, uint32_t *rem,
+			  int *kept_at_edge)
+{
+	uint32_t w, id, t, words = kvc_mask_words(V), tried[64], nt = 0;
+	int ok = kvc_mask(m, mask) > 0;
+
+	for (id = 0; ok && id < NV; id++) {
+		struct kvc_matcher *c;
+
+		rem[id] = UINT32_MAX;
+		if (!((mask[id >> 5] >> (id & 31)) & 1) || (int32_t)id == kve_tokenizer_eos(T))
+			continue;
+		c = kvc_matcher_clone(m);
+		ok = c && kvc_advance(c, (int32_t)id) == 0;
+		if (ok)
+			rem[id] = kvc_remaining(c);
+		kvc_matcher_free(c);
+	}
+	for (id = 0; ok && id < NV; id++) {
+		uint32_t k, r = rem[id];
+
+		if (r == UINT32_MAX)
+			continue;
+		for (k = 0; k < nt && tried[k] != r; k++)
+			;
+		if (k < nt || nt == 64)
+			continue;
+		tried[nt++] = r;
+		for (t = r ? r : 1; t <= r + 1; t++) {
+			memcpy(bm, mask, words * 4);
+			ok &= kvc_mask_budget(m, bm, t) >= 0;
+			for (w = 0; ok && w < NV; w++) {
+				int bit = (bm[w >> 5] >> (w & 31)) & 1;
+
+				if (rem[w] == UINT32_MAX)
+					continue;
+				ok &= bit == (rem[w] <= t - 1);
+				if (bit && rem[w] == t - 1 && rem[w] > 0)
+					(*kept_at_edge)++;
+			}
+		}
+	}
+	/* no token left: none but EOS */
+	memcpy(bm, mask, words * 4);
+	ok &= kvc_mask_budget(m, bm, 0) >= 0;
+	for (w = 0; ok && w < NV; w++)
+		ok &= !((bm[w >> 5] >> (w & 31)) & 1) || (int32_t)w == kve_tokenizer_eos(T);
+	return ok;
+}
+
+static void budget_edge(void)
+{
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":3}", err,
+					sizeof(err)), *tg = tools_grammar(NULL, 1);
+	uint32_t words = kvc_mask_words(V);
+	uint32_t *mask = calloc(words, 4), *bm = calloc(words, 4), *rem = calloc(NV, 4);
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, 0) : NULL;
+	struct kvc_matcher *lz = tg ? kvc_matcher_create(tg, KVC_LAZY) : NULL;
+	const char *p;
+	int ok = m && lz && mask && bm && rem, edge = 0, ledge = 0;
+
+	ok = ok && kvc_advance(m, byte_tok['"']) == 0 && budget_edge_at(m, mask, bm, rem, &edge);
+	CHECK(ok && edge > 0, "%s: budget mask in a string (minLength 3): a token is kept iff what "
+	      "follows it fits tokens_left - 1, %d kept at exactly that edge", MNAME, edge);
+	for (p = "Sure. <tool_call"; ok && *p; p++)
+		ok = kvc_advance(lz, byte_tok[(uint8_t)*p]) == 0;
+	ok = ok && !kvc_triggered(lz) && budget_edge_at(lz, mask, bm, rem, &ledge);
+	CHECK(ok && ledge > 0, "%s: budget mask in lazy free text one byte before the start tag: a "
+	      "token completing the tag is kept iff the call fits after it (%d at the edge)", MNAME, ledge);
+	kvc_matcher_free(m);
+	kvc_matcher_free(lz);
+	kvc_grammar_release(g);
+	kvc_grammar_release(tg);
+	free(mask);
+	free(bm);
+	free(rem);
 }
 
 /* Free-form nesting stops at KVC_MAX_DEPTH: the mask (the slow path near
@@ -469,7 +619,10 @@ int main(int argc, char **argv)
 		accept_cases();
 		refusals();
 		cache();
+		cache_long_tag();
 		tool_calls();
+		budget_edge();
+		finished();
 		depth_limit();
 		threads();
 		generation(&c);

@@ -249,6 +249,11 @@ static void test_model(const char *path)
 			CHECK(kve_prefill(r1.e, &su, tok, 5, a) == -EFAULT, "unknown block id -> EFAULT");
 			CHECK(kve_decode(r1.e, dup, two, 2, a) == -EINVAL, "same session twice in a batch -> EINVAL");
 			CHECK(kve_decode(r1.e, dup, two, 9, a) == -EINVAL, "batch above max_batch -> EINVAL");
+			/* the lowest id is a token like any other (last: it writes
+			 * ss's block 0) */
+			two[0] = 0;
+			CHECK(kve_prefill(r1.e, &ss, two, 1, a) == 0 && ss.n_tokens == 1,
+			      "token 0 (the lowest id) prefilled");
 		}
 		rig_free(&r1);
 		rig_free(&r2);

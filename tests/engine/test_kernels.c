@@ -517,6 +517,15 @@ static float bad_softmax(float *sc, int n, float mx)
 	return C->softmax_exp(sc, n, mx * 0.99f);
 }
 
+/* wrong in its first element only, the sum it returns right */
+static float bad_softmax_first(float *sc, int n, float mx)
+{
+	float sum = C->softmax_exp(sc, n, mx);
+
+	sc[0] *= 1.5f;
+	return sum;
+}
+
 static void bad_attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
 {
 	C->attn_values(out, p, v, f16, n - 1, hd);	/* last row dropped */
@@ -674,6 +683,13 @@ static void check_selfcheck(int has2)
 		CHECK(rc == -1 && !strncmp(why, names[i], strlen(names[i])),
 		      "self-check: a broken %s is caught: %s", names[i], why);
 	}
+
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.softmax_exp = bad_softmax_first;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "softmax_exp: element 0 ", 23),
+	      "self-check: a softmax_exp wrong in element 0 only (its sum right) is caught: %s", why);
 
 	bad = kve_kernels_c;
 	bad.name = "avx512";

@@ -2,7 +2,8 @@
 /*
  * test_oom.c - allocation failures. Each of the engine's constructors (model
  * from memory, tokenizer, engine, KV arena and arena session) and the
- * tokenizer's long-word path is run with its k-th allocation failing, for
+ * tokenizer's long-word path, and constrained decoding's grammar compiler
+ * (first model only) is run with its k-th allocation failing, for
  * k = 0, 1, ... until a run makes fewer than k + 1 allocations: every run
  * with a failure must return an error (NULL with a message, or -ENOMEM),
  * never crash, and leak nothing (ASan's leak check at exit).
@@ -16,6 +17,7 @@
 #include <errno.h>
 
 #include "engine_internal.h"
+#include "kvconstrain.h"
 #include "tcheck.h"
 
 void *__real_malloc(size_t n);
@@ -95,6 +97,8 @@ struct ctx {
 	size_t len;
 	struct kve_model *m;
 	struct kve_tokenizer *t;
+	struct kvc_vocab *v;
+	const struct kvc_spec *spec;
 };
 
 static int build_model(void *p, char *err, size_t errlen)
@@ -193,6 +197,39 @@ static int build_arena(void *p, char *err, size_t errlen)
 	return rc;
 }
 
+/* Constrained decoding's compilers: a JSON Schema (properties, enum,
+ * bounds, a nested object; nothing free-form, so its automaton has no
+ * calls and empty call tables), any JSON object (the free-form
+ * containers, reached by call) and tool calls (a free-form argument),
+ * each compiled with its k-th allocation failing. One spec per
+ * each_failure loop and vocabulary: a compile that succeeded is cached,
+ * and a cached spec would shift the next one's allocations, so that its
+ * first ones never failed. */
+static const char oom_schema[] =
+	"{\"type\":\"object\",\"properties\":{\"u\":{\"enum\":[\"c\",\"f\"]},"
+	"\"n\":{\"type\":\"integer\",\"minimum\":-3,\"maximum\":250},"
+	"\"o\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":4}},"
+	"\"additionalProperties\":false}},\"required\":[\"u\"],\"additionalProperties\":false}";
+static const char oom_tools[] =
+	"[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"parameters\":{\"type\":\"object\","
+	"\"properties\":{\"cmd\":{\"type\":\"string\"},\"opts\":{\"type\":\"object\"}},"
+	"\"required\":[\"cmd\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"noargs\"}}]";
+static const struct kvc_spec oom_specs[3] = {
+	{ .kind = KVC_JSON_SCHEMA, .json = oom_schema, .json_len = sizeof(oom_schema) - 1 },
+	{ .kind = KVC_JSON_OBJECT },
+	{ .kind = KVC_TOOL_CALLS, .json = oom_tools, .json_len = sizeof(oom_tools) - 1, .max_calls = 2 },
+};
+
+static int build_grammar(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kvc_grammar *g = NULL;
+	int rc = kvc_compile(c->v, c->spec, &g, err, errlen);
+
+	kvc_grammar_release(g);
+	return rc;
+}
+
 /* Streaming decode of ordinary tokens allocates nothing (its buffer is
  * on the stack up to 512 bytes): counted, none failing. */
 static long detok_allocs(struct kve_tokenizer *t)
@@ -216,7 +253,7 @@ static long detok_allocs(struct kve_tokenizer *t)
 
 int main(int argc, char **argv)
 {
-	int i;
+	int i, k;
 
 	for (i = 1; i < argc; i++) {
 		struct ctx c = { 0 };
@@ -257,6 +294,23 @@ int main(int argc, char **argv)
 			n = each_failure("tokenize", tokenize_long, &c);
 			CHECK(n >= 0, "%s: tokenize and stream a 100-letter word: each of %ld "
 			      "allocations failing -> -ENOMEM", argv[i], n);
+			/* the first model only: about 1000 compiles, 10 s of CPU */
+			for (k = 0; i == 1 && k < 3; k++) {
+				static const char *const what[3] = { "JSON Schema", "JSON object",
+								     "tool calls" };
+
+				c.v = kvc_vocab_create(c.t, kve_model_info(c.m)->vocab, err,
+						       sizeof(err));
+				CHECK(c.v != NULL, "%s: constrained-decoding vocabulary %s", argv[i],
+				      c.v ? "" : err);
+				if (!c.v)
+					break;
+				c.spec = &oom_specs[k];
+				n = each_failure(what[k], build_grammar, &c);
+				CHECK(n > 0, "%s: %s grammar: each of %ld allocations failing -> "
+				      "out of memory, nothing leaked", argv[i], what[k], n);
+				kvc_vocab_free(c.v);
+			}
 			kve_tokenizer_free(c.t);
 		}
 		n = each_failure("engine", build_engine, &c);

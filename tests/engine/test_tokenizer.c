@@ -325,6 +325,54 @@ static uint8_t *slurp(const char *path, size_t *len)
 	return p;
 }
 
+/* A merge that is not "left right" (the space first or last, so one
+ * side is empty) is a load error naming it, the file otherwise valid:
+ * the first merge respelled in place, its length kept. */
+static void bad_merge(const char *path)
+{
+	static const char key[] = "tokenizer.ggml.merges";
+	size_t len, i, kl = sizeof(key) - 1, at = 0;
+	uint8_t *b = slurp(path, &len);
+	uint64_t n = 0;
+	int pos, ok = 1;
+
+	for (i = 0; b && i + kl + 32 < len && !at; i++)
+		if (!memcmp(b + i, key, kl) && b[i + kl] == GGUF_ARR && b[i + kl + 4] == GGUF_STR) {
+			at = i + kl + 16;	/* type, element type, count */
+			memcpy(&n, b + at, 8);
+			at += 8;
+		}
+	CHECK(at && n >= 3 && n < 64 && at + n <= len && memchr(b + at, ' ', n),
+	      "found the first merge of %s", path);
+	if (!at || n < 3 || n >= 64 || at + n > len || !memchr(b + at, ' ', n)) {
+		free(b);
+		return;
+	}
+	for (pos = 0; pos < 2; pos++) {
+		char orig[64], bent[64], err[256] = "";
+		char *sp;
+		struct kve_model *m;
+		struct kve_tokenizer *t;
+
+		memcpy(orig, b + at, n);
+		sp = memchr(orig, ' ', n);
+		/* "l r" -> "lr " (pos 0) or " lr" (pos 1) */
+		memcpy(bent + !!pos, orig, (size_t)(sp - orig));
+		memcpy(bent + !!pos + (sp - orig), sp + 1, n - (size_t)(sp - orig) - 1);
+		bent[pos ? 0 : n - 1] = ' ';
+		memcpy(b + at, bent, n);
+		m = kve_model_load_mem(b, len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		ok &= m && !t && strstr(err, "merge 0 is not 'left right'");
+		printf("# merge \"%.*s\" -> \"%.*s\": %s\n", (int)n, orig, (int)n, bent, err);
+		kve_tokenizer_free(t);
+		kve_model_free(m);
+		memcpy(b + at, orig, n);
+	}
+	CHECK(ok, "a merge with its space last or first (an empty side) is a load error naming it");
+	free(b);
+}
+
 /* tokenizer.ggml.pre in a model file: an unknown value is a load error
  * naming the key and value; without the key the pattern is GPT-2's. */
 static void pre_metadata(const char *path)
@@ -535,6 +583,7 @@ int main(int argc, char **argv)
 	array_types(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	pre_metadata(argv[2]);
+	bad_merge(argv[2]);
 	non_byte_level(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;

@@ -46,8 +46,8 @@ EQUIV = os.path.join(ROOT, "tests", "mutation", "equivalent.txt")
 # the sanitized library's binaries only: kve-demo (the unsanitized build)
 # is skipped, test_arena covers its hand-over
 ENGINE_BINS = ["build/engine/tests/test_%s" % t for t in
-               ("gguf", "kernels", "tokenizer", "engine", "fuzz", "arena", "oom",
-                "constrain")] + [
+               ("gguf", "kernels", "tokenizer", "engine", "fuzz", "threads", "arena",
+                "oom", "constrain")] + [
     "build/engine/tests/kve-logits", "build/engine/tests/kvc-gen", "build/bin/kva-mkmodel"]
 CORE_BINS = ["build/tests/core/test_core", "build/tests/lib/test_lib",
              "build/tests/toolwait/test_predict"]
