@@ -106,6 +106,14 @@ static void test_container(void)
 
 	build(&w, &L, GGML_F32, 8); memcpy(w.b, "GGUG", 4);
 	expect(&w, w.n, "bad magic", "wrong magic");
+	/* an error buffer of 0 bytes is never written, and none at all is fine */
+	{
+		char e[2] = { 'x', 'y' };
+
+		CHECK(gguf_open_mem(&g, w.b, w.n, e, 0) < 0 && e[0] == 'x',
+		      "a refused file with errlen 0 leaves the buffer alone");
+		CHECK(gguf_open_mem(&g, w.b, w.n, NULL, 0) < 0, "a refused file with no buffer");
+	}
 	build(&w, &L, GGML_F32, 8); set32(&w, L.version, 4);
 	expect(&w, w.n, "version 4", "version 4");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.n_tensors, 1ull << 40);
