@@ -400,6 +400,18 @@ static void bad_quantize_ties(const float *x, int n, struct kve_q8x *out)
 	}
 }
 
+/* A quantiser that divides by a zero scale: an all-zero block's values
+ * come out as garbage (here all 1) instead of 0. */
+static void bad_quantize_zero(const float *x, int n, struct kve_q8x *out)
+{
+	int b;
+
+	C->quantize_q8x(x, n, out);
+	for (b = 0; b < n / QK8_0; b++)
+		if (out[b].d == 0.0f)
+			memset(out[b].q, 1, QK8_0);
+}
+
 static void bad_f16(uint16_t *dst, const float *src, int n)
 {
 	int i;
@@ -709,6 +721,13 @@ static void check_selfcheck(int has2)
 	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 	CHECK(rc == -1 && !strncmp(why, "quantize_q8x", 12),
 	      "self-check: a quantiser rounding half steps away from zero is caught: %s", why);
+
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.quantize_q8x = bad_quantize_zero;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "quantize_q8x", 12),
+	      "self-check: a quantiser wrong on an all-zero block only is caught: %s", why);
 
 	bad = kve_kernels_c;
 	bad.rmsnorm = NULL;
