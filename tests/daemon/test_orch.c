@@ -662,6 +662,25 @@ static int dir_exists(const char *p)
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* A scratch directory /tmp/NAME-XXXXXX for a tool test, opened to other
+ * users when the tools run as nobody (shared), with the paths of its
+ * policy file and work directory. -1 (a failed check) when it cannot be
+ * made. */
+static int tool_scratch(const char *name, int shared, char root[256], char policy[300],
+			char work[300])
+{
+	snprintf(root, 256, "/tmp/%s-XXXXXX", name);
+	if (!mkdtemp(root)) {
+		CHECK(0, "mkdtemp");
+		return -1;
+	}
+	if (shared)
+		chmod(root, 0755);
+	snprintf(policy, 300, "%s/policy.ini", root);
+	snprintf(work, 300, "%s/work", root);
+	return 0;
+}
+
 static void test_agent_loop(void)
 {
 	struct kvd_config c;
@@ -673,13 +692,8 @@ static void test_agent_loop(void)
 	FILE *f;
 	int i;
 
-	snprintf(root, sizeof(root), "/tmp/kvd-tools-XXXXXX");
-	if (!mkdtemp(root)) {
-		CHECK(0, "mkdtemp");
+	if (tool_scratch("kvd-tools", 0, root, policy, work))
 		return;
-	}
-	snprintf(policy, sizeof(policy), "%s/policy.ini", root);
-	snprintf(work, sizeof(work), "%s/work", root);
 	f = fopen(policy, "w");
 	if (!f)
 		return;
@@ -1314,14 +1328,8 @@ static void test_mcp_servers(void)
 		       "(make check-orch sets them)\n");
 		return;
 	}
-	snprintf(root, sizeof(root), "/tmp/kvd-mcp-XXXXXX");
-	if (!mkdtemp(root)) {
-		CHECK(0, "mkdtemp");
+	if (tool_scratch("kvd-mcp", 1, root, policy, work))
 		return;
-	}
-	chmod(root, 0755);
-	snprintf(policy, sizeof(policy), "%s/policy.ini", root);
-	snprintf(work, sizeof(work), "%s/work", root);
 	snprintf(fsdir, sizeof(fsdir), "%s/fs", root);
 	mkdir(fsdir, 0755);
 	snprintf(path, sizeof(path), "%s/a.txt", fsdir);
@@ -1573,14 +1581,8 @@ static void test_mcp_restart(void)
 		printf("SKIP mcp_restart: KVD_TEST_MCP_FAKE unset (make check-orch sets it)\n");
 		return;
 	}
-	snprintf(root, sizeof(root), "/tmp/kvd-mcpr-XXXXXX");
-	if (!mkdtemp(root)) {
-		CHECK(0, "mkdtemp");
+	if (tool_scratch("kvd-mcpr", 1, root, policy, work))
 		return;
-	}
-	chmod(root, 0755);
-	snprintf(policy, sizeof(policy), "%s/policy.ini", root);
-	snprintf(work, sizeof(work), "%s/work", root);
 	snprintf(srv, sizeof(srv), "%s/srv", root);
 	mkdir(srv, 0755);
 	if (geteuid() == 0 && chown(srv, 65534, 65534))
