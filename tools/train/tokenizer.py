@@ -42,6 +42,12 @@ MARKER_RE = re.compile("|".join(re.escape(m) for m in corpus.MARKERS))
 # in a call: the model copies it token for token from its first component.
 WORD_RE = re.compile(SP + "?[A-Za-z]+|[0-9]|[./][A-Za-z]+|[./]|"
                      + SP + "?[^A-Za-z0-9./" + SP + "\n]+|" + SP + "+|\n")
+# The "syllable" vocabulary (learn(syllables=True)): "/" is never merged
+# (a path is "/" + its components, whatever precedes it), while "." still
+# starts an extension.
+WORD_RE_SYL = re.compile(SP + "?[A-Za-z]+|[0-9]|\\.[A-Za-z]+|[./]|"
+                         + SP + "?[^A-Za-z0-9./" + SP + "\n]+|" + SP + "+|\n")
+SYL_SCORE = 5.0e5
 
 
 def has_digit(s):
@@ -59,7 +65,12 @@ class Tokenizer:
 
     # ---- learning -------------------------------------------------------
     @classmethod
-    def learn(cls, texts, vocab_size, min_count=100):
+    def learn(cls, texts, vocab_size, min_count=100, syllables=False):
+        """syllables: the corpus's name syllables (corpus.SYL, lower case
+        and capitalised, with their prefixes) are tokens scored above
+        every learnt merge, so a drawn name is always its syllables (a
+        handful of pieces the model sees often, the same pieces wherever
+        the name stands) and the merges are learnt on top of them."""
         tokens = ["<unk>", "<s>", "</s>"] + list(corpus.MARKERS)
         types = [T_UNKNOWN, T_CONTROL, T_CONTROL] + [T_USER] * len(corpus.MARKERS)
         scores = [0.0, 0.0, 0.0] + [CHAIN_SCORE - len(m) for m in corpus.MARKERS]
@@ -79,13 +90,34 @@ class Tokenizer:
                     tokens.append(p)
                     types.append(T_NORMAL)
                     scores.append(CHAIN_SCORE - k)
-        # BPE over words (WORD_RE pieces of the text between markers)
+        word_re = WORD_RE
+        if syllables:
+            word_re = WORD_RE_SYL
+            for syl in corpus.SYL:
+                for v in (syl, syl.capitalize()):
+                    for k in range(2, len(v) + 1):
+                        p = v[:k]
+                        if p not in seen:
+                            seen.add(p)
+                            tokens.append(p)
+                            types.append(T_NORMAL)
+                            scores.append(SYL_SCORE + k)
+        # BPE over words (word_re pieces of the text between markers),
+        # starting from each word as the tokens so far encode it
         words = collections.Counter()
         for t in texts:
             w = SP + t.replace(" ", SP)
             for seg in MARKER_RE.split(w):
-                words.update(WORD_RE.findall(seg))
-        wl = [(list(w), c) for w, c in words.items()]
+                words.update(word_re.findall(seg))
+        if syllables:
+            base = cls(tokens, scores, types)
+            wl = []
+            for w, c in words.items():
+                out, offs = [], []
+                base._segment(w, 0, out, offs)
+                wl.append(([w[a:b] for a, b in offs], c))
+        else:
+            wl = [(list(w), c) for w, c in words.items()]
         rank = 0
         while len(tokens) < vocab_size:
             pairs = collections.Counter()

@@ -28,7 +28,7 @@ import torch                       # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus                      # noqa: E402
 from model import Config, Model, n_params   # noqa: E402
-from tokenizer import Tokenizer   # noqa: E402
+from tokenizer import SYL_SCORE, Tokenizer   # noqa: E402
 
 SYS_TEXT = corpus.render([])
 # The curriculum's first phase: a system turn without the tool block (what
@@ -90,7 +90,7 @@ def collate(data, b):
     return ids, turns
 
 
-def loss_fn(model, prefix, ids, turns, exact=None):
+def loss_fn(model, prefix, ids, turns, exact=None, weight=None):
     """Mean cross-entropy of the assistant tokens; exact (the id of
     <tool_call>): also, under teacher forcing, the number of tool-call
     turns, how many of them the argmax gets entirely right, and how many
@@ -103,7 +103,11 @@ def loss_fn(model, prefix, ids, turns, exact=None):
     hs = h[:, :-1].reshape(-1, h.shape[-1])[sel]
     tg = ids[:, 1:].reshape(-1)[sel]
     logits = model.head(hs)
-    loss = torch.nn.functional.cross_entropy(logits, tg)
+    if weight is None:
+        loss = torch.nn.functional.cross_entropy(logits, tg)
+    else:
+        w = weight[tg]
+        loss = (torch.nn.functional.cross_entropy(logits, tg, reduction="none") * w).sum() / w.sum()
     if not exact:
         return loss
     wrong = torch.zeros(tt.shape, dtype=torch.bool)
@@ -120,6 +124,29 @@ def loss_fn(model, prefix, ids, turns, exact=None):
             conv_ok = conv_ok and not bad
         ok_convs += conv_ok
     return loss, n_calls, ok_calls, ok_convs
+
+
+def final_turns(model, prefix, cdata):
+    """The last assistant turn of each conversation under teacher forcing:
+    the share whose every token is the argmax, and the cross-entropy per
+    character of the turn (comparable across vocabularies). On the file
+    families it measures copying drawn names from the tool result."""
+    model.eval()
+    exact = nats = chars = 0
+    with torch.no_grad():
+        for k in range(0, len(cdata), 32):
+            b = list(range(k, min(k + 32, len(cdata))))
+            ids, tm = collate([cdata[i][:2] for i in b], range(len(b)))
+            h, _ = model.forward_prefix(prefix, ids, head=False)
+            tt, tg = tm[:, 1:], ids[:, 1:]
+            for r in range(len(b)):
+                at = tt[r] == int(tt[r].max())
+                lg = model.head(h[r, :-1][at])
+                nats += torch.nn.functional.cross_entropy(lg, tg[r][at], reduction="sum").item()
+                exact += bool((lg.argmax(-1) == tg[r][at]).all())
+                chars += cdata[b[r]][2]
+    model.train()
+    return exact / len(cdata), nats / chars
 
 
 def evaluate(model, prefix, edata, call_id):
@@ -159,6 +186,12 @@ def main():
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--kv-heads", type=int, default=1)
     ap.add_argument("--ffn", type=int, default=384)
+    ap.add_argument("--syllables", action="store_true",
+                    help="vocabulary: the corpus's name syllables as tokens (tokenizer.py)")
+    ap.add_argument("--copy-weight", type=float, default=1.0,
+                    help="loss weight of digit and syllable tokens (what a reply copies)")
+    ap.add_argument("--families", help="train on these corpus families only (proxy runs), "
+                    "e.g. read_file,list_dir,find_read")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--n-eval", type=int, default=96)
@@ -181,11 +214,15 @@ def main():
            blas_lib(), *os.getloadavg()))
     init = torch.load(a.init) if a.init else None
     n_train = a.n_train or a.steps * a.batch
+    if a.families:
+        keep = a.families.split(",")
+        corpus.Gen.FAMILIES = [(f, w) for f, w in corpus.Gen.FAMILIES if f in keep]
     convs = corpus.generate(a.seed + (1 if init else 0), n_train, "train")
     if init:
         tok = Tokenizer(init["tokens"], init["scores"], init["types"])
     else:
-        tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab)
+        tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab,
+                              syllables=a.syllables)
     tok.save(os.path.join(a.out, "tokenizer.json"))
     prefix = torch.tensor(tok.encode(SYS_TEXT))
     short = torch.tensor(tok.encode(SHORT_SYS_TEXT))
@@ -203,6 +240,18 @@ def main():
         % (len(data), ntok, ntok / len(data), max(len(x) for x, _ in data), 100 * nloss / ntok))
     evals = corpus.generate(a.seed + 1000, a.n_eval, "eval")
     edata = [encode_conv(tok, c["messages"]) for c in evals]
+    # the copy check: the final answers of held-out file conversations
+    cconvs = [c for c in corpus.generate(a.seed + 2000, 6 * a.n_eval, "eval")
+              if c["family"] in ("read_file", "list_dir", "find_read")][:a.n_eval]
+    cdata = [encode_conv(tok, c["messages"]) + (len(c["messages"][-1][1]) + 1,) for c in cconvs]
+    weight = None
+    if a.copy_weight != 1.0:
+        weight = torch.ones(len(tok.tokens))
+        for i, t in enumerate(tok.tokens):
+            if (t.isdigit() and len(t) == 1) or tok.scores[i] >= SYL_SCORE:
+                weight[i] = a.copy_weight
+        log("loss weight %.1f on %d tokens (digits, syllables)" % (a.copy_weight,
+                                                                   int((weight != 1).sum())))
 
     cfg = Config(vocab=len(tok.tokens), dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                  n_kv_heads=a.kv_heads, ffn=a.ffn)
@@ -233,7 +282,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         ids, tm = collate(data, b)
-        loss = loss_fn(model, short if step < a.short_steps else prefix, ids, tm)
+        loss = loss_fn(model, short if step < a.short_steps else prefix, ids, tm, weight=weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -253,6 +302,10 @@ def main():
                     log("held-out (%d conversations, %s, teacher forced): loss %.4f, tool "
                         "calls exact %.1f%%, conversations exact %.1f%%"
                         % (len(edata), name, el, 100 * et, 100 * ec))
+                    fx, fn = final_turns(model, p, cdata)
+                    log("held-out copy (%d file conversations' final answers, %s, teacher "
+                        "forced): exact %.1f%%, %.4f nats per character"
+                        % (len(cdata), name, 100 * fx, fn))
             if a.save_every_eval:
                 save(model, cfg, tok, a, ema, el, t0, os.path.join(a.out, "ckpt-step.pt"))
     dt, dc = time.time() - t1, time.process_time() - c1
