@@ -255,6 +255,8 @@ def main():
 
     cfg = Config(vocab=len(tok.tokens), dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                  n_kv_heads=a.kv_heads, ffn=a.ffn)
+    if init:    # the checkpoint's shape, whatever the shape arguments say
+        cfg = Config(**{k: v for k, v in init["cfg"].items() if k != "head_dim"})
     model = Model(cfg)
     if init:
         assert init["cfg"] == cfg.to_dict(), "--init: another model shape"
