@@ -37,15 +37,12 @@ $(MODEL_CHAT_SAN): tools/train/kve-chat.c $(ENGINE_SLIB)
 # turn, see train.py), then 600 and 350 more, each from the previous
 # run's weights on fresh conversations (seed + 1) at a new learning-rate
 # peak: copying forms late in the first run and the next ones carry it on.
-# Run 1 learns the vocabulary with the name syllables as tokens (tokenizer.py):
-# a drawn name is then its 2-3 syllables, pieces the model learns to copy.
-MODEL_RUN1_ARGS := --syllables
 MODEL_RUN2_ARGS := --steps 600 --lr 2e-3 --warmup 20 --short-steps 0
 MODEL_RUN3_ARGS := --seed 2 --steps 350 --lr 1e-3 --warmup 10 --short-steps 0
 
 model:
 	@mkdir -p $(MODEL_TRAIN)/1 $(MODEL_TRAIN)/2 $(MODEL_TRAIN)/3
-	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/1 $(MODEL_RUN1_ARGS) > $(MODEL_TRAIN)/1/train.log 2>&1 || \
+	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/1 > $(MODEL_TRAIN)/1/train.log 2>&1 || \
 		{ tail -20 $(MODEL_TRAIN)/1/train.log; exit 1; }
 	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/2 --init $(MODEL_TRAIN)/1/ckpt.pt \
 		$(MODEL_RUN2_ARGS) > $(MODEL_TRAIN)/2/train.log 2>&1 || \
