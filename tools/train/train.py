@@ -11,7 +11,9 @@ same seed on the same machine gives the same loss curve, step for step.
   train.py --out DIR [--seed 1] [--steps N] [--threads 2] [--init CKPT]
 writes DIR/ckpt.pt (weights, config, vocabulary) and DIR/tokenizer.json;
 the log (losses, tokens/s, load average, held-out checks) goes to stdout.
-make model runs it three times (tools/train/model.mk).
+make model runs it three times (tools/train/model.mk). Options tried for
+name copying and not used by make model (Documentation/model.md, "Copying
+drawn names"): --syllables, --copy-weight, --families.
 """
 import argparse
 import math
@@ -190,7 +192,7 @@ def main():
                     help="vocabulary: the corpus's name syllables as tokens (tokenizer.py)")
     ap.add_argument("--copy-weight", type=float, default=1.0,
                     help="loss weight of digit and syllable tokens (what a reply copies)")
-    ap.add_argument("--families", help="train on these corpus families only (proxy runs), "
+    ap.add_argument("--families", help="train (and check) on these corpus families only (proxy runs), "
                     "e.g. read_file,list_dir,find_read")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=150)
