@@ -551,12 +551,45 @@ static void array_types(const char *path)
 	}
 }
 
+
+/*
+ * Every byte alone encodes to its own byte token in a byte-level BPE
+ * vocabulary: never to the unknown token, even where the vocabulary names
+ * one (tokenizer.ggml.unknown_token_id; bpe-qwen2.gguf has one) and the
+ * byte's token is id 0. Returns whether the vocabulary has an unknown token.
+ */
+static int single_bytes(const struct kve_model *m, const struct kve_tokenizer *t,
+			const char *label)
+{
+	int has_unk = gguf_find_kv(&m->g, "tokenizer.ggml.unknown_token_id") != NULL;
+	char p0[16];
+	/* id 0 is the byte 0x00's token (the model maker's byte tokens come first) */
+	int c, bad = 0, zero = kve_token_bytes(t, 0, p0, sizeof(p0)) == 1 && !p0[0];
+
+	for (c = 0; c < 256; c++) {
+		char in = (char)c, piece[16];
+		int32_t ids[4];
+		int n = kve_tokenize(t, &in, 1, 0, ids, 4);
+
+		if (n != 1 || kve_token_bytes(t, ids[0], piece, sizeof(piece)) != 1 ||
+		    piece[0] != in) {
+			if (bad++ < 3)
+				printf("# byte 0x%02x -> %d tokens, the first %d\n", c, n,
+				       n > 0 ? ids[0] : -1);
+		}
+	}
+	CHECK(!bad, "%s: each of the 256 bytes alone is its own byte token (%d are not; "
+	      "%s unknown token, id 0 %s)", label, bad,
+	      has_unk ? "with an" : "no", zero ? "the byte 0x00" : "another token");
+	return has_unk && zero;
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
 	struct kve_model *ms, *mb, *mx[8];
 	struct kve_tokenizer *ts, *tb;
-	int i, nx = 0;
+	int i, nx = 0, unk_zero;
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: test_tokenizer SPM_MODEL BPE_MODEL...\n");
@@ -582,6 +615,7 @@ int main(int argc, char **argv)
 	lower_hex(argv[1]);
 	array_types(argv[1]);
 	round_trips(tb, "bpe gpt2");
+	unk_zero = single_bytes(mb, tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	bad_merge(argv[2]);
 	non_byte_level(argv[2]);
@@ -597,12 +631,14 @@ int main(int argc, char **argv)
 			continue;
 		snprintf(label, sizeof(label), "bpe %s", kve_pretok_name(kve_tokenizer_pretok(tx)));
 		round_trips(tx, label);
+		unk_zero |= single_bytes(mx[nx], tx, label);
 		if (strcmp(kve_pretok_name(kve_tokenizer_pretok(tx)), "gpt2"))
 			pre_metadata(argv[i]);
 		kve_tokenizer_free(tx);
 		nx++;
 	}
 
+	CHECK(unk_zero, "a BPE vocabulary with an unknown token and id 0 a byte token was tried");
 	{	/* byte fallback: CJK is not in the SPM vocabulary, and the
 		 * model maker holds back U+00DF */
 		int32_t ids[32];
