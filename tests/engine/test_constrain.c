@@ -209,6 +209,155 @@ static void refusals(void)
 	}
 }
 
+/*
+ * Each of the schema compiler's refusals, named, and the edges on the
+ * other side of its limits compiled (and, where it matters, what they
+ * accept): a check dropped, or a bound moved by one, shows in one of them.
+ */
+static void schema_edges(void)
+{
+	static const char *const refused[][2] = {
+		{ "{\"type\":\"number\",\"exclusiveMinimum\":\"1\"}", "exclusiveMinimum must be a number" },
+		{ "{\"type\":\"number\",\"exclusiveMaximum\":null}", "exclusiveMaximum must be a number" },
+		{ "{\"type\":\"number\",\"minimum\":\"1\"}", "minimum and maximum must be numbers" },
+		{ "{\"type\":\"number\",\"maximum\":[1]}", "minimum and maximum must be numbers" },
+		{ "{\"type\":\"integer\",\"minimum\":1e18}", "bounds beyond +-1e18" },
+		{ "{\"type\":\"integer\",\"maximum\":-1e18}", "bounds beyond +-1e18" },
+		{ "{\"type\":\"number\",\"minimum\":1.23e-39}", "minimum 1.23e-39 has too many digits" },
+		{ "{\"type\":\"number\",\"maximum\":1.23e-39}", "maximum 1.23e-39 has too many digits" },
+		{ "{\"type\":\"number\",\"maximum\":-1.23e-39}", "maximum -1.23e-39 has too many digits" },
+		{ "{\"type\":\"number\",\"minimum\":-1.23e-39}", "minimum -1.23e-39 has too many digits" },
+		{ "{\"type\":\"string\",\"maxLength\":-1}", "maxLength must be a non-negative integer" },
+		{ "{\"type\":\"string\",\"minLength\":1.5}", "minLength must be a non-negative integer" },
+		{ "{\"type\":\"array\",\"maxItems\":1000001}", "maxItems must be a non-negative integer" },
+		{ "{\"type\":\"object\",\"properties\":[]}", "properties must be an object" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":\"a\"}", "required must be an array" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[1]}", "required must list strings" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\",\"b\"]}",
+		  "required property 'b' is not in properties" },
+		{ "{\"type\":\"array\",\"items\":[{}]}", "tuple items are not supported" },
+		{ "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems above maxItems" },
+		{ "{\"type\":\"array\",\"minItems\":17}", "minItems above 16 is not supported" },
+		{ "{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength above maxLength" },
+		{ "{\"type\":\"string\",\"minLength\":257}", "minLength above 256 is not supported" },
+		{ "{\"$ref\":\"other.json#/a\"}", "only local '#/...' references" },
+		{ "{\"$ref\":\"#/$defs/nope\",\"$defs\":{}}", "$ref '#/$defs/nope' does not resolve" },
+		{ "{\"$ref\":\"#/$defs/a/2\",\"$defs\":{\"a\":[{},{}]}}", "does not resolve" },
+		{ "{\"properties\":{\"a\":false}}", "/properties/a: schema false admits no value" },
+		{ "{\"properties\":{\"a\":3}}", "/properties/a: a schema must be an object or a boolean" },
+		{ "{\"$ref\":1}", "$ref must be a string" },
+		{ "{\"$ref\":\"#/$defs/a\",\"type\":\"string\",\"$defs\":{\"a\":{}}}",
+		  "$ref beside other keywords is not supported" },
+		{ "{\"anyOf\":[]}", "anyOf must be a non-empty array" },
+		{ "{\"allOf\":{}}", "allOf must be a non-empty array" },
+		{ "{\"anyOf\":[{}],\"type\":\"string\"}", "anyOf beside other keywords" },
+		{ "{\"allOf\":[{}],\"minimum\":1}", "allOf beside other keywords" },
+		{ "{\"allOf\":[{},{}]}", "allOf with more than one schema" },
+		{ "{\"enum\":\"a\"}", "enum must be an array" },
+		{ "{\"type\":\"string\",\"enum\":[1,2]}", "no enum value has the schema's type" },
+		{ "{\"type\":\"string\",\"const\":1}", "no enum value has the schema's type" },
+		{ "{\"type\":[\"string\",1]}", "type must name types" },
+		{ "{\"type\":[]}", "type must be a string or an array of strings" },
+		{ "{\"type\":{}}", "type must be a string or an array of strings" },
+		{ "{\"items\":{\"type\":\"strin\"}}", "/items: unknown type 'strin'" },
+		{ "[1]", "a schema must be an object or a boolean" },
+	};
+	static const struct tcase edges[] = {
+		/* the limits themselves are allowed */
+		{ "{\"type\":\"string\",\"minLength\":256}", { 0 }, { "\"\"" } },
+		{ "{\"type\":\"array\",\"minItems\":16,\"items\":{\"type\":\"null\"}}",
+		  { "[null,null,null,null,null,null,null,null,null,null,null,null,null,null,null,null]" },
+		  { "[null,null,null,null,null,null,null,null,null,null,null,null,null,null,null]" } },
+		{ "{\"type\":\"string\",\"minLength\":2,\"maxLength\":2}", { "\"ab\"" }, { "\"a\"", "\"abc\"" } },
+		{ "{\"type\":\"array\",\"minItems\":1,\"maxItems\":1}", { "[1]" }, { "[]", "[1,2]" } },
+		{ "{\"type\":\"array\",\"maxItems\":1000000,\"items\":{\"const\":0}}", { "[]", "[0,0,0]" }, { "[1]" } },
+		{ "{\"type\":\"string\",\"maxLength\":0}", { "\"\"" }, { "\"a\"" } },
+		{ "{\"type\":\"array\",\"maxItems\":0}", { "[]" }, { "[1]" } },
+		/* bounds at 1e18 constrain nothing generated */
+		{ "{\"type\":\"integer\",\"maximum\":1e18}", { "1", "999999999999999999" }, { "1.5" } },
+		{ "{\"type\":\"integer\",\"minimum\":-1e18}", { "-1", "-999999999999999999" }, { "-" } },
+		/* 40 fraction digits are the most a bound may have */
+		{ "{\"type\":\"number\",\"minimum\":1.2e-39,\"maximum\":1}", { "1", "0.5" }, { "0", "2" } },
+		/* exclusive bounds as booleans (draft 4) and as numbers */
+		{ "{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":true,\"maximum\":5,"
+		  "\"exclusiveMaximum\":true}", { "3", "4" }, { "2", "5" } },
+		{ "{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":false,\"maximum\":5,"
+		  "\"exclusiveMaximum\":false}", { "2", "5" }, { "1", "6" } },
+		{ "{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3}", { "-2", "2", "0" },
+		  { "-3", "3" } },
+		{ "{\"type\":\"integer\",\"minimum\":-3,\"exclusiveMinimum\":-5,\"maximum\":3,"
+		  "\"exclusiveMaximum\":4}", { "-3", "3" }, { "-4", "4" } },
+		{ "{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMinimum\":-3,\"maximum\":4,"
+		  "\"exclusiveMaximum\":3}", { "-2", "2" }, { "-3", "3" } },
+		{ "{\"type\":\"number\",\"maximum\":0,\"exclusiveMaximum\":true}", { "-1", "-0.5" },
+		  { "0", "0.5" } },
+		{ "{\"type\":\"integer\",\"maximum\":0}", { "0", "-7" }, { "1" } },
+		{ "{\"type\":\"integer\",\"minimum\":0}", { "0", "7" }, { "-1" } },
+		{ "{\"type\":\"integer\",\"minimum\":-7,\"maximum\":-2}", { "-7", "-2" }, { "-1", "-8", "0" } },
+		/* allOf of one, a $ref through an array, an escaped pointer */
+		{ "{\"allOf\":[{\"type\":\"integer\",\"maximum\":3}],\"title\":\"t\"}", { "3" }, { "4" } },
+		{ "{\"$ref\":\"#/$defs/a/1\",\"$defs\":{\"a\":[{\"const\":1},{\"const\":2}]}}", { "2" }, { "1" } },
+		{ "{\"$ref\":\"#/$defs/a~1b~0c\",\"$defs\":{\"a/b~c\":{\"const\":\"x\"}}}", { "\"x\"" }, { "1" } },
+		/* keywords that imply a type */
+		{ "{\"minItems\":1}", { "[1]" }, { "[]", "1" } },
+		{ "{\"maxLength\":1}", { "\"a\"" }, { "\"ab\"", "1" } },
+		{ "{\"minimum\":1}", { "1", "1.5" }, { "0", "\"a\"" } },
+		{ "{\"exclusiveMaximum\":1}", { "0" }, { "1" } },
+		{ "{\"required\":[\"a\"],\"properties\":{\"a\":{\"const\":1}}}", { "{\"a\":1}" }, { "{}" } },
+		{ "{\"additionalProperties\":false}", { "{}" }, { "{\"a\":1}" } },
+		{ "{\"const\":{\"a\":[1,2.5,null]}}", { "{\"a\":[1,2.5,null]}" }, { "{\"a\":[1,2.5]}" } },
+		{ "{\"type\":[\"string\",\"null\"],\"maxLength\":1}", { "null", "\"a\"" }, { "\"ab\"", "1" } },
+	};
+	char err[256], deep[2048];
+	size_t i, k;
+	int d;
+
+	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, refused[i][0], err, sizeof(err));
+		CHECK(!g && strstr(err, refused[i][1]), "%s: %s refused, naming %s (%s)", MNAME,
+		      refused[i][0], refused[i][1], g ? "compiled" : err);
+		kvc_grammar_release(g);
+	}
+	for (i = 0; i < sizeof(edges) / sizeof(edges[0]); i++) {
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, edges[i].schema, err, sizeof(err));
+		int ok = g != NULL;
+
+		for (k = 0; g && k < 8 && edges[i].good[k]; k++)
+			if (!accepts_bytes(g, edges[i].good[k], 0)) {
+				printf("# %s: refused %s\n", edges[i].schema, edges[i].good[k]);
+				ok = 0;
+			}
+		for (k = 0; g && k < 10 && edges[i].bad[k]; k++)
+			if (accepts_bytes(g, edges[i].bad[k], 0)) {
+				printf("# %s: accepted %s\n", edges[i].schema, edges[i].bad[k]);
+				ok = 0;
+			}
+		CHECK(ok, "%s: %s compiles, accepts and refuses as it should %s", MNAME,
+		      edges[i].schema, g ? "" : err);
+		kvc_grammar_release(g);
+	}
+	/* nesting: 48 schemas deep compiles, 49 is refused */
+	for (d = 48; d <= 49; d++) {
+		struct kvc_grammar *g;
+		char long_err[1024];	/* the path is cut at 511 bytes, then the message */
+		size_t n = 0;
+
+		for (k = 1; k < (size_t)d; k++)
+			n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"properties\":{\"a\":");
+		n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"type\":\"null\"}");
+		for (k = 1; k < (size_t)d; k++)
+			n += (size_t)snprintf(deep + n, sizeof(deep) - n, "}}");
+		g = compile(KVC_JSON_SCHEMA, deep, long_err, sizeof(long_err));
+		if (d == 48)
+			CHECK(g && accepts_bytes(g, "{\"a\":{\"a\":{}}}", 0), "%s: a schema 48 deep compiles %s",
+			      MNAME, g ? "" : long_err);
+		else
+			CHECK(!g && strstr(long_err, "nested deeper than 48"), "%s: 49 deep refused (%s)",
+			      MNAME, g ? "compiled" : strstr(long_err, ": schema") ? strstr(long_err, ": schema") : long_err);
+		kvc_grammar_release(g);
+	}
+}
+
 static void cache(void)
 {
 	char err[256];
@@ -618,6 +767,7 @@ int main(int argc, char **argv)
 		byte_tokens();
 		accept_cases();
 		refusals();
+		schema_edges();
 		cache();
 		cache_long_tag();
 		tool_calls();
