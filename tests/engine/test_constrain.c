@@ -358,6 +358,113 @@ static void schema_edges(void)
 	}
 }
 
+/*
+ * The spec's own refusals (kind, missing or oversized text, tools that
+ * are not function declarations, tags, max_calls, max_ws), each named,
+ * and their limits allowed; the whitespace bound and the default number
+ * of calls as generated.
+ */
+#define J(lit) .json = lit, .json_len = sizeof(lit) - 1
+static void spec_edges(void)
+{
+	static const char one[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+	static const char tag65[] = "<a-start-tag-one-byte-longer-than-the-limit-of-64-bytes-at-all-->";
+	static const struct {
+		struct kvc_spec sp;
+		const char *want;
+	} refused[] = {
+		{ { .kind = (enum kvc_kind)7, J("{}") }, "unknown constraint kind 7" },
+		{ { .kind = KVC_JSON_SCHEMA }, "no schema given" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = 0 }, "no tools given" },
+		{ { .kind = KVC_JSON_SCHEMA, .json = "{}", .json_len = KVC_MAX_SPEC_BYTES + 1 },
+		  "exceeds the limit of 1048576" },
+		{ { .kind = KVC_TOOL_CALLS, J("{}") }, "tools: must be a non-empty array" },
+		{ { .kind = KVC_TOOL_CALLS, J("[]") }, "tools: must be a non-empty array" },
+		{ { .kind = KVC_TOOL_CALLS, J("[1]") }, "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"type\":\"function\",\"function\":1}]") },
+		  "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"type\":\"func\",\"function\":{\"name\":\"f\"}}]") }, "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"type\":1,\"function\":{\"name\":\"f\"}}]") }, "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"function\":{\"name\":\"f\"}},{\"function\":{\"name\":\"\"}}]") }, "tools/1: function.name must be a non-empty string" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"function\":{\"name\":2}}]") },
+		  "tools/0: function.name must be a non-empty string" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .max_calls = 65 },
+		  "max_calls 65 above 64" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .start_tag = "" },
+		  "start tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .start_tag = " <t>" },
+		  "start tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .start_tag = tag65 },
+		  "start tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .end_tag = "\n</t>" },
+		  "end tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .end_tag = tag65 },
+		  "end tag must be 1-64 bytes" },
+		{ { .kind = KVC_JSON_OBJECT, .max_ws = 65 }, "max_ws 65 above 64" },
+	};
+	char err[256];
+	size_t i;
+	int ok;
+
+	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct kvc_grammar *g = NULL;
+		int rc = kvc_compile(V, &refused[i].sp, &g, err, sizeof(err));
+
+		CHECK(rc == -EINVAL && !g && strstr(err, refused[i].want), "%s: spec %zu refused, naming "
+		      "%s (%d: %s)", MNAME, i, refused[i].want, rc, err);
+		kvc_grammar_release(g);
+	}
+	{	/* the limits: 64 calls, 64 whitespace bytes, the longest tags */
+		struct kvc_spec calls = { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1,
+					  .max_calls = 64, .start_tag = tag65 + 1, .end_tag = tag65 + 1 };
+		struct kvc_spec wsp = { .kind = KVC_JSON_OBJECT, .max_ws = 64 };
+		struct kvc_grammar *gc = NULL, *gw = NULL;
+		char text[200];
+
+		ok = !kvc_compile(V, &calls, &gc, err, sizeof(err));
+		snprintf(text, sizeof(text), "%s{\"name\":\"f\",\"arguments\":{}}%s", tag65 + 1, tag65 + 1);
+		CHECK(ok && accepts_bytes(gc, text, 0), "%s: 64 calls and 64-byte tags allowed %s", MNAME,
+		      ok ? "" : err);
+		ok = !kvc_compile(V, &wsp, &gw, err, sizeof(err));
+		text[0] = '{';
+		memset(text + 1, ' ', 64);
+		snprintf(text + 65, sizeof(text) - 65, "\"a\":1}");
+		CHECK(ok && accepts_bytes(gw, text, 0), "%s: max_ws 64 allowed, 64 spaces in an object %s",
+		      MNAME, ok ? "" : err);
+		kvc_grammar_release(gc);
+		kvc_grammar_release(gw);
+	}
+	{	/* max_ws 1: one whitespace byte at a place, not two; the default 8 */
+		struct kvc_spec w1 = { .kind = KVC_JSON_OBJECT, .max_ws = 1 };
+		struct kvc_spec w0 = { .kind = KVC_JSON_OBJECT };
+		struct kvc_grammar *g1 = NULL, *g0 = NULL;
+
+		ok = !kvc_compile(V, &w1, &g1, err, sizeof(err)) && !kvc_compile(V, &w0, &g0, err, sizeof(err));
+		CHECK(ok && accepts_bytes(g1, "{ \"a\": [1, {}] }", 0) && !accepts_bytes(g1, "{  \"a\":1}", 0) &&
+		      !accepts_bytes(g1, "{\"a\":1}\n\n", 0) && accepts_bytes(g0, "{        \"a\":1}", 0) &&
+		      !accepts_bytes(g0, "{         \"a\":1}", 0),
+		      "%s: whitespace bounded by max_ws (1) and by default (8) %s", MNAME, ok ? "" : err);
+		kvc_grammar_release(g1);
+		kvc_grammar_release(g0);
+	}
+	{	/* the default: at most 4 calls in a row */
+		struct kvc_spec d = { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1 };
+		struct kvc_grammar *g = NULL;
+		char text[400] = "";
+		int k, four = 0;
+
+		ok = !kvc_compile(V, &d, &g, err, sizeof(err));
+		for (k = 0; ok && k < 5; k++) {
+			strcat(text, "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>");
+			if (k == 3)
+				four = accepts_bytes(g, text, 0);
+		}
+		CHECK(ok && four && !accepts_bytes(g, text, 0), "%s: 4 calls by default, not 5 %s", MNAME,
+		      ok ? "" : err);
+		kvc_grammar_release(g);
+	}
+}
+
 static void cache(void)
 {
 	char err[256];
@@ -768,6 +875,7 @@ int main(int argc, char **argv)
 		accept_cases();
 		refusals();
 		schema_edges();
+		spec_edges();
 		cache();
 		cache_long_tag();
 		tool_calls();
