@@ -584,6 +584,124 @@ static int single_bytes(const struct kve_model *m, const struct kve_tokenizer *t
 	return has_unk && zero;
 }
 
+/* A copy of the file with the first `n` bytes equal to `from` changed to
+ * `to`: the tokenizer's load error ("" when it loads), the bos and eos
+ * ids in *bos and *eos when it does. */
+static int edited_load(const uint8_t *orig, size_t len, const char *from, const char *to,
+		       size_t n, char *err, size_t errlen, int32_t *bos, int32_t *eos)
+{
+	uint8_t *c = malloc(len);
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	size_t i;
+	int hit = 0;
+
+	err[0] = 0;
+	if (!c)
+		return 0;
+	memcpy(c, orig, len);
+	for (i = 0; i + n <= len && !hit; i++)
+		if (!memcmp(c + i, from, n)) {
+			memcpy(c + i, to, n);
+			hit = 1;
+		}
+	m = hit ? kve_model_load_mem(c, len, err, errlen) : NULL;
+	t = m ? kve_tokenizer_create(m, err, errlen) : NULL;
+	if (t) {
+		err[0] = 0;
+		*bos = kve_tokenizer_bos(t);
+		*eos = kve_tokenizer_eos(t);
+	}
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(c);
+	return hit && m;	/* the edit was made and the model loaded */
+}
+
+/*
+ * The tokenizer's load errors, each from a file edited in place (same
+ * length): the kind of tokenizer, the token list, a BPE file's merges,
+ * each side of a merge and its result not in the vocabulary; and the
+ * special ids' bound (an id past the vocabulary is none).
+ */
+static void load_errors(const char *spm_path, const char *bpe_path)
+{
+	/* the kind's value: the key, STR, length, bytes */
+#define KIND(v) "tokenizer.ggml.model\x08\0\0\0" v
+	static const struct {
+		int bpe;
+		const char *from, *to, *want;
+		size_t n;
+	} cases[] = {
+		{ 0, "tokenizer.ggml.model", "tokenizer.ggml.modex",
+		  "tokenizer.ggml.model is missing or not a string", 20 },
+		{ 0, KIND("\x05\0\0\0\0\0\0\0llama"), KIND("\x05\0\0\0\0\0\0\0llamb"),
+		  "model 'llamb' not supported (llama, gpt2)", 20 + 4 + 8 + 5 },
+		{ 1, KIND("\x04\0\0\0\0\0\0\0gpt2"), KIND("\x04\0\0\0\0\0\0\0gpt3"),
+		  "model 'gpt3' not supported", 20 + 4 + 8 + 4 },
+		{ 0, "tokenizer.ggml.tokens", "tokenizer.ggml.tokenz",
+		  "tokenizer.ggml.tokens is missing or not a string array", 21 },
+		{ 1, "tokenizer.ggml.merges", "tokenizer.ggml.merger",
+		  "gpt2 tokenizer without tokenizer.ggml.merges", 21 },
+	};
+#undef KIND
+	size_t lens[2], c;
+	uint8_t *b[2] = { slurp(spm_path, &lens[0]), slurp(bpe_path, &lens[1]) };
+	char err[256];
+	int32_t bos = -2, eos = -2;
+
+	CHECK(b[0] && b[1], "read %s and %s", spm_path, bpe_path);
+	if (!b[0] || !b[1])
+		goto out;
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		CHECK(edited_load(b[cases[c].bpe], lens[cases[c].bpe], cases[c].from, cases[c].to,
+				  cases[c].n, err, sizeof(err), &bos, &eos) && strstr(err, cases[c].want),
+		      "%s: edited file (%zu): refused, naming %s (\"%s\")", cases[c].bpe ? "bpe" : "spm",
+		      c, cases[c].want, err);
+	}
+	{	/* the merge "Ġ t" (length 4, then its bytes): each part made unknown */
+		static const struct {
+			const char *to, *want;
+		} m[] = {
+			{ "\x04\0\0\0\0\0\0\0\x01\x01 t", "('\x01\x01 t'): left side is not in the vocabulary" },
+			{ "\x04\0\0\0\0\0\0\0\xc4\xa0 \x01", "right side is not in the vocabulary" },
+			{ "\x04\0\0\0\0\0\0\0t \xc4\xa0", "('t \xc4\xa0'): result is not in the vocabulary" },
+		};
+		for (c = 0; c < sizeof(m) / sizeof(m[0]); c++)
+			CHECK(edited_load(b[1], lens[1], "\x04\0\0\0\0\0\0\0\xc4\xa0 t", m[c].to, 12, err,
+					  sizeof(err), &bos, &eos) && strstr(err, m[c].want),
+			      "bpe: a merge's %s (\"%s\")", m[c].want, err);
+	}
+	{	/* special ids: the last token is one, one past the vocabulary none */
+		uint32_t nv = 0, v;
+		const uint8_t *p = NULL;
+		char want[32], to[32];
+		int32_t bos2 = -2, eos2 = -2;
+
+		for (c = 0; !p && c + 21 + 12 <= lens[0]; c++)
+			if (!memcmp(b[0] + c, "tokenizer.ggml.tokens", 21))
+				p = b[0] + c;
+		if (p)
+			memcpy(&nv, p + 21 + 4 + 4, 4);	/* ARR, element type, count (low half) */
+		for (v = nv - 1; nv && v <= nv; v++) {
+			/* the key's end, U32, the value */
+			memcpy(want, "bos_token_id\x04\0\0\0\x01\0\0\0", 20);
+			memcpy(to, want, 16);
+			memcpy(to + 16, &v, 4);
+			edited_load(b[0], lens[0], want, to, 20, err, sizeof(err), &bos, &eos);
+			memcpy(want, "eos_token_id\x04\0\0\0\x02\0\0\0", 20);
+			memcpy(to, want, 16);
+			memcpy(to + 16, &v, 4);
+			edited_load(b[0], lens[0], want, to, 20, err, sizeof(err), &bos2, &eos2);
+			CHECK(!err[0] && bos == (v < nv ? (int32_t)v : -1) && eos2 == (v < nv ? (int32_t)v : -1),
+			      "spm: bos and eos ids %u of a vocabulary of %u: %d and %d %s", v, nv, bos, eos2, err);
+		}
+	}
+out:
+	free(b[0]);
+	free(b[1]);
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -618,6 +736,7 @@ int main(int argc, char **argv)
 	unk_zero = single_bytes(mb, tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	bad_merge(argv[2]);
+	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
