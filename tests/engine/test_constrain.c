@@ -118,6 +118,30 @@ static const struct tcase cases[] = {
 	{ "{\"type\":\"object\",\"properties\":{\"t\":true},\"required\":[\"t\"],\"additionalProperties\":false}",
 	  { "{\"t\":1}", "{\"t\":{\"a\":[true,null]}}", "{\"t\":\"s\"}", "{ \"t\" : [] }" },
 	  { "{}", "{\"t\":}", "{\"u\":1}", "{\"t\":1,\"u\":2}", "{\"t\":tru}" } },
+	/* UTF-8 in strings at the edges of each lead byte's range: the
+	 * first and last character of every row, overlongs, surrogates,
+	 * past U+10FFFF, lone and stray bytes */
+	{ "{\"type\":\"string\"}",
+	  { "\"\xc2\x80\xdf\xbf\"", "\"\xe0\xa0\x80\xe0\xbf\xbf\"", "\"\xe1\x80\x80\xec\xbf\xbf\"",
+	    "\"\xed\x80\x80\xed\x9f\xbf\"", "\"\xee\x80\x80\xef\xbf\xbf\"",
+	    "\"\xf0\x90\x80\x80\xf0\xbf\xbf\xbf\"", "\"\xf1\x80\x80\x80\xf3\xbf\xbf\xbf\"",
+	    "\"\xf4\x80\x80\x80\xf4\x8f\xbf\xbf\"" },
+	  { "\"\xc1\xbf\"", "\"\xe0\x80\x80\"", "\"\xed\xbf\xbf\"", "\"\xf0\x8f\xbf\xbf\"",
+	    "\"\xf4\x90\x80\x80\"", "\"\xf5\x80\x80\x80\"", "\"\x80\"", "\"\xc2\xc0\"",
+	    "\"\xc2\"", "\"\xee\x80\"" } },
+	{ "{\"type\":\"string\"}",
+	  { "\"ok\"" },
+	  { "\"\xdf\xc0\"", "\"\xe1\xbf\xc0\"", "\"\xe1\x7f\x80\"", "\"\xf1\x80\x80\xc0\"",
+	    "\"\xf0\x90\x80\"", "\"\xf3\x7f\x80\x80\"", "\"\xe0\x9f\x80\"", "\"\xf4\x8f\xc0\x80\"",
+	    "\"\x01\"", "\"\x1f\"" } },
+	/* escapes: every one JSON has, \u at the edges of the surrogates and
+	 * of each hex digit range */
+	{ "{\"type\":\"string\"}",
+	  { "\"\\b\\f\\n\\r\\t\\\"\\\\\\/\"", "\"\\uD7FF\\uE000\\ud7ff\\ue000\"",
+	    "\"\\u0000\\u9999\\uAfAf\\uFfFf\"", "\"\\ucccc\\uCCCC\\uffff\\u0aF9\"",
+	    "\"\x7f~ \"" },
+	  { "\"\\uD800\"", "\"\\uDFFF\"", "\"\\udc00\"", "\"\\u0g00\"", "\"\\u00G0\"",
+	    "\"\\u:000\"", "\"\\u/000\"", "\"\\a\"", "\"\\u@000\"", "\"\\u`000\"" } },
 	/* enum values outside the schema's type (a list of types) are not
 	 * offered */
 	{ "{\"type\":[\"integer\",\"null\"],\"enum\":[1,\"a\",null,true,2.5]}",
