@@ -800,6 +800,48 @@ static void sample_masked(void)
 	      "kve_sample_masked sampled: only allowed tokens, several of them (%d)", __builtin_popcount(seen));
 	memset(mask, 0, sizeof(mask));
 	CHECK(kve_sample_masked(&s, lg, n, mask, scr) == -ENOENT, "kve_sample_masked: no allowed token: -ENOENT");
+	{	/* bits past the vocabulary in its last mask word are not tokens:
+		 * a vocabulary of 40 with all 64 bits set, the logits rising */
+		float *l40 = malloc(40 * sizeof(float));	/* exact: ASan sees a read past it */
+		uint32_t all[2] = { ~0u, ~0u };
+		struct kve_sampler k1 = { .temperature = 0.8f, .top_k = 1, .rng = kve_rng_seed(5) };
+		int ok = 1;
+
+		for (i = 0; i < 40; i++)
+			l40[i] = (float)i;
+		ok &= kve_sample_masked(&g0, l40, 40, all, NULL) == 39;
+		ok &= kve_sample_masked(&k1, l40, 40, all, NULL) == 39;
+		for (i = 0; i < 200; i++) {
+			t = kve_sample_masked(&s, l40, 40, all, scr);
+			ok &= t >= 0 && t < 40;
+		}
+		all[1] = 0xffu << 8;	/* only ids 40..47: none in the vocabulary */
+		all[0] = 0;
+		ok &= kve_sample_masked(&s, l40, 40, all, scr) == -ENOENT;
+		all[1] = 1u << 7;	/* id 39 only */
+		ok &= kve_sample_masked(&s, l40, 40, all, scr) == 39;
+		CHECK(ok, "kve_sample_masked: mask bits past a vocabulary of 40 are no tokens; top_k 1 "
+		      "is greedy");
+		free(l40);
+	}
+	{	/* bad arguments: -EINVAL, and a sampled draw needs its scratch */
+		uint32_t one[1] = { 1 };
+		float l1[1] = { 0 };
+
+		CHECK(kve_sample(NULL, lg, n, scr) == -EINVAL && kve_sample(&s, NULL, n, scr) == -EINVAL &&
+		      kve_sample(&s, lg, 0, scr) == -EINVAL &&
+		      kve_sample(&s, lg, (uint32_t)INT32_MAX + 1, scr) == -EINVAL &&
+		      kve_sample(&s, lg, n, NULL) == -EINVAL && kve_sample(&g0, lg, n, NULL) == 5 &&
+		      kve_sample_masked(NULL, lg, n, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, NULL, n, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, lg, 0, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, lg, (uint32_t)INT32_MAX + 1, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, l1, 1, one, NULL) == -EINVAL &&
+		      kve_sample_masked(&g0, l1, 1, one, NULL) == 0 &&
+		      kve_sample_masked(&g0, lg, n, NULL, NULL) == 5,
+		      "kve_sample and kve_sample_masked: bad arguments are -EINVAL, greedy needs no scratch, "
+		      "no mask is no constraint");
+	}
 	free(scr);
 }
 

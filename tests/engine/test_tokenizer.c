@@ -770,6 +770,17 @@ int main(int argc, char **argv)
 		CHECK(bytes == 5, "SPM byte fallback: 5 UTF-8 bytes -> 5 <0xXX> tokens (got %d of %d)",
 		      bytes, n);
 	}
+	{	/* an ASCII letter before a stray continuation byte stays a
+		 * character of its own: "a\x80" is "a"'s tokens, then <0x80> */
+		int32_t a[8], ax[8];
+		int na = kve_tokenize(ts, "a", 1, 0, a, 8), nx = kve_tokenize(ts, "a\x80", 2, 0, ax, 8);
+		char piece[8];
+
+		CHECK(na > 0 && nx == na + 1 && !memcmp(a, ax, (size_t)na * sizeof(*a)) &&
+		      kve_token_bytes(ts, ax[na], piece, sizeof(piece)) == 1 &&
+		      (unsigned char)piece[0] == 0x80,
+		      "SPM: \"a\\x80\" is \"a\" (%d tokens) then the byte 0x80 (%d tokens)", na, nx);
+	}
 	{	/* streaming: a 4-byte emoji arrives as 4 byte tokens */
 		int32_t ids[32];
 		char out[64];
