@@ -224,6 +224,48 @@ static void test_get_u32(void)
 	}
 	gguf_close(&g);
 
+	/* gguf_get_f32 writes a float and nothing past it, from an F32 or an
+	 * F64 (narrowed); other types are refused */
+	{
+		float f32v = 1.5f;
+		double f64v = -0.25;
+		struct {
+			float f;
+			uint8_t canary[4];
+		} out;
+		int ok;
+
+		w.n = 0;
+		p8(&w, "GGUF", 4);
+		u32(&w, 3);
+		u64(&w, 0);
+		u64(&w, 3);
+		str(&w, "f");
+		u32(&w, GGUF_F32);
+		p8(&w, &f32v, 4);
+		str(&w, "d");
+		u32(&w, GGUF_F64);
+		p8(&w, &f64v, 8);
+		str(&w, "u");
+		u32(&w, GGUF_U32);
+		u32(&w, 7);
+		while (w.n % 32)
+			w.b[w.n++] = 0xee;	/* padding that is not 0 */
+		rc = gguf_open_mem(&g, w.b, w.n, err, sizeof(err));
+		ok = rc == 0;
+		memset(out.canary, 0x5a, sizeof(out.canary));
+		ok = ok && gguf_get_f32(&g, "f", &out.f) == 0 && out.f == 1.5f;
+		ok = ok && gguf_get_f32(&g, "d", &out.f) == 0 && out.f == -0.25f;
+		ok = ok && gguf_get_f32(&g, "u", &out.f) == -EINVAL && out.f == -0.25f &&
+		     gguf_get_f32(&g, "none", &out.f) == -ENOENT;
+		ok = ok && out.canary[0] == 0x5a && out.canary[1] == 0x5a && out.canary[2] == 0x5a &&
+		     out.canary[3] == 0x5a;
+		CHECK(ok, "gguf_get_f32: F32 and F64 read into 4 bytes, nothing written past them, "
+		      "a U32 refused, a missing key -ENOENT %s", err);
+		if (!rc)
+			gguf_close(&g);
+	}
+
 	/* an error names a long key by its first 64 bytes and "..." */
 	{
 		char k70[71], want[96];
