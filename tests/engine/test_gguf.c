@@ -588,6 +588,11 @@ static void test_qwen2(const char *path)
 	kve_model_free(m);
 	edit_and_expect(b, len, "blk.1.attn_q.bias", "blk.1.attn_q.biax",
 			"layer 1 has some of attn_q/k/v.bias but not all three");
+	/* each one missing alone: the V bias, the K bias */
+	edit_and_expect(b, len, "blk.1.attn_v.bias", "blk.1.attn_v.biax",
+			"layer 1 has some of attn_q/k/v.bias but not all three");
+	edit_and_expect(b, len, "blk.1.attn_k.bias", "blk.1.attn_k.biax",
+			"layer 1 has some of attn_q/k/v.bias but not all three");
 	{	/* layer 0 without its biases, layer 1 with them */
 		uint8_t *c = malloc(len);
 
