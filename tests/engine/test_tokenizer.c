@@ -672,6 +672,40 @@ static void load_errors(const char *spm_path, const char *bpe_path)
 					  sizeof(err), &bos, &eos) && strstr(err, m[c].want),
 			      "bpe: a merge's %s (\"%s\")", m[c].want, err);
 	}
+	{	/* a right side that is no token while the result is one: a
+		 * 3-letter token "xyz" whose "yz" is not a token, spelt "x yz" */
+		char e2[256] = "";
+		struct kve_model *bm = kve_model_load_mem(b[1], lens[1], e2, sizeof(e2));
+		const struct gguf_kv *tk = bm ? gguf_find_kv(&bm->g, "tokenizer.ggml.tokens") : NULL;
+		uint64_t i, j;
+		char to[12] = "\x04\0\0\0\0\0\0\0";
+		int found = 0;
+
+		for (i = 0; tk && i < tk->arr_n && !found; i++) {
+			struct gguf_str x = gguf_arr_str(tk, i);
+			int known = 0;
+
+			if (x.n != 3 || x.p[0] < 'a' || x.p[0] > 'z' || x.p[1] < 'a' || x.p[1] > 'z' ||
+			    x.p[2] < 'a' || x.p[2] > 'z')
+				continue;
+			for (j = 0; j < tk->arr_n && !known; j++) {
+				struct gguf_str y = gguf_arr_str(tk, j);
+				known = y.n == 2 && !memcmp(y.p, x.p + 1, 2);
+			}
+			if (known)
+				continue;
+			to[8] = x.p[0];
+			to[9] = ' ';
+			memcpy(to + 10, x.p + 1, 2);
+			found = 1;
+		}
+		CHECK(found && edited_load(b[1], lens[1], "\x04\0\0\0\0\0\0\0\xc4\xa0 t", to, 12, err,
+					   sizeof(err), &bos, &eos) &&
+		      strstr(err, "right side is not in the vocabulary"),
+		      "bpe: a merge whose right side is no token but whose result is: refused (\"%s\")",
+		      found ? err : "no such token found");
+		kve_model_free(bm);
+	}
 	{	/* special ids: the last token is one, one past the vocabulary none */
 		uint32_t nv = 0, v;
 		const uint8_t *p = NULL;
