@@ -489,6 +489,42 @@ static void spec_edges(void)
 	}
 }
 
+/* A vocabulary cut just below the tokenizer's EOS (n_vocab == eos id):
+ * it has no EOS, so an accepting matcher's mask sets no bit at or past
+ * n_vocab, and the id n_vocab is no token. */
+static void eos_outside(void)
+{
+	int32_t eos = kve_tokenizer_eos(T);
+	struct kvc_vocab *v;
+	struct kvc_spec sp = { .kind = KVC_JSON_SCHEMA, .json = "{\"const\":1}", .json_len = 11 };
+	struct kvc_grammar *g = NULL;
+	struct kvc_matcher *m = NULL;
+	uint32_t *mask = NULL, w, words, past = 0;
+	char err[256] = "";
+	int ok;
+
+	if (eos < 256 || byte_tok['1'] < 0 || byte_tok['1'] >= eos)
+		return;	/* SPM: EOS is id 2, below the byte tokens */
+	v = kvc_vocab_create(T, (uint32_t)eos, err, sizeof(err));
+	ok = v && !kvc_compile(v, &sp, &g, err, sizeof(err));
+	words = v ? kvc_mask_words(v) : 0;
+	mask = calloc(words + 1, 4);
+	m = ok ? kvc_matcher_create(g, 0) : NULL;
+	ok = ok && m && mask && kvc_advance(m, byte_tok['1']) == 0 && kvc_accepting(m);
+	if (ok) {
+		kvc_mask(m, mask);
+		for (w = (uint32_t)eos; w < (words + 1) * 32; w++)
+			past += (mask[w >> 5] >> (w & 31)) & 1;
+		ok = !past && kvc_advance(m, eos) != 0;
+	}
+	CHECK(ok, "%s: a vocabulary of %d tokens (EOS past its end): no mask bit past it (%u), "
+	      "id %d no token %s", MNAME, eos, past, eos, err);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+	kvc_vocab_free(v);
+	free(mask);
+}
+
 static void cache(void)
 {
 	char err[256];
@@ -942,6 +978,7 @@ int main(int argc, char **argv)
 		refusals();
 		schema_edges();
 		spec_edges();
+		eos_outside();
 		cache();
 		cache_long_tag();
 		tool_calls();
