@@ -57,6 +57,15 @@ static int32_t fail(struct sb *b, const char *path, const char *fmt, ...)
 	return -1;
 }
 
+/* jansson could not allocate (a key's or a literal's text): out of memory,
+ * not a fault of the schema (kvc_spec_nfa names it). */
+static int32_t oom(struct sb *b)
+{
+	if (!b->bad)
+		b->bad = -ENOMEM;
+	return -1;
+}
+
 static int32_t st(struct sb *b)
 {
 	return nfa_state(b->n);
@@ -469,8 +478,9 @@ static int32_t literal(struct sb *b, int32_t from, json_t *v, const char *path)
 	char *t = dump_value(v);
 	int32_t e;
 
-	if (!t)
-		return fail(b, path, "cannot serialise an enum or const value");
+	if (!t)	/* jansson refuses NaN and infinities: only memory is left */
+		return json_is_real(v) && !isfinite(json_real_value(v)) ?
+		       fail(b, path, "cannot serialise an enum or const value") : oom(b);
 	e = lit(b, from, t);
 	free(t);
 	return e;
@@ -638,7 +648,7 @@ static int32_t object(struct sb *b, int32_t from, json_t *s, const char *path)
 		kt = kj ? json_dumps(kj, JSON_ENCODE_ANY) : NULL;
 		json_decref(kj);
 		if (!kt)
-			return fail(b, path, "bad property name");
+			return oom(b);
 		v = ws(b, lit(b, ws(b, lit(b, m, kt)), ":"));
 		free(kt);
 		subpath(sp, sizeof(sp), path, "properties", key);
@@ -928,11 +938,14 @@ static int32_t value(struct sb *b, int32_t from, json_t *s, const char *path)
 
 /* ---- specs ---------------------------------------------------------- */
 
-static json_t *parse(const struct kvc_spec *spec, char *err, size_t errlen)
+/* The spec's JSON (*rc 0), or NULL with *rc -EINVAL (not JSON, too long)
+ * or -ENOMEM (jansson could not allocate) and err set. */
+static json_t *parse(const struct kvc_spec *spec, int *rc, char *err, size_t errlen)
 {
 	json_error_t je;
 	json_t *j;
 
+	*rc = -EINVAL;
 	if (!spec->json || !spec->json_len) {
 		snprintf(err, errlen, "%s", spec->kind == KVC_TOOL_CALLS ? "no tools given" : "no schema given");
 		return NULL;
@@ -943,9 +956,18 @@ static json_t *parse(const struct kvc_spec *spec, char *err, size_t errlen)
 		return NULL;
 	}
 	j = json_loadb(spec->json, spec->json_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-	if (!j)
+	/* out of memory: jansson says so, or (its lexer's buffer not
+	 * allocated) returns before any error text is written */
+	if (!j && (json_error_code(&je) == json_error_out_of_memory || !je.text[0])) {
+		snprintf(err, errlen, "out of memory parsing the %s",
+			 spec->kind == KVC_TOOL_CALLS ? "tools" : "schema");
+		*rc = -ENOMEM;
+	} else if (!j) {
 		snprintf(err, errlen, "%s is not valid JSON: %s at line %d column %d",
 			 spec->kind == KVC_TOOL_CALLS ? "tools" : "schema", je.text, je.line, je.column);
+	}
+	if (j)
+		*rc = 0;
 	return j;
 }
 
@@ -965,6 +987,7 @@ int kvc_spec_key(const struct kvc_spec *spec, char **key, char *err, size_t errl
 	json_t *j = NULL;
 	char *body = NULL;
 	size_t n;
+	int rc;
 	const char *st_ = spec->start_tag ? spec->start_tag : "<tool_call>";
 	const char *et = spec->end_tag ? spec->end_tag : "</tool_call>";
 
@@ -975,9 +998,9 @@ int kvc_spec_key(const struct kvc_spec *spec, char **key, char *err, size_t errl
 		return -EINVAL;
 	}
 	if (spec->kind != KVC_JSON_OBJECT) {
-		j = parse(spec, err, errlen);
+		j = parse(spec, &rc, err, errlen);
 		if (!j)
-			return -EINVAL;
+			return rc;
 		body = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
 		json_decref(j);
 		if (!body)
@@ -1034,7 +1057,7 @@ static int32_t tool_calls(struct sb *b, json_t *tools, const struct kvc_spec *sp
 		params = json_object_get(fn, "parameters");
 		nt = json_dumps(name, JSON_ENCODE_ANY);
 		if (!nt)
-			return fail(b, sp, "bad name");
+			return oom(b);
 		q = ws(b, lit(b, p, nt));
 		free(nt);
 		q = ws(b, lit(b, q, ","));
@@ -1059,6 +1082,15 @@ static int32_t tool_calls(struct sb *b, json_t *tools, const struct kvc_spec *sp
 	return tc;
 }
 
+/* kvc_spec_nfa's parses of a spec kvc_compile's kvc_spec_key parsed
+ * already: only memory can fail (jansson reports some allocation failures
+ * in its lexer as syntax errors, which here they cannot be). */
+static int reparse_failed(char *err, size_t errlen)
+{
+	snprintf(err, errlen, "out of memory parsing the spec");
+	return -ENOMEM;
+}
+
 int kvc_spec_nfa(const struct kvc_spec *spec, struct nfa *n, char **key,
 		 char **start_tag, char *err, size_t errlen)
 {
@@ -1070,9 +1102,10 @@ int kvc_spec_nfa(const struct kvc_spec *spec, struct nfa *n, char **key,
 	const char *et = spec->end_tag ? spec->end_tag : "</tool_call>";
 
 	*start_tag = NULL;
+	/* kvc_compile has checked the same spec: only memory can fail here */
 	rc = kvc_spec_key(spec, key, err, errlen);
 	if (rc)
-		return rc;
+		return reparse_failed(err, errlen);
 	b.ws = spec->max_ws ? spec->max_ws : KVC_DEFAULT_WS;
 	if (b.ws > 64) {
 		snprintf(err, errlen, "max_ws %u above 64", b.ws);
@@ -1088,9 +1121,9 @@ int kvc_spec_nfa(const struct kvc_spec *spec, struct nfa *n, char **key,
 		nfa_call(n, cur, b.v_obj, fin);
 		break;
 	case KVC_JSON_SCHEMA:
-		j = parse(spec, err, errlen);
+		j = parse(spec, &rc, err, errlen);
 		if (!j)
-			return -EINVAL;
+			return reparse_failed(err, errlen);
 		b.root = j;
 		fin = value(&b, cur, j, "");
 		break;
@@ -1104,9 +1137,9 @@ int kvc_spec_nfa(const struct kvc_spec *spec, struct nfa *n, char **key,
 		}
 		if (check_tag(st_, "start", err, errlen) || check_tag(et, "end", err, errlen))
 			return -EINVAL;
-		j = parse(spec, err, errlen);
+		j = parse(spec, &rc, err, errlen);
 		if (!j)
-			return -EINVAL;
+			return reparse_failed(err, errlen);
 		tc = tool_calls(&b, j, spec, st_, et);
 		for (i = 0; i < calls && tc >= 0; i++) {
 			int32_t r = st(&b);

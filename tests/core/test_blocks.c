@@ -576,6 +576,11 @@ static void test_check_detects_corruption(void)
 	save2 = (save & KVC_SLOT_MASK) - 1;
 	s2 = a.slot[save2];
 	T_CORRUPT(&a, a.slot[save2] = NULL, a.slot[save2] = s2);
+	/* A full block table (nheld == cap) claiming one more: only the
+	 * nheld <= cap check stands between the walk and held[cap]. */
+	kvc_alloc_ok(&a, s[0], s0->cap - s0->nheld, 0, NULL);
+	CU_ASSERT_EQUAL_FATAL(s0->nheld, s0->cap);
+	T_CORRUPT(&a, s0->nheld++, s0->nheld--);
 	kvc_arena_destroy(&a);
 }
 

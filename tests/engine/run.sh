@@ -39,9 +39,10 @@ gen qwen2-q8.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 
 # partial rope (rope.dimension_count < head dim 16), both rope styles
 gen rope8-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-dims 8 --seed 25
 gen qwen2-rope6-f16.gguf --arch qwen2 --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --rope-dims 6 --seed 26
-# BPE vocabularies under the llama-3 and qwen2 pre-tokenizers
+# BPE vocabularies under the llama-3 and qwen2 pre-tokenizers; the qwen2 one
+# names an unknown token (test_tokenizer: never emitted for a byte)
 gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre llama-bpe --seed 17
-gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18
+gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18 --unk-id 300
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
 # constrained decoding's property test: one of each tokenizer, room for

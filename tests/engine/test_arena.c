@@ -681,6 +681,78 @@ static void test_reserve_rollback(const struct kve_model *m)
 	kve_arena_kv_destroy(kv);
 }
 
+/* The adapter's argument checks: each refusal with its errno (and the
+ * creation's with a message), the edges on the other side accepted. */
+static void test_api_errors(const struct kve_model *m)
+{
+	struct kve_arena_kv_params ap = { .backend = backend, .n_blocks = 8, .block_tokens = 4,
+					  .dtype = KVE_KV_F32, .name = "test-arena-args" };
+	struct kve_arena_kv_params bad;
+	struct kve_arena_kv *kv = NULL, *k2 = NULL;
+	struct kve_arena_session A, B, C, none = { 0 }, *one[1] = { NULL };
+	char err[256];
+	uint32_t free0;
+	int ok = 1;
+
+	ok &= kve_arena_kv_create(NULL, &ap, &kv, err, sizeof(err)) == -EINVAL && err[0];
+	err[0] = 0;
+	ok &= kve_arena_kv_create(m, NULL, &kv, err, sizeof(err)) == -EINVAL && err[0];
+	ok &= kve_arena_kv_create(m, &ap, NULL, err, sizeof(err)) == -EINVAL;
+	bad = ap;
+	bad.block_tokens = 4097;
+	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2 &&
+	      strstr(err, "block_tokens 4097");
+	bad = ap;
+	bad.dtype = (enum kve_kv_dtype)7;
+	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2;
+	bad = ap;
+	bad.n_blocks = 0;
+	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2;
+	bad = ap;
+	bad.dtype = KVE_KV_F16;
+	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == 0 && k2;
+	kve_arena_kv_destroy(k2);
+	CHECK(ok, "arena: create refuses no model, params or result, block_tokens 4097, an unknown "
+	      "dtype, 0 blocks (-EINVAL, a message); f16 is fine (%s)", err);
+	if (kve_arena_kv_create(m, &ap, &kv, err, sizeof(err))) {
+		CHECK(0, "arena for the argument checks: %s", err);
+		return;
+	}
+	free0 = blocks_free(kv);
+	ok = kve_arena_session_open(NULL, 1, 8, &A) == -EINVAL &&
+	     kve_arena_session_open(kv, 1, 8, NULL) == -EINVAL &&
+	     kve_arena_session_open(kv, 1, 0, &A) == -EINVAL &&
+	     kve_arena_session_open(kv, 1, 1, &C) == 0 && C.cap == 1 &&
+	     kve_arena_session_open(kv, 2, 8, &A) == 0 && kve_arena_session_open(kv, 3, 8, &B) == 0;
+	ok &= kve_arena_session_reserve(NULL, &A, 1) == -EINVAL &&
+	      kve_arena_session_reserve(kv, NULL, 1) == -EINVAL &&
+	      kve_arena_session_reserve(kv, &none, 1) == -EINVAL;
+	ok &= kve_arena_session_reserve(kv, &A, 8) == 0 && A.s.n_blocks == 2;
+	A.s.n_tokens = 8;	/* as if prefilled: two whole blocks */
+	ok &= kve_arena_session_share(NULL, &B, &A, 1) == -EINVAL &&
+	      kve_arena_session_share(kv, NULL, &A, 1) == -EINVAL &&
+	      kve_arena_session_share(kv, &B, NULL, 1) == -EINVAL &&
+	      kve_arena_session_share(kv, &none, &A, 1) == -EINVAL &&
+	      kve_arena_session_share(kv, &B, &none, 1) == -EINVAL &&
+	      kve_arena_session_share(kv, &A, &A, 1) == -EBUSY &&
+	      kve_arena_session_share(kv, &C, &C, 0) == -EBUSY &&	/* empty, itself */
+	      kve_arena_session_share(kv, &C, &A, 2) == -ENOSPC && C.s.n_blocks == 0 &&
+	      kve_arena_session_share(kv, &C, &A, 1) == 0 && C.s.n_blocks == 1 &&
+	      kve_arena_session_share(kv, &B, &A, 2) == 0 && B.s.n_blocks == 2;
+	ok &= kve_arena_prefill(NULL, kv, NULL, NULL, 1, NULL) == -EINVAL &&
+	      kve_arena_decode(NULL, kv, NULL, NULL, 1, NULL) == -EINVAL &&
+	      kve_arena_decode(NULL, kv, one, NULL, 0, NULL) == -EINVAL &&
+	      kve_arena_decode(NULL, kv, one, NULL, 1, NULL) == -EINVAL;
+	ok &= kve_arena_session_close(NULL, &A) == -EINVAL && kve_arena_session_close(kv, NULL) == -EINVAL &&
+	      kve_arena_session_close(kv, &none) == 0;
+	ok &= kve_arena_session_close(kv, &C) == 0 && kve_arena_session_close(kv, &B) == 0 &&
+	      kve_arena_session_close(kv, &A) == 0 && kve_arena_session_close(kv, &A) == 0 &&
+	      blocks_free(kv) == free0;
+	CHECK(ok, "arena: sessions refuse missing arguments (-EINVAL), sharing into the donor "
+	      "itself (-EBUSY) or past the table (-ENOSPC), close twice is fine, all blocks back");
+	kve_arena_kv_destroy(kv);
+}
+
 int main(int argc, char **argv)
 {
 	const char *be = getenv("KVE_TEST_BACKEND");
@@ -713,6 +785,7 @@ int main(int argc, char **argv)
 		if (i == 1) {
 			test_recv_errors(m);
 			test_reserve_rollback(m);
+			test_api_errors(m);
 		}
 		kve_model_free(m);
 	}

@@ -118,6 +118,30 @@ static const struct tcase cases[] = {
 	{ "{\"type\":\"object\",\"properties\":{\"t\":true},\"required\":[\"t\"],\"additionalProperties\":false}",
 	  { "{\"t\":1}", "{\"t\":{\"a\":[true,null]}}", "{\"t\":\"s\"}", "{ \"t\" : [] }" },
 	  { "{}", "{\"t\":}", "{\"u\":1}", "{\"t\":1,\"u\":2}", "{\"t\":tru}" } },
+	/* UTF-8 in strings at the edges of each lead byte's range: the
+	 * first and last character of every row, overlongs, surrogates,
+	 * past U+10FFFF, lone and stray bytes */
+	{ "{\"type\":\"string\"}",
+	  { "\"\xc2\x80\xdf\xbf\"", "\"\xe0\xa0\x80\xe0\xbf\xbf\"", "\"\xe1\x80\x80\xec\xbf\xbf\"",
+	    "\"\xed\x80\x80\xed\x9f\xbf\"", "\"\xee\x80\x80\xef\xbf\xbf\"",
+	    "\"\xf0\x90\x80\x80\xf0\xbf\xbf\xbf\"", "\"\xf1\x80\x80\x80\xf3\xbf\xbf\xbf\"",
+	    "\"\xf4\x80\x80\x80\xf4\x8f\xbf\xbf\"" },
+	  { "\"\xc1\xbf\"", "\"\xe0\x80\x80\"", "\"\xed\xbf\xbf\"", "\"\xf0\x8f\xbf\xbf\"",
+	    "\"\xf4\x90\x80\x80\"", "\"\xf5\x80\x80\x80\"", "\"\x80\"", "\"\xc2\xc0\"",
+	    "\"\xc2\"", "\"\xee\x80\"" } },
+	{ "{\"type\":\"string\"}",
+	  { "\"ok\"" },
+	  { "\"\xdf\xc0\"", "\"\xe1\xbf\xc0\"", "\"\xe1\x7f\x80\"", "\"\xf1\x80\x80\xc0\"",
+	    "\"\xf0\x90\x80\"", "\"\xf3\x7f\x80\x80\"", "\"\xe0\x9f\x80\"", "\"\xf4\x8f\xc0\x80\"",
+	    "\"\x01\"", "\"\x1f\"" } },
+	/* escapes: every one JSON has, \u at the edges of the surrogates and
+	 * of each hex digit range */
+	{ "{\"type\":\"string\"}",
+	  { "\"\\b\\f\\n\\r\\t\\\"\\\\\\/\"", "\"\\uD7FF\\uE000\\ud7ff\\ue000\"",
+	    "\"\\u0000\\u9999\\uAfAf\\uFfFf\"", "\"\\ucccc\\uCCCC\\uffff\\u0aF9\"",
+	    "\"\x7f~ \"" },
+	  { "\"\\uD800\"", "\"\\uDFFF\"", "\"\\udc00\"", "\"\\u0g00\"", "\"\\u00G0\"",
+	    "\"\\u:000\"", "\"\\u/000\"", "\"\\a\"", "\"\\u@000\"", "\"\\u`000\"" } },
 	/* enum values outside the schema's type (a list of types) are not
 	 * offered */
 	{ "{\"type\":[\"integer\",\"null\"],\"enum\":[1,\"a\",null,true,2.5]}",
@@ -207,6 +231,298 @@ static void refusals(void)
 		CHECK(!g && strstr(err, s[i][1]), "%s: refused, naming %s (%s)", MNAME, s[i][1], g ? "compiled" : err);
 		kvc_grammar_release(g);
 	}
+}
+
+/*
+ * Each of the schema compiler's refusals, named, and the edges on the
+ * other side of its limits compiled (and, where it matters, what they
+ * accept): a check dropped, or a bound moved by one, shows in one of them.
+ */
+static void schema_edges(void)
+{
+	static const char *const refused[][2] = {
+		{ "{\"type\":\"number\",\"exclusiveMinimum\":\"1\"}", "exclusiveMinimum must be a number" },
+		{ "{\"type\":\"number\",\"exclusiveMaximum\":null}", "exclusiveMaximum must be a number" },
+		{ "{\"type\":\"number\",\"minimum\":\"1\"}", "minimum and maximum must be numbers" },
+		{ "{\"type\":\"number\",\"maximum\":[1]}", "minimum and maximum must be numbers" },
+		{ "{\"type\":\"integer\",\"minimum\":1e18}", "bounds beyond +-1e18" },
+		{ "{\"type\":\"integer\",\"maximum\":-1e18}", "bounds beyond +-1e18" },
+		{ "{\"type\":\"number\",\"minimum\":1.23e-39}", "minimum 1.23e-39 has too many digits" },
+		{ "{\"type\":\"number\",\"maximum\":1.23e-39}", "maximum 1.23e-39 has too many digits" },
+		{ "{\"type\":\"number\",\"maximum\":-1.23e-39}", "maximum -1.23e-39 has too many digits" },
+		{ "{\"type\":\"number\",\"minimum\":-1.23e-39}", "minimum -1.23e-39 has too many digits" },
+		{ "{\"type\":\"string\",\"maxLength\":-1}", "maxLength must be a non-negative integer" },
+		{ "{\"type\":\"string\",\"minLength\":1.5}", "minLength must be a non-negative integer" },
+		{ "{\"type\":\"array\",\"maxItems\":1000001}", "maxItems must be a non-negative integer" },
+		{ "{\"type\":\"object\",\"properties\":[]}", "properties must be an object" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":\"a\"}", "required must be an array" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[1]}", "required must list strings" },
+		{ "{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\",\"b\"]}",
+		  "required property 'b' is not in properties" },
+		{ "{\"type\":\"array\",\"items\":[{}]}", "tuple items are not supported" },
+		{ "{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems above maxItems" },
+		{ "{\"type\":\"array\",\"minItems\":17}", "minItems above 16 is not supported" },
+		{ "{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength above maxLength" },
+		{ "{\"type\":\"string\",\"minLength\":257}", "minLength above 256 is not supported" },
+		{ "{\"$ref\":\"other.json#/a\"}", "only local '#/...' references" },
+		{ "{\"$ref\":\"#/$defs/nope\",\"$defs\":{}}", "$ref '#/$defs/nope' does not resolve" },
+		{ "{\"$ref\":\"#/$defs/a/2\",\"$defs\":{\"a\":[{},{}]}}", "does not resolve" },
+		{ "{\"properties\":{\"a\":false}}", "/properties/a: schema false admits no value" },
+		{ "{\"properties\":{\"a\":3}}", "/properties/a: a schema must be an object or a boolean" },
+		{ "{\"$ref\":1}", "$ref must be a string" },
+		{ "{\"$ref\":\"#/$defs/a\",\"type\":\"string\",\"$defs\":{\"a\":{}}}",
+		  "$ref beside other keywords is not supported" },
+		{ "{\"anyOf\":[]}", "anyOf must be a non-empty array" },
+		{ "{\"allOf\":{}}", "allOf must be a non-empty array" },
+		{ "{\"anyOf\":[{}],\"type\":\"string\"}", "anyOf beside other keywords" },
+		{ "{\"allOf\":[{}],\"minimum\":1}", "allOf beside other keywords" },
+		{ "{\"allOf\":[{},{}]}", "allOf with more than one schema" },
+		{ "{\"enum\":\"a\"}", "enum must be an array" },
+		{ "{\"type\":\"string\",\"enum\":[1,2]}", "no enum value has the schema's type" },
+		{ "{\"type\":\"string\",\"const\":1}", "no enum value has the schema's type" },
+		{ "{\"type\":[\"string\",1]}", "type must name types" },
+		{ "{\"type\":[]}", "type must be a string or an array of strings" },
+		{ "{\"type\":{}}", "type must be a string or an array of strings" },
+		{ "{\"items\":{\"type\":\"strin\"}}", "/items: unknown type 'strin'" },
+		{ "[1]", "a schema must be an object or a boolean" },
+	};
+	static const struct tcase edges[] = {
+		/* the limits themselves are allowed */
+		{ "{\"type\":\"string\",\"minLength\":256}", { 0 }, { "\"\"" } },
+		{ "{\"type\":\"array\",\"minItems\":16,\"items\":{\"type\":\"null\"}}",
+		  { "[null,null,null,null,null,null,null,null,null,null,null,null,null,null,null,null]" },
+		  { "[null,null,null,null,null,null,null,null,null,null,null,null,null,null,null]" } },
+		{ "{\"type\":\"string\",\"minLength\":2,\"maxLength\":2}", { "\"ab\"" }, { "\"a\"", "\"abc\"" } },
+		{ "{\"type\":\"array\",\"minItems\":1,\"maxItems\":1}", { "[1]" }, { "[]", "[1,2]" } },
+		{ "{\"type\":\"array\",\"maxItems\":1000000,\"items\":{\"const\":0}}", { "[]", "[0,0,0]" }, { "[1]" } },
+		{ "{\"type\":\"string\",\"maxLength\":0}", { "\"\"" }, { "\"a\"" } },
+		{ "{\"type\":\"array\",\"maxItems\":0}", { "[]" }, { "[1]" } },
+		/* bounds at 1e18 constrain nothing generated */
+		{ "{\"type\":\"integer\",\"maximum\":1e18}", { "1", "999999999999999999" }, { "1.5" } },
+		{ "{\"type\":\"integer\",\"minimum\":-1e18}", { "-1", "-999999999999999999" }, { "-" } },
+		/* 40 fraction digits are the most a bound may have */
+		{ "{\"type\":\"number\",\"minimum\":1.2e-39,\"maximum\":1}", { "1", "0.5" }, { "0", "2" } },
+		/* exclusive bounds as booleans (draft 4) and as numbers */
+		{ "{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":true,\"maximum\":5,"
+		  "\"exclusiveMaximum\":true}", { "3", "4" }, { "2", "5" } },
+		{ "{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":false,\"maximum\":5,"
+		  "\"exclusiveMaximum\":false}", { "2", "5" }, { "1", "6" } },
+		{ "{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3}", { "-2", "2", "0" },
+		  { "-3", "3" } },
+		{ "{\"type\":\"integer\",\"minimum\":-3,\"exclusiveMinimum\":-5,\"maximum\":3,"
+		  "\"exclusiveMaximum\":4}", { "-3", "3" }, { "-4", "4" } },
+		{ "{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMinimum\":-3,\"maximum\":4,"
+		  "\"exclusiveMaximum\":3}", { "-2", "2" }, { "-3", "3" } },
+		{ "{\"type\":\"number\",\"maximum\":0,\"exclusiveMaximum\":true}", { "-1", "-0.5" },
+		  { "0", "0.5" } },
+		{ "{\"type\":\"integer\",\"maximum\":0}", { "0", "-7" }, { "1" } },
+		{ "{\"type\":\"integer\",\"minimum\":0}", { "0", "7" }, { "-1" } },
+		{ "{\"type\":\"integer\",\"minimum\":-7,\"maximum\":-2}", { "-7", "-2" }, { "-1", "-8", "0" } },
+		/* allOf of one, a $ref through an array, an escaped pointer */
+		{ "{\"allOf\":[{\"type\":\"integer\",\"maximum\":3}],\"title\":\"t\"}", { "3" }, { "4" } },
+		{ "{\"$ref\":\"#/$defs/a/1\",\"$defs\":{\"a\":[{\"const\":1},{\"const\":2}]}}", { "2" }, { "1" } },
+		{ "{\"$ref\":\"#/$defs/a~1b~0c\",\"$defs\":{\"a/b~c\":{\"const\":\"x\"}}}", { "\"x\"" }, { "1" } },
+		/* keywords that imply a type */
+		{ "{\"minItems\":1}", { "[1]" }, { "[]", "1" } },
+		{ "{\"maxLength\":1}", { "\"a\"" }, { "\"ab\"", "1" } },
+		{ "{\"minimum\":1}", { "1", "1.5" }, { "0", "\"a\"" } },
+		{ "{\"exclusiveMaximum\":1}", { "0" }, { "1" } },
+		{ "{\"required\":[\"a\"],\"properties\":{\"a\":{\"const\":1}}}", { "{\"a\":1}" }, { "{}" } },
+		{ "{\"additionalProperties\":false}", { "{}" }, { "{\"a\":1}" } },
+		{ "{\"const\":{\"a\":[1,2.5,null]}}", { "{\"a\":[1,2.5,null]}" }, { "{\"a\":[1,2.5]}" } },
+		{ "{\"type\":[\"string\",\"null\"],\"maxLength\":1}", { "null", "\"a\"" }, { "\"ab\"", "1" } },
+	};
+	char err[256], deep[2048];
+	size_t i, k;
+	int d;
+
+	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, refused[i][0], err, sizeof(err));
+		CHECK(!g && strstr(err, refused[i][1]), "%s: %s refused, naming %s (%s)", MNAME,
+		      refused[i][0], refused[i][1], g ? "compiled" : err);
+		kvc_grammar_release(g);
+	}
+	for (i = 0; i < sizeof(edges) / sizeof(edges[0]); i++) {
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, edges[i].schema, err, sizeof(err));
+		int ok = g != NULL;
+
+		for (k = 0; g && k < 8 && edges[i].good[k]; k++)
+			if (!accepts_bytes(g, edges[i].good[k], 0)) {
+				printf("# %s: refused %s\n", edges[i].schema, edges[i].good[k]);
+				ok = 0;
+			}
+		for (k = 0; g && k < 10 && edges[i].bad[k]; k++)
+			if (accepts_bytes(g, edges[i].bad[k], 0)) {
+				printf("# %s: accepted %s\n", edges[i].schema, edges[i].bad[k]);
+				ok = 0;
+			}
+		CHECK(ok, "%s: %s compiles, accepts and refuses as it should %s", MNAME,
+		      edges[i].schema, g ? "" : err);
+		kvc_grammar_release(g);
+	}
+	/* nesting: 48 schemas deep compiles, 49 is refused */
+	for (d = 48; d <= 49; d++) {
+		struct kvc_grammar *g;
+		char long_err[1024];	/* the path is cut at 511 bytes, then the message */
+		size_t n = 0;
+
+		for (k = 1; k < (size_t)d; k++)
+			n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"properties\":{\"a\":");
+		n += (size_t)snprintf(deep + n, sizeof(deep) - n, "{\"type\":\"null\"}");
+		for (k = 1; k < (size_t)d; k++)
+			n += (size_t)snprintf(deep + n, sizeof(deep) - n, "}}");
+		g = compile(KVC_JSON_SCHEMA, deep, long_err, sizeof(long_err));
+		if (d == 48)
+			CHECK(g && accepts_bytes(g, "{\"a\":{\"a\":{}}}", 0), "%s: a schema 48 deep compiles %s",
+			      MNAME, g ? "" : long_err);
+		else
+			CHECK(!g && strstr(long_err, "nested deeper than 48"), "%s: 49 deep refused (%s)",
+			      MNAME, g ? "compiled" : strstr(long_err, ": schema") ? strstr(long_err, ": schema") : long_err);
+		kvc_grammar_release(g);
+	}
+}
+
+/*
+ * The spec's own refusals (kind, missing or oversized text, tools that
+ * are not function declarations, tags, max_calls, max_ws), each named,
+ * and their limits allowed; the whitespace bound and the default number
+ * of calls as generated.
+ */
+#define J(lit) .json = lit, .json_len = sizeof(lit) - 1
+static void spec_edges(void)
+{
+	static const char one[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+	static const char tag65[] = "<a-start-tag-one-byte-longer-than-the-limit-of-64-bytes-at-all-->";
+	static const struct {
+		struct kvc_spec sp;
+		const char *want;
+	} refused[] = {
+		{ { .kind = (enum kvc_kind)7, J("{}") }, "unknown constraint kind 7" },
+		{ { .kind = KVC_JSON_SCHEMA }, "no schema given" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = 0 }, "no tools given" },
+		{ { .kind = KVC_JSON_SCHEMA, .json = "{}", .json_len = KVC_MAX_SPEC_BYTES + 1 },
+		  "exceeds the limit of 1048576" },
+		{ { .kind = KVC_TOOL_CALLS, J("{}") }, "tools: must be a non-empty array" },
+		{ { .kind = KVC_TOOL_CALLS, J("[]") }, "tools: must be a non-empty array" },
+		{ { .kind = KVC_TOOL_CALLS, J("[1]") }, "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"type\":\"function\",\"function\":1}]") },
+		  "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"type\":\"func\",\"function\":{\"name\":\"f\"}}]") }, "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"type\":1,\"function\":{\"name\":\"f\"}}]") }, "tools/0: must be {" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"function\":{\"name\":\"f\"}},{\"function\":{\"name\":\"\"}}]") }, "tools/1: function.name must be a non-empty string" },
+		{ { .kind = KVC_TOOL_CALLS, J("[{\"function\":{\"name\":2}}]") },
+		  "tools/0: function.name must be a non-empty string" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .max_calls = 65 },
+		  "max_calls 65 above 64" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .start_tag = "" },
+		  "start tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .start_tag = " <t>" },
+		  "start tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .start_tag = tag65 },
+		  "start tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .end_tag = "\n</t>" },
+		  "end tag must be 1-64 bytes" },
+		{ { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1, .end_tag = tag65 },
+		  "end tag must be 1-64 bytes" },
+		{ { .kind = KVC_JSON_OBJECT, .max_ws = 65 }, "max_ws 65 above 64" },
+	};
+	char err[256];
+	size_t i;
+	int ok;
+
+	for (i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct kvc_grammar *g = NULL;
+		int rc = kvc_compile(V, &refused[i].sp, &g, err, sizeof(err));
+
+		CHECK(rc == -EINVAL && !g && strstr(err, refused[i].want), "%s: spec %zu refused, naming "
+		      "%s (%d: %s)", MNAME, i, refused[i].want, rc, err);
+		kvc_grammar_release(g);
+	}
+	{	/* the limits: 64 calls, 64 whitespace bytes, the longest tags */
+		struct kvc_spec calls = { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1,
+					  .max_calls = 64, .start_tag = tag65 + 1, .end_tag = tag65 + 1 };
+		struct kvc_spec wsp = { .kind = KVC_JSON_OBJECT, .max_ws = 64 };
+		struct kvc_grammar *gc = NULL, *gw = NULL;
+		char text[200];
+
+		ok = !kvc_compile(V, &calls, &gc, err, sizeof(err));
+		snprintf(text, sizeof(text), "%s{\"name\":\"f\",\"arguments\":{}}%s", tag65 + 1, tag65 + 1);
+		CHECK(ok && accepts_bytes(gc, text, 0), "%s: 64 calls and 64-byte tags allowed %s", MNAME,
+		      ok ? "" : err);
+		ok = !kvc_compile(V, &wsp, &gw, err, sizeof(err));
+		text[0] = '{';
+		memset(text + 1, ' ', 64);
+		snprintf(text + 65, sizeof(text) - 65, "\"a\":1}");
+		CHECK(ok && accepts_bytes(gw, text, 0), "%s: max_ws 64 allowed, 64 spaces in an object %s",
+		      MNAME, ok ? "" : err);
+		kvc_grammar_release(gc);
+		kvc_grammar_release(gw);
+	}
+	{	/* max_ws 1: one whitespace byte at a place, not two; the default 8 */
+		struct kvc_spec w1 = { .kind = KVC_JSON_OBJECT, .max_ws = 1 };
+		struct kvc_spec w0 = { .kind = KVC_JSON_OBJECT };
+		struct kvc_grammar *g1 = NULL, *g0 = NULL;
+
+		ok = !kvc_compile(V, &w1, &g1, err, sizeof(err)) && !kvc_compile(V, &w0, &g0, err, sizeof(err));
+		CHECK(ok && accepts_bytes(g1, "{ \"a\": [1, {}] }", 0) && !accepts_bytes(g1, "{  \"a\":1}", 0) &&
+		      !accepts_bytes(g1, "{\"a\":1}\n\n", 0) && accepts_bytes(g0, "{        \"a\":1}", 0) &&
+		      !accepts_bytes(g0, "{         \"a\":1}", 0),
+		      "%s: whitespace bounded by max_ws (1) and by default (8) %s", MNAME, ok ? "" : err);
+		kvc_grammar_release(g1);
+		kvc_grammar_release(g0);
+	}
+	{	/* the default: at most 4 calls in a row */
+		struct kvc_spec d = { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1 };
+		struct kvc_grammar *g = NULL;
+		char text[400] = "";
+		int k, four = 0;
+
+		ok = !kvc_compile(V, &d, &g, err, sizeof(err));
+		for (k = 0; ok && k < 5; k++) {
+			strcat(text, "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>");
+			if (k == 3)
+				four = accepts_bytes(g, text, 0);
+		}
+		CHECK(ok && four && !accepts_bytes(g, text, 0), "%s: 4 calls by default, not 5 %s", MNAME,
+		      ok ? "" : err);
+		kvc_grammar_release(g);
+	}
+}
+
+/* A vocabulary cut just below the tokenizer's EOS (n_vocab == eos id):
+ * it has no EOS, so an accepting matcher's mask sets no bit at or past
+ * n_vocab, and the id n_vocab is no token. */
+static void eos_outside(void)
+{
+	int32_t eos = kve_tokenizer_eos(T);
+	struct kvc_vocab *v;
+	struct kvc_spec sp = { .kind = KVC_JSON_SCHEMA, .json = "{\"const\":1}", .json_len = 11 };
+	struct kvc_grammar *g = NULL;
+	struct kvc_matcher *m = NULL;
+	uint32_t *mask = NULL, w, words, past = 0;
+	char err[256] = "";
+	int ok;
+
+	if (eos < 256 || byte_tok['1'] < 0 || byte_tok['1'] >= eos)
+		return;	/* SPM: EOS is id 2, below the byte tokens */
+	v = kvc_vocab_create(T, (uint32_t)eos, err, sizeof(err));
+	ok = v && !kvc_compile(v, &sp, &g, err, sizeof(err));
+	words = v ? kvc_mask_words(v) : 0;
+	mask = calloc(words + 1, 4);
+	m = ok ? kvc_matcher_create(g, 0) : NULL;
+	ok = ok && m && mask && kvc_advance(m, byte_tok['1']) == 0 && kvc_accepting(m);
+	if (ok) {
+		kvc_mask(m, mask);
+		for (w = (uint32_t)eos; w < (words + 1) * 32; w++)
+			past += (mask[w >> 5] >> (w & 31)) & 1;
+		ok = !past && kvc_advance(m, eos) != 0;
+	}
+	CHECK(ok, "%s: a vocabulary of %d tokens (EOS past its end): no mask bit past it (%u), "
+	      "id %d no token %s", MNAME, eos, past, eos, err);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+	kvc_vocab_free(v);
+	free(mask);
 }
 
 static void cache(void)
@@ -520,6 +836,48 @@ static void sample_masked(void)
 	      "kve_sample_masked sampled: only allowed tokens, several of them (%d)", __builtin_popcount(seen));
 	memset(mask, 0, sizeof(mask));
 	CHECK(kve_sample_masked(&s, lg, n, mask, scr) == -ENOENT, "kve_sample_masked: no allowed token: -ENOENT");
+	{	/* bits past the vocabulary in its last mask word are not tokens:
+		 * a vocabulary of 40 with all 64 bits set, the logits rising */
+		float *l40 = malloc(40 * sizeof(float));	/* exact: ASan sees a read past it */
+		uint32_t all[2] = { ~0u, ~0u };
+		struct kve_sampler k1 = { .temperature = 0.8f, .top_k = 1, .rng = kve_rng_seed(5) };
+		int ok = 1;
+
+		for (i = 0; i < 40; i++)
+			l40[i] = (float)i;
+		ok &= kve_sample_masked(&g0, l40, 40, all, NULL) == 39;
+		ok &= kve_sample_masked(&k1, l40, 40, all, NULL) == 39;
+		for (i = 0; i < 200; i++) {
+			t = kve_sample_masked(&s, l40, 40, all, scr);
+			ok &= t >= 0 && t < 40;
+		}
+		all[1] = 0xffu << 8;	/* only ids 40..47: none in the vocabulary */
+		all[0] = 0;
+		ok &= kve_sample_masked(&s, l40, 40, all, scr) == -ENOENT;
+		all[1] = 1u << 7;	/* id 39 only */
+		ok &= kve_sample_masked(&s, l40, 40, all, scr) == 39;
+		CHECK(ok, "kve_sample_masked: mask bits past a vocabulary of 40 are no tokens; top_k 1 "
+		      "is greedy");
+		free(l40);
+	}
+	{	/* bad arguments: -EINVAL, and a sampled draw needs its scratch */
+		uint32_t one[1] = { 1 };
+		float l1[1] = { 0 };
+
+		CHECK(kve_sample(NULL, lg, n, scr) == -EINVAL && kve_sample(&s, NULL, n, scr) == -EINVAL &&
+		      kve_sample(&s, lg, 0, scr) == -EINVAL &&
+		      kve_sample(&s, lg, (uint32_t)INT32_MAX + 1, scr) == -EINVAL &&
+		      kve_sample(&s, lg, n, NULL) == -EINVAL && kve_sample(&g0, lg, n, NULL) == 5 &&
+		      kve_sample_masked(NULL, lg, n, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, NULL, n, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, lg, 0, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, lg, (uint32_t)INT32_MAX + 1, mask, scr) == -EINVAL &&
+		      kve_sample_masked(&s, l1, 1, one, NULL) == -EINVAL &&
+		      kve_sample_masked(&g0, l1, 1, one, NULL) == 0 &&
+		      kve_sample_masked(&g0, lg, n, NULL, NULL) == 5,
+		      "kve_sample and kve_sample_masked: bad arguments are -EINVAL, greedy needs no scratch, "
+		      "no mask is no constraint");
+	}
 	free(scr);
 }
 
@@ -618,6 +976,9 @@ int main(int argc, char **argv)
 		byte_tokens();
 		accept_cases();
 		refusals();
+		schema_edges();
+		spec_edges();
+		eos_outside();
 		cache();
 		cache_long_tag();
 		tool_calls();

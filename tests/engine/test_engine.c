@@ -255,6 +255,30 @@ static void test_model(const char *path)
 			CHECK(kve_prefill(r1.e, &ss, two, 1, a) == 0 && ss.n_tokens == 1,
 			      "token 0 (the lowest id) prefilled");
 		}
+		{	/* the engine's parameters: the pool's block size and
+			 * type, the thread count (each refused, with a message) */
+			struct kve_kv_pool kp = r1.kp;
+			struct kve_engine_params ep = { 1, 8, 0, 256 };
+			char e2[256];
+			int ok = 1, k;
+
+			for (k = 0; k < 5; k++) {
+				kp = r1.kp;
+				ep.n_threads = 1;
+				if (k == 0)
+					kp.block_tokens = 0;
+				else if (k == 1)
+					kp.block_tokens = 4097;
+				else if (k == 2)
+					kp.dtype = (enum kve_kv_dtype)7;
+				else
+					ep.n_threads = k == 3 ? 0 : 3;
+				e2[0] = 0;
+				ok &= kve_engine_create(r1.m, &kp, &ep, e2, sizeof(e2)) == NULL && e2[0];
+			}
+			CHECK(ok, "engine: block_tokens 0 and 4097, an unknown KV type, 0 and 3 "
+			      "threads refused with a message");
+		}
 		rig_free(&r1);
 		rig_free(&r2);
 		rig_free(&r3);

@@ -224,6 +224,48 @@ static void test_get_u32(void)
 	}
 	gguf_close(&g);
 
+	/* gguf_get_f32 writes a float and nothing past it, from an F32 or an
+	 * F64 (narrowed); other types are refused */
+	{
+		float f32v = 1.5f;
+		double f64v = -0.25;
+		struct {
+			float f;
+			uint8_t canary[4];
+		} out;
+		int ok;
+
+		w.n = 0;
+		p8(&w, "GGUF", 4);
+		u32(&w, 3);
+		u64(&w, 0);
+		u64(&w, 3);
+		str(&w, "f");
+		u32(&w, GGUF_F32);
+		p8(&w, &f32v, 4);
+		str(&w, "d");
+		u32(&w, GGUF_F64);
+		p8(&w, &f64v, 8);
+		str(&w, "u");
+		u32(&w, GGUF_U32);
+		u32(&w, 7);
+		while (w.n % 32)
+			w.b[w.n++] = 0xee;	/* padding that is not 0 */
+		rc = gguf_open_mem(&g, w.b, w.n, err, sizeof(err));
+		ok = rc == 0;
+		memset(out.canary, 0x5a, sizeof(out.canary));
+		ok = ok && gguf_get_f32(&g, "f", &out.f) == 0 && out.f == 1.5f;
+		ok = ok && gguf_get_f32(&g, "d", &out.f) == 0 && out.f == -0.25f;
+		ok = ok && gguf_get_f32(&g, "u", &out.f) == -EINVAL && out.f == -0.25f &&
+		     gguf_get_f32(&g, "none", &out.f) == -ENOENT;
+		ok = ok && out.canary[0] == 0x5a && out.canary[1] == 0x5a && out.canary[2] == 0x5a &&
+		     out.canary[3] == 0x5a;
+		CHECK(ok, "gguf_get_f32: F32 and F64 read into 4 bytes, nothing written past them, "
+		      "a U32 refused, a missing key -ENOENT %s", err);
+		if (!rc)
+			gguf_close(&g);
+	}
+
 	/* an error names a long key by its first 64 bytes and "..." */
 	{
 		char k70[71], want[96];
@@ -437,6 +479,29 @@ static void test_model(const char *path)
 		kve_model_free(m);
 		free(c);
 	}
+	/* the architecture key, a count of another type, the head count
+	 * (64 dims: 6 heads do not divide them; 64 heads are 1 dim each, odd),
+	 * rope base and epsilon (0, NaN, negative), the embedding tensor */
+	edit_and_expect(b, len, "general.architecture", "general.architecturx",
+			"general.architecture is missing or not a string");
+	edit_n(b, len, "block_count\x04\0\0\0", "block_count\x06\0\0\0", 15,
+	       "metadata llama.block_count has the wrong type or range");
+	edit_n(b, len, "head_count\x04\0\0\0\x04", "head_count\x04\0\0\0\x06", 15,
+	       "embedding_length 64 not divisible by head_count 6");
+	edit_n(b, len, "head_count\x04\0\0\0\x04", "head_count\x04\0\0\0\x40", 15,
+	       "head dimension 1 must be even and <= 1024");
+	edit_n(b, len, "head_count\x04\0\0\0\x04", "head_count\x04\0\0\0\x20", 15,
+	       "rope.dimension_count 16 must be even and <= head dim 2");
+	edit_n(b, len, "freq_base\x06\0\0\0\x00\x40\x1c\x46", "freq_base\x06\0\0\0\0\0\0\0", 17,
+	       "rope.freq_base and layer_norm_rms_epsilon must be > 0");
+	edit_n(b, len, "freq_base\x06\0\0\0\x00\x40\x1c\x46", "freq_base\x06\0\0\0\0\0\xc0\x7f", 17,
+	       "metadata llama.rope.freq_base is not a finite float");
+	edit_n(b, len, "rms_epsilon\x06\0\0\0\xac\xc5\x27\x37", "rms_epsilon\x06\0\0\0\0\0\x80\xbf", 19,
+	       "rope.freq_base and layer_norm_rms_epsilon must be > 0");
+	edit_n(b, len, "rms_epsilon\x06\0\0\0\xac\xc5\x27\x37", "rms_epsilon\x06\0\0\0\0\0\x80\x7f", 19,
+	       "layer_norm_rms_epsilon is not a finite float");
+	edit_and_expect(b, len, "token_embd.weight", "token_embd.weighx",
+			"tensor 'token_embd.weight' is missing");
 	/* head_count_kv 2 -> 4: attn_k no longer matches the metadata */
 	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x04", 18,
 	       "'blk.0.attn_k.weight' has shape");
@@ -523,6 +588,24 @@ static void test_qwen2(const char *path)
 	kve_model_free(m);
 	edit_and_expect(b, len, "blk.1.attn_q.bias", "blk.1.attn_q.biax",
 			"layer 1 has some of attn_q/k/v.bias but not all three");
+	/* each one missing alone: the V bias, the K bias */
+	edit_and_expect(b, len, "blk.1.attn_v.bias", "blk.1.attn_v.biax",
+			"layer 1 has some of attn_q/k/v.bias but not all three");
+	edit_and_expect(b, len, "blk.1.attn_k.bias", "blk.1.attn_k.biax",
+			"layer 1 has some of attn_q/k/v.bias but not all three");
+	{	/* layer 0 without its biases, layer 1 with them */
+		uint8_t *c = malloc(len);
+
+		memcpy(c, b, len);
+		replace_all(c, len, "blk.0.attn_q.bias", "blk.0.attn_q.biax", 17);
+		replace_all(c, len, "blk.0.attn_k.bias", "blk.0.attn_k.biax", 17);
+		replace_all(c, len, "blk.0.attn_v.bias", "blk.0.attn_v.biax", 17);
+		m = kve_model_load_mem(c, len, err, sizeof(err));
+		CHECK(!m && strstr(err, "layer 1 has Q/K/V biases, layer 0 lacks them"),
+		      "biases in layer 1 only: \"%s\"", err);
+		kve_model_free(m);
+		free(c);
+	}
 	free(b);
 }
 

@@ -551,12 +551,197 @@ static void array_types(const char *path)
 	}
 }
 
+
+/*
+ * Every byte alone encodes to its own byte token in a byte-level BPE
+ * vocabulary: never to the unknown token, even where the vocabulary names
+ * one (tokenizer.ggml.unknown_token_id; bpe-qwen2.gguf has one) and the
+ * byte's token is id 0. Returns whether the vocabulary has an unknown token.
+ */
+static int single_bytes(const struct kve_model *m, const struct kve_tokenizer *t,
+			const char *label)
+{
+	int has_unk = gguf_find_kv(&m->g, "tokenizer.ggml.unknown_token_id") != NULL;
+	char p0[16];
+	/* id 0 is the byte 0x00's token (the model maker's byte tokens come first) */
+	int c, bad = 0, zero = kve_token_bytes(t, 0, p0, sizeof(p0)) == 1 && !p0[0];
+
+	for (c = 0; c < 256; c++) {
+		char in = (char)c, piece[16];
+		int32_t ids[4];
+		int n = kve_tokenize(t, &in, 1, 0, ids, 4);
+
+		if (n != 1 || kve_token_bytes(t, ids[0], piece, sizeof(piece)) != 1 ||
+		    piece[0] != in) {
+			if (bad++ < 3)
+				printf("# byte 0x%02x -> %d tokens, the first %d\n", c, n,
+				       n > 0 ? ids[0] : -1);
+		}
+	}
+	CHECK(!bad, "%s: each of the 256 bytes alone is its own byte token (%d are not; "
+	      "%s unknown token, id 0 %s)", label, bad,
+	      has_unk ? "with an" : "no", zero ? "the byte 0x00" : "another token");
+	return has_unk && zero;
+}
+
+/* A copy of the file with the first `n` bytes equal to `from` changed to
+ * `to`: the tokenizer's load error ("" when it loads), the bos and eos
+ * ids in *bos and *eos when it does. */
+static int edited_load(const uint8_t *orig, size_t len, const char *from, const char *to,
+		       size_t n, char *err, size_t errlen, int32_t *bos, int32_t *eos)
+{
+	uint8_t *c = malloc(len);
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	size_t i;
+	int hit = 0;
+
+	err[0] = 0;
+	if (!c)
+		return 0;
+	memcpy(c, orig, len);
+	for (i = 0; i + n <= len && !hit; i++)
+		if (!memcmp(c + i, from, n)) {
+			memcpy(c + i, to, n);
+			hit = 1;
+		}
+	m = hit ? kve_model_load_mem(c, len, err, errlen) : NULL;
+	t = m ? kve_tokenizer_create(m, err, errlen) : NULL;
+	if (t) {
+		err[0] = 0;
+		*bos = kve_tokenizer_bos(t);
+		*eos = kve_tokenizer_eos(t);
+	}
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(c);
+	return hit && m;	/* the edit was made and the model loaded */
+}
+
+/*
+ * The tokenizer's load errors, each from a file edited in place (same
+ * length): the kind of tokenizer, the token list, a BPE file's merges,
+ * each side of a merge and its result not in the vocabulary; and the
+ * special ids' bound (an id past the vocabulary is none).
+ */
+static void load_errors(const char *spm_path, const char *bpe_path)
+{
+	/* the kind's value: the key, STR, length, bytes */
+#define KIND(v) "tokenizer.ggml.model\x08\0\0\0" v
+	static const struct {
+		int bpe;
+		const char *from, *to, *want;
+		size_t n;
+	} cases[] = {
+		{ 0, "tokenizer.ggml.model", "tokenizer.ggml.modex",
+		  "tokenizer.ggml.model is missing or not a string", 20 },
+		{ 0, KIND("\x05\0\0\0\0\0\0\0llama"), KIND("\x05\0\0\0\0\0\0\0llamb"),
+		  "model 'llamb' not supported (llama, gpt2)", 20 + 4 + 8 + 5 },
+		{ 1, KIND("\x04\0\0\0\0\0\0\0gpt2"), KIND("\x04\0\0\0\0\0\0\0gpt3"),
+		  "model 'gpt3' not supported", 20 + 4 + 8 + 4 },
+		{ 0, "tokenizer.ggml.tokens", "tokenizer.ggml.tokenz",
+		  "tokenizer.ggml.tokens is missing or not a string array", 21 },
+		{ 1, "tokenizer.ggml.merges", "tokenizer.ggml.merger",
+		  "gpt2 tokenizer without tokenizer.ggml.merges", 21 },
+	};
+#undef KIND
+	size_t lens[2], c;
+	uint8_t *b[2] = { slurp(spm_path, &lens[0]), slurp(bpe_path, &lens[1]) };
+	char err[256];
+	int32_t bos = -2, eos = -2;
+
+	CHECK(b[0] && b[1], "read %s and %s", spm_path, bpe_path);
+	if (!b[0] || !b[1])
+		goto out;
+	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		CHECK(edited_load(b[cases[c].bpe], lens[cases[c].bpe], cases[c].from, cases[c].to,
+				  cases[c].n, err, sizeof(err), &bos, &eos) && strstr(err, cases[c].want),
+		      "%s: edited file (%zu): refused, naming %s (\"%s\")", cases[c].bpe ? "bpe" : "spm",
+		      c, cases[c].want, err);
+	}
+	{	/* the merge "Ġ t" (length 4, then its bytes): each part made unknown */
+		static const struct {
+			const char *to, *want;
+		} m[] = {
+			{ "\x04\0\0\0\0\0\0\0\x01\x01 t", "('\x01\x01 t'): left side is not in the vocabulary" },
+			{ "\x04\0\0\0\0\0\0\0\xc4\xa0 \x01", "right side is not in the vocabulary" },
+			{ "\x04\0\0\0\0\0\0\0t \xc4\xa0", "('t \xc4\xa0'): result is not in the vocabulary" },
+		};
+		for (c = 0; c < sizeof(m) / sizeof(m[0]); c++)
+			CHECK(edited_load(b[1], lens[1], "\x04\0\0\0\0\0\0\0\xc4\xa0 t", m[c].to, 12, err,
+					  sizeof(err), &bos, &eos) && strstr(err, m[c].want),
+			      "bpe: a merge's %s (\"%s\")", m[c].want, err);
+	}
+	{	/* a right side that is no token while the result is one: a
+		 * 3-letter token "xyz" whose "yz" is not a token, spelt "x yz" */
+		char e2[256] = "";
+		struct kve_model *bm = kve_model_load_mem(b[1], lens[1], e2, sizeof(e2));
+		const struct gguf_kv *tk = bm ? gguf_find_kv(&bm->g, "tokenizer.ggml.tokens") : NULL;
+		uint64_t i, j;
+		char to[12] = "\x04\0\0\0\0\0\0\0";
+		int found = 0;
+
+		for (i = 0; tk && i < tk->arr_n && !found; i++) {
+			struct gguf_str x = gguf_arr_str(tk, i);
+			int known = 0;
+
+			if (x.n != 3 || x.p[0] < 'a' || x.p[0] > 'z' || x.p[1] < 'a' || x.p[1] > 'z' ||
+			    x.p[2] < 'a' || x.p[2] > 'z')
+				continue;
+			for (j = 0; j < tk->arr_n && !known; j++) {
+				struct gguf_str y = gguf_arr_str(tk, j);
+				known = y.n == 2 && !memcmp(y.p, x.p + 1, 2);
+			}
+			if (known)
+				continue;
+			to[8] = x.p[0];
+			to[9] = ' ';
+			memcpy(to + 10, x.p + 1, 2);
+			found = 1;
+		}
+		CHECK(found && edited_load(b[1], lens[1], "\x04\0\0\0\0\0\0\0\xc4\xa0 t", to, 12, err,
+					   sizeof(err), &bos, &eos) &&
+		      strstr(err, "right side is not in the vocabulary"),
+		      "bpe: a merge whose right side is no token but whose result is: refused (\"%s\")",
+		      found ? err : "no such token found");
+		kve_model_free(bm);
+	}
+	{	/* special ids: the last token is one, one past the vocabulary none */
+		uint32_t nv = 0, v;
+		const uint8_t *p = NULL;
+		char want[32], to[32];
+		int32_t bos2 = -2, eos2 = -2;
+
+		for (c = 0; !p && c + 21 + 12 <= lens[0]; c++)
+			if (!memcmp(b[0] + c, "tokenizer.ggml.tokens", 21))
+				p = b[0] + c;
+		if (p)
+			memcpy(&nv, p + 21 + 4 + 4, 4);	/* ARR, element type, count (low half) */
+		for (v = nv - 1; nv && v <= nv; v++) {
+			/* the key's end, U32, the value */
+			memcpy(want, "bos_token_id\x04\0\0\0\x01\0\0\0", 20);
+			memcpy(to, want, 16);
+			memcpy(to + 16, &v, 4);
+			edited_load(b[0], lens[0], want, to, 20, err, sizeof(err), &bos, &eos);
+			memcpy(want, "eos_token_id\x04\0\0\0\x02\0\0\0", 20);
+			memcpy(to, want, 16);
+			memcpy(to + 16, &v, 4);
+			edited_load(b[0], lens[0], want, to, 20, err, sizeof(err), &bos2, &eos2);
+			CHECK(!err[0] && bos == (v < nv ? (int32_t)v : -1) && eos2 == (v < nv ? (int32_t)v : -1),
+			      "spm: bos and eos ids %u of a vocabulary of %u: %d and %d %s", v, nv, bos, eos2, err);
+		}
+	}
+out:
+	free(b[0]);
+	free(b[1]);
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
 	struct kve_model *ms, *mb, *mx[8];
 	struct kve_tokenizer *ts, *tb;
-	int i, nx = 0;
+	int i, nx = 0, unk_zero;
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: test_tokenizer SPM_MODEL BPE_MODEL...\n");
@@ -582,8 +767,10 @@ int main(int argc, char **argv)
 	lower_hex(argv[1]);
 	array_types(argv[1]);
 	round_trips(tb, "bpe gpt2");
+	unk_zero = single_bytes(mb, tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	bad_merge(argv[2]);
+	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
@@ -597,12 +784,14 @@ int main(int argc, char **argv)
 			continue;
 		snprintf(label, sizeof(label), "bpe %s", kve_pretok_name(kve_tokenizer_pretok(tx)));
 		round_trips(tx, label);
+		unk_zero |= single_bytes(mx[nx], tx, label);
 		if (strcmp(kve_pretok_name(kve_tokenizer_pretok(tx)), "gpt2"))
 			pre_metadata(argv[i]);
 		kve_tokenizer_free(tx);
 		nx++;
 	}
 
+	CHECK(unk_zero, "a BPE vocabulary with an unknown token and id 0 a byte token was tried");
 	{	/* byte fallback: CJK is not in the SPM vocabulary, and the
 		 * model maker holds back U+00DF */
 		int32_t ids[32];
@@ -614,6 +803,17 @@ int main(int argc, char **argv)
 				bytes++;
 		CHECK(bytes == 5, "SPM byte fallback: 5 UTF-8 bytes -> 5 <0xXX> tokens (got %d of %d)",
 		      bytes, n);
+	}
+	{	/* an ASCII letter before a stray continuation byte stays a
+		 * character of its own: "a\x80" is "a"'s tokens, then <0x80> */
+		int32_t a[8], ax[8];
+		int na = kve_tokenize(ts, "a", 1, 0, a, 8), nx = kve_tokenize(ts, "a\x80", 2, 0, ax, 8);
+		char piece[8];
+
+		CHECK(na > 0 && nx == na + 1 && !memcmp(a, ax, (size_t)na * sizeof(*a)) &&
+		      kve_token_bytes(ts, ax[na], piece, sizeof(piece)) == 1 &&
+		      (unsigned char)piece[0] == 0x80,
+		      "SPM: \"a\\x80\" is \"a\" (%d tokens) then the byte 0x80 (%d tokens)", na, nx);
 	}
 	{	/* streaming: a 4-byte emoji arrives as 4 byte tokens */
 		int32_t ids[32];

@@ -43,6 +43,8 @@ static const char usage[] =
 "  --rope-dims N    rotate only the first N dims of each head (partial\n"
 "                   rope; even, <= head dim; default: the head dim)\n"
 "  --tied           no output.weight: the head reuses token_embd\n"
+"  --unk-id N       tokenizer.ggml.unknown_token_id (spm: 0; bpe: none,\n"
+"                   as byte-level vocabularies have no unknown token)\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
 "example: kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \\\n"
 "           --vocab 32000 --ctx 1024 --type q8_0 -o build/models/110m-q8.gguf\n";
@@ -518,10 +520,12 @@ int main(int argc, char **argv)
 		{ "ctx", 1, 0, 'c' }, { "type", 1, 0, 't' }, { "tokenizer", 1, 0, 'z' },
 		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
 		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
-		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { 0, 0, 0, 0 },
+		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { "unk-id", 1, 0, 'U' },
+		{ 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
 	uint32_t ctx = 256, type = GGML_F32, rope_dims = 0, i, l;
+	long unk = -1;	/* -1: the tokenizer's default */
 	uint64_t seed = 1, off = 0;
 	float rope_base = 10000.0f;
 	int tied = 0, bpe = 0, tok_set = 0, qwen2 = 0, c;
@@ -545,6 +549,7 @@ int main(int argc, char **argv)
 		case 'r': rope_base = strtof(optarg, NULL); break;
 		case 'R': rope_dims = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'T': tied = 1; break;
+		case 'U': unk = strtol(optarg, NULL, 0); break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'o': out = optarg; break;
 		case 't':
@@ -581,7 +586,8 @@ int main(int argc, char **argv)
 		kvh = heads;
 	if (!out || !dim || !layers || !heads || !ffn || !ctx || heads % kvh ||
 	    dim % heads || (dim / heads) % 2 || nvocab > (1u << 22) ||
-	    (rope_dims && (rope_dims % 2 || rope_dims > dim / heads))) {
+	    (rope_dims && (rope_dims % 2 || rope_dims > dim / heads)) ||
+	    unk < -1 || unk >= (long)nvocab) {
 		fprintf(stderr, "kva-mkmodel: bad or missing arguments\n%s", usage);
 		return 2;
 	}
@@ -659,11 +665,13 @@ int main(int argc, char **argv)
 		}
 		kv_u32("tokenizer.ggml.bos_token_id", b);
 		kv_u32("tokenizer.ggml.eos_token_id", e);
+		if (unk >= 0)
+			kv_u32("tokenizer.ggml.unknown_token_id", (uint32_t)unk);
 		kv_bool("tokenizer.ggml.add_bos_token", 1);
 	} else {
 		kv_u32("tokenizer.ggml.bos_token_id", 1);
 		kv_u32("tokenizer.ggml.eos_token_id", 2);
-		kv_u32("tokenizer.ggml.unknown_token_id", 0);
+		kv_u32("tokenizer.ggml.unknown_token_id", unk >= 0 ? (uint32_t)unk : 0);
 		kv_bool("tokenizer.ggml.add_bos_token", 1);
 		kv_bool("tokenizer.ggml.add_eos_token", 0);
 	}
