@@ -209,8 +209,24 @@ const struct kve_kernels *kve_kernels_pick(unsigned cpu, const char *want,
 					   const struct kve_kernels *setc,
 					   char *log, size_t loglen);
 /* This CPU's KVE_CPU_* features (each also needing the OS to save the
- * registers it uses, as __builtin_cpu_supports checks). */
+ * registers it uses, as __builtin_cpu_supports checks):
+ * kve_cpu_features_from(kve_cpu_probe()). */
 unsigned kve_cpu_features(void);
+/* What the CPU reports, one KVE_HAS_* bit per instruction set. */
+#define KVE_HAS_AVX2		(1u << 0)
+#define KVE_HAS_FMA		(1u << 1)
+#define KVE_HAS_F16C		(1u << 2)
+#define KVE_HAS_AVXVNNI		(1u << 3)
+#define KVE_HAS_AVX512F		(1u << 4)
+#define KVE_HAS_AVX512BW	(1u << 5)
+#define KVE_HAS_AVX512VL	(1u << 6)
+#define KVE_HAS_AVX512VNNI	(1u << 7)
+unsigned kve_cpu_probe(void);
+/* The decision, pure: KVE_CPU_AVX2 needs AVX2, FMA and F16C (every SIMD
+ * set uses all three) and every other feature needs it too; AVX512 needs
+ * F, BW and VL; the VNNI ones their own bit besides (AVX512VNNI also
+ * AVX512). Tests call it with CPUs the host is not. */
+unsigned kve_cpu_features_from(unsigned has);
 
 /* Portable activation quantiser: the definition the SIMD ones match bit
  * for bit (d = amax/127, round half to even, NaN -> 0, clamp to +-127). */

@@ -56,24 +56,45 @@ static int has_f16c(void)
 	return (c >> 29) & 1;
 }
 
-unsigned kve_cpu_features(void)
+unsigned kve_cpu_probe(void)
 {
+	unsigned has = has_f16c() ? KVE_HAS_F16C : 0;
+
+	/* libgcc reports AVX and AVX-512 features only when XCR0 has their
+	 * register state on; __builtin_cpu_supports takes literal names only */
+	__builtin_cpu_init();
+	has |= __builtin_cpu_supports("avx2") ? KVE_HAS_AVX2 : 0;
+	has |= __builtin_cpu_supports("fma") ? KVE_HAS_FMA : 0;
+	has |= __builtin_cpu_supports("avxvnni") ? KVE_HAS_AVXVNNI : 0;
+	has |= __builtin_cpu_supports("avx512f") ? KVE_HAS_AVX512F : 0;
+	has |= __builtin_cpu_supports("avx512bw") ? KVE_HAS_AVX512BW : 0;
+	has |= __builtin_cpu_supports("avx512vl") ? KVE_HAS_AVX512VL : 0;
+	has |= __builtin_cpu_supports("avx512vnni") ? KVE_HAS_AVX512VNNI : 0;
+	return has;
+}
+
+unsigned kve_cpu_features_from(unsigned has)
+{
+	const unsigned avx2 = KVE_HAS_AVX2 | KVE_HAS_FMA | KVE_HAS_F16C;
+	const unsigned avx512 = KVE_HAS_AVX512F | KVE_HAS_AVX512BW | KVE_HAS_AVX512VL;
 	unsigned cpu = 0;
 
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !has_f16c())
+	if ((has & avx2) != avx2)
 		return 0;
 	cpu |= KVE_CPU_AVX2;
-	/* libgcc reports these only when XCR0 has the register state on */
-	if (__builtin_cpu_supports("avxvnni"))
+	if (has & KVE_HAS_AVXVNNI)
 		cpu |= KVE_CPU_AVXVNNI;
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl")) {
+	if ((has & avx512) == avx512) {
 		cpu |= KVE_CPU_AVX512;
-		if (__builtin_cpu_supports("avx512vnni"))
+		if (has & KVE_HAS_AVX512VNNI)
 			cpu |= KVE_CPU_AVX512VNNI;
 	}
 	return cpu;
+}
+
+unsigned kve_cpu_features(void)
+{
+	return kve_cpu_features_from(kve_cpu_probe());
 }
 
 #define NSETS 5

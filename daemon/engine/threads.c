@@ -258,3 +258,13 @@ int kve_threads_count(const struct kve_threads *t)
 {
 	return t->n;
 }
+
+long kve_threads_spin_us(const struct kve_threads *t)
+{
+	return t->spin_ns / 1000;
+}
+
+int kve_threads_asleep(const struct kve_threads *t)
+{
+	return (int)atomic_load(&t->sleepers);
+}

@@ -881,11 +881,60 @@ static void check_pick_vnni(void)
 	}
 }
 
+/* The feature decision on CPUs the host is not: a set's features come
+ * only with every instruction set its kernels use. */
+static void check_cpu_features(void)
+{
+	const unsigned all = KVE_HAS_AVX2 | KVE_HAS_FMA | KVE_HAS_F16C | KVE_HAS_AVXVNNI |
+			     KVE_HAS_AVX512F | KVE_HAS_AVX512BW | KVE_HAS_AVX512VL |
+			     KVE_HAS_AVX512VNNI;
+	const unsigned trio = KVE_HAS_AVX2 | KVE_HAS_FMA | KVE_HAS_F16C;
+	const unsigned everything = KVE_CPU_AVX2 | KVE_CPU_AVXVNNI | KVE_CPU_AVX512 |
+				    KVE_CPU_AVX512VNNI;
+	static const struct {
+		unsigned drop;		/* from all */
+		unsigned want;
+		const char *what;
+	} cases[] = {
+		{ 0, KVE_CPU_AVX2 | KVE_CPU_AVXVNNI | KVE_CPU_AVX512 | KVE_CPU_AVX512VNNI,
+		  "every flag: every feature" },
+		{ KVE_HAS_AVX2, 0, "no AVX2: nothing" },
+		{ KVE_HAS_FMA, 0, "AVX2 without FMA: nothing" },
+		{ KVE_HAS_F16C, 0, "AVX2 without F16C: nothing" },
+		{ KVE_HAS_AVX512F, KVE_CPU_AVX2 | KVE_CPU_AVXVNNI, "no AVX-512 F: no AVX-512" },
+		{ KVE_HAS_AVX512BW, KVE_CPU_AVX2 | KVE_CPU_AVXVNNI, "no AVX-512 BW: no AVX-512" },
+		{ KVE_HAS_AVX512VL, KVE_CPU_AVX2 | KVE_CPU_AVXVNNI, "no AVX-512 VL: no AVX-512" },
+		{ KVE_HAS_AVXVNNI, KVE_CPU_AVX2 | KVE_CPU_AVX512 | KVE_CPU_AVX512VNNI,
+		  "no AVX-VNNI: the rest" },
+		{ KVE_HAS_AVX512VNNI, KVE_CPU_AVX2 | KVE_CPU_AVXVNNI | KVE_CPU_AVX512,
+		  "no AVX-512 VNNI: the rest" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		unsigned got = kve_cpu_features_from(all & ~cases[i].drop);
+
+		CHECK(got == cases[i].want, "cpu features, %s (0x%x, want 0x%x)", cases[i].what,
+		      got, cases[i].want);
+	}
+	CHECK(kve_cpu_features_from(0) == 0, "cpu features: no flag, nothing");
+	CHECK(kve_cpu_features_from(trio) == KVE_CPU_AVX2, "cpu features: AVX2, FMA, F16C: AVX2");
+	CHECK(kve_cpu_features_from(all & ~trio) == 0,
+	      "cpu features: every VNNI and AVX-512 flag without AVX2: nothing");
+	CHECK(kve_cpu_features_from(trio | KVE_HAS_AVX512VNNI) == KVE_CPU_AVX2,
+	      "cpu features: AVX-512 VNNI without AVX-512: AVX2 only");
+	CHECK((kve_cpu_features_from(all) & ~everything) == 0, "cpu features: no unknown bit");
+	CHECK(kve_cpu_features() == kve_cpu_features_from(kve_cpu_probe()),
+	      "cpu features: this CPU's are its probe's (probe 0x%x)", kve_cpu_probe());
+}
+
 int main(void)
 {
 	unsigned cpu = kve_cpu_features();
 	int has2 = !!(cpu & KVE_CPU_AVX2), has512 = !!(cpu & KVE_CPU_AVX512);
 	const char *best;
+
+	check_cpu_features();
 	{	/* fp16 conversion: all 65536 halves round-trip */
 		uint32_t i, bad = 0;
 		for (i = 0; i < 65536; i++) {

@@ -4,12 +4,16 @@
  * every job runs exactly once and its writes are visible when run()
  * returns, over many jobs of varying size, with the bounded spin (the
  * default) and with KVE_SPIN_US=0 (every wait goes to the futex: the
- * sleep/wake paths). No timing is asserted: the host may be loaded.
+ * sleep/wake paths). An idle team's workers go to sleep once their spin
+ * runs out (waited for with a generous deadline, never timed), and
+ * KVE_SPIN_US is read as documented. No timing is asserted: the host may
+ * be loaded.
  */
 #define _GNU_SOURCE
 #include "threads.h"
 
 #include <stdatomic.h>
+#include <time.h>
 
 #include "tcheck.h"
 
@@ -33,7 +37,22 @@ static void chunk(void *arg, int c, int tid)
 		atomic_fetch_add(&j->by_tid[tid], 1);
 }
 
-static void team(const char *spin)
+/* 1 once all n - 1 workers of an idle team sleep on the futex; 0 if they
+ * are not all there after 20 s (a worker that never stops spinning). */
+static int all_asleep(const struct kve_threads *t)
+{
+	const struct timespec ms = { 0, 1000000 };
+	int i;
+
+	for (i = 0; i < 20000; i++) {
+		if (kve_threads_asleep(t) == kve_threads_count(t) - 1)
+			return 1;
+		nanosleep(&ms, NULL);
+	}
+	return 0;
+}
+
+static void team(const char *spin, int n)
 {
 	struct kve_threads *t;
 	static struct job j;
@@ -41,10 +60,11 @@ static void team(const char *spin)
 	unsigned x = 12345;
 
 	setenv("KVE_SPIN_US", spin, 1);
-	t = kve_threads_create(2);
-	CHECK(t && kve_threads_count(t) == 2, "spin %s us: a team of 2", spin);
+	t = kve_threads_create(n);
+	CHECK(t && kve_threads_count(t) == n, "spin %s us: a team of %d", spin, n);
 	if (!t)
 		return;
+	CHECK(all_asleep(t), "spin %s us: a new team's %d workers sleep", spin, n - 1);
 	memset(&j, 0, sizeof(j));
 	for (i = 0; i < JOBS; i++) {
 		int n;
@@ -64,9 +84,44 @@ static void team(const char *spin)
 	      spin, JOBS, MAXC, bad_runs);
 	CHECK(!bad_out, "spin %s us: every chunk's writes seen when run() returned (%d wrong)",
 	      spin, bad_out);
-	printf("# spin %s us: chunks run by the caller %d, by the worker %d\n", spin,
+	CHECK(all_asleep(t), "spin %s us: after %d jobs the team's %d workers sleep",
+	      spin, JOBS, n - 1);
+	for (c = 0; c < MAXC; c++)
+		atomic_store(&j.runs[c], 0);
+	kve_threads_run(t, chunk, &j, MAXC);
+	CHECK(atomic_load(&j.runs[MAXC - 1]) == 1 && j.out[MAXC - 1] == j.seq * 131 + MAXC - 1,
+	      "spin %s us: a job after the workers slept runs", spin);
+	printf("# spin %s us: chunks run by the caller %d, by worker 1 %d\n", spin,
 	       atomic_load(&j.by_tid[0]), atomic_load(&j.by_tid[1]));
 	kve_threads_free(t);
+}
+
+/* KVE_SPIN_US: a number in [0, 10000] is taken, anything else (unset
+ * included) gives the default 50. */
+static void spin_setting(void)
+{
+	static const struct {
+		const char *env;
+		long us;
+	} cases[] = {
+		{ NULL, 50 }, { "", 50 }, { "0", 0 }, { "7", 7 }, { "10000", 10000 },
+		{ "10001", 50 }, { "-1", 50 }, { "12x", 50 }, { "x", 50 },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kve_threads *t;
+
+		if (cases[i].env)
+			setenv("KVE_SPIN_US", cases[i].env, 1);
+		else
+			unsetenv("KVE_SPIN_US");
+		t = kve_threads_create(1);
+		CHECK(t && kve_threads_spin_us(t) == cases[i].us, "KVE_SPIN_US %s%s%s: spin %ld us",
+		      cases[i].env ? "'" : "", cases[i].env ? cases[i].env : "unset",
+		      cases[i].env ? "'" : "", cases[i].us);
+		kve_threads_free(t);
+	}
 }
 
 int main(void)
@@ -84,8 +139,10 @@ int main(void)
 		CHECK(ok && atomic_load(&j.by_tid[0]) == 5, "a team of 1 runs the chunks itself");
 		kve_threads_free(one);
 	}
-	team("50");
-	team("0");
+	team("50", 2);
+	team("0", 2);
+	team("0", 3);
+	spin_setting();
 	kve_threads_free(NULL);
 	return tc_done();
 }
