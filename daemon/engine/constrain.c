@@ -598,12 +598,14 @@ static int build_sets(struct kvc_grammar *g)
 				goto out;
 			for (k = 0; k < acc.n; k++)
 				ts->bits[acc.p[k] >> 5] |= 1u << (acc.p[k] & 31);
+			g->stats.bitset_sets++;
 			g->stats.table_bytes += v->words * 4;
 		} else if (acc.n) {
 			ts->list = malloc(acc.n * sizeof(int32_t));
 			if (!ts->list)
 				goto out;
 			memcpy(ts->list, acc.p, acc.n * sizeof(int32_t));
+			g->stats.listed_ids += acc.n;
 			g->stats.table_bytes += acc.n * 4;
 		}
 		if (maybe.n) {
@@ -612,6 +614,7 @@ static int build_sets(struct kvc_grammar *g)
 				goto out;
 			memcpy(ts->maybe, maybe.p, maybe.n * sizeof(int32_t));
 			ts->n_maybe = maybe.n;
+			g->stats.maybe_ids += maybe.n;
 			g->stats.table_bytes += maybe.n * 4;
 		}
 		g->stats.token_sets++;
@@ -640,6 +643,7 @@ next:
 			}
 		}
 	}
+	g->stats.byte_classes = d->n_cls;
 	g->stats.table_bytes += (uint64_t)d->n * (d->n_cls + 1) * 4;
 	rc = 0;
 out:

@@ -84,6 +84,11 @@ void kvc_grammar_release(struct kvc_grammar *g);
 
 struct kvc_grammar_stats {
 	uint32_t nfa_states, dfa_states, token_sets;
+	/* what table_bytes counts, 4 bytes per entry: dfa_states x
+	 * (byte_classes + 1) transitions, bitset_sets x ceil(n_vocab / 32)
+	 * words, listed_ids (the sets too sparse for a bitset) and
+	 * maybe_ids (tokens decided only by the stack) */
+	uint32_t byte_classes, bitset_sets, listed_ids, maybe_ids;
 	uint64_t table_bytes;	/* token sets and transitions */
 	double compile_ms;	/* schema -> automaton -> token sets */
 	int cached;		/* the last kvc_compile found it in the cache */

@@ -954,6 +954,49 @@ static void generation(struct cgen *c)
 	}
 }
 
+/* kvc_grammar_stats: the table's bytes are the sum of the parts it
+ * reports, and states that must have equal token sets share one: a long
+ * maxLength string has hundreds of states and a handful of sets. */
+static void grammar_stats(void)
+{
+	static const char *const schemas[] = {
+		"{\"type\":\"string\",\"maxLength\":300}",
+		"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},"
+		"\"b\":{\"enum\":[\"x\",\"yy\"]}},\"required\":[\"a\"]}",
+		"{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":4}",
+		NULL,	/* the tool-call grammar */
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+		char err[256];
+		struct kvc_grammar *g = schemas[i] ?
+			compile(KVC_JSON_SCHEMA, schemas[i], err, sizeof(err)) : tools_grammar(NULL, 2);
+		struct kvc_grammar_stats st = { 0 };
+		uint64_t parts;
+
+		if (!g) {
+			CHECK(0, "%s: stats: schema %zu compiles", MNAME, i);
+			continue;
+		}
+		kvc_grammar_stats(g, &st);
+		parts = 4 * ((uint64_t)st.dfa_states * (st.byte_classes + 1) +
+			     (uint64_t)st.bitset_sets * ((NV + 31) / 32) + st.listed_ids + st.maybe_ids);
+		CHECK(st.table_bytes == parts && st.byte_classes >= 1 && st.byte_classes <= 256 &&
+		      st.bitset_sets <= st.token_sets && st.token_sets <= st.dfa_states &&
+		      st.dfa_states >= 2,
+		      "%s: stats of schema %zu: %u states, %u classes, %u sets (%u bitsets, %u listed, "
+		      "%u maybe): %llu table bytes, the parts' sum %llu", MNAME, i, st.dfa_states,
+		      st.byte_classes, st.token_sets, st.bitset_sets, st.listed_ids, st.maybe_ids,
+		      (unsigned long long)st.table_bytes, (unsigned long long)parts);
+		if (i == 0)
+			CHECK(st.dfa_states > 300 && st.token_sets * 4 < st.dfa_states,
+			      "%s: maxLength 300: %u states share %u token sets", MNAME,
+			      st.dfa_states, st.token_sets);
+		kvc_grammar_release(g);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int a;
@@ -984,6 +1027,7 @@ int main(int argc, char **argv)
 		tool_calls();
 		budget_edge();
 		finished();
+		grammar_stats();
 		depth_limit();
 		threads();
 		generation(&c);
