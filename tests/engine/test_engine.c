@@ -249,6 +249,28 @@ static void test_model(const char *path)
 			CHECK(kve_prefill(r1.e, &su, tok, 5, a) == -EFAULT, "unknown block id -> EFAULT");
 			CHECK(kve_decode(r1.e, dup, two, 2, a) == -EINVAL, "same session twice in a batch -> EINVAL");
 			CHECK(kve_decode(r1.e, dup, two, 9, a) == -EINVAL, "batch above max_batch -> EINVAL");
+			{	/* each argument alone missing or empty */
+				struct kve_session *one[1] = { &ss };
+				int32_t neg = -1;
+
+				CHECK(kve_prefill(NULL, &ss, two, 1, a) == -EINVAL &&
+				      kve_prefill(r1.e, NULL, two, 1, a) == -EINVAL &&
+				      kve_prefill(r1.e, &ss, NULL, 1, a) == -EINVAL &&
+				      kve_prefill(r1.e, &ss, two, 0, a) == -EINVAL &&
+				      kve_prefill(r1.e, &ss, two, 1, NULL) == -EINVAL &&
+				      kve_prefill(r1.e, &ss, &neg, 1, a) == -EINVAL && ss.n_tokens == 0,
+				      "prefill: no engine, session, tokens or logits, 0 tokens, token -1 "
+				      "-> EINVAL, the session untouched");
+				CHECK(kve_decode(NULL, one, two, 1, a) == -EINVAL &&
+				      kve_decode(r1.e, NULL, two, 1, a) == -EINVAL &&
+				      kve_decode(r1.e, one, NULL, 1, a) == -EINVAL &&
+				      kve_decode(r1.e, one, two, 0, a) == -EINVAL &&
+				      kve_decode(r1.e, one, two, 1, NULL) == -EINVAL &&
+				      kve_decode(r1.e, one, &neg, 1, a) == -EINVAL &&
+				      kve_decode(r1.e, one, &bad, 1, a) == -EINVAL && ss.n_tokens == 0,
+				      "decode: no engine, sessions, tokens or logits, batch 0, token -1 or "
+				      ">= vocab -> EINVAL, the session untouched");
+			}
 			/* the lowest id is a token like any other (last: it writes
 			 * ss's block 0) */
 			two[0] = 0;
