@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -670,10 +671,41 @@ out:
 	}
 }
 
+/* A file that ends before its size says (as one that shrinks while it is
+ * read): a sysfs attribute's size is 4096, its text a few bytes. The
+ * copying load stops with EIO instead of reading at its end forever. */
+static void test_short_read(void)
+{
+	static const char *const files[] = { "/sys/devices/system/cpu/online",
+					      "/sys/kernel/mm/transparent_hugepage/enabled" };
+	size_t i;
+
+	for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		struct stat st;
+		struct gguf g;
+		char err[256], buf[64];
+		FILE *f = fopen(files[i], "r");
+		size_t n = f ? fread(buf, 1, sizeof(buf), f) : 0;
+		int rc;
+
+		if (f)
+			fclose(f);
+		if (stat(files[i], &st) || (size_t)st.st_size <= n)
+			continue;
+		rc = gguf_open_file(&g, files[i], 1, err, sizeof(err));
+		CHECK(rc == -EIO && strstr(err, "read"),
+		      "%s: size %lld, %zu bytes readable: the copying load fails with EIO (%d: %s)",
+		      files[i], (long long)st.st_size, n, rc, err);
+		return;
+	}
+	CHECK(0, "a sysfs attribute whose size is more than it reads (for the short read)");
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
 	test_alignment();
+	test_short_read();
 	test_get_u32();
 	if (argc > 1) {
 		test_model(argv[1]);
