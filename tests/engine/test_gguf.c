@@ -493,6 +493,14 @@ static void test_model(const char *path)
 	       "head dimension 1 must be even and <= 1024");
 	edit_n(b, len, "head_count\x04\0\0\0\x04", "head_count\x04\0\0\0\x20", 15,
 	       "rope.dimension_count 16 must be even and <= head dim 2");
+	/* the head's limit, 1024 dims, from both sides: 4 heads of an
+	 * embedding of 4104 are 1026 each (refused), of 4096 1024 each
+	 * (accepted here, refused later as the tensors do not match) */
+	edit_n(b, len, "embedding_length\x04\0\0\0\x40\0\0\0",
+	       "embedding_length\x04\0\0\0\x08\x10\0\0", 24,
+	       "head dimension 1026 must be even and <= 1024");
+	edit_n(b, len, "embedding_length\x04\0\0\0\x40\0\0\0",
+	       "embedding_length\x04\0\0\0\x00\x10\0\0", 24, "has shape");
 	edit_n(b, len, "freq_base\x06\0\0\0\x00\x40\x1c\x46", "freq_base\x06\0\0\0\0\0\0\0", 17,
 	       "rope.freq_base and layer_norm_rms_epsilon must be > 0");
 	edit_n(b, len, "freq_base\x06\0\0\0\x00\x40\x1c\x46", "freq_base\x06\0\0\0\0\0\xc0\x7f", 17,
