@@ -781,6 +781,18 @@ static void check_selfcheck(int has2)
 	CHECK(k == set2 && strstr(log, "avx512 kernel self-check failed (mm_q8") &&
 	      strstr(log, set2->name), "pick: a failing AVX-512 set falls back to %s, logged: %s",
 	      set2->name, log);
+	{	/* accurate but batch-dependent: only the candidate's own
+		 * batch invariance shows it, so the candidate must be checked
+		 * as the candidate (not as the reference) */
+		struct kve_kernels bf = kve_kernels_c;
+
+		bf.name = "avx512";
+		bf.mm_f16 = bad_mm_f16;
+		k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &bf, set2,
+				     &kve_kernels_c, log, sizeof(log));
+		CHECK(k == set2 && strstr(log, "avx512 kernel self-check failed (mm_f16"),
+		      "pick: an AVX-512 set whose mm_f16 depends on the batch falls back: %s", log);
+	}
 	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx2", 0, &bad, set2,
 			     &kve_kernels_c, log, sizeof(log));
 	CHECK(k == set2 && !log[0], "pick: KVE_ISA=avx2 skips the AVX-512 set (and its check)");
