@@ -553,6 +553,53 @@ static void array_types(const char *path)
 
 
 /*
+ * tokenizer.ggml.scores with one float fewer than there are tokens: the
+ * array's count lowered by one and its last float cut out (4 zero bytes
+ * appended, so every tensor still lies inside the file; the weights are
+ * misread, which the tokenizer does not care about). A load error, not a
+ * read of the next key's bytes as the last score.
+ */
+static void scores_count(const char *path)
+{
+	static const char key[] = "tokenizer.ggml.scores";
+	size_t len, i, kl = sizeof(key) - 1, at = 0;
+	uint8_t *b = slurp(path, &len), *c = NULL;
+	char err[256] = "";
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	uint64_t n = 0;
+	uint32_t ty, aty;
+
+	for (i = 0; b && i + kl + 16 < len && !at; i++) {
+		memcpy(&ty, b + i + kl, 4);
+		memcpy(&aty, b + i + kl + 4, 4);
+		if (!memcmp(b + i, key, kl) && ty == GGUF_ARR && aty == GGUF_F32)
+			at = i + kl + 8;	/* the count */
+	}
+	if (at) {
+		memcpy(&n, b + at, 8);
+		c = calloc(1, len);
+	}
+	if (c && n && at + 8 + 4 * n <= len) {
+		size_t last = at + 8 + 4 * (n - 1);	/* the last float */
+
+		memcpy(c, b, last);
+		memcpy(c + last, b + last + 4, len - last - 4);	/* 4 zero bytes at the end */
+		n--;
+		memcpy(c + at, &n, 8);
+		m = kve_model_load_mem(c, len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	}
+	CHECK(m && !t && strstr(err, "scores must be"),
+	      "tokenizer.ggml.scores with %llu floats for %llu tokens is a load error: \"%s\"",
+	      (unsigned long long)n, (unsigned long long)n + 1, err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(c);
+	free(b);
+}
+
+/*
  * Every byte alone encodes to its own byte token in a byte-level BPE
  * vocabulary: never to the unknown token, even where the vocabulary names
  * one (tokenizer.ggml.unknown_token_id; bpe-qwen2.gguf has one) and the
@@ -766,6 +813,7 @@ int main(int argc, char **argv)
 	round_trips(ts, "spm");
 	lower_hex(argv[1]);
 	array_types(argv[1]);
+	scores_count(argv[1]);
 	round_trips(tb, "bpe gpt2");
 	unk_zero = single_bytes(mb, tb, "bpe gpt2");
 	pre_metadata(argv[2]);
