@@ -49,6 +49,7 @@ struct kve_threads {
 	_Atomic int stop;
 	_Alignas(64) _Atomic uint32_t done;	/* futex: chunks of the job finished */
 	_Atomic uint32_t caller_waits;		/* the caller is asleep on done */
+	uint64_t waits_spun, waits_slept;	/* the caller's, kve_threads_waits */
 };
 
 struct worker_arg {
@@ -245,8 +246,11 @@ void kve_threads_run(struct kve_threads *t, kve_job_fn fn, void *arg, int nchunk
 
 		if (d == nch)
 			break;
-		if (spin_while(t, &t->done, d))
+		if (spin_while(t, &t->done, d)) {
+			t->waits_spun++;
 			continue;
+		}
+		t->waits_slept++;
 		atomic_store(&t->caller_waits, 1);
 		if (atomic_load(&t->done) == d)
 			futex_wait(&t->done, d);
@@ -267,4 +271,10 @@ long kve_threads_spin_us(const struct kve_threads *t)
 int kve_threads_asleep(const struct kve_threads *t)
 {
 	return (int)atomic_load(&t->sleepers);
+}
+
+void kve_threads_waits(const struct kve_threads *t, uint64_t *spun, uint64_t *slept)
+{
+	*spun = t->waits_spun;
+	*slept = t->waits_slept;
 }

@@ -10,6 +10,8 @@
 #ifndef KVE_THREADS_H
 #define KVE_THREADS_H
 
+#include <stdint.h>
+
 struct kve_threads;
 /* one chunk of a job; tid (0 = the caller) only picks per-thread scratch */
 typedef void (*kve_job_fn)(void *arg, int chunk, int tid);
@@ -31,5 +33,9 @@ long kve_threads_spin_us(const struct kve_threads *t);
 /* Workers asleep on the futex now (or about to be): an idle team has all
  * n - 1 of them there once its spin has run out. For tests and stats. */
 int kve_threads_asleep(const struct kve_threads *t);
+/* How the caller's waits for the others' chunks ended so far: seen done
+ * while spinning (the wait was shorter than the spin), or after sleeping
+ * on the futex. The caller's thread only; for tests and tuning. */
+void kve_threads_waits(const struct kve_threads *t, uint64_t *spun, uint64_t *slept);
 
 #endif

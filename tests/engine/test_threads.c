@@ -124,6 +124,44 @@ static void spin_setting(void)
 	}
 }
 
+/* chunk 0 busy for 1 ms, the others for 2 ms (whoever runs them) */
+static void slow_chunk(void *arg, int c, int tid)
+{
+	struct timespec a, b;
+	long want = c ? 2000000 : 1000000;
+
+	(void)arg;
+	(void)tid;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &b);
+	while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < want);
+}
+
+/* With a 10 ms spin, the caller's waits of about 1 ms (it finishes its
+ * 1 ms chunk while the worker has a 2 ms one) end while it spins, not
+ * asleep: of 40 jobs at least one does (no timing asserted: a host that
+ * holds the worker back 10 ms every time would fail it, nothing less). */
+static void caller_spins(void)
+{
+	struct kve_threads *t;
+	uint64_t spun = 0, slept = 0;
+	int i;
+
+	setenv("KVE_SPIN_US", "10000", 1);
+	t = kve_threads_create(2);
+	CHECK(t != NULL, "spin 10000 us: a team of 2");
+	if (!t)
+		return;
+	for (i = 0; i < 40; i++)
+		kve_threads_run(t, slow_chunk, NULL, 2);
+	kve_threads_waits(t, &spun, &slept);
+	CHECK(spun >= 1, "spin 10000 us: 40 jobs of a 1 ms and a 2 ms chunk: the caller's waits "
+	      "ended %llu times spinning, %llu asleep", (unsigned long long)spun,
+	      (unsigned long long)slept);
+	kve_threads_free(t);
+}
+
 int main(void)
 {
 	struct kve_threads *one = kve_threads_create(1);
@@ -143,6 +181,7 @@ int main(void)
 	team("0", 2);
 	team("0", 3);
 	spin_setting();
+	caller_spins();
 	kve_threads_free(NULL);
 	return tc_done();
 }
