@@ -84,7 +84,9 @@ def check_tokens(kve, model, tok, n):
         "", " ", "  two  spaces ", "tab\there", "\n\n", "<|im_start|><|im_end|>",
         "<|im_start", "<tool", "<tools></tools>", "a<tool_call>b</tool_call>c",
         "#include <time.h> a < b <= c", "caf\u00e9 \u00fcber \u2581 \U0001F600", "\xff",
-        "12345678901234567890", "x" * 300, "He said \"hi\"\\n {\"a\": [1, 2]}"]
+        "12345678901234567890", "x" * 300, "He said \"hi\"\\n {\"a\": [1, 2]}",
+        "/home/gillamab/omfa/ekcasco.md", "cat /var/lib/shiek/x.log", "{\"path\": \"/usr/share/hoir\"}",
+        "/tmp/tmpa /data/datadel /opt/optom /etc/etcetc /srv/shita"]
     eng = engine_tokens(kve, model, texts)   # one hex line per text
     bad = [i for i, t in enumerate(texts) if tok.encode(t) != eng[i]]
     report(not bad and len(eng) == len(texts),

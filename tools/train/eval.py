@@ -19,6 +19,9 @@ reply).
 
   eval.py --chat BIN --model GGUF [--n 200] [--seed S] [--show K]
   eval.py --chat BIN --model GGUF --smoke     one held-out calc question
+  eval.py --chat BIN --model GGUF --oracle    the file families' final answers
+      given the right tool results (the conversation up to its last
+      assistant turn; Documentation/model.md, "Copying drawn names")
 """
 import argparse
 import ast
@@ -215,6 +218,23 @@ class Table:
         print("right final answer: %.1f%%" % (100 * f / n))
 
 
+def oracle(a):
+    """Is the final answer right when the tool results are? Copying
+    a file's contents or a listing, apart from finding the path."""
+    chat = Chat(a.chat, a.model, a.threads)
+    st = collections.defaultdict(lambda: [0, 0])
+    for c in corpus.generate(a.seed, a.n, "eval"):
+        if c["family"] not in ("read_file", "list_dir", "find_read"):
+            continue
+        reply = chat.complete(corpus.render(c["messages"][:-1], add_generation_prompt=True))
+        st[c["family"]][0] += 1
+        st[c["family"]][1] += c["expect"]["answer"] in reply
+    speed = chat.close()
+    for f in ("read_file", "list_dir", "find_read"):
+        print("oracle %s: %d of %d final answers right" % (f, st[f][1], st[f][0]))
+    print(speed)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--chat", required=True, help="kve-chat binary")
@@ -224,7 +244,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--show", type=int, default=3, help="print this many failed conversations")
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--oracle", action="store_true",
+                    help="read_file, list_dir, find_read answers after the right tool results "
+                    "(use --seed 12345 --n 400 for the figures in model.md)")
     a = ap.parse_args()
+    if a.oracle:
+        oracle(a)
+        return
     convs = corpus.generate(a.seed, a.n, "eval")
     if a.smoke:
         convs = [c for c in convs if c["family"] == "calc"][:1]

@@ -48,6 +48,15 @@ WORD_RE = re.compile(SP + "?[A-Za-z]+|[0-9]|[./][A-Za-z]+|[./]|"
 WORD_RE_SYL = re.compile(SP + "?[A-Za-z]+|[0-9]|\\.[A-Za-z]+|[./]|"
                          + SP + "?[^A-Za-z0-9./" + SP + "\n]+|" + SP + "+|\n")
 SYL_SCORE = 5.0e5
+# learn(topdirs=True): each top directory of corpus.TOP stays one token
+# ("/home", "/var/lib"), reached by a chain scored between the syllables
+# and the learnt merges (TOP_SCORE + length). The chain joins the
+# top directory's syllable-cut pieces from the right ("/|ho|m|e": "me",
+# "home", "/home"), so its first tokens are a name's rarely adjacent
+# leftovers and never "/" + a syllable: a component "/hoir" stays "/|ho|ir".
+TOP_SCORE = 1.0e5
+WORD_RE_TOP = re.compile("|".join(re.escape(t) for t in sorted(corpus.TOP, key=len, reverse=True))
+                         + "|" + WORD_RE_SYL.pattern)
 
 
 def has_digit(s):
@@ -65,12 +74,16 @@ class Tokenizer:
 
     # ---- learning -------------------------------------------------------
     @classmethod
-    def learn(cls, texts, vocab_size, min_count=100, syllables=False):
+    def learn(cls, texts, vocab_size, min_count=100, syllables=False, topdirs=False):
         """syllables: the corpus's name syllables (corpus.SYL, lower case
         and capitalised, with their prefixes) are tokens scored above
         every learnt merge, so a drawn name is always its syllables (a
         handful of pieces the model sees often, the same pieces wherever
-        the name stands) and the merges are learnt on top of them."""
+        the name stands) and the merges are learnt on top of them.
+        topdirs (with syllables): each top directory of corpus.TOP is one
+        token, the syllables follow it (see TOP_SCORE)."""
+        if topdirs and not syllables:
+            raise ValueError("topdirs needs syllables")
         tokens = ["<unk>", "<s>", "</s>"] + list(corpus.MARKERS)
         types = [T_UNKNOWN, T_CONTROL, T_CONTROL] + [T_USER] * len(corpus.MARKERS)
         scores = [0.0, 0.0, 0.0] + [CHAIN_SCORE - len(m) for m in corpus.MARKERS]
@@ -102,6 +115,20 @@ class Tokenizer:
                             tokens.append(p)
                             types.append(T_NORMAL)
                             scores.append(SYL_SCORE + k)
+        if topdirs:
+            word_re = WORD_RE_TOP
+            base = cls(tokens, scores, types)
+            for top in corpus.TOP:
+                out, offs = [], []
+                base._segment(top, 0, out, offs)
+                pieces = [top[a:b] for a, b in offs]
+                for j in range(len(pieces) - 2, -1, -1):
+                    p = "".join(pieces[j:])
+                    if p not in seen:
+                        seen.add(p)
+                        tokens.append(p)
+                        types.append(T_NORMAL)
+                        scores.append(TOP_SCORE + len(p))
         # BPE over words (word_re pieces of the text between markers),
         # starting from each word as the tokens so far encode it
         words = collections.Counter()

@@ -13,7 +13,8 @@ writes DIR/ckpt.pt (weights, config, vocabulary) and DIR/tokenizer.json;
 the log (losses, tokens/s, load average, held-out checks) goes to stdout.
 make model runs it three times (tools/train/model.mk). Options tried for
 name copying and not used by make model (Documentation/model.md, "Copying
-drawn names"): --syllables, --copy-weight, --families.
+drawn names"): --syllables, --topdirs, --copy-weight, --copy-what,
+--families.
 """
 import argparse
 import math
@@ -192,6 +193,12 @@ def main():
                     help="vocabulary: the corpus's name syllables as tokens (tokenizer.py)")
     ap.add_argument("--copy-weight", type=float, default=1.0,
                     help="loss weight of digit and syllable tokens (what a reply copies)")
+    ap.add_argument("--copy-what", choices=("digits,syllables", "syllables"), default="digits,syllables",
+                    help="the tokens --copy-weight weights: digits and every token scored from "
+                    "SYL_SCORE up (the syllables, and the chat markers with their chains: "
+                    "run B), or the syllable tokens only")
+    ap.add_argument("--topdirs", action="store_true",
+                    help="with --syllables: each top directory (/home, /var/lib) one token")
     ap.add_argument("--families", help="train (and check) on these corpus families only (proxy runs), "
                     "e.g. read_file,list_dir,find_read")
     ap.add_argument("--log-every", type=int, default=10)
@@ -224,7 +231,7 @@ def main():
         tok = Tokenizer(init["tokens"], init["scores"], init["types"])
     else:
         tok = Tokenizer.learn([corpus.render(c["messages"]) for c in convs[:3000]], a.vocab,
-                              syllables=a.syllables)
+                              syllables=a.syllables, topdirs=a.topdirs)
     tok.save(os.path.join(a.out, "tokenizer.json"))
     prefix = torch.tensor(tok.encode(SYS_TEXT))
     short = torch.tensor(tok.encode(SHORT_SYS_TEXT))
@@ -250,10 +257,14 @@ def main():
     if a.copy_weight != 1.0:
         weight = torch.ones(len(tok.tokens))
         for i, t in enumerate(tok.tokens):
-            if (t.isdigit() and len(t) == 1) or tok.scores[i] >= SYL_SCORE:
+            if a.copy_what == "syllables":
+                on = SYL_SCORE <= tok.scores[i] < SYL_SCORE + 100
+            else:
+                on = (t.isdigit() and len(t) == 1) or tok.scores[i] >= SYL_SCORE
+            if on:
                 weight[i] = a.copy_weight
-        log("loss weight %.1f on %d tokens (digits, syllables)" % (a.copy_weight,
-                                                                   int((weight != 1).sum())))
+        log("loss weight %.1f on %d tokens (%s)" % (a.copy_weight, int((weight != 1).sum()),
+                                                    a.copy_what))
 
     cfg = Config(vocab=len(tok.tokens), dim=a.dim, n_layers=a.layers, n_heads=a.heads,
                  n_kv_heads=a.kv_heads, ffn=a.ffn)
