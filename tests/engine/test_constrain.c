@@ -954,6 +954,56 @@ static void generation(struct cgen *c)
 	}
 }
 
+/*
+ * Where a value ends inside a container its token set cannot say alone
+ * what may follow: `}` after `[1` is refused only because the stack says
+ * an array called the number (the "maybe" tokens, decided by the stack).
+ * At such places in free-form nesting, the mask must equal kvc_advance
+ * (which simulates each token's bytes) over the whole vocabulary, and
+ * the closer of the other container must be refused.
+ */
+static void stack_decided(void)
+{
+	static const struct {
+		const char *prefix;
+		char refused;
+	} cases[] = {
+		{ "{\"a\":[1", '}' }, { "{\"a\":1", ']' }, { "{\"a\":[{\"b\":[true", '}' },
+		{ "{\"a\":{\"b\":\"x\"", ']' }, { "{\"a\":[[2.5", '}' }, { "{\"a\":[null", '}' },
+	};
+	char err[256];
+	struct kvc_grammar *g = compile(KVC_JSON_OBJECT, NULL, err, sizeof(err));
+	uint32_t *mask = calloc(kvc_mask_words(V), 4);
+	size_t c;
+
+	for (c = 0; g && mask && c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct kvc_matcher *m = kvc_matcher_create(g, 0);
+		const char *p;
+		uint32_t id, mism = 0;
+		int ok = m != NULL;
+
+		for (p = cases[c].prefix; ok && *p; p++)
+			ok = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		if (ok)
+			kvc_mask(m, mask);
+		for (id = 0; ok && id < NV; id++) {
+			struct kvc_matcher *t = kvc_matcher_clone(m);
+			int bit = (mask[id >> 5] >> (id & 31)) & 1;
+
+			mism += t && bit != (kvc_advance(t, (int32_t)id) == 0);
+			kvc_matcher_free(t);
+		}
+		id = (uint32_t)byte_tok[(uint8_t)cases[c].refused];
+		CHECK(ok && !mism && !((mask[id >> 5] >> (id & 31)) & 1),
+		      "%s: after '%s' the mask equals kvc_advance over %u tokens (%u differ) and "
+		      "refuses '%c'", MNAME, cases[c].prefix, NV, mism, cases[c].refused);
+		kvc_matcher_free(m);
+	}
+	CHECK(g && mask, "%s: the any-object grammar compiles (%s)", MNAME, g ? "" : err);
+	free(mask);
+	kvc_grammar_release(g);
+}
+
 /* kvc_grammar_stats: the table's bytes are the sum of the parts it
  * reports, and states that must have equal token sets share one: a long
  * maxLength string has hundreds of states and a handful of sets. */
@@ -1028,6 +1078,7 @@ int main(int argc, char **argv)
 		budget_edge();
 		finished();
 		grammar_stats();
+		stack_decided();
 		depth_limit();
 		threads();
 		generation(&c);

@@ -335,9 +335,10 @@ static void bad_mm_f32(const struct kve_mat *w, const float *x, int T, float *y,
 /* accurate but for the first row of the range in token 1 of a batch,
  * 1.5 times the self-check's bound (cols x 4 x FLT_EPSILON x sum |w x|)
  * off: the accuracy check catches it (its bound is no looser than
- * documented) and names that row, token and both values; off_got and
- * off_ref keep them from the full-range call */
+ * documented) and names that row, token, both values and the bound;
+ * off_got, off_ref and off_bound keep them from the full-range call */
 static float off_got, off_ref;
+static double off_bound;
 
 static void off_mm_f32(const struct kve_mat *w, const float *x, int T, float *y,
 		       int ldy, int r0, int r1)
@@ -351,8 +352,10 @@ static void off_mm_f32(const struct kve_mat *w, const float *x, int T, float *y,
 		return;
 	for (c = 0; c < (int)w->cols; c++)
 		s += fabs((double)wr[c] * x[w->cols + c]);
-	if (r0 == 0)
+	if (r0 == 0) {
 		off_ref = y[ldy];
+		off_bound = (double)w->cols * 4 * FLT_EPSILON * s;
+	}
 	y[ldy + r0] += (float)(1.5 * w->cols * 4 * FLT_EPSILON * s);
 	if (r0 == 0)
 		off_got = y[ldy];
@@ -725,8 +728,8 @@ static void check_selfcheck(int has2)
 	bad.name = "avx512";
 	bad.mm_f32 = off_mm_f32;
 	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
-	snprintf(log, sizeof(log), "row 0 token 1 gives %.9g, portable C %.9g", (double)off_got,
-		 (double)off_ref);
+	snprintf(log, sizeof(log), "row 0 token 1 gives %.9g, portable C %.9g (bound %.3g)",
+		 (double)off_got, (double)off_ref, off_bound);
 	CHECK(rc == -1 && !strncmp(why, "mm_f32 [", 8) && strstr(why, log),
 	      "self-check: an mm_f32 1.5 times its bound off is caught: %s", why);
 
