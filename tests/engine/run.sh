@@ -49,6 +49,9 @@ gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 
 # 240 generated tokens
 gen cprop-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f32 --seed 31
 gen cprop-bpe.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f16 --tokenizer bpe --seed 32
+# a SentencePiece vocabulary with pieces that close two containers ("]]",
+# "}]", ...): tokens whose meaning depends on the matcher's stack
+gen brackets-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 384 --type f32 --seed 33 --token ']]' --token '}}' --token ']}' --token '}]'
 
 # ENGINE_FAIL_FAST=1 (the mutation lane): stop at the first failure
 bail() {
@@ -109,7 +112,7 @@ run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf
 # constrained decoding: unit checks on both tokenizers, then the property
 # test: random specs (constrain-prop.js gen), completions sampled under
 # them by random-weight models (kvc-gen), validated by ajv
-run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf
+run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
 constrain_prop() {
 	NODE_PATH=/usr/share/nodejs
 	export NODE_PATH

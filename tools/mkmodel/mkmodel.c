@@ -45,6 +45,9 @@ static const char usage[] =
 "  --tied           no output.weight: the head reuses token_embd\n"
 "  --unk-id N       tokenizer.ggml.unknown_token_id (spm: 0; bpe: none,\n"
 "                   as byte-level vocabularies have no unknown token)\n"
+"  --token S        spm: S is a vocabulary piece besides the learnt ones\n"
+"                   (repeatable, up to 16; e.g. \"]]\" for tests of tokens\n"
+"                   that span two closing brackets)\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
 "example: kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \\\n"
 "           --vocab 32000 --ctx 1024 --type q8_0 -o build/models/110m-q8.gguf\n";
@@ -307,6 +310,10 @@ static void filler(struct vocab *v, uint32_t target, uint64_t seed, int bpe)
 	}
 }
 
+#define MAX_EXTRA 16
+static const char *extra_tokens[MAX_EXTRA];
+static int n_extra;
+
 static int build_spm(struct vocab *v, uint32_t target, uint64_t seed)
 {
 	const char *c = mkmodel_corpus;
@@ -352,6 +359,9 @@ static int build_spm(struct vocab *v, uint32_t target, uint64_t seed)
 			if (strcmp(w[i].sym[j], "\xc3\x9f") && strcmp(w[i].sym[j], "\t"))
 				vocab_add(v, w[i].sym[j], -1e5f, 1);
 	}
+	/* above every learnt merge: the pieces always form where they can */
+	for (i = 0; i < (uint32_t)n_extra; i++)
+		vocab_add(v, extra_tokens[i], 1.0f, 1);
 	if (v->n > target) {
 		fprintf(stderr, "kva-mkmodel: vocab %u too small for the %u base pieces\n",
 			target, v->n);
@@ -521,6 +531,7 @@ int main(int argc, char **argv)
 		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
 		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
 		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { "unk-id", 1, 0, 'U' },
+		{ "token", 1, 0, 'K' },
 		{ 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
@@ -550,6 +561,14 @@ int main(int argc, char **argv)
 		case 'R': rope_dims = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'T': tied = 1; break;
 		case 'U': unk = strtol(optarg, NULL, 0); break;
+		case 'K':
+			if (n_extra == MAX_EXTRA || !*optarg || strlen(optarg) > 64) {
+				fprintf(stderr, "kva-mkmodel: --token: at most %d, each 1-64 bytes\n",
+					MAX_EXTRA);
+				return 2;
+			}
+			extra_tokens[n_extra++] = optarg;
+			break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'o': out = optarg; break;
 		case 't':
@@ -596,6 +615,10 @@ int main(int argc, char **argv)
 		bpe = 1;
 	if (pre && !bpe) {
 		fprintf(stderr, "kva-mkmodel: --pre needs --tokenizer bpe\n");
+		return 2;
+	}
+	if (n_extra && bpe) {
+		fprintf(stderr, "kva-mkmodel: --token needs --tokenizer spm\n");
 		return 2;
 	}
 	if (bpe && !pre)
