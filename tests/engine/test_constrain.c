@@ -525,6 +525,56 @@ static void eos_outside(void)
 	free(mask);
 }
 
+/* A vocabulary of single bytes only, each once (a byte-level BPE
+ * model's first ids: its byte tokens): no two tokens share a trie node,
+ * so the trie has one node per byte of the vocabulary, the most it can
+ * have (ASan sees one more). It still spells any JSON, one byte a
+ * token. */
+static void bytes_only(void)
+{
+	struct kvc_spec sp = { .kind = KVC_JSON_OBJECT };
+	struct kvc_grammar *g = NULL;
+	struct kvc_vocab *v = NULL;
+	uint8_t seen[256] = { 0 };
+	uint32_t n, distinct = 0;
+	char err[256] = "", piece[16];
+	int ok = 1;
+
+	for (n = 0; n < NV; n++) {
+		int k = kve_token_bytes(T, (int32_t)n, piece, sizeof(piece));
+
+		if (k > 1 || (k == 1 && seen[(uint8_t)piece[0]]))
+			break;
+		if (k == 1) {
+			seen[(uint8_t)piece[0]] = 1;
+			distinct++;
+		}
+	}
+	if (distinct == 256) {
+		struct kvc_matcher *m;
+		const char *p;
+
+		v = kvc_vocab_create(T, n, err, sizeof(err));
+		ok = v && !kvc_compile(v, &sp, &g, err, sizeof(err));
+		m = ok ? kvc_matcher_create(g, 0) : NULL;
+		ok = ok && m;
+		/* the ids below n are this vocabulary's byte tokens */
+		for (p = "{\"a\":[1,{}]}"; ok && *p; p++)
+			ok = byte_tok[(uint8_t)*p] < (int32_t)n &&
+			     kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		ok = ok && kvc_accepting(m);
+		kvc_matcher_free(m);
+	}
+	if (distinct < 256)	/* SentencePiece: id 0 is <unk>, five bytes */
+		printf("# %s: its first ids are not the 256 bytes alone (a byte-level "
+		       "BPE vocabulary's are)\n", MNAME);
+	else
+		CHECK(ok, "%s: a vocabulary of its first %u ids, the 256 bytes once each: "
+		      "compiles and spells an object %s", MNAME, n, err);
+	kvc_grammar_release(g);
+	kvc_vocab_free(v);
+}
+
 static void cache(void)
 {
 	char err[256];
@@ -642,6 +692,44 @@ static void cache_long_tag(void)
 	      "%s: a 64-byte start tag: tool sets differing in their last bytes are two grammars", MNAME);
 	kvc_grammar_release(ga);
 	kvc_grammar_release(gb);
+}
+
+/* The lazy scan for the start tag after false starts: text that
+ * shares a stretch with the tag is still free text ("<toolol_call>",
+ * where a scan that falls back too far would see the tag), and a tag
+ * whose own prefix repeats is found after a partial match ("abac" in
+ * "ababac", found by falling back to "ab"). */
+static void tag_scan(void)
+{
+	static const char call[] = "{\"name\":\"noargs\",\"arguments\":{}}</tool_call>";
+	struct kvc_spec sp = { .kind = KVC_TOOL_CALLS, .json = TOOLS, .json_len = strlen(TOOLS),
+			       .start_tag = "abac" };
+	struct kvc_grammar *g = tools_grammar(NULL, 2), *ga = NULL;
+	const char *texts[2] = { "I typed <toolol_call> by mistake.", NULL };
+	char err[256], buf[256];
+	int i, ok[2] = { 0, 0 }, trig[2] = { 1, 0 };
+
+	snprintf(buf, sizeof(buf), "ababac%s", call);
+	texts[1] = buf;
+	if (kvc_compile(V, &sp, &ga, err, sizeof(err)))
+		printf("# abac: %s\n", err);
+	for (i = 0; i < 2; i++) {
+		struct kvc_grammar *gi = i ? ga : g;
+		struct kvc_matcher *m = gi ? kvc_matcher_create(gi, KVC_LAZY) : NULL;
+		const char *p;
+
+		ok[i] = m != NULL;
+		for (p = texts[i]; ok[i] && *p; p++)
+			ok[i] = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		ok[i] = ok[i] && kvc_accepting(m);
+		trig[i] = m ? kvc_triggered(m) : -1;
+		kvc_matcher_free(m);
+	}
+	CHECK(ok[0] && !trig[0], "%s: lazy: '%s' is free text (no tag)", MNAME, texts[0]);
+	CHECK(ok[1] && trig[1] == 1, "%s: lazy, start tag 'abac': '%s' is a call after a false start",
+	      MNAME, texts[1]);
+	kvc_grammar_release(g);
+	kvc_grammar_release(ga);
 }
 
 /* kvc_finished: 0 while a byte may still follow (the value, then its
@@ -1084,8 +1172,10 @@ int main(int argc, char **argv)
 		schema_edges();
 		spec_edges();
 		eos_outside();
+		bytes_only();
 		cache();
 		cache_long_tag();
+		tag_scan();
 		tool_calls();
 		budget_edge();
 		finished();
