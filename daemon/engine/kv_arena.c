@@ -105,7 +105,7 @@ int kve_arena_kv_create(const struct kve_model *m,
 	struct kve_arena_kv *kv;
 	uint32_t bt;
 	uint64_t pages;
-	void *base;
+	void *base = NULL;
 	int rc;
 
 	if (!m || !p || !kvp) {
@@ -188,7 +188,7 @@ int kve_arena_kv_map(const struct kve_model *m, int data_fd,
 	struct kve_arena_kv *kv;
 	struct stat st;
 	uint32_t bt;
-	void *base;
+	void *base = NULL;
 	int rc;
 
 	if (!m || !g || !kvp) {

@@ -132,11 +132,12 @@ static void test_geometry(const char *path, const struct kve_model *m)
 		uint8_t *p = kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, id);
 		uint8_t *q = kva_arena_block_ptr(kve_arena_kv_arena(kv), 0);
 
-		ok &= p == q + kva_block_offset(g.block_size, id);
+		ok &= q != NULL && p == q + kva_block_offset(g.block_size, id);
 		ok &= ((uintptr_t)p & 4095) == 0;
 	}
 	ok &= kve_arena_kv_pool(kv)->block_ptr(kve_arena_kv_pool(kv)->ctx, g.blocks_total) == NULL;
-	CHECK(ok, "%s: pool addresses follow the UAPI formula, 4 KiB aligned, NULL past the end", path);
+	CHECK(ok, "%s: the arena is mapped, pool addresses follow the UAPI formula, 4 KiB aligned, "
+	      "NULL past the end", path);
 	kve_arena_kv_destroy(kv);
 
 	/* 4096 tokens per block: reduced when more than 2 MiB */
