@@ -509,6 +509,27 @@ static void test_model(const char *path)
 	       "rope.freq_base and layer_norm_rms_epsilon must be > 0");
 	edit_n(b, len, "rms_epsilon\x06\0\0\0\xac\xc5\x27\x37", "rms_epsilon\x06\0\0\0\0\0\x80\x7f", 19,
 	       "layer_norm_rms_epsilon is not a finite float");
+	{	/* optional floats absent: their defaults, no error */
+		static const char *const keys[2][2] = {
+			{ "rope.freq_base", "rope.freq_basx" },
+			{ "layer_norm_rms_epsilon", "layer_norm_rms_epsilox" },
+		};
+		int k;
+
+		for (k = 0; k < 2; k++) {
+			uint8_t *c = malloc(len);
+
+			memcpy(c, b, len);
+			replace_all(c, len, keys[k][0], keys[k][1], strlen(keys[k][0]));
+			m = kve_model_load_mem(c, len, err, sizeof(err));
+			CHECK(m && (k ? kve_model_info(m)->rms_eps == 1e-5f :
+				    kve_model_info(m)->rope_base == 10000.0f),
+			      "%s missing: the model loads with the default %s %s", keys[k][0],
+			      k ? "1e-5" : "10000", m ? "" : err);
+			kve_model_free(m);
+			free(c);
+		}
+	}
 	edit_and_expect(b, len, "token_embd.weight", "token_embd.weighx",
 			"tensor 'token_embd.weight' is missing");
 	/* head_count_kv 2 -> 4: attn_k no longer matches the metadata */

@@ -600,6 +600,41 @@ static void scores_count(const char *path)
 }
 
 /*
+ * A byte-level BPE vocabulary whose byte 0x00 is not id 0: the tokens of
+ * ids 0 and 1 (U+0100 and U+0101, the bytes 0x00 and 0x01 in GPT-2's
+ * table) swapped in place, same length. Each byte alone encodes to its own
+ * token wherever it stands, 0x00 included.
+ */
+static void byte_ids_swapped(const char *path)
+{
+	static const char from[] = "\x02\0\0\0\0\0\0\0\xc4\x80\x02\0\0\0\0\0\0\0\xc4\x81";
+	static const char to[] = "\x02\0\0\0\0\0\0\0\xc4\x81\x02\0\0\0\0\0\0\0\xc4\x80";
+	size_t len, i, n = sizeof(from) - 1;
+	uint8_t *b = slurp(path, &len);
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	char err[256] = "";
+	int32_t id0 = -1, id1 = -1, hit = 0;
+
+	for (i = 0; b && i + n <= len && !hit; i++)
+		if (!memcmp(b + i, from, n)) {
+			memcpy(b + i, to, n);
+			hit = 1;
+		}
+	m = hit ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	if (t) {
+		kve_tokenize(t, "\x00", 1, 0, &id0, 1);
+		kve_tokenize(t, "\x01", 1, 0, &id1, 1);
+	}
+	CHECK(hit && t && id0 == 1 && id1 == 0, "%s with ids 0 and 1 swapped: byte 0x00 -> %d, "
+	      "0x01 -> %d (want 1 and 0) %s", path, id0, id1, err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
+/*
  * Every byte alone encodes to its own byte token in a byte-level BPE
  * vocabulary: never to the unknown token, even where the vocabulary names
  * one (tokenizer.ggml.unknown_token_id; bpe-qwen2.gguf has one) and the
@@ -820,6 +855,7 @@ int main(int argc, char **argv)
 	bad_merge(argv[2]);
 	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
+	byte_ids_swapped(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
 		char label[64];
