@@ -84,6 +84,24 @@ struct cgen_out {
 	int triggered;		/* lazy: the start tag was seen */
 };
 
+/* Tokens below nv whose bit in mask (kvc_mask of m) disagrees with
+ * kvc_advance on a clone of m, which simulates the token's bytes. */
+static inline uint32_t cgen_mask_mismatches(const struct kvc_matcher *m, const uint32_t *mask,
+					    uint32_t nv)
+{
+	uint32_t id, bad = 0;
+
+	for (id = 0; id < nv; id++) {
+		struct kvc_matcher *cl = kvc_matcher_clone(m);
+		int bit = (mask[id >> 5] >> (id & 31)) & 1;
+		int ok = cl && kvc_advance(cl, (int32_t)id) == 0;
+
+		bad += bit != ok;
+		kvc_matcher_free(cl);
+	}
+	return bad;
+}
+
 /* Generates up to max tokens after prompt; g NULL: unconstrained.
  * check: compare the mask with kvc_advance for every token each step. */
 static inline int cgen_run(struct cgen *c, struct kvc_grammar *g, unsigned flags,
@@ -123,16 +141,8 @@ static inline int cgen_run(struct cgen *c, struct kvc_grammar *g, unsigned flags
 				o->errors++;
 				break;
 			}
-			if (check && !fin) {
-				for (uint32_t id = 0; id < c->vocab; id++) {
-					struct kvc_matcher *cl = kvc_matcher_clone(mt);
-					int bit = (c->mask[id >> 5] >> (id & 31)) & 1;
-					int ok = cl && kvc_advance(cl, (int32_t)id) == 0;
-					if (bit != ok)
-						o->mismatches++;
-					kvc_matcher_free(cl);
-				}
-			}
+			if (check && !fin)
+				o->mismatches += (int)cgen_mask_mismatches(mt, c->mask, c->vocab);
 			tok = kve_sample_masked(&sm, c->lg, c->vocab, c->mask, c->scr);
 		} else {
 			tok = kve_sample(&sm, c->lg, c->vocab, c->scr);

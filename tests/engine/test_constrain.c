@@ -1084,14 +1084,9 @@ static void stack_decided(void)
 
 		for (p = cases[c].prefix; ok && *p; p++)
 			ok = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
-		if (ok)
+		if (ok) {
 			kvc_mask(m, mask);
-		for (id = 0; ok && id < NV; id++) {
-			struct kvc_matcher *t = kvc_matcher_clone(m);
-			int bit = (mask[id >> 5] >> (id & 31)) & 1;
-
-			mism += t && bit != (kvc_advance(t, (int32_t)id) == 0);
-			kvc_matcher_free(t);
+			mism = cgen_mask_mismatches(m, mask, NV);
 		}
 		id = (uint32_t)byte_tok[(uint8_t)cases[c].refused];
 		CHECK(ok && !mism && !((mask[id >> 5] >> (id & 31)) & 1),

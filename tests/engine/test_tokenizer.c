@@ -552,6 +552,19 @@ static void array_types(const char *path)
 }
 
 
+/* Changes the first n bytes equal to `from` in b to `to`: 1 if found. */
+static int replace_first(uint8_t *b, size_t len, const char *from, const char *to, size_t n)
+{
+	size_t i;
+
+	for (i = 0; b && i + n <= len; i++)
+		if (!memcmp(b + i, from, n)) {
+			memcpy(b + i, to, n);
+			return 1;
+		}
+	return 0;
+}
+
 /*
  * tokenizer.ggml.scores with one float fewer than there are tokens: the
  * array's count lowered by one and its last float cut out (4 zero bytes
@@ -609,18 +622,14 @@ static void byte_ids_swapped(const char *path)
 {
 	static const char from[] = "\x02\0\0\0\0\0\0\0\xc4\x80\x02\0\0\0\0\0\0\0\xc4\x81";
 	static const char to[] = "\x02\0\0\0\0\0\0\0\xc4\x81\x02\0\0\0\0\0\0\0\xc4\x80";
-	size_t len, i, n = sizeof(from) - 1;
+	size_t len;
 	uint8_t *b = slurp(path, &len);
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	char err[256] = "";
-	int32_t id0 = -1, id1 = -1, hit = 0;
+	int32_t id0 = -1, id1 = -1;
+	int hit = replace_first(b, len, from, to, sizeof(from) - 1);
 
-	for (i = 0; b && i + n <= len && !hit; i++)
-		if (!memcmp(b + i, from, n)) {
-			memcpy(b + i, to, n);
-			hit = 1;
-		}
 	m = hit ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
 	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
 	if (t) {
@@ -675,18 +684,13 @@ static int edited_load(const uint8_t *orig, size_t len, const char *from, const 
 	uint8_t *c = malloc(len);
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
-	size_t i;
-	int hit = 0;
+	int hit;
 
 	err[0] = 0;
 	if (!c)
 		return 0;
 	memcpy(c, orig, len);
-	for (i = 0; i + n <= len && !hit; i++)
-		if (!memcmp(c + i, from, n)) {
-			memcpy(c + i, to, n);
-			hit = 1;
-		}
+	hit = replace_first(c, len, from, to, n);
 	m = hit ? kve_model_load_mem(c, len, err, errlen) : NULL;
 	t = m ? kve_tokenizer_create(m, err, errlen) : NULL;
 	if (t) {
