@@ -16,8 +16,8 @@
 /*
  * Q8_0 weights x Q8_0 activations, rows taken in groups of four (a, b, c,
  * d). For each token and 32-value block: p_a..p_d = each row's exact
- * integer dot product as 8 int32 lanes (|w| * sign(x, w) through maddubs,
- * adjacent pairs summed by madd); two levels of hadd leave each row's
+ * integer dot product as 8 int32 lanes (q8_row: adjacent pairs summed by
+ * madd); two levels of interleave-and-add (q8_pairs) leave each row's
  * lanes 0-3 and 4-7 summed in one vector, [a b c d | a b c d], which is
  * converted and accumulated once:
  *   acc = fma(float(h), [d_wa d_wb d_wc d_wd | same] * d_x, acc)
@@ -31,6 +31,30 @@
  * when T >= 3, else built per block.
  */
 #define Q8_DWQ_MAX 2048		/* blocks cached per row group (65536 columns) */
+
+/*
+ * One row's block: maddubs wants an unsigned and a signed operand, so one
+ * side gives up its sign to the other. Row-major, |w| * sign(x, w): two
+ * vpsignb per row, exact for every int8 weight (|-128| is 128 unsigned).
+ * Packed, |x| * sign(w, x), with |x| (ax) once per token and block: one
+ * vpsignb per row. sign(-128, x < 0) would wrap, so kve_mat_pack leaves a
+ * matrix holding -128 row-major (ggml's quantiser never writes it: its
+ * quants are round(v * 127 / amax)). The integers are the same either way.
+ */
+KVE_INLINE __m256i q8_row(__m256i w, __m256i x, __m256i ax, const int packed)
+{
+	if (packed)
+		return q8_dot4(ax, _mm256_sign_epi8(w, x));
+	return q8_dot4(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* [a0+a1 b0+b1 a2+a3 b2+b3 | same for lanes 4-7] of 32-bit lanes a, b:
+ * vphaddd's sums (in another order of lanes) in 3 single-uop
+ * instructions where vphaddd takes more */
+KVE_INLINE __m256i q8_pairs(__m256i a, __m256i b)
+{
+	return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
 
 /* [d0 d1 d2 d3 d0 d1 d2 d3] from the fp16 scales of four blocks */
 KVE_INLINE __m256 q8_quad_scale(const uint8_t *b0, const uint8_t *b1, const uint8_t *b2,
@@ -120,7 +144,7 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 	for (j = 0; j < C; j++)
 		xs[j] = xq + (size_t)(t + j) * nb;
 	for (b = 0, off = 0; b < nb; b++, off += step) {
-		__m256i xv[3];
+		__m256i xv[3], ax[3];
 
 		if (C == 1 && packed)	/* decode (see PREFETCH_NOTE) */
 #pragma GCC unroll 2
@@ -130,7 +154,10 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 			prefetch_q8(w, sp, 4 * NG, off, b);
 #pragma GCC unroll 3
 		for (j = 0; j < C; j++)
+		{
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
+			ax[j] = _mm256_sign_epi8(xv[j], xv[j]);
+		}
 #pragma GCC unroll 2
 		for (g = 0; g < NG; g++) {
 			const uint8_t *const *s4 = sp + 4 * g, *const *q4 = qp + 4 * g;
@@ -150,28 +177,25 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 				__m256i w0 = _mm256_loadu_si256((const __m256i *)(packed ? pq : q4[0] + off));
 				__m256i w1 = _mm256_loadu_si256((const __m256i *)(packed ? pq + QK8_0 :
 										   q4[1] + off));
-				__m256i a0 = _mm256_sign_epi8(w0, w0), a1 = _mm256_sign_epi8(w1, w1);
 
 #pragma GCC unroll 3
-				for (j = 0; j < C; j++) {
-					__m256i p0 = q8_dot4(a0, _mm256_sign_epi8(xv[j], w0));
-					__m256i p1 = q8_dot4(a1, _mm256_sign_epi8(xv[j], w1));
-
-					h01[j] = _mm256_hadd_epi32(p0, p1);
-				}
+				for (j = 0; j < C; j++)
+					h01[j] = q8_pairs(q8_row(w0, xv[j], ax[j], packed),
+							  q8_row(w1, xv[j], ax[j], packed));
 			}
 			{
 				__m256i w2 = _mm256_loadu_si256((const __m256i *)(packed ? pq + 2 * QK8_0 :
 										   q4[2] + off));
 				__m256i w3 = _mm256_loadu_si256((const __m256i *)(packed ? pq + 3 * QK8_0 :
 										   q4[3] + off));
-				__m256i a2 = _mm256_sign_epi8(w2, w2), a3 = _mm256_sign_epi8(w3, w3);
 
 #pragma GCC unroll 3
 				for (j = 0; j < C; j++) {
-					__m256i p2 = q8_dot4(a2, _mm256_sign_epi8(xv[j], w2));
-					__m256i p3 = q8_dot4(a3, _mm256_sign_epi8(xv[j], w3));
-					__m256i h = _mm256_hadd_epi32(h01[j], _mm256_hadd_epi32(p2, p3));
+					__m256i h23 = q8_pairs(q8_row(w2, xv[j], ax[j], packed),
+							       q8_row(w3, xv[j], ax[j], packed));
+					/* [a0..3 b0..3 c0..3 d0..3 | the same of lanes 4-7] */
+					__m256i h = _mm256_add_epi32(_mm256_unpacklo_epi64(h01[j], h23),
+								     _mm256_unpackhi_epi64(h01[j], h23));
 					__m256 sc = _mm256_mul_ps(dw, _mm256_broadcast_ss(&xs[j][b].d));
 
 					acc[g][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, acc[g][j]);

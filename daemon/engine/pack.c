@@ -12,11 +12,26 @@
  *
  * The layout is written through the same helpers the kernels read it
  * with, so it is defined in one place.
+ *
+ * A Q8_0 matrix holding a quant of -128 stays row-major: the packed
+ * kernels move the activation's sign onto the weight, which -128 cannot
+ * take (kernels_q8_avx2.h, q8_row). ggml's quantiser never writes -128.
  */
 #include "engine_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
+
+static int q8_has_m128(const struct kve_mat *w)
+{
+	uint32_t r, b;
+
+	for (r = 0; r < w->rows; r++)
+		for (b = 0; b < w->cols / QK8_0; b++)
+			if (memchr(kve_q8_quants(w, r, b), 0x80, QK8_0))
+				return 1;
+	return 0;
+}
 
 int kve_mat_pack(struct kve_mat *w)
 {
@@ -31,7 +46,7 @@ int kve_mat_pack(struct kve_mat *w)
 			return 1;
 		P = KVE_PANEL_F;
 	} else if (w->type == GGML_Q8_0) {
-		if (w->rows % KVE_PANEL_Q8)
+		if (w->rows % KVE_PANEL_Q8 || q8_has_m128(w))
 			return 1;
 		P = KVE_PANEL_Q8;
 	} else {
