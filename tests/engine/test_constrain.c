@@ -438,6 +438,16 @@ static void spec_edges(void)
 		      "%s (%d: %s)", MNAME, i, refused[i].want, rc, err);
 		kvc_grammar_release(g);
 	}
+	{	/* no vocabulary, or no spec: refused, not dereferenced */
+		struct kvc_spec js = { .kind = KVC_JSON_OBJECT };
+		struct kvc_grammar *g1 = (struct kvc_grammar *)err, *g2 = (struct kvc_grammar *)err;
+
+		CHECK(kvc_compile(V, NULL, &g1, err, sizeof(err)) == -EINVAL && !g1 &&
+		      strstr(err, "no vocabulary or spec") &&
+		      kvc_compile(NULL, &js, &g2, err, sizeof(err)) == -EINVAL && !g2,
+		      "%s: kvc_compile without a spec, or without a vocabulary: -EINVAL, no grammar",
+		      MNAME);
+	}
 	{	/* the limits: 64 calls, 64 whitespace bytes, the longest tags */
 		struct kvc_spec calls = { .kind = KVC_TOOL_CALLS, .json = one, .json_len = sizeof(one) - 1,
 					  .max_calls = 64, .start_tag = tag65 + 1, .end_tag = tag65 + 1 };

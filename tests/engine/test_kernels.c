@@ -9,6 +9,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 
 #include <float.h>
 
@@ -824,11 +825,32 @@ static void check_selfcheck(int has2)
 	CHECK(rc == -1 && !strncmp(why, "quantize_q8x", 12),
 	      "self-check: a quantiser wrong on an all-zero block only is caught: %s", why);
 
-	bad = kve_kernels_c;
-	bad.rmsnorm = NULL;
-	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
-	CHECK(rc == -1 && strstr(why, "missing"), "self-check: a set with a missing kernel fails: %s",
-	      why);
+	{	/* each of the 14 kernels missing in turn */
+		static const size_t kern[] = {
+			offsetof(struct kve_kernels, mm_f32), offsetof(struct kve_kernels, mm_f16),
+			offsetof(struct kve_kernels, mm_q8), offsetof(struct kve_kernels, dot_f32),
+			offsetof(struct kve_kernels, dot_f16), offsetof(struct kve_kernels, axpy_f32),
+			offsetof(struct kve_kernels, axpy_f16),
+			offsetof(struct kve_kernels, quantize_q8x),
+			offsetof(struct kve_kernels, f32_to_f16), offsetof(struct kve_kernels, silu_mul),
+			offsetof(struct kve_kernels, attn_scores),
+			offsetof(struct kve_kernels, softmax_exp),
+			offsetof(struct kve_kernels, attn_values), offsetof(struct kve_kernels, rmsnorm)
+		};
+		size_t ki;
+		int caught = 0;
+
+		for (ki = 0; ki < sizeof(kern) / sizeof(kern[0]); ki++) {
+			bad = kve_kernels_c;
+			memset((char *)&bad + kern[ki], 0, sizeof(bad.mm_f32));
+			rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+			caught += rc == -1 && strstr(why, "missing") != NULL;
+		}
+		CHECK(caught == (int)(sizeof(kern) / sizeof(kern[0])) &&
+		      sizeof(struct kve_kernels) == sizeof(char *) + sizeof(kern) / sizeof(kern[0]) *
+		      sizeof(bad.mm_f32), "self-check: a set missing any one of its %zu kernels fails "
+		      "(%d caught): %s", sizeof(kern) / sizeof(kern[0]), caught, why);
+	}
 
 	/* the selection path itself */
 	k = kve_kernels_pick(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &stand, set2,
@@ -1033,6 +1055,25 @@ static void check_cpu_features(void)
 	CHECK((kve_cpu_features_from(all) & ~everything) == 0, "cpu features: no unknown bit");
 	CHECK(kve_cpu_features() == kve_cpu_features_from(kve_cpu_probe()),
 	      "cpu features: this CPU's are its probe's (probe 0x%x)", kve_cpu_probe());
+	{	/* the probe (F16C by hand, CPUID leaf 1) == what Linux reports */
+		static const struct {
+			unsigned bit;
+			const char *flag;
+		} fl[] = { { KVE_HAS_AVX2, "avx2" }, { KVE_HAS_FMA, "fma" }, { KVE_HAS_F16C, "f16c" },
+			   { KVE_HAS_AVXVNNI, "avx_vnni" }, { KVE_HAS_AVX512F, "avx512f" },
+			   { KVE_HAS_AVX512BW, "avx512bw" }, { KVE_HAS_AVX512VL, "avx512vl" },
+			   { KVE_HAS_AVX512VNNI, "avx512_vnni" } };
+		unsigned probe = kve_cpu_probe(), differ = 0;
+
+		for (i = 0; i < sizeof(fl) / sizeof(fl[0]); i++) {
+			int has = cpuinfo_has(fl[i].flag);
+
+			if (has >= 0 && has != !!(probe & fl[i].bit))
+				differ |= fl[i].bit;
+		}
+		CHECK(!differ, "cpu probe 0x%x: each of its 8 flags as /proc/cpuinfo says "
+		      "(differing: 0x%x)", probe, differ);
+	}
 }
 
 int main(void)

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_oom.c - allocation failures. Each of the engine's constructors (model
- * from memory, tokenizer, engine, KV arena and arena session) and the
- * tokenizer's long-word path, and constrained decoding's grammar compiler
- * (first model only) is run with its k-th allocation failing, for
- * k = 0, 1, ... until a run makes fewer than k + 1 allocations: every run
+ * from memory, tokenizer, engine, KV arena and arena session), the
+ * tokenizer's long-word path, constrained decoding's grammar compiler
+ * (first model only) and the kernels' self-check is run with its k-th
+ * allocation failing, for k = 0, 1, ... until a run makes fewer than k + 1 allocations: every run
  * with a failure must return an error (NULL with a message, or -ENOMEM),
  * never crash, and leak nothing (ASan's leak check at exit).
  *
@@ -186,6 +186,16 @@ static int tokenize_long(void *p, char *err, size_t errlen)
 	return 0;
 }
 
+/* the kernels' run-time self-check (selfcheck.c), the portable set
+ * against itself: it allocates its inputs and results per shape */
+static int run_selfcheck(void *p, char *err, size_t errlen)
+{
+	(void)p;
+	if (!kve_kernels_selfcheck(&kve_kernels_c, &kve_kernels_c, err, errlen))
+		return 0;
+	return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+}
+
 static int build_engine(void *p, char *err, size_t errlen)
 {
 	struct ctx *c = p;
@@ -328,6 +338,12 @@ int main(int argc, char **argv)
 	int i, k;
 
 	json_set_alloc_funcs(jansson_malloc, jansson_free);
+	{
+		long n = each_failure("kernel self-check", run_selfcheck, NULL);
+
+		CHECK(n > 0, "kernel self-check: each of its %ld allocations failing -> out of "
+		      "memory, nothing leaked", n);
+	}
 	for (i = 1; i < argc; i++) {
 		struct ctx c = { 0 };
 		char err[256];

@@ -643,6 +643,107 @@ static void byte_ids_swapped(const char *path)
 	free(b);
 }
 
+/* The data of array `key` (element type et) in a GGUF file's bytes, its
+ * count in *n; 0 if absent. */
+static size_t gguf_array_at(const uint8_t *b, size_t len, const char *key, uint32_t et,
+			    uint64_t *n)
+{
+	size_t kl = strlen(key), i;
+	uint32_t ty, aty;
+
+	for (i = 8; b && i + kl + 16 < len; i++) {
+		uint64_t sl;
+
+		memcpy(&sl, b + i - 8, 8);
+		memcpy(&ty, b + i + kl, 4);
+		memcpy(&aty, b + i + kl + 4, 4);
+		if (sl == kl && !memcmp(b + i, key, kl) && ty == GGUF_ARR && aty == et) {
+			memcpy(n, b + i + kl + 8, 8);
+			return i + kl + 16;
+		}
+	}
+	return 0;
+}
+
+/*
+ * A SentencePiece vocabulary whose id 0 is a piece that merges: ids 0
+ * (<unk>) and k (the first 5-byte normal piece, which text merges into)
+ * swapped in place with their types and scores, and the unknown id with
+ * them (k now). Tokenizing the same text gives the same tokens with 0 and k
+ * exchanged: id 0 is a token like any other.
+ */
+static void spm_ids_swapped(const char *path, const struct kve_tokenizer *orig)
+{
+	static const char text[] = "the quick brown fox jumps over the lazy dog; then others";
+	size_t len, ts, tt, tsc, at0 = 0, atk = 0, o;
+	uint64_t n = 0, nt = 0, nsc = 0, i, k = 0;
+	uint8_t *b = slurp(path, &len);
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	char err[256] = "";
+	int32_t a[128], c[128];
+	int na = -1, nc = -2, same = 0, j, hit0 = 0;
+
+	ts = gguf_array_at(b, len, "tokenizer.ggml.tokens", GGUF_STR, &n);
+	tt = gguf_array_at(b, len, "tokenizer.ggml.token_type", GGUF_I32, &nt);
+	tsc = gguf_array_at(b, len, "tokenizer.ggml.scores", GGUF_F32, &nsc);
+	for (i = 0, o = ts; ts && tt && i < n && o + 8 <= len; i++) {
+		uint64_t sl;
+		int32_t ty;
+
+		memcpy(&sl, b + o, 8);
+		memcpy(&ty, b + tt + 4 * i, 4);
+		if (!i)
+			at0 = o;
+		else if (!k && sl == 5 && ty == 1 && at0 && !memcmp(b + at0, b + o, 8))
+			k = i, atk = o;
+		o += 8 + sl;
+	}
+	if (k && nt == n && nsc == n && tsc) {
+		uint8_t tmp[8];
+		char piece[16];
+		int pn;
+
+		memcpy(tmp, b + at0 + 8, 5);	/* the texts, the types, the scores */
+		memcpy(b + at0 + 8, b + atk + 8, 5);
+		memcpy(b + atk + 8, tmp, 5);
+		memcpy(tmp, b + tt, 4);
+		memcpy(b + tt, b + tt + 4 * k, 4);
+		memcpy(b + tt + 4 * k, tmp, 4);
+		memcpy(tmp, b + tsc, 4);
+		memcpy(b + tsc, b + tsc + 4 * k, 4);
+		memcpy(b + tsc + 4 * k, tmp, 4);
+		for (o = 0; o + 40 < len; o++)	/* tokenizer.ggml.unknown_token_id: k */
+			if (!memcmp(b + o, "tokenizer.ggml.unknown_token_id\x04\0\0\0", 35)) {
+				uint32_t u = (uint32_t)k;
+
+				memcpy(b + o + 35, &u, 4);
+				break;
+			}
+		m = kve_model_load_mem(b, len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		pn = kve_token_bytes(orig, (int32_t)k, piece, sizeof(piece));
+		if (t && pn > 0) {
+			char in[160];
+			int w = snprintf(in, sizeof(in), "%s%.*s%s", text, pn, piece, text);
+
+			na = kve_tokenize(orig, in, (size_t)w, 0, a, 128);
+			nc = kve_tokenize(t, in, (size_t)w, 0, c, 128);
+			same = na == nc && na > 0;
+			for (j = 0; same && j < na; j++) {
+				same = c[j] == (a[j] == (int32_t)k ? 0 : a[j] == 0 ? (int32_t)k : a[j]);
+				hit0 |= c[j] == 0;
+			}
+		}
+	}
+	CHECK(k && t && same && hit0, "%s with ids 0 and %llu (a piece) swapped: the same %d "
+	      "tokens, id 0 among them, as ids exchanged (%d before) %s", path,
+	      (unsigned long long)k, nc, na, err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
 /*
  * Every byte alone encodes to its own byte token in a byte-level BPE
  * vocabulary: never to the unknown token, even where the vocabulary names
@@ -853,6 +954,7 @@ int main(int argc, char **argv)
 	lower_hex(argv[1]);
 	array_types(argv[1]);
 	scores_count(argv[1]);
+	spm_ids_swapped(argv[1], ts);
 	round_trips(tb, "bpe gpt2");
 	unk_zero = single_bytes(mb, tb, "bpe gpt2");
 	pre_metadata(argv[2]);
