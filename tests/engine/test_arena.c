@@ -540,10 +540,25 @@ static void test_recv_errors(const struct kve_model *m)
 		return;
 	kve_arena_kv_geom(kv, &g);
 	fd = kva_arena_data_fd(kve_arena_kv_arena(kv), KVA_EXPORT_CLOEXEC);
-	bad = g;
-	bad.n_kv_heads++;
-	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
-	CHECK(rc == -EINVAL && strstr(err, "does not match"), "map: other model shape refused (%s)", err);
+	{	/* each field of the KV shape off by one in turn */
+		int f, refused = 0;
+
+		for (f = 0; f < 4; f++) {
+			bad = g;
+			if (f == 0)
+				bad.n_layers++;
+			else if (f == 1)
+				bad.n_kv_heads++;
+			else if (f == 2)
+				bad.head_dim++;
+			else
+				bad.kv_block_bytes++;
+			rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+			refused += rc == -EINVAL && strstr(err, "does not match") && !view;
+		}
+		CHECK(refused == 4, "map: another model's shape refused (layers, kv heads, head "
+		      "dim, block bytes: %d of 4) (%s)", refused, err);
+	}
 	bad = g;
 	bad.blocks_total = g.blocks_per_page * (uint32_t)(g.arena_bytes >> 21) + 1;
 	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));

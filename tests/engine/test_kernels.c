@@ -500,6 +500,14 @@ static void bad_quantize_zero(const float *x, int n, struct kve_q8x *out)
 			memset(out[b].q, 1, QK8_0);
 }
 
+/* one quant of the first block off by one, wherever it is called */
+static void bad_quantize_first(const float *x, int n, struct kve_q8x *out)
+{
+	C->quantize_q8x(x, n, out);
+	if (n >= QK8_0)
+		out[0].q[QK8_0 - 1] ^= 1;
+}
+
 static void bad_f16(uint16_t *dst, const float *src, int n)
 {
 	int i;
@@ -824,6 +832,13 @@ static void check_selfcheck(int has2)
 	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 	CHECK(rc == -1 && !strncmp(why, "quantize_q8x", 12),
 	      "self-check: a quantiser wrong on an all-zero block only is caught: %s", why);
+
+	bad = kve_kernels_c;
+	bad.name = "avx512";
+	bad.quantize_q8x = bad_quantize_first;
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "quantize_q8x: block 0", 21),
+	      "self-check: a quantiser wrong in its first block only is caught: %s", why);
 
 	{	/* each of the 14 kernels missing in turn */
 		static const size_t kern[] = {
