@@ -147,6 +147,13 @@ static const struct tcase cases[] = {
 	{ "{\"type\":[\"integer\",\"null\"],\"enum\":[1,\"a\",null,true,2.5]}",
 	  { "1", "null" },
 	  { "\"a\"", "true", "2.5", "2" } },
+	{ "{\"type\":[\"array\",\"object\",\"boolean\",\"string\"],"
+	  "\"enum\":[[1,2],{\"a\":1},true,\"s\",3,null,1.5]}",
+	  { "[1,2]", "{\"a\":1}", "true", "\"s\"" },
+	  { "3", "null", "1.5", "[1]", "{}", "false" } },
+	{ "{\"type\":\"number\",\"enum\":[1,2.5,\"x\",[3]]}",
+	  { "1", "2.5" },
+	  { "\"x\"", "[3]", "3" } },
 };
 
 static void byte_tokens(void)
@@ -765,6 +772,21 @@ static void finished(void)
 	ok = ok && !before && kvc_advance(lz, byte_tok['x']) == 0 && !kvc_finished(lz);
 	CHECK(ok, "%s: kvc_finished: 0 inside the value and after it while whitespace may follow, "
 	      "1 after the last allowed space (%d), 0 in lazy free text", MNAME, spaces);
+	if (ok) {	/* EOS ends it: an empty mask (every word cleared), no more tokens */
+		uint32_t w, words = kvc_mask_words(V), *mask = malloc(words * 4), set = 0;
+		int n;
+
+		memset(mask, 0xff, words * 4);
+		ok = kvc_advance(m, kve_tokenizer_eos(T)) == 0;
+		n = kvc_mask(m, mask);
+		for (w = 0; w < words; w++)
+			set |= mask[w];
+		CHECK(ok && n == 0 && !set && kvc_advance(m, byte_tok[' ']) == -EPERM &&
+		      kvc_advance(m, kve_tokenizer_eos(T)) == -EPERM,
+		      "%s: after EOS: kvc_mask allows nothing and clears all %u words, every token "
+		      "refused", MNAME, words);
+		free(mask);
+	}
 	kvc_matcher_free(m);
 	kvc_matcher_free(lz);
 	kvc_grammar_release(g);
