@@ -588,6 +588,9 @@ static void test_recv_errors(const struct kve_model *m)
 		      g.arena_bytes - g.block_size,
 		      "map: the view's last block (%u) is the arena's last, %u is outside",
 		      g.blocks_total - 1, g.blocks_total);
+		CHECK(kve_arena_recv_session(-1, NULL, &s) == -EINVAL &&
+		      kve_arena_recv_session(-1, view, NULL) == -EINVAL,
+		      "recv: no pool, or no session to fill: -EINVAL before reading");
 		if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0) {
 			/* 8 tokens in 2 blocks of 4: only the block id is wrong */
 			struct kve_session big = { ids, 2, 8 };
