@@ -36,8 +36,8 @@
  * One row's block: maddubs wants an unsigned and a signed operand, so one
  * side gives up its sign to the other. Row-major, |w| * sign(x, w): two
  * vpsignb per row, exact for every int8 weight (|-128| is 128 unsigned).
- * Packed, |x| * sign(w, x), with |x| (ax) once per token and block: one
- * vpsignb per row. sign(-128, x < 0) would wrap, so kve_mat_pack leaves a
+ * Packed, |x| * sign(w, x), with |x| (ax) once per token and block of a
+ * tile (shared by its rows): one vpsignb per row, and one per tile. sign(-128, x < 0) would wrap, so kve_mat_pack leaves a
  * matrix holding -128 row-major (ggml's quantiser never writes it: its
  * quants are round(v * 127 / amax)). The integers are the same either way.
  */
@@ -153,10 +153,9 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const float *dwq, const struct 
 		else if (C == 1)
 			prefetch_q8(w, sp, 4 * NG, off, b);
 #pragma GCC unroll 3
-		for (j = 0; j < C; j++)
-		{
+		for (j = 0; j < C; j++) {
 			xv[j] = _mm256_loadu_si256((const __m256i *)xs[j][b].q);
-			ax[j] = _mm256_sign_epi8(xv[j], xv[j]);
+			ax[j] = _mm256_sign_epi8(xv[j], xv[j]);	/* used if packed */
 		}
 #pragma GCC unroll 2
 		for (g = 0; g < NG; g++) {

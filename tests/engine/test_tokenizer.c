@@ -565,6 +565,28 @@ static int replace_first(uint8_t *b, size_t len, const char *from, const char *t
 	return 0;
 }
 
+/* The data of array `key` (element type et) in a GGUF file's bytes, its
+ * count in *n; 0 if absent. */
+static size_t gguf_array_at(const uint8_t *b, size_t len, const char *key, uint32_t et,
+			    uint64_t *n)
+{
+	size_t kl = strlen(key), i;
+	uint32_t ty, aty;
+
+	for (i = 8; b && i + kl + 16 < len; i++) {
+		uint64_t sl;
+
+		memcpy(&sl, b + i - 8, 8);
+		memcpy(&ty, b + i + kl, 4);
+		memcpy(&aty, b + i + kl + 4, 4);
+		if (sl == kl && !memcmp(b + i, key, kl) && ty == GGUF_ARR && aty == et) {
+			memcpy(n, b + i + kl + 8, 8);
+			return i + kl + 16;
+		}
+	}
+	return 0;
+}
+
 /*
  * tokenizer.ggml.scores with one float fewer than there are tokens: the
  * array's count lowered by one and its last float cut out (4 zero bytes
@@ -575,21 +597,16 @@ static int replace_first(uint8_t *b, size_t len, const char *from, const char *t
 static void scores_count(const char *path)
 {
 	static const char key[] = "tokenizer.ggml.scores";
-	size_t len, i, kl = sizeof(key) - 1, at = 0;
+	size_t len, at = 0;
 	uint8_t *b = slurp(path, &len), *c = NULL;
 	char err[256] = "";
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	uint64_t n = 0;
-	uint32_t ty, aty;
 
-	for (i = 0; b && i + kl + 16 < len && !at; i++) {
-		memcpy(&ty, b + i + kl, 4);
-		memcpy(&aty, b + i + kl + 4, 4);
-		if (!memcmp(b + i, key, kl) && ty == GGUF_ARR && aty == GGUF_F32)
-			at = i + kl + 8;	/* the count */
-	}
+	at = gguf_array_at(b, len, key, GGUF_F32, &n);
 	if (at) {
+		at -= 8;	/* the count */
 		memcpy(&n, b + at, 8);
 		c = calloc(1, len);
 	}
@@ -641,28 +658,6 @@ static void byte_ids_swapped(const char *path)
 	kve_tokenizer_free(t);
 	kve_model_free(m);
 	free(b);
-}
-
-/* The data of array `key` (element type et) in a GGUF file's bytes, its
- * count in *n; 0 if absent. */
-static size_t gguf_array_at(const uint8_t *b, size_t len, const char *key, uint32_t et,
-			    uint64_t *n)
-{
-	size_t kl = strlen(key), i;
-	uint32_t ty, aty;
-
-	for (i = 8; b && i + kl + 16 < len; i++) {
-		uint64_t sl;
-
-		memcpy(&sl, b + i - 8, 8);
-		memcpy(&ty, b + i + kl, 4);
-		memcpy(&aty, b + i + kl + 4, 4);
-		if (sl == kl && !memcmp(b + i, key, kl) && ty == GGUF_ARR && aty == et) {
-			memcpy(n, b + i + kl + 8, 8);
-			return i + kl + 16;
-		}
-	}
-	return 0;
 }
 
 /*
