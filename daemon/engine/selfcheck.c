@@ -255,7 +255,7 @@ static int sc_attention(const struct kve_kernels *cand, const struct kve_kernels
 }
 
 /* The quantiser must match bit for bit (it is shared by contract), fp16
- * stores too except for NaN payloads. Inputs include the edge cases: NaN,
+ * stores too except for NaN payloads (a NaN must still be a NaN). Inputs include the edge cases: NaN,
  * infinities, an all-zero block, values that land on half steps. */
 static int sc_convert(const struct kve_kernels *cand, const struct kve_kernels *ref,
 		      uint64_t *seed, char *why, size_t len)
@@ -294,7 +294,9 @@ static int sc_convert(const struct kve_kernels *cand, const struct kve_kernels *
 	cand->f32_to_f16(ha, x, 8 * QK8_0 - 3);
 	ref->f32_to_f16(hb, x, 8 * QK8_0 - 3);
 	for (i = 0; i < 8 * QK8_0 - 3; i++) {
-		if (ha[i] != hb[i] && !(x[i] != x[i])) {
+		/* NaN payloads may differ; a NaN must stay a NaN */
+		if (x[i] != x[i] ? (ha[i] & 0x7c00) != 0x7c00 || !(ha[i] & 0x3ff) :
+		    ha[i] != hb[i]) {
 			sc_msg(why, len, "f32_to_f16: %.9g gives 0x%04x, portable 0x%04x",
 			       (double)x[i], ha[i], hb[i]);
 			return -1;

@@ -97,6 +97,7 @@ echo "engine checks"
 run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf $M/qwen2-f32.gguf \
 	$M/f16-gqa.gguf $M/q8-gqa.gguf
 run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
+run "self-check coverage, fault by fault" $T/test_selfcheck
 run "worker team: chunks, futex sleep/wake" $T/test_threads
 run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf

@@ -47,7 +47,7 @@ EQUIV = os.path.join(ROOT, "tests", "mutation", "equivalent.txt")
 # is skipped, test_arena covers its hand-over
 ENGINE_BINS = ["build/engine/tests/test_%s" % t for t in
                ("gguf", "kernels", "tokenizer", "engine", "fuzz", "threads", "arena",
-                "oom", "constrain")] + [
+                "oom", "constrain", "selfcheck")] + [
     "build/engine/tests/kve-logits", "build/engine/tests/kvc-gen", "build/bin/kva-mkmodel"]
 CORE_BINS = ["build/tests/core/test_core", "build/tests/lib/test_lib",
              "build/tests/toolwait/test_predict"]
@@ -87,7 +87,8 @@ GROUPS = {
 # calls whose arguments are messages: mutating them changes only text
 MESSAGE_CALLS = {"printf", "fprintf", "snprintf", "vsnprintf", "sprintf", "fputs",
                  "puts", "perror", "set_err", "ERR", "TERR", "fail", "CHECK",
-                 "pr_err", "pr_warn", "pr_info", "pr_debug", "kvd_log", "log_msg"}
+                 "pr_err", "pr_warn", "pr_info", "pr_debug", "kvd_log", "log_msg",
+                 "sc_msg"}
 NOT_CALLS = {"if", "while", "for", "switch", "return", "sizeof", "defined",
              "__typeof__", "typeof", "_Alignof", "alignof", "case"}
 

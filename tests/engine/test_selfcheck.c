@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_selfcheck.c - what the kernels' run-time self-check (selfcheck.c)
+ * covers, fault by fault. Each candidate set is the portable C set with
+ * one narrow fault: wrong in one row, one token, one call shape, one
+ * element, one block or one input class only, and right everywhere else.
+ * The self-check must refuse every one of them, naming the kernel (and
+ * the part of the check that saw it); a set that differs from C only
+ * where the kernels' contracts allow (NaN payloads, Q8_0 asked only for
+ * whole blocks) must pass. A check that stops looking at a row, a token,
+ * a shape or an element lets its fault through here.
+ */
+#include <float.h>
+#include <math.h>
+
+#include "engine_internal.h"
+#include "tcheck.h"
+
+static const struct kve_kernels *C = &kve_kernels_c;
+
+/* the fault under test; its parameters; which call of a kernel it hits */
+enum fault {
+	F_NONE,
+	/* matrix products (f_kind: which of the three) */
+	F_ROW0, F_ROW_LAST, F_TOKEN0, F_TOKEN_LAST, F_ALONE0, F_ALONE_LAST, F_SLICE,
+	F_PACKED, F_SHAPE_FIRST, F_SHAPE_LAST, F_Q8_PARTIAL_NAN,
+	/* vectors: wrong where n == f_n, in element f_i (-1: the last) */
+	F_DOT_F32, F_DOT_F16, F_AXPY_F32, F_AXPY_F16,
+	F_QUANT_Q, F_QUANT_D, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
+	F_SILU, F_SCORES, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
+	F_RMSNORM,
+};
+
+static enum fault f;
+static int f_kind, f_n, f_i, f_f16, f_calls;
+static const char *f_x0;	/* the last batch's activations: a token's identity */
+static int f_T;			/* that batch's token count */
+
+static void nudge(float *o)	/* off by one ulp: only a bit-for-bit check sees it */
+{
+	*o = nextafterf(*o, INFINITY);
+}
+
+/* how the matrix fault hits output (row r, token id) of this call:
+ * 0 not at all, 1 far off, 2 one ulp off, 3 NaN */
+static int mm_hit(const struct kve_mat *w, int T, long id, int r, int r0)
+{
+	switch (f) {
+	case F_ROW0: return r == 0;
+	case F_ROW_LAST: return r == (int)w->rows - 1;
+	case F_TOKEN0: return id == 0;
+	case F_TOKEN_LAST: return id == f_T - 1;
+	case F_ALONE0: return T == 1 && id == 0 ? 2 : 0;
+	case F_ALONE_LAST: return T == 1 && id == f_T - 1 ? 2 : 0;
+	case F_SLICE: return r0 > 0 ? 2 : 0;
+	case F_PACKED: return w->panel ? 2 : 0;
+	case F_SHAPE_FIRST: return (int)w->rows == f_n;
+	case F_SHAPE_LAST: return (int)w->rows == f_n && (int)w->cols == f_i;
+	case F_Q8_PARTIAL_NAN: return w->cols % QK8_0 ? 3 : 0;
+	default: return 0;
+	}
+}
+
+/* after a correct product: apply the matrix fault for this call */
+static void mm_fault(int kind, const struct kve_mat *w, const void *x, size_t tok_bytes,
+		     int T, float *y, int ldy, int r0, int r1)
+{
+	int t, r;
+
+	if (kind != f_kind)
+		return;
+	if (T > 1) {
+		f_x0 = x;
+		f_T = T;
+	}
+	for (t = 0; t < T; t++) {
+		long id = (long)(((const char *)x - f_x0) / (long)tok_bytes) + t;
+
+		for (r = r0; r < r1; r++) {
+			float *o = &y[(size_t)t * ldy + r];
+			int h = mm_hit(w, T, id, r, r0);
+
+			if (h == 1)
+				*o += 0.5f;
+			else if (h == 2)
+				nudge(o);
+			else if (h == 3)
+				*o = NAN;
+		}
+	}
+}
+
+static void f_mm_f32(const struct kve_mat *w, const float *x, int T, float *y, int ldy,
+		     int r0, int r1)
+{
+	C->mm_f32(w, x, T, y, ldy, r0, r1);
+	mm_fault(0, w, x, sizeof(float) * w->cols, T, y, ldy, r0, r1);
+}
+
+static void f_mm_f16(const struct kve_mat *w, const float *x, int T, float *y, int ldy,
+		     int r0, int r1)
+{
+	C->mm_f16(w, x, T, y, ldy, r0, r1);
+	mm_fault(1, w, x, sizeof(float) * w->cols, T, y, ldy, r0, r1);
+}
+
+static void f_mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
+		    int ldy, int r0, int r1)
+{
+	C->mm_q8(w, xq, T, y, ldy, r0, r1);
+	mm_fault(2, w, xq, sizeof(*xq) * (w->cols / QK8_0 ? w->cols / QK8_0 : 1), T, y, ldy,
+		 r0, r1);
+}
+
+static int elem(int n)
+{
+	return f_i < 0 ? n - 1 : f_i;
+}
+
+static float f_dot_f32(const float *a, const float *b, int n)
+{
+	return C->dot_f32(a, b, n) + (f == F_DOT_F32 && n == f_n ? 0.5f : 0.0f);
+}
+
+static float f_dot_f16(const float *a, const uint16_t *b, int n)
+{
+	return C->dot_f16(a, b, n) + (f == F_DOT_F16 && n == f_n ? 0.5f : 0.0f);
+}
+
+static void f_axpy_f32(float *y, float a, const float *x, int n)
+{
+	C->axpy_f32(y, a, x, n);
+	if (f == F_AXPY_F32 && n == f_n)
+		y[elem(n)] += 0.5f;
+}
+
+static void f_axpy_f16(float *y, float a, const uint16_t *x, int n)
+{
+	C->axpy_f16(y, a, x, n);
+	if (f == F_AXPY_F16 && n == f_n)
+		y[elem(n)] += 0.5f;
+}
+
+static void f_quantize(const float *x, int n, struct kve_q8x *out)
+{
+	C->quantize_q8x(x, n, out);
+	if (f == F_QUANT_Q && f_i < n / QK8_0)
+		out[f_i].q[QK8_0 - 1] ^= 1;
+	if (f == F_QUANT_D && f_i < n / QK8_0) {	/* the scale's lowest bit */
+		uint32_t b;
+
+		memcpy(&b, &out[f_i].d, 4);
+		b ^= 1;
+		memcpy(&out[f_i].d, &b, 4);
+	}
+}
+
+static void f_to_f16(uint16_t *dst, const float *src, int n)
+{
+	int i;
+
+	C->f32_to_f16(dst, src, n);
+	for (i = 0; i < n; i++) {
+		uint16_t e = dst[i] & 0x7c00, m = dst[i] & 0x3ff;
+
+		if (f == F_F16_ELEM && i == elem(n))
+			dst[i] ^= 1;
+		else if (f == F_F16_SUBNORMAL && !e && m)
+			dst[i] ^= 1;
+		else if (f == F_F16_NAN_INF && e == 0x7c00 && m)
+			dst[i] &= 0xfc00;	/* NaN stored as an infinity */
+		else if (f == F_F16_NAN_PAYLOAD && e == 0x7c00 && m)
+			dst[i] ^= 0x0001 | (m == 1 ? 0x0200 : 0);	/* another NaN */
+	}
+}
+
+static void f_silu(float *g, const float *u, int n)
+{
+	C->silu_mul(g, u, n);
+	if (f == F_SILU) {
+		int i = elem(n);
+
+		g[i] = g[i] != g[i] ? 0.0f : g[i] * 1.001f + 1e-3f;
+	}
+}
+
+static void f_scores(const float *q, const void *k, int f16, int n, int hd, float scale,
+		     float *sc)
+{
+	C->attn_scores(q, k, f16, n, hd, scale, sc);
+	if (f == F_SCORES && f16 == f_f16)
+		sc[elem(n)] += 0.5f;
+}
+
+static float f_softmax(float *sc, int n, float mx)
+{
+	float sum = C->softmax_exp(sc, n, mx);
+
+	f_calls++;
+	if (f == F_SOFTMAX)
+		sc[elem(n)] *= 1.01f;
+	if (f == F_SOFTMAX_SUM)
+		sum *= 1.01f;
+	if (f == F_SOFTMAX_SECOND && f_calls == 2)
+		sc[0] *= 1.01f;
+	return sum;
+}
+
+static void f_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+{
+	if (f == F_VALUES_ROW0 && n > 1) {	/* row 0 of V left out */
+		C->attn_values(out, p + 1, (const char *)v + (size_t)hd * (f16 ? 2 : 4), f16,
+			       n - 1, hd);
+		return;
+	}
+	C->attn_values(out, p, v, f16, n, hd);
+	if (f == F_VALUES && f16 == f_f16)
+		out[elem(hd)] += 0.5f;
+}
+
+static void f_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+	C->rmsnorm(out, x, w, n, eps);
+	if (f == F_RMSNORM)
+		out[elem(n)] *= 1.001f;
+}
+
+static const struct kve_kernels faulty = {
+	"avx512", f_mm_f32, f_mm_f16, f_mm_q8, f_dot_f32, f_dot_f16, f_axpy_f32, f_axpy_f16,
+	f_quantize, f_to_f16, f_silu, f_scores, f_softmax, f_values, f_rmsnorm
+};
+
+/* run the self-check with one fault; want: the start of why, or NULL for
+ * a pass; also: a part of why that must appear (which check saw it) */
+static void expect(const char *what, enum fault ft, int kind, int n, int i, int f16,
+		   const char *want, const char *also)
+{
+	char why[512];
+	int rc;
+
+	f = ft;
+	f_kind = kind;
+	f_n = n;
+	f_i = i;
+	f_f16 = f16;
+	f_calls = 0;
+	f_x0 = NULL;
+	f_T = 0;
+	rc = kve_kernels_selfcheck(&faulty, C, why, sizeof(why));
+	f = F_NONE;
+	if (!want)
+		CHECK(rc == 0 && !why[0], "self-check passes %s: %s", what, why);
+	else
+		CHECK(rc == -1 && !strncmp(why, want, strlen(want)) && (!also || strstr(why, also)),
+		      "self-check catches %s: %s", what, why);
+}
+
+static void matrix_faults(void)
+{
+	static const char *names[3] = { "mm_f32", "mm_f16", "mm_q8" };
+	/* the first shape of each type and the last (selfcheck.c's table;
+	 * Q8_0 skips those that are not whole blocks) */
+	static const int first[3] = { 13, 13, 9 };
+	char what[160];
+	int k;
+
+	for (k = 0; k < 3; k++) {
+#define M(ft, n, i, also, text) do { \
+		snprintf(what, sizeof(what), "an %s wrong %s", names[k], text); \
+		expect(what, ft, k, n, i, 0, names[k], also); } while (0)
+		M(F_ROW0, 0, 0, "gives", "in row 0 of every matrix only");
+		M(F_ROW_LAST, 0, 0, "gives", "in the last row of every matrix only");
+		M(F_TOKEN0, 0, 0, "gives", "for the batch's first token only (alone or not)");
+		M(F_TOKEN_LAST, 0, 0, "gives", "for the batch's last token only (alone or not)");
+		M(F_ALONE0, 0, 0, "alone", "by one ulp for the first token computed alone");
+		M(F_ALONE_LAST, 0, 0, "alone", "by one ulp for the last token computed alone");
+		M(F_SLICE, 0, 0, "slices", "by one ulp in row ranges not starting at row 0");
+		M(F_PACKED, 0, 0, "packed", "by one ulp on matrices packed in panels");
+		M(F_SHAPE_FIRST, first[k], 0, "gives", "on the first shape only");
+		M(F_SHAPE_LAST, 8, 96, "gives", "on the last shape (8 x 96) only");
+#undef M
+	}
+	expect("an mm_q8 that gives NaN for a row that is not whole Q8_0 blocks (never asked)",
+	       F_Q8_PARTIAL_NAN, 2, 0, 0, 0, NULL, NULL);
+}
+
+static void vector_faults(void)
+{
+	static const int ns[4] = { 12, 64, 70, 128 };	/* selfcheck.c's lengths */
+	char what[160];
+	int j, last;
+
+	for (j = 0; j < 4; j++) {
+		snprintf(what, sizeof(what), "a dot_f32 wrong over %d values only", ns[j]);
+		expect(what, F_DOT_F32, 0, ns[j], 0, 0, "dot_f32", NULL);
+		snprintf(what, sizeof(what), "a dot_f16 wrong over %d values only", ns[j]);
+		expect(what, F_DOT_F16, 0, ns[j], 0, 0, "dot_f16", NULL);
+		for (last = 0; last < 2; last++) {
+			snprintf(what, sizeof(what), "an axpy_f32 wrong in its %s element over %d "
+				 "values only", last ? "last" : "first", ns[j]);
+			expect(what, F_AXPY_F32, 0, ns[j], last ? -1 : 0, 0, "axpy_f32", NULL);
+			snprintf(what, sizeof(what), "an axpy_f16 wrong in its %s element over %d "
+				 "values only", last ? "last" : "first", ns[j]);
+			expect(what, F_AXPY_F16, 0, ns[j], last ? -1 : 0, 0, "axpy_f16", NULL);
+		}
+	}
+	/* the self-check's quantiser input: 8 blocks, each its own case
+	 * (small values, all zero, NaN, infinities, half steps, fp16 edges,
+	 * large values) */
+	for (j = 0; j < 8; j++) {
+		snprintf(what, sizeof(what), "a quantiser wrong in one quant of block %d only", j);
+		expect(what, F_QUANT_Q, 0, 0, j, 0, "quantize_q8x: block", NULL);
+		snprintf(what, sizeof(what), "a quantiser whose scale differs in its lowest bit in "
+			 "block %d only", j);
+		expect(what, F_QUANT_D, 0, 0, j, 0, "quantize_q8x: block", NULL);
+	}
+	expect("an f32_to_f16 wrong in its first element only", F_F16_ELEM, 0, 0, 0, 0,
+	       "f32_to_f16", NULL);
+	expect("an f32_to_f16 wrong in its last element only", F_F16_ELEM, 0, 0, -1, 0,
+	       "f32_to_f16", NULL);
+	expect("an f32_to_f16 wrong on subnormal results only", F_F16_SUBNORMAL, 0, 0, 0, 0,
+	       "f32_to_f16", NULL);
+	expect("an f32_to_f16 that stores a NaN as an infinity", F_F16_NAN_INF, 0, 0, 0, 0,
+	       "f32_to_f16", NULL);
+	expect("an f32_to_f16 whose NaNs carry another payload (allowed)", F_F16_NAN_PAYLOAD,
+	       0, 0, 0, 0, NULL, NULL);
+	{	/* selfcheck.c's SwiGLU inputs: -100, 100, 0, NaN, -1e-30 at 3..7 */
+		static const int el[] = { 0, 3, 4, 5, 6, 7, -1 };
+
+		for (j = 0; j < (int)(sizeof(el) / sizeof(el[0])); j++) {
+			snprintf(what, sizeof(what), "a silu_mul wrong in element %d only%s", el[j],
+				 el[j] == 6 ? " (NaN in, 0 out)" : el[j] < 0 ? " (the last)" : "");
+			expect(what, F_SILU, 0, 0, el[j], 0, "silu_mul", NULL);
+		}
+	}
+	for (j = 0; j < 4; j++) {
+		snprintf(what, sizeof(what), "attn_scores wrong in its %s row, %s K only",
+			 j & 1 ? "last" : "first", j & 2 ? "fp16" : "fp32");
+		expect(what, F_SCORES, 0, 0, j & 1 ? -1 : 0, !!(j & 2), "attn_scores", NULL);
+		snprintf(what, sizeof(what), "attn_values wrong in its %s element, %s V only",
+			 j & 1 ? "last" : "first", j & 2 ? "fp16" : "fp32");
+		expect(what, F_VALUES, 0, 0, j & 1 ? -1 : 0, !!(j & 2), "attn_values", NULL);
+	}
+	expect("attn_values leaving out V's row 0", F_VALUES_ROW0, 0, 0, 0, 0, "attn_values", NULL);
+	expect("a softmax_exp wrong in its last element only", F_SOFTMAX, 0, 0, -1, 0,
+	       "softmax_exp: element", NULL);
+	expect("a softmax_exp whose elements are right and sum wrong", F_SOFTMAX_SUM, 0, 0, 0, 0,
+	       "softmax_exp: sum", NULL);
+	expect("a softmax_exp wrong on its second call only (fp16 scores)", F_SOFTMAX_SECOND, 0,
+	       0, 0, 0, "softmax_exp", NULL);
+	expect("an rmsnorm wrong in its first element only", F_RMSNORM, 0, 0, 0, 0, "rmsnorm",
+	       NULL);
+	expect("an rmsnorm wrong in its last element only", F_RMSNORM, 0, 0, -1, 0, "rmsnorm",
+	       NULL);
+}
+
+int main(void)
+{
+	expect("the portable set wrapped without a fault", F_NONE, 0, 0, 0, 0, NULL, NULL);
+	matrix_faults();
+	vector_faults();
+	return tc_done();
+}
