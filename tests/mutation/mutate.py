@@ -7,7 +7,8 @@ relational operators moved by one (< <=, > >=) or flipped (== !=, < >),
 arithmetic and logic operators swapped (+ -, * /, << >>, & |, && ||),
 negations dropped, integer constants moved by +-1, whole `if` conditions
 replaced by 0 and single operands of an `if`'s top-level || dropped
-(dropped checks), and adjacent call arguments swapped. Only code inside
+(dropped checks), and adjacent call arguments swapped (not calloc's, which
+commute). Only code inside
 function bodies is mutated, never comments, strings, preprocessor lines or
 the arguments of message functions (printf, snprintf, ERR, ...).
 
@@ -89,6 +90,8 @@ MESSAGE_CALLS = {"printf", "fprintf", "snprintf", "vsnprintf", "sprintf", "fputs
                  "puts", "perror", "set_err", "ERR", "TERR", "fail", "CHECK",
                  "pr_err", "pr_warn", "pr_info", "pr_debug", "kvd_log", "log_msg",
                  "sc_msg"}
+# calls whose adjacent arguments commute: swapping them is always equivalent
+COMMUTING_CALLS = {"calloc"}
 NOT_CALLS = {"if", "while", "for", "switch", "return", "sizeof", "defined",
              "__typeof__", "typeof", "_Alignof", "alignof", "case"}
 
@@ -283,6 +286,7 @@ def candidates(path, src):
                 res.append((st, en, "", "dropped check"))
         elif t.kind == "id" and nxt is not None and nxt.text == "(" and \
                 t.text not in NOT_CALLS and t.text not in MESSAGE_CALLS and \
+                t.text not in COMMUTING_CALLS and \
                 (prev is None or prev.kind != "id" or prev.text == "return"):
             j = match_paren(toks, i + 1)
             if j < 0:
