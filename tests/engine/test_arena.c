@@ -700,6 +700,212 @@ static void test_reserve_rollback(const struct kve_model *m)
 	kve_arena_kv_destroy(kv);
 }
 
+/* a fresh socket pair per crafted message: what is left unread of one
+ * message must not shift the next */
+static int pair(int sv[2])
+{
+	return socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+}
+
+static void close_pair(int sv[2])
+{
+	close(sv[0]);
+	close(sv[1]);
+}
+
+/*
+ * The hand-over's argument checks and wire checks, each on its own: the
+ * caller's device handle; kve_arena_kv_map's arguments and each
+ * geometry field made inconsistent with the others consistent; an fd that
+ * is not a file or cannot be mapped; pool and session messages with one
+ * header field wrong (the header is 4 u32: magic, type, payload length,
+ * reserved; a session's payload starts with n_tokens, n_blocks).
+ */
+static void test_map_and_wire(const struct kve_model *m)
+{
+	struct kve_arena_kv *kv = mk_kv(m, 4, 64, KVE_KV_F32), *view = NULL, *k2 = NULL;
+	struct kve_arena_kv_params ap = { .n_blocks = 4, .block_tokens = 4, .dtype = KVE_KV_F32,
+					  .name = "test-arena-dev" };
+	struct kve_arena_geom g, bad;
+	struct kve_session s;
+	struct kva_dev *dev = NULL;
+	uint32_t ids[2] = { 0, 1 };
+	char err[256] = "", raw[16 + sizeof(struct kve_arena_geom)];
+	int sv[2], fd, rc, ok, pipefd[2];
+	unsigned int nfd;
+
+	if (!kv)
+		return;
+	/* the caller's device: used whatever the backend field says, and not
+	 * closed with the arena */
+	rc = kva_open(backend, &dev);
+	if (!rc) {
+		ap.dev = dev;
+		ap.backend = backend == KVA_BACKEND_MEMFD ? KVA_BACKEND_KERNEL : KVA_BACKEND_MEMFD;
+		ok = kve_arena_kv_create(m, &ap, &k2, err, sizeof(err)) == 0 &&
+		     kve_arena_kv_backend(k2) == backend;
+		kve_arena_kv_destroy(k2);
+		k2 = NULL;
+		ok = ok && kve_arena_kv_create(m, &ap, &k2, err, sizeof(err)) == 0;
+		kve_arena_kv_destroy(k2);
+		kva_close(dev);
+		CHECK(ok, "arena: a caller's device handle is used (its backend, not the params') "
+		      "and stays open after the arena is destroyed (%s)", err);
+	} else {
+		CHECK(0, "kva_open for the device-handle check: %d", rc);
+	}
+
+	kve_arena_kv_geom(kv, &g);
+	fd = kva_arena_data_fd(kve_arena_kv_arena(kv), KVA_EXPORT_CLOEXEC);
+	err[0] = 0;
+	ok = kve_arena_kv_map(NULL, fd, &g, &view, err, sizeof(err)) == -EINVAL &&
+	     strstr(err, "required") && !view;
+	err[0] = 0;
+	ok &= kve_arena_kv_map(m, fd, NULL, &view, err, sizeof(err)) == -EINVAL &&
+	      strstr(err, "required") && !view;
+	err[0] = 0;
+	ok &= kve_arena_kv_map(m, fd, &g, NULL, err, sizeof(err)) == -EINVAL && strstr(err, "required");
+	CHECK(ok, "map: no model, geometry or result -> EINVAL (%s)", err);
+	{
+		static const char *what[3] = { "block_tokens 0", "block_tokens 4097", "dtype 7" };
+		int i;
+
+		for (i = 0; i < 3; i++) {
+			bad = g;
+			if (i < 2)
+				bad.block_tokens = i ? 4097 : 0;
+			else
+				bad.dtype = 7;
+			err[0] = 0;
+			rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+			CHECK(rc == -EINVAL && strstr(err, "invalid") && !view,
+			      "map: received %s refused (%s)", what[i], err);
+		}
+	}
+	/* each geometry field wrong, the rest consistent with it: only that
+	 * field's check can refuse (a 64-token f32 block is bigger than 4 KiB) */
+	{
+		static const char *what[7] = {
+			"block smaller than its KV", "block not a multiple of 4 KiB",
+			"block larger than 2 MiB", "blocks per page off by one",
+			"arena of 0 bytes", "arena not whole 2 MiB pages", "arena over 2^46 bytes"
+		};
+		int i;
+
+		for (i = 0; i < 7; i++) {
+			bad = g;
+			switch (i) {
+			case 0: bad.block_size = (g.kv_block_bytes - 1) & ~4095u; break;
+			case 1: bad.block_size = g.block_size + 1; break;
+			case 2: bad.block_size = 2 * KVA_PAGE_SIZE; bad.blocks_total = 0; break;
+			case 3: bad.blocks_per_page = g.blocks_per_page + 1; break;
+			case 4: bad.arena_bytes = 0; bad.blocks_total = 0; break;
+			case 5: bad.arena_bytes = g.arena_bytes + 4096; break;
+			case 6: bad.arena_bytes = ((uint64_t)1 << 46) + KVA_PAGE_SIZE; break;
+			}
+			if (i < 2)
+				bad.blocks_per_page = KVA_PAGE_SIZE / bad.block_size;
+			err[0] = 0;
+			rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+			CHECK(g.kv_block_bytes > 4096 && rc == -EINVAL && strstr(err, "inconsistent") &&
+			      !view, "map: %s refused (%s)", what[i], err);
+		}
+	}
+	err[0] = 0;
+	rc = kve_arena_kv_map(m, -1, &g, &view, err, sizeof(err));
+	CHECK(rc == -EBADF && strstr(err, "data fd") && !view, "map: fd -1 -> EBADF (%s)", err);
+	if (pipe(pipefd) == 0) {	/* fstat gives size 0, as for a dma-buf; mmap fails */
+		err[0] = 0;
+		rc = kve_arena_kv_map(m, pipefd[0], &g, &view, err, sizeof(err));
+		CHECK(rc < 0 && strstr(err, "kva_map_fd") && !view,
+		      "map: a pipe passes the size check and fails to map (%d %s)", rc, err);
+		close(pipefd[0]);
+		close(pipefd[1]);
+	}
+
+	rc = kve_arena_kv_map(m, fd, &g, &view, err, sizeof(err));
+	CHECK(rc == 0 && kve_arena_kv_backend(view) == KVA_BACKEND_AUTO &&
+	      kve_arena_kv_backend(kv) == backend && kve_arena_send_pool(-1, NULL) == -EINVAL &&
+	      kve_arena_send_pool(-1, view) == -EINVAL &&
+	      kve_arena_recv_pool(-1, m, NULL, err, sizeof(err)) == -EINVAL,
+	      "a view has no device (backend AUTO) and cannot send the pool; no pool or no "
+	      "result -> EINVAL");
+
+	/* pool messages: one header field wrong, or no fd */
+	{
+		static const char *what[4] = { "magic", "type", "length", "no fd" };
+		int i;
+
+		for (i = 0; i < 4 && !rc; i++) {
+			uint32_t *h = (uint32_t *)raw;
+			int rfd = -1;
+
+			if (pair(sv))
+				break;
+			nfd = 1;
+			ok = !kve_arena_send_pool(sv[0], kv) &&
+			     !kva_recv_fds(sv[1], raw, sizeof(raw), &rfd, &nfd) && nfd == 1;
+			if (i < 3) {
+				h[i]++;
+				ok = ok && !kva_send_fds(sv[0], raw, sizeof(raw), &rfd, 1);
+			} else {
+				ok = ok && write_all(sv[0], raw, sizeof(raw)) == 0;
+			}
+			if (rfd >= 0)
+				close(rfd);
+			err[0] = 0;
+			rc = kve_arena_recv_pool(sv[1], m, &k2, err, sizeof(err));
+			CHECK(ok && rc == (i < 3 ? -EPROTO : -EBADMSG) && !k2 &&
+			      strstr(err, "receiving the pool"),
+			      "recv: a pool message with a wrong %s refused (%d %s)", what[i], rc, err);
+			rc = 0;
+			close_pair(sv);
+		}
+	}
+	/* session messages */
+	s = (struct kve_session){ ids, 2, 5 };
+	ok = kve_arena_send_session(-1, NULL) == -EINVAL &&
+	     kve_arena_send_session(-1, &(struct kve_session){ NULL, 1, 1 }) == -EINVAL &&
+	     kve_arena_send_session(-1, &(struct kve_session){ ids, (1u << 22) + 1, 1 }) == -EINVAL;
+	CHECK(ok, "send: no session, blocks without a table, more than 2^22 blocks -> EINVAL");
+	{
+		static const char *what[4] = { "magic", "type", "block count over 2^22",
+					       "length" };
+		int i;
+
+		for (i = 0; i < 4 && view; i++) {
+			uint32_t msg[8];
+			struct kve_session got;
+
+			if (pair(sv))
+				break;
+			ok = !kve_arena_send_session(sv[0], &s) && !read_all(sv[1], msg, sizeof(msg));
+			if (i < 2) {
+				msg[i]++;
+			} else if (i == 2) {	/* consistent length, too many blocks */
+				msg[5] = (1u << 22) + 1;
+				msg[2] = 8 + msg[5] * 4;
+			} else {
+				msg[2] += 4;
+			}
+			ok = ok && !write_all(sv[0], msg, sizeof(msg));
+			rc = kve_arena_recv_session(sv[1], view, &got);
+			CHECK(ok && rc == -EPROTO && !got.block_table && !got.n_blocks,
+			      "recv: a session message with a wrong %s refused (%d)", what[i], rc);
+			close_pair(sv);
+		}
+	}
+	if (!pair(sv)) {
+		close(sv[1]);
+		rc = kve_arena_send_session(sv[0], &s);
+		CHECK(rc == -EPIPE, "send: to a closed peer -> EPIPE, no signal (%d)", rc);
+		close(sv[0]);
+	}
+	kve_arena_kv_destroy(view);
+	close(fd);
+	kve_arena_kv_destroy(kv);
+}
+
 /* The adapter's argument checks: each refusal with its errno (and the
  * creation's with a message), the edges on the other side accepted. */
 static void test_api_errors(const struct kve_model *m)
@@ -805,6 +1011,7 @@ int main(int argc, char **argv)
 			test_recv_errors(m);
 			test_reserve_rollback(m);
 			test_api_errors(m);
+			test_map_and_wire(m);
 		}
 		kve_model_free(m);
 	}
