@@ -18,6 +18,8 @@
  * usage: test_oom MODEL...
  */
 #include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -136,6 +138,10 @@ struct ctx {
 	struct kve_tokenizer *t;
 	struct kvc_vocab *v;
 	const struct kvc_spec *spec;
+	struct kvc_grammar *g;		/* use_matcher: any JSON object */
+	uint32_t *mask;
+	int32_t byte_tok[128];		/* the one-byte tokens of ASCII, or -1 */
+	struct kve_arena_kv *kv;	/* map_and_recv: the arena to map */
 };
 
 static int build_model(void *p, char *err, size_t errlen)
@@ -244,6 +250,98 @@ static int build_arena(void *p, char *err, size_t errlen)
 	return rc;
 }
 
+/* constrained decoding's vocabulary: token bytes and their trie */
+static int build_vocab(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kvc_vocab *v = kvc_vocab_create(c->t, kve_model_info(c->m)->vocab, err, errlen);
+
+	if (!v)
+		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+	kvc_vocab_free(v);
+	return 0;
+}
+
+/* a matcher of any JSON object: created, nested to the depth limit (the
+ * mask's slow path there walks with a walker it allocates on first use),
+ * then cloned and masked again */
+static int use_matcher(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kvc_matcher *m = kvc_matcher_create(c->g, 0), *k = NULL;
+	int rc = m ? 0 : -ENOMEM, d;
+	const char *q;
+
+	for (q = "{\"a\":"; !rc && *q; q++)
+		rc = kvc_advance(m, c->byte_tok[(int)*q]);
+	for (d = 0; !rc && d < KVC_MAX_DEPTH + 2; d++) {	/* '[' until refused */
+		rc = kvc_mask(m, c->mask);
+		rc = rc < 0 ? rc : kvc_advance(m, c->byte_tok['[']);
+	}
+	if (rc == -EPERM && d < KVC_MAX_DEPTH + 2)
+		rc = 0;
+	if (!rc) {
+		k = kvc_matcher_clone(m);
+		rc = k ? kvc_mask(k, c->mask) : -ENOMEM;
+	}
+	kvc_matcher_free(k);
+	kvc_matcher_free(m);
+	if (rc < 0)
+		snprintf(err, errlen, "matcher: %s", strerror(-rc));
+	return rc < 0 ? rc : 0;
+}
+
+/* the receiving side of a hand-over: the arena mapped from its fd, a
+ * session's block table received */
+static int map_and_recv(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kve_arena_geom g;
+	struct kve_arena_kv *view = NULL;
+	uint32_t ids[2] = { 0, 1 };
+	struct kve_session s = { ids, 2, 7 }, got = { 0 };
+	long k = fail_at;
+	int fd, sv[2] = { -1, -1 }, rc;
+
+	fail_at = -1;	/* the fd and the socket pair are not under test */
+	kve_arena_kv_geom(c->kv, &g);
+	fd = kva_arena_data_fd(kve_arena_kv_arena(c->kv), KVA_EXPORT_CLOEXEC);
+	rc = fd < 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) ? -EIO : 0;
+	fail_at = k;
+	if (!rc)
+		rc = kve_arena_kv_map(c->m, fd, &g, &view, err, errlen);
+	if (!rc && !(rc = kve_arena_send_session(sv[0], &s))) {
+		rc = kve_arena_recv_session(sv[1], view, &got);
+		if (rc)
+			snprintf(err, errlen, "recv: %s", strerror(-rc));
+		else if (got.n_blocks != 2 || got.block_table[1] != 1 || got.n_tokens != 7)
+			rc = -EIO;
+		free(got.block_table);
+	}
+	kve_arena_kv_destroy(view);
+	if (fd >= 0)
+		close(fd);
+	if (sv[0] >= 0) {
+		close(sv[0]);
+		close(sv[1]);
+	}
+	return rc;
+}
+
+/* text that is not UTF-8: a BPE pre-tokenizer works on a copy with the
+ * bad bytes escaped */
+static int tokenize_invalid(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	static const char text[] = "caf\xe9 \xff\xfe na\xefve \xc3\xa9t\xc3";
+	int32_t ids[64];
+	int n = kve_tokenize(c->t, text, sizeof(text) - 1, 0, ids, 64);
+
+	if (n < 0)
+		snprintf(err, errlen, "tokenize: %s", strerror(-n));
+	return n < 0 ? n : 0;
+}
+
 /* Constrained decoding's compilers: a JSON Schema (properties, enum,
  * bounds, a nested object; nothing free-form, so its automaton has no
  * calls and empty call tables), any JSON object (the free-form
@@ -335,6 +433,50 @@ static long detok_allocs(struct kve_tokenizer *t)
 	return n > 0 ? used : -1;
 }
 
+/* use_matcher's setup (not under test): the grammar, a mask, the ids
+ * of the one-byte tokens */
+static void matcher_failures(struct ctx *c, const char *path)
+{
+	static const struct kvc_spec any = { .kind = KVC_JSON_OBJECT };
+	char err[256], b[8];
+	int32_t id;
+	const char *q;
+	int have = 1;
+	uint32_t nv = kve_model_info(c->m)->vocab;
+	long n;
+
+	c->v = kvc_vocab_create(c->t, nv, err, sizeof(err));
+	if (!c->v || kvc_compile(c->v, &any, &c->g, err, sizeof(err))) {
+		CHECK(0, "%s: matcher setup: %s", path, err);
+		kvc_vocab_free(c->v);
+		c->v = NULL;
+		return;
+	}
+	memset(c->byte_tok, 0xff, sizeof(c->byte_tok));
+	for (id = 0; id < (int32_t)nv; id++) {
+		int k = kve_token_bytes(c->t, id, b, sizeof(b));
+
+		if (k == 1 && b[0] > 0 && c->byte_tok[(int)b[0]] < 0)
+			c->byte_tok[(int)b[0]] = id;
+	}
+	for (q = "{\"a\":["; *q; q++)
+		have &= c->byte_tok[(int)*q] >= 0;
+	c->mask = calloc(kvc_mask_words(c->v), 4);
+	if (c->mask && have) {
+		n = each_failure("matcher", use_matcher, c);
+		CHECK(n > 0, "%s: a JSON matcher nested to the depth limit and cloned: each of "
+		      "%ld allocations failing -> -ENOMEM, nothing leaked", path, n);
+	} else {
+		CHECK(0, "%s: matcher setup: a mask and one-byte tokens for {\"a\":[", path);
+	}
+	free(c->mask);
+	c->mask = NULL;
+	kvc_grammar_release(c->g);
+	c->g = NULL;
+	kvc_vocab_free(c->v);
+	c->v = NULL;
+}
+
 int main(int argc, char **argv)
 {
 	int i, k;
@@ -385,6 +527,14 @@ int main(int argc, char **argv)
 			n = each_failure("tokenize", tokenize_long, &c);
 			CHECK(n >= 0, "%s: tokenize and stream a 100-letter word: each of %ld "
 			      "allocations failing -> -ENOMEM", argv[i], n);
+			n = each_failure("tokenize invalid UTF-8", tokenize_invalid, &c);
+			CHECK(n >= 0, "%s: tokenize text that is not UTF-8: each of %ld "
+			      "allocations failing -> -ENOMEM", argv[i], n);
+			n = each_failure("constrained vocabulary", build_vocab, &c);
+			CHECK(n > 0, "%s: constrained-decoding vocabulary: each of %ld allocations "
+			      "failing -> out of memory, nothing leaked", argv[i], n);
+			if (i == 1)
+				matcher_failures(&c, argv[i]);
 			/* the first model only: about 1000 compiles, 10 s of CPU */
 			for (k = 0; i == 1 && k < 3; k++) {
 				static const char *const what[3] = { "JSON Schema", "JSON object",
@@ -429,6 +579,21 @@ int main(int argc, char **argv)
 		n = each_failure("arena", build_arena, &c);
 		CHECK(n > 0, "%s: KV arena and a session: each of %ld allocations failing -> "
 		      "an error, nothing held", argv[i], n);
+		if (i == 1) {
+			struct kve_arena_kv_params ap = { .backend = KVA_BACKEND_MEMFD,
+							  .n_blocks = 4, .block_tokens = 4,
+							  .dtype = KVE_KV_F32, .name = "oom-map" };
+
+			if (kve_arena_kv_create(c.m, &ap, &c.kv, err, sizeof(err))) {
+				CHECK(0, "%s: arena to map: %s", argv[i], err);
+			} else {
+				n = each_failure("map and receive", map_and_recv, &c);
+				CHECK(n > 0, "%s: an arena mapped from its fd and a session received: "
+				      "each of %ld allocations failing -> out of memory, nothing "
+				      "held", argv[i], n);
+				kve_arena_kv_destroy(c.kv);
+			}
+		}
 		kve_model_free(c.m);
 		free(buf);
 	}
