@@ -532,6 +532,26 @@ static void test_model(const char *path)
 	}
 	edit_and_expect(b, len, "token_embd.weight", "token_embd.weighx",
 			"tensor 'token_embd.weight' is missing");
+	/* optional counts of another type than u32 */
+	edit_n(b, len, "head_count_kv\x04\0\0\0", "head_count_kv\x06\0\0\0", 17,
+	       "metadata llama.attention.head_count_kv has the wrong type or range");
+	edit_n(b, len, "dimension_count\x04\0\0\0", "dimension_count\x06\0\0\0", 19,
+	       "metadata llama.rope.dimension_count has the wrong type or range");
+	/* a norm tensor (type F32 = 0 after its one dim of 64) stored as F16,
+	 * or 32 long; the embedding's vocabulary (its second dim, 512) 0 (the
+	 * reader refuses it first) or 256 (the output head no longer matches) */
+	edit_n(b, len, "output_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\0\0\0\0",
+	       "output_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\x01\0\0\0", 34,
+	       "norm tensor 'output_norm.weight' must be F32 [64] (is F16 [64])");
+	edit_n(b, len, "output_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\0\0\0\0",
+	       "output_norm.weight\x01\0\0\0\x20\0\0\0\0\0\0\0\0\0\0\0", 34,
+	       "norm tensor 'output_norm.weight' must be F32 [64] (is F32 [32])");
+	edit_n(b, len, "token_embd.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\0\x02\0\0\0\0\0\0",
+	       "token_embd.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 37,
+	       "'token_embd.weight': dimensions are zero");
+	edit_n(b, len, "token_embd.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\0\x02\0\0\0\0\0\0",
+	       "token_embd.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\0\x01\0\0\0\0\0\0", 37,
+	       "has shape [64, 512], expected [64, 256]");
 	/* head_count_kv 2 -> 4: attn_k no longer matches the metadata */
 	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x04", 18,
 	       "'blk.0.attn_k.weight' has shape");
