@@ -4,7 +4,7 @@
 # root); also usable alone: make -f daemon/engine/engine.mk engine
 # Defines only ENGINE_* variables and the phony targets
 #   engine check-engine check-engine-avx512 bench-engine deps-engine
-#   deps-engine-avx512
+#   deps-engine-avx512 coverage-engine
 # Everything it writes goes under build/.
 
 ENGINE_CC       ?= cc
@@ -15,7 +15,7 @@ ENGINE_BIN      := build/bin
 ENGINE_CFLAGS   := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
                    -I$(ENGINE_SRC) -Ilib -Iinclude/uapi
 ENGINE_SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-                   -fno-omit-frame-pointer
+                   -fno-omit-frame-pointer $(ENGINE_COVFLAGS)
 # libpcre2-8: the BPE pre-tokenizers' regular expressions (tokenizer.c);
 # libjansson: JSON Schema parsing for constrained decoding (json_schema.c)
 ENGINE_LIBS     := -lpcre2-8 -ljansson -lm -lpthread
@@ -61,7 +61,7 @@ ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 
 .PHONY: engine check-engine check-engine-avx512 bench-engine deps-engine \
-	deps-engine-avx512
+	deps-engine-avx512 coverage-engine
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
 	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_KVCBENCH) $(ENGINE_DEMO)
@@ -125,6 +125,12 @@ $(ENGINE_KVCBENCH): tools/bench/engine/kvc-bench.c $(ENGINE_LIB)
 
 check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh
+
+# the engine suite's branch coverage, to find what no test exercises:
+# every condition it never makes true or never makes false
+# (build/engine-cov/untaken.txt; minutes; not part of make check)
+coverage-engine: $(ENGINE_MKMODEL)
+	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/coverage.sh
 
 $(ENGINE_EMU_TK): tests/engine/test_kernels.c tests/engine/tcheck.h $(ENGINE_LIB) \
 		| deps-engine-avx512

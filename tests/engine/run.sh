@@ -4,8 +4,9 @@
 # kva-mkmodel, runs the engine's unit tests (built with ASan+UBSan), the
 # numpy reference comparison and the GGUF fuzzer, and prints a closing
 # "N passed, N failed" line. Full output: build/engine/check.log.
+# ENGINE_OUT: another build of the same binaries (make coverage-engine's)
 set -u
-B=build/engine
+B=${ENGINE_OUT:-build/engine}
 M=$B/models
 T=$B/tests
 MK=build/bin/kva-mkmodel
