@@ -302,6 +302,64 @@ static void test_model(const char *path)
 			CHECK(ok, "engine: block_tokens 0 and 4097, an unknown KV type, 0 and 3 "
 			      "threads refused with a message");
 		}
+		{	/* the other arguments, each alone; the limits themselves
+			 * accepted (max_batch 1024, max_chunk 4096) */
+			struct kve_kv_pool kp = r1.kp, nop = r1.kp;
+			struct kve_engine_params ep = { 1, 8, 0, 256 }, bad;
+			struct kve_engine *e2 = NULL;
+			char e3[256];
+			int ok = 1, k;
+
+			nop.block_ptr = NULL;
+			e3[0] = 0;
+			ok &= !kve_engine_create(NULL, &kp, &ep, e3, sizeof(e3)) && strstr(e3, "required");
+			e3[0] = 0;
+			ok &= !kve_engine_create(r1.m, NULL, &ep, e3, sizeof(e3)) && strstr(e3, "required");
+			e3[0] = 0;
+			ok &= !kve_engine_create(r1.m, &kp, NULL, e3, sizeof(e3)) && strstr(e3, "required");
+			e3[0] = 0;
+			ok &= !kve_engine_create(r1.m, &nop, &ep, e3, sizeof(e3)) && strstr(e3, "required");
+			for (k = 0; k < 4; k++) {
+				bad = ep;
+				if (k == 0)
+					bad.max_batch = 0;
+				else if (k == 1)
+					bad.max_batch = 1025;
+				else if (k == 2)
+					bad.max_chunk = 4097;
+				else
+					bad.max_ctx = (1u << 24) + 1;
+				e3[0] = 0;
+				ok &= !kve_engine_create(r1.m, &kp, &bad, e3, sizeof(e3)) &&
+				      strstr(e3, "out of range");
+			}
+			bad = ep;
+			bad.max_batch = 1024;
+			bad.max_chunk = 4096;
+			e2 = kve_engine_create(r1.m, &kp, &bad, e3, sizeof(e3));
+			ok &= e2 != NULL;
+			kve_engine_free(e2);
+			CHECK(ok, "engine: no model, pool, params or pool address function; max_batch "
+			      "0 and 1025, max_chunk 4097, max_ctx 2^24 + 1 refused with a message; "
+			      "max_batch 1024 with max_chunk 4096 accepted (%s)", e3);
+		}
+		{	/* sessions the engine cannot write: no block table, a
+			 * length that would wrap, past the engine's max_ctx (256)
+			 * with blocks enough */
+			static uint32_t many[65];
+			struct kve_session nt = { NULL, 1, 0 }, wrap = { many, 65, UINT32_MAX },
+					   full = { many, 65, 254 };
+			int32_t three[3] = { 1, 2, 3 };
+
+			CHECK(kve_prefill(r1.e, &nt, three, 1, a) == -EINVAL &&
+			      kve_prefill(r1.e, &wrap, three, 1, a) == -ENOSPC &&
+			      kve_prefill(r1.e, &full, three, 3, a) == -ENOSPC &&
+			      wrap.n_tokens == UINT32_MAX && full.n_tokens == 254,
+			      "prefill: no block table -> EINVAL; n_tokens + new wrapping, or past "
+			      "max_ctx 256 with blocks enough -> ENOSPC, the session untouched");
+			CHECK(kve_prefill(r1.e, &full, three, 2, a) == 0 && full.n_tokens == 256,
+			      "prefill up to max_ctx (256) exactly is fine");
+		}
 		rig_free(&r1);
 		rig_free(&r2);
 		rig_free(&r3);
