@@ -918,6 +918,76 @@ out:
 	free(b[1]);
 }
 
+/*
+ * The calls' argument checks and their edges: no tokenizer or no text,
+ * ids outside the vocabulary, results longer than the room given (the
+ * count is still the full one, nothing written past the room), a
+ * streaming decode with too little room and a held-back byte flushed.
+ */
+static void api_edges(struct kve_tokenizer *t, const char *name)
+{
+	uint32_t nv = 0, id;
+	int32_t ids[64], long_id = -1, e2_id = -1;
+	char out[64];
+	struct kve_detok d;
+	int n, full, ok = 1;
+
+	while (kve_token_bytes(t, (int32_t)nv, NULL, 0) >= 0 && nv < (1u << 24))
+		nv++;
+	ok &= kve_tokenize(NULL, "a", 1, 0, ids, 64) == -EINVAL &&
+	      kve_tokenize(t, NULL, 1, 0, ids, 64) == -EINVAL &&
+	      kve_tokenize(t, NULL, 0, 0, ids, 64) == 0 &&
+	      kve_token_bytes(NULL, 0, out, sizeof(out)) == -EINVAL &&
+	      kve_token_bytes(t, -1, out, sizeof(out)) == -EINVAL &&
+	      kve_token_bytes(t, (int32_t)nv, out, sizeof(out)) == -EINVAL && nv > 256;
+	CHECK(ok, "%s: tokenize without a tokenizer, or without text but a length -> EINVAL; no "
+	      "text of length 0 -> 0 ids; token bytes of no tokenizer, id -1, id %u (the "
+	      "vocabulary's size) -> EINVAL", name, nv);
+
+	/* room for 3 ids of a text that needs more: the full count, 3 written */
+	memset(ids, 0x7f, sizeof(ids));
+	full = kve_tokenize(t, "hello world, hello arena", 24, 0, NULL, 0);
+	n = kve_tokenize(t, "hello world, hello arena", 24, 0, ids, 3);
+	CHECK(full > 3 && n == full && ids[2] != 0x7f7f7f7f && ids[3] == 0x7f7f7f7f,
+	      "%s: tokenize with room for 3 of %d ids: returns %d, writes 3", name, full, n);
+
+	for (id = 0; id < nv && (long_id < 0 || e2_id < 0); id++) {
+		n = kve_token_bytes(t, (int32_t)id, out, sizeof(out));
+		if (n >= 4 && n < 16 && long_id < 0)
+			long_id = (int32_t)id;
+		if (n == 1 && (unsigned char)out[0] == 0xe2 && e2_id < 0)
+			e2_id = (int32_t)id;
+	}
+	if (long_id >= 0) {
+		char want[64];
+
+		n = kve_token_bytes(t, long_id, want, sizeof(want));
+		memset(out, '#', sizeof(out));
+		CHECK(kve_token_bytes(t, long_id, out, 2) == n && !memcmp(out, want, 2) &&
+		      out[2] == '#', "%s: token %d's %d bytes with room for 2: the count, 2 written",
+		      name, long_id, n);
+		kve_detok_init(&d, t);
+		CHECK(kve_detok_push(&d, long_id, out, 1) == -ENOSPC &&
+		      kve_detok_push(&d, -1, out, sizeof(out)) == -EINVAL &&
+		      kve_detok_push(&d, (int32_t)nv, out, sizeof(out)) == -EINVAL,
+		      "%s: streaming decode: token %d with room for 1 byte -> ENOSPC, ids -1 and "
+		      "%u -> EINVAL", name, long_id, nv);
+	} else {
+		CHECK(0, "%s: no token of 4 to 15 bytes", name);
+	}
+	if (e2_id >= 0) {
+		kve_detok_init(&d, t);
+		n = kve_detok_push(&d, e2_id, out, sizeof(out));
+		CHECK(n == 0 && kve_detok_flush(&d, out, 0) == -ENOSPC &&
+		      kve_detok_flush(&d, out, 1) == 1 && (unsigned char)out[0] == 0xe2 &&
+		      kve_detok_flush(&d, out, 1) == 0,
+		      "%s: the byte 0xe2 (a character's start) is held back, a flush with no room "
+		      "-> ENOSPC, with room for it gives it, then nothing", name);
+	} else {
+		CHECK(0, "%s: no token for the byte 0xe2", name);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -946,11 +1016,13 @@ int main(int argc, char **argv)
 	if (!ts || !tb)
 		return tc_done();
 	round_trips(ts, "spm");
+	api_edges(ts, "spm");
 	lower_hex(argv[1]);
 	array_types(argv[1]);
 	scores_count(argv[1]);
 	spm_ids_swapped(argv[1], ts);
 	round_trips(tb, "bpe gpt2");
+	api_edges(tb, "bpe gpt2");
 	unk_zero = single_bytes(mb, tb, "bpe gpt2");
 	pre_metadata(argv[2]);
 	bad_merge(argv[2]);
