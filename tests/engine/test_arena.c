@@ -700,6 +700,58 @@ static void test_reserve_rollback(const struct kve_model *m)
 	kve_arena_kv_destroy(kv);
 }
 
+/*
+ * A decode batch of 65 sessions, one more than kve_arena_decode keeps on
+ * its stack: each row equals the same session decoded alone (sessions i
+ * and i + 5 share a prompt, so their rows are equal too); a batch with a
+ * missing session refused, nothing reserved for any.
+ */
+static void test_big_batch(const struct kve_model *m)
+{
+	enum { N = 65 };
+	struct kve_arena_kv *kv = mk_kv(m, 2 * N + 8, 4, KVE_KV_F32);
+	struct kve_engine_params ep = { 1, N, 0, 64 };
+	struct kve_arena_session *as = calloc(N + 1, sizeof(*as)), *ptr[N + 1];
+	uint32_t v = kve_model_info(m)->vocab, i;
+	float *lb = malloc(sizeof(float) * v * N), *l1 = malloc(sizeof(float) * v);
+	int32_t prompt[2], next[N];
+	struct kve_engine *e = NULL;
+	char err[256];
+	int ok;
+
+	if (!kv || !as || !lb || !l1)
+		goto out;
+	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
+	ok = e != NULL;
+	for (i = 0; ok && i <= N; i++) {
+		prompt[0] = (int32_t)(1 + i % 5);
+		prompt[1] = (int32_t)(7 + i % 5);
+		next[i % N] = 3;
+		ptr[i] = &as[i];
+		ok = !kve_arena_session_open(kv, i + 1, 8, &as[i]) &&
+		     !kve_arena_prefill(e, kv, &as[i], prompt, 2, l1);
+	}
+	ok = ok && !kve_arena_decode(e, kv, ptr, next, N, lb);
+	/* the spare session (prompt of i % 5 == 0) alone */
+	ok = ok && !kve_arena_decode(e, kv, &ptr[N], next, 1, l1);
+	for (i = 0; ok && i < N; i++)
+		ok = !memcmp(lb + (size_t)v * i, lb + (size_t)v * (i % 5), sizeof(float) * v);
+	ok = ok && !memcmp(lb, l1, sizeof(float) * v);
+	CHECK(ok, "decode: a batch of %d arena sessions (past the 64 kept on the stack) equals "
+	      "each decoded alone", N);
+	ptr[N - 1] = NULL;
+	CHECK(e && kve_arena_decode(e, kv, ptr, next, N, lb) == -EINVAL,
+	      "decode: a batch of %d with one session missing -> EINVAL", N);
+out:
+	for (i = 0; as && i <= N; i++)
+		kve_arena_session_close(kv, &as[i]);
+	kve_engine_free(e);
+	free(as);
+	free(lb);
+	free(l1);
+	kve_arena_kv_destroy(kv);
+}
+
 /* a fresh socket pair per crafted message: what is left unread of one
  * message must not shift the next */
 static int pair(int sv[2])
@@ -1012,6 +1064,7 @@ int main(int argc, char **argv)
 			test_reserve_rollback(m);
 			test_api_errors(m);
 			test_map_and_wire(m);
+			test_big_batch(m);
 		}
 		kve_model_free(m);
 	}
