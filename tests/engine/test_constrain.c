@@ -12,6 +12,7 @@
  *
  * usage: test_constrain MODEL...
  */
+#define _POSIX_C_SOURCE 200809L	/* pthread_barrier_t */
 #include "cgen.h"
 
 #include <errno.h>
@@ -1011,6 +1012,117 @@ static void sample_masked(void)
 	free(scr);
 }
 
+/*
+ * The calls' argument checks: a vocabulary from no tokenizer or of size 0
+ * or past 2^24; a compile with no room for a message (nothing written);
+ * a matcher of no grammar, or lazy on a grammar without a start tag;
+ * tokens outside the vocabulary refused, the matcher unchanged.
+ */
+static void api_edges(void)
+{
+	static const struct kvc_spec any = { .kind = KVC_JSON_OBJECT };
+	static const struct kvc_spec bad = { .kind = KVC_JSON_SCHEMA, .json = "[", .json_len = 1 };
+	struct kvc_grammar *g = NULL, *g2 = NULL;
+	struct kvc_matcher *m;
+	char err[256], keep[4] = "xyz";
+	int ok;
+
+	err[0] = 0;
+	ok = !kvc_vocab_create(NULL, NV, err, sizeof(err)) && strstr(err, "bad vocabulary size");
+	err[0] = 0;
+	ok &= !kvc_vocab_create(T, 0, err, sizeof(err)) && strstr(err, "bad vocabulary size");
+	err[0] = 0;
+	ok &= !kvc_vocab_create(T, (1u << 24) + 1, err, sizeof(err)) &&
+	      strstr(err, "bad vocabulary size");
+	CHECK(ok, "%s: a vocabulary of no tokenizer, of 0 tokens or of 2^24 + 1 refused (%s)",
+	      MNAME, err);
+	ok = kvc_compile(V, &any, &g, NULL, 0) == 0 && g &&
+	     kvc_compile(V, &bad, &g2, keep, 0) == -EINVAL && !g2 && !strcmp(keep, "xyz");
+	CHECK(ok, "%s: compile with no room for a message: a good spec compiles, a bad one is "
+	      "refused, nothing written", MNAME);
+	ok = !kvc_matcher_create(NULL, 0) && (!g || !kvc_matcher_create(g, KVC_LAZY));
+	m = g ? kvc_matcher_create(g, 0) : NULL;
+	ok &= m && kvc_advance(m, -1) == -EINVAL && kvc_advance(m, (int32_t)NV) == -EINVAL &&
+	      kvc_advance(m, byte_tok['{']) == 0 && kvc_advance(m, byte_tok['}']) == 0 &&
+	      kvc_accepting(m);
+	CHECK(ok, "%s: no matcher of no grammar, nor a lazy one without a start tag; tokens -1 "
+	      "and %u refused, the matcher unchanged ({} then accepted)", MNAME, NV);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+}
+
+/* Two threads compiling the same new spec at once get one grammar: the
+ * later finds the other's in the cache ("compiled meanwhile") and drops
+ * its own. Compiled 4 times with fresh specs (the race is likely, not
+ * certain; either way the grammars must be one). */
+struct race {
+	const char *json;
+	struct kvc_grammar *g;
+	pthread_barrier_t *bar;
+};
+
+static void *race_body(void *arg)
+{
+	struct race *r = arg;
+	char err[256];
+
+	pthread_barrier_wait(r->bar);
+	r->g = compile(KVC_TOOL_CALLS, r->json, err, sizeof(err));
+	return NULL;
+}
+
+static void compile_race(void)
+{
+	pthread_barrier_t bar;
+	char js[4][sizeof(TOOLS) + 64];
+	int i, ok = 1;
+
+	pthread_barrier_init(&bar, NULL, 2);
+	for (i = 0; i < 4; i++) {
+		struct race r[2];
+		pthread_t th;
+
+		/* a tool set of its own: not in the cache yet */
+		snprintf(js[i], sizeof(js[i]), "[{\"type\":\"function\",\"function\":{\"name\":"
+			 "\"race%d\"}},%s", i, TOOLS + 1);
+		r[0] = (struct race){ js[i], NULL, &bar };
+		r[1] = r[0];
+		pthread_create(&th, NULL, race_body, &r[1]);
+		race_body(&r[0]);
+		pthread_join(th, NULL);
+		ok &= r[0].g && r[0].g == r[1].g;
+		kvc_grammar_release(r[0].g);
+		kvc_grammar_release(r[1].g);
+	}
+	pthread_barrier_destroy(&bar);
+	CHECK(ok, "%s: two threads compiling the same new tool set at once get one grammar "
+	      "(4 times)", MNAME);
+}
+
+/* A grammar held while the cache (32 entries) turns over keeps working,
+ * and is freed by its last release (ASan: no leak, no use after free). */
+static void cache_evicted(void)
+{
+	char err[256], js[96];
+	struct kvc_grammar *held = compile(KVC_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":-77}",
+					   err, sizeof(err)), *g;
+	int i, ok = held != NULL;
+
+	for (i = 0; ok && i < 40; i++) {
+		snprintf(js, sizeof(js), "{\"type\":\"integer\",\"maximum\":%d}", 1000 + i);
+		g = compile(KVC_JSON_SCHEMA, js, err, sizeof(err));
+		ok = g != NULL;
+		kvc_grammar_release(g);
+	}
+	ok = ok && accepts_bytes(held, "-77", 0) && !accepts_bytes(held, "-78", 0);
+	g = compile(KVC_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":-77}", err, sizeof(err));
+	ok = ok && g && g != held;	/* evicted: compiled anew */
+	kvc_grammar_release(g);
+	kvc_grammar_release(held);
+	CHECK(ok, "%s: a grammar held while 40 others pass through the cache still works, and a "
+	      "new compile of its spec is another grammar", MNAME);
+}
+
 /* Threads compiling through one cache, sharing grammars, each with its
  * own matchers (run under ASan: use-after-free or double free fail). */
 static void *thread_body(void *arg)
@@ -1220,6 +1332,9 @@ int main(int argc, char **argv)
 		stack_decided();
 		depth_limit();
 		threads();
+		api_edges();
+		compile_race();
+		cache_evicted();
 		generation(&c);
 		cgen_close(&c);
 	}
