@@ -30,7 +30,8 @@ static void str(struct w *w, const char *s) { u64(w, strlen(s)); p8(w, s, strlen
 /* A small valid file: two keys, one F32 tensor [8,2] at offset 0. Field
  * offsets are recorded so tests can corrupt them. */
 struct layout {
-	size_t version, n_tensors, n_kv, key_len, val_type, ndims, dim0, ttype, toff;
+	size_t version, n_tensors, n_kv, key_len, val_type, arr_type, arr_n, ndims, dim0, ttype,
+	       toff;
 };
 
 static void build(struct w *w, struct layout *L, uint32_t ttype, uint64_t ne0)
@@ -42,7 +43,9 @@ static void build(struct w *w, struct layout *L, uint32_t ttype, uint64_t ne0)
 	L->n_kv = w->n; u64(w, 2);
 	L->key_len = w->n; str(w, "general.architecture");
 	L->val_type = w->n; u32(w, GGUF_STR); str(w, "llama");
-	str(w, "x.list"); u32(w, GGUF_ARR); u32(w, GGUF_U32); u64(w, 3);
+	str(w, "x.list"); u32(w, GGUF_ARR);
+	L->arr_type = w->n; u32(w, GGUF_U32);
+	L->arr_n = w->n; u64(w, 3);
 	u32(w, 1); u32(w, 2); u32(w, 3);
 	str(w, "t0");
 	L->ndims = w->n; u32(w, 2);
@@ -141,6 +144,43 @@ static void test_container(void)
 	expect(&w, w.n, "exceeds the data section", "offset near 2^64 (overflow)");
 	build(&w, &L, GGML_Q8_0, 48);
 	expect(&w, w.n, "not a multiple of the Q8_0 block", "Q8_0 row of 48");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.arr_n, 1ull << 62);
+	expect(&w, w.n, "key 'x.list': array of 4611686018427387904 4-byte elements exceeds",
+	       "an array longer than the file");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.arr_type, GGUF_ARR);
+	expect(&w, w.n, "key 'x.list': nested arrays are not supported", "an array of arrays");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.arr_type, 77);
+	expect(&w, w.n, "key 'x.list': unknown array element type 77", "an unknown element type");
+	{	/* a key's name in a message: at most 64 bytes, then "...";
+		 * unprintable bytes and quotes escaped */
+		struct w k = { .n = 0 };
+		char name[80], want[128];
+
+		memset(name, 'k', 70);
+		name[0] = 1;
+		name[1] = '\'';
+		name[70] = 0;
+		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 1);
+		str(&k, name); u32(&k, 77);
+		snprintf(want, sizeof(want), "key '\\x01\\x27%.62s...': unknown value type 77",
+			 "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk");
+		expect(&k, k.n, want, "a 70-byte key with an unknown value type");
+	}
+	{	/* no tensors: the file may end right after its keys (no data
+		 * section to align) */
+		struct w k = { .n = 0 };
+		int rc;
+
+		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 1);
+		str(&k, "general.architecture"); u32(&k, GGUF_STR); str(&k, "llama");
+		rc = gguf_open_mem(&g, k.b, k.n, err, sizeof(err));
+		CHECK(rc == 0 && k.n % 32, "a file with keys and no tensors, %zu bytes (not a "
+		      "multiple of the alignment), parses (%s)", k.n, rc ? err : "");
+		if (!rc)
+			gguf_close(&g);
+		k.b[8] = 1;	/* one tensor announced: its info is missing */
+		expect(&k, k.n, "truncated", "a tensor announced, none there");
+	}
 }
 
 /* One key, general.alignment (type atype, value a), and one F32 tensor
