@@ -790,12 +790,46 @@ static void test_short_read(void)
 	CHECK(0, "a sysfs attribute whose size is more than it reads (for the short read)");
 }
 
+/* gguf_get_bool and gguf_get_str: the value, absent keys (-ENOENT) and
+ * keys of another type (-EINVAL, *out untouched) */
+static void test_get_bool_str(void)
+{
+	struct w k = { .n = 0 };
+	struct gguf g;
+	struct gguf_str sv = { "unset", 5 };
+	char err[256];
+	int b1 = -1, b0 = -1, bx = 7, ok;
+
+	p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 4);
+	str(&k, "b.yes"); u32(&k, GGUF_BOOL); k.b[k.n++] = 2;	/* any non-zero byte */
+	str(&k, "b.no"); u32(&k, GGUF_BOOL); k.b[k.n++] = 0;
+	str(&k, "s.name"); u32(&k, GGUF_STR); str(&k, "arena");
+	str(&k, "u.one"); u32(&k, GGUF_U32); u32(&k, 1);
+	if (gguf_open_mem(&g, k.b, k.n, err, sizeof(err))) {
+		CHECK(0, "bool/str file: %s", err);
+		return;
+	}
+	ok = !gguf_get_bool(&g, "b.yes", &b1) && b1 == 1 && !gguf_get_bool(&g, "b.no", &b0) &&
+	     b0 == 0 && gguf_get_bool(&g, "u.one", &bx) == -EINVAL &&
+	     gguf_get_bool(&g, "s.name", &bx) == -EINVAL && gguf_get_bool(&g, "b.maybe", &bx) == -ENOENT &&
+	     bx == 7;
+	CHECK(ok, "gguf_get_bool: 2 is true, 0 false; a u32 or a string -> EINVAL, absent -> "
+	      "ENOENT, the result untouched");
+	ok = gguf_get_str(&g, "u.one", &sv) == -EINVAL && gguf_get_str(&g, "b.no", &sv) == -EINVAL &&
+	     gguf_get_str(&g, "s.none", &sv) == -ENOENT && sv.n == 5 && !strcmp(sv.p, "unset") &&
+	     !gguf_get_str(&g, "s.name", &sv) && sv.n == 5 && !memcmp(sv.p, "arena", 5);
+	CHECK(ok, "gguf_get_str: the string; a u32 or a bool -> EINVAL, absent -> ENOENT, the "
+	      "result untouched");
+	gguf_close(&g);
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
 	test_alignment();
 	test_short_read();
 	test_get_u32();
+	test_get_bool_str();
 	if (argc > 1) {
 		test_model(argv[1]);
 		test_load_modes(argv[1]);
