@@ -1022,6 +1022,26 @@ static void check_pick_vnni(void)
 		      strstr(log, "avx512 kernel self-check failed") &&
 		      strstr(log, "avxvnni kernel self-check failed"),
 		      "pick: avx512vnni, avx512 and avxvnni all failing -> avx2, each logged: %s", log);
+		{	/* one line each; a short log cut, never overrun; none */
+			char small[64];
+			const char *p;
+			int lines = 1, starts = !strncmp(log, "kvengine: ", 10);
+
+			for (p = log; (p = strchr(p, '\n')); p++, lines++)
+				starts &= !strncmp(p + 1, "kvengine: ", 10);
+			CHECK(lines == 3 && starts, "pick: the three failures are three lines, each "
+			      "starting \"kvengine: \"");
+			memset(small, '#', sizeof(small));
+			k = kve_kernels_pick_sets(15, NULL, 0, &s, small, 40);
+			CHECK(k == &s2 && strlen(small) == 39 && !strncmp(small, log, 39) &&
+			      small[40] == '#', "pick: a 40-byte log holds the first 39 bytes, "
+			      "nothing written past it");
+			small[0] = '#';
+			k = kve_kernels_pick_sets(15, NULL, 0, &s, small, 0);
+			CHECK(k == &s2 && small[0] == '#' &&
+			      kve_kernels_pick_sets(15, NULL, 0, &s, NULL, 0) == &s2,
+			      "pick: with no room for a log, or none, the same set, nothing written");
+		}
 	}
 }
 
