@@ -441,6 +441,52 @@ static void test_sampling(void)
 	CHECK(kve_rng_seed(0) == 0xe220a8397b1dcdafULL, "kve_rng_seed(0) = splitmix64(0)");
 	CHECK(topk_ok, "top-k 2 never leaves the two most likely tokens");
 	CHECK(topp_ok, "top-p 0.5 keeps only the 0.7 token");
+	{	/* no-op settings draw exactly what none does: top-k of the
+		 * vocabulary or more, top-p 0 or 1 */
+		struct kve_sampler base = { 1.0f, 0, 1.0f, kve_rng_seed(21) }, v[4];
+		int same4 = 1, k;
+
+		for (k = 0; k < 4; k++)
+			v[k] = base;
+		v[0].top_k = 3;
+		v[1].top_k = 10;
+		v[2].top_p = 0.0f;
+		v[3].top_p = 1.0f;
+		for (i = 0; i < 500; i++) {
+			int32_t x = kve_sample(&base, three, 3, scr);
+
+			for (k = 0; k < 4; k++)
+				same4 &= kve_sample(&v[k], three, 3, scr) == x;
+		}
+		CHECK(same4, "top-k 3 (the vocabulary) and 10, top-p 0 and 1 draw what neither does");
+	}
+	{	/* equal probabilities rank by id: top-k 2 of three equal keeps 0, 1 */
+		float flat[3] = { 2.0f, 2.0f, 2.0f };
+		struct kve_sampler k2 = { 1.0f, 2, 1.0f, kve_rng_seed(5) };
+		int seen[3] = { 0 };
+
+		for (i = 0; i < 400; i++)
+			seen[kve_sample(&k2, flat, 3, scr)]++;
+		CHECK(seen[0] > 100 && seen[1] > 100 && !seen[2],
+		      "top-k 2 over three equal logits keeps ids 0 and 1 (%d %d %d)", seen[0], seen[1],
+		      seen[2]);
+	}
+	{	/* greedy without scratch: temperature 0, NaN or negative, top-k 1;
+		 * the arguments */
+		struct kve_sampler t0 = { 0.0f, 0, 1.0f, 1 }, tn = { NAN, 0, 1.0f, 1 },
+				   tm = { -1.0f, 0, 1.0f, 1 }, k1 = { 1.0f, 1, 1.0f, 1 },
+				   t1 = { 1.0f, 0, 1.0f, 1 };
+
+		CHECK(kve_sample(&t0, lg, 6, NULL) == 1 && kve_sample(&tn, lg, 6, NULL) == 1 &&
+		      kve_sample(&tm, lg, 6, NULL) == 1 && kve_sample(&k1, lg, 6, NULL) == 1,
+		      "temperature 0, NaN or -1, or top-k 1: greedy, no scratch needed");
+		CHECK(kve_sample(NULL, lg, 6, scr) == -EINVAL && kve_sample(&t1, NULL, 6, scr) == -EINVAL &&
+		      kve_sample(&t1, lg, 0, scr) == -EINVAL &&
+		      kve_sample(&t1, lg, (uint32_t)INT32_MAX + 1, scr) == -EINVAL &&
+		      kve_sample(&t1, lg, 6, NULL) == -EINVAL,
+		      "sample: no sampler or logits, vocabulary 0 or past INT32_MAX, no scratch when "
+		      "drawing -> EINVAL");
+	}
 	free(scr);
 }
 
