@@ -13,7 +13,10 @@
 #include "threads.h"
 
 #include <stdatomic.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tcheck.h"
 
@@ -174,6 +177,32 @@ static void caller_spins(void)
 	kve_threads_free(t);
 }
 
+/* A chunk count outside [1, 65535] is a caller's bug: a team of 2 aborts
+ * rather than run it (checked in a child); 65535 runs. */
+static void nop(void *arg, int c, int tid)
+{
+	(void)arg;
+	(void)c;
+	(void)tid;
+}
+
+static int aborts(int nchunks)
+{
+	pid_t p = fork();
+	int st = 0;
+
+	if (p == 0) {
+		struct kve_threads *t = kve_threads_create(2);
+
+		if (t)
+			kve_threads_run(t, nop, NULL, nchunks);
+		_exit(t ? 0 : 3);
+	}
+	if (p < 0 || waitpid(p, &st, 0) != p)
+		return -1;
+	return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT ? 1 : WIFEXITED(st) && !WEXITSTATUS(st) ? 0 : -1;
+}
+
 int main(void)
 {
 	struct kve_threads *one = kve_threads_create(1);
@@ -194,6 +223,10 @@ int main(void)
 	team("0", 3);
 	spin_setting();
 	caller_spins();
+	CHECK(aborts(0) == 1 && aborts(KVE_THREADS_MAX_CHUNKS + 1) == 1 &&
+	      aborts(KVE_THREADS_MAX_CHUNKS) == 0,
+	      "a team of 2 aborts on 0 or %d chunks (a caller's bug), runs %d",
+	      KVE_THREADS_MAX_CHUNKS + 1, KVE_THREADS_MAX_CHUNKS);
 	kve_threads_free(NULL);
 	return tc_done();
 }
