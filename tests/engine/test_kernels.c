@@ -138,6 +138,16 @@ static void check_packed(const struct kve_kernels *k, const struct tm *t, const 
 	CHECK(same, "%s %s [%u x %u] packed in panels of %u rows: same bits as row-major "
 	      "(batch, alone, row slices, row helper)", k->name, ggml_type_name(t->m.type),
 	      rows, cols, p.m.panel);
+	{	/* packing a packed matrix is a no-op */
+		uint8_t *again = malloc(n);
+		uint32_t panel = p.m.panel;
+
+		memcpy(again, p.buf, n);
+		CHECK(kve_mat_pack(&p.m) == 0 && p.m.panel == panel && !memcmp(again, p.buf, n),
+		      "%s %s [%u x %u]: packed again, nothing changes", k->name,
+		      ggml_type_name(t->m.type), rows, cols);
+		free(again);
+	}
 out:
 	free(p.buf);
 	free(y1);
@@ -272,6 +282,11 @@ static void check_q8_m128(const struct kve_kernels *k)
 	CHECK(kept && err < 2e-5 * sqrt(cols) * 4, "%s Q8_0 weights of -128: the matrix stays "
 	      "row-major (%s) and the product is right against negative activations (max error "
 	      "%.2g)", k->name, kept ? "yes" : "no", err);
+	{	/* a type without packed kernels (Q4_0) is left alone */
+		struct kve_mat q4 = { NULL, 2, 4, 32, 18, 0 };
+
+		CHECK(kve_mat_pack(&q4) == 1 && !q4.panel, "a Q4_0 matrix is not packed");
+	}
 	free(copy);
 	free(t.buf);
 	free(t.deq);
