@@ -405,6 +405,22 @@ static void pre_metadata(const char *path)
 	kve_tokenizer_free(t);
 	kve_model_free(m);
 	b[i + kl + 12] ^= 0x20;
+	{	/* unprintable bytes of the value are shown as '?': "\x01pt\x7f" */
+		uint8_t first = b[i + kl + 12], last = b[i + kl + 12 + vlen - 1];
+
+		b[i + kl + 12] = 0x01;
+		b[i + kl + 12 + vlen - 1] = 0x7f;
+		m = kve_model_load_mem(b, len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		snprintf(want, sizeof(want), "tokenizer.ggml.pre '?%.*s?'", (int)(vlen - 2),
+			 (const char *)b + i + kl + 13);
+		CHECK(vlen >= 3 && vlen < 40 && m && !t && strstr(err, want),
+		      "an unprintable tokenizer.ggml.pre is shown with '?': \"%s\"", err);
+		kve_tokenizer_free(t);
+		kve_model_free(m);
+		b[i + kl + 12] = first;
+		b[i + kl + 12 + vlen - 1] = last;
+	}
 	b[i + kl - 1] = 'x';	/* "tokenizer.ggml.prx": no pre key */
 	m = kve_model_load_mem(b, len, err, sizeof(err));
 	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
