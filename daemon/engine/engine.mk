@@ -98,7 +98,7 @@ $(ENGINE_OUT)/tests/test_tokenizer: ENGINE_TLDFLAGS := -lseccomp
 
 # test_oom fails the engine's allocations one by one (tests/engine/test_oom.c)
 $(ENGINE_OUT)/tests/test_oom: ENGINE_TLDFLAGS := \
-	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc
+	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=strdup
 
 $(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)

@@ -327,6 +327,9 @@ static void schema_edges(void)
 		  "\"exclusiveMaximum\":false}", { "2", "5" }, { "1", "6" } },
 		{ "{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3}", { "-2", "2", "0" },
 		  { "-3", "3" } },
+		/* an exclusive bound equal to the inclusive one wins */
+		{ "{\"type\":\"integer\",\"minimum\":2,\"exclusiveMinimum\":2,\"maximum\":5,"
+		  "\"exclusiveMaximum\":5}", { "3", "4" }, { "2", "5" } },
 		{ "{\"type\":\"integer\",\"minimum\":-3,\"exclusiveMinimum\":-5,\"maximum\":3,"
 		  "\"exclusiveMaximum\":4}", { "-3", "3" }, { "-4", "4" } },
 		{ "{\"type\":\"integer\",\"minimum\":-5,\"exclusiveMinimum\":-3,\"maximum\":4,"

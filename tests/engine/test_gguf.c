@@ -225,7 +225,7 @@ static void test_get_u32(void)
 		{ GGUF_U8, 200, 1 }, { GGUF_I8, 100, 0 }, { GGUF_I8, -1, 0 },
 		{ GGUF_U16, 60000, 1 }, { GGUF_I16, 2, 0 }, { GGUF_U32, 0xffffffffLL, 1 },
 		{ GGUF_I32, 7, 1 }, { GGUF_I32, -1, 0 }, { GGUF_I32, INT32_MIN, 0 },
-		{ GGUF_U64, 0xffffffffLL, 1 }, { GGUF_U64, 0x100000000LL, 0 },
+		{ GGUF_U64, 7, 1 }, { GGUF_U64, 0xffffffffLL, 1 }, { GGUF_U64, 0x100000000LL, 0 },
 		{ GGUF_I64, 0xffffffffLL, 1 }, { GGUF_I64, 0x100000000LL, 0 },
 		{ GGUF_I64, -1, 0 }, { GGUF_F32, 0, 0 },
 	};

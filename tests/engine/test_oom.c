@@ -9,7 +9,7 @@
  * never crash, and leak nothing (ASan's leak check at exit).
  *
  * Linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,
- * --wrap=aligned_alloc (engine.mk), so the engine's and libkvarena's calls
+ * --wrap=aligned_alloc,--wrap=strdup (engine.mk), so the engine's and libkvarena's calls
  * come here; libc and libpcre2 allocate on their own. jansson allocates
  * through json_set_alloc_funcs (set here, for this process only): the
  * grammar compiles are also run with jansson's k-th allocation failing
@@ -35,6 +35,8 @@ void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t n, size_t size);
 void *__wrap_realloc(void *p, size_t n);
 void *__wrap_aligned_alloc(size_t align, size_t n);
+char *__real_strdup(const char *s);
+char *__wrap_strdup(const char *s);
 
 static long fail_at = -1, calls;
 static int jansson_only;	/* count and fail jansson's allocations, not ours */
@@ -62,6 +64,12 @@ void *__wrap_realloc(void *p, size_t n)
 void *__wrap_aligned_alloc(size_t align, size_t n)
 {
 	return failing(0) ? NULL : __real_aligned_alloc(align, n);
+}
+
+/* strdup allocates inside libc, where the wrap above cannot see it */
+char *__wrap_strdup(const char *s)
+{
+	return failing(0) ? NULL : __real_strdup(s);
 }
 
 /* jansson's allocator (json_set_alloc_funcs): libc's, failing on request */
@@ -343,7 +351,7 @@ static int tokenize_invalid(void *p, char *err, size_t errlen)
 }
 
 /* Constrained decoding's compilers: a JSON Schema (properties, enum,
- * bounds, a nested object; nothing free-form, so its automaton has no
+ * bounds, a nested object, a real const; nothing free-form, so its automaton has no
  * calls and empty call tables), any JSON object (the free-form
  * containers, reached by call) and tool calls (a free-form argument),
  * each compiled with its k-th allocation failing. One spec per
@@ -354,7 +362,8 @@ static const char oom_schema[] =
 	"{\"type\":\"object\",\"properties\":{\"u\":{\"enum\":[\"c\",\"f\"]},"
 	"\"n\":{\"type\":\"integer\",\"minimum\":-3,\"maximum\":250},"
 	"\"o\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":4}},"
-	"\"additionalProperties\":false}},\"required\":[\"u\"],\"additionalProperties\":false}";
+	"\"additionalProperties\":false},\"r\":{\"const\":2.5}},\"required\":[\"u\"],"
+	"\"additionalProperties\":false}";
 static const char oom_tools[] =
 	"[{\"type\":\"function\",\"function\":{\"name\":\"run\",\"parameters\":{\"type\":\"object\","
 	"\"properties\":{\"cmd\":{\"type\":\"string\"},\"opts\":{\"type\":\"object\"}},"
