@@ -696,6 +696,23 @@ static void test_reserve_rollback(const struct kve_model *m)
 	      "share: 3 blocks of a donor that wrote 2 refused, 2 shared");
 	if (!rc)
 		kve_arena_session_close(kv, &F);
+	{	/* a session that already holds blocks keeps exactly those when
+		 * a reservation past the free blocks fails (only the new ones
+		 * are given back) */
+		uint32_t before[2], nfree;
+
+		rc = kve_arena_session_open(kv, 4, total * 4, &F);
+		rc = rc ? rc : kve_arena_session_reserve(kv, &F, 8);
+		if (!rc)
+			memcpy(before, F.s.block_table, sizeof(before));
+		nfree = blocks_free(kv);
+		CHECK(!rc && kve_arena_session_reserve(kv, &F, (2 + nfree + 1) * 4) == -ENOSPC &&
+		      F.s.n_blocks == 2 && blocks_held(kv, &F) == 2 &&
+		      !memcmp(before, F.s.block_table, sizeof(before)) && blocks_free(kv) == nfree,
+		      "reserve past the free blocks for a session holding 2: ENOSPC, it holds the "
+		      "same 2, %u free again", nfree);
+		kve_arena_session_close(kv, &F);
+	}
 	kve_arena_session_close(kv, &E);
 	kve_arena_kv_destroy(kv);
 }

@@ -1126,6 +1126,26 @@ static void cache_evicted(void)
 	      "new compile of its spec is another grammar", MNAME);
 }
 
+/* A JSON string holds every ASCII byte from 0x20 up but '"' and '\',
+ * raw, and none below 0x20: each byte alone between quotes. */
+static void string_bytes(void)
+{
+	char err[256], text[4] = "\"x\"";
+	struct kvc_grammar *g = compile(KVC_JSON_SCHEMA, "{\"type\":\"string\"}", err, sizeof(err));
+	int b, wrong = -1;
+
+	for (b = 1; g && b < 0x80 && wrong < 0; b++) {
+		int want = b >= 0x20 && b != '"' && b != '\\';
+
+		text[1] = (char)b;
+		if (accepts_bytes(g, text, 0) != want)
+			wrong = b;
+	}
+	CHECK(g && wrong < 0, "%s: a string accepts each byte 0x20-0x7f but '\"' and '\\' raw, none "
+	      "below 0x20 (first wrong: 0x%02x) %s", MNAME, wrong < 0 ? 0 : wrong, g ? "" : err);
+	kvc_grammar_release(g);
+}
+
 /* Threads compiling through one cache, sharing grammars, each with its
  * own matchers (run under ASan: use-after-free or double free fail). */
 static void *thread_body(void *arg)
@@ -1336,6 +1356,7 @@ int main(int argc, char **argv)
 		depth_limit();
 		threads();
 		api_edges();
+		string_bytes();
 		compile_race();
 		cache_evicted();
 		generation(&c);
