@@ -207,6 +207,9 @@ def main():
                     "replaces a corpus batch")
     ap.add_argument("--drill-share", type=float, default=0.5,
                     help="the share of drill batches at step 0 (with --copy-drill)")
+    ap.add_argument("--drill-only", type=int, default=0,
+                    help="with --copy-drill: the first STEPS steps are all drill batches, the "
+                    "share falls from --drill-share after them")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--n-eval", type=int, default=96)
@@ -263,7 +266,10 @@ def main():
     # random draw: the corpus batches' order is the same as without it)
     drill_steps, acc = set(), 0.0
     for st in range(a.copy_drill):
-        acc += a.drill_share * (1 - st / a.copy_drill)
+        if st < a.drill_only:
+            drill_steps.add(st)
+            continue
+        acc += a.drill_share * (1 - (st - a.drill_only) / (a.copy_drill - a.drill_only))
         if acc >= 1.0:
             acc -= 1.0
             drill_steps.add(st)
@@ -273,9 +279,10 @@ def main():
         dqueue = batches(ddata, a.batch, random.Random("drill-%d" % a.seed))
         assert len(dqueue) >= len(drill_steps)
         dtok = sum(len(x) for x, _ in ddata)
-        log("copy drill: %d of the first %d steps (share %.2f falling to 0), %d conversations, "
-            "%d tokens (%.1f per conversation)" % (len(drill_steps), a.copy_drill, a.drill_share,
-                                                   len(ddata), dtok, dtok / len(ddata)))
+        log("copy drill: %d of the first %d steps (the first %d all, then a share %.2f falling "
+            "to 0), %d conversations, %d tokens (%.1f per conversation)"
+            % (len(drill_steps), a.copy_drill, a.drill_only, a.drill_share, len(ddata), dtok,
+               dtok / len(ddata)))
         # its check: held-out drill answers (names never trained on)
         dconvs = corpus.drill(a.seed + 2000, a.n_eval, "eval")
         ddcheck = [encode_conv(tok, c["messages"]) + (len(c["messages"][-1][1]) + 1,)
