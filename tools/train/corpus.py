@@ -8,8 +8,10 @@ and the train / held-out split of numbers and names. Nothing is downloaded:
 every conversation is drawn from a random.Random(seed), so the same seed
 gives the same bytes (tests/model checks it).
 
-  corpus.py --seed S --n N [--split train|eval] [--out FILE]
-writes N conversations as JSON lines: {"family", "messages", "expect"}.
+  corpus.py --seed S --n N [--split train|eval] [--out FILE] [--drill]
+writes N conversations as JSON lines: {"family", "messages", "expect"};
+--drill: the copy drill of train.py --copy-drill (tried for issue 15, not
+used by make model) instead of the corpus.
 
 The format, byte for byte (Documentation/model.md repeats it):
   <|im_start|>system\\n{SYSTEM}<|im_end|>\\n
