@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # The shipped agent model's checks (make check-model):
-#   1. corpus determinism: same seed, same bytes; another seed, other bytes;
-#      seed 1 still gives the corpus the shipped model was trained on
+#   1. corpus determinism: same seed, same bytes (the corpus and the copy
+#      drill); another seed, other bytes; seed 1 still gives the corpus the
+#      shipped model was trained on
 #   2. tokenizer parity and the torch cross-check of the engine's logits,
 #      F32 and Q8_0 with their own bounds (skipped, saying so, without torch)
 #   3. smoke: one held-out calc question through a real calc round trip
@@ -38,6 +39,10 @@ result() {	# status message
 result $? "corpus: seed 7 twice gives the same bytes"
 "$py" $dir/corpus.py --seed 8 --n 300 --out "$tmp/c.jsonl" && ! cmp -s "$tmp/a.jsonl" "$tmp/c.jsonl"
 result $? "corpus: seed 8 gives other bytes"
+"$py" $dir/corpus.py --seed 7 --n 300 --drill --out "$tmp/d.jsonl" &&
+	"$py" $dir/corpus.py --seed 7 --n 300 --drill --out "$tmp/e.jsonl" &&
+	cmp -s "$tmp/d.jsonl" "$tmp/e.jsonl"
+result $? "corpus: the copy drill, seed 7 twice, gives the same bytes"
 got=$("$py" $dir/corpus.py --seed 1 --n 200 | sha256sum | cut -d' ' -f1)
 [ "$got" = "$corpus_sha" ]
 result $? "corpus: seed 1 is the corpus the shipped model learnt from (sha256 $got)"

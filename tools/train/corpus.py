@@ -8,8 +8,10 @@ and the train / held-out split of numbers and names. Nothing is downloaded:
 every conversation is drawn from a random.Random(seed), so the same seed
 gives the same bytes (tests/model checks it).
 
-  corpus.py --seed S --n N [--split train|eval] [--out FILE]
-writes N conversations as JSON lines: {"family", "messages", "expect"}.
+  corpus.py --seed S --n N [--split train|eval] [--out FILE] [--drill]
+writes N conversations as JSON lines: {"family", "messages", "expect"};
+--drill: the copy drill of train.py --copy-drill (tried for issue 15, not
+used by make model) instead of the corpus.
 
 The format, byte for byte (Documentation/model.md repeats it):
   <|im_start|>system\\n{SYSTEM}<|im_end|>\\n
@@ -305,6 +307,55 @@ class Gen:
         return {"family": "talk", "messages": [("user", q), ("assistant", ans)],
                 "expect": {"tools": [], "answer": ans}}
 
+    # ---- the copy drill (train.py --copy-drill; not a corpus family) ----
+    # The reply is drawn material from the question, copied: names, paths,
+    # listings, file lines. Every reply token can be found in the question,
+    # so the only way to lower the loss is to copy: it trains the heads that
+    # the file families need (find the question's piece, emit the next one).
+    def _items(self):
+        r = self.r
+        pick = r.random()
+        if pick < 0.4:
+            return [self.name() for _ in range(r.randint(1, 8))]
+        if pick < 0.7:
+            return [self.word() for _ in range(r.randint(1, 8))]
+        return [r.choice([self.name, self.word, self.filename])() if r.random() < 0.85
+                else str(self.num(2, 5)) for _ in range(r.randint(1, 8))]
+
+    def drill(self):
+        r = self.r
+        k = r.randint(0, 4)
+        if k == 0:      # a sequence of names on one line
+            s = " ".join(self._items())
+            q = r.choice(["Repeat exactly: {s}", "Say this back: {s}", "Echo: {s}",
+                          "Copy this: {s}", "Repeat after me: {s}"]).format(s=s)
+            a = s
+        elif k == 1:    # a path, as the file families write it
+            s = self.dirpath()
+            if r.random() < 0.6:
+                s += "/" + self.filename()
+            q = r.choice(["Say the path back: {s}", "Repeat the path {s}", "Which path? {s}",
+                          "Echo the path: {s}"]).format(s=s)
+            a = r.choice(["{s}", "The path is {s}.", "{{\"path\": \"{s}\"}}"]).format(s=s)
+        elif k == 2:    # a listing, one entry a line
+            s = "\n".join(self.entries() if r.random() < 0.6 else self._items())
+            q = r.choice(["Repeat this list:\n{s}", "Echo these lines:\n{s}",
+                          "Copy the list:\n{s}"]).format(s=s)
+            a = r.choice(["{s}", "The list:\n{s}"]).format(s=s)
+        elif k == 3:    # file-like lines
+            s = "\n".join(self.content() for _ in range(r.randint(1, 3)))
+            q = r.choice(["Repeat exactly:\n{s}", "Say this back:\n{s}",
+                          "Copy this text:\n{s}"]).format(s=s)
+            a = r.choice(["{s}", "Here it is:\n{s}"]).format(s=s)
+        else:           # a path and a file's lines, answered as read_file's answers are
+            p = self.dirpath() + "/" + self.filename()
+            s = self.content()
+            q = r.choice(["{p} says:\n{s}\nRepeat it.", "The file {p} holds:\n{s}\nCopy it."]
+                         ).format(p=p, s=s)
+            a = r.choice(["The file {p} contains:\n{s}", "Here is {p}:\n{s}"]).format(p=p, s=s)
+        return {"family": "drill", "messages": [("user", q), ("assistant", a)],
+                "expect": {"tools": [], "answer": a}}
+
     FAMILIES = [("calc", 32), ("calc2", 8), ("read_file", 15), ("list_dir", 14),
                 ("find_read", 7), ("c_run", 13), ("talk", 11)]
 
@@ -319,6 +370,13 @@ def generate(seed, n, split="train"):
     return [g.one() for _ in range(n)]
 
 
+def drill(seed, n, split="train"):
+    """n copy-drill conversations, drawn from their own stream (the corpus
+    of the same seed is unchanged) and with the split's names only."""
+    g = Gen("drill-%d" % seed, split)
+    return [g.drill() for _ in range(n)]
+
+
 def dumps(conv):
     return json.dumps(conv, sort_keys=True)
 
@@ -330,9 +388,11 @@ def main():
     ap.add_argument("--split", choices=["train", "eval"], default="train")
     ap.add_argument("--out", default="-")
     ap.add_argument("--render", action="store_true", help="print rendered ChatML text")
+    ap.add_argument("--drill", action="store_true",
+                    help="the copy drill of train.py --copy-drill instead of the corpus")
     a = ap.parse_args()
     f = sys.stdout if a.out == "-" else open(a.out, "w")
-    for c in generate(a.seed, a.n, a.split):
+    for c in (drill if a.drill else generate)(a.seed, a.n, a.split):
         f.write((render(c["messages"]) if a.render else dumps(c)) + "\n")
     if f is not sys.stdout:
         f.close()

@@ -14,7 +14,7 @@ the log (losses, tokens/s, load average, held-out checks) goes to stdout.
 make model runs it three times (tools/train/model.mk). Options tried for
 name copying and not used by make model (Documentation/model.md, "Copying
 drawn names"): --syllables, --topdirs, --copy-weight, --copy-what,
---families.
+--families, --copy-drill, --drill-share.
 """
 import argparse
 import math
@@ -201,6 +201,15 @@ def main():
                     help="with --syllables: each top directory (/home, /var/lib) one token")
     ap.add_argument("--families", help="train (and check) on these corpus families only (proxy runs), "
                     "e.g. read_file,list_dir,find_read")
+    ap.add_argument("--copy-drill", type=int, default=0,
+                    help="the first STEPS steps mix in batches of the copy drill (corpus.drill): "
+                    "a share --drill-share at step 0, falling linearly to 0 at STEPS; each "
+                    "replaces a corpus batch")
+    ap.add_argument("--drill-share", type=float, default=0.5,
+                    help="the share of drill batches at step 0 (with --copy-drill)")
+    ap.add_argument("--drill-only", type=int, default=0,
+                    help="with --copy-drill: the first STEPS steps are all drill batches, the "
+                    "share falls from --drill-share after them")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--n-eval", type=int, default=96)
@@ -253,6 +262,31 @@ def main():
     cconvs = [c for c in corpus.generate(a.seed + 2000, 6 * a.n_eval, "eval")
               if c["family"] in ("read_file", "list_dir", "find_read")][:a.n_eval]
     cdata = [encode_conv(tok, c["messages"]) + (len(c["messages"][-1][1]) + 1,) for c in cconvs]
+    # the copy drill: which steps take a drill batch (spread evenly, no
+    # random draw: the corpus batches' order is the same as without it)
+    drill_steps, acc = set(), 0.0
+    for st in range(a.copy_drill):
+        if st < a.drill_only:
+            drill_steps.add(st)
+            continue
+        acc += a.drill_share * (1 - (st - a.drill_only) / (a.copy_drill - a.drill_only))
+        if acc >= 1.0:
+            acc -= 1.0
+            drill_steps.add(st)
+    if drill_steps:
+        ddata = [encode_conv(tok, c["messages"])
+                 for c in corpus.drill(a.seed, (len(drill_steps) + 20) * a.batch, "train")]
+        dqueue = batches(ddata, a.batch, random.Random("drill-%d" % a.seed))
+        assert len(dqueue) >= len(drill_steps)
+        dtok = sum(len(x) for x, _ in ddata)
+        log("copy drill: %d of the first %d steps (the first %d all, then a share %.2f falling "
+            "to 0), %d conversations, %d tokens (%.1f per conversation)"
+            % (len(drill_steps), a.copy_drill, a.drill_only, a.drill_share, len(ddata), dtok,
+               dtok / len(ddata)))
+        # its check: held-out drill answers (names never trained on)
+        dconvs = corpus.drill(a.seed + 2000, a.n_eval, "eval")
+        ddcheck = [encode_conv(tok, c["messages"]) + (len(c["messages"][-1][1]) + 1,)
+                   for c in dconvs]
     weight = None
     if a.copy_weight != 1.0:
         weight = torch.ones(len(tok.tokens))
@@ -296,7 +330,11 @@ def main():
             lr = a.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, tm = collate(data, b)
+        if step in drill_steps:
+            queue.append(b)     # the corpus batch waits for the next step
+            ids, tm = collate(ddata, dqueue.pop())
+        else:
+            ids, tm = collate(data, b)
         loss = loss_fn(model, short if step < a.short_steps else prefix, ids, tm, weight=weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -321,6 +359,10 @@ def main():
                     log("held-out copy (%d file conversations' final answers, %s, teacher "
                         "forced): exact %.1f%%, %.4f nats per character"
                         % (len(cdata), name, 100 * fx, fn))
+                    if drill_steps:
+                        fx, fn = final_turns(model, p, ddcheck)
+                        log("held-out drill (%d drill answers, %s, teacher forced): exact "
+                            "%.1f%%, %.4f nats per character" % (len(ddcheck), name, 100 * fx, fn))
             if a.save_every_eval:
                 save(model, cfg, tok, a, ema, el, t0, os.path.join(a.out, "ckpt-step.pt"))
     dt, dc = time.time() - t1, time.process_time() - c1
