@@ -205,6 +205,29 @@ static void test_rank_remaining_wait(void)
 	kvc_arena_destroy(&a);
 }
 
+/*
+ * IDLE sessions rank by how long they have been IDLE, whatever their id:
+ * Q (the higher id) IDLE since 0, P back to IDLE at 60 ms after a decode;
+ * at 100 ms Q (100 ms) goes before P (40 ms) under TOOLWAIT.
+ */
+static void test_rank_idle_time(void)
+{
+	struct kvc_arena a;
+	u64 p, q, got[16];
+
+	kvc_new_arena(&a, 64, BS, 16);
+	p = kvc_new_session(&a, 0, 0);
+	q = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, p, 1, 0, NULL);
+	kvc_alloc_ok(&a, q, 1, 0, NULL);
+	kvc_state_ok(&a, p, KVA_STATE_DECODE, 50 * MS);
+	kvc_state_ok(&a, p, KVA_STATE_IDLE, 60 * MS);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 100 * MS, got, 16), 2);
+	CU_ASSERT_EQUAL(got[0], q);
+	CU_ASSERT_EQUAL(got[1], p);
+	kvc_arena_destroy(&a);
+}
+
 static void test_rank_lru(void)
 {
 	struct kvc_arena a;
@@ -279,6 +302,7 @@ int kvc_test_register_policy(void)
 		{ "rank ties and saturation", test_rank_ties_and_saturation },
 		{ "rank: a full array replaces its worst", test_rank_replace_worst },
 		{ "rank by the wait left", test_rank_remaining_wait },
+		{ "IDLE ranks by time IDLE", test_rank_idle_time },
 		CU_TEST_INFO_NULL,
 	};
 
