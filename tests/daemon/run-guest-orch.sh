@@ -30,8 +30,9 @@ tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$bin" \
 	--log "build/tests/guest-orch-$kver.log" \
 	--cmd "modprobe kvarena max_pinned_mb=256 || exit 90" \
 	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_SMALL=480 KVD_TEST_LEASE_MS=120000 KVD_TEST_ONLY=greedy_and_turns,pressure test_orch_guest models/orch.gguf || exit 91" \
+	--cmd "w=0; while [ \$w -lt 5 ] && [ \"\$(cat $sysfs/pinned_bytes)\" != 0 ]; do sleep 1; w=\$((w + 1)); done" \
 	--cmd "p=\$(cat $sysfs/pinned_bytes) a=\$(cat $sysfs/arenas) s=\$(cat $sysfs/sessions)" \
-	--cmd "echo \"after: pinned_bytes \$p arenas \$a sessions \$s\"" \
+	--cmd "echo \"after: pinned_bytes \$p arenas \$a sessions \$s (\${w}s for lingering pages)\"" \
 	--cmd "[ \"\$p\" = 0 ] && [ \"\$a\" = 0 ] && [ \"\$s\" = 0 ] || exit 92" \
 	--cmd "rmmod kvarena || exit 93" || rc=$?
 echo "== kvarenad orchestrator over kvarena.ko on $kver: exit $rc, $(($(date +%s) - start)) s =="
