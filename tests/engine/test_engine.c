@@ -339,9 +339,14 @@ static void test_model(const char *path)
 			e2 = kve_engine_create(r1.m, &kp, &bad, e3, sizeof(e3));
 			ok &= e2 != NULL;
 			kve_engine_free(e2);
+			bad = ep;
+			bad.max_ctx = 1u << 24;	/* 64 MB of attention scores */
+			e2 = kve_engine_create(r1.m, &kp, &bad, e3, sizeof(e3));
+			ok &= e2 != NULL;
+			kve_engine_free(e2);
 			CHECK(ok, "engine: no model, pool, params or pool address function; max_batch "
 			      "0 and 1025, max_chunk 4097, max_ctx 2^24 + 1 refused with a message; "
-			      "max_batch 1024 with max_chunk 4096 accepted (%s)", e3);
+			      "max_batch 1024 with max_chunk 4096, and max_ctx 2^24, accepted (%s)", e3);
 		}
 		{	/* sessions the engine cannot write: no block table, a
 			 * length that would wrap, past the engine's max_ctx (256)
@@ -359,6 +364,23 @@ static void test_model(const char *path)
 			      "max_ctx 256 with blocks enough -> ENOSPC, the session untouched");
 			CHECK(kve_prefill(r1.e, &full, three, 2, a) == 0 && full.n_tokens == 256,
 			      "prefill up to max_ctx (256) exactly is fine");
+			{	/* decode checks each session as prefill does */
+				uint32_t unk2[2] = { 0, 999 };
+				struct kve_session dn = { NULL, 1, 0 }, dfull = { many, 2, 8 },
+						   dbad = { unk2, 2, 5 }, *b1[1];
+				int32_t t1 = 1;
+				int okd;
+
+				b1[0] = &dn;
+				okd = kve_decode(r1.e, b1, &t1, 1, a) == -EINVAL;
+				b1[0] = &dfull;
+				okd &= kve_decode(r1.e, b1, &t1, 1, a) == -ENOSPC && dfull.n_tokens == 8;
+				b1[0] = &dbad;
+				okd &= kve_decode(r1.e, b1, &t1, 1, a) == -EFAULT && dbad.n_tokens == 5;
+				CHECK(okd, "decode: a session without a block table -> EINVAL, one whose "
+				      "table is full -> ENOSPC, one whose next block is unknown -> "
+				      "EFAULT, each untouched");
+			}
 		}
 		rig_free(&r1);
 		rig_free(&r2);

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include <fcntl.h>
+
 #include "tcheck.h"
 
 struct w {
@@ -165,6 +167,22 @@ static void test_container(void)
 		snprintf(want, sizeof(want), "key '\\x01\\x27%.62s...': unknown value type 77",
 			 "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk");
 		expect(&k, k.n, want, "a 70-byte key with an unknown value type");
+	}
+	{	/* a string array announcing one string more than 8 bytes each
+		 * could fit: refused before reading any */
+		struct w k = { .n = 0 };
+		char want[96];
+		uint64_t left;
+
+		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 1);
+		str(&k, "s.list"); u32(&k, GGUF_ARR); u32(&k, GGUF_STR);
+		left = 8 * 7;		/* the bytes after the count: 7 empty strings */
+		u64(&k, left / 8 + 1);
+		memset(k.b + k.n, 0, left);
+		k.n += left;
+		snprintf(want, sizeof(want), "key 's.list': array of %llu strings cannot fit in the "
+			 "%llu bytes left", (unsigned long long)(left / 8 + 1), (unsigned long long)left);
+		expect(&k, k.n, want, "8 strings announced, room for 7");
 	}
 	{	/* no tensors: the file may end right after its keys (no data
 		 * section to align) */
@@ -763,6 +781,26 @@ out:
 /* A file that ends before its size says (as one that shrinks while it is
  * read): a sysfs attribute's size is 4096, its text a few bytes. The
  * copying load stops with EIO instead of reading at its end forever. */
+/* With stdin closed the model file opens as fd 0: a descriptor like any
+ * other (and closed again after) */
+static void test_fd0(const char *path)
+{
+	char err[256] = "";
+	struct kve_model *m;
+	int saved = dup(0), closed;
+
+	close(0);
+	m = kve_model_load(path, err, sizeof(err));
+	closed = fcntl(0, F_GETFD) < 0 && errno == EBADF;
+	if (saved >= 0) {
+		dup2(saved, 0);
+		close(saved);
+	}
+	CHECK(m && closed, "a model opened as fd 0 (stdin closed) loads, fd 0 closed after %s",
+	      m ? "" : err);
+	kve_model_free(m);
+}
+
 static void test_short_read(void)
 {
 	static const char *const files[] = { "/sys/devices/system/cpu/online",
@@ -833,6 +871,7 @@ int main(int argc, char **argv)
 	if (argc > 1) {
 		test_model(argv[1]);
 		test_load_modes(argv[1]);
+		test_fd0(argv[1]);
 	}
 	if (argc > 2)
 		test_qwen2(argv[2]);
