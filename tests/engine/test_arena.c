@@ -899,6 +899,12 @@ static void test_map_and_wire(const struct kve_model *m)
 	      kve_arena_recv_pool(-1, m, NULL, err, sizeof(err)) == -EINVAL,
 	      "a view has no device (backend AUTO) and cannot send the pool; no pool or no "
 	      "result -> EINVAL");
+	if (!rc) {	/* a read error is returned, not taken for data */
+		struct kve_session got = { 0 };
+
+		CHECK(kve_arena_recv_session(-1, view, &got) == -EBADF && !got.block_table,
+		      "recv: a session from fd -1 -> EBADF");
+	}
 
 	/* pool messages: one header field wrong, or no fd */
 	{
