@@ -73,7 +73,8 @@ enum kve_kv_dtype {
  * all layers. Layout, outermost first:
  *   [layer][K|V][kv_head][token][head_dim]   elements of dtype
  * so the byte size is
- *   n_layers * 2 * n_kv_heads * block_tokens * head_dim * sizeof(dtype).
+ *   n_layers * 2 * n_kv_heads * block_tokens * head_dim * sizeof(dtype),
+ * or 0 without a model or for a dtype other than KVE_KV_F32 and KVE_KV_F16.
  */
 size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 			  enum kve_kv_dtype dtype);

@@ -360,8 +360,11 @@ const struct kve_model_info *kve_model_info(const struct kve_model *m)
 size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 			  enum kve_kv_dtype dtype)
 {
-	const struct kve_model_info *in = &m->info;
+	const struct kve_model_info *in;
 
+	if (!m || (dtype != KVE_KV_F32 && dtype != KVE_KV_F16))
+		return 0;	/* no block of an unknown type: callers refuse 0 */
+	in = &m->info;
 	return (size_t)in->n_layers * 2 * in->n_kv_heads * block_tokens *
 	       in->head_dim * (dtype == KVE_KV_F16 ? 2 : 4);
 }

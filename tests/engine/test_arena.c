@@ -116,6 +116,13 @@ static void test_geometry(const char *path, const struct kve_model *m)
 	uint32_t want, id;
 	int ok = 1;
 
+	CHECK(per_tok && kve_kv_block_bytes(m, 16, KVE_KV_F32) == 16 * per_tok &&
+	      kve_kv_block_bytes(m, 16, KVE_KV_F16) * 2 == 16 * per_tok &&
+	      !kve_kv_block_bytes(m, 0, KVE_KV_F32) &&
+	      !kve_kv_block_bytes(m, 16, (enum kve_kv_dtype)7) &&
+	      !kve_kv_block_bytes(NULL, 16, KVE_KV_F32),
+	      "%s: a KV block's bytes: 16 tokens of f32 twice f16; 0 for 0 tokens, an unknown "
+	      "dtype or no model", path);
 	kv = mk_kv(m, 10, 0, KVE_KV_F16);
 	if (!kv)
 		return;
