@@ -153,13 +153,16 @@ struct kve_kernels {
 extern const struct kve_kernels kve_kernels_c;
 extern const struct kve_kernels kve_kernels_avx2;
 extern const struct kve_kernels kve_kernels_avx512;
+/* The set this process uses, picked once (kve_kernels_pick_sets); NULL,
+ * and nothing kept, when memory for a self-check was short. */
 const struct kve_kernels *kve_kernels_select(void);
 
 /*
  * Compares every kernel of cand with ref (the portable C set) on small
  * random inputs: results within a summation-order bound, and cand's own
  * batch invariance bit for bit. 0 if all pass, else -1 and why names the
- * kernel, shape and values. selfcheck.c.
+ * kernel, shape and values; -ENOMEM if it could not run for want of
+ * memory (no verdict). selfcheck.c.
  */
 int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len);
@@ -188,7 +191,9 @@ void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int
  * set; unknown names are ignored. The sets never run where the engine
  * was developed (avx512vnni, avx512, avxvnni; any SIMD set when
  * force_check) must pass the self-check against c, or the next lower
- * candidate is taken, with a line in log per failure.
+ * candidate is taken, with a line in log per failure. NULL when a
+ * self-check could not run for want of memory: no verdict, so no set is
+ * given up for it (log says so); the caller fails and may try again.
  */
 #define KVE_CPU_AVX2		1u	/* AVX2, FMA, F16C */
 #define KVE_CPU_AVX512		2u	/* AVX-512 F, BW, VL */

@@ -533,6 +533,8 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->m = m;
 	e->pool = *pool;
 	e->k = kve_kernels_select();
+	if (!e->k)
+		goto oom;
 	e->es = pool->dtype == KVE_KV_F16 ? 2 : 4;
 	e->max_chunk = p->max_chunk ? p->max_chunk : 128;
 	e->max_batch = p->max_batch;

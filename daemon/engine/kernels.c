@@ -14,11 +14,14 @@
  */
 #include "engine_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* picked once, under pick_lock: engines may be created from many threads */
+static pthread_mutex_t pick_lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct kve_kernels *chosen;
 static char note[768];
 
@@ -120,7 +123,7 @@ const struct kve_kernels *kve_kernels_pick_sets(unsigned cpu, const char *want,
 	};
 	char why[384];
 	size_t used = 0;
-	int i = 0, j;
+	int i = 0, j, rc;
 
 	if (log && loglen)
 		log[0] = 0;
@@ -131,8 +134,17 @@ const struct kve_kernels *kve_kernels_pick_sets(unsigned cpu, const char *want,
 	while (i < NSETS - 1 && (!cand[i].k || (cpu & cand[i].need) != cand[i].need))
 		i++;
 	while (i < NSETS - 1 && (cand[i].untested || force_check)) {
-		if (!kve_kernels_selfcheck(cand[i].k, s->c, why, sizeof(why)))
+		rc = kve_kernels_selfcheck(cand[i].k, s->c, why, sizeof(why));
+		if (!rc)
 			break;
+		if (rc == -ENOMEM) {
+			/* no verdict: a short allocation must not cost a set for good */
+			if (log && loglen > used + 1)
+				snprintf(log + used, loglen - used,
+					 "%skvengine: %s kernel self-check could not run (%s)",
+					 used ? "\n" : "", cand[i].k->name, why);
+			return NULL;
+		}
 		j = i + 1;
 		while (j < NSETS - 1 && (!cand[j].k || (cpu & cand[j].need) != cand[j].need))
 			j++;
@@ -171,20 +183,25 @@ const struct kve_kernels *kve_kernels_select(void)
 		&kve_kernels_avx2, &kve_kernels_c,
 	};
 
-	if (chosen)
-		return chosen;
-	force = getenv("KVE_SELFCHECK");
-	k = kve_kernels_pick_sets(kve_cpu_features(), getenv("KVE_ISA"),
-				  force && !strcmp(force, "1"), &s, note, sizeof(note));
-	if (note[0])
-		fprintf(stderr, "%s\n", note);
-	chosen = k;
+	pthread_mutex_lock(&pick_lock);
+	if (!chosen) {
+		force = getenv("KVE_SELFCHECK");
+		k = kve_kernels_pick_sets(kve_cpu_features(), getenv("KVE_ISA"),
+					  force && !strcmp(force, "1"), &s, note, sizeof(note));
+		if (note[0])
+			fprintf(stderr, "%s\n", note);
+		chosen = k;
+	}
+	k = chosen;
+	pthread_mutex_unlock(&pick_lock);
 	return k;
 }
 
 const char *kve_isa_name(void)
 {
-	return kve_kernels_select()->name;
+	const struct kve_kernels *k = kve_kernels_select();
+
+	return k ? k->name : "none (out of memory)";
 }
 
 const char *kve_isa_note(void)

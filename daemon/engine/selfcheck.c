@@ -12,6 +12,7 @@
  */
 #include "engine_internal.h"
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -94,6 +95,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 
 	if (!data || !x || !xd || !wrow || !yc || !yr || !y1 || !xq) {
 		sc_msg(why, len, "self-check: out of memory");
+		rc = -ENOMEM;
 		goto out;
 	}
 	for (r = 0; r < rows; r++) {
@@ -173,6 +175,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	c = pk ? kve_mat_pack(&wp) : -1;
 	if (c < 0) {
 		sc_msg(why, len, "self-check: out of memory");
+		rc = -ENOMEM;
 		goto out;
 	}
 	if (c == 0) {
@@ -438,6 +441,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;
+	int rc;
 
 	sc_msg(why, len, "%s", "");
 	if (!cand->mm_f32 || !cand->mm_f16 || !cand->mm_q8 || !cand->dot_f32 ||
@@ -451,9 +455,10 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			if (types[ti] == GGML_Q8_0 && shapes[si][1] % QK8_0)
 				continue;
-			if (sc_matrix(cand, ref, types[ti], shapes[si][0], shapes[si][1], &seed,
-				      why, len))
-				return -1;
+			rc = sc_matrix(cand, ref, types[ti], shapes[si][0], shapes[si][1], &seed,
+				       why, len);
+			if (rc)
+				return rc;
 		}
 	}
 	if (sc_attention(cand, ref, &seed, why, len))

@@ -212,6 +212,23 @@ static int run_selfcheck(void *p, char *err, size_t errlen)
 	return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
 }
 
+/* picking a set the self-check guards: a short allocation in the check
+ * is no verdict, so the pick fails (to be retried), not falls back */
+static int run_pick(void *p, char *err, size_t errlen)
+{
+	struct kve_kernels stand = kve_kernels_c;
+	struct kve_kernel_sets s = { NULL, &stand, NULL, NULL, &kve_kernels_c };
+	const struct kve_kernels *k;
+
+	(void)p;
+	stand.name = "avx512";	/* the C set standing in for an unproven one */
+	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &s, err, errlen);
+	if (!k)
+		return strstr(err, "avx512 kernel self-check could not run (self-check: out "
+			      "of memory)") ? -ENOMEM : -EINVAL;
+	return k == &stand ? 0 : -EINVAL;
+}
+
 static int build_engine(void *p, char *err, size_t errlen)
 {
 	struct ctx *c = p;
@@ -496,6 +513,9 @@ int main(int argc, char **argv)
 
 		CHECK(n > 0, "kernel self-check: each of its %ld allocations failing -> out of "
 		      "memory, nothing leaked", n);
+		n = each_failure("kernel pick", run_pick, NULL);
+		CHECK(n > 0, "kernel pick: each of the self-check's %ld allocations failing -> "
+		      "no set (out of memory), none given up for it", n);
 	}
 	for (i = 1; i < argc; i++) {
 		struct ctx c = { 0 };
