@@ -23,8 +23,14 @@ KVE_INLINE __m512i q8_dot16(__m512i a, __m512i b)
 #define Q8_MM_LINKAGE	static
 #include "kernels_q8_avx512.h"
 
-/* F16 decode prefetch distance (PF_AHEAD_Q8: kernels_q8_avx512.h) */
+/* decode prefetch distances over a packed panel, in bytes (0: none;
+ * PF_AHEAD_Q8: kernels_q8_avx512.h) */
+#ifndef PF_AHEAD_F16
 #define PF_AHEAD_F16	1024
+#endif
+#ifndef PF_AHEAD_F32
+#define PF_AHEAD_F32	0
+#endif
 
 /* 16 values: the chunk at p and the next one, step bytes on
  * (kve_mat_cstep; the two are adjacent when row-major) */
@@ -49,6 +55,7 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	const size_t step = kve_mat_cstep(w);
 	int cols = (int)w->cols, k, i, j;
 	int kv = cols & ~15;
+	const int pf = f16 ? PF_AHEAD_F16 : PF_AHEAD_F32;
 
 #pragma GCC unroll 8
 	for (i = 0; i < R; i++) {
@@ -65,8 +72,8 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 
 		/* decode over a packed F16 panel, as in kernels_avx2.c's
 		 * tile_f (F32 streams best without) */
-		if (C == 1 && R == 4 && f16 && w->panel)
-			prefetch_ahead(rows[0] + (size_t)(k / 8) * step + PF_AHEAD_F16, 2 * step);
+		if (C == 1 && R == 4 && w->panel && pf > 0)
+			prefetch_ahead(rows[0] + (size_t)(k / 8) * step + pf, 2 * step);
 #pragma GCC unroll 6
 		for (j = 0; j < C; j++)
 			xv[j] = _mm512_loadu_ps(xs[j] + k);
@@ -77,6 +84,16 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 			for (j = 0; j < C; j++)
 				acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
 		}
+	}
+	if (R % 4 == 0 && kv == cols) {	/* four rows' sums at once */
+#pragma GCC unroll 2
+		for (i = 0; i < R; i += 4)
+#pragma GCC unroll 6
+			for (j = 0; j < C; j++)
+				_mm_storeu_ps(y + (size_t)(t + j) * ldy + r + i,
+					      hsum16x4(acc[i][j], acc[i + 1][j], acc[i + 2][j],
+						       acc[i + 3][j]));
+		return;
 	}
 #pragma GCC unroll 8
 	for (i = 0; i < R; i++) {

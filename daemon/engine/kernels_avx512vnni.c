@@ -1,14 +1,22 @@
 // SPDX-License-Identifier: MIT
 /*
- * kernels_avx512vnni.c - the Q8_0 matrix product with AVX-512 VNNI
- * (512-bit vpdpbusd: four u8 x s8 products summed into each int32 lane in
- * one instruction, where AVX-512 BW needs maddubs then madd). Compiled for
- * that target only; kernels.c uses it, in the "avx512vnni" set (the
- * AVX-512 set with this mm_q8), only on a CPU reporting AVX-512 F, BW, VL
- * and VNNI, and after it passes the self-check. The integer lanes are
- * the ones the AVX-512 set computes, and all that follows is
- * kernels_q8_avx512.h's shared code, so its results equal that set's bit
- * for bit.
+ * kernels_avx512vnni.c - the Q8_0 matrix product with AVX-512 VNNI.
+ * Compiled for that target only; kernels.c uses it, in the "avx512vnni"
+ * set (the AVX-512 set with this mm_q8), only on a CPU reporting AVX-512
+ * F, BW, VL and VNNI, and after it passes the self-check.
+ *
+ * vpdpbusd multiplies unsigned by signed bytes. The AVX-512 set makes the
+ * operands fit by moving each weight's sign onto the activation (abs,
+ * then a masked negate per row and token). Here the activations are made
+ * unsigned once per token instead, x + 128 (x ^ 0x80; Q8_0 quants are in
+ * [-127, 127]), and the offset is taken back out by starting each lane at
+ * -128 * (the sum of its four weights), one vpdpbusd per row:
+ *   lane = -128 * sum(w) + sum((x + 128) * w) = sum(x * w).
+ * So each (row, token) costs one vpdpbusd, one convert and one FMA with
+ * the scale. The lanes are the exact integers the AVX-512 set computes,
+ * and the float steps after them are the same operations in the same
+ * order (hsum16 and the per-block scale dw * dx from kernels_q8_avx512.h),
+ * so the results equal that set's bit for bit.
  */
 #include <immintrin.h>
 
@@ -18,11 +26,120 @@
 
 #define KVE_INLINE static inline __attribute__((always_inline))
 
+/* the shared header's integer lanes, for its helpers (not used below) */
 KVE_INLINE __m512i q8_dot16(__m512i a, __m512i b)
 {
 	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
 }
 
-#define Q8_MM_NAME	kve_mm_q8_avx512vnni
-#define Q8_MM_LINKAGE
+#define Q8_MM_NAME	mm_q8_shared_unused
+#define Q8_MM_LINKAGE	static __attribute__((unused))
 #include "kernels_q8_avx512.h"
+
+/* [s0 x 8 | s1 x 8]: one scale per 32-value block of a two-block vector */
+KVE_INLINE __m512 two_scales(float s0, float s1)
+{
+	return _mm512_castpd_ps(_mm512_insertf64x4(
+		_mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(s0))),
+		_mm256_castps_pd(_mm256_set1_ps(s1)), 1));
+}
+
+/*
+ * y[t + j][r + i] for R rows (of a 4-row group) by C tokens. Blocks go in
+ * pairs; an odd last block pairs with itself, its upper half zeroed on
+ * the activation side (both lanes then sum to exactly 0) and scaled by 0.
+ */
+KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
+			     float *y, int ldy, int r, int t, const int R, const int C)
+{
+	__m512 acc[4][4];
+	const uint8_t *sp[4], *qp[4];
+	const size_t step = kve_q8_bstep(w);
+	const struct kve_q8x *xs[4];
+	const __m512i zero = _mm512_setzero_si512(), bias = _mm512_set1_epi8((char)0x80);
+	int nb = (int)w->cols / QK8_0, b, i, j;
+
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++) {
+		sp[i] = kve_q8_scale(w, (uint32_t)(r + i), 0);
+		qp[i] = kve_q8_quants(w, (uint32_t)(r + i), 0);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		xs[j] = xq + (size_t)(t + j) * nb;
+	for (b = 0; b < nb; b += 2) {
+		const int two = b + 1 < nb;
+		const size_t o0 = (size_t)b * step, o1 = two ? o0 + step : o0;
+		__m512i xu[4];
+		__m512 dx[4];
+
+		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
+			prefetch_ahead(sp[0] + o0 + PF_AHEAD_Q8, 2 * step);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			__m512i xv = two ? load2(xs[j][b].q, xs[j][b + 1].q) :
+				     _mm512_zextsi256_si512(
+					     _mm256_loadu_si256((const __m256i *)xs[j][b].q));
+
+			/* x + 128; a missing block's zeros stay 0 (its weights are block b's) */
+			xu[j] = _mm512_mask_xor_epi32(xv, two ? 0xffff : 0x00ff, xv, bias);
+			dx[j] = two_scales(xs[j][b].d, two ? xs[j][b + 1].d : 0.0f);
+		}
+#pragma GCC unroll 4
+		for (i = 0; i < R; i++) {
+			const __m512i wv = load2(qp[i] + o0, qp[i] + o1);
+			uint16_t h0, h1;
+			__m512i off;
+			__m512 dw;
+
+			memcpy(&h0, sp[i] + o0, 2);
+			memcpy(&h1, sp[i] + o1, 2);
+			dw = two_scales(_cvtsh_ss(h0), two ? _cvtsh_ss(h1) : 0.0f);
+			/* -128 * sum(w) per lane; the missing block's lanes: 0 */
+			off = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, two ? bias :
+						_mm512_maskz_mov_epi32(0x00ff, bias), wv));
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++) {
+				__m512i p = _mm512_dpbusd_epi32(off, xu[j], wv);
+
+				acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+							    _mm512_mul_ps(dw, dx[j]), acc[i][j]);
+			}
+		}
+	}
+	if (R == 4) {
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			_mm_storeu_ps(y + (size_t)(t + j) * ldy + r,
+				      hsum16x4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+		return;
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++)
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			y[(size_t)(t + j) * ldy + r + i] = hsum16(acc[i][j]);
+}
+
+void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			  float *y, int ldy, int r0, int r1)
+{
+	int r = r0, t;
+
+	for (; r + 4 <= r1; r += 4) {
+		for (t = 0; t + 4 <= T; t += 4)
+			tile_q8_vnni(w, xq, y, ldy, r, t, 4, 4);
+		if (t + 2 <= T) {
+			tile_q8_vnni(w, xq, y, ldy, r, t, 4, 2);
+			t += 2;
+		}
+		if (t < T)
+			tile_q8_vnni(w, xq, y, ldy, r, t, 4, 1);
+	}
+	for (; r < r1; r++)
+		for (t = 0; t < T; t++)
+			tile_q8_vnni(w, xq, y, ldy, r, t, 1, 1);
+}
