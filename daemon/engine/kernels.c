@@ -6,9 +6,10 @@
  * vpdpbusd (kernels_avxvnni.c, kernels_avx512vnni.c). KVE_ISA=c|avx2|
  * avxvnni|avx512|avx512vnni may ask for a lower set (never for one the CPU
  * lacks), which is how tests cover the fallbacks. The AVX-512 and VNNI
- * sets have never run on hardware during development (the AVX-512 ones
- * run under emulation, tests/engine/avx512-emu.sh), so before one is used
- * it must pass kve_kernels_selfcheck() against the portable C set; if it
+ * sets were developed on AVX2 machines (the AVX-512 ones run under
+ * emulation, tests/engine/avx512-emu.sh; all of them on one Zen 5 since),
+ * so before one is used it must pass kve_kernels_selfcheck() against the
+ * portable C set; if it
  * does not, the next lower set is tried and one line says why (stderr,
  * and kve_isa_note()). KVE_SELFCHECK=1 checks any SIMD set picked.
  */
