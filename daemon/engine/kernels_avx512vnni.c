@@ -58,6 +58,8 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 	const struct kve_q8x *xs[4];
 	const __m512i zero = _mm512_setzero_si512(), bias = _mm512_set1_epi8((char)0x80);
 	int nb = (int)w->cols / QK8_0, b, i, j;
+	/* 4 rows of one panel (a row slice may start inside a panel) */
+	const int one_panel = R == 4 && w->panel && r % KVE_PANEL_Q8 == 0;
 
 #pragma GCC unroll 4
 	for (i = 0; i < R; i++) {
@@ -74,7 +76,7 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 		const int two = b + 1 < nb;
 		const size_t o0 = (size_t)b * step, o1 = two ? o0 + step : o0;
 		__m512i xu[4];
-		__m512 dx[4];
+		__m512 dx[4], dw4 = _mm512_setzero_ps();
 
 		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
 			prefetch_ahead(sp[0] + o0 + PF_AHEAD_Q8, 2 * step);
@@ -88,16 +90,32 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 			xu[j] = _mm512_mask_xor_epi32(xv, two ? 0xffff : 0x00ff, xv, bias);
 			dx[j] = two_scales(xs[j][b].d, two ? xs[j][b + 1].d : 0.0f);
 		}
+		if (one_panel) {	/* the panel's 4 scales side by side */
+			uint64_t h0, h1;
+
+			memcpy(&h0, sp[0] + o0, 8);
+			memcpy(&h1, sp[0] + o1, 8);
+			dw4 = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi64x((long long)h1,
+										    (long long)h0)));
+		}
 #pragma GCC unroll 4
 		for (i = 0; i < R; i++) {
 			const __m512i wv = load2(qp[i] + o0, qp[i] + o1);
-			uint16_t h0, h1;
 			__m512i off;
 			__m512 dw;
 
-			memcpy(&h0, sp[i] + o0, 2);
-			memcpy(&h1, sp[i] + o1, 2);
-			dw = two_scales(_cvtsh_ss(h0), two ? _cvtsh_ss(h1) : 0.0f);
+			if (one_panel) {
+				/* [row i's scale of block b x 8 | of block b + 1 x 8 (or 0)] */
+				dw = _mm512_maskz_permutexvar_ps(two ? 0xffff : 0x00ff,
+					_mm512_setr_epi32(i, i, i, i, i, i, i, i, i + 4, i + 4, i + 4,
+							  i + 4, i + 4, i + 4, i + 4, i + 4), dw4);
+			} else {
+				uint16_t h0, h1;
+
+				memcpy(&h0, sp[i] + o0, 2);
+				memcpy(&h1, sp[i] + o1, 2);
+				dw = two_scales(_cvtsh_ss(h0), two ? _cvtsh_ss(h1) : 0.0f);
+			}
 			/* -128 * sum(w) per lane; the missing block's lanes: 0 */
 			off = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, two ? bias :
 						_mm512_maskz_mov_epi32(0x00ff, bias), wv));
