@@ -679,19 +679,21 @@ static void near_attn_values(float *out, const float *p, const void *v, int f16,
  * set (so switching between them changes nothing), softmax vs double */
 static void check_block_attn(const struct kve_kernels *k)
 {
-	/* every count of 8-wide vectors in a 64-wide pass (1..8), tails */
-	static const int hds[] = { 12, 20, 24, 36, 40, 48, 60, 64, 70, 100, 128, 136 };
-	static float q[136], kf[21 * 136], sc[21], ref[21], o1[136], o2[136];
-	static uint16_t kh[21 * 136];
+	/* every count of 8-wide vectors in a 64-wide pass (1..8), tails; of
+	 * 16-wide ones in a 128-wide pass, and two passes (144, 256) */
+	static const int hds[] = { 12, 20, 24, 36, 40, 48, 60, 64, 70, 80, 96, 100, 112, 128,
+				   136, 144, 256 };
+	static float q[256], kf[21 * 256], sc[21], ref[21], o1[256], o2[256];
+	static uint16_t kh[21 * 256];
 	int same = 1, hi, f16, i, j, n = 21;
 	double err = 0, s = 0;
 	float sum;
 
-	for (i = 0; i < 21 * 136; i++) {
+	for (i = 0; i < 21 * 256; i++) {
 		kf[i] = frand();
 		kh[i] = kve_f32_to_f16(frand());
 	}
-	for (i = 0; i < 136; i++)
+	for (i = 0; i < 256; i++)
 		q[i] = frand();
 	for (hi = 0; hi < (int)(sizeof(hds) / sizeof(hds[0])); hi++) {
 		int hd = hds[hi];
@@ -719,7 +721,7 @@ static void check_block_attn(const struct kve_kernels *k)
 		}
 	}
 	CHECK(same, "%s attn_scores / attn_values == dot / axpy row by row, bit for bit "
-	      "(head_dim 12..136, fp32 and fp16 KV)", k->name);
+	      "(head_dim 12..256, fp32 and fp16 KV)", k->name);
 	for (j = 0; j < n; j++)	/* as attention uses it: arguments <= 0 */
 		ref[j] = sc[j] = frand() * 40.0f;
 	sum = k->softmax_exp(sc, n, 40.0f);
