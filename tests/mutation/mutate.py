@@ -62,10 +62,8 @@ GROUPS = {
     "core": dict(files=["kmod/core/*.c", "kmod/core/kvc_pool.h"],
                  build=CORE_BINS, tests=CORE_TESTS),
     "lib": dict(files=["lib/memfd.c"], build=CORE_BINS, tests=CORE_TESTS),
-    # kernels_avx512.c: no AVX-512 on the host (check-engine-avx512 runs
-    # those kernels under emulation, minutes per run)
+    # the SIMD sets' files only where the host runs them (HOST_NEEDS)
     "engine": dict(files=["daemon/engine/*.c"],
-                   exclude=["daemon/engine/kernels_avx512.c"],
                    build=ENGINE_BINS,
                    tests=[["sh", "tests/engine/run.sh"]],
                    env={"ENGINE_FAIL_FAST": "1", "ENGINE_FUZZ_ITERS": "600",
@@ -365,11 +363,42 @@ def load_equiv():
     return Equiv(EQUIV)
 
 
+# Kernel files and the CPU flags (/proc/cpuinfo) a host needs to run them
+# at all: elsewhere no test can reach their code, so their mutants are not
+# drawn (check-engine-avx512 runs the AVX-512 ones under emulation, minutes
+# a run). A seed's draw therefore depends on the host's flags; the run's
+# first lines name the files left out.
+HOST_NEEDS = {
+    "daemon/engine/kernels_avx512.c": {"avx512f", "avx512bw", "avx512vl"},
+    "daemon/engine/kernels_avx512vnni.c": {"avx512f", "avx512bw", "avx512vl",
+                                           "avx512_vnni"},
+    "daemon/engine/kernels_avxvnni.c": {"avx_vnni"},
+}
+
+
+def host_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def host_cannot_run():
+    """{file: missing flags} for the kernel files this host cannot run"""
+    have = host_flags()
+    return {f: sorted(need - have) for f, need in HOST_NEEDS.items() if need - have}
+
+
 def group_files(g):
     files = []
     for pat in g["files"]:
         files += sorted(glob.glob(os.path.join(ROOT, pat)))
     ex = {os.path.join(ROOT, e) for e in g.get("exclude", [])}
+    ex |= {os.path.join(ROOT, e) for e in host_cannot_run()}
     return [os.path.relpath(f, ROOT) for f in files if f not in ex]
 
 
@@ -510,6 +539,8 @@ def main():
     copy_tree()
     print("mutation lane: seed %d, %d mutants per group, test timeout %gs, scratch %s"
           % (seed, a.n, a.timeout, os.path.relpath(TREE, ROOT)))
+    for f, missing in sorted(host_cannot_run().items()):
+        print("  not drawn: %s (this CPU lacks %s)" % (f, " ".join(missing)))
     results = []	# (group, file, line, desc, key, outcome, secs)
 
     def stop(signum, frame):
