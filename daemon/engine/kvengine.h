@@ -130,12 +130,16 @@ int kve_prefill(struct kve_engine *e, struct kve_session *s,
 int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
 	       const int32_t *tokens, uint32_t n, float *logits);
 
-/* Name of the kernel set chosen at run time ("avx512", "avx2", "c"). The
- * environment variable KVE_ISA=c|avx2|avx512 forces a lower one. The
- * AVX-512 set is used only if it passes a self-check against the portable
- * C kernels at selection (KVE_SELFCHECK=1: any SIMD set); otherwise the
- * next lower set is used and kve_isa_note() says why ("" when nothing
- * happened; the same line goes to stderr once). */
+/* Name of the kernel set chosen at run time ("avx512vnni", "avx512",
+ * "avxvnni", "avx2", "c"). The environment variable
+ * KVE_ISA=c|avx2|avxvnni|avx512|avx512vnni forces a lower one. The
+ * AVX-512 and VNNI sets are used only if they pass a self-check against
+ * the portable C kernels at selection (KVE_SELFCHECK=1: any SIMD set);
+ * otherwise the next lower set is used and kve_isa_note() says why (""
+ * when nothing happened; the same line goes to stderr once). A self-check
+ * that could not run for want of memory chooses nothing: the engine's
+ * creation fails ("out of memory") and the next call tries again;
+ * meanwhile kve_isa_name() is "none (out of memory)". */
 const char *kve_isa_name(void);
 const char *kve_isa_note(void);
 
