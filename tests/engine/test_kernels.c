@@ -699,18 +699,27 @@ static void check_block_attn(const struct kve_kernels *k)
 		int hd = hds[hi];
 
 		for (f16 = 0; f16 < 2; f16++) {
-			const void *kp = f16 ? (const void *)kh : (const void *)kf;
+			/* the block, scores and output at their exact sizes: a
+			 * read or write past them is ASan's to catch */
+			size_t kb = (size_t)n * hd * (f16 ? 2 : 4);
+			void *kp = malloc(kb);
+			float *sx = malloc(sizeof(float) * n), *ox = malloc(sizeof(float) * hd);
 
-			k->attn_scores(q, kp, f16, n, hd, 0.3f, sc);
+			memcpy(kp, f16 ? (const void *)kh : (const void *)kf, kb);
+			k->attn_scores(q, kp, f16, n, hd, 0.3f, sx);
 			for (j = 0; j < n; j++) {
 				float v = f16 ? k->dot_f16(q, kh + (size_t)j * hd, hd) :
 						k->dot_f32(q, kf + (size_t)j * hd, hd);
-				same &= sc[j] == v * 0.3f;
+				same &= sx[j] == v * 0.3f;
 				ref[j] = frand();
 			}
 			for (i = 0; i < hd; i++)
-				o1[i] = o2[i] = frand();
-			k->attn_values(o1, ref, kp, f16, n, hd);
+				ox[i] = o2[i] = frand();
+			k->attn_values(ox, ref, kp, f16, n, hd);
+			memcpy(o1, ox, sizeof(float) * hd);
+			free(ox);
+			free(sx);
+			free(kp);
 			for (j = 0; j < n; j++) {
 				if (f16)
 					k->axpy_f16(o2, ref[j], kh + (size_t)j * hd, hd);
