@@ -165,6 +165,11 @@ static const struct tcase cases[] = {
 	{ "{\"type\":\"number\",\"enum\":[1,2.5,\"x\",[3]]}",
 	  { "1", "2.5" },
 	  { "\"x\"", "[3]", "3" } },
+	/* a real's canonical text is the shortest that reads back: 0.1 + 0.2
+	 * needs all 17 digits, 0.1 one */
+	{ "{\"enum\":[0.30000000000000004,0.1]}",
+	  { "0.30000000000000004", "0.1" },
+	  { "0.3", "0.3000000000000000", "0.30000000000000005", "0.10" } },
 };
 
 static void byte_tokens(void)
@@ -234,7 +239,11 @@ static void refusals(void)
 		{ "{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'" },
 		{ "{\"properties\":{\"a\":{\"not\":{}}}}", "/properties/a: unsupported keyword 'not'" },
 		{ "{\"$defs\":{\"n\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/n\"}}},\"$ref\":\"#/$defs/n\"}",
-		  "recursive $ref" },
+		  "/$defs/n/items: recursive $ref '#/$defs/n'" },
+		/* a -> b -> a: the cycle is named where it closes, at the first ref */
+		{ "{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/b\"}},"
+		  "\"b\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"}}},\"$ref\":\"#/$defs/a\"}",
+		  "/$defs/b/items: recursive $ref '#/$defs/a'" },
 		{ "{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "admits no value" },
 		{ "{\"type\":\"object\",\"required\":[\"x\"]}", "'x' is not in properties" },
 		{ "{\"type\":\"strin\"}", "unknown type 'strin'" },
