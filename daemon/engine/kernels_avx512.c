@@ -107,72 +107,48 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
 	}
 }
 
-/*
- * F16 decode over one packed panel (4 rows from r, r a multiple of 4,
- * cols a multiple of 16): tile_f's R = 4, C = 1 case with fewer
- * instructions. A panel's chunk of 8 columns holds the 4 rows side by
- * side (64 bytes), so one conversion of 256 bits takes two rows' 8
- * values: accumulator a01 holds rows 0 and 1 at columns k..k+7 in its
- * halves, c01 the same at k+8..k+15 (b23, d23: rows 2 and 3). Row i's
- * lanes are then tile_f's, each summing the same products in the same
- * order, and hsum16x4 sums them as hsum16 does: the same bits.
- */
-KVE_INLINE void panel1_f16(const struct kve_mat *w, const float *x, float *y, int r)
+/* Two rows' 8 values of a panel chunk, side by side, as 16 floats. F32:
+ * two 32-byte loads (GGUF aligns tensors to 32 bytes only; single 64-byte
+ * loads straddling lines were 14% slower than tile_f on a Zen 5). */
+KVE_INLINE __m512 two_rows(const uint8_t *p, int f16)
 {
-	const uint8_t *p = kve_mat_chunk(w, (uint32_t)r, 0);
-	__m512 a01 = _mm512_setzero_ps(), b23 = a01, c01 = a01, d23 = a01;
-	int k;
-
-	for (k = 0; k < (int)w->cols; k += 16, p += 128) {
-		__m512 xv = _mm512_loadu_ps(x + k);
-		__m512 xlo = _mm512_shuffle_f32x4(xv, xv, 0x44);	/* [x0-7 | x0-7] */
-		__m512 xhi = _mm512_shuffle_f32x4(xv, xv, 0xee);	/* [x8-15 | x8-15] */
-
-		if (PF_AHEAD_F16 > 0)
-			prefetch_ahead(p + PF_AHEAD_F16, 128);
-		a01 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)),
-				      xlo, a01);
-		b23 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))),
-				      xlo, b23);
-		c01 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 64))),
-				      xhi, c01);
-		d23 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 96))),
-				      xhi, d23);
-	}
-	_mm_storeu_ps(y + r, hsum16x4(_mm512_shuffle_f32x4(a01, c01, 0x44),
-				      _mm512_shuffle_f32x4(a01, c01, 0xee),
-				      _mm512_shuffle_f32x4(b23, d23, 0x44),
-				      _mm512_shuffle_f32x4(b23, d23, 0xee)));
-}
-
-/* the same for F32 (a chunk is 128 bytes: 4 rows x 8 floats), each
- * 512-bit value from two 32-byte loads: GGUF aligns tensors to 32 bytes
- * only, and single 64-byte loads straddling lines were 14% slower than
- * tile_f on a Zen 5, this 6% faster */
-KVE_INLINE __m512 load_2x8(const uint8_t *p)
-{
+	if (f16)
+		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 	return _mm512_castpd_ps(_mm512_insertf64x4(
 		_mm512_castpd256_pd512(_mm256_loadu_pd((const double *)p)),
 		_mm256_loadu_pd((const double *)(p + 32)), 1));
 }
 
-KVE_INLINE void panel1_f32(const struct kve_mat *w, const float *x, float *y, int r)
+/*
+ * Decode over one packed panel (4 rows from r, r a multiple of 4, cols a
+ * multiple of 16): tile_f's R = 4, C = 1 case with about half the
+ * instructions. A panel's chunk of 8 columns holds the 4 rows side by
+ * side (64 bytes F16, 128 F32), so one value takes two rows' 8 values:
+ * accumulator a01 holds rows 0 and 1 at columns k..k+7 in its halves,
+ * c01 the same at k+8..k+15 (b23, d23: rows 2 and 3). Row i's lanes are
+ * then tile_f's, each summing the same products in the same order, and
+ * hsum16x4 sums them as hsum16 does: the same bits.
+ */
+KVE_INLINE void panel1(const struct kve_mat *w, const float *x, float *y, int r,
+		       const int f16)
 {
 	const uint8_t *p = kve_mat_chunk(w, (uint32_t)r, 0);
+	const size_t half = f16 ? 32 : 64;	/* two rows of one chunk */
+	const int pf = f16 ? PF_AHEAD_F16 : PF_AHEAD_F32;
 	__m512 a01 = _mm512_setzero_ps(), b23 = a01, c01 = a01, d23 = a01;
 	int k;
 
-	for (k = 0; k < (int)w->cols; k += 16, p += 256) {
+	for (k = 0; k < (int)w->cols; k += 16, p += 4 * half) {
 		__m512 xv = _mm512_loadu_ps(x + k);
-		__m512 xlo = _mm512_shuffle_f32x4(xv, xv, 0x44);
-		__m512 xhi = _mm512_shuffle_f32x4(xv, xv, 0xee);
+		__m512 xlo = _mm512_shuffle_f32x4(xv, xv, 0x44);	/* [x0-7 | x0-7] */
+		__m512 xhi = _mm512_shuffle_f32x4(xv, xv, 0xee);	/* [x8-15 | x8-15] */
 
-		if (PF_AHEAD_F32 > 0)
-			prefetch_ahead(p + PF_AHEAD_F32, 256);
-		a01 = _mm512_fmadd_ps(load_2x8(p), xlo, a01);
-		b23 = _mm512_fmadd_ps(load_2x8(p + 64), xlo, b23);
-		c01 = _mm512_fmadd_ps(load_2x8(p + 128), xhi, c01);
-		d23 = _mm512_fmadd_ps(load_2x8(p + 192), xhi, d23);
+		if (pf > 0)
+			prefetch_ahead(p + pf, 4 * half);
+		a01 = _mm512_fmadd_ps(two_rows(p, f16), xlo, a01);
+		b23 = _mm512_fmadd_ps(two_rows(p + half, f16), xlo, b23);
+		c01 = _mm512_fmadd_ps(two_rows(p + 2 * half, f16), xhi, c01);
+		d23 = _mm512_fmadd_ps(two_rows(p + 3 * half, f16), xhi, d23);
 	}
 	_mm_storeu_ps(y + r, hsum16x4(_mm512_shuffle_f32x4(a01, c01, 0x44),
 				      _mm512_shuffle_f32x4(a01, c01, 0xee),
@@ -187,10 +163,8 @@ KVE_INLINE void panel1_f32(const struct kve_mat *w, const float *x, float *y, in
 		int r = r0, t;                                               \
 		if (T == 1) {                                                \
 			for (; w->panel && r + 4 <= r1; r += 4)    /* a panel */ \
-				if (F16 && r % 4 == 0 && w->cols % 16 == 0)  \
-					panel1_f16(w, x, y, r);              \
-				else if (!F16 && r % 4 == 0 && w->cols % 16 == 0) \
-					panel1_f32(w, x, y, r);              \
+				if (r % 4 == 0 && w->cols % 16 == 0)         \
+					panel1(w, x, y, r, F16);             \
 				else                                         \
 					tile_f(w, x, y, ldy, r, 0, 4, 1, F16); \
 			for (; r + 8 <= r1; r += 8)                          \

@@ -26,14 +26,8 @@
 
 #define KVE_INLINE static inline __attribute__((always_inline))
 
-/* the shared header's integer lanes, for its helpers (not used below) */
-KVE_INLINE __m512i q8_dot16(__m512i a, __m512i b)
-{
-	return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
-}
-
-#define Q8_MM_NAME	mm_q8_shared_unused
-#define Q8_MM_LINKAGE	static __attribute__((unused))
+/* its helpers only (hsum16, hsum16x4, load2, prefetch_ahead): no
+ * Q8_MM_NAME, so not the sign-form tile */
 #include "kernels_q8_avx512.h"
 
 /* [s0 x 8 | s1 x 8]: one scale per 32-value block of a two-block vector */

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernels_q8_avx512.h - the 512-bit Q8_0 matrix product (two 32-value
- * blocks per vector), included by kernels_avx512.c (maddubs + madd) and
- * kernels_avx512vnni.c (vpdpbusd), each compiled for its own target. The
+ * kernels_q8_avx512.h - the 512-bit Q8_0 helpers (hsum16, hsum16x4,
+ * load2, prefetch_ahead) for kernels_avx512.c and kernels_avx512vnni.c,
+ * and the sign-form product (two 32-value blocks per vector) when the
  * includer defines, before including:
  *   q8_dot16(a, b): 16 int32 lanes, lane i = sum of a[4i..4i+3] *
- *     b[4i..4i+3] (a unsigned, b signed bytes; exact in both forms: the
- *     products are at most 127 * 127 and never saturate an int16 pair)
+ *     b[4i..4i+3] (a unsigned, b signed bytes; the products are at most
+ *     128 * 127 and never saturate an int16 pair)
  *   Q8_MM_NAME, Q8_MM_LINKAGE: the product's name and linkage
- * Everything after the integer lanes is shared, so the two give the same
- * floats bit for bit.
+ * kernels_avx512.c does (maddubs + madd); kernels_avx512vnni.c has its
+ * own tile over the same integer lanes and takes only the helpers.
  */
 #ifndef KVE_KERNELS_Q8_AVX512_H
 #define KVE_KERNELS_Q8_AVX512_H
@@ -63,6 +63,7 @@ KVE_INLINE __m512i load2(const void *a, const void *b)
 		_mm256_loadu_si256((const __m256i *)b), 1);
 }
 
+#ifdef Q8_MM_NAME	/* the sign-form product (kernels_avx512.c) */
 KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
 			float *y, int ldy, int r, int t, const int R,
 			const int C)
@@ -157,5 +158,7 @@ Q8_MM_LINKAGE void Q8_MM_NAME(const struct kve_mat *w, const struct kve_q8x *xq,
 		for (t = 0; t < T; t++)
 			tile_q8(w, xq, y, ldy, r, t, 1, 1);
 }
+
+#endif /* Q8_MM_NAME */
 
 #endif
