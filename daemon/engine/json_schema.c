@@ -712,6 +712,7 @@ static int32_t array(struct sb *b, int32_t from, json_t *s, const char *path)
 	return end;
 }
 
+/* 1: v is of type t, 0: it is not, -1: t names no type */
 static int json_type_ok(json_t *v, const char *t)
 {
 	if (!strcmp(t, "string")) return json_is_string(v);
@@ -722,7 +723,7 @@ static int json_type_ok(json_t *v, const char *t)
 	if (!strcmp(t, "null")) return json_is_null(v);
 	if (!strcmp(t, "object")) return json_is_object(v);
 	if (!strcmp(t, "array")) return json_is_array(v);
-	return 0;
+	return -1;
 }
 
 static int32_t typed(struct sb *b, int32_t from, json_t *s, const char *t, const char *path)
@@ -886,15 +887,22 @@ static int32_t value(struct sb *b, int32_t from, json_t *s, const char *path)
 			end = st(b);
 			for (i = 0; i < n && !b->bad; i++) {
 				json_t *e = is_const ? v : json_array_get(v, i);
-				int ok = !t;
+				int ok = !t, r;
 				size_t j;
 
-				if (json_is_string(t))
-					ok = json_type_ok(e, json_string_value(t));
-				for (j = 0; json_is_array(t) && j < json_array_size(t); j++)
-					ok |= json_is_string(json_array_get(t, j)) &&
-					      json_type_ok(e, json_string_value(json_array_get(t, j)));
-				if (!ok)
+				for (j = 0; j < (json_is_array(t) ? json_array_size(t) : 1); j++) {
+					json_t *tj = json_is_array(t) ? json_array_get(t, j) : t;
+
+					if (!json_is_string(tj))
+						continue;
+					r = json_type_ok(e, json_string_value(tj));
+					if (r < 0) {
+						end = fail(b, path, "unknown type '%s'", json_string_value(tj));
+						break;
+					}
+					ok |= r;
+				}
+				if (!ok || b->bad)
 					continue;
 				nfa_eps(b->n, literal(b, from, e, path), end);
 				any = 1;

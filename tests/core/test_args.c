@@ -148,6 +148,12 @@ static void test_args_create_name(void)
 	T_ERR(create(&c), EINVAL);
 	c.name[6] = 0x1f;
 	T_ERR(create(&c), EINVAL);
+	/* And the first. */
+	c = good();
+	c.name[0] = 0x7f;
+	T_ERR(create(&c), EINVAL);
+	c.name[0] = '\t';
+	T_ERR(create(&c), EINVAL);
 }
 
 static void test_args_create_block_count(void)

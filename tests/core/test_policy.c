@@ -206,6 +206,33 @@ static void test_rank_remaining_wait(void)
 }
 
 /*
+ * The wait left is counted in microseconds exactly: X expects 1 s from
+ * t=0, Z 500 us from t=999 ms; at 999 ms X has 1000 us left and Z 500,
+ * so X goes first (elapsed time divided by 999 instead of 1000 would
+ * leave X nothing).
+ */
+static void test_rank_wait_left_us(void)
+{
+	struct kvc_arena a;
+	u64 x, z, got[16];
+	u32 r;
+
+	kvc_new_arena(&a, 64, BS, 16);
+	x = kvc_new_session(&a, 0, 0);
+	z = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, x, 1, 0, NULL);
+	kvc_alloc_ok(&a, z, 1, 0, NULL);
+	CU_ASSERT_EQUAL(kvc_session_set_state(&a, x, KVA_STATE_TOOL_WAIT, 3,
+					      1000000, 0, &r), 0);
+	CU_ASSERT_EQUAL(kvc_session_set_state(&a, z, KVA_STATE_TOOL_WAIT, 4,
+					      500, 999 * MS, &r), 0);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 999 * MS, got, 16), 2);
+	CU_ASSERT_EQUAL(got[0], x);
+	CU_ASSERT_EQUAL(got[1], z);
+	kvc_arena_destroy(&a);
+}
+
+/*
  * IDLE sessions rank by how long they have been IDLE, whatever their id:
  * Q (the higher id) IDLE since 0, P back to IDLE at 60 ms after a decode;
  * at 100 ms Q (100 ms) goes before P (40 ms) under TOOLWAIT.
@@ -302,6 +329,7 @@ int kvc_test_register_policy(void)
 		{ "rank ties and saturation", test_rank_ties_and_saturation },
 		{ "rank: a full array replaces its worst", test_rank_replace_worst },
 		{ "rank by the wait left", test_rank_remaining_wait },
+		{ "the wait left in microseconds", test_rank_wait_left_us },
 		{ "IDLE ranks by time IDLE", test_rank_idle_time },
 		CU_TEST_INFO_NULL,
 	};

@@ -307,6 +307,9 @@ static void schema_edges(void)
 		{ "{\"enum\":\"a\"}", "enum must be an array" },
 		{ "{\"type\":\"string\",\"enum\":[1,2]}", "no enum value has the schema's type" },
 		{ "{\"type\":\"string\",\"const\":1}", "no enum value has the schema's type" },
+		/* an unknown type name beside enum or const, as alone */
+		{ "{\"type\":\"strin\",\"enum\":[1]}", "unknown type 'strin'" },
+		{ "{\"type\":[\"integer\",\"strin\"],\"const\":1}", "unknown type 'strin'" },
 		{ "{\"type\":[\"string\",1]}", "type must name types" },
 		{ "{\"type\":[]}", "type must be a string or an array of strings" },
 		{ "{\"type\":{}}", "type must be a string or an array of strings" },
@@ -345,6 +348,8 @@ static void schema_edges(void)
 		  "\"exclusiveMaximum\":3}", { "-2", "2" }, { "-3", "3" } },
 		{ "{\"type\":\"number\",\"maximum\":0,\"exclusiveMaximum\":true}", { "-1", "-0.5" },
 		  { "0", "0.5" } },
+		{ "{\"type\":\"number\",\"exclusiveMaximum\":0}", { "-1", "-0.5" },
+		  { "0", "0.0", "0.5" } },
 		{ "{\"type\":\"integer\",\"maximum\":0}", { "0", "-7" }, { "1" } },
 		{ "{\"type\":\"integer\",\"minimum\":0}", { "0", "7" }, { "-1" } },
 		{ "{\"type\":\"integer\",\"minimum\":-7,\"maximum\":-2}", { "-7", "-2" }, { "-1", "-8", "0" } },

@@ -170,6 +170,9 @@ static const struct {
 	  "h\xc3\xa9llo|\xe2\x80\x94w\xc3\xb6rld| |\xd9\xa3\xd9\xa4|\xe3\x80\x80x|" },
 	{ "gpt2", "\n\n  x...!!?\n", "\n\n | x|...!!?|\n|" },
 	{ "llama-bpe", "\n\n  x...!!?\n", "\n\n| | x|...!!?\n|" },
+	/* a 4-byte letter (U+20000) is a letter, last in the text too */
+	{ "gpt2", "\xf0\xa0\x80\x80x x\xf0\xa0\x80\x80",
+	  "\xf0\xa0\x80\x80x| x\xf0\xa0\x80\x80|" },
 	/* ill-formed bytes split like a symbol (U+FFFD) and are kept */
 	{ "gpt2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
 	{ "qwen2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
@@ -1088,21 +1091,31 @@ int main(int argc, char **argv)
 		      (unsigned char)piece[0] == 0x80,
 		      "SPM: \"a\\x80\" is \"a\" (%d tokens) then the byte 0x80 (%d tokens)", na, nx);
 	}
-	{	/* streaming: a 4-byte emoji arrives as 4 byte tokens */
-		int32_t ids[32];
-		char out[64];
-		struct kve_detok d;
-		int n = kve_tokenize(ts, "\xf0\x9f\x98\x80", 4, 0, ids, 32), k, w, held = 1;
-		kve_detok_init(&d, ts);
-		for (k = 0; k < n - 1; k++) {
-			w = kve_detok_push(&d, ids[k], out, sizeof(out));
-			/* only the dummy-prefix token may produce output, and it is
-			 * dropped at the start of a stream */
-			held &= w == 0;
+	{	/* streaming: a 4-byte character arrives as 4 byte tokens; lead
+		 * bytes 0xf0 (an emoji), 0xf1 (U+50000) and 0xf3 (U+F0000) */
+		static const char *const four[] = {
+			"\xf0\x9f\x98\x80", "\xf1\x90\x80\x80", "\xf3\xb0\x80\x80",
+		};
+		size_t f;
+
+		for (f = 0; f < sizeof(four) / sizeof(four[0]); f++) {
+			int32_t ids[32];
+			char out[64];
+			struct kve_detok d;
+			int n = kve_tokenize(ts, four[f], 4, 0, ids, 32), k, w, held = 1;
+
+			kve_detok_init(&d, ts);
+			for (k = 0; k < n - 1; k++) {
+				w = kve_detok_push(&d, ids[k], out, sizeof(out));
+				/* only the dummy-prefix token may produce output,
+				 * and it is dropped at the start of a stream */
+				held &= w == 0;
+			}
+			w = kve_detok_push(&d, ids[n - 1], out, sizeof(out));
+			CHECK(held && w == 4 && !memcmp(out, four[f], 4),
+			      "streaming holds a split character (lead 0x%02x) until it is complete",
+			      (unsigned char)four[f][0]);
 		}
-		w = kve_detok_push(&d, ids[n - 1], out, sizeof(out));
-		CHECK(held && w == 4 && !memcmp(out, "\xf0\x9f\x98\x80", 4),
-		      "streaming holds a split character until it is complete");
 	}
 	{	/* asking with too little room returns the size needed */
 		int32_t one[1];
