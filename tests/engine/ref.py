@@ -351,14 +351,17 @@ PRE_TEXTS = [
     b"ab\xe6\x97 cd \xf0\x9f\x98", b" \xff\xffabc 12\xff34",
 ] + [
     # each lead byte's first and last well-formed character and the
-    # ill-formed ones just past them, between letters: a character joins
-    # the next letter as one word, an ill-formed byte splits off
-    b"x" + c + b"y" for c in (
+    # ill-formed ones just past them, between letters and last in the
+    # text: a character joins the letters around it as one word (where it
+    # is one), an ill-formed byte splits off
+    t for c in (
         b"\xc2\x80", b"\xdf\xbf", b"\xc1\xbf", b"\xe0\xa0\x80", b"\xe0\x9f\xbf",
         b"\xe1\x80\x80", b"\xec\xbf\xbf", b"\xed\x9f\xbf", b"\xed\xa0\x80",
         b"\xee\x80\x80", b"\xef\xbf\xbf", b"\xf0\x90\x80\x80", b"\xf0\x8f\xbf\xbf",
         b"\xf1\x80\x80\x80", b"\xf3\xbf\xbf\xbf", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
-        b"\xf5\x80\x80\x80", b"\xe1\x80", b"\xe1\x80\xc0", b"\xf1\x80\x80", b"\xc2")]
+        b"\xf5\x80\x80\x80", b"\xe1\x80", b"\xe1\x80\xc0", b"\xf1\x80\x80", b"\xc2",
+        "\u00e9".encode(), "\u4e2d".encode(), "\U00020000".encode())
+    for t in (b"x" + c + b"y", b"x" + c)]
 
 
 def compare_lines(texts, got, want_of, what, ref_name):

@@ -1091,18 +1091,22 @@ int main(int argc, char **argv)
 		      (unsigned char)piece[0] == 0x80,
 		      "SPM: \"a\\x80\" is \"a\" (%d tokens) then the byte 0x80 (%d tokens)", na, nx);
 	}
-	{	/* streaming: a 4-byte character arrives as 4 byte tokens; lead
-		 * bytes 0xf0 (an emoji), 0xf1 (U+50000) and 0xf3 (U+F0000) */
-		static const char *const four[] = {
+	{	/* streaming: a character arrives as byte tokens and is held
+		 * until complete; the first and last lead byte of each length,
+		 * 0xf1 and 0xf3 (U+50000, U+F0000) between */
+		static const char *const chars[] = {
+			"\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf", "\xef\xbf\xbf",
 			"\xf0\x9f\x98\x80", "\xf1\x90\x80\x80", "\xf3\xb0\x80\x80",
+			"\xf4\x8f\xbf\xbf",
 		};
 		size_t f;
 
-		for (f = 0; f < sizeof(four) / sizeof(four[0]); f++) {
+		for (f = 0; f < sizeof(chars) / sizeof(chars[0]); f++) {
 			int32_t ids[32];
 			char out[64];
 			struct kve_detok d;
-			int n = kve_tokenize(ts, four[f], 4, 0, ids, 32), k, w, held = 1;
+			int len = (int)strlen(chars[f]);
+			int n = kve_tokenize(ts, chars[f], (size_t)len, 0, ids, 32), k, w, held = 1;
 
 			kve_detok_init(&d, ts);
 			for (k = 0; k < n - 1; k++) {
@@ -1112,9 +1116,9 @@ int main(int argc, char **argv)
 				held &= w == 0;
 			}
 			w = kve_detok_push(&d, ids[n - 1], out, sizeof(out));
-			CHECK(held && w == 4 && !memcmp(out, four[f], 4),
-			      "streaming holds a split character (lead 0x%02x) until it is complete",
-			      (unsigned char)four[f][0]);
+			CHECK(held && w == len && !memcmp(out, chars[f], (size_t)len),
+			      "streaming holds a split character (lead 0x%02x, %d tokens) until it "
+			      "is complete", (unsigned char)chars[f][0], n);
 		}
 	}
 	{	/* asking with too little room returns the size needed */
