@@ -769,12 +769,16 @@ static json_t *resolve(struct sb *b, const char *ref, const char *path)
 	}
 	p += 2;
 	while (*p && cur) {
-		char tok[256];
 		size_t n = 0, i;
 		const char *q = strchr(p, '/');
 		size_t len = q ? (size_t)(q - p) : strlen(p);
+		char *tok = malloc(len + 1);	/* a key of any length */
 
-		for (i = 0; i < len && n + 1 < sizeof(tok); i++) {
+		if (!tok) {
+			oom(b);
+			return NULL;
+		}
+		for (i = 0; i < len; i++) {
 			if (p[i] == '~' && i + 1 < len && (p[i + 1] == '0' || p[i + 1] == '1')) {
 				tok[n++] = p[i + 1] == '0' ? '~' : '/';
 				i++;
@@ -789,6 +793,7 @@ static json_t *resolve(struct sb *b, const char *ref, const char *path)
 			cur = json_array_get(cur, (size_t)strtoul(tok, NULL, 10));
 		else
 			cur = NULL;
+		free(tok);
 		p += len;
 		if (*p == '/')
 			p++;

@@ -89,6 +89,14 @@ static const struct tcase cases[] = {
 	    "\"\xe0\xa0\x80z\"", "\" !\"" },
 	  { "\"a\"", "\"abcde\"", "\"\\ud800x\"", "\"\\x41\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"a\tb\"",
 	    "\"\xf4\x90\x80\x80z\"", "\"ab", "\"\xe0\x9f\xbfz\"" } },
+	/* each lead byte's class of character, and one continuation byte
+	 * too many after it */
+	{ "{\"type\":\"string\"}",
+	  { "\"\xdf\xbf\"", "\"\xe0\xa0\x80\"", "\"\xed\x9f\xbf\"", "\"\xee\x80\x80\"",
+	    "\"\xef\xbf\xbf\"", "\"\xf0\x90\x80\x80\"", "\"\xf3\xbf\xbf\xbf\"", "\"\xf4\x8f\xbf\xbf\"" },
+	  { "\"\x80\"", "\"\xdf\xbf\x80\"", "\"\xe0\xa0\x80\x80\"", "\"\xed\x9f\xbf\x80\"",
+	    "\"\xee\x80\x80\x80\"", "\"\xef\x90\x80\x80\"", "\"\xf0\x90\x80\x80\x80\"",
+	    "\"\xf3\xbf\xbf\xbf\x80\"", "\"\xf4\x8f\xbf\xbf\x80\"", "\"\xf8\x80\"" } },
 	{ "{\"type\":\"number\"}",
 	  { "0", "-0.5", "1e5", "1E+05", "-2.25e-3", "123456789012345678", "3.141592653589" },
 	  { "01", "1.", ".5", "+1", "1e", "1e+", "--1", "1234567890123456789", "NaN" } },
@@ -1333,6 +1341,49 @@ static void grammar_stats(void)
 	}
 }
 
+/* A $ref's key of any length: 300 characters resolve */
+static void long_ref_key(void)
+{
+	char err[256], key[301], spec[700];
+	struct kvc_grammar *g;
+
+	memset(key, 'k', 300);
+	key[300] = 0;
+	snprintf(spec, sizeof(spec), "{\"$ref\":\"#/$defs/%s\",\"$defs\":{\"%s\":{\"const\":\"x\"}}}",
+		 key, key);
+	g = compile(KVC_JSON_SCHEMA, spec, err, sizeof(err));
+	CHECK(g && accepts_bytes(g, "\"x\"", 0) && !accepts_bytes(g, "1", 0),
+	      "%s: a $ref to a 300-character key resolves (%s)", MNAME, g ? "" : err);
+	kvc_grammar_release(g);
+}
+
+/* The free-form containers are built once per grammar: each further
+ * any-object item adds its separator and a call (about 20 NFA states),
+ * not another copy of the containers (hundreds). */
+static void free_built_once(void)
+{
+	char err[256];
+	uint32_t n[2];
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		char spec[96];
+		struct kvc_grammar *g;
+		struct kvc_grammar_stats st = { 0 };
+
+		snprintf(spec, sizeof(spec),
+			 "{\"type\":\"array\",\"items\":{\"type\":\"object\"},\"maxItems\":%d}", i + 2);
+		g = compile(KVC_JSON_SCHEMA, spec, err, sizeof(err));
+		if (g)
+			kvc_grammar_stats(g, &st);
+		n[i] = st.nfa_states;
+		kvc_grammar_release(g);
+	}
+	CHECK(n[0] && n[1] > n[0] && (n[1] - n[0]) * 4 < n[0],
+	      "%s: any-object items: 2 take %u NFA states, 3 take %u (the containers built once)",
+	      MNAME, n[0], n[1]);
+}
+
 int main(int argc, char **argv)
 {
 	int a;
@@ -1366,6 +1417,8 @@ int main(int argc, char **argv)
 		budget_edge();
 		finished();
 		grammar_stats();
+		free_built_once();
+		long_ref_key();
 		stack_decided();
 		depth_limit();
 		threads();
