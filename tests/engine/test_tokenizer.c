@@ -458,6 +458,56 @@ static void lower_hex(const char *path)
 	      "(%d tokens) %s", n, t ? "" : err);
 	kve_tokenizer_free(t);
 	kve_model_free(m);
+	/* "<0xeg>" is no byte: it decodes to its own 6 characters */
+	for (i = 0, hits = 0; b && i + 6 <= len; i++)
+		if (!memcmp(b + i, "<0xef>", 6)) {
+			memcpy(b + i, "<0xeg>", 6);
+			hits++;
+		}
+	m = hits ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	for (n = 0, id = 0; t && id < (int32_t)kve_model_info(m)->vocab; id++)
+		n += kve_token_bytes(t, id, piece, sizeof(piece)) == 6 &&
+		     !memcmp(piece, "<0xeg>", 6);
+	CHECK(hits == 1 && t && n == 1, "a byte token spelled <0xeg> (not hex) decodes to its "
+	      "6 characters (%d tokens) %s", n, t ? "" : err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
+/* Two entries with the same text: the first id wins, id 0 included. The
+ * BPE test vocabulary's token 1 (the byte 0x01, "\xc4\x81") respelled as
+ * token 0's text ("\xc4\x80", the byte 0x00): that byte still encodes as
+ * token 0. */
+static void duplicate_first_id(const char *path)
+{
+	size_t len, i, hits = 0;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "";
+	struct kve_model *m;
+	struct kve_tokenizer *t;
+	int32_t ids[4];
+	int n;
+
+	for (i = 0; b && i + 10 <= len; i++)
+		if (!memcmp(b + i, "\x02\0\0\0\0\0\0\0\xc4\x81", 10)) {
+			memcpy(b + i + 8, "\xc4\x80", 2);
+			hits++;
+			break;
+		}
+	m = hits ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	n = t ? kve_tokenize(t, "\0", 1, 0, ids, 4) : -1;
+	CHECK(t && n == 1 && ids[0] == 0, "a duplicate of token 0's text: the byte 0x00 is "
+	      "still token 0 (%d tokens, first %d) %s", n, n > 0 ? ids[0] : -1, t ? "" : err);
+	/* the byte 0x01 has no token now, and there is no unknown token:
+	 * it becomes token 0 */
+	n = t ? kve_tokenize(t, "\x01", 1, 0, ids, 4) : -1;
+	CHECK(t && n == 1 && ids[0] == 0, "a byte with no token and no unknown token is token 0 "
+	      "(%d tokens, first %d)", n, n > 0 ? ids[0] : -1);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
 	free(b);
 }
 
@@ -1048,6 +1098,7 @@ int main(int argc, char **argv)
 	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
 	byte_ids_swapped(argv[2]);
+	duplicate_first_id(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
 		char label[64];
