@@ -434,45 +434,50 @@ static void pre_metadata(const char *path)
 	free(b);
 }
 
-/* Byte tokens spelled in lower-case hex ("<0xef>") decode like "<0xEF>". */
-static void lower_hex(const char *path)
+/* The tokens that decode to exactly want[0..wn) once the 6-byte spelling
+ * from is respelled to (which must occur once in b; b keeps the edit);
+ * -1 when it does not occur or the tokenizer cannot be built (err). */
+static int respelled_decoding(uint8_t *b, size_t len, const char *from, const char *to,
+			      const char *want, int wn, char *err, size_t errlen)
 {
-	size_t len, i, hits = 0;
-	uint8_t *b = slurp(path, &len);
-	char err[256] = "", piece[16];
+	size_t i, hits = 0;
 	struct kve_model *m;
-	struct kve_tokenizer *t = NULL;
-	int32_t id, n = 0;
+	struct kve_tokenizer *t;
+	char piece[16];
+	int32_t id;
+	int n = 0;
 
 	for (i = 0; b && i + 6 <= len; i++)
-		if (!memcmp(b + i, "<0xEF>", 6)) {
-			memcpy(b + i, "<0xef>", 6);
+		if (!memcmp(b + i, from, 6)) {
+			memcpy(b + i, to, 6);
 			hits++;
 		}
-	m = hits ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
-	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	m = hits == 1 ? kve_model_load_mem(b, len, err, errlen) : NULL;
+	t = m ? kve_tokenizer_create(m, err, errlen) : NULL;
 	for (id = 0; t && id < (int32_t)kve_model_info(m)->vocab; id++)
-		n += kve_token_bytes(t, id, piece, sizeof(piece)) == 1 &&
-		     (unsigned char)piece[0] == 0xef;
-	CHECK(hits == 1 && t && n == 1, "byte token <0xef> (lower-case hex) is the byte 0xef "
-	      "(%d tokens) %s", n, t ? "" : err);
+		n += kve_token_bytes(t, id, piece, sizeof(piece)) == wn && !memcmp(piece, want, (size_t)wn);
+	if (!t)
+		n = -1;
 	kve_tokenizer_free(t);
 	kve_model_free(m);
-	/* "<0xeg>" is no byte: it decodes to its own 6 characters */
-	for (i = 0, hits = 0; b && i + 6 <= len; i++)
-		if (!memcmp(b + i, "<0xef>", 6)) {
-			memcpy(b + i, "<0xeg>", 6);
-			hits++;
-		}
-	m = hits ? kve_model_load_mem(b, len, err, sizeof(err)) : NULL;
-	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
-	for (n = 0, id = 0; t && id < (int32_t)kve_model_info(m)->vocab; id++)
-		n += kve_token_bytes(t, id, piece, sizeof(piece)) == 6 &&
-		     !memcmp(piece, "<0xeg>", 6);
-	CHECK(hits == 1 && t && n == 1, "a byte token spelled <0xeg> (not hex) decodes to its "
-	      "6 characters (%d tokens) %s", n, t ? "" : err);
-	kve_tokenizer_free(t);
-	kve_model_free(m);
+	return n;
+}
+
+/* Byte tokens spelled in lower-case hex ("<0xef>") decode like "<0xEF>";
+ * "<0xeg>" is no byte and decodes to its own 6 characters. */
+static void lower_hex(const char *path)
+{
+	size_t len;
+	uint8_t *b = slurp(path, &len);
+	char err[256] = "";
+	int n;
+
+	n = respelled_decoding(b, len, "<0xEF>", "<0xef>", "\xef", 1, err, sizeof(err));
+	CHECK(n == 1, "byte token <0xef> (lower-case hex) is the byte 0xef (%d tokens) %s", n,
+	      n < 0 ? err : "");
+	n = respelled_decoding(b, len, "<0xef>", "<0xeg>", "<0xeg>", 6, err, sizeof(err));
+	CHECK(n == 1, "a byte token spelled <0xeg> (not hex) decodes to its 6 characters "
+	      "(%d tokens) %s", n, n < 0 ? err : "");
 	free(b);
 }
 
