@@ -235,6 +235,20 @@ static void test_model(const char *path)
 		CHECK(ok && !memcmp(a, b, (size_t)11 * v * 4), "%s: 2 threads == 1 thread", path);
 		CHECK(ok && !memcmp(a, c, (size_t)11 * v * 4),
 		      "%s: prefill in 7-token chunks == one pass", path);
+		{	/* chunks of 8 = max_batch: every pass fills the
+			 * engine's per-token buffers to their last row */
+			struct rig r4;
+			uint32_t t4[16];
+			struct kve_session s4 = { t4, 16, 0 };
+
+			for (i = 0; i < 16; i++)
+				t4[i] = i;
+			ok = !rig_init(&r4, m, 4, KVE_KV_F32, 16, 1, 8) &&
+			     !run_seq(&r4, &s4, tok, NTOK, 30, c);
+			CHECK(ok && !memcmp(a, c, (size_t)11 * v * 4),
+			      "%s: prefill in 8-token chunks (as wide as the batch) == one pass", path);
+			rig_free(&r4);
+		}
 
 		/* error paths */
 		{
