@@ -828,6 +828,23 @@ static void lazy_mask_bytes(void)
 		}
 		CHECK(ok && !mism && masked > 0, "%s: lazy after '%.*s': every mask bit is its bytes' "
 		      "verdict (%d differ; %d tokens refused)", MNAME, k, "th", mism, masked);
+		/* 2 tokens left: one that opens the call must leave room to
+		 * close it (kvc_remaining <= 1), free text may stop anywhere */
+		if (ok)
+			kvc_mask_budget(m, mask, 2);
+		for (id = 0, mism = masked = 0; ok && id < NV; id++) {
+			struct kvc_matcher *c = kvc_matcher_clone(m);
+			int keep = c && kvc_advance(c, (int32_t)id) == 0 && kvc_remaining(c) <= 1;
+
+			kvc_matcher_free(c);
+			if ((int32_t)id == kve_tokenizer_eos(T))
+				continue;
+			mism += keep != (int)((mask[id >> 5] >> (id & 31)) & 1);
+			masked += !keep;
+		}
+		CHECK(ok && !mism && masked > 0, "%s: lazy after '%.*s', 2 tokens left: every budget "
+		      "mask bit is what the token leaves (%d differ; %d tokens refused)", MNAME, k, "th",
+		      mism, masked);
 		kvc_matcher_free(m);
 	}
 	free(mask);
