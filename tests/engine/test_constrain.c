@@ -511,6 +511,24 @@ static void spec_edges(void)
 		kvc_grammar_release(gc);
 		kvc_grammar_release(gw);
 	}
+	{	/* a schema of exactly KVC_MAX_SPEC_BYTES: "{", spaces, "}" */
+		char *big = malloc(KVC_MAX_SPEC_BYTES);
+		struct kvc_spec sp = { .kind = KVC_JSON_SCHEMA, .json = big,
+				       .json_len = KVC_MAX_SPEC_BYTES };
+		struct kvc_grammar *g = NULL;
+
+		ok = big != NULL;
+		if (ok) {
+			memset(big, ' ', KVC_MAX_SPEC_BYTES);
+			big[0] = '{';
+			big[KVC_MAX_SPEC_BYTES - 1] = '}';
+			ok = !kvc_compile(V, &sp, &g, err, sizeof(err));
+		}
+		CHECK(ok && accepts_bytes(g, "[1]", 0), "%s: a schema of exactly %u bytes allowed %s",
+		      MNAME, KVC_MAX_SPEC_BYTES, ok ? "" : err);
+		kvc_grammar_release(g);
+		free(big);
+	}
 	{	/* max_ws 1: one whitespace byte at a place, not two; the default 8 */
 		struct kvc_spec w1 = { .kind = KVC_JSON_OBJECT, .max_ws = 1 };
 		struct kvc_spec w0 = { .kind = KVC_JSON_OBJECT };
