@@ -173,6 +173,7 @@ static void test_container(void)
 		struct w k = { .n = 0 };
 		char want[96];
 		uint64_t left;
+		int rc7;
 
 		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 1);
 		str(&k, "s.list"); u32(&k, GGUF_ARR); u32(&k, GGUF_STR);
@@ -183,6 +184,15 @@ static void test_container(void)
 		snprintf(want, sizeof(want), "key 's.list': array of %llu strings cannot fit in the "
 			 "%llu bytes left", (unsigned long long)(left / 8 + 1), (unsigned long long)left);
 		expect(&k, k.n, want, "8 strings announced, room for 7");
+		/* as many as fit: 7 empty strings ending the file parse */
+		k.n -= left + 8;
+		u64(&k, left / 8);
+		k.n += left;
+		rc7 = gguf_open_mem(&g, k.b, k.n, err, sizeof(err));
+		CHECK(rc7 == 0, "7 empty strings in the 56 bytes that end the file parse (%s)",
+		      rc7 ? err : "");
+		if (!rc7)
+			gguf_close(&g);
 	}
 	{	/* no tensors: the file may end right after its keys (no data
 		 * section to align) */
