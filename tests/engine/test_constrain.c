@@ -1412,11 +1412,12 @@ static void grammar_stats(void)
 			     (uint64_t)st.bitset_sets * ((NV + 31) / 32) + st.listed_ids + st.maybe_ids);
 		CHECK(st.table_bytes == parts && st.byte_classes >= 1 && st.byte_classes <= 256 &&
 		      st.bitset_sets <= st.token_sets && st.token_sets <= st.dfa_states &&
-		      st.dfa_states >= 2,
+		      st.dfa_states >= 2 && st.compile_ms >= 0 && st.compile_ms < 60000,
 		      "%s: stats of schema %zu: %u states, %u classes, %u sets (%u bitsets, %u listed, "
-		      "%u maybe): %llu table bytes, the parts' sum %llu", MNAME, i, st.dfa_states,
-		      st.byte_classes, st.token_sets, st.bitset_sets, st.listed_ids, st.maybe_ids,
-		      (unsigned long long)st.table_bytes, (unsigned long long)parts);
+		      "%u maybe): %llu table bytes, the parts' sum %llu; compiled in %.3g ms", MNAME, i,
+		      st.dfa_states, st.byte_classes, st.token_sets, st.bitset_sets, st.listed_ids,
+		      st.maybe_ids, (unsigned long long)st.table_bytes, (unsigned long long)parts,
+		      st.compile_ms);
 		if (i == 0)
 			CHECK(st.dfa_states > 300 && st.token_sets * 4 < st.dfa_states,
 			      "%s: maxLength 300: %u states share %u token sets", MNAME,
