@@ -250,14 +250,13 @@ static char bdigit(const struct bound *bd, int L, int p)
 	return p - L < bd->nf ? bd->f[p - L] : '0';
 }
 
+/* Whether the bound's digits from p on are all zero; p >= L: the integer
+ * part has been read, so only fraction digits are left. */
 static int rest_zero(const struct bound *bd, int L, int p)
 {
 	int k;
 
-	for (k = p; k < L; k++)
-		if (bd->i[k] != '0')
-			return 0;
-	for (k = p > L ? p - L : 0; k < bd->nf; k++)
+	for (k = p - L; k < bd->nf; k++)
 		if (bd->f[k] != '0')
 			return 0;
 	return 1;

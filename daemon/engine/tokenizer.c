@@ -915,12 +915,10 @@ int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,
 			i++;
 			continue;
 		}
+		/* the byte-level alphabet is U+0021..U+0143: 1 or 2 bytes */
 		if (l == 2)
 			cp = ((cp & 0x1f) << 6) | ((unsigned char)s.p[i + 1] & 0x3f);
-		else if (l == 3)
-			cp = ((cp & 0x0f) << 12) | (((unsigned char)s.p[i + 1] & 0x3f) << 6) |
-			     ((unsigned char)s.p[i + 2] & 0x3f);
-		b = cp < 512 && l <= 3 ? t->cp_byte[cp] : -1;
+		b = cp < 512 && l <= 2 ? t->cp_byte[cp] : -1;
 		if (b < 0) {	/* not byte-level text: pass it through */
 			size_t j;
 			for (j = 0; j < l; j++, n++)

@@ -253,8 +253,9 @@ static void test_model(const char *path)
 		/* error paths */
 		{
 			int32_t bad = (int32_t)v;
-			uint32_t small[1] = { 0 }, unknown[2] = { 0, 999 };
+			uint32_t small[1] = { 0 }, unknown[2] = { 0, 999 }, first[2] = { 999, 0 };
 			struct kve_session ss = { small, 1, 0 }, su = { unknown, 2, 0 };
+			struct kve_session sf = { first, 2, 0 };
 			struct kve_session *dup[2] = { &s1, &s1 };
 			int32_t two[2] = { 1, 2 };
 
@@ -262,6 +263,8 @@ static void test_model(const char *path)
 			CHECK(kve_prefill(r1.e, &ss, tok, 5, a) == -ENOSPC, "block table too short -> ENOSPC");
 			CHECK(ss.n_tokens == 0, "failed prefill leaves the session as it was");
 			CHECK(kve_prefill(r1.e, &su, tok, 5, a) == -EFAULT, "unknown block id -> EFAULT");
+			CHECK(kve_prefill(r1.e, &sf, tok, 5, a) == -EFAULT && sf.n_tokens == 0,
+			      "unknown id in the first block -> EFAULT, the session as it was");
 			CHECK(kve_decode(r1.e, dup, two, 2, a) == -EINVAL, "same session twice in a batch -> EINVAL");
 			CHECK(kve_decode(r1.e, dup, two, 9, a) == -EINVAL, "batch above max_batch -> EINVAL");
 			{	/* each argument alone missing or empty */

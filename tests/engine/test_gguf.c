@@ -194,6 +194,23 @@ static void test_container(void)
 		if (!rc7)
 			gguf_close(&g);
 	}
+	{	/* a u32 array whose 5 elements exactly end the file parses; a
+		 * sixth announced is refused */
+		struct w k = { .n = 0 };
+		int rc;
+
+		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 1);
+		str(&k, "u.list"); u32(&k, GGUF_ARR); u32(&k, GGUF_U32); u64(&k, 5);
+		memset(k.b + k.n, 0, 20);
+		k.n += 20;
+		rc = gguf_open_mem(&g, k.b, k.n, err, sizeof(err));
+		CHECK(rc == 0, "5 u32s in the 20 bytes that end the file parse (%s)", rc ? err : "");
+		if (!rc)
+			gguf_close(&g);
+		k.b[k.n - 28] = 6;	/* the count's low byte */
+		expect(&k, k.n, "key 'u.list': array of 6 4-byte elements exceeds the 20 bytes left",
+		       "6 u32s announced, room for 5");
+	}
 	{	/* no tensors: the file may end right after its keys (no data
 		 * section to align) */
 		struct w k = { .n = 0 };

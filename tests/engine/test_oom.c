@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_oom.c - allocation failures. Each of the engine's constructors (model
- * from memory, tokenizer, engine, KV arena and arena session), the
+ * from memory and from its file, tokenizer, engine, KV arena and arena session), the
  * tokenizer's long-word path, constrained decoding's grammar compiler
  * (first model only) and the kernels' self-check is run with its k-th
  * allocation failing, for k = 0, 1, ... until a run makes fewer than k + 1 allocations: every run
@@ -140,6 +140,7 @@ static long each_failure(const char *what, build_fn fn, void *ctx)
 }
 
 struct ctx {
+	const char *path;
 	const uint8_t *file;
 	size_t len;
 	struct kve_model *m;
@@ -156,6 +157,17 @@ static int build_model(void *p, char *err, size_t errlen)
 {
 	struct ctx *c = p;
 	struct kve_model *m = kve_model_load_mem(c->file, c->len, err, errlen);
+
+	if (!m)
+		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
+	kve_model_free(m);
+	return 0;
+}
+
+static int build_model_file(void *p, char *err, size_t errlen)
+{
+	struct ctx *c = p;
+	struct kve_model *m = kve_model_load(c->path, err, errlen);
 
 	if (!m)
 		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
@@ -538,6 +550,10 @@ int main(int argc, char **argv)
 		c.len = (size_t)len;
 		n = each_failure("model", build_model, &c);
 		CHECK(n > 0, "%s: model from memory: each of %ld allocations failing -> "
+		      "out of memory, nothing leaked", argv[i], n);
+		c.path = argv[i];
+		n = each_failure("model file", build_model_file, &c);
+		CHECK(n > 0, "%s: model from its file: each of %ld allocations failing -> "
 		      "out of memory, nothing leaked", argv[i], n);
 		c.m = kve_model_load_mem(buf, (size_t)len, err, sizeof(err));
 		if (!c.m) {

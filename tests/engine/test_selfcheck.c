@@ -26,7 +26,7 @@ enum fault {
 	F_PACKED, F_SHAPE_FIRST, F_SHAPE_LAST, F_Q8_PARTIAL_NAN,
 	/* vectors: wrong where n == f_n, in element f_i (-1: the last) */
 	F_DOT_F32, F_DOT_F16, F_AXPY_F32, F_AXPY_F16,
-	F_QUANT_Q, F_QUANT_D, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
+	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
 	F_SILU, F_SCORES, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
 	F_RMSNORM,
 };
@@ -152,6 +152,13 @@ static void f_quantize(const float *x, int n, struct kve_q8x *out)
 		memcpy(&b, &out[f_i].d, 4);
 		b ^= 1;
 		memcpy(&out[f_i].d, &b, 4);
+	}
+	if (f == F_QUANT_LARGE) {	/* wrong only where a block's scale is large */
+		int b;
+
+		for (b = 0; b < n / QK8_0; b++)
+			if (isfinite(out[b].d) && out[b].d > 100.0f)
+				out[b].q[0] ^= 1;
 	}
 }
 
@@ -314,6 +321,8 @@ static void vector_faults(void)
 			 "block %d only", j);
 		expect(what, F_QUANT_D, 0, 0, j, 0, "quantize_q8x: block", NULL);
 	}
+	expect("a quantiser wrong only in blocks of large values (finite scale > 100)", F_QUANT_LARGE,
+	       0, 0, 0, 0, "quantize_q8x: block", NULL);
 	expect("an f32_to_f16 wrong in its first element only", F_F16_ELEM, 0, 0, 0, 0,
 	       "f32_to_f16", NULL);
 	expect("an f32_to_f16 wrong in its last element only", F_F16_ELEM, 0, 0, -1, 0,
