@@ -6,7 +6,9 @@
 #      shipped model was trained on
 #   2. tokenizer parity and the torch cross-check of the engine's logits,
 #      F32 and Q8_0 with their own bounds (skipped, saying so, without torch)
-#   3. smoke: one held-out calc question through a real calc round trip
+#   3. the induction circuit make model builds into the initial weights
+#      copies (and a model without it does not)
+#   4. smoke: one held-out calc question through a real calc round trip
 # usage: run.sh KVE_CHAT KVE_LOGITS
 set -u
 chat=$1
@@ -48,13 +50,18 @@ got=$("$py" $dir/corpus.py --seed 1 --n 200 | sha256sum | cut -d' ' -f1)
 result $? "corpus: seed 1 is the corpus the shipped model learnt from (sha256 $got)"
 
 if "$py" -c 'import torch' 2>/dev/null; then
+	"$py" $dir/circuit.py --check
+	result $? "circuit: built into a fresh model it copies random tokens, random weights do not"
 	"$py" $dir/crosscheck.py $f32 --kve-logits "$logits" --bound 1e-3 --prompts 2 --tokens 60
 	result $? "cross-check F32"
 	# Q8_0's error grows with the logits (the engine quantises activations
 	# to Q8_0 too), and each retrained model's are sharper: 0.252 measured
-	# on the second model, 0.294 on the third (the "/" tokenizer), argmax
-	# 50/50 both; the bound leaves room for other kernel sets' rounding
-	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.4 --prompts 2
+	# on the second model, 0.294 on the third (the "/" tokenizer), 0.463 on
+	# the fourth (the induction circuit; the same with the portable kernels,
+	# mean error 0.037 over logits spanning 23), argmax 50/50, 50/50, 49/50
+	# (the one a near-tie); the bound leaves room for other kernel sets'
+	# rounding
+	"$py" $dir/crosscheck.py $q8 --kve-logits "$logits" --bound 0.6 --prompts 2
 	result $? "cross-check Q8_0"
 else
 	echo "SKIP cross-check: python3-torch is not installed (scripts/deps.sh check installs it)"

@@ -49,6 +49,7 @@ def load(path):
                  n_kv_heads=kv[A + ".attention.head_count_kv"],
                  ffn=kv[A + ".feed_forward_length"], ctx=kv[A + ".context_length"],
                  rope_base=kv[A + ".rope.freq_base"],
+                 rope_dims=kv.get(A + ".rope.dimension_count", 0),
                  eps=kv[A + ".attention.layer_norm_rms_epsilon"])
     m = Model(cfg).double()
     sd = {"embed.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}

@@ -61,7 +61,7 @@ def export(ck, path, wtype):
     w.add(A + ".feed_forward_length", G.GGUF_U32, c["ffn"])
     w.add(A + ".attention.head_count", G.GGUF_U32, c["n_heads"])
     w.add(A + ".attention.head_count_kv", G.GGUF_U32, c["n_kv_heads"])
-    w.add(A + ".rope.dimension_count", G.GGUF_U32, c["head_dim"])
+    w.add(A + ".rope.dimension_count", G.GGUF_U32, c.get("rope_dims") or c["head_dim"])
     w.add(A + ".rope.freq_base", G.GGUF_F32, c["rope_base"])
     w.add(A + ".attention.layer_norm_rms_epsilon", G.GGUF_F32, c["eps"])
     w.add(A + ".vocab_size", G.GGUF_U32, c["vocab"])

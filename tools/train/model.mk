@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # model.mk - the trained agent model (tools/train/, models/). Included from
 # the top-level Makefile after engine.mk (uses its ENGINE_* variables).
-#   make model        retrain from scratch (~45 min on 2 loaded cores) and re-export
+#   make model        retrain from scratch (~30 min of one core) and re-export
 #                     models/kvarena-agent-{f32,f16,q8_0}.gguf + training log
 #   make eval-model   200 held-out conversations through the engine (greedy,
 #                     real tool execution): right tool / arguments / answer
@@ -33,16 +33,19 @@ $(MODEL_CHAT_SAN): tools/train/kve-chat.c $(ENGINE_SLIB)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) $< $(ENGINE_SLIB) -o $@ $(ENGINE_LIBS)
 
-# Three runs: 1800 steps from scratch (the first 900 after a short system
-# turn, see train.py), then 600 and 350 more, each from the previous
-# run's weights on fresh conversations (seed + 1) at a new learning-rate
-# peak: copying forms late in the first run and the next ones carry it on.
-MODEL_RUN2_ARGS := --steps 600 --lr 2e-3 --warmup 20 --short-steps 0
-MODEL_RUN3_ARGS := --seed 2 --steps 350 --lr 1e-3 --warmup 10 --short-steps 0
+# Three runs: 2700 steps from scratch (the first 900 after a short system
+# turn, see train.py) from weights with an induction circuit built in
+# (circuit.py), then 600 and 350 more, each from the previous run's
+# weights on fresh conversations (seed + 1) at a new learning-rate peak.
+# One thread: the same seed gives the same weights, bit for bit, only on
+# the same thread count.
+MODEL_RUN1_ARGS := --steps 2700 --induction-init --threads 1
+MODEL_RUN2_ARGS := --steps 600 --lr 2e-3 --warmup 20 --short-steps 0 --threads 1
+MODEL_RUN3_ARGS := --seed 2 --steps 350 --lr 1e-3 --warmup 10 --short-steps 0 --threads 1
 
 model:
 	@mkdir -p $(MODEL_TRAIN)/1 $(MODEL_TRAIN)/2 $(MODEL_TRAIN)/3
-	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/1 > $(MODEL_TRAIN)/1/train.log 2>&1 || \
+	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/1 $(MODEL_RUN1_ARGS) > $(MODEL_TRAIN)/1/train.log 2>&1 || \
 		{ tail -20 $(MODEL_TRAIN)/1/train.log; exit 1; }
 	nice -n 10 $(MODEL_PY) tools/train/train.py --out $(MODEL_TRAIN)/2 --init $(MODEL_TRAIN)/1/ckpt.pt \
 		$(MODEL_RUN2_ARGS) > $(MODEL_TRAIN)/2/train.log 2>&1 || \

@@ -18,11 +18,14 @@ import torch.nn.functional as F
 
 class Config:
     def __init__(self, vocab=1024, dim=256, n_layers=6, n_heads=8, n_kv_heads=2,
-                 ffn=768, ctx=1024, rope_base=10000.0, eps=1e-5):
+                 ffn=768, ctx=1024, rope_base=10000.0, eps=1e-5, rope_dims=0):
         self.vocab, self.dim, self.n_layers = vocab, dim, n_layers
         self.n_heads, self.n_kv_heads, self.ffn, self.ctx = n_heads, n_kv_heads, ffn, ctx
         self.rope_base, self.eps = rope_base, eps
         self.head_dim = dim // n_heads
+        # rope on the first rope_dims of each head (GGUF rope.dimension_count),
+        # the rest unrotated; 0: the whole head
+        self.rope_dims = rope_dims or self.head_dim
 
     def to_dict(self):
         return dict(self.__dict__)
@@ -39,18 +42,22 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(cfg, n, dtype=torch.float32):
-    hd = cfg.head_dim
-    inv = cfg.rope_base ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    rd = cfg.rope_dims
+    inv = cfg.rope_base ** (-torch.arange(0, rd, 2, dtype=torch.float64) / rd)
     ang = torch.arange(n, dtype=torch.float64)[:, None] * inv[None, :]
     return torch.cos(ang).to(dtype), torch.sin(ang).to(dtype)
 
 
 def rope(x, cos, sin):
-    """x: (B, H, T, hd); pairs (2i, 2i+1) rotate by angle pos * inv_freq[i]."""
-    x0, x1 = x[..., 0::2], x[..., 1::2]
+    """x: (B, H, T, hd); pairs (2i, 2i+1) of the first rope dims (twice
+    cos's width) rotate by angle pos * inv_freq[i], the rest pass."""
+    rd = 2 * cos.shape[-1]
+    xr = x[..., :rd]
+    x0, x1 = xr[..., 0::2], xr[..., 1::2]
     r0 = x0 * cos - x1 * sin
     r1 = x0 * sin + x1 * cos
-    return torch.stack((r0, r1), dim=-1).flatten(-2)
+    r = torch.stack((r0, r1), dim=-1).flatten(-2)
+    return r if rd == x.shape[-1] else torch.cat((r, x[..., rd:]), dim=-1)
 
 
 class Block(nn.Module):

@@ -30,6 +30,7 @@ import torch                       # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus                      # noqa: E402
+from circuit import induction_init           # noqa: E402
 from model import Config, Model, n_params   # noqa: E402
 from tokenizer import SYL_SCORE, Tokenizer   # noqa: E402
 
@@ -189,6 +190,11 @@ def main():
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--kv-heads", type=int, default=1)
     ap.add_argument("--ffn", type=int, default=384)
+    ap.add_argument("--rope-dims", type=int, default=0,
+                    help="rope on this many dims of each head, the rest unrotated (0: all)")
+    ap.add_argument("--induction-init", action="store_true",
+                    help="start from weights with a previous-token and an induction head built "
+                    "in (circuit.py; needs --rope-dims below the head width)")
     ap.add_argument("--syllables", action="store_true",
                     help="vocabulary: the corpus's name syllables as tokens (tokenizer.py)")
     ap.add_argument("--copy-weight", type=float, default=1.0,
@@ -301,7 +307,7 @@ def main():
                                                     a.copy_what))
 
     cfg = Config(vocab=len(tok.tokens), dim=a.dim, n_layers=a.layers, n_heads=a.heads,
-                 n_kv_heads=a.kv_heads, ffn=a.ffn)
+                 n_kv_heads=a.kv_heads, ffn=a.ffn, rope_dims=a.rope_dims)
     if init:    # the checkpoint's shape, whatever the shape arguments say
         cfg = Config(**{k: v for k, v in init["cfg"].items() if k != "head_dim"})
     model = Model(cfg)
@@ -309,6 +315,10 @@ def main():
         assert init["cfg"] == cfg.to_dict(), "--init: another model shape"
         model.load_state_dict(init["state"])
         log("continuing from %s (its final loss %.4f)" % (a.init, init["final_loss"]))
+    elif a.induction_init:
+        induction_init(model, torch.Generator().manual_seed(a.seed))
+        log("induction circuit built in (layer 0 head 0: previous token; layer 1 head 0: "
+            "induction)")
     log("model %s: %d parameters" % (cfg.to_dict(), n_params(model)))
     decay = [p for n, p in model.named_parameters() if p.dim() == 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
