@@ -11,10 +11,11 @@ same seed on the same machine gives the same loss curve, step for step.
   train.py --out DIR [--seed 1] [--steps N] [--threads 2] [--init CKPT]
 writes DIR/ckpt.pt (weights, config, vocabulary) and DIR/tokenizer.json;
 the log (losses, tokens/s, load average, held-out checks) goes to stdout.
-make model runs it three times (tools/train/model.mk). Options tried for
-name copying and not used by make model (Documentation/model.md, "Copying
-drawn names"): --syllables, --topdirs, --copy-weight, --copy-what,
---families, --copy-drill, --drill-share.
+make model runs it three times (tools/train/model.mk), the first with
+--induction-init (circuit.py). Options tried for name copying and not
+used by make model (Documentation/model.md, "The induction circuit" and
+"Copying drawn names"): --rope-dims, --syllables, --topdirs,
+--copy-weight, --copy-what, --families, --copy-drill, --drill-share.
 """
 import argparse
 import math
@@ -191,10 +192,11 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=1)
     ap.add_argument("--ffn", type=int, default=384)
     ap.add_argument("--rope-dims", type=int, default=0,
-                    help="rope on this many dims of each head, the rest unrotated (0: all)")
+                    help="rope on this many dims of each head, the rest unrotated (0: all; "
+                    "llama.cpp refuses a llama model with fewer than all)")
     ap.add_argument("--induction-init", action="store_true",
                     help="start from weights with a previous-token and an induction head built "
-                    "in (circuit.py; needs --rope-dims below the head width)")
+                    "in (circuit.py; make model's first run)")
     ap.add_argument("--syllables", action="store_true",
                     help="vocabulary: the corpus's name syllables as tokens (tokenizer.py)")
     ap.add_argument("--copy-weight", type=float, default=1.0,
