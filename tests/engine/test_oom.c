@@ -153,21 +153,12 @@ struct ctx {
 	struct kve_arena_kv *kv;	/* map_and_recv: the arena to map */
 };
 
+/* from its file when c->path is set, else from memory */
 static int build_model(void *p, char *err, size_t errlen)
 {
 	struct ctx *c = p;
-	struct kve_model *m = kve_model_load_mem(c->file, c->len, err, errlen);
-
-	if (!m)
-		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
-	kve_model_free(m);
-	return 0;
-}
-
-static int build_model_file(void *p, char *err, size_t errlen)
-{
-	struct ctx *c = p;
-	struct kve_model *m = kve_model_load(c->path, err, errlen);
+	struct kve_model *m = c->path ? kve_model_load(c->path, err, errlen) :
+			      kve_model_load_mem(c->file, c->len, err, errlen);
 
 	if (!m)
 		return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
@@ -552,9 +543,10 @@ int main(int argc, char **argv)
 		CHECK(n > 0, "%s: model from memory: each of %ld allocations failing -> "
 		      "out of memory, nothing leaked", argv[i], n);
 		c.path = argv[i];
-		n = each_failure("model file", build_model_file, &c);
+		n = each_failure("model file", build_model, &c);
 		CHECK(n > 0, "%s: model from its file: each of %ld allocations failing -> "
 		      "out of memory, nothing leaked", argv[i], n);
+		c.path = NULL;
 		c.m = kve_model_load_mem(buf, (size_t)len, err, sizeof(err));
 		if (!c.m) {
 			CHECK(0, "%s: %s", argv[i], err);
