@@ -107,6 +107,11 @@ run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernel
 run "self-check coverage, fault by fault" $T/test_selfcheck
 run "worker team: chunks, futex sleep/wake" $T/test_threads
 run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
+# again with unwritten heap memory holding 0x7f bytes, up to 1 MiB of each
+# allocation: -1 (0xff) reads as "empty" in the vocabulary's hash table,
+# a large positive value as an id far outside it, which faults
+run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576" \
+	$T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
