@@ -30,6 +30,7 @@ import math
 import numpy as np
 import torch
 
+
 def prev_amplitudes(cfg, npair, n=1024):
     """Query amplitudes, per rope pair 0..npair-1 (the highest
     frequencies), of a head whose key is the same at every position: the
@@ -41,15 +42,14 @@ def prev_amplitudes(cfg, npair, n=1024):
     others = np.r_[0, np.arange(2, n)]
     a = np.ones(npair) / math.sqrt(npair)
     best, best_a = -1e9, a
-    for _ in range(5000):
+    for _ in range(5001):
         S = C @ a
-        k = others[np.argmin(S[1] - S[others])]
+        gap = S[1] - S[others]
+        if gap.min() > best:
+            best, best_a = gap.min(), a.copy()
+        k = others[np.argmin(gap)]
         a = np.maximum(a + 0.01 * (C[1] - C[k]), 0)
         a /= np.linalg.norm(a)
-        S = C @ a
-        m = S[1] - S[others].max()
-        if m > best:
-            best, best_a = m, a.copy()
     return best_a, best
 
 
@@ -102,11 +102,9 @@ def induction_init(model, gen, npos=16, nmatch=10, sharp=200.0, match=6.0, copy_
         L0.wk.weight[2 * p, C - 1] = kscale / one
     # its value: the token's content; its output: into [C, 2C-1)
     L0.wv.weight[:] = 0
-    for j in range(C - 1):
-        L0.wv.weight[j, j] = 1.0 / nrm_c
+    L0.wv.weight[:C - 1, :C - 1].fill_diagonal_(1.0 / nrm_c)
     L0.wo.weight[:, :hd] = 0
-    for j in range(C - 1):
-        L0.wo.weight[C + j, j] = std
+    L0.wo.weight[C:2 * C - 1, :C - 1].fill_diagonal_(std)
 
     # layer 1 head 0: query = the current token's content, key = the
     # previous token's, both projected by the same orthonormal rows R onto
@@ -124,11 +122,9 @@ def induction_init(model, gen, npos=16, nmatch=10, sharp=200.0, match=6.0, copy_
     L1.wk.weight[m0:rd] = 0
     L1.wk.weight[m0:rd, C:2 * C - 1] = R * g
     L1.wv.weight[:] = 0
-    for j in range(C - 1):
-        L1.wv.weight[j, j] = 1.0 / n1
+    L1.wv.weight[:C - 1, :C - 1].fill_diagonal_(1.0 / n1)
     L1.wo.weight[:, :hd] = 0
-    for j in range(C - 1):
-        L1.wo.weight[j, j] = copy_gain * std
+    L1.wo.weight[:C - 1, :C - 1].fill_diagonal_(copy_gain * std)
 
 
 def copy_accuracy(model, gen, n, rows=4):
