@@ -135,20 +135,28 @@ struct kve_kernels {
 	/* SwiGLU gate: g[i] = silu(g[i]) * u[i], silu(v) = v / (1 + e^-v);
 	 * SIMD sets use their own exp (within a few ulp of expf) */
 	void (*silu_mul)(float *g, const float *u, int n);
-	/* attention over one block: sc[j] = dot(q, K row j) * scale for
-	 * j < n (rows hd elements apart, fp16 when f16), bit-identical to
-	 * dot_* then the multiply; */
-	void (*attn_scores)(const float *q, const void *k, int f16, int n, int hd,
-			    float scale, float *sc);
+	/* attention over one block for nh (1..KVE_ATTN_HEADS) query heads
+	 * of one KV group, q's rows hd apart: sc[h * ss + j] = dot(q_h, K
+	 * row j) * scale for j < n (rows hd elements apart, fp16 when f16),
+	 * bit-identical to dot_* then the multiply; each K row is read (and
+	 * converted) once for all nh heads */
+	void (*attn_scores)(const float *q, int nh, const void *k, int f16, int n, int hd,
+			    float scale, float *sc, size_t ss);
 	/* sc[j] = e^(sc[j] - mx) for j < n, returning their sum; */
 	float (*softmax_exp)(float *sc, int n, float mx);
-	/* out += p[j] * V row j for j = 0..n-1 in that order, bit-identical
-	 * to axpy_* row by row */
-	void (*attn_values)(float *out, const float *p, const void *v, int f16, int n,
-			    int hd);
+	/* out_h += p[h * ps + j] * V row j for j = 0..n-1 in that order, for
+	 * nh (1..KVE_ATTN_HEADS) heads whose out rows are hd apart,
+	 * bit-identical to axpy_* row by row; each V row read once */
+	void (*attn_values)(float *out, int nh, const float *p, size_t ps, const void *v,
+			    int f16, int n, int hd);
 	/* out = x / sqrt(mean(x^2) + eps) * w */
 	void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
 };
+
+/* query heads one attention call takes (a GQA group larger than this is
+ * taken in slices): 4 x 4 keys' accumulators fill half the AVX-512
+ * registers */
+#define KVE_ATTN_HEADS 4
 
 extern const struct kve_kernels kve_kernels_c;
 extern const struct kve_kernels kve_kernels_avx2;

@@ -47,7 +47,7 @@ struct kve_engine {
 	size_t es;		/* bytes per KV element */
 	float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2;
 	struct kve_q8x *xq;
-	float *scores;		/* per thread, max_ctx each */
+	float *scores;		/* per thread, attn_slice(info) x max_ctx each */
 	float *inv_freq;
 	float *rope_cs;		/* max_tok x rope_dims: cos, sin per pair */
 	/* the pass in flight */
@@ -255,6 +255,53 @@ static int attn_chunks(const struct kve_engine *e)
 	return tasks < want ? tasks : want;
 }
 
+/* The largest of x[0..n-1] (NaNs skipped; -inf if none), as one running
+ * "if (x > m) m = x" would give it up to the sign of a zero maximum (which
+ * e^(x - m) does not see): eight running maxima side by side, so the
+ * compares do not wait on each other */
+static float max_of(const float *x, uint32_t n)
+{
+	float m[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+		       -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	const float *end = x + n;
+	int i;
+
+	for (; end - x >= 8; x += 8)
+		for (i = 0; i < 8; i++)
+			if (x[i] > m[i])
+				m[i] = x[i];
+	for (; x < end; x++)
+		if (*x > m[0])
+			m[0] = *x;
+	for (i = 1; i < 8; i++)
+		if (m[i] > m[0])
+			m[0] = m[i];
+	return m[0];
+}
+
+/* x[j] *= a, eight at a time (the compiler's -O2 vectoriser leaves a
+ * loop that needs a tail alone) */
+static void scale_by(float *x, uint32_t n, float a)
+{
+	float *end = x + n;
+	int i;
+
+	for (; end - x >= 8; x += 8)
+		for (i = 0; i < 8; i++)
+			x[i] *= a;
+	for (; x < end; x++)
+		*x *= a;
+}
+
+/* query heads an attention call takes: the GQA group, at most
+ * KVE_ATTN_HEADS; each has a max_ctx row of scores per thread */
+static uint32_t attn_slice(const struct kve_model_info *in)
+{
+	uint32_t group = in->n_heads / in->n_kv_heads;
+
+	return group < KVE_ATTN_HEADS ? group : KVE_ATTN_HEADS;
+}
+
 static void attn_worker(void *arg, int c, int tid)
 {
 	struct kve_engine *e = arg;
@@ -265,39 +312,44 @@ static void attn_worker(void *arg, int c, int tid)
 	uint64_t tasks = (uint64_t)e->T * in->n_kv_heads, nch = (uint64_t)attn_chunks(e);
 	uint32_t t0 = (uint32_t)(tasks * (uint64_t)c / nch);
 	uint32_t t1 = (uint32_t)(tasks * (uint64_t)(c + 1) / nch), task;
-	float *sc = e->scores + (size_t)tid * e->max_ctx;
+	uint32_t slice = attn_slice(in);
+	size_t ss = e->max_ctx;
+	float *sc = e->scores + (size_t)tid * slice * ss;
 	float scale = 1.0f / sqrtf((float)hd);
 	int f16 = e->pool.dtype == KVE_KV_F16;
 
 	for (task = t0; task < t1; task++) {
 		uint32_t t = task / in->n_kv_heads, g = task % in->n_kv_heads;
 		const struct kve_session *s = e->tok_sess[t];
-		uint32_t npos = e->tok_pos[t] + 1, h, j, b;
+		uint32_t npos = e->tok_pos[t] + 1, h0, h, b, nh;
 
-		for (h = g * group; h < (g + 1) * group; h++) {
-			const float *q = e->q + ((size_t)t * in->n_heads + h) * hd;
-			float *out = e->att + ((size_t)t * in->n_heads + h) * hd;
-			float mx = -INFINITY, sum, inv;
+		/* the group's query heads, up to KVE_ATTN_HEADS at a time,
+		 * read each K and V row once */
+		for (h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
+			const float *q = e->q + ((size_t)t * in->n_heads + h0) * hd;
+			float *out = e->att + ((size_t)t * in->n_heads + h0) * hd;
 
+			nh = (g + 1) * group - h0 < slice ? (g + 1) * group - h0 : slice;
 			for (b = 0; b * bt < npos; b++) {
 				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, 0, g);
 				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
 
-				k->attn_scores(q, kb, f16, (int)end, (int)hd, scale, sc + b * bt);
-				for (j = 0; j < end; j++)
-					if (sc[b * bt + j] > mx)
-						mx = sc[b * bt + j];
+				k->attn_scores(q, (int)nh, kb, f16, (int)end, (int)hd, scale,
+					       sc + b * bt, ss);
 			}
-			sum = k->softmax_exp(sc, (int)npos, mx);
-			inv = 1.0f / sum;
-			for (j = 0; j < npos; j++)
-				sc[j] *= inv;
-			memset(out, 0, hd * sizeof(float));
+			for (h = 0; h < nh; h++) {
+				float *sh = sc + h * ss;
+
+				scale_by(sh, npos, 1.0f / k->softmax_exp(sh, (int)npos,
+									 max_of(sh, npos)));
+			}
+			memset(out, 0, (size_t)nh * hd * sizeof(float));
 			for (b = 0; b * bt < npos; b++) {
 				const uint8_t *vb = kv_head_base(e, s->block_table[b], e->layer, 1, g);
 				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
 
-				k->attn_values(out, sc + b * bt, vb, f16, (int)end, (int)hd);
+				k->attn_values(out, (int)nh, sc + b * bt, ss, vb, f16, (int)end,
+					       (int)hd);
 			}
 		}
 	}
@@ -558,7 +610,7 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->hb = alloc_f((size_t)nt * in->ffn_dim);
 	e->hb2 = alloc_f((size_t)nt * in->ffn_dim);
 	e->xq = malloc(((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
-	e->scores = alloc_f((size_t)p->n_threads * e->max_ctx);
+	e->scores = alloc_f((size_t)p->n_threads * attn_slice(in) * e->max_ctx);
 	e->inv_freq = alloc_f(in->rope_dims / 2 + 1);
 	e->rope_cs = alloc_f((size_t)nt * in->rope_dims + 1);
 	e->sess_buf = calloc(nt, sizeof(*e->sess_buf));
@@ -580,7 +632,7 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	memset(e->hb, 0, (size_t)nt * in->ffn_dim * sizeof(float));
 	memset(e->hb2, 0, (size_t)nt * in->ffn_dim * sizeof(float));
 	memset(e->xq, 0, ((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
-	memset(e->scores, 0, (size_t)p->n_threads * e->max_ctx * sizeof(float));
+	memset(e->scores, 0, (size_t)p->n_threads * attn_slice(in) * e->max_ctx * sizeof(float));
 	return e;
 oom:
 	kve_engine_free(e);

@@ -328,73 +328,155 @@ void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n)
 		dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-static void attn_scores(const float *q, const void *k, int f16, int n, int hd,
-			float scale, float *sc)
+/* one key's dots with nh query heads: each dot_*_i's chain (one
+ * accumulator, hsum8, the scalar tail), the K row loaded once */
+KVE_INLINE void score_key(const float *q, const uint8_t *row, const int f16, int hd,
+			  float scale, float *sc, size_t ss, const int nh)
 {
+	size_t es = f16 ? 2 : 4;
+	__m256 acc[KVE_ATTN_HEADS];
+	int h, i, k;
+
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+		acc[h] = _mm256_setzero_ps();
+	for (i = 0; i + 8 <= hd; i += 8) {
+		__m256 kv = load_w(row + (size_t)i * es, f16);
+
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++)
+			acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + i), kv, acc[h]);
+	}
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++) {
+		float s = hsum8(acc[h]);
+
+		for (k = i; k < hd; k++)
+			s += q[(size_t)h * hd + k] * load_w1(row, k, f16);
+		sc[(size_t)h * ss] = s * scale;
+	}
+}
+
+KVE_INLINE void attn_scores_i(const float *q, int nh, const uint8_t *k, const int f16, int n,
+			      int hd, float scale, float *sc, size_t ss)
+{
+	size_t rb = (size_t)hd * (f16 ? 2 : 4);
 	int j;
 
-	if (f16)
-		for (j = 0; j < n; j++)
-			sc[j] = dot_f16_i(q, (const uint16_t *)k + (size_t)j * hd, hd) * scale;
-	else
-		for (j = 0; j < n; j++)
-			sc[j] = dot_f32_i(q, (const float *)k + (size_t)j * hd, hd) * scale;
-}
-
-/* out += p[j] * V_j with out held in registers 64 floats at a time: the
- * same fma per element, in the same row order, as axpy row by row */
-KVE_INLINE void attn_values_nv(float *out, const float *p, const uint8_t *v, int f16,
-			       int n, int hd, int c0, const int nv)
-{
-	size_t es = f16 ? 2 : 4;
-	__m256 acc[8];
-	int i, j;
-
-#pragma GCC unroll 8
-	for (i = 0; i < nv; i++)
-		acc[i] = _mm256_loadu_ps(out + c0 + 8 * i);
 	for (j = 0; j < n; j++) {
-		const uint8_t *row = v + ((size_t)j * hd + c0) * es;
-		__m256 av = _mm256_set1_ps(p[j]);
-
-#pragma GCC unroll 8
-		for (i = 0; i < nv; i++)
-			acc[i] = _mm256_fmadd_ps(av, load_w(row + (size_t)8 * i * es, f16), acc[i]);
-	}
-#pragma GCC unroll 8
-	for (i = 0; i < nv; i++)
-		_mm256_storeu_ps(out + c0 + 8 * i, acc[i]);
-}
-
-KVE_INLINE void attn_values_i(float *out, const float *p, const uint8_t *v, int f16,
-			      int n, int hd)
-{
-	size_t es = f16 ? 2 : 4;
-	int c0, i, j;
-
-	for (c0 = 0; c0 + 8 <= (hd & ~7); c0 += 64) {
-		switch (((hd & ~7) - c0) / 8 < 8 ? ((hd & ~7) - c0) / 8 : 8) {
-		case 1: attn_values_nv(out, p, v, f16, n, hd, c0, 1); break;
-		case 2: attn_values_nv(out, p, v, f16, n, hd, c0, 2); break;
-		case 3: attn_values_nv(out, p, v, f16, n, hd, c0, 3); break;
-		case 4: attn_values_nv(out, p, v, f16, n, hd, c0, 4); break;
-		case 5: attn_values_nv(out, p, v, f16, n, hd, c0, 5); break;
-		case 6: attn_values_nv(out, p, v, f16, n, hd, c0, 6); break;
-		case 7: attn_values_nv(out, p, v, f16, n, hd, c0, 7); break;
-		default: attn_values_nv(out, p, v, f16, n, hd, c0, 8); break;
+		switch (nh) {
+		case 1: score_key(q, k + j * rb, f16, hd, scale, sc + j, ss, 1); break;
+		case 2: score_key(q, k + j * rb, f16, hd, scale, sc + j, ss, 2); break;
+		case 3: score_key(q, k + j * rb, f16, hd, scale, sc + j, ss, 3); break;
+		default: score_key(q, k + j * rb, f16, hd, scale, sc + j, ss, 4); break;
 		}
 	}
-	for (j = 0; j < n; j++)
-		for (i = hd & ~7; i < hd; i++)
-			out[i] += p[j] * load_w1(v + (size_t)j * hd * es, i, f16);
 }
 
-static void attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+static void attn_scores(const float *q, int nh, const void *k, int f16, int n, int hd,
+			float scale, float *sc, size_t ss)
 {
 	if (f16)
-		attn_values_i(out, p, v, 1, n, hd);
+		attn_scores_i(q, nh, k, 1, n, hd, scale, sc, ss);
 	else
-		attn_values_i(out, p, v, 0, n, hd);
+		attn_scores_i(q, nh, k, 0, n, hd, scale, sc, ss);
+}
+
+/* out_h += p_h[j] * V_j for nh heads, nv vectors (8 columns each) from
+ * column c0 held in registers: the same fma per element, in the same
+ * row order, as axpy row by row; each V vector loaded once for all
+ * heads (nh * nv <= 8) */
+KVE_INLINE void values_nv(float *out, const float *p, size_t ps, const uint8_t *v,
+			  const int f16, int n, int hd, int c0, const int nh, const int nv)
+{
+	size_t es = f16 ? 2 : 4;
+	__m256 acc[KVE_ATTN_HEADS][8], av[KVE_ATTN_HEADS];
+	int h, i, j;
+
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+#pragma GCC unroll 8
+		for (i = 0; i < nv; i++)
+			acc[h][i] = _mm256_loadu_ps(out + (size_t)h * hd + c0 + 8 * i);
+	for (j = 0; j < n; j++) {
+		const uint8_t *row = v + ((size_t)j * hd + c0) * es;
+
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++)
+			av[h] = _mm256_set1_ps(p[(size_t)h * ps + j]);
+#pragma GCC unroll 8
+		for (i = 0; i < nv; i++) {
+			__m256 w = load_w(row + (size_t)8 * i * es, f16);
+
+#pragma GCC unroll 4
+			for (h = 0; h < nh; h++)
+				acc[h][i] = _mm256_fmadd_ps(av[h], w, acc[h][i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+#pragma GCC unroll 8
+		for (i = 0; i < nv; i++)
+			_mm256_storeu_ps(out + (size_t)h * hd + c0 + 8 * i, acc[h][i]);
+}
+
+#define VN(NH, NV) values_nv(out, p, ps, v, f16, n, hd, c0, NH, NV)
+
+KVE_INLINE void attn_values_i(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
+			      const int f16, int n, int hd)
+{
+	size_t es = f16 ? 2 : 4;
+	int vmax = nh == 1 ? 8 : nh == 2 ? 4 : 2;	/* nh * vmax <= 8 accumulators */
+	int hv = hd & ~7, c0, h, i, j, nv;
+
+	for (c0 = 0; c0 < hv; c0 += 8 * nv) {
+		nv = (hv - c0) / 8 < vmax ? (hv - c0) / 8 : vmax;
+		if (nh == 1) {
+			switch (nv) {
+			case 1: VN(1, 1); break;
+			case 2: VN(1, 2); break;
+			case 3: VN(1, 3); break;
+			case 4: VN(1, 4); break;
+			case 5: VN(1, 5); break;
+			case 6: VN(1, 6); break;
+			case 7: VN(1, 7); break;
+			default: VN(1, 8); break;
+			}
+		} else if (nh == 2) {
+			switch (nv) {
+			case 1: VN(2, 1); break;
+			case 2: VN(2, 2); break;
+			case 3: VN(2, 3); break;
+			default: VN(2, 4); break;
+			}
+		} else if (nh == 3) {
+			if (nv == 1)
+				VN(3, 1);
+			else
+				VN(3, 2);
+		} else {
+			if (nv == 1)
+				VN(4, 1);
+			else
+				VN(4, 2);
+		}
+	}
+	for (h = 0; h < nh; h++)
+		for (j = 0; j < n; j++)
+			for (i = hv; i < hd; i++)
+				out[(size_t)h * hd + i] += p[(size_t)h * ps + j] *
+							   load_w1(v + (size_t)j * hd * es, i, f16);
+}
+
+#undef VN
+
+static void attn_values(float *out, int nh, const float *p, size_t ps, const void *v, int f16,
+			int n, int hd)
+{
+	if (f16)
+		attn_values_i(out, nh, p, ps, v, 1, n, hd);
+	else
+		attn_values_i(out, nh, p, ps, v, 0, n, hd);
 }
 
 /* e^x for x in [-87.3, 88.4] (clamped), Cephes' expf: 2^n * p(r) with

@@ -250,90 +250,179 @@ KVE_INLINE __m512 load_k16(const uint8_t *row, int i, int f16)
 	return _mm512_loadu_ps((const float *)row + i);
 }
 
-/* four keys' dots at once: each the dot_f16/dot_f32 chain, hsum16x4 the
- * same sums as hsum16, so each score is the row helper's bit for bit */
-KVE_INLINE void scores4(const float *q, const uint8_t *k, int f16, int hd, float scale,
-			float *sc)
+/* four keys' dots with nh query heads at once: each the dot_f16/dot_f32
+ * chain, hsum16x4 the same sums as hsum16, so each score is the row
+ * helper's bit for bit; each K vector loaded once for all heads */
+KVE_INLINE void scores4(const float *q, const uint8_t *k, const int f16, int hd, float scale,
+			float *sc, size_t ss, const int nh)
 {
 	size_t rb = (size_t)hd * (f16 ? 2 : 4);
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	int i;
+	__m512 a[KVE_ATTN_HEADS][4];
+	int h, i, r;
 
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+#pragma GCC unroll 4
+		for (r = 0; r < 4; r++)
+			a[h][r] = _mm512_setzero_ps();
 	for (i = 0; i < hd; i += 16) {
-		__m512 qv = _mm512_loadu_ps(q + i);
+		__m512 kv[4];
 
-		a0 = _mm512_fmadd_ps(qv, load_k16(k, i, f16), a0);
-		a1 = _mm512_fmadd_ps(qv, load_k16(k + rb, i, f16), a1);
-		a2 = _mm512_fmadd_ps(qv, load_k16(k + 2 * rb, i, f16), a2);
-		a3 = _mm512_fmadd_ps(qv, load_k16(k + 3 * rb, i, f16), a3);
+#pragma GCC unroll 4
+		for (r = 0; r < 4; r++)
+			kv[r] = load_k16(k + r * rb, i, f16);
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++) {
+			__m512 qv = _mm512_loadu_ps(q + (size_t)h * hd + i);
+
+#pragma GCC unroll 4
+			for (r = 0; r < 4; r++)
+				a[h][r] = _mm512_fmadd_ps(qv, kv[r], a[h][r]);
+		}
 	}
-	_mm_storeu_ps(sc, _mm_mul_ps(hsum16x4(a0, a1, a2, a3), _mm_set1_ps(scale)));
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+		_mm_storeu_ps(sc + (size_t)h * ss, _mm_mul_ps(hsum16x4(a[h][0], a[h][1], a[h][2],
+								       a[h][3]),
+							      _mm_set1_ps(scale)));
 }
 
-static void attn_scores(const float *q, const void *k, int f16, int n, int hd,
-			float scale, float *sc)
+KVE_INLINE void attn_scores_i(const float *q, int nh, const uint8_t *k, const int f16, int n,
+			      int hd, float scale, float *sc, size_t ss)
 {
 	size_t rb = (size_t)hd * (f16 ? 2 : 4);
-	int j = 0;
+	int h, j = 0;
 
 	if (hd % 16 == 0)
-		for (; j + 4 <= n; j += 4)
-			scores4(q, (const uint8_t *)k + j * rb, f16, hd, scale, sc + j);
+		for (; j + 4 <= n; j += 4) {
+			switch (nh) {
+			case 1: scores4(q, k + j * rb, f16, hd, scale, sc + j, ss, 1); break;
+			case 2: scores4(q, k + j * rb, f16, hd, scale, sc + j, ss, 2); break;
+			case 3: scores4(q, k + j * rb, f16, hd, scale, sc + j, ss, 3); break;
+			default: scores4(q, k + j * rb, f16, hd, scale, sc + j, ss, 4); break;
+			}
+		}
 	for (; j < n; j++)
-		sc[j] = (f16 ? dot_f16(q, (const uint16_t *)k + (size_t)j * hd, hd) :
-			       dot_f32(q, (const float *)k + (size_t)j * hd, hd)) * scale;
+		for (h = 0; h < nh; h++) {
+			const float *qh = q + (size_t)h * hd;
+
+			sc[(size_t)h * ss + j] =
+				(f16 ? dot_f16(qh, (const uint16_t *)(k + j * rb), hd) :
+				       dot_f32(qh, (const float *)(k + j * rb), hd)) * scale;
+		}
 }
 
-/* out += p[j] * V_j with out held in registers 128 floats at a time: the
- * same fma per element, in the same row order, as axpy row by row */
-KVE_INLINE void values_nv(float *out, const float *p, const uint8_t *v, int f16, int n,
-			  int hd, int c0, const int nv)
+static void attn_scores(const float *q, int nh, const void *k, int f16, int n, int hd,
+			float scale, float *sc, size_t ss)
+{
+	if (f16)
+		attn_scores_i(q, nh, k, 1, n, hd, scale, sc, ss);
+	else
+		attn_scores_i(q, nh, k, 0, n, hd, scale, sc, ss);
+}
+
+/* out_h += p_h[j] * V_j for nh heads, nv vectors (16 columns each) from
+ * column c0 held in registers: the same fma per element, in the same row
+ * order, as axpy row by row; each V vector loaded once for all heads
+ * (nh * nv <= 16) */
+KVE_INLINE void values_nv(float *out, const float *p, size_t ps, const uint8_t *v,
+			  const int f16, int n, int hd, int c0, const int nh, const int nv)
 {
 	size_t rb = (size_t)hd * (f16 ? 2 : 4);
-	__m512 acc[8];
-	int i, j;
+	__m512 acc[KVE_ATTN_HEADS][8], av[KVE_ATTN_HEADS];
+	int h, i, j;
 
-#pragma GCC unroll 8
-	for (i = 0; i < nv; i++)
-		acc[i] = _mm512_loadu_ps(out + c0 + 16 * i);
-	for (j = 0; j < n; j++) {
-		__m512 av = _mm512_set1_ps(p[j]);
-
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
 #pragma GCC unroll 8
 		for (i = 0; i < nv; i++)
-			acc[i] = _mm512_fmadd_ps(av, load_k16(v + j * rb, c0 + 16 * i, f16), acc[i]);
-	}
+			acc[h][i] = _mm512_loadu_ps(out + (size_t)h * hd + c0 + 16 * i);
+	for (j = 0; j < n; j++) {
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++)
+			av[h] = _mm512_set1_ps(p[(size_t)h * ps + j]);
 #pragma GCC unroll 8
-	for (i = 0; i < nv; i++)
-		_mm512_storeu_ps(out + c0 + 16 * i, acc[i]);
+		for (i = 0; i < nv; i++) {
+			__m512 w = load_k16(v + j * rb, c0 + 16 * i, f16);
+
+#pragma GCC unroll 4
+			for (h = 0; h < nh; h++)
+				acc[h][i] = _mm512_fmadd_ps(av[h], w, acc[h][i]);
+		}
+	}
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+#pragma GCC unroll 8
+		for (i = 0; i < nv; i++)
+			_mm512_storeu_ps(out + (size_t)h * hd + c0 + 16 * i, acc[h][i]);
 }
 
-static void attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+#define VN(NH, NV) values_nv(out, p, ps, v, f16, n, hd, c0, NH, NV)
+
+KVE_INLINE void attn_values_i(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
+			      const int f16, int n, int hd)
 {
-	int c0, j, left;
+	int vmax = nh <= 2 ? 8 : 4;	/* nh * vmax <= 16 accumulators */
+	int c0, h, j, nv;
 
 	if (hd % 16) {
-		for (j = 0; j < n; j++) {
-			if (f16)
-				axpy_f16(out, p[j], (const uint16_t *)v + (size_t)j * hd, hd);
-			else
-				axpy_f32(out, p[j], (const float *)v + (size_t)j * hd, hd);
-		}
+		for (h = 0; h < nh; h++)
+			for (j = 0; j < n; j++) {
+				float *oh = out + (size_t)h * hd;
+				float a = p[(size_t)h * ps + j];
+
+				if (f16)
+					axpy_f16(oh, a, (const uint16_t *)v + (size_t)j * hd, hd);
+				else
+					axpy_f32(oh, a, (const float *)v + (size_t)j * hd, hd);
+			}
 		return;
 	}
-	for (c0 = 0; c0 < hd; c0 += 128) {
-		left = (hd - c0) / 16;
-		switch (left < 8 ? left : 8) {
-		case 1: values_nv(out, p, v, f16, n, hd, c0, 1); break;
-		case 2: values_nv(out, p, v, f16, n, hd, c0, 2); break;
-		case 3: values_nv(out, p, v, f16, n, hd, c0, 3); break;
-		case 4: values_nv(out, p, v, f16, n, hd, c0, 4); break;
-		case 5: values_nv(out, p, v, f16, n, hd, c0, 5); break;
-		case 6: values_nv(out, p, v, f16, n, hd, c0, 6); break;
-		case 7: values_nv(out, p, v, f16, n, hd, c0, 7); break;
-		default: values_nv(out, p, v, f16, n, hd, c0, 8); break;
+	for (c0 = 0; c0 < hd; c0 += 16 * nv) {
+		nv = (hd - c0) / 16 < vmax ? (hd - c0) / 16 : vmax;
+		if (nh <= 2) {
+			switch (nv + 8 * (nh - 1)) {
+			case 1: VN(1, 1); break;
+			case 2: VN(1, 2); break;
+			case 3: VN(1, 3); break;
+			case 4: VN(1, 4); break;
+			case 5: VN(1, 5); break;
+			case 6: VN(1, 6); break;
+			case 7: VN(1, 7); break;
+			case 8: VN(1, 8); break;
+			case 9: VN(2, 1); break;
+			case 10: VN(2, 2); break;
+			case 11: VN(2, 3); break;
+			case 12: VN(2, 4); break;
+			case 13: VN(2, 5); break;
+			case 14: VN(2, 6); break;
+			case 15: VN(2, 7); break;
+			default: VN(2, 8); break;
+			}
+		} else {
+			switch (nv + 4 * (nh - 3)) {
+			case 1: VN(3, 1); break;
+			case 2: VN(3, 2); break;
+			case 3: VN(3, 3); break;
+			case 4: VN(3, 4); break;
+			case 5: VN(4, 1); break;
+			case 6: VN(4, 2); break;
+			case 7: VN(4, 3); break;
+			default: VN(4, 4); break;
+			}
 		}
 	}
+}
+
+#undef VN
+
+static void attn_values(float *out, int nh, const float *p, size_t ps, const void *v, int f16,
+			int n, int hd)
+{
+	if (f16)
+		attn_values_i(out, nh, p, ps, v, 1, n, hd);
+	else
+		attn_values_i(out, nh, p, ps, v, 0, n, hd);
 }
 
 const struct kve_kernels kve_kernels_avx512 = {

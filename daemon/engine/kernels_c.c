@@ -165,15 +165,19 @@ static void silu_mul_c(float *g, const float *u, int n)
 		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-static void attn_scores_c(const float *q, const void *k, int f16, int n, int hd,
-			  float scale, float *sc)
+static void attn_scores_c(const float *q, int nh, const void *k, int f16, int n, int hd,
+			  float scale, float *sc, size_t ss)
 {
-	int j;
+	int h, j;
 
-	for (j = 0; j < n; j++) {
-		float v = f16 ? dot_f16_c(q, (const uint16_t *)k + (size_t)j * hd, hd) :
-				dot_f32_c(q, (const float *)k + (size_t)j * hd, hd);
-		sc[j] = v * scale;
+	for (h = 0; h < nh; h++) {
+		const float *qh = q + (size_t)h * hd;
+
+		for (j = 0; j < n; j++) {
+			float v = f16 ? dot_f16_c(qh, (const uint16_t *)k + (size_t)j * hd, hd) :
+					dot_f32_c(qh, (const float *)k + (size_t)j * hd, hd);
+			sc[(size_t)h * ss + j] = v * scale;
+		}
 	}
 }
 
@@ -189,16 +193,22 @@ static float softmax_exp_c(float *sc, int n, float mx)
 	return sum;
 }
 
-static void attn_values_c(float *out, const float *p, const void *v, int f16, int n,
-			  int hd)
+static void attn_values_c(float *out, int nh, const float *p, size_t ps, const void *v,
+			  int f16, int n, int hd)
 {
-	int j;
+	int h, j;
 
-	for (j = 0; j < n; j++) {
-		if (f16)
-			axpy_f16_c(out, p[j], (const uint16_t *)v + (size_t)j * hd, hd);
-		else
-			axpy_f32_c(out, p[j], (const float *)v + (size_t)j * hd, hd);
+	for (h = 0; h < nh; h++) {
+		float *oh = out + (size_t)h * hd;
+
+		for (j = 0; j < n; j++) {
+			if (f16)
+				axpy_f16_c(oh, p[(size_t)h * ps + j],
+					   (const uint16_t *)v + (size_t)j * hd, hd);
+			else
+				axpy_f32_c(oh, p[(size_t)h * ps + j],
+					   (const float *)v + (size_t)j * hd, hd);
+		}
 	}
 }
 

@@ -340,18 +340,21 @@ static int sc_silu(const struct kve_kernels *cand, const struct kve_kernels *ref
 	return 0;
 }
 
-/* Block attention: scores and value sums within the summation-order
- * bound of the portable kernels, softmax within 4e-6 relative. */
+/* Block attention for three query heads at once (rows and score arrays
+ * apart, as the engine passes them): scores and value sums within the
+ * summation-order bound of the portable kernels, softmax within 4e-6
+ * relative. */
 static int sc_block_attn(const struct kve_kernels *cand, const struct kve_kernels *ref,
 			 uint64_t *seed, char *why, size_t len)
 {
-	enum { N = 19, HD = 72 };
-	static float q[HD], kf[N * HD], sa[N], sb[N], oa[HD], ob[HD], mag[HD];
+	enum { N = 19, HD = 72, NH = 3, SS = N + 2 };
+	static float q[NH * HD], kf[N * HD], sa[NH * SS], sb[NH * SS], oa[NH * HD], ob[NH * HD];
+	static float mag[NH * HD];
 	static uint16_t kh[N * HD];
 	float suma, sumb;
-	int f16, i, j;
+	int f16, h, i, j;
 
-	for (i = 0; i < HD; i++)
+	for (i = 0; i < NH * HD; i++)
 		q[i] = sc_rand(seed);
 	for (i = 0; i < N * HD; i++) {
 		kf[i] = sc_rand(seed);
@@ -360,19 +363,23 @@ static int sc_block_attn(const struct kve_kernels *cand, const struct kve_kernel
 	for (f16 = 0; f16 < 2; f16++) {
 		const void *k = f16 ? (const void *)kh : (const void *)kf;
 
-		cand->attn_scores(q, k, f16, N, HD, 0.125f, sa);
-		ref->attn_scores(q, k, f16, N, HD, 0.125f, sb);
-		for (j = 0; j < N; j++) {
-			double s = 0;
+		cand->attn_scores(q, NH, k, f16, N, HD, 0.125f, sa, SS);
+		ref->attn_scores(q, NH, k, f16, N, HD, 0.125f, sb, SS);
+		for (h = 0; h < NH; h++) {
+			for (j = 0; j < N; j++) {
+				double s = 0;
 
-			for (i = 0; i < HD; i++)
-				s += fabs((double)q[i] * (f16 ? kve_f16_to_f32(kh[j * HD + i]) :
-							  kf[j * HD + i])) * 0.125;
-			if (!sc_close(sa[j], sb[j], s, HD)) {
-				sc_msg(why, len, "attn_scores (%s K, head_dim %d): row %d gives %.9g, "
-				       "portable C %.9g", f16 ? "fp16" : "fp32", HD, j,
-				       (double)sa[j], (double)sb[j]);
-				return -1;
+				for (i = 0; i < HD; i++)
+					s += fabs((double)q[h * HD + i] *
+						  (f16 ? kve_f16_to_f32(kh[j * HD + i]) :
+						   kf[j * HD + i])) * 0.125;
+				if (!sc_close(sa[h * SS + j], sb[h * SS + j], s, HD)) {
+					sc_msg(why, len, "attn_scores (%s K, head_dim %d, head %d of %d): "
+					       "row %d gives %.9g, portable C %.9g",
+					       f16 ? "fp16" : "fp32", HD, h, NH, j,
+					       (double)sa[h * SS + j], (double)sb[h * SS + j]);
+					return -1;
+				}
 			}
 		}
 		suma = cand->softmax_exp(sa, N, 0.5f);
@@ -389,21 +396,26 @@ static int sc_block_attn(const struct kve_kernels *cand, const struct kve_kernel
 			       (double)sumb);
 			return -1;
 		}
-		for (i = 0; i < HD; i++) {
+		for (i = 0; i < NH * HD; i++) {
 			oa[i] = ob[i] = sc_rand(seed);
 			mag[i] = fabsf(oa[i]);
 		}
-		cand->attn_values(oa, sb, k, f16, N, HD);
-		ref->attn_values(ob, sb, k, f16, N, HD);
-		for (i = 0; i < HD; i++) {
-			for (j = 0; j < N; j++)
-				mag[i] += fabsf(sb[j] * (f16 ? kve_f16_to_f32(kh[j * HD + i]) :
-							 kf[j * HD + i]));
-			if (!sc_close(oa[i], ob[i], mag[i], 2 * N)) {
-				sc_msg(why, len, "attn_values (%s V, %d rows): element %d gives %.9g, "
-				       "portable C %.9g", f16 ? "fp16" : "fp32", N, i,
-				       (double)oa[i], (double)ob[i]);
-				return -1;
+		cand->attn_values(oa, NH, sb, SS, k, f16, N, HD);
+		ref->attn_values(ob, NH, sb, SS, k, f16, N, HD);
+		for (h = 0; h < NH; h++) {
+			for (i = 0; i < HD; i++) {
+				for (j = 0; j < N; j++)
+					mag[h * HD + i] +=
+						fabsf(sb[h * SS + j] *
+						      (f16 ? kve_f16_to_f32(kh[j * HD + i]) :
+						       kf[j * HD + i]));
+				if (!sc_close(oa[h * HD + i], ob[h * HD + i], mag[h * HD + i], 2 * N)) {
+					sc_msg(why, len, "attn_values (%s V, %d rows, head %d of %d): "
+					       "element %d gives %.9g, portable C %.9g",
+					       f16 ? "fp16" : "fp32", N, h, NH, i,
+					       (double)oa[h * HD + i], (double)ob[h * HD + i]);
+					return -1;
+				}
 			}
 		}
 	}

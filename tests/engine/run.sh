@@ -37,6 +37,9 @@ gen f32-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512
 gen f16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f16 --tokenizer bpe --seed 12
 gen q8-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q8_0 --tied --seed 13
 gen odd-f32.gguf --dim 72 --layers 2 --heads 6 --kv-heads 3 --ffn 100 --vocab 480 --ctx 128 --type f32 --rope-base 500000 --seed 14
+# a GQA group of 6, wider than one attention call (KVE_ATTN_HEADS 4):
+# the query heads go in two slices, 4 and 2
+gen gqa6-f16.gguf --dim 192 --layers 2 --heads 12 --kv-heads 2 --ffn 128 --vocab 512 --ctx 128 --type f16 --seed 27
 gen fz-q8.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 15
 # qwen2 (Q/K/V biases, NEOX rope; BPE vocabulary, qwen2 pre-tokenizer):
 # GQA for the three weight types, the Q8_0 one with a tied head
@@ -112,7 +115,7 @@ run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3
 # a large positive value as an id far outside it, which faults
 run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576" \
 	$T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
-run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
+run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
@@ -170,7 +173,7 @@ fi
 
 echo "numpy reference (float64; max abs error over 24 positions of logits):"
 BOUND=1e-4
-for m in f32-gqa f16-gqa q8-gqa odd-f32 qwen2-f16 qwen2-q8; do
+for m in f32-gqa f16-gqa q8-gqa odd-f32 qwen2-f16 qwen2-q8 gqa6-f16; do
 	runref "ref $m" "$PY" tests/engine/ref.py logits $M/$m.gguf $T/kve-logits --bound $BOUND
 done
 # --controls: a reference with llama's rope (and one without the biases)
@@ -185,6 +188,7 @@ runref "ref c qwen2 q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-
 runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
 runref "ref c q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
 runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.gguf $T/kve-logits --bound $BOUND --block 1
+runref "ref gqa6 threads" "$PY" tests/engine/ref.py logits $M/gqa6-f16.gguf $T/kve-logits --bound $BOUND --kv f16 --threads 2 --block 3 --prefill 9
 # KV in arena blocks (kve-logits under KVE_TEST_KV=arena). Q8_0 with fp16
 # KV is not compared: rounding K/V to fp16 moves activations across Q8_0
 # quantisation steps, which the 1e-4 bound cannot absorb

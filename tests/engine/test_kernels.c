@@ -629,10 +629,10 @@ static void check_silu(const struct kve_kernels *k)
 	      k->name, err);
 }
 
-static void bad_attn_scores(const float *q, const void *k, int f16, int n, int hd,
-			    float scale, float *sc)
+static void bad_attn_scores(const float *q, int nh, const void *k, int f16, int n, int hd,
+			    float scale, float *sc, size_t ss)
 {
-	C->attn_scores(q, k, f16, n, hd, scale, sc);
+	C->attn_scores(q, nh, k, f16, n, hd, scale, sc, ss);
 	sc[n - 1] = sc[0];	/* a row index bug */
 }
 
@@ -650,88 +650,108 @@ static float bad_softmax_first(float *sc, int n, float mx)
 	return sum;
 }
 
-static void bad_attn_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+static void bad_attn_values(float *out, int nh, const float *p, size_t ps, const void *v,
+			    int f16, int n, int hd)
 {
-	C->attn_values(out, p, v, f16, n - 1, hd);	/* last row dropped */
+	C->attn_values(out, nh, p, ps, v, f16, n - 1, hd);	/* last row dropped */
 }
 
 /* off by near_factor times the self-check's bound for attn_values (2n
  * rows of 4 ulps of |out| + sum |p v|): 2.5 must be caught, 0.5 not */
 static float near_factor;
 
-static void near_attn_values(float *out, const float *p, const void *v, int f16, int n,
-			     int hd)
+static void near_attn_values(float *out, int nh, const float *p, size_t ps, const void *v,
+			     int f16, int n, int hd)
 {
-	float mag[256];
-	int i, j;
+	static float mag[KVE_ATTN_HEADS * 256];
+	int h, i, j;
 
-	for (i = 0; i < hd && i < 256; i++) {
-		mag[i] = fabsf(out[i]);
-		for (j = 0; j < n; j++)
-			mag[i] += fabsf(p[j] * (f16 ? kve_f16_to_f32(((const uint16_t *)v)[j * hd + i]) :
-						((const float *)v)[j * hd + i]));
-	}
-	C->attn_values(out, p, v, f16, n, hd);
-	for (i = 0; i < hd && i < 256; i++)
-		out[i] += near_factor * (float)(2 * n) * 4 * FLT_EPSILON * mag[i];
+	for (h = 0; h < nh && h < KVE_ATTN_HEADS; h++)
+		for (i = 0; i < hd && i < 256; i++) {
+			mag[h * 256 + i] = fabsf(out[h * hd + i]);
+			for (j = 0; j < n; j++)
+				mag[h * 256 + i] +=
+					fabsf(p[h * ps + j] *
+					      (f16 ? kve_f16_to_f32(((const uint16_t *)v)[j * hd + i]) :
+					       ((const float *)v)[j * hd + i]));
+		}
+	C->attn_values(out, nh, p, ps, v, f16, n, hd);
+	for (h = 0; h < nh && h < KVE_ATTN_HEADS; h++)
+		for (i = 0; i < hd && i < 256; i++)
+			out[h * hd + i] += near_factor * (float)(2 * n) * 4 * FLT_EPSILON *
+					   mag[h * 256 + i];
 }
 
 /* block attention helpers: bit-identical to the row helpers of the same
- * set (so switching between them changes nothing), softmax vs double */
+ * set (so switching between them changes nothing), for 1 to
+ * KVE_ATTN_HEADS heads at once; softmax vs double */
 static void check_block_attn(const struct kve_kernels *k)
 {
 	/* every count of 8-wide vectors in a 64-wide pass (1..8), tails; of
 	 * 16-wide ones in a 128-wide pass, and two passes (144, 256) */
 	static const int hds[] = { 12, 20, 24, 36, 40, 48, 60, 64, 70, 80, 96, 100, 112, 128,
 				   136, 144, 256 };
-	static float q[256], kf[21 * 256], sc[21], ref[21], o1[256], o2[256];
-	static uint16_t kh[21 * 256];
-	int same = 1, hi, f16, i, j, n = 21;
+	enum { N = 21, SS = N + 3 };	/* score rows apart, as the engine's are */
+	static float q[KVE_ATTN_HEADS * 256], kf[N * 256], sc[N], ref[KVE_ATTN_HEADS * SS];
+	static float o1[KVE_ATTN_HEADS * 256], o2[KVE_ATTN_HEADS * 256];
+	static uint16_t kh[N * 256];
+	int same = 1, hi, f16, h, i, j, nh, n = N;
 	double err = 0, s = 0;
 	float sum;
 
-	for (i = 0; i < 21 * 256; i++) {
+	for (i = 0; i < N * 256; i++) {
 		kf[i] = frand();
 		kh[i] = kve_f32_to_f16(frand());
 	}
-	for (i = 0; i < 256; i++)
+	for (i = 0; i < KVE_ATTN_HEADS * 256; i++)
 		q[i] = frand();
-	for (hi = 0; hi < (int)(sizeof(hds) / sizeof(hds[0])); hi++) {
-		int hd = hds[hi];
+	for (nh = 1; nh <= KVE_ATTN_HEADS; nh++) {
+		for (hi = 0; hi < (int)(sizeof(hds) / sizeof(hds[0])); hi++) {
+			int hd = hds[hi];
 
-		for (f16 = 0; f16 < 2; f16++) {
-			/* the block, scores and output at their exact sizes: a
-			 * read or write past them is ASan's to catch */
-			size_t kb = (size_t)n * hd * (f16 ? 2 : 4);
-			void *kp = malloc(kb);
-			float *sx = malloc(sizeof(float) * n), *ox = malloc(sizeof(float) * hd);
+			for (f16 = 0; f16 < 2; f16++) {
+				/* the block, queries, scores and output at their exact
+				 * sizes: a read or write past them is ASan's to catch */
+				size_t kb = (size_t)n * hd * (f16 ? 2 : 4), ns = (size_t)(nh - 1) * SS + n;
+				void *kp = malloc(kb);
+				float *qx = malloc(sizeof(float) * nh * hd), *sx = malloc(sizeof(float) * ns);
+				float *ox = malloc(sizeof(float) * nh * hd);
 
-			memcpy(kp, f16 ? (const void *)kh : (const void *)kf, kb);
-			k->attn_scores(q, kp, f16, n, hd, 0.3f, sx);
-			for (j = 0; j < n; j++) {
-				float v = f16 ? k->dot_f16(q, kh + (size_t)j * hd, hd) :
-						k->dot_f32(q, kf + (size_t)j * hd, hd);
-				same &= sx[j] == v * 0.3f;
-				ref[j] = frand();
+				memcpy(kp, f16 ? (const void *)kh : (const void *)kf, kb);
+				for (h = 0; h < nh; h++)
+					memcpy(qx + h * hd, q + h * 256, sizeof(float) * hd);
+				k->attn_scores(qx, nh, kp, f16, n, hd, 0.3f, sx, SS);
+				for (h = 0; h < nh; h++)
+					for (j = 0; j < n; j++) {
+						float v = f16 ? k->dot_f16(q + h * 256, kh + (size_t)j * hd, hd) :
+								k->dot_f32(q + h * 256, kf + (size_t)j * hd, hd);
+						same &= sx[h * SS + j] == v * 0.3f;
+						ref[h * SS + j] = frand();
+					}
+				for (i = 0; i < nh * hd; i++)
+					ox[i] = o2[i] = frand();
+				k->attn_values(ox, nh, ref, SS, kp, f16, n, hd);
+				memcpy(o1, ox, sizeof(float) * nh * hd);
+				free(ox);
+				free(sx);
+				free(qx);
+				free(kp);
+				for (h = 0; h < nh; h++)
+					for (j = 0; j < n; j++) {
+						if (f16)
+							k->axpy_f16(o2 + h * hd, ref[h * SS + j],
+								    kh + (size_t)j * hd, hd);
+						else
+							k->axpy_f32(o2 + h * hd, ref[h * SS + j],
+								    kf + (size_t)j * hd, hd);
+					}
+				same &= !memcmp(o1, o2, sizeof(float) * nh * hd);
 			}
-			for (i = 0; i < hd; i++)
-				ox[i] = o2[i] = frand();
-			k->attn_values(ox, ref, kp, f16, n, hd);
-			memcpy(o1, ox, sizeof(float) * hd);
-			free(ox);
-			free(sx);
-			free(kp);
-			for (j = 0; j < n; j++) {
-				if (f16)
-					k->axpy_f16(o2, ref[j], kh + (size_t)j * hd, hd);
-				else
-					k->axpy_f32(o2, ref[j], kf + (size_t)j * hd, hd);
-			}
-			same &= !memcmp(o1, o2, sizeof(float) * hd);
 		}
 	}
 	CHECK(same, "%s attn_scores / attn_values == dot / axpy row by row, bit for bit "
-	      "(head_dim 12..256, fp32 and fp16 KV)", k->name);
+	      "(1..%d heads at once, head_dim 12..256, fp32 and fp16 KV)", k->name,
+	      KVE_ATTN_HEADS);
 	for (j = 0; j < n; j++)	/* as attention uses it: arguments <= 0 */
 		ref[j] = sc[j] = frand() * 40.0f;
 	sum = k->softmax_exp(sc, n, 40.0f);

@@ -191,12 +191,19 @@ static void f_silu(float *g, const float *u, int n)
 	}
 }
 
-static void f_scores(const float *q, const void *k, int f16, int n, int hd, float scale,
-		     float *sc)
+/* the first element of the first head, or the last of the last: the
+ * self-check must read every head the call takes */
+static size_t head_off(int nh, size_t stride)
 {
-	C->attn_scores(q, k, f16, n, hd, scale, sc);
+	return f_i < 0 ? (size_t)(nh - 1) * stride : 0;
+}
+
+static void f_scores(const float *q, int nh, const void *k, int f16, int n, int hd, float scale,
+		     float *sc, size_t ss)
+{
+	C->attn_scores(q, nh, k, f16, n, hd, scale, sc, ss);
 	if (f == F_SCORES && f16 == f_f16)
-		sc[elem(n)] += 0.5f;
+		sc[head_off(nh, ss) + elem(n)] += 0.5f;
 }
 
 static float f_softmax(float *sc, int n, float mx)
@@ -213,16 +220,17 @@ static float f_softmax(float *sc, int n, float mx)
 	return sum;
 }
 
-static void f_values(float *out, const float *p, const void *v, int f16, int n, int hd)
+static void f_values(float *out, int nh, const float *p, size_t ps, const void *v, int f16,
+		     int n, int hd)
 {
 	if (f == F_VALUES_ROW0 && n > 1) {	/* row 0 of V left out */
-		C->attn_values(out, p + 1, (const char *)v + (size_t)hd * (f16 ? 2 : 4), f16,
-			       n - 1, hd);
+		C->attn_values(out, nh, p + 1, ps, (const char *)v + (size_t)hd * (f16 ? 2 : 4),
+			       f16, n - 1, hd);
 		return;
 	}
-	C->attn_values(out, p, v, f16, n, hd);
+	C->attn_values(out, nh, p, ps, v, f16, n, hd);
 	if (f == F_VALUES && f16 == f_f16)
-		out[elem(hd)] += 0.5f;
+		out[head_off(nh, (size_t)hd) + elem(hd)] += 0.5f;
 }
 
 static void f_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
@@ -344,10 +352,10 @@ static void vector_faults(void)
 	}
 	for (j = 0; j < 4; j++) {
 		snprintf(what, sizeof(what), "attn_scores wrong in its %s row, %s K only",
-			 j & 1 ? "last" : "first", j & 2 ? "fp16" : "fp32");
+			 j & 1 ? "last head's last" : "first head's first", j & 2 ? "fp16" : "fp32");
 		expect(what, F_SCORES, 0, 0, j & 1 ? -1 : 0, !!(j & 2), "attn_scores", NULL);
 		snprintf(what, sizeof(what), "attn_values wrong in its %s element, %s V only",
-			 j & 1 ? "last" : "first", j & 2 ? "fp16" : "fp32");
+			 j & 1 ? "last head's last" : "first head's first", j & 2 ? "fp16" : "fp32");
 		expect(what, F_VALUES, 0, 0, j & 1 ? -1 : 0, !!(j & 2), "attn_values", NULL);
 	}
 	expect("attn_values leaving out V's row 0", F_VALUES_ROW0, 0, 0, 0, 0, "attn_values", NULL);
