@@ -1063,7 +1063,7 @@ int kvc_advance(struct kvc_matcher *m, int32_t token)
 	int32_t s, stack[KVC_MAX_DEPTH];
 	uint32_t depth;
 
-	if (token < 0 || (uint32_t)token >= v->n_vocab)
+	if ((uint32_t)token >= v->n_vocab)	/* negative ids convert far above */
 		return -EINVAL;
 	if (m->mode == M_ENDED)
 		return -EPERM;

@@ -870,7 +870,7 @@ int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,
 	struct gguf_str s;
 	size_t i, n = 0;
 
-	if (!t || id < 0 || (uint32_t)id >= t->n)
+	if (!t || (uint32_t)id >= t->n)	/* negative ids convert far above */
 		return -EINVAL;
 	s = t->tok[id];
 	if (t->type[id] == TT_CONTROL || t->type[id] == TT_UNUSED)

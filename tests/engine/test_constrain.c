@@ -24,14 +24,22 @@ static uint32_t NV;
 static int32_t byte_tok[256];
 static const char *MNAME;
 
-static struct kvc_grammar *compile(enum kvc_kind kind, const char *json, char *err, size_t n)
+/* kvc_compile's grammar, or NULL with its return code in *rc */
+static struct kvc_grammar *compile_rc(enum kvc_kind kind, const char *json, int *rc, char *err,
+				      size_t n)
 {
 	struct kvc_spec sp = { .kind = kind, .json = json, .json_len = json ? strlen(json) : 0 };
 	struct kvc_grammar *g = NULL;
 
-	if (kvc_compile(V, &sp, &g, err, n))
-		return NULL;
-	return g;
+	*rc = kvc_compile(V, &sp, &g, err, n);
+	return *rc ? NULL : g;
+}
+
+static struct kvc_grammar *compile(enum kvc_kind kind, const char *json, char *err, size_t n)
+{
+	int rc;
+
+	return compile_rc(kind, json, &rc, err, n);
 }
 
 /* 1 if text is accepted fed one byte token at a time and the output is
@@ -432,6 +440,42 @@ static void schema_edges(void)
  * of calls as generated.
  */
 #define J(lit) .json = lit, .json_len = sizeof(lit) - 1
+/* Schemas over the state limits: an object of P strings of maxLength 256
+ * (about 3,600 states each). 20 fit the NFA's limit (4 x KVC_MAX_STATES)
+ * and not the DFA's; 80 do not fit the NFA's. Each is refused with
+ * -E2BIG and the limit it passed. */
+static void too_large(void)
+{
+	static const struct { int props; unsigned limit; } cases[] = {
+		{ 20, KVC_MAX_STATES }, { 80, 4 * KVC_MAX_STATES },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t cap = 64 * (size_t)cases[i].props + 64, n = 0;
+		char *js = malloc(cap), err[256] = "", want[64];
+		struct kvc_grammar *g = NULL;
+		int p, rc = -1;
+
+		if (js) {
+			n += (size_t)snprintf(js + n, cap - n, "{\"type\":\"object\",\"properties\":{");
+			for (p = 0; p < cases[i].props; p++)
+				n += (size_t)snprintf(js + n, cap - n,
+						      "%s\"p%d\":{\"type\":\"string\",\"maxLength\":256}",
+						      p ? "," : "", p);
+			n += (size_t)snprintf(js + n, cap - n, "}}");
+			g = compile_rc(KVC_JSON_SCHEMA, js, &rc, err, sizeof(err));
+		}
+		snprintf(want, sizeof(want), "schema too large: over %u automaton states",
+			 cases[i].limit);
+		CHECK(js && n < cap && rc == -E2BIG && !g && !strcmp(err, want),
+		      "%s: %d strings of maxLength 256: -E2BIG, \"%s\" (%d: %s)", MNAME,
+		      cases[i].props, want, rc, err);
+		kvc_grammar_release(g);
+		free(js);
+	}
+}
+
 static void spec_edges(void)
 {
 	static const char one[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
@@ -1493,6 +1537,7 @@ int main(int argc, char **argv)
 		refusals();
 		schema_edges();
 		spec_edges();
+		too_large();
 		eos_outside();
 		bytes_only();
 		cache();

@@ -750,6 +750,24 @@ static void test_qwen2(const char *path)
  * (KVE_PACK=0) and the file mapped as it is give the same logits, bit for
  * bit; only the packed copy's bytes differ from the file's.
  */
+/* the permissions ("r--p", ...) of the mapping holding addr, from
+ * /proc/self/maps; "none" if no mapping holds it */
+static void maps_perms(const void *addr, char perms[8])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long lo, hi, a = (unsigned long)(uintptr_t)addr;
+	char line[512], pm[8];
+
+	snprintf(perms, 8, "none");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, pm) == 3 && a >= lo && a < hi) {
+			snprintf(perms, 8, "%s", pm);
+			break;
+		}
+	if (f)
+		fclose(f);
+}
+
 static void test_load_modes(const char *path)
 {
 	static const char *const weights[3] = { "copy", "copy", "mmap" };
@@ -798,6 +816,18 @@ static void test_load_modes(const char *path)
 	      "%s %s: KVE_WEIGHTS=copy (2 MiB-aligned, %s), copy with KVE_PACK=0 and mmap: "
 	      "same logits bit for bit", path, ggml_type_name(kve_model_info(m[0])->weight_type),
 	      packed ? "packed in panels" : "row-major");
+	/* the copies were written (packed) and then sealed: the weights,
+	 * first page to last, are read-only like the mapped file */
+	for (i = 0; i < 3; i++) {
+		const uint8_t *b = m[i]->g.map_base;
+		char first[8], last[8];
+
+		maps_perms(b, first);
+		maps_perms(b + m[i]->g.map_len - 1, last);
+		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") && !m[i]->g.writable,
+		      "%s KVE_WEIGHTS=%s%s: the weights are read-only once loaded (%s .. %s)",
+		      path, weights[i], i == 1 ? " KVE_PACK=0" : "", first, last);
+	}
 out:
 	for (i = 0; i < 3; i++) {
 		kve_model_free(m[i]);
