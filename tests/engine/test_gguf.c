@@ -594,6 +594,9 @@ static void test_model(const char *path)
 	       "rope.freq_base and layer_norm_rms_epsilon must be > 0");
 	edit_n(b, len, "rms_epsilon\x06\0\0\0\xac\xc5\x27\x37", "rms_epsilon\x06\0\0\0\0\0\x80\x7f", 19,
 	       "layer_norm_rms_epsilon is not a finite float");
+	/* the same 4 bytes typed u32: not a float at all */
+	edit_n(b, len, "freq_base\x06\0\0\0", "freq_base\x04\0\0\0", 13,
+	       "metadata llama.rope.freq_base is not a finite float");
 	{	/* optional floats absent: their defaults, no error */
 		static const char *const keys[2][2] = {
 			{ "rope.freq_base", "rope.freq_basx" },
