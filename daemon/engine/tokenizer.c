@@ -117,21 +117,17 @@ static size_t char_len(const char *p, size_t n)
 	return l;
 }
 
+/* UTF-8 of a byte-level alphabet's code point: all are below U+0144 (the
+ * bytes 0-255 and at most 68 more), so one or two bytes */
 static size_t put_cp(char *o, uint32_t cp)
 {
 	if (cp < 0x80) {
 		o[0] = (char)cp;
 		return 1;
 	}
-	if (cp < 0x800) {
-		o[0] = (char)(0xc0 | (cp >> 6));
-		o[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	o[0] = (char)(0xe0 | (cp >> 12));
-	o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	o[2] = (char)(0x80 | (cp & 0x3f));
-	return 3;
+	o[0] = (char)(0xc0 | (cp >> 6));
+	o[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
 }
 
 static void gpt2_byte_table(struct kve_tokenizer *t)
@@ -712,7 +708,7 @@ static int spm_encode(const struct kve_tokenizer *t, const char *text,
 	struct cand_heap h = { 0 };
 	struct sym *s = NULL;
 	char *w;
-	size_t i, n = 0, wl = 0;
+	size_t i, n, wl;
 	int ns = 0, k, rc = -ENOMEM;
 
 	if (len > (SIZE_MAX - 3) / 3)

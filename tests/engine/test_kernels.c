@@ -235,6 +235,27 @@ static void check_same_q8(const char *name, mm_q8_fn mm, const struct kve_kernel
 	      "weights of -128)", name, parent->name, n);
 }
 
+/* kve_mat_pack finds a -128 wherever it is: alone in a middle row's
+ * first block, or the last row's last quant (set-independent: runs once) */
+static void check_q8_m128_found(void)
+{
+	static const uint32_t at[2][2] = { { 17, 3 }, { 39, 95 } };
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		struct tm one;
+		uint32_t rr = at[i][0], cc = at[i][1];
+
+		make_mat(&one, GGML_Q8_0, 40, 96);	/* quants within +-127 */
+		one.buf[(size_t)rr * one.m.row_bytes + (size_t)(cc / QK8_0) * Q8_0_BYTES + 2 +
+			cc % QK8_0] = 0x80;
+		CHECK(kve_mat_pack(&one.m) == 1 && !one.m.panel,
+		      "a Q8_0 matrix whose only -128 is at row %u, column %u stays row-major", rr, cc);
+		free(one.buf);
+		free(one.deq);
+	}
+}
+
 /*
  * A quant of -128 (which ggml's quantiser never writes, but a file may
  * hold): kve_mat_pack leaves the matrix row-major, as the packed kernels
@@ -687,10 +708,11 @@ static void near_attn_values(float *out, int nh, const float *p, size_t ps, cons
  * KVE_ATTN_HEADS heads at once; softmax vs double */
 static void check_block_attn(const struct kve_kernels *k)
 {
-	/* every count of 8-wide vectors in a 64-wide pass (1..8), tails; of
-	 * 16-wide ones in a 128-wide pass, and two passes (144, 256) */
-	static const int hds[] = { 12, 20, 24, 36, 40, 48, 60, 64, 70, 80, 96, 100, 112, 128,
-				   136, 144, 256 };
+	/* every count of vectors in a pass for every head count (AVX2: 8
+	 * wide, up to 8 / 4 / 2 / 2 vectors for 1-4 heads; AVX-512: 16 wide,
+	 * up to 8 / 8 / 4 / 4), tails, two passes (144, 160, 256) */
+	static const int hds[] = { 12, 20, 24, 32, 36, 40, 48, 60, 64, 70, 80, 96, 100, 112,
+				   128, 136, 144, 160, 256 };
 	enum { N = 21, SS = N + 3 };	/* score rows apart, as the engine's are */
 	static float q[KVE_ATTN_HEADS * 256], kf[N * 256], sc[N], ref[KVE_ATTN_HEADS * SS];
 	static float o1[KVE_ATTN_HEADS * 256], o2[KVE_ATTN_HEADS * 256];
@@ -861,6 +883,10 @@ static void check_selfcheck(int has2)
 	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 	CHECK(rc == -1 && !strncmp(why, "attn_values", 11),
 	      "self-check: attn_values off by 2.5 times its bound is caught: %s", why);
+	near_factor = 1.2f;	/* the bound is 4 ulps a row: 5 would let this pass */
+	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
+	CHECK(rc == -1 && !strncmp(why, "attn_values", 11),
+	      "self-check: attn_values off by 1.2 times its bound is caught: %s", why);
 	near_factor = 0.5f;
 	rc = kve_kernels_selfcheck(&bad, &kve_kernels_c, why, sizeof(why));
 	CHECK(rc == 0, "self-check: attn_values off by half its bound passes, element by "
@@ -1175,6 +1201,7 @@ int main(void)
 		CHECK(bad == 0, "fp16 -> fp32 -> fp16 round trip of every half (%u bad)", bad);
 	}
 	check_set(&kve_kernels_c);
+	check_q8_m128_found();
 	check_silu(&kve_kernels_c);
 	check_block_attn(&kve_kernels_c);
 	check_rmsnorm(&kve_kernels_c);

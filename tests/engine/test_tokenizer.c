@@ -176,6 +176,10 @@ static const struct {
 	/* ill-formed bytes split like a symbol (U+FFFD) and are kept */
 	{ "gpt2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
 	{ "qwen2", "ab\xff\xfe cd\xc3", "ab|\xff\xfe| cd|\xc3|" },
+	/* a 3- and a 4-byte character cut short by the end of the text
+	 * (which split_case_ok passes in a buffer of its exact size) */
+	{ "gpt2", "ab\xe2\x82", "ab|\xe2\x82|" },
+	{ "gpt2", "ab\xf0\x9f\x98", "ab|\xf0\x9f\x98|" },
 };
 /* split_cases[i] split as it wants; p gives whether PCRE2 JIT-compiled
  * the pattern (-1 when it could not be created) */
@@ -185,14 +189,17 @@ static int split_case_ok(size_t i, int *jit, char *msg, size_t msglen)
 	struct kve_pretok *p = kve_pretok_create(split_cases[i].pre, strlen(split_cases[i].pre),
 						 err, sizeof(err));
 	struct words ws = { "", 0 };
-	int rc = p ? kve_pretok_split(p, split_cases[i].text, strlen(split_cases[i].text),
-				      join_word, &ws) : -1;
+	size_t n = strlen(split_cases[i].text);
+	char *text = malloc(n ? n : 1);	/* no NUL after it: ASan sees a read past the end */
+	int rc = p && text ? kve_pretok_split(p, memcpy(text, split_cases[i].text, n), n,
+					      join_word, &ws) : -1;
 
 	*jit = p ? kve_pretok_jit(p) : -1;
 	snprintf(msg, msglen, "%s splits \"%s\" as \"%s\" (got \"%s\"%s)", split_cases[i].pre,
 		 esc(split_cases[i].text, 60, e1, sizeof(e1)), esc(split_cases[i].want, 80, e2, sizeof(e2)),
 		 esc(ws.buf, 80, e3, sizeof(e3)), p ? "" : err);
 	kve_pretok_free(p);
+	free(text);
 	return !rc && !strcmp(ws.buf, split_cases[i].want);
 }
 
@@ -986,6 +993,28 @@ static void load_errors(const char *spm_path, const char *bpe_path)
 			CHECK(!err[0] && bos == (v < nv ? (int32_t)v : -1) && eos2 == (v < nv ? (int32_t)v : -1),
 			      "spm: bos and eos ids %u of a vocabulary of %u: %d and %d %s", v, nv, bos, eos2, err);
 		}
+	}
+	{	/* a BOS of id 0 is a BOS like any other: it starts the ids */
+		static const char want[20] = "bos_token_id\x04\0\0\0\x01\0\0\0";
+		char to[20];
+		uint8_t *c0 = malloc(lens[0]);
+		struct kve_model *m0 = NULL;
+		struct kve_tokenizer *t0 = NULL;
+		int32_t ids[8] = { -2 };
+		int n = -1;
+
+		memcpy(to, want, 16);
+		memset(to + 16, 0, 4);
+		if (c0 && replace_first(memcpy(c0, b[0], lens[0]), lens[0], want, to, 20))
+			m0 = kve_model_load_mem(c0, lens[0], err, sizeof(err));
+		t0 = m0 ? kve_tokenizer_create(m0, err, sizeof(err)) : NULL;
+		if (t0)
+			n = kve_tokenize(t0, "hi", 2, 1, ids, 8);
+		CHECK(t0 && kve_tokenizer_bos(t0) == 0 && n >= 2 && ids[0] == 0,
+		      "spm: bos id 0: tokenizing with BOS gives %d ids, the first %d", n, ids[0]);
+		kve_tokenizer_free(t0);
+		kve_model_free(m0);
+		free(c0);
 	}
 out:
 	free(b[0]);
