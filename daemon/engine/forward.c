@@ -465,8 +465,9 @@ int kve_prefill(struct kve_engine *e, struct kve_session *s,
 
 	if (!e || !s || !tokens || !n_tokens || !logits)
 		return -EINVAL;
+	/* a negative id converts far above the vocabulary */
 	for (i = 0; i < n_tokens; i++)
-		if ((uint32_t)tokens[i] >= e->m->info.vocab)	/* and negative ones */
+		if ((uint32_t)tokens[i] >= e->m->info.vocab)
 			return -EINVAL;
 	rc = check_session(e, s, n_tokens);
 	if (rc)
@@ -498,7 +499,8 @@ int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
 	if (!e || !sessions || !tokens || !logits || !n || n > e->max_batch)
 		return -EINVAL;
 	for (i = 0; i < n; i++) {
-		if ((uint32_t)tokens[i] >= e->m->info.vocab)	/* and negative ones */
+		/* a negative id converts far above the vocabulary */
+		if ((uint32_t)tokens[i] >= e->m->info.vocab)
 			return -EINVAL;
 		for (j = 0; j < i; j++)
 			if (sessions[j] == sessions[i])
