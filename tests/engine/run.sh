@@ -129,6 +129,10 @@ run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf
 # test: random specs (constrain-prop.js gen), completions sampled under
 # them by random-weight models (kvc-gen), validated by ajv
 run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
+# again with 0x7f heap bytes: the automaton builder's set hash table is
+# another where an unwritten slot reads as "empty" under 0xff
+run "constrained decoding, heap filled with 0x7f" env ASAN_OPTIONS="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576" \
+	$T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
 constrain_prop() {
 	NODE_PATH=/usr/share/nodejs
 	export NODE_PATH

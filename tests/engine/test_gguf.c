@@ -838,9 +838,6 @@ out:
 	}
 }
 
-/* A file that ends before its size says (as one that shrinks while it is
- * read): a sysfs attribute's size is 4096, its text a few bytes. The
- * copying load stops with EIO instead of reading at its end forever. */
 /* With stdin closed the model file opens as fd 0: a descriptor like any
  * other (and closed again after) */
 static void test_fd0(const char *path)
@@ -861,6 +858,12 @@ static void test_fd0(const char *path)
 	kve_model_free(m);
 }
 
+/* A file that ends before its size says (as one that shrinks while it is
+ * read): a sysfs attribute's size is 4096, its text a few bytes. The
+ * copying load stops with EIO instead of reading at its end forever.
+ * errno is left at EINTR before the load, as an interrupted call earlier
+ * would leave it: a read that returns 0 sets no errno, so only a result
+ * below 0 may be retried on EINTR */
 static void test_short_read(void)
 {
 	static const char *const files[] = { "/sys/devices/system/cpu/online",
@@ -879,6 +882,7 @@ static void test_short_read(void)
 			fclose(f);
 		if (stat(files[i], &st) || (size_t)st.st_size <= n)
 			continue;
+		errno = EINTR;
 		rc = gguf_open_file(&g, files[i], 1, err, sizeof(err));
 		CHECK(rc == -EIO && strstr(err, "read"),
 		      "%s: size %lld, %zu bytes readable: the copying load fails with EIO (%d: %s)",
