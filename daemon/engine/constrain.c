@@ -764,10 +764,8 @@ static int compile_new(struct kvc_vocab *v, const struct kvc_spec *spec,
 	if (!rc) {
 		g->stats.dfa_states = g->d.n;
 		rc = build_sets(g);
-		if (!rc)
+		if (!rc)	/* both fail only for memory: compile_err says so */
 			rc = build_dist(g);
-		if (rc)
-			snprintf(err, errlen, "constrain: out of memory building token sets");
 	}
 	if (!rc && g->tag) {
 		g->tag_len = (uint32_t)strlen(g->tag);

@@ -147,6 +147,17 @@ static void test_geometry(const char *path, const struct kve_model *m)
 	      "NULL past the end", path);
 	kve_arena_kv_destroy(kv);
 
+	/* a whole number of pages' worth of blocks takes no page more */
+	want = g.blocks_per_page;
+	kv = mk_kv(m, want, 0, KVE_KV_F16);
+	if (!kv)
+		return;
+	kve_arena_kv_geom(kv, &g);
+	CHECK(g.arena_bytes == (2u << 20) && g.blocks_total == want,
+	      "%s: %u blocks, one 2 MiB page's worth: an arena of %llu bytes, %u blocks", path,
+	      want, (unsigned long long)g.arena_bytes, g.blocks_total);
+	kve_arena_kv_destroy(kv);
+
 	/* 4096 tokens per block: reduced when more than 2 MiB */
 	want = per_tok * 4096 > (2u << 20) ? (uint32_t)((2u << 20) / per_tok) : 4096;
 	kv = mk_kv(m, 1, 4096, KVE_KV_F32);

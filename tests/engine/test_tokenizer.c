@@ -12,7 +12,7 @@
  * usage: test_tokenizer SPM_MODEL BPE_MODEL...  (the first BPE model's
  *        tokenizer.ggml.pre must be gpt2)
  */
-#define _DEFAULT_SOURCE	/* MAP_ANONYMOUS */
+#define _GNU_SOURCE	/* MAP_ANONYMOUS, memmem */
 #include <errno.h>
 #include <seccomp.h>
 #include <sys/mman.h>
@@ -587,6 +587,8 @@ static void non_byte_level(const char *path)
 	/* a surrogate, and a lead byte cut short by ASCII */
 	respelled(path, 4, "\xed\xa0\x80", "a surrogate (U+D800) in a BPE token");
 	respelled(path, 5, "\xc4", "a lead byte without its continuation in a BPE token");
+	/* U+0200: one past the code point -> byte table's 512 entries */
+	respelled(path, 6, "\xc8\x80", "U+0200 (past the byte table) in a BPE token");
 }
 
 /*
@@ -736,6 +738,47 @@ static void byte_ids_swapped(const char *path)
 	}
 	CHECK(hit && t && id0 == 1 && id1 == 0, "%s with ids 0 and 1 swapped: byte 0x00 -> %d, "
 	      "0x01 -> %d (want 1 and 0) %s", path, id0, id1, err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(b);
+}
+
+/*
+ * A byte-level BPE vocabulary whose id 0 is a merge's left side: the
+ * tokens of id 0 (U+0100, byte 0x00) and of the space's byte token (U+0120,
+ * the left side of the merges "\xc4\xa0 t", ...) swapped in place, same
+ * length. The file loads, and text tokenizes to the same ids with the two
+ * exchanged.
+ */
+static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig)
+{
+	static const char a[] = "\x02\0\0\0\0\0\0\0\xc4\x80", sp[] = "\x02\0\0\0\0\0\0\0\xc4\xa0";
+	static const char text[] = "the cat, the theme; then these";
+	size_t len, n = sizeof(a) - 1;
+	uint8_t *b = slurp(path, &len), *pa = NULL, *ps = NULL;
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	char err[256] = "";
+	int32_t want[64], got[64], k = -1;
+	int nw = kve_tokenize(orig, text, sizeof(text) - 1, 0, want, 64), ng = -1, i, same;
+
+	kve_tokenize(orig, " ", 1, 0, &k, 1);
+	pa = b ? memmem(b, len, a, n) : NULL;
+	ps = b ? memmem(b, len, sp, n) : NULL;
+	if (pa && ps) {
+		memcpy(pa, sp, n);
+		memcpy(ps, a, n);
+		m = kve_model_load_mem(b, len, err, sizeof(err));
+	}
+	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	if (t)
+		ng = kve_tokenize(t, text, sizeof(text) - 1, 0, got, 64);
+	same = t && k > 0 && nw > 0 && ng == nw;
+	for (i = 0; same && i < nw; i++)
+		same = got[i] == (want[i] == 0 ? k : want[i] == k ? 0 : want[i]);
+	CHECK(same, "%s with ids 0 and %d (the space, a merge's left side) swapped: loads, "
+	      "and \"%s\" gives the same %d tokens with the two exchanged (got %d) %s",
+	      path, k, text, nw, ng, t ? "" : err);
 	kve_tokenizer_free(t);
 	kve_model_free(m);
 	free(b);
@@ -1132,6 +1175,7 @@ int main(int argc, char **argv)
 	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
 	byte_ids_swapped(argv[2]);
+	bpe_merge_id0(argv[2], tb);
 	duplicate_first_id(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
