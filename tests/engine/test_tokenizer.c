@@ -744,30 +744,35 @@ static void byte_ids_swapped(const char *path)
 }
 
 /*
- * A byte-level BPE vocabulary whose id 0 is a merge's left side: the
- * tokens of id 0 (U+0100, byte 0x00) and of the space's byte token (U+0120,
- * the left side of the merges "\xc4\xa0 t", ...) swapped in place, same
- * length. The file loads, and text tokenizes to the same ids with the two
- * exchanged.
+ * A byte-level BPE vocabulary whose id 0 takes part in merges: the tokens
+ * of id 0 (U+0100, byte 0x00) and of a 2-byte token (tok) swapped in
+ * place, same length: the space's byte token "\xc4\xa0", the left side of
+ * the merges "\xc4\xa0 t", ...; "he", the result of "h e" and the right
+ * side of "\xc4\xa0t he". The file loads, and text tokenizes to the same
+ * ids with the two exchanged.
  */
-static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig)
+static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig, const char *tok,
+			  const char *role)
 {
-	static const char a[] = "\x02\0\0\0\0\0\0\0\xc4\x80", sp[] = "\x02\0\0\0\0\0\0\0\xc4\xa0";
 	static const char text[] = "the cat, the theme; then these";
-	size_t len, n = sizeof(a) - 1;
+	char a[10] = "\x02\0\0\0\0\0\0\0\xc4\x80", sp[10] = "\x02";
+	size_t len;
 	uint8_t *b = slurp(path, &len), *pa = NULL, *ps = NULL;
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
-	char err[256] = "";
+	char err[256] = "", shown[16];
 	int32_t want[64], got[64], k = -1;
 	int nw = kve_tokenize(orig, text, sizeof(text) - 1, 0, want, 64), ng = -1, i, same;
 
-	kve_tokenize(orig, " ", 1, 0, &k, 1);
-	pa = b ? memmem(b, len, a, n) : NULL;
-	ps = b ? memmem(b, len, sp, n) : NULL;
+	memcpy(sp + 8, tok, 2);
+	if (kve_tokenize(orig, tok[0] == '\xc4' ? " " : tok, tok[0] == '\xc4' ? 1 : 2, 0,
+			 got, 64) == 1)
+		k = got[0];
+	pa = b ? memmem(b, len, a, sizeof(a)) : NULL;
+	ps = b ? memmem(b, len, sp, sizeof(sp)) : NULL;
 	if (pa && ps) {
-		memcpy(pa, sp, n);
-		memcpy(ps, a, n);
+		memcpy(pa, sp, sizeof(sp));
+		memcpy(ps, a, sizeof(a));
 		m = kve_model_load_mem(b, len, err, sizeof(err));
 	}
 	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
@@ -776,9 +781,9 @@ static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig)
 	same = t && k > 0 && nw > 0 && ng == nw;
 	for (i = 0; same && i < nw; i++)
 		same = got[i] == (want[i] == 0 ? k : want[i] == k ? 0 : want[i]);
-	CHECK(same, "%s with ids 0 and %d (the space, a merge's left side) swapped: loads, "
-	      "and \"%s\" gives the same %d tokens with the two exchanged (got %d) %s",
-	      path, k, text, nw, ng, t ? "" : err);
+	CHECK(same, "%s with ids 0 and %d (\"%s\", %s) swapped: loads, and \"%s\" gives "
+	      "the same %d tokens with the two exchanged (got %d) %s", path, k,
+	      esc(tok, 2, shown, sizeof(shown)), role, text, nw, ng, t ? "" : err);
 	kve_tokenizer_free(t);
 	kve_model_free(m);
 	free(b);
@@ -1175,7 +1180,8 @@ int main(int argc, char **argv)
 	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
 	byte_ids_swapped(argv[2]);
-	bpe_merge_id0(argv[2], tb);
+	bpe_merge_id0(argv[2], tb, "\xc4\xa0", "a merge's left side");
+	bpe_merge_id0(argv[2], tb, "he", "a merge's result and another's right side");
 	duplicate_first_id(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
