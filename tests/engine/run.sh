@@ -113,7 +113,8 @@ run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3
 # again with unwritten heap memory holding 0x7f bytes, up to 1 MiB of each
 # allocation: -1 (0xff) reads as "empty" in the vocabulary's hash table,
 # a large positive value as an id far outside it, which faults
-run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576" \
+FILL_7F="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576"
+run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
 	$T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf
@@ -131,7 +132,7 @@ run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf
 run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
 # again with 0x7f heap bytes: the automaton builder's set hash table is
 # another where an unwritten slot reads as "empty" under 0xff
-run "constrained decoding, heap filled with 0x7f" env ASAN_OPTIONS="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576" \
+run "constrained decoding, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
 	$T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
 constrain_prop() {
 	NODE_PATH=/usr/share/nodejs

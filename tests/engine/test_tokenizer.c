@@ -745,34 +745,35 @@ static void byte_ids_swapped(const char *path)
 
 /*
  * A byte-level BPE vocabulary whose id 0 takes part in merges: the tokens
- * of id 0 (U+0100, byte 0x00) and of a 2-byte token (tok) swapped in
- * place, same length: the space's byte token "\xc4\xa0", the left side of
+ * of id 0 (U+0100, byte 0x00) and of a 2-byte token swapped in place, same
+ * length. tok is that token's spelling in the vocabulary, plain the text
+ * it stands for: the space's byte token "\xc4\xa0" (" "), the left side of
  * the merges "\xc4\xa0 t", ...; "he", the result of "h e" and the right
  * side of "\xc4\xa0t he". The file loads, and text tokenizes to the same
  * ids with the two exchanged.
  */
 static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig, const char *tok,
-			  const char *role)
+			  const char *plain, const char *role)
 {
 	static const char text[] = "the cat, the theme; then these";
-	char a[10] = "\x02\0\0\0\0\0\0\0\xc4\x80", sp[10] = "\x02";
+	/* vocabulary entries: a u64 length (2), then the bytes */
+	char e0[10] = "\x02\0\0\0\0\0\0\0\xc4\x80", ek[10] = "\x02";
 	size_t len;
-	uint8_t *b = slurp(path, &len), *pa = NULL, *ps = NULL;
+	uint8_t *b = slurp(path, &len), *p0 = NULL, *pk = NULL;
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	char err[256] = "", shown[16];
 	int32_t want[64], got[64], k = -1;
 	int nw = kve_tokenize(orig, text, sizeof(text) - 1, 0, want, 64), ng = -1, i, same;
 
-	memcpy(sp + 8, tok, 2);
-	if (kve_tokenize(orig, tok[0] == '\xc4' ? " " : tok, tok[0] == '\xc4' ? 1 : 2, 0,
-			 got, 64) == 1)
+	memcpy(ek + 8, tok, 2);
+	if (kve_tokenize(orig, plain, strlen(plain), 0, got, 64) == 1)
 		k = got[0];
-	pa = b ? memmem(b, len, a, sizeof(a)) : NULL;
-	ps = b ? memmem(b, len, sp, sizeof(sp)) : NULL;
-	if (pa && ps) {
-		memcpy(pa, sp, sizeof(sp));
-		memcpy(ps, a, sizeof(a));
+	p0 = b ? memmem(b, len, e0, sizeof(e0)) : NULL;
+	pk = b ? memmem(b, len, ek, sizeof(ek)) : NULL;
+	if (p0 && pk) {
+		memcpy(p0, ek, sizeof(ek));
+		memcpy(pk, e0, sizeof(e0));
 		m = kve_model_load_mem(b, len, err, sizeof(err));
 	}
 	t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
@@ -1180,8 +1181,8 @@ int main(int argc, char **argv)
 	load_errors(argv[1], argv[2]);
 	non_byte_level(argv[2]);
 	byte_ids_swapped(argv[2]);
-	bpe_merge_id0(argv[2], tb, "\xc4\xa0", "a merge's left side");
-	bpe_merge_id0(argv[2], tb, "he", "a merge's result and another's right side");
+	bpe_merge_id0(argv[2], tb, "\xc4\xa0", " ", "a merge's left side");
+	bpe_merge_id0(argv[2], tb, "he", "he", "a merge's result and another's right side");
 	duplicate_first_id(argv[2]);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
