@@ -199,7 +199,8 @@ void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int
  * set; unknown names are ignored. The sets never run where the engine
  * was developed (avx512vnni, avx512, avxvnni; any SIMD set when
  * force_check) must pass the self-check against c, or the next lower
- * candidate is taken, with a line in log per failure. NULL when a
+ * candidate is taken, with a line in log per failure (log may be NULL:
+ * then loglen is not looked at). NULL when a
  * self-check could not run for want of memory: no verdict, so no set is
  * given up for it (log says so); the caller fails and may try again.
  */

@@ -263,9 +263,9 @@ int kve_threads_count(const struct kve_threads *t)
 	return t->n;
 }
 
-long kve_threads_spin_us(const struct kve_threads *t)
+long kve_threads_spin_ns(const struct kve_threads *t)
 {
-	return t->spin_ns / 1000;
+	return t->spin_ns;
 }
 
 int kve_threads_asleep(const struct kve_threads *t)

@@ -27,9 +27,10 @@ void kve_threads_free(struct kve_threads *t);
  * depend on it. nchunks in [1, KVE_THREADS_MAX_CHUNKS]. */
 void kve_threads_run(struct kve_threads *t, kve_job_fn fn, void *arg, int nchunks);
 int kve_threads_count(const struct kve_threads *t);
-/* How long an idle thread spins before it sleeps: $KVE_SPIN_US when it is
- * a number in [0, 10000], else 50 (read by kve_threads_create). */
-long kve_threads_spin_us(const struct kve_threads *t);
+/* How long an idle thread spins before it sleeps, in nanoseconds:
+ * $KVE_SPIN_US microseconds when it is a number in [0, 10000], else 50
+ * (read by kve_threads_create). */
+long kve_threads_spin_ns(const struct kve_threads *t);
 /* Workers asleep on the futex now (or about to be): an idle team has all
  * n - 1 of them there once its spin has run out. For tests and stats. */
 int kve_threads_asleep(const struct kve_threads *t);

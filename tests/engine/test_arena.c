@@ -898,6 +898,14 @@ static void test_map_and_wire(const struct kve_model *m)
 			      !view, "map: %s refused (%s)", what[i], err);
 		}
 	}
+	/* the limit itself is consistent: 2^46 bytes pass to the fd's check */
+	bad = g;
+	bad.arena_bytes = (uint64_t)1 << 46;
+	err[0] = 0;
+	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "data fd holds") && !view,
+	      "map: an arena of exactly 2^46 bytes is a consistent geometry, refused only for "
+	      "the fd's size (%s)", err);
 	err[0] = 0;
 	rc = kve_arena_kv_map(m, -1, &g, &view, err, sizeof(err));
 	CHECK(rc == -EBADF && strstr(err, "data fd") && !view, "map: fd -1 -> EBADF (%s)", err);

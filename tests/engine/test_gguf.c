@@ -925,11 +925,44 @@ static void test_get_bool_str(void)
 	gguf_close(&g);
 }
 
+/* The copying load's memory: the file rounded up to whole 2 MiB pages,
+ * plus one page of slack to align the start. A file of exactly 2 MiB
+ * takes one page, not two; one of 1.5 MiB takes one whole page (the
+ * huge-page advice covers it to its end). */
+static void test_copy_size(void)
+{
+	static const size_t sizes[] = { 2u << 20, 3u << 19, (2u << 20) + 4096 };
+	size_t i;
+
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t n = sizes[i], body = (n + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+		char tmp[] = "/tmp/kve-copy-XXXXXX", err[256] = "";
+		struct w k = { .n = 0 };
+		struct gguf g = { 0 };
+		int fd = mkstemp(tmp), rc = -1;
+
+		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 0); u64(&k, 0);
+		if (fd >= 0 && write(fd, k.b, k.n) == (ssize_t)k.n && !ftruncate(fd, (off_t)n))
+			rc = gguf_open_file(&g, tmp, 1, err, sizeof(err));
+		CHECK(!rc && g.writable && g.map_len == body + (2u << 20) &&
+		      ((uintptr_t)g.base & ((2u << 20) - 1)) == 0,
+		      "a %zu-byte file copied: %zu bytes mapped (want %zu), base 2 MiB-aligned %s",
+		      n, g.map_len, body + (2u << 20), err);
+		if (!rc)
+			gguf_close(&g);
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
 	test_alignment();
 	test_short_read();
+	test_copy_size();
 	test_get_u32();
 	test_get_bool_str();
 	if (argc > 1) {

@@ -1112,7 +1112,8 @@ static void check_pick_vnni(void)
 			small[0] = '#';
 			k = kve_kernels_pick_sets(15, NULL, 0, &s, small, 0);
 			CHECK(k == &s2 && small[0] == '#' &&
-			      kve_kernels_pick_sets(15, NULL, 0, &s, NULL, 0) == &s2,
+			      kve_kernels_pick_sets(15, NULL, 0, &s, NULL, 0) == &s2 &&
+			      kve_kernels_pick_sets(15, NULL, 0, &s, NULL, 64) == &s2,
 			      "pick: with no room for a log, or none, the same set, nothing written");
 		}
 	}

@@ -120,9 +120,10 @@ static void spin_setting(void)
 		else
 			unsetenv("KVE_SPIN_US");
 		t = kve_threads_create(1);
-		CHECK(t && kve_threads_spin_us(t) == cases[i].us, "KVE_SPIN_US %s%s%s: spin %ld us",
-		      cases[i].env ? "'" : "", cases[i].env ? cases[i].env : "unset",
-		      cases[i].env ? "'" : "", cases[i].us);
+		CHECK(t && kve_threads_spin_ns(t) == cases[i].us * 1000,
+		      "KVE_SPIN_US %s%s%s: spin %ld us (%ld ns)", cases[i].env ? "'" : "",
+		      cases[i].env ? cases[i].env : "unset", cases[i].env ? "'" : "", cases[i].us,
+		      t ? kve_threads_spin_ns(t) : -1L);
 		kve_threads_free(t);
 	}
 }
