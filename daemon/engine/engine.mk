@@ -86,18 +86,20 @@ $(ENGINE_MKMODEL): tools/mkmodel/mkmodel.c tools/mkmodel/corpus.h $(ENGINE_HDRS)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) $< -o $@ -lm
 
-$(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h $(ENGINE_SLIB) \
-		$(ENGINE_KVA)
+$(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h \
+		tests/engine/nojit.h $(ENGINE_SLIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS) $(ENGINE_TLDFLAGS)
 
 # test_tokenizer runs the pre-tokenizers once more under a seccomp filter
-# that refuses executable memory (PCRE2's JIT off, its interpreter on)
+# that refuses executable memory (PCRE2's JIT off, its interpreter on;
+# tests/engine/nojit.h)
 $(ENGINE_OUT)/tests/test_tokenizer: ENGINE_TLDFLAGS := -lseccomp
 
-# test_oom fails the engine's allocations one by one (tests/engine/test_oom.c)
-$(ENGINE_OUT)/tests/test_oom: ENGINE_TLDFLAGS := \
+# test_oom fails the engine's allocations one by one (tests/engine/test_oom.c),
+# the interpreter's among them under the same filter
+$(ENGINE_OUT)/tests/test_oom: ENGINE_TLDFLAGS := -lseccomp \
 	-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=strdup
 
 $(ENGINE_LOGITS): tests/engine/kve-logits.c tests/engine/tcheck.h $(ENGINE_SLIB) $(ENGINE_KVA)

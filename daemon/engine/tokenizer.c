@@ -177,13 +177,30 @@ static const struct {
 struct kve_pretok {
 	const char *canon;
 	pcre2_code *re;		/* shared by concurrent callers: read-only */
+	pcre2_general_context *gc;	/* the match data's allocator: read-only */
 };
+
+/* A split's match data, and the interpreter's frames in it, come from the
+ * engine's allocator, so they fail where the engine's allocations do
+ * (test_oom reaches them) */
+static void *pcre_alloc(size_t n, void *data)
+{
+	(void)data;
+	return malloc(n);
+}
+
+static void pcre_free(void *q, void *data)
+{
+	(void)data;
+	free(q);
+}
 
 void kve_pretok_free(struct kve_pretok *p)
 {
 	if (!p)
 		return;
 	pcre2_code_free(p->re);
+	pcre2_general_context_free(p->gc);
 	free(p);
 }
 
@@ -214,8 +231,11 @@ struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
 		return NULL;
 	}
 	p = calloc(1, sizeof(*p));
-	if (!p) {
+	if (p)
+		p->gc = pcre2_general_context_create(pcre_alloc, pcre_free, NULL);
+	if (!p || !p->gc) {
 		snprintf(err, errlen, "tokenizer: out of memory");
+		free(p);
 		return NULL;
 	}
 	p->canon = pre_table[i].canon;
@@ -227,7 +247,7 @@ struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
 		pcre2_get_error_message(ec, msg, sizeof(msg));
 		snprintf(err, errlen, "tokenizer: pre-tokenizer %s: PCRE2 compile: %s at %zu",
 			 p->canon, (const char *)msg, (size_t)eo);
-		free(p);
+		kve_pretok_free(p);
 		return NULL;
 	}
 	/* without JIT support (or where executable memory is refused) the
@@ -344,7 +364,7 @@ int kve_pretok_split(const struct kve_pretok *p, const char *text, size_t len,
 		}
 		subj = copy;
 	}
-	md = pcre2_match_data_create_from_pattern(p->re, NULL);
+	md = pcre2_match_data_create_from_pattern(p->re, p->gc);
 	if (!md) {
 		free(copy);
 		return -ENOMEM;

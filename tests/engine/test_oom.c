@@ -19,12 +19,14 @@
  */
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "engine_internal.h"
 #include "kvconstrain.h"
+#include "nojit.h"
 #include "tcheck.h"
 
 void *__real_malloc(size_t n);
@@ -512,11 +514,66 @@ static void matcher_failures(struct ctx *c, const char *path)
 	c->v = NULL;
 }
 
+/*
+ * The two tokenizations above where PCRE2 cannot JIT (a forked child
+ * under nojit.h's filter, before this process JIT-compiles anything:
+ * PCRE2 would reuse that executable memory): its interpreter allocates
+ * frames while it matches, and each of those failing must come out as
+ * -ENOMEM too, not as a split that goes on past a failed match. The
+ * child reports by its exit status: 0 passed, 1 failed, 2 JIT still on,
+ * 3 no pre-tokenizer (SentencePiece), 4 no model, 77 no filter here.
+ */
+static void tokenize_without_jit(const char *path)
+{
+	int st = -1;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct ctx c = { 0 };
+		char err[256];
+		long n1, n2;
+
+		if (refuse_exec_memory())
+			_exit(77);
+		c.m = kve_model_load(path, err, sizeof(err));
+		c.t = c.m ? kve_tokenizer_create(c.m, err, sizeof(err)) : NULL;
+		if (!c.t)
+			_exit(4);
+		if (!kve_tokenizer_pretok(c.t))
+			_exit(3);
+		if (kve_pretok_jit(kve_tokenizer_pretok(c.t)))
+			_exit(2);
+		n1 = each_failure("tokenize without JIT", tokenize_long, &c);
+		n2 = each_failure("tokenize invalid UTF-8 without JIT", tokenize_invalid, &c);
+		printf("# %s without JIT: %ld and %ld allocations\n", path, n1, n2);
+		fflush(stdout);
+		kve_tokenizer_free(c.t);
+		kve_model_free(c.m);
+		_exit(n1 > 0 && n2 > 0 ? 0 : 1);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	if (pid > 0 && WIFEXITED(st) && (WEXITSTATUS(st) == 3 || WEXITSTATUS(st) == 77)) {
+		if (WEXITSTATUS(st) == 77)
+			printf("# no seccomp filter here: the interpreter's allocations not failed\n");
+		return;
+	}
+	CHECK(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "%s: without JIT, tokenize a 100-letter word and text that is not UTF-8: each "
+	      "allocation failing, the interpreter's frames included -> -ENOMEM (child "
+	      "status %d: 1 failed, 2 JIT still on, 4 no model)", path,
+	      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 int main(int argc, char **argv)
 {
 	int i, k;
 
 	json_set_alloc_funcs(jansson_malloc, jansson_free);
+	for (i = 1; i < argc; i++)	/* first: nothing JIT-compiled yet */
+		tokenize_without_jit(argv[i]);
 	{
 		long n = each_failure("kernel self-check", run_selfcheck, NULL);
 

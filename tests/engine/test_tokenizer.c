@@ -14,12 +14,12 @@
  */
 #define _GNU_SOURCE	/* MAP_ANONYMOUS, memmem */
 #include <errno.h>
-#include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
+#include "nojit.h"
 #include "tcheck.h"
 
 static const char *const texts[] = {
@@ -256,18 +256,8 @@ static void without_jit(const char *bpe_path)
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
-		scmp_filter_ctx f = seccomp_init(SCMP_ACT_ALLOW);
-
-		if (!f ||
-		    seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mmap), 1,
-				     SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC)) ||
-		    seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mprotect), 1,
-				     SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC)) ||
-		    seccomp_rule_add(f, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(pkey_mprotect), 1,
-				     SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC)) ||
-		    seccomp_load(f))
+		if (refuse_exec_memory())
 			_exit(77);
-		seccomp_release(f);
 		for (i = 0; i < sizeof(split_cases) / sizeof(split_cases[0]); i++) {
 			if (!split_case_ok(i, &jit, msg, sizeof(msg))) {
 				printf("# without JIT: %s\n", msg);
