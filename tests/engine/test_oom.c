@@ -10,7 +10,9 @@
  *
  * Linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,
  * --wrap=aligned_alloc,--wrap=strdup (engine.mk), so the engine's and libkvarena's calls
- * come here; libc and libpcre2 allocate on their own. jansson allocates
+ * come here, and so do PCRE2's match data and its interpreter's frames (the
+ * tokenizer hands PCRE2 the engine's allocator); libc and the rest of
+ * libpcre2 allocate on their own. jansson allocates
  * through json_set_alloc_funcs (set here, for this process only): the
  * grammar compiles are also run with jansson's k-th allocation failing
  * (the engine's not), which must be out of memory too, not a bad schema.
