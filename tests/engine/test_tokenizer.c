@@ -860,6 +860,108 @@ static void spm_ids_swapped(const char *path, const struct kve_tokenizer *orig)
 }
 
 /*
+ * A SentencePiece vocabulary whose byte fallback token for 0xC3 is id 0:
+ * the entries of ids 0 (<unk>, 5 bytes) and k (<0xC3>, 6 bytes) exchanged
+ * in the tokens array (the entries between move by a byte; the array keeps
+ * its length), their types and scores with them, and the unknown id k
+ * now. A character with no piece of its own falls back to its bytes: the
+ * same tokens with 0 and k exchanged, id 0 among them. Then, in the file
+ * as it was, <0xC3> respelled <0xc3> (no token for the byte) and the
+ * unknown id's key renamed (none): the byte becomes id 0, the stated
+ * fallback, and the next byte its own token.
+ */
+static void spm_byte_fallback_id0(const char *path, const struct kve_tokenizer *orig)
+{
+	static const char text[] = "a\xc3\xb6" "b";	/* ö: no piece of its own */
+	static const char unk_key[] = "tokenizer.ggml.unknown_token_id";
+	size_t len, ts, tt, tsc, at0 = 0, atk = 0, o;
+	uint64_t n = 0, nt = 0, nsc = 0, i, k = 0;
+	uint8_t *b = slurp(path, &len), *c = b ? malloc(len) : NULL;
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	char err[256] = "";
+	int32_t a[16], g[16], kb6 = -1;
+	int na = -1, ng = -2, same = 0, j, hit0 = 0;
+
+	ts = gguf_array_at(b, len, "tokenizer.ggml.tokens", GGUF_STR, &n);
+	tt = gguf_array_at(b, len, "tokenizer.ggml.token_type", GGUF_I32, &nt);
+	tsc = gguf_array_at(b, len, "tokenizer.ggml.scores", GGUF_F32, &nsc);
+	for (i = 0, o = ts; ts && i < n && o + 8 <= len; i++) {
+		uint64_t sl;
+
+		memcpy(&sl, b + o, 8);
+		if (!i && sl == 5)
+			at0 = o;
+		else if (sl == 6 && !memcmp(b + o + 8, "<0xC3>", 6))
+			k = i, atk = o;
+		o += 8 + sl;
+	}
+	if (c && at0 && k && tt && tsc && nt == n && nsc == n) {
+		static const uint8_t ek[14] = "\x06\0\0\0\0\0\0\0<0xC3>";
+		uint8_t e0[13], tmp[4];
+		uint32_t u = (uint32_t)k;
+
+		memcpy(c, b, len);
+		memcpy(e0, b + at0, 13);
+		memcpy(c + at0, ek, 14);	/* id 0 is the byte now */
+		memcpy(c + at0 + 14, b + at0 + 13, atk - at0 - 13);
+		memcpy(c + atk + 1, e0, 13);	/* and k <unk> */
+		memcpy(tmp, c + tt, 4);
+		memcpy(c + tt, c + tt + 4 * k, 4);
+		memcpy(c + tt + 4 * k, tmp, 4);
+		memcpy(tmp, c + tsc, 4);
+		memcpy(c + tsc, c + tsc + 4 * k, 4);
+		memcpy(c + tsc + 4 * k, tmp, 4);
+		for (o = 0; o + 40 < len; o++)
+			if (!memcmp(c + o, unk_key, sizeof(unk_key) - 1) &&
+			    !memcmp(c + o + sizeof(unk_key) - 1, "\x04\0\0\0", 4)) {
+				memcpy(c + o + sizeof(unk_key) + 3, &u, 4);
+				break;
+			}
+		m = kve_model_load_mem(c, len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		na = kve_tokenize(orig, text, sizeof(text) - 1, 0, a, 16);
+		ng = t ? kve_tokenize(t, text, sizeof(text) - 1, 0, g, 16) : -1;
+		same = na > 0 && na == ng;
+		for (j = 0; same && j < na; j++) {
+			same = g[j] == (a[j] == (int32_t)k ? 0 : a[j] == 0 ? (int32_t)k : a[j]);
+			hit0 |= g[j] == 0;
+		}
+	}
+	CHECK(k && t && same && hit0, "%s with <unk> (id 0) and <0xC3> (id %llu) exchanged: "
+	      "\"a\\xc3\\xb6b\" gives the same %d tokens, id 0 among them, as ids exchanged "
+	      "(%d before) %s", path, (unsigned long long)k, ng, na, err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	t = NULL;
+	m = NULL;
+	same = 0;
+	if (c && atk) {	/* no token for 0xC3, no unknown token */
+		memcpy(c, b, len);
+		memcpy(c + atk + 8, "<0xc3>", 6);
+		for (o = 0; o + 40 < len; o++)
+			if (!memcmp(c + o, unk_key, sizeof(unk_key) - 1)) {
+				c[o + sizeof(unk_key) - 2] = 'X';
+				break;
+			}
+		m = kve_model_load_mem(c, len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		for (j = 0; j + 1 < na; j++)	/* 0xB6's token: after 0xC3's */
+			if (a[j] == (int32_t)k)
+				kb6 = a[j + 1];
+		ng = t ? kve_tokenize(t, text, sizeof(text) - 1, 0, g, 16) : -1;
+		for (j = 0; j + 1 < ng; j++)
+			same |= g[j] == 0 && g[j + 1] == kb6 && kb6 > 0;
+	}
+	CHECK(t && same, "%s with no token for byte 0xC3 and no unknown token: the byte "
+	      "becomes id 0, 0xB6 its own token %d (%d tokens) %s", path, kb6, ng, err);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(c);
+	free(b);
+}
+
+/*
  * Every byte alone encodes to its own byte token in a byte-level BPE
  * vocabulary: never to the unknown token, even where the vocabulary names
  * one (tokenizer.ggml.unknown_token_id; bpe-qwen2.gguf has one) and the
@@ -1163,6 +1265,7 @@ int main(int argc, char **argv)
 	array_types(argv[1]);
 	scores_count(argv[1]);
 	spm_ids_swapped(argv[1], ts);
+	spm_byte_fallback_id0(argv[1], ts);
 	round_trips(tb, "bpe gpt2");
 	api_edges(tb, "bpe gpt2");
 	unk_zero = single_bytes(mb, tb, "bpe gpt2");
