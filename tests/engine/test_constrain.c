@@ -1087,6 +1087,56 @@ static void depth_limit(void)
 	free(mask);
 }
 
+/* States share a token set only when they answer alike for every byte
+ * string up to the longest token (L bytes): in a string of maxLength
+ * L + 3, the counts L - 1 and L before the bound differ only in what a
+ * token of L string characters does. At every count the mask is exactly
+ * the tokens kvc_advance takes. */
+static void string_counts(void)
+{
+	char err[256], spec[80], piece[512];
+	uint32_t *mask = calloc(kvc_mask_words(V), 4), id, L = 0, j;
+	struct kvc_grammar *g;
+	struct kvc_matcher *m;
+	int agree = 1, n;
+
+	for (id = 0; id < NV; id++) {
+		n = kve_token_bytes(T, (int32_t)id, piece, sizeof(piece));
+		if (n > (int)L)
+			L = (uint32_t)n;
+	}
+	snprintf(spec, sizeof(spec), "{\"type\":\"string\",\"maxLength\":%u}", L + 3);
+	g = compile(KVC_JSON_SCHEMA, spec, err, sizeof(err));
+	m = g ? kvc_matcher_create(g, 0) : NULL;
+	if (!m || !mask || kvc_advance(m, byte_tok['"'])) {
+		CHECK(0, "%s: %s compiles: %s", MNAME, spec, g ? "" : err);
+		kvc_matcher_free(m);
+		kvc_grammar_release(g);
+		free(mask);
+		return;
+	}
+	for (j = 0; j <= L + 3 && agree; j++) {
+		kvc_mask(m, mask);
+		for (id = 0; id < NV; id++) {
+			struct kvc_matcher *c = kvc_matcher_clone(m);
+			int bit = (mask[id >> 5] >> (id & 31)) & 1;
+
+			if (bit != (kvc_advance(c, (int32_t)id) == 0)) {
+				printf("# after %u characters: token %u's bit %d\n", j, id, bit);
+				agree = 0;
+			}
+			kvc_matcher_free(c);
+		}
+		if (j < L + 3 && kvc_advance(m, byte_tok['a']))
+			agree = 0;
+	}
+	CHECK(agree, "%s: a string of maxLength %u (the longest token + 3): at each count "
+	      "the mask is what kvc_advance takes", MNAME, L + 3);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+	free(mask);
+}
+
 static void sample_masked(void)
 {
 	uint32_t n = 300, i, mask[10] = { 0 }, bad = 0, seen = 0;
@@ -1555,6 +1605,7 @@ int main(int argc, char **argv)
 		long_ref_key();
 		stack_decided();
 		depth_limit();
+	string_counts();
 		threads();
 		api_edges();
 		string_bytes();
