@@ -130,6 +130,9 @@ static void test_container(void)
 	expect(&w, w.n, "string length", "huge key length");
 	build(&w, &L, GGML_F32, 8); set32(&w, L.val_type, 77);
 	expect(&w, w.n, "unknown value type 77", "unknown value type");
+	/* the first type past the table: no read past scalar_size */
+	build(&w, &L, GGML_F32, 8); set32(&w, L.val_type, GGUF_NTYPES);
+	expect(&w, w.n, "unknown value type 13", "value type GGUF_NTYPES (13)");
 	build(&w, &L, GGML_F32, 8); set32(&w, L.ndims, 5);
 	expect(&w, w.n, "n_dims 5", "5 dimensions");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 0);
@@ -153,6 +156,9 @@ static void test_container(void)
 	expect(&w, w.n, "key 'x.list': nested arrays are not supported", "an array of arrays");
 	build(&w, &L, GGML_F32, 8); set32(&w, L.arr_type, 77);
 	expect(&w, w.n, "key 'x.list': unknown array element type 77", "an unknown element type");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.arr_type, GGUF_NTYPES);
+	expect(&w, w.n, "key 'x.list': unknown array element type 13",
+	       "element type GGUF_NTYPES (13)");
 	{	/* a key's name in a message: at most 64 bytes, then "...";
 		 * unprintable bytes and quotes escaped */
 		struct w k = { .n = 0 };
