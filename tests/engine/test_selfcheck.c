@@ -26,8 +26,8 @@ enum fault {
 	F_PACKED, F_SHAPE_FIRST, F_SHAPE_LAST, F_Q8_PARTIAL_NAN,
 	/* vectors: wrong where n == f_n, in element f_i (-1: the last) */
 	F_DOT_F32, F_DOT_F16, F_DOT_F32_NEAR, F_DOT_F16_NEAR, F_AXPY_F32, F_AXPY_F16,
-	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
-	F_SILU, F_SCORES, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
+	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_QUANT_HALF_TOP, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
+	F_SILU, F_SCORES, F_SCORES_STRIDE4, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
 	F_RMSNORM,
 };
 
@@ -180,6 +180,16 @@ static void f_quantize(const float *x, int n, struct kve_q8x *out)
 			if (isfinite(out[b].d) && out[b].d > 100.0f)
 				out[b].q[0] ^= 1;
 	}
+	if (f == F_QUANT_HALF_TOP) {	/* +-126.5 rounded away from zero, not to even */
+		int i;
+
+		for (i = 0; i < n; i++) {
+			float d = out[i / QK8_0].d;
+
+			if (d > 0 && isfinite(d) && fabsf(x[i]) == 126.5f * d)
+				out[i / QK8_0].q[i % QK8_0] = x[i] > 0 ? 127 : -127;
+		}
+	}
 }
 
 static void f_to_f16(uint16_t *dst, const float *src, int n)
@@ -221,7 +231,9 @@ static size_t head_off(int nh, size_t stride)
 static void f_scores(const float *q, int nh, const void *k, int f16, int n, int hd, float scale,
 		     float *sc, size_t ss)
 {
-	C->attn_scores(q, nh, k, f16, n, hd, scale, sc, ss);
+	/* F_SCORES_STRIDE4: rows laid out at the stride rounded down to 4 */
+	C->attn_scores(q, nh, k, f16, n, hd, scale, sc,
+		       f == F_SCORES_STRIDE4 ? ss & ~(size_t)3 : ss);
 	if (f == F_SCORES && f16 == f_f16)
 		sc[head_off(nh, ss) + elem(n)] += 0.5f;
 }
@@ -357,6 +369,8 @@ static void vector_faults(void)
 	}
 	expect("a quantiser wrong only in blocks of large values (finite scale > 100)", F_QUANT_LARGE,
 	       0, 0, 0, 0, "quantize_q8x: block", NULL);
+	expect("a quantiser that rounds 126.5 away from zero (every other half step to even)",
+	       F_QUANT_HALF_TOP, 0, 0, 0, 0, "quantize_q8x: block 4", NULL);
 	expect("an f32_to_f16 wrong in its first element only", F_F16_ELEM, 0, 0, 0, 0,
 	       "f32_to_f16", NULL);
 	expect("an f32_to_f16 wrong in its last element only", F_F16_ELEM, 0, 0, -1, 0,
@@ -384,6 +398,8 @@ static void vector_faults(void)
 			 j & 1 ? "last head's last" : "first head's first", j & 2 ? "fp16" : "fp32");
 		expect(what, F_VALUES, 0, 0, j & 1 ? -1 : 0, !!(j & 2), "attn_values", NULL);
 	}
+	expect("attn_scores that lays its rows out at a stride rounded down to 4",
+	       F_SCORES_STRIDE4, 0, 0, 0, 0, "attn_scores", NULL);
 	expect("attn_values leaving out V's row 0", F_VALUES_ROW0, 0, 0, 0, 0, "attn_values", NULL);
 	expect("a softmax_exp wrong in its last element only", F_SOFTMAX, 0, 0, -1, 0,
 	       "softmax_exp: element", NULL);
