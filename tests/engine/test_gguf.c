@@ -96,6 +96,23 @@ static void test_container(void)
 		CHECK(kv && kv->arr_n == 3, "array key with 3 elements");
 		gguf_close(&g);
 	}
+	{	/* GGUF_MAX_DIMS dimensions: a [8,1,1,2] tensor */
+		struct w k = { .n = 0 };
+		const struct gguf_tensor *t;
+
+		p8(&k, "GGUF", 4); u32(&k, 3); u64(&k, 1); u64(&k, 0);
+		str(&k, "t4"); u32(&k, 4); u64(&k, 8); u64(&k, 1); u64(&k, 1); u64(&k, 2);
+		u32(&k, GGML_F32); u64(&k, 0);
+		while (k.n % 32)
+			k.b[k.n++] = 0;
+		memset(k.b + k.n, 0, 64);
+		k.n += 64;
+		t = gguf_open_mem(&g, k.b, k.n, err, sizeof(err)) ? NULL : gguf_find_tensor(&g, "t4");
+		CHECK(t && t->n_dims == 4 && t->ne[3] == 2 && t->size == 64,
+		      "a tensor of 4 dimensions (the most) parses");
+		if (t)
+			gguf_close(&g);
+	}
 	/* every truncation fails cleanly */
 	for (cut = 0; cut < w.n; cut++) {
 		uint8_t *c = malloc(cut ? cut : 1);
@@ -133,8 +150,26 @@ static void test_container(void)
 	/* the first type past the table: no read past scalar_size */
 	build(&w, &L, GGML_F32, 8); set32(&w, L.val_type, GGUF_NTYPES);
 	expect(&w, w.n, "unknown value type 13", "value type GGUF_NTYPES (13)");
+	/* each count's limit itself passes its check (and the file then
+	 * cannot hold that many); one more is refused by it */
+	build(&w, &L, GGML_F32, 8); set64(&w, L.n_tensors, GGUF_MAX_TENSORS);
+	expect(&w, w.n, "tensor_count 65536 cannot fit", "tensor_count at the limit (65536)");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.n_tensors, GGUF_MAX_TENSORS + 1);
+	expect(&w, w.n, "tensor_count 65537 exceeds the limit", "tensor_count past the limit");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.n_kv, GGUF_MAX_KV);
+	expect(&w, w.n, "metadata_kv_count 65536 and", "kv count at the limit (65536)");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.n_kv, GGUF_MAX_KV + 1);
+	expect(&w, w.n, "metadata_kv_count 65537 exceeds the limit", "kv count past the limit");
 	build(&w, &L, GGML_F32, 8); set32(&w, L.ndims, 5);
 	expect(&w, w.n, "n_dims 5", "5 dimensions");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ndims, 0);
+	expect(&w, w.n, "n_dims 0", "0 dimensions");
+	/* 2^48 elements in all (2^47 x 2) pass the element limit and exceed
+	 * the data; one row more is over the limit */
+	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 47);
+	expect(&w, w.n, "exceeds the data section", "2^48 elements");
+	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, (1ull << 47) + 1);
+	expect(&w, w.n, "zero or too large", "2^48 + 2 elements");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 0);
 	expect(&w, w.n, "zero or too large", "zero dimension");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 60);
