@@ -414,6 +414,22 @@ static void schema_edges(void)
 		      edges[i].schema, g ? "" : err);
 		kvc_grammar_release(g);
 	}
+	{	/* maxLength above 256: strings stop at 256 code points */
+		struct kvc_grammar *g = compile(KVC_JSON_SCHEMA,
+						"{\"type\":\"string\",\"maxLength\":300}",
+						err, sizeof(err));
+		char s256[260], s257[261];
+
+		s256[0] = s257[0] = '"';
+		memset(s256 + 1, 'a', 256);
+		memset(s257 + 1, 'a', 257);
+		memcpy(s256 + 257, "\"", 2);
+		memcpy(s257 + 258, "\"", 2);
+		CHECK(g && accepts_bytes(g, s256, 0) && !accepts_bytes(g, s257, 0),
+		      "%s: maxLength 300: 256 characters taken, 257 refused (strings stop at 256) %s",
+		      MNAME, g ? "" : err);
+		kvc_grammar_release(g);
+	}
 	/* nesting: 48 schemas deep compiles, 49 is refused */
 	for (d = 48; d <= 49; d++) {
 		struct kvc_grammar *g;
