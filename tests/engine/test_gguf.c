@@ -969,10 +969,10 @@ static void test_get_bool_str(void)
 /* The copying load's memory: the file rounded up to whole 2 MiB pages,
  * plus one page of slack to align the start. A file of exactly 2 MiB
  * takes one page, not two; one of 1.5 MiB takes one whole page (the
- * huge-page advice covers it to its end). */
+ * huge-page advice covers it to its end), one byte past 2 MiB two. */
 static void test_copy_size(void)
 {
-	static const size_t sizes[] = { 2u << 20, 3u << 19, (2u << 20) + 4096 };
+	static const size_t sizes[] = { 2u << 20, 3u << 19, (2u << 20) + 1, (2u << 20) + 4096 };
 	size_t i;
 
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
