@@ -780,6 +780,28 @@ static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig, co
 	free(b);
 }
 
+/* In a SentencePiece file: ids 0 and k exchange their types and scores
+ * (tt, tsc: the arrays' first elements), and the unknown id becomes k */
+static void swap_meta_0_k(uint8_t *b, size_t len, size_t tt, size_t tsc, uint64_t k)
+{
+	static const char key[] = "tokenizer.ggml.unknown_token_id\x04\0\0\0";	/* a u32 */
+	uint32_t u = (uint32_t)k;
+	uint8_t tmp[4];
+	size_t o;
+
+	memcpy(tmp, b + tt, 4);
+	memcpy(b + tt, b + tt + 4 * k, 4);
+	memcpy(b + tt + 4 * k, tmp, 4);
+	memcpy(tmp, b + tsc, 4);
+	memcpy(b + tsc, b + tsc + 4 * k, 4);
+	memcpy(b + tsc + 4 * k, tmp, 4);
+	for (o = 0; o + sizeof(key) + 4 < len; o++)
+		if (!memcmp(b + o, key, sizeof(key) - 1)) {
+			memcpy(b + o + sizeof(key) - 1, &u, 4);
+			break;
+		}
+}
+
 /*
  * A SentencePiece vocabulary whose id 0 is a piece that merges: ids 0
  * (<unk>) and k (the first 5-byte normal piece, which text merges into)
@@ -819,22 +841,10 @@ static void spm_ids_swapped(const char *path, const struct kve_tokenizer *orig)
 		char piece[16];
 		int pn;
 
-		memcpy(tmp, b + at0 + 8, 5);	/* the texts, the types, the scores */
+		memcpy(tmp, b + at0 + 8, 5);	/* the texts, then the rest */
 		memcpy(b + at0 + 8, b + atk + 8, 5);
 		memcpy(b + atk + 8, tmp, 5);
-		memcpy(tmp, b + tt, 4);
-		memcpy(b + tt, b + tt + 4 * k, 4);
-		memcpy(b + tt + 4 * k, tmp, 4);
-		memcpy(tmp, b + tsc, 4);
-		memcpy(b + tsc, b + tsc + 4 * k, 4);
-		memcpy(b + tsc + 4 * k, tmp, 4);
-		for (o = 0; o + 40 < len; o++)	/* tokenizer.ggml.unknown_token_id: k */
-			if (!memcmp(b + o, "tokenizer.ggml.unknown_token_id\x04\0\0\0", 35)) {
-				uint32_t u = (uint32_t)k;
-
-				memcpy(b + o + 35, &u, 4);
-				break;
-			}
+		swap_meta_0_k(b, len, tt, tsc, k);
 		m = kve_model_load_mem(b, len, err, sizeof(err));
 		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
 		pn = kve_token_bytes(orig, (int32_t)k, piece, sizeof(piece));
@@ -898,26 +908,14 @@ static void spm_byte_fallback_id0(const char *path, const struct kve_tokenizer *
 	}
 	if (c && at0 && k && tt && tsc && nt == n && nsc == n) {
 		static const uint8_t ek[14] = "\x06\0\0\0\0\0\0\0<0xC3>";
-		uint8_t e0[13], tmp[4];
-		uint32_t u = (uint32_t)k;
+		uint8_t e0[13];
 
 		memcpy(c, b, len);
 		memcpy(e0, b + at0, 13);
 		memcpy(c + at0, ek, 14);	/* id 0 is the byte now */
 		memcpy(c + at0 + 14, b + at0 + 13, atk - at0 - 13);
 		memcpy(c + atk + 1, e0, 13);	/* and k <unk> */
-		memcpy(tmp, c + tt, 4);
-		memcpy(c + tt, c + tt + 4 * k, 4);
-		memcpy(c + tt + 4 * k, tmp, 4);
-		memcpy(tmp, c + tsc, 4);
-		memcpy(c + tsc, c + tsc + 4 * k, 4);
-		memcpy(c + tsc + 4 * k, tmp, 4);
-		for (o = 0; o + 40 < len; o++)
-			if (!memcmp(c + o, unk_key, sizeof(unk_key) - 1) &&
-			    !memcmp(c + o + sizeof(unk_key) - 1, "\x04\0\0\0", 4)) {
-				memcpy(c + o + sizeof(unk_key) + 3, &u, 4);
-				break;
-			}
+		swap_meta_0_k(c, len, tt, tsc, k);
 		m = kve_model_load_mem(c, len, err, sizeof(err));
 		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
 		na = kve_tokenize(orig, text, sizeof(text) - 1, 0, a, 16);
