@@ -869,6 +869,15 @@ static void test_map_and_wire(const struct kve_model *m)
 			      "map: received %s refused (%s)", what[i], err);
 		}
 	}
+	/* 4096 tokens, the limit itself, pass that check; this arena's
+	 * blocks are not 4096 tokens, so its KV shape check refuses them */
+	bad = g;
+	bad.block_tokens = 4096;
+	err[0] = 0;
+	rc = kve_arena_kv_map(m, fd, &bad, &view, err, sizeof(err));
+	CHECK(g.block_tokens != 4096 && rc == -EINVAL && strstr(err, "does not match") && !view,
+	      "map: received block_tokens 4096 (the limit) refused only as not this arena's "
+	      "shape (%s)", err);
 	/* each geometry field wrong, the rest consistent with it: only that
 	 * field's check can refuse (a 64-token f32 block is bigger than 4 KiB) */
 	{
