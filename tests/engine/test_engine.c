@@ -316,8 +316,18 @@ static void test_model(const char *path)
 				e2[0] = 0;
 				ok &= kve_engine_create(r1.m, &kp, &ep, e2, sizeof(e2)) == NULL && e2[0];
 			}
+			kp = r1.kp;
+			kp.block_tokens = 4096;	/* the limit itself */
+			ep.n_threads = 1;
+			{
+				struct kve_engine *e4 = kve_engine_create(r1.m, &kp, &ep, e2,
+									  sizeof(e2));
+
+				ok &= e4 != NULL;
+				kve_engine_free(e4);
+			}
 			CHECK(ok, "engine: block_tokens 0 and 4097, an unknown KV type, 0 and 3 "
-			      "threads refused with a message");
+			      "threads refused with a message; block_tokens 4096 taken");
 		}
 		{	/* the other arguments, each alone; the limits themselves
 			 * accepted (max_batch 1024, max_chunk 4096) */
