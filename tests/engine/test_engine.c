@@ -490,6 +490,16 @@ static void test_sampling(void)
 	CHECK(kve_rng_seed(0) == 0xe220a8397b1dcdafULL, "kve_rng_seed(0) = splitmix64(0)");
 	CHECK(topk_ok, "top-k 2 never leaves the two most likely tokens");
 	CHECK(topp_ok, "top-p 0.5 keeps only the 0.7 token");
+	{	/* top-p reached exactly: two tokens of 0.5 and top-p 0.5 keep
+		 * one, the lower id (the smallest set whose mass is >= p) */
+		float two[2] = { 1.0f, 1.0f };
+		struct kve_sampler p5 = { 1.0f, 0, 0.5f, kve_rng_seed(17) };
+		int first = 1;
+
+		for (i = 0; i < 400; i++)
+			first &= kve_sample(&p5, two, 2, scr) == 0;
+		CHECK(first, "top-p 0.5 over two tokens of 0.5 each keeps only the first");
+	}
 	{	/* no-op settings draw exactly what none does: top-k of the
 		 * vocabulary or more, top-p 0 or 1 */
 		struct kve_sampler base = { 1.0f, 0, 1.0f, kve_rng_seed(21) }, v[4];
