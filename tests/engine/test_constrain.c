@@ -347,6 +347,9 @@ static void schema_edges(void)
 		/* bounds at 1e18 constrain nothing generated */
 		{ "{\"type\":\"integer\",\"maximum\":1e18}", { "1", "999999999999999999" }, { "1.5" } },
 		{ "{\"type\":\"integer\",\"minimum\":-1e18}", { "-1", "-999999999999999999" }, { "-" } },
+		/* 18 integer digits are the most a bound may have (1e18 is none) */
+		{ "{\"type\":\"integer\",\"maximum\":123456789012345680}",
+		  { "123456789012345680", "5", "-7" }, { "123456789012345681", "999999999999999999" } },
 		/* 40 fraction digits are the most a bound may have */
 		{ "{\"type\":\"number\",\"minimum\":1.2e-39,\"maximum\":1}", { "1", "0.5" }, { "0", "2" } },
 		/* exclusive bounds as booleans (draft 4) and as numbers */
