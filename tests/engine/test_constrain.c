@@ -307,6 +307,7 @@ static void schema_edges(void)
 		{ "{\"type\":\"array\",\"minItems\":1,\"maxItems\":0}", "minItems above maxItems" },
 		{ "{\"type\":\"array\",\"minItems\":17}", "minItems above 16 is not supported" },
 		{ "{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "minLength above maxLength" },
+		{ "{\"type\":\"string\",\"minLength\":1,\"maxLength\":0}", "minLength above maxLength" },
 		{ "{\"type\":\"string\",\"minLength\":257}", "minLength above 256 is not supported" },
 		{ "{\"$ref\":\"other.json#/a\"}", "only local '#/...' references" },
 		{ "{\"$ref\":\"#/$defs/nope\",\"$defs\":{}}", "$ref '#/$defs/nope' does not resolve" },
