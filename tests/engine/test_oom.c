@@ -584,6 +584,20 @@ int main(int argc, char **argv)
 		n = each_failure("kernel pick", run_pick, NULL);
 		CHECK(n > 0, "kernel pick: each of the self-check's %ld allocations failing -> "
 		      "no set (out of memory), none given up for it", n);
+		{	/* a log with room for one byte: that byte of the line */
+			struct kve_kernels stand = kve_kernels_c;
+			struct kve_kernel_sets s = { NULL, &stand, NULL, NULL, &kve_kernels_c };
+			const struct kve_kernels *k;
+			char two[2] = "#";
+
+			stand.name = "avx512";
+			calls = 0;
+			fail_at = 0;
+			k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &s, two, 2);
+			fail_at = -1;
+			CHECK(!k && !strcmp(two, "k"), "kernel pick out of memory, a 2-byte log: "
+			      "\"%s\" (the line's first byte)", two);
+		}
 	}
 	for (i = 1; i < argc; i++) {
 		struct ctx c = { 0 };
