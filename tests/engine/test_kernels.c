@@ -1109,6 +1109,18 @@ static void check_pick_vnni(void)
 			CHECK(k == &s2 && strlen(small) == 39 && !strncmp(small, log, 39) &&
 			      small[40] == '#', "pick: a 40-byte log holds the first 39 bytes, "
 			      "nothing written past it");
+			p = strchr(log, '\n');	/* room for the first line and one byte */
+			{
+				char mid[1024];
+				size_t l1 = p ? (size_t)(p - log) : sizeof(mid);
+
+				memset(mid, '#', sizeof(mid));
+				if (l1 + 2 <= sizeof(mid))
+					k = kve_kernels_pick_sets(15, NULL, 0, &s, mid, l1 + 2);
+				CHECK(l1 + 2 <= sizeof(mid) && k == &s2 && strlen(mid) == l1 + 1 &&
+				      mid[l1] == '\n' && !strncmp(mid, log, l1), "pick: a log with room "
+				      "for the first line and one byte holds the line and the newline");
+			}
 			small[0] = '#';
 			k = kve_kernels_pick_sets(15, NULL, 0, &s, small, 0);
 			CHECK(k == &s2 && small[0] == '#' &&
