@@ -26,7 +26,7 @@ enum fault {
 	F_PACKED, F_SHAPE_FIRST, F_SHAPE_LAST, F_Q8_PARTIAL_NAN,
 	/* vectors: wrong where n == f_n, in element f_i (-1: the last) */
 	F_DOT_F32, F_DOT_F16, F_DOT_F32_NEAR, F_DOT_F16_NEAR, F_AXPY_F32, F_AXPY_F16,
-	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_QUANT_HALF_TOP, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
+	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_QUANT_HALF_TOP, F_QUANT_HALF_NEG, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
 	F_SILU, F_SCORES, F_SCORES_STRIDE4, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
 	F_RMSNORM,
 };
@@ -188,6 +188,16 @@ static void f_quantize(const float *x, int n, struct kve_q8x *out)
 
 			if (d > 0 && isfinite(d) && fabsf(x[i]) == 126.5f * d)
 				out[i / QK8_0].q[i % QK8_0] = x[i] > 0 ? 127 : -127;
+		}
+	}
+	if (f == F_QUANT_HALF_NEG) {	/* negative half steps rounded down, not to even */
+		int i;
+
+		for (i = 0; i < n; i++) {
+			float d = out[i / QK8_0].d, v = x[i] / d;
+
+			if (d > 0 && isfinite(d) && v < 0 && v == floorf(v) + 0.5f)
+				out[i / QK8_0].q[i % QK8_0] = (int8_t)floorf(v);
 		}
 	}
 }
@@ -371,6 +381,8 @@ static void vector_faults(void)
 	       0, 0, 0, 0, "quantize_q8x: block", NULL);
 	expect("a quantiser that rounds 126.5 away from zero (every other half step to even)",
 	       F_QUANT_HALF_TOP, 0, 0, 0, 0, "quantize_q8x: block 4", NULL);
+	expect("a quantiser that rounds negative half steps down (-2.5 to -3)", F_QUANT_HALF_NEG,
+	       0, 0, 0, 0, "quantize_q8x: block 4", NULL);
 	expect("an f32_to_f16 wrong in its first element only", F_F16_ELEM, 0, 0, 0, 0,
 	       "f32_to_f16", NULL);
 	expect("an f32_to_f16 wrong in its last element only", F_F16_ELEM, 0, 0, -1, 0,
