@@ -170,6 +170,9 @@ static void test_container(void)
 	expect(&w, w.n, "exceeds the data section", "2^48 elements");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, (1ull << 47) + 1);
 	expect(&w, w.n, "zero or too large", "2^48 + 2 elements");
+	/* 2^40 x 2^40: the product wraps to 0 in 64 bits */
+	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 40); set64(&w, L.dim0 + 8, 1ull << 40);
+	expect(&w, w.n, "zero or too large", "2^40 x 2^40 elements (2^80, 0 in 64 bits)");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 0);
 	expect(&w, w.n, "zero or too large", "zero dimension");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 60);
