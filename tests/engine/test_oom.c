@@ -219,23 +219,33 @@ static int run_selfcheck(void *p, char *err, size_t errlen)
 	return strstr(err, "out of memory") ? -ENOMEM : -EINVAL;
 }
 
+/* the C set standing in for an unproven avx512 one, picked on a CPU
+ * with AVX-512: the self-check guards it */
+static struct kve_kernels stand;
+
+static const struct kve_kernels *pick_stand(char *log, size_t loglen)
+{
+	const struct kve_kernel_sets s = { NULL, &stand, NULL, NULL, &kve_kernels_c };
+
+	stand = kve_kernels_c;
+	stand.name = "avx512";
+	return kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &s, log, loglen);
+}
+
 /* picking a set the self-check guards: a short allocation in the check
  * is no verdict, so the pick fails (to be retried), not falls back */
 static int run_pick(void *p, char *err, size_t errlen)
 {
-	struct kve_kernels stand = kve_kernels_c;
-	struct kve_kernel_sets s = { NULL, &stand, NULL, NULL, &kve_kernels_c };
 	const struct kve_kernels *k;
 
 	(void)p;
-	stand.name = "avx512";	/* the C set standing in for an unproven one */
 	/* first with no log, whatever its length says: nothing written */
-	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &s, NULL, errlen);
+	k = pick_stand(NULL, errlen);
 	if (!k) {
 		snprintf(err, errlen, "no set picked, no log asked for");
 		return -ENOMEM;
 	}
-	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &s, err, errlen);
+	k = pick_stand(err, errlen);
 	if (!k)
 		return strstr(err, "avx512 kernel self-check could not run (self-check: out "
 			      "of memory)") ? -ENOMEM : -EINVAL;
@@ -585,15 +595,12 @@ int main(int argc, char **argv)
 		CHECK(n > 0, "kernel pick: each of the self-check's %ld allocations failing -> "
 		      "no set (out of memory), none given up for it", n);
 		{	/* a log with room for one byte: that byte of the line */
-			struct kve_kernels stand = kve_kernels_c;
-			struct kve_kernel_sets s = { NULL, &stand, NULL, NULL, &kve_kernels_c };
 			const struct kve_kernels *k;
 			char two[2] = "#";
 
-			stand.name = "avx512";
 			calls = 0;
 			fail_at = 0;
-			k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, NULL, 0, &s, two, 2);
+			k = pick_stand(two, 2);
 			fail_at = -1;
 			CHECK(!k && !strcmp(two, "k"), "kernel pick out of memory, a 2-byte log: "
 			      "\"%s\" (the line's first byte)", two);
