@@ -26,13 +26,19 @@ enum fault {
 	F_PACKED, F_SHAPE_FIRST, F_SHAPE_LAST, F_Q8_PARTIAL_NAN,
 	/* vectors: wrong where n == f_n, in element f_i (-1: the last) */
 	F_DOT_F32, F_DOT_F16, F_DOT_F32_NEAR, F_DOT_F16_NEAR, F_AXPY_F32, F_AXPY_F16,
-	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_QUANT_HALF_TOP, F_QUANT_HALF_NEG, F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD,
+	F_AXPY_OFF,
+	/* the quantiser and f32_to_f16 (f_i: which block, where it says) */
+	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_QUANT_ZERO, F_QUANT_HALF_TOP, F_QUANT_HALF_NEG,
+	F_QUANT_HALF_FIRST, F_QUANT_HALF_TRUNC,
+	F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD, F_F16_POS_INF,
+	F_F16_NEG_INF, F_F16_OVERFLOW_EDGE,
 	F_SILU, F_SCORES, F_SCORES_STRIDE4, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
 	F_RMSNORM,
 };
 
 static enum fault f;
 static int f_kind, f_n, f_i, f_f16, f_calls;
+static double f_factor;		/* F_AXPY_OFF: how many of the check's bounds off */
 static const char *f_x0;	/* the last batch's activations: a token's identity */
 static int f_T;			/* that batch's token count */
 
@@ -147,18 +153,42 @@ static float f_dot_f16(const float *a, const uint16_t *b, int n)
 	return d + (f == F_DOT_F16 && n == f_n ? 0.5f : 0.0f);
 }
 
+/* F_AXPY_OFF: every element off by f_factor times the check's bound for
+ * it (2 x 4 ulps of |y| + |a x|, for FMA against a multiply and an add) */
+static void axpy_off(float *y, const float *y0, float a, const float *x, const uint16_t *h,
+		     int n)
+{
+	int j;
+
+	for (j = 0; j < n; j++) {
+		double t = fabs((double)y0[j]) + fabs((double)a * (h ? kve_f16_to_f32(h[j]) : x[j]));
+
+		y[j] = (float)(y[j] + f_factor * 2 * 4 * FLT_EPSILON * t);
+	}
+}
+
 static void f_axpy_f32(float *y, float a, const float *x, int n)
 {
+	float y0[128];
+
+	memcpy(y0, y, sizeof(float) * (size_t)(n < 128 ? n : 128));
 	C->axpy_f32(y, a, x, n);
 	if (f == F_AXPY_F32 && n == f_n)
 		y[elem(n)] += 0.5f;
+	if (f == F_AXPY_OFF && !f_f16 && n <= 128)
+		axpy_off(y, y0, a, x, NULL, n);
 }
 
 static void f_axpy_f16(float *y, float a, const uint16_t *x, int n)
 {
+	float y0[128];
+
+	memcpy(y0, y, sizeof(float) * (size_t)(n < 128 ? n : 128));
 	C->axpy_f16(y, a, x, n);
 	if (f == F_AXPY_F16 && n == f_n)
 		y[elem(n)] += 0.5f;
+	if (f == F_AXPY_OFF && f_f16 && n <= 128)
+		axpy_off(y, y0, a, NULL, x, n);
 }
 
 static void f_quantize(const float *x, int n, struct kve_q8x *out)
@@ -179,6 +209,32 @@ static void f_quantize(const float *x, int n, struct kve_q8x *out)
 		for (b = 0; b < n / QK8_0; b++)
 			if (isfinite(out[b].d) && out[b].d > 100.0f)
 				out[b].q[0] ^= 1;
+	}
+	if (f == F_QUANT_ZERO) {	/* a block of zeros' quants from 0 x (1 / 0) */
+		int b, i;
+
+		for (b = 0; b < n / QK8_0; b++) {
+			for (i = 0; i < QK8_0 && x[b * QK8_0 + i] == 0.0f; i++)
+				;
+			if (i == QK8_0)
+				out[b].q[0] = -128;
+		}
+	}
+	if (f == F_QUANT_HALF_FIRST || f == F_QUANT_HALF_TRUNC) {
+		/* 0.5 rounded up to 1; or positive half steps toward zero (1.5
+		 * to 1: 0.5 and 126.5 come out right) */
+		int i;
+
+		for (i = 0; i < n; i++) {
+			float d = out[i / QK8_0].d, v = x[i] / d;
+
+			if (!(d > 0) || !isfinite(d) || v <= 0 || v != floorf(v) + 0.5f)
+				continue;
+			if (f == F_QUANT_HALF_FIRST && v == 0.5f)
+				out[i / QK8_0].q[i % QK8_0] = 1;
+			if (f == F_QUANT_HALF_TRUNC)
+				out[i / QK8_0].q[i % QK8_0] = (int8_t)floorf(v);
+		}
 	}
 	if (f == F_QUANT_HALF_TOP) {	/* +-126.5 rounded away from zero, not to even */
 		int i;
@@ -218,6 +274,12 @@ static void f_to_f16(uint16_t *dst, const float *src, int n)
 			dst[i] &= 0xfc00;	/* NaN stored as an infinity */
 		else if (f == F_F16_NAN_PAYLOAD && e == 0x7c00 && m)
 			dst[i] ^= 0x0001 | (m == 1 ? 0x0200 : 0);	/* another NaN */
+		else if (f == F_F16_POS_INF && src[i] == INFINITY)
+			dst[i] = 0x7bff;	/* +inf stored as the largest finite */
+		else if (f == F_F16_NEG_INF && src[i] == -INFINITY)
+			dst[i] = 0x7c00;	/* -inf stored without its sign */
+		else if (f == F_F16_OVERFLOW_EDGE && src[i] == 65520.0f)
+			dst[i] = 0x7bff;	/* the first value that rounds to inf kept finite */
 	}
 }
 
@@ -367,6 +429,19 @@ static void vector_faults(void)
 			expect(what, F_AXPY_F16, 0, ns[j], last ? -1 : 0, 0, "axpy_f16", NULL);
 		}
 	}
+	/* axpy's bound (2 x 4 ulps: FMA against a multiply and an add) is
+	 * neither looser nor tighter than that; rounding y moves the error
+	 * by at most half an ulp of y, so 0.85 and 1.25 stay on their side */
+	for (j = 0; j < 2; j++) {
+		snprintf(what, sizeof(what), "an axpy_%s off by 0.85 times its bound everywhere "
+			 "(allowed)", j ? "f16" : "f32");
+		f_factor = 0.85;
+		expect(what, F_AXPY_OFF, 0, 0, 0, j, NULL, NULL);
+		snprintf(what, sizeof(what), "an axpy_%s off by 1.25 times its bound everywhere",
+			 j ? "f16" : "f32");
+		f_factor = 1.25;
+		expect(what, F_AXPY_OFF, 0, 0, 0, j, j ? "axpy_f16" : "axpy_f32", NULL);
+	}
 	/* the self-check's quantiser input: 8 blocks, each its own case
 	 * (small values, all zero, NaN, infinities, half steps, fp16 edges,
 	 * large values) */
@@ -379,6 +454,13 @@ static void vector_faults(void)
 	}
 	expect("a quantiser wrong only in blocks of large values (finite scale > 100)", F_QUANT_LARGE,
 	       0, 0, 0, 0, "quantize_q8x: block", NULL);
+	expect("a quantiser wrong only in blocks of zeros (quants from 0 x (1 / 0))", F_QUANT_ZERO,
+	       0, 0, 0, 0, "quantize_q8x: block 1", NULL);
+	expect("a quantiser that rounds 0.5 up to 1 (every other half step to even)",
+	       F_QUANT_HALF_FIRST, 0, 0, 0, 0, "quantize_q8x: block 4", NULL);
+	expect("a quantiser that rounds positive half steps toward zero (1.5 to 1; 0.5, 126.5 "
+	       "and -2.5 come out right)", F_QUANT_HALF_TRUNC, 0, 0, 0, 0,
+	       "quantize_q8x: block 4", NULL);
 	expect("a quantiser that rounds 126.5 away from zero (every other half step to even)",
 	       F_QUANT_HALF_TOP, 0, 0, 0, 0, "quantize_q8x: block 4", NULL);
 	expect("a quantiser that rounds negative half steps down (-2.5 to -3)", F_QUANT_HALF_NEG,
@@ -391,6 +473,12 @@ static void vector_faults(void)
 	       "f32_to_f16", NULL);
 	expect("an f32_to_f16 that stores a NaN as an infinity", F_F16_NAN_INF, 0, 0, 0, 0,
 	       "f32_to_f16", NULL);
+	expect("an f32_to_f16 that stores +inf as the largest finite value", F_F16_POS_INF, 0, 0,
+	       0, 0, "f32_to_f16: inf", NULL);
+	expect("an f32_to_f16 that stores -inf as +inf", F_F16_NEG_INF, 0, 0, 0, 0,
+	       "f32_to_f16: -inf", NULL);
+	expect("an f32_to_f16 that keeps 65520 (the first value that rounds to inf) finite",
+	       F_F16_OVERFLOW_EDGE, 0, 0, 0, 0, "f32_to_f16: 65520", NULL);
 	expect("an f32_to_f16 whose NaNs carry another payload (allowed)", F_F16_NAN_PAYLOAD,
 	       0, 0, 0, 0, NULL, NULL);
 	{	/* selfcheck.c's SwiGLU inputs: -100, 100, 0, NaN, -1e-30 at 3..7 */
