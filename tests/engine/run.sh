@@ -60,8 +60,9 @@ gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 
 gen cprop-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f32 --seed 31
 gen cprop-bpe.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f16 --tokenizer bpe --seed 32
 # a SentencePiece vocabulary with pieces that close two containers ("]]",
-# "}]", ...): tokens whose meaning depends on the matcher's stack
-gen brackets-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 384 --type f32 --seed 33 --token ']]' --token '}}' --token ']}' --token '}]'
+# "}]", ...): tokens whose meaning depends on the matcher's stack; and
+# ">{", which completes the start tag "<tool_call>" and opens the call
+gen brackets-tag-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 384 --type f32 --seed 33 --token ']]' --token '}}' --token ']}' --token '}]' --token '>{'
 
 # ENGINE_FAIL_FAST=1 (the mutation lane): stop at the first failure
 bail() {
@@ -129,11 +130,11 @@ run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf
 # constrained decoding: unit checks on both tokenizers, then the property
 # test: random specs (constrain-prop.js gen), completions sampled under
 # them by random-weight models (kvc-gen), validated by ajv
-run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
+run "constrained decoding (kvconstrain.h)" $T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-tag-spm.gguf
 # again with 0x7f heap bytes: the automaton builder's set hash table is
 # another where an unwritten slot reads as "empty" under 0xff
 run "constrained decoding, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
-	$T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-spm.gguf
+	$T/test_constrain $M/f32-gqa.gguf $M/f16-gqa.gguf $M/brackets-tag-spm.gguf
 constrain_prop() {
 	NODE_PATH=/usr/share/nodejs
 	export NODE_PATH

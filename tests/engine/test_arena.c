@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine_internal.h"
 #include "tcheck.h"
 
 #define NTOK 40
@@ -1042,13 +1043,36 @@ static void test_api_errors(const struct kve_model *m)
 	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2;
 	bad = ap;
 	bad.n_blocks = 0;
-	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2;
+	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2 &&
+	      strstr(err, "n_blocks 0");
 	bad = ap;
 	bad.dtype = KVE_KV_F16;
 	ok &= kve_arena_kv_create(m, &bad, &k2, err, sizeof(err)) == 0 && k2;
 	kve_arena_kv_destroy(k2);
 	CHECK(ok, "arena: create refuses no model, params or result, block_tokens 4097, an unknown "
 	      "dtype, 0 blocks (-EINVAL, a message); f16 is fine (%s)", err);
+	{	/* one token's KV at most a block (2 MiB): a model with as many
+		 * layers as fit is taken, one block per token; one more refused */
+		struct kve_model big = *m;
+		uint32_t unit = 2 * 4 * big.info.n_kv_heads * big.info.head_dim;
+		uint32_t fit = unit ? (uint32_t)(KVA_PAGE_SIZE / unit) : 0;
+		struct kve_arena_geom g = { 0 };
+
+		bad = ap;
+		bad.n_blocks = 2;
+		big.info.n_layers = fit;
+		ok = fit && kve_arena_kv_create(&big, &bad, &k2, err, sizeof(err)) == 0 && k2;
+		if (k2)
+			kve_arena_kv_geom(k2, &g);
+		ok = ok && g.block_tokens == 1;
+		kve_arena_kv_destroy(k2);
+		k2 = NULL;
+		big.info.n_layers = fit + 1;
+		ok = ok && kve_arena_kv_create(&big, &bad, &k2, err, sizeof(err)) == -EINVAL && !k2 &&
+		     strstr(err, "more than the 2 MiB");
+		CHECK(ok, "arena: %u layers (a token's KV within 2 MiB) take one token a block, %u "
+		      "are refused (%s)", fit, fit + 1, err);
+	}
 	if (kve_arena_kv_create(m, &ap, &kv, err, sizeof(err))) {
 		CHECK(0, "arena for the argument checks: %s", err);
 		return;

@@ -748,6 +748,107 @@ static struct kvc_grammar *tools_grammar(const char *name, uint32_t calls)
 	return g;
 }
 
+/*
+ * An EOS of id 0 (GPT-NeoX and StarCoder vocabularies put
+ * <|endoftext|> there) is an EOS like any other: an accepting matcher's
+ * mask sets bit 0 and the token ends the output. The model file read
+ * again with its eos_token_id made 0, the rest unchanged.
+ */
+static void eos_id0(const char *path)
+{
+	static const char key[] = "eos_token_id\x04\0\0\0";	/* the key's end, U32 */
+	struct kvc_spec sp = { .kind = KVC_JSON_SCHEMA, .json = "{\"const\":1}", .json_len = 11 };
+	FILE *f = fopen(path, "rb");
+	uint8_t *b = NULL, *at = NULL;
+	long len = -1;
+	struct kve_model *m = NULL;
+	struct kve_tokenizer *t = NULL;
+	struct kvc_vocab *v = NULL;
+	struct kvc_grammar *g = NULL;
+	struct kvc_matcher *mt = NULL;
+	uint32_t *mask = NULL;
+	char err[256] = "";
+	int ok = 0;
+	long i;
+
+	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
+		b = malloc((size_t)len);
+		if (b && fread(b, 1, (size_t)len, f) != (size_t)len)
+			len = -1;
+	}
+	if (f)
+		fclose(f);
+	for (i = 0; b && !at && i + (long)sizeof(key) - 1 + 4 <= len; i++)
+		if (!memcmp(b + i, key, sizeof(key) - 1))
+			at = b + i + sizeof(key) - 1;
+	if (at) {
+		memset(at, 0, 4);
+		m = kve_model_load_mem(b, (size_t)len, err, sizeof(err));
+		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+		v = t ? kvc_vocab_create(t, NV, err, sizeof(err)) : NULL;
+		mask = v ? calloc(kvc_mask_words(v), 4) : NULL;
+		ok = mask && kve_tokenizer_eos(t) == 0 && !kvc_compile(v, &sp, &g, err, sizeof(err));
+		mt = ok ? kvc_matcher_create(g, 0) : NULL;
+		ok = ok && mt && kvc_advance(mt, byte_tok['1']) == 0 && kvc_accepting(mt);
+		if (ok)
+			kvc_mask(mt, mask);
+		ok = ok && (mask[0] & 1) && kvc_advance(mt, 0) == 0 &&
+		     kvc_advance(mt, byte_tok['1']) == -EPERM;
+	}
+	CHECK(ok, "%s: an EOS of id 0: its mask bit set once accepting, and it ends the output %s",
+	      MNAME, at ? err : "(no eos_token_id in the file)");
+	kvc_matcher_free(mt);
+	kvc_grammar_release(g);
+	kvc_vocab_free(v);
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	free(mask);
+	free(b);
+}
+
+/*
+ * A token that completes the start tag and goes on into the call: its
+ * bytes after the tag's last byte are the grammar's from the tag on
+ * (">{" after "<tool_call" opens the call), not the tag's last byte
+ * again. Only vocabularies with such a piece can say; brackets-tag-spm
+ * has ">{", and main() checks that some model did.
+ */
+static int tag_token_models;
+
+static void lazy_token_past_tag(void)
+{
+	struct kvc_grammar *g = tools_grammar(NULL, 0);
+	struct kvc_matcher *m = g ? kvc_matcher_create(g, KVC_LAZY) : NULL;
+	uint32_t *mask = calloc(kvc_mask_words(V), 4);
+	const char *p;
+	int32_t id = -1;
+	uint32_t i;
+	int ok = m && mask;
+
+	for (i = 0; i < NV && id < 0; i++) {
+		char b[8];
+
+		if (kve_token_bytes(T, (int32_t)i, b, sizeof(b)) == 2 && !memcmp(b, ">{", 2))
+			id = (int32_t)i;
+	}
+	if (id >= 0) {
+		tag_token_models++;
+		for (p = "Calling <tool_call"; ok && *p; p++)
+			ok = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		if (ok)
+			kvc_mask(m, mask);
+		ok = ok && ((mask[id >> 5] >> (id & 31)) & 1) && kvc_advance(m, id) == 0 &&
+		     kvc_triggered(m) && !kvc_accepting(m);
+		for (p = "\"name\":\"noargs\",\"arguments\":{}}</tool_call>"; ok && *p; p++)
+			ok = kvc_advance(m, byte_tok[(uint8_t)*p]) == 0;
+		CHECK(ok && kvc_accepting(m), "%s: lazy: the token '>{' after '<tool_call' completes "
+		      "the tag and opens the call", MNAME);
+	}
+	free(mask);
+	kvc_matcher_free(m);
+	kvc_grammar_release(g);
+}
+
 static void tool_calls(void)
 {
 	struct kvc_grammar *g = tools_grammar(NULL, 2), *one = tools_grammar(NULL, 1),
@@ -1449,7 +1550,7 @@ static void generation(struct cgen *c)
  * At such places in free-form nesting, the mask must equal kvc_advance
  * (which simulates each token's bytes) over the whole vocabulary, and
  * the closer of the other container must be refused. With tokens that
- * close two containers (brackets-spm.gguf: "]]" after [1 inside an
+ * close two containers (brackets-tag-spm.gguf: "]]" after [1 inside an
  * object is refused, "]}" is not) the stack decides.
  */
 static void stack_decided(void)
@@ -1466,7 +1567,7 @@ static void stack_decided(void)
 	uint32_t *mask = calloc(kvc_mask_words(V), 4), id, two = 0;
 	size_t c;
 
-	/* tokens that close two containers (brackets-spm.gguf has four) */
+	/* tokens that close two containers (brackets-tag-spm.gguf has four) */
 	for (id = 0; id < NV; id++) {
 		int n = kve_token_bytes(T, (int32_t)id, piece, sizeof(piece));
 
@@ -1612,11 +1713,13 @@ int main(int argc, char **argv)
 		spec_edges();
 		too_large();
 		eos_outside();
+		eos_id0(argv[a]);
 		bytes_only();
 		cache();
 		cache_long_tag();
 		tag_scan();
 		lazy_mask_bytes();
+		lazy_token_past_tag();
 		tool_calls();
 		budget_edge();
 		finished();
@@ -1634,5 +1737,7 @@ int main(int argc, char **argv)
 		generation(&c);
 		cgen_close(&c);
 	}
+	if (argc > 1)
+		CHECK(tag_token_models > 0, "a model's vocabulary has '>{', a token past the start tag");
 	return tc_done();
 }

@@ -11,7 +11,11 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -882,6 +886,90 @@ out:
 	}
 }
 
+/*
+ * The default with KVE_WEIGHTS unset follows the kernel's transparent
+ * huge pages: copied into 2 MiB pages when THP is "always" or "madvise",
+ * mapped from the file when "never" or when the kernel has no THP at all
+ * (no sysfs file). Each setting is shown to the loader in a child with
+ * its own mount namespace, a tmpfs over /sys/kernel/mm/transparent_hugepage
+ * (as root, or else in a user namespace of its own). A copy's weights
+ * start 2 MiB-aligned; a mapped file's after its header, never.
+ */
+#define THP_DIR "/sys/kernel/mm/transparent_hugepage"
+
+static int write_file(const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int write_file(const char *path, const char *fmt, ...)
+{
+	FILE *f = fopen(path, "w");
+	va_list ap;
+	int rc;
+
+	if (!f)
+		return -1;
+	va_start(ap, fmt);
+	rc = vfprintf(f, fmt, ap) < 0;
+	va_end(ap);
+	return fclose(f) || rc ? -1 : 0;
+}
+
+static int thp_child(const char *path)
+{
+	static const struct {
+		const char *enabled;	/* NULL: no file, as without THP */
+		int copy;
+	} cases[] = {
+		{ NULL, 0 }, { "always madvise [never]\n", 0 },
+		{ "always [madvise] never\n", 1 }, { "[always] madvise never\n", 1 },
+	};
+	char err[256];
+	unsigned c;
+	int bad = 0, thp;
+
+	if (unshare(CLONE_NEWNS)) {
+		uid_t uid = getuid();
+		gid_t gid = getgid();
+
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNS) ||
+		    write_file("/proc/self/setgroups", "deny") ||
+		    write_file("/proc/self/uid_map", "0 %u 1", (unsigned)uid) ||
+		    write_file("/proc/self/gid_map", "0 %u 1", (unsigned)gid))
+			return 64;
+	}
+	/* a kernel without THP has no directory: only the first case holds */
+	thp = !access(THP_DIR, F_OK);
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    (thp && mount("tmpfs", THP_DIR, "tmpfs", 0, "size=64k")))
+		return 65;
+	unsetenv("KVE_WEIGHTS");
+	for (c = 0; c < (thp ? sizeof(cases) / sizeof(cases[0]) : 1); c++) {
+		struct kve_model *m;
+
+		unlink(THP_DIR "/enabled");
+		if (cases[c].enabled && write_file(THP_DIR "/enabled", "%s", cases[c].enabled))
+			return 66;
+		m = kve_model_load(path, err, sizeof(err));
+		if (!m || (((uintptr_t)m->g.base & ((2u << 20) - 1)) == 0) != cases[c].copy)
+			bad |= 1 << c;
+		kve_model_free(m);
+	}
+	return bad;
+}
+
+static void test_thp_default(const char *path)
+{
+	pid_t pid = fork();
+	int st = 0;
+
+	if (pid == 0)
+		_exit(thp_child(path));
+	CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st),
+	      "%s: KVE_WEIGHTS unset: mapped with no THP file or THP never, copied with THP "
+	      "madvise or always (child status %d: 64 no namespace, 65 no tmpfs, else a bit "
+	      "a case)", path, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 /* With stdin closed the model file opens as fd 0: a descriptor like any
  * other (and closed again after) */
 static void test_fd0(const char *path)
@@ -1012,6 +1100,7 @@ int main(int argc, char **argv)
 	if (argc > 1) {
 		test_model(argv[1]);
 		test_load_modes(argv[1]);
+		test_thp_default(argv[1]);
 		test_fd0(argv[1]);
 	}
 	if (argc > 2)

@@ -1108,6 +1108,24 @@ static void load_errors(const char *spm_path, const char *bpe_path)
 		      found ? err : "no such token found");
 		kve_model_free(bm);
 	}
+	{	/* a token list one shorter than the embedding's rows (a file may
+		 * say so: the parser takes any count): refused, not indexed past */
+		char e2[256] = "";
+		struct kve_model *sm = kve_model_load_mem(b[0], lens[0], e2, sizeof(e2));
+		struct gguf_kv *tk = sm ? (struct gguf_kv *)gguf_find_kv(&sm->g,
+									"tokenizer.ggml.tokens") : NULL;
+		struct kve_tokenizer *st = NULL;
+
+		if (tk)
+			tk->arr_n--;
+		st = tk ? kve_tokenizer_create(sm, err, sizeof(err)) : NULL;
+		CHECK(tk && !st && strstr(err, "tokens but the model has a vocabulary of"),
+		      "spm: %llu tokens for a vocabulary of %u: refused (\"%s\")",
+		      tk ? (unsigned long long)tk->arr_n : 0ull,
+		      sm ? kve_model_info(sm)->vocab : 0u, tk ? err : e2);
+		kve_tokenizer_free(st);
+		kve_model_free(sm);
+	}
 	{	/* special ids: the last token is one, one past the vocabulary none */
 		uint32_t nv = 0, v;
 		const uint8_t *p = NULL;
