@@ -1612,6 +1612,11 @@ static void grammar_stats(void)
 		"{\"type\":\"array\",\"items\":{\"type\":\"number\"},\"maxItems\":4}",
 		NULL,	/* the tool-call grammar */
 	};
+	/* the subset construction's exact counts (one DFA state per set of
+	 * NFA states, a set found in any order is one state): a change to
+	 * the grammar builders that moves them must show its new counts are
+	 * still one state per set before it updates them here */
+	static const uint32_t states[] = { 3603, 137, 466, 686 };
 	size_t i;
 
 	for (i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
@@ -1636,6 +1641,8 @@ static void grammar_stats(void)
 		      st.dfa_states, st.byte_classes, st.token_sets, st.bitset_sets, st.listed_ids,
 		      st.maybe_ids, (unsigned long long)st.table_bytes, (unsigned long long)parts,
 		      st.compile_ms);
+		CHECK(st.dfa_states == states[i], "%s: schema %zu: %u DFA states, as the subset "
+		      "construction makes (%u)", MNAME, i, st.dfa_states, states[i]);
 		if (i == 0)
 			CHECK(st.dfa_states > 300 && st.token_sets * 4 < st.dfa_states,
 			      "%s: maxLength 300: %u states share %u token sets", MNAME,
