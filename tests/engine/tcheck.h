@@ -27,6 +27,26 @@ static inline int tc_done(void)
 	return tc_fail ? 1 : 0;
 }
 
+/* A whole file in memory (free it), or NULL with *len 0 */
+static inline uint8_t *tc_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	uint8_t *p = NULL;
+	long n;
+
+	*len = 0;
+	if (!f)
+		return NULL;
+	if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
+	    (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
+		free(p);
+		p = NULL;
+	}
+	fclose(f);
+	*len = p ? (size_t)n : 0;
+	return p;
+}
+
 /*
  * The tests' KV pool: blocks in one malloc'd slab, or - with
  * KVE_TEST_KV=arena in the environment - blocks of a libkvarena arena on

@@ -758,9 +758,8 @@ static void eos_id0(const char *path)
 {
 	static const char key[] = "eos_token_id\x04\0\0\0";	/* the key's end, U32 */
 	struct kvc_spec sp = { .kind = KVC_JSON_SCHEMA, .json = "{\"const\":1}", .json_len = 11 };
-	FILE *f = fopen(path, "rb");
-	uint8_t *b = NULL, *at = NULL;
-	long len = -1;
+	size_t len = 0, i;
+	uint8_t *b = tc_slurp(path, &len), *at = NULL;
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	struct kvc_vocab *v = NULL;
@@ -769,21 +768,13 @@ static void eos_id0(const char *path)
 	uint32_t *mask = NULL;
 	char err[256] = "";
 	int ok = 0;
-	long i;
 
-	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
-		b = malloc((size_t)len);
-		if (b && fread(b, 1, (size_t)len, f) != (size_t)len)
-			len = -1;
-	}
-	if (f)
-		fclose(f);
-	for (i = 0; b && !at && i + (long)sizeof(key) - 1 + 4 <= len; i++)
+	for (i = 0; b && !at && i + sizeof(key) - 1 + 4 <= len; i++)
 		if (!memcmp(b + i, key, sizeof(key) - 1))
 			at = b + i + sizeof(key) - 1;
 	if (at) {
 		memset(at, 0, 4);
-		m = kve_model_load_mem(b, (size_t)len, err, sizeof(err));
+		m = kve_model_load_mem(b, len, err, sizeof(err));
 		t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
 		v = t ? kvc_vocab_create(t, NV, err, sizeof(err)) : NULL;
 		mask = v ? calloc(kvc_mask_words(v), 4) : NULL;

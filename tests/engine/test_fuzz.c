@@ -24,27 +24,6 @@ static uint64_t rnd(void)
 	return st;
 }
 
-static uint8_t *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t *p;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	p = malloc(n);
-	if (fread(p, 1, n, f) != (size_t)n) {
-		free(p);
-		p = NULL;
-	}
-	fclose(f);
-	*len = (size_t)n;
-	return p;
-}
-
 static void exercise(struct kve_model *m)
 {
 	const struct kve_model_info *in = kve_model_info(m);
@@ -122,7 +101,7 @@ int main(int argc, char **argv)
 
 	for (mi = 2; mi < argc; mi++) {
 		size_t len, hdr;
-		uint8_t *orig = slurp(argv[mi], &len);
+		uint8_t *orig = tc_slurp(argv[mi], &len);
 		int it, loaded = 0, rejected = 0, silent = 0, bad = 0, nmodels = argc - 2;
 		struct gguf g;
 		char err[256];

@@ -466,27 +466,6 @@ static void test_alignment(void)
 		gguf_close(&g);
 }
 
-static uint8_t *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t *p;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	p = malloc(n);
-	if (fread(p, 1, n, f) != (size_t)n) {
-		free(p);
-		p = NULL;
-	}
-	fclose(f);
-	*len = (size_t)n;
-	return p;
-}
-
 static void edit_n(const uint8_t *orig, size_t len, const char *from,
 		   const char *to, size_t n, const char *want)
 {
@@ -572,7 +551,7 @@ static void hyper_ranges(const uint8_t *b, size_t len)
 static void test_model(const char *path)
 {
 	size_t len;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	char err[256];
 	struct kve_model *m;
 
@@ -742,7 +721,7 @@ static void replace_all(uint8_t *b, size_t len, const char *from, const char *to
 static void test_qwen2(const char *path)
 {
 	size_t len;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	char err[256] = "";
 	struct kve_model *m;
 	const struct kve_model_info *in;

@@ -609,22 +609,15 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		struct ctx c = { 0 };
 		char err[256];
-		FILE *f = fopen(argv[i], "rb");
-		uint8_t *buf = NULL;
-		long n = -1, len = 0;
+		size_t len;
+		uint8_t *buf = tc_slurp(argv[i], &len);
+		long n;
 
-		if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
-		    (buf = malloc((size_t)len)) && fread(buf, 1, (size_t)len, f) == (size_t)len)
-			n = 0;
-		if (f)
-			fclose(f);
-		CHECK(n == 0, "read %s", argv[i]);
-		if (n) {
-			free(buf);
+		CHECK(buf != NULL, "read %s", argv[i]);
+		if (!buf)
 			continue;
-		}
 		c.file = buf;
-		c.len = (size_t)len;
+		c.len = len;
 		n = each_failure("model", build_model, &c);
 		CHECK(n > 0, "%s: model from memory: each of %ld allocations failing -> "
 		      "out of memory, nothing leaked", argv[i], n);
@@ -633,7 +626,7 @@ int main(int argc, char **argv)
 		CHECK(n > 0, "%s: model from its file: each of %ld allocations failing -> "
 		      "out of memory, nothing leaked", argv[i], n);
 		c.path = NULL;
-		c.m = kve_model_load_mem(buf, (size_t)len, err, sizeof(err));
+		c.m = kve_model_load_mem(buf, len, err, sizeof(err));
 		if (!c.m) {
 			CHECK(0, "%s: %s", argv[i], err);
 			free(buf);

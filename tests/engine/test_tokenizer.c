@@ -307,24 +307,6 @@ static void without_jit(const char *bpe_path)
 	munmap(r, sizeof(*r));
 }
 
-static uint8_t *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	uint8_t *p = NULL;
-	long n;
-
-	if (!f)
-		return NULL;
-	if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) &&
-	    (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
-		free(p);
-		p = NULL;
-	}
-	fclose(f);
-	*len = p ? (size_t)n : 0;
-	return p;
-}
-
 /* A merge that is not "left right" (the space first or last, so one
  * side is empty) is a load error naming it, the file otherwise valid:
  * the first merge respelled in place, its length kept. */
@@ -332,7 +314,7 @@ static void bad_merge(const char *path)
 {
 	static const char key[] = "tokenizer.ggml.merges";
 	size_t len, i, kl = sizeof(key) - 1, at = 0;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	uint64_t n = 0;
 	int pos, ok = 1;
 
@@ -379,7 +361,7 @@ static void pre_metadata(const char *path)
 {
 	static const char key[] = "tokenizer.ggml.pre";
 	size_t len, i, kl = sizeof(key) - 1;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	char err[256] = "", want[80];
 	struct kve_model *m;
 	struct kve_tokenizer *t;
@@ -465,7 +447,7 @@ static int respelled_decoding(uint8_t *b, size_t len, const char *from, const ch
 static void lower_hex(const char *path)
 {
 	size_t len;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	char err[256] = "";
 	int n;
 
@@ -485,7 +467,7 @@ static void lower_hex(const char *path)
 static void duplicate_first_id(const char *path)
 {
 	size_t len, i, hits = 0;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	char err[256] = "";
 	struct kve_model *m;
 	struct kve_tokenizer *t;
@@ -523,7 +505,7 @@ static void respelled(const char *path, int nth, const char *spell, const char *
 {
 	static const char tt[] = "tokenizer.ggml.token_type";
 	size_t len, i, at = 0, tl = sizeof(tt) - 1, sl = strlen(spell);
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	char err[256] = "", piece[32], want[32], shown[128];
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
@@ -600,7 +582,7 @@ static void array_types(const char *path)
 
 	for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		size_t len, i, kl = strlen(cases[c].key), hit = 0;
-		uint8_t *b = slurp(path, &len);
+		uint8_t *b = tc_slurp(path, &len);
 		char err[256] = "";
 		struct kve_model *m = NULL;
 		struct kve_tokenizer *t = NULL;
@@ -671,7 +653,7 @@ static void scores_count(const char *path)
 {
 	static const char key[] = "tokenizer.ggml.scores";
 	size_t len, at = 0;
-	uint8_t *b = slurp(path, &len), *c = NULL;
+	uint8_t *b = tc_slurp(path, &len), *c = NULL;
 	char err[256] = "";
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
@@ -713,7 +695,7 @@ static void byte_ids_swapped(const char *path)
 	static const char from[] = "\x02\0\0\0\0\0\0\0\xc4\x80\x02\0\0\0\0\0\0\0\xc4\x81";
 	static const char to[] = "\x02\0\0\0\0\0\0\0\xc4\x81\x02\0\0\0\0\0\0\0\xc4\x80";
 	size_t len;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	char err[256] = "";
@@ -749,7 +731,7 @@ static void bpe_merge_id0(const char *path, const struct kve_tokenizer *orig, co
 	/* vocabulary entries: a u64 length (2), then the bytes */
 	char e0[10] = "\x02\0\0\0\0\0\0\0\xc4\x80", ek[10] = "\x02";
 	size_t len;
-	uint8_t *b = slurp(path, &len), *p0 = NULL, *pk = NULL;
+	uint8_t *b = tc_slurp(path, &len), *p0 = NULL, *pk = NULL;
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	char err[256] = "", shown[16];
@@ -814,7 +796,7 @@ static void spm_ids_swapped(const char *path, const struct kve_tokenizer *orig)
 	static const char text[] = "the quick brown fox jumps over the lazy dog; then others";
 	size_t len, ts, tt, tsc, at0 = 0, atk = 0, o;
 	uint64_t n = 0, nt = 0, nsc = 0, i, k = 0;
-	uint8_t *b = slurp(path, &len);
+	uint8_t *b = tc_slurp(path, &len);
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	char err[256] = "";
@@ -886,7 +868,7 @@ static void spm_byte_fallback_id0(const char *path, const struct kve_tokenizer *
 	static const char unk_key[] = "tokenizer.ggml.unknown_token_id";
 	size_t len, ts, tt, tsc, at0 = 0, atk = 0, o;
 	uint64_t n = 0, nt = 0, nsc = 0, i, k = 0;
-	uint8_t *b = slurp(path, &len), *c = b ? malloc(len) : NULL;
+	uint8_t *b = tc_slurp(path, &len), *c = b ? malloc(len) : NULL;
 	struct kve_model *m = NULL;
 	struct kve_tokenizer *t = NULL;
 	char err[256] = "";
@@ -1048,7 +1030,7 @@ static void load_errors(const char *spm_path, const char *bpe_path)
 	};
 #undef KIND
 	size_t lens[2], c;
-	uint8_t *b[2] = { slurp(spm_path, &lens[0]), slurp(bpe_path, &lens[1]) };
+	uint8_t *b[2] = { tc_slurp(spm_path, &lens[0]), tc_slurp(bpe_path, &lens[1]) };
 	char err[256];
 	int32_t bos = -2, eos = -2;
 
