@@ -97,7 +97,7 @@ char *kvd_metrics_text(struct kvd *d)
 {
 	struct out o = { 0 };
 	struct kva_arena_info ai = { .size = sizeof(ai) };
-	uint32_t states[KVA_STATE_COUNT + 1] = { 0 }, queued = 0, running = 0, i;
+	uint32_t states[KVA_STATE_ENDED + 1] = { 0 }, queued = 0, running = 0, i;
 	uint32_t up[3] = { 0 };
 	struct kvd_conv *c;
 	struct kvd_job *j;
@@ -113,7 +113,7 @@ char *kvd_metrics_text(struct kvd *d)
 	m = d->m;
 	kva_arena_get_info(d->arena, &ai);
 	for (c = d->convs; c; c = c->next)
-		states[c->has_kv ? (c->kstate < KVA_STATE_COUNT ? c->kstate : 0) : KVA_STATE_ENDED]++;
+		states[c->has_kv ? (c->kstate <= KVA_STATE_ENDED ? c->kstate : 0) : KVA_STATE_ENDED]++;
 	for (j = d->jobs; j; j = j->next) {
 		if (j->state == JOB_QUEUED)
 			queued++;
@@ -130,7 +130,7 @@ char *kvd_metrics_text(struct kvd *d)
 	    d->cfg.handoff == KVD_HANDOFF_COPY ? "copy" : "arena");
 	put(&o, "# HELP kvarenad_sessions Conversations by kvarena session state "
 		"(ended: remembered without KV).\n# TYPE kvarenad_sessions gauge\n");
-	for (i = 0; i < KVA_STATE_COUNT && i < 5; i++)
+	for (i = 0; i <= KVA_STATE_ENDED; i++)
 		put(&o, "kvarenad_sessions{state=\"%s\"} %u\n", st_names[i], states[i]);
 	gauge(&o, "queue_depth", "Requests waiting for admission.", queued);
 	gauge(&o, "requests_running", "Requests being prefilled or decoded.", running);
