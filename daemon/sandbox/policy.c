@@ -253,6 +253,18 @@ static int global_key(struct parse_state *st, const char *k, const char *v)
 			p->gid = x;
 		return 1;
 	}
+	if (!strcmp(k, "without_memory_controller")) {
+		if (!strcmp(v, "restrict"))
+			p->without_memcg = KVS_NOMEM_RESTRICT;
+		else if (!strcmp(v, "refuse"))
+			p->without_memcg = KVS_NOMEM_REFUSE;
+		else {
+			snprintf(st->err, sizeof(st->err),
+				 "without_memory_controller: want restrict or refuse");
+			return 0;
+		}
+		return 1;
+	}
 	if (!strcmp(k, "cgroup_parent")) {
 		if (v[0] != '/' || strlen(v) >= sizeof(p->cgroup_parent) || strstr(v, "/..")) {
 			snprintf(st->err, sizeof(st->err), "cgroup_parent: want an absolute path");
@@ -789,9 +801,8 @@ void kvs_policy_free(struct kvs_policy *p)
 	for (i = 0; i < p->n_tools; i++)
 		tool_free(p->tools[i]);
 	kvs_spawner_stop(p);
-	free(p->bpf);
-	if (p->netns_fd >= 0)
-		close(p->netns_fd);
+	free(p->bpf[0].f);
+	free(p->bpf[1].f);
 	if (p->mntns_fd >= 0)
 		close(p->mntns_fd);
 	free(p);
@@ -806,7 +817,6 @@ static struct kvs_policy *policy_new(void)
 		return NULL;
 	p->uid = 65534;
 	p->gid = 65534;
-	p->netns_fd = -1;
 	p->mntns_fd = -1;
 	p->spawner_fd = -1;
 	for (i = 0; i < sizeof(ld_so_candidates) / sizeof(ld_so_candidates[0]); i++)
@@ -849,6 +859,29 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 			return rc;
 		}
 	}
+	/* the filters depend on what the host's cgroups and kernel enforce */
+	kvs_cgroup_setup(p);
+	/* vm.memfd_noexec is per PID namespace, but only real root may
+	 * write it: an unprivileged launcher's runs get memfd_create denied */
+	p->have_memfd_noexec = access("/proc/sys/vm/memfd_noexec", F_OK) == 0;
+	if (!p->have_memfd_noexec)
+		kvs_note(p->notes, sizeof(p->notes), "no vm.memfd_noexec (kernel < 6.3): "
+			 "memfd_create denied (code in a memfd would run from no path)");
+	else if (!p->privileged)
+		kvs_note(p->notes, sizeof(p->notes), "unprivileged launcher: memfd_create denied "
+			 "(vm.memfd_noexec needs root to set)");
+	p->have_memfd_noexec &= p->privileged;
+	if (!p->cgroup_ok || !p->have_memory) {
+		if (p->without_memcg == KVS_NOMEM_REFUSE) {
+			kvs_note(p->notes, sizeof(p->notes), "no memory controller: every run is "
+				 "refused (without_memory_controller = refuse)");
+		} else {
+			p->restrict_memory = 1;
+			kvs_note(p->notes, sizeof(p->notes), "no memory controller: memfd_create, "
+				 "memfd_secret, shmget and msgget denied, RLIMIT_NOFILE at most %d "
+				 "(without_memory_controller = restrict)", KVS_NOMEM_NOFILE);
+		}
+	}
 	rc = kvs_seccomp_build(p, err, errlen);
 	if (rc)
 		return rc;
@@ -857,15 +890,16 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 		kvs_note(p->notes, sizeof(p->notes),
 			 "Landlock unavailable (kernel lacks it or it is not in lsm=): file and "
 			 "exec rules rest on the mount namespace alone");
-	if (p->privileged && p->landlock_abi >= 6) {
-		rc = kvs_netns_create();
-		p->netns_fd = rc >= 0 ? rc : -1;
-	}
 	if (p->privileged) {
+		/* a root launcher's runs build their roots in copies of it */
 		rc = kvs_mntns_create();
-		p->mntns_fd = rc >= 0 ? rc : -1;
+		if (rc < 0) {
+			snprintf(err, errlen, "creating the template mount namespace: %s",
+				 strerror(-rc));
+			return rc;
+		}
+		p->mntns_fd = rc;
 	}
-	kvs_cgroup_setup(p);
 	return 0;
 }
 

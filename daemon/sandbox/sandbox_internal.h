@@ -24,7 +24,9 @@
 #define KVS_INSIDE_UID 1000	/* the tool's uid and gid inside its namespace */
 #define KVS_WORK "/home/tool"	/* the work directory inside the sandbox */
 #define KVS_STAGE "/stage"	/* where a run builds its root in the template */
+#define KVS_SYSCTL "/sysctl"	/* a run's second proc, in the template */
 #define KVS_PATH 512		/* longest path a policy may name */
+#define KVS_NOMEM_NOFILE 64	/* RLIMIT_NOFILE without a memory controller */
 
 /* Landlock access classes (translated to rights by landlock.c). */
 enum kvs_access { KVS_ACC_RO = 1, KVS_ACC_EXEC, KVS_ACC_RW, KVS_ACC_RWX, KVS_ACC_DEV };
@@ -81,6 +83,14 @@ struct kvs_tool {
 	char *envp[KVS_MAX_ENV + 8];	/* NULL-terminated, HOME/PATH/... first */
 };
 
+struct kvs_bpf {
+	struct sock_filter *f;
+	unsigned short len;
+};
+
+/* What a policy does on a host whose cgroups have no memory controller. */
+enum kvs_nomem { KVS_NOMEM_RESTRICT, KVS_NOMEM_REFUSE };
+
 struct kvs_policy {
 	uid_t uid;			/* outside uid/gid of tools (root launcher) */
 	gid_t gid;
@@ -89,14 +99,16 @@ struct kvs_policy {
 	int cgroup_ok;			/* parent exists and is ours to write */
 	int have_cpu, have_memory, have_pids, have_kill, have_freeze, have_peak;
 	int landlock_abi;		/* 0: none */
-	int netns_fd;			/* shared empty netns; -1: one per run */
 	int mntns_fd;			/* the empty template mount namespace
 					 * runs copy; -1: they copy the host's */
 	int spawner_fd;			/* control socket to the spawner; -1: none */
 	pid_t spawner_pid;
 	unsigned int cap_last;
-	struct sock_filter *bpf;	/* seccomp program */
-	unsigned short bpf_len;
+	struct kvs_bpf bpf[2];		/* seccomp: [0] no network, [1] network */
+	enum kvs_nomem without_memcg;	/* [sandbox] without_memory_controller */
+	int restrict_memory;		/* no memory controller: memfd, shm, msg
+					 * denied, RLIMIT_NOFILE lowered */
+	int have_memfd_noexec;		/* vm.memfd_noexec (6.3+): set to 2 per run */
 	char ld_so[PATH_MAX];		/* the ELF interpreter, host realpath */
 	char notes[2048];		/* what this host cannot enforce */
 	struct kvs_tool *tools[KVS_MAX_TOOLS];
@@ -134,7 +146,9 @@ void kvs_cgroup_finish(const struct kvs_policy *p, struct kvs_cg *cg,
 
 /* spawn.c: remove a tree the launcher created (bounded depth) */
 void kvs_remove_tree(const char *path);
-int kvs_netns_create(void);
+/* netns.c: an empty network namespace made ahead (root), or -EAGAIN */
+int kvs_netns_take(void);
+void kvs_netns_pool_reset(void);
 int kvs_mntns_create(void);
 /* kvs_run() in this process, stdin from stdin_fd when >= 0 */
 int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,

@@ -9,8 +9,8 @@
  *
  * kvs_spawn() is the same launch, handing the running tool over (MCP
  * servers); kvs_run_many() is kvs_run() from a few threads. Also here: the
- * empty network namespace a root launcher's runs share, and removing the
- * temporary work directories it made.
+ * template mount namespace a root launcher's runs copy, and removing the
+ * work directories it made.
  *
  * The child between clone3() and execve() makes system calls only: the
  * caller may be multi-threaded and raw clone3() runs no atfork handlers.
@@ -100,7 +100,7 @@ enum step {
 	ST_SKELETON, ST_MOVE, ST_TMP, ST_PROC, ST_PROC_SYS, ST_PIVOT, ST_ROOT_RO,
 	ST_CHDIR, ST_SECUREBITS, ST_BOUNDING, ST_GROUPS, ST_GID, ST_UID, ST_CAPS,
 	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_NETNS, ST_USERNS, ST_MNTNS,
-	ST_EXEC,
+	ST_SYSCTL, ST_EXEC,
 };
 
 static const char *const step_names[] = {
@@ -117,7 +117,8 @@ static const char *const step_names[] = {
 	[ST_NNP] = "no_new_privs", [ST_LANDLOCK] = "Landlock", [ST_STDIO] = "stdio",
 	[ST_SECCOMP] = "seccomp", [ST_NETNS] = "joining the empty network namespace",
 	[ST_USERNS] = "creating the user namespace",
-	[ST_MNTNS] = "entering the template mount namespace", [ST_EXEC] = "execve",
+	[ST_MNTNS] = "entering the template mount namespace",
+	[ST_SYSCTL] = "setting the run's namespace sysctls", [ST_EXEC] = "execve",
 };
 
 struct child_err {
@@ -135,7 +136,8 @@ struct plan {
 	 * tool runs in (and join the policy's shared empty netns, if any) */
 	int priv;
 	int netns_fd;
-	int mntns_fd;			/* the policy's template; -1: clone3 copied the host's */
+	int mntns_fd;			/* root: the policy's template; -1: clone3
+					 * copied the host's (unprivileged) */
 	int sync_fd_parent;
 	const char *workdir;		/* host, canonical; also the stage */
 	const char *exe;		/* inside */
@@ -165,10 +167,32 @@ static __attribute__((noreturn)) void child_fail(const struct plan *c, int step,
 	_exit(125);
 }
 
+/* Write a sysctl of the run's namespaces through the proc at base;
+ * required: a missing file fails the run (else it is a kernel without
+ * that knob, which the policy knew at load). */
+static void child_sysctl(const struct plan *c, const char *base, const char *name,
+			 const char *val, int required)
+{
+	char path[96];
+	size_t a = strlen(base), n = strlen(name);
+	int fd;
+
+	if (a + n >= sizeof(path))
+		child_fail(c, ST_SYSCTL, ENAMETOOLONG, 0);
+	memcpy(path, base, a);
+	memcpy(path + a, name, n + 1);	/* no snprintf between clone3 and execve */
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 && !required && errno == ENOENT)
+		return;
+	if (fd < 0 || write(fd, val, strlen(val)) != (ssize_t)strlen(val))
+		child_fail(c, ST_SYSCTL, errno, 0);
+	close(fd);
+}
+
 static void child_mounts(const struct plan *c)
 {
 	const struct kvs_tool *t = c->t;
-	const char *stage = c->mntns_fd >= 0 ? KVS_STAGE : c->workdir;
+	const char *stage = c->priv ? KVS_STAGE : c->workdir;
 	int fds[KVS_MAX_MOUNTS], wfd, sfd, i;
 	char b;
 
@@ -269,6 +293,20 @@ static void child_mounts(const struct plan *c)
 	 * allowed while a fully visible one is mounted */
 	if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
 		child_fail(c, ST_PROC, errno, 0);
+	if (c->priv) {
+		/* a second proc of the run's PID namespace, outside the root
+		 * it is building (the template's /sysctl): the user
+		 * namespace's sysctls are written there once it exists, after
+		 * the tool's /proc/sys is read-only */
+		if (mount("proc", KVS_SYSCTL, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+			child_fail(c, ST_PROC, errno, 1);
+		if (c->p->have_memfd_noexec)
+			child_sysctl(c, KVS_SYSCTL, "/sys/vm/memfd_noexec", "2", 0);
+	} else {
+		/* in the user namespace clone3() made, whose sysctls these are
+		 * (vm.memfd_noexec is root's alone: seccomp denies memfd) */
+		child_sysctl(c, "proc", "/sys/user/max_user_namespaces", "0", 1);
+	}
 	sfd = sys_open_tree(AT_FDCWD, "proc/sys", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (sfd >= 0) {
 		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
@@ -278,43 +316,63 @@ static void child_mounts(const struct plan *c)
 		    sys_move_mount(sfd, "", AT_FDCWD, "proc/sys", MOVE_MOUNT_F_EMPTY_PATH))
 			child_fail(c, ST_PROC_SYS, errno, 0);
 	}
-	/*
-	 * The root launcher moves the new root over the old one and chroots
-	 * into it, as switch_root does; pivot_root would leave the old root
-	 * to be lazily unmounted, whose RCU grace period (namespace_unlock)
-	 * was ~1.6 ms of every spawn. The old root stays beneath, out of
-	 * reach: the tool can neither chroot, pivot_root, mount, unmount nor
-	 * open_tree (seccomp; no capability in the namespaces that own its
-	 * mounts), holds no descriptor outside, the kernel refuses a new user
-	 * namespace to a chrooted process, and /proc/self/mountinfo lists
-	 * only mounts beneath the root. The host's initramfs (rootfs), which
-	 * cannot be pivoted away from, takes the same road. The unprivileged
-	 * launcher, whose tool owns its mount namespace until it drops its
-	 * capabilities, keeps pivot_root and detaches the old root.
-	 */
-	if (c->priv || syscall(SYS_pivot_root, ".", ".")) {
-		if (!c->priv && errno != EINVAL)
-			child_fail(c, ST_PIVOT, errno, 0);
-		if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
-			child_fail(c, ST_PIVOT, errno, 3);
-	} else if (umount2(".", MNT_DETACH)) {
-		child_fail(c, ST_PIVOT, errno, 1);
-	}
-	if (chdir("/"))
-		child_fail(c, ST_PIVOT, errno, 2);
-	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))
-		child_fail(c, ST_ROOT_RO, errno, 0);
-	if (chdir(KVS_WORK))
-		child_fail(c, ST_CHDIR, errno, 0);
 	if (c->priv) {
+		/*
+		 * The root launcher chroots into the new root, which stays
+		 * where it was built (the template's /stage): a chrooted
+		 * process is refused a new user namespace by the kernel
+		 * (current_chrooted()), besides seccomp and the run's
+		 * max_user_namespaces of 0; /proc/self/mountinfo lists only
+		 * mounts beneath the root; the tool can neither chroot, mount
+		 * nor pivot (seccomp; no capability in the namespaces that own
+		 * its mounts) and holds no descriptor outside. pivot_root
+		 * would leave the old root to be lazily unmounted, whose RCU
+		 * grace period was ~1.6 ms of every spawn. The root is made
+		 * read-only here, while this namespace's capabilities last;
+		 * the user namespace is made before the chroot, which would
+		 * forbid it.
+		 */
 		struct child_err e = { 0, 0, 0 };
 
+		if (mount(NULL, ".", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+			  NULL))
+			child_fail(c, ST_ROOT_RO, errno, 0);
+		/* while still real root: the work directory is the tool's */
+		if (chdir(KVS_WORK + 1))
+			child_fail(c, ST_CHDIR, errno, 0);
 		if (unshare(CLONE_NEWUSER))
 			child_fail(c, ST_USERNS, errno, 0);
 		if (write(c->status_fd, &e, sizeof(e)) != sizeof(e) ||
 		    read(c->sync_fd, &b, 1) != 1)
 			_exit(125);
+		/* mapped, with every capability of the new user namespace until
+		 * the drop: its sysctls, then the chroot (the working
+		 * directory stays the work directory, inside the new root) */
+		child_sysctl(c, KVS_SYSCTL, "/sys/user/max_user_namespaces", "0", 1);
+		if (chroot(KVS_STAGE))
+			child_fail(c, ST_PIVOT, errno, 3);
+		return;
+	} else {
+		/* the unprivileged launcher's tool owns its mount namespace
+		 * until it drops its capabilities: pivot_root, and the old
+		 * root detached; on an initramfs root, which cannot be pivoted
+		 * away from, MS_MOVE and chroot */
+		if (syscall(SYS_pivot_root, ".", ".")) {
+			if (errno != EINVAL)
+				child_fail(c, ST_PIVOT, errno, 0);
+			if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
+				child_fail(c, ST_PIVOT, errno, 3);
+		} else if (umount2(".", MNT_DETACH)) {
+			child_fail(c, ST_PIVOT, errno, 1);
+		}
+		if (chdir("/"))
+			child_fail(c, ST_PIVOT, errno, 2);
+		if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+			  NULL))
+			child_fail(c, ST_ROOT_RO, errno, 0);
 	}
+	if (chdir(KVS_WORK))
+		child_fail(c, ST_CHDIR, errno, 0);
 }
 
 static void child_creds(const struct plan *c)
@@ -342,7 +400,7 @@ static void child_creds(const struct plan *c)
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) && errno != EINVAL)
 		child_fail(c, ST_CAPS, errno, 1);
 	if (setrlimit(RLIMIT_CORE, &c->rl_core) || setrlimit(RLIMIT_CPU, &c->rl_cpu) ||
-	    setrlimit(RLIMIT_NOFILE, &c->rl_nofile) || setrlimit(RLIMIT_FSIZE, &c->rl_fsize) ||
+	    setrlimit(RLIMIT_FSIZE, &c->rl_fsize) ||
 	    (c->set_nproc && setrlimit(RLIMIT_NPROC, &c->rl_nproc)) ||
 	    (c->set_as && setrlimit(RLIMIT_AS, &c->rl_as)))
 		child_fail(c, ST_RLIMIT, errno, 0);
@@ -354,7 +412,8 @@ static void child_creds(const struct plan *c)
 
 static __attribute__((noreturn)) void child_main(const struct plan *c)
 {
-	struct sock_fprog prog = { .len = c->p->bpf_len, .filter = c->p->bpf };
+	const struct kvs_bpf *bpf = &c->p->bpf[c->network ? 1 : 0];
+	struct sock_fprog prog = { .len = bpf->len, .filter = bpf->f };
 	int rc;
 
 	child_mounts(c);
@@ -383,6 +442,10 @@ static __attribute__((noreturn)) void child_main(const struct plan *c)
 	/* nothing of the launcher's reaches the tool; status_fd is O_CLOEXEC */
 	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC))
 		child_fail(c, ST_STDIO, errno, 1);
+	/* last: the launcher's descriptors (a busy caller's are many) are
+	 * open until execve, and Landlock opened some of its own */
+	if (setrlimit(RLIMIT_NOFILE, &c->rl_nofile))
+		child_fail(c, ST_RLIMIT, errno, 1);
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
 		child_fail(c, ST_SECCOMP, errno, 0);
 	execve(c->exe, c->argv, c->t->envp);
@@ -637,44 +700,11 @@ static void rm_tree_at(int dfd, const char *name, int depth)
 	unlinkat(dfd, name, AT_REMOVEDIR);
 }
 
-/* An empty network namespace (loopback down) that a root launcher's runs
- * without network join instead of creating one each: creating and tearing
- * down a network namespace is most of a spawn's cost. Runs then share it,
- * so only with Landlock ABI >= 6, whose scoping keeps one run from
- * reaching another's abstract Unix sockets (the only thing shared: with
- * the loopback down there is no IP at all, and no run has the privilege
- * to bring it up). */
-int kvs_netns_create(void)
-{
-	struct clone_args ca;
-	char path[64];
-	long pid;
-	int pidfd = -1, fd;
-	siginfo_t si;
-
-	memset(&ca, 0, sizeof(ca));
-	ca.flags = CLONE_NEWNET | CLONE_PIDFD;
-	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
-	pid = syscall(SYS_clone3, &ca, sizeof(ca));
-	if (pid == 0) {
-		for (;;)
-			pause();
-	}
-	if (pid < 0)
-		return -errno;
-	snprintf(path, sizeof(path), "/proc/%ld/ns/net", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fd = -errno;
-	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
-	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
-	close(pidfd);
-	return fd;
-}
-
 /*
  * The template mount namespace a root launcher's runs copy: one empty
- * tmpfs, read-only, holding only the directory /stage. A run's child
+ * tmpfs, read-only, holding only the directories /stage (where a run
+ * builds its root) and /sysctl (where it mounts a proc of its own, out of
+ * the tool's reach, to set its user namespace's sysctls). A run's child
  * clones its binds from the host's namespace (detached trees), then
  * enters a private copy of this one to build its root, so clone3() no
  * longer copies every host mount (and the run's exit tears none of them
@@ -703,7 +733,7 @@ int kvs_mntns_create(void)
 		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
 		    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 			  "size=4k,nr_inodes=8,mode=0755") ||
-		    mkdir("/tmp" KVS_STAGE, 0755) || chdir("/tmp") ||
+		    mkdir("/tmp" KVS_STAGE, 0755) || mkdir("/tmp" KVS_SYSCTL, 0755) || chdir("/tmp") ||
 		    syscall(SYS_pivot_root, ".", ".") || umount2(".", MNT_DETACH) || chdir("/") ||
 		    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
 			  MS_NOEXEC, NULL))
@@ -867,11 +897,15 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		return refuse(res, -E2BIG, "%sarguments longer than 256 KiB", "");
 	if (req->stdin_len > KVS_MAX_STDIN || (req->stdin_len && !req->stdin_data))
 		return refuse(res, -E2BIG, "%sstdin larger than 16 MiB", "");
+	if (p->without_memcg == KVS_NOMEM_REFUSE && (!p->cgroup_ok || !p->have_memory))
+		return refuse(res, -EPERM, "%sno memory controller on this host: runs are refused "
+			      "(without_memory_controller = refuse)", "");
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return refuse(res, -ENOMEM, "%sout of memory", "");
 	c->p = p;
 	c->t = t;
+	c->netns_fd = -1;
 	res->unenforced = (p->landlock_abi <= 0 ? KVS_UNENF_LANDLOCK : 0) |
 			  (!p->cgroup_ok ? KVS_UNENF_CGROUP : 0) |
 			  (!p->cgroup_ok || !p->have_cpu ? KVS_UNENF_CPU : 0) |
@@ -909,6 +943,9 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	c->rl_core = (struct rlimit){ 0, 0 };
 	c->rl_cpu = (struct rlimit){ timeout_ms / 1000 + 1, timeout_ms / 1000 + 2 };
 	c->rl_nofile = (struct rlimit){ t->nofile, t->nofile };
+	/* pipes and socket buffers are memory RLIMIT_AS does not see */
+	if (p->restrict_memory && c->rl_nofile.rlim_cur > KVS_NOMEM_NOFILE)
+		c->rl_nofile = (struct rlimit){ KVS_NOMEM_NOFILE, KVS_NOMEM_NOFILE };
 	c->rl_fsize = (struct rlimit){ t->fsize, t->fsize };
 	if (!p->have_pids || !p->cgroup_ok) {
 		uint32_t pids = lim && lim->pids && lim->pids < t->pids ? lim->pids : t->pids;
@@ -977,7 +1014,6 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 
 	memset(&ca, 0, sizeof(ca));
 	c->priv = p->privileged;
-	c->netns_fd = -1;
 	c->mntns_fd = c->priv ? p->mntns_fd : -1;
 	ca.flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
 	if (c->mntns_fd < 0)
@@ -985,9 +1021,11 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	if (!c->priv)
 		ca.flags |= CLONE_NEWUSER;
 	if (!t->network) {
-		if (c->priv && p->netns_fd >= 0)
-			c->netns_fd = p->netns_fd;
-		else
+		/* a network namespace of its own: one made ahead when the pool
+		 * has one (root), else clone3 makes it */
+		if (c->priv)
+			c->netns_fd = kvs_netns_take();
+		if (c->netns_fd < 0)
 			ca.flags |= CLONE_NEWNET;
 	}
 	if (cg.dirfd >= 0) {
@@ -1004,6 +1042,10 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		rc = -errno;
 		kvs_note(res->note, sizeof(res->note), "clone3: %s", strerror(errno));
 		goto setup_fail;
+	}
+	if (c->netns_fd >= 0) {
+		close(c->netns_fd);	/* the child has its own descriptor */
+		c->netns_fd = -1;
 	}
 	close(sync_p[0]);
 	sync_p[0] = -1;
@@ -1173,6 +1215,8 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	goto done;
 
 setup_fail:
+	if (c->netns_fd >= 0)
+		close(c->netns_fd);
 	res->reason = KVS_EXIT_SETUP;
 	if (!res->note[0])
 		kvs_note(res->note, sizeof(res->note), "setting up the run: %s", strerror(-rc));

@@ -247,12 +247,13 @@ static void *serve_thread(void *arg)
 static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, int ctl,
 						   pid_t parent)
 {
-	int keep[3] = { ctl, p->netns_fd, p->mntns_fd }, lo = 3, k, m;
+	int keep[3] = { ctl, p->mntns_fd, -1 }, lo = 3, k, m;
 	pthread_attr_t attr;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	if (getppid() != parent)
 		_exit(0);
+	kvs_netns_pool_reset();	/* the caller's, if it had one, is not ours */
 	prctl(PR_SET_NAME, "kvs-spawner", 0, 0, 0);
 	signal(SIGPIPE, SIG_IGN);
 	/* none of the caller's descriptors but ours: a listening socket the

@@ -148,6 +148,31 @@ cp "$PROBE" "$T/suid-probe" && chown 0:0 "$T/suid-probe" && chmod 4755 "$T/suid-
 expect_blocked "setuid-root binary" --workdir "$W" -- "$T/suid-probe" euid
 expect_blocked "exec what the policy does not list" --workdir "$W" -- "$PROBE" exec /usr/lib/x86_64-linux-gnu/libc.so.6
 
+# ---- issue 36: sockets, namespaces, memory outside the limits, code from memory
+expect_blocked "socket families: AF_VSOCK, AF_ALG, netlink audit, ... (36.11)" --workdir "$W" -- "$PROBE" sockets
+cat >>"$T/net.ini" <<EOF
+[netprobe]
+exec = $PROBE
+network = yes
+EOF
+run "control: AF_INET/AF_INET6 with network granted" --policy "$T/net.ini" --tool netprobe --workdir "$W" -- "$PROBE" sockets net
+if [ "$rc" = 0 ] && grep -q '^BLOCKED sockets' "$T/out"; then
+	ok "control: AF_INET/AF_INET6 with network granted" "allowed; AF_VSOCK and the rest still refused"
+else
+	bad "control: AF_INET/AF_INET6 with network granted" "exit $rc"
+fi
+expect_blocked "a user namespace inside the run (36.13)" --workdir "$W" -- "$PROBE" userns
+# without a memory controller a memfd is memory no limit sees; with one it
+# is charged to the run's cgroup (the guest lane: OOM there)
+printf '[memfd]\nexec = %s\nmemory = 16M\n' "$PROBE" >"$T/memfd.ini"
+run "memfd past the memory limit (36.9)" --policy "$T/memfd.ini" --tool memfd --workdir "$W" -- "$PROBE" memfd 48
+if { [ "$rc" = 0 ] && grep -q '^BLOCKED memfd' "$T/out"; } || [ "$reason" = oom ]; then
+	ok "memfd past the memory limit (36.9)" "$(grep -m1 '^BLOCKED' "$T/out" || echo "reason $reason")"
+else
+	bad "memfd past the memory limit (36.9)" "exit $rc reason ${reason:-?}"
+fi
+expect_blocked "exec from a memfd: fexecve, /proc/self/fd (36.12)" --workdir "$W" -- "$PROBE" memfdexec
+
 # ---- limits and the kill
 run "CPU spin past the timeout" --workdir "$W" --timeout 1 -- "$PROBE" spin
 wall=$(grep -ao ' wall=[0-9.]*' "$T/out" | tail -n1 | cut -d= -f2)
@@ -200,6 +225,9 @@ if setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
 	expect_blocked "unprivileged launcher: syscalls" --workdir "$U" -- "$PROBE" syscalls
 	expect_blocked "unprivileged launcher: read outside" --workdir "$U" -- "$PROBE" read "$T/secret/key"
 	expect_blocked "unprivileged launcher: TCP" --workdir "$U" -- "$PROBE" connect 127.0.0.1 "$PORT"
+	expect_blocked "unprivileged launcher: socket families" --workdir "$U" -- "$PROBE" sockets
+	expect_blocked "unprivileged launcher: a user namespace" --workdir "$U" -- "$PROBE" userns
+	expect_blocked "unprivileged launcher: exec from a memfd" --workdir "$U" -- "$PROBE" memfdexec
 	KVS=$KVS_SAVE
 fi
 

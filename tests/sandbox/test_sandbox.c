@@ -6,6 +6,7 @@
  * built-in tools. (Escapes are tests/sandbox/escape.sh's job.)
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -292,7 +293,107 @@ static void test_writable(void)
 	kvs_policy_free(p);
 }
 
-int main(void)
+
+/* ---- isolation between runs and sessions (issue 36) --------------------- */
+
+static const char *probe;	/* kvs-probe, argv[1] */
+
+struct bg_run {
+	struct kvs_policy *p;
+	struct kvs_request req;
+	struct kvs_result res;
+	int rc;
+};
+
+static void *bg_main(void *arg)
+{
+	struct bg_run *b = arg;
+
+	b->rc = kvs_run(b->p, &b->req, &b->res);
+	return NULL;
+}
+
+static int wait_file(const char *path, double secs)
+{
+	struct stat st;
+	int i;
+
+	for (i = 0; i < secs * 100; i++) {
+		if (stat(path, &st) == 0)
+			return 0;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* Two runs of one policy at once: an abstract Unix socket name one binds
+ * must be free in the other (a network namespace each, 36.11). */
+static void test_squat(struct kvs_policy *p)
+{
+	char name[64], wda[160], wdb[160], mark[256];
+	const char *hold[] = { probe, "squat", name, "3", NULL };
+	const char *take[] = { probe, "squat", name, "0", NULL };
+	struct bg_run a = { .p = p };
+	struct kvs_request req = { .tool = "probe", .argv = take };
+	struct kvs_result r;
+	pthread_t th;
+	int rc;
+
+	snprintf(name, sizeof(name), "kvs-squat-%d", (int)getpid());
+	snprintf(wda, sizeof(wda), "%s/squat-a", tmpdir);
+	snprintf(wdb, sizeof(wdb), "%s/squat-b", tmpdir);
+	snprintf(mark, sizeof(mark), "%s/%s.bound", wda, name);
+	a.req = (struct kvs_request){ .tool = "probe", .workdir = wda, .argv = hold };
+	unlink(mark);
+	if (pthread_create(&th, NULL, bg_main, &a))
+		return;
+	CHECK(wait_file(mark, 10) == 0, "the first run never bound @%s", name);
+	req.workdir = wdb;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == 0 && r.status == 0 && strstr(r.out, "BLOCKED abstract"),
+	      "second run: %s %d: %s%s", kvs_exit_name(r.reason), r.status, r.out, r.note);
+	kvs_result_free(&r);
+	pthread_join(th, NULL);
+	CHECK(a.rc == 0 && a.res.status == 0, "first run: %d %s %s", a.res.status, a.res.out,
+	      a.res.note);
+	kvs_result_free(&a.res);
+}
+
+/* kvs_remove_tree() of a tree deeper than any fixed bound (36.10: a
+ * 70-deep tree survived the old cleanup). */
+static void test_deep_remove(int depth)
+{
+	char top[160];
+	struct stat st;
+	int fd, i;
+
+	snprintf(top, sizeof(top), "%s/deep", tmpdir);
+	if (mkdir(top, 0700))
+		return;
+	fd = open(top, O_RDONLY | O_DIRECTORY);
+	for (i = 0; fd >= 0 && i < depth; i++) {
+		int nfd;
+
+		if (mkdirat(fd, "d", 0700)) {
+			close(fd);
+			fd = -1;
+			break;
+		}
+		nfd = openat(fd, "d", O_RDONLY | O_DIRECTORY);
+		if (i % 7 == 0)
+			close(openat(fd, "f", O_WRONLY | O_CREAT, 0600));
+		close(fd);
+		fd = nfd;
+	}
+	CHECK(fd >= 0, "building a %d-deep tree", depth);
+	if (fd >= 0)
+		close(fd);
+	kvs_remove_tree(top);
+	CHECK(stat(top, &st) != 0 && errno == ENOENT, "a %d-deep tree survived kvs_remove_tree",
+	      depth);
+}
+
+int main(int argc, char **argv)
 {
 	struct kvs_policy *p = NULL;
 	char err[512], wd[128];
@@ -303,7 +404,9 @@ int main(void)
 		return 1;
 	}
 	chmod(tmpdir, 0755);
+	probe = argc > 1 ? realpath(argv[1], NULL) : NULL;
 	test_policy_files();
+	test_deep_remove(3000);
 	test_writable();
 	rc = kvs_policy_load(write_policy("run.ini", "[true]\nexec = /bin/true\n"), &p, err,
 			     sizeof(err));
@@ -325,6 +428,22 @@ int main(void)
 		test_builtins(p, wd);
 	}
 	kvs_policy_free(p);
+	p = NULL;
+	if (probe) {
+		char text[600];
+
+		snprintf(text, sizeof(text), "[probe]\nexec = %s\n", probe);
+		rc = kvs_policy_load(write_policy("probe.ini", text), &p, err, sizeof(err));
+		CHECK(rc == 0, "probe policy: %s", err);
+		if (p) {
+			test_squat(p);
+			rc = kvs_policy_start_spawner(p);
+			CHECK(rc == 0, "spawner: %d", rc);
+			test_squat(p);
+		}
+		kvs_policy_free(p);
+		free((char *)probe);
+	}
 	{
 		char cmd[256];
 
