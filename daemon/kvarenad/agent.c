@@ -427,7 +427,7 @@ static void *pool_main(void *arg)
 		if ((rm = a->rm)) {
 			a->rm = rm->next;
 			pthread_mutex_unlock(&a->lock);
-			kvs_remove_tree(rm->path);
+			kvs_workdir_remove(a->policy, rm->path);
 			free(rm->path);
 			free(rm);
 			pthread_mutex_lock(&a->lock);
@@ -694,6 +694,14 @@ int kvd_agent_init(struct kvd *d, char *err, size_t errlen)
 			 strerror(-rc));
 		return rc;
 	}
+	/* only the daemon enters it: a tool's own directory (its chmod, its
+	 * files) reaches no other user of the host */
+	if (chmod(d->cfg.tools_workdir_root, 0700)) {
+		rc = -errno;
+		snprintf(err, errlen, "[tools] workdir_root %s: chmod 0700: %s",
+			 d->cfg.tools_workdir_root, strerror(-rc));
+		return rc;
+	}
 	/* before the model is loaded: each spawn then copies a small process */
 	rc = kvs_policy_start_spawner(a->policy);
 	if (rc)
@@ -771,7 +779,7 @@ void kvd_agent_stop(struct kvd *d)
 		struct rm_item *rm = a->rm;
 
 		a->rm = rm->next;
-		kvs_remove_tree(rm->path);
+		kvs_workdir_remove(a->policy, rm->path);
 		free(rm->path);
 		free(rm);
 	}
@@ -817,7 +825,7 @@ void kvd_agent_forget(struct kvd *d, struct kvd_conv *c)
 		rm->path = strdup(path);
 	if (!rm || !rm->path || a->stop) {
 		/* no thread to hand it to: remove it here */
-		kvs_remove_tree(path);
+		kvs_workdir_remove(a->policy, path);
 		if (rm)
 			free(rm->path);
 		free(rm);

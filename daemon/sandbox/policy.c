@@ -253,6 +253,43 @@ static int global_key(struct parse_state *st, const char *k, const char *v)
 			p->gid = x;
 		return 1;
 	}
+	if (!strcmp(k, "uid_range")) {
+		unsigned long long base, count;
+		char extra;
+
+		if (!strcmp(v, "none")) {
+			p->uid_count = 0;
+			return 1;
+		}
+		if (sscanf(v, "%llu %llu %c", &base, &count, &extra) != 2 || !base || !count ||
+		    count > (1u << 20) || base + count > 0xfffffffeull) {
+			snprintf(st->err, sizeof(st->err),
+				 "uid_range: want BASE COUNT (a uid per work directory) or none");
+			return 0;
+		}
+		p->uid_base = (uid_t)base;
+		p->uid_count = (uint32_t)count;
+		return 1;
+	}
+	if (!strcmp(k, "workdir_size")) {
+		uint64_t sz;
+
+		if (kvs_parse_size(v, &sz) || (sz && sz < (1u << 20))) {
+			snprintf(st->err, sizeof(st->err),
+				 "workdir_size: want a size of at least 1M, or 0 (plain directories)");
+			return 0;
+		}
+		p->workdir_size = sz;
+		return 1;
+	}
+	if (!strcmp(k, "workdir_inodes")) {
+		if (parse_u32(v, 64, 1u << 24, &x)) {
+			snprintf(st->err, sizeof(st->err), "workdir_inodes: want 64 .. 16777216");
+			return 0;
+		}
+		p->workdir_inodes = x;
+		return 1;
+	}
 	if (!strcmp(k, "without_memory_controller")) {
 		if (!strcmp(v, "restrict"))
 			p->without_memcg = KVS_NOMEM_RESTRICT;
@@ -803,6 +840,7 @@ void kvs_policy_free(struct kvs_policy *p)
 	kvs_spawner_stop(p);
 	free(p->bpf[0].f);
 	free(p->bpf[1].f);
+	free(p->uid_slots);
 	if (p->mntns_fd >= 0)
 		close(p->mntns_fd);
 	free(p);
@@ -817,6 +855,10 @@ static struct kvs_policy *policy_new(void)
 		return NULL;
 	p->uid = 65534;
 	p->gid = 65534;
+	p->uid_base = KVS_UID_BASE;
+	p->uid_count = KVS_UID_COUNT;
+	p->workdir_size = KVS_WORKDIR_SIZE;
+	p->workdir_inodes = 16384;
 	p->mntns_fd = -1;
 	p->spawner_fd = -1;
 	for (i = 0; i < sizeof(ld_so_candidates) / sizeof(ld_so_candidates[0]); i++)
@@ -848,8 +890,29 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 	}
 	p->privileged = geteuid() == 0;
 	if (!p->privileged) {
+		/* the tool runs as the launcher's user: one uid, plain dirs */
 		p->uid = geteuid();
 		p->gid = getegid();
+		p->uid_count = 0;
+		if (p->workdir_size)
+			kvs_note(p->notes, sizeof(p->notes), "unprivileged launcher: work "
+				 "directories are plain directories, their size not capped "
+				 "(RLIMIT_FSIZE per file only), every tool runs as uid %u",
+				 (unsigned int)p->uid);
+		if (getgroups(0, NULL) > 0)
+			kvs_note(p->notes, sizeof(p->notes), "unprivileged launcher: its "
+				 "supplementary groups stay with its tools (only a root launcher "
+				 "can drop them): start it without any");
+	} else if (p->uid_count) {
+		if ((p->uid >= p->uid_base && p->uid - p->uid_base < p->uid_count) ||
+		    (p->gid >= p->uid_base && p->gid - p->uid_base < p->uid_count)) {
+			snprintf(err, errlen, "uid_range %u %u holds the policy's uid/gid",
+				 (unsigned int)p->uid_base, p->uid_count);
+			return -EINVAL;
+		}
+		p->uid_slots = calloc((p->uid_count + 7) / 8, 1);
+		if (!p->uid_slots)
+			return -ENOMEM;
 	}
 	for (i = 0; i < p->n_tools; i++) {
 		rc = kvs_compile_tool(p, p->tools[i], err, errlen);

@@ -16,7 +16,8 @@ SANDBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -I$(SANDBO
 SANDBOX_SAN    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer
 SANDBOX_LIBS   := -lseccomp -linih -ljansson -lpthread
-SANDBOX_NAMES  := policy spawn spawner cgroup seccomp landlock netns tools util mcp mcp_wire
+SANDBOX_NAMES  := policy spawn spawner cgroup seccomp landlock netns workdir tools util mcp \
+                  mcp_wire
 SANDBOX_HDRS   := $(wildcard $(SANDBOX_SRC)/*.h)
 SANDBOX_OBJS   := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/obj/%.o)
 SANDBOX_SOBJS  := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/san/%.o)

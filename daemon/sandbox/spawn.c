@@ -144,6 +144,9 @@ struct plan {
 	char *const *argv;
 	int network;
 	int exec_workdir;
+	uid_t uid;			/* outside ids of the tool: the work
+					 * directory's own, or the policy's */
+	gid_t gid;
 	uint64_t tmp_bytes;
 	char tmp_opts[64];
 	struct rlimit rl_cpu, rl_nofile, rl_fsize, rl_core, rl_nproc, rl_as;
@@ -242,8 +245,11 @@ static void child_mounts(const struct plan *c)
 	{
 		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
 
+		/* a session's tmpfs is noexec on the host side */
 		if (!c->exec_workdir)
 			a.attr_set |= MOUNT_ATTR_NOEXEC;
+		else
+			a.attr_clr |= MOUNT_ATTR_NOEXEC;
 		if (sys_mount_setattr(wfd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a))
 			child_fail(c, ST_ATTR, errno, -1);
 	}
@@ -484,7 +490,7 @@ static int write_map(pid_t pid, const char *file, const char *text)
 	return rc;
 }
 
-static int map_ids(const struct kvs_policy *p, pid_t pid)
+static int map_ids(const struct kvs_policy *p, const struct plan *c, pid_t pid)
 {
 	char buf[64];
 	int rc;
@@ -494,11 +500,11 @@ static int map_ids(const struct kvs_policy *p, pid_t pid)
 		if (rc)
 			return rc;
 	}
-	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->uid);
+	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)c->uid);
 	rc = write_map(pid, "uid_map", buf);
 	if (rc)
 		return rc;
-	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->gid);
+	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)c->gid);
 	return write_map(pid, "gid_map", buf);
 }
 
@@ -528,7 +534,7 @@ static int handshake(const struct kvs_policy *p, const struct plan *c, pid_t pid
 			return -EAGAIN;
 		}
 	}
-	rc = map_ids(p, pid);
+	rc = map_ids(p, c, pid);
 	if (rc)
 		return rc;
 	return write(c->sync_fd_parent, "g", 1) == 1 ? 0 : -EIO;
@@ -674,32 +680,6 @@ static int resolve_exe(const struct kvs_tool *t, const char *name, int exec_work
 	return -ENOENT;
 }
 
-/* Remove a directory tree the launcher created (bounded depth). */
-static void rm_tree_at(int dfd, const char *name, int depth)
-{
-	int fd;
-	DIR *d;
-	struct dirent *de;
-
-	if (depth > 64)
-		return;
-	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-		return;
-	fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			rm_tree_at(fd, de->d_name, depth + 1);
-	closedir(d);
-	unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
 /*
  * The template mount namespace a root launcher's runs copy: one empty
  * tmpfs, read-only, holding only the directories /stage (where a run
@@ -733,10 +713,17 @@ int kvs_mntns_create(void)
 		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
 		    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 			  "size=4k,nr_inodes=8,mode=0755") ||
-		    mkdir("/tmp" KVS_STAGE, 0755) || mkdir("/tmp" KVS_SYSCTL, 0755) || chdir("/tmp") ||
-		    syscall(SYS_pivot_root, ".", ".") || umount2(".", MNT_DETACH) || chdir("/") ||
-		    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
-			  MS_NOEXEC, NULL))
+		    mkdir("/tmp" KVS_STAGE, 0755) || mkdir("/tmp" KVS_SYSCTL, 0755) || chdir("/tmp"))
+			ok = 0;
+		/* an initramfs root cannot be pivoted away from: moved over
+		 * instead (setns() of this namespace finds the tmpfs on top) */
+		else if (syscall(SYS_pivot_root, ".", ".") ? errno != EINVAL ||
+			 mount(".", "/", NULL, MS_MOVE, NULL) || chroot(".") :
+			 umount2(".", MNT_DETACH))
+			ok = 0;
+		else if (chdir("/") ||
+			 mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+			       MS_NODEV | MS_NOEXEC, NULL))
 			ok = 0;
 		if (write(sp[1], &ok, 1) != 1)
 			_exit(1);
@@ -761,76 +748,6 @@ int kvs_mntns_create(void)
 	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
 	close(pidfd);
 	return fd;
-}
-
-void kvs_remove_tree(const char *path)
-{
-	int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (dfd < 0 || path[0] != '/')
-		return;
-	rm_tree_at(dfd, path + 1, 0);
-	close(dfd);
-}
-
-static int prepare_workdir(const struct kvs_policy *p, const char *want, char *canon,
-			   int *temp, char *note, size_t notelen)
-{
-	struct stat st;
-
-	*temp = 0;
-	if (!want) {
-		char tmpl[] = "/tmp/kvs-work-XXXXXX";
-
-		if (!mkdtemp(tmpl))
-			return -errno;
-		*temp = 1;
-		want = tmpl;
-		if (p->privileged && chown(tmpl, p->uid, p->gid))
-			return -errno;
-		if (!realpath(tmpl, canon))
-			return -errno;
-		return 0;
-	}
-	if (want[0] != '/') {
-		kvs_note(note, notelen, "work directory '%s': want an absolute path", want);
-		return -EINVAL;
-	}
-	if (mkdir(want, 0700) == 0) {
-		if (p->privileged && chown(want, p->uid, p->gid)) {
-			int e = errno;
-
-			rmdir(want);
-			return -e;
-		}
-	} else if (errno != EEXIST) {
-		int e = errno;
-
-		kvs_note(note, notelen, "work directory %s: %s", want, strerror(e));
-		return -e;
-	}
-	if (!realpath(want, canon) || stat(canon, &st) || !S_ISDIR(st.st_mode)) {
-		kvs_note(note, notelen, "work directory %s: not a directory", want);
-		return -ENOTDIR;
-	}
-	if (!strcmp(canon, "/")) {
-		kvs_note(note, notelen, "the host's root cannot be a work directory");
-		return -EPERM;
-	}
-	if (p->privileged && st.st_uid != p->uid)
-		kvs_note(note, notelen, "work directory %s is owned by uid %u, the tool runs as "
-			 "uid %u outside", canon, (unsigned int)st.st_uid, (unsigned int)p->uid);
-	return 0;
-}
-
-int kvs_workdir_create(const struct kvs_policy *p, const char *workdir)
-{
-	char canon[PATH_MAX], note[KVS_NOTE_LEN] = "";
-	int temp;
-
-	if (!workdir)
-		return -EINVAL;
-	return prepare_workdir(p, workdir, canon, &temp, note, sizeof(note));
 }
 
 static void result_init(struct kvs_result *res)
@@ -920,7 +837,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		res->reason = KVS_EXIT_REFUSED;
 		return rc;
 	}
-	rc = prepare_workdir(p, req->workdir, canon_wd, &temp_wd, res->note, sizeof(res->note));
+	rc = kvs_wd_prepare(p, req->workdir, 0, canon_wd, &temp_wd, res->note, sizeof(res->note));
 	if (rc) {
 		free(c);
 		res->reason = KVS_EXIT_SETUP;
@@ -935,6 +852,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 			cap_bytes = lim->output_bytes;
 	}
 	c->workdir = canon_wd;
+	kvs_wd_ids(p, canon_wd, &c->uid, &c->gid);
 	c->exe = exe;
 	c->argv = (char *const *)req->argv;
 	c->tmp_bytes = t->tmp_bytes;
@@ -1250,7 +1168,7 @@ done:
 	if (pidfd >= 0)
 		close(pidfd);
 	if (temp_wd)
-		kvs_remove_tree(canon_wd);
+		kvs_wd_remove(p, canon_wd);
 	free(c);
 	return rc;
 }
@@ -1333,7 +1251,7 @@ int kvs_proc_finish(struct kvs_proc *ip, unsigned int grace_ms, struct kvs_resul
 	if (ip->err_fd >= 0)
 		close(ip->err_fd);
 	if (ip->temp_wd)
-		kvs_remove_tree(ip->workdir);
+		kvs_wd_remove(ip->p, ip->workdir);
 	free(ip);
 	return 0;
 }

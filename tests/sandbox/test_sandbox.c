@@ -393,6 +393,102 @@ static void test_deep_remove(int depth)
 	      depth);
 }
 
+/* The outside uid of a run in wd, from its own uid_map. */
+static long outside_uid(struct kvs_policy *p, const char *wd)
+{
+	struct kvs_result r;
+	long uid = -1;
+
+	if (kvs_tool_sh(p, wd, "cat /proc/self/uid_map", NULL, &r) == 0 && r.status == 0)
+		sscanf(r.out, "%*u %ld", &uid);
+	kvs_result_free(&r);
+	return uid;
+}
+
+static int probe_blocked(struct kvs_policy *p, const char *wd, const char *const *argv,
+			 char *out, size_t outlen)
+{
+	struct kvs_request req = { .tool = "probe", .workdir = wd, .argv = argv };
+	struct kvs_result r;
+	int rc = kvs_run(p, &req, &r);
+
+	snprintf(out, outlen, "%s %d %s%s", kvs_exit_name(r.reason), r.status, r.out, r.note);
+	rc = rc == 0 && r.status == 0 && strstr(r.out, "BLOCKED") && !strstr(r.out, "ESCAPED");
+	kvs_result_free(&r);
+	return rc;
+}
+
+/* Session work directories of a root launcher's spawner (36.10, 36.13):
+ * a tmpfs each, capped, a uid each, no host path in the run's mountinfo,
+ * nothing of the tool's doing on the host, removed whole. */
+static void test_session_workdirs(struct kvs_policy *p)
+{
+	char a[160], b[160], out[2048], err[256];
+	const char *fill[] = { probe, "fill", "20", NULL };
+	const char *mi[] = { probe, "mountinfo", a, NULL };
+	const char *suid[] = { probe, "suidfile", NULL };
+	const char *deep[] = { probe, "deep", "200", NULL };
+	struct kvs_request req = { .tool = "probe", .argv = deep };
+	struct kvs_result r;
+	struct stat st;
+	long ua, ub, ua2;
+	int rc;
+
+	if (geteuid() != 0)
+		return;
+	snprintf(a, sizeof(a), "%s/sess-a", tmpdir);
+	snprintf(b, sizeof(b), "%s/sess-b", tmpdir);
+	rc = kvs_workdir_setup(p, a, 8u << 20, err, sizeof(err));
+	CHECK(rc == 0, "setup %s: %d %s", a, rc, err);
+	rc = kvs_workdir_setup(p, b, 0, err, sizeof(err));
+	CHECK(rc == 0, "setup %s: %d %s", b, rc, err);
+	CHECK(kvs_workdir_setup(p, a, 0, err, sizeof(err)) == 0, "setup again: %s", err);
+	/* the host's view of the directory: root's, 0700, empty (the tmpfs
+	 * is the spawner's alone) */
+	CHECK(stat(a, &st) == 0 && st.st_uid == 0 && (st.st_mode & 07777) == 0700,
+	      "host view of %s: uid %u mode %o", a, (unsigned int)st.st_uid, st.st_mode & 07777);
+	ua = outside_uid(p, a);
+	ub = outside_uid(p, b);
+	CHECK(ua >= 1879048192L && ua < 1879048192L + 65536 && ub >= 1879048192L &&
+	      ub < 1879048192L + 65536 && ua != ub, "session uids %ld and %ld", ua, ub);
+	CHECK(outside_uid(p, a) == ua, "a's uid changed");
+	CHECK(probe_blocked(p, a, fill, out, sizeof(out)), "fill 20 MiB into an 8 MiB work "
+	      "directory: %s", out);
+	rc = kvs_tool_sh(p, a, "rm fill", NULL, &r);
+	kvs_result_free(&r);
+	CHECK(probe_blocked(p, a, mi, out, sizeof(out)), "mountinfo: %s", out);
+	CHECK(probe_blocked(p, a, suid, out, sizeof(out)), "setuid files: %s", out);
+	/* the file tools see the tmpfs too */
+	rc = kvs_write_file(p, a, "note.txt", "hello", 5, &r);
+	CHECK(rc == 0, "write_file: %d %s", rc, r.note);
+	kvs_result_free(&r);
+	rc = kvs_tool_sh(p, a, "cat note.txt; stat -c %u note.txt; chmod 777 .", NULL, &r);
+	CHECK(rc == 0 && !strcmp(r.out, "hello1000\n"), "sh sees write_file's file: '%s' %s",
+	      r.out, r.err);
+	kvs_result_free(&r);
+	CHECK(stat(a, &st) == 0 && (st.st_mode & 07777) == 0700, "the tool's chmod reached the "
+	      "host: %o", st.st_mode & 07777);
+	req.workdir = a;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == 0 && r.status == 0, "deep: %s %s", r.out, r.note);
+	kvs_result_free(&r);
+	rc = kvs_list_dir(p, a, ".", &r);
+	CHECK(rc == 0 && strstr(r.out, "d/") && strstr(r.out, "note.txt"), "list_dir: %s", r.out);
+	kvs_result_free(&r);
+	kvs_workdir_remove(p, a);
+	CHECK(stat(a, &st) != 0 && errno == ENOENT, "%s left after removal", a);
+	/* made again: empty, and its uid free for the next one */
+	CHECK(kvs_workdir_setup(p, a, 0, err, sizeof(err)) == 0, "setup after removal: %s", err);
+	rc = kvs_list_dir(p, a, ".", &r);
+	CHECK(rc == 0 && r.out_len == 0, "a fresh work directory lists '%s'", r.out);
+	kvs_result_free(&r);
+	ua2 = outside_uid(p, a);
+	CHECK(ua2 == ua, "the freed uid %ld was not reused (%ld)", ua, ua2);
+	kvs_workdir_remove(p, a);
+	kvs_workdir_remove(p, b);
+	CHECK(stat(b, &st) != 0, "%s left after removal", b);
+}
+
 int main(int argc, char **argv)
 {
 	struct kvs_policy *p = NULL;
@@ -432,7 +528,8 @@ int main(int argc, char **argv)
 	if (probe) {
 		char text[600];
 
-		snprintf(text, sizeof(text), "[probe]\nexec = %s\n", probe);
+		snprintf(text, sizeof(text), "[probe]\nexec = %s\n[sh]\nexec = /bin/sh /usr/bin\n",
+			 probe);
 		rc = kvs_policy_load(write_policy("probe.ini", text), &p, err, sizeof(err));
 		CHECK(rc == 0, "probe policy: %s", err);
 		if (p) {
@@ -440,6 +537,7 @@ int main(int argc, char **argv)
 			rc = kvs_policy_start_spawner(p);
 			CHECK(rc == 0, "spawner: %d", rc);
 			test_squat(p);
+			test_session_workdirs(p);
 		}
 		kvs_policy_free(p);
 		free((char *)probe);
