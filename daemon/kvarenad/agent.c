@@ -810,6 +810,15 @@ static void workdir_of(const struct kvd *d, const struct kvd_conv *c, char *out,
 	snprintf(out, n, "%s/%s", d->cfg.tools_workdir_root, c->id);
 }
 
+void kvd_agent_workdir_view(const struct kvd *d, const char *session, char *out, size_t n)
+{
+	char path[600];
+
+	snprintf(path, sizeof(path), "%s/%s", d->cfg.tools_workdir_root, session);
+	if (!d->agent || kvs_workdir_view(d->agent->policy, path, out, n))
+		snprintf(out, n, "%s", path);
+}
+
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c)
 {
 	struct kvd_agent *a = d->agent;

@@ -381,6 +381,9 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);
+/* Where this process reaches a session's work directory (the sandbox's
+ * spawner holds its mount): for tests and operators looking in. */
+void kvd_agent_workdir_view(const struct kvd *d, const char *session, char *out, size_t n);
 /* Bits of the declarations kvd_server_tools() lists (request bit i = the
  * i-th declaration; jobs keep the same bits). */
 uint32_t kvd_agent_decl_mask(const struct kvd *d);

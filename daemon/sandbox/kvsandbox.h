@@ -157,6 +157,10 @@ int kvs_workdir_create(const struct kvs_policy *p, const char *workdir);
 /* Remove a work directory made by the two above (its tmpfs unmounted,
  * its uid free again), however deep, never following a link out of it. */
 void kvs_workdir_remove(const struct kvs_policy *p, const char *workdir);
+/* Where this process reaches workdir: its mount is the spawner's, so
+ * through /proc/SPAWNER/root; without a spawner, workdir itself. For tests
+ * and operators looking in; 0 or -ENAMETOOLONG. */
+int kvs_workdir_view(const struct kvs_policy *p, const char *workdir, char *out, size_t len);
 /* Remove a directory tree in this process's view, however deep, without
  * following symbolic links out of it (a tmpfs mounted at path goes whole). */
 void kvs_remove_tree(const char *path);

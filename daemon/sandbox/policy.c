@@ -354,8 +354,10 @@ static int tool_key(struct parse_state *st, struct kvs_tool *t, const char *k, c
 		if (!rc && sz > (4ull << 30))
 			rc = -ERANGE;
 		t->tmp_bytes = sz;
-	} else if (!strcmp(k, "nofile"))
+	} else if (!strcmp(k, "nofile")) {
 		rc = parse_u32(v, 16, 65536, &t->nofile);
+		t->nofile_set = 1;
+	}
 	else if (!strcmp(k, "file_size")) {
 		rc = kvs_parse_size(v, &sz);
 		t->fsize = sz;
@@ -942,7 +944,12 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 			p->restrict_memory = 1;
 			kvs_note(p->notes, sizeof(p->notes), "no memory controller: memfd_create, "
 				 "memfd_secret, shmget and msgget denied, RLIMIT_NOFILE at most %d "
-				 "(without_memory_controller = restrict)", KVS_NOMEM_NOFILE);
+				 "unless a tool sets nofile (without_memory_controller = restrict)",
+				 KVS_NOMEM_NOFILE);
+			for (i = 0; i < p->n_tools; i++)
+				if (p->tools[i]->nofile_set && p->tools[i]->nofile > KVS_NOMEM_NOFILE)
+					kvs_note(p->notes, sizeof(p->notes), "[%s] keeps nofile = %u",
+						 p->tools[i]->name, p->tools[i]->nofile);
 		}
 	}
 	rc = kvs_seccomp_build(p, err, errlen);

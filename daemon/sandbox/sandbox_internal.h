@@ -74,6 +74,7 @@ struct kvs_tool {
 	uint64_t output;
 	uint64_t tmp_bytes;		/* private /tmp size; 0: none */
 	uint32_t nofile;
+	int nofile_set;			/* nofile written in the policy */
 	uint64_t fsize;
 	int builtin;			/* 1: one of the built-in tools' defaults */
 	/* compiled */

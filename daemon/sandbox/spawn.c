@@ -861,8 +861,9 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	c->rl_core = (struct rlimit){ 0, 0 };
 	c->rl_cpu = (struct rlimit){ timeout_ms / 1000 + 1, timeout_ms / 1000 + 2 };
 	c->rl_nofile = (struct rlimit){ t->nofile, t->nofile };
-	/* pipes and socket buffers are memory RLIMIT_AS does not see */
-	if (p->restrict_memory && c->rl_nofile.rlim_cur > KVS_NOMEM_NOFILE)
+	/* pipes and socket buffers are memory RLIMIT_AS does not see (a
+	 * tool's own nofile, such as node's need, is the operator's call) */
+	if (p->restrict_memory && !t->nofile_set && c->rl_nofile.rlim_cur > KVS_NOMEM_NOFILE)
 		c->rl_nofile = (struct rlimit){ KVS_NOMEM_NOFILE, KVS_NOMEM_NOFILE };
 	c->rl_fsize = (struct rlimit){ t->fsize, t->fsize };
 	if (!p->have_pids || !p->cgroup_ok) {

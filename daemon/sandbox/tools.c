@@ -367,6 +367,15 @@ int kvs_workdir_setup(const struct kvs_policy *p, const char *workdir, uint64_t 
 	return rc;
 }
 
+int kvs_workdir_view(const struct kvs_policy *p, const char *workdir, char *out, size_t len)
+{
+	int n = p->spawner_fd >= 0 ? snprintf(out, len, "/proc/%d/root%s", (int)p->spawner_pid,
+					      workdir) :
+		snprintf(out, len, "%s", workdir);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 int kvs_workdir_create(const struct kvs_policy *p, const char *workdir)
 {
 	return kvs_workdir_setup(p, workdir, 0, NULL, 0);

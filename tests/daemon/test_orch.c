@@ -602,7 +602,7 @@ static int gate_tick(void *arg)
 {
 	struct gate *g = arg;
 	struct kvd_conv *c;
-	char path[700];
+	char path[700], view[640];
 	int fd;
 
 	if (g->opened || ++g->ticks > 1200)	/* 60 s */
@@ -611,7 +611,9 @@ static int gate_tick(void *arg)
 	for (c = g->d->convs; c && c->job != g->j; c = c->next)
 		;
 	if (c) {
-		snprintf(path, sizeof(path), "%s/%s/gate", g->root, c->id);
+		/* the work directory is the sandbox spawner's mount */
+		kvd_agent_workdir_view(g->d, c->id, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/gate", view);
 		if (c->kstate == KVA_STATE_TOOL_WAIT && c->job->state == JOB_TOOL_RUNNING) {
 			struct kva_session_info si = { .size = sizeof(si) };
 
@@ -687,7 +689,7 @@ static void test_agent_loop(void)
 	struct kvd *d;
 	struct treply t;
 	struct gate g = { 0 };
-	char root[256], policy[300], work[300], p1[4096], path[700];
+	char root[256], policy[300], work[300], p1[4096], path[700], view[640];
 	const char *decl;
 	FILE *f;
 	int i;
@@ -870,7 +872,8 @@ static void test_agent_loop(void)
 		      !strcmp(t.runs[0].output, "42"),
 		      "c_compile_run compiled and ran the program on its stdin: \"%s\" (%s)",
 		      t.runs[0].output, t.runs[0].reason);
-		snprintf(path, sizeof(path), "%s/%s/w.txt", work, t.r.session);
+		kvd_agent_workdir_view(d, t.r.session, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/w.txt", view);
 		f = fopen(path, "r");
 		if (f) {
 			if (!fgets(buf, sizeof(buf), f))
@@ -1022,7 +1025,7 @@ static void test_escape(void)
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sa);
 	struct treply t;
-	char path[700], policy[300], cmds[8][700], p1[4096];
+	char path[700], view[640], policy[300], cmds[8][700], p1[4096];
 	const char *cp[8];
 	pid_t outside;
 	int lfd, i, src, dst;
@@ -1135,7 +1138,8 @@ static void test_escape(void)
 		snprintf(path, sizeof(path), "%s/secret/planted", e.root);
 		CHECK(access(path, F_OK) != 0 && access("/etc/kvd-escape", F_OK) != 0,
 		      "nothing was written on the host");
-		snprintf(path, sizeof(path), "%s/%s/control", e.work, t.r.session);
+		kvd_agent_workdir_view(e.d, t.r.session, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/control", view);
 		CHECK(t.n_runs == 8 && strstr(t.runs[7].output, "ESCAPED write") &&
 		      access(path, F_OK) == 0,
 		      "control: the same probe may write in its work dir (the walls are real)");
@@ -1196,7 +1200,8 @@ static void test_escape(void)
 		      strstr(t.runs[0].output, "[timeout"),
 		      "daemon sh: CPU spin past the timeout: killed, the result says so: \"%.80s\"",
 		      t.runs[0].output);
-		snprintf(path, sizeof(path), "%s/%s/hb", e.work, t.r.session);
+		kvd_agent_workdir_view(e.d, t.r.session, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/hb", view);
 		s1 = file_size(path);
 		nanosleep(&(struct timespec){ 1, 0 }, NULL);
 		s2 = file_size(path);
@@ -1345,7 +1350,8 @@ static void test_mcp_servers(void)
 		return;
 	/* a server lives as long as its tool's timeout allows */
 	fprintf(f, "[mcp-node]\nexec = %s\nro = %s/node_modules\nmemory = 1G\npids = 64\n"
-		"timeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm, fake);
+		"nofile = 1024\ntimeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm,
+		fake);
 	fclose(f);
 
 	/* the [mcp.NAME] keys as the INI file gives them */
