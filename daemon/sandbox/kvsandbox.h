@@ -152,6 +152,10 @@ int kvs_run_many(const struct kvs_policy *p, const struct kvs_request *reqs,
  * failed. Keep work directories in a directory only root can enter. */
 int kvs_workdir_setup(const struct kvs_policy *p, const char *workdir, uint64_t size,
 		      char *err, size_t errlen);
+/* The size cap of the work directories kvs_workdir_setup() makes now:
+ * the policy's workdir_size with a root launcher's spawner running, else
+ * 0 (plain directories, no cap). */
+uint64_t kvs_policy_workdir_size(const struct kvs_policy *p);
 /* kvs_workdir_setup() with the policy's size. */
 int kvs_workdir_create(const struct kvs_policy *p, const char *workdir);
 /* Remove a work directory made by the two above (its tmpfs unmounted,
