@@ -18,7 +18,7 @@ API_CFLAGS  := -std=c11 -Wall -Wextra -Werror -O2 -g -I$(API_SRC) \
 API_SAN     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
 API_LIBS    := -lmicrohttpd -ljansson -lpthread
-API_NAMES   := api auth chat_request chat_template error response strbuf tool_call
+API_NAMES   := api auth chat_request chat_template error response strbuf tokenize tool_call
 API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h
 API_OBJS    := $(API_NAMES:%=$(API_OUT)/obj/%.o)
 API_SOBJS   := $(API_NAMES:%=$(API_OUT)/san/%.o)
