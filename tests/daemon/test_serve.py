@@ -252,7 +252,8 @@ def test_structured(d):
         "unit": {"type": "string", "enum": ["ms", "s"]}, "ok": {"type": "boolean"}},
         "required": ["answer", "unit", "ok"], "additionalProperties": False}
     rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}}
-    st, r, _ = d.chat(m, response_format=rf, max_tokens=120, temperature=0.8, seed=5)
+    st, r, _ = d.chat(m, response_format=rf, max_tokens=120, temperature=0.8, seed=5,
+                      kvarena={"close_in_budget": True})
     try:
         v = json.loads(r["choices"][0]["message"]["content"])
         good = (set(v) == {"answer", "unit", "ok"} and isinstance(v["answer"], int)
@@ -262,7 +263,8 @@ def test_structured(d):
     check(st == 200 and good, "response_format json_schema: the reply parses and validates")
     st2, resp = d.req("POST", "/v1/chat/completions",
                       {"model": "test", "messages": m, "response_format": {"type": "json_object"},
-                       "max_tokens": 80, "temperature": 0.8, "seed": 6, "stream": True}, stream=True)
+                       "max_tokens": 80, "temperature": 0.8, "seed": 6, "stream": True,
+                       "kvarena": {"close_in_budget": True}}, stream=True)
     text, _, done = sse_text(resp)
     try:
         good = isinstance(json.loads(text), dict)
