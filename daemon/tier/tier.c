@@ -666,6 +666,8 @@ static int op_issue(struct kvt *t, struct op *o)
 			h->block_sum[o->issued] = kvt_sf_block_sum(p, t->g.block_size,
 								   o->ident.key, o->issued);
 			prep_block(t, o, io, o->issued++);
+			/* the disk works on this block while the next is hashed */
+			io_uring_submit(&t->ring);
 		}
 		if (!o->status && o->completed == o->n && o->hdr_state == 0 && (io = io_get(t))) {
 			/* the header last: a file is only whole once it is written */

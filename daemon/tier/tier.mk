@@ -51,3 +51,10 @@ $(TIER_TEST): tests/tier/test_tier.c $(TIER_SLIB) $(LIB_A) $(TIER_HDRS)
 # The spill directory is on build/'s file system (O_DIRECT where it can).
 check-tier: $(TIER_TEST)
 	ASAN_OPTIONS=detect_leaks=1 $(TIER_TEST) $(TIER_OUT)/tests
+
+# BENCH=tier: an 8k-token session through the tier against fio, and
+# restoring it against recomputing it (tools/bench/run-bench.sh)
+$(TIER_BENCH): tools/bench/tier/kvt-bench.c $(TIER_LIB) $(ENGINE_LIB) $(LIB_A) $(TIER_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(TIER_CFLAGS) -Idaemon/engine -Ilib -Iinclude/uapi $< $(TIER_LIB) $(ENGINE_LIB) \
+		$(LIB_A) -o $@ $(TIER_LIBS) $(ENGINE_LIBS) $(LIB_LDLIBS)
