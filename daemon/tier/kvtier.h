@@ -138,18 +138,34 @@ int kvt_restore(struct kvt *t, kvt_file_id file, const struct kvt_ident *id,
 /*
  * Forget a file: it is removed from disk (after any operation in flight on
  * it, whose completion then says -ECANCELED unless it had already
- * finished). Its bytes stop counting against the cap once removed.
+ * finished); its bytes stop counting then (kvt_bytes_used).
  */
 void kvt_drop(struct kvt *t, kvt_file_id file);
 
 /*
- * The oldest file with no operation in flight, for the owner to forget
- * (its cap eviction: oldest first). 0 when there is none. The owner marks
- * its KV as gone and calls kvt_drop().
+ * Who holds a file (the spill's ctx until set): what kvt_oldest returns
+ * with it. The owner keeps it valid until it drops the file.
  */
-kvt_file_id kvt_oldest(struct kvt *t, void **ctx);
+void kvt_set_owner(struct kvt *t, kvt_file_id file, void *owner);
 
-/* Bytes reserved by files (live, being written, or being removed). */
+/*
+ * The oldest file with no operation in flight, for the owner to forget
+ * (its cap eviction: oldest first), and its owner. 0 when there is none.
+ * The owner marks its KV as gone and calls kvt_drop().
+ */
+kvt_file_id kvt_oldest(struct kvt *t, void **owner);
+
+/*
+ * Waits (at most timeout_ms) until no spill or restore is in flight, so
+ * that every completion can be reaped before kvt_close(); refuses new
+ * operations from then on (-ESHUTDOWN). 0, or -ETIMEDOUT.
+ */
+int kvt_drain(struct kvt *t, int timeout_ms);
+
+/* Bytes the files count against the cap: live ones and those being
+ * written. A dropped file's count no more once its removal is queued (the
+ * thread takes requests in order: no later file is created before it is
+ * gone, so the bytes on disk stay under the cap too). */
 uint64_t kvt_bytes_used(const struct kvt *t);
 uint64_t kvt_cap_bytes(const struct kvt *t);
 /* Bytes a file of n blocks takes (header + blocks). */

@@ -52,7 +52,7 @@ enum fstate { F_WRITING = 0, F_READY, F_FAILED };
 
 struct fent {
 	kvt_file_id id;
-	void *ctx;
+	void *owner;			/* kvt_set_owner, else the spill's ctx */
 	struct kvt_ident ident;
 	uint32_t n_blocks;
 	uint64_t bytes;			/* counted against the cap */
@@ -125,6 +125,8 @@ struct kvt {
 	struct kvt_done *done;
 	uint32_t n_done, cap_done;
 	int stopping;
+	uint32_t busy_ops;		/* spills and restores not yet finished */
+	pthread_cond_t idle;		/* busy_ops reached 0 */
 	struct kvt_stats st;
 
 	/* the thread's own */
@@ -298,6 +300,11 @@ static void remove_file(struct kvt *t, struct fent *f)
 		return;
 	}
 	f->removing = 1;
+	/* its bytes count no more: the unlink is queued before any later
+	 * spill, and the thread takes requests in order, so a new file is
+	 * never created before this one is gone */
+	t->used -= f->bytes;
+	f->bytes = 0;
 	req_push(t, o);
 }
 
@@ -330,7 +337,7 @@ int kvt_spill(struct kvt *t, const struct kvt_ident *id, const uint32_t *blocks,
 	o->n = n_blocks;
 	o->ctx = ctx;
 	o->ident = *id;
-	f->ctx = ctx;
+	f->owner = ctx;
 	f->ident = *id;
 	f->n_blocks = n_blocks;
 	f->bytes = bytes;
@@ -348,6 +355,7 @@ int kvt_spill(struct kvt *t, const struct kvt_ident *id, const uint32_t *blocks,
 	f->id = ++t->next_id;
 	o->id = f->id;
 	t->used += bytes;
+	t->busy_ops++;
 	ftab_add(t, f);
 	req_push(t, o);
 	pthread_mutex_unlock(&t->lock);
@@ -397,6 +405,7 @@ int kvt_restore(struct kvt *t, kvt_file_id file, const struct kvt_ident *id,
 		o->f = f;
 		o->id = file;
 		f->busy = 1;
+		t->busy_ops++;
 		req_push(t, o);
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -419,7 +428,18 @@ void kvt_drop(struct kvt *t, kvt_file_id file)
 	pthread_mutex_unlock(&t->lock);
 }
 
-kvt_file_id kvt_oldest(struct kvt *t, void **ctx)
+void kvt_set_owner(struct kvt *t, kvt_file_id file, void *owner)
+{
+	struct fent *f;
+
+	pthread_mutex_lock(&t->lock);
+	f = ftab_find(t, file);
+	if (f)
+		f->owner = owner;
+	pthread_mutex_unlock(&t->lock);
+}
+
+kvt_file_id kvt_oldest(struct kvt *t, void **owner)
 {
 	kvt_file_id id = 0;
 	struct fent *f;
@@ -428,12 +448,33 @@ kvt_file_id kvt_oldest(struct kvt *t, void **ctx)
 	for (f = t->oldest; f; f = f->newer)
 		if (!f->busy && !f->dropped && !f->removing && f->state == F_READY) {
 			id = f->id;
-			if (ctx)
-				*ctx = f->ctx;
+			if (owner)
+				*owner = f->owner;
 			break;
 		}
 	pthread_mutex_unlock(&t->lock);
 	return id;
+}
+
+int kvt_drain(struct kvt *t, int timeout_ms)
+{
+	struct timespec dl;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&t->lock);
+	t->stopping = 1;	/* no new operations */
+	efd_signal(t->req_efd);
+	while (t->busy_ops && !rc)
+		rc = pthread_cond_timedwait(&t->idle, &t->lock, &dl) == ETIMEDOUT ? -ETIMEDOUT : 0;
+	pthread_mutex_unlock(&t->lock);
+	return rc;
 }
 
 uint64_t kvt_bytes_used(const struct kvt *t)
@@ -810,6 +851,8 @@ static void op_finish(struct kvt *t, struct op *o)
 	}
 	if (t->n_done < t->cap_done)
 		t->done[t->n_done++] = d;	/* else lost: only without memory */
+	if (!--t->busy_ops)
+		pthread_cond_broadcast(&t->idle);
 	pthread_mutex_unlock(&t->lock);
 	efd_signal(t->done_efd);
 }
@@ -821,7 +864,7 @@ static void do_unlink(struct kvt *t, struct op *o)
 	file_name(name, sizeof(name), o->id);
 	(void)unlinkat(t->dirfd, name, 0);
 	pthread_mutex_lock(&t->lock);
-	t->used -= o->f->bytes;
+	t->used -= o->f->bytes;		/* 0 unless removed at close */
 	t->st.removed++;
 	ftab_del(t, o->f);
 	pthread_mutex_unlock(&t->lock);
@@ -1098,6 +1141,14 @@ int kvt_open(const struct kvt_params *p, const struct kvt_geom *g, void *arena_b
 		t->qd = 1024;
 	t->direct_mode = p->direct;
 	pthread_mutex_init(&t->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&t->idle, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	snprintf(t->dir, sizeof(t->dir), "%s", p->dir);
 	t->n_buckets = 1024;
 	t->buckets = calloc(t->n_buckets, sizeof(*t->buckets));
@@ -1215,6 +1266,7 @@ void kvt_close(struct kvt *t)
 	free(t->done);
 	free(t->buckets);
 	free(t->ios);
+	pthread_cond_destroy(&t->idle);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }
