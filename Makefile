@@ -113,6 +113,7 @@ include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
 -include tools/train/model.mk
+-include daemon/chat/chat.mk
 -include daemon/api/api.mk
 ifneq ($(KVA_TOOLWAIT),0)
 -include bpf/bpf.mk

@@ -2,7 +2,7 @@
 /*
  * chat_request.c - parsing and validating a chat-completions body with
  * jansson: every field's type, range and size, errors naming the field
- * (param) as OpenAI does. Does not render the prompt (chat_template.c) and
+ * (param) as OpenAI does. Does not render the prompt (daemon/chat) and
  * does not know the orchestrator beyond the served model's id.
  *
  * Unknown fields: the body's top level is checked against OpenAI's list of
@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "chat_request.h"
-#include "tool_call.h"
 
 struct parser {
 	struct chat_request *r;

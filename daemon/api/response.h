@@ -14,7 +14,7 @@
 #include <jansson.h>
 
 #include "kvd.h"
-#include "tool_call.h"
+#include "chat.h"
 
 struct resp_ctx {
 	const char *id;		/* "chatcmpl-..." */

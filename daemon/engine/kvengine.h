@@ -58,6 +58,11 @@ struct kve_model *kve_model_load_mem(const void *buf, size_t len,
 				     char *err, size_t errlen);
 void kve_model_free(struct kve_model *m);
 const struct kve_model_info *kve_model_info(const struct kve_model *m);
+/* A string metadata value of the file ("tokenizer.chat_template"): its
+ * bytes (not NUL-terminated, inside the model's mapping: valid while the
+ * model is) and *len, or NULL when the key is absent or not a string. */
+const char *kve_model_meta_str(const struct kve_model *m, const char *key,
+			       size_t *len);
 
 /* ---- paged KV ------------------------------------------------------- */
 

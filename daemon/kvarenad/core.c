@@ -578,6 +578,11 @@ const char *kvd_model_id(const struct kvd *d)
 	return d->cfg.model_id;
 }
 
+const struct chat_template *kvd_chat_template(const struct kvd *d)
+{
+	return d->chat;
+}
+
 uint32_t kvd_context_len(const struct kvd *d)
 {
 	return d->ctx_len;
@@ -597,6 +602,20 @@ static int32_t single_token(struct kvd *d, const char *s)
 	int n = kve_tokenize(d->tok, s, strlen(s), 0, ids, 4);
 
 	return n == 1 ? ids[0] : -1;
+}
+
+/* The model's family, from its GGUF chat template or [model] chat_template. */
+static int open_chat(struct kvd *d, char *err, size_t errlen)
+{
+	struct chat_options o = { d->cfg.chat_template, d->cfg.tool_open, d->cfg.tool_close };
+	size_t len;
+	const char *t = kve_model_meta_str(d->model, "tokenizer.chat_template", &len);
+	int rc = chat_template_new(t, len, &o, &d->chat, err, errlen);
+
+	if (!rc)
+		kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
+			chat_template_family(d->chat), chat_template_why(d->chat));
+	return rc;
 }
 
 static int open_arena(struct kvd *d, char *err, size_t errlen)
@@ -652,6 +671,7 @@ static void release(struct kvd *d)
 		close(d->data_fd);
 	kve_arena_kv_destroy(d->kv);
 	kvc_vocab_free(d->cvocab);
+	chat_template_free(d->chat);
 	kve_tokenizer_free(d->tok);
 	kve_model_free(d->model);
 	if (d->wake_fd >= 0)
@@ -708,8 +728,11 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		rc = -EINVAL;
 		goto fail;
 	}
+	rc = open_chat(d, err, errlen);
+	if (rc)
+		goto fail;
 	d->eos = kve_tokenizer_eos(d->tok);
-	d->eot = single_token(d, "<|im_end|>");
+	d->eot = single_token(d, chat_template_eot(d->chat));
 	d->cvocab = kvc_vocab_create(d->tok, d->vocab, err, errlen);
 	if (!d->cvocab) {
 		kvd_log(KVD_LOG_WARN, "core", "structured decoding unavailable: %s", err);

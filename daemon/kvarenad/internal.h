@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chat.h"
 #include "config.h"
 #include "kv_arena.h"
 #include "kvarena_toolwait.h"
@@ -257,6 +258,7 @@ struct kvd {
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
 	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
+	struct chat_template *chat;	/* the model's family (daemon/chat) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
 	struct kve_arena_kv *kv;

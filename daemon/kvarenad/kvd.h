@@ -4,7 +4,7 @@
  *
  * The orchestrator (daemon/kvarenad/) owns sessions, the prefix cache, the
  * scheduler and the stage workers. The HTTP layer parses and validates
- * OpenAI requests, renders the chat to prompt text (daemon/api/chat.c),
+ * OpenAI requests, renders the chat to prompt text (daemon/chat),
  * submits a job here and turns the job's events into JSON or SSE. It never
  * sees tokens' KV, blocks or workers.
  *
@@ -25,6 +25,7 @@ extern "C" {
 
 struct kvd;
 struct kvd_job;
+struct chat_template;
 
 #define KVD_MAX_STOP 4		/* OpenAI: up to 4 stop sequences */
 #define KVD_MAX_STOP_LEN 256	/* bytes per stop sequence */
@@ -180,6 +181,9 @@ int kvd_session_delete(struct kvd *d, const char *session_id, uint32_t tenant);
 
 /* The served model's id (for /v1/models and the "model" check). */
 const char *kvd_model_id(const struct kvd *d);
+/* The served model's family (daemon/chat/chat.h): how prompts are rendered
+ * and generated tool calls parsed. Lives as long as d. */
+const struct chat_template *kvd_chat_template(const struct kvd *d);
 /* Longest prompt + completion in tokens. */
 uint32_t kvd_context_len(const struct kvd *d);
 /* 1 when able to serve, 0 while starting or draining. */

@@ -31,35 +31,15 @@
 
 /* ---- finishing -------------------------------------------------------- */
 
-/* The tool names of the calls ([model] tool_call_open, default
- * <tool_call>, then {"name": "..."}), for tool classes. */
+/* How many tool calls the reply's text ends its round with (the model
+ * family's syntax, daemon/chat), and the first one's tool class. */
 static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
 {
-	const char *p = text, *end = text + len, *tag = d->cfg.tool_open;
-	size_t tl = strlen(tag);
-	uint32_t n = 0;
+	char name[TC_MAX_NAME + 1];
+	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = 0;
-	while ((p = memmem(p, (size_t)(end - p), tag, tl))) {
-		const char *q, *s, *e;
-
-		p += tl;
-		q = memmem(p, (size_t)(end - p), "\"name\"", 6);
-		if (!q)
-			break;
-		s = q + 6;
-		while (s < end && (*s == ' ' || *s == ':' || *s == '\n' || *s == '\t'))
-			s++;
-		if (s >= end || *s != '"')
-			continue;
-		e = memchr(s + 1, '"', (size_t)(end - s - 1));
-		if (!e)
-			break;
-		if (!n)
-			*cls = kvd_toolclass(d, s + 1, (size_t)(e - s - 1));
-		n++;
-	}
-	return n;
+	*cls = n > 0 ? kvd_toolclass(d, name, strlen(name)) : 0;
+	return n > 0 ? (uint32_t)n : 0;
 }
 
 static int gen_append(struct kvd_job *j, const char *s, size_t n);

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat.h"
 #include "kvd.h"
 #include "scripted_kvd.h"
 
@@ -63,6 +64,7 @@ struct kvd {
 	unsigned next_session;
 	unsigned long jobs, cancelled, deleted;
 	int server_tools;
+	struct chat_template *tmpl;	/* ChatML, as the test models' */
 };
 
 struct kvd_job {
@@ -105,6 +107,10 @@ struct kvd *scripted_kvd_new(const char *model, uint32_t context)
 	snprintf(d->model, sizeof(d->model), "%s", model);
 	d->context = context;
 	d->ready = 1;
+	if (chat_template_new(NULL, 0, NULL, &d->tmpl, NULL, 0)) {
+		free(d);
+		return NULL;
+	}
 	pthread_mutex_init(&d->lock, NULL);
 	return d;
 }
@@ -113,6 +119,7 @@ void scripted_kvd_free(struct kvd *d)
 {
 	for (unsigned i = 0; i < HISTORY; i++)
 		free(d->hist[i].text);
+	chat_template_free(d->tmpl);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -548,6 +555,11 @@ int kvd_session_delete(struct kvd *d, const char *id, uint32_t tenant)
 const char *kvd_model_id(const struct kvd *d)
 {
 	return d->model;
+}
+
+const struct chat_template *kvd_chat_template(const struct kvd *d)
+{
+	return d->tmpl;
 }
 
 uint32_t kvd_context_len(const struct kvd *d)
