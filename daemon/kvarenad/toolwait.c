@@ -56,15 +56,19 @@ static void class_hist(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h)
 	*h = d->classes[cls - 1].hist;
 }
 
-uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t cls)
+/*
+ * The class's waits blended with its prior (the same tool's over every
+ * tenant, as KVD_TOOLWAIT_PRIOR observations): h gets the blend's
+ * histogram (slots scaled to integers, for the conditional mean), *mean
+ * its mean in us and *n its weight in observations (own + prior).
+ */
+static void blended(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h, double *mean,
+		    double *n)
 {
-	static const struct kva_toolwait_hist none;
-	struct kva_toolwait_hist own, prior, h;
+	struct kva_toolwait_hist own, prior;
 	uint64_t w[KVA_TOOLWAIT_SLOTS], max = 0;
 	uint32_t i, k;
 
-	if (!cls || cls > d->n_classes)
-		return kva_toolwait_predict(&none, 0, 0);
 	class_hist(d, cls, &own);
 	memset(&prior, 0, sizeof(prior));
 	for (i = 1; i <= d->n_classes; i++) {
@@ -74,11 +78,19 @@ uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t cls)
 			continue;
 		class_hist(d, i, &c);
 		prior.count += c.count;
+		prior.total_us += c.total_us;
 		for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++)
 			prior.slots[k] += c.slots[k];
 	}
-	if (!prior.count)
-		return kva_toolwait_predict(&own, 0, 0);
+	if (!prior.count) {
+		*h = own;
+		*n = (double)own.count;
+		*mean = own.count ? (double)own.total_us / (double)own.count : 0;
+		return;
+	}
+	*n = (double)own.count + KVD_TOOLWAIT_PRIOR;
+	*mean = ((double)own.total_us + KVD_TOOLWAIT_PRIOR * (double)prior.total_us /
+		 (double)prior.count) / *n;
 	/* own + PRIOR * prior / prior.count, in fixed point (x prior.count) */
 	for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++) {
 		w[k] = (uint64_t)own.slots[k] * prior.count +
@@ -86,13 +98,45 @@ uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t cls)
 		if (w[k] > max)
 			max = w[k];
 	}
-	memset(&h, 0, sizeof(h));
+	memset(h, 0, sizeof(*h));
 	for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++) {
-		h.slots[k] = (uint32_t)(max > UINT32_MAX ? w[k] / (max / UINT32_MAX + 1) : w[k]);
-		h.count += h.slots[k];
+		h->slots[k] = (uint32_t)(max > UINT32_MAX ? w[k] / (max / UINT32_MAX + 1) : w[k]);
+		h->count += h->slots[k];
 	}
+}
+
+/* At a wait's start its expectation is the (blended) class's mean, which
+ * the totals give exactly (the log2 histogram only to its bucket: a tool
+ * that always takes 1.2 s would be predicted at ~1.57 s, and its prefetch
+ * would come late); until the predictor trusts it (8 observations), its
+ * cold start. */
+uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t cls)
+{
+	static const struct kva_toolwait_hist none;
+	struct kva_toolwait_hist h;
+	double mean, n;
+
+	if (!cls || cls > d->n_classes)
+		return kva_toolwait_predict(&none, 0, 0);
+	blended(d, cls, &h, &mean, &n);
+	if (n >= 8)
+		return (uint64_t)mean;
 	return kva_toolwait_predict(&h, 0, 0);
 }
+
+uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t cls, uint64_t elapsed_us,
+				   uint64_t hint_us)
+{
+	static const struct kva_toolwait_hist none;
+	struct kva_toolwait_hist h;
+	double mean, n;
+
+	if (!cls || cls > d->n_classes)
+		return kva_toolwait_predict(&none, elapsed_us, hint_us);
+	blended(d, cls, &h, &mean, &n);
+	return kva_toolwait_predict(&h, elapsed_us, hint_us);
+}
+
 void kvd_toolwait_record(struct kvd *d, uint32_t cls, uint64_t us)
 {
 	struct kva_toolwait_hist *h;
