@@ -9,7 +9,7 @@
  * loaded: the kernel measured every wait; else the waits this daemon
  * measured itself, from a response ending in tool calls to the request
  * that brings the results), blended with a prior: the same tool's waits
- * over every tenant, weighted as KVD_TOOLWAIT_PRIOR observations, so a
+ * of every other tenant, weighted as KVD_TOOLWAIT_PRIOR observations, so a
  * tenant's first calls are predicted from everyone's and its own
  * measurements take over as they come. The conditional-mean predictor is
  * kva_toolwait_predict.
@@ -57,8 +57,9 @@ static void class_hist(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h)
 }
 
 /*
- * The class's waits blended with its prior (the same tool's over every
- * tenant, as KVD_TOOLWAIT_PRIOR observations): h gets the blend's
+ * The class's waits blended with its prior (the same tool's of every other
+ * tenant, as KVD_TOOLWAIT_PRIOR observations; none: the class's alone, as
+ * with a single tenant): h gets the blend's
  * histogram (slots scaled to integers, for the conditional mean), *mean
  * its mean in us and *n its weight in observations (own + prior).
  */
@@ -74,7 +75,7 @@ static void blended(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h, do
 	for (i = 1; i <= d->n_classes; i++) {
 		struct kva_toolwait_hist c;
 
-		if (strcmp(d->classes[i - 1].name, d->classes[cls - 1].name))
+		if (i == cls || strcmp(d->classes[i - 1].name, d->classes[cls - 1].name))
 			continue;
 		class_hist(d, i, &c);
 		prior.count += c.count;

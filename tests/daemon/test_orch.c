@@ -1798,7 +1798,7 @@ static void test_tool_tenants(void)
 	      "a's prediction stays a's (%.1f s), b's is mostly b's own (%.1f s)", pa / 1e6,
 	      pb / 1e6);
 	CHECK(kvd_toolwait_predict_us(d, cc) > pb,
-	      "c, with no waits of its own, is predicted from everyone's (%.1f s)",
+	      "c, with no waits of its own, is predicted from the others' (%.1f s)",
 	      kvd_toolwait_predict_us(d, cc) / 1e6);
 	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
