@@ -16,7 +16,7 @@ bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
 prop() { systemctl show -p "$1" --value kvarenad; }
 # chat OUT TEXT [KEY]: a chat request, the body to OUT, wget's verdict
 chat() {
-	wget -q -T 120 -O "$1" ${3:+--header "Authorization: Bearer $3"} \
+	wget -q -O "$1" ${3:+--header "Authorization: Bearer $3"} \
 		--header 'Content-Type: application/json' \
 		--post-data "{\"model\":\"test\",\"messages\":[{\"role\":\"user\",\"content\":\"$2\"}],\"max_tokens\":4,\"temperature\":0}" \
 		"$URL/v1/chat/completions" 2>"$1.err"
