@@ -59,6 +59,10 @@ struct chat_msg {
 	struct chat_call *calls;	/* assistant */
 	size_t n_calls;
 	const char *tool_call_id;	/* tool: the call it answers */
+	/* assistant: its reasoning ("reasoning_content"), NULL when not
+	 * given (families that think then read it from the content) */
+	const char *reasoning;
+	size_t reasoning_len;
 };
 
 struct chat_tool {
@@ -66,11 +70,22 @@ struct chat_tool {
 	json_t *function;		/* {name, description, parameters, ...} */
 };
 
+/* Families that think (qwen3): whether the reply may reason first. */
+enum chat_thinking {
+	CHAT_THINK_DEFAULT = 0,		/* the template's default (it may) */
+	CHAT_THINK_OFF,			/* the reply opens after an empty think block */
+	CHAT_THINK_ON,
+};
+
 struct chat_conv {
 	const struct chat_msg *msgs;
 	size_t n_msgs;
 	const struct chat_tool *tools;
 	size_t n_tools;
+	enum chat_thinking thinking;
+	/* the time the date some templates write is taken from (Unix
+	 * seconds, local time); 0: now */
+	int64_t now;
 };
 
 /* ---- the rendered prompt --------------------------------------------- */

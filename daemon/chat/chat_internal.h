@@ -15,6 +15,9 @@ struct chat_family {
 	const char *eot;
 	/* 1 when a template text is this family's (auto detection) */
 	int (*detect)(const char *tmpl, size_t len);
+	/* reads the model's parameters from its template text (may be
+	 * NULL: none, or the family was forced); 0 or -ENOMEM */
+	int (*setup)(struct chat_template *t, const char *tmpl, size_t len);
 	int (*render)(const struct chat_template *t, const struct chat_conv *c,
 		      struct chat_prompt *p, char *err, size_t errlen);
 	int (*render_round)(const struct chat_template *t,
@@ -22,12 +25,55 @@ struct chat_family {
 			    struct chat_prompt *p);
 };
 
+/* A string read from the template (scan.c): its text, and the offsets at
+ * which the template inserts the date ("today"). */
+#define CHAT_TEXT_HOLES 2
+struct chat_text {
+	char *s;			/* NULL: none */
+	size_t len;
+	size_t hole[CHAT_TEXT_HOLES];
+	unsigned n_holes;
+};
+
 struct chat_template {
 	const struct chat_family *f;
 	struct tc_tags tags;		/* Hermes-syntax families */
 	char why[160];			/* how the family was chosen */
+	int variant;			/* the family's own (e.g. Qwen 2.5 or 3) */
+	struct chat_text system;	/* the default system message, if any */
 };
 
 extern const struct chat_family chat_family_chatml;
+extern const struct chat_family chat_family_qwen25;
+extern const struct chat_family chat_family_qwen3;
+extern const struct chat_family chat_family_llama3;
+extern const struct chat_family chat_family_mistral_v3;
+extern const struct chat_family chat_family_mistral_v7;
+extern const struct chat_family chat_family_mistral_v11;
+
+/* The date of now (0: the current time), local time, as strftime writes
+ * fmt ("%d %b %Y"). */
+void chat_date(int64_t now, const char *fmt, char *out, size_t size);
+
+/* scan.c */
+int chat_has(const char *tmpl, size_t len, const char *marker);
+/* The string expression ('a' + today + "b", or such an output statement)
+ * after the anchors, found one after the other (a NULL-terminated list);
+ * -1 when there is none. out->s is malloc'd. */
+int chat_scan_string(const char *tmpl, size_t len, const char *const *anchors,
+		     struct chat_text *out);
+
+/* json.c: JSON as the templates' tojson writes it (indent < 0: one line). */
+void chat_tojson(struct strbuf *b, const json_t *v, int indent);
+void chat_tojson_plain(struct chat_prompt *p, const json_t *v, int indent);
+/* A tool as llama.cpp hands it to a template: {"name", "description" (""
+ * when none), "parameters" ({} when none)}, wrapped in {"type":
+ * "function", "function": ...} when wrap; NULL when out of memory. */
+json_t *chat_tool_decl(const struct chat_tool *t, int wrap);
+/* A call's arguments parsed (any JSON value); -1 when they are not JSON. */
+int chat_args_json(const char *args, size_t len, json_t **out);
+/* The arguments as tojson writes the parsed value (verbatim when they do
+ * not parse), plain. */
+void chat_args_plain(struct chat_prompt *p, const struct chat_call *c);
 
 #endif
