@@ -434,6 +434,8 @@ static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
 		sb_add(&g->call_text, text, len);
 		g->calls[g->n_calls].arguments_len += len;
 		break;
+	case TC_REASONING:	/* not asked for: it stays in the content */
+		break;
 	case TC_CALL_END:
 		if (!g->stream)
 			sb_add(&g->call_text, "", 1);

@@ -13,6 +13,8 @@ struct chat_family {
 	const char *name;
 	/* the token text that ends an assistant turn */
 	const char *eot;
+	enum tc_syntax syntax;		/* how its calls are written */
+	int think;			/* a reply may open with <think>...</think> */
 	/* 1 when a template text is this family's (auto detection) */
 	int (*detect)(const char *tmpl, size_t len);
 	/* reads the model's parameters from its template text (may be
@@ -23,6 +25,11 @@ struct chat_family {
 	int (*render_round)(const struct chat_template *t,
 			    const struct chat_tool_result *r, size_t n,
 			    struct chat_prompt *p);
+	/* what the template writes back for a parsed reply (an assistant
+	 * message with its content and calls, between the generation prompt
+	 * and the end of the turn) */
+	void (*body)(const struct chat_template *t, const struct tc_result *r,
+		     struct strbuf *b);
 };
 
 /* A string read from the template (scan.c): its text, and the offsets at
@@ -54,6 +61,23 @@ extern const struct chat_family chat_family_mistral_v11;
 /* The date of now (0: the current time), local time, as strftime writes
  * fmt ("%d %b %Y"). */
 void chat_date(int64_t now, const char *fmt, char *out, size_t size);
+
+/* tool_call.c, for tool_call_tail.c */
+void tc_emit(struct tc_stream *s, enum tc_event ev, const char *p, size_t n,
+	     const struct tc_call *call);
+size_t tc_partial_tag(const char *text, size_t n, const char *tag);
+/* The verbatim value of key in the JSON object s (known valid); -1 none. */
+int tc_find_member(const char *s, size_t n, const char *key, size_t *off, size_t *len);
+/* tool_call_tail.c: the syntaxes whose calls end the reply */
+void tc_tail_feed(struct tc_stream *s, const char *text, size_t len);
+void tc_tail_finish(struct tc_stream *s);
+/* A Mistral call id: 9 alphanumerics from getrandom() */
+void tc_make_short_id(char out[10]);
+/* 1 when id is 9 alphanumerics */
+int tc_short_id(const char *id, size_t len);
+
+/* A parsed reply as an assistant message (m->calls malloc'd); -ENOMEM. */
+int chat_result_msg(const struct tc_result *r, struct chat_msg *m);
 
 /* scan.c */
 int chat_has(const char *tmpl, size_t len, const char *marker);

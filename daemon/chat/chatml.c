@@ -172,10 +172,17 @@ static int detect(const char *tmpl, size_t len)
 	       !chat_has(tmpl, len, "'<|im_start|>user'") && !chat_has(tmpl, len, "\"<|im_start|>user\"");
 }
 
+static void body(const struct chat_template *t, const struct tc_result *r, struct strbuf *b)
+{
+	tc_render_body(b, &t->tags, r->content, r->content_len, r->calls, r->n_calls);
+}
+
 const struct chat_family chat_family_chatml = {
 	.name = "chatml",
 	.eot = "<|im_end|>",
+	.syntax = TC_SYN_HERMES,
 	.detect = detect,
 	.render = render,
 	.render_round = render_round,
+	.body = body,
 };

@@ -72,6 +72,21 @@ void chat_date(int64_t now, const char *fmt, char *out, size_t size)
 		snprintf(out, size, "?");
 }
 
+/* An assistant message's text: its call (the content beside it is not
+ * written), or its content. */
+static void assistant(struct chat_prompt *p, const struct chat_msg *m)
+{
+	if (!m->n_calls) {
+		trimmed(p, m->content, m->content_len);
+		return;
+	}
+	chat_markup(p, "{\"name\": \"");
+	chat_plain(p, m->calls[0].name, strlen(m->calls[0].name));
+	chat_markup(p, "\", \"parameters\": ");
+	chat_args_plain(p, &m->calls[0]);
+	chat_markup(p, "}");
+}
+
 static int render(const struct chat_template *t, const struct chat_conv *c,
 		  struct chat_prompt *p, char *err, size_t errlen)
 {
@@ -124,21 +139,13 @@ static int render(const struct chat_template *t, const struct chat_conv *c,
 			chat_markup(p, EOT);
 			break;
 		case CHAT_ASSISTANT:
-			if (m->n_calls) {
-				if (m->n_calls > 1) {
-					snprintf(err, errlen, "messages[%zu]: this model's template renders one tool call per assistant message, not %zu",
-						 i, m->n_calls);
-					return -EINVAL;
-				}
-				chat_markup(p, HDR("assistant") "{\"name\": \"");
-				chat_plain(p, m->calls[0].name, strlen(m->calls[0].name));
-				chat_markup(p, "\", \"parameters\": ");
-				chat_args_plain(p, &m->calls[0]);
-				chat_markup(p, "}" EOT);
-				break;
+			if (m->n_calls > 1) {
+				snprintf(err, errlen, "messages[%zu]: this model's template renders one tool call per assistant message, not %zu",
+					 i, m->n_calls);
+				return -EINVAL;
 			}
 			chat_markup(p, HDR("assistant"));
-			trimmed(p, m->content, m->content_len);
+			assistant(p, m);
 			chat_markup(p, EOT);
 			break;
 		case CHAT_SYSTEM:
@@ -168,6 +175,25 @@ static int render_round(const struct chat_template *t,
 	return p->oom ? -ENOMEM : 0;
 }
 
+static void body(const struct chat_template *t, const struct tc_result *r, struct strbuf *b)
+{
+	struct chat_msg m;
+	struct chat_prompt p = { 0 };
+
+	(void)t;
+	if (chat_result_msg(r, &m)) {
+		b->oom = 1;
+		return;
+	}
+	assistant(&p, &m);
+	if (p.oom)
+		b->oom = 1;
+	else
+		sb_add(b, p.text.s ? p.text.s : "", p.text.len);
+	chat_prompt_free(&p);
+	free(m.calls);
+}
+
 /* Llama 3.1's header (3.2 and 3.3 share it), no other tool syntax. */
 static int detect(const char *tmpl, size_t len)
 {
@@ -181,6 +207,8 @@ static int detect(const char *tmpl, size_t len)
 const struct chat_family chat_family_llama3 = {
 	.name = "llama3",
 	.eot = "<|eot_id|>",
+	.syntax = TC_SYN_LLAMA3,
+	.body = body,
 	.detect = detect,
 	.render = render,
 	.render_round = render_round,

@@ -185,6 +185,37 @@ static void call_v3(struct chat_prompt *p, const struct chat_call *call)
 	chat_markup(p, "\"}");
 }
 
+/* An assistant message, without the </s> that ends it. */
+static void assistant(struct chat_prompt *p, int v, const struct chat_msg *m)
+{
+	if (!m->n_calls) {
+		chat_plain(p, m->content, m->content_len);
+		return;
+	}
+	if (v == MISTRAL_V3) {
+		chat_markup(p, "[TOOL_CALLS][");
+		for (size_t k = 0; k < m->n_calls; k++) {
+			if (k)
+				chat_markup(p, ", ");
+			call_v3(p, &m->calls[k]);
+		}
+		chat_markup(p, "]");
+		return;
+	}
+	if (v == MISTRAL_V11)
+		chat_plain(p, m->content, m->content_len);
+	for (size_t k = 0; k < m->n_calls; k++) {
+		chat_markup(p, "[TOOL_CALLS]");
+		chat_plain(p, m->calls[k].name, strlen(m->calls[k].name));
+		if (v == MISTRAL_V7) {
+			chat_markup(p, "[CALL_ID]");
+			plain_id(p, m->calls[k].id);
+		}
+		chat_markup(p, "[ARGS]");
+		chat_args_plain(p, &m->calls[k]);
+	}
+}
+
 static int render(const struct chat_template *t, const struct chat_conv *c,
 		  struct chat_prompt *p, char *err, size_t errlen)
 {
@@ -239,33 +270,7 @@ static int render(const struct chat_template *t, const struct chat_conv *c,
 			chat_markup(p, "[/INST]");
 			break;
 		case CHAT_ASSISTANT:
-			if (!m->n_calls) {
-				chat_plain(p, m->content, m->content_len);
-				chat_markup(p, EOS);
-				break;
-			}
-			if (v == MISTRAL_V3) {
-				chat_markup(p, "[TOOL_CALLS][");
-				for (size_t k = 0; k < m->n_calls; k++) {
-					if (k)
-						chat_markup(p, ", ");
-					call_v3(p, &m->calls[k]);
-				}
-				chat_markup(p, "]" EOS);
-				break;
-			}
-			if (v == MISTRAL_V11)
-				chat_plain(p, m->content, m->content_len);
-			for (size_t k = 0; k < m->n_calls; k++) {
-				chat_markup(p, "[TOOL_CALLS]");
-				chat_plain(p, m->calls[k].name, strlen(m->calls[k].name));
-				if (v == MISTRAL_V7) {
-					chat_markup(p, "[CALL_ID]");
-					plain_id(p, m->calls[k].id);
-				}
-				chat_markup(p, "[ARGS]");
-				chat_args_plain(p, &m->calls[k]);
-			}
+			assistant(p, v, m);
 			chat_markup(p, EOS);
 			break;
 		case CHAT_TOOL:
@@ -324,6 +329,24 @@ static int render_round(const struct chat_template *t,
 	return p->oom ? -ENOMEM : 0;
 }
 
+static void body(const struct chat_template *t, const struct tc_result *r, struct strbuf *b)
+{
+	struct chat_msg m;
+	struct chat_prompt p = { 0 };
+
+	if (chat_result_msg(r, &m)) {
+		b->oom = 1;
+		return;
+	}
+	assistant(&p, t->variant, &m);
+	if (p.oom)
+		b->oom = 1;
+	else
+		sb_add(b, p.text.s ? p.text.s : "", p.text.len);
+	chat_prompt_free(&p);
+	free(m.calls);
+}
+
 static int mistral(const char *tmpl, size_t len)
 {
 	return chat_has(tmpl, len, "[INST]") && chat_has(tmpl, len, "[TOOL_CALLS]") &&
@@ -378,6 +401,8 @@ static int setup_v11(struct chat_template *t, const char *tmpl, size_t len)
 const struct chat_family chat_family_mistral_v3 = {
 	.name = "mistral-v3",
 	.eot = EOS,
+	.syntax = TC_SYN_MISTRAL_JSON,
+	.body = body,
 	.detect = detect_v3,
 	.setup = setup_v3,
 	.render = render,
@@ -387,6 +412,8 @@ const struct chat_family chat_family_mistral_v3 = {
 const struct chat_family chat_family_mistral_v7 = {
 	.name = "mistral-v7",
 	.eot = EOS,
+	.syntax = TC_SYN_MISTRAL_ARGS,
+	.body = body,
 	.detect = detect_v7,
 	.setup = setup_v7,
 	.render = render,
@@ -396,6 +423,8 @@ const struct chat_family chat_family_mistral_v7 = {
 const struct chat_family chat_family_mistral_v11 = {
 	.name = "mistral-v11",
 	.eot = EOS,
+	.syntax = TC_SYN_MISTRAL_ARGS,
+	.body = body,
 	.detect = detect_v11,
 	.setup = setup_v11,
 	.render = render,

@@ -164,6 +164,50 @@ static void render_turn(struct chat_prompt *p, const char *role,
 	chat_markup(p, IM_END);
 }
 
+/*
+ * An assistant message. Qwen 2.5 writes its content after a newline only
+ * when there is some; Qwen 3 reads its reasoning (keep: the message comes
+ * after the last user query, where the template keeps it).
+ */
+static void assistant(struct chat_prompt *p, const struct chat_msg *m, int q3, int keep,
+		      int last)
+{
+	const char *ct, *rs;
+	size_t cl, rl;
+
+	if (!q3) {
+		if (!m->n_calls) {
+			render_turn(p, "assistant", m);
+			return;
+		}
+		chat_markup(p, IM_START "assistant");
+		if (m->content_len) {
+			chat_markup(p, "\n");
+			chat_plain(p, m->content, m->content_len);
+		}
+		render_calls(p, m, 1);
+		chat_markup(p, IM_END);
+		return;
+	}
+	split_think(m, &ct, &cl, &rs, &rl);
+	chat_markup(p, IM_START "assistant\n");
+	if (keep && (last || rl)) {
+		const char *s = ct;
+		size_t n = cl;
+
+		strip_nl(&rs, &rl, 1, 1);
+		chat_markup(p, "<think>\n");
+		chat_plain(p, rs, rl);
+		chat_markup(p, "\n</think>\n\n");
+		strip_nl(&s, &n, 1, 0);
+		chat_plain(p, s, n);
+	} else {
+		chat_plain(p, ct, cl);
+	}
+	render_calls(p, m, cl > 0);
+	chat_markup(p, IM_END);
+}
+
 static int render(const struct chat_template *t, const struct chat_conv *c,
 		  struct chat_prompt *p, char *err, size_t errlen)
 {
@@ -206,43 +250,7 @@ static int render(const struct chat_template *t, const struct chat_conv *c,
 			render_turn(p, "user", m);
 			break;
 		case CHAT_ASSISTANT:
-			if (!q3) {
-				if (!m->n_calls) {
-					render_turn(p, "assistant", m);
-					break;
-				}
-				chat_markup(p, IM_START "assistant");
-				if (m->content_len) {
-					chat_markup(p, "\n");
-					chat_plain(p, m->content, m->content_len);
-				}
-				render_calls(p, m, 1);
-				chat_markup(p, IM_END);
-				break;
-			} else {
-				const char *ct, *rs;
-				size_t cl, rl;
-
-				split_think(m, &ct, &cl, &rs, &rl);
-				chat_markup(p, IM_START "assistant\n");
-				if (i > lq && (i + 1 == c->n_msgs || rl)) {
-					strip_nl(&rs, &rl, 1, 1);
-					chat_markup(p, "<think>\n");
-					chat_plain(p, rs, rl);
-					chat_markup(p, "\n</think>\n\n");
-					{
-						const char *s = ct;
-						size_t n = cl;
-
-						strip_nl(&s, &n, 1, 0);
-						chat_plain(p, s, n);
-					}
-				} else {
-					chat_plain(p, ct, cl);
-				}
-				render_calls(p, m, cl > 0);
-				chat_markup(p, IM_END);
-			}
+			assistant(p, m, q3, q3 && i > lq, i + 1 == c->n_msgs);
 			break;
 		case CHAT_TOOL:
 			if (!prev_tool)
@@ -278,6 +286,31 @@ static int render_round(const struct chat_template *t,
 		chat_markup(p, IM_END);
 	chat_markup(p, IM_START "assistant\n");
 	return p->oom ? -ENOMEM : 0;
+}
+
+/* The reply as the template writes it back, between the generation
+ * prompt and <|im_end|> (Qwen 3: as a message after the last query). */
+static void body(const struct chat_template *t, const struct tc_result *r, struct strbuf *b)
+{
+	struct chat_msg m;
+	struct chat_prompt p = { 0 };
+	size_t head = strlen(IM_START "assistant"), tail = strlen(IM_END);
+
+	if (chat_result_msg(r, &m)) {
+		b->oom = 1;
+		return;
+	}
+	assistant(&p, &m, t->variant == QWEN3, 1, 0);
+	if (p.oom) {
+		b->oom = 1;
+	} else if (p.text.len >= head + tail) {
+		/* the generation prompt's newline, when the body has it */
+		size_t skip = head + (p.text.s[head] == '\n');
+
+		sb_add(b, p.text.s + skip, p.text.len - skip - tail);
+	}
+	chat_prompt_free(&p);
+	free(m.calls);
 }
 
 /* Qwen's tool preamble and tool results in a user turn. */
@@ -330,6 +363,8 @@ static int setup3(struct chat_template *t, const char *tmpl, size_t len)
 const struct chat_family chat_family_qwen25 = {
 	.name = "qwen2.5",
 	.eot = "<|im_end|>",
+	.syntax = TC_SYN_HERMES,
+	.body = body,
 	.detect = detect25,
 	.setup = setup25,
 	.render = render,
@@ -339,6 +374,9 @@ const struct chat_family chat_family_qwen25 = {
 const struct chat_family chat_family_qwen3 = {
 	.name = "qwen3",
 	.eot = "<|im_end|>",
+	.syntax = TC_SYN_HERMES,
+	.think = 1,
+	.body = body,
 	.detect = detect3,
 	.setup = setup3,
 	.render = render,

@@ -158,3 +158,21 @@ int chat_count_calls(const struct chat_template *t, const char *text,
 	tc_result_free(&r);
 	return n;
 }
+
+int chat_result_msg(const struct tc_result *r, struct chat_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->role = CHAT_ASSISTANT;
+	m->content = r->content;
+	m->content_len = r->content_len;
+	if (!r->n_calls)
+		return 0;
+	m->calls = calloc(r->n_calls, sizeof(*m->calls));
+	if (!m->calls)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->n_calls; i++)
+		m->calls[i] = (struct chat_call){ r->calls[i].id, r->calls[i].name,
+						  r->calls[i].arguments, r->calls[i].arguments_len };
+	m->n_calls = r->n_calls;
+	return 0;
+}
