@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "strbuf.h"
+#include "tool_call.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -144,6 +145,8 @@ const char *chat_template_family(const struct chat_template *t);
 const char *chat_template_why(const struct chat_template *t);
 /* The text of the token that ends an assistant turn ("<|im_end|>"). */
 const char *chat_template_eot(const struct chat_template *t);
+/* How the family writes tool calls (tool_call.h). */
+enum tc_syntax chat_template_syntax(const struct chat_template *t);
 /* The names families go by, for messages ("chatml, ..."). */
 const char *chat_families(void);
 
@@ -184,7 +187,5 @@ int chat_count_calls(const struct chat_template *t, const char *text,
 #ifdef __cplusplus
 }
 #endif
-
-#include "tool_call.h"
 
 #endif

@@ -127,6 +127,11 @@ const char *chat_template_eot(const struct chat_template *t)
 	return t->f->eot;
 }
 
+enum tc_syntax chat_template_syntax(const struct chat_template *t)
+{
+	return t->f->syntax;
+}
+
 int chat_render(const struct chat_template *t, const struct chat_conv *c,
 		struct chat_prompt *out, char *err, size_t errlen)
 {

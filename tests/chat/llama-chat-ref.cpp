@@ -27,6 +27,7 @@
 #include "chat.h"
 #include "json.h"
 #include "llama.h"
+#include "peg-parser.h"
 
 static std::string slurp(const char *path)
 {
@@ -67,7 +68,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	try {
-		auto tmpls = common_chat_templates_init(nullptr, slurp(argv[2]), "<s>", "</s>");
+		/* the BOS and EOS texts the templates write between messages;
+		 * the parser is built as llama.cpp's own tests build it,
+		 * without them (with "</s>" Mistral Small 3.2's is not found) */
+		auto tmpls = common_chat_templates_init(nullptr, slurp(argv[2]),
+							mode == "render" ? "<s>" : "",
+							mode == "render" ? "</s>" : "");
 		common_json conv = common_json::parse(slurp(argv[3]));
 		common_chat_templates_inputs in;
 
@@ -77,6 +83,8 @@ int main(int argc, char **argv)
 		in.add_generation_prompt = true;
 		in.use_jinja = true;
 		in.parallel_tool_calls = true;
+		if (mode == "parse")	/* reasoning apart, as llama-server's default */
+			in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
 		if (mode == "render" && argc > 4)
 			in.now = std::chrono::system_clock::from_time_t((time_t)std::stoll(argv[4]));
 		if (mode == "render" && argc > 5)
@@ -88,6 +96,8 @@ int main(int argc, char **argv)
 		}
 		common_chat_parser_params pp(params);
 		pp.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;
+		if (!params.parser.empty())
+			pp.parser.load(params.parser);	/* as the server does */
 		common_chat_msg m = common_chat_parse(slurp(argv[4]), false, pp);
 		std::cout << m.to_json_oaicompat().dump() << "\n";
 		return 0;

@@ -17,8 +17,12 @@ true) less llama.cpp's leading BOS text (kvarenad leaves BOS to the
 tokenizer); the conversations hold no real whose shortest text has more
 than 6 significant digits nor an integral real (llama.cpp's Jinja writes
 those differently; chat.md). Dates: llama.cpp writes today's, and so do
-we; a run across midnight may fail once.
+we; a run across midnight may fail once. Parsing: names, arguments (as
+JSON), ids the model wrote (Mistral), content less the newline before a
+Hermes call, and reasoning less the newlines around it (both kept by
+llama.cpp, dropped by us: the templates write them back).
 """
+import ast
 import json
 import os
 import subprocess
@@ -112,6 +116,37 @@ FAMILIES = {
                      "unsloth-mistral-Devstral-Small-2507.jinja"], ALL),
 }
 
+# replies in each family's syntax: llama.cpp's parser and ours must find
+# the same content, reasoning and calls (arguments compared as JSON)
+REPLIES = {
+    "qwen2.5": ["It is 18C.",
+                "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                "<tool_call>\n{\"name\": \"list_dir\", \"arguments\": {\"path\": \"/tmp\"}}\n</tool_call>"],
+    "qwen3": ["<think>\nThe user greets.\n</think>\n\nHello!",
+              "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"],
+    "llama3": ["It is 18C.",
+               "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 2}}"],
+    "mistral-v3": ["It is 18C.",
+                   "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcdefgh1\"}, "
+                   "{\"name\": \"list_dir\", \"arguments\": {\"path\": \"/tmp\"}, \"id\": \"abcdefgh2\"}]"],
+    "mistral-v7": ["It is 18C.",
+                   "[TOOL_CALLS]get_weather[CALL_ID]abcdefgh1[ARGS]{\"city\": \"Paris\"}"
+                   "[TOOL_CALLS]list_dir[CALL_ID]000000002[ARGS]{\"path\": \"/tmp\"}"],
+    "mistral-v11": ["It is 18C.",
+                    "Let me look.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]list_dir[ARGS]{\"path\": \"/tmp\"}"],
+}
+
+
+def calls_of(msg):
+    out = []
+    for c in msg.get("tool_calls") or []:
+        f = c.get("function", c)
+        out.append((f["name"], json.loads(f["arguments"]) if f["arguments"] else {},
+                    c.get("id") or None))
+    return out
+
+
 # the chatml family against libllama's built-in "chatml" renderer
 # (llama_chat_apply_template), for conversations without tools
 BUILTIN = {"chatml": ["plain", "no_system", "turns"]}
@@ -160,6 +195,42 @@ with tempfile.TemporaryDirectory() as tmp:
                     fails += 1
                     continue
                 print("ok   %s %s: %d bytes equal" % (tname, cname, len(ours)))
+    for fam, replies in REPLIES.items():
+        tpath = os.path.join(TDIR, FAMILIES[fam][0][0])
+        cpath = os.path.join(tmp, "parse_conv.json")
+        with open(cpath, "w") as f:
+            json.dump(CONVS["tools_round"], f)
+        for k, reply in enumerate(replies):
+            checks += 1
+            rpath = os.path.join(tmp, "reply.txt")
+            with open(rpath, "w") as f:
+                f.write(reply)
+            rc, ours, err = run([RENDER, tpath, "--parse", rpath])
+            rrc, ref, rerr = run([REF, "parse", tpath, cpath, rpath])
+            if rc != 0 or rrc != 0:
+                print("FAIL parse %s %d: %s %s" % (fam, k, err.strip(), rerr.strip()))
+                fails += 1
+                continue
+            o, r = json.loads(ours), json.loads(ref)
+            oc, rc_ = calls_of(o), calls_of(r)
+            # llama.cpp keeps the newline that separates content from a
+            # Hermes call, and the newlines around reasoning; we drop them
+            # (the templates write them back), so they are not compared
+            rcontent = r.get("content") or ""
+            if oc and rcontent.endswith("\n"):
+                rcontent = rcontent[:-1]
+            same = ([(n, a) for n, a, _ in oc] == [(n, a) for n, a, _ in rc_] and
+                    o["content"] == rcontent and
+                    o["reasoning_content"] == (r.get("reasoning_content") or "").strip("\n"))
+            # ids the model wrote are kept by both
+            if fam in ("mistral-v3", "mistral-v7"):
+                same = same and [i for _, _, i in oc] == [i for _, _, i in rc_]
+            if not same:
+                print("FAIL parse %s %d: %r\n  llama.cpp: %s\n  kvarenad:  %s" % (fam, k, reply, ref.decode().strip(),
+                                                                                 ours.decode().strip()))
+                fails += 1
+                continue
+            print("ok   parse %s %d: %d call(s), content and reasoning equal" % (fam, k, len(oc)))
     for fam, convs in BUILTIN.items():
         for cname in convs:
             checks += 1
@@ -174,5 +245,23 @@ with tempfile.TemporaryDirectory() as tmp:
                 fails += 1
                 continue
             print("ok   builtin %s %s: %d bytes equal" % (fam, cname, len(ours)))
+    # the shipped agent model's template (tools/train/export_gguf.py) is
+    # recognised as chatml, the family it was trained in
+    checks += 1
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "tools", "train",
+                            "export_gguf.py")).read()
+    agent = next(ast.literal_eval(n.value) for n in ast.parse(src).body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CHAT_TEMPLATE")
+    tpath = os.path.join(tmp, "agent.jinja")
+    with open(tpath, "w") as f:
+        f.write(agent)
+    with open(os.path.join(tmp, "c.json"), "w") as f:
+        json.dump(CONVS["plain"], f)
+    rc, ours, err = run([RENDER, tpath, os.path.join(tmp, "c.json")])
+    if rc != 0 or "family: chatml" not in err:
+        print("FAIL the agent model's template: %s" % err.strip())
+        fails += 1
+    else:
+        print("ok   the agent model's template is chatml's")
 print("llama-ref: %d checks, %d failed" % (checks, fails))
 sys.exit(1 if fails else 0)
