@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # kvarena top-level build.
 #
-#   make                 module (KDIR), libkvarena, tools, tests
+#   make                 module (KDIR), libkvarena, tools, tests, kvarenad, kva-mkmodel
 #   make demo            the main job, in a QEMU guest (installs what it needs)
 #   make check           every test: host suites, both guest kernels, style
 #   make bench [BENCH=name]   benchmarks -> build/bench/results.tsv
@@ -123,6 +123,9 @@ endif
 -include daemon/sandbox/sandbox.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
+
+# what users run (the README's build): the daemon and the model maker too
+all: daemon $(ENGINE_MKMODEL)
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench

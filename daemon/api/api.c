@@ -38,6 +38,7 @@
 #include "error.h"
 #include "log.h"
 #include "response.h"
+#include "tokenize.h"
 
 #define WAIT_TICK_MS 200
 #define SSE_KEEPALIVE_MS 15000
@@ -46,10 +47,10 @@
 #define LOG_PATH_MAX 96
 
 enum route { R_NONE, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS,
-	     R_SESSION, R_COUNT };
+	     R_SESSION, R_TOKENIZE, R_DETOKENIZE, R_COUNT };
 static const char *const route_names[R_COUNT] = {
 	"other", "chat_completions", "models", "model", "health", "metrics",
-	"sessions",
+	"sessions", "tokenize", "detokenize",
 };
 static const int codes[] = { 200, 400, 401, 404, 405, 413, 429, 500, 503 };
 #define N_CODES (sizeof(codes) / sizeof(codes[0]) + 1)	/* + "other" */
@@ -212,7 +213,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, struct req *q,
 		static const char *const allow[R_COUNT] = {
 			[R_CHAT] = "POST", [R_MODELS] = "GET", [R_MODEL] = "GET",
 			[R_HEALTH] = "GET, HEAD", [R_METRICS] = "GET",
-			[R_SESSION] = "DELETE",
+			[R_SESSION] = "DELETE", [R_TOKENIZE] = "POST",
+			[R_DETOKENIZE] = "POST",
 		};
 		if (allow[q->route])
 			MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow[q->route]);
@@ -532,6 +534,10 @@ static void gen_event(struct gen *g, const struct kvd_event *ev)
 			 ev->session_id ? ev->session_id : "");
 		g->ttft_ms = ev->ttft_ms;
 		g->total_ms = ev->total_ms;
+		g->rc.has_timings = 1;
+		g->rc.ttft_ms = ev->ttft_ms;
+		g->rc.total_ms = ev->total_ms;
+		g->rc.usage = ev->usage;
 		if (g->stream) {
 			const char *fin = g->cancelled && g->n_calls ? "tool_calls" :
 				resp_finish_reason(ev->finish, g->n_calls);
@@ -779,6 +785,7 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	g->rc.model = g->model;
 	g->rc.created = (int64_t)time(NULL);
 	g->rc.usage_null = cr->stream && cr->include_usage;
+	g->rc.fingerprint = kvd_system_fingerprint(a->d);
 	tc_stream_init(&g->ts, a->tmpl, gen_emit, g);
 	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	g->fd = ci ? ci->connect_fd : -1;
@@ -961,6 +968,14 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct req *q)
 		return do_metrics(c, q);
 	case R_SESSION:
 		return do_session_delete(c, q);
+	case R_TOKENIZE:
+	case R_DETOKENIZE: {
+		struct api_error e;
+		char *out = (q->route == R_TOKENIZE ? api_tokenize : api_detokenize)
+			(a->d, q->body.s ? q->body.s : "", q->body.len, &e);
+
+		return out ? queue(c, q, 200, out, "application/json", NULL) : send_error(c, q, &e);
+	}
 	default:
 		return MHD_NO;
 	}
@@ -984,6 +999,10 @@ static enum route match_route(const char *url, const char **method, char *arg,
 		return *method = "GET", R_HEALTH;
 	if (!strcmp(url, "/metrics"))
 		return *method = "GET", R_METRICS;
+	if (!strcmp(url, "/tokenize"))
+		return *method = "POST", R_TOKENIZE;
+	if (!strcmp(url, "/detokenize"))
+		return *method = "POST", R_DETOKENIZE;
 	if (!strncmp(url, "/v1/models/", 11) && url[11] &&
 	    (n = strlen(url + 11)) < arglen) {
 		memcpy(arg, url + 11, n + 1);
@@ -995,6 +1014,12 @@ static enum route match_route(const char *url, const char **method, char *arg,
 		return *method = "DELETE", R_SESSION;
 	}
 	return R_NONE;
+}
+
+/* Routes that take a request body get max_body; the others 64 KiB. */
+static size_t body_cap(const struct kvd_api *a, enum route r)
+{
+	return r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE ? a->max_body : 64 * 1024;
 }
 
 /* 0 when the request may go on (q->tenant set); else a response queued. */
@@ -1085,15 +1110,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 			return ret;
 		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 						 MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) >
-		    (q->route == R_CHAT ? a->max_body : 64 * 1024))
+		if (cl && strtoull(cl, NULL, 10) > body_cap(a, q->route))
 			return fail(c, q, 413, API_INVALID, "request_too_large",
 				    "The request body is larger than %zu bytes.", a->max_body);
 		return MHD_YES;
 	}
 	if (*upload_size) {
-		if (q->body.len + *upload_size >
-		    (q->route == R_CHAT ? a->max_body : 64 * 1024)) {
+		if (q->body.len + *upload_size > body_cap(a, q->route)) {
 			/* a body without Content-Length grew past the cap; no
 			 * response can be queued while an upload is being read
 			 * (libmicrohttpd), so the connection is closed */

@@ -18,7 +18,7 @@ API_CFLAGS  := -std=c11 -Wall -Wextra -Werror -O2 -g -I$(API_SRC) \
 API_SAN     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
 API_LIBS    := -lmicrohttpd -ljansson -lpthread
-API_NAMES   := api auth chat_request error response
+API_NAMES   := api auth chat_request error response tokenize
 API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h \
                $(CHAT_HDRS)
 API_OBJS    := $(API_NAMES:%=$(API_OUT)/obj/%.o)

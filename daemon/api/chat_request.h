@@ -51,6 +51,7 @@ struct chat_request {
 	enum chat_format format;
 	json_t *json_schema;		/* CHAT_FORMAT_JSON_SCHEMA */
 	struct kvd_sampling s;
+	struct kvd_logit_bias *bias;	/* s.logit_bias */
 };
 
 /* 0, or -1 with e filled (400; 404 model_not_found when model is not

@@ -537,10 +537,16 @@ static void hermes_finish(struct tc_stream *s)
 		call_end(s);
 		leave_block(s, s->block.len);
 		break;
-	case TC_TAIL:		/* the rest is outside text */
+	case TC_TAIL: {
+		/* cut inside the call's closing syntax (max_tokens): those bytes
+		 * are the call's; anything else after the arguments is text */
+		size_t used = 0;
+		int partial = tail(s->block.s, s->block.len, s->tags.close, &used) == PARTIAL;
+
 		call_end(s);
-		leave_block(s, 0);
+		leave_block(s, partial ? s->block.len : 0);
 		break;
+	}
 	case TC_OUT:
 		break;
 	}

@@ -103,6 +103,8 @@ struct kvd_job {
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
 	struct kvd_constraint_wire cw;
+	struct kvd_jsampler *smp;	/* sampling.c: top-k, min-p, biases,
+					 * penalties; NULL: none */
 	char *c_json, *c_name;
 	int32_t *hist;
 	uint32_t n_hist, cap_hist;
@@ -262,6 +264,7 @@ struct kvd {
 	struct kvd_metrics m;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
 	char startup_note[256];
+	char fingerprint[24];		/* kvd_system_fingerprint() */
 #ifdef KVD_TEST_HOOKS
 	/* test_orch only: replies fed in place of the model's (sched.c) */
 	char *test_replies[8];
@@ -407,6 +410,20 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 		 struct kvs_result *res, int *restarted);
 const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
 void kvd_mcp_free(struct kvd_mcpsrv *s);
+
+/* sampling.c: the job's sampler state the workers get with each step */
+struct kvd_jsampler;
+/* Checks token ids (err: 400) and keeps what the sampler needs; 0 or
+ * -errno. Nothing is kept when only temperature and top-p are set. */
+int kvd_sampling_setup(struct kvd *d, struct kvd_job *j, const struct kvd_sampling *s,
+		       struct kvd_error *err);
+void kvd_sampling_free(struct kvd_job *j);
+/* A token the model generated (frequency and presence penalties). */
+int kvd_sampling_note(struct kvd_job *j, int32_t tok);
+/* Bytes the step will carry after the constraint (0: no KVD_SEQ_SAMPLER);
+ * brings the context set up to date with the conversation first. */
+size_t kvd_sampling_wire_len(struct kvd *d, struct kvd_job *j);
+void kvd_sampling_put(const struct kvd_job *j, char **p);
 
 /* sched.c: invalid UTF-8 and NUL to U+FFFD; out needs 3 * n bytes */
 size_t kvd_utf8_clean(const char *in, size_t n, char *out);

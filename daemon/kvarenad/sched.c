@@ -297,6 +297,10 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	j->round_tokens++;
 	j->n_gen++;
 	j->next_token = tok;
+	if (j->smp && kvd_sampling_note(j, tok)) {
+		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
 	if (j->cw.kind && tok != d->eos && tok != d->eot) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;

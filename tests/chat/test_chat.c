@@ -203,6 +203,13 @@ static const struct tc_case tc_cases[] = {
 	/* cut inside the arguments (max_tokens): the call has what was made */
 	{ "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"}\\\"{\", \"b\": [1",
 	  "ok", 1, "f", "{\"a\": \"}\\\"{\", \"b\": [1", 0 },
+	/* cut inside the call's closing syntax: those bytes are the call's */
+	{ "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_ca",
+	  "ok", 1, "f", "{\"a\": 1}", 0 },
+	{ "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+	  "ok", 1, "f", "{\"a\": 1}", 0 },
+	{ "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}\n",
+	  "ok", 1, "f", "{\"a\": 1}", 0 },
 	/* a canonical start with an invalid name is not streamed */
 	{ "<tool_call>\n{\"name\": \"b@d\", \"arguments\": {}}\n</tool_call>",
 	  "<tool_call>\n{\"name\": \"b@d\", \"arguments\": {}}\n</tool_call>", 0, NULL, NULL, 1 },

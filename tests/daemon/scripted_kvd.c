@@ -567,6 +567,39 @@ uint32_t kvd_context_len(const struct kvd *d)
 	return d->context;
 }
 
+/* Tokens are bytes here (prompt_tokens counts bytes too). */
+uint32_t kvd_vocab_size(const struct kvd *d)
+{
+	(void)d;
+	return 256;
+}
+
+const char *kvd_system_fingerprint(const struct kvd *d)
+{
+	(void)d;
+	return "fp_scripted";
+}
+
+int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
+		 int32_t *ids, size_t max)
+{
+	(void)d;
+	(void)add_special;
+	for (size_t i = 0; i < len && i < max; i++)
+		ids[i] = (unsigned char)text[i];
+	return len > INT32_MAX ? -E2BIG : (int)len;
+}
+
+int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)
+{
+	(void)d;
+	if (id < 0 || id > 255)
+		return -EINVAL;
+	if (len)
+		buf[0] = (char)id;
+	return 1;
+}
+
 int kvd_ready(const struct kvd *d)
 {
 	return __atomic_load_n(&d->ready, __ATOMIC_RELAXED);
