@@ -125,6 +125,8 @@ endif
 -include daemon/tier/tier.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
+# the trace replayer's smoke test (after the daemon's test binaries)
+-include tools/replay/replay.mk
 
 # what users run (the README's build): the daemon and the model maker too
 all: daemon $(ENGINE_MKMODEL)
