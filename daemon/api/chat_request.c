@@ -416,6 +416,17 @@ static int parse_tools(struct parser *p, json_t *v)
 		snprintf(pp, sizeof(pp), "tools[%zu].function.parameters", i);
 		if (x && !json_is_null(x) && !json_is_object(x))
 			return wrong_type(p->e, pp, x, "an object");
+		{
+			struct chat_tool ck = { ct->name, fn };
+			char why[200];
+
+			/* OpenAI's rule: the arguments are an object */
+			if (chat_tool_check(&ck, why, sizeof(why))) {
+				api_error_set(p->e, 400, API_INVALID, "invalid_function_parameters", pp,
+					      "%s", why);
+				return -1;
+			}
+		}
 		x = json_object_get(fn, "strict");
 		snprintf(pp, sizeof(pp), "tools[%zu].function.strict", i);
 		if (x && !json_is_null(x) && !json_is_boolean(x))

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "callsyntax.h"
 #include "internal.h"
 #include "log.h"
 
@@ -357,22 +358,13 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
 					       KVC_JSON_SCHEMA };
 	struct kvc_spec sp = { 0 };
+	struct kvc_call_syntax y;
 	struct kvc_grammar *g = NULL;
 	char msg[200] = "";
 	int rc;
 
 	if (c->kind == KVD_CONSTRAIN_NONE)
 		return 0;
-	/* the decoder writes Hermes calls only: for another family's syntax
-	 * "auto" goes unconstrained and a forced call is refused */
-	if (c->kind == KVD_CONSTRAIN_TOOLS && chat_template_syntax(d->chat) != TC_SYN_HERMES) {
-		if (c->lazy)
-			return 0;
-		set_err(err, KVD_ERR_INVALID, "tool_choice", NULL,
-			"this model's tool-call syntax (%s) cannot be enforced: use tool_choice 'auto'",
-			chat_template_family(d->chat));
-		return -EINVAL;
-	}
 	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
 	    c->json_len > KVC_MAX_SPEC_BYTES) {
 		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
@@ -384,8 +376,8 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	sp.json_len = c->json_len;
 	sp.tool_name = c->tool_name;
 	sp.max_calls = c->max_calls;
-	sp.start_tag = d->cfg.tool_open;
-	sp.end_tag = d->cfg.tool_close;
+	if (sp.kind == KVC_TOOL_CALLS)	/* the family's call syntax, as the workers' */
+		kvd_call_syntax(d->chat, &sp, &y);
 	rc = kvc_compile(d->cvocab, &sp, &g, msg, sizeof(msg));
 	if (rc) {
 		set_err(err, KVD_ERR_INVALID,
@@ -650,10 +642,12 @@ int kvd_ready(const struct kvd *d)
 
 /* ---- life ------------------------------------------------------------------ */
 
+/* The one token s is, with special tokens parsed (-1: none, or several). */
 static int32_t single_token(struct kvd *d, const char *s)
 {
+	struct kve_span all = { 0, s ? strlen(s) : 0 };
 	int32_t ids[4];
-	int n = kve_tokenize(d->tok, s, strlen(s), 0, ids, 4);
+	int n = s ? kve_tokenize_spans(d->tok, s, all.len, &all, 1, KVE_TOKENIZE_CONT, ids, 4) : 0;
 
 	return n == 1 ? ids[0] : -1;
 }
@@ -665,11 +659,17 @@ static int open_chat(struct kvd *d, char *err, size_t errlen)
 	size_t len;
 	const char *t = kve_model_meta_str(d->model, "tokenizer.chat_template", &len);
 	int rc = chat_template_new(t, len, &o, &d->chat, err, errlen);
+	const char *const *mk;
 
-	if (!rc)
-		kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
-			chat_template_family(d->chat), chat_template_why(d->chat));
-	return rc;
+	if (rc)
+		return rc;
+	kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
+		chat_template_family(d->chat), chat_template_why(d->chat));
+	/* the family's markers that are control tokens show in the text the
+	 * parser reads (the workers' constrained decoding shows the same) */
+	for (mk = chat_template_markers(d->chat); *mk; mk++)
+		kve_tokenizer_show(d->tok, *mk);
+	return 0;
 }
 
 static int open_arena(struct kvd *d, char *err, size_t errlen)
@@ -786,7 +786,10 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	if (rc)
 		goto fail;
 	d->eos = kve_tokenizer_eos(d->tok);
-	d->eot = single_token(d, chat_template_eot(d->chat));
+	d->eot = single_token(d, chat_template_eog(d->chat)[0]);
+	d->eom = chat_template_eog(d->chat)[0] ? single_token(d, chat_template_eog(d->chat)[1]) : -1;
+	if (d->eom == d->eot || d->eom == d->eos)
+		d->eom = -1;
 	make_fingerprint(d);
 	d->cvocab = kvc_vocab_create(d->tok, d->vocab, err, errlen);
 	if (!d->cvocab) {

@@ -267,6 +267,8 @@ struct kvd {
 	struct chat_template *chat;	/* the model's family (daemon/chat) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
+	int32_t eom;			/* the family's second end of turn (Llama's
+					 * <|eom_id|>; -1) */
 	struct kve_arena_kv *kv;
 	struct kva_arena *arena;
 	struct kve_arena_geom geom;

@@ -72,6 +72,8 @@ static int worker_mode(int argc, char **argv)
 			a.tool_open = v;
 		else if (!strcmp(k, "--tool-close"))
 			a.tool_close = v;
+		else if (!strcmp(k, "--chat-template"))
+			a.chat_template = v;
 	}
 	if (!a.model_path)
 		return 2;

@@ -314,7 +314,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
 		return;
 	}
-	if (j->cw.kind && tok != d->eos && tok != d->eot) {
+	if (j->cw.kind && tok != d->eos && tok != d->eot && tok != d->eom) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
 			int32_t *h = realloc(j->hist, cap * sizeof(*h));
@@ -328,7 +328,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		}
 		j->hist[j->n_hist++] = tok;
 	}
-	if (tok == d->eos || tok == d->eot) {
+	if (tok == d->eos || tok == d->eot || (tok == d->eom && tok >= 0)) {
 		/* a round ending in calls to server-side tools goes on */
 		round_end(j);
 		if (kvd_agent_try(d, j))
