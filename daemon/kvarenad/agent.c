@@ -151,8 +151,8 @@ int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
 	if (!d->cfg.n_tenants)
 		ok = 1;
 	else
-		ok = tenant && tenant <= d->cfg.n_tenants &&
-		     d->cfg.tenants[tenant - 1].server_tools;
+		ok = kvd_tenant_slot(d, tenant) &&
+		     d->cfg.tenants[kvd_tenant_slot(d, tenant) - 1].server_tools;
 	pthread_mutex_unlock(&d->lock);
 	return ok;
 }
