@@ -121,6 +121,8 @@ endif
 -include tests/debug/debug.mk
 # the sandbox before the daemon, which links it
 -include daemon/sandbox/sandbox.mk
+# KV tiers (the daemon links them)
+-include daemon/tier/tier.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
 

@@ -793,7 +793,8 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 		return -ENOMEM;
 	rc = kva_policy_parse(d->cfg.policy);
 	if (rc >= 0)
-		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm, 0);
+		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm,
+					  d->cfg.ttl_ms);
 	if (rc < 0) {
 		snprintf(err, errlen, "eviction policy %s: %s", d->cfg.policy, strerror(-rc));
 		return rc;
@@ -805,6 +806,7 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
  * kvd_destroy end here alike. */
 static void release(struct kvd *d)
 {
+	kvd_tiering_fini(d);	/* before the arena: I/O may still fill blocks */
 	kvd_agent_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
@@ -889,6 +891,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "prefix cache: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_tiering_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_kstate_init(d);
 	if (rc) {
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
@@ -929,6 +934,7 @@ void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 	uint64_t refill[KVD_MAX_TENANTS + 1] = { 0 };
 	struct kvd_conv *c, *next;
 	uint32_t i, dropped = 0;
+	char err[256];
 
 	pthread_mutex_lock(&d->lock);
 	for (c = d->convs; c; c = next) {
@@ -959,6 +965,9 @@ void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 	memcpy(d->tenant_blocks, blocks, sizeof(blocks));
 	memcpy(d->tenant_tokens, tokens, sizeof(tokens));
 	memcpy(d->tenant_refill_ns, refill, sizeof(refill));
+	/* the eviction policy and the tiers' switches change at run time too */
+	if (kvd_tiering_reload(d, cfg, err, sizeof(err)))
+		kvd_log(KVD_LOG_ERR, "core", "reload: %s; keeping the running policy", err);
 	pthread_mutex_unlock(&d->lock);
 	if (dropped)
 		kvd_log(KVD_LOG_INFO, "core", "reload: %u conversation(s) of tenants no longer configured released",
