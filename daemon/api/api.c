@@ -31,6 +31,7 @@
 #include "auth.h"
 #include "log.h"
 #include "tokenize.h"
+#include "turn_cache.h"
 
 static const char *const route_names[R_COUNT] = {
 	"other", "chat_completions", "models", "model", "health", "metrics",
@@ -852,6 +853,7 @@ static void api_free(struct kvd_api *a)
 	free_list(a->cors_origins, a->n_cors);
 	free_list(a->hosts, a->n_hosts);
 	responses_store_free(a->store);
+	turn_cache_free(a->turns);
 	pthread_mutex_destroy(&a->lock);
 	pthread_cond_destroy(&a->idle);
 	free(a);
@@ -916,7 +918,8 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 	a->n_hosts = a->hosts ? c->n_allowed_hosts : 0;
 	a->store = responses_store_new(c->responses_max ? c->responses_max : 1000,
 				       c->responses_max_bytes ? c->responses_max_bytes : 64u << 20);
-	if (!a->listen_addr || !a->store || a->n_cors != c->n_cors_origins ||
+	a->turns = turn_cache_new();
+	if (!a->listen_addr || !a->store || !a->turns || a->n_cors != c->n_cors_origins ||
 	    a->n_hosts != c->n_allowed_hosts) {
 		api_free(a);
 		snprintf(err, errlen, "out of memory");

@@ -19,7 +19,7 @@ API_SAN     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
 API_LIBS    := -lmicrohttpd -ljansson -lpthread
 API_NAMES   := api auth chat_api chat_request completions error gen messages response \
-               responses responses_store tokenize
+               responses responses_store tokenize turn_cache
 API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h \
                $(CHAT_HDRS)
 API_OBJS    := $(API_NAMES:%=$(API_OUT)/obj/%.o)

@@ -37,6 +37,7 @@ enum route {
 enum api_dialect { DIALECT_OPENAI, DIALECT_ANTHROPIC };
 
 struct responses_store;
+struct turn_cache;
 
 struct kvd_api {
 	struct kvd *d;
@@ -57,6 +58,7 @@ struct kvd_api {
 	char **hosts;			/* allowed Host names besides the listen address */
 	size_t n_hosts;
 	struct responses_store *store;	/* /v1/responses kept for continuation */
+	struct turn_cache *turns;	/* replies with calls, as generated */
 
 	pthread_mutex_t lock;		/* auth, inflight wakeups */
 	pthread_cond_t idle;

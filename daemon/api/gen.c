@@ -23,6 +23,7 @@
 #include "chat.h"
 #include "log.h"
 #include "response.h"
+#include "turn_cache.h"
 
 #define WAIT_TICK_MS 200
 #define SSE_KEEPALIVE_MS 15000
@@ -327,7 +328,9 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		if (g->stream && g->ops->call_end)
 			g->ops->call_end(g, c);
 		__atomic_add_fetch(&g->a->tool_calls, 1, __ATOMIC_RELAXED);
-		if (!g->parallel) {
+		/* one call only: the decoder ends the reply after it when it
+		 * constrains the calls; otherwise stop the job here */
+		if (!g->parallel && !g->calls_bounded) {
 			c->cancelled = 1;
 			clock_gettime(CLOCK_MONOTONIC, &c->cancel_t);
 			kvd_job_cancel(c->job);
@@ -432,6 +435,11 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 			 ev->session_id ? ev->session_id : "");
 		c->ttft_ms = ev->ttft_ms;
 		c->total_ms = ev->total_ms;
+		/* a reply ending in calls comes back with their results: keep
+		 * its exact text for that turn's rendering */
+		if (c->n_calls && !c->raw.oom && !json_array_size(c->tool_runs))
+			turn_cache_put(g->a->turns, g->tenant, gen_calls(c)[0].id,
+				       c->raw.s, c->raw.len);
 		choice_done(g, c);
 		return;
 	case KVD_EV_ERROR:
@@ -671,7 +679,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 			goto nomem;
 		struct chat_conv conv = { cr->msgs, cr->n_msgs, cr->tools, cr->n_tools };
 		char why[200];
-		int r = chat_render(a->tmpl, &conv, &g->prompt, why, sizeof(why));
+		int r;
+
+		/* replies the client sends back render as they were generated */
+		turn_cache_apply(a->turns, a->tmpl, tenant, cr->msgs, cr->n_msgs, cr->keep);
+		r = chat_render(a->tmpl, &conv, &g->prompt, why, sizeof(why));
 
 		if (r == -EINVAL) {
 			api_bad(e, "messages", "%s", why);
@@ -741,6 +753,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		}
 		g->ch[i].job = job;
 	}
+	g->calls_bounded = kr.c.kind == KVD_CONSTRAIN_TOOLS && kr.c.max_calls == 1;
 	free(c_json);	/* the orchestrator keeps its own copy */
 	if (rc) {
 		/* none of it: what was submitted goes */

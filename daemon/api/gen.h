@@ -98,6 +98,7 @@ struct gen {
 	int fd;				/* the connection, to notice hang-ups */
 	uint32_t tenant;		/* gen_submit's */
 	int stream, want_logprobs, parallel, parse_tools;
+	int calls_bounded;		/* the decoder allows one call (no cancel) */
 	uint32_t stools;		/* server-side tools offered (bits) */
 	unsigned n;			/* choices */
 	struct gen_choice ch[GEN_MAX_CHOICES];

@@ -334,6 +334,46 @@ static int flush_user(struct mparser *p, struct strbuf *text)
 	return m->content ? 0 : oom(p);
 }
 
+/* A system message among the messages (a string or text blocks, joined
+ * by newlines), rendered where it stands. */
+static int system_message(struct mparser *p, json_t *c, size_t mi)
+{
+	struct chat_msg *m = &p->r->msgs[p->r->n_msgs];
+	struct strbuf b = { 0 };
+	json_t *blk;
+	size_t i;
+
+	snprintf(p->pp, sizeof(p->pp), "messages.%zu.content", mi);
+	m->role = CHAT_SYSTEM;
+	if (json_is_string(c)) {
+		m->content = json_string_value(c);
+		m->content_len = json_string_length(c);
+		p->r->n_msgs++;
+		return 0;
+	}
+	if (!json_is_array(c))
+		return param_wrong_type(p->e, p->pp, c, "a string or an array of text blocks");
+	json_array_foreach(c, i, blk) {
+		json_t *x = json_object_get(blk, "text");
+
+		if (!json_is_string(x) || strcmp(json_string_value(json_object_get(blk, "type")) ?
+						 json_string_value(json_object_get(blk, "type")) : "", "text")) {
+			sb_free(&b);
+			return api_bad(p->e, p->pp, "Invalid '%s': a system message has text blocks.", p->pp), -1;
+		}
+		if (i)
+			sb_adds(&b, "\n");
+		sb_add(&b, json_string_value(x), json_string_length(x));
+	}
+	m->content = chat_request_keep(p->r, b.s ? b.s : "", b.len);
+	m->content_len = b.len;
+	sb_free(&b);
+	if (!m->content)
+		return oom(p);
+	p->r->n_msgs++;
+	return 0;
+}
+
 /* One message. An assistant's text blocks are its content and its
  * tool_use blocks its calls; a user's tool_result blocks are tool
  * messages and its text between them user messages, in order. */
@@ -354,8 +394,10 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 		assistant = 1;
 	else if (!strcmp(json_string_value(role), "user"))
 		assistant = 0;
+	else if (!strcmp(json_string_value(role), "system"))
+		return system_message(p, c, mi);	/* Claude Code's, mid-conversation */
 	else
-		return api_bad(p->e, p->pp, "Invalid '%s': 'user' or 'assistant' (the system prompt is the top-level 'system').",
+		return api_bad(p->e, p->pp, "Invalid '%s': 'user', 'assistant' or 'system'.",
 			       p->pp), -1;
 	snprintf(p->pp, sizeof(p->pp), "messages.%zu.content", mi);
 	if (json_is_string(c)) {
@@ -549,6 +591,10 @@ static int parse_tools(struct mparser *p, json_t *v)
 		if (!json_is_object(schema))
 			return api_bad(p->e, p->pp, "Invalid '%s.input_schema': a JSON Schema object.",
 				       p->pp), -1;
+		/* deferred (Anthropic's tool search): not in the context until
+		 * found, so not in the prompt */
+		if (json_is_true(json_object_get(t, "defer_loading")))
+			continue;
 		if (desc && !json_is_string(desc))
 			return param_wrong_type(p->e, p->pp, desc, "a string description");
 		/* the family renders OpenAI-style function declarations */
@@ -608,6 +654,7 @@ static const char *const known_keys[] = {
 	"model", "messages", "max_tokens", "system", "tools", "tool_choice",
 	"stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata",
 	"thinking", "service_tier", "container", "mcp_servers", "context_management",
+	"output_config",
 	/* vLLM's and llama.cpp's, and ours */
 	"min_p", "repetition_penalty", "repeat_penalty", "ignore_eos", "kvarena",
 };
@@ -622,6 +669,64 @@ static int refuse_set(struct mparser *p, json_t *root, const char *key, const ch
 	api_error_set(p->e, 400, API_INVALID, "unsupported_parameter", key,
 		      "Unsupported parameter: '%s' %s.", key, why);
 	return -1;
+}
+
+/* output_config: "format" (a JSON schema the reply must follow: the
+ * structured decoder) and "effort" (how much a Claude model spends; this
+ * model has one way of answering, so every effort is the same). */
+static int parse_output_config(struct mparser *p, json_t *v)
+{
+	json_t *fmt, *x;
+	const char *k;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return param_wrong_type(p->e, "output_config", v, "an object");
+	json_object_foreach(v, k, x) {
+		if (!strcmp(k, "effort")) {
+			const char *eff = json_string_value(x);
+
+			if (!eff || (strcmp(eff, "low") && strcmp(eff, "medium") && strcmp(eff, "high") &&
+				     strcmp(eff, "max")))
+				return api_bad(p->e, "output_config.effort", "Invalid 'output_config.effort': low, medium, high or max."), -1;
+		} else if (strcmp(k, "format")) {
+			return refuse(p, "output_config", "Unsupported 'output_config' field '%s' (format and effort only).", k);
+		}
+	}
+	fmt = json_object_get(v, "format");
+	if (!fmt || json_is_null(fmt))
+		return 0;
+	if (!json_is_object(fmt) || !json_is_string(json_object_get(fmt, "type")) ||
+	    strcmp(json_string_value(json_object_get(fmt, "type")), "json_schema") ||
+	    !json_is_object(json_object_get(fmt, "schema")))
+		return api_bad(p->e, "output_config.format", "Invalid 'output_config.format': {\"type\": \"json_schema\", \"schema\": {...}}."), -1;
+	p->r->format = CHAT_FORMAT_JSON_SCHEMA;
+	p->r->json_schema = json_object_get(fmt, "schema");
+	return 0;
+}
+
+/* context_management: edits Anthropic applies to the context before the
+ * model reads it. Clearing thinking blocks is what happens here anyway
+ * (none are kept); other edits would change the prompt and are refused. */
+static int parse_context_management(struct mparser *p, json_t *v)
+{
+	json_t *edits, *ed;
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	edits = json_object_get(v, "edits");
+	if (!json_is_object(v) || (edits && !json_is_array(edits)))
+		return api_bad(p->e, "context_management", "Invalid 'context_management': {\"edits\": [...]}."), -1;
+	json_array_foreach(edits, i, ed) {
+		const char *t = json_string_value(json_object_get(ed, "type"));
+
+		if (!t || strncmp(t, "clear_thinking_", 15))
+			return refuse(p, "context_management", "Unsupported context edit '%s': only clear_thinking edits (no thinking is kept here).",
+				      t ? t : "");
+	}
+	return 0;
 }
 
 static int parse(struct gen *g, const struct req *q, int count_only, struct api_error *e)
@@ -663,8 +768,10 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 	json_array_foreach(msgs, i, m)
 		if (parse_message(&p, m, i))
 			return -1;
-	if (!r->n_msgs || r->msgs[r->n_msgs - 1].role == CHAT_SYSTEM)
-		return api_bad(e, "messages", "Invalid 'messages': at least one message."), -1;
+	for (i = 0; i < r->n_msgs && r->msgs[i].role == CHAT_SYSTEM; i++)
+		;
+	if (i == r->n_msgs)
+		return api_bad(e, "messages", "Invalid 'messages': at least one user or assistant message."), -1;
 	if (param_int(e, root, "max_tokens", 1, UINT32_MAX, &mt, &has))
 		return -1;
 	if (!has && !count_only)
@@ -692,13 +799,16 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 	if (th && !json_is_null(th)) {
 		const char *t = json_string_value(json_object_get(th, "type"));
 
-		if (!t || strcmp(t, "disabled"))
-			return refuse(&p, "thinking", "Invalid 'thinking': %s: this model does not think aloud; leave thinking disabled.",
+		/* adaptive: the model decides whether to think; this one does
+		 * not. Asking for thinking (enabled) is refused */
+		if (!t || (strcmp(t, "disabled") && strcmp(t, "adaptive")))
+			return refuse(&p, "thinking", "Invalid 'thinking': %s: this model does not think aloud (disabled or adaptive only).",
 				      t ? t : "not an object with a type");
 	}
-	return refuse_set(&p, root, "container", "is not supported by this server") ||
-		refuse_set(&p, root, "mcp_servers", "is not supported: declare tools, or configure MCP servers on the server ([mcp.NAME])") ||
-		refuse_set(&p, root, "context_management", "is not supported by this server") ? -1 : 0;
+	return parse_output_config(&p, json_object_get(root, "output_config")) ||
+		parse_context_management(&p, json_object_get(root, "context_management")) ||
+		refuse_set(&p, root, "container", "is not supported by this server") ||
+		refuse_set(&p, root, "mcp_servers", "is not supported: declare tools, or configure MCP servers on the server ([mcp.NAME])") ? -1 : 0;
 }
 
 static enum MHD_Result count_tokens(struct req *q, struct gen *g)

@@ -42,6 +42,7 @@ struct resp_fe {
 	json_t *tool_choice;		/* as given, or "auto" */
 	json_t *text_cfg;		/* as given, or {"format": {"type": "text"}} */
 	json_t *metadata;
+	json_t *not_offered;		/* hosted tools declined: [{type, name}] */
 	const char *instructions;
 	const char *prev;
 	int store;
@@ -123,6 +124,8 @@ static json_t *response_obj(struct gen *g, const char *status, const struct api_
 	ext = resp_ext(&rc, c->session_id);
 	if (ext && c->tool_runs)
 		json_object_set(ext, "tool_runs", c->tool_runs);
+	if (ext && json_array_size(f->not_offered))
+		json_object_set(ext, "tools_not_offered", f->not_offered);
 	if (!ext || json_object_set_new(o, "kvarena", ext)) {
 		json_decref(o);
 		return NULL;
@@ -383,6 +386,7 @@ static void fe_free(struct gen *g)
 	json_decref(f->tool_choice);
 	json_decref(f->text_cfg);
 	json_decref(f->metadata);
+	json_decref(f->not_offered);
 	json_decref(f->output);
 	json_decref(f->text_lp);
 	for (size_t i = 0; i < f->n_custom; i++)
@@ -651,6 +655,9 @@ static int parse_tools(struct rparser *p, json_t *v)
 	size_t i;
 
 	f->tools = v && json_is_array(v) ? json_incref(v) : json_array();
+	f->not_offered = json_array();
+	if (!f->tools || !f->not_offered)
+		return oom(p);
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_array(v))
@@ -668,9 +675,19 @@ static int parse_tools(struct rparser *p, json_t *v)
 		snprintf(p->pp, sizeof(p->pp), "tools[%zu]", i);
 		if (!json_is_object(t) || !type)
 			return api_bad(p->e, p->pp, "Invalid '%s': a tool object with a 'type'.", p->pp), -1;
-		if (strcmp(type, "function") && strcmp(type, "custom"))
-			return unsupported(p, p->pp, "Unsupported tool type '%s': this server runs no hosted tools; declare function (or custom) tools and run them yourself.",
-					   type);
+		if (strcmp(type, "function") && strcmp(type, "custom")) {
+			/* a hosted tool (web_search, file_search, ...) or a group
+			 * of them (namespace): this server runs none, so the model
+			 * is not told of it; the response says so
+			 * (kvarena.tools_not_offered), and the harness goes on
+			 * with the tools it runs itself */
+			json_t *no = json_pack("{s:s}", "type", type);
+
+			if (!no || (json_is_string(name) && json_object_set(no, "name", name)) ||
+			    json_array_append_new(f->not_offered, no))
+				return oom(p);
+			continue;
+		}
 		if (!json_is_string(name) || !tc_valid_name(json_string_value(name),
 							    json_string_length(name)))
 			return api_bad(p->e, p->pp, "Invalid '%s.name': 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.",
@@ -818,6 +835,7 @@ static const char *const known_keys[] = {
 	"stream_options", "store", "previous_response_id", "metadata", "user",
 	"prompt_cache_key", "safety_identifier", "service_tier", "truncation", "include",
 	"reasoning", "background", "prompt", "conversation", "max_tool_calls",
+	"client_metadata",
 	/* vLLM's and llama.cpp's, and ours */
 	"seed", "top_k", "min_p", "repetition_penalty", "repeat_penalty", "ignore_eos",
 	"kvarena",
@@ -859,9 +877,12 @@ static int parse_misc(struct rparser *p, json_t *root)
 	if (v && !json_is_null(v)) {
 		if (!json_is_object(v))
 			return param_wrong_type(p->e, "reasoning", v, "an object");
+		/* "auto" leaves the summary to the model's abilities: none
+		 * here; asking for one (concise, detailed) is refused */
 		x = json_object_get(v, "summary");
-		if (x && !json_is_null(x) && !(json_is_string(x) && !strcmp(json_string_value(x), "none")))
-			return unsupported(p, "reasoning.summary", "Unsupported 'reasoning.summary' %s: this model gives no reasoning summaries.",
+		if (x && !json_is_null(x) && !(json_is_string(x) &&
+		    (!strcmp(json_string_value(x), "none") || !strcmp(json_string_value(x), "auto"))))
+			return unsupported(p, "reasoning.summary", "Unsupported 'reasoning.summary' '%s': this model gives no reasoning summaries (auto or none only).",
 					   json_is_string(x) ? json_string_value(x) : "");
 		x = json_object_get(v, "generate_summary");
 		if (x && !json_is_null(x))
@@ -880,6 +901,9 @@ static int parse_misc(struct rparser *p, json_t *root)
 	v = json_object_get(root, "metadata");
 	if (v && !json_is_null(v) && (!json_is_object(v) || json_object_size(v) > 16))
 		return api_bad(p->e, "metadata", "Invalid 'metadata': an object of at most 16 string values."), -1;
+	v = json_object_get(root, "client_metadata");	/* Codex's: for the client's logs */
+	if (v && !json_is_null(v) && !json_is_object(v))
+		return param_wrong_type(p->e, "client_metadata", v, "an object");
 	f->metadata = v && json_is_object(v) ? json_incref(v) : json_object();
 	v = json_object_get(root, "stream_options");
 	if (v && !json_is_null(v)) {

@@ -210,6 +210,32 @@ def test_messages(s):
               u2["cache_read_input_tokens"] >= first,
               f"tool_result round trip: the reply read it; cache_read_input_tokens "
               f"{u2['cache_read_input_tokens'] if st == 200 else '-'} >= turn 1's {first} (byte-stable)")
+    # a call written in another spacing than the template's: the reply
+    # comes back rendered as generated (turn_cache.c), the KV still reused
+    bc = dict(b, messages=user('call get_weather {"city":"Oslo","unit" :  "C"}'))
+    st, r1, _ = s.req("POST", "/v1/messages", bc)
+    tu = [c for c in r1.get("content", []) if c["type"] == "tool_use"] if st == 200 else []
+    if tu:
+        b3 = dict(bc, messages=bc["messages"] + [
+            {"role": "assistant", "content": r1["content"]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu[0]["id"],
+                                          "content": "-3C"}]}])
+        st, r3, _ = s.req("POST", "/v1/messages", b3)
+        # scripted tokens: a prompt's are bytes, a reply's up to 3 bytes each
+        u1 = r1["usage"]
+        first = u1["input_tokens"] + u1["cache_read_input_tokens"] + len(
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Oslo","unit" :  "C"}}\n</tool_call>')
+        check(st == 200 and r3["usage"]["cache_read_input_tokens"] >= first,
+              f"a non-canonical call comes back as generated: cache_read_input_tokens "
+              f"{r3['usage']['cache_read_input_tokens'] if st == 200 else '-'} >= {first}")
+        # an edited turn renders from what the client sent
+        edited = [dict(c, input={"city": "Bergen"}) if c["type"] == "tool_use" else c
+                  for c in r1["content"]]
+        st, r4, _ = s.req("POST", "/v1/messages", dict(b3, messages=bc["messages"] + [
+            {"role": "assistant", "content": edited}, b3["messages"][-1]]))
+        check(st == 200 and r4["usage"]["cache_read_input_tokens"] <
+              r3["usage"]["cache_read_input_tokens"] - 16,
+              "an edited call renders from the client's message (the cache is not used)")
     # stream: the event sequence
     st, ev = s.events("/v1/messages", dict(b, stream=True))
     names = [n for n, _ in ev]
@@ -244,7 +270,23 @@ def test_messages(s):
     st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 8, "messages": user("x")},
                      key="wrong-key-0000000000", xkey=True)
     check(st == 401 and r["error"]["type"] == "authentication_error", "a wrong x-api-key: 401 authentication_error")
+    # what Claude Code sends: adaptive thinking, effort, clearing thinking,
+    # a system message among the messages (last), deferred tools
+    bb = {"model": MODEL, "max_tokens": 16, "thinking": {"type": "adaptive", "display": "omitted"},
+          "output_config": {"effort": "high"},
+          "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+          "tools": TOOLS_A + [{"name": "Later", "description": "d", "defer_loading": True,
+                               "input_schema": {"type": "object"}}],
+          "messages": user("say ok") + [{"role": "system", "content": [{"type": "text", "text": "Be terse."}]}]}
+    st, r, _ = s.req("POST", "/v1/messages", bb)
+    st2, c, _ = s.req("POST", "/v1/messages/count_tokens", dict(bb, tools=TOOLS_A))
+    check(st == 200 and st2 == 200 and
+          c["input_tokens"] == r["usage"]["input_tokens"] + r["usage"]["cache_read_input_tokens"],
+          "what Claude Code sends: adaptive thinking, effort, clear_thinking edits, a trailing "
+          "system message; a deferred tool is not in the prompt")
     for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+                        ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
+                         "context_management"),
                         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
                         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
                          "messages.0.content.0"),
@@ -363,9 +405,17 @@ def test_responses(s):
               r2["usage"]["input_tokens_details"]["cached_tokens"] >=
               r["usage"]["input_tokens"] + r["usage"]["output_tokens"],
               "its output round trip by previous_response_id, byte-stable")
-    for extra, param in (({"tools": [{"type": "web_search"}]}, "tools[0]"),
-                         ({"background": True}, "background"),
-                         ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
+    st, r, _ = s.req("POST", "/v1/responses", {"model": MODEL, "input": "say x", "tools": [
+        {"type": "web_search", "external_web_access": False},
+        {"type": "namespace", "name": "multi_agent_v1", "tools": []}] + TOOLS_R,
+        "reasoning": {"summary": "auto"}, "client_metadata": {"x": "y"}})
+    check(st == 200 and r["kvarena"].get("tools_not_offered") ==
+          [{"type": "web_search"}, {"type": "namespace", "name": "multi_agent_v1"}],
+          "what Codex sends: hosted tools not offered (kvarena.tools_not_offered), "
+          "reasoning.summary auto, client_metadata")
+    for extra, param in (({"background": True}, "background"),
+                         ({"reasoning": {"summary": "detailed"}}, "reasoning.summary"),
+                         ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
                          ({"truncation": "auto"}, "truncation"),
                          ({"input": [{"type": "input_image", "image_url": "x"}]}, "input[0]"),
                          ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0]"),

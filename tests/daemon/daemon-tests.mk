@@ -95,3 +95,13 @@ $(KVD_SBX_MODEL): $(ENGINE_MKMODEL)
 
 # sandbox.mk's guest lane (included before this file) runs the daemon too
 check-sandbox-guest: $(KVD_HOOKS_BIN) $(KVD_SBX_MODEL)
+
+# The clients people use (npm: openai, @openai/agents, @anthropic-ai/sdk,
+# the Codex CLI, Claude Code; about 1 GiB, pinned, installed once into
+# build/clients/node) against the real kvarenad through a recording
+# proxy; not in make check (the download, and the CLIs' 20-35k-token
+# prompts take minutes to prefill here), CI runs it
+# (Documentation/testing.md).
+.PHONY: check-clients
+check-clients: $(KVD_BIN) $(ENGINE_MKMODEL)
+	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL)
