@@ -254,6 +254,13 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 
 	if (c->cancelled)	/* parallel_tool_calls false: one call only */
 		return 0;
+	/* ... also when the job goes on (the decoder allows one call; an
+	 * orchestrator that wrote more anyway: the rest are dropped) */
+	if (!g->parallel && ev != TC_CONTENT && (c->dropping || (ev == TC_CALL_START &&
+	    c->n_calls + c->n_held >= 1))) {
+		c->dropping = ev != TC_CALL_END;
+		return 0;
+	}
 	if (!c->replaying) {
 		if (ev == TC_CALL_START && g->stools && offered_stool(g, call->name)) {
 			struct held_call *h = realloc(c->held, (c->n_held + 1) * sizeof(*h));

@@ -71,6 +71,7 @@ struct gen_choice {
 	size_t *offs;			/* per call: name, arguments in call_text */
 	size_t n_calls;
 	int in_call;			/* a call is open (stream) */
+	int dropping;			/* a call past parallel_tool_calls: false */
 	json_t *logprobs;		/* requested: "content" array */
 	json_t *tool_runs;		/* server-side tools offered: their runs */
 	/* calls to server-side tools, held back until the orchestrator
