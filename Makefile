@@ -120,6 +120,7 @@ endif
 -include tests/debug/debug.mk
 # the sandbox before the daemon, which links it
 -include daemon/sandbox/sandbox.mk
+-include daemon/remote/remote.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
 

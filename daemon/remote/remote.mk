@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: MIT
+# remote.mk - kvarenad beyond one machine (daemon/remote/): the UCX
+# arena-to-arena transfer engine, the authenticated control channel, the
+# KV event publisher (ZeroMQ + msgpack), the orchestrator's link process
+# for a remote worker and the remote host's side (`--worker-of`).
+# Included from the top-level Makefile before kvarenad.mk, which links it.
+#
+#   REMOTE_LIB / REMOTE_SLIB   the room as a static library (plain / ASan+UBSan);
+#                              link with $(REMOTE_LIBS)
+#   check-remote               its tests (root: two network namespaces)
+
+REMOTE_OUT    := $(B)/remote
+REMOTE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
+                 -Idaemon/remote -Idaemon/worker -Idaemon/common -Idaemon/kvarenad \
+                 -Idaemon/engine -Ilib -Iinclude/uapi -Ikmod/core
+REMOTE_SAN    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
+                 -fno-omit-frame-pointer
+REMOTE_LIBS   := -lucp -luct -lucs -lzmq -lmsgpackc -lssl -lcrypto
+REMOTE_SRCS   := $(sort $(wildcard daemon/remote/*.c))
+REMOTE_HDRS   := $(wildcard daemon/remote/*.h) daemon/worker/proto.h daemon/common/log.h
+REMOTE_OBJS   := $(REMOTE_SRCS:%.c=$(REMOTE_OUT)/obj/%.o)
+REMOTE_SOBJS  := $(REMOTE_SRCS:%.c=$(REMOTE_OUT)/san/%.o)
+REMOTE_LIB    := $(REMOTE_OUT)/libkvremote.a
+REMOTE_SLIB   := $(REMOTE_OUT)/libkvremote-san.a
+
+$(REMOTE_OBJS): $(REMOTE_OUT)/obj/%.o: %.c $(REMOTE_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) -c $< -o $@
+
+$(REMOTE_SOBJS): $(REMOTE_OUT)/san/%.o: %.c $(REMOTE_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) -c $< -o $@
+
+$(REMOTE_LIB): $(REMOTE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(REMOTE_SLIB): $(REMOTE_SOBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+# tests: the transfer engine across two namespaces
+REMOTE_TEST_XFER := $(REMOTE_OUT)/tests/test_xfer
+$(REMOTE_TEST_XFER): tests/remote/test_xfer.c $(REMOTE_SLIB) daemon/worker/proto.c $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) $< daemon/worker/proto.c $(REMOTE_SLIB) $(LIB_A) \
+		-o $@ $(REMOTE_LIBS) $(LIB_LDLIBS)
+
+.PHONY: remote check-remote
+remote: $(REMOTE_LIB) $(REMOTE_SLIB) $(REMOTE_TEST_XFER)
+
+check-remote: $(REMOTE_TEST_XFER)
+	tests/remote/run-xfer.sh $(REMOTE_TEST_XFER)
