@@ -46,8 +46,15 @@ $(REMOTE_TEST_XFER): tests/remote/test_xfer.c $(REMOTE_SLIB) daemon/worker/proto
 	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) $< daemon/worker/proto.c $(REMOTE_SLIB) $(LIB_A) \
 		-o $@ $(REMOTE_LIBS) $(LIB_LDLIBS)
 
-.PHONY: remote check-remote
-remote: $(REMOTE_LIB) $(REMOTE_SLIB) $(REMOTE_TEST_XFER)
+# the authenticated control channel, on loopback
+REMOTE_TEST_CHAN := $(REMOTE_OUT)/tests/test_chan
+$(REMOTE_TEST_CHAN): tests/remote/test_chan.c $(REMOTE_SLIB)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) $< $(REMOTE_SLIB) -o $@ $(REMOTE_LIBS)
 
-check-remote: $(REMOTE_TEST_XFER)
+.PHONY: remote check-remote
+remote: $(REMOTE_LIB) $(REMOTE_SLIB) $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN)
+
+check-remote: $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN)
+	$(REMOTE_TEST_CHAN)
 	tests/remote/run-xfer.sh $(REMOTE_TEST_XFER)
