@@ -52,9 +52,18 @@ $(REMOTE_TEST_CHAN): tests/remote/test_chan.c $(REMOTE_SLIB)
 	@mkdir -p $(@D)
 	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) $< $(REMOTE_SLIB) -o $@ $(REMOTE_LIBS)
 
-.PHONY: remote check-remote
-remote: $(REMOTE_LIB) $(REMOTE_SLIB) $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN)
+# the KV event publisher against a real ZeroMQ subscriber
+REMOTE_TEST_EVENTS := $(REMOTE_OUT)/tests/test_kvevents
+$(REMOTE_TEST_EVENTS): tests/remote/test_kvevents.c tests/remote/subproc.h $(REMOTE_SLIB)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) -Itests/remote $< $(REMOTE_SLIB) -o $@ \
+		$(REMOTE_LIBS) -ljansson -lpthread
 
-check-remote: $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN)
+.PHONY: remote check-remote
+remote: $(REMOTE_LIB) $(REMOTE_SLIB) $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN) \
+	$(REMOTE_TEST_EVENTS)
+
+check-remote: $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN) $(REMOTE_TEST_EVENTS)
 	$(REMOTE_TEST_CHAN)
+	$(REMOTE_TEST_EVENTS) tests/remote/kv_subscriber.py
 	tests/remote/run-xfer.sh $(REMOTE_TEST_XFER)
