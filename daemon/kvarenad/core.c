@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -643,6 +644,7 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 static void release(struct kvd *d)
 {
 	kvd_agent_fini(d);
+	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	free(d->block_users);
@@ -671,6 +673,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	d->cfg = *cfg;
 	d->self_exe = self_exe;
 	d->data_fd = -1;
+	d->remote_lfd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -726,6 +729,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_remote_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_workers_start(d);
 	if (rc) {
 		snprintf(err, errlen, "workers: %s", strerror(-rc));

@@ -151,6 +151,8 @@ struct kvd_worker {
 	uint64_t next_start_ns;		/* backoff after failures */
 	uint64_t started_ns;
 	char backend[32];
+	int remote;			/* a link to a remote host (daemon/remote) */
+	uint64_t joined_ns;		/* remote: last seen with a host joined */
 };
 
 /* ---- prefix cache ----------------------------------------------------- */
@@ -259,6 +261,10 @@ struct kvd {
 	uint32_t n_classes;
 	struct kvd_metrics m;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
+	/* daemon/remote: remote worker hosts, KV events (hooks.h) */
+	int remote_lfd;			/* where hosts join, or -1 */
+	uint64_t remote_started_ns;
+	struct kvr_events *kvev;	/* NULL: no [events] endpoint */
 	char startup_note[256];
 #ifdef KVD_TEST_HOOKS
 	/* test_orch only: replies fed in place of the model's (sched.c) */

@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -576,7 +577,8 @@ static int workers_up(struct kvd *d, uint32_t role)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6)
+		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6 &&
+		    kvd_worker_joinable(d, &d->workers[i]))
 			return 1;
 	return 0;
 }
@@ -943,7 +945,8 @@ static int all_ready(struct kvd *d)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY)
+		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY &&
+		    !d->workers[i].remote)	/* a remote host joins when it will */
 			return 0;
 	return 1;
 }
