@@ -59,11 +59,21 @@ $(REMOTE_TEST_EVENTS): tests/remote/test_kvevents.c tests/remote/subproc.h $(REM
 	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) -Itests/remote $< $(REMOTE_SLIB) -o $@ \
 		$(REMOTE_LIBS) -ljansson -lpthread
 
+# kvarenad on two hosts (network namespaces): the daemon, its test-hook
+# build for B (KVR_TEST_STALL_MS), the orchestrator's test model and another
+REMOTE_OTHER_MODEL := $(REMOTE_OUT)/tests/other.gguf
+$(REMOTE_OTHER_MODEL): $(ENGINE_MKMODEL)
+	@mkdir -p $(@D)
+	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
+		--vocab 512 --ctx 1024 --tokenizer bpe --type f32 --seed 5 -o $@ >/dev/null
+
 .PHONY: remote check-remote
 remote: $(REMOTE_LIB) $(REMOTE_SLIB) $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN) \
 	$(REMOTE_TEST_EVENTS)
 
-check-remote: $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN) $(REMOTE_TEST_EVENTS)
+check-remote: $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN) $(REMOTE_TEST_EVENTS) $(KVD_BIN) \
+	$(KVD_HOOKS_BIN) $(KVD_TEST_MODEL) $(REMOTE_OTHER_MODEL)
 	$(REMOTE_TEST_CHAN)
 	$(REMOTE_TEST_EVENTS) tests/remote/kv_subscriber.py
 	tests/remote/run-xfer.sh $(REMOTE_TEST_XFER)
+	tests/remote/run-remote.sh $(KVD_BIN) $(KVD_HOOKS_BIN) $(KVD_TEST_MODEL) $(REMOTE_OTHER_MODEL)

@@ -50,6 +50,15 @@
 
 #define MAX_MIRRORS 4096
 
+/* SIGTERM / SIGINT: leave the orchestrator cleanly, give every block back */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
 /* A decode sequence's KV kept here between its steps. */
 struct mirror {
 	uint64_t seq_id;
@@ -436,6 +445,8 @@ static int service_chan(struct rw *r, size_t *step_len)
 {
 	uint64_t now = now_ns();
 
+	if (stop_requested)
+		return -EINTR;
 	while (chan_readable(r)) {
 		uint16_t type;
 		size_t len;
@@ -581,7 +592,7 @@ static int await_result(struct rw *r, uint64_t step_id, size_t *len)
 #ifdef KVD_TEST_HOOKS
 /*
  * kvarenad-hooks only (tests/remote/test_remote.py): with
- * KVR_TEST_STALL_MS set, a prefill step of at least 64 new positions pushes
+ * KVR_TEST_STALL_MS set, the first prefill step of at least 64 new positions pushes
  * the first half of them, waits until they landed, then stalls that long
  * (heartbeats answered) before the rest: the window in which the test
  * kills this host, cuts its link, or lets the orchestrator's lease expire,
@@ -591,10 +602,12 @@ static uint32_t test_stall(struct rw *r, const struct seqwork *s, uint32_t from,
 {
 	const char *v = getenv("KVR_TEST_STALL_MS");
 	uint32_t mid = from + (to - from) / 2;
+	static int stalled;
 	uint64_t end;
 
-	if (!v || r->wrole != KVD_ROLE_PREFILL || to - from < 64)
+	if (!v || stalled || r->wrole != KVD_ROLE_PREFILL || to - from < 64)
 		return from;
+	stalled = 1;	/* once per process: the step sent again goes through */
 	if (kvr_move_positions(r->peer, KVR_PUSH, &r->bg, s->btab, &r->ag, s->atab, from, mid) ||
 	    kvr_peer_flush(r->peer, -1, flush_idle, r))
 		return from;
@@ -828,8 +841,11 @@ static int session(struct rw *r)
 		rc = service_chan(r, &len);
 		if (rc == 1)
 			rc = do_step(r, len);
-		if (rc < 0)
+		if (rc < 0) {
+			if (rc == -EINTR)
+				snprintf(err, sizeof(err), "stopping");
 			break;
+		}
 	}
 out:
 	if (rc && err[0])
@@ -978,6 +994,12 @@ int kvr_rworker_main(int argc, char **argv)
 		return rc == 1 ? 0 : 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	{
+		struct sigaction sa = { .sa_handler = on_stop };
+
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+	}
 	n = readlink("/proc/self/exe", r->self, sizeof(r->self) - 1);
 	if (n <= 0) {
 		free(r->mirrors);
@@ -1010,6 +1032,8 @@ int kvr_rworker_main(int argc, char **argv)
 		uint64_t t0 = now_ns();
 
 		rc = session(r);
+		if (stop_requested)
+			break;
 		if (rc == -EPERM || rc == -EINVAL) {
 			status = 2;	/* refused, or cannot serve this model: final */
 			break;
@@ -1021,7 +1045,8 @@ int kvr_rworker_main(int argc, char **argv)
 		/* a session that served a while rejoins at once */
 		if (now_ns() - t0 > 10000000000ull)
 			backoff = r->retry_ms;
-		usleep(backoff * 1000u);
+		for (uint32_t slept = 0; slept < backoff && !stop_requested; slept += 50)
+			usleep(50000);
 		if (backoff < 30000)
 			backoff *= 2;
 		if (backoff > 30000)
