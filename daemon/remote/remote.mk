@@ -77,3 +77,10 @@ check-remote: $(REMOTE_TEST_XFER) $(REMOTE_TEST_CHAN) $(REMOTE_TEST_EVENTS) $(KV
 	$(REMOTE_TEST_EVENTS) tests/remote/kv_subscriber.py
 	tests/remote/run-xfer.sh $(REMOTE_TEST_XFER)
 	tests/remote/run-remote.sh $(KVD_BIN) $(KVD_HOOKS_BIN) $(KVD_TEST_MODEL) $(REMOTE_OTHER_MODEL)
+
+# make bench BENCH=remote: the transfer engine against ucx_perftest
+REMOTE_BENCH := $(B)/bin/kvr-bench
+$(REMOTE_BENCH): tools/bench/remote/kvr-bench.c $(REMOTE_LIB) daemon/worker/proto.c $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) $< daemon/worker/proto.c $(REMOTE_LIB) $(LIB_A) -o $@ \
+		$(REMOTE_LIBS) $(LIB_LDLIBS)

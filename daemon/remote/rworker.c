@@ -627,6 +627,7 @@ static int do_step(struct rw *r, size_t len)
 	struct kvd_result res;
 	struct kvd_step st;
 	size_t rlen = 0;
+	uint64_t t0 = now_ns(), t_fetched, t_computed, pulled0 = r->pulled, pushed0 = r->pushed;
 	int rc;
 
 	if (len > r->step_cap) {
@@ -688,9 +689,11 @@ static int do_step(struct rw *r, size_t len)
 		step_release(r, w, st.n_seq);
 		return -ECONNRESET;
 	}
+	t_fetched = now_ns();
 	rc = kvd_msg_send(r->wsock, KVD_MSG_STEP, r->step, len, -1);
 	if (!rc)
 		rc = await_result(r, st.step_id, &rlen);
+	t_computed = now_ns();
 	if (rc < 0) {
 		/* the worker is dead (killed if it was not): blocks may go */
 		step_release(r, w, st.n_seq);
@@ -729,6 +732,14 @@ static int do_step(struct rw *r, size_t len)
 	}
 	step_release(r, w, st.n_seq);
 	r->steps++;
+	/* what layer-wise overlap could save at most: the smaller of the
+	 * transfer and the compute it would hide behind (remote.md) */
+	kvd_log(KVD_LOG_DEBUG, "remote", "step %llu (%s, %u seqs): fetched %llu KiB in %.2f ms, "
+		"computed in %.2f ms, returned %llu KiB in %.2f ms",
+		(unsigned long long)st.step_id, role_name(r->wrole), st.n_seq,
+		(unsigned long long)((r->pulled - pulled0) >> 10), (t_fetched - t0) / 1e6,
+		(t_computed - t_fetched) / 1e6, (unsigned long long)((r->pushed - pushed0) >> 10),
+		(now_ns() - t_computed) / 1e6);
 	return chan_send(r, KVD_MSG_RESULT, r->wrx, rlen);
 }
 
@@ -816,7 +827,7 @@ static int session(struct rw *r)
 	rd.vocab = r->wvocab;
 	rd.pid = (uint32_t)getpid();
 	snprintf(rd.backend, sizeof(rd.backend), "%s", rc ? "remote" : r->wbackend);
-	snprintf(rd.message, sizeof(rd.message), "%s", err);
+	snprintf(rd.message, sizeof(rd.message), "%.191s", err);
 	if (chan_send(r, KVD_MSG_READY, &rd, sizeof(rd)) && !rc)
 		rc = -ECONNRESET;
 	if (rc)

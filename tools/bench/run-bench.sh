@@ -9,11 +9,12 @@
 # decode: arena vs copy), serve (kvarenad under agent load),
 # sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
 # constrained (decode under a tool-call grammar vs free, in the same run,
-# and JSON Schema compile time).
+# and JSON Schema compile time), remote (KV host to host over UCX against
+# ucx_perftest, remote decode's first token against one host's; root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve sandbox constrained)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained remote)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -178,6 +179,13 @@ bench_sandbox() {
 	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
 }
 
+# remote: two network namespaces, UCX over TCP (tools/bench/remote/)
+bench_remote() {
+	make --no-print-directory build/bin/kvr-bench build/bin/kvarenad build/bin/kva-mkmodel \
+		>/dev/null
+	tools/bench/remote/run-remote-bench.sh >/dev/null
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
@@ -188,6 +196,7 @@ for b in "${want[@]}"; do
 	serve) bench_serve ;;
 	sandbox) bench_sandbox ;;
 	constrained) bench_constrained ;;
+	remote) bench_remote ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
