@@ -793,45 +793,134 @@ out:
 	return rc;
 }
 
+/*
+ * Byte-level BPE over one pre-tokenized word: the merge of lowest rank
+ * among adjacent symbols first, the leftmost among equal ranks (the
+ * reference algorithm's order). Candidates wait in a min-heap by (rank,
+ * position) and symbols in a linked list, so a word of n bytes costs
+ * O(n log n), not a rescan of every pair per merge; a candidate is stale
+ * when either side has merged since it was queued (their ids changed or
+ * they are no longer neighbours).
+ */
+struct bpe_sym {
+	int32_t id;		/* -1: a byte without a token (never merges) */
+	int prev, next;
+};
+
+struct bpe_cand {
+	uint32_t rank;
+	int left, right;
+	int32_t lid, rid;
+	int32_t result;
+};
+
+static int bpe_before(const struct bpe_cand *a, const struct bpe_cand *b)
+{
+	return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
+}
+
+static void bpe_push(struct bpe_cand *h, size_t *n, const struct bpe_cand *c)
+{
+	size_t i = (*n)++;
+
+	while (i && bpe_before(c, &h[(i - 1) / 2])) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = *c;
+}
+
+static void bpe_pop(struct bpe_cand *h, size_t *n)
+{
+	struct bpe_cand last = h[--*n];
+	size_t i = 0;
+
+	for (;;) {
+		size_t l = 2 * i + 1, b = l;
+
+		if (l >= *n)
+			break;
+		if (l + 1 < *n && bpe_before(&h[l + 1], &h[l]))
+			b = l + 1;
+		if (!bpe_before(&h[b], &last))
+			break;
+		h[i] = h[b];
+		i = b;
+	}
+	if (*n)
+		h[i] = last;
+}
+
+/* Queues the pair starting at symbol l, when it has a merge. */
+static void bpe_offer(const struct kve_tokenizer *t, const struct bpe_sym *s, int l,
+		      struct bpe_cand *h, size_t *n)
+{
+	const struct merge_ent *me;
+	struct bpe_cand c;
+	int r;
+
+	if (l < 0 || (r = s[l].next) < 0 || s[l].id < 0 || s[r].id < 0)
+		return;
+	me = merge_find(t, s[l].id, s[r].id);
+	if (!me)
+		return;
+	c.rank = me->rank;
+	c.left = l;
+	c.right = r;
+	c.lid = s[l].id;
+	c.rid = s[r].id;
+	c.result = me->result;
+	bpe_push(h, n, &c);
+}
+
 static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
 		    struct outbuf *o)
 {
-	int32_t stackbuf[64], *ids = stackbuf;
-	size_t i, m = n;
+	struct bpe_sym symbuf[64], *s = symbuf;
+	struct bpe_cand candbuf[3 * 64], *h = candbuf;
+	size_t i, nh = 0;
+	int k;
 
+	if (n > INT32_MAX / 4)
+		return -EINVAL;
 	if (n > 64) {
-		ids = malloc(n * sizeof(*ids));
-		if (!ids)
+		/* n - 1 pairs at first, at most two more per merge */
+		s = malloc(n * sizeof(*s));
+		h = malloc(3 * n * sizeof(*h));
+		if (!s || !h) {
+			free(s);
+			free(h);
 			return -ENOMEM;
-	}
-	for (i = 0; i < n; i++)
-		ids[i] = t->byte_tok[(unsigned char)p[i]];
-	for (;;) {
-		uint32_t best = UINT32_MAX;
-		size_t at = 0;
-		int32_t res = -1;
-
-		for (i = 0; i + 1 < m; i++) {
-			const struct merge_ent *me;
-			if (ids[i] < 0 || ids[i + 1] < 0)
-				continue;
-			me = merge_find(t, ids[i], ids[i + 1]);
-			if (me && me->rank < best) {
-				best = me->rank;
-				at = i;
-				res = me->result;
-			}
 		}
-		if (res < 0)
-			break;
-		ids[at] = res;
-		memmove(ids + at + 1, ids + at + 2, (m - at - 2) * sizeof(*ids));
-		m--;
 	}
-	for (i = 0; i < m; i++)
-		emit(o, ids[i] >= 0 ? ids[i] : (t->unk >= 0 ? t->unk : 0));
-	if (ids != stackbuf)
-		free(ids);
+	for (i = 0; i < n; i++) {
+		s[i].id = t->byte_tok[(unsigned char)p[i]];
+		s[i].prev = (int)i - 1;
+		s[i].next = i + 1 < n ? (int)i + 1 : -1;
+	}
+	for (i = 0; i + 1 < n; i++)
+		bpe_offer(t, s, (int)i, h, &nh);
+	while (nh) {
+		struct bpe_cand c = h[0];
+
+		bpe_pop(h, &nh);
+		if (s[c.left].next != c.right || s[c.left].id != c.lid || s[c.right].id != c.rid)
+			continue;	/* stale */
+		s[c.left].id = c.result;
+		s[c.left].next = s[c.right].next;
+		if (s[c.right].next >= 0)
+			s[s[c.right].next].prev = c.left;
+		s[c.right].id = -2;	/* merged away: no queued pair matches it */
+		s[c.right].next = -1;
+		bpe_offer(t, s, s[c.left].prev, h, &nh);
+		bpe_offer(t, s, c.left, h, &nh);
+	}
+	for (k = n ? 0 : -1; k >= 0; k = s[k].next)
+		emit(o, s[k].id >= 0 ? s[k].id : (t->unk >= 0 ? t->unk : 0));
+	if (s != symbuf) {
+		free(s);
+		free(h);
+	}
 	return 0;
 }
 

@@ -57,6 +57,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->max_tokens_cap = 1024;
 	snprintf(c->tool_open, sizeof(c->tool_open), "<tool_call>");
 	snprintf(c->tool_close, sizeof(c->tool_close), "</tool_call>");
+	snprintf(c->chat_template, sizeof(c->chat_template), "auto");
 	snprintf(c->backend, sizeof(c->backend), "auto");
 	c->kv_blocks = 1024;
 	c->block_tokens = 16;
@@ -246,6 +247,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("model", "max_tokens", max_tokens_cap, 1, 1 << 20);
 	STR("model", "tool_call_open", tool_open);
 	STR("model", "tool_call_close", tool_close);
+	STR("model", "chat_template", chat_template);
 	STR("kv", "backend", backend);
 	U32("kv", "blocks", kv_blocks, 8, 1 << 20);
 	U32("kv", "block_tokens", block_tokens, 1, 4096);

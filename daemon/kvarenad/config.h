@@ -74,6 +74,7 @@ struct kvd_config {
 	char model_id[128];		/* default: file name without .gguf */
 	uint32_t max_tokens_cap;	/* completion tokens when unset */
 	char tool_open[32], tool_close[32];	/* tool-call tags in generated text */
+	char chat_template[32];		/* "auto" or a family (daemon/chat) */
 	/* [kv] */
 	char backend[16];		/* auto, kernel, memfd */
 	uint32_t kv_blocks;		/* arena capacity in blocks */

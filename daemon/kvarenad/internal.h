@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chat.h"
 #include "config.h"
 #include "kv_arena.h"
 #include "kvarena_toolwait.h"
@@ -102,6 +103,8 @@ struct kvd_job {
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
 	struct kvd_constraint_wire cw;
+	struct kvd_jsampler *smp;	/* sampling.c: top-k, min-p, biases,
+					 * penalties; NULL: none */
 	char *c_json, *c_name;
 	int32_t *hist;
 	uint32_t n_hist, cap_hist;
@@ -227,6 +230,7 @@ struct kvd {
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
 	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
+	struct chat_template *chat;	/* the model's family (daemon/chat) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
 	struct kve_arena_kv *kv;
@@ -266,6 +270,7 @@ struct kvd {
 	uint64_t remote_started_ns;
 	struct kvr_events *kvev;	/* NULL: no [events] endpoint */
 	char startup_note[256];
+	char fingerprint[24];		/* kvd_system_fingerprint() */
 #ifdef KVD_TEST_HOOKS
 	/* test_orch only: replies fed in place of the model's (sched.c) */
 	char *test_replies[8];
@@ -411,6 +416,20 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 		 struct kvs_result *res, int *restarted);
 const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
 void kvd_mcp_free(struct kvd_mcpsrv *s);
+
+/* sampling.c: the job's sampler state the workers get with each step */
+struct kvd_jsampler;
+/* Checks token ids (err: 400) and keeps what the sampler needs; 0 or
+ * -errno. Nothing is kept when only temperature and top-p are set. */
+int kvd_sampling_setup(struct kvd *d, struct kvd_job *j, const struct kvd_sampling *s,
+		       struct kvd_error *err);
+void kvd_sampling_free(struct kvd_job *j);
+/* A token the model generated (frequency and presence penalties). */
+int kvd_sampling_note(struct kvd_job *j, int32_t tok);
+/* Bytes the step will carry after the constraint (0: no KVD_SEQ_SAMPLER);
+ * brings the context set up to date with the conversation first. */
+size_t kvd_sampling_wire_len(struct kvd *d, struct kvd_job *j);
+void kvd_sampling_put(const struct kvd_job *j, char **p);
 
 /* sched.c: invalid UTF-8 and NUL to U+FFFD; out needs 3 * n bytes */
 size_t kvd_utf8_clean(const char *in, size_t n, char *out);

@@ -32,35 +32,15 @@
 
 /* ---- finishing -------------------------------------------------------- */
 
-/* The tool names of the calls ([model] tool_call_open, default
- * <tool_call>, then {"name": "..."}), for tool classes. */
+/* How many tool calls the reply's text ends its round with (the model
+ * family's syntax, daemon/chat), and the first one's tool class. */
 static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
 {
-	const char *p = text, *end = text + len, *tag = d->cfg.tool_open;
-	size_t tl = strlen(tag);
-	uint32_t n = 0;
+	char name[TC_MAX_NAME + 1];
+	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = 0;
-	while ((p = memmem(p, (size_t)(end - p), tag, tl))) {
-		const char *q, *s, *e;
-
-		p += tl;
-		q = memmem(p, (size_t)(end - p), "\"name\"", 6);
-		if (!q)
-			break;
-		s = q + 6;
-		while (s < end && (*s == ' ' || *s == ':' || *s == '\n' || *s == '\t'))
-			s++;
-		if (s >= end || *s != '"')
-			continue;
-		e = memchr(s + 1, '"', (size_t)(end - s - 1));
-		if (!e)
-			break;
-		if (!n)
-			*cls = kvd_toolclass(d, s + 1, (size_t)(e - s - 1));
-		n++;
-	}
-	return n;
+	*cls = n > 0 ? kvd_toolclass(d, name, strlen(name)) : 0;
+	return n > 0 ? (uint32_t)n : 0;
 }
 
 static int gen_append(struct kvd_job *j, const char *s, size_t n);
@@ -318,6 +298,10 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	j->round_tokens++;
 	j->n_gen++;
 	j->next_token = tok;
+	if (j->smp && kvd_sampling_note(j, tok)) {
+		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
 	if (j->cw.kind && tok != d->eos && tok != d->eot) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;

@@ -220,6 +220,8 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 	sq.rng = j->rng;
 	sq.constraint_len = j->cw.kind ? (uint32_t)(sizeof(j->cw) + j->cw.json_len +
 						     j->cw.name_len + (size_t)j->n_hist * 4) : 0;
+	if (j->smp)
+		sq.flags |= KVD_SEQ_SAMPLER;
 	memcpy(*p, &sq, sizeof(sq));
 	*p += sizeof(sq);
 	if (kind == KVD_STEP_PREFILL)
@@ -243,6 +245,7 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 		memcpy(*p, j->hist, (size_t)j->n_hist * 4);
 		*p += (size_t)j->n_hist * 4;
 	}
+	kvd_sampling_put(j, p);
 	(void)d;
 }
 
@@ -263,6 +266,7 @@ int kvd_worker_send_step(struct kvd *d, struct kvd_worker *w, uint32_t kind,
 		if (jobs[i]->cw.kind)
 			len += sizeof(jobs[i]->cw) + jobs[i]->cw.json_len + jobs[i]->cw.name_len +
 			       (size_t)jobs[i]->n_hist * 4;
+		len += kvd_sampling_wire_len(d, jobs[i]);
 	}
 	buf = malloc(len);
 	if (!buf)

@@ -11,7 +11,7 @@
 
 REMOTE_OUT    := $(B)/remote
 REMOTE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fno-strict-aliasing \
-                 -Idaemon/remote -Idaemon/worker -Idaemon/common -Idaemon/kvarenad \
+                 -Idaemon/remote -Idaemon/worker -Idaemon/common -Idaemon/kvarenad -Idaemon/chat \
                  -Idaemon/engine -Ilib -Iinclude/uapi -Ikmod/core
 REMOTE_SAN    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
                  -fno-omit-frame-pointer
