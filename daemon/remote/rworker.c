@@ -73,7 +73,7 @@ struct mirror {
 /* One sequence of the step being served. */
 struct seqwork {
 	struct kvd_step_seq sq;
-	uint32_t *ids;			/* in the message copy: A's ids, then ours */
+	char *ids;			/* in the message copy: A's ids, then ours */
 	uint32_t *atab;			/* A's ids, saved */
 	uint32_t *btab;			/* ours */
 	struct mirror *m;		/* decode */
@@ -516,7 +516,24 @@ static int parse_step(struct rw *r, size_t len, struct kvd_step *st, struct seqw
 		if ((uint64_t)(end - p) < need || !w[i].sq.n_new || w[i].sq.n_blocks > max_blocks ||
 		    (uint64_t)w[i].sq.n_blocks * bt < (uint64_t)w[i].sq.n_kv + w[i].sq.n_new)
 			goto bad;
-		w[i].ids = (uint32_t *)(p + sizeof(*sq) + (size_t)w[i].sq.n_new * 4);
+		if (w[i].sq.flags & KVD_SEQ_SAMPLER) {
+			/* the sampler's state follows (proto.h); its sizes only,
+			 * the local worker checks the rest */
+			struct kvd_sampler_wire sw;
+
+			if ((uint64_t)(end - p) < need + sizeof(sw))
+				goto bad;
+			memcpy(&sw, p + need, sizeof(sw));
+			if (sw.n_bias > KVD_SAMPLER_MAX_ENTRIES || sw.n_context > KVD_SAMPLER_MAX_ENTRIES ||
+			    sw.n_generated > KVD_SAMPLER_MAX_ENTRIES)
+				goto bad;
+			need += sizeof(sw) + (uint64_t)sw.n_bias * 8 + (uint64_t)sw.n_context * 4 +
+				(uint64_t)sw.n_generated * 8;
+			if ((uint64_t)(end - p) < need)
+				goto bad;
+		}
+		/* not aligned: the text of an earlier constraint has any length */
+		w[i].ids = p + sizeof(*sq) + (size_t)w[i].sq.n_new * 4;
 		w[i].atab = malloc((size_t)w[i].sq.n_blocks * 4 + 4);
 		if (!w[i].atab)
 			goto bad;

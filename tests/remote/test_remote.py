@@ -183,10 +183,25 @@ def conversation():
     return [r1, r2], u2
 
 
+def sampled():
+    """Sampling state that travels with every step (seeded), and a
+    grammar-constrained reply."""
+    st, t = http("/v1/chat/completions", {
+        "model": "m", "messages": [{"role": "user", "content": "Name three colours."}],
+        "max_tokens": 24, "temperature": 0.9, "seed": 7, "top_k": 8,
+        "frequency_penalty": 0.7, "logit_bias": {"5": 3}})
+    a = json.loads(t)["choices"][0]["message"]["content"] if st == 200 else "HTTP %d" % st
+    st, t = http("/v1/chat/completions", {
+        "model": "m", "messages": [{"role": "user", "content": "Give me a JSON object."}],
+        "max_tokens": 24, "temperature": 0, "response_format": {"type": "json_object"}})
+    b = json.loads(t)["choices"][0]["message"]["content"] if st == 200 else "HTTP %d" % st
+    return [a, b]
+
+
 def replies():
     out = [chat([{"role": "user", "content": p}])[0] for p in PROMPTS]
     conv, usage2 = conversation()
-    return out + conv, usage2
+    return out + conv + sampled(), usage2
 
 
 def stop_all():
