@@ -46,6 +46,19 @@ $(REMOTE_TEST_XFER): tests/remote/test_xfer.c $(REMOTE_SLIB) daemon/worker/proto
 	$(CC) $(REMOTE_CFLAGS) $(REMOTE_SAN) $< daemon/worker/proto.c $(REMOTE_SLIB) $(LIB_A) \
 		-o $@ $(REMOTE_LIBS) $(LIB_LDLIBS)
 
+# the same, unsanitized, for the Soft-RoCE lane in a TCG guest
+REMOTE_TEST_XFER_PLAIN := $(REMOTE_OUT)/tests/test_xfer_plain
+$(REMOTE_TEST_XFER_PLAIN): tests/remote/test_xfer.c $(REMOTE_LIB) daemon/worker/proto.c $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(REMOTE_CFLAGS) $< daemon/worker/proto.c $(REMOTE_LIB) $(LIB_A) -o $@ \
+		$(REMOTE_LIBS) $(LIB_LDLIBS)
+
+# make check-remote-rxe: UCX over a verbs transport (rdma_rxe) in each guest
+# kernel, the arenas on kvarena.ko
+.PHONY: check-remote-rxe
+check-remote-rxe: modules-guest $(REMOTE_TEST_XFER_PLAIN)
+	@for k in $(GUEST_KERNELS); do tests/remote/run-rxe-guest.sh $$k || exit 1; done
+
 # the authenticated control channel, on loopback
 REMOTE_TEST_CHAN := $(REMOTE_OUT)/tests/test_chan
 $(REMOTE_TEST_CHAN): tests/remote/test_chan.c $(REMOTE_SLIB)
