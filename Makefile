@@ -121,7 +121,12 @@ endif
 -include tests/debug/debug.mk
 # the sandbox before the daemon, which links it
 -include daemon/sandbox/sandbox.mk
+<<<<<<< HEAD
 -include daemon/remote/remote.mk
+=======
+# KV tiers (the daemon links them)
+-include daemon/tier/tier.mk
+>>>>>>> main
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
 

@@ -156,6 +156,7 @@ check-all:
 	$(MAKE) --no-print-directory check-fuzz
 	$(MAKE) --no-print-directory check-chat
 	$(MAKE) --no-print-directory check-api
+	$(MAKE) --no-print-directory check-tier
 	$(MAKE) --no-print-directory check-daemon
 	$(MAKE) --no-print-directory check-remote
 	$(MAKE) --no-print-directory check-sandbox

@@ -918,6 +918,8 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 	c->has_workdir = 1;
 	j->tool_rounds++;
 	j->state = JOB_TOOL_RUNNING;
+	/* keep, spill or discard its KV while the tools run */
+	kvd_tiering_tool_wait(d, c, pred);
 	j->refs++;
 	r->j = j;
 	d->m.tool_rounds++;

@@ -69,6 +69,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->toolwait_min_s = 10;
 	c->toolwait_max_s = 600;
 	c->toolwait_bpf = 1;
+	snprintf(c->tier_direct, sizeof(c->tier_direct), "auto");
+	snprintf(c->tier_fixed, sizeof(c->tier_fixed), "auto");
+	c->tier_queue_depth = 32;
+	c->tier_decisions = 1;
+	c->tier_prefetch = 1;
+	c->tier_margin_ms = 100;
 	c->prefill_workers = 1;
 	c->decode_workers = 1;
 	c->threads_per_worker = 1;
@@ -270,9 +276,37 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
 	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
 	BOOL("kv", "toolwait_bpf", toolwait_bpf);
+<<<<<<< HEAD
 	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
 	U32("workers", "prefill", prefill_workers, 0, 64);
 	U32("workers", "decode", decode_workers, 0, 64);
+=======
+	U32("kv", "ttl_ms", ttl_ms, 0, 86400000);
+	if (!strcmp(sec, "tier") && !strcmp(k, "dir"))
+		return v[0] && v[0] != '/' ? -1 : copy_str(c->tier_dir, sizeof(c->tier_dir), v);
+	if (!strcmp(sec, "tier") && !strcmp(k, "cap_mb")) {
+		char *end;
+		unsigned long long x;
+
+		errno = 0;
+		x = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || x > (1ull << 40))
+			return -1;
+		c->tier_cap_mb = x;
+		return 0;
+	}
+	if (!strcmp(sec, "tier") && (!strcmp(k, "direct") || !strcmp(k, "fixed"))) {
+		if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
+			return -1;
+		return copy_str(!strcmp(k, "direct") ? c->tier_direct : c->tier_fixed, 8, v);
+	}
+	U32("tier", "queue_depth", tier_queue_depth, 1, 1024);
+	BOOL("tier", "decisions", tier_decisions);
+	BOOL("tier", "prefetch", tier_prefetch);
+	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
+	U32("workers", "prefill", prefill_workers, 1, 64);
+	U32("workers", "decode", decode_workers, 1, 64);
+>>>>>>> main
 	U32("workers", "threads", threads_per_worker, 1, 2);
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);

@@ -694,7 +694,8 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 		return -ENOMEM;
 	rc = kva_policy_parse(d->cfg.policy);
 	if (rc >= 0)
-		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm, 0);
+		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm,
+					  d->cfg.ttl_ms);
 	if (rc < 0) {
 		snprintf(err, errlen, "eviction policy %s: %s", d->cfg.policy, strerror(-rc));
 		return rc;
@@ -706,6 +707,7 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
  * kvd_destroy end here alike. */
 static void release(struct kvd *d)
 {
+	kvd_tiering_fini(d);	/* before the arena: I/O may still fill blocks */
 	kvd_agent_fini(d);
 	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
@@ -792,6 +794,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "prefix cache: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_tiering_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_kstate_init(d);
 	if (rc) {
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
@@ -823,9 +828,14 @@ fail:
 
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 {
+	char err[256];
+
 	pthread_mutex_lock(&d->lock);
 	d->cfg.n_tenants = cfg->n_tenants;
 	memcpy(d->cfg.tenants, cfg->tenants, sizeof(cfg->tenants));
+	/* the eviction policy and the tiers' switches change at run time too */
+	if (kvd_tiering_reload(d, cfg, err, sizeof(err)))
+		kvd_log(KVD_LOG_ERR, "core", "reload: %s; keeping the running policy", err);
 	pthread_mutex_unlock(&d->lock);
 }
 

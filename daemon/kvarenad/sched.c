@@ -104,6 +104,8 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 			c->wait_started_ns = now;
 			c->deadline_ns = now + keep * 1000ull;
 			kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
+			/* keep, spill or discard its KV for the wait */
+			kvd_tiering_tool_wait(d, c, pred);
 		} else {
 			c->tool_class = 0;
 			c->deadline_ns = now + (uint64_t)d->cfg.idle_retention_s * 1000000000ull;
@@ -365,6 +367,8 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 
 /* ---- server-side tool rounds ---------------------------------------------- */
 
+static void resume_round(struct kvd *d, struct kvd_job *j);
+
 /* A round's tools ran: append their results as tool turns (the chat
  * template's text), prefill only those tokens, decode the next round. */
 static void tools_done(struct kvd *d, struct kvd_round *r)
@@ -403,6 +407,20 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 		finish(d, j, KVD_FINISH_LENGTH);
 		return;
 	}
+	/* its KV may have gone to disk during the tools: back first */
+	if (kvd_tiering_need_kv(d, c)) {
+		j->state = JOB_KV_WAIT;
+		return;
+	}
+	resume_round(d, j);
+}
+
+/* The round's KV is in the arena: prefill the tool results. */
+static void resume_round(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+	int rc;
+
 	rc = kvd_conv_reserve(d, c, c->n_tokens - c->as.s.n_tokens + 1);
 	if (rc) {
 		fail(d, j, rc == -EDQUOT ? KVD_ERR_QUOTA : KVD_ERR_BUSY,
@@ -488,6 +506,9 @@ static int admit(struct kvd *d, struct kvd_job *j)
 		(void)sess_hit;
 	}
 	c = j->conv;
+	/* its KV may be on disk: the job waits for the restore */
+	if (kvd_tiering_need_kv(d, c))
+		return 1;
 	rc = kvd_conv_open_kv(d, c);
 	if (rc == -ENOSPC || rc == -EBUSY) {
 		kvd_make_room(d, 1);
@@ -589,14 +610,21 @@ static void run_jobs(struct kvd *d)
 			pp = &j->next;
 			continue;
 		}
+		if (j->state == JOB_KV_WAIT) {
+			if (!kvd_tiering_need_kv(d, j->conv))
+				resume_round(d, j);
+			pp = &j->next;
+			continue;
+		}
 		if (j->state == JOB_QUEUED) {
 			int rc = wait_for_shared_prefill(d, j) ? 1 : admit(d, j);
 
-			if (rc == 1 && !running) {
-				/* nothing running will free blocks for it */
+			if (rc == 1 && !running && !kvd_tiering_busy(d)) {
+				/* nothing running will free blocks for it (nor
+				 * will a spill or restore in flight) */
 				kvd_make_room(d, d->geom.blocks_total);
 				rc = admit(d, j);
-				if (rc == 1) {
+				if (rc == 1 && !kvd_tiering_busy(d)) {
 					fail(d, j, KVD_ERR_BUSY,
 					     "the KV arena cannot hold this conversation");
 					rc = -ENOSPC;
@@ -731,8 +759,11 @@ static int on_result(struct kvd *d, struct kvd_worker *w, const char *p, size_t 
 		release_inflight(d, w);
 		return 0;
 	}
-	if (w->step_kind == KVD_STEP_PREFILL)
+	if (w->step_kind == KVD_STEP_PREFILL) {
 		kvd_hist_add(&d->m.prefill_ms, (double)r.compute_ns / 1e6);
+		/* what recomputing costs, for the keep/spill/discard choice */
+		kvd_tiering_prefill_observed(d, w->queued_tokens, r.compute_ns);
+	}
 	if (r.n_seq != w->n_inflight)
 		return -EPROTO;
 	d->m.kv_bytes_copied += r.kv_bytes;
@@ -917,10 +948,10 @@ static void expire_convs(struct kvd *d, uint64_t now)
 
 	for (c = d->convs; c; c = next) {
 		next = c->next;
-		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns)
+		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns || c->tier_op)
 			continue;
 		kvd_log(KVD_LOG_DEBUG, "sched", "%s: retention over, KV released", c->id);
-		kvd_conv_drop_kv(d, c);
+		kvd_tiering_expire(d, c);
 	}
 }
 
@@ -943,13 +974,13 @@ void *kvd_sched_main(void *arg)
 	size_t cap = 0;
 	uint32_t i;
 
-	pfd = calloc(d->n_workers + 2, sizeof(*pfd));
+	pfd = calloc(d->n_workers + 3, sizeof(*pfd));
 	if (!pfd)
 		return NULL;
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		uint64_t now = kvd_now_ns();
-		int n = 0, timeout = 250, rc;
+		int n = 0, timeout = 250, rc, next;
 		uint64_t cnt;
 
 		reap_and_restart(d, now);
@@ -965,6 +996,10 @@ void *kvd_sched_main(void *arg)
 			while ((r = kvd_agent_next_done(d)))
 				tools_done(d, r);
 		}
+		/* spills and restores done, prefetches and overruns due */
+		next = kvd_tiering_poll(d, now);
+		if (next >= 0 && next < timeout)
+			timeout = next;
 		run_jobs(d);
 		kvd_kstate_flush(d);
 		expire_convs(d, now);
@@ -972,6 +1007,10 @@ void *kvd_sched_main(void *arg)
 		pfd[n++].events = POLLIN;
 		if (kvd_kstate_fd(d) >= 0) {
 			pfd[n].fd = kvd_kstate_fd(d);
+			pfd[n++].events = POLLIN;
+		}
+		if (kvd_tiering_fd(d) >= 0) {
+			pfd[n].fd = kvd_tiering_fd(d);
 			pfd[n++].events = POLLIN;
 		}
 		for (i = 0; i < d->n_workers; i++) {
@@ -991,6 +1030,8 @@ void *kvd_sched_main(void *arg)
 				kvd_kstate_poll(d);
 			n++;
 		}
+		if (kvd_tiering_fd(d) >= 0)
+			n++;	/* reaped at the top of the loop */
 		for (i = 0; i < d->n_workers; i++, n++) {
 			struct kvd_worker *w = &d->workers[i];
 
