@@ -276,11 +276,6 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
 	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
 	BOOL("kv", "toolwait_bpf", toolwait_bpf);
-<<<<<<< HEAD
-	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
-	U32("workers", "prefill", prefill_workers, 0, 64);
-	U32("workers", "decode", decode_workers, 0, 64);
-=======
 	U32("kv", "ttl_ms", ttl_ms, 0, 86400000);
 	if (!strcmp(sec, "tier") && !strcmp(k, "dir"))
 		return v[0] && v[0] != '/' ? -1 : copy_str(c->tier_dir, sizeof(c->tier_dir), v);
@@ -304,9 +299,9 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	BOOL("tier", "decisions", tier_decisions);
 	BOOL("tier", "prefetch", tier_prefetch);
 	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
-	U32("workers", "prefill", prefill_workers, 1, 64);
-	U32("workers", "decode", decode_workers, 1, 64);
->>>>>>> main
+	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
+	U32("workers", "prefill", prefill_workers, 0, 64);
+	U32("workers", "decode", decode_workers, 0, 64);
 	U32("workers", "threads", threads_per_worker, 1, 2);
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);
