@@ -50,6 +50,14 @@ struct range {
 };
 
 static int fails;
+
+/* How long a flush may take: KVR_TEST_FLUSH_MS (a TCG guest is slow). */
+static int flush_ms(void)
+{
+	const char *v = getenv("KVR_TEST_FLUSH_MS");
+
+	return v ? atoi(v) : 10000;
+}
 #define CHECK(c, ...) do { if (!(c)) { fails++; fprintf(stderr, "FAIL %s:%d: ", \
 	__FILE__, __LINE__); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 
@@ -116,7 +124,10 @@ static int setup(struct side *s, uint64_t bytes, uint32_t n)
 	int rc;
 
 	test_geom(&s->g, bytes);
-	rc = kva_open(KVA_BACKEND_AUTO, &s->dev);
+	/* KVR_TEST_BACKEND=kernel|memfd; default: the module when it opens */
+	rc = kva_open(!getenv("KVR_TEST_BACKEND") ? KVA_BACKEND_AUTO :
+		      !strcmp(getenv("KVR_TEST_BACKEND"), "kernel") ? KVA_BACKEND_KERNEL :
+		      KVA_BACKEND_MEMFD, &s->dev);
 	if (rc)
 		return rc;
 	ap.bytes = bytes;
@@ -172,9 +183,10 @@ static int send_info(int sock, struct side *s)
 	return rc;
 }
 
-/* Peer's geometry and block ids; connects s->peer. */
+/* Peer's geometry and block ids; the client connects s->peer (the server
+ * only serves: one endpoint, one direction, as between the daemons). */
 static int recv_info(int sock, struct side *s, struct kvd_kv_geom *pg, uint32_t *pids,
-		     uint32_t *pn)
+		     uint32_t *pn, int connect)
 {
 	void *buf = NULL;
 	size_t cap = 0, len;
@@ -196,7 +208,7 @@ static int recv_info(int sock, struct side *s, struct kvd_kv_geom *pg, uint32_t 
 	}
 	memcpy(pids, p + sizeof(*pg) + 4, *pn * 4u);
 	p += sizeof(*pg) + 4 + *pn * 4u;
-	rc = kvr_peer_connect(s->x, p, len - (size_t)(p - (char *)buf), &s->peer, err,
+	rc = !connect ? 0 : kvr_peer_connect(s->x, p, len - (size_t)(p - (char *)buf), &s->peer, err,
 			      sizeof(err));
 	if (rc)
 		fprintf(stderr, "connect: %s\n", err);
@@ -263,7 +275,7 @@ static int serve(int port)
 	       kva_dev_backend(s.dev) == KVA_BACKEND_KERNEL ? "kernel" : "memfd");
 	fflush(stdout);
 	sock = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (sock < 0 || send_info(sock, &s) || recv_info(sock, &s, &pg, pids, &pn))
+	if (sock < 0 || send_info(sock, &s) || recv_info(sock, &s, &pg, pids, &pn, 0))
 		return 2;
 	for (;;) {
 		struct pollfd pfd[2] = { { sock, POLLIN, 0 }, { kvr_xfer_fd(s.x), POLLIN, 0 } };
@@ -324,7 +336,7 @@ static int client(const char *hostport, int stream)
 	}
 	fill(&s, 2);
 	sock = tcp_connect(hostport);
-	if (sock < 0 || recv_info(sock, &s, &pg, pids, &pn) || send_info(sock, &s)) {
+	if (sock < 0 || recv_info(sock, &s, &pg, pids, &pn, 1) || send_info(sock, &s)) {
 		fprintf(stderr, "client: cannot reach %s\n", hostport);
 		return 2;
 	}
@@ -363,7 +375,7 @@ static int client(const char *hostport, int stream)
 		      "pull block %u", i);
 	CHECK(!kvr_move_range(s.peer, KVR_PULL, &s.g, s.ids[8], &pg, pids[8], 3, 11),
 	      "pull range");
-	rc = kvr_peer_flush(s.peer, 10000, NULL, NULL);
+	rc = kvr_peer_flush(s.peer, flush_ms(), NULL, NULL);
 	CHECK(!rc, "flush after pulls: %d", rc);
 	for (i = 0; i < 10; i++) {
 		const uint8_t *b = (uint8_t *)s.base + kvr_block_off(&s.g, s.ids[i]);
@@ -384,7 +396,7 @@ static int client(const char *hostport, int stream)
 	      "push positions");
 	CHECK(!kvr_move_range(s.peer, KVR_PUSH, &s.g, s.ids[30], &pg, pids[31], 0, 16),
 	      "push block");
-	rc = kvr_peer_flush(s.peer, 10000, NULL, NULL);
+	rc = kvr_peer_flush(s.peer, flush_ms(), NULL, NULL);
 	CHECK(!rc, "flush after pushes: %d", rc);
 	r[nr++] = (struct range){ 20, 5, 16, 2 | 20u << 16 };
 	r[nr++] = (struct range){ 21, 0, 16, 2 | 21u << 16 };
@@ -411,7 +423,7 @@ static int client(const char *hostport, int stream)
 		      -EINVAL, "block id past the peer's arena");
 	CHECK(kvr_move_range(s.peer, KVR_PUSH, &s.g, s.ids[0], &pg, pids[0], 4, 4) == -EINVAL,
 	      "empty range");
-	CHECK(!kvr_peer_flush(s.peer, 10000, NULL, NULL), "nothing was issued by refusals");
+	CHECK(!kvr_peer_flush(s.peer, flush_ms(), NULL, NULL), "nothing was issued by refusals");
 	kvd_msg_send(sock, MSG_BYE, NULL, 0, -1);
 	free(buf);
 	close(sock);
