@@ -91,6 +91,9 @@ void kvd_config_defaults(struct kvd_config *c)
 	snprintf(c->tools_workdir_root, sizeof(c->tools_workdir_root),
 		 "/var/lib/kvarenad/tools");
 	c->tools_result_bytes = 16384;
+	c->tools_threads = 4;
+	c->tools_concurrency = 2;
+	c->tools_disk_mb = 1024;
 	c->remote_heartbeat_ms = 1000;
 	c->remote_timeout_ms = 5000;
 	c->remote_join_grace_s = 30;
@@ -214,6 +217,8 @@ static int set_mcp(struct kvd_config *c, const char *name, const char *k, const 
 		return parse_u32(v, 10, 3600000, &u) ? -1 : (m->restart_backoff_max_ms = u, 0);
 	if (!strcmp(k, "healthy_ms"))
 		return parse_u32(v, 10, 86400000, &u) ? -1 : (m->healthy_ms = u, 0);
+	if (!strcmp(k, "per_tenant"))
+		return parse_bool(v, &m->per_tenant);
 	return -2;
 }
 
@@ -329,6 +334,9 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		return v[0] != '/' ? -1 : copy_str(c->tools_workdir_root,
 						    sizeof(c->tools_workdir_root), v);
 	U32("tools", "result_bytes", tools_result_bytes, 256, 1 << 20);
+	U32("tools", "threads", tools_threads, 1, 64);
+	U32("tools", "tool_concurrency", tools_concurrency, 1, 64);
+	U32("tools", "tool_disk_mb", tools_disk_mb, 0, 1u << 30);
 	STR("remote", "listen", remote_listen);
 	if (!strcmp(sec, "remote") && !strcmp(k, "secret_file"))
 		return v[0] != '/' ? -1 : copy_str(c->remote_secret_file,
@@ -377,6 +385,12 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return parse_u32(v, 0, 1 << 20, &t->kv_blocks);
 		if (!strcmp(k, "server_tools"))
 			return parse_bool(v, &t->server_tools);
+		if (!strcmp(k, "tool_concurrency"))
+			return parse_u32(v, 1, 64, &t->tool_concurrency);
+		if (!strcmp(k, "tool_disk_mb")) {
+			t->has_tool_disk = 1;
+			return parse_u32(v, 0, 1u << 30, &t->tool_disk_mb);
+		}
 	}
 	return -2;
 #undef U32

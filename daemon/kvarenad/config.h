@@ -20,6 +20,9 @@ struct kvd_tenant_cfg {
 	uint64_t tokens_per_min;	/* prompt + completion; 0: unlimited */
 	uint32_t kv_blocks;		/* blocks held at once; 0: unlimited */
 	int server_tools;		/* may use server-side tools */
+	uint32_t tool_concurrency;	/* its tool calls at once; 0: [tools]' */
+	uint32_t tool_disk_mb;		/* its work directories' bytes; 0: no cap */
+	int has_tool_disk;		/* tool_disk_mb set here, else [tools]' */
 };
 
 /* [mcp.NAME]: an MCP tool server (stdio) started in the sandbox; its
@@ -43,6 +46,9 @@ struct kvd_mcp_cfg {
 	uint32_t restart_backoff_ms;
 	uint32_t restart_backoff_max_ms;
 	uint32_t healthy_ms;
+	/* an instance per tenant (its own process, state and back-off),
+	 * started on that tenant's first call; else one shared by all */
+	int per_tenant;
 };
 
 enum kvd_handoff { KVD_HANDOFF_ARENA = 0, KVD_HANDOFF_COPY = 1 };
@@ -120,6 +126,9 @@ struct kvd_config {
 	uint32_t tools_max_rounds;	/* tool rounds per request */
 	char tools_workdir_root[512];	/* per-session work directories */
 	uint32_t tools_result_bytes;	/* tool output given to the model, per call */
+	uint32_t tools_threads;		/* calls running at once, all tenants */
+	uint32_t tools_concurrency;	/* per tenant, unless its section says */
+	uint32_t tools_disk_mb;		/* per tenant, unless its section says; 0: no cap */
 	/* [mcp.NAME] sections */
 	uint32_t n_mcp;
 	struct kvd_mcp_cfg mcp[KVD_MAX_MCP];

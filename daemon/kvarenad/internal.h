@@ -60,6 +60,8 @@ struct kvd_conv {
 	uint64_t deadline_ns;		/* KV retention ends */
 	int delete_pending;		/* DELETE while a step held a lease */
 	int has_workdir;		/* server-side tools made its work dir */
+	uint64_t tool_disk;		/* its bytes, out of its tenant's tool disk */
+	uint32_t tool_tslot;		/* that tenant's entry in the tool pool */
 	/* tiering.c: the KV's other places */
 	uint64_t tier_key;		/* its spill files' key (random) */
 	struct kvd_tticket *tier_op;	/* a spill or restore in flight */
@@ -195,7 +197,8 @@ struct kvd_prefix {
 
 #define KVD_MAX_TOOL_CLASSES 256
 struct kvd_toolclass {
-	char name[64];
+	char name[64];			/* the tool */
+	char tenant[64];		/* whose ("": requests without a tenant) */
 	struct kva_toolwait_hist hist;	/* the daemon's own measurements */
 };
 
@@ -404,7 +407,10 @@ uint32_t kvd_blocks_free(struct kvd *d);
 uint32_t kvd_make_room(struct kvd *d, uint32_t want);
 
 /* toolwait.c */
-uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len);
+/* A tool's class for a tenant (its id, 0: none): each tenant's tools
+ * have classes of their own, so one tenant's waits shape neither the
+ * kernel's nor the daemon's prediction for another (toolwait.c). */
+uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len);
 uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
 /* Expected time left of a wait that has lasted elapsed_us (hint: its
  * prediction at the start): the class histogram's conditional mean. */
@@ -471,6 +477,9 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);
+/* Where this process reaches a session's work directory (the sandbox's
+ * spawner holds its mount): for tests and operators looking in. */
+void kvd_agent_workdir_view(const struct kvd *d, const char *session, char *out, size_t n);
 /* Bits of the declarations kvd_server_tools() lists (request bit i = the
  * i-th declaration; jobs keep the same bits). */
 uint32_t kvd_agent_decl_mask(const struct kvd *d);
@@ -486,12 +495,13 @@ struct json_t;
  * in err. */
 struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
 				 struct json_t **tools, char *err, size_t errlen);
-/* One tools/call, serialised per server, restarting a stopped server
+/* One tools/call for a tenant (its instance with per_tenant, else the
+ * shared one), serialised per instance, restarting a stopped one
  * first (after its back-off: -EAGAIN before), refusing a tool it no
  * longer lists (-ENOENT); the text content (or the error) in res. 0 or a
  * negative errno. */
-int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_t args_len,
-		 struct kva_toolwait *tw, const struct kva_toolwait_key *key,
+int kvd_mcp_call(struct kvd_mcpsrv *s, const char *tenant, const char *name, const char *args,
+		 size_t args_len, struct kva_toolwait *tw, const struct kva_toolwait_key *key,
 		 struct kvs_result *res, int *restarted);
 const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
 void kvd_mcp_free(struct kvd_mcpsrv *s);

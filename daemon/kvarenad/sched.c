@@ -34,12 +34,13 @@
 
 /* How many tool calls the reply's text ends its round with (the model
  * family's syntax, daemon/chat), and the first one's tool class. */
-static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
+static uint32_t tool_calls(struct kvd *d, uint32_t tenant, const char *text, size_t len,
+			   uint32_t *cls)
 {
 	char name[TC_MAX_NAME + 1];
 	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = n > 0 ? kvd_toolclass(d, name, strlen(name)) : 0;
+	*cls = n > 0 ? kvd_toolclass(d, tenant, name, strlen(name)) : 0;
 	return n > 0 ? (uint32_t)n : 0;
 }
 
@@ -93,8 +94,8 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 		if (c->delete_pending || !d->cfg.retention) {
 			kvd_conv_free(d, c);
 		} else if (j->round_start <= j->gen_len &&
-			   tool_calls(d, j->gen + j->round_start, j->gen_len - j->round_start,
-				      &cls)) {
+			   tool_calls(d, j->tenant, j->gen + j->round_start,
+				      j->gen_len - j->round_start, &cls)) {
 			uint64_t pred = kvd_toolwait_predict_us(d, cls), keep = pred * 4;
 			uint64_t lo = (uint64_t)d->cfg.toolwait_min_s * 1000000ull;
 			uint64_t hi = (uint64_t)d->cfg.toolwait_max_s * 1000000ull;

@@ -52,6 +52,13 @@ $(TIER_TEST): tests/tier/test_tier.c $(TIER_SLIB) $(LIB_A) $(TIER_HDRS)
 check-tier: $(TIER_TEST)
 	ASAN_OPTIONS=detect_leaks=1 $(TIER_TEST) $(TIER_OUT)/tests
 
+# Unsanitized, for the guests (tests/daemon/run-guest-tier.sh).
+TIER_TEST_G := $(TIER_OUT)/tests/test_tier_guest
+$(TIER_TEST_G): tests/tier/test_tier.c $(TIER_LIB) $(LIB_A) $(TIER_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(TIER_CFLAGS) -Ilib -Iinclude/uapi $< $(TIER_LIB) $(LIB_A) -o $@ \
+		-lcunit $(TIER_LIBS) $(LIB_LDLIBS)
+
 # BENCH=tier: an 8k-token session through the tier against fio, and
 # restoring it against recomputing it (tools/bench/run-bench.sh)
 $(TIER_BENCH): tools/bench/tier/kvt-bench.c $(TIER_LIB) $(ENGINE_LIB) $(LIB_A) $(TIER_HDRS)
