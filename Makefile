@@ -126,6 +126,8 @@ endif
 -include daemon/remote/remote.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
+# the trace replayer's smoke test (after the daemon's test binaries)
+-include tools/replay/replay.mk
 
 # what users run (the README's build): the daemon and the model maker too
 all: daemon $(ENGINE_MKMODEL)

@@ -68,6 +68,7 @@ struct kvd_conv {
 	uint64_t tier_file;		/* a spill file of tokens [0, tier_file_tokens) */
 	uint32_t tier_file_tokens;
 	uint64_t tier_file_hash;
+	uint64_t *tier_bhash;		/* its blocks' chained token hashes */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
