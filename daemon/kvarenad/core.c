@@ -364,6 +364,16 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 
 	if (c->kind == KVD_CONSTRAIN_NONE)
 		return 0;
+	/* the decoder writes Hermes calls only: for another family's syntax
+	 * "auto" goes unconstrained and a forced call is refused */
+	if (c->kind == KVD_CONSTRAIN_TOOLS && chat_template_syntax(d->chat) != TC_SYN_HERMES) {
+		if (c->lazy)
+			return 0;
+		set_err(err, KVD_ERR_INVALID, "tool_choice", NULL,
+			"this model's tool-call syntax (%s) cannot be enforced: use tool_choice 'auto'",
+			chat_template_family(d->chat));
+		return -EINVAL;
+	}
 	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
 	    c->json_len > KVC_MAX_SPEC_BYTES) {
 		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
