@@ -328,6 +328,8 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		if (g->stream && g->ops->call_args)
 			g->ops->call_args(g, c, text, len);
 		break;
+	case TC_REASONING:	/* not asked for: it stays in the content */
+		break;
 	case TC_CALL_END:
 		sb_add(&c->call_text, "", 1);
 		c->n_calls++;
@@ -684,7 +686,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		if (a->stools && cr->tool_choice == CHAT_TOOLS_AUTO &&
 		    kvd_server_tools_allowed(a->d, tenant) && offer_stools(g, cr))
 			goto nomem;
-		struct chat_conv conv = { cr->msgs, cr->n_msgs, cr->tools, cr->n_tools };
+		struct chat_conv conv = { .msgs = cr->msgs, .n_msgs = cr->n_msgs,
+					  .tools = cr->tools, .n_tools = cr->n_tools };
 		char why[200];
 		int r;
 

@@ -813,7 +813,8 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 
 static enum MHD_Result count_tokens(struct req *q, struct gen *g)
 {
-	struct chat_conv conv = { g->cr.msgs, g->cr.n_msgs, g->cr.tools, g->cr.n_tools };
+	struct chat_conv conv = { .msgs = g->cr.msgs, .n_msgs = g->cr.n_msgs,
+				  .tools = g->cr.tools, .n_tools = g->cr.n_tools };
 	char why[200];
 	int n, rc = chat_render(q->a->tmpl, &conv, &g->prompt, why, sizeof(why));
 

@@ -165,7 +165,9 @@ int turn_cache_apply(struct turn_cache *c, const struct chat_template *tmpl, uin
 {
 	int used = 0;
 
-	if (!c)
+	/* chatml renders an assistant turn's text as it is; families that
+	 * rewrite earlier turns (a think block dropped) would not */
+	if (!c || strcmp(chat_template_family(tmpl), "chatml"))
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		struct chat_msg *m = &msgs[i];

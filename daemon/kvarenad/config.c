@@ -94,6 +94,9 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->tools_threads = 4;
 	c->tools_concurrency = 2;
 	c->tools_disk_mb = 1024;
+	c->remote_heartbeat_ms = 1000;
+	c->remote_timeout_ms = 5000;
+	c->remote_join_grace_s = 30;
 }
 
 static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -338,8 +341,9 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	BOOL("tier", "decisions", tier_decisions);
 	BOOL("tier", "prefetch", tier_prefetch);
 	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
-	U32("workers", "prefill", prefill_workers, 1, 64);
-	U32("workers", "decode", decode_workers, 1, 64);
+	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
+	U32("workers", "prefill", prefill_workers, 0, 64);
+	U32("workers", "decode", decode_workers, 0, 64);
 	U32("workers", "threads", threads_per_worker, 1, 2);
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);
@@ -370,6 +374,21 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("tools", "threads", tools_threads, 1, 64);
 	U32("tools", "tool_concurrency", tools_concurrency, 1, 64);
 	U32("tools", "tool_disk_mb", tools_disk_mb, 0, 1u << 30);
+	STR("remote", "listen", remote_listen);
+	if (!strcmp(sec, "remote") && !strcmp(k, "secret_file"))
+		return v[0] != '/' ? -1 : copy_str(c->remote_secret_file,
+						    sizeof(c->remote_secret_file), v);
+	U32("remote", "prefill", remote_prefill, 0, 64);
+	U32("remote", "decode", remote_decode, 0, 64);
+	STR("remote", "ucx_tls", remote_ucx_tls);
+	STR("remote", "ucx_devices", remote_ucx_devices);
+	U32("remote", "heartbeat_ms", remote_heartbeat_ms, 50, 600000);
+	U32("remote", "timeout_ms", remote_timeout_ms, 100, 3600000);
+	U32("remote", "join_grace_s", remote_join_grace_s, 0, 86400 * 7);
+	STR("events", "endpoint", events_endpoint);
+	STR("events", "replay_endpoint", events_replay);
+	STR("events", "topic", events_topic);
+	BOOL("events", "allow_remote", events_allow_remote);
 	if (!strcmp(sec, "log") && !strcmp(k, "level")) {
 		static const char *const lv[] = { "error", "warn", "info", "debug" };
 
@@ -524,6 +543,29 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 							 c->tenants[i].name, c->tenants[j].name);
 						return -1;
 					}
+	}
+	if (!c->prefill_workers && !c->remote_prefill) {
+		snprintf(err, errlen, "no prefill worker: [workers] prefill or [remote] prefill "
+			 "must be at least 1");
+		return -1;
+	}
+	if (!c->decode_workers && !c->remote_decode) {
+		snprintf(err, errlen, "no decode worker: [workers] decode or [remote] decode "
+			 "must be at least 1");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode &&
+	    (!c->remote_listen[0] || !c->remote_secret_file[0])) {
+		snprintf(err, errlen, "[remote] slots need listen and secret_file");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode && c->handoff == KVD_HANDOFF_COPY) {
+		snprintf(err, errlen, "[remote] workers need [kv] handoff = arena");
+		return -1;
+	}
+	if (c->remote_timeout_ms < 2 * c->remote_heartbeat_ms) {
+		snprintf(err, errlen, "[remote] timeout_ms must be at least twice heartbeat_ms");
+		return -1;
 	}
 	for (i = 0; i < c->n_mcp; i++)
 		if (!c->mcp[i].command[0]) {

@@ -150,6 +150,19 @@ struct kvd_config {
 	/* [tenant.NAME] sections */
 	uint32_t n_tenants;
 	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];
+	/* [remote]: worker hosts on other machines (Documentation/remote.md) */
+	char remote_listen[128];	/* HOST:PORT they join; "": none */
+	char remote_secret_file[512];	/* the pre-shared key */
+	uint32_t remote_prefill, remote_decode;	/* remote worker slots */
+	char remote_ucx_tls[64];	/* UCX_TLS for the transfers; "": UCX's choice */
+	char remote_ucx_devices[128];	/* UCX_NET_DEVICES; "": all */
+	uint32_t remote_heartbeat_ms, remote_timeout_ms;
+	uint32_t remote_join_grace_s;	/* requests wait this long for a host */
+	/* [events]: the prefix cache's block events for KV-aware routers */
+	char events_endpoint[256];	/* ZeroMQ PUB endpoint; "": off */
+	char events_replay[256];	/* ROUTER endpoint for replays; "": none */
+	char events_topic[256];		/* "": kv@HOSTNAME@MODEL */
+	int events_allow_remote;	/* tcp beyond loopback */
 	/* [log] */
 	int log_level;
 	char config_path[512];

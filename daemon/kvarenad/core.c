@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -463,6 +464,16 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 
 	if (c->kind == KVD_CONSTRAIN_NONE)
 		return 0;
+	/* the decoder writes Hermes calls only: for another family's syntax
+	 * "auto" goes unconstrained and a forced call is refused */
+	if (c->kind == KVD_CONSTRAIN_TOOLS && chat_template_syntax(d->chat) != TC_SYN_HERMES) {
+		if (c->lazy)
+			return 0;
+		set_err(err, KVD_ERR_INVALID, "tool_choice", NULL,
+			"this model's tool-call syntax (%s) cannot be enforced: use tool_choice 'auto'",
+			chat_template_family(d->chat));
+		return -EINVAL;
+	}
 	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
 	    c->json_len > KVC_MAX_SPEC_BYTES) {
 		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
@@ -808,6 +819,7 @@ static void release(struct kvd *d)
 {
 	kvd_tiering_fini(d);	/* before the arena: I/O may still fill blocks */
 	kvd_agent_fini(d);
+	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	free(d->block_users);
@@ -837,6 +849,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	d->cfg = *cfg;
 	d->self_exe = self_exe;
 	d->data_fd = -1;
+	d->remote_lfd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -899,6 +912,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_remote_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_workers_start(d);
 	if (rc) {
 		snprintf(err, errlen, "workers: %s", strerror(-rc));

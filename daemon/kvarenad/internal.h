@@ -68,6 +68,7 @@ struct kvd_conv {
 	uint64_t tier_file;		/* a spill file of tokens [0, tier_file_tokens) */
 	uint32_t tier_file_tokens;
 	uint64_t tier_file_hash;
+	uint64_t *tier_bhash;		/* its blocks' chained token hashes */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
@@ -173,6 +174,8 @@ struct kvd_worker {
 	uint64_t next_start_ns;		/* backoff after failures */
 	uint64_t started_ns;
 	char backend[32];
+	int remote;			/* a link to a remote host (daemon/remote) */
+	uint64_t joined_ns;		/* remote: last seen with a host joined */
 };
 
 /* ---- prefix cache ----------------------------------------------------- */
@@ -302,6 +305,10 @@ struct kvd {
 	uint32_t n_classes;
 	struct kvd_metrics m;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
+	/* daemon/remote: remote worker hosts, KV events (hooks.h) */
+	int remote_lfd;			/* where hosts join, or -1 */
+	uint64_t remote_started_ns;
+	struct kvr_events *kvev;	/* NULL: no [events] endpoint */
 	char startup_note[256];
 	char fingerprint[24];		/* kvd_system_fingerprint() */
 #ifdef KVD_TEST_HOOKS

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "kvsandbox.h"
 
@@ -152,7 +153,23 @@ char *kvd_metrics_text(struct kvd *d)
 	gauge(&o, "kv_blocks_used", "KV blocks held (sessions and the prefix cache).",
 	      ai.blocks_total - ai.blocks_free);
 	gauge(&o, "kv_blocks_cached", "KV blocks indexed by the prefix cache.", d->prefix.n);
+	{
+		uint32_t held = 0, b;
+
+		for (b = 0; d->block_users && b < d->geom.blocks_total; b++)
+			held += d->block_users[b] != 0;
+		gauge(&o, "kv_blocks_conversations",
+		      "KV blocks some conversation holds (the rest of the used ones: the prefix "
+		      "cache's alone).", held);
+	}
 	gauge(&o, "kv_block_bytes", "Bytes of one arena block.", ai.block_size);
+	{
+		char rm[4096];
+
+		/* the same load under the names KV-aware routers read */
+		if (kvd_router_metrics(d, rm, sizeof(rm), queued, running, &ai) < (int)sizeof(rm))
+			put(&o, "%s", rm);
+	}
 	pthread_mutex_unlock(&d->lock);
 
 	counter(&o, "requests_total", "Completions admitted.", m.requests);

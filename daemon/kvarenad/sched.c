@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -236,13 +237,23 @@ size_t kvd_utf8_clean(const char *in, size_t n, char *out)
  * the test, driving the daemon over HTTP, leaves the next scripted reply in
  * the file $KVD_TEST_REPLY_FILE; the first round to start takes it (read,
  * then removed), so it stands for exactly one round of one request. */
-static void test_reply_from_file(struct kvd *d)
+static void test_reply_from_file(struct kvd *d, const struct kvd_job *j)
 {
 	const char *path = getenv("KVD_TEST_REPLY_FILE");
+	const char *dir = getenv("KVD_TEST_REPLY_DIR");
+	char per_key[600];
 	char *buf;
 	size_t n;
 	FILE *f;
 
+	/* the trace replayer's server-side tool mode (tools/replay/): the
+	 * reply of the request naming KEY is in DIR/KEY.reply */
+	if (dir && *dir && j->session_key && strlen(j->session_key) < 128 &&
+	    strspn(j->session_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "0123456789_-") == strlen(j->session_key)) {
+		snprintf(per_key, sizeof(per_key), "%s/%s.reply", dir, j->session_key);
+		path = per_key;
+	}
 	if (!path || !*path || d->n_test_replies)
 		return;
 	f = fopen(path, "re");
@@ -279,7 +290,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	 * test model never calls a tool); its tokens get KV with the next
 	 * prefill, as a client's text would */
 	if (j->round_tokens == 0)
-		test_reply_from_file(d);
+		test_reply_from_file(d, j);
 	if (j->round_tokens == 0 && d->n_test_replies) {
 		char *txt = d->test_replies[0];
 		size_t tl = strlen(txt);
@@ -586,7 +597,8 @@ static int workers_up(struct kvd *d, uint32_t role)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6)
+		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6 &&
+		    kvd_worker_joinable(d, &d->workers[i]))
 			return 1;
 	return 0;
 }
@@ -963,7 +975,8 @@ static int all_ready(struct kvd *d)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY)
+		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY &&
+		    !d->workers[i].remote)	/* a remote host joins when it will */
 			return 0;
 	return 1;
 }
