@@ -11,11 +11,12 @@
 # constrained (decode under a tool-call grammar vs free, in the same run,
 # and JSON Schema compile time), tier (an 8k-token session spilled and
 # restored by the disk tier against fio on the same file system, restore
-# against recompute).
+# against recompute), remote (KV host to host over UCX against
+# ucx_perftest, remote decode's first token against one host's; root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve sandbox constrained tier)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained tier remote)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -115,10 +116,11 @@ bench_handoff() {
 }
 
 # serve: kvarenad under 16 concurrent multi-turn conversations (15M model),
-# and resuming a 2k-token conversation with its KV kept vs recomputed.
+# resuming a 2k-token conversation with its KV kept vs recomputed, and the
+# same resume by previous_response_id vs resending the history (bytes, TTFT).
 bench_serve() {
 	local m=build/bench/serve-15m-q8.gguf
-	forget '(serve_|resume_)'
+	forget '(serve_|resume_|responses_resume_)'
 	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
 	[ -f "$m" ] || build/bin/kva-mkmodel --dim 288 --layers 6 --heads 6 --ffn 768 \
 		--vocab 32000 --ctx 4096 --type q8_0 -o "$m" >/dev/null
@@ -203,6 +205,13 @@ bench_tier() {
 	rm -rf "$dir"
 }
 
+# remote: two network namespaces, UCX over TCP (tools/bench/remote/)
+bench_remote() {
+	make --no-print-directory build/bin/kvr-bench build/bin/kvarenad build/bin/kva-mkmodel \
+		>/dev/null
+	tools/bench/remote/run-remote-bench.sh >/dev/null
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
@@ -214,6 +223,7 @@ for b in "${want[@]}"; do
 	sandbox) bench_sandbox ;;
 	constrained) bench_constrained ;;
 	tier) bench_tier ;;
+	remote) bench_remote ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done
