@@ -84,6 +84,7 @@ struct kvd_call {
 	int restarted;			/* its MCP server was started again */
 	char *name, *args;
 	size_t args_len;
+	char id[TC_ID_LEN + 1];		/* the call's id (its result names it) */
 	/* result, written by the pool thread */
 	struct kvs_result res;
 	int rc;
@@ -240,8 +241,8 @@ int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
 	if (!d->cfg.n_tenants)
 		ok = 1;
 	else
-		ok = tenant && tenant <= d->cfg.n_tenants &&
-		     d->cfg.tenants[tenant - 1].server_tools;
+		ok = kvd_tenant_slot(d, tenant) &&
+		     d->cfg.tenants[kvd_tenant_slot(d, tenant) - 1].server_tools;
 	pthread_mutex_unlock(&d->lock);
 	return ok;
 }
@@ -985,8 +986,8 @@ static int tool_index(const struct kvd_agent *a, const char *name)
  * held: a reload may have changed them). */
 static void tenant_of(struct kvd *d, uint32_t tenant, struct kvd_round *r)
 {
-	const struct kvd_tenant_cfg *t = tenant && tenant <= d->cfg.n_tenants ?
-					 &d->cfg.tenants[tenant - 1] : NULL;
+	uint32_t slot = kvd_tenant_slot(d, tenant);
+	const struct kvd_tenant_cfg *t = slot ? &d->cfg.tenants[slot - 1] : NULL;
 
 	snprintf(r->tenant, sizeof(r->tenant), "%s", t ? t->name : "");
 	r->concurrency = t && t->tool_concurrency ? t->tool_concurrency :
@@ -1077,6 +1078,7 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 		cl->decl = &a->decl[tool_index(a, tr.calls[i].name)];
 		cl->tool = cl->decl->builtin >= 0 ? (enum kvd_stool)cl->decl->builtin :
 			   KVD_N_TOOLS;
+		memcpy(cl->id, tr.calls[i].id, sizeof(cl->id));
 		cl->name = strdup(tr.calls[i].name);
 		cl->args = malloc(tr.calls[i].arguments_len + 1);
 		if (!cl->name || !cl->args) {
@@ -1187,7 +1189,7 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 			tr.output_len, (unsigned long long)cl->res.cgroup_id,
 			cl->res.note[0] ? " note=" : "", cl->res.note);
 		kvd_job_emit_tool_run(j, &tr);
-		res[i].call_id = NULL;
+		res[i].call_id = cl->id;
 		res[i].name = cl->name;
 		res[i].output = tr.output;
 		res[i].output_len = tr.output_len;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "kvsandbox.h"
 
@@ -162,6 +163,13 @@ char *kvd_metrics_text(struct kvd *d)
 		      "cache's alone).", held);
 	}
 	gauge(&o, "kv_block_bytes", "Bytes of one arena block.", ai.block_size);
+	{
+		char rm[4096];
+
+		/* the same load under the names KV-aware routers read */
+		if (kvd_router_metrics(d, rm, sizeof(rm), queued, running, &ai) < (int)sizeof(rm))
+			put(&o, "%s", rm);
+	}
 	pthread_mutex_unlock(&d->lock);
 
 	counter(&o, "requests_total", "Completions admitted.", m.requests);

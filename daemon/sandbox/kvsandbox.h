@@ -125,6 +125,9 @@ void kvs_policy_free(struct kvs_policy *p);
  * kvs_policy_free(). Returns 0 or a negative errno (runs stay direct). */
 int kvs_policy_start_spawner(struct kvs_policy *p);
 
+/* The spawner's pid (monitoring: its CPU, its /proc/PID/root), 0 if none. */
+pid_t kvs_policy_spawner_pid(const struct kvs_policy *p);
+
 /* Human-readable lines on what this host can enforce for the policy
  * (controllers, Landlock ABI, cgroup.kill); "" when everything. */
 const char *kvs_policy_host_notes(const struct kvs_policy *p);

@@ -826,6 +826,11 @@ int kvs_policy_has_tool(const struct kvs_policy *p, const char *tool)
 	return kvs_find_tool(p, tool) != NULL;
 }
 
+pid_t kvs_policy_spawner_pid(const struct kvs_policy *p)
+{
+	return p->spawner_fd >= 0 ? p->spawner_pid : 0;
+}
+
 uint64_t kvs_policy_workdir_size(const struct kvs_policy *p)
 {
 	return p->privileged && p->spawner_fd >= 0 ? p->workdir_size : 0;
