@@ -1577,6 +1577,53 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);	/* the back-off is time: wait it out */
 }
 
+/* [tenant.NAME] key_credential = NAME: the keys systemd's LoadCredential=
+ * put in $CREDENTIALS_DIRECTORY (issue 36.7), key_file = PATH likewise. */
+static void test_config_keys(void)
+{
+	char dir[] = "/tmp/kvd-cred-XXXXXX", path[300], e[256];
+	struct kvd_config c;
+	FILE *f;
+
+	if (!mkdtemp(dir)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/team-a.keys", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return;
+	fputs("# team a\nsk-aaaaaaaaaaaaaaaaaaaaaaaa\n\nsk-bbbbbbbbbbbbbbbbbbbbbbbb\n", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/short.keys", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return;
+	fputs("tooshort\n", f);
+	fclose(f);
+	kvd_config_defaults(&c);
+	unsetenv("CREDENTIALS_DIRECTORY");
+	CHECK(kvd_config_set(&c, "tenant.a", "key_credential", "team-a.keys", e, sizeof(e)),
+	      "key_credential outside a service with credentials: refused");
+	setenv("CREDENTIALS_DIRECTORY", dir, 1);
+	CHECK(!kvd_config_set(&c, "tenant.a", "key_credential", "team-a.keys", e, sizeof(e)) &&
+	      c.n_tenants == 1 && c.tenants[0].n_keys == 2 &&
+	      !strcmp(c.tenants[0].keys[1], "sk-bbbbbbbbbbbbbbbbbbbbbbbb"),
+	      "key_credential reads the credential's keys, one per line (%s)", e);
+	CHECK(kvd_config_set(&c, "tenant.b", "key_credential", "short.keys", e, sizeof(e)) &&
+	      kvd_config_set(&c, "tenant.b", "key_credential", "missing", e, sizeof(e)) &&
+	      kvd_config_set(&c, "tenant.b", "key_credential", "../team-a.keys", e, sizeof(e)),
+	      "a key under 16 bytes, a missing credential, a path: refused");
+	snprintf(path, sizeof(path), "%s/team-a.keys", dir);
+	CHECK(!kvd_config_set(&c, "tenant.c", "key_file", path, e, sizeof(e)) &&
+	      kvd_config_set(&c, "tenant.c", "key_file", "team-a.keys", e, sizeof(e)),
+	      "key_file takes an absolute path");
+	unsetenv("CREDENTIALS_DIRECTORY");
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	if (system(path))
+		printf("could not remove %s\n", dir);
+}
+
 /* [mcp.NAME] per_tenant = yes (issue 36.4): each tenant its own server
  * process, started on its first call; one tenant crashing its instance
  * puts only that instance in back-off. */
@@ -2004,6 +2051,7 @@ int main(int argc, char **argv)
 	RUN(worker_death);
 	RUN(plugin);
 #ifdef KVD_TEST_HOOKS
+	RUN(config_keys);
 	RUN(agent_loop);
 	RUN(escape);
 	RUN(mcp_servers);
