@@ -1444,10 +1444,11 @@ static void test_mcp_servers(void)
 	CHECK(decl && strstr(decl, "\"message\""),
 	      "server-everything's echo is declared with its input schema");
 	CHECK(decl && strstr(decl, "\"odd_echo\"") && strstr(decl, "\"odd_long\"") &&
-	      !strstr(decl, "odd_inject") && !strstr(decl, "<|") && !strstr(decl, "has space") &&
+	      strstr(decl, "\"odd_inject\"") && !strstr(decl, "has space") &&
 	      !strstr(decl, "\"odd_\""),
-	      "odd tools: a chat marker, a blank or an empty name are not offered; a long "
-	      "UTF-8 description is cut");
+	      "odd tools: a blank or an empty name are not offered; a chat marker in a "
+	      "description is (plain text in the prompt: daemon/chat); a long UTF-8 "
+	      "description is cut");
 
 	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nuse the MCP tools<|im_end|>\n"
 		 "<|im_start|>assistant\n", sys_prompt);
