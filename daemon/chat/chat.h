@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "strbuf.h"
+#include "tool_call.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +60,10 @@ struct chat_msg {
 	struct chat_call *calls;	/* assistant */
 	size_t n_calls;
 	const char *tool_call_id;	/* tool: the call it answers */
+	/* assistant: its reasoning ("reasoning_content"), NULL when not
+	 * given (families that think then read it from the content) */
+	const char *reasoning;
+	size_t reasoning_len;
 };
 
 struct chat_tool {
@@ -66,11 +71,22 @@ struct chat_tool {
 	json_t *function;		/* {name, description, parameters, ...} */
 };
 
+/* Families that think (qwen3): whether the reply may reason first. */
+enum chat_thinking {
+	CHAT_THINK_DEFAULT = 0,		/* the template's default (it may) */
+	CHAT_THINK_OFF,			/* the reply opens after an empty think block */
+	CHAT_THINK_ON,
+};
+
 struct chat_conv {
 	const struct chat_msg *msgs;
 	size_t n_msgs;
 	const struct chat_tool *tools;
 	size_t n_tools;
+	enum chat_thinking thinking;
+	/* the time the date some templates write is taken from (Unix
+	 * seconds, local time); 0: now */
+	int64_t now;
 };
 
 /* ---- the rendered prompt --------------------------------------------- */
@@ -100,6 +116,9 @@ void chat_markup(struct chat_prompt *p, const char *s);
 void chat_markup_n(struct chat_prompt *p, const char *s, size_t n);
 /* Text from outside the template (recorded as a plain span). */
 void chat_plain(struct chat_prompt *p, const char *s, size_t n);
+/* The template's markup: the complement of the plain spans, in order.
+ * Writes at most max spans to out; returns how many there are. */
+size_t chat_prompt_markup(const struct chat_prompt *p, struct chat_span *out, size_t max);
 
 /* ---- templates --------------------------------------------------------- */
 
@@ -129,8 +148,44 @@ const char *chat_template_family(const struct chat_template *t);
 const char *chat_template_why(const struct chat_template *t);
 /* The text of the token that ends an assistant turn ("<|im_end|>"). */
 const char *chat_template_eot(const struct chat_template *t);
+/* How the family writes tool calls (tool_call.h). */
+enum tc_syntax chat_template_syntax(const struct chat_template *t);
+
+/*
+ * What the structured decoder needs to write the family's calls (the
+ * engine's struct kvc_call_syntax has the same members): Hermes families
+ * give their tags (hermes set); the others the whole shape. A NULL-
+ * terminated list of the markers a parser must see in generated text
+ * (control tokens the tokenizer must show: "[TOOL_CALLS]"), and of the
+ * tokens that end a turn ("<|eot_id|>", "<|eom_id|>").
+ */
+struct chat_call_grammar {
+	int hermes;
+	const char *open, *close;	/* hermes: the tags */
+	const char *list_open, *list_sep, *list_close;
+	const char *call_open, *call_close;
+	int name_args;
+	const char *args_key;
+	int id;
+	const char *id_mark, *args_mark;
+	const char *trigger;
+	int anchored;
+	unsigned max_calls;		/* the syntax's own bound; 0: none */
+};
+void chat_template_grammar(const struct chat_template *t, struct chat_call_grammar *g);
+const char *const *chat_template_markers(const struct chat_template *t);
+const char *const *chat_template_eog(const struct chat_template *t);
 /* The names families go by, for messages ("chatml, ..."). */
 const char *chat_families(void);
+
+/*
+ * A tool every family can declare and the decoder can call: its
+ * "parameters", when given, a JSON Schema of type object (OpenAI's rule;
+ * a schema without "type" is taken as an object). 0, or -EINVAL with
+ * err in OpenAI's words: "Invalid schema for function 'NAME': schema must
+ * be a JSON Schema of 'type: "object"', got 'type: "integer"'."
+ */
+int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen);
 
 /*
  * Appends the prompt for c (its messages, then the generation prompt that
@@ -169,7 +224,5 @@ int chat_count_calls(const struct chat_template *t, const char *text,
 #ifdef __cplusplus
 }
 #endif
-
-#include "tool_call.h"
 
 #endif

@@ -69,6 +69,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->toolwait_min_s = 10;
 	c->toolwait_max_s = 600;
 	c->toolwait_bpf = 1;
+	snprintf(c->tier_direct, sizeof(c->tier_direct), "auto");
+	snprintf(c->tier_fixed, sizeof(c->tier_fixed), "auto");
+	c->tier_queue_depth = 32;
+	c->tier_decisions = 1;
+	c->tier_prefetch = 1;
+	c->tier_margin_ms = 100;
 	c->prefill_workers = 1;
 	c->decode_workers = 1;
 	c->threads_per_worker = 1;
@@ -85,6 +91,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	snprintf(c->tools_workdir_root, sizeof(c->tools_workdir_root),
 		 "/var/lib/kvarenad/tools");
 	c->tools_result_bytes = 16384;
+	c->tools_threads = 4;
+	c->tools_concurrency = 2;
+	c->tools_disk_mb = 1024;
+	c->remote_heartbeat_ms = 1000;
+	c->remote_timeout_ms = 5000;
+	c->remote_join_grace_s = 30;
 }
 
 static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -121,12 +133,82 @@ static int copy_str(char *dst, size_t n, const char *v)
 	return 0;
 }
 
+/*
+ * A tenant's keys from a file, one per line (blank lines and lines
+ * starting with # skipped): key_file = PATH, or key_credential = NAME,
+ * the file systemd's LoadCredential= put in $CREDENTIALS_DIRECTORY, so
+ * that the configuration itself holds no secret and only the service can
+ * read its keys. -1 if the file cannot be read or a key is bad.
+ */
+static int keys_from_file(struct kvd_tenant_cfg *t, const char *path)
+{
+	char line[256];
+	FILE *f;
+	int rc = 0, n = 0;
+
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strcspn(line, "\r\n");
+
+		if (line[len] == 0 && !feof(f)) {
+			rc = -1;	/* longer than any key may be */
+			break;
+		}
+		line[len] = 0;
+		if (!len || line[0] == '#')
+			continue;
+		if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || len < 16 ||
+		    copy_str(t->keys[t->n_keys], sizeof(t->keys[0]), line)) {
+			rc = -1;
+			break;
+		}
+		t->n_keys++;
+		n++;
+	}
+	fclose(f);
+	explicit_bzero(line, sizeof(line));
+	return rc || !n ? -1 : 0;
+}
+
 struct load_ctx {
 	struct kvd_config *c;
 	char *err;
 	size_t errlen;
 	int failed;
 };
+
+/* "a, b, c": at most KVD_MAX_LIST entries without blanks or commas. */
+static int parse_list(const char *v, char out[][256], uint32_t *n)
+{
+	*n = 0;
+	while (*v) {
+		size_t len;
+
+		while (*v == ' ' || *v == ',')
+			v++;
+		len = strcspn(v, " ,");
+		if (!len)
+			break;
+		if (*n == KVD_MAX_LIST || len >= 256)
+			return -1;
+		memcpy(out[*n], v, len);
+		out[(*n)++][len] = 0;
+		v += len;
+	}
+	return 0;
+}
+
+uint32_t kvd_tenant_id(const char *name)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 16777619u;
+	h &= KVD_TENANT_ID_MAX;
+	return h ? h : 1;
+}
 
 static struct kvd_tenant_cfg *tenant_for(struct kvd_config *c, const char *name)
 {
@@ -138,7 +220,7 @@ static struct kvd_tenant_cfg *tenant_for(struct kvd_config *c, const char *name)
 	if (c->n_tenants == KVD_MAX_TENANTS || strlen(name) >= sizeof(c->tenants[0].name) ||
 	    !*name)
 		return NULL;
-	c->tenants[c->n_tenants].id = c->n_tenants + 1;
+	c->tenants[c->n_tenants].id = 0;	/* kvd_config_check: from the name */
 	snprintf(c->tenants[c->n_tenants].name, sizeof(c->tenants[0].name), "%s", name);
 	return &c->tenants[c->n_tenants++];
 }
@@ -205,6 +287,8 @@ static int set_mcp(struct kvd_config *c, const char *name, const char *k, const 
 		return parse_u32(v, 10, 3600000, &u) ? -1 : (m->restart_backoff_max_ms = u, 0);
 	if (!strcmp(k, "healthy_ms"))
 		return parse_u32(v, 10, 86400000, &u) ? -1 : (m->healthy_ms = u, 0);
+	if (!strcmp(k, "per_tenant"))
+		return parse_bool(v, &m->per_tenant);
 	return -2;
 }
 
@@ -235,6 +319,12 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		c->listen_port = (uint16_t)u;
 		return 0;
 	}
+	if (!strcmp(sec, "server") &&
+	    (!strcmp(k, "cors_origins") || !strcmp(k, "allowed_hosts")))
+		return parse_list(v, !strcmp(k, "cors_origins") ? c->cors_origins : c->allowed_hosts,
+				  !strcmp(k, "cors_origins") ? &c->n_cors_origins : &c->n_allowed_hosts);
+	U32("server", "responses_max", responses_max, 1, 1 << 20);
+	U32("server", "responses_max_mb", responses_max_mb, 1, 1 << 16);
 	BOOL("server", "allow_remote", allow_remote);
 	U32("server", "max_body_kb", max_body_kb, 1, 1 << 20);
 	U32("server", "max_connections", max_connections, 1, 65536);
@@ -267,8 +357,32 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
 	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
 	BOOL("kv", "toolwait_bpf", toolwait_bpf);
-	U32("workers", "prefill", prefill_workers, 1, 64);
-	U32("workers", "decode", decode_workers, 1, 64);
+	U32("kv", "ttl_ms", ttl_ms, 0, 86400000);
+	if (!strcmp(sec, "tier") && !strcmp(k, "dir"))
+		return v[0] && v[0] != '/' ? -1 : copy_str(c->tier_dir, sizeof(c->tier_dir), v);
+	if (!strcmp(sec, "tier") && !strcmp(k, "cap_mb")) {
+		char *end;
+		unsigned long long x;
+
+		errno = 0;
+		x = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || x > (1ull << 40))
+			return -1;
+		c->tier_cap_mb = x;
+		return 0;
+	}
+	if (!strcmp(sec, "tier") && (!strcmp(k, "direct") || !strcmp(k, "fixed"))) {
+		if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
+			return -1;
+		return copy_str(!strcmp(k, "direct") ? c->tier_direct : c->tier_fixed, 8, v);
+	}
+	U32("tier", "queue_depth", tier_queue_depth, 1, 1024);
+	BOOL("tier", "decisions", tier_decisions);
+	BOOL("tier", "prefetch", tier_prefetch);
+	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
+	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
+	U32("workers", "prefill", prefill_workers, 0, 64);
+	U32("workers", "decode", decode_workers, 0, 64);
 	U32("workers", "threads", threads_per_worker, 1, 2);
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);
@@ -296,6 +410,24 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		return v[0] != '/' ? -1 : copy_str(c->tools_workdir_root,
 						    sizeof(c->tools_workdir_root), v);
 	U32("tools", "result_bytes", tools_result_bytes, 256, 1 << 20);
+	U32("tools", "threads", tools_threads, 1, 64);
+	U32("tools", "tool_concurrency", tools_concurrency, 1, 64);
+	U32("tools", "tool_disk_mb", tools_disk_mb, 0, 1u << 30);
+	STR("remote", "listen", remote_listen);
+	if (!strcmp(sec, "remote") && !strcmp(k, "secret_file"))
+		return v[0] != '/' ? -1 : copy_str(c->remote_secret_file,
+						    sizeof(c->remote_secret_file), v);
+	U32("remote", "prefill", remote_prefill, 0, 64);
+	U32("remote", "decode", remote_decode, 0, 64);
+	STR("remote", "ucx_tls", remote_ucx_tls);
+	STR("remote", "ucx_devices", remote_ucx_devices);
+	U32("remote", "heartbeat_ms", remote_heartbeat_ms, 50, 600000);
+	U32("remote", "timeout_ms", remote_timeout_ms, 100, 3600000);
+	U32("remote", "join_grace_s", remote_join_grace_s, 0, 86400 * 7);
+	STR("events", "endpoint", events_endpoint);
+	STR("events", "replay_endpoint", events_replay);
+	STR("events", "topic", events_topic);
+	BOOL("events", "allow_remote", events_allow_remote);
 	if (!strcmp(sec, "log") && !strcmp(k, "level")) {
 		static const char *const lv[] = { "error", "warn", "info", "debug" };
 
@@ -319,6 +451,17 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			t->n_keys++;
 			return 0;
 		}
+		if (!strcmp(k, "key_file"))
+			return v[0] == '/' ? keys_from_file(t, v) : -1;
+		if (!strcmp(k, "key_credential")) {
+			const char *dir = getenv("CREDENTIALS_DIRECTORY");
+			char path[512];
+
+			if (!dir || !*dir || !v[0] || strchr(v, '/') ||
+			    snprintf(path, sizeof(path), "%s/%s", dir, v) >= (int)sizeof(path))
+				return -1;
+			return keys_from_file(t, path);
+		}
 		if (!strcmp(k, "tokens_per_min")) {
 			if (parse_u32(v, 0, UINT32_MAX, &u))
 				return -1;
@@ -329,6 +472,14 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return parse_u32(v, 0, 1 << 20, &t->kv_blocks);
 		if (!strcmp(k, "server_tools"))
 			return parse_bool(v, &t->server_tools);
+		if (!strcmp(k, "id"))
+			return parse_u32(v, 1, KVD_TENANT_ID_MAX, &t->id);
+		if (!strcmp(k, "tool_concurrency"))
+			return parse_u32(v, 1, 64, &t->tool_concurrency);
+		if (!strcmp(k, "tool_disk_mb")) {
+			t->has_tool_disk = 1;
+			return parse_u32(v, 0, 1u << 30, &t->tool_disk_mb);
+		}
 	}
 	return -2;
 #undef U32
@@ -422,6 +573,14 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 		return -1;
 	}
 	for (i = 0; i < c->n_tenants; i++) {
+		if (!c->tenants[i].id)
+			c->tenants[i].id = kvd_tenant_id(c->tenants[i].name);
+		for (j = 0; j < i; j++)
+			if (c->tenants[i].id == c->tenants[j].id) {
+				snprintf(err, errlen, "tenants %s and %s have the same id %u; give one of them another (id = N in its section)",
+					 c->tenants[j].name, c->tenants[i].name, c->tenants[i].id);
+				return -1;
+			}
 		if (!c->tenants[i].n_keys) {
 			snprintf(err, errlen, "[tenant.%s] has no key", c->tenants[i].name);
 			return -1;
@@ -434,6 +593,29 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 							 c->tenants[i].name, c->tenants[j].name);
 						return -1;
 					}
+	}
+	if (!c->prefill_workers && !c->remote_prefill) {
+		snprintf(err, errlen, "no prefill worker: [workers] prefill or [remote] prefill "
+			 "must be at least 1");
+		return -1;
+	}
+	if (!c->decode_workers && !c->remote_decode) {
+		snprintf(err, errlen, "no decode worker: [workers] decode or [remote] decode "
+			 "must be at least 1");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode &&
+	    (!c->remote_listen[0] || !c->remote_secret_file[0])) {
+		snprintf(err, errlen, "[remote] slots need listen and secret_file");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode && c->handoff == KVD_HANDOFF_COPY) {
+		snprintf(err, errlen, "[remote] workers need [kv] handoff = arena");
+		return -1;
+	}
+	if (c->remote_timeout_ms < 2 * c->remote_heartbeat_ms) {
+		snprintf(err, errlen, "[remote] timeout_ms must be at least twice heartbeat_ms");
+		return -1;
 	}
 	for (i = 0; i < c->n_mcp; i++)
 		if (!c->mcp[i].command[0]) {

@@ -80,6 +80,7 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key)
 	memcpy(c->id, "sess_", 5);
 	for (i = 0; i < 12; i++)
 		snprintf(c->id + 5 + 2 * i, 3, "%02x", rnd[i]);
+	memcpy(&c->tier_key, rnd, sizeof(c->tier_key));
 	c->tenant = tenant;
 	if (key && !(c->key = strdup(key))) {
 		free(c);
@@ -99,8 +100,10 @@ static void count_blocks(struct kvd *d, struct kvd_conv *c, uint32_t from,
 
 	for (i = from; i < to; i++)
 		d->block_users[c->as.s.block_table[i]] += (uint16_t)delta;
-	if (c->tenant <= KVD_MAX_TENANTS)
-		d->tenant_blocks[c->tenant] += (uint32_t)(delta * (int)(to - from));
+	uint32_t slot = kvd_tenant_slot(d, c->tenant);
+
+	if (slot)
+		d->tenant_blocks[slot] += (uint32_t)(delta * (int)(to - from));
 }
 
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
@@ -126,8 +129,14 @@ int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
  * so the conversation can be recomputed when it returns. */
 void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 {
+	struct kva_session_info si = { .size = sizeof(si) };
+
+	kvd_tiering_abandon(d, c);
 	if (!c->has_kv)
 		return;
+	/* what it held idle, for kvarenad_kv_idle_byte_seconds_total */
+	if (kva_session_get_info(d->arena, c->as.sid, &si) == 0)
+		d->m.idle_byte_s_ended += si.idle_byte_sec;
 	count_blocks(d, c, 0, c->as.s.n_blocks, -1);
 	kve_arena_session_close(d->kv, &c->as);
 	memset(&c->as, 0, sizeof(c->as));
@@ -136,8 +145,39 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 	c->kstate = KVA_STATE_ENDED;
 }
 
+/* Gives back every block; the session stays (tiering.c: its KV is on disk
+ * or recomputed, and the kernel still sees its tool wait). */
+void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
+{
+	int rc;
+
+	if (!c->has_kv)
+		return;
+	if (c->as.s.n_blocks) {
+		count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+		rc = kva_blocks_free(d->arena, c->as.sid, c->as.s.n_blocks, c->as.s.block_table);
+		if (rc < 0)
+			kvd_log(KVD_LOG_WARN, "conv", "%s: freeing %u blocks: %s", c->id,
+				c->as.s.n_blocks, strerror(-rc));
+	}
+	c->as.s.n_blocks = 0;
+	c->as.s.n_tokens = 0;
+	c->n_hashed = 0;
+}
+
+void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out)
+{
+	count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+	*out = c->as;
+	memset(&c->as, 0, sizeof(c->as));
+	c->has_kv = 0;
+	c->n_hashed = 0;
+	c->kstate = KVA_STATE_ENDED;
+}
+
 void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 {
+	kvd_tiering_forget(d, c);
 	kvd_agent_forget(d, c);
 	kvd_conv_drop_kv(d, c);
 	list_del(d, c);
@@ -146,6 +186,7 @@ void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 	free(c->tokens);
 	free(c->tok_end);
 	free(c->text);
+	free(c->cls);
 	free(c->hashes);
 	free(c);
 }
@@ -188,7 +229,8 @@ static uint32_t tokens_within(const struct kvd_conv *c, size_t len)
  * prefix's blocks through the prefix cache instead.
  */
 struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
-				const char *prompt, size_t len, uint32_t *keep)
+				const char *prompt, size_t len, const struct kvd_markup *m,
+				uint32_t *keep)
 {
 	struct kvd_conv *c, *best = NULL;
 	uint32_t best_k = 0;
@@ -203,6 +245,9 @@ struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
 		if (key && c->key && strcmp(key, c->key))
 			continue;
 		l = common_prefix(c->text, c->text_len, prompt, len);
+		/* the same bytes, but markup where the prompt has plain text
+		 * (or the other way round): not the same tokens */
+		l = kvd_markup_agree(c->cls, l, m ? m->spans : NULL, m ? m->n : 0, m != NULL);
 		if (l < c->text_len && !(key && c->key))
 			continue;
 		k = tokens_within(c, l);
@@ -240,11 +285,14 @@ static int grow_tokens(struct kvd_conv *c, uint32_t need)
 	return 0;
 }
 
+/* The text grows by len bytes of unknown kind (the model's own reply);
+ * kvd_conv_append_tokens marks its prompts' kinds after. */
 int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 {
 	if (c->text_len + len + 1 > c->text_cap) {
 		size_t cap = c->text_cap ? c->text_cap : 1024;
 		char *t;
+		uint8_t *k;
 
 		while (cap < c->text_len + len + 1)
 			cap *= 2;
@@ -252,9 +300,14 @@ int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 		if (!t)
 			return -ENOMEM;
 		c->text = t;
+		k = realloc(c->cls, cap);
+		if (!k)
+			return -ENOMEM;
+		c->cls = k;
 		c->text_cap = cap;
 	}
 	memcpy(c->text + c->text_len, text, len);
+	memset(c->cls + c->text_len, KVD_TEXT_ANY, len);
 	c->text_len += len;
 	c->text[c->text_len] = 0;
 	return 0;
@@ -283,13 +336,24 @@ int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text, size_
  * the end of the whole piece is a boundary.
  */
 int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
-			   size_t len, int add_bos)
+			   size_t len, int add_bos, const struct kvd_markup *m)
 {
 	size_t base = c->text_len, sum = 0;
 	int32_t *ids;
 	int n, i, rc, exact;
 	char buf[256];
 
+	if (m) {	/* special tokens only in the markup (markup.c) */
+		n = kvd_markup_tokenize(d, text, len, m->spans, m->n, m->off, add_bos, &ids);
+		if (n < 0)
+			return n;
+		rc = n;
+		if (grow_tokens(c, c->n_tokens + (uint32_t)n)) {
+			free(ids);
+			return -ENOMEM;
+		}
+		goto tokenized;
+	}
 	n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
 	if (n < 0)
 		return n;
@@ -305,20 +369,24 @@ int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
 	 * encodes; a piece appended to a conversation continues a text, and
 	 * the chat template starts each with a marker (<|im_end|>...), so a
 	 * lone leading space token is that prefix: drop it, and the tokens
-	 * equal those of the whole conversation encoded at once */
+	 * equal those of the whole conversation encoded at once (the markup
+	 * path gives no dummy prefix to a continuation at all) */
 	if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
 	    len && text[0] != ' ' &&
 	    kve_token_bytes(d->tok, ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
 		memmove(ids, ids + 1, (size_t)(n - 1) * sizeof(*ids));
 		n--;
 	}
+tokenized:
 	rc = kvd_conv_append_text(c, text, len);
 	if (rc) {
 		free(ids);
 		return rc;
 	}
+	kvd_markup_classes(c->cls + base, len, m ? m->spans : NULL, m ? m->n : 0, m ? m->off : 0,
+			   m != NULL);
 	for (i = 0; i < n; i++) {
-		int b = (add_bos && i == 0) ? 0 : kve_token_bytes(d->tok, ids[i], buf, sizeof(buf));
+		int b = (add_bos && i == 0) ? 0 : kvd_markup_token_bytes(d, ids[i], buf, sizeof(buf));
 
 		if (b < 0)
 			b = 0;
@@ -353,6 +421,8 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 
 	if (n > c->n_tokens)
 		return -EINVAL;
+	/* a restore must not write into blocks this cut gives back */
+	kvd_tiering_abandon(d, c);
 	c->n_tokens = n;
 	c->text_len = n ? c->tok_end[n - 1] : 0;
 	if (n && c->tok_end[n - 1] == UINT32_MAX)
@@ -398,10 +468,11 @@ int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
 
 	if (need <= before)
 		return 0;
-	if (c->tenant && c->tenant <= d->cfg.n_tenants) {
-		uint32_t lim = d->cfg.tenants[c->tenant - 1].kv_blocks;
+	if (kvd_tenant_slot(d, c->tenant)) {
+		uint32_t slot = kvd_tenant_slot(d, c->tenant);
+		uint32_t lim = d->cfg.tenants[slot - 1].kv_blocks;
 
-		if (lim && d->tenant_blocks[c->tenant] + (need - before) > lim)
+		if (lim && d->tenant_blocks[slot] + (need - before) > lim)
 			return -EDQUOT;
 	}
 	rc = kve_arena_session_reserve(d->kv, &c->as, n_more);

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "callsyntax.h"
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -59,6 +61,13 @@ static void qev_free(struct kvd_qev *q)
 	free(q);
 }
 
+/* kvd_job_next_any's: rung by a push to any of its jobs. */
+struct kvd_waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int rung;
+};
+
 static void job_push(struct kvd_job *j, struct kvd_qev *q)
 {
 	pthread_mutex_lock(&j->qlock);
@@ -75,6 +84,12 @@ static void job_push(struct kvd_job *j, struct kvd_qev *q)
 		j->q_head = q;
 	j->q_tail = q;
 	pthread_cond_signal(&j->qcond);
+	if (j->waiter) {
+		pthread_mutex_lock(&j->waiter->lock);
+		j->waiter->rung = 1;
+		pthread_cond_signal(&j->waiter->cond);
+		pthread_mutex_unlock(&j->waiter->lock);
+	}
 	pthread_mutex_unlock(&j->qlock);
 }
 
@@ -139,6 +154,7 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 	if (j->conv)
 		snprintf(q->session_id, sizeof(q->session_id), "%s", j->conv->id);
 	q->ev.session_id = q->session_id;
+	q->ev.stop_seq = j->stop_seq;
 	q->ev.ttft_ms = j->t_first ? (double)(j->t_first - j->t_submit) / 1e6 : 0;
 	q->ev.total_ms = (double)(now - j->t_submit) / 1e6;
 	job_push(j, q);
@@ -222,6 +238,89 @@ int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
 	return rc;
 }
 
+/* Takes the next event of j when there is one (never waits). */
+static int job_take(struct kvd_job *j, struct kvd_event *ev)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&j->qlock);
+	qev_free(j->cur);
+	j->cur = NULL;
+	if (j->q_head) {
+		j->cur = j->q_head;
+		j->q_head = j->cur->next;
+		if (!j->q_head)
+			j->q_tail = NULL;
+		*ev = j->cur->ev;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&j->qlock);
+	return rc;
+}
+
+static void set_waiter(struct kvd_job *const *jobs, unsigned n, struct kvd_waiter *w)
+{
+	for (unsigned i = 0; i < n; i++) {
+		pthread_mutex_lock(&jobs[i]->qlock);
+		jobs[i]->waiter = w;
+		pthread_mutex_unlock(&jobs[i]->qlock);
+	}
+}
+
+int kvd_job_next_any(struct kvd_job *const *jobs, unsigned n, struct kvd_event *ev,
+		     unsigned *which, int timeout_ms)
+{
+	struct kvd_waiter w = { .rung = 0 };
+	pthread_condattr_t ca;
+	struct timespec dl;
+	int rc = 0;
+
+	if (n == 1) {
+		*which = 0;
+		return kvd_job_next(jobs[0], ev, timeout_ms);
+	}
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w.cond, &ca);
+	pthread_condattr_destroy(&ca);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	/* the waiter first: a push after the checks below rings it */
+	set_waiter(jobs, n, &w);
+	for (;;) {
+		for (unsigned i = 0; i < n && !rc; i++)
+			if (job_take(jobs[i], ev)) {
+				*which = i;
+				rc = 1;
+			}
+		if (rc)
+			break;
+		pthread_mutex_lock(&w.lock);
+		while (!w.rung && timeout_ms != 0) {
+			if (timeout_ms < 0)
+				pthread_cond_wait(&w.cond, &w.lock);
+			else if (pthread_cond_timedwait(&w.cond, &w.lock, &dl) == ETIMEDOUT)
+				break;
+		}
+		if (!w.rung) {
+			pthread_mutex_unlock(&w.lock);
+			break;
+		}
+		w.rung = 0;
+		pthread_mutex_unlock(&w.lock);
+	}
+	set_waiter(jobs, n, NULL);
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return rc;
+}
+
 void kvd_job_cancel(struct kvd_job *j)
 {
 	struct kvd *d = j->d;
@@ -245,6 +344,8 @@ static void job_destroy(struct kvd_job *j)
 	for (i = 0; i < KVD_MAX_STOP; i++)
 		free(j->stop[i]);
 	free(j->prompt);
+	free(j->markup);
+	kvd_sampling_free(j);
 	free(j->c_json);
 	free(j->c_name);
 	free(j->hist);
@@ -294,13 +395,14 @@ static void set_err(struct kvd_error *e, enum kvd_err_kind k, const char *param,
 }
 
 /* Token bucket per tenant: tokens_per_min refilled continuously. */
-static int tenant_budget_ok(struct kvd *d, uint32_t tenant, uint32_t *retry_s)
+static int tenant_budget_ok(struct kvd *d, uint32_t id, uint32_t *retry_s)
 {
 	const struct kvd_tenant_cfg *t;
+	uint32_t tenant = kvd_tenant_slot(d, id);	/* the arrays' index */
 	uint64_t now = kvd_now_ns();
 	double cap, rate;
 
-	if (!tenant || tenant > d->cfg.n_tenants)
+	if (!tenant)
 		return 1;
 	t = &d->cfg.tenants[tenant - 1];
 	if (!t->tokens_per_min)
@@ -323,9 +425,11 @@ static int tenant_budget_ok(struct kvd *d, uint32_t tenant, uint32_t *retry_s)
 
 /* Charges a finished request's tokens to its tenant's bucket (it may go
  * negative: the next request then waits for the refill). */
-void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens)
+void kvd_tenant_charge(struct kvd *d, uint32_t id, uint32_t tokens)
 {
-	if (!tenant || tenant > d->cfg.n_tenants || !d->cfg.tenants[tenant - 1].tokens_per_min)
+	uint32_t tenant = kvd_tenant_slot(d, id);
+
+	if (!tenant || !d->cfg.tenants[tenant - 1].tokens_per_min)
 		return;
 	if (!d->tenant_refill_ns[tenant]) {
 		d->tenant_tokens[tenant] = (double)d->cfg.tenants[tenant - 1].tokens_per_min;
@@ -356,6 +460,7 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
 					       KVC_JSON_SCHEMA };
 	struct kvc_spec sp = { 0 };
+	struct kvc_call_syntax y;
 	struct kvc_grammar *g = NULL;
 	char msg[200] = "";
 	int rc;
@@ -373,8 +478,8 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	sp.json_len = c->json_len;
 	sp.tool_name = c->tool_name;
 	sp.max_calls = c->max_calls;
-	sp.start_tag = d->cfg.tool_open;
-	sp.end_tag = d->cfg.tool_close;
+	if (sp.kind == KVC_TOOL_CALLS)	/* the family's call syntax, as the workers' */
+		kvd_call_syntax(d->chat, &sp, &y);
 	rc = kvc_compile(d->cvocab, &sp, &g, msg, sizeof(msg));
 	if (rc) {
 		set_err(err, KVD_ERR_INVALID,
@@ -384,7 +489,8 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	}
 	kvc_grammar_release(g);
 	j->cw.kind = (uint32_t)c->kind;
-	j->cw.flags = c->lazy ? KVD_CONSTRAINT_LAZY : 0;
+	j->cw.flags = (c->lazy ? KVD_CONSTRAINT_LAZY : 0) |
+		      (j->s.close_in_budget ? KVD_CONSTRAINT_BUDGET : 0);
 	j->cw.max_calls = c->max_calls;
 	j->cw.json_len = (uint32_t)c->json_len;
 	j->cw.hash = spec_hash(c);
@@ -421,9 +527,18 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "empty prompt");
 		return -EINVAL;
 	}
+	for (i = 0; r->markup && i < r->n_markup; i++)
+		if (r->markup[i].off > r->prompt_len ||
+		    r->markup[i].len > r->prompt_len - r->markup[i].off ||
+		    (i && r->markup[i].off < r->markup[i - 1].off + r->markup[i - 1].len)) {
+			set_err(err, KVD_ERR_INVALID, "messages", NULL,
+				"the prompt's markup spans are out of order or outside it");
+			return -EINVAL;
+		}
 	/* cheap bound before tokenizing: a token is at least one byte, except
 	 * the SPM dummy prefix */
-	n = kve_tokenize(d->tok, r->prompt, r->prompt_len, 1, NULL, 0);
+	n = r->markup ? kvd_markup_count(d, r->prompt, r->prompt_len, r->markup, r->n_markup) :
+			kve_tokenize(d->tok, r->prompt, r->prompt_len, 1, NULL, 0);
 	if (n < 0) {
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "cannot tokenize the prompt: %s",
 			strerror(-n));
@@ -466,6 +581,14 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	memcpy(j->prompt, r->prompt, r->prompt_len);
 	j->prompt[r->prompt_len] = 0;
 	j->prompt_len = r->prompt_len;
+	if (r->markup) {	/* where special tokens may be (markup.c) */
+		j->markup = malloc((r->n_markup ? r->n_markup : 1) * sizeof(*j->markup));
+		if (!j->markup)
+			goto nomem_job;
+		memcpy(j->markup, r->markup, r->n_markup * sizeof(*j->markup));
+		j->n_markup = r->n_markup;
+		j->markup_known = 1;
+	}
 	if (r->session_key && *r->session_key) {
 		j->session_key = strdup(r->session_key);
 		if (!j->session_key)
@@ -489,7 +612,11 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	}
 	snprintf(j->request_id, sizeof(j->request_id), "%s",
 		 r->request_id ? r->request_id : "-");
-	if (check_constraint(d, &r->c, j, err)) {
+	j->s.logit_bias = NULL;		/* the request's; sampling.c keeps a copy */
+	n = kvd_sampling_setup(d, j, &r->s, err);
+	if (n == -ENOMEM)
+		goto nomem_job;
+	if (n || check_constraint(d, &r->c, j, err)) {
 		j->refs = 1;
 		job_destroy(j);
 		return -EINVAL;
@@ -516,14 +643,14 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		pthread_mutex_unlock(&d->lock);
 		set_err(err, KVD_ERR_QUOTA, NULL, "rate_limit_exceeded",
 			"tenant token budget (%llu tokens per minute) used up",
-			(unsigned long long)d->cfg.tenants[r->tenant - 1].tokens_per_min);
+			(unsigned long long)d->cfg.tenants[kvd_tenant_slot(d, r->tenant) - 1].tokens_per_min);
 		err->retry_after_s = retry;
 		goto reject;
 	}
 	/* server-side tools: only those offered to a tenant allowed them */
 	if (r->server_tools && d->agent &&
-	    (!d->cfg.n_tenants || (r->tenant && r->tenant <= d->cfg.n_tenants &&
-				   d->cfg.tenants[r->tenant - 1].server_tools))) {
+	    (!d->cfg.n_tenants || (kvd_tenant_slot(d, r->tenant) &&
+				   d->cfg.tenants[kvd_tenant_slot(d, r->tenant) - 1].server_tools))) {
 		/* bit k of the request: the k-th declaration (built-in tools
 		 * enabled, then MCP servers' tools); the job keeps the same */
 		j->server_tools = r->server_tools & kvd_agent_decl_mask(d);
@@ -588,6 +715,44 @@ uint32_t kvd_context_len(const struct kvd *d)
 	return d->ctx_len;
 }
 
+uint32_t kvd_vocab_size(const struct kvd *d)
+{
+	return d->vocab;
+}
+
+const char *kvd_system_fingerprint(const struct kvd *d)
+{
+	return d->fingerprint;
+}
+
+int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
+		 int32_t *ids, size_t max)
+{
+	return kve_tokenize(d->tok, text, len, add_special, ids, max);
+}
+
+int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)
+{
+	if (id < 0 || (uint32_t)id >= d->vocab)
+		return -EINVAL;
+	return kve_token_bytes(d->tok, id, buf, len);
+}
+
+/* FNV-1a over what decides the numbers a request gets: the model (its id,
+ * shape), the KV layout and the engine's kernel set. */
+static void make_fingerprint(struct kvd *d)
+{
+	char in[512];
+	uint64_t h = 0xcbf29ce484222325ull;
+	int n = snprintf(in, sizeof(in), "%s|%u|%u|%u|%s|%s", d->cfg.model_id, d->vocab,
+			 d->ctx_len, d->cfg.block_tokens, d->cfg.kv_dtype, kve_isa_name());
+
+	for (int i = 0; i < n && i < (int)sizeof(in); i++)
+		h = (h ^ (uint8_t)in[i]) * 0x100000001b3ull;
+	snprintf(d->fingerprint, sizeof(d->fingerprint), "fp_%010llx",
+		 (unsigned long long)(h & 0xffffffffffull));
+}
+
 int kvd_ready(const struct kvd *d)
 {
 	return __atomic_load_n(&d->ready, __ATOMIC_RELAXED) &&
@@ -596,10 +761,12 @@ int kvd_ready(const struct kvd *d)
 
 /* ---- life ------------------------------------------------------------------ */
 
+/* The one token s is, with special tokens parsed (-1: none, or several). */
 static int32_t single_token(struct kvd *d, const char *s)
 {
+	struct kve_span all = { 0, s ? strlen(s) : 0 };
 	int32_t ids[4];
-	int n = kve_tokenize(d->tok, s, strlen(s), 0, ids, 4);
+	int n = s ? kve_tokenize_spans(d->tok, s, all.len, &all, 1, KVE_TOKENIZE_CONT, ids, 4) : 0;
 
 	return n == 1 ? ids[0] : -1;
 }
@@ -611,11 +778,17 @@ static int open_chat(struct kvd *d, char *err, size_t errlen)
 	size_t len;
 	const char *t = kve_model_meta_str(d->model, "tokenizer.chat_template", &len);
 	int rc = chat_template_new(t, len, &o, &d->chat, err, errlen);
+	const char *const *mk;
 
-	if (!rc)
-		kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
-			chat_template_family(d->chat), chat_template_why(d->chat));
-	return rc;
+	if (rc)
+		return rc;
+	kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
+		chat_template_family(d->chat), chat_template_why(d->chat));
+	/* the family's markers that are control tokens show in the text the
+	 * parser reads (the workers' constrained decoding shows the same) */
+	for (mk = chat_template_markers(d->chat); *mk; mk++)
+		kve_tokenizer_show(d->tok, *mk);
+	return 0;
 }
 
 static int open_arena(struct kvd *d, char *err, size_t errlen)
@@ -649,7 +822,8 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 		return -ENOMEM;
 	rc = kva_policy_parse(d->cfg.policy);
 	if (rc >= 0)
-		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm, 0);
+		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm,
+					  d->cfg.ttl_ms);
 	if (rc < 0) {
 		snprintf(err, errlen, "eviction policy %s: %s", d->cfg.policy, strerror(-rc));
 		return rc;
@@ -661,7 +835,9 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
  * kvd_destroy end here alike. */
 static void release(struct kvd *d)
 {
+	kvd_tiering_fini(d);	/* before the arena: I/O may still fill blocks */
 	kvd_agent_fini(d);
+	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	free(d->block_users);
@@ -691,6 +867,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	d->cfg = *cfg;
 	d->self_exe = self_exe;
 	d->data_fd = -1;
+	d->remote_lfd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -730,7 +907,11 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	if (rc)
 		goto fail;
 	d->eos = kve_tokenizer_eos(d->tok);
-	d->eot = single_token(d, chat_template_eot(d->chat));
+	d->eot = single_token(d, chat_template_eog(d->chat)[0]);
+	d->eom = chat_template_eog(d->chat)[0] ? single_token(d, chat_template_eog(d->chat)[1]) : -1;
+	if (d->eom == d->eot || d->eom == d->eos)
+		d->eom = -1;
+	make_fingerprint(d);
 	d->cvocab = kvc_vocab_create(d->tok, d->vocab, err, errlen);
 	if (!d->cvocab) {
 		kvd_log(KVD_LOG_WARN, "core", "structured decoding unavailable: %s", err);
@@ -744,11 +925,17 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "prefix cache: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_tiering_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_kstate_init(d);
 	if (rc) {
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_remote_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_workers_start(d);
 	if (rc) {
 		snprintf(err, errlen, "workers: %s", strerror(-rc));
@@ -770,12 +957,59 @@ fail:
 	return rc;
 }
 
+/*
+ * SIGHUP: tenants are who their id (config.c: from the section name) says,
+ * whatever their place in the file. A tenant no longer configured loses
+ * what it kept here (its conversations, their KV and work directories;
+ * its requests still running are cancelled); the others keep theirs, and
+ * their budgets follow them to their new place in cfg.tenants.
+ */
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 {
+	uint32_t blocks[KVD_MAX_TENANTS + 1] = { 0 };
+	double tokens[KVD_MAX_TENANTS + 1] = { 0 };
+	uint64_t refill[KVD_MAX_TENANTS + 1] = { 0 };
+	struct kvd_conv *c, *next;
+	uint32_t i, dropped = 0;
+	char err[256];
+
 	pthread_mutex_lock(&d->lock);
+	for (c = d->convs; c; c = next) {
+		next = c->next;
+		for (i = 0; i < cfg->n_tenants && cfg->tenants[i].id != c->tenant; i++)
+			;
+		if (!c->tenant || i < cfg->n_tenants)
+			continue;
+		dropped++;
+		if (c->job) {
+			c->delete_pending = 1;
+			c->job->cancelled = 1;
+		} else {
+			kvd_conv_free(d, c);
+		}
+	}
+	for (i = 0; i < cfg->n_tenants; i++) {
+		uint32_t old = kvd_tenant_slot(d, cfg->tenants[i].id);
+
+		if (!old)
+			continue;
+		blocks[i + 1] = d->tenant_blocks[old];
+		tokens[i + 1] = d->tenant_tokens[old];
+		refill[i + 1] = d->tenant_refill_ns[old];
+	}
 	d->cfg.n_tenants = cfg->n_tenants;
 	memcpy(d->cfg.tenants, cfg->tenants, sizeof(cfg->tenants));
+	memcpy(d->tenant_blocks, blocks, sizeof(blocks));
+	memcpy(d->tenant_tokens, tokens, sizeof(tokens));
+	memcpy(d->tenant_refill_ns, refill, sizeof(refill));
+	/* the eviction policy and the tiers' switches change at run time too */
+	if (kvd_tiering_reload(d, cfg, err, sizeof(err)))
+		kvd_log(KVD_LOG_ERR, "core", "reload: %s; keeping the running policy", err);
 	pthread_mutex_unlock(&d->lock);
+	if (dropped)
+		kvd_log(KVD_LOG_INFO, "core", "reload: %u conversation(s) of tenants no longer configured released",
+			dropped);
+	kvd_wake(d);
 }
 
 int kvd_drain(struct kvd *d, int timeout_ms)

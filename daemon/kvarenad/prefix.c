@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -154,8 +155,8 @@ uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_token
 	c->as.s.n_tokens = n * bt;
 	for (i = 0; i < n; i++)
 		d->block_users[ids[i]]++;
-	if (c->tenant <= KVD_MAX_TENANTS)
-		d->tenant_blocks[c->tenant] += n;
+	if (kvd_tenant_slot(d, c->tenant))
+		d->tenant_blocks[kvd_tenant_slot(d, c->tenant)] += n;
 	/* these blocks are already indexed: the conversation's hashes
 	 * continue from here */
 	if (!c->hashes)
@@ -204,8 +205,10 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 		p->slots[s] = (struct kvd_pentry){ h, block, i, now, 1 };
 		p->by_block[block] = s + 1;
 		p->n++;
+		kvd_kvev_stored(d, h, i ? c->hashes[i - 1] : 0, c->tokens + (size_t)i * bt);
 	}
 	c->n_hashed = full;
+	kvd_kvev_flush(d);
 }
 
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
@@ -232,9 +235,11 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 			break;
 		if (kva_blocks_free(d->arena, p->cache_sid, 1, &p->slots[best].block) < 0)
 			break;
+		kvd_kvev_removed(d, p->slots[best].hash);
 		remove_slot(p, best);
 		freed++;
 		d->m.cache_evictions++;
 	}
+	kvd_kvev_flush(d);
 	return freed;
 }

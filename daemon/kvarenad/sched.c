@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -33,12 +34,13 @@
 
 /* How many tool calls the reply's text ends its round with (the model
  * family's syntax, daemon/chat), and the first one's tool class. */
-static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
+static uint32_t tool_calls(struct kvd *d, uint32_t tenant, const char *text, size_t len,
+			   uint32_t *cls)
 {
 	char name[TC_MAX_NAME + 1];
 	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = n > 0 ? kvd_toolclass(d, name, strlen(name)) : 0;
+	*cls = n > 0 ? kvd_toolclass(d, tenant, name, strlen(name)) : 0;
 	return n > 0 ? (uint32_t)n : 0;
 }
 
@@ -92,8 +94,8 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 		if (c->delete_pending || !d->cfg.retention) {
 			kvd_conv_free(d, c);
 		} else if (j->round_start <= j->gen_len &&
-			   tool_calls(d, j->gen + j->round_start, j->gen_len - j->round_start,
-				      &cls)) {
+			   tool_calls(d, j->tenant, j->gen + j->round_start,
+				      j->gen_len - j->round_start, &cls)) {
 			uint64_t pred = kvd_toolwait_predict_us(d, cls), keep = pred * 4;
 			uint64_t lo = (uint64_t)d->cfg.toolwait_min_s * 1000000ull;
 			uint64_t hi = (uint64_t)d->cfg.toolwait_max_s * 1000000ull;
@@ -103,6 +105,8 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 			c->wait_started_ns = now;
 			c->deadline_ns = now + keep * 1000ull;
 			kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
+			/* keep, spill or discard its KV for the wait */
+			kvd_tiering_tool_wait(d, c, pred);
 		} else {
 			c->tool_class = 0;
 			c->deadline_ns = now + (uint64_t)d->cfg.idle_retention_s * 1000000000ull;
@@ -157,13 +161,15 @@ static int gen_append(struct kvd_job *j, const char *s, size_t n)
 	return 0;
 }
 
-/* Where a stop sequence starts (or gen_len), and how much may be emitted
- * without giving away the start of one. */
-static size_t find_stop(const struct kvd_job *j, size_t *safe)
+/* Where a stop sequence starts (or gen_len) and which (1 + its index;
+ * 0: none), and how much may be emitted without giving away the start of
+ * one. */
+static size_t find_stop(const struct kvd_job *j, size_t *safe, uint32_t *which)
 {
 	size_t best = j->gen_len, hold = 0;
 	uint32_t i;
 
+	*which = 0;
 	for (i = 0; i < j->s.n_stop; i++) {
 		const char *st = j->stop[i];
 		size_t sl = strlen(st), from, k;
@@ -171,8 +177,10 @@ static size_t find_stop(const struct kvd_job *j, size_t *safe)
 
 		from = j->emitted > sl ? j->emitted - sl : 0;
 		hit = memmem(j->gen + from, j->gen_len - from, st, sl);
-		if (hit && (size_t)(hit - j->gen) < best)
+		if (hit && (size_t)(hit - j->gen) < best) {
 			best = (size_t)(hit - j->gen);
+			*which = i + 1;
+		}
 		for (k = sl - 1; k > hold; k--)
 			if (k <= j->gen_len && !memcmp(j->gen + j->gen_len - k, st, k)) {
 				hold = k;
@@ -229,13 +237,23 @@ size_t kvd_utf8_clean(const char *in, size_t n, char *out)
  * the test, driving the daemon over HTTP, leaves the next scripted reply in
  * the file $KVD_TEST_REPLY_FILE; the first round to start takes it (read,
  * then removed), so it stands for exactly one round of one request. */
-static void test_reply_from_file(struct kvd *d)
+static void test_reply_from_file(struct kvd *d, const struct kvd_job *j)
 {
 	const char *path = getenv("KVD_TEST_REPLY_FILE");
+	const char *dir = getenv("KVD_TEST_REPLY_DIR");
+	char per_key[600];
 	char *buf;
 	size_t n;
 	FILE *f;
 
+	/* the trace replayer's server-side tool mode (tools/replay/): the
+	 * reply of the request naming KEY is in DIR/KEY.reply */
+	if (dir && *dir && j->session_key && strlen(j->session_key) < 128 &&
+	    strspn(j->session_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "0123456789_-") == strlen(j->session_key)) {
+		snprintf(per_key, sizeof(per_key), "%s/%s.reply", dir, j->session_key);
+		path = per_key;
+	}
 	if (!path || !*path || d->n_test_replies)
 		return;
 	f = fopen(path, "re");
@@ -272,7 +290,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	 * test model never calls a tool); its tokens get KV with the next
 	 * prefill, as a client's text would */
 	if (j->round_tokens == 0)
-		test_reply_from_file(d);
+		test_reply_from_file(d, j);
 	if (j->round_tokens == 0 && d->n_test_replies) {
 		char *txt = d->test_replies[0];
 		size_t tl = strlen(txt);
@@ -282,7 +300,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		memmove(d->test_replies, d->test_replies + 1,
 			d->n_test_replies * sizeof(d->test_replies[0]));
 		j->round_tokens++;
-		bad = kvd_conv_append_tokens(d, c, txt, tl, 0) || gen_append(j, txt, tl);
+		bad = kvd_conv_append_tokens(d, c, txt, tl, 0, NULL) || gen_append(j, txt, tl);
 		free(txt);
 		if (bad) {
 			fail(d, j, KVD_ERR_INTERNAL, "out of memory");
@@ -297,7 +315,11 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	j->round_tokens++;
 	j->n_gen++;
 	j->next_token = tok;
-	if (j->cw.kind && tok != d->eos && tok != d->eot) {
+	if (j->smp && kvd_sampling_note(j, tok)) {
+		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
+	if (j->cw.kind && tok != d->eos && tok != d->eot && tok != d->eom) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
 			int32_t *h = realloc(j->hist, cap * sizeof(*h));
@@ -311,7 +333,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		}
 		j->hist[j->n_hist++] = tok;
 	}
-	if (tok == d->eos || tok == d->eot) {
+	if (tok == d->eos || tok == d->eot || (tok == d->eom && tok >= 0)) {
 		/* a round ending in calls to server-side tools goes on */
 		round_end(j);
 		if (kvd_agent_try(d, j))
@@ -326,7 +348,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
 		return;
 	}
-	stop = find_stop(j, &safe);
+	stop = find_stop(j, &safe, &j->stop_seq);
 	if (stop < j->gen_len) {
 		if (stop > j->emitted)
 			kvd_job_emit_token(j, j->gen + j->emitted, stop - j->emitted, tok, lp,
@@ -360,6 +382,8 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 
 /* ---- server-side tool rounds ---------------------------------------------- */
 
+static void resume_round(struct kvd *d, struct kvd_job *j);
+
 /* A round's tools ran: append their results as tool turns (the chat
  * template's text), prefill only those tokens, decode the next round. */
 static void tools_done(struct kvd *d, struct kvd_round *r)
@@ -367,14 +391,17 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 	struct kvd_job *j = kvd_agent_round_job(r);
 	struct kvd_conv *c = j->conv;
 	uint32_t before;
-	size_t len = 0;
+	size_t len = 0, n_markup = 0;
+	struct kvd_span *markup = NULL;
 	char *t;
 	int rc;
 
-	t = j->state == JOB_TOOL_RUNNING ? kvd_agent_round_finish(d, r, &len) : NULL;
+	t = j->state == JOB_TOOL_RUNNING ?
+	    kvd_agent_round_finish(d, r, &len, &markup, &n_markup) : NULL;
 	kvd_agent_round_free(d, r);	/* the scheduler's list still holds j */
 	if (j->state != JOB_TOOL_RUNNING) {
 		free(t);
+		free(markup);
 		return;
 	}
 	if (!t) {
@@ -383,12 +410,16 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 	}
 	if (j->cancelled || !c || c->delete_pending) {
 		free(t);
+		free(markup);
 		finish(d, j, KVD_FINISH_STOP);
 		return;
 	}
 	before = c->n_tokens;
-	rc = kvd_conv_append_tokens(d, c, t, len, 0);
+	/* the tools' output is plain text: it cannot close its turn */
+	rc = kvd_conv_append_tokens(d, c, t, len, 0,
+				    &(struct kvd_markup){ markup, n_markup, 0 });
 	free(t);
+	free(markup);
 	if (rc) {
 		fail(d, j, KVD_ERR_INTERNAL, "cannot tokenize the tool results");
 		return;
@@ -398,6 +429,20 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 		finish(d, j, KVD_FINISH_LENGTH);
 		return;
 	}
+	/* its KV may have gone to disk during the tools: back first */
+	if (kvd_tiering_need_kv(d, c)) {
+		j->state = JOB_KV_WAIT;
+		return;
+	}
+	resume_round(d, j);
+}
+
+/* The round's KV is in the arena: prefill the tool results. */
+static void resume_round(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+	int rc;
+
 	rc = kvd_conv_reserve(d, c, c->n_tokens - c->as.s.n_tokens + 1);
 	if (rc) {
 		fail(d, j, rc == -EDQUOT ? KVD_ERR_QUOTA : KVD_ERR_BUSY,
@@ -437,7 +482,10 @@ static int admit(struct kvd *d, struct kvd_job *j)
 	int rc, fresh = 0;
 
 	if (!j->conv) {
-		c = kvd_conv_match(d, j->tenant, j->session_key, j->prompt, j->prompt_len, &keep);
+		struct kvd_markup pm = { j->markup, j->n_markup, 0 };
+
+		c = kvd_conv_match(d, j->tenant, j->session_key, j->prompt, j->prompt_len,
+				   j->markup_known ? &pm : NULL, &keep);
 		if (c && (!d->cfg.retention || !keep))
 			c = NULL;
 		if (c) {
@@ -448,8 +496,10 @@ static int admit(struct kvd *d, struct kvd_job *j)
 		}
 		if (c) {
 			sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
+			pm.off = c->text_len;
 			rc = kvd_conv_append_tokens(d, c, j->prompt + c->text_len,
-						    j->prompt_len - c->text_len, 0);
+						    j->prompt_len - c->text_len, 0,
+						    j->markup_known ? &pm : NULL);
 		} else {
 			c = kvd_conv_new(d, j->tenant, j->session_key);
 			if (!c) {
@@ -457,7 +507,8 @@ static int admit(struct kvd *d, struct kvd_job *j)
 				return -EBUSY;
 			}
 			fresh = 1;
-			rc = kvd_conv_append_tokens(d, c, j->prompt, j->prompt_len, 1);
+			rc = kvd_conv_append_tokens(d, c, j->prompt, j->prompt_len, 1,
+						    j->markup_known ? &pm : NULL);
 		}
 		c->job = j;
 		j->conv = c;
@@ -483,6 +534,9 @@ static int admit(struct kvd *d, struct kvd_job *j)
 		(void)sess_hit;
 	}
 	c = j->conv;
+	/* its KV may be on disk: the job waits for the restore */
+	if (kvd_tiering_need_kv(d, c))
+		return 1;
 	rc = kvd_conv_open_kv(d, c);
 	if (rc == -ENOSPC || rc == -EBUSY) {
 		kvd_make_room(d, 1);
@@ -556,7 +610,8 @@ static int workers_up(struct kvd *d, uint32_t role)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6)
+		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6 &&
+		    kvd_worker_joinable(d, &d->workers[i]))
 			return 1;
 	return 0;
 }
@@ -583,14 +638,21 @@ static void run_jobs(struct kvd *d)
 			pp = &j->next;
 			continue;
 		}
+		if (j->state == JOB_KV_WAIT) {
+			if (!kvd_tiering_need_kv(d, j->conv))
+				resume_round(d, j);
+			pp = &j->next;
+			continue;
+		}
 		if (j->state == JOB_QUEUED) {
 			int rc = wait_for_shared_prefill(d, j) ? 1 : admit(d, j);
 
-			if (rc == 1 && !running) {
-				/* nothing running will free blocks for it */
+			if (rc == 1 && !running && !kvd_tiering_busy(d)) {
+				/* nothing running will free blocks for it (nor
+				 * will a spill or restore in flight) */
 				kvd_make_room(d, d->geom.blocks_total);
 				rc = admit(d, j);
-				if (rc == 1) {
+				if (rc == 1 && !kvd_tiering_busy(d)) {
 					fail(d, j, KVD_ERR_BUSY,
 					     "the KV arena cannot hold this conversation");
 					rc = -ENOSPC;
@@ -725,8 +787,11 @@ static int on_result(struct kvd *d, struct kvd_worker *w, const char *p, size_t 
 		release_inflight(d, w);
 		return 0;
 	}
-	if (w->step_kind == KVD_STEP_PREFILL)
+	if (w->step_kind == KVD_STEP_PREFILL) {
 		kvd_hist_add(&d->m.prefill_ms, (double)r.compute_ns / 1e6);
+		/* what recomputing costs, for the keep/spill/discard choice */
+		kvd_tiering_prefill_observed(d, w->queued_tokens, r.compute_ns);
+	}
 	if (r.n_seq != w->n_inflight)
 		return -EPROTO;
 	d->m.kv_bytes_copied += r.kv_bytes;
@@ -911,10 +976,10 @@ static void expire_convs(struct kvd *d, uint64_t now)
 
 	for (c = d->convs; c; c = next) {
 		next = c->next;
-		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns)
+		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns || c->tier_op)
 			continue;
 		kvd_log(KVD_LOG_DEBUG, "sched", "%s: retention over, KV released", c->id);
-		kvd_conv_drop_kv(d, c);
+		kvd_tiering_expire(d, c);
 	}
 }
 
@@ -923,7 +988,8 @@ static int all_ready(struct kvd *d)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY)
+		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY &&
+		    !d->workers[i].remote)	/* a remote host joins when it will */
 			return 0;
 	return 1;
 }
@@ -936,13 +1002,13 @@ void *kvd_sched_main(void *arg)
 	size_t cap = 0;
 	uint32_t i;
 
-	pfd = calloc(d->n_workers + 2, sizeof(*pfd));
+	pfd = calloc(d->n_workers + 3, sizeof(*pfd));
 	if (!pfd)
 		return NULL;
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		uint64_t now = kvd_now_ns();
-		int n = 0, timeout = 250, rc;
+		int n = 0, timeout = 250, rc, next;
 		uint64_t cnt;
 
 		reap_and_restart(d, now);
@@ -958,6 +1024,10 @@ void *kvd_sched_main(void *arg)
 			while ((r = kvd_agent_next_done(d)))
 				tools_done(d, r);
 		}
+		/* spills and restores done, prefetches and overruns due */
+		next = kvd_tiering_poll(d, now);
+		if (next >= 0 && next < timeout)
+			timeout = next;
 		run_jobs(d);
 		kvd_kstate_flush(d);
 		expire_convs(d, now);
@@ -965,6 +1035,10 @@ void *kvd_sched_main(void *arg)
 		pfd[n++].events = POLLIN;
 		if (kvd_kstate_fd(d) >= 0) {
 			pfd[n].fd = kvd_kstate_fd(d);
+			pfd[n++].events = POLLIN;
+		}
+		if (kvd_tiering_fd(d) >= 0) {
+			pfd[n].fd = kvd_tiering_fd(d);
 			pfd[n++].events = POLLIN;
 		}
 		for (i = 0; i < d->n_workers; i++) {
@@ -984,6 +1058,8 @@ void *kvd_sched_main(void *arg)
 				kvd_kstate_poll(d);
 			n++;
 		}
+		if (kvd_tiering_fd(d) >= 0)
+			n++;	/* reaped at the top of the loop */
 		for (i = 0; i < d->n_workers; i++, n++) {
 			struct kvd_worker *w = &d->workers[i];
 

@@ -48,7 +48,9 @@ static void test_request_valid(void)
 		"\"logprobs\": true, \"top_logprobs\": 5, \"n\": 1, \"user\": \"u1\","
 		"\"prompt_cache_key\": \"conv-9\", \"response_format\": {\"type\": \"text\"},"
 		"\"frequency_penalty\": 0, \"presence_penalty\": 0.5, \"metadata\": {\"a\": \"b\"},"
-		"\"store\": false, \"service_tier\": \"auto\", \"logit_bias\": {}, \"modalities\": [\"text\"]}";
+		"\"store\": false, \"service_tier\": \"auto\", \"logit_bias\": {\"7\": -100, \"12\": 2.5}, \"modalities\": [\"text\"],"
+		"\"top_k\": 40, \"min_p\": 0.05, \"repeat_penalty\": 1.1, \"ignore_eos\": true,"
+		"\"kvarena\": {\"close_in_budget\": true}}";
 
 	CU_ASSERT_EQUAL_FATAL(parse(body, &r, &e), 0);
 	CU_ASSERT_EQUAL(r.n_msgs, 5);
@@ -72,12 +74,20 @@ static void test_request_valid(void)
 	CU_ASSERT(r.s.logprobs && r.s.top_logprobs == 5);
 	CU_ASSERT_STRING_EQUAL(r.user, "u1");
 	CU_ASSERT_STRING_EQUAL(r.prompt_cache_key, "conv-9");
+	CU_ASSERT(r.s.frequency_penalty == 0 && r.s.presence_penalty == 0.5f);
+	CU_ASSERT(r.s.top_k == 40 && r.s.min_p == 0.05f && r.s.repetition_penalty == 1.1f);
+	CU_ASSERT(r.s.ignore_eos && r.s.close_in_budget);
+	CU_ASSERT_EQUAL_FATAL(r.s.n_logit_bias, 2);
+	CU_ASSERT(r.s.logit_bias[0].token == 7 && r.s.logit_bias[0].bias == -100);
+	CU_ASSERT(r.s.logit_bias[1].token == 12 && r.s.logit_bias[1].bias == 2.5f);
 	chat_request_free(&r);
 
 	/* the smallest request, and defaults */
 	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"x\",\"max_tokens\":5}",
 				    &r, &e), 0);
 	CU_ASSERT(r.s.temperature == 1.0f && r.s.top_p == 1.0f && !r.s.has_seed);
+	CU_ASSERT(!r.s.top_k && r.s.min_p == 0 && r.s.repetition_penalty == 1.0f &&
+		  !r.s.n_logit_bias && !r.s.ignore_eos && !r.s.close_in_budget);
 	CU_ASSERT(r.parallel_tool_calls && !r.stream && r.tool_choice == CHAT_TOOLS_AUTO);
 	CU_ASSERT_EQUAL(r.s.n_stop, 1);
 	CU_ASSERT_EQUAL(r.s.max_tokens, 5);
@@ -149,6 +159,10 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", 400, "tools[0].function.parameters", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}", 400, "tools[0].function.name", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":\"yes\"}}]}", 400, "tools[0].function.strict", NULL },
+	/* arguments are an object (issue 40.4: the decoder wrote 0, the
+	 * parser found no call) */
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":{\"type\":\"integer\"}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"t\"}}}", 400, "tools[0].function.parameters", "invalid_function_parameters" },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":{\"type\":[\"object\",\"null\"]}}}]}", 400, "tools[0].function.parameters", "invalid_function_parameters" },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "tools[1].function.name", NULL },
 	{ "{" M U ",\"tool_choice\":\"required\"}", 400, "tool_choice", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice.function.name", NULL },
@@ -172,7 +186,8 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"max_completion_tokens\":-1}", 400, "max_completion_tokens", NULL },
 	{ "{" M U ",\"max_tokens\":5,\"max_completion_tokens\":6}", 400, "max_tokens", NULL },
 	{ "{" M U ",\"max_tokens\":99999999999}", 400, "max_tokens", NULL },
-	{ "{" M U ",\"n\":2}", 400, "n", NULL },
+	{ "{" M U ",\"n\":17}", 400, "n", NULL },
+	{ "{" M U ",\"n\":0}", 400, "n", NULL },
 	{ "{" M U ",\"n\":\"1\"}", 400, "n", NULL },
 	{ "{" M U ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL },
 	{ "{" M U ",\"stop\":[\"a\",3]}", 400, "stop[1]", NULL },
@@ -189,7 +204,24 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"response_format\":{\"type\":\"json_schema\"}}", 400, "response_format.json_schema", NULL },
 	{ "{" M U ",\"response_format\":{\"type\":\"yaml\"}}", 400, "response_format.type", NULL },
 	{ "{" M U ",\"response_format\":\"text\"}", 400, "response_format", NULL },
-	{ "{" M U ",\"logit_bias\":{\"50256\":-100}}", 400, "logit_bias", "unsupported_parameter" },
+	{ "{" M U ",\"logit_bias\":{\"abc\":1}}", 400, "logit_bias", NULL },
+	{ "{" M U ",\"logit_bias\":{\"-1\":1}}", 400, "logit_bias", NULL },
+	{ "{" M U ",\"logit_bias\":{\"007\":1}}", 400, "logit_bias", NULL },
+	{ "{" M U ",\"logit_bias\":{\"5\":101}}", 400, "logit_bias", NULL },
+	{ "{" M U ",\"logit_bias\":{\"5\":\"1\"}}", 400, "logit_bias", NULL },
+	{ "{" M U ",\"logit_bias\":[1]}", 400, "logit_bias", NULL },
+	{ "{" M U ",\"top_k\":-2}", 400, "top_k", NULL },
+	{ "{" M U ",\"top_k\":1.5}", 400, "top_k", NULL },
+	{ "{" M U ",\"min_p\":1.5}", 400, "min_p", NULL },
+	{ "{" M U ",\"repetition_penalty\":0}", 400, "repetition_penalty", NULL },
+	{ "{" M U ",\"repetition_penalty\":11}", 400, "repetition_penalty", NULL },
+	{ "{" M U ",\"repeat_penalty\":-1}", 400, "repeat_penalty", NULL },
+	{ "{" M U ",\"repetition_penalty\":1.1,\"repeat_penalty\":1.2}", 400, "repeat_penalty", NULL },
+	{ "{" M U ",\"presence_penalty\":-2.5}", 400, "presence_penalty", NULL },
+	{ "{" M U ",\"ignore_eos\":1}", 400, "ignore_eos", NULL },
+	{ "{" M U ",\"kvarena\":{\"close_in_budget\":1}}", 400, "kvarena.close_in_budget", NULL },
+	{ "{" M U ",\"kvarena\":{\"x\":1}}", 400, "kvarena", "unknown_parameter" },
+	{ "{" M U ",\"kvarena\":[]}", 400, "kvarena", NULL },
 	{ "{" M U ",\"functions\":[]}", 400, "functions", "unsupported_parameter" },
 	{ "{" M U ",\"audio\":{}}", 400, "audio", "unsupported_parameter" },
 	{ "{" M U ",\"modalities\":[\"audio\"]}", 400, "modalities", NULL },
@@ -313,7 +345,8 @@ static char *render_body(const char *body)
 		chat_request_free(&r);
 		return NULL;
 	}
-	c = (struct chat_conv){ r.msgs, r.n_msgs, r.tools, r.n_tools };
+	c = (struct chat_conv){ .msgs = r.msgs, .n_msgs = r.n_msgs, .tools = r.tools,
+				.n_tools = r.n_tools };
 	CU_ASSERT_EQUAL(chat_render(tmpl, &c, &p, err, sizeof(err)), 0);
 	chat_request_free(&r);
 	s = sb_steal(&p.text, NULL);
@@ -362,7 +395,7 @@ static void test_template_text(void)
 
 static void test_responses(void)
 {
-	struct resp_ctx rc = { "chatcmpl-x", "m", 1700000000, 0 };
+	struct resp_ctx rc = { .id = "chatcmpl-x", .model = "m", .created = 1700000000 };
 	struct tc_result tr;
 	struct kvd_usage u = { 10, 4, 3 };
 	const char *text = "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
