@@ -294,6 +294,37 @@ int main(int argc, char **argv)
 				json_decref(tools);
 			}
 		}
+		/* qwen3 thinks first: a tag written in its reasoning does not
+		 * start a call (lazy); the first after </think> does */
+		if (!strcmp(families[f], "qwen3")) {
+			static const char think[] = "<think>\nI may write <tool_call> here.\n</think>\n\n";
+			static const char call[] = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+			struct kvc_spec sp = { .kind = KVC_TOOL_CALLS, .json = tool_sets[0],
+					       .json_len = strlen(tool_sets[0]) };
+			struct kvc_call_syntax y;
+			struct kvc_grammar *g = NULL;
+			struct kvc_matcher *m;
+			int32_t ids[256];
+			int n, ok = 1, trig_in_think = 0;
+
+			kvd_call_syntax(t, &sp, &y);
+			if (!kvc_compile(v, &sp, &g, err, sizeof(err)) &&
+			    (m = kvc_matcher_create(g, KVC_LAZY))) {
+				n = kve_tokenize(tok, think, strlen(think), 0, ids, 256);
+				for (int i = 0; i < n && ok; i++)
+					ok = !kvc_advance(m, ids[i]);
+				trig_in_think = kvc_triggered(m);
+				n = kve_tokenize(tok, call, strlen(call), 0, ids, 256);
+				for (int i = 0; i < n && ok; i++)
+					ok = !kvc_advance(m, ids[i]);
+				CHECK(ok && !trig_in_think && kvc_triggered(m) && kvc_accepting(m),
+				      "qwen3: <tool_call> inside <think> is free text; after it, a call");
+				kvc_matcher_free(m);
+			} else {
+				CHECK(0, "qwen3: the lazy grammar compiles: %s", err);
+			}
+			kvc_grammar_release(g);
+		}
 		/* what no syntax can write: a function whose parameters are
 		 * not an object schema is refused */
 		{
