@@ -74,6 +74,7 @@ struct kvd_conv {
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
 	uint8_t tier_setup;		/* a restore is finding its blocks */
+	uint8_t tier_missed;		/* this return's miss is counted */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recent first */
@@ -243,6 +244,7 @@ struct kvd_metrics {
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
+	uint64_t kv_misses;			/* a request found its KV out of the arena */
 	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;
 };
 
@@ -466,6 +468,15 @@ uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
  * prediction at the start): the class histogram's conditional mean. */
 uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
 				   uint64_t hint_us);
+/* P(a wait that has lasted elapsed_us lasts horizon_us more), from the
+ * class's histogram; -1 when it cannot say (fewer than 8 samples, or the
+ * wait outlived every one recorded). */
+double kvd_toolwait_survival(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+			     uint64_t horizon_us);
+/* The time h after which a wait that has lasted elapsed_us has ended with
+ * probability p (the conditional p-quantile of what is left); -1 unknown. */
+int64_t kvd_toolwait_quantile_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+				 double p);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
 
 /* tiering.c */
