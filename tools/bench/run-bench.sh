@@ -261,6 +261,7 @@ for b in "${want[@]}"; do
 	ioctl) bench_ioctl ;;
 	uring) bench_uring ;;
 	engine) bench_engine ;;
+	engine-arena) bench_engine_arena ;;	# engine's guest row alone
 	toolwait) bench_toolwait ;;
 	handoff) bench_handoff ;;
 	serve) bench_serve ;;
