@@ -171,6 +171,9 @@ struct chat_call_grammar {
 	const char *trigger;
 	int anchored;
 	unsigned max_calls;		/* the syntax's own bound; 0: none */
+	/* a block the reply may open with in which calls are not looked for
+	 * (qwen3's "<think>" ... "</think>"); NULL: none */
+	const char *skip_open, *skip_close;
 };
 void chat_template_grammar(const struct chat_template *t, struct chat_call_grammar *g);
 const char *const *chat_template_markers(const struct chat_template *t);

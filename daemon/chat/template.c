@@ -143,6 +143,10 @@ void chat_template_grammar(const struct chat_template *t, struct chat_call_gramm
 		g->open = t->tags.open;
 		g->close = t->tags.close;
 	}
+	if (t->f->think) {
+		g->skip_open = "<think>";
+		g->skip_close = "</think>";
+	}
 }
 
 const char *const *chat_template_markers(const struct chat_template *t)
