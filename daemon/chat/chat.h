@@ -189,6 +189,10 @@ const char *chat_families(void);
  * be a JSON Schema of 'type: "object"', got 'type: "integer"'."
  */
 int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen);
+/* The same for a schema on its own (NULL or JSON null: none), as the
+ * front ends whose tools carry it elsewhere (Anthropic's input_schema). */
+int chat_parameters_check(const char *name, const json_t *parameters, char *err,
+			  size_t errlen);
 
 /*
  * Appends the prompt for c (its messages, then the generation prompt that
