@@ -688,7 +688,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		    kvd_server_tools_allowed(a->d, tenant) && offer_stools(g, cr))
 			goto nomem;
 		struct chat_conv conv = { .msgs = cr->msgs, .n_msgs = cr->n_msgs,
-					  .tools = cr->tools, .n_tools = cr->n_tools };
+					  .tools = cr->tools, .n_tools = cr->n_tools,
+					  .thinking = cr->thinking };
 		char why[200];
 		int r;
 

@@ -117,6 +117,19 @@ struct kvd *scripted_kvd_new(const char *model, uint32_t context)
 	return d;
 }
 
+int scripted_kvd_set_family(struct kvd *d, const char *family)
+{
+	struct chat_options o = { family, NULL, NULL };
+	struct chat_template *t;
+	int rc = chat_template_new(NULL, 0, &o, &t, NULL, 0);
+
+	if (rc)
+		return rc;
+	chat_template_free(d->tmpl);
+	d->tmpl = t;
+	return 0;
+}
+
 void scripted_kvd_free(struct kvd *d)
 {
 	for (unsigned i = 0; i < HISTORY; i++)
