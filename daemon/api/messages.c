@@ -830,12 +830,19 @@ static enum MHD_Result count_tokens(struct req *q, struct gen *g)
 				  .thinking = g->cr.thinking };
 	char why[200];
 	int n, rc = chat_render(q->a->tmpl, &conv, &g->prompt, why, sizeof(why));
+	struct kvd_span *markup;
+	size_t nm;
 
 	if (rc == -EINVAL)
 		return api_fail(q, 400, API_INVALID, NULL, "%s", why);
 	if (rc)
 		return api_fail(q, 500, "server_error", NULL, "out of memory");
-	n = kvd_tokenize(q->a->d, g->prompt.text.s, g->prompt.text.len, 1, NULL, 0);
+	/* as a request counts it: special tokens only in the markup */
+	markup = gen_prompt_markup(&g->prompt, &nm);
+	if (!markup)
+		return api_fail(q, 500, "server_error", NULL, "out of memory");
+	n = kvd_count_prompt(q->a->d, g->prompt.text.s, g->prompt.text.len, markup, nm);
+	free(markup);
 	if (n < 0)
 		return api_fail(q, 400, API_INVALID, NULL, "The prompt cannot be tokenized (%s).",
 				strerror(-n));

@@ -634,6 +634,14 @@ int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
 	return len > INT32_MAX ? -E2BIG : (int)len;
 }
 
+int kvd_count_prompt(struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup)
+{
+	(void)markup;
+	(void)n_markup;
+	return kvd_tokenize(d, text, len, 1, NULL, 0);
+}
+
 int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)
 {
 	(void)d;
