@@ -5,9 +5,9 @@
 # real HTTP by kvreplay (tools/replay/kvreplay.py, client-side tools):
 #
 #   the 110M Q8_0 model (36 KiB of KV per token), each conversation a
-#   shared 512-token system prompt, a first user turn (1500 tokens), then
-#   tool rounds of seconds with 32-token results and short calls: about
-#   2k tokens of context, 72 GiB of KV for 1000 of them; the arena holds
+#   shared 512-token system prompt, a first user turn (1000 tokens), then
+#   tool rounds of seconds with 32-token results and forced calls: about
+#   2.4k tokens of context with the markup, 82 GiB of KV for 1000; the arena holds
 #   an eighth of it, the disk tier (spill files, prefetch) the rest.
 #
 #   base    a few of the same conversations with their KV in the arena
@@ -24,7 +24,7 @@
 # report and its plots).
 #
 # Environment: BENCH_AGENTS (1000), BENCH_AGENTS_TURNS (4),
-# BENCH_AGENTS_FIRST (1500), BENCH_AGENTS_RAMP_S (arrivals spread over,
+# BENCH_AGENTS_FIRST (1000), BENCH_AGENTS_RAMP_S (arrivals spread over,
 # 120), BENCH_AGENTS_MIX (tool mix, kvreplay's syntax), BENCH_AGENTS_ARENA_MB
 # (KV total / 8), BENCH_AGENTS_DISK_MB (the spill cap: KV total, at most the
 # free space less 4 GiB), BENCH_AGENTS_BASE (8).
@@ -38,9 +38,10 @@ out=build/bench/agents1000
 tsv=build/bench/results.tsv
 n=${BENCH_AGENTS:-1000}
 turns=${BENCH_AGENTS_TURNS:-4}
-first=${BENCH_AGENTS_FIRST:-1500}
+first=${BENCH_AGENTS_FIRST:-1000}
 ramp=${BENCH_AGENTS_RAMP_S:-120}
 nbase=${BENCH_AGENTS_BASE:-8}
+calltok=${BENCH_AGENTS_CALL_TOKENS:-128}	# a call's budget (a forced call closes in ~70-100)
 # tool-wait dominated: seconds per call (quick reads, builds, test runs)
 mix=${BENCH_AGENTS_MIX:-read:0.5:2.0:0.5:32,compile:0.3:8.0:0.5:32,test:0.2:20.0:0.5:32}
 rm -rf "$out" && mkdir -p "$out" && chmod 700 "$out"
@@ -61,16 +62,21 @@ cat "$out/synth.log"
 
 # sizes: KV per conversation from its context, the arena an eighth of all
 kv_token=$((36 * 1024))
-ctx=$((512 + first + (turns - 1) * (32 + 40) + 8))
+# (+ ~400: the chat markup and the three tools' declarations; a call's
+# decode up to its budget)
+ctx=$((512 + 400 + first + (turns - 1) * (32 + calltok) + 8))
 block=$((16 * kv_token))				# 16 tokens a block (576 KiB)
 kv_total=$((n * ctx * kv_token))
 arena_mb=${BENCH_AGENTS_ARENA_MB:-$((kv_total / 8 / 1048576))}
+# at least 12 conversations at once (a small trial of the script)
+floor_mb=$((12 * (ctx + calltok) * kv_token / 1048576))
+[ "$arena_mb" -ge "$floor_mb" ] || arena_mb=$floor_mb
 blocks=$((arena_mb * 1048576 / block))
 free_mb=$(df -Pm build | awk 'NR == 2 { print $4 }')
 disk_mb=${BENCH_AGENTS_DISK_MB:-$((kv_total / 1048576))}
 [ "$disk_mb" -le $((free_mb - 4096)) ] || disk_mb=$((free_mb - 4096))
 [ "$disk_mb" -gt 0 ] || { echo "agents1000: no disk for the spill files" >&2; exit 1; }
-base_blocks=$(((nbase + 2) * (ctx / 16 + 2)))
+base_blocks=$(((nbase + 2) * ((ctx + calltok) / 16 + 2)))
 echo "agents1000: $n conversations of ~$ctx tokens: KV $((kv_total >> 20)) MiB in all;" \
 	"arena $arena_mb MiB ($blocks blocks), spill cap $disk_mb MiB"
 
@@ -99,7 +105,7 @@ run() {
 	echo "== $label: $nb blocks, concurrency $4 =="
 	$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$3" \
 		--label "$label" --out "$out" --concurrency "$4" --scale-tokens 1 \
-		--min-call-tokens 16 --sample-s 1 --pid "$pid" --run-id "ag$label"
+		--min-call-tokens "$calltok" --sample-s 1 --pid "$pid" --run-id "ag$label"
 	curl -sf "http://127.0.0.1:$port/metrics" >"$out/$label.metrics" || true
 	kill "$pid"
 	wait "$pid" 2>/dev/null || true
