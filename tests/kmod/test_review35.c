@@ -175,10 +175,11 @@ static int teardown_rounds(int fd, bool queued, double secs, int rounds)
  * freed its waiter while the command was still on io_uring's list of
  * cancelable commands.  Issued from io-wq, where the ring's lock is not
  * held, a ring torn down right then had IO_URING_F_CANCEL (6.7+) read the
- * freed waiter through the command's pdu: KASAN reports it (make
- * check-debug on the 6.12 debug kernel), and with the guest suites' slab
+ * freed waiter through the command's pdu.  With the guest suites' slab
  * poisoning Debian's 6.12 oopses on it, usually within seconds (the -EBUSY
- * rounds).  Now the cancel finds its waiter on the arena's list and never
+ * rounds); the 6.12 debug kernel, slower, needs longer (make check-debug
+ * runs it 120 s: KT_RACE_SECS), and KASAN reported the use-after-free in
+ * kva_uring_wait_cancel about 50 s in.  Now the cancel finds its waiter on the arena's list and never
  * reads the pdu.  On every kernel the rounds must end (nothing hangs in
  * ring exit) and free everything.
  */
