@@ -41,7 +41,8 @@ int kva_memfd_version(struct kva_dev *dev, struct kva_version *out)
 	out->api_version = KVA_API_VERSION;
 	out->features = KVA_FEAT_MMAP | KVA_FEAT_SESSIONS |
 			KVA_FEAT_BLOCK_SHARE | KVA_FEAT_TENANT_QUOTA |
-			KVA_FEAT_NUMA | KVA_FEAT_EVICTION;
+			KVA_FEAT_NUMA | KVA_FEAT_EVICTION |
+			KVA_FEAT_SESSION_UPDATE;
 	out->max_pinned_bytes = kva_memfd_cap();
 	out->max_arena_bytes = kva_memfd_cap();
 	out->page_size = KVA_PAGE_SIZE;

@@ -379,7 +379,8 @@ static void test_memfd_version_and_flags(void)
 	/* exactly what the backend can do: no dma-buf, tracepoints, io_uring,
 	 * events or netlink */
 	CU_ASSERT_EQUAL(v.features, KVA_FEAT_MMAP | KVA_FEAT_SESSIONS | KVA_FEAT_BLOCK_SHARE |
-			KVA_FEAT_TENANT_QUOTA | KVA_FEAT_NUMA | KVA_FEAT_EVICTION);
+			KVA_FEAT_TENANT_QUOTA | KVA_FEAT_NUMA | KVA_FEAT_EVICTION |
+			KVA_FEAT_SESSION_UPDATE);
 
 	{	/* the tenant call's flags; then a policy given at creation */
 		struct kva_tenant t = { .size = sizeof(t), .flags = 1, .tenant_id = 9 };

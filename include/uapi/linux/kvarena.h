@@ -46,6 +46,7 @@
 #define KVA_FEAT_EVENTS		(1ULL << 8)	/* KVA_URING_WAIT_EVENT */
 #define KVA_FEAT_EVICTION	(1ULL << 9)	/* policies, watermarks, victims */
 #define KVA_FEAT_NETLINK	(1ULL << 10)	/* generic netlink "kvarena" */
+#define KVA_FEAT_SESSION_UPDATE	(1ULL << 11)	/* SET_STATE's KEEP and TIER */
 
 /* Limits. */
 #define KVA_PAGE_SHIFT		21		/* arenas are made of 2 MiB pages */
