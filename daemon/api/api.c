@@ -941,10 +941,13 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct req *q)
 				    q->session);
 		return send_json(c, q, 200, model_json(a));
 	case R_HEALTH: {
-		int ok = kvd_ready(a->d) && !__atomic_load_n(&a->draining, __ATOMIC_RELAXED);
+		/* degraded: a stage has no working worker (200 while the other
+		 * stage's workers serve its work, else 503) */
+		int h = __atomic_load_n(&a->draining, __ATOMIC_RELAXED) ? -1 : kvd_health(a->d);
 
-		return send_json(c, q, ok ? 200 : 503, json_pack("{s:s}", "status",
-						ok ? "ok" : "unavailable"));
+		return send_json(c, q, h == KVD_HEALTH_OK || h == KVD_HEALTH_DEGRADED ? 200 : 503,
+				 json_pack("{s:s}", "status", h == KVD_HEALTH_OK ? "ok" :
+					   h < 0 ? "unavailable" : "degraded"));
 	}
 	case R_METRICS:
 		return do_metrics(c, q);

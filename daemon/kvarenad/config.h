@@ -20,6 +20,7 @@ struct kvd_tenant_cfg {
 	uint64_t tokens_per_min;	/* prompt + completion; 0: unlimited */
 	uint32_t kv_blocks;		/* blocks held at once; 0: unlimited */
 	int server_tools;		/* may use server-side tools */
+	uint32_t weight;		/* fair share of prefill tokens and decode slots */
 };
 
 /* [mcp.NAME]: an MCP tool server (stdio) started in the sandbox; its
@@ -87,7 +88,7 @@ struct kvd_config {
 	uint32_t idle_retention_s;	/* an idle session's KV lives this long */
 	uint32_t toolwait_min_s, toolwait_max_s;	/* bounds of a TOOL_WAIT deadline */
 	int toolwait_bpf;		/* 1: load the eBPF tool-wait programs if possible */
-	/* [workers] */
+	/* [workers]; 0: from the CPUs present (kvd_config_auto) */
 	uint32_t prefill_workers;
 	uint32_t decode_workers;
 	uint32_t threads_per_worker;
@@ -98,6 +99,11 @@ struct kvd_config {
 	uint32_t lease_ms;		/* a step may take this long, then its worker dies */
 	uint32_t lease_per_token_ms;	/* ... plus this per prompt token it prefills */
 	double prefill_load_scale;	/* router cost weight */
+	/* [sched] */
+	uint32_t step_tokens;		/* a step's token budget */
+	uint32_t chunk_tokens;		/* prompt tokens of one sequence per step */
+	uint32_t steps_in_flight;	/* per worker (1: no pipelining) */
+	int share_stages;		/* an idle worker takes the other stage's work */
 	/* [limits] */
 	uint32_t max_queue;		/* jobs waiting for admission */
 	uint32_t max_sessions;		/* conversations remembered */
@@ -128,5 +134,8 @@ int kvd_config_set(struct kvd_config *c, const char *sec, const char *key,
 		   const char *val, char *err, size_t errlen);
 /* Checks the whole configuration; 0 or -1 with a message. */
 int kvd_config_check(struct kvd_config *c, char *err, size_t errlen);
+/* Fills the settings left to the machine (workers and threads from the
+ * CPUs this process may run on); a line for the startup log in note. */
+void kvd_config_auto(struct kvd_config *c, char *note, size_t notelen);
 
 #endif

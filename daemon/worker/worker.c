@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,7 @@ static int hello(struct worker *w, const struct kvd_worker_args *a)
 	in.n_threads = a->n_threads;
 	in.max_batch = a->max_batch;
 	in.max_ctx = a->max_ctx;
+	in.max_step_tokens = a->max_step_tokens ? a->max_step_tokens : a->max_batch;
 	rc = w->ops->create(&in, &w->bctx, rd.message, sizeof(rd.message));
 	if (rc)
 		goto out;
@@ -392,7 +394,8 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 	memcpy(st, p, sizeof(*st));
 	p += sizeof(*st);
 	if (!st->n_seq || st->n_seq > 4096 ||
-	    (st->kind != KVD_STEP_PREFILL && st->kind != KVD_STEP_DECODE))
+	    (st->kind != KVD_STEP_PREFILL && st->kind != KVD_STEP_DECODE &&
+	     st->kind != KVD_STEP_MIXED))
 		return -EPROTO;
 	v = calloc(st->n_seq, sizeof(*v));
 	if (!v)
@@ -456,6 +459,79 @@ static uint64_t copy_in(struct worker *w, const struct step_view *v)
 	return (uint64_t)nb * w->geom.kv_block_bytes;
 }
 
+#ifdef KVD_TEST_HOOKS
+/* test_orch only: when the file $KVD_TEST_STALL_FILE exists as a step's
+ * answer goes out, the file is removed and the worker sends the header
+ * and half the payload, then stops (as a worker stuck mid-message would);
+ * the orchestrator must neither freeze nor wait past the step's lease. */
+static void test_stall(struct worker *w, const void *buf, size_t len)
+{
+	const char *path = getenv("KVD_TEST_STALL_FILE");
+	struct kvd_msg_hdr h = { KVD_PROTO_MAGIC, KVD_PROTO_VERSION, KVD_MSG_RESULT,
+				 (uint32_t)len, 0 };
+
+	if (!path || !*path || unlink(path))
+		return;
+	if (write(w->sock, &h, sizeof(h)) == (ssize_t)sizeof(h) &&
+	    write(w->sock, buf, len / 2) >= 0)
+		for (;;)
+			pause();
+}
+#endif
+
+/* The backend's compute for one step: one ragged batch when it offers
+ * one, else decode for the one-token sequences (in batches of max_batch)
+ * and prefill for each other. logits + i * vocab for sequence i. */
+static int compute(struct worker *w, const struct kvd_step *st, const struct step_view *v,
+		   struct kvd_seq **sp, uint32_t *nn, int32_t *toks, uint64_t *copied)
+{
+	const struct kvd_backend_ops *o = w->ops;
+	uint32_t i, off = 0, nd = 0;
+	int rc = 0;
+
+	for (i = 0; i < st->n_seq; i++) {
+		nn[i] = v[i].sq->n_new;
+		memcpy(toks + off, v[i].tokens, (size_t)nn[i] * 4);
+		off += nn[i];
+		if (w->priv)
+			*copied += copy_in(w, &v[i]);
+	}
+	if (o->size >= offsetof(struct kvd_backend_ops, batch) + sizeof(o->batch) && o->batch)
+		return o->batch(w->bctx, sp, nn, toks, st->n_seq, w->logits);
+	for (i = 0, off = 0; !rc && i < st->n_seq; off += nn[i], i++)
+		if (nn[i] > 1)
+			rc = o->prefill(w->bctx, sp[i], toks + off, nn[i],
+					w->logits + (size_t)i * w->vocab);
+	/* the one-token sequences, batched; their logits rows moved after */
+	while (!rc) {
+		struct kvd_seq *bs[256];
+		int32_t bt[256];
+		uint32_t idx[256], k, max = w->args->max_batch ? w->args->max_batch : 1;
+		float *tmp;
+
+		if (max > 256)
+			max = 256;
+		for (k = 0, off = 0, i = 0; i < st->n_seq; off += nn[i], i++)
+			if (nn[i] == 1 && k < max && i >= nd) {
+				bs[k] = sp[i];
+				bt[k] = toks[off];
+				idx[k++] = i;
+			}
+		if (!k)
+			break;
+		nd = idx[k - 1] + 1;
+		tmp = malloc((size_t)k * w->vocab * sizeof(float));
+		if (!tmp)
+			return -ENOMEM;
+		rc = o->decode(w->bctx, bs, bt, k, tmp);
+		for (i = 0; !rc && i < k; i++)
+			memcpy(w->logits + (size_t)idx[i] * w->vocab, tmp + (size_t)i * w->vocab,
+			       (size_t)w->vocab * sizeof(float));
+		free(tmp);
+	}
+	return rc;
+}
+
 static int do_step(struct worker *w, size_t len)
 {
 	struct kvd_result res = { 0 };
@@ -463,8 +539,9 @@ static int do_step(struct worker *w, size_t len)
 	struct kvd_step st;
 	struct kvd_seq *seqs = NULL, **sp = NULL;
 	int32_t *toks = NULL;
+	uint32_t *nn = NULL;
 	struct kvd_top top[KVD_MAX_TOP];
-	size_t off = 0;
+	size_t off = 0, total = 0;
 	uint64_t t0 = now_ns(), copied = 0;
 	uint32_t i;
 	int rc;
@@ -473,10 +550,13 @@ static int do_step(struct worker *w, size_t len)
 	if (rc)
 		return rc;
 	res.step_id = st.step_id;
+	for (i = 0; i < st.n_seq; i++)
+		total += v[i].sq->n_new;
 	seqs = calloc(st.n_seq, sizeof(*seqs));
 	sp = calloc(st.n_seq, sizeof(*sp));
-	toks = calloc(st.n_seq, sizeof(*toks));
-	if (!seqs || !sp || !toks || ensure_logits(w, st.kind == KVD_STEP_DECODE ? st.n_seq : 1)) {
+	nn = calloc(st.n_seq, sizeof(*nn));
+	toks = calloc(total, sizeof(*toks));
+	if (!seqs || !sp || !nn || !toks || ensure_logits(w, st.n_seq)) {
 		rc = -ENOMEM;
 		goto reply;
 	}
@@ -485,29 +565,22 @@ static int do_step(struct worker *w, size_t len)
 		seqs[i].n_blocks = v[i].sq->n_blocks;
 		seqs[i].n_tokens = v[i].sq->n_kv;
 		sp[i] = &seqs[i];
-		toks[i] = v[i].tokens[0];
 	}
-	if (st.kind == KVD_STEP_DECODE)
-		rc = w->ops->decode(w->bctx, sp, toks, st.n_seq, w->logits);
+	rc = compute(w, &st, v, sp, nn, toks, &copied);
 	res.n_seq = st.n_seq;
 	rc = rc ? rc : tx_put(w, &off, &res, sizeof(res));
 	for (i = 0; !rc && i < st.n_seq; i++) {
 		struct kvd_result_seq rs = { 0 };
-		const float *lg = w->logits;
 
-		if (st.kind == KVD_STEP_PREFILL) {
-			if (w->priv)
-				copied += copy_in(w, &v[i]);
-			rc = w->ops->prefill(w->bctx, &seqs[i], v[i].tokens, v[i].sq->n_new,
-					     w->logits);
+		if (v[i].sq->flags & KVD_SEQ_SAMPLE) {
+			rc = sample_one(w, &v[i], w->logits + (size_t)i * w->vocab, &rs, top);
 			if (rc)
 				break;
 		} else {
-			lg = w->logits + (size_t)i * w->vocab;
+			rs.seq_id = v[i].sq->seq_id;
+			rs.token = -1;
+			rs.rng = v[i].sq->rng;
 		}
-		rc = sample_one(w, &v[i], lg, &rs, top);
-		if (rc)
-			break;
 		if (w->priv) {
 			uint32_t bt = w->geom.block_tokens;
 
@@ -529,6 +602,7 @@ reply:
 	free(v);
 	free(seqs);
 	free(sp);
+	free(nn);
 	free(toks);
 	if (rc) {
 		memset(&res, 0, sizeof(res));
@@ -542,6 +616,9 @@ reply:
 		res.kv_bytes = copied;
 		memcpy(w->tx, &res, sizeof(res));
 	}
+#ifdef KVD_TEST_HOOKS
+	test_stall(w, w->tx, off);
+#endif
 	return kvd_msg_send(w->sock, KVD_MSG_RESULT, w->tx, off, -1);
 }
 

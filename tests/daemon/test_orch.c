@@ -1727,6 +1727,12 @@ int main(int argc, char **argv)
 				a.backend = argv[i + 1];
 			else if (!strcmp(argv[i], "--max-ctx"))
 				a.max_ctx = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--max-batch"))
+				a.max_batch = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--max-step-tokens"))
+				a.max_step_tokens = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--threads"))
+				a.n_threads = (unsigned)atoi(argv[i + 1]);
 			else if (!strcmp(argv[i], "--tool-open"))
 				a.tool_open = argv[i + 1];
 			else if (!strcmp(argv[i], "--tool-close"))
