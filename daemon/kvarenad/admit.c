@@ -218,6 +218,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 		if (j->max_new > d->ctx_len - c->n_tokens)
 			j->max_new = d->ctx_len - c->n_tokens;
 		j->order = ++d->next_order;
+		j->in_prefill = 1;
 		d->n_queued--;
 	}
 	kvd_prefix_pending_add(d, c);

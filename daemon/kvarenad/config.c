@@ -82,6 +82,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	snprintf(c->decode_backend, sizeof(c->decode_backend), "cpu");
 	c->lease_ms = 30000;
 	c->lease_per_token_ms = 50;
+	c->restart_backoff_max_ms = 5000;
 	c->prefill_load_scale = 1.0;
 	c->max_queue = 256;
 	c->max_sessions = 4096;
@@ -286,6 +287,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	STR("workers", "backend_options", backend_options);
 	U32("workers", "lease_ms", lease_ms, 100, 3600000);
 	U32("workers", "lease_per_token_ms", lease_per_token_ms, 0, 60000);
+	U32("workers", "restart_backoff_max_ms", restart_backoff_max_ms, 0, 3600000);
 	if (!strcmp(sec, "workers") && !strcmp(k, "prefill_load_scale")) {
 		char *end;
 		double x = strtod(v, &end);

@@ -98,6 +98,7 @@ struct kvd_config {
 	char backend_options[256];
 	uint32_t lease_ms;		/* a step may take this long, then its worker dies */
 	uint32_t lease_per_token_ms;	/* ... plus this per prompt token it prefills */
+	uint32_t restart_backoff_max_ms;	/* a failing worker's restart back-off bound */
 	double prefill_load_scale;	/* router cost weight */
 	/* [sched] */
 	uint32_t step_tokens;		/* a step's token budget */

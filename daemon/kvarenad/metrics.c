@@ -238,6 +238,10 @@ char *kvd_metrics_text(struct kvd *d)
 		"pressure (recomputed when readmitted).", m.preemptions);
 	counter(&o, "preempted_tokens_total", "KV positions given back by preemptions.",
 		m.preempted_tokens);
+	counter(&o, "multi_prefill_steps_total", "Steps carrying chunks of two or more "
+		"prompts.", m.multi_prefill_steps);
+	gauge(&o, "prefill_workers_busy_max", "Most prefill workers seen with prompt chunks in "
+	      "flight at once.", m.prefill_busy_max);
 	counter(&o, "prefix_waits_total", "Admissions that waited for another request "
 		"computing the same uncached prefix.", m.prefill_waits);
 	counter(&o, "step_failures_total", "Steps that failed (a worker error, death or "

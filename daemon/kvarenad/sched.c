@@ -478,6 +478,7 @@ static void tools_apply(struct kvd *d, struct kvd_job *j, int rc)
 	kve_detok_init(&j->detok, d->tok);
 	j->detok.at_start = 0;
 	j->state = JOB_RUNNING;
+	j->in_prefill = 1;
 	j->n_sched = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv) {
 		/* evicted while the tools ran: recomputed like a preempted job */

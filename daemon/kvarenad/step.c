@@ -30,6 +30,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,8 +262,9 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 		p += (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes;
 		if ((e->flags & KVD_SEQ_SAMPLE) && j->state == JOB_RUNNING && !j->cancelled) {
 			j->rng = rs.rng;
-			if (e->n_new > 1 || j->n_gen == 0)
+			if (j->in_prefill)
 				d->m.handoffs++;
+			j->in_prefill = 0;
 			if (j->kv_payload && d->cfg.handoff == KVD_HANDOFF_COPY)
 				j->state = JOB_KV_LOAD;
 			kvd_on_token(d, j, rs.token, rs.logprob, top, rs.n_top);
@@ -464,6 +466,20 @@ static uint32_t fill(struct kvd *d, struct kvd_worker *w, struct kvd_wstep *st, 
 	return added;
 }
 
+static int carries_chunks(const struct kvd_worker *w)
+{
+	uint32_t i, k;
+
+	for (i = 0; i < w->n_q; i++) {
+		const struct kvd_wstep *st = &w->q[(w->q_head + i) % KVD_MAX_DEPTH];
+
+		for (k = 0; k < st->n_seq; k++)
+			if (st->seqs[k].n_new > 1 || !(st->seqs[k].flags & KVD_SEQ_SAMPLE))
+				return 1;
+	}
+	return 0;
+}
+
 /* Builds and sends one step for w; 1 when it did. */
 static int build(struct kvd *d, struct kvd_worker *w, int want_decode, int want_prefill,
 		 int decode_first, uint32_t group, struct cand *cbuf, uint32_t cmax)
@@ -491,7 +507,16 @@ static int build(struct kvd *d, struct kvd_worker *w, int want_decode, int want_
 	else
 		d->m.steps_mixed++;
 	d->m.step_tokens += st->tokens;
+	d->m.multi_prefill_steps += chunks > 1;
 	kvd_worker_send(d, w);
+	if (chunks) {
+		uint32_t busy = 0;
+
+		for (i = 0; i < d->n_workers; i++)
+			busy += d->workers[i].role == KVD_ROLE_PREFILL && carries_chunks(&d->workers[i]);
+		if (busy > d->m.prefill_busy_max)
+			d->m.prefill_busy_max = busy;
+	}
 	return 1;
 }
 

@@ -18,7 +18,7 @@
  * Health: a worker that keeps failing (dying, failing steps, failing to
  * start) without a successful step in between is restarted after a
  * back-off that doubles per failure (first restart at once, then 100 ms,
- * up to KVD_BACKOFF_MAX_MS); once it is up again it is probed with one
+ * up to [workers] restart_backoff_max_ms); once it is up again it is probed with one
  * step at a time (half-open) until one succeeds, which makes it healthy.
  * A stage with no working worker makes /health "degraded".
  */
@@ -39,7 +39,6 @@
 #include "worker.h"
 
 #define KVD_BACKOFF_FIRST_MS 100
-#define KVD_BACKOFF_MAX_MS 5000
 
 extern char **environ;
 
@@ -223,14 +222,14 @@ void kvd_workers_stop(struct kvd *d)
 	d->n_workers = 0;
 }
 
-static uint64_t backoff_ns(uint32_t fails)
+static uint64_t backoff_ns(const struct kvd *d, uint32_t fails)
 {
-	uint64_t ms;
+	uint64_t ms, max = d->cfg.restart_backoff_max_ms;
 
 	if (fails <= 1)
 		return 0;
 	ms = (uint64_t)KVD_BACKOFF_FIRST_MS << (fails - 2 < 16 ? fails - 2 : 16);
-	return (ms < KVD_BACKOFF_MAX_MS ? ms : KVD_BACKOFF_MAX_MS) * 1000000ull;
+	return (ms < max ? ms : max) * 1000000ull;
 }
 
 /*
@@ -265,7 +264,7 @@ void kvd_worker_lost(struct kvd *d, struct kvd_worker *w, const char *why)
 	d->m.worker_restarts++;
 	d->m.worker_failures[w->role]++;
 	w->fails_in_row++;
-	w->next_start_ns = kvd_now_ns() + backoff_ns(w->fails_in_row);
+	w->next_start_ns = kvd_now_ns() + backoff_ns(d, w->fails_in_row);
 	w->probing = 0;
 }
 
@@ -300,7 +299,7 @@ uint64_t kvd_workers_tend(struct kvd *d, uint64_t now)
 					kvd_log(KVD_LOG_ERR, "workers", "restart worker %d: %s",
 						w->index, strerror(-rc));
 					w->fails_in_row++;
-					w->next_start_ns = now + backoff_ns(w->fails_in_row < 2 ?
+					w->next_start_ns = now + backoff_ns(d, w->fails_in_row < 2 ?
 									    2 : w->fails_in_row);
 				}
 			} else if (w->next_start_ns < next) {
@@ -409,11 +408,12 @@ static size_t seq_bytes(const struct kvd_sent *e)
 
 	if (j->cw.kind && (e->flags & KVD_SEQ_SAMPLE))
 		n += sizeof(j->cw) + j->cw.json_len + j->cw.name_len + (size_t)j->n_hist * 4;
-	return n;
+	return (n + 7) & ~(size_t)7;	/* records start 8-byte aligned */
 }
 
 static void put_seq(const struct kvd_sent *e, char **p)
 {
+	char *start = *p;
 	const struct kvd_job *j = e->j;
 	const struct kvd_conv *c = j->conv;
 	struct kvd_step_seq sq = { 0 };
@@ -443,13 +443,15 @@ static void put_seq(const struct kvd_sent *e, char **p)
 		cw.tokens_left = j->max_new > j->n_gen ? j->max_new - j->n_gen : 1;
 		memcpy(*p, &cw, sizeof(cw));
 		*p += sizeof(cw);
+		memcpy(*p, j->hist, (size_t)j->n_hist * 4);
+		*p += (size_t)j->n_hist * 4;
 		memcpy(*p, j->c_json, cw.json_len);
 		*p += cw.json_len;
 		memcpy(*p, j->c_name, cw.name_len);
 		*p += cw.name_len;
-		memcpy(*p, j->hist, (size_t)j->n_hist * 4);
-		*p += (size_t)j->n_hist * 4;
 	}
+	while ((size_t)(*p - start) % 8)
+		*(*p)++ = 0;
 }
 
 /*

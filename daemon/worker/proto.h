@@ -87,7 +87,9 @@ enum kvd_step_kind { KVD_STEP_PREFILL = 1, KVD_STEP_DECODE = 2, KVD_STEP_MIXED =
 #define KVD_SEQ_SAMPLE 2u
 
 /* A step: n_seq sequences (distinct), each a struct kvd_step_seq followed
- * by n_new int32 tokens and n_blocks uint32 block ids. */
+ * by n_new int32 tokens, n_blocks uint32 block ids and constraint_len
+ * bytes of constraint, then zero bytes to a multiple of 8 (every record
+ * starts 8-byte aligned). */
 struct kvd_step {
 	uint64_t step_id;
 	uint32_t kind;		/* enum kvd_step_kind */
@@ -109,10 +111,10 @@ struct kvd_step_seq {
 };
 
 /* Structured decoding: the worker samples only tokens that keep the
- * output a valid prefix. Followed by json_len bytes of spec, name_len of
- * tool name, and n_hist int32 tokens this request generated so far (the
- * worker rebuilds its matcher from them when it has none at that point:
- * a restarted or another worker). */
+ * output a valid prefix. Followed by n_hist int32 tokens this request
+ * generated so far (the worker rebuilds its matcher from them when it
+ * has none at that point: a restarted or another worker), json_len bytes
+ * of spec and name_len of tool name. */
 #define KVD_CONSTRAINT_LAZY 1u
 struct kvd_constraint_wire {
 	uint32_t kind;		/* enum kvd_constraint_kind (kvd.h) */

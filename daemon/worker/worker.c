@@ -406,8 +406,10 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 
 		if ((size_t)(end - p) < sizeof(*sq))
 			goto bad;
-		need = sizeof(*sq) + (uint64_t)sq->n_new * 4 + (uint64_t)sq->n_blocks * 4 +
-		       sq->constraint_len;
+		/* each record is padded to 8 bytes: the next one's 64-bit
+		 * fields are aligned */
+		need = (sizeof(*sq) + (uint64_t)sq->n_new * 4 + (uint64_t)sq->n_blocks * 4 +
+			sq->constraint_len + 7) & ~(uint64_t)7;
 		if ((uint64_t)(end - p) < need || !sq->n_new ||
 		    (st->kind == KVD_STEP_DECODE && sq->n_new != 1))
 			goto bad;
@@ -431,9 +433,9 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 			    (uint64_t)sizeof(v[i].cw) + v[i].cw.json_len + v[i].cw.name_len +
 			    (uint64_t)v[i].cw.n_hist * 4 != sq->constraint_len)
 				goto bad;
-			v[i].json = c + sizeof(v[i].cw);
+			v[i].hist = (const int32_t *)(c + sizeof(v[i].cw));
+			v[i].json = (const char *)(v[i].hist + v[i].cw.n_hist);
 			v[i].name = v[i].json + v[i].cw.json_len;
-			v[i].hist = (const int32_t *)(v[i].name + v[i].cw.name_len);
 		}
 		p += need;
 	}
@@ -566,6 +568,20 @@ static int do_step(struct worker *w, size_t len)
 		seqs[i].n_tokens = v[i].sq->n_kv;
 		sp[i] = &seqs[i];
 	}
+#ifdef KVD_TEST_HOOKS
+	/* test_orch only: a step carrying the token $KVD_TEST_POISON fails
+	 * whole, as a backend fault set off by one sequence's input would */
+	if (getenv("KVD_TEST_POISON")) {
+		int32_t bad = (int32_t)atoi(getenv("KVD_TEST_POISON"));
+
+		for (i = 0; i < st.n_seq && !rc; i++)
+			for (uint32_t k = 0; k < v[i].sq->n_new; k++)
+				if (v[i].tokens[k] == bad)
+					rc = -EINVAL;
+		if (rc)
+			goto reply;
+	}
+#endif
 	rc = compute(w, &st, v, sp, nn, toks, &copied);
 	res.n_seq = st.n_seq;
 	rc = rc ? rc : tx_put(w, &off, &res, sizeof(res));

@@ -81,3 +81,13 @@ $(KVD_SBX_MODEL): $(ENGINE_MKMODEL)
 
 # sandbox.mk's guest lane (included before this file) runs the daemon too
 check-sandbox-guest: $(KVD_HOOKS_BIN) $(KVD_SBX_MODEL)
+
+# The radix index against a brute-force model (property test, ASan/UBSan)
+KVD_TEST_RADIX := $(KVD_OUT)/tests/test_radix
+$(KVD_TEST_RADIX): tests/daemon/test_radix.c $(KVD_CORE_SLIB)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) $< $(KVD_CORE_SLIB) -o $@
+
+.PHONY: check-radix
+check-radix: $(KVD_TEST_RADIX)
+	$(KVD_TEST_RADIX) $$(date +%s) 20000
