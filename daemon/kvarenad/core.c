@@ -136,8 +136,7 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 	q->ev.usage.prompt_tokens = j->n_prompt;
 	q->ev.usage.cached_tokens = j->n_cached;
 	q->ev.usage.completion_tokens = j->n_gen;
-	if (j->conv)
-		snprintf(q->session_id, sizeof(q->session_id), "%s", j->conv->id);
+	snprintf(q->session_id, sizeof(q->session_id), "%s", j->sid);
 	q->ev.session_id = q->session_id;
 	q->ev.ttft_ms = j->t_first ? (double)(j->t_first - j->t_submit) / 1e6 : 0;
 	q->ev.total_ms = (double)(now - j->t_submit) / 1e6;
@@ -552,6 +551,7 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		c->job = j;
 	}
 	j->conv = c;
+	snprintf(j->sid, sizeof(j->sid), "%s", c->id);
 	n0 = c->n_tokens;
 	l0 = c->text_len;
 	d->n_queued++;		/* its place in the queue, held while tokenizing */

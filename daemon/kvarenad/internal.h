@@ -206,6 +206,7 @@ struct kvd_job {
 	enum kvd_job_state state;
 	struct kvd *d;
 	struct kvd_conv *conv;		/* claimed (or made) at submit */
+	char sid[40];			/* its id, for the DONE event */
 	char request_id[64];
 	uint32_t tenant;
 	uint64_t route_hint;		/* prompt_cache_key / user: routing only */

@@ -184,7 +184,7 @@ void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c)
 	uint32_t bt = d->geom.block_tokens, b = c->as.s.n_tokens / bt;
 
 	if (!d->has_cache_sid || c->pending_registered || c->as.s.n_tokens % bt ||
-	    (b + 1) * bt > c->n_tokens || (b && !c->nodes[b - 1]))
+	    (b + 1) * bt > c->n_tokens || (b && (!c->nodes || !c->nodes[b - 1])))
 		return;
 	c->pending_block = b;
 	c->pending_parent = b ? c->nodes[b - 1] : NULL;

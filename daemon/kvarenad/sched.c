@@ -107,6 +107,8 @@ void kvd_job_let_go(struct kvd *d, struct kvd_job *j)
 		return;
 	j->conv = NULL;
 	c->job = NULL;
+	/* others waiting for a block it was to compute must not wait on */
+	kvd_prefix_pending_drop(d, c);
 	if (j->failed) {
 		/* what the failed step may have left is not trusted: drop it */
 		kvd_conv_drop_kv(d, c);
@@ -159,12 +161,14 @@ void kvd_job_finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 	if (j->state == JOB_FINISHED)
 		return;
 	round_end(j);
-	kvd_job_emit_done(j, f);
 	d->m.completion_tokens += j->n_gen;
 	kvd_tenant_charge(d, j->tenant, j->n_prompt - j->n_cached + j->n_gen);
 	if (j->t_first && j->n_gen > 1)
 		kvd_hist_add(&d->m.tpot, (double)(now - j->t_first) / 1e6 / (j->n_gen - 1));
+	/* the conversation is indexed for its next turn before the client
+	 * can hear that this one is done (its next request may come at once) */
 	job_ended(d, j);
+	kvd_job_emit_done(j, f);
 }
 
 void kvd_job_fail(struct kvd *d, struct kvd_job *j, enum kvd_err_kind kind, const char *msg)
@@ -172,11 +176,11 @@ void kvd_job_fail(struct kvd *d, struct kvd_job *j, enum kvd_err_kind kind, cons
 	if (j->state == JOB_FINISHED)
 		return;
 	kvd_log(KVD_LOG_WARN, "sched", "%s: %s", j->request_id, msg);
-	kvd_job_emit_error(j, kind, msg);
 	d->m.requests_failed++;
 	kvd_tenant_charge(d, j->tenant, j->n_gen);
 	j->failed = 1;
 	job_ended(d, j);
+	kvd_job_emit_error(j, kind, msg);
 }
 
 /* ---- tokens to text ----------------------------------------------------- */

@@ -48,7 +48,7 @@ static struct kvd_conv *live_conv(const struct kvd_job *j)
 
 /* The step no longer holds the job: with nothing else in flight, what it
  * had scheduled beyond its confirmed KV is to be sent again. */
-static void release_job(struct kvd *d, struct kvd_job *j)
+static void unhold(struct kvd *d, struct kvd_job *j)
 {
 	if (j->inflight && !--j->inflight) {
 		j->worker = -1;
@@ -58,7 +58,12 @@ static void release_job(struct kvd *d, struct kvd_job *j)
 		if (j->let_go)
 			kvd_job_let_go(d, j);
 	}
-	kvd_job_put(j);
+}
+
+static void release_job(struct kvd *d, struct kvd_job *j)
+{
+	unhold(d, j);
+	kvd_job_put(j);	/* the step's reference */
 }
 
 /* A failed step's sequences: one alone is charged; several are split in
@@ -260,6 +265,9 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 				return -EPROTO;
 		}
 		p += (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes;
+		/* not in flight any more: a job its token finishes lets go of
+		 * its conversation at once */
+		unhold(d, j);
 		if ((e->flags & KVD_SEQ_SAMPLE) && j->state == JOB_RUNNING && !j->cancelled) {
 			j->rng = rs.rng;
 			if (j->in_prefill)
@@ -269,7 +277,7 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 				j->state = JOB_KV_LOAD;
 			kvd_on_token(d, j, rs.token, rs.logprob, top, rs.n_top);
 		}
-		release_job(d, j);
+		kvd_job_put(j);
 	}
 	return 0;
 }
