@@ -58,6 +58,11 @@ struct kve_model *kve_model_load_mem(const void *buf, size_t len,
 				     char *err, size_t errlen);
 void kve_model_free(struct kve_model *m);
 const struct kve_model_info *kve_model_info(const struct kve_model *m);
+/* A string metadata value of the file ("tokenizer.chat_template"): its
+ * bytes (not NUL-terminated, inside the model's mapping: valid while the
+ * model is) and *len, or NULL when the key is absent or not a string. */
+const char *kve_model_meta_str(const struct kve_model *m, const char *key,
+			       size_t *len);
 
 /* ---- paged KV ------------------------------------------------------- */
 
@@ -161,6 +166,7 @@ struct kve_sampler {
 	uint32_t top_k;		/* 0: off */
 	float top_p;		/* >= 1 or <= 0: off */
 	uint64_t rng;		/* per-request state; seed it with kve_rng_seed */
+	float min_p;		/* keep p >= min_p * p(best); <= 0: off */
 };
 
 uint64_t kve_rng_seed(uint64_t seed);
@@ -176,6 +182,37 @@ int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
  * NULL: kve_sample. -ENOENT when no token is allowed. */
 int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t vocab,
 			  const uint32_t *mask, void *scratch);
+
+/* What changes the logits before sampling, as OpenAI, vLLM and llama.cpp's
+ * server name it. kve_logits_adjust applies, in this order: repetition
+ * penalty to every token of the context (a positive logit divided by it,
+ * a negative one multiplied), frequency and presence penalties to the
+ * generated tokens (logit -= count * frequency + presence), then the
+ * biases (logit += bias; -INFINITY bans a token). Arrays may be in any
+ * order; ids outside the vocabulary are ignored. */
+struct kve_token_count {
+	int32_t token;
+	uint32_t count;
+};
+struct kve_token_bias {
+	int32_t token;
+	float bias;
+};
+struct kve_logit_adjust {
+	float repetition_penalty;	/* 1 (or <= 0): off */
+	float frequency_penalty;	/* 0: off */
+	float presence_penalty;		/* 0: off */
+	const int32_t *context;		/* distinct tokens of the context */
+	uint32_t n_context;
+	const struct kve_token_count *generated;	/* distinct generated tokens */
+	uint32_t n_generated;
+	const struct kve_token_bias *bias;
+	uint32_t n_bias;
+};
+/* 1 when a changes nothing. */
+int kve_logit_adjust_none(const struct kve_logit_adjust *a);
+/* In place; 0, or -EINVAL on bad arguments. */
+int kve_logits_adjust(float *logits, uint32_t vocab, const struct kve_logit_adjust *a);
 
 /* ---- tokenizer ------------------------------------------------------ */
 

@@ -163,8 +163,12 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 		kvd_job_fail(d, j, KVD_ERR_TOO_LONG, "the conversation exceeds the context length");
 		return -E2BIG;
 	}
+	/* its KV may be on disk: the job waits for the restore (tiering.c),
+	 * the others pass */
+	if (kvd_tiering_need_kv(d, c))
+		return 2;
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
-	if (!c->has_kv) {
+	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
 		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, d->path);
 		if (kvd_prefix_pending_wait(d, c, n, d->path)) {
 			if (!j->waited_prefix)
@@ -233,10 +237,14 @@ void kvd_admit(struct kvd *d)
 	uint32_t running = 0;
 	int blocked = 0;
 
-	for (j = d->jobs; j; j = j->next)
+	for (j = d->jobs; j; j = j->next) {
+		/* a tool round whose KV came back from disk goes on */
+		if (j->state == JOB_KV_WAIT && !kvd_tiering_need_kv(d, j->conv))
+			kvd_resume_round(d, j);
 		if (j->state == JOB_RUNNING || j->state == JOB_KV_LOAD || j->state == JOB_TOOL_RUNNING ||
-		    j->state == JOB_TOOL_RESULTS)
+		    j->state == JOB_TOOL_RESULTS || j->state == JOB_KV_WAIT)
 			running++;
+	}
 	/* preempted jobs, oldest first */
 	for (;;) {
 		best = NULL;
@@ -277,6 +285,11 @@ void kvd_admit(struct kvd *d)
 				 * idle KV and the cache */
 				uint32_t bt = d->geom.block_tokens;
 
+				if (kvd_tiering_busy(d)) {
+					/* a spill in flight frees blocks soon */
+					blocked = 1;
+					break;
+				}
 				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
 				if (admit_one(d, best) == 0) {
 					running++;

@@ -29,7 +29,6 @@
 #include "internal.h"
 #include "kvsandbox.h"
 #include "log.h"
-#include "tool_call.h"
 
 #define KVD_TOOL_THREADS 4		/* calls running at once, all sessions */
 #define KVD_MAX_ROUND_CALLS 16		/* more calls in one round: none run */
@@ -846,7 +845,6 @@ static int tool_index(const struct kvd_agent *a, const char *name)
 int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 {
 	struct kvd_agent *a = d->agent;
-	struct tc_tags tags = { d->cfg.tool_open, d->cfg.tool_close };	/* [model] */
 	struct kvd_conv *c = j->conv;
 	struct tc_result tr;
 	struct kvd_round *r;
@@ -859,7 +857,7 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 	mask = j->server_tools & kvd_agent_decl_mask(d);
 	if (!mask)
 		return 0;
-	if (tc_parse(&tags, j->gen + j->round_start, j->gen_len - j->round_start, &tr))
+	if (tc_parse(d->chat, j->gen + j->round_start, j->gen_len - j->round_start, &tr))
 		return 0;
 	if (!tr.n_calls)
 		goto no;
@@ -920,6 +918,8 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 	c->has_workdir = 1;
 	j->tool_rounds++;
 	j->state = JOB_TOOL_RUNNING;
+	/* keep, spill or discard its KV while the tools run */
+	kvd_tiering_tool_wait(d, c, pred);
 	j->refs++;
 	r->j = j;
 	d->m.tool_rounds++;
@@ -954,17 +954,14 @@ struct kvd_job *kvd_agent_round_job(const struct kvd_round *r)
 	return r->j;
 }
 
-#define TOOL_HEAD "<|im_start|>tool\n<tool_response>\n"
-#define TOOL_TAIL "\n</tool_response><|im_end|>\n"
-
 char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 {
 	struct kvd_job *j = r->j;
 	struct kvd_conv *c = j->conv;
 	uint64_t now = kvd_now_ns();
-	size_t cap = 64, n = 0;
+	struct chat_tool_result res[KVD_MAX_ROUND_CALLS];
+	struct chat_prompt p = { 0 };
 	uint32_t i;
-	char *t;
 
 	if (c && c->wait_started_ns) {
 		kvd_toolwait_record(d, c->tool_class, (now - c->wait_started_ns) / 1000);
@@ -999,27 +996,18 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 			tr.output_len, (unsigned long long)cl->res.cgroup_id,
 			cl->res.note[0] ? " note=" : "", cl->res.note);
 		kvd_job_emit_tool_run(j, &tr);
-		cap += strlen(TOOL_HEAD) + tr.output_len + strlen(TOOL_TAIL);
+		res[i].call_id = NULL;
+		res[i].name = cl->name;
+		res[i].output = tr.output;
+		res[i].output_len = tr.output_len;
 	}
-	t = malloc(cap);
-	if (!t)
+	/* the results as the model's template renders them (daemon/chat) */
+	if (chat_render_tool_round(d->chat, res, r->n, &p)) {
+		chat_prompt_free(&p);
 		return NULL;
-	n += (size_t)sprintf(t, "<|im_end|>\n");
-	for (i = 0; i < r->n; i++) {
-		const struct kvd_call *cl = &r->calls[i];
-
-		memcpy(t + n, TOOL_HEAD, strlen(TOOL_HEAD));
-		n += strlen(TOOL_HEAD);
-		if (cl->output) {
-			memcpy(t + n, cl->output, cl->output_len);
-			n += cl->output_len;
-		}
-		memcpy(t + n, TOOL_TAIL, strlen(TOOL_TAIL));
-		n += strlen(TOOL_TAIL);
 	}
-	n += (size_t)sprintf(t + n, "<|im_start|>assistant\n");
-	*len = n;
-	return t;
+	free(p.plain);
+	return sb_steal(&p.text, len);
 }
 
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r)

@@ -59,6 +59,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->max_tokens_cap = 1024;
 	snprintf(c->tool_open, sizeof(c->tool_open), "<tool_call>");
 	snprintf(c->tool_close, sizeof(c->tool_close), "</tool_call>");
+	snprintf(c->chat_template, sizeof(c->chat_template), "auto");
 	snprintf(c->backend, sizeof(c->backend), "auto");
 	c->kv_blocks = 1024;
 	c->block_tokens = 16;
@@ -70,6 +71,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->toolwait_min_s = 10;
 	c->toolwait_max_s = 600;
 	c->toolwait_bpf = 1;
+	snprintf(c->tier_direct, sizeof(c->tier_direct), "auto");
+	snprintf(c->tier_fixed, sizeof(c->tier_fixed), "auto");
+	c->tier_queue_depth = 32;
+	c->tier_decisions = 1;
+	c->tier_prefetch = 1;
+	c->tier_margin_ms = 100;
 	c->prefill_workers = 0;		/* auto */
 	c->decode_workers = 0;
 	c->threads_per_worker = 0;
@@ -250,6 +257,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("model", "max_tokens", max_tokens_cap, 1, 1 << 20);
 	STR("model", "tool_call_open", tool_open);
 	STR("model", "tool_call_close", tool_close);
+	STR("model", "chat_template", chat_template);
 	STR("kv", "backend", backend);
 	U32("kv", "blocks", kv_blocks, 8, 1 << 20);
 	U32("kv", "block_tokens", block_tokens, 1, 4096);
@@ -272,6 +280,29 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
 	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
 	BOOL("kv", "toolwait_bpf", toolwait_bpf);
+	U32("kv", "ttl_ms", ttl_ms, 0, 86400000);
+	if (!strcmp(sec, "tier") && !strcmp(k, "dir"))
+		return v[0] && v[0] != '/' ? -1 : copy_str(c->tier_dir, sizeof(c->tier_dir), v);
+	if (!strcmp(sec, "tier") && !strcmp(k, "cap_mb")) {
+		char *end;
+		unsigned long long x;
+
+		errno = 0;
+		x = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || x > (1ull << 40))
+			return -1;
+		c->tier_cap_mb = x;
+		return 0;
+	}
+	if (!strcmp(sec, "tier") && (!strcmp(k, "direct") || !strcmp(k, "fixed"))) {
+		if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
+			return -1;
+		return copy_str(!strcmp(k, "direct") ? c->tier_direct : c->tier_fixed, 8, v);
+	}
+	U32("tier", "queue_depth", tier_queue_depth, 1, 1024);
+	BOOL("tier", "decisions", tier_decisions);
+	BOOL("tier", "prefetch", tier_prefetch);
+	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
 	if (!strcmp(sec, "workers") && (!strcmp(k, "prefill") || !strcmp(k, "decode") ||
 					 !strcmp(k, "threads"))) {
 		uint32_t *f = !strcmp(k, "prefill") ? &c->prefill_workers :

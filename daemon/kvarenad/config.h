@@ -75,6 +75,7 @@ struct kvd_config {
 	char model_id[128];		/* default: file name without .gguf */
 	uint32_t max_tokens_cap;	/* completion tokens when unset */
 	char tool_open[32], tool_close[32];	/* tool-call tags in generated text */
+	char chat_template[32];		/* "auto" or a family (daemon/chat) */
 	/* [kv] */
 	char backend[16];		/* auto, kernel, memfd */
 	uint32_t kv_blocks;		/* arena capacity in blocks */
@@ -88,6 +89,16 @@ struct kvd_config {
 	uint32_t idle_retention_s;	/* an idle session's KV lives this long */
 	uint32_t toolwait_min_s, toolwait_max_s;	/* bounds of a TOOL_WAIT deadline */
 	int toolwait_bpf;		/* 1: load the eBPF tool-wait programs if possible */
+	uint32_t ttl_ms;		/* the ttl policy's inactivity bound (0: the kernel's) */
+	/* [tier] the disk tier and the keep/spill/discard logic (tiering.c) */
+	char tier_dir[512];		/* spill directory; "": no disk tier */
+	uint64_t tier_cap_mb;		/* disk the spill files may take; 0: no cap */
+	char tier_direct[8];		/* O_DIRECT: auto, on, off */
+	char tier_fixed[8];		/* registered buffers: auto, on, off */
+	uint32_t tier_queue_depth;	/* block I/Os in flight */
+	int tier_decisions;		/* 1: keep/spill/discard at each tool wait */
+	int tier_prefetch;		/* 1: restore before the predicted return */
+	uint32_t tier_margin_ms;	/* prefetch safety margin */
 	/* [workers]; 0: from the CPUs present (kvd_config_auto) */
 	uint32_t prefill_workers;
 	uint32_t decode_workers;

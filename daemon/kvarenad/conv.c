@@ -217,8 +217,14 @@ uint64_t kvd_conv_expire(struct kvd *d, uint64_t now)
 		dl_remove(d, c);
 		if (c->job || !c->has_kv)
 			continue;
+		if (c->tier_op) {
+			/* a spill or restore in flight: look again shortly */
+			kvd_conv_set_deadline(d, c, now + 100000000ull);
+			continue;
+		}
 		kvd_log(KVD_LOG_DEBUG, "sched", "%s: retention over, KV released", c->id);
-		kvd_conv_drop_kv(d, c);
+		/* to disk when there is a tier, else released */
+		kvd_tiering_expire(d, c);
 	}
 	return 0;
 }
@@ -256,6 +262,7 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant)
 	memcpy(c->id, "sess_", 5);
 	for (i = 0; i < 12; i++)
 		snprintf(c->id + 5 + 2 * i, 3, "%02x", rnd[i]);
+	memcpy(&c->tier_key, rnd, sizeof(c->tier_key));
 	c->tenant = tenant;
 	c->kstate = KVA_STATE_IDLE;
 	c->dl_index = UINT32_MAX;
@@ -310,9 +317,15 @@ int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
  * so the conversation can be recomputed when it returns. */
 void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 {
+	struct kva_session_info si = { .size = sizeof(si) };
+
+	kvd_tiering_abandon(d, c);
 	kvd_prefix_pending_drop(d, c);
 	if (!c->has_kv)
 		return;
+	/* what it held idle, for kvarenad_kv_idle_byte_seconds_total */
+	if (kva_session_get_info(d->arena, c->as.sid, &si) == 0)
+		d->m.idle_byte_s_ended += si.idle_byte_sec;
 	kvd_blocks_hold(d, c, 0, c->as.s.n_blocks, -1);
 	kvd_hmap_del(&d->conv_by_sid, &c->by_sid);
 	kve_arena_session_close(d->kv, &c->as);
@@ -322,8 +335,49 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 	c->kstate = KVA_STATE_ENDED;
 }
 
+/* Gives back every block; the session stays (tiering.c: its KV is on disk
+ * or recomputed, and the kernel still sees its tool wait). */
+void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
+{
+	int rc;
+
+	if (!c->has_kv)
+		return;
+	kvd_prefix_pending_drop(d, c);
+	if (c->as.s.n_blocks) {
+		kvd_blocks_hold(d, c, 0, c->as.s.n_blocks, -1);
+		rc = kva_blocks_free(d->arena, c->as.sid, c->as.s.n_blocks, c->as.s.block_table);
+		if (rc < 0)
+			kvd_log(KVD_LOG_WARN, "conv", "%s: freeing %u blocks: %s", c->id,
+				c->as.s.n_blocks, strerror(-rc));
+	}
+	c->as.s.n_blocks = 0;
+	c->as.s.n_tokens = 0;
+	c->n_offered = 0;
+}
+
+void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out)
+{
+	kvd_prefix_pending_drop(d, c);
+	kvd_blocks_hold(d, c, 0, c->as.s.n_blocks, -1);
+	if (c->has_kv)
+		kvd_hmap_del(&d->conv_by_sid, &c->by_sid);
+	*out = c->as;
+	memset(&c->as, 0, sizeof(c->as));
+	c->has_kv = 0;
+	c->n_offered = 0;
+	c->kstate = KVA_STATE_ENDED;
+}
+
+/* Blocks for n_more positions after the KV. */
+int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
+{
+	return kvd_conv_reserve_to(d, c, c->as.s.n_tokens + n_more);
+}
+
 void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 {
+	kvd_tiering_forget(d, c);
 	kvd_agent_forget(d, c);
 	kvd_conv_drop_kv(d, c);
 	text_unindex(d, c);
@@ -609,6 +663,8 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 
 	if (n > c->n_tokens || (n && c->tok_end[n - 1] == UINT32_MAX))
 		return -EINVAL;
+	/* a restore must not write into blocks this cut gives back */
+	kvd_tiering_abandon(d, c);
 	c->n_tokens = n;
 	c->text_len = n ? c->tok_end[n - 1] : 0;
 	if (c->text)

@@ -15,6 +15,8 @@
  *   router.c    which worker gets a step (Dynamo-style cost)
  *   kstate.c    session states to the kernel (batched), pressure events
  *   toolwait.c  tool classes and predicted waits
+ *   tiering.c   where each conversation's KV lives (arena, disk, none):
+ *               keep/spill/discard, restore, prefetch (daemon/tier/)
  *   agent.c     server-side tools: declarations, the sandbox, tool rounds
  *   mcp.c       MCP tool servers ([mcp.NAME]) for agent.c
  *   metrics.c   counters, histograms, Prometheus text
@@ -45,6 +47,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chat.h"
 #include "config.h"
 #include "kv_arena.h"
 #include "kvarena_toolwait.h"
@@ -177,6 +180,18 @@ struct kvd_conv {
 	uint32_t dl_index;		/* in d->deadlines, UINT32_MAX: none */
 	int delete_pending;		/* DELETE while a step held a lease */
 	int has_workdir;		/* server-side tools made its work dir */
+	/* tiering.c: the KV's other places */
+	uint64_t tier_key;		/* its spill files' key (random) */
+	struct kvd_tticket *tier_op;	/* a spill or restore in flight */
+	uint64_t tier_file;		/* a spill file of tokens [0, tier_file_tokens) */
+	uint32_t tier_file_tokens;
+	uint64_t tier_file_hash;
+	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
+	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
+	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
+	uint8_t tier_setup;		/* a restore is finding its blocks */
+	uint64_t tool_pred_us;		/* the tool wait's predicted length */
+	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recently used first */
 };
 
@@ -190,6 +205,7 @@ enum kvd_job_state {
 	JOB_KV_LOAD,		/* copy mode: KV bytes wait for a decode worker */
 	JOB_TOOL_RUNNING,	/* server-side tools run (agent.c), no worker */
 	JOB_TOOL_RESULTS,	/* their text waits to be tokenized */
+	JOB_KV_WAIT,		/* its KV is being restored (tiering.c) */
 	JOB_PREEMPTED,		/* KV given back under pressure: readmitted
 				 * (and recomputed) before queued jobs */
 	JOB_FINISHED,
@@ -227,6 +243,8 @@ struct kvd_job {
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
 	struct kvd_constraint_wire cw;
+	struct kvd_jsampler *smp;	/* sampling.c: top-k, min-p, biases,
+					 * penalties; NULL: none */
 	char *c_json, *c_name;
 	int32_t *hist;
 	uint32_t n_hist, cap_hist;
@@ -354,6 +372,23 @@ struct kvd_metrics {
 	uint32_t prefill_busy_max;		/* prefill workers computing at once, most seen */
 	uint64_t tenant_tokens[KVD_MAX_TENANTS + 1];	/* scheduled, for fairness */
 	struct kvd_hist ttft, tpot, toolwait, prefill_ms, step_ms;
+	/* tiering.c */
+	uint64_t tier_decisions[3];		/* keep, spill, discard at tool waits */
+	uint64_t tier_spills, tier_spill_bytes, tier_spill_failures;
+	uint64_t tier_spills_clean;		/* evictions a disk copy made free */
+	uint64_t tier_restores, tier_restore_bytes, tier_restore_failures[4];
+	uint64_t tier_restore_cached_tokens;	/* restored by sharing cached blocks */
+	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
+	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
+	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
+	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;
+};
+
+/* tiering.c's numbers for /metrics */
+struct kvd_tier_gauges {
+	uint32_t sessions[3];		/* arena, disk, none */
+	uint64_t disk_bytes, disk_cap, files, direct_fallbacks;
+	double write_bps, read_bps, recompute_tps;
 };
 
 /* The last scheduler turns' durations, for exact p50/p99 (metrics.c). */
@@ -379,6 +414,7 @@ struct kvd {
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
 	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
+	struct chat_template *chat;	/* the model's family (daemon/chat) */
 	uint32_t vocab, ctx_len;	/* ctx_len: the model's, bounded by the arena */
 	uint32_t model_ctx;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
@@ -397,6 +433,7 @@ struct kvd {
 	struct kvd_state_change *pending_st;
 	uint32_t n_pending, cap_pending;
 	struct kva_toolwait *tw;	/* eBPF tool-wait, optional */
+	struct kvd_tiering *tier;	/* tiering.c */
 	/* conversations */
 	struct kvd_conv *convs, *convs_tail;	/* most recently used first */
 	uint32_t n_convs;
@@ -439,6 +476,7 @@ struct kvd {
 	uint64_t n_step_us;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
 	char startup_note[256];
+	char fingerprint[24];		/* kvd_system_fingerprint() */
 #ifdef KVD_TEST_HOOKS
 	/* test_orch only: replies fed in place of the model's (sched.c) */
 	char *test_replies[8];
@@ -454,7 +492,8 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe,
 /* Stop admitting; wait up to timeout_ms for running jobs; 0 when drained. */
 int kvd_drain(struct kvd *d, int timeout_ms);
 void kvd_destroy(struct kvd *d);
-/* Tenants and budgets may change on SIGHUP. */
+/* Tenants and budgets, the eviction policy and the tiers' switches may
+ * change on SIGHUP. */
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg);
 
 /* core.c */
@@ -481,6 +520,9 @@ void kvd_job_let_go(struct kvd *d, struct kvd_job *j);
 /* A sampled token of a running job (or -1 with KVD_SEQ_SAMPLE unset). */
 void kvd_on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		  const struct kvd_top *top, uint32_t n_top);
+
+/* sched.c: a tool round's KV is back (tiering.c): its results prefill. */
+void kvd_resume_round(struct kvd *d, struct kvd_job *j);
 
 /* admit.c: admission, preemption */
 void kvd_admit(struct kvd *d);
@@ -530,6 +572,13 @@ int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text,
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c);
 void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c);
 int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total);
+/* Blocks for n_more positions after the KV (kvd_conv_reserve_to). */
+int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more);
+/* Every block back, the kvarena session kept (its KV is on disk or gone;
+ * the kernel still sees its tool wait). */
+void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c);
+/* The kvarena session moves out of c, to be closed by the caller. */
+void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out);
 void kvd_conv_touch(struct kvd *d, struct kvd_conv *c);
 uint32_t kvd_conv_blocks(const struct kvd_conv *c);
 void kvd_conv_set_deadline(struct kvd *d, struct kvd_conv *c, uint64_t when_ns);
@@ -598,7 +647,47 @@ uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want);
 /* toolwait.c */
 uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len);
 uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
+/* Expected time left of a wait that has lasted elapsed_us (hint: its
+ * prediction at the start): the class histogram's conditional mean. */
+uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+				   uint64_t hint_us);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
+
+/* tiering.c */
+struct kvd_tticket;
+struct kvd_tiering;
+int kvd_tiering_init(struct kvd *d, char *err, size_t errlen);
+void kvd_tiering_fini(struct kvd *d);
+/* The disk tier's completions (poll), or -1. */
+int kvd_tiering_fd(struct kvd *d);
+/* Completions, prefetches and overruns due; ms to the next timer or -1. */
+int kvd_tiering_poll(struct kvd *d, uint64_t now);
+/* c's reply ended in tool calls (wait_started_ns, tool_class set): keep,
+ * spill or discard its KV for the predicted wait. */
+void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us);
+/* c's job is about to use its KV: 0 go on (what the arena holds is its
+ * KV; what it lacks is prefilled), 1 wait (a restore runs). */
+int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c);
+/* The kernel ranked c a victim: its blocks go to disk or away. Blocks
+ * freed now (a spill frees them when written: c->tier_op is then set). */
+uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c);
+/* c's retention is over: to disk if there is one, else released. */
+void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c);
+/* Spills or restores in flight (blocks will come free or be filled). */
+int kvd_tiering_busy(const struct kvd *d);
+/* c lets go of what is in flight (its KV changes or goes). */
+void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
+/* c is forgotten: its file and timers go. */
+void kvd_tiering_forget(struct kvd *d, struct kvd_conv *c);
+/* A prefill step computed tokens in ns: the recompute cost. */
+void kvd_tiering_prefill_observed(struct kvd *d, uint32_t tokens, uint64_t ns);
+/* "arena", "disk" or "none". */
+const char *kvd_tiering_tier(const struct kvd_conv *c);
+void kvd_tiering_gauges(struct kvd *d, struct kvd_tier_gauges *g);
+/* SIGHUP: [kv] policy, watermarks, ttl_ms; [tier] decisions, prefetch,
+ * prefetch_margin_ms. 0 or a negative errno (err says why; nothing
+ * changed). Called with d->lock held. */
+int kvd_tiering_reload(struct kvd *d, const struct kvd_config *nc, char *err, size_t errlen);
 
 /* agent.c: server-side tools */
 struct kvd_round;
@@ -647,6 +736,20 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 		 struct kvs_result *res, int *restarted);
 const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
 void kvd_mcp_free(struct kvd_mcpsrv *s);
+
+/* sampling.c: the job's sampler state the workers get with each step */
+struct kvd_jsampler;
+/* Checks token ids (err: 400) and keeps what the sampler needs; 0 or
+ * -errno. Nothing is kept when only temperature and top-p are set. */
+int kvd_sampling_setup(struct kvd *d, struct kvd_job *j, const struct kvd_sampling *s,
+		       struct kvd_error *err);
+void kvd_sampling_free(struct kvd_job *j);
+/* A token the model generated (frequency and presence penalties). */
+int kvd_sampling_note(struct kvd_job *j, int32_t tok);
+/* Bytes the step will carry after the constraint (0: no KVD_SEQ_SAMPLER);
+ * brings the context set up to date with the conversation first. */
+size_t kvd_sampling_wire_len(struct kvd *d, struct kvd_job *j);
+void kvd_sampling_put(const struct kvd_job *j, char **p);
 
 /* sched.c: invalid UTF-8 and NUL to U+FFFD; out needs 3 * n bytes */
 size_t kvd_utf8_clean(const char *in, size_t n, char *out);

@@ -216,28 +216,32 @@ uint32_t kvd_blocks_free(struct kvd *d)
 	return ai.blocks_free;
 }
 
-static void evict(struct kvd *d, struct kvd_conv *c)
+/* May c's blocks go? Not while a step computes on them; a server-side
+ * tool round's KV waits like a client's (tiering.c). */
+static int evictable(const struct kvd_conv *c)
 {
-	d->m.evictions++;
-	d->m.evicted_blocks += c->as.s.n_blocks;
-	kvd_log(KVD_LOG_INFO, "kstate", "evict %s: %u blocks (%s), recomputed if it returns",
-		c->id, c->as.s.n_blocks, kva_state_name(c->kstate));
-	kvd_conv_drop_kv(d, c);
+	return c->has_kv && c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
+	       (!c->job || c->job->state == JOB_TOOL_RUNNING);
 }
 
-/* The least recently used conversation with KV and no job (of the tenant
- * when one is given), from the tail: jobs' conversations are skipped,
- * at most as many as there are jobs. */
+/* The least recently used evictable conversation (of the tenant when one
+ * is given), from the tail: jobs' conversations are skipped, at most as
+ * many as there are jobs. */
 static struct kvd_conv *oldest_idle(struct kvd *d, uint32_t tenant, int any)
 {
 	struct kvd_conv *c;
 
 	for (c = d->convs_tail; c; c = c->prev)
-		if (c->has_kv && !c->job && c->as.s.n_blocks && (any || c->tenant == tenant))
+		if (evictable(c) && (any || c->tenant == tenant))
 			return c;
 	return NULL;
 }
 
+/*
+ * Victims go to disk or away by tiering.c's choice; a spill frees its
+ * blocks when written, so less may be free on return than wanted: the
+ * waiting request is admitted when the spill completes.
+ */
 uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 {
 	struct kva_victim v[64];
@@ -254,9 +258,9 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 		for (i = 0; i < n && free_now < want; i++) {
 			struct kvd_conv *c = kvd_conv_by_sid(d, v[i].session_id);
 
-			if (!c || c->job)
+			if (!c || !evictable(c))
 				continue;
-			evict(d, c);
+			kvd_tiering_evict(d, c);
 			kvd_prefix_evict(d, want - free_now);
 			free_now = kvd_blocks_free(d);
 			progress = 1;
@@ -266,7 +270,7 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 			struct kvd_conv *old = oldest_idle(d, 0, 1);
 
 			if (old) {
-				evict(d, old);
+				kvd_tiering_evict(d, old);
 				kvd_prefix_evict(d, want - free_now);
 				free_now = kvd_blocks_free(d);
 				progress = 1;
@@ -282,8 +286,12 @@ uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want)
 	struct kvd_conv *c;
 
 	while (freed < want && (c = oldest_idle(d, tenant, 0))) {
-		freed += c->as.s.n_blocks;
-		evict(d, c);
+		uint32_t n = c->as.s.n_blocks;
+
+		kvd_tiering_evict(d, c);
+		if (c->as.s.n_blocks == n && !c->tier_op)
+			break;		/* nothing came free: do not spin */
+		freed += n - (c->has_kv ? c->as.s.n_blocks : 0);
 	}
 	return freed;
 }

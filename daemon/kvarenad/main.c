@@ -192,8 +192,6 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->max_body = (size_t)c->max_body_kb * 1024;
 	ac->max_connections = c->max_connections;
 	ac->conn_timeout_s = c->conn_timeout_s;
-	ac->tool_open = c->tool_open;
-	ac->tool_close = c->tool_close;
 }
 
 int main(int argc, char **argv)

@@ -30,35 +30,15 @@
 
 /* ---- finishing -------------------------------------------------------- */
 
-/* The tool names of the calls ([model] tool_call_open, default
- * <tool_call>, then {"name": "..."}), for tool classes. */
+/* How many tool calls the reply's text ends its round with (the model
+ * family's syntax, daemon/chat), and the first one's tool class. */
 static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
 {
-	const char *p = text, *end = text + len, *tag = d->cfg.tool_open;
-	size_t tl = strlen(tag);
-	uint32_t n = 0;
+	char name[TC_MAX_NAME + 1];
+	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = 0;
-	while ((p = memmem(p, (size_t)(end - p), tag, tl))) {
-		const char *q, *s, *e;
-
-		p += tl;
-		q = memmem(p, (size_t)(end - p), "\"name\"", 6);
-		if (!q)
-			break;
-		s = q + 6;
-		while (s < end && (*s == ' ' || *s == ':' || *s == '\n' || *s == '\t'))
-			s++;
-		if (s >= end || *s != '"')
-			continue;
-		e = memchr(s + 1, '"', (size_t)(end - s - 1));
-		if (!e)
-			break;
-		if (!n)
-			*cls = kvd_toolclass(d, s + 1, (size_t)(e - s - 1));
-		n++;
-	}
-	return n;
+	*cls = n > 0 ? kvd_toolclass(d, name, strlen(name)) : 0;
+	return n > 0 ? (uint32_t)n : 0;
 }
 
 static int gen_append(struct kvd_job *j, const char *s, size_t n);
@@ -133,6 +113,8 @@ void kvd_job_let_go(struct kvd *d, struct kvd_job *j)
 		c->wait_started_ns = now;
 		kvd_conv_set_deadline(d, c, now + keep * 1000ull);
 		kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
+		/* keep, spill or discard its KV for the wait */
+		kvd_tiering_tool_wait(d, c, pred);
 	} else {
 		c->tool_class = 0;
 		kvd_conv_set_deadline(d, c, now + (uint64_t)d->cfg.idle_retention_s * 1000000000ull);
@@ -350,6 +332,10 @@ void kvd_on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 #endif
 	j->round_tokens++;
 	j->n_gen++;
+	if (j->smp && kvd_sampling_note(j, tok)) {
+		kvd_job_fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
 	if (j->cw.kind && tok != d->eos && tok != d->eot) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
@@ -481,14 +467,30 @@ static void tools_apply(struct kvd *d, struct kvd_job *j, int rc)
 	j->text_base = c->text_len - j->gen_len;
 	kve_detok_init(&j->detok, d->tok);
 	j->detok.at_start = 0;
-	j->state = JOB_RUNNING;
 	j->in_prefill = 1;
-	j->n_sched = c->has_kv ? c->as.s.n_tokens : 0;
-	if (!c->has_kv) {
-		/* evicted while the tools ran: recomputed like a preempted job */
+	/* its KV may have gone to disk while the tools ran: back first */
+	if (kvd_tiering_need_kv(d, c)) {
+		j->state = JOB_KV_WAIT;
+		return;
+	}
+	kvd_resume_round(d, j);
+}
+
+/* The round's KV is where it will be (the arena, or gone): prefill the
+ * tool results after it. */
+void kvd_resume_round(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+
+	j->state = JOB_RUNNING;
+	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
+		/* evicted while the tools ran: readmitted and recomputed like
+		 * a preempted job (sharing what the prefix cache holds) */
+		j->n_sched = 0;
 		j->state = JOB_PREEMPTED;
 		return;
 	}
+	j->n_sched = c->as.s.n_tokens;
 	if (kvd_reserve_or_preempt(d, j, c->n_tokens) < 0)
 		return;
 	if (j->state == JOB_RUNNING)
@@ -575,7 +577,7 @@ void *kvd_sched_main(void *arg)
 	uint32_t i, n_reap, n_tok;
 	uint64_t t_turn;
 
-	pfd = calloc(d->n_workers + 2, sizeof(*pfd));
+	pfd = calloc(d->n_workers + 3, sizeof(*pfd));
 	reap = calloc((size_t)d->n_workers * 4 + 8, sizeof(*reap));
 	if (!pfd || !reap) {
 		free(pfd);
@@ -600,6 +602,10 @@ void *kvd_sched_main(void *arg)
 		}
 		while ((r = kvd_agent_next_done(d)))
 			tools_done(d, r);
+		/* spills and restores done, prefetches and overruns due */
+		rc = kvd_tiering_poll(d, now);
+		if (rc >= 0 && now + (uint64_t)rc * 1000000ull < next)
+			next = now + (uint64_t)rc * 1000000ull;
 		tidy_jobs(d, now);
 		sweep(d);
 		kvd_admit(d);
@@ -622,6 +628,10 @@ void *kvd_sched_main(void *arg)
 		pfd[n++].events = POLLIN;
 		if (kvd_kstate_fd(d) >= 0) {
 			pfd[n].fd = kvd_kstate_fd(d);
+			pfd[n++].events = POLLIN;
+		}
+		if (kvd_tiering_fd(d) >= 0) {
+			pfd[n].fd = kvd_tiering_fd(d);
 			pfd[n++].events = POLLIN;
 		}
 		for (i = 0; i < d->n_workers; i++) {
@@ -667,6 +677,8 @@ void *kvd_sched_main(void *arg)
 				kvd_kstate_poll(d);
 			n++;
 		}
+		if (kvd_tiering_fd(d) >= 0)
+			n++;	/* reaped at the top of the loop */
 		for (i = 0; i < d->n_workers; i++, n++) {
 			struct kvd_worker *w = &d->workers[i];
 

@@ -237,8 +237,12 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 			return -EPROTO;
 	}
 	d->m.kv_bytes_copied += r.kv_bytes;
-	if (st->kind != KVD_STEP_DECODE)
+	if (st->kind != KVD_STEP_DECODE) {
 		kvd_hist_add(&d->m.prefill_ms, (double)r.compute_ns / 1e6);
+		/* what recomputing costs, for the keep/spill/discard choice */
+		if (st->kind == KVD_STEP_PREFILL)
+			kvd_tiering_prefill_observed(d, st->tokens, r.compute_ns);
+	}
 	/* the step is done: the worker is healthy, its group proved */
 	w->fails_in_row = 0;
 	w->probing = 0;

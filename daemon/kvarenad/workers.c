@@ -400,14 +400,19 @@ void kvd_worker_flush(struct kvd *d, struct kvd_worker *w)
 
 /* ---- steps to bytes ----------------------------------------------------------- */
 
-static size_t seq_bytes(const struct kvd_sent *e)
+static size_t seq_bytes(struct kvd *d, const struct kvd_sent *e)
 {
-	const struct kvd_job *j = e->j;
+	struct kvd_job *j = e->j;
 	size_t n = sizeof(struct kvd_step_seq) + (size_t)j->conv->as.s.n_blocks * 4 +
 		   (size_t)e->n_new * 4;
 
-	if (j->cw.kind && (e->flags & KVD_SEQ_SAMPLE))
-		n += sizeof(j->cw) + j->cw.json_len + j->cw.name_len + (size_t)j->n_hist * 4;
+	/* what sampling needs goes with the sequence that samples */
+	if (e->flags & KVD_SEQ_SAMPLE) {
+		if (j->cw.kind)
+			n += sizeof(j->cw) + j->cw.json_len + j->cw.name_len +
+			     (size_t)j->n_hist * 4;
+		n += kvd_sampling_wire_len(d, j);
+	}
 	return (n + 7) & ~(size_t)7;	/* records start 8-byte aligned */
 }
 
@@ -430,6 +435,8 @@ static void put_seq(const struct kvd_sent *e, char **p)
 	sq.constraint_len = j->cw.kind && (e->flags & KVD_SEQ_SAMPLE) ?
 		(uint32_t)(sizeof(j->cw) + j->cw.json_len + j->cw.name_len +
 			   (size_t)j->n_hist * 4) : 0;
+	if (j->smp && (e->flags & KVD_SEQ_SAMPLE))
+		sq.flags |= KVD_SEQ_SAMPLER;
 	memcpy(*p, &sq, sizeof(sq));
 	*p += sizeof(sq);
 	memcpy(*p, c->tokens + e->n_kv, (size_t)e->n_new * 4);
@@ -450,6 +457,8 @@ static void put_seq(const struct kvd_sent *e, char **p)
 		memcpy(*p, j->c_name, cw.name_len);
 		*p += cw.name_len;
 	}
+	if (e->flags & KVD_SEQ_SAMPLE)
+		kvd_sampling_put(j, p);
 	while ((size_t)(*p - start) % 8)
 		*(*p)++ = 0;
 }
@@ -476,7 +485,7 @@ void kvd_worker_send(struct kvd *d, struct kvd_worker *w)
 		char *p;
 
 		for (i = 0; i < st->n_seq; i++)
-			len += seq_bytes(&st->seqs[i]);
+			len += seq_bytes(d, &st->seqs[i]);
 		buf = malloc(len);
 		rc = -ENOMEM;
 		if (buf) {

@@ -231,7 +231,7 @@ static int engine_greedy(const char *prompt, uint32_t n, int32_t *out)
 	if (kve_arena_prefill(e, kv, &as, ids, (uint32_t)nt, lg))
 		goto close;
 	for (i = 0; i < n; i++) {
-		struct kve_sampler sm = { 0, 0, 1, 0 };
+		struct kve_sampler sm = { 0, 0, 1, 0, 0 };
 		struct kve_arena_session *ap = &as;
 
 		next = kve_sample(&sm, lg, vocab, NULL);

@@ -9,11 +9,13 @@
 # decode: arena vs copy), serve (kvarenad under agent load),
 # sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
 # constrained (decode under a tool-call grammar vs free, in the same run,
-# and JSON Schema compile time).
+# and JSON Schema compile time), tier (an 8k-token session spilled and
+# restored by the disk tier against fio on the same file system, restore
+# against recompute).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve sandbox constrained)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained tier)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -178,6 +180,26 @@ bench_sandbox() {
 	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
 }
 
+# tier: one 8k-token session of the 110M Q8_0 model (36 KiB of KV per
+# token, 288 MiB) through the disk tier: spill and restore bandwidth
+# against fio's sequential O_DIRECT write and read of the same bytes with
+# the same block size and queue depth, on the same file system (build/),
+# interleaved in one run, medians of 3; restoring it against recomputing
+# it (the engine's prefill, one thread). Goal: >= 80% of fio.
+bench_tier() {
+	local md=build/bench/models dir=build/bench/tier-spill
+	forget 'tier_'
+	make --no-print-directory build/tier/kvt-bench build/bin/kva-mkmodel >/dev/null
+	mkdir -p "$md"
+	[ -f "$md/110m_q8_ctx8k.gguf" ] || build/bin/kva-mkmodel --dim 768 --layers 12 --heads 12 \
+		--ffn 2048 --vocab 32000 --ctx 8448 --type q8_0 -o "$md/110m_q8_ctx8k.gguf" >/dev/null
+	rm -rf "$dir" && mkdir -m 700 "$dir"
+	build/tier/kvt-bench --dir "$PWD/$dir" --model "$md/110m_q8_ctx8k.gguf" \
+		--tokens "${BENCH_TIER_TOKENS:-8192}" --runs "${BENCH_RUNS:-3}" | tee build/bench/tier.log |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+	rm -rf "$dir"
+}
+
 for b in "${want[@]}"; do
 	case $b in
 	ioctl) bench_ioctl ;;
@@ -188,6 +210,7 @@ for b in "${want[@]}"; do
 	serve) bench_serve ;;
 	sandbox) bench_sandbox ;;
 	constrained) bench_constrained ;;
+	tier) bench_tier ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done

@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "tool_call.h"
+#include "chat_internal.h"
 
 static int is_ws(char c)
 {
@@ -199,12 +199,11 @@ static int check_call(const char *body, size_t len, struct tc_call *call,
 
 #define TC_MAX_TAIL 256		/* bytes between arguments and close tag */
 
-void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
+void tc_stream_init(struct tc_stream *s, const struct chat_template *t,
 		    tc_emit_fn emit, void *ctx)
 {
 	memset(s, 0, sizeof(*s));
-	s->tags.open = t && t->open ? t->open : TC_DEFAULT_OPEN;
-	s->tags.close = t && t->close ? t->close : TC_DEFAULT_CLOSE;
+	s->tags = t->tags;
 	s->emit = emit;
 	s->ctx = ctx;
 	s->phase = TC_OUT;
@@ -526,10 +525,16 @@ int tc_stream_finish(struct tc_stream *s)
 		call_end(s);
 		leave_block(s, s->block.len);
 		break;
-	case TC_TAIL:		/* the rest is outside text */
+	case TC_TAIL: {
+		/* cut inside the call's closing syntax (max_tokens): those bytes
+		 * are the call's; anything else after the arguments is text */
+		size_t used = 0;
+		int partial = tail(s->block.s, s->block.len, s->tags.close, &used) == PARTIAL;
+
 		call_end(s);
-		leave_block(s, 0);
+		leave_block(s, partial ? s->block.len : 0);
 		break;
+	}
 	case TC_OUT:
 		break;
 	}
@@ -617,7 +622,7 @@ void tc_result_free(struct tc_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
-int tc_parse(const struct tc_tags *t, const char *text, size_t len,
+int tc_parse(const struct chat_template *t, const char *text, size_t len,
 	     struct tc_result *r)
 {
 	struct collect c = { 0 };

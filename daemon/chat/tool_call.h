@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tool_call.h - tool calls in generated text, Hermes/Qwen style:
+ * tool_call.h - tool calls in generated text, split from the content as
+ * the model's family writes them (the template given to tc_stream_init
+ * and tc_parse says which). The Hermes/Qwen syntax:
  *
  *   content\n<tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
  *
- * (tags configurable). One streaming parser serves both the batch and the
- * SSE paths, so a response reads the same whichever way it was asked for.
+ * (tags configurable for the chatml family). One streaming parser serves
+ * both the batch and the SSE paths, so a response reads the same whichever
+ * way it was asked for.
  *
  * How generated text splits into content and calls: the text is segments
  * S0 C1 S1 C2 ... Ck Sk where each Ci is a call block. Two ways a block
@@ -35,12 +38,14 @@
  * form renders back byte for byte (tc_result.canonical), which is what
  * keeps the orchestrator's prefix reuse intact across tool turns.
  */
-#ifndef KVD_API_TOOL_CALL_H
-#define KVD_API_TOOL_CALL_H
+#ifndef KVD_CHAT_TOOL_CALL_H
+#define KVD_CHAT_TOOL_CALL_H
 
 #include <stddef.h>
 
 #include "strbuf.h"
+
+struct chat_template;
 
 #define TC_DEFAULT_OPEN "<tool_call>"
 #define TC_DEFAULT_CLOSE "</tool_call>"
@@ -59,7 +64,7 @@ int tc_valid_name(const char *s, size_t len);
 /* A fresh "call_" id (TC_ID_LEN characters + NUL) from getrandom(). */
 void tc_make_id(char out[TC_ID_LEN + 1]);
 
-/* The canonical text of one call (no separators). */
+/* Hermes syntax: the canonical text of one call (no separators). */
 void tc_render_call(struct strbuf *b, const struct tc_tags *t,
 		    const char *name, const char *args, size_t args_len);
 
@@ -99,7 +104,8 @@ struct tc_stream {
 	int err;		/* first error from emit or allocation */
 };
 
-void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
+/* The template is the model's (chat.h); it outlives the stream. */
+void tc_stream_init(struct tc_stream *s, const struct chat_template *t,
 		    tc_emit_fn emit, void *ctx);
 /* 0, or the first negative error (emit's, or -ENOMEM) */
 int tc_stream_feed(struct tc_stream *s, const char *text, size_t len);
@@ -115,11 +121,11 @@ struct tc_result {
 	int canonical;		/* re-rendering gives the text back exactly */
 };
 
-int tc_parse(const struct tc_tags *t, const char *text, size_t len,
+int tc_parse(const struct chat_template *t, const char *text, size_t len,
 	     struct tc_result *r);
 void tc_result_free(struct tc_result *r);
-/* The canonical assistant text for content + calls (the chat template's
- * assistant body). */
+/* Hermes syntax: the canonical assistant text for content + calls (the
+ * chat template's assistant body). */
 void tc_render_body(struct strbuf *b, const struct tc_tags *t,
 		    const char *content, size_t content_len,
 		    const struct tc_call *calls, size_t n_calls);
