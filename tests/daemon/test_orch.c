@@ -479,6 +479,7 @@ static void test_worker_death(void)
 	c.lease_per_token_ms = 0;
 	c.prefix_cache = 0;
 	c.retention = 0;
+	c.share_stages = 0;	/* the decode worker holds every decode step */
 	d = start(&c);
 	if (!d)
 		return;
