@@ -121,10 +121,13 @@ endif
 -include tests/debug/debug.mk
 # the sandbox before the daemon, which links it
 -include daemon/sandbox/sandbox.mk
-# KV tiers (the daemon links them)
+# KV tiers and the remote room (the daemon links them)
 -include daemon/tier/tier.mk
+-include daemon/remote/remote.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
+# the trace replayer's smoke test (after the daemon's test binaries)
+-include tools/replay/replay.mk
 
 # what users run (the README's build): the daemon and the model maker too
 all: daemon $(ENGINE_MKMODEL)

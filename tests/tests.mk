@@ -158,6 +158,8 @@ check-all:
 	$(MAKE) --no-print-directory check-api
 	$(MAKE) --no-print-directory check-tier
 	$(MAKE) --no-print-directory check-daemon
+	$(MAKE) --no-print-directory check-remote
+	$(MAKE) --no-print-directory check-remote-rxe
 	$(MAKE) --no-print-directory check-sandbox
 	$(MAKE) --no-print-directory check-sandbox-guest
 

@@ -436,6 +436,8 @@ static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
 		sb_add(&g->call_text, text, len);
 		g->calls[g->n_calls].arguments_len += len;
 		break;
+	case TC_REASONING:	/* not asked for: it stays in the content */
+		break;
 	case TC_CALL_END:
 		if (!g->stream)
 			sb_add(&g->call_text, "", 1);
@@ -759,7 +761,8 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	    kvd_server_tools_allowed(a->d, q->tenant_id) && offer_stools(a, g, cr))
 		return fail(c, q, 500, "server_error", NULL, "out of memory");
 	{
-		struct chat_conv conv = { cr->msgs, cr->n_msgs, cr->tools, cr->n_tools };
+		struct chat_conv conv = { .msgs = cr->msgs, .n_msgs = cr->n_msgs,
+					  .tools = cr->tools, .n_tools = cr->n_tools };
 		char why[200];
 
 		rc = chat_render(a->tmpl, &conv, &g->prompt, why, sizeof(why));

@@ -36,6 +36,7 @@
 #include <jansson.h>
 
 #include "strbuf.h"
+#include "tool_call.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,6 +60,10 @@ struct chat_msg {
 	struct chat_call *calls;	/* assistant */
 	size_t n_calls;
 	const char *tool_call_id;	/* tool: the call it answers */
+	/* assistant: its reasoning ("reasoning_content"), NULL when not
+	 * given (families that think then read it from the content) */
+	const char *reasoning;
+	size_t reasoning_len;
 };
 
 struct chat_tool {
@@ -66,11 +71,22 @@ struct chat_tool {
 	json_t *function;		/* {name, description, parameters, ...} */
 };
 
+/* Families that think (qwen3): whether the reply may reason first. */
+enum chat_thinking {
+	CHAT_THINK_DEFAULT = 0,		/* the template's default (it may) */
+	CHAT_THINK_OFF,			/* the reply opens after an empty think block */
+	CHAT_THINK_ON,
+};
+
 struct chat_conv {
 	const struct chat_msg *msgs;
 	size_t n_msgs;
 	const struct chat_tool *tools;
 	size_t n_tools;
+	enum chat_thinking thinking;
+	/* the time the date some templates write is taken from (Unix
+	 * seconds, local time); 0: now */
+	int64_t now;
 };
 
 /* ---- the rendered prompt --------------------------------------------- */
@@ -129,6 +145,8 @@ const char *chat_template_family(const struct chat_template *t);
 const char *chat_template_why(const struct chat_template *t);
 /* The text of the token that ends an assistant turn ("<|im_end|>"). */
 const char *chat_template_eot(const struct chat_template *t);
+/* How the family writes tool calls (tool_call.h). */
+enum tc_syntax chat_template_syntax(const struct chat_template *t);
 /* The names families go by, for messages ("chatml, ..."). */
 const char *chat_families(void);
 
@@ -169,7 +187,5 @@ int chat_count_calls(const struct chat_template *t, const char *text,
 #ifdef __cplusplus
 }
 #endif
-
-#include "tool_call.h"
 
 #endif

@@ -155,16 +155,34 @@ static int render_round(const struct chat_template *tm,
 	return p->oom ? -ENOMEM : 0;
 }
 
-/* Any ChatML template: its turns open with <|im_start|>. */
+/*
+ * A ChatML template (turns open with <|im_start|>) that declares no tool
+ * syntax, or declares Hermes calls with Qwen's tool preamble and results
+ * in their own turns (the agent model's). A ChatML template with another
+ * tool syntax or preamble is not this family's: rendering it as this one
+ * would prompt its model wrongly.
+ */
 static int detect(const char *tmpl, size_t len)
 {
-	return memmem(tmpl, len, IM_START, strlen(IM_START)) != NULL;
+	if (!chat_has(tmpl, len, IM_START) || chat_has(tmpl, len, "<function="))
+		return 0;
+	if (!chat_has(tmpl, len, "<tool_call>"))
+		return 1;
+	return chat_has(tmpl, len, "You may call one or more functions to assist with the user query.") &&
+	       !chat_has(tmpl, len, "'<|im_start|>user'") && !chat_has(tmpl, len, "\"<|im_start|>user\"");
+}
+
+static void body(const struct chat_template *t, const struct tc_result *r, struct strbuf *b)
+{
+	tc_render_body(b, &t->tags, r->content, r->content_len, r->calls, r->n_calls);
 }
 
 const struct chat_family chat_family_chatml = {
 	.name = "chatml",
 	.eot = "<|im_end|>",
+	.syntax = TC_SYN_HERMES,
 	.detect = detect,
 	.render = render,
 	.render_round = render_round,
+	.body = body,
 };

@@ -15,13 +15,19 @@
 
 /* In the order auto detection tries them: the most specific first. */
 static const struct chat_family *const families[] = {
+	&chat_family_qwen3,
+	&chat_family_qwen25,
+	&chat_family_llama3,
+	&chat_family_mistral_v3,
+	&chat_family_mistral_v7,
+	&chat_family_mistral_v11,
 	&chat_family_chatml,
 };
 #define N_FAMILIES (sizeof(families) / sizeof(families[0]))
 
 const char *chat_families(void)
 {
-	return "chatml";
+	return "chatml, qwen2.5, qwen3, llama3, mistral-v3, mistral-v7, mistral-v11";
 }
 
 static int valid_tag(const char *t)
@@ -76,6 +82,10 @@ int chat_template_new(const char *tmpl, size_t len, const struct chat_options *o
 		}
 		snprintf(why, sizeof(why), "set by [model] chat_template");
 	}
+	if (f != &chat_family_chatml) {	/* the tags are the template's own */
+		open = TC_DEFAULT_OPEN;
+		close = TC_DEFAULT_CLOSE;
+	}
 	t = calloc(1, sizeof(*t) + strlen(open) + strlen(close) + 2);
 	if (!t) {
 		snprintf(err, errlen, "out of memory");
@@ -85,12 +95,20 @@ int chat_template_new(const char *tmpl, size_t len, const struct chat_options *o
 	t->tags.open = strcpy((char *)(t + 1), open);
 	t->tags.close = strcpy((char *)(t + 1) + strlen(open) + 1, close);
 	snprintf(t->why, sizeof(t->why), "%s", why);
+	if (f->setup && f->setup(t, tmpl, len)) {
+		chat_template_free(t);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	*out = t;
 	return 0;
 }
 
 void chat_template_free(struct chat_template *t)
 {
+	if (!t)
+		return;
+	free(t->system.s);
 	free(t);
 }
 
@@ -107,6 +125,11 @@ const char *chat_template_why(const struct chat_template *t)
 const char *chat_template_eot(const struct chat_template *t)
 {
 	return t->f->eot;
+}
+
+enum tc_syntax chat_template_syntax(const struct chat_template *t)
+{
+	return t->f->syntax;
 }
 
 int chat_render(const struct chat_template *t, const struct chat_conv *c,
@@ -139,4 +162,22 @@ int chat_count_calls(const struct chat_template *t, const char *text,
 	n = (int)r.n_calls;
 	tc_result_free(&r);
 	return n;
+}
+
+int chat_result_msg(const struct tc_result *r, struct chat_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->role = CHAT_ASSISTANT;
+	m->content = r->content;
+	m->content_len = r->content_len;
+	if (!r->n_calls)
+		return 0;
+	m->calls = calloc(r->n_calls, sizeof(*m->calls));
+	if (!m->calls)
+		return -ENOMEM;
+	for (size_t i = 0; i < r->n_calls; i++)
+		m->calls[i] = (struct chat_call){ r->calls[i].id, r->calls[i].name,
+						  r->calls[i].arguments, r->calls[i].arguments_len };
+	m->n_calls = r->n_calls;
+	return 0;
 }

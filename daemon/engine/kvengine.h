@@ -237,6 +237,42 @@ int32_t kve_tokenizer_eos(const struct kve_tokenizer *t);
 int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		 int add_bos, int32_t *out, size_t max);
 
+/* A byte range of a text. */
+struct kve_span {
+	size_t off, len;
+};
+
+#define KVE_TOKENIZE_BOS 1u	/* BOS first (when the vocabulary has one) */
+#define KVE_TOKENIZE_CONT 2u	/* the text continues another: no SentencePiece
+				 * dummy-prefix space */
+
+/*
+ * Encode text in which special tokens (control and user-defined tokens: a
+ * chat template's markers, tokenizer.ggml.token_type 3 and 4) are their
+ * token only inside the given spans (sorted, not overlapping): there the
+ * text is partitioned at them as llama.cpp's parse_special does (longest
+ * token first). Everywhere else the text is plain and no special token is
+ * ever produced for it, whatever it spells (a merge that would make one is
+ * not taken). The text between special tokens is encoded as kve_tokenize
+ * does, the SentencePiece dummy prefix only at its very start (not with
+ * CONT). Returns as kve_tokenize; -EINVAL for spans out of the text.
+ */
+int kve_tokenize_spans(const struct kve_tokenizer *t, const char *text, size_t len,
+		       const struct kve_span *special, size_t n_special, unsigned flags,
+		       int32_t *out, size_t max);
+
+/* A special token's text (control or user-defined: "<|im_start|>"):
+ * its length (may exceed max, truncating); 0 for any other token;
+ * -EINVAL for a bad id. */
+int kve_token_special(const struct kve_tokenizer *t, int32_t id, char *out, size_t max);
+
+/* Makes kve_token_bytes (and so detokenized text and the constrained
+ * decoder's vocabulary) give the text of the control tokens spelled text
+ * (a chat syntax's markers a parser must see: "[TOOL_CALLS]"). 0, or
+ * -ENOENT when no control token has that text. Before the tokenizer is
+ * shared between threads. */
+int kve_tokenizer_show(struct kve_tokenizer *t, const char *text);
+
 /* Raw bytes of one token (byte-fallback / byte-level decoded). Returns the
  * byte count (may exceed max, truncating), or a negative errno. */
 int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,

@@ -77,9 +77,9 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->tier_decisions = 1;
 	c->tier_prefetch = 1;
 	c->tier_margin_ms = 100;
-	c->prefill_workers = 0;		/* auto */
-	c->decode_workers = 0;
-	c->threads_per_worker = 0;
+	c->prefill_workers = KVD_WORKERS_AUTO;
+	c->decode_workers = KVD_WORKERS_AUTO;
+	c->threads_per_worker = 0;	/* auto */
 	c->max_batch = 64;
 	c->step_tokens = 256;
 	c->chunk_tokens = 128;
@@ -98,6 +98,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	snprintf(c->tools_workdir_root, sizeof(c->tools_workdir_root),
 		 "/var/lib/kvarenad/tools");
 	c->tools_result_bytes = 16384;
+	c->tools_threads = 4;
+	c->tools_concurrency = 2;
+	c->tools_disk_mb = 1024;
+	c->remote_heartbeat_ms = 1000;
+	c->remote_timeout_ms = 5000;
+	c->remote_join_grace_s = 30;
 }
 
 static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -218,6 +224,8 @@ static int set_mcp(struct kvd_config *c, const char *name, const char *k, const 
 		return parse_u32(v, 10, 3600000, &u) ? -1 : (m->restart_backoff_max_ms = u, 0);
 	if (!strcmp(k, "healthy_ms"))
 		return parse_u32(v, 10, 86400000, &u) ? -1 : (m->healthy_ms = u, 0);
+	if (!strcmp(k, "per_tenant"))
+		return parse_bool(v, &m->per_tenant);
 	return -2;
 }
 
@@ -303,14 +311,17 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	BOOL("tier", "decisions", tier_decisions);
 	BOOL("tier", "prefetch", tier_prefetch);
 	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
+	/* auto: from the CPUs; 0 when remote hosts take the stage ([remote]
+	 * prefill / decode) */
 	if (!strcmp(sec, "workers") && (!strcmp(k, "prefill") || !strcmp(k, "decode") ||
 					 !strcmp(k, "threads"))) {
+		int th = !strcmp(k, "threads");
 		uint32_t *f = !strcmp(k, "prefill") ? &c->prefill_workers :
 			      !strcmp(k, "decode") ? &c->decode_workers : &c->threads_per_worker;
 
 		if (!strcmp(v, "auto"))
-			return *f = 0, 0;
-		return parse_u32(v, 1, !strcmp(k, "threads") ? 2 : 64, &u) ? -1 : (*f = u, 0);
+			return *f = th ? 0 : KVD_WORKERS_AUTO, 0;
+		return parse_u32(v, th ? 1 : 0, th ? 2 : 64, &u) ? -1 : (*f = u, 0);
 	}
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);
@@ -343,6 +354,24 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		return v[0] != '/' ? -1 : copy_str(c->tools_workdir_root,
 						    sizeof(c->tools_workdir_root), v);
 	U32("tools", "result_bytes", tools_result_bytes, 256, 1 << 20);
+	U32("tools", "threads", tools_threads, 1, 64);
+	U32("tools", "tool_concurrency", tools_concurrency, 1, 64);
+	U32("tools", "tool_disk_mb", tools_disk_mb, 0, 1u << 30);
+	STR("remote", "listen", remote_listen);
+	if (!strcmp(sec, "remote") && !strcmp(k, "secret_file"))
+		return v[0] != '/' ? -1 : copy_str(c->remote_secret_file,
+						    sizeof(c->remote_secret_file), v);
+	U32("remote", "prefill", remote_prefill, 0, 64);
+	U32("remote", "decode", remote_decode, 0, 64);
+	STR("remote", "ucx_tls", remote_ucx_tls);
+	STR("remote", "ucx_devices", remote_ucx_devices);
+	U32("remote", "heartbeat_ms", remote_heartbeat_ms, 50, 600000);
+	U32("remote", "timeout_ms", remote_timeout_ms, 100, 3600000);
+	U32("remote", "join_grace_s", remote_join_grace_s, 0, 86400 * 7);
+	STR("events", "endpoint", events_endpoint);
+	STR("events", "replay_endpoint", events_replay);
+	STR("events", "topic", events_topic);
+	BOOL("events", "allow_remote", events_allow_remote);
 	if (!strcmp(sec, "log") && !strcmp(k, "level")) {
 		static const char *const lv[] = { "error", "warn", "info", "debug" };
 
@@ -378,6 +407,12 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return parse_bool(v, &t->server_tools);
 		if (!strcmp(k, "weight"))
 			return parse_u32(v, 1, 1000, &t->weight);
+		if (!strcmp(k, "tool_concurrency"))
+			return parse_u32(v, 1, 64, &t->tool_concurrency);
+		if (!strcmp(k, "tool_disk_mb")) {
+			t->has_tool_disk = 1;
+			return parse_u32(v, 0, 1u << 30, &t->tool_disk_mb);
+		}
 	}
 	return -2;
 #undef U32
@@ -484,6 +519,29 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 						return -1;
 					}
 	}
+	if (!c->prefill_workers && !c->remote_prefill) {
+		snprintf(err, errlen, "no prefill worker: [workers] prefill or [remote] prefill "
+			 "must be at least 1");
+		return -1;
+	}
+	if (!c->decode_workers && !c->remote_decode) {
+		snprintf(err, errlen, "no decode worker: [workers] decode or [remote] decode "
+			 "must be at least 1");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode &&
+	    (!c->remote_listen[0] || !c->remote_secret_file[0])) {
+		snprintf(err, errlen, "[remote] slots need listen and secret_file");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode && c->handoff == KVD_HANDOFF_COPY) {
+		snprintf(err, errlen, "[remote] workers need [kv] handoff = arena");
+		return -1;
+	}
+	if (c->remote_timeout_ms < 2 * c->remote_heartbeat_ms) {
+		snprintf(err, errlen, "[remote] timeout_ms must be at least twice heartbeat_ms");
+		return -1;
+	}
 	for (i = 0; i < c->n_mcp; i++)
 		if (!c->mcp[i].command[0]) {
 			snprintf(err, errlen, "[mcp.%s] has no command", c->mcp[i].name);
@@ -529,12 +587,12 @@ void kvd_config_auto(struct kvd_config *c, char *note, size_t notelen)
 		workers = 2;
 	if (workers > 64)
 		workers = 64;
-	if (!c->prefill_workers && !c->decode_workers) {
+	if (c->prefill_workers == KVD_WORKERS_AUTO && c->decode_workers == KVD_WORKERS_AUTO) {
 		c->prefill_workers = workers / 2;
 		c->decode_workers = workers - workers / 2;
-	} else if (!c->prefill_workers) {
+	} else if (c->prefill_workers == KVD_WORKERS_AUTO) {
 		c->prefill_workers = workers > c->decode_workers ? workers - c->decode_workers : 1;
-	} else if (!c->decode_workers) {
+	} else if (c->decode_workers == KVD_WORKERS_AUTO) {
 		c->decode_workers = workers > c->prefill_workers ? workers - c->prefill_workers : 1;
 	}
 	c->threads_per_worker = threads;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -245,6 +246,7 @@ static void job_destroy(struct kvd_job *j)
 		free(j->stop[i]);
 	kvd_piece_free(&j->piece);
 	free(j->tool_text);
+	free(j->session_key);
 	kvd_sampling_free(j);
 	free(j->c_json);
 	free(j->c_name);
@@ -362,6 +364,16 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 
 	if (c->kind == KVD_CONSTRAIN_NONE)
 		return 0;
+	/* the decoder writes Hermes calls only: for another family's syntax
+	 * "auto" goes unconstrained and a forced call is refused */
+	if (c->kind == KVD_CONSTRAIN_TOOLS && chat_template_syntax(d->chat) != TC_SYN_HERMES) {
+		if (c->lazy)
+			return 0;
+		set_err(err, KVD_ERR_INVALID, "tool_choice", NULL,
+			"this model's tool-call syntax (%s) cannot be enforced: use tool_choice 'auto'",
+			chat_template_family(d->chat));
+		return -EINVAL;
+	}
 	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
 	    c->json_len > KVC_MAX_SPEC_BYTES) {
 		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
@@ -477,6 +489,8 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	/* prompt_cache_key / user: a routing hint, never a conversation's
 	 * name (issue 36.2): it selects nothing here */
 	j->route_hint = r->session_key && *r->session_key ? key_hash(r->session_key) : 0;
+	if (r->session_key && *r->session_key && !(j->session_key = strdup(r->session_key)))
+		goto nomem_job;
 	for (i = 0; i < r->s.n_stop && i < KVD_MAX_STOP; i++) {
 		j->stop[i] = strdup(r->s.stop[i]);
 		if (!j->stop[i])
@@ -797,6 +811,7 @@ static void release(struct kvd *d)
 {
 	kvd_tiering_fini(d);	/* before the arena: I/O may still fill blocks */
 	kvd_agent_fini(d);
+	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	kvd_conv_fini(d);
@@ -829,6 +844,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	kvd_config_auto(&d->cfg, d->startup_note, sizeof(d->startup_note));
 	d->self_exe = self_exe;
 	d->data_fd = -1;
+	d->remote_lfd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -897,6 +913,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_remote_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_workers_start(d);
 	if (rc) {
 		snprintf(err, errlen, "workers: %s", strerror(-rc));

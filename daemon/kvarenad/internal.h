@@ -180,12 +180,15 @@ struct kvd_conv {
 	uint32_t dl_index;		/* in d->deadlines, UINT32_MAX: none */
 	int delete_pending;		/* DELETE while a step held a lease */
 	int has_workdir;		/* server-side tools made its work dir */
+	uint64_t tool_disk;		/* its bytes, out of its tenant's tool disk */
+	uint32_t tool_tslot;		/* that tenant's entry in the tool pool */
 	/* tiering.c: the KV's other places */
 	uint64_t tier_key;		/* its spill files' key (random) */
 	struct kvd_tticket *tier_op;	/* a spill or restore in flight */
 	uint64_t tier_file;		/* a spill file of tokens [0, tier_file_tokens) */
 	uint32_t tier_file_tokens;
 	uint64_t tier_file_hash;
+	uint64_t *tier_bhash;		/* its blocks' chained token hashes */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
@@ -226,6 +229,7 @@ struct kvd_job {
 	char request_id[64];
 	uint32_t tenant;
 	uint64_t route_hint;		/* prompt_cache_key / user: routing only */
+	char *session_key;		/* its text (test hooks: the replayer's key) */
 	/* the request: its tokens not yet in the conversation */
 	struct kvd_piece piece;
 	int piece_appended;
@@ -329,13 +333,16 @@ struct kvd_worker {
 	uint64_t next_start_ns;
 	uint64_t started_ns, ready_ns;
 	char backend[32];
+	int remote;			/* a link to a remote host (daemon/remote) */
+	uint64_t joined_ns;		/* remote: last seen with a host joined */
 };
 
 /* ---- tool classes ------------------------------------------------------ */
 
 #define KVD_MAX_TOOL_CLASSES 256
 struct kvd_toolclass {
-	char name[64];
+	char name[64];			/* the tool */
+	char tenant[64];		/* whose ("": requests without a tenant) */
 	struct kva_toolwait_hist hist;	/* the daemon's own measurements */
 };
 
@@ -475,6 +482,10 @@ struct kvd {
 	uint32_t step_us[KVD_STEP_RING];	/* scheduler turns, microseconds */
 	uint64_t n_step_us;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
+	/* daemon/remote: remote worker hosts, KV events (hooks.h) */
+	int remote_lfd;			/* where hosts join, or -1 */
+	uint64_t remote_started_ns;
+	struct kvr_events *kvev;	/* NULL: no [events] endpoint */
 	char startup_note[256];
 	char fingerprint[24];		/* kvd_system_fingerprint() */
 #ifdef KVD_TEST_HOOKS
@@ -645,7 +656,10 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want);
 uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want);
 
 /* toolwait.c */
-uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len);
+/* A tool's class for a tenant (its id, 0: none): each tenant's tools
+ * have classes of their own, so one tenant's waits shape neither the
+ * kernel's nor the daemon's prediction for another (toolwait.c). */
+uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len);
 uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
 /* Expected time left of a wait that has lasted elapsed_us (hint: its
  * prediction at the start): the class histogram's conditional mean. */
@@ -712,6 +726,9 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);
+/* Where this process reaches a session's work directory (the sandbox's
+ * spawner holds its mount): for tests and operators looking in. */
+void kvd_agent_workdir_view(const struct kvd *d, const char *session, char *out, size_t n);
 /* Bits of the declarations kvd_server_tools() lists (request bit i = the
  * i-th declaration; jobs keep the same bits). */
 uint32_t kvd_agent_decl_mask(const struct kvd *d);
@@ -727,12 +744,13 @@ struct json_t;
  * in err. */
 struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
 				 struct json_t **tools, char *err, size_t errlen);
-/* One tools/call, serialised per server, restarting a stopped server
+/* One tools/call for a tenant (its instance with per_tenant, else the
+ * shared one), serialised per instance, restarting a stopped one
  * first (after its back-off: -EAGAIN before), refusing a tool it no
  * longer lists (-ENOENT); the text content (or the error) in res. 0 or a
  * negative errno. */
-int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_t args_len,
-		 struct kva_toolwait *tw, const struct kva_toolwait_key *key,
+int kvd_mcp_call(struct kvd_mcpsrv *s, const char *tenant, const char *name, const char *args,
+		 size_t args_len, struct kva_toolwait *tw, const struct kva_toolwait_key *key,
 		 struct kvs_result *res, int *restarted);
 const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
 void kvd_mcp_free(struct kvd_mcpsrv *s);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "kvsandbox.h"
 
@@ -171,6 +172,15 @@ char *kvd_metrics_text(struct kvd *d)
 	gauge(&o, "kv_blocks_cached", "KV blocks indexed by the prefix cache.", d->radix.n);
 	gauge(&o, "kv_blocks_evictable", "Cached blocks no conversation holds (evicted first).",
 	      d->radix.n_evictable);
+	{
+		uint32_t held = 0, b;
+
+		for (b = 0; d->block_users && b < d->geom.blocks_total; b++)
+			held += d->block_users[b] != 0;
+		gauge(&o, "kv_blocks_conversations",
+		      "KV blocks some conversation holds (the rest of the used ones: the prefix "
+		      "cache's alone).", held);
+	}
 	put(&o, "# HELP kvarenad_tenant_scheduled_tokens_total Tokens scheduled in steps, by "
 		"tenant (fair queueing's service; tenant 0: no API keys).\n"
 		"# TYPE kvarenad_tenant_scheduled_tokens_total counter\n");
@@ -178,6 +188,13 @@ char *kvd_metrics_text(struct kvd *d)
 		put(&o, "kvarenad_tenant_scheduled_tokens_total{tenant=\"%s\"} %llu\n",
 		    i ? d->cfg.tenants[i - 1].name : "", (unsigned long long)m.tenant_tokens[i]);
 	gauge(&o, "kv_block_bytes", "Bytes of one arena block.", ai.block_size);
+	{
+		char rm[4096];
+
+		/* the same load under the names KV-aware routers read */
+		if (kvd_router_metrics(d, rm, sizeof(rm), queued, running, &ai) < (int)sizeof(rm))
+			put(&o, "%s", rm);
+	}
 	pthread_mutex_unlock(&d->lock);
 
 	counter(&o, "requests_total", "Completions admitted.", m.requests);

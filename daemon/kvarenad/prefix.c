@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -136,6 +137,9 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 					     d->block_users[block] > 0);
 			if (!n)
 				kva_blocks_free(d->arena, d->cache_sid, 1, &block);
+			else	/* the routers' KV events (daemon/remote) */
+				kvd_kvev_stored(d, n->h.key, parent ? parent->h.key : 0,
+						c->tokens + (size_t)i * bt);
 		}
 		/* an equal block another conversation computed meanwhile
 		 * stays the index's; this one's deeper blocks hang under it
@@ -145,6 +149,7 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 			break;
 	}
 	c->n_offered = i;
+	kvd_kvev_flush(d);
 	if (c->pending_registered && c->n_offered > c->pending_block)
 		kvd_prefix_pending_drop(d, c);
 }
@@ -161,10 +166,12 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 
 		if (kva_blocks_free(d->arena, d->cache_sid, 1, &block) < 0)
 			break;
+		kvd_kvev_removed(d, n->h.key);
 		kvd_radix_remove(&d->radix, n);
 		freed++;
 		d->m.cache_evictions++;
 	}
+	kvd_kvev_flush(d);
 	return freed;
 }
 

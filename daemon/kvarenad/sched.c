@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -32,12 +33,13 @@
 
 /* How many tool calls the reply's text ends its round with (the model
  * family's syntax, daemon/chat), and the first one's tool class. */
-static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
+static uint32_t tool_calls(struct kvd *d, uint32_t tenant, const char *text, size_t len,
+			   uint32_t *cls)
 {
 	char name[TC_MAX_NAME + 1];
 	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = n > 0 ? kvd_toolclass(d, name, strlen(name)) : 0;
+	*cls = n > 0 ? kvd_toolclass(d, tenant, name, strlen(name)) : 0;
 	return n > 0 ? (uint32_t)n : 0;
 }
 
@@ -103,7 +105,8 @@ void kvd_job_let_go(struct kvd *d, struct kvd_job *j)
 	if (j->failed)
 		return;
 	if (j->round_start <= j->gen_len &&
-	    tool_calls(d, j->gen + j->round_start, j->gen_len - j->round_start, &cls)) {
+	    tool_calls(d, j->tenant, j->gen + j->round_start, j->gen_len - j->round_start,
+		       &cls)) {
 		uint64_t pred = kvd_toolwait_predict_us(d, cls), keep = pred * 4;
 		uint64_t lo = (uint64_t)d->cfg.toolwait_min_s * 1000000ull;
 		uint64_t hi = (uint64_t)d->cfg.toolwait_max_s * 1000000ull;
@@ -259,13 +262,23 @@ size_t kvd_utf8_clean(const char *in, size_t n, char *out)
  * the test, driving the daemon over HTTP, leaves the next scripted reply in
  * the file $KVD_TEST_REPLY_FILE; the first round to start takes it (read,
  * then removed), so it stands for exactly one round of one request. */
-static void test_reply_from_file(struct kvd *d)
+static void test_reply_from_file(struct kvd *d, const struct kvd_job *j)
 {
 	const char *path = getenv("KVD_TEST_REPLY_FILE");
+	const char *dir = getenv("KVD_TEST_REPLY_DIR");
+	char per_key[600];
 	char *buf;
 	size_t n;
 	FILE *f;
 
+	/* the trace replayer's server-side tool mode (tools/replay/): the
+	 * reply of the request naming KEY is in DIR/KEY.reply */
+	if (dir && *dir && j->session_key && strlen(j->session_key) < 128 &&
+	    strspn(j->session_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "0123456789_-") == strlen(j->session_key)) {
+		snprintf(per_key, sizeof(per_key), "%s/%s.reply", dir, j->session_key);
+		path = per_key;
+	}
 	if (!path || !*path || d->n_test_replies)
 		return;
 	f = fopen(path, "re");
@@ -302,7 +315,7 @@ void kvd_on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	 * test model never calls a tool); its tokens get KV with the next
 	 * prefill, as a client's text would */
 	if (j->round_tokens == 0)
-		test_reply_from_file(d);
+		test_reply_from_file(d, j);
 	if (j->round_tokens == 0 && d->n_test_replies) {
 		char *txt = d->test_replies[0];
 		size_t tl = strlen(txt);
@@ -553,7 +566,8 @@ static int all_ready(struct kvd *d)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].state != W_READY)
+		if (d->workers[i].state != W_READY &&
+		    !d->workers[i].remote)	/* a remote host joins when it will */
 			return 0;
 	return 1;
 }

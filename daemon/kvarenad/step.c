@@ -634,7 +634,9 @@ void kvd_steps_build(struct kvd *d)
 
 			for (k = 0; k < n; k++)
 				pfree |= order[k]->role == KVD_ROLE_PREFILL && !order[k]->n_q;
-			build(d, w, 1, share && !pfree, 1, 0, cbuf, cmax);
+			/* a remote host's worker keeps to its stage's kind of
+			 * step (it mirrors KV by stage: daemon/remote) */
+			build(d, w, 1, share && !pfree && !w->remote, 1, 0, cbuf, cmax);
 		} else {
 			build(d, w, 0, 1, 0, 0, cbuf, cmax);
 		}
@@ -645,7 +647,7 @@ void kvd_steps_build(struct kvd *d)
 		struct kvd_worker *w = order[i];
 		uint32_t g;
 
-		if (w->n_q)
+		if (w->n_q || w->remote)
 			continue;
 		if (share && build(d, w, w->role == KVD_ROLE_PREFILL, w->role == KVD_ROLE_DECODE,
 				   w->role == KVD_ROLE_PREFILL, 0, cbuf, cmax))
@@ -659,7 +661,7 @@ void kvd_steps_build(struct kvd *d)
 		struct kvd_worker *w = order[i];
 		int dec = w->role == KVD_ROLE_DECODE;
 
-		if (w->probing || w->n_q >= depth || !kvd_worker_usable(w))
+		if (w->probing || w->remote || w->n_q >= depth || !kvd_worker_usable(w))
 			continue;
 		build(d, w, dec || share, !dec || share, dec, 0, cbuf, cmax);
 	}

@@ -49,6 +49,7 @@ struct kvd_tticket {
 	struct kvd_conv *c;		/* NULL: the conversation let go of it */
 	int restore;
 	uint32_t first;			/* restore: first file block read */
+	uint32_t want;			/* restore: positions it brings back */
 	kvt_file_id file;
 	struct kve_arena_session as;	/* restore abandoned: its blocks */
 	int owns_as;
@@ -193,7 +194,34 @@ static void drop_file(struct kvd *d, struct kvd_conv *c)
 	kvt_drop(d->tier->t, c->tier_file);
 	c->tier_file = 0;
 	c->tier_file_tokens = 0;
+	free(c->tier_bhash);
+	c->tier_bhash = NULL;
 	timer_cancel(d->tier, c, TIMER_PREFETCH);
+}
+
+/* How many of the file's leading positions still hold the KV of the
+ * conversation's tokens: a request may have cut the conversation back
+ * (a client that rewrites its last turn); the blocks before the cut are
+ * still good. Whole blocks, and the file's last, partial one. */
+static uint32_t file_valid_tokens(const struct kvd *d, const struct kvd_conv *c)
+{
+	uint32_t bt = bt_of(d), nb = (c->tier_file_tokens + bt - 1) / bt, i, v = 0;
+	uint64_t h = 0;
+
+	if (!c->tier_bhash)
+		return 0;
+	for (i = 0; i < nb; i++) {
+		uint32_t lo = i * bt, hi = lo + bt < c->tier_file_tokens ? lo + bt :
+					     c->tier_file_tokens;
+
+		if (c->n_tokens < hi)
+			break;
+		h = kvt_tokens_chain(h, c->tokens + lo, hi - lo);
+		if (h != c->tier_bhash[i])
+			break;
+		v = hi;
+	}
+	return v;
 }
 
 /* The KV leaves the arena for nowhere: recomputed from the tokens. */
@@ -256,6 +284,8 @@ static int make_disk_room(struct kvd *d, uint64_t bytes)
 			if (!c->has_kv || !c->as.s.n_blocks)
 				c->tier_lost_tokens += c->tier_file_tokens;
 			c->tier_file_tokens = 0;
+			free(c->tier_bhash);
+			c->tier_bhash = NULL;
 			kvd_log(KVD_LOG_INFO, "tier", "%s: spill file removed (disk cap, oldest first)",
 				c->id);
 		}
@@ -271,9 +301,10 @@ static int make_disk_room(struct kvd *d, uint64_t bytes)
 static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 {
 	struct kvd_tiering *tr = d->tier;
-	uint32_t bt = bt_of(d), nb;
+	uint32_t bt = bt_of(d), nb, i;
 	struct kvd_tticket *tk;
 	struct kvt_ident id;
+	uint64_t *bh;
 	kvt_file_id f;
 	int rc;
 
@@ -296,13 +327,24 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 	id.n_tokens = c->as.s.n_tokens;
 	id.tokens_hash = kvt_tokens_hash(c->tokens, c->as.s.n_tokens);
 	tk = ticket(c, 0, 0);
-	if (!tk)
+	bh = malloc(nb * sizeof(*bh));
+	if (!tk || !bh) {
+		free(tk);
+		free(bh);
 		return -ENOMEM;
+	}
+	for (i = 0; i < nb; i++) {
+		uint32_t lo = i * bt, hi = lo + bt < id.n_tokens ? lo + bt : id.n_tokens;
+
+		bh[i] = kvt_tokens_chain(i ? bh[i - 1] : 0, c->tokens + lo, hi - lo);
+	}
 	rc = kvt_spill(tr->t, &id, c->as.s.block_table, nb, tk, &f);
 	if (rc) {
 		free(tk);
+		free(bh);
 		return rc;
 	}
+	c->tier_bhash = bh;
 	tk->file = f;
 	kvt_set_owner(tr->t, f, c);	/* the cap's eviction finds c by it */
 	c->tier_op = tk;
@@ -318,15 +360,15 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
  * blocks the prefix cache holds are shared instead of read. 0 started
  * (c->tier_op set) or done (all from the cache), -EAGAIN no room yet,
  * other <0: the file cannot be used (c is recomputed). */
-static int start_restore(struct kvd *d, struct kvd_conv *c)
+static int start_restore(struct kvd *d, struct kvd_conv *c, uint32_t want)
 {
 	struct kvd_tiering *tr = d->tier;
-	uint32_t bt = bt_of(d), covered = 0, first, nb, want = c->tier_file_tokens;
+	uint32_t bt = bt_of(d), covered = 0, first, nb;
 	struct kvd_tticket *tk;
 	struct kvt_ident id;
 	int rc;
 
-	if (c->tier_op || !c->tier_file)
+	if (c->tier_op || !c->tier_file || !want || want > c->tier_file_tokens)
 		return -EINVAL;
 	if (!c->has_kv) {
 		rc = kvd_conv_open_kv(d, c);
@@ -357,12 +399,13 @@ static int start_restore(struct kvd *d, struct kvd_conv *c)
 	first = covered / bt;
 	nb = (want + bt - 1) / bt;
 	id.key = c->tier_key;
-	id.n_tokens = want;
+	id.n_tokens = c->tier_file_tokens;	/* what the file was written as */
 	id.tokens_hash = c->tier_file_hash;
 	tk = ticket(c, 1, c->tier_file);
 	if (!tk)
 		return -ENOMEM;
 	tk->first = first;
+	tk->want = want;
 	rc = kvt_restore(tr->t, c->tier_file, &id, first, nb - first,
 			 c->as.s.block_table + first, tk);
 	if (rc) {
@@ -447,8 +490,8 @@ static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt
 		return;
 	c->tier_op = NULL;
 	valid = (tk->first + dn->blocks_ok) * bt;
-	if (!dn->status || valid > c->tier_file_tokens)
-		valid = c->tier_file_tokens;
+	if (!dn->status || valid > tk->want)
+		valid = tk->want;
 	if (valid > c->as.s.n_tokens)
 		c->as.s.n_tokens = valid;
 	kvd_hist_add(&d->m.tier_restore_ms, (double)(now - tk->started_ns) / 1e6);
@@ -458,10 +501,10 @@ static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt
 			dn->status == -ESTALE ? 2 : 3;
 
 		d->m.tier_restore_failures[k]++;
-		c->tier_lost_tokens += c->tier_file_tokens - c->as.s.n_tokens;
+		c->tier_lost_tokens += tk->want - c->as.s.n_tokens;
 		kvd_log(KVD_LOG_WARN, "tier", "%s: restore failed (%s: %s): %u tokens verified and "
 			"kept, %u recomputed", c->id, why[k], strerror(-dn->status),
-			c->as.s.n_tokens, c->tier_file_tokens - c->as.s.n_tokens);
+			c->as.s.n_tokens, tk->want - c->as.s.n_tokens);
 		drop_file(d, c);
 	} else {
 		d->m.tier_restores++;
@@ -622,7 +665,7 @@ static void on_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 
 	if (c->tier_op || !c->tier_file || (c->has_kv && c->as.s.n_blocks))
 		return;
-	rc = start_restore(d, c);
+	rc = start_restore(d, c, file_valid_tokens(d, c));
 	if (rc == 0) {
 		d->m.tier_prefetches++;
 		kvd_log(KVD_LOG_DEBUG, "tier", "%s: prefetch", c->id);
@@ -638,6 +681,7 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 {
 	struct kvd_tiering *tr = d->tier;
 	uint64_t now = kvd_now_ns();
+	uint32_t want;
 	int rc;
 
 	if (!tr)
@@ -657,13 +701,11 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 		if (c->has_kv && c->as.s.n_blocks) {
 			/* the arena has it: the disk copy goes stale from now */
 			drop_file(d, c);
-		} else if (c->n_tokens < c->tier_file_tokens ||
-			   kvt_tokens_hash(c->tokens, c->tier_file_tokens) != c->tier_file_hash) {
-			/* the conversation was cut back: recompute */
-			c->tier_lost_tokens += c->tier_file_tokens;
+		} else if (!(want = file_valid_tokens(d, c))) {
+			/* cut back before the file's first block: nothing to read */
 			drop_file(d, c);
 		} else {
-			rc = start_restore(d, c);
+			rc = start_restore(d, c, want);
 			if (rc == 0 && !c->tier_op)
 				return 0;	/* all of it from the prefix cache */
 			if (rc == 0 || rc == -EAGAIN) {
@@ -673,7 +715,7 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 			}
 			kvd_log(KVD_LOG_WARN, "tier", "%s: cannot restore (%s): recomputed", c->id,
 				strerror(-rc));
-			c->tier_lost_tokens += c->tier_file_tokens;
+			c->tier_lost_tokens += want;
 			drop_file(d, c);
 		}
 	}

@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 #include "worker.h"
@@ -90,6 +91,26 @@ static int spawn(struct kvd *d, struct kvd_worker *w)
 	snprintf(batch, sizeof(batch), "%u", d->cfg.max_batch);
 	snprintf(ctx, sizeof(ctx), "%u", d->ctx_len);
 	snprintf(step, sizeof(step), "%u", d->cfg.step_tokens);
+	if (w->remote) {
+		/* the link process to a remote host runs code of ours first
+		 * (daemon/remote): a fork, not a spawn */
+		pid = fork();
+		if (pid < 0) {
+			rc = -errno;
+			close(sv[0]);
+			close(sv[1]);
+			return rc;
+		}
+		if (pid == 0) {
+			sigemptyset(&none);
+			sigprocmask(SIG_SETMASK, &none, NULL);
+			signal(SIGPIPE, SIG_DFL);
+			kvd_remote_exec(d, w, sv[1]);
+			_exit(127);
+		}
+		close(sv[1]);
+		goto hello;
+	}
 	/* posix_spawn (vfork-like): no copy of the orchestrator's page
 	 * tables while the scheduler waits; the child gets only the socket,
 	 * no signal mask and default dispositions */
@@ -110,6 +131,7 @@ static int spawn(struct kvd *d, struct kvd_worker *w)
 		close(sv[0]);
 		return -rc;
 	}
+hello:
 	h.role = w->role;
 	h.copy_mode = d->cfg.handoff == KVD_HANDOFF_COPY;
 	h.geom.arena_bytes = d->geom.arena_bytes;
@@ -148,22 +170,27 @@ static int spawn(struct kvd *d, struct kvd_worker *w)
 int kvd_workers_start(struct kvd *d)
 {
 	uint32_t i, k, n = d->cfg.prefill_workers + d->cfg.decode_workers;
+	uint32_t rp = kvd_remote_slots(d, KVD_ROLE_PREFILL), rd = kvd_remote_slots(d, KVD_ROLE_DECODE);
 	int rc;
 
-	d->workers = calloc(n, sizeof(*d->workers));
+	d->workers = calloc(n + rp + rd, sizeof(*d->workers));
 	/* each worker's restarts leave one pid to reap; a few rounds of all */
-	d->reap = calloc((size_t)n * 4 + 8, sizeof(*d->reap));
+	d->reap = calloc((size_t)(n + rp + rd) * 4 + 8, sizeof(*d->reap));
 	if (!d->workers || !d->reap)
 		return -ENOMEM;
-	d->n_workers = n;
+	d->n_workers = n + rp + rd;
 	/* decode tokens of a full batch, plus prompt chunks of a budget */
 	d->max_seqs = d->cfg.max_batch + (d->cfg.step_tokens < 64 ? d->cfg.step_tokens : 64);
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n + rp + rd; i++) {
 		struct kvd_worker *w = &d->workers[i];
 
 		w->index = (int)i;
 		w->sock = -1;
 		w->role = i < d->cfg.prefill_workers ? KVD_ROLE_PREFILL : KVD_ROLE_DECODE;
+		/* after the local ones: remote slots, prefill then decode */
+		w->remote = i >= n;
+		if (w->remote)
+			w->role = i < n + rp ? KVD_ROLE_PREFILL : KVD_ROLE_DECODE;
 		for (k = 0; k < KVD_MAX_DEPTH; k++) {
 			w->q[k].seqs = calloc(d->max_seqs, sizeof(*w->q[k].seqs));
 			if (!w->q[k].seqs)

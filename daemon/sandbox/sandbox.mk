@@ -16,7 +16,8 @@ SANDBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -I$(SANDBO
 SANDBOX_SAN    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer
 SANDBOX_LIBS   := -lseccomp -linih -ljansson -lpthread
-SANDBOX_NAMES  := policy spawn spawner cgroup seccomp landlock tools util mcp mcp_wire
+SANDBOX_NAMES  := policy spawn spawner cgroup seccomp landlock netns workdir tools util mcp \
+                  mcp_wire
 SANDBOX_HDRS   := $(wildcard $(SANDBOX_SRC)/*.h)
 SANDBOX_OBJS   := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/obj/%.o)
 SANDBOX_SOBJS  := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/san/%.o)
@@ -118,7 +119,7 @@ $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 # everything but the cgroup limits (this host's cgroup v2 has no
 # cpu/memory/pids controllers). Guest lane: the limits, on Debian 6.12.
 check-sandbox: sandbox $(SANDBOX_FUZZ)
-	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST)
+	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST) $(SANDBOX_PROBE)
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_MCPT) $(SANDBOX_FAKE)
 	@tests/sandbox/fuzz-mcp.sh 20000
 	@tests/sandbox/mcp-npm.sh

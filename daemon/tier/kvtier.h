@@ -114,6 +114,9 @@ struct kvt_ident {
 
 /* XXH3 of the token ids: the tokens_hash of kvt_ident. */
 uint64_t kvt_tokens_hash(const int32_t *tokens, uint32_t n);
+/* A chain of such hashes (seeded with the previous one): per block, so an
+ * owner can tell how much of a file's leading KV still matches its tokens. */
+uint64_t kvt_tokens_chain(uint64_t prev, const int32_t *tokens, uint32_t n);
 
 /*
  * Spill n_blocks arena blocks (in order: block i of the file is blocks[i])

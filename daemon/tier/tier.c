@@ -147,6 +147,11 @@ uint64_t kvt_tokens_hash(const int32_t *tokens, uint32_t n)
 	return XXH3_64bits(tokens, (size_t)n * sizeof(*tokens));
 }
 
+uint64_t kvt_tokens_chain(uint64_t prev, const int32_t *tokens, uint32_t n)
+{
+	return XXH3_64bits_withSeed(tokens, (size_t)n * sizeof(*tokens), prev);
+}
+
 static uint8_t *block_ptr(const struct kvt *t, uint32_t id)
 {
 	return t->base + (uint64_t)(id / t->g.blocks_per_page) * (2ull << 20) +

@@ -17,116 +17,9 @@
 #include <jansson.h>
 
 #include "chat.h"
+#include "jconv.h"
 
 static struct chat_template *tmpl;	/* ChatML, as the test models' */
-
-/* ---------------------------------------------------------------- conversations */
-
-/* {"messages": [...], "tools": [...]} in the OpenAI shape, as the room's
- * normalized conversation (strings point into root). */
-struct jconv {
-	json_t *root;
-	struct chat_msg *msgs;
-	struct chat_tool *tools;
-	struct chat_conv c;
-};
-
-static void jconv_free(struct jconv *j)
-{
-	for (size_t i = 0; j->msgs && i < j->c.n_msgs; i++)
-		free(j->msgs[i].calls);
-	free(j->msgs);
-	free(j->tools);
-	json_decref(j->root);
-	memset(j, 0, sizeof(*j));
-}
-
-static const char *str_or(json_t *v, const char *dflt)
-{
-	return json_is_string(v) ? json_string_value(v) : dflt;
-}
-
-static int jconv_parse(struct jconv *j, const char *text)
-{
-	json_error_t je;
-	json_t *ms, *ts, *m, *t;
-	size_t i, k;
-
-	memset(j, 0, sizeof(*j));
-	j->root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
-	if (!j->root) {
-		fprintf(stderr, "\njconv: %s\n", je.text);
-		return -1;
-	}
-	ms = json_object_get(j->root, "messages");
-	ts = json_object_get(j->root, "tools");
-	j->msgs = calloc(json_array_size(ms) + 1, sizeof(*j->msgs));
-	j->tools = calloc(json_array_size(ts) + 1, sizeof(*j->tools));
-	if (!j->msgs || !j->tools)
-		return -1;
-	json_array_foreach(ms, i, m) {
-		struct chat_msg *cm = &j->msgs[i];
-		const char *role = str_or(json_object_get(m, "role"), "");
-		json_t *calls = json_object_get(m, "tool_calls"), *c, *content;
-
-		cm->role = !strcmp(role, "system") ? CHAT_SYSTEM : !strcmp(role, "user") ? CHAT_USER :
-			   !strcmp(role, "assistant") ? CHAT_ASSISTANT : CHAT_TOOL;
-		content = json_object_get(m, "content");
-		if (json_is_array(content))	/* one text part */
-			content = json_object_get(json_array_get(content, 0), "text");
-		cm->content = str_or(content, "");
-		cm->content_len = json_is_string(content) ? json_string_length(content) : 0;
-		cm->tool_call_id = str_or(json_object_get(m, "tool_call_id"), NULL);
-		if (json_array_size(calls)) {
-			cm->calls = calloc(json_array_size(calls), sizeof(*cm->calls));
-			if (!cm->calls)
-				return -1;
-			json_array_foreach(calls, k, c) {
-				json_t *fn = json_object_get(c, "function");
-				json_t *args = json_object_get(fn, "arguments");
-
-				cm->calls[k].id = str_or(json_object_get(c, "id"), NULL);
-				cm->calls[k].name = str_or(json_object_get(fn, "name"), "");
-				cm->calls[k].arguments = str_or(args, "{}");
-				cm->calls[k].arguments_len = json_is_string(args) ?
-							     json_string_length(args) : 2;
-			}
-			cm->n_calls = json_array_size(calls);
-		}
-		j->c.n_msgs = i + 1;
-	}
-	json_array_foreach(ts, i, t) {
-		j->tools[i].function = json_object_get(t, "function");
-		j->tools[i].name = str_or(json_object_get(j->tools[i].function, "name"), "");
-	}
-	j->c.msgs = j->msgs;
-	j->c.tools = j->tools;
-	j->c.n_tools = json_array_size(ts);
-	return 0;
-}
-
-/* The prompt for a JSON conversation, malloc'd; NULL when it fails. */
-static char *render_json(const struct chat_template *t, const char *text)
-{
-	struct jconv j;
-	struct chat_prompt p = { 0 };
-	char err[256];
-	char *s = NULL;
-	int rc;
-
-	if (jconv_parse(&j, text)) {
-		jconv_free(&j);
-		return NULL;
-	}
-	rc = chat_render(t, &j.c, &p, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "\nrender: %s\n", err);
-	else
-		s = sb_steal(&p.text, NULL);
-	chat_prompt_free(&p);
-	jconv_free(&j);
-	return s;
-}
 
 /* ---------------------------------------------------------------- chatml */
 
@@ -343,7 +236,8 @@ static const struct tc_case tc_cases[] = {
 struct collected {
 	struct strbuf content;
 	int n_calls;
-	struct strbuf names, args;
+	struct strbuf names, args, reasoning;
+	int short_ids;		/* Mistral: 9-character ids */
 };
 
 static int collect(void *ctx, enum tc_event ev, const char *text, size_t len,
@@ -356,9 +250,17 @@ static int collect(void *ctx, enum tc_event ev, const char *text, size_t len,
 		CU_ASSERT(len > 0);
 		sb_add(&c->content, text, len);
 		break;
+	case TC_REASONING:
+		CU_ASSERT(len > 0);
+		sb_add(&c->reasoning, text, len);
+		break;
 	case TC_CALL_START:
-		CU_ASSERT_EQUAL(strlen(call->id), TC_ID_LEN);
-		CU_ASSERT_EQUAL(strncmp(call->id, "call_", 5), 0);
+		if (c->short_ids) {
+			CU_ASSERT_EQUAL(strlen(call->id), 9);
+		} else {
+			CU_ASSERT_EQUAL(strlen(call->id), TC_ID_LEN);
+			CU_ASSERT_EQUAL(strncmp(call->id, "call_", 5), 0);
+		}
 		sb_adds(&c->names, call->name);
 		sb_adds(&c->names, "|");
 		break;
@@ -374,14 +276,16 @@ static int collect(void *ctx, enum tc_event ev, const char *text, size_t len,
 	return 0;
 }
 
-static void stream_pieces(const char *text, const size_t *cuts, size_t n_cuts,
-			  struct collected *out)
+static void stream_in(const struct chat_template *t, int reasoning, const char *text,
+		      const size_t *cuts, size_t n_cuts, struct collected *out)
 {
 	struct tc_stream s;
 	size_t at = 0, len = strlen(text);
 
 	memset(out, 0, sizeof(*out));
-	tc_stream_init(&s, tmpl, collect, out);
+	out->short_ids = !strncmp(chat_template_family(t), "mistral", 7);
+	tc_stream_init(&s, t, collect, out);
+	tc_stream_reasoning(&s, reasoning);
 	for (size_t i = 0; i <= n_cuts; i++) {
 		size_t end = i < n_cuts ? cuts[i] : len;
 
@@ -392,11 +296,18 @@ static void stream_pieces(const char *text, const size_t *cuts, size_t n_cuts,
 	tc_stream_free(&s);
 }
 
+static void stream_pieces(const char *text, const size_t *cuts, size_t n_cuts,
+			  struct collected *out)
+{
+	stream_in(tmpl, 0, text, cuts, n_cuts, out);
+}
+
 static void collected_free(struct collected *c)
 {
 	sb_free(&c->content);
 	sb_free(&c->names);
 	sb_free(&c->args);
+	sb_free(&c->reasoning);
 }
 
 static void test_tool_calls_batch(void)
@@ -646,6 +557,425 @@ static void test_count_calls(void)
 	CU_ASSERT_STRING_EQUAL(name, "");
 }
 
+
+/* ---------------------------------------------------------------- every family */
+
+static struct chat_template *family(const char *name)
+{
+	struct chat_options o = { name, NULL, NULL };
+	struct chat_template *t = NULL;
+	char err[300];
+
+	if (chat_template_new(NULL, 0, &o, &t, err, sizeof(err)))
+		fprintf(stderr, "\nfamily %s: %s\n", name, err);
+	return t;
+}
+
+struct fcase {
+	const char *family;
+	const char *text;
+	const char *content;
+	const char *names;	/* "a|b|" */
+	const char *args;	/* "{...}|{...}|" */
+	const char *id0;	/* the first call's id when the model gave it */
+	int canonical;
+};
+
+static const struct fcase fcases[] = {
+	/* Llama 3.x: the reply is the call */
+	{ "llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
+	  "get_weather|", "{\"city\": \"Paris\"}|", NULL, 1 },
+	{ "llama3", "  {\"name\": \"f\", \"arguments\": {}}\n", "", "f|", "{}|", NULL, 0 },
+	{ "llama3", "{\"type\": \"function\", \"name\": \"f\", \"parameters\": {\"a\": [1, \"}\"]}}", "",
+	  "f|", "{\"a\": [1, \"}\"]}|", NULL, 0 },
+	{ "llama3", "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}", "", "f|", "{}|", NULL, 0 },
+	{ "llama3", "{\"name\": \"f\", \"parameters\": {}} and more", "and more", "f|", "{}|", NULL, 0 },
+	{ "llama3", "Hello {\"name\": \"f\", \"parameters\": {}}", "Hello {\"name\": \"f\", \"parameters\": {}}",
+	  "", "", NULL, 1 },
+	{ "llama3", "{\"name\": \"bad name\", \"parameters\": {}}", "{\"name\": \"bad name\", \"parameters\": {}}",
+	  "", "", NULL, 1 },
+	{ "llama3", "{\"name\": \"f\", \"parameters\": 5}", "{\"name\": \"f\", \"parameters\": 5}", "", "", NULL, 1 },
+	{ "llama3", "{\"name\": \"f\", \"parameters\": {\"a\": [1", "{\"name\": \"f\", \"parameters\": {\"a\": [1",
+	  "", "", NULL, 1 },
+	{ "llama3", "{\"a\": 1}", "{\"a\": 1}", "", "", NULL, 1 },
+	{ "llama3", " It is 18C. ", " It is 18C. ", "", "", NULL, 0 },
+	{ "llama3", "It is 18C.", "It is 18C.", "", "", NULL, 1 },
+	{ "llama3", "", "", "", "", NULL, 1 },
+	/* Mistral v3 (Nemo): a JSON array after [TOOL_CALLS] */
+	{ "mistral-v3", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"id\": \"abc123XYZ\"}]", "",
+	  "f|", "{\"a\": 1}|", "abc123XYZ", 1 },
+	{ "mistral-v3", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"abcdefgh1\"}, "
+	  "{\"name\": \"g\", \"arguments\": {\"s\": \"]}\"}, \"id\": \"abcdefgh2\"}]", "",
+	  "f|g|", "{}|{\"s\": \"]}\"}|", "abcdefgh1", 1 },
+	{ "mistral-v3", "Sure.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"abcdefghi\"}]", "Sure.",
+	  "f|", "{}|", "abcdefghi", 0 },
+	{ "mistral-v3", "[TOOL_CALLS] [ {\"arguments\": {}, \"name\": \"f\"} ]", "", "f|", "{}|", NULL, 0 },
+	{ "mistral-v3", "[TOOL_CALLS]oops", "[TOOL_CALLS]oops", "", "", NULL, 1 },
+	{ "mistral-v3", "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"abcdefghi\"}, {\"name\": 3}]",
+	  " {\"name\": 3}]", "f|", "{}|", "abcdefghi", 0 },
+	{ "mistral-v3", "text [TOOL_CALL", "text [TOOL_CALL", "", "", NULL, 1 },
+	{ "mistral-v3", "It is 18C.", "It is 18C.", "", "", NULL, 1 },
+	/* Mistral v7 (Small 3.2): [TOOL_CALLS]N[CALL_ID]I[ARGS]A */
+	{ "mistral-v7", "[TOOL_CALLS]get_weather[CALL_ID]123456789[ARGS]{\"city\": \"Paris\"}", "",
+	  "get_weather|", "{\"city\": \"Paris\"}|", "123456789", 1 },
+	{ "mistral-v7", "[TOOL_CALLS]a[CALL_ID]000000001[ARGS]{}[TOOL_CALLS]b[CALL_ID]000000002[ARGS]{\"x\": 2}",
+	  "", "a|b|", "{}|{\"x\": 2}|", "000000001", 1 },
+	{ "mistral-v7", "[TOOL_CALLS]f[ARGS]{}", "", "f|", "{}|", NULL, 0 },
+	{ "mistral-v7", "[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS]f[ARGS][1]", "", "", NULL, 1 },
+	/* Mistral v11 (Ministral 3, Devstral): content, then [TOOL_CALLS]N[ARGS]A */
+	{ "mistral-v11", "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "Let me check.",
+	  "get_weather|", "{\"city\": \"Paris\"}|", NULL, 1 },
+	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{\"x\": \"[ARGS]\"}", "", "a|b|",
+	  "{}|{\"x\": \"[ARGS]\"}|", NULL, 1 },
+	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{} trailing", " trailing", "a|", "{}|", NULL, 0 },
+	{ "mistral-v11", "[TOOL_CALLS]a b[ARGS]{}", "[TOOL_CALLS]a b[ARGS]{}", "", "", NULL, 1 },
+	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{\"x\": ", "[TOOL_CALLS]a[ARGS]{\"x\": ", "", "", NULL, 1 },
+	/* Qwen: Hermes calls; Qwen 3's think block stays in the content here */
+	{ "qwen2.5", "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", "Checking.",
+	  "f|", "{\"a\": 1}|", NULL, 1 },
+	{ "qwen2.5", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\":1}}\n</tool_call>", "",
+	  "f|", "{\"a\":1}|", NULL, 0 },
+	{ "qwen3", "<think>\nI'll call <tool_call>.\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+	  "<think>\nI'll call <tool_call>.\n</think>\n", "f|", "{}|", NULL, 1 },
+	{ "qwen3", "<think>\nfine\n</think>\n\nIt is 18C.", "<think>\nfine\n</think>\n\nIt is 18C.", "", "", NULL, 1 },
+	{ "qwen3", "<think>\nunclosed <tool_call>", "<think>\nunclosed <tool_call>", "", "", NULL, 1 },
+	{ "qwen3", "<thin", "<thin", "", "", NULL, 1 },
+};
+
+static void check_fcase(const struct fcase *k, const struct chat_template *t, size_t idx)
+{
+	struct tc_result r;
+	struct collected ref, got;
+	size_t len = strlen(k->text);
+	struct strbuf names = { 0 }, args = { 0 };
+
+	CU_ASSERT_EQUAL_FATAL(tc_parse(t, k->text, len, &r), 0);
+	for (size_t i = 0; i < r.n_calls; i++) {
+		sb_adds(&names, r.calls[i].name);
+		sb_adds(&names, "|");
+		sb_add(&args, r.calls[i].arguments, r.calls[i].arguments_len);
+		sb_adds(&args, "|");
+	}
+	if (strcmp(r.content, k->content) || strcmp(sb_cstr(&names), k->names) ||
+	    strcmp(sb_cstr(&args), k->args) || r.canonical != k->canonical)
+		fprintf(stderr, "\nfcase %zu (%s): content '%s' names '%s' args '%s' canonical %d\n",
+			idx, k->family, r.content, sb_cstr(&names), sb_cstr(&args), r.canonical);
+	CU_ASSERT_STRING_EQUAL(r.content, k->content);
+	CU_ASSERT_STRING_EQUAL(sb_cstr(&names), k->names);
+	CU_ASSERT_STRING_EQUAL(sb_cstr(&args), k->args);
+	CU_ASSERT_EQUAL(r.canonical, k->canonical);
+	if (k->id0)
+		CU_ASSERT(r.n_calls && !strcmp(r.calls[0].id, k->id0));
+	tc_result_free(&r);
+	sb_free(&names);
+	sb_free(&args);
+	/* streamed, split at every byte and byte by byte: the same */
+	stream_in(t, 0, k->text, NULL, 0, &ref);
+	CU_ASSERT_STRING_EQUAL(sb_cstr(&ref.content), k->content);
+	CU_ASSERT_STRING_EQUAL(sb_cstr(&ref.names), k->names);
+	for (size_t a = 0; a <= len; a++) {
+		stream_in(t, 0, k->text, &a, 1, &got);
+		if (strcmp(sb_cstr(&got.content), sb_cstr(&ref.content)) ||
+		    strcmp(sb_cstr(&got.names), sb_cstr(&ref.names)))
+			fprintf(stderr, "\nfcase %zu cut at %zu: content '%s' names '%s'\n", idx, a,
+				sb_cstr(&got.content), sb_cstr(&got.names));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.content), sb_cstr(&ref.content));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.names), sb_cstr(&ref.names));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.args), sb_cstr(&ref.args));
+		collected_free(&got);
+	}
+	{
+		size_t cuts[512], n = len < 512 ? len : 512;
+
+		for (size_t a = 0; a < n; a++)
+			cuts[a] = a + 1;
+		stream_in(t, 0, k->text, cuts, n, &got);
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.content), sb_cstr(&ref.content));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&got.args), sb_cstr(&ref.args));
+		collected_free(&got);
+	}
+	collected_free(&ref);
+}
+
+static void test_family_calls(void)
+{
+	for (size_t i = 0; i < sizeof(fcases) / sizeof(fcases[0]); i++) {
+		struct chat_template *t = family(fcases[i].family);
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+		check_fcase(&fcases[i], t, i);
+		chat_template_free(t);
+	}
+}
+
+/* Qwen 3's reasoning split off: streamed at every cut, the same. */
+static void test_reasoning(void)
+{
+	static const struct { const char *text, *reasoning, *content, *names; } cases[] = {
+		{ "<think>\nThe user asks.\nTwo lines.\n</think>\n\nIt is 18C.", "The user asks.\nTwo lines.",
+		  "It is 18C.", "" },
+		{ "<think>\n\nx\n\n</think>\n\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+		  "x", "", "f|" },
+		{ "<think>\ncut off\n", "cut off", "", "" },
+		{ "No think block.", "", "No think block.", "" },
+		{ "<think></think>ok", "", "ok", "" },
+	};
+	struct chat_template *t = family("qwen3");
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i].text);
+
+		for (size_t a = 0; a <= len; a++) {
+			struct collected got;
+
+			stream_in(t, 1, cases[i].text, &a, 1, &got);
+			if (strcmp(sb_cstr(&got.reasoning), cases[i].reasoning) ||
+			    strcmp(sb_cstr(&got.content), cases[i].content))
+				fprintf(stderr, "\nreasoning case %zu cut %zu: '%s' / '%s'\n", i, a,
+					sb_cstr(&got.reasoning), sb_cstr(&got.content));
+			CU_ASSERT_STRING_EQUAL(sb_cstr(&got.reasoning), cases[i].reasoning);
+			CU_ASSERT_STRING_EQUAL(sb_cstr(&got.content), cases[i].content);
+			CU_ASSERT_STRING_EQUAL(sb_cstr(&got.names), cases[i].names);
+			collected_free(&got);
+		}
+	}
+	chat_template_free(t);
+}
+
+/* ---- byte stability, every family ---- */
+
+/* A conversation the test grows as a client would: messages, and the
+ * strings they own. */
+struct sconv {
+	struct chat_msg msgs[32];
+	struct chat_call calls[32][4];
+	char *own[256];
+	size_t n, n_own;
+	struct chat_tool tools[2];
+	json_t *fns[2];
+	size_t n_tools;
+};
+
+static const char *keep(struct sconv *c, const char *s, size_t n)
+{
+	char *d = strndup(s, n);
+
+	c->own[c->n_own++] = d;
+	return d;
+}
+
+static void sc_add(struct sconv *c, enum chat_role role, const char *text, const char *call_id)
+{
+	struct chat_msg *m = &c->msgs[c->n++];
+
+	memset(m, 0, sizeof(*m));
+	m->role = role;
+	m->content = keep(c, text, strlen(text));
+	m->content_len = strlen(text);
+	m->tool_call_id = call_id ? keep(c, call_id, strlen(call_id)) : NULL;
+}
+
+/* The reply, parsed as the front end does and sent back as the client
+ * does (content and calls with their ids). */
+static void sc_reply(struct sconv *c, const struct chat_template *t, const char *gen)
+{
+	struct tc_result r;
+	struct chat_msg *m = &c->msgs[c->n];
+
+	CU_ASSERT_EQUAL_FATAL(tc_parse(t, gen, strlen(gen), &r), 0);
+	if (!r.canonical)
+		fprintf(stderr, "\n%s: not canonical: %s\n", chat_template_family(t), gen);
+	CU_ASSERT(r.canonical);
+	memset(m, 0, sizeof(*m));
+	m->role = CHAT_ASSISTANT;
+	m->content = keep(c, r.content, r.content_len);
+	m->content_len = r.content_len;
+	m->calls = c->calls[c->n];
+	for (size_t i = 0; i < r.n_calls && i < 4; i++) {
+		m->calls[i].id = keep(c, r.calls[i].id, strlen(r.calls[i].id));
+		m->calls[i].name = keep(c, r.calls[i].name, strlen(r.calls[i].name));
+		m->calls[i].arguments = keep(c, r.calls[i].arguments, r.calls[i].arguments_len);
+		m->calls[i].arguments_len = r.calls[i].arguments_len;
+		m->n_calls++;
+	}
+	c->n++;
+	tc_result_free(&r);
+}
+
+static char *sc_render(struct sconv *c, const struct chat_template *t)
+{
+	struct chat_conv cv = { c->msgs, c->n, c->tools, c->n_tools, CHAT_THINK_DEFAULT, 0 };
+	struct chat_prompt p = { 0 };
+	char err[300], *s;
+
+	CU_ASSERT_EQUAL(chat_render(t, &cv, &p, err, sizeof(err)), 0);
+	s = sb_steal(&p.text, NULL);
+	chat_prompt_free(&p);
+	return s;
+}
+
+static void sc_free(struct sconv *c)
+{
+	for (size_t i = 0; i < c->n_own; i++)
+		free(c->own[i]);
+	for (size_t i = 0; i < c->n_tools; i++)
+		json_decref(c->fns[i]);
+}
+
+/* How far turn N's prompt + reply + end of turn reaches into turn N+1's. */
+static size_t common(const char *before, const char *gen, const char *eot, const char *after)
+{
+	struct strbuf want = { 0 };
+	size_t n = 0;
+
+	sb_adds(&want, before);
+	sb_adds(&want, gen);
+	sb_adds(&want, eot);
+	while (n < want.len && after[n] == want.s[n])
+		n++;
+	if (n == want.len) {
+		sb_free(&want);
+		return SIZE_MAX;	/* a prefix */
+	}
+	sb_free(&want);
+	return n;
+}
+
+/* The prompts part where before has marker (the bytes the marker shares
+ * with what replaces it aside). */
+static int diverges_at(size_t at, const char *before, const char *marker)
+{
+	const char *m = strstr(before, marker);
+
+	return m && at != SIZE_MAX && at >= (size_t)(m - before) &&
+	       at < (size_t)(m - before) + 3;
+}
+
+/* The call a family's model writes, and the last call's id to answer. */
+static const char *family_call(const char *fam, const char *name, const char *args, char *buf, size_t size)
+{
+	if (!strcmp(fam, "llama3"))
+		snprintf(buf, size, "{\"name\": \"%s\", \"parameters\": %s}", name, args);
+	else if (!strcmp(fam, "mistral-v3"))
+		snprintf(buf, size, "[TOOL_CALLS][{\"name\": \"%s\", \"arguments\": %s, \"id\": \"abcdefgh1\"}]",
+			 name, args);
+	else if (!strcmp(fam, "mistral-v7"))
+		snprintf(buf, size, "[TOOL_CALLS]%s[CALL_ID]abcdefgh1[ARGS]%s", name, args);
+	else if (!strcmp(fam, "mistral-v11"))
+		snprintf(buf, size, "[TOOL_CALLS]%s[ARGS]%s", name, args);
+	else if (!strcmp(fam, "qwen3"))
+		snprintf(buf, size, "<think>\nI need the weather.\n</think>\n\n<tool_call>\n"
+			 "{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>", name, args);
+	else
+		snprintf(buf, size, "<tool_call>\n{\"name\": \"%s\", \"arguments\": %s}\n</tool_call>",
+			 name, args);
+	return buf;
+}
+
+/*
+ * Turn N's prompt + the reply + the end of the turn is a byte prefix of
+ * turn N+1's prompt: across tool rounds for every family, across user
+ * turns where the template keeps earlier text; where it does not (chat.md),
+ * the prompts agree exactly up to the place the template moves.
+ */
+static void test_family_stable(void)
+{
+	static const char *const fams[] = { "chatml", "qwen2.5", "qwen3", "llama3",
+					    "mistral-v3", "mistral-v7", "mistral-v11" };
+
+	for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		for (int with_sys = 0; with_sys < 2; with_sys++) {
+			struct chat_template *t = family(fams[f]);
+			const char *fam = fams[f], *eot;
+			struct sconv c = { 0 };
+			char gen[512], *b1, *b2, *b3, *b4;
+			size_t at;
+			json_error_t je;
+
+			CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+			eot = chat_template_eot(t);
+			c.fns[0] = json_loads("{\"name\": \"get_weather\", \"description\": \"Weather.\", "
+					      "\"parameters\": {\"type\": \"object\", \"properties\": "
+					      "{\"city\": {\"type\": \"string\"}}}}", 0, &je);
+			c.tools[0] = (struct chat_tool){ "get_weather", c.fns[0] };
+			c.n_tools = 1;
+			if (with_sys)
+				sc_add(&c, CHAT_SYSTEM, "Be terse.", NULL);
+			sc_add(&c, CHAT_USER, "Weather in Paris?", NULL);
+			/* a tool round */
+			b1 = sc_render(&c, t);
+			family_call(fam, "get_weather", "{\"city\": \"Paris\"}", gen, sizeof(gen));
+			sc_reply(&c, t, gen);
+			sc_add(&c, CHAT_TOOL, "18C", c.msgs[c.n - 1].n_calls ? c.msgs[c.n - 1].calls[0].id : "x");
+			b2 = sc_render(&c, t);
+			at = common(b1, gen, eot, b2);
+			{
+				/* the agent loop's continuation is the template's */
+				struct chat_tool_result res = { c.msgs[c.n - 1].tool_call_id, "get_weather", "18C", 3 };
+				struct chat_prompt rp = { 0 };
+				struct strbuf whole = { 0 };
+
+				CU_ASSERT_EQUAL(chat_render_tool_round(t, &res, 1, &rp), 0);
+				sb_adds(&whole, b1);
+				sb_adds(&whole, gen);
+				sb_add(&whole, rp.text.s, rp.text.len);
+				if (strcmp(sb_cstr(&whole), b2) && (strcmp(fam, "mistral-v3") || !with_sys))
+					fprintf(stderr, "\n%s: round differs:\n%s\n---\n%s\n", fam,
+						sb_cstr(&whole), b2);
+				if (strcmp(fam, "mistral-v3") || !with_sys)
+					CU_ASSERT_STRING_EQUAL(sb_cstr(&whole), b2);
+				sb_free(&whole);
+				chat_prompt_free(&rp);
+			}
+			if (!strcmp(fam, "mistral-v3") && with_sys) {
+				/* Nemo writes the system message in the last user
+				 * message while it is the conversation's last */
+				CU_ASSERT_EQUAL(at, (size_t)(strstr(b1, "[INST]") - b1) + 6);
+			} else {
+				if (at != SIZE_MAX)
+					fprintf(stderr, "\n%s: tool round not a prefix at %zu:\n%s\n---\n%s\n",
+						fam, at, b1, b2);
+				CU_ASSERT_EQUAL(at, SIZE_MAX);
+			}
+			/* the final answer, then a new user turn */
+			snprintf(gen, sizeof(gen), "%s", !strcmp(fam, "qwen3") ?
+				 "<think>\nAnswer now.\n</think>\n\nIt is 18C." : "It is 18C.");
+			sc_reply(&c, t, gen);
+			sc_add(&c, CHAT_USER, "And in Nice?", NULL);
+			b3 = sc_render(&c, t);
+			at = common(b2, gen, eot, b3);
+			if (!strcmp(fam, "qwen3")) {
+				/* earlier reasoning is dropped: the first reply that
+				 * had some re-renders without it */
+				CU_ASSERT(diverges_at(at, b2, "<think>"));
+			} else if (!strcmp(fam, "mistral-v3") || !strcmp(fam, "mistral-v7")) {
+				/* the tools move to the new last user message */
+				CU_ASSERT(diverges_at(at, b2, "[AVAILABLE_TOOLS]"));
+			} else {
+				if (at != SIZE_MAX)
+					fprintf(stderr, "\n%s: user turn not a prefix at %zu:\n%s\n---\n%s\n",
+						fam, at, b2, b3);
+				CU_ASSERT_EQUAL(at, SIZE_MAX);
+			}
+			/* another plain turn: stable where the last was */
+			snprintf(gen, sizeof(gen), "Nice: 20C.");
+			sc_reply(&c, t, gen);
+			sc_add(&c, CHAT_USER, "Thanks", NULL);
+			b4 = sc_render(&c, t);
+			at = common(b3, gen, eot, b4);
+			if (strncmp(fam, "mistral-v", 9) || !strcmp(fam, "mistral-v11"))
+				CU_ASSERT_EQUAL(at, SIZE_MAX);
+			free(b1);
+			free(b2);
+			free(b3);
+			free(b4);
+			sc_free(&c);
+			chat_template_free(t);
+		}
+	}
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -664,6 +994,9 @@ int main(void)
 	CU_add_test(s, "tool calls: streamed, split everywhere", test_tool_calls_stream);
 	CU_add_test(s, "tool calls: arguments streamed as generated", test_tool_calls_incremental);
 	CU_add_test(s, "tool calls: tags and size cap", test_tool_calls_tags_and_cap);
+	CU_add_test(s, "families: tool-call syntaxes, streamed", test_family_calls);
+	CU_add_test(s, "families: qwen3 reasoning split off", test_reasoning);
+	CU_add_test(s, "families: byte stability across turns", test_family_stable);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

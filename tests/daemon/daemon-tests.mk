@@ -62,7 +62,7 @@ check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
 	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
 		sh tests/daemon/run-api.sh
 
-check-daemon: check-radix check-orch check-tiering check-serve check-orch-guest check-tier-guest
+check-daemon: check-radix check-orch check-tiering check-serve check-orch-guest check-tier-guest check-replay
 
 # kvarenad with the test hooks (sched.c: a scripted reply read from
 # $KVD_TEST_REPLY_FILE), unsanitized (TCG): the sandbox's guest lane starts

@@ -340,7 +340,8 @@ static char *render_body(const char *body)
 		chat_request_free(&r);
 		return NULL;
 	}
-	c = (struct chat_conv){ r.msgs, r.n_msgs, r.tools, r.n_tools };
+	c = (struct chat_conv){ .msgs = r.msgs, .n_msgs = r.n_msgs, .tools = r.tools,
+				.n_tools = r.n_tools };
 	CU_ASSERT_EQUAL(chat_render(tmpl, &c, &p, err, sizeof(err)), 0);
 	chat_request_free(&r);
 	s = sb_steal(&p.text, NULL);

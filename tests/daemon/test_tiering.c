@@ -450,7 +450,7 @@ static void train_class(struct kvd *d, const char *tool, uint64_t us)
 	uint32_t cls, i;
 
 	pthread_mutex_lock(&d->lock);
-	cls = kvd_toolclass(d, tool, strlen(tool));
+	cls = kvd_toolclass(d, 0, tool, strlen(tool));
 	for (i = 0; i < 16; i++)
 		kvd_toolwait_record(d, cls, us);
 	pthread_mutex_unlock(&d->lock);

@@ -77,7 +77,7 @@ GROUPS = {
     # unit tests
     "chat": dict(files=["daemon/chat/*.c"],
                  build=["build/chat/tests/test_chat"],
-                 tests=[["make", "-s", "--no-print-directory", "check-chat"]]),
+                 tests=[["make", "-s", "--no-print-directory", "check-chat-unit"]]),
     # the scheduler under the orchestrator's test (real workers, engine,
     # memfd arena), less its MCP-server and escape parts (npm servers,
     # minutes), and the radix index under its property test
