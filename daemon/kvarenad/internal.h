@@ -543,6 +543,7 @@ void kvd_admit(struct kvd *d);
 int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total);
 
 /* step.c: steps for the workers */
+int kvd_stages_shared(const struct kvd *d);
 void kvd_steps_build(struct kvd *d);
 /* A worker's oldest step answered (RESULT or KV_LOADED), or failed. */
 int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const void *p,

@@ -257,7 +257,8 @@ int main(int argc, char **argv)
 			"chunks of up to %u, decode batches of up to %u), %u in flight per "
 			"worker, stages %s", note, cfg.step_tokens, cfg.chunk_tokens,
 			cfg.max_batch, cfg.steps_in_flight,
-			cfg.share_stages ? "shared when idle" : "strict");
+			cfg.share_stages && cfg.handoff != KVD_HANDOFF_COPY && !cfg.remote_prefill &&
+			!cfg.remote_decode ? "shared when idle" : "strict");
 	}
 	if (!cfg.n_tenants && !is_loopback(cfg.listen_host) && !cfg.allow_remote) {
 		/* the HTTP layer refuses this too; say it before loading anything */

@@ -519,7 +519,7 @@ static void tidy_jobs(struct kvd *d, uint64_t now)
 	uint64_t limit = (uint64_t)d->cfg.lease_ms * 1000000ull;
 	uint64_t pd = d->stage_down_since[KVD_ROLE_PREFILL];
 	uint64_t dd = d->stage_down_since[KVD_ROLE_DECODE];
-	int share = d->cfg.share_stages && d->cfg.handoff != KVD_HANDOFF_COPY;
+	int share = kvd_stages_shared(d);
 	struct kvd_job *j;
 
 	for (j = d->jobs; j; j = j->next) {

@@ -288,6 +288,16 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 
 /* ---- building steps ----------------------------------------------------------- */
 
+/* Do idle workers take the other stage's work? [sched] share_stages,
+ * except where the stages are apart on purpose: copy hand-off (a
+ * prefill worker's KV is private until copied) and remote worker hosts
+ * (a deployment that put a stage on other machines: daemon/remote). */
+int kvd_stages_shared(const struct kvd *d)
+{
+	return d->cfg.share_stages && d->cfg.handoff != KVD_HANDOFF_COPY &&
+	       !d->cfg.remote_prefill && !d->cfg.remote_decode;
+}
+
 struct cand {
 	struct kvd_job *j;
 	uint32_t left;
@@ -598,7 +608,7 @@ void kvd_steps_build(struct kvd *d)
 	struct kvd_worker *order[128];
 	uint32_t i, n = 0, depth = d->cfg.steps_in_flight, cmax = d->n_queued + 64;
 	int copy = d->cfg.handoff == KVD_HANDOFF_COPY;
-	int share = d->cfg.share_stages && !copy;
+	int share = kvd_stages_shared(d);
 	struct kvd_job *j;
 	struct cand *cbuf;
 

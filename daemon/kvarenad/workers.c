@@ -152,7 +152,10 @@ hello:
 	if (rc) {
 		close(sv[0]);
 		kill(pid, SIGKILL);
-		d->reap[d->n_reap++] = pid;
+		if (d->reap && d->n_reap < d->n_workers * 4 + 8)
+			d->reap[d->n_reap++] = pid;
+		else
+			waitpid(pid, NULL, 0);	/* SIGKILLed: moments */
 		return rc;
 	}
 	w->pid = pid;
@@ -357,8 +360,7 @@ void kvd_health_update(struct kvd *d, uint64_t now)
 			d->stage_down_since[r] = now;
 		health = KVD_HEALTH_DEGRADED;
 	}
-	if (health && (!(up[KVD_ROLE_PREFILL] + up[KVD_ROLE_DECODE]) || !d->cfg.share_stages ||
-		       d->cfg.handoff == KVD_HANDOFF_COPY))
+	if (health && (!(up[KVD_ROLE_PREFILL] + up[KVD_ROLE_DECODE]) || !kvd_stages_shared(d)))
 		health = KVD_HEALTH_DOWN;
 	__atomic_store_n(&d->health, health, __ATOMIC_RELAXED);
 }
