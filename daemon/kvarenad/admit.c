@@ -268,7 +268,7 @@ void kvd_admit(struct kvd *d)
 			if (j->state != JOB_QUEUED || j->cancelled || j->tried)
 				continue;
 			if (!best || (j->tenant != best->tenant ?
-				      d->tenant_vt[j->tenant] < d->tenant_vt[best->tenant] :
+				      kvd_fair_vt(d, j->tenant) < kvd_fair_vt(d, best->tenant) :
 				      j->t_submit < best->t_submit))
 				best = j;
 		}

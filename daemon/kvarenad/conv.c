@@ -279,7 +279,7 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant)
  * index (when cached there), and busy again when one takes it. */
 void kvd_blocks_hold(struct kvd *d, struct kvd_conv *c, uint32_t from, uint32_t to, int delta)
 {
-	uint32_t i;
+	uint32_t i, slot;
 
 	for (i = from; i < to; i++) {
 		uint32_t b = c->as.s.block_table[i];
@@ -291,8 +291,9 @@ void kvd_blocks_hold(struct kvd *d, struct kvd_conv *c, uint32_t from, uint32_t 
 			kvd_prefix_busy(d, b, 0);
 		}
 	}
-	if (c->tenant <= KVD_MAX_TENANTS)
-		d->tenant_blocks[c->tenant] += (uint32_t)(delta * (int)(to - from));
+	slot = kvd_tenant_slot(d, c->tenant);
+	if (slot)
+		d->tenant_blocks[slot] += (uint32_t)(delta * (int)(to - from));
 }
 
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
@@ -713,10 +714,11 @@ int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total)
 		return 0;
 	if (total > c->as.cap * bt)
 		return -E2BIG;
-	if (c->tenant && c->tenant <= d->cfg.n_tenants) {
-		uint32_t lim = d->cfg.tenants[c->tenant - 1].kv_blocks;
+	if (kvd_tenant_slot(d, c->tenant)) {
+		uint32_t slot = kvd_tenant_slot(d, c->tenant);
+		uint32_t lim = d->cfg.tenants[slot - 1].kv_blocks;
 
-		if (lim && d->tenant_blocks[c->tenant] + (need - before) > lim)
+		if (lim && d->tenant_blocks[slot] + (need - before) > lim)
 			return -EDQUOT;
 	}
 	rc = kve_arena_session_reserve(d->kv, &c->as, total - c->as.s.n_tokens);

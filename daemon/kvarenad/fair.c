@@ -18,48 +18,56 @@
  */
 #include "internal.h"
 
+/* The per-tenant arrays are indexed by kvd_tenant_slot() (0: tenant 0,
+ * or an id no longer configured). */
 uint32_t kvd_fair_weight(const struct kvd *d, uint32_t tenant)
 {
-	uint32_t w;
+	uint32_t slot = kvd_tenant_slot(d, tenant), w;
 
-	if (!tenant || tenant > d->cfg.n_tenants)
+	if (!slot)
 		return 1;
-	w = d->cfg.tenants[tenant - 1].weight;
+	w = d->cfg.tenants[slot - 1].weight;
 	return w ? w : 1;
+}
+
+double kvd_fair_vt(const struct kvd *d, uint32_t tenant)
+{
+	return d->tenant_vt[kvd_tenant_slot(d, tenant)];
 }
 
 void kvd_fair_charge(struct kvd *d, uint32_t tenant, uint32_t tokens)
 {
-	if (tenant > KVD_MAX_TENANTS)
-		return;
-	d->tenant_vt[tenant] += (double)tokens / kvd_fair_weight(d, tenant);
-	d->m.tenant_tokens[tenant] += tokens;
+	uint32_t slot = kvd_tenant_slot(d, tenant);
+
+	d->tenant_vt[slot] += (double)tokens / kvd_fair_weight(d, tenant);
+	d->m.tenant_tokens[slot] += tokens;
 }
 
 void kvd_fair_job_added(struct kvd *d, uint32_t tenant)
 {
+	uint32_t slot = kvd_tenant_slot(d, tenant), t;
 	double floor = -1;
-	uint32_t t;
 
-	if (tenant > KVD_MAX_TENANTS || d->tenant_jobs[tenant]++)
+	if (d->tenant_jobs[slot]++)
 		return;
 	for (t = 0; t <= KVD_MAX_TENANTS; t++)
-		if (t != tenant && d->tenant_jobs[t] && (floor < 0 || d->tenant_vt[t] < floor))
+		if (t != slot && d->tenant_jobs[t] && (floor < 0 || d->tenant_vt[t] < floor))
 			floor = d->tenant_vt[t];
-	if (floor >= 0 && d->tenant_vt[tenant] < floor)
-		d->tenant_vt[tenant] = floor;
+	if (floor >= 0 && d->tenant_vt[slot] < floor)
+		d->tenant_vt[slot] = floor;
 }
 
 void kvd_fair_job_gone(struct kvd *d, uint32_t tenant)
 {
-	if (tenant <= KVD_MAX_TENANTS && d->tenant_jobs[tenant])
-		d->tenant_jobs[tenant]--;
+	uint32_t slot = kvd_tenant_slot(d, tenant);
+
+	if (d->tenant_jobs[slot])
+		d->tenant_jobs[slot]--;
 }
 
 int kvd_fair_after(const struct kvd *d, const struct kvd_job *a, const struct kvd_job *b)
 {
-	double va = a->tenant <= KVD_MAX_TENANTS ? d->tenant_vt[a->tenant] : 0;
-	double vb = b->tenant <= KVD_MAX_TENANTS ? d->tenant_vt[b->tenant] : 0;
+	double va = kvd_fair_vt(d, a->tenant), vb = kvd_fair_vt(d, b->tenant);
 
 	if (a->tenant != b->tenant && va != vb)
 		return va > vb;

@@ -342,8 +342,7 @@ static int picker_init(struct picker *pk, const struct kvd *d, struct cand *c, u
 			if (r)
 				pk->run_end[r - 1] = i;
 			pk->next[r] = i;
-			pk->vt[r] = c[i].j->tenant <= KVD_MAX_TENANTS ?
-				    d->tenant_vt[c[i].j->tenant] : 0;
+			pk->vt[r] = kvd_fair_vt(d, c[i].j->tenant);
 			r++;
 		}
 	if (r)

@@ -65,7 +65,8 @@ static int spawn(struct kvd *d, struct kvd_worker *w)
 			       "--threads", threads, "--max-batch", batch,
 			       "--max-ctx", ctx, "--max-step-tokens", step,
 			       "--tool-open", d->cfg.tool_open,
-			       "--tool-close", d->cfg.tool_close, NULL };
+			       "--tool-close", d->cfg.tool_close,
+			       "--chat-template", d->cfg.chat_template, NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, all;

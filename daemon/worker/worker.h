@@ -24,6 +24,7 @@ struct kvd_worker_args {
 	unsigned int max_ctx;
 	unsigned int max_step_tokens;	/* a step's token budget (0: max_batch) */
 	const char *tool_open, *tool_close;	/* NULL: <tool_call> </tool_call> */
+	const char *chat_template;	/* [model] chat_template: "auto", a family */
 };
 
 /* Runs the worker on fd sock; returns the process exit status. */
