@@ -18,8 +18,11 @@
  * reply would not reproduce. A conversation the prompt does not repeat
  * whole is never continued, cut or claimed: the request starts its own
  * and shares the common prefix's blocks through the radix index
- * (prefix.c). prompt_cache_key / user play no part here (a routing hint,
- * router.c).
+ * (prefix.c). The text is matched with its kinds too (markup.c): a kept
+ * conversation is continued only when the prompt's markup and plain text
+ * agree with all of its text, so client text spelling its turns never
+ * gets their marker tokens. prompt_cache_key / user play no part here (a
+ * routing hint, router.c).
  *
  * Also here: the block accounting (who holds each block), KV retention
  * deadlines (a heap), the max_sessions bound (least recently used idle
@@ -389,6 +392,7 @@ void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 	free(c->tokens);
 	free(c->tok_end);
 	free(c->text);
+	free(c->cls);
 	free(c->nodes);
 	free(c);
 }
@@ -462,7 +466,8 @@ uint32_t kvd_conv_candidates(const struct kvd *d, uint32_t tenant, const char *p
  * NULL. A candidate costs a probe, and a compare only on a key match.
  */
 struct kvd_conv *kvd_conv_claim(struct kvd *d, struct kvd_job *j, const char *prompt,
-				const struct kvd_cand *cand, uint32_t n)
+				const struct kvd_markup *m, const struct kvd_cand *cand,
+				uint32_t n)
 {
 	while (n--) {
 		struct kvd_hnode *e;
@@ -473,6 +478,11 @@ struct kvd_conv *kvd_conv_claim(struct kvd *d, struct kvd_job *j, const char *pr
 
 			if (c->tenant != j->tenant || c->job || c->delete_pending ||
 			    c->text_len != cand[n].len || memcmp(c->text, prompt, cand[n].len))
+				continue;
+			/* the same bytes, but markup where the prompt has plain
+			 * text (or the other way round): not the same tokens */
+			if (kvd_markup_agree(c->cls, c->text_len, m ? m->spans : NULL,
+					     m ? m->n : 0, m != NULL) < c->text_len)
 				continue;
 			text_unindex(d, c);
 			c->job = j;
@@ -514,11 +524,14 @@ static int grow_tokens(struct kvd_conv *c, uint32_t need)
 	return 0;
 }
 
+/* The text grows by len bytes of unknown kind (the model's own reply);
+ * kvd_conv_append_tokens marks its prompts' kinds after. */
 int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 {
 	if (c->text_len + len + 1 > c->text_cap) {
 		size_t cap = c->text_cap ? c->text_cap : 1024;
 		char *t;
+		uint8_t *k;
 
 		while (cap < c->text_len + len + 1)
 			cap *= 2;
@@ -526,9 +539,14 @@ int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 		if (!t)
 			return -ENOMEM;
 		c->text = t;
+		k = realloc(c->cls, cap);
+		if (!k)
+			return -ENOMEM;
+		c->cls = k;
 		c->text_cap = cap;
 	}
 	memcpy(c->text + c->text_len, text, len);
+	memset(c->cls + c->text_len, KVD_TEXT_ANY, len);
 	c->text_len += len;
 	c->text[c->text_len] = 0;
 	c->text_hash = text_hash_more(c->text_hash, text, len);
@@ -553,13 +571,16 @@ int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text, size_
 
 /*
  * Tokenizes text for appending to a conversation (add_bos: it starts one),
- * without the orchestrator's lock: the tokenizer is read-only. Each
- * token's end offset is known when the tokens' bytes add up to the text
- * (byte-level BPE); SentencePiece adds a dummy-prefix space, taken off the
- * first token. Otherwise only the end of the whole piece is a boundary.
+ * without the orchestrator's lock: the tokenizer is read-only. With m,
+ * special tokens only in the markup (markup.c) and the text's kinds
+ * known; without, no special tokens and kinds unknown (the model's own
+ * reply). Each token's end offset is known when the tokens' bytes add up
+ * to the text (byte-level BPE); SentencePiece adds a dummy-prefix space,
+ * taken off the first token. Otherwise only the end of the whole piece is
+ * a boundary.
  */
 int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bos,
-		   struct kvd_piece *pc)
+		   const struct kvd_markup *m, struct kvd_piece *pc)
 {
 	size_t sum = 0;
 	int n, i, rc;
@@ -568,38 +589,61 @@ int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bo
 	memset(pc, 0, sizeof(*pc));
 	if (len > UINT32_MAX / 2)
 		return -E2BIG;
-	n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
-	if (n < 0)
-		return n;
-	pc->ids = malloc(((size_t)n + 1) * sizeof(*pc->ids));
-	pc->ends = malloc(((size_t)n + 1) * sizeof(*pc->ends));
 	pc->text = malloc(len + 1);
-	if (!pc->ids || !pc->ends || !pc->text) {
+	pc->cls = malloc(len + 1);
+	if (!pc->text || !pc->cls) {
 		kvd_piece_free(pc);
 		return -ENOMEM;
 	}
-	rc = kve_tokenize(d->tok, text, len, add_bos, pc->ids, (size_t)n);
-	if (rc < 0) {
+	if (m) {
+		n = kvd_markup_tokenize(d, text, len, m->spans, m->n, m->off, add_bos, &pc->ids);
+		if (n < 0) {
+			kvd_piece_free(pc);
+			return n;
+		}
+	} else {
+		n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
+		if (n < 0) {
+			kvd_piece_free(pc);
+			return n;
+		}
+		pc->ids = malloc(((size_t)n + 1) * sizeof(*pc->ids));
+		if (!pc->ids) {
+			kvd_piece_free(pc);
+			return -ENOMEM;
+		}
+		rc = kve_tokenize(d->tok, text, len, add_bos, pc->ids, (size_t)n);
+		if (rc < 0) {
+			kvd_piece_free(pc);
+			return rc;
+		}
+		/* SentencePiece puts a dummy-prefix space before every text
+		 * it encodes; a piece appended to a conversation continues a
+		 * text, and the chat template starts each with a marker
+		 * (<|im_end|>...), so a lone leading space token is that
+		 * prefix: drop it, and the tokens equal those of the whole
+		 * conversation encoded at once (the markup path gives no
+		 * dummy prefix to a continuation at all) */
+		if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
+		    len && text[0] != ' ' &&
+		    kve_token_bytes(d->tok, pc->ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
+			memmove(pc->ids, pc->ids + 1, (size_t)(n - 1) * sizeof(*pc->ids));
+			n--;
+		}
+	}
+	pc->ends = malloc(((size_t)n + 1) * sizeof(*pc->ends));
+	if (!pc->ends) {
 		kvd_piece_free(pc);
-		return rc;
+		return -ENOMEM;
 	}
 	memcpy(pc->text, text, len);
 	pc->text[len] = 0;
 	pc->len = len;
-	/* SentencePiece puts a dummy-prefix space before every text it
-	 * encodes; a piece appended to a conversation continues a text, and
-	 * the chat template starts each with a marker (<|im_end|>...), so a
-	 * lone leading space token is that prefix: drop it, and the tokens
-	 * equal those of the whole conversation encoded at once */
-	if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
-	    len && text[0] != ' ' &&
-	    kve_token_bytes(d->tok, pc->ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
-		memmove(pc->ids, pc->ids + 1, (size_t)(n - 1) * sizeof(*pc->ids));
-		n--;
-	}
+	kvd_markup_classes(pc->cls, len, m ? m->spans : NULL, m ? m->n : 0, m ? m->off : 0,
+			   m != NULL);
 	for (i = 0; i < n; i++) {
-		int b = (add_bos && i == 0) ? 0 : kve_token_bytes(d->tok, pc->ids[i], buf,
-								  sizeof(buf));
+		int b = (add_bos && i == 0) ? 0 : kvd_markup_token_bytes(d, pc->ids[i], buf,
+									 sizeof(buf));
 
 		if (b < 0)
 			b = 0;
@@ -623,6 +667,7 @@ void kvd_piece_free(struct kvd_piece *pc)
 	free(pc->ids);
 	free(pc->ends);
 	free(pc->text);
+	free(pc->cls);
 	memset(pc, 0, sizeof(*pc));
 }
 
@@ -640,6 +685,7 @@ int kvd_conv_append_piece(struct kvd_conv *c, const struct kvd_piece *pc)
 		rc = kvd_conv_append_text(c, pc->text, pc->len);
 	if (rc)
 		return rc;
+	memcpy(c->cls + base, pc->cls, pc->len);
 	for (i = 0; i < pc->n; i++) {
 		c->tokens[c->n_tokens + i] = pc->ids[i];
 		c->tok_end[c->n_tokens + i] = pc->ends[i] == UINT32_MAX ? UINT32_MAX :

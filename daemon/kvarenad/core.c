@@ -344,6 +344,7 @@ static void job_destroy(struct kvd_job *j)
 		free(j->stop[i]);
 	kvd_piece_free(&j->piece);
 	free(j->tool_text);
+	free(j->tool_markup);
 	free(j->session_key);
 	kvd_sampling_free(j);
 	free(j->c_json);
@@ -543,6 +544,7 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		   struct kvd_error *err)
 {
 	struct kvd_cand cand[KVD_MAX_CANDS];
+	struct kvd_markup pm = { r->markup, r->n_markup, 0 };
 	struct kvd_job *j;
 	struct kvd_conv *c;
 	uint32_t i, retry = 1, n_cand, n0, total, bt = d->geom.block_tokens, slot;
@@ -560,6 +562,16 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "empty prompt");
 		return -EINVAL;
 	}
+	/* the markup spans, checked before they are used (the tokens are
+	 * counted once, on the text the conversation does not hold yet) */
+	for (i = 0; r->markup && i < r->n_markup; i++)
+		if (r->markup[i].off > r->prompt_len ||
+		    r->markup[i].len > r->prompt_len - r->markup[i].off ||
+		    (i && r->markup[i].off < r->markup[i - 1].off + r->markup[i - 1].len)) {
+			set_err(err, KVD_ERR_INVALID, "messages", NULL,
+				"the prompt's markup spans are out of order or outside it");
+			return -EINVAL;
+		}
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		goto nomem;
@@ -648,7 +660,7 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		 * enabled, then MCP servers' tools); the job keeps the same */
 		j->server_tools = r->server_tools & kvd_agent_decl_mask(d);
 	}
-	c = kvd_conv_claim(d, j, r->prompt, cand, n_cand);
+	c = kvd_conv_claim(d, j, r->prompt, r->markup ? &pm : NULL, cand, n_cand);
 	if (!c) {
 		c = kvd_conv_new(d, r->tenant);
 		if (!c) {
@@ -671,7 +683,9 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 
 	/* the new text, tokenized without the lock (the conversation is
 	 * claimed: nobody else changes it meanwhile) */
-	rc = kvd_piece_make(d, r->prompt + l0, r->prompt_len - l0, !n0, &j->piece);
+	pm.off = l0;
+	rc = kvd_piece_make(d, r->prompt + l0, r->prompt_len - l0, !n0, r->markup ? &pm : NULL,
+			    &j->piece);
 	total = n0 + j->piece.n;
 	if (rc) {
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "cannot tokenize the prompt: %s",

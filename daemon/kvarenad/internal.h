@@ -128,14 +128,44 @@ void kvd_radix_remove(struct kvd_radix *r, struct kvd_rnode *n);
 
 /* ---- conversations ---------------------------------------------------- */
 
+/* markup.c: a conversation's text, byte by byte */
+enum { KVD_TEXT_MARKUP, KVD_TEXT_PLAIN, KVD_TEXT_ANY };
+/* The markup of a piece of text that is [off, off + len) of a prompt
+ * whose markup spans these are (NULL where a piece is tokenized the old
+ * way, without special tokens). */
+struct kvd_markup {
+	const struct kvd_span *spans;
+	size_t n, off;
+};
+/* Tokenizes [off, off + len) of a prompt (text) with special tokens only
+ * in its markup; *ids malloc'd; the count or a negative errno. Read-only:
+ * called without the orchestrator's lock. */
+int kvd_markup_tokenize(const struct kvd *d, const char *text, size_t len,
+			const struct kvd_span *markup, size_t n_markup, size_t off,
+			int add_bos, int32_t **ids);
+/* The prompt's token count (BOS included), markup known. */
+int kvd_markup_count(const struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup);
+/* A token's text bytes, a control marker's text included. */
+int kvd_markup_token_bytes(const struct kvd *d, int32_t id, char *buf, size_t size);
+/* The kinds of [off, off + len) of a prompt's bytes (known: the request
+ * marked its markup; else all KVD_TEXT_ANY). */
+void kvd_markup_classes(uint8_t *cls, size_t len, const struct kvd_span *markup,
+			size_t n_markup, size_t off, int known);
+/* How far [0, l) of a conversation's text agrees with a prompt's kinds. */
+size_t kvd_markup_agree(const uint8_t *cls, size_t l, const struct kvd_span *markup,
+			size_t n_markup, int known);
+
 /* Text tokenized for appending to a conversation (conv.c), made without
  * the orchestrator's lock. ends[i]: offset in text after token i, or
- * UINT32_MAX when that is not a text boundary. */
+ * UINT32_MAX when that is not a text boundary; cls: each text byte's
+ * kind (KVD_TEXT_*). */
 struct kvd_piece {
 	int32_t *ids;
 	uint32_t *ends;
 	uint32_t n;
 	char *text;
+	uint8_t *cls;
 	size_t len;
 };
 
@@ -166,6 +196,7 @@ struct kvd_conv {
 	size_t text_len, text_cap;
 	uint64_t text_hash;		/* FNV-1a of text, for the text index */
 	int text_indexed;
+	uint8_t *cls;			/* per text byte: KVD_TEXT_* (markup.c) */
 	struct kvd_rnode **nodes;	/* radix node of each full block offered */
 	uint32_t n_offered;		/* full blocks offered to the cache */
 	int pending_registered;		/* computing pending_block for others */
@@ -193,6 +224,7 @@ struct kvd_conv {
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
 	uint8_t tier_setup;		/* a restore is finding its blocks */
+	uint8_t tier_missed;		/* this return's miss is counted */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recently used first */
@@ -244,6 +276,8 @@ struct kvd_job {
 	uint32_t round_tokens;		/* tokens sampled in this round */
 	char *tool_text;		/* JOB_TOOL_RESULTS: text to append */
 	size_t tool_text_len;
+	struct kvd_span *tool_markup;	/* its markup (the template's, not the tools') */
+	size_t tool_n_markup;
 	int tool_rc;			/* its tokenizing, done unlocked */
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
@@ -390,6 +424,7 @@ struct kvd_metrics {
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
+	uint64_t kv_misses;			/* a request found its KV out of the arena */
 	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;
 };
 
@@ -588,14 +623,20 @@ struct kvd_conv *kvd_conv_find_id(struct kvd *d, const char *id);
 struct kvd_conv *kvd_conv_by_sid(struct kvd *d, uint64_t sid);
 uint32_t kvd_conv_candidates(const struct kvd *d, uint32_t tenant, const char *prompt,
 			     size_t len, struct kvd_cand *out, uint32_t max);
+/* m: the prompt's markup (NULL: not known); a conversation is continued
+ * only where its text's kinds agree with it */
 struct kvd_conv *kvd_conv_claim(struct kvd *d, struct kvd_job *j, const char *prompt,
-				const struct kvd_cand *cand, uint32_t n);
+				const struct kvd_markup *m, const struct kvd_cand *cand,
+				uint32_t n);
 void kvd_conv_release(struct kvd *d, struct kvd_conv *c);
+/* m: the markup of the piece's text (m->off: where the text starts in
+ * the prompt the spans are of); NULL: no special tokens, kinds unknown */
 int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bos,
-		   struct kvd_piece *pc);
+		   const struct kvd_markup *m, struct kvd_piece *pc);
 void kvd_piece_free(struct kvd_piece *pc);
 int kvd_conv_append_piece(struct kvd_conv *c, const struct kvd_piece *pc);
 int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n_tokens);
+/* The text grows by len bytes of unknown kind (the model's own reply). */
 int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len);
 int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text,
 			size_t n, int boundary);
@@ -684,6 +725,15 @@ uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
  * prediction at the start): the class histogram's conditional mean. */
 uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
 				   uint64_t hint_us);
+/* P(a wait that has lasted elapsed_us lasts horizon_us more), from the
+ * class's histogram; -1 when it cannot say (fewer than 8 samples, or the
+ * wait outlived every one recorded). */
+double kvd_toolwait_survival(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+			     uint64_t horizon_us);
+/* The time h after which a wait that has lasted elapsed_us has ended with
+ * probability p (the conditional p-quantile of what is left); -1 unknown. */
+int64_t kvd_toolwait_quantile_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+				 double p);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
 
 /* tiering.c */
@@ -741,7 +791,10 @@ struct kvd_job *kvd_agent_round_job(const struct kvd_round *r);
 /* Emits the round's TOOL_RUN events, logs and counts its runs, records the
  * measured wait; returns the text to append (tool turns, then the next
  * assistant header), malloc'd, or NULL when out of memory. */
-char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
+/* The text the template renders after the round's calls (the results),
+ * and its markup (*markup malloc'd, relative to the text). */
+char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len,
+			     struct kvd_span **markup, size_t *n_markup);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);

@@ -332,8 +332,8 @@ void kvd_on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		{
 			struct kvd_piece pc;
 
-			bad = kvd_piece_make(d, txt, tl, 0, &pc) || kvd_conv_append_piece(c, &pc) ||
-			      gen_append(j, txt, tl);
+			bad = kvd_piece_make(d, txt, tl, 0, NULL, &pc) ||
+			      kvd_conv_append_piece(c, &pc) || gen_append(j, txt, tl);
 			kvd_piece_free(&pc);
 		}
 		free(txt);
@@ -422,13 +422,16 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 {
 	struct kvd_job *j = kvd_agent_round_job(r);
 	struct kvd_conv *c = j->conv;
-	size_t len = 0;
+	size_t len = 0, n_markup = 0;
+	struct kvd_span *markup = NULL;
 	char *t;
 
-	t = j->state == JOB_TOOL_RUNNING ? kvd_agent_round_finish(d, r, &len) : NULL;
+	t = j->state == JOB_TOOL_RUNNING ?
+	    kvd_agent_round_finish(d, r, &len, &markup, &n_markup) : NULL;
 	kvd_agent_round_free(d, r);	/* the scheduler's list still holds j */
 	if (j->state != JOB_TOOL_RUNNING) {
 		free(t);
+		free(markup);
 		return;
 	}
 	if (!t) {
@@ -437,11 +440,14 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 	}
 	if (j->cancelled || !c || c->delete_pending) {
 		free(t);
+		free(markup);
 		kvd_job_finish(d, j, KVD_FINISH_STOP);
 		return;
 	}
 	j->tool_text = t;
 	j->tool_text_len = len;
+	j->tool_markup = markup;
+	j->tool_n_markup = n_markup;
 	j->state = JOB_TOOL_RESULTS;
 }
 
@@ -454,6 +460,8 @@ static void tools_apply(struct kvd *d, struct kvd_job *j, int rc)
 
 	free(j->tool_text);
 	j->tool_text = NULL;
+	free(j->tool_markup);
+	j->tool_markup = NULL;
 	if (!rc)
 		rc = kvd_conv_append_piece(c, &j->piece);
 	kvd_piece_free(&j->piece);
@@ -670,7 +678,12 @@ void *kvd_sched_main(void *arg)
 		did = 0;
 		for (i = 0; i < n_tok; i++) {
 			j = tok[i];
-			j->tool_rc = kvd_piece_make(d, j->tool_text, j->tool_text_len, 0, &j->piece);
+			/* the tools' output is plain text: it cannot close
+			 * its turn */
+			j->tool_rc = kvd_piece_make(d, j->tool_text, j->tool_text_len, 0,
+						    &(struct kvd_markup){ j->tool_markup,
+									  j->tool_n_markup, 0 },
+						    &j->piece);
 			did = 1;
 		}
 		rc = poll(pfd, (nfds_t)n, did ? 0 : timeout);
