@@ -32,8 +32,12 @@
 #include "log.h"
 #include "worker.h"
 
-/* Structured decoding: matchers by sequence, at a known position. */
-#define MATCHER_CACHE 64
+/* Structured decoding: matchers by sequence, at a known position. The
+ * cache holds every sequence of the steps a worker may have queued (two
+ * in flight, each up to max_batch decode tokens plus 64 prompts' last
+ * chunks), so that a batch of constrained sequences never evicts its own
+ * matchers and replays every one's history each step (issue 36.6). */
+#define MATCHER_CACHE(a) (2u * ((a)->max_batch ? (a)->max_batch : 1) + 128u)
 struct mcache {
 	uint64_t seq_id, hash;
 	uint32_t pos;			/* tokens it has consumed */
@@ -49,7 +53,8 @@ struct worker {
 	struct kve_tokenizer *tok;
 	struct chat_template *chat;	/* the model's family: its call syntax */
 	struct kvc_vocab *cvocab;
-	struct mcache mc[MATCHER_CACHE];
+	struct mcache *mc;		/* n_mc entries */
+	uint32_t n_mc;
 	uint64_t mc_clock;
 	uint32_t *mask;
 	int32_t eos;
@@ -255,14 +260,21 @@ static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view 
 {
 	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
 					       KVC_JSON_SCHEMA };
-	struct mcache *e, *lru = &w->mc[0];
+	struct mcache *e, *lru;
 	struct kvc_spec sp = { 0 };
 	struct kvc_call_syntax y;
 	struct kvc_grammar *g = NULL;
 	char err[200], name[256];
 	uint32_t i;
 
-	for (i = 0; i < MATCHER_CACHE; i++) {
+	if (!w->mc) {
+		w->mc = calloc(MATCHER_CACHE(w->args), sizeof(*w->mc));
+		if (!w->mc)
+			return NULL;
+		w->n_mc = MATCHER_CACHE(w->args);
+	}
+	lru = &w->mc[0];
+	for (i = 0; i < w->n_mc; i++) {
 		e = &w->mc[i];
 		if (e->m && e->seq_id == v->sq->seq_id && e->hash == v->cw.hash &&
 		    e->pos == v->cw.n_hist) {
@@ -790,8 +802,9 @@ out:
 		munmap(w.arena, w.geom.arena_bytes);
 	if (w.priv)
 		munmap(w.priv, w.geom.arena_bytes);
-	for (int i = 0; i < MATCHER_CACHE; i++)
+	for (uint32_t i = 0; i < w.n_mc; i++)
 		kvc_matcher_free(w.mc[i].m);
+	free(w.mc);
 	kvc_vocab_free(w.cvocab);
 	chat_template_free(w.chat);
 	kve_tokenizer_free(w.tok);
