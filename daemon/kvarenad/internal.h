@@ -220,6 +220,7 @@ struct kvd_conv {
 	uint32_t tier_file_tokens;
 	uint64_t tier_file_hash;
 	uint64_t *tier_bhash;		/* its blocks' chained token hashes */
+	uint32_t tier_file_skip;	/* leading blocks not in it: the cache's */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
@@ -676,6 +677,9 @@ void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c);
 void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c);
 int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached,
 			    struct kvd_rnode **path);
+/* The cache lets go of one block (tiering.c: the evicted conversation that
+ * alone holds it has it in a spill file; keeping it would keep its memory). */
+void kvd_prefix_drop(struct kvd *d, uint32_t block);
 
 /* workers.c */
 int kvd_workers_start(struct kvd *d);

@@ -142,11 +142,12 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 						c->tokens + (size_t)i * bt);
 		}
 		/* an equal block another conversation computed meanwhile
-		 * stays the index's; this one's deeper blocks hang under it
-		 * (KV at a position depends only on the tokens before it) */
-		c->nodes[i] = n;
-		if (!n)
+		 * stays the index's, and this one's chain stops there: c->nodes
+		 * names only blocks c holds (a node it does not hold may be
+		 * evicted under it) */
+		if (!n || n->block != block)
 			break;
+		c->nodes[i] = n;
 	}
 	c->n_offered = i;
 	kvd_kvev_flush(d);
@@ -231,4 +232,22 @@ int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_
 			return 1;
 	}
 	return 0;
+}
+
+/* Only a leaf can go (a child's key chains through its parent): tiering.c
+ * drops a conversation's blocks deepest first, so its whole private tail
+ * leaves the index; a block with cached children of its own stays. */
+void kvd_prefix_drop(struct kvd *d, uint32_t block)
+{
+	struct kvd_rnode *n;
+
+	if (!d->has_cache_sid)
+		return;
+	n = kvd_radix_by_block(&d->radix, block);
+	if (!n || n->n_children || kva_blocks_free(d->arena, d->cache_sid, 1, &block) < 0)
+		return;
+	kvd_kvev_removed(d, n->h.key);
+	kvd_radix_remove(&d->radix, n);
+	kvd_kvev_flush(d);
+	d->m.cache_evictions++;
 }

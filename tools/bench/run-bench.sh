@@ -4,7 +4,8 @@
 # figure to build/bench/results.tsv (name value unit peer peer_value ratio).
 # Benchmarks: ioctl (block alloc/free through the ioctl path in each guest
 # kernel and on the host memfd backend), uring (batched uring_cmd against
-# one ioctl per block), engine (CPU engine vs llama.cpp), toolwait (the BPF
+# one ioctl per block), engine (CPU engine vs llama.cpp; engine-arena: only
+# its guest row, decode over a kernel arena vs a memfd one), toolwait (the BPF
 # programs' cost per session transition), handoff (KV from prefill to
 # decode: arena vs copy), serve (kvarenad under agent load),
 # sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
@@ -268,6 +269,7 @@ for b in "${want[@]}"; do
 	ioctl) bench_ioctl ;;
 	uring) bench_uring ;;
 	engine) bench_engine ;;
+	engine-arena) bench_engine_arena ;;	# engine's guest row alone
 	toolwait) bench_toolwait ;;
 	handoff) bench_handoff ;;
 	serve) bench_serve ;;
