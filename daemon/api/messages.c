@@ -573,6 +573,7 @@ static int parse_tools(struct mparser *p, json_t *v)
 		json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
 		const char *type = json_string_value(json_object_get(t, "type"));
 		json_t *desc = json_object_get(t, "description"), *fn;
+		char why[200];
 
 		snprintf(p->pp, sizeof(p->pp), "tools.%zu", i);
 		if (!json_is_object(t))
@@ -591,6 +592,14 @@ static int parse_tools(struct mparser *p, json_t *v)
 		if (!json_is_object(schema))
 			return api_bad(p->e, p->pp, "Invalid '%s.input_schema': a JSON Schema object.",
 				       p->pp), -1;
+		/* the input is an object (every family writes arguments as
+		 * one; Anthropic's own rule) */
+		if (chat_parameters_check(json_string_value(name), schema, why, sizeof(why))) {
+			snprintf(p->pp, sizeof(p->pp), "tools.%zu.input_schema", i);
+			api_error_set(p->e, 400, API_INVALID, "invalid_function_parameters", p->pp,
+				      "%s: %s", p->pp, why);
+			return -1;
+		}
 		/* deferred (Anthropic's tool search): not in the context until
 		 * found, so not in the prompt */
 		if (json_is_true(json_object_get(t, "defer_loading")))
@@ -828,11 +837,14 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 	if (th && !json_is_null(th)) {
 		const char *t = json_string_value(json_object_get(th, "type"));
 
-		/* adaptive: the model decides whether to think; this one does
-		 * not. Asking for thinking (enabled) is refused */
+		/* adaptive: the model decides whether to think (a family
+		 * that does, qwen3, thinks in the text); disabled: it does
+		 * not. Asking for thinking blocks (enabled) is refused */
 		if (!t || (strcmp(t, "disabled") && strcmp(t, "adaptive")))
 			return refuse(&p, "thinking", "Invalid 'thinking': %s: this model does not think aloud (disabled or adaptive only).",
 				      t ? t : "not an object with a type");
+		if (!strcmp(t, "disabled"))
+			r->thinking = CHAT_THINK_OFF;
 	}
 	return parse_output_config(&p, json_object_get(root, "output_config")) ||
 		parse_context_management(&p, json_object_get(root, "context_management")) ||
@@ -843,15 +855,23 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 static enum MHD_Result count_tokens(struct req *q, struct gen *g)
 {
 	struct chat_conv conv = { .msgs = g->cr.msgs, .n_msgs = g->cr.n_msgs,
-				  .tools = g->cr.tools, .n_tools = g->cr.n_tools };
+				  .tools = g->cr.tools, .n_tools = g->cr.n_tools,
+				  .thinking = g->cr.thinking };
 	char why[200];
 	int n, rc = chat_render(q->a->tmpl, &conv, &g->prompt, why, sizeof(why));
+	struct kvd_span *markup;
+	size_t nm;
 
 	if (rc == -EINVAL)
 		return api_fail(q, 400, API_INVALID, NULL, "%s", why);
 	if (rc)
 		return api_fail(q, 500, "server_error", NULL, "out of memory");
-	n = kvd_tokenize(q->a->d, g->prompt.text.s, g->prompt.text.len, 1, NULL, 0);
+	/* as a request counts it: special tokens only in the markup */
+	markup = gen_prompt_markup(&g->prompt, &nm);
+	if (!markup)
+		return api_fail(q, 500, "server_error", NULL, "out of memory");
+	n = kvd_count_prompt(q->a->d, g->prompt.text.s, g->prompt.text.len, markup, nm);
+	free(markup);
 	if (n < 0)
 		return api_fail(q, 400, API_INVALID, NULL, "The prompt cannot be tokenized (%s).",
 				strerror(-n));
