@@ -269,6 +269,12 @@ def chat_probes():
         "safety_identifier": [("changes", {"safety_identifier": "walker-7"}, logged("walker-7"))],
         "prompt_cache_retention": [("same", {"prompt_cache_retention": "in_memory"}, equal),
                                    ("refused", {"prompt_cache_retention": "24h"}, None)],
+        # a family that thinks (qwen3) answers at once with it false:
+        # api_frontends.py's --chat-template qwen3 run; this model's
+        # family has no thinking switch
+        "chat_template_kwargs": [("same", {"chat_template_kwargs": {"enable_thinking": False}}, equal),
+                                 ("refused", {"chat_template_kwargs": {"add_generation_prompt": False}},
+                                  None)],
         "modalities": [("same", {"modalities": ["text"]}, equal),
                        ("refused", {"modalities": ["text", "audio"]}, None)],
         "audio": [("refused", {"audio": {"voice": "alloy", "format": "wav"}}, None)],
