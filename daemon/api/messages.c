@@ -63,8 +63,26 @@ static json_t *stop_sequence(const struct gen *g, const struct gen_choice *c)
 
 static void tool_id(char *out, size_t n, const struct tc_call *call)
 {
-	/* "call_" + 24 characters -> "toolu_" + the same */
-	snprintf(out, n, "toolu_%s", call->id + 5);
+	/* "call_" + 24 characters -> "toolu_" + the same; an id the model
+	 * wrote (Mistral's 9 alphanumerics) -> "toolu_" + it, whole */
+	snprintf(out, n, "toolu_%s", call->id + (strncmp(call->id, "call_", 5) ? 0 : 5));
+}
+
+/* The id a tool_use or tool_result block names, as the model family
+ * sees it: "toolu_" + 9 alphanumerics is an id a Mistral model wrote
+ * (tool_id), which its template writes back as it was; any other id is
+ * passed on whole. */
+static const char *model_id(const char *id)
+{
+	size_t n = strlen(id);
+
+	if (n != 6 + 9 || strncmp(id, "toolu_", 6))
+		return id;
+	for (size_t i = 6; i < n; i++)
+		if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
+		      (id[i] >= '0' && id[i] <= '9')))
+			return id;
+	return id + 6;
 }
 
 /* A call's arguments as the object they are; {} when cut or not JSON. */
@@ -454,7 +472,7 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 				goto out;
 			}
 			cc = &am->calls[am->n_calls++];
-			cc->id = json_string_value(id);
+			cc->id = model_id(json_string_value(id));
 			cc->name = json_string_value(name);
 			/* ", " and ": " between items: how the model writes its
 			 * calls, so the turn renders back as it was generated */
@@ -477,14 +495,14 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 			}
 			if (flush_user(p, &text))
 				goto out;
-			if (!answers_call(r, json_string_value(id))) {
+			if (!answers_call(r, model_id(json_string_value(id)))) {
 				api_bad(p->e, p->pp, "Invalid '%s': tool_use_id '%s' does not answer a tool_use block of the assistant message before it.",
 					p->pp, json_string_value(id));
 				goto out;
 			}
 			tm = &r->msgs[r->n_msgs++];
 			tm->role = CHAT_TOOL;
-			tm->tool_call_id = json_string_value(id);
+			tm->tool_call_id = model_id(json_string_value(id));
 			snprintf(p->pp, sizeof(p->pp), "messages.%zu.content.%zu.content", mi, i);
 			if (result_text(p, json_object_get(blk, "content"), &tm->content,
 					&tm->content_len))
@@ -666,6 +684,7 @@ static const char *const known_keys[] = {
 	"output_config",
 	/* vLLM's and llama.cpp's, and ours */
 	"min_p", "repetition_penalty", "repeat_penalty", "ignore_eos", "kvarena",
+	"seed", "logit_bias",
 };
 
 /* Parameters that would change the reply and are not served. */
@@ -801,9 +820,37 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 		return -1;
 	if (has)
 		r->s.top_k = (uint32_t)k;
+	if (param_int(e, root, "seed", INT64_MIN, INT64_MAX, &k, &has))
+		return -1;
+	r->s.seed = (uint64_t)k;
+	r->s.has_seed = has;
+	/* metadata.user_id: an end user's opaque id (abuse tracing); it goes
+	 * in the request log line, and is no session key (Claude Code sends
+	 * one for every request) */
 	m = json_object_get(root, "metadata");
-	if (m && !json_is_null(m) && !json_is_object(m))
-		return param_wrong_type(e, "metadata", m, "an object");
+	if (m && !json_is_null(m)) {
+		const char *mk;
+		json_t *mv;
+
+		if (!json_is_object(m))
+			return param_wrong_type(e, "metadata", m, "an object");
+		json_object_foreach(m, mk, mv)
+			if (strcmp(mk, "user_id"))
+				return api_error_set(e, 400, API_INVALID, "unknown_parameter", "metadata",
+						     "metadata.%s: Extra inputs are not permitted (user_id only).", mk), -1;
+		if (param_string(e, m, "user_id", "metadata.user_id", 256, &mk))
+			return -1;
+	}
+	{
+		static const char *const tiers[] = { "auto", "standard_only" };
+		const char *t;
+
+		/* both are what this server does: it has one (standard) tier */
+		if (param_string(e, root, "service_tier", "service_tier", 64, &t))
+			return -1;
+		if (t && strcmp(t, tiers[0]) && strcmp(t, tiers[1]))
+			return api_bad(e, "service_tier", "Invalid 'service_tier': auto or standard_only."), -1;
+	}
 	th = json_object_get(root, "thinking");
 	if (th && !json_is_null(th)) {
 		const char *t = json_string_value(json_object_get(th, "type"));
