@@ -146,17 +146,21 @@ void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
 		    uint32_t tool_class, uint64_t expected_us)
 {
 	struct kva_session_state *st;
-	uint32_t had_tier;
+	uint32_t had_tier, again;
 	int fresh;
 
 	if (!c->has_kv || (c->kstate == state && state != KVA_STATE_TOOL_WAIT))
 		return;
+	again = c->kstate == state;
 	c->kstate = state;
 	st = pending_of(d, c, &fresh);
 	if (!st)
 		return;
 	/* a tier not yet sent stays with the change that replaces it */
 	had_tier = !fresh && (st->flags & KVA_SESSION_STATE_TIER);
+	/* a tool wait after one the kernel has: its new class and prediction
+	 * without a transition (which it would refuse: EALREADY) */
+	again = again && fresh && d->kstate_update;
 	memset(st, 0, sizeof(*st));
 	st->size = sizeof(*st);
 	st->session_id = c->as.sid;
@@ -169,6 +173,8 @@ void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
 	c->kexpected_us = st->expected_wait_us;
 	if (had_tier)
 		st->flags = KVA_SESSION_STATE_TIER;
+	if (again)
+		st->flags |= KVA_SESSION_STATE_KEEP;
 	add_tier(d, c, st);
 }
 
