@@ -53,7 +53,10 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->listen_port = 8080;
 	c->max_body_kb = 4096;
 	c->max_connections = 1024;
+	c->max_connections_per_ip = 256;
 	c->conn_timeout_s = 30;
+	c->responses_max = 1000;
+	c->responses_max_mb = 64;
 	c->max_tokens_cap = 1024;
 	snprintf(c->tool_open, sizeof(c->tool_open), "<tool_call>");
 	snprintf(c->tool_close, sizeof(c->tool_close), "</tool_call>");
@@ -140,7 +143,9 @@ static int copy_str(char *dst, size_t n, const char *v)
  * that the configuration itself holds no secret and only the service can
  * read its keys. -1 if the file cannot be read or a key is bad.
  */
-static int keys_from_file(struct kvd_tenant_cfg *t, const char *path)
+/* API keys, one per line (# comments), appended to keys[*n] (at most
+ * KVD_MAX_KEYS_PER_TENANT, each at least 16 bytes). */
+static int keys_from_file(char keys[][128], uint32_t *n_keys, const char *path)
 {
 	char line[256];
 	FILE *f;
@@ -159,17 +164,30 @@ static int keys_from_file(struct kvd_tenant_cfg *t, const char *path)
 		line[len] = 0;
 		if (!len || line[0] == '#')
 			continue;
-		if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || len < 16 ||
-		    copy_str(t->keys[t->n_keys], sizeof(t->keys[0]), line)) {
+		if (*n_keys == KVD_MAX_KEYS_PER_TENANT || len < 16 ||
+		    copy_str(keys[*n_keys], sizeof(keys[0]), line)) {
 			rc = -1;
 			break;
 		}
-		t->n_keys++;
+		(*n_keys)++;
 		n++;
 	}
 	fclose(f);
 	explicit_bzero(line, sizeof(line));
 	return rc || !n ? -1 : 0;
+}
+
+/* A systemd credential's file ($CREDENTIALS_DIRECTORY/NAME, from the
+ * unit's LoadCredential=) holding keys, one per line. */
+static int keys_from_credential(char keys[][128], uint32_t *n_keys, const char *name)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+	char path[512];
+
+	if (!dir || !*dir || !name[0] || strchr(name, '/') ||
+	    snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return -1;
+	return keys_from_file(keys, n_keys, path);
 }
 
 struct load_ctx {
@@ -328,6 +346,18 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	BOOL("server", "allow_remote", allow_remote);
 	U32("server", "max_body_kb", max_body_kb, 1, 1 << 20);
 	U32("server", "max_connections", max_connections, 1, 65536);
+	U32("server", "max_connections_per_ip", max_connections_per_ip, 0, 65536);
+	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key")) {
+		if (c->n_metrics_keys == KVD_MAX_KEYS_PER_TENANT || strlen(v) < 16 ||
+		    copy_str(c->metrics_keys[c->n_metrics_keys], sizeof(c->metrics_keys[0]), v))
+			return -1;
+		c->n_metrics_keys++;
+		return 0;
+	}
+	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key_file"))
+		return v[0] == '/' ? keys_from_file(c->metrics_keys, &c->n_metrics_keys, v) : -1;
+	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key_credential"))
+		return keys_from_credential(c->metrics_keys, &c->n_metrics_keys, v);
 	U32("server", "connection_timeout_s", conn_timeout_s, 1, 3600);
 	STR("model", "path", model_path);
 	STR("model", "id", model_id);
@@ -452,16 +482,9 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return 0;
 		}
 		if (!strcmp(k, "key_file"))
-			return v[0] == '/' ? keys_from_file(t, v) : -1;
-		if (!strcmp(k, "key_credential")) {
-			const char *dir = getenv("CREDENTIALS_DIRECTORY");
-			char path[512];
-
-			if (!dir || !*dir || !v[0] || strchr(v, '/') ||
-			    snprintf(path, sizeof(path), "%s/%s", dir, v) >= (int)sizeof(path))
-				return -1;
-			return keys_from_file(t, path);
-		}
+			return v[0] == '/' ? keys_from_file(t->keys, &t->n_keys, v) : -1;
+		if (!strcmp(k, "key_credential"))
+			return keys_from_credential(t->keys, &t->n_keys, v);
 		if (!strcmp(k, "tokens_per_min")) {
 			if (parse_u32(v, 0, UINT32_MAX, &u))
 				return -1;
@@ -594,6 +617,14 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 						return -1;
 					}
 	}
+	for (i = 0; i < c->n_metrics_keys; i++)
+		for (j = 0; j < c->n_tenants; j++)
+			for (uint32_t a = 0; a < c->tenants[j].n_keys; a++)
+				if (!strcmp(c->metrics_keys[i], c->tenants[j].keys[a])) {
+					snprintf(err, errlen, "[server] a metrics key is also tenant %s's key",
+						 c->tenants[j].name);
+					return -1;
+				}
 	if (!c->prefill_workers && !c->remote_prefill) {
 		snprintf(err, errlen, "no prefill worker: [workers] prefill or [remote] prefill "
 			 "must be at least 1");

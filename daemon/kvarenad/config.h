@@ -80,7 +80,12 @@ struct kvd_config {
 	int allow_remote;		/* listen beyond loopback without keys */
 	uint32_t max_body_kb;
 	uint32_t max_connections;
+	uint32_t max_connections_per_ip;	/* from one address; 0: no limit */
 	uint32_t conn_timeout_s;
+	/* keys that read every tenant's series on /metrics (metrics_key,
+	 * metrics_key_file, metrics_key_credential) */
+	char metrics_keys[KVD_MAX_KEYS_PER_TENANT][128];
+	uint32_t n_metrics_keys;
 	/* pages of these origins may call the API (CORS; "*": any) */
 	char cors_origins[KVD_MAX_LIST][256];
 	uint32_t n_cors_origins;
