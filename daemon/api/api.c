@@ -505,10 +505,13 @@ static enum MHD_Result dispatch(struct req *q, const char *method)
 					q->arg);
 		return api_send_json(q, 200, model_json(a));
 	case R_HEALTH: {
-		int ok = kvd_ready(a->d) && !__atomic_load_n(&a->draining, __ATOMIC_RELAXED);
+		/* degraded: a stage has no working worker (200 while the other
+		 * stage's workers serve its work, else 503) */
+		int h = __atomic_load_n(&a->draining, __ATOMIC_RELAXED) ? -1 : kvd_health(a->d);
 
-		return api_send_json(q, ok ? 200 : 503, json_pack("{s:s}", "status",
-							       ok ? "ok" : "unavailable"));
+		return api_send_json(q, h == KVD_HEALTH_OK || h == KVD_HEALTH_DEGRADED ? 200 : 503,
+				     json_pack("{s:s}", "status", h == KVD_HEALTH_OK ? "ok" :
+					       h < 0 ? "unavailable" : "degraded"));
 	}
 	case R_METRICS:
 		return do_metrics(q);

@@ -69,6 +69,8 @@ static int worker_mode(int argc, char **argv)
 			a.max_batch = (unsigned)atoi(v);
 		else if (!strcmp(k, "--max-ctx"))
 			a.max_ctx = (unsigned)atoi(v);
+		else if (!strcmp(k, "--max-step-tokens"))
+			a.max_step_tokens = (unsigned)atoi(v);
 		else if (!strcmp(k, "--tool-open"))
 			a.tool_open = v;
 		else if (!strcmp(k, "--tool-close"))
@@ -266,6 +268,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	kvd_log_set_level((enum kvd_log_level)cfg.log_level);
+	{
+		char note[256];
+
+		kvd_config_auto(&cfg, note, sizeof(note));
+		kvd_log(KVD_LOG_INFO, "main", "workers: %s; steps of up to %u tokens (prompt "
+			"chunks of up to %u, decode batches of up to %u), %u in flight per "
+			"worker, stages %s", note, cfg.step_tokens, cfg.chunk_tokens,
+			cfg.max_batch, cfg.steps_in_flight,
+			cfg.share_stages && cfg.handoff != KVD_HANDOFF_COPY && !cfg.remote_prefill &&
+			!cfg.remote_decode ? "shared when idle" : "strict");
+	}
 	if (!cfg.n_tenants && !is_loopback(cfg.listen_host) && !cfg.allow_remote) {
 		/* the HTTP layer refuses this too; say it before loading anything */
 		kvd_log(KVD_LOG_ERR, "main",
