@@ -108,6 +108,39 @@ static void wire_parse(void)
 	CHECK(!r, "wire: a notification gets no answer");
 	json_decref(r);
 	kvs_rpc_msg_free(&m);
+	parse("{\"id\": 9, \"result\": {}}", &m);
+	r = kvs_rpc_reply_to(&m);
+	CHECK(!r, "wire: an answer gets no answer");
+	json_decref(r);
+	kvs_rpc_msg_free(&m);
+}
+
+/* A tools/list page: the well-formed entries up to max_tools, the rest
+ * counted; the cursor only while there is room. */
+static void wire_tools_page(void)
+{
+	json_t *res = json_loads("{\"tools\": [{\"name\": \"a\"}, {\"name\": \"b\", "
+				 "\"description\": 5}, {\"name\": \"c\", \"inputSchema\": [1]}, "
+				 "{\"name\": \"\"}, {\"name\": \"d\", \"description\": \"dd\"}, "
+				 "{\"name\": \"e\"}], \"nextCursor\": \"p2\"}", 0, NULL);
+	json_t *all = json_array(), *cursor = NULL;
+	unsigned long bad = 0;
+
+	kvs_mcp_tools_page(res, all, 8, &bad, &cursor);
+	CHECK(json_array_size(all) == 3 && bad == 3 && json_is_string(cursor) &&
+	      !strcmp(json_string_value(json_object_get(json_array_get(all, 1), "name")), "d") &&
+	      !strcmp(json_string_value(json_object_get(json_array_get(all, 1), "description")),
+		      "dd"), "wire: a page keeps a, d, e (%zu kept, %lu bad)", json_array_size(all),
+	      bad);
+	json_decref(cursor);
+	json_array_clear(all);
+	bad = 0;
+	kvs_mcp_tools_page(res, all, 2, &bad, &cursor);
+	CHECK(json_array_size(all) == 2 && !cursor, "wire: max_tools 2 keeps 2 (%zu), no cursor",
+	      json_array_size(all));
+	json_decref(cursor);
+	json_decref(all);
+	json_decref(res);
 }
 
 /* The framer never counts more than the room it gave, whatever the
@@ -240,6 +273,7 @@ int main(int argc, char **argv)
 	}
 	wire_parse();
 	wire_commit_past_room();
+	wire_tools_page();
 	well_behaved(p, "good", 2);	/* its list has two bad entries */
 	well_behaved(p, "garbage", 6);
 	well_behaved(p, "ask", 2);
