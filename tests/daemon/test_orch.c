@@ -5,8 +5,10 @@
  * engine, a real arena (memfd on the host; kvarena.ko in a guest with
  * KVD_TEST_BACKEND=kernel). Checks: greedy output equal to the engine's
  * own; the next turn prefills only its new tokens; two conversations
- * share a system prompt's blocks; copy hand-off counts its bytes and the
- * arena hand-off counts 0; an arena too small for the conversations
+ * share a system prompt's blocks; a second choice (n > 1) copies the
+ * first one's partial block and computes only the last prompt token;
+ * copy hand-off counts its bytes and the arena hand-off counts 0; an
+ * arena too small for the conversations
  * evicts and recomputes with unchanged outputs; a decode worker killed
  * mid-stream (and one stopped past its KV lease) is replaced and the
  * request still completes; the CPU engine loaded as a plugin .so gives
@@ -23,7 +25,7 @@
  * a failing batch charges only the sequence at fault (bisection); the
  * radix index's chains never name a node their conversation does not hold.
  *
- * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing,
+ * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
  * copy_mode, pressure, worker_death, plugin, paths, preempt, worker_storm,
  * stall, fairness, shared_start, session_keys, never_fits, index_chain,
  * bisect, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
