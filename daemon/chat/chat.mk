@@ -114,7 +114,8 @@ check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_PROP) $(CHAT_BPE_MODEL) $(CH
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(CHAT_UNIT)
 	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_PROP) $(CHAT_BPE_MODEL) $(CHAT_PROP_SEED)
 	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_DEFUSE) models/kvarena-agent-f32.gguf $(CHAT_BPE_MODEL)
-	tests/chat/fuzz-chat.sh 10000
+	FUZZ_CHAT_DIR=$(CHAT_OUT)/fuzz-chat-unit tests/chat/fuzz-chat.sh 10000
+	sh scripts/check-layering.sh
 
 check-chat-llama: $(CHAT_RENDER) $(CHAT_DEFUSE) $(CHAT_BPE_MODEL)
 	@cache=$$(sh tools/bench/engine/fetch-llama.sh $(CHAT_PEER)) && \

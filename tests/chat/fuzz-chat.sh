@@ -6,13 +6,14 @@
 # them, and templates (a few written here; every llama.cpp template in the
 # peer cache when it has been fetched). Any ASan/UBSan report, leak or
 # broken property (tests/chat/fuzz_chat.c) stops it with a crash file
-# under build/chat/fuzz-chat/artifacts/ and a nonzero exit.
+# under build/chat/fuzz-chat/artifacts/ (FUZZ_CHAT_DIR: another directory,
+# for two runs at once) and a nonzero exit.
 #   tests/chat/fuzz-chat.sh [RUNS]      (default 1000000: the hardening lane)
 set -eu
 cd "$(dirname "$0")/../.."
 RUNS=${1:-1000000}
 FUZZ=build/chat/fuzz_chat
-DIR=build/chat/fuzz-chat
+DIR=${FUZZ_CHAT_DIR:-build/chat/fuzz-chat}	# one per run at a time
 TEMPLATES=${KVD_LLAMA_CACHE:-/var/cache/kvarena/llama}/src/models/templates
 [ -x "$FUZZ" ] || { echo "fuzz-chat: build first (make fuzz-chat)" >&2; exit 2; }
 rm -rf "$DIR/corpus"
