@@ -300,6 +300,8 @@ struct kvd_job {
 	uint64_t order;			/* admission order: preemption takes the last */
 	int tried;			/* admission looked at it this turn */
 	int waited_prefix;		/* waited for a shared prefix (counted once) */
+	struct kvd_job *fork_of;	/* kvd_request.fork_of, a reference held
+					 * until this one's first admission */
 	int in_prefill;			/* new prompt tokens: its next sample is a
 					 * prefill's hand-off to decoding */
 	uint64_t rng;
@@ -415,6 +417,7 @@ struct kvd_metrics {
 	uint64_t step_failures, bisections, requests_failed_worker;
 	uint64_t worker_failures[3];		/* by KVD_ROLE_* */
 	uint64_t prefill_waits;			/* admissions that waited for a shared prefix */
+	uint64_t fork_copied_tokens;		/* n > 1: prompt KV copied from choice 0 */
 	uint64_t multi_prefill_steps;		/* steps with chunks of 2+ prompts */
 	uint32_t prefill_busy_max;		/* prefill workers computing at once, most seen */
 	uint64_t tenant_tokens[KVD_MAX_TENANTS + 1];	/* scheduled, for fairness */

@@ -485,6 +485,30 @@ static void test_family_choice(void)
 	/* a template of no family is refused, naming what to set */
 	CU_ASSERT_EQUAL(chat_template_new("{{ messages }}", 14, NULL, &t, err, sizeof(err)), -EINVAL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "chat_template = chatml"));
+	/* ChatML turns with tools or reasoning of their own are not chatml's
+	 * (LFM2, SmolLM3, Hermes 2 Pro and 3's preamble); Hermes calls with
+	 * Qwen's preamble are (the agent model's) */
+	{
+		static const char *const others[] = {
+			"<|im_start|>{{ m.role }}{% if tools %}<|tool_list_start|>{{ tools }}{% endif %}",
+			"{% set reasoning_mode = '/think' %}<|im_start|>system\n{{ reasoning_mode }}",
+			"<|im_start|>system\nYou are a function calling AI model. You may call one or more "
+			"functions to assist with the user query. <tools>{{ tools }}</tools><tool_call>",
+			"<|im_start|>{{ m.role }}<|im_sep|>{{ m.content }}",
+		};
+		const char *agent = "<|im_start|>system\n{{ sys }}{%- if tools %}\n\n# Tools\n\nYou may call "
+				    "one or more functions to assist with the user query.<tools>{{ tools }}"
+				    "</tools><tool_call>{%- endif %}<|im_end|>\n";
+
+		for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+			CU_ASSERT_EQUAL(chat_template_new(others[i], strlen(others[i]), NULL, &t, err,
+							  sizeof(err)), -EINVAL);
+			CU_ASSERT_PTR_NOT_NULL(strstr(err, "is of no family"));
+		}
+		CU_ASSERT_EQUAL_FATAL(chat_template_new(agent, strlen(agent), NULL, &t, err, sizeof(err)), 0);
+		CU_ASSERT_STRING_EQUAL(chat_template_family(t), "chatml");
+		chat_template_free(t);
+	}
 	/* ... unless the operator says ChatML */
 	o.choice = "chatml";
 	CU_ASSERT_EQUAL_FATAL(chat_template_new(llama, strlen(llama), &o, &t, err, sizeof(err)), 0);
