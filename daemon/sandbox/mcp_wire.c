@@ -14,7 +14,7 @@
 int kvs_lines_init(struct kvs_lines *l, size_t max_line)
 {
 	memset(l, 0, sizeof(*l));
-	if (!max_line || max_line > SIZE_MAX / 2)
+	if (!max_line || max_line >= SIZE_MAX)	/* cap must not wrap */
 		return -EINVAL;
 	l->cap = max_line + 1;
 	l->buf = malloc(l->cap);
@@ -31,8 +31,8 @@ char *kvs_lines_space(struct kvs_lines *l, size_t *room)
 {
 	if (l->skipping) {
 		/* what is read while dropping lands at the start, a whole
-		 * buffer at most, and only what follows the newline is kept */
-		l->start = l->len = l->scanned = 0;
+		 * buffer at most, and only what follows the newline is kept
+		 * (start, len and scanned are 0 while skipping) */
 		*room = l->cap;
 		return l->buf;
 	}

@@ -21,6 +21,7 @@ usage: test_serve.py KVARENAD MODEL PLUGIN.so
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,12 +29,14 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 EXE, MODEL, PLUGIN = sys.argv[1:4]
 TMP = tempfile.mkdtemp(prefix="kvd-serve-")
 passed = failed = 0
 KEY_A = "tenant-a-key-0123456789"
 KEY_B = "tenant-b-key-0123456789"
 KEY_C = "tenant-c-key-0123456789"
+KEY_M = "metrics-key-0123456789"
 
 
 def check(cond, what):
@@ -58,6 +61,8 @@ class Daemon:
         self.conf = os.path.join(TMP, f"conf-{self.port}")
         with open(self.conf, "w") as f:
             f.write(f"[server]\nlisten = 127.0.0.1:{self.port}\n")
+            if tenants:
+                f.write(f"metrics_key = {KEY_M}\n")
             f.write(f"[model]\npath = {MODEL}\nid = test\n")
             f.write("[kv]\nbackend = %s\ntoolwait_bpf = no\n"
                     % os.environ.get("KVD_TEST_BACKEND", "memfd"))
@@ -513,6 +518,33 @@ def test_server_agent():
         d.stop()
 
 
+def test_metrics_views(d):
+    """/metrics per tenant: a tenant's key reads its own series, never
+    another's; the metrics key ([server] metrics_key) reads them all (after
+    the reload that added tenant c: it kept the metrics key)."""
+    for key in (KEY_A, KEY_C):
+        st, _, _ = d.chat([{"role": "user", "content": "count me"}], key=key, max_tokens=2)
+        check(st == 200, f"a completion for the metrics ({st})")
+
+    def text(key):
+        st, t, _ = d.req("GET", "/metrics", key=key)
+        return st, t if isinstance(t, str) else ""
+
+    end = time.time() + 10
+    while time.time() < end and 'kvarenad_tenant_requests_total{tenant="c"}' not in text(KEY_M)[1]:
+        time.sleep(0.05)
+    sa, ta = text(KEY_A)
+    sm, tm = text(KEY_M)
+    check(sa == 200 and 'kvarenad_tenant_requests_total{tenant="a"}' in ta
+          and 'tenant="b"' not in ta and 'tenant="c"' not in ta
+          and "kvarenad_prompt_tokens_total" in ta,
+          "tenant a's /metrics: the totals and its own series, none of b's or c's")
+    check(sm == 200 and 'tenant="a"' in tm and 'tenant="b"' in tm and 'tenant="c"' in tm,
+          "the metrics key's /metrics: every tenant's series")
+    st, _, _ = d.req("GET", "/v1/models", key=KEY_M)
+    check(st == 401, f"the metrics key opens nothing else ({st})")
+
+
 def test_budget_and_reload(d):
     m = [{"role": "user", "content": "hello there"}]
     st, _, _ = d.chat(m, key=KEY_B, max_tokens=30)
@@ -567,6 +599,15 @@ def test_tenant_identity():
         d.stop()
 
 
+def test_parameters(d):
+    """Every parameter the four front ends document (Documentation/api.md's
+    tables) is honoured (it changes the reply in a way tests/daemon/
+    api_params.py checks), refused with a 400 naming it, or documented as
+    having no effect on the reply, and then leaves it as it was."""
+    import api_params
+    api_params.walk(d, check, MODEL)
+
+
 def test_frontends(d):
     """The other APIs over the real orchestrator: /v1/completions,
     /v1/messages, /v1/responses (its previous_response_id continuation
@@ -606,6 +647,46 @@ def test_frontends(d):
           and hits2 - hits >= 2 * (pt // 3 - 16),
           f"chat n 3: three choices; the prompt's full blocks shared by the other two "
           f"({hits2 - hits:.0f} prefix-hit tokens of {pt} prompt tokens)")
+
+
+def test_n_prefill_once(d):
+    """Issue 40.3: chat n > 1 computes the prompt once. The other choices
+    wait for the first one's prompt KV, share its full blocks (the prefix
+    cache) and copy its partial last block into one of their own
+    (kvarenad_prompt_copied_tokens_total): of 3 x P prompt tokens, P + 2
+    are computed (each other choice computes the last token again, for its
+    logits). Each choice says what a request of its own with that choice's
+    seed (seed + i) says."""
+    def counters():
+        return [d.metric("kvarenad_" + n) or 0 for n in
+                ("prompt_tokens_total", "prompt_cached_tokens_total",
+                 "prompt_copied_tokens_total", "prefix_hit_tokens_total")]
+
+    for attempt in range(4):
+        # a prompt nobody sent before (its blocks in no cache), whose last
+        # block is partial (else there is nothing to copy: try another)
+        nonce = "".join(random.choice("abcdefghij") for _ in range(8 + 3 * attempt))
+        m = [{"role": "system", "content": f"{nonce}. " + SYS},
+             {"role": "user", "content": "Name three colours."}]
+        before = counters()
+        st, r, _ = d.chat(m, n=3, max_tokens=8, temperature=1, seed=21)
+        dp, dc, dcp, dh = (a - b for a, b in zip(counters(), before))
+        if st != 200 or dcp:
+            break
+    P = dp / 3
+    check(st == 200 and len(r["choices"]) == 3 and dcp > 0 and dp - dc == P + 2
+          and dcp + dh == 2 * (P - 1),
+          f"chat n 3: the prompt computed once ({dp - dc:.0f} of {dp:.0f} prompt tokens "
+          f"computed for a {P:.0f}-token prompt; {dh:.0f} shared, {dcp:.0f} copied)")
+    if st != 200:
+        return
+    alone = []
+    for i in range(3):
+        st, ri, _ = d.chat(m, max_tokens=8, temperature=1, seed=21 + i)
+        alone.append(ri["choices"][0]["message"]["content"] if st == 200 else None)
+    got = [c["message"]["content"] for c in sorted(r["choices"], key=lambda c: c["index"])]
+    check(got == alone and len(set(got)) > 1,
+          f"chat n 3: each choice as a request of its own with its seed: {got} / {alone}")
 
 
 def test_worker_kill(d):
@@ -739,8 +820,11 @@ def main():
         test_turns_and_prefix(d)
         test_structured(d)
         test_sampling(d)
+        test_parameters(d)
         test_frontends(d)
+        test_n_prefill_once(d)
         test_budget_and_reload(d)
+        test_metrics_views(d)
         test_worker_kill(d)
         test_drain(d)
     finally:
@@ -753,6 +837,12 @@ def main():
         check(st == 200 and copied and copied > 0,
               f"copy hand-off: kvarenad_kv_bytes_copied_total {copied:.0f}")
         copy_text = r["choices"][0]["message"]["content"]
+        # n > 1 without a shared arena: each choice computes its prompt
+        st, r, _ = d.chat([{"role": "user", "content": "hello"}], max_tokens=4, n=2,
+                          temperature=1, seed=3)
+        check(st == 200 and len(r["choices"]) == 2 and
+              not d.metric("kvarenad_prompt_copied_tokens_total"),
+              "copy hand-off: n 2 served, no KV copied between its choices")
     finally:
         d.stop()
     # the CPU engine as a plugin

@@ -24,7 +24,7 @@ tests/mutation/equivalent.txt (same file, same source line, same change)
 are reported as equivalent, with the reason given there, and leave the
 score's denominator.
 
-usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched]
+usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched,mcp]
                                 [--timeout SEC] [--list] [--keep]
 """
 
@@ -79,12 +79,26 @@ GROUPS = {
                  build=["build/chat/tests/test_chat"],
                  tests=[["make", "-s", "--no-print-directory", "check-chat-unit"]]),
     # the scheduler under the orchestrator's test (real workers, engine,
-    # memfd arena), less its MCP-server part (npm servers; minutes)
-    "sched": dict(files=["daemon/kvarenad/sched.c"],
-                  build=["build/daemon/tests/test_orch"],
-                  tests=[["make", "-s", "--no-print-directory", "check-orch"]],
-                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,copy_mode,"
-                                        "pressure,worker_death,plugin,agent_loop"}),
+    # memfd arena), less its MCP-server and escape parts (npm servers,
+    # minutes), and the radix index under its property test
+    "sched": dict(files=["daemon/kvarenad/sched.c", "daemon/kvarenad/step.c",
+                         "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
+                         "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
+                         "daemon/kvarenad/radix.c"],
+                  build=["build/daemon/tests/test_orch", "build/daemon/tests/test_radix"],
+                  tests=[["make", "-s", "--no-print-directory", "check-radix"],
+                         ["make", "-s", "--no-print-directory", "check-orch"]],
+                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,fork,copy_mode,"
+                                        "pressure,worker_death,plugin,agent_loop,paths,"
+                                        "preempt,worker_storm,stall,fairness,shared_start,"
+                                        "session_keys,never_fits,bisect"}),
+    # what a hostile MCP server's bytes reach (issue 36.8): the client
+    # against the hostile fake and 20,000 inputs of the reference-checked
+    # fuzz harness
+    "mcp": dict(files=["daemon/sandbox/mcp_wire.c"],
+                build=["build/sandbox/test_mcp", "build/sandbox/kvs-mcp-fake",
+                       "build/sandbox/fuzz_mcp"],
+                tests=[["make", "-s", "--no-print-directory", "check-sandbox-mcp"]]),
 }
 
 # calls whose arguments are messages: mutating them changes only text
@@ -482,7 +496,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("-n", type=int, default=20, help="mutants per group")
-    ap.add_argument("--groups", default="core,lib,engine,api,sched")
+    ap.add_argument("--groups", default="core,lib,engine,api,sched,mcp")
     ap.add_argument("--timeout", type=float, default=60, help="test seconds per mutant")
     ap.add_argument("--list", action="store_true", help="count candidates, run nothing")
     ap.add_argument("--file", action="append", default=[],
