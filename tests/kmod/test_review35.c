@@ -177,9 +177,9 @@ static int teardown_rounds(int fd, bool queued, double secs, int rounds)
  * held, a ring torn down right then had IO_URING_F_CANCEL (6.7+) read the
  * freed waiter through the command's pdu.  With the guest suites' slab
  * poisoning Debian's 6.12 oopses on it, usually within seconds (the -EBUSY
- * rounds); the 6.12 debug kernel, slower, needs longer (make check-debug
- * runs it 120 s: KT_RACE_SECS), and KASAN reported the use-after-free in
- * kva_uring_wait_cancel about 50 s in.  Now the cancel finds its waiter on the arena's list and never
+ * rounds; once not within 15 s, hence 30); the 6.12 debug kernel, slower,
+ * needs longer (make check-debug runs it 120 s: KT_RACE_SECS), and KASAN
+ * reported the use-after-free in kva_uring_wait_cancel about 50 s in.  Now the cancel finds its waiter on the arena's list and never
  * reads the pdu.  On every kernel the rounds must end (nothing hangs in
  * ring exit) and free everything.
  */
@@ -199,7 +199,7 @@ static void test_async_waits_race_ring_teardown(void)
 	sscanf(u.release, "%d.%d", &maj, &min);
 	if (maj > 6 || (maj == 6 && min >= 7)) {
 		/* KT_RACE_SECS: longer runs (the debug kernel is slower) */
-		secs = getenv("KT_RACE_SECS") ? atof(getenv("KT_RACE_SECS")) : 15;
+		secs = getenv("KT_RACE_SECS") ? atof(getenv("KT_RACE_SECS")) : 30;
 		rounds = 1 << 30;
 	} else {
 		secs = 30;
