@@ -897,76 +897,12 @@ static long long slab_kib(void)
 	return v;
 }
 
-struct share_run {
-	long long refs;			/* references the module accepted */
-	long long slab_kib;		/* slab growth meanwhile */
-	int err;			/* what stopped the sharing */
-};
-
-/*
- * As NOBODY: a 2 MiB arena of 512 blocks of 4 KiB, all allocated by one
- * session, then shared whole into one new session after another, up to
- * 2000 of them (a million references, 4 MiB of block tables) unless the
- * module says no.
- */
-static int share_child(void *p)
-{
-	static uint32_t ids[512];
-	struct share_run *r = p;
-	int d = kt_dev_open(), a, i;
-	long long slab0 = slab_kib();
-	int64_t owner, sid;
-
-	if (d < 0 || (a = kt_arena(d, 2 * KT_MIB, 4096, 0)) < 0)
-		return 10;
-	owner = kt_session(a);
-	if (owner <= 0 || kt_alloc(a, owner, 512, ids, 0) != 512)
-		return 11;
-	r->refs = 512;
-	for (i = 0; i < 2000; i++) {
-		sid = kt_session(a);
-		if (sid <= 0)
-			return 12;
-		r->err = -kt_share(a, sid, 512, ids);
-		if (r->err > 0)
-			break;
-		r->refs += 512;
-	}
-	r->slab_kib = slab_kib() - slab0;
-	close(a);
-	return 0;
-}
-
-/*
- * Finding 2: up to 65,535 sessions could each hold a reference on every
- * block, each reference a u32 in the session's block table, bounded by
- * nothing the quota or the cap counts: about 64x the arena in kernel memory
- * with 4 KiB blocks.  Now an arena holds at most max_block_refs (16) per
- * block, and a share past that fails with ENOSPC.
- */
-static void test_sharing_cannot_multiply_kernel_memory(void)
-{
-	struct share_run *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
-				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	long long per_block = kt_param("max_block_refs");
-
-	CU_ASSERT_FATAL(r != MAP_FAILED);
-	CU_ASSERT_EQUAL(per_block, 16);
-	CU_ASSERT_EQUAL(as_nobody(share_child, r), 0);
-	printf("\n    %lld references accepted (%lld KiB of them), then %s; slab grew %lld KiB\n",
-	       r->refs, r->refs * 4 / 1024, strerror(r->err), r->slab_kib);
-	CU_ASSERT_EQUAL(r->err, ENOSPC);
-	CU_ASSERT(r->refs <= 512 * 16);
-	/* Block tables of 16 x 2 KiB, sessions: far from 4 MiB. */
-	CU_ASSERT(r->slab_kib < 1024);
-	munmap(r, sizeof(*r));
-}
-
 /*
  * Slab in use once what was freed is really free: root writes every
  * cache's `shrink` first.  Under KASAN a freed object waits in the
  * quarantine, still counted in Slab, until its cache is shrunk (the debug
- * lane saw the 1000 x 2 KiB tables this test frees as growth).
+ * lane saw the 1000 x 2 KiB tables a test here frees as growth, and
+ * quarantine drained meanwhile as negative growth).
  */
 static long long settled_slab_kib(int *shrunk)
 {
@@ -991,25 +927,135 @@ static long long settled_slab_kib(int *shrunk)
 	return slab_kib();
 }
 
-struct churn_run {
-	int ready[2];			/* child -> parent: churned, arena open */
-	int go[2];			/* parent -> child: measured, close it */
+/* A child's hold: it tells the parent when to measure, and waits. */
+struct hold {
+	int ready[2];			/* child -> parent: what it made is live */
+	int go[2];			/* parent -> child: measured, let go */
+};
+
+/* In the child: 0 once the parent has measured (or is gone). */
+static int hold_for_parent(struct hold *h)
+{
+	char c;
+
+	return write(h->ready[1], "r", 1) == 1 && read(h->go[0], &c, 1) >= 0 ?
+	       0 : -1;
+}
+
+/*
+ * Run fn(ctx, h) in a child as NOBODY (it calls hold_for_parent(h) with
+ * what it made still live); *grew: the slab growth from before the fork to
+ * that moment, measured by the parent with the caches shrunk, or -1 if the
+ * child never got there.  The child's exit status.
+ */
+static int as_nobody_slab_growth(int (*fn)(void *, struct hold *), void *ctx,
+				 long long *grew)
+{
+	struct hold h;
+	long long slab0;
+	int st = -1, shrunk = 0;
+	pid_t pid;
+	char c;
+
+	*grew = -1;
+	if (pipe(h.ready) || pipe(h.go))
+		return -1;
+	slab0 = settled_slab_kib(&shrunk);
+	pid = fork();
+	if (pid == 0) {
+		close(h.ready[0]);
+		close(h.go[1]);
+		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
+			_exit(99);
+		_exit(fn(ctx, &h));
+	}
+	close(h.ready[1]);
+	close(h.go[0]);
+	if (pid > 0 && read(h.ready[0], &c, 1) == 1)
+		*grew = settled_slab_kib(&shrunk) - slab0;
+	/* closing go lets a child still waiting go on */
+	close(h.go[1]);
+	close(h.ready[0]);
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+struct share_run {
+	long long refs;			/* references the module accepted */
+	int err;			/* what stopped the sharing */
 };
 
 /*
- * As NOBODY: 1000 sessions, each allocates the whole arena and frees it;
- * then, the sessions still open, waits for the parent to measure.
+ * As NOBODY: a 2 MiB arena of 512 blocks of 4 KiB, all allocated by one
+ * session, then shared whole into one new session after another, up to
+ * 2000 of them (a million references, 4 MiB of block tables) unless the
+ * module says no; then it holds them while the parent measures.
  */
-static int churn_child(void *p)
+static int share_child(void *p, struct hold *h)
 {
 	static uint32_t ids[512];
-	struct churn_run *r = p;
+	struct share_run *r = p;
+	int d = kt_dev_open(), a, i;
+	int64_t owner, sid;
+
+	if (d < 0 || (a = kt_arena(d, 2 * KT_MIB, 4096, 0)) < 0)
+		return 10;
+	owner = kt_session(a);
+	if (owner <= 0 || kt_alloc(a, owner, 512, ids, 0) != 512)
+		return 11;
+	r->refs = 512;
+	for (i = 0; i < 2000; i++) {
+		sid = kt_session(a);
+		if (sid <= 0)
+			return 12;
+		r->err = -kt_share(a, sid, 512, ids);
+		if (r->err > 0)
+			break;
+		r->refs += 512;
+	}
+	if (hold_for_parent(h))
+		return 13;
+	close(a);
+	return 0;
+}
+
+/*
+ * Finding 2: up to 65,535 sessions could each hold a reference on every
+ * block, each reference a u32 in the session's block table, bounded by
+ * nothing the quota or the cap counts: about 64x the arena in kernel memory
+ * with 4 KiB blocks.  Now an arena holds at most max_block_refs (16) per
+ * block, and a share past that fails with ENOSPC.
+ */
+static void test_sharing_cannot_multiply_kernel_memory(void)
+{
+	struct share_run *r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	long long per_block = kt_param("max_block_refs"), grew;
+
+	CU_ASSERT_FATAL(r != MAP_FAILED);
+	CU_ASSERT_EQUAL(per_block, 16);
+	CU_ASSERT_EQUAL(as_nobody_slab_growth(share_child, r, &grew), 0);
+	printf("\n    %lld references accepted (%lld KiB of them), then %s; slab grew %lld KiB\n",
+	       r->refs, r->refs * 4 / 1024, strerror(r->err), grew);
+	CU_ASSERT_EQUAL(r->err, ENOSPC);
+	CU_ASSERT(r->refs <= 512 * 16);
+	/* Block tables of 16 x 2 KiB, sessions: far from 4 MiB. */
+	CU_ASSERT(grew < 1024);
+	munmap(r, sizeof(*r));
+}
+
+/*
+ * As NOBODY: 1000 sessions, each allocates the whole arena and frees it;
+ * then it holds them while the parent measures.
+ */
+static int churn_child(void *p, struct hold *h)
+{
+	static uint32_t ids[512];
 	int d = kt_dev_open(), a, i;
 	int64_t sid;
-	char c;
 
-	close(r->ready[0]);
-	close(r->go[1]);
+	(void)p;
 	if (d < 0 || (a = kt_arena(d, 2 * KT_MIB, 4096, 0)) < 0)
 		return 10;
 	for (i = 0; i < 1000; i++) {
@@ -1018,7 +1064,7 @@ static int churn_child(void *p)
 		    kt_free(a, sid, 512, ids) != 512)
 			return 11;
 	}
-	if (write(r->ready[1], "r", 1) != 1 || read(r->go[0], &c, 1) < 0)
+	if (hold_for_parent(h))
 		return 12;
 	close(a);
 	return 0;
@@ -1028,37 +1074,16 @@ static int churn_child(void *p)
  * Finding 2, without sharing: a block table never shrank, so sessions that
  * each held the whole arena once kept a table of its size each (1000 x
  * 2 KiB here, 128 MiB for 65,535 of them).  A table now shrinks as it
- * empties: below max(8, 4 x blocks held) entries.  The parent (root)
- * measures, the child's sessions open, with the caches shrunk.
+ * empties: below max(8, 4 x blocks held) entries.
  */
 static void test_block_tables_shrink_when_freed(void)
 {
-	struct churn_run r;
-	long long slab0, grew = -1;
-	int st = -1, shrunk = 0;
-	pid_t pid;
-	char c;
+	long long grew;
 
-	CU_ASSERT_FATAL(pipe(r.ready) == 0 && pipe(r.go) == 0);
-	slab0 = settled_slab_kib(&shrunk);
-	pid = fork();
-	if (pid == 0) {
-		if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY))
-			_exit(99);
-		_exit(churn_child(&r));
-	}
-	close(r.ready[1]);
-	close(r.go[0]);
-	if (pid > 0 && read(r.ready[0], &c, 1) == 1)
-		grew = settled_slab_kib(&shrunk) - slab0;
-	/* closing go tells a child still waiting as well as a byte would */
-	close(r.go[1]);
-	close(r.ready[0]);
-	CU_ASSERT_FATAL(pid > 0 && waitpid(pid, &st, 0) == pid);
-	CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	printf("\n    1000 sessions that held and freed 512 blocks: slab grew %lld KiB (%d cache shrinks)\n",
-	       grew, shrunk);
-	CU_ASSERT(grew >= 0 && grew < 1024);
+	CU_ASSERT_EQUAL(as_nobody_slab_growth(churn_child, NULL, &grew), 0);
+	printf("\n    1000 sessions that held and freed 512 blocks: slab grew %lld KiB\n",
+	       grew);
+	CU_ASSERT(grew < 1024);
 }
 
 /*
