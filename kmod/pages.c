@@ -156,6 +156,14 @@ int kva_pages_alloc(struct kva_arena *arena)
 		arena->pages[i] = alloc_pages_node(nid, gfp, KVA_PAGE_ORDER);
 		if (!arena->pages[i])
 			return -ENOMEM;
+		/*
+		 * Its offset in the arena, as the page cache would set it:
+		 * 6.12's finish_fault() maps a large folio with a PMD only if
+		 * it ends within i_size, judged by folio->index, which a new
+		 * page keeps from its last user (an anonymous THP's virtual
+		 * page number).  Left alone, some 2 MiB pages got PTEs.
+		 */
+		arena->pages[i]->index = (pgoff_t)i << KVA_PAGE_ORDER;
 		cond_resched();
 	}
 	return 0;

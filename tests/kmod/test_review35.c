@@ -1166,14 +1166,37 @@ static long long pmd_mapped_kib(const void *start)
  * kva_map_fd() aligns a dma-buf fd's), and they stay ordinary page
  * mappings: GUP still pins them (vmsplice here; O_DIRECT, RDMA).
  */
+/*
+ * Leave freed 2 MiB pages behind that anonymous THP used: their index is
+ * the virtual page number they were mapped at, far past any arena's end,
+ * and the next arena likely gets them.  6.12 judged a PMD mapping by it.
+ */
+static void free_used_thp(void)
+{
+	size_t len = 32 * KT_MIB, i;
+	char *p = mmap(NULL, len + 2 * KT_MIB, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (p == MAP_FAILED)
+		return;
+	a = (char *)(((uintptr_t)p + 2 * KT_MIB - 1) & ~(2 * KT_MIB - 1));
+	madvise(a, len, MADV_HUGEPAGE);
+	for (i = 0; i < len; i += 4096)
+		a[i] = 1;
+	munmap(p, len + 2 * KT_MIB);
+}
+
 static void test_user_mappings_use_2mib_entries(void)
 {
-	int arena = kt_arena(dev, 8 * KT_MIB, 64 << 10, 0), dmabuf, pw[2];
+	int arena, dmabuf, pw[2];
 	struct iovec iov = { .iov_len = 4096 };
 	long long whole, dmabuf_kib, split;
 	char *m, *d, buf[8];
 	size_t i;
 
+	free_used_thp();
+	arena = kt_arena(dev, 8 * KT_MIB, 64 << 10, 0);
 	CU_ASSERT_FATAL(arena >= 0);
 	/* The module's get_unmapped_area aligns an arena fd's mapping. */
 	m = mmap(NULL, 8 * KT_MIB, PROT_READ | PROT_WRITE, MAP_SHARED, arena, 0);
