@@ -495,6 +495,9 @@ static void test_family_choice(void)
 			"<|im_start|>system\nYou are a function calling AI model. You may call one or more "
 			"functions to assist with the user query. <tools>{{ tools }}</tools><tool_call>",
 			"<|im_start|>{{ m.role }}<|im_sep|>{{ m.content }}",
+			/* Qwen's markers and <think>, no reasoning_content (QwQ) */
+			"{{- '<|im_start|>user' }}You may call one or more functions to assist with the "
+			"user query.<tool_call>{{- '<|im_start|>assistant\\n<think>\\n' }}",
 		};
 		const char *agent = "<|im_start|>system\n{{ sys }}{%- if tools %}\n\n# Tools\n\nYou may call "
 				    "one or more functions to assist with the user query.<tools>{{ tools }}"
