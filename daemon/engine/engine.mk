@@ -31,7 +31,7 @@ else
 ENGINE_KVA      := $(LIB_A)
 endif
 
-ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
+ENGINE_NAMES    := gguf model pack quant tokenizer forward threads sample kernels \
                    kernels_c kernels_avx2 kernels_avx512 kernels_avxvnni \
                    kernels_avx512vnni selfcheck kv_arena \
                    grammar json_schema constrain

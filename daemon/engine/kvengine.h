@@ -39,12 +39,18 @@ struct kve_model_info {
 	float rope_base;
 	float rms_eps;
 	int tied_output;	/* 1 when the output head is token_embd */
-	uint32_t weight_type;	/* type of the layer matrices (0 F32, 1 F16, 8 Q8_0) */
+	uint32_t weight_type;	/* type of layer 0's attn_q (ggml numbering: 0 F32,
+				 * 1 F16, 8 Q8_0, 12 Q4_K...; mixes vary per matrix) */
 	uint64_t weight_bytes;	/* bytes read per token for all matrices */
-	const char *arch;	/* general.architecture: "llama" or "qwen2" */
+	const char *arch;	/* general.architecture: "llama", "qwen2" or "qwen3" */
 	int rope_neox;		/* 1: rope rotates pairs (i, i + rope_dims/2)
 				 * (NEOX, qwen2); 0: pairs (2i, 2i+1) (llama) */
 	int qkv_bias;		/* 1 when the Q/K/V projections have biases */
+	int qk_norm;		/* 1: per-head RMS norm of Q and K before rope (qwen3) */
+	float rope_freq_scale;	/* linear rope scaling: positions times this (1: none) */
+	int rope_freq_factors;	/* 1: rope_freqs.weight divides each pair's
+				 * frequency (llama 3.1+'s long-context rope) */
+	float attn_scale;	/* Q.K scale: attention.scale, else 1/sqrt(head_dim) */
 };
 
 /* Open and validate a GGUF file. The file is read into private memory in

@@ -9,6 +9,12 @@
  *                   [--prefill K] TOKEN...
  * --prefill K: prefill the first K tokens at once (logits of position K-1),
  *              then decode the rest.
+ * --greedy N:  then N more greedy steps (the argmax fed back, lowest id on
+ *              ties), their ids printed on a line "greedy ID..."; the
+ *              logits each was chosen from are the last N rows of OUT.
+ *        kve-logits --dequant TYPE IN OUT
+ * writes the values of the blocks of ggml type TYPE in the file IN, as
+ * kve_dequant_block gives them, to OUT (float32).
  *        kve-logits --tokenize MODEL FILE
  * prints the token ids (no BOS) of each line of FILE, lines given in hex.
  *        kve-logits --pretok NAME FILE
@@ -119,10 +125,47 @@ static int tokenize_file(const char *model, const char *file)
 	return rc ? 1 : 0;
 }
 
+static int dequant_file(uint32_t type, const char *in, const char *out)
+{
+	size_t bb = ggml_blck_bytes(type), bk = ggml_blck_size(type), len, i;
+	uint8_t *blocks = tc_slurp(in, &len);
+	float *y;
+	FILE *f;
+	int rc = 1;
+
+	if (!blocks || !bb || len % bb) {
+		fprintf(stderr, "kve-logits: cannot dequantize type %u from %s\n", type, in);
+		free(blocks);
+		return 1;
+	}
+	y = malloc(sizeof(float) * (len / bb) * bk + 1);
+	f = fopen(out, "wb");
+	if (y && f) {
+		for (i = 0; i < len / bb; i++)
+			kve_dequant_block(type, blocks + i * bb, y + i * bk);
+		rc = fwrite(y, sizeof(float), len / bb * bk, f) == len / bb * bk ? 0 : 1;
+	}
+	if (f && fclose(f))
+		rc = 1;
+	free(y);
+	free(blocks);
+	return rc;
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+	uint32_t i, b = 0;
+
+	for (i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
+}
+
 int main(int argc, char **argv)
 {
 	enum kve_kv_dtype dt = KVE_KV_F32;
-	uint32_t bt = 16, nth = 1, pre = 1, n = 0, i, vocab, nblk;
+	uint32_t bt = 16, nth = 1, pre = 1, n = 0, i, vocab, nblk, greedy = 0;
 	int32_t toks[4096];
 	char err[256];
 	struct kve_model *m;
@@ -139,6 +182,8 @@ int main(int argc, char **argv)
 		return tokenize_file(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "--pretok"))
 		return pretok_file(argv[2], argv[3]);
+	if (argc == 5 && !strcmp(argv[1], "--dequant"))
+		return dequant_file((uint32_t)atoi(argv[2]), argv[3], argv[4]);
 	if (argc < 4) {
 		fprintf(stderr, "usage: kve-logits MODEL OUT [opts] TOKEN...\n");
 		return 2;
@@ -152,10 +197,12 @@ int main(int argc, char **argv)
 			nth = (uint32_t)atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--prefill") && a + 1 < argc)
 			pre = (uint32_t)atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--greedy") && a + 1 < argc)
+			greedy = (uint32_t)atoi(argv[++a]);
 		else if (n < 4096)
 			toks[n++] = atoi(argv[a]);
 	}
-	if (!n || pre < 1 || pre > n) {
+	if (!n || pre < 1 || pre > n || greedy > 4096 - n) {
 		fprintf(stderr, "kve-logits: bad token list\n");
 		return 2;
 	}
@@ -165,7 +212,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	vocab = kve_model_info(m)->vocab;
-	nblk = (n + bt - 1) / bt;
+	nblk = (n + greedy + bt - 1) / bt;
 	if (tpool_init(&tp, m, bt, dt, nblk, &kp))
 		return 1;
 	s.block_table = calloc(nblk, sizeof(uint32_t));
@@ -174,7 +221,7 @@ int main(int argc, char **argv)
 		s.block_table[i] = nblk - 1 - i;
 	ep.n_threads = nth;
 	ep.max_batch = 1;
-	ep.max_ctx = n;
+	ep.max_ctx = n + greedy;
 	e = kve_engine_create(m, &kp, &ep, err, sizeof(err));
 	if (!e) {
 		fprintf(stderr, "kve-logits: %s\n", err);
@@ -193,6 +240,22 @@ int main(int argc, char **argv)
 	for (i = pre; i < n; i++) {
 		struct kve_session *sp = &s;
 		rc = kve_decode(e, &sp, &toks[i], 1, lg);
+		if (rc) {
+			fprintf(stderr, "kve-logits: decode: %s\n", strerror(-rc));
+			return 1;
+		}
+		fwrite(lg, sizeof(float), vocab, f);
+	}
+	for (i = 0; i < greedy; i++) {
+		struct kve_session *sp = &s;
+
+		toks[n + i] = argmax(lg, vocab);
+		printf("%s%d", i ? " " : "greedy ", toks[n + i]);
+		if (i + 1 == greedy) {
+			printf("\n");
+			break;
+		}
+		rc = kve_decode(e, &sp, &toks[n + i], 1, lg);
 		if (rc) {
 			fprintf(stderr, "kve-logits: decode: %s\n", strerror(-rc));
 			return 1;

@@ -110,12 +110,14 @@ class Gguf:
 
 
 def quant_act(x):
-    """Activations as the engine feeds Q8_0 matrices: per 32 values,
-    d = amax/127 and q = round-half-even(x/d), computed in float32."""
+    """Activations as the engine (and llama.cpp's CPU backend) feeds Q8_0
+    matrices: per 32 values, q = round-half-even(x * 127/amax) and
+    d = amax/127 rounded to fp16, computed in float32."""
     x32 = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
-    d = np.abs(x32).max(axis=-1, keepdims=True) / np.float32(127)
+    amax = np.abs(x32).max(axis=-1, keepdims=True)
+    d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
     with np.errstate(divide="ignore"):
-        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
     q = np.clip(np.rint(x32 * inv), -127, 127)
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 

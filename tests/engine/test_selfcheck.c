@@ -345,8 +345,12 @@ static void f_rmsnorm(float *out, const float *x, const float *w, int n, float e
 }
 
 static const struct kve_kernels faulty = {
-	"avx512", f_mm_f32, f_mm_f16, f_mm_q8, f_dot_f32, f_dot_f16, f_axpy_f32, f_axpy_f16,
-	f_quantize, f_to_f16, f_silu, f_scores, f_softmax, f_values, f_rmsnorm
+	.name = "avx512", .mm_f32 = f_mm_f32, .mm_f16 = f_mm_f16, .mm_q8 = f_mm_q8,
+	.mm_bf16 = kve_mm_bf16_c, .mm_q32 = kve_mm_q32_c, .mm_qk = kve_mm_qk_c,
+	.dot_f32 = f_dot_f32, .dot_f16 = f_dot_f16, .axpy_f32 = f_axpy_f32,
+	.axpy_f16 = f_axpy_f16, .quantize_q8x = f_quantize, .quantize_q8k = kve_quantize_q8k,
+	.f32_to_f16 = f_to_f16, .silu_mul = f_silu, .attn_scores = f_scores,
+	.softmax_exp = f_softmax, .attn_values = f_values, .rmsnorm = f_rmsnorm,
 };
 
 /* run the self-check with one fault; want: the start of why, or NULL for
