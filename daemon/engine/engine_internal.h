@@ -237,6 +237,16 @@ void kve_mm_q8_avxvnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		       float *y, int ldy, int r0, int r1);
 void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 			  float *y, int ldy, int r0, int r1);
+/* their products of the 4- to 6-bit types (kernels_quant_avx2.h,
+ * kernels_quant_avx512.h with vpdpbusd / vpdpwssd) */
+void kve_mm_q32_avxvnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			float *y, int ldy, int r0, int r1);
+void kve_mm_qk_avxvnni(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+		       float *y, int ldy, int r0, int r1);
+void kve_mm_q32_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			   float *y, int ldy, int r0, int r1);
+void kve_mm_qk_avx512vnni(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+			  float *y, int ldy, int r0, int r1);
 
 /*
  * The selection, as a pure function (kve_kernels_select calls it with

@@ -46,9 +46,13 @@ KVE_INLINE float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-/* 8 values from p (a chunk of kve_mat_chunk) */
+/* 8 values from p (a chunk of kve_mat_chunk); f16: 0 F32, 1 F16, 2 BF16
+ * (its bits are a float's upper half) */
 KVE_INLINE __m256 load_w(const uint8_t *p, int f16)
 {
+	if (f16 == 2)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 	if (f16)
 		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 	return _mm256_loadu_ps((const float *)p);
@@ -59,7 +63,7 @@ KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
 	if (f16) {
 		uint16_t h;
 		memcpy(&h, row + 2 * (size_t)k, 2);
-		return _cvtsh_ss(h);
+		return f16 == 2 ? kve_bf16_to_f32(h) : _cvtsh_ss(h);
 	}
 	return ((const float *)row)[k];
 }
@@ -196,6 +200,7 @@ KVE_INLINE void rows4(const struct kve_mat *w, const float *x, int T, float *y, 
 	}
 TILE_CASES(0)
 TILE_CASES(1)
+TILE_CASES(2)	/* BF16: F16's tiles with the other conversion */
 
 /* maddubs: |w| * sign(x, w) pairs to int16 (no saturation: <= 2 * 127 *
  * 127), madd: adjacent pairs to int32 */
@@ -207,6 +212,13 @@ KVE_INLINE __m256i q8_dot4(__m256i a, __m256i b)
 #define Q8_MM_NAME	mm_q8
 #define Q8_MM_LINKAGE	static
 #include "kernels_q8_avx2.h"
+
+/* the 4- to 6-bit types, maddubs then madd */
+#define KQ_VNNI		0
+#define KQ_MM_Q32	mm_q32
+#define KQ_MM_QK	mm_qk
+#define KQ_LINKAGE	static
+#include "kernels_quant_avx2.h"
 
 KVE_INLINE float dot_f32_i(const float *a, const float *b, int n)
 {
@@ -652,9 +664,9 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.axpy_f16 = axpy_f16,
 	.quantize_q8x = kve_quantize_q8x_avx2,
 	.quantize_q8k = kve_quantize_q8k_avx2,
-	.mm_bf16 = kve_mm_bf16_c,
-	.mm_q32 = kve_mm_q32_c,
-	.mm_qk = kve_mm_qk_c,
+	.mm_bf16 = mm_2,
+	.mm_q32 = mm_q32,
+	.mm_qk = mm_qk,
 	.f32_to_f16 = kve_f32_to_f16_avx2,
 	.silu_mul = kve_silu_mul_avx2,
 	.attn_scores = attn_scores,
