@@ -573,7 +573,8 @@ static void test_model(const char *path)
 	edit_and_expect(b, len, "llama.block_count", "llama.block_counx",
 			"llama.block_count is missing");
 	/* the first "llama" in the file is general.architecture's value */
-	edit_and_expect(b, len, "llama", "llamb", "architecture 'llamb' not supported");
+	edit_and_expect(b, len, "llama", "llamb",
+			"architecture 'llamb' not supported (llama, qwen2, qwen3)");
 	/* head_count_kv must divide head_count (4): 3 and 0 do not */
 	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x03", 18,
 	       "head_count_kv 3 does not divide head_count 4");

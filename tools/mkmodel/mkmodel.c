@@ -64,6 +64,9 @@ static const char usage[] =
 "  --token S        spm: S is a vocabulary piece besides the learnt ones\n"
 "                   (repeatable, up to 16; e.g. \"]]\" for tests of tokens\n"
 "                   that span two closing brackets)\n"
+"  --meta K=T:V     one more metadata key K of type T (u32, f32, bool, str)\n"
+"                   and value V, e.g. llama.expert_count=u32:8 (repeatable,\n"
+"                   up to 16; for tests of what the loader refuses)\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
 "example: kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \\\n"
 "           --vocab 32000 --ctx 1024 --type q8_0 -o build/models/110m-q8.gguf\n";
@@ -329,6 +332,44 @@ static void filler(struct vocab *v, uint32_t target, uint64_t seed, int bpe)
 #define MAX_EXTRA 16
 static const char *extra_tokens[MAX_EXTRA];
 static int n_extra;
+static const char *extra_meta[MAX_EXTRA];
+static int n_meta_extra;
+
+/* --meta K=T:V: 0, or -1 (and a message) when it does not parse */
+static int put_meta(const char *arg)
+{
+	const char *eq = strchr(arg, '='), *v;
+	char key[128], *end;
+
+	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(key) || !strchr(eq, ':'))
+		goto bad;
+	memcpy(key, arg, (size_t)(eq - arg));
+	key[eq - arg] = 0;
+	v = strchr(eq, ':') + 1;
+	if (!strncmp(eq + 1, "u32:", 4)) {
+		unsigned long n = strtoul(v, &end, 0);
+
+		if (*end || !*v || n > 0xffffffffu)
+			goto bad;
+		kv_u32(key, (uint32_t)n);
+	} else if (!strncmp(eq + 1, "f32:", 4)) {
+		float f = strtof(v, &end);
+
+		if (*end || !*v)
+			goto bad;
+		kv_f32(key, f);
+	} else if (!strncmp(eq + 1, "bool:", 5) && (!strcmp(v, "0") || !strcmp(v, "1"))) {
+		kv_bool(key, *v == '1');
+	} else if (!strncmp(eq + 1, "str:", 4)) {
+		kv_str(key, v);
+	} else {
+		goto bad;
+	}
+	return 0;
+bad:
+	fprintf(stderr, "kva-mkmodel: --meta %s: want KEY=u32:N, f32:F, bool:0|1 or str:S\n", arg);
+	return -1;
+}
 
 static int build_spm(struct vocab *v, uint32_t target, uint64_t seed)
 {
@@ -813,7 +854,7 @@ int main(int argc, char **argv)
 		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
 		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { "unk-id", 1, 0, 'U' },
 		{ "token", 1, 0, 'K' }, { "head-dim", 1, 0, 'D' },
-		{ "rope-scale", 1, 0, 'S' }, { "rope-freqs", 0, 0, 'F' },
+		{ "rope-scale", 1, 0, 'S' }, { "rope-freqs", 0, 0, 'F' }, { "meta", 1, 0, 'M' },
 		{ 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
@@ -848,6 +889,13 @@ int main(int argc, char **argv)
 		case 'D': head_dim = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'S': rope_scale = strtof(optarg, NULL); break;
 		case 'F': rope_freqs = 1; break;
+		case 'M':
+			if (n_meta_extra == MAX_EXTRA) {
+				fprintf(stderr, "kva-mkmodel: --meta: at most %d\n", MAX_EXTRA);
+				return 2;
+			}
+			extra_meta[n_meta_extra++] = optarg;
+			break;
 		case 'T': tied = 1; break;
 		case 'U': unk = strtol(optarg, NULL, 0); break;
 		case 'K':
@@ -1015,6 +1063,10 @@ int main(int argc, char **argv)
 		kv_bool("tokenizer.ggml.add_bos_token", 1);
 		kv_bool("tokenizer.ggml.add_eos_token", 0);
 	}
+
+	for (i = 0; i < (uint32_t)n_meta_extra; i++)
+		if (put_meta(extra_meta[i]))
+			return 2;
 
 	/* tensors */
 	ts = xrealloc(NULL, (4 + 14 * (size_t)layers) * sizeof(*ts));
