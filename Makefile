@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # kvarena top-level build.
 #
-#   make                 module (KDIR), libkvarena, tools, tests
+#   make                 module (KDIR), libkvarena, tools, tests, kvarenad, kva-mkmodel
 #   make demo            the main job, in a QEMU guest (installs what it needs)
 #   make check           every test: host suites, both guest kernels, style
 #   make bench [BENCH=name]   benchmarks -> build/bench/results.tsv
@@ -113,6 +113,7 @@ include tests/tests.mk
 -include tests/core/core.mk
 -include daemon/engine/engine.mk
 -include tools/train/model.mk
+-include daemon/chat/chat.mk
 -include daemon/api/api.mk
 ifneq ($(KVA_TOOLWAIT),0)
 -include bpf/bpf.mk
@@ -120,8 +121,16 @@ endif
 -include tests/debug/debug.mk
 # the sandbox before the daemon, which links it
 -include daemon/sandbox/sandbox.mk
+# KV tiers and the remote room (the daemon links them)
+-include daemon/tier/tier.mk
+-include daemon/remote/remote.mk
 -include daemon/kvarenad/kvarenad.mk
 -include tests/daemon/daemon-tests.mk
+# the trace replayer's smoke test (after the daemon's test binaries)
+-include tools/replay/replay.mk
+
+# what users run (the README's build): the daemon and the model maker too
+all: daemon $(ENGINE_MKMODEL)
 
 # ---------------------------------------------------------------- the two commands
 .PHONY: demo check bench

@@ -35,12 +35,38 @@ static inline const void *kva_uring_payload(struct io_uring_cmd *cmd)
 
 /*
  * 6.7 lets io_uring cancel parked commands (IO_URING_F_CANCEL); before it,
- * kvarena watches the submitter and its ring itself (events.c).
+ * kvarena watches the submitter and its ring itself (monitor.c).
  */
 #if KERNEL_VERSION(6, 7, 0) <= LINUX_VERSION_CODE
 #define KVA_URING_CANCELABLE	1
 #else
 #define KVA_URING_CANCELABLE	0
+#endif
+
+/* The command's 32 bytes of driver data (6.12 has an accessor for it). */
+#ifdef io_uring_cmd_to_pdu
+#define kva_uring_cmd_pdu(cmd, type)	io_uring_cmd_to_pdu(cmd, type)
+#else
+#define kva_uring_cmd_pdu(cmd, type) \
+	((type *)((cmd)->pdu + BUILD_BUG_ON_ZERO(sizeof(type) > sizeof((cmd)->pdu))))
+#endif
+
+#if !KVA_URING_CANCELABLE
+#include <linux/sched.h>
+/*
+ * Is the command's ring being torn down, or its submitter exiting?  The one
+ * place kvarena reads io_uring internals (struct io_kiocb, its ring's
+ * reference count and submitting task): 6.1 exports nothing that tells a
+ * driver this, which is what IO_URING_F_CANCEL added in 6.7.  Listed in
+ * Documentation/design.md.
+ */
+static inline bool kva_uring_cmd_orphaned(struct io_uring_cmd *cmd)
+{
+	struct io_kiocb *req = cmd_to_io_kiocb(cmd);
+
+	return percpu_ref_is_dying(&req->ctx->refs) ||
+	       (req->task->flags & PF_EXITING);
+}
 #endif
 
 #endif /* KVA_COMPAT_H */

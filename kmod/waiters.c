@@ -6,6 +6,25 @@
  * in the submitter.  At most KVA_MAX_WAITERS are parked per arena, each
  * charged to the submitter's memory cgroup.
  *
+ * A waiter has exactly one owner at a time, and only the owner frees it:
+ *
+ *  1. the issuing call, from kzalloc until it parks the waiter; a command
+ *     answered at once (an event was queued, or -EBUSY) frees its waiter
+ *     there, never having shown it to anyone;
+ *  2. the arena's list, while parked (arena->waiters, under ev_lock);
+ *  3. whoever takes it off the list under ev_lock: an event
+ *     (kva_waiter_take), a cancel by close or by the 6.1 monitor, or
+ *     io_uring's IO_URING_F_CANCEL.  The first two hand it on to task work
+ *     (the pdu carries it there: written by the unparker, read only by that
+ *     task work), which delivers, frees it and completes the command; the
+ *     last frees it and completes the command itself.
+ *
+ * IO_URING_F_CANCEL may be called for any command marked cancelable, from
+ * a ring being torn down, at any time until the command completes, and
+ * without the lock an io-wq issue runs under: it looks its waiter up on the
+ * list by command and never reads the pdu, so a command that is not parked
+ * (answered at once, or already unparked) is simply not found.
+ *
  * Cancellation, so that nothing hangs and nothing leaks: the submitting
  * process closing the arena fd (flush, which also runs at exit) cancels its
  * commands; io_uring cancels them itself on 6.7+ (IO_URING_F_CANCEL); on
@@ -22,7 +41,7 @@
 #include "kva.h"
 
 struct kva_waiter {
-	struct list_head node;
+	struct list_head node;		/* arena->waiters while parked */
 	struct io_uring_cmd *cmd;
 	struct kva_event __user *uev;
 	u32 usize;
@@ -30,10 +49,10 @@ struct kva_waiter {
 	struct kva_queued q;
 };
 
+/* The pdu: the waiter handed to task work by whoever unparked it. */
 static struct kva_waiter **kva_pdu(struct io_uring_cmd *cmd)
 {
-	BUILD_BUG_ON(sizeof(struct kva_waiter *) > sizeof(cmd->pdu));
-	return (struct kva_waiter **)cmd->pdu;
+	return kva_uring_cmd_pdu(cmd, struct kva_waiter *);
 }
 
 static void kva_waiter_free(struct kva_waiter *w)
@@ -42,7 +61,7 @@ static void kva_waiter_free(struct kva_waiter *w)
 	kfree(w);
 }
 
-/* Copy the event out and complete; runs in the submitter's task. */
+/* Copy the event out; runs in the submitter's task. */
 static int kva_deliver(struct kva_waiter *w)
 {
 	if (current->flags & (PF_EXITING | PF_KTHREAD))
@@ -71,11 +90,21 @@ static void kva_wait_cancel_tw(struct io_uring_cmd *cmd,
 	io_uring_cmd_done(cmd, -ECANCELED, 0, issue_flags);
 }
 
-/* Unpark w; caller holds ev_lock. */
+/* Take w off the list: the caller owns it now.  Caller holds ev_lock. */
 static void kva_waiter_unpark(struct kva_arena *arena, struct kva_waiter *w)
 {
 	list_del_init(&w->node);
 	arena->nwaiters--;
+}
+
+/* Unpark w and complete it from task work with cb; ev_lock held. */
+static void kva_waiter_complete(struct kva_arena *arena, struct kva_waiter *w,
+				void (*cb)(struct io_uring_cmd *, unsigned int))
+{
+	kva_waiter_unpark(arena, w);
+	*kva_pdu(w->cmd) = w;
+	/* Queueing task work does not sleep. */
+	io_uring_cmd_complete_in_task(w->cmd, cb);
 }
 
 bool kva_waiter_take(struct kva_arena *arena, struct kva_queued *q)
@@ -85,23 +114,11 @@ bool kva_waiter_take(struct kva_arena *arena, struct kva_queued *q)
 	if (list_empty(&arena->waiters))
 		return false;
 	w = list_first_entry(&arena->waiters, struct kva_waiter, node);
-	kva_waiter_unpark(arena, w);
 	w->q = *q;
 	w->q.ev.dropped = arena->ev_dropped;
 	arena->ev_dropped = 0;
-	/* Queueing task work does not sleep. */
-	io_uring_cmd_complete_in_task(w->cmd, kva_wait_deliver_tw);
+	kva_waiter_complete(arena, w, kva_wait_deliver_tw);
 	return true;
-}
-
-/*
- * Unpark w and have it completed with -ECANCELED.  Under ev_lock, so that
- * w->node is empty by the time anyone else (IO_URING_F_CANCEL) looks.
- */
-static void kva_waiter_cancel(struct kva_arena *arena, struct kva_waiter *w)
-{
-	kva_waiter_unpark(arena, w);
-	io_uring_cmd_complete_in_task(w->cmd, kva_wait_cancel_tw);
 }
 
 /* Cancel parked commands of one process (arena fd closed by it, or exit). */
@@ -112,48 +129,43 @@ void kva_events_cancel_tgid(struct kva_arena *arena, pid_t tgid)
 	spin_lock(&arena->ev_lock);
 	list_for_each_entry_safe(w, tmp, &arena->waiters, node)
 		if (w->tgid == tgid)
-			kva_waiter_cancel(arena, w);
+			kva_waiter_complete(arena, w, kva_wait_cancel_tw);
 	spin_unlock(&arena->ev_lock);
 }
 
 #if !KVA_URING_CANCELABLE
-/* Without IO_URING_F_CANCEL: is the command's ring or submitter going away? */
-static bool kva_cmd_orphaned(struct io_uring_cmd *cmd)
-{
-	struct io_kiocb *req = cmd_to_io_kiocb(cmd);
-
-	return percpu_ref_is_dying(&req->ctx->refs) ||
-	       (req->task->flags & PF_EXITING);
-}
-
+/* Kernels without IO_URING_F_CANCEL: the monitor's check; ev_lock held. */
 void kva_waiters_cancel_orphans(struct kva_arena *arena)
 {
 	struct kva_waiter *w, *tmp;
 
 	list_for_each_entry_safe(w, tmp, &arena->waiters, node)
-		if (kva_cmd_orphaned(w->cmd))
-			kva_waiter_cancel(arena, w);
-}
-#else
-void kva_waiters_cancel_orphans(struct kva_arena *arena)
-{
+		if (kva_uring_cmd_orphaned(w->cmd))
+			kva_waiter_complete(arena, w, kva_wait_cancel_tw);
 }
 #endif
 
-/* IO_URING_F_CANCEL: complete the command now if it is still parked. */
+/*
+ * IO_URING_F_CANCEL: complete the command now if it is still parked.  The
+ * waiter is found by command on the list, never through the pdu (see the
+ * top of this file).
+ */
 void kva_uring_wait_cancel(struct kva_arena *arena, struct io_uring_cmd *cmd,
 			   unsigned int issue_flags)
 {
-	struct kva_waiter *w = *kva_pdu(cmd);
-	bool parked;
+	struct kva_waiter *w, *found = NULL;
 
 	spin_lock(&arena->ev_lock);
-	parked = !list_empty(&w->node);
-	if (parked)
-		kva_waiter_unpark(arena, w);
+	list_for_each_entry(w, &arena->waiters, node) {
+		if (w->cmd == cmd) {
+			found = w;
+			kva_waiter_unpark(arena, w);
+			break;
+		}
+	}
 	spin_unlock(&arena->ev_lock);
-	if (parked) {
-		kva_waiter_free(w);
+	if (found) {
+		kva_waiter_free(found);
 		io_uring_cmd_done(cmd, -ECANCELED, 0, issue_flags);
 	}
 }
@@ -178,8 +190,8 @@ static int kva_ack(struct kva_arena *arena, u64 ack_seq, bool nowait)
 
 /*
  * Under one hold of ev_lock, so that no event can slip into the queue
- * between the two: take the oldest queued event (1), or park w (0), or
- * refuse (-EBUSY: KVA_MAX_WAITERS parked already).
+ * between the two: take the oldest queued event (1), or park w (0: the
+ * list owns it from here), or refuse (-EBUSY: KVA_MAX_WAITERS parked).
  */
 static int kva_pop_or_park(struct kva_arena *arena, struct kva_waiter *w)
 {
@@ -225,24 +237,24 @@ int kva_uring_wait_event(struct kva_arena *arena, struct io_uring_cmd *cmd,
 	w->uev = uev;
 	w->usize = usize;
 	w->tgid = task_tgid_nr(current);
-	*kva_pdu(cmd) = w;
 
 #if KVA_URING_CANCELABLE
 	/* Cancelable before anyone can complete it through the list. */
 	io_uring_cmd_mark_cancelable(cmd, issue_flags);
 #endif
 	ret = kva_pop_or_park(arena, w);
-	if (ret) {
-		if (ret > 0)
-			ret = kva_deliver(w);
-		kva_waiter_free(w);
-#if KVA_URING_CANCELABLE
-		io_uring_cmd_done(cmd, ret, 0, issue_flags);
+	if (!ret) {
+		kva_monitor_kick(arena);
 		return -EIOCBQUEUED;
-#else
-		return ret;
-#endif
 	}
-	kva_monitor_kick(arena);
+	/* Answered at once: w was never published, so it is ours to free. */
+	if (ret > 0)
+		ret = kva_deliver(w);
+	kva_waiter_free(w);
+#if KVA_URING_CANCELABLE
+	io_uring_cmd_done(cmd, ret, 0, issue_flags);
 	return -EIOCBQUEUED;
+#else
+	return ret;
+#endif
 }

@@ -8,7 +8,8 @@ build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
        libnl-genl-3-dev libbpf-dev libelf-dev zlib1g-dev bpftool clang llvm
        systemtap-sdt-dev linux-headers-amd64 linux-headers-6.12-amd64
        libpcre2-dev libmicrohttpd-dev libjansson-dev libseccomp-dev libinih-dev
-       libsystemd-dev libcurl4-openssl-dev)
+       libsystemd-dev libcurl4-openssl-dev libxxhash-dev
+       libucx-dev libzmq3-dev libmsgpack-dev libssl-dev)
 # node + npm run the official openai client against the API (check-api);
 # a node already installed from elsewhere (e.g. NodeSource) is kept
 command -v node >/dev/null && command -v npm >/dev/null || build+=(nodejs npm)
@@ -16,7 +17,8 @@ guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
        linux-image-amd64 linux-image-6.12-amd64)
 check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex
        mandoc g++ node-ajv
-       python3-torch libopenblas0-pthread)
+       python3-torch libopenblas0-pthread gnuplot-nox fio
+       ucx-utils python3-zmq python3-msgpack iproute2)
 # make check-engine-avx512: Bochs (its Skylake-X model has AVX-512; bochs-term
 # is the display plugin it runs headless with), a GRUB ISO, a 6.12 kernel
 avx512_emu=(bochs bochs-term bochsbios vgabios grub-pc-bin grub-common xorriso

@@ -155,8 +155,12 @@ check-all:
 	$(MAKE) --no-print-directory check-engine-avx512
 	$(MAKE) --no-print-directory check-toolwait
 	$(MAKE) --no-print-directory check-fuzz
+	$(MAKE) --no-print-directory check-chat
 	$(MAKE) --no-print-directory check-api
+	$(MAKE) --no-print-directory check-tier
 	$(MAKE) --no-print-directory check-daemon
+	$(MAKE) --no-print-directory check-remote
+	$(MAKE) --no-print-directory check-remote-rxe
 	$(MAKE) --no-print-directory check-sandbox
 	$(MAKE) --no-print-directory check-sandbox-guest
 

@@ -3,8 +3,8 @@
  * api.c - kvarenad's HTTP server (libmicrohttpd): routing, API keys, body
  * limits, the request log line and the HTTP metrics, and the life of one
  * chat completion from submission to the last byte (JSON or SSE). The
- * request format is chat_request.c's, the prompt chat_template.c's, the
- * tool-call syntax tool_call.c's, the response JSON response.c's.
+ * request format is chat_request.c's, the prompt and the tool-call syntax
+ * the model family's (daemon/chat), the response JSON response.c's.
  *
  * One thread per connection (libmicrohttpd's THREAD_PER_CONNECTION with
  * an internal poll() listener): a request's handler may block in
@@ -33,12 +33,12 @@
 
 #include "api.h"
 #include "auth.h"
+#include "chat.h"
 #include "chat_request.h"
-#include "chat_template.h"
 #include "error.h"
 #include "log.h"
 #include "response.h"
-#include "tool_call.h"
+#include "tokenize.h"
 
 #define WAIT_TICK_MS 200
 #define SSE_KEEPALIVE_MS 15000
@@ -47,10 +47,10 @@
 #define LOG_PATH_MAX 96
 
 enum route { R_NONE, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS,
-	     R_SESSION, R_COUNT };
+	     R_SESSION, R_TOKENIZE, R_DETOKENIZE, R_COUNT };
 static const char *const route_names[R_COUNT] = {
 	"other", "chat_completions", "models", "model", "health", "metrics",
-	"sessions",
+	"sessions", "tokenize", "detokenize",
 };
 static const int codes[] = { 200, 400, 401, 404, 405, 413, 429, 500, 503 };
 #define N_CODES (sizeof(codes) / sizeof(codes[0]) + 1)	/* + "other" */
@@ -64,7 +64,7 @@ struct kvd_api {
 	int allow_remote;
 	size_t max_body;
 	unsigned drain_timeout_s;
-	struct tc_tags tags;
+	const struct chat_template *tmpl;	/* the model's family (kvd's) */
 	int64_t started;
 	json_t *stools;			/* server-side tools' function objects */
 
@@ -107,7 +107,7 @@ struct gen {
 	/* the request and its prompt live as long as the job: kvd_request
 	 * points into them (prompt, stop strings, session key) */
 	struct chat_request cr;
-	struct strbuf prompt;
+	struct chat_prompt prompt;
 	struct strbuf raw;		/* everything generated */
 	struct strbuf content;		/* non-stream: content so far */
 	struct tc_call *calls;		/* non-stream: calls so far */
@@ -213,7 +213,8 @@ static enum MHD_Result queue(struct MHD_Connection *c, struct req *q,
 		static const char *const allow[R_COUNT] = {
 			[R_CHAT] = "POST", [R_MODELS] = "GET", [R_MODEL] = "GET",
 			[R_HEALTH] = "GET, HEAD", [R_METRICS] = "GET",
-			[R_SESSION] = "DELETE",
+			[R_SESSION] = "DELETE", [R_TOKENIZE] = "POST",
+			[R_DETOKENIZE] = "POST",
 		};
 		if (allow[q->route])
 			MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow[q->route]);
@@ -326,7 +327,7 @@ static void gen_unref(struct gen *g)
 	if (g->job)
 		kvd_job_free(g->job);
 	chat_request_free(&g->cr);
-	sb_free(&g->prompt);
+	chat_prompt_free(&g->prompt);
 	tc_stream_free(&g->ts);
 	sb_free(&g->raw);
 	sb_free(&g->content);
@@ -435,6 +436,8 @@ static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
 		sb_add(&g->call_text, text, len);
 		g->calls[g->n_calls].arguments_len += len;
 		break;
+	case TC_REASONING:	/* not asked for: it stays in the content */
+		break;
 	case TC_CALL_END:
 		if (!g->stream)
 			sb_add(&g->call_text, "", 1);
@@ -531,6 +534,10 @@ static void gen_event(struct gen *g, const struct kvd_event *ev)
 			 ev->session_id ? ev->session_id : "");
 		g->ttft_ms = ev->ttft_ms;
 		g->total_ms = ev->total_ms;
+		g->rc.has_timings = 1;
+		g->rc.ttft_ms = ev->ttft_ms;
+		g->rc.total_ms = ev->total_ms;
+		g->rc.usage = ev->usage;
 		if (g->stream) {
 			const char *fin = g->cancelled && g->n_calls ? "tool_calls" :
 				resp_finish_reason(ev->finish, g->n_calls);
@@ -607,7 +614,7 @@ static void check_canonical(struct gen *g)
 
 	if (!g->n_calls || g->cancelled || g->raw.oom)
 		return;
-	if (!tc_parse(&g->a->tags, g->raw.s ? g->raw.s : "", g->raw.len, &tr)) {
+	if (!tc_parse(g->a->tmpl, g->raw.s ? g->raw.s : "", g->raw.len, &tr)) {
 		if (!tr.canonical) {
 			__atomic_add_fetch(&g->a->noncanonical, 1, __ATOMIC_RELAXED);
 			kvd_log(KVD_LOG_DEBUG, "api", "%s: tool-call text is not canonical; the next turn re-renders it differently",
@@ -753,8 +760,19 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	if (a->stools && cr->tool_choice == CHAT_TOOLS_AUTO &&
 	    kvd_server_tools_allowed(a->d, q->tenant_id) && offer_stools(a, g, cr))
 		return fail(c, q, 500, "server_error", NULL, "out of memory");
-	if (chat_render(cr, &a->tags, &g->prompt))
-		return fail(c, q, 500, "server_error", NULL, "out of memory");
+	{
+		struct chat_conv conv = { .msgs = cr->msgs, .n_msgs = cr->n_msgs,
+					  .tools = cr->tools, .n_tools = cr->n_tools };
+		char why[200];
+
+		rc = chat_render(a->tmpl, &conv, &g->prompt, why, sizeof(why));
+		if (rc == -EINVAL) {
+			api_bad(&e, "messages", "%s", why);
+			return send_error(c, q, &e);
+		}
+		if (rc)
+			return fail(c, q, 500, "server_error", NULL, "out of memory");
+	}
 	g->stream = cr->stream;
 	g->include_usage = cr->include_usage;
 	g->want_logprobs = cr->s.logprobs;
@@ -768,7 +786,8 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	g->rc.model = g->model;
 	g->rc.created = (int64_t)time(NULL);
 	g->rc.usage_null = cr->stream && cr->include_usage;
-	tc_stream_init(&g->ts, &a->tags, gen_emit, g);
+	g->rc.fingerprint = kvd_system_fingerprint(a->d);
+	tc_stream_init(&g->ts, a->tmpl, gen_emit, g);
 	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	g->fd = ci ? ci->connect_fd : -1;
 	clock_gettime(CLOCK_MONOTONIC, &g->peer_checked);
@@ -776,8 +795,8 @@ static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
 	memset(&kr, 0, sizeof(kr));
 	memset(&ke, 0, sizeof(ke));
 	kr.model = cr->model;
-	kr.prompt = g->prompt.s;
-	kr.prompt_len = g->prompt.len;
+	kr.prompt = g->prompt.text.s;
+	kr.prompt_len = g->prompt.text.len;
 	kr.session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
 	kr.tenant = q->tenant_id;
 	kr.request_id = g->id;
@@ -950,6 +969,14 @@ static enum MHD_Result dispatch(struct MHD_Connection *c, struct req *q)
 		return do_metrics(c, q);
 	case R_SESSION:
 		return do_session_delete(c, q);
+	case R_TOKENIZE:
+	case R_DETOKENIZE: {
+		struct api_error e;
+		char *out = (q->route == R_TOKENIZE ? api_tokenize : api_detokenize)
+			(a->d, q->body.s ? q->body.s : "", q->body.len, &e);
+
+		return out ? queue(c, q, 200, out, "application/json", NULL) : send_error(c, q, &e);
+	}
 	default:
 		return MHD_NO;
 	}
@@ -973,6 +1000,10 @@ static enum route match_route(const char *url, const char **method, char *arg,
 		return *method = "GET", R_HEALTH;
 	if (!strcmp(url, "/metrics"))
 		return *method = "GET", R_METRICS;
+	if (!strcmp(url, "/tokenize"))
+		return *method = "POST", R_TOKENIZE;
+	if (!strcmp(url, "/detokenize"))
+		return *method = "POST", R_DETOKENIZE;
 	if (!strncmp(url, "/v1/models/", 11) && url[11] &&
 	    (n = strlen(url + 11)) < arglen) {
 		memcpy(arg, url + 11, n + 1);
@@ -984,6 +1015,12 @@ static enum route match_route(const char *url, const char **method, char *arg,
 		return *method = "DELETE", R_SESSION;
 	}
 	return R_NONE;
+}
+
+/* Routes that take a request body get max_body; the others 64 KiB. */
+static size_t body_cap(const struct kvd_api *a, enum route r)
+{
+	return r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE ? a->max_body : 64 * 1024;
 }
 
 /* 0 when the request may go on (q->tenant set); else a response queued. */
@@ -1074,15 +1111,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 			return ret;
 		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 						 MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) >
-		    (q->route == R_CHAT ? a->max_body : 64 * 1024))
+		if (cl && strtoull(cl, NULL, 10) > body_cap(a, q->route))
 			return fail(c, q, 413, API_INVALID, "request_too_large",
 				    "The request body is larger than %zu bytes.", a->max_body);
 		return MHD_YES;
 	}
 	if (*upload_size) {
-		if (q->body.len + *upload_size >
-		    (q->route == R_CHAT ? a->max_body : 64 * 1024)) {
+		if (q->body.len + *upload_size > body_cap(a, q->route)) {
 			/* a body without Content-Length grew past the cap; no
 			 * response can be queued while an upload is being read
 			 * (libmicrohttpd), so the connection is closed */
@@ -1169,21 +1204,11 @@ void kvd_api_config_defaults(struct kvd_api_config *c)
 	c->max_connections = 1024;
 	c->conn_timeout_s = 60;
 	c->drain_timeout_s = 30;
-	c->tool_open = TC_DEFAULT_OPEN;
-	c->tool_close = TC_DEFAULT_CLOSE;
-	c->chat_template = "chatml";
 }
 
 uint16_t kvd_api_port(const struct kvd_api *a)
 {
 	return a->port;
-}
-
-static int valid_tag(const char *t)
-{
-	size_t n = t ? strlen(t) : 0;
-
-	return n > 0 && n <= TC_MAX_TAG;
 }
 
 int kvd_api_set_tenants(struct kvd_api *a, const struct kvd_api_tenant *t,
@@ -1214,8 +1239,6 @@ static void api_free(struct kvd_api *a)
 {
 	auth_table_put(a->auth);
 	free(a->listen_addr);
-	free((void *)a->tags.open);
-	free((void *)a->tags.close);
 	json_decref(a->stools);
 	pthread_mutex_destroy(&a->lock);
 	pthread_cond_destroy(&a->idle);
@@ -1248,16 +1271,6 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 			 addr);
 		return -EINVAL;
 	}
-	if (!chat_template_known(c->chat_template)) {
-		snprintf(err, errlen, "unknown chat template '%s' (known: chatml)",
-			 c->chat_template);
-		return -EINVAL;
-	}
-	if ((c->tool_open && !valid_tag(c->tool_open)) ||
-	    (c->tool_close && !valid_tag(c->tool_close))) {
-		snprintf(err, errlen, "tool-call tags must be 1 to %d bytes", TC_MAX_TAG);
-		return -EINVAL;
-	}
 	a = calloc(1, sizeof(*a));
 	if (!a) {
 		snprintf(err, errlen, "out of memory");
@@ -1267,8 +1280,7 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 	pthread_cond_init(&a->idle, NULL);
 	a->d = d;
 	a->listen_addr = strdup(addr);
-	a->tags.open = strdup(c->tool_open ? c->tool_open : TC_DEFAULT_OPEN);
-	a->tags.close = strdup(c->tool_close ? c->tool_close : TC_DEFAULT_CLOSE);
+	a->tmpl = kvd_chat_template(d);
 	a->max_body = c->max_body ? c->max_body : 4u << 20;
 	a->drain_timeout_s = c->drain_timeout_s ? c->drain_timeout_s : 30;
 	a->allow_remote = c->allow_remote;
@@ -1277,7 +1289,7 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		(ntohl(s4->sin_addr.s_addr) >> 24) == 127 :
 		(IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) ||
 		 (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) && s6->sin6_addr.s6_addr[12] == 127));
-	if (!a->listen_addr || !a->tags.open || !a->tags.close) {
+	if (!a->listen_addr) {
 		api_free(a);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;

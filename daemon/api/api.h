@@ -59,13 +59,11 @@ struct kvd_api_config {
 	unsigned max_connections;	/* concurrent connections */
 	unsigned conn_timeout_s;	/* idle connection closed after this */
 	unsigned drain_timeout_s;	/* kvd_api_stop() waits this long */
-	const char *tool_open;		/* tool-call tags in generated text */
-	const char *tool_close;
-	const char *chat_template;	/* "chatml" (the only one so far) */
 };
 
 /* Defaults: 127.0.0.1:8000, no keys, 4 MiB bodies, 1024 connections,
- * 60 s idle timeout, 30 s drain, <tool_call></tool_call>, chatml. */
+ * 60 s idle timeout, 30 s drain. The chat template and the tool-call
+ * syntax are the served model's (kvd_chat_template()). */
 void kvd_api_config_defaults(struct kvd_api_config *c);
 
 /* Validate c, bind and start serving. 0 and *out, or a negative errno

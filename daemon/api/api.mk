@@ -3,7 +3,7 @@
 # Included from the top-level Makefile (-include); paths from the repo root.
 #
 #   API_LIB / API_SLIB   the layer as a static library (plain / ASan+UBSan);
-#                        link with $(API_LIBS) and daemon/common/log.c
+#                        link with $(CHAT_LIB), $(API_LIBS) and daemon/common/log.c
 #   check-api            unit tests, the bad-input suite and the official
 #                        openai npm client against the test server
 #
@@ -14,12 +14,13 @@ API_CC      ?= cc
 API_SRC     := daemon/api
 API_OUT     := build/api
 API_CFLAGS  := -std=c11 -Wall -Wextra -Werror -O2 -g -I$(API_SRC) \
-               -Idaemon/kvarenad -Idaemon/common
+               -Idaemon/kvarenad -Idaemon/common -Idaemon/chat
 API_SAN     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
 API_LIBS    := -lmicrohttpd -ljansson -lpthread
-API_NAMES   := api auth chat_request chat_template error response strbuf tool_call
-API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h
+API_NAMES   := api auth chat_request error response tokenize
+API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h \
+               $(CHAT_HDRS)
 API_OBJS    := $(API_NAMES:%=$(API_OUT)/obj/%.o)
 API_SOBJS   := $(API_NAMES:%=$(API_OUT)/san/%.o)
 API_LIB     := $(API_OUT)/libkvdapi.a
@@ -46,16 +47,16 @@ $(API_SLIB): $(API_SOBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(API_UNIT): tests/daemon/test_api.c $(API_SLIB) $(API_HDRS)
+$(API_UNIT): tests/daemon/test_api.c $(API_SLIB) $(CHAT_SLIB) $(API_HDRS)
 	@mkdir -p $(@D)
-	$(API_CC) $(API_CFLAGS) $(API_SAN) $< $(API_SLIB) daemon/common/log.c -o $@ \
+	$(API_CC) $(API_CFLAGS) $(API_SAN) $< $(API_SLIB) $(CHAT_SLIB) daemon/common/log.c -o $@ \
 		-lcunit $(API_LIBS)
 
 $(API_SERVER): tests/daemon/api_testserver.c tests/daemon/scripted_kvd.c \
-		tests/daemon/scripted_kvd.h $(API_SLIB) $(API_HDRS)
+		tests/daemon/scripted_kvd.h $(API_SLIB) $(CHAT_SLIB) $(API_HDRS)
 	@mkdir -p $(@D)
 	$(API_CC) $(API_CFLAGS) $(API_SAN) -Itests/daemon tests/daemon/api_testserver.c \
-		tests/daemon/scripted_kvd.c daemon/common/log.c $(API_SLIB) -o $@ $(API_LIBS)
+		tests/daemon/scripted_kvd.c daemon/common/log.c $(API_SLIB) $(CHAT_SLIB) -o $@ $(API_LIBS)
 
 check-api-unit: $(API_UNIT)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(API_UNIT)

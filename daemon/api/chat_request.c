@@ -2,18 +2,18 @@
 /*
  * chat_request.c - parsing and validating a chat-completions body with
  * jansson: every field's type, range and size, errors naming the field
- * (param) as OpenAI does. Does not render the prompt (chat_template.c) and
+ * (param) as OpenAI does. Does not render the prompt (daemon/chat) and
  * does not know the orchestrator beyond the served model's id.
  *
  * Unknown fields: the body's top level is checked against OpenAI's list of
- * chat-completions parameters; a name not on it is refused ("Unrecognized
- * request argument supplied"), as OpenAI does, so a typo such as
- * "max_token" is not silently ignored. Parameters on the list that we do
- * not implement either have no effect on the output we can honour
- * (frequency/presence penalties, metadata, store, service_tier, ...: type
- * checked, then ignored) or would change the output (logit_bias, audio,
- * prediction, json response formats, required/named tool_choice: refused
- * with a message saying so). Inside messages and tools, unknown keys are
+ * chat-completions parameters (plus the sampling parameters vLLM and
+ * llama.cpp's server add: top_k, min_p, repetition_penalty, ignore_eos);
+ * a name not on it is refused ("Unrecognized request argument supplied"),
+ * as OpenAI does, so a typo such as "max_token" is not silently ignored.
+ * Parameters on the list that we do not implement either have no effect
+ * on the output we can honour (metadata, store, service_tier, ...: type
+ * checked, then ignored) or would change the output (audio, prediction,
+ * web_search_options: refused with a message saying so). Inside messages and tools, unknown keys are
  * ignored: clients echo response messages back with extra fields.
  */
 #define _GNU_SOURCE
@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "chat_request.h"
-#include "tool_call.h"
 
 struct parser {
 	struct chat_request *r;
@@ -568,13 +567,114 @@ static int parse_stream(struct parser *p, json_t *root)
 	return 0;
 }
 
+/* logit_bias: {"TOKEN_ID": BIAS, ...}, ids as decimal strings, biases
+ * -100..100 (OpenAI's). The orchestrator checks ids against the
+ * vocabulary. */
+static int parse_logit_bias(struct parser *p, json_t *v)
+{
+	struct kvd_sampling *s = &p->r->s;
+	const char *key;
+	json_t *b;
+	size_t i = 0;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return wrong_type(p->e, "logit_bias", v, "an object");
+	if (json_object_size(v) > KVD_MAX_LOGIT_BIAS)
+		return api_bad(p->e, "logit_bias", "Invalid 'logit_bias': at most %d entries.",
+			       KVD_MAX_LOGIT_BIAS), -1;
+	if (!json_object_size(v))
+		return 0;
+	p->r->bias = calloc(json_object_size(v), sizeof(*p->r->bias));
+	if (!p->r->bias)
+		return api_error_set(p->e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+	json_object_foreach(v, key, b) {
+		char *end;
+		long long id = strtoll(key, &end, 10);
+		double x;
+
+		if (!*key || *end || id < 0 || id > INT32_MAX || (key[0] == '0' && key[1]))
+			return api_bad(p->e, "logit_bias", "Invalid key in 'logit_bias': '%s' is not a token id.",
+				       key), -1;
+		if (!json_is_number(b))
+			return wrong_type(p->e, "logit_bias", b, "a number");
+		x = json_number_value(b);
+		if (!isfinite(x) || x < -100 || x > 100)
+			return api_bad(p->e, "logit_bias", "Invalid value in 'logit_bias': %g is not within [-100, 100].",
+				       x), -1;
+		p->r->bias[i].token = (int32_t)id;
+		p->r->bias[i].bias = (float)x;
+		i++;
+	}
+	s->logit_bias = p->r->bias;
+	s->n_logit_bias = (uint32_t)i;
+	return 0;
+}
+
+/*
+ * Sampling parameters beyond OpenAI's, named as vLLM and llama.cpp's
+ * server name them (clients written for those send them): top_k, min_p,
+ * repetition_penalty (llama.cpp: repeat_penalty), ignore_eos; and our
+ * extension object "kvarena" ({"close_in_budget": bool}: structured
+ * decoding steers the output to close within max_tokens).
+ */
+static int parse_extra_sampling(struct parser *p, json_t *root)
+{
+	struct kvd_sampling *s = &p->r->s;
+	struct api_error *e = p->e;
+	json_int_t k = 0;
+	int has_k;
+	double d = 0, rp = 1, rp2 = 1;
+	json_t *x, *v;
+	const char *key;
+
+	if (get_int(e, root, "top_k", -1, INT32_MAX, &k, &has_k))
+		return -1;
+	s->top_k = k > 0 ? (uint32_t)k : 0;	/* vLLM: -1 is off; llama.cpp: 0 */
+	if (get_number(e, root, "min_p", 0, 1, &d))
+		return -1;
+	s->min_p = (float)d;
+	if (get_number(e, root, "repetition_penalty", 0, 10, &rp) ||
+	    get_number(e, root, "repeat_penalty", 0, 10, &rp2))
+		return -1;
+	if (json_object_get(root, "repetition_penalty") && json_object_get(root, "repeat_penalty") &&
+	    rp != rp2)
+		return api_bad(e, "repeat_penalty", "Set only one of 'repetition_penalty' and 'repeat_penalty'."), -1;
+	if (!json_object_get(root, "repetition_penalty"))
+		rp = rp2;
+	if (rp == 0)
+		return api_bad(e, "repetition_penalty", "Invalid value for 'repetition_penalty': it must be above 0 (1 is off)."), -1;
+	s->repetition_penalty = (float)rp;
+	if (get_bool(e, root, "ignore_eos", &s->ignore_eos) ||
+	    parse_logit_bias(p, json_object_get(root, "logit_bias")))
+		return -1;
+	x = json_object_get(root, "kvarena");
+	if (!x || json_is_null(x))
+		return 0;
+	if (!json_is_object(x))
+		return wrong_type(e, "kvarena", x, "an object");
+	json_object_foreach(x, key, v) {
+		if (!strcmp(key, "close_in_budget")) {
+			if (!json_is_boolean(v))
+				return wrong_type(e, "kvarena.close_in_budget", v, "a boolean");
+			s->close_in_budget = json_is_true(v);
+		} else {
+			api_error_set(e, 400, API_INVALID, "unknown_parameter", "kvarena",
+				      "Unrecognized argument in 'kvarena': %s", key);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 static int parse_sampling(struct parser *p, json_t *root)
 {
 	struct kvd_sampling *s = &p->r->s;
 	struct api_error *e = p->e;
 	json_int_t mt = 0, mct = 0, seed = 0, n = 1, top = 0;
 	int has_mt, has_mct, has_seed, has_n, has_top;
-	double d = 1.0, dummy = 0;
+	double d = 1.0;
 
 	if (get_number(e, root, "temperature", 0, 2, &d))
 		return -1;
@@ -583,8 +683,15 @@ static int parse_sampling(struct parser *p, json_t *root)
 	if (get_number(e, root, "top_p", 0, 1, &d))
 		return -1;
 	s->top_p = (float)d;
-	if (get_number(e, root, "frequency_penalty", -2, 2, &dummy) ||
-	    get_number(e, root, "presence_penalty", -2, 2, &dummy))
+	d = 0;
+	if (get_number(e, root, "frequency_penalty", -2, 2, &d))
+		return -1;
+	s->frequency_penalty = (float)d;
+	d = 0;
+	if (get_number(e, root, "presence_penalty", -2, 2, &d))
+		return -1;
+	s->presence_penalty = (float)d;
+	if (parse_extra_sampling(p, root))
 		return -1;
 	if (get_int(e, root, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed))
 		return -1;
@@ -617,8 +724,6 @@ static int refuse_if_set(struct parser *p, json_t *root, const char *key,
 	json_t *v = json_object_get(root, key);
 
 	if (!v || json_is_null(v))
-		return 0;
-	if (json_is_object(v) && json_object_size(v) == 0 && !strcmp(key, "logit_bias"))
 		return 0;
 	api_error_set(p->e, 400, API_INVALID, "unsupported_parameter", key,
 		      "Unsupported parameter: '%s' %s.", key, why);
@@ -655,8 +760,7 @@ static int check_ignored(struct parser *p, json_t *root)
 				return api_error_set(p->e, 400, API_INVALID, "unsupported_value", "modalities",
 						     "Invalid value for 'modalities': this server produces text only."), -1;
 	}
-	return refuse_if_set(p, root, "logit_bias", "is not supported by this server") ||
-		refuse_if_set(p, root, "audio", "is not supported: this server produces text only") ||
+	return refuse_if_set(p, root, "audio", "is not supported: this server produces text only") ||
 		refuse_if_set(p, root, "prediction", "is not supported by this server") ||
 		refuse_if_set(p, root, "web_search_options", "is not supported by this server") ||
 		refuse_if_set(p, root, "functions", "is deprecated and not supported; use 'tools'") ||
@@ -674,6 +778,9 @@ static const char *const known_keys[] = {
 	"service_tier", "reasoning_effort", "verbosity", "safety_identifier",
 	"prompt_cache_retention", "modalities", "logit_bias", "audio",
 	"prediction", "web_search_options", "functions", "function_call",
+	/* vLLM's and llama.cpp's sampling parameters, and ours */
+	"top_k", "min_p", "repetition_penalty", "repeat_penalty", "ignore_eos",
+	"kvarena",
 };
 
 int chat_request_parse(const char *body, size_t len, const char *model_id,
@@ -742,6 +849,7 @@ void chat_request_free(struct chat_request *r)
 		free(r->msgs[i].calls);
 	free(r->msgs);
 	free(r->tools);
+	free(r->bias);
 	json_decref(r->root);
 	json_decref(r->keep);
 	memset(r, 0, sizeof(*r));

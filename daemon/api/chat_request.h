@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 
+#include "chat.h"
 #include "error.h"
 #include "kvd.h"
 
@@ -21,28 +22,8 @@
 #define CHAT_MAX_CALLS 128		/* tool calls per assistant message */
 #define CHAT_MAX_ID 256			/* tool_call ids, user, cache key */
 
-enum chat_role { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
-
-struct chat_call {
-	const char *id;
-	const char *name;
-	const char *arguments;		/* verbatim, as the client sent it */
-	size_t arguments_len;
-};
-
-struct chat_msg {
-	enum chat_role role;
-	const char *content;		/* "" when null or absent */
-	size_t content_len;
-	struct chat_call *calls;	/* assistant */
-	size_t n_calls;
-	const char *tool_call_id;	/* tool */
-};
-
-struct chat_tool {
-	const char *name;
-	json_t *function;		/* {name, description, parameters...} */
-};
+/* Messages, calls and tools are the model families' normalized
+ * conversation (daemon/chat/chat.h). */
 
 enum chat_tool_choice { CHAT_TOOLS_AUTO, CHAT_TOOLS_NONE, CHAT_TOOLS_REQUIRED,
 			 CHAT_TOOLS_NAMED };
@@ -70,6 +51,7 @@ struct chat_request {
 	enum chat_format format;
 	json_t *json_schema;		/* CHAT_FORMAT_JSON_SCHEMA */
 	struct kvd_sampling s;
+	struct kvd_logit_bias *bias;	/* s.logit_bias */
 };
 
 /* 0, or -1 with e filled (400; 404 model_not_found when model is not

@@ -97,16 +97,52 @@ static char *dump(json_t *o)
 
 static json_t *base(const struct resp_ctx *c, const char *object)
 {
-	return json_pack("{s:s, s:s, s:I, s:s}", "id", c->id, "object", object,
-			 "created", (json_int_t)c->created, "model", c->model);
+	json_t *o = json_pack("{s:s, s:s, s:I, s:s}", "id", c->id, "object", object,
+			      "created", (json_int_t)c->created, "model", c->model);
+
+	if (o && c->fingerprint &&
+	    json_object_set_new(o, "system_fingerprint", json_string(c->fingerprint))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 static char *chunk(const struct resp_ctx *c, json_t *delta, json_t *logprobs,
 		   const char *finish, json_t *extension);
 
-static json_t *ext(const char *session_id)
+static double per(double a, double b)
 {
-	return json_pack("{s:s?}", "session_id", session_id);
+	return b > 0 ? a / b : 0;
+}
+
+json_t *resp_timings(const struct kvd_usage *u, double ttft_ms, double total_ms)
+{
+	double pn = u->prompt_tokens - (u->cached_tokens < u->prompt_tokens ?
+					u->cached_tokens : u->prompt_tokens);
+	double gn = u->completion_tokens, gms = total_ms > ttft_ms ? total_ms - ttft_ms : 0;
+
+	/* the first generated token is the prefill's: decode made the rest */
+	return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:f, s:f, s:f}",
+			 "cache_n", (json_int_t)u->cached_tokens,
+			 "prompt_n", (json_int_t)pn, "prompt_ms", ttft_ms,
+			 "prompt_per_token_ms", per(ttft_ms, pn),
+			 "prompt_per_second", per(pn * 1000, ttft_ms),
+			 "predicted_n", (json_int_t)gn, "predicted_ms", gms,
+			 "predicted_per_token_ms", per(gms, gn > 1 ? gn - 1 : 0),
+			 "predicted_per_second", per((gn > 1 ? gn - 1 : 0) * 1000, gms));
+}
+
+static json_t *ext_of(const struct resp_ctx *c, const char *session_id)
+{
+	json_t *o = json_pack("{s:s?}", "session_id", session_id);
+
+	if (o && c && c->has_timings &&
+	    json_object_set_new(o, "timings", resp_timings(&c->usage, c->ttft_ms, c->total_ms))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
@@ -173,7 +209,7 @@ char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,
 			"index", 0, "message", msg, "logprobs", lp,
 			"finish_reason", finish));
 	msg = lp = NULL;
-	e = ext(session_id);
+	e = ext_of(c, session_id);
 	if (e && tool_runs) {
 		r = json_object_set_new(e, "tool_runs", tool_runs);
 		tool_runs = NULL;
@@ -259,7 +295,7 @@ char *resp_chunk_call_args(const struct resp_ctx *c, size_t index,
 char *resp_chunk_finish(const struct resp_ctx *c, const char *finish,
 			const char *session_id)
 {
-	return chunk(c, json_object(), NULL, finish, ext(session_id));
+	return chunk(c, json_object(), NULL, finish, ext_of(c, session_id));
 }
 
 char *resp_chunk_usage(const struct resp_ctx *c, const struct kvd_usage *u,
@@ -269,7 +305,7 @@ char *resp_chunk_usage(const struct resp_ctx *c, const struct kvd_usage *u,
 
 	if (!o || json_object_set_new(o, "choices", json_array()) ||
 	    json_object_set_new(o, "usage", usage_json(u)) ||
-	    json_object_set_new(o, "kvarena", ext(session_id))) {
+	    json_object_set_new(o, "kvarena", ext_of(c, session_id))) {
 		json_decref(o);
 		return NULL;
 	}

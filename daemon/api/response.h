@@ -14,14 +14,25 @@
 #include <jansson.h>
 
 #include "kvd.h"
-#include "tool_call.h"
+#include "chat.h"
 
 struct resp_ctx {
 	const char *id;		/* "chatcmpl-..." */
 	const char *model;
 	int64_t created;	/* Unix seconds */
 	int usage_null;		/* streaming with include_usage: "usage": null */
+	const char *fingerprint;	/* system_fingerprint, or NULL */
+	/* set when the orchestrator said DONE: "kvarena": {"timings"} */
+	int has_timings;
+	double ttft_ms, total_ms;
+	struct kvd_usage usage;
 };
+
+/* llama.cpp's server's "timings" object from the orchestrator's figures:
+ * prompt_n (tokens prefilled), cache_n (reused), prompt_ms (submission to
+ * first token, queueing included), predicted_n, predicted_ms (first token
+ * to the end) and the per-token and per-second rates. */
+json_t *resp_timings(const struct kvd_usage *u, double ttft_ms, double total_ms);
 
 /* {token, logprob, bytes, top_logprobs} for one token event; NULL when out
  * of memory. Token bytes that are not valid UTF-8 show as U+FFFD in

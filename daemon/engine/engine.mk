@@ -46,7 +46,7 @@ ENGINE_MKMODEL  := $(ENGINE_BIN)/kva-mkmodel
 ENGINE_DEMO     := $(ENGINE_BIN)/kve-demo
 
 ENGINE_TESTS    := test_gguf test_kernels test_tokenizer test_engine test_fuzz test_threads \
-                   test_arena test_constrain test_oom test_selfcheck
+                   test_arena test_constrain test_oom test_selfcheck test_sample
 ENGINE_TBINS    := $(ENGINE_TESTS:%=$(ENGINE_OUT)/tests/%)
 ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 # the constrained-decoding property test's generator (constrain-prop.js checks)

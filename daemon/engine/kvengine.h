@@ -64,6 +64,11 @@ struct kve_model *kve_model_load_mem(const void *buf, size_t len,
 				     char *err, size_t errlen);
 void kve_model_free(struct kve_model *m);
 const struct kve_model_info *kve_model_info(const struct kve_model *m);
+/* A string metadata value of the file ("tokenizer.chat_template"): its
+ * bytes (not NUL-terminated, inside the model's mapping: valid while the
+ * model is) and *len, or NULL when the key is absent or not a string. */
+const char *kve_model_meta_str(const struct kve_model *m, const char *key,
+			       size_t *len);
 
 /* ---- paged KV ------------------------------------------------------- */
 
@@ -156,6 +161,7 @@ struct kve_sampler {
 	uint32_t top_k;		/* 0: off */
 	float top_p;		/* >= 1 or <= 0: off */
 	uint64_t rng;		/* per-request state; seed it with kve_rng_seed */
+	float min_p;		/* keep p >= min_p * p(best); <= 0: off */
 };
 
 uint64_t kve_rng_seed(uint64_t seed);
@@ -171,6 +177,37 @@ int32_t kve_sample(struct kve_sampler *s, const float *logits, uint32_t vocab,
  * NULL: kve_sample. -ENOENT when no token is allowed. */
 int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t vocab,
 			  const uint32_t *mask, void *scratch);
+
+/* What changes the logits before sampling, as OpenAI, vLLM and llama.cpp's
+ * server name it. kve_logits_adjust applies, in this order: repetition
+ * penalty to every token of the context (a positive logit divided by it,
+ * a negative one multiplied), frequency and presence penalties to the
+ * generated tokens (logit -= count * frequency + presence), then the
+ * biases (logit += bias; -INFINITY bans a token). Arrays may be in any
+ * order; ids outside the vocabulary are ignored. */
+struct kve_token_count {
+	int32_t token;
+	uint32_t count;
+};
+struct kve_token_bias {
+	int32_t token;
+	float bias;
+};
+struct kve_logit_adjust {
+	float repetition_penalty;	/* 1 (or <= 0): off */
+	float frequency_penalty;	/* 0: off */
+	float presence_penalty;		/* 0: off */
+	const int32_t *context;		/* distinct tokens of the context */
+	uint32_t n_context;
+	const struct kve_token_count *generated;	/* distinct generated tokens */
+	uint32_t n_generated;
+	const struct kve_token_bias *bias;
+	uint32_t n_bias;
+};
+/* 1 when a changes nothing. */
+int kve_logit_adjust_none(const struct kve_logit_adjust *a);
+/* In place; 0, or -EINVAL on bad arguments. */
+int kve_logits_adjust(float *logits, uint32_t vocab, const struct kve_logit_adjust *a);
 
 /* ---- tokenizer ------------------------------------------------------ */
 
@@ -194,6 +231,42 @@ int32_t kve_tokenizer_eos(const struct kve_tokenizer *t);
  * larger than max), or a negative errno. add_bos prepends BOS. */
 int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		 int add_bos, int32_t *out, size_t max);
+
+/* A byte range of a text. */
+struct kve_span {
+	size_t off, len;
+};
+
+#define KVE_TOKENIZE_BOS 1u	/* BOS first (when the vocabulary has one) */
+#define KVE_TOKENIZE_CONT 2u	/* the text continues another: no SentencePiece
+				 * dummy-prefix space */
+
+/*
+ * Encode text in which special tokens (control and user-defined tokens: a
+ * chat template's markers, tokenizer.ggml.token_type 3 and 4) are their
+ * token only inside the given spans (sorted, not overlapping): there the
+ * text is partitioned at them as llama.cpp's parse_special does (longest
+ * token first). Everywhere else the text is plain and no special token is
+ * ever produced for it, whatever it spells (a merge that would make one is
+ * not taken). The text between special tokens is encoded as kve_tokenize
+ * does, the SentencePiece dummy prefix only at its very start (not with
+ * CONT). Returns as kve_tokenize; -EINVAL for spans out of the text.
+ */
+int kve_tokenize_spans(const struct kve_tokenizer *t, const char *text, size_t len,
+		       const struct kve_span *special, size_t n_special, unsigned flags,
+		       int32_t *out, size_t max);
+
+/* A special token's text (control or user-defined: "<|im_start|>"):
+ * its length (may exceed max, truncating); 0 for any other token;
+ * -EINVAL for a bad id. */
+int kve_token_special(const struct kve_tokenizer *t, int32_t id, char *out, size_t max);
+
+/* Makes kve_token_bytes (and so detokenized text and the constrained
+ * decoder's vocabulary) give the text of the control tokens spelled text
+ * (a chat syntax's markers a parser must see: "[TOOL_CALLS]"). 0, or
+ * -ENOENT when no control token has that text. Before the tokenizer is
+ * shared between threads. */
+int kve_tokenizer_show(struct kve_tokenizer *t, const char *text);
 
 /* Raw bytes of one token (byte-fallback / byte-level decoded). Returns the
  * byte count (may exceed max, truncating), or a negative errno. */

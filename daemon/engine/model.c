@@ -460,6 +460,18 @@ const struct kve_model_info *kve_model_info(const struct kve_model *m)
 	return &m->info;
 }
 
+const char *kve_model_meta_str(const struct kve_model *m, const char *key,
+			       size_t *len)
+{
+	struct gguf_str s;
+
+	*len = 0;
+	if (!m || !key || gguf_get_str(&m->g, key, &s))
+		return NULL;
+	*len = (size_t)s.n;
+	return s.p;
+}
+
 size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 			  enum kve_kv_dtype dtype)
 {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * sample.c - picks the next token from logits: greedy, or temperature with
- * optional top-k and top-p, driven by a per-request RNG state that lives in
- * the request (struct kve_sampler), so replaying a request replays its
- * tokens. kve_sample_masked does the same over the tokens a bitset
- * allows (constrained decoding, kvconstrain.h). Owns no model state.
+ * optional top-k, min-p and top-p, driven by a per-request RNG state that
+ * lives in the request (struct kve_sampler), so replaying a request
+ * replays its tokens. kve_sample_masked does the same over the tokens a
+ * bitset allows (constrained decoding, kvconstrain.h). kve_logits_adjust
+ * applies the penalties and biases a request asks for to the logits
+ * before either. Owns no model state.
  */
 #include "kvengine.h"
 
@@ -52,8 +54,9 @@ static int32_t argmax(const float *l, uint32_t n)
 	return (int32_t)best;
 }
 
-/* Top-k, top-p and the draw over n weighted candidates (unnormalised
- * probabilities), shared by the free and the masked sampler. */
+/* Top-k, min-p, top-p and the draw over n weighted candidates
+ * (unnormalised probabilities), shared by the free and the masked
+ * sampler. */
 static int32_t draw(struct kve_sampler *s, struct cand *c, uint32_t n)
 {
 	float sum = 0, r, acc;
@@ -62,6 +65,16 @@ static int32_t draw(struct kve_sampler *s, struct cand *c, uint32_t n)
 	qsort(c, n, sizeof(*c), by_prob);
 	if (s->top_k && s->top_k < n)
 		n = s->top_k;
+	if (s->min_p > 0 && n > 1) {
+		/* relative to the most likely token: c[0] after the sort */
+		float cut = s->min_p * c[0].p;
+
+		for (i = 1; i < n; i++)
+			if (c[i].p < cut) {
+				n = i;
+				break;
+			}
+	}
 	for (i = 0; i < n; i++)
 		sum += c[i].p;
 	if (s->top_p > 0 && s->top_p < 1) {
@@ -155,4 +168,48 @@ int32_t kve_sample_masked(struct kve_sampler *s, const float *logits, uint32_t v
 		n++;
 	}
 	return draw(s, c, n);
+}
+
+int kve_logit_adjust_none(const struct kve_logit_adjust *a)
+{
+	return !a || ((!(a->repetition_penalty > 0) || a->repetition_penalty == 1.0f ||
+		       !a->n_context) &&
+		      ((a->frequency_penalty == 0 && a->presence_penalty == 0) ||
+		       !a->n_generated) &&
+		      !a->n_bias);
+}
+
+int kve_logits_adjust(float *logits, uint32_t vocab, const struct kve_logit_adjust *a)
+{
+	uint32_t i;
+
+	if (!logits || !a || !vocab || vocab > INT32_MAX)
+		return -EINVAL;
+	if (a->repetition_penalty > 0 && a->repetition_penalty != 1.0f)
+		for (i = 0; i < a->n_context; i++) {
+			int32_t t = a->context[i];
+
+			if (t < 0 || (uint32_t)t >= vocab)
+				continue;
+			if (logits[t] > 0)
+				logits[t] /= a->repetition_penalty;
+			else
+				logits[t] *= a->repetition_penalty;
+		}
+	if (a->frequency_penalty != 0 || a->presence_penalty != 0)
+		for (i = 0; i < a->n_generated; i++) {
+			const struct kve_token_count *g = &a->generated[i];
+
+			if (g->token < 0 || (uint32_t)g->token >= vocab || !g->count)
+				continue;
+			logits[g->token] -= (float)g->count * a->frequency_penalty +
+					    a->presence_penalty;
+		}
+	for (i = 0; i < a->n_bias; i++) {
+		const struct kve_token_bias *b = &a->bias[i];
+
+		if (b->token >= 0 && (uint32_t)b->token < vocab)
+			logits[b->token] += b->bias;
+	}
+	return 0;
 }

@@ -10,6 +10,9 @@
  *    llama-3's or qwen2's, Unicode classes, matched by PCRE2); each word's
  *    bytes map to printable code points (GPT-2's table) and merges apply
  *    in rank order.
+ * Special tokens (control and user-defined: a chat template's markers)
+ * are their text only where the caller says the text may hold them
+ * (kve_tokenize_spans); everywhere else no special token is produced.
  * Token strings are not copied: they point into the model's mapping, so the
  * tokenizer must not outlive the model. Owns no model weights.
  */
@@ -47,7 +50,17 @@ struct kve_tokenizer {
 	int32_t bos, eos, unk;
 	int add_bos;
 	struct kve_pretok *pre;	/* BPE only */
+	int32_t *spec;		/* special tokens with text, longest first */
+	uint32_t n_spec;
+	uint8_t spec_first[32];	/* bitmap: first bytes of their texts */
+	uint8_t *shown;		/* control tokens whose text is shown */
 };
+
+/* A token that is a marker: never produced for plain text. */
+static int is_special(const struct kve_tokenizer *t, int32_t id)
+{
+	return id >= 0 && (t->type[id] == TT_CONTROL || t->type[id] == TT_USER);
+}
 
 static uint32_t fnv(const char *p, size_t n)
 {
@@ -423,7 +436,55 @@ void kve_tokenizer_free(struct kve_tokenizer *t)
 	free(t->hash);
 	free(t->merges);
 	kve_pretok_free(t->pre);
+	free(t->spec);
+	free(t->shown);
 	free(t);
+}
+
+struct spec_ent {
+	uint64_t len;
+	int32_t id;
+};
+
+static int spec_longer(const void *a, const void *b)
+{
+	const struct spec_ent *x = a, *y = b;
+
+	if (x->len != y->len)
+		return x->len > y->len ? -1 : 1;
+	return x->id < y->id ? -1 : 1;
+}
+
+/* The special tokens with text, longest first (the order llama.cpp
+ * partitions text in), and the shown-control bitmap. */
+static int build_specials(struct kve_tokenizer *t)
+{
+	struct spec_ent *e;
+	uint32_t i, n = 0;
+
+	for (i = 0; i < t->n; i++)
+		if (is_special(t, (int32_t)i) && t->tok[i].n)
+			n++;
+	e = malloc((n ? n : 1) * sizeof(*e));
+	t->spec = malloc((n ? n : 1) * sizeof(*t->spec));
+	t->shown = calloc((t->n + 7) / 8, 1);
+	if (!e || !t->spec || !t->shown) {
+		free(e);
+		return -ENOMEM;
+	}
+	for (i = 0; i < t->n; i++)
+		if (is_special(t, (int32_t)i) && t->tok[i].n) {
+			unsigned char c = (unsigned char)t->tok[i].p[0];
+
+			e[t->n_spec].len = t->tok[i].n;
+			e[t->n_spec++].id = (int32_t)i;
+			t->spec_first[c / 8] |= (uint8_t)(1u << (c % 8));
+		}
+	qsort(e, t->n_spec, sizeof(*e), spec_longer);
+	for (i = 0; i < t->n_spec; i++)
+		t->spec[i] = e[i].id;
+	free(e);
+	return 0;
 }
 
 #define TERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
@@ -587,6 +648,8 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 		if (!t->pre)
 			goto fail;
 	}
+	if (build_specials(t))
+		TERR("tokenizer: out of memory");
 	return t;
 fail:
 	kve_tokenizer_free(t);
@@ -708,7 +771,7 @@ static void heap_pop(struct cand_heap *h)
 }
 
 static int spm_try(const struct kve_tokenizer *t, const char *w, struct sym *s,
-		   int left, struct cand_heap *h)
+		   int left, struct cand_heap *h, int plain)
 {
 	int right;
 	int32_t id;
@@ -716,14 +779,15 @@ static int spm_try(const struct kve_tokenizer *t, const char *w, struct sym *s,
 	if (left < 0 || (right = s[left].next) < 0)
 		return 0;
 	id = lookup(t, w + s[left].off, s[left].len + s[right].len);
-	if (id < 0)
+	if (id < 0 || (plain && is_special(t, id)))
 		return 0;
 	return heap_push(h, t->score[id], left, right,
 			 s[left].len + s[right].len);
 }
 
+/* plain: no special token is made; dummy: the dummy-prefix space first */
 static int spm_encode(const struct kve_tokenizer *t, const char *text,
-		      size_t len, struct outbuf *o)
+		      size_t len, struct outbuf *o, int plain, int dummy)
 {
 	struct cand_heap h = { 0 };
 	struct sym *s = NULL;
@@ -738,7 +802,7 @@ static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		return -ENOMEM;
 	/* dummy prefix, then ' ' -> U+2581 */
 	memcpy(w, "\xe2\x96\x81", 3);
-	wl = 3;
+	wl = dummy ? 3 : 0;
 	for (i = 0; i < len; i++) {
 		if (text[i] == ' ') {
 			memcpy(w + wl, "\xe2\x96\x81", 3);
@@ -759,7 +823,7 @@ static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		ns++;
 	}
 	for (k = 0; k < ns; k++)
-		if (spm_try(t, w, s, k, &h))
+		if (spm_try(t, w, s, k, &h, plain))
 			goto out;
 	while (h.n) {
 		int l = h.a[0].left, r = h.a[0].right;
@@ -775,12 +839,12 @@ static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		s[l].next = s[r].next;
 		if (s[r].next >= 0)
 			s[s[r].next].prev = l;
-		if (spm_try(t, w, s, s[l].prev, &h) || spm_try(t, w, s, l, &h))
+		if (spm_try(t, w, s, s[l].prev, &h, plain) || spm_try(t, w, s, l, &h, plain))
 			goto out;
 	}
 	for (k = 0; k >= 0 && ns; k = s[k].next) {
 		int32_t id = lookup(t, w + s[k].off, s[k].len);
-		if (id >= 0)
+		if (id >= 0 && !(plain && is_special(t, id)))
 			emit(o, id);
 		else
 			emit_bytes(t, o, w + s[k].off, s[k].len);
@@ -793,58 +857,153 @@ out:
 	return rc;
 }
 
-static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
-		    struct outbuf *o)
+/*
+ * Byte-level BPE over one pre-tokenized word: the merge of lowest rank
+ * among adjacent symbols first, the leftmost among equal ranks (the
+ * reference algorithm's order). Candidates wait in a min-heap by (rank,
+ * position) and symbols in a linked list, so a word of n bytes costs
+ * O(n log n), not a rescan of every pair per merge; a candidate is stale
+ * when either side has merged since it was queued (their ids changed or
+ * they are no longer neighbours).
+ */
+struct bpe_sym {
+	int32_t id;		/* -1: a byte without a token (never merges) */
+	int prev, next;
+};
+
+struct bpe_cand {
+	uint32_t rank;
+	int left, right;
+	int32_t lid, rid;
+	int32_t result;
+};
+
+static int bpe_before(const struct bpe_cand *a, const struct bpe_cand *b)
 {
-	int32_t stackbuf[64], *ids = stackbuf;
-	size_t i, m = n;
+	return a->rank != b->rank ? a->rank < b->rank : a->left < b->left;
+}
 
-	if (n > 64) {
-		ids = malloc(n * sizeof(*ids));
-		if (!ids)
-			return -ENOMEM;
+static void bpe_push(struct bpe_cand *h, size_t *n, const struct bpe_cand *c)
+{
+	size_t i = (*n)++;
+
+	while (i && bpe_before(c, &h[(i - 1) / 2])) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
 	}
-	for (i = 0; i < n; i++)
-		ids[i] = t->byte_tok[(unsigned char)p[i]];
+	h[i] = *c;
+}
+
+static void bpe_pop(struct bpe_cand *h, size_t *n)
+{
+	struct bpe_cand last = h[--*n];
+	size_t i = 0;
+
 	for (;;) {
-		uint32_t best = UINT32_MAX;
-		size_t at = 0;
-		int32_t res = -1;
+		size_t l = 2 * i + 1, b = l;
 
-		for (i = 0; i + 1 < m; i++) {
-			const struct merge_ent *me;
-			if (ids[i] < 0 || ids[i + 1] < 0)
-				continue;
-			me = merge_find(t, ids[i], ids[i + 1]);
-			if (me && me->rank < best) {
-				best = me->rank;
-				at = i;
-				res = me->result;
-			}
-		}
-		if (res < 0)
+		if (l >= *n)
 			break;
-		ids[at] = res;
-		memmove(ids + at + 1, ids + at + 2, (m - at - 2) * sizeof(*ids));
-		m--;
+		if (l + 1 < *n && bpe_before(&h[l + 1], &h[l]))
+			b = l + 1;
+		if (!bpe_before(&h[b], &last))
+			break;
+		h[i] = h[b];
+		i = b;
 	}
-	for (i = 0; i < m; i++)
-		emit(o, ids[i] >= 0 ? ids[i] : (t->unk >= 0 ? t->unk : 0));
-	if (ids != stackbuf)
-		free(ids);
+	if (*n)
+		h[i] = last;
+}
+
+/* Queues the pair starting at symbol l, when it has a merge (for plain
+ * text, not one that makes a special token). */
+static void bpe_offer(const struct kve_tokenizer *t, const struct bpe_sym *s, int l,
+		      struct bpe_cand *h, size_t *n, int plain)
+{
+	const struct merge_ent *me;
+	struct bpe_cand c;
+	int r;
+
+	if (l < 0 || (r = s[l].next) < 0 || s[l].id < 0 || s[r].id < 0)
+		return;
+	me = merge_find(t, s[l].id, s[r].id);
+	if (!me || (plain && is_special(t, me->result)))
+		return;
+	c.rank = me->rank;
+	c.left = l;
+	c.right = r;
+	c.lid = s[l].id;
+	c.rid = s[r].id;
+	c.result = me->result;
+	bpe_push(h, n, &c);
+}
+
+static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
+		    struct outbuf *o, int plain)
+{
+	struct bpe_sym symbuf[64], *s = symbuf;
+	struct bpe_cand candbuf[3 * 64], *h = candbuf;
+	size_t i, nh = 0;
+	int k;
+
+	if (n > INT32_MAX / 4)
+		return -EINVAL;
+	if (n > 64) {
+		/* n - 1 pairs at first, at most two more per merge */
+		s = malloc(n * sizeof(*s));
+		h = malloc(3 * n * sizeof(*h));
+		if (!s || !h) {
+			free(s);
+			free(h);
+			return -ENOMEM;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		s[i].id = t->byte_tok[(unsigned char)p[i]];
+		s[i].prev = (int)i - 1;
+		s[i].next = i + 1 < n ? (int)i + 1 : -1;
+	}
+	for (i = 0; i + 1 < n; i++)
+		bpe_offer(t, s, (int)i, h, &nh, plain);
+	while (nh) {
+		struct bpe_cand c = h[0];
+
+		bpe_pop(h, &nh);
+		if (s[c.left].next != c.right || s[c.left].id != c.lid || s[c.right].id != c.rid)
+			continue;	/* stale */
+		s[c.left].id = c.result;
+		s[c.left].next = s[c.right].next;
+		if (s[c.right].next >= 0)
+			s[s[c.right].next].prev = c.left;
+		s[c.right].id = -2;	/* merged away: no queued pair matches it */
+		s[c.right].next = -1;
+		bpe_offer(t, s, s[c.left].prev, h, &nh, plain);
+		bpe_offer(t, s, c.left, h, &nh, plain);
+	}
+	for (k = n ? 0 : -1; k >= 0; k = s[k].next) {
+		if (plain && is_special(t, s[k].id))	/* a byte token that is one */
+			emit(o, t->unk >= 0 ? t->unk : 0);
+		else
+			emit(o, s[k].id >= 0 ? s[k].id : (t->unk >= 0 ? t->unk : 0));
+	}
+	if (s != symbuf) {
+		free(s);
+		free(h);
+	}
 	return 0;
 }
 
 struct bpe_ctx {
 	const struct kve_tokenizer *t;
 	struct outbuf *o;
+	int plain;
 };
 
 static int bpe_word_cb(void *ctx, const char *word, size_t n)
 {
 	struct bpe_ctx *c = ctx;
 
-	return bpe_word(c->t, word, n, c->o);
+	return bpe_word(c->t, word, n, c->o, c->plain);
 }
 
 int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
@@ -859,15 +1018,188 @@ int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		emit(&o, t->bos);
 	if (t->kind == KVE_TOK_SPM) {
 		if (len)
-			rc = spm_encode(t, text, len, &o);
+			rc = spm_encode(t, text, len, &o, 0, 1);
 	} else {
-		struct bpe_ctx c = { t, &o };
+		struct bpe_ctx c = { t, &o, 0 };
 
 		rc = kve_pretok_split(t->pre, text, len, bpe_word_cb, &c);
 	}
 	if (rc)
 		return rc;
 	return o.n > INT32_MAX ? -E2BIG : (int)o.n;
+}
+
+/* ---- special tokens where the caller allows them -------------------- */
+
+/* Text between special tokens: plain (no special token is made). */
+static int encode_raw(const struct kve_tokenizer *t, const char *text, size_t len,
+		      struct outbuf *o, int dummy)
+{
+	if (!len && !dummy)
+		return 0;
+	if (t->kind == KVE_TOK_SPM)	/* the dummy prefix alone before a marker */
+		return spm_encode(t, text, len, o, 1, dummy);
+	{
+		struct bpe_ctx c = { t, o, 1 };
+
+		return kve_pretok_split(t->pre, text, len, bpe_word_cb, &c);
+	}
+}
+
+struct frag {
+	size_t off, len;
+	int32_t id;		/* -1: raw text */
+};
+
+/* The first occurrence of needle (n bytes, n > 0) in hay, or NULL. */
+static const char *find_bytes(const char *hay, size_t hn, const char *needle, size_t n)
+{
+	for (size_t i = 0; n <= hn && i <= hn - n; i++) {
+		const char *p = memchr(hay + i, needle[0], hn - n + 1 - i);
+
+		if (!p)
+			return NULL;
+		i = (size_t)(p - hay);
+		if (!memcmp(p, needle, n))
+			return p;
+	}
+	return NULL;
+}
+
+/* 1 when [off, off + n) lies inside one of the allowed spans (sorted). */
+static int allowed(const struct kve_span *sp, size_t n_sp, size_t off, size_t n)
+{
+	size_t lo = 0, hi = n_sp;
+
+	while (lo < hi) {		/* the last span starting at or before off */
+		size_t mid = (lo + hi) / 2;
+
+		if (sp[mid].off <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo && off + n <= sp[lo - 1].off + sp[lo - 1].len;
+}
+
+int kve_tokenize_spans(const struct kve_tokenizer *t, const char *text, size_t len,
+		       const struct kve_span *special, size_t n_special, unsigned flags,
+		       int32_t *out, size_t max)
+{
+	struct outbuf o = { out, max, 0 };
+	struct frag *f = NULL, *nf;
+	size_t nfr = 0, i, k;
+	uint32_t si;
+	uint8_t *present = NULL;
+	int rc = 0;
+
+	if (!t || (!text && len) || (!special && n_special))
+		return -EINVAL;
+	for (i = 0; i < n_special; i++)
+		if (special[i].off > len || special[i].len > len - special[i].off ||
+		    (i && special[i].off < special[i - 1].off + special[i - 1].len))
+			return -EINVAL;
+	if (flags & KVE_TOKENIZE_BOS && t->bos >= 0)
+		emit(&o, t->bos);
+	f = malloc(sizeof(*f));
+	present = calloc(t->n_spec ? t->n_spec : 1, 1);
+	if (!f || !present) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	f[0] = (struct frag){ 0, len, -1 };
+	nfr = 1;
+	/* which special texts occur where they are allowed at all */
+	for (k = 0; k < n_special; k++)
+		for (i = special[k].off; i < special[k].off + special[k].len; i++) {
+			unsigned char c = (unsigned char)text[i];
+
+			if (!(t->spec_first[c / 8] & (1u << (c % 8))))
+				continue;
+			for (si = 0; si < t->n_spec; si++) {
+				const struct gguf_str *s = &t->tok[t->spec[si]];
+
+				if (!present[si] && (unsigned char)s->p[0] == c &&
+				    s->n <= special[k].off + special[k].len - i &&
+				    !memcmp(text + i, s->p, s->n))
+					present[si] = 1;
+			}
+		}
+	/* longest first, as llama.cpp partitions: each occurrence that lies
+	 * inside an allowed span splits the raw fragment holding it */
+	for (si = 0; si < t->n_spec; si++) {
+		const struct gguf_str *s = &t->tok[t->spec[si]];
+
+		if (!present[si])
+			continue;
+		for (k = 0; k < nfr; k++) {
+			const char *p;
+			size_t at;
+
+			if (f[k].id >= 0)
+				continue;
+			p = find_bytes(text + f[k].off, f[k].len, s->p, s->n);
+			while (p && !allowed(special, n_special, (size_t)(p - text), s->n)) {
+				size_t from = (size_t)(p - text) + 1;
+
+				p = from + s->n <= f[k].off + f[k].len ?
+				    find_bytes(text + from, f[k].off + f[k].len - from, s->p, s->n) : NULL;
+			}
+			if (!p)
+				continue;
+			at = (size_t)(p - text);
+			nf = realloc(f, (nfr + 2) * sizeof(*f));
+			if (!nf) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			f = nf;
+			memmove(f + k + 3, f + k + 1, (nfr - k - 1) * sizeof(*f));
+			f[k + 2] = (struct frag){ at + s->n, f[k].off + f[k].len - at - s->n, -1 };
+			f[k + 1] = (struct frag){ at, s->n, t->spec[si] };
+			f[k].len = at - f[k].off;
+			nfr += 2;
+			k++;	/* the rest, f[k + 1], is looked at next */
+		}
+	}
+	for (k = 0; k < nfr && !rc; k++) {
+		if (f[k].id >= 0)
+			emit(&o, f[k].id);
+		else
+			rc = encode_raw(t, text + f[k].off, f[k].len, &o,
+					k == 0 && !(flags & KVE_TOKENIZE_CONT) && t->kind == KVE_TOK_SPM &&
+					len);
+	}
+out:
+	free(f);
+	free(present);
+	if (rc)
+		return rc;
+	return o.n > INT32_MAX ? -E2BIG : (int)o.n;
+}
+
+int kve_token_special(const struct kve_tokenizer *t, int32_t id, char *out, size_t max)
+{
+	if (!t || (uint32_t)id >= t->n)
+		return -EINVAL;
+	if (!is_special(t, id))
+		return 0;
+	if (max)
+		memcpy(out, t->tok[id].p, t->tok[id].n < max ? t->tok[id].n : max);
+	return t->tok[id].n > INT32_MAX ? -E2BIG : (int)t->tok[id].n;
+}
+
+int kve_tokenizer_show(struct kve_tokenizer *t, const char *text)
+{
+	size_t n = strlen(text);
+	int found = 0;
+
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->type[i] == TT_CONTROL && t->tok[i].n == n && !memcmp(t->tok[i].p, text, n)) {
+			t->shown[i / 8] |= (uint8_t)(1u << (i % 8));
+			found = 1;
+		}
+	return found ? 0 : -ENOENT;
 }
 
 /* ---- decoding ------------------------------------------------------- */
@@ -889,8 +1221,14 @@ int kve_token_bytes(const struct kve_tokenizer *t, int32_t id, char *out,
 	if (!t || (uint32_t)id >= t->n)	/* negative ids convert far above */
 		return -EINVAL;
 	s = t->tok[id];
-	if (t->type[id] == TT_CONTROL || t->type[id] == TT_UNUSED)
+	if ((t->type[id] == TT_CONTROL && !(t->shown[id / 8] & (1u << (id % 8)))) ||
+	    t->type[id] == TT_UNUSED)
 		return 0;
+	if (t->type[id] == TT_CONTROL) {	/* shown: its text as it is */
+		if (max)
+			memcpy(out, s.p, s.n < max ? s.n : max);
+		return s.n > INT32_MAX ? -E2BIG : (int)s.n;
+	}
 	if (t->kind == KVE_TOK_SPM) {
 		if (t->type[id] == TT_BYTE && s.n == 6 && !memcmp(s.p, "<0x", 3) &&
 		    s.p[5] == '>' && hexval(s.p[3]) >= 0 && hexval(s.p[4]) >= 0) {

@@ -29,9 +29,8 @@
 #include "internal.h"
 #include "kvsandbox.h"
 #include "log.h"
-#include "tool_call.h"
 
-#define KVD_TOOL_THREADS 4		/* calls running at once, all sessions */
+#define KVD_MAX_TOOL_THREADS 64	/* [tools] threads: calls at once, all tenants */
 #define KVD_MAX_ROUND_CALLS 16		/* more calls in one round: none run */
 #define KVD_TOOL_WORKDIR "/home/tool"	/* the work directory inside the sandbox */
 #define KVD_MAX_DECLS 32		/* kvd_request.server_tools has 32 bits */
@@ -85,6 +84,7 @@ struct kvd_call {
 	int restarted;			/* its MCP server was started again */
 	char *name, *args;
 	size_t args_len;
+	char id[TC_ID_LEN + 1];		/* the call's id (its result names it) */
 	/* result, written by the pool thread */
 	struct kvs_result res;
 	int rc;
@@ -96,18 +96,45 @@ struct kvd_call {
 struct kvd_round {
 	struct kvd *d;
 	struct kvd_job *j;		/* holds a reference */
+	uint32_t tslot;			/* its tenant's entry in agent->tt */
+	char tenant[64];		/* the tenant's name ("": none) */
+	uint64_t wd_size;		/* the work directory's cap (0: plain) */
+	char refuse[160];		/* why none of its calls may run */
 	char workdir[600];
 	struct kva_toolwait_key key;
 	int has_key;
 	uint32_t round, n, n_done;
 	uint32_t result_bytes;
+	uint32_t concurrency;		/* its tenant's, as configured now */
+	uint64_t disk_cap;		/* its tenant's tool disk (0: no cap) */
 	struct kvd_round *next;		/* agent->done */
 	struct kvd_call calls[];
 };
 
 struct rm_item {
 	char *path;
+	uint32_t tslot;			/* whose tool disk it frees */
+	uint64_t bytes;
 	struct rm_item *next;
+};
+
+/*
+ * What the tool pool knows of a tenant, by its name (its identity in the
+ * configuration, kept across reloads): its calls waiting, how many run,
+ * and its sessions' work directories. The pool runs at most
+ * tool_concurrency calls of a tenant at once and takes the next call from
+ * the tenants in turn, so one tenant's many calls queue behind each
+ * other, not in front of everyone's; work directories are capped in
+ * bytes, their sum per tenant by tool_disk_mb.
+ */
+struct kvd_tool_tenant {
+	char name[64];			/* "": requests without a tenant */
+	struct kvd_call *q_head, *q_tail;
+	uint32_t running;
+	uint32_t limit;			/* tool_concurrency as of its last round */
+	uint64_t disk;			/* bytes its work directories may hold */
+	uint32_t n_workdirs;
+	int used;
 };
 
 struct kvd_agent {
@@ -118,15 +145,77 @@ struct kvd_agent {
 	uint32_t n_decl;
 	struct kvd_mcpsrv *mcp[KVD_MAX_MCP];
 	uint32_t n_mcp;
-	pthread_mutex_t lock;		/* the queue; never held with d->lock */
+	uint64_t wd_size;		/* the policy's work directory cap (0: plain) */
+	/* the queues: taken after d->lock, never the other way round */
+	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct kvd_call *q_head, *q_tail;
+	struct kvd_tool_tenant tt[KVD_MAX_TENANTS + 1];
+	uint32_t n_tt, rr;		/* entries; the next to serve */
 	struct rm_item *rm;
 	int stop;
-	pthread_t threads[KVD_TOOL_THREADS];
+	pthread_t threads[KVD_MAX_TOOL_THREADS];
 	unsigned n_threads;
 	struct kvd_round *done;		/* guarded by d->lock */
 };
+
+/* The tenant's entry (a->lock held): found by name, else a new one, else
+ * one no longer in use. */
+static uint32_t tt_slot(struct kvd_agent *a, const char *name)
+{
+	uint32_t i, free_i = UINT32_MAX;
+
+	for (i = 0; i < a->n_tt; i++) {
+		if (a->tt[i].used && !strcmp(a->tt[i].name, name))
+			return i;
+		if (free_i == UINT32_MAX && (!a->tt[i].used ||
+		    (!a->tt[i].q_head && !a->tt[i].running && !a->tt[i].n_workdirs)))
+			free_i = i;
+	}
+	if (a->n_tt < KVD_MAX_TENANTS + 1)
+		free_i = a->n_tt++;
+	else if (free_i == UINT32_MAX)
+		return 0;	/* every entry busy: share the first */
+	memset(&a->tt[free_i], 0, sizeof(a->tt[0]));
+	snprintf(a->tt[free_i].name, sizeof(a->tt[0].name), "%s", name);
+	a->tt[free_i].used = 1;
+	a->tt[free_i].limit = 1;
+	return free_i;
+}
+
+/* The next call to run (a->lock held): the tenants in turn, each below
+ * its concurrency. */
+static struct kvd_call *next_call(struct kvd_agent *a)
+{
+	uint32_t k;
+
+	for (k = 0; k < a->n_tt; k++) {
+		uint32_t i = (a->rr + k) % a->n_tt;
+		struct kvd_tool_tenant *t = &a->tt[i];
+		struct kvd_call *c = t->q_head;
+
+		if (!c || t->running >= t->limit)
+			continue;
+		t->q_head = c->next;
+		if (!t->q_head)
+			t->q_tail = NULL;
+		t->running++;
+		a->rr = i + 1;
+		return c;
+	}
+	return NULL;
+}
+
+/* A call taken but not run (the pool stops): back where it was. */
+static void tt_requeue(struct kvd_agent *a, struct kvd_call *c)
+{
+	struct kvd_tool_tenant *t = &a->tt[c->r->tslot];
+
+	c->next = t->q_head;
+	t->q_head = c;
+	if (!t->q_tail)
+		t->q_tail = c;
+	t->running--;
+}
 
 /* ---- declarations ------------------------------------------------------ */
 
@@ -242,8 +331,23 @@ static void run_call(struct kvd_agent *a, struct kvd_call *c)
 {
 	struct kvd_round *r = c->r;
 	json_error_t je;
-	json_t *o = json_loadb(c->args, c->args_len, 0, &je);
+	json_t *o;
 	const char *s;
+	char why[KVS_NOTE_LEN];
+
+	if (r->refuse[0]) {
+		refuse(&c->res, r->refuse);
+		c->rc = -EDQUOT;
+		return;
+	}
+	/* the session's work directory, capped at what its tenant had left
+	 * when it was first needed (made once; then it exists) */
+	if (!c->decl->srv && (c->rc = kvs_workdir_setup(a->policy, r->workdir, r->wd_size, why,
+							 sizeof(why)))) {
+		refuse(&c->res, why[0] ? why : "the session's work directory cannot be made");
+		return;
+	}
+	o = json_loadb(c->args, c->args_len, 0, &je);
 
 	if (!json_is_object(o)) {
 		refuse(&c->res, "the arguments are not a JSON object");
@@ -253,7 +357,7 @@ static void run_call(struct kvd_agent *a, struct kvd_call *c)
 	}
 	if (c->decl->srv) {
 		json_decref(o);
-		c->rc = kvd_mcp_call(c->decl->srv, c->decl->remote, c->args, c->args_len,
+		c->rc = kvd_mcp_call(c->decl->srv, r->tenant, c->decl->remote, c->args, c->args_len,
 				     r->has_key ? r->d->tw : NULL, r->has_key ? &r->key : NULL,
 				     &c->res, &c->restarted);
 		return;
@@ -311,11 +415,6 @@ static void run_call(struct kvd_agent *a, struct kvd_call *c)
 	case KVD_TOOL_WRITE_FILE:
 	case KVD_TOOL_LIST_DIR:
 		s = inner_path(jstr(o, "path"));
-		c->rc = kvs_workdir_create(a->policy, r->workdir);
-		if (c->rc) {
-			refuse(&c->res, "the session's work directory cannot be made");
-			break;
-		}
 		if (c->tool == KVD_TOOL_READ_FILE) {
 			c->rc = kvs_read_file(a->policy, r->workdir, s, &c->res);
 		} else if (c->tool == KVD_TOOL_LIST_DIR) {
@@ -417,26 +516,30 @@ static void *pool_main(void *arg)
 
 	pthread_mutex_lock(&a->lock);
 	for (;;) {
-		struct kvd_call *c;
+		struct kvd_call *c = NULL;
 		struct rm_item *rm;
+		uint32_t slot;
 
-		while (!a->stop && !a->q_head && !a->rm)
+		while (!a->stop && !a->rm && !(c = next_call(a)))
 			pthread_cond_wait(&a->cond, &a->lock);
-		if (a->stop)
+		if (a->stop) {
+			if (c)
+				tt_requeue(a, c);
 			break;
-		if ((rm = a->rm)) {
+		}
+		if (!c && (rm = a->rm)) {
 			a->rm = rm->next;
 			pthread_mutex_unlock(&a->lock);
-			kvs_remove_tree(rm->path);
+			kvs_workdir_remove(a->policy, rm->path);
+			pthread_mutex_lock(&a->lock);
+			/* gone: its bytes are the tenant's again */
+			a->tt[rm->tslot].disk -= rm->bytes;
+			a->tt[rm->tslot].n_workdirs--;
 			free(rm->path);
 			free(rm);
-			pthread_mutex_lock(&a->lock);
 			continue;
 		}
-		c = a->q_head;
-		a->q_head = c->next;
-		if (!a->q_head)
-			a->q_tail = NULL;
+		slot = c->r->tslot;
 		pthread_mutex_unlock(&a->lock);
 		run_call(a, c);
 		format_output(c, c->r->result_bytes);
@@ -448,6 +551,8 @@ static void *pool_main(void *arg)
 		pthread_mutex_unlock(&d->lock);
 		kvd_wake(d);
 		pthread_mutex_lock(&a->lock);
+		a->tt[slot].running--;
+		pthread_cond_broadcast(&a->cond);	/* its tenant may go on */
 	}
 	pthread_mutex_unlock(&a->lock);
 	return NULL;
@@ -694,6 +799,14 @@ int kvd_agent_init(struct kvd *d, char *err, size_t errlen)
 			 strerror(-rc));
 		return rc;
 	}
+	/* only the daemon enters it: a tool's own directory (its chmod, its
+	 * files) reaches no other user of the host */
+	if (chmod(d->cfg.tools_workdir_root, 0700)) {
+		rc = -errno;
+		snprintf(err, errlen, "[tools] workdir_root %s: chmod 0700: %s",
+			 d->cfg.tools_workdir_root, strerror(-rc));
+		return rc;
+	}
 	/* before the model is loaded: each spawn then copies a small process */
 	rc = kvs_policy_start_spawner(a->policy);
 	if (rc)
@@ -703,7 +816,13 @@ int kvd_agent_init(struct kvd *d, char *err, size_t errlen)
 	rc = build_decls(d, a, err, errlen);
 	if (rc)
 		return rc;
-	for (a->n_threads = 0; a->n_threads < KVD_TOOL_THREADS; a->n_threads++)
+	a->wd_size = kvs_policy_workdir_size(a->policy);
+	if (!a->wd_size)
+		kvd_log(KVD_LOG_WARN, "tools", "work directories are plain directories (no "
+			"spawner, an unprivileged launcher, or workdir_size = 0): their size is not "
+			"capped and tool_disk_mb is not enforced");
+	for (a->n_threads = 0; a->n_threads < d->cfg.tools_threads &&
+	     a->n_threads < KVD_MAX_TOOL_THREADS; a->n_threads++)
 		if (pthread_create(&a->threads[a->n_threads], NULL, pool_main, d)) {
 			snprintf(err, errlen, "tool threads: cannot start");
 			return -EAGAIN;
@@ -744,17 +863,19 @@ void kvd_agent_stop(struct kvd *d)
 	for (i = 0; i < a->n_threads; i++)
 		pthread_join(a->threads[i], NULL);
 	/* calls never started: their rounds never complete */
-	while (a->q_head) {
-		struct kvd_call *c = a->q_head;
+	for (i = 0; i < a->n_tt; i++) {
+		while (a->tt[i].q_head) {
+			struct kvd_call *c = a->tt[i].q_head;
 
-		a->q_head = c->next;
-		if (c->r->n_done != UINT32_MAX) {
-			c->r->n_done = UINT32_MAX;
-			c->r->next = rounds;
-			rounds = c->r;
+			a->tt[i].q_head = c->next;
+			if (c->r->n_done != UINT32_MAX) {
+				c->r->n_done = UINT32_MAX;
+				c->r->next = rounds;
+				rounds = c->r;
+			}
 		}
+		a->tt[i].q_tail = NULL;
 	}
-	a->q_tail = NULL;
 	pthread_mutex_lock(&d->lock);
 	while ((r = a->done)) {
 		a->done = r->next;
@@ -771,7 +892,9 @@ void kvd_agent_stop(struct kvd *d)
 		struct rm_item *rm = a->rm;
 
 		a->rm = rm->next;
-		kvs_remove_tree(rm->path);
+		kvs_workdir_remove(a->policy, rm->path);
+		a->tt[rm->tslot].disk -= rm->bytes;
+		a->tt[rm->tslot].n_workdirs--;
 		free(rm->path);
 		free(rm);
 	}
@@ -802,6 +925,15 @@ static void workdir_of(const struct kvd *d, const struct kvd_conv *c, char *out,
 	snprintf(out, n, "%s/%s", d->cfg.tools_workdir_root, c->id);
 }
 
+void kvd_agent_workdir_view(const struct kvd *d, const char *session, char *out, size_t n)
+{
+	char path[600];
+
+	snprintf(path, sizeof(path), "%s/%s", d->cfg.tools_workdir_root, session);
+	if (!d->agent || kvs_workdir_view(d->agent->policy, path, out, n))
+		snprintf(out, n, "%s", path);
+}
+
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c)
 {
 	struct kvd_agent *a = d->agent;
@@ -817,12 +949,19 @@ void kvd_agent_forget(struct kvd *d, struct kvd_conv *c)
 		rm->path = strdup(path);
 	if (!rm || !rm->path || a->stop) {
 		/* no thread to hand it to: remove it here */
-		kvs_remove_tree(path);
+		kvs_workdir_remove(a->policy, path);
+		pthread_mutex_lock(&a->lock);
+		a->tt[c->tool_tslot].disk -= c->tool_disk;
+		a->tt[c->tool_tslot].n_workdirs--;
+		pthread_mutex_unlock(&a->lock);
 		if (rm)
 			free(rm->path);
 		free(rm);
 		return;
 	}
+	/* its bytes stay its tenant's until it is gone */
+	rm->tslot = c->tool_tslot;
+	rm->bytes = c->tool_disk;
 	pthread_mutex_lock(&a->lock);
 	rm->next = a->rm;
 	a->rm = rm;
@@ -843,10 +982,52 @@ static int tool_index(const struct kvd_agent *a, const char *name)
 	return -1;
 }
 
+/* The round's tenant, by name, and its limits as configured now (d->lock
+ * held: a reload may have changed them). */
+static void tenant_of(struct kvd *d, uint32_t tenant, struct kvd_round *r)
+{
+	const struct kvd_tenant_cfg *t = tenant && tenant <= d->cfg.n_tenants ?
+					 &d->cfg.tenants[tenant - 1] : NULL;
+
+	snprintf(r->tenant, sizeof(r->tenant), "%s", t ? t->name : "");
+	r->concurrency = t && t->tool_concurrency ? t->tool_concurrency :
+			 d->cfg.tools_concurrency;
+	r->disk_cap = (uint64_t)(t && t->has_tool_disk ? t->tool_disk_mb : d->cfg.tools_disk_mb)
+		      << 20;
+}
+
+/* A conversation's first tool round: its work directory's bytes come out
+ * of its tenant's tool_disk (a->lock held). What is left, if less than
+ * the policy's cap; under 1 MiB left, the round is refused, and the next
+ * tries again. */
+static void reserve_disk(struct kvd_agent *a, struct kvd_conv *c, struct kvd_round *r)
+{
+	struct kvd_tool_tenant *t = &a->tt[r->tslot];
+	uint64_t size = a->wd_size;
+
+	if (size && r->disk_cap) {
+		uint64_t left = t->disk < r->disk_cap ? r->disk_cap - t->disk : 0;
+
+		if (left < size)
+			size = left;
+		if (size < (1u << 20)) {
+			snprintf(r->refuse, sizeof(r->refuse), "the tenant's tool disk (tool_disk_mb "
+				 "= %llu) is held by its %u work directories; ending conversations "
+				 "frees theirs", (unsigned long long)(r->disk_cap >> 20),
+				 t->n_workdirs);
+			return;
+		}
+	}
+	c->has_workdir = 1;
+	c->tool_disk = size;
+	c->tool_tslot = r->tslot;
+	t->disk += size;
+	t->n_workdirs++;
+}
+
 int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 {
 	struct kvd_agent *a = d->agent;
-	struct tc_tags tags = { d->cfg.tool_open, d->cfg.tool_close };	/* [model] */
 	struct kvd_conv *c = j->conv;
 	struct tc_result tr;
 	struct kvd_round *r;
@@ -859,7 +1040,7 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 	mask = j->server_tools & kvd_agent_decl_mask(d);
 	if (!mask)
 		return 0;
-	if (tc_parse(&tags, j->gen + j->round_start, j->gen_len - j->round_start, &tr))
+	if (tc_parse(d->chat, j->gen + j->round_start, j->gen_len - j->round_start, &tr))
 		return 0;
 	if (!tr.n_calls)
 		goto no;
@@ -897,6 +1078,7 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 		cl->decl = &a->decl[tool_index(a, tr.calls[i].name)];
 		cl->tool = cl->decl->builtin >= 0 ? (enum kvd_stool)cl->decl->builtin :
 			   KVD_N_TOOLS;
+		memcpy(cl->id, tr.calls[i].id, sizeof(cl->id));
 		cl->name = strdup(tr.calls[i].name);
 		cl->args = malloc(tr.calls[i].arguments_len + 1);
 		if (!cl->name || !cl->args) {
@@ -910,27 +1092,38 @@ int kvd_agent_try(struct kvd *d, struct kvd_job *j)
 	if (d->tw && kva_toolwait_session_key(d->arena, c->as.sid, &r->key) == 0)
 		r->has_key = 1;
 	tc_result_free(&tr);
+	tenant_of(d, j->tenant, r);
 	/* the kernel sees TOOL_WAIT before the first tool's instruction */
-	cls = kvd_toolclass(d, r->calls[0].name, strlen(r->calls[0].name));
+	cls = kvd_toolclass(d, j->tenant, r->calls[0].name, strlen(r->calls[0].name));
 	pred = kvd_toolwait_predict_us(d, cls);
 	c->tool_class = cls;
 	c->wait_started_ns = kvd_now_ns();
 	kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
 	kvd_kstate_flush(d);
-	c->has_workdir = 1;
 	j->tool_rounds++;
 	j->state = JOB_TOOL_RUNNING;
+	/* keep, spill or discard its KV while the tools run */
+	kvd_tiering_tool_wait(d, c, pred);
 	j->refs++;
 	r->j = j;
 	d->m.tool_rounds++;
 	pthread_mutex_lock(&a->lock);
+	r->tslot = tt_slot(a, r->tenant);
+	a->tt[r->tslot].limit = r->concurrency;
+	for (i = 0; i < r->n && r->calls[i].decl->srv; i++)
+		;
+	if (!c->has_workdir && i < r->n)	/* a built-in tool: the work directory */
+		reserve_disk(a, c, r);
+	r->wd_size = c->tool_disk;
 	for (i = 0; i < r->n; i++) {
+		struct kvd_tool_tenant *t = &a->tt[r->tslot];
+
 		r->calls[i].next = NULL;
-		if (a->q_tail)
-			a->q_tail->next = &r->calls[i];
+		if (t->q_tail)
+			t->q_tail->next = &r->calls[i];
 		else
-			a->q_head = &r->calls[i];
-		a->q_tail = &r->calls[i];
+			t->q_head = &r->calls[i];
+		t->q_tail = &r->calls[i];
 	}
 	pthread_cond_broadcast(&a->cond);
 	pthread_mutex_unlock(&a->lock);
@@ -954,17 +1147,14 @@ struct kvd_job *kvd_agent_round_job(const struct kvd_round *r)
 	return r->j;
 }
 
-#define TOOL_HEAD "<|im_start|>tool\n<tool_response>\n"
-#define TOOL_TAIL "\n</tool_response><|im_end|>\n"
-
 char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 {
 	struct kvd_job *j = r->j;
 	struct kvd_conv *c = j->conv;
 	uint64_t now = kvd_now_ns();
-	size_t cap = 64, n = 0;
+	struct chat_tool_result res[KVD_MAX_ROUND_CALLS];
+	struct chat_prompt p = { 0 };
 	uint32_t i;
-	char *t;
 
 	if (c && c->wait_started_ns) {
 		kvd_toolwait_record(d, c->tool_class, (now - c->wait_started_ns) / 1000);
@@ -999,27 +1189,18 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 			tr.output_len, (unsigned long long)cl->res.cgroup_id,
 			cl->res.note[0] ? " note=" : "", cl->res.note);
 		kvd_job_emit_tool_run(j, &tr);
-		cap += strlen(TOOL_HEAD) + tr.output_len + strlen(TOOL_TAIL);
+		res[i].call_id = cl->id;
+		res[i].name = cl->name;
+		res[i].output = tr.output;
+		res[i].output_len = tr.output_len;
 	}
-	t = malloc(cap);
-	if (!t)
+	/* the results as the model's template renders them (daemon/chat) */
+	if (chat_render_tool_round(d->chat, res, r->n, &p)) {
+		chat_prompt_free(&p);
 		return NULL;
-	n += (size_t)sprintf(t, "<|im_end|>\n");
-	for (i = 0; i < r->n; i++) {
-		const struct kvd_call *cl = &r->calls[i];
-
-		memcpy(t + n, TOOL_HEAD, strlen(TOOL_HEAD));
-		n += strlen(TOOL_HEAD);
-		if (cl->output) {
-			memcpy(t + n, cl->output, cl->output_len);
-			n += cl->output_len;
-		}
-		memcpy(t + n, TOOL_TAIL, strlen(TOOL_TAIL));
-		n += strlen(TOOL_TAIL);
 	}
-	n += (size_t)sprintf(t + n, "<|im_start|>assistant\n");
-	*len = n;
-	return t;
+	free(p.plain);
+	return sb_steal(&p.text, len);
 }
 
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r)

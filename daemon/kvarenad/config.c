@@ -57,6 +57,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->max_tokens_cap = 1024;
 	snprintf(c->tool_open, sizeof(c->tool_open), "<tool_call>");
 	snprintf(c->tool_close, sizeof(c->tool_close), "</tool_call>");
+	snprintf(c->chat_template, sizeof(c->chat_template), "auto");
 	snprintf(c->backend, sizeof(c->backend), "auto");
 	c->kv_blocks = 1024;
 	c->block_tokens = 16;
@@ -68,6 +69,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->toolwait_min_s = 10;
 	c->toolwait_max_s = 600;
 	c->toolwait_bpf = 1;
+	snprintf(c->tier_direct, sizeof(c->tier_direct), "auto");
+	snprintf(c->tier_fixed, sizeof(c->tier_fixed), "auto");
+	c->tier_queue_depth = 32;
+	c->tier_decisions = 1;
+	c->tier_prefetch = 1;
+	c->tier_margin_ms = 100;
 	c->prefill_workers = 1;
 	c->decode_workers = 1;
 	c->threads_per_worker = 1;
@@ -84,6 +91,12 @@ void kvd_config_defaults(struct kvd_config *c)
 	snprintf(c->tools_workdir_root, sizeof(c->tools_workdir_root),
 		 "/var/lib/kvarenad/tools");
 	c->tools_result_bytes = 16384;
+	c->tools_threads = 4;
+	c->tools_concurrency = 2;
+	c->tools_disk_mb = 1024;
+	c->remote_heartbeat_ms = 1000;
+	c->remote_timeout_ms = 5000;
+	c->remote_join_grace_s = 30;
 }
 
 static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -204,6 +217,8 @@ static int set_mcp(struct kvd_config *c, const char *name, const char *k, const 
 		return parse_u32(v, 10, 3600000, &u) ? -1 : (m->restart_backoff_max_ms = u, 0);
 	if (!strcmp(k, "healthy_ms"))
 		return parse_u32(v, 10, 86400000, &u) ? -1 : (m->healthy_ms = u, 0);
+	if (!strcmp(k, "per_tenant"))
+		return parse_bool(v, &m->per_tenant);
 	return -2;
 }
 
@@ -243,6 +258,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("model", "max_tokens", max_tokens_cap, 1, 1 << 20);
 	STR("model", "tool_call_open", tool_open);
 	STR("model", "tool_call_close", tool_close);
+	STR("model", "chat_template", chat_template);
 	STR("kv", "backend", backend);
 	U32("kv", "blocks", kv_blocks, 8, 1 << 20);
 	U32("kv", "block_tokens", block_tokens, 1, 4096);
@@ -265,8 +281,32 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
 	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
 	BOOL("kv", "toolwait_bpf", toolwait_bpf);
-	U32("workers", "prefill", prefill_workers, 1, 64);
-	U32("workers", "decode", decode_workers, 1, 64);
+	U32("kv", "ttl_ms", ttl_ms, 0, 86400000);
+	if (!strcmp(sec, "tier") && !strcmp(k, "dir"))
+		return v[0] && v[0] != '/' ? -1 : copy_str(c->tier_dir, sizeof(c->tier_dir), v);
+	if (!strcmp(sec, "tier") && !strcmp(k, "cap_mb")) {
+		char *end;
+		unsigned long long x;
+
+		errno = 0;
+		x = strtoull(v, &end, 10);
+		if (errno || end == v || *end || v[0] == '-' || x > (1ull << 40))
+			return -1;
+		c->tier_cap_mb = x;
+		return 0;
+	}
+	if (!strcmp(sec, "tier") && (!strcmp(k, "direct") || !strcmp(k, "fixed"))) {
+		if (strcmp(v, "auto") && strcmp(v, "on") && strcmp(v, "off"))
+			return -1;
+		return copy_str(!strcmp(k, "direct") ? c->tier_direct : c->tier_fixed, 8, v);
+	}
+	U32("tier", "queue_depth", tier_queue_depth, 1, 1024);
+	BOOL("tier", "decisions", tier_decisions);
+	BOOL("tier", "prefetch", tier_prefetch);
+	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
+	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
+	U32("workers", "prefill", prefill_workers, 0, 64);
+	U32("workers", "decode", decode_workers, 0, 64);
 	U32("workers", "threads", threads_per_worker, 1, 2);
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);
@@ -294,6 +334,24 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		return v[0] != '/' ? -1 : copy_str(c->tools_workdir_root,
 						    sizeof(c->tools_workdir_root), v);
 	U32("tools", "result_bytes", tools_result_bytes, 256, 1 << 20);
+	U32("tools", "threads", tools_threads, 1, 64);
+	U32("tools", "tool_concurrency", tools_concurrency, 1, 64);
+	U32("tools", "tool_disk_mb", tools_disk_mb, 0, 1u << 30);
+	STR("remote", "listen", remote_listen);
+	if (!strcmp(sec, "remote") && !strcmp(k, "secret_file"))
+		return v[0] != '/' ? -1 : copy_str(c->remote_secret_file,
+						    sizeof(c->remote_secret_file), v);
+	U32("remote", "prefill", remote_prefill, 0, 64);
+	U32("remote", "decode", remote_decode, 0, 64);
+	STR("remote", "ucx_tls", remote_ucx_tls);
+	STR("remote", "ucx_devices", remote_ucx_devices);
+	U32("remote", "heartbeat_ms", remote_heartbeat_ms, 50, 600000);
+	U32("remote", "timeout_ms", remote_timeout_ms, 100, 3600000);
+	U32("remote", "join_grace_s", remote_join_grace_s, 0, 86400 * 7);
+	STR("events", "endpoint", events_endpoint);
+	STR("events", "replay_endpoint", events_replay);
+	STR("events", "topic", events_topic);
+	BOOL("events", "allow_remote", events_allow_remote);
 	if (!strcmp(sec, "log") && !strcmp(k, "level")) {
 		static const char *const lv[] = { "error", "warn", "info", "debug" };
 
@@ -327,6 +385,12 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return parse_u32(v, 0, 1 << 20, &t->kv_blocks);
 		if (!strcmp(k, "server_tools"))
 			return parse_bool(v, &t->server_tools);
+		if (!strcmp(k, "tool_concurrency"))
+			return parse_u32(v, 1, 64, &t->tool_concurrency);
+		if (!strcmp(k, "tool_disk_mb")) {
+			t->has_tool_disk = 1;
+			return parse_u32(v, 0, 1u << 30, &t->tool_disk_mb);
+		}
 	}
 	return -2;
 #undef U32
@@ -432,6 +496,29 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 							 c->tenants[i].name, c->tenants[j].name);
 						return -1;
 					}
+	}
+	if (!c->prefill_workers && !c->remote_prefill) {
+		snprintf(err, errlen, "no prefill worker: [workers] prefill or [remote] prefill "
+			 "must be at least 1");
+		return -1;
+	}
+	if (!c->decode_workers && !c->remote_decode) {
+		snprintf(err, errlen, "no decode worker: [workers] decode or [remote] decode "
+			 "must be at least 1");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode &&
+	    (!c->remote_listen[0] || !c->remote_secret_file[0])) {
+		snprintf(err, errlen, "[remote] slots need listen and secret_file");
+		return -1;
+	}
+	if (c->remote_prefill + c->remote_decode && c->handoff == KVD_HANDOFF_COPY) {
+		snprintf(err, errlen, "[remote] workers need [kv] handoff = arena");
+		return -1;
+	}
+	if (c->remote_timeout_ms < 2 * c->remote_heartbeat_ms) {
+		snprintf(err, errlen, "[remote] timeout_ms must be at least twice heartbeat_ms");
+		return -1;
 	}
 	for (i = 0; i < c->n_mcp; i++)
 		if (!c->mcp[i].command[0]) {

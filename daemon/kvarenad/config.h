@@ -20,6 +20,9 @@ struct kvd_tenant_cfg {
 	uint64_t tokens_per_min;	/* prompt + completion; 0: unlimited */
 	uint32_t kv_blocks;		/* blocks held at once; 0: unlimited */
 	int server_tools;		/* may use server-side tools */
+	uint32_t tool_concurrency;	/* its tool calls at once; 0: [tools]' */
+	uint32_t tool_disk_mb;		/* its work directories' bytes; 0: no cap */
+	int has_tool_disk;		/* tool_disk_mb set here, else [tools]' */
 };
 
 /* [mcp.NAME]: an MCP tool server (stdio) started in the sandbox; its
@@ -43,6 +46,9 @@ struct kvd_mcp_cfg {
 	uint32_t restart_backoff_ms;
 	uint32_t restart_backoff_max_ms;
 	uint32_t healthy_ms;
+	/* an instance per tenant (its own process, state and back-off),
+	 * started on that tenant's first call; else one shared by all */
+	int per_tenant;
 };
 
 enum kvd_handoff { KVD_HANDOFF_ARENA = 0, KVD_HANDOFF_COPY = 1 };
@@ -74,6 +80,7 @@ struct kvd_config {
 	char model_id[128];		/* default: file name without .gguf */
 	uint32_t max_tokens_cap;	/* completion tokens when unset */
 	char tool_open[32], tool_close[32];	/* tool-call tags in generated text */
+	char chat_template[32];		/* "auto" or a family (daemon/chat) */
 	/* [kv] */
 	char backend[16];		/* auto, kernel, memfd */
 	uint32_t kv_blocks;		/* arena capacity in blocks */
@@ -87,6 +94,16 @@ struct kvd_config {
 	uint32_t idle_retention_s;	/* an idle session's KV lives this long */
 	uint32_t toolwait_min_s, toolwait_max_s;	/* bounds of a TOOL_WAIT deadline */
 	int toolwait_bpf;		/* 1: load the eBPF tool-wait programs if possible */
+	uint32_t ttl_ms;		/* the ttl policy's inactivity bound (0: the kernel's) */
+	/* [tier] the disk tier and the keep/spill/discard logic (tiering.c) */
+	char tier_dir[512];		/* spill directory; "": no disk tier */
+	uint64_t tier_cap_mb;		/* disk the spill files may take; 0: no cap */
+	char tier_direct[8];		/* O_DIRECT: auto, on, off */
+	char tier_fixed[8];		/* registered buffers: auto, on, off */
+	uint32_t tier_queue_depth;	/* block I/Os in flight */
+	int tier_decisions;		/* 1: keep/spill/discard at each tool wait */
+	int tier_prefetch;		/* 1: restore before the predicted return */
+	uint32_t tier_margin_ms;	/* prefetch safety margin */
 	/* [workers] */
 	uint32_t prefill_workers;
 	uint32_t decode_workers;
@@ -109,12 +126,28 @@ struct kvd_config {
 	uint32_t tools_max_rounds;	/* tool rounds per request */
 	char tools_workdir_root[512];	/* per-session work directories */
 	uint32_t tools_result_bytes;	/* tool output given to the model, per call */
+	uint32_t tools_threads;		/* calls running at once, all tenants */
+	uint32_t tools_concurrency;	/* per tenant, unless its section says */
+	uint32_t tools_disk_mb;		/* per tenant, unless its section says; 0: no cap */
 	/* [mcp.NAME] sections */
 	uint32_t n_mcp;
 	struct kvd_mcp_cfg mcp[KVD_MAX_MCP];
 	/* [tenant.NAME] sections */
 	uint32_t n_tenants;
 	struct kvd_tenant_cfg tenants[KVD_MAX_TENANTS];
+	/* [remote]: worker hosts on other machines (Documentation/remote.md) */
+	char remote_listen[128];	/* HOST:PORT they join; "": none */
+	char remote_secret_file[512];	/* the pre-shared key */
+	uint32_t remote_prefill, remote_decode;	/* remote worker slots */
+	char remote_ucx_tls[64];	/* UCX_TLS for the transfers; "": UCX's choice */
+	char remote_ucx_devices[128];	/* UCX_NET_DEVICES; "": all */
+	uint32_t remote_heartbeat_ms, remote_timeout_ms;
+	uint32_t remote_join_grace_s;	/* requests wait this long for a host */
+	/* [events]: the prefix cache's block events for KV-aware routers */
+	char events_endpoint[256];	/* ZeroMQ PUB endpoint; "": off */
+	char events_replay[256];	/* ROUTER endpoint for replays; "": none */
+	char events_topic[256];		/* "": kv@HOSTNAME@MODEL */
+	int events_allow_remote;	/* tcp beyond loopback */
 	/* [log] */
 	int log_level;
 	char config_path[512];

@@ -80,6 +80,7 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key)
 	memcpy(c->id, "sess_", 5);
 	for (i = 0; i < 12; i++)
 		snprintf(c->id + 5 + 2 * i, 3, "%02x", rnd[i]);
+	memcpy(&c->tier_key, rnd, sizeof(c->tier_key));
 	c->tenant = tenant;
 	if (key && !(c->key = strdup(key))) {
 		free(c);
@@ -126,8 +127,14 @@ int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
  * so the conversation can be recomputed when it returns. */
 void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 {
+	struct kva_session_info si = { .size = sizeof(si) };
+
+	kvd_tiering_abandon(d, c);
 	if (!c->has_kv)
 		return;
+	/* what it held idle, for kvarenad_kv_idle_byte_seconds_total */
+	if (kva_session_get_info(d->arena, c->as.sid, &si) == 0)
+		d->m.idle_byte_s_ended += si.idle_byte_sec;
 	count_blocks(d, c, 0, c->as.s.n_blocks, -1);
 	kve_arena_session_close(d->kv, &c->as);
 	memset(&c->as, 0, sizeof(c->as));
@@ -136,8 +143,39 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 	c->kstate = KVA_STATE_ENDED;
 }
 
+/* Gives back every block; the session stays (tiering.c: its KV is on disk
+ * or recomputed, and the kernel still sees its tool wait). */
+void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
+{
+	int rc;
+
+	if (!c->has_kv)
+		return;
+	if (c->as.s.n_blocks) {
+		count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+		rc = kva_blocks_free(d->arena, c->as.sid, c->as.s.n_blocks, c->as.s.block_table);
+		if (rc < 0)
+			kvd_log(KVD_LOG_WARN, "conv", "%s: freeing %u blocks: %s", c->id,
+				c->as.s.n_blocks, strerror(-rc));
+	}
+	c->as.s.n_blocks = 0;
+	c->as.s.n_tokens = 0;
+	c->n_hashed = 0;
+}
+
+void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out)
+{
+	count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+	*out = c->as;
+	memset(&c->as, 0, sizeof(c->as));
+	c->has_kv = 0;
+	c->n_hashed = 0;
+	c->kstate = KVA_STATE_ENDED;
+}
+
 void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 {
+	kvd_tiering_forget(d, c);
 	kvd_agent_forget(d, c);
 	kvd_conv_drop_kv(d, c);
 	list_del(d, c);
@@ -353,6 +391,8 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 
 	if (n > c->n_tokens)
 		return -EINVAL;
+	/* a restore must not write into blocks this cut gives back */
+	kvd_tiering_abandon(d, c);
 	c->n_tokens = n;
 	c->text_len = n ? c->tok_end[n - 1] : 0;
 	if (n && c->tok_end[n - 1] == UINT32_MAX)

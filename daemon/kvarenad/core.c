@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -245,6 +246,7 @@ static void job_destroy(struct kvd_job *j)
 	for (i = 0; i < KVD_MAX_STOP; i++)
 		free(j->stop[i]);
 	free(j->prompt);
+	kvd_sampling_free(j);
 	free(j->c_json);
 	free(j->c_name);
 	free(j->hist);
@@ -362,6 +364,16 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 
 	if (c->kind == KVD_CONSTRAIN_NONE)
 		return 0;
+	/* the decoder writes Hermes calls only: for another family's syntax
+	 * "auto" goes unconstrained and a forced call is refused */
+	if (c->kind == KVD_CONSTRAIN_TOOLS && chat_template_syntax(d->chat) != TC_SYN_HERMES) {
+		if (c->lazy)
+			return 0;
+		set_err(err, KVD_ERR_INVALID, "tool_choice", NULL,
+			"this model's tool-call syntax (%s) cannot be enforced: use tool_choice 'auto'",
+			chat_template_family(d->chat));
+		return -EINVAL;
+	}
 	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
 	    c->json_len > KVC_MAX_SPEC_BYTES) {
 		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
@@ -384,7 +396,8 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	}
 	kvc_grammar_release(g);
 	j->cw.kind = (uint32_t)c->kind;
-	j->cw.flags = c->lazy ? KVD_CONSTRAINT_LAZY : 0;
+	j->cw.flags = (c->lazy ? KVD_CONSTRAINT_LAZY : 0) |
+		      (j->s.close_in_budget ? KVD_CONSTRAINT_BUDGET : 0);
 	j->cw.max_calls = c->max_calls;
 	j->cw.json_len = (uint32_t)c->json_len;
 	j->cw.hash = spec_hash(c);
@@ -489,7 +502,11 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	}
 	snprintf(j->request_id, sizeof(j->request_id), "%s",
 		 r->request_id ? r->request_id : "-");
-	if (check_constraint(d, &r->c, j, err)) {
+	j->s.logit_bias = NULL;		/* the request's; sampling.c keeps a copy */
+	n = kvd_sampling_setup(d, j, &r->s, err);
+	if (n == -ENOMEM)
+		goto nomem_job;
+	if (n || check_constraint(d, &r->c, j, err)) {
 		j->refs = 1;
 		job_destroy(j);
 		return -EINVAL;
@@ -578,9 +595,52 @@ const char *kvd_model_id(const struct kvd *d)
 	return d->cfg.model_id;
 }
 
+const struct chat_template *kvd_chat_template(const struct kvd *d)
+{
+	return d->chat;
+}
+
 uint32_t kvd_context_len(const struct kvd *d)
 {
 	return d->ctx_len;
+}
+
+uint32_t kvd_vocab_size(const struct kvd *d)
+{
+	return d->vocab;
+}
+
+const char *kvd_system_fingerprint(const struct kvd *d)
+{
+	return d->fingerprint;
+}
+
+int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
+		 int32_t *ids, size_t max)
+{
+	return kve_tokenize(d->tok, text, len, add_special, ids, max);
+}
+
+int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)
+{
+	if (id < 0 || (uint32_t)id >= d->vocab)
+		return -EINVAL;
+	return kve_token_bytes(d->tok, id, buf, len);
+}
+
+/* FNV-1a over what decides the numbers a request gets: the model (its id,
+ * shape), the KV layout and the engine's kernel set. */
+static void make_fingerprint(struct kvd *d)
+{
+	char in[512];
+	uint64_t h = 0xcbf29ce484222325ull;
+	int n = snprintf(in, sizeof(in), "%s|%u|%u|%u|%s|%s", d->cfg.model_id, d->vocab,
+			 d->ctx_len, d->cfg.block_tokens, d->cfg.kv_dtype, kve_isa_name());
+
+	for (int i = 0; i < n && i < (int)sizeof(in); i++)
+		h = (h ^ (uint8_t)in[i]) * 0x100000001b3ull;
+	snprintf(d->fingerprint, sizeof(d->fingerprint), "fp_%010llx",
+		 (unsigned long long)(h & 0xffffffffffull));
 }
 
 int kvd_ready(const struct kvd *d)
@@ -597,6 +657,20 @@ static int32_t single_token(struct kvd *d, const char *s)
 	int n = kve_tokenize(d->tok, s, strlen(s), 0, ids, 4);
 
 	return n == 1 ? ids[0] : -1;
+}
+
+/* The model's family, from its GGUF chat template or [model] chat_template. */
+static int open_chat(struct kvd *d, char *err, size_t errlen)
+{
+	struct chat_options o = { d->cfg.chat_template, d->cfg.tool_open, d->cfg.tool_close };
+	size_t len;
+	const char *t = kve_model_meta_str(d->model, "tokenizer.chat_template", &len);
+	int rc = chat_template_new(t, len, &o, &d->chat, err, errlen);
+
+	if (!rc)
+		kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
+			chat_template_family(d->chat), chat_template_why(d->chat));
+	return rc;
 }
 
 static int open_arena(struct kvd *d, char *err, size_t errlen)
@@ -630,7 +704,8 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 		return -ENOMEM;
 	rc = kva_policy_parse(d->cfg.policy);
 	if (rc >= 0)
-		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm, 0);
+		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm,
+					  d->cfg.ttl_ms);
 	if (rc < 0) {
 		snprintf(err, errlen, "eviction policy %s: %s", d->cfg.policy, strerror(-rc));
 		return rc;
@@ -642,7 +717,9 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
  * kvd_destroy end here alike. */
 static void release(struct kvd *d)
 {
+	kvd_tiering_fini(d);	/* before the arena: I/O may still fill blocks */
 	kvd_agent_fini(d);
+	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	free(d->block_users);
@@ -650,6 +727,7 @@ static void release(struct kvd *d)
 		close(d->data_fd);
 	kve_arena_kv_destroy(d->kv);
 	kvc_vocab_free(d->cvocab);
+	chat_template_free(d->chat);
 	kve_tokenizer_free(d->tok);
 	kve_model_free(d->model);
 	if (d->wake_fd >= 0)
@@ -671,6 +749,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	d->cfg = *cfg;
 	d->self_exe = self_exe;
 	d->data_fd = -1;
+	d->remote_lfd = -1;
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -706,8 +785,12 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		rc = -EINVAL;
 		goto fail;
 	}
+	rc = open_chat(d, err, errlen);
+	if (rc)
+		goto fail;
 	d->eos = kve_tokenizer_eos(d->tok);
-	d->eot = single_token(d, "<|im_end|>");
+	d->eot = single_token(d, chat_template_eot(d->chat));
+	make_fingerprint(d);
 	d->cvocab = kvc_vocab_create(d->tok, d->vocab, err, errlen);
 	if (!d->cvocab) {
 		kvd_log(KVD_LOG_WARN, "core", "structured decoding unavailable: %s", err);
@@ -721,11 +804,17 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 		snprintf(err, errlen, "prefix cache: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_tiering_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_kstate_init(d);
 	if (rc) {
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
 		goto fail;
 	}
+	rc = kvd_remote_init(d, err, errlen);
+	if (rc)
+		goto fail;
 	rc = kvd_workers_start(d);
 	if (rc) {
 		snprintf(err, errlen, "workers: %s", strerror(-rc));
@@ -749,9 +838,14 @@ fail:
 
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 {
+	char err[256];
+
 	pthread_mutex_lock(&d->lock);
 	d->cfg.n_tenants = cfg->n_tenants;
 	memcpy(d->cfg.tenants, cfg->tenants, sizeof(cfg->tenants));
+	/* the eviction policy and the tiers' switches change at run time too */
+	if (kvd_tiering_reload(d, cfg, err, sizeof(err)))
+		kvd_log(KVD_LOG_ERR, "core", "reload: %s; keeping the running policy", err);
 	pthread_mutex_unlock(&d->lock);
 }
 

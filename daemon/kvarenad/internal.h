@@ -9,6 +9,8 @@
  *   router.c    which worker gets a step (Dynamo-style cost)
  *   kstate.c    session states to the kernel (batched), pressure events
  *   toolwait.c  tool classes and predicted waits
+ *   tiering.c   where each conversation's KV lives (arena, disk, none):
+ *               keep/spill/discard, restore, prefetch (daemon/tier/)
  *   agent.c     server-side tools: declarations, the sandbox, tool rounds
  *   mcp.c       MCP tool servers ([mcp.NAME]) for agent.c
  *   metrics.c   counters, histograms, Prometheus text
@@ -22,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "chat.h"
 #include "config.h"
 #include "kv_arena.h"
 #include "kvarena_toolwait.h"
@@ -57,6 +60,21 @@ struct kvd_conv {
 	uint64_t deadline_ns;		/* KV retention ends */
 	int delete_pending;		/* DELETE while a step held a lease */
 	int has_workdir;		/* server-side tools made its work dir */
+	uint64_t tool_disk;		/* its bytes, out of its tenant's tool disk */
+	uint32_t tool_tslot;		/* that tenant's entry in the tool pool */
+	/* tiering.c: the KV's other places */
+	uint64_t tier_key;		/* its spill files' key (random) */
+	struct kvd_tticket *tier_op;	/* a spill or restore in flight */
+	uint64_t tier_file;		/* a spill file of tokens [0, tier_file_tokens) */
+	uint32_t tier_file_tokens;
+	uint64_t tier_file_hash;
+	uint64_t *tier_bhash;		/* its blocks' chained token hashes */
+	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
+	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
+	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
+	uint8_t tier_setup;		/* a restore is finding its blocks */
+	uint64_t tool_pred_us;		/* the tool wait's predicted length */
+	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recent first */
 };
 
@@ -71,6 +89,7 @@ enum kvd_job_state {
 	JOB_DECODE_READY,
 	JOB_DECODING,
 	JOB_TOOL_RUNNING,	/* server-side tools run (agent.c), no worker */
+	JOB_KV_WAIT,		/* its KV is being restored (tiering.c) */
 	JOB_FINISHED,
 };
 
@@ -102,6 +121,8 @@ struct kvd_job {
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
 	struct kvd_constraint_wire cw;
+	struct kvd_jsampler *smp;	/* sampling.c: top-k, min-p, biases,
+					 * penalties; NULL: none */
 	char *c_json, *c_name;
 	int32_t *hist;
 	uint32_t n_hist, cap_hist;
@@ -151,6 +172,8 @@ struct kvd_worker {
 	uint64_t next_start_ns;		/* backoff after failures */
 	uint64_t started_ns;
 	char backend[32];
+	int remote;			/* a link to a remote host (daemon/remote) */
+	uint64_t joined_ns;		/* remote: last seen with a host joined */
 };
 
 /* ---- prefix cache ----------------------------------------------------- */
@@ -175,7 +198,8 @@ struct kvd_prefix {
 
 #define KVD_MAX_TOOL_CLASSES 256
 struct kvd_toolclass {
-	char name[64];
+	char name[64];			/* the tool */
+	char tenant[64];		/* whose ("": requests without a tenant) */
 	struct kva_toolwait_hist hist;	/* the daemon's own measurements */
 };
 
@@ -204,6 +228,23 @@ struct kvd_metrics {
 	uint64_t mcp_calls[2], mcp_restarts;	/* [0] ok, [1] tool error */
 	uint64_t steps_prefill, steps_decode, decode_seqs;
 	struct kvd_hist ttft, tpot, toolwait, prefill_ms;
+	/* tiering.c */
+	uint64_t tier_decisions[3];		/* keep, spill, discard at tool waits */
+	uint64_t tier_spills, tier_spill_bytes, tier_spill_failures;
+	uint64_t tier_spills_clean;		/* evictions a disk copy made free */
+	uint64_t tier_restores, tier_restore_bytes, tier_restore_failures[4];
+	uint64_t tier_restore_cached_tokens;	/* restored by sharing cached blocks */
+	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
+	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
+	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
+	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;
+};
+
+/* tiering.c's numbers for /metrics */
+struct kvd_tier_gauges {
+	uint32_t sessions[3];		/* arena, disk, none */
+	uint64_t disk_bytes, disk_cap, files, direct_fallbacks;
+	double write_bps, read_bps, recompute_tps;
 };
 
 /* ---- the orchestrator -------------------------------------------------- */
@@ -225,6 +266,7 @@ struct kvd {
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
 	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
+	struct chat_template *chat;	/* the model's family (daemon/chat) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
 	struct kve_arena_kv *kv;
@@ -241,6 +283,7 @@ struct kvd {
 	struct kvd_state_change *pending;
 	uint32_t n_pending, cap_pending;
 	struct kva_toolwait *tw;	/* eBPF tool-wait, optional */
+	struct kvd_tiering *tier;	/* tiering.c */
 	/* state */
 	struct kvd_conv *convs;
 	uint32_t n_convs;
@@ -259,7 +302,12 @@ struct kvd {
 	uint32_t n_classes;
 	struct kvd_metrics m;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
+	/* daemon/remote: remote worker hosts, KV events (hooks.h) */
+	int remote_lfd;			/* where hosts join, or -1 */
+	uint64_t remote_started_ns;
+	struct kvr_events *kvev;	/* NULL: no [events] endpoint */
 	char startup_note[256];
+	char fingerprint[24];		/* kvd_system_fingerprint() */
 #ifdef KVD_TEST_HOOKS
 	/* test_orch only: replies fed in place of the model's (sched.c) */
 	char *test_replies[8];
@@ -275,7 +323,8 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe,
 /* Stop admitting; wait up to timeout_ms for running jobs; 0 when drained. */
 int kvd_drain(struct kvd *d, int timeout_ms);
 void kvd_destroy(struct kvd *d);
-/* Tenants and budgets may change on SIGHUP. */
+/* Tenants and budgets, the eviction policy and the tiers' switches may
+ * change on SIGHUP. */
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg);
 
 /* core.c */
@@ -310,6 +359,11 @@ int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text,
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c);
 void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c);
 int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more);
+/* Every block back, the kvarena session kept (its KV is on disk or gone;
+ * the kernel still sees its tool wait). */
+void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c);
+/* The kvarena session moves out of c, to be closed by the caller. */
+void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out);
 void kvd_conv_touch(struct kvd_conv *c);
 uint32_t kvd_conv_blocks(const struct kvd_conv *c);
 
@@ -354,9 +408,52 @@ uint32_t kvd_blocks_free(struct kvd *d);
 uint32_t kvd_make_room(struct kvd *d, uint32_t want);
 
 /* toolwait.c */
-uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len);
+/* A tool's class for a tenant (its id, 0: none): each tenant's tools
+ * have classes of their own, so one tenant's waits shape neither the
+ * kernel's nor the daemon's prediction for another (toolwait.c). */
+uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len);
 uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
+/* Expected time left of a wait that has lasted elapsed_us (hint: its
+ * prediction at the start): the class histogram's conditional mean. */
+uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+				   uint64_t hint_us);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
+
+/* tiering.c */
+struct kvd_tticket;
+struct kvd_tiering;
+int kvd_tiering_init(struct kvd *d, char *err, size_t errlen);
+void kvd_tiering_fini(struct kvd *d);
+/* The disk tier's completions (poll), or -1. */
+int kvd_tiering_fd(struct kvd *d);
+/* Completions, prefetches and overruns due; ms to the next timer or -1. */
+int kvd_tiering_poll(struct kvd *d, uint64_t now);
+/* c's reply ended in tool calls (wait_started_ns, tool_class set): keep,
+ * spill or discard its KV for the predicted wait. */
+void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us);
+/* c's job is about to use its KV: 0 go on (what the arena holds is its
+ * KV; what it lacks is prefilled), 1 wait (a restore runs). */
+int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c);
+/* The kernel ranked c a victim: its blocks go to disk or away. Blocks
+ * freed now (a spill frees them when written: c->tier_op is then set). */
+uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c);
+/* c's retention is over: to disk if there is one, else released. */
+void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c);
+/* Spills or restores in flight (blocks will come free or be filled). */
+int kvd_tiering_busy(const struct kvd *d);
+/* c lets go of what is in flight (its KV changes or goes). */
+void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
+/* c is forgotten: its file and timers go. */
+void kvd_tiering_forget(struct kvd *d, struct kvd_conv *c);
+/* A prefill step computed tokens in ns: the recompute cost. */
+void kvd_tiering_prefill_observed(struct kvd *d, uint32_t tokens, uint64_t ns);
+/* "arena", "disk" or "none". */
+const char *kvd_tiering_tier(const struct kvd_conv *c);
+void kvd_tiering_gauges(struct kvd *d, struct kvd_tier_gauges *g);
+/* SIGHUP: [kv] policy, watermarks, ttl_ms; [tier] decisions, prefetch,
+ * prefetch_margin_ms. 0 or a negative errno (err says why; nothing
+ * changed). Called with d->lock held. */
+int kvd_tiering_reload(struct kvd *d, const struct kvd_config *nc, char *err, size_t errlen);
 
 /* agent.c: server-side tools */
 struct kvd_round;
@@ -381,6 +478,9 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);
+/* Where this process reaches a session's work directory (the sandbox's
+ * spawner holds its mount): for tests and operators looking in. */
+void kvd_agent_workdir_view(const struct kvd *d, const char *session, char *out, size_t n);
 /* Bits of the declarations kvd_server_tools() lists (request bit i = the
  * i-th declaration; jobs keep the same bits). */
 uint32_t kvd_agent_decl_mask(const struct kvd *d);
@@ -396,15 +496,30 @@ struct json_t;
  * in err. */
 struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
 				 struct json_t **tools, char *err, size_t errlen);
-/* One tools/call, serialised per server, restarting a stopped server
+/* One tools/call for a tenant (its instance with per_tenant, else the
+ * shared one), serialised per instance, restarting a stopped one
  * first (after its back-off: -EAGAIN before), refusing a tool it no
  * longer lists (-ENOENT); the text content (or the error) in res. 0 or a
  * negative errno. */
-int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_t args_len,
-		 struct kva_toolwait *tw, const struct kva_toolwait_key *key,
+int kvd_mcp_call(struct kvd_mcpsrv *s, const char *tenant, const char *name, const char *args,
+		 size_t args_len, struct kva_toolwait *tw, const struct kva_toolwait_key *key,
 		 struct kvs_result *res, int *restarted);
 const char *kvd_mcp_name(const struct kvd_mcpsrv *s);
 void kvd_mcp_free(struct kvd_mcpsrv *s);
+
+/* sampling.c: the job's sampler state the workers get with each step */
+struct kvd_jsampler;
+/* Checks token ids (err: 400) and keeps what the sampler needs; 0 or
+ * -errno. Nothing is kept when only temperature and top-p are set. */
+int kvd_sampling_setup(struct kvd *d, struct kvd_job *j, const struct kvd_sampling *s,
+		       struct kvd_error *err);
+void kvd_sampling_free(struct kvd_job *j);
+/* A token the model generated (frequency and presence penalties). */
+int kvd_sampling_note(struct kvd_job *j, int32_t tok);
+/* Bytes the step will carry after the constraint (0: no KVD_SEQ_SAMPLER);
+ * brings the context set up to date with the conversation first. */
+size_t kvd_sampling_wire_len(struct kvd *d, struct kvd_job *j);
+void kvd_sampling_put(const struct kvd_job *j, char **p);
 
 /* sched.c: invalid UTF-8 and NUL to U+FFFD; out needs 3 * n bytes */
 size_t kvd_utf8_clean(const char *in, size_t n, char *out);

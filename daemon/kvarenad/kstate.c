@@ -226,15 +226,19 @@ static struct kvd_conv *conv_by_sid(struct kvd *d, uint64_t sid)
 	return NULL;
 }
 
-static void evict(struct kvd *d, struct kvd_conv *c)
+/* May c's blocks go? Not while a step computes on them; a server-side
+ * tool round's KV waits like a client's (tiering.c). */
+static int evictable(const struct kvd_conv *c)
 {
-	d->m.evictions++;
-	d->m.evicted_blocks += c->as.s.n_blocks;
-	kvd_log(KVD_LOG_INFO, "kstate", "evict %s: %u blocks (%s), recomputed if it returns",
-		c->id, c->as.s.n_blocks, kva_state_name(c->kstate));
-	kvd_conv_drop_kv(d, c);
+	return c->has_kv && c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
+	       (!c->job || c->job->state == JOB_TOOL_RUNNING);
 }
 
+/*
+ * Victims go to disk or away by tiering.c's choice; a spill frees its
+ * blocks when written, so less may be free on return than wanted: the
+ * waiting request is admitted when the spill completes.
+ */
 uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 {
 	struct kva_victim v[64];
@@ -251,9 +255,9 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 		for (i = 0; i < n && free_now < want; i++) {
 			struct kvd_conv *c = conv_by_sid(d, v[i].session_id);
 
-			if (!c || c->job)
+			if (!c || !evictable(c))
 				continue;
-			evict(d, c);
+			kvd_tiering_evict(d, c);
 			kvd_prefix_evict(d, want - free_now);
 			free_now = kvd_blocks_free(d);
 			progress = 1;
@@ -263,10 +267,10 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 			struct kvd_conv *c, *old = NULL;
 
 			for (c = d->convs; c; c = c->next)
-				if (c->has_kv && !c->job && c->as.s.n_blocks)
+				if (evictable(c))
 					old = c;
 			if (old) {
-				evict(d, old);
+				kvd_tiering_evict(d, old);
 				kvd_prefix_evict(d, want - free_now);
 				free_now = kvd_blocks_free(d);
 				progress = 1;

@@ -4,30 +4,34 @@
 # its own api.mk) and the CPU engine as a dlopen()-able backend plugin.
 # Included from the top-level Makefile after the engine's engine.mk, api.mk
 # and sandbox.mk (server-side tools: the orchestrator links libkvsandbox and
-# the API's tool-call parser).
+# the model families' room, daemon/chat, for tool calls and templates).
 
 KVD_VERSION   := $(VERSION)
 KVD_OUT       := $(B)/daemon
 KVD_CFLAGS    := -std=c11 -Wall -Wextra -Werror -O2 -g \
                  -fno-strict-aliasing -DKVD_VERSION=\"$(KVD_VERSION)\" \
-                 -Idaemon/kvarenad -Idaemon/worker -Idaemon/common -Idaemon/api \
-                 -Idaemon/engine -Idaemon/sandbox -Ilib -Iinclude/uapi -Ikmod/core
+                 -Idaemon/kvarenad -Idaemon/worker -Idaemon/common -Idaemon/api -Idaemon/chat \
+                 -Idaemon/engine -Idaemon/sandbox -Idaemon/tier -Idaemon/remote -Ilib -Iinclude/uapi \
+                 -Ikmod/core
 KVD_CORE_SRCS := $(filter-out daemon/kvarenad/main.c,$(sort $(wildcard daemon/kvarenad/*.c))) \
-                 $(sort $(wildcard daemon/worker/*.c)) $(sort $(wildcard daemon/common/*.c))
+                 $(sort $(wildcard daemon/worker/*.c)) \
+                 $(filter-out daemon/common/strbuf.c,$(sort $(wildcard daemon/common/*.c))) \
+                 $(REMOTE_SRCS)
 KVD_HDRS      := $(wildcard daemon/kvarenad/*.h daemon/worker/*.h daemon/common/*.h \
-                 daemon/api/*.h daemon/engine/*.h daemon/sandbox/kvsandbox.h \
-                 daemon/sandbox/kvsmcp.h) \
+                 daemon/api/*.h daemon/chat/*.h daemon/engine/*.h daemon/sandbox/kvsandbox.h \
+                 daemon/sandbox/kvsmcp.h daemon/tier/kvtier.h daemon/remote/*.h) \
                  lib/kvarena.h lib/kvarena_toolwait.h \
                  include/uapi/linux/kvarena.h
 KVD_CORE_OBJS := $(KVD_CORE_SRCS:%.c=$(KVD_OUT)/obj/%.o)
 KVD_CORE_SOBJS := $(KVD_CORE_SRCS:%.c=$(KVD_OUT)/san/%.o)
 KVD_CORE_LIB  := $(KVD_OUT)/libkvd.a
 KVD_CORE_SLIB := $(KVD_OUT)/libkvd-san.a
-KVD_LDLIBS    := -linih -ldl -lseccomp -ljansson $(ENGINE_LIBS) $(LIB_LDLIBS)
-# what the core library needs besides the engine: the API's tool-call
-# parser (tool_call.o, strbuf.o) and the sandbox
-KVD_DEP_LIBS  := $(API_LIB) $(SANDBOX_LIB)
-KVD_DEP_SLIBS := $(API_SLIB) $(SANDBOX_SLIB)
+KVD_LDLIBS    := -linih -ldl -lseccomp -ljansson $(ENGINE_LIBS) $(TIER_LIBS) $(LIB_LDLIBS) \
+                 $(REMOTE_LIBS)
+# what the core library needs besides the engine: the model families
+# (daemon/chat, with strbuf), the sandbox and the KV tiers; the API for main.c
+KVD_DEP_LIBS  := $(API_LIB) $(CHAT_LIB) $(SANDBOX_LIB) $(TIER_LIB)
+KVD_DEP_SLIBS := $(API_SLIB) $(CHAT_SLIB) $(SANDBOX_SLIB) $(TIER_SLIB)
 KVD_BIN       := $(B)/bin/kvarenad
 KVD_PLUGIN    := $(B)/lib/kvarenad/backend-cpu.so
 KVD_SAN       := -fsanitize=address,undefined -fno-sanitize-recover=undefined \

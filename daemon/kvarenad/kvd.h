@@ -4,7 +4,7 @@
  *
  * The orchestrator (daemon/kvarenad/) owns sessions, the prefix cache, the
  * scheduler and the stage workers. The HTTP layer parses and validates
- * OpenAI requests, renders the chat to prompt text (daemon/api/chat.c),
+ * OpenAI requests, renders the chat to prompt text (daemon/chat),
  * submits a job here and turns the job's events into JSON or SSE. It never
  * sees tokens' KV, blocks or workers.
  *
@@ -25,13 +25,25 @@ extern "C" {
 
 struct kvd;
 struct kvd_job;
+struct chat_template;
 
 #define KVD_MAX_STOP 4		/* OpenAI: up to 4 stop sequences */
 #define KVD_MAX_STOP_LEN 256	/* bytes per stop sequence */
 #define KVD_MAX_TOP_LOGPROBS 20
+#define KVD_MAX_LOGIT_BIAS 1024	/* entries of logit_bias */
+
+struct kvd_logit_bias {
+	int32_t token;			/* < kvd_vocab_size() */
+	float bias;			/* -100..100; -100 bans the token */
+};
 
 /* Sampling and limits of one completion; the HTTP layer has validated the
- * ranges (temperature 0..2, top_p 0..1, top_logprobs 0..20). */
+ * ranges (temperature 0..2, top_p 0..1, top_logprobs 0..20, penalties
+ * -2..2, repetition_penalty 0..10, min_p 0..1); the orchestrator checks
+ * token ids. The worker's sampler applies them (daemon/engine/sample.c):
+ * repetition penalty over the context, frequency and presence penalties
+ * over the tokens generated, biases, then temperature, top-k, min-p,
+ * top-p. */
 struct kvd_sampling {
 	float temperature;		/* 0: greedy */
 	float top_p;			/* 1: off */
@@ -42,6 +54,18 @@ struct kvd_sampling {
 	const char *stop[KVD_MAX_STOP];	/* NUL-terminated, non-empty */
 	int logprobs;			/* 1: per-token logprob in events */
 	uint32_t top_logprobs;		/* 0..KVD_MAX_TOP_LOGPROBS */
+	uint32_t top_k;			/* 0: off */
+	float min_p;			/* 0: off */
+	float frequency_penalty;	/* 0: off */
+	float presence_penalty;		/* 0: off */
+	float repetition_penalty;	/* 1 (or 0): off */
+	uint32_t n_logit_bias;		/* <= KVD_MAX_LOGIT_BIAS; copied at submit */
+	const struct kvd_logit_bias *logit_bias;
+	int ignore_eos;			/* never end the turn: max_tokens or the
+					 * context ends the reply */
+	int close_in_budget;		/* structured decoding near max_tokens
+					 * steers the output to close in time
+					 * (opt-in: it can change the answer) */
 };
 
 /* Structured decoding: sampling restricted so the output parses
@@ -156,7 +180,7 @@ struct kvd_event {
 	enum kvd_finish finish;
 	struct kvd_usage usage;
 	const char *session_id;		/* for DELETE /v1/sessions/{id} */
-	double ttft_ms, total_ms;	/* for the request's log line */
+	double ttft_ms, total_ms;	/* from submission: first token, done */
 	/* ERROR (after submission: a worker failed for good, shutdown) */
 	struct kvd_error err;
 	/* TOOL_RUN */
@@ -180,6 +204,24 @@ int kvd_session_delete(struct kvd *d, const char *session_id, uint32_t tenant);
 
 /* The served model's id (for /v1/models and the "model" check). */
 const char *kvd_model_id(const struct kvd *d);
+/* Token ids are < this (logit_bias, /tokenize). */
+uint32_t kvd_vocab_size(const struct kvd *d);
+/* What names this server's numerics (model, context, KV layout, kernel
+ * set): OpenAI's system_fingerprint. Same seed and fingerprint, same
+ * output. */
+const char *kvd_system_fingerprint(const struct kvd *d);
+/* The model's tokenizer. kvd_tokenize: text to ids (add_special: the BOS
+ * the model's prompts start with; special token text such as
+ * <|im_start|> becomes its control token, as in a rendered prompt);
+ * returns the number of ids (written up to max) or -errno.
+ * kvd_token_piece: one id's bytes (up to len), their length, or -errno
+ * (-EINVAL: not a token id). */
+int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
+		 int32_t *ids, size_t max);
+int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len);
+/* The served model's family (daemon/chat/chat.h): how prompts are rendered
+ * and generated tool calls parsed. Lives as long as d. */
+const struct chat_template *kvd_chat_template(const struct kvd *d);
 /* Longest prompt + completion in tokens. */
 uint32_t kvd_context_len(const struct kvd *d);
 /* 1 when able to serve, 0 while starting or draining. */

@@ -19,6 +19,7 @@
 #include "api.h"
 #include "internal.h"
 #include "log.h"
+#include "remote.h"
 #include "worker.h"
 
 static const char usage[] =
@@ -190,8 +191,6 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->max_body = (size_t)c->max_body_kb * 1024;
 	ac->max_connections = c->max_connections;
 	ac->conn_timeout_s = c->conn_timeout_s;
-	ac->tool_open = c->tool_open;
-	ac->tool_close = c->tool_close;
 }
 
 int main(int argc, char **argv)
@@ -210,6 +209,11 @@ int main(int argc, char **argv)
 
 	if (argc >= 3 && !strcmp(argv[1], "--worker"))
 		return worker_mode(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "--remote-link"))
+		return kvr_link_main(argc, argv);
+	for (int i = 1; i < argc; i++)	/* a remote worker host */
+		if (!strcmp(argv[i], "--worker-of") || !strncmp(argv[i], "--worker-of=", 12))
+			return kvr_rworker_main(argc, argv);
 	while ((opt = getopt_long(argc, argv, "c:m:l:Vh", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'c': config_file = optarg; break;

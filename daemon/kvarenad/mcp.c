@@ -17,6 +17,11 @@
  * it, and tools it added are logged. A server that cannot start at daemon
  * start is logged and its tools are not offered: the daemon serves
  * without them.
+ *
+ * Instances: one shared by every tenant (default), or with per_tenant =
+ * yes one per tenant, started on that tenant's first call, with its own
+ * process, state, work directory and back-off: one tenant can neither
+ * read what another left in the server nor keep it restarting for all.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,6 +36,18 @@
 #include "kvsmcp.h"
 #include "log.h"
 
+/* One running (or stopped) copy of the server. */
+struct kvd_mcpinst {
+	char tenant[64];		/* per_tenant: whose */
+	char workdir[600];		/* its /home/tool; "": a fresh one per start */
+	pthread_mutex_t lock;		/* one call at a time; all below */
+	struct kvs_mcp *m;		/* NULL: stopped, started on the next call */
+	json_t *has;			/* names of its last tools/list */
+	uint32_t fails;			/* failures in a row */
+	uint64_t started_ns;		/* of the running process */
+	uint64_t next_start_ns;		/* no start before */
+};
+
 struct kvd_mcpsrv {
 	const struct kvd_mcp_cfg *cfg;
 	struct kvs_policy *own;		/* built-in least privilege; or NULL */
@@ -39,13 +56,10 @@ struct kvd_mcpsrv {
 	char *words;			/* argv's storage */
 	const char *argv[KVD_MCP_MAX_ARGS + 1];
 	struct kvs_mcp_limits lim;
-	pthread_mutex_t lock;		/* one call at a time; all below */
-	struct kvs_mcp *m;		/* NULL: stopped, started on the next call */
 	json_t *offered;		/* names declared at daemon start */
-	json_t *has;			/* names of its last tools/list */
-	uint32_t fails;			/* failures in a row */
-	uint64_t started_ns;		/* of the running instance */
-	uint64_t next_start_ns;		/* no start before */
+	pthread_mutex_t lock;		/* the table below */
+	struct kvd_mcpinst *inst[KVD_MAX_TENANTS + 1];	/* [0]: the shared one */
+	uint32_t n_inst;
 };
 
 #define MCP_BACKOFF_MS 1000u
@@ -60,26 +74,27 @@ static uint32_t or_default(uint32_t v, uint32_t d)
 /* The running instance failed (or a start did): stop it, and the next
  * start waits first * 2^(fails-1), at most max. A failure of an instance
  * that ran healthy_ms starts the count again. */
-static void failed(struct kvd_mcpsrv *s)
+static void failed(struct kvd_mcpsrv *s, struct kvd_mcpinst *in)
 {
 	uint64_t now = kvd_now_ns(), d;
 	uint32_t first = or_default(s->cfg->restart_backoff_ms, MCP_BACKOFF_MS);
 	uint32_t max = or_default(s->cfg->restart_backoff_max_ms, MCP_BACKOFF_MAX_MS);
 	uint32_t healthy = or_default(s->cfg->healthy_ms, MCP_HEALTHY_MS);
 
-	if (s->m && now - s->started_ns >= (uint64_t)healthy * 1000000ull)
-		s->fails = 0;
-	kvs_mcp_close(s->m);
-	s->m = NULL;
-	if (s->fails < 32)
-		s->fails++;
-	d = (uint64_t)first << (s->fails - 1 < 20 ? s->fails - 1 : 20);
+	if (in->m && now - in->started_ns >= (uint64_t)healthy * 1000000ull)
+		in->fails = 0;
+	kvs_mcp_close(in->m);
+	in->m = NULL;
+	if (in->fails < 32)
+		in->fails++;
+	d = (uint64_t)first << (in->fails - 1 < 20 ? in->fails - 1 : 20);
 	if (d > max)
 		d = max;
-	s->next_start_ns = now + d * 1000000ull;
-	kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] stopped after %u failure%s in a row; next start "
-		"in %llu ms at the earliest", s->cfg->name, s->fails, s->fails > 1 ? "s" : "",
-		(unsigned long long)d);
+	in->next_start_ns = now + d * 1000000ull;
+	kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s]%s%s stopped after %u failure%s in a row; next "
+		"start in %llu ms at the earliest", s->cfg->name, s->cfg->per_tenant ?
+		" tenant " : "", s->cfg->per_tenant ? in->tenant : "", in->fails,
+		in->fails > 1 ? "s" : "", (unsigned long long)d);
 }
 
 static int has_name(json_t *names, const char *n)
@@ -106,11 +121,12 @@ static json_t *names_of(json_t *tools)
 /* tools/list again (after a start, on list_changed): what the server has
  * now. A tool it dropped is refused from now on; one it added is logged
  * (offered from the daemon's next start). Its bytes stay out of the log. */
-static int relist(struct kvd_mcpsrv *s, const char *why, char *err, size_t errlen)
+static int relist(struct kvd_mcpsrv *s, struct kvd_mcpinst *in, const char *why, char *err,
+		  size_t errlen)
 {
 	json_t *tools = NULL, *names, *v;
 	size_t i, gone = 0, added = 0;
-	int rc = kvs_mcp_list_tools(s->m, &tools, err, errlen);
+	int rc = kvs_mcp_list_tools(in->m, &tools, err, errlen);
 
 	if (rc)
 		return rc;
@@ -121,9 +137,9 @@ static int relist(struct kvd_mcpsrv *s, const char *why, char *err, size_t errle
 	json_array_foreach(s->offered, i, v)
 		gone += !has_name(names, json_string_value(v));
 	json_array_foreach(names, i, v)
-		added += !has_name(s->has, json_string_value(v));
-	json_decref(s->has);
-	s->has = names;
+		added += !has_name(in->has ? in->has : s->offered, json_string_value(v));
+	json_decref(in->has);
+	in->has = names;
 	kvd_log(gone || added ? KVD_LOG_WARN : KVD_LOG_INFO, "mcp",
 		"[mcp.%s] tools listed again (%s): %zu tools; %zu of those offered are gone "
 		"(refused), %zu new (offered after a restart of the daemon)", s->cfg->name, why,
@@ -181,19 +197,67 @@ static int split(struct kvd_mcpsrv *s, char *err, size_t errlen)
 	return 0;
 }
 
-static int start(struct kvd_mcpsrv *s, char *err, size_t errlen)
+static int start(struct kvd_mcpsrv *s, struct kvd_mcpinst *in, char *err, size_t errlen)
 {
-	int rc = kvs_mcp_open(s->p, s->tool, s->cfg->workdir[0] ? s->cfg->workdir : NULL,
-			      s->argv, &s->lim, &s->m, err, errlen);
+	int rc = kvs_mcp_open(s->p, s->tool, in->workdir[0] ? in->workdir : NULL, s->argv,
+			      &s->lim, &in->m, err, errlen);
 
-	s->started_ns = kvd_now_ns();
+	in->started_ns = kvd_now_ns();
 	return rc;
+}
+
+static struct kvd_mcpinst *inst_new(struct kvd_mcpsrv *s, const char *tenant)
+{
+	struct kvd_mcpinst *in = calloc(1, sizeof(*in));
+
+	if (!in)
+		return NULL;
+	snprintf(in->tenant, sizeof(in->tenant), "%s", tenant);
+	/* a tenant's own copy gets a work directory of its own beside the
+	 * configured one's name, never the shared directory */
+	if (s->cfg->workdir[0])
+		snprintf(in->workdir, sizeof(in->workdir), s->cfg->per_tenant ? "%s/tenant-%s" :
+			 "%s", s->cfg->workdir, tenant);
+	pthread_mutex_init(&in->lock, NULL);
+	return in;
+}
+
+static void inst_free(struct kvd_mcpinst *in)
+{
+	if (!in)
+		return;
+	kvs_mcp_close(in->m);
+	json_decref(in->has);
+	pthread_mutex_destroy(&in->lock);
+	free(in);
+}
+
+/* The instance that serves tenant: the shared one, or its own (made on
+ * its first call), or NULL when every slot is another tenant's. */
+static struct kvd_mcpinst *inst_for(struct kvd_mcpsrv *s, const char *tenant)
+{
+	struct kvd_mcpinst *in = NULL;
+	uint32_t i;
+
+	if (!s->cfg->per_tenant)
+		return s->inst[0];
+	pthread_mutex_lock(&s->lock);
+	for (i = 0; i < s->n_inst; i++)
+		if (!strcmp(s->inst[i]->tenant, tenant)) {
+			in = s->inst[i];
+			break;
+		}
+	if (!in && s->n_inst < KVD_MAX_TENANTS + 1 && (in = inst_new(s, tenant)))
+		s->inst[s->n_inst++] = in;
+	pthread_mutex_unlock(&s->lock);
+	return in;
 }
 
 struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs_policy *p,
 				 json_t **tools, char *err, size_t errlen)
 {
 	struct kvd_mcpsrv *s = calloc(1, sizeof(*s));
+	struct kvd_mcpinst *lister;
 	char why[512];
 	int rc;
 
@@ -229,27 +293,45 @@ struct kvd_mcpsrv *kvd_mcp_start(const struct kvd_mcp_cfg *cfg, const struct kvs
 		s->p = s->own;
 		s->tool = "default";
 	}
-	rc = start(s, why, sizeof(why));
+	/* shared: the instance that lists the tools serves them; per
+	 * tenant: it only lists them, in a fresh directory, and stops */
+	lister = inst_new(s, "");
+	if (!lister) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	if (cfg->per_tenant)
+		lister->workdir[0] = 0;
+	else
+		s->inst[s->n_inst++] = lister;
+	rc = start(s, lister, why, sizeof(why));
 	if (!rc)
-		rc = kvs_mcp_list_tools(s->m, tools, why, sizeof(why));
+		rc = kvs_mcp_list_tools(lister->m, tools, why, sizeof(why));
 	if (rc) {
 		kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] %s: %s; its tools are not offered",
 			cfg->name, s->argv[0], why);
-		kvs_mcp_close(s->m);
-		s->m = NULL;
+		kvs_mcp_close(lister->m);
+		lister->m = NULL;
+		if (cfg->per_tenant)
+			inst_free(lister);
 		json_decref(*tools);
 		*tools = NULL;
 		return s;
 	}
-	s->has = names_of(*tools);
-	s->offered = json_incref(s->has);
-	if (!s->has) {
+	s->offered = names_of(*tools);
+	if (!s->offered) {
 		snprintf(err, errlen, "out of memory");
+		if (cfg->per_tenant)
+			inst_free(lister);
 		goto fail;
 	}
-	kvd_log(KVD_LOG_INFO, "mcp", "[mcp.%s] %s: %zu tools; policy tool %s", cfg->name,
-		kvs_mcp_server_info(s->m), json_array_size(*tools),
-		cfg->tool[0] ? cfg->tool : "built-in least privilege");
+	kvd_log(KVD_LOG_INFO, "mcp", "[mcp.%s] %s: %zu tools; policy tool %s; %s", cfg->name,
+		kvs_mcp_server_info(lister->m), json_array_size(*tools),
+		cfg->tool[0] ? cfg->tool : "built-in least privilege",
+		cfg->per_tenant ? "an instance per tenant, each started on its first call" :
+		"one instance shared by every tenant");
+	if (cfg->per_tenant)
+		inst_free(lister);
 	return s;
 fail:
 	kvd_mcp_free(s);
@@ -265,8 +347,8 @@ void kvd_mcp_free(struct kvd_mcpsrv *s)
 {
 	if (!s)
 		return;
-	kvs_mcp_close(s->m);
-	json_decref(s->has);
+	while (s->n_inst)
+		inst_free(s->inst[--s->n_inst]);
 	json_decref(s->offered);
 	kvs_policy_free(s->own);
 	free(s->words);
@@ -328,12 +410,13 @@ static void fail_res(struct kvs_result *res, enum kvs_exit reason, const char *f
 	res->err_len = res->err ? strlen(res->err) : 0;
 }
 
-int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_t args_len,
-		 struct kva_toolwait *tw, const struct kva_toolwait_key *key,
+int kvd_mcp_call(struct kvd_mcpsrv *s, const char *tenant, const char *name, const char *args,
+		 size_t args_len, struct kva_toolwait *tw, const struct kva_toolwait_key *key,
 		 struct kvs_result *res, int *restarted)
 {
 	json_error_t je;
 	json_t *a = json_loadb(args, args_len, 0, &je), *result = NULL;
+	struct kvd_mcpinst *in;
 	char why[512];
 	uint64_t cg = 0;
 	uint64_t t0 = kvd_now_ns();
@@ -346,26 +429,33 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 		fail_res(res, KVS_EXIT_REFUSED, "%s%s", "the arguments are not a JSON object", "");
 		return -EINVAL;
 	}
-	pthread_mutex_lock(&s->lock);
-	if (!s->m && t0 < s->next_start_ns) {
+	in = inst_for(s, tenant ? tenant : "");
+	if (!in) {
+		json_decref(a);
+		fail_res(res, KVS_EXIT_SETUP, "MCP server %s: no instance left for another tenant",
+			 s->cfg->name, "");
+		return -EUSERS;
+	}
+	pthread_mutex_lock(&in->lock);
+	if (!in->m && t0 < in->next_start_ns) {
 		char wait[160];
 
 		snprintf(wait, sizeof(wait), "%s is restarting: %u failure%s in a row, next start "
-			 "in %llu ms", s->cfg->name, s->fails, s->fails > 1 ? "s" : "",
-			 (unsigned long long)((s->next_start_ns - t0 + 999999) / 1000000));
-		pthread_mutex_unlock(&s->lock);
+			 "in %llu ms", s->cfg->name, in->fails, in->fails > 1 ? "s" : "",
+			 (unsigned long long)((in->next_start_ns - t0 + 999999) / 1000000));
+		pthread_mutex_unlock(&in->lock);
 		json_decref(a);
 		fail_res(res, KVS_EXIT_SETUP, "MCP server %s%s", wait, "");
 		return -EAGAIN;
 	}
-	if (!s->m) {
+	if (!in->m) {
 		*restarted = 1;
-		rc = start(s, why, sizeof(why));
+		rc = start(s, in, why, sizeof(why));
 		if (!rc)
-			rc = relist(s, "restarted", why, sizeof(why));
+			rc = relist(s, in, "restarted", why, sizeof(why));
 		if (rc) {
-			failed(s);
-			pthread_mutex_unlock(&s->lock);
+			failed(s, in);
+			pthread_mutex_unlock(&in->lock);
 			json_decref(a);
 			fail_res(res, KVS_EXIT_SETUP, "MCP server %s does not start: %s",
 				 s->cfg->name, why);
@@ -373,50 +463,50 @@ int kvd_mcp_call(struct kvd_mcpsrv *s, const char *name, const char *args, size_
 		}
 	}
 	/* what it said while idle: list_changed, or that it is gone */
-	rc = kvs_mcp_poll(s->m);
-	if (!rc && kvs_mcp_tools_changed(s->m))
-		rc = relist(s, "tools/list_changed", why, sizeof(why));
+	rc = kvs_mcp_poll(in->m);
+	if (!rc && kvs_mcp_tools_changed(in->m))
+		rc = relist(s, in, "tools/list_changed", why, sizeof(why));
 	if (rc) {
-		failed(s);
-		pthread_mutex_unlock(&s->lock);
+		failed(s, in);
+		pthread_mutex_unlock(&in->lock);
 		json_decref(a);
 		fail_res(res, KVS_EXIT_CODE, "MCP error: the server failed while idle: %s",
 			 rc == -EPIPE ? "it exited" : why, "");
 		return rc;
 	}
-	if (!has_name(s->has, name)) {
-		pthread_mutex_unlock(&s->lock);
+	if (!has_name(in->has ? in->has : s->offered, name)) {
+		pthread_mutex_unlock(&in->lock);
 		json_decref(a);
 		fail_res(res, KVS_EXIT_REFUSED, "MCP server %s no longer offers tool %s",
 			 s->cfg->name, name);
 		return -ENOENT;
 	}
-	cg = kvs_mcp_cgroup_id(s->m);
+	cg = kvs_mcp_cgroup_id(in->m);
 	if (tw && key && cg &&
 	    kva_toolwait_register_cgroup(tw, cg, key))
 		cg = 0;
-	rc = kvs_mcp_call(s->m, name, a, &result, why, sizeof(why));
+	rc = kvs_mcp_call(in->m, name, a, &result, why, sizeof(why));
 	if (tw && cg)
 		kva_toolwait_unregister_cgroup(tw, cg);
-	res->cgroup_id = kvs_mcp_cgroup_id(s->m);
+	res->cgroup_id = kvs_mcp_cgroup_id(in->m);
 	if (rc && rc != -EREMOTEIO && rc != -EINVAL) {
 		/* the stream cannot be trusted any more: the server goes */
 		kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] %s: %s (malformed %lu, oversized %lu); "
 			"stopped", s->cfg->name, name, why,
-			kvs_mcp_malformed(s->m), kvs_mcp_oversized(s->m));
-		failed(s);
-	} else if (kvs_mcp_tools_changed(s->m)) {
+			kvs_mcp_malformed(in->m), kvs_mcp_oversized(in->m));
+		failed(s, in);
+	} else if (kvs_mcp_tools_changed(in->m)) {
 		char why2[512];
 
 		/* it said so while answering: list now, for the next call */
-		if (relist(s, "tools/list_changed", why2, sizeof(why2)))
-			failed(s);
-	} else if (!rc && s->fails &&
-		   t0 - s->started_ns >= (uint64_t)or_default(s->cfg->healthy_ms,
+		if (relist(s, in, "tools/list_changed", why2, sizeof(why2)))
+			failed(s, in);
+	} else if (!rc && in->fails &&
+		   t0 - in->started_ns >= (uint64_t)or_default(s->cfg->healthy_ms,
 							      MCP_HEALTHY_MS) * 1000000ull) {
-		s->fails = 0;	/* healthy long enough: the back-off starts over */
+		in->fails = 0;	/* healthy long enough: the back-off starts over */
 	}
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&in->lock);
 	json_decref(a);
 	res->wall_s = (double)(kvd_now_ns() - t0) / 1e9;
 	if (rc) {

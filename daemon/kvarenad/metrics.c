@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "kvsandbox.h"
 
@@ -102,6 +103,8 @@ char *kvd_metrics_text(struct kvd *d)
 	struct kvd_conv *c;
 	struct kvd_job *j;
 	struct kvd_metrics m;
+	struct kvd_tier_gauges tg;
+	uint64_t idle_bs = 0;
 	static const char *const st_names[] = { "idle", "prefill", "decode", "tool_wait",
 						"ended" };
 
@@ -112,8 +115,15 @@ char *kvd_metrics_text(struct kvd *d)
 	pthread_mutex_lock(&d->lock);
 	m = d->m;
 	kva_arena_get_info(d->arena, &ai);
-	for (c = d->convs; c; c = c->next)
+	for (c = d->convs; c; c = c->next) {
+		struct kva_session_info si = { .size = sizeof(si) };
+
 		states[c->has_kv ? (c->kstate < KVA_STATE_COUNT ? c->kstate : 0) : KVA_STATE_ENDED]++;
+		if (c->has_kv && kva_session_get_info(d->arena, c->as.sid, &si) == 0)
+			idle_bs += si.idle_byte_sec;
+	}
+	idle_bs += m.idle_byte_s_ended;
+	kvd_tiering_gauges(d, &tg);
 	for (j = d->jobs; j; j = j->next) {
 		if (j->state == JOB_QUEUED)
 			queued++;
@@ -143,7 +153,23 @@ char *kvd_metrics_text(struct kvd *d)
 	gauge(&o, "kv_blocks_used", "KV blocks held (sessions and the prefix cache).",
 	      ai.blocks_total - ai.blocks_free);
 	gauge(&o, "kv_blocks_cached", "KV blocks indexed by the prefix cache.", d->prefix.n);
+	{
+		uint32_t held = 0, b;
+
+		for (b = 0; d->block_users && b < d->geom.blocks_total; b++)
+			held += d->block_users[b] != 0;
+		gauge(&o, "kv_blocks_conversations",
+		      "KV blocks some conversation holds (the rest of the used ones: the prefix "
+		      "cache's alone).", held);
+	}
 	gauge(&o, "kv_block_bytes", "Bytes of one arena block.", ai.block_size);
+	{
+		char rm[4096];
+
+		/* the same load under the names KV-aware routers read */
+		if (kvd_router_metrics(d, rm, sizeof(rm), queued, running, &ai) < (int)sizeof(rm))
+			put(&o, "%s", rm);
+	}
 	pthread_mutex_unlock(&d->lock);
 
 	counter(&o, "requests_total", "Completions admitted.", m.requests);
@@ -203,6 +229,72 @@ char *kvd_metrics_text(struct kvd *d)
 	    (unsigned long long)m.steps_prefill, (unsigned long long)m.steps_decode);
 	counter(&o, "decode_sequences_total", "Sequences in decode steps (batching).",
 		m.decode_seqs);
+	put(&o, "# HELP kvarenad_kv_sessions Conversations by where their KV is (arena; disk: a "
+		"spill file; none: recomputed if they return).\n# TYPE kvarenad_kv_sessions gauge\n"
+		"kvarenad_kv_sessions{tier=\"arena\"} %u\nkvarenad_kv_sessions{tier=\"disk\"} %u\n"
+		"kvarenad_kv_sessions{tier=\"none\"} %u\n", tg.sessions[0], tg.sessions[1],
+	    tg.sessions[2]);
+	counter(&o, "kv_idle_byte_seconds_total",
+		"KV bytes held idle (IDLE, TOOL_WAIT) times seconds, from the kernel's (or the "
+		"memfd backend's) session accounting.", idle_bs);
+	gauge(&o, "tier_disk_bytes", "Bytes the spill files take.", (double)tg.disk_bytes);
+	gauge(&o, "tier_disk_cap_bytes", "The spill files' cap (0: none).", (double)tg.disk_cap);
+	gauge(&o, "tier_files", "Spill files.", (double)tg.files);
+	gauge(&o, "tier_write_bytes_per_second", "Measured spill bandwidth (running mean).",
+	      tg.write_bps);
+	gauge(&o, "tier_read_bytes_per_second", "Measured restore bandwidth (running mean).",
+	      tg.read_bps);
+	gauge(&o, "tier_recompute_tokens_per_second",
+	      "Measured prefill speed, the cost of recomputing (running mean).", tg.recompute_tps);
+	put(&o, "# HELP kvarenad_tier_decisions_total Keep / spill / discard choices when a tool "
+		"call starts.\n# TYPE kvarenad_tier_decisions_total counter\n"
+		"kvarenad_tier_decisions_total{choice=\"keep\"} %llu\n"
+		"kvarenad_tier_decisions_total{choice=\"spill\"} %llu\n"
+		"kvarenad_tier_decisions_total{choice=\"discard\"} %llu\n",
+	    (unsigned long long)m.tier_decisions[0], (unsigned long long)m.tier_decisions[1],
+	    (unsigned long long)m.tier_decisions[2]);
+	counter(&o, "tier_spills_total", "KV written to spill files.", m.tier_spills);
+	counter(&o, "tier_spill_bytes_total", "Bytes written to spill files.", m.tier_spill_bytes);
+	counter(&o, "tier_spill_failures_total", "Spills that failed (the KV stayed or went).",
+		m.tier_spill_failures);
+	counter(&o, "tier_spills_clean_total",
+		"Evictions made free by a copy already on disk (no write).", m.tier_spills_clean);
+	counter(&o, "tier_restores_total", "Spill files read back and verified.", m.tier_restores);
+	counter(&o, "tier_restore_bytes_total", "Bytes read back from spill files.",
+		m.tier_restore_bytes);
+	put(&o, "# HELP kvarenad_tier_restore_failures_total Restores refused by verification "
+		"(the session recomputed what did not verify).\n"
+		"# TYPE kvarenad_tier_restore_failures_total counter\n"
+		"kvarenad_tier_restore_failures_total{reason=\"checksum\"} %llu\n"
+		"kvarenad_tier_restore_failures_total{reason=\"truncated\"} %llu\n"
+		"kvarenad_tier_restore_failures_total{reason=\"stale\"} %llu\n"
+		"kvarenad_tier_restore_failures_total{reason=\"io\"} %llu\n",
+	    (unsigned long long)m.tier_restore_failures[0],
+	    (unsigned long long)m.tier_restore_failures[1],
+	    (unsigned long long)m.tier_restore_failures[2],
+	    (unsigned long long)m.tier_restore_failures[3]);
+	counter(&o, "tier_restore_cached_tokens_total",
+		"Tokens of restored KV shared from the prefix cache instead of read.",
+		m.tier_restore_cached_tokens);
+	counter(&o, "tier_prefetches_total", "Restores started before the tool returned.",
+		m.tier_prefetches);
+	counter(&o, "tier_restore_stalls_total",
+		"Requests that waited for their KV to come back from disk.", m.tier_restore_stalls);
+	counter(&o, "tier_discards_total", "KV discarded (recomputed if it returns).",
+		m.tier_discards);
+	counter(&o, "tier_recomputed_tokens_total",
+		"Tokens whose KV had been evicted or failed to restore, recomputed.",
+		m.tier_recomputed_tokens);
+	counter(&o, "tier_disk_evictions_total", "Spill files removed by the disk cap.",
+		m.tier_disk_evictions);
+	counter(&o, "tier_direct_fallbacks_total",
+		"O_DIRECT transfers the kernel refused (buffered since).", tg.direct_fallbacks);
+	counter(&o, "tool_overruns_total", "Tool waits that ran past their prediction (re-ranked).",
+		m.tool_overruns);
+	hist(&o, "tier_restore_ms", "Restore time (read and verify).", &m.tier_restore_ms);
+	hist(&o, "tier_restore_stall_ms",
+	     "How long a request waited for its KV to come back from disk.",
+	     &m.tier_restore_stall_ms);
 	hist(&o, "ttft_ms", "Time to first token.", &m.ttft);
 	hist(&o, "tpot_ms", "Time per output token after the first.", &m.tpot);
 	hist(&o, "prefill_ms", "Prefill step compute time.", &m.prefill_ms);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -204,8 +205,10 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 		p->slots[s] = (struct kvd_pentry){ h, block, i, now, 1 };
 		p->by_block[block] = s + 1;
 		p->n++;
+		kvd_kvev_stored(d, h, i ? c->hashes[i - 1] : 0, c->tokens + (size_t)i * bt);
 	}
 	c->n_hashed = full;
+	kvd_kvev_flush(d);
 }
 
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
@@ -232,9 +235,11 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 			break;
 		if (kva_blocks_free(d->arena, p->cache_sid, 1, &p->slots[best].block) < 0)
 			break;
+		kvd_kvev_removed(d, p->slots[best].hash);
 		remove_slot(p, best);
 		freed++;
 		d->m.cache_evictions++;
 	}
+	kvd_kvev_flush(d);
 	return freed;
 }

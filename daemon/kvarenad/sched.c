@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
@@ -31,35 +32,16 @@
 
 /* ---- finishing -------------------------------------------------------- */
 
-/* The tool names of the calls ([model] tool_call_open, default
- * <tool_call>, then {"name": "..."}), for tool classes. */
-static uint32_t tool_calls(struct kvd *d, const char *text, size_t len, uint32_t *cls)
+/* How many tool calls the reply's text ends its round with (the model
+ * family's syntax, daemon/chat), and the first one's tool class. */
+static uint32_t tool_calls(struct kvd *d, uint32_t tenant, const char *text, size_t len,
+			   uint32_t *cls)
 {
-	const char *p = text, *end = text + len, *tag = d->cfg.tool_open;
-	size_t tl = strlen(tag);
-	uint32_t n = 0;
+	char name[TC_MAX_NAME + 1];
+	int n = chat_count_calls(d->chat, text, len, name, sizeof(name));
 
-	*cls = 0;
-	while ((p = memmem(p, (size_t)(end - p), tag, tl))) {
-		const char *q, *s, *e;
-
-		p += tl;
-		q = memmem(p, (size_t)(end - p), "\"name\"", 6);
-		if (!q)
-			break;
-		s = q + 6;
-		while (s < end && (*s == ' ' || *s == ':' || *s == '\n' || *s == '\t'))
-			s++;
-		if (s >= end || *s != '"')
-			continue;
-		e = memchr(s + 1, '"', (size_t)(end - s - 1));
-		if (!e)
-			break;
-		if (!n)
-			*cls = kvd_toolclass(d, s + 1, (size_t)(e - s - 1));
-		n++;
-	}
-	return n;
+	*cls = n > 0 ? kvd_toolclass(d, tenant, name, strlen(name)) : 0;
+	return n > 0 ? (uint32_t)n : 0;
 }
 
 static int gen_append(struct kvd_job *j, const char *s, size_t n);
@@ -112,8 +94,8 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 		if (c->delete_pending || !d->cfg.retention) {
 			kvd_conv_free(d, c);
 		} else if (j->round_start <= j->gen_len &&
-			   tool_calls(d, j->gen + j->round_start, j->gen_len - j->round_start,
-				      &cls)) {
+			   tool_calls(d, j->tenant, j->gen + j->round_start,
+				      j->gen_len - j->round_start, &cls)) {
 			uint64_t pred = kvd_toolwait_predict_us(d, cls), keep = pred * 4;
 			uint64_t lo = (uint64_t)d->cfg.toolwait_min_s * 1000000ull;
 			uint64_t hi = (uint64_t)d->cfg.toolwait_max_s * 1000000ull;
@@ -123,6 +105,8 @@ static void finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f)
 			c->wait_started_ns = now;
 			c->deadline_ns = now + keep * 1000ull;
 			kvd_kstate_set(d, c, KVA_STATE_TOOL_WAIT, cls, pred);
+			/* keep, spill or discard its KV for the wait */
+			kvd_tiering_tool_wait(d, c, pred);
 		} else {
 			c->tool_class = 0;
 			c->deadline_ns = now + (uint64_t)d->cfg.idle_retention_s * 1000000000ull;
@@ -249,13 +233,23 @@ size_t kvd_utf8_clean(const char *in, size_t n, char *out)
  * the test, driving the daemon over HTTP, leaves the next scripted reply in
  * the file $KVD_TEST_REPLY_FILE; the first round to start takes it (read,
  * then removed), so it stands for exactly one round of one request. */
-static void test_reply_from_file(struct kvd *d)
+static void test_reply_from_file(struct kvd *d, const struct kvd_job *j)
 {
 	const char *path = getenv("KVD_TEST_REPLY_FILE");
+	const char *dir = getenv("KVD_TEST_REPLY_DIR");
+	char per_key[600];
 	char *buf;
 	size_t n;
 	FILE *f;
 
+	/* the trace replayer's server-side tool mode (tools/replay/): the
+	 * reply of the request naming KEY is in DIR/KEY.reply */
+	if (dir && *dir && j->session_key && strlen(j->session_key) < 128 &&
+	    strspn(j->session_key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "0123456789_-") == strlen(j->session_key)) {
+		snprintf(per_key, sizeof(per_key), "%s/%s.reply", dir, j->session_key);
+		path = per_key;
+	}
 	if (!path || !*path || d->n_test_replies)
 		return;
 	f = fopen(path, "re");
@@ -292,7 +286,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	 * test model never calls a tool); its tokens get KV with the next
 	 * prefill, as a client's text would */
 	if (j->round_tokens == 0)
-		test_reply_from_file(d);
+		test_reply_from_file(d, j);
 	if (j->round_tokens == 0 && d->n_test_replies) {
 		char *txt = d->test_replies[0];
 		size_t tl = strlen(txt);
@@ -317,6 +311,10 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 	j->round_tokens++;
 	j->n_gen++;
 	j->next_token = tok;
+	if (j->smp && kvd_sampling_note(j, tok)) {
+		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return;
+	}
 	if (j->cw.kind && tok != d->eos && tok != d->eot) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
@@ -380,6 +378,8 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 
 /* ---- server-side tool rounds ---------------------------------------------- */
 
+static void resume_round(struct kvd *d, struct kvd_job *j);
+
 /* A round's tools ran: append their results as tool turns (the chat
  * template's text), prefill only those tokens, decode the next round. */
 static void tools_done(struct kvd *d, struct kvd_round *r)
@@ -418,6 +418,20 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 		finish(d, j, KVD_FINISH_LENGTH);
 		return;
 	}
+	/* its KV may have gone to disk during the tools: back first */
+	if (kvd_tiering_need_kv(d, c)) {
+		j->state = JOB_KV_WAIT;
+		return;
+	}
+	resume_round(d, j);
+}
+
+/* The round's KV is in the arena: prefill the tool results. */
+static void resume_round(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+	int rc;
+
 	rc = kvd_conv_reserve(d, c, c->n_tokens - c->as.s.n_tokens + 1);
 	if (rc) {
 		fail(d, j, rc == -EDQUOT ? KVD_ERR_QUOTA : KVD_ERR_BUSY,
@@ -503,6 +517,9 @@ static int admit(struct kvd *d, struct kvd_job *j)
 		(void)sess_hit;
 	}
 	c = j->conv;
+	/* its KV may be on disk: the job waits for the restore */
+	if (kvd_tiering_need_kv(d, c))
+		return 1;
 	rc = kvd_conv_open_kv(d, c);
 	if (rc == -ENOSPC || rc == -EBUSY) {
 		kvd_make_room(d, 1);
@@ -576,7 +593,8 @@ static int workers_up(struct kvd *d, uint32_t role)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6)
+		if (d->workers[i].role == role && d->workers[i].fails_in_row < 6 &&
+		    kvd_worker_joinable(d, &d->workers[i]))
 			return 1;
 	return 0;
 }
@@ -603,14 +621,21 @@ static void run_jobs(struct kvd *d)
 			pp = &j->next;
 			continue;
 		}
+		if (j->state == JOB_KV_WAIT) {
+			if (!kvd_tiering_need_kv(d, j->conv))
+				resume_round(d, j);
+			pp = &j->next;
+			continue;
+		}
 		if (j->state == JOB_QUEUED) {
 			int rc = wait_for_shared_prefill(d, j) ? 1 : admit(d, j);
 
-			if (rc == 1 && !running) {
-				/* nothing running will free blocks for it */
+			if (rc == 1 && !running && !kvd_tiering_busy(d)) {
+				/* nothing running will free blocks for it (nor
+				 * will a spill or restore in flight) */
 				kvd_make_room(d, d->geom.blocks_total);
 				rc = admit(d, j);
-				if (rc == 1) {
+				if (rc == 1 && !kvd_tiering_busy(d)) {
 					fail(d, j, KVD_ERR_BUSY,
 					     "the KV arena cannot hold this conversation");
 					rc = -ENOSPC;
@@ -745,8 +770,11 @@ static int on_result(struct kvd *d, struct kvd_worker *w, const char *p, size_t 
 		release_inflight(d, w);
 		return 0;
 	}
-	if (w->step_kind == KVD_STEP_PREFILL)
+	if (w->step_kind == KVD_STEP_PREFILL) {
 		kvd_hist_add(&d->m.prefill_ms, (double)r.compute_ns / 1e6);
+		/* what recomputing costs, for the keep/spill/discard choice */
+		kvd_tiering_prefill_observed(d, w->queued_tokens, r.compute_ns);
+	}
 	if (r.n_seq != w->n_inflight)
 		return -EPROTO;
 	d->m.kv_bytes_copied += r.kv_bytes;
@@ -931,10 +959,10 @@ static void expire_convs(struct kvd *d, uint64_t now)
 
 	for (c = d->convs; c; c = next) {
 		next = c->next;
-		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns)
+		if (c->job || !c->has_kv || !c->deadline_ns || now < c->deadline_ns || c->tier_op)
 			continue;
 		kvd_log(KVD_LOG_DEBUG, "sched", "%s: retention over, KV released", c->id);
-		kvd_conv_drop_kv(d, c);
+		kvd_tiering_expire(d, c);
 	}
 }
 
@@ -943,7 +971,8 @@ static int all_ready(struct kvd *d)
 	uint32_t i;
 
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY)
+		if (d->workers[i].state != W_IDLE && d->workers[i].state != W_BUSY &&
+		    !d->workers[i].remote)	/* a remote host joins when it will */
 			return 0;
 	return 1;
 }
@@ -956,13 +985,13 @@ void *kvd_sched_main(void *arg)
 	size_t cap = 0;
 	uint32_t i;
 
-	pfd = calloc(d->n_workers + 2, sizeof(*pfd));
+	pfd = calloc(d->n_workers + 3, sizeof(*pfd));
 	if (!pfd)
 		return NULL;
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		uint64_t now = kvd_now_ns();
-		int n = 0, timeout = 250, rc;
+		int n = 0, timeout = 250, rc, next;
 		uint64_t cnt;
 
 		reap_and_restart(d, now);
@@ -978,6 +1007,10 @@ void *kvd_sched_main(void *arg)
 			while ((r = kvd_agent_next_done(d)))
 				tools_done(d, r);
 		}
+		/* spills and restores done, prefetches and overruns due */
+		next = kvd_tiering_poll(d, now);
+		if (next >= 0 && next < timeout)
+			timeout = next;
 		run_jobs(d);
 		kvd_kstate_flush(d);
 		expire_convs(d, now);
@@ -985,6 +1018,10 @@ void *kvd_sched_main(void *arg)
 		pfd[n++].events = POLLIN;
 		if (kvd_kstate_fd(d) >= 0) {
 			pfd[n].fd = kvd_kstate_fd(d);
+			pfd[n++].events = POLLIN;
+		}
+		if (kvd_tiering_fd(d) >= 0) {
+			pfd[n].fd = kvd_tiering_fd(d);
 			pfd[n++].events = POLLIN;
 		}
 		for (i = 0; i < d->n_workers; i++) {
@@ -1004,6 +1041,8 @@ void *kvd_sched_main(void *arg)
 				kvd_kstate_poll(d);
 			n++;
 		}
+		if (kvd_tiering_fd(d) >= 0)
+			n++;	/* reaped at the top of the loop */
 		for (i = 0; i < d->n_workers; i++, n++) {
 			struct kvd_worker *w = &d->workers[i];
 

@@ -1,44 +1,141 @@
 // SPDX-License-Identifier: MIT
 /*
  * toolwait.c - tool classes and predicted tool waits. A tool class is a
- * small id per tool name (what the kernel's TOOL_WAIT state and the eBPF
- * histograms are keyed by). The prediction comes from the eBPF tool-wait
- * maps when they are loaded (the kernel measured every wait), else from
- * the waits this daemon measured itself (from a response ending in tool
- * calls to the request that brings the results), through the same
- * conditional-mean predictor (kva_toolwait_predict).
+ * small id per (tenant, tool name) (what the kernel's TOOL_WAIT state and
+ * the eBPF histograms are keyed by): each tenant's waits are its own, so
+ * one tenant's slow or hostile tools shift neither the kernel's ranking
+ * nor the daemon's prediction for another's sessions. The prediction
+ * comes from the class's histogram (the eBPF tool-wait maps' when they are
+ * loaded: the kernel measured every wait; else the waits this daemon
+ * measured itself, from a response ending in tool calls to the request
+ * that brings the results), blended with a prior: the same tool's waits
+ * of every other tenant, weighted as KVD_TOOLWAIT_PRIOR observations, so a
+ * tenant's first calls are predicted from everyone's and its own
+ * measurements take over as they come. The conditional-mean predictor is
+ * kva_toolwait_predict.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
 
-uint32_t kvd_toolclass(struct kvd *d, const char *name, size_t len)
+/* the prior's weight, in observations of the tenant's own */
+#define KVD_TOOLWAIT_PRIOR 8
+
+static const char *tenant_name(const struct kvd *d, uint32_t tenant)
 {
+	return tenant && tenant <= d->cfg.n_tenants ? d->cfg.tenants[tenant - 1].name : "";
+}
+
+uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len)
+{
+	const char *tn = tenant_name(d, tenant);
 	uint32_t i;
 
 	if (len >= sizeof(d->classes[0].name))
 		len = sizeof(d->classes[0].name) - 1;
 	for (i = 0; i < d->n_classes; i++)
-		if (strlen(d->classes[i].name) == len && !memcmp(d->classes[i].name, name, len))
+		if (strlen(d->classes[i].name) == len && !memcmp(d->classes[i].name, name, len) &&
+		    !strcmp(d->classes[i].tenant, tn))
 			return i + 1;
 	if (d->n_classes == KVD_MAX_TOOL_CLASSES)
 		return KVD_MAX_TOOL_CLASSES;	/* the last class takes the rest */
 	memcpy(d->classes[d->n_classes].name, name, len);
 	d->classes[d->n_classes].name[len] = 0;
+	snprintf(d->classes[d->n_classes].tenant, sizeof(d->classes[0].tenant), "%s", tn);
 	return ++d->n_classes;
 }
 
+/* A class's histogram: the kernel's when it has seen as many waits as
+ * this daemon, else the daemon's. */
+static void class_hist(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h)
+{
+	if (d->tw && kva_toolwait_class_hist(d->tw, cls, h, sizeof(*h)) == 0 &&
+	    h->count >= d->classes[cls - 1].hist.count)
+		return;
+	*h = d->classes[cls - 1].hist;
+}
+
+/*
+ * The class's waits blended with its prior (the same tool's of every other
+ * tenant, as KVD_TOOLWAIT_PRIOR observations; none: the class's alone, as
+ * with a single tenant): h gets the blend's
+ * histogram (slots scaled to integers, for the conditional mean), *mean
+ * its mean in us and *n its weight in observations (own + prior).
+ */
+static void blended(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h, double *mean,
+		    double *n)
+{
+	struct kva_toolwait_hist own, prior;
+	uint64_t w[KVA_TOOLWAIT_SLOTS], max = 0;
+	uint32_t i, k;
+
+	class_hist(d, cls, &own);
+	memset(&prior, 0, sizeof(prior));
+	for (i = 1; i <= d->n_classes; i++) {
+		struct kva_toolwait_hist c;
+
+		if (i == cls || strcmp(d->classes[i - 1].name, d->classes[cls - 1].name))
+			continue;
+		class_hist(d, i, &c);
+		prior.count += c.count;
+		prior.total_us += c.total_us;
+		for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++)
+			prior.slots[k] += c.slots[k];
+	}
+	if (!prior.count) {
+		*h = own;
+		*n = (double)own.count;
+		*mean = own.count ? (double)own.total_us / (double)own.count : 0;
+		return;
+	}
+	*n = (double)own.count + KVD_TOOLWAIT_PRIOR;
+	*mean = ((double)own.total_us + KVD_TOOLWAIT_PRIOR * (double)prior.total_us /
+		 (double)prior.count) / *n;
+	/* own + PRIOR * prior / prior.count, in fixed point (x prior.count) */
+	for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++) {
+		w[k] = (uint64_t)own.slots[k] * prior.count +
+		       (uint64_t)KVD_TOOLWAIT_PRIOR * prior.slots[k];
+		if (w[k] > max)
+			max = w[k];
+	}
+	memset(h, 0, sizeof(*h));
+	for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++) {
+		h->slots[k] = (uint32_t)(max > UINT32_MAX ? w[k] / (max / UINT32_MAX + 1) : w[k]);
+		h->count += h->slots[k];
+	}
+}
+
+/* At a wait's start its expectation is the (blended) class's mean, which
+ * the totals give exactly (the log2 histogram only to its bucket: a tool
+ * that always takes 1.2 s would be predicted at ~1.57 s, and its prefetch
+ * would come late); until the predictor trusts it (8 observations), its
+ * cold start. */
 uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t cls)
 {
 	static const struct kva_toolwait_hist none;
 	struct kva_toolwait_hist h;
+	double mean, n;
 
 	if (!cls || cls > d->n_classes)
 		return kva_toolwait_predict(&none, 0, 0);
-	if (d->tw && kva_toolwait_class_hist(d->tw, cls, &h, sizeof(h)) == 0 &&
-	    h.count >= d->classes[cls - 1].hist.count)
-		return kva_toolwait_predict(&h, 0, 0);
-	return kva_toolwait_predict(&d->classes[cls - 1].hist, 0, 0);
+	blended(d, cls, &h, &mean, &n);
+	if (n >= 8)
+		return (uint64_t)mean;
+	return kva_toolwait_predict(&h, 0, 0);
+}
+
+uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t cls, uint64_t elapsed_us,
+				   uint64_t hint_us)
+{
+	static const struct kva_toolwait_hist none;
+	struct kva_toolwait_hist h;
+	double mean, n;
+
+	if (!cls || cls > d->n_classes)
+		return kva_toolwait_predict(&none, elapsed_us, hint_us);
+	blended(d, cls, &h, &mean, &n);
+	return kva_toolwait_predict(&h, elapsed_us, hint_us);
 }
 
 void kvd_toolwait_record(struct kvd *d, uint32_t cls, uint64_t us)

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "internal.h"
 #include "log.h"
 #include "worker.h"
@@ -60,6 +61,10 @@ int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w)
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
+		if (w->remote) {
+			kvd_remote_exec(d, w, sv[1]);	/* the link process */
+			_exit(127);
+		}
 		if (dup2(sv[1], KVD_WORKER_FD) < 0)
 			_exit(127);
 		close_range(KVD_WORKER_FD + 1, ~0u, 0);
@@ -97,18 +102,23 @@ int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w)
 int kvd_workers_start(struct kvd *d)
 {
 	uint32_t i, n = d->cfg.prefill_workers + d->cfg.decode_workers;
+	uint32_t rp = kvd_remote_slots(d, KVD_ROLE_PREFILL), rd = kvd_remote_slots(d, KVD_ROLE_DECODE);
 	int rc;
 
-	d->workers = calloc(n, sizeof(*d->workers));
+	d->workers = calloc(n + rp + rd, sizeof(*d->workers));
 	if (!d->workers)
 		return -ENOMEM;
-	d->n_workers = n;
-	for (i = 0; i < n; i++) {
+	d->n_workers = n + rp + rd;
+	for (i = 0; i < n + rp + rd; i++) {
 		struct kvd_worker *w = &d->workers[i];
 
 		w->index = (int)i;
 		w->sock = -1;
 		w->role = i < d->cfg.prefill_workers ? KVD_ROLE_PREFILL : KVD_ROLE_DECODE;
+		/* after the local ones: remote slots, prefill then decode */
+		w->remote = i >= n;
+		if (w->remote)
+			w->role = i < n + rp ? KVD_ROLE_PREFILL : KVD_ROLE_DECODE;
 		w->inflight = calloc(d->cfg.max_batch + 1, sizeof(*w->inflight));
 		if (!w->inflight)
 			return -ENOMEM;
@@ -210,6 +220,8 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 	sq.rng = j->rng;
 	sq.constraint_len = j->cw.kind ? (uint32_t)(sizeof(j->cw) + j->cw.json_len +
 						     j->cw.name_len + (size_t)j->n_hist * 4) : 0;
+	if (j->smp)
+		sq.flags |= KVD_SEQ_SAMPLER;
 	memcpy(*p, &sq, sizeof(sq));
 	*p += sizeof(sq);
 	if (kind == KVD_STEP_PREFILL)
@@ -233,6 +245,7 @@ static void put_seq(struct kvd *d, struct kvd_job *j, uint32_t kind, char **p)
 		memcpy(*p, j->hist, (size_t)j->n_hist * 4);
 		*p += (size_t)j->n_hist * 4;
 	}
+	kvd_sampling_put(j, p);
 	(void)d;
 }
 
@@ -253,6 +266,7 @@ int kvd_worker_send_step(struct kvd *d, struct kvd_worker *w, uint32_t kind,
 		if (jobs[i]->cw.kind)
 			len += sizeof(jobs[i]->cw) + jobs[i]->cw.json_len + jobs[i]->cw.name_len +
 			       (size_t)jobs[i]->n_hist * 4;
+		len += kvd_sampling_wire_len(d, jobs[i]);
 	}
 	buf = malloc(len);
 	if (!buf)

@@ -32,7 +32,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kva-sandbox [--policy FILE] [--tool NAME] [--workdir DIR]\n"
-		"                   [--stdin FILE] [--timeout SEC] [--quiet] -- CMD [ARGS...]\n"
+		"                   [--workdir-size SIZE] [--stdin FILE] [--timeout SEC]\n"
+		"                   [--quiet] -- CMD [ARGS...]\n"
 		"       kva-sandbox --policy FILE --check\n"
 		"Built-in tools: sh -- 'COMMAND'; c_compile_run -- FILE.c;\n"
 		"read_file -- PATH; write_file -- PATH (data from --stdin); list_dir [-- PATH].\n"
@@ -126,6 +127,75 @@ static void write_all(int fd, const char *s, size_t n)
 	}
 }
 
+/* Length of the valid UTF-8 character at s (at most n bytes), 0 if none. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len, i;
+	unsigned int cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		len = 2, cp = s[0] & 0x1f;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		len = 3, cp = s[0] & 0x0f;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		len = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	if (len > n)
+		return 0;
+	for (i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+	    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+		return 0;
+	return len;
+}
+
+/*
+ * The tool's bytes to a terminal: what is not printable text is shown as
+ * \xHH instead of reaching the terminal, so a tool cannot move the cursor,
+ * retitle the window, rewrite what was printed before it (\r, CSI, OSC) or
+ * answer for the user. Newlines and tabs stay; valid UTF-8 stays but for
+ * the C1 controls (U+0080..U+009F, CSI among them). To a file or pipe the
+ * bytes go as they are.
+ */
+static void write_out(int fd, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i = 0, start = 0;
+
+	if (!isatty(fd)) {
+		write_all(fd, s, n);
+		return;
+	}
+	while (i < n) {
+		size_t len = utf8_len(u + i, n - i);
+		int bad = len == 0 || (len == 1 && u[i] < 0x20 && u[i] != '\n' && u[i] != '\t') ||
+			  (len == 1 && u[i] == 0x7f) || (len == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0);
+
+		if (!bad) {
+			i += len;
+			continue;
+		}
+		write_all(fd, s + start, i - start);
+		len = len ? len : 1;
+		for (size_t k = 0; k < len; k++) {
+			char e[4] = { '\\', 'x', hex[u[i + k] >> 4], hex[u[i + k] & 15] };
+
+			write_all(fd, e, sizeof(e));
+		}
+		i += len;
+		start = i;
+	}
+	write_all(fd, s + start, n - start);
+}
+
 static int exit_code(const struct kvs_result *r)
 {
 	switch (r->reason) {
@@ -148,21 +218,23 @@ int main(int argc, char **argv)
 		{ "workdir", required_argument, NULL, 'w' },
 		{ "stdin", required_argument, NULL, 'i' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "workdir-size", required_argument, NULL, 'S' },
 		{ "check", no_argument, NULL, 'c' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *policy = NULL, *tool = NULL, *workdir = NULL, *stdin_path = NULL;
-	char err[1024], cmdpath[PATH_MAX], wdabs[PATH_MAX], unenf[128] = "";
+	char err[1024] = "", cmdpath[PATH_MAX], wdabs[PATH_MAX], unenf[128] = "";
 	struct kvs_policy *p = NULL;
 	struct kvs_result r;
 	struct kvs_limits lim = { 0 };
 	char *in = NULL;
 	size_t in_len = 0;
-	int o, check = 0, quiet = 0, rc, code;
+	int o, check = 0, quiet = 0, rc, code, session = 0;
+	unsigned long long wd_size = 0;
 
-	while ((o = getopt_long(argc, argv, "+p:t:w:i:T:cqh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "+p:t:w:i:T:S:cqh", opts, NULL)) != -1) {
 		switch (o) {
 		case 'p': policy = optarg; break;
 		case 't': tool = optarg; break;
@@ -177,6 +249,23 @@ int main(int argc, char **argv)
 				return RC_USAGE;
 			}
 			lim.timeout_ms = (uint32_t)(s * 1000);
+			break;
+		}
+		case 'S': {
+			char *end;
+
+			wd_size = strtoull(optarg, &end, 10);
+			if (*end == 'K' || *end == 'k')
+				wd_size <<= 10, end++;
+			else if (*end == 'M' || *end == 'm')
+				wd_size <<= 20, end++;
+			else if (*end == 'G' || *end == 'g')
+				wd_size <<= 30, end++;
+			if (*end || !wd_size) {
+				fprintf(stderr, "kva-sandbox: --workdir-size wants a size (16M)\n");
+				return RC_USAGE;
+			}
+			session = 1;
 			break;
 		}
 		case 'c': check = 1; break;
@@ -247,6 +336,37 @@ int main(int argc, char **argv)
 		tool = "default";
 	if (!quiet && kvs_policy_host_notes(p)[0])
 		fprintf(stderr, "kva-sandbox: note: %s\n", kvs_policy_host_notes(p));
+	if (session) {
+		/* a session work directory, as kvarenad's: through a spawner,
+		 * which (as root) makes it a tmpfs of that size with a uid of
+		 * its own; removed at the end, when this made it */
+		struct stat st;
+
+		if (!workdir) {
+			snprintf(wdabs, sizeof(wdabs), "/tmp/kvs-session-XXXXXX");
+			if (!mkdtemp(wdabs) || rmdir(wdabs)) {
+				perror("kva-sandbox: mkdtemp");
+				kvs_policy_free(p);
+				return RC_SETUP;
+			}
+			workdir = wdabs;
+		}
+		if (stat(workdir, &st) == 0) {
+			fprintf(stderr, "kva-sandbox: --workdir-size wants a --workdir that does not "
+				"exist yet\n");
+			kvs_policy_free(p);
+			return RC_USAGE;
+		}
+		rc = kvs_policy_start_spawner(p);
+		if (!rc)
+			rc = kvs_workdir_setup(p, workdir, wd_size, err, sizeof(err));
+		if (rc) {
+			fprintf(stderr, "kva-sandbox: session work directory %s: %s\n", workdir,
+				err[0] ? err : strerror(-rc));
+			kvs_policy_free(p);
+			return RC_SETUP;
+		}
+	}
 	if (stdin_path) {
 		in = slurp(stdin_path, 16u << 20, &in_len);
 		if (!in) {
@@ -302,9 +422,9 @@ int main(int argc, char **argv)
 	}
 	(void)rc;
 	if (r.out)
-		write_all(1, r.out, r.out_len);
+		write_out(1, r.out, r.out_len);
 	if (r.err)
-		write_all(2, r.err, r.err_len);
+		write_out(2, r.err, r.err_len);
 	code = exit_code(&r);
 	if (r.unenforced) {
 		static const char *const names[] = { "landlock", "cgroup", "cpu", "memory", "pids" };
@@ -321,6 +441,8 @@ int main(int argc, char **argv)
 		r.cpu_user_s + r.cpu_sys_s, unenf, r.out_truncated || r.err_truncated ? " truncated" : "",
 		r.note[0] ? " note: " : "", r.note);
 	kvs_result_free(&r);
+	if (session)
+		kvs_workdir_remove(p, workdir);
 	kvs_policy_free(p);
 	free(in);
 	return code;

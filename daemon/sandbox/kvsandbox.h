@@ -125,6 +125,9 @@ void kvs_policy_free(struct kvs_policy *p);
  * kvs_policy_free(). Returns 0 or a negative errno (runs stay direct). */
 int kvs_policy_start_spawner(struct kvs_policy *p);
 
+/* The spawner's pid (monitoring: its CPU, its /proc/PID/root), 0 if none. */
+pid_t kvs_policy_spawner_pid(const struct kvs_policy *p);
+
 /* Human-readable lines on what this host can enforce for the policy
  * (controllers, Landlock ABI, cgroup.kill); "" when everything. */
 const char *kvs_policy_host_notes(const struct kvs_policy *p);
@@ -143,12 +146,30 @@ void kvs_result_free(struct kvs_result *res);
 int kvs_run_many(const struct kvs_policy *p, const struct kvs_request *reqs,
 		 struct kvs_result *res, size_t n, unsigned int max_parallel);
 
-/* Create a work directory as kvs_run() would (0700, owned by the tool's
- * uid when the launcher is root); 0 when it exists already. For callers
- * whose first use of a directory is an in-process tool (read_file ...). */
+/* Make a work directory as kvs_run() would; 0 when it exists already.
+ * With a root launcher's spawner it is a tmpfs of at most size bytes (0
+ * or more than the policy's workdir_size: workdir_size), owned by a uid of
+ * the policy's uid_range that no other work directory has (the tool's uid
+ * outside), living in the spawner's mount namespace only; else a plain
+ * directory, 0700, owned by the tool's uid. err (may be NULL) gets why it
+ * failed. Keep work directories in a directory only root can enter. */
+int kvs_workdir_setup(const struct kvs_policy *p, const char *workdir, uint64_t size,
+		      char *err, size_t errlen);
+/* The size cap of the work directories kvs_workdir_setup() makes now:
+ * the policy's workdir_size with a root launcher's spawner running, else
+ * 0 (plain directories, no cap). */
+uint64_t kvs_policy_workdir_size(const struct kvs_policy *p);
+/* kvs_workdir_setup() with the policy's size. */
 int kvs_workdir_create(const struct kvs_policy *p, const char *workdir);
-/* Remove a directory tree (a forgotten session's work directory) without
- * following symbolic links out of it. */
+/* Remove a work directory made by the two above (its tmpfs unmounted,
+ * its uid free again), however deep, never following a link out of it. */
+void kvs_workdir_remove(const struct kvs_policy *p, const char *workdir);
+/* Where this process reaches workdir: its mount is the spawner's, so
+ * through /proc/SPAWNER/root; without a spawner, workdir itself. For tests
+ * and operators looking in; 0 or -ENAMETOOLONG. */
+int kvs_workdir_view(const struct kvs_policy *p, const char *workdir, char *out, size_t len);
+/* Remove a directory tree in this process's view, however deep, without
+ * following symbolic links out of it (a tmpfs mounted at path goes whole). */
 void kvs_remove_tree(const char *path);
 
 /* ---- long-running tools (MCP servers) -------------------------------- */

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * mcp.c - the MCP stdio client (kvsmcp.h): framing of newline-delimited
- * JSON-RPC 2.0 messages to and from a server running in the sandbox,
- * with every size and wait bounded. JSON through jansson. What the
+ * mcp.c - the MCP stdio client (kvsmcp.h): newline-delimited JSON-RPC 2.0
+ * messages to and from a server running in the sandbox, with every size
+ * and wait bounded. The bytes themselves (framing, parsing) are
+ * mcp_wire.c's; this file does the I/O, the waiting and the protocol. What the
  * server's tools mean is kvarenad's business, not this file's.
  */
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "kvsmcp.h"
+#include "mcp_wire.h"
 #include "sandbox_internal.h"
 
 #define MCP_PROTOCOL "2024-11-05"
@@ -23,13 +25,11 @@
 struct kvs_mcp {
 	struct kvs_proc *proc;
 	struct kvs_mcp_limits lim;
-	char *buf;			/* the line being assembled */
-	size_t len, cap;
-	int skipping;			/* discarding an oversized line */
+	struct kvs_lines in;		/* the server's stdout, framed */
 	int dead;
 	int tools_changed;		/* notifications/tools/list_changed seen */
 	long long next_id;
-	unsigned long malformed, oversized;
+	unsigned long malformed;
 	char info[256];
 };
 
@@ -70,44 +70,15 @@ static int send_all(struct kvs_mcp *m, const char *s, size_t n, double deadline)
 static int send_json(struct kvs_mcp *m, json_t *msg, double deadline)
 {
 	char *text = json_dumps(msg, JSON_COMPACT);
-	size_t n;
 	int rc;
 
 	if (!text)
 		return -ENOMEM;
-	n = strlen(text);
-	text[n] = 0;
-	rc = send_all(m, text, n, deadline);
+	rc = send_all(m, text, strlen(text), deadline);
 	if (!rc)
 		rc = send_all(m, "\n", 1, deadline);
 	free(text);
 	return rc;
-}
-
-/* One complete line from the buffer into a JSON object, or NULL. */
-static json_t *take_line(struct kvs_mcp *m, int *got)
-{
-	char *nl = memchr(m->buf, '\n', m->len);
-	size_t n;
-	json_t *v;
-	json_error_t je;
-
-	*got = 0;
-	if (!nl)
-		return NULL;
-	*got = 1;
-	n = nl - m->buf;
-	v = n ? json_loadb(m->buf, n, 0, &je) : NULL;
-	memmove(m->buf, nl + 1, m->len - n - 1);
-	m->len -= n + 1;
-	if (!n)
-		return NULL;	/* an empty line: nothing */
-	if (!v || !json_is_object(v)) {
-		m->malformed++;
-		json_decref(v);
-		return NULL;
-	}
-	return v;
 }
 
 static void drain_stderr(struct kvs_mcp *m)
@@ -120,24 +91,49 @@ static void drain_stderr(struct kvs_mcp *m)
 			break;
 }
 
-/* The next message, -ETIMEDOUT, -EPIPE (the server is gone) or -EMSGSIZE
- * (a message over the cap went by). */
-static int read_msg(struct kvs_mcp *m, double deadline, json_t **out)
+/* What the server wrote on stdout, into the framer: 0 when nothing was
+ * there, 1 when bytes came, and the server is dead at EOF. */
+static int fill(struct kvs_mcp *m)
+{
+	size_t room;
+	char *p = kvs_lines_space(&m->in, &room);
+	ssize_t n;
+
+	if (!room)
+		return 0;	/* lines are waiting: take them first */
+	n = read(kvs_proc_stdout(m->proc), p, room);
+	if (n == 0)
+		m->dead = 1;
+	if (n <= 0)
+		return 0;
+	kvs_lines_commit(&m->in, (size_t)n);
+	return 1;
+}
+
+/* The next message (a well-formed one: malformed lines are counted and
+ * skipped), -ETIMEDOUT, -EPIPE (the server is gone), -ETIME (it outlived
+ * its policy) or -EMSGSIZE (a message over the cap went by). */
+static int read_msg(struct kvs_mcp *m, double deadline, struct kvs_rpc_msg *out)
 {
 	int last = 0;	/* the deadline passed: one look at what is there */
 
-	*out = NULL;
+	memset(out, 0, sizeof(*out));
 	for (;;) {
 		struct pollfd pf[3];
+		const char *line;
+		size_t n;
 		double left;
-		int got;
-		json_t *v;
+		int rc;
 
-		while (!m->skipping && (v = take_line(m, &got), got)) {
-			if (v) {
-				*out = v;
+		while ((rc = kvs_lines_next(&m->in, &line, &n)) != 0) {
+			if (rc < 0)
+				return rc;
+			kvs_rpc_parse(line, n, out);
+			if (out->kind == KVS_RPC_MALFORMED)
+				m->malformed++;
+			if (out->kind != KVS_RPC_MALFORMED && out->kind != KVS_RPC_EMPTY)
 				return 0;
-			}
+			kvs_rpc_msg_free(out);
 		}
 		if (m->dead)
 			return -EPIPE;
@@ -158,83 +154,31 @@ static int read_msg(struct kvs_mcp *m, double deadline, json_t **out)
 			return -errno;
 		if (pf[1].revents)
 			drain_stderr(m);
-		if (pf[0].revents) {
-			ssize_t n;
-
-			if (m->skipping) {
-				char junk[65536];
-				char *nl;
-
-				n = read(pf[0].fd, junk, sizeof(junk));
-				if (n == 0) {
-					m->dead = 1;
-					continue;
-				}
-				if (n < 0)
-					continue;
-				nl = memchr(junk, '\n', n);
-				if (nl) {
-					m->skipping = 0;
-					m->len = junk + n - nl - 1;
-					memcpy(m->buf, nl + 1, m->len);
-				}
-				continue;
-			}
-			n = read(pf[0].fd, m->buf + m->len, m->cap - m->len);
-			if (n == 0) {
-				m->dead = 1;
-				continue;
-			}
-			if (n > 0) {
-				m->len += n;
-				if (m->len == m->cap && !memchr(m->buf, '\n', m->len)) {
-					/* over the cap: drop it up to its newline */
-					m->oversized++;
-					m->skipping = 1;
-					m->len = 0;
-					return -EMSGSIZE;
-				}
-			}
-		} else if (pf[2].revents && !pf[0].revents) {
-			/* exited: what it wrote is in the pipe; EOF comes next */
-			char probe;
-			ssize_t n = read(kvs_proc_stdout(m->proc), &probe, 1);
-
-			if (n == 0)
-				m->dead = 1;
-			else if (n == 1 && m->len < m->cap)
-				m->buf[m->len++] = probe;
-		}
+		/* after it exited, what it wrote is still in the pipe, EOF
+		 * next (its children died with it: it was their PID
+		 * namespace's init) */
+		if (pf[0].revents || pf[2].revents)
+			fill(m);
 	}
-}
-
-static int is_id(json_t *id, long long want)
-{
-	return json_is_integer(id) && json_integer_value(id) == want;
 }
 
 /* A message that is not the answer awaited: the server's own requests
  * are answered (ping with {}, the rest, sampling and roots, with "method
  * not found"); tools/list_changed is noted; other notifications and stale
- * answers are dropped. Consumes in. */
-static void other_msg(struct kvs_mcp *m, json_t *in, double deadline)
+ * answers are dropped. Frees msg. */
+static void other_msg(struct kvs_mcp *m, struct kvs_rpc_msg *msg, double deadline)
 {
-	json_t *rid = json_object_get(in, "id");
-	const char *meth = json_string_value(json_object_get(in, "method"));
-
-	if (meth && rid) {
-		json_t *ans = !strcmp(meth, "ping") ?
-			json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", rid, "result") :
-			json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", rid,
-				  "error", "code", -32601, "message", "method not found");
+	if (msg->kind == KVS_RPC_REQUEST) {
+		json_t *ans = kvs_rpc_reply_to(msg);
 
 		if (ans)
 			send_json(m, ans, deadline);
 		json_decref(ans);
-	} else if (meth && !strcmp(meth, "notifications/tools/list_changed")) {
+	} else if (msg->kind == KVS_RPC_NOTIFICATION &&
+		   !strcmp(msg->method, "notifications/tools/list_changed")) {
 		m->tools_changed = 1;
 	}
-	json_decref(in);
+	kvs_rpc_msg_free(msg);
 }
 
 /* Send method(params) and wait for its answer; params is stolen. */
@@ -266,7 +210,7 @@ static int request(struct kvs_mcp *m, const char *method, json_t *params, uint32
 		return rc;
 	}
 	for (;;) {
-		json_t *in = NULL, *rid, *meth;
+		struct kvs_rpc_msg in;
 
 		rc = read_msg(m, deadline, &in);
 		if (rc == -EMSGSIZE) {
@@ -284,35 +228,29 @@ static int request(struct kvs_mcp *m, const char *method, json_t *params, uint32
 			    rc == -EMSGSIZE ? "the answer was over the size cap" : strerror(-rc));
 			return rc;
 		}
-		rid = json_object_get(in, "id");
-		meth = json_object_get(in, "method");
-		if (json_is_string(meth)) {
-			other_msg(m, in, deadline);
+		if (in.kind != KVS_RPC_RESPONSE) {
+			other_msg(m, &in, deadline);
 			continue;
-		} else if (is_id(rid, id)) {
-			json_t *res = json_object_get(in, "result");
-			json_t *jerr = json_object_get(in, "error");
-
-			if (json_is_object(jerr)) {
-				const char *text = json_string_value(json_object_get(jerr, "message"));
-
-				say(err, errlen, "%s: the server answered an error: %.400s", method,
-				    text ? text : "(no message)");
-				json_decref(in);
-				return -EREMOTEIO;
-			}
-			if (!json_is_object(res)) {
-				m->malformed++;
-				json_decref(in);
-				say(err, errlen, "%s: %s", method, "an answer without a result object");
-				return -EBADMSG;
-			}
-			*result = json_incref(res);
-			json_decref(in);
-			return 0;
 		}
-		/* stale answers: nothing to do */
-		json_decref(in);
+		if (!kvs_rpc_answers(&in, id)) {
+			kvs_rpc_msg_free(&in);	/* a stale answer: nothing to do */
+			continue;
+		}
+		if (in.is_error) {
+			say(err, errlen, "%s: the server answered an error: %.400s", method,
+			    in.error_message ? in.error_message : "(no message)");
+			kvs_rpc_msg_free(&in);
+			return -EREMOTEIO;
+		}
+		if (!in.result) {
+			m->malformed++;
+			kvs_rpc_msg_free(&in);
+			say(err, errlen, "%s: %s", method, "an answer without a result object");
+			return -EBADMSG;
+		}
+		*result = json_incref(in.result);
+		kvs_rpc_msg_free(&in);
+		return 0;
 	}
 }
 
@@ -322,7 +260,7 @@ int kvs_mcp_poll(struct kvs_mcp *m)
 
 	/* bounded: a server that floods is read again on the next call */
 	for (i = 0; i < 64 && !m->dead; i++) {
-		json_t *in = NULL;
+		struct kvs_rpc_msg in;
 		int rc = read_msg(m, kvs_now(), &in);
 
 		if (rc == -ETIMEDOUT)
@@ -331,11 +269,7 @@ int kvs_mcp_poll(struct kvs_mcp *m)
 			continue;
 		if (rc)
 			return rc;
-		if (!json_is_string(json_object_get(in, "method"))) {
-			json_decref(in);	/* an answer nobody waits for */
-			continue;
-		}
-		other_msg(m, in, kvs_now() + 1);
+		other_msg(m, &in, kvs_now() + 1);	/* an answer nobody waits for: dropped */
 	}
 	return m->dead ? -EPIPE : 0;
 }
@@ -378,18 +312,17 @@ int kvs_mcp_open(const struct kvs_policy *p, const char *tool, const char *workd
 	}
 	if (m->lim.max_message > (64u << 20))
 		m->lim.max_message = 64u << 20;
-	m->cap = m->lim.max_message + 1;	/* room for the newline */
-	m->buf = malloc(m->cap);
-	if (!m->buf) {
+	rc = kvs_lines_init(&m->in, m->lim.max_message);
+	if (rc) {
 		free(m);
-		return -ENOMEM;
+		return rc;
 	}
 	rc = kvs_spawn(p, &req, &m->proc, &res);
 	if (rc) {
 		say(err, errlen, "starting the server: %s%s", res.note[0] ? res.note :
 		    strerror(-rc), "");
 		kvs_result_free(&res);
-		free(m->buf);
+		kvs_lines_free(&m->in);
 		free(m);
 		return rc;
 	}
@@ -428,39 +361,14 @@ int kvs_mcp_list_tools(struct kvs_mcp *m, json_t **tools, char *err, size_t errl
 		return -ENOMEM;
 	for (page = 0; page < MCP_MAX_PAGES; page++) {
 		json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : json_object();
-		json_t *result = NULL, *list, *t, *next;
-		size_t i;
+		json_t *result = NULL;
 
 		json_decref(cursor);
 		cursor = NULL;
 		rc = request(m, "tools/list", params, m->lim.init_timeout_ms, &result, err, errlen);
 		if (rc)
 			break;
-		list = json_object_get(result, "tools");
-		json_array_foreach(list, i, t) {
-			json_t *name = json_object_get(t, "name");
-			json_t *desc = json_object_get(t, "description");
-			json_t *schema = json_object_get(t, "inputSchema");
-			json_t *kept;
-
-			if (json_array_size(all) >= m->lim.max_tools)
-				break;
-			if (!json_is_string(name) || !json_string_length(name) ||
-			    json_string_length(name) > 128 || (schema && !json_is_object(schema)) ||
-			    (desc && !json_is_string(desc))) {
-				m->malformed++;
-				continue;
-			}
-			kept = json_pack("{s:O, s:o, s:o}", "name", name, "description",
-					 desc ? json_incref(desc) : json_string(""), "inputSchema",
-					 schema ? json_incref(schema) :
-					 json_pack("{s:s}", "type", "object"));
-			if (kept)
-				json_array_append_new(all, kept);
-		}
-		next = json_object_get(result, "nextCursor");
-		if (json_is_string(next) && json_array_size(all) < m->lim.max_tools)
-			cursor = json_incref(next);
+		kvs_mcp_tools_page(result, all, m->lim.max_tools, &m->malformed, &cursor);
 		json_decref(result);
 		if (!cursor)
 			break;
@@ -509,7 +417,7 @@ unsigned long kvs_mcp_malformed(const struct kvs_mcp *m)
 
 unsigned long kvs_mcp_oversized(const struct kvs_mcp *m)
 {
-	return m->oversized;
+	return m->in.oversized;
 }
 
 void kvs_mcp_close(struct kvs_mcp *m)
@@ -522,6 +430,6 @@ void kvs_mcp_close(struct kvs_mcp *m)
 		kvs_proc_finish(m->proc, 500, &res);
 		kvs_result_free(&res);
 	}
-	free(m->buf);
+	kvs_lines_free(&m->in);
 	free(m);
 }

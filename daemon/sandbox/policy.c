@@ -253,6 +253,55 @@ static int global_key(struct parse_state *st, const char *k, const char *v)
 			p->gid = x;
 		return 1;
 	}
+	if (!strcmp(k, "uid_range")) {
+		unsigned long long base, count;
+		char extra;
+
+		if (!strcmp(v, "none")) {
+			p->uid_count = 0;
+			return 1;
+		}
+		if (sscanf(v, "%llu %llu %c", &base, &count, &extra) != 2 || !base || !count ||
+		    count > (1u << 20) || base + count > 0xfffffffeull) {
+			snprintf(st->err, sizeof(st->err),
+				 "uid_range: want BASE COUNT (a uid per work directory) or none");
+			return 0;
+		}
+		p->uid_base = (uid_t)base;
+		p->uid_count = (uint32_t)count;
+		return 1;
+	}
+	if (!strcmp(k, "workdir_size")) {
+		uint64_t sz;
+
+		if (kvs_parse_size(v, &sz) || (sz && sz < (1u << 20))) {
+			snprintf(st->err, sizeof(st->err),
+				 "workdir_size: want a size of at least 1M, or 0 (plain directories)");
+			return 0;
+		}
+		p->workdir_size = sz;
+		return 1;
+	}
+	if (!strcmp(k, "workdir_inodes")) {
+		if (parse_u32(v, 64, 1u << 24, &x)) {
+			snprintf(st->err, sizeof(st->err), "workdir_inodes: want 64 .. 16777216");
+			return 0;
+		}
+		p->workdir_inodes = x;
+		return 1;
+	}
+	if (!strcmp(k, "without_memory_controller")) {
+		if (!strcmp(v, "restrict"))
+			p->without_memcg = KVS_NOMEM_RESTRICT;
+		else if (!strcmp(v, "refuse"))
+			p->without_memcg = KVS_NOMEM_REFUSE;
+		else {
+			snprintf(st->err, sizeof(st->err),
+				 "without_memory_controller: want restrict or refuse");
+			return 0;
+		}
+		return 1;
+	}
 	if (!strcmp(k, "cgroup_parent")) {
 		if (v[0] != '/' || strlen(v) >= sizeof(p->cgroup_parent) || strstr(v, "/..")) {
 			snprintf(st->err, sizeof(st->err), "cgroup_parent: want an absolute path");
@@ -305,8 +354,10 @@ static int tool_key(struct parse_state *st, struct kvs_tool *t, const char *k, c
 		if (!rc && sz > (4ull << 30))
 			rc = -ERANGE;
 		t->tmp_bytes = sz;
-	} else if (!strcmp(k, "nofile"))
+	} else if (!strcmp(k, "nofile")) {
 		rc = parse_u32(v, 16, 65536, &t->nofile);
+		t->nofile_set = 1;
+	}
 	else if (!strcmp(k, "file_size")) {
 		rc = kvs_parse_size(v, &sz);
 		t->fsize = sz;
@@ -775,6 +826,16 @@ int kvs_policy_has_tool(const struct kvs_policy *p, const char *tool)
 	return kvs_find_tool(p, tool) != NULL;
 }
 
+pid_t kvs_policy_spawner_pid(const struct kvs_policy *p)
+{
+	return p->spawner_fd >= 0 ? p->spawner_pid : 0;
+}
+
+uint64_t kvs_policy_workdir_size(const struct kvs_policy *p)
+{
+	return p->privileged && p->spawner_fd >= 0 ? p->workdir_size : 0;
+}
+
 const char *kvs_policy_host_notes(const struct kvs_policy *p)
 {
 	return p->notes;
@@ -789,9 +850,9 @@ void kvs_policy_free(struct kvs_policy *p)
 	for (i = 0; i < p->n_tools; i++)
 		tool_free(p->tools[i]);
 	kvs_spawner_stop(p);
-	free(p->bpf);
-	if (p->netns_fd >= 0)
-		close(p->netns_fd);
+	free(p->bpf[0].f);
+	free(p->bpf[1].f);
+	free(p->uid_slots);
 	if (p->mntns_fd >= 0)
 		close(p->mntns_fd);
 	free(p);
@@ -806,7 +867,10 @@ static struct kvs_policy *policy_new(void)
 		return NULL;
 	p->uid = 65534;
 	p->gid = 65534;
-	p->netns_fd = -1;
+	p->uid_base = KVS_UID_BASE;
+	p->uid_count = KVS_UID_COUNT;
+	p->workdir_size = KVS_WORKDIR_SIZE;
+	p->workdir_inodes = 16384;
 	p->mntns_fd = -1;
 	p->spawner_fd = -1;
 	for (i = 0; i < sizeof(ld_so_candidates) / sizeof(ld_so_candidates[0]); i++)
@@ -838,8 +902,29 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 	}
 	p->privileged = geteuid() == 0;
 	if (!p->privileged) {
+		/* the tool runs as the launcher's user: one uid, plain dirs */
 		p->uid = geteuid();
 		p->gid = getegid();
+		p->uid_count = 0;
+		if (p->workdir_size)
+			kvs_note(p->notes, sizeof(p->notes), "unprivileged launcher: work "
+				 "directories are plain directories, their size not capped "
+				 "(RLIMIT_FSIZE per file only), every tool runs as uid %u",
+				 (unsigned int)p->uid);
+		if (getgroups(0, NULL) > 0)
+			kvs_note(p->notes, sizeof(p->notes), "unprivileged launcher: its "
+				 "supplementary groups stay with its tools (only a root launcher "
+				 "can drop them): start it without any");
+	} else if (p->uid_count) {
+		if ((p->uid >= p->uid_base && p->uid - p->uid_base < p->uid_count) ||
+		    (p->gid >= p->uid_base && p->gid - p->uid_base < p->uid_count)) {
+			snprintf(err, errlen, "uid_range %u %u holds the policy's uid/gid",
+				 (unsigned int)p->uid_base, p->uid_count);
+			return -EINVAL;
+		}
+		p->uid_slots = calloc((p->uid_count + 7) / 8, 1);
+		if (!p->uid_slots)
+			return -ENOMEM;
 	}
 	for (i = 0; i < p->n_tools; i++) {
 		rc = kvs_compile_tool(p, p->tools[i], err, errlen);
@@ -847,6 +932,34 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 			if (!err[0])
 				snprintf(err, errlen, "[%s]: %s", p->tools[i]->name, strerror(-rc));
 			return rc;
+		}
+	}
+	/* the filters depend on what the host's cgroups and kernel enforce */
+	kvs_cgroup_setup(p);
+	/* vm.memfd_noexec is per PID namespace, but only real root may
+	 * write it: an unprivileged launcher's runs get memfd_create denied */
+	p->have_memfd_noexec = access("/proc/sys/vm/memfd_noexec", F_OK) == 0;
+	if (!p->have_memfd_noexec)
+		kvs_note(p->notes, sizeof(p->notes), "no vm.memfd_noexec (kernel < 6.3): "
+			 "memfd_create denied (code in a memfd would run from no path)");
+	else if (!p->privileged)
+		kvs_note(p->notes, sizeof(p->notes), "unprivileged launcher: memfd_create denied "
+			 "(vm.memfd_noexec needs root to set)");
+	p->have_memfd_noexec &= p->privileged;
+	if (!p->cgroup_ok || !p->have_memory) {
+		if (p->without_memcg == KVS_NOMEM_REFUSE) {
+			kvs_note(p->notes, sizeof(p->notes), "no memory controller: every run is "
+				 "refused (without_memory_controller = refuse)");
+		} else {
+			p->restrict_memory = 1;
+			kvs_note(p->notes, sizeof(p->notes), "no memory controller: memfd_create, "
+				 "memfd_secret, shmget and msgget denied, RLIMIT_NOFILE at most %d "
+				 "unless a tool sets nofile (without_memory_controller = restrict)",
+				 KVS_NOMEM_NOFILE);
+			for (i = 0; i < p->n_tools; i++)
+				if (p->tools[i]->nofile_set && p->tools[i]->nofile > KVS_NOMEM_NOFILE)
+					kvs_note(p->notes, sizeof(p->notes), "[%s] keeps nofile = %u",
+						 p->tools[i]->name, p->tools[i]->nofile);
 		}
 	}
 	rc = kvs_seccomp_build(p, err, errlen);
@@ -857,15 +970,16 @@ static int policy_seal(struct kvs_policy *p, char *err, size_t errlen)
 		kvs_note(p->notes, sizeof(p->notes),
 			 "Landlock unavailable (kernel lacks it or it is not in lsm=): file and "
 			 "exec rules rest on the mount namespace alone");
-	if (p->privileged && p->landlock_abi >= 6) {
-		rc = kvs_netns_create();
-		p->netns_fd = rc >= 0 ? rc : -1;
-	}
 	if (p->privileged) {
+		/* a root launcher's runs build their roots in copies of it */
 		rc = kvs_mntns_create();
-		p->mntns_fd = rc >= 0 ? rc : -1;
+		if (rc < 0) {
+			snprintf(err, errlen, "creating the template mount namespace: %s",
+				 strerror(-rc));
+			return rc;
+		}
+		p->mntns_fd = rc;
 	}
-	kvs_cgroup_setup(p);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 # for the MCP lane (scripts/deps.sh check).
 # Defines only SANDBOX_* variables and the targets
 #   sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox
+#   fuzz-mcp check-sandbox-fuzz
 # Everything it writes goes under build/.
 
 SANDBOX_SRC    := daemon/sandbox
@@ -15,7 +16,8 @@ SANDBOX_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -I$(SANDBO
 SANDBOX_SAN    := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer
 SANDBOX_LIBS   := -lseccomp -linih -ljansson -lpthread
-SANDBOX_NAMES  := policy spawn spawner cgroup seccomp landlock tools util mcp
+SANDBOX_NAMES  := policy spawn spawner cgroup seccomp landlock netns workdir tools util mcp \
+                  mcp_wire
 SANDBOX_HDRS   := $(wildcard $(SANDBOX_SRC)/*.h)
 SANDBOX_OBJS   := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/obj/%.o)
 SANDBOX_SOBJS  := $(SANDBOX_NAMES:%=$(SANDBOX_OUT)/san/%.o)
@@ -30,8 +32,12 @@ SANDBOX_BENCH  := $(SANDBOX_OUT)/kvs-bench
 SANDBOX_MCPT   := $(SANDBOX_OUT)/test_mcp
 SANDBOX_FAKE   := $(SANDBOX_OUT)/kvs-mcp-fake
 SANDBOX_MCPCLI := $(SANDBOX_OUT)/kvs-mcp-cli
+# the MCP reader's libFuzzer harness (clang only)
+SANDBOX_FUZZ   := $(SANDBOX_OUT)/fuzz_mcp
+SANDBOX_FUZZCC ?= clang
 
-.PHONY: sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox
+.PHONY: sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox fuzz-mcp \
+	check-sandbox-fuzz
 
 # the npm MCP servers in $(SANDBOX_OUT)/npm (installed once; kvarenad's
 # test_orch runs them too)
@@ -90,6 +96,19 @@ $(SANDBOX_FAKE): tests/sandbox/kvs-mcp-fake.c
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) -static $< -o $@
 
+fuzz-mcp: $(SANDBOX_FUZZ)
+$(SANDBOX_FUZZ): tests/sandbox/fuzz_mcp.c $(SANDBOX_SRC)/mcp_wire.c $(SANDBOX_SRC)/mcp_wire.h
+	@mkdir -p $(@D)
+	$(SANDBOX_FUZZCC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -I$(SANDBOX_SRC) \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/sandbox/fuzz_mcp.c $(SANDBOX_SRC)/mcp_wire.c -o $@ -ljansson
+
+# The hardening lane's MCP part: a million inputs (FUZZ_MCP_RUNS) through
+# the reader, no ASan/UBSan report (Documentation/hardening.md).
+FUZZ_MCP_RUNS ?= 1000000
+check-sandbox-fuzz: $(SANDBOX_FUZZ)
+	@nice -n 10 tests/sandbox/fuzz-mcp.sh $(FUZZ_MCP_RUNS)
+
 $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 	@mkdir -p $(@D)
 	$(SANDBOX_CC) $(SANDBOX_CFLAGS) $< $(SANDBOX_LIB) -o $@ $(SANDBOX_LIBS)
@@ -99,9 +118,10 @@ $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 # them on first use), the escape suite through kva-sandbox, the man page;
 # everything but the cgroup limits (this host's cgroup v2 has no
 # cpu/memory/pids controllers). Guest lane: the limits, on Debian 6.12.
-check-sandbox: sandbox
-	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST)
+check-sandbox: sandbox $(SANDBOX_FUZZ)
+	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST) $(SANDBOX_PROBE)
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_MCPT) $(SANDBOX_FAKE)
+	@tests/sandbox/fuzz-mcp.sh 20000
 	@tests/sandbox/mcp-npm.sh
 	@tests/sandbox/escape.sh host
 	@mandoc -Tlint -W warning Documentation/man/kva-sandbox.1

@@ -24,7 +24,12 @@
 #define KVS_INSIDE_UID 1000	/* the tool's uid and gid inside its namespace */
 #define KVS_WORK "/home/tool"	/* the work directory inside the sandbox */
 #define KVS_STAGE "/stage"	/* where a run builds its root in the template */
+#define KVS_SYSCTL "/sysctl"	/* a run's second proc, in the template */
 #define KVS_PATH 512		/* longest path a policy may name */
+#define KVS_NOMEM_NOFILE 64	/* RLIMIT_NOFILE without a memory controller */
+#define KVS_UID_BASE 1879048192u	/* 0x70000000: above systemd's container range */
+#define KVS_UID_COUNT 65536u
+#define KVS_WORKDIR_SIZE (64ull << 20)
 
 /* Landlock access classes (translated to rights by landlock.c). */
 enum kvs_access { KVS_ACC_RO = 1, KVS_ACC_EXEC, KVS_ACC_RW, KVS_ACC_RWX, KVS_ACC_DEV };
@@ -69,6 +74,7 @@ struct kvs_tool {
 	uint64_t output;
 	uint64_t tmp_bytes;		/* private /tmp size; 0: none */
 	uint32_t nofile;
+	int nofile_set;			/* nofile written in the policy */
 	uint64_t fsize;
 	int builtin;			/* 1: one of the built-in tools' defaults */
 	/* compiled */
@@ -81,6 +87,14 @@ struct kvs_tool {
 	char *envp[KVS_MAX_ENV + 8];	/* NULL-terminated, HOME/PATH/... first */
 };
 
+struct kvs_bpf {
+	struct sock_filter *f;
+	unsigned short len;
+};
+
+/* What a policy does on a host whose cgroups have no memory controller. */
+enum kvs_nomem { KVS_NOMEM_RESTRICT, KVS_NOMEM_REFUSE };
+
 struct kvs_policy {
 	uid_t uid;			/* outside uid/gid of tools (root launcher) */
 	gid_t gid;
@@ -89,14 +103,23 @@ struct kvs_policy {
 	int cgroup_ok;			/* parent exists and is ours to write */
 	int have_cpu, have_memory, have_pids, have_kill, have_freeze, have_peak;
 	int landlock_abi;		/* 0: none */
-	int netns_fd;			/* shared empty netns; -1: one per run */
 	int mntns_fd;			/* the empty template mount namespace
 					 * runs copy; -1: they copy the host's */
 	int spawner_fd;			/* control socket to the spawner; -1: none */
 	pid_t spawner_pid;
 	unsigned int cap_last;
-	struct sock_filter *bpf;	/* seccomp program */
-	unsigned short bpf_len;
+	struct kvs_bpf bpf[2];		/* seccomp: [0] no network, [1] network */
+	enum kvs_nomem without_memcg;	/* [sandbox] without_memory_controller */
+	int restrict_memory;		/* no memory controller: memfd, shm, msg
+					 * denied, RLIMIT_NOFILE lowered */
+	int have_memfd_noexec;		/* vm.memfd_noexec (6.3+): set to 2 per run */
+	/* work directories (workdir.c) */
+	uint64_t workdir_size;		/* a session tmpfs's bytes; 0: plain dirs */
+	uint32_t workdir_inodes;
+	uid_t uid_base;			/* uid_range: a uid per work directory */
+	uint32_t uid_count;		/* 0: every run as uid */
+	uint8_t *uid_slots;		/* taken uids (the spawner's) */
+	int private_mounts;		/* this process (the spawner) mounts them */
 	char ld_so[PATH_MAX];		/* the ELF interpreter, host realpath */
 	char notes[2048];		/* what this host cannot enforce */
 	struct kvs_tool *tools[KVS_MAX_TOOLS];
@@ -132,9 +155,16 @@ void kvs_cgroup_kill(const struct kvs_policy *p, struct kvs_cg *cg);
 void kvs_cgroup_finish(const struct kvs_policy *p, struct kvs_cg *cg,
 		       struct kvs_result *res);
 
-/* spawn.c: remove a tree the launcher created (bounded depth) */
-void kvs_remove_tree(const char *path);
-int kvs_netns_create(void);
+/* workdir.c */
+int kvs_wd_prepare(const struct kvs_policy *p, const char *want, uint64_t size, char *canon,
+		   int *temp, char *note, size_t notelen);
+void kvs_wd_ids(const struct kvs_policy *p, const char *canon, uid_t *uid, gid_t *gid);
+void kvs_wd_remove(const struct kvs_policy *p, const char *path);
+
+/* spawn.c */
+/* netns.c: an empty network namespace made ahead (root), or -EAGAIN */
+int kvs_netns_take(void);
+void kvs_netns_pool_reset(void);
 int kvs_mntns_create(void);
 /* kvs_run() in this process, stdin from stdin_fd when >= 0 */
 int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
@@ -142,8 +172,22 @@ int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
 int kvs_make_stdin(const void *data, size_t len);
 
 /* spawner.c */
+enum kvs_sp_op {
+	KVS_SP_RUN, KVS_SP_WD_SETUP, KVS_SP_WD_REMOVE, KVS_SP_READ_FILE, KVS_SP_WRITE_FILE,
+	KVS_SP_LIST_DIR,
+};
 int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
 		    struct kvs_result *res);
+int kvs_spawner_call(const struct kvs_policy *p, enum kvs_sp_op op, const struct kvs_request *req,
+		     uint64_t size, struct kvs_result *res);
+
+/* tools.c: the file tools in this process */
+int kvs_file_read(const struct kvs_policy *p, const char *workdir, const char *path,
+		  struct kvs_result *res);
+int kvs_file_write(const struct kvs_policy *p, const char *workdir, const char *path,
+		   const void *data, size_t len, struct kvs_result *res);
+int kvs_file_list(const struct kvs_policy *p, const char *workdir, const char *path,
+		  struct kvs_result *res);
 void kvs_spawner_stop(struct kvs_policy *p);
 
 /* util */

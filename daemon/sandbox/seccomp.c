@@ -1,15 +1,23 @@
 // SPDX-License-Identifier: MIT
 /*
- * seccomp.c - the system-call filter every tool runs under, built with
- * libseccomp once per policy and exported as a BPF program the child
- * loads with one prctl() (no libseccomp calls, no allocation after
- * clone3()).
+ * seccomp.c - the system-call filters tools run under, built with
+ * libseccomp once per policy and exported as BPF programs the child loads
+ * with one prctl() (no libseccomp calls, no allocation after clone3()):
+ * one for tools granted the network, one for the rest.
  *
  * Default allow, with a deny list of the calls that reach the kernel's
  * privileged or namespace-escaping surfaces; a denied call fails with
  * EPERM (the tool sees a clear "Operation not permitted"), clone3 with
  * ENOSYS so libc falls back to clone(), whose namespace flags are
- * filtered. Calls of foreign ABIs (i386, x32) kill the process.
+ * filtered. Socket families are an allow list: AF_UNIX, AF_NETLINK for
+ * NETLINK_ROUTE only, and AF_INET/AF_INET6 with the network; any other
+ * family (AF_VSOCK is in no network namespace at all) fails with
+ * EAFNOSUPPORT. Modes with the setuid or setgid bit are refused, so no
+ * such file is ever made. memfd_create is refused where a memfd would be
+ * memory outside every limit (no memory controller) or executable code on
+ * no path (a kernel without vm.memfd_noexec), and so are SysV shared
+ * memory and message queues without a memory controller. Calls of foreign
+ * ABIs (i386, x32) kill the process.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <linux/netlink.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "sandbox_internal.h"
@@ -55,7 +66,80 @@ static const unsigned long ns_flags[] = {
 #endif
 };
 
-int kvs_seccomp_build(struct kvs_policy *p, char *err, size_t errlen)
+static int deny(scmp_filter_ctx ctx, int err, const char *name, unsigned int n,
+		struct scmp_arg_cmp a, struct scmp_arg_cmp b)
+{
+	int nr = seccomp_syscall_resolve_name(name), rc;
+
+	if (nr == __NR_SCMP_ERROR)
+		return 0;	/* unknown to this libseccomp: not on this kernel either */
+	if (n == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 0);
+	else if (n == 1)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 1, a);
+	else
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(err), nr, 2, a, b);
+	return rc == -EEXIST ? 0 : rc;
+}
+
+#define NO_ARG SCMP_A0(SCMP_CMP_EQ, 0)
+
+/* The socket families a tool may use; the rest, EAFNOSUPPORT. A family
+ * is an int: compared on its low 32 bits, and anything above 63 (which
+ * is also any value with high bits set) refused whole. */
+static int socket_rules(scmp_filter_ctx ctx, int network)
+{
+	static const char *const calls[] = { "socket", "socketpair" };
+	unsigned int fam;
+	size_t k;
+	int rc = 0;
+
+	for (k = 0; k < 2 && !rc; k++) {
+		rc = deny(ctx, EAFNOSUPPORT, calls[k], 1, SCMP_A0(SCMP_CMP_GT, 63), NO_ARG);
+		for (fam = 0; fam <= 63 && !rc; fam++) {
+			if (fam == AF_UNIX || fam == AF_NETLINK ||
+			    (network && (fam == AF_INET || fam == AF_INET6)))
+				continue;
+			rc = deny(ctx, EAFNOSUPPORT, calls[k], 1,
+				  SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, fam), NO_ARG);
+		}
+	}
+	/* netlink: routes and links (getaddrinfo, ip) only */
+	if (!rc)
+		rc = deny(ctx, EPROTONOSUPPORT, "socket", 2,
+			  SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, AF_NETLINK),
+			  SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE));
+	return rc;
+}
+
+/* No file or directory gets the setuid or setgid bit: every call that
+ * sets a mode refuses one that has them. */
+static int mode_rules(scmp_filter_ctx ctx)
+{
+	static const struct { const char *name; unsigned int arg; } calls[] = {
+		{ "chmod", 1 }, { "fchmod", 1 }, { "fchmodat", 2 }, { "fchmodat2", 2 },
+		{ "open", 2 }, { "openat", 3 }, { "creat", 1 }, { "mknod", 1 },
+		{ "mknodat", 2 }, { "mkdir", 1 }, { "mkdirat", 2 },
+	};
+	static const unsigned int bits[] = { S_ISUID, S_ISGID };
+	size_t i, k;
+	int rc = 0;
+
+	for (i = 0; i < sizeof(calls) / sizeof(calls[0]) && !rc; i++)
+		for (k = 0; k < 2 && !rc; k++) {
+			struct scmp_arg_cmp c = { calls[i].arg, SCMP_CMP_MASKED_EQ, bits[k],
+						  bits[k] };
+
+			rc = deny(ctx, EPERM, calls[i].name, 1, c, NO_ARG);
+		}
+	/* its mode is in a struct seccomp cannot read: libc falls back */
+	if (!rc)
+		rc = deny(ctx, ENOSYS, "openat2", 0, NO_ARG, NO_ARG);
+	return rc;
+}
+
+static int build_one(const struct kvs_policy *p, int network, struct kvs_bpf *out,
+		     char *err, size_t errlen)
 {
 	scmp_filter_ctx ctx;
 	size_t i;
@@ -78,11 +162,8 @@ int kvs_seccomp_build(struct kvs_policy *p, char *err, size_t errlen)
 	if (rc)
 		goto fail;
 	for (i = 0; i < sizeof(denied) / sizeof(denied[0]); i++) {
-		nr = seccomp_syscall_resolve_name(denied[i]);
-		if (nr == __NR_SCMP_ERROR)
-			continue;
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
-		if (rc && rc != -EEXIST)
+		rc = deny(ctx, EPERM, denied[i], 0, NO_ARG, NO_ARG);
+		if (rc)
 			goto fail;
 	}
 	for (i = 0; i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {
@@ -103,6 +184,17 @@ int kvs_seccomp_build(struct kvs_policy *p, char *err, size_t errlen)
 	if (!rc)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
 				      SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
+	if (!rc)
+		rc = socket_rules(ctx, network);
+	if (!rc)
+		rc = mode_rules(ctx);
+	/* memory no limit sees, code on no path */
+	if (!rc && (p->restrict_memory || !p->have_memfd_noexec))
+		rc = deny(ctx, EPERM, "memfd_create", 0, NO_ARG, NO_ARG) ?:
+		     deny(ctx, EPERM, "memfd_secret", 0, NO_ARG, NO_ARG);
+	if (!rc && p->restrict_memory)
+		rc = deny(ctx, EPERM, "shmget", 0, NO_ARG, NO_ARG) ?:
+		     deny(ctx, EPERM, "msgget", 0, NO_ARG, NO_ARG);
 	if (rc)
 		goto fail;
 
@@ -120,16 +212,18 @@ int kvs_seccomp_build(struct kvs_policy *p, char *err, size_t errlen)
 		rc = -EINVAL;
 		goto fail;
 	}
-	p->bpf = malloc(len);
-	if (!p->bpf) {
+	out->f = malloc(len);
+	if (!out->f) {
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if (pread(fd, p->bpf, len, 0) != len) {
+	if (pread(fd, out->f, len, 0) != len) {
+		free(out->f);
+		out->f = NULL;
 		rc = -EIO;
 		goto fail;
 	}
-	p->bpf_len = len / sizeof(struct sock_filter);
+	out->len = len / sizeof(struct sock_filter);
 	close(fd);
 	seccomp_release(ctx);
 	return 0;
@@ -139,4 +233,10 @@ fail:
 		close(fd);
 	seccomp_release(ctx);
 	return rc;
+}
+
+int kvs_seccomp_build(struct kvs_policy *p, char *err, size_t errlen)
+{
+	return build_one(p, 0, &p->bpf[0], err, errlen) ?:
+	       build_one(p, 1, &p->bpf[1], err, errlen);
 }

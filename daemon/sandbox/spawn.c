@@ -9,8 +9,8 @@
  *
  * kvs_spawn() is the same launch, handing the running tool over (MCP
  * servers); kvs_run_many() is kvs_run() from a few threads. Also here: the
- * empty network namespace a root launcher's runs share, and removing the
- * temporary work directories it made.
+ * template mount namespace a root launcher's runs copy, and removing the
+ * work directories it made.
  *
  * The child between clone3() and execve() makes system calls only: the
  * caller may be multi-threaded and raw clone3() runs no atfork handlers.
@@ -100,7 +100,7 @@ enum step {
 	ST_SKELETON, ST_MOVE, ST_TMP, ST_PROC, ST_PROC_SYS, ST_PIVOT, ST_ROOT_RO,
 	ST_CHDIR, ST_SECUREBITS, ST_BOUNDING, ST_GROUPS, ST_GID, ST_UID, ST_CAPS,
 	ST_RLIMIT, ST_NNP, ST_LANDLOCK, ST_STDIO, ST_SECCOMP, ST_NETNS, ST_USERNS, ST_MNTNS,
-	ST_EXEC,
+	ST_SYSCTL, ST_EXEC,
 };
 
 static const char *const step_names[] = {
@@ -117,7 +117,8 @@ static const char *const step_names[] = {
 	[ST_NNP] = "no_new_privs", [ST_LANDLOCK] = "Landlock", [ST_STDIO] = "stdio",
 	[ST_SECCOMP] = "seccomp", [ST_NETNS] = "joining the empty network namespace",
 	[ST_USERNS] = "creating the user namespace",
-	[ST_MNTNS] = "entering the template mount namespace", [ST_EXEC] = "execve",
+	[ST_MNTNS] = "entering the template mount namespace",
+	[ST_SYSCTL] = "setting the run's namespace sysctls", [ST_EXEC] = "execve",
 };
 
 struct child_err {
@@ -135,13 +136,17 @@ struct plan {
 	 * tool runs in (and join the policy's shared empty netns, if any) */
 	int priv;
 	int netns_fd;
-	int mntns_fd;			/* the policy's template; -1: clone3 copied the host's */
+	int mntns_fd;			/* root: the policy's template; -1: clone3
+					 * copied the host's (unprivileged) */
 	int sync_fd_parent;
 	const char *workdir;		/* host, canonical; also the stage */
 	const char *exe;		/* inside */
 	char *const *argv;
 	int network;
 	int exec_workdir;
+	uid_t uid;			/* outside ids of the tool: the work
+					 * directory's own, or the policy's */
+	gid_t gid;
 	uint64_t tmp_bytes;
 	char tmp_opts[64];
 	struct rlimit rl_cpu, rl_nofile, rl_fsize, rl_core, rl_nproc, rl_as;
@@ -165,10 +170,32 @@ static __attribute__((noreturn)) void child_fail(const struct plan *c, int step,
 	_exit(125);
 }
 
+/* Write a sysctl of the run's namespaces through the proc at base;
+ * required: a missing file fails the run (else it is a kernel without
+ * that knob, which the policy knew at load). */
+static void child_sysctl(const struct plan *c, const char *base, const char *name,
+			 const char *val, int required)
+{
+	char path[96];
+	size_t a = strlen(base), n = strlen(name);
+	int fd;
+
+	if (a + n >= sizeof(path))
+		child_fail(c, ST_SYSCTL, ENAMETOOLONG, 0);
+	memcpy(path, base, a);
+	memcpy(path + a, name, n + 1);	/* no snprintf between clone3 and execve */
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 && !required && errno == ENOENT)
+		return;
+	if (fd < 0 || write(fd, val, strlen(val)) != (ssize_t)strlen(val))
+		child_fail(c, ST_SYSCTL, errno, 0);
+	close(fd);
+}
+
 static void child_mounts(const struct plan *c)
 {
 	const struct kvs_tool *t = c->t;
-	const char *stage = c->mntns_fd >= 0 ? KVS_STAGE : c->workdir;
+	const char *stage = c->priv ? KVS_STAGE : c->workdir;
 	int fds[KVS_MAX_MOUNTS], wfd, sfd, i;
 	char b;
 
@@ -218,8 +245,11 @@ static void child_mounts(const struct plan *c)
 	{
 		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
 
+		/* a session's tmpfs is noexec on the host side */
 		if (!c->exec_workdir)
 			a.attr_set |= MOUNT_ATTR_NOEXEC;
+		else
+			a.attr_clr |= MOUNT_ATTR_NOEXEC;
 		if (sys_mount_setattr(wfd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a))
 			child_fail(c, ST_ATTR, errno, -1);
 	}
@@ -269,6 +299,20 @@ static void child_mounts(const struct plan *c)
 	 * allowed while a fully visible one is mounted */
 	if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
 		child_fail(c, ST_PROC, errno, 0);
+	if (c->priv) {
+		/* a second proc of the run's PID namespace, outside the root
+		 * it is building (the template's /sysctl): the user
+		 * namespace's sysctls are written there once it exists, after
+		 * the tool's /proc/sys is read-only */
+		if (mount("proc", KVS_SYSCTL, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+			child_fail(c, ST_PROC, errno, 1);
+		if (c->p->have_memfd_noexec)
+			child_sysctl(c, KVS_SYSCTL, "/sys/vm/memfd_noexec", "2", 0);
+	} else {
+		/* in the user namespace clone3() made, whose sysctls these are
+		 * (vm.memfd_noexec is root's alone: seccomp denies memfd) */
+		child_sysctl(c, "proc", "/sys/user/max_user_namespaces", "0", 1);
+	}
 	sfd = sys_open_tree(AT_FDCWD, "proc/sys", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (sfd >= 0) {
 		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
@@ -278,43 +322,63 @@ static void child_mounts(const struct plan *c)
 		    sys_move_mount(sfd, "", AT_FDCWD, "proc/sys", MOVE_MOUNT_F_EMPTY_PATH))
 			child_fail(c, ST_PROC_SYS, errno, 0);
 	}
-	/*
-	 * The root launcher moves the new root over the old one and chroots
-	 * into it, as switch_root does; pivot_root would leave the old root
-	 * to be lazily unmounted, whose RCU grace period (namespace_unlock)
-	 * was ~1.6 ms of every spawn. The old root stays beneath, out of
-	 * reach: the tool can neither chroot, pivot_root, mount, unmount nor
-	 * open_tree (seccomp; no capability in the namespaces that own its
-	 * mounts), holds no descriptor outside, the kernel refuses a new user
-	 * namespace to a chrooted process, and /proc/self/mountinfo lists
-	 * only mounts beneath the root. The host's initramfs (rootfs), which
-	 * cannot be pivoted away from, takes the same road. The unprivileged
-	 * launcher, whose tool owns its mount namespace until it drops its
-	 * capabilities, keeps pivot_root and detaches the old root.
-	 */
-	if (c->priv || syscall(SYS_pivot_root, ".", ".")) {
-		if (!c->priv && errno != EINVAL)
-			child_fail(c, ST_PIVOT, errno, 0);
-		if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
-			child_fail(c, ST_PIVOT, errno, 3);
-	} else if (umount2(".", MNT_DETACH)) {
-		child_fail(c, ST_PIVOT, errno, 1);
-	}
-	if (chdir("/"))
-		child_fail(c, ST_PIVOT, errno, 2);
-	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))
-		child_fail(c, ST_ROOT_RO, errno, 0);
-	if (chdir(KVS_WORK))
-		child_fail(c, ST_CHDIR, errno, 0);
 	if (c->priv) {
+		/*
+		 * The root launcher chroots into the new root, which stays
+		 * where it was built (the template's /stage): a chrooted
+		 * process is refused a new user namespace by the kernel
+		 * (current_chrooted()), besides seccomp and the run's
+		 * max_user_namespaces of 0; /proc/self/mountinfo lists only
+		 * mounts beneath the root; the tool can neither chroot, mount
+		 * nor pivot (seccomp; no capability in the namespaces that own
+		 * its mounts) and holds no descriptor outside. pivot_root
+		 * would leave the old root to be lazily unmounted, whose RCU
+		 * grace period was ~1.6 ms of every spawn. The root is made
+		 * read-only here, while this namespace's capabilities last;
+		 * the user namespace is made before the chroot, which would
+		 * forbid it.
+		 */
 		struct child_err e = { 0, 0, 0 };
 
+		if (mount(NULL, ".", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+			  NULL))
+			child_fail(c, ST_ROOT_RO, errno, 0);
+		/* while still real root: the work directory is the tool's */
+		if (chdir(KVS_WORK + 1))
+			child_fail(c, ST_CHDIR, errno, 0);
 		if (unshare(CLONE_NEWUSER))
 			child_fail(c, ST_USERNS, errno, 0);
 		if (write(c->status_fd, &e, sizeof(e)) != sizeof(e) ||
 		    read(c->sync_fd, &b, 1) != 1)
 			_exit(125);
+		/* mapped, with every capability of the new user namespace until
+		 * the drop: its sysctls, then the chroot (the working
+		 * directory stays the work directory, inside the new root) */
+		child_sysctl(c, KVS_SYSCTL, "/sys/user/max_user_namespaces", "0", 1);
+		if (chroot(KVS_STAGE))
+			child_fail(c, ST_PIVOT, errno, 3);
+		return;
+	} else {
+		/* the unprivileged launcher's tool owns its mount namespace
+		 * until it drops its capabilities: pivot_root, and the old
+		 * root detached; on an initramfs root, which cannot be pivoted
+		 * away from, MS_MOVE and chroot */
+		if (syscall(SYS_pivot_root, ".", ".")) {
+			if (errno != EINVAL)
+				child_fail(c, ST_PIVOT, errno, 0);
+			if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
+				child_fail(c, ST_PIVOT, errno, 3);
+		} else if (umount2(".", MNT_DETACH)) {
+			child_fail(c, ST_PIVOT, errno, 1);
+		}
+		if (chdir("/"))
+			child_fail(c, ST_PIVOT, errno, 2);
+		if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+			  NULL))
+			child_fail(c, ST_ROOT_RO, errno, 0);
 	}
+	if (chdir(KVS_WORK))
+		child_fail(c, ST_CHDIR, errno, 0);
 }
 
 static void child_creds(const struct plan *c)
@@ -342,7 +406,7 @@ static void child_creds(const struct plan *c)
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) && errno != EINVAL)
 		child_fail(c, ST_CAPS, errno, 1);
 	if (setrlimit(RLIMIT_CORE, &c->rl_core) || setrlimit(RLIMIT_CPU, &c->rl_cpu) ||
-	    setrlimit(RLIMIT_NOFILE, &c->rl_nofile) || setrlimit(RLIMIT_FSIZE, &c->rl_fsize) ||
+	    setrlimit(RLIMIT_FSIZE, &c->rl_fsize) ||
 	    (c->set_nproc && setrlimit(RLIMIT_NPROC, &c->rl_nproc)) ||
 	    (c->set_as && setrlimit(RLIMIT_AS, &c->rl_as)))
 		child_fail(c, ST_RLIMIT, errno, 0);
@@ -354,7 +418,8 @@ static void child_creds(const struct plan *c)
 
 static __attribute__((noreturn)) void child_main(const struct plan *c)
 {
-	struct sock_fprog prog = { .len = c->p->bpf_len, .filter = c->p->bpf };
+	const struct kvs_bpf *bpf = &c->p->bpf[c->network ? 1 : 0];
+	struct sock_fprog prog = { .len = bpf->len, .filter = bpf->f };
 	int rc;
 
 	child_mounts(c);
@@ -383,6 +448,10 @@ static __attribute__((noreturn)) void child_main(const struct plan *c)
 	/* nothing of the launcher's reaches the tool; status_fd is O_CLOEXEC */
 	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC))
 		child_fail(c, ST_STDIO, errno, 1);
+	/* last: the launcher's descriptors (a busy caller's are many) are
+	 * open until execve, and Landlock opened some of its own */
+	if (setrlimit(RLIMIT_NOFILE, &c->rl_nofile))
+		child_fail(c, ST_RLIMIT, errno, 1);
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
 		child_fail(c, ST_SECCOMP, errno, 0);
 	execve(c->exe, c->argv, c->t->envp);
@@ -421,7 +490,7 @@ static int write_map(pid_t pid, const char *file, const char *text)
 	return rc;
 }
 
-static int map_ids(const struct kvs_policy *p, pid_t pid)
+static int map_ids(const struct kvs_policy *p, const struct plan *c, pid_t pid)
 {
 	char buf[64];
 	int rc;
@@ -431,11 +500,11 @@ static int map_ids(const struct kvs_policy *p, pid_t pid)
 		if (rc)
 			return rc;
 	}
-	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->uid);
+	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)c->uid);
 	rc = write_map(pid, "uid_map", buf);
 	if (rc)
 		return rc;
-	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)p->gid);
+	snprintf(buf, sizeof(buf), "%u %u 1\n", KVS_INSIDE_UID, (unsigned int)c->gid);
 	return write_map(pid, "gid_map", buf);
 }
 
@@ -465,7 +534,7 @@ static int handshake(const struct kvs_policy *p, const struct plan *c, pid_t pid
 			return -EAGAIN;
 		}
 	}
-	rc = map_ids(p, pid);
+	rc = map_ids(p, c, pid);
 	if (rc)
 		return rc;
 	return write(c->sync_fd_parent, "g", 1) == 1 ? 0 : -EIO;
@@ -611,70 +680,11 @@ static int resolve_exe(const struct kvs_tool *t, const char *name, int exec_work
 	return -ENOENT;
 }
 
-/* Remove a directory tree the launcher created (bounded depth). */
-static void rm_tree_at(int dfd, const char *name, int depth)
-{
-	int fd;
-	DIR *d;
-	struct dirent *de;
-
-	if (depth > 64)
-		return;
-	if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT)
-		return;
-	fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return;
-	}
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			rm_tree_at(fd, de->d_name, depth + 1);
-	closedir(d);
-	unlinkat(dfd, name, AT_REMOVEDIR);
-}
-
-/* An empty network namespace (loopback down) that a root launcher's runs
- * without network join instead of creating one each: creating and tearing
- * down a network namespace is most of a spawn's cost. Runs then share it,
- * so only with Landlock ABI >= 6, whose scoping keeps one run from
- * reaching another's abstract Unix sockets (the only thing shared: with
- * the loopback down there is no IP at all, and no run has the privilege
- * to bring it up). */
-int kvs_netns_create(void)
-{
-	struct clone_args ca;
-	char path[64];
-	long pid;
-	int pidfd = -1, fd;
-	siginfo_t si;
-
-	memset(&ca, 0, sizeof(ca));
-	ca.flags = CLONE_NEWNET | CLONE_PIDFD;
-	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
-	pid = syscall(SYS_clone3, &ca, sizeof(ca));
-	if (pid == 0) {
-		for (;;)
-			pause();
-	}
-	if (pid < 0)
-		return -errno;
-	snprintf(path, sizeof(path), "/proc/%ld/ns/net", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fd = -errno;
-	syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
-	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
-	close(pidfd);
-	return fd;
-}
-
 /*
  * The template mount namespace a root launcher's runs copy: one empty
- * tmpfs, read-only, holding only the directory /stage. A run's child
+ * tmpfs, read-only, holding only the directories /stage (where a run
+ * builds its root) and /sysctl (where it mounts a proc of its own, out of
+ * the tool's reach, to set its user namespace's sysctls). A run's child
  * clones its binds from the host's namespace (detached trees), then
  * enters a private copy of this one to build its root, so clone3() no
  * longer copies every host mount (and the run's exit tears none of them
@@ -703,10 +713,17 @@ int kvs_mntns_create(void)
 		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
 		    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 			  "size=4k,nr_inodes=8,mode=0755") ||
-		    mkdir("/tmp" KVS_STAGE, 0755) || chdir("/tmp") ||
-		    syscall(SYS_pivot_root, ".", ".") || umount2(".", MNT_DETACH) || chdir("/") ||
-		    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
-			  MS_NOEXEC, NULL))
+		    mkdir("/tmp" KVS_STAGE, 0755) || mkdir("/tmp" KVS_SYSCTL, 0755) || chdir("/tmp"))
+			ok = 0;
+		/* an initramfs root cannot be pivoted away from: moved over
+		 * instead (setns() of this namespace finds the tmpfs on top) */
+		else if (syscall(SYS_pivot_root, ".", ".") ? errno != EINVAL ||
+			 mount(".", "/", NULL, MS_MOVE, NULL) || chroot(".") :
+			 umount2(".", MNT_DETACH))
+			ok = 0;
+		else if (chdir("/") ||
+			 mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+			       MS_NODEV | MS_NOEXEC, NULL))
 			ok = 0;
 		if (write(sp[1], &ok, 1) != 1)
 			_exit(1);
@@ -731,76 +748,6 @@ int kvs_mntns_create(void)
 	waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL);
 	close(pidfd);
 	return fd;
-}
-
-void kvs_remove_tree(const char *path)
-{
-	int dfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
-	if (dfd < 0 || path[0] != '/')
-		return;
-	rm_tree_at(dfd, path + 1, 0);
-	close(dfd);
-}
-
-static int prepare_workdir(const struct kvs_policy *p, const char *want, char *canon,
-			   int *temp, char *note, size_t notelen)
-{
-	struct stat st;
-
-	*temp = 0;
-	if (!want) {
-		char tmpl[] = "/tmp/kvs-work-XXXXXX";
-
-		if (!mkdtemp(tmpl))
-			return -errno;
-		*temp = 1;
-		want = tmpl;
-		if (p->privileged && chown(tmpl, p->uid, p->gid))
-			return -errno;
-		if (!realpath(tmpl, canon))
-			return -errno;
-		return 0;
-	}
-	if (want[0] != '/') {
-		kvs_note(note, notelen, "work directory '%s': want an absolute path", want);
-		return -EINVAL;
-	}
-	if (mkdir(want, 0700) == 0) {
-		if (p->privileged && chown(want, p->uid, p->gid)) {
-			int e = errno;
-
-			rmdir(want);
-			return -e;
-		}
-	} else if (errno != EEXIST) {
-		int e = errno;
-
-		kvs_note(note, notelen, "work directory %s: %s", want, strerror(e));
-		return -e;
-	}
-	if (!realpath(want, canon) || stat(canon, &st) || !S_ISDIR(st.st_mode)) {
-		kvs_note(note, notelen, "work directory %s: not a directory", want);
-		return -ENOTDIR;
-	}
-	if (!strcmp(canon, "/")) {
-		kvs_note(note, notelen, "the host's root cannot be a work directory");
-		return -EPERM;
-	}
-	if (p->privileged && st.st_uid != p->uid)
-		kvs_note(note, notelen, "work directory %s is owned by uid %u, the tool runs as "
-			 "uid %u outside", canon, (unsigned int)st.st_uid, (unsigned int)p->uid);
-	return 0;
-}
-
-int kvs_workdir_create(const struct kvs_policy *p, const char *workdir)
-{
-	char canon[PATH_MAX], note[KVS_NOTE_LEN] = "";
-	int temp;
-
-	if (!workdir)
-		return -EINVAL;
-	return prepare_workdir(p, workdir, canon, &temp, note, sizeof(note));
 }
 
 static void result_init(struct kvs_result *res)
@@ -867,11 +814,15 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		return refuse(res, -E2BIG, "%sarguments longer than 256 KiB", "");
 	if (req->stdin_len > KVS_MAX_STDIN || (req->stdin_len && !req->stdin_data))
 		return refuse(res, -E2BIG, "%sstdin larger than 16 MiB", "");
+	if (p->without_memcg == KVS_NOMEM_REFUSE && (!p->cgroup_ok || !p->have_memory))
+		return refuse(res, -EPERM, "%sno memory controller on this host: runs are refused "
+			      "(without_memory_controller = refuse)", "");
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return refuse(res, -ENOMEM, "%sout of memory", "");
 	c->p = p;
 	c->t = t;
+	c->netns_fd = -1;
 	res->unenforced = (p->landlock_abi <= 0 ? KVS_UNENF_LANDLOCK : 0) |
 			  (!p->cgroup_ok ? KVS_UNENF_CGROUP : 0) |
 			  (!p->cgroup_ok || !p->have_cpu ? KVS_UNENF_CPU : 0) |
@@ -886,7 +837,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		res->reason = KVS_EXIT_REFUSED;
 		return rc;
 	}
-	rc = prepare_workdir(p, req->workdir, canon_wd, &temp_wd, res->note, sizeof(res->note));
+	rc = kvs_wd_prepare(p, req->workdir, 0, canon_wd, &temp_wd, res->note, sizeof(res->note));
 	if (rc) {
 		free(c);
 		res->reason = KVS_EXIT_SETUP;
@@ -901,6 +852,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 			cap_bytes = lim->output_bytes;
 	}
 	c->workdir = canon_wd;
+	kvs_wd_ids(p, canon_wd, &c->uid, &c->gid);
 	c->exe = exe;
 	c->argv = (char *const *)req->argv;
 	c->tmp_bytes = t->tmp_bytes;
@@ -909,6 +861,10 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	c->rl_core = (struct rlimit){ 0, 0 };
 	c->rl_cpu = (struct rlimit){ timeout_ms / 1000 + 1, timeout_ms / 1000 + 2 };
 	c->rl_nofile = (struct rlimit){ t->nofile, t->nofile };
+	/* pipes and socket buffers are memory RLIMIT_AS does not see (a
+	 * tool's own nofile, such as node's need, is the operator's call) */
+	if (p->restrict_memory && !t->nofile_set && c->rl_nofile.rlim_cur > KVS_NOMEM_NOFILE)
+		c->rl_nofile = (struct rlimit){ KVS_NOMEM_NOFILE, KVS_NOMEM_NOFILE };
 	c->rl_fsize = (struct rlimit){ t->fsize, t->fsize };
 	if (!p->have_pids || !p->cgroup_ok) {
 		uint32_t pids = lim && lim->pids && lim->pids < t->pids ? lim->pids : t->pids;
@@ -977,7 +933,6 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 
 	memset(&ca, 0, sizeof(ca));
 	c->priv = p->privileged;
-	c->netns_fd = -1;
 	c->mntns_fd = c->priv ? p->mntns_fd : -1;
 	ca.flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
 	if (c->mntns_fd < 0)
@@ -985,9 +940,11 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	if (!c->priv)
 		ca.flags |= CLONE_NEWUSER;
 	if (!t->network) {
-		if (c->priv && p->netns_fd >= 0)
-			c->netns_fd = p->netns_fd;
-		else
+		/* a network namespace of its own: one made ahead when the pool
+		 * has one (root), else clone3 makes it */
+		if (c->priv)
+			c->netns_fd = kvs_netns_take();
+		if (c->netns_fd < 0)
 			ca.flags |= CLONE_NEWNET;
 	}
 	if (cg.dirfd >= 0) {
@@ -1004,6 +961,10 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		rc = -errno;
 		kvs_note(res->note, sizeof(res->note), "clone3: %s", strerror(errno));
 		goto setup_fail;
+	}
+	if (c->netns_fd >= 0) {
+		close(c->netns_fd);	/* the child has its own descriptor */
+		c->netns_fd = -1;
 	}
 	close(sync_p[0]);
 	sync_p[0] = -1;
@@ -1173,6 +1134,8 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	goto done;
 
 setup_fail:
+	if (c->netns_fd >= 0)
+		close(c->netns_fd);
 	res->reason = KVS_EXIT_SETUP;
 	if (!res->note[0])
 		kvs_note(res->note, sizeof(res->note), "setting up the run: %s", strerror(-rc));
@@ -1206,7 +1169,7 @@ done:
 	if (pidfd >= 0)
 		close(pidfd);
 	if (temp_wd)
-		kvs_remove_tree(canon_wd);
+		kvs_wd_remove(p, canon_wd);
 	free(c);
 	return rc;
 }
@@ -1289,7 +1252,7 @@ int kvs_proc_finish(struct kvs_proc *ip, unsigned int grace_ms, struct kvs_resul
 	if (ip->err_fd >= 0)
 		close(ip->err_fd);
 	if (ip->temp_wd)
-		kvs_remove_tree(ip->workdir);
+		kvs_wd_remove(ip->p, ip->workdir);
 	free(ip);
 	return 0;
 }

@@ -6,21 +6,29 @@
  * gigabytes of private memory would pay milliseconds to hundreds of them on
  * every spawn; the spawner pays for its own small address space instead.
  *
+ * A root launcher's spawner also owns the work directories: it runs in a
+ * mount namespace of its own, where each is a tmpfs (workdir.c), so what
+ * touches them goes through it too: making and removing one, and the
+ * in-process file tools (read_file, write_file, list_dir).
+ *
  * Protocol: the caller sends the spawner one end of a fresh stream
- * socketpair per run over a SOCK_SEQPACKET control socket. On that socket:
- * the request (header with the stdin memfd as SCM_RIGHTS, then tool,
- * workdir and argv bytes); the spawner answers with HOOK messages (the
- * run's cgroup id and pid, which the caller passes to its on_cgroup hook
- * and answers go or refuse) and one RESULT (the kvs_result, then stdout
- * and stderr bytes). One thread per run in the spawner.
+ * socketpair per operation over a SOCK_SEQPACKET control socket. On that
+ * socket: the request (header with the operation and the stdin memfd as
+ * SCM_RIGHTS, then tool, workdir and argv bytes); for a run the spawner
+ * answers with HOOK messages (the run's cgroup id and pid, which the
+ * caller passes to its on_cgroup hook and answers go or refuse); then one
+ * RESULT (the kvs_result, then stdout and stderr bytes). One thread per
+ * operation in the spawner.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -34,8 +42,10 @@ enum { SP_HOOK = 1, SP_RESULT = 2 };
 
 struct sp_req {
 	uint32_t magic;
+	uint32_t op;			/* enum kvs_sp_op */
 	uint32_t tool_len, wd_len, argc, arg_bytes;
 	uint32_t has_hook, has_lim, has_wd;
+	uint64_t size;			/* KVS_SP_WD_SETUP */
 	struct kvs_limits lim;
 };
 
@@ -159,6 +169,76 @@ static int remote_hook(void *ctx, uint64_t cgroup_id, pid_t pid)
 	return verdict != 0;
 }
 
+/* The stdin memfd's bytes (write_file's content), at most max. */
+static char *slurp_fd(int fd, size_t max, size_t *len)
+{
+	size_t cap = 4096;
+	char *b = malloc(cap);
+
+	*len = 0;
+	while (b) {
+		ssize_t n;
+
+		if (*len == cap) {
+			char *nb;
+
+			if (cap > max)
+				break;
+			nb = realloc(b, cap * 2);
+			if (!nb)
+				break;
+			b = nb;
+			cap *= 2;
+		}
+		n = read(fd, b + *len, cap - *len);
+		if (n == 0)
+			return b;
+		if (n < 0)
+			break;
+		*len += (size_t)n;
+	}
+	free(b);
+	return NULL;
+}
+
+/* An operation other than a run, here where the work directories are. */
+static int serve_op(const struct sp_req *q, const char *wd, const char *path, int stdin_fd,
+		    struct kvs_result *res)
+{
+	char canon[PATH_MAX];
+	size_t len;
+	char *data;
+	int rc, temp;
+
+	memset(res, 0, sizeof(*res));
+	switch (q->op) {
+	case KVS_SP_WD_SETUP:
+		rc = kvs_wd_prepare(sp_policy, wd, q->size, canon, &temp, res->note,
+				    sizeof(res->note));
+		if (rc)
+			res->reason = KVS_EXIT_SETUP;
+		return rc;
+	case KVS_SP_WD_REMOVE:
+		kvs_wd_remove(sp_policy, wd);
+		return 0;
+	case KVS_SP_READ_FILE:
+		return kvs_file_read(sp_policy, wd, path, res);
+	case KVS_SP_LIST_DIR:
+		return kvs_file_list(sp_policy, wd, path, res);
+	case KVS_SP_WRITE_FILE:
+		data = stdin_fd >= 0 ? slurp_fd(stdin_fd, KVS_MAX_STDIN, &len) : NULL;
+		if (!data) {
+			res->reason = KVS_EXIT_SETUP;
+			return -EIO;
+		}
+		rc = kvs_file_write(sp_policy, wd, path, data, len, res);
+		free(data);
+		return rc;
+	}
+	res->reason = KVS_EXIT_REFUSED;
+	return -EINVAL;
+}
+
 static void serve(int sock)
 {
 	struct sp_req q;
@@ -172,8 +252,10 @@ static void serve(int sock)
 	size_t off;
 
 	if (recv_fd(sock, &q, sizeof(q), &stdin_fd) || q.magic != SP_MAGIC ||
-	    q.tool_len == 0 || q.tool_len >= sizeof(tool) || q.wd_len >= PATH_MAX ||
-	    q.argc == 0 || q.argc > KVS_MAX_ARGS || q.arg_bytes > KVS_MAX_ARG_BYTES)
+	    q.op > KVS_SP_LIST_DIR || q.tool_len >= sizeof(tool) || q.wd_len >= PATH_MAX ||
+	    q.argc > KVS_MAX_ARGS || q.arg_bytes > KVS_MAX_ARG_BYTES ||
+	    (q.op == KVS_SP_RUN && (q.tool_len == 0 || q.argc == 0)) ||
+	    (q.op != KVS_SP_RUN && !q.has_wd))
 		goto out;
 	strs = malloc((size_t)q.tool_len + q.wd_len + 1 + q.arg_bytes + 1);
 	argv = calloc(q.argc + 1, sizeof(*argv));
@@ -197,14 +279,18 @@ static void serve(int sock)
 	}
 	if (off != q.arg_bytes)
 		goto out;
-	memset(&req, 0, sizeof(req));
-	req.tool = tool;
-	req.workdir = wd;
-	req.argv = argv;
-	req.limits = q.has_lim ? &q.lim : NULL;
-	req.on_cgroup = q.has_hook ? remote_hook : NULL;
-	req.ctx = &sock;
-	rc = kvs_run_direct(sp_policy, &req, &res, stdin_fd);
+	if (q.op != KVS_SP_RUN) {
+		rc = serve_op(&q, wd, q.argc ? argv[0] : NULL, stdin_fd, &res);
+	} else {
+		memset(&req, 0, sizeof(req));
+		req.tool = tool;
+		req.workdir = wd;
+		req.argv = argv;
+		req.limits = q.has_lim ? &q.lim : NULL;
+		req.on_cgroup = q.has_hook ? remote_hook : NULL;
+		req.ctx = &sock;
+		rc = kvs_run_direct(sp_policy, &req, &res, stdin_fd);
+	}
 	memset(&r, 0, sizeof(r));
 	r.type = SP_RESULT;
 	r.rc = rc;
@@ -247,12 +333,19 @@ static void *serve_thread(void *arg)
 static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, int ctl,
 						   pid_t parent)
 {
-	int keep[3] = { ctl, p->netns_fd, p->mntns_fd }, lo = 3, k, m;
+	int keep[3] = { ctl, p->mntns_fd, -1 }, lo = 3, k, m;
 	pthread_attr_t attr;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	if (getppid() != parent)
 		_exit(0);
+	kvs_netns_pool_reset();	/* the caller's, if it had one, is not ours */
+	/* a root launcher's work directories are mounts of this process
+	 * alone: its own mount namespace, the host's mounts still coming in
+	 * (slave), none going out, all gone when it ends */
+	if (p->privileged && p->workdir_size && unshare(CLONE_NEWNS) == 0 &&
+	    mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) == 0)
+		((struct kvs_policy *)p)->private_mounts = 1;
 	prctl(PR_SET_NAME, "kvs-spawner", 0, 0, 0);
 	signal(SIGPIPE, SIG_IGN);
 	/* none of the caller's descriptors but ours: a listening socket the
@@ -348,31 +441,32 @@ static int gone(struct kvs_result *res, int rc)
 	return rc;
 }
 
-int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
-		    struct kvs_result *res)
+/* One operation through the spawner: req's tool, workdir, argv, stdin
+ * and hook, as the spawner's kvs_run() or file tool gets them. */
+int kvs_spawner_call(const struct kvs_policy *p, enum kvs_sp_op op, const struct kvs_request *req,
+		     uint64_t size, struct kvs_result *res)
 {
 	struct sp_req q;
 	struct sp_result r;
-	size_t tool_len, wd_len = 0, arg_bytes = 0;
+	size_t tool_len = 0, wd_len = 0, arg_bytes = 0;
 	int sv[2], stdin_fd, rc = 0, i;
 	char one = 1;
 
 	memset(res, 0, sizeof(*res));
-	if (!req->tool || !kvs_find_tool(p, req->tool) || !req->argv || !req->argv[0] ||
-	    req->stdin_len > KVS_MAX_STDIN || (req->stdin_len && !req->stdin_data))
-		return kvs_run_direct(p, req, res, -1);	/* the same refusals, here */
-	for (i = 0; req->argv[i]; i++) {
-		if (i >= KVS_MAX_ARGS)
-			return kvs_run_direct(p, req, res, -1);
+	for (i = 0; req->argv && req->argv[i]; i++)
 		arg_bytes += strlen(req->argv[i]) + 1;
-	}
-	if (arg_bytes > KVS_MAX_ARG_BYTES)
-		return kvs_run_direct(p, req, res, -1);
-	tool_len = strlen(req->tool);
+	if (req->tool)
+		tool_len = strlen(req->tool);
 	if (req->workdir)
 		wd_len = strlen(req->workdir);
-	if (wd_len >= PATH_MAX)
-		return kvs_run_direct(p, req, res, -1);
+	if (wd_len >= PATH_MAX || tool_len >= KVS_TOOL_NAME_MAX || i > KVS_MAX_ARGS ||
+	    arg_bytes > KVS_MAX_ARG_BYTES || req->stdin_len > KVS_MAX_STDIN) {
+		res->reason = KVS_EXIT_REFUSED;
+		kvs_note(res->note, sizeof(res->note), "request too large");
+		res->out = calloc(1, 1);
+		res->err = calloc(1, 1);
+		return -E2BIG;
+	}
 	stdin_fd = kvs_make_stdin(req->stdin_data, req->stdin_len);
 	if (stdin_fd < 0) {
 		res->reason = KVS_EXIT_SETUP;
@@ -388,6 +482,7 @@ int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
 	close(sv[1]);
 	memset(&q, 0, sizeof(q));
 	q.magic = SP_MAGIC;
+	q.op = op;
 	q.tool_len = tool_len;
 	q.wd_len = wd_len;
 	q.has_wd = req->workdir != NULL;
@@ -395,16 +490,17 @@ int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
 	q.arg_bytes = arg_bytes;
 	q.has_hook = req->on_cgroup != NULL;
 	q.has_lim = req->limits != NULL;
+	q.size = size;
 	if (req->limits)
 		q.lim = *req->limits;
 	if (!rc)
 		rc = send_fd(sv[0], &q, sizeof(q), stdin_fd);
 	close(stdin_fd);
-	if (!rc)
+	if (!rc && tool_len)
 		rc = write_full(sv[0], req->tool, tool_len);
 	if (!rc && wd_len)
 		rc = write_full(sv[0], req->workdir, wd_len);
-	for (i = 0; !rc && req->argv[i]; i++)
+	for (i = 0; !rc && req->argv && req->argv[i]; i++)
 		rc = write_full(sv[0], req->argv[i], strlen(req->argv[i]) + 1);
 	while (!rc) {
 		uint32_t type;
@@ -412,7 +508,7 @@ int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
 		rc = read_full(sv[0], &type, sizeof(type));
 		if (rc)
 			break;
-		if (type == SP_HOOK) {
+		if (type == SP_HOOK && req->on_cgroup) {
 			struct sp_hook h;
 			char verdict;
 
@@ -472,4 +568,23 @@ int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
 	res->err = calloc(1, 1);
 	res->out_len = res->err_len = 0;
 	return gone(res, rc);
+}
+
+int kvs_spawner_run(const struct kvs_policy *p, const struct kvs_request *req,
+		    struct kvs_result *res)
+{
+	size_t arg_bytes = 0;
+	int i;
+
+	if (!req->tool || !kvs_find_tool(p, req->tool) || !req->argv || !req->argv[0] ||
+	    req->stdin_len > KVS_MAX_STDIN || (req->stdin_len && !req->stdin_data))
+		return kvs_run_direct(p, req, res, -1);	/* the same refusals, here */
+	for (i = 0; req->argv[i]; i++) {
+		if (i >= KVS_MAX_ARGS)
+			return kvs_run_direct(p, req, res, -1);
+		arg_bytes += strlen(req->argv[i]) + 1;
+	}
+	if (arg_bytes > KVS_MAX_ARG_BYTES || (req->workdir && strlen(req->workdir) >= PATH_MAX))
+		return kvs_run_direct(p, req, res, -1);
+	return kvs_spawner_call(p, KVS_SP_RUN, req, 0, res);
 }

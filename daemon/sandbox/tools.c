@@ -2,10 +2,11 @@
 /*
  * tools.c - the built-in tools. sh and c_compile_run run in the sandbox
  * under the policy's "sh" and "c_compile_run" tools; read_file,
- * write_file and list_dir run in the launcher's own process (no spawn)
- * and are confined to the work directory by the kernel's path resolution
- * (openat2 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV),
- * never by string checks.
+ * write_file and list_dir run in the launcher's process that holds the
+ * work directories (the spawner when there is one: there they are its
+ * mounts; no spawn) and are confined to the work directory by the
+ * kernel's path resolution (openat2 RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+ * | RESOLVE_NO_XDEV), never by string checks.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -93,7 +94,7 @@ static uint64_t file_cap(const struct kvs_policy *p, const char *tool)
 	return t ? t->output : 0;
 }
 
-int kvs_read_file(const struct kvs_policy *p, const char *workdir, const char *path,
+int kvs_file_read(const struct kvs_policy *p, const char *workdir, const char *path,
 		  struct kvs_result *res)
 {
 	uint64_t cap = file_cap(p, "read_file");
@@ -155,7 +156,7 @@ int kvs_read_file(const struct kvs_policy *p, const char *workdir, const char *p
 	return 0;
 }
 
-int kvs_write_file(const struct kvs_policy *p, const char *workdir, const char *path,
+int kvs_file_write(const struct kvs_policy *p, const char *workdir, const char *path,
 		   const void *data, size_t len, struct kvs_result *res)
 {
 	uint64_t cap = file_cap(p, "write_file");
@@ -202,9 +203,16 @@ int kvs_write_file(const struct kvs_policy *p, const char *workdir, const char *
 		}
 		off += n;
 	}
-	if (p->privileged && fchown(fd, p->uid, p->gid))
-		kvs_note(res->note, sizeof(res->note), "write_file %s: chown: %s", path,
-			 strerror(errno));
+	if (p->privileged) {
+		/* the work directory's owner: its session's uid, or the policy's */
+		uid_t uid;
+		gid_t gid;
+
+		kvs_wd_ids(p, workdir, &uid, &gid);
+		if (fchown(fd, uid, gid))
+			kvs_note(res->note, sizeof(res->note), "write_file %s: chown: %s", path,
+				 strerror(errno));
+	}
 	close(fd);
 	res->out = calloc(1, 1);
 	res->err = calloc(1, 1);
@@ -216,8 +224,8 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int kvs_list_dir(const struct kvs_policy *p, const char *workdir, const char *path,
-		 struct kvs_result *res)
+int kvs_file_list(const struct kvs_policy *p, const char *workdir, const char *path,
+		  struct kvs_result *res)
 {
 	uint64_t cap = file_cap(p, "list_dir");
 	struct dirent *de;
@@ -269,7 +277,8 @@ int kvs_list_dir(const struct kvs_policy *p, const char *workdir, const char *pa
 		n++;
 	}
 	closedir(d);
-	qsort(names, n, sizeof(*names), cmp_str);
+	if (n)
+		qsort(names, n, sizeof(*names), cmp_str);
 	res->out = malloc(used + 1);
 	if (res->out) {
 		res->out_len = 0;
@@ -294,6 +303,97 @@ int kvs_list_dir(const struct kvs_policy *p, const char *workdir, const char *pa
 	}
 	res->err = calloc(1, 1);
 	return res->out ? 0 : -ENOMEM;
+}
+
+/* ---- through the spawner, where the work directories are its mounts ---- */
+
+static int file_op(const struct kvs_policy *p, enum kvs_sp_op op, const char *workdir,
+		   const char *path, const void *data, size_t len, struct kvs_result *res)
+{
+	const char *argv[] = { path, NULL };
+	struct kvs_request req = { .workdir = workdir, .argv = path ? argv : NULL,
+				   .stdin_data = data, .stdin_len = len };
+
+	if (!workdir || workdir[0] != '/')
+		return file_fail(res, op == KVS_SP_READ_FILE ? "read_file" : op ==
+				 KVS_SP_WRITE_FILE ? "write_file" : "list_dir",
+				 workdir ? workdir : "", EINVAL);
+	return kvs_spawner_call(p, op, &req, 0, res);
+}
+
+int kvs_read_file(const struct kvs_policy *p, const char *workdir, const char *path,
+		  struct kvs_result *res)
+{
+	if (p->spawner_fd < 0 || !path)
+		return kvs_file_read(p, workdir, path, res);
+	return file_op(p, KVS_SP_READ_FILE, workdir, path, NULL, 0, res);
+}
+
+int kvs_write_file(const struct kvs_policy *p, const char *workdir, const char *path,
+		   const void *data, size_t len, struct kvs_result *res)
+{
+	if (p->spawner_fd < 0 || !path || len > KVS_MAX_STDIN)
+		return kvs_file_write(p, workdir, path, data, len, res);
+	return file_op(p, KVS_SP_WRITE_FILE, workdir, path, data, len, res);
+}
+
+int kvs_list_dir(const struct kvs_policy *p, const char *workdir, const char *path,
+		 struct kvs_result *res)
+{
+	if (p->spawner_fd < 0)
+		return kvs_file_list(p, workdir, path, res);
+	return file_op(p, KVS_SP_LIST_DIR, workdir, path && *path ? path : ".", NULL, 0, res);
+}
+
+int kvs_workdir_setup(const struct kvs_policy *p, const char *workdir, uint64_t size,
+		      char *err, size_t errlen)
+{
+	struct kvs_request req = { .workdir = workdir };
+	struct kvs_result res;
+	char canon[PATH_MAX];
+	int rc, temp;
+
+	if (!workdir)
+		return -EINVAL;
+	memset(&res, 0, sizeof(res));
+	if (p->spawner_fd >= 0) {
+		rc = kvs_spawner_call(p, KVS_SP_WD_SETUP, &req, size, &res);
+		kvs_result_free(&res);
+	} else {
+		rc = kvs_wd_prepare(p, workdir, size, canon, &temp, res.note, sizeof(res.note));
+	}
+	if (err && errlen)
+		snprintf(err, errlen, "%s", res.note);
+	return rc;
+}
+
+int kvs_workdir_view(const struct kvs_policy *p, const char *workdir, char *out, size_t len)
+{
+	int n = p->spawner_fd >= 0 ? snprintf(out, len, "/proc/%d/root%s", (int)p->spawner_pid,
+					      workdir) :
+		snprintf(out, len, "%s", workdir);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int kvs_workdir_create(const struct kvs_policy *p, const char *workdir)
+{
+	return kvs_workdir_setup(p, workdir, 0, NULL, 0);
+}
+
+void kvs_workdir_remove(const struct kvs_policy *p, const char *workdir)
+{
+	struct kvs_request req = { .workdir = workdir };
+	struct kvs_result res;
+
+	if (!workdir)
+		return;
+	if (p->spawner_fd < 0) {
+		kvs_wd_remove(p, workdir);
+		return;
+	}
+	kvs_spawner_call(p, KVS_SP_WD_REMOVE, &req, 0, &res);
+	kvs_result_free(&res);
 }
 
 int kvs_tool_c_compile_run(const struct kvs_policy *p, const char *workdir,
@@ -326,13 +426,15 @@ int kvs_tool_c_compile_run_hook(const struct kvs_policy *p, const char *workdir,
 	if (!wd) {
 		if (!mkdtemp(tmpl))
 			return -errno;
-		if (p->privileged && chown(tmpl, p->uid, p->gid)) {
-			rmdir(tmpl);
-			return -errno;
-		}
+		rmdir(tmpl);	/* made again, as a work directory, just below */
 		wd = tmpl;
-	} else if (mkdir(wd, 0700) == 0 && p->privileged && chown(wd, p->uid, p->gid)) {
-		return -errno;
+	}
+	rc = kvs_workdir_setup(p, wd, 0, res->note, sizeof(res->note));
+	if (rc) {
+		res->reason = KVS_EXIT_SETUP;
+		res->out = calloc(1, 1);
+		res->err = calloc(1, 1);
+		return rc;
 	}
 	rc = kvs_write_file(p, wd, "snippet.c", source, source_len, &wr);
 	if (rc) {
@@ -354,6 +456,6 @@ int kvs_tool_c_compile_run_hook(const struct kvs_policy *p, const char *workdir,
 	rc = kvs_run(p, &req, res);
 out:
 	if (!workdir)
-		kvs_remove_tree(tmpl);	/* and whatever the program left there */
+		kvs_workdir_remove(p, tmpl);	/* and whatever the program left there */
 	return rc;
 }

@@ -77,6 +77,9 @@ struct kvd_ready {
 enum kvd_step_kind { KVD_STEP_PREFILL = 1, KVD_STEP_DECODE = 2 };
 
 #define KVD_SEQ_LOGPROBS 1u	/* report the chosen token's logprob */
+#define KVD_SEQ_SAMPLER 2u	/* a struct kvd_sampler_wire follows the
+				 * constraint bytes (after the block ids
+				 * when there are none) */
 
 /* A step: n_seq sequences, each a struct kvd_step_seq followed by
  * n_new int32 tokens and n_blocks uint32 block ids. */
@@ -106,6 +109,7 @@ struct kvd_step_seq {
  * worker rebuilds its matcher from them when it has none at that point:
  * a restarted or another worker). */
 #define KVD_CONSTRAINT_LAZY 1u
+#define KVD_CONSTRAINT_BUDGET 2u	/* near tokens_left, steer to close in time */
 struct kvd_constraint_wire {
 	uint32_t kind;		/* enum kvd_constraint_kind (kvd.h) */
 	uint32_t flags;		/* KVD_CONSTRAINT_* */
@@ -117,6 +121,23 @@ struct kvd_constraint_wire {
 	uint32_t tokens_left;	/* this token included: near it, the output
 				 * is steered to close in time */
 	uint32_t pad;
+};
+
+/* Sampling beyond temperature and top-p (kvd.h's kvd_sampling), followed
+ * by n_bias {int32 token, float bias}, n_context int32 distinct tokens of
+ * the context (repetition_penalty) and n_generated {int32 token, uint32
+ * count} of the tokens generated so far (frequency/presence penalties):
+ * the whole state, every step, so any worker samples the same. */
+#define KVD_SAMPLER_MAX_ENTRIES (1u << 22)	/* per array */
+struct kvd_sampler_wire {
+	uint32_t top_k;		/* 0: off */
+	float min_p;		/* 0: off */
+	float repetition_penalty;
+	float frequency_penalty;
+	float presence_penalty;
+	uint32_t n_bias;
+	uint32_t n_context;
+	uint32_t n_generated;
 };
 
 struct kvd_result {

@@ -6,8 +6,9 @@
  * steps: every step carries the block tables and sampler states it needs,
  * so a worker that dies loses nothing the orchestrator cannot resend.
  *
- * Sampling lives here, not in backends: greedy, temperature and top-p via
- * the engine's sampler, with the chosen token's log-probability and the
+ * Sampling lives here, not in backends: the engine's sampler (greedy,
+ * temperature, top-k, min-p, top-p) over the logits after the request's
+ * penalties and biases, with the chosen token's log-probability and the
  * top alternatives computed from the raw logits (OpenAI's logprobs).
  */
 #define _GNU_SOURCE
@@ -60,6 +61,7 @@ struct worker {
 	uint32_t vocab;
 	float *logits;
 	uint32_t logits_n;	/* sequences the buffer holds */
+	float *adjusted;	/* one sequence's logits after penalties, biases */
 	void *scratch;
 	void *rx;
 	size_t rx_cap;
@@ -232,6 +234,10 @@ struct step_view {
 	struct kvd_constraint_wire cw;	/* cw.kind 0: free */
 	const char *json, *name;
 	const int32_t *hist;
+	int has_sampler;		/* KVD_SEQ_SAMPLER */
+	void *sbuf;			/* its arrays (malloc'd) */
+	struct kvd_sampler_wire sw;
+	struct kve_logit_adjust adj;	/* points into the message */
 };
 
 /* Sample from one sequence's logits; fills the result entry and its top
@@ -313,13 +319,28 @@ static int sample_one(struct worker *w, const struct step_view *v,
 		      const float *lg, struct kvd_result_seq *rs, struct kvd_top *top)
 {
 	const struct kvd_step_seq *sq = v->sq;
-	struct kve_sampler sm = { sq->temperature, 0, sq->top_p, sq->rng };
+	struct kve_sampler sm = { sq->temperature, 0, sq->top_p, sq->rng, 0 };
+	const float *raw = lg;	/* logprobs are the model's, before adjustments */
 	struct kvc_matcher *m = NULL;
 	struct mcache *slot = NULL;
 	uint32_t i, k, n_top = sq->top_logprobs > KVD_MAX_TOP ? KVD_MAX_TOP : sq->top_logprobs;
 	double mx = -INFINITY, sum = 0, lse;
 	int32_t tok;
 
+	if (v->has_sampler) {
+		sm.top_k = v->sw.top_k;
+		sm.min_p = v->sw.min_p;
+		if (!kve_logit_adjust_none(&v->adj)) {
+			if (!w->adjusted) {
+				w->adjusted = malloc((size_t)w->vocab * sizeof(float));
+				if (!w->adjusted)
+					return -ENOMEM;
+			}
+			memcpy(w->adjusted, lg, (size_t)w->vocab * sizeof(float));
+			kve_logits_adjust(w->adjusted, w->vocab, &v->adj);
+			lg = w->adjusted;
+		}
+	}
 	if (v->cw.kind) {
 		m = matcher_for(w, v, &slot);
 		if (!m)
@@ -329,7 +350,8 @@ static int sample_one(struct worker *w, const struct step_view *v,
 		/* near the token limit, prefer tokens that still let the output
 		 * close in time; when none can (a budget below the shortest
 		 * completion), keep to the grammar alone */
-		if (v->cw.tokens_left && v->cw.tokens_left <= kvc_remaining(m) + 64)
+		if ((v->cw.flags & KVD_CONSTRAINT_BUDGET) && v->cw.tokens_left &&
+		    v->cw.tokens_left <= kvc_remaining(m) + 64)
 			allowed = kvc_mask_budget(m, w->mask, v->cw.tokens_left);
 		if (allowed <= 0)
 			allowed = kvc_mask(m, w->mask);
@@ -353,6 +375,7 @@ static int sample_one(struct worker *w, const struct step_view *v,
 	rs->n_top = 0;
 	if (!(sq->flags & KVD_SEQ_LOGPROBS) && !n_top)
 		return 0;
+	lg = raw;
 	for (i = 0; i < w->vocab; i++)
 		if (lg[i] > mx)
 			mx = lg[i];
@@ -376,6 +399,13 @@ static int sample_one(struct worker *w, const struct step_view *v,
 	for (k = 0; k < rs->n_top; k++)
 		top[k].logprob = (float)((double)lg[top[k].token] - lse);
 	return 0;
+}
+
+static void free_views(struct step_view *v, uint32_t n)
+{
+	for (uint32_t i = 0; v && i < n; i++)
+		free(v[i].sbuf);
+	free(v);
 }
 
 /* Parses the step's sequences into arrays; every count checked. */
@@ -408,6 +438,45 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 		if ((uint64_t)(end - p) < need || !sq->n_new ||
 		    (st->kind == KVD_STEP_DECODE && sq->n_new != 1))
 			goto bad;
+		if (sq->flags & KVD_SEQ_SAMPLER) {
+			/* the sampler's arrays follow the constraint */
+			const char *x = p + need;
+			struct kvd_sampler_wire *sw = &v[i].sw;
+
+			if ((uint64_t)(end - p) < need + sizeof(*sw))
+				goto bad;
+			memcpy(sw, x, sizeof(*sw));
+			if (sw->n_bias > KVD_SAMPLER_MAX_ENTRIES ||
+			    sw->n_context > KVD_SAMPLER_MAX_ENTRIES ||
+			    sw->n_generated > KVD_SAMPLER_MAX_ENTRIES ||
+			    !isfinite(sw->min_p) || !isfinite(sw->repetition_penalty) ||
+			    !isfinite(sw->frequency_penalty) || !isfinite(sw->presence_penalty))
+				goto bad;
+			x += sizeof(*sw);
+			need += sizeof(*sw) + (uint64_t)sw->n_bias * 8 +
+				(uint64_t)sw->n_context * 4 + (uint64_t)sw->n_generated * 8;
+			if ((uint64_t)(end - p) < need)
+				goto bad;
+			/* an aligned copy: the constraint's text before it has
+			 * any length */
+			v[i].sbuf = malloc(need - (uint64_t)(x - p) + 8);
+			if (!v[i].sbuf)
+				goto bad;
+			memcpy(v[i].sbuf, x, need - (uint64_t)(x - p));
+			x = v[i].sbuf;
+			v[i].has_sampler = 1;
+			v[i].adj.repetition_penalty = sw->repetition_penalty;
+			v[i].adj.frequency_penalty = sw->frequency_penalty;
+			v[i].adj.presence_penalty = sw->presence_penalty;
+			v[i].adj.bias = (const struct kve_token_bias *)x;
+			v[i].adj.n_bias = sw->n_bias;
+			x += (size_t)sw->n_bias * 8;
+			v[i].adj.context = (const int32_t *)x;
+			v[i].adj.n_context = sw->n_context;
+			x += (size_t)sw->n_context * 4;
+			v[i].adj.generated = (const struct kve_token_count *)x;
+			v[i].adj.n_generated = sw->n_generated;
+		}
 		if ((uint64_t)sq->n_blocks * w->geom.block_tokens <
 		    (uint64_t)sq->n_kv + sq->n_new)
 			goto bad;
@@ -439,7 +508,7 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 	*views = v;
 	return 0;
 bad:
-	free(v);
+	free_views(v, st->n_seq);
 	return -EPROTO;
 }
 
@@ -526,7 +595,7 @@ static int do_step(struct worker *w, size_t len)
 		}
 	}
 reply:
-	free(v);
+	free_views(v, st.n_seq);
 	free(seqs);
 	free(sp);
 	free(toks);
@@ -617,6 +686,7 @@ out:
 	kve_model_free(w.tmodel);
 	free(w.mask);
 	free(w.logits);
+	free(w.adjusted);
 	free(w.scratch);
 	free(w.rx);
 	free(w.tx);

@@ -23,6 +23,20 @@ check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN) $(SANDBOX_FAKE) $(S
 		KVD_TEST_MCP_NPM=$(SANDBOX_OUT)/npm \
 		$(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 
+# The KV tiers end to end (daemon/kvarenad/tiering.c over daemon/tier/):
+# spill and restore bit-identical, prefetch before a known return,
+# corrupted and truncated spill files recomputed, the disk cap, an
+# overrunning tool, kvarenad SIGKILLed mid-spill (about 1 min).
+KVD_TEST_TIER := $(KVD_OUT)/tests/test_tiering
+$(KVD_TEST_TIER): tests/daemon/test_tiering.c $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS $< $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) \
+		$(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS)
+
+.PHONY: check-tiering
+check-tiering: $(KVD_TEST_TIER) $(KVD_TEST_MODEL)
+	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_TIER) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering
+
 # In the guests: the same orchestrator over kvarena.ko (dma-buf hand-off,
 # io_uring state batches, the kernel's pressure events), without
 # sanitizers (TCG is slow enough), then every pinned byte must be back.
@@ -48,7 +62,7 @@ check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
 	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
 		sh tests/daemon/run-api.sh
 
-check-daemon: check-orch check-serve check-orch-guest
+check-daemon: check-orch check-tiering check-serve check-orch-guest check-tier-guest check-replay
 
 # kvarenad with the test hooks (sched.c: a scripted reply read from
 # $KVD_TEST_REPLY_FILE), unsanitized (TCG): the sandbox's guest lane starts
@@ -81,3 +95,17 @@ $(KVD_SBX_MODEL): $(ENGINE_MKMODEL)
 
 # sandbox.mk's guest lane (included before this file) runs the daemon too
 check-sandbox-guest: $(KVD_HOOKS_BIN) $(KVD_SBX_MODEL)
+
+# The same over kvarena.ko in both guest kernels (the tier on the module's
+# mapping: O_DIRECT where the guest's tmpfs has it, 6.6+), then every
+# pinned byte back and the module unloaded.
+KVD_TEST_TIER_G := $(KVD_OUT)/tests/test_tiering_guest
+$(KVD_TEST_TIER_G): tests/daemon/test_tiering.c $(KVD_CORE_HLIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -DKVD_TEST_HOOKS $< $(KVD_CORE_HLIB) $(KVD_DEP_LIBS) $(ENGINE_LIB) \
+		$(LIB_A) -o $@ $(KVD_LDLIBS)
+
+.PHONY: check-tier-guest
+check-tier-guest: modules-guest $(KVD_TEST_TIER_G) $(TIER_TEST_G) $(ENGINE_MKMODEL)
+	@for k in $(GUEST_KERNELS); do \
+		tests/daemon/run-guest-tier.sh $$k || exit 1; done

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "chat.h"
 #include "kvd.h"
 #include "scripted_kvd.h"
 
@@ -63,6 +64,7 @@ struct kvd {
 	unsigned next_session;
 	unsigned long jobs, cancelled, deleted;
 	int server_tools;
+	struct chat_template *tmpl;	/* ChatML, as the test models' */
 };
 
 struct kvd_job {
@@ -105,6 +107,10 @@ struct kvd *scripted_kvd_new(const char *model, uint32_t context)
 	snprintf(d->model, sizeof(d->model), "%s", model);
 	d->context = context;
 	d->ready = 1;
+	if (chat_template_new(NULL, 0, NULL, &d->tmpl, NULL, 0)) {
+		free(d);
+		return NULL;
+	}
 	pthread_mutex_init(&d->lock, NULL);
 	return d;
 }
@@ -113,6 +119,7 @@ void scripted_kvd_free(struct kvd *d)
 {
 	for (unsigned i = 0; i < HISTORY; i++)
 		free(d->hist[i].text);
+	chat_template_free(d->tmpl);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -550,9 +557,47 @@ const char *kvd_model_id(const struct kvd *d)
 	return d->model;
 }
 
+const struct chat_template *kvd_chat_template(const struct kvd *d)
+{
+	return d->tmpl;
+}
+
 uint32_t kvd_context_len(const struct kvd *d)
 {
 	return d->context;
+}
+
+/* Tokens are bytes here (prompt_tokens counts bytes too). */
+uint32_t kvd_vocab_size(const struct kvd *d)
+{
+	(void)d;
+	return 256;
+}
+
+const char *kvd_system_fingerprint(const struct kvd *d)
+{
+	(void)d;
+	return "fp_scripted";
+}
+
+int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
+		 int32_t *ids, size_t max)
+{
+	(void)d;
+	(void)add_special;
+	for (size_t i = 0; i < len && i < max; i++)
+		ids[i] = (unsigned char)text[i];
+	return len > INT32_MAX ? -E2BIG : (int)len;
+}
+
+int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)
+{
+	(void)d;
+	if (id < 0 || id > 255)
+		return -EINVAL;
+	if (len)
+		buf[0] = (char)id;
+	return 1;
 }
 
 int kvd_ready(const struct kvd *d)

@@ -167,7 +167,7 @@ static int engine_greedy(const char *prompt, uint32_t n, int32_t *out)
 	if (kve_arena_prefill(e, kv, &as, ids, (uint32_t)nt, lg))
 		goto close;
 	for (i = 0; i < n; i++) {
-		struct kve_sampler sm = { 0, 0, 1, 0 };
+		struct kve_sampler sm = { 0, 0, 1, 0, 0 };
 		struct kve_arena_session *ap = &as;
 
 		next = kve_sample(&sm, lg, vocab, NULL);
@@ -602,7 +602,7 @@ static int gate_tick(void *arg)
 {
 	struct gate *g = arg;
 	struct kvd_conv *c;
-	char path[700];
+	char path[700], view[640];
 	int fd;
 
 	if (g->opened || ++g->ticks > 1200)	/* 60 s */
@@ -611,7 +611,9 @@ static int gate_tick(void *arg)
 	for (c = g->d->convs; c && c->job != g->j; c = c->next)
 		;
 	if (c) {
-		snprintf(path, sizeof(path), "%s/%s/gate", g->root, c->id);
+		/* the work directory is the sandbox spawner's mount */
+		kvd_agent_workdir_view(g->d, c->id, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/gate", view);
 		if (c->kstate == KVA_STATE_TOOL_WAIT && c->job->state == JOB_TOOL_RUNNING) {
 			struct kva_session_info si = { .size = sizeof(si) };
 
@@ -687,7 +689,7 @@ static void test_agent_loop(void)
 	struct kvd *d;
 	struct treply t;
 	struct gate g = { 0 };
-	char root[256], policy[300], work[300], p1[4096], path[700];
+	char root[256], policy[300], work[300], p1[4096], path[700], view[640];
 	const char *decl;
 	FILE *f;
 	int i;
@@ -747,7 +749,8 @@ static void test_agent_loop(void)
 		      "while the tool ran, the job was JOB_TOOL_RUNNING and its session TOOL_WAIT (class %d)",
 		      g.tool_class);
 		pthread_mutex_lock(&d->lock);
-		CHECK(g.tool_class == (int)kvd_toolclass(d, "sh", 2), "its tool class is sh's");
+		CHECK(g.tool_class == (int)kvd_toolclass(d, 1, "sh", 2),
+		      "its tool class is sh's (of tenant a)");
 		CHECK(g.arena_wait && g.arena_class == (uint32_t)g.tool_class &&
 		      g.arena_expected_us > 0,
 		      "the arena's session info says TOOL_WAIT, class %u, expected wait %llu us",
@@ -870,7 +873,8 @@ static void test_agent_loop(void)
 		      !strcmp(t.runs[0].output, "42"),
 		      "c_compile_run compiled and ran the program on its stdin: \"%s\" (%s)",
 		      t.runs[0].output, t.runs[0].reason);
-		snprintf(path, sizeof(path), "%s/%s/w.txt", work, t.r.session);
+		kvd_agent_workdir_view(d, t.r.session, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/w.txt", view);
 		f = fopen(path, "r");
 		if (f) {
 			if (!fgets(buf, sizeof(buf), f))
@@ -1022,7 +1026,7 @@ static void test_escape(void)
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	socklen_t sl = sizeof(sa);
 	struct treply t;
-	char path[700], policy[300], cmds[8][700], p1[4096];
+	char path[700], view[640], policy[300], cmds[8][700], p1[4096];
 	const char *cp[8];
 	pid_t outside;
 	int lfd, i, src, dst;
@@ -1089,9 +1093,10 @@ static void test_escape(void)
 	if (!f)
 		return;
 	/* c_compile_run: the built-in section */
-	/* 10 s: a memory bomb touching ~500 MiB can take seconds on a loaded
-	 * machine before RLIMIT_AS stops it */
-	fprintf(f, "[sh]\nexec = /usr/bin %s %s\ntimeout = 10s\npids = 32\nmemory = 256M\n",
+	/* 10 s: a memory bomb touching ~300 MiB (64 MiB + RLIMIT_AS's 256
+	 * MiB of room) can take seconds on a loaded machine before RLIMIT_AS
+	 * stops it (with 256M, ~500 MiB took more than 10 s at load 15) */
+	fprintf(f, "[sh]\nexec = /usr/bin %s %s\ntimeout = 10s\npids = 32\nmemory = 64M\n",
 		e.probe, e.suid);
 	fclose(f);
 	base_config(&c);
@@ -1135,7 +1140,8 @@ static void test_escape(void)
 		snprintf(path, sizeof(path), "%s/secret/planted", e.root);
 		CHECK(access(path, F_OK) != 0 && access("/etc/kvd-escape", F_OK) != 0,
 		      "nothing was written on the host");
-		snprintf(path, sizeof(path), "%s/%s/control", e.work, t.r.session);
+		kvd_agent_workdir_view(e.d, t.r.session, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/control", view);
 		CHECK(t.n_runs == 8 && strstr(t.runs[7].output, "ESCAPED write") &&
 		      access(path, F_OK) == 0,
 		      "control: the same probe may write in its work dir (the walls are real)");
@@ -1196,7 +1202,8 @@ static void test_escape(void)
 		      strstr(t.runs[0].output, "[timeout"),
 		      "daemon sh: CPU spin past the timeout: killed, the result says so: \"%.80s\"",
 		      t.runs[0].output);
-		snprintf(path, sizeof(path), "%s/%s/hb", e.work, t.r.session);
+		kvd_agent_workdir_view(e.d, t.r.session, view, sizeof(view));
+		snprintf(path, sizeof(path), "%s/hb", view);
 		s1 = file_size(path);
 		nanosleep(&(struct timespec){ 1, 0 }, NULL);
 		s2 = file_size(path);
@@ -1345,7 +1352,8 @@ static void test_mcp_servers(void)
 		return;
 	/* a server lives as long as its tool's timeout allows */
 	fprintf(f, "[mcp-node]\nexec = %s\nro = %s/node_modules\nmemory = 1G\npids = 64\n"
-		"timeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm, fake);
+		"nofile = 1024\ntimeout = 300\n[mcp-fake]\nexec = %s\ntimeout = 300\n", node, npm,
+		fake);
 	fclose(f);
 
 	/* the [mcp.NAME] keys as the INI file gives them */
@@ -1541,17 +1549,24 @@ out:
  */
 struct mcall {
 	int rc, restarted, code;
+	uint64_t cg;			/* the instance's cgroup */
 	char out[512];
 };
 
-static void mcall(struct kvd_mcpsrv *s, const char *tool, struct mcall *m)
+static void mcall_as(struct kvd_mcpsrv *s, const char *tenant, const char *tool, struct mcall *m)
 {
 	struct kvs_result res;
 
-	m->rc = kvd_mcp_call(s, tool, "{}", 2, NULL, NULL, &res, &m->restarted);
+	m->rc = kvd_mcp_call(s, tenant, tool, "{}", 2, NULL, NULL, &res, &m->restarted);
 	m->code = res.status;
+	m->cg = res.cgroup_id;
 	snprintf(m->out, sizeof(m->out), "%s%s", res.out ? res.out : "", res.err ? res.err : "");
 	kvs_result_free(&res);
+}
+
+static void mcall(struct kvd_mcpsrv *s, const char *tool, struct mcall *m)
+{
+	mcall_as(s, "", tool, m);
 }
 
 static void sleep_ms(long ms)
@@ -1559,6 +1574,235 @@ static void sleep_ms(long ms)
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);	/* the back-off is time: wait it out */
+}
+
+/* [mcp.NAME] per_tenant = yes (issue 36.4): each tenant its own server
+ * process, started on its first call; one tenant crashing its instance
+ * puts only that instance in back-off. */
+static void test_mcp_tenants(void)
+{
+	const char *fake_rel = getenv("KVD_TEST_MCP_FAKE");
+	char root[256], policy[300], work[300], srv[300], fake[PATH_MAX], err[512] = "";
+	struct kvs_policy *pol = NULL;
+	struct kvd_mcpsrv *s = NULL;
+	struct kvd_mcp_cfg mc;
+	struct mcall ma, mb, m;
+	json_t *tools = NULL;
+	FILE *f;
+
+	if (!fake_rel || !realpath(fake_rel, fake)) {
+		printf("SKIP mcp_tenants: KVD_TEST_MCP_FAKE unset (make check-orch sets it)\n");
+		return;
+	}
+	if (tool_scratch("kvd-mcpt", 1, root, policy, work))
+		return;
+	snprintf(srv, sizeof(srv), "%s/srv", root);
+	mkdir(srv, 0755);
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[mcp-fake]\nexec = %s\ntimeout = 300\n", fake);
+	fclose(f);
+	if (kvs_policy_load(policy, &pol, err, sizeof(err))) {
+		CHECK(0, "policy: %s", err);
+		return;
+	}
+	memset(&mc, 0, sizeof(mc));
+	snprintf(mc.name, sizeof(mc.name), "pt");
+	snprintf(mc.command, sizeof(mc.command), "%.900s crashy", fake);
+	snprintf(mc.tool, sizeof(mc.tool), "mcp-fake");
+	snprintf(mc.workdir, sizeof(mc.workdir), "%s", srv);
+	mc.timeout_ms = 10000;
+	mc.max_result_bytes = 1u << 20;
+	mc.restart_backoff_ms = 5000;
+	mc.per_tenant = 1;
+	s = kvd_mcp_start(&mc, pol, &tools, err, sizeof(err));
+	CHECK(s && json_array_size(tools) == 3, "per_tenant: the server lists its tools at start "
+	      "(%s)", err);
+	json_decref(tools);
+	if (!s)
+		goto out;
+	mcall_as(s, "a", "echo", &ma);
+	mcall_as(s, "b", "echo", &mb);
+	CHECK(!ma.rc && !mb.rc && ma.restarted && mb.restarted && ma.cg && mb.cg && ma.cg != mb.cg,
+	      "tenants a and b each get an instance of their own on their first call "
+	      "(cgroups %llu, %llu)", (unsigned long long)ma.cg, (unsigned long long)mb.cg);
+	mcall_as(s, "a", "echo", &m);
+	CHECK(!m.rc && !m.restarted && m.cg == ma.cg, "a's next call goes to a's instance");
+	CHECK(dir_exists(srv) && !access(srv, F_OK), "the configured directory stays");
+	mcall_as(s, "a", "crash", &m);
+	CHECK(m.rc && strstr(m.out, "the server exited"), "a crashes its instance");
+	mcall_as(s, "a", "echo", &m);
+	CHECK(m.rc == -EAGAIN && strstr(m.out, "is restarting"),
+	      "a's instance is in its back-off: \"%.80s\"", m.out);
+	mcall_as(s, "b", "echo", &m);
+	CHECK(!m.rc && !m.restarted && m.cg == mb.cg && strstr(m.out, "echo from crashy"),
+	      "b's instance is untouched: \"%.80s\"", m.out);
+out:
+	kvd_mcp_free(s);
+	kvs_policy_free(pol);
+}
+
+/*
+ * Tenants and the tool pool (issue 36.4): tenant a's tool_concurrency of 1
+ * runs its five calls of one round one after the other, while tenant b's
+ * call, submitted after them, runs at once beside them (before, the pool
+ * took calls first come, first served, four at a time whoever's); tenant
+ * c's work directories share its tool_disk_mb; each tenant's tool waits
+ * are a class of their own, predicted from its own with everyone's as a
+ * prior.
+ */
+static double call_started(const struct trun *r)
+{
+	return strtod(r->output, NULL);
+}
+
+static int job_running_tools(struct kvd *d, struct kvd_job *j)
+{
+	int yes;
+
+	pthread_mutex_lock(&d->lock);
+	yes = j->state == JOB_TOOL_RUNNING;
+	pthread_mutex_unlock(&d->lock);
+	return yes;
+}
+
+static void test_tool_tenants(void)
+{
+#define SH_CALL(cmd) "<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"" cmd \
+	"\"}}\n</tool_call>"
+	static const char *const ra[] = {
+		SH_CALL("date +%s.%N; sleep 1") "\n" SH_CALL("date +%s.%N; sleep 1") "\n"
+		SH_CALL("date +%s.%N; sleep 1") "\n" SH_CALL("date +%s.%N; sleep 1") "\n"
+		SH_CALL("date +%s.%N; sleep 1"),
+		SH_CALL("date +%s.%N"),
+	};
+	static const char *const fill[] = {
+		SH_CALL("dd if=/dev/zero of=f bs=1M count=20 2>&1 | grep -o 'No space left'; "
+			"du -sk . | cut -f1"),
+	};
+	static const char *const hi[] = { SH_CALL("echo hi") };
+#undef SH_CALL
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_job *ja, *jb;
+	struct treply ta, tb, t;
+	char root[256], policy[300], work[300], p1[4096], p2[4096], s1[64], view[640];
+	uint32_t i, ca, cb, cc;
+	uint64_t pa, pb;
+	int overlap = 0, k;
+	FILE *f;
+
+	if (geteuid() != 0) {
+		printf("SKIP tool_tenants: needs root (session work directories)\n");
+		return;
+	}
+	if (tool_scratch("kvd-tenants", 0, root, policy, work))
+		return;
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 20s\npids = 32\n");
+	fclose(f);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	c.tools_enabled = 1u << KVD_TOOL_SH;
+	c.tools_max_rounds = 1;
+	c.n_tenants = 3;
+	for (i = 0; i < 3; i++) {
+		snprintf(c.tenants[i].name, sizeof(c.tenants[i].name), "%c", 'a' + i);
+		c.tenants[i].id = i + 1;
+		c.tenants[i].server_tools = 1;
+	}
+	c.tenants[0].tool_concurrency = 1;
+	c.tenants[2].has_tool_disk = 1;
+	c.tenants[2].tool_disk_mb = 10;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts with three tenants' tool limits");
+	if (!d)
+		return;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nfive slow calls<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	snprintf(p2, sizeof(p2), "%s<|im_start|>user\none quick call<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	script(d, ra, 2);
+	ja = submit_tools(d, p1, 1, 4);
+	for (k = 0; ja && k < 6000 && !job_running_tools(d, ja); k++)
+		sleep_ms(10);
+	jb = submit_tools(d, p2, 2, 4);
+	CHECK(jb && collect(jb, &tb, NULL, NULL) == 0 && tb.n_runs == 1,
+	      "tenant b's request completes (%u runs)", tb.n_runs);
+	CHECK(ja && collect(ja, &ta, NULL, NULL) == 0 && ta.n_runs == 5,
+	      "tenant a's request completes (%u runs)", ta.n_runs);
+	if (ta.n_runs == 5 && tb.n_runs == 1) {
+		double st[5], b = call_started(&tb.runs[0]);
+
+		for (i = 0; i < 5; i++)
+			st[i] = call_started(&ta.runs[i]);
+		/* sorted: the pool may take a round's calls in any order */
+		for (i = 1; i < 5; i++)
+			for (k = (int)i; k > 0 && st[k] < st[k - 1]; k--) {
+				double x = st[k];
+
+				st[k] = st[k - 1];
+				st[k - 1] = x;
+			}
+		for (i = 1; i < 5; i++)
+			overlap |= st[i] - st[i - 1] < 0.95;
+		CHECK(!overlap && st[0] > 1e9,
+		      "tool_concurrency = 1: tenant a's five calls ran one at a time (%.2f %.2f "
+		      "%.2f %.2f %.2f)", st[0], st[1] - st[0], st[2] - st[0], st[3] - st[0],
+		      st[4] - st[0]);
+		CHECK(b < st[3], "tenant b's call, submitted after a's five, did not wait for "
+		      "them: it started %.2f s after a's first, before a's fourth (%.2f s)",
+		      b - st[0], st[3] - st[0]);
+	}
+
+	/* tenant c: 10 MiB of tool disk, work directories of 64 MiB */
+	script(d, fill, 1);
+	CHECK(collect(submit_tools(d, p1, 3, 4), &t, NULL, NULL) == 0 && t.n_runs == 1 &&
+	      strstr(t.runs[0].output, "No space left") && atoi(strchr(t.runs[0].output, '\n') ?
+	      strchr(t.runs[0].output, '\n') + 1 : "99999") <= 10240 + 64,
+	      "tenant c's first work directory holds what its tool disk allows (10 MiB): "
+	      "\"%.80s\"", t.n_runs ? t.runs[0].output : "");
+	snprintf(s1, sizeof(s1), "%s", t.r.session);
+	script(d, hi, 1);
+	CHECK(collect(submit_tools(d, p2, 3, 4), &t, NULL, NULL) == 0 && t.n_runs == 1 &&
+	      !strcmp(t.runs[0].reason, "refused") && strstr(t.runs[0].output, "tool_disk_mb = 10"),
+	      "its second conversation gets no work directory while the first holds the "
+	      "disk: \"%.160s\"", t.n_runs ? t.runs[0].output : "");
+	CHECK(kvd_session_delete(d, s1, 3) == 0, "tenant c deletes its first conversation");
+	kvd_agent_workdir_view(d, s1, view, sizeof(view));
+	for (k = 0; k < 500 && dir_exists(view); k++)
+		sleep_ms(10);
+	script(d, hi, 1);
+	CHECK(collect(submit_tools(d, p2, 3, 4), &t, NULL, NULL) == 0 && t.n_runs == 1 &&
+	      !strcmp(t.runs[0].output, "hi"),
+	      "then a new conversation gets one: \"%.100s\"", t.n_runs ? t.runs[0].output : "");
+
+	/* tool waits: a class per tenant; b's own short waits are not drowned
+	 * by a's long ones (with one class for both, b's prediction was a's) */
+	pthread_mutex_lock(&d->lock);
+	ca = kvd_toolclass(d, 1, "slow", 4);
+	cb = kvd_toolclass(d, 2, "slow", 4);
+	cc = kvd_toolclass(d, 3, "slow", 4);
+	CHECK(ca && cb && cc && ca != cb && cb != cc && kvd_toolclass(d, 1, "slow", 4) == ca,
+	      "the same tool is a class per tenant (%u %u %u)", ca, cb, cc);
+	for (i = 0; i < 200; i++)
+		kvd_toolwait_record(d, ca, 60000000);
+	for (i = 0; i < 40; i++)
+		kvd_toolwait_record(d, cb, 100000);
+	pa = kvd_toolwait_predict_us(d, ca);
+	pb = kvd_toolwait_predict_us(d, cb);
+	CHECK(pa > 30000000 && pb < 15000000,
+	      "a's prediction stays a's (%.1f s), b's is mostly b's own (%.1f s)", pa / 1e6,
+	      pb / 1e6);
+	CHECK(kvd_toolwait_predict_us(d, cc) > pb,
+	      "c, with no waits of its own, is predicted from the others' (%.1f s)",
+	      kvd_toolwait_predict_us(d, cc) / 1e6);
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
 }
 
 static void test_mcp_restart(void)
@@ -1763,6 +2007,8 @@ int main(int argc, char **argv)
 	RUN(escape);
 	RUN(mcp_servers);
 	RUN(mcp_restart);
+	RUN(tool_tenants);
+	RUN(mcp_tenants);
 #endif
 	printf("%d passed, %d failed\n", pass, failed);
 	return failed ? 1 : 0;

@@ -252,7 +252,8 @@ def test_structured(d):
         "unit": {"type": "string", "enum": ["ms", "s"]}, "ok": {"type": "boolean"}},
         "required": ["answer", "unit", "ok"], "additionalProperties": False}
     rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema, "strict": True}}
-    st, r, _ = d.chat(m, response_format=rf, max_tokens=120, temperature=0.8, seed=5)
+    st, r, _ = d.chat(m, response_format=rf, max_tokens=120, temperature=0.8, seed=5,
+                      kvarena={"close_in_budget": True})
     try:
         v = json.loads(r["choices"][0]["message"]["content"])
         good = (set(v) == {"answer", "unit", "ok"} and isinstance(v["answer"], int)
@@ -262,7 +263,8 @@ def test_structured(d):
     check(st == 200 and good, "response_format json_schema: the reply parses and validates")
     st2, resp = d.req("POST", "/v1/chat/completions",
                       {"model": "test", "messages": m, "response_format": {"type": "json_object"},
-                       "max_tokens": 80, "temperature": 0.8, "seed": 6, "stream": True}, stream=True)
+                       "max_tokens": 80, "temperature": 0.8, "seed": 6, "stream": True,
+                       "kvarena": {"close_in_budget": True}}, stream=True)
     text, _, done = sse_text(resp)
     try:
         good = isinstance(json.loads(text), dict)
@@ -275,6 +277,88 @@ def test_structured(d):
           f"an unsupported keyword is refused with 400 naming it: {r['error']['message'] if st == 400 else st}")
     st, r, _ = d.chat(m, tools=tools, tool_choice="none", max_tokens=8)
     check(st == 200 and not r["choices"][0]["message"].get("tool_calls"), "tool_choice none: no calls")
+
+
+def gguf_u32(path, key):
+    """A u32 metadata value of a GGUF file (the test model's EOS id)."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read(1 << 20)
+    i = data.index(key.encode()) + len(key)
+    typ, val = struct.unpack("<II", data[i:i + 8])
+    assert typ == 4
+    return val
+
+
+def test_sampling(d):
+    """Every sampling parameter changes the output (or is refused): greedy
+    replies of the random model with and without each."""
+    m = [{"role": "user", "content": "hello world, tell me more"}]
+
+    def reply(**kw):
+        kw.setdefault("max_tokens", 24)
+        st, r, _ = d.chat(m, **kw)
+        if st != 200:
+            return st, None, None
+        return st, r["choices"][0]["message"]["content"], r["choices"][0]["finish_reason"]
+
+    st, base, _ = reply()
+    check(st == 200 and base, f"greedy baseline: {base!r}")
+    for kw in ({"frequency_penalty": 2}, {"presence_penalty": 2}, {"repetition_penalty": 2},
+               {"repeat_penalty": 2}):
+        st, t, _ = reply(**kw)
+        check(st == 200 and t != base, f"{kw} changes the greedy reply: {t!r}")
+    st, hot, _ = reply(temperature=2, seed=3)
+    check(st == 200 and hot != base, "temperature 2 (seed 3) differs from greedy")
+    for kw in ({"top_k": 1}, {"min_p": 1.0}):
+        st, t, _ = reply(temperature=2, seed=3, **kw)
+        check(st == 200 and t == base, f"{kw} at temperature 2 leaves only the greedy token: {t!r}")
+    st, t, _ = reply(temperature=2, seed=3, top_k=5)
+    st2, t2, _ = reply(temperature=2, seed=3, top_k=5)
+    check(st == 200 and t == t2 and t not in (base, hot), "top_k 5: its own reply, the same for the same seed")
+    st, t, _ = reply(logit_bias={"65": 100})
+    _, piece, _ = d.req("POST", "/detokenize", {"tokens": [65]})
+    check(st == 200 and t == piece["content"] * 24, f"logit_bias +100 on token 65 ({piece['content']!r}) makes every token it")
+    eos = gguf_u32(MODEL, "tokenizer.ggml.eos_token_id")
+    st, t, fin = reply(logit_bias={str(eos): 100})
+    check(st == 200 and t == "" and fin == "stop", f"logit_bias +100 on EOS ({eos}): the reply ends at once")
+    st, t, fin = reply(logit_bias={str(eos): 100}, ignore_eos=True)
+    check(st == 200 and fin == "length" and t == base,
+          "ignore_eos: EOS is never sampled, the reply runs to max_tokens (the rest unchanged)")
+    st, r, _ = d.chat(m, logit_bias={"100000": 1})
+    check(st == 400 and r["error"]["param"] == "logit_bias", "a token id past the vocabulary: 400")
+    st, r, _ = d.chat(m, max_tokens=4)
+    check(st == 200 and r.get("system_fingerprint", "").startswith("fp_")
+          and r["kvarena"]["timings"]["predicted_n"] == r["usage"]["completion_tokens"]
+          and r["kvarena"]["timings"]["prompt_ms"] > 0,
+          f"system_fingerprint and kvarena.timings: {r.get('system_fingerprint')} {r['kvarena'].get('timings')}")
+    st, r, _ = d.req("POST", "/tokenize", {"content": "hello world", "with_pieces": True})
+    ids = [t["id"] for t in r["tokens"]] if st == 200 else []
+    st2, r2, _ = d.req("POST", "/detokenize", {"tokens": ids})
+    check(st == 200 and st2 == 200 and r2["content"] == "hello world"
+          and "".join(t["piece"] for t in r["tokens"]) == "hello world",
+          f"/tokenize and /detokenize round trip ({len(ids)} tokens)")
+    st, r, _ = d.req("POST", "/detokenize", {"tokens": [1 << 20]})
+    check(st == 400 and r["error"]["param"] == "tokens", "/detokenize: an id past the vocabulary is 400")
+    # structured decoding keeps to max_tokens unless asked to steer
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"},
+              "unit": {"type": "string", "enum": ["ms", "s"]}},
+              "required": ["answer", "unit"], "additionalProperties": False}
+    rf = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    closed = cut = 0
+    for seed in (1, 2, 3):
+        for steer in (True, False):
+            st, r, _ = d.chat(m, response_format=rf, max_tokens=24, temperature=0.9, seed=seed,
+                              kvarena={"close_in_budget": steer})
+            try:
+                json.loads(r["choices"][0]["message"]["content"])
+                ok = True
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            closed += steer and ok
+            cut += (not steer) and not ok and r["choices"][0]["finish_reason"] == "length"
+    check(closed == 3 and cut >= 1, f"max_tokens cuts a JSON reply ({cut} of 3 cut); "
+          f"kvarena.close_in_budget steers it to close ({closed} of 3)")
 
 
 AGENT_MODEL = "models/kvarena-agent-q8_0.gguf"
@@ -313,6 +397,38 @@ def test_tool_round_trip(d):
     check(r1["kvarena"]["session_id"] == r2["kvarena"]["session_id"] and
           d.metric("kvarenad_tool_waits_total") >= 1,
           "the session waited in TOOL_WAIT between the two requests (tool wait measured)")
+
+
+def test_max_tokens_cuts(d):
+    """A small max_tokens cuts the reply; it does not change it (issue 40:
+    the structured decoder's budget once suppressed the model's call and
+    the reply became other text)."""
+    m = [{"role": "system", "content": "You are a helpful assistant."},
+         {"role": "user", "content": "What is 1005 * 42?"}]
+    st, full, _ = d.chat(m, tools=AGENT_TOOLS, max_tokens=128)
+    fm = full["choices"][0]["message"] if st == 200 else {}
+    calls = fm.get("tool_calls") or []
+    check(st == 200 and calls and calls[0]["function"]["name"] == "calc",
+          f"max_tokens 128: the model calls calc ({calls[0]['function'] if calls else fm})")
+    n = full["usage"]["completion_tokens"] if st == 200 else 0
+    ok = True
+    for k in (12, 24, n - 1, 48):
+        if k < 1:
+            continue
+        st, r, _ = d.chat(m, tools=AGENT_TOOLS, max_tokens=k)
+        msg = r["choices"][0]["message"] if st == 200 else {}
+        kc = msg.get("tool_calls") or []
+        same = (st == 200 and r["choices"][0]["finish_reason"] == ("length" if k < n else "tool_calls")
+                and (msg.get("content") or "") == (fm.get("content") or "")[:len(msg.get("content") or "")]
+                and "tool_ca" not in (msg.get("content") or "")
+                and all(c["function"]["name"] == f["function"]["name"] and
+                        f["function"]["arguments"].startswith(c["function"]["arguments"])
+                        for c, f in zip(kc, calls)))
+        if not same:
+            print(f"     max_tokens {k}: {r['choices'][0] if st == 200 else st}")
+        ok &= same
+    check(ok, f"max_tokens 12, 24 and {n - 1} cut that {n}-token reply with finish_reason "
+          "length (a prefix of it, the call cut, no call text in the content); 48 is it whole")
 
 
 def test_greedy_repeats(d):
@@ -548,6 +664,7 @@ def main():
     try:
         test_turns_and_prefix(d)
         test_structured(d)
+        test_sampling(d)
         test_budget_and_reload(d)
         test_worker_kill(d)
         test_drain(d)
@@ -577,6 +694,7 @@ def main():
         d = Daemon()
         try:
             test_tool_round_trip(d)
+            test_max_tokens_cuts(d)
             test_greedy_repeats(d)
         finally:
             d.stop()

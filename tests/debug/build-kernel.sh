@@ -1,18 +1,19 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Build the kvarena debug kernel (KASAN, lockdep, kmemleak, DEBUG_OBJECTS,
-# fault injection) from Debian's linux-source-6.1 into a cache directory
-# outside the repository:
+# fault injection) from Debian's linux-source-SERIES (6.1, the default, or
+# 6.12: KVA_DEBUG_SERIES) into a cache directory outside the repository:
 #
-#   tests/debug/build-kernel.sh CACHE_DIR [JOBS]
+#   [KVA_DEBUG_SERIES=6.12] tests/debug/build-kernel.sh CACHE_DIR [JOBS]
 #
-# CACHE_DIR/linux-source-6.1/   the extracted, configured, built tree (the KDIR
+# CACHE_DIR/linux-source-SERIES/  the extracted, configured, built tree (the KDIR
 #                               for out-of-tree modules: make -C ... M=...)
 # CACHE_DIR/root/lib/modules/VER/  modules_install output (drm, vgem, ...)
 # CACHE_DIR/bzImage            the image QEMU boots (with KVA_VM_PVH=0: this
 #                              config's ELF vmlinux does not come up through
 #                              QEMU's PVH entry, so it is not used)
 # CACHE_DIR/release            the kernel release string (6.1.NNN-kvadebug)
+# CACHE_DIR/series             the series it was built from (6.1, 6.12)
 # CACHE_DIR/stamp              hash of the config fragment + tarball + this script
 #
 # Nothing is done when the stamp matches. The config is `make tinyconfig`
@@ -24,9 +25,10 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CACHE=${1:?usage: build-kernel.sh CACHE_DIR [JOBS]}
 JOBS=${2:-2}
 FRAG=$HERE/kernel.config
-TARBALL=${KVA_LINUX_SOURCE:-$(ls /usr/src/linux-source-6.1*.tar.xz 2>/dev/null | sort | tail -n1)}
+SERIES=${KVA_DEBUG_SERIES:-6.1}
+TARBALL=${KVA_LINUX_SOURCE:-$(ls /usr/src/linux-source-"$SERIES".tar.xz 2>/dev/null | tail -n1)}
 say() { echo "debug-kernel: $*" >&2; }
-[ -f "$TARBALL" ] || { say "no /usr/src/linux-source-6.1.tar.xz (apt-get install linux-source-6.1)"; exit 2; }
+[ -f "$TARBALL" ] || { say "no /usr/src/linux-source-$SERIES.tar.xz (apt-get install linux-source-$SERIES)"; exit 2; }
 for t in gcc make flex bison bc perl; do
 	command -v $t >/dev/null || { say "'$t' missing (apt-get install build-essential flex bison bc libelf-dev libssl-dev)"; exit 2; }
 done
@@ -40,7 +42,7 @@ fi
 T0=$(date +%s)
 mkdir -p "$CACHE"
 rm -f "$CACHE/stamp"
-SRC=$CACHE/linux-source-6.1
+SRC=$CACHE/linux-source-$SERIES
 if [ ! -f "$SRC/Makefile" ] || [ "$(cat "$CACHE/tarball" 2>/dev/null)" != "$(stat -c '%s %Y' "$TARBALL")" ]; then
 	say "extracting $TARBALL"
 	rm -rf "$SRC"
@@ -71,6 +73,7 @@ nice -n 19 make -s ARCH=x86_64 INSTALL_MOD_PATH="$CACHE/root" modules_install >/
 REL=$(make -s kernelrelease)
 cp arch/x86/boot/bzImage "$CACHE/bzImage"
 echo "$REL" >"$CACHE/release"
+echo "$SERIES" >"$CACHE/series"
 T2=$(date +%s)
 echo "$STAMP" >"$CACHE/stamp"
 printf 'configure %ss, build %ss, total %ss (jobs %s, %s)\n' $((T1 - T0)) $((T2 - T1)) $((T2 - T0)) "$JOBS" "$(date -u +%FT%TZ)" >>"$CACHE/build-times"

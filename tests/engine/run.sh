@@ -145,6 +145,7 @@ run "what the loader refuses, by name" refusals
 run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
 run "self-check coverage, fault by fault" $T/test_selfcheck
 run "worker team: chunks, futex sleep/wake" $T/test_threads
+run "sampler: min-p, penalties, biases" $T/test_sample
 run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
 # again with unwritten heap memory holding 0x7f bytes, up to 1 MiB of each
 # allocation: -1 (0xff) reads as "empty" in the vocabulary's hash table,

@@ -423,9 +423,9 @@ static void test_sampling(void)
 	float lg[6] = { 0.5f, 2.0f, 1.0f, -1.0f, 2.0f, 0.0f };
 	float three[3] = { 0, logf(2.0f), logf(7.0f) };	/* p = 0.1 0.2 0.7 */
 	void *scr = malloc(KVE_SAMPLE_SCRATCH(6));
-	struct kve_sampler g = { 0 }, s1 = { 1.0f, 0, 1.0f, kve_rng_seed(42) },
-			   s2 = { 1.0f, 0, 1.0f, kve_rng_seed(42) },
-			   s3 = { 1.0f, 0, 1.0f, kve_rng_seed(43) };
+	struct kve_sampler g = { 0 }, s1 = { 1.0f, 0, 1.0f, kve_rng_seed(42), 0 },
+			   s2 = { 1.0f, 0, 1.0f, kve_rng_seed(42), 0 },
+			   s3 = { 1.0f, 0, 1.0f, kve_rng_seed(43), 0 };
 	int i, same = 1, diff = 0, cnt[3] = { 0 }, topk_ok = 1, topp_ok = 1;
 
 	CHECK(kve_sample(&g, lg, 6, NULL) == 1, "greedy picks the first maximum");
@@ -437,7 +437,7 @@ static void test_sampling(void)
 	CHECK(same, "same seed -> same token sequence");
 	CHECK(diff, "different seed -> different sequence");
 	{
-		struct kve_sampler st = { 1.0f, 0, 1.0f, kve_rng_seed(7) };
+		struct kve_sampler st = { 1.0f, 0, 1.0f, kve_rng_seed(7), 0 };
 		for (i = 0; i < 30000; i++)
 			cnt[kve_sample(&st, three, 3, scr)]++;
 	}
@@ -446,8 +446,8 @@ static void test_sampling(void)
 	      "temperature 1 frequencies %.3f %.3f %.3f ~ 0.1 0.2 0.7",
 	      cnt[0] / 30000.0, cnt[1] / 30000.0, cnt[2] / 30000.0);
 	{
-		struct kve_sampler k2 = { 1.0f, 2, 1.0f, kve_rng_seed(9) },
-				   p5 = { 1.0f, 0, 0.5f, kve_rng_seed(9) };
+		struct kve_sampler k2 = { 1.0f, 2, 1.0f, kve_rng_seed(9), 0 },
+				   p5 = { 1.0f, 0, 0.5f, kve_rng_seed(9), 0 };
 		for (i = 0; i < 2000; i++) {
 			int32_t x = kve_sample(&k2, three, 3, scr);
 			topk_ok &= x == 1 || x == 2;
@@ -461,7 +461,7 @@ static void test_sampling(void)
 			{ 2.0f, { 0.19760f, 0.27945f, 0.52295f } },	/* 1 : 2^.5 : 7^.5 */
 		};
 		for (size_t k = 0; k < 2; k++) {
-			struct kve_sampler st = { tc[k].t, 0, 1.0f, kve_rng_seed(11) };
+			struct kve_sampler st = { tc[k].t, 0, 1.0f, kve_rng_seed(11), 0 };
 			int c3[3] = { 0 };
 
 			for (i = 0; i < 20000; i++)
@@ -475,7 +475,7 @@ static void test_sampling(void)
 		}
 	}
 	{	/* top-p 0.8 keeps 0.7 and 0.2, renormalised: 7/9 and 2/9 */
-		struct kve_sampler p8 = { 1.0f, 0, 0.8f, kve_rng_seed(13) };
+		struct kve_sampler p8 = { 1.0f, 0, 0.8f, kve_rng_seed(13), 0 };
 		int c3[3] = { 0 };
 
 		for (i = 0; i < 20000; i++)
@@ -493,7 +493,7 @@ static void test_sampling(void)
 	{	/* top-p reached exactly: two tokens of 0.5 and top-p 0.5 keep
 		 * one, the lower id (the smallest set whose mass is >= p) */
 		float two[2] = { 1.0f, 1.0f };
-		struct kve_sampler p5 = { 1.0f, 0, 0.5f, kve_rng_seed(17) };
+		struct kve_sampler p5 = { 1.0f, 0, 0.5f, kve_rng_seed(17), 0 };
 		int first = 1;
 
 		for (i = 0; i < 400; i++)
@@ -502,7 +502,7 @@ static void test_sampling(void)
 	}
 	{	/* no-op settings draw exactly what none does: top-k of the
 		 * vocabulary or more, top-p 0 or 1 */
-		struct kve_sampler base = { 1.0f, 0, 1.0f, kve_rng_seed(21) }, v[4];
+		struct kve_sampler base = { 1.0f, 0, 1.0f, kve_rng_seed(21), 0 }, v[4];
 		int same4 = 1, k;
 
 		for (k = 0; k < 4; k++)
@@ -521,7 +521,7 @@ static void test_sampling(void)
 	}
 	{	/* equal probabilities rank by id: top-k 2 of three equal keeps 0, 1 */
 		float flat[3] = { 2.0f, 2.0f, 2.0f };
-		struct kve_sampler k2 = { 1.0f, 2, 1.0f, kve_rng_seed(5) };
+		struct kve_sampler k2 = { 1.0f, 2, 1.0f, kve_rng_seed(5), 0 };
 		int seen[3] = { 0 };
 
 		for (i = 0; i < 400; i++)
@@ -532,9 +532,9 @@ static void test_sampling(void)
 	}
 	{	/* greedy without scratch: temperature 0, NaN or negative, top-k 1;
 		 * the arguments */
-		struct kve_sampler t0 = { 0.0f, 0, 1.0f, 1 }, tn = { NAN, 0, 1.0f, 1 },
-				   tm = { -1.0f, 0, 1.0f, 1 }, k1 = { 1.0f, 1, 1.0f, 1 },
-				   t1 = { 1.0f, 0, 1.0f, 1 };
+		struct kve_sampler t0 = { 0.0f, 0, 1.0f, 1, 0 }, tn = { NAN, 0, 1.0f, 1, 0 },
+				   tm = { -1.0f, 0, 1.0f, 1, 0 }, k1 = { 1.0f, 1, 1.0f, 1, 0 },
+				   t1 = { 1.0f, 0, 1.0f, 1, 0 };
 
 		CHECK(kve_sample(&t0, lg, 6, NULL) == 1 && kve_sample(&tn, lg, 6, NULL) == 1 &&
 		      kve_sample(&tm, lg, 6, NULL) == 1 && kve_sample(&k1, lg, 6, NULL) == 1,

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine_internal.h"
@@ -1230,6 +1231,47 @@ static void api_edges(struct kve_tokenizer *t, const char *name)
 	}
 }
 
+/*
+ * BPE merging is O(n log n) per word: one pre-tokenized word of 256 KiB
+ * letters (the gpt2 split keeps a run of letters whole) encodes in well
+ * under a second, where rescanning every pair per merge took minutes; its
+ * ids still spell the word.
+ */
+static void long_word(struct kve_tokenizer *t)
+{
+	size_t n = 256 << 10, i, got = 0;
+	char *w = malloc(n), piece[64];
+	int32_t *ids = malloc(n * sizeof(*ids));
+	uint32_t x = 12345;
+	struct timespec a, b;
+	double ms;
+	int k, ok = 1;
+
+	if (!w || !ids) {
+		CHECK(0, "long word: out of memory");
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		x = x * 1103515245u + 12345u;
+		w[i] = (char)('a' + (x >> 16) % 6);	/* few letters: many merges */
+	}
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	k = kve_tokenize(t, w, n, 0, ids, n);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+	for (i = 0; k > 0 && i < (size_t)k && ok; i++) {
+		int l = kve_token_bytes(t, ids[i], piece, sizeof(piece));
+
+		ok = l > 0 && got + (size_t)l <= n && !memcmp(w + got, piece, (size_t)l);
+		got += l > 0 ? (size_t)l : 0;
+	}
+	CHECK(k > 0 && (size_t)k < n && ok && got == n && ms < 2000,
+	      "BPE: a 256 KiB word encodes in %.0f ms to %d tokens that spell it", ms, k);
+out:
+	free(w);
+	free(ids);
+}
+
 int main(int argc, char **argv)
 {
 	char err[256];
@@ -1275,6 +1317,7 @@ int main(int argc, char **argv)
 	bpe_merge_id0(argv[2], tb, "\xc4\xa0", " ", "a merge's left side");
 	bpe_merge_id0(argv[2], tb, "he", "he", "a merge's result and another's right side");
 	duplicate_first_id(argv[2]);
+	long_word(tb);
 	for (i = 3; i < argc && nx < 8; i++) {
 		struct kve_tokenizer *tx;
 		char label[64];

@@ -68,12 +68,16 @@ GROUPS = {
                    tests=[["sh", "tests/engine/run.sh"]],
                    env={"ENGINE_FAIL_FAST": "1", "ENGINE_FUZZ_ITERS": "600",
                         "ENGINE_SKIP_DEMO": "1"}),
-    # kvarenad's request parsing (the chat request and the tool-call
-    # parser) under the API's unit tests; the HTTP suites (check-api, a
-    # minute) are not run per mutant
-    "api": dict(files=["daemon/api/chat_request.c", "daemon/api/tool_call.c"],
+    # kvarenad's request parsing under the API's unit tests; the HTTP
+    # suites (check-api, a minute) are not run per mutant
+    "api": dict(files=["daemon/api/chat_request.c"],
                 build=["build/api/tests/test_api"],
                 tests=[["make", "-s", "--no-print-directory", "check-api-unit"]]),
+    # the model families (templates, the tool-call parser) under their
+    # unit tests
+    "chat": dict(files=["daemon/chat/*.c"],
+                 build=["build/chat/tests/test_chat"],
+                 tests=[["make", "-s", "--no-print-directory", "check-chat-unit"]]),
     # the scheduler under the orchestrator's test (real workers, engine,
     # memfd arena), less its MCP-server part (npm servers; minutes)
     "sched": dict(files=["daemon/kvarenad/sched.c"],

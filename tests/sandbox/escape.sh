@@ -148,6 +148,88 @@ cp "$PROBE" "$T/suid-probe" && chown 0:0 "$T/suid-probe" && chmod 4755 "$T/suid-
 expect_blocked "setuid-root binary" --workdir "$W" -- "$T/suid-probe" euid
 expect_blocked "exec what the policy does not list" --workdir "$W" -- "$PROBE" exec /usr/lib/x86_64-linux-gnu/libc.so.6
 
+# ---- issue 36: sockets, namespaces, memory outside the limits, code from memory
+expect_blocked "socket families: AF_VSOCK, AF_ALG, netlink audit, ... (36.11)" --workdir "$W" -- "$PROBE" sockets
+cat >>"$T/net.ini" <<EOF
+[netprobe]
+exec = $PROBE
+network = yes
+EOF
+run "control: AF_INET/AF_INET6 with network granted" --policy "$T/net.ini" --tool netprobe --workdir "$W" -- "$PROBE" sockets net
+if [ "$rc" = 0 ] && grep -q '^BLOCKED sockets' "$T/out"; then
+	ok "control: AF_INET/AF_INET6 with network granted" "allowed; AF_VSOCK and the rest still refused"
+else
+	bad "control: AF_INET/AF_INET6 with network granted" "exit $rc"
+fi
+expect_blocked "a user namespace inside the run (36.13)" --workdir "$W" -- "$PROBE" userns
+# without a memory controller a memfd is memory no limit sees; with one it
+# is charged to the run's cgroup (the guest lane: OOM there)
+printf '[memfd]\nexec = %s\nmemory = 16M\n' "$PROBE" >"$T/memfd.ini"
+run "memfd past the memory limit (36.9)" --policy "$T/memfd.ini" --tool memfd --workdir "$W" -- "$PROBE" memfd 48
+if { [ "$rc" = 0 ] && grep -q '^BLOCKED memfd' "$T/out"; } || [ "$reason" = oom ]; then
+	ok "memfd past the memory limit (36.9)" "$(grep -m1 '^BLOCKED' "$T/out" || echo "reason $reason")"
+else
+	bad "memfd past the memory limit (36.9)" "exit $rc reason ${reason:-?}"
+fi
+expect_blocked "exec from a memfd: fexecve, /proc/self/fd (36.12)" --workdir "$W" -- "$PROBE" memfdexec
+
+# ---- issue 36.10/36.13: session work directories, as kvarenad's (through a
+# spawner: a tmpfs each, capped, a uid each, its mounts the spawner's alone)
+S=$T/session
+run "work directory past its size cap (36.10)" --workdir "$S" --workdir-size 8M -- "$PROBE" fill 20
+if [ "$rc" = 0 ] && grep -q '^BLOCKED fill' "$T/out"; then
+	ok "work directory past its size cap (36.10)" "$(grep -m1 '^BLOCKED' "$T/out")"
+else
+	bad "work directory past its size cap (36.10)" "exit $rc"
+fi
+[ -e "$S" ] && bad "session work directory removed" "$S is left"
+expect_blocked "the work directory's host path in mountinfo (36.13)" --workdir "$S" --workdir-size 8M -- "$PROBE" mountinfo "$S"
+expect_blocked "setuid/setgid files in the work directory (36.10)" --workdir "$S" --workdir-size 8M -- "$PROBE" suidfile
+run "a tree 2000 deep, removed with the work directory (36.10)" --workdir "$S" --workdir-size 8M -- "$PROBE" deep 2000
+if [ "$rc" = 0 ] && [ ! -e "$S" ]; then
+	ok "a tree 2000 deep, removed with the work directory (36.10)" "gone"
+else
+	bad "a tree 2000 deep, removed with the work directory (36.10)" "exit $rc"
+fi
+run "a uid of its own per session (36.10)" --workdir "$S" --workdir-size 8M -- /bin/cat /proc/self/uid_map
+outside=$(awk '$1 == 1000 { print $2 }' "$T/out")
+if [ "$rc" = 0 ] && [ -n "$outside" ] && [ "$outside" -ge 1879048192 ] && [ "$outside" != 65534 ]; then
+	ok "a uid of its own per session (36.10)" "uid $outside outside, not nobody"
+else
+	bad "a uid of its own per session (36.10)" "exit $rc uid ${outside:-?}"
+fi
+# a plain work directory (no spawner) keeps its size uncapped: said, not silent
+run "control: plain work directory" --workdir "$W" -- "$PROBE" write ./control2
+if [ "$rc" = 99 ]; then ok "control: plain work directory" "writable"; else bad "control: plain work directory" "exit $rc"; fi
+
+# ---- 36.13: a tool's bytes to a terminal: control sequences shown, not run
+if /usr/bin/python3 - "$KVS" >"$T/out" 2>&1 <<'PY'
+import os, pty, subprocess, sys
+m, s = pty.openpty()
+p = subprocess.Popen([sys.argv[1], "-q", "--", "/usr/bin/printf",
+                      r"a\033]0;title\007b\rc\302\233d\342\202\254\377e\n"],
+                     stdout=s, stderr=subprocess.DEVNULL)
+p.wait()
+os.close(s)
+out = b""
+while True:
+    try:
+        d = os.read(m, 4096)
+    except OSError:
+        break
+    if not d:
+        break
+    out += d
+print(repr(out))
+want = b"a\\x1b]0;title\\x07b\\x0dc\\xc2\\x9bd\xe2\x82\xac\\xffe"
+sys.exit(0 if out.startswith(want) and b"\x1b" not in out else 1)
+PY
+then
+	ok "terminal escapes from a tool (36.13)" "shown as \\xHH, UTF-8 kept"
+else
+	bad "terminal escapes from a tool (36.13)" "raw control bytes reached the terminal"
+fi
+
 # ---- limits and the kill
 run "CPU spin past the timeout" --workdir "$W" --timeout 1 -- "$PROBE" spin
 wall=$(grep -ao ' wall=[0-9.]*' "$T/out" | tail -n1 | cut -d= -f2)
@@ -200,6 +282,9 @@ if setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
 	expect_blocked "unprivileged launcher: syscalls" --workdir "$U" -- "$PROBE" syscalls
 	expect_blocked "unprivileged launcher: read outside" --workdir "$U" -- "$PROBE" read "$T/secret/key"
 	expect_blocked "unprivileged launcher: TCP" --workdir "$U" -- "$PROBE" connect 127.0.0.1 "$PORT"
+	expect_blocked "unprivileged launcher: socket families" --workdir "$U" -- "$PROBE" sockets
+	expect_blocked "unprivileged launcher: a user namespace" --workdir "$U" -- "$PROBE" userns
+	expect_blocked "unprivileged launcher: exec from a memfd" --workdir "$U" -- "$PROBE" memfdexec
 	KVS=$KVS_SAVE
 fi
 

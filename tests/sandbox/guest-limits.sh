@@ -76,6 +76,34 @@ else
 	bad "cpu.max 0.25 cores" "exit $rc cpu ${cpu:-?}"
 fi
 
+# a memfd is charged to the run's cgroup here (36.9): past memory.max the
+# OOM killer acts in the cgroup, as for malloc'd memory
+run -- "$P" memfd 128
+if [ "$rc" = 123 ] && [ "$(field reason)" = oom ]; then
+	ok "memfd past memory.max" "OOM-killed inside its cgroup (exit 123)"
+elif [ "$rc" = 0 ] && grep -q '^BLOCKED memfd' "$T/out"; then
+	ok "memfd past memory.max" "$(grep -m1 '^BLOCKED' "$T/out")"
+else
+	bad "memfd past memory.max" "exit $rc reason $(field reason)"
+fi
+dmesg -c >/dev/null
+# code from a memfd (36.12): vm.memfd_noexec=2 in the run's PID namespace
+# on 6.3+, memfd_create denied before
+run -- "$P" memfdexec
+if [ "$rc" = 0 ] && grep -q '^BLOCKED' "$T/out" && ! grep -q ESCAPED "$T/out"; then
+	ok "exec from a memfd" "$(grep -m1 '^BLOCKED' "$T/out")"
+else
+	bad "exec from a memfd" "exit $rc"
+fi
+for a in userns sockets; do
+	run -- "$P" "$a"
+	if [ "$rc" = 0 ] && grep -q '^BLOCKED' "$T/out" && ! grep -qE 'ESCAPED|SUCCEEDED' "$T/out"; then
+		ok "$a" "$(grep -m1 '^BLOCKED' "$T/out")"
+	else
+		bad "$a" "exit $rc"
+	fi
+done
+
 run --timeout 2 -- "$P" spin
 if [ "$rc" = 124 ] && [ "$(field reason)" = timeout ]; then ok "timeout" "cgroup killed after $(field wall)"; else bad "timeout" "exit $rc"; fi
 

@@ -12,6 +12,9 @@
  * makes it exit (kvarenad's restart back-off and re-listing). "listchange"
  * lists echo and gone until a call of echo, which it answers after sending
  * notifications/tools/list_changed; from then on it lists echo alone.
+ * "skipover" (test_mcp with a 4 KiB cap) puts two lines over the cap, of
+ * 5000 and 60000 bytes, before its tools/list answer, written at once: the
+ * client's read while it skips the first holds most of the second.
  * Static, no JSON library: it only needs the id, method and tool name of
  * what it is sent.
  */
@@ -71,6 +74,10 @@ static void answer(long id, const char *method)
 			 "\"serverInfo\":{\"name\":\"fake-%s\",\"version\":\"1\"}}}\n", id, mode);
 		out(buf);
 	} else if (!strcmp(method, "tools/list")) {
+		if (!strcmp(mode, "skipover")) {
+			huge_line(5000, "", "\n");
+			huge_line(60000, "", "\n");
+		}
 		if (!strcmp(mode, "huge"))
 			huge_line(100u << 20, "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"", "\"}\n");
 		if (!strcmp(mode, "odd")) {

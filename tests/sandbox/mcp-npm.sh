@@ -41,6 +41,9 @@ cat >"$T/mcp.ini" <<INI
 exec = $NODE
 ro = $NPMDIR/node_modules
 memory = 1G
+# node's module loader opens many files at once: more than the 64 a tool
+# gets by default on a host without a memory controller
+nofile = 1024
 pids = 64
 timeout = 120
 INI

@@ -31,11 +31,14 @@ static int failures, checks;
 
 static const char *fake;
 
+static size_t max_message;	/* 0: the client's default */
+
 static int open_mode(struct kvs_policy *p, const char *mode, uint32_t init_ms,
 		     struct kvs_mcp **m, char *err, size_t errlen)
 {
 	const char *argv[] = { fake, mode, NULL };
-	struct kvs_mcp_limits lim = { .init_timeout_ms = init_ms, .call_timeout_ms = 5000 };
+	struct kvs_mcp_limits lim = { .init_timeout_ms = init_ms, .call_timeout_ms = 5000,
+				      .max_message = max_message };
 
 	return kvs_mcp_open(p, "mcp", NULL, argv, &lim, m, err, errlen);
 }
@@ -72,6 +75,8 @@ static void well_behaved(struct kvs_policy *p, const char *mode, unsigned long m
 	CHECK(rc == -EINVAL && !res, "%s: array arguments refused: %d", mode, rc);
 	CHECK(kvs_mcp_malformed(m) >= min_malformed, "%s: malformed %lu < %lu", mode,
 	      kvs_mcp_malformed(m), min_malformed);
+	CHECK(strcmp(mode, "skipover") || kvs_mcp_oversized(m) == 2, "%s: oversized %lu, want 2",
+	      mode, kvs_mcp_oversized(m));
 	printf("test_mcp: %-10s ok in %.2f s (malformed %lu, oversized %lu)\n", mode,
 	       kvs_now() - t0, kvs_mcp_malformed(m), kvs_mcp_oversized(m));
 	json_decref(tools);
@@ -134,6 +139,13 @@ int main(int argc, char **argv)
 	well_behaved(p, "ask", 2);
 	well_behaved(p, "deep", 4);
 	well_behaved(p, "huge", 2);
+	/* the smallest cap kvarenad allows (max_result_bytes = 4096): lines
+	 * over it, the second read while skipping the first (issue 36.8:
+	 * its bytes were copied past the 4097-byte buffer) */
+	max_message = 4096;
+	well_behaved(p, "skipover", 0);
+	well_behaved(p, "garbage", 6);
+	max_message = 0;
 	fails(p, "hugeanswer", 5000, -EMSGSIZE, "over the size cap", 1);
 	fails(p, "silent", 1500, -ETIMEDOUT, "no answer in time", 0);
 	fails(p, "exit", 5000, -EPIPE, "the server exited", 0);

@@ -6,6 +6,7 @@
  * built-in tools. (Escapes are tests/sandbox/escape.sh's job.)
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -292,7 +293,203 @@ static void test_writable(void)
 	kvs_policy_free(p);
 }
 
-int main(void)
+
+/* ---- isolation between runs and sessions (issue 36) --------------------- */
+
+static const char *probe;	/* kvs-probe, argv[1] */
+
+struct bg_run {
+	struct kvs_policy *p;
+	struct kvs_request req;
+	struct kvs_result res;
+	int rc;
+};
+
+static void *bg_main(void *arg)
+{
+	struct bg_run *b = arg;
+
+	b->rc = kvs_run(b->p, &b->req, &b->res);
+	return NULL;
+}
+
+static int wait_file(const char *path, double secs)
+{
+	struct stat st;
+	int i;
+
+	for (i = 0; i < secs * 100; i++) {
+		if (stat(path, &st) == 0)
+			return 0;
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* Two runs of one policy at once: an abstract Unix socket name one binds
+ * must be free in the other (a network namespace each, 36.11). */
+static void test_squat(struct kvs_policy *p)
+{
+	char name[64], wda[160], wdb[160], mark[256];
+	const char *hold[] = { probe, "squat", name, "3", NULL };
+	const char *take[] = { probe, "squat", name, "0", NULL };
+	struct bg_run a = { .p = p };
+	struct kvs_request req = { .tool = "probe", .argv = take };
+	struct kvs_result r;
+	pthread_t th;
+	int rc;
+
+	snprintf(name, sizeof(name), "kvs-squat-%d", (int)getpid());
+	snprintf(wda, sizeof(wda), "%s/squat-a", tmpdir);
+	snprintf(wdb, sizeof(wdb), "%s/squat-b", tmpdir);
+	snprintf(mark, sizeof(mark), "%s/%s.bound", wda, name);
+	a.req = (struct kvs_request){ .tool = "probe", .workdir = wda, .argv = hold };
+	unlink(mark);
+	if (pthread_create(&th, NULL, bg_main, &a))
+		return;
+	CHECK(wait_file(mark, 10) == 0, "the first run never bound @%s", name);
+	req.workdir = wdb;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == 0 && r.status == 0 && strstr(r.out, "BLOCKED abstract"),
+	      "second run: %s %d: %s%s", kvs_exit_name(r.reason), r.status, r.out, r.note);
+	kvs_result_free(&r);
+	pthread_join(th, NULL);
+	CHECK(a.rc == 0 && a.res.status == 0, "first run: %d %s %s", a.res.status, a.res.out,
+	      a.res.note);
+	kvs_result_free(&a.res);
+}
+
+/* kvs_remove_tree() of a tree deeper than any fixed bound (36.10: a
+ * 70-deep tree survived the old cleanup). */
+static void test_deep_remove(int depth)
+{
+	char top[160];
+	struct stat st;
+	int fd, i;
+
+	snprintf(top, sizeof(top), "%s/deep", tmpdir);
+	if (mkdir(top, 0700))
+		return;
+	fd = open(top, O_RDONLY | O_DIRECTORY);
+	for (i = 0; fd >= 0 && i < depth; i++) {
+		int nfd;
+
+		if (mkdirat(fd, "d", 0700)) {
+			close(fd);
+			fd = -1;
+			break;
+		}
+		nfd = openat(fd, "d", O_RDONLY | O_DIRECTORY);
+		if (i % 7 == 0)
+			close(openat(fd, "f", O_WRONLY | O_CREAT, 0600));
+		close(fd);
+		fd = nfd;
+	}
+	CHECK(fd >= 0, "building a %d-deep tree", depth);
+	if (fd >= 0)
+		close(fd);
+	kvs_remove_tree(top);
+	CHECK(stat(top, &st) != 0 && errno == ENOENT, "a %d-deep tree survived kvs_remove_tree",
+	      depth);
+}
+
+/* The outside uid of a run in wd, from its own uid_map. */
+static long outside_uid(struct kvs_policy *p, const char *wd)
+{
+	struct kvs_result r;
+	long uid = -1;
+
+	if (kvs_tool_sh(p, wd, "cat /proc/self/uid_map", NULL, &r) == 0 && r.status == 0)
+		sscanf(r.out, "%*u %ld", &uid);
+	kvs_result_free(&r);
+	return uid;
+}
+
+static int probe_blocked(struct kvs_policy *p, const char *wd, const char *const *argv,
+			 char *out, size_t outlen)
+{
+	struct kvs_request req = { .tool = "probe", .workdir = wd, .argv = argv };
+	struct kvs_result r;
+	int rc = kvs_run(p, &req, &r);
+
+	snprintf(out, outlen, "%s %d %s%s", kvs_exit_name(r.reason), r.status, r.out, r.note);
+	rc = rc == 0 && r.status == 0 && strstr(r.out, "BLOCKED") && !strstr(r.out, "ESCAPED");
+	kvs_result_free(&r);
+	return rc;
+}
+
+/* Session work directories of a root launcher's spawner (36.10, 36.13):
+ * a tmpfs each, capped, a uid each, no host path in the run's mountinfo,
+ * nothing of the tool's doing on the host, removed whole. */
+static void test_session_workdirs(struct kvs_policy *p)
+{
+	char a[160], b[160], out[2048], err[256];
+	const char *fill[] = { probe, "fill", "20", NULL };
+	const char *mi[] = { probe, "mountinfo", a, NULL };
+	const char *suid[] = { probe, "suidfile", NULL };
+	const char *deep[] = { probe, "deep", "200", NULL };
+	struct kvs_request req = { .tool = "probe", .argv = deep };
+	struct kvs_result r;
+	struct stat st;
+	long ua, ub, ua2;
+	int rc;
+
+	if (geteuid() != 0)
+		return;
+	snprintf(a, sizeof(a), "%s/sess-a", tmpdir);
+	snprintf(b, sizeof(b), "%s/sess-b", tmpdir);
+	rc = kvs_workdir_setup(p, a, 8u << 20, err, sizeof(err));
+	CHECK(rc == 0, "setup %s: %d %s", a, rc, err);
+	rc = kvs_workdir_setup(p, b, 0, err, sizeof(err));
+	CHECK(rc == 0, "setup %s: %d %s", b, rc, err);
+	CHECK(kvs_workdir_setup(p, a, 0, err, sizeof(err)) == 0, "setup again: %s", err);
+	/* the host's view of the directory: root's, 0700, empty (the tmpfs
+	 * is the spawner's alone) */
+	CHECK(stat(a, &st) == 0 && st.st_uid == 0 && (st.st_mode & 07777) == 0700,
+	      "host view of %s: uid %u mode %o", a, (unsigned int)st.st_uid, st.st_mode & 07777);
+	ua = outside_uid(p, a);
+	ub = outside_uid(p, b);
+	CHECK(ua >= 1879048192L && ua < 1879048192L + 65536 && ub >= 1879048192L &&
+	      ub < 1879048192L + 65536 && ua != ub, "session uids %ld and %ld", ua, ub);
+	CHECK(outside_uid(p, a) == ua, "a's uid changed");
+	CHECK(probe_blocked(p, a, fill, out, sizeof(out)), "fill 20 MiB into an 8 MiB work "
+	      "directory: %s", out);
+	rc = kvs_tool_sh(p, a, "rm fill", NULL, &r);
+	kvs_result_free(&r);
+	CHECK(probe_blocked(p, a, mi, out, sizeof(out)), "mountinfo: %s", out);
+	CHECK(probe_blocked(p, a, suid, out, sizeof(out)), "setuid files: %s", out);
+	/* the file tools see the tmpfs too */
+	rc = kvs_write_file(p, a, "note.txt", "hello", 5, &r);
+	CHECK(rc == 0, "write_file: %d %s", rc, r.note);
+	kvs_result_free(&r);
+	rc = kvs_tool_sh(p, a, "cat note.txt; stat -c %u note.txt; chmod 777 .", NULL, &r);
+	CHECK(rc == 0 && !strcmp(r.out, "hello1000\n"), "sh sees write_file's file: '%s' %s",
+	      r.out, r.err);
+	kvs_result_free(&r);
+	CHECK(stat(a, &st) == 0 && (st.st_mode & 07777) == 0700, "the tool's chmod reached the "
+	      "host: %o", st.st_mode & 07777);
+	req.workdir = a;
+	rc = kvs_run(p, &req, &r);
+	CHECK(rc == 0 && r.status == 0, "deep: %s %s", r.out, r.note);
+	kvs_result_free(&r);
+	rc = kvs_list_dir(p, a, ".", &r);
+	CHECK(rc == 0 && strstr(r.out, "d/") && strstr(r.out, "note.txt"), "list_dir: %s", r.out);
+	kvs_result_free(&r);
+	kvs_workdir_remove(p, a);
+	CHECK(stat(a, &st) != 0 && errno == ENOENT, "%s left after removal", a);
+	/* made again: empty, and its uid free for the next one */
+	CHECK(kvs_workdir_setup(p, a, 0, err, sizeof(err)) == 0, "setup after removal: %s", err);
+	rc = kvs_list_dir(p, a, ".", &r);
+	CHECK(rc == 0 && r.out_len == 0, "a fresh work directory lists '%s'", r.out);
+	kvs_result_free(&r);
+	ua2 = outside_uid(p, a);
+	CHECK(ua2 == ua, "the freed uid %ld was not reused (%ld)", ua, ua2);
+	kvs_workdir_remove(p, a);
+	kvs_workdir_remove(p, b);
+	CHECK(stat(b, &st) != 0, "%s left after removal", b);
+}
+
+int main(int argc, char **argv)
 {
 	struct kvs_policy *p = NULL;
 	char err[512], wd[128];
@@ -303,7 +500,9 @@ int main(void)
 		return 1;
 	}
 	chmod(tmpdir, 0755);
+	probe = argc > 1 ? realpath(argv[1], NULL) : NULL;
 	test_policy_files();
+	test_deep_remove(3000);
 	test_writable();
 	rc = kvs_policy_load(write_policy("run.ini", "[true]\nexec = /bin/true\n"), &p, err,
 			     sizeof(err));
@@ -325,6 +524,24 @@ int main(void)
 		test_builtins(p, wd);
 	}
 	kvs_policy_free(p);
+	p = NULL;
+	if (probe) {
+		char text[600];
+
+		snprintf(text, sizeof(text), "[probe]\nexec = %s\n[sh]\nexec = /bin/sh /usr/bin\n",
+			 probe);
+		rc = kvs_policy_load(write_policy("probe.ini", text), &p, err, sizeof(err));
+		CHECK(rc == 0, "probe policy: %s", err);
+		if (p) {
+			test_squat(p);
+			rc = kvs_policy_start_spawner(p);
+			CHECK(rc == 0, "spawner: %d", rc);
+			test_squat(p);
+			test_session_workdirs(p);
+		}
+		kvs_policy_free(p);
+		free((char *)probe);
+	}
 	{
 		char cmd[256];
 

@@ -2,19 +2,26 @@
 /*
  * kvs-bench - make bench BENCH=sandbox: N sandboxed spawns of /bin/true
  * through the launcher library with the full policy (user, mount, PID,
- * network, IPC, UTS and cgroup namespaces, a cgroup per run, seccomp,
- * Landlock, rlimits, captured output) against N plain fork+exec+wait of
- * the same binary, in the same process and run. Prints ROW lines in
- * results.tsv's columns: name value unit peer peer_value ratio.
+ * IPC, UTS and cgroup namespaces, a network namespace of its own from the
+ * pool, a cgroup per run, seccomp, Landlock, rlimits, captured output), as
+ * kvarenad makes them: through the spawner process, in a session work
+ * directory (as root a size-capped tmpfs with a uid of its own), against
+ * N plain fork+exec+wait of the same binary, in the same process and run.
+ * Prints ROW lines in results.tsv's columns: name value unit peer
+ * peer_value ratio.
  *
- *   kvs-bench [-n N] [-j PARALLEL] [-m MIB] [-s]
- * -s: spawn through the spawner process (kvs_policy_start_spawner()),
- * started before the -m memory is taken.
+ *   kvs-bench [-n N] [-j PARALLEL] [-m MIB] [-d]
+ * -d: direct spawns from this process in a plain work directory (no
+ * spawner), as kva-sandbox makes them.
  * -m: first give this process MIB of touched private memory, as a daemon
  * holding a model would have: a fork-style clone3() copies its page
- * tables on every spawn (so does fork).
+ * tables on every spawn (so does fork); the spawner is started before.
+ * The CPU per spawn adds this process's, the spawner's and the runs'
+ * (their cgroups' cpu.stat); a network namespace's teardown runs in
+ * kernel workers, in no one's account: it shows in the wall time only.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +53,33 @@ static double cpu_now(void)
 	       b.ru_stime.tv_sec + b.ru_stime.tv_usec / 1e6;
 }
 
+/* A process's user + system CPU seconds, its reaped children's included
+ * (/proc/PID/stat fields 14-17). */
+static double proc_cpu(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long ut, st, cut, cst;
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');	/* the command name may hold anything */
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+			 &ut, &st, &cut, &cst) != 4)
+		return 0;
+	return (double)(ut + st + cut + cst) / (double)sysconf(_SC_CLK_TCK);
+}
+
 static int fork_exec(const char *path)
 {
 	int st;
@@ -70,13 +104,14 @@ int main(int argc, char **argv)
 	struct kvs_result *res;
 	int n = 1000, par = 2, o, i, bad = 0, ballast_mib = 0;
 	char *ballast = NULL;
-	int use_spawner = 0;
+	int use_spawner = 1;
+	pid_t spawner = 0;
 	double tool_cpu = 0;
 	double t0, c0, sandbox_s, plain_s, par_s, sandbox_cpu, plain_cpu;
 
-	while ((o = getopt(argc, argv, "n:j:m:s")) != -1) {
-		if (o == 's')
-			use_spawner = 1;
+	while ((o = getopt(argc, argv, "n:j:m:d")) != -1) {
+		if (o == 'd')
+			use_spawner = 0;
 		else if (o == 'n')
 			n = atoi(optarg);
 		else if (o == 'm')
@@ -84,7 +119,7 @@ int main(int argc, char **argv)
 		else if (o == 'j')
 			par = atoi(optarg);
 		else {
-			fprintf(stderr, "usage: kvs-bench [-n N] [-j PARALLEL]\n");
+			fprintf(stderr, "usage: kvs-bench [-n N] [-j PARALLEL] [-m MIB] [-d]\n");
 			return 2;
 		}
 	}
@@ -100,6 +135,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvs-bench: cannot start the spawner\n");
 		return 1;
 	}
+	spawner = use_spawner ? kvs_policy_spawner_pid(p) : 0;
 	if (ballast_mib > 0 && ballast_mib <= 65536) {
 		ballast = malloc((size_t)ballast_mib << 20);
 		if (!ballast)
@@ -111,6 +147,13 @@ int main(int argc, char **argv)
 	if (!mkdtemp(wd) || (geteuid() == 0 && chown(wd, 65534, 65534))) {
 		perror("kvs-bench: work directory");
 		return 1;
+	}
+	if (use_spawner) {
+		/* a session's work directory, as kvarenad makes it */
+		if (rmdir(wd) || kvs_workdir_setup(p, wd, 0, err, sizeof(err))) {
+			fprintf(stderr, "kvs-bench: session work directory: %s\n", err);
+			return 1;
+		}
 	}
 	reqs = calloc(n, sizeof(*reqs));
 	res = calloc(n, sizeof(*res));
@@ -128,7 +171,7 @@ int main(int argc, char **argv)
 	fork_exec(args[0]);
 
 	t0 = now();
-	c0 = cpu_now();
+	c0 = cpu_now() + proc_cpu(spawner);
 	for (i = 0; i < n; i++) {
 		if (kvs_run(p, &reqs[i], &res[i]) || res[i].reason != KVS_EXIT_CODE ||
 		    res[i].status != 0) {
@@ -142,7 +185,7 @@ int main(int argc, char **argv)
 	sandbox_s = now() - t0;
 	/* the tool's own CPU lands in its cgroup, not in our children's
 	 * rusage (the launcher reaps its pid 1 only): add it from cpu.stat */
-	sandbox_cpu = cpu_now() - c0 + tool_cpu;
+	sandbox_cpu = cpu_now() + proc_cpu(spawner) - c0 + tool_cpu;
 
 	t0 = now();
 	c0 = cpu_now();
@@ -165,19 +208,17 @@ int main(int argc, char **argv)
 	{
 		char tag[64] = "", ftag[64] = "";
 
-		if (use_spawner)
-			strcat(tag, "_spawner");
+		if (!use_spawner)
+			strcat(tag, "_direct");
 		if (ballast_mib) {
 			snprintf(tag + strlen(tag), sizeof(tag) - strlen(tag), "_m%d", ballast_mib);
 			snprintf(ftag, sizeof(ftag), "_m%d", ballast_mib);
 		}
 		printf("ROW\tsandbox%s_%d_spawns\t%.3f\ts\tfork_exec%s_%d\t%.3f\t%.2f\n", tag, n,
 		       sandbox_s, ftag, n, plain_s, sandbox_s / plain_s);
-		/* the spawner's own CPU is not ours to measure until it exits */
-		if (!use_spawner)
-			printf("ROW\tsandbox%s_spawn_cpu_ms\t%.3f\tms\tfork_exec%s_cpu_ms\t%.3f\t%.2f\n",
-			       tag, sandbox_cpu * 1e3 / n, ftag, plain_cpu * 1e3 / n,
-			       sandbox_cpu / plain_cpu);
+		printf("ROW\tsandbox%s_spawn_cpu_ms\t%.3f\tms\tfork_exec%s_cpu_ms\t%.3f\t%.2f\n",
+		       tag, sandbox_cpu * 1e3 / n, ftag, plain_cpu * 1e3 / n,
+		       sandbox_cpu / plain_cpu);
 		printf("ROW\tsandbox%s_%d_spawns_par%d\t%.3f\ts\tsandbox%s_%d_spawns\t%.3f\t%.2f\n",
 		       tag, n, par, par_s, tag, n, sandbox_s, par_s / sandbox_s);
 	}
@@ -193,7 +234,10 @@ int main(int argc, char **argv)
 			n, sandbox_s, sandbox_s * 1e3 / n, n, plain_s, plain_s * 1e3 / n,
 			sandbox_s / plain_s, par, par_s, bad, la[0], la[1], la[2]);
 	}
-	rmdir(wd);
+	if (use_spawner)
+		kvs_workdir_remove(p, wd);
+	else
+		rmdir(wd);
 	free(reqs);
 	free(res);
 	free(ballast);

@@ -9,11 +9,14 @@
 # decode: arena vs copy), serve (kvarenad under agent load),
 # sandbox (1000 sandboxed spawns of /bin/true against 1000 plain fork+exec),
 # constrained (decode under a tool-call grammar vs free, in the same run,
-# and JSON Schema compile time).
+# and JSON Schema compile time), tier (an 8k-token session spilled and
+# restored by the disk tier against fio on the same file system, restore
+# against recompute), remote (KV host to host over UCX against
+# ucx_perftest, remote decode's first token against one host's; root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve sandbox constrained)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained tier remote)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -163,19 +166,49 @@ bench_constrained() {
 }
 
 # sandbox: 1000 spawns of /bin/true through the launcher with the full
-# policy (namespaces, cgroup, seccomp, Landlock) next to 1000 fork+exec of
-# it, in one process and run; and the 1000 again two at a time; then 50
-# each from a caller with 256 MiB of private memory, direct and through
-# the spawner process.
+# policy (namespaces, a network namespace each from the pool, cgroup,
+# seccomp, Landlock) as kvarenad makes them (through the spawner, in a
+# size-capped session work directory), next to 1000 fork+exec of it, in
+# one process and run; the 1000 again two at a time; the same direct
+# (kva-sandbox's way); then 50 each from a caller with 256 MiB of private
+# memory, direct and through the spawner process.
 bench_sandbox() {
 	forget 'sandbox_'
 	make --no-print-directory build/sandbox/kvs-bench >/dev/null
 	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 | sed -n 's/^ROW\t//p' >>"$tsv"
+	build/sandbox/kvs-bench -n "${BENCH_SPAWNS:-1000}" -j 2 -d | sed -n 's/^ROW\t//p' >>"$tsv"
 	# a caller holding 256 MiB of private memory, as a daemon with a
 	# model does: direct spawns (and fork+exec) copy its page tables each
 	# time, spawns through the spawner process do not
+	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -d | sed -n 's/^ROW\t//p' >>"$tsv"
 	build/sandbox/kvs-bench -n 50 -j 2 -m 256 | sed -n 's/^ROW\t//p' >>"$tsv"
-	build/sandbox/kvs-bench -n 50 -j 2 -m 256 -s | sed -n 's/^ROW\t//p' >>"$tsv"
+}
+
+# tier: one 8k-token session of the 110M Q8_0 model (36 KiB of KV per
+# token, 288 MiB) through the disk tier: spill and restore bandwidth
+# against fio's sequential O_DIRECT write and read of the same bytes with
+# the same block size and queue depth, on the same file system (build/),
+# interleaved in one run, medians of 3; restoring it against recomputing
+# it (the engine's prefill, one thread). Goal: >= 80% of fio.
+bench_tier() {
+	local md=build/bench/models dir=build/bench/tier-spill
+	forget 'tier_'
+	make --no-print-directory build/tier/kvt-bench build/bin/kva-mkmodel >/dev/null
+	mkdir -p "$md"
+	[ -f "$md/110m_q8_ctx8k.gguf" ] || build/bin/kva-mkmodel --dim 768 --layers 12 --heads 12 \
+		--ffn 2048 --vocab 32000 --ctx 8448 --type q8_0 -o "$md/110m_q8_ctx8k.gguf" >/dev/null
+	rm -rf "$dir" && mkdir -m 700 "$dir"
+	build/tier/kvt-bench --dir "$PWD/$dir" --model "$md/110m_q8_ctx8k.gguf" \
+		--tokens "${BENCH_TIER_TOKENS:-8192}" --runs "${BENCH_RUNS:-3}" | tee build/bench/tier.log |
+		sed -n 's/^ROW\t//p' >>"$tsv"
+	rm -rf "$dir"
+}
+
+# remote: two network namespaces, UCX over TCP (tools/bench/remote/)
+bench_remote() {
+	make --no-print-directory build/bin/kvr-bench build/bin/kvarenad build/bin/kva-mkmodel \
+		>/dev/null
+	tools/bench/remote/run-remote-bench.sh >/dev/null
 }
 
 for b in "${want[@]}"; do
@@ -188,6 +221,8 @@ for b in "${want[@]}"; do
 	serve) bench_serve ;;
 	sandbox) bench_sandbox ;;
 	constrained) bench_constrained ;;
+	tier) bench_tier ;;
+	remote) bench_remote ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac
 done

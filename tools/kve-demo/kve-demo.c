@@ -57,7 +57,7 @@ static int io_all(int fd, void *buf, size_t n, int wr)
 static int generate(struct kve_engine *e, struct kve_session *s, int32_t first,
 		    const struct opts *o, uint32_t vocab, int32_t *out, float *lg, void *scratch)
 {
-	struct kve_sampler sm = { o->temp, 0, 0, kve_rng_seed(o->seed + 1) };
+	struct kve_sampler sm = { o->temp, 0, 0, kve_rng_seed(o->seed + 1), 0 };
 	int32_t next = first;
 	uint32_t i;
 	int rc;
@@ -150,7 +150,7 @@ static int prefill(struct kve_engine *e, struct kve_arena_kv *kv, struct kve_are
 		   uint64_t cookie, const int32_t *tok, uint32_t n, const struct opts *o,
 		   uint32_t vocab, float *lg, void *scratch, int32_t *first)
 {
-	struct kve_sampler sm = { o->temp, 0, 0, kve_rng_seed(o->seed) };
+	struct kve_sampler sm = { o->temp, 0, 0, kve_rng_seed(o->seed), 0 };
 	int rc = kve_arena_session_open(kv, cookie, n + o->n_gen + 1, as);
 
 	rc = rc ? rc : kve_arena_prefill(e, kv, as, tok, n, lg);

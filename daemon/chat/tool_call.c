@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * tool_call.c - splitting generated text into content and tool calls, in
- * one pass that works on a stream (see tool_call.h for the rules). Owns
- * the canonical text of a call; the chat template renders assistant turns
- * with tc_render_call() so that both sides agree byte for byte.
+ * one pass that works on a stream (see tool_call.h for the rules): the
+ * stream itself (a leading think block, then the family's syntax), and
+ * the Hermes syntax (<tool_call> blocks anywhere in the reply). Owns the
+ * canonical text of a Hermes call; the chatml template renders assistant
+ * turns the same way, so that both sides agree byte for byte. The
+ * syntaxes whose calls end the reply are tool_call_tail.c's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "tool_call.h"
+#include "chat_internal.h"
 
 static int is_ws(char c)
 {
@@ -131,8 +134,10 @@ static size_t skip_value(const char *s, size_t n, size_t i)
 }
 
 /* The body is already known to be one valid JSON object. */
-static int find_arguments(const char *s, size_t n, size_t *off, size_t *len)
+int tc_find_member(const char *s, size_t n, const char *key, size_t *off, size_t *len)
 {
+	size_t kl = strlen(key);
+
 	size_t i = skip_ws(s, n, 0);
 
 	if (i >= n || s[i] != '{')
@@ -151,8 +156,8 @@ static int find_arguments(const char *s, size_t n, size_t *off, size_t *len)
 		i = skip_ws(s, n, i + 1);
 		v = i;
 		i = skip_value(s, n, i);
-		if (k + 11 <= n && !memcmp(s + k, "\"arguments\"", 11) &&
-		    skip_string(s, n, k) == k + 11) {
+		if (k + kl + 2 <= n && s[k + 1 + kl] == '"' && !memcmp(s + k + 1, key, kl) &&
+		    skip_string(s, n, k) == k + kl + 2) {
 			*off = v;
 			*len = i - v;
 			return 0;
@@ -181,7 +186,7 @@ static int check_call(const char *body, size_t len, struct tc_call *call,
 	if (json_is_object(root) && json_object_size(root) == 2 &&
 	    json_is_string(name) && json_is_object(args) &&
 	    tc_valid_name(json_string_value(name), json_string_length(name)) &&
-	    !find_arguments(body, len, &off, &alen)) {
+	    !tc_find_member(body, len, "arguments", &off, &alen)) {
 		memcpy(namebuf, json_string_value(name),
 		       json_string_length(name) + 1);
 		memset(call, 0, sizeof(*call));
@@ -199,28 +204,37 @@ static int check_call(const char *body, size_t len, struct tc_call *call,
 
 #define TC_MAX_TAIL 256		/* bytes between arguments and close tag */
 
-void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
+void tc_stream_init(struct tc_stream *s, const struct chat_template *t,
 		    tc_emit_fn emit, void *ctx)
 {
 	memset(s, 0, sizeof(*s));
-	s->tags.open = t && t->open ? t->open : TC_DEFAULT_OPEN;
-	s->tags.close = t && t->close ? t->close : TC_DEFAULT_CLOSE;
+	s->t = t;
+	s->syn = t->f->syntax;
+	s->think = t->f->think;
+	s->tags = t->tags;
 	s->emit = emit;
 	s->ctx = ctx;
 	s->phase = TC_OUT;
 }
 
-static void emit(struct tc_stream *s, enum tc_event ev, const char *p,
-		 size_t n, const struct tc_call *call)
+void tc_stream_reasoning(struct tc_stream *s, int on)
+{
+	s->reasoning = on;
+}
+
+void tc_emit(struct tc_stream *s, enum tc_event ev, const char *p,
+	     size_t n, const struct tc_call *call)
 {
 	int r;
 
-	if (s->err || ((ev == TC_CONTENT || ev == TC_CALL_ARGS) && n == 0))
+	if (s->err || ((ev == TC_CONTENT || ev == TC_CALL_ARGS || ev == TC_REASONING) && n == 0))
 		return;
 	r = s->emit(s->ctx, ev, p, n, call);
 	if (r < 0)
 		s->err = r;
 }
+
+#define emit tc_emit
 
 static void out(struct tc_stream *s, const char *p, size_t n)
 {
@@ -236,7 +250,7 @@ static int all_ws(const char *p, size_t n)
 }
 
 /* Longest proper prefix of tag that text ends with. */
-static size_t partial_tag(const char *text, size_t n, const char *tag)
+size_t tc_partial_tag(const char *text, size_t n, const char *tag)
 {
 	size_t tl = strlen(tag);
 	size_t k = tl - 1 < n ? tl - 1 : n;
@@ -475,7 +489,7 @@ static void process(struct tc_stream *s)
 		{
 			const char *o = memmem(s->hold.s, s->hold.len, s->tags.open, ol);
 			size_t q = o ? (size_t)(o - s->hold.s) :
-				s->hold.len - partial_tag(s->hold.s, s->hold.len,
+				s->hold.len - tc_partial_tag(s->hold.s, s->hold.len,
 							  s->tags.open);
 			size_t w = q;
 
@@ -499,23 +513,20 @@ static void process(struct tc_stream *s)
 	}
 }
 
-int tc_stream_feed(struct tc_stream *s, const char *text, size_t len)
+static void hermes_feed(struct tc_stream *s, const char *text, size_t len)
 {
-	if (s->err)
-		return s->err;
 	if (s->phase != TC_OUT)
 		sb_add(&s->block, text, len);
 	else
 		sb_add(&s->hold, text, len);
 	process(s);
-	return s->err;
 }
 
-int tc_stream_finish(struct tc_stream *s)
+static void hermes_finish(struct tc_stream *s)
 {
 	process(s);
 	if (s->err)
-		return s->err;
+		return;
 	switch (s->phase) {
 	case TC_HEAD:
 	case TC_WHOLE:
@@ -526,16 +537,146 @@ int tc_stream_finish(struct tc_stream *s)
 		call_end(s);
 		leave_block(s, s->block.len);
 		break;
-	case TC_TAIL:		/* the rest is outside text */
+	case TC_TAIL: {
+		/* cut inside the call's closing syntax (max_tokens): those bytes
+		 * are the call's; anything else after the arguments is text */
+		size_t used = 0;
+		int partial = tail(s->block.s, s->block.len, s->tags.close, &used) == PARTIAL;
+
 		call_end(s);
-		leave_block(s, 0);
+		leave_block(s, partial ? s->block.len : 0);
 		break;
+	}
 	case TC_OUT:
 		break;
 	}
 	if (s->n_calls == 0 || s->seg_nonws || !all_ws(s->hold.s, s->hold.len))
 		out(s, s->hold.s, s->hold.len);
 	sb_reset(&s->hold);
+}
+
+/* ---- the stream: a leading think block, then the family's syntax ---- */
+
+static void syntax_feed(struct tc_stream *s, const char *text, size_t len)
+{
+	if (!len || s->err)
+		return;
+	if (s->syn == TC_SYN_HERMES)
+		hermes_feed(s, text, len);
+	else
+		tc_tail_feed(s, text, len);
+}
+
+/* Reasoning text: TC_REASONING (its newlines next to the tags dropped,
+ * as the template strips them), or content as generated. */
+static void reason(struct tc_stream *s, const char *p, size_t n)
+{
+	emit(s, s->reasoning ? TC_REASONING : TC_CONTENT, p, n, NULL);
+}
+
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+
+/*
+ * The think block a thinking family opens its reply with: held until it
+ * is known whether the reply starts with <think>; inside, everything up to
+ * </think> is reasoning (no call is looked for there); after it, the
+ * family's syntax. With reasoning split off, the newlines the template
+ * strips around it are dropped.
+ */
+static void think_process(struct tc_stream *s, int final)
+{
+	struct strbuf *h = &s->think_hold;
+	size_t ol = strlen(THINK_OPEN), cl = strlen(THINK_CLOSE);
+
+	if (h->oom) {
+		s->err = -ENOMEM;
+		return;
+	}
+	if (s->think_state == 0) {
+		if (h->len < ol && !memcmp(h->s, THINK_OPEN, h->len) && !final)
+			return;		/* maybe "<think>": not yet known */
+		if (h->len >= ol && !memcmp(h->s, THINK_OPEN, ol)) {
+			if (!s->reasoning)
+				out(s, THINK_OPEN, ol);
+			sb_consume(h, ol);
+			s->think_state = 1;
+		} else {
+			s->think_state = 2;
+		}
+	}
+	if (s->think_state == 1) {
+		const char *c = h->len ? memmem(h->s, h->len, THINK_CLOSE, cl) : NULL;
+		size_t end = c ? (size_t)(c - h->s) :
+			     h->len - (final ? 0 : tc_partial_tag(h->s, h->len, THINK_CLOSE));
+		size_t start = 0, stop = end;
+
+		if (!s->reasoning) {
+			out(s, h->s, end);
+			if (c)
+				out(s, THINK_CLOSE, cl);
+			sb_consume(h, c ? end + cl : end);
+		} else {
+			/* strip('\n'): the first newlines, and trailing ones
+			 * until it is known nothing else follows them */
+			if (!s->think_text)
+				while (start < stop && h->s[start] == '\n')
+					start++;
+			while (stop > start && h->s[stop - 1] == '\n')
+				stop--;
+			if (stop > start)
+				s->think_text = 1;
+			reason(s, h->s + start, stop - start);
+			sb_consume(h, c ? end + cl : final ? end : stop);
+		}
+		if (!c && !final)
+			return;
+		s->think_state = 2;
+		if (s->reasoning && c)
+			s->think_state = 3;	/* the content's leading newlines */
+	}
+	if (s->think_state == 3) {
+		size_t i = 0;
+
+		while (i < h->len && h->s[i] == '\n')
+			i++;
+		sb_consume(h, i);
+		if (!h->len && !final)
+			return;
+		s->think_state = 2;
+	}
+	if (h->len) {
+		struct strbuf rest = *h;
+
+		memset(h, 0, sizeof(*h));
+		syntax_feed(s, rest.s, rest.len);
+		sb_free(&rest);
+	}
+}
+
+int tc_stream_feed(struct tc_stream *s, const char *text, size_t len)
+{
+	if (s->err)
+		return s->err;
+	if (s->think && s->think_state != 2) {
+		sb_add(&s->think_hold, text, len);
+		think_process(s, 0);
+	} else {
+		syntax_feed(s, text, len);
+	}
+	return s->err;
+}
+
+int tc_stream_finish(struct tc_stream *s)
+{
+	if (s->think && s->think_state != 2)
+		think_process(s, 1);
+	if (s->err)
+		return s->err;
+	if (s->syn == TC_SYN_HERMES)
+		hermes_finish(s);
+	else
+		tc_tail_finish(s);
 	return s->err;
 }
 
@@ -544,6 +685,7 @@ void tc_stream_free(struct tc_stream *s)
 	sb_free(&s->hold);
 	sb_free(&s->ws);
 	sb_free(&s->block);
+	sb_free(&s->think_hold);
 }
 
 /* ---- batch ---- */
@@ -590,6 +732,8 @@ static int collect_emit(void *ctx, enum tc_event ev, const char *text,
 	case TC_CALL_ARGS:
 		sb_add(&c->args, text, len);
 		return c->args.oom ? -ENOMEM : 0;
+	case TC_REASONING:	/* the batch parse keeps it in the content */
+		return 0;
 	case TC_CALL_END:
 		nc = &c->calls[c->n_calls];
 		nc->name = dup_n(sb_cstr(&c->name) ? c->name.s : "", c->name.len);
@@ -617,7 +761,7 @@ void tc_result_free(struct tc_result *r)
 	memset(r, 0, sizeof(*r));
 }
 
-int tc_parse(const struct tc_tags *t, const char *text, size_t len,
+int tc_parse(const struct chat_template *t, const char *text, size_t len,
 	     struct tc_result *r)
 {
 	struct collect c = { 0 };
@@ -638,8 +782,7 @@ int tc_parse(const struct tc_tags *t, const char *text, size_t len,
 	if (!err && !r->content)
 		err = -ENOMEM;
 	if (!err) {
-		tc_render_body(&again, &s.tags, r->content, r->content_len,
-			       r->calls, r->n_calls);
+		t->f->body(t, r, &again);
 		if (again.oom)
 			err = -ENOMEM;
 		r->canonical = again.len == len &&

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tool_call.h - tool calls in generated text, Hermes/Qwen style:
+ * tool_call.h - tool calls in generated text, split from the content as
+ * the model's family writes them (the template given to tc_stream_init
+ * and tc_parse says which). The Hermes/Qwen syntax:
  *
  *   content\n<tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
  *
- * (tags configurable). One streaming parser serves both the batch and the
- * SSE paths, so a response reads the same whichever way it was asked for.
+ * (tags configurable for the chatml family). One streaming parser serves
+ * both the batch and the SSE paths, so a response reads the same whichever
+ * way it was asked for.
  *
  * How generated text splits into content and calls: the text is segments
  * S0 C1 S1 C2 ... Ck Sk where each Ci is a call block. Two ways a block
@@ -35,12 +38,14 @@
  * form renders back byte for byte (tc_result.canonical), which is what
  * keeps the orchestrator's prefix reuse intact across tool turns.
  */
-#ifndef KVD_API_TOOL_CALL_H
-#define KVD_API_TOOL_CALL_H
+#ifndef KVD_CHAT_TOOL_CALL_H
+#define KVD_CHAT_TOOL_CALL_H
 
 #include <stddef.h>
 
 #include "strbuf.h"
+
+struct chat_template;
 
 #define TC_DEFAULT_OPEN "<tool_call>"
 #define TC_DEFAULT_CLOSE "</tool_call>"
@@ -59,7 +64,7 @@ int tc_valid_name(const char *s, size_t len);
 /* A fresh "call_" id (TC_ID_LEN characters + NUL) from getrandom(). */
 void tc_make_id(char out[TC_ID_LEN + 1]);
 
-/* The canonical text of one call (no separators). */
+/* Hermes syntax: the canonical text of one call (no separators). */
 void tc_render_call(struct strbuf *b, const struct tc_tags *t,
 		    const char *name, const char *args, size_t args_len);
 
@@ -79,13 +84,25 @@ enum tc_event {
 	TC_CALL_START,		/* call: id and name (arguments not set) */
 	TC_CALL_ARGS,		/* text, len: the next piece of its arguments */
 	TC_CALL_END,		/* the call is complete */
+	TC_REASONING,		/* text, len: reasoning (tc_stream_reasoning) */
 };
 typedef int (*tc_emit_fn)(void *ctx, enum tc_event ev, const char *text,
 			  size_t len, const struct tc_call *call);
 
 enum tc_phase { TC_OUT, TC_HEAD, TC_ARGS, TC_TAIL, TC_WHOLE };
 
+/* How a family writes its calls (tool_call.c: Hermes; tool_call_tail.c:
+ * the syntaxes whose calls end the reply). */
+enum tc_syntax {
+	TC_SYN_HERMES,		/* <tool_call>\n{"name": N, "arguments": A}\n</tool_call> */
+	TC_SYN_LLAMA3,		/* the reply is {"name": N, "parameters": A} */
+	TC_SYN_MISTRAL_JSON,	/* [TOOL_CALLS][{"name": N, "arguments": A, "id": I}, ...] */
+	TC_SYN_MISTRAL_ARGS,	/* [TOOL_CALLS]N[CALL_ID]I[ARGS]A..., or without [CALL_ID] */
+};
+
 struct tc_stream {
+	const struct chat_template *t;
+	enum tc_syntax syn;
 	struct tc_tags tags;
 	tc_emit_fn emit;
 	void *ctx;
@@ -97,16 +114,30 @@ struct tc_stream {
 	int seg_nonws;		/* this segment emitted non-whitespace */
 	size_t n_calls;
 	int err;		/* first error from emit or allocation */
+	/* a leading think block (qwen3): 0 undecided, 1 inside, 2 past it
+	 * (or none), 3 dropping the newlines after it; emitted as
+	 * TC_REASONING only when asked for */
+	int think, think_state, reasoning, think_text;
+	struct strbuf think_hold;
+	/* the syntaxes whose calls end the reply (tool_call_tail.c) */
+	int tail_final;		/* no more calls: the rest is content */
+	int tail_nonws;		/* llama3: content seen before any call */
+	size_t tail_scan;	/* bytes of block already scanned */
 };
 
-void tc_stream_init(struct tc_stream *s, const struct tc_tags *t,
+/* The template is the model's (chat.h); it outlives the stream. */
+void tc_stream_init(struct tc_stream *s, const struct chat_template *t,
 		    tc_emit_fn emit, void *ctx);
+/* Families that think (qwen3): the reasoning block leading the reply is
+ * split off as TC_REASONING events instead of staying in the content
+ * (the default: the text the template reads back). Before any feed. */
+void tc_stream_reasoning(struct tc_stream *s, int on);
 /* 0, or the first negative error (emit's, or -ENOMEM) */
 int tc_stream_feed(struct tc_stream *s, const char *text, size_t len);
 int tc_stream_finish(struct tc_stream *s);
 void tc_stream_free(struct tc_stream *s);
 
-/* Batch: the whole text at once. */
+/* Batch: the whole text at once (reasoning stays in the content). */
 struct tc_result {
 	char *content;		/* NUL-terminated, never NULL on success */
 	size_t content_len;
@@ -115,11 +146,11 @@ struct tc_result {
 	int canonical;		/* re-rendering gives the text back exactly */
 };
 
-int tc_parse(const struct tc_tags *t, const char *text, size_t len,
+int tc_parse(const struct chat_template *t, const char *text, size_t len,
 	     struct tc_result *r);
 void tc_result_free(struct tc_result *r);
-/* The canonical assistant text for content + calls (the chat template's
- * assistant body). */
+/* Hermes syntax: the canonical assistant text for content + calls (the
+ * chat template's assistant body). */
 void tc_render_body(struct strbuf *b, const struct tc_tags *t,
 		    const char *content, size_t content_len,
 		    const struct tc_call *calls, size_t n_calls);

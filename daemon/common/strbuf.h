@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * strbuf.h - a growable byte string for the HTTP layer's renderers (chat
- * template, SSE frames). Allocation failure is sticky: the first failed
+ * strbuf.h - a growable byte string for the daemon's renderers (chat
+ * templates, JSON, SSE frames). Allocation failure is sticky: the first failed
  * append sets oom and later appends do nothing, so a renderer checks once
  * at the end. Callers bound what they append; the buffer itself does not.
  */
-#ifndef KVD_API_STRBUF_H
-#define KVD_API_STRBUF_H
+#ifndef KVD_STRBUF_H
+#define KVD_STRBUF_H
 
 #include <stddef.h>
 

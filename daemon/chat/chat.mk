@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: MIT
+# chat.mk - model families (daemon/chat/): chat templates and tool-call
+# syntaxes, shared by the API front ends and the orchestrator, and their
+# tests. Included from the top-level Makefile (-include) before api.mk and
+# kvarenad.mk; paths from the repo root.
+#
+#   CHAT_LIB / CHAT_SLIB   the room as a static library (plain / ASan+UBSan),
+#                          with daemon/common/strbuf.c; link -ljansson
+#   check-chat             its unit tests, then the families against
+#                          llama.cpp's own rendering (check-chat-llama:
+#                          fetches the peer like BENCH=engine does)
+
+CHAT_CC     ?= cc
+CHAT_SRC    := daemon/chat
+CHAT_OUT    := build/chat
+CHAT_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -I$(CHAT_SRC) -Idaemon/common
+CHAT_SAN    := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
+               -fno-sanitize-recover=all
+CHAT_SRCS   := $(sort $(wildcard $(CHAT_SRC)/*.c)) daemon/common/strbuf.c
+CHAT_HDRS   := $(wildcard $(CHAT_SRC)/*.h) daemon/common/strbuf.h
+CHAT_OBJS   := $(CHAT_SRCS:%.c=$(CHAT_OUT)/obj/%.o)
+CHAT_SOBJS  := $(CHAT_SRCS:%.c=$(CHAT_OUT)/san/%.o)
+CHAT_LIB    := $(CHAT_OUT)/libkvdchat.a
+CHAT_SLIB   := $(CHAT_OUT)/libkvdchat-san.a
+CHAT_UNIT   := $(CHAT_OUT)/tests/test_chat
+CHAT_RENDER := $(CHAT_OUT)/tests/kvd-chat-render
+CHAT_DEFUSE := $(CHAT_OUT)/tests/test_defuse
+CHAT_TSUP   := tests/chat/jconv.c tests/chat/jconv.h
+
+.PHONY: chat check-chat
+chat: $(CHAT_LIB) $(CHAT_SLIB) $(CHAT_UNIT) $(CHAT_RENDER)
+
+$(CHAT_OBJS): $(CHAT_OUT)/obj/%.o: %.c $(CHAT_HDRS)
+	@mkdir -p $(@D)
+	$(CHAT_CC) $(CHAT_CFLAGS) -c $< -o $@
+
+$(CHAT_SOBJS): $(CHAT_OUT)/san/%.o: %.c $(CHAT_HDRS)
+	@mkdir -p $(@D)
+	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -c $< -o $@
+
+$(CHAT_LIB): $(CHAT_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CHAT_SLIB): $(CHAT_SOBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CHAT_UNIT): tests/chat/test_chat.c $(CHAT_TSUP) $(CHAT_SLIB) $(CHAT_HDRS)
+	@mkdir -p $(@D)
+	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -Itests/chat $< tests/chat/jconv.c $(CHAT_SLIB) -o $@ \
+		-lcunit -ljansson
+
+$(CHAT_RENDER): tests/chat/chat-render.c $(CHAT_TSUP) $(CHAT_SLIB) $(CHAT_HDRS)
+	@mkdir -p $(@D)
+	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -Itests/chat $< tests/chat/jconv.c $(CHAT_SLIB) -o $@ \
+		-ljansson
+
+# tokenizing rendered prompts with special tokens only in their markup
+# (the engine's tokenizer, the shipped agent model, a kva-mkmodel model)
+$(CHAT_DEFUSE): tests/chat/test_defuse.c $(CHAT_TSUP) $(CHAT_SLIB) $(CHAT_HDRS) $(ENGINE_SLIB)
+	@mkdir -p $(@D)
+	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -Itests/chat -Idaemon/engine $< tests/chat/jconv.c \
+		$(CHAT_SLIB) $(ENGINE_SLIB) -o $@ -ljansson $(ENGINE_LIBS)
+
+CHAT_BPE_MODEL := $(CHAT_OUT)/tests/bpe.gguf
+$(CHAT_BPE_MODEL): $(ENGINE_MKMODEL)
+	@mkdir -p $(@D)
+	$(ENGINE_MKMODEL) --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 256 \
+		--tokenizer bpe --type f32 --seed 3 -o $@ >/dev/null
+
+# llama.cpp's chat code (libllama-common from the peer cache), test-time only
+CHAT_LLAMA_REF := $(CHAT_OUT)/tests/llama-chat-ref
+CHAT_PEER      := build/engine/bench/llama-driver
+
+.PHONY: check-chat-unit check-chat-llama
+check-chat: check-chat-unit check-chat-llama
+
+check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_BPE_MODEL)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(CHAT_UNIT)
+	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_DEFUSE) models/kvarena-agent-f32.gguf $(CHAT_BPE_MODEL)
+
+check-chat-llama: $(CHAT_RENDER) $(CHAT_DEFUSE) $(CHAT_BPE_MODEL)
+	@cache=$$(sh tools/bench/engine/fetch-llama.sh $(CHAT_PEER)) && \
+	if [ ! -x $(CHAT_LLAMA_REF) ] || [ tests/chat/llama-chat-ref.cpp -nt $(CHAT_LLAMA_REF) ]; then \
+		echo "  CXX $(CHAT_LLAMA_REF)"; \
+		$(CXX) -std=c++17 -O1 -I$$cache/src/common -I$$cache/src/include \
+			-I$$cache/src/ggml/include -I$$cache/src/vendor tests/chat/llama-chat-ref.cpp \
+			-L$$cache/lib -lllama-common -lllama -lggml -lggml-base \
+			-Wl,-rpath,$$cache/lib -o $(CHAT_LLAMA_REF) || exit 1; \
+	fi && \
+	python3 tests/chat/llama-ref.py $(CHAT_RENDER) $(CHAT_LLAMA_REF) $$cache/src/models/templates && \
+	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_DEFUSE) models/kvarena-agent-f32.gguf $(CHAT_BPE_MODEL) \
+		$$cache/src/models

@@ -1,0 +1,1000 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tiering.c - where each conversation's KV lives, and the moves between:
+ *
+ *   arena  the blocks are in the arena (maybe with a clean copy on disk)
+ *   disk   a spill file holds it; restored into fresh blocks before use
+ *   none   nothing: recomputed from the conversation's tokens
+ *
+ * When a reply ends in tool calls the conversation's KV is kept, spilled
+ * or discarded (kvt_decide: the predicted wait, the KV's size, this
+ * machine's measured disk and recompute speeds, and whether the arena
+ * needs the memory). A spilled conversation is restored by prefetch at
+ * predicted return - restore time - margin (KVFlow), or on demand when
+ * its request arrives first (a restore stall, counted and timed). A
+ * victim the kernel ranks under pressure is spilled (or discarded, when
+ * there is no disk tier or recomputing is cheaper); a tool that runs past
+ * its prediction gets a new one from the class's histogram, conditioned
+ * on the time it has run (a re-rank), and its KV is reconsidered.
+ *
+ * The disk tier (daemon/tier/) does the I/O on its own thread: nothing
+ * here waits for it. Everything here runs under kvd.lock, in the
+ * scheduler thread (completions and timers come through
+ * kvd_tiering_poll) or where the scheduler's own calls are.
+ *
+ * Blocks during an operation: a spill only reads the conversation's
+ * blocks, which stay allocated until its completion (a conversation that
+ * resumes meanwhile keeps using them: the spill is cancelled and its file
+ * dropped). A restore writes into blocks the conversation holds; if the
+ * conversation lets go of its KV meanwhile (forgotten, truncated,
+ * failed), the operation's ticket takes its kvarena session over and
+ * closes it only when the restore has completed, so no block is freed
+ * while the disk still writes into it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvtier.h"
+#include "log.h"
+
+enum { TIMER_PREFETCH = 0, TIMER_OVERRUN = 1 };
+
+/* An operation in flight: the completion's ctx. */
+struct kvd_tticket {
+	struct kvd_conv *c;		/* NULL: the conversation let go of it */
+	int restore;
+	uint32_t first;			/* restore: first file block read */
+	uint32_t want;			/* restore: positions it brings back */
+	kvt_file_id file;
+	struct kve_arena_session as;	/* restore abandoned: its blocks */
+	int owns_as;
+	uint64_t started_ns;
+};
+
+struct ttimer {
+	uint64_t at;
+	struct kvd_conv *c;
+	uint32_t kind;
+};
+
+struct kvd_tiering {
+	struct kvt *t;			/* NULL: no disk tier */
+	struct kvt_costs costs;
+	uint64_t shape_id;
+	uint32_t in_flight;		/* tickets not yet completed */
+	struct ttimer *heap;
+	uint32_t n_heap, cap_heap;
+};
+
+const char *kvd_tiering_tier(const struct kvd_conv *c)
+{
+	if (c->has_kv && c->as.s.n_blocks)
+		return "arena";
+	return c->tier_file ? "disk" : "none";
+}
+
+/* ---- timers: a min-heap, each conversation's entries indexed from it ----- */
+
+static void heap_set(struct kvd_tiering *tr, uint32_t i, struct ttimer e)
+{
+	tr->heap[i] = e;
+	e.c->tier_timer[e.kind] = i + 1;
+}
+
+static void heap_up(struct kvd_tiering *tr, uint32_t i)
+{
+	struct ttimer e = tr->heap[i];
+
+	while (i) {
+		uint32_t p = (i - 1) / 2;
+
+		if (tr->heap[p].at <= e.at)
+			break;
+		heap_set(tr, i, tr->heap[p]);
+		i = p;
+	}
+	heap_set(tr, i, e);
+}
+
+static void heap_down(struct kvd_tiering *tr, uint32_t i)
+{
+	struct ttimer e = tr->heap[i];
+
+	for (;;) {
+		uint32_t l = 2 * i + 1, m = i;
+
+		if (l < tr->n_heap && tr->heap[l].at < (m == i ? e.at : tr->heap[m].at))
+			m = l;
+		if (l + 1 < tr->n_heap && tr->heap[l + 1].at < (m == i ? e.at : tr->heap[m].at))
+			m = l + 1;
+		if (m == i)
+			break;
+		heap_set(tr, i, tr->heap[m]);
+		i = m;
+	}
+	heap_set(tr, i, e);
+}
+
+static void timer_cancel(struct kvd_tiering *tr, struct kvd_conv *c, uint32_t kind)
+{
+	uint32_t i = c->tier_timer[kind];
+
+	if (!i)
+		return;
+	i--;
+	c->tier_timer[kind] = 0;
+	if (i == --tr->n_heap)
+		return;
+	{
+		struct ttimer moved = tr->heap[tr->n_heap];
+
+		heap_set(tr, i, moved);
+		heap_up(tr, i);
+		heap_down(tr, moved.c->tier_timer[moved.kind] - 1);
+	}
+}
+
+static void timer_arm(struct kvd_tiering *tr, struct kvd_conv *c, uint32_t kind, uint64_t at)
+{
+	timer_cancel(tr, c, kind);
+	if (tr->n_heap == tr->cap_heap) {
+		uint32_t cap = tr->cap_heap ? tr->cap_heap * 2 : 64;
+		struct ttimer *h = realloc(tr->heap, cap * sizeof(*h));
+
+		if (!h)
+			return;		/* no timer: the return restores on demand */
+		tr->heap = h;
+		tr->cap_heap = cap;
+	}
+	tr->heap[tr->n_heap] = (struct ttimer){ at, c, kind };
+	heap_up(tr, tr->n_heap++);
+}
+
+/* ---- the arena's state ------------------------------------------------------- */
+
+/* The arena needs memory: free blocks below the high watermark. */
+static int under_pressure(struct kvd *d)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	uint32_t high;
+
+	if (kva_arena_get_info(d->arena, &ai))
+		return 0;
+	high = ai.high_wm ? ai.high_wm : 2 * (ai.low_wm ? ai.low_wm : ai.blocks_total / 8);
+	return ai.blocks_free < high;
+}
+
+static uint32_t bt_of(const struct kvd *d)
+{
+	return d->geom.block_tokens;
+}
+
+static uint64_t kv_bytes(const struct kvd *d, const struct kvd_conv *c)
+{
+	return (uint64_t)c->as.s.n_blocks * d->geom.block_size;
+}
+
+/* The session waits on a tool and nothing computes on its KV. */
+static int idle_kv(const struct kvd_conv *c)
+{
+	return c->has_kv && (!c->job || c->job->state == JOB_TOOL_RUNNING);
+}
+
+/* ---- moves --------------------------------------------------------------------- */
+
+static void drop_file(struct kvd *d, struct kvd_conv *c)
+{
+	if (!c->tier_file)
+		return;
+	kvt_drop(d->tier->t, c->tier_file);
+	c->tier_file = 0;
+	c->tier_file_tokens = 0;
+	free(c->tier_bhash);
+	c->tier_bhash = NULL;
+	timer_cancel(d->tier, c, TIMER_PREFETCH);
+}
+
+/* How many of the file's leading positions still hold the KV of the
+ * conversation's tokens: a request may have cut the conversation back
+ * (a client that rewrites its last turn); the blocks before the cut are
+ * still good. Whole blocks, and the file's last, partial one. */
+static uint32_t file_valid_tokens(const struct kvd *d, const struct kvd_conv *c)
+{
+	uint32_t bt = bt_of(d), nb = (c->tier_file_tokens + bt - 1) / bt, i, v = 0;
+	uint64_t h = 0;
+
+	if (!c->tier_bhash)
+		return 0;
+	for (i = 0; i < nb; i++) {
+		uint32_t lo = i * bt, hi = lo + bt < c->tier_file_tokens ? lo + bt :
+					     c->tier_file_tokens;
+
+		if (c->n_tokens < hi)
+			break;
+		h = kvt_tokens_chain(h, c->tokens + lo, hi - lo);
+		if (h != c->tier_bhash[i])
+			break;
+		v = hi;
+	}
+	return v;
+}
+
+/* The KV leaves the arena for nowhere: recomputed from the tokens. */
+static void discard(struct kvd *d, struct kvd_conv *c, const char *why)
+{
+	uint32_t n = c->as.s.n_blocks;
+
+	if (!c->has_kv || !n)
+		return;
+	c->tier_lost_tokens += c->as.s.n_tokens;
+	d->m.tier_discards++;
+	kvd_log(KVD_LOG_INFO, "tier", "%s: %u blocks discarded (%s), %u tokens recomputed "
+		"if it returns", c->id, n, why, c->as.s.n_tokens);
+	kvd_conv_free_blocks(d, c);
+}
+
+/* A copy of exactly the KV the arena holds is on disk. */
+static int clean_copy(const struct kvd_conv *c)
+{
+	return c->tier_file && !c->tier_op && c->has_kv && c->as.s.n_blocks &&
+	       c->tier_file_tokens == c->as.s.n_tokens;
+}
+
+static struct kvd_tticket *ticket(struct kvd_conv *c, int restore, kvt_file_id f)
+{
+	struct kvd_tticket *tk = calloc(1, sizeof(*tk));
+
+	if (tk) {
+		tk->c = c;
+		tk->restore = restore;
+		tk->file = f;
+		tk->started_ns = kvd_now_ns();
+	}
+	return tk;
+}
+
+/* Makes the file fit the cap: the oldest files go first (their
+ * conversations keep what the arena holds, or become recomputed). */
+static int make_disk_room(struct kvd *d, uint64_t bytes)
+{
+	struct kvt *t = d->tier->t;
+	uint64_t cap = kvt_cap_bytes(t);
+
+	if (!cap)
+		return 0;
+	if (bytes > cap)
+		return -ENOSPC;
+	while (kvt_bytes_used(t) + bytes > cap) {
+		void *owner = NULL;
+		kvt_file_id f = kvt_oldest(t, &owner);
+		struct kvd_conv *c = owner;
+
+		if (!f)
+			return -ENOSPC;		/* the rest is being written or read */
+		kvt_drop(t, f);
+		d->m.tier_disk_evictions++;
+		if (c && c->tier_file == f) {
+			c->tier_file = 0;
+			timer_cancel(d->tier, c, TIMER_PREFETCH);
+			if (!c->has_kv || !c->as.s.n_blocks)
+				c->tier_lost_tokens += c->tier_file_tokens;
+			c->tier_file_tokens = 0;
+			free(c->tier_bhash);
+			c->tier_bhash = NULL;
+			kvd_log(KVD_LOG_INFO, "tier", "%s: spill file removed (disk cap, oldest first)",
+				c->id);
+		}
+		/* the bytes come back when the tier thread has removed it */
+		if (kvt_bytes_used(t) + bytes > cap)
+			return -EAGAIN;
+	}
+	return 0;
+}
+
+/* Starts writing c's KV to disk; its blocks are freed at completion.
+ * 0 started (or nothing to write), <0 not possible now. */
+static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint32_t bt = bt_of(d), nb, i;
+	struct kvd_tticket *tk;
+	struct kvt_ident id;
+	uint64_t *bh;
+	kvt_file_id f;
+	int rc;
+
+	if (!tr->t || !idle_kv(c) || c->tier_op || !c->as.s.n_tokens)
+		return -EINVAL;
+	if (clean_copy(c)) {
+		/* already on disk: the blocks can go at once */
+		d->m.tier_spills_clean++;
+		kvd_conv_free_blocks(d, c);
+		return 0;
+	}
+	drop_file(d, c);
+	nb = (c->as.s.n_tokens + bt - 1) / bt;
+	if (nb > c->as.s.n_blocks)
+		return -EINVAL;
+	rc = make_disk_room(d, kvt_file_bytes(tr->t, nb));
+	if (rc)
+		return rc;
+	id.key = c->tier_key;
+	id.n_tokens = c->as.s.n_tokens;
+	id.tokens_hash = kvt_tokens_hash(c->tokens, c->as.s.n_tokens);
+	tk = ticket(c, 0, 0);
+	bh = malloc(nb * sizeof(*bh));
+	if (!tk || !bh) {
+		free(tk);
+		free(bh);
+		return -ENOMEM;
+	}
+	for (i = 0; i < nb; i++) {
+		uint32_t lo = i * bt, hi = lo + bt < id.n_tokens ? lo + bt : id.n_tokens;
+
+		bh[i] = kvt_tokens_chain(i ? bh[i - 1] : 0, c->tokens + lo, hi - lo);
+	}
+	rc = kvt_spill(tr->t, &id, c->as.s.block_table, nb, tk, &f);
+	if (rc) {
+		free(tk);
+		free(bh);
+		return rc;
+	}
+	c->tier_bhash = bh;
+	tk->file = f;
+	kvt_set_owner(tr->t, f, c);	/* the cap's eviction finds c by it */
+	c->tier_op = tk;
+	c->tier_file = f;
+	c->tier_file_tokens = id.n_tokens;
+	c->tier_file_hash = id.tokens_hash;
+	c->tier_spill_evicting = evicting;
+	tr->in_flight++;
+	return 0;
+}
+
+/* Starts reading c's spill file back into fresh blocks; the leading full
+ * blocks the prefix cache holds are shared instead of read. 0 started
+ * (c->tier_op set) or done (all from the cache), -EAGAIN no room yet,
+ * other <0: the file cannot be used (c is recomputed). */
+static int start_restore(struct kvd *d, struct kvd_conv *c, uint32_t want)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint32_t bt = bt_of(d), covered = 0, first, nb;
+	struct kvd_tticket *tk;
+	struct kvt_ident id;
+	int rc;
+
+	if (c->tier_op || !c->tier_file || !want || want > c->tier_file_tokens)
+		return -EINVAL;
+	if (!c->has_kv) {
+		rc = kvd_conv_open_kv(d, c);
+		if (rc == -ENOSPC || rc == -EBUSY) {
+			kvd_make_room(d, 1);
+			rc = kvd_conv_open_kv(d, c);
+		}
+		if (rc)
+			return rc == -ENOSPC || rc == -EBUSY ? -EAGAIN : rc;
+	}
+	if (c->as.s.n_blocks || c->as.s.n_tokens)
+		return -EINVAL;		/* the arena holds it: nothing to read */
+	c->tier_setup = 1;		/* not a victim while its blocks are found */
+	if (d->cfg.prefix_cache)
+		covered = kvd_prefix_attach(d, c, want);
+	if (covered >= want) {
+		c->tier_setup = 0;
+		d->m.tier_restore_cached_tokens += covered;
+		return 0;
+	}
+	rc = kvd_conv_reserve(d, c, want - covered);
+	c->tier_setup = 0;
+	if (rc) {
+		/* keep what the cache gave; the rest when there is room */
+		return rc == -EDQUOT ? rc : -EAGAIN;
+	}
+	d->m.tier_restore_cached_tokens += covered;
+	first = covered / bt;
+	nb = (want + bt - 1) / bt;
+	id.key = c->tier_key;
+	id.n_tokens = c->tier_file_tokens;	/* what the file was written as */
+	id.tokens_hash = c->tier_file_hash;
+	tk = ticket(c, 1, c->tier_file);
+	if (!tk)
+		return -ENOMEM;
+	tk->first = first;
+	tk->want = want;
+	rc = kvt_restore(tr->t, c->tier_file, &id, first, nb - first,
+			 c->as.s.block_table + first, tk);
+	if (rc) {
+		free(tk);
+		return rc;
+	}
+	c->tier_op = tk;
+	tr->in_flight++;
+	return 0;
+}
+
+/* The conversation lets go of an operation in flight (its KV is about
+ * to change or go): a spill is cancelled (its file dropped; the blocks it
+ * reads stay the conversation's), a restore's ticket takes the session. */
+void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c)
+{
+	struct kvd_tticket *tk = c->tier_op;
+
+	if (!tk)
+		return;
+	c->tier_op = NULL;
+	tk->c = NULL;
+	if (tk->restore) {
+		kvd_conv_detach_kv(d, c, &tk->as);
+		tk->owns_as = 1;
+		c->stall_since_ns = 0;
+	} else {
+		drop_file(d, c);
+	}
+}
+
+/* ---- completions -------------------------------------------------------------- */
+
+static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_done *dn)
+{
+	struct kvd_conv *c = tk->c;
+
+	if (!dn->status)
+		kvt_costs_add_write(&d->tier->costs, dn->bytes, dn->ns);
+	if (!c)
+		return;		/* cancelled: the file is being removed */
+	c->tier_op = NULL;
+	if (dn->status) {
+		d->m.tier_spill_failures++;
+		kvd_log(KVD_LOG_WARN, "tier", "%s: spill failed: %s", c->id, strerror(-dn->status));
+		drop_file(d, c);
+		return;
+	}
+	d->m.tier_spills++;
+	d->m.tier_spill_bytes += dn->bytes;
+	/* written behind while the arena had room: keep the blocks (an
+	 * eviction later frees them at once); else give them back */
+	if (!c->tier_spill_evicting && !under_pressure(d))
+		return;
+	kvd_log(KVD_LOG_DEBUG, "tier", "%s: %u blocks on disk (%.1f MB in %.1f ms)", c->id,
+		c->as.s.n_blocks, (double)dn->bytes / 1e6, (double)dn->ns / 1e6);
+	kvd_conv_free_blocks(d, c);
+	/* back before the tool returns */
+	if (d->cfg.tier_prefetch && c->kstate == KVA_STATE_TOOL_WAIT && c->wait_started_ns &&
+	    c->tool_pred_us)
+		timer_arm(d->tier, c, TIMER_PREFETCH,
+			  kvt_prefetch_at_ns(&d->tier->costs, c->wait_started_ns, c->tool_pred_us,
+					     kvt_file_bytes(d->tier->t, (c->tier_file_tokens +
+									  bt_of(d) - 1) / bt_of(d)),
+					     (uint64_t)d->cfg.tier_margin_ms * 1000));
+}
+
+static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_done *dn)
+{
+	struct kvd_conv *c = tk->c;
+	uint32_t bt = bt_of(d), valid;
+	uint64_t now = kvd_now_ns();
+
+	if (!dn->status)
+		kvt_costs_add_read(&d->tier->costs, dn->bytes, dn->ns);
+	if (tk->owns_as) {
+		/* abandoned: the disk is done with these blocks now */
+		kve_arena_session_close(d->kv, &tk->as);
+		return;
+	}
+	if (!c)
+		return;
+	c->tier_op = NULL;
+	valid = (tk->first + dn->blocks_ok) * bt;
+	if (!dn->status || valid > tk->want)
+		valid = tk->want;
+	if (valid > c->as.s.n_tokens)
+		c->as.s.n_tokens = valid;
+	kvd_hist_add(&d->m.tier_restore_ms, (double)(now - tk->started_ns) / 1e6);
+	if (dn->status) {
+		static const char *const why[] = { "checksum", "truncated", "stale", "io" };
+		int k = dn->status == -EBADMSG ? 0 : dn->status == -ENODATA ? 1 :
+			dn->status == -ESTALE ? 2 : 3;
+
+		d->m.tier_restore_failures[k]++;
+		c->tier_lost_tokens += tk->want - c->as.s.n_tokens;
+		kvd_log(KVD_LOG_WARN, "tier", "%s: restore failed (%s: %s): %u tokens verified and "
+			"kept, %u recomputed", c->id, why[k], strerror(-dn->status),
+			c->as.s.n_tokens, tk->want - c->as.s.n_tokens);
+		drop_file(d, c);
+	} else {
+		d->m.tier_restores++;
+		d->m.tier_restore_bytes += dn->bytes;
+	}
+	if (c->stall_since_ns) {
+		d->m.tier_restore_stalls++;
+		kvd_hist_add(&d->m.tier_restore_stall_ms, (double)(now - c->stall_since_ns) / 1e6);
+		c->stall_since_ns = 0;
+	}
+	if (c->delete_pending && !c->job)
+		kvd_conv_free(d, c);
+}
+
+/* ---- decisions --------------------------------------------------------------- */
+
+static void decide(struct kvd *d, struct kvd_conv *c, uint64_t wait_us, int pressure,
+		   struct kvt_decision *o)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint32_t bt = bt_of(d);
+	struct kvt_decision_in in = {
+		.kv_bytes = kv_bytes(d, c),
+		.kv_tokens = c->as.s.n_tokens,
+		.predicted_wait_us = wait_us,
+		.margin_us = (uint64_t)d->cfg.tier_margin_ms * 1000,
+		.pressure = pressure,
+	};
+
+	if (tr->t) {
+		uint64_t cap = kvt_cap_bytes(tr->t);
+		uint64_t fb = kvt_file_bytes(tr->t, (c->as.s.n_tokens + bt - 1) / bt);
+
+		in.disk_ok = !cap || fb <= cap;
+	}
+	kvt_decide(&tr->costs, &in, o);
+}
+
+static void log_decision(struct kvd *d, struct kvd_conv *c, const char *when, uint64_t wait_us,
+			 int pressure, const struct kvt_decision *o)
+{
+	char rc[32];
+
+	if (o->recompute_us == UINT64_MAX)
+		snprintf(rc, sizeof(rc), "unmeasured");
+	else
+		snprintf(rc, sizeof(rc), "%.1f ms", (double)o->recompute_us / 1e3);
+	kvd_log(o->choice == KVT_KEEP ? KVD_LOG_DEBUG : KVD_LOG_INFO, "tier",
+		"%s: %s: %s (tool class %u, wait %.1f ms, KV %.2f MiB / %u tokens, spill %.1f ms, "
+		"restore %.1f ms, recompute %s, pressure %s): %s", c->id, when,
+		kvt_choice_name(o->choice), c->tool_class, (double)wait_us / 1e3,
+		(double)kv_bytes(d, c) / 1048576.0, c->as.s.n_tokens, (double)o->spill_us / 1e3,
+		(double)o->restore_us / 1e3, rc, pressure ? "yes" : "no", o->why);
+}
+
+void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
+{
+	struct kvd_tiering *tr = d->tier;
+	struct kvt_decision o;
+	int pressure;
+
+	if (!tr)
+		return;
+	c->tool_pred_us = pred_us;
+	timer_cancel(tr, c, TIMER_PREFETCH);
+	/* re-rank when the tool outlives its prediction */
+	timer_arm(tr, c, TIMER_OVERRUN, c->wait_started_ns + pred_us * 1000ull +
+		  (uint64_t)d->cfg.tier_margin_ms * 1000000ull);
+	if (!d->cfg.tier_decisions || !c->has_kv || !c->as.s.n_blocks || c->tier_op)
+		return;
+	pressure = under_pressure(d);
+	decide(d, c, pred_us, pressure, &o);
+	d->m.tier_decisions[o.choice]++;
+	log_decision(d, c, "tool wait", pred_us, pressure, &o);
+	if (o.choice == KVT_SPILL && start_spill(d, c, 1))
+		o.choice = KVT_DISCARD;		/* the disk refused: the memory is needed */
+	if (o.choice == KVT_DISCARD && o.recompute_us != UINT64_MAX)
+		discard(d, c, "tool wait");
+}
+
+uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint32_t n = c->has_kv ? c->as.s.n_blocks : 0;
+	uint64_t wait_us = 0;
+	struct kvt_decision o;
+
+	if (!n || c->tier_op || c->tier_setup)
+		return 0;
+	d->m.evictions++;
+	d->m.evicted_blocks += n;
+	if (clean_copy(c)) {
+		d->m.tier_spills_clean++;
+		kvd_log(KVD_LOG_INFO, "tier", "evict %s: %u blocks, already on disk", c->id, n);
+		kvd_conv_free_blocks(d, c);
+		return n;
+	}
+	if (tr && tr->t && d->cfg.tier_decisions && idle_kv(c)) {
+		if (c->kstate == KVA_STATE_TOOL_WAIT && c->wait_started_ns) {
+			uint64_t el = (kvd_now_ns() - c->wait_started_ns) / 1000;
+
+			wait_us = kvd_toolwait_remaining_us(d, c->tool_class, el, c->tool_pred_us);
+		} else {
+			/* idle: it may return any time up to its retention */
+			wait_us = (uint64_t)d->cfg.idle_retention_s * 1000000ull;
+		}
+		decide(d, c, wait_us, 1, &o);
+		log_decision(d, c, "evict", wait_us, 1, &o);
+		/* the kernel's ranking chose it: it goes, by the cheaper way */
+		if (o.choice != KVT_DISCARD && o.restore_us <= o.recompute_us &&
+		    start_spill(d, c, 1) == 0)
+			return c->as.s.n_blocks ? 0 : n;
+	}
+	discard(d, c, "evicted");
+	return n;
+}
+
+static void on_overrun(struct kvd *d, struct kvd_conv *c, uint64_t now)
+{
+	uint64_t el, left, pred;
+
+	if (c->kstate != KVA_STATE_TOOL_WAIT || !c->wait_started_ns ||
+	    (c->job && c->job->state != JOB_TOOL_RUNNING))
+		return;
+	el = (now - c->wait_started_ns) / 1000;
+	left = kvd_toolwait_remaining_us(d, c->tool_class, el, c->tool_pred_us);
+	pred = el + left;
+	d->m.tool_overruns++;
+	kvd_log(KVD_LOG_INFO, "tier", "%s: tool class %u ran past its prediction (%.1f ms): "
+		"%.1f ms so far, %.1f ms more expected", c->id, c->tool_class,
+		(double)c->tool_pred_us / 1e3, (double)el / 1e3, (double)left / 1e3);
+	c->tool_pred_us = pred;
+	timer_arm(d->tier, c, TIMER_OVERRUN, now + left * 1000ull +
+		  (uint64_t)d->cfg.tier_margin_ms * 1000000ull);
+	if (c->has_kv && c->as.s.n_blocks && !c->tier_op && d->cfg.tier_decisions) {
+		/* a KV prefetched (or kept) for a return that did not come */
+		struct kvt_decision o;
+		int pressure = under_pressure(d);
+
+		decide(d, c, left, pressure, &o);
+		log_decision(d, c, "overrun", left, pressure, &o);
+		if (o.choice == KVT_SPILL)
+			start_spill(d, c, 1);
+		else if (o.choice == KVT_DISCARD)
+			discard(d, c, "overrun");
+	} else if (c->tier_file && !c->tier_op && d->cfg.tier_prefetch) {
+		timer_arm(d->tier, c, TIMER_PREFETCH,
+			  kvt_prefetch_at_ns(&d->tier->costs, c->wait_started_ns, pred,
+					     kvt_file_bytes(d->tier->t, (c->tier_file_tokens +
+									  bt_of(d) - 1) / bt_of(d)),
+					     (uint64_t)d->cfg.tier_margin_ms * 1000));
+	}
+}
+
+static void on_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
+{
+	int rc;
+
+	if (c->tier_op || !c->tier_file || (c->has_kv && c->as.s.n_blocks))
+		return;
+	rc = start_restore(d, c, file_valid_tokens(d, c));
+	if (rc == 0) {
+		d->m.tier_prefetches++;
+		kvd_log(KVD_LOG_DEBUG, "tier", "%s: prefetch", c->id);
+	} else if (rc == -EAGAIN) {
+		/* no room yet: try again shortly, until the tool returns */
+		timer_arm(d->tier, c, TIMER_PREFETCH, now + 20000000ull);
+	}
+}
+
+/* ---- the scheduler's calls --------------------------------------------------------- */
+
+int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint64_t now = kvd_now_ns();
+	uint32_t want;
+	int rc;
+
+	if (!tr)
+		return 0;
+	timer_cancel(tr, c, TIMER_OVERRUN);
+	timer_cancel(tr, c, TIMER_PREFETCH);
+	if (c->tier_op) {
+		if (c->tier_op->restore) {
+			if (!c->stall_since_ns)
+				c->stall_since_ns = now;
+			return 1;
+		}
+		/* being written: the blocks are still here, use them */
+		kvd_tiering_abandon(d, c);
+	}
+	if (c->tier_file) {
+		if (c->has_kv && c->as.s.n_blocks) {
+			/* the arena has it: the disk copy goes stale from now */
+			drop_file(d, c);
+		} else if (!(want = file_valid_tokens(d, c))) {
+			/* cut back before the file's first block: nothing to read */
+			drop_file(d, c);
+		} else {
+			rc = start_restore(d, c, want);
+			if (rc == 0 && !c->tier_op)
+				return 0;	/* all of it from the prefix cache */
+			if (rc == 0 || rc == -EAGAIN) {
+				if (!c->stall_since_ns)
+					c->stall_since_ns = now;
+				return 1;
+			}
+			kvd_log(KVD_LOG_WARN, "tier", "%s: cannot restore (%s): recomputed", c->id,
+				strerror(-rc));
+			c->tier_lost_tokens += want;
+			drop_file(d, c);
+		}
+	}
+	if (c->tier_lost_tokens) {
+		d->m.tier_recomputed_tokens += c->tier_lost_tokens;
+		c->tier_lost_tokens = 0;
+	}
+	return 0;
+}
+
+void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
+{
+	/* past its retention the arena lets it go; the disk may keep it */
+	if (d->tier && d->tier->t && d->cfg.tier_decisions && idle_kv(c) &&
+	    c->as.s.n_blocks && (clean_copy(c) || start_spill(d, c, 1) == 0))
+		return;
+	kvd_conv_drop_kv(d, c);
+}
+
+int kvd_tiering_busy(const struct kvd *d)
+{
+	return d->tier && d->tier->in_flight;
+}
+
+void kvd_tiering_forget(struct kvd *d, struct kvd_conv *c)
+{
+	if (!d->tier)
+		return;
+	kvd_tiering_abandon(d, c);
+	timer_cancel(d->tier, c, TIMER_PREFETCH);
+	timer_cancel(d->tier, c, TIMER_OVERRUN);
+	drop_file(d, c);
+}
+
+void kvd_tiering_prefill_observed(struct kvd *d, uint32_t tokens, uint64_t ns)
+{
+	if (d->tier)
+		kvt_costs_add_recompute(&d->tier->costs, tokens, ns);
+}
+
+int kvd_tiering_fd(struct kvd *d)
+{
+	return d->tier && d->tier->t ? kvt_event_fd(d->tier->t) : -1;
+}
+
+int kvd_tiering_poll(struct kvd *d, uint64_t now)
+{
+	struct kvd_tiering *tr = d->tier;
+	struct kvt_done dn[32];
+	int n, i;
+
+	if (!tr)
+		return -1;
+	while (tr->t && (n = kvt_reap(tr->t, dn, 32)) > 0) {
+		for (i = 0; i < n; i++) {
+			struct kvd_tticket *tk = dn[i].ctx;
+
+			tr->in_flight--;
+			if (tk->restore)
+				restore_done(d, tk, &dn[i]);
+			else
+				spill_done(d, tk, &dn[i]);
+			free(tk);
+		}
+	}
+	while (tr->n_heap && tr->heap[0].at <= now) {
+		struct ttimer e = tr->heap[0];
+
+		timer_cancel(tr, e.c, e.kind);
+		if (e.kind == TIMER_PREFETCH)
+			on_prefetch(d, e.c, now);
+		else
+			on_overrun(d, e.c, now);
+	}
+	if (!tr->n_heap)
+		return -1;
+	return (int)((tr->heap[0].at - now) / 1000000ull) + 1;
+}
+
+void kvd_tiering_gauges(struct kvd *d, struct kvd_tier_gauges *g)
+{
+	struct kvd_tiering *tr = d->tier;
+	struct kvd_conv *c;
+
+	memset(g, 0, sizeof(*g));
+	for (c = d->convs; c; c = c->next) {
+		const char *t = kvd_tiering_tier(c);
+
+		g->sessions[t[0] == 'a' ? 0 : t[0] == 'd' ? 1 : 2]++;
+	}
+	if (!tr)
+		return;
+	g->write_bps = tr->costs.write_bps;
+	g->read_bps = tr->costs.read_bps;
+	g->recompute_tps = tr->costs.recompute_tps;
+	if (tr->t) {
+		struct kvt_stats st;
+
+		kvt_get_stats(tr->t, &st);
+		g->disk_bytes = kvt_bytes_used(tr->t);
+		g->disk_cap = kvt_cap_bytes(tr->t);
+		g->files = st.files;
+		g->direct_fallbacks = st.direct_fallbacks;
+	}
+}
+
+/* SIGHUP: the kernel's ranking policy and watermarks, the decisions and
+ * prefetch switches, the margin. (kvactl policy set changes the arena's
+ * policy too; the next reload restates the configuration's.) */
+int kvd_tiering_reload(struct kvd *d, const struct kvd_config *nc, char *err, size_t errlen)
+{
+	int pol = kva_policy_parse(nc->policy), rc;
+
+	if (pol < 0) {
+		snprintf(err, errlen, "[kv] policy %s: unknown", nc->policy);
+		return pol;
+	}
+	rc = kva_arena_set_policy(d->arena, (uint32_t)pol, nc->low_wm, nc->high_wm, nc->ttl_ms);
+	if (rc) {
+		snprintf(err, errlen, "[kv] policy %s (watermarks %u/%u): %s", nc->policy,
+			 nc->low_wm, nc->high_wm, strerror(-rc));
+		return rc;
+	}
+	snprintf(d->cfg.policy, sizeof(d->cfg.policy), "%s", nc->policy);
+	d->cfg.low_wm = nc->low_wm;
+	d->cfg.high_wm = nc->high_wm;
+	d->cfg.ttl_ms = nc->ttl_ms;
+	d->cfg.tier_decisions = nc->tier_decisions;
+	d->cfg.tier_prefetch = nc->tier_prefetch;
+	d->cfg.tier_margin_ms = nc->tier_margin_ms;
+	kvd_log(KVD_LOG_INFO, "tier", "policy %s (watermarks %u/%u, ttl %u ms), decisions %s, "
+		"prefetch %s (margin %u ms)", nc->policy, nc->low_wm, nc->high_wm, nc->ttl_ms,
+		nc->tier_decisions ? "on" : "off", nc->tier_prefetch ? "on" : "off",
+		nc->tier_margin_ms);
+	return 0;
+}
+
+/* ---- life ---------------------------------------------------------------------- */
+
+static enum kvt_mode mode_of(const char *s)
+{
+	return !strcmp(s, "on") ? KVT_ON : !strcmp(s, "off") ? KVT_OFF : KVT_AUTO;
+}
+
+/* Measures the disk at start: a spill and a restore of 16 MiB of free
+ * arena blocks (their contents do not matter), so the first decisions use
+ * this machine's numbers. */
+static void measure_disk(struct kvd *d)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint32_t n = (16u << 20) / d->geom.block_size, i;
+	struct kvt_ident id = { .key = 0, .tokens_hash = 0, .n_tokens = 0 };
+	uint32_t *ids;
+	struct kvt_done dn;
+	kvt_file_id f;
+	uint64_t sid;
+	int rc, step;
+
+	if (n < 2)
+		n = 2;
+	if (n > d->geom.blocks_total / 4)
+		n = d->geom.blocks_total / 4;
+	ids = calloc(n ? n : 1, sizeof(*ids));
+	if (!ids || n < 1 || kva_session_open(d->arena, 0, &sid)) {
+		free(ids);
+		return;
+	}
+	rc = kva_blocks_alloc(d->arena, sid, n, ids, 0);
+	for (step = 0; rc >= 0 && step < 2; step++) {
+		rc = step ? kvt_restore(tr->t, f, &id, 0, n, ids, NULL) :
+			    kvt_spill(tr->t, &id, ids, n, NULL, &f);
+		if (rc)
+			break;
+		for (i = 0; i < 1000; i++) {
+			struct pollfd pfd = { .fd = kvt_event_fd(tr->t), .events = POLLIN };
+
+			if (kvt_reap(tr->t, &dn, 1) == 1)
+				break;
+			poll(&pfd, 1, 10);
+		}
+		if (i == 1000 || dn.status) {
+			rc = -EIO;
+			break;
+		}
+		if (step)
+			kvt_costs_add_read(&tr->costs, dn.bytes, dn.ns);
+		else
+			kvt_costs_add_write(&tr->costs, dn.bytes, dn.ns);
+	}
+	if (step > 0)
+		kvt_drop(tr->t, f);
+	kva_session_close(d->arena, sid);
+	free(ids);
+	kvd_log(KVD_LOG_INFO, "tier", "disk measured at start: write %.0f MB/s, read %.0f MB/s%s",
+		tr->costs.write_bps / 1e6, tr->costs.read_bps / 1e6,
+		rc ? " (the probe failed: a conservative guess stands in until spills measure)" : "");
+}
+
+int kvd_tiering_init(struct kvd *d, char *err, size_t errlen)
+{
+	struct kvd_tiering *tr = calloc(1, sizeof(*tr));
+	struct kvt_params p = { 0 };
+	struct kvt_geom g;
+	void *base = NULL;
+	uint32_t v[6];
+	int rc;
+
+	if (!tr)
+		return -ENOMEM;
+	d->tier = tr;
+	kvt_costs_init(&tr->costs);
+	v[0] = d->geom.n_layers;
+	v[1] = d->geom.n_kv_heads;
+	v[2] = d->geom.head_dim;
+	v[3] = d->geom.dtype;
+	v[4] = d->geom.block_tokens;
+	v[5] = d->geom.kv_block_bytes;
+	tr->shape_id = kvt_tokens_hash((const int32_t *)v, 6);
+	if (!d->cfg.tier_dir[0]) {
+		kvd_log(KVD_LOG_INFO, "tier", "no disk tier ([tier] dir unset): evicted KV is "
+			"recomputed; keep/discard decisions %s", d->cfg.tier_decisions ? "on" : "off");
+		return 0;
+	}
+	rc = kva_arena_map(d->arena, &base);
+	if (rc) {
+		snprintf(err, errlen, "disk tier: mapping the arena: %s", strerror(-rc));
+		return rc;
+	}
+	g.block_size = d->geom.block_size;
+	g.blocks_per_page = d->geom.blocks_per_page;
+	g.blocks_total = d->geom.blocks_total;
+	g.block_tokens = d->geom.block_tokens;
+	g.shape_id = tr->shape_id;
+	p.dir = d->cfg.tier_dir;
+	p.cap_bytes = d->cfg.tier_cap_mb << 20;
+	p.direct = mode_of(d->cfg.tier_direct);
+	p.fixed = mode_of(d->cfg.tier_fixed);
+	p.queue_depth = d->cfg.tier_queue_depth;
+	rc = kvt_open(&p, &g, base, d->geom.arena_bytes, &tr->t, err, errlen);
+	if (rc)
+		return rc;
+	{
+		struct kvt_stats st;
+
+		kvt_get_stats(tr->t, &st);
+		kvd_log(KVD_LOG_INFO, "tier", "disk tier: %s%s; %llu stray file(s) of an earlier "
+			"run removed; decisions %s, prefetch %s (margin %u ms)", kvt_describe(tr->t),
+			d->backend == KVA_BACKEND_KERNEL ? " (kernel arena)" : " (memfd arena)",
+			(unsigned long long)st.cleaned_at_open, d->cfg.tier_decisions ? "on" : "off",
+			d->cfg.tier_prefetch ? "on" : "off", d->cfg.tier_margin_ms);
+	}
+	measure_disk(d);
+	return 0;
+}
+
+void kvd_tiering_fini(struct kvd *d)
+{
+	struct kvd_tiering *tr = d->tier;
+
+	if (!tr)
+		return;
+	if (tr->t) {
+		struct kvt_done dn[32];
+		int n, i;
+
+		/* completes everything in flight, then reaps the tickets */
+		if (kvt_drain(tr->t, 30000))
+			kvd_log(KVD_LOG_WARN, "tier", "disk I/O still in flight after 30 s");
+		while ((n = kvt_reap(tr->t, dn, 32)) > 0)
+			for (i = 0; i < n; i++) {
+				struct kvd_tticket *tk = dn[i].ctx;
+
+				if (tk && tk->owns_as)
+					kve_arena_session_close(d->kv, &tk->as);
+				free(tk);
+			}
+		kvt_close(tr->t);
+	}
+	free(tr->heap);
+	free(tr);
+	d->tier = NULL;
+}

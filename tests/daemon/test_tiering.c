@@ -1,0 +1,837 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_tiering.c - kvarenad's KV tiers end to end (daemon/kvarenad/
+ * tiering.c over daemon/tier/), without HTTP: real worker processes, the
+ * real engine, a real arena (memfd on the host, kvarena.ko in a guest with
+ * KVD_TEST_BACKEND=kernel), real spill files and io_uring.
+ *
+ * A conversation's reply ends in a client-side tool call (a scripted reply:
+ * the random test model never calls tools; KVD_TEST_HOOKS), so the session
+ * waits in TOOL_WAIT; the arena is kept under pressure (a high watermark
+ * at its size) so the keep/spill/discard logic spills it. Then the tool
+ * result comes and decoding goes on. Checked against a daemon that never
+ * evicts, token for token and log-probability for log-probability (the
+ * top 20 of each step, bit for bit):
+ *
+ *   spill_restore   spilled, restored on demand (a counted stall)
+ *   prefetch        a tool class of known, fixed duration: the KV is back
+ *                   before the result arrives (no stall)
+ *   corrupt         a bit flipped in the spill file: detected, the verified
+ *                   blocks kept, the rest recomputed; truncated likewise
+ *   cap             a disk cap of two files: oldest first, never above it,
+ *                   the evicted conversations recomputed
+ *   overrun         a tool past its prediction is re-predicted (re-ranked)
+ *   killed          kvarenad SIGKILLed mid-spill: the next start removes
+ *                   the stray file and serves correct output
+ *   decisions_off   [tier] decisions = no: kept until the kernel's ranking
+ *                   evicts, then recomputed (no disk)
+ *
+ * usage: test_tiering MODEL WORKDIR   (KVD_TEST_ONLY=name,... runs some)
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+#include "worker.h"
+
+static int pass, failed;
+static const char *model_path, *workdir;
+static char self[PATH_MAX];
+
+#define CHECK(cond, ...) do { \
+	if (cond) { pass++; printf("ok   "); } \
+	else { failed++; printf("FAIL %s:%d ", __FILE__, __LINE__); } \
+	printf(__VA_ARGS__); printf("\n"); fflush(stdout); } while (0)
+
+#define MAX_TOK 64
+struct reply {
+	char text[8192];
+	size_t len;
+	int32_t tokens[MAX_TOK];
+	float lp[MAX_TOK];
+	float top[MAX_TOK][20];
+	int32_t top_tok[MAX_TOK][20];
+	uint32_t n_tokens;
+	struct kvd_usage usage;
+	int error;
+	char session[40];
+};
+
+static void msleep(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static double now_ms(void)
+{
+	return (double)kvd_now_ns() / 1e6;
+}
+
+static char *new_dir(const char *tag)
+{
+	static int n;
+	char *d;
+
+	if (asprintf(&d, "%s/%s-%d-XXXXXX", workdir, tag, n++) < 0)
+		return NULL;
+	return mkdtemp(d);
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[1200];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd))
+		printf("(cleanup of %s failed)\n", dir);
+}
+
+static void base_config(struct kvd_config *c, const char *tier_dir)
+{
+	kvd_config_defaults(c);
+	snprintf(c->model_path, sizeof(c->model_path), "%s", model_path);
+	snprintf(c->model_id, sizeof(c->model_id), "test");
+	snprintf(c->backend, sizeof(c->backend), "%s",
+		 getenv("KVD_TEST_BACKEND") ? getenv("KVD_TEST_BACKEND") : "memfd");
+	c->kv_blocks = 256;
+	c->toolwait_bpf = 0;
+	c->log_level = getenv("KVD_TEST_VERBOSE") ? KVD_LOG_DEBUG : KVD_LOG_WARN;
+	c->prefix_cache = 0;		/* each conversation's KV is its own */
+	if (tier_dir)
+		snprintf(c->tier_dir, sizeof(c->tier_dir), "%s", tier_dir);
+}
+
+/* The arena always "needs" memory: its high watermark at its size, so
+ * every tool wait spills (applied as SIGHUP applies it). */
+static void force_pressure(struct kvd *d)
+{
+	struct kvd_config nc;
+	char err[256];
+
+	pthread_mutex_lock(&d->lock);
+	nc = d->cfg;
+	nc.low_wm = 8;
+	nc.high_wm = d->geom.blocks_total;
+	if (kvd_tiering_reload(d, &nc, err, sizeof(err)))
+		printf("reload: %s\n", err);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* TCG guests are several times slower: tool times and margins scale. */
+static int slow(int ms)
+{
+	const char *f = getenv("KVD_TEST_SLOW");
+
+	return f ? ms * atoi(f) : ms;
+}
+
+/* Scripted replies a test left unused. */
+static void stop(struct kvd *d)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < d->n_test_replies; i++)
+		free(d->test_replies[i]);
+	d->n_test_replies = 0;
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
+}
+
+static struct kvd *start(const struct kvd_config *c)
+{
+	char err[512] = "";
+	struct kvd *d = NULL;
+	int i;
+
+	if (kvd_create(c, self, &d, err, sizeof(err))) {
+		printf("kvd_create: %s\n", err);
+		return NULL;
+	}
+	for (i = 0; i < 3000 && !kvd_ready(d); i++)
+		msleep(10);
+	if (c->tier_dir[0])
+		force_pressure(d);
+	return d;
+}
+
+static uint64_t metric(struct kvd *d, const char *name)
+{
+	char *txt = kvd_metrics_text(d), *p;
+	uint64_t v = UINT64_MAX;
+	size_t n = strlen(name);
+
+	for (p = txt; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, name, n) && p[n] == ' ') {
+			v = strtoull(p + n + 1, NULL, 10);
+			break;
+		}
+	free(txt);
+	return v;
+}
+
+/* Waits until a metric reaches v (at most ms). */
+static int await_metric(struct kvd *d, const char *name, uint64_t v, int ms)
+{
+	int i;
+
+	for (i = 0; i < ms / 10; i++) {
+		uint64_t x = metric(d, name);
+
+		if (x != UINT64_MAX && x >= v)
+			return 1;
+		msleep(10);
+	}
+	return 0;
+}
+
+/* The next round's reply in place of the model's (KVD_TEST_HOOKS). */
+static void script(struct kvd *d, const char *reply)
+{
+	pthread_mutex_lock(&d->lock);
+	d->test_replies[d->n_test_replies++] = strdup(reply);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static int ask(struct kvd *d, const char *prompt, uint32_t max_tokens, struct reply *r)
+{
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *j;
+
+	memset(r, 0, sizeof(*r));
+	rq.model = "test";
+	rq.prompt = prompt;
+	rq.prompt_len = strlen(prompt);
+	rq.s.temperature = 0;
+	rq.s.top_p = 1;
+	rq.s.seed = 1;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = max_tokens;
+	rq.s.logprobs = 1;
+	rq.s.top_logprobs = 20;
+	if (kvd_job_submit(d, &rq, &j, &err)) {
+		printf("submit: %s\n", err.message);
+		r->error = 1;
+		return -1;
+	}
+	while (kvd_job_next(j, &ev, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN) {
+			if (ev.token >= 0 && r->n_tokens < MAX_TOK) {
+				uint32_t k = r->n_tokens++, i;
+
+				r->tokens[k] = ev.token;
+				r->lp[k] = ev.logprob;
+				for (i = 0; i < ev.n_top && i < 20; i++) {
+					r->top[k][i] = ev.top[i].logprob;
+					r->top_tok[k][i] = ev.top[i].token;
+				}
+			}
+			if (r->len + ev.text_len < sizeof(r->text)) {
+				memcpy(r->text + r->len, ev.text, ev.text_len);
+				r->len += ev.text_len;
+			}
+		} else if (ev.type == KVD_EV_DONE) {
+			r->usage = ev.usage;
+			snprintf(r->session, sizeof(r->session), "%s", ev.session_id);
+			break;
+		} else {
+			printf("error event: %s\n", ev.err.message);
+			r->error = 1;
+			break;
+		}
+	}
+	kvd_job_free(j);
+	return r->error ? -1 : 0;
+}
+
+/* Same tokens, same log-probabilities (bit for bit, the top 20 too). */
+static int same_reply(const struct reply *a, const struct reply *b)
+{
+	return a->n_tokens == b->n_tokens && a->n_tokens > 0 &&
+	       !memcmp(a->tokens, b->tokens, a->n_tokens * sizeof(a->tokens[0])) &&
+	       !memcmp(a->lp, b->lp, a->n_tokens * sizeof(a->lp[0])) &&
+	       !memcmp(a->top, b->top, sizeof(a->top)) &&
+	       !memcmp(a->top_tok, b->top_tok, sizeof(a->top_tok));
+}
+
+/* A conversation: a long user turn, a reply calling `tool`, its result. */
+struct convo {
+	char p1[8192];		/* the first request */
+	char call[256];		/* the scripted reply: the tool call */
+	char p2[16384];		/* the request bringing the result */
+};
+
+static void make_convo(struct convo *cv, int k, const char *tool)
+{
+	char body[6000];
+	size_t n = 0;
+	int i;
+
+	/* ~30 blocks of KV (the test model's 512-token vocabulary) */
+	for (i = 0; i < 10 && n + 120 < sizeof(body); i++)
+		n += (size_t)snprintf(body + n, sizeof(body) - n,
+				      "line %d of conversation %d: the build log says step %d "
+				      "passed in %d ms. ", i, k, i * 3 + k, (i * 37 + k * 11) % 997);
+	snprintf(cv->p1, sizeof(cv->p1), "<|im_start|>system\nYou are agent %d.<|im_end|>\n"
+		 "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", k, body);
+	snprintf(cv->call, sizeof(cv->call),
+		 "<tool_call>\n{\"name\": \"%s\", \"arguments\": {\"n\": %d}}\n</tool_call>",
+		 tool, k);
+	snprintf(cv->p2, sizeof(cv->p2), "%s%s<|im_end|>\n<|im_start|>tool\n<tool_response>\n"
+		 "result %d: 42 files, 3 failures<|im_end|>\n<|im_start|>assistant\n", cv->p1,
+		 cv->call, k);
+}
+
+/* The references: the same two requests of every conversation the tests
+ * use, on one daemon that never evicts. */
+static const char *const ref_tool[8] = { "run_tests", "compile", "grep", "quick_read",
+					 "lint", "lint", "lint", "lint" };
+static struct reply refs[8];
+static int have_ref[8], refs_done;
+static uint32_t ref_block_size, ref_block_tokens;
+
+static const struct reply *reference(int k)
+{
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1;
+	struct kvd *d;
+	int i, ok = 1;
+
+	if (refs_done)
+		return have_ref[k] ? &refs[k] : NULL;
+	refs_done = 1;
+	base_config(&c, NULL);
+	c.kv_blocks = 2048;
+	d = start(&c);
+	if (!d)
+		return NULL;
+	ref_block_size = d->geom.block_size;
+	ref_block_tokens = d->geom.block_tokens;
+	for (i = 0; i < 8; i++) {
+		make_convo(&cv, i, ref_tool[i]);
+		script(d, cv.call);
+		if (!ask(d, cv.p1, 8, &r1) && !ask(d, cv.p2, 24, &refs[i]) &&
+		    refs[i].usage.cached_tokens > 0)
+			have_ref[i] = 1;
+		ok &= have_ref[i];
+	}
+	CHECK(ok && metric(d, "kvarenad_evictions_total") == 0,
+	      "references: 8 conversations on a daemon that never evicts; each tool result "
+	      "continues its session's KV (e.g. %u of %u prompt tokens cached)",
+	      refs[0].usage.cached_tokens, refs[0].usage.prompt_tokens);
+	stop(d);
+	return have_ref[k] ? &refs[k] : NULL;
+}
+
+static int count_files(const char *dir, const char *suffix, uint64_t *bytes)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	if (bytes)
+		*bytes = 0;
+	while (dd && (de = readdir(dd))) {
+		size_t l = strlen(de->d_name), s = strlen(suffix);
+		struct stat sb;
+		char p[1200];
+
+		if (l < s || strcmp(de->d_name + l - s, suffix))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		if (bytes && stat(p, &sb) == 0)
+			*bytes += (uint64_t)sb.st_size;
+		n++;
+	}
+	if (dd)
+		closedir(dd);
+	return n;
+}
+
+static char *first_file(const char *dir)
+{
+	DIR *dd = opendir(dir);
+	struct dirent *de;
+	char *r = NULL;
+
+	while (dd && (de = readdir(dd)))
+		if (strstr(de->d_name, ".kvspill") && de->d_name[0] != '.' && !r)
+			if (asprintf(&r, "%s/%s", dir, de->d_name) < 0)
+				r = NULL;
+	if (dd)
+		closedir(dd);
+	return r;
+}
+
+static const char *tier_of(struct kvd *d, const char *session)
+{
+	const char *t = "?";
+	struct kvd_conv *c;
+
+	pthread_mutex_lock(&d->lock);
+	c = kvd_conv_find_id(d, session);
+	if (c)
+		t = kvd_tiering_tier(c);
+	pthread_mutex_unlock(&d->lock);
+	return t;
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static void test_spill_restore(void)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir("spill");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd *d;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, "run_tests");
+	base_config(&c, dir);
+	c.tier_prefetch = 0;		/* on demand: the return restores it */
+	d = start(&c);
+	CHECK(d != NULL, "kvarenad starts with a disk tier in %s (%s backend)", dir,
+	      d && d->backend == KVA_BACKEND_KERNEL ? "kernel" : "memfd");
+	if (!d)
+		goto out;
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "the reply ends in a client-side tool call");
+	CHECK(await_metric(d, "kvarenad_tier_spills_total", 1, 20000),
+	      "the tool wait under pressure spills the session's KV (decision: spill)");
+	CHECK(metric(d, "kvarenad_tier_decisions_total{choice=\"spill\"}") == 1,
+	      "one spill decision counted");
+	CHECK(!strcmp(tier_of(d, r1.session), "disk") && count_files(dir, ".kvspill", NULL) == 1,
+	      "its blocks are freed: the session's KV is on disk (tier %s, one spill file)",
+	      tier_of(d, r1.session));
+	CHECK(ask(d, cv.p2, 24, &r2) == 0, "the tool result continues the conversation");
+	CHECK(same_reply(&r2, ref),
+	      "spilled then restored: tokens and log-probabilities (top 20) bit-identical to "
+	      "the run without eviction (%u tokens)", r2.n_tokens);
+	CHECK(r2.usage.cached_tokens == ref->usage.cached_tokens,
+	      "the restored KV counts as cached: %u tokens (reference %u)",
+	      r2.usage.cached_tokens, ref->usage.cached_tokens);
+	CHECK(metric(d, "kvarenad_tier_restores_total") == 1 &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 1,
+	      "one restore, on demand: a counted stall (%llu ms total)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stall_ms_sum"));
+	CHECK(metric(d, "kvarenad_tier_recomputed_tokens_total") == 0, "nothing recomputed");
+	stop(d);
+	CHECK(count_files(dir, ".kvspill", NULL) == 0, "no spill file left after stop");
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/* A tool class whose waits the daemon has measured: always ~700 ms. */
+static void train_class(struct kvd *d, const char *tool, uint64_t us)
+{
+	uint32_t cls, i;
+
+	pthread_mutex_lock(&d->lock);
+	cls = kvd_toolclass(d, 0, tool, strlen(tool));
+	for (i = 0; i < 16; i++)
+		kvd_toolwait_record(d, cls, us);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void test_prefetch(void)
+{
+	const struct reply *ref = reference(1);
+	char *dir = new_dir("prefetch");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	double t0, back_at = 0;
+	struct kvd *d;
+	int i, tool_ms;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 1, "compile");
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(250);	/* a loaded machine's scheduler */
+	d = start(&c);
+	if (!d)
+		goto out;
+	tool_ms = slow(1200);
+	train_class(d, "compile", (uint64_t)tool_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "a call to a tool that always takes %d ms", tool_ms);
+	t0 = now_ms();
+	CHECK(await_metric(d, "kvarenad_tier_spills_total", 1, tool_ms / 2) &&
+	      !strcmp(tier_of(d, r1.session), "disk"),
+	      "spilled while the tool runs (after %.0f ms)", now_ms() - t0);
+	/* the tool "runs" its time; the KV comes back before */
+	for (i = 0; i < 100000; i++) {
+		if (!back_at && !strcmp(tier_of(d, r1.session), "arena") &&
+		    metric(d, "kvarenad_tier_restores_total") == 1)
+			back_at = now_ms() - t0;
+		if (now_ms() - t0 >= tool_ms)
+			break;
+		msleep(10);
+	}
+	CHECK(back_at > 0 && metric(d, "kvarenad_tier_prefetches_total") == 1,
+	      "prefetched: back in the arena %.0f ms into the %d ms wait", back_at, tool_ms);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref),
+	      "the result arrives after %d ms: output bit-identical to the run without "
+	      "eviction", tool_ms);
+	CHECK(metric(d, "kvarenad_tier_restore_stalls_total") == 0,
+	      "no restore stall: the KV was there when the tool returned");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+static void corrupt_case(int truncate_it)
+{
+	const struct reply *ref = reference(2);
+	char *dir = new_dir(truncate_it ? "trunc" : "corrupt"), *path;
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd *d;
+	int fd;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 2, "grep");
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	script(d, cv.call);
+	ask(d, cv.p1, 8, &r1);
+	await_metric(d, "kvarenad_tier_spills_total", 1, 20000);
+	path = first_file(dir);
+	CHECK(path != NULL, "a spill file to damage");
+	if (!path) {
+		stop(d);
+		goto out;
+	}
+	fd = open(path, O_RDWR);
+	if (truncate_it) {
+		/* 4 KiB header and 2.5 blocks: two blocks come back */
+		CHECK(fd >= 0 && ftruncate(fd, 4096 + 5 * (off_t)d->geom.block_size / 2) == 0,
+		      "spill file truncated after 2.5 blocks");
+	} else {
+		uint8_t b = 0;
+		off_t off = 4096 + 3 * (off_t)d->geom.block_size + 100;
+
+		CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1 && (b ^= 1, pwrite(fd, &b, 1, off) == 1),
+		      "one bit flipped in block 3 of the spill file");
+	}
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref),
+	      "%s file detected, the session recomputed: output bit-identical to the run "
+	      "without eviction", truncate_it ? "truncated" : "corrupted");
+	CHECK(metric(d, truncate_it ? "kvarenad_tier_restore_failures_total{reason=\"truncated\"}" :
+				      "kvarenad_tier_restore_failures_total{reason=\"checksum\"}") == 1,
+	      "the metrics say why (%s)", truncate_it ? "truncated" : "checksum");
+	{
+		uint64_t rt = metric(d, "kvarenad_tier_recomputed_tokens_total");
+		uint32_t bt = d->geom.block_tokens, kept = (truncate_it ? 2 : 3) * bt;
+
+		CHECK(rt > 0 && rt + kept + 1 >= r1.usage.prompt_tokens &&
+		      r2.usage.cached_tokens == kept,
+		      "the verified blocks kept (%u tokens cached), the rest recomputed (%llu tokens)",
+		      r2.usage.cached_tokens, (unsigned long long)rt);
+	}
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+static void test_corrupt(void)
+{
+	corrupt_case(0);
+	corrupt_case(1);
+}
+
+/* Positions with KV after the first request: what the tool wait spills. */
+static uint32_t r_tokens(const struct reply *ref)
+{
+	return ref->usage.cached_tokens;
+}
+
+static void test_cap(void)
+{
+	char *dir = new_dir("cap");
+	struct kvd_config c;
+	struct convo cv[4];
+	struct reply r1[4], r2;
+	uint64_t bytes, cap;
+	struct kvd *d;
+	int i, same = 1, max_files = 0;
+
+	if (!dir)
+		return;
+	for (i = 0; i < 4; i++) {
+		if (!reference(4 + i))
+			goto out;
+		make_convo(&cv[i], 4 + i, "lint");
+	}
+	/* room for two files of this size: a 4 KiB header and the blocks of
+	 * the first request's KV */
+	bytes = 4096 + (uint64_t)(r_tokens(&refs[4]) + ref_block_tokens - 1) / ref_block_tokens *
+		       ref_block_size;
+	cap = (2 * bytes + (1 << 20) - 1) >> 20;
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	c.tier_cap_mb = cap;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < 4; i++) {
+		uint64_t b;
+		int n;
+
+		script(d, cv[i].call);
+		ask(d, cv[i].p1, 8, &r1[i]);
+		await_metric(d, "kvarenad_tier_spills_total", (uint64_t)i + 1, 20000);
+		msleep(50);
+		n = count_files(dir, ".kvspill", &b);
+		if (n > max_files)
+			max_files = n;
+		CHECK(b <= cap << 20, "after %d spills: %d files, %llu bytes on disk, cap %llu MiB",
+		      i + 1, n, (unsigned long long)b, (unsigned long long)cap);
+	}
+	CHECK(metric(d, "kvarenad_tier_disk_evictions_total") >= 2 && max_files <= 2,
+	      "the oldest files went first (%llu removed by the cap)",
+	      (unsigned long long)metric(d, "kvarenad_tier_disk_evictions_total"));
+	CHECK(!strcmp(tier_of(d, r1[0].session), "none") && !strcmp(tier_of(d, r1[3].session), "disk"),
+	      "the first conversation's KV is gone (%s), the last one's on disk (%s)",
+	      tier_of(d, r1[0].session), tier_of(d, r1[3].session));
+	for (i = 0; i < 4; i++) {
+		if (ask(d, cv[i].p2, 24, &r2) || !same_reply(&r2, &refs[4 + i]))
+			same = 0;
+	}
+	CHECK(same, "all four continue with output bit-identical to the run without eviction "
+	      "(recomputed or restored)");
+	CHECK(metric(d, "kvarenad_tier_recomputed_tokens_total") > 0 &&
+	      metric(d, "kvarenad_tier_restores_total") >= 1,
+	      "%llu tokens recomputed, %llu restores",
+	      (unsigned long long)metric(d, "kvarenad_tier_recomputed_tokens_total"),
+	      (unsigned long long)metric(d, "kvarenad_tier_restores_total"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+static void test_overrun(void)
+{
+	char *dir = new_dir("overrun");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1;
+	struct kvd *d;
+	uint64_t pred0 = 0, pred1 = 0;
+	struct kvd_conv *cc;
+
+	if (!dir)
+		return;
+	make_convo(&cv, 3, "quick_read");
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(50);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, "quick_read", (uint64_t)slow(200) * 1000);
+	script(d, cv.call);
+	ask(d, cv.p1, 8, &r1);
+	pthread_mutex_lock(&d->lock);
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc)
+		pred0 = cc->tool_pred_us;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(pred0 >= (uint64_t)slow(200) * 1000 && pred0 < (uint64_t)slow(210) * 1000,
+	      "predicted wait of the trained class: %.0f ms", (double)pred0 / 1e3);
+	CHECK(await_metric(d, "kvarenad_tool_overruns_total", 1, slow(2000)),
+	      "the tool outlives its prediction: an overrun");
+	pthread_mutex_lock(&d->lock);
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc)
+		pred1 = cc->tool_pred_us;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(pred1 > pred0, "re-ranked: the expected wait grows from %.0f to %.0f ms",
+	      (double)pred0 / 1e3, (double)pred1 / 1e3);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/* kvarenad killed (SIGKILL, its workers with it) while a spill is being
+ * written; the next start cleans the directory and serves correctly. */
+static void test_killed(void)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir("killed");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r2;
+	int st, i, seen = 0;
+	struct kvd *d;
+	pid_t pid;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, "run_tests");
+	pid = fork();
+	if (pid == 0) {
+		struct reply r1;
+
+		base_config(&c, dir);
+		/* one block at a time: the spill stays in flight longer */
+		c.tier_queue_depth = 1;
+		d = start(&c);
+		if (!d)
+			_exit(3);
+		script(d, cv.call);
+		ask(d, cv.p1, 8, &r1);
+		pause();
+		_exit(0);
+	}
+	/* kill as soon as a spill file appears (being written, or just done) */
+	for (i = 0; i < 6000 && !seen; i++) {
+		seen = count_files(dir, ".kvspill", NULL);
+		if (!seen)
+			msleep(1);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	CHECK(seen && WIFSIGNALED(st), "kvarenad SIGKILLed with a spill file in %s", dir);
+	msleep(300);	/* its workers follow it (PR_SET_PDEATHSIG) */
+	base_config(&c, dir);
+	d = start(&c);
+	CHECK(d && count_files(dir, ".kvspill", NULL) == 0,
+	      "restarted: the start-up clean removed the stray spill file");
+	if (d) {
+		CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref),
+		      "the conversation's next request: recomputed, output bit-identical to the "
+		      "run without eviction (no KV of the dead process served)");
+		stop(d);
+	}
+	CHECK(count_files(dir, ".kvspill", NULL) == 0, "no stray files after the second run");
+	rm_rf(dir);
+	free(dir);
+}
+
+static void test_decisions_off(void)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir("off");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd *d;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, "run_tests");
+	base_config(&c, dir);
+	c.tier_decisions = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	script(d, cv.call);
+	ask(d, cv.p1, 8, &r1);
+	msleep(300);
+	CHECK(metric(d, "kvarenad_tier_spills_total") == 0 && !strcmp(tier_of(d, r1.session), "arena"),
+	      "decisions off: the tool wait keeps the KV in the arena (tier %s)",
+	      tier_of(d, r1.session));
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      r2.usage.cached_tokens == ref->usage.cached_tokens,
+	      "and the result continues it: output bit-identical");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+int main(int argc, char **argv)
+{
+	ssize_t n;
+
+	if (argc >= 3 && !strcmp(argv[1], "--worker")) {
+		struct kvd_worker_args a = { .backend = "cpu", .n_threads = 1, .max_batch = 16 };
+		int i;
+
+		for (i = 3; i + 1 < argc; i += 2) {
+			if (!strcmp(argv[i], "--model"))
+				a.model_path = argv[i + 1];
+			else if (!strcmp(argv[i], "--backend"))
+				a.backend = argv[i + 1];
+			else if (!strcmp(argv[i], "--max-ctx"))
+				a.max_ctx = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--tool-open"))
+				a.tool_open = argv[i + 1];
+			else if (!strcmp(argv[i], "--tool-close"))
+				a.tool_close = argv[i + 1];
+		}
+		return kvd_worker_main(KVD_WORKER_FD, &a);
+	}
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s MODEL WORKDIR\n", argv[0]);
+		return 2;
+	}
+	model_path = argv[1];
+	mkdir(argv[2], 0700);
+	workdir = realpath(argv[2], NULL);
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0 || !workdir)
+		return 2;
+	self[n] = 0;
+	signal(SIGPIPE, SIG_IGN);
+	kvd_log_set_level(getenv("KVD_TEST_VERBOSE") ? KVD_LOG_DEBUG : KVD_LOG_WARN);
+#define RUN(name) do { \
+		const char *only = getenv("KVD_TEST_ONLY"); \
+		if (!only || strstr(only, #name)) \
+			test_##name(); \
+	} while (0)
+	RUN(spill_restore);
+	RUN(prefetch);
+	RUN(corrupt);
+	RUN(cap);
+	RUN(overrun);
+	RUN(killed);
+	RUN(decisions_off);
+	printf("%d passed, %d failed\n", pass, failed);
+	free((void *)workdir);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,673 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""kvreplay - replay agent sessions against an OpenAI-compatible server.
+
+A real HTTP client (Python's standard library only) that turns request
+traces into multi-turn agent sessions with tool calls between turns and
+replays them at controlled concurrency, then reports what the server's KV
+policy did to them. Documentation/replay.md describes the formats, the
+tool-wait model and its sources, and every field of the report.
+
+  kvreplay.py convert --mooncake TRACE.jsonl [options] > sessions.jsonl
+  kvreplay.py run --url http://127.0.0.1:8080 --sessions sessions.jsonl \\
+                  --label toolwait --out DIR [--tool-mode client|server]
+  kvreplay.py report --out DIR [LABEL ...]       (table, TSV, gnuplot PNGs)
+
+Sessions file (JSONL, one session per line; `convert` writes it, operators
+may write their own):
+
+  {"session": "s0001", "arrival_ms": 0, "prefix": [0, 1],
+   "turns": [{"input": 300, "output": 40, "tool": "compile", "tool_ms": 2100},
+             {"input": 120, "output": 60, "tool": "read", "tool_ms": 80},
+             {"input": 200, "output": 80}]}
+
+`prefix`: shared blocks of the first prompt (equal ids, equal text: the
+server may share their KV); `input`: new tokens of the turn (the first
+turn's user text beyond the prefix, then each tool's result); `output`:
+tokens the model generates (forced: see replay.md); a turn with `tool`
+ends in a call to that tool, which takes `tool_ms` (drawn from the
+tool-wait model when absent); the last turn has none.
+"""
+import argparse
+import bisect
+import http.client
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import zlib
+
+# ---- the tool-wait model ----------------------------------------------------
+
+# name, weight, median seconds, sigma (of ln seconds), result tokens.
+# Calibrated so that the waits match the coding-agent trace cited in
+# ../shared/RUNTIME.md ("86% of an agent's consecutive requests arrived
+# within 1 s of the previous response, 95% within 10 s"): with this mix,
+# P(wait < 1 s) = 0.862 and P(wait < 10 s) = 0.959 (replay.md shows the
+# arithmetic). Quick file reads, medium compiles, slow test runs.
+DEFAULT_MIX = [
+    ("read", 0.85, 0.10, 0.8, 200),
+    ("compile", 0.10, 2.0, 0.6, 100),
+    ("test", 0.05, 20.0, 0.8, 300),
+]
+
+
+def parse_mix(spec):
+    """name:weight:median_s:sigma[:result_tokens],..."""
+    mix = []
+    for part in spec.split(","):
+        f = part.strip().split(":")
+        if len(f) not in (4, 5):
+            raise ValueError("tool mix entry %r: name:weight:median_s:sigma[:tokens]" % part)
+        mix.append((f[0], float(f[1]), float(f[2]), float(f[3]),
+                    int(f[4]) if len(f) == 5 else 150))
+    if not mix or any(w <= 0 or m <= 0 or s < 0 for _, w, m, s, _ in mix):
+        raise ValueError("tool mix: positive weights and medians, sigma >= 0")
+    return mix
+
+
+def lognormal_cdf(x, median, sigma):
+    if sigma == 0:
+        return 1.0 if x >= median else 0.0
+    return 0.5 * (1 + math.erf((math.log(x) - math.log(median)) / (sigma * math.sqrt(2))))
+
+
+def mix_cdf(mix, x):
+    tot = sum(w for _, w, _, _, _ in mix)
+    return sum(w * lognormal_cdf(x, m, s) for _, w, m, s, _ in mix) / tot
+
+
+class ToolModel:
+    def __init__(self, mix, seed, scale=1.0):
+        self.mix = mix
+        self.rng = random.Random(seed)
+        self.scale = scale
+        self.cum = []
+        acc = 0.0
+        for _, w, _, _, _ in mix:
+            acc += w
+            self.cum.append(acc)
+
+    def draw(self):
+        r = self.rng.random() * self.cum[-1]
+        i = bisect.bisect_right(self.cum, r)
+        name, _, med, sig, toks = self.mix[min(i, len(self.mix) - 1)]
+        secs = med * math.exp(sig * self.rng.gauss(0, 1))
+        return name, max(1, int(secs * 1000 * self.scale)), toks
+
+    def ms_of(self, name):
+        for n, _, med, sig, _ in self.mix:
+            if n == name:
+                return max(1, int(med * math.exp(sig * self.rng.gauss(0, 1)) * 1000 * self.scale))
+        raise ValueError("unknown tool class %r" % name)
+
+
+# ---- convert: Mooncake traces -> agent sessions --------------------------------
+
+def mooncake_sessions(path, args):
+    """Mooncake requests grouped into conversations: a request continues the
+    conversation of the earlier request it shares the longest prefix of at
+    least two hash blocks with (block 0 is the system prompt every request
+    has); otherwise it starts one. Token counts scaled by --scale-tokens."""
+    reqs = [json.loads(line) for line in open(path) if line.strip()]
+    pref, conv_of, convs = {}, [], []
+    for i, r in enumerate(reqs):
+        h = r["hash_ids"]
+        parent = None
+        for k in range(len(h), 1, -1):
+            t = tuple(h[:k])
+            if t in pref:
+                parent = pref[t]
+                break
+        if parent is None:
+            conv_of.append(len(convs))
+            convs.append([i])
+        else:
+            conv_of.append(conv_of[parent])
+            convs[conv_of[parent]].append(i)
+        for k in range(2, len(h) + 1):
+            pref[tuple(h[:k])] = i
+    model = ToolModel(parse_mix(args.tool_mix) if args.tool_mix else DEFAULT_MIX, args.seed,
+                      args.tool_scale)
+    pick = random.Random(args.seed + 1)
+    if args.multi_turn_only:
+        convs = [c for c in convs if len(c) > 1]
+    if args.sessions and args.sessions < len(convs):
+        convs = sorted(pick.sample(convs, args.sessions), key=lambda c: c[0])
+    sc = args.scale_tokens
+    out = []
+    t0 = reqs[convs[0][0]]["timestamp"] if convs else 0
+    for n, c in enumerate(convs):
+        first = reqs[c[0]]
+        shared = first["hash_ids"][:args.prefix_blocks]
+        prefix_tokens = int(len(shared) * 512 * sc)
+        turns = []
+        used = prefix_tokens
+        for k, i in enumerate(c):
+            r = reqs[i]
+            if k == 0:
+                new = r["input_length"] * sc - prefix_tokens
+            else:
+                p = reqs[c[k - 1]]
+                new = (r["input_length"] - p["input_length"] - p["output_length"]) * sc
+            turns.append({"input": max(args.min_input, int(new)),
+                          "output": max(4, int(r["output_length"] * sc))})
+        # an agent session: at least --min-turns model calls, tool rounds
+        # between them (their results are the next turns' inputs)
+        while len(turns) < args.min_turns:
+            turns.append({"input": 0, "output": max(4, int(turns[-1]["output"]))})
+        for k in range(len(turns) - 1):
+            name, ms, toks = model.draw()
+            turns[k]["tool"] = name
+            turns[k]["tool_ms"] = ms
+            if turns[k + 1]["input"] <= 0:
+                turns[k + 1]["input"] = max(args.min_input, int(toks * max(sc, 0.05) * 8))
+        # bound each session by the model's context
+        total = prefix_tokens + sum(t["input"] + t["output"] for t in turns)
+        while total > args.max_context and len(turns) > 1:
+            last = turns.pop()
+            total -= last["input"] + last["output"]
+            turns[-1].pop("tool", None)
+            turns[-1].pop("tool_ms", None)
+        if total > args.max_context:
+            cut = total - args.max_context
+            turns[0]["input"] = max(args.min_input, turns[0]["input"] - cut)
+        used += sum(t["input"] + t["output"] for t in turns)
+        out.append({"session": "s%05d" % n,
+                    "arrival_ms": int((first["timestamp"] - t0) * args.time_scale),
+                    "prefix": shared, "turns": turns})
+    return out
+
+
+def cmd_convert(args):
+    sessions = mooncake_sessions(args.mooncake, args)
+    for s in sessions:
+        print(json.dumps(s, separators=(",", ":")))
+    mix = parse_mix(args.tool_mix) if args.tool_mix else DEFAULT_MIX
+    calls = [t for s in sessions for t in s["turns"] if "tool" in t]
+    sys.stderr.write("convert: %d sessions, %d turns, %d tool calls; model P(wait<1s)=%.3f "
+                     "P(wait<10s)=%.3f\n" % (len(sessions), sum(len(s["turns"]) for s in sessions),
+                                              len(calls), mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
+
+
+# ---- text of a given length -----------------------------------------------------
+
+WORDS = ("alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega build test "
+         "file line error warning module function return value pointer buffer memory "
+         "thread lock queue socket packet header block cache arena session token tool "
+         "result output input parser compile link run pass fail check assert merge").split()
+
+
+class Texter:
+    """Deterministic text of about n tokens; tokens per word calibrated once
+    against the server's /tokenize (1.3 when it has none)."""
+
+    def __init__(self, url):
+        self.tpw = 1.3
+        sample = self.words(random.Random(1), 400)
+        try:
+            n = len(post_json(url, "/tokenize", {"content": sample})["tokens"])
+            if n > 0:
+                self.tpw = n / 400.0
+        except Exception:
+            pass
+
+    def words(self, rng, n):
+        return " ".join(rng.choice(WORDS) for _ in range(n))
+
+    def text(self, seed, tokens):
+        rng = random.Random(seed)
+        return self.words(rng, max(1, int(tokens / self.tpw)))
+
+
+# ---- HTTP ------------------------------------------------------------------------
+
+def conn_for(url, timeout=600):
+    u = urllib.parse.urlparse(url)
+    return http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+
+
+def post_json(url, path, body, timeout=60):
+    c = conn_for(url, timeout)
+    try:
+        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError("%s: HTTP %d %s" % (path, r.status, data[:200]))
+        return json.loads(data)
+    finally:
+        c.close()
+
+
+def get_text(url, path, timeout=30):
+    c = conn_for(url, timeout)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.read().decode()
+    finally:
+        c.close()
+
+
+def parse_metrics(txt):
+    m = {}
+    for line in txt.splitlines():
+        if not line or line[0] == "#":
+            continue
+        k, _, v = line.rpartition(" ")
+        try:
+            m[k] = float(v)
+        except ValueError:
+            pass
+    return m
+
+
+def stream_chat(url, body):
+    """One streamed chat completion: (first-token time, end time, message,
+    usage, finish_reason, error)."""
+    c = conn_for(url)
+    t_first = None
+    content, calls, usage, finish, err = [], {}, {}, None, None
+    try:
+        c.request("POST", "/v1/chat/completions", json.dumps(body),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            err = "HTTP %d %s" % (r.status, r.read()[:300].decode(errors="replace"))
+            return None, time.monotonic(), None, {}, None, err
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            ev = json.loads(data)
+            if ev.get("usage"):
+                usage = ev["usage"]
+            for ch in ev.get("choices", []):
+                d = ch.get("delta", {})
+                if (d.get("content") or d.get("tool_calls")) and t_first is None:
+                    t_first = time.monotonic()
+                if d.get("content"):
+                    content.append(d["content"])
+                for tc in d.get("tool_calls", []) or []:
+                    e = calls.setdefault(tc.get("index", 0), {"id": "", "name": "", "args": ""})
+                    e["id"] = tc.get("id") or e["id"]
+                    fn = tc.get("function", {})
+                    e["name"] += fn.get("name") or ""
+                    e["args"] += fn.get("arguments") or ""
+                if ch.get("finish_reason"):
+                    finish = ch["finish_reason"]
+    except Exception as e:  # noqa: BLE001 - a failed request is a result
+        err = "%s: %s" % (type(e).__name__, e)
+    finally:
+        c.close()
+    msg = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        msg["tool_calls"] = [{"id": v["id"], "type": "function",
+                              "function": {"name": v["name"], "arguments": v["args"]}}
+                             for _, v in sorted(calls.items())]
+    return t_first, time.monotonic(), msg, usage, finish, err
+
+
+# ---- run ----------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, args, sessions):
+        self.args = args
+        self.sessions = sessions
+        self.url = args.url
+        self.texter = Texter(args.url)
+        classes = sorted({t["tool"] for s in sessions for t in s["turns"] if "tool" in t})
+        self.tools = [{"type": "function", "function": {
+            "name": c, "description": "the agent's %s tool" % c,
+            "parameters": {"type": "object", "properties": {},
+                           "additionalProperties": False}}} for c in classes]
+        self.results = []
+        self.lock = threading.Lock()
+        self.slots = threading.Semaphore(args.concurrency)
+        self.timeline = []
+        self.done = threading.Event()
+        self.t0 = None
+
+    def system_text(self, prefix):
+        # equal hash ids, equal text: the server's prefix cache shares them
+        bt = int(512 * self.args.scale_tokens) if self.args.scale_tokens else 32
+        return "\n".join(self.texter.text(1000003 * (h + 1), bt) for h in prefix) or "agent"
+
+    def session(self, s):
+        a = self.args
+        sid = "%s-%s" % (a.run_id, s["session"])
+        msgs = [{"role": "system", "content": "You are an agent.\n" + self.system_text(s["prefix"])},
+                {"role": "user", "content": self.texter.text(zlib.crc32(sid.encode()),
+                                                             s["turns"][0]["input"])}]
+        res = {"session": s["session"], "start": time.monotonic() - self.t0, "requests": [],
+               "errors": 0}
+        for k, t in enumerate(s["turns"]):
+            tool = t.get("tool")
+            body = {"model": a.model, "messages": msgs, "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "max_tokens": t["output"], "temperature": 0,
+                    "prompt_cache_key": sid}
+            reply_file = None
+            if a.tool_mode == "client" and tool:
+                # a real decode of a call to the tool: the grammar makes it a
+                # call, close_in_budget closes it within max_tokens
+                body["tools"] = self.tools
+                body["tool_choice"] = {"type": "function", "function": {"name": tool}}
+                body["max_tokens"] = max(t["output"], a.min_call_tokens)
+                body["kvarena"] = {"close_in_budget": True}
+                # greedy decoding can circle in the grammar's whitespace; a
+                # seeded temperature-1 walk closes the call (replay.md)
+                body["temperature"] = 1.0
+                body["seed"] = zlib.crc32(("%s/%d" % (sid, k)).encode())
+            else:
+                body["ignore_eos"] = True
+                if self.tools and a.tool_mode == "client":
+                    body["tools"] = self.tools
+                    body["tool_choice"] = "none"
+                if a.tool_mode == "server" and tool:
+                    # the server runs the tool: a sandboxed process of the
+                    # modelled duration (the hooks build takes the reply)
+                    reply_file = os.path.join(a.reply_dir, sid + ".reply")
+                    with open(reply_file + ".tmp", "w") as f:
+                        f.write('<tool_call>\n{"name": "sh", "arguments": {"command": '
+                                '"sleep %.3f; echo %s done"}}\n</tool_call>'
+                                % (t["tool_ms"] / 1000.0, tool))
+                    os.rename(reply_file + ".tmp", reply_file)
+            t_send = time.monotonic()
+            t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body)
+            rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
+                  "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
+                  "prompt_tokens": usage.get("prompt_tokens", 0),
+                  "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+                  "finish": finish, "tool": tool, "tool_ms": t.get("tool_ms"), "error": err}
+            res["requests"].append(rq)
+            if err or msg is None:
+                res["errors"] += 1
+                break
+            if reply_file and os.path.exists(reply_file):
+                os.unlink(reply_file)
+            if a.tool_mode == "client" and tool:
+                msgs.append(msg)
+                calls = msg.get("tool_calls") or []
+                if not calls:
+                    rq["error"] = "no tool call (finish %s)" % finish
+                    res["errors"] += 1
+                    # the model did not call: the tool runs anyway (the session
+                    # structure is the trace's), its result as a user turn
+                    time.sleep(t["tool_ms"] / 1000.0)
+                    msgs.append({"role": "user", "content": self.tool_output(sid, k, s)})
+                    continue
+                time.sleep(t["tool_ms"] / 1000.0)
+                for c in calls:
+                    msgs.append({"role": "tool", "tool_call_id": c["id"],
+                                 "content": self.tool_output(sid, k, s)})
+            else:
+                msgs.append({"role": "assistant", "content": msg.get("content") or ""})
+                if k + 1 < len(s["turns"]):
+                    msgs.append({"role": "user", "content": self.tool_output(sid, k, s)})
+        res["end"] = time.monotonic() - self.t0
+        res["completion_s"] = res["end"] - res["start"]
+        with self.lock:
+            self.results.append(res)
+
+    def tool_output(self, sid, k, s):
+        return self.texter.text(zlib.crc32(("%s/%d" % (sid, k)).encode()), s["turns"][k + 1]["input"])
+
+    def run_one(self, s):
+        try:
+            self.session(s)
+        finally:
+            self.slots.release()
+
+    def sample(self):
+        while not self.done.wait(self.args.sample_s):
+            try:
+                m = parse_metrics(get_text(self.url, "/metrics"))
+            except Exception:
+                continue
+            m["t"] = time.monotonic() - self.t0
+            self.timeline.append(m)
+
+    def run(self):
+        a = self.args
+        m0 = parse_metrics(get_text(self.url, "/metrics"))
+        self.t0 = time.monotonic()
+        sampler = threading.Thread(target=self.sample, daemon=True)
+        sampler.start()
+        threads = []
+        for s in sorted(self.sessions, key=lambda x: x["arrival_ms"]):
+            delay = s["arrival_ms"] / 1000.0 - (time.monotonic() - self.t0)
+            if delay > 0:
+                time.sleep(delay)
+            self.slots.acquire()
+            th = threading.Thread(target=self.run_one, args=(s,), daemon=True)
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+        self.done.set()
+        sampler.join()
+        m1 = parse_metrics(get_text(self.url, "/metrics"))
+        wall = time.monotonic() - self.t0
+        delta = {k: m1[k] - m0.get(k, 0) for k in m1 if k.endswith("_total") or
+                 "_total{" in k or k.endswith("_sum") or k.endswith("_count")}
+        return {"label": a.label, "tool_mode": a.tool_mode, "url": a.url, "wall_s": wall,
+                "concurrency": a.concurrency, "sessions": sorted(self.results,
+                                                                 key=lambda r: r["session"]),
+                "metrics_delta": delta, "metrics_end": m1, "timeline": self.timeline}
+
+
+def cmd_run(args):
+    sessions = [json.loads(line) for line in open(args.sessions) if line.strip()]
+    for s in sessions:
+        if not s.get("turns"):
+            raise SystemExit("session %s: no turns" % s.get("session"))
+        for t in s["turns"][:-1]:
+            if "tool" in t and "tool_ms" not in t:
+                t["tool_ms"] = ToolModel(DEFAULT_MIX, args.seed).ms_of(t["tool"])
+    if args.tool_mode == "server" and not args.reply_dir:
+        raise SystemExit("--tool-mode server needs --reply-dir (the daemon's "
+                         "KVD_TEST_REPLY_DIR)")
+    if not args.model:
+        args.model = json.loads(get_text(args.url, "/v1/models"))["data"][0]["id"]
+    r = Runner(args, sessions).run()
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, args.label + ".json"), "w") as f:
+        json.dump(r, f)
+    errs = sum(s["errors"] for s in r["sessions"])
+    print("run %s: %d sessions in %.1f s, %d request errors" % (args.label, len(r["sessions"]),
+                                                                 r["wall_s"], errs))
+    return 1 if errs and args.strict else 0
+
+
+# ---- report -----------------------------------------------------------------------
+
+def pct(v, p):
+    if not v:
+        return float("nan")
+    v = sorted(v)
+    return v[min(len(v) - 1, int(math.ceil(p / 100.0 * len(v))) - 1)]
+
+
+def mean(v):
+    return sum(v) / len(v) if v else float("nan")
+
+
+def summarize(r):
+    d = r["metrics_delta"]
+    comp = [s["completion_s"] for s in r["sessions"] if not s["errors"]]
+    reqs = [q for s in r["sessions"] for q in s["requests"] if not q["error"]]
+    ttft = [q["ttft"] * 1000 for q in reqs if q["ttft"] is not None]
+    tpot = [(q["total"] - q["ttft"]) * 1000 / (q["completion_tokens"] - 1) for q in reqs
+            if q["ttft"] is not None and q["completion_tokens"] > 1]
+    returns = d.get("kvarenad_tool_waits_total", 0)
+    stalls = d.get("kvarenad_tier_restore_stalls_total", 0)
+    return {
+        "label": r["label"], "mode": r["tool_mode"], "sessions": len(r["sessions"]),
+        "errors": sum(s["errors"] for s in r["sessions"]),
+        "evictions": d.get("kvarenad_evictions_total", 0),
+        "spilled_mb": d.get("kvarenad_tier_spill_bytes_total", 0) / 1e6,
+        "restored_mb": d.get("kvarenad_tier_restore_bytes_total", 0) / 1e6,
+        "stalls": stalls, "stall_pct": 100.0 * stalls / returns if returns else 0.0,
+        "recomputed": d.get("kvarenad_tier_recomputed_tokens_total", 0),
+        "comp_mean": mean(comp), "comp_p50": pct(comp, 50), "comp_p99": pct(comp, 99),
+        "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99),
+        "tpot_p50": pct(tpot, 50), "tpot_p99": pct(tpot, 99),
+        "idle_gbs": d.get("kvarenad_kv_idle_byte_seconds_total", 0) / 1e9,
+        "tool_returns": returns,
+    }
+
+
+COLS = [("label", "%-10s"), ("mode", "%-6s"), ("sessions", "%5d"), ("errors", "%4d"),
+        ("evictions", "%7d"), ("spilled_mb", "%8.1f"), ("restored_mb", "%8.1f"),
+        ("stalls", "%5d"), ("stall_pct", "%6.1f"), ("recomputed", "%8d"),
+        ("comp_mean", "%7.2f"), ("comp_p50", "%7.2f"), ("comp_p99", "%7.2f"),
+        ("ttft_p50", "%7.1f"), ("ttft_p99", "%7.1f"), ("tpot_p50", "%6.1f"),
+        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f")]
+HEAD = ("policy mode sess err evict spillMB restMB stall stall% recomp comp_s p50_s p99_s "
+        "ttft50 ttft99 tpot50 tpot99 idleGB*s")
+
+
+def fmt_row(s):
+    out = []
+    for k, f in COLS:
+        v = s[k]
+        if "d" in f:
+            v = int(v)
+        out.append(f % v)
+    return " ".join(out)
+
+
+def gnuplot(script):
+    if not shutil.which("gnuplot"):
+        sys.stderr.write("report: gnuplot not found: no plots\n")
+        return False
+    p = subprocess.run(["gnuplot"], input=script.encode(), capture_output=True)
+    if p.returncode:
+        sys.stderr.write("report: gnuplot: %s\n" % p.stderr.decode()[:500])
+    return p.returncode == 0
+
+
+def plots(out, runs):
+    # completion-time CDF per policy
+    files = []
+    for r in runs:
+        comp = sorted(s["completion_s"] for s in r["sessions"] if not s["errors"])
+        fn = os.path.join(out, "cdf-%s.dat" % r["label"])
+        with open(fn, "w") as f:
+            for i, v in enumerate(comp):
+                f.write("%.4f %.4f\n" % (v, (i + 1) / len(comp)))
+        files.append((fn, r["label"]))
+    cdf_png = os.path.join(out, "completion-cdf.png")
+    gnuplot("set terminal png size 900,600\nset output '%s'\n"
+            "set title 'Session completion time, CDF per policy'\n"
+            "set xlabel 'seconds'\nset ylabel 'fraction of sessions'\nset key bottom right\n"
+            "set grid\nplot %s\n" % (cdf_png, ", ".join(
+                "'%s' using 1:2 with steps lw 2 title '%s'" % (fn, lab) for fn, lab in files)))
+    # KV occupancy by tier over time: arena bytes held, disk bytes
+    occ_png = os.path.join(out, "occupancy.png")
+    parts, n = [], len(runs)
+    for r in runs:
+        fn = os.path.join(out, "occ-%s.dat" % r["label"])
+        with open(fn, "w") as f:
+            for m in r["timeline"]:
+                bb = m.get("kvarenad_kv_block_bytes", 0)
+                used = m.get("kvarenad_kv_blocks_used", 0) * bb / 1e6
+                arena = m.get("kvarenad_kv_blocks_conversations", 0) * bb / 1e6
+                cached = used - arena
+                disk = m.get("kvarenad_tier_disk_bytes", 0) / 1e6
+                f.write("%.2f %.3f %.3f %.3f %d %d %d\n" % (
+                    m["t"], arena, disk, cached, m.get('kvarenad_kv_sessions{tier="arena"}', 0),
+                    m.get('kvarenad_kv_sessions{tier="disk"}', 0),
+                    m.get('kvarenad_kv_sessions{tier="none"}', 0)))
+        parts.append((fn, r["label"]))
+    script = ("set terminal png size 1000,%d\nset output '%s'\nset multiplot layout %d,1 "
+              "title 'KV occupancy by tier over time'\n" % (300 * max(n, 1), occ_png, max(n, 1)))
+    for fn, lab in parts:
+        script += ("set title '%s'\nset xlabel 'seconds'\nset ylabel 'MB'\nset grid\n"
+                   "set key outside right top\nplot '%s' using 1:2 with lines lw 2 title "
+                   "'arena: conversations', '%s' using 1:4 with lines lw 1 title 'arena: "
+                   "prefix cache only', '%s' using 1:3 with lines lw 2 title 'disk: spill files'\n"
+                   % (lab, fn, fn, fn))
+    script += "unset multiplot\n"
+    gnuplot(script)
+    return [p for p in (cdf_png, occ_png) if os.path.exists(p)]
+
+
+def cmd_report(args):
+    labels = args.labels or sorted(f[:-5] for f in os.listdir(args.out) if f.endswith(".json"))
+    runs = [json.load(open(os.path.join(args.out, lab + ".json"))) for lab in labels]
+    rows = [summarize(r) for r in runs]
+    lines = [HEAD] + [fmt_row(s) for s in rows]
+    txt = "\n".join(lines)
+    print(txt)
+    with open(os.path.join(args.out, "report.txt"), "w") as f:
+        f.write(txt + "\n")
+    with open(os.path.join(args.out, "report.tsv"), "w") as f:
+        f.write("\t".join(k for k, _ in COLS) + "\n")
+        for s in rows:
+            f.write("\t".join(str(s[k]) for k, _ in COLS) + "\n")
+    pngs = plots(args.out, runs)
+    for p in pngs:
+        print("plot: %s" % p)
+    return 0
+
+
+# ---- main ---------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("convert", help="Mooncake trace -> sessions JSONL")
+    c.add_argument("--mooncake", required=True)
+    c.add_argument("--sessions", type=int, default=0, help="sample this many (seeded)")
+    c.add_argument("--multi-turn-only", action="store_true")
+    c.add_argument("--scale-tokens", type=float, default=1 / 16.0)
+    c.add_argument("--time-scale", type=float, default=1 / 60.0,
+                   help="arrival times multiplied by this")
+    c.add_argument("--tool-scale", type=float, default=1.0, help="tool durations x this")
+    c.add_argument("--tool-mix", default="", help="name:weight:median_s:sigma[:tokens],...")
+    c.add_argument("--min-turns", type=int, default=3)
+    c.add_argument("--min-input", type=int, default=16)
+    c.add_argument("--prefix-blocks", type=int, default=1,
+                   help="hash blocks that form the shared system prompt")
+    c.add_argument("--max-context", type=int, default=1800)
+    c.add_argument("--seed", type=int, default=39)
+    r = sub.add_parser("run", help="replay sessions against a server")
+    r.add_argument("--url", required=True)
+    r.add_argument("--sessions", required=True)
+    r.add_argument("--label", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--model", default="")
+    r.add_argument("--concurrency", type=int, default=64)
+    r.add_argument("--tool-mode", choices=("client", "server"), default="client")
+    r.add_argument("--reply-dir", default="")
+    r.add_argument("--min-call-tokens", type=int, default=128)
+    r.add_argument("--scale-tokens", type=float, default=1 / 16.0,
+                   help="as convert's: the size of a prefix block")
+    r.add_argument("--sample-s", type=float, default=0.5)
+    r.add_argument("--run-id", default="r%d" % (int(time.time()) % 100000))
+    r.add_argument("--seed", type=int, default=39)
+    r.add_argument("--strict", action="store_true", help="exit 1 on any request error")
+    p = sub.add_parser("report", help="table and plots of runs")
+    p.add_argument("--out", required=True)
+    p.add_argument("labels", nargs="*")
+    args = ap.parse_args()
+    return {"convert": cmd_convert, "run": cmd_run, "report": cmd_report}[args.cmd](args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
