@@ -49,6 +49,7 @@ struct kve_tokenizer {
 	int16_t cp_byte[512];	/* BPE: code point -> byte, -1 none */
 	int32_t bos, eos, unk;
 	int add_bos;
+	int add_space_prefix;	/* SPM: the dummy-prefix space (false: never) */
 	struct kve_pretok *pre;	/* BPE only */
 	int32_t *spec;		/* special tokens with text, longest first */
 	uint32_t n_spec;
@@ -617,6 +618,10 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 		t->unk = (int32_t)v;
 	t->add_bos = t->kind == KVE_TOK_SPM;
 	gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+	/* as llama.cpp reads it: SentencePiece vocabularies prepend a space
+	 * unless the file says not to */
+	t->add_space_prefix = 1;
+	gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
 
 	for (i = 0; i < 256; i++) {
 		if (t->kind == KVE_TOK_SPM) {
@@ -785,7 +790,8 @@ static int spm_try(const struct kve_tokenizer *t, const char *w, struct sym *s,
 			 s[left].len + s[right].len);
 }
 
-/* plain: no special token is made; dummy: the dummy-prefix space first */
+/* plain: no special token is made; dummy: the dummy-prefix space first
+ * (never when the file's tokenizer.ggml.add_space_prefix is false) */
 static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		      size_t len, struct outbuf *o, int plain, int dummy)
 {
@@ -802,7 +808,7 @@ static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		return -ENOMEM;
 	/* dummy prefix, then ' ' -> U+2581 */
 	memcpy(w, "\xe2\x96\x81", 3);
-	wl = dummy ? 3 : 0;
+	wl = dummy && t->add_space_prefix ? 3 : 0;
 	for (i = 0; i < len; i++) {
 		if (text[i] == ' ') {
 			memcpy(w + wl, "\xe2\x96\x81", 3);
@@ -1035,7 +1041,7 @@ int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 static int encode_raw(const struct kve_tokenizer *t, const char *text, size_t len,
 		      struct outbuf *o, int dummy)
 {
-	if (!len && !dummy)
+	if (!len && !(dummy && t->add_space_prefix))
 		return 0;
 	if (t->kind == KVE_TOK_SPM)	/* the dummy prefix alone before a marker */
 		return spm_encode(t, text, len, o, 1, dummy);

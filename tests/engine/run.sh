@@ -70,6 +70,8 @@ gen bf16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 51
 gen qwen3-f32.gguf --arch qwen3 --dim 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --ffn 128 --vocab 512 --ctx 128 --type f32 --seed 57
 gen llama3-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-freqs --rope-base 500000 --seed 58
 gen linrope-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-scale 4 --seed 59
+# tokenizer.ggml.add_space_prefix false: no SentencePiece dummy prefix
+gen nospace-spm.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --seed 11 --meta tokenizer.ggml.add_space_prefix=bool:0
 # what the loader refuses, naming the architecture and the feature (an
 # unknown architecture: test_gguf)
 gen no-experts.gguf --dim 64 --layers 1 --heads 4 --ffn 64 --vocab 400 --ctx 64 --meta llama.expert_count=u32:8 --seed 60
@@ -142,6 +144,25 @@ refusals() {	# each file asks for what the pass does not do: refused, named
 	done
 }
 run "what the loader refuses, by name" refusals
+no_space_prefix() {	# the same vocabulary (seed 11) with and without the dummy prefix
+	: > "$B/nsp-a.hex"
+	: > "$B/nsp-b.hex"
+	for t in "hello world" "the sun is up" "a" "x  y" "Hello, tools."; do
+		printf '%s' "$t" | od -An -tx1 -v | tr -d ' \n' >> "$B/nsp-a.hex"
+		echo >> "$B/nsp-a.hex"
+		printf ' %s' "$t" | od -An -tx1 -v | tr -d ' \n' >> "$B/nsp-b.hex"
+		echo >> "$B/nsp-b.hex"
+	done
+	with=$($T/kve-logits --tokenize "$M/f32-gqa.gguf" "$B/nsp-a.hex")
+	without=$($T/kve-logits --tokenize "$M/nospace-spm.gguf" "$B/nsp-b.hex")
+	bare=$($T/kve-logits --tokenize "$M/nospace-spm.gguf" "$B/nsp-a.hex")
+	if [ -n "$with" ] && [ "$with" = "$without" ] && [ "$with" != "$bare" ]; then
+		echo "ok   add_space_prefix false: ' ' + text gives the ids the default gives text (5 texts), text alone others"
+	else
+		echo "FAIL add_space_prefix false: [$with] [$without] [$bare]"
+	fi
+}
+run "SentencePiece without the dummy prefix" no_space_prefix
 run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
 run "self-check coverage, fault by fault" $T/test_selfcheck
 run "worker team: chunks, futex sleep/wake" $T/test_threads
