@@ -1,151 +1,79 @@
 // SPDX-License-Identifier: MIT
 /*
- * api.c - kvarenad's HTTP server (libmicrohttpd): routing, API keys, body
- * limits, the request log line and the HTTP metrics, and the life of one
- * chat completion from submission to the last byte (JSON or SSE). The
- * request format is chat_request.c's, the prompt and the tool-call syntax
- * the model family's (daemon/chat), the response JSON response.c's.
+ * api.c - kvarenad's HTTP server (libmicrohttpd): routing, what a request
+ * must be before anything reads it (Host, Origin, Content-Type, API key,
+ * size), the request log line, the HTTP metrics, and the small routes
+ * (models, health, metrics, sessions, tokenize). The generation APIs are
+ * front ends over gen.c: chat_api.c (/v1/chat/completions), completions.c
+ * (/v1/completions), messages.c (/v1/messages), responses.c
+ * (/v1/responses); response bodies are theirs.
  *
  * One thread per connection (libmicrohttpd's THREAD_PER_CONNECTION with
  * an internal poll() listener): a request's handler may block in
- * kvd_job_next() - the non-streaming handler waits for DONE in the access
- * callback; a stream's reader callback waits for the next event. While
- * waiting, each handler polls its socket for a hang-up every
- * WAIT_TICK_MS and cancels the job when the client is gone.
+ * kvd_job_next() - the non-streaming handler waits for the end in the
+ * access callback; a stream's reader callback waits for the next event.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-#include <microhttpd.h>
-
-#include "api.h"
+#include "api_internal.h"
 #include "auth.h"
-#include "chat.h"
-#include "chat_request.h"
-#include "error.h"
 #include "log.h"
-#include "response.h"
 #include "tokenize.h"
+#include "turn_cache.h"
 
-#define WAIT_TICK_MS 200
-#define SSE_KEEPALIVE_MS 15000
-#define CANCEL_WAIT_MS 5000		/* for DONE after kvd_job_cancel */
-#define SESSION_ID_MAX 256
-#define LOG_PATH_MAX 96
-
-enum route { R_NONE, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS,
-	     R_SESSION, R_TOKENIZE, R_DETOKENIZE, R_COUNT };
 static const char *const route_names[R_COUNT] = {
 	"other", "chat_completions", "models", "model", "health", "metrics",
-	"sessions", "tokenize", "detokenize",
+	"sessions", "tokenize", "detokenize", "completions", "messages",
+	"count_tokens", "responses", "response", "response_items",
 };
-static const int codes[] = { 200, 400, 401, 404, 405, 413, 429, 500, 503 };
+static const int codes[] = { 200, 204, 400, 401, 403, 404, 405, 413, 415, 429, 500, 503 };
 #define N_CODES (sizeof(codes) / sizeof(codes[0]) + 1)	/* + "other" */
+_Static_assert(N_CODES <= API_N_CODES, "api_internal.h: API_N_CODES");
 
-struct kvd_api {
-	struct kvd *d;
-	struct MHD_Daemon *mhd;
-	char *listen_addr;
-	uint16_t port;
-	int loopback;
-	int allow_remote;
-	size_t max_body;
-	unsigned drain_timeout_s;
-	const struct chat_template *tmpl;	/* the model's family (kvd's) */
-	int64_t started;
-	json_t *stools;			/* server-side tools' function objects */
-
-	pthread_mutex_t lock;		/* auth, inflight wakeups */
-	pthread_cond_t idle;
-	struct auth_table *auth;	/* NULL: no keys */
-	long inflight;
-	int draining;
-
-	/* metrics */
-	unsigned long requests[R_COUNT][N_CODES];
-	unsigned long disconnects;
-	unsigned long tool_calls;
-	unsigned long noncanonical;
+/* The routes: path (a trailing '*' takes one {id} segment), methods,
+ * whether it reads a JSON body, and its error dialect. */
+static const struct route_def {
+	const char *path, *suffix;
+	enum route r;
+	const char *methods;
+	int body;
+	enum api_dialect dialect;
+} routes[] = {
+	{ "/v1/chat/completions", NULL, R_CHAT, "POST", 1, DIALECT_OPENAI },
+	{ "/v1/completions", NULL, R_COMPLETIONS, "POST", 1, DIALECT_OPENAI },
+	{ "/v1/messages", NULL, R_MESSAGES, "POST", 1, DIALECT_ANTHROPIC },
+	{ "/v1/messages/count_tokens", NULL, R_COUNT_TOKENS, "POST", 1, DIALECT_ANTHROPIC },
+	{ "/v1/responses", NULL, R_RESPONSES, "POST", 1, DIALECT_OPENAI },
+	{ "/v1/responses/*", "/input_items", R_RESPONSE_ITEMS, "GET", 0, DIALECT_OPENAI },
+	{ "/v1/responses/*", NULL, R_RESPONSE, "GET, DELETE", 0, DIALECT_OPENAI },
+	{ "/v1/models", NULL, R_MODELS, "GET", 0, DIALECT_OPENAI },
+	{ "/v1/models/*", NULL, R_MODEL, "GET", 0, DIALECT_OPENAI },
+	{ "/v1/sessions/*", NULL, R_SESSION, "DELETE", 0, DIALECT_OPENAI },
+	{ "/health", NULL, R_HEALTH, "GET, HEAD", 0, DIALECT_OPENAI },
+	{ "/metrics", NULL, R_METRICS, "GET", 0, DIALECT_OPENAI },
+	{ "/tokenize", NULL, R_TOKENIZE, "POST", 1, DIALECT_OPENAI },
+	{ "/detokenize", NULL, R_DETOKENIZE, "POST", 1, DIALECT_OPENAI },
 };
 
-/* One completion in flight: the job and what its events have produced.
- * Streams share it between the request and the response's reader (two
- * references); non-streaming requests own it alone. */
-struct gen {
-	int refs;
-	struct kvd_api *a;
-	struct kvd_job *job;
-	MHD_socket fd;
-	int stream, include_usage, want_logprobs, parallel;
-	int parse_tools;
-	uint32_t stools;		/* server-side tools offered (bits of a->stools) */
-	/* calls to server-side tools, held back until the orchestrator says
-	 * it ran them (a TOOL_RUN event) or the response ends with them */
-	struct held_call *held;
-	size_t n_held;
-	int holding;			/* the call being parsed is held */
-	int replaying;
-	json_t *tool_runs;		/* non-stream: kvarena.tool_runs */
-	struct tc_stream ts;
-	struct resp_ctx rc;
-	char id[40];
-	char model[257];
-
-	/* the request and its prompt live as long as the job: kvd_request
-	 * points into them (prompt, stop strings, session key) */
-	struct chat_request cr;
-	struct chat_prompt prompt;
-	struct strbuf raw;		/* everything generated */
-	struct strbuf content;		/* non-stream: content so far */
-	struct tc_call *calls;		/* non-stream: calls so far */
-	struct strbuf call_text;	/* their names and arguments */
-	size_t n_calls;
-	json_t *logprobs;		/* non-stream "content" array */
-	struct strbuf pending;		/* stream: content of this event */
-	struct strbuf out;		/* stream: SSE bytes not yet sent */
-
-	struct timespec peer_checked;
-	int cancelled;			/* by us (one call) or client gone */
-	struct timespec cancel_t;
-	int client_gone;
-	int finished;			/* DONE or ERROR seen (or given up) */
-	int failed;
-	struct api_error err;
-	enum kvd_finish finish;
-	struct kvd_usage usage;
-	uint32_t tokens;		/* TOKEN events seen */
-	char session_id[SESSION_ID_MAX + 1];
-	double ttft_ms, total_ms;
-	struct timespec last_sent;
-};
-
-struct req {
-	struct kvd_api *a;
-	struct timespec t0;
-	char method[8];
-	char path[LOG_PATH_MAX];
-	enum route route;
-	char session[SESSION_ID_MAX + 1];
-	int status;
-	struct strbuf body;
-	int responded;			/* a response is queued */
-	char tenant[KVD_API_MAX_TENANT_NAME + 1];
-	uint32_t tenant_id;
-	struct gen *gen;
-};
+static const struct route_def *route_of(enum route r)
+{
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+		if (routes[i].r == r)
+			return &routes[i];
+	return NULL;
+}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -158,7 +86,7 @@ static double ms_since(const struct timespec *t0)
 		(double)(t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-static void make_id(char *out, size_t outlen, const char *prefix)
+void api_make_id(char *out, size_t outlen, const char *prefix)
 {
 	char call[TC_ID_LEN + 1];
 
@@ -174,20 +102,50 @@ static size_t code_index(int status)
 	return N_CODES - 1;
 }
 
-/* The peer closed its end (or the socket failed). */
-static int peer_gone(MHD_socket fd)
+/* Anthropic's error types by status. */
+static const char *anthropic_type(int status)
 {
-	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
-
-	if (fd < 0)
-		return 0;
-	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	switch (status) {
+	case 400: return "invalid_request_error";
+	case 401: return "authentication_error";
+	case 403: return "permission_error";
+	case 404: return "not_found_error";
+	case 413: return "request_too_large";
+	case 429: return "rate_limit_error";
+	case 503: return "overloaded_error";
+	default: return status < 500 ? "invalid_request_error" : "api_error";
+	}
 }
 
-static enum MHD_Result queue(struct MHD_Connection *c, struct req *q,
-			     int status, char *body, const char *ctype,
-			     const struct api_error *e)
+char *api_error_body(enum api_dialect d, const struct api_error *e)
 {
+	json_t *o;
+	char *s;
+
+	if (d == DIALECT_OPENAI)
+		return api_error_json(e);
+	o = json_pack("{s:s, s:{s:s, s:o}}", "type", "error", "error", "type",
+		      anthropic_type(e->status), "message",
+		      api_json_string_lossy(e->message, strlen(e->message)));
+	s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	return s;
+}
+
+static void add_cors(struct req *q, struct MHD_Response *r)
+{
+	if (!q->origin[0])
+		return;
+	MHD_add_response_header(r, "Access-Control-Allow-Origin", q->origin);
+	MHD_add_response_header(r, "Vary", "Origin");
+	MHD_add_response_header(r, "Access-Control-Expose-Headers",
+				"x-request-id, request-id, Retry-After");
+}
+
+enum MHD_Result api_queue(struct req *q, int status, char *body, const char *ctype,
+			  const struct api_error *e)
+{
+	const struct route_def *rd = route_of(q->route);
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 	char ra[16];
@@ -201,51 +159,42 @@ static enum MHD_Result queue(struct MHD_Connection *c, struct req *q,
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-	if (q->gen && q->gen->id[0])
+	if (q->gen && q->gen->id[0]) {
 		MHD_add_response_header(r, "x-request-id", q->gen->id);
+		if (q->dialect == DIALECT_ANTHROPIC)
+			MHD_add_response_header(r, "request-id", q->gen->id);
+	}
 	if (e && e->retry_after_s) {
 		snprintf(ra, sizeof(ra), "%u", e->retry_after_s);
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
 	}
 	if (status == 401)
 		MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	if (status == 405) {
-		static const char *const allow[R_COUNT] = {
-			[R_CHAT] = "POST", [R_MODELS] = "GET", [R_MODEL] = "GET",
-			[R_HEALTH] = "GET, HEAD", [R_METRICS] = "GET",
-			[R_SESSION] = "DELETE", [R_TOKENIZE] = "POST",
-			[R_DETOKENIZE] = "POST",
-		};
-		if (allow[q->route])
-			MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow[q->route]);
-	}
+	if (status == 405 && rd)
+		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, rd->methods);
+	add_cors(q, r);
 	q->status = status;
 	q->responded = 1;
-	ret = MHD_queue_response(c, (unsigned)status, r);
+	ret = MHD_queue_response(q->c, (unsigned)status, r);
 	MHD_destroy_response(r);
 	return ret;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, struct req *q,
-				 int status, json_t *o)
+enum MHD_Result api_send_json(struct req *q, int status, json_t *o)
 {
 	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
 	json_decref(o);
-	return queue(c, q, status, s, "application/json", NULL);
+	return api_queue(q, status, s, "application/json", NULL);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, struct req *q,
-				  const struct api_error *e)
+enum MHD_Result api_send_error(struct req *q, const struct api_error *e)
 {
-	return queue(c, q, e->status, api_error_json(e), "application/json", e);
+	return api_queue(q, e->status, api_error_body(q->dialect, e), "application/json", e);
 }
 
-static enum MHD_Result fail(struct MHD_Connection *c, struct req *q, int status,
-			    const char *type, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 6, 7)));
-static enum MHD_Result fail(struct MHD_Connection *c, struct req *q, int status,
-			    const char *type, const char *code, const char *fmt, ...)
+enum MHD_Result api_fail(struct req *q, int status, const char *type, const char *code,
+			 const char *fmt, ...)
 {
 	struct api_error e;
 	va_list ap;
@@ -254,401 +203,32 @@ static enum MHD_Result fail(struct MHD_Connection *c, struct req *q, int status,
 	va_start(ap, fmt);
 	vsnprintf(e.message, sizeof(e.message), fmt, ap);
 	va_end(ap);
-	return send_error(c, q, &e);
+	return api_send_error(q, &e);
 }
 
-/* ---------------------------------------------------------------- generation */
-
-struct held_call {
-	struct tc_call call;
-	char *name;
-	struct strbuf args;
-};
-
-static void held_clear(struct gen *g)
+struct gen *api_gen_new(struct req *q, const struct gen_ops *ops, const char *id_prefix)
 {
-	for (size_t i = 0; i < g->n_held; i++) {
-		free(g->held[i].name);
-		sb_free(&g->held[i].args);
-	}
-	free(g->held);
-	g->held = NULL;
-	g->n_held = 0;
-	g->holding = 0;
-}
+	struct gen *g = gen_new(q->a, ops, id_prefix);
+	const union MHD_ConnectionInfo *ci;
 
-/* 1 when name is a server-side tool offered to this request */
-static int offered_stool(const struct gen *g, const char *name)
-{
-	size_t i;
-	json_t *f;
-
-	json_array_foreach(g->a->stools, i, f)
-		if (i < 32 && (g->stools & (1u << i)) &&
-		    !strcmp(json_string_value(json_object_get(f, "name")), name))
-			return 1;
-	return 0;
-}
-
-static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
-		    const struct tc_call *call);
-
-/* Held calls the orchestrator did not run go to the client as its own. */
-static int held_release(struct gen *g)
-{
-	struct held_call *h = g->held;
-	size_t n = g->n_held;
-	int rc = 0;
-
-	g->held = NULL;
-	g->n_held = 0;
-	g->replaying = 1;
-	for (size_t i = 0; i < n; i++) {
-		if (!rc) {
-			h[i].call.name = h[i].name;
-			rc = gen_emit(g, TC_CALL_START, NULL, 0, &h[i].call);
-		}
-		if (!rc && h[i].args.len)
-			rc = gen_emit(g, TC_CALL_ARGS, h[i].args.s, h[i].args.len, &h[i].call);
-		if (!rc)
-			rc = gen_emit(g, TC_CALL_END, NULL, 0, &h[i].call);
-		free(h[i].name);
-		sb_free(&h[i].args);
-	}
-	free(h);
-	g->replaying = 0;
-	return rc;
-}
-
-static void gen_unref(struct gen *g)
-{
-	if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL))
-		return;
-	if (g->job)
-		kvd_job_free(g->job);
-	chat_request_free(&g->cr);
-	chat_prompt_free(&g->prompt);
-	tc_stream_free(&g->ts);
-	sb_free(&g->raw);
-	sb_free(&g->content);
-	sb_free(&g->call_text);
-	sb_free(&g->pending);
-	sb_free(&g->out);
-	free(g->calls);
-	json_decref(g->logprobs);
-	held_clear(g);
-	json_decref(g->tool_runs);
-	free(g);
-}
-
-static void sse_frame(struct gen *g, char *json)
-{
-	if (!json) {
-		g->out.oom = 1;
-		return;
-	}
-	sb_adds(&g->out, "data: ");
-	sb_adds(&g->out, json);
-	sb_adds(&g->out, "\n\n");
-	free(json);
-}
-
-static void flush_pending(struct gen *g, json_t *logprobs)
-{
-	if (g->pending.len || logprobs)
-		sse_frame(g, resp_chunk_content(&g->rc, g->pending.s, g->pending.len,
-						logprobs));
-	else
-		json_decref(logprobs);
-	sb_reset(&g->pending);
-}
-
-/* tc_stream's output: content, and calls as they are generated. */
-static int gen_emit(void *ctx, enum tc_event ev, const char *text, size_t len,
-		    const struct tc_call *call)
-{
-	struct gen *g = ctx;
-	struct tc_call *calls;
-
-	if (g->cancelled)	/* parallel_tool_calls false: one call only */
-		return 0;
-	if (!g->replaying) {
-		if (ev == TC_CALL_START && g->stools && offered_stool(g, call->name)) {
-			struct held_call *h = realloc(g->held, (g->n_held + 1) * sizeof(*h));
-
-			if (!h)
-				return -ENOMEM;
-			g->held = h;
-			h = &g->held[g->n_held];
-			memset(h, 0, sizeof(*h));
-			h->call = *call;
-			h->name = strdup(call->name);
-			if (!h->name)
-				return -ENOMEM;
-			g->n_held++;
-			g->holding = 1;
-			return 0;
-		}
-		if (g->holding && ev == TC_CALL_ARGS) {
-			sb_add(&g->held[g->n_held - 1].args, text, len);
-			return g->held[g->n_held - 1].args.oom ? -ENOMEM : 0;
-		}
-		if (g->holding && ev == TC_CALL_END) {
-			g->holding = 0;
-			return 0;
-		}
-		/* a client-side call beside held ones: the orchestrator runs
-		 * none of the round's calls; the client gets them all */
-		if (ev == TC_CALL_START && g->n_held) {
-			int rc = held_release(g);
-
-			if (rc || g->cancelled)
-				return rc;
-		}
-	}
-	switch (ev) {
-	case TC_CONTENT:
-		sb_add(g->stream ? &g->pending : &g->content, text, len);
-		break;
-	case TC_CALL_START:
-		if (g->stream) {
-			flush_pending(g, NULL);
-			sse_frame(g, resp_chunk_call(&g->rc, g->n_calls, call));
-			break;
-		}
-		/* names and arguments are kept as offsets into call_text until
-		 * the end (it may move as it grows) */
-		calls = realloc(g->calls, (g->n_calls + 1) * sizeof(*calls));
-		if (!calls)
-			return -ENOMEM;
-		g->calls = calls;
-		calls[g->n_calls] = *call;
-		calls[g->n_calls].name = (const char *)(uintptr_t)g->call_text.len;
-		sb_add(&g->call_text, call->name, strlen(call->name) + 1);
-		calls[g->n_calls].arguments = (const char *)(uintptr_t)g->call_text.len;
-		calls[g->n_calls].arguments_len = 0;
-		break;
-	case TC_CALL_ARGS:
-		if (g->stream) {
-			sse_frame(g, resp_chunk_call_args(&g->rc, g->n_calls, text, len));
-			break;
-		}
-		sb_add(&g->call_text, text, len);
-		g->calls[g->n_calls].arguments_len += len;
-		break;
-	case TC_REASONING:	/* not asked for: it stays in the content */
-		break;
-	case TC_CALL_END:
-		if (!g->stream)
-			sb_add(&g->call_text, "", 1);
-		g->n_calls++;
-		__atomic_add_fetch(&g->a->tool_calls, 1, __ATOMIC_RELAXED);
-		if (!g->parallel) {
-			g->cancelled = 1;
-			clock_gettime(CLOCK_MONOTONIC, &g->cancel_t);
-			kvd_job_cancel(g->job);
-		}
-		break;
-	}
-	return (g->out.oom || g->call_text.oom || g->pending.oom ||
-		g->content.oom) ? -ENOMEM : 0;
-}
-
-static void gen_fail(struct gen *g, const struct api_error *e)
-{
-	g->failed = 1;
-	g->finished = 1;
-	g->err = *e;
-}
-
-static void gen_oom(struct gen *g)
-{
-	struct api_error e;
-
-	api_error_set(&e, 500, "server_error", NULL, NULL, "out of memory");
-	gen_fail(g, &e);
-}
-
-/* Consume one event; for streams, append the SSE frames it makes. */
-static void gen_event(struct gen *g, const struct kvd_event *ev)
-{
-	struct api_error e;
-	json_t *lp = NULL;
-
-	switch (ev->type) {
-	case KVD_EV_TOKEN:
-		g->tokens++;
-		if (g->cancelled)
-			return;	/* past the one call we return */
-		sb_add(&g->raw, ev->text, ev->text_len);
-		if (g->want_logprobs) {
-			lp = json_array();
-			if (!lp || json_array_append_new(lp, resp_logprob(ev))) {
-				json_decref(lp);
-				gen_oom(g);
-				return;
-			}
-		}
-		if (g->parse_tools) {
-			if (tc_stream_feed(&g->ts, ev->text, ev->text_len)) {
-				json_decref(lp);
-				gen_oom(g);
-				return;
-			}
-		} else {
-			gen_emit(g, TC_CONTENT, ev->text, ev->text_len, NULL);
-		}
-		if (g->stream) {
-			flush_pending(g, lp);
-		} else if (lp) {
-			json_array_extend(g->logprobs, lp);
-			json_decref(lp);
-		}
-		return;
-	case KVD_EV_TOOL_RUN: {
-		json_t *run = resp_tool_run(ev->tool_run);
-
-		/* the held calls ran: they are not the client's */
-		held_clear(g);
-		if (!run) {
-			gen_oom(g);
-			return;
-		}
-		if (g->stream) {
-			flush_pending(g, NULL);
-			sse_frame(g, resp_chunk_tool_run(&g->rc, run));
-		} else if (json_array_append_new(g->tool_runs, run)) {
-			gen_oom(g);
-		}
-		return;
-	}
-	case KVD_EV_DONE:
-		if (g->parse_tools && (tc_stream_finish(&g->ts) || held_release(g))) {
-			gen_oom(g);
-			return;
-		}
-		g->finished = 1;
-		g->finish = ev->finish;
-		g->usage = ev->usage;
-		snprintf(g->session_id, sizeof(g->session_id), "%s",
-			 ev->session_id ? ev->session_id : "");
-		g->ttft_ms = ev->ttft_ms;
-		g->total_ms = ev->total_ms;
-		g->rc.has_timings = 1;
-		g->rc.ttft_ms = ev->ttft_ms;
-		g->rc.total_ms = ev->total_ms;
-		g->rc.usage = ev->usage;
-		if (g->stream) {
-			const char *fin = g->cancelled && g->n_calls ? "tool_calls" :
-				resp_finish_reason(ev->finish, g->n_calls);
-
-			flush_pending(g, NULL);
-			sse_frame(g, resp_chunk_finish(&g->rc, fin, g->session_id));
-			if (g->include_usage)
-				sse_frame(g, resp_chunk_usage(&g->rc, &g->usage,
-							      g->session_id));
-			sb_adds(&g->out, "data: [DONE]\n\n");
-		}
-		return;
-	case KVD_EV_ERROR:
-	default:
-		api_error_from_kvd(&e, &ev->err);
-		gen_fail(g, &e);
-		if (g->stream) {
-			flush_pending(g, NULL);
-			sse_frame(g, api_error_json(&e));
-		}
-		return;
-	}
-}
-
-/* Wait for and consume the next event. 1: consumed; 0: nothing yet. */
-static int gen_step(struct gen *g, int timeout_ms)
-{
-	struct kvd_event ev;
-	int r = kvd_job_next(g->job, &ev, timeout_ms);
-
-	if (r < 0) {
-		struct api_error e;
-
-		api_error_set(&e, 500, "server_error", NULL, NULL,
-			      "the orchestrator failed (%s)", strerror(-r));
-		gen_fail(g, &e);
-		return 1;
-	}
-	if (r > 0) {
-		gen_event(g, &ev);
-		if (g->out.oom || g->raw.oom || g->content.oom || g->pending.oom)
-			gen_oom(g);
-		/* a steady stream of tokens must not hide a hang-up */
-		if (g->finished || ms_since(&g->peer_checked) < WAIT_TICK_MS)
-			return 1;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &g->peer_checked);
-	if (peer_gone(g->fd)) {
-		g->client_gone = 1;
-		if (!g->cancelled) {
-			g->cancelled = 1;
-			clock_gettime(CLOCK_MONOTONIC, &g->cancel_t);
-			kvd_job_cancel(g->job);
-		}
-		__atomic_add_fetch(&g->a->disconnects, 1, __ATOMIC_RELAXED);
-	} else if (g->cancelled && ms_since(&g->cancel_t) > CANCEL_WAIT_MS) {
-		/* we stopped it after one tool call and the orchestrator did not
-		 * end the job: end it here with what we counted */
-		memset(&ev, 0, sizeof(ev));
-		ev.type = KVD_EV_DONE;
-		ev.finish = KVD_FINISH_STOP;
-		ev.usage.completion_tokens = g->tokens;
-		kvd_log(KVD_LOG_WARN, "api", "%s: no DONE %d ms after cancel; ending it",
-			g->id, CANCEL_WAIT_MS);
-		gen_event(g, &ev);
-	}
-	return r > 0;
-}
-
-/* Count responses whose text would not render back byte for byte. */
-static void check_canonical(struct gen *g)
-{
-	struct tc_result tr;
-
-	if (!g->n_calls || g->cancelled || g->raw.oom)
-		return;
-	if (!tc_parse(g->a->tmpl, g->raw.s ? g->raw.s : "", g->raw.len, &tr)) {
-		if (!tr.canonical) {
-			__atomic_add_fetch(&g->a->noncanonical, 1, __ATOMIC_RELAXED);
-			kvd_log(KVD_LOG_DEBUG, "api", "%s: tool-call text is not canonical; the next turn re-renders it differently",
-				g->id);
-		}
-		tc_result_free(&tr);
-	}
+	if (!g)
+		return NULL;
+	ci = MHD_get_connection_info(q->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	g->fd = ci ? ci->connect_fd : -1;
+	q->gen = g;	/* freed with the request */
+	return g;
 }
 
 /* MHD reader for a stream: block until there are bytes to send. */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-	struct gen *g = cls;
-	size_t n;
+	long n = gen_sse_read(cls, buf, max);
 
 	(void)pos;
-	while (g->out.len == 0) {
-		if (g->finished) {
-			check_canonical(g);
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		}
-		gen_step(g, WAIT_TICK_MS);
-		if (g->client_gone)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-		if (g->out.len == 0 && !g->finished &&
-		    ms_since(&g->last_sent) > SSE_KEEPALIVE_MS)
-			sb_adds(&g->out, ": keep-alive\n\n");
-		if (g->out.oom)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-	}
-	n = g->out.len < max ? g->out.len : max;
-	memcpy(buf, g->out.s, n);
-	sb_consume(&g->out, n);
-	clock_gettime(CLOCK_MONOTONIC, &g->last_sent);
+	if (n < 0)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (n == 0)
+		return MHD_CONTENT_READER_END_OF_STREAM;
 	return (ssize_t)n;
 }
 
@@ -657,229 +237,51 @@ static void sse_free(void *cls)
 	gen_unref(cls);
 }
 
-/* ---------------------------------------------------------------- routes */
-
-/*
- * Server-side tools go after the request's own tools, in the daemon's
- * order, so a conversation's prompt renders the same on every turn. A
- * tool the client declares itself stays the client's: the server's of the
- * same name is not offered.
- */
-static int offer_stools(struct kvd_api *a, struct gen *g, struct chat_request *cr)
+enum MHD_Result api_stream(struct req *q, struct gen *g)
 {
-	size_t n = json_array_size(a->stools), i, k;
-	struct chat_tool *t;
-	json_t *f;
-
-	t = realloc(cr->tools, (cr->n_tools + n) * sizeof(*t));
-	if (!t)
-		return -1;
-	cr->tools = t;
-	json_array_foreach(a->stools, i, f) {
-		const char *name = json_string_value(json_object_get(f, "name"));
-
-		for (k = 0; k < cr->n_tools; k++)
-			if (!strcmp(cr->tools[k].name, name))
-				break;
-		if (k < cr->n_tools || i >= 32)
-			continue;
-		cr->tools[cr->n_tools].name = name;
-		cr->tools[cr->n_tools].function = f;
-		cr->n_tools++;
-		g->stools |= 1u << i;
-	}
-	return 0;
-}
-
-/*
- * Structured decoding for a request: tool_choice "required" or a named
- * tool constrain the reply to tool calls; "auto" with tools constrains a
- * call once the model opens one (free text before); a JSON
- * response_format (without a forced tool call) constrains the reply to
- * JSON. Returns the spec text (malloc'd, freed by the caller) or NULL.
- */
-static char *constraint_for(const struct chat_request *cr, struct kvd_constraint *k)
-{
-	char *txt = NULL;
-
-	memset(k, 0, sizeof(*k));
-	if (cr->format != CHAT_FORMAT_TEXT && cr->tool_choice != CHAT_TOOLS_REQUIRED &&
-	    cr->tool_choice != CHAT_TOOLS_NAMED) {
-		if (cr->format == CHAT_FORMAT_JSON_OBJECT) {
-			k->kind = KVD_CONSTRAIN_JSON_OBJECT;
-			return NULL;
-		}
-		k->kind = KVD_CONSTRAIN_JSON_SCHEMA;
-		txt = json_dumps(cr->json_schema, JSON_COMPACT);
-	} else if (cr->n_tools && cr->tool_choice != CHAT_TOOLS_NONE) {
-		json_t *arr = json_array();
-		size_t i;
-
-		for (i = 0; arr && i < cr->n_tools; i++)
-			json_array_append_new(arr, json_pack("{s:s,s:O}", "type", "function",
-							     "function", cr->tools[i].function));
-		txt = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
-		json_decref(arr);
-		k->kind = KVD_CONSTRAIN_TOOLS;
-		k->lazy = cr->tool_choice == CHAT_TOOLS_AUTO;
-		k->tool_name = cr->tool_choice == CHAT_TOOLS_NAMED ? cr->tool_choice_name : NULL;
-		k->max_calls = cr->parallel_tool_calls ? 0 : 1;
-	}
-	if (txt) {
-		k->json = txt;
-		k->json_len = strlen(txt);
-	}
-	return txt;
-}
-
-static enum MHD_Result do_chat(struct MHD_Connection *c, struct req *q)
-{
-	char *c_json = NULL;
-	int rc;
-	struct kvd_api *a = q->a;
-	struct chat_request *cr;
-	struct api_error e;
-	struct kvd_request kr;
-	struct kvd_error ke;
-	const union MHD_ConnectionInfo *ci;
-	struct gen *g;
+	struct MHD_Response *r;
 	enum MHD_Result ret;
 
-	g = calloc(1, sizeof(*g));
-	if (!g)
-		return fail(c, q, 500, "server_error", NULL, "out of memory");
-	g->refs = 1;
-	g->a = a;
-	q->gen = g;	/* freed with the request from here on */
-	cr = &g->cr;
-	if (chat_request_parse(q->body.s ? q->body.s : "", q->body.len,
-			       kvd_model_id(a->d), cr, &e))
-		return send_error(c, q, &e);
-	/* only with tool_choice "auto": "none" wants no call, "required" and a
-	 * named tool want the client's */
-	if (a->stools && cr->tool_choice == CHAT_TOOLS_AUTO &&
-	    kvd_server_tools_allowed(a->d, q->tenant_id) && offer_stools(a, g, cr))
-		return fail(c, q, 500, "server_error", NULL, "out of memory");
-	{
-		struct chat_conv conv = { .msgs = cr->msgs, .n_msgs = cr->n_msgs,
-					  .tools = cr->tools, .n_tools = cr->n_tools };
-		char why[200];
-
-		rc = chat_render(a->tmpl, &conv, &g->prompt, why, sizeof(why));
-		if (rc == -EINVAL) {
-			api_bad(&e, "messages", "%s", why);
-			return send_error(c, q, &e);
-		}
-		if (rc)
-			return fail(c, q, 500, "server_error", NULL, "out of memory");
-	}
-	g->stream = cr->stream;
-	g->include_usage = cr->include_usage;
-	g->want_logprobs = cr->s.logprobs;
-	g->parallel = cr->parallel_tool_calls;
-	g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
-	g->logprobs = cr->s.logprobs ? json_array() : NULL;
-	g->tool_runs = g->stools ? json_array() : NULL;
-	make_id(g->id, sizeof(g->id), "chatcmpl-");
-	snprintf(g->model, sizeof(g->model), "%s", cr->model);
-	g->rc.id = g->id;
-	g->rc.model = g->model;
-	g->rc.created = (int64_t)time(NULL);
-	g->rc.usage_null = cr->stream && cr->include_usage;
-	g->rc.fingerprint = kvd_system_fingerprint(a->d);
-	tc_stream_init(&g->ts, a->tmpl, gen_emit, g);
-	ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	g->fd = ci ? ci->connect_fd : -1;
-	clock_gettime(CLOCK_MONOTONIC, &g->peer_checked);
-
-	memset(&kr, 0, sizeof(kr));
-	memset(&ke, 0, sizeof(ke));
-	kr.model = cr->model;
-	kr.prompt = g->prompt.text.s;
-	kr.prompt_len = g->prompt.text.len;
-	kr.session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
-	kr.tenant = q->tenant_id;
-	kr.request_id = g->id;
-	kr.s = cr->s;
-	kr.server_tools = g->stools;
-	c_json = constraint_for(cr, &kr.c);
-	if ((kr.c.kind == KVD_CONSTRAIN_TOOLS || kr.c.kind == KVD_CONSTRAIN_JSON_SCHEMA) &&
-	    !c_json) {
-		return fail(c, q, 500, "server_error", NULL, "out of memory");
-	}
-	rc = kvd_job_submit(a->d, &kr, &g->job, &ke);
-	free(c_json);	/* the orchestrator keeps its own copy */
-	if (rc) {
-		g->job = NULL;
-		api_error_from_kvd(&e, &ke);
-		return send_error(c, q, &e);
-	}
-
-	if (g->stream) {
-		struct MHD_Response *r;
-
-		clock_gettime(CLOCK_MONOTONIC, &g->last_sent);
-		sse_frame(g, resp_chunk_role(&g->rc));
-		__atomic_add_fetch(&g->refs, 1, __ATOMIC_RELAXED);
-		r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
-						      sse_read, g, sse_free);
-		if (!r) {
-			gen_unref(g);
-			return MHD_NO;
-		}
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-		MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-		MHD_add_response_header(r, "X-Accel-Buffering", "no");
-		MHD_add_response_header(r, "x-request-id", g->id);
-		q->status = 200;
-		q->responded = 1;
-		ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-		MHD_destroy_response(r);
-		return ret;
-	}
-
-	while (!g->finished && !g->client_gone)
-		gen_step(g, WAIT_TICK_MS);
-	if (g->client_gone) {
-		q->status = 499;	/* for the log line: nobody to answer */
+	gen_ref(g);
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, g,
+					      sse_free);
+	if (!r) {
+		gen_unref(g);
 		return MHD_NO;
 	}
-	if (g->failed)
-		return send_error(c, q, &g->err);
-	check_canonical(g);
-	{
-		struct tc_result tr = { 0 };
-		const char *fin = g->cancelled && g->n_calls ? "tool_calls" :
-			resp_finish_reason(g->finish, g->n_calls);
-		char *body;
-
-		for (size_t i = 0; i < g->n_calls; i++) {
-			g->calls[i].name = g->call_text.s + (uintptr_t)g->calls[i].name;
-			g->calls[i].arguments = g->call_text.s +
-				(uintptr_t)g->calls[i].arguments;
-		}
-		tr.content = g->content.s ? g->content.s : "";
-		tr.content_len = g->content.len;
-		tr.calls = g->calls;
-		tr.n_calls = g->n_calls;
-		body = resp_completion_runs(&g->rc, &tr, fin, &g->usage, g->session_id,
-					    g->logprobs, g->tool_runs);
-		g->logprobs = NULL;
-		g->tool_runs = NULL;
-		if (!body)
-			return fail(c, q, 500, "server_error", NULL, "out of memory");
-		return queue(c, q, 200, body, "application/json", NULL);
-	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	MHD_add_response_header(r, "X-Accel-Buffering", "no");
+	MHD_add_response_header(r, "x-request-id", g->id);
+	if (q->dialect == DIALECT_ANTHROPIC)
+		MHD_add_response_header(r, "request-id", g->id);
+	add_cors(q, r);
+	q->status = 200;
+	q->responded = 1;
+	ret = MHD_queue_response(q->c, MHD_HTTP_OK, r);
+	MHD_destroy_response(r);
+	return ret;
 }
+
+/* ---------------------------------------------------------------- small routes */
 
 static json_t *model_json(struct kvd_api *a)
 {
-	return json_pack("{s:s, s:s, s:I, s:s}", "id", kvd_model_id(a->d),
+	/* OpenAI's model object, with Anthropic's fields beside (the
+	 * Anthropic SDK lists models from the same path) */
+	char created[32];
+	time_t t = (time_t)a->started;
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "id", kvd_model_id(a->d),
 			 "object", "model", "created", (json_int_t)a->started,
-			 "owned_by", "kvarena");
+			 "owned_by", "kvarena", "type", "model", "display_name",
+			 kvd_model_id(a->d), "created_at", created);
 }
 
-static enum MHD_Result do_metrics(struct MHD_Connection *c, struct req *q)
+static enum MHD_Result do_metrics(struct req *q)
 {
 	struct kvd_api *a = q->a;
 	char *base = kvd_metrics_text(a->d);
@@ -917,120 +319,150 @@ static enum MHD_Result do_metrics(struct MHD_Connection *c, struct req *q)
 		    "kvarenad_tool_calls_total %lu\n"
 		    "# HELP kvarenad_tool_calls_noncanonical_total Responses with tool calls whose text does not render back byte for byte (the next turn re-prefills from there).\n"
 		    "# TYPE kvarenad_tool_calls_noncanonical_total counter\n"
-		    "kvarenad_tool_calls_noncanonical_total %lu\n",
+		    "kvarenad_tool_calls_noncanonical_total %lu\n"
+		    "# HELP kvarenad_http_cross_site_refused_total Requests refused for their Host, Origin or Content-Type (browsers, DNS rebinding).\n"
+		    "# TYPE kvarenad_http_cross_site_refused_total counter\n"
+		    "kvarenad_http_cross_site_refused_total %lu\n",
 		__atomic_load_n(&a->disconnects, __ATOMIC_RELAXED),
 		__atomic_load_n(&a->tool_calls, __ATOMIC_RELAXED),
-		__atomic_load_n(&a->noncanonical, __ATOMIC_RELAXED));
+		__atomic_load_n(&a->noncanonical, __ATOMIC_RELAXED),
+		__atomic_load_n(&a->refused_cross_site, __ATOMIC_RELAXED));
 	if (b.oom) {
 		sb_free(&b);
 		return MHD_NO;
 	}
-	return queue(c, q, 200, sb_steal(&b, NULL),
-		     "text/plain; version=0.0.4; charset=utf-8", NULL);
+	return api_queue(q, 200, sb_steal(&b, NULL),
+			 "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
-static enum MHD_Result do_session_delete(struct MHD_Connection *c, struct req *q)
+static enum MHD_Result do_session_delete(struct req *q)
 {
-	int r = kvd_session_delete(q->a->d, q->session, q->tenant_id);
+	int r = kvd_session_delete(q->a->d, q->arg, q->tenant_id);
 
 	if (r == -ENOENT)
-		return fail(c, q, 404, API_INVALID, "session_not_found",
-			    "No session '%s'.", q->session);
+		return api_fail(q, 404, API_INVALID, "session_not_found",
+				"No session '%s'.", q->arg);
 	if (r < 0)
-		return fail(c, q, 500, "server_error", NULL,
-			    "could not delete the session (%s)", strerror(-r));
-	return send_json(c, q, 200, json_pack("{s:s, s:s, s:b}", "id", q->session,
-					      "object", "session.deleted", "deleted", 1));
+		return api_fail(q, 500, "server_error", NULL,
+				"could not delete the session (%s)", strerror(-r));
+	return api_send_json(q, 200, json_pack("{s:s, s:s, s:b}", "id", q->arg,
+					       "object", "session.deleted", "deleted", 1));
 }
 
-static enum MHD_Result dispatch(struct MHD_Connection *c, struct req *q)
+static enum MHD_Result dispatch(struct req *q, const char *method)
 {
 	struct kvd_api *a = q->a;
 
 	switch (q->route) {
 	case R_CHAT:
-		return do_chat(c, q);
-	case R_MODELS:
-		return send_json(c, q, 200, json_pack("{s:s, s:[o]}", "object", "list",
-						      "data", model_json(a)));
+		return chat_api_handle(q);
+	case R_COMPLETIONS:
+		return completions_handle(q);
+	case R_MESSAGES:
+	case R_COUNT_TOKENS:
+		return messages_handle(q);
+	case R_RESPONSES:
+	case R_RESPONSE:
+	case R_RESPONSE_ITEMS:
+		return responses_handle(q);
+	case R_MODELS: {
+		json_t *m = model_json(a);
+
+		return api_send_json(q, 200, json_pack("{s:s, s:[o], s:b, s:s, s:s}", "object",
+					"list", "data", m, "has_more", 0, "first_id",
+					kvd_model_id(a->d), "last_id", kvd_model_id(a->d)));
+	}
 	case R_MODEL:
-		if (strcmp(q->session, kvd_model_id(a->d)))
-			return fail(c, q, 404, API_INVALID, "model_not_found",
-				    "The model '%s' does not exist or you do not have access to it.",
-				    q->session);
-		return send_json(c, q, 200, model_json(a));
+		if (strcmp(q->arg, kvd_model_id(a->d)))
+			return api_fail(q, 404, API_INVALID, "model_not_found",
+					"The model '%s' does not exist or you do not have access to it.",
+					q->arg);
+		return api_send_json(q, 200, model_json(a));
 	case R_HEALTH: {
 		int ok = kvd_ready(a->d) && !__atomic_load_n(&a->draining, __ATOMIC_RELAXED);
 
-		return send_json(c, q, ok ? 200 : 503, json_pack("{s:s}", "status",
-						ok ? "ok" : "unavailable"));
+		return api_send_json(q, ok ? 200 : 503, json_pack("{s:s}", "status",
+							       ok ? "ok" : "unavailable"));
 	}
 	case R_METRICS:
-		return do_metrics(c, q);
+		return do_metrics(q);
 	case R_SESSION:
-		return do_session_delete(c, q);
+		return do_session_delete(q);
 	case R_TOKENIZE:
 	case R_DETOKENIZE: {
 		struct api_error e;
 		char *out = (q->route == R_TOKENIZE ? api_tokenize : api_detokenize)
 			(a->d, q->body.s ? q->body.s : "", q->body.len, &e);
 
-		return out ? queue(c, q, 200, out, "application/json", NULL) : send_error(c, q, &e);
+		return out ? api_queue(q, 200, out, "application/json", NULL) :
+			api_send_error(q, &e);
 	}
 	default:
+		(void)method;
 		return MHD_NO;
 	}
 }
 
 /* ---------------------------------------------------------------- requests */
 
-/* route and the method it takes */
-static enum route match_route(const char *url, const char **method, char *arg,
-			      size_t arglen)
+/* The route of url (its {id} in arg); NULL when none. */
+static const struct route_def *match_route(const char *url, char *arg, size_t arglen)
 {
-	size_t n;
-
-	*method = NULL;
 	arg[0] = '\0';
-	if (!strcmp(url, "/v1/chat/completions"))
-		return *method = "POST", R_CHAT;
-	if (!strcmp(url, "/v1/models"))
-		return *method = "GET", R_MODELS;
-	if (!strcmp(url, "/health"))
-		return *method = "GET", R_HEALTH;
-	if (!strcmp(url, "/metrics"))
-		return *method = "GET", R_METRICS;
-	if (!strcmp(url, "/tokenize"))
-		return *method = "POST", R_TOKENIZE;
-	if (!strcmp(url, "/detokenize"))
-		return *method = "POST", R_DETOKENIZE;
-	if (!strncmp(url, "/v1/models/", 11) && url[11] &&
-	    (n = strlen(url + 11)) < arglen) {
-		memcpy(arg, url + 11, n + 1);
-		return *method = "GET", R_MODEL;
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		const struct route_def *r = &routes[i];
+		size_t pl = strlen(r->path), n;
+		const char *id, *end;
+
+		if (r->path[pl - 1] != '*') {
+			if (!strcmp(url, r->path))
+				return r;
+			continue;
+		}
+		if (strncmp(url, r->path, pl - 1) || !url[pl - 1])
+			continue;
+		id = url + pl - 1;
+		end = strchr(id, '/');
+		if (r->suffix ? !end || strcmp(end, r->suffix) : end != NULL)
+			continue;
+		n = end ? (size_t)(end - id) : strlen(id);
+		if (!n || n >= arglen)
+			continue;
+		memcpy(arg, id, n);
+		arg[n] = '\0';
+		return r;
 	}
-	if (!strncmp(url, "/v1/sessions/", 13) && url[13] && !strchr(url + 13, '/') &&
-	    (n = strlen(url + 13)) < arglen) {
-		memcpy(arg, url + 13, n + 1);
-		return *method = "DELETE", R_SESSION;
+	return NULL;
+}
+
+static int method_allowed(const struct route_def *r, const char *method)
+{
+	const char *p = r->methods;
+	size_t n = strlen(method);
+
+	while ((p = strstr(p, method))) {
+		if ((p == r->methods || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+		p += n;
 	}
-	return R_NONE;
+	return 0;
 }
 
 /* Routes that take a request body get max_body; the others 64 KiB. */
-static size_t body_cap(const struct kvd_api *a, enum route r)
+static size_t body_cap(const struct kvd_api *a, const struct route_def *r)
 {
-	return r == R_CHAT || r == R_TOKENIZE || r == R_DETOKENIZE ? a->max_body : 64 * 1024;
+	return r && r->body ? a->max_body : 64 * 1024;
 }
 
-/* 0 when the request may go on (q->tenant set); else a response queued. */
-static int authenticate(struct MHD_Connection *c, struct req *q,
-			enum MHD_Result *ret)
+/* 0 when the request may go on (q->tenant set); else a response queued.
+ * The key comes as OpenAI's clients send it (Authorization: Bearer KEY)
+ * or as Anthropic's do (x-api-key: KEY). */
+static int authenticate(struct req *q, enum MHD_Result *ret)
 {
 	struct kvd_api *a = q->a;
 	struct auth_table *t;
 	const struct auth_tenant *who;
-	const char *h, *key;
+	const char *h, *x, *key;
 
 	pthread_mutex_lock(&a->lock);
 	t = a->auth;
@@ -1041,12 +473,14 @@ static int authenticate(struct MHD_Connection *c, struct req *q,
 		snprintf(q->tenant, sizeof(q->tenant), "-");
 		return 0;
 	}
-	h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-					MHD_HTTP_HEADER_AUTHORIZATION);
+	h = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	x = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, "x-api-key");
 	key = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : NULL;
 	while (key && *key == ' ')
 		key++;
 	who = key ? auth_lookup(t, key, strlen(key)) : NULL;
+	if (!who && x)
+		who = auth_lookup(t, x, strlen(x));
 	if (who) {
 		snprintf(q->tenant, sizeof(q->tenant), "%s", who->name);
 		q->tenant_id = who->id;
@@ -1055,10 +489,165 @@ static int authenticate(struct MHD_Connection *c, struct req *q,
 	if (who)
 		return 0;
 	snprintf(q->tenant, sizeof(q->tenant), "?");
-	*ret = fail(c, q, 401, API_INVALID, "invalid_api_key",
-		    h ? "Incorrect API key provided. Send a valid key as 'Authorization: Bearer KEY'."
-		      : "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'.");
+	*ret = api_fail(q, 401, API_INVALID, "invalid_api_key",
+			h || x ? "Incorrect API key provided. Send a valid key as 'Authorization: Bearer KEY' or 'x-api-key: KEY'."
+			       : "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'.");
 	return -1;
+}
+
+static int name_eq(const char *a, size_t an, const char *b)
+{
+	return strlen(b) == an && !strncasecmp(a, b, an);
+}
+
+/* DNS rebinding: a page of evil.example whose name now resolves to this
+ * address sends Host: evil.example. Accepted: the listen address, on
+ * loopback "localhost" and the loopback addresses, and the configured
+ * names; a wildcard listen address accepts any Host unless names are
+ * configured. No Host (HTTP/1.0) is not a browser. */
+static int host_ok(const struct kvd_api *a, const char *host)
+{
+	const char *h = host, *e;
+	size_t n;
+
+	if (!host)
+		return 1;
+	if (*h == '[') {
+		e = strchr(h, ']');
+		if (!e)
+			return 0;
+		h++;
+		n = (size_t)(e - h);
+	} else {
+		e = strchr(h, ':');
+		n = e ? (size_t)(e - h) : strlen(h);
+	}
+	for (size_t i = 0; i < a->n_hosts; i++)
+		if (!strcmp(a->hosts[i], "*") || name_eq(h, n, a->hosts[i]))
+			return 1;
+	if (a->wildcard && !a->n_hosts)
+		return 1;
+	if (name_eq(h, n, a->listen_addr))
+		return 1;
+	if (a->loopback) {
+		char ip[64];
+		struct in_addr v4;
+		struct in6_addr v6;
+
+		if (name_eq(h, n, "localhost") || n >= sizeof(ip))
+			return n < sizeof(ip);
+		memcpy(ip, h, n);
+		ip[n] = '\0';
+		if (inet_pton(AF_INET, ip, &v4) == 1)
+			return (ntohl(v4.s_addr) >> 24) == 127;
+		if (inet_pton(AF_INET6, ip, &v6) == 1)
+			return IN6_IS_ADDR_LOOPBACK(&v6);
+	}
+	return 0;
+}
+
+/* A browser's Origin: allowed when configured ("*" or the exact origin)
+ * or this server's own (http://HOST, the Host already checked). Sets
+ * q->origin to echo in Access-Control-Allow-Origin. */
+static int origin_ok(struct req *q, const char *origin, const char *host)
+{
+	struct kvd_api *a = q->a;
+
+	if (!origin)
+		return 1;
+	for (size_t i = 0; i < a->n_cors; i++)
+		if (!strcmp(a->cors_origins[i], "*") || !strcmp(a->cors_origins[i], origin)) {
+			snprintf(q->origin, sizeof(q->origin), "%s",
+				 strcmp(a->cors_origins[i], "*") ? origin : "*");
+			return 1;
+		}
+	return host && !strncmp(origin, "http://", 7) && !strcmp(origin + 7, host);
+}
+
+/* A JSON body: application/json (with parameters) and nothing else, so
+ * no page can send one without a CORS preflight. */
+static int is_json_type(const char *ct)
+{
+	size_t n = strlen("application/json");
+
+	if (!ct)
+		return 0;
+	while (*ct == ' ')
+		ct++;
+	return !strncasecmp(ct, "application/json", n) &&
+	       (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+static enum MHD_Result preflight(struct req *q, const struct route_def *rd)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+	enum MHD_Result ret;
+
+	if (!r)
+		return MHD_NO;
+	add_cors(q, r);
+	MHD_add_response_header(r, "Access-Control-Allow-Methods", rd->methods);
+	MHD_add_response_header(r, "Access-Control-Allow-Headers",
+				"Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, OpenAI-Beta, OpenAI-Organization, OpenAI-Project");
+	MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+	q->status = 204;
+	q->responded = 1;
+	ret = MHD_queue_response(q->c, 204, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+static enum MHD_Result refuse_cross_site(struct req *q, int status, const char *fmt,
+					 const char *what)
+{
+	__atomic_add_fetch(&q->a->refused_cross_site, 1, __ATOMIC_RELAXED);
+	kvd_log(KVD_LOG_WARN, "api", "%s %s refused: %s '%.100s'", q->method, q->path,
+		status == 415 ? "Content-Type" : "Host/Origin", what ? what : "");
+	return api_fail(q, status, API_INVALID, status == 415 ? "unsupported_media_type" :
+			"cross_site_refused", fmt, what ? what : "");
+}
+
+/* The first call for a request: every check that needs no body. */
+static enum MHD_Result begin(struct req *q, const char *url, const char *method)
+{
+	struct kvd_api *a = q->a;
+	const struct route_def *rd = match_route(url, q->arg, sizeof(q->arg));
+	const char *host, *origin, *cl, *ct;
+	enum MHD_Result ret;
+
+	if (!rd)
+		return api_fail(q, 404, API_INVALID, NULL, "Invalid URL (%s %.200s)", q->method, url);
+	q->route = rd->r;
+	q->dialect = rd->dialect;
+	host = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+	origin = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, "Origin");
+	if (!host_ok(a, host))
+		return refuse_cross_site(q, 403, "Host '%.100s' is not this server's name (DNS rebinding?); add it to [server] allowed_hosts if it is.",
+					 host);
+	if (!origin_ok(q, origin, host))
+		return refuse_cross_site(q, 403, "Requests from pages of '%.100s' are not allowed; list the origin in [server] cors_origins to allow them.",
+					 origin);
+	if (!strcmp(method, "OPTIONS") && origin &&
+	    MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+		return preflight(q, rd);
+	if (!method_allowed(rd, method))
+		return api_fail(q, 405, API_INVALID, NULL, "Method %s is not allowed on %.200s; use %s.",
+				q->method, url, rd->methods);
+	if (__atomic_load_n(&a->draining, __ATOMIC_RELAXED) && q->route != R_HEALTH &&
+	    q->route != R_METRICS)
+		return api_fail(q, 503, "server_error", "service_unavailable",
+				"The server is shutting down.");
+	if (q->route != R_HEALTH && authenticate(q, &ret))
+		return ret;
+	cl = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl && strtoull(cl, NULL, 10) > body_cap(a, rd))
+		return api_fail(q, 413, API_INVALID, "request_too_large",
+				"The request body is larger than %zu bytes.", body_cap(a, rd));
+	ct = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+	if (rd->body && !is_json_type(ct))
+		return refuse_cross_site(q, 415, "The body must be JSON sent as 'Content-Type: application/json' (got '%.100s').",
+					 ct ? ct : "none");
+	return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
@@ -1068,18 +657,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 {
 	struct kvd_api *a = cls;
 	struct req *q = *con_cls;
-	const char *want;
-	enum MHD_Result ret;
 
 	(void)version;
 	if (!q) {
-		const char *cl;
-
 		q = calloc(1, sizeof(*q));
 		if (!q)
 			return MHD_NO;
 		*con_cls = q;
 		q->a = a;
+		q->c = c;
 		clock_gettime(CLOCK_MONOTONIC, &q->t0);
 		snprintf(q->method, sizeof(q->method), "%s", method);
 		for (char *p = q->method; *p; p++)
@@ -1093,31 +679,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		pthread_mutex_lock(&a->lock);
 		a->inflight++;
 		pthread_mutex_unlock(&a->lock);
-
-		q->route = match_route(url, &want, q->session, sizeof(q->session));
-		if (q->route == R_NONE)
-			return fail(c, q, 404, API_INVALID, NULL,
-				    "Invalid URL (%s %.200s)", q->method, url);
-		if (strcmp(method, want) &&
-		    !(q->route == R_HEALTH && !strcmp(method, "HEAD")))
-			return fail(c, q, 405, API_INVALID, NULL,
-				    "Method %s is not allowed on %.200s; use %s.",
-				    q->method, url, want);
-		if (__atomic_load_n(&a->draining, __ATOMIC_RELAXED) && q->route != R_HEALTH &&
-		    q->route != R_METRICS)
-			return fail(c, q, 503, "server_error", "service_unavailable",
-				    "The server is shutting down.");
-		if (q->route != R_HEALTH && authenticate(c, q, &ret))
-			return ret;
-		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						 MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > body_cap(a, q->route))
-			return fail(c, q, 413, API_INVALID, "request_too_large",
-				    "The request body is larger than %zu bytes.", a->max_body);
-		return MHD_YES;
+		return begin(q, url, method);
 	}
 	if (*upload_size) {
-		if (q->body.len + *upload_size > body_cap(a, q->route)) {
+		if (q->responded) {
+			*upload_size = 0;	/* refused already: drain it */
+			return MHD_YES;
+		}
+		if (q->body.len + *upload_size > body_cap(a, route_of(q->route))) {
 			/* a body without Content-Length grew past the cap; no
 			 * response can be queued while an upload is being read
 			 * (libmicrohttpd), so the connection is closed */
@@ -1130,7 +699,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	}
 	if (q->responded)
 		return MHD_YES;
-	return dispatch(c, q);
+	return dispatch(q, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1145,11 +714,18 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!q)
 		return;
 	g = q->gen;
-	if (g && g->job && !g->finished && !g->cancelled) {
+	if (g && g->ch[0].job && !g->finished) {
 		/* the stream was cut (client gone, write failed, shutdown) */
-		g->cancelled = 1;
-		kvd_job_cancel(g->job);
-		__atomic_add_fetch(&a->disconnects, 1, __ATOMIC_RELAXED);
+		int any = 0;
+
+		for (unsigned i = 0; i < g->n; i++)
+			if (g->ch[i].job && !g->ch[i].cancelled && !g->ch[i].finished) {
+				g->ch[i].cancelled = 1;
+				kvd_job_cancel(g->ch[i].job);
+				any = 1;
+			}
+		if (any && !g->client_gone)
+			__atomic_add_fetch(&a->disconnects, 1, __ATOMIC_RELAXED);
 	}
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
 		snprintf(extra, sizeof(extra), " aborted=%d", (int)toe);
@@ -1159,17 +735,22 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (q->status)
 		__atomic_add_fetch(&a->requests[q->route][code_index(q->status)], 1,
 				   __ATOMIC_RELAXED);
-	if (g && g->job)
+	if (g && g->ch[0].job) {
+		uint32_t toks = 0;
+
+		for (unsigned i = 0; i < g->n; i++)
+			toks += g->ch[i].tokens;
 		kvd_log(KVD_LOG_INFO, "api",
 			"%s %s %d tenant=%s id=%s prompt=%u cached=%u completion=%u ttft_ms=%.1f total_ms=%.1f wall_ms=%.1f%s%s",
 			q->method, q->path, q->status, q->tenant, g->id,
 			g->usage.prompt_tokens, g->usage.cached_tokens,
-			g->usage.completion_tokens ? g->usage.completion_tokens : g->tokens,
+			g->usage.completion_tokens ? g->usage.completion_tokens : toks,
 			g->ttft_ms, g->total_ms, ms_since(&q->t0),
 			g->client_gone ? " client_gone=1" : "", extra);
-	else
+	} else {
 		kvd_log(KVD_LOG_INFO, "api", "%s %s %d tenant=%s wall_ms=%.1f%s",
 			q->method, q->path, q->status, q->tenant, ms_since(&q->t0), extra);
+	}
 	gen_unref(g);
 	sb_free(&q->body);
 	free(q);
@@ -1215,7 +796,12 @@ int kvd_api_set_tenants(struct kvd_api *a, const struct kvd_api_tenant *t,
 			size_t n, char *err, size_t errlen)
 {
 	struct auth_table *nt = NULL, *old;
+	uint32_t ids[KVD_API_MAX_TENANTS];
 
+	if (n > KVD_API_MAX_TENANTS) {
+		snprintf(err, errlen, "at most %d tenants", KVD_API_MAX_TENANTS);
+		return -EINVAL;
+	}
 	if (n) {
 		nt = auth_table_new(t, n, err, errlen);
 		if (!nt)
@@ -1230,9 +816,33 @@ int kvd_api_set_tenants(struct kvd_api *a, const struct kvd_api_tenant *t,
 	a->auth = nt;
 	pthread_mutex_unlock(&a->lock);
 	auth_table_put(old);
+	/* what a tenant no longer configured kept goes with it (by its id,
+	 * which names it whatever its place in the file) */
+	for (size_t i = 0; i < n; i++)
+		ids[i] = t[i].id;
+	responses_store_keep_tenants(a->store, ids, n);
 	kvd_log(KVD_LOG_INFO, "api", "API keys: %zu tenant(s), %zu key(s)%s", n,
 		auth_table_keys(nt), nt ? "" : " (no authentication)");
 	return 0;
+}
+
+static void free_list(char **l, size_t n)
+{
+	for (size_t i = 0; l && i < n; i++)
+		free(l[i]);
+	free(l);
+}
+
+static char **copy_list(const char *const *l, size_t n)
+{
+	char **c = n ? calloc(n, sizeof(*c)) : NULL;
+
+	for (size_t i = 0; c && i < n; i++)
+		if (!(c[i] = strdup(l[i]))) {
+			free_list(c, n);
+			return NULL;
+		}
+	return c;
 }
 
 static void api_free(struct kvd_api *a)
@@ -1240,6 +850,10 @@ static void api_free(struct kvd_api *a)
 	auth_table_put(a->auth);
 	free(a->listen_addr);
 	json_decref(a->stools);
+	free_list(a->cors_origins, a->n_cors);
+	free_list(a->hosts, a->n_hosts);
+	responses_store_free(a->store);
+	turn_cache_free(a->turns);
 	pthread_mutex_destroy(&a->lock);
 	pthread_cond_destroy(&a->idle);
 	free(a);
@@ -1271,6 +885,13 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 			 addr);
 		return -EINVAL;
 	}
+	for (size_t i = 0; i < c->n_cors_origins; i++)
+		if (!c->cors_origins[i] || !*c->cors_origins[i] ||
+		    (strcmp(c->cors_origins[i], "*") && !strstr(c->cors_origins[i], "://"))) {
+			snprintf(err, errlen, "cors_origins: '%s' is not an origin (scheme://host[:port]) or '*'",
+				 c->cors_origins[i] ? c->cors_origins[i] : "");
+			return -EINVAL;
+		}
 	a = calloc(1, sizeof(*a));
 	if (!a) {
 		snprintf(err, errlen, "out of memory");
@@ -1289,7 +910,17 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		(ntohl(s4->sin_addr.s_addr) >> 24) == 127 :
 		(IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) ||
 		 (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) && s6->sin6_addr.s6_addr[12] == 127));
-	if (!a->listen_addr) {
+	a->wildcard = ss.ss_family == AF_INET ? s4->sin_addr.s_addr == htonl(INADDR_ANY) :
+		IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr);
+	a->cors_origins = copy_list(c->cors_origins, c->n_cors_origins);
+	a->n_cors = a->cors_origins ? c->n_cors_origins : 0;
+	a->hosts = copy_list(c->allowed_hosts, c->n_allowed_hosts);
+	a->n_hosts = a->hosts ? c->n_allowed_hosts : 0;
+	a->store = responses_store_new(c->responses_max ? c->responses_max : 1000,
+				       c->responses_max_bytes ? c->responses_max_bytes : 64u << 20);
+	a->turns = turn_cache_new();
+	if (!a->listen_addr || !a->store || !a->turns || a->n_cors != c->n_cors_origins ||
+	    a->n_hosts != c->n_allowed_hosts) {
 		api_free(a);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
@@ -1348,11 +979,14 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		kvd_log(KVD_LOG_INFO, "api", "listening on %s port %u; API keys required (%zu tenant(s), %zu key(s))",
 			addr, (unsigned)a->port, c->n_tenants, auth_table_keys(a->auth));
 	else if (a->loopback)
-		kvd_log(KVD_LOG_WARN, "api", "listening on %s port %u WITHOUT API keys (loopback only: any local user can use the server)",
+		kvd_log(KVD_LOG_WARN, "api", "listening on %s port %u WITHOUT API keys (loopback only: any local user can use the server; browsers' pages cannot)",
 			addr, (unsigned)a->port);
 	else
 		kvd_log(KVD_LOG_WARN, "api", "listening on %s port %u WITHOUT API keys and beyond loopback (allow_remote set): anyone who can reach this address can use the server",
 			addr, (unsigned)a->port);
+	if (a->n_cors)
+		kvd_log(KVD_LOG_INFO, "api", "pages of %zu origin(s) may call the API (cors_origins%s)",
+			a->n_cors, a->n_cors == 1 && !strcmp(a->cors_origins[0], "*") ? ": any" : "");
 	*out = a;
 	return 0;
 }

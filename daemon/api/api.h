@@ -59,6 +59,20 @@ struct kvd_api_config {
 	unsigned max_connections;	/* concurrent connections */
 	unsigned conn_timeout_s;	/* idle connection closed after this */
 	unsigned drain_timeout_s;	/* kvd_api_stop() waits this long */
+	/* Browsers (Documentation/api.md, "Browsers and other sites"): the
+	 * Origins whose pages may call the API ("*": any; none: a request
+	 * with an Origin header is refused unless it is this server's own),
+	 * and the Host names accepted besides the listen address (and
+	 * "localhost" on loopback): DNS rebinding. */
+	const char *const *cors_origins;
+	size_t n_cors_origins;
+	const char *const *allowed_hosts;
+	size_t n_allowed_hosts;
+	/* /v1/responses kept for previous_response_id, per tenant: at most
+	 * this many (0: the default, 1000) and bytes (0: 64 MiB); the
+	 * oldest go first */
+	size_t responses_max;
+	size_t responses_max_bytes;
 };
 
 /* Defaults: 127.0.0.1:8000, no keys, 4 MiB bodies, 1024 connections,

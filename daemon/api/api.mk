@@ -18,7 +18,8 @@ API_CFLAGS  := -std=c11 -Wall -Wextra -Werror -O2 -g -I$(API_SRC) \
 API_SAN     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
 API_LIBS    := -lmicrohttpd -ljansson -lpthread
-API_NAMES   := api auth chat_request error response tokenize
+API_NAMES   := api auth chat_api chat_request completions error gen messages response \
+               responses responses_store tokenize turn_cache
 API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h \
                $(CHAT_HDRS)
 API_OBJS    := $(API_NAMES:%=$(API_OUT)/obj/%.o)
@@ -65,6 +66,7 @@ check-api: deps-api $(API_UNIT) $(API_SERVER)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(API_UNIT)
 	KVD_API_SERVER=$(API_SERVER) sh tests/daemon/run-api.sh
 	python3 tests/daemon/api_server_tools.py $(API_SERVER) 2>/dev/null
+	python3 tests/daemon/api_frontends.py $(API_SERVER) 2>/dev/null
 
 deps-api:
 	@[ -f /usr/include/microhttpd.h ] && [ -f /usr/include/jansson.h ] && \

@@ -29,7 +29,7 @@ struct parser {
 	struct api_error *e;
 };
 
-static const char *type_name(const json_t *v)
+const char *param_type_name(const json_t *v)
 {
 	switch (json_typeof(v)) {
 	case JSON_OBJECT: return "an object";
@@ -43,16 +43,16 @@ static const char *type_name(const json_t *v)
 	}
 }
 
-static int wrong_type(struct api_error *e, const char *param, const json_t *v,
+int param_wrong_type(struct api_error *e, const char *param, const json_t *v,
 		      const char *want)
 {
 	api_bad(e, param, "Invalid type for '%s': expected %s, but got %s.",
-		param, want, type_name(v));
+		param, want, param_type_name(v));
 	return -1;
 }
 
 /* Optional number within [lo, hi]; *out untouched when absent/null. */
-static int get_number(struct api_error *e, json_t *o, const char *key,
+int param_number(struct api_error *e, json_t *o, const char *key,
 		      double lo, double hi, double *out)
 {
 	json_t *v = json_object_get(o, key);
@@ -61,7 +61,7 @@ static int get_number(struct api_error *e, json_t *o, const char *key,
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_number(v))
-		return wrong_type(e, key, v, "a number");
+		return param_wrong_type(e, key, v, "a number");
 	d = json_number_value(v);
 	if (!isfinite(d) || d < lo || d > hi) {
 		api_bad(e, key, "Invalid value for '%s': %g is not within [%g, %g].",
@@ -72,7 +72,7 @@ static int get_number(struct api_error *e, json_t *o, const char *key,
 	return 0;
 }
 
-static int get_int(struct api_error *e, json_t *o, const char *key,
+int param_int(struct api_error *e, json_t *o, const char *key,
 		   json_int_t lo, json_int_t hi, json_int_t *out, int *present)
 {
 	json_t *v = json_object_get(o, key);
@@ -81,7 +81,7 @@ static int get_int(struct api_error *e, json_t *o, const char *key,
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_integer(v))
-		return wrong_type(e, key, v, "an integer");
+		return param_wrong_type(e, key, v, "an integer");
 	if (json_integer_value(v) < lo || json_integer_value(v) > hi) {
 		api_bad(e, key, "Invalid value for '%s': %lld is not within [%lld, %lld].",
 			key, (long long)json_integer_value(v), (long long)lo,
@@ -93,20 +93,20 @@ static int get_int(struct api_error *e, json_t *o, const char *key,
 	return 0;
 }
 
-static int get_bool(struct api_error *e, json_t *o, const char *key, int *out)
+int param_bool(struct api_error *e, json_t *o, const char *key, int *out)
 {
 	json_t *v = json_object_get(o, key);
 
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_boolean(v))
-		return wrong_type(e, key, v, "a boolean");
+		return param_wrong_type(e, key, v, "a boolean");
 	*out = json_is_true(v);
 	return 0;
 }
 
 /* Optional string of at most max bytes; NULL when absent/null. */
-static int get_string(struct api_error *e, json_t *o, const char *key,
+int param_string(struct api_error *e, json_t *o, const char *key,
 		      const char *param, size_t max, const char **out)
 {
 	json_t *v = json_object_get(o, key);
@@ -115,7 +115,7 @@ static int get_string(struct api_error *e, json_t *o, const char *key,
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_string(v))
-		return wrong_type(e, param, v, "a string");
+		return param_wrong_type(e, param, v, "a string");
 	if (json_string_length(v) > max) {
 		api_bad(e, param, "Invalid '%s': string too long (%zu bytes; at most %zu).",
 			param, json_string_length(v), max);
@@ -150,7 +150,7 @@ static int get_content(struct parser *p, json_t *m, const char *param,
 		return 0;
 	}
 	if (!json_is_array(v))
-		return wrong_type(p->e, param, v, "a string or an array of content parts");
+		return param_wrong_type(p->e, param, v, "a string or an array of content parts");
 	if (json_array_size(v) > CHAT_MAX_PARTS) {
 		api_bad(p->e, param, "Invalid '%s': at most %d content parts.",
 			param, CHAT_MAX_PARTS);
@@ -163,12 +163,12 @@ static int get_content(struct parser *p, json_t *m, const char *param,
 		snprintf(pp, sizeof(pp), "%s[%zu]", param, i);
 		if (!json_is_object(part)) {
 			sb_free(&b);
-			return wrong_type(p->e, pp, part, "an object");
+			return param_wrong_type(p->e, pp, part, "an object");
 		}
 		snprintf(pp, sizeof(pp), "%s[%zu].type", param, i);
 		if (!json_is_string(type)) {
 			sb_free(&b);
-			return type ? wrong_type(p->e, pp, type, "a string") :
+			return type ? param_wrong_type(p->e, pp, type, "a string") :
 				(api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1);
 		}
 		if (strcmp(json_string_value(type), "text")) {
@@ -180,7 +180,7 @@ static int get_content(struct parser *p, json_t *m, const char *param,
 		snprintf(pp, sizeof(pp), "%s[%zu].text", param, i);
 		if (!json_is_string(text)) {
 			sb_free(&b);
-			return text ? wrong_type(p->e, pp, text, "a string") :
+			return text ? param_wrong_type(p->e, pp, text, "a string") :
 				(api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1);
 		}
 		sb_add(&b, json_string_value(text), json_string_length(text));
@@ -207,7 +207,7 @@ static int parse_calls(struct parser *p, json_t *m, size_t mi,
 		return 0;
 	snprintf(pp, sizeof(pp), "messages[%zu].tool_calls", mi);
 	if (!json_is_array(v))
-		return wrong_type(p->e, pp, v, "an array");
+		return param_wrong_type(p->e, pp, v, "an array");
 	if (json_array_size(v) > CHAT_MAX_CALLS) {
 		api_bad(p->e, pp, "Invalid '%s': at most %d tool calls.", pp, CHAT_MAX_CALLS);
 		return -1;
@@ -226,9 +226,9 @@ static int parse_calls(struct parser *p, json_t *m, size_t mi,
 		msg->n_calls = i + 1;
 		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu]", mi, i);
 		if (!json_is_object(c))
-			return wrong_type(p->e, pp, c, "an object");
+			return param_wrong_type(p->e, pp, c, "an object");
 		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].id", mi, i);
-		if (get_string(p->e, c, "id", pp, CHAT_MAX_ID, &cc->id))
+		if (param_string(p->e, c, "id", pp, CHAT_MAX_ID, &cc->id))
 			return -1;
 		if (!cc->id || !cc->id[0]) {
 			api_bad(p->e, pp, "Missing required parameter: '%s'.", pp);
@@ -246,10 +246,10 @@ static int parse_calls(struct parser *p, json_t *m, size_t mi,
 		if (!json_is_object(fn)) {
 			if (!fn)
 				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
-			return wrong_type(p->e, pp, fn, "an object");
+			return param_wrong_type(p->e, pp, fn, "an object");
 		}
 		snprintf(pp, sizeof(pp), "messages[%zu].tool_calls[%zu].function.name", mi, i);
-		if (get_string(p->e, fn, "name", pp, TC_MAX_NAME, &cc->name))
+		if (param_string(p->e, fn, "name", pp, TC_MAX_NAME, &cc->name))
 			return -1;
 		if (!cc->name || !tc_valid_name(cc->name, strlen(cc->name))) {
 			api_bad(p->e, pp, "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.", pp);
@@ -260,7 +260,7 @@ static int parse_calls(struct parser *p, json_t *m, size_t mi,
 		if (!json_is_string(args)) {
 			if (!args)
 				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
-			return wrong_type(p->e, pp, args, "a string");
+			return param_wrong_type(p->e, pp, args, "a string");
 		}
 		cc->arguments = json_string_value(args);
 		cc->arguments_len = json_string_length(args);
@@ -300,7 +300,7 @@ static int parse_messages(struct parser *p, json_t *v)
 	if (!v)
 		return api_bad(p->e, "messages", "Missing required parameter: 'messages'."), -1;
 	if (!json_is_array(v))
-		return wrong_type(p->e, "messages", v, "an array");
+		return param_wrong_type(p->e, "messages", v, "an array");
 	if (json_array_size(v) == 0)
 		return api_bad(p->e, "messages", "Invalid 'messages': empty array. Expected an array with minimum length 1."), -1;
 	if (json_array_size(v) > CHAT_MAX_MESSAGES)
@@ -316,14 +316,14 @@ static int parse_messages(struct parser *p, json_t *v)
 		p->r->n_msgs = i + 1;
 		snprintf(pp, sizeof(pp), "messages[%zu]", i);
 		if (!json_is_object(m))
-			return wrong_type(p->e, pp, m, "an object");
+			return param_wrong_type(p->e, pp, m, "an object");
 		snprintf(pp, sizeof(pp), "messages[%zu].role", i);
-		if (get_string(p->e, m, "role", pp, 64, &role))
+		if (param_string(p->e, m, "role", pp, 64, &role))
 			return -1;
 		if (!role)
 			return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
 		snprintf(pp, sizeof(pp), "messages[%zu].name", i);
-		if (get_string(p->e, m, "name", pp, CHAT_MAX_ID, &name))
+		if (param_string(p->e, m, "name", pp, CHAT_MAX_ID, &name))
 			return -1;
 		snprintf(pp, sizeof(pp), "messages[%zu].content", i);
 		if (!strcmp(role, "system") || !strcmp(role, "developer")) {
@@ -344,7 +344,7 @@ static int parse_messages(struct parser *p, json_t *v)
 			if (get_content(p, m, pp, 1, &msg->content, &msg->content_len))
 				return -1;
 			snprintf(pp, sizeof(pp), "messages[%zu].tool_call_id", i);
-			if (get_string(p->e, m, "tool_call_id", pp, CHAT_MAX_ID,
+			if (param_string(p->e, m, "tool_call_id", pp, CHAT_MAX_ID,
 				       &msg->tool_call_id))
 				return -1;
 			if (!msg->tool_call_id)
@@ -374,7 +374,7 @@ static int parse_tools(struct parser *p, json_t *v)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_array(v))
-		return wrong_type(p->e, "tools", v, "an array");
+		return param_wrong_type(p->e, "tools", v, "an array");
 	if (json_array_size(v) > CHAT_MAX_TOOLS)
 		return api_bad(p->e, "tools", "Invalid 'tools': at most %d tools.", CHAT_MAX_TOOLS), -1;
 	if (json_array_size(v) == 0)
@@ -389,7 +389,7 @@ static int parse_tools(struct parser *p, json_t *v)
 
 		snprintf(pp, sizeof(pp), "tools[%zu]", i);
 		if (!json_is_object(t))
-			return wrong_type(p->e, pp, t, "an object");
+			return param_wrong_type(p->e, pp, t, "an object");
 		type = json_object_get(t, "type");
 		snprintf(pp, sizeof(pp), "tools[%zu].type", i);
 		if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
@@ -399,10 +399,10 @@ static int parse_tools(struct parser *p, json_t *v)
 		if (!json_is_object(fn)) {
 			if (!fn)
 				return api_bad(p->e, pp, "Missing required parameter: '%s'.", pp), -1;
-			return wrong_type(p->e, pp, fn, "an object");
+			return param_wrong_type(p->e, pp, fn, "an object");
 		}
 		snprintf(pp, sizeof(pp), "tools[%zu].function.name", i);
-		if (get_string(p->e, fn, "name", pp, TC_MAX_NAME, &ct->name))
+		if (param_string(p->e, fn, "name", pp, TC_MAX_NAME, &ct->name))
 			return -1;
 		if (!ct->name || !tc_valid_name(ct->name, strlen(ct->name)))
 			return api_bad(p->e, pp, "Invalid '%s': a function name is 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.", pp), -1;
@@ -410,16 +410,27 @@ static int parse_tools(struct parser *p, json_t *v)
 			if (!strcmp(p->r->tools[j].name, ct->name))
 				return api_bad(p->e, pp, "Invalid '%s': duplicate function name '%s'.", pp, ct->name), -1;
 		snprintf(pp, sizeof(pp), "tools[%zu].function.description", i);
-		if (get_string(p->e, fn, "description", pp, 64 * 1024, &s))
+		if (param_string(p->e, fn, "description", pp, 64 * 1024, &s))
 			return -1;
 		x = json_object_get(fn, "parameters");
 		snprintf(pp, sizeof(pp), "tools[%zu].function.parameters", i);
 		if (x && !json_is_null(x) && !json_is_object(x))
-			return wrong_type(p->e, pp, x, "an object");
+			return param_wrong_type(p->e, pp, x, "an object");
+		{
+			struct chat_tool ck = { ct->name, fn };
+			char why[200];
+
+			/* OpenAI's rule: the arguments are an object */
+			if (chat_tool_check(&ck, why, sizeof(why))) {
+				api_error_set(p->e, 400, API_INVALID, "invalid_function_parameters", pp,
+					      "%s", why);
+				return -1;
+			}
+		}
 		x = json_object_get(fn, "strict");
 		snprintf(pp, sizeof(pp), "tools[%zu].function.strict", i);
 		if (x && !json_is_null(x) && !json_is_boolean(x))
-			return wrong_type(p->e, pp, x, "a boolean");
+			return param_wrong_type(p->e, pp, x, "a boolean");
 		ct->function = fn;
 		p->r->n_tools = i + 1;
 	}
@@ -452,7 +463,7 @@ static int parse_tool_choice(struct parser *p, json_t *v)
 		return 0;
 	}
 	if (!json_is_string(v))
-		return wrong_type(p->e, "tool_choice", v, "a string or an object");
+		return param_wrong_type(p->e, "tool_choice", v, "a string or an object");
 	s = json_string_value(v);
 	if (!strcmp(s, "auto"))
 		return 0;
@@ -480,10 +491,10 @@ static int chat_response_format(struct parser *p, json_t *v)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_object(v))
-		return wrong_type(p->e, "response_format", v, "an object");
+		return param_wrong_type(p->e, "response_format", v, "an object");
 	type = json_object_get(v, "type");
 	if (!json_is_string(type))
-		return type ? wrong_type(p->e, "response_format.type", type, "a string") :
+		return type ? param_wrong_type(p->e, "response_format.type", type, "a string") :
 			(api_bad(p->e, "response_format.type", "Missing required parameter: 'response_format.type'."), -1);
 	t = json_string_value(type);
 	if (!strcmp(t, "text"))
@@ -498,7 +509,7 @@ static int chat_response_format(struct parser *p, json_t *v)
 		json_t *js = json_object_get(v, "json_schema");
 
 		if (!json_is_object(js))
-			return js ? wrong_type(p->e, "response_format.json_schema", js, "an object") :
+			return js ? param_wrong_type(p->e, "response_format.json_schema", js, "an object") :
 				(api_bad(p->e, "response_format.json_schema", "Missing required parameter: 'response_format.json_schema'."), -1);
 		p->r->json_schema = json_object_get(js, "schema");
 		if (!json_is_object(p->r->json_schema))
@@ -507,11 +518,11 @@ static int chat_response_format(struct parser *p, json_t *v)
 	return 0;
 }
 
-static int parse_stop(struct parser *p, json_t *v)
+int param_stop(struct api_error *e, json_t *v, const char *key, struct kvd_sampling *s)
 {
 	json_t *x;
 	size_t i;
-	char pp[32];
+	char pp[64];
 
 	if (!v || json_is_null(v))
 		return 0;
@@ -521,18 +532,21 @@ static int parse_stop(struct parser *p, json_t *v)
 		goto one;
 	}
 	if (!json_is_array(v))
-		return wrong_type(p->e, "stop", v, "a string or an array of strings");
+		return param_wrong_type(e, key, v, "a string or an array of strings");
 	if (json_array_size(v) > KVD_MAX_STOP)
-		return api_bad(p->e, "stop", "Invalid 'stop': at most %d stop sequences.", KVD_MAX_STOP), -1;
+		return api_bad(e, key, "Invalid '%s': at most %d stop sequences.", key, KVD_MAX_STOP), -1;
 	json_array_foreach(v, i, x) {
 one:
-		snprintf(pp, sizeof(pp), json_is_array(v) ? "stop[%zu]" : "stop", i);
+		if (json_is_array(v))
+			snprintf(pp, sizeof(pp), "%s[%zu]", key, i);
+		else
+			snprintf(pp, sizeof(pp), "%s", key);
 		if (!json_is_string(x))
-			return wrong_type(p->e, pp, x, "a string");
+			return param_wrong_type(e, pp, x, "a string");
 		if (json_string_length(x) == 0 || json_string_length(x) > KVD_MAX_STOP_LEN)
-			return api_bad(p->e, pp, "Invalid '%s': a stop sequence is 1 to %d bytes.",
+			return api_bad(e, pp, "Invalid '%s': a stop sequence is 1 to %d bytes.",
 				       pp, KVD_MAX_STOP_LEN), -1;
-		p->r->s.stop[p->r->s.n_stop++] = json_string_value(x);
+		s->stop[s->n_stop++] = json_string_value(x);
 		if (!json_is_array(v))
 			break;
 	}
@@ -544,22 +558,22 @@ static int parse_stream(struct parser *p, json_t *root)
 	json_t *so = json_object_get(root, "stream_options"), *k;
 	const char *key;
 
-	if (get_bool(p->e, root, "stream", &p->r->stream))
+	if (param_bool(p->e, root, "stream", &p->r->stream))
 		return -1;
 	if (!so || json_is_null(so))
 		return 0;
 	if (!json_is_object(so))
-		return wrong_type(p->e, "stream_options", so, "an object");
+		return param_wrong_type(p->e, "stream_options", so, "an object");
 	if (!p->r->stream)
 		return api_bad(p->e, "stream_options", "Invalid value for 'stream_options': only allowed when 'stream' is true."), -1;
 	json_object_foreach(so, key, k) {
 		if (!strcmp(key, "include_usage")) {
 			if (!json_is_boolean(k) && !json_is_null(k))
-				return wrong_type(p->e, "stream_options.include_usage", k, "a boolean");
+				return param_wrong_type(p->e, "stream_options.include_usage", k, "a boolean");
 			p->r->include_usage = json_is_true(k);
 		} else if (!strcmp(key, "include_obfuscation")) {
 			if (!json_is_boolean(k) && !json_is_null(k))
-				return wrong_type(p->e, "stream_options.include_obfuscation", k, "a boolean");
+				return param_wrong_type(p->e, "stream_options.include_obfuscation", k, "a boolean");
 		} else {
 			return api_bad(p->e, "stream_options", "Unrecognized stream_options argument supplied: %s", key), -1;
 		}
@@ -570,9 +584,9 @@ static int parse_stream(struct parser *p, json_t *root)
 /* logit_bias: {"TOKEN_ID": BIAS, ...}, ids as decimal strings, biases
  * -100..100 (OpenAI's). The orchestrator checks ids against the
  * vocabulary. */
-static int parse_logit_bias(struct parser *p, json_t *v)
+static int parse_logit_bias(struct chat_request *r, struct api_error *e, json_t *v)
 {
-	struct kvd_sampling *s = &p->r->s;
+	struct kvd_sampling *s = &r->s;
 	const char *key;
 	json_t *b;
 	size_t i = 0;
@@ -580,34 +594,34 @@ static int parse_logit_bias(struct parser *p, json_t *v)
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_object(v))
-		return wrong_type(p->e, "logit_bias", v, "an object");
+		return param_wrong_type(e, "logit_bias", v, "an object");
 	if (json_object_size(v) > KVD_MAX_LOGIT_BIAS)
-		return api_bad(p->e, "logit_bias", "Invalid 'logit_bias': at most %d entries.",
+		return api_bad(e, "logit_bias", "Invalid 'logit_bias': at most %d entries.",
 			       KVD_MAX_LOGIT_BIAS), -1;
 	if (!json_object_size(v))
 		return 0;
-	p->r->bias = calloc(json_object_size(v), sizeof(*p->r->bias));
-	if (!p->r->bias)
-		return api_error_set(p->e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+	r->bias = calloc(json_object_size(v), sizeof(*r->bias));
+	if (!r->bias)
+		return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
 	json_object_foreach(v, key, b) {
 		char *end;
 		long long id = strtoll(key, &end, 10);
 		double x;
 
 		if (!*key || *end || id < 0 || id > INT32_MAX || (key[0] == '0' && key[1]))
-			return api_bad(p->e, "logit_bias", "Invalid key in 'logit_bias': '%s' is not a token id.",
+			return api_bad(e, "logit_bias", "Invalid key in 'logit_bias': '%s' is not a token id.",
 				       key), -1;
 		if (!json_is_number(b))
-			return wrong_type(p->e, "logit_bias", b, "a number");
+			return param_wrong_type(e, "logit_bias", b, "a number");
 		x = json_number_value(b);
 		if (!isfinite(x) || x < -100 || x > 100)
-			return api_bad(p->e, "logit_bias", "Invalid value in 'logit_bias': %g is not within [-100, 100].",
+			return api_bad(e, "logit_bias", "Invalid value in 'logit_bias': %g is not within [-100, 100].",
 				       x), -1;
-		p->r->bias[i].token = (int32_t)id;
-		p->r->bias[i].bias = (float)x;
+		r->bias[i].token = (int32_t)id;
+		r->bias[i].bias = (float)x;
 		i++;
 	}
-	s->logit_bias = p->r->bias;
+	s->logit_bias = r->bias;
 	s->n_logit_bias = (uint32_t)i;
 	return 0;
 }
@@ -619,24 +633,23 @@ static int parse_logit_bias(struct parser *p, json_t *v)
  * extension object "kvarena" ({"close_in_budget": bool}: structured
  * decoding steers the output to close within max_tokens).
  */
-static int parse_extra_sampling(struct parser *p, json_t *root)
+int param_extra_sampling(struct chat_request *r, json_t *root, struct api_error *e)
 {
-	struct kvd_sampling *s = &p->r->s;
-	struct api_error *e = p->e;
+	struct kvd_sampling *s = &r->s;
 	json_int_t k = 0;
 	int has_k;
 	double d = 0, rp = 1, rp2 = 1;
 	json_t *x, *v;
 	const char *key;
 
-	if (get_int(e, root, "top_k", -1, INT32_MAX, &k, &has_k))
+	if (param_int(e, root, "top_k", -1, INT32_MAX, &k, &has_k))
 		return -1;
 	s->top_k = k > 0 ? (uint32_t)k : 0;	/* vLLM: -1 is off; llama.cpp: 0 */
-	if (get_number(e, root, "min_p", 0, 1, &d))
+	if (param_number(e, root, "min_p", 0, 1, &d))
 		return -1;
 	s->min_p = (float)d;
-	if (get_number(e, root, "repetition_penalty", 0, 10, &rp) ||
-	    get_number(e, root, "repeat_penalty", 0, 10, &rp2))
+	if (param_number(e, root, "repetition_penalty", 0, 10, &rp) ||
+	    param_number(e, root, "repeat_penalty", 0, 10, &rp2))
 		return -1;
 	if (json_object_get(root, "repetition_penalty") && json_object_get(root, "repeat_penalty") &&
 	    rp != rp2)
@@ -646,18 +659,18 @@ static int parse_extra_sampling(struct parser *p, json_t *root)
 	if (rp == 0)
 		return api_bad(e, "repetition_penalty", "Invalid value for 'repetition_penalty': it must be above 0 (1 is off)."), -1;
 	s->repetition_penalty = (float)rp;
-	if (get_bool(e, root, "ignore_eos", &s->ignore_eos) ||
-	    parse_logit_bias(p, json_object_get(root, "logit_bias")))
+	if (param_bool(e, root, "ignore_eos", &s->ignore_eos) ||
+	    parse_logit_bias(r, e, json_object_get(root, "logit_bias")))
 		return -1;
 	x = json_object_get(root, "kvarena");
 	if (!x || json_is_null(x))
 		return 0;
 	if (!json_is_object(x))
-		return wrong_type(e, "kvarena", x, "an object");
+		return param_wrong_type(e, "kvarena", x, "an object");
 	json_object_foreach(x, key, v) {
 		if (!strcmp(key, "close_in_budget")) {
 			if (!json_is_boolean(v))
-				return wrong_type(e, "kvarena.close_in_budget", v, "a boolean");
+				return param_wrong_type(e, "kvarena.close_in_budget", v, "a boolean");
 			s->close_in_budget = json_is_true(v);
 		} else {
 			api_error_set(e, 400, API_INVALID, "unknown_parameter", "kvarena",
@@ -676,45 +689,44 @@ static int parse_sampling(struct parser *p, json_t *root)
 	int has_mt, has_mct, has_seed, has_n, has_top;
 	double d = 1.0;
 
-	if (get_number(e, root, "temperature", 0, 2, &d))
+	if (param_number(e, root, "temperature", 0, 2, &d))
 		return -1;
 	s->temperature = (float)d;
 	d = 1.0;
-	if (get_number(e, root, "top_p", 0, 1, &d))
+	if (param_number(e, root, "top_p", 0, 1, &d))
 		return -1;
 	s->top_p = (float)d;
 	d = 0;
-	if (get_number(e, root, "frequency_penalty", -2, 2, &d))
+	if (param_number(e, root, "frequency_penalty", -2, 2, &d))
 		return -1;
 	s->frequency_penalty = (float)d;
 	d = 0;
-	if (get_number(e, root, "presence_penalty", -2, 2, &d))
+	if (param_number(e, root, "presence_penalty", -2, 2, &d))
 		return -1;
 	s->presence_penalty = (float)d;
-	if (parse_extra_sampling(p, root))
+	if (param_extra_sampling(p->r, root, e))
 		return -1;
-	if (get_int(e, root, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed))
+	if (param_int(e, root, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed))
 		return -1;
 	s->seed = (uint64_t)seed;
 	s->has_seed = has_seed;
-	if (get_int(e, root, "max_tokens", 1, UINT32_MAX, &mt, &has_mt) ||
-	    get_int(e, root, "max_completion_tokens", 1, UINT32_MAX, &mct, &has_mct))
+	if (param_int(e, root, "max_tokens", 1, UINT32_MAX, &mt, &has_mt) ||
+	    param_int(e, root, "max_completion_tokens", 1, UINT32_MAX, &mct, &has_mct))
 		return -1;
 	if (has_mt && has_mct && mt != mct)
 		return api_bad(e, "max_tokens", "Set only one of 'max_tokens' and 'max_completion_tokens'."), -1;
 	s->max_tokens = (uint32_t)(has_mct ? mct : mt);
-	if (get_int(e, root, "n", 1, INT32_MAX, &n, &has_n))
+	if (param_int(e, root, "n", 1, CHAT_MAX_CHOICES, &n, &has_n))
 		return -1;
-	if (n != 1)
-		return api_bad(e, "n", "Invalid value for 'n': this server returns one choice (n = 1)."), -1;
-	if (get_bool(e, root, "logprobs", &s->logprobs))
+	p->r->n = (unsigned)n;
+	if (param_bool(e, root, "logprobs", &s->logprobs))
 		return -1;
-	if (get_int(e, root, "top_logprobs", 0, KVD_MAX_TOP_LOGPROBS, &top, &has_top))
+	if (param_int(e, root, "top_logprobs", 0, KVD_MAX_TOP_LOGPROBS, &top, &has_top))
 		return -1;
 	if (has_top && !s->logprobs)
 		return api_bad(e, "top_logprobs", "Invalid value for 'top_logprobs': 'logprobs' must be true to use it."), -1;
 	s->top_logprobs = (uint32_t)top;
-	return parse_stop(p, json_object_get(root, "stop"));
+	return param_stop(e, json_object_get(root, "stop"), "stop", &p->r->s);
 }
 
 /* Parameters that would change the output and are not implemented. */
@@ -741,20 +753,20 @@ static int check_ignored(struct parser *p, json_t *root)
 	size_t i;
 
 	for (i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
-		if (get_string(p->e, root, strings[i], strings[i], CHAT_MAX_ID, &s))
+		if (param_string(p->e, root, strings[i], strings[i], CHAT_MAX_ID, &s))
 			return -1;
 	v = json_object_get(root, "metadata");
 	if (v && !json_is_null(v) && !json_is_object(v))
-		return wrong_type(p->e, "metadata", v, "an object");
+		return param_wrong_type(p->e, "metadata", v, "an object");
 	v = json_object_get(root, "store");
 	if (v && !json_is_null(v) && !json_is_boolean(v))
-		return wrong_type(p->e, "store", v, "a boolean");
+		return param_wrong_type(p->e, "store", v, "a boolean");
 	v = json_object_get(root, "modalities");
 	if (v && !json_is_null(v)) {
 		json_t *m;
 
 		if (!json_is_array(v))
-			return wrong_type(p->e, "modalities", v, "an array");
+			return param_wrong_type(p->e, "modalities", v, "an array");
 		json_array_foreach(v, i, m)
 			if (!json_is_string(m) || strcmp(json_string_value(m), "text"))
 				return api_error_set(p->e, 400, API_INVALID, "unsupported_value", "modalities",
@@ -783,18 +795,20 @@ static const char *const known_keys[] = {
 	"kvarena",
 };
 
-int chat_request_parse(const char *body, size_t len, const char *model_id,
-		       struct chat_request *r, struct api_error *e)
+int chat_request_begin(const char *body, size_t len, const char *model_id,
+		       const char *const *known, size_t n_known, struct chat_request *r,
+		       struct api_error *e)
 {
-	struct parser p = { .r = r, .e = e };
 	json_error_t jerr;
 	json_t *v;
 	const char *key;
 
 	memset(r, 0, sizeof(*r));
+	r->n = 1;
 	r->parallel_tool_calls = 1;
 	r->s.temperature = 1.0f;
 	r->s.top_p = 1.0f;
+	r->s.repetition_penalty = 1.0f;
 	r->keep = json_array();
 	if (!r->keep)
 		return api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
@@ -806,20 +820,20 @@ int chat_request_parse(const char *body, size_t len, const char *model_id,
 	}
 	if (!json_is_object(r->root))
 		return api_bad(e, NULL, "The request body must be a JSON object, not %s.",
-			       type_name(r->root)), -1;
+			       param_type_name(r->root)), -1;
 	json_object_foreach(r->root, key, v) {
 		size_t i;
 
-		for (i = 0; i < sizeof(known_keys) / sizeof(known_keys[0]); i++)
-			if (!strcmp(key, known_keys[i]))
+		for (i = 0; i < n_known; i++)
+			if (!strcmp(key, known[i]))
 				break;
-		if (i == sizeof(known_keys) / sizeof(known_keys[0])) {
+		if (i == n_known) {
 			api_error_set(e, 400, API_INVALID, "unknown_parameter", key,
 				      "Unrecognized request argument supplied: %s", key);
 			return -1;
 		}
 	}
-	if (get_string(e, r->root, "model", "model", 256, &r->model))
+	if (param_string(e, r->root, "model", "model", 256, &r->model))
 		return -1;
 	if (!r->model)
 		return api_bad(e, "model", "Missing required parameter: 'model'."), -1;
@@ -829,13 +843,33 @@ int chat_request_parse(const char *body, size_t len, const char *model_id,
 			      r->model);
 		return -1;
 	}
+	return 0;
+}
+
+const char *chat_request_keep(struct chat_request *r, const char *s, size_t n)
+{
+	json_t *j = json_stringn_nocheck(s, n);
+
+	if (!j || json_array_append_new(r->keep, j))
+		return NULL;
+	return json_string_value(j);
+}
+
+int chat_request_parse(const char *body, size_t len, const char *model_id,
+		       struct chat_request *r, struct api_error *e)
+{
+	struct parser p = { .r = r, .e = e };
+
+	if (chat_request_begin(body, len, model_id, known_keys,
+			       sizeof(known_keys) / sizeof(known_keys[0]), r, e))
+		return -1;
 	if (parse_messages(&p, json_object_get(r->root, "messages")) ||
 	    parse_tools(&p, json_object_get(r->root, "tools")) ||
 	    parse_tool_choice(&p, json_object_get(r->root, "tool_choice")) ||
-	    get_bool(e, r->root, "parallel_tool_calls", &r->parallel_tool_calls) ||
+	    param_bool(e, r->root, "parallel_tool_calls", &r->parallel_tool_calls) ||
 	    parse_stream(&p, r->root) || parse_sampling(&p, r->root) ||
-	    get_string(e, r->root, "user", "user", CHAT_MAX_ID, &r->user) ||
-	    get_string(e, r->root, "prompt_cache_key", "prompt_cache_key",
+	    param_string(e, r->root, "user", "user", CHAT_MAX_ID, &r->user) ||
+	    param_string(e, r->root, "prompt_cache_key", "prompt_cache_key",
 		       CHAT_MAX_ID, &r->prompt_cache_key) ||
 	    chat_response_format(&p, json_object_get(r->root, "response_format")) ||
 	    check_ignored(&p, r->root))

@@ -21,6 +21,7 @@
 #define CHAT_MAX_TOOLS 128
 #define CHAT_MAX_CALLS 128		/* tool calls per assistant message */
 #define CHAT_MAX_ID 256			/* tool_call ids, user, cache key */
+#define CHAT_MAX_CHOICES 16		/* n */
 
 /* Messages, calls and tools are the model families' normalized
  * conversation (daemon/chat/chat.h). */
@@ -52,7 +53,38 @@ struct chat_request {
 	json_t *json_schema;		/* CHAT_FORMAT_JSON_SCHEMA */
 	struct kvd_sampling s;
 	struct kvd_logit_bias *bias;	/* s.logit_bias */
+	unsigned n;			/* choices, 1..CHAT_MAX_CHOICES */
 };
+
+/* What every front end's parser shares (chat_request.c): the body
+ * parsed into r->root with the defaults set, the top-level keys checked
+ * against known (400 unknown_parameter), and model checked (400 missing,
+ * 404 model_not_found). 0, or -1 with e filled; r needs
+ * chat_request_free() either way. */
+int chat_request_begin(const char *body, size_t len, const char *model_id,
+		       const char *const *known, size_t n_known, struct chat_request *r,
+		       struct api_error *e);
+/* A copy of s[0..n) (valid UTF-8) that lives as long as r; NULL when out
+ * of memory. */
+const char *chat_request_keep(struct chat_request *r, const char *s, size_t n);
+
+/* Typed fields of a JSON object, errors naming param (OpenAI's wording);
+ * absent or null leaves *out as it is. 0, or -1 with e filled. */
+const char *param_type_name(const json_t *v);
+int param_wrong_type(struct api_error *e, const char *param, const json_t *v,
+		     const char *want);
+int param_number(struct api_error *e, json_t *o, const char *key, double lo, double hi,
+		 double *out);
+int param_int(struct api_error *e, json_t *o, const char *key, json_int_t lo,
+	      json_int_t hi, json_int_t *out, int *present);
+int param_bool(struct api_error *e, json_t *o, const char *key, int *out);
+int param_string(struct api_error *e, json_t *o, const char *key, const char *param,
+		 size_t max, const char **out);
+/* Stop sequences (a string or at most KVD_MAX_STOP strings) into s. */
+int param_stop(struct api_error *e, json_t *v, const char *key, struct kvd_sampling *s);
+/* top_k, min_p, repetition_penalty / repeat_penalty, ignore_eos,
+ * logit_bias and the "kvarena" extension object into r->s. */
+int param_extra_sampling(struct chat_request *r, json_t *root, struct api_error *e);
 
 /* 0, or -1 with e filled (400; 404 model_not_found when model is not
  * model_id). r needs chat_request_free() either way. */

@@ -171,21 +171,18 @@ char *resp_chunk_tool_run(const struct resp_ctx *c, json_t *run)
 	return chunk(c, json_object(), NULL, NULL, e);
 }
 
-char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,
-			   const char *finish, const struct kvd_usage *u,
-			   const char *session_id, json_t *logprobs, json_t *tool_runs)
+json_t *resp_choice(const struct tc_result *tr, unsigned index, const char *finish,
+		    json_t *logprobs)
 {
-	json_t *o = base(c, "chat.completion"), *msg = NULL, *calls = NULL;
-	json_t *e;
-	json_t *lp = json_null();
+	json_t *msg = NULL, *calls = NULL, *lp = json_null();
 	int r;
 
 	/* json_pack's "o" and json_object_set_new() take the reference
 	 * whether or not they succeed */
 	if (logprobs)
 		lp = json_pack("{s:o}", "content", logprobs);
-	if (!o || !lp)
-		goto fail;
+	if (!lp)
+		return NULL;
 	if (tr->n_calls) {
 		calls = json_array();
 		for (size_t i = 0; calls && i < tr->n_calls; i++)
@@ -205,30 +202,51 @@ char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,
 		if (r)
 			goto fail;
 	}
-	r = json_object_set_new(o, "choices", json_pack("[{s:i, s:o, s:o, s:s}]",
-			"index", 0, "message", msg, "logprobs", lp,
-			"finish_reason", finish));
-	msg = lp = NULL;
-	e = ext_of(c, session_id);
-	if (e && tool_runs) {
-		r = json_object_set_new(e, "tool_runs", tool_runs);
-		tool_runs = NULL;
-		if (r) {
-			json_decref(e);
-			e = NULL;
-		}
-	}
-	if (r || !e || json_object_set_new(o, "usage", usage_json(u)) ||
-	    json_object_set_new(o, "kvarena", e))
-		goto fail;
-	return dump(o);
+	return json_pack("{s:i, s:o, s:o, s:s}", "index", (int)index, "message", msg,
+			 "logprobs", lp, "finish_reason", finish);
 fail:
-	json_decref(tool_runs);
-	json_decref(o);
 	json_decref(msg);
 	json_decref(calls);
 	json_decref(lp);
 	return NULL;
+}
+
+json_t *resp_ext(const struct resp_ctx *c, const char *session_id)
+{
+	return ext_of(c, session_id);
+}
+
+char *resp_completion_choices(const struct resp_ctx *c, json_t *choices,
+			      const struct kvd_usage *u, json_t *ext)
+{
+	json_t *o = base(c, "chat.completion");
+
+	if (!o || !choices || !ext || json_object_set_new(o, "choices", choices) ||
+	    json_object_set_new(o, "usage", usage_json(u)) ||
+	    json_object_set_new(o, "kvarena", ext)) {
+		if (!o) {
+			json_decref(choices);
+			json_decref(ext);
+		}
+		json_decref(o);
+		return NULL;
+	}
+	return dump(o);
+}
+
+char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,
+			   const char *finish, const struct kvd_usage *u,
+			   const char *session_id, json_t *logprobs, json_t *tool_runs)
+{
+	json_t *ch = resp_choice(tr, 0, finish, logprobs), *e = ext_of(c, session_id);
+
+	if (e && tool_runs && json_object_set_new(e, "tool_runs", tool_runs)) {
+		json_decref(e);
+		e = NULL;
+	} else if (!e) {
+		json_decref(tool_runs);
+	}
+	return resp_completion_choices(c, ch ? json_pack("[o]", ch) : NULL, u, e);
 }
 
 /* A chunk with one choice; delta, logprobs and extension are stolen. */
@@ -239,7 +257,7 @@ static char *chunk(const struct resp_ctx *c, json_t *delta, json_t *logprobs,
 	json_t *lp = logprobs ? json_pack("{s:o}", "content", logprobs) : json_null();
 
 	if (delta && lp)
-		choices = json_pack("[{s:i, s:o, s:o, s:o}]", "index", 0,
+		choices = json_pack("[{s:i, s:o, s:o, s:o}]", "index", (int)c->choice,
 				    "delta", delta, "logprobs", lp, "finish_reason",
 				    finish ? json_string(finish) : json_null());
 	else {

@@ -22,6 +22,7 @@ struct resp_ctx {
 	int64_t created;	/* Unix seconds */
 	int usage_null;		/* streaming with include_usage: "usage": null */
 	const char *fingerprint;	/* system_fingerprint, or NULL */
+	unsigned choice;		/* chunks: the choice's index */
 	/* set when the orchestrator said DONE: "kvarena": {"timings"} */
 	int has_timings;
 	double ttft_ms, total_ms;
@@ -45,6 +46,16 @@ char *resp_completion(const struct resp_ctx *c, const struct tc_result *tr,
 		      const char *finish, const struct kvd_usage *u,
 		      const char *session_id, json_t *logprobs);
 
+/* One choice {index, message, logprobs, finish_reason} (logprobs stolen);
+ * NULL when out of memory. */
+json_t *resp_choice(const struct tc_result *tr, unsigned index, const char *finish,
+		    json_t *logprobs);
+/* The "kvarena" extension object: session_id, and timings once known. */
+json_t *resp_ext(const struct resp_ctx *c, const char *session_id);
+/* The chat.completion with these choices and that extension (both stolen;
+ * NULL in either means out of memory). */
+char *resp_completion_choices(const struct resp_ctx *c, json_t *choices,
+			      const struct kvd_usage *u, json_t *ext);
 /* The same with the server-side tool runs (a JSON array, stolen; NULL:
  * none) in "kvarena": {"tool_runs": [...]}. */
 char *resp_completion_runs(const struct resp_ctx *c, const struct tc_result *tr,

@@ -147,8 +147,42 @@ const char *chat_template_why(const struct chat_template *t);
 const char *chat_template_eot(const struct chat_template *t);
 /* How the family writes tool calls (tool_call.h). */
 enum tc_syntax chat_template_syntax(const struct chat_template *t);
+
+/*
+ * What the structured decoder needs to write the family's calls (the
+ * engine's struct kvc_call_syntax has the same members): Hermes families
+ * give their tags (hermes set); the others the whole shape. A NULL-
+ * terminated list of the markers a parser must see in generated text
+ * (control tokens the tokenizer must show: "[TOOL_CALLS]"), and of the
+ * tokens that end a turn ("<|eot_id|>", "<|eom_id|>").
+ */
+struct chat_call_grammar {
+	int hermes;
+	const char *open, *close;	/* hermes: the tags */
+	const char *list_open, *list_sep, *list_close;
+	const char *call_open, *call_close;
+	int name_args;
+	const char *args_key;
+	int id;
+	const char *id_mark, *args_mark;
+	const char *trigger;
+	int anchored;
+	unsigned max_calls;		/* the syntax's own bound; 0: none */
+};
+void chat_template_grammar(const struct chat_template *t, struct chat_call_grammar *g);
+const char *const *chat_template_markers(const struct chat_template *t);
+const char *const *chat_template_eog(const struct chat_template *t);
 /* The names families go by, for messages ("chatml, ..."). */
 const char *chat_families(void);
+
+/*
+ * A tool every family can declare and the decoder can call: its
+ * "parameters", when given, a JSON Schema of type object (OpenAI's rule;
+ * a schema without "type" is taken as an object). 0, or -EINVAL with
+ * err in OpenAI's words: "Invalid schema for function 'NAME': schema must
+ * be a JSON Schema of 'type: "object"', got 'type: "integer"'."
+ */
+int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen);
 
 /*
  * Appends the prompt for c (its messages, then the generation prompt that

@@ -25,6 +25,7 @@ CHAT_SLIB   := $(CHAT_OUT)/libkvdchat-san.a
 CHAT_UNIT   := $(CHAT_OUT)/tests/test_chat
 CHAT_RENDER := $(CHAT_OUT)/tests/kvd-chat-render
 CHAT_DEFUSE := $(CHAT_OUT)/tests/test_defuse
+CHAT_PROP   := $(CHAT_OUT)/tests/test_calls_prop
 CHAT_TSUP   := tests/chat/jconv.c tests/chat/jconv.h
 
 .PHONY: chat check-chat
@@ -63,6 +64,13 @@ $(CHAT_DEFUSE): tests/chat/test_defuse.c $(CHAT_TSUP) $(CHAT_SLIB) $(CHAT_HDRS) 
 	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -Itests/chat -Idaemon/engine $< tests/chat/jconv.c \
 		$(CHAT_SLIB) $(ENGINE_SLIB) -o $@ -ljansson $(ENGINE_LIBS)
 
+# the structured decoder's outputs, parsed by each family's parser
+$(CHAT_PROP): tests/chat/test_calls_prop.c daemon/kvarenad/callsyntax.h $(CHAT_SLIB) $(CHAT_HDRS) \
+		$(ENGINE_SLIB)
+	@mkdir -p $(@D)
+	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -Idaemon/kvarenad -Idaemon/engine $< $(CHAT_SLIB) \
+		$(ENGINE_SLIB) -o $@ -ljansson $(ENGINE_LIBS)
+
 CHAT_BPE_MODEL := $(CHAT_OUT)/tests/bpe.gguf
 $(CHAT_BPE_MODEL): $(ENGINE_MKMODEL)
 	@mkdir -p $(@D)
@@ -76,8 +84,9 @@ CHAT_PEER      := build/engine/bench/llama-driver
 .PHONY: check-chat-unit check-chat-llama
 check-chat: check-chat-unit check-chat-llama
 
-check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_BPE_MODEL)
+check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_PROP) $(CHAT_BPE_MODEL)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(CHAT_UNIT)
+	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_PROP) $(CHAT_BPE_MODEL) $(CHAT_PROP_SEED)
 	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_DEFUSE) models/kvarena-agent-f32.gguf $(CHAT_BPE_MODEL)
 
 check-chat-llama: $(CHAT_RENDER) $(CHAT_DEFUSE) $(CHAT_BPE_MODEL)

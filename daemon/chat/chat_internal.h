@@ -15,6 +15,12 @@ struct chat_family {
 	const char *eot;
 	enum tc_syntax syntax;		/* how its calls are written */
 	int think;			/* a reply may open with <think>...</think> */
+	/* the decoder's shape of its calls (hermes: the tags are the
+	 * template's), the markers a parser must see, the end-of-turn
+	 * tokens (NULL-terminated; eog[0] is eot) */
+	const struct chat_call_grammar *grammar;
+	const char *const *markers;
+	const char *const *eog;
 	/* 1 when a template text is this family's (auto detection) */
 	int (*detect)(const char *tmpl, size_t len);
 	/* reads the model's parameters from its template text (may be

@@ -177,8 +177,11 @@ static void body(const struct chat_template *t, const struct tc_result *r, struc
 	tc_render_body(b, &t->tags, r->content, r->content_len, r->calls, r->n_calls);
 }
 
+static const char *const eog[] = { "<|im_end|>", NULL };
+
 const struct chat_family chat_family_chatml = {
 	.name = "chatml",
+	.eog = eog,
 	.eot = "<|im_end|>",
 	.syntax = TC_SYN_HERMES,
 	.detect = detect,

@@ -204,7 +204,17 @@ static int detect(const char *tmpl, size_t len)
 	       !chat_has(tmpl, len, "functools[");
 }
 
+/* One call, the reply's JSON object; a call opens with '{' at the start. */
+static const struct chat_call_grammar grammar = {
+	.args_key = "parameters", .trigger = "{", .anchored = 1, .max_calls = 1,
+};
+static const char *const markers[] = { "<|python_tag|>", NULL };
+static const char *const eog[] = { "<|eot_id|>", "<|eom_id|>", NULL };
+
 const struct chat_family chat_family_llama3 = {
+	.grammar = &grammar,
+	.markers = markers,
+	.eog = eog,
 	.name = "llama3",
 	.eot = "<|eot_id|>",
 	.syntax = TC_SYN_LLAMA3,

@@ -398,7 +398,25 @@ static int setup_v11(struct chat_template *t, const char *tmpl, size_t len)
 	return setup(t, MISTRAL_V11, tmpl, len);
 }
 
+static const struct chat_call_grammar grammar_v3 = {
+	.list_open = "[TOOL_CALLS][", .list_sep = ",", .list_close = "]",
+	.id = 1, .trigger = "[TOOL_CALLS]",
+};
+static const struct chat_call_grammar grammar_v7 = {
+	.list_sep = "", .call_open = "[TOOL_CALLS]", .name_args = 1, .id = 1,
+	.id_mark = "[CALL_ID]", .args_mark = "[ARGS]",
+};
+static const struct chat_call_grammar grammar_v11 = {
+	.list_sep = "", .call_open = "[TOOL_CALLS]", .name_args = 1, .args_mark = "[ARGS]",
+};
+static const char *const markers[] = { "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]",
+				       "[/THINK]", NULL };
+static const char *const eog[] = { EOS, NULL };
+
 const struct chat_family chat_family_mistral_v3 = {
+	.grammar = &grammar_v3,
+	.markers = markers,
+	.eog = eog,
 	.name = "mistral-v3",
 	.eot = EOS,
 	.syntax = TC_SYN_MISTRAL_JSON,
@@ -410,6 +428,9 @@ const struct chat_family chat_family_mistral_v3 = {
 };
 
 const struct chat_family chat_family_mistral_v7 = {
+	.grammar = &grammar_v7,
+	.markers = markers,
+	.eog = eog,
 	.name = "mistral-v7",
 	.eot = EOS,
 	.syntax = TC_SYN_MISTRAL_ARGS,
@@ -421,6 +442,9 @@ const struct chat_family chat_family_mistral_v7 = {
 };
 
 const struct chat_family chat_family_mistral_v11 = {
+	.grammar = &grammar_v11,
+	.markers = markers,
+	.eog = eog,
 	.name = "mistral-v11",
 	.eot = EOS,
 	.syntax = TC_SYN_MISTRAL_ARGS,

@@ -360,7 +360,10 @@ static int setup3(struct chat_template *t, const char *tmpl, size_t len)
 	return 0;
 }
 
+static const char *const eog[] = { "<|im_end|>", NULL };
+
 const struct chat_family chat_family_qwen25 = {
+	.eog = eog,
 	.name = "qwen2.5",
 	.eot = "<|im_end|>",
 	.syntax = TC_SYN_HERMES,
@@ -372,6 +375,7 @@ const struct chat_family chat_family_qwen25 = {
 };
 
 const struct chat_family chat_family_qwen3 = {
+	.eog = eog,
 	.name = "qwen3",
 	.eot = "<|im_end|>",
 	.syntax = TC_SYN_HERMES,

@@ -132,11 +132,57 @@ enum tc_syntax chat_template_syntax(const struct chat_template *t)
 	return t->f->syntax;
 }
 
+static const struct chat_call_grammar hermes = { .hermes = 1 };
+static const char *const hermes_markers[] = { "<tool_call>", "</tool_call>", "<think>",
+					      "</think>", NULL };
+
+void chat_template_grammar(const struct chat_template *t, struct chat_call_grammar *g)
+{
+	*g = t->f->grammar ? *t->f->grammar : hermes;
+	if (g->hermes) {
+		g->open = t->tags.open;
+		g->close = t->tags.close;
+	}
+}
+
+const char *const *chat_template_markers(const struct chat_template *t)
+{
+	return t->f->markers ? t->f->markers : hermes_markers;
+}
+
+const char *const *chat_template_eog(const struct chat_template *t)
+{
+	static const char *const none[] = { NULL };
+
+	return t->f->eog ? t->f->eog : none;
+}
+
+int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen)
+{
+	json_t *p = json_object_get(t->function, "parameters"), *ty;
+	char *got;
+
+	if (!p || json_is_null(p))
+		return 0;
+	ty = json_is_object(p) ? json_object_get(p, "type") : NULL;
+	if (json_is_object(p) && (!ty || (json_is_string(ty) && !strcmp(json_string_value(ty), "object"))))
+		return 0;
+	got = json_dumps(json_is_object(p) ? ty : p, JSON_ENCODE_ANY | JSON_COMPACT);
+	snprintf(err, errlen, "Invalid schema for function '%s': schema must be a JSON Schema of "
+		 "'type: \"object\"', got '%s: %s'.", t->name, json_is_object(p) ? "type" : "schema",
+		 got ? got : "?");
+	free(got);
+	return -EINVAL;
+}
+
 int chat_render(const struct chat_template *t, const struct chat_conv *c,
 		struct chat_prompt *out, char *err, size_t errlen)
 {
 	if (errlen)
 		err[0] = '\0';
+	for (size_t i = 0; i < c->n_tools; i++)
+		if (chat_tool_check(&c->tools[i], err, errlen))
+			return -EINVAL;
 	return t->f->render(t, c, out, err, errlen);
 }
 

@@ -594,7 +594,7 @@ static void think_process(struct tc_stream *s, int final)
 		return;
 	}
 	if (s->think_state == 0) {
-		if (h->len < ol && !memcmp(h->s, THINK_OPEN, h->len) && !final)
+		if (h->len < ol && (!h->len || !memcmp(h->s, THINK_OPEN, h->len)) && !final)
 			return;		/* maybe "<think>": not yet known */
 		if (h->len >= ol && !memcmp(h->s, THINK_OPEN, ol)) {
 			if (!s->reasoning)

@@ -219,6 +219,7 @@ struct kvc_grammar {
 	uint32_t *dist;		/* fewest bytes to the end of the state's frame */
 	/* lazy trigger (TOOL_CALLS) */
 	char *tag;
+	int anchored;		/* the tag counts only at the output's start */
 	uint32_t tag_len, *kmp;
 	int32_t trig_state;
 	uint32_t trig_depth;
@@ -769,6 +770,7 @@ static int compile_new(struct kvc_vocab *v, const struct kvc_spec *spec,
 	}
 	if (!rc && g->tag) {
 		g->tag_len = (uint32_t)strlen(g->tag);
+		g->anchored = spec->syntax && spec->syntax->anchored;
 		rc = build_trigger(g, err, errlen);
 	}
 	if (rc) {
@@ -883,11 +885,13 @@ void kvc_grammar_stats(const struct kvc_grammar *g, struct kvc_grammar_stats *st
 
 /* ---- matcher -------------------------------------------------------- */
 
-enum { M_SCAN, M_ACTIVE, M_ENDED };
+/* M_FREE: an anchored trigger can no longer come: free to the end */
+enum { M_SCAN, M_ACTIVE, M_ENDED, M_FREE };
 
 struct kvc_matcher {
 	struct kvc_grammar *g;
 	int mode;
+	int was_active;		/* the constrained part was entered */
 	uint32_t kmp;		/* M_SCAN: bytes of the tag matched */
 	int32_t state;
 	uint32_t depth;
@@ -922,6 +926,7 @@ struct kvc_matcher *kvc_matcher_clone(const struct kvc_matcher *m)
 	if (!c)
 		return NULL;
 	c->mode = m->mode;
+	c->was_active = m->was_active;
 	c->kmp = m->kmp;
 	c->state = m->state;
 	c->depth = m->depth;
@@ -961,7 +966,7 @@ int kvc_accepting(const struct kvc_matcher *m)
 {
 	int more;
 
-	if (m->mode == M_SCAN)
+	if (m->mode == M_SCAN || m->mode == M_FREE)
 		return 1;
 	return m->mode == M_ACTIVE && can_end(m, &more);
 }
@@ -977,7 +982,7 @@ int kvc_finished(const struct kvc_matcher *m)
 
 int kvc_triggered(const struct kvc_matcher *m)
 {
-	return m->mode != M_SCAN;
+	return m->mode == M_ACTIVE || m->was_active;
 }
 
 static inline void set_bit(uint32_t *mask, int32_t i)
@@ -996,12 +1001,20 @@ int kvc_mask(struct kvc_matcher *m, uint32_t *mask)
 		memset(mask, 0, v->words * 4);
 		return 0;
 	}
-	if (m->mode == M_SCAN) {
+	if (m->mode == M_SCAN || m->mode == M_FREE) {
 		memset(mask, 0xff, v->words * 4);
 		if (v->n_vocab & 31)
 			mask[v->words - 1] = (1u << (v->n_vocab & 31)) - 1;
 		n = v->n_vocab;
-		for (i = g->forb_off[m->kmp]; i < g->forb_off[m->kmp + 1]; i++) {
+		for (i = g->forb_off[m->kmp]; m->mode == M_SCAN && i < g->forb_off[m->kmp + 1]; i++) {
+			if (g->anchored) {	/* the list assumes the tag anywhere */
+				struct kvc_matcher c = *m;
+
+				c.w_ready = 0;
+				c.scratch.p = NULL;
+				if (!kvc_advance(&c, g->forb[i]))
+					continue;
+			}
 			mask[g->forb[i] >> 5] &= ~(1u << (g->forb[i] & 31));
 			n--;
 		}
@@ -1068,15 +1081,30 @@ int kvc_advance(struct kvc_matcher *m, int32_t token)
 	if (token == v->eos) {
 		if (!kvc_accepting(m))
 			return -EPERM;
+		m->was_active |= m->mode == M_ACTIVE;
 		m->mode = M_ENDED;
 		return 0;
 	}
 	p = v->bytes + v->off[token];
 	n = v->off[token + 1] - v->off[token];
+	if (m->mode == M_FREE)
+		return 0;
 	if (m->mode == M_SCAN) {
 		uint32_t k = m->kmp, L = g->tag_len;
 
 		for (j = 0; j < n; j++) {
+			if (g->anchored) {
+				/* whitespace first, then the tag or nothing */
+				if (!k && (p[j] == ' ' || p[j] == '\n' || p[j] == '\t' || p[j] == '\r'))
+					continue;
+				if (p[j] != (uint8_t)g->tag[k]) {
+					m->mode = M_FREE;
+					return 0;
+				}
+				if (++k == L)
+					break;
+				continue;
+			}
 			while (k && p[j] != (uint8_t)g->tag[k])
 				k = g->kmp[k];
 			if (p[j] == (uint8_t)g->tag[k])
@@ -1094,6 +1122,7 @@ int kvc_advance(struct kvc_matcher *m, int32_t token)
 		if (!sim(&g->d, &s, stack, &depth, p + j + 1, n - j - 1))
 			return -EPERM;
 		m->mode = M_ACTIVE;
+		m->was_active = 1;
 	} else {
 		if (!n)
 			return -EPERM;	/* control tokens are not output */
@@ -1150,6 +1179,8 @@ int kvc_mask_budget(struct kvc_matcher *m, uint32_t *mask, uint32_t tokens_left)
 				keep = 1;
 			} else if (!tokens_left) {
 				keep = 0;
+			} else if (m->mode == M_FREE) {
+				keep = 1;
 			} else if (m->mode == M_SCAN) {
 				/* free text may stop anywhere; a token that opens
 				 * the constrained part must leave room to close it */

@@ -3,8 +3,9 @@
  * json_schema.c - turns a constrained-decoding spec into the byte NFA of
  * grammar.c: a JSON Schema (the subset in Documentation/constrain.md;
  * other keywords are refused, naming them), any JSON object, or tool
- * calls <tool_call>{"name": ..., "arguments": ...}</tool_call> over an
- * OpenAI tools array. Parses with jansson. What it generates is always a
+ * calls over an OpenAI tools array, written as <tool_call>{"name": ...,
+ * "arguments": ...}</tool_call> or in another family's syntax
+ * (struct kvc_call_syntax). Parses with jansson. What it generates is always a
  * subset of what the schema accepts: properties in declared order,
  * canonical numbers and enum values, bounded whitespace.
  */
@@ -994,10 +995,40 @@ static int check_tag(const char *t, const char *which, char *err, size_t errlen)
 	return 0;
 }
 
+/* The syntax as text, for the cache key (malloc'd; NULL: out of memory):
+ * its strings, each with its length (so no two syntaxes print alike). */
+static char *syntax_key(const struct kvc_call_syntax *y)
+{
+	const char *str[9];
+	size_t n = 64, i;
+	char *s, *p;
+
+	if (!y)
+		return strdup("");
+	str[0] = y->list_open;
+	str[1] = y->list_sep;
+	str[2] = y->list_close;
+	str[3] = y->call_open;
+	str[4] = y->call_close;
+	str[5] = y->args_key;
+	str[6] = y->id_mark;
+	str[7] = y->args_mark;
+	str[8] = y->trigger;
+	for (i = 0; i < 9; i++)
+		n += (str[i] ? strlen(str[i]) : 0) + 24;
+	s = p = malloc(n);
+	if (!s)
+		return NULL;
+	p += sprintf(p, "%d,%d,%d:", y->name_args, y->id, y->anchored);
+	for (i = 0; i < 9; i++)
+		p += str[i] ? sprintf(p, "%zu:%s", strlen(str[i]), str[i]) : sprintf(p, "-:");
+	return s;
+}
+
 int kvc_spec_key(const struct kvc_spec *spec, char **key, char *err, size_t errlen)
 {
 	json_t *j = NULL;
-	char *body = NULL;
+	char *body = NULL, *syn;
 	size_t n;
 	int rc;
 	const char *st_ = spec->start_tag ? spec->start_tag : "<tool_call>";
@@ -1018,38 +1049,72 @@ int kvc_spec_key(const struct kvc_spec *spec, char **key, char *err, size_t errl
 		if (!body)
 			return -ENOMEM;
 	}
-	n = (body ? strlen(body) : 0) + strlen(st_) + strlen(et) +
+	syn = syntax_key(spec->kind == KVC_TOOL_CALLS ? spec->syntax : NULL);
+	if (!syn) {
+		free(body);
+		return -ENOMEM;
+	}
+	n = (body ? strlen(body) : 0) + strlen(st_) + strlen(et) + strlen(syn) +
 	    (spec->tool_name ? strlen(spec->tool_name) : 0) + 96;
 	*key = malloc(n);
 	if (!*key) {
 		free(body);
+		free(syn);
 		return -ENOMEM;
 	}
-	snprintf(*key, n, "%d|%u|%u|%s|%s|%s%s|%s", (int)spec->kind,
+	snprintf(*key, n, "%d|%u|%u|%s|%s|%s|%s%s|%s", (int)spec->kind,
 		 spec->max_ws ? spec->max_ws : KVC_DEFAULT_WS,
-		 spec->max_calls ? spec->max_calls : KVC_DEFAULT_CALLS, st_, et,
+		 spec->max_calls ? spec->max_calls : KVC_DEFAULT_CALLS, st_, et, syn,
 		 spec->tool_name ? "=" : "*", spec->tool_name ? spec->tool_name : "",
 		 body ? body : "");
 	free(body);
+	free(syn);
 	return 0;
 }
 
+/* 9 alphanumerics (a Mistral call id). */
+static int32_t id9(struct sb *b, int32_t from)
+{
+	for (int i = 0; i < 9 && from >= 0; i++) {
+		int32_t to = st(b);
+
+		nfa_byte(b->n, from, '0', '9', to);
+		nfa_byte(b->n, from, 'A', 'Z', to);
+		nfa_byte(b->n, from, 'a', 'z', to);
+		from = to;
+	}
+	return from;
+}
+
+/*
+ * One call, a sub-automaton entered by a call (its end returns): the
+ * syntax's call_open, the body of one of the tools (a JSON object with
+ * the name and the arguments, or the NAME_ARGS form), call_close.
+ */
 static int32_t tool_calls(struct sb *b, json_t *tools, const struct kvc_spec *spec,
-			  const char *st_, const char *et)
+			  const struct kvc_call_syntax *y, const char *st_, const char *et)
 {
 	int32_t tc = st(b), x = st(b), p, alt_end = st(b);
 	size_t i;
-	int n_used = 0;
-	char sp[96];
+	int n_used = 0, json_body = !y || !y->name_args;
+	const char *open = y ? (y->call_open ? y->call_open : "") : st_;
+	const char *close = y ? (y->call_close ? y->call_close : "") : et;
+	const char *args_key = y && y->args_key ? y->args_key : "arguments";
+	char sp[96], ak[80];
 
 	if (x < 0)
 		return -1;
 	b->n->flags[x] |= NF_RETURN;
 	if (!json_is_array(tools) || !json_array_size(tools))
 		return fail(b, "tools", "must be a non-empty array");
-	p = ws(b, lit(b, tc, st_));
-	p = ws(b, lit(b, p, "{"));
-	p = ws(b, lit(b, ws(b, lit(b, p, "\"name\"")), ":"));
+	snprintf(ak, sizeof(ak), "\"%s\"", args_key);
+	p = lit(b, tc, open);
+	if (json_body) {
+		if (*open)
+			p = ws(b, p);
+		p = ws(b, lit(b, p, "{"));
+		p = ws(b, lit(b, ws(b, lit(b, p, "\"name\"")), ":"));
+	}
 	for (i = 0; i < json_array_size(tools); i++) {
 		json_t *t = json_array_get(tools, i), *fn, *name, *params, *ty;
 		int32_t q;
@@ -1067,20 +1132,51 @@ static int32_t tool_calls(struct sb *b, json_t *tools, const struct kvc_spec *sp
 		if (spec->tool_name && strcmp(spec->tool_name, json_string_value(name)))
 			continue;
 		params = json_object_get(fn, "parameters");
-		nt = json_dumps(name, JSON_ENCODE_ANY);
-		if (!nt)
-			return oom(b);
-		q = ws(b, lit(b, p, nt));
-		free(nt);
-		q = ws(b, lit(b, q, ","));
-		q = ws(b, lit(b, ws(b, lit(b, q, "\"arguments\"")), ":"));
-		b->root = params;
 		snprintf(sp, sizeof(sp), "tools/%zu/function/parameters", i);
-		if (params) {
+		/* the arguments are an object, as every tool-call syntax and
+		 * OpenAI's function parameters have them */
+		ty = params ? json_object_get(params, "type") : NULL;
+		if (params && (!json_is_object(params) ||
+			       (ty && (!json_is_string(ty) || strcmp(json_string_value(ty), "object")))))
+			return fail(b, sp, "must be a JSON Schema of type object");
+		if (json_body) {
+			nt = json_dumps(name, JSON_ENCODE_ANY);
+			if (!nt)
+				return oom(b);
+			q = ws(b, lit(b, p, nt));
+			free(nt);
+			q = ws(b, lit(b, q, ","));
+			q = ws(b, lit(b, ws(b, lit(b, q, ak)), ":"));
+		} else {
+			q = lit(b, p, json_string_value(name));
+			if (y->id) {
+				q = lit(b, q, y->id_mark ? y->id_mark : "");
+				q = id9(b, q);
+			}
+			q = lit(b, q, y->args_mark ? y->args_mark : "");
+		}
+		b->root = params;
+		if (params && ty) {
 			q = value(b, q, params, sp);
+		} else if (params) {	/* no "type": an object all the same */
+			json_t *obj = json_deep_copy(params);
+
+			if (!obj || json_object_set_new(obj, "type", json_string("object"))) {
+				json_decref(obj);
+				return oom(b);
+			}
+			b->root = obj;
+			q = value(b, q, obj, sp);
+			b->root = params;
+			json_decref(obj);
 		} else {	/* no parameters: an empty object */
 			q = ws(b, lit(b, q, "{"));
 			q = lit(b, q, "}");
+		}
+		if (json_body && y && y->id) {
+			q = ws(b, lit(b, ws(b, q), ","));
+			q = ws(b, lit(b, ws(b, lit(b, q, "\"id\"")), ":"));
+			q = lit(b, id9(b, lit(b, q, "\"")), "\"");
 		}
 		if (b->bad)
 			return -1;
@@ -1089,8 +1185,12 @@ static int32_t tool_calls(struct sb *b, json_t *tools, const struct kvc_spec *sp
 	}
 	if (!n_used)
 		return fail(b, "tool_choice", "no tool named '%s'", spec->tool_name);
-	p = ws(b, lit(b, ws(b, alt_end), "}"));
-	nfa_eps(b->n, lit(b, p, et), x);
+	p = alt_end;
+	if (json_body)
+		p = lit(b, ws(b, p), "}");
+	if (*close)
+		p = ws(b, p);
+	nfa_eps(b->n, lit(b, p, close), x);
 	return tc;
 }
 
@@ -1141,27 +1241,53 @@ int kvc_spec_nfa(const struct kvc_spec *spec, struct nfa *n, char **key,
 		break;
 	case KVC_TOOL_CALLS: {
 		uint32_t calls = spec->max_calls ? spec->max_calls : KVC_DEFAULT_CALLS, i;
+		const struct kvc_call_syntax *y = spec->syntax;
+		int json_body = !y || !y->name_args;
+		const char *trig = st_;
 		int32_t tc;
 
 		if (calls > 64) {
 			snprintf(err, errlen, "max_calls %u above 64", calls);
 			return -EINVAL;
 		}
-		if (check_tag(st_, "start", err, errlen) || check_tag(et, "end", err, errlen))
+		if (y) {
+			trig = y->trigger ? y->trigger : y->list_open && *y->list_open ?
+			       y->list_open : y->call_open ? y->call_open : "";
+			if (check_tag(trig, "trigger", err, errlen))
+				return -EINVAL;
+		} else if (check_tag(st_, "start", err, errlen) || check_tag(et, "end", err, errlen)) {
 			return -EINVAL;
+		}
 		j = parse(spec, &rc, err, errlen);
 		if (!j)
 			return reparse_failed(err, errlen);
-		tc = tool_calls(&b, j, spec, st_, et);
+		tc = tool_calls(&b, j, spec, y, st_, et);
+		if (y && y->list_open && *y->list_open) {
+			cur = lit(&b, cur, y->list_open);
+			if (json_body)
+				cur = ws(&b, cur);
+		}
 		for (i = 0; i < calls && tc >= 0; i++) {
-			int32_t r = st(&b);
+			int32_t r = st(&b), e;
+
 			nfa_call(n, cur, tc, r);
-			cur = ws(&b, r);
-			if (cur >= 0)
-				n->flags[cur] |= NF_ACCEPT;
+			if (!y || !y->list_sep) {	/* Hermes: whitespace between */
+				cur = ws(&b, r);
+				e = cur;
+			} else {
+				e = r;
+				cur = json_body ? ws(&b, lit(&b, ws(&b, r), y->list_sep)) :
+				      lit(&b, r, y->list_sep);
+			}
+			if (y && y->list_close && *y->list_close)
+				e = lit(&b, json_body ? ws(&b, e) : e, y->list_close);
+			if (y)
+				e = ws(&b, e);
+			if (e >= 0)
+				n->flags[e] |= NF_ACCEPT;
 		}
 		fin = cur;
-		*start_tag = strdup(st_);
+		*start_tag = strdup(trig);
 		if (!*start_tag)
 			rc = -ENOMEM;
 		break;

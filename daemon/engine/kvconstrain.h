@@ -52,6 +52,31 @@ void kvc_vocab_free(struct kvc_vocab *v);
  * i / 32 is token i. */
 uint32_t kvc_mask_words(const struct kvc_vocab *v);
 
+/*
+ * How tool calls are written (kvc_spec.syntax; NULL: Hermes, each call
+ * start_tag {"name": NAME, "arguments": ARGS} end_tag, whitespace between).
+ * The calls are
+ *     list_open CALL (list_sep CALL)* list_close
+ * with CALL = call_open BODY call_close, and BODY either
+ *     {"name": NAME, "ARGS_KEY": ARGS[, "id": "ID"]}   (whitespace as JSON allows)
+ *     NAME[id_mark ID]args_mark ARGS                    (name_args; no whitespace)
+ * ID is 9 alphanumerics; NULL strings are empty, but a NULL list_sep is
+ * whitespace only (as between Hermes calls). With KVC_LAZY the output is
+ * free until the trigger (NULL: call_open, else list_open); anchored: the
+ * trigger counts only at the very start of the output (whitespace aside),
+ * and once anything else was written the rest is free.
+ */
+struct kvc_call_syntax {
+	const char *list_open, *list_sep, *list_close;
+	const char *call_open, *call_close;
+	int name_args;
+	const char *args_key;	/* JSON body: NULL "arguments" */
+	int id;
+	const char *id_mark, *args_mark;
+	const char *trigger;
+	int anchored;
+};
+
 enum kvc_kind {
 	KVC_JSON_SCHEMA = 1,	/* json: a JSON Schema (response_format json_schema) */
 	KVC_JSON_OBJECT = 2,	/* any JSON object (response_format json_object) */
@@ -69,6 +94,9 @@ struct kvc_spec {
 	uint32_t max_calls;
 	/* TOOL_CALLS: NULL: "<tool_call>" and "</tool_call>" */
 	const char *start_tag, *end_tag;
+	/* TOOL_CALLS: another family's syntax (start_tag and end_tag then
+	 * unused); NULL: Hermes */
+	const struct kvc_call_syntax *syntax;
 	/* whitespace bytes allowed at one place; 0: KVC_DEFAULT_WS */
 	uint32_t max_ws;
 };

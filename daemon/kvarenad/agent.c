@@ -241,8 +241,8 @@ int kvd_server_tools_allowed(struct kvd *d, uint32_t tenant)
 	if (!d->cfg.n_tenants)
 		ok = 1;
 	else
-		ok = tenant && tenant <= d->cfg.n_tenants &&
-		     d->cfg.tenants[tenant - 1].server_tools;
+		ok = kvd_tenant_slot(d, tenant) &&
+		     d->cfg.tenants[kvd_tenant_slot(d, tenant) - 1].server_tools;
 	pthread_mutex_unlock(&d->lock);
 	return ok;
 }
@@ -986,8 +986,8 @@ static int tool_index(const struct kvd_agent *a, const char *name)
  * held: a reload may have changed them). */
 static void tenant_of(struct kvd *d, uint32_t tenant, struct kvd_round *r)
 {
-	const struct kvd_tenant_cfg *t = tenant && tenant <= d->cfg.n_tenants ?
-					 &d->cfg.tenants[tenant - 1] : NULL;
+	uint32_t slot = kvd_tenant_slot(d, tenant);
+	const struct kvd_tenant_cfg *t = slot ? &d->cfg.tenants[slot - 1] : NULL;
 
 	snprintf(r->tenant, sizeof(r->tenant), "%s", t ? t->name : "");
 	r->concurrency = t && t->tool_concurrency ? t->tool_concurrency :

@@ -140,6 +140,37 @@ struct load_ctx {
 	int failed;
 };
 
+/* "a, b, c": at most KVD_MAX_LIST entries without blanks or commas. */
+static int parse_list(const char *v, char out[][256], uint32_t *n)
+{
+	*n = 0;
+	while (*v) {
+		size_t len;
+
+		while (*v == ' ' || *v == ',')
+			v++;
+		len = strcspn(v, " ,");
+		if (!len)
+			break;
+		if (*n == KVD_MAX_LIST || len >= 256)
+			return -1;
+		memcpy(out[*n], v, len);
+		out[(*n)++][len] = 0;
+		v += len;
+	}
+	return 0;
+}
+
+uint32_t kvd_tenant_id(const char *name)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *name; name++)
+		h = (h ^ (uint8_t)*name) * 16777619u;
+	h &= KVD_TENANT_ID_MAX;
+	return h ? h : 1;
+}
+
 static struct kvd_tenant_cfg *tenant_for(struct kvd_config *c, const char *name)
 {
 	uint32_t i;
@@ -150,7 +181,7 @@ static struct kvd_tenant_cfg *tenant_for(struct kvd_config *c, const char *name)
 	if (c->n_tenants == KVD_MAX_TENANTS || strlen(name) >= sizeof(c->tenants[0].name) ||
 	    !*name)
 		return NULL;
-	c->tenants[c->n_tenants].id = c->n_tenants + 1;
+	c->tenants[c->n_tenants].id = 0;	/* kvd_config_check: from the name */
 	snprintf(c->tenants[c->n_tenants].name, sizeof(c->tenants[0].name), "%s", name);
 	return &c->tenants[c->n_tenants++];
 }
@@ -249,6 +280,12 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		c->listen_port = (uint16_t)u;
 		return 0;
 	}
+	if (!strcmp(sec, "server") &&
+	    (!strcmp(k, "cors_origins") || !strcmp(k, "allowed_hosts")))
+		return parse_list(v, !strcmp(k, "cors_origins") ? c->cors_origins : c->allowed_hosts,
+				  !strcmp(k, "cors_origins") ? &c->n_cors_origins : &c->n_allowed_hosts);
+	U32("server", "responses_max", responses_max, 1, 1 << 20);
+	U32("server", "responses_max_mb", responses_max_mb, 1, 1 << 16);
 	BOOL("server", "allow_remote", allow_remote);
 	U32("server", "max_body_kb", max_body_kb, 1, 1 << 20);
 	U32("server", "max_connections", max_connections, 1, 65536);
@@ -385,6 +422,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return parse_u32(v, 0, 1 << 20, &t->kv_blocks);
 		if (!strcmp(k, "server_tools"))
 			return parse_bool(v, &t->server_tools);
+		if (!strcmp(k, "id"))
+			return parse_u32(v, 1, KVD_TENANT_ID_MAX, &t->id);
 		if (!strcmp(k, "tool_concurrency"))
 			return parse_u32(v, 1, 64, &t->tool_concurrency);
 		if (!strcmp(k, "tool_disk_mb")) {
@@ -484,6 +523,14 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 		return -1;
 	}
 	for (i = 0; i < c->n_tenants; i++) {
+		if (!c->tenants[i].id)
+			c->tenants[i].id = kvd_tenant_id(c->tenants[i].name);
+		for (j = 0; j < i; j++)
+			if (c->tenants[i].id == c->tenants[j].id) {
+				snprintf(err, errlen, "tenants %s and %s have the same id %u; give one of them another (id = N in its section)",
+					 c->tenants[j].name, c->tenants[i].name, c->tenants[i].id);
+				return -1;
+			}
 		if (!c->tenants[i].n_keys) {
 			snprintf(err, errlen, "[tenant.%s] has no key", c->tenants[i].name);
 			return -1;

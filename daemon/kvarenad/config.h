@@ -10,11 +10,17 @@
 #include <stdint.h>
 
 #define KVD_MAX_TENANTS 64
+#define KVD_MAX_LIST 16		/* entries of a comma-separated list */
 #define KVD_MAX_KEYS_PER_TENANT 8
 
+/* A tenant's identity: its id, from its section name (kvd_tenant_id) or
+ * its "id" key, never its place in the file, so a reload that adds,
+ * removes or reorders tenants hands nobody another's sessions, cache or
+ * budget. */
+#define KVD_TENANT_ID_MAX 0x7fffffffu
 struct kvd_tenant_cfg {
 	char name[64];
-	uint32_t id;			/* 1.. in file order */
+	uint32_t id;			/* 1..KVD_TENANT_ID_MAX */
 	uint32_t n_keys;
 	char keys[KVD_MAX_KEYS_PER_TENANT][128];
 	uint64_t tokens_per_min;	/* prompt + completion; 0: unlimited */
@@ -75,6 +81,15 @@ struct kvd_config {
 	uint32_t max_body_kb;
 	uint32_t max_connections;
 	uint32_t conn_timeout_s;
+	/* pages of these origins may call the API (CORS; "*": any) */
+	char cors_origins[KVD_MAX_LIST][256];
+	uint32_t n_cors_origins;
+	/* Host names accepted besides the listen address (DNS rebinding) */
+	char allowed_hosts[KVD_MAX_LIST][256];
+	uint32_t n_allowed_hosts;
+	/* /v1/responses kept per tenant for previous_response_id */
+	uint32_t responses_max;
+	uint32_t responses_max_mb;
 	/* [model] */
 	char model_path[512];
 	char model_id[128];		/* default: file name without .gguf */
@@ -154,6 +169,9 @@ struct kvd_config {
 };
 
 void kvd_config_defaults(struct kvd_config *c);
+/* The id of [tenant.NAME] without an "id" key: FNV-1a of NAME, 31 bits,
+ * never 0. */
+uint32_t kvd_tenant_id(const char *name);
 /* Reads an INI file over c. 0, or -1 with a message naming the line. */
 int kvd_config_load(struct kvd_config *c, const char *path, char *err, size_t errlen);
 /* One setting, as the file's [sec] key = val. 0 or -1 with a message. */

@@ -100,8 +100,10 @@ static void count_blocks(struct kvd *d, struct kvd_conv *c, uint32_t from,
 
 	for (i = from; i < to; i++)
 		d->block_users[c->as.s.block_table[i]] += (uint16_t)delta;
-	if (c->tenant <= KVD_MAX_TENANTS)
-		d->tenant_blocks[c->tenant] += (uint32_t)(delta * (int)(to - from));
+	uint32_t slot = kvd_tenant_slot(d, c->tenant);
+
+	if (slot)
+		d->tenant_blocks[slot] += (uint32_t)(delta * (int)(to - from));
 }
 
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
@@ -438,10 +440,11 @@ int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
 
 	if (need <= before)
 		return 0;
-	if (c->tenant && c->tenant <= d->cfg.n_tenants) {
-		uint32_t lim = d->cfg.tenants[c->tenant - 1].kv_blocks;
+	if (kvd_tenant_slot(d, c->tenant)) {
+		uint32_t slot = kvd_tenant_slot(d, c->tenant);
+		uint32_t lim = d->cfg.tenants[slot - 1].kv_blocks;
 
-		if (lim && d->tenant_blocks[c->tenant] + (need - before) > lim)
+		if (lim && d->tenant_blocks[slot] + (need - before) > lim)
 			return -EDQUOT;
 	}
 	rc = kve_arena_session_reserve(d->kv, &c->as, n_more);

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "callsyntax.h"
 #include "hooks.h"
 #include "internal.h"
 #include "log.h"
@@ -60,6 +61,13 @@ static void qev_free(struct kvd_qev *q)
 	free(q);
 }
 
+/* kvd_job_next_any's: rung by a push to any of its jobs. */
+struct kvd_waiter {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int rung;
+};
+
 static void job_push(struct kvd_job *j, struct kvd_qev *q)
 {
 	pthread_mutex_lock(&j->qlock);
@@ -76,6 +84,12 @@ static void job_push(struct kvd_job *j, struct kvd_qev *q)
 		j->q_head = q;
 	j->q_tail = q;
 	pthread_cond_signal(&j->qcond);
+	if (j->waiter) {
+		pthread_mutex_lock(&j->waiter->lock);
+		j->waiter->rung = 1;
+		pthread_cond_signal(&j->waiter->cond);
+		pthread_mutex_unlock(&j->waiter->lock);
+	}
 	pthread_mutex_unlock(&j->qlock);
 }
 
@@ -140,6 +154,7 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 	if (j->conv)
 		snprintf(q->session_id, sizeof(q->session_id), "%s", j->conv->id);
 	q->ev.session_id = q->session_id;
+	q->ev.stop_seq = j->stop_seq;
 	q->ev.ttft_ms = j->t_first ? (double)(j->t_first - j->t_submit) / 1e6 : 0;
 	q->ev.total_ms = (double)(now - j->t_submit) / 1e6;
 	job_push(j, q);
@@ -223,6 +238,89 @@ int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
 	return rc;
 }
 
+/* Takes the next event of j when there is one (never waits). */
+static int job_take(struct kvd_job *j, struct kvd_event *ev)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&j->qlock);
+	qev_free(j->cur);
+	j->cur = NULL;
+	if (j->q_head) {
+		j->cur = j->q_head;
+		j->q_head = j->cur->next;
+		if (!j->q_head)
+			j->q_tail = NULL;
+		*ev = j->cur->ev;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&j->qlock);
+	return rc;
+}
+
+static void set_waiter(struct kvd_job *const *jobs, unsigned n, struct kvd_waiter *w)
+{
+	for (unsigned i = 0; i < n; i++) {
+		pthread_mutex_lock(&jobs[i]->qlock);
+		jobs[i]->waiter = w;
+		pthread_mutex_unlock(&jobs[i]->qlock);
+	}
+}
+
+int kvd_job_next_any(struct kvd_job *const *jobs, unsigned n, struct kvd_event *ev,
+		     unsigned *which, int timeout_ms)
+{
+	struct kvd_waiter w = { .rung = 0 };
+	pthread_condattr_t ca;
+	struct timespec dl;
+	int rc = 0;
+
+	if (n == 1) {
+		*which = 0;
+		return kvd_job_next(jobs[0], ev, timeout_ms);
+	}
+	pthread_mutex_init(&w.lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w.cond, &ca);
+	pthread_condattr_destroy(&ca);
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	/* the waiter first: a push after the checks below rings it */
+	set_waiter(jobs, n, &w);
+	for (;;) {
+		for (unsigned i = 0; i < n && !rc; i++)
+			if (job_take(jobs[i], ev)) {
+				*which = i;
+				rc = 1;
+			}
+		if (rc)
+			break;
+		pthread_mutex_lock(&w.lock);
+		while (!w.rung && timeout_ms != 0) {
+			if (timeout_ms < 0)
+				pthread_cond_wait(&w.cond, &w.lock);
+			else if (pthread_cond_timedwait(&w.cond, &w.lock, &dl) == ETIMEDOUT)
+				break;
+		}
+		if (!w.rung) {
+			pthread_mutex_unlock(&w.lock);
+			break;
+		}
+		w.rung = 0;
+		pthread_mutex_unlock(&w.lock);
+	}
+	set_waiter(jobs, n, NULL);
+	pthread_cond_destroy(&w.cond);
+	pthread_mutex_destroy(&w.lock);
+	return rc;
+}
+
 void kvd_job_cancel(struct kvd_job *j)
 {
 	struct kvd *d = j->d;
@@ -296,13 +394,14 @@ static void set_err(struct kvd_error *e, enum kvd_err_kind k, const char *param,
 }
 
 /* Token bucket per tenant: tokens_per_min refilled continuously. */
-static int tenant_budget_ok(struct kvd *d, uint32_t tenant, uint32_t *retry_s)
+static int tenant_budget_ok(struct kvd *d, uint32_t id, uint32_t *retry_s)
 {
 	const struct kvd_tenant_cfg *t;
+	uint32_t tenant = kvd_tenant_slot(d, id);	/* the arrays' index */
 	uint64_t now = kvd_now_ns();
 	double cap, rate;
 
-	if (!tenant || tenant > d->cfg.n_tenants)
+	if (!tenant)
 		return 1;
 	t = &d->cfg.tenants[tenant - 1];
 	if (!t->tokens_per_min)
@@ -325,9 +424,11 @@ static int tenant_budget_ok(struct kvd *d, uint32_t tenant, uint32_t *retry_s)
 
 /* Charges a finished request's tokens to its tenant's bucket (it may go
  * negative: the next request then waits for the refill). */
-void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens)
+void kvd_tenant_charge(struct kvd *d, uint32_t id, uint32_t tokens)
 {
-	if (!tenant || tenant > d->cfg.n_tenants || !d->cfg.tenants[tenant - 1].tokens_per_min)
+	uint32_t tenant = kvd_tenant_slot(d, id);
+
+	if (!tenant || !d->cfg.tenants[tenant - 1].tokens_per_min)
 		return;
 	if (!d->tenant_refill_ns[tenant]) {
 		d->tenant_tokens[tenant] = (double)d->cfg.tenants[tenant - 1].tokens_per_min;
@@ -358,22 +459,13 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
 					       KVC_JSON_SCHEMA };
 	struct kvc_spec sp = { 0 };
+	struct kvc_call_syntax y;
 	struct kvc_grammar *g = NULL;
 	char msg[200] = "";
 	int rc;
 
 	if (c->kind == KVD_CONSTRAIN_NONE)
 		return 0;
-	/* the decoder writes Hermes calls only: for another family's syntax
-	 * "auto" goes unconstrained and a forced call is refused */
-	if (c->kind == KVD_CONSTRAIN_TOOLS && chat_template_syntax(d->chat) != TC_SYN_HERMES) {
-		if (c->lazy)
-			return 0;
-		set_err(err, KVD_ERR_INVALID, "tool_choice", NULL,
-			"this model's tool-call syntax (%s) cannot be enforced: use tool_choice 'auto'",
-			chat_template_family(d->chat));
-		return -EINVAL;
-	}
 	if ((unsigned)c->kind > KVD_CONSTRAIN_JSON_SCHEMA || !d->cvocab ||
 	    c->json_len > KVC_MAX_SPEC_BYTES) {
 		set_err(err, KVD_ERR_INVALID, "response_format", NULL,
@@ -385,8 +477,8 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	sp.json_len = c->json_len;
 	sp.tool_name = c->tool_name;
 	sp.max_calls = c->max_calls;
-	sp.start_tag = d->cfg.tool_open;
-	sp.end_tag = d->cfg.tool_close;
+	if (sp.kind == KVC_TOOL_CALLS)	/* the family's call syntax, as the workers' */
+		kvd_call_syntax(d->chat, &sp, &y);
 	rc = kvc_compile(d->cvocab, &sp, &g, msg, sizeof(msg));
 	if (rc) {
 		set_err(err, KVD_ERR_INVALID,
@@ -533,14 +625,14 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		pthread_mutex_unlock(&d->lock);
 		set_err(err, KVD_ERR_QUOTA, NULL, "rate_limit_exceeded",
 			"tenant token budget (%llu tokens per minute) used up",
-			(unsigned long long)d->cfg.tenants[r->tenant - 1].tokens_per_min);
+			(unsigned long long)d->cfg.tenants[kvd_tenant_slot(d, r->tenant) - 1].tokens_per_min);
 		err->retry_after_s = retry;
 		goto reject;
 	}
 	/* server-side tools: only those offered to a tenant allowed them */
 	if (r->server_tools && d->agent &&
-	    (!d->cfg.n_tenants || (r->tenant && r->tenant <= d->cfg.n_tenants &&
-				   d->cfg.tenants[r->tenant - 1].server_tools))) {
+	    (!d->cfg.n_tenants || (kvd_tenant_slot(d, r->tenant) &&
+				   d->cfg.tenants[kvd_tenant_slot(d, r->tenant) - 1].server_tools))) {
 		/* bit k of the request: the k-th declaration (built-in tools
 		 * enabled, then MCP servers' tools); the job keeps the same */
 		j->server_tools = r->server_tools & kvd_agent_decl_mask(d);
@@ -651,10 +743,12 @@ int kvd_ready(const struct kvd *d)
 
 /* ---- life ------------------------------------------------------------------ */
 
+/* The one token s is, with special tokens parsed (-1: none, or several). */
 static int32_t single_token(struct kvd *d, const char *s)
 {
+	struct kve_span all = { 0, s ? strlen(s) : 0 };
 	int32_t ids[4];
-	int n = kve_tokenize(d->tok, s, strlen(s), 0, ids, 4);
+	int n = s ? kve_tokenize_spans(d->tok, s, all.len, &all, 1, KVE_TOKENIZE_CONT, ids, 4) : 0;
 
 	return n == 1 ? ids[0] : -1;
 }
@@ -666,11 +760,17 @@ static int open_chat(struct kvd *d, char *err, size_t errlen)
 	size_t len;
 	const char *t = kve_model_meta_str(d->model, "tokenizer.chat_template", &len);
 	int rc = chat_template_new(t, len, &o, &d->chat, err, errlen);
+	const char *const *mk;
 
-	if (!rc)
-		kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
-			chat_template_family(d->chat), chat_template_why(d->chat));
-	return rc;
+	if (rc)
+		return rc;
+	kvd_log(KVD_LOG_INFO, "core", "chat template: %s (%s)",
+		chat_template_family(d->chat), chat_template_why(d->chat));
+	/* the family's markers that are control tokens show in the text the
+	 * parser reads (the workers' constrained decoding shows the same) */
+	for (mk = chat_template_markers(d->chat); *mk; mk++)
+		kve_tokenizer_show(d->tok, *mk);
+	return 0;
 }
 
 static int open_arena(struct kvd *d, char *err, size_t errlen)
@@ -789,7 +889,10 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	if (rc)
 		goto fail;
 	d->eos = kve_tokenizer_eos(d->tok);
-	d->eot = single_token(d, chat_template_eot(d->chat));
+	d->eot = single_token(d, chat_template_eog(d->chat)[0]);
+	d->eom = chat_template_eog(d->chat)[0] ? single_token(d, chat_template_eog(d->chat)[1]) : -1;
+	if (d->eom == d->eot || d->eom == d->eos)
+		d->eom = -1;
 	make_fingerprint(d);
 	d->cvocab = kvc_vocab_create(d->tok, d->vocab, err, errlen);
 	if (!d->cvocab) {
@@ -836,17 +939,59 @@ fail:
 	return rc;
 }
 
+/*
+ * SIGHUP: tenants are who their id (config.c: from the section name) says,
+ * whatever their place in the file. A tenant no longer configured loses
+ * what it kept here (its conversations, their KV and work directories;
+ * its requests still running are cancelled); the others keep theirs, and
+ * their budgets follow them to their new place in cfg.tenants.
+ */
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 {
+	uint32_t blocks[KVD_MAX_TENANTS + 1] = { 0 };
+	double tokens[KVD_MAX_TENANTS + 1] = { 0 };
+	uint64_t refill[KVD_MAX_TENANTS + 1] = { 0 };
+	struct kvd_conv *c, *next;
+	uint32_t i, dropped = 0;
 	char err[256];
 
 	pthread_mutex_lock(&d->lock);
+	for (c = d->convs; c; c = next) {
+		next = c->next;
+		for (i = 0; i < cfg->n_tenants && cfg->tenants[i].id != c->tenant; i++)
+			;
+		if (!c->tenant || i < cfg->n_tenants)
+			continue;
+		dropped++;
+		if (c->job) {
+			c->delete_pending = 1;
+			c->job->cancelled = 1;
+		} else {
+			kvd_conv_free(d, c);
+		}
+	}
+	for (i = 0; i < cfg->n_tenants; i++) {
+		uint32_t old = kvd_tenant_slot(d, cfg->tenants[i].id);
+
+		if (!old)
+			continue;
+		blocks[i + 1] = d->tenant_blocks[old];
+		tokens[i + 1] = d->tenant_tokens[old];
+		refill[i + 1] = d->tenant_refill_ns[old];
+	}
 	d->cfg.n_tenants = cfg->n_tenants;
 	memcpy(d->cfg.tenants, cfg->tenants, sizeof(cfg->tenants));
+	memcpy(d->tenant_blocks, blocks, sizeof(blocks));
+	memcpy(d->tenant_tokens, tokens, sizeof(tokens));
+	memcpy(d->tenant_refill_ns, refill, sizeof(refill));
 	/* the eviction policy and the tiers' switches change at run time too */
 	if (kvd_tiering_reload(d, cfg, err, sizeof(err)))
 		kvd_log(KVD_LOG_ERR, "core", "reload: %s; keeping the running policy", err);
 	pthread_mutex_unlock(&d->lock);
+	if (dropped)
+		kvd_log(KVD_LOG_INFO, "core", "reload: %u conversation(s) of tenants no longer configured released",
+			dropped);
+	kvd_wake(d);
 }
 
 int kvd_drain(struct kvd *d, int timeout_ms)

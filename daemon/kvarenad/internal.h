@@ -112,6 +112,7 @@ struct kvd_job {
 	char *session_key;
 	struct kvd_sampling s;
 	char *stop[KVD_MAX_STOP];
+	uint32_t stop_seq;		/* 1 + the stop sequence that ended it */
 	uint32_t max_new;		/* after clipping to the context */
 	/* server-side tools */
 	uint32_t server_tools;		/* kvd_request.server_tools, tenant-checked */
@@ -148,6 +149,7 @@ struct kvd_job {
 	struct kvd_qev *q_head, *q_tail;
 	struct kvd_qev *cur;		/* returned by the last kvd_job_next */
 	int q_closed;
+	struct kvd_waiter *waiter;	/* kvd_job_next_any's, rung by pushes */
 	struct kvd_job *next;		/* d->jobs */
 };
 
@@ -269,6 +271,8 @@ struct kvd {
 	struct chat_template *chat;	/* the model's family (daemon/chat) */
 	uint32_t vocab, ctx_len;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
+	int32_t eom;			/* the family's second end of turn (Llama's
+					 * <|eom_id|>; -1) */
 	struct kve_arena_kv *kv;
 	struct kva_arena *arena;
 	struct kve_arena_geom geom;
@@ -295,6 +299,7 @@ struct kvd {
 	uint32_t n_workers;
 	uint64_t next_step_id;
 	uint64_t next_seq_id;	/* names a job's round to the workers */
+	/* per tenant, by kvd_tenant_slot() (0: nobody's) */
 	uint32_t tenant_blocks[KVD_MAX_TENANTS + 1];
 	double tenant_tokens[KVD_MAX_TENANTS + 1];	/* token bucket */
 	uint64_t tenant_refill_ns[KVD_MAX_TENANTS + 1];
@@ -316,6 +321,18 @@ struct kvd {
 };
 
 uint64_t kvd_now_ns(void);
+
+/* A tenant by its id (its stable identity, config.c: from its name, never
+ * its place in the file) as the index of its per-tenant state (budgets,
+ * blocks held) and 1 + its index in cfg.tenants; 0 for tenant 0 (no keys
+ * configured) and for an id no longer configured. */
+static inline uint32_t kvd_tenant_slot(const struct kvd *d, uint32_t id)
+{
+	for (uint32_t i = 0; id && i < d->cfg.n_tenants; i++)
+		if (d->cfg.tenants[i].id == id)
+			return i + 1;
+	return 0;
+}
 
 /* core.c: the orchestrator's life (main.c) */
 int kvd_create(const struct kvd_config *cfg, const char *self_exe,

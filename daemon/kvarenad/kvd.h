@@ -181,6 +181,8 @@ struct kvd_event {
 	struct kvd_usage usage;
 	const char *session_id;		/* for DELETE /v1/sessions/{id} */
 	double ttft_ms, total_ms;	/* from submission: first token, done */
+	uint32_t stop_seq;		/* 1 + the index of the stop sequence
+					 * that ended the reply; 0: none */
 	/* ERROR (after submission: a worker failed for good, shutdown) */
 	struct kvd_error err;
 	/* TOOL_RUN */
@@ -194,6 +196,10 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *req,
 /* Wait up to timeout_ms (-1: forever) for the next event: 1 and *ev, 0 on
  * timeout. After DONE or ERROR there are no more events. */
 int kvd_job_next(struct kvd_job *job, struct kvd_event *ev, int timeout_ms);
+/* The same over n jobs (n > 1 choices of one request): the next event of
+ * any of them, 1 with *which its index, 0 on timeout. */
+int kvd_job_next_any(struct kvd_job *const *jobs, unsigned n, struct kvd_event *ev,
+		     unsigned *which, int timeout_ms);
 /* The client went away: stop generating (the session is kept). */
 void kvd_job_cancel(struct kvd_job *job);
 void kvd_job_free(struct kvd_job *job);

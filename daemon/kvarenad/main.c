@@ -73,6 +73,8 @@ static int worker_mode(int argc, char **argv)
 			a.tool_open = v;
 		else if (!strcmp(k, "--tool-close"))
 			a.tool_close = v;
+		else if (!strcmp(k, "--chat-template"))
+			a.chat_template = v;
 	}
 	if (!a.model_path)
 		return 2;
@@ -161,6 +163,7 @@ struct api_tenants {
 	struct kvd_api_tenant t[KVD_MAX_TENANTS];
 	const char *keys[KVD_MAX_TENANTS][KVD_MAX_KEYS_PER_TENANT];
 	size_t n;
+	const char *cors[KVD_MAX_LIST], *hosts[KVD_MAX_LIST];	/* [server] lists */
 };
 
 static void api_tenants(struct api_tenants *at, const struct kvd_config *c)
@@ -191,6 +194,16 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->max_body = (size_t)c->max_body_kb * 1024;
 	ac->max_connections = c->max_connections;
 	ac->conn_timeout_s = c->conn_timeout_s;
+	for (uint32_t i = 0; i < c->n_cors_origins; i++)
+		at->cors[i] = c->cors_origins[i];
+	for (uint32_t i = 0; i < c->n_allowed_hosts; i++)
+		at->hosts[i] = c->allowed_hosts[i];
+	ac->cors_origins = at->cors;
+	ac->n_cors_origins = c->n_cors_origins;
+	ac->allowed_hosts = at->hosts;
+	ac->n_allowed_hosts = c->n_allowed_hosts;
+	ac->responses_max = c->responses_max;
+	ac->responses_max_bytes = (size_t)c->responses_max_mb << 20;
 }
 
 int main(int argc, char **argv)

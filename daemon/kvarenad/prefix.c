@@ -155,8 +155,8 @@ uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_token
 	c->as.s.n_tokens = n * bt;
 	for (i = 0; i < n; i++)
 		d->block_users[ids[i]]++;
-	if (c->tenant <= KVD_MAX_TENANTS)
-		d->tenant_blocks[c->tenant] += n;
+	if (kvd_tenant_slot(d, c->tenant))
+		d->tenant_blocks[kvd_tenant_slot(d, c->tenant)] += n;
 	/* these blocks are already indexed: the conversation's hashes
 	 * continue from here */
 	if (!c->hashes)

@@ -82,7 +82,7 @@ int kvd_sampling_setup(struct kvd *d, struct kvd_job *j, const struct kvd_sampli
 	x->track_context = x->w.repetition_penalty != 1.0f;
 	x->track_generated = s->frequency_penalty != 0 || s->presence_penalty != 0;
 	if (s->ignore_eos)
-		n_ban = d->eot >= 0 && d->eot != d->eos ? 2 : 1;
+		n_ban = 1 + (d->eot >= 0 && d->eot != d->eos) + (d->eom >= 0);
 	x->bias = calloc(s->n_logit_bias + n_ban + 1, sizeof(*x->bias));
 	if (!x->bias)
 		return -ENOMEM;
@@ -95,8 +95,12 @@ int kvd_sampling_setup(struct kvd *d, struct kvd_job *j, const struct kvd_sampli
 	if (s->ignore_eos) {
 		x->bias[i].token = d->eos;
 		x->bias[i++].bias = -INFINITY;
-		if (n_ban == 2) {
+		if (d->eot >= 0 && d->eot != d->eos) {
 			x->bias[i].token = d->eot;
+			x->bias[i++].bias = -INFINITY;
+		}
+		if (d->eom >= 0) {	/* the family's second end of turn */
+			x->bias[i].token = d->eom;
 			x->bias[i++].bias = -INFINITY;
 		}
 	}

@@ -161,13 +161,15 @@ static int gen_append(struct kvd_job *j, const char *s, size_t n)
 	return 0;
 }
 
-/* Where a stop sequence starts (or gen_len), and how much may be emitted
- * without giving away the start of one. */
-static size_t find_stop(const struct kvd_job *j, size_t *safe)
+/* Where a stop sequence starts (or gen_len) and which (1 + its index;
+ * 0: none), and how much may be emitted without giving away the start of
+ * one. */
+static size_t find_stop(const struct kvd_job *j, size_t *safe, uint32_t *which)
 {
 	size_t best = j->gen_len, hold = 0;
 	uint32_t i;
 
+	*which = 0;
 	for (i = 0; i < j->s.n_stop; i++) {
 		const char *st = j->stop[i];
 		size_t sl = strlen(st), from, k;
@@ -175,8 +177,10 @@ static size_t find_stop(const struct kvd_job *j, size_t *safe)
 
 		from = j->emitted > sl ? j->emitted - sl : 0;
 		hit = memmem(j->gen + from, j->gen_len - from, st, sl);
-		if (hit && (size_t)(hit - j->gen) < best)
+		if (hit && (size_t)(hit - j->gen) < best) {
 			best = (size_t)(hit - j->gen);
+			*which = i + 1;
+		}
 		for (k = sl - 1; k > hold; k--)
 			if (k <= j->gen_len && !memcmp(j->gen + j->gen_len - k, st, k)) {
 				hold = k;
@@ -315,7 +319,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
 		return;
 	}
-	if (j->cw.kind && tok != d->eos && tok != d->eot) {
+	if (j->cw.kind && tok != d->eos && tok != d->eot && tok != d->eom) {
 		if (j->n_hist == j->cap_hist) {
 			uint32_t cap = j->cap_hist ? j->cap_hist * 2 : 64;
 			int32_t *h = realloc(j->hist, cap * sizeof(*h));
@@ -329,7 +333,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		}
 		j->hist[j->n_hist++] = tok;
 	}
-	if (tok == d->eos || tok == d->eot) {
+	if (tok == d->eos || tok == d->eot || (tok == d->eom && tok >= 0)) {
 		/* a round ending in calls to server-side tools goes on */
 		round_end(j);
 		if (kvd_agent_try(d, j))
@@ -344,7 +348,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		fail(d, j, KVD_ERR_INTERNAL, "out of memory");
 		return;
 	}
-	stop = find_stop(j, &safe);
+	stop = find_stop(j, &safe, &j->stop_seq);
 	if (stop < j->gen_len) {
 		if (stop > j->emitted)
 			kvd_job_emit_token(j, j->gen + j->emitted, stop - j->emitted, tok, lp,

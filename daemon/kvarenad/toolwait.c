@@ -24,7 +24,9 @@
 
 static const char *tenant_name(const struct kvd *d, uint32_t tenant)
 {
-	return tenant && tenant <= d->cfg.n_tenants ? d->cfg.tenants[tenant - 1].name : "";
+	uint32_t slot = kvd_tenant_slot(d, tenant);
+
+	return slot ? d->cfg.tenants[slot - 1].name : "";
 }
 
 uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len)

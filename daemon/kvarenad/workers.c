@@ -54,7 +54,8 @@ int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w)
 				       "--backend-options", d->cfg.backend_options,
 				       "--threads", threads, "--max-batch", batch,
 				       "--max-ctx", ctx, "--tool-open", d->cfg.tool_open,
-				       "--tool-close", d->cfg.tool_close, NULL };
+				       "--tool-close", d->cfg.tool_close,
+				       "--chat-template", d->cfg.chat_template, NULL };
 
 		sigset_t none;
 

@@ -116,6 +116,7 @@ struct rw {
 	size_t rx_cap, wrx_cap;
 	char *step;
 	size_t step_cap;
+	struct queued *queue;		/* steps waiting for the one running */
 	uint64_t steps, pulled, pushed;
 };
 
@@ -432,6 +433,40 @@ static int chan_send(struct rw *r, uint16_t type, const void *p, size_t len)
 	return kvr_chan_send(r->ch, type, &iov, 1);
 }
 
+/* A STEP that arrived while another ran: kept, in order. */
+struct queued {
+	void *msg;
+	size_t len;
+	struct queued *next;
+};
+
+static int queue_step(struct rw *r, size_t len)
+{
+	struct queued *q = calloc(1, sizeof(*q)), **pp;
+
+	if (!q || !(q->msg = malloc(len ? len : 1))) {
+		free(q);
+		return -ENOMEM;
+	}
+	memcpy(q->msg, r->rx, len);
+	q->len = len;
+	for (pp = &r->queue; *pp; pp = &(*pp)->next)
+		;
+	*pp = q;
+	return 0;
+}
+
+static void queue_drop(struct rw *r)
+{
+	while (r->queue) {
+		struct queued *q = r->queue;
+
+		r->queue = q->next;
+		free(q->msg);
+		free(q);
+	}
+}
+
 static int chan_readable(struct rw *r)
 {
 	struct pollfd p = { kvr_chan_fd(r->ch), POLLIN, 0 };
@@ -461,6 +496,11 @@ static int service_chan(struct rw *r, size_t *step_len)
 		} else if (type == KVD_MSG_STEP && step_len) {
 			*step_len = len;
 			return 1;
+		} else if (type == KVD_MSG_STEP) {
+			/* sent while one runs (steps in flight): served next,
+			 * in order */
+			if (queue_step(r, len))
+				return -ENOMEM;
 		} else if (type != KVR_MSG_PONG) {
 			kvd_log(KVD_LOG_ERR, "remote", "orchestrator sent message %u now", type);
 			return -EPROTO;
@@ -637,7 +677,7 @@ static uint32_t test_stall(struct rw *r, const struct seqwork *s, uint32_t from,
 }
 #endif
 
-static int do_step(struct rw *r, size_t len)
+static int do_step(struct rw *r, const void *msg, size_t len)
 {
 	uint32_t bt = r->ag.block_tokens, i;
 	struct seqwork *w = NULL;
@@ -655,7 +695,7 @@ static int do_step(struct rw *r, size_t len)
 		r->step = p;
 		r->step_cap = len;
 	}
-	memcpy(r->step, r->rx, len);
+	memcpy(r->step, msg, len);
 	rc = parse_step(r, len, &st, &w);
 	if (rc) {
 		kvd_log(KVD_LOG_ERR, "remote", "malformed step from the orchestrator");
@@ -858,7 +898,8 @@ static int session(struct rw *r)
 
 		kvr_xfer_progress(r->x);
 		if (!kvr_chan_pending(r->ch))
-			poll(p, 3, (int)(r->wel.heartbeat_ms / 2 ? r->wel.heartbeat_ms / 2 : 1));
+			poll(p, 3, r->queue ? 0 :
+				   (int)(r->wel.heartbeat_ms / 2 ? r->wel.heartbeat_ms / 2 : 1));
 		if (p[1].revents) {
 			snprintf(err, sizeof(err), "the local worker exited");
 			rc = -EIO;
@@ -866,9 +907,18 @@ static int session(struct rw *r)
 		}
 		size_t len;
 
-		rc = service_chan(r, &len);
-		if (rc == 1)
-			rc = do_step(r, len);
+		if (r->queue) {
+			struct queued *q = r->queue;
+
+			r->queue = q->next;
+			rc = do_step(r, q->msg, q->len);
+			free(q->msg);
+			free(q);
+		} else {
+			rc = service_chan(r, &len);
+			if (rc == 1)
+				rc = do_step(r, r->rx, len);
+		}
 		if (rc < 0) {
 			if (rc == -EINTR)
 				snprintf(err, sizeof(err), "stopping");
@@ -881,6 +931,7 @@ out:
 	if (r->peer)
 		kvr_peer_close(r->peer);	/* forced: nothing lands after this */
 	r->peer = NULL;
+	queue_drop(r);	/* the orchestrator sends them again */
 	if (r->arena) {
 		uint32_t held = 0;
 

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "callsyntax.h"
 #include "kvconstrain.h"
 #include "kvengine.h"
 #include "log.h"
@@ -45,6 +46,7 @@ struct worker {
 	const struct kvd_worker_args *args;
 	struct kve_model *tmodel;	/* the tokenizer's (weights mapped, unused) */
 	struct kve_tokenizer *tok;
+	struct chat_template *chat;	/* the model's family: its call syntax */
 	struct kvc_vocab *cvocab;
 	struct mcache mc[MATCHER_CACHE];
 	uint64_t mc_clock;
@@ -253,6 +255,7 @@ static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view 
 					       KVC_JSON_SCHEMA };
 	struct mcache *e, *lru = &w->mc[0];
 	struct kvc_spec sp = { 0 };
+	struct kvc_call_syntax y;
 	struct kvc_grammar *g = NULL;
 	char err[200], name[256];
 	uint32_t i;
@@ -272,7 +275,19 @@ static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view 
 		setenv("KVE_WEIGHTS", "mmap", 1);
 		w->tmodel = kve_model_load(w->model_path, err, sizeof(err));
 		w->tok = w->tmodel ? kve_tokenizer_create(w->tmodel, err, sizeof(err)) : NULL;
-		w->cvocab = w->tok ? kvc_vocab_create(w->tok, w->vocab, err, sizeof(err)) : NULL;
+		if (w->tok && !w->chat) {
+			/* the family the orchestrator found in the same file */
+			struct chat_options co = { w->args->chat_template, w->args->tool_open,
+						   w->args->tool_close };
+			size_t tl;
+			const char *tt = kve_model_meta_str(w->tmodel, "tokenizer.chat_template", &tl);
+
+			if (!chat_template_new(tt, tl, &co, &w->chat, err, sizeof(err)))
+				for (const char *const *mk = chat_template_markers(w->chat); *mk; mk++)
+					kve_tokenizer_show(w->tok, *mk);
+		}
+		w->cvocab = w->tok && w->chat ? kvc_vocab_create(w->tok, w->vocab, err, sizeof(err)) :
+			    NULL;
 		w->mask = calloc((w->vocab + 31) / 32, sizeof(uint32_t));
 		if (!w->cvocab || !w->mask) {
 			kvd_log(KVD_LOG_ERR, "worker", "structured decoding: %s", err);
@@ -289,8 +304,8 @@ static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view 
 	sp.json_len = v->cw.json_len;
 	sp.tool_name = v->cw.name_len ? name : NULL;
 	sp.max_calls = v->cw.max_calls;
-	sp.start_tag = w->args->tool_open;
-	sp.end_tag = w->args->tool_close;
+	if (sp.kind == KVC_TOOL_CALLS)
+		kvd_call_syntax(w->chat, &sp, &y);
 	if (kvc_compile(w->cvocab, &sp, &g, err, sizeof(err))) {
 		kvd_log(KVD_LOG_ERR, "worker", "constraint: %s", err);
 		return NULL;
@@ -682,6 +697,7 @@ out:
 	for (int i = 0; i < MATCHER_CACHE; i++)
 		kvc_matcher_free(w.mc[i].m);
 	kvc_vocab_free(w.cvocab);
+	chat_template_free(w.chat);
 	kve_tokenizer_free(w.tok);
 	kve_model_free(w.tmodel);
 	free(w.mask);

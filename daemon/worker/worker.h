@@ -22,6 +22,7 @@ struct kvd_worker_args {
 	unsigned int max_batch;
 	unsigned int max_ctx;
 	const char *tool_open, *tool_close;	/* NULL: <tool_call> </tool_call> */
+	const char *chat_template;	/* [model] chat_template: "auto", a family */
 };
 
 /* Runs the worker on fd sock; returns the process exit status. */

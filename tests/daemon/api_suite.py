@@ -300,10 +300,10 @@ def routes_and_methods():
     check(r.status == 404, "unknown model id")
     error_of(json.loads(data), 404, code="model_not_found")
     # a path that is not UTF-8 still gets a JSON error
-    raw = raw_exchange(b"GET /v1/\xff\xfe%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    raw = raw_exchange(b"GET /v1/\xff\xfe%ff HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     check(status_of(raw) == 404, f"raw path: {raw[:60]!r}")
     error_of(body_of(raw), 404)
-    for method, path, want in (("GET", "/nope", 404), ("POST", "/v1/completions", 404),
+    for method, path, want in (("GET", "/nope", 404), ("POST", "/v1/embeddings", 404),
                                ("GET", "/v1/chat/completions", 405),
                                ("DELETE", "/v1/chat/completions", 405),
                                ("POST", "/v1/models", 405), ("PUT", "/health", 405),
@@ -378,7 +378,7 @@ BAD = [
     (jb(dict(VALID, max_tokens="9")), 400, "max_tokens", "-"),
     (jb(dict(VALID, stream="yes")), 400, "stream", "-"),
     (jb(dict(VALID, stop=["a", "b", "c", "d", "e"])), 400, "stop", "-"),
-    (jb(dict(VALID, n=3)), 400, "n", "-"),
+    (jb(dict(VALID, n=17)), 400, "n", "-"),
     (jb(dict(VALID, logprobs=True, top_logprobs=50)), 400, "top_logprobs", "-"),
     (jb(dict(VALID, tools={"a": 1})), 400, "tools", "-"),
     (jb(dict(VALID, tool_choice="required")), 400, "tool_choice", None),
@@ -409,7 +409,7 @@ def bad_requests():
 @test()
 def oversized_bodies():
     big = b"x" * (10 * 1024 * 1024)
-    hdr = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    hdr = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " +
            KEY_A.encode() + b"\r\nContent-Type: application/json\r\n")
     t0 = time.time()
     raw = raw_exchange(hdr + b"Content-Length: %d\r\n\r\n" % len(big) + big)
@@ -637,7 +637,7 @@ def client_disconnects():
     before = metric("kvd_scripted_jobs_cancelled_total")
     body = json.dumps({"model": MODEL, "messages": user("hold"), "stream": True}).encode()
     s = socket.create_connection((HOST, PORT), timeout=10)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " +
               KEY_A.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
               % len(body) + body)
     got = s.recv(4096)
@@ -648,7 +648,7 @@ def client_disconnects():
     before = metric("kvd_scripted_jobs_cancelled_total")
     body = json.dumps({"model": MODEL, "messages": user("hold")}).encode()
     s = socket.create_connection((HOST, PORT), timeout=10)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
               KEY_A.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     time.sleep(0.3)
     s.close()
@@ -658,7 +658,7 @@ def client_disconnects():
     before = metric("kvd_scripted_jobs_cancelled_total")
     body = json.dumps({"model": MODEL, "messages": user("slow 50 " + "x" * 3000)}).encode()
     s = socket.create_connection((HOST, PORT), timeout=10)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
               KEY_A.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     time.sleep(0.5)
     s.close()
@@ -685,7 +685,7 @@ def thousand_connections():
             text = f"slow 1000 n{i}" if SCRIPTED else f"say n{i}"
             body = json.dumps({"model": MODEL, "messages": user(text),
                                "max_tokens": 10}).encode()
-            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\n"
                       b"Authorization: Bearer " + KEY_A.encode() +
                       b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             s.setblocking(False)
@@ -728,7 +728,7 @@ def slow_clients():
     slow = []
     for i in range(60):
         s = socket.create_connection((HOST, PORT), timeout=30)
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n")
         slow.append(s)
     idle = [socket.create_connection((HOST, PORT), timeout=30) for i in range(20)]
     for rnd in range(3):
@@ -755,7 +755,7 @@ def idle_timeout():
     try:
         idle = socket.create_connection((HOST, port), timeout=60)
         stall = socket.create_connection((HOST, port), timeout=60)
-        stall.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        stall.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                       b"Content-Length: 100\r\n\r\n{\"model\"")
         t0 = time.time()
         for s, what in ((idle, "idle"), (stall, "stalled body")):
@@ -870,7 +870,7 @@ def drain_timeout():
     check(port, "server did not start")
     body = json.dumps({"model": MODEL, "messages": user("hold"), "stream": True}).encode()
     s = socket.create_connection((HOST, port), timeout=30)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
     check(b" 200 " in s.recv(4096).split(b"\r\n")[0], "stream started")
     t0 = time.time()
@@ -903,7 +903,7 @@ def drain_on_sigterm():
     body = json.dumps({"model": MODEL, "messages": user(prompt), "max_tokens": 64,
                        "stream": True}).encode()
     s = socket.create_connection((HOST, PORT), timeout=30)
-    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
               KEY_A.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     got = s.recv(4096)
     check(b" 200 " in got.split(b"\r\n")[0], "stream started")

@@ -8,7 +8,8 @@
  * usage: kvd-api-testserver [--listen ADDR] [--port N] [--port-file F]
  *        [--keys FILE] [--allow-remote] [--max-body BYTES]
  *        [--max-conn N] [--timeout S] [--drain S] [--context BYTES]
- *        [--model ID] [--debug] [--server-tools]
+ *        [--model ID] [--debug] [--server-tools] [--cors ORIGIN]...
+ *        [--host NAME]... [--responses-max N] [--responses-max-bytes B]
  * Keys file: one tenant per line, "NAME ID KEY [KEY...]"; # comments.
  * SIGUSR1 toggles readiness (GET /health 200 <-> 503). --server-tools: the
  * scripted orchestrator declares a server-side tool (scripted_kvd.c).
@@ -87,6 +88,7 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	struct kvd *d;
 	int sig, ready = 1, server_tools = 0;
+	const char *cors[8], *hosts[8];
 
 	kvd_api_config_defaults(&c);
 	c.port = 0;
@@ -130,6 +132,14 @@ int main(int argc, char **argv)
 			context = (uint32_t)strtoul(v, NULL, 10);
 		else if (!strcmp(a, "--model"))
 			model = v;
+		else if (!strcmp(a, "--cors") && c.n_cors_origins < 8)
+			cors[c.n_cors_origins++] = v;
+		else if (!strcmp(a, "--host") && c.n_allowed_hosts < 8)
+			hosts[c.n_allowed_hosts++] = v;
+		else if (!strcmp(a, "--responses-max"))
+			c.responses_max = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--responses-max-bytes"))
+			c.responses_max_bytes = strtoull(v, NULL, 10);
 		else {
 			fprintf(stderr, "testserver: unknown option %s\n", a);
 			return 2;
@@ -142,6 +152,8 @@ int main(int argc, char **argv)
 	}
 	if (keys_path && keys_load(keys_path, &keys))
 		return 1;
+	c.cors_origins = cors;
+	c.allowed_hosts = hosts;
 	c.tenants = keys.t;
 	c.n_tenants = keys.n;
 	d = scripted_kvd_new(model, context);

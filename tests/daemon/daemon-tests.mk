@@ -109,3 +109,13 @@ $(KVD_TEST_TIER_G): tests/daemon/test_tiering.c $(KVD_CORE_HLIB) $(KVD_DEP_LIBS)
 check-tier-guest: modules-guest $(KVD_TEST_TIER_G) $(TIER_TEST_G) $(ENGINE_MKMODEL)
 	@for k in $(GUEST_KERNELS); do \
 		tests/daemon/run-guest-tier.sh $$k || exit 1; done
+
+# The clients people use (npm: openai, @openai/agents, @anthropic-ai/sdk,
+# the Codex CLI, Claude Code; about 1 GiB, pinned, installed once into
+# build/clients/node) against the real kvarenad through a recording
+# proxy; not in make check (the download, and the CLIs' 20-35k-token
+# prompts take minutes to prefill here), CI runs it
+# (Documentation/testing.md).
+.PHONY: check-clients
+check-clients: $(KVD_BIN) $(ENGINE_MKMODEL)
+	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL)

@@ -14,9 +14,9 @@ conf=$(mktemp /tmp/kvarenad-suite.XXXXXX)
 	printf '[kv]\nbackend = memfd\ntoolwait_bpf = no\n'
 	# the suite's 1000 concurrent requests all wait for an answer
 	printf '[limits]\nmax_queue = 2048\n'
-	grep -v '^#' "$keys" | while read -r name _id rest; do
+	grep -v '^#' "$keys" | while read -r name id rest; do
 		[ -n "$name" ] || continue
-		printf '[tenant.%s]\n' "$name"
+		printf '[tenant.%s]\nid = %s\n' "$name" "$id"
 		for k in $rest; do printf 'key = %s\n' "$k"; done
 	done
 } >"$conf"

@@ -119,7 +119,7 @@ await test('streamed tool-call round trip', async () => {
 
 await test('400 as BadRequestError', async () => {
   await assert.rejects(
-    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 2 }),
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }], n: 17 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n'
       && e.type === 'invalid_request_error');
   await assert.rejects(

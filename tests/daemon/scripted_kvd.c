@@ -21,7 +21,8 @@
  *                     runs (a mixed round is the client's)
  *   anything else     "You said: " + the message
  * After a tool result (the prompt ends with a tool turn) the reply is
- * "Tool said: " + the result.
+ * "Tool said: " + the result. A prompt without chat turns (/v1/completions)
+ * is taken as the message whole.
  *
  * A token is at most 3 bytes of the reply (never splitting a UTF-8
  * character), so tags and multi-byte characters arrive split. Token
@@ -82,6 +83,7 @@ struct kvd_job {
 	int cancelled;
 	int ended;
 	enum kvd_finish finish;
+	uint32_t stop_seq;		/* 1 + the stop sequence that cut the reply */
 	struct kvd_sampling s;
 	uint32_t tokens;
 	uint32_t cached;
@@ -188,8 +190,13 @@ static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 	int k, count;
 	char name[65];
 
-	if (last_turn(p, n, &role, &rl, &text, &tl))
-		return strdup("(no turn)");
+	if (last_turn(p, n, &role, &rl, &text, &tl)) {
+		/* no chat turn: a raw prompt (/v1/completions) is the message */
+		role = "user";
+		rl = 4;
+		text = p;
+		tl = n;
+	}
 	if (rl == 4 && !memcmp(role, "tool", 4)) {
 		static const char open[] = "<tool_response>\n", close[] = "\n</tool_response>";
 
@@ -313,8 +320,10 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *req,
 	for (uint32_t i = 0; i < req->s.n_stop; i++) {
 		char *at = strstr(j->reply, req->s.stop[i]);
 
-		if (at && (size_t)(at - j->reply) < j->len)
+		if (at && (size_t)(at - j->reply) < j->len) {
 			j->len = (size_t)(at - j->reply);
+			j->stop_seq = i + 1;
+		}
 	}
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
@@ -388,9 +397,31 @@ static void done(struct kvd_job *j, struct kvd_event *ev, enum kvd_finish f)
 	ev->usage.cached_tokens = j->cached;
 	ev->usage.completion_tokens = j->tokens;
 	ev->session_id = j->session;
+	ev->stop_seq = f == KVD_FINISH_STOP && j->pos >= j->len ? j->stop_seq : 0;
 	ev->ttft_ms = j->ttft_ms;
 	ev->total_ms = ms_since(&j->t0);
 	remember(j);
+}
+
+/* n > 1 choices: the first job with an event. A test double: it checks
+ * every job, then sleeps a millisecond (the replies are scheduled in
+ * time, never pushed). */
+int kvd_job_next_any(struct kvd_job *const *jobs, unsigned n, struct kvd_event *ev,
+		     unsigned *which, int timeout_ms)
+{
+	struct timespec t0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		for (unsigned i = 0; i < n; i++)
+			if (!jobs[i]->ended && kvd_job_next(jobs[i], ev, 0)) {
+				*which = i;
+				return 1;
+			}
+		if (timeout_ms >= 0 && ms_since(&t0) >= timeout_ms)
+			return 0;
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
 }
 
 int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)

@@ -159,6 +159,10 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", 400, "tools[0].function.parameters", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}", 400, "tools[0].function.name", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":\"yes\"}}]}", 400, "tools[0].function.strict", NULL },
+	/* arguments are an object (issue 40.4: the decoder wrote 0, the
+	 * parser found no call) */
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":{\"type\":\"integer\"}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"t\"}}}", 400, "tools[0].function.parameters", "invalid_function_parameters" },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":{\"type\":[\"object\",\"null\"]}}}]}", 400, "tools[0].function.parameters", "invalid_function_parameters" },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "tools[1].function.name", NULL },
 	{ "{" M U ",\"tool_choice\":\"required\"}", 400, "tool_choice", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice.function.name", NULL },
@@ -182,7 +186,8 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"max_completion_tokens\":-1}", 400, "max_completion_tokens", NULL },
 	{ "{" M U ",\"max_tokens\":5,\"max_completion_tokens\":6}", 400, "max_tokens", NULL },
 	{ "{" M U ",\"max_tokens\":99999999999}", 400, "max_tokens", NULL },
-	{ "{" M U ",\"n\":2}", 400, "n", NULL },
+	{ "{" M U ",\"n\":17}", 400, "n", NULL },
+	{ "{" M U ",\"n\":0}", 400, "n", NULL },
 	{ "{" M U ",\"n\":\"1\"}", 400, "n", NULL },
 	{ "{" M U ",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop", NULL },
 	{ "{" M U ",\"stop\":[\"a\",3]}", 400, "stop[1]", NULL },

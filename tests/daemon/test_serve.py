@@ -535,6 +535,79 @@ def test_budget_and_reload(d):
     check(ok, "SIGHUP reload: a new tenant's key works")
 
 
+def test_tenant_identity():
+    """Issue 36.1: a tenant is its section name, not its place in the
+    file. Removing [tenant.a] and reloading gives b nothing of a's: no
+    cached tokens, no session to delete; a's key stops working."""
+    conf = f"[tenant.a]\nkey = {KEY_A}\n[tenant.b]\nkey = {KEY_B}\n"
+    d = Daemon(tenants=False, extra_conf=conf)
+    try:
+        m = [{"role": "system", "content": SYS}, {"role": "user", "content": "secret plans of a"}]
+        st, ra, _ = d.chat(m, key=KEY_A, max_tokens=4)
+        sa = ra["kvarena"]["session_id"] if st == 200 else ""
+        with open(d.conf) as f:
+            text = f.read()
+        with open(d.conf, "w") as f:
+            f.write(text.replace(f"[tenant.a]\nkey = {KEY_A}\n", ""))
+        d.p.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            if d.chat(m, key=KEY_A, max_tokens=1)[0] == 401:
+                break
+            time.sleep(0.1)
+        st_a = d.chat(m, key=KEY_A, max_tokens=1)[0]
+        st, rb, _ = d.chat(m, key=KEY_B, max_tokens=4)
+        cached = rb["usage"]["prompt_tokens_details"]["cached_tokens"] if st == 200 else -1
+        st_del, _, _ = d.req("DELETE", f"/v1/sessions/{sa}", key=KEY_B)
+        check(st_a == 401 and st == 200 and cached == 0 and st_del == 404 and
+              rb["kvarena"]["session_id"] != sa,
+              f"[tenant.a] removed and reloaded: a's key 401, b gets 0 of a's cached tokens "
+              f"({cached}), b cannot delete a's session ({st_del})")
+        check("released" in d.logtext(), "the reload released a's conversations (log)")
+    finally:
+        d.stop()
+
+
+def test_frontends(d):
+    """The other APIs over the real orchestrator: /v1/completions,
+    /v1/messages, /v1/responses (its previous_response_id continuation
+    prefills only the new items), chat n > 1 (the prompt's blocks shared)."""
+    st, r, _ = d.req("POST", "/v1/completions", {"model": "test", "prompt": "Once upon a time",
+                                                 "max_tokens": 8, "temperature": 0, "echo": True})
+    check(st == 200 and r["choices"][0]["text"].startswith("Once upon a time") and
+          r["usage"]["completion_tokens"] == 8, "/v1/completions with echo")
+    st, r, _ = d.req("POST", "/v1/messages", {"model": "test", "max_tokens": 8, "temperature": 0,
+                                              "messages": [{"role": "user", "content": "hello"}]})
+    check(st == 200 and r["type"] == "message" and r["stop_reason"] in ("end_turn", "max_tokens")
+          and r["usage"]["output_tokens"] >= 1, f"/v1/messages: {r.get('stop_reason') if st == 200 else r}")
+    b = {"model": "test", "instructions": SYS, "input": "What is 12345 + 678?",
+         "max_output_tokens": 12, "temperature": 0}
+    st, r1, _ = d.req("POST", "/v1/responses", b)
+    st2, r2, _ = d.req("POST", "/v1/responses", dict(b, input="And 9 * 9?",
+                                                    previous_response_id=r1.get("id")))
+    if st == 200 and st2 == 200:
+        u1, u2 = r1["usage"], r2["usage"]
+        cached = u2["input_tokens_details"]["cached_tokens"]
+        new_text = "<|im_end|>\n<|im_start|>user\nAnd 9 * 9?<|im_end|>\n<|im_start|>assistant\n"
+        check(cached >= u1["input_tokens"] + u1["output_tokens"] - 1 and
+              u2["input_tokens"] - cached <= len(new_text.encode()) and
+              r1["kvarena"]["session_id"] == r2["kvarena"]["session_id"],
+              f"/v1/responses previous_response_id: {cached} of {u2['input_tokens']} cached, "
+              f"the same session: only the new item prefilled (turn 1: {u1['input_tokens']} + "
+              f"{u1['output_tokens']})")
+    else:
+        check(False, f"/v1/responses: {st} {r1} / {st2} {r2}")
+    hits = d.metric("kvarenad_prefix_hit_tokens_total") or 0
+    m = [{"role": "system", "content": SYS + " Answer in one word."},
+         {"role": "user", "content": "Name a colour."}]
+    st, r, _ = d.chat(m, n=3, max_tokens=6, temperature=1, seed=11)
+    hits2 = d.metric("kvarenad_prefix_hit_tokens_total") or 0
+    pt = r["usage"]["prompt_tokens"] if st == 200 else 0
+    check(st == 200 and len(r["choices"]) == 3 and len(set(r["kvarena"]["session_ids"])) == 3
+          and hits2 - hits >= 2 * (pt // 3 - 16),
+          f"chat n 3: three choices; the prompt's full blocks shared by the other two "
+          f"({hits2 - hits:.0f} prefix-hit tokens of {pt} prompt tokens)")
+
+
 def test_worker_kill(d):
     m = [{"role": "user", "content": "count slowly"}]
     st, ref, _ = d.chat(m, max_tokens=48)
@@ -660,11 +733,13 @@ def test_server_tools():
 
 def main():
     test_server_tools()
+    test_tenant_identity()
     d = Daemon()
     try:
         test_turns_and_prefix(d)
         test_structured(d)
         test_sampling(d)
+        test_frontends(d)
         test_budget_and_reload(d)
         test_worker_kill(d)
         test_drain(d)

@@ -116,10 +116,11 @@ bench_handoff() {
 }
 
 # serve: kvarenad under 16 concurrent multi-turn conversations (15M model),
-# and resuming a 2k-token conversation with its KV kept vs recomputed.
+# resuming a 2k-token conversation with its KV kept vs recomputed, and the
+# same resume by previous_response_id vs resending the history (bytes, TTFT).
 bench_serve() {
 	local m=build/bench/serve-15m-q8.gguf
-	forget '(serve_|resume_)'
+	forget '(serve_|resume_|responses_resume_)'
 	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
 	[ -f "$m" ] || build/bin/kva-mkmodel --dim 288 --layers 6 --heads 6 --ffn 768 \
 		--vocab 32000 --ctx 4096 --type q8_0 -o "$m" >/dev/null

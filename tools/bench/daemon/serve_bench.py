@@ -8,6 +8,9 @@
    appended to a 2k-token history): TTFT with the KV kept in the arena
    against the same daemon with retention and the prefix cache off (what a
    stateless server without a prefix cache does), same run.
+3. The same resume over the Responses API by previous_response_id (only
+   the new item sent) against Chat Completions resending the history, on
+   one daemon: request bytes and TTFT.
 
 Rows (name value unit peer peer_value ratio) go to stdout as "ROW\t...".
 usage: serve_bench.py KVARENAD MODEL
@@ -161,6 +164,75 @@ def resume(retain):
     return statistics.median(out), hist_tokens
 
 
+def stream_responses(port, body):
+    """/v1/responses streamed: TTFT (s, the first output text delta) and the
+    final response object; the request's bytes."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    data = json.dumps(dict(body, stream=True)).encode()
+    t0 = time.monotonic()
+    c.request("POST", "/v1/responses", data, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]}")
+    ttft, final = None, None
+    for raw in r:
+        line = raw.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        ev = json.loads(line[6:])
+        if ev["type"] == "response.output_text.delta" and ttft is None:
+            ttft = time.monotonic() - t0
+        elif ev["type"] in ("response.completed", "response.incomplete"):
+            final = ev["response"]
+            break
+    c.close()
+    return ttft or (time.monotonic() - t0), final, len(data)
+
+
+def responses_resume():
+    """The multi-turn agent workload's resume, both ways on one daemon: the
+    Responses API sending only the new item (previous_response_id: the
+    stored conversation, its KV kept) against Chat Completions resending
+    the whole history. Request bytes and TTFT, medians of 5."""
+    p, port = start()
+    chars = chars_for(port, 2000)
+    r_ttft, r_bytes, c_ttft, c_bytes = [], [], [], []
+    for i in range(5):
+        sys_text = "You are a helpful assistant."
+        hist = history(100 + i, chars)
+        # Responses: turn 1, then only the tool result
+        _, first, _ = stream_responses(port, {"model": MODEL_ID, "instructions": sys_text,
+                                              "input": hist, "max_output_tokens": 8,
+                                              "temperature": 0})
+        t, second, n = stream_responses(port, {"model": MODEL_ID, "instructions": sys_text,
+                                               "previous_response_id": first["id"],
+                                               "input": "tool result: build finished, 0 errors",
+                                               "max_output_tokens": 8, "temperature": 0})
+        r_ttft.append(t)
+        r_bytes.append(n)
+        # Chat Completions: turn 1, then the whole history again
+        msgs = [{"role": "system", "content": sys_text},
+                {"role": "user", "content": history(200 + i, chars)}]
+        _, _, text, _ = stream(port, msgs, 8)
+        msgs += [{"role": "assistant", "content": text},
+                 {"role": "user", "content": "tool result: build finished, 0 errors"}]
+        body = {"model": MODEL_ID, "messages": msgs, "max_tokens": 8, "temperature": 0,
+                "stream": True, "stream_options": {"include_usage": True}}
+        t, _, _, _ = stream(port, msgs, 8)
+        c_ttft.append(t)
+        c_bytes.append(len(json.dumps(body).encode()))
+        cached = second["usage"]["input_tokens_details"]["cached_tokens"]
+        print(f"# responses resume {i}: {cached} of {second['usage']['input_tokens']} "
+              f"input tokens cached", file=sys.stderr)
+    p.terminate()
+    p.wait()
+    rb, cb = statistics.median(r_bytes), statistics.median(c_bytes)
+    rt, ct = statistics.median(r_ttft), statistics.median(c_ttft)
+    print(f"ROW\tresponses_resume_request_bytes\t{rb:.0f}\tbytes\tchat_resend\t{cb:.0f}\t{cb / rb:.1f}")
+    print(f"ROW\tresponses_resume_ttft\t{rt * 1e3:.1f}\tms\tchat_resend\t{ct * 1e3:.1f}\t"
+          f"{ct / rt:.2f}", flush=True)
+
+
 def main():
     load_test()
     kept, n = resume(True)
@@ -168,6 +240,7 @@ def main():
     print(f"ROW\tresume_ttft_2k_vs_recompute\t{kept * 1e3:.1f}\tms\trecompute\t"
           f"{recompute * 1e3:.1f}\t{recompute / kept:.1f}")
     print(f"# history: {n} prompt tokens", file=sys.stderr)
+    responses_resume()
 
 
 if __name__ == "__main__":

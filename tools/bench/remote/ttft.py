@@ -29,7 +29,7 @@ KVD, MODEL, TOKENS, REPEATS, KEY = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
 E = os.environ
 TMP = tempfile.mkdtemp(prefix="kvr-ttft-")
 PORT = 18181
-BLOCKS = TOKENS // 16 + 64
+BLOCKS = TOKENS // 16 + 128
 
 
 def http(body, timeout=900):
@@ -40,13 +40,15 @@ def http(body, timeout=900):
         return json.loads(r.read())
 
 
-def wait_log(path, pattern, timeout=300):
+def wait_log(path, pattern, proc, timeout=300):
     end = time.time() + timeout
-    while time.time() < end:
+    while time.time() < end and proc.poll() is None:
         with open(path, errors="replace") as f:
             if re.search(pattern, f.read()):
                 return True
         time.sleep(0.2)
+    with open(path, errors="replace") as f:
+        sys.stderr.write(f.read()[-2000:])
     return False
 
 
@@ -77,7 +79,7 @@ ucx_devices = %s
            E["IF_A"]))
     log = os.path.join(TMP, "a.log")
     p = subprocess.Popen([KVD, "--config", ini], stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    if not wait_log(log, r"serving on http"):
+    if not wait_log(log, r"serving on http", p):
         sys.exit("ttft: A did not start")
     b = None
     if remote:
@@ -88,7 +90,7 @@ ucx_devices = %s
                               "--ucx-tls", "tcp", "--ucx-devices", E["IF_B"],
                               "--log-level", "debug"],
                              stdout=open(blog, "w"), stderr=subprocess.STDOUT)
-        if not wait_log(log, r"decode worker \d+ ready"):
+        if not wait_log(log, r"decode worker \d+ ready", b):
             sys.exit("ttft: B did not join")
     return p, b
 
@@ -124,10 +126,10 @@ def measure(remote, words):
 
 # words for ~TOKENS prompt tokens, measured once
 p, b = start_a(False)
-d = http({"model": "m", "messages": [{"role": "user", "content": prompt(99, 200)}],
+d = http({"model": "m", "messages": [{"role": "user", "content": prompt(99, 40)}],
           "max_tokens": 1, "temperature": 0})
 stop(p, b)
-per_word = d["usage"]["prompt_tokens"] / 200
+per_word = d["usage"]["prompt_tokens"] / 40
 words = max(1, int((TOKENS - 16) / per_word))
 
 local_ms, n = measure(False, words)
@@ -141,7 +143,9 @@ print("ROW\tremote_ttft_vs_local\t%.1f\tms\tlocal_%dtok\t%.1f\t%.3f" %
 with open(os.path.join(TMP, "b.log"), errors="replace") as f:
     steps = re.findall(r"\(decode, 1 seqs\): fetched (\d+) KiB in ([\d.]+) ms, "
                        r"computed in ([\d.]+) ms", f.read())
-firsts = [s for s in steps if int(s[0]) > 1024]
+# the measured requests' first decode steps (not the warm-up's): those
+# that fetched the whole prompt's KV
+firsts = [s for s in steps if int(s[0]) * 1024 >= 0.9 * n * 32 * 2 * 8 * 128 * 2]
 if firsts:
     fetch = statistics.median(float(s[1]) for s in firsts)
     comp = statistics.median(float(s[2]) for s in firsts)
