@@ -13,8 +13,10 @@ build=(gcc make pkg-config libcunit1-dev liburing-dev libnl-3-dev
 # node + npm run the official openai client against the API (check-api);
 # a node already installed from elsewhere (e.g. NodeSource) is kept
 command -v node >/dev/null && command -v npm >/dev/null || build+=(nodejs npm)
+# systemd: its PID 1 and systemctl boot the sandbox's systemd guest
+# (check-sandbox-guest runs the packaged unit under them)
 guest=(qemu-system-x86 busybox-static cpio xz-utils kmod
-       linux-image-amd64 linux-image-6.12-amd64)
+       linux-image-amd64 linux-image-6.12-amd64 systemd)
 check=(sparse linux-source-6.1 dkms valgrind python3-numpy python3-regex
        mandoc g++ node-ajv
        python3-torch libopenblas0-pthread gnuplot-nox fio

@@ -672,6 +672,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 	struct chat_request *cr = &g->cr;
 	struct kvd_request kr;
 	struct kvd_error ke;
+	struct kvd_span *markup = NULL;
 	char *c_json = NULL;
 	unsigned i;
 	int rc = 0;
@@ -724,6 +725,24 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 	kr.model = cr->model;
 	kr.prompt = g->prompt.text.s;
 	kr.prompt_len = g->prompt.text.len;
+	if (!g->raw_prompt) {
+		/* special tokens only in the template's markup: client text
+		 * never becomes a marker (daemon/chat, "Plain text") */
+		size_t nm = chat_prompt_markup(&g->prompt, NULL, 0);
+		struct chat_span *cs = malloc((nm + 1) * sizeof(*cs));
+
+		markup = malloc((nm + 1) * sizeof(*markup));
+		if (!cs || !markup) {
+			free(cs);
+			goto nomem;
+		}
+		chat_prompt_markup(&g->prompt, cs, nm);
+		for (i = 0; i < nm; i++)
+			markup[i] = (struct kvd_span){ cs[i].off, cs[i].len };
+		free(cs);
+		kr.markup = markup;
+		kr.n_markup = nm;
+	}
 	kr.session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
 	kr.tenant = tenant;
 	kr.request_id = g->id;
@@ -765,6 +784,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 	}
 	g->calls_bounded = kr.c.kind == KVD_CONSTRAIN_TOOLS && kr.c.max_calls == 1;
 	free(c_json);	/* the orchestrator keeps its own copy */
+	free(markup);
 	if (rc) {
 		/* none of it: what was submitted goes */
 		for (unsigned k = 0; k < i; k++) {
@@ -778,6 +798,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		g->ops->start(g);
 	return 0;
 nomem:
+	free(markup);
 	api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
 	return -1;
 }

@@ -116,6 +116,9 @@ void chat_markup(struct chat_prompt *p, const char *s);
 void chat_markup_n(struct chat_prompt *p, const char *s, size_t n);
 /* Text from outside the template (recorded as a plain span). */
 void chat_plain(struct chat_prompt *p, const char *s, size_t n);
+/* The template's markup: the complement of the plain spans, in order.
+ * Writes at most max spans to out; returns how many there are. */
+size_t chat_prompt_markup(const struct chat_prompt *p, struct chat_span *out, size_t max);
 
 /* ---- templates --------------------------------------------------------- */
 

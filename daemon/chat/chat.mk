@@ -81,8 +81,14 @@ $(CHAT_BPE_MODEL): $(ENGINE_MKMODEL)
 CHAT_LLAMA_REF := $(CHAT_OUT)/tests/llama-chat-ref
 CHAT_PEER      := build/engine/bench/llama-driver
 
-.PHONY: check-chat-unit check-chat-llama
-check-chat: check-chat-unit check-chat-llama
+.PHONY: check-chat-unit check-chat-llama check-chat-serve
+check-chat: check-chat-unit check-chat-llama check-chat-serve
+
+# the real kvarenad with the agent model: markers in client text stay
+# plain, and spelled turns do not continue a conversation's KV
+check-chat-serve:
+	@$(MAKE) --no-print-directory daemon >/dev/null
+	python3 tests/chat/defuse_serve.py $(B)/bin/kvarenad models/kvarena-agent-f32.gguf
 
 check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_PROP) $(CHAT_BPE_MODEL)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(CHAT_UNIT)

@@ -18,6 +18,24 @@ void chat_prompt_free(struct chat_prompt *p)
 	memset(p, 0, sizeof(*p));
 }
 
+size_t chat_prompt_markup(const struct chat_prompt *p, struct chat_span *out, size_t max)
+{
+	size_t n = 0, at = 0;
+
+	for (size_t i = 0; i <= p->n_plain; i++) {
+		size_t end = i < p->n_plain ? p->plain[i].off : p->text.len;
+
+		if (end > at) {
+			if (n < max)
+				out[n] = (struct chat_span){ at, end - at };
+			n++;
+		}
+		if (i < p->n_plain)
+			at = p->plain[i].off + p->plain[i].len;
+	}
+	return n;
+}
+
 void chat_markup_n(struct chat_prompt *p, const char *s, size_t n)
 {
 	sb_add(&p->text, s, n);

@@ -440,23 +440,15 @@ static void run_call(struct kvd_agent *a, struct kvd_call *c)
 		kva_toolwait_unregister_cgroup(r->d->tw, c->res.cgroup_id);
 }
 
-/* Appends s to b (cap bytes at most), defusing chat markers: a tool's
- * output must not forge a turn boundary, so "<|" gets a zero-width space
- * between its two characters. */
+/* Appends s to b (cap bytes at most), as it is: the output is plain text
+ * in the prompt (its markers never become tokens that end its turn:
+ * daemon/chat, "Plain text"). */
 static void out_add(char *b, size_t *len, size_t cap, const char *s, size_t n)
 {
-	size_t i;
-
-	for (i = 0; i < n && *len < cap; i++) {
-		if (s[i] == '<' && i + 1 < n && s[i + 1] == '|') {
-			if (*len + 4 > cap)
-				break;
-			memcpy(b + *len, "<\xe2\x80\x8b", 4);
-			*len += 4;
-			continue;
-		}
-		b[(*len)++] = s[i];
-	}
+	if (n > cap - *len)
+		n = cap - *len;
+	memcpy(b + *len, s, n);
+	*len += n;
 }
 
 /* The tool result as the model reads it: stdout, stderr, and a bracketed
@@ -690,16 +682,20 @@ static int mcp_decls(struct kvd *d, struct kvd_agent *a, const struct kvd_mcp_cf
 			return -ENOMEM;
 		dump = json_dumps(f, JSON_COMPACT);
 		dl = dump ? strlen(dump) : SIZE_MAX;
-		/* the declaration is rendered into the prompt: a chat marker in
-		 * it would forge a turn */
-		if (dump && strstr(dump, "<|")) {
-			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: its declaration holds a "
-				"chat marker (<|); not offered", mc->name, name);
-			free(dump);
-			json_decref(f);
-			continue;
-		}
 		free(dump);
+		{
+			/* arguments are an object in every family's syntax (a
+			 * chat marker in a declaration is plain text: harmless) */
+			struct chat_tool ct = { name, f };
+			char why[200];
+
+			if (chat_tool_check(&ct, why, sizeof(why))) {
+				kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: not offered: %s",
+					mc->name, name, why);
+				json_decref(f);
+				continue;
+			}
+		}
 		if (dl > KVD_MAX_DECL_BYTES) {
 			kvd_log(KVD_LOG_WARN, "mcp", "[mcp.%s] tool %s: its declaration is over "
 				"%d bytes; not offered", mc->name, name, KVD_MAX_DECL_BYTES);
@@ -1147,7 +1143,8 @@ struct kvd_job *kvd_agent_round_job(const struct kvd_round *r)
 	return r->j;
 }
 
-char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
+char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len,
+			     struct kvd_span **markup, size_t *n_markup)
 {
 	struct kvd_job *j = r->j;
 	struct kvd_conv *c = j->conv;
@@ -1194,10 +1191,31 @@ char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len)
 		res[i].output = tr.output;
 		res[i].output_len = tr.output_len;
 	}
-	/* the results as the model's template renders them (daemon/chat) */
+	/* the results as the model's template renders them (daemon/chat),
+	 * its markup apart from the tools' output */
+	*markup = NULL;
+	*n_markup = 0;
 	if (chat_render_tool_round(d->chat, res, r->n, &p)) {
 		chat_prompt_free(&p);
 		return NULL;
+	}
+	{
+		size_t n = chat_prompt_markup(&p, NULL, 0);
+		struct chat_span *cs = malloc((n + 1) * sizeof(*cs));
+
+		*markup = malloc((n + 1) * sizeof(**markup));
+		if (!cs || !*markup) {
+			free(cs);
+			free(*markup);
+			*markup = NULL;
+			chat_prompt_free(&p);
+			return NULL;
+		}
+		chat_prompt_markup(&p, cs, n);
+		for (size_t i = 0; i < n; i++)
+			(*markup)[i] = (struct kvd_span){ cs[i].off, cs[i].len };
+		*n_markup = n;
+		free(cs);
 	}
 	free(p.plain);
 	return sb_steal(&p.text, len);

@@ -133,6 +133,45 @@ static int copy_str(char *dst, size_t n, const char *v)
 	return 0;
 }
 
+/*
+ * A tenant's keys from a file, one per line (blank lines and lines
+ * starting with # skipped): key_file = PATH, or key_credential = NAME,
+ * the file systemd's LoadCredential= put in $CREDENTIALS_DIRECTORY, so
+ * that the configuration itself holds no secret and only the service can
+ * read its keys. -1 if the file cannot be read or a key is bad.
+ */
+static int keys_from_file(struct kvd_tenant_cfg *t, const char *path)
+{
+	char line[256];
+	FILE *f;
+	int rc = 0, n = 0;
+
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		size_t len = strcspn(line, "\r\n");
+
+		if (line[len] == 0 && !feof(f)) {
+			rc = -1;	/* longer than any key may be */
+			break;
+		}
+		line[len] = 0;
+		if (!len || line[0] == '#')
+			continue;
+		if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || len < 16 ||
+		    copy_str(t->keys[t->n_keys], sizeof(t->keys[0]), line)) {
+			rc = -1;
+			break;
+		}
+		t->n_keys++;
+		n++;
+	}
+	fclose(f);
+	explicit_bzero(line, sizeof(line));
+	return rc || !n ? -1 : 0;
+}
+
 struct load_ctx {
 	struct kvd_config *c;
 	char *err;
@@ -411,6 +450,17 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 				return -1;
 			t->n_keys++;
 			return 0;
+		}
+		if (!strcmp(k, "key_file"))
+			return v[0] == '/' ? keys_from_file(t, v) : -1;
+		if (!strcmp(k, "key_credential")) {
+			const char *dir = getenv("CREDENTIALS_DIRECTORY");
+			char path[512];
+
+			if (!dir || !*dir || !v[0] || strchr(v, '/') ||
+			    snprintf(path, sizeof(path), "%s/%s", dir, v) >= (int)sizeof(path))
+				return -1;
+			return keys_from_file(t, path);
 		}
 		if (!strcmp(k, "tokens_per_min")) {
 			if (parse_u32(v, 0, UINT32_MAX, &u))

@@ -186,6 +186,7 @@ void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 	free(c->tokens);
 	free(c->tok_end);
 	free(c->text);
+	free(c->cls);
 	free(c->hashes);
 	free(c);
 }
@@ -228,7 +229,8 @@ static uint32_t tokens_within(const struct kvd_conv *c, size_t len)
  * prefix's blocks through the prefix cache instead.
  */
 struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
-				const char *prompt, size_t len, uint32_t *keep)
+				const char *prompt, size_t len, const struct kvd_markup *m,
+				uint32_t *keep)
 {
 	struct kvd_conv *c, *best = NULL;
 	uint32_t best_k = 0;
@@ -243,6 +245,9 @@ struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
 		if (key && c->key && strcmp(key, c->key))
 			continue;
 		l = common_prefix(c->text, c->text_len, prompt, len);
+		/* the same bytes, but markup where the prompt has plain text
+		 * (or the other way round): not the same tokens */
+		l = kvd_markup_agree(c->cls, l, m ? m->spans : NULL, m ? m->n : 0, m != NULL);
 		if (l < c->text_len && !(key && c->key))
 			continue;
 		k = tokens_within(c, l);
@@ -280,11 +285,14 @@ static int grow_tokens(struct kvd_conv *c, uint32_t need)
 	return 0;
 }
 
+/* The text grows by len bytes of unknown kind (the model's own reply);
+ * kvd_conv_append_tokens marks its prompts' kinds after. */
 int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 {
 	if (c->text_len + len + 1 > c->text_cap) {
 		size_t cap = c->text_cap ? c->text_cap : 1024;
 		char *t;
+		uint8_t *k;
 
 		while (cap < c->text_len + len + 1)
 			cap *= 2;
@@ -292,9 +300,14 @@ int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 		if (!t)
 			return -ENOMEM;
 		c->text = t;
+		k = realloc(c->cls, cap);
+		if (!k)
+			return -ENOMEM;
+		c->cls = k;
 		c->text_cap = cap;
 	}
 	memcpy(c->text + c->text_len, text, len);
+	memset(c->cls + c->text_len, KVD_TEXT_ANY, len);
 	c->text_len += len;
 	c->text[c->text_len] = 0;
 	return 0;
@@ -323,13 +336,24 @@ int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text, size_
  * the end of the whole piece is a boundary.
  */
 int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
-			   size_t len, int add_bos)
+			   size_t len, int add_bos, const struct kvd_markup *m)
 {
 	size_t base = c->text_len, sum = 0;
 	int32_t *ids;
 	int n, i, rc, exact;
 	char buf[256];
 
+	if (m) {	/* special tokens only in the markup (markup.c) */
+		n = kvd_markup_tokenize(d, text, len, m->spans, m->n, m->off, add_bos, &ids);
+		if (n < 0)
+			return n;
+		rc = n;
+		if (grow_tokens(c, c->n_tokens + (uint32_t)n)) {
+			free(ids);
+			return -ENOMEM;
+		}
+		goto tokenized;
+	}
 	n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
 	if (n < 0)
 		return n;
@@ -345,20 +369,24 @@ int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
 	 * encodes; a piece appended to a conversation continues a text, and
 	 * the chat template starts each with a marker (<|im_end|>...), so a
 	 * lone leading space token is that prefix: drop it, and the tokens
-	 * equal those of the whole conversation encoded at once */
+	 * equal those of the whole conversation encoded at once (the markup
+	 * path gives no dummy prefix to a continuation at all) */
 	if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
 	    len && text[0] != ' ' &&
 	    kve_token_bytes(d->tok, ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
 		memmove(ids, ids + 1, (size_t)(n - 1) * sizeof(*ids));
 		n--;
 	}
+tokenized:
 	rc = kvd_conv_append_text(c, text, len);
 	if (rc) {
 		free(ids);
 		return rc;
 	}
+	kvd_markup_classes(c->cls + base, len, m ? m->spans : NULL, m ? m->n : 0, m ? m->off : 0,
+			   m != NULL);
 	for (i = 0; i < n; i++) {
-		int b = (add_bos && i == 0) ? 0 : kve_token_bytes(d->tok, ids[i], buf, sizeof(buf));
+		int b = (add_bos && i == 0) ? 0 : kvd_markup_token_bytes(d, ids[i], buf, sizeof(buf));
 
 		if (b < 0)
 			b = 0;

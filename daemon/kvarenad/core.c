@@ -344,6 +344,7 @@ static void job_destroy(struct kvd_job *j)
 	for (i = 0; i < KVD_MAX_STOP; i++)
 		free(j->stop[i]);
 	free(j->prompt);
+	free(j->markup);
 	kvd_sampling_free(j);
 	free(j->c_json);
 	free(j->c_name);
@@ -526,9 +527,18 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "empty prompt");
 		return -EINVAL;
 	}
+	for (i = 0; r->markup && i < r->n_markup; i++)
+		if (r->markup[i].off > r->prompt_len ||
+		    r->markup[i].len > r->prompt_len - r->markup[i].off ||
+		    (i && r->markup[i].off < r->markup[i - 1].off + r->markup[i - 1].len)) {
+			set_err(err, KVD_ERR_INVALID, "messages", NULL,
+				"the prompt's markup spans are out of order or outside it");
+			return -EINVAL;
+		}
 	/* cheap bound before tokenizing: a token is at least one byte, except
 	 * the SPM dummy prefix */
-	n = kve_tokenize(d->tok, r->prompt, r->prompt_len, 1, NULL, 0);
+	n = r->markup ? kvd_markup_count(d, r->prompt, r->prompt_len, r->markup, r->n_markup) :
+			kve_tokenize(d->tok, r->prompt, r->prompt_len, 1, NULL, 0);
 	if (n < 0) {
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "cannot tokenize the prompt: %s",
 			strerror(-n));
@@ -571,6 +581,14 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	memcpy(j->prompt, r->prompt, r->prompt_len);
 	j->prompt[r->prompt_len] = 0;
 	j->prompt_len = r->prompt_len;
+	if (r->markup) {	/* where special tokens may be (markup.c) */
+		j->markup = malloc((r->n_markup ? r->n_markup : 1) * sizeof(*j->markup));
+		if (!j->markup)
+			goto nomem_job;
+		memcpy(j->markup, r->markup, r->n_markup * sizeof(*j->markup));
+		j->n_markup = r->n_markup;
+		j->markup_known = 1;
+	}
 	if (r->session_key && *r->session_key) {
 		j->session_key = strdup(r->session_key);
 		if (!j->session_key)

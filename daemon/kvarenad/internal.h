@@ -50,6 +50,7 @@ struct kvd_conv {
 	uint32_t n_tokens, cap_tokens;
 	char *text;			/* the text the tokens stand for */
 	size_t text_len, text_cap;
+	uint8_t *cls;			/* per text byte: KVD_TEXT_* */
 	uint64_t *hashes;		/* chained hash of each full block */
 	uint32_t n_hashed;		/* full blocks offered to the cache */
 	struct kvd_job *job;		/* the job using it, or NULL */
@@ -73,6 +74,7 @@ struct kvd_conv {
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
 	uint8_t tier_setup;		/* a restore is finding its blocks */
+	uint8_t tier_missed;		/* this return's miss is counted */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recent first */
@@ -109,6 +111,9 @@ struct kvd_job {
 	/* the request */
 	char *prompt;
 	size_t prompt_len;
+	struct kvd_span *markup;	/* the prompt's markup (kvd_request's) */
+	size_t n_markup;
+	int markup_known;		/* the request said where its markup is */
 	char *session_key;
 	struct kvd_sampling s;
 	char *stop[KVD_MAX_STOP];
@@ -239,6 +244,7 @@ struct kvd_metrics {
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
+	uint64_t kv_misses;			/* a request found its KV out of the arena */
 	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;
 };
 
@@ -365,12 +371,40 @@ void kvd_conv_free(struct kvd *d, struct kvd_conv *c);
 struct kvd_conv *kvd_conv_find_id(struct kvd *d, const char *id);
 /* Best conversation whose text is a prefix-match of the prompt; *keep:
  * tokens whose text the prompt repeats. */
+/* markup.c: a conversation's text, byte by byte */
+enum { KVD_TEXT_MARKUP, KVD_TEXT_PLAIN, KVD_TEXT_ANY };
+/* The markup of a piece of text that is [off, off + len) of a prompt
+ * whose markup spans these are (NULL where a piece is tokenized the old
+ * way, without special tokens). */
+struct kvd_markup {
+	const struct kvd_span *spans;
+	size_t n, off;
+};
+/* Tokenizes [off, off + len) of a prompt (text) with special tokens only
+ * in its markup; *ids malloc'd; the count or a negative errno. */
+int kvd_markup_tokenize(struct kvd *d, const char *text, size_t len,
+			const struct kvd_span *markup, size_t n_markup, size_t off,
+			int add_bos, int32_t **ids);
+/* The prompt's token count (BOS included), markup known. */
+int kvd_markup_count(struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup);
+/* A token's text bytes, a control marker's text included. */
+int kvd_markup_token_bytes(struct kvd *d, int32_t id, char *buf, size_t size);
+/* The kinds of [off, off + len) of a prompt's bytes (known: the request
+ * marked its markup; else all KVD_TEXT_ANY). */
+void kvd_markup_classes(uint8_t *cls, size_t len, const struct kvd_span *markup,
+			size_t n_markup, size_t off, int known);
+/* How far [0, l) of a conversation's text agrees with a prompt's kinds. */
+size_t kvd_markup_agree(const uint8_t *cls, size_t l, const struct kvd_span *markup,
+			size_t n_markup, int known);
+
 struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
-				const char *prompt, size_t len, uint32_t *keep);
+				const char *prompt, size_t len, const struct kvd_markup *m,
+				uint32_t *keep);
 int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n_tokens);
 int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len);
 int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
-			   size_t len, int add_bos);
+			   size_t len, int add_bos, const struct kvd_markup *m);
 int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text,
 			size_t n, int boundary);
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c);
@@ -434,6 +468,15 @@ uint64_t kvd_toolwait_predict_us(struct kvd *d, uint32_t tool_class);
  * prediction at the start): the class histogram's conditional mean. */
 uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
 				   uint64_t hint_us);
+/* P(a wait that has lasted elapsed_us lasts horizon_us more), from the
+ * class's histogram; -1 when it cannot say (fewer than 8 samples, or the
+ * wait outlived every one recorded). */
+double kvd_toolwait_survival(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+			     uint64_t horizon_us);
+/* The time h after which a wait that has lasted elapsed_us has ended with
+ * probability p (the conditional p-quantile of what is left); -1 unknown. */
+int64_t kvd_toolwait_quantile_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
+				 double p);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
 
 /* tiering.c */
@@ -491,7 +534,10 @@ struct kvd_job *kvd_agent_round_job(const struct kvd_round *r);
 /* Emits the round's TOOL_RUN events, logs and counts its runs, records the
  * measured wait; returns the text to append (tool turns, then the next
  * assistant header), malloc'd, or NULL when out of memory. */
-char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len);
+/* The text the template renders after the round's calls (the results),
+ * and its markup (*markup malloc'd, relative to the text). */
+char *kvd_agent_round_finish(struct kvd *d, struct kvd_round *r, size_t *len,
+			     struct kvd_span **markup, size_t *n_markup);
 void kvd_agent_round_free(struct kvd *d, struct kvd_round *r);
 /* The conversation is forgotten: its work directory goes. */
 void kvd_agent_forget(struct kvd *d, struct kvd_conv *c);

@@ -86,10 +86,23 @@ struct kvd_constraint {
 	int lazy;			/* TOOLS: free text until a call opens ("auto") */
 };
 
+/* A byte range of a prompt. */
+struct kvd_span {
+	size_t off, len;
+};
+
 struct kvd_request {
 	const char *model;		/* must name the served model */
 	const char *prompt;		/* rendered chat text, UTF-8 */
 	size_t prompt_len;
+	/* Where the prompt is the chat template's own markup (in order, not
+	 * overlapping): there a marker's text is its special token; all else
+	 * (client and tool text) is plain and never becomes one, whatever it
+	 * spells (chat_prompt_markup() gives them, daemon/chat). NULL: the
+	 * prompt is one text tokenized without special tokens, as before
+	 * front ends marked their markup (a raw completion prompt). */
+	const struct kvd_span *markup;
+	size_t n_markup;
 	const char *session_key;	/* prompt_cache_key or user; may be NULL */
 	uint32_t tenant;		/* from the API key (0: no keys configured) */
 	const char *request_id;		/* "chatcmpl-..." for logs; may be NULL */

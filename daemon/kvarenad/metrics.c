@@ -188,8 +188,11 @@ char *kvd_metrics_text(struct kvd *d)
 	counter(&o, "kv_bytes_copied_total", "KV bytes copied between pipeline stages.",
 		m.kv_bytes_copied);
 	counter(&o, "handoffs_total", "Prefill to decode hand-offs.", m.handoffs);
-	counter(&o, "evictions_total", "Sessions whose KV was evicted under pressure.",
-		m.evictions);
+	counter(&o, "evictions_total", "Sessions whose KV left the arena because the arena "
+		"needed it (victims the kernel ranked, and tool waits spilled or discarded under "
+		"pressure).", m.evictions);
+	counter(&o, "kv_misses_total", "Requests whose conversation's KV was not in the arena "
+		"when they needed it (restored while they waited, or recomputed).", m.kv_misses);
 	counter(&o, "evicted_blocks_total", "Blocks released by evicted sessions.",
 		m.evicted_blocks);
 	counter(&o, "cache_evictions_total", "Prefix-cache blocks freed.", m.cache_evictions);

@@ -300,7 +300,7 @@ static void on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		memmove(d->test_replies, d->test_replies + 1,
 			d->n_test_replies * sizeof(d->test_replies[0]));
 		j->round_tokens++;
-		bad = kvd_conv_append_tokens(d, c, txt, tl, 0) || gen_append(j, txt, tl);
+		bad = kvd_conv_append_tokens(d, c, txt, tl, 0, NULL) || gen_append(j, txt, tl);
 		free(txt);
 		if (bad) {
 			fail(d, j, KVD_ERR_INTERNAL, "out of memory");
@@ -391,14 +391,17 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 	struct kvd_job *j = kvd_agent_round_job(r);
 	struct kvd_conv *c = j->conv;
 	uint32_t before;
-	size_t len = 0;
+	size_t len = 0, n_markup = 0;
+	struct kvd_span *markup = NULL;
 	char *t;
 	int rc;
 
-	t = j->state == JOB_TOOL_RUNNING ? kvd_agent_round_finish(d, r, &len) : NULL;
+	t = j->state == JOB_TOOL_RUNNING ?
+	    kvd_agent_round_finish(d, r, &len, &markup, &n_markup) : NULL;
 	kvd_agent_round_free(d, r);	/* the scheduler's list still holds j */
 	if (j->state != JOB_TOOL_RUNNING) {
 		free(t);
+		free(markup);
 		return;
 	}
 	if (!t) {
@@ -407,12 +410,16 @@ static void tools_done(struct kvd *d, struct kvd_round *r)
 	}
 	if (j->cancelled || !c || c->delete_pending) {
 		free(t);
+		free(markup);
 		finish(d, j, KVD_FINISH_STOP);
 		return;
 	}
 	before = c->n_tokens;
-	rc = kvd_conv_append_tokens(d, c, t, len, 0);
+	/* the tools' output is plain text: it cannot close its turn */
+	rc = kvd_conv_append_tokens(d, c, t, len, 0,
+				    &(struct kvd_markup){ markup, n_markup, 0 });
 	free(t);
+	free(markup);
 	if (rc) {
 		fail(d, j, KVD_ERR_INTERNAL, "cannot tokenize the tool results");
 		return;
@@ -475,7 +482,10 @@ static int admit(struct kvd *d, struct kvd_job *j)
 	int rc, fresh = 0;
 
 	if (!j->conv) {
-		c = kvd_conv_match(d, j->tenant, j->session_key, j->prompt, j->prompt_len, &keep);
+		struct kvd_markup pm = { j->markup, j->n_markup, 0 };
+
+		c = kvd_conv_match(d, j->tenant, j->session_key, j->prompt, j->prompt_len,
+				   j->markup_known ? &pm : NULL, &keep);
 		if (c && (!d->cfg.retention || !keep))
 			c = NULL;
 		if (c) {
@@ -486,8 +496,10 @@ static int admit(struct kvd *d, struct kvd_job *j)
 		}
 		if (c) {
 			sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
+			pm.off = c->text_len;
 			rc = kvd_conv_append_tokens(d, c, j->prompt + c->text_len,
-						    j->prompt_len - c->text_len, 0);
+						    j->prompt_len - c->text_len, 0,
+						    j->markup_known ? &pm : NULL);
 		} else {
 			c = kvd_conv_new(d, j->tenant, j->session_key);
 			if (!c) {
@@ -495,7 +507,8 @@ static int admit(struct kvd *d, struct kvd_job *j)
 				return -EBUSY;
 			}
 			fresh = 1;
-			rc = kvd_conv_append_tokens(d, c, j->prompt, j->prompt_len, 1);
+			rc = kvd_conv_append_tokens(d, c, j->prompt, j->prompt_len, 1,
+						    j->markup_known ? &pm : NULL);
 		}
 		c->job = j;
 		j->conv = c;

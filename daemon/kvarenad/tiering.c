@@ -179,6 +179,18 @@ static uint64_t kv_bytes(const struct kvd *d, const struct kvd_conv *c)
 	return (uint64_t)c->as.s.n_blocks * d->geom.block_size;
 }
 
+/* The stall rate a spill may risk: a restore is late at most this often. */
+#define MAX_STALL 0.05
+
+/* How long c's tool has run. */
+static uint64_t elapsed_us(const struct kvd_conv *c, uint64_t now)
+{
+	return c->kstate == KVA_STATE_TOOL_WAIT && c->wait_started_ns && now > c->wait_started_ns ?
+	       (now - c->wait_started_ns) / 1000 : 0;
+}
+
+static void arm_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now);
+
 /* The session waits on a tool and nothing computes on its KV. */
 static int idle_kv(const struct kvd_conv *c)
 {
@@ -312,8 +324,11 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 		return -EINVAL;
 	if (clean_copy(c)) {
 		/* already on disk: the blocks can go at once */
+		if (!evicting)
+			return 0;
 		d->m.tier_spills_clean++;
 		kvd_conv_free_blocks(d, c);
+		arm_prefetch(d, c, kvd_now_ns());
 		return 0;
 	}
 	drop_file(d, c);
@@ -437,6 +452,33 @@ void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c)
 	}
 }
 
+/*
+ * A spilled session's restore starts so that it is back before its tool
+ * returns: at the time by which the tool has returned with probability
+ * MAX_STALL (the conditional quantile of the class's distribution, given
+ * how long it has run), less the restore time and the margin; while the
+ * class has too few samples, at the predicted (mean) return less those.
+ */
+static void arm_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
+{
+	uint32_t bt = bt_of(d);
+	uint64_t bytes, lead, at;
+	int64_t q;
+
+	if (!d->cfg.tier_prefetch || c->kstate != KVA_STATE_TOOL_WAIT || !c->wait_started_ns ||
+	    !c->tool_pred_us || !c->tier_file)
+		return;
+	bytes = kvt_file_bytes(d->tier->t, (c->tier_file_tokens + bt - 1) / bt);
+	lead = kvt_restore_us(&d->tier->costs, bytes) + (uint64_t)d->cfg.tier_margin_ms * 1000;
+	q = kvd_toolwait_quantile_us(d, c->tool_class, elapsed_us(c, now), MAX_STALL);
+	if (q >= 0)
+		at = now + ((uint64_t)q > lead ? ((uint64_t)q - lead) * 1000ull : 0);
+	else
+		at = kvt_prefetch_at_ns(&d->tier->costs, c->wait_started_ns, c->tool_pred_us, bytes,
+					(uint64_t)d->cfg.tier_margin_ms * 1000);
+	timer_arm(d->tier, c, TIMER_PREFETCH, at);
+}
+
 /* ---- completions -------------------------------------------------------------- */
 
 static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_done *dn)
@@ -456,21 +498,14 @@ static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_d
 	}
 	d->m.tier_spills++;
 	d->m.tier_spill_bytes += dn->bytes;
-	/* written behind while the arena had room: keep the blocks (an
-	 * eviction later frees them at once); else give them back */
-	if (!c->tier_spill_evicting && !under_pressure(d))
+	/* written behind (a tool wait's decision): the blocks stay, and an
+	 * eviction frees them at once when the arena needs them */
+	if (!c->tier_spill_evicting)
 		return;
 	kvd_log(KVD_LOG_DEBUG, "tier", "%s: %u blocks on disk (%.1f MB in %.1f ms)", c->id,
 		c->as.s.n_blocks, (double)dn->bytes / 1e6, (double)dn->ns / 1e6);
 	kvd_conv_free_blocks(d, c);
-	/* back before the tool returns */
-	if (d->cfg.tier_prefetch && c->kstate == KVA_STATE_TOOL_WAIT && c->wait_started_ns &&
-	    c->tool_pred_us)
-		timer_arm(d->tier, c, TIMER_PREFETCH,
-			  kvt_prefetch_at_ns(&d->tier->costs, c->wait_started_ns, c->tool_pred_us,
-					     kvt_file_bytes(d->tier->t, (c->tier_file_tokens +
-									  bt_of(d) - 1) / bt_of(d)),
-					     (uint64_t)d->cfg.tier_margin_ms * 1000));
+	arm_prefetch(d, c, kvd_now_ns());	/* back before the tool returns */
 }
 
 static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_done *dn)
@@ -521,18 +556,39 @@ static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt
 
 /* ---- decisions --------------------------------------------------------------- */
 
+struct surv_ctx {
+	struct kvd *d;
+	const struct kvd_conv *c;
+	uint64_t elapsed_us;
+};
+
+static double surv(void *ctx, uint64_t horizon_us)
+{
+	struct surv_ctx *s = ctx;
+
+	return kvd_toolwait_survival(s->d, s->c->tool_class, s->elapsed_us, horizon_us);
+}
+
 static void decide(struct kvd *d, struct kvd_conv *c, uint64_t wait_us, int pressure,
 		   struct kvt_decision *o)
 {
 	struct kvd_tiering *tr = d->tier;
 	uint32_t bt = bt_of(d);
+	struct surv_ctx sc = { d, c, elapsed_us(c, kvd_now_ns()) };
 	struct kvt_decision_in in = {
 		.kv_bytes = kv_bytes(d, c),
 		.kv_tokens = c->as.s.n_tokens,
 		.predicted_wait_us = wait_us,
 		.margin_us = (uint64_t)d->cfg.tier_margin_ms * 1000,
 		.pressure = pressure,
+		.max_stall = MAX_STALL,
 	};
+
+	/* the tool class's distribution, for a wait in a tool call */
+	if (c->kstate == KVA_STATE_TOOL_WAIT && c->tool_class) {
+		in.survival = surv;
+		in.survival_ctx = &sc;
+	}
 
 	if (tr->t) {
 		uint64_t cap = kvt_cap_bytes(tr->t);
@@ -553,11 +609,12 @@ static void log_decision(struct kvd *d, struct kvd_conv *c, const char *when, ui
 	else
 		snprintf(rc, sizeof(rc), "%.1f ms", (double)o->recompute_us / 1e3);
 	kvd_log(o->choice == KVT_KEEP ? KVD_LOG_DEBUG : KVD_LOG_INFO, "tier",
-		"%s: %s: %s (tool class %u, wait %.1f ms, KV %.2f MiB / %u tokens, spill %.1f ms, "
-		"restore %.1f ms, recompute %s, pressure %s): %s", c->id, when,
-		kvt_choice_name(o->choice), c->tool_class, (double)wait_us / 1e3,
-		(double)kv_bytes(d, c) / 1048576.0, c->as.s.n_tokens, (double)o->spill_us / 1e3,
-		(double)o->restore_us / 1e3, rc, pressure ? "yes" : "no", o->why);
+		"%s: %s: %s (tool class %u, wait %.1f ms, P(outlasts) %.2f, KV %.2f MiB / %u "
+		"tokens, spill %.1f ms, restore %.1f ms, recompute %s, pressure %s): %s", c->id,
+		when, kvt_choice_name(o->choice), c->tool_class, (double)wait_us / 1e3,
+		o->p_outlast, (double)kv_bytes(d, c) / 1048576.0, c->as.s.n_tokens,
+		(double)o->spill_us / 1e3, (double)o->restore_us / 1e3, rc,
+		pressure ? "yes" : "no", o->why);
 }
 
 void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
@@ -579,10 +636,17 @@ void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
 	decide(d, c, pred_us, pressure, &o);
 	d->m.tier_decisions[o.choice]++;
 	log_decision(d, c, "tool wait", pred_us, pressure, &o);
-	if (o.choice == KVT_SPILL && start_spill(d, c, 1))
-		o.choice = KVT_DISCARD;		/* the disk refused: the memory is needed */
-	if (o.choice == KVT_DISCARD && o.recompute_us != UINT64_MAX)
-		discard(d, c, "tool wait");
+	/* a spill is written behind: the blocks stay until the arena needs
+	 * them, and then go at once (an eviction of a clean copy) */
+	if (o.choice == KVT_SPILL && start_spill(d, c, 0) == 0)
+		return;
+	if (o.choice != KVT_DISCARD)
+		return;
+	/* the KV leaves the arena because the arena needs it: an eviction,
+	 * as much as a victim the kernel ranks */
+	d->m.evictions++;
+	d->m.evicted_blocks += c->as.s.n_blocks;
+	discard(d, c, "tool wait");
 }
 
 uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
@@ -600,6 +664,7 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
 		d->m.tier_spills_clean++;
 		kvd_log(KVD_LOG_INFO, "tier", "evict %s: %u blocks, already on disk", c->id, n);
 		kvd_conv_free_blocks(d, c);
+		arm_prefetch(d, c, kvd_now_ns());
 		return n;
 	}
 	if (tr && tr->t && d->cfg.tier_decisions && idle_kv(c)) {
@@ -647,15 +712,11 @@ static void on_overrun(struct kvd *d, struct kvd_conv *c, uint64_t now)
 		decide(d, c, left, pressure, &o);
 		log_decision(d, c, "overrun", left, pressure, &o);
 		if (o.choice == KVT_SPILL)
-			start_spill(d, c, 1);
+			start_spill(d, c, 0);	/* behind: free when needed */
 		else if (o.choice == KVT_DISCARD)
 			discard(d, c, "overrun");
-	} else if (c->tier_file && !c->tier_op && d->cfg.tier_prefetch) {
-		timer_arm(d->tier, c, TIMER_PREFETCH,
-			  kvt_prefetch_at_ns(&d->tier->costs, c->wait_started_ns, pred,
-					     kvt_file_bytes(d->tier->t, (c->tier_file_tokens +
-									  bt_of(d) - 1) / bt_of(d)),
-					     (uint64_t)d->cfg.tier_margin_ms * 1000));
+	} else if (c->tier_file && !c->tier_op) {
+		arm_prefetch(d, c, now);
 	}
 }
 
@@ -692,6 +753,9 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 		if (c->tier_op->restore) {
 			if (!c->stall_since_ns)
 				c->stall_since_ns = now;
+			if (!c->tier_missed)
+				d->m.kv_misses++;
+			c->tier_missed = 1;
 			return 1;
 		}
 		/* being written: the blocks are still here, use them */
@@ -711,6 +775,9 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 			if (rc == 0 || rc == -EAGAIN) {
 				if (!c->stall_since_ns)
 					c->stall_since_ns = now;
+				if (!c->tier_missed)
+					d->m.kv_misses++;
+				c->tier_missed = 1;
 				return 1;
 			}
 			kvd_log(KVD_LOG_WARN, "tier", "%s: cannot restore (%s): recomputed", c->id,
@@ -720,9 +787,12 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 		}
 	}
 	if (c->tier_lost_tokens) {
+		if (!c->tier_missed)
+			d->m.kv_misses++;
 		d->m.tier_recomputed_tokens += c->tier_lost_tokens;
 		c->tier_lost_tokens = 0;
 	}
+	c->tier_missed = 0;	/* the next return counts afresh */
 	return 0;
 }
 

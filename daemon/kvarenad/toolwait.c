@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kvc_predict.h"
 
 /* the prior's weight, in observations of the tenant's own */
 #define KVD_TOOLWAIT_PRIOR 8
@@ -138,6 +139,43 @@ uint64_t kvd_toolwait_remaining_us(struct kvd *d, uint32_t cls, uint64_t elapsed
 		return kva_toolwait_predict(&none, elapsed_us, hint_us);
 	blended(d, cls, &h, &mean, &n);
 	return kva_toolwait_predict(&h, elapsed_us, hint_us);
+}
+
+/* The (blended) class's distribution: P(T > e + h | T > e); -1 when it
+ * cannot say: too few observations, or a wait past every one recorded
+ * (the histogram has no mass above e: kvc_predict_survival's 512). */
+double kvd_toolwait_survival(struct kvd *d, uint32_t cls, uint64_t elapsed_us,
+			     uint64_t horizon_us)
+{
+	struct kva_toolwait_hist h;
+	double mean, n;
+
+	if (!cls || cls > d->n_classes)
+		return -1;
+	blended(d, cls, &h, &mean, &n);
+	if (n < KVC_PREDICT_MIN_SAMPLES ||
+	    kvc_predict_survival(h.slots, KVA_TOOLWAIT_SLOTS, elapsed_us, 0) != 1024)
+		return -1;
+	return kvc_predict_survival(h.slots, KVA_TOOLWAIT_SLOTS, elapsed_us, horizon_us) /
+	       1024.0;
+}
+
+int64_t kvd_toolwait_quantile_us(struct kvd *d, uint32_t cls, uint64_t elapsed_us, double p)
+{
+	uint64_t lo = 0, hi = 1ull << 40;
+
+	if (kvd_toolwait_survival(d, cls, elapsed_us, 0) < 0)
+		return -1;
+	/* the least h with P(T > e + h | T > e) <= 1 - p */
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (kvd_toolwait_survival(d, cls, elapsed_us, mid) <= 1 - p)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return (int64_t)lo;
 }
 
 void kvd_toolwait_record(struct kvd *d, uint32_t cls, uint64_t us)

@@ -10,6 +10,14 @@
  * v2 cgroup per run (its id is what the tool-wait eBPF programs key on,
  * and it can be killed as a whole) but no v2 limits: that is detected and
  * said, and rlimits stand in where they can.
+ *
+ * Where the runs' parent goes, unless the policy says (cgroup_parent): in
+ * a cgroup delegated to this process (systemd's Delegate=yes marks it
+ * with the trusted.delegate or user.delegate xattr), inside it: the
+ * process moves itself into a leaf, "daemon" (a cgroup with processes
+ * may not hand controllers to its children), and the runs go under
+ * "tools" beside it, so they live and die with the service and its
+ * limits hold them; else kvarena-sandbox at the cgroup2 root.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "sandbox_internal.h"
@@ -64,6 +73,93 @@ static int find_cgroup2(char *out, size_t len)
 	return found ? 0 : -ENOENT;
 }
 
+static int has_word(const char *list, const char *w);
+
+/* This process's cgroup v2 path ("/system.slice/x.service"), or "". */
+static void own_cgroup(char *out, size_t len)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[PATH_MAX];
+
+	out[0] = 0;
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "0::", 3)) {
+			size_t n = strcspn(line + 3, "\n");
+
+			if (n < len) {
+				memcpy(out, line + 3, n);
+				out[n] = 0;
+			}
+			break;
+		}
+	fclose(f);
+}
+
+static int delegated(const char *dir)
+{
+	char v[8];
+	ssize_t n = getxattr(dir, "trusted.delegate", v, sizeof(v) - 1);
+
+	if (n <= 0)
+		n = getxattr(dir, "user.delegate", v, sizeof(v) - 1);
+	return n > 0 && v[0] == '1';
+}
+
+/*
+ * In a delegated cgroup: move this process into its leaf "daemon" and
+ * offer the controllers to the children, so that "tools" can have them.
+ * 0 and the parent's path in out, or -errno (then the root's default).
+ */
+static int delegated_parent(const char *mnt, char *out, size_t len, char *note,
+			    size_t notelen)
+{
+	char own[PATH_MAX - 600], dir[PATH_MAX - 64], leaf[PATH_MAX], pid[32], buf[512];
+	static const char *const ctl[] = { "cpu", "memory", "pids" };
+	int dfd, lfd, i;
+
+	own_cgroup(own, sizeof(own));
+	if (!own[0] || !strcmp(own, "/"))
+		return -ENOENT;
+	if (snprintf(dir, sizeof(dir), "%s%s", mnt, own) >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	if (!delegated(dir))
+		return -EPERM;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (snprintf(leaf, sizeof(leaf), "%s/daemon", dir) >= (int)sizeof(leaf)) {
+		close(dfd);
+		return -ENAMETOOLONG;
+	}
+	if ((mkdir(leaf, 0755) && errno != EEXIST) ||
+	    (lfd = open(leaf, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		close(dfd);
+		return -errno;
+	}
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	if (kvs_write_file_str(lfd, "cgroup.procs", pid)) {
+		kvs_note(note, notelen, "cannot move into %s: runs go elsewhere", leaf);
+		close(lfd);
+		close(dfd);
+		return -EIO;
+	}
+	close(lfd);
+	if (kvs_read_small(dfd, "cgroup.controllers", buf, sizeof(buf)) < 0)
+		buf[0] = 0;
+	for (i = 0; i < 3; i++) {
+		char w[16];
+
+		if (!has_word(buf, ctl[i]))
+			continue;
+		snprintf(w, sizeof(w), "+%s", ctl[i]);
+		kvs_write_file_str(dfd, "cgroup.subtree_control", w);
+	}
+	close(dfd);
+	return snprintf(out, len, "%s/tools", dir) >= (int)len ? -ENAMETOOLONG : 0;
+}
+
 static int has_word(const char *list, const char *w)
 {
 	size_t n = strlen(w);
@@ -91,7 +187,10 @@ int kvs_cgroup_setup(struct kvs_policy *p)
 				 "no cgroup2 mount: runs get no cgroup, no limits but rlimits");
 			return -ENOENT;
 		}
-		snprintf(p->cgroup_parent, sizeof(p->cgroup_parent), "%s/kvarena-sandbox", mnt);
+		if (delegated_parent(mnt, p->cgroup_parent, sizeof(p->cgroup_parent), p->notes,
+				     sizeof(p->notes)))
+			snprintf(p->cgroup_parent, sizeof(p->cgroup_parent), "%s/kvarena-sandbox",
+				 mnt);
 	}
 	if (mkdir(p->cgroup_parent, 0755) && errno != EEXIST) {
 		kvs_note(p->notes, sizeof(p->notes),

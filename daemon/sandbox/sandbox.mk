@@ -129,8 +129,11 @@ check-sandbox: sandbox $(SANDBOX_FUZZ)
 		>/dev/null | grep .
 	@echo "check-sandbox: man page lint clean"
 
+# the cgroup lanes (kva-sandbox, then kvarenad), then the packaged systemd
+# unit with systemd as PID 1: two guest boots
 check-sandbox-guest: sandbox
 	@tests/sandbox/run-guest.sh
+	@tests/sandbox/systemd-guest.sh
 
 bench-sandbox: $(SANDBOX_BENCH)
 	@$(SANDBOX_BENCH)

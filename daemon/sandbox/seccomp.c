@@ -84,9 +84,10 @@ static int deny(scmp_filter_ctx ctx, int err, const char *name, unsigned int n,
 
 #define NO_ARG SCMP_A0(SCMP_CMP_EQ, 0)
 
-/* The socket families a tool may use; the rest, EAFNOSUPPORT. A family
- * is an int: compared on its low 32 bits, and anything above 63 (which
- * is also any value with high bits set) refused whole. */
+/* The socket families a tool may use; the rest, EAFNOSUPPORT. Anything
+ * above AF_NETLINK (16, the largest allowed), which is also any value
+ * with high bits set, is refused whole; the few below it one by one
+ * (short rules: the filter is JIT-compiled at every spawn). */
 static int socket_rules(scmp_filter_ctx ctx, int network)
 {
 	static const char *const calls[] = { "socket", "socketpair" };
@@ -95,13 +96,12 @@ static int socket_rules(scmp_filter_ctx ctx, int network)
 	int rc = 0;
 
 	for (k = 0; k < 2 && !rc; k++) {
-		rc = deny(ctx, EAFNOSUPPORT, calls[k], 1, SCMP_A0(SCMP_CMP_GT, 63), NO_ARG);
-		for (fam = 0; fam <= 63 && !rc; fam++) {
-			if (fam == AF_UNIX || fam == AF_NETLINK ||
-			    (network && (fam == AF_INET || fam == AF_INET6)))
+		rc = deny(ctx, EAFNOSUPPORT, calls[k], 1, SCMP_A0(SCMP_CMP_GT, AF_NETLINK),
+			  NO_ARG);
+		for (fam = 0; fam < AF_NETLINK && !rc; fam++) {
+			if (fam == AF_UNIX || (network && (fam == AF_INET || fam == AF_INET6)))
 				continue;
-			rc = deny(ctx, EAFNOSUPPORT, calls[k], 1,
-				  SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, fam), NO_ARG);
+			rc = deny(ctx, EAFNOSUPPORT, calls[k], 1, SCMP_A0(SCMP_CMP_EQ, fam), NO_ARG);
 		}
 	}
 	/* netlink: routes and links (getaddrinfo, ip) only */

@@ -133,7 +133,7 @@ struct plan {
 	int sync_fd, status_fd, in_fd, out_fd, err_fd;
 	/* root launcher: build the root as real root in namespaces owned by
 	 * the initial user namespace, then unshare the user namespace the
-	 * tool runs in (and join the policy's shared empty netns, if any) */
+	 * tool runs in (and join a network namespace made ahead, if any) */
 	int priv;
 	int netns_fd;
 	int mntns_fd;			/* root: the policy's template; -1: clone3

@@ -85,6 +85,7 @@ void kvt_decide(const struct kvt_costs *c, const struct kvt_decision_in *in,
 	out->recompute_us = c->recompute_tps > 0 ?
 			    (uint64_t)((double)in->kv_tokens / c->recompute_tps * 1e6) : UINT64_MAX;
 	out->freed_byte_s = 0;
+	out->p_outlast = -1;
 	away = out->spill_us + out->restore_us + in->margin_us;
 	if (!in->kv_bytes) {
 		out->choice = KVT_KEEP;
@@ -96,10 +97,17 @@ void kvt_decide(const struct kvt_costs *c, const struct kvt_decision_in *in,
 		out->why = "no memory pressure";
 		return;
 	}
-	if (in->disk_ok && in->predicted_wait_us > away && out->restore_us <= out->recompute_us) {
+	if (in->survival)
+		out->p_outlast = in->survival(in->survival_ctx, away);
+	if (in->disk_ok && out->restore_us <= out->recompute_us &&
+	    (out->p_outlast >= 0 ? out->p_outlast >= 1 - (in->max_stall > 0 ? in->max_stall : 0.05) :
+				   in->predicted_wait_us > away)) {
 		out->choice = KVT_SPILL;
 		out->freed_byte_s = bytes * (wait - (double)away) / 1e6;
-		out->why = "the wait outlasts writing and restoring it, and reading is cheaper than "
+		out->why = out->p_outlast >= 0 ?
+			   "the wait very likely outlasts writing and restoring it, and reading is "
+			   "cheaper than recomputing" :
+			   "the wait outlasts writing and restoring it, and reading is cheaper than "
 			   "recomputing";
 		return;
 	}
@@ -117,8 +125,9 @@ void kvt_decide(const struct kvt_costs *c, const struct kvt_decision_in *in,
 		}
 	}
 	out->choice = KVT_KEEP;
-	out->why = in->disk_ok ? "the wait is too short to write and read it back" :
-				 "the wait is too short to pay for recomputing it";
+	out->why = !in->disk_ok ? "the wait is too short to pay for recomputing it" :
+		   out->p_outlast >= 0 ? "the tool may return before it could be back" :
+		   "the wait is too short to write and read it back";
 }
 
 uint64_t kvt_prefetch_at_ns(const struct kvt_costs *c, uint64_t wait_start_ns,

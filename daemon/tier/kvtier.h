@@ -250,6 +250,16 @@ struct kvt_decision_in {
 	int pressure;			/* the arena needs the memory (below its
 					 * watermark, or requests wait for blocks) */
 	int disk_ok;			/* a tier exists and the file fits the cap */
+	/*
+	 * Optional: P(the wait lasts longer than horizon_us more), from the
+	 * tool class's distribution; < 0 when it has too few samples to say.
+	 * With it a spill must outlast writing, restoring and the margin with
+	 * probability >= 1 - max_stall (a restore stall otherwise); without
+	 * it (or while it cannot say), the mean wait must.
+	 */
+	double (*survival)(void *ctx, uint64_t horizon_us);
+	void *survival_ctx;
+	double max_stall;		/* 0: 0.05 */
 };
 
 struct kvt_decision {
@@ -260,6 +270,8 @@ struct kvt_decision {
 	 * avoids): keep 0; spill: during the wait less write, restore and
 	 * margin; discard: during the whole wait */
 	double freed_byte_s;
+	/* P(the wait outlasts spill + restore + margin), or -1 unknown */
+	double p_outlast;
 	const char *why;		/* a short reason for the log */
 };
 
@@ -267,11 +279,12 @@ struct kvt_decision {
  * InferCept's choice, on this machine's numbers. Without pressure: keep
  * (memory nobody needs costs nothing). With pressure, the cheaper way of
  * giving the memory back: spill when the wait outlasts writing and
- * restoring it (with the margin) and restoring is cheaper than
- * recomputing; discard when recomputing is cheaper than the disk (short
- * contexts, slow disks) or there is no disk; keep when the wait is too
- * short for either to pay (the session returns before the memory could be
- * used).
+ * restoring it (with the margin: by the class's distribution, with
+ * probability 1 - max_stall, else by its mean) and restoring is cheaper
+ * than recomputing; discard when recomputing is cheaper than the disk
+ * (short contexts, slow disks) or there is no disk; keep when the wait is
+ * too short for either to pay (the session returns before the memory
+ * could be used).
  */
 void kvt_decide(const struct kvt_costs *c, const struct kvt_decision_in *in,
 		struct kvt_decision *out);

@@ -54,8 +54,16 @@ static u64 kvc_sat_mul(u64 x, u32 y)
 }
 
 /*
- * Is s a candidate under policy?  Sets its score; the tier (which sessions
- * go before which, whatever their scores) follows from the policy and state.
+ * Is s a candidate under policy?  Sets its score (larger goes first).
+ *
+ * TOOLWAIT scores every candidate on one scale: the microseconds until its
+ * KV is expected to be used again, times the blocks it pins (the memory it
+ * would hold idle).  In a tool wait that is the expected wait left; once a
+ * wait has outlived its expectation, and for an IDLE session, the time it
+ * has lasted so far (Lindy: a pause that has lasted t is expected to last
+ * about t more).  So a session that finished its reply long ago goes
+ * before one whose tool is about to return, and one whose tool returns in
+ * ten seconds before one idle for a moment.
  */
 static bool kvc_candidate(const struct kvc_arena *a, const struct kvc_session *s,
 			  u32 policy, u64 now, u64 *score)
@@ -69,13 +77,10 @@ static bool kvc_candidate(const struct kvc_arena *a, const struct kvc_session *s
 		return false;
 	switch (policy) {
 	case KVA_POLICY_TOOLWAIT:
-		if (s->state == KVA_STATE_IDLE) {
-			*score = in_state;
-			return true;
-		}
 		elapsed_us = kvc_div_u64(in_state, 1000);
-		*score = kvc_sat_mul(s->expected_wait_us > elapsed_us ?
-				     s->expected_wait_us - elapsed_us : 0,
+		*score = kvc_sat_mul(s->state == KVA_STATE_TOOL_WAIT &&
+				     s->expected_wait_us > elapsed_us ?
+				     s->expected_wait_us - elapsed_us : elapsed_us,
 				     s->nheld);
 		return true;
 	case KVA_POLICY_TTL:
@@ -89,18 +94,8 @@ static bool kvc_candidate(const struct kvc_arena *a, const struct kvc_session *s
 	return false;
 }
 
-static u32 kvc_tier(u32 policy, u32 state)
+static bool kvc_before(const struct kva_victim *x, const struct kva_victim *y)
 {
-	return policy == KVA_POLICY_TOOLWAIT && state == KVA_STATE_TOOL_WAIT;
-}
-
-static bool kvc_before(u32 policy, const struct kva_victim *x,
-		       const struct kva_victim *y)
-{
-	u32 tx = kvc_tier(policy, x->state), ty = kvc_tier(policy, y->state);
-
-	if (tx != ty)
-		return tx > ty;
 	if (x->score != y->score)
 		return x->score > y->score;
 	return x->session_id < y->session_id;
@@ -125,11 +120,11 @@ u32 kvc_rank_victims(const struct kvc_arena *a, u32 policy, u64 now,
 		v.tool_class = s->tool_class;
 		v.pad = 0;
 		v.idle_ns = now > s->last_active_ns ? now - s->last_active_ns : 0;
-		if (n == max && !kvc_before(policy, &v, &out[n - 1]))
+		if (n == max && !kvc_before(&v, &out[n - 1]))
 			continue;
 		/* Insert into out[0..n), sorted best first. */
 		i = n < max ? n++ : n - 1;
-		while (i && kvc_before(policy, &v, &out[i - 1])) {
+		while (i && kvc_before(&v, &out[i - 1])) {
 			out[i] = out[i - 1];
 			i--;
 		}

@@ -119,22 +119,34 @@ static void test_rank_toolwait(void)
 	u64 id[7], got[16];
 
 	setup(&a, id);
-	/* At 100 ms: A has 910 ms x 4 left = 3640, B 2920 ms x 1 = 2920. */
+	/*
+	 * One scale, ms until the KV is used again x blocks.  At 100 ms: A
+	 * has 910 left x 4 = 3640, B 2920 x 1 = 2920; C and D have been IDLE
+	 * 100 ms (D's alloc at 50 ms is activity, not a state change), so
+	 * expected about as long again: D 100 x 9 = 900, C 100 x 2 = 200.
+	 */
 	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 100 * MS, got, 16), 4);
 	CU_ASSERT_EQUAL(got[0], id[0]);
 	CU_ASSERT_EQUAL(got[1], id[1]);
-	CU_ASSERT_EQUAL(got[2], id[2]);	/* IDLE since 0 (D's alloc was at 50) */
-	CU_ASSERT_EQUAL(got[3], id[3]);	/* IDLE since 0 too: tie -> lower id */
-	/* At 1200 ms A has overrun (0 left): B first; still before IDLE. */
+	CU_ASSERT_EQUAL(got[2], id[3]);
+	CU_ASSERT_EQUAL(got[3], id[2]);
+	/*
+	 * At 1200 ms A has overrun its 1000 ms: 1190 ms so far, as long
+	 * again expected: 4760; B 1820 x 1; the IDLE ones 1200 ms: D 10800,
+	 * C 2400.  D, A, C, B: finished conversations before a tool that
+	 * returns in 1.8 s.
+	 */
 	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TOOLWAIT, 1200 * MS, got, 16), 4);
-	CU_ASSERT_EQUAL(got[0], id[1]);
+	CU_ASSERT_EQUAL(got[0], id[3]);
 	CU_ASSERT_EQUAL(got[1], id[0]);
+	CU_ASSERT_EQUAL(got[2], id[2]);
+	CU_ASSERT_EQUAL(got[3], id[1]);
 	/* max truncates to the best. */
 	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TOOLWAIT, 100 * MS, got, 1), 1);
 	CU_ASSERT_EQUAL(got[0], id[0]);
-	/* A full array: B, A, then C must replace D (IDLE, tie, higher id). */
+	/* A full array of 3: B (the worst) is the one left out. */
 	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 1200 * MS, got, 3), 3);
-	CU_ASSERT_EQUAL(got[0], id[1]);
+	CU_ASSERT_EQUAL(got[0], id[3]);
 	CU_ASSERT_EQUAL(got[1], id[0]);
 	CU_ASSERT_EQUAL(got[2], id[2]);
 	CU_ASSERT_EQUAL(rank(&a, KVA_POLICY_TOOLWAIT, 100 * MS, got, 0), 0);
@@ -167,10 +179,10 @@ static void test_rank_replace_worst(void)
 /*
  * Ranking by the wait left (expected - elapsed) x blocks, not by the
  * expected wait: X expects 500 ms from t=0, Y 400 ms from t=300 ms; at
- * 350 ms X has 150 ms left and Y 350 ms, so Y goes first.  IDLE sessions
- * rank by time in their state, not by last activity: P (lower id) and Q
- * are IDLE since 0, P allocated more recently; equal time in state, so
- * the lower id, P, goes first.
+ * 350 ms X has 150 ms x 2 left and Y 350 ms x 2, so Y goes first.  IDLE
+ * sessions rank by time in their state, not by last activity: P (lower
+ * id) and Q are IDLE since 0, P allocated more recently; equal time in
+ * state (350 ms x 1 block each), so the lower id, P; both before X.
  */
 static void test_rank_remaining_wait(void)
 {
@@ -193,9 +205,9 @@ static void test_rank_remaining_wait(void)
 					      400000, 300 * MS, &r), 0);
 	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 350 * MS, got, 16), 4);
 	CU_ASSERT_EQUAL(got[0], y);
-	CU_ASSERT_EQUAL(got[1], x);
-	CU_ASSERT_EQUAL(got[2], p);
-	CU_ASSERT_EQUAL(got[3], q);
+	CU_ASSERT_EQUAL(got[1], p);
+	CU_ASSERT_EQUAL(got[2], q);
+	CU_ASSERT_EQUAL(got[3], x);
 	/* LRU: Q (inactive since 10 ms) before P (60 ms). */
 	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_LRU, 350 * MS, got, 16), 4);
 	CU_ASSERT_EQUAL(got[0], x);

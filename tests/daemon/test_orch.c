@@ -1444,10 +1444,11 @@ static void test_mcp_servers(void)
 	CHECK(decl && strstr(decl, "\"message\""),
 	      "server-everything's echo is declared with its input schema");
 	CHECK(decl && strstr(decl, "\"odd_echo\"") && strstr(decl, "\"odd_long\"") &&
-	      !strstr(decl, "odd_inject") && !strstr(decl, "<|") && !strstr(decl, "has space") &&
+	      strstr(decl, "\"odd_inject\"") && !strstr(decl, "has space") &&
 	      !strstr(decl, "\"odd_\""),
-	      "odd tools: a chat marker, a blank or an empty name are not offered; a long "
-	      "UTF-8 description is cut");
+	      "odd tools: a blank or an empty name are not offered; a chat marker in a "
+	      "description is (plain text in the prompt: daemon/chat); a long UTF-8 "
+	      "description is cut");
 
 	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nuse the MCP tools<|im_end|>\n"
 		 "<|im_start|>assistant\n", sys_prompt);
@@ -1574,6 +1575,53 @@ static void sleep_ms(long ms)
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);	/* the back-off is time: wait it out */
+}
+
+/* [tenant.NAME] key_credential = NAME: the keys systemd's LoadCredential=
+ * put in $CREDENTIALS_DIRECTORY (issue 36.7), key_file = PATH likewise. */
+static void test_config_keys(void)
+{
+	char dir[] = "/tmp/kvd-cred-XXXXXX", path[300], e[256];
+	struct kvd_config c;
+	FILE *f;
+
+	if (!mkdtemp(dir)) {
+		CHECK(0, "mkdtemp");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/team-a.keys", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return;
+	fputs("# team a\nsk-aaaaaaaaaaaaaaaaaaaaaaaa\n\nsk-bbbbbbbbbbbbbbbbbbbbbbbb\n", f);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/short.keys", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return;
+	fputs("tooshort\n", f);
+	fclose(f);
+	kvd_config_defaults(&c);
+	unsetenv("CREDENTIALS_DIRECTORY");
+	CHECK(kvd_config_set(&c, "tenant.a", "key_credential", "team-a.keys", e, sizeof(e)),
+	      "key_credential outside a service with credentials: refused");
+	setenv("CREDENTIALS_DIRECTORY", dir, 1);
+	CHECK(!kvd_config_set(&c, "tenant.a", "key_credential", "team-a.keys", e, sizeof(e)) &&
+	      c.n_tenants == 1 && c.tenants[0].n_keys == 2 &&
+	      !strcmp(c.tenants[0].keys[1], "sk-bbbbbbbbbbbbbbbbbbbbbbbb"),
+	      "key_credential reads the credential's keys, one per line (%s)", e);
+	CHECK(kvd_config_set(&c, "tenant.b", "key_credential", "short.keys", e, sizeof(e)) &&
+	      kvd_config_set(&c, "tenant.b", "key_credential", "missing", e, sizeof(e)) &&
+	      kvd_config_set(&c, "tenant.b", "key_credential", "../team-a.keys", e, sizeof(e)),
+	      "a key under 16 bytes, a missing credential, a path: refused");
+	snprintf(path, sizeof(path), "%s/team-a.keys", dir);
+	CHECK(!kvd_config_set(&c, "tenant.c", "key_file", path, e, sizeof(e)) &&
+	      kvd_config_set(&c, "tenant.c", "key_file", "team-a.keys", e, sizeof(e)),
+	      "key_file takes an absolute path");
+	unsetenv("CREDENTIALS_DIRECTORY");
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	if (system(path))
+		printf("could not remove %s\n", dir);
 }
 
 /* [mcp.NAME] per_tenant = yes (issue 36.4): each tenant its own server
@@ -2003,6 +2051,7 @@ int main(int argc, char **argv)
 	RUN(worker_death);
 	RUN(plugin);
 #ifdef KVD_TEST_HOOKS
+	RUN(config_keys);
 	RUN(agent_loop);
 	RUN(escape);
 	RUN(mcp_servers);

@@ -8,12 +8,15 @@
  * A conversation's reply ends in a client-side tool call (a scripted reply:
  * the random test model never calls tools; KVD_TEST_HOOKS), so the session
  * waits in TOOL_WAIT; the arena is kept under pressure (a high watermark
- * at its size) so the keep/spill/discard logic spills it. Then the tool
- * result comes and decoding goes on. Checked against a daemon that never
- * evicts, token for token and log-probability for log-probability (the
- * top 20 of each step, bit for bit):
+ * at its size) so the keep/spill/discard logic spills it (written behind:
+ * the blocks stay), and the test then makes the arena need its memory
+ * (kvd_make_room, as an allocation that does not fit would), which
+ * evicts it at once. Then the tool result comes and decoding goes on.
+ * Checked against a daemon that never evicts, token for token and
+ * log-probability for log-probability (the top 20 of each step, bit for
+ * bit):
  *
- *   spill_restore   spilled, restored on demand (a counted stall)
+ *   spill_restore   spilled, evicted, restored on demand (a counted stall)
  *   prefetch        a tool class of known, fixed duration: the KV is back
  *                   before the result arrives (no stall)
  *   corrupt         a bit flipped in the spill file: detected, the verified
@@ -197,6 +200,16 @@ static int await_metric(struct kvd *d, const char *name, uint64_t v, int ms)
 		msleep(10);
 	}
 	return 0;
+}
+
+/* The arena needs its memory: victims by the kernel's ranking, as an
+ * allocation that does not fit would have them (a spill written behind at
+ * the tool wait makes the eviction free). */
+static void demand(struct kvd *d)
+{
+	pthread_mutex_lock(&d->lock);
+	kvd_make_room(d, d->geom.blocks_total);
+	pthread_mutex_unlock(&d->lock);
 }
 
 /* The next round's reply in place of the model's (KVD_TEST_HOOKS). */
@@ -422,9 +435,15 @@ static void test_spill_restore(void)
 	      "the tool wait under pressure spills the session's KV (decision: spill)");
 	CHECK(metric(d, "kvarenad_tier_decisions_total{choice=\"spill\"}") == 1,
 	      "one spill decision counted");
-	CHECK(!strcmp(tier_of(d, r1.session), "disk") && count_files(dir, ".kvspill", NULL) == 1,
-	      "its blocks are freed: the session's KV is on disk (tier %s, one spill file)",
+	CHECK(!strcmp(tier_of(d, r1.session), "arena"),
+	      "written behind: its blocks stay until the arena needs them (tier %s)",
 	      tier_of(d, r1.session));
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk") && count_files(dir, ".kvspill", NULL) == 1 &&
+	      metric(d, "kvarenad_tier_spills_clean_total") == 1 &&
+	      metric(d, "kvarenad_evictions_total") == 1,
+	      "the arena needs them: evicted at once, no write (a clean copy); the session's KV "
+	      "is on disk (tier %s, one spill file)", tier_of(d, r1.session));
 	CHECK(ask(d, cv.p2, 24, &r2) == 0, "the tool result continues the conversation");
 	CHECK(same_reply(&r2, ref),
 	      "spilled then restored: tokens and log-probabilities (top 20) bit-identical to "
@@ -482,9 +501,10 @@ static void test_prefetch(void)
 	script(d, cv.call);
 	CHECK(ask(d, cv.p1, 8, &r1) == 0, "a call to a tool that always takes %d ms", tool_ms);
 	t0 = now_ms();
-	CHECK(await_metric(d, "kvarenad_tier_spills_total", 1, tool_ms / 2) &&
-	      !strcmp(tier_of(d, r1.session), "disk"),
-	      "spilled while the tool runs (after %.0f ms)", now_ms() - t0);
+	CHECK(await_metric(d, "kvarenad_tier_spills_total", 1, tool_ms / 2),
+	      "written to disk while the tool runs (after %.0f ms)", now_ms() - t0);
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "evicted: its KV is on disk only");
 	/* the tool "runs" its time; the KV comes back before */
 	for (i = 0; i < 100000; i++) {
 		if (!back_at && !strcmp(tier_of(d, r1.session), "arena") &&
@@ -530,6 +550,7 @@ static void corrupt_case(int truncate_it)
 	script(d, cv.call);
 	ask(d, cv.p1, 8, &r1);
 	await_metric(d, "kvarenad_tier_spills_total", 1, 20000);
+	demand(d);
 	path = first_file(dir);
 	CHECK(path != NULL, "a spill file to damage");
 	if (!path) {
@@ -619,6 +640,7 @@ static void test_cap(void)
 		script(d, cv[i].call);
 		ask(d, cv[i].p1, 8, &r1[i]);
 		await_metric(d, "kvarenad_tier_spills_total", (uint64_t)i + 1, 20000);
+		demand(d);
 		msleep(50);
 		n = count_files(dir, ".kvspill", &b);
 		if (n > max_files)

@@ -237,7 +237,8 @@ static void test_memfd_victims_args(void)
 	a = mk_memfd(d, 4 * MIB, KVA_NUMA_ANY, "vict");
 	CU_ASSERT_FATAL(a != NULL);
 	/* s2 idle since longer, s1 in a tool wait: LRU ranks s2 first,
-	 * the tool-wait policy s1 (its tier goes first) */
+	 * the tool-wait policy s1 (1 s left x 2 blocks against a pause of
+	 * about a millisecond x 3) */
 	CU_ASSERT_EQUAL_FATAL(kva_session_open(a, 0, &s2), 0);
 	CU_ASSERT_EQUAL_FATAL(kva_session_open(a, 0, &s1), 0);
 	CU_ASSERT_EQUAL(kva_blocks_alloc(a, s2, 3, ids, 0), 3);

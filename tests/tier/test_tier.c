@@ -693,6 +693,52 @@ static void test_decide(void)
 	CU_ASSERT_STRING_EQUAL(kvt_choice_name(KVT_DISCARD), "discard");
 }
 
+/* A tool class whose waits are uniform on [0, 1 s]. */
+static double uniform_1s(void *ctx, uint64_t h)
+{
+	(void)ctx;
+	return h >= 1000000 ? 0 : 1 - (double)h / 1e6;
+}
+
+static double unknown(void *ctx, uint64_t h)
+{
+	(void)ctx;
+	(void)h;
+	return -1;
+}
+
+static void test_decide_distribution(void)
+{
+	struct kvt_costs c = { .write_bps = 1e9, .read_bps = 1e9, .recompute_tps = 500,
+			       .n_write = 1, .n_read = 1, .n_recompute = 1 };
+	/* 10 MB: 10 ms out, 10 ms back, 10 ms margin: 30 ms away */
+	struct kvt_decision_in in = { .kv_bytes = 10000000, .kv_tokens = 1000,
+				      .predicted_wait_us = 500000, .margin_us = 10000,
+				      .pressure = 1, .disk_ok = 1, .survival = uniform_1s };
+	struct kvt_decision o;
+
+	/* P(T > 30 ms) = 0.97: spill (1 in 33 would stall) */
+	kvt_decide(&c, &in, &o);
+	CU_ASSERT_EQUAL(o.choice, KVT_SPILL);
+	CU_ASSERT_DOUBLE_EQUAL(o.p_outlast, 0.97, 1e-9);
+	/* 100 MB: 210 ms away, P = 0.79: the mean (500 ms) would spill, the
+	 * distribution keeps it (1 in 5 would stall) */
+	in.kv_bytes = 100000000;
+	kvt_decide(&c, &in, &o);
+	CU_ASSERT_EQUAL(o.choice, KVT_KEEP);
+	CU_ASSERT_DOUBLE_EQUAL(o.p_outlast, 0.79, 1e-9);
+	/* a looser stall target takes it */
+	in.max_stall = 0.25;
+	kvt_decide(&c, &in, &o);
+	CU_ASSERT_EQUAL(o.choice, KVT_SPILL);
+	/* a class without data: the mean decides */
+	in.max_stall = 0;
+	in.survival = unknown;
+	kvt_decide(&c, &in, &o);
+	CU_ASSERT_EQUAL(o.choice, KVT_SPILL);
+	CU_ASSERT_DOUBLE_EQUAL(o.p_outlast, -1, 1e-9);
+}
+
 static void test_prefetch(void)
 {
 	struct kvt_costs c = { .read_bps = 1e9, .n_read = 1 };
@@ -759,6 +805,7 @@ int main(int argc, char **argv)
 	CU_add_test(s, "killed mid-spill, cleaned at open", test_killed_mid_spill);
 	CU_add_test(s, "costs: running means", test_costs);
 	CU_add_test(s, "keep / spill / discard", test_decide);
+	CU_add_test(s, "keep / spill by the wait's distribution", test_decide_distribution);
 	CU_add_test(s, "prefetch time", test_prefetch);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();

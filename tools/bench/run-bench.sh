@@ -11,12 +11,14 @@
 # constrained (decode under a tool-call grammar vs free, in the same run,
 # and JSON Schema compile time), tier (an 8k-token session spilled and
 # restored by the disk tier against fio on the same file system, restore
-# against recompute), remote (KV host to host over UCX against
-# ucx_perftest, remote decode's first token against one host's; root).
+# against recompute), eviction (the agent-trace replay at half the KV
+# working set: toolwait with the disk tier against lru and ttl), remote
+# (KV host to host over UCX against ucx_perftest, remote decode's first
+# token against one host's; root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-all=(ioctl uring engine toolwait handoff serve sandbox constrained tier remote)
+all=(ioctl uring engine toolwait handoff serve sandbox constrained tier eviction remote)
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 tsv=build/bench/results.tsv
@@ -205,6 +207,18 @@ bench_tier() {
 	rm -rf "$dir"
 }
 
+# eviction: Mooncake conversations replayed as agent sessions
+# (tools/replay/, Documentation/replay.md) against kvarenad with an arena
+# of half the working set (measured by a first run with room), the same
+# sessions under each policy in one run: toolwait with the disk tier, lru
+# and ttl without, lru with it. Goals: >= 3x fewer evictions and >= 3.5x
+# faster mean session completion than lru, restore stalls < 5%.
+bench_eviction() {
+	forget '(evictions_|kv_misses_|completion_|ttft_p99_toolwait|restore_stalls_pct|recomputed_tokens_toolwait|eviction_arena)'
+	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
+	tools/replay/eviction-bench.sh build/bin/kvarenad build/bin/kva-mkmodel
+}
+
 # remote: two network namespaces, UCX over TCP (tools/bench/remote/)
 bench_remote() {
 	make --no-print-directory build/bin/kvr-bench build/bin/kvarenad build/bin/kva-mkmodel \
@@ -223,6 +237,7 @@ for b in "${want[@]}"; do
 	sandbox) bench_sandbox ;;
 	constrained) bench_constrained ;;
 	tier) bench_tier ;;
+	eviction) bench_eviction ;;
 	remote) bench_remote ;;
 	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
 	esac

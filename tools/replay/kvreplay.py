@@ -519,6 +519,7 @@ def summarize(r):
         "label": r["label"], "mode": r["tool_mode"], "sessions": len(r["sessions"]),
         "errors": sum(s["errors"] for s in r["sessions"]),
         "evictions": d.get("kvarenad_evictions_total", 0),
+        "misses": d.get("kvarenad_kv_misses_total", 0),
         "spilled_mb": d.get("kvarenad_tier_spill_bytes_total", 0) / 1e6,
         "restored_mb": d.get("kvarenad_tier_restore_bytes_total", 0) / 1e6,
         "stalls": stalls, "stall_pct": 100.0 * stalls / returns if returns else 0.0,
@@ -532,12 +533,12 @@ def summarize(r):
 
 
 COLS = [("label", "%-10s"), ("mode", "%-6s"), ("sessions", "%5d"), ("errors", "%4d"),
-        ("evictions", "%7d"), ("spilled_mb", "%8.1f"), ("restored_mb", "%8.1f"),
+        ("evictions", "%7d"), ("misses", "%5d"), ("spilled_mb", "%8.1f"), ("restored_mb", "%8.1f"),
         ("stalls", "%5d"), ("stall_pct", "%6.1f"), ("recomputed", "%8d"),
         ("comp_mean", "%7.2f"), ("comp_p50", "%7.2f"), ("comp_p99", "%7.2f"),
         ("ttft_p50", "%7.1f"), ("ttft_p99", "%7.1f"), ("tpot_p50", "%6.1f"),
         ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f")]
-HEAD = ("policy mode sess err evict spillMB restMB stall stall% recomp comp_s p50_s p99_s "
+HEAD = ("policy mode sess err evict miss spillMB restMB stall stall% recomp comp_s p50_s p99_s "
         "ttft50 ttft99 tpot50 tpot99 idleGB*s")
 
 

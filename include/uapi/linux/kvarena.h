@@ -73,8 +73,10 @@ enum kva_state {
 /*
  * Eviction policies: how an arena ranks victim sessions when free blocks
  * run low.  The kernel only ranks and tells; the owner spills and frees.
- *  TOOLWAIT: sessions in TOOL_WAIT by expected remaining wait x blocks
- *            held, then IDLE sessions by time idle.  Never PREFILL/DECODE.
+ *  TOOLWAIT: by the time until the KV is expected to be used again x
+ *            blocks held: the expected wait left in TOOL_WAIT; past it,
+ *            and in IDLE, the time the pause has lasted.  Never
+ *            PREFILL/DECODE.
  *  LRU:      IDLE and TOOL_WAIT sessions by time since last activity.
  *  TTL:      as LRU, but only sessions inactive for at least ttl_ms.
  * Sessions holding no blocks are never victims; ties go to the lower id.

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# make bench BENCH=eviction: the agent-trace replay (tools/replay/kvreplay.py)
+# against kvarenad with a KV arena holding about half the working set,
+# every policy in one run (the same sessions, one daemon each, one after
+# the other):
+#
+#   ample     an arena that never fills (to measure the working set)
+#   toolwait  the kernel's tool-aware ranking, the disk tier, keep/spill/
+#             discard decisions and prefetch (kvarena as shipped)
+#   lru       recency ranking, no disk tier, no decisions: a victim is
+#             recomputed (what a recency cache does)
+#   ttl       kept for ttl_ms after its last activity, then fair game
+#             (Continuum-style retention), no disk tier
+#   lru-tier  recency ranking with the disk tier and decisions (which part
+#             of the gain is the ranking, which the tier)
+#
+# Writes build/bench/eviction/ (sessions, one JSON per run, report.txt,
+# completion-cdf.png, occupancy.png) and rows to build/bench/results.tsv.
+# Environment: BENCH_EVICTION_SESSIONS (48), BENCH_EVICTION_CONCURRENCY
+# (24), BENCH_EVICTION_MIX (the tool mix, kvreplay's syntax).
+# Usage: tools/replay/eviction-bench.sh KVARENAD MKMODEL
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+kvd=$1 mk=$2
+py=/usr/bin/python3
+out=build/bench/eviction
+tsv=build/bench/results.tsv
+rm -rf "$out" && mkdir -p "$out" && chmod 700 "$out"
+model=build/bench/serve-15m-q8.gguf
+[ -f "$model" ] || "$mk" --dim 288 --layers 6 --heads 6 --ffn 768 --vocab 32000 --ctx 4096 \
+	--type q8_0 -o "$model" >/dev/null
+shared=${KVA_SHARED:-../shared}
+[ -d "$shared" ] || shared=$(cd "$(git rev-parse --git-common-dir)/../.." && pwd)/shared
+n=${BENCH_EVICTION_SESSIONS:-48}
+conc=${BENCH_EVICTION_CONCURRENCY:-24}
+# an agentic-coding mix, heavier than the trace-calibrated default (replay.md):
+# half the calls are builds and test runs of seconds, where keeping or not
+# keeping the KV matters
+mix=${BENCH_EVICTION_MIX:-read:0.45:0.3:0.6:200,compile:0.35:3.0:0.5:100,test:0.20:12.0:0.5:300}
+$py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
+	--sessions "$n" --multi-turn-only --min-turns 4 --max-context 2400 --scale-tokens 0.0625 \
+	--tool-mix "$mix" --time-scale 0.01 --seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
+cat "$out/convert.log"
+
+port=$((30000 + RANDOM % 20000))
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
+
+# $1 label, $2 kv blocks, then [kv]/[tier] lines
+run() {
+	local label=$1 blocks=$2 conf=$out/$1.conf i
+	shift 2
+	{
+		echo "[model]"; echo "path = $model"
+		echo "[kv]"; echo "backend = memfd"; echo "blocks = $blocks"
+		printf '%s\n' "$@"
+		echo "[limits]"; echo "max_queue = 4096"
+	} >"$conf"
+	port=$((port + 1))
+	"$kvd" --config "$conf" --listen "127.0.0.1:$port" >"$out/$label.log" 2>&1 &
+	pid=$!
+	for i in $(seq 1 600); do
+		curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+		kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
+		sleep 0.2
+	done
+	echo "== $label: $blocks blocks =="
+	$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$out/sessions.jsonl" \
+		--label "$label" --out "$out" --concurrency "$conc" --scale-tokens 0.0625 \
+		--run-id "ev$label"
+	kill "$pid"
+	wait "$pid" 2>/dev/null || true
+	pid=
+}
+
+# the working set: the most KV the conversations held at once with room
+run ample 8192 "policy = toolwait" "[tier]" "decisions = no"
+ws=$($py - "$out/ample.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(int(max(m.get("kvarenad_kv_blocks_conversations", 0) for m in r["timeline"])))
+EOF
+)
+half=$((ws / 2))
+[ "$half" -ge 64 ] || half=64
+echo "working set: $ws blocks at most; the policies run with $half"
+low=$((half / 16)) high=$((half / 8))
+run toolwait "$half" "policy = toolwait" "low_watermark = $low" "high_watermark = $high" \
+	"[tier]" "dir = $PWD/$out/spill-toolwait"
+run lru "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
+	"[tier]" "decisions = no"
+run ttl "$half" "policy = ttl" "ttl_ms = 2000" "low_watermark = $low" "high_watermark = $high" \
+	"[tier]" "decisions = no"
+run lru-tier "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
+	"[tier]" "dir = $PWD/$out/spill-lru"
+
+$py tools/replay/kvreplay.py report --out "$out" ample toolwait lru ttl lru-tier | tee "$out/report.out"
+$py - "$out" "$ws" "$half" >>"$tsv" <<'EOF'
+import json, os, sys
+sys.path.insert(0, "tools/replay")
+import kvreplay
+out, ws, half = sys.argv[1], sys.argv[2], sys.argv[3]
+s = {lab: kvreplay.summarize(json.load(open(os.path.join(out, lab + ".json"))))
+     for lab in ("toolwait", "lru", "ttl", "lru-tier")}
+misses = {lab: s[lab]["misses"] for lab in s}
+t = s["toolwait"]
+
+
+def row(name, v, unit, peer, pv, ratio):
+    print("%s\t%.3f\t%s\t%s\t%.3f\t%.2f" % (name, v, unit, peer, pv, ratio))
+
+
+for peer in ("lru", "ttl"):
+    p = s[peer]
+    row("evictions_toolwait_vs_" + peer, t["evictions"], "evictions", peer, p["evictions"],
+        p["evictions"] / t["evictions"] if t["evictions"] else float("inf"))
+    row("kv_misses_toolwait_vs_" + peer, misses["toolwait"], "misses", peer, misses[peer],
+        misses[peer] / misses["toolwait"] if misses["toolwait"] else float("inf"))
+    row("completion_toolwait_vs_" + peer, t["comp_mean"], "s", peer, p["comp_mean"],
+        p["comp_mean"] / t["comp_mean"])
+    row("completion_p99_toolwait_vs_" + peer, t["comp_p99"], "s", peer, p["comp_p99"],
+        p["comp_p99"] / t["comp_p99"])
+    row("ttft_p99_toolwait_vs_" + peer, t["ttft_p99"], "ms", peer, p["ttft_p99"],
+        p["ttft_p99"] / t["ttft_p99"])
+row("completion_toolwait_vs_lru_tier", t["comp_mean"], "s", "lru-tier",
+    s["lru-tier"]["comp_mean"], s["lru-tier"]["comp_mean"] / t["comp_mean"])
+print("restore_stalls_pct_toolwait\t%.2f\t%%\t-\t-\t-" % t["stall_pct"])
+print("recomputed_tokens_toolwait_vs_lru\t%d\ttokens\tlru\t%d\t-" % (t["recomputed"],
+                                                                     s["lru"]["recomputed"]))
+print("eviction_arena_blocks\t%s\tblocks\tworking_set\t%s\t0.50" % (half, ws))
+EOF
+echo "eviction: rows in $tsv; report and plots in $out"
