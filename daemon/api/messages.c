@@ -573,6 +573,7 @@ static int parse_tools(struct mparser *p, json_t *v)
 		json_t *name = json_object_get(t, "name"), *schema = json_object_get(t, "input_schema");
 		const char *type = json_string_value(json_object_get(t, "type"));
 		json_t *desc = json_object_get(t, "description"), *fn;
+		char why[200];
 
 		snprintf(p->pp, sizeof(p->pp), "tools.%zu", i);
 		if (!json_is_object(t))
@@ -591,6 +592,14 @@ static int parse_tools(struct mparser *p, json_t *v)
 		if (!json_is_object(schema))
 			return api_bad(p->e, p->pp, "Invalid '%s.input_schema': a JSON Schema object.",
 				       p->pp), -1;
+		/* the input is an object (every family writes arguments as
+		 * one; Anthropic's own rule) */
+		if (chat_parameters_check(json_string_value(name), schema, why, sizeof(why))) {
+			snprintf(p->pp, sizeof(p->pp), "tools.%zu.input_schema", i);
+			api_error_set(p->e, 400, API_INVALID, "invalid_function_parameters", p->pp,
+				      "%s: %s", p->pp, why);
+			return -1;
+		}
 		/* deferred (Anthropic's tool search): not in the context until
 		 * found, so not in the prompt */
 		if (json_is_true(json_object_get(t, "defer_loading")))

@@ -671,6 +671,7 @@ static int parse_tools(struct rparser *p, json_t *v)
 		const char *type = json_string_value(json_object_get(t, "type"));
 		json_t *name = json_object_get(t, "name"), *params = json_object_get(t, "parameters");
 		json_t *desc = json_object_get(t, "description"), *fn;
+		char why[200];
 
 		snprintf(p->pp, sizeof(p->pp), "tools[%zu]", i);
 		if (!json_is_object(t) || !type)
@@ -735,6 +736,13 @@ static int parse_tools(struct rparser *p, json_t *v)
 		} else {
 			if (params && !json_is_null(params) && !json_is_object(params))
 				return param_wrong_type(p->e, p->pp, params, "a JSON Schema object");
+			if (chat_parameters_check(json_string_value(name), params, why, sizeof(why))) {
+				/* OpenAI's rule: the arguments are an object */
+				snprintf(p->pp, sizeof(p->pp), "tools[%zu].parameters", i);
+				api_error_set(p->e, 400, API_INVALID, "invalid_function_parameters", p->pp,
+					      "%s", why);
+				return -1;
+			}
 			fn = json_pack("{s:O, s:O?, s:O?, s:O?}", "name", name, "description",
 				       json_is_string(desc) ? desc : NULL, "parameters",
 				       json_is_object(params) ? params : NULL, "strict",

@@ -171,6 +171,9 @@ struct chat_call_grammar {
 	const char *trigger;
 	int anchored;
 	unsigned max_calls;		/* the syntax's own bound; 0: none */
+	/* a block the reply may open with in which calls are not looked for
+	 * (qwen3's "<think>" ... "</think>"); NULL: none */
+	const char *skip_open, *skip_close;
 };
 void chat_template_grammar(const struct chat_template *t, struct chat_call_grammar *g);
 const char *const *chat_template_markers(const struct chat_template *t);
@@ -186,6 +189,10 @@ const char *chat_families(void);
  * be a JSON Schema of 'type: "object"', got 'type: "integer"'."
  */
 int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen);
+/* The same for a schema on its own (NULL or JSON null: none), as the
+ * front ends whose tools carry it elsewhere (Anthropic's input_schema). */
+int chat_parameters_check(const char *name, const json_t *parameters, char *err,
+			  size_t errlen);
 
 /*
  * Appends the prompt for c (its messages, then the generation prompt that

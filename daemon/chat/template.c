@@ -143,6 +143,10 @@ void chat_template_grammar(const struct chat_template *t, struct chat_call_gramm
 		g->open = t->tags.open;
 		g->close = t->tags.close;
 	}
+	if (t->f->think) {
+		g->skip_open = "<think>";
+		g->skip_close = "</think>";
+	}
 }
 
 const char *const *chat_template_markers(const struct chat_template *t)
@@ -159,7 +163,13 @@ const char *const *chat_template_eog(const struct chat_template *t)
 
 int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen)
 {
-	json_t *p = json_object_get(t->function, "parameters"), *ty;
+	return chat_parameters_check(t->name, json_object_get(t->function, "parameters"), err,
+				     errlen);
+}
+
+int chat_parameters_check(const char *name, const json_t *p, char *err, size_t errlen)
+{
+	const json_t *ty;
 	char *got;
 
 	if (!p || json_is_null(p))
@@ -169,7 +179,7 @@ int chat_tool_check(const struct chat_tool *t, char *err, size_t errlen)
 		return 0;
 	got = json_dumps(json_is_object(p) ? ty : p, JSON_ENCODE_ANY | JSON_COMPACT);
 	snprintf(err, errlen, "Invalid schema for function '%s': schema must be a JSON Schema of "
-		 "'type: \"object\"', got '%s: %s'.", t->name, json_is_object(p) ? "type" : "schema",
+		 "'type: \"object\"', got '%s: %s'.", name, json_is_object(p) ? "type" : "schema",
 		 got ? got : "?");
 	free(got);
 	return -EINVAL;

@@ -220,6 +220,8 @@ struct kvc_grammar {
 	/* lazy trigger (TOOL_CALLS) */
 	char *tag;
 	int anchored;		/* the tag counts only at the output's start */
+	char *skip_open, *skip_close;	/* a leading block the tag is not
+					 * looked for in (NULL: none) */
 	uint32_t tag_len, *kmp;
 	int32_t trig_state;
 	uint32_t trig_depth;
@@ -730,6 +732,8 @@ static void grammar_free(struct kvc_grammar *g)
 	free(g->has_out);
 	free(g->dist);
 	free(g->tag);
+	free(g->skip_open);
+	free(g->skip_close);
 	free(g->kmp);
 	free(g->forb_off);
 	free(g->forb);
@@ -772,6 +776,13 @@ static int compile_new(struct kvc_vocab *v, const struct kvc_spec *spec,
 		g->tag_len = (uint32_t)strlen(g->tag);
 		g->anchored = spec->syntax && spec->syntax->anchored;
 		rc = build_trigger(g, err, errlen);
+		if (!rc && spec->skip_open && *spec->skip_open && spec->skip_close &&
+		    *spec->skip_close) {
+			g->skip_open = strdup(spec->skip_open);
+			g->skip_close = strdup(spec->skip_close);
+			if (!g->skip_open || !g->skip_close)
+				rc = -ENOMEM;
+		}
 	}
 	if (rc) {
 		grammar_free(g);
@@ -892,6 +903,11 @@ struct kvc_matcher {
 	struct kvc_grammar *g;
 	int mode;
 	int was_active;		/* the constrained part was entered */
+	/* M_SCAN with a skip block: 0 matching skip_open at the start
+	 * (skip_k bytes so far), 1 inside it (skip_k bytes of skip_close
+	 * matched), 2 past it or none */
+	int skip;
+	uint32_t skip_k;
 	uint32_t kmp;		/* M_SCAN: bytes of the tag matched */
 	int32_t state;
 	uint32_t depth;
@@ -915,6 +931,7 @@ struct kvc_matcher *kvc_matcher_create(struct kvc_grammar *g, unsigned flags)
 	pthread_mutex_unlock(&g->v->lock);
 	m->g = g;
 	m->mode = (flags & KVC_LAZY) ? M_SCAN : M_ACTIVE;
+	m->skip = g->skip_open ? 0 : 2;
 	m->state = g->d.start;
 	return m;
 }
@@ -927,6 +944,8 @@ struct kvc_matcher *kvc_matcher_clone(const struct kvc_matcher *m)
 		return NULL;
 	c->mode = m->mode;
 	c->was_active = m->was_active;
+	c->skip = m->skip;
+	c->skip_k = m->skip_k;
 	c->kmp = m->kmp;
 	c->state = m->state;
 	c->depth = m->depth;
@@ -1007,7 +1026,7 @@ int kvc_mask(struct kvc_matcher *m, uint32_t *mask)
 			mask[v->words - 1] = (1u << (v->n_vocab & 31)) - 1;
 		n = v->n_vocab;
 		for (i = g->forb_off[m->kmp]; m->mode == M_SCAN && i < g->forb_off[m->kmp + 1]; i++) {
-			if (g->anchored) {	/* the list assumes the tag anywhere */
+			if (g->anchored || m->skip != 2) {	/* the list assumes the tag anywhere */
 				struct kvc_matcher c = *m;
 
 				c.w_ready = 0;
@@ -1065,6 +1084,34 @@ int kvc_mask(struct kvc_matcher *m, uint32_t *mask)
 	return (int)n;
 }
 
+/* One byte of free text through the tag's KMP automaton. */
+static uint32_t tag_step(const struct kvc_grammar *g, uint32_t k, uint8_t c)
+{
+	while (k && c != (uint8_t)g->tag[k])
+		k = g->kmp[k];
+	return c == (uint8_t)g->tag[k] ? k + 1 : k;
+}
+
+/* How much of pat the text ends with after c, q bytes of it before (the
+ * skip block's close, a few bytes: checked directly). */
+static uint32_t text_step(const char *pat, uint32_t q, uint8_t c)
+{
+	char buf[80];
+	size_t pl = strlen(pat), len;
+
+	if ((uint8_t)pat[q] == c)
+		return q + 1;
+	if (q + 1 > sizeof(buf))
+		return 0;
+	memcpy(buf, pat, q);
+	buf[q] = (char)c;
+	len = q + 1;
+	for (size_t k = len < pl ? len : pl; k > 0; k--)
+		if (!memcmp(buf + len - k, pat, k))
+			return (uint32_t)k;
+	return 0;
+}
+
 int kvc_advance(struct kvc_matcher *m, int32_t token)
 {
 	const struct kvc_grammar *g = m->g;
@@ -1090,39 +1137,65 @@ int kvc_advance(struct kvc_matcher *m, int32_t token)
 	if (m->mode == M_FREE)
 		return 0;
 	if (m->mode == M_SCAN) {
-		uint32_t k = m->kmp, L = g->tag_len;
+		uint32_t k = m->kmp, L = g->tag_len, sk = m->skip_k, after = n;
+		int skip = m->skip;
 
-		for (j = 0; j < n; j++) {
+		for (j = 0; j < n && after == n; j++) {
+			uint8_t c = p[j];
+
+			if (skip == 0) {	/* does the output open the skip block? */
+				if (c == (uint8_t)g->skip_open[sk]) {
+					if (!g->skip_open[++sk]) {
+						skip = 1;
+						sk = 0;
+					}
+					continue;
+				}
+				/* no: what matched of its opening is text to scan */
+				skip = 2;
+				for (uint32_t q = 0; q < sk && k < L; q++)
+					k = tag_step(g, k, (uint8_t)g->skip_open[q]);
+				sk = 0;
+				if (k == L) {
+					after = j;	/* this byte follows the tag */
+					break;
+				}
+			}
+			if (skip == 1) {	/* inside it: until its close */
+				sk = text_step(g->skip_close, sk, c);
+				if (!g->skip_close[sk]) {
+					skip = 2;
+					sk = 0;
+				}
+				continue;
+			}
 			if (g->anchored) {
 				/* whitespace first, then the tag or nothing */
-				if (!k && (p[j] == ' ' || p[j] == '\n' || p[j] == '\t' || p[j] == '\r'))
+				if (!k && (c == ' ' || c == '\n' || c == '\t' || c == '\r'))
 					continue;
-				if (p[j] != (uint8_t)g->tag[k]) {
+				if (c != (uint8_t)g->tag[k]) {
 					m->mode = M_FREE;
 					return 0;
 				}
-				if (++k == L)
-					break;
-				continue;
 			}
-			while (k && p[j] != (uint8_t)g->tag[k])
-				k = g->kmp[k];
-			if (p[j] == (uint8_t)g->tag[k])
-				k++;
+			k = tag_step(g, k, c);
 			if (k == L)
-				break;
+				after = j + 1;
 		}
 		if (k < L) {	/* still free text */
 			m->kmp = k;
+			m->skip = skip;
+			m->skip_k = sk;
 			return 0;
 		}
 		s = g->trig_state;
 		depth = g->trig_depth;
 		memcpy(stack, g->trig_stack, depth * sizeof(int32_t));
-		if (!sim(&g->d, &s, stack, &depth, p + j + 1, n - j - 1))
+		if (!sim(&g->d, &s, stack, &depth, p + after, n - after))
 			return -EPERM;
 		m->mode = M_ACTIVE;
 		m->was_active = 1;
+		m->skip = 2;
 	} else {
 		if (!n)
 			return -EPERM;	/* control tokens are not output */

@@ -1055,16 +1055,20 @@ int kvc_spec_key(const struct kvc_spec *spec, char **key, char *err, size_t errl
 		return -ENOMEM;
 	}
 	n = (body ? strlen(body) : 0) + strlen(st_) + strlen(et) + strlen(syn) +
-	    (spec->tool_name ? strlen(spec->tool_name) : 0) + 96;
+	    (spec->tool_name ? strlen(spec->tool_name) : 0) +
+	    (spec->skip_open ? strlen(spec->skip_open) : 0) +
+	    (spec->skip_close ? strlen(spec->skip_close) : 0) + 128;
 	*key = malloc(n);
 	if (!*key) {
 		free(body);
 		free(syn);
 		return -ENOMEM;
 	}
-	snprintf(*key, n, "%d|%u|%u|%s|%s|%s|%s%s|%s", (int)spec->kind,
+	snprintf(*key, n, "%d|%u|%u|%s|%s|%s|%zu:%s%zu:%s|%s%s|%s", (int)spec->kind,
 		 spec->max_ws ? spec->max_ws : KVC_DEFAULT_WS,
 		 spec->max_calls ? spec->max_calls : KVC_DEFAULT_CALLS, st_, et, syn,
+		 spec->skip_open ? strlen(spec->skip_open) : 0, spec->skip_open ? spec->skip_open : "",
+		 spec->skip_close ? strlen(spec->skip_close) : 0, spec->skip_close ? spec->skip_close : "",
 		 spec->tool_name ? "=" : "*", spec->tool_name ? spec->tool_name : "",
 		 body ? body : "");
 	free(body);

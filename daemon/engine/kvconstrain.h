@@ -97,6 +97,11 @@ struct kvc_spec {
 	/* TOOL_CALLS: another family's syntax (start_tag and end_tag then
 	 * unused); NULL: Hermes */
 	const struct kvc_call_syntax *syntax;
+	/* TOOL_CALLS with KVC_LAZY: a block the output may open with
+	 * (skip_open at its very start, up to skip_close: a reasoning
+	 * "<think>...</think>") in which the trigger is not looked for;
+	 * NULL: none */
+	const char *skip_open, *skip_close;
 	/* whitespace bytes allowed at one place; 0: KVC_DEFAULT_WS */
 	uint32_t max_ws;
 };

@@ -35,6 +35,8 @@ static inline void kvd_call_syntax(const struct chat_template *t, struct kvc_spe
 	}
 	if (g.max_calls && (!sp->max_calls || sp->max_calls > g.max_calls))
 		sp->max_calls = g.max_calls;
+	sp->skip_open = g.skip_open;
+	sp->skip_close = g.skip_close;
 }
 
 #endif

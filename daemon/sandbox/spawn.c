@@ -300,14 +300,10 @@ static void child_mounts(const struct plan *c)
 	if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
 		child_fail(c, ST_PROC, errno, 0);
 	if (c->priv) {
-		/* a second proc of the run's PID namespace, outside the root
-		 * it is building (the template's /sysctl): the user
-		 * namespace's sysctls are written there once it exists, after
-		 * the tool's /proc/sys is read-only */
-		if (mount("proc", KVS_SYSCTL, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
-			child_fail(c, ST_PROC, errno, 1);
+		/* still real root: the run's PID namespace's, through its own
+		 * proc, before /proc/sys goes read-only */
 		if (c->p->have_memfd_noexec)
-			child_sysctl(c, KVS_SYSCTL, "/sys/vm/memfd_noexec", "2", 0);
+			child_sysctl(c, "proc", "/sys/vm/memfd_noexec", "2", 0);
 	} else {
 		/* in the user namespace clone3() made, whose sysctls these are
 		 * (vm.memfd_noexec is root's alone: seccomp denies memfd) */
@@ -352,8 +348,11 @@ static void child_mounts(const struct plan *c)
 		    read(c->sync_fd, &b, 1) != 1)
 			_exit(125);
 		/* mapped, with every capability of the new user namespace until
-		 * the drop: its sysctls, then the chroot (the working
-		 * directory stays the work directory, inside the new root) */
+		 * the drop: its sysctls (through the template's proc, out of
+		 * the tool's reach: /proc/sys/user is the opener's user
+		 * namespace's whichever proc shows it), then the chroot (the
+		 * working directory stays the work directory, inside the new
+		 * root) */
 		child_sysctl(c, KVS_SYSCTL, "/sys/user/max_user_namespaces", "0", 1);
 		if (chroot(KVS_STAGE))
 			child_fail(c, ST_PIVOT, errno, 3);
@@ -683,8 +682,9 @@ static int resolve_exe(const struct kvs_tool *t, const char *name, int exec_work
 /*
  * The template mount namespace a root launcher's runs copy: one empty
  * tmpfs, read-only, holding only the directories /stage (where a run
- * builds its root) and /sysctl (where it mounts a proc of its own, out of
- * the tool's reach, to set its user namespace's sysctls). A run's child
+ * builds its root) and /sysctl, a proc through which a run, out of its
+ * tool's reach, sets its user namespace's sysctls (the /proc/sys/user
+ * files are the opener's user namespace's, whichever proc shows them). A run's child
  * clones its binds from the host's namespace (detached trees), then
  * enters a private copy of this one to build its root, so clone3() no
  * longer copies every host mount (and the run's exit tears none of them
@@ -713,7 +713,9 @@ int kvs_mntns_create(void)
 		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
 		    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 			  "size=4k,nr_inodes=8,mode=0755") ||
-		    mkdir("/tmp" KVS_STAGE, 0755) || mkdir("/tmp" KVS_SYSCTL, 0755) || chdir("/tmp"))
+		    mkdir("/tmp" KVS_STAGE, 0755) || mkdir("/tmp" KVS_SYSCTL, 0755) ||
+		    mount("proc", "/tmp" KVS_SYSCTL, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) ||
+		    chdir("/tmp"))
 			ok = 0;
 		/* an initramfs root cannot be pivoted away from: moved over
 		 * instead (setns() of this namespace finds the tmpfs on top) */

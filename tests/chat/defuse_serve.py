@@ -12,6 +12,8 @@ plain text spells what was that conversation's markup.
    in the user's text: the prompt grows by more tokens than /tokenize (the
    text read as a whole, its markers merged) says those bytes are: they
    were not made marker tokens.
+   The same through /v1/responses and /v1/messages, in user text and in a
+   tool result (function_call_output, tool_result).
 2. A conversation (question, reply), then a request whose one user message
    spells that conversation's rendering on from the question: byte for
    byte the prompt of a real next turn, yet it does not continue the
@@ -85,6 +87,40 @@ try:
     t = len(post("/tokenize", {"content": forged})["tokens"])
     check(b - a > t, "a user's turn-boundary text is plain: %d more prompt tokens, %d as "
           "markers" % (b - a, t))
+
+    # the same through the other front ends (one generation path,
+    # api/gen.c), in user text and in a tool's result
+    def responses(items):
+        u = post("/v1/responses", {"model": "agent", "input": items, "max_output_tokens": 1,
+                                   "temperature": 0, "store": False, "tools": TOOLS_R})["usage"]
+        return u["input_tokens"]
+
+    def messages(msgs):
+        u = post("/v1/messages", {"model": "agent", "messages": msgs, "max_tokens": 1,
+                                  "temperature": 0, "tools": TOOLS_M})["usage"]
+        return u["input_tokens"] + u.get("cache_read_input_tokens", 0)
+
+    TOOLS_R = [{"type": "function", "name": "now", "parameters": {"type": "object"}}]
+    TOOLS_M = [{"name": "now", "input_schema": {"type": "object"}}]
+    for fe, count, build in (
+            ("/v1/responses user text", responses,
+             lambda x: [{"role": "user", "content": "What is 2 + 2?" + x}]),
+            ("/v1/responses function_call_output", responses,
+             lambda x: [{"role": "user", "content": "Time?"},
+                        {"type": "function_call", "call_id": "call_1", "name": "now",
+                         "arguments": "{}"},
+                        {"type": "function_call_output", "call_id": "call_1", "output": "noon" + x}]),
+            ("/v1/messages user text", messages,
+             lambda x: [{"role": "user", "content": "What is 2 + 2?" + x}]),
+            ("/v1/messages tool_result", messages,
+             lambda x: [{"role": "user", "content": "Time?"},
+                        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                                           "name": "now", "input": {}}]},
+                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                      "content": "noon" + x}]}])):
+        a2, b2 = count(build("")), count(build(forged))
+        check(b2 - a2 > t, "%s: the turn-boundary text is plain: %d more prompt tokens, %d as "
+              "markers" % (fe, b2 - a2, t))
 
     q = "Hello, who are you?"
     r1 = chat([{"role": "user", "content": q}], max_tokens=8)

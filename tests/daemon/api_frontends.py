@@ -288,6 +288,8 @@ def test_messages(s):
                         ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
                          "context_management"),
                         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
+                        ({"tools": [{"name": "t", "input_schema": {"type": "integer"}}]},
+                         "tools.0.input_schema: Invalid schema for function 't'"),
                         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
                          "messages.0.content.0"),
                         ({"messages": [{"role": "user", "content": [
@@ -421,6 +423,8 @@ def test_responses(s):
                          ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0]"),
                          ({"include": ["file_search_call.results"]}, "include"),
                          ({"previous_response_id": "resp_nope"}, "previous_response_id"),
+                         ({"tools": [{"type": "function", "name": "t", "parameters": {"type": "integer"}}],
+                           "tool_choice": {"type": "function", "name": "t"}}, "tools[0].parameters"),
                          ({"bogus": 1}, "bogus")):
         bb = {"model": MODEL, "input": "say x"}
         bb.update(extra)

@@ -161,7 +161,16 @@ if [ "$rc" = 0 ] && grep -q '^BLOCKED sockets' "$T/out"; then
 else
 	bad "control: AF_INET/AF_INET6 with network granted" "exit $rc"
 fi
+mun0=$(cat /proc/sys/user/max_user_namespaces)
+mfd0=$(cat /proc/sys/vm/memfd_noexec 2>/dev/null || echo none)
 expect_blocked "a user namespace inside the run (36.13)" --workdir "$W" -- "$PROBE" userns
+# the run's limits are its own namespaces', never the host's
+if [ "$(cat /proc/sys/user/max_user_namespaces)" = "$mun0" ] && [ "$mun0" != 0 ] &&
+	[ "$(cat /proc/sys/vm/memfd_noexec 2>/dev/null || echo none)" = "$mfd0" ]; then
+	ok "the host's sysctls untouched" "max_user_namespaces $mun0, memfd_noexec $mfd0"
+else
+	bad "the host's sysctls untouched" "max_user_namespaces $mun0 -> $(cat /proc/sys/user/max_user_namespaces)"
+fi
 # without a memory controller a memfd is memory no limit sees; with one it
 # is charged to the run's cgroup (the guest lane: OOM there)
 printf '[memfd]\nexec = %s\nmemory = 16M\n' "$PROBE" >"$T/memfd.ini"

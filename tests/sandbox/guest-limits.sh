@@ -95,6 +95,13 @@ if [ "$rc" = 0 ] && grep -q '^BLOCKED' "$T/out" && ! grep -q ESCAPED "$T/out"; t
 else
 	bad "exec from a memfd" "exit $rc"
 fi
+# the run's limits were its own namespaces', not the guest's
+if [ "$(cat /proc/sys/vm/memfd_noexec 2>/dev/null || echo 0)" = 0 ] &&
+	[ "$(cat /proc/sys/user/max_user_namespaces)" != 0 ]; then
+	ok "the guest's sysctls untouched" "memfd_noexec $(cat /proc/sys/vm/memfd_noexec 2>/dev/null || echo none), max_user_namespaces $(cat /proc/sys/user/max_user_namespaces)"
+else
+	bad "the guest's sysctls untouched" "memfd_noexec $(cat /proc/sys/vm/memfd_noexec 2>/dev/null), max_user_namespaces $(cat /proc/sys/user/max_user_namespaces)"
+fi
 for a in userns sockets; do
 	run -- "$P" "$a"
 	if [ "$rc" = 0 ] && grep -q '^BLOCKED' "$T/out" && ! grep -qE 'ESCAPED|SUCCEEDED' "$T/out"; then
