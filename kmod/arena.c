@@ -13,6 +13,7 @@
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/moduleparam.h>
 #include <linux/nodemask.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
@@ -23,6 +24,10 @@
 #include "trace.h"
 
 static const struct file_operations kva_arena_fops;
+
+static unsigned int max_block_refs = KVC_REFS_PER_BLOCK;
+module_param(max_block_refs, uint, 0644);
+MODULE_PARM_DESC(max_block_refs, "Block references (sessions holding a block) per arena, per block on average; BLOCKS_SHARE past it: ENOSPC (default 16)");
 
 static int kva_arena_check_args(const struct kva_arena_create *arg)
 {
@@ -84,8 +89,6 @@ static void kva_arena_release_mem(struct kref *ref)
 
 	kvc_arena_destroy(&arena->core);	/* a create that failed */
 	kva_events_destroy(arena);
-	if (arena->tenant)
-		kva_tenant_arena_uncharge(arena->tenant, arena->tenant_bytes);
 	mutex_destroy(&arena->att_lock);
 	mutex_destroy(&arena->lock);
 	if (!kva_pages_release(arena))
@@ -149,6 +152,7 @@ static int kva_arena_release(struct inode *inode, struct file *file)
 	struct kva_arena *arena = file->private_data;
 
 	kva_arena_close(arena);
+	kva_dmabuf_rdonly_put(arena);
 	dma_buf_put(arena->dmabuf);
 	return 0;
 }
@@ -168,8 +172,9 @@ static int kva_arena_new_id(u32 *id)
 
 /*
  * Allocate everything an arena needs, charging the caller's memcg, the
- * pinned cap and the tenant; nothing is visible to anyone yet.  On error
- * the arena's own release undoes whatever was done.
+ * tenant, the pinned cap and the caller's locked memory; nothing is
+ * visible to anyone yet.  On error the arena's own release undoes whatever
+ * was done.
  */
 static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 					 struct kva_tenant_acct *tenant)
@@ -189,6 +194,7 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 	strscpy(arena->name, arg->name, sizeof(arena->name));
 	arena->numa_node = arg->numa_node;
 	arena->created_ns = ktime_get_ns();
+	arena->bytes = arg->bytes;
 	arena->npages = arg->bytes >> KVA_PAGE_SHIFT;
 	arena->block_size = arg->block_size;
 	arena->blocks_per_page = KVA_PAGE_SIZE / arg->block_size;
@@ -199,15 +205,9 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 	ret = kva_arena_new_id(&arena->id);
 	if (ret)
 		goto err;
-	ret = kva_tenant_arena_charge(tenant, arg->bytes);
+	ret = kva_arena_charge(arena, tenant);	/* the release uncharges */
 	if (ret)
 		goto err;
-	arena->tenant = tenant;		/* the release uncharges it... */
-	arena->tenant_bytes = arg->bytes;
-	ret = kva_pinned_reserve(arg->bytes);
-	if (ret)
-		goto err;
-	arena->bytes = arg->bytes;	/* ...and the pinned cap from here */
 	ret = kva_pages_alloc(arena);
 	if (ret)
 		goto err;
@@ -216,6 +216,7 @@ static struct kva_arena *kva_arena_alloc(const struct kva_arena_create *arg,
 			     arena->block_size, kva_max_sessions);
 	if (ret)
 		goto err;
+	kvc_set_ref_budget(&arena->core, READ_ONCE(max_block_refs));
 	ret = kvc_policy_set(&arena->core, arg->policy, arg->low_wm,
 			     arg->high_wm, arg->ttl_ms);
 	if (ret)
@@ -233,7 +234,7 @@ err:
  * publish the arena (list, tracepoint, netlink) and install its fd, so a
  * failed create is never seen by anyone.
  */
-long kva_arena_create_ioctl(void __user *uarg)
+long kva_arena_create_ioctl(struct file *dev, void __user *uarg)
 {
 	struct kva_tenant_acct *tenant;
 	struct kva_arena_create arg;
@@ -250,7 +251,7 @@ long kva_arena_create_ioctl(void __user *uarg)
 	ret = kva_arena_check_args(&arg);
 	if (ret)
 		return ret;
-	tenant = kva_tenant_for_caller(arg.tenant_id);
+	tenant = kva_tenant_for_caller(dev, arg.tenant_id);
 	if (IS_ERR(tenant))
 		return PTR_ERR(tenant);
 	arena = kva_arena_alloc(&arg, tenant);
@@ -270,7 +271,8 @@ long kva_arena_create_ioctl(void __user *uarg)
 		ret = fd;
 		goto err_close;
 	}
-	file = anon_inode_getfile("[kvarena]", &kva_arena_fops, arena, O_RDWR);
+	file = kva_anon_file("[kvarena]", &kva_arena_fops, arena, O_RDWR,
+			     arena->bytes);
 	if (IS_ERR(file)) {
 		ret = PTR_ERR(file);
 		goto err_fd;
@@ -313,5 +315,7 @@ static const struct file_operations kva_arena_fops = {
 	.uring_cmd = kva_arena_uring_cmd,
 	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = kva_arena_fop_mmap,
+	/* 2 MiB-aligned addresses, so that mappings get PMD entries. */
+	.get_unmapped_area = thp_get_unmapped_area,
 	.llseek = noop_llseek,
 };

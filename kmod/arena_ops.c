@@ -319,9 +319,16 @@ static int kva_blocks_free(struct kva_arena *arena, void __user *uarg,
 	kfree(ids);
 	if (ret)
 		return ret;
-	arg.done = arg.count;
-	ret = kva_copy_out(uarg, &arg, sizeof(arg), usize);
-	return ret ? ret : arg.done;
+	/*
+	 * Done, and it cannot be taken back: only `done` is output, and it
+	 * was found writable before anything changed (kva_blocks_in).  If
+	 * another thread unmapped it since, the return value still tells
+	 * the caller what happened: never EFAULT for a free that was made.
+	 */
+	if (put_user(arg.count, &((struct kva_blocks __user *)uarg)->done))
+		pr_debug("blocks %s: done not written back\n",
+			 share ? "share" : "free");
+	return arg.count;
 }
 
 static int kva_session_create(struct kva_arena *arena, void __user *uarg,
@@ -441,7 +448,7 @@ static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
 			&usize, 0);
 	if (ret)
 		return ret;
-	if (arg.state >= KVA_STATE_COUNT)
+	if (arg.state >= KVC_STATE_COUNT)
 		return -EINVAL;
 	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
 			     arg.expected_wait_us, nowait);
@@ -519,7 +526,7 @@ static int kva_victims(struct kva_arena *arena, void __user *uarg, bool nowait)
 		return ret;
 	if (!arg.max || arg.max > KVA_MAX_VICTIMS ||
 	    arg.victim_size < KVA_VICTIM_SIZE_VER0 ||
-	    (arg.policy >= KVA_POLICY_COUNT && arg.policy != KVA_POLICY_ARENA))
+	    (arg.policy >= KVC_POLICY_COUNT && arg.policy != KVA_POLICY_ARENA))
 		return -EINVAL;
 	if (arg.victim_size > KVA_STRUCT_MAX)
 		return -E2BIG;

@@ -69,4 +69,34 @@ static inline bool kva_uring_cmd_orphaned(struct io_uring_cmd *cmd)
 }
 #endif
 
+/*
+ * An anonymous file of `size` bytes.  6.12 (since 6.12.y's "do not map
+ * beyond i_size") maps a large folio with a PMD only within the file's
+ * i_size, and the shared anon inode's is 0: there the arena file gets an
+ * inode of its own (anon_inode_create_getfile(), 6.7+), sized as the
+ * arena.  6.1's fault path has no such check.
+ */
+#include <linux/anon_inodes.h>
+#include <linux/fs.h>
+#if KERNEL_VERSION(6, 7, 0) <= LINUX_VERSION_CODE
+static inline struct file *kva_anon_file(const char *name,
+					 const struct file_operations *fops,
+					 void *priv, int flags, loff_t size)
+{
+	struct file *file = anon_inode_create_getfile(name, fops, priv, flags,
+						      NULL);
+
+	if (!IS_ERR(file))
+		i_size_write(file_inode(file), size);
+	return file;
+}
+#else
+static inline struct file *kva_anon_file(const char *name,
+					 const struct file_operations *fops,
+					 void *priv, int flags, loff_t size)
+{
+	return anon_inode_getfile(name, fops, priv, flags);
+}
+#endif
+
 #endif /* KVA_COMPAT_H */

@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The arena's dma-buf exporter: one DMA mapping per importing device shared
- * by its attachments (at most max_attachments, their tables charged to the
- * importer's memcg), CPU-access sync of those mappings, a refcounted kernel
- * vmap and mmap.  The dma-buf owns the arena's memory: its release frees it.
- * Read-only dma-bufs of the same memory hold a reference on it.
+ * The arena's dma-buf exporter: one DMA mapping per importing device and
+ * direction shared by its attachments (at most max_attachments, their
+ * tables charged to the importer's memcg), CPU-access sync of those
+ * mappings, a refcounted kernel vmap and mmap.  The dma-buf owns the
+ * arena's memory: its release frees it.
+ *
+ * An arena also has at most one read-only dma-buf (KVA_EXPORT_RDONLY),
+ * made on first use: its file is O_RDONLY (mmap cannot write), and its
+ * importers get the arena mapped DMA_TO_DEVICE, whatever they ask for
+ * (DMA_FROM_DEVICE, which can only mean writing, is refused): through an
+ * IOMMU the device can then only read.  It holds a reference on the
+ * arena's memory, and the arena file holds one on it.
  *
  * Since 6.2 the core calls map/unmap with the reservation lock held; these
  * ops never take it, and use att_lock for their own state.
@@ -14,6 +21,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/highmem.h>
 #include <linux/module.h>
+#include <linux/overflow.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
@@ -33,6 +41,7 @@ MODULE_PARM_DESC(max_attachments, "Most importer attachments per arena, all its 
  */
 struct kva_dev_map {
 	struct device *dev;
+	enum dma_data_direction dir;	/* BIDIRECTIONAL, or TO_DEVICE (read-only) */
 	struct sg_table sgt;		/* never handed out: page links valid */
 	struct list_head node;		/* arena->dev_maps */
 	unsigned int users;		/* mapped attachments */
@@ -51,14 +60,19 @@ static int kva_sgt_build(struct kva_arena *arena, struct device *dev,
 	unsigned int seg = dma_get_max_seg_size(dev);
 	unsigned int per_page, i, j;
 	struct scatterlist *sg;
+	size_t nents;
 	int ret;
 
 	seg = min_t(unsigned int, rounddown(seg, PAGE_SIZE), KVA_PAGE_SIZE);
 	if (!seg)
 		seg = PAGE_SIZE;
 	per_page = DIV_ROUND_UP(KVA_PAGE_SIZE, seg);
+	/* 2^32 entries at 16 TiB with 4 KiB segments: never wrap. */
+	nents = size_mul(arena->npages, per_page);
+	if (nents > UINT_MAX)
+		return -E2BIG;
 	/* Kernel memory an importer makes us spend: its memcg pays. */
-	ret = sg_alloc_table(sgt, arena->npages * per_page, GFP_KERNEL_ACCOUNT);
+	ret = sg_alloc_table(sgt, nents, GFP_KERNEL_ACCOUNT);
 	if (ret)
 		return ret;
 	sg = sgt->sgl;
@@ -77,22 +91,24 @@ static int kva_sgt_build(struct kva_arena *arena, struct device *dev,
 }
 
 /*
- * Map the arena for @dev, or take another user of its mapping.  Mapped
- * bidirectional, so every importer's direction and every CPU-access sync
- * is covered; the implicit sync is skipped because other devices may map
- * the same pages (overlap is an error to the DMA API's sync tracking), and
- * done explicitly instead.  Caller holds att_lock.
+ * Map the arena for @dev in direction @dir, or take another user of that
+ * mapping.  The read-write dma-buf maps bidirectional, so every importer's
+ * direction and every CPU-access sync is covered; the read-only one maps
+ * DMA_TO_DEVICE.  The implicit sync is skipped because other devices may
+ * map the same pages (overlap is an error to the DMA API's sync tracking),
+ * and done explicitly instead, always in the mapping's own direction.
+ * Caller holds att_lock.
  */
 static struct kva_dev_map *kva_dev_map_get(struct kva_arena *arena,
-					   struct device *dev)
+					   struct device *dev,
+					   enum dma_data_direction dir)
 {
 	struct kva_dev_map *map;
 	int ret;
 
 	list_for_each_entry(map, &arena->dev_maps, node) {
-		if (map->dev == dev) {
-			dma_sync_sgtable_for_device(dev, &map->sgt,
-						    DMA_BIDIRECTIONAL);
+		if (map->dev == dev && map->dir == dir) {
+			dma_sync_sgtable_for_device(dev, &map->sgt, dir);
 			map->users++;
 			return map;
 		}
@@ -103,15 +119,16 @@ static struct kva_dev_map *kva_dev_map_get(struct kva_arena *arena,
 	ret = kva_sgt_build(arena, dev, &map->sgt);
 	if (ret)
 		goto err_free;
-	ret = dma_map_sgtable(dev, &map->sgt, DMA_BIDIRECTIONAL,
-			      DMA_ATTR_SKIP_CPU_SYNC);
+	ret = dma_map_sgtable(dev, &map->sgt, dir, DMA_ATTR_SKIP_CPU_SYNC);
 	if (ret)
 		goto err_table;
-	dma_sync_sgtable_for_device(dev, &map->sgt, DMA_BIDIRECTIONAL);
+	dma_sync_sgtable_for_device(dev, &map->sgt, dir);
 	map->dev = dev;
+	map->dir = dir;
 	map->users = 1;
 	list_add(&map->node, &arena->dev_maps);
 	arena->ndev_maps++;
+	arena->nro_maps += dir == DMA_TO_DEVICE;
 	return map;
 
 err_table:
@@ -124,12 +141,13 @@ err_free:
 /* Drop a user; the last one unmaps.  Caller holds att_lock. */
 static void kva_dev_map_put(struct kva_arena *arena, struct kva_dev_map *map)
 {
-	dma_sync_sgtable_for_cpu(map->dev, &map->sgt, DMA_BIDIRECTIONAL);
+	dma_sync_sgtable_for_cpu(map->dev, &map->sgt, map->dir);
 	if (--map->users)
 		return;
 	list_del(&map->node);
 	arena->ndev_maps--;
-	dma_unmap_sgtable(map->dev, &map->sgt, DMA_BIDIRECTIONAL,
+	arena->nro_maps -= map->dir == DMA_TO_DEVICE;
+	dma_unmap_sgtable(map->dev, &map->sgt, map->dir,
 			  DMA_ATTR_SKIP_CPU_SYNC);
 	sg_free_table(&map->sgt);
 	kfree(map);
@@ -200,19 +218,28 @@ static void kva_dmabuf_detach(struct dma_buf *dmabuf,
 	kfree(a);
 }
 
+static bool kva_dmabuf_is_rdonly(const struct dma_buf *dmabuf);
+
 static struct sg_table *kva_dmabuf_map(struct dma_buf_attachment *attachment,
 				       enum dma_data_direction dir)
 {
 	struct kva_arena *arena = attachment->dmabuf->priv;
 	struct kva_attachment *a = attachment->priv;
+	enum dma_data_direction mdir = DMA_BIDIRECTIONAL;
 	struct kva_dev_map *map;
 
+	/* The read-only dma-buf: the device may read, nothing else. */
+	if (kva_dmabuf_is_rdonly(attachment->dmabuf)) {
+		if (dir == DMA_FROM_DEVICE)
+			return ERR_PTR(-EACCES);
+		mdir = DMA_TO_DEVICE;
+	}
 	mutex_lock(&arena->att_lock);
 	if (a->map) {			/* the core maps an attachment once */
 		map = ERR_PTR(-EBUSY);
 		goto out;
 	}
-	map = kva_dev_map_get(arena, attachment->dev);
+	map = kva_dev_map_get(arena, attachment->dev, mdir);
 	if (IS_ERR(map))
 		goto out;
 	kva_sgt_copy_dma(&a->sgt, &map->sgt);
@@ -270,7 +297,7 @@ static int kva_dmabuf_begin_cpu(struct dma_buf *dmabuf,
 	if (arena->vmap_count)
 		kva_vmap_sync(arena, false);
 	list_for_each_entry(map, &arena->dev_maps, node)
-		dma_sync_sgtable_for_cpu(map->dev, &map->sgt, dir);
+		dma_sync_sgtable_for_cpu(map->dev, &map->sgt, map->dir);
 	mutex_unlock(&arena->att_lock);
 	return 0;
 }
@@ -285,7 +312,7 @@ static int kva_dmabuf_end_cpu(struct dma_buf *dmabuf,
 	if (arena->vmap_count)
 		kva_vmap_sync(arena, true);
 	list_for_each_entry(map, &arena->dev_maps, node)
-		dma_sync_sgtable_for_device(map->dev, &map->sgt, dir);
+		dma_sync_sgtable_for_device(map->dev, &map->sgt, map->dir);
 	mutex_unlock(&arena->att_lock);
 	return 0;
 }
@@ -386,6 +413,11 @@ static const struct dma_buf_ops kva_dmabuf_ro_ops = {
 	.release = kva_dmabuf_ro_release,
 };
 
+static bool kva_dmabuf_is_rdonly(const struct dma_buf *dmabuf)
+{
+	return dmabuf->ops == &kva_dmabuf_ro_ops;
+}
+
 static struct dma_buf *kva_export_one(struct kva_arena *arena,
 				      const struct dma_buf_ops *ops, int flags)
 {
@@ -406,17 +438,36 @@ struct dma_buf *kva_dmabuf_export(struct kva_arena *arena)
 }
 
 /*
- * A new dma-buf whose file is read-only: mmap gives read-only mappings
- * (MAP_SHARED with PROT_WRITE is refused by the VFS), for a stage that
- * must not write the KV it reads.  Each call makes its own.
+ * The arena's read-only dma-buf, made on first use and kept by the arena
+ * file (kva_dmabuf_rdonly_put() at its release), with a reference for the
+ * caller.  Its file is O_RDONLY: mmap gives read-only mappings (MAP_SHARED
+ * with PROT_WRITE is refused by the VFS).  Called with the arena file open
+ * (an ioctl on it), so the arena lock is there and ro_dmabuf stays.
  */
 struct dma_buf *kva_dmabuf_rdonly(struct kva_arena *arena)
 {
 	struct dma_buf *dmabuf;
 
-	kref_get(&arena->ref);
-	dmabuf = kva_export_one(arena, &kva_dmabuf_ro_ops, O_RDONLY);
-	if (IS_ERR(dmabuf))
-		kva_arena_put(arena);
+	mutex_lock(&arena->lock);
+	dmabuf = arena->ro_dmabuf;
+	if (!dmabuf) {
+		kref_get(&arena->ref);
+		dmabuf = kva_export_one(arena, &kva_dmabuf_ro_ops, O_RDONLY);
+		if (IS_ERR(dmabuf)) {
+			mutex_unlock(&arena->lock);
+			kva_arena_put(arena);
+			return dmabuf;
+		}
+		arena->ro_dmabuf = dmabuf;
+	}
+	get_dma_buf(dmabuf);
+	mutex_unlock(&arena->lock);
 	return dmabuf;
+}
+
+/* The arena file is released: its reference on the read-only dma-buf goes. */
+void kva_dmabuf_rdonly_put(struct kva_arena *arena)
+{
+	if (arena->ro_dmabuf)
+		dma_buf_put(arena->ro_dmabuf);
 }

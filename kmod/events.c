@@ -7,9 +7,16 @@
  * carries a reference to the process that ended the session, turned into
  * a pid only where it is delivered: as the receiver's pid namespace sees
  * it, or 0 if that namespace cannot see the process.
+ *
+ * Any arena owner can post events as fast as it can end sessions, so the
+ * multicast is rate-limited per arena (nl_events_per_sec): the owner's own
+ * WAIT_EVENT still gets every event, netlink listeners get at most that
+ * many a second from one arena, and the next event that is sent says how
+ * many were not (KVA_NL_A_DROPPED), so a listener knows to resync.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/moduleparam.h>
 #include <linux/pid.h>
 #include <linux/pid_namespace.h>
 #include <linux/sched.h>
@@ -17,6 +24,33 @@
 #include <linux/timekeeping.h>
 
 #include "kva.h"
+
+static unsigned int nl_events_per_sec = 100;
+module_param(nl_events_per_sec, uint, 0644);
+MODULE_PARM_DESC(nl_events_per_sec, "Most events one arena multicasts to netlink listeners per second, in bursts of as many (0: no limit; default 100)");
+
+/*
+ * A token bucket of a second's worth of events, refilled as time passes;
+ * false if the event must not be multicast.  Caller holds ev_lock.
+ */
+static bool kva_nl_budget(struct kva_arena *arena, u64 now)
+{
+	u32 rate = READ_ONCE(nl_events_per_sec);
+	u64 earned;
+
+	if (!rate)
+		return true;
+	earned = div_u64(min_t(u64, now - arena->nl_refill_ns, NSEC_PER_SEC) *
+			 rate, NSEC_PER_SEC);
+	if (earned) {
+		arena->nl_tokens = min_t(u64, arena->nl_tokens + earned, rate);
+		arena->nl_refill_ns = now;
+	}
+	if (!arena->nl_tokens)
+		return false;
+	arena->nl_tokens--;
+	return true;
+}
 
 int kva_events_init(struct kva_arena *arena)
 {
@@ -67,6 +101,8 @@ void kva_event_post(struct kva_arena *arena, struct kva_event *ev,
 {
 	struct kva_queued q = { .pid = NULL };
 	struct pid *pid = with_pid ? get_task_pid(current, PIDTYPE_TGID) : NULL;
+	u64 nl_dropped = 0;
+	bool multicast;
 
 	ev->time_ns = ktime_get_ns();
 	ev->arena_id = arena->id;
@@ -90,8 +126,16 @@ void kva_event_post(struct kva_arena *arena, struct kva_event *ev,
 		arena->ev_dropped++;
 		arena->events_dropped++;
 	}
+	multicast = kva_nl_budget(arena, ev->time_ns);
+	if (multicast) {
+		nl_dropped = arena->nl_dropped;
+		arena->nl_dropped = 0;
+	} else {
+		arena->nl_dropped++;
+	}
 	spin_unlock(&arena->ev_lock);
 	put_pid(q.pid);
-	kva_netlink_event(ev);
+	if (multicast)
+		kva_netlink_event(ev, nl_dropped);
 	put_pid(pid);
 }

@@ -51,18 +51,20 @@ struct kva_arena {
 
 	u32 id;
 	char name[KVA_NAME_LEN];
-	struct kva_tenant_acct *tenant;
-	u64 tenant_bytes;		/* charged to the tenant */
+	struct kva_tenant_acct *tenant;	/* held while any page is charged */
+	struct user_struct *memlock;	/* RLIMIT_MEMLOCK payer, or NULL */
 	int numa_node;
 	u64 created_ns;
 
 	u64 bytes;
+	bool charged;			/* tenant, pinned cap, memlock: pages.c */
 	u32 npages;			/* 2 MiB compound pages */
 	struct page **pages;
 	u32 block_size;
 	u32 blocks_per_page;
 
 	struct dma_buf *dmabuf;
+	struct dma_buf *ro_dmabuf;	/* KVA_EXPORT_RDONLY's, held by the file */
 
 	struct mutex att_lock;		/* attachments, dev_maps, vmap */
 	struct list_head attachments;
@@ -70,6 +72,7 @@ struct kva_arena {
 	u32 nattached;
 	u32 nmapped;
 	u32 ndev_maps;
+	u32 nro_maps;			/* of them, DMA_TO_DEVICE (read-only) */
 	u64 maps_total;
 	void *vaddr;
 	unsigned int vmap_count;
@@ -86,6 +89,9 @@ struct kva_arena {
 	u64 events_posted;
 	u64 events_dropped;
 	u64 pressure_seq;		/* last PRESSURE posted */
+	u64 nl_tokens;			/* multicast budget (events.c) */
+	u64 nl_refill_ns;
+	u64 nl_dropped;			/* not multicast since the last one */
 	struct list_head waiters;
 	u32 nwaiters;			/* at most KVA_MAX_WAITERS */
 	struct delayed_work monitor;	/* monitor.c: kernels without cancel */
@@ -98,7 +104,6 @@ extern struct mutex kva_arenas_lock;
 extern struct list_head kva_arenas;
 extern atomic64_t kva_pinned_bytes;
 extern atomic64_t kva_arenas_created;
-extern struct device *kva_device;
 u64 kva_max_pinned_bytes(void);
 u64 kva_max_arena_bytes(void);
 
@@ -109,7 +114,7 @@ int kva_copy_out(void __user *uarg, const void *kstruct, size_t ksize,
 		 u32 usize);
 
 /* arena.c */
-long kva_arena_create_ioctl(void __user *uarg);
+long kva_arena_create_ioctl(struct file *dev, void __user *uarg);
 int kva_arena_mmap(struct kva_arena *arena, struct vm_area_struct *vma);
 /* The dma-buf lets go: the arena leaves the list, its memory goes. */
 void kva_arena_free(struct kva_arena *arena);
@@ -179,35 +184,51 @@ int kva_arena_uring_cmd(struct io_uring_cmd *cmd, unsigned int issue_flags);
 /* netlink.c */
 int kva_netlink_init(void);
 void kva_netlink_exit(void);
-void kva_netlink_event(const struct kva_event *ev);
+/* Multicast ev; dropped: the arena's events not multicast since the last. */
+void kva_netlink_event(const struct kva_event *ev, u64 dropped);
 void kva_netlink_arena(const struct kva_arena *arena, bool created);
 
 /* dmabuf.c */
 struct dma_buf *kva_dmabuf_export(struct kva_arena *arena);
-/* The arena's read-only dma-buf (made on first use), referenced. */
+/* The arena's one read-only dma-buf (made on first use), referenced. */
 struct dma_buf *kva_dmabuf_rdonly(struct kva_arena *arena);
+void kva_dmabuf_rdonly_put(struct kva_arena *arena);
 
 /* tenant.c */
 void kva_tenants_init(u64 max_pinned_mb);
-/* The tenant a create names (KVA_TENANT_SELF: the caller's), held. */
-struct kva_tenant_acct *kva_tenant_for_caller(u32 requested);
+/* The tenant a create names (KVA_TENANT_SELF: the opener's), held. */
+struct kva_tenant_acct *kva_tenant_for_caller(const struct file *dev,
+					      u32 requested);
 void kva_tenant_put(struct kva_tenant_acct *t);
-/* An arena's bytes: charged at create (-EDQUOT), uncharged at its end. */
+/*
+ * An arena's bytes: charged at create (-EDQUOT, holding t), uncharged page
+ * by page as each is really free, released when the last one is.
+ */
 int kva_tenant_arena_charge(struct kva_tenant_acct *t, u64 bytes);
 void kva_tenant_arena_uncharge(struct kva_tenant_acct *t, u64 bytes);
+void kva_tenant_arena_release(struct kva_tenant_acct *t);
 u32 kva_tenant_reserve(struct kva_tenant_acct *t, u32 blocks, u32 block_size);
 void kva_tenant_uncharge(struct kva_tenant_acct *t, u32 blocks,
 			 u32 block_size);
-long kva_tenant_ioctl(unsigned int cmd, void __user *uarg);
+long kva_tenant_ioctl(const struct file *dev, unsigned int cmd,
+		      void __user *uarg);
 unsigned int kva_tenants_count(void);
 void kva_tenants_destroy(void);
 void kva_tenants_show(struct seq_file *m);
 
 /* pages.c */
-int kva_pinned_reserve(u64 bytes);
+/*
+ * Charge an arena's bytes to its tenant (-EDQUOT), the module's pinned cap
+ * (-ENOSPC) and, without CAP_IPC_LOCK, the caller's RLIMIT_MEMLOCK
+ * (-ENOMEM): all or none, lingering pages reaped first if they are in the
+ * way.  Sets arena->charged; pages.c uncharges each page as it is freed.
+ */
+int kva_arena_charge(struct kva_arena *arena, struct kva_tenant_acct *t);
 int kva_pages_alloc(struct kva_arena *arena);
 /* true: the arena now lingers (pages.c frees it once its pages are free) */
 bool kva_pages_release(struct kva_arena *arena);
+/* Free lingering pages nobody references now; true if any went. */
+bool kva_linger_reap(void);
 u64 kva_lingering_bytes(void);
 void kva_pages_exit(void);
 

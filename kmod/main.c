@@ -6,7 +6,6 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/dma-mapping.h>
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
@@ -34,7 +33,6 @@ DEFINE_MUTEX(kva_arenas_lock);
 LIST_HEAD(kva_arenas);
 atomic64_t kva_pinned_bytes = ATOMIC64_INIT(0);
 atomic64_t kva_arenas_created = ATOMIC64_INIT(0);
-struct device *kva_device;
 
 u64 kva_max_pinned_bytes(void)
 {
@@ -64,6 +62,7 @@ static long kva_version_ioctl(void __user *uarg)
 		       KVA_FEAT_EVICTION | KVA_FEAT_NETLINK;
 	arg.max_pinned_bytes = kva_max_pinned_bytes();
 	arg.max_arena_bytes = kva_max_arena_bytes();
+	kva_linger_reap();		/* pinned as of now */
 	arg.pinned_bytes = atomic64_read(&kva_pinned_bytes);
 	arg.page_size = KVA_PAGE_SIZE;
 	arg.max_batch = KVA_MAX_BATCH;
@@ -80,10 +79,10 @@ static long kva_dev_ioctl(struct file *file, unsigned int cmd,
 	case KVA_IOC_VERSION:
 		return kva_version_ioctl(uarg);
 	case KVA_IOC_ARENA_CREATE:
-		return kva_arena_create_ioctl(uarg);
+		return kva_arena_create_ioctl(file, uarg);
 	case KVA_IOC_TENANT_SET_QUOTA:
 	case KVA_IOC_TENANT_INFO:
-		return kva_tenant_ioctl(cmd, uarg);
+		return kva_tenant_ioctl(file, cmd, uarg);
 	}
 	return -ENOTTY;
 }
@@ -114,35 +113,31 @@ static int __init kva_init(void)
 	if (!kva_max_sessions || kva_max_sessions > KVC_MAX_SESSIONS)
 		kva_max_sessions = KVC_MAX_SESSIONS;
 	kva_tenants_init(max_pinned_mb);
-
+	kva_debugfs_init();
 	ret = kva_netlink_init();
 	if (ret)
-		return ret;
+		goto err_debugfs;
+	/* Last: from here user space can open /dev/kvarena and use it all. */
 	ret = misc_register(&kva_misc);
 	if (ret)
 		goto err_netlink;
-	kva_device = kva_misc.this_device;
-	/* Lets the device import and map its own dma-bufs (self-tests). */
-	ret = dma_coerce_mask_and_coherent(kva_device, DMA_BIT_MASK(64));
-	if (ret)
-		goto err_misc;
-	kva_debugfs_init();
 	pr_info("loaded: max_pinned_mb=%u max_arena_mb=%u\n", max_pinned_mb,
 		max_arena_mb);
 	return 0;
 
-err_misc:
-	misc_deregister(&kva_misc);
 err_netlink:
 	kva_netlink_exit();
+err_debugfs:
+	kva_debugfs_exit();
 	return ret;
 }
 
+/* In the reverse order: first no one can open the device any more. */
 static void __exit kva_exit(void)
 {
-	kva_debugfs_exit();
 	misc_deregister(&kva_misc);
 	kva_netlink_exit();
+	kva_debugfs_exit();
 	kva_pages_exit();
 	kva_tenants_destroy();
 }

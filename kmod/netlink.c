@@ -23,9 +23,18 @@
 
 #include "kva.h"
 
-static const struct nla_policy kva_nl_policy[KVA_NL_A_MAX + 1] = {
+/*
+ * What each request may carry, nothing else: strict validation rejects any
+ * other attribute of the family ("Unsupported attribute") and any number
+ * above KVA_NL_A_MAX ("Unknown attribute type").
+ */
+static const struct nla_policy kva_nl_get_policy[KVA_NL_A_MAX + 1] = {
 	[KVA_NL_A_ARENA_ID] = NLA_POLICY_MIN(NLA_U32, 1),
-	[KVA_NL_A_POLICY] = NLA_POLICY_MAX(NLA_U32, KVA_POLICY_COUNT - 1),
+};
+
+static const struct nla_policy kva_nl_policy_set_policy[KVA_NL_A_MAX + 1] = {
+	[KVA_NL_A_ARENA_ID] = NLA_POLICY_MIN(NLA_U32, 1),
+	[KVA_NL_A_POLICY] = NLA_POLICY_MAX(NLA_U32, KVC_POLICY_COUNT - 1),
 	[KVA_NL_A_LOW_WM] = { .type = NLA_U32 },
 	[KVA_NL_A_HIGH_WM] = { .type = NLA_U32 },
 	[KVA_NL_A_TTL_MS] = { .type = NLA_U32 },
@@ -284,23 +293,35 @@ static int kva_nl_policy_set(struct sk_buff *skb, struct genl_info *info)
 	return ret;
 }
 
-static const struct genl_small_ops kva_nl_ops[] = {
+/*
+ * Every op takes its own references and locks (the arena list, then one
+ * arena), so the family runs its ops in parallel: none of them holds the
+ * genetlink-wide genl_mutex, which every non-parallel family's requests
+ * wait for, while it waits for a busy arena.
+ */
+static const struct genl_ops kva_nl_ops[] = {
 	{
 		/* Names, tenants and usage of everyone's arenas: operators. */
 		.cmd = KVA_NL_CMD_ARENA_GET,
 		.doit = kva_nl_arena_get,
 		.dumpit = kva_nl_arena_dump,
+		.policy = kva_nl_get_policy,
+		.maxattr = KVA_NL_A_MAX,
 		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		/* Sessions carry runtimes' cookies: operators only. */
 		.cmd = KVA_NL_CMD_SESSION_GET,
 		.dumpit = kva_nl_session_dump,
+		.policy = kva_nl_get_policy,
+		.maxattr = KVA_NL_A_MAX,
 		.flags = GENL_ADMIN_PERM,
 	},
 	{
 		.cmd = KVA_NL_CMD_POLICY_SET,
 		.doit = kva_nl_policy_set,
+		.policy = kva_nl_policy_set_policy,
+		.maxattr = KVA_NL_A_MAX,
 		.flags = GENL_ADMIN_PERM,
 	},
 };
@@ -316,11 +337,11 @@ static struct genl_family kva_genl __ro_after_init = {
 	.name = KVA_GENL_NAME,
 	.version = KVA_GENL_VERSION,
 	.maxattr = KVA_NL_A_MAX,
-	.policy = kva_nl_policy,
 	.module = THIS_MODULE,
-	.small_ops = kva_nl_ops,
-	.n_small_ops = ARRAY_SIZE(kva_nl_ops),
-	.resv_start_op = KVA_NL_CMD_MAX + 1,
+	.parallel_ops = true,
+	.ops = kva_nl_ops,
+	.n_ops = ARRAY_SIZE(kva_nl_ops),
+	/* resv_start_op 0: reserved header fields are checked for every op */
 	.mcgrps = kva_nl_mcgrps,
 	.n_mcgrps = ARRAY_SIZE(kva_nl_mcgrps),
 };
@@ -352,7 +373,7 @@ static int kva_put_victim(struct sk_buff *skb, const struct kva_victim *v)
 	return 0;
 }
 
-void kva_netlink_event(const struct kva_event *ev)
+void kva_netlink_event(const struct kva_event *ev, u64 dropped)
 {
 	struct sk_buff *msg;
 	void *hdr;
@@ -376,7 +397,8 @@ void kva_netlink_event(const struct kva_event *ev)
 	    nla_put_u32(msg, KVA_NL_A_BLOCKS_FREE, ev->blocks_free) ||
 	    nla_put_u32(msg, KVA_NL_A_LOW_WM, ev->low_wm) ||
 	    nla_put_u32(msg, KVA_NL_A_REQUESTED, ev->requested) ||
-	    nla_put_u32(msg, KVA_NL_A_PID, ev->pid))
+	    nla_put_u32(msg, KVA_NL_A_PID, ev->pid) ||
+	    nla_put_u64_64bit(msg, KVA_NL_A_DROPPED, dropped, KVA_NL_A_PAD))
 		goto fail;
 	for (i = 0; i < ev->nvictims && i < KVA_EVENT_MAX_VICTIMS; i++)
 		if (kva_put_victim(msg, &ev->victims[i]))

@@ -11,9 +11,11 @@
 
 #include "kva.h"
 
+/* Pinned and lingering as of now: pages freed since the last check go. */
 static ssize_t pinned_bytes_show(struct device *dev,
 				 struct device_attribute *attr, char *buf)
 {
+	kva_linger_reap();
 	return sysfs_emit(buf, "%lld\n", atomic64_read(&kva_pinned_bytes));
 }
 static DEVICE_ATTR_RO(pinned_bytes);
@@ -42,6 +44,7 @@ static DEVICE_ATTR_RO(arenas);
 static ssize_t lingering_bytes_show(struct device *dev,
 				    struct device_attribute *attr, char *buf)
 {
+	kva_linger_reap();
 	return sysfs_emit(buf, "%llu\n", kva_lingering_bytes());
 }
 static DEVICE_ATTR_RO(lingering_bytes);
@@ -78,6 +81,7 @@ static void kva_sum(u64 *blocks_used, u64 *sessions)
 	}
 }
 
+/* Root only (0400): every tenant's usage, and a read locks each arena. */
 static ssize_t blocks_used_show(struct device *dev,
 				struct device_attribute *attr, char *buf)
 {
@@ -86,7 +90,7 @@ static ssize_t blocks_used_show(struct device *dev,
 	kva_sum(&blocks, &sessions);
 	return sysfs_emit(buf, "%llu\n", blocks);
 }
-static DEVICE_ATTR_RO(blocks_used);
+static DEVICE_ATTR_ADMIN_RO(blocks_used);
 
 static ssize_t sessions_show(struct device *dev, struct device_attribute *attr,
 			     char *buf)
@@ -96,7 +100,7 @@ static ssize_t sessions_show(struct device *dev, struct device_attribute *attr,
 	kva_sum(&blocks, &sessions);
 	return sysfs_emit(buf, "%llu\n", sessions);
 }
-static DEVICE_ATTR_RO(sessions);
+static DEVICE_ATTR_ADMIN_RO(sessions);
 
 static struct attribute *kva_attrs[] = {
 	&dev_attr_pinned_bytes.attr,
@@ -124,9 +128,9 @@ static int kva_arenas_seq_show(struct seq_file *m, void *unused)
 {
 	struct kva_arena *arena;
 
-	seq_printf(m, "%-6s %-16s %-6s %-12s %-8s %-8s %-8s %-8s %-6s %-7s %-6s\n",
+	seq_printf(m, "%-6s %-16s %-6s %-12s %-8s %-8s %-8s %-8s %-6s %-7s %-6s %-6s\n",
 		   "id", "name", "tenant", "bytes", "bsize", "blocks", "free",
-		   "sessions", "attach", "devmaps", "fd");
+		   "sessions", "attach", "devmaps", "romaps", "fd");
 	u32 next = 0;
 
 	while ((arena = kva_arena_get_next(next))) {
@@ -138,12 +142,13 @@ static int kva_arenas_seq_show(struct seq_file *m, void *unused)
 		free = open ? arena->core.pool.nfree : 0;
 		sessions = open ? arena->core.nsessions : 0;
 		mutex_unlock(&arena->lock);
-		seq_printf(m, "%-6u %-16s %-6u %-12llu %-8u %-8u %-8u %-8u %-6u %-7u %-6s\n",
+		seq_printf(m, "%-6u %-16s %-6u %-12llu %-8u %-8u %-8u %-8u %-6u %-7u %-6u %-6s\n",
 			   arena->id, arena->name[0] ? arena->name : "-",
 			   arena->tenant->id, arena->bytes, arena->block_size,
 			   arena->npages * arena->blocks_per_page, free,
 			   sessions, READ_ONCE(arena->nattached),
 			   READ_ONCE(arena->ndev_maps),
+			   READ_ONCE(arena->nro_maps),
 			   open ? "open" : "closed");
 		next = arena->id + 1;
 		kva_arena_put(arena);

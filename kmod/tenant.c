@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Tenant accounts.  A tenant is who pays: by default the caller's effective
- * uid (as the host sees it), which an unprivileged caller cannot choose;
- * only CAP_SYS_ADMIN may act for another tenant.  Two charges: the bytes of
- * the tenant's arenas (the pinned memory, the real resource), checked at
- * create against its arena quota (tenant_default_mb unless an administrator
- * set one), and the bytes of KV blocks its arenas hold, against its block
- * quota (charged when a block leaves the free pool; shared references cost
- * nothing extra).  An account lives while an arena holds it, or until
- * unload once an administrator set its quotas; a failed call never leaves
- * one behind.  The table is bounded by max_tenants.
+ * Tenant accounts.  A tenant is who pays: by default the effective uid, as
+ * the host sees it, of whoever opened /dev/kvarena (the file's f_cred, not
+ * the caller's: permissions are checked at open, so a process holding the
+ * fd is the opener's tenant whatever uid it switches to); in a user
+ * namespace an unprivileged user created, the uid that owns it, so the uids
+ * it maps (its subordinate range) are all that one user.  An unprivileged
+ * caller cannot choose it; only CAP_SYS_ADMIN may act for another tenant.
+ * Two charges: the bytes of the tenant's arenas (the pinned memory, the real
+ * resource), checked at create against its arena quota (tenant_default_mb
+ * unless an administrator set one) and kept until the pages are really
+ * free, lingering ones included; and the bytes of KV blocks its arenas
+ * hold, against its block quota (charged when a block leaves the free
+ * pool; shared references cost nothing extra).  An account lives while an
+ * arena holds it, or until unload once an administrator set its quotas; a
+ * failed call never leaves one behind.  The table is bounded by
+ * max_tenants.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -19,6 +25,7 @@
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
+#include <linux/user_namespace.h>
 #include <linux/xarray.h>
 
 #include "kva.h"
@@ -42,20 +49,37 @@ void kva_tenants_init(u64 max_pinned_mb)
 		tenant_default_mb = max_pinned_mb / 2 ?: 1;
 }
 
-/* The caller's own tenant: its effective uid, as the host sees it. */
-static u32 kva_tenant_self(void)
+/*
+ * The tenant of an opener's credentials: its effective uid as the host
+ * sees it, unless it is in a user namespace that a user other than root
+ * created (directly or further out): then the outermost such owner.  A
+ * namespace root creates maps uids an administrator chose; one a user
+ * creates maps that user's subordinate uids, which must not be tenants of
+ * their own.
+ */
+static u32 kva_tenant_of(const struct cred *cred)
 {
-	return from_kuid_munged(&init_user_ns, current_euid());
+	const struct user_namespace *ns;
+	kuid_t uid = cred->euid;
+
+	for (ns = cred->user_ns; ns != &init_user_ns; ns = ns->parent)
+		if (!uid_eq(ns->owner, GLOBAL_ROOT_UID))
+			uid = ns->owner;
+	return from_kuid_munged(&init_user_ns, uid);
 }
 
 /*
- * Which tenant may the caller act for?  Its own always; any other only
- * with CAP_SYS_ADMIN (an administrator, or a daemon it trusts that way).
+ * Which tenant may the caller act for?  Its file's own always; any other
+ * only with CAP_SYS_ADMIN (an administrator, or a daemon it trusts that
+ * way).
  */
-static int kva_tenant_resolve(u32 requested, u32 *id)
+static int kva_tenant_resolve(const struct file *file, u32 requested,
+			      u32 *id)
 {
-	*id = requested == KVA_TENANT_SELF ? kva_tenant_self() : requested;
-	if (*id != kva_tenant_self() && !capable(CAP_SYS_ADMIN))
+	u32 self = kva_tenant_of(file->f_cred);
+
+	*id = requested == KVA_TENANT_SELF ? self : requested;
+	if (*id != self && !capable(CAP_SYS_ADMIN))
 		return -EPERM;
 	return 0;
 }
@@ -96,13 +120,14 @@ static void kva_tenant_unhold(struct kva_tenant_acct *t)
 	kfree(t);
 }
 
-struct kva_tenant_acct *kva_tenant_for_caller(u32 requested)
+struct kva_tenant_acct *kva_tenant_for_caller(const struct file *file,
+					      u32 requested)
 {
 	struct kva_tenant_acct *t;
 	u32 id;
 	int ret;
 
-	ret = kva_tenant_resolve(requested, &id);
+	ret = kva_tenant_resolve(file, requested, &id);
 	if (ret)
 		return ERR_PTR(ret);
 	mutex_lock(&kva_tenants_lock);
@@ -143,14 +168,23 @@ int kva_tenant_arena_charge(struct kva_tenant_acct *t, u64 bytes)
 	return ret;
 }
 
+/* Pages of one of t's arenas are really free (or were never allocated). */
 void kva_tenant_arena_uncharge(struct kva_tenant_acct *t, u64 bytes)
+{
+	spin_lock(&kva_charge_lock);
+	if (WARN_ON_ONCE(bytes > t->arena_bytes))
+		bytes = t->arena_bytes;
+	t->arena_bytes -= bytes;
+	spin_unlock(&kva_charge_lock);
+}
+
+/* One of t's arenas is gone, every page of it uncharged. */
+void kva_tenant_arena_release(struct kva_tenant_acct *t)
 {
 	mutex_lock(&kva_tenants_lock);
 	spin_lock(&kva_charge_lock);
-	if (!WARN_ON_ONCE(bytes > t->arena_bytes || !t->arenas)) {
-		t->arena_bytes -= bytes;
+	if (!WARN_ON_ONCE(!t->arenas))
 		t->arenas--;
-	}
 	spin_unlock(&kva_charge_lock);
 	kva_tenant_unhold(t);
 	mutex_unlock(&kva_tenants_lock);
@@ -190,7 +224,8 @@ void kva_tenant_uncharge(struct kva_tenant_acct *t, u32 blocks, u32 block_size)
  * SET_QUOTA: administrators only; the account is kept until unload.
  * INFO: the caller's own tenant, or any with CAP_SYS_ADMIN.
  */
-long kva_tenant_ioctl(unsigned int cmd, void __user *uarg)
+long kva_tenant_ioctl(const struct file *file, unsigned int cmd,
+		      void __user *uarg)
 {
 	bool set = cmd == KVA_IOC_TENANT_SET_QUOTA;
 	struct kva_tenant_acct *t;
@@ -205,9 +240,10 @@ long kva_tenant_ioctl(unsigned int cmd, void __user *uarg)
 		return -EINVAL;
 	if (set && !capable(CAP_SYS_ADMIN))
 		return -EPERM;
-	ret = kva_tenant_resolve(arg.tenant_id, &id);
+	ret = kva_tenant_resolve(file, arg.tenant_id, &id);
 	if (ret)
 		return ret;
+	kva_linger_reap();		/* usage as of now */
 	mutex_lock(&kva_tenants_lock);
 	t = kva_tenant_hold(id, set);
 	if (IS_ERR(t)) {

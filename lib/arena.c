@@ -4,6 +4,7 @@
  * the session and block calls, each one UAPI struct handed to kva_call().
  */
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,12 +177,36 @@ KVA_EXPORT int kva_arena_data_fd(struct kva_arena *arena, uint32_t flags)
 	return fd < 0 ? -errno : fd;
 }
 
+/*
+ * At a 2 MiB-aligned address, so that the kernel maps an arena's 2 MiB
+ * pages with one PMD entry each whatever fd they come through (an arena
+ * fd aligns by itself; a dma-buf fd has no say in its address): reserve
+ * 2 MiB more than needed, map inside it, give the rest back.
+ */
 KVA_EXPORT int kva_map_fd(int fd, size_t bytes, void **addrp)
 {
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	const size_t align = KVA_PAGE_SIZE;
+	char *r, *a;
+	void *p;
+	int err;
 
-	if (p == MAP_FAILED)
+	if (bytes > SIZE_MAX - align)
+		return -EINVAL;
+	r = mmap(NULL, bytes + align, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (r == MAP_FAILED)
 		return -errno;
+	a = (char *)(((uintptr_t)r + align - 1) & ~(uintptr_t)(align - 1));
+	p = mmap(a, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (p == MAP_FAILED) {
+		err = errno;
+		munmap(r, bytes + align);
+		return -err;
+	}
+	if (a > r)
+		munmap(r, a - r);
+	if (a + bytes < r + bytes + align)
+		munmap(a + bytes, (r + bytes + align) - (a + bytes));
 	*addrp = p;
 	return 0;
 }

@@ -165,7 +165,7 @@ KVA_EXPORT int kva_tenant_info(struct kva_dev *dev, uint32_t tenant,
 
 KVA_EXPORT const char *kva_state_name(uint32_t state)
 {
-	static const char *const names[KVA_STATE_COUNT] = {
+	static const char *const names[KVC_STATE_COUNT] = {
 		[KVA_STATE_IDLE] = "idle",
 		[KVA_STATE_PREFILL] = "prefill",
 		[KVA_STATE_DECODE] = "decode",
@@ -173,10 +173,10 @@ KVA_EXPORT const char *kva_state_name(uint32_t state)
 		[KVA_STATE_ENDED] = "ended",
 	};
 
-	return state < KVA_STATE_COUNT ? names[state] : "unknown";
+	return state < KVC_STATE_COUNT ? names[state] : "unknown";
 }
 
-static const char *const kva_policy_names[KVA_POLICY_COUNT] = {
+static const char *const kva_policy_names[KVC_POLICY_COUNT] = {
 	[KVA_POLICY_TOOLWAIT] = "toolwait",
 	[KVA_POLICY_LRU] = "lru",
 	[KVA_POLICY_TTL] = "ttl",
@@ -184,14 +184,14 @@ static const char *const kva_policy_names[KVA_POLICY_COUNT] = {
 
 KVA_EXPORT const char *kva_policy_name(uint32_t policy)
 {
-	return policy < KVA_POLICY_COUNT ? kva_policy_names[policy] : "unknown";
+	return policy < KVC_POLICY_COUNT ? kva_policy_names[policy] : "unknown";
 }
 
 KVA_EXPORT int kva_policy_parse(const char *name)
 {
 	int i;
 
-	for (i = 0; i < KVA_POLICY_COUNT; i++)
+	for (i = 0; i < KVC_POLICY_COUNT; i++)
 		if (!strcmp(name, kva_policy_names[i]))
 			return i;
 	return -EINVAL;

@@ -378,7 +378,7 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_SET_STATE)) {
 		struct kva_session_state *arg = argp;
 
-		if (arg->flags || arg->state >= KVA_STATE_COUNT)
+		if (arg->flags || arg->state >= KVC_STATE_COUNT)
 			return -EINVAL;
 		ret = kva_memfd_transition(arena, arg->session_id, false,
 					   arg->state, arg->tool_class,
@@ -432,7 +432,7 @@ static int kva_memfd_policy(struct kva_arena *arena, unsigned int nr,
 				      p->high_wm, p->ttl_ms);
 	if (v->flags || !v->max || v->max > KVA_MAX_VICTIMS ||
 	    v->victim_size < KVA_VICTIM_SIZE_VER0 ||
-	    (v->policy >= KVA_POLICY_COUNT && v->policy != KVA_POLICY_ARENA))
+	    (v->policy >= KVC_POLICY_COUNT && v->policy != KVA_POLICY_ARENA))
 		return -EINVAL;
 	if (v->victim_size > KVA_STRUCT_MAX)
 		return -E2BIG;

@@ -469,6 +469,8 @@ static int kva_event_cb(struct nl_msg *msg, void *arg)
 	ev->low_wm = u32_of(tb, KVA_NL_A_LOW_WM);
 	ev->requested = u32_of(tb, KVA_NL_A_REQUESTED);
 	ev->pid = u32_of(tb, KVA_NL_A_PID);
+	/* netlink: the arena's events not multicast since this one's previous */
+	ev->dropped = u64_of(tb, KVA_NL_A_DROPPED);
 	p->out->bytes = u64_of(tb, KVA_NL_A_BYTES);
 	if (tb[KVA_NL_A_ARENA_NAME])
 		snprintf(p->out->name, sizeof(p->out->name), "%s",

@@ -335,10 +335,21 @@ static int parse_messages(struct parser *p, json_t *v)
 			if (get_content(p, m, pp, 1, &msg->content, &msg->content_len))
 				return -1;
 		} else if (!strcmp(role, "assistant")) {
+			json_t *rc = json_object_get(m, "reasoning_content");
+
 			msg->role = CHAT_ASSISTANT;
 			if (get_content(p, m, pp, 0, &msg->content, &msg->content_len) ||
 			    parse_calls(p, m, i, msg))
 				return -1;
+			/* its reasoning, as llama.cpp's and vLLM's servers name
+			 * it (a family that thinks writes it back) */
+			snprintf(pp, sizeof(pp), "messages[%zu].reasoning_content", i);
+			if (rc && !json_is_null(rc) && !json_is_string(rc))
+				return param_wrong_type(p->e, pp, rc, "a string");
+			if (json_is_string(rc)) {
+				msg->reasoning = json_string_value(rc);
+				msg->reasoning_len = json_string_length(rc);
+			}
 		} else if (!strcmp(role, "tool")) {
 			msg->role = CHAT_TOOL;
 			if (get_content(p, m, pp, 1, &msg->content, &msg->content_len))
@@ -780,6 +791,39 @@ static int check_ignored(struct parser *p, json_t *root)
 		-1 : 0;
 }
 
+/*
+ * Whether a family that thinks (qwen3) reasons first: the template
+ * argument llama.cpp's and vLLM's servers pass through
+ * (chat_template_kwargs {"enable_thinking": false}), or OpenAI's
+ * reasoning_effort "none". Other template arguments are refused: the
+ * templates are rendered in C (daemon/chat), not run.
+ */
+static int parse_thinking(struct parser *p, json_t *root)
+{
+	json_t *v = json_object_get(root, "chat_template_kwargs"), *x;
+	const char *key, *effort = json_string_value(json_object_get(root, "reasoning_effort"));
+
+	if (effort && !strcmp(effort, "none"))
+		p->r->thinking = CHAT_THINK_OFF;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v))
+		return param_wrong_type(p->e, "chat_template_kwargs", v, "an object");
+	json_object_foreach(v, key, x) {
+		if (strcmp(key, "enable_thinking")) {
+			api_error_set(p->e, 400, API_INVALID, "unknown_parameter", "chat_template_kwargs",
+				      "Unrecognized argument in 'chat_template_kwargs': %s (the model's template is rendered by kvarenad, which takes enable_thinking only).",
+				      key);
+			return -1;
+		}
+		if (!json_is_boolean(x))
+			return param_wrong_type(p->e, "chat_template_kwargs.enable_thinking", x,
+						"a boolean");
+		p->r->thinking = json_is_true(x) ? CHAT_THINK_ON : CHAT_THINK_OFF;
+	}
+	return 0;
+}
+
 /* OpenAI's chat-completions parameters; anything else is refused. */
 static const char *const known_keys[] = {
 	"model", "messages", "tools", "tool_choice", "parallel_tool_calls",
@@ -793,6 +837,8 @@ static const char *const known_keys[] = {
 	/* vLLM's and llama.cpp's sampling parameters, and ours */
 	"top_k", "min_p", "repetition_penalty", "repeat_penalty", "ignore_eos",
 	"kvarena",
+	/* vLLM's and llama.cpp's template arguments (enable_thinking) */
+	"chat_template_kwargs",
 };
 
 int chat_request_begin(const char *body, size_t len, const char *model_id,
@@ -872,7 +918,7 @@ int chat_request_parse(const char *body, size_t len, const char *model_id,
 	    param_string(e, r->root, "prompt_cache_key", "prompt_cache_key",
 		       CHAT_MAX_ID, &r->prompt_cache_key) ||
 	    chat_response_format(&p, json_object_get(r->root, "response_format")) ||
-	    check_ignored(&p, r->root))
+	    check_ignored(&p, r->root) || parse_thinking(&p, r->root))
 		return -1;
 	return 0;
 }

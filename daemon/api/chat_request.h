@@ -54,6 +54,10 @@ struct chat_request {
 	struct kvd_sampling s;
 	struct kvd_logit_bias *bias;	/* s.logit_bias */
 	unsigned n;			/* choices, 1..CHAT_MAX_CHOICES */
+	/* whether a family that thinks (qwen3) may reason before the reply:
+	 * chat_template_kwargs.enable_thinking, or an API's "no reasoning"
+	 * (reasoning_effort none, Anthropic's thinking disabled) */
+	enum chat_thinking thinking;
 };
 
 /* What every front end's parser shares (chat_request.c): the body

@@ -666,6 +666,25 @@ static int any_strict(const struct chat_request *cr)
 	return 0;
 }
 
+struct kvd_span *gen_prompt_markup(const struct chat_prompt *p, size_t *n)
+{
+	size_t nm = chat_prompt_markup(p, NULL, 0);
+	struct chat_span *cs = malloc((nm + 1) * sizeof(*cs));
+	struct kvd_span *m = malloc((nm + 1) * sizeof(*m));
+
+	if (!cs || !m) {
+		free(cs);
+		free(m);
+		return NULL;
+	}
+	chat_prompt_markup(p, cs, nm);
+	for (size_t i = 0; i < nm; i++)
+		m[i] = (struct kvd_span){ cs[i].off, cs[i].len };
+	free(cs);
+	*n = nm;
+	return m;
+}
+
 int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 {
 	struct kvd_api *a = g->a;
@@ -688,7 +707,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		    kvd_server_tools_allowed(a->d, tenant) && offer_stools(g, cr))
 			goto nomem;
 		struct chat_conv conv = { .msgs = cr->msgs, .n_msgs = cr->n_msgs,
-					  .tools = cr->tools, .n_tools = cr->n_tools };
+					  .tools = cr->tools, .n_tools = cr->n_tools,
+					  .thinking = cr->thinking };
 		char why[200];
 		int r;
 
@@ -728,18 +748,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 	if (!g->raw_prompt) {
 		/* special tokens only in the template's markup: client text
 		 * never becomes a marker (daemon/chat, "Plain text") */
-		size_t nm = chat_prompt_markup(&g->prompt, NULL, 0);
-		struct chat_span *cs = malloc((nm + 1) * sizeof(*cs));
+		size_t nm;
 
-		markup = malloc((nm + 1) * sizeof(*markup));
-		if (!cs || !markup) {
-			free(cs);
+		markup = gen_prompt_markup(&g->prompt, &nm);
+		if (!markup)
 			goto nomem;
-		}
-		chat_prompt_markup(&g->prompt, cs, nm);
-		for (i = 0; i < nm; i++)
-			markup[i] = (struct kvd_span){ cs[i].off, cs[i].len };
-		free(cs);
 		kr.markup = markup;
 		kr.n_markup = nm;
 	}

@@ -133,6 +133,9 @@ void gen_unref(struct gen *g);
  * server-side tools allowed to tenant, compiles the constraint and
  * submits n jobs. 0, or -1 with e filled (nothing submitted). */
 int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e);
+/* A rendered prompt's markup as kvd_request.markup wants it (malloc'd,
+ * *n spans; NULL when out of memory). */
+struct kvd_span *gen_prompt_markup(const struct chat_prompt *p, size_t *n);
 
 /* Consumes events until there are bytes to send (stream), the end, or
  * timeout. 1 something happened, 0 nothing yet. */

@@ -808,11 +808,14 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 	if (th && !json_is_null(th)) {
 		const char *t = json_string_value(json_object_get(th, "type"));
 
-		/* adaptive: the model decides whether to think; this one does
-		 * not. Asking for thinking (enabled) is refused */
+		/* adaptive: the model decides whether to think (a family
+		 * that does, qwen3, thinks in the text); disabled: it does
+		 * not. Asking for thinking blocks (enabled) is refused */
 		if (!t || (strcmp(t, "disabled") && strcmp(t, "adaptive")))
 			return refuse(&p, "thinking", "Invalid 'thinking': %s: this model does not think aloud (disabled or adaptive only).",
 				      t ? t : "not an object with a type");
+		if (!strcmp(t, "disabled"))
+			r->thinking = CHAT_THINK_OFF;
 	}
 	return parse_output_config(&p, json_object_get(root, "output_config")) ||
 		parse_context_management(&p, json_object_get(root, "context_management")) ||
@@ -823,15 +826,23 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 static enum MHD_Result count_tokens(struct req *q, struct gen *g)
 {
 	struct chat_conv conv = { .msgs = g->cr.msgs, .n_msgs = g->cr.n_msgs,
-				  .tools = g->cr.tools, .n_tools = g->cr.n_tools };
+				  .tools = g->cr.tools, .n_tools = g->cr.n_tools,
+				  .thinking = g->cr.thinking };
 	char why[200];
 	int n, rc = chat_render(q->a->tmpl, &conv, &g->prompt, why, sizeof(why));
+	struct kvd_span *markup;
+	size_t nm;
 
 	if (rc == -EINVAL)
 		return api_fail(q, 400, API_INVALID, NULL, "%s", why);
 	if (rc)
 		return api_fail(q, 500, "server_error", NULL, "out of memory");
-	n = kvd_tokenize(q->a->d, g->prompt.text.s, g->prompt.text.len, 1, NULL, 0);
+	/* as a request counts it: special tokens only in the markup */
+	markup = gen_prompt_markup(&g->prompt, &nm);
+	if (!markup)
+		return api_fail(q, 500, "server_error", NULL, "out of memory");
+	n = kvd_count_prompt(q->a->d, g->prompt.text.s, g->prompt.text.len, markup, nm);
+	free(markup);
 	if (n < 0)
 		return api_fail(q, 400, API_INVALID, NULL, "The prompt cannot be tokenized (%s).",
 				strerror(-n));

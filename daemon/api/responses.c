@@ -901,6 +901,9 @@ static int parse_misc(struct rparser *p, json_t *root)
 		    (!strcmp(json_string_value(x), "none") || !strcmp(json_string_value(x), "minimal"))))
 			return unsupported(p, "reasoning.effort", "Unsupported 'reasoning.effort' '%s': this model does not reason before answering (none or minimal only).",
 					   json_is_string(x) ? json_string_value(x) : "");
+		/* none: a family that thinks (qwen3) answers at once */
+		if (json_is_string(x) && !strcmp(json_string_value(x), "none"))
+			p->r->thinking = CHAT_THINK_OFF;
 	}
 	v = json_object_get(root, "truncation");
 	if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))

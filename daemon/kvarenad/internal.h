@@ -70,6 +70,7 @@ struct kvd_conv {
 	uint32_t tier_file_tokens;
 	uint64_t tier_file_hash;
 	uint64_t *tier_bhash;		/* its blocks' chained token hashes */
+	uint32_t tier_file_skip;	/* leading blocks not in it: the cache's */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
@@ -431,6 +432,9 @@ int kvd_prefix_cached(const struct kvd *d, uint32_t block);
 /* Frees cached blocks no conversation holds, oldest and deepest first;
  * returns blocks released. */
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want);
+/* The cache lets go of one block (tiering.c: the evicted conversation that
+ * alone holds it has it in a spill file; keeping it would keep its memory). */
+void kvd_prefix_drop(struct kvd *d, uint32_t block);
 
 /* workers.c */
 int kvd_workers_start(struct kvd *d);

@@ -258,7 +258,12 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 			if (!c || !evictable(c))
 				continue;
 			kvd_tiering_evict(d, c);
-			kvd_prefix_evict(d, want - free_now);
+			/* what the victim gave back first: the cache only for
+			 * the rest (its blocks may be what the victim's restore
+			 * shares again) */
+			free_now = kvd_blocks_free(d);
+			if (free_now < want)
+				kvd_prefix_evict(d, want - free_now);
 			free_now = kvd_blocks_free(d);
 			progress = 1;
 		}
@@ -271,7 +276,9 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 					old = c;
 			if (old) {
 				kvd_tiering_evict(d, old);
-				kvd_prefix_evict(d, want - free_now);
+				free_now = kvd_blocks_free(d);
+				if (free_now < want)
+					kvd_prefix_evict(d, want - free_now);
 				free_now = kvd_blocks_free(d);
 				progress = 1;
 			}

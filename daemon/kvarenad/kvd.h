@@ -238,6 +238,12 @@ const char *kvd_system_fingerprint(const struct kvd *d);
 int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
 		 int32_t *ids, size_t max);
 int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len);
+/* How many tokens a rendered chat prompt is, its markup given as in
+ * kvd_request (special tokens only there; NULL: the whole text, as
+ * kvd_tokenize with add_special): what a request with it counts
+ * (Anthropic's count_tokens). -errno. */
+int kvd_count_prompt(struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup);
 /* The served model's family (daemon/chat/chat.h): how prompts are rendered
  * and generated tool calls parsed. Lives as long as d. */
 const struct chat_template *kvd_chat_template(const struct kvd *d);

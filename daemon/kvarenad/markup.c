@@ -86,6 +86,13 @@ int kvd_markup_count(struct kvd *d, const char *text, size_t len,
 	return n;
 }
 
+int kvd_count_prompt(struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup)
+{
+	return markup ? kvd_markup_count(d, text, len, markup, n_markup) :
+		kve_tokenize(d->tok, text, len, 1, NULL, 0);
+}
+
 int kvd_markup_token_bytes(struct kvd *d, int32_t id, char *buf, size_t size)
 {
 	int b = kve_token_bytes(d->tok, id, buf, size);

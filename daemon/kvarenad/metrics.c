@@ -98,7 +98,7 @@ char *kvd_metrics_text(struct kvd *d)
 {
 	struct out o = { 0 };
 	struct kva_arena_info ai = { .size = sizeof(ai) };
-	uint32_t states[KVA_STATE_COUNT + 1] = { 0 }, queued = 0, running = 0, i;
+	uint32_t states[KVA_STATE_ENDED + 1] = { 0 }, queued = 0, running = 0, i;
 	uint32_t up[3] = { 0 };
 	struct kvd_conv *c;
 	struct kvd_job *j;
@@ -118,7 +118,7 @@ char *kvd_metrics_text(struct kvd *d)
 	for (c = d->convs; c; c = c->next) {
 		struct kva_session_info si = { .size = sizeof(si) };
 
-		states[c->has_kv ? (c->kstate < KVA_STATE_COUNT ? c->kstate : 0) : KVA_STATE_ENDED]++;
+		states[c->has_kv ? (c->kstate <= KVA_STATE_ENDED ? c->kstate : 0) : KVA_STATE_ENDED]++;
 		if (c->has_kv && kva_session_get_info(d->arena, c->as.sid, &si) == 0)
 			idle_bs += si.idle_byte_sec;
 	}
@@ -140,7 +140,7 @@ char *kvd_metrics_text(struct kvd *d)
 	    d->cfg.handoff == KVD_HANDOFF_COPY ? "copy" : "arena");
 	put(&o, "# HELP kvarenad_sessions Conversations by kvarena session state "
 		"(ended: remembered without KV).\n# TYPE kvarenad_sessions gauge\n");
-	for (i = 0; i < KVA_STATE_COUNT && i < 5; i++)
+	for (i = 0; i <= KVA_STATE_ENDED; i++)
 		put(&o, "kvarenad_sessions{state=\"%s\"} %u\n", st_names[i], states[i]);
 	gauge(&o, "queue_depth", "Requests waiting for admission.", queued);
 	gauge(&o, "requests_running", "Requests being prefilled or decoded.", running);

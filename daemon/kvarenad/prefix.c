@@ -235,6 +235,7 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 			break;
 		if (kva_blocks_free(d->arena, p->cache_sid, 1, &p->slots[best].block) < 0)
 			break;
+
 		kvd_kvev_removed(d, p->slots[best].hash);
 		remove_slot(p, best);
 		freed++;
@@ -242,4 +243,18 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 	}
 	kvd_kvev_flush(d);
 	return freed;
+}
+
+void kvd_prefix_drop(struct kvd *d, uint32_t block)
+{
+	struct kvd_prefix *p = &d->prefix;
+	uint32_t i;
+
+	if (!p->by_block || !p->by_block[block])
+		return;
+	i = p->by_block[block] - 1;
+	if (kva_blocks_free(d->arena, p->cache_sid, 1, &block) < 0)
+		return;
+	remove_slot(p, i);
+	d->m.cache_evictions++;
 }

@@ -250,6 +250,23 @@ static void discard(struct kvd *d, struct kvd_conv *c, const char *why)
 	kvd_conv_free_blocks(d, c);
 }
 
+/*
+ * c's KV leaves the arena for its spill file: its blocks go back, and the
+ * prefix cache lets go of those only c held (the file has them; kept
+ * cached they would keep the memory the eviction is for, and the cache
+ * would give up older, shared ones first). Blocks other conversations
+ * hold, a shared system prompt, stay cached.
+ */
+static void free_to_disk(struct kvd *d, struct kvd_conv *c)
+{
+	uint32_t i;
+
+	for (i = c->tier_file_skip; i < c->as.s.n_blocks; i++)
+		if (d->block_users[c->as.s.block_table[i]] == 1)
+			kvd_prefix_drop(d, c->as.s.block_table[i]);
+	kvd_conv_free_blocks(d, c);
+}
+
 /* A copy of exactly the KV the arena holds is on disk. */
 static int clean_copy(const struct kvd_conv *c)
 {
@@ -313,7 +330,7 @@ static int make_disk_room(struct kvd *d, uint64_t bytes)
 static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 {
 	struct kvd_tiering *tr = d->tier;
-	uint32_t bt = bt_of(d), nb, i;
+	uint32_t bt = bt_of(d), nb, i, skip;
 	struct kvd_tticket *tk;
 	struct kvt_ident id;
 	uint64_t *bh;
@@ -327,7 +344,7 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 		if (!evicting)
 			return 0;
 		d->m.tier_spills_clean++;
-		kvd_conv_free_blocks(d, c);
+		free_to_disk(d, c);
 		arm_prefetch(d, c, kvd_now_ns());
 		return 0;
 	}
@@ -335,7 +352,16 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 	nb = (c->as.s.n_tokens + bt - 1) / bt;
 	if (nb > c->as.s.n_blocks)
 		return -EINVAL;
-	rc = make_disk_room(d, kvt_file_bytes(tr->t, nb));
+	/* the leading blocks other conversations hold too, through the
+	 * prefix cache (a system prompt every agent shares), stay in the
+	 * arena anyway and are shared again at restore: only the rest is
+	 * written (at least one block). Blocks only this conversation holds
+	 * are written even when cached: the cache lets go of those first. */
+	for (skip = 0; skip + 1 < nb && (skip + 1) * bt <= c->as.s.n_tokens &&
+	     d->block_users[c->as.s.block_table[skip]] > 1 &&
+	     kvd_prefix_cached(d, c->as.s.block_table[skip]); skip++)
+		;
+	rc = make_disk_room(d, kvt_file_bytes(tr->t, nb - skip));
 	if (rc)
 		return rc;
 	id.key = c->tier_key;
@@ -353,7 +379,7 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 
 		bh[i] = kvt_tokens_chain(i ? bh[i - 1] : 0, c->tokens + lo, hi - lo);
 	}
-	rc = kvt_spill(tr->t, &id, c->as.s.block_table, nb, tk, &f);
+	rc = kvt_spill(tr->t, &id, c->as.s.block_table + skip, nb - skip, tk, &f);
 	if (rc) {
 		free(tk);
 		free(bh);
@@ -366,6 +392,7 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 	c->tier_file = f;
 	c->tier_file_tokens = id.n_tokens;
 	c->tier_file_hash = id.tokens_hash;
+	c->tier_file_skip = skip;
 	c->tier_spill_evicting = evicting;
 	tr->in_flight++;
 	return 0;
@@ -410,8 +437,13 @@ static int start_restore(struct kvd *d, struct kvd_conv *c, uint32_t want)
 		/* keep what the cache gave; the rest when there is room */
 		return rc == -EDQUOT ? rc : -EAGAIN;
 	}
-	d->m.tier_restore_cached_tokens += covered;
 	first = covered / bt;
+	if (first < c->tier_file_skip) {
+		/* the cache lost blocks the file does not hold: recompute
+		 * from what it still had */
+		return -ESTALE;
+	}
+	d->m.tier_restore_cached_tokens += covered;
 	nb = (want + bt - 1) / bt;
 	id.key = c->tier_key;
 	id.n_tokens = c->tier_file_tokens;	/* what the file was written as */
@@ -421,7 +453,7 @@ static int start_restore(struct kvd *d, struct kvd_conv *c, uint32_t want)
 		return -ENOMEM;
 	tk->first = first;
 	tk->want = want;
-	rc = kvt_restore(tr->t, c->tier_file, &id, first, nb - first,
+	rc = kvt_restore(tr->t, c->tier_file, &id, first - c->tier_file_skip, nb - first,
 			 c->as.s.block_table + first, tk);
 	if (rc) {
 		free(tk);
@@ -468,7 +500,7 @@ static void arm_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 	if (!d->cfg.tier_prefetch || c->kstate != KVA_STATE_TOOL_WAIT || !c->wait_started_ns ||
 	    !c->tool_pred_us || !c->tier_file)
 		return;
-	bytes = kvt_file_bytes(d->tier->t, (c->tier_file_tokens + bt - 1) / bt);
+	bytes = kvt_file_bytes(d->tier->t, (c->tier_file_tokens + bt - 1) / bt - c->tier_file_skip);
 	lead = kvt_restore_us(&d->tier->costs, bytes) + (uint64_t)d->cfg.tier_margin_ms * 1000;
 	q = kvd_toolwait_quantile_us(d, c->tool_class, elapsed_us(c, now), MAX_STALL);
 	if (q >= 0)
@@ -504,7 +536,7 @@ static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_d
 		return;
 	kvd_log(KVD_LOG_DEBUG, "tier", "%s: %u blocks on disk (%.1f MB in %.1f ms)", c->id,
 		c->as.s.n_blocks, (double)dn->bytes / 1e6, (double)dn->ns / 1e6);
-	kvd_conv_free_blocks(d, c);
+	free_to_disk(d, c);
 	arm_prefetch(d, c, kvd_now_ns());	/* back before the tool returns */
 }
 
@@ -663,7 +695,7 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
 	if (clean_copy(c)) {
 		d->m.tier_spills_clean++;
 		kvd_log(KVD_LOG_INFO, "tier", "evict %s: %u blocks, already on disk", c->id, n);
-		kvd_conv_free_blocks(d, c);
+		free_to_disk(d, c);
 		arm_prefetch(d, c, kvd_now_ns());
 		return n;
 	}
@@ -782,7 +814,7 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 			}
 			kvd_log(KVD_LOG_WARN, "tier", "%s: cannot restore (%s): recomputed", c->id,
 				strerror(-rc));
-			c->tier_lost_tokens += want;
+			c->tier_lost_tokens += want > c->as.s.n_tokens ? want - c->as.s.n_tokens : 0;
 			drop_file(d, c);
 		}
 	}

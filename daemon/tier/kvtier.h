@@ -302,6 +302,17 @@ uint64_t kvt_prefetch_at_ns(const struct kvt_costs *c, uint64_t wait_start_ns,
 			    uint64_t predicted_wait_us, uint64_t kv_bytes,
 			    uint64_t margin_us);
 
+#ifdef KVT_TEST_HOOKS
+/*
+ * Tests only (the tier built with -DKVT_TEST_HOOKS, never the daemon's):
+ * the I/O thread issues at most ios more block or header I/Os, and starts
+ * no queued operation while none are left; UINT32_MAX lifts the hold. An
+ * operation is then in flight, or a file half written, by construction
+ * rather than by the scheduler's timing.
+ */
+void kvt_test_hold(struct kvt *t, uint32_t ios);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -128,6 +128,9 @@ struct kvt {
 	uint32_t busy_ops;		/* spills and restores not yet finished */
 	pthread_cond_t idle;		/* busy_ops reached 0 */
 	struct kvt_stats st;
+#ifdef KVT_TEST_HOOKS
+	uint32_t hold_ios;		/* kvt_test_hold(): I/Os left to issue */
+#endif
 
 	/* the thread's own */
 	struct op *active;		/* started or waiting, in arrival order */
@@ -681,6 +684,47 @@ static void io_put(struct kvt *t, struct io *io)
 	t->free_ios = io;
 }
 
+#ifdef KVT_TEST_HOOKS
+/* The tests' hold (kvt_test_hold): one more block or header I/O allowed? */
+static int may_issue(struct kvt *t)
+{
+	int ok;
+
+	pthread_mutex_lock(&t->lock);
+	ok = t->hold_ios != 0;
+	if (ok && t->hold_ios != UINT32_MAX)
+		t->hold_ios--;
+	pthread_mutex_unlock(&t->lock);
+	return ok;
+}
+
+void kvt_test_hold(struct kvt *t, uint32_t ios)
+{
+	pthread_mutex_lock(&t->lock);
+	t->hold_ios = ios;
+	pthread_mutex_unlock(&t->lock);
+	efd_signal(t->req_efd);
+}
+#else
+static inline int may_issue(struct kvt *t)
+{
+	(void)t;
+	return 1;
+}
+#endif
+
+/* A free I/O slot, if the operation may issue one now. */
+static struct io *io_take(struct kvt *t)
+{
+	struct io *io = io_get(t);
+
+	if (io && !may_issue(t)) {
+		io_put(t, io);
+		io = NULL;
+	}
+	return io;
+}
+
 /* Issue what the operation can issue now; 1 when it has finished. */
 static int op_issue(struct kvt *t, struct op *o)
 {
@@ -704,7 +748,7 @@ static int op_issue(struct kvt *t, struct op *o)
 	if (o->status && !o->inflight && o->kind == KVT_OP_SPILL)
 		return 1;
 	if (o->kind == KVT_OP_SPILL) {
-		while (!o->status && o->issued < o->n && (io = io_get(t))) {
+		while (!o->status && o->issued < o->n && (io = io_take(t))) {
 			const uint8_t *p = block_ptr(t, o->blocks[o->issued]);
 
 			/* the sum of exactly what this write sends: the owner
@@ -715,7 +759,7 @@ static int op_issue(struct kvt *t, struct op *o)
 			/* the disk works on this block while the next is hashed */
 			io_uring_submit(&t->ring);
 		}
-		if (!o->status && o->completed == o->n && o->hdr_state == 0 && (io = io_get(t))) {
+		if (!o->status && o->completed == o->n && o->hdr_state == 0 && (io = io_take(t))) {
 			/* the header last: a file is only whole once it is written */
 			kvt_sf_header_seal(o->hdr);
 			prep_header(t, o, io);
@@ -724,7 +768,7 @@ static int op_issue(struct kvt *t, struct op *o)
 	}
 	/* restore: the header first, checked before any block is read */
 	if (o->hdr_state == 0) {
-		if (!(io = io_get(t)))
+		if (!(io = io_take(t)))
 			return 0;
 		prep_header(t, o, io);
 		return 0;
@@ -733,7 +777,7 @@ static int op_issue(struct kvt *t, struct op *o)
 		return 0;
 	if (o->status)
 		return !o->inflight;
-	while (o->issued < o->n && (io = io_get(t)))
+	while (o->issued < o->n && (io = io_take(t)))
 		prep_block(t, o, io, o->issued++);
 	return o->completed == o->n;
 }
@@ -899,6 +943,15 @@ static void *io_thread(void *arg)
 		pthread_mutex_lock(&t->lock);
 		todo = t->req_head;
 		t->req_head = t->req_tail = NULL;
+#ifdef KVT_TEST_HOOKS
+		if (!t->hold_ios && !t->stopping) {	/* held: nothing new starts */
+			t->req_head = todo;
+			for (t->req_tail = todo; t->req_tail && t->req_tail->next;
+			     t->req_tail = t->req_tail->next)
+				;
+			todo = NULL;
+		}
+#endif
 		stop = t->stopping;
 		pthread_mutex_unlock(&t->lock);
 		/* unlinks at once; the rest join the active list in order */
@@ -1140,6 +1193,9 @@ int kvt_open(const struct kvt_params *p, const struct kvt_geom *g, void *arena_b
 	t->base = arena_base;
 	t->arena_bytes = arena_bytes;
 	t->dirfd = t->lockfd = t->req_efd = t->done_efd = -1;
+#ifdef KVT_TEST_HOOKS
+	t->hold_ios = UINT32_MAX;
+#endif
 	t->cap = p->cap_bytes;
 	t->qd = p->queue_depth ? p->queue_depth : 32;
 	if (t->qd > 1024)

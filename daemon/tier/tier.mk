@@ -42,11 +42,14 @@ $(TIER_SLIB): $(TIER_SOBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-# The arena is a real libkvarena arena (memfd backend on the host).
-$(TIER_TEST): tests/tier/test_tier.c $(TIER_SLIB) $(LIB_A) $(TIER_HDRS)
+# The arena is a real libkvarena arena (memfd backend on the host). The
+# tests build the tier's sources with its test hook (kvt_test_hold: an
+# operation held in flight by construction), which the library never has.
+TIER_CSRC   := $(TIER_NAMES:%=$(TIER_SRC)/%.c)
+$(TIER_TEST): tests/tier/test_tier.c $(TIER_CSRC) $(LIB_A) $(TIER_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(TIER_CFLAGS) $(TIER_SAN) -Ilib -Iinclude/uapi $< $(TIER_SLIB) $(LIB_A) -o $@ \
-		-lcunit $(TIER_LIBS) $(LIB_LDLIBS)
+	$(CC) $(TIER_CFLAGS) $(TIER_SAN) -DKVT_TEST_HOOKS -Ilib -Iinclude/uapi $< $(TIER_CSRC) \
+		$(LIB_A) -o $@ -lcunit $(TIER_LIBS) $(LIB_LDLIBS)
 
 # The spill directory is on build/'s file system (O_DIRECT where it can).
 check-tier: $(TIER_TEST)
@@ -54,9 +57,9 @@ check-tier: $(TIER_TEST)
 
 # Unsanitized, for the guests (tests/daemon/run-guest-tier.sh).
 TIER_TEST_G := $(TIER_OUT)/tests/test_tier_guest
-$(TIER_TEST_G): tests/tier/test_tier.c $(TIER_LIB) $(LIB_A) $(TIER_HDRS)
+$(TIER_TEST_G): tests/tier/test_tier.c $(TIER_CSRC) $(LIB_A) $(TIER_HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(TIER_CFLAGS) -Ilib -Iinclude/uapi $< $(TIER_LIB) $(LIB_A) -o $@ \
+	$(CC) $(TIER_CFLAGS) -DKVT_TEST_HOOKS -Ilib -Iinclude/uapi $< $(TIER_CSRC) $(LIB_A) -o $@ \
 		-lcunit $(TIER_LIBS) $(LIB_LDLIBS)
 
 # BENCH=tier: an 8k-token session through the tier against fio, and

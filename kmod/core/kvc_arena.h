@@ -29,6 +29,22 @@
 #define KVC_SERIAL_FIRST	(1ULL << (32 - KVC_SLOT_BITS))
 #define KVC_MAX_BLOCKS		KVA_MAX_BLOCKS	/* < 2^31: bit 31 marks ids in checks */
 
+/*
+ * The states and policies this core knows.  The UAPI's enums carry no
+ * count: a count there would be frozen with the ABI, and would lie to a
+ * program built against one header and run on a module that knows more.
+ */
+#define KVC_STATE_COUNT		(KVA_STATE_ENDED + 1)
+
+/*
+ * Block references (a session holding a block, by allocation or share) per
+ * arena: at most nblocks x this many by default; past it BLOCKS_SHARE says
+ * -ENOSPC.  Each reference is a u32 in a session's block table, so this is
+ * what bounds the kernel memory sharing can make an arena spend.
+ */
+#define KVC_REFS_PER_BLOCK	16
+#define KVC_POLICY_COUNT	(KVA_POLICY_TTL + 1)
+
 struct kvc_session {
 	u64 id;
 	u32 state;			/* enum kva_state */
@@ -45,7 +61,7 @@ struct kvc_session {
 	u64 last_active_ns;		/* last state change or block op */
 	u64 transitions;
 	u64 idle_block_us;		/* blocks held x us in IDLE/TOOL_WAIT */
-	u64 state_ns[KVA_STATE_COUNT];	/* closed intervals only */
+	u64 state_ns[KVC_STATE_COUNT];	/* closed intervals only */
 };
 
 struct kvc_arena {
@@ -62,6 +78,8 @@ struct kvc_arena {
 	u32 *free_slots;
 	u64 sessions_ended;
 	u64 ended_idle_block_us;
+	u64 nrefs;			/* sum of every session's nheld */
+	u64 max_refs;			/* shares stop there (-ENOSPC) */
 
 	/* Eviction (kvc_policy.c) */
 	u32 policy;			/* enum kva_policy */
@@ -73,6 +91,8 @@ struct kvc_arena {
 
 int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
 		   u32 max_sessions);
+/* References allowed: nblocks x per_block (at least one per block). */
+void kvc_set_ref_budget(struct kvc_arena *a, u32 per_block);
 void kvc_arena_destroy(struct kvc_arena *a);
 
 static inline u32 kvc_blocks_in_use(const struct kvc_arena *a)

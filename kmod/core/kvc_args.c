@@ -33,7 +33,7 @@ static_assert(sizeof(struct kva_victim) == KVA_VICTIM_SIZE_VER0, "uapi");
 static_assert(sizeof(struct kva_victims) == KVA_VICTIMS_SIZE_VER0, "uapi");
 static_assert(sizeof(struct kva_event) == KVA_EVENT_SIZE_VER0, "uapi");
 static_assert(sizeof(struct kva_uring_cmd) == 16, "uapi");
-static_assert(KVA_STATE_COUNT <= KVA_STATE_SLOTS, "uapi");
+static_assert(KVC_STATE_COUNT <= KVA_STATE_SLOTS, "uapi");
 
 static bool kvc_isprint(char c)
 {
@@ -51,7 +51,7 @@ int kvc_check_arena_create(const struct kva_arena_create *arg, u64 max_bytes)
 	if (arg->block_size < KVA_BLOCK_MIN || arg->block_size > KVA_BLOCK_MAX ||
 	    arg->block_size % KVA_BLOCK_MIN)
 		return -EINVAL;
-	if (arg->numa_node < KVA_NUMA_ANY || arg->policy >= KVA_POLICY_COUNT)
+	if (arg->numa_node < KVA_NUMA_ANY || arg->policy >= KVC_POLICY_COUNT)
 		return -EINVAL;
 	while (len < KVA_NAME_LEN && arg->name[len])
 		len++;

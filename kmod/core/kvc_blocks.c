@@ -5,6 +5,13 @@
  * check.  Each batch is validated completely before anything changes; bit 31
  * of a block's refcount (KVC_MARK) temporarily marks the batch's ids, so a
  * batch costs O(batch + blocks held), whatever the sizes.
+ *
+ * What a block table costs is bounded: every reference counts against the
+ * arena's budget (max_refs, checked by shares: allocations add at most
+ * nblocks), and a table shrinks when a free leaves it three quarters
+ * empty, so its capacity stays below max(8, 4 x blocks held).  Without the
+ * shrink, sessions that each held the whole arena once would keep that
+ * much each.
  */
 #include "kvc_arena.h"
 
@@ -25,6 +32,25 @@ static int kvc_held_reserve(struct kvc_session *s, u32 extra)
 	s->held = held;
 	s->cap = cap;
 	return 0;
+}
+
+/* After a free: halve the table while it is three quarters empty. */
+static void kvc_held_shrink(struct kvc_session *s)
+{
+	u32 cap = s->cap;
+	u32 *held;
+
+	while (cap > 8 && s->nheld <= cap / 4)
+		cap /= 2;
+	if (cap == s->cap)
+		return;
+	held = kvc_grow(NULL, 0, cap * sizeof(u32));
+	if (!held)
+		return;			/* keep the larger one */
+	memcpy(held, s->held, s->nheld * sizeof(u32));
+	kvc_free(s->held);
+	s->held = held;
+	s->cap = cap;
 }
 
 int kvc_blocks_alloc(struct kvc_arena *a, u64 id, u32 n, bool partial,
@@ -56,6 +82,7 @@ int kvc_blocks_alloc(struct kvc_arena *a, u64 id, u32 n, bool partial,
 	kvc_pool_alloc(&a->pool, n, s->held + s->nheld);
 	memcpy(ids, s->held + s->nheld, n * sizeof(u32));
 	s->nheld += n;
+	a->nrefs += n;
 	*done = n;
 	return 0;
 }
@@ -103,8 +130,10 @@ static u32 kvc_held_marked(const struct kvc_session *s,
 {
 	u32 i, n = 0;
 
-	for (i = 0; i < s->nheld; i++)
+	for (i = 0; i < s->nheld; i++) {
 		n += !!(pool->refcnt[s->held[i]] & KVC_MARK);
+		kvc_resched(i + 1);
+	}
 	return n;
 }
 
@@ -140,8 +169,11 @@ int kvc_blocks_free(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 		} else {
 			s->held[kept++] = b;
 		}
+		kvc_resched(i + 1);
 	}
+	a->nrefs -= s->nheld - kept;
 	s->nheld = kept;
+	kvc_held_shrink(s);
 	*released = freed;
 	return 0;
 }
@@ -161,7 +193,12 @@ int kvc_blocks_share(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 	ret = kvc_batch_mark(pool, n, ids);
 	if (ret)
 		return ret;
-	ret = kvc_held_marked(s, pool) ? -EEXIST : kvc_held_reserve(s, n);
+	if (kvc_held_marked(s, pool))
+		ret = -EEXIST;
+	else if (a->nrefs + n > a->max_refs)
+		ret = -ENOSPC;		/* the arena's reference budget */
+	else
+		ret = kvc_held_reserve(s, n);
 	kvc_batch_unmark(pool, n, ids);
 	if (ret)
 		return ret;
@@ -171,6 +208,7 @@ int kvc_blocks_share(struct kvc_arena *a, u64 id, u32 n, const u32 *ids,
 		kvc_pool_get(pool, ids[i]);
 		s->held[s->nheld++] = ids[i];
 	}
+	a->nrefs += n;
 	return 0;
 }
 
@@ -203,6 +241,7 @@ int kvc_arena_check(const struct kvc_arena *a)
 {
 	const struct kvc_pool *p = &a->pool;
 	u32 *refs, *last, i, cursor = 0, live = 0, used = 0;
+	u64 refs_total = 0;
 	struct kvc_session *s;
 	int ret;
 
@@ -220,6 +259,7 @@ int kvc_arena_check(const struct kvc_arena *a)
 		u32 tag = (u32)(s->id & KVC_SLOT_MASK);
 
 		live++;
+		refs_total += s->nheld;
 		if (s->nheld > s->cap || s->state >= KVA_STATE_ENDED ||
 		    kvc_session_find(a, s->id) != s ||
 		    (s->id >> KVC_SLOT_BITS) >= a->next_serial)
@@ -237,6 +277,8 @@ int kvc_arena_check(const struct kvc_arena *a)
 		}
 	}
 	if (live != a->nsessions || p->nfree > p->nblocks)
+		ret = -EUCLEAN;
+	if (!ret && refs_total != a->nrefs)
 		ret = -EUCLEAN;
 	for (i = 0; i < p->nblocks && !ret; i++) {
 		if (refs[i] != p->refcnt[i])

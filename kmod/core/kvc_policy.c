@@ -20,7 +20,7 @@ int kvc_watermarks(u32 nblocks, u32 *low_wm, u32 *high_wm)
 int kvc_policy_set(struct kvc_arena *a, u32 policy, u32 low_wm, u32 high_wm,
 		   u32 ttl_ms)
 {
-	if (policy >= KVA_POLICY_COUNT ||
+	if (policy >= KVC_POLICY_COUNT ||
 	    kvc_watermarks(a->pool.nblocks, &low_wm, &high_wm))
 		return -EINVAL;
 	a->policy = policy;

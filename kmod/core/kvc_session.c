@@ -21,7 +21,13 @@ int kvc_arena_init(struct kvc_arena *a, u32 nblocks, u32 block_size,
 	ret = kvc_pool_init(&a->pool, nblocks);
 	if (ret)
 		return ret;
+	kvc_set_ref_budget(a, KVC_REFS_PER_BLOCK);
 	return kvc_policy_set(a, KVA_POLICY_TOOLWAIT, 0, 0, 0);
+}
+
+void kvc_set_ref_budget(struct kvc_arena *a, u32 per_block)
+{
+	a->max_refs = (u64)a->pool.nblocks * (per_block ? per_block : 1);
 }
 
 static void kvc_session_free(struct kvc_session *s)
@@ -190,8 +196,11 @@ int kvc_session_end(struct kvc_arena *a, u64 id, u64 now, u32 *released)
 	if (!s)
 		return -ENOENT;
 	kvc_session_settle(s, now);
-	for (i = 0; i < s->nheld; i++)
+	for (i = 0; i < s->nheld; i++) {
 		n += kvc_pool_put(&a->pool, s->held[i]);
+		kvc_resched(i + 1);
+	}
+	a->nrefs -= s->nheld;
 	slot = kvc_id_slot(id);
 	a->slot[slot] = NULL;
 	a->free_slots[(a->free_head + a->nfree_slots++) % a->nslots] = slot;
@@ -212,7 +221,7 @@ int kvc_session_set_state(struct kvc_arena *a, u64 id, u32 state,
 	*released = 0;
 	if (!s)
 		return -ENOENT;
-	if (state >= KVA_STATE_COUNT)
+	if (state >= KVC_STATE_COUNT)
 		return -EINVAL;
 	if (state != KVA_STATE_TOOL_WAIT && (tool_class || expected_wait_us))
 		return -EINVAL;
@@ -260,7 +269,7 @@ int kvc_session_info(struct kvc_arena *a, u64 id, u64 now,
 	out->transitions = s->transitions;
 	out->idle_block_us = s->idle_block_us;
 	out->idle_byte_sec = kvc_idle_byte_sec(s->idle_block_us, a->block_size);
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		out->state_ns[i] = s->state_ns[i];
 	if (now > s->state_since_ns)
 		out->state_ns[s->state] += now - s->state_since_ns;

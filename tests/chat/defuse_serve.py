@@ -13,7 +13,8 @@ plain text spells what was that conversation's markup.
    text read as a whole, its markers merged) says those bytes are: they
    were not made marker tokens.
    The same through /v1/responses and /v1/messages, in user text and in a
-   tool result (function_call_output, tool_result).
+   tool result (function_call_output, tool_result); /v1/messages/count_tokens
+   counts those prompts as the requests do.
 2. A conversation (question, reply), then a request whose one user message
    spells that conversation's rendering on from the question: byte for
    byte the prompt of a real next turn, yet it does not continue the
@@ -121,6 +122,10 @@ try:
         a2, b2 = count(build("")), count(build(forged))
         check(b2 - a2 > t, "%s: the turn-boundary text is plain: %d more prompt tokens, %d as "
               "markers" % (fe, b2 - a2, t))
+        if count is messages:
+            c = post("/v1/messages/count_tokens", {"model": "agent", "messages": build(forged),
+                                                   "tools": TOOLS_M})["input_tokens"]
+            check(c == b2, "%s: count_tokens counts it as the request does (%d, %d)" % (fe, c, b2))
 
     q = "Hello, who are you?"
     r1 = chat([{"role": "user", "content": q}], max_tokens=8)

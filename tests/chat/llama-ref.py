@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 RENDER, REF, TDIR = sys.argv[1:4]
 
@@ -100,13 +101,21 @@ CONVS = {
         {"role": "assistant", "content": "", "reasoning_content": "Need a call.",
          "tool_calls": [call("r00000002", "get_weather", {"city": "Milan"})]},
         {"role": "tool", "tool_call_id": "r00000002", "content": "22C"}]},
+    # thinking off (chat_template_kwargs enable_thinking false): llama.cpp
+    # is told so too (its enable_thinking)
+    "think_off": {"thinking": False, "tools": TOOLS, "messages": [
+        SYS,
+        {"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [call("r00000001", "get_weather", {"city": "Rome"})]},
+        {"role": "tool", "tool_call_id": "r00000001", "content": "25C"}]},
 }
 
 # family -> (templates, conversations)
 ALL = ["plain", "no_system", "turns", "tools_round", "tools_pending", "parallel", "no_args"]
 FAMILIES = {
-    "qwen2.5": (["Qwen-Qwen2.5-7B-Instruct.jinja"], ALL),
-    "qwen3": (["Qwen-Qwen3-0.6B.jinja"], ALL + ["think_history"]),
+    "qwen2.5": (["Qwen-Qwen2.5-7B-Instruct.jinja"], ALL + ["think_off"]),
+    "qwen3": (["Qwen-Qwen3-0.6B.jinja"], ALL + ["think_history", "think_off"]),
     "llama3": (["meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
                 "meta-llama-Llama-3.3-70B-Instruct.jinja"],
                [c for c in ALL if c != "parallel"]),
@@ -179,7 +188,10 @@ with tempfile.TemporaryDirectory() as tmp:
                     print("FAIL %s %s: recognised as %s (%s)" % (tname, cname, got_fam, err.strip()))
                     fails += 1
                     continue
-                rrc, ref, rerr = run([REF, "render", tpath, cpath])
+                cmd = [REF, "render", tpath, cpath]
+                if CONVS[cname].get("thinking") is False:
+                    cmd += [str(int(time.time())), "0"]
+                rrc, ref, rerr = run(cmd)
                 if rrc != 0:
                     print("FAIL %s %s: llama.cpp refused: %s" % (tname, cname, rerr.strip()))
                     fails += 1

@@ -803,9 +803,10 @@ static void sc_reply(struct sconv *c, const struct chat_template *t, const char 
 	tc_result_free(&r);
 }
 
-static char *sc_render(struct sconv *c, const struct chat_template *t)
+static char *sc_render_think(struct sconv *c, const struct chat_template *t,
+			     enum chat_thinking think)
 {
-	struct chat_conv cv = { c->msgs, c->n, c->tools, c->n_tools, CHAT_THINK_DEFAULT, 0 };
+	struct chat_conv cv = { c->msgs, c->n, c->tools, c->n_tools, think, 0 };
 	struct chat_prompt p = { 0 };
 	char err[300], *s;
 
@@ -813,6 +814,11 @@ static char *sc_render(struct sconv *c, const struct chat_template *t)
 	s = sb_steal(&p.text, NULL);
 	chat_prompt_free(&p);
 	return s;
+}
+
+static char *sc_render(struct sconv *c, const struct chat_template *t)
+{
+	return sc_render_think(c, t, CHAT_THINK_DEFAULT);
 }
 
 static void sc_free(struct sconv *c)
@@ -976,6 +982,39 @@ static void test_family_stable(void)
 	}
 }
 
+/*
+ * qwen3 with thinking off: the generation prompt opens the reply after an
+ * empty think block, which the template does not write back for a reply
+ * without reasoning (as llama.cpp renders it): a tool round is a prefix
+ * up to that block.
+ */
+static void test_qwen3_think_off(void)
+{
+	struct chat_template *t = family("qwen3");
+	struct sconv c = { 0 };
+	char gen[256], *b1, *b2;
+	const char *empty = "<think>\n\n</think>\n\n";
+	size_t at;
+
+	CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+	sc_add(&c, CHAT_USER, "Weather in Paris?", NULL);
+	b1 = sc_render_think(&c, t, CHAT_THINK_OFF);
+	CU_ASSERT(strlen(b1) > strlen(empty) && !strcmp(b1 + strlen(b1) - strlen(empty), empty));
+	snprintf(gen, sizeof(gen), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+		 "{\"city\": \"Paris\"}}\n</tool_call>");
+	sc_reply(&c, t, gen);
+	sc_add(&c, CHAT_TOOL, "18C", c.msgs[1].calls[0].id);
+	b2 = sc_render_think(&c, t, CHAT_THINK_OFF);
+	at = common(b1, gen, chat_template_eot(t), b2);
+	/* (the bytes the block shares with what follows aside: "<") */
+	CU_ASSERT(at != SIZE_MAX && at >= strlen(b1) - strlen(empty) &&
+		  at < strlen(b1) - strlen(empty) + 3);
+	free(b1);
+	free(b2);
+	sc_free(&c);
+	chat_template_free(t);
+}
+
 int main(void)
 {
 	CU_pSuite s;
@@ -997,6 +1036,7 @@ int main(void)
 	CU_add_test(s, "families: tool-call syntaxes, streamed", test_family_calls);
 	CU_add_test(s, "families: qwen3 reasoning split off", test_reasoning);
 	CU_add_test(s, "families: byte stability across turns", test_family_stable);
+	CU_add_test(s, "families: qwen3 with thinking off", test_qwen3_think_off);
 	CU_basic_set_mode(CU_BRM_VERBOSE);
 	CU_basic_run_tests();
 	fails = CU_get_number_of_failures();

@@ -146,7 +146,7 @@ static bool session_same(const struct kvc_session *o,
 	SNAP_FIELD(o->idle_settled_ns, s->idle_settled_ns, "idle_settled_ns");
 	SNAP_FIELD(o->transitions, s->transitions, "transitions");
 	SNAP_FIELD(o->idle_block_us, s->idle_block_us, "idle_block_us");
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		SNAP_FIELD(o->state_ns[i], s->state_ns[i], "state_ns[]");
 	for (i = 0; i < o->nheld; i++)
 		SNAP_FIELD(held[i], s->held[i], "held[] entry");

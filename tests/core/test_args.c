@@ -37,7 +37,7 @@ static void test_args_create_valid(void)
 	T_OK(create(&c));
 	c.numa_node = 0;
 	T_OK(create(&c));
-	c.policy = KVA_POLICY_COUNT - 1;
+	c.policy = KVC_POLICY_COUNT - 1;
 	T_OK(create(&c));
 	c.name[0] = 0;				/* no name at all */
 	T_OK(create(&c));
@@ -107,7 +107,7 @@ static void test_args_create_node_policy(void)
 	c.numa_node = -100;
 	T_ERR(create(&c), EINVAL);
 	c = good();
-	c.policy = KVA_POLICY_COUNT;
+	c.policy = KVC_POLICY_COUNT;
 	T_ERR(create(&c), EINVAL);
 	c.policy = ~0U;
 	T_ERR(create(&c), EINVAL);

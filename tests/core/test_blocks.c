@@ -656,6 +656,90 @@ static void test_check_enomem(void)
 	kvc_arena_destroy(&a);
 }
 
+/* ---- what block tables may cost (issue 35.2) ---- */
+
+/* Shares stop at the arena's reference budget, allocations never do. */
+static void test_share_ref_budget(void)
+{
+	struct kvc_arena a;
+	u64 owner, s[4];
+	u32 ids[4], i, done;
+
+	kvc_new_arena(&a, 4, BS, 8);
+	kvc_set_ref_budget(&a, 2);		/* 8 references */
+	CU_ASSERT_EQUAL(a.max_refs, 8);
+	owner = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, owner, 4, 0, ids);
+	CU_ASSERT_EQUAL(a.nrefs, 4);
+	for (i = 0; i < 4; i++)
+		s[i] = kvc_new_session(&a, 0, 0);
+	T_OK(kvc_blocks_share(&a, s[0], 4, ids, 0));
+	CU_ASSERT_EQUAL(a.nrefs, 8);
+	T_ERR_UNCHANGED(&a, kvc_blocks_share(&a, s[1], 1, ids, 0), ENOSPC);
+	/* A free gives room back; an end too. */
+	T_OK(kvc_blocks_free(&a, s[0], 1, ids, 0, &done));
+	CU_ASSERT_EQUAL(a.nrefs, 7);
+	T_OK(kvc_blocks_share(&a, s[1], 1, ids, 0));
+	T_OK(kvc_session_end(&a, s[0], 0, &done));
+	CU_ASSERT_EQUAL(a.nrefs, 5);
+	T_OK(kvc_blocks_share(&a, s[2], 3, ids + 1, 0));
+	CU_ASSERT_EQUAL(a.nrefs, 8);
+	T_CHECK(&a);
+	/* 0 means one reference per block: no sharing at all. */
+	kvc_set_ref_budget(&a, 0);
+	CU_ASSERT_EQUAL(a.max_refs, 4);
+	kvc_arena_destroy(&a);
+}
+
+/* A block table shrinks as it empties: capacity < max(8, 4 x held). */
+static void test_held_table_shrinks(void)
+{
+	enum { N = 1024 };
+	static u32 ids[N];
+	struct kvc_arena a;
+	const struct kvc_session *s;
+	u64 id;
+	u32 done, i;
+
+	kvc_new_arena(&a, N, BS, 4);
+	id = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, id, N, 0, ids);
+	s = kvc_must_find(&a, id);
+	CU_ASSERT_EQUAL(s->cap, N);
+	for (i = 0; i < N; i += 8) {
+		T_OK(kvc_blocks_free(&a, id, 8, ids + i, 0, &done));
+		s = kvc_must_find(&a, id);
+		CU_ASSERT(s->cap <= 8 || s->cap < 4 * s->nheld);
+		if (s->cap > 8 && s->cap >= 4 * s->nheld)
+			break;
+	}
+	CU_ASSERT_EQUAL(s->nheld, 0);
+	CU_ASSERT_EQUAL(s->cap, 8);
+	CU_ASSERT_EQUAL(a.nrefs, 0);
+	T_CHECK(&a);
+	kvc_arena_destroy(&a);
+}
+
+/* A shrink that cannot allocate keeps the larger table. */
+static void test_held_shrink_enomem(void)
+{
+	static u32 ids[64];
+	struct kvc_arena a;
+	u64 id;
+	u32 done;
+
+	kvc_new_arena(&a, 64, BS, 4);
+	id = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, id, 64, 0, ids);
+	kvc_fail_calloc(0);
+	T_OK(kvc_blocks_free(&a, id, 60, ids, 0, &done));
+	kvc_fail_calloc(-1);
+	CU_ASSERT_EQUAL(kvc_must_find(&a, id)->cap, 64);
+	CU_ASSERT_EQUAL(kvc_must_find(&a, id)->nheld, 4);
+	T_CHECK(&a);
+	kvc_arena_destroy(&a);
+}
+
 static const CU_TestInfo blocks_tests[] = {
 	{ "alloc basic", test_alloc_basic },
 	{ "alloc grows the block table", test_alloc_table_growth },
@@ -675,6 +759,9 @@ static const CU_TestInfo blocks_tests[] = {
 	{ "check detects live slot on free stack (BUG)",
 	  test_check_detects_live_free_slot },
 	{ "check -ENOMEM", test_check_enomem },
+	{ "share stops at the reference budget", test_share_ref_budget },
+	{ "block table shrinks as it empties", test_held_table_shrinks },
+	{ "block table shrink -ENOMEM keeps it", test_held_shrink_enomem },
 	CU_TEST_INFO_NULL,
 };
 

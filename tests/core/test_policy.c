@@ -19,7 +19,7 @@ static void test_policy_defaults_and_errors(void)
 	CU_ASSERT_EQUAL(a.low_wm, 10);
 	CU_ASSERT_EQUAL(a.high_wm, 20);
 	CU_ASSERT_EQUAL(a.ttl_ms, KVA_TTL_DEFAULT_MS);
-	CU_ASSERT_EQUAL(kvc_policy_set(&a, KVA_POLICY_COUNT, 0, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kvc_policy_set(&a, KVC_POLICY_COUNT, 0, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kvc_policy_set(&a, KVA_POLICY_LRU, 30, 20, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kvc_policy_set(&a, KVA_POLICY_LRU, 10, 81, 0), -EINVAL);
 	CU_ASSERT_EQUAL(a.policy, KVA_POLICY_TOOLWAIT);	/* unchanged */

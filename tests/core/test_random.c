@@ -39,7 +39,7 @@ struct msess {
 	u64 created_ns;
 	u64 state_since_ns;
 	u64 transitions;
-	u64 state_ns[KVA_STATE_COUNT];
+	u64 state_ns[KVC_STATE_COUNT];
 	u64 idle_block_us;
 	u64 idle_since_ns;		/* idle time integrated up to here */
 	u32 nheld;
@@ -245,7 +245,7 @@ static void compare_info(struct run *r, struct msess *ms)
 	EXPECT_EQ(r, info.idle_block_us, idle);
 	EXPECT_EQ(r, info.idle_byte_sec,
 		  (u64)((unsigned __int128)idle * r->m.block_size / 1000000));
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		EXPECT_EQ(r, info.state_ns[i], ms->state_ns[i] +
 			  (i == ms->state ? r->now - ms->state_since_ns : 0));
 }
@@ -496,7 +496,7 @@ static void op_set_state(struct run *r)
 	int ret, want;
 
 	r->what = "set_state";
-	state = chance(r, 5) ? KVA_STATE_COUNT + below(r, 3) :
+	state = chance(r, 5) ? KVC_STATE_COUNT + below(r, 3) :
 		below(r, 100) < 6 ? KVA_STATE_ENDED : below(r, 4);
 	if (chance(r, 3))
 		state = UINT32_MAX;
@@ -509,7 +509,7 @@ static void op_set_state(struct run *r)
 	count(r, OP_STATE, ret);
 	if (!ms)
 		want = -ENOENT;
-	else if (state >= KVA_STATE_COUNT)
+	else if (state >= KVC_STATE_COUNT)
 		want = -EINVAL;
 	else if (state != KVA_STATE_TOOL_WAIT && (tool || wait))
 		want = -EINVAL;

@@ -85,7 +85,7 @@ static void test_create_starts_idle(void)
 	CU_ASSERT_EQUAL(info.transitions, 0);
 	CU_ASSERT_EQUAL(info.idle_block_us, 0);
 	CU_ASSERT_EQUAL(info.idle_byte_sec, 0);
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		CU_ASSERT_EQUAL(info.state_ns[i], 0);
 	T_CHECK(&a);
 	kvc_arena_destroy(&a);
@@ -445,7 +445,7 @@ static void test_set_state_rejects(void)
 	u64 id;
 	u32 released, i;
 	static const u32 bad_states[] = {
-		KVA_STATE_COUNT, KVA_STATE_COUNT + 1, 0x80000000u, UINT32_MAX,
+		KVC_STATE_COUNT, KVC_STATE_COUNT + 1, 0x80000000u, UINT32_MAX,
 	};
 
 	kvc_new_arena(&a, 8, BS, 4);
@@ -578,7 +578,7 @@ static void test_time_per_state(void)
 	CU_ASSERT_EQUAL(info.state_ns[KVA_STATE_DECODE], 6000 + 2000);
 	CU_ASSERT_EQUAL(info.state_ns[KVA_STATE_TOOL_WAIT], 1);
 	CU_ASSERT_EQUAL(info.state_ns[KVA_STATE_ENDED], 0);
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		sum += info.state_ns[i];
 	CU_ASSERT_EQUAL(sum, 20000 - 1000);
 
@@ -605,13 +605,13 @@ static void test_time_going_backwards(void)
 	kvc_alloc_ok(&a, id, 3, 1000000, NULL);
 	kvc_state_ok(&a, id, KVA_STATE_PREFILL, 500);
 	info = kvc_info_ok(&a, id, 400);
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		CU_ASSERT(info.state_ns[i] < 1000000);
 	CU_ASSERT(info.idle_block_us < 1000);
 	kvc_state_ok(&a, id, KVA_STATE_IDLE, 2000000);
 	info = kvc_info_ok(&a, id, 1999999);
 	CU_ASSERT(info.idle_block_us < 1000);
-	for (i = 0; i < KVA_STATE_COUNT; i++)
+	for (i = 0; i < KVC_STATE_COUNT; i++)
 		CU_ASSERT(info.state_ns[i] < 2000000);
 	T_CHECK(&a);
 	kvc_arena_destroy(&a);

@@ -20,7 +20,9 @@ that every front end renders a conversation byte-stably across turns:
   bounds, the typed event stream with consecutive sequence numbers,
   custom tools (Codex's), refusals;
 - cross-site requests: Content-Type, Origin (and CORS when configured,
-  preflight included), Host (DNS rebinding).
+  preflight included), Host (DNS rebinding);
+- a family that thinks (qwen3, --chat-template): every API's "no
+  reasoning" and reasoning_content sent back reach the rendering.
 
 usage: api_frontends.py KVD-API-TESTSERVER
 """
@@ -510,6 +512,73 @@ def test_cors():
         s.stop()
 
 
+# ---------------------------------------------------------------- thinking
+
+def test_thinking():
+    """A family that thinks (qwen3): every API's "no reasoning" opens the
+    reply after an empty think block (19 more prompt bytes, as Qwen 3's
+    template writes with enable_thinking false); reasoning_content sent
+    back is written where the template writes it; chatml ignores both."""
+    off = len("<think>\n\n</think>\n\n")
+    for fam in ("qwen3", "chatml"):
+        s = Server("--chat-template", fam)
+        try:
+            want = off if fam == "qwen3" else 0
+
+            def chat(**kw):
+                st, r, _ = s.req("POST", "/v1/chat/completions",
+                                 dict({"model": MODEL, "messages": user("say hi"), "max_tokens": 4}, **kw))
+                return r["usage"]["prompt_tokens"] if st == 200 else (st, r)
+
+            def msgs(**kw):
+                st, r, _ = s.req("POST", "/v1/messages",
+                                 dict({"model": MODEL, "messages": user("say hi"), "max_tokens": 4}, **kw))
+                u = r["usage"]
+                return u["input_tokens"] + u["cache_read_input_tokens"]
+
+            def resp(**kw):
+                st, r, _ = s.req("POST", "/v1/responses",
+                                 dict({"model": MODEL, "input": "say hi", "store": False}, **kw))
+                return r["usage"]["input_tokens"]
+
+            base = chat()
+            got = (chat(chat_template_kwargs={"enable_thinking": False}) - base,
+                   chat(reasoning_effort="none") - base,
+                   chat(chat_template_kwargs={"enable_thinking": True}) - base,
+                   msgs(thinking={"type": "disabled"}) - msgs(),
+                   msgs(thinking={"type": "adaptive"}) - msgs(),
+                   resp(reasoning={"effort": "none"}) - resp(),
+                   resp(reasoning={"effort": "minimal"}) - resp())
+            check(got == (want, want, 0, want, 0, want, 0),
+                  f"{fam}: thinking off by chat_template_kwargs, reasoning_effort none, Anthropic's "
+                  f"thinking disabled, reasoning.effort none: +{want} prompt bytes each (got {got})")
+            # a tool round's reasoning, sent back
+            call = {"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+            conv = user("say go") + [{"role": "assistant", "content": "", "tool_calls": [call]},
+                                     {"role": "tool", "tool_call_id": "call_1", "content": "18C"}]
+            tools = [{"type": "function", "function": {"name": "get_weather"}}]
+            a = chat(messages=conv, tools=tools)
+            conv[1]["reasoning_content"] = "Need it."
+            b = chat(messages=conv, tools=tools)
+            want_r = len("<think>\nNeed it.\n</think>\n\n") if fam == "qwen3" else 0
+            check(b - a == want_r, f"{fam}: reasoning_content of a tool round written back "
+                  f"(+{b - a} bytes, want {want_r})")
+            for kw, param in (({"chat_template_kwargs": {"add_generation_prompt": False}},
+                               "chat_template_kwargs"),
+                              ({"chat_template_kwargs": {"enable_thinking": "no"}},
+                               "chat_template_kwargs.enable_thinking"),
+                              ({"chat_template_kwargs": []}, "chat_template_kwargs")):
+                st, r = chat(**kw)
+                check(st == 400 and r["error"]["param"] == param, f"{fam}: {kw}: 400 naming {param}")
+            conv[1]["reasoning_content"] = 7
+            st, r = chat(messages=conv, tools=tools)
+            check(st == 400 and r["error"]["param"] == "messages[1].reasoning_content",
+                  f"{fam}: reasoning_content not a string: 400")
+        finally:
+            s.stop()
+
+
 def main():
     s = Server()
     try:
@@ -521,7 +590,7 @@ def main():
         check(s.p.poll() is None, "the server is still up")
     finally:
         s.stop()
-    for t in (test_retention, test_cors):
+    for t in (test_retention, test_cors, test_thinking):
         try:
             t()
         except Exception as e:

@@ -10,9 +10,11 @@
  *        [--max-conn N] [--timeout S] [--drain S] [--context BYTES]
  *        [--model ID] [--debug] [--server-tools] [--cors ORIGIN]...
  *        [--host NAME]... [--responses-max N] [--responses-max-bytes B]
+ *        [--chat-template FAMILY]
  * Keys file: one tenant per line, "NAME ID KEY [KEY...]"; # comments.
  * SIGUSR1 toggles readiness (GET /health 200 <-> 503). --server-tools: the
  * scripted orchestrator declares a server-side tool (scripted_kvd.c).
+ * --chat-template: render as that model family (daemon/chat; chatml).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -81,7 +83,7 @@ int main(int argc, char **argv)
 	struct kvd_api_config c;
 	struct kvd_api *api;
 	struct keys keys = { 0 };
-	const char *keys_path = NULL, *port_file = NULL, *model = "kvarena-test";
+	const char *keys_path = NULL, *port_file = NULL, *model = "kvarena-test", *family = NULL;
 	uint32_t context = 1u << 20;
 	char err[512];
 	sigset_t set;
@@ -132,6 +134,8 @@ int main(int argc, char **argv)
 			context = (uint32_t)strtoul(v, NULL, 10);
 		else if (!strcmp(a, "--model"))
 			model = v;
+		else if (!strcmp(a, "--chat-template"))
+			family = v;
 		else if (!strcmp(a, "--cors") && c.n_cors_origins < 8)
 			cors[c.n_cors_origins++] = v;
 		else if (!strcmp(a, "--host") && c.n_allowed_hosts < 8)
@@ -160,6 +164,11 @@ int main(int argc, char **argv)
 	if (!d)
 		return 1;
 	scripted_kvd_set_server_tools(d, server_tools);
+	if (family && scripted_kvd_set_family(d, family)) {
+		fprintf(stderr, "testserver: no chat family %s\n", family);
+		scripted_kvd_free(d);
+		return 1;
+	}
 	/* signals are taken by this thread only (sigwait below) */
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);

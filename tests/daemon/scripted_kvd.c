@@ -117,6 +117,19 @@ struct kvd *scripted_kvd_new(const char *model, uint32_t context)
 	return d;
 }
 
+int scripted_kvd_set_family(struct kvd *d, const char *family)
+{
+	struct chat_options o = { family, NULL, NULL };
+	struct chat_template *t;
+	int rc = chat_template_new(NULL, 0, &o, &t, NULL, 0);
+
+	if (rc)
+		return rc;
+	chat_template_free(d->tmpl);
+	d->tmpl = t;
+	return 0;
+}
+
 void scripted_kvd_free(struct kvd *d)
 {
 	for (unsigned i = 0; i < HISTORY; i++)
@@ -619,6 +632,14 @@ int kvd_tokenize(struct kvd *d, const char *text, size_t len, int add_special,
 	for (size_t i = 0; i < len && i < max; i++)
 		ids[i] = (unsigned char)text[i];
 	return len > INT32_MAX ? -E2BIG : (int)len;
+}
+
+int kvd_count_prompt(struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup)
+{
+	(void)markup;
+	(void)n_markup;
+	return kvd_tokenize(d, text, len, 1, NULL, 0);
 }
 
 int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)

@@ -92,7 +92,42 @@ static void test_request_valid(void)
 	CU_ASSERT_EQUAL(r.s.n_stop, 1);
 	CU_ASSERT_EQUAL(r.s.max_tokens, 5);
 	CU_ASSERT_PTR_NULL(r.user);
+	CU_ASSERT_EQUAL(r.thinking, CHAT_THINK_DEFAULT);
 	chat_request_free(&r);
+
+	/* thinking: the template argument, reasoning_effort none (the
+	 * argument wins), and reasoning sent back */
+	{
+		static const struct {
+			const char *extra;
+			enum chat_thinking want;
+		} th[] = {
+			{ ",\"chat_template_kwargs\":{\"enable_thinking\":false}", CHAT_THINK_OFF },
+			{ ",\"chat_template_kwargs\":{\"enable_thinking\":true}", CHAT_THINK_ON },
+			{ ",\"chat_template_kwargs\":{}", CHAT_THINK_DEFAULT },
+			{ ",\"chat_template_kwargs\":null,\"reasoning_effort\":\"none\"", CHAT_THINK_OFF },
+			{ ",\"reasoning_effort\":\"low\"", CHAT_THINK_DEFAULT },
+			{ ",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}", CHAT_THINK_ON },
+		};
+		char b[512];
+
+		for (size_t i = 0; i < sizeof(th) / sizeof(th[0]); i++) {
+			snprintf(b, sizeof(b), "{\"model\":\"test-model\",\"messages\":[{\"role\":"
+				 "\"user\",\"content\":\"hi\"}]%s}", th[i].extra);
+			CU_ASSERT_EQUAL_FATAL(parse(b, &r, &e), 0);
+			CU_ASSERT_EQUAL(r.thinking, th[i].want);
+			chat_request_free(&r);
+		}
+		CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+					    "{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":\"R\\u00e9\"},"
+					    "{\"role\":\"assistant\",\"content\":\"b\",\"reasoning_content\":null}]}",
+					    &r, &e), 0);
+		CU_ASSERT(r.msgs[1].reasoning && r.msgs[1].reasoning_len == 3 &&
+			  !memcmp(r.msgs[1].reasoning, "R\xc3\xa9", 3));
+		CU_ASSERT_PTR_NULL(r.msgs[2].reasoning);
+		CU_ASSERT_PTR_NULL(r.msgs[0].reasoning);
+		chat_request_free(&r);
+	}
 }
 
 struct bad {
@@ -165,6 +200,11 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":{\"type\":[\"object\",\"null\"]}}}]}", 400, "tools[0].function.parameters", "invalid_function_parameters" },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "tools[1].function.name", NULL },
 	{ "{" M U ",\"tool_choice\":\"required\"}", 400, "tool_choice", NULL },
+	/* template arguments: enable_thinking only, a boolean */
+	{ "{" M U ",\"chat_template_kwargs\":{\"add_generation_prompt\":false}}", 400, "chat_template_kwargs", "unknown_parameter" },
+	{ "{" M U ",\"chat_template_kwargs\":{\"enable_thinking\":1}}", 400, "chat_template_kwargs.enable_thinking", NULL },
+	{ "{" M U ",\"chat_template_kwargs\":\"x\"}", 400, "chat_template_kwargs", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":[]}]}", 400, "messages[1].reasoning_content", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice.function.name", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"other\"}}", 400, "tool_choice.type", NULL },
 	{ "{" M U ",\"tool_choice\":\"sometimes\"}", 400, "tool_choice", NULL },

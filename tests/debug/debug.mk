@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Kernel hardening lane (included from the top-level Makefile):
 #
-#   make debug-kernel    Debian's linux-source-6.1 + tests/debug/kernel.config
+#   make debug-kernel    Debian's linux-source-6.1 (DEBUG_SERIES=6.12: 6.12) +
+#                        tests/debug/kernel.config
 #                        (KASAN, lockdep, kmemleak, DEBUG_OBJECTS, fault
 #                        injection) built into DEBUG_KERNEL_DIR, once per config
 #   make debug-module    kvarena.ko against that tree (KVA_DEBUG_INJECT=uaf|leak|lock
@@ -13,7 +14,9 @@
 #
 # See Documentation/hardening.md.
 
-DEBUG_KERNEL_DIR ?= /var/cache/kvarena/debug-kernel
+# 6.1 by default; DEBUG_SERIES=6.12 for the kernel with IO_URING_F_CANCEL
+DEBUG_SERIES ?= 6.1
+DEBUG_KERNEL_DIR ?= /var/cache/kvarena/debug-kernel$(if $(filter-out 6.1,$(DEBUG_SERIES)),-$(DEBUG_SERIES))
 DEBUG_JOBS ?= 2
 FUZZ_FULL ?=
 FUZZ_SEED ?= 0x6b7661
@@ -35,7 +38,7 @@ FUZZ_ARGS ?=
 
 FUZZ_BIN := $(B)/tests/fuzz/kva-fuzz
 FAILNTH_BIN := $(B)/tests/debug/kva-failnth
-DEBUG_KO := $(B)/kmod-debug$(if $(KVA_DEBUG_INJECT),-$(KVA_DEBUG_INJECT))/kvarena.ko
+DEBUG_KO := $(B)/kmod-debug-$(DEBUG_SERIES)$(if $(KVA_DEBUG_INJECT),-$(KVA_DEBUG_INJECT))/kvarena.ko
 
 $(FUZZ_BIN): tests/fuzz/kva-fuzz.c tests/common/kva_guest.h include/uapi/linux/kvarena.h $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -52,7 +55,7 @@ debug-kernel:
 	@command -v flex >/dev/null && command -v bison >/dev/null || \
 		{ [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 		  --no-install-recommends flex bison bc >/dev/null; }
-	tests/debug/build-kernel.sh $(DEBUG_KERNEL_DIR) $(DEBUG_JOBS)
+	KVA_DEBUG_SERIES=$(DEBUG_SERIES) tests/debug/build-kernel.sh $(DEBUG_KERNEL_DIR) $(DEBUG_JOBS)
 
 # Out of tree, from a copy of the sources (as modules-guest does); with
 # KVA_DEBUG_INJECT, the copy gets a known bug (tests/debug/inject.sh).
@@ -60,7 +63,7 @@ debug-module: debug-kernel
 	@rm -rf $(dir $(DEBUG_KO))src && mkdir -p $(dir $(DEBUG_KO))src
 	cp -r --parents $(KMOD_SRCS) $(dir $(DEBUG_KO))src/
 	$(if $(KVA_DEBUG_INJECT),tests/debug/inject.sh $(KVA_DEBUG_INJECT) $(dir $(DEBUG_KO))src)
-	nice -n 19 $(MAKE) -C $(DEBUG_KERNEL_DIR)/linux-source-6.1 M=$(CURDIR)/$(dir $(DEBUG_KO))src \
+	nice -n 19 $(MAKE) -C $(DEBUG_KERNEL_DIR)/linux-source-$(DEBUG_SERIES) M=$(CURDIR)/$(dir $(DEBUG_KO))src \
 		modules 2>&1 | tee $(dir $(DEBUG_KO))build.log
 	@! grep -E 'warning:|error:' $(dir $(DEBUG_KO))build.log
 	cp $(dir $(DEBUG_KO))src/kvarena.ko $(DEBUG_KO)

@@ -16,6 +16,11 @@ int kt_dev_open(void)
 	return fd < 0 ? -errno : fd;
 }
 
+int kt_dev_group(unsigned int gid)
+{
+	return chown("/dev/kvarena", 0, gid) ? -errno : 0;
+}
+
 int kt_arena(int dev, uint64_t bytes, uint32_t block_size, uint32_t tenant)
 {
 	struct kva_arena_create c = {

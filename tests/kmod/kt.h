@@ -30,6 +30,8 @@ static inline int kt_ioctl(int fd, unsigned long cmd, void *arg)
 }
 
 int kt_dev_open(void);
+/* /dev/kvarena (mode 0660) to group gid: unprivileged test users open it. */
+int kt_dev_group(unsigned int gid);
 /* Create an arena through the raw ioctl; returns the fd or -errno. */
 int kt_arena(int dev, uint64_t bytes, uint32_t block_size, uint32_t tenant);
 /* A session's id (above 2^32, below 2^63) or -errno. */
@@ -74,6 +76,8 @@ int kt_vgem_open(void);
 /* Import a dma-buf into vgem (attach + map); the GEM handle or -errno. */
 int kt_vgem_import(int vgem, int dmabuf);
 int kt_vgem_close(int vgem, uint32_t handle);
+/* debugfs `arenas`: the arena's device mappings (ro: read-only ones); -1. */
+int kt_devmaps(uint32_t arena_id, bool ro);
 
 /* Suites (one per file). */
 void kt_register_uapi(void);
@@ -88,6 +92,7 @@ void kt_register_netlink(void);
 void kt_register_kvactl(void);
 void kt_register_module(void);
 void kt_register_security(void);
+void kt_register_review35(void);
 
 #define KT_ADD(suite, fn) CU_add_test(suite, #fn, fn)
 

@@ -2,8 +2,8 @@
 /*
  * kvarena in-guest suite runner.  Usage: test_kmod [suite...]
  * Suites: uapi blocks dmabuf lifetime trace uring events netlink kvactl
- * security stress module (default: all, in that order; "module" reloads
- * kvarena.ko, so it runs last).
+ * security review35 stress module (default: all, in that order; "module"
+ * reloads kvarena.ko, so it runs last).
  */
 #include <CUnit/Basic.h>
 #include <stdlib.h>
@@ -25,6 +25,7 @@ static const struct {
 	{ "netlink", kt_register_netlink },
 	{ "kvactl", kt_register_kvactl },
 	{ "security", kt_register_security },
+	{ "review35", kt_register_review35 },
 	{ "stress", kt_register_stress },
 	{ "module", kt_register_module },
 };

@@ -3,7 +3,8 @@
 # Run guest suites against the module as of a base revision, then against
 # the working tree's, in one guest boot: a test written for a fix should fail
 # on the first and pass on the second.  Usage: run-ab.sh VERSION REV [suite...]
-# Prints both CUnit summaries; exits with the second run's status.
+# Prints both CUnit summaries (the working tree's first); exits with the
+# working tree's status.
 #
 # Modules before the UAPI freeze used ioctl magic 0xCA and ignored a
 # command's size and direction bits, so the suite for the base module is
@@ -36,12 +37,20 @@ elif [ ! -x "$abbin" ] || [ -n "$(find tests/kmod lib kmod/core include -newer "
 fi
 ko=build/kmod/$kver/kvarena.ko
 [ -f "$ko" ] || { echo "run-ab: $ko missing (make modules-guest)" >&2; exit 2; }
+# The working tree first, then the base, with oops=panic: a test that
+# oopses the base module (a use-after-free under slab poisoning) ends the
+# guest at once instead of hanging it until the timeout.
+log=build/tests/ab-$kver.log
 tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin build/tests/kmod/test_kmod --bin "$abbin" \
 	--bin build/bin/kvactl --file "$base/kvarena.ko:base/kvarena.ko" \
 	--timeout "${KT_GUEST_TIMEOUT:-900}" --mem 1024 --allow-warnings \
-	--append "${KT_SLUB_DEBUG-slub_debug=P,kmalloc-cg-*}" \
-	--log "build/tests/ab-$kver.log" \
-	--cmd "insmod base/kvarena.ko max_pinned_mb=512 || exit 90" \
-	--cmd "echo '== base $rev =='; test_kmod_ca $* | grep -E 'Test:|FAIL|^Run Summary|tests  ' ; rmmod kvarena" \
+	--append "${KT_SLUB_DEBUG-slub_debug=P,kmalloc-cg-*} oops=panic" \
+	--log "$log" \
 	--cmd "modprobe kvarena max_pinned_mb=512 || exit 91" \
-	--cmd "echo '== working tree =='; test_kmod $*"
+	--cmd "echo '== working tree =='; test_kmod $*; echo KVA-AB-TREE-RC=\$?; rmmod kvarena" \
+	--cmd "insmod base/kvarena.ko max_pinned_mb=512 || exit 90" \
+	--cmd "echo '== base $rev =='; test_kmod_ca $* | grep -E 'Test:|FAIL|^Run Summary|tests  '" || true
+grep -aq 'Kernel panic' "$log" && echo "== base $rev: the guest panicked (oops=panic): see $log =="
+rc=$(grep -ao 'KVA-AB-TREE-RC=[0-9]*' "$log" | tail -1 | cut -d= -f2)
+echo "== working tree: exit ${rc:-none} =="
+exit "${rc:-1}"

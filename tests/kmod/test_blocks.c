@@ -64,7 +64,7 @@ static void test_session_lifecycle(void)
 	CU_ASSERT(si.state_since_ns >= si.created_ns);
 
 	/* Errors: bad state, tool fields outside TOOL_WAIT, flags. */
-	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_COUNT, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_ENDED + 1, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, 1000, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_DECODE, 1, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_IDLE, 0, 7), -EINVAL);

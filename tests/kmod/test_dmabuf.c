@@ -251,23 +251,31 @@ static void test_vgem_import(void)
 	close(vgem);
 }
 
-/* The arena's `devmaps` column in debugfs, -1 if the row is missing. */
-static int devmaps(uint32_t arena_id)
+/*
+ * The arena's `devmaps` (ro: `romaps`, the read-only ones) column in
+ * debugfs, -1 if the row is missing.
+ */
+int kt_devmaps(uint32_t arena_id, bool ro)
 {
 	FILE *f = fopen("/sys/kernel/debug/kvarena/arenas", "r");
 	char line[256], name[64], bytes[32], fd[16];
 	unsigned int id, t, bs, nb, fr, ss, at;
-	int n = -1, dm;
+	int n = -1, dm, rm;
 
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%u %63s %u %31s %u %u %u %u %u %d %15s", &id,
-			   name, &t, bytes, &bs, &nb, &fr, &ss, &at, &dm,
-			   fd) == 11 && id == arena_id)
-			n = dm;
+		if (sscanf(line, "%u %63s %u %31s %u %u %u %u %u %d %d %15s", &id,
+			   name, &t, bytes, &bs, &nb, &fr, &ss, &at, &dm, &rm,
+			   fd) == 12 && id == arena_id)
+			n = ro ? rm : dm;
 	fclose(f);
 	return n;
+}
+
+static int devmaps(uint32_t arena_id)
+{
+	return kt_devmaps(arena_id, false);
 }
 
 /* A CPU access bracket (DMA_BUF_IOCTL_SYNC start, end): 0 if both pass. */

@@ -251,7 +251,7 @@ static void test_set_policy(void)
 	CU_ASSERT_EQUAL(ai.ttl_ms, 70000);
 	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_LRU, 6, 5, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_LRU, 1, 129, 0), -EINVAL);
-	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_COUNT, 0, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kva_arena_set_policy(a, KVA_POLICY_TTL + 1, 0, 0, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kva_arena_get_info(a, &ai), 0);
 	CU_ASSERT_EQUAL(ai.policy, KVA_POLICY_TTL);	/* unchanged */
 	CU_ASSERT_EQUAL(ai.high_wm, 5);

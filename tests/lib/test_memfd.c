@@ -326,10 +326,10 @@ static void test_memfd_victims_args(void)
 	CU_ASSERT_EQUAL(victims_raw(a, &v), -EINVAL);
 	v = v0;
 	v.victims = (uintptr_t)big;
-	v.policy = KVA_POLICY_COUNT - 1;
+	v.policy = KVC_POLICY_COUNT - 1;
 	/* TTL, the last policy: accepted; the 30 s default ttl has not run out */
 	CU_ASSERT_EQUAL(victims_raw(a, &v), 0);
-	v.policy = KVA_POLICY_COUNT;
+	v.policy = KVC_POLICY_COUNT;
 	CU_ASSERT_EQUAL(victims_raw(a, &v), -EINVAL);
 	v.policy = KVA_POLICY_ARENA - 1;
 	CU_ASSERT_EQUAL(victims_raw(a, &v), -EINVAL);

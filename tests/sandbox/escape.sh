@@ -278,6 +278,18 @@ printf '[t]\nro = /etc\n' >"$T/etc.ini"
 run "policy exposing /etc wholesale" --policy "$T/etc.ini" --check
 if [ "$rc" = 126 ] && grep -q "never exposed" "$T/out"; then ok "policy exposing /etc wholesale" "refused"; else bad "policy exposing /etc wholesale" "exit $rc"; fi
 
+# ---- supplementary groups (36.13): a launcher holding group 4242 (as a
+# daemon in a device group would), a file in the work directory only that
+# group may read: a root launcher's tool holds no supplementary group
+printf 'g\n' >"$W/grp" && chown 0:4242 "$W/grp" && chmod 0640 "$W/grp"
+KVS_SAVE=$KVS
+printf '#!/bin/sh\nexec setpriv --groups 4242 %s "$@"\n' "$(realpath "$KVS")" >"$T/kvs-groups"
+chmod 755 "$T/kvs-groups"
+KVS=$T/kvs-groups
+expect_blocked "the launcher's supplementary groups (36.13)" --workdir "$W" -- "$PROBE" read grp
+KVS=$KVS_SAVE
+rm -f "$W/grp"
+
 # ---- the unprivileged launcher (user namespaces only): the same walls
 U=$T/uwork
 mkdir -p "$U" && chown 65534:65534 "$U"
@@ -294,6 +306,18 @@ if setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
 	expect_blocked "unprivileged launcher: socket families" --workdir "$U" -- "$PROBE" sockets
 	expect_blocked "unprivileged launcher: a user namespace" --workdir "$U" -- "$PROBE" userns
 	expect_blocked "unprivileged launcher: exec from a memfd" --workdir "$U" -- "$PROBE" memfdexec
+	# it cannot drop its supplementary groups (setgroups needs CAP_SETGID
+	# outside): it says so at policy load
+	printf '#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --groups 4242 %s "$@"\n' \
+		"$(realpath "$KVS_SAVE")" >"$T/kvs-unpriv-groups"
+	chmod 755 "$T/kvs-unpriv-groups"
+	"$T/kvs-unpriv-groups" --workdir "$U" -- /bin/true >"$T/out" 2>&1
+	rc=$?
+	if [ "$rc" = 0 ] && grep -q 'supplementary groups stay with its tools' "$T/out"; then
+		ok "unprivileged launcher: its groups" "said at load: start it without any"
+	else
+		bad "unprivileged launcher: its groups" "exit $rc, no note"
+	fi
 	KVS=$KVS_SAVE
 fi
 

@@ -2,7 +2,11 @@
 /*
  * kvactl monitor [--arena ID] [--count N] [--timeout SECONDS]: the
  * module's multicast events as they happen, one line (or one JSON object)
- * each.
+ * each.  Events can be lost on the way (the socket's queue overran, or an
+ * arena posted more than the module multicasts per second): then the
+ * monitor reads every arena back with a dump and reports each one whose
+ * free blocks are below its low watermark as a pressure event with seq 0,
+ * so that no arena under pressure goes unreported.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -101,6 +105,55 @@ static void event_text(const struct kva_nl_event *e)
 	}
 }
 
+struct resync {
+	struct kvactl *k;
+	uint32_t arena;			/* 0: every arena */
+	uint32_t reported;
+};
+
+static void report(struct kvactl *k, const struct kva_nl_event *e)
+{
+	if (k->json)
+		kvactl_json_print(k, event_json(event_name(e), e));
+	else
+		event_text(e);
+	fflush(stdout);
+}
+
+static int resync_arena(const struct kva_nl_arena *a, void *ctx)
+{
+	struct resync *r = ctx;
+	struct kva_nl_event e = { .size = sizeof(e), .kind = KVA_NL_EV_EVENT };
+
+	if (!a->fd_open || (r->arena && a->info.arena_id != r->arena) ||
+	    a->info.blocks_free >= a->info.low_wm)
+		return 0;
+	e.ev.type = KVA_EVENT_PRESSURE;		/* seq 0: from the dump */
+	e.ev.arena_id = a->info.arena_id;
+	e.ev.tenant_id = a->info.tenant_id;
+	e.ev.blocks_free = a->info.blocks_free;
+	e.ev.low_wm = a->info.low_wm;
+	e.bytes = a->info.bytes;
+	memcpy(e.name, a->info.name, sizeof(e.name));
+	report(r->k, &e);
+	r->reported++;
+	return 0;
+}
+
+/* Events were lost: report the arenas under pressure now, from a dump. */
+static uint32_t resync(struct kvactl *k, uint32_t arena, const char *why)
+{
+	struct resync r = { .k = k, .arena = arena };
+	int ret;
+
+	fprintf(stderr, "kvactl: monitor: events lost (%s); resyncing\n", why);
+	/* Requests go out on the request socket, not the subscribed one. */
+	ret = kva_nl_arenas(k->nl, resync_arena, &r);
+	if (ret)
+		fprintf(stderr, "kvactl: monitor: resync: %s\n", strerror(-ret));
+	return r.reported;
+}
+
 int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 {
 	uint32_t count = 0, timeout = 0, arena = 0, seen = 0, *dst;
@@ -141,9 +194,8 @@ int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 					timeout ? (int)timeout * 1000 : -1);
 		if (ret == -EAGAIN)
 			continue;		/* not an event */
-		if (ret == -ENOBUFS) {		/* overran: say so, go on */
-			fprintf(stderr, "kvactl: monitor: events lost "
-				"(receive queue overran)\n");
+		if (ret == -ENOBUFS) {		/* overran */
+			seen += resync(k, arena, "receive queue overran");
 			continue;
 		}
 		if (ret < 0)
@@ -152,11 +204,11 @@ int kvactl_monitor(struct kvactl *k, int argc, char **argv)
 			break;			/* timed out */
 		if (arena && e.ev.arena_id != arena)
 			continue;
-		if (k->json)
-			kvactl_json_print(k, event_json(event_name(&e), &e));
-		else
-			event_text(&e);
-		fflush(stdout);
+		if (e.kind == KVA_NL_EV_EVENT && e.ev.dropped) {
+			seen += resync(k, arena, "rate limit");
+			e.ev.dropped = 0;
+		}
+		report(k, &e);
 		seen++;
 	}
 	return 0;

@@ -64,7 +64,6 @@ enum kva_state {
 	KVA_STATE_DECODE	= 2,	/* tokens being generated */
 	KVA_STATE_TOOL_WAIT	= 3,	/* agent waits on a tool call */
 	KVA_STATE_ENDED		= 4,	/* blocks released, id retired */
-	KVA_STATE_COUNT			/* states this header knows */
 };
 
 /* Room for states in kva_session_info.state_ns: future states fit. */
@@ -85,7 +84,6 @@ enum kva_policy {
 	KVA_POLICY_TOOLWAIT	= 0,
 	KVA_POLICY_LRU		= 1,
 	KVA_POLICY_TTL		= 2,
-	KVA_POLICY_COUNT
 };
 
 #define KVA_TTL_DEFAULT_MS	30000U
@@ -115,8 +113,9 @@ struct kva_version {
  * in:  bytes (multiple of 2 MiB), block_size (multiple of 4 KiB, at most
  *      2 MiB; blocks never straddle a 2 MiB page, so a size that does not
  *      divide 2 MiB wastes the remainder of each page), numa_node (or
- *      KVA_NUMA_ANY), tenant_id (who pays: KVA_TENANT_SELF, the caller's
- *      own tenant, its effective uid; any other only with CAP_SYS_ADMIN),
+ *      KVA_NUMA_ANY), tenant_id (who pays: KVA_TENANT_SELF, the device
+ *      fd's own tenant, the effective uid of whoever opened it; any other
+ *      only with CAP_SYS_ADMIN),
  *      name (NUL terminated, printable), flags (none defined: must be 0).
  * out: arena_id (module-wide, never reused), blocks_total, tenant_id (the
  *      tenant charged).
@@ -125,7 +124,8 @@ struct kva_version {
  *      KVA_MAX_BLOCKS blocks or more; EPERM another tenant without CAP_SYS_ADMIN;
  *      EDQUOT the tenant's arena quota would be exceeded; ENOSPC the
  *      module's pinned cap would be exceeded, or the tenant table is full;
- *      ENOMEM pages unavailable on the node; EINTR fatal signal while
+ *      ENOMEM the caller's RLIMIT_MEMLOCK (without CAP_IPC_LOCK), or pages
+ *      unavailable on the node; EINTR fatal signal while
  *      allocating; EMFILE/ENFILE no fd.  A failed create leaves nothing
  *      behind and is announced nowhere.
  */
@@ -194,7 +194,8 @@ struct kva_arena_info {
  * KVA_IOC_EXPORT_DMABUF (arena fd): a dma-buf fd for the arena's memory.
  * Every call returns a new fd for the same dma-buf; with KVA_EXPORT_RDONLY,
  * a new fd for the arena's one read-only dma-buf (opened O_RDONLY: mmap
- * with PROT_WRITE is refused, importers map it DMA_TO_DEVICE).
+ * with PROT_WRITE is refused; importers get it mapped DMA_TO_DEVICE, and
+ * DMA_FROM_DEVICE is refused with EACCES).
  * in:  flags: KVA_EXPORT_CLOEXEC, KVA_EXPORT_RDONLY
  * out: fd (also the return value)
  */
@@ -242,7 +243,10 @@ struct kva_blocks {
  * KVA_IOC_BLOCKS_SHARE (arena fd): the session takes an extra reference on
  * blocks allocated by any session of the arena (prefix sharing).
  * errors: ENOENT no such session or block not allocated; EEXIST the session
- *      already holds one; EINVAL out of range or repeated.
+ *      already holds one; EINVAL out of range or repeated; ENOSPC the
+ *      arena's references are at their bound (max_block_refs per block).
+ * Only `done` is written back, and it is checked before anything changes:
+ * FREE and SHARE never fail with EFAULT once they have changed anything.
  */
 
 /*
@@ -330,7 +334,10 @@ struct kva_session_info {
 #define KVA_SESSION_INFO_SIZE_VER0	152
 
 /*
- * A tenant is who pays for arenas: by default a caller's effective uid.
+ * A tenant is who pays for arenas: by default the effective uid of whoever
+ * opened /dev/kvarena (in a user namespace an unprivileged user created,
+ * that user).  An arena's bytes stay charged until its pages are really
+ * free (pages still referenced elsewhere, by a pipe or a GUP pin, linger).
  * Two quotas: arena_quota_bytes caps the bytes of the tenant's live arenas
  * (checked at create: EDQUOT; 0 = the module's tenant_default_mb), and
  * quota_bytes caps the bytes of KV blocks they hold (checked at allocation:
@@ -541,6 +548,7 @@ enum kva_nl_attr {
 	KVA_NL_A_VICTIM,		/* nest: the victim's fields */
 	KVA_NL_A_SCORE,			/* u64 */
 	KVA_NL_A_IDLE_NS,		/* u64 */
+	KVA_NL_A_DROPPED,		/* u64: events not multicast before it */
 	__KVA_NL_A_MAX
 };
 

@@ -13,6 +13,7 @@
  *
  * usage: kve-bench MODEL [--threads N] [--prompt N] [--decode N] [--batch N]
  *                  [--kv f16|f32] [--block N] [--no-bw]
+ *                  [--backend kernel|memfd|auto]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -145,6 +146,7 @@ int main(int argc, char **argv)
 {
 	uint32_t threads = 1, prompt = 128, ndec = 64, batch = 8, bt = 16, i, j;
 	enum kve_kv_dtype dt = KVE_KV_F16;
+	enum kva_backend backend = KVA_BACKEND_AUTO;
 	int bw = 1, a, rc;
 	char err[256];
 	struct kve_model *m;
@@ -172,6 +174,12 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--kv") && a + 1 < argc)
 			dt = !strcmp(argv[++a], "f32") ? KVE_KV_F32 : KVE_KV_F16;
 		else if (!strcmp(argv[a], "--no-bw")) bw = 0;
+		else if (!strcmp(argv[a], "--backend") && a + 1 < argc) {
+			a++;	/* where the KV arena is: kernel, memfd, auto */
+			backend = !strcmp(argv[a], "kernel") ? KVA_BACKEND_KERNEL :
+				  !strcmp(argv[a], "memfd") ? KVA_BACKEND_MEMFD :
+				  KVA_BACKEND_AUTO;
+		}
 		else { fprintf(stderr, "kve-bench: unknown option %s\n", argv[a]); return 2; }
 	}
 	if (!batch || batch > 64 || !prompt || prompt % bt) {
@@ -187,7 +195,7 @@ int main(int argc, char **argv)
 	ctx = prompt + ndec + 1;
 	per = (ctx + bt - 1) / bt;
 	/* the prompt's blocks once, then private tails for each session */
-	ap.backend = KVA_BACKEND_AUTO;
+	ap.backend = backend;
 	ap.n_blocks = per + batch * per;
 	ap.block_tokens = bt;
 	ap.dtype = dt;
