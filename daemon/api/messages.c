@@ -63,8 +63,26 @@ static json_t *stop_sequence(const struct gen *g, const struct gen_choice *c)
 
 static void tool_id(char *out, size_t n, const struct tc_call *call)
 {
-	/* "call_" + 24 characters -> "toolu_" + the same */
-	snprintf(out, n, "toolu_%s", call->id + 5);
+	/* "call_" + 24 characters -> "toolu_" + the same; an id the model
+	 * wrote (Mistral's 9 alphanumerics) -> "toolu_" + it, whole */
+	snprintf(out, n, "toolu_%s", call->id + (strncmp(call->id, "call_", 5) ? 0 : 5));
+}
+
+/* The id a tool_use or tool_result block names, as the model family
+ * sees it: "toolu_" + 9 alphanumerics is an id a Mistral model wrote
+ * (tool_id), which its template writes back as it was; any other id is
+ * passed on whole. */
+static const char *model_id(const char *id)
+{
+	size_t n = strlen(id);
+
+	if (n != 6 + 9 || strncmp(id, "toolu_", 6))
+		return id;
+	for (size_t i = 6; i < n; i++)
+		if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
+		      (id[i] >= '0' && id[i] <= '9')))
+			return id;
+	return id + 6;
 }
 
 /* A call's arguments as the object they are; {} when cut or not JSON. */
@@ -454,7 +472,7 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 				goto out;
 			}
 			cc = &am->calls[am->n_calls++];
-			cc->id = json_string_value(id);
+			cc->id = model_id(json_string_value(id));
 			cc->name = json_string_value(name);
 			/* ", " and ": " between items: how the model writes its
 			 * calls, so the turn renders back as it was generated */
@@ -477,14 +495,14 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 			}
 			if (flush_user(p, &text))
 				goto out;
-			if (!answers_call(r, json_string_value(id))) {
+			if (!answers_call(r, model_id(json_string_value(id)))) {
 				api_bad(p->e, p->pp, "Invalid '%s': tool_use_id '%s' does not answer a tool_use block of the assistant message before it.",
 					p->pp, json_string_value(id));
 				goto out;
 			}
 			tm = &r->msgs[r->n_msgs++];
 			tm->role = CHAT_TOOL;
-			tm->tool_call_id = json_string_value(id);
+			tm->tool_call_id = model_id(json_string_value(id));
 			snprintf(p->pp, sizeof(p->pp), "messages.%zu.content.%zu.content", mi, i);
 			if (result_text(p, json_object_get(blk, "content"), &tm->content,
 					&tm->content_len))

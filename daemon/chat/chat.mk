@@ -85,10 +85,12 @@ CHAT_PEER      := build/engine/bench/llama-driver
 check-chat: check-chat-unit check-chat-llama check-chat-serve
 
 # the real kvarenad with the agent model: markers in client text stay
-# plain, and spelled turns do not continue a conversation's KV
-check-chat-serve:
+# plain, and spelled turns do not continue a conversation's KV; then every
+# family chosen at start and serving a forced call on each API
+check-chat-serve: $(ENGINE_MKMODEL)
 	@$(MAKE) --no-print-directory daemon >/dev/null
 	python3 tests/chat/defuse_serve.py $(B)/bin/kvarenad models/kvarena-agent-f32.gguf
+	python3 tests/chat/family_serve.py $(B)/bin/kvarenad $(ENGINE_MKMODEL)
 
 check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_PROP) $(CHAT_BPE_MODEL)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(CHAT_UNIT)

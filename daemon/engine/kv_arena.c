@@ -154,7 +154,9 @@ int kve_arena_kv_create(const struct kve_model *m,
 			(unsigned long long)ap.bytes, ap.block_size, strerror(-rc),
 			memfd && (rc == -ENOMEM || rc == -EAGAIN || rc == -EPERM) ?
 			" (the memfd backend mlocks the arena: RLIMIT_MEMLOCK, ulimit -l, "
-			"must cover it)" : "");
+			"must cover it)" :
+			rc == -ENOMEM ? " (kvarena.ko counts the arena against RLIMIT_MEMLOCK, "
+			"ulimit -l or LimitMEMLOCK=, unless CAP_IPC_LOCK; or pages ran out)" : "");
 		goto fail;
 	}
 	rc = kva_arena_get_info(kv->arena, &info);

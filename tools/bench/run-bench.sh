@@ -13,8 +13,10 @@
 # and JSON Schema compile time), tier (an 8k-token session spilled and
 # restored by the disk tier against fio on the same file system, restore
 # against recompute), eviction (the agent-trace replay at half the KV
-# working set: toolwait with the disk tier against lru and ttl), remote
-# (KV host to host over UCX against ucx_perftest, remote decode's first
+# working set: toolwait with the disk tier against lru and ttl), agents1000
+# (1000 agent conversations of the 110M model, 2k-token contexts, KV eight
+# times the arena, through the disk tier; hours, and disk: not in the
+# default list), remote (KV host to host over UCX against ucx_perftest, remote decode's first
 # token against one host's; root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -245,9 +247,19 @@ bench_tier() {
 # and ttl without, lru with it. Goals: >= 3x fewer evictions and >= 3.5x
 # faster mean session completion than lru, restore stalls < 5%.
 bench_eviction() {
-	forget '(evictions_|kv_misses_|completion_|ttft_p99_toolwait|restore_stalls_pct|recomputed_tokens_toolwait|eviction_arena)'
+	forget '(evictions_|kv_misses_|completion_|ttft_p99_toolwait|restore_stalls_pct_|recomputed_tokens_toolwait|eviction_arena)'
 	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
 	tools/replay/eviction-bench.sh build/bin/kvarenad build/bin/kva-mkmodel
+}
+
+# agents1000: 1000 agent conversations against one kvarenad whose KV does
+# not fit (tools/replay/agents1000-bench.sh; Documentation/replay.md).
+# Not in the default list: about an hour on 2 cores, and the spill files
+# want up to the KV's size in free disk (capped at the free space less 4 GiB).
+bench_agents1000() {
+	forget '(agents_|daemon_bytes_per_idle_session|sched_step_p99_us|resume_ttft_p99_ms_at_|restore_stalls_pct[[:space:]])'
+	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
+	tools/replay/agents1000-bench.sh build/bin/kvarenad build/bin/kva-mkmodel
 }
 
 # remote: two network namespaces, UCX over TCP (tools/bench/remote/)
@@ -270,8 +282,9 @@ for b in "${want[@]}"; do
 	constrained) bench_constrained ;;
 	tier) bench_tier ;;
 	eviction) bench_eviction ;;
+	agents1000) bench_agents1000 ;;
 	remote) bench_remote ;;
-	*) echo "bench: unknown benchmark '$b' (have: ${all[*]})" >&2; exit 2 ;;
+	*) echo "bench: unknown benchmark '$b' (have: ${all[*]} agents1000)" >&2; exit 2 ;;
 	esac
 done
 

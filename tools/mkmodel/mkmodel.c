@@ -68,6 +68,8 @@ static const char usage[] =
 "                   and value V, e.g. llama.expert_count=u32:8 (repeatable,\n"
 "                   up to 16; for tests of what the loader refuses)\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
+"  --chat-template F  tokenizer.chat_template: the text of file F (a\n"
+"                   model family's template, for the daemon's tests)\n"
 "example: kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \\\n"
 "           --vocab 32000 --ctx 1024 --type q8_0 -o build/models/110m-q8.gguf\n";
 
@@ -855,6 +857,7 @@ int main(int argc, char **argv)
 		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { "unk-id", 1, 0, 'U' },
 		{ "token", 1, 0, 'K' }, { "head-dim", 1, 0, 'D' },
 		{ "rope-scale", 1, 0, 'S' }, { "rope-freqs", 0, 0, 'F' }, { "meta", 1, 0, 'M' },
+		{ "chat-template", 1, 0, 'C' },
 		{ 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
@@ -867,7 +870,7 @@ int main(int argc, char **argv)
 	uint64_t seed = 1, off = 0;
 	float rope_base = 10000.0f;
 	int tied = 0, bpe = 0, tok_set = 0, qwen2 = 0, c;
-	const char *out = NULL, *pre = NULL, *arch;
+	const char *out = NULL, *pre = NULL, *arch, *tmpl_path = NULL;
 	char key[96];
 	struct vocab v = { 0 };
 	struct tensor *ts;
@@ -907,6 +910,7 @@ int main(int argc, char **argv)
 			extra_tokens[n_extra++] = optarg;
 			break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
+		case 'C': tmpl_path = optarg; break;
 		case 'o': out = optarg; break;
 		case 't': {
 			/* name, base type, mix, general.file_type (llama.cpp's) */
@@ -1062,6 +1066,23 @@ int main(int argc, char **argv)
 		kv_u32("tokenizer.ggml.unknown_token_id", unk >= 0 ? (uint32_t)unk : 0);
 		kv_bool("tokenizer.ggml.add_bos_token", 1);
 		kv_bool("tokenizer.ggml.add_eos_token", 0);
+	}
+	if (tmpl_path) {
+		/* a template is text: up to 1 MiB, no NUL */
+		static char tmpl[1 << 20];
+		FILE *tf = fopen(tmpl_path, "rb");
+		size_t tn = tf ? fread(tmpl, 1, sizeof(tmpl) - 1, tf) : 0;
+
+		if (!tf || ferror(tf) || !feof(tf) || !tn || memchr(tmpl, 0, tn)) {
+			fprintf(stderr, "kva-mkmodel: --chat-template %s: a text file of 1 byte to 1 MiB\n",
+				tmpl_path);
+			if (tf)
+				fclose(tf);
+			return 2;
+		}
+		fclose(tf);
+		tmpl[tn] = 0;
+		kv_str("tokenizer.chat_template", tmpl);
 	}
 
 	for (i = 0; i < (uint32_t)n_meta_extra; i++)

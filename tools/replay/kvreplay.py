@@ -9,6 +9,7 @@ policy did to them. Documentation/replay.md describes the formats, the
 tool-wait model and its sources, and every field of the report.
 
   kvreplay.py convert --mooncake TRACE.jsonl [options] > sessions.jsonl
+  kvreplay.py synth --sessions 1000 [options] > sessions.jsonl
   kvreplay.py run --url http://127.0.0.1:8080 --sessions sessions.jsonl \\
                   --label toolwait --out DIR [--tool-mode client|server]
   kvreplay.py report --out DIR [LABEL ...]       (table, TSV, gnuplot PNGs)
@@ -194,6 +195,36 @@ def cmd_convert(args):
     sys.stderr.write("convert: %d sessions, %d turns, %d tool calls; model P(wait<1s)=%.3f "
                      "P(wait<10s)=%.3f\n" % (len(sessions), sum(len(s["turns"]) for s in sessions),
                                               len(calls), mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
+
+
+# ---- synth: agent sessions of a given shape --------------------------------------
+
+def cmd_synth(args):
+    """Sessions of one shape (BENCH=agents1000): a shared system prompt,
+    a first user turn, then tool rounds with small results and short
+    replies, arrivals spread uniformly over --ramp-s; seeded."""
+    mix = parse_mix(args.tool_mix) if args.tool_mix else DEFAULT_MIX
+    model = ToolModel(mix, args.seed, args.tool_scale)
+    rng = random.Random(args.seed + 1)
+    arrivals = sorted(rng.random() * args.ramp_s * 1000 for _ in range(args.sessions))
+    for n, t0 in enumerate(arrivals):
+        turns = []
+        for k in range(args.turns):
+            turns.append({"input": args.first_input if k == 0 else args.tool_input,
+                          "output": args.output if k + 1 == args.turns else args.call_output})
+            if k + 1 < args.turns:
+                name, ms, _ = model.draw()
+                turns[k]["tool"] = name
+                turns[k]["tool_ms"] = ms
+        print(json.dumps({"session": "a%05d" % n, "arrival_ms": int(t0),
+                          "prefix": list(range(args.prefix_blocks)), "turns": turns},
+                         separators=(",", ":")))
+    ctx = (args.prefix_blocks * 512 * args.scale_tokens + args.first_input +
+           (args.turns - 1) * (args.tool_input + args.call_output) + args.output)
+    sys.stderr.write("synth: %d sessions of %d turns, about %d tokens of context each "
+                     "(%d shared); model P(wait<1s)=%.3f P(wait<10s)=%.3f\n" % (
+                         args.sessions, args.turns, ctx, args.prefix_blocks * 512 * args.scale_tokens,
+                         mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
 
 
 # ---- text of a given length -----------------------------------------------------
@@ -432,12 +463,28 @@ class Runner:
         finally:
             self.slots.release()
 
+    def proc(self, m):
+        """The server process's memory, threads and fds (--pid: a server on
+        this machine), as proc_* entries of the timeline."""
+        pid = self.args.pid
+        try:
+            for line in open("/proc/%d/status" % pid):
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "Threads"):
+                    f = v.split()
+                    m["proc_" + k] = float(f[0]) * (1024 if len(f) > 1 else 1)
+            m["proc_fds"] = float(len(os.listdir("/proc/%d/fd" % pid)))
+        except OSError:
+            pass
+
     def sample(self):
         while not self.done.wait(self.args.sample_s):
             try:
                 m = parse_metrics(get_text(self.url, "/metrics"))
             except Exception:
                 continue
+            if self.args.pid:
+                self.proc(m)
             m["t"] = time.monotonic() - self.t0
             self.timeline.append(m)
 
@@ -647,6 +694,22 @@ def main():
                    help="hash blocks that form the shared system prompt")
     c.add_argument("--max-context", type=int, default=1800)
     c.add_argument("--seed", type=int, default=39)
+    y = sub.add_parser("synth", help="sessions of one shape (many agents) -> JSONL")
+    y.add_argument("--sessions", type=int, default=1000)
+    y.add_argument("--turns", type=int, default=4, help="model calls per session")
+    y.add_argument("--prefix-blocks", type=int, default=1,
+                   help="shared system prompt, in blocks of 512 x --scale-tokens")
+    y.add_argument("--first-input", type=int, default=1500,
+                   help="tokens of the first user turn beyond the shared prompt")
+    y.add_argument("--tool-input", type=int, default=32, help="tokens of each tool result")
+    y.add_argument("--call-output", type=int, default=16,
+                   help="output of a turn ending in a tool call")
+    y.add_argument("--output", type=int, default=8, help="output of the last turn")
+    y.add_argument("--ramp-s", type=float, default=60.0, help="arrivals uniform over this")
+    y.add_argument("--scale-tokens", type=float, default=1.0)
+    y.add_argument("--tool-scale", type=float, default=1.0, help="tool durations x this")
+    y.add_argument("--tool-mix", default="", help="name:weight:median_s:sigma[:tokens],...")
+    y.add_argument("--seed", type=int, default=39)
     r = sub.add_parser("run", help="replay sessions against a server")
     r.add_argument("--url", required=True)
     r.add_argument("--sessions", required=True)
@@ -663,11 +726,15 @@ def main():
     r.add_argument("--run-id", default="r%d" % (int(time.time()) % 100000))
     r.add_argument("--seed", type=int, default=39)
     r.add_argument("--strict", action="store_true", help="exit 1 on any request error")
+    r.add_argument("--pid", type=int, default=0,
+                   help="the server's process (this machine): its memory, threads and "
+                   "fds sampled with /metrics")
     p = sub.add_parser("report", help="table and plots of runs")
     p.add_argument("--out", required=True)
     p.add_argument("labels", nargs="*")
     args = ap.parse_args()
-    return {"convert": cmd_convert, "run": cmd_run, "report": cmd_report}[args.cmd](args) or 0
+    return {"convert": cmd_convert, "synth": cmd_synth, "run": cmd_run,
+            "report": cmd_report}[args.cmd](args) or 0
 
 
 if __name__ == "__main__":
