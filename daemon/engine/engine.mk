@@ -129,9 +129,11 @@ check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh
 
 # the engine against llama.cpp (its quantiser, logits, greedy decoding,
-# dequantisation) on the same files: fetches the benchmark's peer into
+# dequantisation) on the same files, and the shipped agent model's chat
+# prompts and token ids as llama.cpp renders and tokenizes them
+# (tests/model/llama-peer.py): fetches the benchmark's peer into
 # its cache first; 1-2.5 minutes (Documentation/engine.md)
-check-engine-peer: engine
+check-engine-peer: engine build/chat/tests/kvd-chat-render
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/peer.sh
 
 # the engine suite's branch coverage, to find what no test exercises:

@@ -228,7 +228,9 @@ int32_t kve_tokenizer_eos(const struct kve_tokenizer *t);
 
 /* Encode text (len bytes, any bytes allowed). Writes at most max ids and
  * returns how many the full encoding needs (call again with more room if
- * larger than max), or a negative errno. add_bos prepends BOS. */
+ * larger than max), or a negative errno. add_bos prepends BOS where the
+ * vocabulary has one and its file asks for it (tokenizer.ggml.add_bos_token,
+ * true by default for SentencePiece: what llama.cpp's add_special does). */
 int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		 int add_bos, int32_t *out, size_t max);
 
@@ -237,7 +239,7 @@ struct kve_span {
 	size_t off, len;
 };
 
-#define KVE_TOKENIZE_BOS 1u	/* BOS first (when the vocabulary has one) */
+#define KVE_TOKENIZE_BOS 1u	/* BOS first (where kve_tokenize's add_bos gives one) */
 #define KVE_TOKENIZE_CONT 2u	/* the text continues another: no SentencePiece
 				 * dummy-prefix space */
 

@@ -48,7 +48,7 @@ struct kve_tokenizer {
 	uint16_t byte_cp[256];	/* BPE: byte -> code point */
 	int16_t cp_byte[512];	/* BPE: code point -> byte, -1 none */
 	int32_t bos, eos, unk;
-	int add_bos;
+	int add_bos;		/* BOS where the caller allows it (llama.cpp's add_special) */
 	int add_space_prefix;	/* SPM: the dummy-prefix space (false: never) */
 	struct kve_pretok *pre;	/* BPE only */
 	int32_t *spec;		/* special tokens with text, longest first */
@@ -1020,7 +1020,7 @@ int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 
 	if (!t || (!text && len))
 		return -EINVAL;
-	if (add_bos && t->bos >= 0)
+	if (add_bos && t->add_bos && t->bos >= 0)
 		emit(&o, t->bos);
 	if (t->kind == KVE_TOK_SPM) {
 		if (len)
@@ -1105,7 +1105,7 @@ int kve_tokenize_spans(const struct kve_tokenizer *t, const char *text, size_t l
 		if (special[i].off > len || special[i].len > len - special[i].off ||
 		    (i && special[i].off < special[i - 1].off + special[i - 1].len))
 			return -EINVAL;
-	if (flags & KVE_TOKENIZE_BOS && t->bos >= 0)
+	if (flags & KVE_TOKENIZE_BOS && t->add_bos && t->bos >= 0)
 		emit(&o, t->bos);
 	f = malloc(sizeof(*f));
 	present = calloc(t->n_spec ? t->n_spec : 1, 1);

@@ -17,6 +17,8 @@
  * kve_dequant_block gives them, to OUT (float32).
  *        kve-logits --tokenize MODEL FILE
  * prints the token ids (no BOS) of each line of FILE, lines given in hex.
+ *        kve-logits --tokenize-bos MODEL FILE
+ * the same with add_bos (BOS first where the file's add_bos_token says).
  *        kve-logits --pretok NAME FILE
  * prints the words the BPE pre-tokenizer NAME (a tokenizer.ggml.pre
  * value) splits each line of FILE into, in hex, separated by spaces.
@@ -98,10 +100,12 @@ static int pretok_file(const char *name, const char *file)
 	return rc ? 1 : 0;
 }
 
+static int tokenize_bos;	/* --tokenize-bos: add_bos 1 (BOS where the file asks) */
+
 static void tokenize_line(void *ctx, const char *text, size_t n)
 {
 	int32_t ids[4096];
-	int k = kve_tokenize(ctx, text, n, 0, ids, 4096), i;
+	int k = kve_tokenize(ctx, text, n, tokenize_bos, ids, 4096), i;
 
 	for (i = 0; i < k && i < 4096; i++)
 		printf(i ? " %d" : "%d", ids[i]);
@@ -180,6 +184,10 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && !strcmp(argv[1], "--tokenize"))
 		return tokenize_file(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "--tokenize-bos")) {
+		tokenize_bos = 1;
+		return tokenize_file(argv[2], argv[3]);
+	}
 	if (argc == 4 && !strcmp(argv[1], "--pretok"))
 		return pretok_file(argv[2], argv[3]);
 	if (argc == 5 && !strcmp(argv[1], "--dequant"))

@@ -18,8 +18,9 @@
  *                                        each was chosen from
  *   llama-ref dequant TYPE IN OUT        ggml's to_float of the blocks in IN
  *                                        (TYPE a ggml type number) to OUT
- *   llama-ref tokenize MODEL SPECIAL     stdin's text as token ids (SPECIAL 1:
- *                                        control tokens in the text are parsed)
+ *   llama-ref tokenize MODEL SPECIAL [ADD]  stdin's text as token ids (SPECIAL 1:
+ *                                        control tokens in the text are parsed;
+ *                                        ADD 1: add_special, BOS as the file says)
  *   llama-ref template TMPL ADD_ASS      llama_chat_apply_template of the
  *                                        messages on stdin (role NUL content
  *                                        NUL ...) with the template text TMPL
@@ -255,7 +256,7 @@ static int dequant(int type, const char *in, const char *out)
 	return rc;
 }
 
-static int tokenize(const char *path, int special)
+static int tokenize(const char *path, int special, int add)
 {
 	struct llama_model_params mp = llama_model_default_params();
 	struct llama_model *model;
@@ -271,7 +272,7 @@ static int tokenize(const char *path, int special)
 		return 1;
 	tok = malloc(sizeof(*tok) * (len + 16));
 	n = llama_tokenize(llama_model_get_vocab(model), text, (int32_t)len, tok,
-			   (int32_t)len + 16, false, special != 0);
+			   (int32_t)len + 16, add != 0, special != 0);
 	for (i = 0; i < n; i++)
 		printf("%s%d", i ? " " : "", tok[i]);
 	printf("\n");
@@ -343,7 +344,7 @@ int main(int argc, char **argv)
 	else if (argc >= 6 && !strcmp(argv[1], "greedy"))
 		rc = greedy(argv[2], atoi(argv[3]), argv[4], argc - 5, argv + 5);
 	else if (argc >= 4 && !strcmp(argv[1], "tokenize"))
-		rc = tokenize(argv[2], atoi(argv[3]));
+		rc = tokenize(argv[2], atoi(argv[3]), argc >= 5 ? atoi(argv[4]) : 0);
 	else {
 		fprintf(stderr, "usage: llama-ref quantize|logits|greedy|dequant|tokenize|template ...\n");
 		rc = 2;
