@@ -60,6 +60,12 @@ check-man:
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi; \
 	echo "check-man: $$(ls Documentation/man/*.[1-8] | wc -l) pages lint-clean"
 
+.PHONY: check-config-docs
+# Every key config.c reads is in packaging/kvarenad.conf, daemon.md's
+# table and kvarenad(8), and the example's defaults are the defaults.
+check-config-docs:
+	python3 tests/daemon/check_config_docs.py
+
 .PHONY: check-python
 # The Python binding (lib/python, ctypes) on the memfd backend, with
 # Debian's python3 and numpy, against the library built here.
@@ -136,6 +142,7 @@ check-dkms:
 check-all:
 	$(MAKE) --no-print-directory check-spdx
 	$(MAKE) --no-print-directory check-man
+	$(MAKE) --no-print-directory check-config-docs
 	$(MAKE) --no-print-directory check-lib-docs
 	$(MAKE) --no-print-directory check-kvactl
 	$(MAKE) --no-print-directory check-core

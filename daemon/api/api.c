@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -281,6 +282,122 @@ static json_t *model_json(struct kvd_api *a)
 			 kvd_model_id(a->d), "created_at", created);
 }
 
+/*
+ * The "tenant" label of a Prometheus sample line (len bytes, no newline):
+ * 1 and the value in val when there is one, 0 when none, -1 when the
+ * labels do not parse (the line is then treated as another tenant's).
+ * Label values are quoted with \\, \" and \n escapes.
+ */
+static int tenant_label(const char *l, size_t len, char *val, size_t vlen)
+{
+	const char *e = l + len, *p = memchr(l, '{', len), *sp = memchr(l, ' ', len);
+
+	if (!p || (sp && sp < p))
+		return 0;	/* no labels */
+	p++;
+	while (p < e && *p != '}') {
+		const char *name = p;
+		size_t nn, o = 0;
+
+		while (p < e && (isalnum((unsigned char)*p) || *p == '_'))
+			p++;
+		nn = (size_t)(p - name);
+		if (!nn || e - p < 2 || p[0] != '=' || p[1] != '"')
+			return -1;
+		for (p += 2; p < e && *p != '"'; p++) {
+			if (*p == '\\' && ++p == e)
+				return -1;
+			if (o + 1 < vlen)
+				val[o++] = *p;
+		}
+		if (p == e)
+			return -1;
+		val[o] = '\0';
+		p++;
+		if (nn == 6 && !memcmp(name, "tenant", 6))
+			return 1;
+		if (p < e && *p == ',')
+			p++;
+	}
+	return p < e ? 0 : -1;
+}
+
+/* The metrics a tenant may read: every line but other tenants' series
+ * (samples labelled tenant="NAME" with another name). */
+static void add_tenant_view(struct strbuf *b, const char *text, const char *tenant)
+{
+	const char *l = text, *nl;
+	char val[KVD_API_MAX_TENANT_NAME + 2];
+
+	for (; *l; l = nl) {
+		size_t n;
+		int r;
+
+		nl = strchr(l, '\n');
+		nl = nl ? nl + 1 : l + strlen(l);
+		n = (size_t)(nl - l);
+		r = *l == '#' ? 0 : tenant_label(l, n, val, sizeof(val));
+		if (r == 0 || (r == 1 && !strcmp(val, tenant)))
+			sb_add(b, l, n);
+	}
+}
+
+/* Completions of an authenticated tenant, for its series. */
+static void tenant_stats_add(struct kvd_api *a, const char *name, const struct kvd_usage *u)
+{
+	struct tenant_stats *t = NULL;
+
+	pthread_mutex_lock(&a->lock);
+	for (size_t i = 0; i < a->n_tstats; i++)
+		if (!strcmp(a->tstats[i].name, name))
+			t = &a->tstats[i];
+	/* by name, bounded: reloads may bring new names */
+	if (!t && a->n_tstats < 4 * KVD_API_MAX_TENANTS) {
+		t = realloc(a->tstats, (a->n_tstats + 1) * sizeof(*t));
+		if (t) {
+			a->tstats = t;
+			t = &a->tstats[a->n_tstats++];
+			memset(t, 0, sizeof(*t));
+			snprintf(t->name, sizeof(t->name), "%s", name);
+		}
+	}
+	if (t) {
+		t->requests++;
+		t->prompt += u->prompt_tokens;
+		t->cached += u->cached_tokens;
+		t->completion += u->completion_tokens;
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
+static void add_tenant_stats(struct kvd_api *a, struct strbuf *b)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} series[] = {
+		{ "requests", "Generation requests answered, by tenant.",
+		  offsetof(struct tenant_stats, requests) },
+		{ "prompt_tokens", "Prompt tokens of the tenant's requests.",
+		  offsetof(struct tenant_stats, prompt) },
+		{ "cached_tokens", "Prompt tokens whose KV was reused, by tenant.",
+		  offsetof(struct tenant_stats, cached) },
+		{ "completion_tokens", "Generated tokens, by tenant.",
+		  offsetof(struct tenant_stats, completion) },
+	};
+
+	pthread_mutex_lock(&a->lock);
+	for (size_t k = 0; k < sizeof(series) / sizeof(series[0]); k++) {
+		sb_addf(b, "# HELP kvarenad_tenant_%s_total %s\n# TYPE kvarenad_tenant_%s_total counter\n",
+			series[k].name, series[k].help, series[k].name);
+		for (size_t i = 0; i < a->n_tstats; i++)
+			sb_addf(b, "kvarenad_tenant_%s_total{tenant=\"%s\"} %lu\n", series[k].name,
+				a->tstats[i].name,
+				*(const unsigned long *)((const char *)&a->tstats[i] + series[k].off));
+	}
+	pthread_mutex_unlock(&a->lock);
+}
+
 static enum MHD_Result do_metrics(struct req *q)
 {
 	struct kvd_api *a = q->a;
@@ -290,6 +407,7 @@ static enum MHD_Result do_metrics(struct req *q)
 	if (base)
 		sb_adds(&b, base);
 	free(base);
+	add_tenant_stats(a, &b);
 	sb_adds(&b, "# HELP kvarenad_http_requests_total HTTP requests answered, by route and status.\n"
 		    "# TYPE kvarenad_http_requests_total counter\n");
 	for (size_t r = 0; r < R_COUNT; r++)
@@ -327,6 +445,14 @@ static enum MHD_Result do_metrics(struct req *q)
 		__atomic_load_n(&a->tool_calls, __ATOMIC_RELAXED),
 		__atomic_load_n(&a->noncanonical, __ATOMIC_RELAXED),
 		__atomic_load_n(&a->refused_cross_site, __ATOMIC_RELAXED));
+	if (!b.oom && !q->metrics_all) {
+		/* a tenant reads no other tenant's series */
+		struct strbuf v = { 0 };
+
+		add_tenant_view(&v, b.s ? b.s : "", q->tenant);
+		sb_free(&b);
+		b = v;
+	}
 	if (b.oom) {
 		sb_free(&b);
 		return MHD_NO;
@@ -379,10 +505,13 @@ static enum MHD_Result dispatch(struct req *q, const char *method)
 					q->arg);
 		return api_send_json(q, 200, model_json(a));
 	case R_HEALTH: {
-		int ok = kvd_ready(a->d) && !__atomic_load_n(&a->draining, __ATOMIC_RELAXED);
+		/* degraded: a stage has no working worker (200 while the other
+		 * stage's workers serve its work, else 503) */
+		int h = __atomic_load_n(&a->draining, __ATOMIC_RELAXED) ? -1 : kvd_health(a->d);
 
-		return api_send_json(q, ok ? 200 : 503, json_pack("{s:s}", "status",
-							       ok ? "ok" : "unavailable"));
+		return api_send_json(q, h == KVD_HEALTH_OK || h == KVD_HEALTH_DEGRADED ? 200 : 503,
+				     json_pack("{s:s}", "status", h == KVD_HEALTH_OK ? "ok" :
+					       h < 0 ? "unavailable" : "degraded"));
 	}
 	case R_METRICS:
 		return do_metrics(q);
@@ -456,21 +585,28 @@ static size_t body_cap(const struct kvd_api *a, const struct route_def *r)
 
 /* 0 when the request may go on (q->tenant set); else a response queued.
  * The key comes as OpenAI's clients send it (Authorization: Bearer KEY)
- * or as Anthropic's do (x-api-key: KEY). */
+ * or as Anthropic's do (x-api-key: KEY). On /metrics a metrics key reads
+ * everything (q->metrics_all); a tenant's key reads what is not another
+ * tenant's. */
 static int authenticate(struct req *q, enum MHD_Result *ret)
 {
 	struct kvd_api *a = q->a;
-	struct auth_table *t;
-	const struct auth_tenant *who;
+	struct auth_table *t, *m;
+	const struct auth_tenant *who = NULL;
 	const char *h, *x, *key;
 
 	pthread_mutex_lock(&a->lock);
 	t = a->auth;
 	if (t)
 		auth_table_get(t);
+	m = q->route == R_METRICS ? a->metrics_auth : NULL;
+	if (m)
+		auth_table_get(m);
 	pthread_mutex_unlock(&a->lock);
-	if (!t) {
+	if (!t && !m) {
+		/* no keys at all: every route is open, /metrics whole */
 		snprintf(q->tenant, sizeof(q->tenant), "-");
+		q->metrics_all = 1;
 		return 0;
 	}
 	h = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -478,9 +614,19 @@ static int authenticate(struct req *q, enum MHD_Result *ret)
 	key = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : NULL;
 	while (key && *key == ' ')
 		key++;
-	who = key ? auth_lookup(t, key, strlen(key)) : NULL;
-	if (!who && x)
-		who = auth_lookup(t, x, strlen(x));
+	if (m && ((key && auth_lookup(m, key, strlen(key))) || (x && auth_lookup(m, x, strlen(x))))) {
+		snprintf(q->tenant, sizeof(q->tenant), "(metrics)");
+		q->metrics_all = 1;
+		auth_table_put(m);
+		auth_table_put(t);
+		return 0;
+	}
+	auth_table_put(m);
+	if (t) {
+		who = key ? auth_lookup(t, key, strlen(key)) : NULL;
+		if (!who && x)
+			who = auth_lookup(t, x, strlen(x));
+	}
 	if (who) {
 		snprintf(q->tenant, sizeof(q->tenant), "%s", who->name);
 		q->tenant_id = who->id;
@@ -702,13 +848,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	return dispatch(q, method);
 }
 
+/* " end_user=ID" appended to the log line's extra (printable, capped). */
+static void log_end_user(char *extra, size_t len, const char *id)
+{
+	size_t o = strlen(extra), n = 0;
+
+	if (len - o < 12)
+		return;
+	o += (size_t)snprintf(extra + o, len - o, " end_user=");
+	for (; id[n] && n < 64 && o + 1 < len; n++)
+		extra[o++] = (unsigned char)id[n] >= 0x21 && (unsigned char)id[n] <= 0x7e &&
+			id[n] != '"' ? id[n] : '?';
+	extra[o] = '\0';
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
 	struct kvd_api *a = cls;
 	struct req *q = *con_cls;
 	struct gen *g;
-	char extra[160] = "";
+	char extra[320] = "";
 
 	(void)c;
 	if (!q)
@@ -735,11 +895,23 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (q->status)
 		__atomic_add_fetch(&a->requests[q->route][code_index(q->status)], 1,
 				   __ATOMIC_RELAXED);
+	if (g && g->cr.root) {
+		/* the end user a client names (OpenAI's safety_identifier,
+		 * Anthropic's metadata.user_id): who asked, for the operator */
+		json_t *u = q->dialect == DIALECT_ANTHROPIC ?
+			json_object_get(json_object_get(g->cr.root, "metadata"), "user_id") :
+			json_object_get(g->cr.root, "safety_identifier");
+
+		if (json_is_string(u))
+			log_end_user(extra, sizeof(extra), json_string_value(u));
+	}
 	if (g && g->ch[0].job) {
 		uint32_t toks = 0;
 
 		for (unsigned i = 0; i < g->n; i++)
 			toks += g->ch[i].tokens;
+		if (q->tenant_id)
+			tenant_stats_add(a, q->tenant, &g->usage);
 		kvd_log(KVD_LOG_INFO, "api",
 			"%s %s %d tenant=%s id=%s prompt=%u cached=%u completion=%u ttft_ms=%.1f total_ms=%.1f wall_ms=%.1f%s%s",
 			q->method, q->path, q->status, q->tenant, g->id,
@@ -783,6 +955,7 @@ void kvd_api_config_defaults(struct kvd_api_config *c)
 	c->port = 8000;
 	c->max_body = 4u << 20;
 	c->max_connections = 1024;
+	c->max_connections_per_ip = KVD_API_DEFAULT_PER_IP;
 	c->conn_timeout_s = 60;
 	c->drain_timeout_s = 30;
 }
@@ -790,6 +963,60 @@ void kvd_api_config_defaults(struct kvd_api_config *c)
 uint16_t kvd_api_port(const struct kvd_api *a)
 {
 	return a->port;
+}
+
+/* A metrics key must not be a tenant's (it would read every tenant's
+ * series with a tenant's key): 0, or -EINVAL naming the tenant. */
+static int keys_disjoint(const struct auth_table *metrics, const struct auth_table *tenants,
+			 char *err, size_t errlen)
+{
+	const struct auth_tenant *who;
+
+	for (size_t i = 0; metrics && tenants && i < auth_table_keys(metrics); i++)
+		if ((who = auth_lookup(tenants, auth_table_key(metrics, i),
+				       strlen(auth_table_key(metrics, i))))) {
+			snprintf(err, errlen, "a metrics key is also tenant %s's key", who->name);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+/* The metrics keys as a table of one pseudo-tenant (NULL: none). */
+static int metrics_table(const char *const *keys, size_t n, struct auth_table **out,
+			 char *err, size_t errlen)
+{
+	struct kvd_api_tenant m = { "metrics", UINT32_MAX, keys, n };
+	char why[200];
+
+	*out = NULL;
+	if (!n)
+		return 0;
+	*out = auth_table_new(&m, 1, why, sizeof(why));
+	if (!*out) {
+		snprintf(err, errlen, "metrics keys: %s", why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kvd_api_set_metrics_keys(struct kvd_api *a, const char *const *keys, size_t n,
+			     char *err, size_t errlen)
+{
+	struct auth_table *m, *old;
+	int r = metrics_table(keys, n, &m, err, errlen);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&a->lock);
+	r = keys_disjoint(m, a->auth, err, errlen);
+	if (!r) {
+		old = a->metrics_auth;
+		a->metrics_auth = m;
+		m = old;
+	}
+	pthread_mutex_unlock(&a->lock);
+	auth_table_put(m);
+	return r;
 }
 
 int kvd_api_set_tenants(struct kvd_api *a, const struct kvd_api_tenant *t,
@@ -812,6 +1039,11 @@ int kvd_api_set_tenants(struct kvd_api *a, const struct kvd_api_tenant *t,
 		return -EINVAL;
 	}
 	pthread_mutex_lock(&a->lock);
+	if (keys_disjoint(a->metrics_auth, nt, err, errlen)) {
+		pthread_mutex_unlock(&a->lock);
+		auth_table_put(nt);
+		return -EINVAL;
+	}
 	old = a->auth;
 	a->auth = nt;
 	pthread_mutex_unlock(&a->lock);
@@ -848,6 +1080,8 @@ static char **copy_list(const char *const *l, size_t n)
 static void api_free(struct kvd_api *a)
 {
 	auth_table_put(a->auth);
+	auth_table_put(a->metrics_auth);
+	free(a->tstats);
 	free(a->listen_addr);
 	json_decref(a->stools);
 	free_list(a->cors_origins, a->n_cors);
@@ -950,7 +1184,13 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 			api_free(a);
 			return -EINVAL;
 		}
-	} else if (!a->loopback && !c->allow_remote) {
+	}
+	if (metrics_table(c->metrics_keys, c->n_metrics_keys, &a->metrics_auth, err, errlen) ||
+	    keys_disjoint(a->metrics_auth, a->auth, err, errlen)) {
+		api_free(a);
+		return -EINVAL;
+	}
+	if (!c->n_tenants && !a->loopback && !c->allow_remote) {
 		snprintf(err, errlen, "refusing to listen on %s without API keys: anyone who can reach it could use the server. Configure API keys, listen on loopback, or set allow_remote",
 			 addr);
 		kvd_log(KVD_LOG_ERR, "api", "%s", err);
@@ -962,6 +1202,8 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
 		MHD_OPTION_CONNECTION_LIMIT,
 		(unsigned)(c->max_connections ? c->max_connections : 1024),
+		/* one client (address) cannot take every connection */
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, c->max_connections_per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT,
 		(unsigned)(c->conn_timeout_s ? c->conn_timeout_s : 60),
 		MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
@@ -984,6 +1226,12 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 	else
 		kvd_log(KVD_LOG_WARN, "api", "listening on %s port %u WITHOUT API keys and beyond loopback (allow_remote set): anyone who can reach this address can use the server",
 			addr, (unsigned)a->port);
+	if (c->max_connections_per_ip)
+		kvd_log(KVD_LOG_INFO, "api", "at most %u connection(s), %u from one address",
+			c->max_connections ? c->max_connections : 1024, c->max_connections_per_ip);
+	if (a->metrics_auth)
+		kvd_log(KVD_LOG_INFO, "api", "/metrics: %zu metrics key(s) read every tenant's series",
+			auth_table_keys(a->metrics_auth));
 	if (a->n_cors)
 		kvd_log(KVD_LOG_INFO, "api", "pages of %zu origin(s) may call the API (cors_origins%s)",
 			a->n_cors, a->n_cors == 1 && !strcmp(a->cors_origins[0], "*") ? ": any" : "");

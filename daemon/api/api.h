@@ -57,6 +57,10 @@ struct kvd_api_config {
 	size_t n_tenants;
 	size_t max_body;		/* bytes; over it: 413 */
 	unsigned max_connections;	/* concurrent connections */
+	/* concurrent connections from one client address (libmicrohttpd's
+	 * per-IP limit: more are closed at accept); 0: no per-address limit.
+	 * kvd_api_config_defaults() sets KVD_API_DEFAULT_PER_IP. */
+	unsigned max_connections_per_ip;
 	unsigned conn_timeout_s;	/* idle connection closed after this */
 	unsigned drain_timeout_s;	/* kvd_api_stop() waits this long */
 	/* Browsers (Documentation/api.md, "Browsers and other sites"): the
@@ -73,10 +77,19 @@ struct kvd_api_config {
 	 * oldest go first */
 	size_t responses_max;
 	size_t responses_max_bytes;
+	/* Keys that read /metrics whole, every tenant's series included
+	 * (an operator's scraper). A tenant's key reads the series of no
+	 * other tenant; with no tenant keys and no metrics keys /metrics is
+	 * open, as every route is. Same rules as API keys; none may be a
+	 * tenant's key too. */
+	const char *const *metrics_keys;
+	size_t n_metrics_keys;
 };
 
-/* Defaults: 127.0.0.1:8000, no keys, 4 MiB bodies, 1024 connections,
- * 60 s idle timeout, 30 s drain. The chat template and the tool-call
+#define KVD_API_DEFAULT_PER_IP 256
+
+/* Defaults: 127.0.0.1:8000, no keys, 4 MiB bodies, 1024 connections
+ * (256 from one address), 60 s idle timeout, 30 s drain. The chat template and the tool-call
  * syntax are the served model's (kvd_chat_template()). */
 void kvd_api_config_defaults(struct kvd_api_config *c);
 
@@ -95,6 +108,11 @@ uint16_t kvd_api_port(const struct kvd_api *a);
  * without allow_remote. */
 int kvd_api_set_tenants(struct kvd_api *a, const struct kvd_api_tenant *t,
 			size_t n, char *err, size_t errlen);
+
+/* Replace the metrics keys (SIGHUP); -EINVAL (unchanged) when one is
+ * invalid or is also a tenant's key. */
+int kvd_api_set_metrics_keys(struct kvd_api *a, const char *const *keys, size_t n,
+			     char *err, size_t errlen);
 
 /* Graceful stop (SIGTERM): stop accepting connections and new requests,
  * let requests in flight finish (up to drain_timeout_s; streams still

@@ -39,6 +39,14 @@ enum api_dialect { DIALECT_OPENAI, DIALECT_ANTHROPIC };
 struct responses_store;
 struct turn_cache;
 
+/* What one tenant asked for, for /metrics (by name: ids are the
+ * orchestrator's, names what an operator reads). */
+struct tenant_stats {
+	char name[KVD_API_MAX_TENANT_NAME + 1];
+	unsigned long requests;
+	unsigned long prompt, cached, completion;	/* tokens */
+};
+
 struct kvd_api {
 	struct kvd *d;
 	struct MHD_Daemon *mhd;
@@ -60,9 +68,12 @@ struct kvd_api {
 	struct responses_store *store;	/* /v1/responses kept for continuation */
 	struct turn_cache *turns;	/* replies with calls, as generated */
 
-	pthread_mutex_t lock;		/* auth, inflight wakeups */
+	pthread_mutex_t lock;		/* auth, inflight wakeups, tenant stats */
 	pthread_cond_t idle;
 	struct auth_table *auth;	/* NULL: no keys */
+	struct auth_table *metrics_auth;	/* keys that read all of /metrics */
+	struct tenant_stats *tstats;
+	size_t n_tstats;
 	long inflight;
 	int draining;
 
@@ -89,6 +100,7 @@ struct req {
 	char origin[256];		/* an allowed Origin to echo (CORS) */
 	char tenant[KVD_API_MAX_TENANT_NAME + 1];
 	uint32_t tenant_id;
+	int metrics_all;		/* a metrics key: every tenant's series */
 	struct gen *gen;
 };
 

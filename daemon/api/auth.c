@@ -157,6 +157,11 @@ size_t auth_table_keys(const struct auth_table *t)
 	return t ? t->n_keys : 0;
 }
 
+const char *auth_table_key(const struct auth_table *t, size_t i)
+{
+	return (const char *)t->keys[i].key;
+}
+
 /* 1 when equal; time depends on alen only (blen > 0). */
 static unsigned ct_equal(const unsigned char *a, size_t alen,
 			 const unsigned char *b, size_t blen)

@@ -25,6 +25,8 @@ struct auth_table *auth_table_new(const struct kvd_api_tenant *t, size_t n,
 void auth_table_get(struct auth_table *t);
 void auth_table_put(struct auth_table *t);
 size_t auth_table_keys(const struct auth_table *t);
+/* Key i (< auth_table_keys), NUL-terminated. */
+const char *auth_table_key(const struct auth_table *t, size_t i);
 /* The tenant whose key is key[0..len), or NULL. Every configured key is
  * compared, each in time that depends only on len. */
 const struct auth_tenant *auth_lookup(const struct auth_table *t,

@@ -38,7 +38,7 @@ static void on_start(struct gen *g)
 static void on_content(struct gen *g, struct gen_choice *c, const char *text, size_t len,
 		       json_t *logprobs)
 {
-	gen_sse_data(g, resp_chunk_content(rc_of(g, c), text, len, logprobs));
+	gen_sse_data(g, gen_obfuscate(g, resp_chunk_content(rc_of(g, c), text, len, logprobs)));
 }
 
 static void on_call_start(struct gen *g, struct gen_choice *c, const struct tc_call *call)
@@ -48,7 +48,7 @@ static void on_call_start(struct gen *g, struct gen_choice *c, const struct tc_c
 
 static void on_call_args(struct gen *g, struct gen_choice *c, const char *args, size_t len)
 {
-	gen_sse_data(g, resp_chunk_call_args(rc_of(g, c), c->n_calls, args, len));
+	gen_sse_data(g, gen_obfuscate(g, resp_chunk_call_args(rc_of(g, c), c->n_calls, args, len)));
 }
 
 static void on_tool_run(struct gen *g, struct gen_choice *c, json_t *run)

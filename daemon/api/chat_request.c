@@ -10,10 +10,10 @@
  * llama.cpp's server add: top_k, min_p, repetition_penalty, ignore_eos);
  * a name not on it is refused ("Unrecognized request argument supplied"),
  * as OpenAI does, so a typo such as "max_token" is not silently ignored.
- * Parameters on the list that we do not implement either have no effect
- * on the output we can honour (metadata, store, service_tier, ...: type
- * checked, then ignored) or would change the output (audio, prediction,
- * web_search_options: refused with a message saying so). Inside messages and tools, unknown keys are
+ * A parameter on the list is honoured, or, with the values we cannot
+ * serve (store: true, a reasoning effort, another verbosity or service
+ * tier, audio, prediction, ...), refused with a 400 naming it: never
+ * accepted and ignored. Inside messages and tools, unknown keys are
  * ignored: clients echo response messages back with extra fields.
  */
 #define _GNU_SOURCE
@@ -564,31 +564,102 @@ one:
 	return 0;
 }
 
-static int parse_stream(struct parser *p, json_t *root)
+int param_stream_options(struct chat_request *r, json_t *root, int stream, int *include_usage,
+			 struct api_error *e)
 {
 	json_t *so = json_object_get(root, "stream_options"), *k;
 	const char *key;
 
-	if (param_bool(p->e, root, "stream", &p->r->stream))
-		return -1;
 	if (!so || json_is_null(so))
 		return 0;
 	if (!json_is_object(so))
-		return param_wrong_type(p->e, "stream_options", so, "an object");
-	if (!p->r->stream)
-		return api_bad(p->e, "stream_options", "Invalid value for 'stream_options': only allowed when 'stream' is true."), -1;
+		return param_wrong_type(e, "stream_options", so, "an object");
+	if (!stream)
+		return api_bad(e, "stream_options", "Invalid value for 'stream_options': only allowed when 'stream' is true."), -1;
 	json_object_foreach(so, key, k) {
-		if (!strcmp(key, "include_usage")) {
+		if (!strcmp(key, "include_usage") && include_usage) {
 			if (!json_is_boolean(k) && !json_is_null(k))
-				return param_wrong_type(p->e, "stream_options.include_usage", k, "a boolean");
-			p->r->include_usage = json_is_true(k);
+				return param_wrong_type(e, "stream_options.include_usage", k, "a boolean");
+			*include_usage = json_is_true(k);
 		} else if (!strcmp(key, "include_obfuscation")) {
 			if (!json_is_boolean(k) && !json_is_null(k))
-				return param_wrong_type(p->e, "stream_options.include_obfuscation", k, "a boolean");
+				return param_wrong_type(e, "stream_options.include_obfuscation", k, "a boolean");
+			r->obfuscate = json_is_true(k);
 		} else {
-			return api_bad(p->e, "stream_options", "Unrecognized stream_options argument supplied: %s", key), -1;
+			api_error_set(e, 400, API_INVALID, "unknown_parameter", "stream_options",
+				      "Unrecognized stream_options argument supplied: %s", key);
+			return -1;
 		}
 	}
+	return 0;
+}
+
+static int parse_stream(struct parser *p, json_t *root)
+{
+	if (param_bool(p->e, root, "stream", &p->r->stream))
+		return -1;
+	return param_stream_options(p->r, root, p->r->stream, &p->r->include_usage, p->e);
+}
+
+/* One of values (NULL-terminated), or, for refused ones (NULL-terminated
+ * too), a 400 unsupported_value saying why. */
+static int param_enum(struct api_error *e, json_t *o, const char *key, const char *param,
+		      const char *const *ok, const char *const *refused, const char *why)
+{
+	json_t *v = json_object_get(o, key);
+	const char *s;
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return param_wrong_type(e, param, v, "a string");
+	s = json_string_value(v);
+	for (i = 0; ok[i]; i++)
+		if (!strcmp(s, ok[i]))
+			return 0;
+	for (i = 0; refused[i]; i++)
+		if (!strcmp(s, refused[i])) {
+			api_error_set(e, 400, API_INVALID, "unsupported_value", param,
+				      "Unsupported value: '%s' for '%s': %s.", s, param, why);
+			return -1;
+		}
+	api_bad(e, param, "Invalid value for '%s': '%.64s'.", param, s);
+	return -1;
+}
+
+int param_verbosity(struct api_error *e, json_t *o, const char *key, const char *param)
+{
+	static const char *const ok[] = { "medium", NULL };
+	static const char *const no[] = { "low", "high", NULL };
+
+	return param_enum(e, o, key, param, ok, no,
+			  "this model has one way of answering (medium, the default); it cannot be made terser or longer");
+}
+
+int param_serving(struct api_error *e, json_t *root)
+{
+	static const char *const tiers[] = { "auto", "default", NULL };
+	static const char *const other_tiers[] = { "flex", "scale", "priority", NULL };
+	static const char *const kept[] = { "in_memory", "in-memory", NULL };
+	static const char *const longer[] = { "24h", NULL };
+	json_t *v, *x;
+	const char *key, *s;
+
+	if (param_enum(e, root, "service_tier", "service_tier", tiers, other_tiers,
+		       "this server has one service tier (default)") ||
+	    param_enum(e, root, "prompt_cache_retention", "prompt_cache_retention", kept, longer,
+		       "prompts' KV is kept in memory only, for the retention the server is configured with (Documentation/daemon.md)") ||
+	    param_string(e, root, "safety_identifier", "safety_identifier", 64, &s))
+		return -1;
+	v = json_object_get(root, "metadata");
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_object(v) || json_object_size(v) > 16)
+		return api_bad(e, "metadata", "Invalid 'metadata': an object of at most 16 key-value pairs."), -1;
+	json_object_foreach(v, key, x)
+		if (strlen(key) > 64 || !json_is_string(x) || json_string_length(x) > 512)
+			return api_bad(e, "metadata", "Invalid 'metadata': keys of at most 64 characters, string values of at most 512."), -1;
 	return 0;
 }
 
@@ -753,25 +824,25 @@ static int refuse_if_set(struct parser *p, json_t *root, const char *key,
 	return -1;
 }
 
-static int check_ignored(struct parser *p, json_t *root)
+/* What says how to serve rather than what to generate: each honoured
+ * or refused (param_serving and the rest), never accepted and ignored. */
+static int check_serving(struct parser *p, json_t *root)
 {
-	static const char *const strings[] = {
-		"service_tier", "reasoning_effort", "verbosity",
-		"safety_identifier", "prompt_cache_retention",
-	};
+	static const char *const efforts[] = { "none", "minimal", NULL };
+	static const char *const thinking[] = { "low", "medium", "high", "xhigh", NULL };
 	json_t *v;
-	const char *s;
 	size_t i;
 
-	for (i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
-		if (param_string(p->e, root, strings[i], strings[i], CHAT_MAX_ID, &s))
-			return -1;
-	v = json_object_get(root, "metadata");
-	if (v && !json_is_null(v) && !json_is_object(v))
-		return param_wrong_type(p->e, "metadata", v, "an object");
+	if (param_serving(p->e, root) || param_verbosity(p->e, root, "verbosity", "verbosity") ||
+	    param_enum(p->e, root, "reasoning_effort", "reasoning_effort", efforts, thinking,
+		       "this model does not reason before answering (none or minimal only)"))
+		return -1;
 	v = json_object_get(root, "store");
 	if (v && !json_is_null(v) && !json_is_boolean(v))
 		return param_wrong_type(p->e, "store", v, "a boolean");
+	if (json_is_true(v))
+		return api_error_set(p->e, 400, API_INVALID, "unsupported_value", "store",
+				     "Unsupported value: 'store': true: this server does not keep chat completions (no GET /v1/chat/completions/{id}); /v1/responses stores responses."), -1;
 	v = json_object_get(root, "modalities");
 	if (v && !json_is_null(v)) {
 		json_t *m;
@@ -918,7 +989,7 @@ int chat_request_parse(const char *body, size_t len, const char *model_id,
 	    param_string(e, r->root, "prompt_cache_key", "prompt_cache_key",
 		       CHAT_MAX_ID, &r->prompt_cache_key) ||
 	    chat_response_format(&p, json_object_get(r->root, "response_format")) ||
-	    check_ignored(&p, r->root) || parse_thinking(&p, r->root))
+	    check_serving(&p, r->root) || parse_thinking(&p, r->root))
 		return -1;
 	return 0;
 }

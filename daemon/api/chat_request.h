@@ -47,6 +47,7 @@ struct chat_request {
 	int parallel_tool_calls;
 	int stream;
 	int include_usage;
+	int obfuscate;			/* stream_options.include_obfuscation */
 	const char *user;		/* NULL when absent */
 	const char *prompt_cache_key;	/* NULL when absent */
 	enum chat_format format;
@@ -89,6 +90,23 @@ int param_stop(struct api_error *e, json_t *v, const char *key, struct kvd_sampl
 /* top_k, min_p, repetition_penalty / repeat_penalty, ignore_eos,
  * logit_bias and the "kvarena" extension object into r->s. */
 int param_extra_sampling(struct chat_request *r, json_t *root, struct api_error *e);
+
+/*
+ * OpenAI's fields that say how a request is served rather than what is
+ * generated, each honoured or refused (never accepted and ignored):
+ * service_tier ("auto"/"default": the one tier), prompt_cache_retention
+ * ("in_memory": what the KV retention is; "24h" refused), metadata
+ * (validated: labels for a stored object), safety_identifier (an end
+ * user's id, in the request log line), and the given verbosity (key in o,
+ * named param) "medium" only (the model has one way of answering).
+ */
+int param_serving(struct api_error *e, json_t *root);
+int param_verbosity(struct api_error *e, json_t *o, const char *key, const char *param);
+/* stream_options: include_usage (into *include_usage, NULL: refused),
+ * include_obfuscation (into r->obfuscate); any other key is 400; only
+ * with stream. */
+int param_stream_options(struct chat_request *r, json_t *root, int stream, int *include_usage,
+			 struct api_error *e);
 
 /* 0, or -1 with e filled (400; 404 model_not_found when model is not
  * model_id). r needs chat_request_free() either way. */

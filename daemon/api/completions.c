@@ -93,7 +93,7 @@ static void on_content(struct gen *g, struct gen_choice *c, const char *text, si
 				     c->content.len - len);
 		json_decref(logprobs);
 	}
-	gen_sse_data(g, chunk(g, c->index, text, len, lp, NULL));
+	gen_sse_data(g, gen_obfuscate(g, chunk(g, c->index, text, len, lp, NULL)));
 }
 
 static void on_choice_done(struct gen *g, struct gen_choice *c)
@@ -268,20 +268,18 @@ static int parse(struct gen *g, struct cmpl_fe *f, const struct req *q, struct a
 		r->s.seed = (uint64_t)seed;
 		r->s.has_seed = has_seed;
 	}
+	/* kvarena.close_in_budget steers structured decoding, which a
+	 * text completion never has: it could only be ignored here */
+	v = json_object_get(root, "kvarena");
+	if (v && !json_is_null(v))
+		return api_error_set(e, 400, API_INVALID, "unsupported_parameter", "kvarena",
+				     "Unsupported parameter: 'kvarena' (close_in_budget steers structured decoding, which /v1/completions does not do)."), -1;
 	if (param_stop(e, json_object_get(root, "stop"), "stop", &r->s) ||
 	    param_extra_sampling(r, root, e) ||
 	    param_string(e, root, "user", "user", CHAT_MAX_ID, &r->user))
 		return -1;
-	so = json_object_get(root, "stream_options");
-	if (so && !json_is_null(so)) {
-		if (!g->stream)
-			return api_bad(e, "stream_options", "Invalid value for 'stream_options': only allowed when 'stream' is true."), -1;
-		if (!json_is_object(so))
-			return param_wrong_type(e, "stream_options", so, "an object");
-		if (param_bool(e, so, "include_usage", &f->include_usage))
-			return -1;
-	}
-	return 0;
+	(void)so;
+	return param_stream_options(r, root, g->stream, &f->include_usage, e);
 }
 
 enum MHD_Result completions_handle(struct req *q)

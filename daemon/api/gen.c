@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "api_internal.h"
 #include "chat.h"
@@ -149,6 +150,40 @@ void gen_sse_event(struct gen *g, const char *name, char *json)
 	sb_adds(&g->out, name);
 	sb_adds(&g->out, "\n");
 	gen_sse_data(g, json);
+}
+
+char *gen_obfuscate(const struct gen *g, char *json)
+{
+	static const char field[] = ",\"obfuscation\":\"";
+	static const char alnum[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+	unsigned char rnd[GEN_OBFUSCATION_QUANTUM];
+	size_t len, base, pad;
+	char *out;
+
+	if (!json || !g->cr.obfuscate)
+		return json;
+	len = strlen(json);
+	if (!len || json[len - 1] != '}') {
+		free(json);
+		return NULL;
+	}
+	/* the object less its '}', the field, the padding, '"}' */
+	base = len - 1 + sizeof(field) - 1 + 2;
+	pad = GEN_OBFUSCATION_QUANTUM - base % GEN_OBFUSCATION_QUANTUM;
+	out = malloc(base + pad + 1);
+	if (!out || getrandom(rnd, pad, 0) != (ssize_t)pad) {
+		free(out);
+		free(json);
+		return NULL;
+	}
+	memcpy(out, json, len - 1);
+	memcpy(out + len - 1, field, sizeof(field) - 1);
+	for (size_t i = 0; i < pad; i++)
+		out[len - 1 + sizeof(field) - 1 + i] = alnum[rnd[i] % (sizeof(alnum) - 1)];
+	memcpy(out + base + pad - 2, "\"}", 3);
+	free(json);
+	return out;
 }
 
 const struct tc_call *gen_calls(struct gen_choice *c)

@@ -152,6 +152,12 @@ const struct tc_call *gen_calls(struct gen_choice *c);
 void gen_sse_data(struct gen *g, char *json);
 void gen_sse_event(struct gen *g, const char *name, char *json);
 void gen_sse_raw(struct gen *g, const char *text);
+/* A delta event's JSON object, as gen_sse_data / gen_sse_event, with
+ * stream_options.include_obfuscation honoured: an "obfuscation" field of
+ * random characters pads the object to a multiple of
+ * GEN_OBFUSCATION_QUANTUM bytes, so its size says less of its text. */
+#define GEN_OBFUSCATION_QUANTUM 64
+char *gen_obfuscate(const struct gen *g, char *json);
 
 /* Stream end for the HTTP layer: reader callbacks. */
 long gen_sse_read(struct gen *g, char *buf, size_t max);

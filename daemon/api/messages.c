@@ -684,6 +684,7 @@ static const char *const known_keys[] = {
 	"output_config",
 	/* vLLM's and llama.cpp's, and ours */
 	"min_p", "repetition_penalty", "repeat_penalty", "ignore_eos", "kvarena",
+	"seed", "logit_bias",
 };
 
 /* Parameters that would change the reply and are not served. */
@@ -819,9 +820,37 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 		return -1;
 	if (has)
 		r->s.top_k = (uint32_t)k;
+	if (param_int(e, root, "seed", INT64_MIN, INT64_MAX, &k, &has))
+		return -1;
+	r->s.seed = (uint64_t)k;
+	r->s.has_seed = has;
+	/* metadata.user_id: an end user's opaque id (abuse tracing); it goes
+	 * in the request log line, and is no session key (Claude Code sends
+	 * one for every request) */
 	m = json_object_get(root, "metadata");
-	if (m && !json_is_null(m) && !json_is_object(m))
-		return param_wrong_type(e, "metadata", m, "an object");
+	if (m && !json_is_null(m)) {
+		const char *mk;
+		json_t *mv;
+
+		if (!json_is_object(m))
+			return param_wrong_type(e, "metadata", m, "an object");
+		json_object_foreach(m, mk, mv)
+			if (strcmp(mk, "user_id"))
+				return api_error_set(e, 400, API_INVALID, "unknown_parameter", "metadata",
+						     "metadata.%s: Extra inputs are not permitted (user_id only).", mk), -1;
+		if (param_string(e, m, "user_id", "metadata.user_id", 256, &mk))
+			return -1;
+	}
+	{
+		static const char *const tiers[] = { "auto", "standard_only" };
+		const char *t;
+
+		/* both are what this server does: it has one (standard) tier */
+		if (param_string(e, root, "service_tier", "service_tier", 64, &t))
+			return -1;
+		if (t && strcmp(t, tiers[0]) && strcmp(t, tiers[1]))
+			return api_bad(e, "service_tier", "Invalid 'service_tier': auto or standard_only."), -1;
+	}
 	th = json_object_get(root, "thinking");
 	if (th && !json_is_null(th)) {
 		const char *t = json_string_value(json_object_get(th, "type"));

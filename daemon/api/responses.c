@@ -139,10 +139,14 @@ static void ev(struct gen *g, const char *type, json_t *o)
 	struct resp_fe *f = g->fe;
 	char *s = NULL;
 
+	size_t tl = strlen(type);
+
 	if (o && !json_object_set_new(o, "type", json_string(type)) &&
 	    !json_object_set_new(o, "sequence_number", json_integer(f->seq++)))
 		s = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
+	if (tl > 6 && !strcmp(type + tl - 6, ".delta"))
+		s = gen_obfuscate(g, s);
 	gen_sse_event(g, type, s);
 }
 
@@ -814,6 +818,19 @@ static int parse_text(struct rparser *p, json_t *v)
 		return 0;
 	if (!json_is_object(v))
 		return param_wrong_type(p->e, "text", v, "an object");
+	{
+		const char *k;
+		json_t *x;
+
+		json_object_foreach(v, k, x)
+			if (strcmp(k, "format") && strcmp(k, "verbosity")) {
+				api_error_set(p->e, 400, API_INVALID, "unknown_parameter", "text",
+					      "Unrecognized argument in 'text': %s", k);
+				return -1;
+			}
+	}
+	if (param_verbosity(p->e, v, "verbosity", "text.verbosity"))
+		return -1;
 	fmt = json_object_get(v, "format");
 	if (!fmt || json_is_null(fmt))
 		return 0;
@@ -842,11 +859,12 @@ static const char *const known_keys[] = {
 	"max_output_tokens", "temperature", "top_p", "top_logprobs", "text", "stream",
 	"stream_options", "store", "previous_response_id", "metadata", "user",
 	"prompt_cache_key", "safety_identifier", "service_tier", "truncation", "include",
+	"prompt_cache_retention",
 	"reasoning", "background", "prompt", "conversation", "max_tool_calls",
 	"client_metadata",
 	/* vLLM's and llama.cpp's, and ours */
 	"seed", "top_k", "min_p", "repetition_penalty", "repeat_penalty", "ignore_eos",
-	"kvarena",
+	"logit_bias", "kvarena",
 };
 
 static int refuse_set(struct rparser *p, json_t *root, const char *key, const char *why)
@@ -885,6 +903,12 @@ static int parse_misc(struct rparser *p, json_t *root)
 	if (v && !json_is_null(v)) {
 		if (!json_is_object(v))
 			return param_wrong_type(p->e, "reasoning", v, "an object");
+		json_object_foreach(v, s, x)
+			if (strcmp(s, "effort") && strcmp(s, "summary") && strcmp(s, "generate_summary")) {
+				api_error_set(p->e, 400, API_INVALID, "unknown_parameter", "reasoning",
+					      "Unrecognized argument in 'reasoning': %s", s);
+				return -1;
+			}
 		/* "auto" leaves the summary to the model's abilities: none
 		 * here; asking for one (concise, detailed) is refused */
 		x = json_object_get(v, "summary");
@@ -909,31 +933,23 @@ static int parse_misc(struct rparser *p, json_t *root)
 	if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))
 		return unsupported(p, "truncation", "Unsupported 'truncation' '%s': only 'disabled' (a conversation over the context is a 400).",
 				   json_is_string(v) ? json_string_value(v) : "");
+	if (param_serving(p->e, root))
+		return -1;
 	v = json_object_get(root, "metadata");
-	if (v && !json_is_null(v) && (!json_is_object(v) || json_object_size(v) > 16))
-		return api_bad(p->e, "metadata", "Invalid 'metadata': an object of at most 16 string values."), -1;
-	v = json_object_get(root, "client_metadata");	/* Codex's: for the client's logs */
-	if (v && !json_is_null(v) && !json_is_object(v))
-		return param_wrong_type(p->e, "client_metadata", v, "an object");
-	f->metadata = v && json_is_object(v) ? json_incref(v) : json_object();
-	v = json_object_get(root, "stream_options");
-	if (v && !json_is_null(v)) {
-		if (!json_is_object(v))
-			return param_wrong_type(p->e, "stream_options", v, "an object");
-		json_object_foreach(v, s, x)
-			if (strcmp(s, "include_obfuscation"))
-				return api_bad(p->e, "stream_options", "Unrecognized stream_options argument supplied: %s", s), -1;
-	}
-	for (i = 0; i < 4; i++) {
-		static const char *const strs[] = { "user", "prompt_cache_key", "safety_identifier",
-						    "service_tier" };
+	v = json_is_object(v) ? v : NULL;
+	x = json_object_get(root, "client_metadata");	/* Codex's: for the client's logs */
+	if (x && !json_is_null(x) && !json_is_object(x))
+		return param_wrong_type(p->e, "client_metadata", x, "an object");
+	f->metadata = v ? json_incref(v) : json_object();
+	for (i = 0; i < 2; i++) {
+		static const char *const strs[] = { "user", "prompt_cache_key" };
 		const char *o;
 
 		if (param_string(p->e, root, strs[i], strs[i], CHAT_MAX_ID, &o))
 			return -1;
 		if (i == 0)
 			r->user = o;
-		else if (i == 1)
+		else
 			r->prompt_cache_key = o;
 	}
 	return refuse_set(p, root, "background", "is not supported: requests run while their connection lasts") ||
@@ -946,7 +962,7 @@ static int parse(struct gen *g, struct resp_fe *f, const struct req *q, struct a
 {
 	struct chat_request *r = &g->cr;
 	struct rparser p = { .r = r, .f = f, .e = e };
-	json_t *root, *in, *v, *chain = NULL;
+	json_t *root, *in, *chain = NULL;
 	json_int_t mt = 0, top = 0, seed = 0;
 	size_t cap;
 	int has, has_seed, rc = -1;
@@ -1043,11 +1059,8 @@ static int parse(struct gen *g, struct resp_fe *f, const struct req *q, struct a
 	r->s.top_p = (float)d;
 	if (param_extra_sampling(r, root, e))
 		goto out;
-	v = json_object_get(root, "stream_options");
-	if (v && !json_is_null(v) && !g->stream) {
-		api_bad(e, "stream_options", "Invalid value for 'stream_options': only allowed when 'stream' is true.");
+	if (param_stream_options(r, root, g->stream, NULL, e))
 		goto out;
-	}
 	rc = 0;
 out:
 	json_decref(chain);

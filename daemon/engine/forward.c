@@ -568,6 +568,67 @@ int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
 	return 0;
 }
 
+int kve_batch(struct kve_engine *e, struct kve_session *const *sessions,
+	      const uint32_t *n_new, const int32_t *tokens, uint32_t n, float *logits)
+{
+	uint32_t i, j, vocab, seq = 0, off = 0;
+	uint64_t total = 0, fed = 0;
+	int rc;
+
+	if (!e || !sessions || !n_new || !tokens || !logits || !n)
+		return -EINVAL;
+	vocab = e->m->info.vocab;
+	for (i = 0; i < n; i++) {
+		if (!n_new[i])
+			return -EINVAL;
+		for (j = 0; j < i; j++)
+			if (sessions[j] == sessions[i])
+				return -EINVAL;
+		rc = check_session(e, sessions[i], n_new[i]);
+		if (rc)
+			return rc;
+		total += n_new[i];
+	}
+	for (fed = 0; fed < total; fed++)
+		/* a negative id converts far above the vocabulary */
+		if ((uint32_t)tokens[fed] >= vocab)
+			return -EINVAL;
+	/* passes of up to max_tok tokens, in order: a session split across
+	 * two passes has its first part's KV written before the second reads
+	 * it; the sessions whose last token falls in a pass are consecutive,
+	 * so their logits rows are too */
+	for (fed = 0; fed < total;) {
+		uint32_t T = 0, n_out = 0, first_out = seq;
+		uint32_t *out_idx = e->pos_buf + e->max_tok;
+
+		while (seq < n && T < e->max_tok) {
+			uint32_t take = n_new[seq] - off, t;
+
+			if (take > e->max_tok - T)
+				take = e->max_tok - T;
+			for (t = 0; t < take; t++) {
+				e->sess_buf[T + t] = sessions[seq];
+				e->pos_buf[T + t] = sessions[seq]->n_tokens + off + t;
+			}
+			T += take;
+			off += take;
+			if (off == n_new[seq]) {
+				out_idx[n_out++] = T - 1;
+				seq++;
+				off = 0;
+			}
+		}
+		e->tok_sess = e->sess_buf;
+		e->tok_pos = e->pos_buf;
+		forward(e, tokens + fed, T, out_idx, n_out,
+			logits + (size_t)first_out * vocab);
+		fed += T;
+	}
+	for (i = 0; i < n; i++)
+		sessions[i]->n_tokens += n_new[i];
+	return 0;
+}
+
 /* ---- lifetime ------------------------------------------------------- */
 
 void kve_engine_free(struct kve_engine *e)

@@ -141,6 +141,17 @@ int kve_prefill(struct kve_engine *e, struct kve_session *s,
 int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
 	       const int32_t *tokens, uint32_t n, float *logits);
 
+/* A ragged batch, one pass per max(max_chunk, max_batch) tokens: session
+ * i appends n_new[i] tokens (tokens holds them session by session); the
+ * logits of each session's last token go to logits + i*vocab. Prompt
+ * chunks of several sessions and single decode tokens of others share
+ * each pass, so the weights are read once for all of them; every token's
+ * result is the same as alone (the kernels' batch invariance). The
+ * sessions must be distinct. Errors as kve_prefill, before anything is
+ * written. */
+int kve_batch(struct kve_engine *e, struct kve_session *const *sessions,
+	      const uint32_t *n_new, const int32_t *tokens, uint32_t n, float *logits);
+
 /* Name of the kernel set chosen at run time ("avx512vnni", "avx512",
  * "avxvnni", "avx2", "c"). The environment variable
  * KVE_ISA=c|avx2|avxvnni|avx512|avx512vnni forces a lower one. The

@@ -7,10 +7,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ini.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "config.h"
 
@@ -53,7 +55,10 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->listen_port = 8080;
 	c->max_body_kb = 4096;
 	c->max_connections = 1024;
+	c->max_connections_per_ip = 256;
 	c->conn_timeout_s = 30;
+	c->responses_max = 1000;
+	c->responses_max_mb = 64;
 	c->max_tokens_cap = 1024;
 	snprintf(c->tool_open, sizeof(c->tool_open), "<tool_call>");
 	snprintf(c->tool_close, sizeof(c->tool_close), "</tool_call>");
@@ -75,14 +80,19 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->tier_decisions = 1;
 	c->tier_prefetch = 1;
 	c->tier_margin_ms = 100;
-	c->prefill_workers = 1;
-	c->decode_workers = 1;
-	c->threads_per_worker = 1;
-	c->max_batch = 16;
+	c->prefill_workers = KVD_WORKERS_AUTO;
+	c->decode_workers = KVD_WORKERS_AUTO;
+	c->threads_per_worker = 0;	/* auto */
+	c->max_batch = 64;
+	c->step_tokens = 256;
+	c->chunk_tokens = 128;
+	c->steps_in_flight = 2;
+	c->share_stages = 1;
 	snprintf(c->prefill_backend, sizeof(c->prefill_backend), "cpu");
 	snprintf(c->decode_backend, sizeof(c->decode_backend), "cpu");
 	c->lease_ms = 30000;
 	c->lease_per_token_ms = 50;
+	c->restart_backoff_max_ms = 5000;
 	c->prefill_load_scale = 1.0;
 	c->max_queue = 256;
 	c->max_sessions = 4096;
@@ -140,7 +150,9 @@ static int copy_str(char *dst, size_t n, const char *v)
  * that the configuration itself holds no secret and only the service can
  * read its keys. -1 if the file cannot be read or a key is bad.
  */
-static int keys_from_file(struct kvd_tenant_cfg *t, const char *path)
+/* API keys, one per line (# comments), appended to keys[*n] (at most
+ * KVD_MAX_KEYS_PER_TENANT, each at least 16 bytes). */
+static int keys_from_file(char keys[][128], uint32_t *n_keys, const char *path)
 {
 	char line[256];
 	FILE *f;
@@ -159,17 +171,30 @@ static int keys_from_file(struct kvd_tenant_cfg *t, const char *path)
 		line[len] = 0;
 		if (!len || line[0] == '#')
 			continue;
-		if (t->n_keys == KVD_MAX_KEYS_PER_TENANT || len < 16 ||
-		    copy_str(t->keys[t->n_keys], sizeof(t->keys[0]), line)) {
+		if (*n_keys == KVD_MAX_KEYS_PER_TENANT || len < 16 ||
+		    copy_str(keys[*n_keys], sizeof(keys[0]), line)) {
 			rc = -1;
 			break;
 		}
-		t->n_keys++;
+		(*n_keys)++;
 		n++;
 	}
 	fclose(f);
 	explicit_bzero(line, sizeof(line));
 	return rc || !n ? -1 : 0;
+}
+
+/* A systemd credential's file ($CREDENTIALS_DIRECTORY/NAME, from the
+ * unit's LoadCredential=) holding keys, one per line. */
+static int keys_from_credential(char keys[][128], uint32_t *n_keys, const char *name)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+	char path[512];
+
+	if (!dir || !*dir || !name[0] || strchr(name, '/') ||
+	    snprintf(path, sizeof(path), "%s/%s", dir, name) >= (int)sizeof(path))
+		return -1;
+	return keys_from_file(keys, n_keys, path);
 }
 
 struct load_ctx {
@@ -328,6 +353,18 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	BOOL("server", "allow_remote", allow_remote);
 	U32("server", "max_body_kb", max_body_kb, 1, 1 << 20);
 	U32("server", "max_connections", max_connections, 1, 65536);
+	U32("server", "max_connections_per_ip", max_connections_per_ip, 0, 65536);
+	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key")) {
+		if (c->n_metrics_keys == KVD_MAX_KEYS_PER_TENANT || strlen(v) < 16 ||
+		    copy_str(c->metrics_keys[c->n_metrics_keys], sizeof(c->metrics_keys[0]), v))
+			return -1;
+		c->n_metrics_keys++;
+		return 0;
+	}
+	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key_file"))
+		return v[0] == '/' ? keys_from_file(c->metrics_keys, &c->n_metrics_keys, v) : -1;
+	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key_credential"))
+		return keys_from_credential(c->metrics_keys, &c->n_metrics_keys, v);
 	U32("server", "connection_timeout_s", conn_timeout_s, 1, 3600);
 	STR("model", "path", model_path);
 	STR("model", "id", model_id);
@@ -380,16 +417,25 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	BOOL("tier", "decisions", tier_decisions);
 	BOOL("tier", "prefetch", tier_prefetch);
 	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
-	/* 0 when remote hosts take the stage ([remote] prefill / decode) */
-	U32("workers", "prefill", prefill_workers, 0, 64);
-	U32("workers", "decode", decode_workers, 0, 64);
-	U32("workers", "threads", threads_per_worker, 1, 2);
+	/* auto: from the CPUs; 0 when remote hosts take the stage ([remote]
+	 * prefill / decode) */
+	if (!strcmp(sec, "workers") && (!strcmp(k, "prefill") || !strcmp(k, "decode") ||
+					 !strcmp(k, "threads"))) {
+		int th = !strcmp(k, "threads");
+		uint32_t *f = !strcmp(k, "prefill") ? &c->prefill_workers :
+			      !strcmp(k, "decode") ? &c->decode_workers : &c->threads_per_worker;
+
+		if (!strcmp(v, "auto"))
+			return *f = th ? 0 : KVD_WORKERS_AUTO, 0;
+		return parse_u32(v, th ? 1 : 0, th ? 2 : 64, &u) ? -1 : (*f = u, 0);
+	}
 	U32("workers", "max_batch", max_batch, 1, 256);
 	STR("workers", "prefill_backend", prefill_backend);
 	STR("workers", "decode_backend", decode_backend);
 	STR("workers", "backend_options", backend_options);
 	U32("workers", "lease_ms", lease_ms, 100, 3600000);
 	U32("workers", "lease_per_token_ms", lease_per_token_ms, 0, 60000);
+	U32("workers", "restart_backoff_max_ms", restart_backoff_max_ms, 0, 3600000);
 	if (!strcmp(sec, "workers") && !strcmp(k, "prefill_load_scale")) {
 		char *end;
 		double x = strtod(v, &end);
@@ -399,6 +445,10 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 		c->prefill_load_scale = x;
 		return 0;
 	}
+	U32("sched", "step_tokens", step_tokens, 1, 4096);
+	U32("sched", "chunk_tokens", chunk_tokens, 1, 4096);
+	U32("sched", "steps_in_flight", steps_in_flight, 1, 2);
+	BOOL("sched", "share_stages", share_stages);
 	U32("limits", "max_queue", max_queue, 1, 1 << 20);
 	U32("limits", "max_sessions", max_sessions, 1, 1 << 22);
 	STR("tools", "policy", tools_policy);
@@ -452,16 +502,9 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return 0;
 		}
 		if (!strcmp(k, "key_file"))
-			return v[0] == '/' ? keys_from_file(t, v) : -1;
-		if (!strcmp(k, "key_credential")) {
-			const char *dir = getenv("CREDENTIALS_DIRECTORY");
-			char path[512];
-
-			if (!dir || !*dir || !v[0] || strchr(v, '/') ||
-			    snprintf(path, sizeof(path), "%s/%s", dir, v) >= (int)sizeof(path))
-				return -1;
-			return keys_from_file(t, path);
-		}
+			return v[0] == '/' ? keys_from_file(t->keys, &t->n_keys, v) : -1;
+		if (!strcmp(k, "key_credential"))
+			return keys_from_credential(t->keys, &t->n_keys, v);
 		if (!strcmp(k, "tokens_per_min")) {
 			if (parse_u32(v, 0, UINT32_MAX, &u))
 				return -1;
@@ -472,6 +515,8 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 			return parse_u32(v, 0, 1 << 20, &t->kv_blocks);
 		if (!strcmp(k, "server_tools"))
 			return parse_bool(v, &t->server_tools);
+		if (!strcmp(k, "weight"))
+			return parse_u32(v, 1, 1000, &t->weight);
 		if (!strcmp(k, "id"))
 			return parse_u32(v, 1, KVD_TENANT_ID_MAX, &t->id);
 		if (!strcmp(k, "tool_concurrency"))
@@ -594,6 +639,14 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 						return -1;
 					}
 	}
+	for (i = 0; i < c->n_metrics_keys; i++)
+		for (j = 0; j < c->n_tenants; j++)
+			for (uint32_t a = 0; a < c->tenants[j].n_keys; a++)
+				if (!strcmp(c->metrics_keys[i], c->tenants[j].keys[a])) {
+					snprintf(err, errlen, "[server] a metrics key is also tenant %s's key",
+						 c->tenants[j].name);
+					return -1;
+				}
 	if (!c->prefill_workers && !c->remote_prefill) {
 		snprintf(err, errlen, "no prefill worker: [workers] prefill or [remote] prefill "
 			 "must be at least 1");
@@ -636,4 +689,41 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 		c->model_id[n] = 0;
 	}
 	return 0;
+}
+
+void kvd_config_auto(struct kvd_config *c, char *note, size_t notelen)
+{
+	cpu_set_t set;
+	uint32_t cpus = 0, threads, workers;
+	long n;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		cpus = (uint32_t)CPU_COUNT(&set);
+	if (!cpus && (n = sysconf(_SC_NPROCESSORS_ONLN)) > 0)
+		cpus = (uint32_t)n;
+	if (!cpus)
+		cpus = 1;
+	/* one process per core, one thread each: a worker's step is one
+	 * pass over the weights, and two workers that take each other's
+	 * work when idle (share_stages) keep both cores busy without the
+	 * threads of one pass waiting on each other; from 8 cores up, two
+	 * threads per worker halve the processes' weight reads per token
+	 * served */
+	threads = c->threads_per_worker ? c->threads_per_worker : cpus >= 8 ? 2 : 1;
+	workers = cpus / threads;
+	if (workers < 2)
+		workers = 2;
+	if (workers > 64)
+		workers = 64;
+	if (c->prefill_workers == KVD_WORKERS_AUTO && c->decode_workers == KVD_WORKERS_AUTO) {
+		c->prefill_workers = workers / 2;
+		c->decode_workers = workers - workers / 2;
+	} else if (c->prefill_workers == KVD_WORKERS_AUTO) {
+		c->prefill_workers = workers > c->decode_workers ? workers - c->decode_workers : 1;
+	} else if (c->decode_workers == KVD_WORKERS_AUTO) {
+		c->decode_workers = workers > c->prefill_workers ? workers - c->prefill_workers : 1;
+	}
+	c->threads_per_worker = threads;
+	snprintf(note, notelen, "%u CPUs: %u prefill + %u decode workers, %u thread%s each",
+		 cpus, c->prefill_workers, c->decode_workers, threads, threads > 1 ? "s" : "");
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #define KVD_MAX_TENANTS 64
+#define KVD_WORKERS_AUTO UINT32_MAX
 #define KVD_MAX_LIST 16		/* entries of a comma-separated list */
 #define KVD_MAX_KEYS_PER_TENANT 8
 
@@ -26,6 +27,7 @@ struct kvd_tenant_cfg {
 	uint64_t tokens_per_min;	/* prompt + completion; 0: unlimited */
 	uint32_t kv_blocks;		/* blocks held at once; 0: unlimited */
 	int server_tools;		/* may use server-side tools */
+	uint32_t weight;		/* fair share of prefill tokens and decode slots */
 	uint32_t tool_concurrency;	/* its tool calls at once; 0: [tools]' */
 	uint32_t tool_disk_mb;		/* its work directories' bytes; 0: no cap */
 	int has_tool_disk;		/* tool_disk_mb set here, else [tools]' */
@@ -80,7 +82,12 @@ struct kvd_config {
 	int allow_remote;		/* listen beyond loopback without keys */
 	uint32_t max_body_kb;
 	uint32_t max_connections;
+	uint32_t max_connections_per_ip;	/* from one address; 0: no limit */
 	uint32_t conn_timeout_s;
+	/* keys that read every tenant's series on /metrics (metrics_key,
+	 * metrics_key_file, metrics_key_credential) */
+	char metrics_keys[KVD_MAX_KEYS_PER_TENANT][128];
+	uint32_t n_metrics_keys;
 	/* pages of these origins may call the API (CORS; "*": any) */
 	char cors_origins[KVD_MAX_LIST][256];
 	uint32_t n_cors_origins;
@@ -119,7 +126,8 @@ struct kvd_config {
 	int tier_decisions;		/* 1: keep/spill/discard at each tool wait */
 	int tier_prefetch;		/* 1: restore before the predicted return */
 	uint32_t tier_margin_ms;	/* prefetch safety margin */
-	/* [workers] */
+	/* [workers]; KVD_WORKERS_AUTO (threads: 0): from the CPUs present
+	 * (kvd_config_auto); 0 workers: remote hosts take the stage */
 	uint32_t prefill_workers;
 	uint32_t decode_workers;
 	uint32_t threads_per_worker;
@@ -129,7 +137,13 @@ struct kvd_config {
 	char backend_options[256];
 	uint32_t lease_ms;		/* a step may take this long, then its worker dies */
 	uint32_t lease_per_token_ms;	/* ... plus this per prompt token it prefills */
+	uint32_t restart_backoff_max_ms;	/* a failing worker's restart back-off bound */
 	double prefill_load_scale;	/* router cost weight */
+	/* [sched] */
+	uint32_t step_tokens;		/* a step's token budget */
+	uint32_t chunk_tokens;		/* prompt tokens of one sequence per step */
+	uint32_t steps_in_flight;	/* per worker (1: no pipelining) */
+	int share_stages;		/* an idle worker takes the other stage's work */
 	/* [limits] */
 	uint32_t max_queue;		/* jobs waiting for admission */
 	uint32_t max_sessions;		/* conversations remembered */
@@ -179,5 +193,8 @@ int kvd_config_set(struct kvd_config *c, const char *sec, const char *key,
 		   const char *val, char *err, size_t errlen);
 /* Checks the whole configuration; 0 or -1 with a message. */
 int kvd_config_check(struct kvd_config *c, char *err, size_t errlen);
+/* Fills the settings left to the machine (workers and threads from the
+ * CPUs this process may run on); a line for the startup log in note. */
+void kvd_config_auto(struct kvd_config *c, char *note, size_t notelen);
 
 #endif

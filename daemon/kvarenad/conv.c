@@ -1,20 +1,37 @@
 // SPDX-License-Identifier: MIT
 /*
  * conv.c - conversations: one kvarena session per conversation, its token
- * history and the text those tokens stand for.
+ * history, the text those tokens stand for, and how a request finds the
+ * conversation it continues.
  *
  * A follow-up request (the next turn, or the request carrying tool
- * results) is found by text: the rendered prompt of turn N+1 starts with
- * the text of turn N's prompt and reply when the chat rendering is
- * byte-stable, so the longest conversation whose text the prompt repeats
- * keeps its KV and only the new text is tokenized and prefilled. Matching
- * text rather than re-tokenized ids also keeps the model's own sampled
- * tokens, which a re-tokenization of the reply would not reproduce.
+ * results) repeats the conversation's whole text: the chat template is
+ * byte-stable, so the rendered prompt of turn N+1 starts with the text of
+ * turn N's prompt and reply. Every idle conversation is indexed by a hash
+ * of its whole text (per tenant, seeded per daemon); a request hashes its
+ * prompt's prefixes once, outside the orchestrator's lock, keeping the
+ * lengths whose hash a counting filter has seen, and under the lock the
+ * longest of those whose text really is the prompt's prefix wins: O(prompt
+ * length), never a scan of every conversation. Only the appended text is
+ * tokenized and prefilled; matching text rather than re-tokenized ids
+ * keeps the model's own sampled tokens, which a re-tokenization of the
+ * reply would not reproduce. A conversation the prompt does not repeat
+ * whole is never continued, cut or claimed: the request starts its own
+ * and shares the common prefix's blocks through the radix index
+ * (prefix.c). The text is matched with its kinds too (markup.c): a kept
+ * conversation is continued only when the prompt's markup and plain text
+ * agree with all of its text, so client text spelling its turns never
+ * gets their marker tokens. prompt_cache_key / user play no part here (a
+ * routing hint, router.c).
  *
- * Not here: which blocks are cached (prefix.c), kernel states (kstate.c).
+ * Also here: the block accounting (who holds each block), KV retention
+ * deadlines (a heap), the max_sessions bound (least recently used idle
+ * conversation first), lookups by id and by kvarena session.
+ * Not here: the radix index (radix.c, prefix.c), kernel states (kstate.c).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +39,81 @@
 
 #include "internal.h"
 #include "log.h"
+
+#define FNV_PRIME 0x100000001b3ull
+
+/* ---- indexes ---------------------------------------------------------- */
+
+int kvd_conv_init(struct kvd *d)
+{
+	uint32_t n = d->cfg.max_sessions;
+
+	if (getrandom(&d->text_seed, sizeof(d->text_seed), 0) != sizeof(d->text_seed))
+		d->text_seed = kvd_now_ns() * 0x9e3779b97f4a7c15ull;
+	d->text_filter = calloc(KVD_TEXT_FILTER, sizeof(*d->text_filter));
+	d->deadlines = calloc(n + 1, sizeof(*d->deadlines));
+	if (!d->text_filter || !d->deadlines || kvd_hmap_init(&d->conv_by_id, n) ||
+	    kvd_hmap_init(&d->conv_by_sid, n) || kvd_hmap_init(&d->conv_by_text, n))
+		return -ENOMEM;
+	return 0;
+}
+
+void kvd_conv_fini(struct kvd *d)
+{
+	kvd_hmap_fini(&d->conv_by_id);
+	kvd_hmap_fini(&d->conv_by_sid);
+	kvd_hmap_fini(&d->conv_by_text);
+	free(d->text_filter);
+	free(d->deadlines);
+	d->text_filter = NULL;
+	d->deadlines = NULL;
+}
+
+static uint64_t id_key(const char *id)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	while (*id)
+		h = (h ^ (uint8_t)*id++) * FNV_PRIME;
+	return kvd_mix64(h);
+}
+
+/* The text index's key of a text whose running hash is h. */
+static uint64_t text_key(const struct kvd *d, uint32_t tenant, uint64_t h)
+{
+	return kvd_mix64(h ^ d->text_seed ^ ((uint64_t)tenant * 0x9e3779b97f4a7c15ull));
+}
+
+static uint64_t text_hash_more(uint64_t h, const char *p, size_t n)
+{
+	while (n--)
+		h = (h ^ (uint8_t)*p++) * FNV_PRIME;
+	return h;
+}
+
+static void text_index(struct kvd *d, struct kvd_conv *c)
+{
+	uint64_t k;
+
+	if (c->text_indexed || !c->text_len || c->delete_pending || !d->cfg.retention)
+		return;
+	k = text_key(d, c->tenant, c->text_hash);
+	kvd_hmap_add(&d->conv_by_text, &c->by_text, k);
+	__atomic_add_fetch(&d->text_filter[k >> (64 - KVD_TEXT_FILTER_BITS)], 1, __ATOMIC_RELAXED);
+	c->text_indexed = 1;
+}
+
+static void text_unindex(struct kvd *d, struct kvd_conv *c)
+{
+	if (!c->text_indexed)
+		return;
+	__atomic_sub_fetch(&d->text_filter[c->by_text.key >> (64 - KVD_TEXT_FILTER_BITS)], 1,
+			   __ATOMIC_RELAXED);
+	kvd_hmap_del(&d->conv_by_text, &c->by_text);
+	c->text_indexed = 0;
+}
+
+/* ---- the LRU list and deadlines ---------------------------------------- */
 
 static void list_del(struct kvd *d, struct kvd_conv *c)
 {
@@ -31,6 +123,8 @@ static void list_del(struct kvd *d, struct kvd_conv *c)
 		d->convs = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	else
+		d->convs_tail = c->prev;
 	c->prev = c->next = NULL;
 }
 
@@ -40,20 +134,112 @@ static void list_push(struct kvd *d, struct kvd_conv *c)
 	c->prev = NULL;
 	if (d->convs)
 		d->convs->prev = c;
+	else
+		d->convs_tail = c;
 	d->convs = c;
 }
 
-void kvd_conv_touch(struct kvd_conv *c)
+void kvd_conv_touch(struct kvd *d, struct kvd_conv *c)
 {
 	c->last_used_ns = kvd_now_ns();
+	if (d->convs != c) {
+		list_del(d, c);
+		list_push(d, c);
+	}
 }
+
+static int dl_before(const struct kvd_conv *a, const struct kvd_conv *b)
+{
+	return a->deadline_ns < b->deadline_ns;
+}
+
+static void dl_swap(struct kvd *d, uint32_t i, uint32_t j)
+{
+	struct kvd_conv *t = d->deadlines[i];
+
+	d->deadlines[i] = d->deadlines[j];
+	d->deadlines[j] = t;
+	d->deadlines[i]->dl_index = i;
+	d->deadlines[j]->dl_index = j;
+}
+
+static void dl_fix(struct kvd *d, uint32_t i)
+{
+	while (i && dl_before(d->deadlines[i], d->deadlines[(i - 1) / 2])) {
+		dl_swap(d, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+	for (;;) {
+		uint32_t l = 2 * i + 1, b = i;
+
+		if (l < d->n_deadlines && dl_before(d->deadlines[l], d->deadlines[b]))
+			b = l;
+		if (l + 1 < d->n_deadlines && dl_before(d->deadlines[l + 1], d->deadlines[b]))
+			b = l + 1;
+		if (b == i)
+			break;
+		dl_swap(d, i, b);
+		i = b;
+	}
+}
+
+static void dl_remove(struct kvd *d, struct kvd_conv *c)
+{
+	uint32_t i = c->dl_index;
+
+	if (i == UINT32_MAX)
+		return;
+	c->dl_index = UINT32_MAX;
+	if (i != --d->n_deadlines) {
+		d->deadlines[i] = d->deadlines[d->n_deadlines];
+		d->deadlines[i]->dl_index = i;
+		dl_fix(d, i);
+	}
+}
+
+void kvd_conv_set_deadline(struct kvd *d, struct kvd_conv *c, uint64_t when_ns)
+{
+	dl_remove(d, c);
+	c->deadline_ns = when_ns;
+	if (!when_ns || d->n_deadlines > d->cfg.max_sessions)
+		return;
+	c->dl_index = d->n_deadlines;
+	d->deadlines[d->n_deadlines++] = c;
+	dl_fix(d, c->dl_index);
+}
+
+/* Releases the KV of idle conversations whose retention is over, soonest
+ * first; returns when the next one is due (0: none). */
+uint64_t kvd_conv_expire(struct kvd *d, uint64_t now)
+{
+	while (d->n_deadlines) {
+		struct kvd_conv *c = d->deadlines[0];
+
+		if (c->deadline_ns > now)
+			return c->deadline_ns;
+		dl_remove(d, c);
+		if (c->job || !c->has_kv)
+			continue;
+		if (c->tier_op) {
+			/* a spill or restore in flight: look again shortly */
+			kvd_conv_set_deadline(d, c, now + 100000000ull);
+			continue;
+		}
+		kvd_log(KVD_LOG_DEBUG, "sched", "%s: retention over, KV released", c->id);
+		/* to disk when there is a tier, else released */
+		kvd_tiering_expire(d, c);
+	}
+	return 0;
+}
+
+/* ---- life ---------------------------------------------------------------- */
 
 uint32_t kvd_conv_blocks(const struct kvd_conv *c)
 {
 	return c->has_kv ? c->as.s.n_blocks : 0;
 }
 
-struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key)
+struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant)
 {
 	struct kvd_conv *c;
 	uint8_t rnd[12];
@@ -61,14 +247,13 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key)
 
 	/* forget the least recently used idle conversation past the cap */
 	if (d->n_convs >= d->cfg.max_sessions) {
-		struct kvd_conv *old = d->convs, *victim = NULL;
+		struct kvd_conv *old = d->convs_tail;
 
-		for (; old; old = old->next)
-			if (!old->job)
-				victim = old;
-		if (!victim)
+		while (old && old->job)
+			old = old->prev;
+		if (!old)
 			return NULL;
-		kvd_conv_free(d, victim);
+		kvd_conv_free(d, old);
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -82,26 +267,34 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key)
 		snprintf(c->id + 5 + 2 * i, 3, "%02x", rnd[i]);
 	memcpy(&c->tier_key, rnd, sizeof(c->tier_key));
 	c->tenant = tenant;
-	if (key && !(c->key = strdup(key))) {
-		free(c);
-		return NULL;
-	}
 	c->kstate = KVA_STATE_IDLE;
-	kvd_conv_touch(c);
+	c->dl_index = UINT32_MAX;
+	c->text_hash = 0xcbf29ce484222325ull;
+	c->last_used_ns = kvd_now_ns();
 	list_push(d, c);
+	kvd_hmap_add(&d->conv_by_id, &c->by_id, id_key(c->id));
 	d->n_convs++;
 	return c;
 }
 
-static void count_blocks(struct kvd *d, struct kvd_conv *c, uint32_t from,
-			 uint32_t to, int delta)
+/* Who holds each block: conversations (block_users) and tenants'
+ * budgets; a block whose last holder goes becomes evictable in the radix
+ * index (when cached there), and busy again when one takes it. */
+void kvd_blocks_hold(struct kvd *d, struct kvd_conv *c, uint32_t from, uint32_t to, int delta)
 {
-	uint32_t i;
+	uint32_t i, slot;
 
-	for (i = from; i < to; i++)
-		d->block_users[c->as.s.block_table[i]] += (uint16_t)delta;
-	uint32_t slot = kvd_tenant_slot(d, c->tenant);
+	for (i = from; i < to; i++) {
+		uint32_t b = c->as.s.block_table[i];
 
+		if (delta > 0) {
+			if (!d->block_users[b]++)
+				kvd_prefix_busy(d, b, 1);
+		} else if (d->block_users[b] && !--d->block_users[b]) {
+			kvd_prefix_busy(d, b, 0);
+		}
+	}
+	slot = kvd_tenant_slot(d, c->tenant);
 	if (slot)
 		d->tenant_blocks[slot] += (uint32_t)(delta * (int)(to - from));
 }
@@ -112,15 +305,14 @@ int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
 
 	if (c->has_kv)
 		return 0;
-	static uint64_t serial;
-
 	/* the cookie operators see (kvactl): a serial, not an address */
-	rc = kve_arena_session_open(d->kv, ++serial, d->ctx_len, &c->as);
+	rc = kve_arena_session_open(d->kv, ++d->kv_serial, d->ctx_len, &c->as);
 	if (rc)
 		return rc;
 	c->has_kv = 1;
-	c->n_hashed = 0;
+	c->n_offered = 0;
 	c->kstate = KVA_STATE_IDLE;
+	kvd_hmap_add(&d->conv_by_sid, &c->by_sid, c->as.sid);
 	return 0;
 }
 
@@ -132,16 +324,18 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 	struct kva_session_info si = { .size = sizeof(si) };
 
 	kvd_tiering_abandon(d, c);
+	kvd_prefix_pending_drop(d, c);
 	if (!c->has_kv)
 		return;
 	/* what it held idle, for kvarenad_kv_idle_byte_seconds_total */
 	if (kva_session_get_info(d->arena, c->as.sid, &si) == 0)
 		d->m.idle_byte_s_ended += si.idle_byte_sec;
-	count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+	kvd_blocks_hold(d, c, 0, c->as.s.n_blocks, -1);
+	kvd_hmap_del(&d->conv_by_sid, &c->by_sid);
 	kve_arena_session_close(d->kv, &c->as);
 	memset(&c->as, 0, sizeof(c->as));
 	c->has_kv = 0;
-	c->n_hashed = 0;
+	c->n_offered = 0;
 	c->kstate = KVA_STATE_ENDED;
 }
 
@@ -153,8 +347,9 @@ void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
 
 	if (!c->has_kv)
 		return;
+	kvd_prefix_pending_drop(d, c);
 	if (c->as.s.n_blocks) {
-		count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+		kvd_blocks_hold(d, c, 0, c->as.s.n_blocks, -1);
 		rc = kva_blocks_free(d->arena, c->as.sid, c->as.s.n_blocks, c->as.s.block_table);
 		if (rc < 0)
 			kvd_log(KVD_LOG_WARN, "conv", "%s: freeing %u blocks: %s", c->id,
@@ -162,17 +357,26 @@ void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
 	}
 	c->as.s.n_blocks = 0;
 	c->as.s.n_tokens = 0;
-	c->n_hashed = 0;
+	c->n_offered = 0;
 }
 
 void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out)
 {
-	count_blocks(d, c, 0, c->as.s.n_blocks, -1);
+	kvd_prefix_pending_drop(d, c);
+	kvd_blocks_hold(d, c, 0, c->as.s.n_blocks, -1);
+	if (c->has_kv)
+		kvd_hmap_del(&d->conv_by_sid, &c->by_sid);
 	*out = c->as;
 	memset(&c->as, 0, sizeof(c->as));
 	c->has_kv = 0;
-	c->n_hashed = 0;
+	c->n_offered = 0;
 	c->kstate = KVA_STATE_ENDED;
+}
+
+/* Blocks for n_more positions after the KV. */
+int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
+{
+	return kvd_conv_reserve_to(d, c, c->as.s.n_tokens + n_more);
 }
 
 void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
@@ -180,88 +384,123 @@ void kvd_conv_free(struct kvd *d, struct kvd_conv *c)
 	kvd_tiering_forget(d, c);
 	kvd_agent_forget(d, c);
 	kvd_conv_drop_kv(d, c);
+	text_unindex(d, c);
+	dl_remove(d, c);
 	list_del(d, c);
+	kvd_hmap_del(&d->conv_by_id, &c->by_id);
 	d->n_convs--;
-	free(c->key);
 	free(c->tokens);
 	free(c->tok_end);
 	free(c->text);
 	free(c->cls);
-	free(c->hashes);
+	free(c->nodes);
 	free(c);
 }
 
 struct kvd_conv *kvd_conv_find_id(struct kvd *d, const char *id)
 {
-	struct kvd_conv *c;
+	struct kvd_hnode *e;
 
-	for (c = d->convs; c; c = c->next)
+	for (e = kvd_hmap_first(&d->conv_by_id, id_key(id)); e; e = kvd_hmap_next(e)) {
+		struct kvd_conv *c = (struct kvd_conv *)((char *)e - offsetof(struct kvd_conv, by_id));
+
 		if (!strcmp(c->id, id))
 			return c;
+	}
 	return NULL;
 }
 
-static size_t common_prefix(const char *a, size_t na, const char *b, size_t nb)
+struct kvd_conv *kvd_conv_by_sid(struct kvd *d, uint64_t sid)
 {
-	size_t n = na < nb ? na : nb, i = 0;
+	struct kvd_hnode *e;
 
-	while (i < n && a[i] == b[i])
-		i++;
-	return i;
+	for (e = kvd_hmap_first(&d->conv_by_sid, sid); e; e = kvd_hmap_next(e)) {
+		struct kvd_conv *c = (struct kvd_conv *)((char *)e - offsetof(struct kvd_conv, by_sid));
+
+		if (c->has_kv && c->as.sid == sid)
+			return c;
+	}
+	return NULL;
 }
 
-/* Tokens [0, k) whose text lies within the first len bytes. */
-static uint32_t tokens_within(const struct kvd_conv *c, size_t len)
-{
-	uint32_t k = c->n_tokens;
+/* ---- finding the conversation a prompt continues --------------------------- */
 
-	while (k > 0 && (c->tok_end[k - 1] == UINT32_MAX || c->tok_end[k - 1] > len))
-		k--;
-	return k;
+/*
+ * Outside the lock: the prompt's prefixes whose text key the filter has
+ * seen (length and key), longest last, at most max (the longest ones).
+ * The filter's counters are read without the lock: a stale read only adds
+ * or misses a candidate that the locked check settles (a conversation
+ * indexed meanwhile is simply not continued by this request).
+ */
+uint32_t kvd_conv_candidates(const struct kvd *d, uint32_t tenant, const char *prompt,
+			     size_t len, struct kvd_cand *out, uint32_t max)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	uint32_t n = 0;
+	size_t k;
+
+	if (!d->cfg.retention || len >= UINT32_MAX || !max)
+		return 0;
+	for (k = 0; k < len; k++) {
+		uint64_t key;
+
+		h = (h ^ (uint8_t)prompt[k]) * FNV_PRIME;
+		key = text_key(d, tenant, h);
+		if (!__atomic_load_n(&d->text_filter[key >> (64 - KVD_TEXT_FILTER_BITS)],
+				     __ATOMIC_RELAXED))
+			continue;
+		if (n == max) {		/* keep the longest */
+			memmove(out, out + 1, (max - 1) * sizeof(*out));
+			n--;
+		}
+		out[n].len = (uint32_t)(k + 1);
+		out[n++].key = key;
+	}
+	return n;
 }
 
 /*
- * A request continues a conversation when it repeats the conversation's
- * whole text (the next turn, or the request bringing tool results), or
- * names it by session key (then a partial match truncates it: a client
- * that edits or regenerates). Another conversation that merely shares a
- * prefix (the same system prompt) gets a session of its own, sharing the
- * prefix's blocks through the prefix cache instead.
+ * Under the lock: the idle conversation of the job's tenant whose whole
+ * text is the prompt's prefix at the longest candidate, claimed for the
+ * job (taken out of the index: nobody else continues it meanwhile), or
+ * NULL. A candidate costs a probe, and a compare only on a key match.
  */
-struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
-				const char *prompt, size_t len, const struct kvd_markup *m,
-				uint32_t *keep)
+struct kvd_conv *kvd_conv_claim(struct kvd *d, struct kvd_job *j, const char *prompt,
+				const struct kvd_markup *m, const struct kvd_cand *cand,
+				uint32_t n)
 {
-	struct kvd_conv *c, *best = NULL;
-	uint32_t best_k = 0;
+	while (n--) {
+		struct kvd_hnode *e;
 
-	*keep = 0;
-	for (c = d->convs; c; c = c->next) {
-		uint32_t k;
-		size_t l;
+		for (e = kvd_hmap_first(&d->conv_by_text, cand[n].key); e; e = kvd_hmap_next(e)) {
+			struct kvd_conv *c = (struct kvd_conv *)((char *)e -
+							  offsetof(struct kvd_conv, by_text));
 
-		if (c->tenant != tenant || c->job || c->delete_pending || !c->n_tokens)
-			continue;
-		if (key && c->key && strcmp(key, c->key))
-			continue;
-		l = common_prefix(c->text, c->text_len, prompt, len);
-		/* the same bytes, but markup where the prompt has plain text
-		 * (or the other way round): not the same tokens */
-		l = kvd_markup_agree(c->cls, l, m ? m->spans : NULL, m ? m->n : 0, m != NULL);
-		if (l < c->text_len && !(key && c->key))
-			continue;
-		k = tokens_within(c, l);
-		/* keep at least one token to prefill: it gives the logits */
-		if (k && c->tok_end[k - 1] == len)
-			k--;
-		if (k > best_k) {
-			best = c;
-			best_k = k;
+			if (c->tenant != j->tenant || c->job || c->delete_pending ||
+			    c->text_len != cand[n].len || memcmp(c->text, prompt, cand[n].len))
+				continue;
+			/* the same bytes, but markup where the prompt has plain
+			 * text (or the other way round): not the same tokens */
+			if (kvd_markup_agree(c->cls, c->text_len, m ? m->spans : NULL,
+					     m ? m->n : 0, m != NULL) < c->text_len)
+				continue;
+			text_unindex(d, c);
+			c->job = j;
+			return c;
 		}
 	}
-	*keep = best_k;
-	return best;
+	return NULL;
 }
+
+/* The job let go of the conversation: it can be continued again. */
+void kvd_conv_release(struct kvd *d, struct kvd_conv *c)
+{
+	c->job = NULL;
+	kvd_conv_touch(d, c);
+	text_index(d, c);
+}
+
+/* ---- tokens and text --------------------------------------------------------- */
 
 static int grow_tokens(struct kvd_conv *c, uint32_t need)
 {
@@ -310,6 +549,7 @@ int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 	memset(c->cls + c->text_len, KVD_TEXT_ANY, len);
 	c->text_len += len;
 	c->text[c->text_len] = 0;
+	c->text_hash = text_hash_more(c->text_hash, text, len);
 	return 0;
 }
 
@@ -330,63 +570,80 @@ int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text, size_
 }
 
 /*
- * Appends text and its tokens. Each token's end offset is known when the
- * tokens' bytes add up to the text (byte-level BPE); SentencePiece adds a
- * dummy-prefix space, which is taken off the first token. Otherwise only
- * the end of the whole piece is a boundary.
+ * Tokenizes text for appending to a conversation (add_bos: it starts one),
+ * without the orchestrator's lock: the tokenizer is read-only. With m,
+ * special tokens only in the markup (markup.c) and the text's kinds
+ * known; without, no special tokens and kinds unknown (the model's own
+ * reply). Each token's end offset is known when the tokens' bytes add up
+ * to the text (byte-level BPE); SentencePiece adds a dummy-prefix space,
+ * taken off the first token. Otherwise only the end of the whole piece is
+ * a boundary.
  */
-int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
-			   size_t len, int add_bos, const struct kvd_markup *m)
+int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bos,
+		   const struct kvd_markup *m, struct kvd_piece *pc)
 {
-	size_t base = c->text_len, sum = 0;
-	int32_t *ids;
-	int n, i, rc, exact;
+	size_t sum = 0;
+	int n, i, rc;
 	char buf[256];
 
-	if (m) {	/* special tokens only in the markup (markup.c) */
-		n = kvd_markup_tokenize(d, text, len, m->spans, m->n, m->off, add_bos, &ids);
-		if (n < 0)
+	memset(pc, 0, sizeof(*pc));
+	if (len > UINT32_MAX / 2)
+		return -E2BIG;
+	pc->text = malloc(len + 1);
+	pc->cls = malloc(len + 1);
+	if (!pc->text || !pc->cls) {
+		kvd_piece_free(pc);
+		return -ENOMEM;
+	}
+	if (m) {
+		n = kvd_markup_tokenize(d, text, len, m->spans, m->n, m->off, add_bos, &pc->ids);
+		if (n < 0) {
+			kvd_piece_free(pc);
 			return n;
-		rc = n;
-		if (grow_tokens(c, c->n_tokens + (uint32_t)n)) {
-			free(ids);
+		}
+	} else {
+		n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
+		if (n < 0) {
+			kvd_piece_free(pc);
+			return n;
+		}
+		pc->ids = malloc(((size_t)n + 1) * sizeof(*pc->ids));
+		if (!pc->ids) {
+			kvd_piece_free(pc);
 			return -ENOMEM;
 		}
-		goto tokenized;
+		rc = kve_tokenize(d->tok, text, len, add_bos, pc->ids, (size_t)n);
+		if (rc < 0) {
+			kvd_piece_free(pc);
+			return rc;
+		}
+		/* SentencePiece puts a dummy-prefix space before every text
+		 * it encodes; a piece appended to a conversation continues a
+		 * text, and the chat template starts each with a marker
+		 * (<|im_end|>...), so a lone leading space token is that
+		 * prefix: drop it, and the tokens equal those of the whole
+		 * conversation encoded at once (the markup path gives no
+		 * dummy prefix to a continuation at all) */
+		if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
+		    len && text[0] != ' ' &&
+		    kve_token_bytes(d->tok, pc->ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
+			memmove(pc->ids, pc->ids + 1, (size_t)(n - 1) * sizeof(*pc->ids));
+			n--;
+		}
 	}
-	n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
-	if (n < 0)
-		return n;
-	ids = malloc(((size_t)n + 1) * sizeof(*ids));
-	if (!ids)
+	pc->ends = malloc(((size_t)n + 1) * sizeof(*pc->ends));
+	if (!pc->ends) {
+		kvd_piece_free(pc);
 		return -ENOMEM;
-	rc = kve_tokenize(d->tok, text, len, add_bos, ids, (size_t)n);
-	if (rc < 0 || grow_tokens(c, c->n_tokens + (uint32_t)n)) {
-		free(ids);
-		return rc < 0 ? rc : -ENOMEM;
 	}
-	/* SentencePiece puts a dummy-prefix space before every text it
-	 * encodes; a piece appended to a conversation continues a text, and
-	 * the chat template starts each with a marker (<|im_end|>...), so a
-	 * lone leading space token is that prefix: drop it, and the tokens
-	 * equal those of the whole conversation encoded at once (the markup
-	 * path gives no dummy prefix to a continuation at all) */
-	if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
-	    len && text[0] != ' ' &&
-	    kve_token_bytes(d->tok, ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
-		memmove(ids, ids + 1, (size_t)(n - 1) * sizeof(*ids));
-		n--;
-	}
-tokenized:
-	rc = kvd_conv_append_text(c, text, len);
-	if (rc) {
-		free(ids);
-		return rc;
-	}
-	kvd_markup_classes(c->cls + base, len, m ? m->spans : NULL, m ? m->n : 0, m ? m->off : 0,
+	memcpy(pc->text, text, len);
+	pc->text[len] = 0;
+	pc->len = len;
+	kvd_markup_classes(pc->cls, len, m ? m->spans : NULL, m ? m->n : 0, m ? m->off : 0,
 			   m != NULL);
 	for (i = 0; i < n; i++) {
-		int b = (add_bos && i == 0) ? 0 : kvd_markup_token_bytes(d, ids[i], buf, sizeof(buf));
+		int b = (add_bos && i == 0) ? 0 : kvd_markup_token_bytes(d, pc->ids[i], buf,
+									 sizeof(buf));
 
 		if (b < 0)
 			b = 0;
@@ -394,17 +651,47 @@ tokenized:
 		    b > 0 && buf[0] == ' ' && (len == 0 || text[0] != ' '))
 			b--;	/* the dummy prefix */
 		sum += (size_t)b;
-		c->tokens[c->n_tokens + (uint32_t)i] = ids[i];
-		c->tok_end[c->n_tokens + (uint32_t)i] = (uint32_t)(base + sum);
+		pc->ends[i] = (uint32_t)sum;
 	}
-	exact = sum == len;
 	for (i = 0; i < n; i++)
-		if (!exact || c->tok_end[c->n_tokens + (uint32_t)i] > base + len)
-			c->tok_end[c->n_tokens + (uint32_t)i] = UINT32_MAX;
+		if (sum != len || pc->ends[i] > len)
+			pc->ends[i] = UINT32_MAX;
 	if (n)
-		c->tok_end[c->n_tokens + (uint32_t)n - 1] = (uint32_t)(base + len);
-	c->n_tokens += (uint32_t)n;
-	free(ids);
+		pc->ends[n - 1] = (uint32_t)len;
+	pc->n = (uint32_t)n;
+	return 0;
+}
+
+void kvd_piece_free(struct kvd_piece *pc)
+{
+	free(pc->ids);
+	free(pc->ends);
+	free(pc->text);
+	free(pc->cls);
+	memset(pc, 0, sizeof(*pc));
+}
+
+/* Appends a tokenized piece (its text and ids); copies only. */
+int kvd_conv_append_piece(struct kvd_conv *c, const struct kvd_piece *pc)
+{
+	size_t base = c->text_len;
+	uint32_t i;
+	int rc;
+
+	if (base + pc->len >= UINT32_MAX)
+		return -E2BIG;
+	rc = grow_tokens(c, c->n_tokens + pc->n);
+	if (!rc)
+		rc = kvd_conv_append_text(c, pc->text, pc->len);
+	if (rc)
+		return rc;
+	memcpy(c->cls + base, pc->cls, pc->len);
+	for (i = 0; i < pc->n; i++) {
+		c->tokens[c->n_tokens + i] = pc->ids[i];
+		c->tok_end[c->n_tokens + i] = pc->ends[i] == UINT32_MAX ? UINT32_MAX :
+					      (uint32_t)(base + pc->ends[i]);
+	}
+	c->n_tokens += pc->n;
 	return 0;
 }
 
@@ -412,23 +699,24 @@ tokenized:
  * Keep the first n tokens; their KV too, as far as it exists. A block that
  * other holders (the cache, another conversation) share is never written
  * again: when the cut falls inside one, that block is given back and its
- * kept tokens are prefilled anew into a private block.
+ * kept tokens are prefilled anew into a private block. Only the
+ * conversation's own job cuts it (a stop sequence); the state is checked
+ * before anything changes.
  */
 int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 {
 	uint32_t bt = d->geom.block_tokens, keep_blocks, kv;
 	int rc;
 
-	if (n > c->n_tokens)
+	if (n > c->n_tokens || (n && c->tok_end[n - 1] == UINT32_MAX))
 		return -EINVAL;
 	/* a restore must not write into blocks this cut gives back */
 	kvd_tiering_abandon(d, c);
 	c->n_tokens = n;
 	c->text_len = n ? c->tok_end[n - 1] : 0;
-	if (n && c->tok_end[n - 1] == UINT32_MAX)
-		return -EINVAL;
 	if (c->text)
 		c->text[c->text_len] = 0;
+	c->text_hash = text_hash_more(0xcbf29ce484222325ull, c->text, c->text_len);
 	if (!c->has_kv)
 		return 0;
 	kv = c->as.s.n_tokens < n ? c->as.s.n_tokens : n;
@@ -444,7 +732,7 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 	if (keep_blocks < c->as.s.n_blocks) {
 		uint32_t drop = c->as.s.n_blocks - keep_blocks;
 
-		count_blocks(d, c, keep_blocks, c->as.s.n_blocks, -1);
+		kvd_blocks_hold(d, c, keep_blocks, c->as.s.n_blocks, -1);
 		rc = kva_blocks_free(d->arena, c->as.sid, drop,
 				     c->as.s.block_table + keep_blocks);
 		if (rc < 0)
@@ -453,21 +741,25 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 		c->as.s.n_blocks = keep_blocks;
 	}
 	c->as.s.n_tokens = kv;
-	if (c->n_hashed > kv / bt)
-		c->n_hashed = kv / bt;
+	if (c->n_offered > kv / bt)
+		c->n_offered = kv / bt;
 	return 0;
 }
 
-/* Blocks for n_more positions after the KV; on a full arena, room is made
- * (cache, then victims) and the allocation retried once. */
-int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
+/* Blocks for the positions up to total (KV and what is scheduled): on a
+ * full arena, room is made (cache, then idle victims) and the allocation
+ * retried once; -ENOSPC when that is not enough (the caller preempts),
+ * -EDQUOT past the tenant's kv_blocks. */
+int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total)
 {
 	uint32_t before = c->as.s.n_blocks, bt = d->geom.block_tokens;
-	uint32_t need = (c->as.s.n_tokens + n_more + bt - 1) / bt;
+	uint32_t need = (total + bt - 1) / bt;
 	int rc;
 
 	if (need <= before)
 		return 0;
+	if (total > c->as.cap * bt)
+		return -E2BIG;
 	if (kvd_tenant_slot(d, c->tenant)) {
 		uint32_t slot = kvd_tenant_slot(d, c->tenant);
 		uint32_t lim = d->cfg.tenants[slot - 1].kv_blocks;
@@ -475,15 +767,15 @@ int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
 		if (lim && d->tenant_blocks[slot] + (need - before) > lim)
 			return -EDQUOT;
 	}
-	rc = kve_arena_session_reserve(d->kv, &c->as, n_more);
-	if (rc == -ENOSPC && need <= c->as.cap) {
+	rc = kve_arena_session_reserve(d->kv, &c->as, total - c->as.s.n_tokens);
+	if (rc == -ENOSPC) {
 		/* make room for more than this one step: evicting a victim per
-		 * decode step would cost every step a scan */
+		 * decode step would cost every step a search */
 		kvd_make_room(d, need - before + d->geom.blocks_total / 16);
-		rc = kve_arena_session_reserve(d->kv, &c->as, n_more);
+		rc = kve_arena_session_reserve(d->kv, &c->as, total - c->as.s.n_tokens);
 	}
 	if (rc)
 		return rc;
-	count_blocks(d, c, before, c->as.s.n_blocks, +1);
+	kvd_blocks_hold(d, c, before, c->as.s.n_blocks, +1);
 	return 0;
 }

@@ -151,8 +151,7 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 	q->ev.usage.prompt_tokens = j->n_prompt;
 	q->ev.usage.cached_tokens = j->n_cached;
 	q->ev.usage.completion_tokens = j->n_gen;
-	if (j->conv)
-		snprintf(q->session_id, sizeof(q->session_id), "%s", j->conv->id);
+	snprintf(q->session_id, sizeof(q->session_id), "%s", j->sid);
 	q->ev.session_id = q->session_id;
 	q->ev.stop_seq = j->stop_seq;
 	q->ev.ttft_ms = j->t_first ? (double)(j->t_first - j->t_submit) / 1e6 : 0;
@@ -343,13 +342,14 @@ static void job_destroy(struct kvd_job *j)
 	qev_free(j->cur);
 	for (i = 0; i < KVD_MAX_STOP; i++)
 		free(j->stop[i]);
-	free(j->prompt);
-	free(j->markup);
+	kvd_piece_free(&j->piece);
+	free(j->tool_text);
+	free(j->tool_markup);
+	free(j->session_key);
 	kvd_sampling_free(j);
 	free(j->c_json);
 	free(j->c_name);
 	free(j->hist);
-	free(j->session_key);
 	free(j->gen);
 	free(j->kv_payload);
 	pthread_mutex_destroy(&j->qlock);
@@ -509,12 +509,47 @@ static int check_constraint(struct kvd *d, const struct kvd_constraint *c,
 	return 0;
 }
 
+/* The request gives up the conversation it claimed (or made) at submit. */
+static void unclaim(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+
+	j->conv = NULL;
+	if (!c)
+		return;
+	if (!c->n_tokens)
+		kvd_conv_free(d, c);
+	else
+		kvd_conv_release(d, c);
+}
+
+static uint64_t key_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	while (s && *s)
+		h = (h ^ (uint8_t)*s++) * 0x100000001b3ull;
+	return kvd_mix64(h);
+}
+
+/*
+ * Submission, in the caller's thread: the conversation the prompt
+ * continues is found and claimed under the lock (a hash probe per
+ * candidate prefix, conv.c), the new text is tokenized with the lock
+ * dropped, the limits are checked on the real token count, and the job
+ * is queued. Nothing here scans other conversations or tokenizes while
+ * holding the lock.
+ */
 int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **jobp,
 		   struct kvd_error *err)
 {
+	struct kvd_cand cand[KVD_MAX_CANDS];
+	struct kvd_markup pm = { r->markup, r->n_markup, 0 };
 	struct kvd_job *j;
-	uint32_t i, retry = 1;
-	int n;
+	struct kvd_conv *c;
+	uint32_t i, retry = 1, n_cand, n0, total, bt = d->geom.block_tokens, slot;
+	size_t l0;
+	int rc, n;
 
 	memset(err, 0, sizeof(*err));
 	if (!r->model || strcmp(r->model, d->cfg.model_id)) {
@@ -527,6 +562,8 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		set_err(err, KVD_ERR_INVALID, "messages", NULL, "empty prompt");
 		return -EINVAL;
 	}
+	/* the markup spans, checked before they are used (the tokens are
+	 * counted once, on the text the conversation does not hold yet) */
 	for (i = 0; r->markup && i < r->n_markup; i++)
 		if (r->markup[i].off > r->prompt_len ||
 		    r->markup[i].len > r->prompt_len - r->markup[i].off ||
@@ -535,28 +572,6 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 				"the prompt's markup spans are out of order or outside it");
 			return -EINVAL;
 		}
-	/* cheap bound before tokenizing: a token is at least one byte, except
-	 * the SPM dummy prefix */
-	n = r->markup ? kvd_markup_count(d, r->prompt, r->prompt_len, r->markup, r->n_markup) :
-			kve_tokenize(d->tok, r->prompt, r->prompt_len, 1, NULL, 0);
-	if (n < 0) {
-		set_err(err, KVD_ERR_INVALID, "messages", NULL, "cannot tokenize the prompt: %s",
-			strerror(-n));
-		return n;
-	}
-	if ((uint32_t)n >= d->ctx_len) {
-		set_err(err, KVD_ERR_TOO_LONG, "messages", "context_length_exceeded",
-			"This model's maximum context length is %u tokens; the messages "
-			"take %d", d->ctx_len, n);
-		return -E2BIG;
-	}
-	if (r->s.max_tokens && (uint64_t)n + r->s.max_tokens > d->ctx_len) {
-		set_err(err, KVD_ERR_TOO_LONG, "max_tokens", "context_length_exceeded",
-			"This model's maximum context length is %u tokens; the messages "
-			"take %d and max_tokens asks for %u more", d->ctx_len, n,
-			r->s.max_tokens);
-		return -E2BIG;
-	}
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		goto nomem;
@@ -575,25 +590,11 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 	j->worker = -1;
 	j->tenant = r->tenant;
 	j->s = r->s;
-	j->prompt = malloc(r->prompt_len + 1);
-	if (!j->prompt)
+	/* prompt_cache_key / user: a routing hint, never a conversation's
+	 * name (issue 36.2): it selects nothing here */
+	j->route_hint = r->session_key && *r->session_key ? key_hash(r->session_key) : 0;
+	if (r->session_key && *r->session_key && !(j->session_key = strdup(r->session_key)))
 		goto nomem_job;
-	memcpy(j->prompt, r->prompt, r->prompt_len);
-	j->prompt[r->prompt_len] = 0;
-	j->prompt_len = r->prompt_len;
-	if (r->markup) {	/* where special tokens may be (markup.c) */
-		j->markup = malloc((r->n_markup ? r->n_markup : 1) * sizeof(*j->markup));
-		if (!j->markup)
-			goto nomem_job;
-		memcpy(j->markup, r->markup, r->n_markup * sizeof(*j->markup));
-		j->n_markup = r->n_markup;
-		j->markup_known = 1;
-	}
-	if (r->session_key && *r->session_key) {
-		j->session_key = strdup(r->session_key);
-		if (!j->session_key)
-			goto nomem_job;
-	}
 	for (i = 0; i < r->s.n_stop && i < KVD_MAX_STOP; i++) {
 		j->stop[i] = strdup(r->s.stop[i]);
 		if (!j->stop[i])
@@ -622,6 +623,10 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		return -EINVAL;
 	}
 	j->t_submit = kvd_now_ns();
+	/* prefixes that may be a conversation's whole text; at least one
+	 * byte of the prompt must be new (its last token gives the logits) */
+	n_cand = kvd_conv_candidates(d, r->tenant, r->prompt, r->prompt_len - 1, cand,
+				     KVD_MAX_CANDS);
 
 	pthread_mutex_lock(&d->lock);
 	if (d->stopping || !d->ready) {
@@ -655,13 +660,82 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		 * enabled, then MCP servers' tools); the job keeps the same */
 		j->server_tools = r->server_tools & kvd_agent_decl_mask(d);
 	}
+	c = kvd_conv_claim(d, j, r->prompt, r->markup ? &pm : NULL, cand, n_cand);
+	if (!c) {
+		c = kvd_conv_new(d, r->tenant);
+		if (!c) {
+			d->m.requests_rejected++;
+			pthread_mutex_unlock(&d->lock);
+			set_err(err, KVD_ERR_BUSY, NULL, "server_busy",
+				"all %u conversations ([limits] max_sessions) have a request "
+				"running; retry later", d->cfg.max_sessions);
+			err->retry_after_s = 1;
+			goto reject;
+		}
+		c->job = j;
+	}
+	j->conv = c;
+	snprintf(j->sid, sizeof(j->sid), "%s", c->id);
+	n0 = c->n_tokens;
+	l0 = c->text_len;
+	d->n_queued++;		/* its place in the queue, held while tokenizing */
+	pthread_mutex_unlock(&d->lock);
+
+	/* the new text, tokenized without the lock (the conversation is
+	 * claimed: nobody else changes it meanwhile) */
+	pm.off = l0;
+	rc = kvd_piece_make(d, r->prompt + l0, r->prompt_len - l0, !n0, r->markup ? &pm : NULL,
+			    &j->piece);
+	total = n0 + j->piece.n;
+	if (rc) {
+		set_err(err, KVD_ERR_INVALID, "messages", NULL, "cannot tokenize the prompt: %s",
+			strerror(-rc));
+	} else if (total >= d->ctx_len) {
+		rc = -E2BIG;
+		set_err(err, KVD_ERR_TOO_LONG, "messages", "context_length_exceeded",
+			"This model's maximum context length is %u tokens%s; the messages "
+			"take %u", d->ctx_len, d->ctx_len < d->model_ctx ?
+			" (bounded by the KV arena: [kv] blocks x block_tokens)" : "", total);
+	} else if (r->s.max_tokens && (uint64_t)total + r->s.max_tokens > d->ctx_len) {
+		rc = -E2BIG;
+		set_err(err, KVD_ERR_TOO_LONG, "max_tokens", "context_length_exceeded",
+			"This model's maximum context length is %u tokens%s; the messages "
+			"take %u and max_tokens asks for %u more", d->ctx_len,
+			d->ctx_len < d->model_ctx ?
+			" (bounded by the KV arena: [kv] blocks x block_tokens)" : "", total,
+			r->s.max_tokens);
+	} else if ((slot = kvd_tenant_slot(d, r->tenant)) && d->cfg.tenants[slot - 1].kv_blocks &&
+		   (total + 1 + bt - 1) / bt > d->cfg.tenants[slot - 1].kv_blocks) {
+		/* never fits: a permanent error, not a 429 to retry */
+		rc = -E2BIG;
+		set_err(err, KVD_ERR_TOO_LONG, "messages", "context_length_exceeded",
+			"The tenant's KV budget ([tenant.%s] kv_blocks = %u, %u tokens) cannot "
+			"hold this conversation: the messages take %u tokens",
+			d->cfg.tenants[slot - 1].name, d->cfg.tenants[slot - 1].kv_blocks,
+			d->cfg.tenants[slot - 1].kv_blocks * bt, total);
+	}
+
+	pthread_mutex_lock(&d->lock);
+	if (!rc && d->stopping) {
+		rc = -ESHUTDOWN;
+		set_err(err, KVD_ERR_UNAVAILABLE, NULL, NULL, "the server is shutting down");
+	}
+	if (rc) {
+		d->n_queued--;
+		unclaim(d, j);
+		pthread_mutex_unlock(&d->lock);
+		kvd_piece_free(&j->piece);
+		j->refs = 1;
+		job_destroy(j);
+		return rc == -ENOMEM ? -ENOMEM : rc == -E2BIG ? -E2BIG : -EINVAL;
+	}
 	if (d->jobs_tail)
 		d->jobs_tail->next = j;
 	else
 		d->jobs = j;
 	d->jobs_tail = j;
-	d->n_queued++;
 	d->m.requests++;
+	kvd_fair_job_added(d, j->tenant);
 	pthread_mutex_unlock(&d->lock);
 	kvd_wake(d);
 	*jobp = j;
@@ -759,6 +833,13 @@ int kvd_ready(const struct kvd *d)
 	       !__atomic_load_n(&d->stopping, __ATOMIC_RELAXED);
 }
 
+int kvd_health(const struct kvd *d)
+{
+	if (!kvd_ready(d))
+		return -1;
+	return __atomic_load_n(&d->health, __ATOMIC_RELAXED);
+}
+
 /* ---- life ------------------------------------------------------------------ */
 
 /* The one token s is, with special tokens parsed (-1: none, or several). */
@@ -820,6 +901,12 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 	d->block_users = calloc(d->geom.blocks_total, sizeof(*d->block_users));
 	if (!d->block_users)
 		return -ENOMEM;
+	/* a sequence can hold every block of the arena, no more: the context
+	 * is bounded by it, so a request that fits the context fits the
+	 * arena (alone, after eviction and preemption), and one that does not
+	 * is a 400 naming the limit */
+	if ((uint64_t)d->geom.blocks_total * d->geom.block_tokens < d->ctx_len)
+		d->ctx_len = d->geom.blocks_total * d->geom.block_tokens;
 	rc = kva_policy_parse(d->cfg.policy);
 	if (rc >= 0)
 		rc = kva_arena_set_policy(d->arena, (uint32_t)rc, d->cfg.low_wm, d->cfg.high_wm,
@@ -840,6 +927,8 @@ static void release(struct kvd *d)
 	kvd_remote_fini(d);
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
+	kvd_conv_fini(d);
+	free(d->path);
 	free(d->block_users);
 	if (d->data_fd >= 0)
 		close(d->data_fd);
@@ -865,6 +954,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	if (!d)
 		return -ENOMEM;
 	d->cfg = *cfg;
+	kvd_config_auto(&d->cfg, d->startup_note, sizeof(d->startup_note));
 	d->self_exe = self_exe;
 	d->data_fd = -1;
 	d->remote_lfd = -1;
@@ -898,6 +988,7 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	mi = kve_model_info(d->model);
 	d->vocab = mi->vocab;
 	d->ctx_len = mi->ctx_len;
+	d->model_ctx = mi->ctx_len;
 	d->tok = kve_tokenizer_create(d->model, err, errlen);
 	if (!d->tok) {
 		rc = -EINVAL;
@@ -920,9 +1011,14 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	rc = open_arena(d, err, errlen);
 	if (rc)
 		goto fail;
-	rc = kvd_prefix_init(d);
+	rc = kvd_conv_init(d);
+	if (!rc)
+		rc = kvd_prefix_init(d);
+	d->path = calloc(d->ctx_len / d->geom.block_tokens + 1, sizeof(*d->path));
+	if (!rc && !d->path)
+		rc = -ENOMEM;
 	if (rc) {
-		snprintf(err, errlen, "prefix cache: %s", strerror(-rc));
+		snprintf(err, errlen, "conversations and prefix cache: %s", strerror(-rc));
 		goto fail;
 	}
 	rc = kvd_tiering_init(d, err, errlen);
@@ -966,9 +1062,9 @@ fail:
  */
 void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 {
-	uint32_t blocks[KVD_MAX_TENANTS + 1] = { 0 };
-	double tokens[KVD_MAX_TENANTS + 1] = { 0 };
-	uint64_t refill[KVD_MAX_TENANTS + 1] = { 0 };
+	uint32_t blocks[KVD_MAX_TENANTS + 1] = { 0 }, jobs[KVD_MAX_TENANTS + 1] = { 0 };
+	double tokens[KVD_MAX_TENANTS + 1] = { 0 }, vt[KVD_MAX_TENANTS + 1] = { 0 };
+	uint64_t refill[KVD_MAX_TENANTS + 1] = { 0 }, served[KVD_MAX_TENANTS + 1] = { 0 };
 	struct kvd_conv *c, *next;
 	uint32_t i, dropped = 0;
 	char err[256];
@@ -996,12 +1092,21 @@ void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg)
 		blocks[i + 1] = d->tenant_blocks[old];
 		tokens[i + 1] = d->tenant_tokens[old];
 		refill[i + 1] = d->tenant_refill_ns[old];
+		vt[i + 1] = d->tenant_vt[old];
+		jobs[i + 1] = d->tenant_jobs[old];
+		served[i + 1] = d->m.tenant_tokens[old];
 	}
+	vt[0] = d->tenant_vt[0];
+	jobs[0] = d->tenant_jobs[0];
+	served[0] = d->m.tenant_tokens[0];
 	d->cfg.n_tenants = cfg->n_tenants;
 	memcpy(d->cfg.tenants, cfg->tenants, sizeof(cfg->tenants));
 	memcpy(d->tenant_blocks, blocks, sizeof(blocks));
 	memcpy(d->tenant_tokens, tokens, sizeof(tokens));
 	memcpy(d->tenant_refill_ns, refill, sizeof(refill));
+	memcpy(d->tenant_vt, vt, sizeof(vt));
+	memcpy(d->tenant_jobs, jobs, sizeof(jobs));
+	memcpy(d->m.tenant_tokens, served, sizeof(served));
 	/* the eviction policy and the tiers' switches change at run time too */
 	if (kvd_tiering_reload(d, cfg, err, sizeof(err)))
 		kvd_log(KVD_LOG_ERR, "core", "reload: %s; keeping the running policy", err);

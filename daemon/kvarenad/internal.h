@@ -3,9 +3,15 @@
  * internal.h - the orchestrator's state, shared by its files:
  *   core.c      struct kvd, jobs and their event queues (kvd.h's API)
  *   sched.c     the scheduler thread: admission, steps, results
+ *   admit.c     admission (fair, by tenant) and preemption
+ *   step.c      steps: token budgets, chunked prefill, results
+ *   fair.c      per-tenant weighted fair queueing
  *   conv.c      conversations (one kvarena session each), text matching
- *   prefix.c    the prefix cache: full blocks by chained token hashes
- *   workers.c   stage worker processes: start, restart, leases
+ *   hmap.c      the hash table behind every lookup
+ *   radix.c     the radix index over token ids (full blocks)
+ *   prefix.c    the prefix cache: the radix index tied to the arena
+ *   workers.c   stage worker processes: start, restart, health, leases,
+ *               non-blocking I/O
  *   router.c    which worker gets a step (Dynamo-style cost)
  *   kstate.c    session states to the kernel (batched), pressure events
  *   toolwait.c  tool classes and predicted waits
@@ -14,8 +20,25 @@
  *   agent.c     server-side tools: declarations, the sandbox, tool rounds
  *   mcp.c       MCP tool servers ([mcp.NAME]) for agent.c
  *   metrics.c   counters, histograms, Prometheus text
- * One lock (kvd.lock) guards all of it; worker I/O and tokenizing happen
- * outside it.
+ *
+ * The lock rules. One lock (kvd.lock) guards all of the orchestrator's
+ * state; everything done under it is bounded by the work at hand, never
+ * by a peer:
+ *   - no blocking I/O: worker sockets are non-blocking (a message is
+ *     assembled across reads, written across writes), so a worker that
+ *     stops mid-message costs nothing until its lease kills it;
+ *   - no waitpid (killed workers are reaped after the lock is dropped),
+ *     no tokenizing (prompts are tokenized by the submitting thread, tool
+ *     results by the scheduler thread between turns, both unlocked);
+ *   - no scans over every conversation or cache block: lookups are hash
+ *     probes (hmap.c), the radix index walks a prompt once, retention
+ *     deadlines are a heap, eviction pops a list;
+ *   - allocation only of what the turn produces (events, growing a
+ *     conversation's arrays), never proportional to the whole state.
+ * The job event queues have locks of their own (core.c), taken under
+ * kvd.lock, never the other way round; the tool pool's queue lock is never
+ * held with it (agent.c). test_orch's "stall" test checks the first rule
+ * with a worker that stops mid-message.
  */
 #ifndef KVD_INTERNAL_H
 #define KVD_INTERNAL_H
@@ -36,12 +59,133 @@
 struct kvd_job;
 struct kvd_conv;
 
+/* ---- hash map (hmap.c) -------------------------------------------------- */
+
+/* Intrusive, chained, keyed by a caller's 64-bit hash (equal keys are
+ * candidates: callers verify). */
+struct kvd_hnode {
+	struct kvd_hnode *next;
+	uint64_t key;
+};
+
+struct kvd_hmap {
+	struct kvd_hnode **b;
+	uint32_t mask, n;
+};
+
+int kvd_hmap_init(struct kvd_hmap *m, uint32_t expect);
+void kvd_hmap_fini(struct kvd_hmap *m);
+void kvd_hmap_add(struct kvd_hmap *m, struct kvd_hnode *e, uint64_t key);
+void kvd_hmap_del(struct kvd_hmap *m, struct kvd_hnode *e);
+struct kvd_hnode *kvd_hmap_first(const struct kvd_hmap *m, uint64_t key);
+struct kvd_hnode *kvd_hmap_next(const struct kvd_hnode *e);
+uint64_t kvd_mix64(uint64_t x);
+
+/* ---- the radix index over token ids (radix.c) ---------------------------- */
+
+struct kvd_rnode {
+	struct kvd_hnode h;		/* first: in kvd_radix.map */
+	struct kvd_rnode *parent;	/* NULL: the tenant's first block */
+	struct kvd_rnode *lru_prev, *lru_next;
+	uint64_t serial;		/* names it in its children's keys */
+	uint32_t tenant, block, depth, n_children;
+	uint8_t busy;			/* a conversation holds its block */
+	uint8_t on_lru;			/* an evictable leaf */
+	int32_t tokens[];		/* block_tokens ids */
+};
+
+struct kvd_radix {
+	struct kvd_hmap map;
+	struct kvd_rnode **by_block;
+	uint32_t blocks_total, bt, n, n_evictable;
+	uint64_t seed, serial;
+	struct kvd_rnode *lru_head, *lru_tail;	/* head: evicted first */
+};
+
+int kvd_radix_init(struct kvd_radix *r, uint32_t block_tokens, uint32_t blocks_total,
+		   uint64_t seed);
+void kvd_radix_fini(struct kvd_radix *r);
+uint64_t kvd_radix_key(const struct kvd_radix *r, uint32_t tenant,
+		       const struct kvd_rnode *parent, const int32_t *tokens);
+/* The node for this block of tokens under parent, verified, or NULL. */
+struct kvd_rnode *kvd_radix_child(const struct kvd_radix *r, uint32_t tenant,
+				  const struct kvd_rnode *parent, const int32_t *tokens);
+/* Full blocks of tokens cached from the tenant's root (<= n_blocks); their
+ * nodes to path when not NULL. */
+uint32_t kvd_radix_match(const struct kvd_radix *r, uint32_t tenant, const int32_t *tokens,
+			 uint32_t n_blocks, struct kvd_rnode **path);
+/* A new node (no equal one may exist: kvd_radix_child first); NULL when
+ * out of memory or the block is indexed already. */
+struct kvd_rnode *kvd_radix_insert(struct kvd_radix *r, uint32_t tenant,
+				   struct kvd_rnode *parent, const int32_t *tokens,
+				   uint32_t block, int busy);
+struct kvd_rnode *kvd_radix_by_block(const struct kvd_radix *r, uint32_t block);
+void kvd_radix_set_busy(struct kvd_radix *r, struct kvd_rnode *n, int busy);
+/* The next block to evict (an unheld leaf), or NULL. */
+struct kvd_rnode *kvd_radix_victim(const struct kvd_radix *r);
+/* Forgets a leaf (its parent may become evictable, first in line). */
+void kvd_radix_remove(struct kvd_radix *r, struct kvd_rnode *n);
+
 /* ---- conversations ---------------------------------------------------- */
 
+/* markup.c: a conversation's text, byte by byte */
+enum { KVD_TEXT_MARKUP, KVD_TEXT_PLAIN, KVD_TEXT_ANY };
+/* The markup of a piece of text that is [off, off + len) of a prompt
+ * whose markup spans these are (NULL where a piece is tokenized the old
+ * way, without special tokens). */
+struct kvd_markup {
+	const struct kvd_span *spans;
+	size_t n, off;
+};
+/* Tokenizes [off, off + len) of a prompt (text) with special tokens only
+ * in its markup; *ids malloc'd; the count or a negative errno. Read-only:
+ * called without the orchestrator's lock. */
+int kvd_markup_tokenize(const struct kvd *d, const char *text, size_t len,
+			const struct kvd_span *markup, size_t n_markup, size_t off,
+			int add_bos, int32_t **ids);
+/* The prompt's token count (BOS included), markup known. */
+int kvd_markup_count(const struct kvd *d, const char *text, size_t len,
+		     const struct kvd_span *markup, size_t n_markup);
+/* A token's text bytes, a control marker's text included. */
+int kvd_markup_token_bytes(const struct kvd *d, int32_t id, char *buf, size_t size);
+/* The kinds of [off, off + len) of a prompt's bytes (known: the request
+ * marked its markup; else all KVD_TEXT_ANY). */
+void kvd_markup_classes(uint8_t *cls, size_t len, const struct kvd_span *markup,
+			size_t n_markup, size_t off, int known);
+/* How far [0, l) of a conversation's text agrees with a prompt's kinds. */
+size_t kvd_markup_agree(const uint8_t *cls, size_t l, const struct kvd_span *markup,
+			size_t n_markup, int known);
+
+/* Text tokenized for appending to a conversation (conv.c), made without
+ * the orchestrator's lock. ends[i]: offset in text after token i, or
+ * UINT32_MAX when that is not a text boundary; cls: each text byte's
+ * kind (KVD_TEXT_*). */
+struct kvd_piece {
+	int32_t *ids;
+	uint32_t *ends;
+	uint32_t n;
+	char *text;
+	uint8_t *cls;
+	size_t len;
+};
+
+/* A prefix of a prompt that may be a conversation's whole text. */
+struct kvd_cand {
+	uint32_t len;
+	uint64_t key;
+};
+#define KVD_MAX_CANDS 32
+/* The counting filter in front of the text index: 2^16 counters. */
+#define KVD_TEXT_FILTER_BITS 16
+#define KVD_TEXT_FILTER (1u << KVD_TEXT_FILTER_BITS)
+
 struct kvd_conv {
+	struct kvd_hnode by_id;		/* d->conv_by_id */
+	struct kvd_hnode by_sid;	/* d->conv_by_sid, while it has KV */
+	struct kvd_hnode by_text;	/* d->conv_by_text, while idle */
+	struct kvd_hnode by_pending;	/* d->pending, while registered */
 	char id[40];			/* "sess_" + 24 hex digits */
 	uint32_t tenant;
-	char *key;			/* prompt_cache_key / user, or NULL */
 	struct kve_arena_session as;	/* as.s.n_tokens: positions with KV */
 	int has_kv;			/* a kvarena session exists */
 	int32_t *tokens;		/* the conversation so far */
@@ -50,15 +194,21 @@ struct kvd_conv {
 	uint32_t n_tokens, cap_tokens;
 	char *text;			/* the text the tokens stand for */
 	size_t text_len, text_cap;
-	uint8_t *cls;			/* per text byte: KVD_TEXT_* */
-	uint64_t *hashes;		/* chained hash of each full block */
-	uint32_t n_hashed;		/* full blocks offered to the cache */
+	uint64_t text_hash;		/* FNV-1a of text, for the text index */
+	int text_indexed;
+	uint8_t *cls;			/* per text byte: KVD_TEXT_* (markup.c) */
+	struct kvd_rnode **nodes;	/* radix node of each full block offered */
+	uint32_t n_offered;		/* full blocks offered to the cache */
+	int pending_registered;		/* computing pending_block for others */
+	uint32_t pending_block;
+	struct kvd_rnode *pending_parent;
 	struct kvd_job *job;		/* the job using it, or NULL */
 	uint32_t kstate;		/* KVA_STATE_* last sent to the kernel */
 	uint32_t tool_class;
 	uint64_t wait_started_ns;	/* TOOL_WAIT entry, for measuring */
 	uint64_t last_used_ns;
 	uint64_t deadline_ns;		/* KV retention ends */
+	uint32_t dl_index;		/* in d->deadlines, UINT32_MAX: none */
 	int delete_pending;		/* DELETE while a step held a lease */
 	int has_workdir;		/* server-side tools made its work dir */
 	uint64_t tool_disk;		/* its bytes, out of its tenant's tool disk */
@@ -78,44 +228,44 @@ struct kvd_conv {
 	uint8_t tier_missed;		/* this return's miss is counted */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
-	struct kvd_conv *prev, *next;	/* d->convs, most recent first */
+	struct kvd_conv *prev, *next;	/* d->convs, most recently used first */
 };
 
 /* ---- jobs ------------------------------------------------------------- */
 
 enum kvd_job_state {
-	JOB_QUEUED = 0,		/* waiting for admission (blocks) */
-	JOB_PREFILL_READY,	/* blocks held, waiting for a prefill worker */
-	JOB_PREFILLING,
-	JOB_KV_LOAD_READY,	/* copy mode: KV bytes wait for a decode worker */
-	JOB_KV_LOADING,
-	JOB_DECODE_READY,
-	JOB_DECODING,
+	JOB_QUEUED = 0,		/* waiting for admission: no blocks yet */
+	JOB_RUNNING,		/* admitted: positions [n_sched, conv n_tokens)
+				 * wait to be computed, the rest is in steps
+				 * in flight or done */
+	JOB_KV_LOAD,		/* copy mode: KV bytes wait for a decode worker */
 	JOB_TOOL_RUNNING,	/* server-side tools run (agent.c), no worker */
+	JOB_TOOL_RESULTS,	/* their text waits to be tokenized */
 	JOB_KV_WAIT,		/* its KV is being restored (tiering.c) */
+	JOB_PREEMPTED,		/* KV given back under pressure: readmitted
+				 * (and recomputed) before queued jobs */
 	JOB_FINISHED,
 };
 
 struct kvd_qev;			/* core.c: a queued event */
 
 struct kvd_job {
-	int refs;			/* API side + scheduler side */
+	int refs;			/* API side + scheduler side + steps */
 	/* what the workers know this job's current round by: never reused
 	 * (a freed job's address is, and a worker's matcher cache must never
 	 * take another sequence's grammar state for this one's) */
 	uint64_t seq_id;
 	enum kvd_job_state state;
 	struct kvd *d;
-	struct kvd_conv *conv;
+	struct kvd_conv *conv;		/* claimed (or made) at submit */
+	char sid[40];			/* its id, for the DONE event */
 	char request_id[64];
 	uint32_t tenant;
-	/* the request */
-	char *prompt;
-	size_t prompt_len;
-	struct kvd_span *markup;	/* the prompt's markup (kvd_request's) */
-	size_t n_markup;
-	int markup_known;		/* the request said where its markup is */
-	char *session_key;
+	uint64_t route_hint;		/* prompt_cache_key / user: routing only */
+	char *session_key;		/* its text (test hooks: the replayer's key) */
+	/* the request: its tokens not yet in the conversation */
+	struct kvd_piece piece;
+	int piece_appended;
 	struct kvd_sampling s;
 	char *stop[KVD_MAX_STOP];
 	uint32_t stop_seq;		/* 1 + the stop sequence that ended it */
@@ -125,6 +275,11 @@ struct kvd_job {
 	uint32_t tool_rounds;		/* rounds run so far */
 	size_t round_start;		/* gen offset where this round's text starts */
 	uint32_t round_tokens;		/* tokens sampled in this round */
+	char *tool_text;		/* JOB_TOOL_RESULTS: text to append */
+	size_t tool_text_len;
+	struct kvd_span *tool_markup;	/* its markup (the template's, not the tools') */
+	size_t tool_n_markup;
+	int tool_rc;			/* its tokenizing, done unlocked */
 	/* structured decoding: the spec the workers compile, and the tokens
 	 * generated so far (a worker without the matcher replays them) */
 	struct kvd_constraint_wire cw;
@@ -133,8 +288,17 @@ struct kvd_job {
 	char *c_json, *c_name;
 	int32_t *hist;
 	uint32_t n_hist, cap_hist;
-	/* generation */
-	int32_t next_token;		/* sampled, not yet fed (KV pending) */
+	/* progress */
+	uint32_t n_sched;		/* positions in steps sent (>= the KV) */
+	uint32_t inflight;		/* steps in flight holding it */
+	int worker;			/* the worker of those steps, -1 */
+	uint32_t group;			/* bisection: only with its group, 0: any */
+	uint32_t fails;			/* steps failed with it alone */
+	uint64_t order;			/* admission order: preemption takes the last */
+	int tried;			/* admission looked at it this turn */
+	int waited_prefix;		/* waited for a shared prefix (counted once) */
+	int in_prefill;			/* new prompt tokens: its next sample is a
+					 * prefill's hand-off to decoding */
 	uint64_t rng;
 	uint32_t n_prompt, n_cached, n_gen;
 	struct kve_detok detok;
@@ -142,13 +306,14 @@ struct kvd_job {
 	size_t gen_len, gen_cap, emitted;
 	size_t text_base;		/* conv text length where the reply starts */
 	int cancelled;
-	int worker;			/* index in d->workers, -1 */
-	uint32_t retries;
+	int failed;			/* ended in an error: its KV is not trusted */
+	int let_go;			/* ended with a step in flight: the
+					 * conversation goes when it answers */
 	/* copy mode: KV bytes from prefill, for a decode worker */
 	void *kv_payload;
 	size_t kv_payload_len;
 	/* timing */
-	uint64_t t_submit, t_first, t_last;
+	uint64_t t_submit, t_first, t_last, t_wait;
 	/* events to the API thread */
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
@@ -161,45 +326,52 @@ struct kvd_job {
 
 /* ---- workers ---------------------------------------------------------- */
 
-enum kvd_wstate { W_DOWN = 0, W_STARTING, W_IDLE, W_BUSY };
+enum kvd_wstate { W_DOWN = 0, W_STARTING, W_READY };
+
+#define KVD_MAX_DEPTH 2			/* steps in flight per worker */
+
+/* One sequence of a step in flight. */
+struct kvd_sent {
+	struct kvd_job *j;
+	uint64_t seq_id;
+	uint32_t n_kv;			/* positions before this step's */
+	uint32_t n_new;
+	uint32_t flags;			/* KVD_SEQ_* */
+};
+
+struct kvd_wstep {
+	uint64_t id;
+	uint32_t kind;			/* KVD_STEP_*, 0: a KV_LOAD */
+	int void_;			/* an earlier step failed: ignore its answer */
+	uint32_t group;			/* bisection group of its jobs, 0: none */
+	uint32_t n_seq;
+	uint32_t tokens;		/* tokens it computes (lease, routing) */
+	struct kvd_sent *seqs;		/* room for max_seqs */
+};
 
 struct kvd_worker {
 	int index;
-	uint32_t role;			/* KVD_ROLE_* */
+	uint32_t role;			/* KVD_ROLE_*: the stage it prefers */
 	enum kvd_wstate state;
 	pid_t pid;
 	int sock;
-	uint64_t step_id;
-	uint64_t step_started_ns;	/* the lease */
-	uint32_t step_kind;		/* KVD_STEP_* or 0 for KV_LOAD */
-	struct kvd_job **inflight;
-	uint32_t n_inflight;
-	uint32_t queued_tokens;		/* router: tokens of the step in flight */
+	/* steps in flight, oldest first (the worker answers in order) */
+	struct kvd_wstep q[KVD_MAX_DEPTH];
+	uint32_t q_head, n_q;
+	uint64_t head_started_ns;	/* the oldest step's lease runs from here */
+	uint32_t q_tokens;		/* router: tokens of the steps in flight */
+	struct kvd_msg_rx rx;		/* a message arriving */
+	struct kvd_msg_tx tx;		/* bytes not yet written */
+	/* health: a worker that keeps failing waits longer before each
+	 * restart; once up again it is probed with one step (half-open) */
 	uint32_t restarts;
 	uint32_t fails_in_row;
-	uint64_t next_start_ns;		/* backoff after failures */
-	uint64_t started_ns;
+	int probing;
+	uint64_t next_start_ns;
+	uint64_t started_ns, ready_ns;
 	char backend[32];
 	int remote;			/* a link to a remote host (daemon/remote) */
 	uint64_t joined_ns;		/* remote: last seen with a host joined */
-};
-
-/* ---- prefix cache ----------------------------------------------------- */
-
-struct kvd_pentry {
-	uint64_t hash;
-	uint32_t block;
-	uint32_t depth;			/* block index in its chain */
-	uint64_t last_used_ns;
-	int used;			/* slot in use */
-};
-
-struct kvd_prefix {
-	struct kvd_pentry *slots;	/* open addressing, power of two */
-	uint32_t cap, n;
-	uint32_t *by_block;		/* block -> slot + 1, or 0 */
-	uint64_t cache_sid;		/* the kvarena session holding references */
-	int has_sid;
 };
 
 /* ---- tool classes ------------------------------------------------------ */
@@ -234,8 +406,16 @@ struct kvd_metrics {
 	uint64_t tool_runs[KVD_N_TOOLS][8];	/* by tool and enum kvs_exit */
 	uint64_t tool_rounds, tool_rounds_exhausted, tool_result_tokens;
 	uint64_t mcp_calls[2], mcp_restarts;	/* [0] ok, [1] tool error */
-	uint64_t steps_prefill, steps_decode, decode_seqs;
-	struct kvd_hist ttft, tpot, toolwait, prefill_ms;
+	uint64_t steps_prefill, steps_decode, steps_mixed, decode_seqs;
+	uint64_t prefill_chunks, step_tokens;	/* prompt chunks, tokens in steps */
+	uint64_t preemptions, preempted_tokens;	/* recomputed on readmission */
+	uint64_t step_failures, bisections, requests_failed_worker;
+	uint64_t worker_failures[3];		/* by KVD_ROLE_* */
+	uint64_t prefill_waits;			/* admissions that waited for a shared prefix */
+	uint64_t multi_prefill_steps;		/* steps with chunks of 2+ prompts */
+	uint32_t prefill_busy_max;		/* prefill workers computing at once, most seen */
+	uint64_t tenant_tokens[KVD_MAX_TENANTS + 1];	/* scheduled, for fairness */
+	struct kvd_hist ttft, tpot, toolwait, prefill_ms, step_ms;
 	/* tiering.c */
 	uint64_t tier_decisions[3];		/* keep, spill, discard at tool waits */
 	uint64_t tier_spills, tier_spill_bytes, tier_spill_failures;
@@ -256,6 +436,9 @@ struct kvd_tier_gauges {
 	double write_bps, read_bps, recompute_tps;
 };
 
+/* The last scheduler turns' durations, for exact p50/p99 (metrics.c). */
+#define KVD_STEP_RING 4096
+
 /* ---- the orchestrator -------------------------------------------------- */
 
 struct kvd_state_change {
@@ -271,12 +454,14 @@ struct kvd {
 	int stopping;			/* drain: refuse new, finish running */
 	int stop_now;
 	int ready;
+	int health;			/* kvd_health(): read without the lock */
 	/* model and KV */
 	struct kve_model *model;
 	struct kve_tokenizer *tok;
 	struct kvc_vocab *cvocab;	/* constraint compiler (checks at submit) */
 	struct chat_template *chat;	/* the model's family (daemon/chat) */
-	uint32_t vocab, ctx_len;
+	uint32_t vocab, ctx_len;	/* ctx_len: the model's, bounded by the arena */
+	uint32_t model_ctx;
 	int32_t eos, eot;		/* end of sequence, end of turn (-1) */
 	int32_t eom;			/* the family's second end of turn (Llama's
 					 * <|eom_id|>; -1) */
@@ -285,34 +470,58 @@ struct kvd {
 	struct kve_arena_geom geom;
 	int data_fd;			/* the arena's dma-buf / memfd */
 	enum kva_backend backend;
-	uint16_t *block_users;		/* conversations holding each block */
+	uint32_t *block_users;		/* conversations holding each block */
+	uint64_t kv_serial;
 	/* kernel */
 	struct kva_ring *ring;
 	struct kva_event ev;		/* the parked WAIT_EVENT's buffer */
 	uint64_t ev_ack;
 	int ev_parked;
-	struct kvd_state_change *pending;
+	struct kvd_state_change *pending_st;
 	uint32_t n_pending, cap_pending;
 	struct kva_toolwait *tw;	/* eBPF tool-wait, optional */
 	struct kvd_tiering *tier;	/* tiering.c */
-	/* state */
-	struct kvd_conv *convs;
+	/* conversations */
+	struct kvd_conv *convs, *convs_tail;	/* most recently used first */
 	uint32_t n_convs;
+	struct kvd_hmap conv_by_id, conv_by_sid, conv_by_text;
+	uint64_t text_seed;
+	uint16_t *text_filter;		/* counts of text keys by top bits */
+	struct kvd_conv **deadlines;	/* a min-heap by deadline_ns */
+	uint32_t n_deadlines;
+	/* the prefix cache */
+	struct kvd_radix radix;
+	uint64_t cache_sid;
+	int has_cache_sid;
+	struct kvd_hmap pending;	/* prefills in flight, by their next block */
+	struct kvd_rnode **path;	/* scratch: a prompt's cached blocks */
+	/* jobs */
 	struct kvd_job *jobs, *jobs_tail;	/* every job the scheduler holds, oldest first */
 	pthread_cond_t idle_cond;	/* a job finished (kvd_drain waits) */
 	uint32_t n_queued;
-	struct kvd_prefix prefix;
+	uint64_t next_order;
+	uint32_t next_group;
+	/* workers */
 	struct kvd_worker *workers;
 	uint32_t n_workers;
+	uint32_t max_seqs;		/* sequences per step */
 	uint64_t next_step_id;
 	uint64_t next_seq_id;	/* names a job's round to the workers */
+	uint64_t stage_down_since[3];	/* by KVD_ROLE_*: no working worker */
+	pid_t *reap;			/* killed workers to wait for (unlocked) */
+	uint32_t n_reap;
+	/* tenants */
 	/* per tenant, by kvd_tenant_slot() (0: nobody's) */
 	uint32_t tenant_blocks[KVD_MAX_TENANTS + 1];
 	double tenant_tokens[KVD_MAX_TENANTS + 1];	/* token bucket */
 	uint64_t tenant_refill_ns[KVD_MAX_TENANTS + 1];
+	double tenant_vt[KVD_MAX_TENANTS + 1];		/* fair queueing: service / weight */
+	uint32_t tenant_jobs[KVD_MAX_TENANTS + 1];	/* queued or running */
 	struct kvd_toolclass classes[KVD_MAX_TOOL_CLASSES];
 	uint32_t n_classes;
 	struct kvd_metrics m;
+	uint32_t step_us[KVD_STEP_RING];	/* scheduler turns, microseconds */
+	uint64_t n_step_us;
 	struct kvd_agent *agent;	/* server-side tools, or NULL */
 	/* daemon/remote: remote worker hosts, KV events (hooks.h) */
 	int remote_lfd;			/* where hosts join, or -1 */
@@ -363,75 +572,111 @@ void kvd_job_emit_error(struct kvd_job *j, enum kvd_err_kind kind,
 void kvd_wake(struct kvd *d);
 void kvd_tenant_charge(struct kvd *d, uint32_t tenant, uint32_t tokens);
 
-/* sched.c */
+/* sched.c: the scheduler thread */
 void *kvd_sched_main(void *arg);
+/* A job's round (or the job) ends; its conversation is let go. */
+void kvd_job_finish(struct kvd *d, struct kvd_job *j, enum kvd_finish f);
+void kvd_job_fail(struct kvd *d, struct kvd_job *j, enum kvd_err_kind kind,
+		  const char *msg);
+/* The ended job's conversation is kept for later or forgotten; once no
+ * step of it is in flight. */
+void kvd_job_let_go(struct kvd *d, struct kvd_job *j);
+/* A sampled token of a running job (or -1 with KVD_SEQ_SAMPLE unset). */
+void kvd_on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
+		  const struct kvd_top *top, uint32_t n_top);
+
+/* sched.c: a tool round's KV is back (tiering.c): its results prefill. */
+void kvd_resume_round(struct kvd *d, struct kvd_job *j);
+
+/* admit.c: admission, preemption */
+void kvd_admit(struct kvd *d);
+/* Blocks for the job's positions up to total, preempting lower-priority
+ * jobs when the arena is full: 0, 1 when the job itself was preempted (or
+ * must wait), <0 when it failed (the job is finished). */
+int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total);
+
+/* step.c: steps for the workers */
+int kvd_stages_shared(const struct kvd *d);
+void kvd_steps_build(struct kvd *d);
+/* A worker's oldest step answered (RESULT or KV_LOADED), or failed. */
+int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const void *p,
+		    size_t len);
+/* The worker is gone or failed a step: its steps in flight are void (their
+ * jobs go back to their confirmed KV); the oldest is charged (bisection). */
+void kvd_steps_void(struct kvd *d, struct kvd_worker *w, int charge_head);
+
+/* fair.c: per-tenant weighted fair queueing */
+uint32_t kvd_fair_weight(const struct kvd *d, uint32_t tenant);
+double kvd_fair_vt(const struct kvd *d, uint32_t tenant);
+void kvd_fair_charge(struct kvd *d, uint32_t tenant, uint32_t tokens);
+void kvd_fair_job_added(struct kvd *d, uint32_t tenant);
+void kvd_fair_job_gone(struct kvd *d, uint32_t tenant);
+/* Larger: lower priority (preempted first): the tenant's service, then
+ * admission order. */
+int kvd_fair_after(const struct kvd *d, const struct kvd_job *a, const struct kvd_job *b);
 
 /* conv.c */
-struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant, const char *key);
+int kvd_conv_init(struct kvd *d);
+void kvd_conv_fini(struct kvd *d);
+struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant);
 void kvd_conv_free(struct kvd *d, struct kvd_conv *c);
 struct kvd_conv *kvd_conv_find_id(struct kvd *d, const char *id);
-/* Best conversation whose text is a prefix-match of the prompt; *keep:
- * tokens whose text the prompt repeats. */
-/* markup.c: a conversation's text, byte by byte */
-enum { KVD_TEXT_MARKUP, KVD_TEXT_PLAIN, KVD_TEXT_ANY };
-/* The markup of a piece of text that is [off, off + len) of a prompt
- * whose markup spans these are (NULL where a piece is tokenized the old
- * way, without special tokens). */
-struct kvd_markup {
-	const struct kvd_span *spans;
-	size_t n, off;
-};
-/* Tokenizes [off, off + len) of a prompt (text) with special tokens only
- * in its markup; *ids malloc'd; the count or a negative errno. */
-int kvd_markup_tokenize(struct kvd *d, const char *text, size_t len,
-			const struct kvd_span *markup, size_t n_markup, size_t off,
-			int add_bos, int32_t **ids);
-/* The prompt's token count (BOS included), markup known. */
-int kvd_markup_count(struct kvd *d, const char *text, size_t len,
-		     const struct kvd_span *markup, size_t n_markup);
-/* A token's text bytes, a control marker's text included. */
-int kvd_markup_token_bytes(struct kvd *d, int32_t id, char *buf, size_t size);
-/* The kinds of [off, off + len) of a prompt's bytes (known: the request
- * marked its markup; else all KVD_TEXT_ANY). */
-void kvd_markup_classes(uint8_t *cls, size_t len, const struct kvd_span *markup,
-			size_t n_markup, size_t off, int known);
-/* How far [0, l) of a conversation's text agrees with a prompt's kinds. */
-size_t kvd_markup_agree(const uint8_t *cls, size_t l, const struct kvd_span *markup,
-			size_t n_markup, int known);
-
-struct kvd_conv *kvd_conv_match(struct kvd *d, uint32_t tenant, const char *key,
-				const char *prompt, size_t len, const struct kvd_markup *m,
-				uint32_t *keep);
+struct kvd_conv *kvd_conv_by_sid(struct kvd *d, uint64_t sid);
+uint32_t kvd_conv_candidates(const struct kvd *d, uint32_t tenant, const char *prompt,
+			     size_t len, struct kvd_cand *out, uint32_t max);
+/* m: the prompt's markup (NULL: not known); a conversation is continued
+ * only where its text's kinds agree with it */
+struct kvd_conv *kvd_conv_claim(struct kvd *d, struct kvd_job *j, const char *prompt,
+				const struct kvd_markup *m, const struct kvd_cand *cand,
+				uint32_t n);
+void kvd_conv_release(struct kvd *d, struct kvd_conv *c);
+/* m: the markup of the piece's text (m->off: where the text starts in
+ * the prompt the spans are of); NULL: no special tokens, kinds unknown */
+int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bos,
+		   const struct kvd_markup *m, struct kvd_piece *pc);
+void kvd_piece_free(struct kvd_piece *pc);
+int kvd_conv_append_piece(struct kvd_conv *c, const struct kvd_piece *pc);
 int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n_tokens);
+/* The text grows by len bytes of unknown kind (the model's own reply). */
 int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len);
-int kvd_conv_append_tokens(struct kvd *d, struct kvd_conv *c, const char *text,
-			   size_t len, int add_bos, const struct kvd_markup *m);
 int kvd_conv_push_token(struct kvd_conv *c, int32_t tok, const char *text,
 			size_t n, int boundary);
 int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c);
 void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c);
+int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total);
+/* Blocks for n_more positions after the KV (kvd_conv_reserve_to). */
 int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more);
 /* Every block back, the kvarena session kept (its KV is on disk or gone;
  * the kernel still sees its tool wait). */
 void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c);
 /* The kvarena session moves out of c, to be closed by the caller. */
 void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out);
-void kvd_conv_touch(struct kvd_conv *c);
+void kvd_conv_touch(struct kvd *d, struct kvd_conv *c);
 uint32_t kvd_conv_blocks(const struct kvd_conv *c);
+void kvd_conv_set_deadline(struct kvd *d, struct kvd_conv *c, uint64_t when_ns);
+uint64_t kvd_conv_expire(struct kvd *d, uint64_t now);
+void kvd_blocks_hold(struct kvd *d, struct kvd_conv *c, uint32_t from, uint32_t to,
+		     int delta);
 
-/* prefix.c */
+/* prefix.c: the radix index tied to the arena */
 int kvd_prefix_init(struct kvd *d);
 void kvd_prefix_fini(struct kvd *d);
-uint64_t kvd_prefix_hash(uint64_t parent, const int32_t *tokens, uint32_t n);
+uint32_t kvd_prefix_lookup(struct kvd *d, const struct kvd_conv *c, uint32_t max_tokens,
+			   struct kvd_rnode **path);
 /* Shares the longest cached run of c's full blocks into c (c has a kvarena
  * session and no blocks yet); returns tokens covered. */
 uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens);
-/* Offers c's newly filled blocks to the cache. */
+/* Offers c's newly filled full blocks to the cache. */
 void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c);
 int kvd_prefix_cached(const struct kvd *d, uint32_t block);
-/* Frees cached blocks no conversation holds, oldest and deepest first;
- * returns blocks released. */
+void kvd_prefix_busy(struct kvd *d, uint32_t block, int busy);
+/* Frees cached blocks no conversation holds, least recently used leaves
+ * first; returns blocks released. */
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want);
+void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c);
+void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c);
+int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached,
+			    struct kvd_rnode **path);
 /* The cache lets go of one block (tiering.c: the evicted conversation that
  * alone holds it has it in a spill file; keeping it would keep its memory). */
 void kvd_prefix_drop(struct kvd *d, uint32_t block);
@@ -439,15 +684,24 @@ void kvd_prefix_drop(struct kvd *d, uint32_t block);
 /* workers.c */
 int kvd_workers_start(struct kvd *d);
 void kvd_workers_stop(struct kvd *d);
-int kvd_worker_spawn(struct kvd *d, struct kvd_worker *w);
+/* Restarts, leases, health; returns the next time it needs a look. */
+uint64_t kvd_workers_tend(struct kvd *d, uint64_t now);
 void kvd_worker_lost(struct kvd *d, struct kvd_worker *w, const char *why);
-int kvd_worker_send_step(struct kvd *d, struct kvd_worker *w, uint32_t kind,
-			 struct kvd_job **jobs, uint32_t n);
-int kvd_worker_send_kv_load(struct kvd *d, struct kvd_worker *w, struct kvd_job *j);
+/* Reads what the socket has and handles each whole message. */
+void kvd_worker_readable(struct kvd *d, struct kvd_worker *w);
+/* Writes queued bytes; a write error loses the worker. */
+void kvd_worker_flush(struct kvd *d, struct kvd_worker *w);
+/* Queues the step filled in w's next slot (its jobs' bookkeeping done):
+ * in flight from here on, even when the worker is lost doing it. */
+void kvd_worker_send(struct kvd *d, struct kvd_worker *w);
+int kvd_worker_usable(const struct kvd_worker *w);
+/* Waits for killed workers (without the lock). */
+void kvd_workers_reap(pid_t *pids, uint32_t n);
+/* The health /health reports, from the workers' states. */
+void kvd_health_update(struct kvd *d, uint64_t now);
 
 /* router.c */
-struct kvd_worker *kvd_route(struct kvd *d, uint32_t role, uint32_t new_tokens,
-			     uint32_t overlap_tokens);
+double kvd_route_cost(const struct kvd *d, const struct kvd_worker *w);
 
 /* kstate.c */
 int kvd_kstate_init(struct kvd *d);
@@ -459,8 +713,11 @@ int kvd_kstate_fd(struct kvd *d);
 void kvd_kstate_poll(struct kvd *d);
 uint32_t kvd_blocks_free(struct kvd *d);
 /* Frees blocks until want are free: cache first, then victim sessions
- * ranked by the kernel's policy. Returns blocks free after. */
+ * ranked by the kernel's policy (idle ones only). Returns blocks free after. */
 uint32_t kvd_make_room(struct kvd *d, uint32_t want);
+/* The same within one tenant's budget: its idle conversations' KV,
+ * least recently used first. Returns blocks released. */
+uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want);
 
 /* toolwait.c */
 /* A tool's class for a tenant (its id, 0: none): each tenant's tools

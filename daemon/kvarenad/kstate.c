@@ -74,8 +74,8 @@ void kvd_kstate_fini(struct kvd *d)
 	if (d->tw)
 		kva_toolwait_close(d->tw);
 	d->tw = NULL;
-	free(d->pending);
-	d->pending = NULL;
+	free(d->pending_st);
+	d->pending_st = NULL;
 	d->n_pending = d->cap_pending = 0;
 }
 
@@ -95,21 +95,21 @@ void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
 	c->kstate = state;
 	/* a later change of the same session in this step replaces it */
 	for (i = 0; i < d->n_pending; i++)
-		if (d->pending[i].st.session_id == c->as.sid)
+		if (d->pending_st[i].st.session_id == c->as.sid)
 			break;
 	if (i == d->n_pending) {
 		if (d->n_pending == d->cap_pending) {
 			uint32_t cap = d->cap_pending ? d->cap_pending * 2 : 64;
-			void *p = realloc(d->pending, cap * sizeof(*d->pending));
+			void *p = realloc(d->pending_st, cap * sizeof(*d->pending_st));
 
 			if (!p)
 				return;
-			d->pending = p;
+			d->pending_st = p;
 			d->cap_pending = cap;
 		}
 		d->n_pending++;
 	}
-	st = &d->pending[i].st;
+	st = &d->pending_st[i].st;
 	memset(st, 0, sizeof(*st));
 	st->size = sizeof(*st);
 	st->session_id = c->as.sid;
@@ -168,7 +168,7 @@ void kvd_kstate_flush(struct kvd *d)
 	if (!d->n_pending)
 		return;
 	for (i = 0; i < d->n_pending; i++) {
-		struct kva_session_state *st = &d->pending[i].st;
+		struct kva_session_state *st = &d->pending_st[i].st;
 
 		if (d->ring) {
 			rc = kva_ring_queue(d->ring, KVA_RING_SESSION_SET_STATE, st, 2 + i);
@@ -216,22 +216,25 @@ uint32_t kvd_blocks_free(struct kvd *d)
 	return ai.blocks_free;
 }
 
-static struct kvd_conv *conv_by_sid(struct kvd *d, uint64_t sid)
-{
-	struct kvd_conv *c;
-
-	for (c = d->convs; c; c = c->next)
-		if (c->has_kv && c->as.sid == sid)
-			return c;
-	return NULL;
-}
-
 /* May c's blocks go? Not while a step computes on them; a server-side
  * tool round's KV waits like a client's (tiering.c). */
 static int evictable(const struct kvd_conv *c)
 {
 	return c->has_kv && c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
 	       (!c->job || c->job->state == JOB_TOOL_RUNNING);
+}
+
+/* The least recently used evictable conversation (of the tenant when one
+ * is given), from the tail: jobs' conversations are skipped, at most as
+ * many as there are jobs. */
+static struct kvd_conv *oldest_idle(struct kvd *d, uint32_t tenant, int any)
+{
+	struct kvd_conv *c;
+
+	for (c = d->convs_tail; c; c = c->prev)
+		if (evictable(c) && (any || c->tenant == tenant))
+			return c;
+	return NULL;
 }
 
 /*
@@ -253,7 +256,7 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 		progress = 0;
 		n = kva_arena_victims(d->arena, KVA_POLICY_ARENA, v, 64);
 		for (i = 0; i < n && free_now < want; i++) {
-			struct kvd_conv *c = conv_by_sid(d, v[i].session_id);
+			struct kvd_conv *c = kvd_conv_by_sid(d, v[i].session_id);
 
 			if (!c || !evictable(c))
 				continue;
@@ -269,11 +272,8 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 		}
 		if (!progress) {
 			/* the kernel ranked none we may evict: oldest idle first */
-			struct kvd_conv *c, *old = NULL;
+			struct kvd_conv *old = oldest_idle(d, 0, 1);
 
-			for (c = d->convs; c; c = c->next)
-				if (evictable(c))
-					old = c;
 			if (old) {
 				kvd_tiering_evict(d, old);
 				free_now = kvd_blocks_free(d);
@@ -285,4 +285,20 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 		}
 	}
 	return free_now;
+}
+
+uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want)
+{
+	uint32_t freed = 0;
+	struct kvd_conv *c;
+
+	while (freed < want && (c = oldest_idle(d, tenant, 0))) {
+		uint32_t n = c->as.s.n_blocks;
+
+		kvd_tiering_evict(d, c);
+		if (c->as.s.n_blocks == n && !c->tier_op)
+			break;		/* nothing came free: do not spin */
+		freed += n - (c->has_kv ? c->as.s.n_blocks : 0);
+	}
+	return freed;
 }

@@ -103,7 +103,10 @@ struct kvd_request {
 	 * front ends marked their markup (a raw completion prompt). */
 	const struct kvd_span *markup;
 	size_t n_markup;
-	const char *session_key;	/* prompt_cache_key or user; may be NULL */
+	const char *session_key;	/* prompt_cache_key or user; may be NULL: a
+					 * routing hint, never the name of a
+					 * conversation (it continues, cuts or
+					 * claims none) */
 	uint32_t tenant;		/* from the API key (0: no keys configured) */
 	const char *request_id;		/* "chatcmpl-..." for logs; may be NULL */
 	struct kvd_sampling s;
@@ -251,6 +254,15 @@ const struct chat_template *kvd_chat_template(const struct kvd *d);
 uint32_t kvd_context_len(const struct kvd *d);
 /* 1 when able to serve, 0 while starting or draining. */
 int kvd_ready(const struct kvd *d);
+/* /health: KVD_HEALTH_OK; KVD_HEALTH_DEGRADED when a stage has no
+ * working worker but the other stage's workers still serve its work
+ * ([sched] share_stages); KVD_HEALTH_DOWN when no worker can serve a
+ * request (they keep failing: restarts back off); -1 while starting or
+ * draining. Lock-free. */
+#define KVD_HEALTH_OK 0
+#define KVD_HEALTH_DEGRADED 1
+#define KVD_HEALTH_DOWN 2
+int kvd_health(const struct kvd *d);
 /* Server-side tools (Documentation/daemon.md, "Server-side tools"): a
  * JSON array of OpenAI function objects ({"name", "description",
  * "parameters"}), fixed for the daemon's life; element i is bit i of

@@ -69,6 +69,8 @@ static int worker_mode(int argc, char **argv)
 			a.max_batch = (unsigned)atoi(v);
 		else if (!strcmp(k, "--max-ctx"))
 			a.max_ctx = (unsigned)atoi(v);
+		else if (!strcmp(k, "--max-step-tokens"))
+			a.max_step_tokens = (unsigned)atoi(v);
 		else if (!strcmp(k, "--tool-open"))
 			a.tool_open = v;
 		else if (!strcmp(k, "--tool-close"))
@@ -164,6 +166,7 @@ struct api_tenants {
 	const char *keys[KVD_MAX_TENANTS][KVD_MAX_KEYS_PER_TENANT];
 	size_t n;
 	const char *cors[KVD_MAX_LIST], *hosts[KVD_MAX_LIST];	/* [server] lists */
+	const char *metrics_keys[KVD_MAX_KEYS_PER_TENANT];
 };
 
 static void api_tenants(struct api_tenants *at, const struct kvd_config *c)
@@ -171,6 +174,8 @@ static void api_tenants(struct api_tenants *at, const struct kvd_config *c)
 	uint32_t i, k;
 
 	at->n = c->n_tenants;
+	for (i = 0; i < c->n_metrics_keys; i++)
+		at->metrics_keys[i] = c->metrics_keys[i];
 	for (i = 0; i < c->n_tenants; i++) {
 		for (k = 0; k < c->tenants[i].n_keys; k++)
 			at->keys[i][k] = c->tenants[i].keys[k];
@@ -193,6 +198,9 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->n_tenants = at->n;
 	ac->max_body = (size_t)c->max_body_kb * 1024;
 	ac->max_connections = c->max_connections;
+	ac->max_connections_per_ip = c->max_connections_per_ip;
+	ac->metrics_keys = at->metrics_keys;
+	ac->n_metrics_keys = c->n_metrics_keys;
 	ac->conn_timeout_s = c->conn_timeout_s;
 	for (uint32_t i = 0; i < c->n_cors_origins; i++)
 		at->cors[i] = c->cors_origins[i];
@@ -260,6 +268,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	kvd_log_set_level((enum kvd_log_level)cfg.log_level);
+	{
+		char note[256];
+
+		kvd_config_auto(&cfg, note, sizeof(note));
+		kvd_log(KVD_LOG_INFO, "main", "workers: %s; steps of up to %u tokens (prompt "
+			"chunks of up to %u, decode batches of up to %u), %u in flight per "
+			"worker, stages %s", note, cfg.step_tokens, cfg.chunk_tokens,
+			cfg.max_batch, cfg.steps_in_flight,
+			cfg.share_stages && cfg.handoff != KVD_HANDOFF_COPY && !cfg.remote_prefill &&
+			!cfg.remote_decode ? "shared when idle" : "strict");
+	}
 	if (!cfg.n_tenants && !is_loopback(cfg.listen_host) && !cfg.allow_remote) {
 		/* the HTTP layer refuses this too; say it before loading anything */
 		kvd_log(KVD_LOG_ERR, "main",
@@ -332,6 +351,11 @@ int main(int argc, char **argv)
 					kvd_log(KVD_LOG_ERR, "main", "reload: %s; keeping the old keys",
 						err);
 				} else {
+					if (kvd_api_set_metrics_keys(api, nat.metrics_keys,
+								     nc.n_metrics_keys, err,
+								     sizeof(err)))
+						kvd_log(KVD_LOG_ERR, "main",
+							"reload: %s; keeping the old metrics keys", err);
 					kvd_set_tenants(d, &nc);
 					kvd_log_set_level((enum kvd_log_level)nc.log_level);
 					kvd_log(KVD_LOG_INFO, "main", "reloaded: %u tenants",

@@ -37,7 +37,7 @@ static size_t slice(const struct kvd_span *m, size_t n, size_t off, size_t len,
 	return k;
 }
 
-int kvd_markup_tokenize(struct kvd *d, const char *text, size_t len,
+int kvd_markup_tokenize(const struct kvd *d, const char *text, size_t len,
 			const struct kvd_span *markup, size_t n_markup, size_t off,
 			int add_bos, int32_t **ids_out)
 {
@@ -72,7 +72,7 @@ int kvd_markup_tokenize(struct kvd *d, const char *text, size_t len,
 	return n;
 }
 
-int kvd_markup_count(struct kvd *d, const char *text, size_t len,
+int kvd_markup_count(const struct kvd *d, const char *text, size_t len,
 		     const struct kvd_span *markup, size_t n_markup)
 {
 	struct kve_span *sp = malloc((n_markup + 1) * sizeof(*sp));
@@ -93,7 +93,7 @@ int kvd_count_prompt(struct kvd *d, const char *text, size_t len,
 		kve_tokenize(d->tok, text, len, 1, NULL, 0);
 }
 
-int kvd_markup_token_bytes(struct kvd *d, int32_t id, char *buf, size_t size)
+int kvd_markup_token_bytes(const struct kvd *d, int32_t id, char *buf, size_t size)
 {
 	int b = kve_token_bytes(d->tok, id, buf, size);
 

@@ -30,6 +30,13 @@ void kvd_hist_add(struct kvd_hist *h, double v)
 	h->n++;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 struct out {
 	char *buf;
 	size_t len, cap;
@@ -99,7 +106,8 @@ char *kvd_metrics_text(struct kvd *d)
 	struct out o = { 0 };
 	struct kva_arena_info ai = { .size = sizeof(ai) };
 	uint32_t states[KVA_STATE_ENDED + 1] = { 0 }, queued = 0, running = 0, i;
-	uint32_t up[3] = { 0 };
+	uint32_t up[3] = { 0 }, *turns = NULL, n_turns = 0;
+	int health;
 	struct kvd_conv *c;
 	struct kvd_job *j;
 	struct kvd_metrics m;
@@ -131,8 +139,17 @@ char *kvd_metrics_text(struct kvd *d)
 			running++;
 	}
 	for (i = 0; i < d->n_workers; i++)
-		if (d->workers[i].state == W_IDLE || d->workers[i].state == W_BUSY)
+		if (kvd_worker_usable(&d->workers[i]))
 			up[d->workers[i].role]++;
+	{	/* the scheduler's last turns: exact quantiles */
+		uint32_t n = d->n_step_us < KVD_STEP_RING ? (uint32_t)d->n_step_us : KVD_STEP_RING;
+
+		if (n && (turns = malloc(n * sizeof(*turns)))) {
+			memcpy(turns, d->step_us, n * sizeof(*turns));
+			n_turns = n;
+		}
+	}
+	health = d->health;
 	put(&o, "# HELP kvarenad_info The served model and KV backend.\n"
 		"# TYPE kvarenad_info gauge\n"
 		"kvarenad_info{model=\"%s\",kv_backend=\"%s\",handoff=\"%s\"} 1\n",
@@ -152,7 +169,9 @@ char *kvd_metrics_text(struct kvd *d)
 	gauge(&o, "kv_blocks_free", "KV blocks free in the arena.", ai.blocks_free);
 	gauge(&o, "kv_blocks_used", "KV blocks held (sessions and the prefix cache).",
 	      ai.blocks_total - ai.blocks_free);
-	gauge(&o, "kv_blocks_cached", "KV blocks indexed by the prefix cache.", d->prefix.n);
+	gauge(&o, "kv_blocks_cached", "KV blocks indexed by the prefix cache.", d->radix.n);
+	gauge(&o, "kv_blocks_evictable", "Cached blocks no conversation holds (evicted first).",
+	      d->radix.n_evictable);
 	{
 		uint32_t held = 0, b;
 
@@ -162,6 +181,12 @@ char *kvd_metrics_text(struct kvd *d)
 		      "KV blocks some conversation holds (the rest of the used ones: the prefix "
 		      "cache's alone).", held);
 	}
+	put(&o, "# HELP kvarenad_tenant_scheduled_tokens_total Tokens scheduled in steps, by "
+		"tenant (fair queueing's service; tenant 0: no API keys).\n"
+		"# TYPE kvarenad_tenant_scheduled_tokens_total counter\n");
+	for (i = 0; i <= d->cfg.n_tenants && i <= KVD_MAX_TENANTS; i++)
+		put(&o, "kvarenad_tenant_scheduled_tokens_total{tenant=\"%s\"} %llu\n",
+		    i ? d->cfg.tenants[i - 1].name : "", (unsigned long long)m.tenant_tokens[i]);
 	gauge(&o, "kv_block_bytes", "Bytes of one arena block.", ai.block_size);
 	{
 		char rm[4096];
@@ -225,13 +250,51 @@ char *kvd_metrics_text(struct kvd *d)
 	counter(&o, "tool_result_tokens_total",
 		"Tokens of server-side tool results appended (and prefilled).",
 		m.tool_result_tokens);
-	put(&o, "# HELP kvarenad_steps_total Steps sent to workers.\n"
+	put(&o, "# HELP kvarenad_steps_total Steps sent to workers, by what they carry "
+		"(mixed: decode tokens and prompt chunks).\n"
 		"# TYPE kvarenad_steps_total counter\n"
 		"kvarenad_steps_total{stage=\"prefill\"} %llu\n"
-		"kvarenad_steps_total{stage=\"decode\"} %llu\n",
-	    (unsigned long long)m.steps_prefill, (unsigned long long)m.steps_decode);
-	counter(&o, "decode_sequences_total", "Sequences in decode steps (batching).",
+		"kvarenad_steps_total{stage=\"decode\"} %llu\n"
+		"kvarenad_steps_total{stage=\"mixed\"} %llu\n",
+	    (unsigned long long)m.steps_prefill, (unsigned long long)m.steps_decode,
+	    (unsigned long long)m.steps_mixed);
+	counter(&o, "decode_sequences_total", "Decode tokens in steps (batching).",
 		m.decode_seqs);
+	counter(&o, "prefill_chunks_total", "Prompt chunks in steps.", m.prefill_chunks);
+	counter(&o, "step_tokens_total", "Tokens computed by steps (chunks and decode).",
+		m.step_tokens);
+	counter(&o, "preemptions_total", "Running requests whose KV was given back under "
+		"pressure (recomputed when readmitted).", m.preemptions);
+	counter(&o, "preempted_tokens_total", "KV positions given back by preemptions.",
+		m.preempted_tokens);
+	counter(&o, "multi_prefill_steps_total", "Steps carrying chunks of two or more "
+		"prompts.", m.multi_prefill_steps);
+	gauge(&o, "prefill_workers_busy_max", "Most prefill workers seen with prompt chunks in "
+	      "flight at once.", m.prefill_busy_max);
+	counter(&o, "prefix_waits_total", "Admissions that waited for another request "
+		"computing the same uncached prefix.", m.prefill_waits);
+	counter(&o, "step_failures_total", "Steps that failed (a worker error, death or "
+		"lease expiry while computing them).", m.step_failures);
+	counter(&o, "step_bisections_total", "Failed batches split in two to find the "
+		"sequence at fault.", m.bisections);
+	counter(&o, "requests_failed_worker_total", "Requests failed because a worker failed "
+		"on their step alone, again and again.", m.requests_failed_worker);
+	put(&o, "# HELP kvarenad_worker_failures_total Worker losses (death, protocol error, "
+		"lease expiry, failed start).\n# TYPE kvarenad_worker_failures_total counter\n"
+		"kvarenad_worker_failures_total{stage=\"prefill\"} %llu\n"
+		"kvarenad_worker_failures_total{stage=\"decode\"} %llu\n",
+	    (unsigned long long)m.worker_failures[KVD_ROLE_PREFILL],
+	    (unsigned long long)m.worker_failures[KVD_ROLE_DECODE]);
+	gauge(&o, "health", "0 ok, 1 degraded (a stage has no working worker; the other "
+	      "stage serves), 2 down (no worker can serve).", health);
+	if (n_turns) {
+		qsort(turns, n_turns, sizeof(*turns), cmp_u32);
+		gauge(&o, "sched_step_p50_us", "Scheduler turn (lock held: answers, admission, "
+		      "steps), median of the last 4096, microseconds.", turns[n_turns / 2]);
+		gauge(&o, "sched_step_p99_us", "Scheduler turn, 99th percentile of the last 4096, "
+		      "microseconds.", turns[(uint64_t)n_turns * 99 / 100]);
+	}
+	free(turns);
 	put(&o, "# HELP kvarenad_kv_sessions Conversations by where their KV is (arena; disk: a "
 		"spill file; none: recomputed if they return).\n# TYPE kvarenad_kv_sessions gauge\n"
 		"kvarenad_kv_sessions{tier=\"arena\"} %u\nkvarenad_kv_sessions{tier=\"disk\"} %u\n"
@@ -300,7 +363,8 @@ char *kvd_metrics_text(struct kvd *d)
 	     &m.tier_restore_stall_ms);
 	hist(&o, "ttft_ms", "Time to first token.", &m.ttft);
 	hist(&o, "tpot_ms", "Time per output token after the first.", &m.tpot);
-	hist(&o, "prefill_ms", "Prefill step compute time.", &m.prefill_ms);
+	hist(&o, "prefill_ms", "Compute time of steps with prompt chunks.", &m.prefill_ms);
+	hist(&o, "sched_step_ms", "Scheduler turns (lock held).", &m.step_ms);
 	hist(&o, "tool_wait_ms", "Tool waits: from a response with tool calls to the "
 	     "request with their results.", &m.toolwait);
 	if (o.oom) {

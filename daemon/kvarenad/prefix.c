@@ -1,243 +1,174 @@
 // SPDX-License-Identifier: MIT
 /*
- * prefix.c - the prefix cache: full KV blocks keyed by a chained hash of
- * their tokens (hash of the parent block's hash and this block's token
- * ids), so a block's key names its whole prefix. The cache holds its own
- * reference on every block it indexes through one kvarena session of its
- * own ("the cache session"), so a block outlives the conversations that
- * made it, and sharing it into a new conversation is the kernel's block
- * reference (kva_blocks_share), never a copy.
+ * prefix.c - the prefix cache: the radix index (radix.c) tied to the
+ * arena. The cache holds its own reference on every block the index
+ * names, through one kvarena session of its own ("the cache session"),
+ * so a block outlives the conversations that computed it, and sharing it
+ * into a new conversation is the kernel's block reference
+ * (kva_blocks_share), never a copy.
  *
- * Chains start from the tenant: tenants never share blocks, so neither a
+ * Trees start from the tenant: tenants never share blocks, so neither a
  * faster first token nor usage.cached_tokens tells one tenant what another
  * sent (the cross-tenant timing channel vLLM closes with cache_salt).
+ * Every hit compares the block's token ids (issue 36.6: a 64-bit key alone
+ * would serve another prompt's KV on a collision, as vLLM's CVE-2025-25183).
  *
- * Eviction frees only blocks no conversation holds, least recently used
- * first and, among equals, the deepest (a conversation's tail before the
- * system prompt everyone shares).
+ * Prefills in flight: a conversation about to compute full blocks nobody
+ * has cached registers its first such block; another conversation whose
+ * prompt needs that same block next waits until it is computed, then
+ * shares it, instead of computing it twice (100 agents starting with one
+ * system prompt compute it once). Anything else proceeds at once.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "hooks.h"
 #include "internal.h"
 #include "log.h"
 
-/* FNV-1a over the parent hash and the ids, then a 64-bit finaliser. */
-uint64_t kvd_prefix_hash(uint64_t parent, const int32_t *tokens, uint32_t n)
-{
-	uint64_t h = 0xcbf29ce484222325ull ^ parent;
-	const uint8_t *p = (const uint8_t *)tokens;
-	size_t i;
-
-	for (i = 0; i < (size_t)n * sizeof(*tokens); i++) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h ? h : 1;
-}
-
-/* The root of a tenant's hash chains. */
-static uint64_t chain_root(uint32_t tenant)
-{
-	return kvd_prefix_hash(0x6b7661726e61ull, (const int32_t *)&tenant, 1);
-}
-
 int kvd_prefix_init(struct kvd *d)
 {
-	struct kvd_prefix *p = &d->prefix;
-	uint32_t cap = 16;
+	uint64_t seed = 0;
 	int rc;
 
 	if (!d->cfg.prefix_cache)
 		return 0;
-	while (cap < 2 * d->geom.blocks_total)
-		cap *= 2;
-	p->slots = calloc(cap, sizeof(*p->slots));
-	p->by_block = calloc(d->geom.blocks_total, sizeof(*p->by_block));
-	if (!p->slots || !p->by_block)
-		return -ENOMEM;
-	p->cap = cap;
-	rc = kva_session_open(d->arena, 0, &p->cache_sid);
+	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+		seed = kvd_now_ns();
+	rc = kvd_radix_init(&d->radix, d->geom.block_tokens, d->geom.blocks_total, seed);
+	if (!rc)
+		rc = kvd_hmap_init(&d->pending, 64);
 	if (rc)
 		return rc;
-	p->has_sid = 1;
+	rc = kva_session_open(d->arena, 0, &d->cache_sid);
+	if (rc)
+		return rc;
+	d->has_cache_sid = 1;
 	return 0;
 }
 
 void kvd_prefix_fini(struct kvd *d)
 {
-	struct kvd_prefix *p = &d->prefix;
-
-	if (p->has_sid && d->arena)
-		kva_session_close(d->arena, p->cache_sid);
-	free(p->slots);
-	free(p->by_block);
-	memset(p, 0, sizeof(*p));
-}
-
-static struct kvd_pentry *find(struct kvd_prefix *p, uint64_t h)
-{
-	uint32_t i = (uint32_t)h & (p->cap - 1);
-
-	while (p->slots[i].used) {
-		if (p->slots[i].hash == h)
-			return &p->slots[i];
-		i = (i + 1) & (p->cap - 1);
-	}
-	return NULL;
+	if (d->has_cache_sid && d->arena)
+		kva_session_close(d->arena, d->cache_sid);
+	d->has_cache_sid = 0;
+	kvd_radix_fini(&d->radix);
+	kvd_hmap_fini(&d->pending);
 }
 
 int kvd_prefix_cached(const struct kvd *d, uint32_t block)
 {
-	return d->prefix.by_block && d->prefix.by_block[block];
+	return kvd_radix_by_block(&d->radix, block) != NULL;
 }
 
-/* Backward-shift deletion keeps the probe chains intact. */
-static void remove_slot(struct kvd_prefix *p, uint32_t i)
+void kvd_prefix_busy(struct kvd *d, uint32_t block, int busy)
 {
-	uint32_t j = i;
+	struct kvd_rnode *n = kvd_radix_by_block(&d->radix, block);
 
-	p->by_block[p->slots[i].block] = 0;
-	p->slots[i].used = 0;
-	p->n--;
-	for (;;) {
-		uint32_t home;
+	if (n)
+		kvd_radix_set_busy(&d->radix, n, busy);
+}
 
-		j = (j + 1) & (p->cap - 1);
-		if (!p->slots[j].used)
-			break;
-		home = (uint32_t)p->slots[j].hash & (p->cap - 1);
-		/* can slot j move back to i? only if home is not in (i, j] */
-		if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
-			p->slots[i] = p->slots[j];
-			p->by_block[p->slots[i].block] = i + 1;
-			p->slots[j].used = 0;
-			i = j;
-		}
-	}
+static int ensure_nodes(struct kvd *d, struct kvd_conv *c)
+{
+	if (!c->nodes)
+		c->nodes = calloc(d->ctx_len / d->geom.block_tokens + 1, sizeof(*c->nodes));
+	return c->nodes ? 0 : -ENOMEM;
+}
+
+/* Cached full blocks of the conversation's first max_tokens tokens. */
+uint32_t kvd_prefix_lookup(struct kvd *d, const struct kvd_conv *c, uint32_t max_tokens,
+			   struct kvd_rnode **path)
+{
+	if (!d->has_cache_sid)
+		return 0;
+	return kvd_radix_match(&d->radix, c->tenant, c->tokens, max_tokens / d->geom.block_tokens,
+			       path);
 }
 
 uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens)
 {
-	struct kvd_prefix *p = &d->prefix;
-	uint32_t bt = d->geom.block_tokens, n = 0, i, max_blocks = max_tokens / bt;
-	uint64_t h = chain_root(c->tenant), now = kvd_now_ns();
-	uint32_t ids[256];
+	uint32_t bt = d->geom.block_tokens, n, i, *ids;
 
-	if (!p->slots || !c->has_kv || c->as.s.n_blocks || c->as.s.n_tokens)
+	if (!d->has_cache_sid || !c->has_kv || c->as.s.n_blocks || c->as.s.n_tokens ||
+	    ensure_nodes(d, c))
 		return 0;
-	if (max_blocks > c->as.cap)
-		max_blocks = c->as.cap;
-	if (max_blocks > 256)
-		max_blocks = 256;
-	for (i = 0; i < max_blocks; i++) {
-		struct kvd_pentry *e;
-
-		h = kvd_prefix_hash(h, c->tokens + (size_t)i * bt, bt);
-		e = find(p, h);
-		if (!e)
-			break;
-		ids[n++] = e->block;
-		e->last_used_ns = now;
-	}
+	if (max_tokens / bt > c->as.cap)
+		max_tokens = c->as.cap * bt;
+	n = kvd_prefix_lookup(d, c, max_tokens, c->nodes);
 	if (!n)
 		return 0;
+	ids = c->as.s.block_table;
+	for (i = 0; i < n; i++)
+		ids[i] = c->nodes[i]->block;
 	if (kva_blocks_share(d->arena, c->as.sid, n, ids) < 0)
 		return 0;
-	memcpy(c->as.s.block_table, ids, n * sizeof(*ids));
 	c->as.s.n_blocks = n;
 	c->as.s.n_tokens = n * bt;
-	for (i = 0; i < n; i++)
-		d->block_users[ids[i]]++;
-	if (kvd_tenant_slot(d, c->tenant))
-		d->tenant_blocks[kvd_tenant_slot(d, c->tenant)] += n;
-	/* these blocks are already indexed: the conversation's hashes
+	kvd_blocks_hold(d, c, 0, n, +1);
+	/* these blocks are indexed already: the conversation's own offers
 	 * continue from here */
-	if (!c->hashes)
-		c->hashes = calloc(c->as.cap, sizeof(*c->hashes));
-	if (c->hashes) {
-		h = chain_root(c->tenant);
-		for (i = 0; i < n; i++) {
-			h = kvd_prefix_hash(h, c->tokens + (size_t)i * bt, bt);
-			c->hashes[i] = h;
-		}
-		c->n_hashed = n;
-	}
+	c->n_offered = n;
 	return n * bt;
 }
 
 void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 {
-	struct kvd_prefix *p = &d->prefix;
 	uint32_t bt = d->geom.block_tokens, full, i;
-	uint64_t now = kvd_now_ns();
 
-	if (!p->slots || !c->has_kv)
-		return;
-	if (!c->hashes && !(c->hashes = calloc(c->as.cap, sizeof(*c->hashes))))
+	if (!d->has_cache_sid || !c->has_kv || ensure_nodes(d, c))
 		return;
 	full = c->as.s.n_tokens / bt;
-	for (i = c->n_hashed; i < full; i++) {
-		uint64_t h = kvd_prefix_hash(i ? c->hashes[i - 1] : chain_root(c->tenant),
-					     c->tokens + (size_t)i * bt, bt);
-		uint32_t block = c->as.s.block_table[i], s;
-		struct kvd_pentry *e;
+	for (i = c->n_offered; i < full; i++) {
+		struct kvd_rnode *parent = i ? c->nodes[i - 1] : NULL, *n;
+		uint32_t block = c->as.s.block_table[i];
 
-		c->hashes[i] = h;
-		e = find(p, h);
-		if (e) {
-			e->last_used_ns = now;
-			continue;
+		if (i && !parent)
+			break;		/* the chain broke (no memory): nothing deeper */
+		n = kvd_radix_child(&d->radix, c->tenant, parent, c->tokens + (size_t)i * bt);
+		if (!n && !kvd_radix_by_block(&d->radix, block) &&
+		    kva_blocks_share(d->arena, d->cache_sid, 1, &block) >= 0) {
+			n = kvd_radix_insert(&d->radix, c->tenant, parent,
+					     c->tokens + (size_t)i * bt, block,
+					     d->block_users[block] > 0);
+			if (!n)
+				kva_blocks_free(d->arena, d->cache_sid, 1, &block);
+			else	/* the routers' KV events (daemon/remote) */
+				kvd_kvev_stored(d, n->h.key, parent ? parent->h.key : 0,
+						c->tokens + (size_t)i * bt);
 		}
-		if (p->by_block[block] || p->n * 2 >= p->cap)
-			continue;
-		if (kva_blocks_share(d->arena, p->cache_sid, 1, &block) < 0)
-			continue;
-		s = (uint32_t)h & (p->cap - 1);
-		while (p->slots[s].used)
-			s = (s + 1) & (p->cap - 1);
-		p->slots[s] = (struct kvd_pentry){ h, block, i, now, 1 };
-		p->by_block[block] = s + 1;
-		p->n++;
-		kvd_kvev_stored(d, h, i ? c->hashes[i - 1] : 0, c->tokens + (size_t)i * bt);
+		/* an equal block another conversation computed meanwhile
+		 * stays the index's, and this one's chain stops there: c->nodes
+		 * names only blocks c holds (a node it does not hold may be
+		 * evicted under it) */
+		if (!n || n->block != block)
+			break;
+		c->nodes[i] = n;
 	}
-	c->n_hashed = full;
+	c->n_offered = i;
 	kvd_kvev_flush(d);
+	if (c->pending_registered && c->n_offered > c->pending_block)
+		kvd_prefix_pending_drop(d, c);
 }
 
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 {
-	struct kvd_prefix *p = &d->prefix;
 	uint32_t freed = 0;
+	struct kvd_rnode *n;
 
-	if (!p->slots)
+	if (!d->has_cache_sid)
 		return 0;
-	while (freed < want) {
-		uint32_t i, best = UINT32_MAX;
+	while (freed < want && (n = kvd_radix_victim(&d->radix))) {
+		uint32_t block = n->block;
 
-		for (i = 0; i < p->cap; i++) {
-			const struct kvd_pentry *e = &p->slots[i];
-
-			if (!e->used || d->block_users[e->block])
-				continue;
-			if (best == UINT32_MAX || e->last_used_ns < p->slots[best].last_used_ns ||
-			    (e->last_used_ns == p->slots[best].last_used_ns &&
-			     e->depth > p->slots[best].depth))
-				best = i;
-		}
-		if (best == UINT32_MAX)
+		if (kva_blocks_free(d->arena, d->cache_sid, 1, &block) < 0)
 			break;
-		if (kva_blocks_free(d->arena, p->cache_sid, 1, &p->slots[best].block) < 0)
-			break;
-
-		kvd_kvev_removed(d, p->slots[best].hash);
-		remove_slot(p, best);
+		kvd_kvev_removed(d, n->h.key);
+		kvd_radix_remove(&d->radix, n);
 		freed++;
 		d->m.cache_evictions++;
 	}
@@ -245,16 +176,78 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 	return freed;
 }
 
+/* ---- prefills in flight ---------------------------------------------------- */
+
+static uint64_t pending_key(struct kvd *d, const struct kvd_conv *c, uint32_t block,
+			    struct kvd_rnode *parent)
+{
+	return kvd_radix_key(&d->radix, c->tenant, parent,
+			     c->tokens + (size_t)block * d->geom.block_tokens);
+}
+
+/* c (KV open, its cached prefix attached) will compute the full block
+ * after its cached prefix: others needing it next may wait for it. */
+void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c)
+{
+	uint32_t bt = d->geom.block_tokens, b = c->as.s.n_tokens / bt;
+
+	if (!d->has_cache_sid || c->pending_registered || c->as.s.n_tokens % bt ||
+	    (b + 1) * bt > c->n_tokens || (b && (!c->nodes || !c->nodes[b - 1])))
+		return;
+	c->pending_block = b;
+	c->pending_parent = b ? c->nodes[b - 1] : NULL;
+	kvd_hmap_add(&d->pending, &c->by_pending, pending_key(d, c, b, c->pending_parent));
+	c->pending_registered = 1;
+}
+
+void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c)
+{
+	if (!c->pending_registered)
+		return;
+	kvd_hmap_del(&d->pending, &c->by_pending);
+	c->pending_registered = 0;
+}
+
+/* 1 when another conversation is computing the block c needs right after
+ * its cached prefix (n_cached full blocks matched, path: their nodes). */
+int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached,
+			    struct kvd_rnode **path)
+{
+	uint32_t bt = d->geom.block_tokens;
+	struct kvd_rnode *parent = n_cached ? path[n_cached - 1] : NULL;
+	struct kvd_hnode *e;
+	uint64_t key;
+
+	if (!d->has_cache_sid || !d->pending.n || (n_cached + 1) * bt > c->n_tokens)
+		return 0;
+	key = kvd_radix_key(&d->radix, c->tenant, parent, c->tokens + (size_t)n_cached * bt);
+	for (e = kvd_hmap_first(&d->pending, key); e; e = kvd_hmap_next(e)) {
+		const struct kvd_conv *o = (const struct kvd_conv *)
+			((const char *)e - offsetof(struct kvd_conv, by_pending));
+
+		if (o != c && o->tenant == c->tenant && o->pending_parent == parent &&
+		    o->pending_block == n_cached &&
+		    !memcmp(o->tokens + (size_t)n_cached * bt, c->tokens + (size_t)n_cached * bt,
+			    (size_t)bt * sizeof(*c->tokens)))
+			return 1;
+	}
+	return 0;
+}
+
+/* Only a leaf can go (a child's key chains through its parent): tiering.c
+ * drops a conversation's blocks deepest first, so its whole private tail
+ * leaves the index; a block with cached children of its own stays. */
 void kvd_prefix_drop(struct kvd *d, uint32_t block)
 {
-	struct kvd_prefix *p = &d->prefix;
-	uint32_t i;
+	struct kvd_rnode *n;
 
-	if (!p->by_block || !p->by_block[block])
+	if (!d->has_cache_sid)
 		return;
-	i = p->by_block[block] - 1;
-	if (kva_blocks_free(d->arena, p->cache_sid, 1, &block) < 0)
+	n = kvd_radix_by_block(&d->radix, block);
+	if (!n || n->n_children || kva_blocks_free(d->arena, d->cache_sid, 1, &block) < 0)
 		return;
-	remove_slot(p, i);
+	kvd_kvev_removed(d, n->h.key);
+	kvd_radix_remove(&d->radix, n);
+	kvd_kvev_flush(d);
 	d->m.cache_evictions++;
 }

@@ -1,40 +1,32 @@
 // SPDX-License-Identifier: MIT
 /*
- * router.c - which stage worker gets the next step. The cost is NVIDIA
- * Dynamo's published formula:
- *   cost = prefill_load_scale * max(queued prefill tokens + new tokens
- *                                   - prefix overlap credit, 0)
+ * router.c - the order in which workers are offered the next steps. The
+ * cost is NVIDIA Dynamo's published formula:
+ *   cost = prefill_load_scale * max(tokens in flight - prefix overlap, 0)
  *          + decode sequences in flight
- * and the idle worker with the lowest cost wins (lowest index on ties).
- * With one shared arena every worker sees the same blocks, so the overlap
- * credit is the same for all of them today; it starts to matter when
- * workers keep KV of their own (another machine, a device tier), which is
- * why the router takes it as an input now.
+ * and the worker with the lowest cost is offered work first (lowest index
+ * on ties), so prompt chunks spread over the prefill workers by the load
+ * they already carry. With one shared arena every worker sees the same
+ * blocks, so the overlap credit is the same for all of them and left out
+ * today; it starts to matter when workers keep KV of their own (another
+ * machine, a device tier).
  */
 #include "internal.h"
 
-struct kvd_worker *kvd_route(struct kvd *d, uint32_t role, uint32_t new_tokens,
-			     uint32_t overlap_tokens)
+double kvd_route_cost(const struct kvd *d, const struct kvd_worker *w)
 {
-	struct kvd_worker *best = NULL;
-	double best_cost = 0;
-	uint32_t i;
+	uint32_t i, decode = 0, prefill = 0;
 
-	for (i = 0; i < d->n_workers; i++) {
-		struct kvd_worker *w = &d->workers[i];
-		double prefill, cost;
+	for (i = 0; i < w->n_q; i++) {
+		const struct kvd_wstep *st = &w->q[(w->q_head + i) % KVD_MAX_DEPTH];
+		uint32_t k;
 
-		if (w->role != role || w->state != W_IDLE)
-			continue;
-		prefill = (double)w->queued_tokens + new_tokens - overlap_tokens;
-		if (prefill < 0)
-			prefill = 0;
-		cost = d->cfg.prefill_load_scale * prefill +
-		       (w->step_kind == KVD_STEP_DECODE ? w->n_inflight : 0);
-		if (!best || cost < best_cost) {
-			best = w;
-			best_cost = cost;
+		for (k = 0; k < st->n_seq; k++) {
+			if (st->seqs[k].n_new > 1 || !(st->seqs[k].flags & KVD_SEQ_SAMPLE))
+				prefill += st->seqs[k].n_new;
+			else
+				decode++;
 		}
 	}
-	return best;
+	return d->cfg.prefill_load_scale * prefill + decode;
 }

@@ -261,7 +261,8 @@ static void free_to_disk(struct kvd *d, struct kvd_conv *c)
 {
 	uint32_t i;
 
-	for (i = c->tier_file_skip; i < c->as.s.n_blocks; i++)
+	/* deepest first: the prefix cache's index lets go of leaves only */
+	for (i = c->as.s.n_blocks; i-- > c->tier_file_skip;)
 		if (d->block_users[c->as.s.block_table[i]] == 1)
 			kvd_prefix_drop(d, c->as.s.block_table[i]);
 	kvd_conv_free_blocks(d, c);

@@ -123,7 +123,7 @@ int kvd_worker_joinable(struct kvd *d, struct kvd_worker *w)
 
 	if (!w->remote)
 		return 1;
-	if (w->state == W_IDLE || w->state == W_BUSY) {
+	if (w->state == W_READY) {
 		w->joined_ns = now;
 		return 1;
 	}
@@ -153,15 +153,13 @@ void kvd_kvev_flush(struct kvd *d)
 int kvd_router_metrics(struct kvd *d, char *buf, size_t len, uint32_t waiting,
 		       uint32_t running, const struct kva_arena_info *ai)
 {
-	uint32_t evictable = 0, total = ai->blocks_total, active, i;
+	uint32_t evictable, total = ai->blocks_total, active;
 	double usage, hit;
 
 	/* cached blocks no conversation holds are free to a router: the
 	 * next allocation reclaims them (vLLM counts its cached-free blocks
 	 * as free the same way) */
-	for (i = 0; d->prefix.slots && i < d->prefix.cap; i++)
-		if (d->prefix.slots[i].used && !d->block_users[d->prefix.slots[i].block])
-			evictable++;
+	evictable = d->radix.n_evictable;	/* the radix index's unheld leaves */
 	active = total - ai->blocks_free - evictable;
 	if (active > total)
 		active = total;

@@ -572,7 +572,10 @@ static int parse_step(struct rw *r, size_t len, struct kvd_step *st, struct seqw
 			if ((uint64_t)(end - p) < need)
 				goto bad;
 		}
-		/* not aligned: the text of an earlier constraint has any length */
+		/* every record is padded to 8 bytes (proto.h) */
+		need = (need + 7) & ~(uint64_t)7;
+		if ((uint64_t)(end - p) < need)
+			goto bad;
 		w[i].ids = p + sizeof(*sq) + (size_t)w[i].sq.n_new * 4;
 		w[i].atab = malloc((size_t)w[i].sq.n_blocks * 4 + 4);
 		if (!w[i].atab)

@@ -48,6 +48,9 @@ struct kvd_backend_init {
 	uint32_t n_threads;
 	uint32_t max_batch;		/* sequences per decode call */
 	uint32_t max_ctx;		/* longest sequence */
+	/* tokens of one step at most (prompt chunks and decode tokens
+	 * together); 0: unknown (before this field) */
+	uint32_t max_step_tokens;
 };
 
 /* One sequence: block_table[i] holds positions [i*bt, (i+1)*bt);
@@ -73,6 +76,14 @@ struct kvd_backend_ops {
 	/* One token for each of n sequences; logits + i * vocab for seq i. */
 	int (*decode)(void *ctx, struct kvd_seq *const *seqs,
 		      const int32_t *tokens, uint32_t n, float *logits);
+	/* Optional (a backend whose size does not cover it, or NULL: the
+	 * worker calls decode for the one-token sequences and prefill for
+	 * each other): a ragged batch of n distinct sequences, sequence i
+	 * appending n_new[i] tokens (tokens holds them sequence by
+	 * sequence), the logits of its last token to logits + i * vocab.
+	 * A step mixing prompt chunks with decode tokens is one call. */
+	int (*batch)(void *ctx, struct kvd_seq *const *seqs, const uint32_t *n_new,
+		     const int32_t *tokens, uint32_t n, float *logits);
 };
 
 typedef const struct kvd_backend_ops *(*kvd_backend_entry_fn)(uint32_t abi);

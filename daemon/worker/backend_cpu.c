@@ -6,6 +6,7 @@
  * exports kvd_backend_entry(), which proves the ABI with a real engine.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,8 @@ static int cpu_create(const struct kvd_backend_init *in, void **ctxp,
 	const struct kve_model_info *mi;
 	struct cpu_backend *b;
 
-	if (!in || in->size < sizeof(*in) || !in->model_path || !in->arena_base) {
+	if (!in || in->size < offsetof(struct kvd_backend_init, max_step_tokens) ||
+	    !in->model_path || !in->arena_base) {
 		snprintf(err, errlen, "cpu backend: incomplete init");
 		return -EINVAL;
 	}
@@ -70,6 +72,9 @@ static int cpu_create(const struct kvd_backend_init *in, void **ctxp,
 	b->pool.dtype = (enum kve_kv_dtype)in->geom.dtype;
 	ep.n_threads = in->n_threads ? in->n_threads : 1;
 	ep.max_batch = in->max_batch ? in->max_batch : 8;
+	/* a step's token budget is one pass (kve_batch) */
+	if (in->size >= sizeof(*in))
+		ep.max_chunk = in->max_step_tokens <= 4096 ? in->max_step_tokens : 4096;
 	ep.max_ctx = in->max_ctx;
 	b->engine = kve_engine_create(b->model, &b->pool, &ep, err, errlen);
 	if (!b->engine) {
@@ -118,6 +123,15 @@ static int cpu_decode(void *ctx, struct kvd_seq *const *seqs,
 			  logits);
 }
 
+static int cpu_batch(void *ctx, struct kvd_seq *const *seqs, const uint32_t *n_new,
+		     const int32_t *tokens, uint32_t n, float *logits)
+{
+	struct cpu_backend *b = ctx;
+
+	return kve_batch(b->engine, (struct kve_session *const *)seqs, n_new, tokens, n,
+			 logits);
+}
+
 static const struct kvd_backend_ops cpu_ops = {
 	.abi_version = KVD_BACKEND_ABI_VERSION,
 	.size = sizeof(struct kvd_backend_ops),
@@ -127,6 +141,7 @@ static const struct kvd_backend_ops cpu_ops = {
 	.vocab_size = cpu_vocab,
 	.prefill = cpu_prefill,
 	.decode = cpu_decode,
+	.batch = cpu_batch,
 };
 
 const struct kvd_backend_ops *kvd_backend_cpu(void)

@@ -186,3 +186,136 @@ out:
 		close(got_fd);
 	return rc;
 }
+
+/* ---- non-blocking framing -------------------------------------------- */
+
+int kvd_msg_read(int sock, struct kvd_msg_rx *rx)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} u;
+
+	if (rx->got >= sizeof(rx->hdr) + rx->hdr.len && rx->got >= sizeof(rx->hdr))
+		rx->got = 0;	/* the previous message was taken */
+	for (;;) {
+		struct msghdr mh = { 0 };
+		struct iovec iov;
+		struct cmsghdr *c;
+		ssize_t r;
+
+		if (rx->got < sizeof(rx->hdr)) {
+			iov.iov_base = (char *)&rx->hdr + rx->got;
+			iov.iov_len = sizeof(rx->hdr) - rx->got;
+		} else {
+			iov.iov_base = (char *)rx->buf + (rx->got - sizeof(rx->hdr));
+			iov.iov_len = sizeof(rx->hdr) + rx->hdr.len - rx->got;
+		}
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+		for (c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				size_t k, n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+				for (k = 0; k < n; k++) {
+					int f;
+
+					memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+					close(f);	/* nobody sends this side fds */
+				}
+			}
+		if (r == 0)
+			return -ECONNRESET;
+		rx->got += (size_t)r;
+		if (rx->got == sizeof(rx->hdr)) {
+			if (rx->hdr.magic != KVD_PROTO_MAGIC || rx->hdr.version != KVD_PROTO_VERSION)
+				return -EPROTO;
+			if (rx->hdr.len > KVD_MSG_MAX)
+				return -EMSGSIZE;
+			if (rx->cap < rx->hdr.len || !rx->buf) {
+				size_t want = rx->hdr.len ? rx->hdr.len : 16;
+				void *nb = realloc(rx->buf, want);
+
+				if (!nb)
+					return -ENOMEM;
+				rx->buf = nb;
+				rx->cap = want;
+			}
+		}
+		if (rx->got >= sizeof(rx->hdr) && rx->got == sizeof(rx->hdr) + rx->hdr.len)
+			return 1;
+	}
+}
+
+void kvd_msg_rx_free(struct kvd_msg_rx *rx)
+{
+	free(rx->buf);
+	memset(rx, 0, sizeof(*rx));
+}
+
+int kvd_msg_queue(struct kvd_msg_tx *tx, uint16_t type, const struct kvd_iov *v, int n)
+{
+	struct kvd_msg_hdr h = { KVD_PROTO_MAGIC, KVD_PROTO_VERSION, type, 0, 0 };
+	size_t total = 0, need;
+	int i;
+
+	if (n < 0 || n > KVD_MAX_IOV)
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		total += v[i].len;
+	if (total > KVD_MSG_MAX)
+		return -EMSGSIZE;
+	h.len = (uint32_t)total;
+	if (tx->off == tx->len)
+		tx->off = tx->len = 0;
+	need = tx->len + sizeof(h) + total;
+	if (need > tx->cap) {
+		size_t cap = tx->cap ? tx->cap : 4096;
+		char *nb;
+
+		while (cap < need)
+			cap *= 2;
+		nb = realloc(tx->buf, cap);
+		if (!nb)
+			return -ENOMEM;
+		tx->buf = nb;
+		tx->cap = cap;
+	}
+	memcpy(tx->buf + tx->len, &h, sizeof(h));
+	tx->len += sizeof(h);
+	for (i = 0; i < n; i++) {
+		if (v[i].len)
+			memcpy(tx->buf + tx->len, v[i].base, v[i].len);
+		tx->len += v[i].len;
+	}
+	return 0;
+}
+
+int kvd_msg_flush(int sock, struct kvd_msg_tx *tx)
+{
+	while (tx->off < tx->len) {
+		ssize_t r = send(sock, tx->buf + tx->off, tx->len - tx->off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 1 : -errno;
+		tx->off += (size_t)r;
+	}
+	tx->off = tx->len = 0;
+	return 0;
+}
+
+void kvd_msg_tx_free(struct kvd_msg_tx *tx)
+{
+	free(tx->buf);
+	memset(tx, 0, sizeof(*tx));
+}

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #define KVD_PROTO_MAGIC 0x6b766431u	/* "kvd1" */
-#define KVD_PROTO_VERSION 1
+#define KVD_PROTO_VERSION 2
 #define KVD_MSG_MAX (64u << 20)	/* copy mode carries whole blocks */
 
 enum kvd_msg_type {
@@ -74,15 +74,25 @@ struct kvd_ready {
 	char message[192];	/* why, when status != 0 */
 };
 
-enum kvd_step_kind { KVD_STEP_PREFILL = 1, KVD_STEP_DECODE = 2 };
+/* A step's kind says what the orchestrator scheduled (metrics, logs);
+ * any kind may carry any mix of sequences: DECODE steps have one token
+ * per sequence, PREFILL steps prompt chunks, MIXED both (the decode
+ * tokens of running sequences with chunks of pending prompts). */
+enum kvd_step_kind { KVD_STEP_PREFILL = 1, KVD_STEP_DECODE = 2, KVD_STEP_MIXED = 3 };
 
 #define KVD_SEQ_LOGPROBS 1u	/* report the chosen token's logprob */
 #define KVD_SEQ_SAMPLER 2u	/* a struct kvd_sampler_wire follows the
 				 * constraint bytes (after the block ids
 				 * when there are none) */
+/* Sample a token from the logits of the sequence's last new token. Without
+ * it the sequence is a prompt chunk with more to follow: the worker only
+ * writes its KV, and its result entry has token -1 and the rng unchanged. */
+#define KVD_SEQ_SAMPLE 4u
 
-/* A step: n_seq sequences, each a struct kvd_step_seq followed by
- * n_new int32 tokens and n_blocks uint32 block ids. */
+/* A step: n_seq sequences (distinct), each a struct kvd_step_seq followed
+ * by n_new int32 tokens, n_blocks uint32 block ids, constraint_len bytes
+ * of constraint, the sampler (KVD_SEQ_SAMPLER), then zero bytes to a
+ * multiple of 8 (every record starts 8-byte aligned). */
 struct kvd_step {
 	uint64_t step_id;
 	uint32_t kind;		/* enum kvd_step_kind */
@@ -92,7 +102,7 @@ struct kvd_step {
 struct kvd_step_seq {
 	uint64_t seq_id;
 	uint32_t n_kv;		/* positions already holding KV */
-	uint32_t n_new;		/* tokens to append (prefill: >= 1; decode: 1) */
+	uint32_t n_new;		/* tokens to append, >= 1 */
 	uint32_t n_blocks;	/* block table entries (cover n_kv + n_new) */
 	uint32_t flags;		/* KVD_SEQ_* */
 	uint32_t top_logprobs;	/* 0..20 alternatives to report */
@@ -104,10 +114,10 @@ struct kvd_step_seq {
 };
 
 /* Structured decoding: the worker samples only tokens that keep the
- * output a valid prefix. Followed by json_len bytes of spec, name_len of
- * tool name, and n_hist int32 tokens this request generated so far (the
- * worker rebuilds its matcher from them when it has none at that point:
- * a restarted or another worker). */
+ * output a valid prefix. Followed by n_hist int32 tokens this request
+ * generated so far (the worker rebuilds its matcher from them when it
+ * has none at that point: a restarted or another worker), json_len bytes
+ * of spec and name_len of tool name. */
 #define KVD_CONSTRAINT_LAZY 1u
 #define KVD_CONSTRAINT_BUDGET 2u	/* near tokens_left, steer to close in time */
 struct kvd_constraint_wire {
@@ -152,7 +162,7 @@ struct kvd_result {
  * (copy mode: the blocks from block first_block on, whole). */
 struct kvd_result_seq {
 	uint64_t seq_id;
-	int32_t token;		/* sampled next token */
+	int32_t token;		/* sampled next token; -1 without KVD_SEQ_SAMPLE */
 	float logprob;
 	uint64_t rng;
 	uint32_t n_top;
@@ -191,6 +201,39 @@ int kvd_msg_sendv(int sock, uint16_t type, const struct kvd_iov *iov, int n);
  * fd is then closed). */
 int kvd_msg_recv(int sock, uint16_t *type, void **buf, size_t *cap,
 		 size_t *len, int *fd);
+
+/*
+ * Non-blocking framing for an event loop (the orchestrator's): a message
+ * is assembled across reads in a struct kvd_msg_rx and written across
+ * writes from a struct kvd_msg_tx, so a peer that stops mid-message never
+ * blocks the reader or the writer. Neither side passes fds (a received
+ * one is closed).
+ */
+struct kvd_msg_rx {
+	struct kvd_msg_hdr hdr;
+	size_t got;		/* header and payload bytes received so far */
+	void *buf;		/* the payload, hdr.len bytes once complete */
+	size_t cap;
+};
+
+/* Reads what the socket has. 1: a whole message is in rx (hdr.type,
+ * buf, hdr.len; the next call starts a new one), 0: more to come
+ * (EAGAIN), or -errno: -ECONNRESET on EOF, -EPROTO on a bad header,
+ * -EMSGSIZE over KVD_MSG_MAX. */
+int kvd_msg_read(int sock, struct kvd_msg_rx *rx);
+void kvd_msg_rx_free(struct kvd_msg_rx *rx);
+
+struct kvd_msg_tx {
+	char *buf;
+	size_t len, off, cap;	/* bytes queued, bytes already written */
+};
+
+/* Appends a whole message (header and the gathered payload). */
+int kvd_msg_queue(struct kvd_msg_tx *tx, uint16_t type, const struct kvd_iov *iov, int n);
+/* Writes what the socket takes: 0 all written, 1 bytes left (wait for
+ * POLLOUT), or -errno. */
+int kvd_msg_flush(int sock, struct kvd_msg_tx *tx);
+void kvd_msg_tx_free(struct kvd_msg_tx *tx);
 
 /* The address of block `id` in a mapping of the arena at base. */
 static inline void *kvd_block_addr(void *base, const struct kvd_kv_geom *g,

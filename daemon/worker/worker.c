@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +32,12 @@
 #include "log.h"
 #include "worker.h"
 
-/* Structured decoding: matchers by sequence, at a known position. */
-#define MATCHER_CACHE 64
+/* Structured decoding: matchers by sequence, at a known position. The
+ * cache holds every sequence of the steps a worker may have queued (two
+ * in flight, each up to max_batch decode tokens plus 64 prompts' last
+ * chunks), so that a batch of constrained sequences never evicts its own
+ * matchers and replays every one's history each step (issue 36.6). */
+#define MATCHER_CACHE(a) (2u * ((a)->max_batch ? (a)->max_batch : 1) + 128u)
 struct mcache {
 	uint64_t seq_id, hash;
 	uint32_t pos;			/* tokens it has consumed */
@@ -48,7 +53,8 @@ struct worker {
 	struct kve_tokenizer *tok;
 	struct chat_template *chat;	/* the model's family: its call syntax */
 	struct kvc_vocab *cvocab;
-	struct mcache mc[MATCHER_CACHE];
+	struct mcache *mc;		/* n_mc entries */
+	uint32_t n_mc;
 	uint64_t mc_clock;
 	uint32_t *mask;
 	int32_t eos;
@@ -175,6 +181,7 @@ static int hello(struct worker *w, const struct kvd_worker_args *a)
 	in.n_threads = a->n_threads;
 	in.max_batch = a->max_batch;
 	in.max_ctx = a->max_ctx;
+	in.max_step_tokens = a->max_step_tokens ? a->max_step_tokens : a->max_batch;
 	rc = w->ops->create(&in, &w->bctx, rd.message, sizeof(rd.message));
 	if (rc)
 		goto out;
@@ -253,14 +260,21 @@ static struct kvc_matcher *matcher_for(struct worker *w, const struct step_view 
 {
 	static const enum kvc_kind kinds[] = { 0, KVC_TOOL_CALLS, KVC_JSON_OBJECT,
 					       KVC_JSON_SCHEMA };
-	struct mcache *e, *lru = &w->mc[0];
+	struct mcache *e, *lru;
 	struct kvc_spec sp = { 0 };
 	struct kvc_call_syntax y;
 	struct kvc_grammar *g = NULL;
 	char err[200], name[256];
 	uint32_t i;
 
-	for (i = 0; i < MATCHER_CACHE; i++) {
+	if (!w->mc) {
+		w->mc = calloc(MATCHER_CACHE(w->args), sizeof(*w->mc));
+		if (!w->mc)
+			return NULL;
+		w->n_mc = MATCHER_CACHE(w->args);
+	}
+	lru = &w->mc[0];
+	for (i = 0; i < w->n_mc; i++) {
 		e = &w->mc[i];
 		if (e->m && e->seq_id == v->sq->seq_id && e->hash == v->cw.hash &&
 		    e->pos == v->cw.n_hist) {
@@ -437,7 +451,8 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 	memcpy(st, p, sizeof(*st));
 	p += sizeof(*st);
 	if (!st->n_seq || st->n_seq > 4096 ||
-	    (st->kind != KVD_STEP_PREFILL && st->kind != KVD_STEP_DECODE))
+	    (st->kind != KVD_STEP_PREFILL && st->kind != KVD_STEP_DECODE &&
+	     st->kind != KVD_STEP_MIXED))
 		return -EPROTO;
 	v = calloc(st->n_seq, sizeof(*v));
 	if (!v)
@@ -492,6 +507,11 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 			v[i].adj.generated = (const struct kve_token_count *)x;
 			v[i].adj.n_generated = sw->n_generated;
 		}
+		/* each record is padded to 8 bytes: the next one's 64-bit
+		 * fields are aligned */
+		need = (need + 7) & ~(uint64_t)7;
+		if ((uint64_t)(end - p) < need)
+			goto bad;
 		if ((uint64_t)sq->n_blocks * w->geom.block_tokens <
 		    (uint64_t)sq->n_kv + sq->n_new)
 			goto bad;
@@ -512,9 +532,9 @@ static int parse_step(struct worker *w, size_t len, struct kvd_step *st,
 			    (uint64_t)sizeof(v[i].cw) + v[i].cw.json_len + v[i].cw.name_len +
 			    (uint64_t)v[i].cw.n_hist * 4 != sq->constraint_len)
 				goto bad;
-			v[i].json = c + sizeof(v[i].cw);
+			v[i].hist = (const int32_t *)(c + sizeof(v[i].cw));
+			v[i].json = (const char *)(v[i].hist + v[i].cw.n_hist);
 			v[i].name = v[i].json + v[i].cw.json_len;
-			v[i].hist = (const int32_t *)(v[i].name + v[i].cw.name_len);
 		}
 		p += need;
 	}
@@ -540,6 +560,79 @@ static uint64_t copy_in(struct worker *w, const struct step_view *v)
 	return (uint64_t)nb * w->geom.kv_block_bytes;
 }
 
+#ifdef KVD_TEST_HOOKS
+/* test_orch only: when the file $KVD_TEST_STALL_FILE exists as a step's
+ * answer goes out, the file is removed and the worker sends the header
+ * and half the payload, then stops (as a worker stuck mid-message would);
+ * the orchestrator must neither freeze nor wait past the step's lease. */
+static void test_stall(struct worker *w, const void *buf, size_t len)
+{
+	const char *path = getenv("KVD_TEST_STALL_FILE");
+	struct kvd_msg_hdr h = { KVD_PROTO_MAGIC, KVD_PROTO_VERSION, KVD_MSG_RESULT,
+				 (uint32_t)len, 0 };
+
+	if (!path || !*path || unlink(path))
+		return;
+	if (write(w->sock, &h, sizeof(h)) == (ssize_t)sizeof(h) &&
+	    write(w->sock, buf, len / 2) >= 0)
+		for (;;)
+			pause();
+}
+#endif
+
+/* The backend's compute for one step: one ragged batch when it offers
+ * one, else decode for the one-token sequences (in batches of max_batch)
+ * and prefill for each other. logits + i * vocab for sequence i. */
+static int compute(struct worker *w, const struct kvd_step *st, const struct step_view *v,
+		   struct kvd_seq **sp, uint32_t *nn, int32_t *toks, uint64_t *copied)
+{
+	const struct kvd_backend_ops *o = w->ops;
+	uint32_t i, off = 0, nd = 0;
+	int rc = 0;
+
+	for (i = 0; i < st->n_seq; i++) {
+		nn[i] = v[i].sq->n_new;
+		memcpy(toks + off, v[i].tokens, (size_t)nn[i] * 4);
+		off += nn[i];
+		if (w->priv)
+			*copied += copy_in(w, &v[i]);
+	}
+	if (o->size >= offsetof(struct kvd_backend_ops, batch) + sizeof(o->batch) && o->batch)
+		return o->batch(w->bctx, sp, nn, toks, st->n_seq, w->logits);
+	for (i = 0, off = 0; !rc && i < st->n_seq; off += nn[i], i++)
+		if (nn[i] > 1)
+			rc = o->prefill(w->bctx, sp[i], toks + off, nn[i],
+					w->logits + (size_t)i * w->vocab);
+	/* the one-token sequences, batched; their logits rows moved after */
+	while (!rc) {
+		struct kvd_seq *bs[256];
+		int32_t bt[256];
+		uint32_t idx[256], k, max = w->args->max_batch ? w->args->max_batch : 1;
+		float *tmp;
+
+		if (max > 256)
+			max = 256;
+		for (k = 0, off = 0, i = 0; i < st->n_seq; off += nn[i], i++)
+			if (nn[i] == 1 && k < max && i >= nd) {
+				bs[k] = sp[i];
+				bt[k] = toks[off];
+				idx[k++] = i;
+			}
+		if (!k)
+			break;
+		nd = idx[k - 1] + 1;
+		tmp = malloc((size_t)k * w->vocab * sizeof(float));
+		if (!tmp)
+			return -ENOMEM;
+		rc = o->decode(w->bctx, bs, bt, k, tmp);
+		for (i = 0; !rc && i < k; i++)
+			memcpy(w->logits + (size_t)idx[i] * w->vocab, tmp + (size_t)i * w->vocab,
+			       (size_t)w->vocab * sizeof(float));
+		free(tmp);
+	}
+	return rc;
+}
+
 static int do_step(struct worker *w, size_t len)
 {
 	struct kvd_result res = { 0 };
@@ -547,8 +640,9 @@ static int do_step(struct worker *w, size_t len)
 	struct kvd_step st;
 	struct kvd_seq *seqs = NULL, **sp = NULL;
 	int32_t *toks = NULL;
+	uint32_t *nn = NULL;
 	struct kvd_top top[KVD_MAX_TOP];
-	size_t off = 0;
+	size_t off = 0, total = 0;
 	uint64_t t0 = now_ns(), copied = 0;
 	uint32_t i;
 	int rc;
@@ -557,10 +651,13 @@ static int do_step(struct worker *w, size_t len)
 	if (rc)
 		return rc;
 	res.step_id = st.step_id;
+	for (i = 0; i < st.n_seq; i++)
+		total += v[i].sq->n_new;
 	seqs = calloc(st.n_seq, sizeof(*seqs));
 	sp = calloc(st.n_seq, sizeof(*sp));
-	toks = calloc(st.n_seq, sizeof(*toks));
-	if (!seqs || !sp || !toks || ensure_logits(w, st.kind == KVD_STEP_DECODE ? st.n_seq : 1)) {
+	nn = calloc(st.n_seq, sizeof(*nn));
+	toks = calloc(total, sizeof(*toks));
+	if (!seqs || !sp || !nn || !toks || ensure_logits(w, st.n_seq)) {
 		rc = -ENOMEM;
 		goto reply;
 	}
@@ -569,29 +666,36 @@ static int do_step(struct worker *w, size_t len)
 		seqs[i].n_blocks = v[i].sq->n_blocks;
 		seqs[i].n_tokens = v[i].sq->n_kv;
 		sp[i] = &seqs[i];
-		toks[i] = v[i].tokens[0];
 	}
-	if (st.kind == KVD_STEP_DECODE)
-		rc = w->ops->decode(w->bctx, sp, toks, st.n_seq, w->logits);
+#ifdef KVD_TEST_HOOKS
+	/* test_orch only: a step carrying the token $KVD_TEST_POISON fails
+	 * whole, as a backend fault set off by one sequence's input would */
+	if (getenv("KVD_TEST_POISON")) {
+		int32_t bad = (int32_t)atoi(getenv("KVD_TEST_POISON"));
+
+		for (i = 0; i < st.n_seq && !rc; i++)
+			for (uint32_t k = 0; k < v[i].sq->n_new; k++)
+				if (v[i].tokens[k] == bad)
+					rc = -EINVAL;
+		if (rc)
+			goto reply;
+	}
+#endif
+	rc = compute(w, &st, v, sp, nn, toks, &copied);
 	res.n_seq = st.n_seq;
 	rc = rc ? rc : tx_put(w, &off, &res, sizeof(res));
 	for (i = 0; !rc && i < st.n_seq; i++) {
 		struct kvd_result_seq rs = { 0 };
-		const float *lg = w->logits;
 
-		if (st.kind == KVD_STEP_PREFILL) {
-			if (w->priv)
-				copied += copy_in(w, &v[i]);
-			rc = w->ops->prefill(w->bctx, &seqs[i], v[i].tokens, v[i].sq->n_new,
-					     w->logits);
+		if (v[i].sq->flags & KVD_SEQ_SAMPLE) {
+			rc = sample_one(w, &v[i], w->logits + (size_t)i * w->vocab, &rs, top);
 			if (rc)
 				break;
 		} else {
-			lg = w->logits + (size_t)i * w->vocab;
+			rs.seq_id = v[i].sq->seq_id;
+			rs.token = -1;
+			rs.rng = v[i].sq->rng;
 		}
-		rc = sample_one(w, &v[i], lg, &rs, top);
-		if (rc)
-			break;
 		if (w->priv) {
 			uint32_t bt = w->geom.block_tokens;
 
@@ -613,6 +717,7 @@ reply:
 	free_views(v, st.n_seq);
 	free(seqs);
 	free(sp);
+	free(nn);
 	free(toks);
 	if (rc) {
 		memset(&res, 0, sizeof(res));
@@ -626,6 +731,9 @@ reply:
 		res.kv_bytes = copied;
 		memcpy(w->tx, &res, sizeof(res));
 	}
+#ifdef KVD_TEST_HOOKS
+	test_stall(w, w->tx, off);
+#endif
 	return kvd_msg_send(w->sock, KVD_MSG_RESULT, w->tx, off, -1);
 }
 
@@ -694,8 +802,9 @@ out:
 		munmap(w.arena, w.geom.arena_bytes);
 	if (w.priv)
 		munmap(w.priv, w.geom.arena_bytes);
-	for (int i = 0; i < MATCHER_CACHE; i++)
+	for (uint32_t i = 0; i < w.n_mc; i++)
 		kvc_matcher_free(w.mc[i].m);
+	free(w.mc);
 	kvc_vocab_free(w.cvocab);
 	chat_template_free(w.chat);
 	kve_tokenizer_free(w.tok);

@@ -6,8 +6,9 @@
  * exec, so no thread or lock of the orchestrator is inherited) with one
  * end of a SOCK_STREAM socketpair as fd KVD_WORKER_FD. The worker
  * receives HELLO with the arena's data fd, maps the arena, starts its
- * backend, answers READY, then serves STEP and KV_LOAD messages one at a
- * time until the socket closes (proto.h).
+ * backend, answers READY, then serves STEP and KV_LOAD messages in the
+ * order they come, one at a time, until the socket closes (proto.h); the
+ * orchestrator may queue the next step while one computes.
  */
 #ifndef KVD_WORKER_H
 #define KVD_WORKER_H
@@ -21,6 +22,7 @@ struct kvd_worker_args {
 	unsigned int n_threads;
 	unsigned int max_batch;
 	unsigned int max_ctx;
+	unsigned int max_step_tokens;	/* a step's token budget (0: max_batch) */
 	const char *tool_open, *tool_close;	/* NULL: <tool_call> </tool_call> */
 	const char *chat_template;	/* [model] chat_template: "auto", a family */
 };

@@ -676,7 +676,10 @@ def thousand_connections():
     sel = selectors.DefaultSelector()
     try:
         for i in range(n):
-            s = socket.create_connection((HOST, PORT), timeout=60)
+            # from 8 loopback addresses: one address may hold 256 at most
+            # (max_connections_per_ip); 127/8 is all loopback
+            src = (f"127.0.0.{1 + i % 8}", 0) if HOST == "127.0.0.1" else None
+            s = socket.create_connection((HOST, PORT), timeout=60, source_address=src)
             socks.append(s)
         # scripted: each reply takes over 1 s (its second token comes 1 s
         # after the first), so answering all within the 240 s below needs
@@ -786,6 +789,133 @@ def metrics_text():
     for line in text.splitlines():
         check(line.startswith("#") or re.match(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[^}]*\})? [0-9.eE+-]+$', line),
               f"bad exposition line {line!r}")
+
+
+def http_on(port, src, path="/health", key=None, timeout=10):
+    """One request on a new connection from source address src: its status,
+    or None when the server closed the connection without an answer."""
+    s = socket.create_connection((HOST, port), timeout=timeout, source_address=(src, 0))
+    try:
+        auth = b"Authorization: Bearer " + key.encode() + b"\r\n" if key else b""
+        s.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: localhost\r\n" + auth +
+                  b"Connection: close\r\n\r\n")
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+    except (ConnectionResetError, BrokenPipeError):
+        got = b""
+    finally:
+        s.close()
+    return status_of(got) if got else None
+
+
+def hold_on(port, src):
+    """A kept-alive connection from src, once the server has answered on it."""
+    s = socket.create_connection((HOST, port), timeout=10, source_address=(src, 0))
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got or not got.endswith(b"}"):
+        d = s.recv(65536)
+        check(d, f"connection from {src} closed before its answer")
+        got += d
+    check(status_of(got) == 200, f"held connection from {src}: {got[:60]!r}")
+    return s
+
+
+@test(testserver=True)
+def connection_limits():
+    """One client (address) cannot take every connection: past
+    max_connections_per_ip its new connections are closed at accept while
+    another address is still served; past max_connections everyone's are;
+    a closed connection frees its place."""
+    pf = os.path.join(TMP, "port-limits")
+    p = spawn(["--max-conn-per-ip", "4", "--max-conn", "7"], pf)
+    port = wait_port(p, pf)
+    check(port, "server did not start")
+    held = []
+    try:
+        held = [hold_on(port, "127.0.0.1") for _ in range(4)]
+        check(http_on(port, "127.0.0.1") is None,
+              "a fifth connection from 127.0.0.1 was answered (per-address limit 4)")
+        check(http_on(port, "127.0.0.2") == 200, "another address is not served")
+        held += [hold_on(port, "127.0.0.2") for _ in range(3)]
+        check(http_on(port, "127.0.0.3") is None,
+              "an eighth connection was answered (limit 7 in all)")
+        held.pop().close()      # one of 127.0.0.2's
+        end, st = time.time() + 10, None
+        while time.time() < end and st != 200:
+            st = http_on(port, "127.0.0.3")
+            time.sleep(0.1)
+        check(st == 200, "a closed connection did not free its place")
+        held.pop(0).close()     # one of 127.0.0.1's
+        end, st = time.time() + 10, None
+        while time.time() < end and st != 200:
+            st = http_on(port, "127.0.0.1")
+            time.sleep(0.1)
+        check(st == 200, "127.0.0.1 not served again below its limit")
+    finally:
+        for s in held:
+            s.close()
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(30) == 0, "exit status")
+
+
+@test(testserver=True)
+def metrics_per_tenant():
+    """/metrics: a tenant's key reads its own per-tenant series and no other
+    tenant's; the metrics key reads every tenant's; it is no API key."""
+    mkey = "metrics-key-0000000000001"
+    pf = os.path.join(TMP, "port-metrics")
+    p = spawn(["--keys", KEYS_FILE, "--metrics-key", mkey], pf)
+    port = wait_port(p, pf)
+    check(port, "server did not start")
+
+    def get(key, path="/metrics"):
+        c = http.client.HTTPConnection(HOST, port, timeout=30)
+        c.request("GET", path, headers={"Authorization": "Bearer " + key} if key else {})
+        r = c.getresponse()
+        data = r.read().decode(errors="replace")
+        c.close()
+        return r.status, data
+
+    try:
+        for key, text in ((KEY_A, "alpha asks"), (KEY_B, "beta asks"), (KEY_B, "and again")):
+            c = http.client.HTTPConnection(HOST, port, timeout=30)
+            c.request("POST", "/v1/chat/completions",
+                      json.dumps({"model": MODEL, "messages": user(text)}),
+                      {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            check(r.status == 200, f"completion {r.status}")
+        a_line = 'kvarenad_tenant_requests_total{tenant="alpha"} 1'
+        b_line = 'kvarenad_tenant_requests_total{tenant="beta"} 2'
+        end = time.time() + 10      # counted when the connection's request ends
+        while time.time() < end and b_line not in get(mkey)[1]:
+            time.sleep(0.05)
+        st, text = get(KEY_A)
+        check(st == 200 and a_line in text and 'tenant="beta"' not in text,
+              f"tenant alpha's view: its own series only ({st})")
+        check("kvarenad_http_requests_total" in text, "alpha still sees the server's totals")
+        st, text = get(KEY_B)
+        check(st == 200 and b_line in text and 'tenant="alpha"' not in text,
+              "tenant beta's view: its own series only")
+        st, text = get(mkey)
+        check(st == 200 and a_line in text and b_line in text and
+              'kvarenad_tenant_prompt_tokens_total{tenant="beta"}' in text,
+              "the metrics key reads every tenant's series")
+        st, _ = get(None)
+        check(st == 401, f"/metrics without a key: {st}")
+        st, _ = get(mkey, "/v1/models")
+        check(st == 401, f"the metrics key is no API key: {st}")
+        st, _ = get("metrics-key-0000000000002")
+        check(st == 401, f"a wrong metrics key: {st}")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(30) == 0, "exit status")
 
 
 @test(testserver=True)

@@ -10,7 +10,7 @@
  *        [--max-conn N] [--timeout S] [--drain S] [--context BYTES]
  *        [--model ID] [--debug] [--server-tools] [--cors ORIGIN]...
  *        [--host NAME]... [--responses-max N] [--responses-max-bytes B]
- *        [--chat-template FAMILY]
+ *        [--max-conn-per-ip N] [--metrics-key KEY]... [--chat-template FAMILY]
  * Keys file: one tenant per line, "NAME ID KEY [KEY...]"; # comments.
  * SIGUSR1 toggles readiness (GET /health 200 <-> 503). --server-tools: the
  * scripted orchestrator declares a server-side tool (scripted_kvd.c).
@@ -90,7 +90,7 @@ int main(int argc, char **argv)
 	struct rlimit rl;
 	struct kvd *d;
 	int sig, ready = 1, server_tools = 0;
-	const char *cors[8], *hosts[8];
+	const char *cors[8], *hosts[8], *mkeys[4];
 
 	kvd_api_config_defaults(&c);
 	c.port = 0;
@@ -126,6 +126,10 @@ int main(int argc, char **argv)
 			c.max_body = strtoull(v, NULL, 10);
 		else if (!strcmp(a, "--max-conn"))
 			c.max_connections = (unsigned)atoi(v);
+		else if (!strcmp(a, "--max-conn-per-ip"))
+			c.max_connections_per_ip = (unsigned)atoi(v);
+		else if (!strcmp(a, "--metrics-key") && c.n_metrics_keys < 4)
+			mkeys[c.n_metrics_keys++] = v;
 		else if (!strcmp(a, "--timeout"))
 			c.conn_timeout_s = (unsigned)atoi(v);
 		else if (!strcmp(a, "--drain"))
@@ -156,6 +160,7 @@ int main(int argc, char **argv)
 	}
 	if (keys_path && keys_load(keys_path, &keys))
 		return 1;
+	c.metrics_keys = mkeys;
 	c.cors_origins = cors;
 	c.allowed_hosts = hosts;
 	c.tenants = keys.t;

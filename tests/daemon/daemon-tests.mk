@@ -63,7 +63,7 @@ check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
 	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
 		sh tests/daemon/run-api.sh
 
-check-daemon: check-orch check-tiering check-serve check-orch-guest check-tier-guest check-replay
+check-daemon: check-radix check-orch check-tiering check-serve check-orch-guest check-tier-guest check-replay
 
 # kvarenad with the test hooks (sched.c: a scripted reply read from
 # $KVD_TEST_REPLY_FILE), unsanitized (TCG): the sandbox's guest lane starts
@@ -97,6 +97,15 @@ $(KVD_SBX_MODEL): $(ENGINE_MKMODEL)
 # sandbox.mk's guest lane (included before this file) runs the daemon too
 check-sandbox-guest: $(KVD_HOOKS_BIN) $(KVD_SBX_MODEL)
 
+# The radix index against a brute-force model (property test, ASan/UBSan)
+KVD_TEST_RADIX := $(KVD_OUT)/tests/test_radix
+$(KVD_TEST_RADIX): tests/daemon/test_radix.c $(KVD_CORE_SLIB)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) $< $(KVD_CORE_SLIB) -o $@
+
+.PHONY: check-radix
+check-radix: $(KVD_TEST_RADIX)
+	$(KVD_TEST_RADIX) $$(date +%s) 20000
 # The same over kvarena.ko in both guest kernels (the tier on the module's
 # mapping: O_DIRECT where the guest's tmpfs has it, 6.6+), then every
 # pinned byte back and the module unloaded.

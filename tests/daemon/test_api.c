@@ -48,7 +48,8 @@ static void test_request_valid(void)
 		"\"logprobs\": true, \"top_logprobs\": 5, \"n\": 1, \"user\": \"u1\","
 		"\"prompt_cache_key\": \"conv-9\", \"response_format\": {\"type\": \"text\"},"
 		"\"frequency_penalty\": 0, \"presence_penalty\": 0.5, \"metadata\": {\"a\": \"b\"},"
-		"\"store\": false, \"service_tier\": \"auto\", \"logit_bias\": {\"7\": -100, \"12\": 2.5}, \"modalities\": [\"text\"],"
+		"\"store\": false, \"service_tier\": \"auto\", \"reasoning_effort\": \"none\", \"verbosity\": \"medium\","
+		"\"prompt_cache_retention\": \"in_memory\", \"safety_identifier\": \"u-1\", \"logit_bias\": {\"7\": -100, \"12\": 2.5}, \"modalities\": [\"text\"],"
 		"\"top_k\": 40, \"min_p\": 0.05, \"repeat_penalty\": 1.1, \"ignore_eos\": true,"
 		"\"kvarena\": {\"close_in_budget\": true}}";
 
@@ -106,7 +107,7 @@ static void test_request_valid(void)
 			{ ",\"chat_template_kwargs\":{\"enable_thinking\":true}", CHAT_THINK_ON },
 			{ ",\"chat_template_kwargs\":{}", CHAT_THINK_DEFAULT },
 			{ ",\"chat_template_kwargs\":null,\"reasoning_effort\":\"none\"", CHAT_THINK_OFF },
-			{ ",\"reasoning_effort\":\"low\"", CHAT_THINK_DEFAULT },
+			{ ",\"reasoning_effort\":\"minimal\"", CHAT_THINK_DEFAULT },
 			{ ",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}", CHAT_THINK_ON },
 		};
 		char b[512];
@@ -215,6 +216,18 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options", NULL },
 	{ "{" M U ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", 400, "stream_options.include_usage", NULL },
 	{ "{" M U ",\"stream\":true,\"stream_options\":{\"other\":1}}", 400, "stream_options", NULL },
+	{ "{" M U ",\"stream\":true,\"stream_options\":{\"include_obfuscation\":\"no\"}}", 400, "stream_options.include_obfuscation", NULL },
+	/* served or refused, never accepted and ignored */
+	{ "{" M U ",\"reasoning_effort\":\"high\"}", 400, "reasoning_effort", "unsupported_value" },
+	{ "{" M U ",\"reasoning_effort\":\"lots\"}", 400, "reasoning_effort", NULL },
+	{ "{" M U ",\"verbosity\":\"low\"}", 400, "verbosity", "unsupported_value" },
+	{ "{" M U ",\"verbosity\":\"high\"}", 400, "verbosity", "unsupported_value" },
+	{ "{" M U ",\"store\":true}", 400, "store", "unsupported_value" },
+	{ "{" M U ",\"service_tier\":\"flex\"}", 400, "service_tier", "unsupported_value" },
+	{ "{" M U ",\"service_tier\":\"priority\"}", 400, "service_tier", "unsupported_value" },
+	{ "{" M U ",\"prompt_cache_retention\":\"24h\"}", 400, "prompt_cache_retention", "unsupported_value" },
+	{ "{" M U ",\"safety_identifier\":\"0123456789012345678901234567890123456789012345678901234567890123456789\"}", 400, "safety_identifier", NULL },
+	{ "{" M U ",\"metadata\":{\"a\":1}}", 400, "metadata", NULL },
 	/* sampling */
 	{ "{" M U ",\"temperature\":2.5}", 400, "temperature", NULL },
 	{ "{" M U ",\"temperature\":-0.1}", 400, "temperature", NULL },

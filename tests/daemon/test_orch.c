@@ -13,8 +13,19 @@
  * the same tokens; DELETE releases a session; drain finishes running work.
  *
  * usage: test_orch MODEL [PLUGIN.so]
+ * The scheduler (issue 34): every path's outputs equal the one-at-a-time
+ * reference (chunked, mixed, several prompts per step, steps in flight,
+ * shared stages); preemption then recompute; a worker killed 10 times in
+ * a row recovers; a worker stuck mid-message freezes nothing; two
+ * tenants' floods get their weights; 100 conversations with one system
+ * prompt compute it once and prefill on two workers at once; session keys
+ * are a routing hint only (36.2); a prompt that can never fit is a 400;
+ * a failing batch charges only the sequence at fault (bisection).
+ *
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing,
- * copy_mode, pressure, worker_death, plugin).
+ * copy_mode, pressure, worker_death, plugin, paths, preempt, worker_storm,
+ * stall, fairness, shared_start, session_keys, never_fits, bisect, and
+ * with the hooks agent_loop, escape, mcp_servers, mcp_restart).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,7 +66,9 @@ struct reply {
 	uint32_t n_tokens;
 	struct kvd_usage usage;
 	enum kvd_finish finish;
-	int error;
+	int error, done;
+	enum kvd_err_kind err_kind;
+	char err[256];
 	char session[40];
 };
 
@@ -91,30 +104,44 @@ static struct kvd *start(const struct kvd_config *c)
 	return d;
 }
 
-static int ask(struct kvd *d, const char *prompt, float temp, uint64_t seed,
-	       uint32_t max_tokens, struct reply *r, void (*mid)(struct kvd *, int))
+/* One request: tenant, session key (a routing hint) and sampling. */
+struct rq {
+	const char *prompt;
+	float temp;
+	uint64_t seed;
+	uint32_t max_tokens;
+	uint32_t tenant;
+	const char *key;
+};
+
+static struct kvd_job *submit(struct kvd *d, const struct rq *q, struct kvd_error *err)
 {
 	struct kvd_request rq = { 0 };
-	struct kvd_error err;
+	struct kvd_job *j = NULL;
+
+	rq.model = "test";
+	rq.prompt = q->prompt;
+	rq.prompt_len = strlen(q->prompt);
+	rq.s.temperature = q->temp;
+	rq.s.top_p = 1;
+	rq.s.seed = q->seed;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = q->max_tokens;
+	rq.tenant = q->tenant;
+	rq.session_key = q->key;
+	if (kvd_job_submit(d, &rq, &j, err))
+		return NULL;
+	return j;
+}
+
+/* Events to the end; frees the job. */
+static int collect_reply(struct kvd *d, struct kvd_job *j, struct reply *r,
+			 void (*mid)(struct kvd *, int))
+{
 	struct kvd_event ev;
-	struct kvd_job *j;
 	int n = 0;
 
-	memset(r, 0, sizeof(*r));
-	rq.model = "test";
-	rq.prompt = prompt;
-	rq.prompt_len = strlen(prompt);
-	rq.s.temperature = temp;
-	rq.s.top_p = 1;
-	rq.s.seed = seed;
-	rq.s.has_seed = 1;
-	rq.s.max_tokens = max_tokens;
-	if (kvd_job_submit(d, &rq, &j, &err)) {
-		printf("submit: %s\n", err.message);
-		r->error = 1;
-		return -1;
-	}
-	while (kvd_job_next(j, &ev, 60000) == 1) {
+	while (kvd_job_next(j, &ev, 120000) == 1) {
 		if (ev.type == KVD_EV_TOKEN) {
 			if (ev.token >= 0 && r->n_tokens < 1024)
 				r->tokens[r->n_tokens++] = ev.token;
@@ -128,15 +155,52 @@ static int ask(struct kvd *d, const char *prompt, float temp, uint64_t seed,
 			r->usage = ev.usage;
 			r->finish = ev.finish;
 			snprintf(r->session, sizeof(r->session), "%s", ev.session_id);
+			r->done = 1;
 			break;
 		} else {
-			printf("error event: %s\n", ev.err.message);
+			snprintf(r->err, sizeof(r->err), "%s", ev.err.message);
 			r->error = 1;
 			break;
 		}
 	}
+	if (!r->done && !r->error) {
+		snprintf(r->err, sizeof(r->err), "no answer in 120 s");
+		r->error = 1;
+	}
 	kvd_job_free(j);
 	return r->error ? -1 : 0;
+}
+
+static int ask_rq(struct kvd *d, const struct rq *q, struct reply *r,
+		  void (*mid)(struct kvd *, int))
+{
+	struct kvd_error err;
+	struct kvd_job *j;
+
+	memset(r, 0, sizeof(*r));
+	j = submit(d, q, &err);
+	if (!j) {
+		printf("submit: %s\n", err.message);
+		snprintf(r->err, sizeof(r->err), "%s", err.message);
+		r->error = 1;
+		r->err_kind = err.kind;
+		return -1;
+	}
+	return collect_reply(d, j, r, mid);
+}
+
+static int ask(struct kvd *d, const char *prompt, float temp, uint64_t seed,
+	       uint32_t max_tokens, struct reply *r, void (*mid)(struct kvd *, int))
+{
+	struct rq q = { prompt, temp, seed, max_tokens, 0, NULL };
+
+	return ask_rq(d, &q, r, mid);
+}
+
+static int same_tokens(const struct reply *a, const struct reply *b)
+{
+	return !a->error && !b->error && a->n_tokens == b->n_tokens &&
+	       !memcmp(a->tokens, b->tokens, a->n_tokens * sizeof(a->tokens[0]));
 }
 
 /* The engine alone: tokenize with BOS, prefill, greedy decode. */
@@ -415,6 +479,7 @@ static void test_worker_death(void)
 	c.lease_per_token_ms = 0;
 	c.prefix_cache = 0;
 	c.retention = 0;
+	c.share_stages = 0;	/* the decode worker holds every decode step */
 	d = start(&c);
 	if (!d)
 		return;
@@ -486,6 +551,598 @@ static void test_plugin(void)
 			kvd_destroy(bad);
 		}
 	}
+}
+
+/* ---- the scheduler (issue 34) ------------------------------------------- */
+
+static int set_env(const char *k, const char *v)
+{
+	return v ? setenv(k, v, 1) : unsetenv(k);
+}
+
+/* n requests submitted at once, then collected (each reply's tokens). */
+static int ask_all(struct kvd *d, const struct rq *q, uint32_t n, struct reply *r)
+{
+	struct kvd_job **jobs = calloc(n, sizeof(*jobs));
+	struct kvd_error err;
+	uint32_t i;
+	int bad = 0;
+
+	if (!jobs)
+		return -1;
+	for (i = 0; i < n; i++) {
+		memset(&r[i], 0, sizeof(r[i]));
+		jobs[i] = submit(d, &q[i], &err);
+		if (!jobs[i]) {
+			snprintf(r[i].err, sizeof(r[i].err), "%s", err.message);
+			r[i].error = 1;
+			r[i].err_kind = err.kind;
+			bad = 1;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if (jobs[i] && collect_reply(d, jobs[i], &r[i], NULL))
+			bad = 1;
+	free(jobs);
+	return bad ? -1 : 0;
+}
+
+static void sched_prompts(char p[][2048], uint32_t n)
+{
+	uint32_t i, k;
+
+	for (i = 0; i < n; i++) {
+		int o = snprintf(p[i], 2048, "<|im_start|>user\nrequest %u:", i);
+
+		/* from a few tokens to a few hundred: several chunks each */
+		for (k = 0; k < i * i * 3 && o < 1900; k++)
+			o += snprintf(p[i] + o, 2048 - (size_t)o, " word%u", (k * 7 + i) % 97);
+		snprintf(p[i] + o, 2048 - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	}
+}
+
+/*
+ * Every path gives the engine's own outputs: the same requests, sampled
+ * with seeds (and one greedy, checked against the engine alone), run
+ * one at a time through whole-prompt prefills on strict stages, then all
+ * at once through tiny token budgets (16-token steps, 5-token chunks:
+ * every prompt in several chunks, several prompts per step, decode tokens
+ * mixed with chunks, idle workers taking the other stage's work, second
+ * steps in flight).
+ */
+static void test_paths(void)
+{
+	enum { N = 8 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply *ref = calloc(N, sizeof(*ref)), *r = calloc(N, sizeof(*r));
+	char (*p)[2048] = calloc(N, sizeof(*p));
+	struct rq q[N];
+	int32_t want[32];
+	uint32_t i, same = 0;
+	int n;
+
+	if (!ref || !r || !p)
+		goto out;
+	sched_prompts(p, N);
+	for (i = 0; i < N; i++)
+		q[i] = (struct rq){ p[i], i ? 0.9f : 0, 100 + i, 20, 0, NULL };
+	base_config(&c);
+	c.step_tokens = 4096;
+	c.chunk_tokens = 4096;
+	c.steps_in_flight = 1;
+	c.share_stages = 0;
+	c.max_batch = 1;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < N; i++)
+		ask_rq(d, &q[i], &ref[i], NULL);
+	CHECK(metric(d, "kvarenad_steps_total{stage=\"mixed\"}") == 0 &&
+	      metric(d, "kvarenad_prefill_chunks_total") == N,
+	      "reference run: one whole-prompt prefill per request, no mixed steps");
+	kvd_destroy(d);
+	n = engine_greedy(p[0], 20, want);
+	CHECK(n > 0 && (uint32_t)n >= ref[0].n_tokens &&
+	      !memcmp(want, ref[0].tokens, ref[0].n_tokens * sizeof(want[0])),
+	      "the greedy one equals the engine's own tokens (%u)", ref[0].n_tokens);
+
+	base_config(&c);
+	c.step_tokens = 16;
+	c.chunk_tokens = 5;
+	d = start(&c);
+	if (!d)
+		goto out;
+	ask_all(d, q, N, r);
+	for (i = 0; i < N; i++)
+		same += same_tokens(&r[i], &ref[i]);
+	CHECK(same == N, "%u of %u replies through chunked, mixed, shared, pipelined steps "
+	      "equal the one-at-a-time reference (sampled, seeded)", same, N);
+	CHECK(metric(d, "kvarenad_prefill_chunks_total") > 3 * N,
+	      "prompts went in chunks (%llu chunks for %u prompts)",
+	      (unsigned long long)metric(d, "kvarenad_prefill_chunks_total"), N);
+	CHECK(metric(d, "kvarenad_multi_prefill_steps_total") > 0,
+	      "several prompts' chunks shared steps (%llu steps)",
+	      (unsigned long long)metric(d, "kvarenad_multi_prefill_steps_total"));
+	CHECK(metric(d, "kvarenad_steps_total{stage=\"mixed\"}") > 0,
+	      "decode tokens and prompt chunks shared steps (%llu mixed steps)",
+	      (unsigned long long)metric(d, "kvarenad_steps_total{stage=\"mixed\"}"));
+	kvd_destroy(d);
+out:
+	free(ref);
+	free(r);
+	free(p);
+}
+
+/*
+ * An arena too small for four long replies at once: the newest running
+ * request gives its KV back (preempted, not cut with "length"), is
+ * readmitted and recomputed, and every reply equals its run alone.
+ */
+static void test_preempt(void)
+{
+	enum { N = 8 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply *ref = calloc(N, sizeof(*ref)), *r = calloc(N, sizeof(*r));
+	char (*p)[2048] = calloc(N, sizeof(*p));
+	struct rq q[N];
+	uint32_t i, same = 0, full = 0;
+
+	if (!ref || !r || !p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	for (i = 0; i < N; i++) {
+		snprintf(p[i], 2048, "<|im_start|>user\nstory %u: tell it long<|im_end|>\n"
+			 "<|im_start|>assistant\n", i);
+		q[i] = (struct rq){ p[i], 0.7f, 7 + i, 360, 0, NULL };
+	}
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < N; i++)
+		ask_rq(d, &q[i], &ref[i], NULL);
+	kvd_destroy(d);
+	base_config(&c);
+	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens for 8 x up to 410 */
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	ask_all(d, q, N, r);
+	for (i = 0; i < N; i++) {
+		same += same_tokens(&r[i], &ref[i]);
+		full += r[i].finish == ref[i].finish;
+	}
+	CHECK(metric(d, "kvarenad_preemptions_total") > 0,
+	      "a full arena preempts running requests (%llu preemptions, %llu KV positions "
+	      "recomputed)", (unsigned long long)metric(d, "kvarenad_preemptions_total"),
+	      (unsigned long long)metric(d, "kvarenad_preempted_tokens_total"));
+	CHECK(same == N && full == N, "preempted, readmitted, recomputed: %u of %u replies equal "
+	      "their runs alone, none cut short", same, N);
+	kvd_destroy(d);
+out:
+	free(ref);
+	free(r);
+	free(p);
+}
+
+static pid_t worker_pid(struct kvd *d, uint32_t role, int ready)
+{
+	pid_t pid = 0;
+	uint32_t i;
+
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].role == role && (!ready || d->workers[i].state == W_READY))
+			pid = d->workers[i].pid;
+	pthread_mutex_unlock(&d->lock);
+	return pid;
+}
+
+static void nap_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * A decode worker killed 10 times in a row (each time it is up again) is
+ * restarted after a growing back-off, never given up: meanwhile /health
+ * says degraded and the prefill worker serves the decode work; after the
+ * tenth, the worker comes back, is probed with a step and serves.
+ */
+static void test_worker_storm(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	char p[256];
+	int k, degraded = 0, served = 0, t;
+
+	snprintf(p, sizeof(p), "<|im_start|>user\ncount to ten<|im_end|>\n<|im_start|>assistant\n");
+	base_config(&c);
+	c.retention = 0;
+	c.restart_backoff_max_ms = 400;
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 16, &ref, NULL);
+	for (k = 0; k < 10; k++) {
+		pid_t pid = 0;
+
+		for (t = 0; t < 3000 && !(pid = worker_pid(d, KVD_ROLE_DECODE, 1)); t++)
+			nap_ms(10);
+		if (!pid)
+			break;
+		kill(pid, SIGKILL);
+		for (t = 0; t < 500 && worker_pid(d, KVD_ROLE_DECODE, 1) == pid; t++)
+			nap_ms(10);
+		nap_ms(20);
+		degraded |= kvd_health(d) == KVD_HEALTH_DEGRADED;
+		if (k == 6 && ask(d, p, 0, 1, 16, &r, NULL) == 0 && same_tokens(&r, &ref))
+			served = 1;
+	}
+	CHECK(k == 10, "the decode worker came back after each of %d kills", k);
+	CHECK(degraded, "/health said degraded while the decode stage had no worker");
+	CHECK(served, "during the storm the prefill worker served a request (same tokens)");
+	for (t = 0; t < 1500 && !worker_pid(d, KVD_ROLE_DECODE, 1); t++)
+		nap_ms(10);
+	CHECK(ask(d, p, 0, 1, 16, &r, NULL) == 0 && same_tokens(&r, &ref),
+	      "after 10 kills in a row the worker is back and the request is served");
+	CHECK(kvd_health(d) == KVD_HEALTH_OK, "/health says ok again");
+	CHECK(metric(d, "kvarenad_worker_failures_total{stage=\"decode\"}") >= 10 &&
+	      metric(d, "kvarenad_workers_up{stage=\"decode\"}") == 1,
+	      "metrics: %llu decode worker failures, the worker up",
+	      (unsigned long long)metric(d, "kvarenad_worker_failures_total{stage=\"decode\"}"));
+	kvd_destroy(d);
+}
+
+/*
+ * A worker that stops mid-message (header and half an answer written)
+ * freezes nothing: another request is served by the other worker
+ * meanwhile, the stalled one is killed when its lease runs out, and its
+ * request completes with the same tokens.
+ */
+static void test_stall(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, rb, ra;
+	struct kvd_job *ja;
+	struct kvd_error err;
+	char pa[256], pb[256], flag[64];
+	struct rq qa = { pa, 0, 1, 16, 0, NULL }, qb = { pb, 0, 1, 8, 0, NULL };
+	uint64_t t0, tb;
+	int fd;
+
+	snprintf(pa, sizeof(pa), "<|im_start|>user\nfirst one<|im_end|>\n<|im_start|>assistant\n");
+	snprintf(pb, sizeof(pb), "<|im_start|>user\nsecond one<|im_end|>\n<|im_start|>assistant\n");
+	snprintf(flag, sizeof(flag), "/tmp/kvd-stall-%d", (int)getpid());
+	base_config(&c);
+	c.lease_ms = 4000;
+	c.lease_per_token_ms = 0;
+	set_env("KVD_TEST_STALL_FILE", flag);
+	d = start(&c);
+	if (!d)
+		goto out;
+	ask(d, pa, 0, 1, 16, &ref, NULL);
+	fd = open(flag, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	memset(&ra, 0, sizeof(ra));
+	t0 = kvd_now_ns();
+	ja = submit(d, &qa, &err);
+	while (access(flag, F_OK) == 0 && kvd_now_ns() - t0 < 3000000000ull)
+		nap_ms(5);	/* the stalled answer is on its way */
+	CHECK(ask_rq(d, &qb, &rb, NULL) == 0, "another request is served while a worker "
+	      "is stuck mid-message");
+	tb = kvd_now_ns() - t0;
+	CHECK(tb < 3500000000ull, "... in %.0f ms, before the stuck worker's lease ends",
+	      (double)tb / 1e6);
+	CHECK(ja && collect_reply(d, ja, &ra, NULL) == 0 && same_tokens(&ra, &ref),
+	      "the stuck worker's request completes, same tokens, after %.0f ms",
+	      (double)(kvd_now_ns() - t0) / 1e6);
+	CHECK(metric(d, "kvarenad_lease_expiries_total") >= 1,
+	      "its lease expired and the worker was replaced");
+	kvd_destroy(d);
+out:
+	unlink(flag);
+	set_env("KVD_TEST_STALL_FILE", NULL);
+}
+
+static uint64_t tenant_tokens(struct kvd *d, const char *name)
+{
+	char m[128];
+
+	snprintf(m, sizeof(m), "kvarenad_tenant_scheduled_tokens_total{tenant=\"%s\"}", name);
+	return metric(d, m);
+}
+
+/*
+ * Two tenants flood at once, weights 1 and 3: while both have prompts
+ * waiting, the steps' prompt tokens go 1 : 3 (one-token replies: the
+ * prompts are all the work, whatever the random model says).
+ */
+static void test_fairness(void)
+{
+	enum { PER = 12 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_job *jobs[2 * PER];
+	struct kvd_error err;
+	struct reply *r = calloc(2 * PER, sizeof(*r));
+	char (*p)[2048] = calloc(2 * PER, sizeof(*p));
+	uint64_t a0 = 0, b0 = 0, a1, b1;
+	uint32_t i, k;
+	int t, o;
+
+	if (!r || !p)
+		goto out;
+	base_config(&c);
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "light");
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "heavy");
+	c.tenants[0].id = 1;
+	c.tenants[1].id = 2;
+	c.tenants[0].weight = 1;
+	c.tenants[1].weight = 3;
+	c.kv_blocks = 1024;
+	/* two 64-token chunks a step: a tenant's share is fine-grained, and
+	 * the heavy one has more prompts than chunks in flight */
+	c.chunk_tokens = 64;
+	c.step_tokens = 128;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < 2 * PER; i++) {
+		struct rq q = { p[i], 0, 1, 1, 1 + i % 2, NULL };
+
+		o = snprintf(p[i], sizeof(p[i]), "<|im_start|>user\nflood %u:", i);
+		for (k = 0; k < 150; k++)
+			o += snprintf(p[i] + o, sizeof(p[i]) - (size_t)o, " w%u", (k * 31 + i) % 89);
+		snprintf(p[i] + o, sizeof(p[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+		jobs[i] = submit(d, &q, &err);
+	}
+	/* a window while both are backlogged: each has 12 prompts of ~300
+	 * tokens; at 1:3 the heavy one's run out past 4500 in all. It starts
+	 * late enough that the first arrival's head start is caught up
+	 * (the requests go in one by one while steps already run) */
+	for (t = 0; t < 12000; t++) {
+		a0 = tenant_tokens(d, "light");
+		b0 = tenant_tokens(d, "heavy");
+		if (a0 + b0 >= 1000)
+			break;
+		nap_ms(5);
+	}
+	for (; t < 24000; t++) {
+		a1 = tenant_tokens(d, "light");
+		b1 = tenant_tokens(d, "heavy");
+		if (a1 + b1 >= a0 + b0 + 2800)
+			break;
+		nap_ms(5);
+	}
+	a1 = tenant_tokens(d, "light") - a0;
+	b1 = tenant_tokens(d, "heavy") - b0;
+	CHECK(a1 && (double)b1 / (double)a1 > 2.4 && (double)b1 / (double)a1 < 3.6,
+	      "weights 1:3 while both flood: %llu and %llu prompt tokens scheduled (%.2f)",
+	      (unsigned long long)a1, (unsigned long long)b1, a1 ? (double)b1 / (double)a1 : 0);
+	for (i = 0; i < 2 * PER; i++)
+		if (jobs[i])
+			collect_reply(d, jobs[i], &r[i], NULL);
+	for (i = 0; i < 2 * PER && !r[i].error; i++)
+		;
+	CHECK(i == 2 * PER, "every request of both floods completes");
+	kvd_destroy(d);
+out:
+	free(r);
+	free(p);
+}
+
+/*
+ * 100 conversations that start at once with one system prompt: it is
+ * computed once (the others wait for its blocks, then share them), and
+ * their own parts prefill on both prefill workers at once.
+ */
+static void test_shared_start(void)
+{
+	enum { N = 100 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply *r = calloc(N, sizeof(*r));
+	char (*p)[1024] = calloc(N, sizeof(*p));
+	struct rq *q = calloc(N, sizeof(*q));
+	uint32_t i, ok = 0, sys_tok;
+	uint64_t cached;
+
+	if (!r || !p || !q)
+		goto out;
+	base_config(&c);
+	c.prefill_workers = 2;
+	c.decode_workers = 1;
+	c.chunk_tokens = 32;
+	c.step_tokens = 128;
+	c.kv_blocks = 2048;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < N; i++) {
+		snprintf(p[i], sizeof(p[i]), "%s<|im_start|>user\nagent %u: plan step %u of the "
+			 "build, then report<|im_end|>\n<|im_start|>assistant\n", sys_prompt, i,
+			 i * 13 % 7);
+		q[i] = (struct rq){ p[i], 0, 1, 4, 0, NULL };
+	}
+	sys_tok = (uint32_t)kve_tokenize(d->tok, sys_prompt, strlen(sys_prompt), 1, NULL, 0);
+	ask_all(d, q, N, r);
+	for (i = 0; i < N; i++)
+		ok += !r[i].error && r[i].done;
+	cached = metric(d, "kvarenad_prompt_cached_tokens_total");
+	CHECK(ok == N, "%u of %u conversations completed", ok, N);
+	CHECK(cached >= (uint64_t)(N - 1) * (sys_tok / d->geom.block_tokens) * d->geom.block_tokens,
+	      "the system prompt (%u tokens) was computed once: %llu prompt tokens shared",
+	      sys_tok, (unsigned long long)cached);
+	CHECK(metric(d, "kvarenad_prefix_waits_total") > 0,
+	      "conversations waited for the shared blocks being computed (%llu)",
+	      (unsigned long long)metric(d, "kvarenad_prefix_waits_total"));
+	CHECK(metric(d, "kvarenad_prefill_workers_busy_max") == 2 &&
+	      metric(d, "kvarenad_multi_prefill_steps_total") > 0,
+	      "both prefill workers computed prompt chunks at once, several prompts per step "
+	      "(%llu such steps)",
+	      (unsigned long long)metric(d, "kvarenad_multi_prefill_steps_total"));
+	kvd_destroy(d);
+out:
+	free(r);
+	free(p);
+	free(q);
+}
+
+/*
+ * prompt_cache_key / user are a routing hint (issue 36.2): naming alice's
+ * key neither continues, cuts, reads nor deletes her conversation, from
+ * another tenant or from her own.
+ */
+static void test_session_keys(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply a1, a2, b, o;
+	char p1[2048], p2[4096], po[2048];
+	struct rq q;
+
+	base_config(&c);
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "alice");
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "bob");
+	c.tenants[0].id = 1;
+	c.tenants[1].id = 2;
+	d = start(&c);
+	if (!d)
+		return;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nmy secret plan<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	q = (struct rq){ p1, 0, 1, 12, 1, "alice" };
+	ask_rq(d, &q, &a1, NULL);
+	snprintf(p2, sizeof(p2), "%s%.*s<|im_end|>\n<|im_start|>user\nand then?<|im_end|>\n"
+		 "<|im_start|>assistant\n", p1, (int)a1.len, a1.text);
+	/* bob repeats alice's whole conversation and names her key */
+	q = (struct rq){ p2, 0, 1, 4, 2, "alice" };
+	CHECK(ask_rq(d, &q, &b, NULL) == 0 && strcmp(b.session, a1.session) &&
+	      b.usage.cached_tokens == 0,
+	      "another tenant naming alice's key gets a session of its own and none of her "
+	      "cached tokens (%u)", b.usage.cached_tokens);
+	CHECK(kvd_session_delete(d, a1.session, 2) == -ENOENT,
+	      "... and cannot delete her session");
+	/* a client of alice's own tenant naming her key, with another turn */
+	snprintf(po, sizeof(po), "%s<|im_start|>user\nsomething else<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	q = (struct rq){ po, 0, 1, 4, 1, "alice" };
+	CHECK(ask_rq(d, &q, &o, NULL) == 0 && strcmp(o.session, a1.session),
+	      "a request naming alice's key with other text starts its own conversation");
+	q = (struct rq){ p2, 0, 1, 4, 1, "alice" };
+	CHECK(ask_rq(d, &q, &a2, NULL) == 0 && !strcmp(a2.session, a1.session) &&
+	      a2.usage.cached_tokens + 1 >= a1.usage.prompt_tokens + a1.usage.completion_tokens - 1,
+	      "alice's next turn continues her conversation whole: %u cached (turn 1: %u + %u)",
+	      a2.usage.cached_tokens, a1.usage.prompt_tokens, a1.usage.completion_tokens);
+	kvd_destroy(d);
+}
+
+/* A prompt its tenant's KV budget can never hold: a 400 naming the limit. */
+static void test_never_fits(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r;
+	char p[4096];
+	struct rq q = { p, 0, 1, 4, 1, NULL };
+
+	base_config(&c);
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "small");
+	c.tenants[0].id = 1;
+	c.tenants[0].kv_blocks = 4;
+	d = start(&c);
+	if (!d)
+		return;
+	snprintf(p, sizeof(p), "%s<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+		 sys_prompt_long);
+	CHECK(ask_rq(d, &q, &r, NULL) < 0 && r.err_kind == KVD_ERR_TOO_LONG &&
+	      strstr(r.err, "kv_blocks = 4"),
+	      "over the tenant's kv_blocks: 400 naming it, not a 429 (%s)", r.err);
+	CHECK(d->ctx_len <= d->geom.blocks_total * d->geom.block_tokens,
+	      "the context (%u) is bounded by the arena (%u blocks of %u)", d->ctx_len,
+	      d->geom.blocks_total, d->geom.block_tokens);
+	kvd_destroy(d);
+}
+
+/*
+ * A step that fails because of one sequence's input charges that one
+ * only: the batch is split (bisection) until it fails alone, and fails;
+ * the others complete with their own tokens.
+ */
+static void test_bisect(void)
+{
+	enum { N = 4 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref[N], r[N];
+	char p[N][256], num[16];
+	struct rq q[N];
+	int32_t ids[64];
+	int n, k;
+	uint32_t i, ok = 0, poison = 0;
+
+	for (i = 0; i < N; i++) {
+		snprintf(p[i], sizeof(p[i]), "<|im_start|>user\nbatch member %u%s<|im_end|>\n"
+			 "<|im_start|>assistant\n", i, i == 2 ? " xyzzyq" : "");
+		q[i] = (struct rq){ p[i], 0, 1, 12, 0, NULL };
+	}
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	for (i = 0; i < N; i++)
+		ask_rq(d, &q[i], &ref[i], NULL);
+	/* a token of member 2's prompt nobody else reads or writes */
+	n = kve_tokenize(d->tok, p[2], strlen(p[2]), 1, ids, 64);
+	for (k = 0; k < n && !poison; k++) {
+		int used = 0;
+
+		for (i = 0; i < N && !used; i++) {
+			int32_t o[64];
+			int m = i == 2 ? 0 : kve_tokenize(d->tok, p[i], strlen(p[i]), 1, o, 64);
+
+			for (int x = 0; x < m; x++)
+				used |= o[x] == ids[k];
+			for (uint32_t x = 0; x < ref[i].n_tokens; x++)
+				used |= ref[i].tokens[x] == ids[k];
+		}
+		if (!used)
+			poison = (uint32_t)ids[k];
+	}
+	kvd_destroy(d);
+	CHECK(poison, "a token only member 2 carries: %u", poison);
+	if (!poison)
+		return;
+	snprintf(num, sizeof(num), "%u", poison);
+	set_env("KVD_TEST_POISON", num);
+	base_config(&c);
+	c.share_stages = 0;
+	d = start(&c);
+	set_env("KVD_TEST_POISON", NULL);
+	if (!d)
+		return;
+	ask_all(d, q, N, r);
+	for (i = 0; i < N; i++)
+		ok += i == 2 ? r[i].error : same_tokens(&r[i], &ref[i]);
+	CHECK(ok == N, "the member whose step fails fails alone (%s); the %u others complete "
+	      "with their own tokens", r[2].err, N - 1);
+	CHECK(metric(d, "kvarenad_requests_failed_worker_total") == 1 &&
+	      metric(d, "kvarenad_step_failures_total") >= 4,
+	      "metrics: %llu failed steps, %llu bisections, 1 request charged",
+	      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
+	      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+	kvd_destroy(d);
 }
 
 #ifdef KVD_TEST_HOOKS
@@ -790,8 +1447,9 @@ static void test_agent_loop(void)
 			CHECK(metric(d, "kvarenad_tool_result_tokens_total") == a1 + a2,
 			      "tool-result tokens counted: %u", a1 + a2);
 		}
-		CHECK(metric(d, "kvarenad_steps_total{stage=\"prefill\"}") == 3,
-		      "three prefills: the prompt and each round's appended text");
+		CHECK(metric(d, "kvarenad_handoffs_total") == 3,
+		      "three prefills: the prompt and each round's appended text (hand-offs "
+		      "to decoding)");
 		CHECK(t.r.usage.completion_tokens >= 1 && t.r.len > strlen(r[0]) + strlen(r[1]),
 		      "the model decoded after the tool results (%u tokens)",
 		      t.r.usage.completion_tokens);
@@ -2019,6 +2677,12 @@ int main(int argc, char **argv)
 				a.backend = argv[i + 1];
 			else if (!strcmp(argv[i], "--max-ctx"))
 				a.max_ctx = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--max-batch"))
+				a.max_batch = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--max-step-tokens"))
+				a.max_step_tokens = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--threads"))
+				a.n_threads = (unsigned)atoi(argv[i + 1]);
 			else if (!strcmp(argv[i], "--tool-open"))
 				a.tool_open = argv[i + 1];
 			else if (!strcmp(argv[i], "--tool-close"))
@@ -2050,6 +2714,15 @@ int main(int argc, char **argv)
 	RUN(pressure);
 	RUN(worker_death);
 	RUN(plugin);
+	RUN(paths);
+	RUN(preempt);
+	RUN(worker_storm);
+	RUN(stall);
+	RUN(fairness);
+	RUN(shared_start);
+	RUN(session_keys);
+	RUN(never_fits);
+	RUN(bisect);
 #ifdef KVD_TEST_HOOKS
 	RUN(config_keys);
 	RUN(agent_loop);

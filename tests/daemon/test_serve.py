@@ -28,12 +28,14 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 EXE, MODEL, PLUGIN = sys.argv[1:4]
 TMP = tempfile.mkdtemp(prefix="kvd-serve-")
 passed = failed = 0
 KEY_A = "tenant-a-key-0123456789"
 KEY_B = "tenant-b-key-0123456789"
 KEY_C = "tenant-c-key-0123456789"
+KEY_M = "metrics-key-0123456789"
 
 
 def check(cond, what):
@@ -58,6 +60,8 @@ class Daemon:
         self.conf = os.path.join(TMP, f"conf-{self.port}")
         with open(self.conf, "w") as f:
             f.write(f"[server]\nlisten = 127.0.0.1:{self.port}\n")
+            if tenants:
+                f.write(f"metrics_key = {KEY_M}\n")
             f.write(f"[model]\npath = {MODEL}\nid = test\n")
             f.write("[kv]\nbackend = %s\ntoolwait_bpf = no\n"
                     % os.environ.get("KVD_TEST_BACKEND", "memfd"))
@@ -513,6 +517,33 @@ def test_server_agent():
         d.stop()
 
 
+def test_metrics_views(d):
+    """/metrics per tenant: a tenant's key reads its own series, never
+    another's; the metrics key ([server] metrics_key) reads them all (after
+    the reload that added tenant c: it kept the metrics key)."""
+    for key in (KEY_A, KEY_C):
+        st, _, _ = d.chat([{"role": "user", "content": "count me"}], key=key, max_tokens=2)
+        check(st == 200, f"a completion for the metrics ({st})")
+
+    def text(key):
+        st, t, _ = d.req("GET", "/metrics", key=key)
+        return st, t if isinstance(t, str) else ""
+
+    end = time.time() + 10
+    while time.time() < end and 'kvarenad_tenant_requests_total{tenant="c"}' not in text(KEY_M)[1]:
+        time.sleep(0.05)
+    sa, ta = text(KEY_A)
+    sm, tm = text(KEY_M)
+    check(sa == 200 and 'kvarenad_tenant_requests_total{tenant="a"}' in ta
+          and 'tenant="b"' not in ta and 'tenant="c"' not in ta
+          and "kvarenad_prompt_tokens_total" in ta,
+          "tenant a's /metrics: the totals and its own series, none of b's or c's")
+    check(sm == 200 and 'tenant="a"' in tm and 'tenant="b"' in tm and 'tenant="c"' in tm,
+          "the metrics key's /metrics: every tenant's series")
+    st, _, _ = d.req("GET", "/v1/models", key=KEY_M)
+    check(st == 401, f"the metrics key opens nothing else ({st})")
+
+
 def test_budget_and_reload(d):
     m = [{"role": "user", "content": "hello there"}]
     st, _, _ = d.chat(m, key=KEY_B, max_tokens=30)
@@ -565,6 +596,15 @@ def test_tenant_identity():
         check("released" in d.logtext(), "the reload released a's conversations (log)")
     finally:
         d.stop()
+
+
+def test_parameters(d):
+    """Every parameter the four front ends document (Documentation/api.md's
+    tables) is honoured (it changes the reply in a way tests/daemon/
+    api_params.py checks), refused with a 400 naming it, or documented as
+    having no effect on the reply, and then leaves it as it was."""
+    import api_params
+    api_params.walk(d, check, MODEL)
 
 
 def test_frontends(d):
@@ -739,8 +779,10 @@ def main():
         test_turns_and_prefix(d)
         test_structured(d)
         test_sampling(d)
+        test_parameters(d)
         test_frontends(d)
         test_budget_and_reload(d)
+        test_metrics_views(d)
         test_worker_kill(d)
         test_drain(d)
     finally:

@@ -216,6 +216,50 @@ static void test_model(const char *path)
 		rig_free(&r1);
 	}
 
+	/* a ragged batch (kve_batch): prompt chunks of fresh and continuing
+	 * sessions and single decode tokens in one call, passes of 8 tokens
+	 * splitting sessions across them, == each session alone */
+	{
+		struct rig rb, r1;
+		uint32_t tabs[4][8], tabs1[4][8], pre[4] = { 0, 7, 6, 9 };
+		uint32_t nn[4] = { 11, 1, 5, 1 }, off = 0;
+		struct kve_session sb[4], s1[4], *ps[4];
+		int32_t feed[32];
+		int ok = 1, same = 1;
+
+		ok &= !rig_init(&rb, m, 4, KVE_KV_F16, 32, 1, 8);
+		ok &= !rig_init(&r1, m, 4, KVE_KV_F16, 32, 1, 0);
+		for (i = 0; ok && i < 4; i++) {
+			uint32_t j;
+
+			for (j = 0; j < 8; j++)
+				tabs[i][j] = tabs1[i][j] = i * 8 + j;
+			sb[i] = (struct kve_session){ tabs[i], 8, 0 };
+			s1[i] = (struct kve_session){ tabs1[i], 8, 0 };
+			if (pre[i]) {
+				ok &= !kve_prefill(rb.e, &sb[i], tok + i, pre[i], b);
+				ok &= !kve_prefill(r1.e, &s1[i], tok + i, pre[i], b);
+			}
+			for (j = 0; j < nn[i]; j++)
+				feed[off + j] = tok[i + pre[i] + j];
+			ps[i] = &sb[i];
+			off += nn[i];
+		}
+		ok &= !kve_batch(rb.e, ps, nn, feed, 4, a);
+		for (i = 0, off = 0; ok && i < 4; off += nn[i], i++) {
+			ok &= !kve_prefill(r1.e, &s1[i], feed + off, nn[i], b);
+			same &= !memcmp(a + (size_t)i * v, b, (size_t)v * 4) &&
+				sb[i].n_tokens == pre[i] + nn[i];
+		}
+		CHECK(ok && same, "%s: ragged batch (chunks of 11 and 5 tokens, 2 decode "
+		      "tokens, 8-token passes) == each session alone", path);
+		ps[1] = ps[0];
+		CHECK(kve_batch(rb.e, ps, nn, feed, 2, a) == -EINVAL,
+		      "%s: ragged batch naming a session twice: -EINVAL", path);
+		rig_free(&rb);
+		rig_free(&r1);
+	}
+
 	/* two threads and small prefill chunks change nothing */
 	{
 		struct rig r1, r2, r3;

@@ -79,12 +79,19 @@ GROUPS = {
                  build=["build/chat/tests/test_chat"],
                  tests=[["make", "-s", "--no-print-directory", "check-chat-unit"]]),
     # the scheduler under the orchestrator's test (real workers, engine,
-    # memfd arena), less its MCP-server part (npm servers; minutes)
-    "sched": dict(files=["daemon/kvarenad/sched.c"],
-                  build=["build/daemon/tests/test_orch"],
-                  tests=[["make", "-s", "--no-print-directory", "check-orch"]],
+    # memfd arena), less its MCP-server and escape parts (npm servers,
+    # minutes), and the radix index under its property test
+    "sched": dict(files=["daemon/kvarenad/sched.c", "daemon/kvarenad/step.c",
+                         "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
+                         "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
+                         "daemon/kvarenad/radix.c"],
+                  build=["build/daemon/tests/test_orch", "build/daemon/tests/test_radix"],
+                  tests=[["make", "-s", "--no-print-directory", "check-radix"],
+                         ["make", "-s", "--no-print-directory", "check-orch"]],
                   env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,copy_mode,"
-                                        "pressure,worker_death,plugin,agent_loop"}),
+                                        "pressure,worker_death,plugin,agent_loop,paths,"
+                                        "preempt,worker_storm,stall,fairness,shared_start,"
+                                        "session_keys,never_fits,bisect"}),
 }
 
 # calls whose arguments are messages: mutating them changes only text

@@ -17,7 +17,9 @@ py=/usr/bin/python3
 out=build/replay/smoke
 rm -rf "$out" && mkdir -p "$out" && chmod 700 "$out"
 model=build/replay/tiny-4k.gguf
-# 2 KiB of KV per token: the four sessions need more than its 2 pages
+# 2 KiB of KV per token: the four sessions need more than its 3 pages
+# (a session's last turn, about 2100 tokens with its reply, fits alone:
+# a request the whole arena cannot hold is a 400, never queued)
 [ -f "$model" ] || "$mk" --dim 128 --layers 4 --heads 4 --ffn 256 --vocab 512 \
 	--ctx 4096 --tokenizer bpe --type f32 --seed 3 -o "$model" >/dev/null
 
@@ -45,7 +47,7 @@ serve() {
 	shift 2
 	{
 		echo "[model]"; echo "path = $model"
-		echo "[kv]"; echo "backend = memfd"; echo "blocks = 128"
+		echo "[kv]"; echo "backend = memfd"; echo "blocks = 192"
 		printf '%s\n' "$@"
 	} >"$conf"
 	port=$((port + 1))

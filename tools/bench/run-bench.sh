@@ -120,16 +120,23 @@ bench_handoff() {
 		sed -n 's/^ROW\t//p' >>"$tsv"
 }
 
-# serve: kvarenad under 16 concurrent multi-turn conversations (15M model),
-# resuming a 2k-token conversation with its KV kept vs recomputed, and the
-# same resume by previous_response_id vs resending the history (bytes, TTFT).
+# serve: 16 and 64 concurrent multi-turn agent conversations with one
+# system prompt, the 110M Q8_0 model, kvarenad at its defaults against
+# llama.cpp's llama-server (built once from the peer cache's sources by
+# tools/bench/daemon/fetch-llama-server.sh; SERVE_BENCH_NO_PEER=1 skips
+# it), same run; then resuming a 2k-token conversation with its KV kept
+# vs recomputed, and the same resume by previous_response_id vs resending
+# the history (bytes, TTFT).
 bench_serve() {
-	local m=build/bench/serve-15m-q8.gguf
+	local m=build/bench/models/110m_q8_ctx2k.gguf peer=""
 	forget '(serve_|resume_|responses_resume_)'
 	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
-	[ -f "$m" ] || build/bin/kva-mkmodel --dim 288 --layers 6 --heads 6 --ffn 768 \
-		--vocab 32000 --ctx 4096 --type q8_0 -o "$m" >/dev/null
-	/usr/bin/python3 tools/bench/daemon/serve_bench.py build/bin/kvarenad "$m" |
+	mkdir -p build/bench/models
+	[ -f "$m" ] || build/bin/kva-mkmodel --dim 768 --layers 12 --heads 12 --ffn 2048 \
+		--vocab 32000 --ctx 2048 --type q8_0 -o "$m" >/dev/null
+	[ -n "${SERVE_BENCH_NO_PEER:-}" ] || peer=$(tools/bench/daemon/fetch-llama-server.sh) ||
+		{ echo "bench serve: llama-server could not be built; kvarenad alone" >&2; peer=""; }
+	/usr/bin/python3 tools/bench/daemon/serve_bench.py build/bin/kvarenad "$m" "$peer" |
 		sed -n 's/^ROW\t//p' >>"$tsv"
 }
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # run-clients.sh - `make check-clients`: the clients people use, installed
-# from npm into build/clients/node (pinned versions), against the real
+# from npm into build/clients/node (package.json and package-lock.json
+# here pin every package, dependencies included: `npm ci`), against the real
 # kvarenad serving a random-weight model whose context holds the agent
 # CLIs' prompts (kva-mkmodel, 64 Ki tokens). Between the clients and the
 # daemon a recording proxy (recorder.py) writes every request and the
@@ -23,20 +24,25 @@ set -u
 EXE=$1 MK=$2
 OUT=build/clients
 NODE_DIR=$OUT/node
-PKGS="openai@5.23.2 @openai/agents@0.20.0 @anthropic-ai/sdk@1.16.0 ajv@8.20.0 zod@4.6.7 @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332"
+# openai 5.23.2, @openai/agents 0.20.0, @anthropic-ai/sdk 1.16.0, ajv 8.20.0,
+# zod 4.6.7, @openai/codex 0.171.0, @anthropic-ai/claude-code 2.1.332
+LOCK=tests/daemon/clients
 MODEL=$OUT/clients-bpe.gguf
 KEY=clients-key-0123456789abcdef
 mkdir -p "$OUT"
 ROOT=$(pwd)
 t0=$(date +%s)
 
-if [ "$(cat "$NODE_DIR/.pkgs" 2>/dev/null)" != "$PKGS" ]; then
-	echo "run-clients: npm install $PKGS into $NODE_DIR"
+# installed again only when the lock changes (about 1 GiB: minutes)
+want=$(cat "$LOCK/package.json" "$LOCK/package-lock.json" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$NODE_DIR/.pkgs" 2>/dev/null)" != "$want" ]; then
+	echo "run-clients: npm ci ($LOCK/package-lock.json) into $NODE_DIR"
+	rm -rf "$NODE_DIR"
 	mkdir -p "$NODE_DIR"
-	# shellcheck disable=SC2086
-	npm install --prefix "$NODE_DIR" --no-audit --no-fund --loglevel=error $PKGS >/dev/null ||
-		{ echo "run-clients: npm install failed"; exit 1; }
-	echo "$PKGS" > "$NODE_DIR/.pkgs"
+	cp "$LOCK/package.json" "$LOCK/package-lock.json" "$NODE_DIR/"
+	(cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error >/dev/null) ||
+		{ echo "run-clients: npm ci failed"; exit 1; }
+	echo "$want" > "$NODE_DIR/.pkgs"
 fi
 NODE_DIR=$(cd "$NODE_DIR" && pwd)
 [ -f "$MODEL" ] || "$MK" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 512 \

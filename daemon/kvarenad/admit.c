@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: MIT
+/*
+ * admit.c - admission and preemption: which waiting requests get KV
+ * blocks, and whose blocks go back when the arena runs out.
+ *
+ * Admission: preempted jobs first (oldest first: they were running),
+ * then queued ones in fair order (fair.c). A job is admitted when its
+ * conversation's KV session is open, the longest cached prefix shared
+ * from the radix index, and blocks reserved for the whole prompt, so its
+ * chunks never wait for room halfway. A job whose next uncached block
+ * another conversation is computing right now waits for it (prefix.c)
+ * and lets the others pass; a job that does not fit waits for running
+ * ones to free blocks, and stops admission behind it (so that a large
+ * prompt is not starved by a stream of small ones). A request that could
+ * never fit was refused at submit with a 400 naming the limit (core.c):
+ * the context is bounded by the arena.
+ *
+ * Preemption: when a running job needs a block (its next decode token,
+ * the tool results appended to it) and evicting idle KV cannot free one,
+ * the running job of lowest priority (fair.c: the tenant served most,
+ * then the newest) that has no step in flight gives its KV back and
+ * waits to be readmitted; its full blocks stay in the prefix cache until
+ * pressure takes them too. kvd_preempt_how() is the one place the choice
+ * of what happens to the victim's KV is made: recompute today (the
+ * tokens are kept; readmission recomputes what the cache lost, with the
+ * same outputs); a disk tier adds spilling there.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "log.h"
+
+enum kvd_preempt {
+	KVD_PREEMPT_RECOMPUTE = 0,	/* drop the KV, recompute on readmission */
+};
+
+/* What becomes of a preempted job's KV. The tiering work (issue 39)
+ * decides here between recomputing and spilling, from the KV's size and
+ * the measured costs. */
+static enum kvd_preempt kvd_preempt_how(const struct kvd *d, const struct kvd_job *j)
+{
+	(void)d;
+	(void)j;
+	return KVD_PREEMPT_RECOMPUTE;
+}
+
+static void preempt(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+
+	switch (kvd_preempt_how(d, j)) {
+	case KVD_PREEMPT_RECOMPUTE:
+		break;
+	}
+	d->m.preemptions++;
+	d->m.preempted_tokens += c->as.s.n_tokens;
+	kvd_log(KVD_LOG_INFO, "sched", "%s: preempted (%u tokens of KV, %u blocks): recomputed "
+		"when readmitted", j->request_id, c->as.s.n_tokens, c->as.s.n_blocks);
+	kvd_conv_drop_kv(d, c);
+	j->n_sched = 0;
+	j->state = JOB_PREEMPTED;
+}
+
+/* The running job to preempt: the lowest priority one with no step in
+ * flight (tenant, when given: only that tenant's), or NULL. */
+static struct kvd_job *victim(struct kvd *d, uint32_t tenant, int any_tenant)
+{
+	struct kvd_job *j, *v = NULL;
+
+	for (j = d->jobs; j; j = j->next)
+		if (j->state == JOB_RUNNING && !j->inflight && j->conv && j->conv->has_kv &&
+		    (any_tenant || j->tenant == tenant) && (!v || kvd_fair_after(d, j, v)))
+			v = j;
+	return v;
+}
+
+int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total)
+{
+	struct kvd_conv *c = j->conv;
+	int rc;
+
+	for (;;) {
+		struct kvd_job *v;
+
+		rc = kvd_conv_reserve_to(d, c, total);
+		if (rc == -EDQUOT) {
+			/* the tenant's own idle KV first, then its running jobs */
+			uint32_t bt = d->geom.block_tokens;
+			uint32_t need = (total + bt - 1) / bt - c->as.s.n_blocks;
+
+			if (kvd_make_room_tenant(d, j->tenant, need))
+				continue;
+			v = victim(d, j->tenant, 0);
+			if (!v || v == j) {
+				/* alone over its budget: the budget is its context */
+				kvd_job_finish(d, j, KVD_FINISH_LENGTH);
+				return -EDQUOT;
+			}
+			preempt(d, v);
+			continue;
+		}
+		if (rc != -ENOSPC)
+			break;
+		v = victim(d, 0, 1);
+		if (!v)
+			return 1;	/* everyone holding blocks is in flight: next turn */
+		preempt(d, v);
+		if (v == j)
+			return 1;
+	}
+	if (rc == -E2BIG) {
+		kvd_job_finish(d, j, KVD_FINISH_LENGTH);
+		return rc;
+	}
+	if (rc) {
+		kvd_job_fail(d, j, KVD_ERR_INTERNAL, "cannot reserve KV blocks");
+		return rc;
+	}
+	return 0;
+}
+
+/* The request's tokens join its conversation (once). */
+static int take_piece(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+	int rc;
+
+	if (j->piece_appended)
+		return 0;
+	rc = kvd_conv_append_piece(c, &j->piece);
+	kvd_piece_free(&j->piece);
+	if (rc)
+		return rc;
+	j->piece_appended = 1;
+	if (c->wait_started_ns && c->tool_class) {
+		kvd_toolwait_record(d, c->tool_class, (kvd_now_ns() - c->wait_started_ns) / 1000);
+		c->wait_started_ns = 0;
+	}
+	/* the reply continues a text */
+	j->text_base = c->text_len;
+	kve_detok_init(&j->detok, d->tok);
+	j->detok.at_start = 0;
+	j->n_prompt = c->n_tokens;
+	return 0;
+}
+
+/* 0 admitted, 1 no room (wait; stop admitting), 2 waiting for a shared
+ * prefix being computed (others may pass), <0 failed (job finished). */
+static int admit_one(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv;
+	uint32_t kv0 = 0, sess_hit, n;
+	int rc, readmit = j->state == JOB_PREEMPTED;
+
+	rc = take_piece(d, j);
+	if (rc) {
+		kvd_job_fail(d, j, KVD_ERR_INTERNAL, "out of memory");
+		return rc;
+	}
+	if (c->n_tokens >= d->ctx_len || !c->n_tokens) {
+		kvd_job_fail(d, j, KVD_ERR_TOO_LONG, "the conversation exceeds the context length");
+		return -E2BIG;
+	}
+	/* its KV may be on disk: the job waits for the restore (tiering.c),
+	 * the others pass */
+	if (kvd_tiering_need_kv(d, c))
+		return 2;
+	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
+	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
+		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, d->path);
+		if (kvd_prefix_pending_wait(d, c, n, d->path)) {
+			if (!j->waited_prefix)
+				d->m.prefill_waits++;
+			j->waited_prefix = 1;
+			return 2;
+		}
+		rc = kvd_conv_open_kv(d, c);
+		if (rc == -ENOSPC || rc == -EBUSY) {
+			kvd_make_room(d, 1);
+			rc = kvd_conv_open_kv(d, c);
+		}
+		if (rc == -ENOSPC || rc == -EBUSY)
+			return 1;
+		if (rc) {
+			kvd_job_fail(d, j, KVD_ERR_INTERNAL, "cannot open a kvarena session");
+			return rc;
+		}
+		if (d->cfg.prefix_cache)
+			kv0 = kvd_prefix_attach(d, c, c->n_tokens - 1);
+	}
+	rc = kvd_conv_reserve_to(d, c, c->n_tokens);
+	if (rc == -EDQUOT) {
+		uint32_t bt = d->geom.block_tokens;
+
+		kvd_make_room_tenant(d, j->tenant, (c->n_tokens + bt - 1) / bt - c->as.s.n_blocks);
+		rc = kvd_conv_reserve_to(d, c, c->n_tokens);
+		if (rc == -EDQUOT)
+			return 1;	/* its tenant's running jobs hold the budget */
+	}
+	if (rc == -ENOSPC)
+		return 1;
+	if (rc) {
+		kvd_job_fail(d, j, rc == -E2BIG ? KVD_ERR_TOO_LONG : KVD_ERR_INTERNAL,
+			     rc == -E2BIG ? "the conversation exceeds the context length" :
+					    "cannot reserve KV blocks");
+		return rc;
+	}
+	j->n_sched = c->as.s.n_tokens;
+	if (!readmit) {
+		j->n_cached = c->as.s.n_tokens;
+		if (j->n_cached > c->n_tokens - 1)
+			j->n_cached = c->n_tokens - 1;
+		d->m.prompt_tokens += j->n_prompt;
+		d->m.cached_tokens += j->n_cached;
+		if (kv0 && !sess_hit)
+			d->m.prefix_hit_tokens += j->n_cached;
+		else
+			d->m.session_hit_tokens += j->n_cached;
+		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
+		if (j->max_new > d->ctx_len - c->n_tokens)
+			j->max_new = d->ctx_len - c->n_tokens;
+		j->order = ++d->next_order;
+		j->in_prefill = 1;
+		d->n_queued--;
+	}
+	kvd_prefix_pending_add(d, c);
+	j->state = JOB_RUNNING;
+	kvd_kstate_set(d, c, KVA_STATE_PREFILL, 0, 0);
+	return 0;
+}
+
+void kvd_admit(struct kvd *d)
+{
+	struct kvd_job *j, *best;
+	uint32_t running = 0;
+	int blocked = 0;
+
+	for (j = d->jobs; j; j = j->next) {
+		/* a tool round whose KV came back from disk goes on */
+		if (j->state == JOB_KV_WAIT && !kvd_tiering_need_kv(d, j->conv))
+			kvd_resume_round(d, j);
+		if (j->state == JOB_RUNNING || j->state == JOB_KV_LOAD || j->state == JOB_TOOL_RUNNING ||
+		    j->state == JOB_TOOL_RESULTS || j->state == JOB_KV_WAIT)
+			running++;
+	}
+	/* preempted jobs, oldest first */
+	for (;;) {
+		best = NULL;
+		for (j = d->jobs; j; j = j->next)
+			if (j->state == JOB_PREEMPTED && !j->cancelled && !j->tried &&
+			    (!best || j->order < best->order))
+				best = j;
+		if (!best)
+			break;
+		best->tried = 1;
+		if (admit_one(d, best) == 1) {
+			blocked = 1;
+			break;
+		}
+	}
+	/* queued jobs, fair order: the tenant of least virtual time, its
+	 * oldest job; one that does not fit stops the rest */
+	while (!blocked) {
+		best = NULL;
+		for (j = d->jobs; j; j = j->next) {
+			if (j->state != JOB_QUEUED || j->cancelled || j->tried)
+				continue;
+			if (!best || (j->tenant != best->tenant ?
+				      kvd_fair_vt(d, j->tenant) < kvd_fair_vt(d, best->tenant) :
+				      j->t_submit < best->t_submit))
+				best = j;
+		}
+		if (!best)
+			break;
+		best->tried = 1;
+		switch (admit_one(d, best)) {
+		case 0:
+			running++;
+			break;
+		case 1:
+			if (!running) {
+				/* nothing running will free blocks: make room from
+				 * idle KV and the cache */
+				uint32_t bt = d->geom.block_tokens;
+
+				if (kvd_tiering_busy(d)) {
+					/* a spill in flight frees blocks soon */
+					blocked = 1;
+					break;
+				}
+				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
+				if (admit_one(d, best) == 0) {
+					running++;
+					break;
+				}
+			}
+			blocked = 1;
+			break;
+		default:
+			break;
+		}
+	}
+	for (j = d->jobs; j; j = j->next)
+		j->tried = 0;
+}
