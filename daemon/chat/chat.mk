@@ -6,6 +6,9 @@
 #
 #   CHAT_LIB / CHAT_SLIB   the room as a static library (plain / ASan+UBSan),
 #                          with daemon/common/strbuf.c; link -ljansson
+#   fuzz-chat, check-chat-fuzz  the parsers and template recognition
+#                          under libFuzzer (check-chat-unit runs 10,000
+#                          inputs; the hardening lane a million)
 #   check-chat             its unit tests, then the families against
 #                          llama.cpp's own rendering (check-chat-llama:
 #                          fetches the peer like BENCH=engine does)
@@ -27,8 +30,10 @@ CHAT_RENDER := $(CHAT_OUT)/tests/kvd-chat-render
 CHAT_DEFUSE := $(CHAT_OUT)/tests/test_defuse
 CHAT_PROP   := $(CHAT_OUT)/tests/test_calls_prop
 CHAT_TSUP   := tests/chat/jconv.c tests/chat/jconv.h
+CHAT_FUZZ   := $(CHAT_OUT)/fuzz_chat
+CHAT_FUZZCC ?= clang
 
-.PHONY: chat check-chat
+.PHONY: chat check-chat fuzz-chat check-chat-fuzz
 chat: $(CHAT_LIB) $(CHAT_SLIB) $(CHAT_UNIT) $(CHAT_RENDER)
 
 $(CHAT_OBJS): $(CHAT_OUT)/obj/%.o: %.c $(CHAT_HDRS)
@@ -71,6 +76,19 @@ $(CHAT_PROP): tests/chat/test_calls_prop.c daemon/kvarenad/callsyntax.h $(CHAT_S
 	$(CHAT_CC) $(CHAT_CFLAGS) $(CHAT_SAN) -Idaemon/kvarenad -Idaemon/engine $< $(CHAT_SLIB) \
 		$(ENGINE_SLIB) -o $@ -ljansson $(ENGINE_LIBS)
 
+# generated text and GGUF templates under libFuzzer (tests/chat/fuzz_chat.c)
+fuzz-chat: $(CHAT_FUZZ)
+$(CHAT_FUZZ): tests/chat/fuzz_chat.c $(CHAT_SRCS) $(CHAT_HDRS)
+	@mkdir -p $(@D)
+	$(CHAT_FUZZCC) -std=c11 -Wall -Wextra -Werror -g -O1 -I$(CHAT_SRC) -Idaemon/common \
+		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+		tests/chat/fuzz_chat.c $(CHAT_SRCS) -o $@ -ljansson
+
+# the hardening lane's part: a million inputs (FUZZ_CHAT_RUNS), no report
+FUZZ_CHAT_RUNS ?= 1000000
+check-chat-fuzz: $(CHAT_FUZZ)
+	@nice -n 10 tests/chat/fuzz-chat.sh $(FUZZ_CHAT_RUNS)
+
 CHAT_BPE_MODEL := $(CHAT_OUT)/tests/bpe.gguf
 $(CHAT_BPE_MODEL): $(ENGINE_MKMODEL)
 	@mkdir -p $(@D)
@@ -92,10 +110,12 @@ check-chat-serve: $(ENGINE_MKMODEL)
 	python3 tests/chat/defuse_serve.py $(B)/bin/kvarenad models/kvarena-agent-f32.gguf
 	python3 tests/chat/family_serve.py $(B)/bin/kvarenad $(ENGINE_MKMODEL)
 
-check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_PROP) $(CHAT_BPE_MODEL)
+check-chat-unit: $(CHAT_UNIT) $(CHAT_DEFUSE) $(CHAT_PROP) $(CHAT_BPE_MODEL) $(CHAT_FUZZ)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./$(CHAT_UNIT)
 	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_PROP) $(CHAT_BPE_MODEL) $(CHAT_PROP_SEED)
 	ASAN_OPTIONS=detect_leaks=1 ./$(CHAT_DEFUSE) models/kvarena-agent-f32.gguf $(CHAT_BPE_MODEL)
+	FUZZ_CHAT_DIR=$(CHAT_OUT)/fuzz-chat-unit tests/chat/fuzz-chat.sh 10000
+	sh scripts/check-layering.sh
 
 check-chat-llama: $(CHAT_RENDER) $(CHAT_DEFUSE) $(CHAT_BPE_MODEL)
 	@cache=$$(sh tools/bench/engine/fetch-llama.sh $(CHAT_PEER)) && \

@@ -156,19 +156,23 @@ static int render_round(const struct chat_template *tm,
 }
 
 /*
- * A ChatML template (turns open with <|im_start|>) that declares no tool
- * syntax, or declares Hermes calls with Qwen's tool preamble and results
- * in their own turns (the agent model's). A ChatML template with another
- * tool syntax or preamble is not this family's: rendering it as this one
- * would prompt its model wrongly.
+ * A ChatML template (turns open with <|im_start|>) that handles no tools
+ * and no reasoning, or declares Hermes calls with Qwen's tool preamble
+ * and results in their own turns (the agent model's). A ChatML template
+ * with tools of its own (LFM2's lists, MiniCPM's XML, Hermes 2 Pro's and
+ * 3's preamble), a reasoning mode (SmolLM3's "/think") or Phi-4's
+ * <|im_sep|> is not this family's: rendering it as this one would prompt
+ * its model wrongly, so it is refused unless the operator forces a family.
  */
 static int detect(const char *tmpl, size_t len)
 {
-	if (!chat_has(tmpl, len, IM_START) || chat_has(tmpl, len, "<function="))
+	if (!chat_has(tmpl, len, IM_START) || chat_has(tmpl, len, "<function=") ||
+	    chat_has(tmpl, len, "think") || chat_has(tmpl, len, "<|im_sep|>"))
 		return 0;
 	if (!chat_has(tmpl, len, "<tool_call>"))
-		return 1;
+		return !chat_has(tmpl, len, "tools");
 	return chat_has(tmpl, len, "You may call one or more functions to assist with the user query.") &&
+	       !chat_has(tmpl, len, "function calling AI model") &&
 	       !chat_has(tmpl, len, "'<|im_start|>user'") && !chat_has(tmpl, len, "\"<|im_start|>user\"");
 }
 

@@ -87,6 +87,8 @@ static void default_system(const struct chat_template *t, const struct chat_conv
 	size_t at = 0;
 	char date[32];
 
+	if (!s->s)		/* none in the file, none of our own */
+		return;
 	chat_date(c->now, "%Y-%m-%d", date, sizeof(date));
 	for (unsigned h = 0; h < s->n_holes; h++) {
 		chat_markup_n(p, s->s + at, s->hole[h] - at);

@@ -274,7 +274,7 @@ static void calls_args(struct tc_stream *s, int final)
 					give_up(s, at);
 				return;
 			}
-			if (memcmp(b + i, TOOL_CALLS, tl)) {
+			if (k < tl || memcmp(b + i, TOOL_CALLS, tl)) {
 				give_up(s, at);
 				return;
 			}
@@ -300,10 +300,13 @@ static void calls_args(struct tc_stream *s, int final)
 		if (n - name_end >= 9 && !memcmp(mark, "[CALL_ID]", 9)) {
 			const char *a;
 
+			/* an id is at most 64 bytes: [ARGS] is looked for
+			 * that far only, whether the text came in pieces or
+			 * whole */
 			id = name_end + 9;
-			a = memmem(b + id, n - id, "[ARGS]", 6);
+			a = memmem(b + id, n - id < 64 + 6 ? n - id : 64 + 6, "[ARGS]", 6);
 			if (!a) {
-				if (final || n - id > 64)
+				if (final || n - id >= 64 + 6)
 					give_up(s, at);
 				return;
 			}

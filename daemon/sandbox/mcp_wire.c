@@ -31,8 +31,8 @@ char *kvs_lines_space(struct kvs_lines *l, size_t *room)
 {
 	if (l->skipping) {
 		/* what is read while dropping lands at the start, a whole
-		 * buffer at most, and only what follows the newline is kept */
-		l->start = l->len = l->scanned = 0;
+		 * buffer at most, and only what follows the newline is kept
+		 * (start, len and scanned are 0 while skipping) */
 		*room = l->cap;
 		return l->buf;
 	}

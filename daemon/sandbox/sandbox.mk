@@ -6,7 +6,7 @@
 # for the MCP lane (scripts/deps.sh check).
 # Defines only SANDBOX_* variables and the targets
 #   sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox
-#   fuzz-mcp check-sandbox-fuzz
+#   fuzz-mcp check-sandbox-mcp check-sandbox-fuzz
 # Everything it writes goes under build/.
 
 SANDBOX_SRC    := daemon/sandbox
@@ -37,7 +37,7 @@ SANDBOX_FUZZ   := $(SANDBOX_OUT)/fuzz_mcp
 SANDBOX_FUZZCC ?= clang
 
 .PHONY: sandbox sandbox-npm check-sandbox check-sandbox-guest bench-sandbox fuzz-mcp \
-	check-sandbox-fuzz
+	check-sandbox-mcp check-sandbox-fuzz
 
 # the npm MCP servers in $(SANDBOX_OUT)/npm (installed once; kvarenad's
 # test_orch runs them too)
@@ -103,6 +103,12 @@ $(SANDBOX_FUZZ): tests/sandbox/fuzz_mcp.c $(SANDBOX_SRC)/mcp_wire.c $(SANDBOX_SR
 		-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 		tests/sandbox/fuzz_mcp.c $(SANDBOX_SRC)/mcp_wire.c -o $@ -ljansson
 
+# The MCP reader alone (also the mutation lane's mcp group): the client
+# against the hostile fake server, 20,000 inputs of the fuzz harness.
+check-sandbox-mcp: $(SANDBOX_MCPT) $(SANDBOX_FAKE) $(SANDBOX_FUZZ)
+	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_MCPT) $(SANDBOX_FAKE)
+	@tests/sandbox/fuzz-mcp.sh 20000
+
 # The hardening lane's MCP part: a million inputs (FUZZ_MCP_RUNS) through
 # the reader, no ASan/UBSan report (Documentation/hardening.md).
 FUZZ_MCP_RUNS ?= 1000000
@@ -120,8 +126,7 @@ $(SANDBOX_BENCH): tools/bench/kvs-bench.c $(SANDBOX_LIB) $(SANDBOX_HDRS)
 # cpu/memory/pids controllers). Guest lane: the limits, on Debian 6.12.
 check-sandbox: sandbox $(SANDBOX_FUZZ)
 	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_TEST) $(SANDBOX_PROBE)
-	@ASAN_OPTIONS=detect_leaks=1 $(SANDBOX_MCPT) $(SANDBOX_FAKE)
-	@tests/sandbox/fuzz-mcp.sh 20000
+	@$(MAKE) --no-print-directory check-sandbox-mcp
 	@tests/sandbox/mcp-npm.sh
 	@tests/sandbox/escape.sh host
 	@mandoc -Tlint -W warning Documentation/man/kva-sandbox.1

@@ -126,6 +126,8 @@ int main(int argc, char **argv)
 		conv = slurp(argv[a + 2], &cl);
 		if (!tmpl || !conv || chat_template_new(tmpl, tl, &o, &t, err, sizeof(err))) {
 			fprintf(stderr, "kvd-chat-render: %s\n", tmpl && conv ? err : "cannot read");
+			free(tmpl);
+			free(conv);
 			return 2;
 		}
 		fprintf(stderr, "family: %s\n", chat_template_family(t));
@@ -143,10 +145,14 @@ int main(int argc, char **argv)
 	conv = slurp(argv[a + 1], &cl);
 	if (!tmpl || !conv) {
 		perror("kvd-chat-render");
+		free(tmpl);
+		free(conv);
 		return 1;
 	}
 	if (chat_template_new(tmpl, tl, &o, &t, err, sizeof(err))) {
 		fprintf(stderr, "kvd-chat-render: %s\n", err);
+		free(tmpl);
+		free(conv);
 		return 2;
 	}
 	fprintf(stderr, "family: %s\n", chat_template_family(t));

@@ -7,7 +7,7 @@ the message naming the setting, and for each family a forced tool call
 (the structured decoder in the workers writes the family's syntax, the API
 parses it back) through /v1/chat/completions, /v1/messages and
 /v1/responses, then the tool round sent back (rendered, tokenized with its
-markup, continued).
+markup, continued); the same calls streamed on each API.
 
     family_serve.py KVARENAD KVA-MKMODEL
 
@@ -94,6 +94,25 @@ class Daemon:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
 
+    def events(self, path, body):
+        """An SSE stream as (event name or None, parsed data) pairs."""
+        req = urllib.request.Request(self.base + path, json.dumps(dict(body, stream=True)).encode(),
+                                     {"Content-Type": "application/json"})
+        out, name = [], None
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                for raw in r:
+                    line = raw.decode().rstrip("\r\n")
+                    if line.startswith("event: "):
+                        name = line[7:]
+                    elif line.startswith("data: "):
+                        d = line[6:]
+                        out.append((name, d if d == "[DONE]" else json.loads(d)))
+                        name = None
+                return r.status, out
+        except urllib.error.HTTPError as e:
+            return e.code, out
+
     def stop(self):
         if self.p.poll() is None:
             self.p.terminate()
@@ -113,6 +132,69 @@ def mkmodel(path, template=None):
             f.write(template)
         cmd += ["--chat-template", tp]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def id_ok(fam, cid, prefix):
+    """A call id of the family's shape: the model's own for Mistral."""
+    if fam.startswith("mistral"):
+        return re.fullmatch(prefix + r"[A-Za-z0-9]{9}", cid) is not None
+    return re.fullmatch(prefix + r"[A-Za-z0-9]{24}", cid) is not None
+
+
+def family_stream(d, fam):
+    """The same forced call streamed on each API: the deltas make one
+    call, as the family's parser streams it."""
+    st, ev = d.events("/v1/chat/completions", {
+        "model": "m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 300,
+        "temperature": 1, "seed": 4})
+    calls, fin = {}, None
+    for _, c in ev:
+        if c == "[DONE]" or not c.get("choices"):
+            continue
+        ch = c["choices"][0]
+        fin = ch.get("finish_reason") or fin
+        for tc in ch.get("delta", {}).get("tool_calls") or []:
+            k = calls.setdefault(tc["index"], {"id": "", "name": "", "arguments": ""})
+            k["id"] += tc.get("id") or ""
+            k["name"] += tc.get("function", {}).get("name") or ""
+            k["arguments"] += tc.get("function", {}).get("arguments") or ""
+    ok = st == 200 and len(calls) == 1 and fin == "tool_calls" and ev and ev[-1][1] == "[DONE]"
+    try:
+        ok = ok and all(k["name"] == "get_weather" and id_ok(fam, k["id"], "" if fam.startswith("mistral")
+                                                               else "call_") and
+                        isinstance(json.loads(k["arguments"]), dict) for k in calls.values())
+    except ValueError:
+        ok = False
+    check(ok, "%s: chat completions streamed: the deltas make one call (%s)" %
+          (fam, json.dumps(list(calls.values())) if calls else (st, ev[-3:])))
+    st, ev = d.events("/v1/messages", {
+        "model": "m", "max_tokens": 300, "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "tools": [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}],
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]})
+    starts = [e["content_block"] for n, e in ev if n == "content_block_start" and
+              e["content_block"]["type"] == "tool_use"]
+    pj = "".join(e["delta"].get("partial_json", "") for n, e in ev if n == "content_block_delta")
+    md = [e for n, e in ev if n == "message_delta"]
+    try:
+        ok = (st == 200 and len(starts) == 1 and starts[0]["name"] == "get_weather" and
+              id_ok(fam, starts[0]["id"], "toolu_") and isinstance(json.loads(pj), dict) and
+              md and md[0]["delta"]["stop_reason"] == "tool_use")
+    except ValueError:
+        ok = False
+    check(ok, "%s: messages streamed: a tool_use block, input_json_delta pieces make its input (%s %s)" %
+          (fam, json.dumps(starts), json.dumps(pj)))
+    st, ev = d.events("/v1/responses", {
+        "model": "m", "max_output_tokens": 300, "tool_choice": "required", "store": False,
+        "parallel_tool_calls": False,
+        "tools": [dict(type="function", **TOOLS[0]["function"])], "input": "Weather in Paris?"})
+    argd = "".join(e["delta"] for _, e in ev if e.get("type") == "response.function_call_arguments.delta")
+    done = [e["response"] for _, e in ev if e.get("type") == "response.completed"]
+    fc = [o for o in done[0]["output"] if o["type"] == "function_call"] if done else []
+    check(st == 200 and len(fc) == 1 and fc[0]["name"] == "get_weather" and fc[0]["arguments"] == argd and
+          id_ok(fam, fc[0]["call_id"], "" if fam.startswith("mistral") else "call_"),
+          "%s: responses streamed: the argument deltas are the completed call's arguments (%s)" %
+          (fam, json.dumps(fc) if fc else (st, [e.get("type") for _, e in ev][-3:])))
 
 
 def family_round(d, fam):
@@ -206,6 +288,7 @@ def main():
                 continue
             try:
                 family_round(d, fam)
+                family_stream(d, fam)
             finally:
                 d.stop()
     print("family_serve: %d failed" % fails)

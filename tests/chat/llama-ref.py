@@ -125,6 +125,13 @@ FAMILIES = {
                      "unsloth-mistral-Devstral-Small-2507.jinja"], ALL),
 }
 
+# ChatML templates of other formats (tools or reasoning of their own):
+# kvarenad refuses them unless the operator forces a family
+OTHERS = ["NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+          "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "HuggingFaceTB-SmolLM3-3B.jinja",
+          "LFM2-8B-A1B.jinja", "LFM2.5-8B-A1B.jinja", "LFM2.5-Instruct.jinja",
+          "openbmb-MiniCPM5-1B.jinja"]
+
 # replies in each family's syntax: llama.cpp's parser and ours must find
 # the same content, reasoning and calls (arguments compared as JSON)
 REPLIES = {
@@ -257,6 +264,21 @@ with tempfile.TemporaryDirectory() as tmp:
                 fails += 1
                 continue
             print("ok   builtin %s %s: %d bytes equal" % (fam, cname, len(ours)))
+    # ChatML turns with tools or reasoning of their own: refused, not
+    # rendered as chatml (the peer's copies, those it has)
+    for tname in OTHERS:
+        tpath = os.path.join(TDIR, tname)
+        if not os.path.exists(tpath):
+            continue
+        checks += 1
+        with open(os.path.join(tmp, "c.json"), "w") as f:
+            json.dump(CONVS["plain"], f)
+        rc, ours, err = run([RENDER, tpath, os.path.join(tmp, "c.json")])
+        if rc != 2 or "family:" in err:
+            print("FAIL %s: not refused (%d, %s)" % (tname, rc, err.strip()))
+            fails += 1
+        else:
+            print("ok   %s: refused, of no family" % tname)
     # the shipped agent model's template (tools/train/export_gguf.py) is
     # recognised as chatml, the family it was trained in
     checks += 1

@@ -485,6 +485,30 @@ static void test_family_choice(void)
 	/* a template of no family is refused, naming what to set */
 	CU_ASSERT_EQUAL(chat_template_new("{{ messages }}", 14, NULL, &t, err, sizeof(err)), -EINVAL);
 	CU_ASSERT_PTR_NOT_NULL(strstr(err, "chat_template = chatml"));
+	/* ChatML turns with tools or reasoning of their own are not chatml's
+	 * (LFM2, SmolLM3, Hermes 2 Pro and 3's preamble); Hermes calls with
+	 * Qwen's preamble are (the agent model's) */
+	{
+		static const char *const others[] = {
+			"<|im_start|>{{ m.role }}{% if tools %}<|tool_list_start|>{{ tools }}{% endif %}",
+			"{% set reasoning_mode = '/think' %}<|im_start|>system\n{{ reasoning_mode }}",
+			"<|im_start|>system\nYou are a function calling AI model. You may call one or more "
+			"functions to assist with the user query. <tools>{{ tools }}</tools><tool_call>",
+			"<|im_start|>{{ m.role }}<|im_sep|>{{ m.content }}",
+		};
+		const char *agent = "<|im_start|>system\n{{ sys }}{%- if tools %}\n\n# Tools\n\nYou may call "
+				    "one or more functions to assist with the user query.<tools>{{ tools }}"
+				    "</tools><tool_call>{%- endif %}<|im_end|>\n";
+
+		for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+			CU_ASSERT_EQUAL(chat_template_new(others[i], strlen(others[i]), NULL, &t, err,
+							  sizeof(err)), -EINVAL);
+			CU_ASSERT_PTR_NOT_NULL(strstr(err, "is of no family"));
+		}
+		CU_ASSERT_EQUAL_FATAL(chat_template_new(agent, strlen(agent), NULL, &t, err, sizeof(err)), 0);
+		CU_ASSERT_STRING_EQUAL(chat_template_family(t), "chatml");
+		chat_template_free(t);
+	}
 	/* ... unless the operator says ChatML */
 	o.choice = "chatml";
 	CU_ASSERT_EQUAL_FATAL(chat_template_new(llama, strlen(llama), &o, &t, err, sizeof(err)), 0);
@@ -581,6 +605,8 @@ struct fcase {
 	int canonical;
 };
 
+#define X10 "xxxxxxxxxx"
+#define X70 X10 X10 X10 X10 X10 X10 X10
 static const struct fcase fcases[] = {
 	/* Llama 3.x: the reply is the call */
 	{ "llama3", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
@@ -622,12 +648,19 @@ static const struct fcase fcases[] = {
 	  "", "a|b|", "{}|{\"x\": 2}|", "000000001", 1 },
 	{ "mistral-v7", "[TOOL_CALLS]f[ARGS]{}", "", "f|", "{}|", NULL, 0 },
 	{ "mistral-v7", "[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS]f[ARGS][1]", "", "", NULL, 1 },
+	/* an id is at most 64 bytes: [ARGS] further on is not this call's,
+	 * whole or in pieces (fuzz_chat found them read differently) */
+	{ "mistral-v7", "[TOOL_CALLS]f[CALL_ID]" X70 "[ARGS]{}", "[TOOL_CALLS]f[CALL_ID]" X70 "[ARGS]{}",
+	  "", "", NULL, 1 },
 	/* Mistral v11 (Ministral 3, Devstral): content, then [TOOL_CALLS]N[ARGS]A */
 	{ "mistral-v11", "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "Let me check.",
 	  "get_weather|", "{\"city\": \"Paris\"}|", NULL, 1 },
 	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{\"x\": \"[ARGS]\"}", "", "a|b|",
 	  "{}|{\"x\": \"[ARGS]\"}|", NULL, 1 },
 	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{} trailing", " trailing", "a|", "{}|", NULL, 0 },
+	/* fewer bytes after a call than [TOOL_CALLS] has, not its start
+	 * (fuzz_chat: read past the text) */
+	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{}[T|", "[T|", "a|", "{}|", NULL, 0 },
 	{ "mistral-v11", "[TOOL_CALLS]a b[ARGS]{}", "[TOOL_CALLS]a b[ARGS]{}", "", "", NULL, 1 },
 	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{\"x\": ", "[TOOL_CALLS]a[ARGS]{\"x\": ", "", "", NULL, 1 },
 	/* Qwen: Hermes calls; Qwen 3's think block stays in the content here */

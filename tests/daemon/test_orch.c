@@ -20,12 +20,13 @@
  * tenants' floods get their weights; 100 conversations with one system
  * prompt compute it once and prefill on two workers at once; session keys
  * are a routing hint only (36.2); a prompt that can never fit is a 400;
- * a failing batch charges only the sequence at fault (bisection).
+ * a failing batch charges only the sequence at fault (bisection); the
+ * radix index's chains never name a node their conversation does not hold.
  *
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing,
  * copy_mode, pressure, worker_death, plugin, paths, preempt, worker_storm,
- * stall, fairness, shared_start, session_keys, never_fits, bisect, and
- * with the hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * stall, fairness, shared_start, session_keys, never_fits, index_chain,
+ * bisect, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -1072,6 +1073,61 @@ static void test_never_fits(void)
 	CHECK(d->ctx_len <= d->geom.blocks_total * d->geom.block_tokens,
 	      "the context (%u) is bounded by the arena (%u blocks of %u)", d->ctx_len,
 	      d->geom.blocks_total, d->geom.block_tokens);
+	kvd_destroy(d);
+}
+
+/*
+ * The radix index's chains name only blocks their conversation holds. B
+ * computed the same blocks as A alongside it (nothing to share when it
+ * started); A goes and the cache evicts A's blocks, which B never held:
+ * B's next offer must not walk a freed node (a use after free under
+ * ASan), and B's own blocks are indexed from the root instead.
+ */
+static void test_index_chain(void)
+{
+	struct kvd_config c;
+	struct kvd_rnode *path[4] = { NULL };
+	struct kvd_conv *a, *b;
+	struct kvd *d;
+	uint32_t bt, i, n;
+	int ok;
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	a = kvd_conv_new(d, 0);
+	b = kvd_conv_new(d, 0);
+	ok = a && b && d->has_cache_sid;
+	for (i = 0; ok && i < 3 * bt; i++)
+		ok = !kvd_conv_push_token(a, 7 + (int32_t)(i % 50), NULL, 0, 0) &&
+		     !kvd_conv_push_token(b, 7 + (int32_t)(i % 50), NULL, 0, 0);
+	ok = ok && !kvd_conv_open_kv(d, a) && !kvd_conv_open_kv(d, b) &&
+	     !kvd_conv_reserve_to(d, a, 3 * bt) && !kvd_conv_reserve_to(d, b, 2 * bt);
+	CHECK(ok, "two conversations of one tenant with the same tokens, KV reserved");
+	if (ok) {
+		a->as.s.n_tokens = 3 * bt;	/* as if computed: only the index is tested */
+		kvd_prefix_offer(d, a);
+		b->as.s.n_tokens = 2 * bt;	/* computed alongside, in blocks of its own */
+		kvd_prefix_offer(d, b);
+		CHECK(a->n_offered == 3 && b->n_offered == 0,
+		      "A's 3 blocks indexed; B's equal blocks are its own copies: none indexed (%u, %u)",
+		      a->n_offered, b->n_offered);
+		kvd_conv_free(d, a);
+		n = kvd_prefix_evict(d, d->geom.blocks_total);
+		CHECK(n == 3, "A gone, its 3 cached blocks evicted (%u): B held none of them", n);
+		ok = !kvd_conv_reserve_to(d, b, 3 * bt);
+		b->as.s.n_tokens = ok ? 3 * bt : b->as.s.n_tokens;
+		kvd_prefix_offer(d, b);
+		n = kvd_prefix_lookup(d, b, 3 * bt, path);
+		CHECK(ok && n == 3 && path[0]->block == b->as.s.block_table[0] &&
+		      path[2]->block == b->as.s.block_table[2],
+		      "B's next offer indexes its own 3 blocks from the root (%u)", n);
+		kvd_conv_free(d, b);
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
 
@@ -2722,6 +2778,7 @@ int main(int argc, char **argv)
 	RUN(shared_start);
 	RUN(session_keys);
 	RUN(never_fits);
+	RUN(index_chain);
 	RUN(bisect);
 #ifdef KVD_TEST_HOOKS
 	RUN(config_keys);

@@ -24,7 +24,7 @@ tests/mutation/equivalent.txt (same file, same source line, same change)
 are reported as equivalent, with the reason given there, and leave the
 score's denominator.
 
-usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched]
+usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched,mcp]
                                 [--timeout SEC] [--list] [--keep]
 """
 
@@ -92,6 +92,13 @@ GROUPS = {
                                         "pressure,worker_death,plugin,agent_loop,paths,"
                                         "preempt,worker_storm,stall,fairness,shared_start,"
                                         "session_keys,never_fits,bisect"}),
+    # what a hostile MCP server's bytes reach (issue 36.8): the client
+    # against the hostile fake and 20,000 inputs of the reference-checked
+    # fuzz harness
+    "mcp": dict(files=["daemon/sandbox/mcp_wire.c"],
+                build=["build/sandbox/test_mcp", "build/sandbox/kvs-mcp-fake",
+                       "build/sandbox/fuzz_mcp"],
+                tests=[["make", "-s", "--no-print-directory", "check-sandbox-mcp"]]),
 }
 
 # calls whose arguments are messages: mutating them changes only text
@@ -489,7 +496,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("-n", type=int, default=20, help="mutants per group")
-    ap.add_argument("--groups", default="core,lib,engine,api,sched")
+    ap.add_argument("--groups", default="core,lib,engine,api,sched,mcp")
     ap.add_argument("--timeout", type=float, default=60, help="test seconds per mutant")
     ap.add_argument("--list", action="store_true", help="count candidates, run nothing")
     ap.add_argument("--file", action="append", default=[],

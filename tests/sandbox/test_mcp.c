@@ -5,6 +5,9 @@
  * 100 MB answer, silence, a server that exits, server-to-client requests,
  * 100000-deep nesting), under ASan/UBSan: every case ends in bounded time
  * with a clear error or the right answer, and this process lives on.
+ * First the transport's pieces themselves (mcp_wire.h): what each kind of
+ * line is read as, what a server's request is answered, a commit past the
+ * room.
  *   test_mcp FAKE-SERVER
  */
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "kvsmcp.h"
+#include "mcp_wire.h"
 #include "sandbox_internal.h"
 
 static int failures, checks;
@@ -30,6 +34,139 @@ static int failures, checks;
 	} while (0)
 
 static const char *fake;
+
+static void parse(const char *line, struct kvs_rpc_msg *m)
+{
+	kvs_rpc_parse(line, strlen(line), m);
+}
+
+/* What kvs_rpc_parse() makes of one line of a server's. */
+static void wire_parse(void)
+{
+	static const struct {
+		const char *line;
+		enum kvs_rpc_kind kind;
+	} cases[] = {
+		{ "", KVS_RPC_EMPTY },
+		{ " \t\r", KVS_RPC_EMPTY },
+		{ "not json", KVS_RPC_MALFORMED },
+		{ "[1, 2]", KVS_RPC_MALFORMED },
+		{ "{\"jsonrpc\": \"2.0\", \"result\": {}}", KVS_RPC_MALFORMED },	/* no id */
+		{ "{\"id\": null, \"result\": {}}", KVS_RPC_MALFORMED },
+		{ "{\"id\": 1.5, \"result\": {}}", KVS_RPC_MALFORMED },
+		{ "{\"id\": 1, \"method\": 7}", KVS_RPC_MALFORMED },
+		{ "{\"id\": 1, \"id\": 2, \"result\": {}}", KVS_RPC_MALFORMED },
+		{ "{\"id\": 1, \"method\": \"ping\"}", KVS_RPC_REQUEST },
+		{ "{\"id\": \"s1\", \"method\": \"roots/list\"}\r", KVS_RPC_REQUEST },
+		{ "{\"method\": \"notifications/tools/list_changed\"}", KVS_RPC_NOTIFICATION },
+		{ "{\"id\": null, \"method\": \"x\"}", KVS_RPC_NOTIFICATION },
+		{ "{\"id\": 3, \"result\": {\"a\": 1}}", KVS_RPC_RESPONSE },
+	};
+	struct kvs_rpc_msg m;
+	json_t *r;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		parse(cases[i].line, &m);
+		CHECK(m.kind == cases[i].kind, "wire: '%s' read as kind %d, want %d", cases[i].line,
+		      m.kind, cases[i].kind);
+		kvs_rpc_msg_free(&m);
+	}
+	parse("{\"id\": 3, \"result\": {\"a\": 1}}", &m);
+	CHECK(m.kind == KVS_RPC_RESPONSE && json_is_object(m.result) && !m.is_error &&
+	      kvs_rpc_answers(&m, 3) && !kvs_rpc_answers(&m, 4), "wire: an answer to 3");
+	kvs_rpc_msg_free(&m);
+	parse("{\"id\": \"3\", \"result\": {}}", &m);
+	CHECK(m.kind == KVS_RPC_RESPONSE && !kvs_rpc_answers(&m, 3),
+	      "wire: a string id \"3\" answers no request of ours");
+	kvs_rpc_msg_free(&m);
+	parse("{\"id\": 4, \"error\": {\"code\": 1, \"message\": \"no\"}}", &m);
+	CHECK(m.kind == KVS_RPC_RESPONSE && m.is_error && m.error_message &&
+	      !strcmp(m.error_message, "no") && !m.result, "wire: an error answer");
+	kvs_rpc_msg_free(&m);
+	parse("{\"id\": 5, \"result\": [1]}", &m);
+	CHECK(m.kind == KVS_RPC_RESPONSE && !m.result && !m.is_error,
+	      "wire: a result that is not an object is none");
+	kvs_rpc_msg_free(&m);
+
+	/* the server's requests: ping gets {}, the rest "method not found" */
+	parse("{\"id\": 9, \"method\": \"ping\"}", &m);
+	r = kvs_rpc_reply_to(&m);
+	CHECK(r && json_is_object(json_object_get(r, "result")) && !json_object_get(r, "error") &&
+	      json_integer_value(json_object_get(r, "id")) == 9, "wire: ping answered with {}");
+	json_decref(r);
+	kvs_rpc_msg_free(&m);
+	parse("{\"id\": \"s\", \"method\": \"sampling/createMessage\"}", &m);
+	r = kvs_rpc_reply_to(&m);
+	CHECK(r && json_integer_value(json_object_get(json_object_get(r, "error"), "code")) ==
+	      -32601 && !strcmp(json_string_value(json_object_get(r, "id")), "s"),
+	      "wire: sampling refused with -32601");
+	json_decref(r);
+	kvs_rpc_msg_free(&m);
+	parse("{\"method\": \"ping\"}", &m);
+	r = kvs_rpc_reply_to(&m);
+	CHECK(!r, "wire: a notification gets no answer");
+	json_decref(r);
+	kvs_rpc_msg_free(&m);
+	parse("{\"id\": 9, \"result\": {}}", &m);
+	r = kvs_rpc_reply_to(&m);
+	CHECK(!r, "wire: an answer gets no answer");
+	json_decref(r);
+	kvs_rpc_msg_free(&m);
+}
+
+/* A tools/list page: the well-formed entries up to max_tools, the rest
+ * counted; the cursor only while there is room. */
+static void wire_tools_page(void)
+{
+	json_t *res = json_loads("{\"tools\": [{\"name\": \"a\"}, {\"name\": \"b\", "
+				 "\"description\": 5}, {\"name\": \"c\", \"inputSchema\": [1]}, "
+				 "{\"name\": \"\"}, {\"name\": \"d\", \"description\": \"dd\"}, "
+				 "{\"name\": \"e\"}], \"nextCursor\": \"p2\"}", 0, NULL);
+	json_t *all = json_array(), *cursor = NULL;
+	unsigned long bad = 0;
+
+	kvs_mcp_tools_page(res, all, 8, &bad, &cursor);
+	CHECK(json_array_size(all) == 3 && bad == 3 && json_is_string(cursor) &&
+	      !strcmp(json_string_value(json_object_get(json_array_get(all, 1), "name")), "d") &&
+	      !strcmp(json_string_value(json_object_get(json_array_get(all, 1), "description")),
+		      "dd"), "wire: a page keeps a, d, e (%zu kept, %lu bad)", json_array_size(all),
+	      bad);
+	json_decref(cursor);
+	json_array_clear(all);
+	bad = 0;
+	kvs_mcp_tools_page(res, all, 2, &bad, &cursor);
+	CHECK(json_array_size(all) == 2 && !cursor, "wire: max_tools 2 keeps 2 (%zu), no cursor",
+	      json_array_size(all));
+	json_decref(cursor);
+	json_decref(all);
+	json_decref(res);
+}
+
+/* The framer never counts more than the room it gave, whatever the
+ * caller says it put there. */
+static void wire_commit_past_room(void)
+{
+	struct kvs_lines l;
+	const char *line = NULL;
+	size_t room = 0, n = 0;
+	char *p;
+
+	if (kvs_lines_init(&l, 8))
+		return;
+	p = kvs_lines_space(&l, &room);
+	CHECK(room == 9, "wire: room %zu for a line of 8 and its newline", room);
+	memcpy(p, "ab", 2);
+	kvs_lines_commit(&l, 2);
+	p = kvs_lines_space(&l, &room);
+	CHECK(room == 7, "wire: room %zu after 2 bytes", room);
+	memcpy(p, "cdefgh\n", 7);
+	kvs_lines_commit(&l, 50);
+	CHECK(kvs_lines_next(&l, &line, &n) == 1 && n == 8 && !memcmp(line, "abcdefgh", 8),
+	      "wire: the line whole after a commit past the room");
+	CHECK(kvs_lines_next(&l, &line, &n) == 0, "wire: nothing more");
+	kvs_lines_free(&l);
+}
 
 static size_t max_message;	/* 0: the client's default */
 
@@ -134,6 +271,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "test_mcp: %s\n", err);
 		return 1;
 	}
+	wire_parse();
+	wire_commit_past_room();
+	wire_tools_page();
 	well_behaved(p, "good", 2);	/* its list has two bad entries */
 	well_behaved(p, "garbage", 6);
 	well_behaved(p, "ask", 2);

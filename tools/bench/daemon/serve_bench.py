@@ -46,7 +46,14 @@ MODEL_ID = os.path.basename(MODEL).rsplit(".gguf", 1)[0]
 CONC = [int(x) for x in os.environ.get("SERVE_BENCH_CONC", "16 64").split()]
 TURNS = int(os.environ.get("SERVE_BENCH_TURNS", "4"))
 OUT = int(os.environ.get("SERVE_BENCH_OUT", "32"))
-CTX_PER_CONV = 1024          # tokens of KV per conversation, both servers
+# tokens of KV per conversation, both servers: a whole conversation must
+# fit llama-server's slot (its -c is split among -np slots; the system
+# prompt alone is about 1000 tokens of this model's vocabulary, and 4
+# turns of 32 tokens with their tool results about 1300)
+CTX_PER_CONV = int(os.environ.get("SERVE_BENCH_CTX", "1536"))
+# the resumed history: about 2k tokens, inside the model's 2048 with the
+# reply, the tool result and the next reply
+HIST_TOKENS = 1800
 CPUS = len(os.sched_getaffinity(0))
 
 SYSTEM = ("You are a coding agent working in a repository. You have these tools: "
@@ -274,13 +281,18 @@ def history(i, chars):
     return " ".join(words)
 
 
+def history_chars(port, tokens):
+    """Characters of history() that make about `tokens` prompt tokens."""
+    _, _, _, _, n, _ = stream(port, [{"role": "user", "content": history(99, 2000)}], 1)
+    return int(2000 * tokens / n)
+
+
 def resume(retain):
     args = [] if retain else ["--no-retention", "--no-prefix-cache"]
     p, port = start_kvarenad(4, *args)
     out = []
     try:
-        _, _, _, _, tok4000, _ = stream(port, [{"role": "user", "content": history(99, 4000)}], 1)
-        chars = int(4000 * 2000 / tok4000)
+        chars = history_chars(port, HIST_TOKENS)
         for i in range(5):
             msgs = [{"role": "system", "content": "You are a helpful assistant."},
                     {"role": "user", "content": history(i, chars)}]
@@ -328,8 +340,7 @@ def responses_resume():
     p, port = start_kvarenad(4)
     r_ttft, r_bytes, c_ttft, c_bytes = [], [], [], []
     try:
-        _, _, _, _, tok4000, _ = stream(port, [{"role": "user", "content": history(99, 4000)}], 1)
-        chars = int(4000 * 2000 / tok4000)
+        chars = history_chars(port, HIST_TOKENS)
         for i in range(5):
             sys_text = "You are a helpful assistant."
             hist = history(100 + i, chars)
