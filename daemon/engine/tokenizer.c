@@ -50,6 +50,7 @@ struct kve_tokenizer {
 	int32_t bos, eos, unk;
 	int add_bos;		/* BOS where the caller allows it (llama.cpp's add_special) */
 	int add_space_prefix;	/* SPM: the dummy-prefix space (false: never) */
+	int ignore_merges;	/* BPE: a word that is a token is that token */
 	struct kve_pretok *pre;	/* BPE only */
 	int32_t *spec;		/* special tokens with text, longest first */
 	uint32_t n_spec;
@@ -173,6 +174,11 @@ static const char pre_gpt2[] =
 static const char pre_llama3[] =
 	PRE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
 	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Mistral's Tekken (Nemo, Ministral, Small 3): cased words kept whole */
+static const char pre_tekken[] =
+	"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+	"|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+	"|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char pre_qwen2[] =
 	PRE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
 	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -186,6 +192,7 @@ static const struct {
 	{ "llama3", "llama-bpe", pre_llama3 },
 	{ "llama-v3", "llama-bpe", pre_llama3 },
 	{ "qwen2", "qwen2", pre_qwen2 },
+	{ "tekken", "tekken", pre_tekken },
 };
 
 struct kve_pretok {
@@ -240,7 +247,7 @@ struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
 		shown[k] = 0;
 		snprintf(err, errlen,
 			 "tokenizer: tokenizer.ggml.pre '%s'%s is not a supported pre-tokenizer "
-			 "(gpt2, default, llama-bpe, llama3, llama-v3, qwen2)",
+			 "(gpt2, default, llama-bpe, llama3, llama-v3, qwen2, tekken)",
 			 shown, len > k ? "..." : "");
 		return NULL;
 	}
@@ -551,6 +558,7 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 	struct gguf_str model;
 	uint32_t i, size = 16, v;
 	char piece[8];
+	int add_bos_set;
 
 	t = calloc(1, sizeof(*t));
 	if (!t) {
@@ -617,7 +625,7 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 	if (!gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v) && v < t->n)
 		t->unk = (int32_t)v;
 	t->add_bos = t->kind == KVE_TOK_SPM;
-	gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+	add_bos_set = !gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
 	/* as llama.cpp reads it: SentencePiece vocabularies prepend a space
 	 * unless the file says not to */
 	t->add_space_prefix = 1;
@@ -652,6 +660,15 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 		t->pre = kve_pretok_create(model.p, model.n, err, errlen);
 		if (!t->pre)
 			goto fail;
+		/* as llama.cpp treats these vocabularies (and HF's tokenizer.json
+		 * says, ignore_merges): a word in the vocabulary is one token
+		 * even where the merges would not build it; BOS unless the file
+		 * says otherwise */
+		if (!strcmp(t->pre->canon, "llama-bpe") || !strcmp(t->pre->canon, "tekken")) {
+			t->ignore_merges = 1;
+			if (!add_bos_set)
+				t->add_bos = 1;
+		}
 	}
 	if (build_specials(t))
 		TERR("tokenizer: out of memory");
@@ -962,6 +979,19 @@ static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
 			free(s);
 			free(h);
 			return -ENOMEM;
+		}
+	}
+	if (t->ignore_merges && n <= 256) {
+		char w[2 * 256];	/* byte code points are at most 2 UTF-8 bytes */
+		size_t wl = 0;
+		int32_t id;
+
+		for (i = 0; i < n; i++)
+			wl += put_cp(w + wl, t->byte_cp[(unsigned char)p[i]]);
+		id = lookup(t, w, wl);
+		if (id >= 0 && !(plain && is_special(t, id))) {
+			emit(o, id);
+			return 0;
 		}
 	}
 	for (i = 0; i < n; i++) {

@@ -16,7 +16,8 @@
  * writes the values of the blocks of ggml type TYPE in the file IN, as
  * kve_dequant_block gives them, to OUT (float32).
  *        kve-logits --tokenize MODEL FILE
- * prints the token ids (no BOS) of each line of FILE, lines given in hex.
+ * prints the token ids (no BOS) of each line of FILE, lines given in hex
+ * (MODEL may be a vocabulary-only GGUF, as llama.cpp's ggml-vocab-*.gguf).
  *        kve-logits --tokenize-bos MODEL FILE
  * the same with add_bos (BOS first where the file's add_bos_token says).
  *        kve-logits --pretok NAME FILE
@@ -115,18 +116,35 @@ static int tokenize_file(const char *model, const char *file)
 {
 	char err[256];
 	struct kve_model *m = kve_model_load(model, err, sizeof(err));
-	struct kve_tokenizer *t;
+	struct kve_model vocab_only;
+	struct kve_tokenizer *t = NULL;
+	const struct gguf_kv *kv;
 	int rc;
 
-	if (!m || !(t = kve_tokenizer_create(m, err, sizeof(err)))) {
-		fprintf(stderr, "kve-logits: %s\n", err);
-		kve_model_free(m);
-		return 1;
+	if (!m) {	/* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
+		memset(&vocab_only, 0, sizeof(vocab_only));
+		if (gguf_open_file(&vocab_only.g, model, 0, err, sizeof(err))) {
+			fprintf(stderr, "kve-logits: %s\n", err);
+			return 1;
+		}
+		kv = gguf_find_kv(&vocab_only.g, "tokenizer.ggml.tokens");
+		vocab_only.info.vocab = kv ? (uint32_t)kv->arr_n : 0;
+		t = kve_tokenizer_create(&vocab_only, err, sizeof(err));
+	} else {
+		t = kve_tokenizer_create(m, err, sizeof(err));
 	}
-	rc = each_hex_line(file, tokenize_line, t);
+	if (!t) {
+		fprintf(stderr, "kve-logits: %s\n", err);
+		rc = 1;
+	} else {
+		rc = each_hex_line(file, tokenize_line, t) ? 1 : 0;
+	}
 	kve_tokenizer_free(t);
-	kve_model_free(m);
-	return rc ? 1 : 0;
+	if (m)
+		kve_model_free(m);
+	else
+		gguf_close(&vocab_only.g);
+	return rc;
 }
 
 static int dequant_file(uint32_t type, const char *in, const char *out)

@@ -5,7 +5,8 @@
 # bounds). Fetches the benchmark's peer (node-llama-cpp's prebuilt
 # libllama/libggml and its sources, tools/bench/engine/fetch-llama.sh,
 # into a cache outside the repository), builds tests/engine/llama-ref.c
-# against it and runs peer.py; then tests/model/llama-peer.py, the shipped
+# against it and runs peer.py; then tests/engine/vocab_peer.py (the
+# tokenizer on llama.cpp's own tokenizer tests) and tests/model/llama-peer.py, the shipped
 # agent model's prompts and token ids through llama.cpp's chat code (its
 # libllama-common: tests/chat/llama-chat-ref.cpp, built here too) against
 # kvarenad's (build/chat/tests/kvd-chat-render). Needs `make engine` first
@@ -31,6 +32,7 @@ fi
 rc=0
 "$PY" tests/engine/peer.py "$REF" $B/tests/kve-logits build/bin/kva-mkmodel \
 	$B/peer/work ${PEER_QUICK:+--quick} || rc=1
+"$PY" tests/engine/vocab_peer.py "$CACHE/src/models" $B/tests/kve-logits $B/peer/vocab || rc=1
 "$PY" tests/model/llama-peer.py "$REF" "$CHAT_REF" build/chat/tests/kvd-chat-render \
 	$B/tests/kve-logits $B/peer/agent || rc=1
 exit $rc

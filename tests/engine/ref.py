@@ -282,6 +282,10 @@ PRE_PATTERNS = {
     "qwen2": _CONTR_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
+PRE_PATTERNS["tekken"] = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 PRE_PATTERNS["default"] = PRE_PATTERNS["gpt2"]
 
 
@@ -404,7 +408,7 @@ def check_pretok(tool):
             f.write(t.hex() + "\n")
         name = f.name
     fails = 0
-    for pre in ("gpt2", "default", "llama-bpe", "qwen2"):
+    for pre in ("gpt2", "default", "llama-bpe", "qwen2", "tekken"):
         res = subprocess.run([tool, "--pretok", pre, name], capture_output=True, text=True)
         got = [[bytes.fromhex(w) for w in l.split()] for l in res.stdout.splitlines()]
         if res.returncode:
