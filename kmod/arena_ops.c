@@ -378,12 +378,14 @@ static int kva_session_create(struct kva_arena *arena, void __user *uarg,
 }
 
 /* Transition under the lock, with the tracepoint and quota accounting. */
-static int kva_set_state(struct kva_arena *arena, u64 id, u32 state,
-			 u32 tool_class, u64 wait_us, bool nowait)
+static int kva_set_state(struct kva_arena *arena, u64 id, u32 flags,
+			 u32 state, u32 tool_class, u64 wait_us, u32 tier,
+			 bool nowait)
 {
 	struct kva_event ev;
 	struct kvc_session *s;
 	u32 old, held, released;
+	bool transition;
 	u64 cookie;
 	int ret;
 
@@ -398,9 +400,11 @@ static int kva_set_state(struct kva_arena *arena, u64 id, u32 state,
 	old = s->state;
 	held = s->nheld;
 	cookie = s->cookie;
-	ret = kvc_session_set_state(&arena->core, id, state, tool_class,
-				    wait_us, ktime_get_ns(), &released);
-	if (!ret) {
+	ret = kvc_session_set_state_flags(&arena->core, id, flags, state,
+					  tool_class, wait_us, tier,
+					  ktime_get_ns(), &released,
+					  &transition);
+	if (!ret && transition) {
 		kva_uncharge(arena, released);
 		if (state == KVA_STATE_ENDED) {
 			kvc_pressure_rearm(&arena->core, false);
@@ -433,8 +437,8 @@ static int kva_session_end(struct kva_arena *arena, void __user *uarg,
 			&usize, 0);
 	if (ret)
 		return ret;
-	return kva_set_state(arena, arg.session_id, KVA_STATE_ENDED, 0, 0,
-			     nowait);
+	return kva_set_state(arena, arg.session_id, 0, KVA_STATE_ENDED, 0, 0,
+			     0, nowait);
 }
 
 static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
@@ -445,13 +449,16 @@ static int kva_session_set_state(struct kva_arena *arena, void __user *uarg,
 	int ret;
 
 	ret = kva_op_in(&arg, sizeof(arg), KVA_SESSION_STATE_SIZE_VER0, uarg,
-			&usize, 0);
+			&usize, KVA_SESSION_STATE_KEEP | KVA_SESSION_STATE_TIER);
 	if (ret)
 		return ret;
-	if (arg.state >= KVC_STATE_COUNT)
+	if (arg.state >= KVC_STATE_COUNT || arg.pad ||
+	    ((arg.flags & KVA_SESSION_STATE_TIER) &&
+	     usize < KVA_SESSION_STATE_SIZE_VER1))
 		return -EINVAL;
-	return kva_set_state(arena, arg.session_id, arg.state, arg.tool_class,
-			     arg.expected_wait_us, nowait);
+	return kva_set_state(arena, arg.session_id, arg.flags, arg.state,
+			     arg.tool_class, arg.expected_wait_us, arg.tier,
+			     nowait);
 }
 
 static int kva_session_info(struct kva_arena *arena, void __user *uarg,

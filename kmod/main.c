@@ -59,7 +59,8 @@ static long kva_version_ioctl(void __user *uarg)
 		       KVA_FEAT_BLOCK_SHARE | KVA_FEAT_TENANT_QUOTA |
 		       KVA_FEAT_NUMA | KVA_FEAT_TRACEPOINTS |
 		       KVA_FEAT_URING_CMD | KVA_FEAT_EVENTS |
-		       KVA_FEAT_EVICTION | KVA_FEAT_NETLINK;
+		       KVA_FEAT_EVICTION | KVA_FEAT_NETLINK |
+		       KVA_FEAT_SESSION_UPDATE;
 	arg.max_pinned_bytes = kva_max_pinned_bytes();
 	arg.max_arena_bytes = kva_max_arena_bytes();
 	kva_linger_reap();		/* pinned as of now */

@@ -184,7 +184,8 @@ static int kva_put_session(struct sk_buff *skb, u32 arena_id,
 	    nla_put_u64_64bit(skb, KVA_NL_A_IDLE_BLOCK_US, si->idle_block_us,
 			      KVA_NL_A_PAD) ||
 	    nla_put_u64_64bit(skb, KVA_NL_A_IDLE_BYTE_SEC, si->idle_byte_sec,
-			      KVA_NL_A_PAD))
+			      KVA_NL_A_PAD) ||
+	    nla_put_u32(skb, KVA_NL_A_TIER, si->tier))
 		return -EMSGSIZE;
 	return 0;
 }

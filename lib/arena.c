@@ -272,6 +272,24 @@ KVA_EXPORT int kva_session_set_state(struct kva_arena *arena, uint64_t session,
 	return kva_call(arena, KVA_IOC_SESSION_SET_STATE, &arg);
 }
 
+KVA_EXPORT int kva_session_update(struct kva_arena *arena, uint64_t session,
+				  uint32_t flags, uint32_t state,
+				  uint32_t tool_class,
+				  uint64_t expected_wait_us, uint32_t tier)
+{
+	struct kva_session_state arg = {
+		.size = sizeof(arg),
+		.flags = flags,
+		.session_id = session,
+		.state = state,
+		.tool_class = tool_class,
+		.expected_wait_us = expected_wait_us,
+		.tier = tier,
+	};
+
+	return kva_call(arena, KVA_IOC_SESSION_SET_STATE, &arg);
+}
+
 KVA_EXPORT int kva_session_get_info(struct kva_arena *arena, uint64_t session,
 				struct kva_session_info *out)
 {

@@ -169,6 +169,15 @@ int kva_session_close(struct kva_arena *arena, uint64_t session);
 int kva_session_set_state(struct kva_arena *arena, uint64_t session,
 			  uint32_t state, uint32_t tool_class,
 			  uint64_t expected_wait_us);
+/*
+ * SET_STATE with flags (KVA_SESSION_STATE_KEEP: no transition, state must be
+ * the session's current one, its tool_class and expected wait replaced;
+ * KVA_SESSION_STATE_TIER: record tier, enum kva_tier).  Errors as
+ * kva_session_set_state(), -EINVAL for KEEP with another state.
+ */
+int kva_session_update(struct kva_arena *arena, uint64_t session,
+		       uint32_t flags, uint32_t state, uint32_t tool_class,
+		       uint64_t expected_wait_us, uint32_t tier);
 int kva_session_get_info(struct kva_arena *arena, uint64_t session,
 		     struct kva_session_info *out);
 

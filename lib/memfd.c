@@ -41,7 +41,8 @@ int kva_memfd_version(struct kva_dev *dev, struct kva_version *out)
 	out->api_version = KVA_API_VERSION;
 	out->features = KVA_FEAT_MMAP | KVA_FEAT_SESSIONS |
 			KVA_FEAT_BLOCK_SHARE | KVA_FEAT_TENANT_QUOTA |
-			KVA_FEAT_NUMA | KVA_FEAT_EVICTION;
+			KVA_FEAT_NUMA | KVA_FEAT_EVICTION |
+			KVA_FEAT_SESSION_UPDATE;
 	out->max_pinned_bytes = kva_memfd_cap();
 	out->max_arena_bytes = kva_memfd_cap();
 	out->page_size = KVA_PAGE_SIZE;
@@ -325,21 +326,25 @@ static int kva_memfd_blocks(struct kva_arena *arena, unsigned int nr,
  * (lib/toolwait_usdt.h) sees what the module's tracepoint would.
  */
 static int kva_memfd_transition(struct kva_arena *arena, uint64_t id,
-				bool end, uint32_t state, uint32_t tool_class,
-				uint64_t wait_us, uint64_t now,
+				bool end, uint32_t flags, uint32_t state,
+				uint32_t tool_class, uint64_t wait_us,
+				uint32_t tier, uint64_t now,
 				uint32_t *released)
 {
 	const struct kvc_session *s = kvc_session_find(&arena->core, id);
 	uint32_t old = s ? s->state : 0, held = s ? s->nheld : 0;
 	uint64_t cookie = s ? s->cookie : 0;
+	bool transition = true;
 	int ret;
 
 	if (end)
 		ret = kvc_session_end(&arena->core, id, now, released);
 	else
-		ret = kvc_session_set_state(&arena->core, id, state, tool_class,
-					    wait_us, now, released);
-	if (!ret)
+		ret = kvc_session_set_state_flags(&arena->core, id, flags,
+						  state, tool_class, wait_us,
+						  tier, now, released,
+						  &transition);
+	if (!ret && transition)
 		KVA_USDT_SESSION_STATE(arena->id, id, old,
 				       end ? KVA_STATE_ENDED : state,
 				       tool_class, wait_us, held,
@@ -374,15 +379,23 @@ static int kva_memfd_session(struct kva_arena *arena, unsigned int nr,
 		if (arg->flags)
 			return -EINVAL;
 		ret = kva_memfd_transition(arena, arg->session_id, true, 0, 0,
-					   0, now, &released);
+					   0, 0, 0, now, &released);
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_SET_STATE)) {
 		struct kva_session_state *arg = argp;
 
-		if (arg->flags || arg->state >= KVC_STATE_COUNT)
+		/* VER1's fields only where the caller's struct has them */
+		bool ver1 = arg->size >= KVA_SESSION_STATE_SIZE_VER1;
+
+		if (arg->state >= KVC_STATE_COUNT || (ver1 && arg->pad) ||
+		    (arg->flags & ~(KVA_SESSION_STATE_KEEP |
+				    KVA_SESSION_STATE_TIER)) ||
+		    ((arg->flags & KVA_SESSION_STATE_TIER) && !ver1))
 			return -EINVAL;
 		ret = kva_memfd_transition(arena, arg->session_id, false,
-					   arg->state, arg->tool_class,
-					   arg->expected_wait_us, now,
+					   arg->flags, arg->state,
+					   arg->tool_class,
+					   arg->expected_wait_us,
+					   ver1 ? arg->tier : 0, now,
 					   &released);
 	} else if (nr == _IOC_NR(KVA_IOC_SESSION_INFO)) {
 		struct kva_session_info *arg = argp;

@@ -355,6 +355,7 @@ static int kva_session_parse(struct nlattr **tb, void *ctx)
 	i->transitions = u64_of(tb, KVA_NL_A_TRANSITIONS);
 	i->idle_block_us = u64_of(tb, KVA_NL_A_IDLE_BLOCK_US);
 	i->idle_byte_sec = u64_of(tb, KVA_NL_A_IDLE_BYTE_SEC);
+	i->tier = u32_of(tb, KVA_NL_A_TIER);
 	return w->cb(&s, w->ctx);
 }
 

@@ -811,6 +811,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 			kr.session_key = NULL;
 			if (cr->s.has_seed)
 				kr.s.seed = cr->s.seed + i;
+			/* the prompt's KV: the first choice's, computed once */
+			kr.fork_of = g->ch[0].job;
 		}
 		memset(&ke, 0, sizeof(ke));
 		rc = kvd_job_submit(a->d, &kr, &job, &ke);

@@ -24,10 +24,19 @@
  * of what happens to the victim's KV is made: recompute today (the
  * tokens are kept; readmission recomputes what the cache lost, with the
  * same outputs); a disk tier adds spilling there.
+ *
+ * n > 1 choices of one request (kvd_request.fork_of): each choice after
+ * the first waits until the first one's prompt KV is computed, shares
+ * its full blocks through the prefix cache and copies the rest (the
+ * partial last block: a block is shared whole or not at all) from the
+ * first choice's blocks in the arena into blocks of its own, so the
+ * prompt is computed once; its last token is computed again by each
+ * choice, for the logits it samples from (as after any full cache hit).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "log.h"
@@ -121,6 +130,92 @@ int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total)
 	return 0;
 }
 
+/* ---- n > 1: the prompt's KV from the first choice -------------------------- */
+
+static void fork_drop(struct kvd_job *j)
+{
+	if (j->fork_of) {
+		kvd_job_put(j->fork_of);
+		j->fork_of = NULL;
+	}
+}
+
+/*
+ * The first choice's conversation when it holds KV for the first `need`
+ * tokens of j's prompt, the same tokens. NULL with *wait set: not yet
+ * (it is queued, preempted, restoring its KV or computing the prompt);
+ * NULL alone: nothing to copy from (it ended, its text differs, its KV
+ * lives where this process does not read it: a copy hand-off keeps a
+ * prefill worker's KV private, remote hosts keep theirs).
+ */
+static struct kvd_conv *fork_source(struct kvd *d, struct kvd_job *j, uint32_t need,
+				    int *wait)
+{
+	struct kvd_job *p = j->fork_of;
+	struct kvd_conv *pc = p->conv;
+
+	*wait = 0;
+	if (d->cfg.handoff != KVD_HANDOFF_ARENA || d->cfg.remote_prefill ||
+	    d->cfg.remote_decode || p->state == JOB_FINISHED || p->cancelled || p->failed ||
+	    !pc)
+		return NULL;
+	if (!p->piece_appended) {
+		*wait = 1;
+		return NULL;
+	}
+	if (pc->n_tokens < need ||
+	    memcmp(pc->tokens, j->conv->tokens, (size_t)need * sizeof(*pc->tokens)))
+		return NULL;
+	if (pc->has_kv && pc->as.s.n_tokens >= need)
+		return pc;
+	/* its prompt is on its way; a tool round's dropped KV is not */
+	*wait = p->state == JOB_QUEUED || p->state == JOB_PREEMPTED ||
+		p->state == JOB_RUNNING || p->state == JOB_KV_WAIT;
+	return NULL;
+}
+
+/* 1: j waits for the first choice's prompt KV; 0: go on (j->fork_of
+ * dropped when there is nothing to copy from). */
+static int fork_wait(struct kvd *d, struct kvd_job *j)
+{
+	int wait;
+
+	if (!j->fork_of || fork_source(d, j, j->conv->n_tokens - 1, &wait))
+		return 0;
+	if (!wait)
+		fork_drop(j);
+	return wait;
+}
+
+/* After the prefix cache's blocks are shared and the prompt's blocks
+ * reserved: the positions after the shared ones, up to the last prompt
+ * token, copied from the first choice's blocks. Returns how many. */
+static uint32_t fork_copy(struct kvd *d, struct kvd_job *j)
+{
+	struct kvd_conv *c = j->conv, *pc;
+	uint32_t bt = d->geom.block_tokens, need = c->n_tokens - 1, b;
+	int wait;
+
+	if (!j->fork_of || c->as.s.n_tokens >= need || c->as.s.n_tokens % bt)
+		return 0;
+	/* reserving may have made room by evicting idle KV: look again */
+	pc = fork_source(d, j, need, &wait);
+	if (!pc || kva_arena_map(d->arena, NULL))
+		return 0;
+	for (b = c->as.s.n_tokens / bt; b * bt < need; b++) {
+		void *to = kva_arena_block_ptr(d->arena, c->as.s.block_table[b]);
+		const void *from = kva_arena_block_ptr(d->arena, pc->as.s.block_table[b]);
+
+		if (b >= c->as.s.n_blocks || b >= pc->as.s.n_blocks || !to || !from)
+			return 0;	/* computed instead */
+		memcpy(to, from, d->geom.kv_block_bytes);
+	}
+	b = need - c->as.s.n_tokens;
+	d->m.fork_copied_tokens += b;
+	c->as.s.n_tokens = need;
+	return b;
+}
+
 /* The request's tokens join its conversation (once). */
 static int take_piece(struct kvd *d, struct kvd_job *j)
 {
@@ -151,7 +246,7 @@ static int take_piece(struct kvd *d, struct kvd_job *j)
 static int admit_one(struct kvd *d, struct kvd_job *j)
 {
 	struct kvd_conv *c = j->conv;
-	uint32_t kv0 = 0, sess_hit, n;
+	uint32_t kv0 = 0, sess_hit, n, copied = 0;
 	int rc, readmit = j->state == JOB_PREEMPTED;
 
 	rc = take_piece(d, j);
@@ -170,7 +265,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
 		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, d->path);
-		if (kvd_prefix_pending_wait(d, c, n, d->path)) {
+		if ((!readmit && fork_wait(d, j)) || kvd_prefix_pending_wait(d, c, n, d->path)) {
 			if (!j->waited_prefix)
 				d->m.prefill_waits++;
 			j->waited_prefix = 1;
@@ -207,6 +302,9 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 					    "cannot reserve KV blocks");
 		return rc;
 	}
+	if (!readmit)
+		copied = fork_copy(d, j);
+	fork_drop(j);
 	j->n_sched = c->as.s.n_tokens;
 	if (!readmit) {
 		j->n_cached = c->as.s.n_tokens;
@@ -215,9 +313,9 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 		d->m.prompt_tokens += j->n_prompt;
 		d->m.cached_tokens += j->n_cached;
 		if (kv0 && !sess_hit)
-			d->m.prefix_hit_tokens += j->n_cached;
+			d->m.prefix_hit_tokens += j->n_cached - copied;
 		else
-			d->m.session_hit_tokens += j->n_cached;
+			d->m.session_hit_tokens += j->n_cached - copied;
 		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
 		if (j->max_new > d->ctx_len - c->n_tokens)
 			j->max_new = d->ctx_len - c->n_tokens;

@@ -312,6 +312,9 @@ int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
 	c->has_kv = 1;
 	c->n_offered = 0;
 	c->kstate = KVA_STATE_IDLE;
+	c->kclass = 0;
+	c->kexpected_us = 0;
+	c->ktier = KVA_TIER_ARENA;	/* a new kvarena session's */
 	kvd_hmap_add(&d->conv_by_sid, &c->by_sid, c->as.sid);
 	return 0;
 }

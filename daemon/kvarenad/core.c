@@ -352,6 +352,8 @@ static void job_destroy(struct kvd_job *j)
 	free(j->hist);
 	free(j->gen);
 	free(j->kv_payload);
+	if (j->fork_of)		/* with d->lock held, as every put */
+		kvd_job_put(j->fork_of);
 	pthread_mutex_destroy(&j->qlock);
 	pthread_cond_destroy(&j->qcond);
 	free(j);
@@ -735,6 +737,12 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		d->jobs = j;
 	d->jobs_tail = j;
 	d->m.requests++;
+	/* n > 1: choice 0's job, of this server and tenant (admit.c copies
+	 * its prompt KV) */
+	if (r->fork_of && r->fork_of->d == d && r->fork_of->tenant == j->tenant) {
+		j->fork_of = r->fork_of;
+		j->fork_of->refs++;
+	}
 	kvd_fair_job_added(d, j->tenant);
 	pthread_mutex_unlock(&d->lock);
 	kvd_wake(d);

@@ -204,6 +204,9 @@ struct kvd_conv {
 	struct kvd_rnode *pending_parent;
 	struct kvd_job *job;		/* the job using it, or NULL */
 	uint32_t kstate;		/* KVA_STATE_* last sent to the kernel */
+	uint32_t kclass;		/* with it: its tool class, */
+	uint64_t kexpected_us;		/* expected wait (or a later prediction) */
+	uint32_t ktier;			/* and KVA_TIER_* (kstate.c) */
 	uint32_t tool_class;
 	uint64_t wait_started_ns;	/* TOOL_WAIT entry, for measuring */
 	uint64_t last_used_ns;
@@ -297,6 +300,8 @@ struct kvd_job {
 	uint64_t order;			/* admission order: preemption takes the last */
 	int tried;			/* admission looked at it this turn */
 	int waited_prefix;		/* waited for a shared prefix (counted once) */
+	struct kvd_job *fork_of;	/* kvd_request.fork_of, a reference held
+					 * until this one's first admission */
 	int in_prefill;			/* new prompt tokens: its next sample is a
 					 * prefill's hand-off to decoding */
 	uint64_t rng;
@@ -412,6 +417,7 @@ struct kvd_metrics {
 	uint64_t step_failures, bisections, requests_failed_worker;
 	uint64_t worker_failures[3];		/* by KVD_ROLE_* */
 	uint64_t prefill_waits;			/* admissions that waited for a shared prefix */
+	uint64_t fork_copied_tokens;		/* n > 1: prompt KV copied from choice 0 */
 	uint64_t multi_prefill_steps;		/* steps with chunks of 2+ prompts */
 	uint32_t prefill_busy_max;		/* prefill workers computing at once, most seen */
 	uint64_t tenant_tokens[KVD_MAX_TENANTS + 1];	/* scheduled, for fairness */
@@ -479,6 +485,7 @@ struct kvd {
 	int ev_parked;
 	struct kvd_state_change *pending_st;
 	uint32_t n_pending, cap_pending;
+	int kstate_update;		/* the arena takes KEEP and TIER */
 	struct kva_toolwait *tw;	/* eBPF tool-wait, optional */
 	struct kvd_tiering *tier;	/* tiering.c */
 	/* conversations */
@@ -709,6 +716,11 @@ void kvd_kstate_fini(struct kvd *d);
 void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
 		    uint32_t tool_class, uint64_t expected_us);
 void kvd_kstate_flush(struct kvd *d);
+/* With the step's changes, where the arena takes them: c's tier (when it
+ * moved since the kernel heard it) and a new prediction of its tool wait
+ * (from the wait's start), both without a transition. */
+void kvd_kstate_tier(struct kvd *d, struct kvd_conv *c);
+void kvd_kstate_repredict(struct kvd *d, struct kvd_conv *c, uint64_t expected_us);
 int kvd_kstate_fd(struct kvd *d);
 void kvd_kstate_poll(struct kvd *d);
 uint32_t kvd_blocks_free(struct kvd *d);
@@ -770,6 +782,7 @@ void kvd_tiering_forget(struct kvd *d, struct kvd_conv *c);
 void kvd_tiering_prefill_observed(struct kvd *d, uint32_t tokens, uint64_t ns);
 /* "arena", "disk" or "none". */
 const char *kvd_tiering_tier(const struct kvd_conv *c);
+uint32_t kvd_tiering_ktier(const struct kvd_conv *c);	/* KVA_TIER_* */
 void kvd_tiering_gauges(struct kvd *d, struct kvd_tier_gauges *g);
 /* SIGHUP: [kv] policy, watermarks, ttl_ms; [tier] decisions, prefetch,
  * prefetch_margin_ms. 0 or a negative errno (err says why; nothing

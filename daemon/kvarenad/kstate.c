@@ -7,7 +7,11 @@
  * with kvarena.ko, one call each with the memfd backend. A parked
  * KVA_URING_WAIT_EVENT command brings the kernel's pressure events; on
  * one, the orchestrator frees blocks (the cache's unused ones first, then
- * the kernel's ranked victims) back up to the high watermark.
+ * the kernel's ranked victims) back up to the high watermark. Where the
+ * arena says it can (KVA_SESSION_STATE_KEEP, _TIER), the kernel also hears
+ * a tool's new prediction when it overruns (its ranking re-ranks) and
+ * where each session's KV is (arena, disk, none: kvactl session list),
+ * with the step's other changes.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,10 +36,29 @@ static void park_wait(struct kvd *d)
 		d->ev_parked = 1;
 }
 
+/* Does the arena take SET_STATE's KEEP and TIER (a module older than
+ * them refuses the flags)? Asked of a session made for the question. */
+static int probe_update(struct kvd *d)
+{
+	uint64_t sid;
+	int rc;
+
+	if (kva_session_open(d->arena, 0, &sid))
+		return 0;
+	rc = kva_session_update(d->arena, sid, KVA_SESSION_STATE_KEEP | KVA_SESSION_STATE_TIER,
+				KVA_STATE_IDLE, 0, 0, KVA_TIER_ARENA);
+	kva_session_close(d->arena, sid);
+	return rc == 0;
+}
+
 int kvd_kstate_init(struct kvd *d)
 {
 	int rc;
 
+	d->kstate_update = probe_update(d);
+	if (!d->kstate_update)
+		kvd_log(KVD_LOG_INFO, "kstate", "the arena takes no session updates (an older "
+			"kvarena.ko): re-predictions and tiers stay in the daemon");
 	if (d->backend != KVA_BACKEND_KERNEL)
 		return 0;
 	rc = kva_ring_open(d->arena, RING_ENTRIES, &d->ring);
@@ -84,32 +107,60 @@ int kvd_kstate_fd(struct kvd *d)
 	return d->ring ? kva_ring_fd(d->ring) : -1;
 }
 
+/* c's change in this step (a later one replaces it), or a new one; NULL
+ * without memory. *fresh: made now. */
+static struct kva_session_state *pending_of(struct kvd *d, const struct kvd_conv *c, int *fresh)
+{
+	uint32_t i;
+
+	*fresh = 0;
+	for (i = 0; i < d->n_pending; i++)
+		if (d->pending_st[i].st.session_id == c->as.sid)
+			return &d->pending_st[i].st;
+	if (d->n_pending == d->cap_pending) {
+		uint32_t cap = d->cap_pending ? d->cap_pending * 2 : 64;
+		void *p = realloc(d->pending_st, cap * sizeof(*d->pending_st));
+
+		if (!p)
+			return NULL;
+		d->pending_st = p;
+		d->cap_pending = cap;
+	}
+	*fresh = 1;
+	return &d->pending_st[d->n_pending++].st;
+}
+
+/* The tier the kernel has not heard yet goes with st. */
+static void add_tier(struct kvd *d, struct kvd_conv *c, struct kva_session_state *st)
+{
+	uint32_t t = kvd_tiering_ktier(c);
+
+	if (!d->kstate_update || (t == c->ktier && !(st->flags & KVA_SESSION_STATE_TIER)))
+		return;
+	st->flags |= KVA_SESSION_STATE_TIER;
+	st->tier = t;
+	c->ktier = t;
+}
+
 void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
 		    uint32_t tool_class, uint64_t expected_us)
 {
 	struct kva_session_state *st;
-	uint32_t i;
+	uint32_t had_tier, again;
+	int fresh;
 
 	if (!c->has_kv || (c->kstate == state && state != KVA_STATE_TOOL_WAIT))
 		return;
+	again = c->kstate == state;
 	c->kstate = state;
-	/* a later change of the same session in this step replaces it */
-	for (i = 0; i < d->n_pending; i++)
-		if (d->pending_st[i].st.session_id == c->as.sid)
-			break;
-	if (i == d->n_pending) {
-		if (d->n_pending == d->cap_pending) {
-			uint32_t cap = d->cap_pending ? d->cap_pending * 2 : 64;
-			void *p = realloc(d->pending_st, cap * sizeof(*d->pending_st));
-
-			if (!p)
-				return;
-			d->pending_st = p;
-			d->cap_pending = cap;
-		}
-		d->n_pending++;
-	}
-	st = &d->pending_st[i].st;
+	st = pending_of(d, c, &fresh);
+	if (!st)
+		return;
+	/* a tier not yet sent stays with the change that replaces it */
+	had_tier = !fresh && (st->flags & KVA_SESSION_STATE_TIER);
+	/* a tool wait after one the kernel has: its new class and prediction
+	 * without a transition (which it would refuse: EALREADY) */
+	again = again && fresh && d->kstate_update;
 	memset(st, 0, sizeof(*st));
 	st->size = sizeof(*st);
 	st->session_id = c->as.sid;
@@ -118,6 +169,57 @@ void kvd_kstate_set(struct kvd *d, struct kvd_conv *c, uint32_t state,
 		st->tool_class = tool_class;
 		st->expected_wait_us = expected_us;
 	}
+	c->kclass = st->tool_class;
+	c->kexpected_us = st->expected_wait_us;
+	if (had_tier)
+		st->flags = KVA_SESSION_STATE_TIER;
+	if (again)
+		st->flags |= KVA_SESSION_STATE_KEEP;
+	add_tier(d, c, st);
+}
+
+/* No transition (KEEP): the state the kernel has (or gets in this step). */
+static struct kva_session_state *keep_of(struct kvd *d, struct kvd_conv *c)
+{
+	struct kva_session_state *st;
+	int fresh;
+
+	st = pending_of(d, c, &fresh);
+	if (st && fresh) {
+		memset(st, 0, sizeof(*st));
+		st->size = sizeof(*st);
+		st->flags = KVA_SESSION_STATE_KEEP;
+		st->session_id = c->as.sid;
+		st->state = c->kstate;
+		st->tool_class = c->kclass;
+		st->expected_wait_us = c->kexpected_us;
+	}
+	return st;
+}
+
+void kvd_kstate_tier(struct kvd *d, struct kvd_conv *c)
+{
+	struct kva_session_state *st;
+
+	if (!d->kstate_update || !c->has_kv || kvd_tiering_ktier(c) == c->ktier)
+		return;
+	st = keep_of(d, c);
+	if (st)
+		add_tier(d, c, st);
+}
+
+void kvd_kstate_repredict(struct kvd *d, struct kvd_conv *c, uint64_t expected_us)
+{
+	struct kva_session_state *st;
+
+	if (!d->kstate_update || !c->has_kv || c->kstate != KVA_STATE_TOOL_WAIT)
+		return;
+	st = keep_of(d, c);
+	if (!st || st->state != KVA_STATE_TOOL_WAIT)
+		return;
+	st->expected_wait_us = expected_us;
+	c->kexpected_us = expected_us;
+	add_tier(d, c, st);
 }
 
 static void handle_event(struct kvd *d, int res)
@@ -177,8 +279,8 @@ void kvd_kstate_flush(struct kvd *d)
 				continue;
 			}
 		}
-		rc = kva_session_set_state(d->arena, st->session_id, st->state,
-					   st->tool_class, st->expected_wait_us);
+		rc = kva_session_update(d->arena, st->session_id, st->flags, st->state,
+					st->tool_class, st->expected_wait_us, st->tier);
 		if (rc && rc != -EALREADY && rc != -ENOENT)
 			kvd_log(KVD_LOG_WARN, "kstate", "session %llu -> %s: %s",
 				(unsigned long long)st->session_id,

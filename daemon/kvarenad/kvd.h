@@ -117,6 +117,11 @@ struct kvd_request {
 	struct kvd_constraint c;	/* refused with KVD_ERR_INVALID (param
 					 * "tools" or "response_format") when it
 					 * uses what the compiler does not support */
+	/* n > 1: choice 0's job, submitted with the same prompt; this choice
+	 * waits for that one's prompt KV and copies what the prefix cache
+	 * does not share, so the prompt is computed once (its last token
+	 * again, for the logits). NULL: an ordinary request. */
+	struct kvd_job *fork_of;
 };
 
 /* Maps to an HTTP status and OpenAI error type in the HTTP layer. */

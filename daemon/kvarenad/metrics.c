@@ -273,6 +273,9 @@ char *kvd_metrics_text(struct kvd *d)
 	      "flight at once.", m.prefill_busy_max);
 	counter(&o, "prefix_waits_total", "Admissions that waited for another request "
 		"computing the same uncached prefix.", m.prefill_waits);
+	counter(&o, "prompt_copied_tokens_total", "Prompt tokens whose KV an n > 1 choice "
+		"copied from the first choice's (the blocks the prefix cache does not share).",
+		m.fork_copied_tokens);
 	counter(&o, "step_failures_total", "Steps that failed (a worker error, death or "
 		"lease expiry while computing them).", m.step_failures);
 	counter(&o, "step_bisections_total", "Failed batches split in two to find the "

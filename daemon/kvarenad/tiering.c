@@ -71,11 +71,18 @@ struct kvd_tiering {
 	uint32_t n_heap, cap_heap;
 };
 
-const char *kvd_tiering_tier(const struct kvd_conv *c)
+uint32_t kvd_tiering_ktier(const struct kvd_conv *c)
 {
 	if (c->has_kv && c->as.s.n_blocks)
-		return "arena";
-	return c->tier_file ? "disk" : "none";
+		return KVA_TIER_ARENA;
+	return c->tier_file ? KVA_TIER_DISK : KVA_TIER_NONE;
+}
+
+const char *kvd_tiering_tier(const struct kvd_conv *c)
+{
+	static const char *const names[] = { "arena", "disk", "none" };
+
+	return names[kvd_tiering_ktier(c)];
 }
 
 /* ---- timers: a min-heap, each conversation's entries indexed from it ----- */
@@ -209,6 +216,7 @@ static void drop_file(struct kvd *d, struct kvd_conv *c)
 	free(c->tier_bhash);
 	c->tier_bhash = NULL;
 	timer_cancel(d->tier, c, TIMER_PREFETCH);
+	kvd_kstate_tier(d, c);
 }
 
 /* How many of the file's leading positions still hold the KV of the
@@ -248,6 +256,7 @@ static void discard(struct kvd *d, struct kvd_conv *c, const char *why)
 	kvd_log(KVD_LOG_INFO, "tier", "%s: %u blocks discarded (%s), %u tokens recomputed "
 		"if it returns", c->id, n, why, c->as.s.n_tokens);
 	kvd_conv_free_blocks(d, c);
+	kvd_kstate_tier(d, c);
 }
 
 /*
@@ -266,6 +275,7 @@ static void free_to_disk(struct kvd *d, struct kvd_conv *c)
 		if (d->block_users[c->as.s.block_table[i]] == 1)
 			kvd_prefix_drop(d, c->as.s.block_table[i]);
 	kvd_conv_free_blocks(d, c);
+	kvd_kstate_tier(d, c);
 }
 
 /* A copy of exactly the KV the arena holds is on disk. */
@@ -583,6 +593,7 @@ static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt
 		kvd_hist_add(&d->m.tier_restore_stall_ms, (double)(now - c->stall_since_ns) / 1e6);
 		c->stall_since_ns = 0;
 	}
+	kvd_kstate_tier(d, c);
 	if (c->delete_pending && !c->job)
 		kvd_conv_free(d, c);
 }
@@ -735,6 +746,7 @@ static void on_overrun(struct kvd *d, struct kvd_conv *c, uint64_t now)
 		"%.1f ms so far, %.1f ms more expected", c->id, c->tool_class,
 		(double)c->tool_pred_us / 1e3, (double)el / 1e3, (double)left / 1e3);
 	c->tool_pred_us = pred;
+	kvd_kstate_repredict(d, c, pred);	/* the kernel's ranking too */
 	timer_arm(d->tier, c, TIMER_OVERRUN, now + left * 1000ull +
 		  (uint64_t)d->cfg.tier_margin_ms * 1000000ull);
 	if (c->has_kv && c->as.s.n_blocks && !c->tier_op && d->cfg.tier_decisions) {

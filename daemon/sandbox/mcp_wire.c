@@ -14,7 +14,7 @@
 int kvs_lines_init(struct kvs_lines *l, size_t max_line)
 {
 	memset(l, 0, sizeof(*l));
-	if (!max_line || max_line > SIZE_MAX / 2)
+	if (!max_line || max_line >= SIZE_MAX)	/* cap must not wrap */
 		return -EINVAL;
 	l->cap = max_line + 1;
 	l->buf = malloc(l->cap);

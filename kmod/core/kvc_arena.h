@@ -49,6 +49,7 @@ struct kvc_session {
 	u64 id;
 	u32 state;			/* enum kva_state */
 	u32 tool_class;
+	u32 tier;			/* enum kva_tier: the owner's word */
 	u32 nheld;
 	u32 cap;
 	u32 *held;			/* block table, in allocation order */
@@ -110,6 +111,15 @@ int kvc_session_end(struct kvc_arena *a, u64 id, u64 now, u32 *released);
 int kvc_session_set_state(struct kvc_arena *a, u64 id, u32 state,
 			  u32 tool_class, u64 expected_wait_us, u64 now,
 			  u32 *released);
+/*
+ * SET_STATE with its flags (KVA_SESSION_STATE_KEEP, _TIER): the caller has
+ * checked that TIER comes with a VER1 size.  *transition: whether the state
+ * changed (the callers' tracepoint).
+ */
+int kvc_session_set_state_flags(struct kvc_arena *a, u64 id, u32 flags,
+				u32 state, u32 tool_class,
+				u64 expected_wait_us, u32 tier, u64 now,
+				u32 *released, bool *transition);
 int kvc_session_info(struct kvc_arena *a, u64 id, u64 now,
 		     struct kva_session_info *out);
 

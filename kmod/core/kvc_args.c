@@ -23,8 +23,8 @@ static_assert(sizeof(struct kva_session_create) ==
 static_assert(sizeof(struct kva_session_end) == KVA_SESSION_END_SIZE_VER0,
 	      "uapi");
 static_assert(sizeof(struct kva_session_state) ==
-	      KVA_SESSION_STATE_SIZE_VER0, "uapi");
-static_assert(sizeof(struct kva_session_info) == KVA_SESSION_INFO_SIZE_VER0,
+	      KVA_SESSION_STATE_SIZE_VER1, "uapi");
+static_assert(sizeof(struct kva_session_info) == KVA_SESSION_INFO_SIZE_VER1,
 	      "uapi");
 static_assert(sizeof(struct kva_tenant) == KVA_TENANT_SIZE_VER1, "uapi");
 static_assert(sizeof(struct kva_policy_set) == KVA_POLICY_SET_SIZE_VER0,

@@ -216,19 +216,52 @@ int kvc_session_set_state(struct kvc_arena *a, u64 id, u32 state,
 			  u32 tool_class, u64 expected_wait_us, u64 now,
 			  u32 *released)
 {
+	bool transition;
+
+	return kvc_session_set_state_flags(a, id, 0, state, tool_class,
+					   expected_wait_us, 0, now, released,
+					   &transition);
+}
+
+int kvc_session_set_state_flags(struct kvc_arena *a, u64 id, u32 flags,
+				u32 state, u32 tool_class,
+				u64 expected_wait_us, u32 tier, u64 now,
+				u32 *released, bool *transition)
+{
 	struct kvc_session *s = kvc_session_find(a, id);
 
 	*released = 0;
+	*transition = false;
 	if (!s)
 		return -ENOENT;
-	if (state >= KVC_STATE_COUNT)
+	if (state >= KVC_STATE_COUNT ||
+	    (flags & ~(KVA_SESSION_STATE_KEEP | KVA_SESSION_STATE_TIER)))
 		return -EINVAL;
 	if (state != KVA_STATE_TOOL_WAIT && (tool_class || expected_wait_us))
 		return -EINVAL;
-	if (state == KVA_STATE_ENDED)
+	if ((flags & KVA_SESSION_STATE_TIER) ? tier > KVA_TIER_MAX : tier)
+		return -EINVAL;
+	if (flags & KVA_SESSION_STATE_KEEP) {
+		/* a new prediction or tier, the state and its clock untouched */
+		if (state != s->state || state == KVA_STATE_ENDED)
+			return -EINVAL;
+		s->tool_class = tool_class;
+		s->expected_wait_us = expected_wait_us;
+		if (flags & KVA_SESSION_STATE_TIER)
+			s->tier = tier;
+		return 0;
+	}
+	if (state == KVA_STATE_ENDED) {
+		if (flags)
+			return -EINVAL;
+		*transition = true;
 		return kvc_session_end(a, id, now, released);
+	}
 	if (state == s->state)
 		return -EALREADY;
+	if (flags & KVA_SESSION_STATE_TIER)
+		s->tier = tier;
+	*transition = true;
 	kvc_session_settle(s, now);
 	if (now > s->state_since_ns)
 		s->state_ns[s->state] += now - s->state_since_ns;
@@ -261,6 +294,8 @@ int kvc_session_info(struct kvc_arena *a, u64 id, u64 now,
 	out->session_id = s->id;
 	out->state = s->state;
 	out->tool_class = s->tool_class;
+	out->tier = s->tier;
+	out->pad1 = 0;
 	out->blocks_held = s->nheld;
 	out->expected_wait_us = s->expected_wait_us;
 	out->cookie = s->cookie;

@@ -509,6 +509,26 @@ static void test_family_choice(void)
 		CU_ASSERT_STRING_EQUAL(chat_template_family(t), "chatml");
 		chat_template_free(t);
 	}
+	/* Qwen 2.5's default system message is the model's, read from the
+	 * literal its template writes (an output statement) */
+	{
+		const char *q = "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == "
+				"'system' %}{{- messages[0]['content'] }}{%- else %}\n    {{- 'You are Kiwi, "
+				"it\\'s \"ok\".' }}\n{%- endif %}{{- \"\\n\\n# Tools\\n\\nYou may call one or "
+				"more functions to assist with the user query.\" }}<tool_call>{%- endif %}"
+				"{{- '<|im_start|>user' }}";
+		const struct chat_msg um = { .role = CHAT_USER, .content = "hi", .content_len = 2 };
+		const struct chat_conv cv = { .msgs = &um, .n_msgs = 1 };
+		struct chat_prompt qp = { 0 };
+
+		CU_ASSERT_EQUAL_FATAL(chat_template_new(q, strlen(q), NULL, &t, err, sizeof(err)), 0);
+		CU_ASSERT_STRING_EQUAL(chat_template_family(t), "qwen2.5");
+		CU_ASSERT_EQUAL(chat_render(t, &cv, &qp, err, sizeof(err)), 0);
+		CU_ASSERT_PTR_NOT_NULL(strstr(sb_cstr(&qp.text),
+					      "<|im_start|>system\nYou are Kiwi, it's \"ok\".<|im_end|>\n"));
+		chat_prompt_free(&qp);
+		chat_template_free(t);
+	}
 	/* ... unless the operator says ChatML */
 	o.choice = "chatml";
 	CU_ASSERT_EQUAL_FATAL(chat_template_new(llama, strlen(llama), &o, &t, err, sizeof(err)), 0);
@@ -549,6 +569,30 @@ static void test_plain_spans(void)
 	CU_ASSERT_STRING_EQUAL(sb_cstr(&plain),
 			       "S<|im_end|>|{\"type\": \"function\", \"function\": {\"name\": \"f\"}}|"
 			       "U|f|{}|</tool_response>|");
+	{
+		/* the markup is the complement, in order: with the plain spans
+		 * it makes the whole text, byte for byte */
+		size_t n = chat_prompt_markup(&p, NULL, 0), k = 0, at = 0;
+		struct chat_span *m = calloc(n + 1, sizeof(*m));
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+		CU_ASSERT_EQUAL(chat_prompt_markup(&p, m, n), n);
+		CU_ASSERT_EQUAL(n, p.n_plain + 1);	/* markup before, between, after */
+		for (size_t i = 0; i <= p.n_plain; i++) {
+			size_t end = i < p.n_plain ? p.plain[i].off : p.text.len;
+
+			if (end > at) {
+				CU_ASSERT(k < n && m[k].off == at && m[k].len == end - at);
+				k++;
+			}
+			if (i < p.n_plain)
+				at = p.plain[i].off + p.plain[i].len;
+		}
+		CU_ASSERT_EQUAL(k, n);
+		CU_ASSERT_EQUAL(chat_prompt_markup(&p, m, 1), n);	/* counts past max */
+		CU_ASSERT_EQUAL(m[0].off, 0);
+		free(m);
+	}
 	sb_free(&plain);
 	chat_prompt_free(&p);
 	jconv_free(&j);
@@ -663,6 +707,11 @@ static const struct fcase fcases[] = {
 	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{}[T|", "[T|", "a|", "{}|", NULL, 0 },
 	{ "mistral-v11", "[TOOL_CALLS]a b[ARGS]{}", "[TOOL_CALLS]a b[ARGS]{}", "", "", NULL, 1 },
 	{ "mistral-v11", "[TOOL_CALLS]a[ARGS]{\"x\": ", "[TOOL_CALLS]a[ARGS]{\"x\": ", "", "", NULL, 1 },
+	/* every character a name may have, at the ends of its ranges */
+	{ "chatml", "<tool_call>\n{\"name\": \"az-AZ_09\", \"arguments\": {}}\n</tool_call>", "",
+	  "az-AZ_09|", "{}|", NULL, 1 },
+	{ "chatml", "<tool_call>\n{\"name\": \"a.b\", \"arguments\": {}}\n</tool_call>",
+	  "<tool_call>\n{\"name\": \"a.b\", \"arguments\": {}}\n</tool_call>", "", "", NULL, 1 },
 	/* Qwen: Hermes calls; Qwen 3's think block stays in the content here */
 	{ "qwen2.5", "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", "Checking.",
 	  "f|", "{\"a\": 1}|", NULL, 1 },

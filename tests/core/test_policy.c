@@ -245,6 +245,49 @@ static void test_rank_wait_left_us(void)
 }
 
 /*
+ * A new prediction without a transition (KVA_SESSION_STATE_KEEP) re-ranks
+ * at once (issue 39.2): X's tool expected 1 s, Y's 10 s; at 1.5 s X has
+ * overrun (ranked by the 1.5 s it lasted) and Y has 8.5 s left, so Y goes
+ * first.  The runtime re-predicts X (1.5 s so far, 20 s more): X first.
+ * The time in state, the transition count and the tier's flag as stated.
+ */
+static void test_rank_after_keep(void)
+{
+	struct kvc_arena a;
+	struct kva_session_info info;
+	bool tr;
+	u64 x, y, got[16];
+	u32 r;
+
+	kvc_new_arena(&a, 64, BS, 16);
+	x = kvc_new_session(&a, 0, 0);
+	y = kvc_new_session(&a, 0, 0);
+	kvc_alloc_ok(&a, x, 1, 0, NULL);
+	kvc_alloc_ok(&a, y, 1, 0, NULL);
+	CU_ASSERT_EQUAL(kvc_session_set_state(&a, x, KVA_STATE_TOOL_WAIT, 3,
+					      1000000, 0, &r), 0);
+	CU_ASSERT_EQUAL(kvc_session_set_state(&a, y, KVA_STATE_TOOL_WAIT, 4,
+					      10000000, 0, &r), 0);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 1500 * MS, got, 16), 2);
+	CU_ASSERT_EQUAL(got[0], y);
+	CU_ASSERT_EQUAL(got[1], x);
+	CU_ASSERT_EQUAL(kvc_session_set_state_flags(&a, x, KVA_SESSION_STATE_KEEP |
+						    KVA_SESSION_STATE_TIER,
+						    KVA_STATE_TOOL_WAIT, 3, 21500000,
+						    KVA_TIER_DISK, 1500 * MS, &r, &tr), 0);
+	CU_ASSERT_FALSE(tr);
+	CU_ASSERT_EQUAL_FATAL(rank(&a, KVA_POLICY_TOOLWAIT, 1500 * MS, got, 16), 2);
+	CU_ASSERT_EQUAL(got[0], x);
+	CU_ASSERT_EQUAL(got[1], y);
+	info = kvc_info_ok(&a, x, 1600 * MS);
+	CU_ASSERT_EQUAL(info.expected_wait_us, 21500000);
+	CU_ASSERT_EQUAL(info.state_since_ns, 0);	/* the wait goes on */
+	CU_ASSERT_EQUAL(info.transitions, 1);
+	CU_ASSERT_EQUAL(info.tier, KVA_TIER_DISK);
+	kvc_arena_destroy(&a);
+}
+
+/*
  * IDLE sessions rank by how long they have been IDLE, whatever their id:
  * Q (the higher id) IDLE since 0, P back to IDLE at 60 ms after a decode;
  * at 100 ms Q (100 ms) goes before P (40 ms) under TOOLWAIT.
@@ -342,6 +385,7 @@ int kvc_test_register_policy(void)
 		{ "rank: a full array replaces its worst", test_rank_replace_worst },
 		{ "rank by the wait left", test_rank_remaining_wait },
 		{ "the wait left in microseconds", test_rank_wait_left_us },
+		{ "a new prediction re-ranks (KEEP)", test_rank_after_keep },
 		{ "IDLE ranks by time IDLE", test_rank_idle_time },
 		CU_TEST_INFO_NULL,
 	};

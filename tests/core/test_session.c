@@ -162,6 +162,79 @@ static void test_end(void)
 	kvc_arena_destroy(&a);
 }
 
+/*
+ * SET_STATE's flags: KEEP replaces the current state's tool fields without
+ * a transition (the clock, the count, idle accounting untouched); TIER
+ * records the runtime's tier, with KEEP or with a transition; every
+ * misuse is EINVAL and changes nothing.
+ */
+static void test_set_state_flags(void)
+{
+	struct kvc_arena a;
+	struct kva_session_info info;
+	const u32 K = KVA_SESSION_STATE_KEEP, T = KVA_SESSION_STATE_TIER;
+	bool tr;
+	u64 id;
+	u32 released;
+
+	kvc_new_arena(&a, 8, BS, 4);
+	id = kvc_new_session(&a, 0, 0);
+	info = kvc_info_ok(&a, id, 0);
+	CU_ASSERT_EQUAL(info.tier, KVA_TIER_ARENA);	/* new sessions */
+	T_OK(kvc_session_set_state_flags(&a, id, T, KVA_STATE_TOOL_WAIT, 7,
+					 2000000, KVA_TIER_NONE, 10, &released,
+					 &tr));
+	CU_ASSERT_TRUE(tr);
+	info = kvc_info_ok(&a, id, 20);
+	CU_ASSERT_EQUAL(info.tier, KVA_TIER_NONE);
+	CU_ASSERT_EQUAL(info.transitions, 1);
+	/* KEEP: a new prediction, same state and clock */
+	T_OK(kvc_session_set_state_flags(&a, id, K, KVA_STATE_TOOL_WAIT, 7,
+					 9000000, 0, 30, &released, &tr));
+	CU_ASSERT_FALSE(tr);
+	info = kvc_info_ok(&a, id, 40);
+	CU_ASSERT_EQUAL(info.state, KVA_STATE_TOOL_WAIT);
+	CU_ASSERT_EQUAL(info.expected_wait_us, 9000000);
+	CU_ASSERT_EQUAL(info.state_since_ns, 10);
+	CU_ASSERT_EQUAL(info.transitions, 1);
+	CU_ASSERT_EQUAL(info.tier, KVA_TIER_NONE);	/* KEEP alone keeps it */
+	T_OK(kvc_session_set_state_flags(&a, id, K | T, KVA_STATE_TOOL_WAIT, 7,
+					 9000000, KVA_TIER_DISK, 50, &released,
+					 &tr));
+	CU_ASSERT_EQUAL(kvc_info_ok(&a, id, 50).tier, KVA_TIER_DISK);
+	/* misuse: KEEP with another state or ENDED, a tier out of range, a
+	 * tier without the flag, unknown flags, ENDED with flags */
+	T_ERR_UNCHANGED(&a, kvc_session_set_state_flags(&a, id, K, KVA_STATE_IDLE,
+							0, 0, 0, 60, &released, &tr),
+			EINVAL);
+	T_ERR_UNCHANGED(&a, kvc_session_set_state_flags(&a, id, K, KVA_STATE_ENDED,
+							0, 0, 0, 60, &released, &tr),
+			EINVAL);
+	T_ERR_UNCHANGED(&a, kvc_session_set_state_flags(&a, id, K | T,
+							KVA_STATE_TOOL_WAIT, 7, 1,
+							KVA_TIER_MAX + 1, 60, &released,
+							&tr), EINVAL);
+	T_ERR_UNCHANGED(&a, kvc_session_set_state_flags(&a, id, K,
+							KVA_STATE_TOOL_WAIT, 7, 1,
+							KVA_TIER_ARENA + 1, 60, &released,
+							&tr), EINVAL);
+	T_ERR_UNCHANGED(&a, kvc_session_set_state_flags(&a, id, 4, KVA_STATE_IDLE,
+							0, 0, 0, 60, &released, &tr),
+			EINVAL);
+	T_ERR_UNCHANGED(&a, kvc_session_set_state_flags(&a, id, T, KVA_STATE_ENDED,
+							0, 0, 0, 60, &released, &tr),
+			EINVAL);
+	T_OK(kvc_session_set_state_flags(&a, id, K, KVA_STATE_TOOL_WAIT, 0, 0, 0,
+					 60, &released, &tr));
+	info = kvc_info_ok(&a, id, 70);
+	CU_ASSERT_EQUAL(info.expected_wait_us, 0);	/* the KEEP just above */
+	CU_ASSERT_EQUAL(info.tier, KVA_TIER_DISK);
+	/* a transition leaves the tier where it was */
+	kvc_state_ok(&a, id, KVA_STATE_PREFILL, 80);
+	CU_ASSERT_EQUAL(kvc_info_ok(&a, id, 80).tier, KVA_TIER_DISK);
+	kvc_arena_destroy(&a);
+}
+
 /* An id, once ended, misses everywhere even when its slot is reused. */
 static void test_stale_id_after_slot_reuse(void)
 {
@@ -1018,6 +1091,7 @@ static const CU_TestInfo session_tests[] = {
 	{ "every state transition", test_every_transition },
 	{ "set_state rejects", test_set_state_rejects },
 	{ "tool fields only in TOOL_WAIT", test_tool_fields },
+	{ "SET_STATE flags: KEEP and TIER", test_set_state_flags },
 	{ "ENDED via set_state releases", test_ended_via_set_state_releases },
 	{ "time per state, transitions", test_time_per_state },
 	{ "time going backwards", test_time_going_backwards },

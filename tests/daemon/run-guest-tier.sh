@@ -41,7 +41,7 @@ tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$unit" --bin "$bin" \
 	--cmd "modprobe kvarena max_pinned_mb=256 || exit 90" \
 	--cmd "mkdir -p /spill && mount -t tmpfs -o mode=0700 tmpfs /spill || exit 89" \
 	--cmd "KVT_TEST_BACKEND=kernel KVT_TEST_DIRECT=$direct KVT_TEST_FIXED=$fixed test_tier_guest /spill/unit || exit 91" \
-	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_SLOW=4 KVD_TEST_ONLY=spill_restore,prefetch,corrupt,killed test_tiering_guest models/orch.gguf /spill/daemon || exit 92" \
+	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_SLOW=4 KVD_TEST_ONLY=spill_restore,prefetch,corrupt,overrun,killed test_tiering_guest models/orch.gguf /spill/daemon || exit 92" \
 	--cmd "w=0; while [ \$w -lt 5 ] && [ \"\$(cat $sysfs/pinned_bytes)\" != 0 ]; do sleep 1; w=\$((w + 1)); done" \
 	--cmd "p=\$(cat $sysfs/pinned_bytes) a=\$(cat $sysfs/arenas) s=\$(cat $sysfs/sessions)" \
 	--cmd "echo \"after: pinned_bytes \$p arenas \$a sessions \$s (\${w}s for lingering pages)\"" \

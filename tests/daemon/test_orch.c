@@ -5,8 +5,10 @@
  * engine, a real arena (memfd on the host; kvarena.ko in a guest with
  * KVD_TEST_BACKEND=kernel). Checks: greedy output equal to the engine's
  * own; the next turn prefills only its new tokens; two conversations
- * share a system prompt's blocks; copy hand-off counts its bytes and the
- * arena hand-off counts 0; an arena too small for the conversations
+ * share a system prompt's blocks; a second choice (n > 1) copies the
+ * first one's partial block and computes only the last prompt token;
+ * copy hand-off counts its bytes and the arena hand-off counts 0; an
+ * arena too small for the conversations
  * evicts and recomputes with unchanged outputs; a decode worker killed
  * mid-stream (and one stopped past its KV lease) is replaced and the
  * request still completes; the CPU engine loaded as a plugin .so gives
@@ -23,7 +25,7 @@
  * a failing batch charges only the sequence at fault (bisection); the
  * radix index's chains never name a node their conversation does not hold.
  *
- * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing,
+ * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
  * copy_mode, pressure, worker_death, plugin, paths, preempt, worker_storm,
  * stall, fairness, shared_start, session_keys, never_fits, index_chain,
  * bisect, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
@@ -352,6 +354,80 @@ static void test_prefix_sharing(void)
 	      b.usage.cached_tokens, b.usage.prompt_tokens);
 	CHECK(metric(d, "kvarenad_prefix_hit_tokens_total") == b.usage.cached_tokens,
 	      "prefix-cache hits counted");
+	kvd_destroy(d);
+}
+
+/* n > 1 (kvd_request.fork_of): the second choice computes only the
+ * prompt's last token, the rest shared (full blocks) or copied (the
+ * partial last block) from the first choice's KV in the arena (memfd or
+ * kvarena.ko's), and samples what a request of its own with its seed
+ * samples. */
+static void test_fork(void)
+{
+	struct kvd_request rq = { 0 };
+	struct kvd_config c;
+	struct kvd_error err;
+	struct kvd_job *a = NULL, *b = NULL;
+	struct kvd *d;
+	struct reply ra, rb, rc;
+	uint64_t copied;
+	uint32_t bt;
+	char p[4096];
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	/* a prompt whose last block is partial (something to copy) */
+	for (int extra = 0; extra < 64; extra++) {
+		struct kvd_piece pc = { 0 };
+		int partial;
+
+		snprintf(p, sizeof(p), "%s<|im_start|>user\nfork %.*s<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt, extra,
+			 "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz");
+		if (kvd_piece_make(d, p, strlen(p), 1, NULL, &pc))
+			break;
+		partial = (pc.n - 1) % bt > 1;
+		kvd_piece_free(&pc);
+		if (partial)
+			break;
+	}
+	rq.model = "test";
+	rq.prompt = p;
+	rq.prompt_len = strlen(p);
+	rq.s.temperature = 1;
+	rq.s.top_p = 1;
+	rq.s.seed = 5;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = 8;
+	memset(&ra, 0, sizeof(ra));
+	memset(&rb, 0, sizeof(rb));
+	if (kvd_job_submit(d, &rq, &a, &err) == 0) {
+		rq.fork_of = a;
+		rq.s.seed = 6;
+		if (kvd_job_submit(d, &rq, &b, &err))
+			b = NULL;
+	}
+	CHECK(a && b, "two choices submitted");
+	if (!a || !b) {
+		if (a)
+			kvd_job_free(a);
+		kvd_destroy(d);
+		return;
+	}
+	collect_reply(d, a, &ra, NULL);
+	collect_reply(d, b, &rb, NULL);
+	copied = metric(d, "kvarenad_prompt_copied_tokens_total");
+	CHECK(!ra.error && !rb.error && rb.usage.cached_tokens == rb.usage.prompt_tokens - 1 &&
+	      copied > 0 && copied < bt,
+	      "the second choice computes only the last prompt token: %u of %u cached, %llu copied (%s backend)",
+	      rb.usage.cached_tokens, rb.usage.prompt_tokens, (unsigned long long)copied,
+	      d->backend == KVA_BACKEND_KERNEL ? "kernel" : "memfd");
+	ask(d, p, 1, 6, 8, &rc, NULL);
+	CHECK(same_tokens(&rb, &rc), "the second choice samples what a request of its own with its seed does (%u tokens)",
+	      rc.n_tokens);
 	kvd_destroy(d);
 }
 
@@ -2766,6 +2842,7 @@ int main(int argc, char **argv)
 	} while (0)
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
+	RUN(fork);
 	RUN(copy_mode);
 	RUN(pressure);
 	RUN(worker_death);

@@ -21,6 +21,7 @@ usage: test_serve.py KVARENAD MODEL PLUGIN.so
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -648,6 +649,46 @@ def test_frontends(d):
           f"({hits2 - hits:.0f} prefix-hit tokens of {pt} prompt tokens)")
 
 
+def test_n_prefill_once(d):
+    """Issue 40.3: chat n > 1 computes the prompt once. The other choices
+    wait for the first one's prompt KV, share its full blocks (the prefix
+    cache) and copy its partial last block into one of their own
+    (kvarenad_prompt_copied_tokens_total): of 3 x P prompt tokens, P + 2
+    are computed (each other choice computes the last token again, for its
+    logits). Each choice says what a request of its own with that choice's
+    seed (seed + i) says."""
+    def counters():
+        return [d.metric("kvarenad_" + n) or 0 for n in
+                ("prompt_tokens_total", "prompt_cached_tokens_total",
+                 "prompt_copied_tokens_total", "prefix_hit_tokens_total")]
+
+    for attempt in range(4):
+        # a prompt nobody sent before (its blocks in no cache), whose last
+        # block is partial (else there is nothing to copy: try another)
+        nonce = "".join(random.choice("abcdefghij") for _ in range(8 + 3 * attempt))
+        m = [{"role": "system", "content": f"{nonce}. " + SYS},
+             {"role": "user", "content": "Name three colours."}]
+        before = counters()
+        st, r, _ = d.chat(m, n=3, max_tokens=8, temperature=1, seed=21)
+        dp, dc, dcp, dh = (a - b for a, b in zip(counters(), before))
+        if st != 200 or dcp:
+            break
+    P = dp / 3
+    check(st == 200 and len(r["choices"]) == 3 and dcp > 0 and dp - dc == P + 2
+          and dcp + dh == 2 * (P - 1),
+          f"chat n 3: the prompt computed once ({dp - dc:.0f} of {dp:.0f} prompt tokens "
+          f"computed for a {P:.0f}-token prompt; {dh:.0f} shared, {dcp:.0f} copied)")
+    if st != 200:
+        return
+    alone = []
+    for i in range(3):
+        st, ri, _ = d.chat(m, max_tokens=8, temperature=1, seed=21 + i)
+        alone.append(ri["choices"][0]["message"]["content"] if st == 200 else None)
+    got = [c["message"]["content"] for c in sorted(r["choices"], key=lambda c: c["index"])]
+    check(got == alone and len(set(got)) > 1,
+          f"chat n 3: each choice as a request of its own with its seed: {got} / {alone}")
+
+
 def test_worker_kill(d):
     m = [{"role": "user", "content": "count slowly"}]
     st, ref, _ = d.chat(m, max_tokens=48)
@@ -781,6 +822,7 @@ def main():
         test_sampling(d)
         test_parameters(d)
         test_frontends(d)
+        test_n_prefill_once(d)
         test_budget_and_reload(d)
         test_metrics_views(d)
         test_worker_kill(d)
@@ -795,6 +837,12 @@ def main():
         check(st == 200 and copied and copied > 0,
               f"copy hand-off: kvarenad_kv_bytes_copied_total {copied:.0f}")
         copy_text = r["choices"][0]["message"]["content"]
+        # n > 1 without a shared arena: each choice computes its prompt
+        st, r, _ = d.chat([{"role": "user", "content": "hello"}], max_tokens=4, n=2,
+                          temperature=1, seed=3)
+        check(st == 200 and len(r["choices"]) == 2 and
+              not d.metric("kvarenad_prompt_copied_tokens_total"),
+              "copy hand-off: n 2 served, no KV copied between its choices")
     finally:
         d.stop()
     # the CPU engine as a plugin

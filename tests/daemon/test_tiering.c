@@ -413,6 +413,34 @@ static const char *tier_of(struct kvd *d, const char *session)
 	return t;
 }
 
+/*
+ * What the arena (the kernel's session, or the memfd backend's) says of
+ * the conversation's kvarena session, once it says tier (or, with tier
+ * UINT32_MAX, anything): the daemon tells it with the step's state
+ * changes. 0, or -1 when it never did within ms.
+ */
+static int await_ktier(struct kvd *d, const char *session, uint32_t tier, int ms,
+		       struct kva_session_info *si)
+{
+	int i, rc = -1;
+
+	for (i = 0; i < ms / 10 && rc; i++) {
+		struct kvd_conv *c;
+
+		if (i)
+			msleep(10);
+		pthread_mutex_lock(&d->lock);
+		c = kvd_conv_find_id(d, session);
+		memset(si, 0, sizeof(*si));
+		si->size = sizeof(*si);
+		if (c && c->has_kv && !kva_session_get_info(d->arena, c->as.sid, si) &&
+		    (tier == UINT32_MAX || si->tier == tier))
+			rc = 0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	return rc;
+}
+
 /* ---- tests ---------------------------------------------------------------------- */
 
 static void test_spill_restore(void)
@@ -451,6 +479,15 @@ static void test_spill_restore(void)
 	      metric(d, "kvarenad_evictions_total") == 1,
 	      "the arena needs them: evicted at once, no write (a clean copy); the session's KV "
 	      "is on disk (tier %s, one spill file)", tier_of(d, r1.session));
+	{
+		struct kva_session_info si;
+
+		CHECK(await_ktier(d, r1.session, KVA_TIER_DISK, 5000, &si) == 0 &&
+		      si.state == KVA_STATE_TOOL_WAIT && si.blocks_held == 0,
+		      "the arena's session says so too (kvactl session list): tier %u (disk %u), "
+		      "%s, %u blocks", si.tier, KVA_TIER_DISK, kva_state_name(si.state),
+		      si.blocks_held);
+	}
 	CHECK(ask(d, cv.p2, 24, &r2) == 0, "the tool result continues the conversation");
 	CHECK(same_reply(&r2, ref),
 	      "spilled then restored: tokens and log-probabilities (top 20) bit-identical to "
@@ -463,6 +500,12 @@ static void test_spill_restore(void)
 	      "one restore, on demand: a counted stall (%llu ms total)",
 	      (unsigned long long)metric(d, "kvarenad_tier_restore_stall_ms_sum"));
 	CHECK(metric(d, "kvarenad_tier_recomputed_tokens_total") == 0, "nothing recomputed");
+	{
+		struct kva_session_info si;
+
+		CHECK(await_ktier(d, r2.session, KVA_TIER_ARENA, 5000, &si) == 0,
+		      "restored: the arena's session back in tier arena (%u)", si.tier);
+	}
 	stop(d);
 	CHECK(count_files(dir, ".kvspill", NULL) == 0, "no spill file left after stop");
 out:
@@ -686,6 +729,7 @@ static void test_overrun(void)
 	struct reply r1;
 	struct kvd *d;
 	uint64_t pred0 = 0, pred1 = 0;
+	struct kva_session_info si0 = { 0 };
 	struct kvd_conv *cc;
 
 	if (!dir)
@@ -706,6 +750,16 @@ static void test_overrun(void)
 	pthread_mutex_unlock(&d->lock);
 	CHECK(pred0 >= (uint64_t)slow(200) * 1000 && pred0 < (uint64_t)slow(210) * 1000,
 	      "predicted wait of the trained class: %.0f ms", (double)pred0 / 1e3);
+	{
+		int i;
+
+		for (i = 0; i < 200; i++) {
+			if (!await_ktier(d, r1.session, UINT32_MAX, 10, &si0) &&
+			    si0.state == KVA_STATE_TOOL_WAIT)
+				break;
+			msleep(10);
+		}
+	}
 	CHECK(await_metric(d, "kvarenad_tool_overruns_total", 1, slow(2000)),
 	      "the tool outlives its prediction: an overrun");
 	pthread_mutex_lock(&d->lock);
@@ -715,6 +769,24 @@ static void test_overrun(void)
 	pthread_mutex_unlock(&d->lock);
 	CHECK(pred1 > pred0, "re-ranked: the expected wait grows from %.0f to %.0f ms",
 	      (double)pred0 / 1e3, (double)pred1 / 1e3);
+	{	/* the kernel's toolwait ranking hears it, the wait goes on */
+		struct kva_session_info si;
+		int i, ok = 0;
+
+		for (i = 0; i < 500 && !ok; i++) {
+			if (i)
+				msleep(10);
+			ok = await_ktier(d, r1.session, UINT32_MAX, 10, &si) == 0 &&
+			     si.expected_wait_us >= pred1;
+		}
+		CHECK(ok && si.state == KVA_STATE_TOOL_WAIT && si.expected_wait_us >= pred1 &&
+		      si0.state == KVA_STATE_TOOL_WAIT && si.transitions == si0.transitions &&
+		      si.state_since_ns == si0.state_since_ns,
+		      "the arena's session has the new prediction (%.0f ms, was %.0f) without a "
+		      "transition (%s since the same instant, %llu transitions before and after)",
+		      (double)si.expected_wait_us / 1e3, (double)si0.expected_wait_us / 1e3,
+		      kva_state_name(si.state), (unsigned long long)si.transitions);
+	}
 	stop(d);
 out:
 	rm_rf(dir);

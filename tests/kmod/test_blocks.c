@@ -62,6 +62,35 @@ static void test_session_lifecycle(void)
 	CU_ASSERT_EQUAL(si.transitions, 3);
 	CU_ASSERT(si.state_ns[KVA_STATE_PREFILL] > 0);
 	CU_ASSERT(si.state_since_ns >= si.created_ns);
+	CU_ASSERT_EQUAL(si.tier, KVA_TIER_ARENA);
+	{	/* KEEP: a new prediction, no transition; TIER recorded (VER1) */
+		struct kva_session_state s = { .size = sizeof(s),
+			.flags = KVA_SESSION_STATE_KEEP | KVA_SESSION_STATE_TIER,
+			.session_id = sid, .state = KVA_STATE_TOOL_WAIT,
+			.tool_class = 9, .expected_wait_us = 90000,
+			.tier = KVA_TIER_DISK };
+		uint64_t since = si.state_since_ns;
+
+		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s), 0);
+		CU_ASSERT_EQUAL(kt_session_info(arena, sid, &si), 0);
+		CU_ASSERT_EQUAL(si.expected_wait_us, 90000);
+		CU_ASSERT_EQUAL(si.transitions, 3);
+		CU_ASSERT_EQUAL(si.state_since_ns, since);
+		CU_ASSERT_EQUAL(si.tier, KVA_TIER_DISK);
+		s.state = KVA_STATE_IDLE;	/* KEEP with another state */
+		s.tool_class = 0;
+		s.expected_wait_us = 0;
+		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s), -EINVAL);
+		s.state = KVA_STATE_TOOL_WAIT;	/* TIER in a VER0 struct */
+		s.size = KVA_SESSION_STATE_SIZE_VER0;
+		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s), -EINVAL);
+		s.size = sizeof(s);
+		s.tier = KVA_TIER_MAX + 1;
+		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &s), -EINVAL);
+		CU_ASSERT_EQUAL(kt_session_info(arena, sid, &si), 0);
+		CU_ASSERT_EQUAL(si.tier, KVA_TIER_DISK);
+		CU_ASSERT_EQUAL(si.transitions, 3);
+	}
 
 	/* Errors: bad state, tool fields outside TOOL_WAIT, flags. */
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_ENDED + 1, 0, 0), -EINVAL);
@@ -69,7 +98,7 @@ static void test_session_lifecycle(void)
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_DECODE, 1, 0), -EINVAL);
 	CU_ASSERT_EQUAL(kt_set_state(arena, sid, KVA_STATE_IDLE, 0, 7), -EINVAL);
 	{
-		struct kva_session_state s = { .size = sizeof(s), .flags = 1,
+		struct kva_session_state s = { .size = sizeof(s), .flags = 1u << 31,
 			.session_id = sid, .state = KVA_STATE_IDLE };
 		struct kva_session_end e = { .size = sizeof(e), .flags = 1,
 			.session_id = sid };

@@ -235,7 +235,7 @@ static void test_session_listing(void)
 {
 	int64_t a, b;
 	int dev = kt_dev_open(), arena;
-	char out[65536], want[512], state[32];
+	char out[65536], want[512], state[32], tier[16];
 	struct kva_arena_info ai;
 	struct kva_session_info si;
 	uint64_t sess;
@@ -250,6 +250,14 @@ static void test_session_listing(void)
 	CU_ASSERT_EQUAL(kt_alloc(arena, a, 7, ids, 0), 7);
 	CU_ASSERT_EQUAL(kt_set_state(arena, a, KVA_STATE_TOOL_WAIT, 4, 2500000), 0);
 	CU_ASSERT_EQUAL(kt_set_state(arena, b, KVA_STATE_DECODE, 0, 0), 0);
+	{	/* b's KV on disk, by its runtime's word (no transition) */
+		struct kva_session_state st = { .size = sizeof(st),
+			.flags = KVA_SESSION_STATE_KEEP | KVA_SESSION_STATE_TIER,
+			.session_id = b, .state = KVA_STATE_DECODE,
+			.tier = KVA_TIER_DISK };
+
+		CU_ASSERT_EQUAL(kt_ioctl(arena, KVA_IOC_SESSION_SET_STATE, &st), 0);
+	}
 	kt_arena_info(arena, &ai);
 	kt_session_info(arena, a, &si);
 
@@ -257,20 +265,22 @@ static void test_session_listing(void)
 	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
 	CU_ASSERT(json_valid(out, "session list"));
 	snprintf(want, sizeof(want), "{\"arena_id\": %u, \"session_id\": %" PRId64 ", \"state\": "
-		 "\"tool_wait\", \"tool_class\": 4, \"blocks_held\": 7, "
+		 "\"tool_wait\", \"tier\": \"arena\", \"tool_class\": 4, \"blocks_held\": 7, "
 		 "\"expected_wait_us\": 2500000, \"cookie\": 42, ", ai.arena_id, a);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
-	snprintf(want, sizeof(want), "\"session_id\": %" PRId64 ", \"state\": \"decode\"", b);
+	snprintf(want, sizeof(want), "\"session_id\": %" PRId64 ", \"state\": \"decode\", "
+		 "\"tier\": \"disk\"", b);
 	CU_ASSERT_PTR_NOT_NULL(strstr(out, want));
 
 	snprintf(want, sizeof(want), "kvactl session list --arena %u", ai.arena_id);
 	CU_ASSERT_EQUAL(run(want, out, sizeof(out)), 0);
 	for (line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-		if (sscanf(line, "%u %" SCNu64 " %31s %u %u", &ar, &sess, state, &tool,
-			   &blocks) != 5)
+		if (sscanf(line, "%u %" SCNu64 " %31s %15s %u %u", &ar, &sess, state, tier,
+			   &tool, &blocks) != 6)
 			continue;
 		rows++;
 		CU_ASSERT_EQUAL(ar, ai.arena_id);
+		CU_ASSERT_STRING_EQUAL(tier, sess == (uint64_t)b ? "disk" : "arena");
 		if (sess == (uint64_t)a) {
 			CU_ASSERT_STRING_EQUAL(state, "tool_wait");
 			CU_ASSERT_EQUAL(tool, 4);

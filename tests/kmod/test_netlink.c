@@ -132,7 +132,7 @@ static int session_cb(const struct kva_nl_session *s, void *ctx)
 	    si.expected_wait_us != s->info.expected_wait_us ||
 	    si.created_ns != s->info.created_ns ||
 	    si.state_since_ns != s->info.state_since_ns ||
-	    si.transitions != s->info.transitions)
+	    si.transitions != s->info.transitions || si.tier != s->info.tier)
 		w->mismatches++;
 	return 0;
 }

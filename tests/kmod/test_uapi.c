@@ -36,6 +36,7 @@ static void test_version(void)
 	CU_ASSERT_EQUAL(v.api_version, KVA_API_VERSION);
 	CU_ASSERT(v.features & KVA_FEAT_DMABUF);
 	CU_ASSERT(v.features & KVA_FEAT_SESSIONS);
+	CU_ASSERT(v.features & KVA_FEAT_SESSION_UPDATE);
 	CU_ASSERT_EQUAL(v.page_size, KVA_PAGE_SIZE);
 	CU_ASSERT_EQUAL(v.max_batch, KVA_MAX_BATCH);
 	CU_ASSERT_EQUAL(v.max_pinned_bytes,

@@ -379,7 +379,8 @@ static void test_memfd_version_and_flags(void)
 	/* exactly what the backend can do: no dma-buf, tracepoints, io_uring,
 	 * events or netlink */
 	CU_ASSERT_EQUAL(v.features, KVA_FEAT_MMAP | KVA_FEAT_SESSIONS | KVA_FEAT_BLOCK_SHARE |
-			KVA_FEAT_TENANT_QUOTA | KVA_FEAT_NUMA | KVA_FEAT_EVICTION);
+			KVA_FEAT_TENANT_QUOTA | KVA_FEAT_NUMA | KVA_FEAT_EVICTION |
+			KVA_FEAT_SESSION_UPDATE);
 
 	{	/* the tenant call's flags; then a policy given at creation */
 		struct kva_tenant t = { .size = sizeof(t), .flags = 1, .tenant_id = 9 };
@@ -413,9 +414,17 @@ static void test_memfd_version_and_flags(void)
 	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_CREATE, &sc), 0);
 	CU_ASSERT(sc.session_id > 0);
 	ss.session_id = se.session_id = si.session_id = sc.session_id;
-	ss.flags = 1;
+	ss.flags = 1u << 31;
 	ss.state = KVA_STATE_TOOL_WAIT;
 	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_SET_STATE, &ss), -EINVAL);
+	/* TIER needs the VER1 struct; VER1's pad must be 0 */
+	ss.flags = KVA_SESSION_STATE_TIER;
+	ss.size = KVA_SESSION_STATE_SIZE_VER0;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_SET_STATE, &ss), -EINVAL);
+	ss.size = sizeof(ss);
+	ss.pad = 1;
+	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_SET_STATE, &ss), -EINVAL);
+	ss.pad = 0;
 	si.flags = 1;
 	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_INFO, &si), -EINVAL);
 	si.flags = 0;
@@ -427,6 +436,53 @@ static void test_memfd_version_and_flags(void)
 	CU_ASSERT_EQUAL(ai.sessions, 1);	/* still there */
 	se.flags = 0;
 	CU_ASSERT_EQUAL(kva_call(a, KVA_IOC_SESSION_END, &se), 0);
+	kva_arena_destroy(a);
+	kva_close(d);
+}
+
+/*
+ * kva_session_update() through the memfd backend (issue 39.2, 39.4): a new
+ * prediction without a transition re-ranks the arena's victims, the tier
+ * is recorded and read back, KEEP with another state is refused.
+ */
+static void test_memfd_update(void)
+{
+	struct kva_session_info si = { .size = sizeof(si) };
+	struct kva_victim v[4];
+	struct kva_arena *a;
+	struct kva_dev *d;
+	uint64_t x, y;
+	uint32_t ids[2];
+
+	CU_ASSERT_EQUAL_FATAL(kva_open(KVA_BACKEND_MEMFD, &d), 0);
+	a = mk_memfd(d, 2 * MIB, KVA_NUMA_ANY, "update");
+	CU_ASSERT_FATAL(a != NULL);
+	CU_ASSERT_EQUAL(kva_session_open(a, 1, &x), 0);
+	CU_ASSERT_EQUAL(kva_session_open(a, 2, &y), 0);
+	CU_ASSERT_EQUAL(kva_blocks_alloc(a, x, 1, ids, 0), 1);
+	CU_ASSERT_EQUAL(kva_blocks_alloc(a, y, 1, ids + 1, 0), 1);
+	/* X returns in 1 ms, Y in 100 s: Y goes first */
+	CU_ASSERT_EQUAL(kva_session_set_state(a, x, KVA_STATE_TOOL_WAIT, 1, 1000), 0);
+	CU_ASSERT_EQUAL(kva_session_set_state(a, y, KVA_STATE_TOOL_WAIT, 2, 100000000), 0);
+	CU_ASSERT_EQUAL_FATAL(kva_arena_victims(a, KVA_POLICY_TOOLWAIT, v, 4), 2);
+	CU_ASSERT_EQUAL(v[0].session_id, y);
+	/* X re-predicted: 1000 s, and its KV on disk */
+	CU_ASSERT_EQUAL(kva_session_update(a, x, KVA_SESSION_STATE_KEEP | KVA_SESSION_STATE_TIER,
+					   KVA_STATE_TOOL_WAIT, 1, 1000000000ull,
+					   KVA_TIER_DISK), 0);
+	CU_ASSERT_EQUAL_FATAL(kva_arena_victims(a, KVA_POLICY_TOOLWAIT, v, 4), 2);
+	CU_ASSERT_EQUAL(v[0].session_id, x);
+	CU_ASSERT_EQUAL(kva_session_get_info(a, x, &si), 0);
+	CU_ASSERT_EQUAL(si.tier, KVA_TIER_DISK);
+	CU_ASSERT_EQUAL(si.transitions, 1);
+	CU_ASSERT_EQUAL(si.expected_wait_us, 1000000000ull);
+	CU_ASSERT_EQUAL(kva_session_update(a, y, KVA_SESSION_STATE_KEEP, KVA_STATE_DECODE,
+					   0, 0, 0), -EINVAL);
+	CU_ASSERT_EQUAL(kva_session_update(a, y, KVA_SESSION_STATE_TIER, KVA_STATE_DECODE,
+					   0, 0, KVA_TIER_NONE), 0);
+	CU_ASSERT_EQUAL(kva_session_get_info(a, y, &si), 0);
+	CU_ASSERT_EQUAL(si.state, KVA_STATE_DECODE);
+	CU_ASSERT_EQUAL(si.tier, KVA_TIER_NONE);
 	kva_arena_destroy(a);
 	kva_close(d);
 }
@@ -468,4 +524,5 @@ void add_memfd_tests(CU_pSuite s)
 	CU_add_test(s, "memfd memory: NUMA binding", test_memfd_numa);
 	CU_add_test(s, "memfd victims: arguments as the module's", test_memfd_victims_args);
 	CU_add_test(s, "memfd idle time settled when a session ends", test_memfd_idle_at_end);
+	CU_add_test(s, "memfd session update: KEEP re-ranks, TIER recorded", test_memfd_update);
 }

@@ -88,7 +88,7 @@ GROUPS = {
                   build=["build/daemon/tests/test_orch", "build/daemon/tests/test_radix"],
                   tests=[["make", "-s", "--no-print-directory", "check-radix"],
                          ["make", "-s", "--no-print-directory", "check-orch"]],
-                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,copy_mode,"
+                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,fork,copy_mode,"
                                         "pressure,worker_death,plugin,agent_loop,paths,"
                                         "preempt,worker_storm,stall,fairness,shared_start,"
                                         "session_keys,never_fits,bisect"}),

@@ -264,7 +264,10 @@ if [ "$rc" = 122 ] && [ "$reason" = output-cap ]; then ok "output past the cap" 
 # without v2 pids/memory controllers the rlimit stand-ins must still stop
 # the bombs (the guest lane checks pids.max and memory.max themselves)
 expect_blocked "fork bomb (RLIMIT_NPROC here)" --workdir "$W" -- "$PROBE" forkbomb 5000
-expect_blocked "memory bomb (RLIMIT_AS here)" --workdir "$W" -- "$PROBE" membomb 4096
+# (16 MiB and 60 s: touching the default tool's 256 MiB + 256 MiB of
+# address space ran past its 10 s timeout at load average 30)
+printf '[membomb]\nexec = %s\nmemory = 16M\ntimeout = 60s\n' "$PROBE" >"$T/membomb.ini"
+expect_blocked "memory bomb (RLIMIT_AS here)" --policy "$T/membomb.ini" --tool membomb --workdir "$W" -- "$PROBE" membomb 4096
 
 # ---- policy
 run "unknown tool refused" --policy "$T/net.ini" --tool nope --workdir "$W" -- "$PROBE" euid

@@ -115,6 +115,9 @@ static void wire_parse(void)
 	kvs_rpc_msg_free(&m);
 }
 
+#define N16 "abcdefghijklmnop"
+#define N128 N16 N16 N16 N16 N16 N16 N16 N16
+
 /* A tools/list page: the well-formed entries up to max_tools, the rest
  * counted; the cursor only while there is room. */
 static void wire_tools_page(void)
@@ -123,6 +126,8 @@ static void wire_tools_page(void)
 				 "\"description\": 5}, {\"name\": \"c\", \"inputSchema\": [1]}, "
 				 "{\"name\": \"\"}, {\"name\": \"d\", \"description\": \"dd\"}, "
 				 "{\"name\": \"e\"}], \"nextCursor\": \"p2\"}", 0, NULL);
+	json_t *names = json_loads("{\"tools\": [{\"name\": \"" N128 "\"}, {\"name\": \"" N128
+				   "x\"}]}", 0, NULL);
 	json_t *all = json_array(), *cursor = NULL;
 	unsigned long bad = 0;
 
@@ -139,7 +144,14 @@ static void wire_tools_page(void)
 	CHECK(json_array_size(all) == 2 && !cursor, "wire: max_tools 2 keeps 2 (%zu), no cursor",
 	      json_array_size(all));
 	json_decref(cursor);
+	json_array_clear(all);
+	bad = 0;
+	kvs_mcp_tools_page(names, all, 8, &bad, &cursor);
+	CHECK(json_array_size(all) == 1 && bad == 1 && !cursor &&
+	      json_string_length(json_object_get(json_array_get(all, 0), "name")) == 128,
+	      "wire: a name of 128 bytes kept, one of 129 not (%zu kept)", json_array_size(all));
 	json_decref(all);
+	json_decref(names);
 	json_decref(res);
 }
 
@@ -165,7 +177,26 @@ static void wire_commit_past_room(void)
 	CHECK(kvs_lines_next(&l, &line, &n) == 1 && n == 8 && !memcmp(line, "abcdefgh", 8),
 	      "wire: the line whole after a commit past the room");
 	CHECK(kvs_lines_next(&l, &line, &n) == 0, "wire: nothing more");
+	/* the same while dropping a line over the cap */
+	p = kvs_lines_space(&l, &room);
+	memcpy(p, "abcdefghi", 9);
+	kvs_lines_commit(&l, 9);
+	CHECK(kvs_lines_next(&l, &line, &n) == -EMSGSIZE, "wire: 9 bytes without a newline "
+	      "are over the cap of 8");
+	p = kvs_lines_space(&l, &room);
+	CHECK(room == 9, "wire: room %zu while dropping", room);
+	memcpy(p, "xx\nabcdef", 9);
+	kvs_lines_commit(&l, 50);
+	CHECK(kvs_lines_next(&l, &line, &n) == 0, "wire: no line yet after the drop's end");
+	p = kvs_lines_space(&l, &room);
+	CHECK(room == 3, "wire: room %zu behind the 6 bytes kept", room);
+	memcpy(p, "\n", 1);
+	kvs_lines_commit(&l, 1);
+	CHECK(kvs_lines_next(&l, &line, &n) == 1 && n == 6 && !memcmp(line, "abcdef", 6),
+	      "wire: what followed the dropped line's newline is the next line");
 	kvs_lines_free(&l);
+	CHECK(kvs_lines_init(&l, 0) == -EINVAL && kvs_lines_init(&l, SIZE_MAX) == -EINVAL,
+	      "wire: a cap of 0 or one whose buffer size wraps refused");
 }
 
 static size_t max_message;	/* 0: the client's default */

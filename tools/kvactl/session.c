@@ -15,16 +15,29 @@ struct walk {
 	json_t *list;
 };
 
+/* Where the runtime keeps the session's KV (its word: KVA_SESSION_STATE_TIER). */
+static const char *tier_name(uint32_t tier)
+{
+	static const char *const names[] = {
+		[KVA_TIER_ARENA] = "arena",
+		[KVA_TIER_DISK] = "disk",
+		[KVA_TIER_NONE] = "none",
+	};
+
+	return tier <= KVA_TIER_MAX ? names[tier] : "?";
+}
+
 /* The "session" object of the JSON schema. */
 static json_t *session_json(const struct kva_nl_session *s, uint64_t in_state)
 {
 	const struct kva_session_info *i = &s->info;
 
-	return json_pack("{s:I, s:I, s:s, s:I, s:I, s:o, s:o, s:o, s:o, s:o,"
-			 " s:o}",
+	return json_pack("{s:I, s:I, s:s, s:s, s:I, s:I, s:o, s:o, s:o, s:o,"
+			 " s:o, s:o}",
 			 "arena_id", (json_int_t)s->arena_id,
 			 "session_id", (json_int_t)i->session_id,
 			 "state", kva_state_name(i->state),
+			 "tier", tier_name(i->tier),
 			 "tool_class", (json_int_t)i->tool_class,
 			 "blocks_held", (json_int_t)i->blocks_held,
 			 "expected_wait_us", kvactl_ju64(i->expected_wait_us),
@@ -50,9 +63,9 @@ static int session_row(const struct kva_nl_session *s, void *ctx)
 			return -ENOMEM;
 		return 0;
 	}
-	printf("%-5u %-12llu %-9s %-4u %-7u %-10llu %-9s %-9s %llu\n",
+	printf("%-5u %-12llu %-9s %-5s %-4u %-7u %-10llu %-9s %-9s %llu\n",
 	       s->arena_id, (unsigned long long)i->session_id,
-	       kva_state_name(i->state),
+	       kva_state_name(i->state), tier_name(i->tier),
 	       i->tool_class, i->blocks_held,
 	       (unsigned long long)i->idle_byte_sec,
 	       kvactl_dur(in_state, d1, sizeof(d1)),
@@ -86,8 +99,8 @@ int kvactl_session(struct kvactl *k, int argc, char **argv)
 		if (!w.list)
 			return kvactl_fail(k, "session list", -ENOMEM);
 	} else {
-		printf("%-5s %-12s %-9s %-4s %-7s %-10s %-9s %-9s %s\n", "ARENA",
-		       "SESSION", "STATE", "TOOL", "BLOCKS", "IDLE_B*S",
+		printf("%-5s %-12s %-9s %-5s %-4s %-7s %-10s %-9s %-9s %s\n",
+		       "ARENA", "SESSION", "STATE", "TIER", "TOOL", "BLOCKS", "IDLE_B*S",
 		       "FOR", "EXPECTED", "COOKIE");
 	}
 	ret = kva_nl_sessions(k->nl, arena, session_row, &w);

@@ -46,6 +46,7 @@
 #define KVA_FEAT_EVENTS		(1ULL << 8)	/* KVA_URING_WAIT_EVENT */
 #define KVA_FEAT_EVICTION	(1ULL << 9)	/* policies, watermarks, victims */
 #define KVA_FEAT_NETLINK	(1ULL << 10)	/* generic netlink "kvarena" */
+#define KVA_FEAT_SESSION_UPDATE	(1ULL << 11)	/* SET_STATE's KEEP and TIER */
 
 /* Limits. */
 #define KVA_PAGE_SHIFT		21		/* arenas are made of 2 MiB pages */
@@ -293,7 +294,19 @@ struct kva_session_end {
  * in:  session_id, state (IDLE, PREFILL, DECODE, TOOL_WAIT; ENDED acts as
  *      KVA_IOC_SESSION_END), tool_class and expected_wait_us (TOOL_WAIT
  *      only; must be 0 otherwise).
- * errors: ENOENT; EINVAL bad state or tool fields; EALREADY already in it.
+ *      flags KVA_SESSION_STATE_KEEP: no transition: state must be the
+ *      session's current one (not ENDED), whose tool_class and
+ *      expected_wait_us are replaced (a runtime's new prediction for a tool
+ *      that runs past the old one: the policies rank by it at once); the
+ *      time in state, the transition count and the tracepoint are left
+ *      alone, so a tool-wait measurement in progress goes on.
+ *      flags KVA_SESSION_STATE_TIER (VER1): also record where the runtime
+ *      keeps the session's KV (tier: enum kva_tier), shown by
+ *      KVA_IOC_SESSION_INFO and the netlink dump; the kernel does not act
+ *      on it.
+ * errors: ENOENT; EINVAL bad state, tool fields, flags, KEEP with another
+ *      state, tier out of range or TIER with a VER0 size; EALREADY already
+ *      in it (without KEEP).
  */
 struct kva_session_state {
 	__u32 size;
@@ -302,9 +315,29 @@ struct kva_session_state {
 	__u32 state;
 	__u32 tool_class;
 	__u64 expected_wait_us;
+	/* VER1 */
+	__u32 tier;			/* with KVA_SESSION_STATE_TIER */
+	__u32 pad;
 };
 
 #define KVA_SESSION_STATE_SIZE_VER0	32
+#define KVA_SESSION_STATE_SIZE_VER1	40
+
+#define KVA_SESSION_STATE_KEEP		(1U << 0)
+#define KVA_SESSION_STATE_TIER		(1U << 1)
+
+/*
+ * Where a runtime keeps a session's KV (its own statement, for operators:
+ * kvactl session list): in the arena, in a lower tier (a spill file), or
+ * nowhere (it will be recomputed).  New sessions start in ARENA.
+ */
+enum kva_tier {
+	KVA_TIER_ARENA		= 0,
+	KVA_TIER_DISK		= 1,
+	KVA_TIER_NONE		= 2,
+};
+
+#define KVA_TIER_MAX		KVA_TIER_NONE
 
 /*
  * KVA_IOC_SESSION_INFO (arena fd): one session's state and accounting.
@@ -329,9 +362,13 @@ struct kva_session_info {
 	__u64 idle_block_us;
 	__u64 idle_byte_sec;
 	__u64 state_ns[KVA_STATE_SLOTS];	/* time per state; 0 beyond */
+	/* VER1 */
+	__u32 tier;			/* enum kva_tier: the runtime's word */
+	__u32 pad1;
 };
 
 #define KVA_SESSION_INFO_SIZE_VER0	152
+#define KVA_SESSION_INFO_SIZE_VER1	160
 
 /*
  * A tenant is who pays for arenas: by default the effective uid of whoever
@@ -549,6 +586,7 @@ enum kva_nl_attr {
 	KVA_NL_A_SCORE,			/* u64 */
 	KVA_NL_A_IDLE_NS,		/* u64 */
 	KVA_NL_A_DROPPED,		/* u64: events not multicast before it */
+	KVA_NL_A_TIER,			/* u32: enum kva_tier */
 	__KVA_NL_A_MAX
 };
 

@@ -77,7 +77,8 @@ class _SessionInfo(ctypes.Structure):
                 ("pad", u32), ("expected_wait_us", u64), ("cookie", u64),
                 ("created_ns", u64), ("state_since_ns", u64),
                 ("transitions", u64), ("idle_block_us", u64),
-                ("idle_byte_sec", u64), ("state_ns", u64 * _STATE_SLOTS)]
+                ("idle_byte_sec", u64), ("state_ns", u64 * _STATE_SLOTS),
+                ("tier", u32), ("pad1", u32)]
 
 
 class _Tenant(ctypes.Structure):
@@ -157,7 +158,7 @@ def _sized(cls):
 def _asdict(s):
     out = {}
     for name, _ in s._fields_:
-        if name in ("size", "flags", "pad"):
+        if name in ("size", "flags", "pad", "pad1"):
             continue
         v = getattr(s, name)
         if isinstance(v, bytes):
