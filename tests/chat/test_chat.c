@@ -495,6 +495,9 @@ static void test_family_choice(void)
 			"<|im_start|>system\nYou are a function calling AI model. You may call one or more "
 			"functions to assist with the user query. <tools>{{ tools }}</tools><tool_call>",
 			"<|im_start|>{{ m.role }}<|im_sep|>{{ m.content }}",
+			/* Qwen's markers and <think>, no reasoning_content (QwQ) */
+			"{{- '<|im_start|>user' }}You may call one or more functions to assist with the "
+			"user query.<tool_call>{{- '<|im_start|>assistant\\n<think>\\n' }}",
 		};
 		const char *agent = "<|im_start|>system\n{{ sys }}{%- if tools %}\n\n# Tools\n\nYou may call "
 				    "one or more functions to assist with the user query.<tools>{{ tools }}"
@@ -595,6 +598,8 @@ static void test_plain_spans(void)
 	}
 	sb_free(&plain);
 	chat_prompt_free(&p);
+	/* freed, it is empty again: ready for another rendering */
+	CU_ASSERT(!p.text.s && !p.text.len && !p.plain && !p.n_plain && !p.cap_plain && !p.oom);
 	jconv_free(&j);
 }
 
@@ -696,6 +701,9 @@ static const struct fcase fcases[] = {
 	 * whole or in pieces (fuzz_chat found them read differently) */
 	{ "mistral-v7", "[TOOL_CALLS]f[CALL_ID]" X70 "[ARGS]{}", "[TOOL_CALLS]f[CALL_ID]" X70 "[ARGS]{}",
 	  "", "", NULL, 1 },
+	/* the id ends at the whole mark: "[ARGS" is part of an id (not 9
+	 * alphanumerics, so a new one is made) */
+	{ "mistral-v7", "[TOOL_CALLS]f[CALL_ID]ab[ARGS[ARGS]{}", "", "f|", "{}|", NULL, 0 },
 	/* Mistral v11 (Ministral 3, Devstral): content, then [TOOL_CALLS]N[ARGS]A */
 	{ "mistral-v11", "Let me check.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", "Let me check.",
 	  "get_weather|", "{\"city\": \"Paris\"}|", NULL, 1 },
