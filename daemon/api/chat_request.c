@@ -835,7 +835,7 @@ static int check_serving(struct parser *p, json_t *root)
 
 	if (param_serving(p->e, root) || param_verbosity(p->e, root, "verbosity", "verbosity") ||
 	    param_enum(p->e, root, "reasoning_effort", "reasoning_effort", efforts, thinking,
-		       "this model does not reason before answering (none or minimal only)"))
+		       "no reasoning budget can be set here (none or minimal only; none turns a thinking family's reasoning off)"))
 		return -1;
 	v = json_object_get(root, "store");
 	if (v && !json_is_null(v) && !json_is_boolean(v))

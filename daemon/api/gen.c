@@ -391,10 +391,12 @@ static void choice_done(struct gen *g, struct gen_choice *c)
 		return;
 	c->finished = 1;
 	g->n_finished++;
-	g->usage.prompt_tokens += c->usage.prompt_tokens;
-	g->usage.cached_tokens += c->usage.cached_tokens;
 	g->usage.completion_tokens += c->usage.completion_tokens;
 	if (c->index == 0) {
+		/* one prompt, computed once (n > 1 choices copy its KV): counted
+		 * once, as OpenAI and vLLM count it */
+		g->usage.prompt_tokens = c->usage.prompt_tokens;
+		g->usage.cached_tokens = c->usage.cached_tokens;
 		g->ttft_ms = c->ttft_ms;
 		g->total_ms = c->total_ms;
 	}

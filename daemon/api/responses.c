@@ -923,7 +923,7 @@ static int parse_misc(struct rparser *p, json_t *root)
 		x = json_object_get(v, "effort");
 		if (x && !json_is_null(x) && !(json_is_string(x) &&
 		    (!strcmp(json_string_value(x), "none") || !strcmp(json_string_value(x), "minimal"))))
-			return unsupported(p, "reasoning.effort", "Unsupported 'reasoning.effort' '%s': this model does not reason before answering (none or minimal only).",
+			return unsupported(p, "reasoning.effort", "Unsupported 'reasoning.effort' '%s': no reasoning budget can be set here (none or minimal only; none turns a thinking family's reasoning off).",
 					   json_is_string(x) ? json_string_value(x) : "");
 		/* none: a family that thinks (qwen3) answers at once */
 		if (json_is_string(x) && !strcmp(json_string_value(x), "none"))

@@ -160,6 +160,10 @@ def test_chat_n(s):
           r["usage"]["completion_tokens"] > 0 and r["usage"]["completion_tokens"] % 2 == 0 and
           len(set(r["kvarena"]["session_ids"])) == 2,
           "chat n 2: two choices, usage summed, a session each")
+    st1, r1, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user("say Twice"),
+                                                        "seed": 3})
+    check(st == 200 and st1 == 200 and r["usage"]["prompt_tokens"] == r1["usage"]["prompt_tokens"],
+          "chat n 2: the prompt counted once in usage, as for n 1")
     st, ev = s.events("/v1/chat/completions", {"model": MODEL, "messages": user("say Both streamed"),
                                                "n": 2, "stream": True})
     text = {0: "", 1: ""}

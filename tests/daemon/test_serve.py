@@ -644,7 +644,7 @@ def test_frontends(d):
     hits2 = d.metric("kvarenad_prefix_hit_tokens_total") or 0
     pt = r["usage"]["prompt_tokens"] if st == 200 else 0
     check(st == 200 and len(r["choices"]) == 3 and len(set(r["kvarena"]["session_ids"])) == 3
-          and hits2 - hits >= 2 * (pt // 3 - 16),
+          and hits2 - hits >= 2 * (pt - 16),
           f"chat n 3: three choices; the prompt's full blocks shared by the other two "
           f"({hits2 - hits:.0f} prefix-hit tokens of {pt} prompt tokens)")
 
@@ -675,17 +675,20 @@ def test_n_prefill_once(d):
             break
     P = dp / 3
     check(st == 200 and len(r["choices"]) == 3 and dcp > 0 and dp - dc == P + 2
-          and dcp + dh == 2 * (P - 1),
+          and dcp + dh == 2 * (P - 1) and r["usage"]["prompt_tokens"] == P,
           f"chat n 3: the prompt computed once ({dp - dc:.0f} of {dp:.0f} prompt tokens "
-          f"computed for a {P:.0f}-token prompt; {dh:.0f} shared, {dcp:.0f} copied)")
+          f"computed for a {P:.0f}-token prompt; {dh:.0f} shared, {dcp:.0f} copied) and "
+          f"counted once in usage ({r['usage']['prompt_tokens'] if st == 200 else None})")
     if st != 200:
         return
-    alone = []
+    alone, n_alone = [], []
     for i in range(3):
         st, ri, _ = d.chat(m, max_tokens=8, temperature=1, seed=21 + i)
         alone.append(ri["choices"][0]["message"]["content"] if st == 200 else None)
+        n_alone.append(ri["usage"]["completion_tokens"] if st == 200 else -1)
     got = [c["message"]["content"] for c in sorted(r["choices"], key=lambda c: c["index"])]
-    check(got == alone and len(set(got)) > 1,
+    check(got == alone and len(set(got)) > 1 and
+          r["usage"]["completion_tokens"] == sum(n_alone),
           f"chat n 3: each choice as a request of its own with its seed: {got} / {alone}")
 
 

@@ -8,6 +8,8 @@
 #   tests/debug/check-debug.sh KO      (env: DEBUG_KERNEL_DIR, FUZZ_OPS,
 #                                       FUZZ_SECS, FUZZ_SEED, KVA_DEBUG_TIMEOUT,
 #                                       FAILNTH_ARGS: kva-failnth scenarios,
+#                                       KT_RACE_SECS: the WAIT_EVENT race's
+#                                       length (120 s),
 #                                       KT_SUITES: guest suites, FUZZ_ARGS: more
 #                                       kva-fuzz options, e.g. -x VGEM)
 set -euo pipefail
@@ -35,6 +37,7 @@ KVA_VM_PVH=0 tests/vm/run-guest.sh --kver "$rel" --kimage "$dir/bzImage" --modro
 	--bin build/tests/fuzz/kva-fuzz --bin build/tests/debug/kva-failnth \
 	--mem 2048 --timeout "$timeout" --log "$log" --append kasan_multi_shot \
 	--cmd "export KT_MODPROBE_ARGS='max_pinned_mb=512'" \
+	--cmd "export KT_RACE_SECS=${KT_RACE_SECS:-120}   # the WAIT_EVENT race: 15 s catch nothing here" \
 	--cmd 'fail=0; step() { echo "KVA-STEP $1 rc=$2"; [ "$2" = 0 ] || fail=1; }' \
 	--cmd 'kl=/sys/kernel/debug/kmemleak; [ -w $kl ] || step kmemleak-present 1' \
 	--cmd '[ -w $kl ] && { echo scan >$kl; echo clear >$kl; }   # boot-time suspects are not ours' \

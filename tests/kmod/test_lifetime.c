@@ -81,8 +81,13 @@ static void test_sigkill_returns_everything(void)
 	CU_ASSERT_EQUAL(kt_ioctl(dev, KVA_IOC_TENANT_INFO, &t), -ENOENT);
 	close(dev);
 	free2 = kt_zone_free_pages();
-	/* Every 2 MiB page is back (allow for the child's own pages). */
-	CU_ASSERT(free2 - free1 >= pages);
+	/*
+	 * Every 2 MiB page is back: free2 - free1 counts the arena and the
+	 * child's own pages, less what the kernel allocated meanwhile (under
+	 * the debug kernel's KASAN and kmemleak, a few dozen pages).  A page
+	 * the module kept would be 512 short.
+	 */
+	CU_ASSERT(free2 - free1 > pages - 512);
 	if (free2 - free1 < pages)
 		fprintf(stderr, "zoneinfo free pages: before %lld, held %lld, after %lld\n",
 			free0, free1, free2);
