@@ -155,6 +155,7 @@ check-all:
 	$(MAKE) --no-print-directory check-dkms
 	$(MAKE) --no-print-directory check-install
 	$(MAKE) --no-print-directory check-engine
+	$(MAKE) --no-print-directory check-engine-peer
 	$(MAKE) --no-print-directory check-model
 	$(MAKE) --no-print-directory check-engine-guest
 	$(MAKE) --no-print-directory check-python-guest

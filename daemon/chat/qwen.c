@@ -327,9 +327,13 @@ static int detect25(const char *tmpl, size_t len)
 	return qwen_markers(tmpl, len) && !chat_has(tmpl, len, "<think>");
 }
 
+/* Qwen 3 writes back the reasoning of recent replies (reasoning_content);
+ * QwQ, with the same markers, drops it everywhere and opens every reply
+ * with <think>: not this family's rendering, so refused. */
 static int detect3(const char *tmpl, size_t len)
 {
-	return qwen_markers(tmpl, len) && chat_has(tmpl, len, "<think>");
+	return qwen_markers(tmpl, len) && chat_has(tmpl, len, "<think>") &&
+	       chat_has(tmpl, len, "reasoning_content");
 }
 
 #define QWEN_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."

@@ -3,8 +3,8 @@
 # Included from the top-level Makefile (paths are relative to the repo
 # root); also usable alone: make -f daemon/engine/engine.mk engine
 # Defines only ENGINE_* variables and the phony targets
-#   engine check-engine check-engine-avx512 bench-engine deps-engine
-#   deps-engine-avx512 coverage-engine
+#   engine check-engine check-engine-avx512 check-engine-peer bench-engine
+#   deps-engine deps-engine-avx512 coverage-engine
 # Everything it writes goes under build/.
 
 ENGINE_CC       ?= cc
@@ -31,7 +31,7 @@ else
 ENGINE_KVA      := $(LIB_A)
 endif
 
-ENGINE_NAMES    := gguf model pack tokenizer forward threads sample kernels \
+ENGINE_NAMES    := gguf model pack quant tokenizer forward threads sample kernels \
                    kernels_c kernels_avx2 kernels_avx512 kernels_avxvnni \
                    kernels_avx512vnni selfcheck kv_arena \
                    grammar json_schema constrain
@@ -60,7 +60,7 @@ ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 # (AVX-512 with VNNI)
 ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 
-.PHONY: engine check-engine check-engine-avx512 bench-engine deps-engine \
+.PHONY: engine check-engine check-engine-avx512 check-engine-peer bench-engine deps-engine \
 	deps-engine-avx512 coverage-engine
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
@@ -127,6 +127,14 @@ $(ENGINE_KVCBENCH): tools/bench/engine/kvc-bench.c $(ENGINE_LIB)
 
 check-engine: engine
 	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/run.sh
+
+# the engine against llama.cpp (its quantiser, logits, greedy decoding,
+# dequantisation) on the same files, and the shipped agent model's chat
+# prompts and token ids as llama.cpp renders and tokenizes them
+# (tests/model/llama-peer.py): fetches the benchmark's peer into
+# its cache first; 1-2.5 minutes (Documentation/engine.md)
+check-engine-peer: engine build/chat/tests/kvd-chat-render
+	@ENGINE_PY=$(ENGINE_PY) sh tests/engine/peer.sh
 
 # the engine suite's branch coverage, to find what no test exercises:
 # every condition it never makes true or never makes false

@@ -32,10 +32,11 @@ struct kve_mat {
 	uint32_t panel;		/* 0 (row-major), or rows per panel */
 };
 
-#define KVE_PANEL_F	4	/* F32/F16 rows per panel; chunks of 8 columns */
+#define KVE_PANEL_F	4	/* F32/F16/BF16 rows per panel; chunks of 8 columns */
 #define KVE_PANEL_Q8	4	/* Q8_0 rows per panel (a 4-row group of the kernels) */
+#define KVE_PANEL_Q	4	/* rows per panel of the other quantised types */
 
-/* F32/F16: columns [8c, 8c + 8) of row r, as consecutive values. */
+/* F32/F16/BF16: columns [8c, 8c + 8) of row r, as consecutive values. */
 static inline const uint8_t *kve_mat_chunk(const struct kve_mat *w, uint32_t r, uint32_t c)
 {
 	size_t es = w->type == GGML_F32 ? 4 : 2;
@@ -46,7 +47,7 @@ static inline const uint8_t *kve_mat_chunk(const struct kve_mat *w, uint32_t r, 
 	       ((size_t)c * KVE_PANEL_F + r % KVE_PANEL_F) * 8 * es;
 }
 
-/* F32/F16: bytes from one chunk of a row to its next */
+/* F32/F16/BF16: bytes from one chunk of a row to its next */
 static inline size_t kve_mat_cstep(const struct kve_mat *w)
 {
 	return (w->panel ? KVE_PANEL_F : 1) * 8 * (size_t)(w->type == GGML_F32 ? 4 : 2);
@@ -77,10 +78,31 @@ static inline size_t kve_q8_bstep(const struct kve_mat *w)
 }
 
 /*
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K: block b of row r, in GGUF's own
+ * block layout (quant.c). Packed, the 4 rows' blocks b are adjacent,
+ * [block][row 0..3][block bytes], so a 4-row tile reads one stream.
+ */
+static inline const uint8_t *kve_mat_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
+{
+	size_t bb = ggml_blck_bytes(w->type);
+
+	if (!w->panel)
+		return w->data + (size_t)r * w->row_bytes + (size_t)b * bb;
+	return w->data + (size_t)(r - r % KVE_PANEL_Q) * w->row_bytes +
+	       ((size_t)b * KVE_PANEL_Q + r % KVE_PANEL_Q) * bb;
+}
+
+/* bytes from one block of a row to its next */
+static inline size_t kve_mat_bstep(const struct kve_mat *w)
+{
+	return (w->panel ? KVE_PANEL_Q : 1) * (size_t)ggml_blck_bytes(w->type);
+}
+
+/*
  * Packs a row-major matrix into panels in place (its memory must be
  * writable). 0 when packed, 1 when the shape does not allow it (rows must
- * be a multiple of 4, F32/F16 cols a multiple of 8; other types stay as
- * they are) and the matrix is left untouched, -ENOMEM.
+ * be a multiple of 4, F32/F16/BF16 cols a multiple of 8) and the matrix
+ * is left untouched, -ENOMEM.
  * pack.c.
  */
 int kve_mat_pack(struct kve_mat *w);
@@ -88,6 +110,7 @@ int kve_mat_pack(struct kve_mat *w);
 struct kve_layer {
 	const float *attn_norm, *ffn_norm;
 	const float *bq, *bk, *bv;	/* Q/K/V biases, all NULL when absent */
+	const float *q_norm, *k_norm;	/* per-head RMS norm weights (qwen3), or NULL */
 	struct kve_mat wq, wk, wv, wo, gate, up, down;
 };
 
@@ -97,13 +120,28 @@ struct kve_model {
 	struct kve_model_info info;
 	struct kve_mat tok_embd, output;
 	const float *out_norm;
+	const float *rope_freqs;	/* rope_dims / 2 frequency divisors, or NULL */
 	struct kve_layer *layers;
 };
 
-/* Activations quantised for Q8_0 dot products: one block per 32 values. */
+/* Activations quantised for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 dot products:
+ * one block per 32 values; the sum of its quants (Q4_0's and Q5_0's
+ * offsets) and that sum times the block's unrounded scale, rounded to
+ * fp16 as llama.cpp's Q8_1 blocks hold it (Q4_1's and Q5_1's minima). */
 struct kve_q8x {
 	float d;
 	int8_t q[QK8_0];
+	int32_t sum;
+	float s;
+};
+
+/* Activations quantised for the K-quant dot products (Q4_K, Q5_K, Q6_K):
+ * one block per 256 values, one scale, and the sums of each 16 quants
+ * (the minimum and offset terms). */
+struct kve_q8k {
+	float d;
+	int8_t q[QK_K];
+	int16_t bsums[QK_K / 16];
 };
 
 /*
@@ -120,6 +158,15 @@ struct kve_kernels {
 		       float *y, int ldy, int r0, int r1);
 	void (*mm_q8)(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		      float *y, int ldy, int r0, int r1);
+	/* BF16 weights by F32 activations */
+	void (*mm_bf16)(const struct kve_mat *w, const float *x, int T,
+			float *y, int ldy, int r0, int r1);
+	/* Q4_0, Q4_1, Q5_0, Q5_1 (w->type says which) by Q8_0 activations */
+	void (*mm_q32)(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		       float *y, int ldy, int r0, int r1);
+	/* Q4_K, Q5_K, Q6_K (w->type says which) by Q8_K activations */
+	void (*mm_qk)(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+		      float *y, int ldy, int r0, int r1);
 	/* attention helpers over one K or V row of head_dim elements */
 	float (*dot_f32)(const float *a, const float *b, int n);
 	float (*dot_f16)(const float *a, const uint16_t *b, int n);
@@ -129,6 +176,9 @@ struct kve_kernels {
 	 * every set, so Q8_0 results differ between sets only by summation
 	 * order */
 	void (*quantize_q8x)(const float *x, int n, struct kve_q8x *out);
+	/* the same per 256 values, with the sums of each 16 quants; bit
+	 * for bit kve_quantize_q8k in every set */
+	void (*quantize_q8k)(const float *x, int n, struct kve_q8k *out);
 	/* n floats -> fp16, round to nearest even (K/V stores); identical to
 	 * kve_f32_to_f16 except for NaN payloads */
 	void (*f32_to_f16)(uint16_t *dst, const float *src, int n);
@@ -187,6 +237,16 @@ void kve_mm_q8_avxvnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		       float *y, int ldy, int r0, int r1);
 void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 			  float *y, int ldy, int r0, int r1);
+/* their products of the 4- to 6-bit types (kernels_quant_avx2.h,
+ * kernels_quant_avx512.h with vpdpbusd / vpdpwssd) */
+void kve_mm_q32_avxvnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			float *y, int ldy, int r0, int r1);
+void kve_mm_qk_avxvnni(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+		       float *y, int ldy, int r0, int r1);
+void kve_mm_q32_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			   float *y, int ldy, int r0, int r1);
+void kve_mm_qk_avx512vnni(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+			  float *y, int ldy, int r0, int r1);
 
 /*
  * The selection, as a pure function (kve_kernels_select calls it with
@@ -242,10 +302,23 @@ unsigned kve_cpu_probe(void);
  * AVX512). Tests call it with CPUs the host is not. */
 unsigned kve_cpu_features_from(unsigned has);
 
+/* The portable products of the types without SIMD ones in a set */
+void kve_mm_bf16_c(const struct kve_mat *w, const float *x, int T, float *y, int ldy,
+		   int r0, int r1);
+void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
+		  int ldy, int r0, int r1);
+void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
+		 int ldy, int r0, int r1);
+
 /* Portable activation quantiser: the definition the SIMD ones match bit
- * for bit (d = amax/127, round half to even, NaN -> 0, clamp to +-127). */
+ * for bit (d = amax/127, round half to even, NaN -> 0, clamp to +-127;
+ * sum: the sum of the block's quants). */
 void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out);
 void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out);
+/* The same over blocks of 256 (n a multiple of 256), bsums[i] the sum of
+ * quants 16i..16i+15. */
+void kve_quantize_q8k(const float *x, int n, struct kve_q8k *out);
+void kve_quantize_q8k_avx2(const float *x, int n, struct kve_q8k *out);
 void kve_f32_to_f16_avx2(uint16_t *dst, const float *src, int n);
 void kve_silu_mul_avx2(float *g, const float *u, int n);
 float kve_softmax_exp_avx2(float *sc, int n, float mx);
@@ -276,6 +349,29 @@ const struct kve_pretok *kve_tokenizer_pretok(const struct kve_tokenizer *t);
 /* Dequantises row `row` of a matrix into out (cols floats). */
 void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out);
 
+/*
+ * quant.c: the block formats. kve_dequant_block writes the values of one
+ * block of a quantised type (GGUF's layout, as ggml's reference
+ * dequantisation computes them, bit for bit) to out; F32/F16/BF16 one
+ * value. kve_q4k_scales unpacks a Q4_K/Q5_K block's eight 6-bit scales
+ * and minima (sc[0..7], then m[0..7]).
+ */
+void kve_dequant_block(uint32_t type, const uint8_t *blk, float *out);
+void kve_q4k_scales(const uint8_t *blk, uint8_t out[16]);
+/* the same blocks as integers and factors (quant.c says how they combine) */
+void kve_q32_ints(uint32_t type, const uint8_t *blk, uint8_t q[32], float *d, float *m);
+void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[8],
+		 float *d, float *dmin);
+
+static inline float kve_bf16_to_f32(uint16_t h)
+{
+	uint32_t bits = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
 static inline float kve_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -303,7 +399,7 @@ static inline float kve_f16_to_f32(uint16_t h)
 	return f;
 }
 
-/* F32/F16: the value at row r, column c (either layout) */
+/* F32/F16/BF16: the value at row r, column c (either layout) */
 static inline float kve_mat_at(const struct kve_mat *w, uint32_t r, uint32_t c)
 {
 	const uint8_t *p = kve_mat_chunk(w, r, c / 8);
@@ -315,7 +411,7 @@ static inline float kve_mat_at(const struct kve_mat *w, uint32_t r, uint32_t c)
 		return f;
 	}
 	memcpy(&h, p + 2 * (c % 8), 2);
-	return kve_f16_to_f32(h);
+	return w->type == GGML_BF16 ? kve_bf16_to_f32(h) : kve_f16_to_f32(h);
 }
 
 /* Round to nearest even, like F16C's _cvtps_ph with mode 0. */

@@ -29,6 +29,7 @@ struct mm_job {
 	struct kve_engine *e;
 	const float *x;
 	const struct kve_q8x *xq;
+	const struct kve_q8k *xk;
 	int T, n, nchunks;
 	int silu;		/* it[0] is the gate, it[1] the up matrix:
 				 * g = silu(g) * u once a chunk has both */
@@ -47,6 +48,7 @@ struct kve_engine {
 	size_t es;		/* bytes per KV element */
 	float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2;
 	struct kve_q8x *xq;
+	struct kve_q8k *xk;
 	float *scores;		/* per thread, attn_slice(info) x max_ctx each */
 	float *inv_freq;
 	float *rope_cs;		/* max_tok x rope_dims: cos, sin per pair */
@@ -117,6 +119,22 @@ static uint8_t *kv_head_base(struct kve_engine *e, uint32_t block_id,
 
 /* ---- threaded matmul ------------------------------------------------ */
 
+/* Which activations a weight type multiplies: F32 ones, Q8_0 blocks of
+ * 32 (kve_q8x) or Q8_K blocks of 256 (kve_q8k) */
+enum act { ACT_F32, ACT_Q8, ACT_Q8K };
+
+static enum act act_of(uint32_t type)
+{
+	switch (type) {
+	case GGML_Q8_0: case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
+		return ACT_Q8;
+	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+		return ACT_Q8K;
+	default:
+		return ACT_F32;
+	}
+}
+
 static void mm_rows(const struct kve_engine *e, const struct mm_job *j,
 		    const struct kve_mat *w, float *y, int r0, int r1)
 {
@@ -130,8 +148,17 @@ static void mm_rows(const struct kve_engine *e, const struct mm_job *j,
 	case GGML_F16:
 		k->mm_f16(w, j->x, j->T, y, rows, r0, r1);
 		break;
+	case GGML_BF16:
+		k->mm_bf16(w, j->x, j->T, y, rows, r0, r1);
+		break;
 	case GGML_Q8_0:
 		k->mm_q8(w, j->xq, j->T, y, rows, r0, r1);
+		break;
+	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
+		k->mm_q32(w, j->xq, j->T, y, rows, r0, r1);
+		break;
+	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+		k->mm_qk(w, j->xk, j->T, y, rows, r0, r1);
 		break;
 	}
 }
@@ -190,16 +217,25 @@ static int mm_split(const struct kve_engine *e, struct mm_item *it)
 
 static void matmul_job(struct kve_engine *e, struct mm_job *j)
 {
-	int i, q8 = 0;
+	int i, q8 = 0, q8k = 0, cols = (int)j->it[0].w->cols;
 
-	for (i = 0; i < j->n; i++)
-		q8 |= j->it[i].w->type == GGML_Q8_0;
+	/* the matrices of one job share x, but a mix (Q4_K_M) may need both
+	 * quantised forms of it */
+	for (i = 0; i < j->n; i++) {
+		q8 |= act_of(j->it[i].w->type) == ACT_Q8;
+		q8k |= act_of(j->it[i].w->type) == ACT_Q8K;
+	}
 	if (q8) {
-		int cols = (int)j->it[0].w->cols;
 		for (i = 0; i < j->T; i++)
 			e->k->quantize_q8x(j->x + (size_t)i * cols, cols,
 					   e->xq + (size_t)i * (cols / QK8_0));
 		j->xq = e->xq;
+	}
+	if (q8k) {
+		for (i = 0; i < j->T; i++)
+			e->k->quantize_q8k(j->x + (size_t)i * cols, cols,
+					   e->xk + (size_t)i * (cols / QK_K));
+		j->xk = e->xk;
 	}
 	j->nchunks = 0;
 	for (i = 0; i < (j->silu ? 1 : j->n); i++) {
@@ -315,7 +351,7 @@ static void attn_worker(void *arg, int c, int tid)
 	uint32_t slice = attn_slice(in);
 	size_t ss = e->max_ctx;
 	float *sc = e->scores + (size_t)tid * slice * ss;
-	float scale = 1.0f / sqrtf((float)hd);
+	float scale = in->attn_scale;
 	int f16 = e->pool.dtype == KVE_KV_F16;
 
 	for (task = t0; task < t1; task++) {
@@ -409,6 +445,16 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 			add_bias(e->q, L->bq, T, qdim);
 			add_bias(e->kk, L->bk, T, kvdim);
 			add_bias(e->vv, L->bv, T, kvdim);
+		}
+		if (L->q_norm) {	/* qwen3: each head RMS-normed before rope */
+			for (i = 0; i < T * in->n_heads; i++)
+				e->k->rmsnorm(e->q + (size_t)i * in->head_dim,
+					      e->q + (size_t)i * in->head_dim, L->q_norm,
+					      (int)in->head_dim, in->rms_eps);
+			for (i = 0; i < T * in->n_kv_heads; i++)
+				e->k->rmsnorm(e->kk + (size_t)i * in->head_dim,
+					      e->kk + (size_t)i * in->head_dim, L->k_norm,
+					      (int)in->head_dim, in->rms_eps);
 		}
 		for (t = 0; t < T; t++) {
 			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
@@ -599,6 +645,7 @@ void kve_engine_free(struct kve_engine *e)
 	free(e->hb);
 	free(e->hb2);
 	free(e->xq);
+	free(e->xk);
 	free(e->scores);
 	free(e->inv_freq);
 	free(e->rope_cs);
@@ -673,18 +720,22 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->hb = alloc_f((size_t)nt * in->ffn_dim);
 	e->hb2 = alloc_f((size_t)nt * in->ffn_dim);
 	e->xq = malloc(((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
+	e->xk = malloc(((size_t)nt * (widest / QK_K + 1)) * sizeof(struct kve_q8k));
 	e->scores = alloc_f((size_t)p->n_threads * attn_slice(in) * e->max_ctx);
 	e->inv_freq = alloc_f(in->rope_dims / 2 + 1);
 	e->rope_cs = alloc_f((size_t)nt * in->rope_dims + 1);
 	e->sess_buf = calloc(nt, sizeof(*e->sess_buf));
 	e->pos_buf = calloc((size_t)nt * 2, sizeof(*e->pos_buf));
 	if (!e->th || !e->x || !e->xb || !e->q || !e->kk || !e->vv || !e->att ||
-	    !e->hb || !e->hb2 || !e->xq || !e->scores || !e->inv_freq || !e->rope_cs ||
+	    !e->hb || !e->hb2 || !e->xq || !e->xk || !e->scores || !e->inv_freq || !e->rope_cs ||
 	    !e->sess_buf || !e->pos_buf)
 		goto oom;
+	/* base^(-2i/d), divided by llama 3's factor for the pair, times the
+	 * linear scaling (positions / factor) */
 	for (i = 0; i < in->rope_dims / 2; i++)
-		e->inv_freq[i] = (float)pow((double)in->rope_base,
-					    -2.0 * i / (double)in->rope_dims);
+		e->inv_freq[i] = (float)(pow((double)in->rope_base, -2.0 * i / (double)in->rope_dims) /
+					 (m->rope_freqs ? (double)m->rope_freqs[i] : 1.0) *
+					 (double)in->rope_freq_scale);
 	/* fault the scratch in now, not inside the first request */
 	memset(e->x, 0, (size_t)nt * in->dim * sizeof(float));
 	memset(e->xb, 0, (size_t)nt * (qdim > in->dim ? qdim : in->dim) * sizeof(float));
@@ -695,6 +746,7 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	memset(e->hb, 0, (size_t)nt * in->ffn_dim * sizeof(float));
 	memset(e->hb2, 0, (size_t)nt * in->ffn_dim * sizeof(float));
 	memset(e->xq, 0, ((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
+	memset(e->xk, 0, ((size_t)nt * (widest / QK_K + 1)) * sizeof(struct kve_q8k));
 	memset(e->scores, 0, (size_t)p->n_threads * attn_slice(in) * e->max_ctx * sizeof(float));
 	return e;
 oom:

@@ -100,11 +100,30 @@ const char *ggml_type_name(uint32_t type)
 	case GGML_F32: return "F32";
 	case GGML_F16: return "F16";
 	case GGML_Q8_0: return "Q8_0";
-	case 2: return "Q4_0";
-	case 3: return "Q4_1";
-	case 6: return "Q5_0";
-	case 7: return "Q5_1";
-	case 30: return "BF16";
+	case GGML_Q4_0: return "Q4_0";
+	case GGML_Q4_1: return "Q4_1";
+	case GGML_Q5_0: return "Q5_0";
+	case GGML_Q5_1: return "Q5_1";
+	case GGML_Q4_K: return "Q4_K";
+	case GGML_Q5_K: return "Q5_K";
+	case GGML_Q6_K: return "Q6_K";
+	case GGML_BF16: return "BF16";
+	case 9: return "Q8_1";
+	case 10: return "Q2_K";
+	case 11: return "Q3_K";
+	case 15: return "Q8_K";
+	case 16: return "IQ2_XXS";
+	case 17: return "IQ2_XS";
+	case 18: return "IQ3_XXS";
+	case 19: return "IQ1_S";
+	case 20: return "IQ4_NL";
+	case 21: return "IQ3_S";
+	case 22: return "IQ2_S";
+	case 23: return "IQ4_XS";
+	case 29: return "IQ1_M";
+	case 34: return "TQ1_0";
+	case 35: return "TQ2_0";
+	case 39: return "MXFP4";
 	default: return "unknown";
 	}
 }
@@ -196,17 +215,12 @@ static int tensor_size(uint32_t type, const uint64_t *ne, uint32_t nd,
 			return -1;
 		n *= ne[i];
 	}
-	switch (type) {
-	case GGML_F32: *size = n * 4; return 0;
-	case GGML_F16: *size = n * 2; return 0;
-	case GGML_Q8_0:
-		if (ne[0] % QK8_0)
-			return -2;
-		*size = n / QK8_0 * Q8_0_BYTES;
-		return 0;
-	default:
+	if (!ggml_blck_size(type))
 		return -3;
-	}
+	if (ne[0] % ggml_blck_size(type))
+		return -2;
+	*size = n / ggml_blck_size(type) * ggml_blck_bytes(type);
+	return 0;
 }
 
 static int parse(struct gguf *g, char *err, size_t errlen)
@@ -311,10 +325,11 @@ static int parse(struct gguf *g, char *err, size_t errlen)
 			return fail(&c, "tensor '%s': dimensions are zero or too large",
 				    kb);
 		if (rc == -2)
-			return fail(&c, "tensor '%s': ne[0]=%llu is not a multiple of the Q8_0 block (32)",
-				    kb, (unsigned long long)t->ne[0]);
+			return fail(&c, "tensor '%s': ne[0]=%llu is not a multiple of the %s block (%u)",
+				    kb, (unsigned long long)t->ne[0], ggml_type_name(t->type),
+				    ggml_blck_size(t->type));
 		if (rc == -3)
-			return fail(&c, "tensor '%s': type %u (%s) not supported (F32, F16, Q8_0)",
+			return fail(&c, "tensor '%s': type %u (%s) not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
 				    kb, t->type, ggml_type_name(t->type));
 		t->size = sz;
 		if (t->offset % g->alignment)

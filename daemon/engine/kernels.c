@@ -34,9 +34,13 @@ static void make_vnni_sets(void)
 	set_avxvnni = kve_kernels_avx2;
 	set_avxvnni.name = "avxvnni";
 	set_avxvnni.mm_q8 = kve_mm_q8_avxvnni;
+	set_avxvnni.mm_q32 = kve_mm_q32_avxvnni;
+	set_avxvnni.mm_qk = kve_mm_qk_avxvnni;
 	set_avx512vnni = kve_kernels_avx512;
 	set_avx512vnni.name = "avx512vnni";
 	set_avx512vnni.mm_q8 = kve_mm_q8_avx512vnni;
+	set_avx512vnni.mm_q32 = kve_mm_q32_avx512vnni;
+	set_avx512vnni.mm_qk = kve_mm_qk_avx512vnni;
 }
 
 const struct kve_kernels *kve_kernels_avxvnni(void)

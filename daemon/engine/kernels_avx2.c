@@ -46,9 +46,13 @@ KVE_INLINE float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-/* 8 values from p (a chunk of kve_mat_chunk) */
+/* 8 values from p (a chunk of kve_mat_chunk); f16: 0 F32, 1 F16, 2 BF16
+ * (its bits are a float's upper half) */
 KVE_INLINE __m256 load_w(const uint8_t *p, int f16)
 {
+	if (f16 == 2)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 	if (f16)
 		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 	return _mm256_loadu_ps((const float *)p);
@@ -59,7 +63,7 @@ KVE_INLINE float load_w1(const uint8_t *row, int k, int f16)
 	if (f16) {
 		uint16_t h;
 		memcpy(&h, row + 2 * (size_t)k, 2);
-		return _cvtsh_ss(h);
+		return f16 == 2 ? kve_bf16_to_f32(h) : _cvtsh_ss(h);
 	}
 	return ((const float *)row)[k];
 }
@@ -196,6 +200,7 @@ KVE_INLINE void rows4(const struct kve_mat *w, const float *x, int T, float *y, 
 	}
 TILE_CASES(0)
 TILE_CASES(1)
+TILE_CASES(2)	/* BF16: F16's tiles with the other conversion */
 
 /* maddubs: |w| * sign(x, w) pairs to int16 (no saturation: <= 2 * 127 *
  * 127), madd: adjacent pairs to int32 */
@@ -207,6 +212,13 @@ KVE_INLINE __m256i q8_dot4(__m256i a, __m256i b)
 #define Q8_MM_NAME	mm_q8
 #define Q8_MM_LINKAGE	static
 #include "kernels_q8_avx2.h"
+
+/* the 4- to 6-bit types, maddubs then madd */
+#define KQ_VNNI		0
+#define KQ_MM_Q32	mm_q32
+#define KQ_MM_QK	mm_qk
+#define KQ_LINKAGE	static
+#include "kernels_quant_avx2.h"
 
 KVE_INLINE float dot_f32_i(const float *a, const float *b, int n)
 {
@@ -278,42 +290,106 @@ static void axpy_f16(float *y, float a, const uint16_t *x, int n)
  * the first is NaN), the same scalar d and 1/d, the same products, NaN ->
  * 0, clamp to [-127, 127] (what the portable branches do, including at
  * -127.5) and cvtps_epi32's round half to even (lrintf's). */
-void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out)
+/* the max of |p[0..n)| (n a multiple of 32; NaN ignored, as fmaxf does:
+ * max_ps returns its second operand when the first is NaN) */
+KVE_INLINE float amax_of(const float *p, int n)
 {
 	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 m = _mm256_setzero_ps();
+	__m128 m4;
+	int k;
+
+	for (k = 0; k < n; k += 8)
+		m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(p + k), absmask), m);
+	m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+	m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+	return _mm_cvtss_f32(m4);
+}
+
+/* 32 values times id as quants, in order: the same products, NaN -> 0,
+ * clamp to [-127, 127] (what the portable branches do, including at
+ * -127.5) and cvtps_epi32's round half to even (lrintf's) */
+KVE_INLINE __m256i quant32(const float *p, float id)
+{
 	const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
 	const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-	int b, k;
+	__m256i q[4], q01, q23;
+	int k;
+
+	for (k = 0; k < 4; k++) {
+		__m256 t = _mm256_mul_ps(_mm256_loadu_ps(p + 8 * k), _mm256_set1_ps(id));
+
+		t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
+		t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+		q[k] = _mm256_cvtps_epi32(t);
+	}
+	q01 = _mm256_packs_epi32(q[0], q[1]);
+	q23 = _mm256_packs_epi32(q[2], q[3]);
+	return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), perm);
+}
+
+/* sums of 4 consecutive quants, 8 int32 lanes in order */
+KVE_INLINE __m256i sums4(__m256i q)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q),
+				 _mm256_set1_epi16(1));
+}
+
+/* Same arithmetic as kve_quantize_q8x, 32 values at a time (the fp16
+ * rounding of d by F16C, the same round to nearest even) */
+void kve_quantize_q8x_avx2(const float *x, int n, struct kve_q8x *out)
+{
+	int b;
 
 	for (b = 0; b < n / QK8_0; b++) {
 		const float *p = x + b * QK8_0;
-		__m256 v[4], m = _mm256_setzero_ps();
-		__m256i q[4], q01, q23;
-		__m128 m4;
-		float amax, d, id;
+		float amax = amax_of(p, QK8_0), id = amax != 0 ? 127.0f / amax : 0.0f;
+		__m256i q = quant32(p, id), s = sums4(q);
+		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 
-		for (k = 0; k < 4; k++) {
-			v[k] = _mm256_loadu_ps(p + 8 * k);
-			m = _mm256_max_ps(_mm256_and_ps(v[k], absmask), m);
-		}
-		m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-		m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-		m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-		amax = _mm_cvtss_f32(m4);
-		d = amax / 127.0f;
-		id = d > 0 ? 1.0f / d : 0.0f;
-		out[b].d = d;
-		for (k = 0; k < 4; k++) {
-			__m256 t = _mm256_mul_ps(v[k], _mm256_set1_ps(id));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+		out[b].d = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+		_mm256_storeu_si256((__m256i *)out[b].q, q);
+		out[b].sum = _mm_cvtsi128_si32(s4);
+		out[b].s = _cvtsh_ss(_cvtss_sh(amax / 127.0f * (float)out[b].sum,
+					       _MM_FROUND_TO_NEAREST_INT));
+	}
+}
 
-			t = _mm256_and_ps(t, _mm256_cmp_ps(t, t, _CMP_ORD_Q));
-			t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
-			q[k] = _mm256_cvtps_epi32(t);
+/* Same arithmetic as kve_quantize_q8k: the first value of the largest
+ * magnitude gives the block's scale, with its sign */
+void kve_quantize_q8k_avx2(const float *x, int n, struct kve_q8k *out)
+{
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	int b, k;
+
+	for (b = 0; b < n / QK_K; b++) {
+		const float *p = x + b * QK_K;
+		float amax = amax_of(p, QK_K), max = 0, iscale;
+
+		for (k = 0; amax != 0 && k < QK_K; k += 8) {
+			__m256 a = _mm256_and_ps(_mm256_loadu_ps(p + k), absmask);
+			int m = _mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(amax), _CMP_EQ_OQ));
+
+			if (m) {
+				max = p[k + __builtin_ctz((unsigned)m)];
+				break;
+			}
 		}
-		q01 = _mm256_packs_epi32(q[0], q[1]);
-		q23 = _mm256_packs_epi32(q[2], q[3]);
-		q01 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q01, q23), perm);
-		_mm256_storeu_si256((__m256i *)out[b].q, q01);
+		iscale = amax != 0 ? -127.0f / max : 0.0f;
+		out[b].d = amax != 0 ? 1.0f / iscale : 0.0f;
+		for (k = 0; k < QK_K; k += 32) {
+			__m256i q = quant32(p + k, iscale), s = sums4(q);
+
+			_mm256_storeu_si256((__m256i *)(out[b].q + k), q);
+			/* lanes [a b c d | e f g h]: a + b + c + d, e + f + g + h */
+			s = _mm256_hadd_epi32(s, s);
+			s = _mm256_hadd_epi32(s, s);
+			out[b].bsums[k / 16] = (int16_t)_mm256_cvtsi256_si32(s);
+			out[b].bsums[k / 16 + 1] = (int16_t)_mm256_extract_epi32(s, 4);
+		}
 	}
 }
 
@@ -587,6 +663,10 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.axpy_f32 = axpy_f32,
 	.axpy_f16 = axpy_f16,
 	.quantize_q8x = kve_quantize_q8x_avx2,
+	.quantize_q8k = kve_quantize_q8k_avx2,
+	.mm_bf16 = mm_2,
+	.mm_q32 = mm_q32,
+	.mm_qk = mm_qk,
 	.f32_to_f16 = kve_f32_to_f16_avx2,
 	.silu_mul = kve_silu_mul_avx2,
 	.attn_scores = attn_scores,

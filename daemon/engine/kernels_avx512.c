@@ -23,6 +23,13 @@ KVE_INLINE __m512i q8_dot16(__m512i a, __m512i b)
 #define Q8_MM_LINKAGE	static
 #include "kernels_q8_avx512.h"
 
+/* the 4- to 6-bit types, maddubs then madd */
+#define KQ_VNNI		0
+#define KQ_MM_Q32	mm_q32
+#define KQ_MM_QK	mm_qk
+#define KQ_LINKAGE	static
+#include "kernels_quant_avx512.h"
+
 /* decode prefetch distances over a packed panel, in bytes (0: none;
  * PF_AHEAD_Q8: kernels_q8_avx512.h) */
 #ifndef PF_AHEAD_F16
@@ -36,6 +43,11 @@ KVE_INLINE __m512i q8_dot16(__m512i a, __m512i b)
  * (kve_mat_cstep; the two are adjacent when row-major) */
 KVE_INLINE __m512 load_w(const uint8_t *p, size_t step, int f16)
 {
+	if (f16 == 2)	/* BF16: its bits are a float's upper half */
+		return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+			_mm256_inserti128_si256(
+				_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+				_mm_loadu_si128((const __m128i *)(p + step)), 1)), 16));
 	if (f16)
 		return _mm512_cvtph_ps(_mm256_inserti128_si256(
 			_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
@@ -112,6 +124,9 @@ KVE_INLINE void tile_f(const struct kve_mat *w, const float *x, float *y,
  * loads straddling lines were 14% slower than tile_f on a Zen 5). */
 KVE_INLINE __m512 two_rows(const uint8_t *p, int f16)
 {
+	if (f16 == 2)
+		return _mm512_castsi512_ps(_mm512_slli_epi32(
+			_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 	if (f16)
 		return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 	return _mm512_castpd_ps(_mm512_insertf64x4(
@@ -187,6 +202,7 @@ KVE_INLINE void panel1(const struct kve_mat *w, const float *x, float *y, int r,
 	}
 TILE_CASES(0)
 TILE_CASES(1)
+TILE_CASES(2)	/* BF16: F16's tiles with the other conversion */
 
 static float dot_f32(const float *a, const float *b, int n)
 {
@@ -435,6 +451,10 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.axpy_f32 = axpy_f32,
 	.axpy_f16 = axpy_f16,
 	.quantize_q8x = kve_quantize_q8x_avx2,	/* AVX-512 CPUs have AVX2 */
+	.quantize_q8k = kve_quantize_q8k_avx2,
+	.mm_bf16 = mm_2,
+	.mm_q32 = mm_q32,
+	.mm_qk = mm_qk,
 	.f32_to_f16 = kve_f32_to_f16_avx2,
 	.silu_mul = kve_silu_mul_avx2,
 	.attn_scores = attn_scores,

@@ -30,6 +30,14 @@
  * Q8_MM_NAME, so not the sign-form tile */
 #include "kernels_q8_avx512.h"
 
+/* the 4- to 6-bit types with vpdpbusd / vpdpwssd: the same int32 lanes as
+ * the AVX-512 set's maddubs and madd (kernels_quant_avx512.h) */
+#define KQ_VNNI		1
+#define KQ_MM_Q32	kve_mm_q32_avx512vnni
+#define KQ_MM_QK	kve_mm_qk_avx512vnni
+#define KQ_LINKAGE
+#include "kernels_quant_avx512.h"
+
 /* [s0 x 8 | s1 x 8]: one scale per 32-value block of a two-block vector */
 KVE_INLINE __m512 two_scales(float s0, float s1)
 {

@@ -2,7 +2,8 @@
 /*
  * kernels_c.c - portable C kernels: the fallback for CPUs without AVX2 and
  * the readable statement of what the SIMD sets in kernels_avx2.c and
- * kernels_avx512.c compute. Also the activation quantiser all sets share.
+ * kernels_avx512.c compute, for every tensor type. Also the activation
+ * quantisers (Q8_0 blocks of 32, Q8_K blocks of 256) all sets match.
  */
 #include "engine_internal.h"
 
@@ -88,6 +89,91 @@ static void mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 	}
 }
 
+void kve_mm_bf16_c(const struct kve_mat *w, const float *x, int T, float *y,
+		      int ldy, int r0, int r1)
+{
+	mm_rows(w, x, T, y, ldy, r0, r1);
+}
+
+/*
+ * Q4_0, Q4_1, Q5_0, Q5_1 by Q8_0 activations: per block the exact integer
+ * sum of the unsigned quants times the activation quants; the offset
+ * (Q4_0 -8, Q5_0 -16) comes off through the activations' sum, the minimum
+ * (Q4_1, Q5_1) goes on through it. Blocks are summed in order, each
+ * (row, token) on its own.
+ */
+void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		     float *y, int ldy, int r0, int r1)
+{
+	int nb = (int)w->cols / 32, r, t, b, j;
+	int off = w->type == GGML_Q4_0 ? 8 : w->type == GGML_Q5_0 ? 16 : 0;
+	uint8_t q[32];
+	float d, m;
+
+	for (r = r0; r < r1; r++) {
+		for (t = 0; t < T; t++)
+			y[(size_t)t * ldy + r] = 0;
+		for (b = 0; b < nb; b++) {
+			kve_q32_ints(w->type, kve_mat_blk(w, (uint32_t)r, (uint32_t)b), q, &d, &m);
+			for (t = 0; t < T; t++) {
+				const struct kve_q8x *x = xq + (size_t)t * nb + b;
+				int32_t isum = 0;
+
+				for (j = 0; j < 32; j++)
+					isum += q[j] * x->q[j];
+				if (off)
+					y[(size_t)t * ldy + r] += (float)(isum - off * x->sum) * (d * x->d);
+				else
+					y[(size_t)t * ldy + r] += (float)isum * (d * x->d) + m * x->s;
+			}
+		}
+	}
+}
+
+/*
+ * Q4_K, Q5_K, Q6_K by Q8_K activations: per 256-value block the exact
+ * integer sum over its sub-blocks of scale times the sum of quant times
+ * activation quant, and (Q4_K, Q5_K) of minimum times the activations'
+ * sums; then one scale for each.
+ */
+void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+		    float *y, int ldy, int r0, int r1)
+{
+	int nb = (int)w->cols / QK_K, r, t, b, i, sc[16], mn[8];
+	int8_t q[QK_K];
+	float d, dmin;
+
+	for (r = r0; r < r1; r++) {
+		for (t = 0; t < T; t++)
+			y[(size_t)t * ldy + r] = 0;
+		for (b = 0; b < nb; b++) {
+			kve_qk_ints(w->type, kve_mat_blk(w, (uint32_t)r, (uint32_t)b), q, sc, mn,
+				    &d, &dmin);
+			for (t = 0; t < T; t++) {
+				const struct kve_q8k *x = xk + (size_t)t * nb + b;
+				int32_t isum = 0, msum = 0, part;
+				int per = w->type == GGML_Q6_K ? 16 : 32;
+
+				for (i = 0; i < QK_K; i += per) {
+					int j;
+
+					for (part = 0, j = 0; j < per; j++)
+						part += q[i + j] * x->q[i + j];
+					isum += sc[i / per] * part;
+				}
+				if (w->type == GGML_Q6_K) {
+					y[(size_t)t * ldy + r] += (d * x->d) * (float)isum;
+					continue;
+				}
+				for (i = 0; i < 8; i++)
+					msum += mn[i] * (x->bsums[2 * i] + x->bsums[2 * i + 1]);
+				y[(size_t)t * ldy + r] += (d * x->d) * (float)isum -
+							  (dmin * x->d) * (float)msum;
+			}
+		}
+	}
+}
+
 static float dot_f32_c(const float *a, const float *b, int n)
 {
 	float acc[LANES] = { 0 };
@@ -124,27 +210,73 @@ static void axpy_f16_c(float *y, float a, const uint16_t *x, int n)
 		y[i] += a * kve_f16_to_f32(x[i]);
 }
 
+/* x * id as a quant: round half to even, NaN -> 0, clamped to +-127 */
+static int8_t quant_one(float x, float id)
+{
+	float v = x * id;
+
+	/* NaN/inf inputs (corrupt weights) must not be UB */
+	if (!(v > -127.5f))
+		v = v == v && v < 0 ? -127.0f : 0.0f;
+	if (v > 127.0f)
+		v = 127.0f;
+	return (int8_t)lrintf(v);
+}
+
+/*
+ * Q8_0 activations as llama.cpp's CPU backend makes them (so the integer
+ * dot products are the same): d = amax / 127 rounded to fp16 (held as a
+ * float), q = round(x * 127 / amax), NaN ignored in amax; s as its Q8_1
+ * blocks have it, (amax / 127) * sum(q) rounded to fp16.
+ */
 void kve_quantize_q8x(const float *x, int n, struct kve_q8x *out)
 {
 	int b, j;
 
 	for (b = 0; b < n / QK8_0; b++) {
 		const float *p = x + b * QK8_0;
-		float amax = 0, d, id;
+		float amax = 0, id;
 
 		for (j = 0; j < QK8_0; j++)
 			amax = fmaxf(amax, fabsf(p[j]));
-		d = amax / 127.0f;
-		id = d > 0 ? 1.0f / d : 0.0f;
-		out[b].d = d;
+		out[b].d = kve_f16_to_f32(kve_f32_to_f16(amax / 127.0f));
+		id = amax != 0 ? 127.0f / amax : 0.0f;
+		out[b].sum = 0;
 		for (j = 0; j < QK8_0; j++) {
-			float v = p[j] * id;
-			/* NaN/inf inputs (corrupt weights) must not be UB */
-			if (!(v > -127.5f))
-				v = v == v && v < 0 ? -127.0f : 0.0f;
-			if (v > 127.0f)
-				v = 127.0f;
-			out[b].q[j] = (int8_t)lrintf(v);
+			out[b].q[j] = quant_one(p[j], id);
+			out[b].sum += out[b].q[j];
+		}
+		out[b].s = kve_f16_to_f32(kve_f32_to_f16(amax / 127.0f * (float)out[b].sum));
+	}
+}
+
+/*
+ * Q8_K activations as ggml's reference makes them: the first value of
+ * largest magnitude, max (its sign kept), gives iscale = -127 / max,
+ * q = round(iscale * x), d = 1 / iscale (so q and d have their signs
+ * flipped when max > 0; the products are the same).
+ */
+void kve_quantize_q8k(const float *x, int n, struct kve_q8k *out)
+{
+	int b, j;
+
+	for (b = 0; b < n / QK_K; b++) {
+		const float *p = x + b * QK_K;
+		float amax = 0, max = 0, iscale;
+
+		for (j = 0; j < QK_K; j++) {
+			if (fabsf(p[j]) > amax) {
+				amax = fabsf(p[j]);
+				max = p[j];
+			}
+		}
+		iscale = amax != 0 ? -127.0f / max : 0.0f;
+		out[b].d = amax != 0 ? 1.0f / iscale : 0.0f;
+		for (j = 0; j < QK_K / 16; j++)
+			out[b].bsums[j] = 0;
+		for (j = 0; j < QK_K; j++) {
+			out[b].q[j] = quant_one(p[j], iscale);
+			out[b].bsums[j / 16] = (int16_t)(out[b].bsums[j / 16] + out[b].q[j]);
 		}
 	}
 }
@@ -229,11 +361,15 @@ const struct kve_kernels kve_kernels_c = {
 	.mm_f32 = mm_f32_c,
 	.mm_f16 = mm_f16_c,
 	.mm_q8 = mm_q8_c,
+	.mm_bf16 = kve_mm_bf16_c,
+	.mm_q32 = kve_mm_q32_c,
+	.mm_qk = kve_mm_qk_c,
 	.dot_f32 = dot_f32_c,
 	.dot_f16 = dot_f16_c,
 	.axpy_f32 = axpy_f32_c,
 	.axpy_f16 = axpy_f16_c,
 	.quantize_q8x = kve_quantize_q8x,
+	.quantize_q8k = kve_quantize_q8k,
 	.f32_to_f16 = f32_to_f16_c,
 	.silu_mul = silu_mul_c,
 	.attn_scores = attn_scores_c,

@@ -39,12 +39,18 @@ struct kve_model_info {
 	float rope_base;
 	float rms_eps;
 	int tied_output;	/* 1 when the output head is token_embd */
-	uint32_t weight_type;	/* type of the layer matrices (0 F32, 1 F16, 8 Q8_0) */
+	uint32_t weight_type;	/* type of layer 0's attn_q (ggml numbering: 0 F32,
+				 * 1 F16, 8 Q8_0, 12 Q4_K...; mixes vary per matrix) */
 	uint64_t weight_bytes;	/* bytes read per token for all matrices */
-	const char *arch;	/* general.architecture: "llama" or "qwen2" */
+	const char *arch;	/* general.architecture: "llama", "qwen2" or "qwen3" */
 	int rope_neox;		/* 1: rope rotates pairs (i, i + rope_dims/2)
 				 * (NEOX, qwen2); 0: pairs (2i, 2i+1) (llama) */
 	int qkv_bias;		/* 1 when the Q/K/V projections have biases */
+	int qk_norm;		/* 1: per-head RMS norm of Q and K before rope (qwen3) */
+	float rope_freq_scale;	/* linear rope scaling: positions times this (1: none) */
+	int rope_freq_factors;	/* 1: rope_freqs.weight divides each pair's
+				 * frequency (llama 3.1+'s long-context rope) */
+	float attn_scale;	/* Q.K scale: attention.scale, else 1/sqrt(head_dim) */
 };
 
 /* Open and validate a GGUF file. The file is read into private memory in
@@ -233,7 +239,9 @@ int32_t kve_tokenizer_eos(const struct kve_tokenizer *t);
 
 /* Encode text (len bytes, any bytes allowed). Writes at most max ids and
  * returns how many the full encoding needs (call again with more room if
- * larger than max), or a negative errno. add_bos prepends BOS. */
+ * larger than max), or a negative errno. add_bos prepends BOS where the
+ * vocabulary has one and its file asks for it (tokenizer.ggml.add_bos_token,
+ * true by default for SentencePiece: what llama.cpp's add_special does). */
 int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 		 int add_bos, int32_t *out, size_t max);
 
@@ -242,7 +250,7 @@ struct kve_span {
 	size_t off, len;
 };
 
-#define KVE_TOKENIZE_BOS 1u	/* BOS first (when the vocabulary has one) */
+#define KVE_TOKENIZE_BOS 1u	/* BOS first (where kve_tokenize's add_bos gives one) */
 #define KVE_TOKENIZE_CONT 2u	/* the text continues another: no SentencePiece
 				 * dummy-prefix space */
 

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * model.c - turns a validated GGUF container into a llama-family model
- * ("llama", or "qwen2": llama with Q/K/V biases and NEOX rope): reads the
+ * ("llama"; "qwen2": llama with Q/K/V biases and NEOX rope; "qwen3":
+ * NEOX rope and a per-head RMS norm of Q and K): reads the
  * hyper-parameters from the "<arch>.*" metadata, finds every tensor by
- * name and checks its shape and type against them. Owns no compute and no
- * KV.
+ * name and checks its shape and type against them. A file that asks for
+ * something the pass does not do (another rope scaling, experts, ...) is
+ * refused with a message naming the architecture and the feature. Owns
+ * no compute and no KV.
  */
 #include "engine_internal.h"
 
@@ -16,16 +19,19 @@
 #define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
 
 /* What an architecture changes in the llama pass. */
-enum bias_rule { BIAS_OPTIONAL, BIAS_REQUIRED };
+enum bias_rule { BIAS_OPTIONAL, BIAS_REQUIRED, BIAS_NONE };
 
 static const struct arch_desc {
 	const char *name;
 	int rope_neox;		/* rotate (i, i + d/2) instead of (2i, 2i+1) */
 	enum bias_rule qkv_bias;
+	int qk_norm;		/* attn_q_norm / attn_k_norm per head before rope */
 } archs[] = {
 	/* llama.cpp reads Q/K/V biases for llama too, when present */
-	{ "llama", 0, BIAS_OPTIONAL },
-	{ "qwen2", 1, BIAS_REQUIRED },
+	{ "llama", 0, BIAS_OPTIONAL, 0 },
+	{ "qwen2", 1, BIAS_REQUIRED, 0 },
+	/* llama.cpp's qwen3 graph has no Q/K/V biases: a file's are not read */
+	{ "qwen3", 1, BIAS_NONE, 1 },
 };
 
 static int get_arch_u32(const struct gguf *g, const char *arch, const char *k,
@@ -111,11 +117,66 @@ static int bind_vec(const struct gguf *g, const char *name, uint32_t dim,
 	    ((uintptr_t)t->data & 3)) {
 		snprintf(err, errlen,
 			 "model: %s tensor '%s' must be F32 [%u] (is %s [%llu])",
-			 strstr(name, ".bias") ? "bias" : "norm", name, dim,
+			 strstr(name, ".bias") ? "bias" : strstr(name, "rope") ? "rope" : "norm",
+			 name, dim,
 			 ggml_type_name(t->type), (unsigned long long)t->ne[0]);
 		return -EINVAL;
 	}
 	*out = (const float *)t->data;
+	return 0;
+}
+
+/* "<arch>.<k>" as a string, NUL-terminated into out: 0, -ENOENT, or
+ * -EINVAL (wrong type, too long) with err written */
+static int get_arch_str(const struct gguf *g, const char *arch, const char *k,
+			char *out, size_t outlen, char *err, size_t errlen)
+{
+	struct gguf_str s;
+	char key[160];
+	int rc;
+
+	snprintf(key, sizeof(key), "%s.%s", arch, k);
+	rc = gguf_get_str(g, key, &s);
+	if (rc == -ENOENT)
+		return rc;
+	if (rc || s.n >= outlen || memchr(s.p, 0, s.n)) {
+		snprintf(err, errlen, "model: metadata %s is not a short string", key);
+		return -EINVAL;
+	}
+	memcpy(out, s.p, s.n);
+	out[s.n] = 0;
+	return 0;
+}
+
+/*
+ * Metadata that changes the computation in ways the pass does not
+ * follow: refused, naming the architecture and the feature, rather than
+ * loaded and run wrong. (Keys the pass does not need and that change
+ * nothing for it, such as a sliding window llama.cpp does not apply to
+ * these architectures either, are not looked at.)
+ */
+static int refuse_features(const struct gguf *g, const char *arch, char *err, size_t errlen)
+{
+	char rs[32];
+	uint32_t v = 0;
+	int rc;
+
+	rc = get_arch_u32(g, arch, "expert_count", &v, 0, err, errlen);
+	if (rc)
+		return rc;
+	if (v > 0) {
+		snprintf(err, errlen, "model: %s file with %u experts: mixture of experts is "
+			 "not supported", arch, v);
+		return -EINVAL;
+	}
+	rc = get_arch_str(g, arch, "rope.scaling.type", rs, sizeof(rs), err, errlen);
+	if (rc == -EINVAL)
+		return rc;
+	if (!rc && strcmp(rs, "none") && strcmp(rs, "linear")) {
+		snprintf(err, errlen, "model: %s file with rope scaling '%s': not supported "
+			 "(none, linear, and llama 3's rope_freqs)", arch, rs);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -139,9 +200,12 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 		if (!strcmp(arch, archs[i].name))
 			ad = &archs[i];
 	if (!ad)
-		ERR("model: architecture '%s' not supported (llama, qwen2)", arch);
+		ERR("model: architecture '%s' not supported (llama, qwen2, qwen3)", arch);
 	in->arch = ad->name;
 	in->rope_neox = ad->rope_neox;
+	in->qk_norm = ad->qk_norm;
+	if (refuse_features(g, arch, err, errlen))
+		goto fail;
 
 	if (get_arch_u32(g, arch, "embedding_length", &in->dim, 1, err, errlen) ||
 	    get_arch_u32(g, arch, "block_count", &in->n_layers, 1, err, errlen) ||
@@ -181,6 +245,30 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 		goto fail;
 	if (!(in->rope_base > 0) || !(in->rms_eps > 0))
 		ERR("model: rope.freq_base and layer_norm_rms_epsilon must be > 0");
+	{
+		uint32_t vlen = in->head_dim;
+		float factor = 0, scale = 0;
+
+		if (get_arch_u32(g, arch, "attention.value_length", &vlen, 0, err, errlen))
+			goto fail;
+		if (vlen != in->head_dim)
+			ERR("model: %s file with value heads of %u and key heads of %u: "
+			    "different key and value lengths are not supported", arch, vlen,
+			    in->head_dim);
+		/* linear rope scaling: positions divided by the factor (the
+		 * older key rope.scale_linear too, as llama.cpp reads it) */
+		if (get_arch_f32(g, arch, "rope.scaling.factor", &factor, err, errlen) ||
+		    (!factor && get_arch_f32(g, arch, "rope.scale_linear", &factor, err, errlen)))
+			goto fail;
+		if (factor < 0)
+			ERR("model: %s rope scaling factor %g must be >= 0", arch, (double)factor);
+		in->rope_freq_scale = factor == 0 ? 1.0f : 1.0f / factor;
+		if (get_arch_f32(g, arch, "attention.scale", &scale, err, errlen))
+			goto fail;
+		if (scale < 0)
+			ERR("model: %s attention.scale %g must be >= 0", arch, (double)scale);
+		in->attn_scale = scale == 0 ? 1.0f / sqrtf((float)in->head_dim) : scale;
+	}
 
 	qdim = in->n_heads * in->head_dim;
 	kvdim = in->n_kv_heads * in->head_dim;
@@ -196,6 +284,14 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 	    bind(g, "output.weight", &m->output, in->dim, in->vocab, 1, err, errlen) ||
 	    bind_vec(g, "output_norm.weight", in->dim, &m->out_norm, 0, err, errlen))
 		goto fail;
+	/* llama 3.1+: one divisor per rotated pair's frequency */
+	if (bind_vec(g, "rope_freqs.weight", in->rope_dims / 2, &m->rope_freqs, 1, err, errlen))
+		goto fail;
+	in->rope_freq_factors = m->rope_freqs != NULL;
+	for (i = 0; m->rope_freqs && i < in->rope_dims / 2; i++)
+		if (!(m->rope_freqs[i] > 0) || !isfinite(m->rope_freqs[i]))
+			ERR("model: rope_freqs.weight[%u] is %g: frequency divisors must be "
+			    "finite and > 0", i, (double)m->rope_freqs[i]);
 	in->tied_output = m->output.data == NULL;
 	if (in->tied_output)
 		m->output = m->tok_embd;
@@ -213,11 +309,17 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
 		 bind_vec(g, nm, in->dim, &L->field, 0, err, errlen))
 #define BIAS(field, suffix, n) \
-		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".bias", i), \
-		 bind_vec(g, nm, n, &L->field, ad->qkv_bias == BIAS_OPTIONAL, err, errlen))
+		(ad->qkv_bias == BIAS_NONE ? 0 : \
+		 (snprintf(nm, sizeof(nm), "blk.%u." suffix ".bias", i), \
+		  bind_vec(g, nm, n, &L->field, ad->qkv_bias == BIAS_OPTIONAL, err, errlen)))
+#define HN(field, suffix) \
+		(!ad->qk_norm ? 0 : \
+		 (snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
+		  bind_vec(g, nm, in->head_dim, &L->field, 0, err, errlen)))
 		if (N(attn_norm, "attn_norm") || N(ffn_norm, "ffn_norm") ||
 		    BIAS(bq, "attn_q", qdim) || BIAS(bk, "attn_k", kvdim) ||
 		    BIAS(bv, "attn_v", kvdim) ||
+		    HN(q_norm, "attn_q_norm") || HN(k_norm, "attn_k_norm") ||
 		    B(wq, "attn_q", in->dim, qdim) ||
 		    B(wk, "attn_k", in->dim, kvdim) ||
 		    B(wv, "attn_v", in->dim, kvdim) ||
@@ -229,6 +331,7 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 #undef B
 #undef N
 #undef BIAS
+#undef HN
 		/* all three or none: the pass adds them together */
 		if ((L->bq != NULL) != (L->bk != NULL) || (L->bq != NULL) != (L->bv != NULL))
 			ERR("model: layer %u has some of attn_q/k/v.bias but not all three", i);
@@ -388,8 +491,14 @@ void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out)
 	switch (m->type) {
 	case GGML_F32:
 	case GGML_F16:
+	case GGML_BF16:
 		for (i = 0; i < m->cols; i++)
 			out[i] = kve_mat_at(m, row, i);
+		break;
+	default:	/* the other quantised types: block by block */
+		for (i = 0; i < m->cols / ggml_blck_size(m->type); i++)
+			kve_dequant_block(m->type, kve_mat_blk(m, row, i),
+					  out + (size_t)i * ggml_blck_size(m->type));
 		break;
 	case GGML_Q8_0:
 		for (i = 0; i < m->cols / QK8_0; i++) {

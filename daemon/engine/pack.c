@@ -11,7 +11,8 @@
  * results are bit-identical in both layouts.
  *
  * The layout is written through the same helpers the kernels read it
- * with, so it is defined in one place.
+ * with, so it is defined in one place. The 4- to 6-bit types keep each
+ * block's bytes as GGUF has them and put the 4 rows' blocks side by side.
  *
  * A Q8_0 matrix holding a quant of -128 stays row-major: the packed
  * kernels move the activation's sign onto the weight, which -128 cannot
@@ -41,7 +42,7 @@ int kve_mat_pack(struct kve_mat *w)
 
 	if (w->panel)
 		return 0;
-	if (w->type == GGML_F32 || w->type == GGML_F16) {
+	if (w->type == GGML_F32 || w->type == GGML_F16 || w->type == GGML_BF16) {
 		if (w->rows % KVE_PANEL_F || w->cols % 8)
 			return 1;
 		P = KVE_PANEL_F;
@@ -49,6 +50,10 @@ int kve_mat_pack(struct kve_mat *w)
 		if (w->rows % KVE_PANEL_Q8 || q8_has_m128(w))
 			return 1;
 		P = KVE_PANEL_Q8;
+	} else if (ggml_blck_size(w->type) > 1) {	/* the other quantised types */
+		if (w->rows % KVE_PANEL_Q)
+			return 1;
+		P = KVE_PANEL_Q;
 	} else {
 		return 1;
 	}
@@ -69,6 +74,12 @@ int kve_mat_pack(struct kve_mat *w)
 					memcpy((uint8_t *)kve_q8_scale(&pk, r0 + i, c), blk, 2);
 					memcpy((uint8_t *)kve_q8_quants(&pk, r0 + i, c), blk + 2, QK8_0);
 				}
+			} else if (ggml_blck_size(w->type) > 1) {
+				size_t bb = ggml_blck_bytes(w->type);
+
+				for (c = 0; c < w->cols / ggml_blck_size(w->type); c++)
+					memcpy((uint8_t *)kve_mat_blk(&pk, r0 + i, c),
+					       row + (size_t)c * bb, bb);
 			} else {
 				size_t chunk = w->row_bytes / (w->cols / 8);
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 
 #define SC_T 7		/* tokens: covers 6- and 3-wide tiles and a tail */
-#define SC_MAXC 256
+#define SC_MAXC 512
 
 static uint64_t sc_next(uint64_t *s)
 {
@@ -55,21 +55,78 @@ static int sc_close(float a, float b, double s, int n)
 	return fabs((double)a - (double)b) <= bound;
 }
 
-static void sc_mm(const struct kve_kernels *k, const struct kve_mat *w,
-		  const float *x, const struct kve_q8x *xq, int T, float *y,
-		  int r0, int r1)
+/* the activations a type multiplies: 0 F32, 1 Q8_0 blocks, 2 Q8_K blocks */
+static int sc_act(uint32_t type)
 {
-	if (w->type == GGML_F32)
-		k->mm_f32(w, x, T, y, (int)w->rows, r0, r1);
-	else if (w->type == GGML_F16)
-		k->mm_f16(w, x, T, y, (int)w->rows, r0, r1);
-	else
-		k->mm_q8(w, xq, T, y, (int)w->rows, r0, r1);
+	return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 ? 0 :
+	       type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K ? 2 : 1;
+}
+
+static void sc_mm(const struct kve_kernels *k, const struct kve_mat *w,
+		  const float *x, const struct kve_q8x *xq, const struct kve_q8k *xk, int T,
+		  float *y, int r0, int r1)
+{
+	switch (w->type) {
+	case GGML_F32: k->mm_f32(w, x, T, y, (int)w->rows, r0, r1); break;
+	case GGML_F16: k->mm_f16(w, x, T, y, (int)w->rows, r0, r1); break;
+	case GGML_BF16: k->mm_bf16(w, x, T, y, (int)w->rows, r0, r1); break;
+	case GGML_Q8_0: k->mm_q8(w, xq, T, y, (int)w->rows, r0, r1); break;
+	default:
+		if (sc_act(w->type) == 2)
+			k->mm_qk(w, xk, T, y, (int)w->rows, r0, r1);
+		else
+			k->mm_q32(w, xq, T, y, (int)w->rows, r0, r1);
+		break;
+	}
 }
 
 static const char *sc_mm_name(uint32_t type)
 {
-	return type == GGML_F32 ? "mm_f32" : type == GGML_F16 ? "mm_f16" : "mm_q8";
+	switch (type) {
+	case GGML_F32: return "mm_f32";
+	case GGML_F16: return "mm_f16";
+	case GGML_BF16: return "mm_bf16";
+	case GGML_Q8_0: return "mm_q8";
+	case GGML_Q4_K: return "mm_qk (Q4_K)";
+	case GGML_Q5_K: return "mm_qk (Q5_K)";
+	case GGML_Q6_K: return "mm_qk (Q6_K)";
+	case GGML_Q4_0: return "mm_q32 (Q4_0)";
+	case GGML_Q4_1: return "mm_q32 (Q4_1)";
+	case GGML_Q5_0: return "mm_q32 (Q5_0)";
+	default: return "mm_q32 (Q5_1)";
+	}
+}
+
+/* a row of a 4- to 6-bit type or BF16: random bytes, the blocks' fp16
+ * scales set to small positive values (minima of either sign) */
+static void sc_fill_row(uint32_t type, uint8_t *row, int cols, uint64_t *seed)
+{
+	size_t bb = ggml_blck_bytes(type), n = (size_t)cols / ggml_blck_size(type) * bb, i;
+	uint16_t h;
+
+	for (i = 0; i < n; i++)
+		row[i] = (uint8_t)sc_next(seed);
+	if (type == GGML_BF16) {	/* random values, as bf16 */
+		for (i = 0; i < (size_t)cols; i++) {
+			float v = sc_rand(seed);
+			uint32_t b;
+
+			memcpy(&b, &v, 4);
+			h = (uint16_t)(b >> 16);
+			memcpy(row + 2 * i, &h, 2);
+		}
+		return;
+	}
+	for (i = 0; i < n; i += bb) {
+		h = kve_f32_to_f16(0.002f + 0.01f * (sc_rand(seed) + 1));
+		memcpy(row + i + (type == GGML_Q6_K ? 208 : 0), &h, 2);
+		if (type == GGML_Q4_1 || type == GGML_Q5_1 || type == GGML_Q4_K ||
+		    type == GGML_Q5_K) {
+			h = kve_f32_to_f16((type == GGML_Q4_1 || type == GGML_Q5_1 ? 0.05f : 0.002f) *
+					   sc_rand(seed));
+			memcpy(row + i + 2, &h, 2);
+		}
+	}
 }
 
 /* One matrix shape of one type. Returns 0 or -1 with why filled. */
@@ -77,9 +134,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 		     uint32_t type, int rows, int cols, uint64_t *seed,
 		     char *why, size_t len)
 {
-	size_t row_bytes = type == GGML_F32 ? (size_t)cols * 4 :
-			   type == GGML_F16 ? (size_t)cols * 2 :
-			   (size_t)cols / QK8_0 * Q8_0_BYTES;
+	size_t row_bytes = (size_t)cols / ggml_blck_size(type) * ggml_blck_bytes(type);
 	uint8_t *data = malloc(row_bytes * (size_t)rows + 64);
 	float *x = malloc(sizeof(float) * SC_T * SC_MAXC);
 	float *xd = malloc(sizeof(float) * SC_T * SC_MAXC);	/* as the kernel sees x */
@@ -88,12 +143,13 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	float *yr = malloc(sizeof(float) * SC_T * (size_t)rows);
 	float *y1 = malloc(sizeof(float) * SC_T * (size_t)rows);
 	struct kve_q8x *xq = malloc(sizeof(*xq) * SC_T * (SC_MAXC / QK8_0));
+	struct kve_q8k *xk = malloc(sizeof(*xk) * SC_T * (SC_MAXC / QK_K));
 	struct kve_mat w = { data, type, (uint32_t)rows, (uint32_t)cols, row_bytes, 0 }, wp;
 	const char *name = sc_mm_name(type);
-	int rc = -1, r, t, c, nb = cols / QK8_0;
+	int rc = -1, r, t, c, nb = cols / QK8_0, nbk = cols / QK_K;
 	uint8_t *pk = NULL;
 
-	if (!data || !x || !xd || !wrow || !yc || !yr || !y1 || !xq) {
+	if (!data || !x || !xd || !wrow || !yc || !yr || !y1 || !xq || !xk) {
 		sc_msg(why, len, "self-check: out of memory");
 		rc = -ENOMEM;
 		goto out;
@@ -101,6 +157,10 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	for (r = 0; r < rows; r++) {
 		uint8_t *row = data + (size_t)r * row_bytes;
 
+		if (type != GGML_F32 && type != GGML_F16 && type != GGML_Q8_0) {
+			sc_fill_row(type, row, cols, seed);
+			continue;
+		}
 		for (c = 0; c < cols; c++) {
 			float v = sc_rand(seed);
 
@@ -122,18 +182,23 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	for (t = 0; t < SC_T; t++) {
 		for (c = 0; c < cols; c++)
 			x[t * cols + c] = sc_rand(seed);
-		if (type == GGML_Q8_0) {
+		if (sc_act(type) == 1) {
 			kve_quantize_q8x(x + t * cols, cols, xq + t * nb);
 			for (c = 0; c < cols; c++)
 				xd[t * cols + c] = xq[t * nb + c / QK8_0].d *
 						   xq[t * nb + c / QK8_0].q[c % QK8_0];
+		} else if (sc_act(type) == 2) {
+			kve_quantize_q8k(x + t * cols, cols, xk + t * nbk);
+			for (c = 0; c < cols; c++)
+				xd[t * cols + c] = xk[t * nbk + c / QK_K].d *
+						   xk[t * nbk + c / QK_K].q[c % QK_K];
 		} else {
 			memcpy(xd + t * cols, x + t * cols, sizeof(float) * cols);
 		}
 	}
 
-	sc_mm(ref, &w, x, xq, SC_T, yr, 0, rows);
-	sc_mm(cand, &w, x, xq, SC_T, yc, 0, rows);
+	sc_mm(ref, &w, x, xq, xk, SC_T, yr, 0, rows);
+	sc_mm(cand, &w, x, xq, xk, SC_T, yc, 0, rows);
 	for (r = 0; r < rows; r++) {
 		kve_mat_row_f32(&w, (uint32_t)r, wrow);
 		for (t = 0; t < SC_T; t++) {
@@ -152,7 +217,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	}
 	/* batch invariance: each token alone, then row slices of 5 */
 	for (t = 0; t < SC_T; t++) {
-		sc_mm(cand, &w, x + t * cols, xq + t * nb, 1, y1, 0, rows);
+		sc_mm(cand, &w, x + t * cols, xq + t * nb, xk + t * nbk, 1, y1, 0, rows);
 		if (memcmp(y1, yc + t * rows, sizeof(float) * rows)) {
 			sc_msg(why, len, "%s [%d x %d]: token %d alone differs from the same token "
 			       "in a batch of %d", name, rows, cols, t, SC_T);
@@ -161,7 +226,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	}
 	memset(y1, 0, sizeof(float) * SC_T * rows);
 	for (r = 0; r < rows; r += 5)
-		sc_mm(cand, &w, x, xq, SC_T, y1, r, r + 5 < rows ? r + 5 : rows);
+		sc_mm(cand, &w, x, xq, xk, SC_T, y1, r, r + 5 < rows ? r + 5 : rows);
 	if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
 		sc_msg(why, len, "%s [%d x %d]: rows computed in slices of 5 differ from one pass",
 		       name, rows, cols);
@@ -179,7 +244,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 		goto out;
 	}
 	if (c == 0) {
-		sc_mm(cand, &wp, x, xq, SC_T, y1, 0, rows);
+		sc_mm(cand, &wp, x, xq, xk, SC_T, y1, 0, rows);
 		if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
 			sc_msg(why, len, "%s [%d x %d]: packed in panels differs from row-major",
 			       name, rows, cols);
@@ -197,6 +262,7 @@ out:
 	free(yr);
 	free(y1);
 	free(xq);
+	free(xk);
 	return rc;
 }
 
@@ -257,6 +323,38 @@ static int sc_attention(const struct kve_kernels *cand, const struct kve_kernels
 	return 0;
 }
 
+/* The Q8_K quantiser too, bit for bit: the 256 values given (the last
+ * block's extremes: NaN, infinities, zeros) and a block whose largest
+ * magnitude comes first negative, then positive (the first one's sign
+ * is the scale's) */
+static int sc_convert_k(const struct kve_kernels *cand, const struct kve_kernels *ref,
+			const float *x, char *why, size_t len)
+{
+	static struct kve_q8k ka[3], kb[3];
+	static float xk[3 * QK_K];
+	int b, i;
+
+	memcpy(xk, x, sizeof(float) * QK_K);
+	for (i = 0; i < QK_K; i++)
+		xk[QK_K + i] = (float)((i * 37) % 101 - 50) / 7.0f;
+	xk[QK_K + 9] = -20.0f;
+	xk[QK_K + 200] = 20.0f;
+	memset(xk + 2 * QK_K, 0, sizeof(float) * QK_K);	/* a zero block */
+	memset(ka, 0x55, sizeof(ka));
+	memset(kb, 0x55, sizeof(kb));
+	cand->quantize_q8k(xk, 3 * QK_K, ka);
+	ref->quantize_q8k(xk, 3 * QK_K, kb);
+	for (b = 0; b < 3; b++) {
+		if (memcmp(&ka[b].d, &kb[b].d, sizeof(float)) || memcmp(ka[b].q, kb[b].q, QK_K) ||
+		    memcmp(ka[b].bsums, kb[b].bsums, sizeof(ka[b].bsums))) {
+			sc_msg(why, len, "quantize_q8k: block %d differs from the portable "
+			       "quantiser (d %.9g vs %.9g)", b, (double)ka[b].d, (double)kb[b].d);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 /* The quantiser must match bit for bit (it is shared by contract), fp16
  * stores too except for NaN payloads (a NaN must still be a NaN). Inputs include the edge cases: NaN,
  * infinities, an all-zero block, values that land on half steps. */
@@ -288,12 +386,17 @@ static int sc_convert(const struct kve_kernels *cand, const struct kve_kernels *
 	ref->quantize_q8x(x, 8 * QK8_0, qb);
 	for (b = 0; b < 8; b++) {
 		if (memcmp(&qa[b].d, &qb[b].d, sizeof(float)) ||
-		    memcmp(qa[b].q, qb[b].q, QK8_0)) {
+		    memcmp(qa[b].q, qb[b].q, QK8_0) || qa[b].sum != qb[b].sum ||
+		    memcmp(&qa[b].s, &qb[b].s, sizeof(float))) {
 			sc_msg(why, len, "quantize_q8x: block %d differs from the portable "
-			       "quantiser (d %.9g vs %.9g)", b, (double)qa[b].d, (double)qb[b].d);
+			       "quantiser (d %.9g vs %.9g, sum %d vs %d, s %.9g vs %.9g)", b,
+			       (double)qa[b].d, (double)qb[b].d, qa[b].sum, qb[b].sum,
+			       (double)qa[b].s, (double)qb[b].s);
 			return -1;
 		}
 	}
+	if (sc_convert_k(cand, ref, x, why, len))
+		return -1;
 	cand->f32_to_f16(ha, x, 8 * QK8_0 - 3);
 	ref->f32_to_f16(hb, x, 8 * QK8_0 - 3);
 	for (i = 0; i < 8 * QK8_0 - 3; i++) {
@@ -448,24 +551,31 @@ static int sc_rmsnorm(const struct kve_kernels *cand, const struct kve_kernels *
 int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len)
 {
+	/* the last shape only for the types after Q8_0 (the first three's
+	 * random inputs stay what they were) */
 	static const int shapes[][2] = { { 13, 44 }, { 9, 96 }, { 5, 256 }, { 4, 64 },
-					 { 16, 72 }, { 8, 96 } };
-	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0 };
+					 { 16, 72 }, { 8, 96 }, { 12, 512 } };
+	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
+					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
+					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;
 	int rc;
 
 	sc_msg(why, len, "%s", "");
-	if (!cand->mm_f32 || !cand->mm_f16 || !cand->mm_q8 || !cand->dot_f32 ||
+	if (!cand->mm_f32 || !cand->mm_f16 || !cand->mm_q8 || !cand->mm_bf16 ||
+	    !cand->mm_q32 || !cand->mm_qk || !cand->dot_f32 || !cand->quantize_q8k ||
 	    !cand->dot_f16 || !cand->axpy_f32 || !cand->axpy_f16 || !cand->quantize_q8x ||
 	    !cand->f32_to_f16 || !cand->silu_mul || !cand->attn_scores ||
 	    !cand->softmax_exp || !cand->attn_values || !cand->rmsnorm) {
 		sc_msg(why, len, "a kernel of the %s set is missing", cand->name);
 		return -1;
 	}
-	for (ti = 0; ti < 3; ti++) {
+	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-			if (types[ti] == GGML_Q8_0 && shapes[si][1] % QK8_0)
+			if (shapes[si][1] % ggml_blck_size(types[ti]) ||
+			    (ti < 3 && si == sizeof(shapes) / sizeof(shapes[0]) - 1) ||
+			    (types[ti] == GGML_BF16 && shapes[si][1] % 8))
 				continue;
 			rc = sc_matrix(cand, ref, types[ti], shapes[si][0], shapes[si][1], &seed,
 				       why, len);

@@ -48,7 +48,9 @@ struct kve_tokenizer {
 	uint16_t byte_cp[256];	/* BPE: byte -> code point */
 	int16_t cp_byte[512];	/* BPE: code point -> byte, -1 none */
 	int32_t bos, eos, unk;
-	int add_bos;
+	int add_bos;		/* BOS where the caller allows it (llama.cpp's add_special) */
+	int add_space_prefix;	/* SPM: the dummy-prefix space (false: never) */
+	int ignore_merges;	/* BPE: a word that is a token is that token */
 	struct kve_pretok *pre;	/* BPE only */
 	int32_t *spec;		/* special tokens with text, longest first */
 	uint32_t n_spec;
@@ -172,6 +174,11 @@ static const char pre_gpt2[] =
 static const char pre_llama3[] =
 	PRE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
 	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Mistral's Tekken (Nemo, Ministral, Small 3): cased words kept whole */
+static const char pre_tekken[] =
+	"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+	"|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+	"|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char pre_qwen2[] =
 	PRE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
 	"| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -185,6 +192,7 @@ static const struct {
 	{ "llama3", "llama-bpe", pre_llama3 },
 	{ "llama-v3", "llama-bpe", pre_llama3 },
 	{ "qwen2", "qwen2", pre_qwen2 },
+	{ "tekken", "tekken", pre_tekken },
 };
 
 struct kve_pretok {
@@ -239,7 +247,7 @@ struct kve_pretok *kve_pretok_create(const char *name, size_t len, char *err,
 		shown[k] = 0;
 		snprintf(err, errlen,
 			 "tokenizer: tokenizer.ggml.pre '%s'%s is not a supported pre-tokenizer "
-			 "(gpt2, default, llama-bpe, llama3, llama-v3, qwen2)",
+			 "(gpt2, default, llama-bpe, llama3, llama-v3, qwen2, tekken)",
 			 shown, len > k ? "..." : "");
 		return NULL;
 	}
@@ -550,6 +558,7 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 	struct gguf_str model;
 	uint32_t i, size = 16, v;
 	char piece[8];
+	int add_bos_set;
 
 	t = calloc(1, sizeof(*t));
 	if (!t) {
@@ -616,7 +625,11 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 	if (!gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &v) && v < t->n)
 		t->unk = (int32_t)v;
 	t->add_bos = t->kind == KVE_TOK_SPM;
-	gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+	add_bos_set = !gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos);
+	/* as llama.cpp reads it: SentencePiece vocabularies prepend a space
+	 * unless the file says not to */
+	t->add_space_prefix = 1;
+	gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix);
 
 	for (i = 0; i < 256; i++) {
 		if (t->kind == KVE_TOK_SPM) {
@@ -647,6 +660,15 @@ struct kve_tokenizer *kve_tokenizer_create(const struct kve_model *m,
 		t->pre = kve_pretok_create(model.p, model.n, err, errlen);
 		if (!t->pre)
 			goto fail;
+		/* as llama.cpp treats these vocabularies (and HF's tokenizer.json
+		 * says, ignore_merges): a word in the vocabulary is one token
+		 * even where the merges would not build it; BOS unless the file
+		 * says otherwise */
+		if (!strcmp(t->pre->canon, "llama-bpe") || !strcmp(t->pre->canon, "tekken")) {
+			t->ignore_merges = 1;
+			if (!add_bos_set)
+				t->add_bos = 1;
+		}
 	}
 	if (build_specials(t))
 		TERR("tokenizer: out of memory");
@@ -785,7 +807,8 @@ static int spm_try(const struct kve_tokenizer *t, const char *w, struct sym *s,
 			 s[left].len + s[right].len);
 }
 
-/* plain: no special token is made; dummy: the dummy-prefix space first */
+/* plain: no special token is made; dummy: the dummy-prefix space first
+ * (never when the file's tokenizer.ggml.add_space_prefix is false) */
 static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		      size_t len, struct outbuf *o, int plain, int dummy)
 {
@@ -802,7 +825,7 @@ static int spm_encode(const struct kve_tokenizer *t, const char *text,
 		return -ENOMEM;
 	/* dummy prefix, then ' ' -> U+2581 */
 	memcpy(w, "\xe2\x96\x81", 3);
-	wl = dummy ? 3 : 0;
+	wl = dummy && t->add_space_prefix ? 3 : 0;
 	for (i = 0; i < len; i++) {
 		if (text[i] == ' ') {
 			memcpy(w + wl, "\xe2\x96\x81", 3);
@@ -958,6 +981,19 @@ static int bpe_word(const struct kve_tokenizer *t, const char *p, size_t n,
 			return -ENOMEM;
 		}
 	}
+	if (t->ignore_merges && n <= 256) {
+		char w[2 * 256];	/* byte code points are at most 2 UTF-8 bytes */
+		size_t wl = 0;
+		int32_t id;
+
+		for (i = 0; i < n; i++)
+			wl += put_cp(w + wl, t->byte_cp[(unsigned char)p[i]]);
+		id = lookup(t, w, wl);
+		if (id >= 0 && !(plain && is_special(t, id))) {
+			emit(o, id);
+			return 0;
+		}
+	}
 	for (i = 0; i < n; i++) {
 		s[i].id = t->byte_tok[(unsigned char)p[i]];
 		s[i].prev = (int)i - 1;
@@ -1014,7 +1050,7 @@ int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 
 	if (!t || (!text && len))
 		return -EINVAL;
-	if (add_bos && t->bos >= 0)
+	if (add_bos && t->add_bos && t->bos >= 0)
 		emit(&o, t->bos);
 	if (t->kind == KVE_TOK_SPM) {
 		if (len)
@@ -1035,7 +1071,7 @@ int kve_tokenize(const struct kve_tokenizer *t, const char *text, size_t len,
 static int encode_raw(const struct kve_tokenizer *t, const char *text, size_t len,
 		      struct outbuf *o, int dummy)
 {
-	if (!len && !dummy)
+	if (!len && !(dummy && t->add_space_prefix))
 		return 0;
 	if (t->kind == KVE_TOK_SPM)	/* the dummy prefix alone before a marker */
 		return spm_encode(t, text, len, o, 1, dummy);
@@ -1099,7 +1135,7 @@ int kve_tokenize_spans(const struct kve_tokenizer *t, const char *text, size_t l
 		if (special[i].off > len || special[i].len > len - special[i].off ||
 		    (i && special[i].off < special[i - 1].off + special[i - 1].len))
 			return -EINVAL;
-	if (flags & KVE_TOKENIZE_BOS && t->bos >= 0)
+	if (flags & KVE_TOKENIZE_BOS && t->add_bos && t->bos >= 0)
 		emit(&o, t->bos);
 	f = malloc(sizeof(*f));
 	present = calloc(t->n_spec ? t->n_spec : 1, 1);

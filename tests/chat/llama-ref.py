@@ -114,7 +114,7 @@ CONVS = {
 # family -> (templates, conversations)
 ALL = ["plain", "no_system", "turns", "tools_round", "tools_pending", "parallel", "no_args"]
 FAMILIES = {
-    "qwen2.5": (["Qwen-Qwen2.5-7B-Instruct.jinja"], ALL + ["think_off"]),
+    "qwen2.5": (["Qwen-Qwen2.5-7B-Instruct.jinja", "MiMo-VL.jinja"], ALL + ["think_off"]),
     "qwen3": (["Qwen-Qwen3-0.6B.jinja"], ALL + ["think_history", "think_off"]),
     "llama3": (["meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
                 "meta-llama-Llama-3.3-70B-Instruct.jinja"],
@@ -125,12 +125,13 @@ FAMILIES = {
                      "unsloth-mistral-Devstral-Small-2507.jinja"], ALL),
 }
 
-# ChatML templates of other formats (tools or reasoning of their own):
+# ChatML templates of other formats (tools or reasoning of their own;
+# QwQ: Qwen's markers, but every reply opened with <think>, none kept):
 # kvarenad refuses them unless the operator forces a family
 OTHERS = ["NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
           "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "HuggingFaceTB-SmolLM3-3B.jinja",
           "LFM2-8B-A1B.jinja", "LFM2.5-8B-A1B.jinja", "LFM2.5-Instruct.jinja",
-          "openbmb-MiniCPM5-1B.jinja"]
+          "openbmb-MiniCPM5-1B.jinja", "Qwen-QwQ-32B.jinja"]
 
 # replies in each family's syntax: llama.cpp's parser and ours must find
 # the same content, reasoning and calls (arguments compared as JSON)

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "chat.h"
+#include "chat_internal.h"	/* chat_tojson: the templates' tojson */
 #include "jconv.h"
 
 static struct chat_template *tmpl;	/* ChatML, as the test models' */
@@ -495,6 +496,9 @@ static void test_family_choice(void)
 			"<|im_start|>system\nYou are a function calling AI model. You may call one or more "
 			"functions to assist with the user query. <tools>{{ tools }}</tools><tool_call>",
 			"<|im_start|>{{ m.role }}<|im_sep|>{{ m.content }}",
+			/* Qwen's markers and <think>, no reasoning_content (QwQ) */
+			"{{- '<|im_start|>user' }}You may call one or more functions to assist with the "
+			"user query.<tool_call>{{- '<|im_start|>assistant\\n<think>\\n' }}",
 		};
 		const char *agent = "<|im_start|>system\n{{ sys }}{%- if tools %}\n\n# Tools\n\nYou may call "
 				    "one or more functions to assist with the user query.<tools>{{ tools }}"
@@ -543,6 +547,40 @@ static void test_family_choice(void)
 	CU_ASSERT_EQUAL(chat_template_new(NULL, 0, &o, &t, err, sizeof(err)), -EINVAL);
 	o.tool_open = "";
 	CU_ASSERT_EQUAL(chat_template_new(NULL, 0, &o, &t, err, sizeof(err)), -EINVAL);
+}
+
+/* JSON as the templates' tojson writes it (Python's json.dumps): one line
+ * with ", " and ": ", or indent N (0 too) with "," at line ends. */
+static void test_tojson(void)
+{
+	static const struct {
+		const char *in;
+		int indent;
+		const char *out;
+	} cases[] = {
+		{ "[1, 2]", -1, "[1, 2]" },
+		{ "[]", -1, "[]" },
+		{ "[]", 4, "[]" },
+		{ "{}", 4, "{}" },
+		{ "[1]", 0, "[\n1\n]" },
+		{ "{\"a\": [1, {\"b\": []}]}", 4,
+		  "{\n    \"a\": [\n        1,\n        {\n            \"b\": []\n        }\n    ]\n}" },
+		{ "{\"a\": [1, {\"b\": []}]}", -1, "{\"a\": [1, {\"b\": []}]}" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *v = json_loads(cases[i].in, JSON_DECODE_ANY, NULL);
+		struct strbuf b = { 0 };
+
+		CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+		chat_tojson(&b, v, cases[i].indent);
+		if (strcmp(sb_cstr(&b), cases[i].out))
+			fprintf(stderr, "\ntojson %s indent %d: %s\n", cases[i].in, cases[i].indent,
+				sb_cstr(&b));
+		CU_ASSERT_STRING_EQUAL(sb_cstr(&b), cases[i].out);
+		sb_free(&b);
+		json_decref(v);
+	}
 }
 
 /* Which bytes are plain: the content, never the template's markers. */
@@ -1114,6 +1152,7 @@ int main(void)
 	CU_add_test(s, "families: choice and refusal", test_family_choice);
 	CU_add_test(s, "chatml: byte-stable across turns", test_template_stable);
 	CU_add_test(s, "chatml: plain spans", test_plain_spans);
+	CU_add_test(s, "tojson as the templates write it", test_tojson);
 	CU_add_test(s, "chatml: tool round", test_tool_round);
 	CU_add_test(s, "chatml: counting calls", test_count_calls);
 	CU_add_test(s, "tool calls: batch", test_tool_calls_batch);

@@ -9,8 +9,17 @@
  *                   [--prefill K] TOKEN...
  * --prefill K: prefill the first K tokens at once (logits of position K-1),
  *              then decode the rest.
+ * --greedy N:  then N more greedy steps (the argmax fed back, lowest id on
+ *              ties), their ids printed on a line "greedy ID..."; the
+ *              logits each was chosen from are the last N rows of OUT.
+ *        kve-logits --dequant TYPE IN OUT
+ * writes the values of the blocks of ggml type TYPE in the file IN, as
+ * kve_dequant_block gives them, to OUT (float32).
  *        kve-logits --tokenize MODEL FILE
- * prints the token ids (no BOS) of each line of FILE, lines given in hex.
+ * prints the token ids (no BOS) of each line of FILE, lines given in hex
+ * (MODEL may be a vocabulary-only GGUF, as llama.cpp's ggml-vocab-*.gguf).
+ *        kve-logits --tokenize-bos MODEL FILE
+ * the same with add_bos (BOS first where the file's add_bos_token says).
  *        kve-logits --pretok NAME FILE
  * prints the words the BPE pre-tokenizer NAME (a tokenizer.ggml.pre
  * value) splits each line of FILE into, in hex, separated by spaces.
@@ -92,10 +101,12 @@ static int pretok_file(const char *name, const char *file)
 	return rc ? 1 : 0;
 }
 
+static int tokenize_bos;	/* --tokenize-bos: add_bos 1 (BOS where the file asks) */
+
 static void tokenize_line(void *ctx, const char *text, size_t n)
 {
 	int32_t ids[4096];
-	int k = kve_tokenize(ctx, text, n, 0, ids, 4096), i;
+	int k = kve_tokenize(ctx, text, n, tokenize_bos, ids, 4096), i;
 
 	for (i = 0; i < k && i < 4096; i++)
 		printf(i ? " %d" : "%d", ids[i]);
@@ -105,24 +116,78 @@ static int tokenize_file(const char *model, const char *file)
 {
 	char err[256];
 	struct kve_model *m = kve_model_load(model, err, sizeof(err));
-	struct kve_tokenizer *t;
+	struct kve_model vocab_only;
+	struct kve_tokenizer *t = NULL;
+	const struct gguf_kv *kv;
 	int rc;
 
-	if (!m || !(t = kve_tokenizer_create(m, err, sizeof(err)))) {
+	if (!m) {	/* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
+		memset(&vocab_only, 0, sizeof(vocab_only));
+		if (gguf_open_file(&vocab_only.g, model, 0, err, sizeof(err))) {
+			fprintf(stderr, "kve-logits: %s\n", err);
+			return 1;
+		}
+		kv = gguf_find_kv(&vocab_only.g, "tokenizer.ggml.tokens");
+		vocab_only.info.vocab = kv ? (uint32_t)kv->arr_n : 0;
+		t = kve_tokenizer_create(&vocab_only, err, sizeof(err));
+	} else {
+		t = kve_tokenizer_create(m, err, sizeof(err));
+	}
+	if (!t) {
 		fprintf(stderr, "kve-logits: %s\n", err);
+		rc = 1;
+	} else {
+		rc = each_hex_line(file, tokenize_line, t) ? 1 : 0;
+	}
+	kve_tokenizer_free(t);
+	if (m)
 		kve_model_free(m);
+	else
+		gguf_close(&vocab_only.g);
+	return rc;
+}
+
+static int dequant_file(uint32_t type, const char *in, const char *out)
+{
+	size_t bb = ggml_blck_bytes(type), bk = ggml_blck_size(type), len, i;
+	uint8_t *blocks = tc_slurp(in, &len);
+	float *y;
+	FILE *f;
+	int rc = 1;
+
+	if (!blocks || !bb || len % bb) {
+		fprintf(stderr, "kve-logits: cannot dequantize type %u from %s\n", type, in);
+		free(blocks);
 		return 1;
 	}
-	rc = each_hex_line(file, tokenize_line, t);
-	kve_tokenizer_free(t);
-	kve_model_free(m);
-	return rc ? 1 : 0;
+	y = malloc(sizeof(float) * (len / bb) * bk + 1);
+	f = fopen(out, "wb");
+	if (y && f) {
+		for (i = 0; i < len / bb; i++)
+			kve_dequant_block(type, blocks + i * bb, y + i * bk);
+		rc = fwrite(y, sizeof(float), len / bb * bk, f) == len / bb * bk ? 0 : 1;
+	}
+	if (f && fclose(f))
+		rc = 1;
+	free(y);
+	free(blocks);
+	return rc;
+}
+
+static int32_t argmax(const float *l, uint32_t n)
+{
+	uint32_t i, b = 0;
+
+	for (i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
 }
 
 int main(int argc, char **argv)
 {
 	enum kve_kv_dtype dt = KVE_KV_F32;
-	uint32_t bt = 16, nth = 1, pre = 1, n = 0, i, vocab, nblk;
+	uint32_t bt = 16, nth = 1, pre = 1, n = 0, i, vocab, nblk, greedy = 0;
 	int32_t toks[4096];
 	char err[256];
 	struct kve_model *m;
@@ -137,8 +202,14 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && !strcmp(argv[1], "--tokenize"))
 		return tokenize_file(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "--tokenize-bos")) {
+		tokenize_bos = 1;
+		return tokenize_file(argv[2], argv[3]);
+	}
 	if (argc == 4 && !strcmp(argv[1], "--pretok"))
 		return pretok_file(argv[2], argv[3]);
+	if (argc == 5 && !strcmp(argv[1], "--dequant"))
+		return dequant_file((uint32_t)atoi(argv[2]), argv[3], argv[4]);
 	if (argc < 4) {
 		fprintf(stderr, "usage: kve-logits MODEL OUT [opts] TOKEN...\n");
 		return 2;
@@ -152,10 +223,12 @@ int main(int argc, char **argv)
 			nth = (uint32_t)atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--prefill") && a + 1 < argc)
 			pre = (uint32_t)atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--greedy") && a + 1 < argc)
+			greedy = (uint32_t)atoi(argv[++a]);
 		else if (n < 4096)
 			toks[n++] = atoi(argv[a]);
 	}
-	if (!n || pre < 1 || pre > n) {
+	if (!n || pre < 1 || pre > n || greedy > 4096 - n) {
 		fprintf(stderr, "kve-logits: bad token list\n");
 		return 2;
 	}
@@ -165,7 +238,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	vocab = kve_model_info(m)->vocab;
-	nblk = (n + bt - 1) / bt;
+	nblk = (n + greedy + bt - 1) / bt;
 	if (tpool_init(&tp, m, bt, dt, nblk, &kp))
 		return 1;
 	s.block_table = calloc(nblk, sizeof(uint32_t));
@@ -174,7 +247,7 @@ int main(int argc, char **argv)
 		s.block_table[i] = nblk - 1 - i;
 	ep.n_threads = nth;
 	ep.max_batch = 1;
-	ep.max_ctx = n;
+	ep.max_ctx = n + greedy;
 	e = kve_engine_create(m, &kp, &ep, err, sizeof(err));
 	if (!e) {
 		fprintf(stderr, "kve-logits: %s\n", err);
@@ -193,6 +266,22 @@ int main(int argc, char **argv)
 	for (i = pre; i < n; i++) {
 		struct kve_session *sp = &s;
 		rc = kve_decode(e, &sp, &toks[i], 1, lg);
+		if (rc) {
+			fprintf(stderr, "kve-logits: decode: %s\n", strerror(-rc));
+			return 1;
+		}
+		fwrite(lg, sizeof(float), vocab, f);
+	}
+	for (i = 0; i < greedy; i++) {
+		struct kve_session *sp = &s;
+
+		toks[n + i] = argmax(lg, vocab);
+		printf("%s%d", i ? " " : "greedy ", toks[n + i]);
+		if (i + 1 == greedy) {
+			printf("\n");
+			break;
+		}
+		rc = kve_decode(e, &sp, &toks[n + i], 1, lg);
 		if (rc) {
 			fprintf(stderr, "kve-logits: decode: %s\n", strerror(-rc));
 			return 1;

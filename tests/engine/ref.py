@@ -3,8 +3,10 @@
 """Independent numpy reference for kvarena's CPU engine.
 
 Reads a GGUF file with its own parser (nothing shared with the C code),
-runs the llama forward pass (qwen2: with Q/K/V biases and NEOX rope) in
-float64 and compares per-position logits
+runs the llama forward pass (qwen2: with Q/K/V biases and NEOX rope;
+qwen3: NEOX rope and per-head Q/K RMS norms; llama 3's rope_freqs and
+linear rope scaling where the file has them) in float64 and compares
+per-position logits
 with what the engine's kve-logits tool wrote; also re-implements both
 tokenizers (SentencePiece-style and GPT-2 byte-level BPE) and compares
 token ids with the engine's, and the BPE pre-tokenizers' word splits
@@ -110,25 +112,29 @@ class Gguf:
 
 
 def quant_act(x):
-    """Activations as the engine feeds Q8_0 matrices: per 32 values,
-    d = amax/127 and q = round-half-even(x/d), computed in float32."""
+    """Activations as the engine (and llama.cpp's CPU backend) feeds Q8_0
+    matrices: per 32 values, q = round-half-even(x * 127/amax) and
+    d = amax/127 rounded to fp16, computed in float32."""
     x32 = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
-    d = np.abs(x32).max(axis=-1, keepdims=True) / np.float32(127)
+    amax = np.abs(x32).max(axis=-1, keepdims=True)
+    d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
     with np.errstate(divide="ignore"):
-        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
     q = np.clip(np.rint(x32 * inv), -127, 127)
     return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
 
 
-# general.architecture -> rope style; both read "<arch>.*" keys and add
-# blk.N.attn_{q,k,v}.bias when the file has them
-NEOX_ARCHS = {"qwen2"}
+# general.architecture -> rope style; all read "<arch>.*" keys and add
+# blk.N.attn_{q,k,v}.bias when the file has them (qwen3 has none); qwen3
+# RMS-normalises each head of Q and K before rope (attn_q_norm/attn_k_norm)
+NEOX_ARCHS = {"qwen2", "qwen3"}
 
 
 def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
-            rope_dims=None):
-    """neox / biases / rope_dims override the file's rope style, bias use
-    and rotated dims (the negative controls of --controls)."""
+            rope_dims=None, qk_norm=True, rope_scale=True):
+    """neox / biases / rope_dims / qk_norm / rope_scale override the file's
+    rope style, bias use, rotated dims, per-head norms and linear rope
+    scaling (the negative controls of --controls)."""
     kv = g.kv
     arch = kv["general.architecture"].decode()
     dim = kv[arch + ".embedding_length"]
@@ -139,6 +145,9 @@ def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
     rd = kv.get(arch + ".rope.dimension_count", hd) if rope_dims is None else rope_dims
     base = kv.get(arch + ".rope.freq_base", 10000.0)
     eps = kv.get(arch + ".attention.layer_norm_rms_epsilon", 1e-5)
+    # linear rope scaling: positions over the factor
+    factor = (kv.get(arch + ".rope.scaling.factor", 0.0) if rope_scale else 0) or 1.0
+    scale = kv.get(arch + ".attention.scale", 0.0) or 1 / np.sqrt(hd)
     if neox is None:
         neox = arch in NEOX_ARCHS
     T = g.tensors
@@ -147,8 +156,10 @@ def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
     def rms(x, w):
         return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
 
-    pos = np.arange(n, dtype=np.float64)
+    pos = np.arange(n, dtype=np.float64) / factor
     inv = base ** (-2.0 * np.arange(rd // 2) / rd)
+    if "rope_freqs.weight" in T:    # llama 3.1+: a divisor per pair
+        inv = inv / T["rope_freqs.weight"]
     ang = pos[:, None] * inv[None, :]
     cos, sin = np.cos(ang), np.sin(ang)
 
@@ -175,13 +186,19 @@ def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
             x = quant_act(x)
         return x @ T[name].T
 
+    def head_norm(v, heads, name):
+        v = v.reshape(n, heads, hd)
+        if qk_norm and name in T:
+            v = rms(v, T[name])
+        return v
+
     x = T["token_embd.weight"][tokens]
     mask = np.triu(np.full((n, n), -np.inf), 1)
     for l in range(nl):
         p = "blk.%d." % l
         xn = rms(x, T[p + "attn_norm.weight"])
-        q = rope(proj(xn, p, "attn_q"), nh)
-        k = rope(proj(xn, p, "attn_k"), nkv)
+        q = rope(head_norm(proj(xn, p, "attn_q"), nh, p + "attn_q_norm.weight"), nh)
+        k = rope(head_norm(proj(xn, p, "attn_k"), nkv, p + "attn_k_norm.weight"), nkv)
         v = proj(xn, p, "attn_v").reshape(n, nkv, hd)
         if kv_f16:
             k = k.astype(np.float16).astype(np.float64)
@@ -189,7 +206,7 @@ def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
         out = np.zeros((n, nh, hd))
         for h in range(nh):
             g_ = h // (nh // nkv)
-            s = q[:, h, :] @ k[:, g_, :].T / np.sqrt(hd) + mask
+            s = q[:, h, :] @ k[:, g_, :].T * scale + mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             s /= s.sum(axis=1, keepdims=True)
             out[:, h, :] = s @ v[:, g_, :]
@@ -265,6 +282,10 @@ PRE_PATTERNS = {
     "qwen2": _CONTR_CI + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
+PRE_PATTERNS["tekken"] = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 PRE_PATTERNS["default"] = PRE_PATTERNS["gpt2"]
 
 
@@ -387,7 +408,7 @@ def check_pretok(tool):
             f.write(t.hex() + "\n")
         name = f.name
     fails = 0
-    for pre in ("gpt2", "default", "llama-bpe", "qwen2"):
+    for pre in ("gpt2", "default", "llama-bpe", "qwen2", "tekken"):
         res = subprocess.run([tool, "--pretok", pre, name], capture_output=True, text=True)
         got = [[bytes.fromhex(w) for w in l.split()] for l in res.stdout.splitlines()]
         if res.returncode:
@@ -491,6 +512,18 @@ def main():
         if rd < hd:
             variants.append(("rope over all %d head dims instead of %d" % (hd, rd),
                              dict(rope_dims=hd)))
+        if g.kv.get(arch + ".rope.scaling.factor", 0) not in (0, 1):
+            variants.append(("positions not scaled", dict(rope_scale=False)))
+        if any(k.endswith(".attn_q_norm.weight") for k in g.tensors):
+            variants.append(("no per-head Q/K norms", dict(qk_norm=False)))
+        if "rope_freqs.weight" in g.tensors:    # without llama 3's divisors
+            saved = g.tensors.pop("rope_freqs.weight")
+            e = float(np.abs(got - forward(g, tokens, kv16, q8)[pre - 1:]).max())
+            g.tensors["rope_freqs.weight"] = saved
+            good = e > bound
+            ok &= good
+            print("%s control: %s reference without rope_freqs is off by %.3g (must exceed "
+                  "%g)" % ("ok  " if good else "FAIL", os.path.basename(model), e, bound))
         for what, kw in variants:
             e = float(np.abs(got - forward(g, tokens, kv16, q8, **kw)[pre - 1:]).max())
             good = e > bound

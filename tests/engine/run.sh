@@ -55,6 +55,29 @@ gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18 --unk-id 300
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
+# the 4- to 6-bit types and BF16 (Documentation/engine.md, "Tensor
+# types"): K-quants need rows of 256, so dim 256; Q4_K_M as llama.cpp mixes
+# it (Q4_K, Q6_K for attn_v/ffn_down of some layers and the head), a qwen3
+# Q5_K_M with 64-dim heads, the 32-value types, BF16
+gen q4km-gqa.gguf --dim 256 --layers 3 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q4_k_m --seed 51
+gen q5km-qwen3.gguf --arch qwen3 --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 512 --ctx 128 --type q5_k_m --seed 52
+gen q6k-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q6_k --tied --seed 53
+gen q40-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type q4_0 --seed 54
+gen q51-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q5_1 --seed 55
+gen bf16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type bf16 --seed 56
+# qwen3 (per-head Q/K norms, 128-dim heads wider than dim / heads), llama
+# 3's rope_freqs and linear rope scaling, all F32 for the numpy reference
+gen qwen3-f32.gguf --arch qwen3 --dim 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 --ffn 128 --vocab 512 --ctx 128 --type f32 --seed 57
+gen llama3-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-freqs --rope-base 500000 --seed 58
+gen linrope-f32.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --rope-scale 4 --seed 59
+# tokenizer.ggml.add_space_prefix false: no SentencePiece dummy prefix
+gen nospace-spm.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type f32 --seed 11 --meta tokenizer.ggml.add_space_prefix=bool:0
+# what the loader refuses, naming the architecture and the feature (an
+# unknown architecture: test_gguf)
+gen no-experts.gguf --dim 64 --layers 1 --heads 4 --ffn 64 --vocab 400 --ctx 64 --meta llama.expert_count=u32:8 --seed 60
+gen no-yarn.gguf --arch qwen2 --dim 64 --layers 1 --heads 4 --ffn 64 --vocab 400 --ctx 64 --meta qwen2.rope.scaling.type=str:yarn --seed 61
+gen no-vlen.gguf --dim 64 --layers 1 --heads 4 --ffn 64 --vocab 400 --ctx 64 --meta llama.attention.value_length=u32:8 --seed 62
+
 # constrained decoding's property test: one of each tokenizer, room for
 # 240 generated tokens
 gen cprop-spm.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 1000 --ctx 384 --type f32 --seed 31
@@ -106,7 +129,40 @@ runref() {	# numpy lines are the interesting ones: always show them
 
 echo "engine checks"
 run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf $M/qwen2-f32.gguf \
-	$M/f16-gqa.gguf $M/q8-gqa.gguf
+	$M/f16-gqa.gguf $M/q8-gqa.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q6k-gqa.gguf \
+	$M/q40-gqa.gguf $M/q51-gqa.gguf $M/bf16-gqa.gguf
+refusals() {	# each file asks for what the pass does not do: refused, named
+	for c in "no-experts|llama file with 8 experts: mixture of experts is not supported" \
+		 "no-yarn|qwen2 file with rope scaling 'yarn': not supported" \
+		 "no-vlen|different key and value lengths are not supported"; do
+		out=$($T/kve-logits "$M/${c%%|*}.gguf" "$B/refused.bin" 1 2 2>&1)
+		rc=$?
+		case "$rc:$out" in
+		1:*"${c#*|}"*) echo "ok   ${c%%|*}.gguf refused: $out" ;;
+		*) echo "FAIL ${c%%|*}.gguf: exit $rc, want \"${c#*|}\": $out" ;;
+		esac
+	done
+}
+run "what the loader refuses, by name" refusals
+no_space_prefix() {	# the same vocabulary (seed 11) with and without the dummy prefix
+	: > "$B/nsp-a.hex"
+	: > "$B/nsp-b.hex"
+	for t in "hello world" "the sun is up" "a" "x  y" "Hello, tools."; do
+		printf '%s' "$t" | od -An -tx1 -v | tr -d ' \n' >> "$B/nsp-a.hex"
+		echo >> "$B/nsp-a.hex"
+		printf ' %s' "$t" | od -An -tx1 -v | tr -d ' \n' >> "$B/nsp-b.hex"
+		echo >> "$B/nsp-b.hex"
+	done
+	with=$($T/kve-logits --tokenize "$M/f32-gqa.gguf" "$B/nsp-a.hex")
+	without=$($T/kve-logits --tokenize "$M/nospace-spm.gguf" "$B/nsp-b.hex")
+	bare=$($T/kve-logits --tokenize "$M/nospace-spm.gguf" "$B/nsp-a.hex")
+	if [ -n "$with" ] && [ "$with" = "$without" ] && [ "$with" != "$bare" ]; then
+		echo "ok   add_space_prefix false: ' ' + text gives the ids the default gives text (5 texts), text alone others"
+	else
+		echo "FAIL add_space_prefix false: [$with] [$without] [$bare]"
+	fi
+}
+run "SentencePiece without the dummy prefix" no_space_prefix
 run "kernels vs double precision, self-check" env KVE_SELFCHECK=1 $T/test_kernels
 run "self-check coverage, fault by fault" $T/test_selfcheck
 run "worker team: chunks, futex sleep/wake" $T/test_threads
@@ -118,8 +174,9 @@ run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3
 FILL_7F="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576"
 run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
 	$T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
-run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf
-run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf
+run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q40-gqa.gguf
+run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf $M/q4km-gqa.gguf $M/q51-gqa.gguf
+run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k-gqa.gguf $M/q40-gqa.gguf $M/bf16-gqa.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
 # kva_blocks_share, and a prefill process handing KV to a decode process
@@ -186,6 +243,11 @@ done
 # --controls: a reference with llama's rope (and one without the biases)
 # must miss by more than the bound, so a rope mix-up cannot pass
 runref "ref qwen2-f32" "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --controls
+# qwen3 (and its per-head norms), llama 3's rope_freqs, linear rope scaling
+runref "ref qwen3-f32 controls" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound $BOUND --controls
+runref "ref qwen3-f32 c threads" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound $BOUND --threads 2 --block 3 --prefill 7
+runref "ref llama3-f32 controls" "$PY" tests/engine/ref.py logits $M/llama3-f32.gguf $T/kve-logits --bound $BOUND --controls
+runref "ref linrope-f32 controls" "$PY" tests/engine/ref.py logits $M/linrope-f32.gguf $T/kve-logits --bound $BOUND --controls
 runref "ref f32-gqa controls" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --controls
 # partial rope: 8 of 16 dims (llama pairs), 6 of 16 (NEOX halves)
 runref "ref rope8-f32 controls" "$PY" tests/engine/ref.py logits $M/rope8-f32.gguf $T/kve-logits --bound $BOUND --controls

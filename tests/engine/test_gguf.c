@@ -181,8 +181,14 @@ static void test_container(void)
 	expect(&w, w.n, "zero or too large", "zero dimension");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 60);
 	expect(&w, w.n, "zero or too large", "2^60 dimension");
-	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 2);
-	expect(&w, w.n, "type 2 (Q4_0) not supported", "unsupported tensor type");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 10);
+	expect(&w, w.n, "type 10 (Q2_K) not supported", "unsupported tensor type");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 99);
+	expect(&w, w.n, "type 99 (unknown) not supported", "unknown tensor type");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, GGML_Q4_0);
+	expect(&w, w.n, "ne[0]=8 is not a multiple of the Q4_0 block (32)", "Q4_0 row of 8");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, GGML_Q4_K);
+	expect(&w, w.n, "ne[0]=8 is not a multiple of the Q4_K block (256)", "Q4_K row of 8");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.toff, 3);
 	expect(&w, w.n, "not aligned", "misaligned tensor offset");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.toff, 1ull << 40);
@@ -567,7 +573,8 @@ static void test_model(const char *path)
 	edit_and_expect(b, len, "llama.block_count", "llama.block_counx",
 			"llama.block_count is missing");
 	/* the first "llama" in the file is general.architecture's value */
-	edit_and_expect(b, len, "llama", "llamb", "architecture 'llamb' not supported");
+	edit_and_expect(b, len, "llama", "llamb",
+			"architecture 'llamb' not supported (llama, qwen2, qwen3)");
 	/* head_count_kv must divide head_count (4): 3 and 0 do not */
 	edit_n(b, len, "head_count_kv\x04\0\0\0\x02", "head_count_kv\x04\0\0\0\x03", 18,
 	       "head_count_kv 3 does not divide head_count 4");

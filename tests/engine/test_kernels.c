@@ -30,6 +30,39 @@ struct tm {
 	double *deq;	/* rows x cols */
 };
 
+/*
+ * A row of BF16 (the values tmp) or of a 4- to 6-bit type: every quant
+ * bit random (all of a type's values occur), the fp16 scales small and
+ * positive, the minima of either sign, Q6_K's int8 scales any byte.
+ */
+static void fill_quant(uint32_t type, uint8_t *row, uint32_t cols, const float *tmp)
+{
+	size_t bb = ggml_blck_bytes(type), n = cols / ggml_blck_size(type) * bb, i;
+	uint16_t h;
+
+	if (type == GGML_BF16) {
+		for (i = 0; i < cols; i++) {
+			uint32_t b;
+
+			memcpy(&b, &tmp[i], 4);
+			h = (uint16_t)(b >> 16);
+			memcpy(row + 2 * i, &h, 2);
+		}
+		return;
+	}
+	for (i = 0; i < n; i++)
+		row[i] = (uint8_t)(frand() * 128 + 128);
+	for (i = 0; i < n; i += bb) {
+		h = kve_f32_to_f16(0.004f + 0.003f * frand());
+		memcpy(row + i + (type == GGML_Q6_K ? 208 : 0), &h, 2);
+		if (type == GGML_Q4_1 || type == GGML_Q5_1 || type == GGML_Q4_K ||
+		    type == GGML_Q5_K) {
+			h = kve_f32_to_f16(0.01f * frand());
+			memcpy(row + i + 2, &h, 2);
+		}
+	}
+}
+
 static void make_mat(struct tm *t, uint32_t type, uint32_t rows, uint32_t cols)
 {
 	uint32_t r, c;
@@ -38,8 +71,7 @@ static void make_mat(struct tm *t, uint32_t type, uint32_t rows, uint32_t cols)
 	t->m.type = type;
 	t->m.rows = rows;
 	t->m.cols = cols;
-	t->m.row_bytes = type == GGML_F32 ? cols * 4 : type == GGML_F16 ? cols * 2 :
-			 cols / QK8_0 * Q8_0_BYTES;
+	t->m.row_bytes = cols / ggml_blck_size(type) * ggml_blck_bytes(type);
 	t->buf = aligned_alloc(64, (t->m.row_bytes * rows + 63) & ~(size_t)63);
 	t->deq = malloc(sizeof(double) * rows * cols);
 	for (r = 0; r < rows; r++) {
@@ -47,7 +79,10 @@ static void make_mat(struct tm *t, uint32_t type, uint32_t rows, uint32_t cols)
 		float tmp[1024];
 		for (c = 0; c < cols; c++)
 			tmp[c] = frand();
-		for (c = 0; c < cols; c++) {
+		if (type != GGML_F32 && type != GGML_F16 && type != GGML_Q8_0)
+			fill_quant(type, row, cols, tmp);
+		for (c = 0; c < cols && (type == GGML_F32 || type == GGML_F16 ||
+					 type == GGML_Q8_0); c++) {
 			if (type == GGML_F32) {
 				memcpy(row + 4 * c, &tmp[c], 4);
 			} else if (type == GGML_F16) {
@@ -73,31 +108,38 @@ static void make_mat(struct tm *t, uint32_t type, uint32_t rows, uint32_t cols)
 	t->m.data = t->buf;
 }
 
+/* xk: the Q8_K activations the K-quant products take (others: unused) */
 static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
-		const struct kve_q8x *xq, int T, float *y, int r0, int r1)
+		const struct kve_q8x *xq, const struct kve_q8k *xk, int T, float *y, int r0, int r1)
 {
-	if (t->m.type == GGML_F32)
-		k->mm_f32(&t->m, x, T, y, (int)t->m.rows, r0, r1);
-	else if (t->m.type == GGML_F16)
-		k->mm_f16(&t->m, x, T, y, (int)t->m.rows, r0, r1);
-	else
-		k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1);
+	switch (t->m.type) {
+	case GGML_F32: k->mm_f32(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
+	case GGML_F16: k->mm_f16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
+	case GGML_BF16: k->mm_bf16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
+	case GGML_Q8_0: k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
+	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+		k->mm_qk(&t->m, xk, T, y, (int)t->m.rows, r0, r1);
+		break;
+	default: k->mm_q32(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
+	}
 }
 
 /* Each token alone, and the batch in row slices of 5 (which start and end
  * inside panels), give y's bits; y1 is scratch of T x rows. */
 static int same_alone_sliced(const struct kve_kernels *k, const struct tm *t, const float *x,
-			     const struct kve_q8x *xq, int T, const float *y, float *y1)
+			     const struct kve_q8x *xq, const struct kve_q8k *xk, int T,
+			     const float *y, float *y1)
 {
 	int rows = (int)t->m.rows, cols = (int)t->m.cols, tt, r, same = 1;
 
 	for (tt = 0; tt < T; tt++) {
-		run(k, t, x + tt * cols, xq + tt * (cols / QK8_0), 1, y1, 0, rows);
+		run(k, t, x + tt * cols, xq + tt * (cols / QK8_0), xk + tt * (cols / QK_K), 1, y1,
+		    0, rows);
 		same &= !memcmp(y1, y + tt * rows, rows * sizeof(float));
 	}
 	memset(y1, 0, sizeof(float) * T * rows);
 	for (r = 0; r < rows; r += 5)
-		run(k, t, x, xq, T, y1, r, r + 5 < rows ? r + 5 : rows);
+		run(k, t, x, xq, xk, T, y1, r, r + 5 < rows ? r + 5 : rows);
 	return same && !memcmp(y1, y, sizeof(float) * T * rows);
 }
 
@@ -107,7 +149,7 @@ static int same_alone_sliced(const struct kve_kernels *k, const struct tm *t, co
  * ranges (which start and end inside panels).
  */
 static void check_packed(const struct kve_kernels *k, const struct tm *t, const float *x,
-			 const struct kve_q8x *xq, int T, const float *y)
+			 const struct kve_q8x *xq, const struct kve_q8k *xk, int T, const float *y)
 {
 	struct tm p = *t;
 	size_t n = t->m.row_bytes * t->m.rows;
@@ -125,9 +167,12 @@ static void check_packed(const struct kve_kernels *k, const struct tm *t, const 
 		      ggml_type_name(t->m.type), rows, cols);
 		goto out;
 	}
-	run(k, &p, x, xq, T, y1, 0, (int)rows);
-	same = rc == 0 && p.m.panel && memcmp(p.buf, t->buf, n) &&
-	       !memcmp(y1, y, sizeof(float) * T * rows) && same_alone_sliced(k, &p, x, xq, T, y, y1);
+	run(k, &p, x, xq, xk, T, y1, 0, (int)rows);
+	/* (a panel of one block per row is the rows one after another) */
+	same = rc == 0 && p.m.panel &&
+	       (memcmp(p.buf, t->buf, n) || cols == ggml_blck_size(t->m.type)) &&
+	       !memcmp(y1, y, sizeof(float) * T * rows) &&
+	       same_alone_sliced(k, &p, x, xq, xk, T, y, y1);
 	for (r = 0; r < (int)rows; r++) {	/* the row helper reads panels too */
 		float a[1024], b[1024];
 
@@ -289,7 +334,7 @@ static void check_q8_m128(const struct kve_kernels *k)
 	memcpy(copy, t.buf, t.m.row_bytes * rows);
 	kept = kve_mat_pack(&t.m) == 1 && !t.m.panel && !memcmp(copy, t.buf, t.m.row_bytes * rows);
 	for (ti = 0; ti < 3; ti++) {
-		run(k, &t, x, xq, Ts[ti], y, 0, (int)rows);
+		run(k, &t, x, xq, NULL, Ts[ti], y, 0, (int)rows);
 		for (tt = 0; tt < Ts[ti]; tt++)
 			for (r = 0; r < (int)rows; r++) {
 				double s = 0;
@@ -303,10 +348,10 @@ static void check_q8_m128(const struct kve_kernels *k)
 	CHECK(kept && err < 2e-5 * sqrt(cols) * 4, "%s Q8_0 weights of -128: the matrix stays "
 	      "row-major (%s) and the product is right against negative activations (max error "
 	      "%.2g)", k->name, kept ? "yes" : "no", err);
-	{	/* a type without packed kernels (Q4_0) is left alone */
-		struct kve_mat q4 = { NULL, 2, 4, 32, 18, 0 };
+	{	/* a type the engine does not read (Q2_K) is left alone */
+		struct kve_mat q4 = { NULL, 10, 4, 256, 84, 0 };
 
-		CHECK(kve_mat_pack(&q4) == 1 && !q4.panel, "a Q4_0 matrix is not packed");
+		CHECK(kve_mat_pack(&q4) == 1 && !q4.panel, "a Q2_K matrix is not packed");
 	}
 	free(copy);
 	free(t.buf);
@@ -345,7 +390,7 @@ static void check_set_part(const struct kve_kernels *k, int q8_only)
 			if (types[ti] == GGML_Q8_0)
 				for (tt = 0; tt < T; tt++)
 					kve_quantize_q8x(x + tt * cols, (int)cols, xq + tt * (cols / QK8_0));
-			run(k, &t, x, xq, T, y, 0, (int)rows);
+			run(k, &t, x, xq, NULL, T, y, 0, (int)rows);
 			for (tt = 0; tt < T; tt++) {
 				float xd[1024];
 				if (types[ti] == GGML_Q8_0) {	/* the quantised activations */
@@ -364,15 +409,15 @@ static void check_set_part(const struct kve_kernels *k, int q8_only)
 			}
 			CHECK(err < 2e-5 * sqrt(cols) * 4, "%s %s [%u x %u] x 13 tokens: max error %.2g",
 			      k->name, ggml_type_name(types[ti]), rows, cols, err);
-			inv = same_alone_sliced(k, &t, x, xq, T, y, y1);
+			inv = same_alone_sliced(k, &t, x, xq, NULL, T, y, y1);
 			for (tt = 1; tt <= T; tt++) {	/* batches of every size */
 				memset(y1, 0xff, sizeof(float) * T * rows);	/* NaN */
-				run(k, &t, x, xq, tt, y1, 0, (int)rows);
+				run(k, &t, x, xq, NULL, tt, y1, 0, (int)rows);
 				inv &= !memcmp(y1, y, sizeof(float) * tt * rows);
 			}
 			CHECK(inv, "%s %s [%u x %u]: alone == in batch == in row slices",
 			      k->name, ggml_type_name(types[ti]), rows, cols);
-			check_packed(k, &t, x, xq, T, y);
+			check_packed(k, &t, x, xq, NULL, T, y);
 			free(x);
 			free(y);
 			free(y1);
@@ -405,9 +450,145 @@ static void check_set_part(const struct kve_kernels *k, int q8_only)
 	}
 }
 
+/*
+ * The 4- to 6-bit types and BF16 against double precision over the same
+ * integers and scales (Q4_1/Q5_1's minimum term with the activations'
+ * fp16 s, as defined), then alone == in a batch == in row slices, and
+ * packed == row-major, bit for bit. Shapes with row tails, K-quants of
+ * 1-3 blocks per row.
+ */
+static void check_quant_set(const struct kve_kernels *k)
+{
+	static const uint32_t types[] = { GGML_BF16, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
+					  GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 96 }, { 9, 72 }, { 40, 32 },
+					      { 8, 256 }, { 21, 512 }, { 3, 768 }, { 12, 256 } };
+	unsigned ti, si;
+
+	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+			uint32_t rows = shapes[si][0], cols = shapes[si][1], type = types[ti];
+			const int T = 13;
+			int nb = (int)cols / 32, nbk = (int)cols / QK_K, tt, r, c, inv;
+			struct tm t;
+			float *x, *y, *y1;
+			struct kve_q8x *xq;
+			struct kve_q8k *xk;
+			double err = 0;
+
+			if (cols % ggml_blck_size(type) ||
+			    (type != GGML_BF16 && type != GGML_Q4_K && cols % 256 == 0 && si != 4))
+				continue;	/* (the 32-value types: 256 once) */
+			make_mat(&t, type, rows, cols);
+			x = malloc(sizeof(float) * T * cols);
+			y = malloc(sizeof(float) * T * rows);
+			y1 = malloc(sizeof(float) * T * rows);
+			xq = malloc(sizeof(*xq) * T * (size_t)(nb + 1));
+			xk = malloc(sizeof(*xk) * T * (size_t)(nbk + 1));
+			for (c = 0; c < T * (int)cols; c++)
+				x[c] = frand();
+			for (tt = 0; tt < T; tt++) {
+				kve_quantize_q8x(x + tt * cols, (int)cols, xq + tt * nb);
+				kve_quantize_q8k(x + tt * cols, (int)cols, xk + tt * nbk);
+			}
+			run(k, &t, x, xq, xk, T, y, 0, (int)rows);
+			for (tt = 0; tt < T; tt++) {
+				for (r = 0; r < (int)rows; r++) {
+					double sum = 0, mag = 0;
+
+					for (c = 0; c < (int)cols; c++) {
+						double xd = type == GGML_BF16 ? x[tt * cols + c] :
+							    ggml_blck_size(type) == QK_K ?
+							    (double)xk[tt * nbk + c / QK_K].d *
+							    xk[tt * nbk + c / QK_K].q[c % QK_K] :
+							    (double)xq[tt * nb + c / 32].d *
+							    xq[tt * nb + c / 32].q[c % 32];
+						double wv = t.deq[(size_t)r * cols + c];
+
+						if (type == GGML_Q4_1 || type == GGML_Q5_1) {
+							/* d q x here, m s per block below */
+							uint8_t q[32];
+							float d, m;
+
+							kve_q32_ints(type, kve_mat_blk(&t.m, (uint32_t)r,
+										      (uint32_t)c / 32), q,
+								     &d, &m);
+							wv = (double)d * q[c % 32];
+							if (c % 32 == 0)
+								sum += (double)m * xq[tt * nb + c / 32].s;
+						}
+						sum += wv * xd;
+						mag += fabs(t.deq[(size_t)r * cols + c] * xd);
+					}
+					err = fmax(err, fabs(sum - y[tt * rows + r]) / (mag + 1e-30));
+				}
+			}
+			CHECK(err < 1e-5, "%s %s [%u x %u] x 13 tokens: relative error %.2g", k->name,
+			      ggml_type_name(type), rows, cols, err);
+			inv = same_alone_sliced(k, &t, x, xq, xk, T, y, y1);
+			for (tt = 1; tt <= T; tt++) {	/* batches of every size */
+				memset(y1, 0xff, sizeof(float) * T * rows);	/* NaN */
+				run(k, &t, x, xq, xk, tt, y1, 0, (int)rows);
+				inv &= !memcmp(y1, y, sizeof(float) * tt * rows);
+			}
+			CHECK(inv, "%s %s [%u x %u]: alone == in batch == in row slices",
+			      k->name, ggml_type_name(type), rows, cols);
+			check_packed(k, &t, x, xq, xk, T, y);
+			free(x);
+			free(y);
+			free(y1);
+			free(xq);
+			free(xk);
+			free(t.buf);
+			free(t.deq);
+		}
+	}
+}
+
+/* a VNNI set's products of the 4- to 6-bit types == its parent's, bit
+ * for bit: every type, 1, 2, 5 and 13 tokens, row-major and packed */
+static void check_same_quant(const struct kve_kernels *v, const struct kve_kernels *parent)
+{
+	static const uint32_t types[] = { GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
+					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+	static const int Ts[] = { 1, 2, 5, 13 };
+	enum { ROWS = 21, COLS = 512 };
+	static float x[13 * COLS], ya[13 * ROWS], yb[13 * ROWS];
+	static struct kve_q8x xq[13 * COLS / 32];
+	static struct kve_q8k xk[13 * COLS / QK_K];
+	unsigned ti, n = 0, same = 0;
+	int i, packed;
+
+	for (i = 0; i < 13 * COLS; i++)
+		x[i] = frand();
+	for (i = 0; i < 13; i++) {
+		kve_quantize_q8x(x + i * COLS, COLS, xq + i * (COLS / 32));
+		kve_quantize_q8k(x + i * COLS, COLS, xk + i * (COLS / QK_K));
+	}
+	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		struct tm t;
+
+		make_mat(&t, types[ti], 20, COLS);	/* 20 rows: packs */
+		for (packed = 0; packed < 2; packed++) {
+			if (packed && kve_mat_pack(&t.m))
+				continue;
+			for (i = 0; i < 4; i++, n++) {
+				run(v, &t, x, xq, xk, Ts[i], ya, 0, 20);
+				run(parent, &t, x, xq, xk, Ts[i], yb, 0, 20);
+				same += !memcmp(ya, yb, sizeof(float) * 20 * (size_t)Ts[i]);
+			}
+		}
+		free(t.buf);
+		free(t.deq);
+	}
+	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (7 types, 1-13 tokens, "
+	      "row-major and packed: %u of %u)", v->name, parent->name, same, n);
+}
+
 static void check_set(const struct kve_kernels *k)
 {
 	check_set_part(k, 0);
+	check_quant_set(k);
 }
 
 /* ---- the run-time self-check, with portable C kernels standing in ---- */
@@ -913,10 +1094,12 @@ static void check_selfcheck(int has2)
 	CHECK(rc == -1 && !strncmp(why, "quantize_q8x: block 0", 21),
 	      "self-check: a quantiser wrong in its first block only is caught: %s", why);
 
-	{	/* each of the 14 kernels missing in turn */
+	{	/* each of the 18 kernels missing in turn */
 		static const size_t kern[] = {
 			offsetof(struct kve_kernels, mm_f32), offsetof(struct kve_kernels, mm_f16),
-			offsetof(struct kve_kernels, mm_q8), offsetof(struct kve_kernels, dot_f32),
+			offsetof(struct kve_kernels, mm_q8), offsetof(struct kve_kernels, mm_bf16),
+			offsetof(struct kve_kernels, mm_q32), offsetof(struct kve_kernels, mm_qk),
+			offsetof(struct kve_kernels, quantize_q8k), offsetof(struct kve_kernels, dot_f32),
 			offsetof(struct kve_kernels, dot_f16), offsetof(struct kve_kernels, axpy_f32),
 			offsetof(struct kve_kernels, axpy_f16),
 			offsetof(struct kve_kernels, quantize_q8x),
@@ -1043,19 +1226,26 @@ static void check_pick_vnni(void)
 	CHECK(ok, "pick: on all 16 feature masks the best set the mask allows is chosen");
 	CHECK(never, "pick: a VNNI set is never chosen without its CPU flag (and AVX2, and "
 	      "AVX-512 for avx512vnni)");
-	{	/* the real VNNI sets: the parent with only mm_q8 replaced */
+	{	/* the real VNNI sets: the parent with only the integer products replaced */
 		struct kve_kernels a = *kve_kernels_avxvnni(), b = *kve_kernels_avx512vnni();
 		int same;
 
 		same = !strcmp(a.name, "avxvnni") && a.mm_q8 == kve_mm_q8_avxvnni &&
-		       !strcmp(b.name, "avx512vnni") && b.mm_q8 == kve_mm_q8_avx512vnni;
+		       a.mm_q32 == kve_mm_q32_avxvnni && a.mm_qk == kve_mm_qk_avxvnni &&
+		       !strcmp(b.name, "avx512vnni") && b.mm_q8 == kve_mm_q8_avx512vnni &&
+		       b.mm_q32 == kve_mm_q32_avx512vnni && b.mm_qk == kve_mm_qk_avx512vnni;
 		a.name = kve_kernels_avx2.name;
 		a.mm_q8 = kve_kernels_avx2.mm_q8;
+		a.mm_q32 = kve_kernels_avx2.mm_q32;
+		a.mm_qk = kve_kernels_avx2.mm_qk;
 		b.name = kve_kernels_avx512.name;
 		b.mm_q8 = kve_kernels_avx512.mm_q8;
+		b.mm_q32 = kve_kernels_avx512.mm_q32;
+		b.mm_qk = kve_kernels_avx512.mm_qk;
 		same &= !memcmp(&a, &kve_kernels_avx2, sizeof(a)) &&
 			!memcmp(&b, &kve_kernels_avx512, sizeof(b));
-		CHECK(same, "the avxvnni/avx512vnni sets are avx2/avx512 with mm_q8 replaced");
+		CHECK(same, "the avxvnni/avx512vnni sets are avx2/avx512 with mm_q8, mm_q32 and "
+		      "mm_qk replaced");
 	}
 	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx512vnni", 0, &s, log, sizeof(log));
 	CHECK(k == &s512, "pick: KVE_ISA=avx512vnni without AVX-512 VNNI gives avx512");
@@ -1239,12 +1429,16 @@ int main(void)
 	if (cpu & KVE_CPU_AVXVNNI) {
 		check_set_part(kve_kernels_avxvnni(), 1);
 		check_same_q8("avxvnni", kve_mm_q8_avxvnni, &kve_kernels_avx2);
+		check_quant_set(kve_kernels_avxvnni());
+		check_same_quant(kve_kernels_avxvnni(), &kve_kernels_avx2);
 	} else {
 		printf("# skip avxvnni: CPU lacks AVX-VNNI (kve_mm_q8_avxvnni untested here)\n");
 	}
 	if (cpu & KVE_CPU_AVX512VNNI) {
 		check_set_part(kve_kernels_avx512vnni(), 1);
 		check_same_q8("avx512vnni", kve_mm_q8_avx512vnni, &kve_kernels_avx512);
+		check_quant_set(kve_kernels_avx512vnni());
+		check_same_quant(kve_kernels_avx512vnni(), &kve_kernels_avx512);
 		check_same_q8("avxvnni code with EVEX vpdpbusd", mm_q8_vnni256_evex,
 			      &kve_kernels_avx2);
 	} else {

@@ -27,6 +27,8 @@ enum fault {
 	/* vectors: wrong where n == f_n, in element f_i (-1: the last) */
 	F_DOT_F32, F_DOT_F16, F_DOT_F32_NEAR, F_DOT_F16_NEAR, F_AXPY_F32, F_AXPY_F16,
 	F_AXPY_OFF,
+	/* the Q8_K quantiser (f_i: which block) */
+	F_QUANTK_Q, F_QUANTK_D, F_QUANTK_BSUM, F_QUANTK_SIGN,
 	/* the quantiser and f32_to_f16 (f_i: which block, where it says) */
 	F_QUANT_Q, F_QUANT_D, F_QUANT_LARGE, F_QUANT_ZERO, F_QUANT_HALF_TOP, F_QUANT_HALF_NEG,
 	F_QUANT_HALF_FIRST, F_QUANT_HALF_TRUNC,
@@ -116,6 +118,71 @@ static void f_mm_q8(const struct kve_mat *w, const struct kve_q8x *xq, int T, fl
 	C->mm_q8(w, xq, T, y, ldy, r0, r1);
 	mm_fault(2, w, xq, sizeof(*xq) * (w->cols / QK8_0 ? w->cols / QK8_0 : 1), T, y, ldy,
 		 r0, r1);
+}
+
+static void f_mm_bf16(const struct kve_mat *w, const float *x, int T, float *y, int ldy,
+		      int r0, int r1)
+{
+	C->mm_bf16(w, x, T, y, ldy, r0, r1);
+	mm_fault(3, w, x, sizeof(float) * w->cols, T, y, ldy, r0, r1);
+}
+
+static void f_mm_q32(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
+		     int ldy, int r0, int r1)
+{
+	C->mm_q32(w, xq, T, y, ldy, r0, r1);
+	mm_fault(4, w, xq, sizeof(*xq) * (w->cols / 32), T, y, ldy, r0, r1);
+}
+
+static void f_mm_qk(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
+		    int ldy, int r0, int r1)
+{
+	C->mm_qk(w, xk, T, y, ldy, r0, r1);
+	mm_fault(5, w, xk, sizeof(*xk) * (w->cols / QK_K), T, y, ldy, r0, r1);
+}
+
+/* the Q8_K quantiser with one fault in block f_i */
+static void f_quantize_k(const float *x, int n, struct kve_q8k *out)
+{
+	C->quantize_q8k(x, n, out);
+	if (f_i >= n / QK_K)
+		return;
+	switch (f) {
+	case F_QUANTK_Q:
+		out[f_i].q[17] = (int8_t)(out[f_i].q[17] == 127 ? 126 : out[f_i].q[17] + 1);
+		break;
+	case F_QUANTK_D: {
+		uint32_t b;
+
+		memcpy(&b, &out[f_i].d, 4);
+		b ^= 1;
+		memcpy(&out[f_i].d, &b, 4);
+		break;
+	}
+	case F_QUANTK_BSUM:
+		out[f_i].bsums[15]++;
+		break;
+	case F_QUANTK_SIGN: {	/* the scale's sign from the last largest value */
+		int j, last = 0;
+		float amax = 0;
+
+		for (j = 0; j < QK_K; j++)
+			if (fabsf(x[f_i * QK_K + j]) >= amax && x[f_i * QK_K + j] == x[f_i * QK_K + j]) {
+				amax = fabsf(x[f_i * QK_K + j]);
+				last = j;
+			}
+		if (amax > 0 && (x[f_i * QK_K + last] > 0) != (out[f_i].d < 0)) {
+			out[f_i].d = -out[f_i].d;
+			for (j = 0; j < QK_K; j++)
+				out[f_i].q[j] = (int8_t)-out[f_i].q[j];
+			for (j = 0; j < QK_K / 16; j++)
+				out[f_i].bsums[j] = (int16_t)-out[f_i].bsums[j];
+		}
+		break;
+	}
+	default:
+		break;
+	}
 }
 
 static int elem(int n)
@@ -345,8 +412,12 @@ static void f_rmsnorm(float *out, const float *x, const float *w, int n, float e
 }
 
 static const struct kve_kernels faulty = {
-	"avx512", f_mm_f32, f_mm_f16, f_mm_q8, f_dot_f32, f_dot_f16, f_axpy_f32, f_axpy_f16,
-	f_quantize, f_to_f16, f_silu, f_scores, f_softmax, f_values, f_rmsnorm
+	.name = "avx512", .mm_f32 = f_mm_f32, .mm_f16 = f_mm_f16, .mm_q8 = f_mm_q8,
+	.mm_bf16 = f_mm_bf16, .mm_q32 = f_mm_q32, .mm_qk = f_mm_qk,
+	.dot_f32 = f_dot_f32, .dot_f16 = f_dot_f16, .axpy_f32 = f_axpy_f32,
+	.axpy_f16 = f_axpy_f16, .quantize_q8x = f_quantize, .quantize_q8k = f_quantize_k,
+	.f32_to_f16 = f_to_f16, .silu_mul = f_silu, .attn_scores = f_scores,
+	.softmax_exp = f_softmax, .attn_values = f_values, .rmsnorm = f_rmsnorm,
 };
 
 /* run the self-check with one fault; want: the start of why, or NULL for
@@ -376,14 +447,18 @@ static void expect(const char *what, enum fault ft, int kind, int n, int i, int 
 
 static void matrix_faults(void)
 {
-	static const char *names[3] = { "mm_f32", "mm_f16", "mm_q8" };
+	static const char *names[6] = { "mm_f32", "mm_f16", "mm_q8", "mm_bf16", "mm_q32",
+					"mm_qk" };
 	/* the first shape of each type and the last (selfcheck.c's table;
-	 * Q8_0 skips those that are not whole blocks) */
-	static const int first[3] = { 13, 13, 9 };
+	 * each type skips those that are not whole blocks; the types after
+	 * Q8_0 have one more, 12 x 512) */
+	static const int first[6] = { 13, 13, 9, 9, 9, 5 };
+	static const int last[6][2] = { { 8, 96 }, { 8, 96 }, { 8, 96 }, { 12, 512 },
+					 { 12, 512 }, { 12, 512 } };
 	char what[160];
 	int k;
 
-	for (k = 0; k < 3; k++) {
+	for (k = 0; k < 6; k++) {
 #define M(ft, n, i, also, text) do { \
 		snprintf(what, sizeof(what), "an %s wrong %s", names[k], text); \
 		expect(what, ft, k, n, i, 0, names[k], also); } while (0)
@@ -396,7 +471,7 @@ static void matrix_faults(void)
 		M(F_SLICE, 0, 0, "slices", "by one ulp in row ranges not starting at row 0");
 		M(F_PACKED, 0, 0, "packed", "by one ulp on matrices packed in panels");
 		M(F_SHAPE_FIRST, first[k], 0, "gives", "on the first shape only");
-		M(F_SHAPE_LAST, 8, 96, "gives", "on the last shape (8 x 96) only");
+		M(F_SHAPE_LAST, last[k][0], last[k][1], "gives", "on the last shape only");
 #undef M
 	}
 	expect("an mm_q8 that gives NaN for a row that is not whole Q8_0 blocks (never asked)",
@@ -452,6 +527,21 @@ static void vector_faults(void)
 			 "block %d only", j);
 		expect(what, F_QUANT_D, 0, 0, j, 0, "quantize_q8x: block", NULL);
 	}
+	/* the Q8_K input: the first block the Q8_0 one's 256 values, the
+	 * second a largest magnitude first negative, then positive, the
+	 * third zeros */
+	for (j = 0; j < 3; j++) {
+		snprintf(what, sizeof(what), "a Q8_K quantiser wrong in one quant of block %d only", j);
+		expect(what, F_QUANTK_Q, 0, 0, j, 0, "quantize_q8k: block", NULL);
+		snprintf(what, sizeof(what), "a Q8_K quantiser whose scale differs in its lowest bit "
+			 "in block %d only", j);
+		expect(what, F_QUANTK_D, 0, 0, j, 0, "quantize_q8k: block", NULL);
+		snprintf(what, sizeof(what), "a Q8_K quantiser with one sum of 16 wrong in block %d",
+			 j);
+		expect(what, F_QUANTK_BSUM, 0, 0, j, 0, "quantize_q8k: block", NULL);
+	}
+	expect("a Q8_K quantiser that takes the scale's sign from the last value of the largest "
+	       "magnitude, not the first", F_QUANTK_SIGN, 0, 0, 1, 0, "quantize_q8k: block 1", NULL);
 	expect("a quantiser wrong only in blocks of large values (finite scale > 100)", F_QUANT_LARGE,
 	       0, 0, 0, 0, "quantize_q8x: block", NULL);
 	expect("a quantiser wrong only in blocks of zeros (quants from 0 x (1 / 0))", F_QUANT_ZERO,

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * kva-mkmodel - writes a llama- or qwen2-architecture GGUF v3 file with
- * random weights of any shape (qwen2: with Q/K/V biases) and a tokenizer
+ * kva-mkmodel - writes a llama-, qwen2- or qwen3-architecture GGUF v3 file
+ * with random weights of any shape (qwen2: with Q/K/V biases; qwen3: with
+ * per-head Q/K norms) in any tensor type the engine reads, or in the
+ * mixes llama.cpp's quantiser makes (Q4_K_M, Q5_K_M), and a tokenizer
  * vocabulary (SentencePiece-style "llama" or byte-level BPE "gpt2") learnt
  * from a built-in corpus. The output is a pure function of the arguments
  * (same seed, same bytes), so tests and benchmarks can regenerate their
  * models instead of storing them.
  *
- * Owns the GGUF writer and the vocabulary learner; nothing in the engine
- * depends on it.
+ * Owns the GGUF writer, its quantisers (its own, simple ones: any valid
+ * encoding of a random weight will do) and the vocabulary learner;
+ * nothing in the engine depends on it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,8 +29,11 @@
 
 static const char usage[] =
 "usage: kva-mkmodel -o FILE [options]\n"
-"  --arch A         llama | qwen2 (llama); qwen2 adds Q/K/V biases, its\n"
-"                   metadata keys are qwen2.*, its tokenizer bpe/qwen2\n"
+"  --arch A         llama | qwen2 | qwen3 (llama); qwen2 adds Q/K/V\n"
+"                   biases, qwen3 per-head Q/K RMS norms; their keys are\n"
+"                   <arch>.*, their tokenizer bpe/qwen2\n"
+"  --head-dim N     attention head size (dim / heads); writes\n"
+"                   attention.key_length and value_length\n"
 "  --dim N          embedding length (288)\n"
 "  --layers N       transformer blocks (6)\n"
 "  --heads N        attention heads (6)\n"
@@ -35,19 +41,32 @@ static const char usage[] =
 "  --ffn N          feed-forward length (768)\n"
 "  --vocab N        vocabulary size (512, at least ~400)\n"
 "  --ctx N          context length (256)\n"
-"  --type T         f32 | f16 | q8_0 for the matrices (f32)\n"
+"  --type T         the matrices' type (f32): f32 | f16 | bf16 | q8_0 |\n"
+"                   q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k, or the\n"
+"                   mixes q4_k_m | q5_k_m (types per tensor as llama.cpp's\n"
+"                   quantiser gives them). A matrix whose rows a type's\n"
+"                   block does not divide falls back as llama.cpp's does\n"
+"                   (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, then f16)\n"
 "  --tokenizer K    spm | bpe (spm; qwen2: bpe)\n"
 "  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2\n"
 "                   (gpt2; qwen2: qwen2)\n"
 "  --rope-base F    RoPE frequency base (10000)\n"
 "  --rope-dims N    rotate only the first N dims of each head (partial\n"
 "                   rope; even, <= head dim; default: the head dim)\n"
+"  --rope-scale F   linear rope scaling: rope.scaling.type linear,\n"
+"                   rope.scaling.factor F\n"
+"  --rope-freqs     llama 3.1's long-context rope: rope_freqs.weight from\n"
+"                   factor 8, low/high frequency factors 1 and 4, original\n"
+"                   context 8192\n"
 "  --tied           no output.weight: the head reuses token_embd\n"
 "  --unk-id N       tokenizer.ggml.unknown_token_id (spm: 0; bpe: none,\n"
 "                   as byte-level vocabularies have no unknown token)\n"
 "  --token S        spm: S is a vocabulary piece besides the learnt ones\n"
 "                   (repeatable, up to 16; e.g. \"]]\" for tests of tokens\n"
 "                   that span two closing brackets)\n"
+"  --meta K=T:V     one more metadata key K of type T (u32, f32, bool, str)\n"
+"                   and value V, e.g. llama.expert_count=u32:8 (repeatable,\n"
+"                   up to 16; for tests of what the loader refuses)\n"
 "  --seed N         weights and filler tokens derive from it (1)\n"
 "  --chat-template F  tokenizer.chat_template: the text of file F (a\n"
 "                   model family's template, for the daemon's tests)\n"
@@ -315,6 +334,44 @@ static void filler(struct vocab *v, uint32_t target, uint64_t seed, int bpe)
 #define MAX_EXTRA 16
 static const char *extra_tokens[MAX_EXTRA];
 static int n_extra;
+static const char *extra_meta[MAX_EXTRA];
+static int n_meta_extra;
+
+/* --meta K=T:V: 0, or -1 (and a message) when it does not parse */
+static int put_meta(const char *arg)
+{
+	const char *eq = strchr(arg, '='), *v;
+	char key[128], *end;
+
+	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(key) || !strchr(eq, ':'))
+		goto bad;
+	memcpy(key, arg, (size_t)(eq - arg));
+	key[eq - arg] = 0;
+	v = strchr(eq, ':') + 1;
+	if (!strncmp(eq + 1, "u32:", 4)) {
+		unsigned long n = strtoul(v, &end, 0);
+
+		if (*end || !*v || n > 0xffffffffu)
+			goto bad;
+		kv_u32(key, (uint32_t)n);
+	} else if (!strncmp(eq + 1, "f32:", 4)) {
+		float f = strtof(v, &end);
+
+		if (*end || !*v)
+			goto bad;
+		kv_f32(key, f);
+	} else if (!strncmp(eq + 1, "bool:", 5) && (!strcmp(v, "0") || !strcmp(v, "1"))) {
+		kv_bool(key, *v == '1');
+	} else if (!strncmp(eq + 1, "str:", 4)) {
+		kv_str(key, v);
+	} else {
+		goto bad;
+	}
+	return 0;
+bad:
+	fprintf(stderr, "kva-mkmodel: --meta %s: want KEY=u32:N, f32:F, bool:0|1 or str:S\n", arg);
+	return -1;
+}
 
 static int build_spm(struct vocab *v, uint32_t target, uint64_t seed)
 {
@@ -455,9 +512,276 @@ static int build_bpe(struct vocab *v, uint32_t target, uint64_t seed)
 	return 0;
 }
 
+/* ---- quantisers -----------------------------------------------------
+ * Each writes one block of its type (GGUF's layout; quant.c and
+ * Documentation/engine.md describe them) from x: a plain rounding to the
+ * block's grid, not llama.cpp's search for the best scales (any valid
+ * encoding of a random weight serves the tests and the benchmark). */
+
+static void put_f16(uint8_t *p, float v)
+{
+	uint16_t h = kve_f32_to_f16(v);
+
+	memcpy(p, &h, 2);
+}
+
+static float got_f16(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return kve_f16_to_f32(h);
+}
+
+static int clampi(float v, int lo, int hi)
+{
+	int q = (int)lrintf(v);
+
+	return q < lo ? lo : q > hi ? hi : q;
+}
+
+/* the value of largest magnitude, sign kept */
+static float signed_max(const float *x, int n)
+{
+	float m = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (fabsf(x[i]) > fabsf(m))
+			m = x[i];
+	return m;
+}
+
+/* Q4_0 / Q5_0: d maps the largest magnitude to the grid's end (-8 / -16),
+ * q = round(x / d) + 8 (16); Q4_1 / Q5_1: m = min, d = (max - min) / 15
+ * (31), q = round((x - m) / d) */
+static void quant32(uint32_t type, const float *x, uint8_t *o)
+{
+	int five = type == GGML_Q5_0 || type == GGML_Q5_1;
+	int affine = type == GGML_Q4_1 || type == GGML_Q5_1;
+	int top = five ? 31 : 15, q[32], i;
+	float d, m = 0, id;
+	uint32_t qh = 0;
+
+	if (affine) {
+		float mx = x[0];
+
+		m = x[0];
+		for (i = 1; i < 32; i++) {
+			m = fminf(m, x[i]);
+			mx = fmaxf(mx, x[i]);
+		}
+		d = (mx - m) / (float)top;
+		put_f16(o, d);
+		put_f16(o + 2, m);
+		d = got_f16(o);
+		m = got_f16(o + 2);
+		id = d ? 1.0f / d : 0.0f;
+		for (i = 0; i < 32; i++)
+			q[i] = clampi((x[i] - m) * id, 0, top);
+	} else {
+		d = signed_max(x, 32) / (five ? -16.0f : -8.0f);
+		put_f16(o, d);
+		d = got_f16(o);
+		id = d ? 1.0f / d : 0.0f;
+		for (i = 0; i < 32; i++)
+			q[i] = clampi(x[i] * id + (five ? 16.0f : 8.0f), 0, top);
+	}
+	o += affine ? 4 : 2;
+	if (five) {
+		for (i = 0; i < 32; i++)
+			qh |= (uint32_t)(q[i] >> 4) << i;
+		memcpy(o, &qh, 4);
+		o += 4;
+	}
+	for (i = 0; i < 16; i++)
+		o[i] = (uint8_t)((q[i] & 0xF) | (q[i + 16] & 0xF) << 4);
+}
+
+/* Q4_K / Q5_K: per sub-block of 32 a scale (max - min) / 15 (31) and a
+ * minimum -min (min <= 0), both as 6-bit multiples of the block's d and
+ * dmin; q = round((x + dmin * m) / (d * sc)) */
+static void quant_k45(uint32_t type, const float *x, uint8_t *o)
+{
+	int five = type == GGML_Q5_K, top = five ? 31 : 15, j, i;
+	float scale[8], mins[8], maxs = 0, maxm = 0, d, dmin;
+	uint8_t sc[8], mn[8], *qs = o + (five ? 48 : 16), *qh = o + 16;
+
+	for (j = 0; j < 8; j++) {
+		float lo = 0, hi = x[32 * j];
+
+		for (i = 0; i < 32; i++) {
+			lo = fminf(lo, x[32 * j + i]);
+			hi = fmaxf(hi, x[32 * j + i]);
+		}
+		scale[j] = (hi - lo) / (float)top;
+		mins[j] = -lo;
+		maxs = fmaxf(maxs, scale[j]);
+		maxm = fmaxf(maxm, mins[j]);
+	}
+	put_f16(o, maxs / 63.0f);
+	put_f16(o + 2, maxm / 63.0f);
+	d = got_f16(o);
+	dmin = got_f16(o + 2);
+	for (j = 0; j < 8; j++) {
+		sc[j] = (uint8_t)clampi(d ? scale[j] / d : 0, 0, 63);
+		mn[j] = (uint8_t)clampi(dmin ? mins[j] / dmin : 0, 0, 63);
+	}
+	for (j = 0; j < 4; j++) {	/* the 12-byte packing (quant.c) */
+		o[4 + j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+		o[8 + j] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+		o[12 + j] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+	}
+	memset(qs, 0, 128);
+	if (five)
+		memset(qh, 0, 32);
+	for (j = 0; j < 8; j++) {
+		float ds = d * (float)sc[j], id = ds ? 1.0f / ds : 0.0f, mm = dmin * (float)mn[j];
+
+		for (i = 0; i < 32; i++) {
+			int q = clampi((x[32 * j + i] + mm) * id, 0, top);
+
+			qs[32 * (j / 2) + i] |= (uint8_t)((q & 0xF) << (j & 1 ? 4 : 0));
+			if (five)
+				qh[i] |= (uint8_t)((q >> 4) << j);
+		}
+	}
+}
+
+/* Q6_K: per 16 values a scale amax / 31, as a signed 8-bit multiple of
+ * the block's d; q = round(x / (d * sc)) + 32 */
+static void quant_q6k(const float *x, uint8_t *o)
+{
+	float scale[16], amax = 0, d;
+	int8_t sc[16];
+	int g, i, n, l;
+	uint8_t q[256];
+
+	for (g = 0; g < 16; g++) {
+		scale[g] = signed_max(x + 16 * g, 16) / -32.0f;
+		amax = fmaxf(amax, fabsf(scale[g]));
+	}
+	put_f16(o + 208, amax / 127.0f);
+	d = got_f16(o + 208);
+	for (g = 0; g < 16; g++) {
+		float ds;
+
+		sc[g] = (int8_t)clampi(d ? scale[g] / d : 0, -128, 127);
+		o[192 + g] = (uint8_t)sc[g];
+		ds = d * (float)sc[g];
+		for (i = 0; i < 16; i++)
+			q[16 * g + i] = (uint8_t)clampi(ds ? x[16 * g + i] / ds + 32 : 32, 0, 63);
+	}
+	for (n = 0; n < 2; n++) {	/* the layout of quant.c's Q6_K */
+		uint8_t *ql = o + 64 * n, *qh = o + 128 + 32 * n;
+		const uint8_t *v = q + 128 * n;
+
+		for (l = 0; l < 32; l++) {
+			ql[l] = (uint8_t)((v[l] & 0xF) | (v[l + 64] & 0xF) << 4);
+			ql[l + 32] = (uint8_t)((v[l + 32] & 0xF) | (v[l + 96] & 0xF) << 4);
+			qh[l] = (uint8_t)((v[l] >> 4) | (v[l + 32] >> 4) << 2 |
+					  (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
+		}
+	}
+}
+
+/* round to nearest even, NaN kept a NaN */
+static uint16_t to_bf16(float f)
+{
+	uint32_t b;
+
+	memcpy(&b, &f, 4);
+	if ((b & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((b >> 16) | 0x40);
+	return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
+
+/* n values of x (a row, n a multiple of the block) as type into o;
+ * returns the bytes written */
+static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
+{
+	uint64_t i, bk = ggml_blck_size(type);
+	size_t bb = ggml_blck_bytes(type), w = 0;
+
+	for (i = 0; i < n; i += bk, w += bb) {
+		uint8_t *p = o + w;
+
+		switch (type) {
+		case GGML_F32: memcpy(p, x + i, 4); break;
+		case GGML_F16: put_f16(p, x[i]); break;
+		case GGML_BF16: {
+			uint16_t h = to_bf16(x[i]);
+			memcpy(p, &h, 2);
+			break;
+		}
+		case GGML_Q8_0: {
+			float amax = 0, d, id;
+			int j;
+
+			for (j = 0; j < QK8_0; j++)
+				amax = fmaxf(amax, fabsf(x[i + j]));
+			d = amax / 127.0f;
+			id = d ? 1.0f / d : 0.0f;
+			put_f16(p, d);
+			for (j = 0; j < QK8_0; j++)
+				p[2 + j] = (uint8_t)(int8_t)roundf(x[i + j] * id);
+			break;
+		}
+		case GGML_Q4_K: case GGML_Q5_K: quant_k45(type, x + i, p); break;
+		case GGML_Q6_K: quant_q6k(x + i, p); break;
+		default: quant32(type, x + i, p); break;
+		}
+	}
+	return w;
+}
+
+/* ---- tensor types: --type and the mixes ------------------------------ */
+
+enum mix { MIX_NONE, MIX_Q4_K_M, MIX_Q5_K_M };
+
+/* The type a tensor of `cols` columns gets when `want` does not divide
+ * them: llama.cpp's quantiser's fallbacks */
+static uint32_t fallback(uint32_t want, uint64_t cols)
+{
+	if (cols % ggml_blck_size(want) == 0)
+		return want;
+	if (want == GGML_Q4_K)
+		want = GGML_Q5_0;
+	else if (want == GGML_Q5_K)
+		want = GGML_Q5_1;
+	else if (want == GGML_Q6_K)
+		want = GGML_Q8_0;
+	return cols % ggml_blck_size(want) ? GGML_F16 : want;
+}
+
+/* llama.cpp's "use more bits" layers of the K-mixes: the first and last
+ * eighth, and every third between */
+static int more_bits(uint32_t i, uint32_t n)
+{
+	return i < n / 8 || i >= 7 * n / 8 || ((int)i - (int)(n / 8)) % 3 == 2;
+}
+
+enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_FFN_DOWN, R_OTHER };
+
+/* As llama.cpp assigns them for Q4_K_M / Q5_K_M (non-MoE models): the
+ * output head (or a tied embedding) Q6_K (Q8_0 if 256 does not divide
+ * it), attn_v and ffn_down of the more_bits layers Q6_K, every other
+ * matrix the base type; then the fallbacks */
+static uint32_t tensor_type(uint32_t base, enum mix mix, enum role role, uint32_t layer,
+			    uint32_t layers, int tied, uint64_t cols)
+{
+	if (mix == MIX_NONE)
+		return fallback(base, cols);
+	if (role == R_OUTPUT || (role == R_EMBD && tied))
+		return cols % QK_K ? GGML_Q8_0 : GGML_Q6_K;
+	if ((role == R_ATTN_V || role == R_FFN_DOWN) && more_bits(layer, layers))
+		return fallback(GGML_Q6_K, cols);
+	return fallback(base, cols);
+}
+
 /* ---- tensors -------------------------------------------------------- */
 
-enum init { INIT_NORM, INIT_MAT, INIT_EMBD, INIT_BIAS };
+enum init { INIT_NORM, INIT_MAT, INIT_EMBD, INIT_BIAS, INIT_ROPE };
 
 struct tensor {
 	char name[64];
@@ -469,8 +793,27 @@ struct tensor {
 
 static uint64_t tsize(uint32_t type, uint64_t n)
 {
-	return type == GGML_F32 ? n * 4 : type == GGML_F16 ? n * 2 : n / QK8_0 * Q8_0_BYTES;
+	return n / ggml_blck_size(type) * ggml_blck_bytes(type);
 }
+
+/* llama 3.1's rope frequency divisors for pair i of d rotated dims
+ * (factor 8, low/high frequency factors 1 and 4, original context 8192):
+ * 1 for short wavelengths, the factor for long ones, a blend between */
+static float llama3_freq(uint32_t i, uint32_t d, float base)
+{
+	const double factor = 8, lo = 1, hi = 4, orig = 8192, pi = 3.14159265358979323846;
+	double freq = pow(base, -2.0 * i / d), wavelen = 2 * pi / freq, smooth;
+
+	if (wavelen < orig / hi)
+		return 1.0f;
+	if (wavelen > orig / lo)
+		return (float)factor;
+	smooth = (orig / wavelen - lo) / (hi - lo);
+	return (float)(1.0 / ((1 - smooth) / factor + smooth));
+}
+
+static float rope_base_g = 10000.0f;
+static uint32_t rope_dims_g;
 
 static int write_tensor(FILE *f, const struct tensor *t, uint64_t seed, uint32_t idx)
 {
@@ -482,37 +825,16 @@ static int write_tensor(FILE *f, const struct tensor *t, uint64_t seed, uint32_t
 
 	for (row = 0; row < rows; row++) {
 		uint64_t i;
-		size_t n = 0;
+		size_t n;
 
 		for (i = 0; i < cols; i++) {
 			float u = (float)(rng_next(&s) >> 40) / 16777216.0f * 2.0f - 1.0f;
-			x[i] = t->init == INIT_NORM ? 1.0f + 0.2f * u : u * scale;
+			x[i] = t->init == INIT_NORM ? 1.0f + 0.2f * u :
+			       t->init == INIT_ROPE ? llama3_freq((uint32_t)i, rope_dims_g,
+								  rope_base_g) :
+			       u * scale;
 		}
-		if (t->type == GGML_F32) {
-			memcpy(o, x, cols * 4);
-			n = cols * 4;
-		} else if (t->type == GGML_F16) {
-			for (i = 0; i < cols; i++) {
-				uint16_t h = kve_f32_to_f16(x[i]);
-				memcpy(o + 2 * i, &h, 2);
-			}
-			n = cols * 2;
-		} else {
-			for (i = 0; i < cols; i += QK8_0) {
-				float amax = 0, d, id;
-				uint16_t h;
-				int j;
-				for (j = 0; j < QK8_0; j++)
-					amax = fmaxf(amax, fabsf(x[i + j]));
-				d = amax / 127.0f;
-				id = d ? 1.0f / d : 0.0f;
-				h = kve_f32_to_f16(d);
-				memcpy(o + n, &h, 2);
-				for (j = 0; j < QK8_0; j++)
-					o[n + 2 + j] = (uint8_t)(int8_t)roundf(x[i + j] * id);
-				n += Q8_0_BYTES;
-			}
-		}
+		n = quant_row(t->type, x, cols, o);
 		if (fwrite(o, 1, n, f) != n) {
 			free(x);
 			free(o);
@@ -533,11 +855,17 @@ int main(int argc, char **argv)
 		{ "rope-base", 1, 0, 'r' }, { "tied", 0, 0, 'T' }, { "seed", 1, 0, 's' },
 		{ "out", 1, 0, 'o' }, { "help", 0, 0, 'H' }, { "pre", 1, 0, 'p' },
 		{ "arch", 1, 0, 'A' }, { "rope-dims", 1, 0, 'R' }, { "unk-id", 1, 0, 'U' },
-		{ "token", 1, 0, 'K' }, { "chat-template", 1, 0, 'C' },
+		{ "token", 1, 0, 'K' }, { "head-dim", 1, 0, 'D' },
+		{ "rope-scale", 1, 0, 'S' }, { "rope-freqs", 0, 0, 'F' }, { "meta", 1, 0, 'M' },
+		{ "chat-template", 1, 0, 'C' },
 		{ 0, 0, 0, 0 },
 	};
 	uint32_t dim = 288, layers = 6, heads = 6, kvh = 0, ffn = 768, nvocab = 512;
-	uint32_t ctx = 256, type = GGML_F32, rope_dims = 0, i, l;
+	uint32_t ctx = 256, type = GGML_F32, rope_dims = 0, head_dim = 0, i, l, ftype = 0;
+	enum mix mix = MIX_NONE;
+	float rope_scale = 0;
+	int rope_freqs = 0, qwen3 = 0;
+	const char *type_name = "f32";
 	long unk = -1;	/* -1: the tokenizer's default */
 	uint64_t seed = 1, off = 0;
 	float rope_base = 10000.0f;
@@ -561,6 +889,16 @@ int main(int argc, char **argv)
 		case 'c': ctx = (uint32_t)strtoul(optarg, NULL, 0); break;
 		case 'r': rope_base = strtof(optarg, NULL); break;
 		case 'R': rope_dims = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'D': head_dim = (uint32_t)strtoul(optarg, NULL, 0); break;
+		case 'S': rope_scale = strtof(optarg, NULL); break;
+		case 'F': rope_freqs = 1; break;
+		case 'M':
+			if (n_meta_extra == MAX_EXTRA) {
+				fprintf(stderr, "kva-mkmodel: --meta: at most %d\n", MAX_EXTRA);
+				return 2;
+			}
+			extra_meta[n_meta_extra++] = optarg;
+			break;
 		case 'T': tied = 1; break;
 		case 'U': unk = strtol(optarg, NULL, 0); break;
 		case 'K':
@@ -574,12 +912,31 @@ int main(int argc, char **argv)
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'C': tmpl_path = optarg; break;
 		case 'o': out = optarg; break;
-		case 't':
-			if (!strcmp(optarg, "f32")) type = GGML_F32;
-			else if (!strcmp(optarg, "f16")) type = GGML_F16;
-			else if (!strcmp(optarg, "q8_0")) type = GGML_Q8_0;
-			else { fprintf(stderr, "kva-mkmodel: unknown type %s\n", optarg); return 2; }
+		case 't': {
+			/* name, base type, mix, general.file_type (llama.cpp's) */
+			static const struct { const char *n; uint32_t t; enum mix m; uint32_t ft; } tt[] = {
+				{ "f32", GGML_F32, MIX_NONE, 0 }, { "f16", GGML_F16, MIX_NONE, 1 },
+				{ "q4_0", GGML_Q4_0, MIX_NONE, 2 }, { "q4_1", GGML_Q4_1, MIX_NONE, 3 },
+				{ "q8_0", GGML_Q8_0, MIX_NONE, 7 }, { "q5_0", GGML_Q5_0, MIX_NONE, 8 },
+				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "q4_k", GGML_Q4_K, MIX_NONE, 14 },
+				{ "q4_k_m", GGML_Q4_K, MIX_Q4_K_M, 15 }, { "q5_k", GGML_Q5_K, MIX_NONE, 16 },
+				{ "q5_k_m", GGML_Q5_K, MIX_Q5_K_M, 17 }, { "q6_k", GGML_Q6_K, MIX_NONE, 18 },
+				{ "bf16", GGML_BF16, MIX_NONE, 32 },
+			};
+			unsigned k;
+
+			for (k = 0; k < sizeof(tt) / sizeof(tt[0]) && strcmp(optarg, tt[k].n); k++)
+				;
+			if (k == sizeof(tt) / sizeof(tt[0])) {
+				fprintf(stderr, "kva-mkmodel: unknown type %s\n", optarg);
+				return 2;
+			}
+			type = tt[k].t;
+			mix = tt[k].m;
+			ftype = tt[k].ft;
+			type_name = tt[k].n;
 			break;
+		}
 		case 'z':
 			if (!strcmp(optarg, "spm")) bpe = 0;
 			else if (!strcmp(optarg, "bpe")) bpe = 1;
@@ -587,9 +944,10 @@ int main(int argc, char **argv)
 			tok_set = 1;
 			break;
 		case 'A':
-			if (!strcmp(optarg, "llama")) qwen2 = 0;
-			else if (!strcmp(optarg, "qwen2")) qwen2 = 1;
-			else { fprintf(stderr, "kva-mkmodel: unknown architecture %s (llama, qwen2)\n", optarg); return 2; }
+			if (!strcmp(optarg, "llama")) qwen2 = qwen3 = 0;
+			else if (!strcmp(optarg, "qwen2")) qwen2 = 1, qwen3 = 0;
+			else if (!strcmp(optarg, "qwen3")) qwen3 = 1, qwen2 = 0;
+			else { fprintf(stderr, "kva-mkmodel: unknown architecture %s (llama, qwen2, qwen3)\n", optarg); return 2; }
 			break;
 		case 'p':
 			if (strcmp(optarg, "gpt2") && strcmp(optarg, "default") &&
@@ -606,15 +964,17 @@ int main(int argc, char **argv)
 	}
 	if (!kvh)
 		kvh = heads;
+	if (!head_dim && heads && dim % heads == 0)
+		head_dim = dim / heads;
 	if (!out || !dim || !layers || !heads || !ffn || !ctx || heads % kvh ||
-	    dim % heads || (dim / heads) % 2 || nvocab > (1u << 22) ||
-	    (rope_dims && (rope_dims % 2 || rope_dims > dim / heads)) ||
-	    unk < -1 || unk >= (long)nvocab) {
+	    !head_dim || head_dim % 2 || nvocab > (1u << 22) ||
+	    (rope_dims && (rope_dims % 2 || rope_dims > head_dim)) ||
+	    unk < -1 || unk >= (long)nvocab || rope_scale < 0) {
 		fprintf(stderr, "kva-mkmodel: bad or missing arguments\n%s", usage);
 		return 2;
 	}
-	arch = qwen2 ? "qwen2" : "llama";
-	if (qwen2 && !tok_set)
+	arch = qwen2 ? "qwen2" : qwen3 ? "qwen3" : "llama";
+	if ((qwen2 || qwen3) && !tok_set)
 		bpe = 1;
 	if (pre && !bpe) {
 		fprintf(stderr, "kva-mkmodel: --pre needs --tokenizer bpe\n");
@@ -625,11 +985,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (bpe && !pre)
-		pre = qwen2 ? "qwen2" : "gpt2";
-	if (type == GGML_Q8_0 && (dim % QK8_0 || ffn % QK8_0)) {
-		fprintf(stderr, "kva-mkmodel: q8_0 needs dim and ffn multiples of 32\n");
-		return 2;
-	}
+		pre = qwen2 || qwen3 ? "qwen2" : "gpt2";
+	rope_base_g = rope_base;
+	rope_dims_g = rope_dims ? rope_dims : head_dim;
 
 	v.set_mask = 1;
 	while (v.set_mask < 2 * nvocab + 2)
@@ -644,7 +1002,7 @@ int main(int argc, char **argv)
 	kv_str("general.architecture", arch);
 	kv_str("general.name", "kvarena-random");
 	kv_u32("general.alignment", ALIGN);
-	kv_u32("general.file_type", type == GGML_F32 ? 0 : type == GGML_F16 ? 1 : 7);
+	kv_u32("general.file_type", ftype);
 #define AK(k) (snprintf(key, sizeof(key), "%s.%s", arch, k), key)
 	kv_u32(AK("context_length"), ctx);
 	kv_u32(AK("embedding_length"), dim);
@@ -652,11 +1010,19 @@ int main(int argc, char **argv)
 	kv_u32(AK("feed_forward_length"), ffn);
 	kv_u32(AK("attention.head_count"), heads);
 	kv_u32(AK("attention.head_count_kv"), kvh);
-	kv_f32(AK("attention.layer_norm_rms_epsilon"), qwen2 ? 1e-6f : 1e-5f);
+	kv_f32(AK("attention.layer_norm_rms_epsilon"), qwen2 || qwen3 ? 1e-6f : 1e-5f);
+	if (head_dim != dim / heads || dim % heads) {
+		kv_u32(AK("attention.key_length"), head_dim);
+		kv_u32(AK("attention.value_length"), head_dim);
+	}
 	kv_f32(AK("rope.freq_base"), rope_base);
-	/* qwen2 files leave it to the default, the head dim, unless partial */
-	if (!qwen2 || rope_dims)
-		kv_u32(AK("rope.dimension_count"), rope_dims ? rope_dims : dim / heads);
+	/* qwen2/3 files leave it to the default, the head dim, unless partial */
+	if (!(qwen2 || qwen3) || rope_dims)
+		kv_u32(AK("rope.dimension_count"), rope_dims ? rope_dims : head_dim);
+	if (rope_scale > 0) {
+		kv_str(AK("rope.scaling.type"), "linear");
+		kv_f32(AK("rope.scaling.factor"), rope_scale);
+	}
 	kv_u32(AK("vocab_size"), nvocab);
 #undef AK
 	kv_str("tokenizer.ggml.model", bpe ? "gpt2" : "llama");
@@ -719,25 +1085,37 @@ int main(int argc, char **argv)
 		kv_str("tokenizer.chat_template", tmpl);
 	}
 
+	for (i = 0; i < (uint32_t)n_meta_extra; i++)
+		if (put_meta(extra_meta[i]))
+			return 2;
+
 	/* tensors */
-	ts = xrealloc(NULL, (3 + 12 * (size_t)layers) * sizeof(*ts));
+	ts = xrealloc(NULL, (4 + 14 * (size_t)layers) * sizeof(*ts));
 #define T2(nm, c0, c1, ty, in) do { struct tensor *t = &ts[nt++]; \
 		memset(t, 0, sizeof(*t)); snprintf(t->name, sizeof(t->name), "%s", nm); \
 		t->ne[0] = c0; t->ne[1] = c1; t->nd = (c1) != 0 ? 2 : 1; t->type = ty; \
 		t->init = in; } while (0)
-	T2("token_embd.weight", dim, nvocab, type, INIT_EMBD);
+#define TY(role, c0) tensor_type(type, mix, role, l, layers, tied, c0)
+	l = 0;
+	T2("token_embd.weight", dim, nvocab, TY(R_EMBD, dim), INIT_EMBD);
 	T2("output_norm.weight", dim, 0, GGML_F32, INIT_NORM);
 	if (!tied)
-		T2("output.weight", dim, nvocab, type, INIT_MAT);
+		T2("output.weight", dim, nvocab, TY(R_OUTPUT, dim), INIT_MAT);
+	if (rope_freqs)
+		T2("rope_freqs.weight", rope_dims_g / 2, 0, GGML_F32, INIT_ROPE);
 	for (l = 0; l < layers; l++) {
 		char nm[64];
-		uint32_t hd = dim / heads;
+		uint32_t hd = head_dim;
 #define L2(sfx, c0, c1, ty, in) do { snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, sfx); \
 		T2(nm, c0, c1, ty, in); } while (0)
 		L2("attn_norm", dim, 0, GGML_F32, INIT_NORM);
-		L2("attn_q", dim, heads * hd, type, INIT_MAT);
-		L2("attn_k", dim, kvh * hd, type, INIT_MAT);
-		L2("attn_v", dim, kvh * hd, type, INIT_MAT);
+		L2("attn_q", dim, heads * hd, TY(R_OTHER, dim), INIT_MAT);
+		L2("attn_k", dim, kvh * hd, TY(R_OTHER, dim), INIT_MAT);
+		L2("attn_v", dim, kvh * hd, TY(R_ATTN_V, dim), INIT_MAT);
+		if (qwen3) {
+			L2("attn_q_norm", hd, 0, GGML_F32, INIT_NORM);
+			L2("attn_k_norm", hd, 0, GGML_F32, INIT_NORM);
+		}
 		if (qwen2) {
 			static const char *const sfx[3] = { "attn_q", "attn_k", "attn_v" };
 			int b;
@@ -747,18 +1125,14 @@ int main(int argc, char **argv)
 				T2(nm, (b ? kvh : heads) * hd, 0, GGML_F32, INIT_BIAS);
 			}
 		}
-		L2("attn_output", heads * hd, dim, type, INIT_MAT);
+		L2("attn_output", heads * hd, dim, TY(R_OTHER, heads * hd), INIT_MAT);
 		L2("ffn_norm", dim, 0, GGML_F32, INIT_NORM);
-		L2("ffn_gate", dim, ffn, type, INIT_MAT);
-		L2("ffn_up", dim, ffn, type, INIT_MAT);
-		L2("ffn_down", ffn, dim, type, INIT_MAT);
+		L2("ffn_gate", dim, ffn, TY(R_OTHER, dim), INIT_MAT);
+		L2("ffn_up", dim, ffn, TY(R_OTHER, dim), INIT_MAT);
+		L2("ffn_down", ffn, dim, TY(R_FFN_DOWN, ffn), INIT_MAT);
 	}
+#undef TY
 	for (i = 0; i < nt; i++) {
-		if (ts[i].type == GGML_Q8_0 && ts[i].ne[0] % QK8_0) {
-			fprintf(stderr, "kva-mkmodel: %s: %llu columns not a multiple of 32\n",
-				ts[i].name, (unsigned long long)ts[i].ne[0]);
-			return 2;
-		}
 		ts[i].size = tsize(ts[i].type, ts[i].ne[0] * (ts[i].nd > 1 ? ts[i].ne[1] : 1));
 		ts[i].offset = off;
 		off += (ts[i].size + ALIGN - 1) / ALIGN * ALIGN;
@@ -800,7 +1174,7 @@ int main(int argc, char **argv)
 	}
 	printf("%s: %s dim %u layers %u heads %u/%u ffn %u vocab %u ctx %u %s %s%s%s, %.1f MB\n",
 	       out, arch, dim, layers, heads, kvh, ffn, nvocab, ctx,
-	       type == GGML_F32 ? "f32" : type == GGML_F16 ? "f16" : "q8_0",
+	       type_name,
 	       bpe ? "bpe " : "spm", bpe ? pre : "", tied ? " tied" : "",
 	       (double)(hdr.n + off) / 1e6);
 	return 0;

@@ -62,6 +62,8 @@ def load(path):
     m.load_state_dict({k: torch.from_numpy(r.tensor(v).astype(np.float64)) for k, v in sd.items()})
     tok = Tokenizer(kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.scores"],
                     kv["tokenizer.ggml.token_type"])
+    # the file's dummy-prefix flag, as the engine and llama.cpp read it
+    tok.space_prefix = kv.get("tokenizer.ggml.add_space_prefix", True)
     return m, tok
 
 
@@ -89,7 +91,7 @@ def check_tokens(kve, model, tok, n):
         "/home/gillamab/omfa/ekcasco.md", "cat /var/lib/shiek/x.log", "{\"path\": \"/usr/share/hoir\"}",
         "/tmp/tmpa /data/datadel /opt/optom /etc/etcetc /srv/shita"]
     eng = engine_tokens(kve, model, texts)   # one hex line per text
-    bad = [i for i, t in enumerate(texts) if tok.encode(t) != eng[i]]
+    bad = [i for i, t in enumerate(texts) if tok.encode(t, dummy=tok.space_prefix) != eng[i]]
     report(not bad and len(eng) == len(texts),
            "tokenizer: %d texts (%d held-out conversations), engine ids == tokenizer.py ids%s"
            % (len(texts), n, "" if not bad else "; first mismatch: text %d %r" % (bad[0], texts[bad[0]][:80])))

@@ -4,7 +4,8 @@
 Owns the container format as the engine reads it (daemon/engine/gguf.c):
 little-endian header, key/value metadata, tensor infos (ne[0] is the
 row length), 32-byte aligned data; F32, F16 and Q8_0 (blocks of 32: an
-F16 scale d = max|x| / 127 and 32 int8 q = round(x / d)).
+F16 scale d = max|x| / 127 and 32 int8 q = round(x / d)); set_meta()
+rewrites a file's metadata and copies its tensors byte for byte.
 """
 import struct
 
@@ -110,10 +111,14 @@ class Reader:
         ver, nt, nkv = self._u("<IQQ")
         assert ver in (2, 3)
         self.kv = {}
+        self.kv_raw = []    # (key, the entry's bytes as in the file)
         for _ in range(nkv):
+            start = self.o
             k = self._s()
             (t,) = self._u("<I")
             self.kv[k] = self._v(t)
+            self.kv_raw.append((k, self.buf[start:self.o]))
+        self.infos_at = self.o
         self.infos = []
         for _ in range(nt):
             name = self._s()
@@ -121,6 +126,7 @@ class Reader:
             ne = self._u("<" + "Q" * nd)
             typ, off = self._u("<IQ")
             self.infos.append((name, ne, typ, off))
+        self.infos_end = self.o
         align = self.kv.get("general.alignment", ALIGN)
         self.data = (self.o + align - 1) // align * align
 
@@ -160,3 +166,21 @@ class Reader:
                     raise ValueError("tensor %s: type %d" % (name, typ))
                 return a.reshape(tuple(reversed(ne)))
         raise KeyError(name)
+
+
+def set_meta(src, dst, entries):
+    """Writes dst: src with the metadata entries (key, type, value[,
+    arr_type]) set (replaced in place, new keys appended), every other
+    entry, the tensor infos and the tensor data byte for byte as in src
+    (tensor offsets are relative to the aligned data start)."""
+    r = Reader(src)
+    new = {e[0]: Writer._str(e[0]) + struct.pack("<I", e[1]) + Writer()._val(
+        e[1], e[2], e[3] if len(e) > 3 else None) for e in entries}
+    kv = [new.pop(k, raw) for k, raw in r.kv_raw] + list(new.values())
+    align = r.kv.get("general.alignment", ALIGN)
+    head = b"".join([b"GGUF", struct.pack("<IQQ", 3, len(r.infos), len(kv))] + kv +
+                    [r.buf[r.infos_at:r.infos_end]])
+    with open(dst, "wb") as f:
+        f.write(head)
+        f.write(b"\0" * ((-len(head)) % align))
+        f.write(r.buf[r.data:])

@@ -74,7 +74,9 @@ static int turn(struct chat *c, const char *text, size_t len)
 	int k, rc, stopped = 0;
 	double t0;
 
-	k = kve_tokenize(c->tok, text, len, 0, NULL, 0);
+	/* a prompt as kvarenad and llama.cpp tokenize one: BOS where the file
+	 * asks (the agent model's is the "\u2581" training began with) */
+	k = kve_tokenize(c->tok, text, len, 1, NULL, 0);
 	if (k <= 0 || (uint32_t)k >= c->ctx) {
 		fprintf(stderr, "kve-chat: prompt of %d tokens (context %u)\n", k, c->ctx);
 		return -EINVAL;
@@ -83,7 +85,7 @@ static int turn(struct chat *c, const char *text, size_t len)
 	tk = malloc((size_t)n * sizeof(*tk));
 	if (!tk)
 		return -ENOMEM;
-	kve_tokenize(c->tok, text, len, 0, tk, n);
+	kve_tokenize(c->tok, text, len, 1, tk, n);
 	while (keep < c->s.n_tokens && keep < n - 1 && c->ids[keep] == tk[keep])
 		keep++;
 	memcpy(c->ids + keep, tk + keep, (size_t)(n - keep) * sizeof(*tk));

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 # bench.sh - `make bench-engine` (`make bench BENCH=engine`): kvarena's
 # engine side by side with llama.cpp on the same random-weight GGUF files
+# (F32, F16, Q8_0, Q4_K_M, Q4_0; llama and qwen3 shapes)
 # and the shipped trained agent model (agent_f32, agent_q8),
 # one thread each, then two threads each (ENGINE_BENCH_T2_MODELS): prefill
 # tok/s (128-token prompt), greedy decode tok/s, decode at batch 8
@@ -31,6 +32,13 @@ model 15m_q8 --dim 288 --layers 6 --heads 6 --ffn 768 --vocab 32000 --ctx 256 --
 model 110m_f32 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type f32
 model 110m_q8 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q8_0
 model gqa_f16 --dim 512 --layers 8 --heads 8 --kv-heads 2 --ffn 1408 --vocab 32000 --ctx 512 --type f16
+# the files people download: llama.cpp's Q4_K_M mix and Q4_0 of the 110M
+# shape, and Qwen3-0.6B's shape (16 heads of 128 over 1024, 8 KV heads,
+# ffn 3072, tied embedding) with 8 of its 28 layers, Q4_K_M
+model 110m_q4_k_m --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q4_k_m
+model 110m_q4_0 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q4_0
+model qwen3_q4_k_m --arch qwen3 --dim 1024 --layers 8 --heads 16 --kv-heads 8 --head-dim 128 \
+	--ffn 3072 --vocab 32000 --ctx 1024 --tied --tokenizer bpe --pre qwen2 --type q4_k_m
 # the trained agent model as shipped (models/, Documentation/model.md)
 ln -sf "$PWD/models/kvarena-agent-f32.gguf" "$MD/agent_f32.gguf"
 ln -sf "$PWD/models/kvarena-agent-q8_0.gguf" "$MD/agent_q8.gguf"
@@ -91,7 +99,7 @@ measure() {
 	pct=$(awk -v d="$o_decode_tps" -v r="$roof" 'BEGIN { printf "%.1f", 100 * d / r }')
 }
 
-for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8}; do
+for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8 110m_q4_k_m 110m_q4_0 qwen3_q4_k_m}; do
 	measure "$m" 1
 	eval "dec1_$m=\$o_decode_tps"
 	oa=$(get "$o1" argmax)
@@ -103,7 +111,7 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_
 	row "decode_${m}_t1_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
 	row "decode_${m}_t1_roofline_pct" "$pct" % "roofline_tok/s@$(get "$o1" read_gbs)GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
 	row "argmax_${m}" "$oa" token llama.cpp "$la" "$agree"
-	TABLE="$TABLE$(printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %s' \
+	TABLE="$TABLE$(printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %s' \
 		"$m" "$o_prefill_tps" "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")" \
 		"$o_decode_tps" "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")" \
 		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
@@ -115,9 +123,9 @@ kv=$(get "$o1" kv)
 bw1=$(get "$o1" read_gbs)
 
 # 2 threads, both engines (ENGINE_BENCH_T2_MODELS, default the 110M
-# pair; "" skips): the same rows with _t2, the roofline at the read
+# files; "" skips): the same rows with _t2, the roofline at the read
 # bandwidth of 2 threads, and our 2-thread decode over our 1-thread one
-for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8}; do
+for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8 110m_q4_k_m 110m_q4_0}; do
 	measure "$m" 2
 	eval "d1=\${dec1_$m:-}"
 	[ -n "$d1" ] || d1=$(get "$($B/bench/kve-bench "$MD/$m.gguf" --threads 1 --decode "$DEC" --no-bw)" decode_tps)
@@ -126,7 +134,7 @@ for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8}; do
 	row "decode_${m}_t2_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
 	row "decode_${m}_t2_roofline_pct" "$pct" % "roofline_tok/s@$(get "$o1" read_gbs)GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
 	row "decode_${m}_t2_over_t1" "$(ratio "$o_decode_tps" "$d1")" x kvarena_t1 "$d1" "$(ratio "$o_decode_tps" "$d1")"
-	TABLE2="$TABLE2$(printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %5sx' \
+	TABLE2="$TABLE2$(printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %5sx' \
 		"$m" "$o_prefill_tps" "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")" \
 		"$o_decode_tps" "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")" \
 		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
@@ -136,11 +144,11 @@ for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8}; do
 done
 echo "host: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa, KV in a $kv, read bw $bw1 GB/s"
-printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" argmax
+printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" argmax
 printf '%s' "$TABLE"
 if [ -n "$TABLE2" ]; then
 	echo "2 threads, both engines; roofline at the 2-thread read bw (GB/s: ${bw2:-?}); t2/t1: our decode at 2 threads over 1"
-	printf '%-9s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" t2/t1
+	printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" t2/t1
 	printf '%s' "$TABLE2"
 fi
 [ -z "$PEER_NOTE" ] || echo "${PEER_NOTE#?}"

@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels_quant_avx512.h - the 512-bit products of the 4- to 6-bit types:
+ * Q4_0, Q4_1, Q5_0, Q5_1 by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
+ * Q6_K by Q8_K activations (mm_qk). Included by kernels_avx512.c
+ * (KQ_VNNI 0: maddubs then madd) and kernels_avx512vnni.c (KQ_VNNI 1:
+ * vpdpbusd / vpdpwssd), after kernels_q8_avx512.h (hsum16, hsum16x4,
+ * load2, prefetch_ahead), with KQ_MM_Q32 / KQ_MM_QK naming the products
+ * and KQ_LINKAGE their linkage.
+ *
+ * The weights' quants are unsigned (0..15, 0..31, 0..63: the 4- and 5-bit
+ * values, Q6_K's before its -32), so one maddubs (or vpdpbusd) multiplies
+ * them with the signed activation quants directly; the offsets (Q4_0 -8,
+ * Q5_0 -16, Q6_K -32) come off through the activations' sums, the minima
+ * (Q4_1, Q5_1, Q4_K, Q5_K) go on through them. A K-quant's sub-block
+ * scales multiply the int16 pair sums in the same step (madd, or
+ * vpdpwssd), so a 256-value block is one exact int32 sum per lane and one
+ * float multiply-add per row and token. The int16 pair sums never
+ * saturate (at most 2 * 63 * 127), so both forms give the same int32
+ * lanes, and the VNNI set's results equal the AVX-512 set's bit for bit.
+ *
+ * Each (row, token) has its own accumulator and the same operations in
+ * the same order whatever the tile, T or row range (the kernels'
+ * contract). Tiles: R rows (4, one panel when packed, or 1) by C tokens
+ * (4, 2 or 1).
+ */
+#ifndef KQ_MM_Q32
+#error "define KQ_VNNI, KQ_MM_Q32, KQ_MM_QK and KQ_LINKAGE before including kernels_quant_avx512.h"
+#endif
+
+/* acc lane i += sum of u[4i + k] * s[4i + k], k < 4 (u unsigned bytes) */
+KVE_INLINE __m512i kq_dot(__m512i acc, __m512i u, __m512i s)
+{
+#if KQ_VNNI
+	return _mm512_dpbusd_epi32(acc, u, s);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s),
+						       _mm512_set1_epi16(1)));
+#endif
+}
+
+/* acc lane i += w16[2i] * (u.s pair 2i) + w16[2i + 1] * (pair 2i + 1) */
+KVE_INLINE __m512i kq_dotw(__m512i acc, __m512i u, __m512i s, __m512i w16)
+{
+#if KQ_VNNI
+	return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, s), w16);
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), w16));
+#endif
+}
+
+KVE_INLINE float kq_f16(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return _cvtsh_ss(h);
+}
+
+/* ---- Q4_0, Q4_1, Q5_0, Q5_1 ------------------------------------------ */
+
+/*
+ * Two 32-value blocks per vector, arranged [b 0-15 | b' 0-15 | b 16-31 |
+ * b' 16-31] (16 values per 128-bit lane): the nibbles of b and b' side by
+ * side take one AND and one shift. The activations are put in the same
+ * order once per token, so lanes 0-3 and 8-11 are block b's, 4-7 and
+ * 12-15 block b''s (KQ_PAIR_LANES).
+ */
+#define KQ_PAIR_LANES	0x0f0f	/* int32 lanes of the first block */
+
+/* byte offsets in a block: the scale d, the minimum m, the 32 high bits, the nibbles */
+KVE_INLINE int q32_off_m(uint32_t type) { return type == GGML_Q4_1 || type == GGML_Q5_1 ? 2 : 0; }
+KVE_INLINE int q32_off_h(uint32_t type) { return type == GGML_Q5_1 ? 4 : 2; }
+KVE_INLINE int q32_off_qs(uint32_t type)
+{
+	return type == GGML_Q4_0 ? 2 : type == GGML_Q4_1 ? 4 : type == GGML_Q5_0 ? 6 : 8;
+}
+
+/* the activations of blocks b and b + 1 (two: b + 1 exists) in the pair order */
+KVE_INLINE __m512i q32_x(const struct kve_q8x *xb, const int two)
+{
+	__m512i v = two ? load2(xb[0].q, xb[1].q) :
+		    _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xb[0].q));
+
+	return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7), v);
+}
+
+/* the weights' quants of blocks p0 and p1 (each a block's start) in the
+ * pair order; 5-bit types with their high bits */
+KVE_INLINE __m512i q32_w(const uint8_t *p0, const uint8_t *p1, const uint32_t type)
+{
+	const int qs = q32_off_qs(type);
+	__m256i v = _mm256_loadu2_m128i((const __m128i *)(p1 + qs), (const __m128i *)(p0 + qs));
+	__m256i m = _mm256_set1_epi8(0x0f);
+	__m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m)),
+				       _mm256_and_si256(_mm256_srli_epi16(v, 4), m), 1);
+
+	if (type == GGML_Q5_0 || type == GGML_Q5_1) {
+		uint32_t h0, h1;
+
+		memcpy(&h0, p0 + q32_off_h(type), 4);
+		memcpy(&h1, p1 + q32_off_h(type), 4);
+		q = _mm512_mask_add_epi8(q, (__mmask64)((uint64_t)(h0 & 0xffff) |
+							(uint64_t)(h1 & 0xffff) << 16 |
+							(uint64_t)(h0 >> 16) << 32 |
+							(uint64_t)(h1 >> 16) << 48),
+					 q, _mm512_set1_epi8(16));
+	}
+	return q;
+}
+
+KVE_INLINE void tile_q32(const struct kve_mat *w, const struct kve_q8x *xq, float *y,
+			 int ldy, int r, int t, const int R, const int C, const uint32_t type)
+{
+	const int nb = (int)w->cols / 32, off = type == GGML_Q4_0 ? 3 : type == GGML_Q5_0 ? 4 : 0;
+	const int affine = type == GGML_Q4_1 || type == GGML_Q5_1;
+	const size_t step = kve_mat_bstep(w);
+	__m512 acc[4][4];
+	float ms[4][4];		/* Q4_1/Q5_1: the minima's sum, m * s per block */
+	const uint8_t *bp[4];
+	const struct kve_q8x *xs[4];
+	int b, i, j;
+
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++) {
+		bp[i] = kve_mat_blk(w, (uint32_t)(r + i), 0);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			acc[i][j] = _mm512_setzero_ps();
+			ms[i][j] = 0;
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		xs[j] = xq + (size_t)(t + j) * nb;
+	for (b = 0; b < nb; b += 2) {
+		const int two = b + 1 < nb;
+		const size_t o0 = (size_t)b * step, o1 = two ? o0 + step : o0;
+		__m512i xv[4], corr[4];
+		__m512 dx[4];
+
+		if (C == 1 && R == 4 && w->panel)
+			prefetch_ahead(bp[0] + o0 + PF_AHEAD_Q8, 2 * step);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			xv[j] = q32_x(xs[j] + b, two);
+			/* the offset: -8 (-16) times each lane's four activations */
+			corr[j] = off ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(
+				kq_dot(_mm512_setzero_si512(), _mm512_set1_epi8(1), xv[j]), off)) :
+				_mm512_setzero_si512();
+			dx[j] = _mm512_mask_blend_ps(KQ_PAIR_LANES,
+						     _mm512_set1_ps(two ? xs[j][b + 1].d : 0.0f),
+						     _mm512_set1_ps(xs[j][b].d));
+		}
+#pragma GCC unroll 4
+		for (i = 0; i < R; i++) {
+			const uint8_t *p0 = bp[i] + o0, *p1 = bp[i] + o1;
+			const __m512i q = q32_w(p0, p1, type);
+			const float d0 = kq_f16(p0), d1 = two ? kq_f16(p1) : 0.0f;
+			const __m512 dw = _mm512_mask_blend_ps(KQ_PAIR_LANES, _mm512_set1_ps(d1),
+							       _mm512_set1_ps(d0));
+
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++) {
+				__m512i p = kq_dot(corr[j], q, xv[j]);
+
+				acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+							    _mm512_mul_ps(dw, dx[j]), acc[i][j]);
+				if (affine) {
+					ms[i][j] += kq_f16(p0 + q32_off_m(type)) * xs[j][b].s;
+					if (two)
+						ms[i][j] += kq_f16(p1 + q32_off_m(type)) *
+							    xs[j][b + 1].s;
+				}
+			}
+		}
+	}
+	if (R == 4) {
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			__m128 s = hsum16x4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]);
+
+			if (affine)
+				s = _mm_add_ps(s, _mm_setr_ps(ms[0][j], ms[1][j], ms[2][j], ms[3][j]));
+			_mm_storeu_ps(y + (size_t)(t + j) * ldy + r, s);
+		}
+		return;
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++)
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			y[(size_t)(t + j) * ldy + r + i] = hsum16(acc[i][j]) + ms[i][j];
+}
+
+KVE_INLINE void rows_q32(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+			 float *y, int ldy, int r0, int r1, const uint32_t type)
+{
+	int r = r0, t;
+
+	for (; r + 4 <= r1; r += 4) {
+		for (t = 0; t + 4 <= T; t += 4)
+			tile_q32(w, xq, y, ldy, r, t, 4, 4, type);
+		if (t + 2 <= T) {
+			tile_q32(w, xq, y, ldy, r, t, 4, 2, type);
+			t += 2;
+		}
+		if (t < T)
+			tile_q32(w, xq, y, ldy, r, t, 4, 1, type);
+	}
+	for (; r < r1; r++)
+		for (t = 0; t < T; t++)
+			tile_q32(w, xq, y, ldy, r, t, 1, 1, type);
+}
+
+KQ_LINKAGE void KQ_MM_Q32(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
+	       int ldy, int r0, int r1)
+{
+	switch (w->type) {
+	case GGML_Q4_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_0); break;
+	case GGML_Q4_1: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_1); break;
+	case GGML_Q5_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q5_0); break;
+	default: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q5_1); break;
+	}
+}
+
+/* ---- Q4_K, Q5_K, Q6_K ------------------------------------------------- */
+
+/*
+ * A Q4_K/Q5_K block's scales and minima, [sc0..7 | m0..7] as int16: the
+ * 12-byte packing (quant.c) undone four bytes at a time.
+ */
+KVE_INLINE __m256i k4_scales(const uint8_t *blk)
+{
+	uint32_t u[3], sc03, sc47, m03, m47;
+
+	memcpy(u, blk + 4, 12);
+	sc03 = u[0] & 0x3f3f3f3f;
+	m03 = u[1] & 0x3f3f3f3f;
+	sc47 = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
+	m47 = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
+	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47));
+}
+
+/*
+ * Q4_K/Q5_K: 64 bytes of nibbles hold sub-blocks 2k (low nibbles of the
+ * first 32), 2k + 1 (their high nibbles), 2k + 2 and 2k + 3 (the next 32's):
+ * vector v of a block is [sub-block s | s + 2], s = (0, 1, 4, 5)[v], its
+ * activations KQ_K4_X(v) the same halves of the block's 256.
+ */
+KVE_INLINE __m512i k4_xv(const int8_t *q, const int v)
+{
+	const int s = v < 2 ? v : v + 2;
+
+	return load2(q + 32 * s, q + 32 * (s + 2));
+}
+
+/* One row's share of one 256-value block for C tokens (xa: their
+ * activations in k4_xv's order; xb: their Q8_K blocks): acc += d * dx *
+ * sum(sc * q * x) - dmin * dx * sum(m * bsums) */
+KVE_INLINE void k45_row(const uint8_t *blk, const int five, const __m512i (*xa)[4],
+			const struct kve_q8k *const *xb, __m512 *acc, const int C)
+{
+	const __m512i lo = _mm512_set1_epi8(0x0f);
+	const __m256i sm8 = k4_scales(blk);
+	const __m512i sm = _mm512_zextsi256_si512(sm8);
+	const __m512i v0 = _mm512_loadu_si512(blk + (five ? 48 : 16));
+	const __m512i v1 = _mm512_loadu_si512(blk + (five ? 112 : 80));
+	/* [m0 m0 m1 m1 .. m7 m7]: each minimum for its sub-block's two bsums */
+	const __m256i m2 = _mm256_permutexvar_epi16(
+		_mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), sm8);
+	const float d = kq_f16(blk), dmin = kq_f16(blk + 2);
+	__m512i q[4], sc[4];
+	int v, j;
+
+	q[0] = _mm512_and_si512(v0, lo);
+	q[1] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), lo);
+	q[2] = _mm512_and_si512(v1, lo);
+	q[3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), lo);
+#pragma GCC unroll 4
+	for (v = 0; v < 4; v++) {
+		const int s = v < 2 ? v : v + 2;
+
+		sc[v] = _mm512_permutexvar_epi16(_mm512_inserti64x4(
+			_mm512_set1_epi16((short)s), _mm256_set1_epi16((short)(s + 2)), 1), sm);
+	}
+	if (five) {	/* the 5th bits: bit s of qh[i] for value 32 s + i */
+		const __m512i hv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+
+#pragma GCC unroll 4
+		for (v = 0; v < 4; v++) {
+			const int s = v < 2 ? v : v + 2;
+			__mmask64 hb = _mm512_test_epi8_mask(hv, _mm512_inserti64x4(
+				_mm512_set1_epi8((char)(1 << s)), _mm256_set1_epi8((char)(1 << (s + 2))), 1));
+
+			q[v] = _mm512_mask_add_epi8(q[v], hb, q[v], _mm512_set1_epi8(16));
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++) {
+		__m512i is = _mm512_setzero_si512();
+		__m256i mn = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[j]->bsums), m2);
+
+#pragma GCC unroll 4
+		for (v = 0; v < 4; v++)
+			is = kq_dotw(is, q[v], xa[j][v], sc[v]);
+		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[j]->d), acc[j]);
+		acc[j] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mn)),
+					  _mm512_set1_ps(dmin * xb[j]->d), acc[j]);
+	}
+}
+
+/*
+ * Q6_K: each half of 128 values is 64 bytes of low nibbles (values 0-63
+ * low, 64-127 high, in order) and 32 bytes of 2-bit highs (byte i: values
+ * i, 32 + i, 64 + i, 96 + i): one vector of the low nibbles takes its
+ * highs from the 32 bytes twice, shifted by 0 and 2 (4 and 6). Sixteen
+ * int8 scales, one per 16 values; the -32 comes off as 32 * sum(sc * bsums).
+ */
+KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m512 *acc,
+			const int C)
+{
+	const __m512i lo = _mm512_set1_epi8(0x0f), hm = _mm512_set1_epi8(0x30);
+	const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+	const __m512i sw = _mm512_zextsi256_si512(s16);
+	const __m512i sl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+	const __m512i sr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+	const float d = kq_f16(blk + 208);
+	__m512i q[4], sc[4];
+	int n, v, j;
+
+#pragma GCC unroll 2
+	for (n = 0; n < 2; n++) {
+		const __m512i l = _mm512_loadu_si512(blk + 64 * n);
+		const __m512i h = _mm512_broadcast_i64x4(
+			_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n)));
+
+		q[2 * n] = _mm512_or_si512(_mm512_and_si512(l, lo),
+					   _mm512_and_si512(_mm512_sllv_epi16(h, sl_lo), hm));
+		q[2 * n + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), lo),
+					       _mm512_and_si512(_mm512_srlv_epi16(h, sr_hi), hm));
+	}
+#pragma GCC unroll 4
+	for (v = 0; v < 4; v++) {	/* values 64 v .. 64 v + 63: scales 4 v .. 4 v + 3 */
+		__m512i idx = _mm512_inserti64x4(
+			_mm512_castsi256_si512(_mm256_inserti128_si256(
+				_mm256_castsi128_si256(_mm_set1_epi16((short)(4 * v))),
+				_mm_set1_epi16((short)(4 * v + 1)), 1)),
+			_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)(4 * v + 2))),
+						_mm_set1_epi16((short)(4 * v + 3)), 1), 1);
+
+		sc[v] = _mm512_permutexvar_epi16(idx, sw);
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++) {
+		__m512i is = _mm512_setzero_si512();
+		__m256i c = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[j]->bsums), s16);
+
+#pragma GCC unroll 4
+		for (v = 0; v < 4; v++)
+			is = kq_dotw(is, q[v], _mm512_loadu_si512(xb[j]->q + 64 * v), sc[v]);
+		is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(c, 5)));
+		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[j]->d), acc[j]);
+	}
+}
+
+KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
+			int r, int t, const int R, const int C, const uint32_t type)
+{
+	const int nb = (int)w->cols / QK_K;
+	const size_t step = kve_mat_bstep(w);
+	__m512 acc[4][4];
+	const uint8_t *bp[4];
+	int b, i, j, v;
+
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++) {
+		bp[i] = kve_mat_blk(w, (uint32_t)(r + i), 0);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			acc[i][j] = _mm512_setzero_ps();
+	}
+	for (b = 0; b < nb; b++) {
+		const struct kve_q8k *xb[4];
+		__m512i xa[4][4];
+
+		if (C == 1 && R == 4 && w->panel)
+			prefetch_ahead(bp[0] + (size_t)b * step + PF_AHEAD_Q8, step);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			xb[j] = xk + (size_t)(t + j) * nb + b;
+			if (type != GGML_Q6_K)
+#pragma GCC unroll 4
+				for (v = 0; v < 4; v++)
+					xa[j][v] = k4_xv(xb[j]->q, v);
+		}
+#pragma GCC unroll 4
+		for (i = 0; i < R; i++) {
+			if (type == GGML_Q6_K)
+				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
+			else
+				k45_row(bp[i] + (size_t)b * step, type == GGML_Q5_K,
+					(const __m512i (*)[4])xa, xb, acc[i], C);
+		}
+	}
+	if (R == 4) {
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			_mm_storeu_ps(y + (size_t)(t + j) * ldy + r,
+				      hsum16x4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+		return;
+	}
+#pragma GCC unroll 4
+	for (i = 0; i < R; i++)
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			y[(size_t)(t + j) * ldy + r + i] = hsum16(acc[i][j]);
+}
+
+KVE_INLINE void rows_qk(const struct kve_mat *w, const struct kve_q8k *xk, int T,
+			float *y, int ldy, int r0, int r1, const uint32_t type)
+{
+	int r = r0, t;
+
+	for (; r + 4 <= r1; r += 4) {
+		for (t = 0; t + 4 <= T; t += 4)
+			tile_qk(w, xk, y, ldy, r, t, 4, 4, type);
+		if (t + 2 <= T) {
+			tile_qk(w, xk, y, ldy, r, t, 4, 2, type);
+			t += 2;
+		}
+		if (t < T)
+			tile_qk(w, xk, y, ldy, r, t, 4, 1, type);
+	}
+	for (; r < r1; r++)
+		for (t = 0; t < T; t++)
+			tile_qk(w, xk, y, ldy, r, t, 1, 1, type);
+}
+
+KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
+	      int ldy, int r0, int r1)
+{
+	switch (w->type) {
+	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
+	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
+	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
+	}
+}
