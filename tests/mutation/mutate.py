@@ -662,6 +662,9 @@ def main():
     ap.add_argument("--match", action="append", default=[],
                     help="only mutants whose key (as printed for survivors) "
                          "contains this text (repeatable): to rerun some")
+    ap.add_argument("--at", action="append", default=[],
+                    help="only mutants on this FILE:LINE (repeatable): a survivor whose "
+                         "key also matches other lines")
     ap.add_argument("--scratch", default=None,
                     help="scratch directory (build/mutation): two runs at once "
                          "need two")
@@ -697,6 +700,8 @@ def main():
         for f in files:
             src = open(os.path.join(ROOT, f)).read()
             for m in candidates(f, src):
+                if a.at and "%s:%d" % (f, line_of(src, m[0])) not in a.at:
+                    continue
                 if not a.match or any(t in key_of(f, src, m) for t in a.match):
                     cands.append((f, m))
         print("# group %s: %d candidate mutants in %d files" % (name, len(cands), len(files)))
