@@ -844,12 +844,12 @@ static void test_reasoning(void)
 {
 	static const struct { const char *text, *reasoning, *content, *names; int no_calls; } cases[] = {
 		{ "<think>\nThe user asks.\nTwo lines.\n</think>\n\nIt is 18C.", "The user asks.\nTwo lines.",
-		  "It is 18C.", "" },
+		  "It is 18C.", "", 0 },
 		{ "<think>\n\nx\n\n</think>\n\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
-		  "x", "", "f|" },
-		{ "<think>\ncut off\n", "cut off", "", "" },
-		{ "No think block.", "", "No think block.", "" },
-		{ "<think></think>ok", "", "ok", "" },
+		  "x", "", "f|", 0 },
+		{ "<think>\ncut off\n", "cut off", "", "", 0 },
+		{ "No think block.", "", "No think block.", "", 0 },
+		{ "<think></think>ok", "", "ok", "", 0 },
 		{ "<think>\nx\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
 		  "x", "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "", 1 },
 		{ "Plain <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "",
