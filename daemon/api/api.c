@@ -1007,6 +1007,57 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	kvd_log(KVD_LOG_DEBUG, "http", "%s", line);
 }
 
+/* ---------------------------------------------------------------- connections */
+
+/*
+ * max_connections in all. libmicrohttpd's own limit is per event loop (its
+ * share of the total) and a loop at it stops accepting, so a connection
+ * past it would wait in the listen backlog, unanswered; its limit is set
+ * out of reach and the count is kept here: a connection past the limit is
+ * accepted and closed at once, as one past the per-address limit is.
+ * The accept policy reserves a place; the start notification, which
+ * follows in the same thread, takes it, and the close gives it back. A
+ * reservation libmicrohttpd dropped in between (out of memory) is taken
+ * back at that thread's next accept.
+ */
+static _Thread_local int conn_reserved;
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	struct kvd_api *a = cls;
+
+	(void)addr;
+	(void)len;
+	if (conn_reserved)
+		__atomic_sub_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+	conn_reserved = 0;
+	if (__atomic_add_fetch(&a->conns, 1, __ATOMIC_RELAXED) > a->max_conns) {
+		__atomic_sub_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+		kvd_log(KVD_LOG_DEBUG, "api", "at max_connections (%u): connection closed",
+			a->max_conns);
+		return MHD_NO;
+	}
+	conn_reserved = 1;
+	return MHD_YES;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct kvd_api *a = cls;
+
+	(void)c;
+	(void)socket_context;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		if (conn_reserved)
+			conn_reserved = 0;
+		else	/* not through on_accept: counted here */
+			__atomic_add_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+	} else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		__atomic_sub_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+	}
+}
+
 /* ---------------------------------------------------------------- lifecycle */
 
 void kvd_api_config_defaults(struct kvd_api_config *c)
@@ -1269,11 +1320,13 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		api_free(a);
 		return -ENOMEM;
 	}
-	a->mhd = MHD_start_daemon(flags, c->port, NULL, NULL, on_request, a,
+	a->max_conns = c->max_connections ? c->max_connections : 1024;
+	a->mhd = MHD_start_daemon(flags, c->port, on_accept, a, on_request, a,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-		MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)(c->max_connections ? c->max_connections : 1024),
+		/* on_accept's limit binds first (above) */
+		MHD_OPTION_CONNECTION_LIMIT, a->max_conns * a->threads + a->threads,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, a,
 		/* one client (address) cannot take every connection */
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, c->max_connections_per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT,

@@ -70,6 +70,8 @@ struct kvd_api {
 	struct turn_cache *turns;	/* replies with calls, as generated */
 	struct parker *parker;		/* connections waiting for their jobs */
 	unsigned threads;		/* libmicrohttpd's event-loop threads */
+	unsigned max_conns;		/* connections at once (api.c's count) */
+	unsigned long conns;		/* open and reserved at accept (atomic) */
 
 	pthread_mutex_t lock;		/* auth, inflight wakeups, tenant stats */
 	pthread_cond_t idle;
