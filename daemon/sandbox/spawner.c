@@ -340,6 +340,7 @@ static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, i
 	if (getppid() != parent)
 		_exit(0);
 	kvs_netns_pool_reset();	/* the caller's, if it had one, is not ours */
+	kvs_spawn_stacks_reset();
 	/* a root launcher's work directories are mounts of this process
 	 * alone: its own mount namespace, the host's mounts still coming in
 	 * (slave), none going out, all gone when it ends */
