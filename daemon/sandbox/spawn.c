@@ -889,7 +889,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	int exited = 0, killed = 0, setup_done = 0, rc_wait;
 	struct child_err early = { -1, 0, 0 };
 	siginfo_t si;
-	sigset_t all, old;
+	uint64_t all = ~0ull, old = 0;
 	void *stack = NULL;
 	int netns_fd = -1;
 
@@ -1062,9 +1062,10 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		ca.stack_size = CHILD_STACK;
 	}
 	/* no signal handler of the caller's may run in the child (in its
-	 * memory, with CLONE_VM): blocked until the child has reset them */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
+	 * memory, with CLONE_VM): blocked until the child has reset them;
+	 * every one, glibc's own two included, which pthread_sigmask()
+	 * would leave out */
+	KVS_SYS(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(all));
 	t0 = kvs_now();
 #if KVS_CLONE_VM
 	pid = kvs_clone3_vm(&ca, sizeof(ca), child_main, c);
@@ -1075,7 +1076,7 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	if (pid < 0)
 		pid = -errno;
 #endif
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	KVS_SYS(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(old));
 	if (pid < 0) {
 		rc = (int)pid;
 		kvs_note(res->note, sizeof(res->note), "clone3: %s", strerror(-rc));

@@ -191,6 +191,48 @@ static void test_signals(struct kvs_policy *p, const char *wd)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+/* A signal sent to the child before its execve never runs the caller's
+ * handler (the child runs in the caller's memory, where the handler would
+ * count it): it waits, blocked, until the child has reset its handlers,
+ * and then, the child being its PID namespace's init, is dropped. */
+static volatile sig_atomic_t usr1_seen;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	usr1_seen++;
+}
+
+static int usr1_hook(void *ctx, uint64_t id, pid_t pid)
+{
+	(void)ctx;
+	(void)id;
+	return kill(pid, SIGUSR1) != 0;	/* the child waits for its id map */
+}
+
+static void test_signal_before_exec(struct kvs_policy *p, const char *wd)
+{
+	const char *argv[] = { "/bin/true", NULL };
+	struct kvs_request req = { .tool = "true", .workdir = wd, .argv = argv,
+				   .on_cgroup = usr1_hook };
+	struct sigaction sa, was;
+	struct kvs_result r;
+	int rc;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_usr1;
+	sigaction(SIGUSR1, &sa, &was);
+	usr1_seen = 0;
+	rc = kvs_run(p, &req, &r);
+	CHECK(usr1_seen == 0, "the caller's SIGUSR1 handler ran %d times for the child",
+	      (int)usr1_seen);
+	CHECK(rc == 0 && r.reason == KVS_EXIT_CODE && r.status == 0,
+	      "SIGUSR1 before execve: rc %d %s %d %s", rc, kvs_exit_name(r.reason), r.status,
+	      r.note);
+	kvs_result_free(&r);
+	sigaction(SIGUSR1, &was, NULL);
+}
+
 /* The calling thread's CPU seconds for one run of /bin/true, the least
  * of three. */
 static double spawn_thread_cpu(struct kvs_policy *p, const char *wd)
@@ -570,6 +612,7 @@ int main(int argc, char **argv)
 		test_many(p);
 		test_builtins(p, wd);
 		test_caller_memory(p, wd);
+		test_signal_before_exec(p, wd);
 		/* the same through the spawner process */
 		rc = kvs_policy_start_spawner(p);
 		CHECK(rc == 0, "spawner: %d", rc);
