@@ -41,6 +41,11 @@ static void on_content(struct gen *g, struct gen_choice *c, const char *text, si
 	gen_sse_data(g, gen_obfuscate(g, resp_chunk_content(rc_of(g, c), text, len, logprobs)));
 }
 
+static void on_reasoning(struct gen *g, struct gen_choice *c, const char *text, size_t len)
+{
+	gen_sse_data(g, gen_obfuscate(g, resp_chunk_reasoning(rc_of(g, c), text, len)));
+}
+
 static void on_call_start(struct gen *g, struct gen_choice *c, const struct tc_call *call)
 {
 	gen_sse_data(g, resp_chunk_call(rc_of(g, c), c->n_calls, call));
@@ -103,6 +108,8 @@ static char *body(struct gen *g)
 		tr.content_len = c->content.len;
 		tr.calls = (struct tc_call *)gen_calls(c);
 		tr.n_calls = c->n_calls;
+		tr.reasoning = c->reasoning.s;
+		tr.reasoning_len = c->reasoning.len;
 		ch = resp_choice(&tr, i, gen_finish_reason(c), c->logprobs);
 		c->logprobs = NULL;
 		if (json_array_append_new(choices, ch)) {
@@ -134,6 +141,7 @@ static void fe_free(struct gen *g)
 static const struct gen_ops chat_ops = {
 	.start = on_start,
 	.content = on_content,
+	.reasoning = on_reasoning,
 	.call_start = on_call_start,
 	.call_args = on_call_args,
 	.tool_run = on_tool_run,

@@ -107,6 +107,7 @@ void gen_unref(struct gen *g)
 		tc_stream_free(&c->ts);
 		sb_free(&c->raw);
 		sb_free(&c->content);
+		sb_free(&c->reasoning);
 		sb_free(&c->pending);
 		sb_free(&c->call_text);
 		free(c->calls);
@@ -363,7 +364,13 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		if (g->stream && g->ops->call_args)
 			g->ops->call_args(g, c, text, len);
 		break;
-	case TC_REASONING:	/* not asked for: it stays in the content */
+	case TC_REASONING:	/* asked for: split_reasoning */
+		sb_add(&c->reasoning, text, len);
+		if (g->stream) {
+			flush_pending(c, NULL);
+			if (g->ops->reasoning)
+				g->ops->reasoning(g, c, text, len);
+		}
 		break;
 	case TC_CALL_END:
 		sb_add(&c->call_text, "", 1);
@@ -381,8 +388,8 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		}
 		break;
 	}
-	return (g->out.oom || c->call_text.oom || c->pending.oom || c->content.oom) ?
-		-ENOMEM : 0;
+	return (g->out.oom || c->call_text.oom || c->pending.oom || c->content.oom ||
+		c->reasoning.oom) ? -ENOMEM : 0;
 }
 
 static void choice_done(struct gen *g, struct gen_choice *c)
@@ -432,12 +439,18 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 				return;
 			}
 		}
-		if (g->parse_tools) {
+		if (g->parse_tools || g->split_reasoning) {
+			int before = c->ts.think_state;
+
 			if (tc_stream_feed(&c->ts, ev->text, ev->text_len)) {
 				json_decref(lp);
 				gen_oom(g);
 				return;
 			}
+			/* the think block's tokens, its tags included */
+			if (g->split_reasoning && (before == 1 || c->ts.think_state == 1 ||
+			    (before == 0 && c->ts.think_state == 3)))
+				c->reasoning_tokens++;
 		} else {
 			choice_emit(c, TC_CONTENT, ev->text, ev->text_len, NULL);
 		}
@@ -468,7 +481,8 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 		return;
 	}
 	case KVD_EV_DONE:
-		if (g->parse_tools && (tc_stream_finish(&c->ts) || held_release(c))) {
+		if ((g->parse_tools || g->split_reasoning) &&
+		    (tc_stream_finish(&c->ts) || held_release(c))) {
 			gen_oom(g);
 			return;
 		}
@@ -760,6 +774,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		if (r)
 			goto nomem;
 		g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
+		g->split_reasoning = chat_template_thinks(a->tmpl) && !cr->reasoning_inline;
 	}
 	g->n = n;
 	g->tenant = tenant;
@@ -772,6 +787,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		struct gen_choice *c = &g->ch[i];
 
 		tc_stream_init(&c->ts, a->tmpl, choice_emit, c);
+		tc_stream_reasoning(&c->ts, g->split_reasoning);
+		tc_stream_calls(&c->ts, g->parse_tools);
 		c->logprobs = g->want_logprobs ? json_array() : NULL;
 		c->tool_runs = g->stools ? json_array() : NULL;
 		if ((g->want_logprobs && !c->logprobs) || (g->stools && !c->tool_runs))

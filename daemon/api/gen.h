@@ -42,6 +42,9 @@ struct gen_ops {
 	void (*start)(struct gen *g);		/* stream: submitted */
 	void (*content)(struct gen *g, struct gen_choice *c, const char *text,
 			size_t len, json_t *logprobs);	/* logprobs stolen */
+	/* a family that thinks (qwen3): the next piece of the reasoning the
+	 * reply opens with (all of it comes before any content or call) */
+	void (*reasoning)(struct gen *g, struct gen_choice *c, const char *text, size_t len);
 	void (*call_start)(struct gen *g, struct gen_choice *c, const struct tc_call *call);
 	void (*call_args)(struct gen *g, struct gen_choice *c, const char *args, size_t len);
 	void (*call_end)(struct gen *g, struct gen_choice *c);
@@ -64,6 +67,7 @@ struct gen_choice {
 	struct tc_stream ts;
 	struct strbuf raw;		/* everything generated */
 	struct strbuf content;		/* the content so far */
+	struct strbuf reasoning;	/* the reasoning so far (split_reasoning) */
 	struct strbuf pending;		/* stream: content of this event */
 	struct tc_call *calls;		/* the calls so far (names, arguments
 					 * in call_text; see gen_calls()) */
@@ -88,6 +92,7 @@ struct gen_choice {
 	char session_id[GEN_SESSION_MAX + 1];
 	double ttft_ms, total_ms;
 	uint32_t tokens;		/* TOKEN events seen */
+	uint32_t reasoning_tokens;	/* ... of them inside the think block */
 	void *fe;			/* the front end's */
 };
 
@@ -99,6 +104,10 @@ struct gen {
 	int fd;				/* the connection, to notice hang-ups */
 	uint32_t tenant;		/* gen_submit's */
 	int stream, want_logprobs, parallel, parse_tools;
+	/* the family thinks and the reasoning comes apart from the content
+	 * (not reasoning_format "none"): the reply goes through the parser
+	 * even without tools */
+	int split_reasoning;
 	int calls_bounded;		/* the decoder allows one call (no cancel) */
 	uint32_t stools;		/* server-side tools offered (bits) */
 	unsigned n;			/* choices */

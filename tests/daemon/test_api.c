@@ -96,8 +96,8 @@ static void test_request_valid(void)
 	CU_ASSERT_EQUAL(r.thinking, CHAT_THINK_DEFAULT);
 	chat_request_free(&r);
 
-	/* thinking: the template argument, reasoning_effort none (the
-	 * argument wins), and reasoning sent back */
+	/* thinking: the template argument, reasoning_effort none and
+	 * minimal (the argument wins), and reasoning sent back */
 	{
 		static const struct {
 			const char *extra;
@@ -107,7 +107,7 @@ static void test_request_valid(void)
 			{ ",\"chat_template_kwargs\":{\"enable_thinking\":true}", CHAT_THINK_ON },
 			{ ",\"chat_template_kwargs\":{}", CHAT_THINK_DEFAULT },
 			{ ",\"chat_template_kwargs\":null,\"reasoning_effort\":\"none\"", CHAT_THINK_OFF },
-			{ ",\"reasoning_effort\":\"minimal\"", CHAT_THINK_DEFAULT },
+			{ ",\"reasoning_effort\":\"minimal\"", CHAT_THINK_OFF },
 			{ ",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}", CHAT_THINK_ON },
 		};
 		char b[512];
