@@ -130,5 +130,5 @@ check-tier-guest: modules-guest $(KVD_TEST_TIER_G) $(TIER_TEST_G) $(ENGINE_MKMOD
 # prompts take minutes to prefill here), CI runs it
 # (Documentation/testing.md).
 .PHONY: check-clients
-check-clients: $(KVD_BIN) $(ENGINE_MKMODEL)
-	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL)
+check-clients: $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
+	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
