@@ -158,7 +158,6 @@ enum MHD_Result chat_api_handle(struct req *q)
 	struct api_error e;
 	struct chat_fe *f;
 	struct gen *g;
-	char *out;
 
 	g = api_gen_new(q, &chat_ops, "chatcmpl-");
 	f = g ? calloc(1, sizeof(*f)) : NULL;
@@ -179,15 +178,5 @@ enum MHD_Result chat_api_handle(struct req *q)
 		return api_send_error(q, &e);
 	if (g->stream)
 		return api_stream(q, g);
-	gen_run(g);
-	if (g->client_gone) {
-		q->status = 499;	/* for the log line: nobody to answer */
-		return MHD_NO;
-	}
-	if (g->failed)
-		return api_send_error(q, &g->err);
-	out = body(g);
-	if (!out)
-		return api_fail(q, 500, "server_error", NULL, "out of memory");
-	return api_queue(q, 200, out, "application/json", NULL);
+	return api_wait(q, g);
 }

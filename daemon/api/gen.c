@@ -6,8 +6,11 @@
  * turn each job's events into content, tool calls (tool_call.c's parser)
  * and server-side tool runs, and hand them to the front end in order.
  * Calls to server-side tools are held back until the orchestrator says it
- * ran them. While waiting, the connection is polled for a hang-up every
- * WAIT_TICK_MS and the jobs are cancelled when the client is gone.
+ * ran them. Nothing here waits: the HTTP layer calls gen_pump() or
+ * gen_sse_read() when a job has news (park.c) or gen_wake_at() passes;
+ * each look polls the connection for a hang-up (at most every
+ * WAIT_TICK_MS while tokens flow) and cancels the jobs when the client is
+ * gone.
  *
  * Not here: request formats (chat_request.c and the front ends), output
  * formats (response.c and the front ends), HTTP (api.c).
@@ -701,25 +704,51 @@ int gen_step(struct gen *g, int timeout_ms)
 	return r > 0;
 }
 
-void gen_run(struct gen *g)
+int gen_pump(struct gen *g)
 {
-	while (!g->finished && !g->client_gone)
-		gen_step(g, WAIT_TICK_MS);
+	while (!g->finished && !g->client_gone && gen_step(g, 0))
+		;
+	return g->finished || g->client_gone;
+}
+
+static uint64_t ts_ns(const struct timespec *t)
+{
+	return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
+}
+
+uint64_t gen_wake_at(const struct gen *g)
+{
+	uint64_t t = 0, c;
+
+	if (g->finished || g->client_gone)
+		return 0;
+	if (g->stream)	/* the next keep-alive */
+		t = ts_ns(&g->last_sent) + (SSE_KEEPALIVE_MS + 1) * 1000000ull;
+	for (unsigned i = 0; i < g->n; i++)
+		if (!g->ch[i].finished && g->ch[i].cancelled) {
+			/* a job we cancelled that did not end yet */
+			c = ts_ns(&g->ch[i].cancel_t) + (CANCEL_WAIT_MS + 1) * 1000000ull;
+			t = !t || c < t ? c : t;
+		}
+	return t;
 }
 
 long gen_sse_read(struct gen *g, char *buf, size_t max)
 {
 	size_t n;
 
-	while (g->out.len == 0) {
-		if (g->finished)
-			return 0;	/* the end */
-		gen_step(g, WAIT_TICK_MS);
+	for (;;) {
 		if (g->client_gone || g->out.oom)
 			return -1;
-		if (g->out.len == 0 && !g->finished &&
-		    ms_since(&g->last_sent) > SSE_KEEPALIVE_MS)
-			sb_adds(&g->out, ": keep-alive\n\n");
+		if (g->out.len)
+			break;
+		if (g->finished)
+			return 0;	/* the end */
+		if (gen_step(g, 0) || g->out.len || g->finished || g->client_gone)
+			continue;
+		if (ms_since(&g->last_sent) <= SSE_KEEPALIVE_MS)
+			return GEN_AGAIN;
+		sb_adds(&g->out, ": keep-alive\n\n");
 	}
 	n = g->out.len < max ? g->out.len : max;
 	memcpy(buf, g->out.s, n);

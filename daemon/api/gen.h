@@ -8,8 +8,9 @@
  * in order. What the client sees is the front end's: it gets those as
  * callbacks (struct gen_ops) and writes its own JSON or SSE frames.
  *
- * Threads: a gen belongs to its connection's thread; a stream shares it
- * between the request and the response reader (reference counted).
+ * Threads: a gen belongs to its connection (one event-loop thread at a
+ * time); nothing here blocks: the caller looks again when a job has news
+ * (kvd_job_set_notify) or at gen_wake_at().
  */
 #ifndef KVD_API_GEN_H
 #define KVD_API_GEN_H
@@ -160,8 +161,12 @@ struct kvd_span *gen_prompt_markup(const struct chat_prompt *p, size_t *n);
 /* Consumes events until there are bytes to send (stream), the end, or
  * timeout. 1 something happened, 0 nothing yet. */
 int gen_step(struct gen *g, int timeout_ms);
-/* Non-stream: runs to the end (or the client leaving). */
-void gen_run(struct gen *g);
+/* Consumes every event queued now (never waits): 1 when the request is
+ * over (finished, failed or the client gone), 0 when it waits for more. */
+int gen_pump(struct gen *g);
+/* When the gen must be looked at even without an event (CLOCK_MONOTONIC
+ * ns: an SSE keep-alive, a cancelled job that did not end); 0: never. */
+uint64_t gen_wake_at(const struct gen *g);
 
 /* A choice's calls with names and arguments pointing into call_text
  * (valid until the choice changes). */
@@ -179,7 +184,10 @@ void gen_sse_raw(struct gen *g, const char *text);
 #define GEN_OBFUSCATION_QUANTUM 64
 char *gen_obfuscate(const struct gen *g, char *json);
 
-/* Stream end for the HTTP layer: reader callbacks. */
+/* A stream's next bytes for the HTTP layer's reader (never waits): the
+ * number copied to buf, 0 at the end, -1 when it must be cut (client
+ * gone, out of memory), GEN_AGAIN when nothing is ready yet. */
+#define GEN_AGAIN (-2)
 long gen_sse_read(struct gen *g, char *buf, size_t max);
 
 /* The finish of a choice: "stop", "length", "tool_calls" (OpenAI's). */

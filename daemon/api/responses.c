@@ -1237,7 +1237,6 @@ enum MHD_Result responses_handle(struct req *q)
 	struct api_error e;
 	struct resp_fe *f;
 	struct gen *g;
-	char *out;
 
 	if (q->route == R_RESPONSE_ITEMS)
 		return get_items(q);
@@ -1266,14 +1265,5 @@ enum MHD_Result responses_handle(struct req *q)
 		return api_send_error(q, &e);
 	if (g->stream)
 		return api_stream(q, g);
-	gen_run(g);
-	if (g->client_gone) {
-		q->status = 499;
-		return MHD_NO;
-	}
-	if (g->failed)
-		return api_send_error(q, &g->err);
-	out = body(g);
-	return out ? api_queue(q, 200, out, "application/json", NULL) :
-		api_fail(q, 500, "server_error", NULL, "out of memory");
+	return api_wait(q, g);
 }
