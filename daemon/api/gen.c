@@ -483,6 +483,8 @@ static int budget_continue(struct gen *g, struct gen_choice *c, const struct kvd
 			g->id, e.message);
 		return 0;
 	}
+	if (g->notify_fn)
+		kvd_job_set_notify(job, g->notify_fn, g->notify_arg);
 	c->usage0 = ev->usage;
 	c->ttft0 = ev->ttft_ms;
 	c->total0 = ev->total_ms;

@@ -124,6 +124,10 @@ struct gen {
 	struct chat_request cr;
 	struct chat_prompt prompt;
 	int raw_prompt;			/* prompt.text given as is (/v1/completions) */
+	/* the HTTP layer's notification of the jobs (park.c), given to a
+	 * job submitted later too */
+	void (*notify_fn)(void *arg);
+	void *notify_arg;
 	/* what a continuation past the think budget is submitted with */
 	struct kvd_constraint kc;
 	char *c_json;
