@@ -290,8 +290,7 @@ def test_messages(s):
           c["input_tokens"] == r["usage"]["input_tokens"] + r["usage"]["cache_read_input_tokens"],
           "what Claude Code sends: adaptive thinking, effort, clear_thinking edits, a trailing "
           "system message; a deferred tool is not in the prompt")
-    # a thinking budget below max_tokens cannot be enforced here
-    for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 4}}, "thinking"),
+    for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking"),
                         ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
                          "context_management"),
                         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
@@ -683,7 +682,29 @@ def test_reasoning():
                 check(st == 200 and r["content"][0] == {"type": "thinking", "thinking": "",
                                                         "signature": ""},
                       "qwen3: thinking display omitted: a thinking block without its text")
-                for th_, what in (({"type": "enabled", "budget_tokens": 50}, "below max_tokens"),
+                # the budget: the think block closed after 3 of its
+                # tokens, the reply continued past it; usage counts both
+                for stream in (False, True):
+                    b = {"model": MODEL, "max_tokens": 100, "messages": user(say),
+                         "thinking": {"type": "enabled", "budget_tokens": 3}, "stream": stream}
+                    if stream:
+                        st, ev = s.events("/v1/messages", b)
+                        th = "".join(e[1]["delta"].get("thinking", "") for e in ev
+                                     if e[0] == "content_block_delta")
+                        tx = "".join(e[1]["delta"].get("text", "") for e in ev
+                                     if e[0] == "content_block_delta")
+                        out = [e[1]["usage"]["output_tokens"] for e in ev if e[0] == "message_delta"]
+                    else:
+                        st, r, _ = s.req("POST", "/v1/messages", b)
+                        th = r["content"][0].get("thinking") if st == 200 else None
+                        tx = r["content"][1].get("text") if st == 200 else None
+                        out = [r["usage"]["output_tokens"]] if st == 200 else []
+                    # tokens of at most 3 bytes: "<th" "ink" ">\nL" "et " "me " cut,
+                    # then "Hel" "lo " "the" "re."
+                    check(st == 200 and th == "Let me " and tx == "Hello there." and out == [9],
+                          f"qwen3: thinking budget_tokens 3 (stream {stream}): the think block "
+                          f"closed after 3 tokens, the reply goes on ({th!r}, {tx!r}, output {out})")
+                for th_, what in (({"type": "enabled", "budget_tokens": 0}, "not positive"),
                                   ({"type": "enabled"}, "missing"),
                                   ({"type": "adaptive", "display": "full"}, "display")):
                     st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 100,
