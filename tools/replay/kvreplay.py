@@ -169,17 +169,32 @@ def mooncake_sessions(path, args):
             turns[k]["tool_ms"] = ms
             if turns[k + 1]["input"] <= 0:
                 turns[k + 1]["input"] = max(args.min_input, int(toks * max(sc, 0.05) * 8))
-        # bound each session by the model's context
-        total = prefix_tokens + sum(t["input"] + t["output"] for t in turns)
+        # bound each session by the model's context: a turn ending in a
+        # tool call decodes up to the replayer's call budget (--call-tokens,
+        # as run's --min-call-tokens), not its trace output
+        def ctx_of(t):
+            return t["input"] + (max(t["output"], args.call_tokens) if "tool" in t
+                                 else t["output"])
+        total = prefix_tokens + sum(ctx_of(t) for t in turns)
+        if total > args.max_context:
+            # the first prompt gives way first (down to a quarter of the
+            # bound), so that the session keeps its tool rounds
+            keep = max(args.min_input, args.max_context // 4,
+                       turns[0]["input"] - (total - args.max_context))
+            if keep < turns[0]["input"]:
+                total -= turns[0]["input"] - keep
+                turns[0]["input"] = keep
         while total > args.max_context and len(turns) > 1:
             last = turns.pop()
-            total -= last["input"] + last["output"]
+            total -= ctx_of(last)
+            total -= ctx_of(turns[-1])
             turns[-1].pop("tool", None)
             turns[-1].pop("tool_ms", None)
+            total += ctx_of(turns[-1])
         if total > args.max_context:
             cut = total - args.max_context
             turns[0]["input"] = max(args.min_input, turns[0]["input"] - cut)
-        used += sum(t["input"] + t["output"] for t in turns)
+        used += sum(ctx_of(t) for t in turns)
         out.append({"session": "s%05d" % n,
                     "arrival_ms": int((first["timestamp"] - t0) * args.time_scale),
                     "prefix": shared, "turns": turns})
@@ -192,9 +207,16 @@ def cmd_convert(args):
         print(json.dumps(s, separators=(",", ":")))
     mix = parse_mix(args.tool_mix) if args.tool_mix else DEFAULT_MIX
     calls = [t for s in sessions for t in s["turns"] if "tool" in t]
-    sys.stderr.write("convert: %d sessions, %d turns, %d tool calls; model P(wait<1s)=%.3f "
+    sc = args.scale_tokens
+    ctx = [int(len(s["prefix"]) * 512 * sc) + sum(
+        t["input"] + (max(t["output"], args.call_tokens) if "tool" in t else t["output"])
+        for t in s["turns"]) for s in sessions]
+    sys.stderr.write("convert: %d sessions, %d turns, %d tool calls; contexts up to %d tokens "
+                     "(mean %d; chat markup not counted); model P(wait<1s)=%.3f "
                      "P(wait<10s)=%.3f\n" % (len(sessions), sum(len(s["turns"]) for s in sessions),
-                                              len(calls), mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
+                                              len(calls), max(ctx or [0]),
+                                              sum(ctx) / len(ctx) if ctx else 0,
+                                              mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
 
 
 # ---- synth: agent sessions of a given shape --------------------------------------
@@ -561,6 +583,7 @@ def summarize(r):
     tpot = [(q["total"] - q["ttft"]) * 1000 / (q["completion_tokens"] - 1) for q in reqs
             if q["ttft"] is not None and q["completion_tokens"] > 1]
     returns = d.get("kvarenad_tool_waits_total", 0)
+    computed = d.get("kvarenad_prompt_tokens_total", 0) - d.get("kvarenad_prompt_cached_tokens_total", 0)
     stalls = d.get("kvarenad_tier_restore_stalls_total", 0)
     return {
         "label": r["label"], "mode": r["tool_mode"], "sessions": len(r["sessions"]),
@@ -576,6 +599,9 @@ def summarize(r):
         "tpot_p50": pct(tpot, 50), "tpot_p99": pct(tpot, 99),
         "idle_gbs": d.get("kvarenad_kv_idle_byte_seconds_total", 0) / 1e9,
         "tool_returns": returns,
+        # this run's compute speed: prefill time per prompt token computed
+        # (a loaded machine shows here, whatever the policy)
+        "pf_us": 1000.0 * d.get("kvarenad_prefill_ms_sum", 0) / computed if computed else 0.0,
     }
 
 
@@ -584,9 +610,9 @@ COLS = [("label", "%-10s"), ("mode", "%-6s"), ("sessions", "%5d"), ("errors", "%
         ("stalls", "%5d"), ("stall_pct", "%6.1f"), ("recomputed", "%8d"),
         ("comp_mean", "%7.2f"), ("comp_p50", "%7.2f"), ("comp_p99", "%7.2f"),
         ("ttft_p50", "%7.1f"), ("ttft_p99", "%7.1f"), ("tpot_p50", "%6.1f"),
-        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f")]
+        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f"), ("pf_us", "%6.0f")]
 HEAD = ("policy mode sess err evict miss spillMB restMB stall stall% recomp comp_s p50_s p99_s "
-        "ttft50 ttft99 tpot50 tpot99 idleGB*s")
+        "ttft50 ttft99 tpot50 tpot99 idleGB*s pf_us")
 
 
 def fmt_row(s):
@@ -668,6 +694,17 @@ def cmd_report(args):
         f.write("\t".join(k for k, _ in COLS) + "\n")
         for s in rows:
             f.write("\t".join(str(s[k]) for k, _ in COLS) + "\n")
+    by = {s["label"]: s for s in rows}
+    if "ample" in by:
+        # the bound: an arena that never fills evicts nothing, so its mean
+        # completion is the best any policy can reach on these sessions
+        a = by["ample"]["comp_mean"]
+        print("bound: ample (no eviction) %.2f s mean completion: the most any policy can "
+              "be faster than" % a)
+        for s in rows:
+            if s["label"] != "ample" and a > 0:
+                print("  %-10s (%.2f s) is %.2fx" % (s["label"], s["comp_mean"],
+                                                     s["comp_mean"] / a))
     pngs = plots(args.out, runs)
     for p in pngs:
         print("plot: %s" % p)
@@ -693,6 +730,8 @@ def main():
     c.add_argument("--prefix-blocks", type=int, default=1,
                    help="hash blocks that form the shared system prompt")
     c.add_argument("--max-context", type=int, default=1800)
+    c.add_argument("--call-tokens", type=int, default=0,
+                   help="a tool call's decode budget, counted against --max-context")
     c.add_argument("--seed", type=int, default=39)
     y = sub.add_parser("synth", help="sessions of one shape (many agents) -> JSONL")
     y.add_argument("--sessions", type=int, default=1000)
