@@ -44,9 +44,13 @@ tsv=build/bench/results.tsv
 rm -rf "$out" && mkdir -p "$out" && chmod 700 "$out"
 md=build/bench/models
 mkdir -p "$md"
-model=${BENCH_EVICTION_MODEL:-$md/110m_q8_ctx4k.gguf}
-[ -f "$model" ] || "$mk" --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 4096 \
-	--type q8_0 -o "$model" >/dev/null
+model=${BENCH_EVICTION_MODEL:-}
+if [ -z "$model" ]; then
+	model=$md/110m_q8_ctx4k.gguf
+	[ -f "$model" ] || "$mk" --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 \
+		--ctx 4096 --type q8_0 -o "$model" >/dev/null
+fi
+[ -f "$model" ] || { echo "eviction: no model $model" >&2; exit 1; }
 shared=${KVA_SHARED:-../shared}
 [ -d "$shared" ] || shared=$(cd "$(git rev-parse --git-common-dir)/../.." && pwd)/shared
 n=${BENCH_EVICTION_SESSIONS:-32}
