@@ -324,10 +324,11 @@ def parse_metrics(txt):
 
 def stream_chat(url, body):
     """One streamed chat completion: (first-token time, end time, message,
-    usage, finish_reason, error)."""
+    usage, finish_reason, error); the message's "session" is the server's
+    session id where it says one (kvarena's finish chunk)."""
     c = conn_for(url)
     t_first = None
-    content, calls, usage, finish, err = [], {}, {}, None, None
+    content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
     try:
         c.request("POST", "/v1/chat/completions", json.dumps(body),
                   {"Content-Type": "application/json"})
@@ -348,6 +349,8 @@ def stream_chat(url, body):
             ev = json.loads(data)
             if ev.get("usage"):
                 usage = ev["usage"]
+            if isinstance(ev.get("kvarena"), dict) and ev["kvarena"].get("session_id"):
+                sess = ev["kvarena"]["session_id"]
             for ch in ev.get("choices", []):
                 d = ch.get("delta", {})
                 if (d.get("content") or d.get("tool_calls")) and t_first is None:
@@ -366,7 +369,7 @@ def stream_chat(url, body):
         err = "%s: %s" % (type(e).__name__, e)
     finally:
         c.close()
-    msg = {"role": "assistant", "content": "".join(content) or None}
+    msg = {"role": "assistant", "content": "".join(content) or None, "session": sess}
     if calls:
         msg["tool_calls"] = [{"id": v["id"], "type": "function",
                               "function": {"name": v["name"], "arguments": v["args"]}}
@@ -407,6 +410,7 @@ class Runner:
                                                              s["turns"][0]["input"])}]
         res = {"session": s["session"], "start": time.monotonic() - self.t0, "requests": [],
                "errors": 0}
+        server_sess = None
         for k, t in enumerate(s["turns"]):
             tool = t.get("tool")
             body = {"model": a.model, "messages": msgs, "stream": True,
@@ -441,6 +445,8 @@ class Runner:
                     os.rename(reply_file + ".tmp", reply_file)
             t_send = time.monotonic()
             t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body)
+            if msg is not None:
+                server_sess = msg.pop("session", None) or server_sess
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
                   "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
                   "prompt_tokens": usage.get("prompt_tokens", 0),
@@ -472,6 +478,16 @@ class Runner:
                 if k + 1 < len(s["turns"]):
                     msgs.append({"role": "user", "content": self.tool_output(sid, k, s)})
         res["end"] = time.monotonic() - self.t0
+        if a.close and server_sess:
+            # the agent is done: its KV released now, as a harness closing
+            # the session would (not kept until the retention deadline)
+            try:
+                c = conn_for(self.url, 30)
+                c.request("DELETE", "/v1/sessions/" + urllib.parse.quote(server_sess))
+                c.getresponse().read()
+                c.close()
+            except Exception:  # noqa: BLE001 - a server without the extension
+                pass
         res["completion_s"] = res["end"] - res["start"]
         with self.lock:
             self.results.append(res)
@@ -765,6 +781,8 @@ def main():
     r.add_argument("--run-id", default="r%d" % (int(time.time()) % 100000))
     r.add_argument("--seed", type=int, default=39)
     r.add_argument("--strict", action="store_true", help="exit 1 on any request error")
+    r.add_argument("--close", action="store_true",
+                   help="DELETE /v1/sessions/ID (kvarena's extension) when a session ends")
     r.add_argument("--pid", type=int, default=0,
                    help="the server's process (this machine): its memory, threads and "
                    "fds sampled with /metrics")
