@@ -59,6 +59,10 @@ struct chat_request {
 	 * chat_template_kwargs.enable_thinking, or an API's "no reasoning"
 	 * (reasoning_effort none, Anthropic's thinking disabled) */
 	enum chat_thinking thinking;
+	/* the reasoning of a family that thinks stays in the content, as
+	 * generated (llama.cpp's reasoning_format "none"); else it comes
+	 * apart: reasoning_content, a reasoning item, thinking blocks */
+	int reasoning_inline;
 };
 
 /* What every front end's parser shares (chat_request.c): the body

@@ -6,8 +6,11 @@
  * turn each job's events into content, tool calls (tool_call.c's parser)
  * and server-side tool runs, and hand them to the front end in order.
  * Calls to server-side tools are held back until the orchestrator says it
- * ran them. While waiting, the connection is polled for a hang-up every
- * WAIT_TICK_MS and the jobs are cancelled when the client is gone.
+ * ran them. Nothing here waits: the HTTP layer calls gen_pump() or
+ * gen_sse_read() when a job has news (park.c) or gen_wake_at() passes;
+ * each look polls the connection for a hang-up (at most every
+ * WAIT_TICK_MS while tokens flow) and cancels the jobs when the client is
+ * gone.
  *
  * Not here: request formats (chat_request.c and the front ends), output
  * formats (response.c and the front ends), HTTP (api.c).
@@ -107,6 +110,7 @@ void gen_unref(struct gen *g)
 		tc_stream_free(&c->ts);
 		sb_free(&c->raw);
 		sb_free(&c->content);
+		sb_free(&c->reasoning);
 		sb_free(&c->pending);
 		sb_free(&c->call_text);
 		free(c->calls);
@@ -363,7 +367,13 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		if (g->stream && g->ops->call_args)
 			g->ops->call_args(g, c, text, len);
 		break;
-	case TC_REASONING:	/* not asked for: it stays in the content */
+	case TC_REASONING:	/* asked for: split_reasoning */
+		sb_add(&c->reasoning, text, len);
+		if (g->stream) {
+			flush_pending(c, NULL);
+			if (g->ops->reasoning)
+				g->ops->reasoning(g, c, text, len);
+		}
 		break;
 	case TC_CALL_END:
 		sb_add(&c->call_text, "", 1);
@@ -381,8 +391,8 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		}
 		break;
 	}
-	return (g->out.oom || c->call_text.oom || c->pending.oom || c->content.oom) ?
-		-ENOMEM : 0;
+	return (g->out.oom || c->call_text.oom || c->pending.oom || c->content.oom ||
+		c->reasoning.oom) ? -ENOMEM : 0;
 }
 
 static void choice_done(struct gen *g, struct gen_choice *c)
@@ -432,12 +442,18 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 				return;
 			}
 		}
-		if (g->parse_tools) {
+		if (g->parse_tools || g->split_reasoning) {
+			int before = c->ts.think_state;
+
 			if (tc_stream_feed(&c->ts, ev->text, ev->text_len)) {
 				json_decref(lp);
 				gen_oom(g);
 				return;
 			}
+			/* the think block's tokens, its tags included */
+			if (g->split_reasoning && (before == 1 || c->ts.think_state == 1 ||
+			    (before == 0 && c->ts.think_state == 3)))
+				c->reasoning_tokens++;
 		} else {
 			choice_emit(c, TC_CONTENT, ev->text, ev->text_len, NULL);
 		}
@@ -468,7 +484,8 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 		return;
 	}
 	case KVD_EV_DONE:
-		if (g->parse_tools && (tc_stream_finish(&c->ts) || held_release(c))) {
+		if ((g->parse_tools || g->split_reasoning) &&
+		    (tc_stream_finish(&c->ts) || held_release(c))) {
 			gen_oom(g);
 			return;
 		}
@@ -591,25 +608,51 @@ int gen_step(struct gen *g, int timeout_ms)
 	return r > 0;
 }
 
-void gen_run(struct gen *g)
+int gen_pump(struct gen *g)
 {
-	while (!g->finished && !g->client_gone)
-		gen_step(g, WAIT_TICK_MS);
+	while (!g->finished && !g->client_gone && gen_step(g, 0))
+		;
+	return g->finished || g->client_gone;
+}
+
+static uint64_t ts_ns(const struct timespec *t)
+{
+	return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
+}
+
+uint64_t gen_wake_at(const struct gen *g)
+{
+	uint64_t t = 0, c;
+
+	if (g->finished || g->client_gone)
+		return 0;
+	if (g->stream)	/* the next keep-alive */
+		t = ts_ns(&g->last_sent) + (SSE_KEEPALIVE_MS + 1) * 1000000ull;
+	for (unsigned i = 0; i < g->n; i++)
+		if (!g->ch[i].finished && g->ch[i].cancelled) {
+			/* a job we cancelled that did not end yet */
+			c = ts_ns(&g->ch[i].cancel_t) + (CANCEL_WAIT_MS + 1) * 1000000ull;
+			t = !t || c < t ? c : t;
+		}
+	return t;
 }
 
 long gen_sse_read(struct gen *g, char *buf, size_t max)
 {
 	size_t n;
 
-	while (g->out.len == 0) {
-		if (g->finished)
-			return 0;	/* the end */
-		gen_step(g, WAIT_TICK_MS);
+	for (;;) {
 		if (g->client_gone || g->out.oom)
 			return -1;
-		if (g->out.len == 0 && !g->finished &&
-		    ms_since(&g->last_sent) > SSE_KEEPALIVE_MS)
-			sb_adds(&g->out, ": keep-alive\n\n");
+		if (g->out.len)
+			break;
+		if (g->finished)
+			return 0;	/* the end */
+		if (gen_step(g, 0) || g->out.len || g->finished || g->client_gone)
+			continue;
+		if (ms_since(&g->last_sent) <= SSE_KEEPALIVE_MS)
+			return GEN_AGAIN;
+		sb_adds(&g->out, ": keep-alive\n\n");
 	}
 	n = g->out.len < max ? g->out.len : max;
 	memcpy(buf, g->out.s, n);
@@ -760,6 +803,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		if (r)
 			goto nomem;
 		g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
+		g->split_reasoning = chat_template_thinks(a->tmpl) && !cr->reasoning_inline;
 	}
 	g->n = n;
 	g->tenant = tenant;
@@ -772,6 +816,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		struct gen_choice *c = &g->ch[i];
 
 		tc_stream_init(&c->ts, a->tmpl, choice_emit, c);
+		tc_stream_reasoning(&c->ts, g->split_reasoning);
+		tc_stream_calls(&c->ts, g->parse_tools);
 		c->logprobs = g->want_logprobs ? json_array() : NULL;
 		c->tool_runs = g->stools ? json_array() : NULL;
 		if ((g->want_logprobs && !c->logprobs) || (g->stools && !c->tool_runs))
