@@ -65,7 +65,7 @@ calltok=${BENCH_EVICTION_CALL_TOKENS:-64}
 mix=${BENCH_EVICTION_MIX:-read:0.45:0.5:0.5:200,compile:0.35:3.0:0.5:100,test:0.20:8.0:0.5:300}
 $py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
 	--sessions "$n" --multi-turn-only --min-turns 4 --max-context "$maxctx" \
-	--call-tokens "$calltok" --scale-tokens "$scale" --tool-mix "$mix" --time-scale 0.005 \
+	--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" --time-scale 0.005 \
 	--seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
 cat "$out/convert.log"
 # the arena that never fills: every session at its largest, with the chat

@@ -176,7 +176,7 @@ def mooncake_sessions(path, args):
             return t["input"] + (max(t["output"], args.call_tokens) if "tool" in t
                                  else t["output"])
         total = prefix_tokens + sum(ctx_of(t) for t in turns)
-        if total > args.max_context:
+        if total > args.max_context and args.trim_first:
             # the first prompt gives way first (down to a quarter of the
             # bound), so that the session keeps its tool rounds
             keep = max(args.min_input, args.max_context // 4,
@@ -748,6 +748,9 @@ def main():
     c.add_argument("--max-context", type=int, default=1800)
     c.add_argument("--call-tokens", type=int, default=0,
                    help="a tool call's decode budget, counted against --max-context")
+    c.add_argument("--trim-first", action="store_true",
+                   help="over --max-context: shorten the first prompt (to a quarter of it "
+                   "at least) before dropping last turns")
     c.add_argument("--seed", type=int, default=39)
     y = sub.add_parser("synth", help="sessions of one shape (many agents) -> JSONL")
     y.add_argument("--sessions", type=int, default=1000)
