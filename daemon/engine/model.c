@@ -382,8 +382,8 @@ static int pack_off(void)
 }
 
 /*
- * The matrices decode streams (every layer's and a separate output head;
- * not the embedding, whose rows are looked up) are packed into panels in
+ * The matrices decode streams (every layer's and the output head, also
+ * when it is the embedding) are packed into panels in
  * the private copy of the file; shapes that do not pack stay row-major
  * (Documentation/engine.md, "Weight layout").
  */
@@ -404,8 +404,12 @@ static int pack_weights(struct kve_model *m, char *err, size_t errlen)
 			if (kve_mat_pack_for(w[i], k) < 0)
 				goto oom;
 	}
-	if (!m->info.tied_output && kve_mat_pack_for(&m->output, k) < 0)
+	if (kve_mat_pack_for(&m->output, k) < 0)
 		goto oom;
+	/* tied: the embedding is the output head, its rows looked up
+	 * through the same helpers the kernels read panels with */
+	if (m->info.tied_output)
+		m->tok_embd = m->output;
 	return 0;
 oom:
 	snprintf(err, errlen, "model: out of memory packing the weights");
