@@ -390,10 +390,14 @@ static int pack_off(void)
 static int pack_weights(struct kve_model *m, char *err, size_t errlen)
 {
 	/* the set the engine will run (picked once per process): it may
-	 * want its own layout (Q4_0 x16); none (out of memory) packs as any
-	 * set reads */
+	 * want its own layout (Q4_0 x16); none means its self-check could
+	 * not run for want of memory, so the load fails like any other
+	 * allocation and may be tried again */
 	const struct kve_kernels *k = kve_kernels_select();
 	uint32_t l, i;
+
+	if (!k)
+		goto oom;
 
 	for (l = 0; l < m->info.n_layers; l++) {
 		struct kve_layer *L = &m->layers[l];
