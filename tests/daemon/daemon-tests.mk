@@ -130,8 +130,8 @@ check-tier-guest: modules-guest $(KVD_TEST_TIER_G) $(TIER_TEST_G) $(ENGINE_MKMOD
 # prompts take minutes to prefill here), CI runs it
 # (Documentation/testing.md).
 .PHONY: check-clients
-check-clients: $(KVD_BIN) $(ENGINE_MKMODEL)
-	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL)
+check-clients: $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
+	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
 
 # The mutation lane's coverage (tests/mutation/mutate.py, sched group):
 # test_orch and test_radix once more with gcov's line counters in the

@@ -96,6 +96,21 @@ static void test_request_valid(void)
 	CU_ASSERT_EQUAL(r.thinking, CHAT_THINK_DEFAULT);
 	chat_request_free(&r);
 
+	/* numbers at both ends of their ranges are taken (temperature 0 is
+	 * greedy decoding), and null booleans are absent */
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+				    "\"temperature\":0,\"top_p\":1,\"frequency_penalty\":-2,\"presence_penalty\":2,"
+				    "\"stream\":null,\"parallel_tool_calls\":null}", &r, &e), 0);
+	CU_ASSERT(r.s.temperature == 0 && r.s.top_p == 1 && r.s.frequency_penalty == -2 &&
+		  r.s.presence_penalty == 2 && !r.stream && r.parallel_tool_calls);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+				    "\"temperature\":2,\"top_p\":0,\"frequency_penalty\":2,\"presence_penalty\":-2}",
+				    &r, &e), 0);
+	CU_ASSERT(r.s.temperature == 2 && r.s.top_p == 0 && r.s.frequency_penalty == 2 &&
+		  r.s.presence_penalty == -2);
+	chat_request_free(&r);
+
 	/* null is absent: stream_options without streaming */
 	CU_ASSERT_EQUAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 			      "\"stream\":false,\"stream_options\":null}", &r, &e), 0);
@@ -226,6 +241,8 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"chat_template_kwargs\":\"x\"}", 400, "chat_template_kwargs", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":[]}]}", 400, "messages[1].reasoning_content", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice.function.name", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\"}}", 400, "tool_choice.function.name", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400, "tool_choice.function.name", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"other\"}}", 400, "tool_choice.type", NULL },
 	{ "{" M U ",\"tool_choice\":\"sometimes\"}", 400, "tool_choice", NULL },
 	{ "{" M U ",\"tool_choice\":3}", 400, "tool_choice", NULL },
