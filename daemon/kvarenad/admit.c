@@ -7,7 +7,13 @@
  * then queued ones in fair order (fair.c). A job is admitted when its
  * conversation's KV session is open, the longest cached prefix shared
  * from the radix index, and blocks reserved for the whole prompt, so its
- * chunks never wait for room halfway. A job whose next uncached block
+ * chunks never wait for room halfway. Admission does not take what it
+ * would soon have to preempt (vLLM's watermark, SGLang's reserved new
+ * tokens): a prompt is admitted only when the free blocks, after the
+ * room the running replies are projected to need for their next tokens
+ * ([sched] decode_reserve each, at most what is left of their max_tokens:
+ * room_for()), cover its blocks and its own reserve. Running replies are
+ * finished first; a job alone is admitted whenever its prompt fits. A job whose next uncached block
  * another conversation is computing right now waits for it (prefix.c)
  * and lets the others pass; a job that does not fit waits for running
  * ones to free blocks, and stops admission behind it (so that a large
@@ -65,6 +71,9 @@ static void preempt(struct kvd *d, struct kvd_job *j)
 	}
 	d->m.preemptions++;
 	d->m.preempted_tokens += c->as.s.n_tokens;
+	/* what readmission will have to compute again (less what the
+	 * prefix cache still has then) */
+	j->preempt_lost = c->as.s.n_tokens > j->preempt_lost ? c->as.s.n_tokens : j->preempt_lost;
 	kvd_log(KVD_LOG_INFO, "sched", "%s: preempted (%u tokens of KV, %u blocks): recomputed "
 		"when readmitted", j->request_id, c->as.s.n_tokens, c->as.s.n_blocks);
 	kvd_conv_drop_kv(d, c);
@@ -241,9 +250,73 @@ static int take_piece(struct kvd *d, struct kvd_job *j)
 	return 0;
 }
 
+/* Blocks the running job j is projected to need beyond those it holds:
+ * its next decode_reserve tokens (at most what is left of its max_tokens;
+ * a prompt's blocks are reserved at admission). */
+static uint32_t decode_need(const struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, left, want;
+
+	if (!c || !c->has_kv)
+		return 0;
+	left = j->max_new > j->n_gen ? j->max_new - j->n_gen : 0;
+	if (left > d->cfg.decode_reserve)
+		left = d->cfg.decode_reserve;
+	want = (uint32_t)(((uint64_t)c->n_tokens + left + bt - 1) / bt);
+	if (want > c->as.cap)
+		want = c->as.cap;
+	return want > c->as.s.n_blocks ? want - c->as.s.n_blocks : 0;
+}
+
+/* What the running jobs are projected to need (decode_need), and whether
+ * any runs (with KV that grows). */
+static uint32_t committed_blocks(const struct kvd *d, int *any)
+{
+	const struct kvd_job *j;
+	uint32_t sum = 0;
+
+	*any = 0;
+	for (j = d->jobs; j; j = j->next)
+		if ((j->state == JOB_RUNNING || j->state == JOB_KV_LOAD) && j->conv &&
+		    j->conv->has_kv) {
+			*any = 1;
+			sum += decode_need(d, j);
+		}
+	return sum;
+}
+
+/*
+ * Is there room to admit j (its conversation's KV session open, cached
+ * blocks shared) without taking what the running jobs will need? Its
+ * prompt's blocks not yet held, its own reserve and the running ones'
+ * must be free, after evicting idle KV and unused cached blocks for them
+ * (kvd_make_room: never a running job's). A job alone is admitted when its
+ * prompt fits: nothing else will give blocks back.
+ */
+static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int others)
+{
+	struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, prompt, own, want, free_now;
+
+	if (!others || !d->cfg.decode_reserve)
+		return 1;
+	prompt = (c->n_tokens + bt - 1) / bt;
+	prompt = prompt > c->as.s.n_blocks ? prompt - c->as.s.n_blocks : 0;
+	own = j->max_new > j->n_gen ? j->max_new - j->n_gen : 0;
+	if (own > d->cfg.decode_reserve)
+		own = d->cfg.decode_reserve;
+	own = (c->n_tokens + own + bt - 1) / bt - (c->n_tokens + bt - 1) / bt;
+	want = prompt + own + committed;
+	free_now = kvd_blocks_free(d);
+	if (free_now < want && !kvd_tiering_busy(d))
+		free_now = kvd_make_room(d, want);
+	return free_now >= want;
+}
+
 /* 0 admitted, 1 no room (wait; stop admitting), 2 waiting for a shared
  * prefix being computed (others may pass), <0 failed (job finished). */
-static int admit_one(struct kvd *d, struct kvd_job *j)
+static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int *others)
 {
 	struct kvd_conv *c = j->conv;
 	uint32_t kv0 = 0, sess_hit, n, copied = 0;
@@ -285,6 +358,14 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 		if (d->cfg.prefix_cache)
 			kv0 = kvd_prefix_attach(d, c, c->n_tokens - 1);
 	}
+	if (!readmit) {
+		/* what room_for() reserves for it */
+		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
+		if (j->max_new > d->ctx_len - c->n_tokens)
+			j->max_new = d->ctx_len - c->n_tokens;
+	}
+	if (!room_for(d, j, *committed, *others))
+		return 1;
 	rc = kvd_conv_reserve_to(d, c, c->n_tokens);
 	if (rc == -EDQUOT) {
 		uint32_t bt = d->geom.block_tokens;
@@ -316,24 +397,29 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 			d->m.prefix_hit_tokens += j->n_cached - copied;
 		else
 			d->m.session_hit_tokens += j->n_cached - copied;
-		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
-		if (j->max_new > d->ctx_len - c->n_tokens)
-			j->max_new = d->ctx_len - c->n_tokens;
 		j->order = ++d->next_order;
 		j->in_prefill = 1;
 		d->n_queued--;
 	}
+	if (readmit && j->preempt_lost) {
+		/* the positions computed before, less what the cache kept */
+		if (j->preempt_lost > c->as.s.n_tokens)
+			d->m.preempt_recomputed_tokens += j->preempt_lost - c->as.s.n_tokens;
+		j->preempt_lost = 0;
+	}
 	kvd_prefix_pending_add(d, c);
 	j->state = JOB_RUNNING;
 	kvd_kstate_set(d, c, KVA_STATE_PREFILL, 0, 0);
+	*committed += decode_need(d, j);
+	*others = 1;
 	return 0;
 }
 
 void kvd_admit(struct kvd *d)
 {
 	struct kvd_job *j, *best;
-	uint32_t running = 0;
-	int blocked = 0;
+	uint32_t running = 0, committed;
+	int blocked = 0, others;
 
 	for (j = d->jobs; j; j = j->next) {
 		/* a tool round whose KV came back from disk goes on */
@@ -343,6 +429,7 @@ void kvd_admit(struct kvd *d)
 		    j->state == JOB_TOOL_RESULTS || j->state == JOB_KV_WAIT)
 			running++;
 	}
+	committed = committed_blocks(d, &others);
 	/* preempted jobs, oldest first */
 	for (;;) {
 		best = NULL;
@@ -353,7 +440,7 @@ void kvd_admit(struct kvd *d)
 		if (!best)
 			break;
 		best->tried = 1;
-		if (admit_one(d, best) == 1) {
+		if (admit_one(d, best, &committed, &others) == 1) {
 			blocked = 1;
 			break;
 		}
@@ -373,7 +460,7 @@ void kvd_admit(struct kvd *d)
 		if (!best)
 			break;
 		best->tried = 1;
-		switch (admit_one(d, best)) {
+		switch (admit_one(d, best, &committed, &others)) {
 		case 0:
 			running++;
 			break;
@@ -389,7 +476,7 @@ void kvd_admit(struct kvd *d)
 					break;
 				}
 				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
-				if (admit_one(d, best) == 0) {
+				if (admit_one(d, best, &committed, &others) == 0) {
 					running++;
 					break;
 				}
