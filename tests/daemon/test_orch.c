@@ -929,6 +929,10 @@ static void test_preempt(void)
 		base_config(&c);
 		c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens for 8 x up to 410 */
 		c.prefix_cache = 0;
+		/* admit whatever fits: room kept for the running replies would
+		 * pace these few long ones so that none is preempted (test
+		 * "admission"); here preemption itself is tested */
+		c.decode_reserve = 0;
 		d = start(&c);
 		if (!d)
 			goto out;
