@@ -8,10 +8,12 @@
  * (/v1/completions), messages.c (/v1/messages), responses.c
  * (/v1/responses); response bodies are theirs.
  *
- * One thread per connection (libmicrohttpd's THREAD_PER_CONNECTION with
- * an internal poll() listener): a request's handler may block in
- * kvd_job_next() - the non-streaming handler waits for the end in the
- * access callback; a stream's reader callback waits for the next event.
+ * A few event-loop threads for every connection (libmicrohttpd's thread
+ * pool over epoll) and no callback that waits: a generation that has no
+ * news parks its connection (park.c: suspended until a job's event, a
+ * hang-up, a deadline) - the non-streaming handler until the reply is
+ * done (api_wait), a stream's reader until its next bytes (sse_read).
+ * Request bodies are read by libmicrohttpd as they come.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -220,22 +222,37 @@ struct gen *api_gen_new(struct req *q, const struct gen_ops *ops, const char *id
 	return g;
 }
 
-/* MHD reader for a stream: block until there are bytes to send. */
-static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+/* From the first generation on, q's jobs and a hang-up wake it. */
+static void park_gen(struct req *q, struct gen *g)
 {
-	long n = gen_sse_read(cls, buf, max);
-
-	(void)pos;
-	if (n < 0)
-		return MHD_CONTENT_READER_END_WITH_ERROR;
-	if (n == 0)
-		return MHD_CONTENT_READER_END_OF_STREAM;
-	return (ssize_t)n;
+	if (!q->park.pk)
+		park_attach(&q->park, q->a->parker, q->c, g->fd, g);
 }
 
-static void sse_free(void *cls)
+/* MHD reader for a stream (q's): the bytes there are, or the connection
+ * parked until there are more (0: libmicrohttpd calls again on resume). */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-	gen_unref(cls);
+	struct req *q = cls;
+	struct gen *g = q->gen;
+
+	(void)pos;
+	for (;;) {
+		long n = gen_sse_read(g, buf, max);
+		int r;
+
+		if (n > 0)
+			return (ssize_t)n;
+		if (n == 0)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (n != GEN_AGAIN)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		r = park_sleep(&q->park, gen_wake_at(g));
+		if (r > 0)
+			return 0;
+		if (r < 0)	/* shutting down: on_completed cancels */
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
 }
 
 enum MHD_Result api_stream(struct req *q, struct gen *g)
@@ -243,13 +260,12 @@ enum MHD_Result api_stream(struct req *q, struct gen *g)
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 
-	gen_ref(g);
-	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, g,
-					      sse_free);
-	if (!r) {
-		gen_unref(g);
+	/* the reader's q lives until on_completed, after which libmicrohttpd
+	 * reads no more */
+	r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, q, NULL);
+	if (!r)
 		return MHD_NO;
-	}
+	park_gen(q, g);
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 	MHD_add_response_header(r, "X-Accel-Buffering", "no");
@@ -262,6 +278,42 @@ enum MHD_Result api_stream(struct req *q, struct gen *g)
 	ret = MHD_queue_response(q->c, MHD_HTTP_OK, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+/* A non-streamed generation, on each call of the handler until it is
+ * done: everything queued now, then the answer or the connection parked. */
+static enum MHD_Result wait_more(struct req *q)
+{
+	struct gen *g = q->gen;
+	char *out;
+	int r;
+
+	while (!gen_pump(g)) {
+		r = park_sleep(&q->park, gen_wake_at(g));
+		if (r > 0)
+			return MHD_YES;	/* parked: called again on resume */
+		if (r < 0) {
+			q->status = 503;	/* shutting down: on_completed cancels */
+			return MHD_NO;
+		}
+	}
+	q->waiting = 0;
+	if (g->client_gone) {
+		q->status = 499;	/* for the log line: nobody to answer */
+		return MHD_NO;
+	}
+	if (g->failed)
+		return api_send_error(q, &g->err);
+	out = g->ops->body(g);
+	return out ? api_queue(q, 200, out, "application/json", NULL) :
+		api_fail(q, 500, "server_error", NULL, "out of memory");
+}
+
+enum MHD_Result api_wait(struct req *q, struct gen *g)
+{
+	q->waiting = 1;
+	park_gen(q, g);
+	return wait_more(q);
 }
 
 /* ---------------------------------------------------------------- small routes */
@@ -429,6 +481,12 @@ static enum MHD_Result do_metrics(struct req *q)
 		    "# TYPE kvarenad_http_requests_in_flight gauge\n"
 		    "kvarenad_http_requests_in_flight %ld\n", a->inflight);
 	pthread_mutex_unlock(&a->lock);
+	sb_addf(&b, "# HELP kvarenad_http_connections_parked Connections waiting for their generation's next event (suspended, no thread held).\n"
+		    "# TYPE kvarenad_http_connections_parked gauge\n"
+		    "kvarenad_http_connections_parked %lu\n"
+		    "# HELP kvarenad_http_threads The HTTP server's event-loop threads.\n"
+		    "# TYPE kvarenad_http_threads gauge\n"
+		    "kvarenad_http_threads %u\n", parker_parked(a->parker), a->threads);
 	sb_addf(&b, "# HELP kvarenad_http_client_disconnects_total Completions cancelled because the client went away.\n"
 		    "# TYPE kvarenad_http_client_disconnects_total counter\n"
 		    "kvarenad_http_client_disconnects_total %lu\n"
@@ -843,6 +901,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		*upload_size = 0;
 		return q->body.oom ? MHD_NO : MHD_YES;
 	}
+	if (q->waiting)
+		return wait_more(q);
 	if (q->responded)
 		return MHD_YES;
 	return dispatch(q, method);
@@ -873,6 +933,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	(void)c;
 	if (!q)
 		return;
+	park_detach(&q->park);	/* no wake-up touches q from here on */
 	g = q->gen;
 	if (g && g->ch[0].job && !g->finished) {
 		/* the stream was cut (client gone, write failed, shutdown) */
@@ -944,6 +1005,57 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	while (n && line[n - 1] == '\n')
 		line[--n] = '\0';
 	kvd_log(KVD_LOG_DEBUG, "http", "%s", line);
+}
+
+/* ---------------------------------------------------------------- connections */
+
+/*
+ * max_connections in all. libmicrohttpd's own limit is per event loop (its
+ * share of the total) and a loop at it stops accepting, so a connection
+ * past it would wait in the listen backlog, unanswered; its limit is set
+ * out of reach and the count is kept here: a connection past the limit is
+ * accepted and closed at once, as one past the per-address limit is.
+ * The accept policy reserves a place; the start notification, which
+ * follows in the same thread, takes it, and the close gives it back. A
+ * reservation libmicrohttpd dropped in between (out of memory) is taken
+ * back at that thread's next accept.
+ */
+static _Thread_local int conn_reserved;
+
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	struct kvd_api *a = cls;
+
+	(void)addr;
+	(void)len;
+	if (conn_reserved)
+		__atomic_sub_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+	conn_reserved = 0;
+	if (__atomic_add_fetch(&a->conns, 1, __ATOMIC_RELAXED) > a->max_conns) {
+		__atomic_sub_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+		kvd_log(KVD_LOG_DEBUG, "api", "at max_connections (%u): connection closed",
+			a->max_conns);
+		return MHD_NO;
+	}
+	conn_reserved = 1;
+	return MHD_YES;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct kvd_api *a = cls;
+
+	(void)c;
+	(void)socket_context;
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		if (conn_reserved)
+			conn_reserved = 0;
+		else	/* not through on_accept: counted here */
+			__atomic_add_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+	} else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		__atomic_sub_fetch(&a->conns, 1, __ATOMIC_RELAXED);
+	}
 }
 
 /* ---------------------------------------------------------------- lifecycle */
@@ -1088,6 +1200,7 @@ static void api_free(struct kvd_api *a)
 	free_list(a->hosts, a->n_hosts);
 	responses_store_free(a->store);
 	turn_cache_free(a->turns);
+	parker_free(a->parker);
 	pthread_mutex_destroy(&a->lock);
 	pthread_cond_destroy(&a->idle);
 	free(a);
@@ -1100,8 +1213,11 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 	struct sockaddr_storage ss;
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
-		MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	/* no callback waits (park.c): a few event loops serve every
+	 * connection; suspended ones are resumed through the ITC */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY |
+		MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	const union MHD_DaemonInfo *di;
 	const char *addr = c->listen_addr ? c->listen_addr : "127.0.0.1";
 
@@ -1153,6 +1269,8 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 	a->store = responses_store_new(c->responses_max ? c->responses_max : 1000,
 				       c->responses_max_bytes ? c->responses_max_bytes : 64u << 20);
 	a->turns = turn_cache_new();
+	a->threads = c->threads ? c->threads :
+		cpus < 2 ? 2 : cpus > KVD_API_AUTO_THREADS_MAX ? KVD_API_AUTO_THREADS_MAX : (unsigned)cpus;
 	if (!a->listen_addr || !a->store || !a->turns || a->n_cors != c->n_cors_origins ||
 	    a->n_hosts != c->n_allowed_hosts) {
 		api_free(a);
@@ -1197,15 +1315,23 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 		api_free(a);
 		return -EPERM;
 	}
-	a->mhd = MHD_start_daemon(flags, c->port, NULL, NULL, on_request, a,
+	a->parker = parker_new(err, errlen);
+	if (!a->parker) {
+		api_free(a);
+		return -ENOMEM;
+	}
+	a->max_conns = c->max_connections ? c->max_connections : 1024;
+	a->mhd = MHD_start_daemon(flags, c->port, on_accept, a, on_request, a,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-		MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)(c->max_connections ? c->max_connections : 1024),
+		/* on_accept's limit binds first (above) */
+		MHD_OPTION_CONNECTION_LIMIT, a->max_conns * a->threads + a->threads,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, a,
 		/* one client (address) cannot take every connection */
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, c->max_connections_per_ip,
 		MHD_OPTION_CONNECTION_TIMEOUT,
 		(unsigned)(c->conn_timeout_s ? c->conn_timeout_s : 60),
+		MHD_OPTION_THREAD_POOL_SIZE, a->threads,
 		MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, a,
 		MHD_OPTION_END);
@@ -1226,9 +1352,12 @@ int kvd_api_start(struct kvd *d, const struct kvd_api_config *c,
 	else
 		kvd_log(KVD_LOG_WARN, "api", "listening on %s port %u WITHOUT API keys and beyond loopback (allow_remote set): anyone who can reach this address can use the server",
 			addr, (unsigned)a->port);
+	kvd_log(KVD_LOG_INFO, "api", "%u event-loop thread(s) (epoll) serve at most %u connection(s)%s",
+		a->threads, c->max_connections ? c->max_connections : 1024,
+		c->max_connections_per_ip ? "" : ", any number from one address");
 	if (c->max_connections_per_ip)
-		kvd_log(KVD_LOG_INFO, "api", "at most %u connection(s), %u from one address",
-			c->max_connections ? c->max_connections : 1024, c->max_connections_per_ip);
+		kvd_log(KVD_LOG_INFO, "api", "at most %u connection(s) from one address",
+			c->max_connections_per_ip);
 	if (a->metrics_auth)
 		kvd_log(KVD_LOG_INFO, "api", "/metrics: %zu metrics key(s) read every tenant's series",
 			auth_table_keys(a->metrics_auth));
@@ -1263,6 +1392,10 @@ void kvd_api_stop(struct kvd_api *a)
 	if (left)
 		kvd_log(KVD_LOG_WARN, "api", "drain timeout: closing %ld request(s) still in flight",
 			left);
+	/* libmicrohttpd must not stop with a connection suspended: every
+	 * parked one is resumed, ends (its jobs cancelled) and none parks
+	 * again */
+	park_release_all(a->parker);
 	MHD_stop_daemon(a->mhd);
 	kvd_log(KVD_LOG_INFO, "api", "stopped");
 	api_free(a);

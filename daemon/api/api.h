@@ -14,9 +14,10 @@
  *	... on SIGTERM: kvd_api_stop(api);  (drains, then frees)
  *
  * The server copies everything it keeps from the config; the caller may
- * free it after kvd_api_start() returns. Requests run one thread per
- * connection and block in kvd_job_next(); struct kvd must outlive
- * kvd_api_stop().
+ * free it after kvd_api_start() returns. A few event-loop threads serve
+ * every connection and never wait (a connection whose generation has no
+ * news is suspended until a job's event wakes it: kvd_job_set_notify);
+ * struct kvd must outlive kvd_api_stop().
  */
 #ifndef KVD_API_H
 #define KVD_API_H
@@ -37,6 +38,7 @@ struct kvd_api;
 #define KVD_API_MIN_KEY_LEN 16		/* bytes; shorter keys are refused */
 #define KVD_API_MAX_KEY_LEN 256
 #define KVD_API_MAX_TENANT_NAME 64
+#define KVD_API_AUTO_THREADS_MAX 4
 
 /* One tenant and the API keys that act as it. Requests carrying one of its
  * keys (Authorization: Bearer KEY) run as kvd_request.tenant = id. */
@@ -62,6 +64,8 @@ struct kvd_api_config {
 	 * kvd_api_config_defaults() sets KVD_API_DEFAULT_PER_IP. */
 	unsigned max_connections_per_ip;
 	unsigned conn_timeout_s;	/* idle connection closed after this */
+	/* event-loop threads; 0: one per CPU, 2 to KVD_API_AUTO_THREADS_MAX */
+	unsigned threads;
 	unsigned drain_timeout_s;	/* kvd_api_stop() waits this long */
 	/* Browsers (Documentation/api.md, "Browsers and other sites"): the
 	 * Origins whose pages may call the API ("*": any; none: a request

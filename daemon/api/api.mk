@@ -18,7 +18,7 @@ API_CFLAGS  := -std=c11 -Wall -Wextra -Werror -O2 -g -I$(API_SRC) \
 API_SAN     := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
                -fno-sanitize-recover=all
 API_LIBS    := -lmicrohttpd -ljansson -lpthread
-API_NAMES   := api auth chat_api chat_request completions error gen messages response \
+API_NAMES   := api auth chat_api chat_request completions error gen messages park response \
                responses responses_store tokenize turn_cache
 API_HDRS    := $(wildcard $(API_SRC)/*.h) daemon/kvarenad/kvd.h daemon/common/log.h \
                $(CHAT_HDRS)

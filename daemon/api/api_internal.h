@@ -20,6 +20,7 @@
 #include "chat.h"
 #include "error.h"
 #include "gen.h"
+#include "park.h"
 #include "strbuf.h"
 #include "tool_call.h"
 
@@ -67,6 +68,10 @@ struct kvd_api {
 	size_t n_hosts;
 	struct responses_store *store;	/* /v1/responses kept for continuation */
 	struct turn_cache *turns;	/* replies with calls, as generated */
+	struct parker *parker;		/* connections waiting for their jobs */
+	unsigned threads;		/* libmicrohttpd's event-loop threads */
+	unsigned max_conns;		/* connections at once (api.c's count) */
+	unsigned long conns;		/* open and reserved at accept (atomic) */
 
 	pthread_mutex_t lock;		/* auth, inflight wakeups, tenant stats */
 	pthread_cond_t idle;
@@ -102,6 +107,8 @@ struct req {
 	uint32_t tenant_id;
 	int metrics_all;		/* a metrics key: every tenant's series */
 	struct gen *gen;
+	int waiting;			/* api_wait: the handler resumes there */
+	struct park park;		/* parked while its gen has no news */
 };
 
 /* Queue a response with body (malloc'd, taken); NULL body: MHD_NO. */
@@ -115,8 +122,11 @@ enum MHD_Result api_fail(struct req *q, int status, const char *type, const char
 /* A gen for q's connection (hang-ups noticed), owned by q from here on;
  * NULL out of memory. */
 struct gen *api_gen_new(struct req *q, const struct gen_ops *ops, const char *id_prefix);
-/* Start an SSE response reading g (takes a reference). */
+/* Start an SSE response reading g (q's gen). */
 enum MHD_Result api_stream(struct req *q, struct gen *g);
+/* Not streamed: answer with g's body when it is done (q's gen); the
+ * connection is parked until then. */
+enum MHD_Result api_wait(struct req *q, struct gen *g);
 /* The error body in a dialect (malloc'd). */
 char *api_error_body(enum api_dialect d, const struct api_error *e);
 

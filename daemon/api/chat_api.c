@@ -41,6 +41,11 @@ static void on_content(struct gen *g, struct gen_choice *c, const char *text, si
 	gen_sse_data(g, gen_obfuscate(g, resp_chunk_content(rc_of(g, c), text, len, logprobs)));
 }
 
+static void on_reasoning(struct gen *g, struct gen_choice *c, const char *text, size_t len)
+{
+	gen_sse_data(g, gen_obfuscate(g, resp_chunk_reasoning(rc_of(g, c), text, len)));
+}
+
 static void on_call_start(struct gen *g, struct gen_choice *c, const struct tc_call *call)
 {
 	gen_sse_data(g, resp_chunk_call(rc_of(g, c), c->n_calls, call));
@@ -103,6 +108,8 @@ static char *body(struct gen *g)
 		tr.content_len = c->content.len;
 		tr.calls = (struct tc_call *)gen_calls(c);
 		tr.n_calls = c->n_calls;
+		tr.reasoning = c->reasoning.s;
+		tr.reasoning_len = c->reasoning.len;
 		ch = resp_choice(&tr, i, gen_finish_reason(c), c->logprobs);
 		c->logprobs = NULL;
 		if (json_array_append_new(choices, ch)) {
@@ -134,6 +141,7 @@ static void fe_free(struct gen *g)
 static const struct gen_ops chat_ops = {
 	.start = on_start,
 	.content = on_content,
+	.reasoning = on_reasoning,
 	.call_start = on_call_start,
 	.call_args = on_call_args,
 	.tool_run = on_tool_run,
@@ -150,7 +158,6 @@ enum MHD_Result chat_api_handle(struct req *q)
 	struct api_error e;
 	struct chat_fe *f;
 	struct gen *g;
-	char *out;
 
 	g = api_gen_new(q, &chat_ops, "chatcmpl-");
 	f = g ? calloc(1, sizeof(*f)) : NULL;
@@ -171,15 +178,5 @@ enum MHD_Result chat_api_handle(struct req *q)
 		return api_send_error(q, &e);
 	if (g->stream)
 		return api_stream(q, g);
-	gen_run(g);
-	if (g->client_gone) {
-		q->status = 499;	/* for the log line: nobody to answer */
-		return MHD_NO;
-	}
-	if (g->failed)
-		return api_send_error(q, &g->err);
-	out = body(g);
-	if (!out)
-		return api_fail(q, 500, "server_error", NULL, "out of memory");
-	return api_queue(q, 200, out, "application/json", NULL);
+	return api_wait(q, g);
 }

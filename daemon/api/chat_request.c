@@ -835,7 +835,7 @@ static int check_serving(struct parser *p, json_t *root)
 
 	if (param_serving(p->e, root) || param_verbosity(p->e, root, "verbosity", "verbosity") ||
 	    param_enum(p->e, root, "reasoning_effort", "reasoning_effort", efforts, thinking,
-		       "no reasoning budget can be set here (none or minimal only; none turns a thinking family's reasoning off)"))
+		       "no reasoning budget can be set here (none or minimal only: each turns a thinking family's reasoning off)"))
 		return -1;
 	v = json_object_get(root, "store");
 	if (v && !json_is_null(v) && !json_is_boolean(v))
@@ -872,10 +872,25 @@ static int check_serving(struct parser *p, json_t *root)
 static int parse_thinking(struct parser *p, json_t *root)
 {
 	json_t *v = json_object_get(root, "chat_template_kwargs"), *x;
-	const char *key, *effort = json_string_value(json_object_get(root, "reasoning_effort"));
+	const char *key, *fmt, *effort = json_string_value(json_object_get(root, "reasoning_effort"));
 
-	if (effort && !strcmp(effort, "none"))
+	/* OpenAI's "no reasoning" and "as little as possible": a family
+	 * that cannot think a little thinks not at all */
+	if (effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal")))
 		p->r->thinking = CHAT_THINK_OFF;
+	/* llama.cpp's reasoning_format: where the reasoning goes */
+	x = json_object_get(root, "reasoning_format");
+	if (x && !json_is_null(x)) {
+		fmt = json_string_value(x);
+		if (!fmt)
+			return param_wrong_type(p->e, "reasoning_format", x, "a string");
+		if (!strcmp(fmt, "none"))
+			p->r->reasoning_inline = 1;
+		else if (strcmp(fmt, "auto") && strcmp(fmt, "deepseek"))
+			return api_error_set(p->e, 400, API_INVALID, "unsupported_value", "reasoning_format",
+					     "Unsupported value: 'reasoning_format' '%s': auto or deepseek (the reasoning in reasoning_content), none (kept in the content).",
+					     fmt), -1;
+	}
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_object(v))
@@ -910,6 +925,8 @@ static const char *const known_keys[] = {
 	"kvarena",
 	/* vLLM's and llama.cpp's template arguments (enable_thinking) */
 	"chat_template_kwargs",
+	/* llama.cpp's: where a thinking family's reasoning goes */
+	"reasoning_format",
 };
 
 int chat_request_begin(const char *body, size_t len, const char *model_id,

@@ -59,6 +59,14 @@ struct chat_request {
 	 * chat_template_kwargs.enable_thinking, or an API's "no reasoning"
 	 * (reasoning_effort none, Anthropic's thinking disabled) */
 	enum chat_thinking thinking;
+	/* the reasoning of a family that thinks stays in the content, as
+	 * generated (llama.cpp's reasoning_format "none"); else it comes
+	 * apart: reasoning_content, a reasoning item, thinking blocks */
+	int reasoning_inline;
+	/* the most tokens the think block may take (Anthropic's
+	 * thinking.budget_tokens); then it is closed and the reply goes on
+	 * (gen.c); 0: no budget */
+	uint32_t think_budget;
 };
 
 /* What every front end's parser shares (chat_request.c): the body

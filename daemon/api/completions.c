@@ -287,7 +287,6 @@ enum MHD_Result completions_handle(struct req *q)
 	struct api_error e;
 	struct cmpl_fe *f;
 	struct gen *g;
-	char *out;
 
 	g = api_gen_new(q, &cmpl_ops, "cmpl-");
 	f = g ? calloc(1, sizeof(*f)) : NULL;
@@ -298,14 +297,5 @@ enum MHD_Result completions_handle(struct req *q)
 		return api_send_error(q, &e);
 	if (g->stream)
 		return api_stream(q, g);
-	gen_run(g);
-	if (g->client_gone) {
-		q->status = 499;
-		return MHD_NO;
-	}
-	if (g->failed)
-		return api_send_error(q, &g->err);
-	out = body(g);
-	return out ? api_queue(q, 200, out, "application/json", NULL) :
-		api_fail(q, 500, "server_error", NULL, "out of memory");
+	return api_wait(q, g);
 }

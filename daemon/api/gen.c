@@ -6,8 +6,11 @@
  * turn each job's events into content, tool calls (tool_call.c's parser)
  * and server-side tool runs, and hand them to the front end in order.
  * Calls to server-side tools are held back until the orchestrator says it
- * ran them. While waiting, the connection is polled for a hang-up every
- * WAIT_TICK_MS and the jobs are cancelled when the client is gone.
+ * ran them. Nothing here waits: the HTTP layer calls gen_pump() or
+ * gen_sse_read() when a job has news (park.c) or gen_wake_at() passes;
+ * each look polls the connection for a hang-up (at most every
+ * WAIT_TICK_MS while tokens flow) and cancels the jobs when the client is
+ * gone.
  *
  * Not here: request formats (chat_request.c and the front ends), output
  * formats (response.c and the front ends), HTTP (api.c).
@@ -107,6 +110,7 @@ void gen_unref(struct gen *g)
 		tc_stream_free(&c->ts);
 		sb_free(&c->raw);
 		sb_free(&c->content);
+		sb_free(&c->reasoning);
 		sb_free(&c->pending);
 		sb_free(&c->call_text);
 		free(c->calls);
@@ -117,6 +121,8 @@ void gen_unref(struct gen *g)
 	}
 	chat_request_free(&g->cr);
 	chat_prompt_free(&g->prompt);
+	free(g->c_json);
+	free(g->markup);
 	sb_free(&g->out);
 	free(g);
 }
@@ -363,7 +369,13 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		if (g->stream && g->ops->call_args)
 			g->ops->call_args(g, c, text, len);
 		break;
-	case TC_REASONING:	/* not asked for: it stays in the content */
+	case TC_REASONING:	/* asked for: split_reasoning */
+		sb_add(&c->reasoning, text, len);
+		if (g->stream) {
+			flush_pending(c, NULL);
+			if (g->ops->reasoning)
+				g->ops->reasoning(g, c, text, len);
+		}
 		break;
 	case TC_CALL_END:
 		sb_add(&c->call_text, "", 1);
@@ -381,8 +393,8 @@ static int choice_emit(void *ctx, enum tc_event ev, const char *text, size_t len
 		}
 		break;
 	}
-	return (g->out.oom || c->call_text.oom || c->pending.oom || c->content.oom) ?
-		-ENOMEM : 0;
+	return (g->out.oom || c->call_text.oom || c->pending.oom || c->content.oom ||
+		c->reasoning.oom) ? -ENOMEM : 0;
 }
 
 static void choice_done(struct gen *g, struct gen_choice *c)
@@ -411,6 +423,77 @@ static void choice_done(struct gen *g, struct gen_choice *c)
 	}
 }
 
+static void request_base(struct gen *g, struct kvd_request *kr);
+static int submit_one(struct gen *g, struct kvd_request *kr, struct kvd_job **job,
+		      struct api_error *e);
+
+/*
+ * The think budget was spent (budget_cut 1) and the first job ended
+ * (ev): the block is closed as the template closes it and a second job
+ * continues from the prompt, the reasoning and "\n</think>\n\n", with
+ * the tokens left; the prefix cache has the first job's KV. 1 when the
+ * continuation runs (its events come as this choice's), 0 when the reply
+ * ends with ev (no tokens left, or it could not be submitted).
+ */
+static int budget_continue(struct gen *g, struct gen_choice *c, const struct kvd_event *ev)
+{
+	static const char close_tag[] = "\n</think>\n\n";
+	struct chat_prompt p = { 0 };
+	struct kvd_request kr;
+	struct kvd_span *m;
+	struct kvd_job *job = NULL;
+	struct api_error e;
+	uint32_t used = ev->usage.completion_tokens;
+	size_t nm, at;
+	int rc;
+
+	if (g->cr.s.max_tokens && used >= g->cr.s.max_tokens)
+		return 0;
+	if (tc_stream_feed(&c->ts, close_tag, sizeof(close_tag) - 1))
+		return 0;
+	sb_add(&c->raw, close_tag, sizeof(close_tag) - 1);
+	/* the prompt's markup, then "<think>" and the close as markup; the
+	 * reasoning between them is the model's text (plain) */
+	chat_markup_n(&p, g->prompt.text.s, g->prompt.text.len);
+	at = p.text.len;
+	chat_markup_n(&p, c->raw.s, 7);
+	chat_plain(&p, c->raw.s + 7, c->raw.len - 7 - (sizeof(close_tag) - 1));
+	chat_markup_n(&p, close_tag, sizeof(close_tag) - 1);
+	m = p.oom || c->raw.oom ? NULL : malloc((g->n_markup + 2) * sizeof(*m));
+	if (!m) {
+		chat_prompt_free(&p);
+		return 0;
+	}
+	memcpy(m, g->markup, g->n_markup * sizeof(*m));
+	nm = g->n_markup;
+	m[nm++] = (struct kvd_span){ at, 7 };
+	m[nm++] = (struct kvd_span){ p.text.len - (sizeof(close_tag) - 1), sizeof(close_tag) - 1 };
+	request_base(g, &kr);
+	kr.prompt = p.text.s;
+	kr.prompt_len = p.text.len;
+	kr.markup = m;
+	kr.n_markup = nm;
+	if (kr.s.max_tokens)
+		kr.s.max_tokens -= used;
+	rc = submit_one(g, &kr, &job, &e);
+	free(m);
+	chat_prompt_free(&p);
+	if (rc) {
+		kvd_log(KVD_LOG_WARN, "api", "%s: the reply past its think budget not continued: %s",
+			g->id, e.message);
+		return 0;
+	}
+	if (g->notify_fn)
+		kvd_job_set_notify(job, g->notify_fn, g->notify_arg);
+	c->usage0 = ev->usage;
+	c->ttft0 = ev->ttft_ms;
+	c->total0 = ev->total_ms;
+	kvd_job_free(c->job);
+	c->job = job;
+	c->budget_cut = 2;
+	return 1;
+}
+
 /* Consume one event of choice c; for streams, the front end writes its
  * frames. */
 static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_event *ev)
@@ -421,8 +504,8 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 	switch (ev->type) {
 	case KVD_EV_TOKEN:
 		c->tokens++;
-		if (c->cancelled)
-			return;	/* past the one call we return */
+		if (c->cancelled || c->budget_cut == 1)
+			return;	/* past the one call we return, or the budget */
 		sb_add(&c->raw, ev->text, ev->text_len);
 		if (g->want_logprobs) {
 			lp = json_array();
@@ -432,11 +515,24 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 				return;
 			}
 		}
-		if (g->parse_tools) {
+		if (g->parse_tools || g->split_reasoning) {
+			int before = c->ts.think_state;
+
 			if (tc_stream_feed(&c->ts, ev->text, ev->text_len)) {
 				json_decref(lp);
 				gen_oom(g);
 				return;
+			}
+			/* the think block's tokens, its tags included */
+			if (g->split_reasoning && (before == 1 || c->ts.think_state == 1 ||
+			    (before == 0 && c->ts.think_state == 3)))
+				c->reasoning_tokens++;
+			/* the budget spent with the block still open: this job
+			 * ends here, a continuation closes the block */
+			if (g->cr.think_budget && !c->budget_cut && c->ts.think_state == 1 &&
+			    c->reasoning_tokens >= g->cr.think_budget) {
+				c->budget_cut = 1;
+				kvd_job_cancel(c->job);
 			}
 		} else {
 			choice_emit(c, TC_CONTENT, ev->text, ev->text_len, NULL);
@@ -468,7 +564,26 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 		return;
 	}
 	case KVD_EV_DONE:
-		if (g->parse_tools && (tc_stream_finish(&c->ts) || held_release(c))) {
+		if (c->budget_cut == 1 && !g->client_gone) {
+			if (budget_continue(g, c, ev))
+				return;
+			/* nothing left to continue with: the reply ends here */
+		}
+		if (c->budget_cut == 2) {
+			/* one reply: the first job's prompt, both jobs' output */
+			struct kvd_event e = *ev;
+
+			e.usage.prompt_tokens = c->usage0.prompt_tokens;
+			e.usage.cached_tokens = c->usage0.cached_tokens;
+			e.usage.completion_tokens += c->usage0.completion_tokens;
+			e.ttft_ms = c->ttft0;
+			e.total_ms += c->total0;
+			c->budget_cut = 3;
+			choice_event(g, c, &e);
+			return;
+		}
+		if ((g->parse_tools || g->split_reasoning) &&
+		    (tc_stream_finish(&c->ts) || held_release(c))) {
 			gen_oom(g);
 			return;
 		}
@@ -591,25 +706,51 @@ int gen_step(struct gen *g, int timeout_ms)
 	return r > 0;
 }
 
-void gen_run(struct gen *g)
+int gen_pump(struct gen *g)
 {
-	while (!g->finished && !g->client_gone)
-		gen_step(g, WAIT_TICK_MS);
+	while (!g->finished && !g->client_gone && gen_step(g, 0))
+		;
+	return g->finished || g->client_gone;
+}
+
+static uint64_t ts_ns(const struct timespec *t)
+{
+	return (uint64_t)t->tv_sec * 1000000000ull + (uint64_t)t->tv_nsec;
+}
+
+uint64_t gen_wake_at(const struct gen *g)
+{
+	uint64_t t = 0, c;
+
+	if (g->finished || g->client_gone)
+		return 0;
+	if (g->stream)	/* the next keep-alive */
+		t = ts_ns(&g->last_sent) + (SSE_KEEPALIVE_MS + 1) * 1000000ull;
+	for (unsigned i = 0; i < g->n; i++)
+		if (!g->ch[i].finished && g->ch[i].cancelled) {
+			/* a job we cancelled that did not end yet */
+			c = ts_ns(&g->ch[i].cancel_t) + (CANCEL_WAIT_MS + 1) * 1000000ull;
+			t = !t || c < t ? c : t;
+		}
+	return t;
 }
 
 long gen_sse_read(struct gen *g, char *buf, size_t max)
 {
 	size_t n;
 
-	while (g->out.len == 0) {
-		if (g->finished)
-			return 0;	/* the end */
-		gen_step(g, WAIT_TICK_MS);
+	for (;;) {
 		if (g->client_gone || g->out.oom)
 			return -1;
-		if (g->out.len == 0 && !g->finished &&
-		    ms_since(&g->last_sent) > SSE_KEEPALIVE_MS)
-			sb_adds(&g->out, ": keep-alive\n\n");
+		if (g->out.len)
+			break;
+		if (g->finished)
+			return 0;	/* the end */
+		if (gen_step(g, 0) || g->out.len || g->finished || g->client_gone)
+			continue;
+		if (ms_since(&g->last_sent) <= SSE_KEEPALIVE_MS)
+			return GEN_AGAIN;
+		sb_adds(&g->out, ": keep-alive\n\n");
 	}
 	n = g->out.len < max ? g->out.len : max;
 	memcpy(buf, g->out.s, n);
@@ -722,6 +863,34 @@ struct kvd_span *gen_prompt_markup(const struct chat_prompt *p, size_t *n)
 	return m;
 }
 
+/* A continuation's request: this one's settings (the constraint as it
+ * was accepted), the prompt and markup left to the caller. */
+static void request_base(struct gen *g, struct kvd_request *kr)
+{
+	struct chat_request *cr = &g->cr;
+
+	memset(kr, 0, sizeof(*kr));
+	kr->model = cr->model;
+	kr->session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
+	kr->tenant = g->tenant;
+	kr->request_id = g->id;
+	kr->s = cr->s;
+	kr->server_tools = g->stools;
+	kr->c = g->kc;
+}
+
+static int submit_one(struct gen *g, struct kvd_request *kr, struct kvd_job **job,
+		      struct api_error *e)
+{
+	struct kvd_error ke;
+
+	memset(&ke, 0, sizeof(ke));
+	if (!kvd_job_submit(g->a->d, kr, job, &ke))
+		return 0;
+	api_error_from_kvd(e, &ke);
+	return -1;
+}
+
 int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 {
 	struct kvd_api *a = g->a;
@@ -760,6 +929,7 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		if (r)
 			goto nomem;
 		g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
+		g->split_reasoning = chat_template_thinks(a->tmpl) && !cr->reasoning_inline;
 	}
 	g->n = n;
 	g->tenant = tenant;
@@ -772,6 +942,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		struct gen_choice *c = &g->ch[i];
 
 		tc_stream_init(&c->ts, a->tmpl, choice_emit, c);
+		tc_stream_reasoning(&c->ts, g->split_reasoning);
+		tc_stream_calls(&c->ts, g->parse_tools);
 		c->logprobs = g->want_logprobs ? json_array() : NULL;
 		c->tool_runs = g->stools ? json_array() : NULL;
 		if ((g->want_logprobs && !c->logprobs) || (g->stools && !c->tool_runs))
@@ -785,13 +957,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 	if (!g->raw_prompt) {
 		/* special tokens only in the template's markup: client text
 		 * never becomes a marker (daemon/chat, "Plain text") */
-		size_t nm;
-
-		markup = gen_prompt_markup(&g->prompt, &nm);
+		markup = gen_prompt_markup(&g->prompt, &g->n_markup);
 		if (!markup)
 			goto nomem;
 		kr.markup = markup;
-		kr.n_markup = nm;
+		kr.n_markup = g->n_markup;
 	}
 	kr.session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
 	kr.tenant = tenant;
@@ -835,8 +1005,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		g->ch[i].job = job;
 	}
 	g->calls_bounded = kr.c.kind == KVD_CONSTRAIN_TOOLS && kr.c.max_calls == 1;
-	free(c_json);	/* the orchestrator keeps its own copy */
-	free(markup);
+	/* the orchestrator keeps its own copies; these stay for a
+	 * continuation past the think budget (budget_continue) */
+	g->kc = kr.c;
+	g->c_json = c_json;
+	g->markup = markup;
 	if (rc) {
 		/* none of it: what was submitted goes */
 		for (unsigned k = 0; k < i; k++) {

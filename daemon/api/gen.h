@@ -8,8 +8,9 @@
  * in order. What the client sees is the front end's: it gets those as
  * callbacks (struct gen_ops) and writes its own JSON or SSE frames.
  *
- * Threads: a gen belongs to its connection's thread; a stream shares it
- * between the request and the response reader (reference counted).
+ * Threads: a gen belongs to its connection (one event-loop thread at a
+ * time); nothing here blocks: the caller looks again when a job has news
+ * (kvd_job_set_notify) or at gen_wake_at().
  */
 #ifndef KVD_API_GEN_H
 #define KVD_API_GEN_H
@@ -42,6 +43,9 @@ struct gen_ops {
 	void (*start)(struct gen *g);		/* stream: submitted */
 	void (*content)(struct gen *g, struct gen_choice *c, const char *text,
 			size_t len, json_t *logprobs);	/* logprobs stolen */
+	/* a family that thinks (qwen3): the next piece of the reasoning the
+	 * reply opens with (all of it comes before any content or call) */
+	void (*reasoning)(struct gen *g, struct gen_choice *c, const char *text, size_t len);
 	void (*call_start)(struct gen *g, struct gen_choice *c, const struct tc_call *call);
 	void (*call_args)(struct gen *g, struct gen_choice *c, const char *args, size_t len);
 	void (*call_end)(struct gen *g, struct gen_choice *c);
@@ -64,6 +68,7 @@ struct gen_choice {
 	struct tc_stream ts;
 	struct strbuf raw;		/* everything generated */
 	struct strbuf content;		/* the content so far */
+	struct strbuf reasoning;	/* the reasoning so far (split_reasoning) */
 	struct strbuf pending;		/* stream: content of this event */
 	struct tc_call *calls;		/* the calls so far (names, arguments
 					 * in call_text; see gen_calls()) */
@@ -88,6 +93,13 @@ struct gen_choice {
 	char session_id[GEN_SESSION_MAX + 1];
 	double ttft_ms, total_ms;
 	uint32_t tokens;		/* TOKEN events seen */
+	uint32_t reasoning_tokens;	/* ... of them inside the think block */
+	/* the think budget: 1 the job was cancelled at it, 2 a continuation
+	 * (the prompt, the reasoning, the think block closed) runs; what the
+	 * first job counted */
+	int budget_cut;
+	struct kvd_usage usage0;
+	double ttft0, total0;
 	void *fe;			/* the front end's */
 };
 
@@ -99,6 +111,10 @@ struct gen {
 	int fd;				/* the connection, to notice hang-ups */
 	uint32_t tenant;		/* gen_submit's */
 	int stream, want_logprobs, parallel, parse_tools;
+	/* the family thinks and the reasoning comes apart from the content
+	 * (not reasoning_format "none"): the reply goes through the parser
+	 * even without tools */
+	int split_reasoning;
 	int calls_bounded;		/* the decoder allows one call (no cancel) */
 	uint32_t stools;		/* server-side tools offered (bits) */
 	unsigned n;			/* choices */
@@ -108,6 +124,15 @@ struct gen {
 	struct chat_request cr;
 	struct chat_prompt prompt;
 	int raw_prompt;			/* prompt.text given as is (/v1/completions) */
+	/* the HTTP layer's notification of the jobs (park.c), given to a
+	 * job submitted later too */
+	void (*notify_fn)(void *arg);
+	void *notify_arg;
+	/* what a continuation past the think budget is submitted with */
+	struct kvd_constraint kc;
+	char *c_json;
+	size_t n_markup;
+	struct kvd_span *markup;
 	char id[48];
 	char model[257];
 	int64_t created;
@@ -140,8 +165,12 @@ struct kvd_span *gen_prompt_markup(const struct chat_prompt *p, size_t *n);
 /* Consumes events until there are bytes to send (stream), the end, or
  * timeout. 1 something happened, 0 nothing yet. */
 int gen_step(struct gen *g, int timeout_ms);
-/* Non-stream: runs to the end (or the client leaving). */
-void gen_run(struct gen *g);
+/* Consumes every event queued now (never waits): 1 when the request is
+ * over (finished, failed or the client gone), 0 when it waits for more. */
+int gen_pump(struct gen *g);
+/* When the gen must be looked at even without an event (CLOCK_MONOTONIC
+ * ns: an SSE keep-alive, a cancelled job that did not end); 0: never. */
+uint64_t gen_wake_at(const struct gen *g);
 
 /* A choice's calls with names and arguments pointing into call_text
  * (valid until the choice changes). */
@@ -159,7 +188,10 @@ void gen_sse_raw(struct gen *g, const char *text);
 #define GEN_OBFUSCATION_QUANTUM 64
 char *gen_obfuscate(const struct gen *g, char *json);
 
-/* Stream end for the HTTP layer: reader callbacks. */
+/* A stream's next bytes for the HTTP layer's reader (never waits): the
+ * number copied to buf, 0 at the end, -1 when it must be cut (client
+ * gone, out of memory), GEN_AGAIN when nothing is ready yet. */
+#define GEN_AGAIN (-2)
 long gen_sse_read(struct gen *g, char *buf, size_t max);
 
 /* The finish of a choice: "stop", "length", "tool_calls" (OpenAI's). */

@@ -24,10 +24,11 @@
 #define MSG_MAX_BLOCKS 4096	/* content blocks per message */
 #define MSG_MAX_SYSTEM 256	/* system blocks */
 
-enum block { B_NONE, B_TEXT, B_TOOL };
+enum block { B_NONE, B_TEXT, B_TOOL, B_THINKING };
 
 struct msg_fe {
 	int count_only;		/* /v1/messages/count_tokens */
+	int omit_thinking;	/* thinking.display "omitted": blocks without text */
 	unsigned index;		/* the next content block's index */
 	enum block open;	/* the block being streamed */
 };
@@ -115,6 +116,12 @@ static void close_block(struct gen *g, struct msg_fe *f)
 {
 	if (f->open == B_NONE)
 		return;
+	/* a thinking block ends with its signature: empty, nothing here
+	 * signs (a client sends it back as it came) */
+	if (f->open == B_THINKING)
+		event(g, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type",
+				"content_block_delta", "index", (int)f->index, "delta", "type",
+				"signature_delta", "signature", ""));
 	event(g, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop",
 						 "index", (int)f->index));
 	f->index++;
@@ -156,6 +163,25 @@ static void on_content(struct gen *g, struct gen_choice *c, const char *text, si
 	event(g, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type",
 			"content_block_delta", "index", (int)f->index, "delta", "type",
 			"text_delta", "text", api_json_string_lossy(text, len)));
+}
+
+/* A thinking family's reasoning: a thinking block before the rest. */
+static void on_reasoning(struct gen *g, struct gen_choice *c, const char *text, size_t len)
+{
+	struct msg_fe *f = g->fe;
+
+	(void)c;
+	if (f->open != B_THINKING) {
+		close_block(g, f);
+		event(g, "content_block_start", json_pack("{s:s, s:i, s:{s:s, s:s, s:s}}", "type",
+				"content_block_start", "index", (int)f->index, "content_block",
+				"type", "thinking", "thinking", "", "signature", ""));
+		f->open = B_THINKING;
+	}
+	if (!f->omit_thinking)
+		event(g, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type",
+				"content_block_delta", "index", (int)f->index, "delta", "type",
+				"thinking_delta", "thinking", api_json_string_lossy(text, len)));
 }
 
 static void on_call_start(struct gen *g, struct gen_choice *c, const struct tc_call *call)
@@ -213,7 +239,13 @@ static char *body(struct gen *g)
 			       .usage = c->usage };
 	json_t *ext = resp_ext(&rc, c->session_id);
 	char *s = NULL;
+	struct msg_fe *f = g->fe;
 
+	if (content && c->reasoning.len)
+		json_array_append_new(content, json_pack("{s:s, s:o, s:s}", "type", "thinking",
+				"thinking", f->omit_thinking ? json_string("") :
+				api_json_string_lossy(c->reasoning.s, c->reasoning.len),
+				"signature", ""));
 	if (content && c->content.len)
 		json_array_append_new(content, json_pack("{s:s, s:o}", "type", "text", "text",
 				api_json_string_lossy(c->content.s, c->content.len)));
@@ -250,6 +282,7 @@ static void fe_free(struct gen *g)
 static const struct gen_ops msg_ops = {
 	.start = on_start,
 	.content = on_content,
+	.reasoning = on_reasoning,
 	.call_start = on_call_start,
 	.call_args = on_call_args,
 	.call_end = on_call_end,
@@ -399,7 +432,7 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 {
 	struct chat_request *r = p->r;
 	json_t *role = json_object_get(m, "role"), *c = json_object_get(m, "content"), *blk;
-	struct strbuf text = { 0 };
+	struct strbuf text = { 0 }, thinking = { 0 };
 	struct chat_msg *am = NULL;
 	size_t i, before = r->n_msgs;
 	int assistant, rc = -1;
@@ -451,8 +484,19 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 				goto out;
 			}
 			sb_add(&text, json_string_value(x), json_string_length(x));
-		} else if ((!strcmp(t, "thinking") || !strcmp(t, "redacted_thinking")) && assistant) {
-			continue;	/* another model's; this one never thinks aloud */
+		} else if (!strcmp(t, "thinking") && assistant) {
+			/* the reasoning of this turn, where the family's
+			 * template writes it back (qwen3: after the last user
+			 * query); the signature is not checked (none is made) */
+			json_t *x = json_object_get(blk, "thinking");
+
+			if (!json_is_string(x)) {
+				param_wrong_type(p->e, p->pp, x, "a thinking block with a string 'thinking'");
+				goto out;
+			}
+			sb_add(&thinking, json_string_value(x), json_string_length(x));
+		} else if (!strcmp(t, "redacted_thinking") && assistant) {
+			continue;	/* another model's, encrypted: nothing to read */
 		} else if (!strcmp(t, "tool_use") && assistant) {
 			json_t *id = json_object_get(blk, "id"), *name = json_object_get(blk, "name");
 			json_t *input = json_object_get(blk, "input");
@@ -516,7 +560,11 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 	if (am) {
 		am->content = chat_request_keep(r, text.s ? text.s : "", text.len);
 		am->content_len = text.len;
-		rc = am->content ? 0 : oom(p);
+		if (thinking.len) {
+			am->reasoning = chat_request_keep(r, thinking.s, thinking.len);
+			am->reasoning_len = thinking.len;
+		}
+		rc = am->content && (!thinking.len || am->reasoning) ? 0 : oom(p);
 	} else {
 		rc = flush_user(p, &text);
 		if (!rc && r->n_msgs == before) {	/* no content at all */
@@ -526,6 +574,7 @@ static int parse_message(struct mparser *p, json_t *m, size_t mi)
 	}
 out:
 	sb_free(&text);
+	sb_free(&thinking);
 	return rc;
 }
 
@@ -854,15 +903,33 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 	th = json_object_get(root, "thinking");
 	if (th && !json_is_null(th)) {
 		const char *t = json_string_value(json_object_get(th, "type"));
+		const char *disp = NULL;
+		json_t *bt = json_object_get(th, "budget_tokens");
 
 		/* adaptive: the model decides whether to think (a family
-		 * that does, qwen3, thinks in the text); disabled: it does
-		 * not. Asking for thinking blocks (enabled) is refused */
-		if (!t || (strcmp(t, "disabled") && strcmp(t, "adaptive")))
-			return refuse(&p, "thinking", "Invalid 'thinking': %s: this model does not think aloud (disabled or adaptive only).",
+		 * that does, qwen3, gives thinking blocks); enabled: it may
+		 * think, budget_tokens at most; disabled: it does not */
+		if (!t || (strcmp(t, "disabled") && strcmp(t, "adaptive") && strcmp(t, "enabled")))
+			return refuse(&p, "thinking", "Invalid 'thinking': %s: enabled, adaptive or disabled.",
 				      t ? t : "not an object with a type");
+		if (param_string(e, th, "display", "thinking.display", 64, &disp))
+			return -1;
+		if (disp && strcmp(disp, "summarized") && strcmp(disp, "omitted"))
+			return refuse(&p, "thinking.display", "Invalid 'thinking.display' '%s': summarized or omitted.",
+				      disp);
+		((struct msg_fe *)g->fe)->omit_thinking = disp && !strcmp(disp, "omitted");
 		if (!strcmp(t, "disabled"))
 			r->thinking = CHAT_THINK_OFF;
+		if (!strcmp(t, "enabled")) {
+			/* the think block is closed once it has taken
+			 * budget_tokens, and the reply goes on (gen.c) */
+			if (!json_is_integer(bt) || json_integer_value(bt) < 1 ||
+			    json_integer_value(bt) > UINT32_MAX)
+				return refuse(&p, "thinking.budget_tokens", "Invalid 'thinking.budget_tokens': %s (a positive integer is required with type enabled).",
+					      bt ? "not a positive integer" : "missing");
+			r->think_budget = (uint32_t)json_integer_value(bt);
+			r->thinking = CHAT_THINK_ON;
+		}
 	}
 	return parse_output_config(&p, json_object_get(root, "output_config")) ||
 		parse_context_management(&p, json_object_get(root, "context_management")) ||
@@ -901,7 +968,6 @@ enum MHD_Result messages_handle(struct req *q)
 	struct api_error e;
 	struct msg_fe *f;
 	struct gen *g;
-	char *out;
 
 	g = api_gen_new(q, &msg_ops, "msg_");
 	f = g ? calloc(1, sizeof(*f)) : NULL;
@@ -917,14 +983,5 @@ enum MHD_Result messages_handle(struct req *q)
 		return api_send_error(q, &e);
 	if (g->stream)
 		return api_stream(q, g);
-	gen_run(g);
-	if (g->client_gone) {
-		q->status = 499;
-		return MHD_NO;
-	}
-	if (g->failed)
-		return api_send_error(q, &g->err);
-	out = body(g);
-	return out ? api_queue(q, 200, out, "application/json", NULL) :
-		api_fail(q, 500, "server_error", NULL, "out of memory");
+	return api_wait(q, g);
 }

@@ -202,6 +202,12 @@ json_t *resp_choice(const struct tc_result *tr, unsigned index, const char *fini
 		if (r)
 			goto fail;
 	}
+	/* a family that thinks: its reasoning apart, as llama.cpp's and
+	 * vLLM's servers name it (only when there was some) */
+	if (tr->reasoning_len &&
+	    json_object_set_new(msg, "reasoning_content",
+				api_json_string_lossy(tr->reasoning, tr->reasoning_len)))
+		goto fail;
 	return json_pack("{s:i, s:o, s:o, s:s}", "index", (int)index, "message", msg,
 			 "logprobs", lp, "finish_reason", finish);
 fail:
@@ -288,6 +294,12 @@ char *resp_chunk_content(const struct resp_ctx *c, const char *text,
 {
 	return chunk(c, len ? json_pack("{s:o}", "content", api_json_string_lossy(text, len)) :
 		     json_object(), logprobs, NULL, NULL);
+}
+
+char *resp_chunk_reasoning(const struct resp_ctx *c, const char *text, size_t len)
+{
+	return chunk(c, json_pack("{s:o}", "reasoning_content", api_json_string_lossy(text, len)),
+		     NULL, NULL, NULL);
 }
 
 char *resp_chunk_call(const struct resp_ctx *c, size_t index,

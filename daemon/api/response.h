@@ -71,6 +71,8 @@ char *resp_chunk_role(const struct resp_ctx *c);
 /* content may be empty when only logprobs are sent (stolen; may be NULL) */
 char *resp_chunk_content(const struct resp_ctx *c, const char *text,
 			 size_t len, json_t *logprobs);
+/* A piece of a thinking family's reasoning: {"reasoning_content": text} */
+char *resp_chunk_reasoning(const struct resp_ctx *c, const char *text, size_t len);
 /* A tool call: the header chunk (id, type, name, empty arguments), then
  * its arguments. */
 char *resp_chunk_call(const struct resp_ctx *c, size_t index,

@@ -33,7 +33,7 @@
 #define RESP_MAX_ITEMS 8192
 #define RESP_MAX_CUSTOM 32
 
-enum open_kind { O_NONE, O_TEXT, O_CALL };
+enum open_kind { O_NONE, O_TEXT, O_CALL, O_REASONING };
 
 struct resp_fe {
 	/* the request */
@@ -57,6 +57,7 @@ struct resp_fe {
 	int open_custom;
 	char item_id[48];
 	struct strbuf text;		/* the open message's text */
+	struct strbuf reasoning;	/* the open reasoning item's text */
 	json_t *text_lp;		/* ... and its logprobs */
 	const struct tc_call *call;	/* the open call (its id, name) */
 	char call_id[TC_ID_LEN + 1];
@@ -74,13 +75,13 @@ static int is_custom(const struct resp_fe *f, const char *name)
 	return 0;
 }
 
-static json_t *usage_json(const struct kvd_usage *u)
+static json_t *usage_json(const struct kvd_usage *u, uint32_t reasoning_tokens)
 {
 	return json_pack("{s:I, s:{s:I}, s:I, s:{s:I}, s:I}",
 			 "input_tokens", (json_int_t)u->prompt_tokens,
 			 "input_tokens_details", "cached_tokens", (json_int_t)u->cached_tokens,
 			 "output_tokens", (json_int_t)u->completion_tokens,
-			 "output_tokens_details", "reasoning_tokens", (json_int_t)0,
+			 "output_tokens_details", "reasoning_tokens", (json_int_t)reasoning_tokens,
 			 "total_tokens", (json_int_t)u->prompt_tokens + u->completion_tokens);
 }
 
@@ -112,7 +113,7 @@ static json_t *response_obj(struct gen *g, const char *status, const struct api_
 		"tool_choice", f->tool_choice, "tools", f->tools,
 		"top_logprobs", f->top_logprobs, "top_p", (double)g->cr.s.top_p,
 		"truncation", "disabled",
-		"usage", done && !err ? usage_json(&c->usage) : json_null(),
+		"usage", done && !err ? usage_json(&c->usage, c->reasoning_tokens) : json_null(),
 		"user", g->cr.user ? json_string(g->cr.user) : json_null(),
 		"metadata", f->metadata);
 	struct resp_ctx rc = { .has_timings = done, .ttft_ms = c->ttft_ms,
@@ -155,6 +156,15 @@ static json_t *text_part(struct resp_fe *f)
 	return json_pack("{s:s, s:o, s:[], s:O}", "type", "output_text", "text",
 			 api_json_string_lossy(f->text.s ? f->text.s : "", f->text.len),
 			 "annotations", "logprobs", f->text_lp);
+}
+
+/* A thinking family's reasoning: one reasoning_text part (no summary:
+ * the model gives none). */
+static json_t *reasoning_item(const char *id, const char *status, const char *text, size_t len)
+{
+	return json_pack("{s:s, s:s, s:s, s:[], s:[{s:s, s:o}]}", "id", id, "type", "reasoning",
+			 "status", status, "summary", "content", "type", "reasoning_text",
+			 "text", api_json_string_lossy(text ? text : "", len));
 }
 
 static json_t *message_item(const char *id, const char *status, json_t *part)
@@ -209,6 +219,19 @@ static void close_open(struct gen *g)
 				"item", json_array_get(f->output, (size_t)idx)));
 		sb_reset(&f->text);
 		json_array_clear(f->text_lp);
+	} else if (f->open == O_REASONING) {
+		json_t *item = reasoning_item(f->item_id, "completed", f->reasoning.s, f->reasoning.len);
+		json_t *part = json_incref(json_array_get(json_object_get(item, "content"), 0));
+
+		ev(g, "response.reasoning_text.done", json_pack("{s:s, s:i, s:i, s:O}", "item_id",
+				f->item_id, "output_index", idx, "content_index", 0, "text",
+				json_object_get(part, "text")));
+		ev(g, "response.content_part.done", json_pack("{s:s, s:i, s:i, s:o}", "item_id",
+				f->item_id, "output_index", idx, "content_index", 0, "part", part));
+		json_array_append_new(f->output, item);
+		ev(g, "response.output_item.done", json_pack("{s:i, s:O}", "output_index", idx,
+				"item", item));
+		sb_reset(&f->reasoning);
 	} else if (f->open == O_CALL) {
 		json_t *item = call_item(f, f->item_id, "completed", f->call_id, f->call_name,
 					 f->args.s ? f->args.s : "", f->args.len);
@@ -270,6 +293,33 @@ static void on_content(struct gen *g, struct gen_choice *c, const char *text, si
 	ev(g, "response.output_text.delta", json_pack("{s:s, s:i, s:i, s:o, s:o}", "item_id",
 			f->item_id, "output_index", idx, "content_index", 0, "delta",
 			api_json_string_lossy(text, len), "logprobs", lp));
+}
+
+/* A thinking family's reasoning: a reasoning item with one
+ * reasoning_text part, streamed as the openai client assembles it. */
+static void on_reasoning(struct gen *g, struct gen_choice *c, const char *text, size_t len)
+{
+	struct resp_fe *f = g->fe;
+	int idx;
+
+	(void)c;
+	if (f->open != O_REASONING) {
+		close_open(g);
+		idx = (int)json_array_size(f->output);
+		api_make_id(f->item_id, sizeof(f->item_id), "rs_");
+		ev(g, "response.output_item.added", json_pack("{s:i, s:{s:s, s:s, s:s, s:[], s:[]}}",
+				"output_index", idx, "item", "id", f->item_id, "type", "reasoning",
+				"status", "in_progress", "summary", "content"));
+		ev(g, "response.content_part.added", json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}",
+				"item_id", f->item_id, "output_index", idx, "content_index", 0,
+				"part", "type", "reasoning_text", "text", ""));
+		f->open = O_REASONING;
+	}
+	idx = (int)json_array_size(f->output);
+	sb_add(&f->reasoning, text, len);
+	ev(g, "response.reasoning_text.delta", json_pack("{s:s, s:i, s:i, s:o}", "item_id",
+			f->item_id, "output_index", idx, "content_index", 0, "delta",
+			api_json_string_lossy(text, len)));
 }
 
 static void on_call_start(struct gen *g, struct gen_choice *c, const struct tc_call *call)
@@ -356,6 +406,13 @@ static char *body(struct gen *g)
 	json_t *r;
 	char *s;
 
+	if (c->reasoning.len) {
+		char id[48];
+
+		api_make_id(id, sizeof(id), "rs_");
+		json_array_append_new(f->output, reasoning_item(id, "completed", c->reasoning.s,
+								c->reasoning.len));
+	}
 	if (c->content.len) {
 		char id[48];
 
@@ -396,6 +453,7 @@ static void fe_free(struct gen *g)
 	for (size_t i = 0; i < f->n_custom; i++)
 		free(f->custom[i]);
 	sb_free(&f->text);
+	sb_free(&f->reasoning);
 	sb_free(&f->args);
 	free(f);
 	g->fe = NULL;
@@ -404,6 +462,7 @@ static void fe_free(struct gen *g)
 static const struct gen_ops resp_ops = {
 	.start = on_start,
 	.content = on_content,
+	.reasoning = on_reasoning,
 	.call_start = on_call_start,
 	.call_args = on_call_args,
 	.call_end = on_call_end,
@@ -520,6 +579,56 @@ static int answers_call(const struct chat_request *r, const char *id)
 	return 0;
 }
 
+/*
+ * A reasoning item (this server's, or another model's): its
+ * reasoning_text parts are the reasoning of the assistant turn that
+ * follows (its message or calls), where the family's template writes it
+ * back (qwen3: after the last user query); summaries and encrypted
+ * content are not text the model wrote here, and are skipped.
+ */
+static int reasoning_input(struct rparser *p, json_t *it)
+{
+	struct chat_request *r = p->r;
+	struct chat_msg *m = &r->msgs[r->n_msgs];
+	json_t *content = json_object_get(it, "content"), *part;
+	struct strbuf b = { 0 };
+	size_t i;
+
+	if (content && !json_is_null(content) && !json_is_array(content))
+		return param_wrong_type(p->e, p->pp, content, "an array of reasoning_text parts");
+	json_array_foreach(content, i, part) {
+		const char *t = json_string_value(json_object_get(part, "type"));
+		json_t *x = json_object_get(part, "text");
+
+		if (!t || strcmp(t, "reasoning_text") || !json_is_string(x)) {
+			sb_free(&b);
+			return unsupported(p, p->pp, "Invalid reasoning content part '%s': reasoning_text parts only.",
+					   t ? t : "without a type");
+		}
+		sb_add(&b, json_string_value(x), json_string_length(x));
+	}
+	if (!b.len)
+		return 0;
+	m->role = CHAT_ASSISTANT;
+	m->content = "";
+	m->reasoning = chat_request_keep(r, b.s, b.len);
+	m->reasoning_len = b.len;
+	sb_free(&b);
+	if (!m->reasoning)
+		return oom(p);
+	r->n_msgs++;
+	return 0;
+}
+
+/* The assistant message a reasoning item opened, still without text or
+ * calls: the next assistant item fills it. */
+static struct chat_msg *reasoning_only(struct chat_request *r)
+{
+	struct chat_msg *m = last_assistant(r);
+
+	return m && m->reasoning && !m->content_len && !m->n_calls ? m : NULL;
+}
+
 /* One input item into the conversation. */
 static int add_item(struct rparser *p, json_t *it)
 {
@@ -540,6 +649,11 @@ static int add_item(struct rparser *p, json_t *it)
 		if (!rs)
 			return api_bad(p->e, p->pp, "Invalid '%s': a message needs a 'role'.", p->pp), -1;
 		m = &r->msgs[r->n_msgs];
+		if (!strcmp(rs, "assistant") && reasoning_only(r)) {
+			m = reasoning_only(r);
+			return parts_text(p, json_object_get(it, "content"), &m->content,
+					  &m->content_len);
+		}
 		if (!strcmp(rs, "user"))
 			m->role = CHAT_USER;
 		else if (!strcmp(rs, "system") || !strcmp(rs, "developer"))
@@ -596,7 +710,7 @@ static int add_item(struct rparser *p, json_t *it)
 		return 0;
 	}
 	if (!strcmp(t, "reasoning"))
-		return 0;	/* another model's; this one does not reason aloud */
+		return reasoning_input(p, it);
 	return unsupported(p, p->pp, "Unsupported input item type '%s': this server takes message, function_call, function_call_output, custom_tool_call, custom_tool_call_output and reasoning items.",
 			   t);
 }
@@ -895,7 +1009,7 @@ static int parse_misc(struct rparser *p, json_t *root)
 			if (s && !strcmp(s, "message.output_text.logprobs"))
 				f->logprobs = 1;
 			else if (!s || strcmp(s, "reasoning.encrypted_content"))
-				return unsupported(p, "include", "Unsupported 'include' value '%s': message.output_text.logprobs (and reasoning.encrypted_content, which is empty here: the model gives no reasoning items).",
+				return unsupported(p, "include", "Unsupported 'include' value '%s': message.output_text.logprobs (and reasoning.encrypted_content: none here, the reasoning items carry their text).",
 						   s ? s : "");
 		}
 	}
@@ -923,10 +1037,11 @@ static int parse_misc(struct rparser *p, json_t *root)
 		x = json_object_get(v, "effort");
 		if (x && !json_is_null(x) && !(json_is_string(x) &&
 		    (!strcmp(json_string_value(x), "none") || !strcmp(json_string_value(x), "minimal"))))
-			return unsupported(p, "reasoning.effort", "Unsupported 'reasoning.effort' '%s': no reasoning budget can be set here (none or minimal only; none turns a thinking family's reasoning off).",
+			return unsupported(p, "reasoning.effort", "Unsupported 'reasoning.effort' '%s': no reasoning budget can be set here (none or minimal only: each turns a thinking family's reasoning off).",
 					   json_is_string(x) ? json_string_value(x) : "");
-		/* none: a family that thinks (qwen3) answers at once */
-		if (json_is_string(x) && !strcmp(json_string_value(x), "none"))
+		/* none, minimal: a family that thinks (qwen3) answers at
+		 * once (it cannot think a little) */
+		if (json_is_string(x))
 			p->r->thinking = CHAT_THINK_OFF;
 	}
 	v = json_object_get(root, "truncation");
@@ -1122,7 +1237,6 @@ enum MHD_Result responses_handle(struct req *q)
 	struct api_error e;
 	struct resp_fe *f;
 	struct gen *g;
-	char *out;
 
 	if (q->route == R_RESPONSE_ITEMS)
 		return get_items(q);
@@ -1151,14 +1265,5 @@ enum MHD_Result responses_handle(struct req *q)
 		return api_send_error(q, &e);
 	if (g->stream)
 		return api_stream(q, g);
-	gen_run(g);
-	if (g->client_gone) {
-		q->status = 499;
-		return MHD_NO;
-	}
-	if (g->failed)
-		return api_send_error(q, &g->err);
-	out = body(g);
-	return out ? api_queue(q, 200, out, "application/json", NULL) :
-		api_fail(q, 500, "server_error", NULL, "out of memory");
+	return api_wait(q, g);
 }

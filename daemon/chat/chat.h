@@ -150,6 +150,9 @@ const char *chat_template_why(const struct chat_template *t);
 const char *chat_template_eot(const struct chat_template *t);
 /* How the family writes tool calls (tool_call.h). */
 enum tc_syntax chat_template_syntax(const struct chat_template *t);
+/* 1 when the family's replies may open with a reasoning block (qwen3's
+ * <think>...</think>): tc_stream_reasoning() splits it off. */
+int chat_template_thinks(const struct chat_template *t);
 
 /*
  * What the structured decoder needs to write the family's calls (the

@@ -132,6 +132,11 @@ enum tc_syntax chat_template_syntax(const struct chat_template *t)
 	return t->f->syntax;
 }
 
+int chat_template_thinks(const struct chat_template *t)
+{
+	return t->f->think;
+}
+
 static const struct chat_call_grammar hermes = { .hermes = 1 };
 static const char *const hermes_markers[] = { "<tool_call>", "</tool_call>", "<think>",
 					      "</think>", NULL };

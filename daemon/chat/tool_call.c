@@ -222,6 +222,11 @@ void tc_stream_reasoning(struct tc_stream *s, int on)
 	s->reasoning = on;
 }
 
+void tc_stream_calls(struct tc_stream *s, int on)
+{
+	s->no_calls = !on;
+}
+
 void tc_emit(struct tc_stream *s, enum tc_event ev, const char *p,
 	     size_t n, const struct tc_call *call)
 {
@@ -561,7 +566,9 @@ static void syntax_feed(struct tc_stream *s, const char *text, size_t len)
 {
 	if (!len || s->err)
 		return;
-	if (s->syn == TC_SYN_HERMES)
+	if (s->no_calls)
+		emit(s, TC_CONTENT, text, len, NULL);
+	else if (s->syn == TC_SYN_HERMES)
 		hermes_feed(s, text, len);
 	else
 		tc_tail_feed(s, text, len);
@@ -671,7 +678,7 @@ int tc_stream_finish(struct tc_stream *s)
 {
 	if (s->think && s->think_state != 2)
 		think_process(s, 1);
-	if (s->err)
+	if (s->err || s->no_calls)
 		return s->err;
 	if (s->syn == TC_SYN_HERMES)
 		hermes_finish(s);

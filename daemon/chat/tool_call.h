@@ -119,6 +119,7 @@ struct tc_stream {
 	 * TC_REASONING only when asked for */
 	int think, think_state, reasoning, think_text;
 	struct strbuf think_hold;
+	int no_calls;		/* tc_stream_calls(s, 0): all text is content */
 	/* the syntaxes whose calls end the reply (tool_call_tail.c) */
 	int tail_final;		/* no more calls: the rest is content */
 	int tail_nonws;		/* llama3: content seen before any call */
@@ -132,6 +133,10 @@ void tc_stream_init(struct tc_stream *s, const struct chat_template *t,
  * split off as TC_REASONING events instead of staying in the content
  * (the default: the text the template reads back). Before any feed. */
 void tc_stream_reasoning(struct tc_stream *s, int on);
+/* Whether calls are looked for at all (default 1). 0 for a request
+ * without tools: the text after the think block is content, whatever it
+ * spells. Before any feed. */
+void tc_stream_calls(struct tc_stream *s, int on);
 /* 0, or the first negative error (emit's, or -ENOMEM) */
 int tc_stream_feed(struct tc_stream *s, const char *text, size_t len);
 int tc_stream_finish(struct tc_stream *s);
@@ -144,6 +149,10 @@ struct tc_result {
 	struct tc_call *calls;
 	size_t n_calls;
 	int canonical;		/* re-rendering gives the text back exactly */
+	/* the reasoning split off (tc_stream_reasoning); tc_parse leaves it
+	 * NULL (it keeps the reasoning in the content) and never frees it */
+	const char *reasoning;
+	size_t reasoning_len;
 };
 
 int tc_parse(const struct chat_template *t, const char *text, size_t len,

@@ -1285,7 +1285,9 @@ int kvc_spec_nfa(const struct kvc_spec *spec, struct nfa *n, char **key,
 			}
 			if (y && y->list_close && *y->list_close)
 				e = lit(&b, json_body ? ws(&b, e) : e, y->list_close);
-			if (y)
+			/* the trailing whitespace: once (without a separator or
+			 * a close, e is cur, which has it already) */
+			if (y && (y->list_sep || (y->list_close && *y->list_close)))
 				e = ws(&b, e);
 			if (e >= 0)
 				n->flags[e] |= NF_ACCEPT;

@@ -355,6 +355,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("server", "max_body_kb", max_body_kb, 1, 1 << 20);
 	U32("server", "max_connections", max_connections, 1, 65536);
 	U32("server", "max_connections_per_ip", max_connections_per_ip, 0, 65536);
+	U32("server", "http_threads", http_threads, 0, 64);
 	if (!strcmp(sec, "server") && !strcmp(k, "metrics_key")) {
 		if (c->n_metrics_keys == KVD_MAX_KEYS_PER_TENANT || strlen(v) < 16 ||
 		    copy_str(c->metrics_keys[c->n_metrics_keys], sizeof(c->metrics_keys[0]), v))

@@ -83,6 +83,7 @@ struct kvd_config {
 	uint32_t max_body_kb;
 	uint32_t max_connections;
 	uint32_t max_connections_per_ip;	/* from one address; 0: no limit */
+	uint32_t http_threads;		/* event-loop threads; 0: auto */
 	uint32_t conn_timeout_s;
 	/* keys that read every tenant's series on /metrics (metrics_key,
 	 * metrics_key_file, metrics_key_credential) */

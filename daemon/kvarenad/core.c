@@ -70,6 +70,8 @@ struct kvd_waiter {
 
 static void job_push(struct kvd_job *j, struct kvd_qev *q)
 {
+	int was_empty;
+
 	pthread_mutex_lock(&j->qlock);
 	if (j->q_closed) {
 		pthread_mutex_unlock(&j->qlock);
@@ -78,6 +80,7 @@ static void job_push(struct kvd_job *j, struct kvd_qev *q)
 	}
 	if (q->ev.type == KVD_EV_DONE || q->ev.type == KVD_EV_ERROR)
 		j->q_closed = 1;
+	was_empty = !j->q_head;
 	if (j->q_tail)
 		j->q_tail->next = q;
 	else
@@ -90,6 +93,20 @@ static void job_push(struct kvd_job *j, struct kvd_qev *q)
 		pthread_cond_signal(&j->waiter->cond);
 		pthread_mutex_unlock(&j->waiter->lock);
 	}
+	/* an event loop's consumer drains the queue before it sleeps: only
+	 * the first event of a batch has to wake it */
+	if (was_empty && j->notify)
+		j->notify(j->notify_arg);
+	pthread_mutex_unlock(&j->qlock);
+}
+
+void kvd_job_set_notify(struct kvd_job *j, void (*fn)(void *arg), void *arg)
+{
+	pthread_mutex_lock(&j->qlock);
+	j->notify = fn;
+	j->notify_arg = arg;
+	if (fn && j->q_head)
+		fn(arg);
 	pthread_mutex_unlock(&j->qlock);
 }
 
@@ -219,7 +236,7 @@ int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
 			dl.tv_nsec -= 1000000000L;
 		}
 	}
-	while (!j->q_head) {
+	while (!j->q_head && timeout_ms != 0) {
 		if (timeout_ms < 0)
 			pthread_cond_wait(&j->qcond, &j->qlock);
 		else if (pthread_cond_timedwait(&j->qcond, &j->qlock, &dl) == ETIMEDOUT)
@@ -370,6 +387,7 @@ void kvd_job_free(struct kvd_job *j)
 {
 	struct kvd *d = j->d;
 
+	kvd_job_set_notify(j, NULL, NULL);	/* the scheduler may still push */
 	pthread_mutex_lock(&d->lock);
 	j->cancelled = 1;
 	kvd_job_put(j);

@@ -327,6 +327,8 @@ struct kvd_job {
 	struct kvd_qev *cur;		/* returned by the last kvd_job_next */
 	int q_closed;
 	struct kvd_waiter *waiter;	/* kvd_job_next_any's, rung by pushes */
+	void (*notify)(void *arg);	/* kvd_job_set_notify's, under qlock */
+	void *notify_arg;
 	struct kvd_job *next;		/* d->jobs */
 };
 

@@ -221,6 +221,14 @@ int kvd_job_next(struct kvd_job *job, struct kvd_event *ev, int timeout_ms);
  * any of them, 1 with *which its index, 0 on timeout. */
 int kvd_job_next_any(struct kvd_job *const *jobs, unsigned n, struct kvd_event *ev,
 		     unsigned *which, int timeout_ms);
+/* For servers that never wait in kvd_job_next (an event loop): fn(arg)
+ * is called when an event is queued on job while none was waiting (and at
+ * once when one is waiting now), from whichever thread queued it, with the
+ * job's queue locked: it must only note the news (wake its consumer), not
+ * call back into the job or block. fn NULL: after the call returns, fn is
+ * not running and is not called again. The consumer takes events with
+ * kvd_job_next(job, ev, 0) until it returns 0 before it sleeps. */
+void kvd_job_set_notify(struct kvd_job *job, void (*fn)(void *arg), void *arg);
 /* The client went away: stop generating (the session is kept). */
 void kvd_job_cancel(struct kvd_job *job);
 void kvd_job_free(struct kvd_job *job);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -199,6 +200,7 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->max_body = (size_t)c->max_body_kb * 1024;
 	ac->max_connections = c->max_connections;
 	ac->max_connections_per_ip = c->max_connections_per_ip;
+	ac->threads = c->http_threads;
 	ac->metrics_keys = at->metrics_keys;
 	ac->n_metrics_keys = c->n_metrics_keys;
 	ac->conn_timeout_s = c->conn_timeout_s;
@@ -212,6 +214,41 @@ static void fill_api_config(struct kvd_api_config *ac, struct api_tenants *at,
 	ac->n_allowed_hosts = c->n_allowed_hosts;
 	ac->responses_max = c->responses_max;
 	ac->responses_max_bytes = (size_t)c->responses_max_mb << 20;
+}
+
+/*
+ * Every connection is a socket, every conversation's spill file and
+ * every worker's channels are descriptors: the soft RLIMIT_NOFILE (often
+ * 1024) goes up to the hard limit the service manager gave us. Nothing
+ * here uses select(), so a descriptor past 1024 is fine.
+ */
+static void raise_nofile(unsigned max_connections)
+{
+	struct rlimit rl;
+	rlim_t was;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl)) {
+		kvd_log(KVD_LOG_WARN, "main", "open files: getrlimit: %s", strerror(errno));
+		return;
+	}
+	was = rl.rlim_cur;
+	if (rl.rlim_cur != rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl)) {
+			kvd_log(KVD_LOG_WARN, "main", "open files: cannot raise the soft limit %llu to %llu: %s",
+				(unsigned long long)was, (unsigned long long)rl.rlim_max,
+				strerror(errno));
+			rl.rlim_cur = was;
+		}
+	}
+	if (rl.rlim_cur != was)
+		kvd_log(KVD_LOG_INFO, "main", "open files: soft limit raised from %llu to the hard limit %llu",
+			(unsigned long long)was, (unsigned long long)rl.rlim_cur);
+	else
+		kvd_log(KVD_LOG_INFO, "main", "open files: limit %llu", (unsigned long long)rl.rlim_cur);
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)max_connections + 256)
+		kvd_log(KVD_LOG_WARN, "main", "open files: %llu is short of max_connections %u + the daemon's own; raise LimitNOFILE",
+			(unsigned long long)rl.rlim_cur, max_connections);
 }
 
 int main(int argc, char **argv)
@@ -301,6 +338,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	raise_nofile(cfg.max_connections);
 	rc = kvd_create(&cfg, exe, &d, err, sizeof(err));
 	if (rc) {
 		kvd_log(KVD_LOG_ERR, "main", "%s", err);

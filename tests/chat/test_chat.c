@@ -277,6 +277,9 @@ static int collect(void *ctx, enum tc_event ev, const char *text, size_t len,
 	return 0;
 }
 
+/* stream_in: calls are not looked for (a request without tools) */
+static int stream_no_calls;
+
 static void stream_in(const struct chat_template *t, int reasoning, const char *text,
 		      const size_t *cuts, size_t n_cuts, struct collected *out)
 {
@@ -287,6 +290,7 @@ static void stream_in(const struct chat_template *t, int reasoning, const char *
 	out->short_ids = !strncmp(chat_template_family(t), "mistral", 7);
 	tc_stream_init(&s, t, collect, out);
 	tc_stream_reasoning(&s, reasoning);
+	tc_stream_calls(&s, !stream_no_calls);
 	for (size_t i = 0; i <= n_cuts; i++) {
 		size_t end = i < n_cuts ? cuts[i] : len;
 
@@ -833,17 +837,23 @@ static void test_family_calls(void)
 	}
 }
 
-/* Qwen 3's reasoning split off: streamed at every cut, the same. */
+/* Qwen 3's reasoning split off: streamed at every cut, the same; without
+ * tools (no_calls) the text after the think block is content whatever it
+ * spells. */
 static void test_reasoning(void)
 {
-	static const struct { const char *text, *reasoning, *content, *names; } cases[] = {
+	static const struct { const char *text, *reasoning, *content, *names; int no_calls; } cases[] = {
 		{ "<think>\nThe user asks.\nTwo lines.\n</think>\n\nIt is 18C.", "The user asks.\nTwo lines.",
-		  "It is 18C.", "" },
+		  "It is 18C.", "", 0 },
 		{ "<think>\n\nx\n\n</think>\n\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
-		  "x", "", "f|" },
-		{ "<think>\ncut off\n", "cut off", "", "" },
-		{ "No think block.", "", "No think block.", "" },
-		{ "<think></think>ok", "", "ok", "" },
+		  "x", "", "f|", 0 },
+		{ "<think>\ncut off\n", "cut off", "", "", 0 },
+		{ "No think block.", "", "No think block.", "", 0 },
+		{ "<think></think>ok", "", "ok", "", 0 },
+		{ "<think>\nx\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+		  "x", "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "", 1 },
+		{ "Plain <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "",
+		  "Plain <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "", 1 },
 	};
 	struct chat_template *t = family("qwen3");
 
@@ -854,7 +864,9 @@ static void test_reasoning(void)
 		for (size_t a = 0; a <= len; a++) {
 			struct collected got;
 
+			stream_no_calls = cases[i].no_calls;
 			stream_in(t, 1, cases[i].text, &a, 1, &got);
+			stream_no_calls = 0;
 			if (strcmp(sb_cstr(&got.reasoning), cases[i].reasoning) ||
 			    strcmp(sb_cstr(&got.content), cases[i].content))
 				fprintf(stderr, "\nreasoning case %zu cut %zu: '%s' / '%s'\n", i, a,

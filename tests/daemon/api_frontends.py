@@ -290,7 +290,7 @@ def test_messages(s):
           c["input_tokens"] == r["usage"]["input_tokens"] + r["usage"]["cache_read_input_tokens"],
           "what Claude Code sends: adaptive thinking, effort, clear_thinking edits, a trailing "
           "system message; a deferred tool is not in the prompt")
-    for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking"),
                         ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
                          "context_management"),
                         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
@@ -548,14 +548,17 @@ def test_thinking():
             base = chat()
             got = (chat(chat_template_kwargs={"enable_thinking": False}) - base,
                    chat(reasoning_effort="none") - base,
+                   chat(reasoning_effort="minimal") - base,
                    chat(chat_template_kwargs={"enable_thinking": True}) - base,
                    msgs(thinking={"type": "disabled"}) - msgs(),
                    msgs(thinking={"type": "adaptive"}) - msgs(),
                    resp(reasoning={"effort": "none"}) - resp(),
-                   resp(reasoning={"effort": "minimal"}) - resp())
-            check(got == (want, want, 0, want, 0, want, 0),
-                  f"{fam}: thinking off by chat_template_kwargs, reasoning_effort none, Anthropic's "
-                  f"thinking disabled, reasoning.effort none: +{want} prompt bytes each (got {got})")
+                   resp(reasoning={"effort": "minimal"}) - resp(),
+                   msgs(thinking={"type": "enabled", "budget_tokens": 4}) - msgs())
+            check(got == (want, want, want, 0, want, 0, want, want, 0),
+                  f"{fam}: thinking off by chat_template_kwargs, reasoning_effort none and minimal, "
+                  f"Anthropic's thinking disabled, reasoning.effort none and minimal: +{want} prompt "
+                  f"bytes each; on by enable_thinking, adaptive and enabled (got {got})")
             # a tool round's reasoning, sent back
             call = {"id": "call_1", "type": "function",
                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
@@ -583,6 +586,181 @@ def test_thinking():
             s.stop()
 
 
+THINK = "<think>\nLet me see.\n</think>\n\n"
+CALL = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+
+
+def test_reasoning():
+    """A family that thinks (qwen3): the reasoning its reply opens with
+    comes apart from the content on every API (reasoning_content on
+    messages and deltas, a reasoning item and its events, a thinking
+    block and thinking_delta events), stays in the content with
+    reasoning_format none and for a family that does not think (chatml),
+    and a tool round's reasoning sent back (reasoning_content, the stored
+    reasoning item, the thinking block) renders where it was generated:
+    the next prompt continues the previous prompt and reply byte for byte."""
+    say = "say " + THINK + "Hello there."
+    tools = [{"type": "function", "function": {"name": "get_weather",
+                                               "parameters": {"type": "object"}}}]
+    for fam in ("qwen3", "chatml"):
+        s = Server("--chat-template", fam)
+        q3 = fam == "qwen3"
+        try:
+            st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say)})
+            m = r["choices"][0]["message"] if st == 200 else {}
+            want = ("Hello there.", "Let me see.") if q3 else (THINK + "Hello there.", None)
+            check((m.get("content"), m.get("reasoning_content")) == want,
+                  f"{fam}: chat: content and reasoning_content {want} (got {m})")
+            st, ev = s.events("/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                      "stream": True})
+            ds = [e[1]["choices"][0]["delta"] for e in ev if e[1] != "[DONE]" and e[1]["choices"]]
+            rc = "".join(d.get("reasoning_content", "") for d in ds)
+            ct = "".join(d.get("content") or "" for d in ds)
+            first_c = next((i for i, d in enumerate(ds) if d.get("content")), len(ds))
+            last_r = max((i for i, d in enumerate(ds) if "reasoning_content" in d), default=-1)
+            check((ct, rc or None) == want and last_r < first_c,
+                  f"{fam}: chat stream: reasoning_content deltas, then content ({rc!r}, {ct!r})")
+            if q3:
+                st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                 "reasoning_format": "none"})
+                m = r["choices"][0]["message"] if st == 200 else {}
+                check(m.get("content") == THINK + "Hello there." and "reasoning_content" not in m,
+                      f"qwen3: reasoning_format none keeps the reasoning in the content ({m})")
+                st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                 "reasoning_format": "deepseek-legacy"})
+                check(st == 400 and r["error"]["param"] == "reasoning_format",
+                      "qwen3: reasoning_format deepseek-legacy: 400 naming it")
+
+            # Responses: a reasoning item before the message, and its events
+            st, r, _ = s.req("POST", "/v1/responses", {"model": MODEL, "input": say, "store": False})
+            types = [o["type"] for o in r["output"]] if st == 200 else []
+            rs = r["output"][0]["content"][0]["text"] if q3 and types[:1] == ["reasoning"] else None
+            check(types == (["reasoning", "message"] if q3 else ["message"]) and
+                  (not q3 or (rs == "Let me see." and
+                              r["usage"]["output_tokens_details"]["reasoning_tokens"] > 0)),
+                  f"{fam}: responses: output {types}, reasoning {rs!r}")
+            st, ev = s.events("/v1/responses", {"model": MODEL, "input": say, "store": False,
+                                                "stream": True})
+            names = [e[0] for e in ev]
+            if q3:
+                want_ev = ["response.output_item.added", "response.content_part.added",
+                           "response.reasoning_text.delta", "response.reasoning_text.done",
+                           "response.content_part.done", "response.output_item.done",
+                           "response.output_item.added"]
+                seen = [n for i, n in enumerate(names) if n != names[i - 1] or
+                        not n.endswith(".delta")][2:9]
+                deltas = "".join(e[1]["delta"] for e in ev if e[0] == "response.reasoning_text.delta")
+                done = [e[1] for e in ev if e[0] == "response.output_item.done"][0]["item"]
+                check(seen == want_ev and deltas == "Let me see." and done["type"] == "reasoning" and
+                      done["content"] == [{"type": "reasoning_text", "text": "Let me see."}],
+                      f"qwen3: responses stream: the reasoning item's events in order ({seen})")
+            else:
+                check("response.reasoning_text.delta" not in names,
+                      "chatml: responses stream: no reasoning events")
+
+            # Messages: a thinking block first
+            st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 100,
+                                                      "messages": user(say)})
+            blocks = [b["type"] for b in r["content"]] if st == 200 else []
+            check(blocks == (["thinking", "text"] if q3 else ["text"]) and
+                  (not q3 or r["content"][0] == {"type": "thinking", "thinking": "Let me see.",
+                                                 "signature": ""}),
+                  f"{fam}: messages: blocks {blocks}")
+            st, ev = s.events("/v1/messages", {"model": MODEL, "max_tokens": 100, "stream": True,
+                                               "messages": user(say)})
+            deltas = [e[1]["delta"]["type"] for e in ev if e[0] == "content_block_delta"]
+            th = "".join(e[1]["delta"].get("thinking", "") for e in ev if e[0] == "content_block_delta")
+            starts = [e[1]["content_block"]["type"] for e in ev if e[0] == "content_block_start"]
+            if q3:
+                check(starts == ["thinking", "text"] and th == "Let me see." and
+                      deltas.index("signature_delta") < deltas.index("text_delta") and
+                      "signature_delta" == deltas[deltas.index("text_delta") - 1],
+                      f"qwen3: messages stream: thinking_delta events, signature_delta, then text ({starts})")
+                st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 100,
+                                 "messages": user(say), "thinking": {"type": "adaptive",
+                                                                     "display": "omitted"}})
+                check(st == 200 and r["content"][0] == {"type": "thinking", "thinking": "",
+                                                        "signature": ""},
+                      "qwen3: thinking display omitted: a thinking block without its text")
+                # the budget: the think block closed after 3 of its
+                # tokens, the reply continued past it; usage counts both
+                for stream in (False, True):
+                    b = {"model": MODEL, "max_tokens": 100, "messages": user(say),
+                         "thinking": {"type": "enabled", "budget_tokens": 3}, "stream": stream}
+                    if stream:
+                        st, ev = s.events("/v1/messages", b)
+                        th = "".join(e[1]["delta"].get("thinking", "") for e in ev
+                                     if e[0] == "content_block_delta")
+                        tx = "".join(e[1]["delta"].get("text", "") for e in ev
+                                     if e[0] == "content_block_delta")
+                        out = [e[1]["usage"]["output_tokens"] for e in ev if e[0] == "message_delta"]
+                    else:
+                        st, r, _ = s.req("POST", "/v1/messages", b)
+                        th = r["content"][0].get("thinking") if st == 200 else None
+                        tx = r["content"][1].get("text") if st == 200 else None
+                        out = [r["usage"]["output_tokens"]] if st == 200 else []
+                    # tokens of at most 3 bytes: "<th" "ink" ">\nL" "et " "me " cut,
+                    # then "Hel" "lo " "the" "re."
+                    check(st == 200 and th == "Let me " and tx == "Hello there." and out == [9],
+                          f"qwen3: thinking budget_tokens 3 (stream {stream}): the think block "
+                          f"closed after 3 tokens, the reply goes on ({th!r}, {tx!r}, output {out})")
+                for th_, what in (({"type": "enabled", "budget_tokens": 0}, "not positive"),
+                                  ({"type": "enabled"}, "missing"),
+                                  ({"type": "adaptive", "display": "full"}, "display")):
+                    st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 100,
+                                                              "messages": user(say), "thinking": th_})
+                    check(st == 400 and "thinking" in r["error"]["message"],
+                          f"qwen3: thinking {th_}: 400 ({what}): {r}")
+            else:
+                check(starts == ["text"], f"chatml: messages stream: text only ({starts})")
+
+            # a tool round's reasoning sent back renders as it was generated
+            reply = THINK + CALL
+            conv = user("say " + reply)
+            st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": conv,
+                                                             "tools": tools})
+            m = r["choices"][0]["message"]
+            p1 = r["usage"]["prompt_tokens"]
+            conv = conv + [m, {"role": "tool", "tool_call_id": m["tool_calls"][0]["id"],
+                               "content": "18C"}]
+            st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": conv,
+                                                             "tools": tools})
+            got = r["usage"]["prompt_tokens_details"]["cached_tokens"] if st == 200 else -1
+            check(st == 200 and got >= p1 + len(reply),
+                  f"{fam}: chat: the tool round sent back (reasoning_content {m.get('reasoning_content')!r}) "
+                  f"continues the prompt and reply byte for byte ({got} cached, want {p1 + len(reply)})")
+            st, r, _ = s.req("POST", "/v1/responses", {"model": MODEL, "input": "say " + reply,
+                                                       "tools": [dict(tools[0]["function"], type="function")]})
+            p1 = r["usage"]["input_tokens"]
+            call = [o for o in r["output"] if o["type"] == "function_call"][0]
+            st, r, _ = s.req("POST", "/v1/responses", {"model": MODEL, "previous_response_id": r["id"],
+                             "input": [{"type": "function_call_output", "call_id": call["call_id"],
+                                        "output": "18C"}],
+                             "tools": [dict(tools[0]["function"], type="function")]})
+            got = r["usage"]["input_tokens_details"]["cached_tokens"] if st == 200 else -1
+            check(st == 200 and got >= p1 + len(reply),
+                  f"{fam}: responses: previous_response_id with a reasoning item continues the prompt "
+                  f"and reply byte for byte ({got} cached, want {p1 + len(reply)})")
+            atools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+            conv = user("say " + reply)
+            st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 200,
+                                                      "messages": conv, "tools": atools})
+            u = r["usage"]
+            p1 = u["input_tokens"] + u["cache_read_input_tokens"]
+            tu = [b for b in r["content"] if b["type"] == "tool_use"][0]
+            conv = conv + [{"role": "assistant", "content": r["content"]},
+                           {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu["id"],
+                                                         "content": "18C"}]}]
+            st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 200,
+                                                      "messages": conv, "tools": atools})
+            got = r["usage"]["cache_read_input_tokens"] if st == 200 else -1
+            check(st == 200 and got >= p1 + len(reply),
+                  f"{fam}: messages: the thinking block sent back continues the prompt and reply "
+                  f"byte for byte ({got} cached, want {p1 + len(reply)})")
+        finally:
+            s.stop()
+
+
 def main():
     s = Server()
     try:
@@ -594,7 +772,7 @@ def main():
         check(s.p.poll() is None, "the server is still up")
     finally:
         s.stop()
-    for t in (test_retention, test_cors, test_thinking):
+    for t in (test_retention, test_cors, test_thinking, test_reasoning):
         try:
             t()
         except Exception as e:

@@ -272,6 +272,8 @@ def chat_probes():
         # a family that thinks (qwen3) answers at once with it false:
         # api_frontends.py's --chat-template qwen3 run; this model's
         # family has no thinking switch
+        "reasoning_format": [("same", {"reasoning_format": "none"}, equal),
+                             ("refused", {"reasoning_format": "deepseek-legacy"}, None)],
         "chat_template_kwargs": [("same", {"chat_template_kwargs": {"enable_thinking": False}}, equal),
                                  ("refused", {"chat_template_kwargs": {"add_generation_prompt": False}},
                                   None)],
@@ -397,7 +399,8 @@ def messages_probes():
                      ("refused", {"metadata": {"other": 1}}, None)],
         "thinking": [("same", {"thinking": {"type": "disabled"}}, equal),
                      ("same", {"thinking": {"type": "adaptive"}}, equal),
-                     ("refused", {"thinking": {"type": "enabled", "budget_tokens": 1024}}, None)],
+                     ("same", {"thinking": {"type": "enabled", "budget_tokens": 8}}, equal),
+                     ("refused", {"thinking": {"type": "enabled", "budget_tokens": 0}}, None)],
         "service_tier": [("same", {"service_tier": "auto"}, equal),
                          ("refused", {"service_tier": "priority"}, None)],
         "container": [("refused", {"container": "c_1"}, None)],

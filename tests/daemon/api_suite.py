@@ -666,6 +666,18 @@ def client_disconnects():
     check(metric("kvarenad_http_client_disconnects_total") >= 3, "disconnects counted")
 
 
+def server_threads():
+    """The spawned server's thread count (/proc/PID/status)."""
+    try:
+        with open(f"/proc/{SERVER.pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 @test()
 def thousand_connections():
     n = 1000
@@ -695,7 +707,11 @@ def thousand_connections():
             sel.register(s, selectors.EVENT_READ, [i, b""])
         left, end = n, time.time() + 240
         results = {}
+        threads = 0
         while left and time.time() < end:
+            if SERVER:
+                # no thread per connection: a few event loops hold them all
+                threads = max(threads, server_threads())
             for k, _ in sel.select(timeout=5):
                 try:
                     d = k.fileobj.recv(65536)
@@ -710,6 +726,7 @@ def thousand_connections():
                 results[k.data[0]] = k.data[1]
                 left -= 1
         check(left == 0, f"{left} of {n} connections unanswered")
+        check(not SERVER or threads < 32, f"the server ran {threads} threads for {n} requests")
         ok = sum(1 for raw in results.values() if status_of(raw) == 200)
         if ok != n:
             bad = [raw[:120] for raw in results.values() if status_of(raw) != 200]

@@ -21,7 +21,9 @@
  *                     runs (a mixed round is the client's)
  *   anything else     "You said: " + the message
  * After a tool result (the prompt ends with a tool turn) the reply is
- * "Tool said: " + the result. A prompt without chat turns (/v1/completions)
+ * "Tool said: " + the result. A prompt that ends with "</think>\n\n" (a
+ * reply continued past its think budget) gets the part of its reply
+ * after the reply's own "</think>\n\n". A prompt without chat turns (/v1/completions)
  * is taken as the message whole.
  *
  * A token is at most 3 bytes of the reply (never splitting a UTF-8
@@ -66,6 +68,12 @@ struct kvd {
 	unsigned long jobs, cancelled, deleted;
 	int server_tools;
 	struct chat_template *tmpl;	/* ChatML, as the test models' */
+	/* kvd_job_set_notify: the jobs watched, and the thread that calls
+	 * their notify when a scheduled token is due (under lock) */
+	struct kvd_job *watch;
+	pthread_t ticker;
+	pthread_cond_t tick;
+	int ticker_on, ticker_stop;
 };
 
 struct kvd_job {
@@ -98,6 +106,13 @@ struct kvd_job {
 	int tool_sent;
 	char *tool_args, *tool_out;
 	struct kvd_tool_run run;
+	/* kvd_job_set_notify's (d->lock): what the ticker reads */
+	void (*notify)(void *arg);
+	void *notify_arg;
+	int notified;			/* since the consumer last looked */
+	int w_ended;
+	struct timespec due_at;
+	struct kvd_job *w_next, **w_prev;
 };
 
 struct kvd *scripted_kvd_new(const char *model, uint32_t context)
@@ -114,6 +129,14 @@ struct kvd *scripted_kvd_new(const char *model, uint32_t context)
 		return NULL;
 	}
 	pthread_mutex_init(&d->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&d->tick, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	return d;
 }
 
@@ -132,6 +155,13 @@ int scripted_kvd_set_family(struct kvd *d, const char *family)
 
 void scripted_kvd_free(struct kvd *d)
 {
+	pthread_mutex_lock(&d->lock);
+	d->ticker_stop = 1;
+	pthread_cond_broadcast(&d->tick);
+	pthread_mutex_unlock(&d->lock);
+	if (d->ticker_on)
+		pthread_join(d->ticker, NULL);
+	pthread_cond_destroy(&d->tick);
 	for (unsigned i = 0; i < HISTORY; i++)
 		free(d->hist[i].text);
 	chat_template_free(d->tmpl);
@@ -193,6 +223,8 @@ static int last_turn(const char *p, size_t n, const char **role,
 	*len = e ? (size_t)(e - *text) : 0;
 	return 0;
 }
+
+#define THINK_END "</think>\n\n"
 
 static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 			struct kvd_error *err)
@@ -284,6 +316,18 @@ static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 			reply = NULL;
 	}
 	free(msg);
+	/* a reply continued after its think block was closed (the API's
+	 * think budget): the part of the scripted reply after its own */
+	if (reply && n >= sizeof(THINK_END) - 1 &&
+	    !memcmp(p + n - (sizeof(THINK_END) - 1), THINK_END, sizeof(THINK_END) - 1)) {
+		char *at = strstr(reply, THINK_END), *rest;
+
+		if (at) {
+			rest = strdup(at + sizeof(THINK_END) - 1);
+			free(reply);
+			reply = rest;
+		}
+	}
 	return reply;
 }
 
@@ -437,7 +481,92 @@ int kvd_job_next_any(struct kvd_job *const *jobs, unsigned n, struct kvd_event *
 	}
 }
 
+static int job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms);
+
+static int ts_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+/* The ticker: a watched job whose next token is due (or that was
+ * cancelled) gets its notify once, until its consumer looks again. */
+static void *ticker_main(void *arg)
+{
+	struct kvd *d = arg;
+
+	pthread_mutex_lock(&d->lock);
+	while (!d->ticker_stop) {
+		struct timespec now, next;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		next = now;
+		next.tv_nsec += 100 * 1000000L;
+		if (next.tv_nsec >= 1000000000L) {
+			next.tv_sec++;
+			next.tv_nsec -= 1000000000L;
+		}
+		for (struct kvd_job *j = d->watch; j; j = j->w_next) {
+			int cancelled = __atomic_load_n(&j->cancelled, __ATOMIC_RELAXED);
+
+			if (j->w_ended || j->notified || (j->hold && !cancelled))
+				continue;
+			if (cancelled || !ts_before(&now, &j->due_at)) {
+				j->notified = 1;
+				j->notify(j->notify_arg);
+			} else if (ts_before(&j->due_at, &next)) {
+				next = j->due_at;
+			}
+		}
+		pthread_cond_timedwait(&d->tick, &d->lock, &next);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return NULL;
+}
+
+void kvd_job_set_notify(struct kvd_job *j, void (*fn)(void *arg), void *arg)
+{
+	struct kvd *d = j->d;
+
+	pthread_mutex_lock(&d->lock);
+	if (fn && !d->ticker_on && !d->ticker_stop &&
+	    !pthread_create(&d->ticker, NULL, ticker_main, d))
+		d->ticker_on = 1;
+	if (fn && !j->w_prev) {
+		j->w_next = d->watch;
+		if (d->watch)
+			d->watch->w_prev = &j->w_next;
+		d->watch = j;
+		j->w_prev = &d->watch;
+	} else if (!fn && j->w_prev) {
+		*j->w_prev = j->w_next;
+		if (j->w_next)
+			j->w_next->w_prev = j->w_prev;
+		j->w_prev = NULL;
+	}
+	j->notify = fn;
+	j->notify_arg = arg;
+	j->notified = 0;
+	pthread_cond_broadcast(&d->tick);
+	pthread_mutex_unlock(&d->lock);
+}
+
 int kvd_job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
+{
+	int r = job_next(j, ev, timeout_ms);
+	struct kvd *d = j->d;
+
+	/* what the ticker needs to know, after every look */
+	pthread_mutex_lock(&d->lock);
+	j->w_ended = j->ended;
+	j->due_at = j->next_at;
+	j->notified = 0;
+	if (j->notify)
+		pthread_cond_broadcast(&d->tick);
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+static int job_next(struct kvd_job *j, struct kvd_event *ev, int timeout_ms)
 {
 	struct timespec deadline, wake;
 	size_t n;
@@ -558,6 +687,7 @@ void kvd_job_cancel(struct kvd_job *j)
 		__atomic_store_n(&j->cancelled, 1, __ATOMIC_RELAXED);
 		pthread_mutex_lock(&j->d->lock);
 		j->d->cancelled++;
+		pthread_cond_broadcast(&j->d->tick);	/* the ticker notifies */
 		pthread_mutex_unlock(&j->d->lock);
 	}
 	pthread_cond_broadcast(&j->cond);
@@ -568,6 +698,7 @@ void kvd_job_free(struct kvd_job *j)
 {
 	if (!j)
 		return;
+	kvd_job_set_notify(j, NULL, NULL);
 	free(j->tool_args);
 	free(j->tool_out);
 	pthread_mutex_destroy(&j->lock);

@@ -11,7 +11,8 @@ replaced, tenant budgets answer 429 with Retry-After, SIGHUP reloads keys,
 SIGTERM drains a stream in flight, copy hand-off counts its bytes (arena
 mode: 0), the CPU engine loaded as a plugin serves the same tokens, the
 daemon refuses to listen beyond loopback without keys, and server-side
-tools are offered to an allowed tenant only, byte-stably across turns; with
+tools are offered to an allowed tenant only, byte-stably across turns, 1000
+streams at once are held by a few threads in bounded memory; with
 the trained agent model (models/), the model calls a tool by itself, both
 client-side and server-side (run in the sandbox, result prefilled, the
 reply continued).
@@ -815,7 +816,141 @@ def test_server_tools():
           f"an unknown [mcp.x] key: refused at startup ({p.stderr.strip()})")
 
 
+def proc_status(pid):
+    """Threads and RssAnon (bytes) of a process, from /proc/PID/status."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k == "Threads":
+                out["threads"] = int(v)
+            elif k == "RssAnon":
+                out["anon"] = int(v.split()[0]) * 1024
+    return out
+
+
+def dechunk(body):
+    """A chunked HTTP body's bytes (None when it is cut)."""
+    out, i = b"", 0
+    while True:
+        j = body.find(b"\r\n", i)
+        if j < 0:
+            return None
+        size = int(body[i:j].split(b";")[0], 16)
+        if size == 0:
+            return out
+        out += body[j + 2:j + 2 + size]
+        i = j + 2 + size + 2
+
+
+def test_thousand_streams():
+    """1000 conversations streaming at once from one kvarenad (issue 39.6):
+    the HTTP server holds them with a few event-loop threads (no thread per
+    connection), every reply is the greedy reply of its prompt, and the
+    daemon's own memory per conversation in flight (anonymous: the arena is
+    a memfd) stays under 256 KiB. Every request is sent but its body's last
+    byte, then the last bytes all at once: the 1000 arrive together and
+    wait their turn in the scheduler's queue, streams open."""
+    import resource
+    import selectors
+    n, variants, max_tokens = int(os.environ.get("KVD_TEST_STREAMS", "1000")), 8, 16
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 1024), hard))
+    d = Daemon(tenants=False, extra_conf=(
+        f"[server]\nmax_connections = {n + 64}\nmax_connections_per_ip = 0\n"
+        f"[limits]\nmax_queue = {2 * n}\nmax_sessions = {4 * n}\n"))
+    socks = []
+    try:
+        want = []
+        for v in range(variants):
+            st, r, _ = d.chat([{"role": "user", "content": f"conversation {v} of many"}],
+                              key=None, max_tokens=max_tokens)
+            want.append(r["choices"][0]["message"]["content"] if st == 200 else None)
+        check(all(w is not None for w in want), "the references answered")
+        base = proc_status(d.p.pid)
+        sel = selectors.DefaultSelector()
+        for i in range(n):
+            body = json.dumps({"model": "test", "stream": True, "temperature": 0,
+                               "max_tokens": max_tokens, "messages": [
+                                   {"role": "user",
+                                    "content": f"conversation {i % variants} of many"}]}).encode()
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=60)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                      b"Content-Type: application/json\r\nConnection: close\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body[:-1])
+            socks.append(s)
+        for i, s in enumerate(socks):
+            s.sendall(b"}")
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ, [i, b""])
+        # in flight: answered (headers, a first chunk) and not yet ended
+        raw, started, threads, inflight, anon_inflight = {}, set(), 0, 0, 0
+        t0 = time.time()
+        end = t0 + 300
+        while len(raw) < n and time.time() < end:
+            for k, _ in sel.select(timeout=1):
+                try:
+                    got = k.fileobj.recv(65536)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except ConnectionResetError:
+                    got = b""
+                if got:
+                    k.data[1] += got
+                    started.add(k.data[0])
+                    continue
+                sel.unregister(k.fileobj)
+                raw[k.data[0]] = k.data[1]
+            st = proc_status(d.p.pid)
+            threads = max(threads, st["threads"])
+            if len(started) - len(raw) > inflight:
+                inflight, anon_inflight = len(started) - len(raw), st["anon"]
+        t_all = time.time() - t0
+        check(len(raw) == n, f"{len(raw)} of {n} streams ended")
+        ok = 0
+        for i, r in raw.items():
+            head, _, body = r.partition(b"\r\n\r\n")
+            text = None
+            if head.startswith(b"HTTP/1.1 200"):
+                data = dechunk(body) if b"chunked" in head.lower() else body
+                text, done = "", False
+                for line in (data or b"").decode(errors="replace").splitlines():
+                    if line == "data: [DONE]":
+                        done = True
+                    elif line.startswith("data: "):
+                        for c in json.loads(line[6:])["choices"]:
+                            text += c["delta"].get("content") or ""
+                text = text if done else None
+            ok += text == want[i % variants]
+        check(ok == n, f"{ok} of {n} streamed replies are their prompt's greedy reply")
+        # the conversations stay (their sessions kept for a next turn): idle
+        after = proc_status(d.p.pid)
+        per_flight = (anon_inflight - base["anon"]) / max(1, inflight)
+        per_idle = (after["anon"] - base["anon"]) / n
+        print(f"     {n} streams in {t_all:.0f} s: threads {base['threads']} before, "
+              f"{threads} at most; anonymous memory {base['anon'] >> 10} KiB before, "
+              f"{anon_inflight >> 10} KiB with {inflight} streams in flight "
+              f"({per_flight / 1024:.1f} KiB each), {after['anon'] >> 10} KiB with the "
+              f"{n} conversations idle ({per_idle / 1024:.1f} KiB each)")
+        check(threads < 32, f"{threads} threads at most with {n} streams open "
+              "(no thread per connection)")
+        check(inflight >= n // 2, f"{inflight} of {n} streams in flight at once")
+        check(per_flight <= 256 * 1024 and per_idle <= 256 * 1024,
+              f"daemon memory besides KV: {per_flight / 1024:.1f} KiB per stream in flight, "
+              f"{per_idle / 1024:.1f} KiB per idle conversation (<= 256 KiB)")
+        check(d.metric("kvarenad_http_connections_parked") == 0, "no connection left parked")
+    finally:
+        for s in socks:
+            s.close()
+        d.stop()
+
+
 def main():
+    if os.environ.get("KVD_TEST_ONLY") == "streams":	# the one test, alone
+        test_thousand_streams()
+        print(f"{passed} passed, {failed} failed")
+        return 1 if failed else 0
     test_server_tools()
     test_tenant_identity()
     d = Daemon()
@@ -832,6 +967,7 @@ def main():
         test_drain(d)
     finally:
         d.stop()
+    test_thousand_streams()
     # copy hand-off counts its bytes
     d = Daemon("--kv-handoff", "copy")
     try:

@@ -1685,6 +1685,104 @@ static void free_built_once(void)
 	      MNAME, n[0], n[1]);
 }
 
+/*
+ * No endless whitespace in a tool call: at every place of a call's text
+ * outside its JSON strings (the frame, between the arguments' tokens,
+ * after the call), KVC_DEFAULT_WS + 1 whitespace bytes more are refused,
+ * for schemas with properties, free-form arguments and none, forced and
+ * lazy, in every family's syntax: a model cannot loop on spaces
+ * until max_tokens. Strings are the model's text (spaces there are
+ * content, as in llama.cpp's JSON grammars).
+ */
+static void ws_everywhere(void)
+{
+	/* the families' syntaxes (daemon/chat: llama3, mistral v3, v11) */
+	static const struct kvc_call_syntax llama3 = {
+		.args_key = "parameters", .trigger = "{", .anchored = 1,
+	};
+	static const struct kvc_call_syntax mistral_v3 = {
+		.list_open = "[TOOL_CALLS][", .list_sep = ",", .list_close = "]", .id = 1,
+		.trigger = "[TOOL_CALLS]",
+	};
+	static const struct kvc_call_syntax mistral_v11 = {
+		.list_sep = "", .call_open = "[TOOL_CALLS]", .name_args = 1, .args_mark = "[ARGS]",
+	};
+#define WS_TYPED "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"," \
+	"\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"array\",\"items\":{\"type\":" \
+	"\"integer\"}},\"c\":{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"boolean\"}}}}}}}]"
+#define WS_FREE "[{\"type\":\"function\",\"function\":{\"name\":\"g\",\"parameters\":{\"type\":\"object\"}}}]"
+	static const struct {
+		const char *tools, *text, *trigger;
+		const struct kvc_call_syntax *y;
+		unsigned max_calls;
+	} cases[] = {
+		{ WS_TYPED, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"x y\", \"b\": [1, 2], \"c\": {\"d\": true}}}\n</tool_call>",
+		  "<tool_call>", NULL, 0 },
+		{ WS_FREE, "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"k\": [null, {\"z\": -1.5e3}], \"s\": \"a b\"}}\n</tool_call>"
+		  "\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>", "<tool_call>", NULL, 0 },
+		{ "[{\"type\":\"function\",\"function\":{\"name\":\"h\"}}]",
+		  "<tool_call>\n{\"name\": \"h\", \"arguments\": {}}\n</tool_call>", "<tool_call>", NULL, 0 },
+		{ WS_FREE, "{\"name\": \"g\", \"parameters\": {\"k\": [1, {\"z\": false}]}}", "{", &llama3, 1 },
+		{ WS_FREE, "[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {\"k\": 1}, \"id\": \"abcDEF123\"}, "
+		  "{\"name\": \"g\", \"arguments\": {}, \"id\": \"abcDEF124\"}]", "[TOOL_CALLS]", &mistral_v3, 0 },
+		{ WS_FREE, "[TOOL_CALLS]g[ARGS]{\"k\": [1, {\"z\": false}], \"s\": \"a b\"}[TOOL_CALLS]g[ARGS]{}",
+		  "[TOOL_CALLS]", &mistral_v11, 0 },
+	};
+#undef WS_TYPED
+#undef WS_FREE
+	char spaces[KVC_DEFAULT_WS + 2];
+	int bad = 0, good = 1;
+
+	memset(spaces, ' ', KVC_DEFAULT_WS + 1);
+	spaces[KVC_DEFAULT_WS + 1] = '\0';
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		for (unsigned lazy = 0; lazy <= 1; lazy++) {
+			struct kvc_spec sp = { .kind = KVC_TOOL_CALLS, .json = cases[c].tools,
+					       .json_len = strlen(cases[c].tools), .syntax = cases[c].y,
+					       .max_calls = cases[c].max_calls };
+			struct kvc_grammar *g = NULL;
+			const char *t = cases[c].text;
+			size_t len = strlen(t);
+			char err[256], buf[512];
+			int in_str = 0, esc = 0;
+
+			if (kvc_compile(V, &sp, &g, err, sizeof(err))) {
+				CHECK(0, "%s: ws case %zu compiles: %s", MNAME, c, err);
+				continue;
+			}
+			good &= accepts_bytes(g, t, lazy ? KVC_LAZY : 0);
+			for (size_t i = 0; i <= len; i++) {
+				/* the string state after t[0..i) */
+				if (i > 0) {
+					char ch = t[i - 1];
+
+					if (in_str && esc)
+						esc = 0;
+					else if (in_str && ch == '\\')
+						esc = 1;
+					else if (ch == '"')
+						in_str = !in_str;
+				}
+				if (in_str)
+					continue;
+				snprintf(buf, sizeof(buf), "%.*s%s%s", (int)i, t, spaces, t + i);
+				/* lazy: free text until the trigger is complete */
+				if (lazy && i < strlen(cases[c].trigger))
+					continue;
+				if (accepts_bytes(g, buf, lazy ? KVC_LAZY : 0)) {
+					if (bad < 8)
+						fprintf(stderr, "ws case %zu lazy %u: %zu spaces accepted at %zu: '%s'\n",
+							c, lazy, sizeof(spaces) - 1, i, buf);
+					bad++;
+				}
+			}
+			kvc_grammar_release(g);
+		}
+	}
+	CHECK(good && !bad, "%s: tool calls: %d whitespace bytes refused at every place outside strings (%d places accepted them)",
+	      MNAME, KVC_DEFAULT_WS + 1, bad);
+}
+
 int main(int argc, char **argv)
 {
 	int a;
@@ -1719,6 +1817,7 @@ int main(int argc, char **argv)
 		lazy_mask_bytes();
 		lazy_token_past_tag();
 		tool_calls();
+		ws_everywhere();
 		budget_edge();
 		finished();
 		grammar_stats();

@@ -48,9 +48,10 @@ TURNS = int(os.environ.get("SERVE_BENCH_TURNS", "4"))
 OUT = int(os.environ.get("SERVE_BENCH_OUT", "32"))
 # tokens of KV per conversation, both servers: a whole conversation must
 # fit llama-server's slot (its -c is split among -np slots; the system
-# prompt alone is about 1000 tokens of this model's vocabulary, and 4
-# turns of 32 tokens with their tool results about 1300)
-CTX_PER_CONV = int(os.environ.get("SERVE_BENCH_CTX", "1536"))
+# prompt alone is about 1000 tokens of this model's vocabulary, and the
+# fourth turn's prompt about 1700 with the replies and tool results: the
+# model's whole 2048-token context, or llama-server refuses turn 3 or 4)
+CTX_PER_CONV = int(os.environ.get("SERVE_BENCH_CTX", "2048"))
 # the resumed history: about 2k tokens, inside the model's 2048 with the
 # reply, the tool result and the next reply
 HIST_TOKENS = 1800
