@@ -611,8 +611,27 @@ def test_reasoning():
             want = ("Hello there.", "Let me see.") if q3 else (THINK + "Hello there.", None)
             check((m.get("content"), m.get("reasoning_content")) == want,
                   f"{fam}: chat: content and reasoning_content {want} (got {m})")
+            rt = r["usage"].get("completion_tokens_details", {}).get("reasoning_tokens")
+            check((rt is not None and rt > 0) if q3 else rt is None,
+                  f"{fam}: chat: usage.completion_tokens_details.reasoning_tokens {rt}")
+            # an earlier turn's reasoning: qwen3's template drops it once a
+            # user message follows (the prompt is as long as without it)
+            hist = [{"role": "user", "content": "say a"},
+                    {"role": "assistant", "content": "Hi.", "reasoning_content": "Long thoughts."},
+                    {"role": "user", "content": "say b"}]
+            st, r1, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": hist})
+            hist[1].pop("reasoning_content")
+            st2, r2, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": hist})
+            check(st == st2 == 200 and
+                  r1["usage"]["prompt_tokens"] == r2["usage"]["prompt_tokens"],
+                  f"{fam}: an earlier turn's reasoning_content is not written back after a later "
+                  f"user message ({r1['usage']['prompt_tokens']} vs {r2['usage']['prompt_tokens']} bytes)")
             st, ev = s.events("/v1/chat/completions", {"model": MODEL, "messages": user(say),
-                                                      "stream": True})
+                                                      "stream": True,
+                                                      "stream_options": {"include_usage": True}})
+            us = [e[1]["usage"] for e in ev if e[1] != "[DONE]" and e[1].get("usage")]
+            check(len(us) == 1 and (us[0].get("completion_tokens_details", {}).get("reasoning_tokens", 0) > 0) == q3,
+                  f"{fam}: chat stream: the usage chunk's reasoning_tokens ({us})")
             ds = [e[1]["choices"][0]["delta"] for e in ev if e[1] != "[DONE]" and e[1]["choices"]]
             rc = "".join(d.get("reasoning_content", "") for d in ds)
             ct = "".join(d.get("content") or "" for d in ds)
