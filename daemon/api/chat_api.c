@@ -78,12 +78,23 @@ static void on_choice_done(struct gen *g, struct gen_choice *c)
 	gen_sse_data(g, resp_chunk_finish(rc_of(g, c), gen_finish_reason(c), c->session_id));
 }
 
+/* The think blocks' tokens over the choices. */
+static uint32_t reasoning_tokens(const struct gen *g)
+{
+	uint32_t n = 0;
+
+	for (unsigned i = 0; i < g->n; i++)
+		n += g->ch[i].reasoning_tokens;
+	return n;
+}
+
 static void on_done(struct gen *g)
 {
 	struct chat_fe *f = g->fe;
 
 	if (f->include_usage) {
 		f->rc.usage = g->usage;
+		f->rc.reasoning_tokens = reasoning_tokens(g);
 		gen_sse_data(g, resp_chunk_usage(rc_of(g, NULL), &g->usage,
 						 g->ch[0].session_id));
 	}
@@ -118,6 +129,7 @@ static char *body(struct gen *g)
 		}
 	}
 	set_timings(g, &g->ch[0]);
+	((struct chat_fe *)g->fe)->rc.reasoning_tokens = reasoning_tokens(g);
 	ext = resp_ext(rc_of(g, NULL), g->ch[0].session_id);
 	if (g->n > 1) {
 		sessions = json_array();

@@ -63,6 +63,10 @@ struct chat_request {
 	 * generated (llama.cpp's reasoning_format "none"); else it comes
 	 * apart: reasoning_content, a reasoning item, thinking blocks */
 	int reasoning_inline;
+	/* the most tokens the think block may take (Anthropic's
+	 * thinking.budget_tokens); then it is closed and the reply goes on
+	 * (gen.c); 0: no budget */
+	uint32_t think_budget;
 };
 
 /* What every front end's parser shares (chat_request.c): the body

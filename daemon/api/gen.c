@@ -121,6 +121,8 @@ void gen_unref(struct gen *g)
 	}
 	chat_request_free(&g->cr);
 	chat_prompt_free(&g->prompt);
+	free(g->c_json);
+	free(g->markup);
 	sb_free(&g->out);
 	free(g);
 }
@@ -421,6 +423,77 @@ static void choice_done(struct gen *g, struct gen_choice *c)
 	}
 }
 
+static void request_base(struct gen *g, struct kvd_request *kr);
+static int submit_one(struct gen *g, struct kvd_request *kr, struct kvd_job **job,
+		      struct api_error *e);
+
+/*
+ * The think budget was spent (budget_cut 1) and the first job ended
+ * (ev): the block is closed as the template closes it and a second job
+ * continues from the prompt, the reasoning and "\n</think>\n\n", with
+ * the tokens left; the prefix cache has the first job's KV. 1 when the
+ * continuation runs (its events come as this choice's), 0 when the reply
+ * ends with ev (no tokens left, or it could not be submitted).
+ */
+static int budget_continue(struct gen *g, struct gen_choice *c, const struct kvd_event *ev)
+{
+	static const char close_tag[] = "\n</think>\n\n";
+	struct chat_prompt p = { 0 };
+	struct kvd_request kr;
+	struct kvd_span *m;
+	struct kvd_job *job = NULL;
+	struct api_error e;
+	uint32_t used = ev->usage.completion_tokens;
+	size_t nm, at;
+	int rc;
+
+	if (g->cr.s.max_tokens && used >= g->cr.s.max_tokens)
+		return 0;
+	if (tc_stream_feed(&c->ts, close_tag, sizeof(close_tag) - 1))
+		return 0;
+	sb_add(&c->raw, close_tag, sizeof(close_tag) - 1);
+	/* the prompt's markup, then "<think>" and the close as markup; the
+	 * reasoning between them is the model's text (plain) */
+	chat_markup_n(&p, g->prompt.text.s, g->prompt.text.len);
+	at = p.text.len;
+	chat_markup_n(&p, c->raw.s, 7);
+	chat_plain(&p, c->raw.s + 7, c->raw.len - 7 - (sizeof(close_tag) - 1));
+	chat_markup_n(&p, close_tag, sizeof(close_tag) - 1);
+	m = p.oom || c->raw.oom ? NULL : malloc((g->n_markup + 2) * sizeof(*m));
+	if (!m) {
+		chat_prompt_free(&p);
+		return 0;
+	}
+	memcpy(m, g->markup, g->n_markup * sizeof(*m));
+	nm = g->n_markup;
+	m[nm++] = (struct kvd_span){ at, 7 };
+	m[nm++] = (struct kvd_span){ p.text.len - (sizeof(close_tag) - 1), sizeof(close_tag) - 1 };
+	request_base(g, &kr);
+	kr.prompt = p.text.s;
+	kr.prompt_len = p.text.len;
+	kr.markup = m;
+	kr.n_markup = nm;
+	if (kr.s.max_tokens)
+		kr.s.max_tokens -= used;
+	rc = submit_one(g, &kr, &job, &e);
+	free(m);
+	chat_prompt_free(&p);
+	if (rc) {
+		kvd_log(KVD_LOG_WARN, "api", "%s: the reply past its think budget not continued: %s",
+			g->id, e.message);
+		return 0;
+	}
+	if (g->notify_fn)
+		kvd_job_set_notify(job, g->notify_fn, g->notify_arg);
+	c->usage0 = ev->usage;
+	c->ttft0 = ev->ttft_ms;
+	c->total0 = ev->total_ms;
+	kvd_job_free(c->job);
+	c->job = job;
+	c->budget_cut = 2;
+	return 1;
+}
+
 /* Consume one event of choice c; for streams, the front end writes its
  * frames. */
 static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_event *ev)
@@ -431,8 +504,8 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 	switch (ev->type) {
 	case KVD_EV_TOKEN:
 		c->tokens++;
-		if (c->cancelled)
-			return;	/* past the one call we return */
+		if (c->cancelled || c->budget_cut == 1)
+			return;	/* past the one call we return, or the budget */
 		sb_add(&c->raw, ev->text, ev->text_len);
 		if (g->want_logprobs) {
 			lp = json_array();
@@ -454,6 +527,13 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 			if (g->split_reasoning && (before == 1 || c->ts.think_state == 1 ||
 			    (before == 0 && c->ts.think_state == 3)))
 				c->reasoning_tokens++;
+			/* the budget spent with the block still open: this job
+			 * ends here, a continuation closes the block */
+			if (g->cr.think_budget && !c->budget_cut && c->ts.think_state == 1 &&
+			    c->reasoning_tokens >= g->cr.think_budget) {
+				c->budget_cut = 1;
+				kvd_job_cancel(c->job);
+			}
 		} else {
 			choice_emit(c, TC_CONTENT, ev->text, ev->text_len, NULL);
 		}
@@ -484,6 +564,24 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 		return;
 	}
 	case KVD_EV_DONE:
+		if (c->budget_cut == 1 && !g->client_gone) {
+			if (budget_continue(g, c, ev))
+				return;
+			/* nothing left to continue with: the reply ends here */
+		}
+		if (c->budget_cut == 2) {
+			/* one reply: the first job's prompt, both jobs' output */
+			struct kvd_event e = *ev;
+
+			e.usage.prompt_tokens = c->usage0.prompt_tokens;
+			e.usage.cached_tokens = c->usage0.cached_tokens;
+			e.usage.completion_tokens += c->usage0.completion_tokens;
+			e.ttft_ms = c->ttft0;
+			e.total_ms += c->total0;
+			c->budget_cut = 3;
+			choice_event(g, c, &e);
+			return;
+		}
 		if ((g->parse_tools || g->split_reasoning) &&
 		    (tc_stream_finish(&c->ts) || held_release(c))) {
 			gen_oom(g);
@@ -765,6 +863,34 @@ struct kvd_span *gen_prompt_markup(const struct chat_prompt *p, size_t *n)
 	return m;
 }
 
+/* A continuation's request: this one's settings (the constraint as it
+ * was accepted), the prompt and markup left to the caller. */
+static void request_base(struct gen *g, struct kvd_request *kr)
+{
+	struct chat_request *cr = &g->cr;
+
+	memset(kr, 0, sizeof(*kr));
+	kr->model = cr->model;
+	kr->session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
+	kr->tenant = g->tenant;
+	kr->request_id = g->id;
+	kr->s = cr->s;
+	kr->server_tools = g->stools;
+	kr->c = g->kc;
+}
+
+static int submit_one(struct gen *g, struct kvd_request *kr, struct kvd_job **job,
+		      struct api_error *e)
+{
+	struct kvd_error ke;
+
+	memset(&ke, 0, sizeof(ke));
+	if (!kvd_job_submit(g->a->d, kr, job, &ke))
+		return 0;
+	api_error_from_kvd(e, &ke);
+	return -1;
+}
+
 int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 {
 	struct kvd_api *a = g->a;
@@ -831,13 +957,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 	if (!g->raw_prompt) {
 		/* special tokens only in the template's markup: client text
 		 * never becomes a marker (daemon/chat, "Plain text") */
-		size_t nm;
-
-		markup = gen_prompt_markup(&g->prompt, &nm);
+		markup = gen_prompt_markup(&g->prompt, &g->n_markup);
 		if (!markup)
 			goto nomem;
 		kr.markup = markup;
-		kr.n_markup = nm;
+		kr.n_markup = g->n_markup;
 	}
 	kr.session_key = cr->prompt_cache_key ? cr->prompt_cache_key : cr->user;
 	kr.tenant = tenant;
@@ -881,8 +1005,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		g->ch[i].job = job;
 	}
 	g->calls_bounded = kr.c.kind == KVD_CONSTRAIN_TOOLS && kr.c.max_calls == 1;
-	free(c_json);	/* the orchestrator keeps its own copy */
-	free(markup);
+	/* the orchestrator keeps its own copies; these stay for a
+	 * continuation past the think budget (budget_continue) */
+	g->kc = kr.c;
+	g->c_json = c_json;
+	g->markup = markup;
 	if (rc) {
 		/* none of it: what was submitted goes */
 		for (unsigned k = 0; k < i; k++) {

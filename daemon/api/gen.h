@@ -94,6 +94,12 @@ struct gen_choice {
 	double ttft_ms, total_ms;
 	uint32_t tokens;		/* TOKEN events seen */
 	uint32_t reasoning_tokens;	/* ... of them inside the think block */
+	/* the think budget: 1 the job was cancelled at it, 2 a continuation
+	 * (the prompt, the reasoning, the think block closed) runs; what the
+	 * first job counted */
+	int budget_cut;
+	struct kvd_usage usage0;
+	double ttft0, total0;
 	void *fe;			/* the front end's */
 };
 
@@ -118,6 +124,15 @@ struct gen {
 	struct chat_request cr;
 	struct chat_prompt prompt;
 	int raw_prompt;			/* prompt.text given as is (/v1/completions) */
+	/* the HTTP layer's notification of the jobs (park.c), given to a
+	 * job submitted later too */
+	void (*notify_fn)(void *arg);
+	void *notify_arg;
+	/* what a continuation past the think budget is submitted with */
+	struct kvd_constraint kc;
+	char *c_json;
+	size_t n_markup;
+	struct kvd_span *markup;
 	char id[48];
 	char model[257];
 	int64_t created;

@@ -908,7 +908,7 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 
 		/* adaptive: the model decides whether to think (a family
 		 * that does, qwen3, gives thinking blocks); enabled: it may
-		 * think, within budget_tokens; disabled: it does not */
+		 * think, budget_tokens at most; disabled: it does not */
 		if (!t || (strcmp(t, "disabled") && strcmp(t, "adaptive") && strcmp(t, "enabled")))
 			return refuse(&p, "thinking", "Invalid 'thinking': %s: enabled, adaptive or disabled.",
 				      t ? t : "not an object with a type");
@@ -921,20 +921,13 @@ static int parse(struct gen *g, const struct req *q, int count_only, struct api_
 		if (!strcmp(t, "disabled"))
 			r->thinking = CHAT_THINK_OFF;
 		if (!strcmp(t, "enabled")) {
-			/* the reasoning cannot be cut short here (no forced end
-			 * of the think block): a budget is honoured only where
-			 * max_tokens already bounds it */
-			if (!json_is_integer(bt) || json_integer_value(bt) < 1)
+			/* the think block is closed once it has taken
+			 * budget_tokens, and the reply goes on (gen.c) */
+			if (!json_is_integer(bt) || json_integer_value(bt) < 1 ||
+			    json_integer_value(bt) > UINT32_MAX)
 				return refuse(&p, "thinking.budget_tokens", "Invalid 'thinking.budget_tokens': %s (a positive integer is required with type enabled).",
 					      bt ? "not a positive integer" : "missing");
-			if ((uint64_t)json_integer_value(bt) < r->s.max_tokens) {
-				char why[200];
-
-				snprintf(why, sizeof(why), "%lld is below max_tokens (%u)",
-					 (long long)json_integer_value(bt), r->s.max_tokens);
-				return refuse(&p, "thinking.budget_tokens", "Unsupported 'thinking.budget_tokens': %s: this server bounds the reasoning by max_tokens only (give budget_tokens >= max_tokens, or thinking adaptive).",
-					      why);
-			}
+			r->think_budget = (uint32_t)json_integer_value(bt);
 			r->thinking = CHAT_THINK_ON;
 		}
 	}

@@ -80,6 +80,10 @@ int park_sleep(struct park *p, uint64_t deadline_ns)
 
 static void set_notify(struct gen *g, void (*fn)(void *), void *arg)
 {
+	/* for the jobs a gen submits later (a reply continued past its
+	 * think budget) */
+	g->notify_fn = fn;
+	g->notify_arg = arg;
 	for (unsigned i = 0; i < g->n; i++)
 		if (g->ch[i].job)
 			kvd_job_set_notify(g->ch[i].job, fn, arg);

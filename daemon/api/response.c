@@ -63,14 +63,25 @@ json_t *resp_logprob(const struct kvd_event *ev)
 	return o;
 }
 
-static json_t *usage_json(const struct kvd_usage *u)
+static json_t *usage_json(const struct resp_ctx *c, const struct kvd_usage *u)
 {
-	return json_pack("{s:I, s:I, s:I, s:{s:I}}",
-			 "prompt_tokens", (json_int_t)u->prompt_tokens,
-			 "completion_tokens", (json_int_t)u->completion_tokens,
-			 "total_tokens", (json_int_t)u->prompt_tokens + u->completion_tokens,
-			 "prompt_tokens_details",
-			 "cached_tokens", (json_int_t)u->cached_tokens);
+	json_t *o = json_pack("{s:I, s:I, s:I, s:{s:I}}",
+			      "prompt_tokens", (json_int_t)u->prompt_tokens,
+			      "completion_tokens", (json_int_t)u->completion_tokens,
+			      "total_tokens", (json_int_t)u->prompt_tokens + u->completion_tokens,
+			      "prompt_tokens_details",
+			      "cached_tokens", (json_int_t)u->cached_tokens);
+
+	/* a thinking family's: how many of the completion tokens were its
+	 * think block (OpenAI's field) */
+	if (o && c->reasoning_tokens &&
+	    json_object_set_new(o, "completion_tokens_details",
+				json_pack("{s:I}", "reasoning_tokens",
+					  (json_int_t)c->reasoning_tokens))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 static json_t *call_json(const struct tc_call *c, size_t index, int with_index)
@@ -228,7 +239,7 @@ char *resp_completion_choices(const struct resp_ctx *c, json_t *choices,
 	json_t *o = base(c, "chat.completion");
 
 	if (!o || !choices || !ext || json_object_set_new(o, "choices", choices) ||
-	    json_object_set_new(o, "usage", usage_json(u)) ||
+	    json_object_set_new(o, "usage", usage_json(c, u)) ||
 	    json_object_set_new(o, "kvarena", ext)) {
 		if (!o) {
 			json_decref(choices);
@@ -334,7 +345,7 @@ char *resp_chunk_usage(const struct resp_ctx *c, const struct kvd_usage *u,
 	json_t *o = base(c, "chat.completion.chunk");
 
 	if (!o || json_object_set_new(o, "choices", json_array()) ||
-	    json_object_set_new(o, "usage", usage_json(u)) ||
+	    json_object_set_new(o, "usage", usage_json(c, u)) ||
 	    json_object_set_new(o, "kvarena", ext_of(c, session_id))) {
 		json_decref(o);
 		return NULL;

@@ -27,6 +27,8 @@ struct resp_ctx {
 	int has_timings;
 	double ttft_ms, total_ms;
 	struct kvd_usage usage;
+	/* usage.completion_tokens_details.reasoning_tokens (0: absent) */
+	uint32_t reasoning_tokens;
 };
 
 /* llama.cpp's server's "timings" object from the orchestrator's figures:

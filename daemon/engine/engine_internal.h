@@ -99,6 +99,47 @@ static inline size_t kve_mat_bstep(const struct kve_mat *w)
 }
 
 /*
+ * Q4_0 packed for the AVX-512 sets' product (panel == KVE_PANEL_Q4X16,
+ * only when the selected set asks for it: kve_mat_pack_for): 16 rows per
+ * panel, and per block b of the panel 288 bytes, the 16 rows' fp16
+ * scales (32 bytes, row i at 2i) then four 64-byte groups, group k
+ * holding bytes 4k..4k+3 of each row's 16 nibble bytes (row i at 4i).
+ * One 512-bit load of a group is then 16 rows by 4 quants (low nibbles:
+ * values 4k..4k+3; high: 16+4k..16+4k+3), so one vpdpbusd against a
+ * token's 4 activations broadcast sums 16 rows at once and a block's sum
+ * ends whole in one lane per row: one float step per 16 (row, token)
+ * pairs instead of one per pair. kve_mat_blk does not serve this
+ * layout; kve_mat_blk_get does (a copy of the block in GGUF's layout).
+ */
+#define KVE_PANEL_Q4X16	16
+#define KVE_Q4X16_BLK	(KVE_PANEL_Q4X16 * 18)	/* bytes per block of a panel */
+
+/* Q4_0 x16: block b of the panel holding row r */
+static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
+{
+	return w->data + (size_t)(r - r % KVE_PANEL_Q4X16) * w->row_bytes +
+	       (size_t)b * KVE_Q4X16_BLK;
+}
+
+/* block b of row r in GGUF's layout, for the 4- to 6-bit types in any
+ * layout: a pointer into the matrix, or (Q4_0 x16) buf filled with the
+ * block's bytes (buf: ggml_blck_bytes(type) bytes) */
+static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r, uint32_t b,
+					     uint8_t *buf)
+{
+	const uint8_t *p;
+	uint32_t i = r % KVE_PANEL_Q4X16, k;
+
+	if (w->panel != KVE_PANEL_Q4X16)
+		return kve_mat_blk(w, r, b);
+	p = kve_q4x16_blk(w, r, b);
+	memcpy(buf, p + 2 * i, 2);
+	for (k = 0; k < 4; k++)
+		memcpy(buf + 2 + 4 * k, p + 32 + 64 * k + 4 * i, 4);
+	return buf;
+}
+
+/*
  * Packs a row-major matrix into panels in place (its memory must be
  * writable). 0 when packed, 1 when the shape does not allow it (rows must
  * be a multiple of 4, F32/F16/BF16 cols a multiple of 8) and the matrix
@@ -106,6 +147,13 @@ static inline size_t kve_mat_bstep(const struct kve_mat *w)
  * pack.c.
  */
 int kve_mat_pack(struct kve_mat *w);
+/*
+ * The same for the set k that will run the matrix: Q4_0 with rows a
+ * multiple of 16 goes in KVE_PANEL_Q4X16 panels when k->q4_0_x16 says
+ * its mm_q32 takes them; everything else as kve_mat_pack. pack.c.
+ */
+struct kve_kernels;
+int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k);
 
 struct kve_layer {
 	const float *attn_norm, *ffn_norm;
@@ -201,6 +249,11 @@ struct kve_kernels {
 			    int f16, int n, int hd);
 	/* out = x / sqrt(mean(x^2) + eps) * w */
 	void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
+	/* 1: mm_q32 takes Q4_0 in KVE_PANEL_Q4X16 panels (and loaded models
+	 * pack Q4_0 so); its results there are its own (the whole-block
+	 * order above), not those of the 4-row panels. Every set's mm_q32
+	 * serves that layout. */
+	int q4_0_x16;
 };
 
 /* query heads one attention call takes (a GQA group larger than this is

@@ -6,6 +6,7 @@
  * two 32-value blocks per 512-bit vector.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 
@@ -461,4 +462,5 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.softmax_exp = kve_softmax_exp_avx2,
 	.attn_values = attn_values,
 	.rmsnorm = kve_rmsnorm_avx2,
+	.q4_0_x16 = 1,
 };

@@ -19,6 +19,7 @@
  * so the results equal that set's bit for bit.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 

@@ -107,14 +107,15 @@ void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 {
 	int nb = (int)w->cols / 32, r, t, b, j;
 	int off = w->type == GGML_Q4_0 ? 8 : w->type == GGML_Q5_0 ? 16 : 0;
-	uint8_t q[32];
+	uint8_t q[32], buf[32];
 	float d, m;
 
 	for (r = r0; r < r1; r++) {
 		for (t = 0; t < T; t++)
 			y[(size_t)t * ldy + r] = 0;
 		for (b = 0; b < nb; b++) {
-			kve_q32_ints(w->type, kve_mat_blk(w, (uint32_t)r, (uint32_t)b), q, &d, &m);
+			kve_q32_ints(w->type, kve_mat_blk_get(w, (uint32_t)r, (uint32_t)b, buf),
+				     q, &d, &m);
 			for (t = 0; t < T; t++) {
 				const struct kve_q8x *x = xq + (size_t)t * nb + b;
 				int32_t isum = 0;

@@ -191,6 +191,10 @@ KVE_INLINE void rows_q32(const struct kve_mat *w, const struct kve_q8x *xq, int 
 KQ_LINKAGE void KQ_MM_Q32(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
 			  int ldy, int r0, int r1)
 {
+	if (w->panel == KVE_PANEL_Q4X16) {	/* the AVX-512 sets' layout: served, not fast */
+		kve_mm_q32_c(w, xq, T, y, ldy, r0, r1);
+		return;
+	}
 	switch (w->type) {
 	case GGML_Q4_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_0); break;
 	case GGML_Q4_1: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_1); break;

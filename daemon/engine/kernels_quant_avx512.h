@@ -28,6 +28,11 @@
 #error "define KQ_VNNI, KQ_MM_Q32, KQ_MM_QK and KQ_LINKAGE before including kernels_quant_avx512.h"
 #endif
 
+/* tokens per Q4_0 x16 tile (a tail takes 2, then 1) */
+#ifndef KQ_X16_C
+#define KQ_X16_C	4
+#endif
+
 /* acc lane i += sum of u[4i + k] * s[4i + k], k < 4 (u unsigned bytes) */
 KVE_INLINE __m512i kq_dot(__m512i acc, __m512i u, __m512i s)
 {
@@ -213,9 +218,132 @@ KVE_INLINE void rows_q32(const struct kve_mat *w, const struct kve_q8x *xq, int 
 			tile_q32(w, xq, y, ldy, r, t, 1, 1, type);
 }
 
+/* ---- Q4_0 in 16-row panels (KVE_PANEL_Q4X16) ---------------------- */
+
+/*
+ * Lane i of a group's vector is row i's 4 quants; the token's matching 4
+ * activation quants are broadcast to every lane, so each vpdpbusd adds 4
+ * products to all 16 rows and a block's 8 of them leave its exact sum,
+ * sum(q * x) - 8 * sum(x), in the row's lane (two chains of 4, one
+ * started at -8 * sum(x), so they do not wait on each other). Then per
+ * block, for 16 rows at once: acc = fma(float(sum), d_w * d_x, acc). The
+ * scalar row below does the same steps one row at a time, so rows in a
+ * partial panel (a row range starting or ending inside one) give the
+ * same bits, and so does any split of the tokens.
+ */
+KVE_INLINE int32_t q40x16_ld32(const int8_t *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
+KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, float *y,
+			    int ldy, int r, int t, const int C)
+{
+	const int nb = (int)w->cols / 32;
+	const uint8_t *p = kve_q4x16_blk(w, (uint32_t)r, 0);
+	const __m512i lo = _mm512_set1_epi8(0x0f);
+	const struct kve_q8x *xs[KQ_X16_C];
+	__m512 acc[KQ_X16_C];
+	int b, j, k;
+
+#pragma GCC unroll 8
+	for (j = 0; j < C; j++) {
+		acc[j] = _mm512_setzero_ps();
+		xs[j] = xq + (size_t)(t + j) * nb;
+	}
+	for (b = 0; b < nb; b++, p += KVE_Q4X16_BLK) {
+		const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+		__m512i q[8];
+
+		if (C == 1)
+			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q4X16_BLK);
+#pragma GCC unroll 4
+		for (k = 0; k < 4; k++) {
+			const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+
+			q[k] = _mm512_and_si512(v, lo);
+			q[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+		}
+#pragma GCC unroll 8
+		for (j = 0; j < C; j++) {
+			const struct kve_q8x *x = xs[j] + b;
+			__m512i s0 = _mm512_set1_epi32(-8 * x->sum), s1 = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+			for (k = 0; k < 4; k++) {
+				s0 = kq_dot(s0, q[k], _mm512_set1_epi32(q40x16_ld32(x->q + 4 * k)));
+				s1 = kq_dot(s1, q[4 + k],
+					    _mm512_set1_epi32(q40x16_ld32(x->q + 16 + 4 * k)));
+			}
+			acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+						 _mm512_mul_ps(dw, _mm512_set1_ps(x->d)), acc[j]);
+		}
+	}
+#pragma GCC unroll 8
+	for (j = 0; j < C; j++)
+		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
+}
+
+/* one row of a partial panel, one token: tile_q40x16's steps for its lane */
+KVE_INLINE float row_q40x16(const struct kve_mat *w, const struct kve_q8x *x, int r)
+{
+	const int nb = (int)w->cols / 32, i = r % KVE_PANEL_Q4X16;
+	const uint8_t *p = kve_q4x16_blk(w, (uint32_t)r, 0);
+	float acc = 0.0f;
+	int b, k, m;
+
+	for (b = 0; b < nb; b++, p += KVE_Q4X16_BLK) {
+		int32_t s = -8 * x[b].sum;
+
+		for (k = 0; k < 4; k++)
+			for (m = 0; m < 4; m++) {
+				const uint8_t v = p[32 + 64 * k + 4 * i + m];
+
+				s += (v & 15) * x[b].q[4 * k + m] + (v >> 4) * x[b].q[16 + 4 * k + m];
+			}
+		acc = fmaf((float)s, kq_f16(p + 2 * i) * x[b].d, acc);
+	}
+	return acc;
+}
+
+static void rows_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
+			int ldy, int r0, int r1)
+{
+	const int nb = (int)w->cols / 32;
+	int r = r0, t;
+
+	for (; r < r1 && (r % KVE_PANEL_Q4X16 || r + KVE_PANEL_Q4X16 > r1); r++)
+		for (t = 0; t < T; t++)
+			y[(size_t)t * ldy + r] = row_q40x16(w, xq + (size_t)t * nb, r);
+	for (; r + KVE_PANEL_Q4X16 <= r1; r += KVE_PANEL_Q4X16) {
+		for (t = 0; t + KQ_X16_C <= T; t += KQ_X16_C)
+			tile_q40x16(w, xq, y, ldy, r, t, KQ_X16_C);
+		if (KQ_X16_C > 4 && t + 4 <= T) {
+			tile_q40x16(w, xq, y, ldy, r, t, 4);
+			t += 4;
+		}
+		if (t + 2 <= T) {
+			tile_q40x16(w, xq, y, ldy, r, t, 2);
+			t += 2;
+		}
+		if (t < T)
+			tile_q40x16(w, xq, y, ldy, r, t, 1);
+	}
+	for (; r < r1; r++)
+		for (t = 0; t < T; t++)
+			y[(size_t)t * ldy + r] = row_q40x16(w, xq + (size_t)t * nb, r);
+}
+
 KQ_LINKAGE void KQ_MM_Q32(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
 	       int ldy, int r0, int r1)
 {
+	if (w->panel == KVE_PANEL_Q4X16) {
+		rows_q40x16(w, xq, T, y, ldy, r0, r1);
+		return;
+	}
 	switch (w->type) {
 	case GGML_Q4_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_0); break;
 	case GGML_Q4_1: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_1); break;

@@ -382,14 +382,22 @@ static int pack_off(void)
 }
 
 /*
- * The matrices decode streams (every layer's and a separate output head;
- * not the embedding, whose rows are looked up) are packed into panels in
+ * The matrices decode streams (every layer's and the output head, also
+ * when it is the embedding) are packed into panels in
  * the private copy of the file; shapes that do not pack stay row-major
  * (Documentation/engine.md, "Weight layout").
  */
 static int pack_weights(struct kve_model *m, char *err, size_t errlen)
 {
+	/* the set the engine will run (picked once per process): it may
+	 * want its own layout (Q4_0 x16); none means its self-check could
+	 * not run for want of memory, so the load fails like any other
+	 * allocation and may be tried again */
+	const struct kve_kernels *k = kve_kernels_select();
 	uint32_t l, i;
+
+	if (!k)
+		goto oom;
 
 	for (l = 0; l < m->info.n_layers; l++) {
 		struct kve_layer *L = &m->layers[l];
@@ -397,11 +405,15 @@ static int pack_weights(struct kve_model *m, char *err, size_t errlen)
 					&L->gate, &L->up, &L->down };
 
 		for (i = 0; i < sizeof(w) / sizeof(w[0]); i++)
-			if (kve_mat_pack(w[i]) < 0)
+			if (kve_mat_pack_for(w[i], k) < 0)
 				goto oom;
 	}
-	if (!m->info.tied_output && kve_mat_pack(&m->output) < 0)
+	if (kve_mat_pack_for(&m->output, k) < 0)
 		goto oom;
+	/* tied: the embedding is the output head, its rows looked up
+	 * through the same helpers the kernels read panels with */
+	if (m->info.tied_output)
+		m->tok_embd = m->output;
 	return 0;
 oom:
 	snprintf(err, errlen, "model: out of memory packing the weights");
@@ -495,11 +507,14 @@ void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out)
 		for (i = 0; i < m->cols; i++)
 			out[i] = kve_mat_at(m, row, i);
 		break;
-	default:	/* the other quantised types: block by block */
+	default: {	/* the other quantised types: block by block */
+		uint8_t buf[256];	/* a Q4_0 x16 block's copy */
+
 		for (i = 0; i < m->cols / ggml_blck_size(m->type); i++)
-			kve_dequant_block(m->type, kve_mat_blk(m, row, i),
+			kve_dequant_block(m->type, kve_mat_blk_get(m, row, i, buf),
 					  out + (size_t)i * ggml_blck_size(m->type));
 		break;
+	}
 	case GGML_Q8_0:
 		for (i = 0; i < m->cols / QK8_0; i++) {
 			const uint8_t *q = kve_q8_quants(m, row, i);

@@ -144,7 +144,9 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	float *y1 = malloc(sizeof(float) * SC_T * (size_t)rows);
 	struct kve_q8x *xq = malloc(sizeof(*xq) * SC_T * (SC_MAXC / QK8_0));
 	struct kve_q8k *xk = malloc(sizeof(*xk) * SC_T * (SC_MAXC / QK_K));
-	struct kve_mat w = { data, type, (uint32_t)rows, (uint32_t)cols, row_bytes, 0 }, wp;
+	struct kve_mat w = { data, type, (uint32_t)rows, (uint32_t)cols, row_bytes, 0 }, wp, wx;
+	const struct kve_mat *wm;
+	int pass;
 	const char *name = sc_mm_name(type);
 	int rc = -1, r, t, c, nb = cols / QK8_0, nbk = cols / QK_K;
 	uint8_t *pk = NULL;
@@ -198,57 +200,80 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 	}
 
 	sc_mm(ref, &w, x, xq, xk, SC_T, yr, 0, rows);
-	sc_mm(cand, &w, x, xq, xk, SC_T, yc, 0, rows);
-	for (r = 0; r < rows; r++) {
-		kve_mat_row_f32(&w, (uint32_t)r, wrow);
-		for (t = 0; t < SC_T; t++) {
-			double s = 0;
+	/* pass 0: row-major (then packed in panels); pass 1: the set's own
+	 * Q4_0 layout (x16), its own results (engine_internal.h) */
+	for (pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			if (!cand->q4_0_x16 || type != GGML_Q4_0 || rows % KVE_PANEL_Q4X16)
+				break;
+			free(pk);
+			wx = w;
+			wx.data = pk = malloc(row_bytes * (size_t)rows + 64);
+			if (pk)
+				memcpy(pk, data, row_bytes * (size_t)rows);
+			if (!pk || kve_mat_pack_for(&wx, cand) < 0) {
+				sc_msg(why, len, "self-check: out of memory");
+				rc = -ENOMEM;
+				goto out;
+			}
+			name = "mm_q32 (Q4_0 in 16-row panels)";
+		}
+		wm = pass ? &wx : &w;
+		sc_mm(cand, wm, x, xq, xk, SC_T, yc, 0, rows);
 
-			for (c = 0; c < cols; c++)
-				s += fabs((double)wrow[c] * xd[t * cols + c]);
-			if (!sc_close(yc[t * rows + r], yr[t * rows + r], s, cols)) {
-				sc_msg(why, len, "%s [%d x %d] x %d tokens: row %d token %d gives %.9g, "
-				       "portable C %.9g (bound %.3g)", name, rows, cols, SC_T, r, t,
-				       (double)yc[t * rows + r], (double)yr[t * rows + r],
-				       (double)cols * 4 * FLT_EPSILON * s);
+		for (r = 0; r < rows; r++) {
+			kve_mat_row_f32(&w, (uint32_t)r, wrow);
+			for (t = 0; t < SC_T; t++) {
+				double s = 0;
+
+				for (c = 0; c < cols; c++)
+					s += fabs((double)wrow[c] * xd[t * cols + c]);
+				if (!sc_close(yc[t * rows + r], yr[t * rows + r], s, cols)) {
+					sc_msg(why, len, "%s [%d x %d] x %d tokens: row %d token %d gives %.9g, "
+					       "portable C %.9g (bound %.3g)", name, rows, cols, SC_T, r, t,
+					       (double)yc[t * rows + r], (double)yr[t * rows + r],
+					       (double)cols * 4 * FLT_EPSILON * s);
+					goto out;
+				}
+			}
+		}
+		/* batch invariance: each token alone, then row slices of 5 */
+		for (t = 0; t < SC_T; t++) {
+			sc_mm(cand, wm, x + t * cols, xq + t * nb, xk + t * nbk, 1, y1, 0, rows);
+			if (memcmp(y1, yc + t * rows, sizeof(float) * rows)) {
+				sc_msg(why, len, "%s [%d x %d]: token %d alone differs from the same token "
+				       "in a batch of %d", name, rows, cols, t, SC_T);
 				goto out;
 			}
 		}
-	}
-	/* batch invariance: each token alone, then row slices of 5 */
-	for (t = 0; t < SC_T; t++) {
-		sc_mm(cand, &w, x + t * cols, xq + t * nb, xk + t * nbk, 1, y1, 0, rows);
-		if (memcmp(y1, yc + t * rows, sizeof(float) * rows)) {
-			sc_msg(why, len, "%s [%d x %d]: token %d alone differs from the same token "
-			       "in a batch of %d", name, rows, cols, t, SC_T);
-			goto out;
-		}
-	}
-	memset(y1, 0, sizeof(float) * SC_T * rows);
-	for (r = 0; r < rows; r += 5)
-		sc_mm(cand, &w, x, xq, xk, SC_T, y1, r, r + 5 < rows ? r + 5 : rows);
-	if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
-		sc_msg(why, len, "%s [%d x %d]: rows computed in slices of 5 differ from one pass",
-		       name, rows, cols);
-		goto out;
-	}
-	/* packed in panels, as loaded models are: the same bits */
-	wp = w;
-	wp.data = pk = malloc(row_bytes * (size_t)rows + 64);
-	if (pk)
-		memcpy(pk, data, row_bytes * (size_t)rows);
-	c = pk ? kve_mat_pack(&wp) : -1;
-	if (c < 0) {
-		sc_msg(why, len, "self-check: out of memory");
-		rc = -ENOMEM;
-		goto out;
-	}
-	if (c == 0) {
-		sc_mm(cand, &wp, x, xq, xk, SC_T, y1, 0, rows);
+		memset(y1, 0, sizeof(float) * SC_T * rows);
+		for (r = 0; r < rows; r += 5)
+			sc_mm(cand, wm, x, xq, xk, SC_T, y1, r, r + 5 < rows ? r + 5 : rows);
 		if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
-			sc_msg(why, len, "%s [%d x %d]: packed in panels differs from row-major",
+			sc_msg(why, len, "%s [%d x %d]: rows computed in slices of 5 differ from one pass",
 			       name, rows, cols);
 			goto out;
+		}
+		if (pass)
+			continue;
+		/* packed in panels, as loaded models are: the same bits */
+		wp = w;
+		wp.data = pk = malloc(row_bytes * (size_t)rows + 64);
+		if (pk)
+			memcpy(pk, data, row_bytes * (size_t)rows);
+		c = pk ? kve_mat_pack(&wp) : -1;
+		if (c < 0) {
+			sc_msg(why, len, "self-check: out of memory");
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (c == 0) {
+			sc_mm(cand, &wp, x, xq, xk, SC_T, y1, 0, rows);
+			if (memcmp(y1, yc, sizeof(float) * SC_T * rows)) {
+				sc_msg(why, len, "%s [%d x %d]: packed in panels differs from row-major",
+				       name, rows, cols);
+				goto out;
+			}
 		}
 	}
 	rc = 0;
@@ -554,7 +579,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	/* the last shape only for the types after Q8_0 (the first three's
 	 * random inputs stay what they were) */
 	static const int shapes[][2] = { { 13, 44 }, { 9, 96 }, { 5, 256 }, { 4, 64 },
-					 { 16, 72 }, { 8, 96 }, { 12, 512 } };
+					 { 16, 72 }, { 8, 96 }, { 12, 512 }, { 32, 96 } };
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
 					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
 					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
@@ -574,7 +599,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			if (shapes[si][1] % ggml_blck_size(types[ti]) ||
-			    (ti < 3 && si == sizeof(shapes) / sizeof(shapes[0]) - 1) ||
+			    (ti < 3 && si == 6) ||
 			    (types[ti] == GGML_BF16 && shapes[si][1] % 8))
 				continue;
 			rc = sc_matrix(cand, ref, types[ti], shapes[si][0], shapes[si][1], &seed,

@@ -5,7 +5,8 @@
  * writes only in the work directory and /tmp, and (ABI >= 4) no TCP
  * bind/connect when the network is denied, (ABI >= 6) no signals or
  * abstract Unix sockets beyond the sandbox. Built in the child after it
- * has pivoted into its root, with system calls only.
+ * has pivoted into its root, with raw system calls only (rawsys.h: the
+ * child shares the caller's memory and thread-local errno).
  *
  * Defined here rather than taken from <linux/landlock.h> because the
  * build host's headers may predate the ABI the running kernel offers.
@@ -18,6 +19,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "rawsys.h"
 #include "sandbox_internal.h"
 
 #ifndef __NR_landlock_create_ruleset
@@ -72,7 +74,7 @@ int kvs_landlock_abi(void)
 	return abi < 0 ? 0 : (int)abi;
 }
 
-static uint64_t fs_handled(int abi)
+static __attribute__((no_sanitize_address)) uint64_t fs_handled(int abi)
 {
 	uint64_t m = (LL_FS_MAKE_SYM << 1) - 1;
 
@@ -85,7 +87,7 @@ static uint64_t fs_handled(int abi)
 	return m;
 }
 
-static uint64_t access_of(enum kvs_access acc)
+static __attribute__((no_sanitize_address)) uint64_t access_of(enum kvs_access acc)
 {
 	const uint64_t rd = LL_FS_READ_FILE | LL_FS_READ_DIR;
 	const uint64_t wr = LL_FS_WRITE_FILE | LL_FS_REMOVE_DIR | LL_FS_REMOVE_FILE |
@@ -102,13 +104,15 @@ static uint64_t access_of(enum kvs_access acc)
 	return 0;
 }
 
+__attribute__((no_sanitize_address))
 int kvs_landlock_apply(int abi, const struct kvs_rule *const *rules, int n,
 		       int network_denied)
 {
 	struct ll_ruleset_attr attr = { 0 };
 	size_t attr_size = sizeof(uint64_t);
 	uint64_t handled = fs_handled(abi);
-	int rfd, i, rc = 0;
+	long rfd, rc = 0;
+	int i;
 
 	attr.handled_access_fs = handled;
 	if (abi >= 4) {
@@ -120,29 +124,29 @@ int kvs_landlock_apply(int abi, const struct kvs_rule *const *rules, int n,
 		attr_size = sizeof(attr);
 		attr.scoped = LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL;
 	}
-	rfd = syscall(__NR_landlock_create_ruleset, &attr, attr_size, 0);
+	rfd = KVS_SYS(__NR_landlock_create_ruleset, &attr, attr_size, 0);
 	if (rfd < 0)
-		return -errno;
+		return (int)rfd;
 	for (i = 0; i < n; i++) {
 		struct ll_path_beneath pb;
-		struct stat st;
-		int fd = open(rules[i]->path, O_PATH | O_CLOEXEC);
+		struct statx stx;
+		long fd = KVS_SYS(SYS_openat, AT_FDCWD, rules[i]->path, O_PATH | O_CLOEXEC);
 
 		if (fd < 0)
 			continue;	/* not in this root (e.g. no /tmp) */
 		pb.allowed_access = access_of(rules[i]->acc) & handled;
-		if (fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode))
+		if (KVS_SYS(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_TYPE, &stx) == 0 &&
+		    !S_ISDIR(stx.stx_mode))
 			pb.allowed_access &= LL_FILE_RIGHTS;
-		pb.parent_fd = fd;
-		if (pb.allowed_access &&
-		    syscall(__NR_landlock_add_rule, rfd, LL_RULE_PATH_BENEATH, &pb, 0))
-			rc = -errno;
-		close(fd);
-		if (rc)
+		pb.parent_fd = (int32_t)fd;
+		if (pb.allowed_access)
+			rc = KVS_SYS(__NR_landlock_add_rule, rfd, LL_RULE_PATH_BENEATH, &pb, 0);
+		KVS_SYS(SYS_close, fd);
+		if (rc < 0)
 			break;
 	}
-	if (!rc && syscall(__NR_landlock_restrict_self, rfd, 0))
-		rc = -errno;
-	close(rfd);
-	return rc;
+	if (rc >= 0)
+		rc = KVS_SYS(__NR_landlock_restrict_self, rfd, 0);
+	KVS_SYS(SYS_close, rfd);
+	return rc < 0 ? (int)rc : 0;
 }

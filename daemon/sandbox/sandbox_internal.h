@@ -166,6 +166,8 @@ void kvs_wd_remove(const struct kvs_policy *p, const char *path);
 int kvs_netns_take(void);
 void kvs_netns_pool_reset(void);
 int kvs_mntns_create(void);
+/* after fork(): the child stacks' lock as new (the spawner) */
+void kvs_spawn_stacks_reset(void);
 /* kvs_run() in this process, stdin from stdin_fd when >= 0 */
 int kvs_run_direct(const struct kvs_policy *p, const struct kvs_request *req,
 		   struct kvs_result *res, int stdin_fd);

@@ -43,6 +43,7 @@
 #include <linux/securebits.h>
 #include <linux/seccomp.h>
 
+#include "rawsys.h"
 #include "sandbox_internal.h"
 
 #ifndef P_PIDFD
@@ -63,22 +64,6 @@ struct kvs_mount_attr {
 	uint64_t attr_set, attr_clr, propagation, userns_fd;
 };
 
-static int sys_open_tree(int dfd, const char *path, unsigned int flags)
-{
-	return (int)syscall(__NR_open_tree, dfd, path, flags);
-}
-
-static int sys_move_mount(int from, const char *fp, int to, const char *tp, unsigned int fl)
-{
-	return (int)syscall(__NR_move_mount, from, fp, to, tp, fl);
-}
-
-static int sys_mount_setattr(int dfd, const char *path, unsigned int flags,
-			     struct kvs_mount_attr *a)
-{
-	return (int)syscall(__NR_mount_setattr, dfd, path, flags, a, sizeof(*a));
-}
-
 const char *kvs_exit_name(enum kvs_exit reason)
 {
 	switch (reason) {
@@ -94,6 +79,16 @@ const char *kvs_exit_name(enum kvs_exit reason)
 }
 
 /* ---- the child ------------------------------------------------------ */
+
+/*
+ * Everything from here to child_main() runs in the child, which shares
+ * the caller's memory until its execve() (kvs_clone3_vm(), where
+ * KVS_CLONE_VM): system calls through KVS_SYS() only, which touch no
+ * errno; no allocation, no lock, no stdio; nothing written but its own
+ * stack and the descriptors it owns; the plan is read-only to both sides.
+ * Not instrumented by ASan: its stack is not a thread ASan knows of.
+ */
+#define KVS_CHILD __attribute__((no_sanitize_address))
 
 enum step {
 	ST_SYNC = 1, ST_HOSTNAME, ST_PRIVATE, ST_CLONE_TREE, ST_ATTR, ST_STAGE,
@@ -160,145 +155,186 @@ struct plan {
 		       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | \
 		       SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED)
 
-static __attribute__((noreturn)) void child_fail(const struct plan *c, int step, int err,
-						 int index)
+static __attribute__((noreturn)) KVS_CHILD void child_fail(const struct plan *c, int step,
+							    int err, int index)
 {
 	struct child_err e = { step, err, index };
-	ssize_t n = write(c->status_fd, &e, sizeof(e));
 
-	(void)n;
-	_exit(125);
+	KVS_SYS(SYS_write, c->status_fd, &e, sizeof(e));
+	KVS_SYS(SYS_exit_group, 125);
+	__builtin_unreachable();
+}
+
+static __attribute__((noreturn)) KVS_CHILD void child_exit(void)
+{
+	KVS_SYS(SYS_exit_group, 125);
+	__builtin_unreachable();
+}
+
+/* a system call that must succeed, else the run fails at step */
+#define MUST(call, step, index) do { \
+	long r_ = (call); \
+	if (r_ < 0) \
+		child_fail(c, (step), (int)-r_, (index)); \
+} while (0)
+
+static KVS_CHILD size_t child_strlen(const char *s)
+{
+	size_t n = 0;
+
+	while (s[n])
+		n++;
+	return n;
+}
+
+static KVS_CHILD long child_mount(const char *src, const char *dst, const char *type,
+				  unsigned long flags, const void *data)
+{
+	return KVS_SYS(SYS_mount, src, dst, type, flags, data);
+}
+
+static KVS_CHILD long child_setattr(int fd, unsigned int flags, uint64_t set, uint64_t clr)
+{
+	struct kvs_mount_attr a = { .attr_set = set, .attr_clr = clr };
+
+	return KVS_SYS(__NR_mount_setattr, fd, "", AT_EMPTY_PATH | flags, &a, sizeof(a));
+}
+
+static KVS_CHILD long child_setrlimit(int res, const struct rlimit *rl)
+{
+	return KVS_SYS(SYS_prlimit64, 0, res, rl, NULL);
 }
 
 /* Write a sysctl of the run's namespaces through the proc at base;
  * required: a missing file fails the run (else it is a kernel without
  * that knob, which the policy knew at load). */
-static void child_sysctl(const struct plan *c, const char *base, const char *name,
-			 const char *val, int required)
+static KVS_CHILD void child_sysctl(const struct plan *c, const char *base, const char *name,
+				   const char *val, int required)
 {
 	char path[96];
-	size_t a = strlen(base), n = strlen(name);
-	int fd;
+	size_t a = child_strlen(base), n = child_strlen(name), vl = child_strlen(val);
+	size_t i;
+	long fd, w;
 
 	if (a + n >= sizeof(path))
 		child_fail(c, ST_SYSCTL, ENAMETOOLONG, 0);
-	memcpy(path, base, a);
-	memcpy(path + a, name, n + 1);	/* no snprintf between clone3 and execve */
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0 && !required && errno == ENOENT)
+	for (i = 0; i < a; i++)
+		path[i] = base[i];
+	for (i = 0; i <= n; i++)
+		path[a + i] = name[i];
+	fd = KVS_SYS(SYS_openat, AT_FDCWD, path, O_WRONLY | O_CLOEXEC);
+	if (fd == -ENOENT && !required)
 		return;
-	if (fd < 0 || write(fd, val, strlen(val)) != (ssize_t)strlen(val))
-		child_fail(c, ST_SYSCTL, errno, 0);
-	close(fd);
+	if (fd < 0)
+		child_fail(c, ST_SYSCTL, (int)-fd, 0);
+	w = KVS_SYS(SYS_write, fd, val, vl);
+	if (w != (long)vl)
+		child_fail(c, ST_SYSCTL, w < 0 ? (int)-w : EIO, 0);
+	KVS_SYS(SYS_close, fd);
 }
 
-static void child_mounts(const struct plan *c)
+static KVS_CHILD void child_mounts(const struct plan *c)
 {
 	const struct kvs_tool *t = c->t;
 	const char *stage = c->priv ? KVS_STAGE : c->workdir;
-	int fds[KVS_MAX_MOUNTS], wfd, sfd, i;
+	int fds[KVS_MAX_MOUNTS], i;
+	long wfd, sfd;
 	char b;
 
 	if (!c->priv) {
-		if (read(c->sync_fd, &b, 1) != 1)
-			_exit(125);	/* the parent gave up on us */
+		if (KVS_SYS(SYS_read, c->sync_fd, &b, 1) != 1)
+			child_exit();	/* the parent gave up on us */
 		/* files the child creates (the root's skeleton) need an owner
 		 * mapped in its user namespace; NO_SETUID_FIXUP keeps the
 		 * capabilities meanwhile */
-		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
-			child_fail(c, ST_SECUREBITS, errno, 0);
-		syscall(SYS_setfsgid, KVS_INSIDE_UID);
-		syscall(SYS_setfsuid, KVS_INSIDE_UID);
+		MUST(KVS_SYS(SYS_prctl, PR_SET_SECUREBITS, SECBITS_CHILD), ST_SECUREBITS, 0);
+		KVS_SYS(SYS_setfsgid, KVS_INSIDE_UID);
+		KVS_SYS(SYS_setfsuid, KVS_INSIDE_UID);
 	} else {
-		if (prctl(PR_SET_SECUREBITS, SECBITS_CHILD))
-			child_fail(c, ST_SECUREBITS, errno, 0);
-		if (c->netns_fd >= 0 && setns(c->netns_fd, CLONE_NEWNET))
-			child_fail(c, ST_NETNS, errno, 0);
+		MUST(KVS_SYS(SYS_prctl, PR_SET_SECUREBITS, SECBITS_CHILD), ST_SECUREBITS, 0);
+		if (c->netns_fd >= 0)
+			MUST(KVS_SYS(SYS_setns, c->netns_fd, CLONE_NEWNET), ST_NETNS, 0);
 	}
-	if (sethostname("kvs", 3))
-		child_fail(c, ST_HOSTNAME, errno, 0);
+	MUST(KVS_SYS(SYS_sethostname, "kvs", 3), ST_HOSTNAME, 0);
 	/* with the template the child is still in the host's mount
 	 * namespace here: it must change nothing in it (the clones below are
 	 * detached trees of their own) */
-	if (c->mntns_fd < 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
-		child_fail(c, ST_PRIVATE, errno, 0);
+	if (c->mntns_fd < 0)
+		MUST(child_mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), ST_PRIVATE, 0);
 	/* clone every source first: the stage tmpfs may hide some of them */
 	for (i = 0; i < t->n_binds; i++) {
 		const struct kvs_bind *bd = &t->binds[i];
-		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID };
+		uint64_t set = MOUNT_ATTR_NOSUID;
 		unsigned int rec = bd->is_dir ? AT_RECURSIVE : 0;
+		long fd = KVS_SYS(__NR_open_tree, AT_FDCWD, bd->src,
+				  OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | rec);
 
-		fds[i] = sys_open_tree(AT_FDCWD, bd->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | rec);
-		if (fds[i] < 0)
-			child_fail(c, ST_CLONE_TREE, errno, i);
+		if (fd < 0)
+			child_fail(c, ST_CLONE_TREE, (int)-fd, i);
+		fds[i] = (int)fd;
 		if (!bd->writable)
-			a.attr_set |= MOUNT_ATTR_RDONLY;
+			set |= MOUNT_ATTR_RDONLY;
 		if (!bd->dev)
-			a.attr_set |= MOUNT_ATTR_NODEV;
-		if (sys_mount_setattr(fds[i], "", AT_EMPTY_PATH | rec, &a))
-			child_fail(c, ST_ATTR, errno, i);
+			set |= MOUNT_ATTR_NODEV;
+		MUST(child_setattr(fds[i], rec, set, 0), ST_ATTR, i);
 	}
-	wfd = sys_open_tree(AT_FDCWD, c->workdir,
-			    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	wfd = KVS_SYS(__NR_open_tree, AT_FDCWD, c->workdir,
+		      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
 	if (wfd < 0)
-		child_fail(c, ST_CLONE_TREE, errno, -1);
-	{
-		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
-
-		/* a session's tmpfs is noexec on the host side */
-		if (!c->exec_workdir)
-			a.attr_set |= MOUNT_ATTR_NOEXEC;
-		else
-			a.attr_clr |= MOUNT_ATTR_NOEXEC;
-		if (sys_mount_setattr(wfd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a))
-			child_fail(c, ST_ATTR, errno, -1);
-	}
+		child_fail(c, ST_CLONE_TREE, (int)-wfd, -1);
+	/* a session's tmpfs is noexec on the host side */
+	MUST(child_setattr((int)wfd, AT_RECURSIVE,
+			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			   (c->exec_workdir ? 0 : MOUNT_ATTR_NOEXEC),
+			   c->exec_workdir ? MOUNT_ATTR_NOEXEC : 0), ST_ATTR, -1);
 	/* into a private copy of the template: one empty read-only tmpfs
 	 * with a /stage directory, instead of every host mount */
-	if (c->mntns_fd >= 0 && (setns(c->mntns_fd, CLONE_NEWNS) || unshare(CLONE_NEWNS)))
-		child_fail(c, ST_MNTNS, errno, 0);
+	if (c->mntns_fd >= 0) {
+		MUST(KVS_SYS(SYS_setns, c->mntns_fd, CLONE_NEWNS), ST_MNTNS, 0);
+		MUST(KVS_SYS(SYS_unshare, CLONE_NEWNS), ST_MNTNS, 1);
+	}
 	/* the new root: a small tmpfs over the template's /stage, or else
 	 * over the work directory's host path, which exists by construction
 	 * and is private to this namespace */
-	if (mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755"))
-		child_fail(c, ST_STAGE, errno, 0);
-	if (chdir(stage))
-		child_fail(c, ST_STAGE, errno, 1);
+	MUST(child_mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV,
+			 "size=1m,nr_inodes=4096,mode=0755"), ST_STAGE, 0);
+	MUST(KVS_SYS(SYS_chdir, stage), ST_STAGE, 1);
 	/* /tmp first: binds below it (a work file under the host's /tmp)
 	 * then land on top of it, not under it */
-	if (c->tmp_bytes && (mkdir("tmp", 0755) ||
-			     mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-				   c->tmp_opts)))
-		child_fail(c, ST_TMP, errno, 0);
+	if (c->tmp_bytes) {
+		MUST(KVS_SYS(SYS_mkdirat, AT_FDCWD, "tmp", 0755), ST_TMP, 0);
+		MUST(child_mount("tmpfs", "tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+				 c->tmp_opts), ST_TMP, 0);
+	}
 	for (i = 0; i < t->n_skel; i++) {
 		const struct kvs_skel *s = &t->skel[i];
-		int rc = 0, fd;
+		long rc = 0, fd;
 
 		switch (s->kind) {
 		case KVS_NODE_DIR:
-			rc = mkdir(s->rel, 0755);
+			rc = KVS_SYS(SYS_mkdirat, AT_FDCWD, s->rel, 0755);
 			break;
 		case KVS_NODE_FILE:
-			fd = open(s->rel, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-			rc = fd < 0 ? -1 : close(fd);
+			fd = KVS_SYS(SYS_openat, AT_FDCWD, s->rel, O_CREAT | O_WRONLY | O_CLOEXEC,
+				     0644);
+			rc = fd < 0 ? fd : KVS_SYS(SYS_close, fd);
 			break;
 		case KVS_NODE_LINK:
-			rc = symlink(s->target, s->rel);
+			rc = KVS_SYS(SYS_symlinkat, s->target, AT_FDCWD, s->rel);
 			break;
 		}
-		if (rc && errno != EEXIST)
-			child_fail(c, ST_SKELETON, errno, i);
+		if (rc < 0 && rc != -EEXIST)
+			child_fail(c, ST_SKELETON, (int)-rc, i);
 	}
 	for (i = 0; i < t->n_binds; i++)
-		if (sys_move_mount(fds[i], "", AT_FDCWD, t->binds[i].src + 1,
-				   MOVE_MOUNT_F_EMPTY_PATH))
-			child_fail(c, ST_MOVE, errno, i);
-	if (sys_move_mount(wfd, "", AT_FDCWD, KVS_WORK + 1, MOVE_MOUNT_F_EMPTY_PATH))
-		child_fail(c, ST_MOVE, errno, -1);
+		MUST(KVS_SYS(__NR_move_mount, fds[i], "", AT_FDCWD, t->binds[i].src + 1,
+			     MOVE_MOUNT_F_EMPTY_PATH), ST_MOVE, i);
+	MUST(KVS_SYS(__NR_move_mount, wfd, "", AT_FDCWD, KVS_WORK + 1, MOVE_MOUNT_F_EMPTY_PATH),
+	     ST_MOVE, -1);
 	/* before the host's /proc leaves this namespace: a new proc is only
 	 * allowed while a fully visible one is mounted */
-	if (mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
-		child_fail(c, ST_PROC, errno, 0);
+	MUST(child_mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL),
+	     ST_PROC, 0);
 	if (c->priv) {
 		/* still real root: the run's PID namespace's, through its own
 		 * proc, before /proc/sys goes read-only */
@@ -309,14 +345,12 @@ static void child_mounts(const struct plan *c)
 		 * (vm.memfd_noexec is root's alone: seccomp denies memfd) */
 		child_sysctl(c, "proc", "/sys/user/max_user_namespaces", "0", 1);
 	}
-	sfd = sys_open_tree(AT_FDCWD, "proc/sys", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	sfd = KVS_SYS(__NR_open_tree, AT_FDCWD, "proc/sys", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (sfd >= 0) {
-		struct kvs_mount_attr a = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-							MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC };
-
-		if (sys_mount_setattr(sfd, "", AT_EMPTY_PATH, &a) ||
-		    sys_move_mount(sfd, "", AT_FDCWD, "proc/sys", MOVE_MOUNT_F_EMPTY_PATH))
-			child_fail(c, ST_PROC_SYS, errno, 0);
+		MUST(child_setattr((int)sfd, 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+				   MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, 0), ST_PROC_SYS, 0);
+		MUST(KVS_SYS(__NR_move_mount, sfd, "", AT_FDCWD, "proc/sys",
+			     MOVE_MOUNT_F_EMPTY_PATH), ST_PROC_SYS, 0);
 	}
 	if (c->priv) {
 		/*
@@ -336,17 +370,14 @@ static void child_mounts(const struct plan *c)
 		 */
 		struct child_err e = { 0, 0, 0 };
 
-		if (mount(NULL, ".", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-			  NULL))
-			child_fail(c, ST_ROOT_RO, errno, 0);
+		MUST(child_mount(NULL, ".", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+				 MS_NODEV, NULL), ST_ROOT_RO, 0);
 		/* while still real root: the work directory is the tool's */
-		if (chdir(KVS_WORK + 1))
-			child_fail(c, ST_CHDIR, errno, 0);
-		if (unshare(CLONE_NEWUSER))
-			child_fail(c, ST_USERNS, errno, 0);
-		if (write(c->status_fd, &e, sizeof(e)) != sizeof(e) ||
-		    read(c->sync_fd, &b, 1) != 1)
-			_exit(125);
+		MUST(KVS_SYS(SYS_chdir, KVS_WORK + 1), ST_CHDIR, 0);
+		MUST(KVS_SYS(SYS_unshare, CLONE_NEWUSER), ST_USERNS, 0);
+		if (KVS_SYS(SYS_write, c->status_fd, &e, sizeof(e)) != sizeof(e) ||
+		    KVS_SYS(SYS_read, c->sync_fd, &b, 1) != 1)
+			child_exit();
 		/* mapped, with every capability of the new user namespace until
 		 * the drop: its sysctls (through the template's proc, out of
 		 * the tool's reach: /proc/sys/user is the opener's user
@@ -354,82 +385,85 @@ static void child_mounts(const struct plan *c)
 		 * working directory stays the work directory, inside the new
 		 * root) */
 		child_sysctl(c, KVS_SYSCTL, "/sys/user/max_user_namespaces", "0", 1);
-		if (chroot(KVS_STAGE))
-			child_fail(c, ST_PIVOT, errno, 3);
+		MUST(KVS_SYS(SYS_chroot, KVS_STAGE), ST_PIVOT, 3);
 		return;
-	} else {
-		/* the unprivileged launcher's tool owns its mount namespace
-		 * until it drops its capabilities: pivot_root, and the old
-		 * root detached; on an initramfs root, which cannot be pivoted
-		 * away from, MS_MOVE and chroot */
-		if (syscall(SYS_pivot_root, ".", ".")) {
-			if (errno != EINVAL)
-				child_fail(c, ST_PIVOT, errno, 0);
-			if (mount(".", "/", NULL, MS_MOVE, NULL) || chroot("."))
-				child_fail(c, ST_PIVOT, errno, 3);
-		} else if (umount2(".", MNT_DETACH)) {
-			child_fail(c, ST_PIVOT, errno, 1);
-		}
-		if (chdir("/"))
-			child_fail(c, ST_PIVOT, errno, 2);
-		if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-			  NULL))
-			child_fail(c, ST_ROOT_RO, errno, 0);
 	}
-	if (chdir(KVS_WORK))
-		child_fail(c, ST_CHDIR, errno, 0);
+	/* the unprivileged launcher's tool owns its mount namespace until it
+	 * drops its capabilities: pivot_root, and the old root detached; on
+	 * an initramfs root, which cannot be pivoted away from, MS_MOVE and
+	 * chroot */
+	{
+		long r = KVS_SYS(SYS_pivot_root, ".", ".");
+
+		if (r == -EINVAL) {
+			MUST(child_mount(".", "/", NULL, MS_MOVE, NULL), ST_PIVOT, 3);
+			MUST(KVS_SYS(SYS_chroot, "."), ST_PIVOT, 3);
+		} else if (r < 0) {
+			child_fail(c, ST_PIVOT, (int)-r, 0);
+		} else {
+			MUST(KVS_SYS(SYS_umount2, ".", MNT_DETACH), ST_PIVOT, 1);
+		}
+	}
+	MUST(KVS_SYS(SYS_chdir, "/"), ST_PIVOT, 2);
+	MUST(child_mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+			 NULL), ST_ROOT_RO, 0);
+	MUST(KVS_SYS(SYS_chdir, KVS_WORK), ST_CHDIR, 0);
 }
 
-static void child_creds(const struct plan *c)
+static KVS_CHILD void child_creds(const struct plan *c)
 {
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
-	struct __user_cap_data_struct data[2];
+	struct __user_cap_data_struct data[2] = { { 0, 0, 0 }, { 0, 0, 0 } };
 	unsigned int cap;
+	long r;
 
-	for (cap = 0; cap <= c->p->cap_last; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) && errno != EINVAL)
-			child_fail(c, ST_BOUNDING, errno, (int)cap);
+	for (cap = 0; cap <= c->p->cap_last; cap++) {
+		r = KVS_SYS(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
+		if (r < 0 && r != -EINVAL)
+			child_fail(c, ST_BOUNDING, (int)-r, (int)cap);
+	}
 	/* raw system calls: glibc's wrappers broadcast the change to every
-	 * thread it knows of, and after clone3() from a multi-threaded
-	 * caller it knows of threads this child does not have (it would wait
-	 * for them forever) */
-	if (c->p->privileged && syscall(SYS_setgroups, 0, NULL))
-		child_fail(c, ST_GROUPS, errno, 0);
-	if (syscall(SYS_setresgid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
-		child_fail(c, ST_GID, errno, 0);
-	if (syscall(SYS_setresuid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID))
-		child_fail(c, ST_UID, errno, 0);
-	memset(data, 0, sizeof(data));
-	if (syscall(SYS_capset, &hdr, data))
-		child_fail(c, ST_CAPS, errno, 0);
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) && errno != EINVAL)
-		child_fail(c, ST_CAPS, errno, 1);
-	if (setrlimit(RLIMIT_CORE, &c->rl_core) || setrlimit(RLIMIT_CPU, &c->rl_cpu) ||
-	    setrlimit(RLIMIT_FSIZE, &c->rl_fsize) ||
-	    (c->set_nproc && setrlimit(RLIMIT_NPROC, &c->rl_nproc)) ||
-	    (c->set_as && setrlimit(RLIMIT_AS, &c->rl_as)))
-		child_fail(c, ST_RLIMIT, errno, 0);
+	 * thread it knows of, which are the caller's, not this child's */
+	if (c->p->privileged)
+		MUST(KVS_SYS(SYS_setgroups, 0, NULL), ST_GROUPS, 0);
+	MUST(KVS_SYS(SYS_setresgid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID), ST_GID, 0);
+	MUST(KVS_SYS(SYS_setresuid, KVS_INSIDE_UID, KVS_INSIDE_UID, KVS_INSIDE_UID), ST_UID, 0);
+	MUST(KVS_SYS(SYS_capset, &hdr, data), ST_CAPS, 0);
+	r = KVS_SYS(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+	if (r < 0 && r != -EINVAL)
+		child_fail(c, ST_CAPS, (int)-r, 1);
+	MUST(child_setrlimit(RLIMIT_CORE, &c->rl_core), ST_RLIMIT, 0);
+	MUST(child_setrlimit(RLIMIT_CPU, &c->rl_cpu), ST_RLIMIT, 0);
+	MUST(child_setrlimit(RLIMIT_FSIZE, &c->rl_fsize), ST_RLIMIT, 0);
+	if (c->set_nproc)
+		MUST(child_setrlimit(RLIMIT_NPROC, &c->rl_nproc), ST_RLIMIT, 0);
+	/* the limit applies to mappings made from now on: the caller's
+	 * address space this child shares until execve is not its own */
+	if (c->set_as)
+		MUST(child_setrlimit(RLIMIT_AS, &c->rl_as), ST_RLIMIT, 0);
 	/* after the uid change, which clears it */
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		child_fail(c, ST_NNP, errno, 0);
+	KVS_SYS(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	MUST(KVS_SYS(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), ST_NNP, 0);
 }
 
-static __attribute__((noreturn)) void child_main(const struct plan *c)
+static __attribute__((noreturn)) KVS_CHILD void child_main(void *arg)
 {
+	const struct plan *c = arg;
 	const struct kvs_bpf *bpf = &c->p->bpf[c->network ? 1 : 0];
 	struct sock_fprog prog = { .len = bpf->len, .filter = bpf->f };
-	int rc;
+	long r;
 
 	child_mounts(c);
 	child_creds(c);
 	if (c->p->landlock_abi > 0) {
-		rc = kvs_landlock_apply(c->p->landlock_abi, c->rules, c->n_rules, !c->network);
-		if (rc)
-			child_fail(c, ST_LANDLOCK, -rc, 0);
+		r = kvs_landlock_apply(c->p->landlock_abi, c->rules, c->n_rules, !c->network);
+		if (r)
+			child_fail(c, ST_LANDLOCK, (int)-r, 0);
 	}
-	/* what the caller's thread had: a blocked mask and ignored signals
-	 * (a daemon often ignores SIGPIPE) would survive execve */
+	/* what the caller's thread had: ignored signals (a daemon often
+	 * ignores SIGPIPE) would survive execve, and the handlers are the
+	 * caller's code; every signal stayed blocked until here (run_common
+	 * blocked them around clone3) */
 	{
 		struct kvs_ksigaction { void *handler; unsigned long flags; void *restorer;
 					uint64_t mask; } dfl = { SIG_DFL, 0, NULL, 0 };
@@ -438,25 +472,22 @@ static __attribute__((noreturn)) void child_main(const struct plan *c)
 
 		for (sig = 1; sig < 65; sig++)
 			if (sig != SIGKILL && sig != SIGSTOP)
-				syscall(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t));
-		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(uint64_t));
+				KVS_SYS(SYS_rt_sigaction, sig, &dfl, NULL, sizeof(uint64_t));
+		KVS_SYS(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof(uint64_t));
 	}
-	umask(022);
-	if (dup2(c->in_fd, 0) < 0 || dup2(c->out_fd, 1) < 0 || dup2(c->err_fd, 2) < 0)
-		child_fail(c, ST_STDIO, errno, 0);
+	KVS_SYS(SYS_umask, 022);
+	MUST(KVS_SYS(SYS_dup3, c->in_fd, 0, 0), ST_STDIO, 0);
+	MUST(KVS_SYS(SYS_dup3, c->out_fd, 1, 0), ST_STDIO, 0);
+	MUST(KVS_SYS(SYS_dup3, c->err_fd, 2, 0), ST_STDIO, 0);
 	/* nothing of the launcher's reaches the tool; status_fd is O_CLOEXEC */
-	if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC))
-		child_fail(c, ST_STDIO, errno, 1);
+	MUST(KVS_SYS(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC), ST_STDIO, 1);
 	/* last: the launcher's descriptors (a busy caller's are many) are
 	 * open until execve, and Landlock opened some of its own */
-	if (setrlimit(RLIMIT_NOFILE, &c->rl_nofile))
-		child_fail(c, ST_RLIMIT, errno, 1);
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
-		child_fail(c, ST_SECCOMP, errno, 0);
-	execve(c->exe, c->argv, c->t->envp);
-	child_fail(c, ST_EXEC, errno, 0);
+	MUST(child_setrlimit(RLIMIT_NOFILE, &c->rl_nofile), ST_RLIMIT, 1);
+	MUST(KVS_SYS(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), ST_SECCOMP, 0);
+	r = KVS_SYS(SYS_execve, c->exe, c->argv, c->t->envp);
+	child_fail(c, ST_EXEC, (int)-r, 0);
 }
-
 /* ---- the parent ----------------------------------------------------- */
 
 /* The bind or skeleton entry a failed step was working on. */
@@ -765,6 +796,64 @@ static int refuse(struct kvs_result *res, int rc, const char *fmt, const char *a
 	return rc;
 }
 
+/*
+ * The stacks the children run on until their execve (KVS_CLONE_VM): a
+ * guard page below each, kept for the next spawn rather than unmapped
+ * (unmapping from a multi-threaded caller costs a TLB shootdown, a fresh
+ * mapping its page faults). As many as spawns ran at once.
+ */
+#define CHILD_STACK (64u << 10)
+#define CHILD_GUARD 4096u
+#define STACKS_KEPT 64
+
+static struct {
+	pthread_mutex_t lock;
+	void *free[STACKS_KEPT];
+	int n;
+} stacks = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *stack_get(void)
+{
+	void *s = NULL;
+
+	pthread_mutex_lock(&stacks.lock);
+	if (stacks.n)
+		s = stacks.free[--stacks.n];
+	pthread_mutex_unlock(&stacks.lock);
+	if (s)
+		return s;
+	s = mmap(NULL, CHILD_GUARD + CHILD_STACK, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (s == MAP_FAILED)
+		return NULL;
+	if (mprotect(s, CHILD_GUARD, PROT_NONE)) {
+		munmap(s, CHILD_GUARD + CHILD_STACK);
+		return NULL;
+	}
+	return s;
+}
+
+static void stack_put(void *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&stacks.lock);
+	if (stacks.n < STACKS_KEPT) {
+		stacks.free[stacks.n++] = s;
+		s = NULL;
+	}
+	pthread_mutex_unlock(&stacks.lock);
+	if (s)
+		munmap(s, CHILD_GUARD + CHILD_STACK);
+}
+
+void kvs_spawn_stacks_reset(void)
+{
+	/* after fork(): the lock may have been held by a thread that is not
+	 * here; the kept stacks are mapped here too, and free */
+	pthread_mutex_init(&stacks.lock, NULL);
+}
+
 /* A tool left running with its stdio open (kvs_spawn). */
 struct kvs_proc {
 	const struct kvs_policy *p;
@@ -797,9 +886,12 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	struct clone_args ca;
 	double t0, deadline, exited_at = 0;
 	long pid;
-	int exited = 0, killed = 0, setup_done = 0;
+	int exited = 0, killed = 0, setup_done = 0, rc_wait;
 	struct child_err early = { -1, 0, 0 };
 	siginfo_t si;
+	uint64_t all = ~0ull, old = 0;
+	void *stack = NULL;
+	int netns_fd = -1;
 
 	result_init(res);
 	t = kvs_find_tool(p, req->tool);
@@ -824,7 +916,6 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		return refuse(res, -ENOMEM, "%sout of memory", "");
 	c->p = p;
 	c->t = t;
-	c->netns_fd = -1;
 	res->unenforced = (p->landlock_abi <= 0 ? KVS_UNENF_LANDLOCK : 0) |
 			  (!p->cgroup_ok ? KVS_UNENF_CGROUP : 0) |
 			  (!p->cgroup_ok || !p->have_cpu ? KVS_UNENF_CPU : 0) |
@@ -945,28 +1036,55 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 		/* a network namespace of its own: one made ahead when the pool
 		 * has one (root), else clone3 makes it */
 		if (c->priv)
-			c->netns_fd = kvs_netns_take();
-		if (c->netns_fd < 0)
+			netns_fd = kvs_netns_take();
+		if (netns_fd < 0)
 			ca.flags |= CLONE_NEWNET;
 	}
+	c->netns_fd = netns_fd;
 	if (cg.dirfd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)cg.dirfd;
 	}
 	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
 	ca.exit_signal = 0;	/* no SIGCHLD into the caller's process */
+	if (KVS_CLONE_VM) {
+		/* the child shares this address space until its execve: no
+		 * page tables copied, none torn down, no copy-on-write faults
+		 * on either side; the plan is read-only from here on, and
+		 * stack and plan live until the child has exec'd or died */
+		stack = stack_get();
+		if (!stack) {
+			rc = -ENOMEM;
+			goto setup_fail;
+		}
+		ca.flags |= CLONE_VM;
+		ca.stack = (uint64_t)(uintptr_t)stack + CHILD_GUARD;
+		ca.stack_size = CHILD_STACK;
+	}
+	/* no signal handler of the caller's may run in the child (in its
+	 * memory, with CLONE_VM): blocked until the child has reset them;
+	 * every one, glibc's own two included, which pthread_sigmask()
+	 * would leave out */
+	KVS_SYS(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old, sizeof(all));
 	t0 = kvs_now();
+#if KVS_CLONE_VM
+	pid = kvs_clone3_vm(&ca, sizeof(ca), child_main, c);
+#else
 	pid = syscall(SYS_clone3, &ca, sizeof(ca));
 	if (pid == 0)
 		child_main(c);
+	if (pid < 0)
+		pid = -errno;
+#endif
+	KVS_SYS(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, sizeof(old));
 	if (pid < 0) {
-		rc = -errno;
-		kvs_note(res->note, sizeof(res->note), "clone3: %s", strerror(errno));
+		rc = (int)pid;
+		kvs_note(res->note, sizeof(res->note), "clone3: %s", strerror(-rc));
 		goto setup_fail;
 	}
-	if (c->netns_fd >= 0) {
-		close(c->netns_fd);	/* the child has its own descriptor */
-		c->netns_fd = -1;
+	if (netns_fd >= 0) {
+		close(netns_fd);	/* the child has its own descriptor */
+		netns_fd = -1;
 	}
 	close(sync_p[0]);
 	sync_p[0] = -1;
@@ -1114,7 +1232,10 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 			capture_read(&out);	/* drain past the cap */
 	}
 	memset(&si, 0, sizeof(si));
-	if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) == 0) {
+	while ((rc_wait = waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL)) &&
+	       errno == EINTR)
+		;	/* the plan and the stack are the child's until it is gone */
+	if (rc_wait == 0) {
 		if (res->reason == KVS_EXIT_CODE) {
 			if (si.si_code == CLD_EXITED) {
 				res->status = si.si_status;
@@ -1136,8 +1257,8 @@ static int run_common(const struct kvs_policy *p, const struct kvs_request *req,
 	goto done;
 
 setup_fail:
-	if (c->netns_fd >= 0)
-		close(c->netns_fd);
+	if (netns_fd >= 0)
+		close(netns_fd);
 	res->reason = KVS_EXIT_SETUP;
 	if (!res->note[0])
 		kvs_note(res->note, sizeof(res->note), "setting up the run: %s", strerror(-rc));
@@ -1172,6 +1293,7 @@ done:
 		close(pidfd);
 	if (temp_wd)
 		kvs_wd_remove(p, canon_wd);
+	stack_put(stack);
 	free(c);
 	return rc;
 }

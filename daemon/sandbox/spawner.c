@@ -17,8 +17,11 @@
  * SCM_RIGHTS, then tool, workdir and argv bytes); for a run the spawner
  * answers with HOOK messages (the run's cgroup id and pid, which the
  * caller passes to its on_cgroup hook and answers go or refuse); then one
- * RESULT (the kvs_result, then stdout and stderr bytes). One thread per
- * operation in the spawner.
+ * RESULT (the kvs_result, then stdout and stderr bytes). The spawner
+ * serves each operation on a thread of a pool that grows to the most
+ * operations ever in flight at once and keeps its threads (a thread made
+ * and ended per spawn cost its stack's pages again each time, and the
+ * TLB shootdown of giving them back).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -156,7 +159,13 @@ static int recv_fd(int sock, void *buf, size_t len, int *fd)
 static const struct kvs_policy *sp_policy;
 static pthread_mutex_t sp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sp_idle = PTHREAD_COND_INITIALIZER;
-static int sp_active;
+static int sp_active;		/* operations queued or being served */
+/* the operations waiting for a thread (their sockets), and the threads */
+#define SP_QUEUE 256
+static pthread_cond_t sp_work = PTHREAD_COND_INITIALIZER;
+static int sp_queue[SP_QUEUE];
+static unsigned int sp_head, sp_len;
+static int sp_waiting, sp_threads;
 
 static int remote_hook(void *ctx, uint64_t cgroup_id, pid_t pid)
 {
@@ -320,14 +329,66 @@ out:
 	close(sock);
 }
 
+/* with sp_lock held: the next queued socket */
+static int sp_pop(void)
+{
+	int fd = sp_queue[sp_head];
+
+	sp_head = (sp_head + 1) % SP_QUEUE;
+	sp_len--;
+	return fd;
+}
+
 static void *serve_thread(void *arg)
 {
-	serve((int)(intptr_t)arg);
+	(void)arg;
 	pthread_mutex_lock(&sp_lock);
-	if (--sp_active == 0)
-		pthread_cond_signal(&sp_idle);
-	pthread_mutex_unlock(&sp_lock);
+	for (;;) {
+		int fd;
+
+		while (!sp_len) {
+			sp_waiting++;
+			pthread_cond_wait(&sp_work, &sp_lock);
+			sp_waiting--;
+		}
+		fd = sp_pop();
+		pthread_mutex_unlock(&sp_lock);
+		serve(fd);
+		pthread_mutex_lock(&sp_lock);
+		if (--sp_active == 0)
+			pthread_cond_signal(&sp_idle);
+	}
 	return NULL;
+}
+
+/* Hand an operation's socket to a waiting thread, or a new one. */
+static void sp_dispatch(int fd, const pthread_attr_t *attr)
+{
+	pthread_t th;
+	int inline_fd = -1;
+
+	pthread_mutex_lock(&sp_lock);
+	sp_active++;
+	if (sp_len == SP_QUEUE) {
+		inline_fd = fd;		/* 256 waiting: this one here */
+	} else {
+		sp_queue[(sp_head + sp_len) % SP_QUEUE] = fd;
+		sp_len++;
+		if (sp_waiting >= (int)sp_len)
+			pthread_cond_signal(&sp_work);
+		else if (pthread_create(&th, attr, serve_thread, NULL) == 0)
+			sp_threads++;
+		else if (!sp_threads)
+			inline_fd = sp_pop();	/* no thread to take it */
+	}
+	pthread_mutex_unlock(&sp_lock);
+	if (inline_fd >= 0) {
+		serve(inline_fd);
+		pthread_mutex_lock(&sp_lock);
+		if (--sp_active == 0)
+			pthread_cond_signal(&sp_idle);
+		pthread_mutex_unlock(&sp_lock);
+	}
 }
 
 static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, int ctl,
@@ -340,6 +401,7 @@ static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, i
 	if (getppid() != parent)
 		_exit(0);
 	kvs_netns_pool_reset();	/* the caller's, if it had one, is not ours */
+	kvs_spawn_stacks_reset();
 	/* a root launcher's work directories are mounts of this process
 	 * alone: its own mount namespace, the host's mounts still coming in
 	 * (slave), none going out, all gone when it ends */
@@ -374,18 +436,11 @@ static void __attribute__((noreturn)) spawner_main(const struct kvs_policy *p, i
 	for (;;) {
 		char b1;
 		int fd;
-		pthread_t th;
 
 		if (recv_fd(ctl, &b1, 1, &fd))
 			break;	/* the caller closed the policy, or died */
-		if (fd < 0)
-			continue;
-		pthread_mutex_lock(&sp_lock);
-		sp_active++;
-		pthread_mutex_unlock(&sp_lock);
-		if (pthread_create(&th, &attr, serve_thread, (void *)(intptr_t)fd)) {
-			serve_thread((void *)(intptr_t)fd);
-		}
+		if (fd >= 0)
+			sp_dispatch(fd, &attr);
 	}
 	/* finish the runs under way: their cgroups are removed by them */
 	pthread_mutex_lock(&sp_lock);

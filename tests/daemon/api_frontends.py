@@ -290,8 +290,7 @@ def test_messages(s):
           c["input_tokens"] == r["usage"]["input_tokens"] + r["usage"]["cache_read_input_tokens"],
           "what Claude Code sends: adaptive thinking, effort, clear_thinking edits, a trailing "
           "system message; a deferred tool is not in the prompt")
-    # a thinking budget below max_tokens cannot be enforced here
-    for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 4}}, "thinking"),
+    for extra, what in (({"thinking": {"type": "enabled", "budget_tokens": 0}}, "thinking"),
                         ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
                          "context_management"),
                         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0"),
@@ -612,8 +611,27 @@ def test_reasoning():
             want = ("Hello there.", "Let me see.") if q3 else (THINK + "Hello there.", None)
             check((m.get("content"), m.get("reasoning_content")) == want,
                   f"{fam}: chat: content and reasoning_content {want} (got {m})")
+            rt = r["usage"].get("completion_tokens_details", {}).get("reasoning_tokens")
+            check((rt is not None and rt > 0) if q3 else rt is None,
+                  f"{fam}: chat: usage.completion_tokens_details.reasoning_tokens {rt}")
+            # an earlier turn's reasoning: qwen3's template drops it once a
+            # user message follows (the prompt is as long as without it)
+            hist = [{"role": "user", "content": "say a"},
+                    {"role": "assistant", "content": "Hi.", "reasoning_content": "Long thoughts."},
+                    {"role": "user", "content": "say b"}]
+            st, r1, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": hist})
+            hist[1].pop("reasoning_content")
+            st2, r2, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": hist})
+            check(st == st2 == 200 and
+                  r1["usage"]["prompt_tokens"] == r2["usage"]["prompt_tokens"],
+                  f"{fam}: an earlier turn's reasoning_content is not written back after a later "
+                  f"user message ({r1['usage']['prompt_tokens']} vs {r2['usage']['prompt_tokens']} bytes)")
             st, ev = s.events("/v1/chat/completions", {"model": MODEL, "messages": user(say),
-                                                      "stream": True})
+                                                      "stream": True,
+                                                      "stream_options": {"include_usage": True}})
+            us = [e[1]["usage"] for e in ev if e[1] != "[DONE]" and e[1].get("usage")]
+            check(len(us) == 1 and (us[0].get("completion_tokens_details", {}).get("reasoning_tokens", 0) > 0) == q3,
+                  f"{fam}: chat stream: the usage chunk's reasoning_tokens ({us})")
             ds = [e[1]["choices"][0]["delta"] for e in ev if e[1] != "[DONE]" and e[1]["choices"]]
             rc = "".join(d.get("reasoning_content", "") for d in ds)
             ct = "".join(d.get("content") or "" for d in ds)
@@ -683,7 +701,29 @@ def test_reasoning():
                 check(st == 200 and r["content"][0] == {"type": "thinking", "thinking": "",
                                                         "signature": ""},
                       "qwen3: thinking display omitted: a thinking block without its text")
-                for th_, what in (({"type": "enabled", "budget_tokens": 50}, "below max_tokens"),
+                # the budget: the think block closed after 3 of its
+                # tokens, the reply continued past it; usage counts both
+                for stream in (False, True):
+                    b = {"model": MODEL, "max_tokens": 100, "messages": user(say),
+                         "thinking": {"type": "enabled", "budget_tokens": 3}, "stream": stream}
+                    if stream:
+                        st, ev = s.events("/v1/messages", b)
+                        th = "".join(e[1]["delta"].get("thinking", "") for e in ev
+                                     if e[0] == "content_block_delta")
+                        tx = "".join(e[1]["delta"].get("text", "") for e in ev
+                                     if e[0] == "content_block_delta")
+                        out = [e[1]["usage"]["output_tokens"] for e in ev if e[0] == "message_delta"]
+                    else:
+                        st, r, _ = s.req("POST", "/v1/messages", b)
+                        th = r["content"][0].get("thinking") if st == 200 else None
+                        tx = r["content"][1].get("text") if st == 200 else None
+                        out = [r["usage"]["output_tokens"]] if st == 200 else []
+                    # tokens of at most 3 bytes: "<th" "ink" ">\nL" "et " "me " cut,
+                    # then "Hel" "lo " "the" "re."
+                    check(st == 200 and th == "Let me " and tx == "Hello there." and out == [9],
+                          f"qwen3: thinking budget_tokens 3 (stream {stream}): the think block "
+                          f"closed after 3 tokens, the reply goes on ({th!r}, {tx!r}, output {out})")
+                for th_, what in (({"type": "enabled", "budget_tokens": 0}, "not positive"),
                                   ({"type": "enabled"}, "missing"),
                                   ({"type": "adaptive", "display": "full"}, "display")):
                     st, r, _ = s.req("POST", "/v1/messages", {"model": MODEL, "max_tokens": 100,

@@ -21,7 +21,9 @@
  *                     runs (a mixed round is the client's)
  *   anything else     "You said: " + the message
  * After a tool result (the prompt ends with a tool turn) the reply is
- * "Tool said: " + the result. A prompt without chat turns (/v1/completions)
+ * "Tool said: " + the result. A prompt that ends with "</think>\n\n" (a
+ * reply continued past its think budget) gets the part of its reply
+ * after the reply's own "</think>\n\n". A prompt without chat turns (/v1/completions)
  * is taken as the message whole.
  *
  * A token is at most 3 bytes of the reply (never splitting a UTF-8
@@ -222,6 +224,8 @@ static int last_turn(const char *p, size_t n, const char **role,
 	return 0;
 }
 
+#define THINK_END "</think>\n\n"
+
 static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 			struct kvd_error *err)
 {
@@ -312,6 +316,18 @@ static char *make_reply(struct kvd_job *j, const char *p, size_t n,
 			reply = NULL;
 	}
 	free(msg);
+	/* a reply continued after its think block was closed (the API's
+	 * think budget): the part of the scripted reply after its own */
+	if (reply && n >= sizeof(THINK_END) - 1 &&
+	    !memcmp(p + n - (sizeof(THINK_END) - 1), THINK_END, sizeof(THINK_END) - 1)) {
+		char *at = strstr(reply, THINK_END), *rest;
+
+		if (at) {
+			rest = strdup(at + sizeof(THINK_END) - 1);
+			free(reply);
+			reply = rest;
+		}
+	}
 	return reply;
 }
 

@@ -96,6 +96,36 @@ static void test_request_valid(void)
 	CU_ASSERT_EQUAL(r.thinking, CHAT_THINK_DEFAULT);
 	chat_request_free(&r);
 
+	/* numbers at both ends of their ranges are taken (temperature 0 is
+	 * greedy decoding), and null booleans are absent */
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+				    "\"temperature\":0,\"top_p\":1,\"frequency_penalty\":-2,\"presence_penalty\":2,"
+				    "\"stream\":null,\"parallel_tool_calls\":null}", &r, &e), 0);
+	CU_ASSERT(r.s.temperature == 0 && r.s.top_p == 1 && r.s.frequency_penalty == -2 &&
+		  r.s.presence_penalty == 2 && !r.stream && r.parallel_tool_calls);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+				    "\"temperature\":2,\"top_p\":0,\"frequency_penalty\":2,\"presence_penalty\":-2}",
+				    &r, &e), 0);
+	CU_ASSERT(r.s.temperature == 2 && r.s.top_p == 0 && r.s.frequency_penalty == 2 &&
+		  r.s.presence_penalty == -2);
+	chat_request_free(&r);
+
+	/* null is absent: stream_options without streaming */
+	CU_ASSERT_EQUAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+			      "\"stream\":false,\"stream_options\":null}", &r, &e), 0);
+	chat_request_free(&r);
+
+	/* tool_choice naming a function: the first of two tools too */
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+				    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+				    "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
+				    "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+				    &r, &e), 0);
+	CU_ASSERT_EQUAL(r.tool_choice, CHAT_TOOLS_NAMED);
+	CU_ASSERT(r.tool_choice_name && !strcmp(r.tool_choice_name, "f"));
+	chat_request_free(&r);
+
 	/* thinking: the template argument, reasoning_effort none and
 	 * minimal (the argument wins), and reasoning sent back */
 	{
@@ -177,9 +207,12 @@ static const struct bad bads[] = {
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", 400, "messages[0].content[0].type", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages[0].content[0].text", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[7]}]}", 400, "messages[0].content[0]", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, "messages[0].content[0].type", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":5}]}", 400, "messages[0].name", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", 400, "messages[0].tool_calls", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].id", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":5,\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].id", NULL },
+	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].id", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"bad name\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].function.name", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":{}}}]}]}", 400, "messages[0].tool_calls[0].function.arguments", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"type\":\"custom\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}]}", 400, "messages[0].tool_calls[0].type", NULL },
@@ -195,6 +228,7 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", 400, "tools[0].function.parameters", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]}", 400, "tools[0].function.name", NULL },
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":\"yes\"}}]}", 400, "tools[0].function.strict", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":5}}]}", 400, "tools[0].function.description", NULL },
 	/* arguments are an object (issue 40.4: the decoder wrote 0, the
 	 * parser found no call) */
 	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"t\",\"parameters\":{\"type\":\"integer\"}}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"t\"}}}", 400, "tools[0].function.parameters", "invalid_function_parameters" },
@@ -207,6 +241,8 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"chat_template_kwargs\":\"x\"}", 400, "chat_template_kwargs", NULL },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":[]}]}", 400, "messages[1].reasoning_content", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "tool_choice.function.name", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\"}}", 400, "tool_choice.function.name", NULL },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", 400, "tool_choice.function.name", NULL },
 	{ "{" M U ",\"tool_choice\":{\"type\":\"other\"}}", 400, "tool_choice.type", NULL },
 	{ "{" M U ",\"tool_choice\":\"sometimes\"}", 400, "tool_choice", NULL },
 	{ "{" M U ",\"tool_choice\":3}", 400, "tool_choice", NULL },
@@ -315,6 +351,16 @@ static void test_request_invalid(void)
 		json_decref(j);
 		free(js);
 	}
+	/* the deprecated function role: the error says what to use instead */
+	{
+		struct chat_request r;
+		struct api_error e;
+
+		CU_ASSERT_EQUAL(parse("{" M "\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}",
+				      &r, &e), -1);
+		CU_ASSERT(strstr(e.message, "deprecated") && strstr(e.message, "use 'tool'"));
+		chat_request_free(&r);
+	}
 }
 
 /* Every strict prefix of a valid body is refused (and nothing crashes). */
@@ -334,7 +380,8 @@ static void test_request_truncated(void)
 	chat_request_free(&r);
 }
 
-/* Sizes are bounded: too many messages, tools, stop strings too long. */
+/* Sizes are bounded: too many messages, tools, content parts, stop
+ * strings too long. */
 static void test_request_bounds(void)
 {
 	struct strbuf b = { 0 };
@@ -355,6 +402,14 @@ static void test_request_bounds(void)
 	sb_adds(&b, "]}");
 	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
 	CU_ASSERT_STRING_EQUAL(e.param, "tools");
+	chat_request_free(&r);
+	sb_reset(&b);
+	sb_adds(&b, "{" M "\"messages\":[{\"role\":\"user\",\"content\":[");
+	for (int i = 0; i <= CHAT_MAX_PARTS; i++)
+		sb_addf(&b, "%s{\"type\":\"text\",\"text\":\"p\"}", i ? "," : "");
+	sb_adds(&b, "]}]}");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+	CU_ASSERT_STRING_EQUAL(e.param, "messages[0].content");
 	chat_request_free(&r);
 	sb_reset(&b);
 	sb_adds(&b, "{" M U ",\"stop\":\"");

@@ -29,6 +29,7 @@
  * copy_mode, pressure, worker_death, plugin, paths, preempt, worker_storm,
  * stall, fairness, shared_start, session_keys, never_fits, index_chain,
  * bisect, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -57,10 +58,12 @@ static int pass, failed;
 static const char *model_path, *plugin_path;
 static char self[PATH_MAX];
 
+/* KVD_TEST_FAIL_FAST=1 (the mutation lane): exit at the first failure */
 #define CHECK(cond, ...) do { \
 	if (cond) { pass++; printf("ok   "); } \
 	else { failed++; printf("FAIL %s:%d ", __FILE__, __LINE__); } \
-	printf(__VA_ARGS__); printf("\n"); fflush(stdout); } while (0)
+	printf(__VA_ARGS__); printf("\n"); fflush(stdout); \
+	if (failed && getenv("KVD_TEST_FAIL_FAST")) _exit(1); } while (0)
 
 struct reply {
 	char text[8192];

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <sys/mount.h>
@@ -805,13 +806,30 @@ static void maps_perms(const void *addr, char perms[8])
 		fclose(f);
 }
 
+/* a within 1e-3 of b's largest magnitude everywhere, and the same argmax */
+static int logits_close(const float *a, const float *b, uint32_t n)
+{
+	float mx = 0;
+	uint32_t i, ia = 0, ib = 0;
+
+	for (i = 0; i < n; i++) {
+		mx = fabsf(b[i]) > mx ? fabsf(b[i]) : mx;
+		ia = a[i] > a[ia] ? i : ia;
+		ib = b[i] > b[ib] ? i : ib;
+	}
+	for (i = 0; i < n; i++)
+		if (!(fabsf(a[i] - b[i]) <= 1e-3f * mx))
+			return 0;
+	return ia == ib;
+}
+
 static void test_load_modes(const char *path)
 {
 	static const char *const weights[3] = { "copy", "copy", "mmap" };
 	struct kve_model *m[3];
 	float *lg[3];
 	char err[256];
-	int i, ok = 1, packed;
+	int i, ok = 1, packed, x16;
 
 	for (i = 0; i < 3; i++) {
 		struct kve_engine_params ep = { 1, 1, 0, 64 };
@@ -843,16 +861,21 @@ static void test_load_modes(const char *path)
 		goto out;
 	}
 	packed = m[0]->layers[0].wq.panel != 0;
+	/* Q4_0 in the AVX-512 sets' 16-row panels sums in its own order
+	 * (Documentation/engine.md, Weight layout): close, not the same bits */
+	x16 = m[0]->layers[0].wq.panel == KVE_PANEL_Q4X16;
 	CHECK(m[0]->g.map_base != m[2]->g.map_base &&
 	      ((uintptr_t)m[0]->g.base & ((2u << 20) - 1)) == 0 &&
 	      packed && !m[1]->layers[0].wq.panel && !m[2]->layers[0].wq.panel &&
 	      !memcmp(m[1]->g.base, m[2]->g.base, m[1]->g.len) &&
 	      memcmp(m[0]->g.base, m[2]->g.base, m[0]->g.len) &&
-	      !memcmp(lg[0], lg[2], kve_model_info(m[0])->vocab * sizeof(float)) &&
+	      (x16 ? logits_close(lg[0], lg[2], kve_model_info(m[0])->vocab) :
+	       !memcmp(lg[0], lg[2], kve_model_info(m[0])->vocab * sizeof(float))) &&
 	      !memcmp(lg[1], lg[2], kve_model_info(m[0])->vocab * sizeof(float)),
 	      "%s %s: KVE_WEIGHTS=copy (2 MiB-aligned, %s), copy with KVE_PACK=0 and mmap: "
-	      "same logits bit for bit", path, ggml_type_name(kve_model_info(m[0])->weight_type),
-	      packed ? "packed in panels" : "row-major");
+	      "same logits %s", path, ggml_type_name(kve_model_info(m[0])->weight_type),
+	      x16 ? "packed in 16-row Q4_0 panels" : packed ? "packed in panels" : "row-major",
+	      x16 ? "(within 1e-3 of the largest, same argmax)" : "bit for bit");
 	/* the copies were written (packed) and then sealed: the weights,
 	 * first page to last, are read-only like the mapped file */
 	for (i = 0; i < 3; i++) {

@@ -18,18 +18,27 @@ mutant is applied to a scratch copy of the tree (build/mutation/tree; the
 worktree's sources are never written), rebuilt, and the group's fast host
 suites run on it, stopping at the first failure: a failure or a timeout
 kills the mutant; a mutant that does not compile is replaced by the next
-candidate and does not count. The per-file and total scores and the
+candidate and does not count. A group split into parts (sched: the
+orchestrator's test one KVD_TEST_ONLY name at a time) times each part on
+the unmutated tree, learns once which parts reach which lines (a build with
+gcov's counters, cached while the sources stay the same), and runs for each
+mutant only the parts that reach its line, fastest first, each limited to
+3 x its unmutated time; a mutant on a line no part reaches survives without
+a run ("uncovered"). The per-file and total scores and the
 surviving mutants are printed at the end; survivors listed in
 tests/mutation/equivalent.txt (same file, same source line, same change)
 are reported as equivalent, with the reason given there, and leave the
 score's denominator.
 
 usage: tests/mutation/mutate.py [--seed S] [-n N] [--groups core,lib,engine,api,sched,mcp]
-                                [--timeout SEC] [--list] [--keep]
+                                [--timeout SEC] [--part-timeout SEC] [--no-cover]
+                                [--list] [--file F] [--match KEY] [--scratch DIR]
 """
 
 import argparse
 import glob
+import hashlib
+import json
 import os
 import random
 import re
@@ -56,6 +65,15 @@ CORE_TESTS = [["make", "-s", "--no-print-directory", "check-core"],
               ["make", "-s", "--no-print-directory", "check-lib"],
               ["make", "-s", "--no-print-directory", "check-toolwait-predict"]]
 
+# the orchestrator's test, one part per KVD_TEST_ONLY name
+ORCH = "build/daemon/tests/test_orch"
+ORCH_MODEL = "build/daemon/tests/orch-bpe.gguf"
+ORCH_PLUGIN = "build/lib/kvarenad/backend-cpu.so"
+ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressure",
+              "worker_death", "plugin", "agent_loop", "paths", "preempt", "worker_storm",
+              "stall", "fairness", "shared_start", "session_keys", "never_fits",
+              "index_chain", "bisect"]
+
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
 GROUPS = {
@@ -79,19 +97,25 @@ GROUPS = {
                  build=["build/chat/tests/test_chat"],
                  tests=[["make", "-s", "--no-print-directory", "check-chat-unit"]]),
     # the scheduler under the orchestrator's test (real workers, engine,
-    # memfd arena), less its MCP-server and escape parts (npm servers,
-    # minutes), and the radix index under its property test
+    # memfd arena), less its sandbox parts (escape, MCP servers, tool
+    # tenants: npm servers, minutes), and the radix index under its
+    # property test; split into parts, each mutant running only the parts
+    # that reach its line (cover below), fastest first
     "sched": dict(files=["daemon/kvarenad/sched.c", "daemon/kvarenad/step.c",
                          "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
                          "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
                          "daemon/kvarenad/radix.c"],
-                  build=["build/daemon/tests/test_orch", "build/daemon/tests/test_radix"],
-                  tests=[["make", "-s", "--no-print-directory", "check-radix"],
-                         ["make", "-s", "--no-print-directory", "check-orch"]],
-                  env={"KVD_TEST_ONLY": "greedy_and_turns,prefix_sharing,fork,copy_mode,"
-                                        "pressure,worker_death,plugin,agent_loop,paths,"
-                                        "preempt,worker_storm,stall,fairness,shared_start,"
-                                        "session_keys,never_fits,bisect"}),
+                  build=[ORCH, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_PLUGIN],
+                  parts=[("radix", ["build/daemon/tests/test_radix", "{seed}", "20000"], {})] +
+                        [("orch:" + t, [ORCH, ORCH_MODEL, ORCH_PLUGIN], {"KVD_TEST_ONLY": t})
+                         for t in ORCH_PARTS],
+                  env={"KVD_TEST_FAIL_FAST": "1", "ASAN_OPTIONS": "detect_leaks=1"},
+                  cover=dict(build=["build/daemon/tests/test_orch_cov",
+                                    "build/daemon/tests/test_radix_cov"],
+                             binaries={ORCH: "build/daemon/tests/test_orch_cov",
+                                       "build/daemon/tests/test_radix":
+                                           "build/daemon/tests/test_radix_cov"},
+                             objdir="build/daemon/cov")),
     # what a hostile MCP server's bytes reach (issue 36.8): the client
     # against the hostile fake and 20,000 inputs of the reference-checked
     # fuzz harness
@@ -467,6 +491,12 @@ def run(cmd, env, timeout, log):
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         raise
+    # what it left behind (worker processes of a test that exited at its
+    # first failure) goes with it
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
     return rc, time.time() - t0
 
 
@@ -492,18 +522,151 @@ def test(g, env, timeout, log):
     return "survived", time.time() - t0
 
 
+def group_parts(g, seed):
+    """[(name, cmd, env)]: a group's named parts ({seed}: the lane's seed)"""
+    return [(n, [c.replace("{seed}", str(seed)) for c in cmd], e) for n, cmd, e in g["parts"]]
+
+
+def test_parts(sel, times, genv, floor, log):
+    """the selected parts, fastest first, stopping at the first failure;
+    each part's limit is 3 x its unmutated time (at least floor)"""
+    t0 = time.time()
+    for name, cmd, penv in sorted(sel, key=lambda p: times[p[0]]):
+        env = dict(genv)
+        env.update(penv)
+        rc, _ = run(cmd, env, max(floor, 3 * times[name]), log)
+        if rc is None:
+            return "timeout", time.time() - t0
+        if rc:
+            return "killed", time.time() - t0
+    return "survived", time.time() - t0
+
+
+GCOV_LINE = re.compile(r"^\s*([0-9]+\*?|#####|=====|-):\s*([0-9]+):")
+
+
+def gcov_lines(objdir, f):
+    """(reached, recorded) line sets of f from its .gcno/.gcda in objdir"""
+    obj = os.path.join(objdir, os.path.dirname(f))
+    r = subprocess.run(["gcov", "-t", "-o", obj, f], cwd=TREE, capture_output=True, text=True)
+    reached, recorded, mine = set(), set(), False
+    for line in r.stdout.splitlines():
+        m = GCOV_LINE.match(line)
+        if not m:
+            continue
+        cnt, ln = m.group(1), int(m.group(2))
+        if ln == 0:
+            if ":Source:" in line:
+                mine = line.split(":Source:", 1)[1].strip() == f
+            continue
+        if not mine or cnt == "-":
+            continue
+        recorded.add(ln)
+        if cnt[0].isdigit() and int(cnt.rstrip("*")) > 0:
+            reached.add(ln)
+    return reached, recorded
+
+
+def tree_digest(extra):
+    """what the coverage depends on: the tree's sources (daemon, lib,
+    include, the daemon's tests) and the parts run"""
+    h = hashlib.sha256(repr(extra).encode())
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z", "daemon", "lib",
+                            "include", "tests/daemon", "Makefile"],
+                           cwd=ROOT, capture_output=True, check=True).stdout
+    for f in sorted(x for x in files.decode().split("\0") if x):
+        p = os.path.join(TREE, f)
+        if os.path.isfile(p):
+            h.update(f.encode() + b"\0" + open(p, "rb").read())
+    return h.hexdigest()
+
+
+def coverage(name, g, genv, parts, times, files, log):
+    """{file: (recorded lines, {line: {part}})}: which parts reach which
+    lines of the group's files, from one run of each part built with
+    gcov's counters (cached in the scratch directory while the sources are
+    the same); None if that build fails"""
+    cv = g["cover"]
+    # the parts as defined, not as run: test_radix's coverage from
+    # another seed's 20,000 operations stands for this one's
+    key = tree_digest((files, g["parts"]))
+    cache = os.path.join(SCRATCH, "cover-%s.json" % name)
+    if os.path.exists(cache):
+        c = json.load(open(cache))
+        if c.get("key") == key:
+            print("# %s: line coverage per part from %s" % (name, os.path.relpath(cache, ROOT)))
+            return {f: (set(v[0]), {int(k): set(x) for k, x in v[1].items()})
+                    for f, v in c["files"].items()}
+    rc, _ = run(["make", "-s", "-j2", "--no-print-directory", "KVD_COV_SRCS=" + " ".join(files)]
+                + cv["build"], genv, 1800, log)
+    if rc != 0:
+        return None
+    objdir = os.path.join(TREE, cv["objdir"])
+    out = {f: (set(), {}) for f in files}
+    t0 = time.time()
+    for pname, cmd, penv in parts:
+        for d, _, fs in os.walk(objdir):
+            for x in fs:
+                if x.endswith(".gcda"):
+                    os.unlink(os.path.join(d, x))
+        env = dict(genv)
+        env.update(penv)
+        rc, secs = run([cv["binaries"].get(c, c) for c in cmd], env,
+                       max(600, 10 * times[pname]), log)
+        if rc != 0:
+            # counted as reaching every line: it can then only cost time
+            print("# %s: the coverage run of %s failed (%s): run for every mutant"
+                  % (name, pname, "timeout" if rc is None else "exit %d" % rc))
+        for f in files:
+            reached, recorded = gcov_lines(objdir, f)
+            out[f][0].update(recorded)
+            for ln in (recorded if rc != 0 else reached):
+                out[f][1].setdefault(ln, set()).add(pname)
+    print("# %s: line coverage of %d parts in %.0fs" % (name, len(parts), time.time() - t0))
+    json.dump({"key": key, "files": {f: (sorted(v[0]), {str(k): sorted(x) for k, x in v[1].items()})
+                                      for f, v in out.items()}}, open(cache, "w"))
+    return out
+
+
+def covering(cover, parts, f, ln):
+    """the parts that reach line ln of f; a line gcov does not count (a
+    statement's continuation) takes the parts of the counted lines on
+    either side"""
+    if cover is None or f not in cover:
+        return list(parts)
+    recorded, by_line = cover[f]
+    if ln in recorded:
+        lines = [ln]
+    else:
+        lines = [max((x for x in recorded if x < ln), default=None),
+                 min((x for x in recorded if x > ln), default=None)]
+    names = set()
+    for x in lines:
+        if x is not None:
+            names |= by_line.get(x, set())
+    return [p for p in parts if p[0] in names]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("-n", type=int, default=20, help="mutants per group")
     ap.add_argument("--groups", default="core,lib,engine,api,sched,mcp")
     ap.add_argument("--timeout", type=float, default=60, help="test seconds per mutant")
+    ap.add_argument("--part-timeout", type=float, default=30,
+                    help="least test seconds per part, for groups split into parts")
+    ap.add_argument("--no-cover", action="store_true",
+                    help="groups split into parts: run every part for every mutant "
+                         "instead of those that reach its line")
     ap.add_argument("--list", action="store_true", help="count candidates, run nothing")
     ap.add_argument("--file", action="append", default=[],
                     help="only mutants in this file (repeatable)")
     ap.add_argument("--match", action="append", default=[],
                     help="only mutants whose key (as printed for survivors) "
                          "contains this text (repeatable): to rerun some")
+    ap.add_argument("--at", action="append", default=[],
+                    help="only mutants on this FILE:LINE (repeatable): a survivor whose "
+                         "key also matches other lines")
     ap.add_argument("--scratch", default=None,
                     help="scratch directory (build/mutation): two runs at once "
                          "need two")
@@ -539,6 +702,8 @@ def main():
         for f in files:
             src = open(os.path.join(ROOT, f)).read()
             for m in candidates(f, src):
+                if a.at and "%s:%d" % (f, line_of(src, m[0])) not in a.at:
+                    continue
                 if not a.match or any(t in key_of(f, src, m) for t in a.match):
                     cands.append((f, m))
         print("# group %s: %d candidate mutants in %d files" % (name, len(cands), len(files)))
@@ -586,15 +751,45 @@ def run_groups(a, plan, env, results, seed):
             if build(g, genv, log) != 0:
                 print("FAIL %s: the unmutated tree does not build (%s)" % (name, log_path))
                 return 2
-            verdict, secs = test(g, genv, a.timeout * 3, log)
+            if "parts" in g:
+                # every part on its own, timed: a mutant's parts are a
+                # selection of these, each limited by its own time
+                parts, times, secs = group_parts(g, seed), {}, 0
+                for pname, cmd, penv in parts:
+                    verdict, times[pname] = test_parts([(pname, cmd, penv)], {pname: 300},
+                                                       genv, 0, log)
+                    secs += times[pname]
+                    if verdict != "survived":
+                        break
+            else:
+                verdict, secs = test(g, genv, a.timeout * 3, log)
         if verdict != "survived":
             print("FAIL %s: the unmutated tree fails its suites (%s, %s)" % (name, verdict, log_path))
             return 2
-        # a timeout counts as a kill: keep it well above what correct code
-        # takes on this machine now
-        limit = max(a.timeout, round(2.5 * secs))
-        print("# %s: unmutated suites pass in %.0fs; test timeout %ds per mutant"
-              % (name, secs, limit))
+        if "parts" in g:
+            print("# %s: unmutated parts pass in %.0fs: %s" % (name, secs, ", ".join(
+                "%s %.0fs" % (p, t) for p, t in sorted(times.items(), key=lambda x: x[1]))))
+            cover = None
+            if not a.no_cover:
+                with open(log_path, "w") as log:
+                    cover = coverage(name, g, genv, parts, times,
+                                     sorted({f for f, _ in cands}), log)
+                if cover is None:
+                    print("# %s: the coverage build failed (%s): every part runs for every "
+                          "mutant" % (name, log_path))
+            if cover is not None:
+                for f in sorted(cover):
+                    rec, by = cover[f]
+                    print("#   %-30s %4d lines counted, %4d reached by no part"
+                          % (f, len(rec), len([x for x in rec if not by.get(x)])))
+            print("# %s: each mutant runs the parts that reach its line, fastest first, "
+                  "each limited to 3 x its time (at least %ds)" % (name, a.part_timeout))
+        else:
+            # a timeout counts as a kill: keep it well above what correct code
+            # takes on this machine now
+            limit = max(a.timeout, round(2.5 * secs))
+            print("# %s: unmutated suites pass in %.0fs; test timeout %ds per mutant"
+                  % (name, secs, limit))
         order = list(range(len(cands)))
         random.Random("%d:%s" % (seed, name)).shuffle(order)
         # the first n in seeded order, run grouped by file (a file's object
@@ -617,6 +812,15 @@ def run_groups(a, plan, env, results, seed):
             seen.add((f, mutated))
             ln, desc = describe(f, orig, m)
             key = key_of(f, orig, m)
+            if "parts" in g:
+                sel = covering(cover, parts, f, ln)
+                if not sel:
+                    # no test runs this line: it survives, nothing to build
+                    done += 1
+                    results.append((name, f, ln, desc, key, "uncovered", 0.0))
+                    print("[%s %2d/%d] %-8s %5.1fs %s:%d %s" % (name, done, a.n, "UNCOVERED",
+                                                            0.0, f, ln, desc), flush=True)
+                    continue
             with open(APPLIED, "w") as out:
                 out.write(f)
             with open(path, "w") as out:
@@ -630,15 +834,20 @@ def run_groups(a, plan, env, results, seed):
                             queue.insert(0, order[nxt])
                             nxt += 1
                         continue
-                    verdict, secs = test(g, genv, limit, log)
+                    if "parts" in g:
+                        verdict, secs = test_parts(sel, times, genv, a.part_timeout, log)
+                    else:
+                        verdict, secs = test(g, genv, limit, log)
             finally:
                 with open(path, "w") as out:
                     out.write(orig)
                 os.unlink(APPLIED)
             done += 1
             results.append((name, f, ln, desc, key, verdict, secs))
-            print("[%s %2d/%d] %-8s %5.1fs %s:%d %s" % (name, done, a.n, verdict.upper(),
-                                                    secs, f, ln, desc), flush=True)
+            print("[%s %2d/%d] %-8s %5.1fs %s:%d %s%s" % (
+                name, done, a.n, verdict.upper(), secs, f, ln, desc,
+                " (parts: %s)" % " ".join(p[0] for p in sel) if "parts" in g else ""),
+                flush=True)
         if nobuild:
             print("# %s: %d mutants did not compile (not counted)" % (name, nobuild))
         # leave the scratch tree built from the real sources
@@ -652,14 +861,17 @@ def report(results, equiv, seed):
     by_file, by_group = {}, {}
     survivors = []
     for grp, f, ln, desc, key, verdict, secs in results:
-        eqv = verdict == "survived" and key in equiv
+        lived = verdict in ("survived", "uncovered")
+        eqv = lived and key in equiv
         for d, k in ((by_file, f), (by_group, grp)):
             s = d.setdefault(k, [0, 0, 0])
-            s[0] += verdict != "survived"
+            s[0] += not lived
             s[1] += 1
             s[2] += eqv
-        if verdict == "survived":
-            survivors.append((f, ln, desc, key, equiv.get(key)))
+        if lived:
+            survivors.append((f, ln, desc + (" (no test reaches the line)"
+                                             if verdict == "uncovered" else ""),
+                              key, equiv.get(key)))
 
     def pct(s):
         den = s[1] - s[2]

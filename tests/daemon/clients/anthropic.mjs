@@ -79,7 +79,7 @@ await test('countTokens', async () => {
 });
 
 await test('an error in Anthropic\'s shape', async () => {
-  await assert.rejects(client.messages.create({ model, messages, max_tokens: 8, thinking: { type: 'enabled', budget_tokens: 1024 } }),
+  await assert.rejects(client.messages.create({ model, messages, max_tokens: 8, thinking: { type: 'enabled', budget_tokens: 0 } }),
     (e) => e instanceof Anthropic.BadRequestError && e.error?.type === 'error' &&
       e.error.error.type === 'invalid_request_error');
 });

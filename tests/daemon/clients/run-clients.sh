@@ -16,12 +16,17 @@
 #                          final output
 #   anthropic.mjs          @anthropic-ai/sdk: messages.create/stream with
 #                          tools, a tool_result round trip, countTokens
+#   reasoning.mjs          both SDKs parse a thinking family's reasoning
+#                          (reasoning_content, the reasoning item, the
+#                          thinking block) from the API test server
+#                          rendering as qwen3 (its scripted replies open
+#                          with a think block; a random model's do not)
 #   codex exec             the Codex CLI, a custom provider at kvarenad
 #   claude -p              Claude Code, ANTHROPIC_BASE_URL at kvarenad
 #
-# usage: run-clients.sh KVARENAD KVA-MKMODEL
+# usage: run-clients.sh KVARENAD KVA-MKMODEL KVD-API-TESTSERVER
 set -u
-EXE=$1 MK=$2
+EXE=$1 MK=$2 APISRV=$3
 OUT=build/clients
 NODE_DIR=$OUT/node
 # openai 5.23.2, @openai/agents 0.20.0, @anthropic-ai/sdk 1.16.0, ajv 8.20.0,
@@ -52,8 +57,8 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 tmp=$(mktemp -d /tmp/kvd-clients.XXXXXX)
-kpid= rpid=
-trap '[ -n "$kpid" ] && kill "$kpid" 2>/dev/null; [ -n "$rpid" ] && kill "$rpid" 2>/dev/null; rm -rf "$tmp"' EXIT
+kpid= rpid= spid=
+trap '[ -n "$kpid" ] && kill "$kpid" 2>/dev/null; [ -n "$rpid" ] && kill "$rpid" 2>/dev/null; [ -n "$spid" ] && kill "$spid" 2>/dev/null; rm -rf "$tmp"' EXIT
 port=$(free_port)
 rport=$(free_port)
 cat > "$tmp/kvarenad.conf" <<CONF
@@ -102,6 +107,18 @@ export KVD_NODE_DIR=$NODE_DIR KVD_API_KEY=$KEY KVD_API_MODEL=kvarena-test
 KVD_API_BASE_URL=http://127.0.0.1:$rport/v1 run openai_responses node tests/daemon/clients/openai_responses.mjs
 KVD_API_BASE_URL=http://127.0.0.1:$rport/v1 run agents node tests/daemon/clients/agents.mjs
 KVD_API_BASE_URL=http://127.0.0.1:$rport run anthropic node tests/daemon/clients/anthropic.mjs
+
+# a thinking family's reasoning, as the SDKs parse it (the API test server
+# as qwen3: its scripted replies can open with a think block)
+"$APISRV" --port 0 --port-file "$tmp/sport" --chat-template qwen3 >/dev/null 2>"$OUT/reasoning-server.log" &
+spid=$!
+i=0
+while [ ! -s "$tmp/sport" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+KVD_API_BASE_URL=http://127.0.0.1:$(cat "$tmp/sport" 2>/dev/null || echo 0) run reasoning \
+	node tests/daemon/clients/reasoning.mjs
+kill "$spid" 2>/dev/null
+wait "$spid" 2>/dev/null
+spid=
 
 # the Codex CLI: a model provider of its own at kvarenad (Responses API)
 mkdir -p "$tmp/codex" "$tmp/work" "$tmp/home"
