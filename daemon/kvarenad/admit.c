@@ -375,7 +375,8 @@ static size_t candidates(struct kvd *d, enum kvd_job_state st, struct kvd_admit_
 			st == JOB_QUEUED ? j->t_submit : j->order, pos };
 	}
 	/* preempted: oldest first, whatever the tenant (vt 0) */
-	qsort(d->admit_buf, n, sizeof(*d->admit_buf), cand_cmp);
+	if (n > 1)
+		qsort(d->admit_buf, n, sizeof(*d->admit_buf), cand_cmp);
 	*out = d->admit_buf;
 	return n;
 }
