@@ -112,6 +112,8 @@ int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total)
 		}
 		if (rc != -ENOSPC)
 			break;
+		if (kvd_tiering_freeing(d))
+			return 1;	/* spills being written free blocks: next turn */
 		v = victim(d, 0, 1);
 		if (!v)
 			return 1;	/* everyone holding blocks is in flight: next turn */

@@ -778,6 +778,8 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c);
 void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c);
 /* Spills or restores in flight (blocks will come free or be filled). */
 int kvd_tiering_busy(const struct kvd *d);
+/* Blocks that eviction spills in flight free when written: room coming. */
+uint32_t kvd_tiering_freeing(const struct kvd *d);
 /* c lets go of what is in flight (its KV changes or goes). */
 void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
 /* c is forgotten: its file and timers go. */

@@ -342,7 +342,10 @@ static struct kvd_conv *oldest_idle(struct kvd *d, uint32_t tenant, int any)
 /*
  * Victims go to disk or away by tiering.c's choice; a spill frees its
  * blocks when written, so less may be free on return than wanted: the
- * waiting request is admitted when the spill completes.
+ * waiting request is admitted when the spill completes. Blocks that
+ * spills in flight will free count as room: no more victims are taken
+ * for them (without that, every victim ranked would be spilled while the
+ * first one's write runs).
  */
 uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 {
@@ -350,14 +353,15 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 	uint32_t free_now = kvd_blocks_free(d);
 	int n, i, progress = 1;
 
-	if (free_now >= want)
+#define COMING(f) ((f) + kvd_tiering_freeing(d))
+	if (COMING(free_now) >= want)
 		return free_now;
-	kvd_prefix_evict(d, want - free_now);
+	kvd_prefix_evict(d, want - COMING(free_now));
 	free_now = kvd_blocks_free(d);
-	while (free_now < want && progress) {
+	while (COMING(free_now) < want && progress) {
 		progress = 0;
 		n = kva_arena_victims(d->arena, KVA_POLICY_ARENA, v, 64);
-		for (i = 0; i < n && free_now < want; i++) {
+		for (i = 0; i < n && COMING(free_now) < want; i++) {
 			struct kvd_conv *c = kvd_conv_by_sid(d, v[i].session_id);
 
 			if (!c || !evictable(c))
@@ -367,8 +371,8 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 			 * the rest (its blocks may be what the victim's restore
 			 * shares again) */
 			free_now = kvd_blocks_free(d);
-			if (free_now < want)
-				kvd_prefix_evict(d, want - free_now);
+			if (COMING(free_now) < want)
+				kvd_prefix_evict(d, want - COMING(free_now));
 			free_now = kvd_blocks_free(d);
 			progress = 1;
 		}
@@ -379,13 +383,14 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 			if (old) {
 				kvd_tiering_evict(d, old);
 				free_now = kvd_blocks_free(d);
-				if (free_now < want)
-					kvd_prefix_evict(d, want - free_now);
+				if (COMING(free_now) < want)
+					kvd_prefix_evict(d, want - COMING(free_now));
 				free_now = kvd_blocks_free(d);
 				progress = 1;
 			}
 		}
 	}
+#undef COMING
 	return free_now;
 }
 

@@ -53,6 +53,7 @@ struct kvd_tticket {
 	kvt_file_id file;
 	struct kve_arena_session as;	/* restore abandoned: its blocks */
 	int owns_as;
+	uint32_t freeing;		/* eviction spill: blocks freed when written */
 	uint64_t started_ns;
 };
 
@@ -67,6 +68,7 @@ struct kvd_tiering {
 	struct kvt_costs costs;
 	uint64_t shape_id;
 	uint32_t in_flight;		/* tickets not yet completed */
+	uint32_t freeing;		/* blocks eviction spills free when written */
 	struct ttimer *heap;
 	uint32_t n_heap, cap_heap;
 };
@@ -405,6 +407,14 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 	c->tier_file_hash = id.tokens_hash;
 	c->tier_file_skip = skip;
 	c->tier_spill_evicting = evicting;
+	if (evicting) {
+		/* the blocks only c holds go back to the pool when written:
+		 * room on its way, which kvd_make_room counts (else it would
+		 * take victim after victim while the first one's write runs) */
+		for (i = 0; i < c->as.s.n_blocks; i++)
+			tk->freeing += d->block_users[c->as.s.block_table[i]] == 1;
+		tr->freeing += tk->freeing;
+	}
 	tr->in_flight++;
 	return 0;
 }
@@ -486,6 +496,8 @@ void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c)
 		return;
 	c->tier_op = NULL;
 	tk->c = NULL;
+	d->tier->freeing -= tk->freeing;	/* the blocks stay c's */
+	tk->freeing = 0;
 	if (tk->restore) {
 		kvd_conv_detach_kv(d, c, &tk->as);
 		tk->owns_as = 1;
@@ -528,6 +540,7 @@ static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_d
 {
 	struct kvd_conv *c = tk->c;
 
+	d->tier->freeing -= tk->freeing;
 	if (!dn->status)
 		kvt_costs_add_write(&d->tier->costs, dn->bytes, dn->ns);
 	if (!c)
@@ -853,6 +866,11 @@ void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 int kvd_tiering_busy(const struct kvd *d)
 {
 	return d->tier && d->tier->in_flight;
+}
+
+uint32_t kvd_tiering_freeing(const struct kvd *d)
+{
+	return d->tier ? d->tier->freeing : 0;
 }
 
 void kvd_tiering_forget(struct kvd *d, struct kvd_conv *c)

@@ -8,8 +8,9 @@
  * child's to return into).
  *
  * On x86-64 these are the instructions themselves and KVS_CLONE_VM is 1.
- * Elsewhere KVS_SYS() wraps syscall() and spawns copy the address space as
- * before (KVS_CLONE_VM 0): there the child's errno is its own.
+ * Elsewhere (or built with -DKVS_NO_CLONE_VM, which tests that path here)
+ * KVS_SYS() wraps syscall() and spawns copy the address space as before
+ * (KVS_CLONE_VM 0): there the child's errno is its own.
  */
 #ifndef KVS_RAWSYS_H
 #define KVS_RAWSYS_H
@@ -19,7 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(KVS_NO_CLONE_VM)
 #define KVS_CLONE_VM 1
 
 static inline long kvs_sys6(long n, long a, long b, long c, long d, long e, long f)

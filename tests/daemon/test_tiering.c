@@ -28,6 +28,10 @@
  *                   the stray file and serves correct output
  *   decisions_off   [tier] decisions = no: kept until the kernel's ranking
  *                   evicts, then recomputed (no disk)
+ *   make_room       the arena needs one conversation's blocks: one victim
+ *                   is spilled, and while its write is in flight asking
+ *                   again takes no other (room on its way counts); all
+ *                   continue bit-identical
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -885,6 +889,89 @@ out:
 	free(dir);
 }
 
+/*
+ * Three conversations wait on tools with their KV kept (no pressure at
+ * their tool waits: nothing written behind). The arena needs room for one
+ * block more than is free: one victim is enough, and it is spilled (its
+ * blocks free when written). Its completion is reaped only under the
+ * daemon's lock, which the test holds, so the write is in flight for
+ * certain while the arena is asked again: the blocks on their way count,
+ * no second victim is taken. (Before, every victim ranked was spilled in
+ * the first call: a free count that a write in flight has not raised yet
+ * made each look insufficient.)
+ */
+static void test_make_room(void)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir("room");
+	struct kvd_config c, nc;
+	struct convo cv[3];
+	struct reply r1[3], r2;
+	uint64_t ev0, ev1, ev2;
+	uint32_t freeing, k, ok = 0;
+	char err[256];
+	struct kvd *d;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	/* no pressure: every tool wait keeps its KV (start() forced it) */
+	pthread_mutex_lock(&d->lock);
+	nc = d->cfg;
+	nc.low_wm = 1;
+	nc.high_wm = 2;
+	if (kvd_tiering_reload(d, &nc, err, sizeof(err)))
+		printf("reload: %s\n", err);
+	pthread_mutex_unlock(&d->lock);
+	for (k = 0; k < 3; k++) {
+		/* tools known to take a minute: the KV is retained through
+		 * the test (a retention deadline from the predicted wait
+		 * would otherwise spill it on a slow machine) */
+		train_class(d, ref_tool[k], 60000000);
+		make_convo(&cv[k], (int)k, ref_tool[k]);
+		script(d, cv[k].call);
+		ask(d, cv[k].p1, 8, &r1[k]);
+	}
+	CHECK(await_metric(d, "kvarenad_tier_decisions_total{choice=\"keep\"}", 3, 20000) &&
+	      metric(d, "kvarenad_tier_spills_total") == 0,
+	      "three conversations wait on tools, their KV kept in the arena (no pressure)");
+	pthread_mutex_lock(&d->lock);
+	ev0 = d->m.evictions;
+	kvd_make_room(d, kvd_blocks_free(d) + 1);
+	ev1 = d->m.evictions;
+	freeing = kvd_tiering_freeing(d);
+	kvd_make_room(d, kvd_blocks_free(d) + 1);
+	ev2 = d->m.evictions;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(ev1 - ev0 == 1 && freeing > 0,
+	      "the arena needs one block more than is free: one victim (%llu), spilled, %u "
+	      "blocks on their way", (unsigned long long)(ev1 - ev0), freeing);
+	CHECK(ev2 == ev1, "asked again while that write is in flight: no other victim taken "
+	      "(%llu evictions)", (unsigned long long)(ev2 - ev0));
+	CHECK(await_metric(d, "kvarenad_tier_spills_total", 1, 20000) &&
+	      count_files(dir, ".kvspill", NULL) == 1,
+	      "the spill completes: one file, the victim's blocks freed");
+	for (k = 0; k < 3; k++) {
+		const struct reply *rk = reference((int)k);
+
+		ok += rk && ask(d, cv[k].p2, 24, &r2) == 0 && same_reply(&r2, rk);
+	}
+	CHECK(ok == 3 && metric(d, "kvarenad_tier_restores_total") == 1 &&
+	      metric(d, "kvarenad_tier_recomputed_tokens_total") == 0,
+	      "every conversation continues, output bit-identical (the victim restored, "
+	      "nothing recomputed)");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 #ifndef __SANITIZE_ADDRESS__
 /* Anonymous memory this process holds (heap, stacks): the daemon's own,
  * besides the arena (a memfd: RssShmem) and the workers (processes). */
@@ -1106,6 +1193,7 @@ int main(int argc, char **argv)
 	RUN(overrun);
 	RUN(killed);
 	RUN(decisions_off);
+	RUN(make_room);
 	RUN(shared_prefix);
 #ifndef __SANITIZE_ADDRESS__
 	RUN(idle1000);		/* unsanitized: check-tiering runs test_tiering_guest for it */

@@ -169,17 +169,32 @@ def mooncake_sessions(path, args):
             turns[k]["tool_ms"] = ms
             if turns[k + 1]["input"] <= 0:
                 turns[k + 1]["input"] = max(args.min_input, int(toks * max(sc, 0.05) * 8))
-        # bound each session by the model's context
-        total = prefix_tokens + sum(t["input"] + t["output"] for t in turns)
+        # bound each session by the model's context: a turn ending in a
+        # tool call decodes up to the replayer's call budget (--call-tokens,
+        # as run's --min-call-tokens), not its trace output
+        def ctx_of(t):
+            return t["input"] + (max(t["output"], args.call_tokens) if "tool" in t
+                                 else t["output"])
+        total = prefix_tokens + sum(ctx_of(t) for t in turns)
+        if total > args.max_context and args.trim_first:
+            # the first prompt gives way first (down to a quarter of the
+            # bound), so that the session keeps its tool rounds
+            keep = max(args.min_input, args.max_context // 4,
+                       turns[0]["input"] - (total - args.max_context))
+            if keep < turns[0]["input"]:
+                total -= turns[0]["input"] - keep
+                turns[0]["input"] = keep
         while total > args.max_context and len(turns) > 1:
             last = turns.pop()
-            total -= last["input"] + last["output"]
+            total -= ctx_of(last)
+            total -= ctx_of(turns[-1])
             turns[-1].pop("tool", None)
             turns[-1].pop("tool_ms", None)
+            total += ctx_of(turns[-1])
         if total > args.max_context:
             cut = total - args.max_context
             turns[0]["input"] = max(args.min_input, turns[0]["input"] - cut)
-        used += sum(t["input"] + t["output"] for t in turns)
+        used += sum(ctx_of(t) for t in turns)
         out.append({"session": "s%05d" % n,
                     "arrival_ms": int((first["timestamp"] - t0) * args.time_scale),
                     "prefix": shared, "turns": turns})
@@ -192,9 +207,16 @@ def cmd_convert(args):
         print(json.dumps(s, separators=(",", ":")))
     mix = parse_mix(args.tool_mix) if args.tool_mix else DEFAULT_MIX
     calls = [t for s in sessions for t in s["turns"] if "tool" in t]
-    sys.stderr.write("convert: %d sessions, %d turns, %d tool calls; model P(wait<1s)=%.3f "
+    sc = args.scale_tokens
+    ctx = [int(len(s["prefix"]) * 512 * sc) + sum(
+        t["input"] + (max(t["output"], args.call_tokens) if "tool" in t else t["output"])
+        for t in s["turns"]) for s in sessions]
+    sys.stderr.write("convert: %d sessions, %d turns, %d tool calls; contexts up to %d tokens "
+                     "(mean %d; chat markup not counted); model P(wait<1s)=%.3f "
                      "P(wait<10s)=%.3f\n" % (len(sessions), sum(len(s["turns"]) for s in sessions),
-                                              len(calls), mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
+                                              len(calls), max(ctx or [0]),
+                                              sum(ctx) / len(ctx) if ctx else 0,
+                                              mix_cdf(mix, 1.0), mix_cdf(mix, 10.0)))
 
 
 # ---- synth: agent sessions of a given shape --------------------------------------
@@ -302,10 +324,11 @@ def parse_metrics(txt):
 
 def stream_chat(url, body):
     """One streamed chat completion: (first-token time, end time, message,
-    usage, finish_reason, error)."""
+    usage, finish_reason, error); the message's "session" is the server's
+    session id where it says one (kvarena's finish chunk)."""
     c = conn_for(url)
     t_first = None
-    content, calls, usage, finish, err = [], {}, {}, None, None
+    content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
     try:
         c.request("POST", "/v1/chat/completions", json.dumps(body),
                   {"Content-Type": "application/json"})
@@ -326,6 +349,8 @@ def stream_chat(url, body):
             ev = json.loads(data)
             if ev.get("usage"):
                 usage = ev["usage"]
+            if isinstance(ev.get("kvarena"), dict) and ev["kvarena"].get("session_id"):
+                sess = ev["kvarena"]["session_id"]
             for ch in ev.get("choices", []):
                 d = ch.get("delta", {})
                 if (d.get("content") or d.get("tool_calls")) and t_first is None:
@@ -344,7 +369,7 @@ def stream_chat(url, body):
         err = "%s: %s" % (type(e).__name__, e)
     finally:
         c.close()
-    msg = {"role": "assistant", "content": "".join(content) or None}
+    msg = {"role": "assistant", "content": "".join(content) or None, "session": sess}
     if calls:
         msg["tool_calls"] = [{"id": v["id"], "type": "function",
                               "function": {"name": v["name"], "arguments": v["args"]}}
@@ -385,6 +410,7 @@ class Runner:
                                                              s["turns"][0]["input"])}]
         res = {"session": s["session"], "start": time.monotonic() - self.t0, "requests": [],
                "errors": 0}
+        server_sess = None
         for k, t in enumerate(s["turns"]):
             tool = t.get("tool")
             body = {"model": a.model, "messages": msgs, "stream": True,
@@ -419,6 +445,8 @@ class Runner:
                     os.rename(reply_file + ".tmp", reply_file)
             t_send = time.monotonic()
             t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body)
+            if msg is not None:
+                server_sess = msg.pop("session", None) or server_sess
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
                   "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
                   "prompt_tokens": usage.get("prompt_tokens", 0),
@@ -450,6 +478,16 @@ class Runner:
                 if k + 1 < len(s["turns"]):
                     msgs.append({"role": "user", "content": self.tool_output(sid, k, s)})
         res["end"] = time.monotonic() - self.t0
+        if a.close and server_sess:
+            # the agent is done: its KV released now, as a harness closing
+            # the session would (not kept until the retention deadline)
+            try:
+                c = conn_for(self.url, 30)
+                c.request("DELETE", "/v1/sessions/" + urllib.parse.quote(server_sess))
+                c.getresponse().read()
+                c.close()
+            except Exception:  # noqa: BLE001 - a server without the extension
+                pass
         res["completion_s"] = res["end"] - res["start"]
         with self.lock:
             self.results.append(res)
@@ -561,6 +599,7 @@ def summarize(r):
     tpot = [(q["total"] - q["ttft"]) * 1000 / (q["completion_tokens"] - 1) for q in reqs
             if q["ttft"] is not None and q["completion_tokens"] > 1]
     returns = d.get("kvarenad_tool_waits_total", 0)
+    computed = d.get("kvarenad_prompt_tokens_total", 0) - d.get("kvarenad_prompt_cached_tokens_total", 0)
     stalls = d.get("kvarenad_tier_restore_stalls_total", 0)
     return {
         "label": r["label"], "mode": r["tool_mode"], "sessions": len(r["sessions"]),
@@ -576,6 +615,9 @@ def summarize(r):
         "tpot_p50": pct(tpot, 50), "tpot_p99": pct(tpot, 99),
         "idle_gbs": d.get("kvarenad_kv_idle_byte_seconds_total", 0) / 1e9,
         "tool_returns": returns,
+        # this run's compute speed: prefill time per prompt token computed
+        # (a loaded machine shows here, whatever the policy)
+        "pf_us": 1000.0 * d.get("kvarenad_prefill_ms_sum", 0) / computed if computed else 0.0,
     }
 
 
@@ -584,9 +626,9 @@ COLS = [("label", "%-10s"), ("mode", "%-6s"), ("sessions", "%5d"), ("errors", "%
         ("stalls", "%5d"), ("stall_pct", "%6.1f"), ("recomputed", "%8d"),
         ("comp_mean", "%7.2f"), ("comp_p50", "%7.2f"), ("comp_p99", "%7.2f"),
         ("ttft_p50", "%7.1f"), ("ttft_p99", "%7.1f"), ("tpot_p50", "%6.1f"),
-        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f")]
+        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f"), ("pf_us", "%6.0f")]
 HEAD = ("policy mode sess err evict miss spillMB restMB stall stall% recomp comp_s p50_s p99_s "
-        "ttft50 ttft99 tpot50 tpot99 idleGB*s")
+        "ttft50 ttft99 tpot50 tpot99 idleGB*s pf_us")
 
 
 def fmt_row(s):
@@ -668,6 +710,17 @@ def cmd_report(args):
         f.write("\t".join(k for k, _ in COLS) + "\n")
         for s in rows:
             f.write("\t".join(str(s[k]) for k, _ in COLS) + "\n")
+    by = {s["label"]: s for s in rows}
+    if "ample" in by:
+        # the bound: an arena that never fills evicts nothing, so its mean
+        # completion is the best any policy can reach on these sessions
+        a = by["ample"]["comp_mean"]
+        print("bound: ample (no eviction) %.2f s mean completion: the most any policy can "
+              "be faster than" % a)
+        for s in rows:
+            if s["label"] != "ample" and a > 0:
+                print("  %-10s (%.2f s) is %.2fx" % (s["label"], s["comp_mean"],
+                                                     s["comp_mean"] / a))
     pngs = plots(args.out, runs)
     for p in pngs:
         print("plot: %s" % p)
@@ -693,6 +746,11 @@ def main():
     c.add_argument("--prefix-blocks", type=int, default=1,
                    help="hash blocks that form the shared system prompt")
     c.add_argument("--max-context", type=int, default=1800)
+    c.add_argument("--call-tokens", type=int, default=0,
+                   help="a tool call's decode budget, counted against --max-context")
+    c.add_argument("--trim-first", action="store_true",
+                   help="over --max-context: shorten the first prompt (to a quarter of it "
+                   "at least) before dropping last turns")
     c.add_argument("--seed", type=int, default=39)
     y = sub.add_parser("synth", help="sessions of one shape (many agents) -> JSONL")
     y.add_argument("--sessions", type=int, default=1000)
@@ -726,6 +784,8 @@ def main():
     r.add_argument("--run-id", default="r%d" % (int(time.time()) % 100000))
     r.add_argument("--seed", type=int, default=39)
     r.add_argument("--strict", action="store_true", help="exit 1 on any request error")
+    r.add_argument("--close", action="store_true",
+                   help="DELETE /v1/sessions/ID (kvarena's extension) when a session ends")
     r.add_argument("--pid", type=int, default=0,
                    help="the server's process (this machine): its memory, threads and "
                    "fds sampled with /metrics")
