@@ -863,6 +863,32 @@ static int check_serving(struct parser *p, json_t *root)
 }
 
 /*
+ * llama.cpp's reasoning budget (thinking_budget_tokens, or its other name
+ * reasoning_budget_tokens): -1 none, 0 no thinking (as enable_thinking
+ * false), N the think block is closed after N tokens (gen.c).
+ */
+static int parse_budget(struct parser *p, json_t *root)
+{
+	json_int_t a = -1, b = -1;
+	int has_a, has_b;
+
+	if (param_int(p->e, root, "thinking_budget_tokens", -1, UINT32_MAX, &a, &has_a) ||
+	    param_int(p->e, root, "reasoning_budget_tokens", -1, UINT32_MAX, &b, &has_b))
+		return -1;
+	if (has_a && has_b && a != b)
+		return api_bad(p->e, "reasoning_budget_tokens", "Set only one of 'thinking_budget_tokens' and 'reasoning_budget_tokens'."), -1;
+	if (has_b)
+		a = b;
+	else if (!has_a)
+		return 0;
+	if (a == 0)
+		p->r->thinking = CHAT_THINK_OFF;
+	else if (a > 0)
+		p->r->think_budget = (uint32_t)a;
+	return 0;
+}
+
+/*
  * Whether a family that thinks (qwen3) reasons first: the template
  * argument llama.cpp's and vLLM's servers pass through
  * (chat_template_kwargs {"enable_thinking": false}), or OpenAI's
@@ -891,6 +917,8 @@ static int parse_thinking(struct parser *p, json_t *root)
 					     "Unsupported value: 'reasoning_format' '%s': auto or deepseek (the reasoning in reasoning_content), none (kept in the content).",
 					     fmt), -1;
 	}
+	if (parse_budget(p, root))
+		return -1;
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_object(v))
@@ -925,8 +953,9 @@ static const char *const known_keys[] = {
 	"kvarena",
 	/* vLLM's and llama.cpp's template arguments (enable_thinking) */
 	"chat_template_kwargs",
-	/* llama.cpp's: where a thinking family's reasoning goes */
-	"reasoning_format",
+	/* llama.cpp's: where a thinking family's reasoning goes, and how
+	 * long it may be */
+	"reasoning_format", "thinking_budget_tokens", "reasoning_budget_tokens",
 };
 
 int chat_request_begin(const char *body, size_t len, const char *model_id,

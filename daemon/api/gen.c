@@ -515,7 +515,7 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 				return;
 			}
 		}
-		if (g->parse_tools || g->split_reasoning) {
+		if (g->parse_tools || g->thinks) {
 			int before = c->ts.think_state;
 
 			if (tc_stream_feed(&c->ts, ev->text, ev->text_len)) {
@@ -524,7 +524,7 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 				return;
 			}
 			/* the think block's tokens, its tags included */
-			if (g->split_reasoning && (before == 1 || c->ts.think_state == 1 ||
+			if (g->thinks && (before == 1 || c->ts.think_state == 1 ||
 			    (before == 0 && c->ts.think_state == 3)))
 				c->reasoning_tokens++;
 			/* the budget spent with the block still open: this job
@@ -582,7 +582,7 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 			choice_event(g, c, &e);
 			return;
 		}
-		if ((g->parse_tools || g->split_reasoning) &&
+		if ((g->parse_tools || g->thinks) &&
 		    (tc_stream_finish(&c->ts) || held_release(c))) {
 			gen_oom(g);
 			return;
@@ -929,7 +929,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		if (r)
 			goto nomem;
 		g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
-		g->split_reasoning = chat_template_thinks(a->tmpl) && !cr->reasoning_inline;
+		g->thinks = chat_template_thinks(a->tmpl);
+		g->split_reasoning = g->thinks && !cr->reasoning_inline;
 	}
 	g->n = n;
 	g->tenant = tenant;

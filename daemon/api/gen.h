@@ -111,10 +111,10 @@ struct gen {
 	int fd;				/* the connection, to notice hang-ups */
 	uint32_t tenant;		/* gen_submit's */
 	int stream, want_logprobs, parallel, parse_tools;
-	/* the family thinks and the reasoning comes apart from the content
-	 * (not reasoning_format "none"): the reply goes through the parser
-	 * even without tools */
-	int split_reasoning;
+	/* the family thinks (its think block is followed: the reply goes
+	 * through the parser even without tools), and the reasoning comes
+	 * apart from the content (not reasoning_format "none") */
+	int thinks, split_reasoning;
 	int calls_bounded;		/* the decoder allows one call (no cancel) */
 	uint32_t stools;		/* server-side tools offered (bits) */
 	unsigned n;			/* choices */

@@ -513,6 +513,8 @@ struct kvd {
 	pthread_cond_t idle_cond;	/* a job finished (kvd_drain waits) */
 	uint32_t n_queued;
 	uint64_t next_order;
+	struct kvd_admit_cand *admit_buf;	/* admit.c: a turn's candidates */
+	size_t admit_cap;
 	uint32_t next_group;
 	/* workers */
 	struct kvd_worker *workers;

@@ -640,6 +640,31 @@ def test_reasoning():
             check((ct, rc or None) == want and last_r < first_c,
                   f"{fam}: chat stream: reasoning_content deltas, then content ({rc!r}, {ct!r})")
             if q3:
+                # llama.cpp's reasoning budget: the think block closed
+                # after 3 tokens, the reply goes on; 0: no thinking
+                st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                 "thinking_budget_tokens": 3})
+                m = r["choices"][0]["message"] if st == 200 else {}
+                check((m.get("reasoning_content"), m.get("content")) == ("Let me ", "Hello there.") and
+                      r["usage"]["completion_tokens"] == 9,
+                      f"qwen3: thinking_budget_tokens 3: the think block closed, the reply goes on ({m})")
+                st, r0, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                  "reasoning_budget_tokens": 0})
+                st2, r1, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say)})
+                check(r0["usage"]["prompt_tokens"] - r1["usage"]["prompt_tokens"] == len("<think>\n\n</think>\n\n"),
+                      "qwen3: reasoning_budget_tokens 0: thinking off (the empty think block)")
+                st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                 "thinking_budget_tokens": 3,
+                                                                 "reasoning_budget_tokens": 4})
+                check(st == 400 and r["error"]["param"] == "reasoning_budget_tokens",
+                      "qwen3: both budget names, different values: 400")
+                st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                 "thinking_budget_tokens": 3,
+                                                                 "reasoning_format": "none"})
+                m = r["choices"][0]["message"] if st == 200 else {}
+                check(m.get("content") == "<think>\nLet me \n</think>\n\nHello there.",
+                      f"qwen3: the budget with reasoning_format none: the closed block in the content ({m})")
+            if q3:
                 st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
                                                                  "reasoning_format": "none"})
                 m = r["choices"][0]["message"] if st == 200 else {}

@@ -272,6 +272,10 @@ def chat_probes():
         # a family that thinks (qwen3) answers at once with it false:
         # api_frontends.py's --chat-template qwen3 run; this model's
         # family has no thinking switch
+        "thinking_budget_tokens": [("same", {"thinking_budget_tokens": 8}, equal),
+                                   ("refused", {"thinking_budget_tokens": -2}, None)],
+        "reasoning_budget_tokens": [("same", {"reasoning_budget_tokens": 8}, equal),
+                                    ("refused", {"reasoning_budget_tokens": "many"}, None)],
         "reasoning_format": [("same", {"reasoning_format": "none"}, equal),
                              ("refused", {"reasoning_format": "deepseek-legacy"}, None)],
         "chat_template_kwargs": [("same", {"chat_template_kwargs": {"enable_thinking": False}}, equal),

@@ -100,15 +100,22 @@ static void test_request_valid(void)
 	 * greedy decoding), and null booleans are absent */
 	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 				    "\"temperature\":0,\"top_p\":1,\"frequency_penalty\":-2,\"presence_penalty\":2,"
-				    "\"stream\":null,\"parallel_tool_calls\":null}", &r, &e), 0);
+				    "\"stream\":null,\"parallel_tool_calls\":null,\"repetition_penalty\":null}", &r, &e), 0);
 	CU_ASSERT(r.s.temperature == 0 && r.s.top_p == 1 && r.s.frequency_penalty == -2 &&
-		  r.s.presence_penalty == 2 && !r.stream && r.parallel_tool_calls);
+		  r.s.presence_penalty == 2 && !r.stream && r.parallel_tool_calls &&
+		  r.s.repetition_penalty == 1.0f);
 	chat_request_free(&r);
 	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
 				    "\"temperature\":2,\"top_p\":0,\"frequency_penalty\":2,\"presence_penalty\":-2}",
 				    &r, &e), 0);
 	CU_ASSERT(r.s.temperature == 2 && r.s.top_p == 0 && r.s.frequency_penalty == 2 &&
 		  r.s.presence_penalty == -2);
+	chat_request_free(&r);
+
+	/* no max_tokens: up to the context (0); no top_logprobs: 0 */
+	CU_ASSERT_EQUAL_FATAL(parse("{\"model\":\"test-model\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+				    &r, &e), 0);
+	CU_ASSERT(r.s.max_tokens == 0 && r.s.top_logprobs == 0 && !r.s.logprobs && r.n == 1);
 	chat_request_free(&r);
 
 	/* null is absent: stream_options without streaming */
@@ -314,6 +321,7 @@ static const struct bad bads[] = {
 	{ "{" M U ",\"functions\":[]}", 400, "functions", "unsupported_parameter" },
 	{ "{" M U ",\"audio\":{}}", 400, "audio", "unsupported_parameter" },
 	{ "{" M U ",\"modalities\":[\"audio\"]}", 400, "modalities", NULL },
+	{ "{" M U ",\"modalities\":[5]}", 400, "modalities", NULL },
 	{ "{" M U ",\"metadata\":[]}", 400, "metadata", NULL },
 	{ "{" M U ",\"store\":\"no\"}", 400, "store", NULL },
 };
@@ -350,6 +358,17 @@ static void test_request_invalid(void)
 		CU_ASSERT(json_object_get(json_object_get(j, "error"), "code") != NULL);
 		json_decref(j);
 		free(js);
+	}
+	/* an integer out of range: the error names the range */
+	{
+		struct chat_request r;
+		struct api_error e;
+		char want[64];
+
+		CU_ASSERT_EQUAL(parse("{" M U ",\"n\":17}", &r, &e), -1);
+		snprintf(want, sizeof(want), "not within [1, %d]", CHAT_MAX_CHOICES);
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.message, want));
+		chat_request_free(&r);
 	}
 	/* the deprecated function role: the error says what to use instead */
 	{

@@ -28,8 +28,8 @@
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
  * preempt, admission, worker_storm, stall, fairness, shared_start,
- * session_keys, never_fits, index_chain, bisect, and with the hooks
- * agent_loop, escape, mcp_servers, mcp_restart).
+ * session_keys, never_fits, index_chain, bisect, utf8_clean, and with the
+ * hooks agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -3021,6 +3021,33 @@ out:
 }
 #endif
 
+/* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
+ * length kept byte for byte; each byte of an ill-formed sequence (overlong,
+ * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
+static void test_utf8_clean(void)
+{
+	static const struct {
+		const char *in, *want;
+		size_t n;
+	} t[] = {
+		{ "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80z", "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80z", 11 },
+		{ "\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf", 4 },
+		{ "\xc0\x80", "\xef\xbf\xbd\xef\xbf\xbd", 2 },
+		{ "\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
+		{ "\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 4 },
+		{ "\xf0\x9f\x98", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
+		{ "x\0y", "x\xef\xbf\xbdy", 3 },
+	};
+	char out[64];
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		size_t n = kvd_utf8_clean(t[i].in, t[i].n, out);
+
+		CHECK(n == strlen(t[i].want) && !memcmp(out, t[i].want, n),
+		      "utf8_clean case %zu: %zu bytes", i, n);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	ssize_t n;
@@ -3067,6 +3094,7 @@ int main(int argc, char **argv)
 		if (!only || strstr(only, #name)) \
 			test_##name(); \
 	} while (0)
+	RUN(utf8_clean);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
 	RUN(fork);
