@@ -7,7 +7,13 @@
  * then queued ones in fair order (fair.c). A job is admitted when its
  * conversation's KV session is open, the longest cached prefix shared
  * from the radix index, and blocks reserved for the whole prompt, so its
- * chunks never wait for room halfway. A job whose next uncached block
+ * chunks never wait for room halfway. Admission does not take what it
+ * would soon have to preempt (vLLM's watermark, SGLang's reserved new
+ * tokens): a prompt is admitted only when the free blocks, after the
+ * room the running replies are projected to need for their next tokens
+ * ([sched] decode_reserve each, at most what is left of their max_tokens:
+ * room_for()), cover its blocks and its own reserve. Running replies are
+ * finished first; a job alone is admitted whenever its prompt fits. A job whose next uncached block
  * another conversation is computing right now waits for it (prefix.c)
  * and lets the others pass; a job that does not fit waits for running
  * ones to free blocks, and stops admission behind it (so that a large
@@ -65,6 +71,9 @@ static void preempt(struct kvd *d, struct kvd_job *j)
 	}
 	d->m.preemptions++;
 	d->m.preempted_tokens += c->as.s.n_tokens;
+	/* what readmission will have to compute again (less what the
+	 * prefix cache still has then) */
+	j->preempt_lost = c->as.s.n_tokens > j->preempt_lost ? c->as.s.n_tokens : j->preempt_lost;
 	kvd_log(KVD_LOG_INFO, "sched", "%s: preempted (%u tokens of KV, %u blocks): recomputed "
 		"when readmitted", j->request_id, c->as.s.n_tokens, c->as.s.n_blocks);
 	kvd_conv_drop_kv(d, c);
@@ -243,9 +252,73 @@ static int take_piece(struct kvd *d, struct kvd_job *j)
 	return 0;
 }
 
+/* Blocks the running job j is projected to need beyond those it holds:
+ * its next decode_reserve tokens (at most what is left of its max_tokens;
+ * a prompt's blocks are reserved at admission). */
+static uint32_t decode_need(const struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, left, want;
+
+	if (!c || !c->has_kv)
+		return 0;
+	left = j->max_new > j->n_gen ? j->max_new - j->n_gen : 0;
+	if (left > d->cfg.decode_reserve)
+		left = d->cfg.decode_reserve;
+	want = (uint32_t)(((uint64_t)c->n_tokens + left + bt - 1) / bt);
+	if (want > c->as.cap)
+		want = c->as.cap;
+	return want > c->as.s.n_blocks ? want - c->as.s.n_blocks : 0;
+}
+
+/* What the running jobs are projected to need (decode_need), and whether
+ * any runs (with KV that grows). */
+static uint32_t committed_blocks(const struct kvd *d, int *any)
+{
+	const struct kvd_job *j;
+	uint32_t sum = 0;
+
+	*any = 0;
+	for (j = d->jobs; j; j = j->next)
+		if ((j->state == JOB_RUNNING || j->state == JOB_KV_LOAD) && j->conv &&
+		    j->conv->has_kv) {
+			*any = 1;
+			sum += decode_need(d, j);
+		}
+	return sum;
+}
+
+/*
+ * Is there room to admit j (its conversation's KV session open, cached
+ * blocks shared) without taking what the running jobs will need? Its
+ * prompt's blocks not yet held, its own reserve and the running ones'
+ * must be free, after evicting idle KV and unused cached blocks for them
+ * (kvd_make_room: never a running job's). A job alone is admitted when its
+ * prompt fits: nothing else will give blocks back.
+ */
+static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int others)
+{
+	struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, prompt, own, want, free_now;
+
+	if (!others || !d->cfg.decode_reserve)
+		return 1;
+	prompt = (c->n_tokens + bt - 1) / bt;
+	prompt = prompt > c->as.s.n_blocks ? prompt - c->as.s.n_blocks : 0;
+	own = j->max_new > j->n_gen ? j->max_new - j->n_gen : 0;
+	if (own > d->cfg.decode_reserve)
+		own = d->cfg.decode_reserve;
+	own = (c->n_tokens + own + bt - 1) / bt - (c->n_tokens + bt - 1) / bt;
+	want = prompt + own + committed;
+	free_now = kvd_blocks_free(d);
+	if (free_now < want && !kvd_tiering_busy(d))
+		free_now = kvd_make_room(d, want);
+	return free_now >= want;
+}
+
 /* 0 admitted, 1 no room (wait; stop admitting), 2 waiting for a shared
  * prefix being computed (others may pass), <0 failed (job finished). */
-static int admit_one(struct kvd *d, struct kvd_job *j)
+static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int *others)
 {
 	struct kvd_conv *c = j->conv;
 	uint32_t kv0 = 0, sess_hit, n, copied = 0;
@@ -287,6 +360,14 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 		if (d->cfg.prefix_cache)
 			kv0 = kvd_prefix_attach(d, c, c->n_tokens - 1);
 	}
+	if (!readmit) {
+		/* what room_for() reserves for it */
+		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
+		if (j->max_new > d->ctx_len - c->n_tokens)
+			j->max_new = d->ctx_len - c->n_tokens;
+	}
+	if (!room_for(d, j, *committed, *others))
+		return 1;
 	rc = kvd_conv_reserve_to(d, c, c->n_tokens);
 	if (rc == -EDQUOT) {
 		uint32_t bt = d->geom.block_tokens;
@@ -318,24 +399,83 @@ static int admit_one(struct kvd *d, struct kvd_job *j)
 			d->m.prefix_hit_tokens += j->n_cached - copied;
 		else
 			d->m.session_hit_tokens += j->n_cached - copied;
-		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
-		if (j->max_new > d->ctx_len - c->n_tokens)
-			j->max_new = d->ctx_len - c->n_tokens;
 		j->order = ++d->next_order;
 		j->in_prefill = 1;
 		d->n_queued--;
 	}
+	if (readmit && j->preempt_lost) {
+		/* the positions computed before, less what the cache kept */
+		if (j->preempt_lost > c->as.s.n_tokens)
+			d->m.preempt_recomputed_tokens += j->preempt_lost - c->as.s.n_tokens;
+		j->preempt_lost = 0;
+	}
 	kvd_prefix_pending_add(d, c);
 	j->state = JOB_RUNNING;
 	kvd_kstate_set(d, c, KVA_STATE_PREFILL, 0, 0);
+	*committed += decode_need(d, j);
+	*others = 1;
 	return 0;
+}
+
+/* Admission order, fixed for a turn: virtual times change only when
+ * steps are built (fair.c), never while admitting. */
+struct kvd_admit_cand {
+	struct kvd_job *j;
+	double vt;
+	uint64_t key;			/* preempted: order; queued: t_submit */
+	size_t pos;			/* in d->jobs: ties keep the list's order */
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct kvd_admit_cand *x = a, *y = b;
+
+	if (x->j->tenant != y->j->tenant && x->vt != y->vt)
+		return x->vt < y->vt ? -1 : 1;
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* The jobs in state st, not cancelled, in admission order (d->admit_buf):
+ * sorted once, so that a turn admitting or passing over n waiting jobs
+ * costs n log n, not n scans of every job (1000 first turns waiting for
+ * one shared prefix were a million job visits a turn). */
+static size_t candidates(struct kvd *d, enum kvd_job_state st, struct kvd_admit_cand **out)
+{
+	struct kvd_job *j;
+	size_t n = 0, pos = 0;
+
+	for (j = d->jobs; j; j = j->next, pos++) {
+		if (j->state != st || j->cancelled)
+			continue;
+		if (n == d->admit_cap) {
+			size_t cap = d->admit_cap ? 2 * d->admit_cap : 64;
+			struct kvd_admit_cand *c = realloc(d->admit_buf, cap * sizeof(*c));
+
+			if (!c)
+				break;	/* the rest wait for the next turn */
+			d->admit_buf = c;
+			d->admit_cap = cap;
+		}
+		d->admit_buf[n++] = (struct kvd_admit_cand){
+			j, st == JOB_QUEUED ? kvd_fair_vt(d, j->tenant) : 0,
+			st == JOB_QUEUED ? j->t_submit : j->order, pos };
+	}
+	/* preempted: oldest first, whatever the tenant (vt 0) */
+	if (n > 1)
+		qsort(d->admit_buf, n, sizeof(*d->admit_buf), cand_cmp);
+	*out = d->admit_buf;
+	return n;
 }
 
 void kvd_admit(struct kvd *d)
 {
 	struct kvd_job *j, *best;
-	uint32_t running = 0;
-	int blocked = 0;
+	struct kvd_admit_cand *c;
+	uint32_t running = 0, committed;
+	size_t n, i;
+	int blocked = 0, others;
 
 	for (j = d->jobs; j; j = j->next) {
 		/* a tool round whose KV came back from disk goes on */
@@ -345,37 +485,20 @@ void kvd_admit(struct kvd *d)
 		    j->state == JOB_TOOL_RESULTS || j->state == JOB_KV_WAIT)
 			running++;
 	}
+	committed = committed_blocks(d, &others);
 	/* preempted jobs, oldest first */
-	for (;;) {
-		best = NULL;
-		for (j = d->jobs; j; j = j->next)
-			if (j->state == JOB_PREEMPTED && !j->cancelled && !j->tried &&
-			    (!best || j->order < best->order))
-				best = j;
-		if (!best)
-			break;
-		best->tried = 1;
-		if (admit_one(d, best) == 1) {
+	n = candidates(d, JOB_PREEMPTED, &c);
+	for (i = 0; i < n; i++)
+		if (admit_one(d, c[i].j, &committed, &others) == 1) {
 			blocked = 1;
 			break;
 		}
-	}
 	/* queued jobs, fair order: the tenant of least virtual time, its
 	 * oldest job; one that does not fit stops the rest */
-	while (!blocked) {
-		best = NULL;
-		for (j = d->jobs; j; j = j->next) {
-			if (j->state != JOB_QUEUED || j->cancelled || j->tried)
-				continue;
-			if (!best || (j->tenant != best->tenant ?
-				      kvd_fair_vt(d, j->tenant) < kvd_fair_vt(d, best->tenant) :
-				      j->t_submit < best->t_submit))
-				best = j;
-		}
-		if (!best)
-			break;
-		best->tried = 1;
-		switch (admit_one(d, best)) {
+	n = blocked ? 0 : candidates(d, JOB_QUEUED, &c);
+	for (i = 0; i < n && !blocked; i++) {
+		best = c[i].j;
+		switch (admit_one(d, best, &committed, &others)) {
 		case 0:
 			running++;
 			break;
@@ -391,7 +514,7 @@ void kvd_admit(struct kvd *d)
 					break;
 				}
 				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
-				if (admit_one(d, best) == 0) {
+				if (admit_one(d, best, &committed, &others) == 0) {
 					running++;
 					break;
 				}
@@ -402,6 +525,4 @@ void kvd_admit(struct kvd *d)
 			break;
 		}
 	}
-	for (j = d->jobs; j; j = j->next)
-		j->tried = 0;
 }

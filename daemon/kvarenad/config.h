@@ -145,6 +145,8 @@ struct kvd_config {
 	uint32_t chunk_tokens;		/* prompt tokens of one sequence per step */
 	uint32_t steps_in_flight;	/* per worker (1: no pipelining) */
 	int share_stages;		/* an idle worker takes the other stage's work */
+	uint32_t decode_reserve;	/* admission keeps room for this many more
+					 * tokens of each running reply (admit.c) */
 	/* [limits] */
 	uint32_t max_queue;		/* jobs waiting for admission */
 	uint32_t max_sessions;		/* conversations remembered */

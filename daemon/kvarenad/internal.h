@@ -298,6 +298,7 @@ struct kvd_job {
 	uint32_t group;			/* bisection: only with its group, 0: any */
 	uint32_t fails;			/* steps failed with it alone */
 	uint64_t order;			/* admission order: preemption takes the last */
+	uint32_t preempt_lost;		/* KV positions preemption took, to recompute */
 	int tried;			/* admission looked at it this turn */
 	int waited_prefix;		/* waited for a shared prefix (counted once) */
 	struct kvd_job *fork_of;	/* kvd_request.fork_of, a reference held
@@ -408,6 +409,7 @@ struct kvd_metrics {
 	uint64_t handoffs;			/* prefill -> decode */
 	uint64_t evictions, evicted_blocks, cache_evictions;
 	uint64_t pressure_events;
+	uint64_t kernel_events_dropped, kernel_resyncs;	/* kstate.c's resync */
 	uint64_t worker_restarts, lease_expiries;
 	uint64_t tool_waits;
 	uint64_t tool_runs[KVD_N_TOOLS][8];	/* by tool and enum kvs_exit */
@@ -416,6 +418,7 @@ struct kvd_metrics {
 	uint64_t steps_prefill, steps_decode, steps_mixed, decode_seqs;
 	uint64_t prefill_chunks, step_tokens;	/* prompt chunks, tokens in steps */
 	uint64_t preemptions, preempted_tokens;	/* recomputed on readmission */
+	uint64_t preempt_recomputed_tokens;	/* ... of them, computed again */
 	uint64_t step_failures, bisections, requests_failed_worker;
 	uint64_t worker_failures[3];		/* by KVD_ROLE_* */
 	uint64_t prefill_waits;			/* admissions that waited for a shared prefix */
@@ -485,6 +488,7 @@ struct kvd {
 	struct kva_event ev;		/* the parked WAIT_EVENT's buffer */
 	uint64_t ev_ack;
 	int ev_parked;
+	uint64_t resync_last_ns;	/* kstate.c: a burst of drops logs once */
 	struct kvd_state_change *pending_st;
 	uint32_t n_pending, cap_pending;
 	int kstate_update;		/* the arena takes KEEP and TIER */
@@ -509,6 +513,8 @@ struct kvd {
 	pthread_cond_t idle_cond;	/* a job finished (kvd_drain waits) */
 	uint32_t n_queued;
 	uint64_t next_order;
+	struct kvd_admit_cand *admit_buf;	/* admit.c: a turn's candidates */
+	size_t admit_cap;
 	uint32_t next_group;
 	/* workers */
 	struct kvd_worker *workers;

@@ -11,7 +11,8 @@
  * arena says it can (KVA_SESSION_STATE_KEEP, _TIER), the kernel also hears
  * a tool's new prediction when it overruns (its ranking re-ranks) and
  * where each session's KV is (arena, disk, none: kvactl session list),
- * with the step's other changes.
+ * with the step's other changes. Events the kernel dropped (its queue
+ * full) are made up for by a resync from the kernel's state (resync()).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -222,6 +223,78 @@ void kvd_kstate_repredict(struct kvd *d, struct kvd_conv *c, uint64_t expected_u
 	add_tier(d, c, st);
 }
 
+/*
+ * The kernel dropped events (its queue of KVA_EVENT_QUEUE was full while
+ * this daemon was not waiting): a PRESSURE among them would go unheard
+ * (the kernel re-arms it on our ack of a later event and posts it again
+ * only at the next allocation that finds the arena low), and so would a
+ * SESSION_ENDED of a session mirrored here. So look again: every mirrored
+ * session's state in the kernel (one that is gone has lost its KV: it is
+ * forgotten here and recomputed when it returns; a state the kernel does
+ * not have is sent again), then the arena's free blocks, making room up
+ * to the high watermark when below the low one. O(conversations with KV)
+ * system calls, only after a drop. Logged once per burst (drops less than
+ * a second apart).
+ */
+static void resync(struct kvd *d, uint64_t dropped)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	uint32_t gone = 0, restated = 0, low, want;
+	struct kvd_conv *c, *next;
+	uint64_t now = kvd_now_ns();
+	int quiet = d->resync_last_ns && now - d->resync_last_ns < 1000000000ull;
+
+	d->m.kernel_events_dropped += dropped;
+	d->m.kernel_resyncs++;
+	d->resync_last_ns = now;
+	for (c = d->convs; c; c = next) {
+		struct kva_session_info si = { .size = sizeof(si) };
+		int rc;
+
+		next = c->next;
+		if (!c->has_kv)
+			continue;
+		rc = kva_session_get_info(d->arena, c->as.sid, &si);
+		if (rc == -ENOENT || (!rc && si.state == KVA_STATE_ENDED)) {
+			struct kvd_job *j = c->job;
+
+			/* ended outside this daemon: its blocks are gone (a
+			 * step or disk transfer on them ends first: the next
+			 * resync or its own error sees to it) */
+			if (c->tier_op || c->tier_setup ||
+			    (j && (j->inflight || j->state == JOB_KV_LOAD || j->state == JOB_KV_WAIT)))
+				continue;
+			kvd_conv_drop_kv(d, c);
+			if (j && j->state == JOB_RUNNING) {
+				/* recomputed on readmission, as if preempted */
+				j->n_sched = 0;
+				j->state = JOB_PREEMPTED;
+			}
+			gone++;
+			continue;
+		}
+		if (!rc && si.state != c->kstate && c->kstate != KVA_STATE_ENDED) {
+			uint32_t want_state = c->kstate;
+
+			c->kstate = si.state;
+			kvd_kstate_set(d, c, want_state, c->kclass, c->kexpected_us);
+			restated++;
+		}
+	}
+	if (kva_arena_get_info(d->arena, &ai))
+		return;
+	low = d->cfg.low_wm ? d->cfg.low_wm : ai.low_wm;
+	if (!quiet)
+		kvd_log(KVD_LOG_WARN, "kstate", "the kernel dropped %llu events (its queue was "
+			"full): resync: %u blocks free (low %u), %u sessions ended outside, "
+			"%u states sent again", (unsigned long long)dropped, ai.blocks_free, low,
+			gone, restated);
+	if (ai.blocks_free >= low)
+		return;
+	want = d->cfg.high_wm ? d->cfg.high_wm : ai.high_wm ? ai.high_wm : 2 * low;
+	kvd_make_room(d, want < ai.blocks_total ? want : ai.blocks_total);
+}
+
 static void handle_event(struct kvd *d, int res)
 {
 	d->ev_parked = 0;
@@ -231,6 +304,8 @@ static void handle_event(struct kvd *d, int res)
 		return;
 	}
 	d->ev_ack = d->ev.seq;
+	if (d->ev.dropped)
+		resync(d, d->ev.dropped);
 	if (d->ev.type == KVA_EVENT_PRESSURE) {
 		struct kva_arena_info ai = { .size = sizeof(ai) };
 		uint32_t want;

@@ -223,6 +223,11 @@ char *kvd_metrics_text(struct kvd *d)
 	counter(&o, "cache_evictions_total", "Prefix-cache blocks freed.", m.cache_evictions);
 	counter(&o, "pressure_events_total", "Kernel pressure events received.",
 		m.pressure_events);
+	counter(&o, "kernel_events_dropped_total",
+		"Kernel events dropped while its queue was full (each made up by a resync).",
+		m.kernel_events_dropped);
+	counter(&o, "kernel_resyncs_total",
+		"Resyncs from the kernel's state after dropped events.", m.kernel_resyncs);
 	counter(&o, "worker_restarts_total", "Stage workers restarted.", m.worker_restarts);
 	counter(&o, "lease_expiries_total", "Steps past their KV lease (worker killed).",
 		m.lease_expiries);
@@ -267,6 +272,9 @@ char *kvd_metrics_text(struct kvd *d)
 		"pressure (recomputed when readmitted).", m.preemptions);
 	counter(&o, "preempted_tokens_total", "KV positions given back by preemptions.",
 		m.preempted_tokens);
+	counter(&o, "preempt_recomputed_tokens_total", "KV positions preemptions made "
+		"readmission compute again (what the prefix cache kept excluded).",
+		m.preempt_recomputed_tokens);
 	counter(&o, "multi_prefill_steps_total", "Steps carrying chunks of two or more "
 		"prompts.", m.multi_prefill_steps);
 	gauge(&o, "prefill_workers_busy_max", "Most prefill workers seen with prompt chunks in "

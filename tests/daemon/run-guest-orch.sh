@@ -29,7 +29,7 @@ tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$bin" \
 	--file "$models:models" --timeout "${KT_GUEST_TIMEOUT:-600}" --mem 1024 \
 	--log "build/tests/guest-orch-$kver.log" \
 	--cmd "modprobe kvarena max_pinned_mb=256 || exit 90" \
-	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_SMALL=480 KVD_TEST_LEASE_MS=120000 KVD_TEST_ONLY=greedy_and_turns,fork,pressure test_orch_guest models/orch.gguf || exit 91" \
+	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_SMALL=480 KVD_TEST_LEASE_MS=120000 KVD_TEST_ONLY=greedy_and_turns,fork,pressure,dropped_events test_orch_guest models/orch.gguf || exit 91" \
 	--cmd "w=0; while [ \$w -lt 5 ] && [ \"\$(cat $sysfs/pinned_bytes)\" != 0 ]; do sleep 1; w=\$((w + 1)); done" \
 	--cmd "p=\$(cat $sysfs/pinned_bytes) a=\$(cat $sysfs/arenas) s=\$(cat $sysfs/sessions)" \
 	--cmd "echo \"after: pinned_bytes \$p arenas \$a sessions \$s (\${w}s for lingering pages)\"" \

@@ -26,9 +26,10 @@
  * radix index's chains never name a node their conversation does not hold.
  *
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
- * copy_mode, pressure, worker_death, plugin, paths, preempt, worker_storm,
- * stall, fairness, shared_start, session_keys, never_fits, index_chain,
- * bisect, utf8_clean, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
+ * preempt, admission, worker_storm, stall, fairness, shared_start,
+ * session_keys, never_fits, index_chain, bisect, utf8_clean, and with the
+ * hooks agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -520,6 +521,148 @@ static void test_pressure(void)
 	kvd_destroy(d);
 }
 
+/*
+ * Issue 35.6: kvarena.ko drops events when its queue (KVA_EVENT_QUEUE) is
+ * full while the daemon is not waiting. With the scheduler held (its lock),
+ * this test ends one of the daemon's sessions behind its back, posts more
+ * SESSION_ENDED events than the queue holds (sessions of its own), then
+ * takes blocks in a session of its own until the arena is below the low
+ * watermark: that PRESSURE event is dropped. The daemon must see `dropped`
+ * on the next event it reads and resync: forget the session ended outside,
+ * and make room from its idle KV back above the low watermark. Then each
+ * conversation's next turn equals a run without any of it. Kernel only.
+ */
+static void nap_ms(int ms);
+
+static void test_dropped_events(void)
+{
+	enum { N = 3, LOW = 64, HIGH = 96 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r1[N], ref[N], r2;
+	char p[N][1024], next[N][4096];
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	uint32_t *ids = NULL, used = 0, take = 0, i, bad = 0, same = 0;
+	uint64_t sid = 0, ended_sid = 0, dropped;
+	int k, waited, ok = 1;
+
+	if (getenv("KVD_TEST_BACKEND") == NULL || strcmp(getenv("KVD_TEST_BACKEND"), "kernel")) {
+		printf("skip dropped_events: kvarena.ko's events (KVD_TEST_BACKEND=kernel)\n");
+		return;
+	}
+	for (i = 0; i < N; i++)
+		snprintf(p[i], sizeof(p[i]), "%s<|im_start|>user\ncount to %u for me<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt, 3 + 4 * i);
+	/* reference: two turns each, undisturbed */
+	base_config(&c);
+	c.low_wm = LOW;
+	c.high_wm = HIGH;
+	d = start(&c);
+	if (!d)
+		return;
+	for (i = 0; i < N; i++) {
+		ok &= ask(d, p[i], 0, 1, 12, &r1[i], NULL) == 0;
+		snprintf(next[i], sizeof(next[i]), "%s%.*s<|im_end|>\n<|im_start|>user\nagain"
+			 "<|im_end|>\n<|im_start|>assistant\n", p[i], (int)r1[i].len, r1[i].text);
+		ok &= ask(d, next[i], 0, 1, 8, &ref[i], NULL) == 0;
+	}
+	kvd_destroy(d);
+	CHECK(ok, "reference: %u conversations, two turns each", N);
+	if (!ok)
+		return;
+
+	base_config(&c);
+	c.low_wm = LOW;
+	c.high_wm = HIGH;
+	d = start(&c);
+	if (!d)
+		return;
+	for (i = 0; i < N; i++)
+		ok &= ask(d, p[i], 0, 1, 12, &r2, NULL) == 0 && same_tokens(&r2, &r1[i]);
+	CHECK(ok, "first turns as in the reference (their KV stays, idle)");
+	pthread_mutex_lock(&d->lock);	/* the scheduler reads no event meanwhile */
+	{
+		struct kvd_conv *cv;
+
+		for (cv = d->convs; cv && !cv->has_kv; cv = cv->next)
+			;
+		if (cv && kva_session_close(d->arena, cv->as.sid) == 0)
+			ended_sid = cv->as.sid;	/* ended behind the daemon's back */
+	}
+	/* one event completes the daemon's parked wait, KVA_EVENT_QUEUE wait
+	 * in the kernel's queue, the rest are dropped */
+	for (k = 0; k < KVA_EVENT_QUEUE + 8; k++) {
+		uint64_t s;
+
+		if (kva_session_open(d->arena, 0, &s) || kva_session_close(d->arena, s))
+			bad++;
+	}
+	/* below the low watermark: the PRESSURE event is dropped too */
+	if (kva_arena_get_info(d->arena, &ai) == 0 && ai.blocks_total > HIGH + 16 &&
+	    kva_session_open(d->arena, 0, &sid) == 0) {
+		/* down to LOW - used / 2: the daemon's idle KV covers the rest */
+		used = ai.blocks_total - ai.blocks_free;
+		take = used >= 4 && used / 2 < LOW && ai.blocks_free > LOW - used / 2 ?
+		       ai.blocks_free - (LOW - used / 2) : 0;
+		ids = calloc(take + 1, sizeof(*ids));
+		if (!ids || (take && kva_blocks_alloc(d->arena, sid, take, ids, 0) != (int)take))
+			bad++;
+	} else {
+		bad++;
+	}
+	kva_arena_get_info(d->arena, &ai);
+	dropped = ai.events_dropped;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(!bad && take && ended_sid && dropped > 0 && ai.blocks_free < LOW,
+	      "the kernel dropped %llu events; %u blocks free, below the low watermark %u "
+	      "(daemon's idle KV: %u blocks)", (unsigned long long)dropped, ai.blocks_free,
+	      LOW, used);
+	for (waited = 0; waited < 200 && (metric(d, "kvarenad_kernel_resyncs_total") == 0 ||
+					  metric(d, "kvarenad_kernel_resyncs_total") == UINT64_MAX);
+	     waited++)
+		nap_ms(50);
+	nap_ms(200);
+	CHECK(metric(d, "kvarenad_kernel_resyncs_total") >= 1 &&
+	      metric(d, "kvarenad_kernel_events_dropped_total") >= 1 &&
+	      metric(d, "kvarenad_kernel_events_dropped_total") != UINT64_MAX,
+	      "the daemon saw the drop and resynced (%llu resyncs, %llu events dropped)",
+	      (unsigned long long)metric(d, "kvarenad_kernel_resyncs_total"),
+	      (unsigned long long)metric(d, "kvarenad_kernel_events_dropped_total"));
+	ai.size = sizeof(ai);
+	kva_arena_get_info(d->arena, &ai);
+	CHECK(ai.blocks_free >= LOW, "room made from idle KV: %u blocks free (low watermark %u)",
+	      ai.blocks_free, LOW);
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv;
+		uint32_t mirrored = 0, right = 0;
+
+		for (cv = d->convs; cv; cv = cv->next) {
+			struct kva_session_info si = { .size = sizeof(si) };
+
+			if (!cv->has_kv)
+				continue;
+			mirrored++;
+			right += kva_session_get_info(d->arena, cv->as.sid, &si) == 0 &&
+				 si.state == cv->kstate && si.blocks_held == cv->as.s.n_blocks;
+		}
+		CHECK(!kvd_conv_by_sid(d, ended_sid) && right == mirrored,
+		      "the session ended outside is forgotten; %u of %u mirrored sessions "
+		      "agree with the kernel (state, blocks)", right, mirrored);
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (ids && sid) {
+		kva_blocks_free(d->arena, sid, take, ids);
+		kva_session_close(d->arena, sid);
+	}
+	free(ids);
+	for (i = 0; i < N; i++)
+		same += ask(d, next[i], 0, 1, 8, &r2, NULL) == 0 && same_tokens(&r2, &ref[i]);
+	CHECK(same == N, "%u of %u next turns equal the undisturbed run (recomputed where the "
+	      "KV went)", same, N);
+	kvd_destroy(d);
+}
+
 static pid_t decode_pid(struct kvd *d)
 {
 	pid_t pid = 0;
@@ -790,6 +933,10 @@ static void test_preempt(void)
 		base_config(&c);
 		c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens for 8 x up to 410 */
 		c.prefix_cache = 0;
+		/* admit whatever fits: room kept for the running replies would
+		 * pace these few long ones so that none is preempted (test
+		 * "admission"); here preemption itself is tested */
+		c.decode_reserve = 0;
 		d = start(&c);
 		if (!d)
 			goto out;
@@ -808,6 +955,75 @@ static void test_preempt(void)
 	      (unsigned long long)metric(d, "kvarenad_preempted_tokens_total"));
 	CHECK(same == N && full == N, "preempted, readmitted, recomputed: %u of %u replies equal "
 	      "their runs alone, none cut short", same, N);
+	kvd_destroy(d);
+out:
+	free(ref);
+	free(r);
+	free(p);
+}
+
+/*
+ * Admission does not take what it would soon preempt: 24 prompts of ~115
+ * tokens, each replying 100, queued at once on an arena of 1024 tokens
+ * (5 times too small for all of them). Every reply equals its run alone,
+ * and what preemptions made readmission compute again stays under 10% of
+ * the prompt tokens (admitting whatever fits now, as before, recomputed
+ * 65%: the replies' next blocks push the newest prompts out, again and
+ * again). The bound is on KV positions computed twice, not on timing.
+ * KVD_TEST_DECODE_RESERVE sets [sched] decode_reserve (0: the old way).
+ */
+static void test_admission(void)
+{
+	enum { N = 24 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply *ref = calloc(N, sizeof(*ref)), *r = calloc(N, sizeof(*r));
+	char (*p)[2048] = calloc(N, sizeof(*p));
+	struct rq q[N];
+	uint32_t i, k, same = 0, full = 0;
+	uint64_t prompt = 0, again;
+
+	if (!ref || !r || !p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	for (i = 0; i < N; i++) {
+		int o = snprintf(p[i], 2048, "<|im_start|>user\nnote %u:", i);
+
+		for (k = 0; k < 25 && o < 1900; k++)
+			o += snprintf(p[i] + o, 2048 - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
+		snprintf(p[i] + o, 2048 - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+		q[i] = (struct rq){ p[i], 0.8f, 31 + i, 100, 0, NULL };
+	}
+	base_config(&c);
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < N; i++) {
+		ask_rq(d, &q[i], &ref[i], NULL);
+		prompt += ref[i].usage.prompt_tokens;
+	}
+	kvd_destroy(d);
+	base_config(&c);
+	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
+	c.prefix_cache = 0;
+	if (getenv("KVD_TEST_DECODE_RESERVE"))
+		c.decode_reserve = (uint32_t)atoi(getenv("KVD_TEST_DECODE_RESERVE"));
+	d = start(&c);
+	if (!d)
+		goto out;
+	ask_all(d, q, N, r);
+	for (i = 0; i < N; i++) {
+		same += same_tokens(&r[i], &ref[i]);
+		full += r[i].finish == ref[i].finish;
+	}
+	again = metric(d, "kvarenad_preempt_recomputed_tokens_total");
+	CHECK(same == N && full == N, "%u of %u replies of a queue 5x the arena equal their "
+	      "runs alone", same, N);
+	CHECK(again * 10 <= prompt, "preemptions recomputed %llu KV positions, under 10%% of "
+	      "the %llu prompt tokens (%llu preemptions, %llu positions given back)",
+	      (unsigned long long)again, (unsigned long long)prompt,
+	      (unsigned long long)metric(d, "kvarenad_preemptions_total"),
+	      (unsigned long long)metric(d, "kvarenad_preempted_tokens_total"));
 	kvd_destroy(d);
 out:
 	free(ref);
@@ -2884,10 +3100,12 @@ int main(int argc, char **argv)
 	RUN(fork);
 	RUN(copy_mode);
 	RUN(pressure);
+	RUN(dropped_events);
 	RUN(worker_death);
 	RUN(plugin);
 	RUN(paths);
 	RUN(preempt);
+	RUN(admission);
 	RUN(worker_storm);
 	RUN(stall);
 	RUN(fairness);

@@ -933,6 +933,8 @@ def test_thousand_streams():
               f"{anon_inflight >> 10} KiB with {inflight} streams in flight "
               f"({per_flight / 1024:.1f} KiB each), {after['anon'] >> 10} KiB with the "
               f"{n} conversations idle ({per_idle / 1024:.1f} KiB each)")
+        print(f"     the scheduler's turn: p50 {d.metric('kvarenad_sched_step_p50_us'):.0f} us, "
+              f"p99 {d.metric('kvarenad_sched_step_p99_us'):.0f} us (its last 4096)")
         check(threads < 32, f"{threads} threads at most with {n} streams open "
               "(no thread per connection)")
         check(inflight >= n // 2, f"{inflight} of {n} streams in flight at once")
