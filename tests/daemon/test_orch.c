@@ -3048,6 +3048,67 @@ static void test_utf8_clean(void)
 	}
 }
 
+/* fair.c's virtual times without workers: a tenant that comes in while
+ * others have jobs starts at their smallest virtual time if it was below
+ * (no banked idle time; never lowered), its second job does not move it,
+ * an idle tenant is no floor, a weight divides what a tenant is charged,
+ * and the order of two jobs. */
+static void test_fair_join(void)
+{
+	struct kvd *d = calloc(1, sizeof(*d));
+	struct kvd_job a = { .tenant = 11, .order = 2 }, b = { .tenant = 22, .order = 1 };
+
+	if (!d) {
+		CHECK(0, "fair_join: no memory");
+		return;
+	}
+	d->cfg.n_tenants = 3;
+	d->cfg.tenants[0].id = 11;
+	d->cfg.tenants[1].id = 22;
+	d->cfg.tenants[2].id = 33;
+	d->cfg.tenants[2].weight = 4;
+	kvd_fair_job_added(d, 11);
+	kvd_fair_charge(d, 11, 100);
+	CHECK(kvd_fair_vt(d, 11) == 100, "fair_join: 100 tokens charged (vt %g)", kvd_fair_vt(d, 11));
+	kvd_fair_job_added(d, 22);
+	CHECK(kvd_fair_vt(d, 22) == 100,
+	      "fair_join: a tenant joining a running one starts at its virtual time (vt %g)",
+	      kvd_fair_vt(d, 22));
+	CHECK(kvd_fair_after(d, &a, &b) && !kvd_fair_after(d, &b, &a),
+	      "fair_join: equal virtual times: the older job first");
+	a.order = 1;
+	b.order = 2;
+	kvd_fair_charge(d, 11, 200);
+	kvd_fair_job_added(d, 22);
+	CHECK(kvd_fair_vt(d, 22) == 100, "fair_join: a second job keeps its tenant's virtual time (vt %g)",
+	      kvd_fair_vt(d, 22));
+	CHECK(kvd_fair_after(d, &a, &b) && !kvd_fair_after(d, &b, &a),
+	      "fair_join: the tenant with less service goes first");
+	kvd_fair_job_gone(d, 22);
+	kvd_fair_job_gone(d, 22);
+	kvd_fair_job_gone(d, 11);
+	kvd_fair_job_added(d, 22);
+	CHECK(kvd_fair_vt(d, 22) == 100, "fair_join: an idle tenant is no floor (vt %g)", kvd_fair_vt(d, 22));
+	kvd_fair_job_added(d, 33);
+	CHECK(kvd_fair_vt(d, 33) == 100, "fair_join: floored to the one tenant with jobs (vt %g)",
+	      kvd_fair_vt(d, 33));
+	kvd_fair_charge(d, 33, 100);
+	CHECK(kvd_fair_vt(d, 33) == 125 && kvd_fair_weight(d, 33) == 4 && kvd_fair_weight(d, 22) == 1,
+	      "fair_join: weight 4 is charged a quarter (vt %g)", kvd_fair_vt(d, 33));
+	kvd_fair_job_gone(d, 22);
+	kvd_fair_job_gone(d, 22);
+	kvd_fair_charge(d, 33, 400);
+	kvd_fair_job_added(d, 22);
+	CHECK(kvd_fair_vt(d, 22) == 225, "fair_join: a tenant's count never goes below 0 (vt %g)",
+	      kvd_fair_vt(d, 22));
+	kvd_fair_charge(d, 22, 100);
+	kvd_fair_job_added(d, 11);
+	CHECK(kvd_fair_vt(d, 11) == 300,
+	      "fair_join: a tenant ahead of the smallest running one (225, 325) keeps its virtual time (vt %g)",
+	      kvd_fair_vt(d, 11));
+	free(d);
+}
+
 int main(int argc, char **argv)
 {
 	ssize_t n;
@@ -3095,6 +3156,7 @@ int main(int argc, char **argv)
 			test_##name(); \
 	} while (0)
 	RUN(utf8_clean);
+	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
 	RUN(fork);
