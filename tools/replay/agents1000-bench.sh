@@ -72,6 +72,16 @@ arena_mb=${BENCH_AGENTS_ARENA_MB:-$((kv_total / 8 / 1048576))}
 floor_mb=$((12 * (ctx + calltok) * kv_token / 1048576))
 [ "$arena_mb" -ge "$floor_mb" ] || arena_mb=$floor_mb
 blocks=$((arena_mb * 1048576 / block))
+# the arena is whole 2 MiB pages of whole blocks (3 blocks of 576 KiB a
+# page), and the memfd backend caps an arena at half of RAM in whole
+# pages (lib/memfd.c): stay under it
+per_page=$((2097152 / block))
+ram_b=$(awk '/^MemTotal:/ { printf "%.0f", $2 * 1024 }' /proc/meminfo)
+cap_blocks=$((ram_b / 2 / 2097152 * per_page))
+if [ "$blocks" -gt "$cap_blocks" ]; then
+	blocks=$cap_blocks
+	arena_mb=$((blocks * block / 1048576))
+fi
 free_mb=$(df -Pm build | awk 'NR == 2 { print $4 }')
 disk_mb=${BENCH_AGENTS_DISK_MB:-$((kv_total / 1048576))}
 [ "$disk_mb" -le $((free_mb - 4096)) ] || disk_mb=$((free_mb - 4096))
