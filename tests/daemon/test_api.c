@@ -721,6 +721,176 @@ static void test_request_limits(void)
 	free(q);
 }
 
+/* Round 16's sweep, continued: what each accepted shape stores. */
+static void test_request_stored(void)
+{
+	struct chat_request r;
+	struct strbuf b = { 0 };
+	char *q;
+
+	/* tool_choice's strings and response formats */
+	CU_ASSERT_EQUAL_FATAL(accept(",\"tool_choice\":\"none\",\"response_format\":{\"type\":\"json_object\"}", &r), 0);
+	CU_ASSERT(r.tool_choice == CHAT_TOOLS_NONE && r.format == CHAT_FORMAT_JSON_OBJECT &&
+		  r.json_schema == NULL);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(accept(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":null,\"strict\":null}}],"
+				     "\"tool_choice\":\"required\",\"response_format\":{\"type\":\"json_schema\","
+				     "\"json_schema\":{\"name\":\"s\",\"schema\":{\"type\":\"object\"}}}", &r), 0);
+	CU_ASSERT(r.tool_choice == CHAT_TOOLS_REQUIRED && r.format == CHAT_FORMAT_JSON_SCHEMA &&
+		  json_is_object(r.json_schema) && r.n_tools == 1);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(accept(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"
+				     "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
+				     "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},"
+				     "\"response_format\":null", &r), 0);
+	CU_ASSERT(r.tool_choice == CHAT_TOOLS_NAMED && !strcmp(r.tool_choice_name, "g") &&
+		  r.format == CHAT_FORMAT_TEXT && r.n_tools == 2 && !strcmp(r.tools[1].name, "g"));
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(accept(",\"tools\":[],\"tool_choice\":null", &r), 0);
+	CU_ASSERT(r.n_tools == 0 && r.tools == NULL && r.tool_choice == CHAT_TOOLS_AUTO);
+	chat_request_free(&r);
+
+	/* stream_options: each key goes where it says */
+	CU_ASSERT_EQUAL_FATAL(accept(",\"stream\":true,\"stream_options\":{\"include_obfuscation\":true}", &r), 0);
+	CU_ASSERT(r.stream && r.obfuscate && !r.include_usage);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(accept(",\"stream\":true,\"stream_options\":{\"include_usage\":null,"
+				     "\"include_obfuscation\":false}", &r), 0);
+	CU_ASSERT(r.stream && !r.obfuscate && !r.include_usage);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL_FATAL(accept(",\"stream\":true,\"stream_options\":{\"include_usage\":false,"
+				     "\"include_obfuscation\":null}", &r), 0);
+	CU_ASSERT(r.stream && !r.obfuscate && !r.include_usage);
+	chat_request_free(&r);
+
+	/* served values, and null for each */
+	CU_ASSERT_EQUAL(accept(",\"service_tier\":\"default\",\"verbosity\":null,\"store\":null,"
+			       "\"modalities\":[],\"metadata\":null,\"audio\":null,\"prediction\":null,"
+			       "\"web_search_options\":null,\"functions\":null,\"function_call\":null,"
+			       "\"prompt_cache_retention\":\"in-memory\",\"reasoning_effort\":null,"
+			       "\"kvarena\":null,\"logprobs\":null,\"seed\":null,\"n\":null", &r), 0);
+	CU_ASSERT(r.n == 1 && !r.s.has_seed && r.thinking == CHAT_THINK_DEFAULT);
+	chat_request_free(&r);
+	CU_ASSERT_EQUAL(accept(",\"modalities\":null,\"kvarena\":{\"close_in_budget\":false}", &r), 0);
+	CU_ASSERT(!r.s.close_in_budget);
+	chat_request_free(&r);
+
+	/* llama.cpp's reasoning format and budget */
+	{
+		static const struct {
+			const char *extra;
+			int inline_, thinking;
+			uint32_t budget;
+		} rb[] = {
+			{ ",\"reasoning_format\":\"none\"", 1, CHAT_THINK_DEFAULT, 0 },
+			{ ",\"reasoning_format\":\"auto\"", 0, CHAT_THINK_DEFAULT, 0 },
+			{ ",\"reasoning_format\":\"deepseek\",\"thinking_budget_tokens\":0", 0, CHAT_THINK_OFF, 0 },
+			{ ",\"reasoning_format\":null,\"thinking_budget_tokens\":1", 0, CHAT_THINK_DEFAULT, 1 },
+			{ ",\"reasoning_budget_tokens\":4294967295", 0, CHAT_THINK_DEFAULT, UINT32_MAX },
+			{ ",\"reasoning_budget_tokens\":0", 0, CHAT_THINK_OFF, 0 },
+			{ ",\"thinking_budget_tokens\":9,\"reasoning_budget_tokens\":9", 0, CHAT_THINK_DEFAULT, 9 },
+			{ ",\"thinking_budget_tokens\":null,\"reasoning_budget_tokens\":-1", 0, CHAT_THINK_DEFAULT, 0 },
+			{ ",\"thinking_budget_tokens\":0,\"chat_template_kwargs\":{\"enable_thinking\":true}", 0, CHAT_THINK_ON, 0 },
+			{ ",\"reasoning_effort\":\"minimal\",\"thinking_budget_tokens\":5", 0, CHAT_THINK_OFF, 5 },
+		};
+
+		for (size_t i = 0; i < sizeof(rb) / sizeof(rb[0]); i++) {
+			CU_ASSERT_EQUAL_FATAL(accept(rb[i].extra, &r), 0);
+			if (r.reasoning_inline != rb[i].inline_ || (int)r.thinking != rb[i].thinking ||
+			    r.think_budget != rb[i].budget)
+				fprintf(stderr, "\nreasoning %s: inline %d thinking %d budget %u\n",
+					rb[i].extra, r.reasoning_inline, r.thinking, r.think_budget);
+			CU_ASSERT_EQUAL(r.reasoning_inline, rb[i].inline_);
+			CU_ASSERT_EQUAL((int)r.thinking, rb[i].thinking);
+			CU_ASSERT_EQUAL(r.think_budget, rb[i].budget);
+			chat_request_free(&r);
+		}
+	}
+
+	/* messages: parallel calls answered in any order, a call without a
+	 * type (or null), no calls ([]), empty parts, the deprecated name
+	 * of the system role */
+	CU_ASSERT_EQUAL_FATAL(parse("{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+				    "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"1\"}},"
+				    "{\"id\":\"b\",\"type\":null,\"function\":{\"name\":\"g\",\"arguments\":\"\"}}]},"
+				    "{\"role\":\"tool\",\"tool_call_id\":\"b\",\"content\":\"rb\"},"
+				    "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":[{\"type\":\"text\",\"text\":\"\"}]},"
+				    "{\"role\":\"assistant\",\"content\":\"x\",\"tool_calls\":[]},"
+				    "{\"role\":\"user\",\"content\":[]}]}", &r, &(struct api_error){ 0 }), 0);
+	CU_ASSERT_EQUAL_FATAL(r.n_msgs, 6);
+	CU_ASSERT(r.msgs[1].n_calls == 2 && !strcmp(r.msgs[1].calls[1].id, "b") &&
+		  !strcmp(r.msgs[1].calls[1].name, "g") && r.msgs[1].calls[1].arguments_len == 0 &&
+		  r.msgs[1].calls[0].arguments_len == 1 && r.msgs[1].content_len == 0);
+	CU_ASSERT(r.msgs[2].role == CHAT_TOOL && !strcmp(r.msgs[2].tool_call_id, "b"));
+	CU_ASSERT(r.msgs[3].role == CHAT_TOOL && r.msgs[3].content_len == 0 &&
+		  !strcmp(r.msgs[3].content, ""));
+	CU_ASSERT(r.msgs[4].n_calls == 0 && r.msgs[4].calls == NULL && r.msgs[4].content_len == 1);
+	CU_ASSERT(r.msgs[5].role == CHAT_USER && r.msgs[5].content_len == 0);
+	chat_request_free(&r);
+
+	/* sizes at their limits: CHAT_MAX_PARTS parts, CHAT_MAX_CALLS calls
+	 * and one more, CHAT_MAX_TOOLS tools, a 64 KiB description and one
+	 * byte more, a 64-byte role (not one past) */
+	sb_adds(&b, "{" M "\"messages\":[{\"role\":\"user\",\"content\":[");
+	for (int i = 0; i < CHAT_MAX_PARTS; i++)
+		sb_addf(&b, "%s{\"type\":\"text\",\"text\":\"p\"}", i ? "," : "");
+	sb_adds(&b, "]}]}");
+	CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &(struct api_error){ 0 }), 0);
+	CU_ASSERT_EQUAL(r.msgs[0].content_len, CHAT_MAX_PARTS);
+	chat_request_free(&r);
+	sb_free(&b);
+	for (int more = 0; more < 2; more++) {
+		struct api_error e;
+
+		sb_adds(&b, "{" M "\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[");
+		for (int i = 0; i < CHAT_MAX_CALLS + more; i++)
+			sb_addf(&b, "%s{\"id\":\"c%d\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}",
+				i ? "," : "", i);
+		sb_adds(&b, "]}]}");
+		CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), more ? -1 : 0);
+		if (more) {
+			CU_ASSERT_STRING_EQUAL(e.param, "messages[0].tool_calls");
+		} else {
+			CU_ASSERT_EQUAL(r.msgs[0].n_calls, CHAT_MAX_CALLS);
+		}
+		chat_request_free(&r);
+		sb_free(&b);
+	}
+	sb_adds(&b, ",\"tools\":[");
+	for (int i = 0; i < CHAT_MAX_TOOLS; i++)
+		sb_addf(&b, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}", i ? "," : "", i);
+	sb_adds(&b, "]");
+	CU_ASSERT_EQUAL(accept(b.s, &r), 0);
+	CU_ASSERT_EQUAL(r.n_tools, CHAT_MAX_TOOLS);
+	chat_request_free(&r);
+	sb_free(&b);
+	for (int more = 0; more < 2; more++) {
+		q = quoted(64 * 1024 + more, 'd');
+		sb_addf(&b, ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":%s}}]", q);
+		if (more) {
+			CU_ASSERT(refused(b.s, "tools[0].function.description"));
+		} else {
+			CU_ASSERT_EQUAL(accept(b.s, &r), 0);
+			chat_request_free(&r);
+		}
+		sb_free(&b);
+		free(q);
+	}
+	for (int more = 0; more < 2; more++) {
+		struct api_error e;
+
+		q = quoted(64 + more, 'r');
+		sb_addf(&b, "{" M "\"messages\":[{\"role\":%s,\"content\":\"x\"}]}", q);
+		CU_ASSERT_EQUAL(chat_request_parse(b.s, b.len, MODEL, &r, &e), -1);
+		CU_ASSERT_STRING_EQUAL(e.param, "messages[0].role");
+		/* 64 bytes is a role we do not know; 65 is too long */
+		CU_ASSERT_EQUAL(!!strstr(e.message, "too long"), more);
+		chat_request_free(&r);
+		sb_free(&b);
+		free(q);
+	}
+}
+
 /* ---------------------------------------------------------------- template */
 
 static char *render_body(const char *body)
@@ -960,6 +1130,7 @@ int main(void)
 	CU_add_test(s, "request: truncated at every byte", test_request_truncated);
 	CU_add_test(s, "request: bounds", test_request_bounds);
 	CU_add_test(s, "request: limits, defaults, stored values", test_request_limits);
+	CU_add_test(s, "request: what each shape stores", test_request_stored);
 	CU_add_test(s, "template: exact text", test_template_text);
 	CU_add_test(s, "responses: JSON", test_responses);
 	CU_add_test(s, "errors: JSON and kvd mapping", test_error_json);
