@@ -23,6 +23,22 @@
 #define MODEL "test-model"
 static struct chat_template *tmpl;	/* ChatML, as the test models' */
 
+/*
+ * Linked with -Wl,--wrap=calloc (api.mk): the API layer's and the chat
+ * library's callocs come here, so a test can fail the k-th one (jansson
+ * and libc allocate on their own). Off (-1) but while a test sets it.
+ */
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+static long fail_at = -1, callocs;
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	if (fail_at >= 0 && callocs++ == fail_at)
+		return NULL;
+	return __real_calloc(n, size);
+}
+
 /* ---------------------------------------------------------------- requests */
 
 static int parse(const char *body, struct chat_request *r, struct api_error *e)
@@ -891,6 +907,46 @@ static void test_request_stored(void)
 	}
 }
 
+/*
+ * Each of the parser's allocations failing in turn (messages, a message's
+ * tool calls, tools, logit_bias): a 500 out of memory, never a crash, a
+ * half-filled request taken or a leak (ASan's check at exit).
+ */
+static void test_request_oom(void)
+{
+	const char *body = "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+		"{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+		"{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"r\"}],"
+		"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+		"\"logit_bias\":{\"3\":1}}";
+	long k;
+
+	for (k = 0; k < 100; k++) {
+		struct chat_request r;
+		struct api_error e;
+		int rc;
+
+		callocs = 0;
+		fail_at = k;
+		rc = parse(body, &r, &e);
+		fail_at = -1;
+		if (callocs <= k) {	/* calloc k never happened: done */
+			CU_ASSERT_EQUAL(rc, 0);
+			CU_ASSERT(r.n_msgs == 3 && r.n_tools == 1 && r.s.n_logit_bias == 1);
+			chat_request_free(&r);
+			break;
+		}
+		if (rc != -1 || e.status != 500)
+			fprintf(stderr, "\ncalloc %ld failing: rc %d status %d %s\n", k, rc,
+				rc ? e.status : 0, rc ? e.message : "");
+		CU_ASSERT_EQUAL(rc, -1);
+		CU_ASSERT_EQUAL(e.status, 500);
+		CU_ASSERT_STRING_EQUAL(e.type, "server_error");
+		chat_request_free(&r);
+	}
+	CU_ASSERT_EQUAL(k, 4);	/* the four above, each failed once */
+}
+
 /* ---------------------------------------------------------------- template */
 
 static char *render_body(const char *body)
@@ -1131,6 +1187,7 @@ int main(void)
 	CU_add_test(s, "request: bounds", test_request_bounds);
 	CU_add_test(s, "request: limits, defaults, stored values", test_request_limits);
 	CU_add_test(s, "request: what each shape stores", test_request_stored);
+	CU_add_test(s, "request: each allocation failing", test_request_oom);
 	CU_add_test(s, "template: exact text", test_template_text);
 	CU_add_test(s, "responses: JSON", test_responses);
 	CU_add_test(s, "errors: JSON and kvd mapping", test_error_json);
