@@ -48,6 +48,8 @@ $(API_SLIB): $(API_SOBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
+# test_api fails the request parser's allocations one by one (calloc,
+# wrapped: tests/daemon/test_api.c)
 $(API_UNIT): tests/daemon/test_api.c $(API_SLIB) $(CHAT_SLIB) $(API_HDRS)
 	@mkdir -p $(@D)
 	$(API_CC) $(API_CFLAGS) $(API_SAN) $< $(API_SLIB) $(CHAT_SLIB) daemon/common/log.c -o $@ \

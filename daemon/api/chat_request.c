@@ -52,6 +52,14 @@ int param_wrong_type(struct api_error *e, const char *param, const json_t *v,
 	return -1;
 }
 
+/* Whether o has key with a value other than null (null is absent). */
+static int param_given(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return v && !json_is_null(v);
+}
+
 /* Optional number within [lo, hi]; *out untouched when absent/null. */
 int param_number(struct api_error *e, json_t *o, const char *key,
 		      double lo, double hi, double *out)
@@ -736,10 +744,10 @@ int param_extra_sampling(struct chat_request *r, json_t *root, struct api_error 
 	if (param_number(e, root, "repetition_penalty", 0, 10, &rp) ||
 	    param_number(e, root, "repeat_penalty", 0, 10, &rp2))
 		return -1;
-	if (json_object_get(root, "repetition_penalty") && json_object_get(root, "repeat_penalty") &&
+	if (param_given(root, "repetition_penalty") && param_given(root, "repeat_penalty") &&
 	    rp != rp2)
 		return api_bad(e, "repeat_penalty", "Set only one of 'repetition_penalty' and 'repeat_penalty'."), -1;
-	if (!json_object_get(root, "repetition_penalty"))
+	if (!param_given(root, "repetition_penalty"))
 		rp = rp2;
 	if (rp == 0)
 		return api_bad(e, "repetition_penalty", "Invalid value for 'repetition_penalty': it must be above 0 (1 is off)."), -1;
