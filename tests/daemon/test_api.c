@@ -1274,6 +1274,25 @@ static void test_request_ranges(void)
 	}
 }
 
+/* Null where a list may be absent, and strings kept with a request
+ * (the front ends that convert their shapes keep what they build). */
+static void test_request_kept(void)
+{
+	struct chat_request r;
+	struct api_error e;
+	const char *k1, *k2;
+
+	CU_ASSERT_EQUAL_FATAL(parse("{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+				    "{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":null}]}",
+				    &r, &e), 0);
+	CU_ASSERT_EQUAL(r.msgs[1].n_calls, 0);
+	k1 = chat_request_keep(&r, "kept text", 4);
+	k2 = chat_request_keep(&r, "", 0);
+	CU_ASSERT(k1 && !strcmp(k1, "kept"));
+	CU_ASSERT(k2 && !*k2);
+	chat_request_free(&r);
+}
+
 /* ---------------------------------------------------------------- template */
 
 static char *render_body(const char *body)
@@ -1517,6 +1536,7 @@ int main(void)
 	CU_add_test(s, "request: each allocation failing", test_request_oom);
 	CU_add_test(s, "request: every limit from both sides", test_request_both_sides);
 	CU_add_test(s, "request: ranges from both sides", test_request_ranges);
+	CU_add_test(s, "request: null lists, kept strings", test_request_kept);
 	CU_add_test(s, "template: exact text", test_template_text);
 	CU_add_test(s, "responses: JSON", test_responses);
 	CU_add_test(s, "errors: JSON and kvd mapping", test_error_json);
