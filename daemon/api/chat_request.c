@@ -17,6 +17,7 @@
  * ignored: clients echo response messages back with extra fields.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -698,7 +699,9 @@ static int parse_logit_bias(struct chat_request *r, struct api_error *e, json_t 
 		long long id = strtoll(key, &end, 10);
 		double x;
 
-		if (!*key || *end || id < 0 || id > INT32_MAX || (key[0] == '0' && key[1]))
+		/* digits only: strtoll would take a sign or leading blanks */
+		if (!isdigit((unsigned char)key[0]) || *end || id > INT32_MAX ||
+		    (key[0] == '0' && key[1]))
 			return api_bad(e, "logit_bias", "Invalid key in 'logit_bias': '%s' is not a token id.",
 				       key), -1;
 		if (!json_is_number(b))

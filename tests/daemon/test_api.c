@@ -998,6 +998,352 @@ static void test_request_json_oom(void)
 	chat_request_free(&r);
 }
 
+/* body with every "@@" replaced by n copies of c (or by the list
+ * item(0..n-1) joined by commas when item is set) */
+static char *fill(const char *fmt, size_t n, char c, void (*item)(struct strbuf *, size_t))
+{
+	struct strbuf b = { 0 };
+	const char *at;
+
+	while ((at = strstr(fmt, "@@"))) {
+		sb_add(&b, fmt, (size_t)(at - fmt));
+		for (size_t i = 0; i < n; i++) {
+			if (item) {
+				if (i)
+					sb_adds(&b, ",");
+				item(&b, i);
+			} else {
+				sb_add(&b, &c, 1);
+			}
+		}
+		fmt = at + 2;
+	}
+	sb_adds(&b, fmt);
+	return sb_steal(&b, NULL);
+}
+
+static void item_msg(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "{\"role\":\"user\",\"content\":\"m%zu\"}", i);
+}
+
+static void item_tool(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "{\"type\":\"function\",\"function\":{\"name\":\"f%zu\"}}", i);
+}
+
+static void item_part(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "{\"type\":\"text\",\"text\":\"p%zu\"}", i);
+}
+
+static void item_call(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "{\"id\":\"c%zu\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}", i);
+}
+
+static void item_meta(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "\"k%zu\":\"v\"", i);
+}
+
+static void item_stop(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "\"s%zu\"", i);
+}
+
+static void item_bias(struct strbuf *b, size_t i)
+{
+	sb_addf(b, "\"%zu\":1", i);
+}
+
+#define CALL(ID, NAME) "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"" ID \
+	"\",\"type\":\"function\",\"function\":{\"name\":\"" NAME "\",\"arguments\":\"{}\"}}]}"
+
+/*
+ * Every limit from both sides: at the limit the request is taken (or,
+ * where the value is never valid, refused for another reason), one past
+ * it refused naming the parameter, with the message saying why. Bounds
+ * checked from one side only let a limit move by one unnoticed.
+ */
+static const struct limit {
+	const char *fmt;	/* "@@": the string or the list */
+	const char *over;	/* the body one past the limit, when another */
+	size_t limit;
+	char c;
+	void (*item)(struct strbuf *, size_t);
+	const char *param;
+	const char *why;	/* in the message one past the limit */
+	int ok_at_limit;
+} limits[] = {
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}," CALL("@@", "f") "]}", NULL,
+	  CHAT_MAX_ID, 'i', NULL, "messages[1].tool_calls[0].id", "too long", 1 },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}," CALL("c1", "@@") "]}", NULL,
+	  TC_MAX_NAME, 'n', NULL, "messages[1].tool_calls[0].function.name", "too long", 1 },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"name\":\"@@\"}]}", NULL,
+	  CHAT_MAX_ID, 'n', NULL, "messages[0].name", "too long", 1 },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}," CALL("@@", "f")
+	  ",{\"role\":\"tool\",\"tool_call_id\":\"@@\",\"content\":\"r\"}]}",
+	  "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}," CALL("c1", "f")
+	  ",{\"role\":\"tool\",\"tool_call_id\":\"@@\",\"content\":\"r\"}]}",
+	  CHAT_MAX_ID, 't', NULL, "messages[2].tool_call_id", "too long", 1 },
+	/* no role of 64 bytes exists: refused as unknown, not as long */
+	{ "{" M "\"messages\":[{\"role\":\"@@\",\"content\":\"hi\"}]}", NULL,
+	  64, 'r', NULL, "messages[0].role", "too long", 0 },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"@@\"}}]}", NULL,
+	  TC_MAX_NAME, 'n', NULL, "tools[0].function.name", "too long", 1 },
+	{ "{" M U ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"@@\"}}]}",
+	  NULL, 64 * 1024, 'd', NULL, "tools[0].function.description", "too long", 1 },
+	{ "{" M U ",\"safety_identifier\":\"@@\"}", NULL, 64, 's', NULL, "safety_identifier",
+	  "too long", 1 },
+	/* no model of 256 bytes is served: refused as unknown, not as long */
+	{ "{\"model\":\"@@\"," U "}", NULL, 256, 'm', NULL, "model", "too long", 0 },
+	{ "{" M U ",\"user\":\"@@\"}", NULL, CHAT_MAX_ID, 'u', NULL, "user", "too long", 1 },
+	{ "{" M U ",\"prompt_cache_key\":\"@@\"}", NULL, CHAT_MAX_ID, 'k', NULL,
+	  "prompt_cache_key", "too long", 1 },
+	{ "{" M U ",\"stop\":\"@@\"}", NULL, KVD_MAX_STOP_LEN, 's', NULL, "stop", NULL, 1 },
+	{ "{" M U ",\"metadata\":{\"k\":\"@@\"}}", NULL, 512, 'v', NULL, "metadata", "512", 1 },
+	{ "{" M U ",\"metadata\":{\"@@\":\"v\"}}", NULL, 64, 'k', NULL, "metadata", "64", 1 },
+	/* lists */
+	{ "{" M "\"messages\":[@@]}", NULL, CHAT_MAX_MESSAGES, 0, item_msg, "messages", "at most", 1 },
+	{ "{" M U ",\"tools\":[@@]}", NULL, CHAT_MAX_TOOLS, 0, item_tool, "tools", "at most", 1 },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[@@]}]}", NULL, CHAT_MAX_PARTS, 0,
+	  item_part, "messages[0].content", "at most", 1 },
+	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+	  "\"content\":null,\"tool_calls\":[@@]}]}", NULL, CHAT_MAX_CALLS, 0, item_call,
+	  "messages[1].tool_calls", "at most", 1 },
+	{ "{" M U ",\"metadata\":{@@}}", NULL, 16, 0, item_meta, "metadata", "16", 1 },
+	{ "{" M U ",\"stop\":[@@]}", NULL, KVD_MAX_STOP, 0, item_stop, "stop", NULL, 1 },
+	{ "{" M U ",\"logit_bias\":{@@}}", NULL, KVD_MAX_LOGIT_BIAS, 0, item_bias, "logit_bias",
+	  "at most", 1 },
+};
+
+static void test_request_both_sides(void)
+{
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+		const struct limit *l = &limits[i];
+		char *at = fill(l->fmt, l->limit, l->c, l->item);
+		char *past = fill(l->over ? l->over : l->fmt, l->limit + 1, l->c, l->item);
+		struct chat_request r;
+		struct api_error e;
+		int rc;
+
+		rc = parse(at, &r, &e);
+		if (l->ok_at_limit ? rc != 0 : rc != -1 || strstr(e.message, l->why))
+			fprintf(stderr, "\nlimit[%zu] at %zu: rc %d %s\n", i, l->limit, rc,
+				rc ? e.message : "");
+		if (l->ok_at_limit)
+			CU_ASSERT_EQUAL(rc, 0)
+		else
+			CU_ASSERT(rc == -1 && !strstr(e.message, l->why));
+		chat_request_free(&r);
+		rc = parse(past, &r, &e);
+		if (rc != -1 || strcmp(e.param, l->param) || (l->why && !strstr(e.message, l->why)))
+			fprintf(stderr, "\nlimit[%zu] past %zu: rc %d param '%s': %s\n", i, l->limit,
+				rc, rc ? e.param : "", rc ? e.message : "");
+		CU_ASSERT_EQUAL(rc, -1);
+		CU_ASSERT_EQUAL(e.status, 400);
+		CU_ASSERT_STRING_EQUAL(e.param, l->param);
+		if (l->why)
+			CU_ASSERT_PTR_NOT_NULL(strstr(e.message, l->why));
+		chat_request_free(&r);
+		free(at);
+		free(past);
+	}
+}
+
+/* Numbers at both ends of their ranges, and one past each. */
+static const struct range {
+	const char *key, *lo, *hi, *below, *above;
+} ranges[] = {
+	{ "n", "1", "16", "0", "17" },
+	{ "top_logprobs", "0", "20", "-1", "21" },
+	{ "max_tokens", "1", "4294967295", "0", "4294967296" },
+	{ "max_completion_tokens", "1", "4294967295", "0", "4294967296" },
+	{ "temperature", "0", "2", "-0.001", "2.001" },
+	{ "top_p", "0", "1", "-0.001", "1.001" },
+	{ "frequency_penalty", "-2", "2", "-2.001", "2.001" },
+	{ "presence_penalty", "-2", "2", "-2.001", "2.001" },
+	{ "seed", "-9223372036854775808", "9223372036854775807", NULL, NULL },
+};
+
+static void test_request_ranges(void)
+{
+	char body[512];
+
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		const struct range *g = &ranges[i];
+		const char *v[4] = { g->lo, g->hi, g->below, g->above };
+
+		for (int k = 0; k < 4; k++) {
+			struct chat_request r;
+			struct api_error e;
+			int rc;
+
+			if (!v[k])
+				continue;
+			snprintf(body, sizeof(body), "{" M U ",\"%s\":%s%s}", g->key, v[k],
+				 !strcmp(g->key, "top_logprobs") ? ",\"logprobs\":true" : "");
+			rc = parse(body, &r, &e);
+			if (rc != (k < 2 ? 0 : -1) || (k >= 2 && strcmp(e.param, g->key)))
+				fprintf(stderr, "\nrange %s=%s: rc %d %s\n", g->key, v[k], rc,
+					rc ? e.message : "");
+			CU_ASSERT_EQUAL(rc, k < 2 ? 0 : -1);
+			if (k >= 2)
+				CU_ASSERT_STRING_EQUAL(e.param, g->key);
+			if (!rc && !strcmp(g->key, "n"))
+				CU_ASSERT_EQUAL(r.n, (unsigned)atoi(v[k]));
+			if (!rc && !strcmp(g->key, "top_logprobs"))
+				CU_ASSERT_EQUAL(r.s.top_logprobs, (uint32_t)atoi(v[k]));
+			chat_request_free(&r);
+		}
+	}
+	/* logit_bias: ids 0 and INT32_MAX and biases of +-100 taken; one
+	 * past each, a leading zero, a sign refused */
+	{
+		static const char *const ok[] = { "{\"0\":-100}", "{\"2147483647\":100}",
+						  "{\"10\":0.5,\"1\":-0.5}" };
+		static const char *const bad[] = { "{\"2147483648\":1}", "{\"5\":100.001}",
+						   "{\"5\":-100.001}", "{\"01\":1}", "{\"+5\":1}",
+						   "{\"\":1}", "{\"5 \":1}", "{\" 5\":1}",
+						   "{\"-0\":1}" };
+		struct chat_request r;
+		struct api_error e;
+
+		for (size_t k = 0; k < 3; k++) {
+			snprintf(body, sizeof(body), "{" M U ",\"logit_bias\":%s}", ok[k]);
+			CU_ASSERT_EQUAL(parse(body, &r, &e), 0);
+			if (k == 0)
+				CU_ASSERT(r.s.n_logit_bias == 1 && r.s.logit_bias[0].token == 0 &&
+					  r.s.logit_bias[0].bias == -100.0f);
+			if (k == 1)
+				CU_ASSERT(r.s.n_logit_bias == 1 &&
+					  r.s.logit_bias[0].token == 2147483647 &&
+					  r.s.logit_bias[0].bias == 100.0f);
+			if (k == 2)
+				CU_ASSERT(r.s.n_logit_bias == 2);
+			chat_request_free(&r);
+		}
+		for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+			snprintf(body, sizeof(body), "{" M U ",\"logit_bias\":%s}", bad[k]);
+			CU_ASSERT_EQUAL(parse(body, &r, &e), -1);
+			CU_ASSERT_STRING_EQUAL(e.param, "logit_bias");
+			chat_request_free(&r);
+		}
+	}
+	/* response_format: each type taken sets its format */
+	{
+		struct chat_request r;
+		struct api_error e;
+
+		CU_ASSERT_EQUAL(parse("{" M U ",\"response_format\":{\"type\":\"json_object\"}}", &r, &e), 0);
+		CU_ASSERT_EQUAL(r.format, CHAT_FORMAT_JSON_OBJECT);
+		chat_request_free(&r);
+		CU_ASSERT_EQUAL(parse("{" M U ",\"response_format\":{\"type\":\"json_schema\","
+				      "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\"}}}}",
+				      &r, &e), 0);
+		CU_ASSERT_EQUAL(r.format, CHAT_FORMAT_JSON_SCHEMA);
+		CU_ASSERT(json_is_object(r.json_schema));
+		chat_request_free(&r);
+		CU_ASSERT_EQUAL(parse("{" M U ",\"response_format\":{\"type\":\"text\"}}", &r, &e), 0);
+		CU_ASSERT_EQUAL(r.format, CHAT_FORMAT_TEXT);
+		chat_request_free(&r);
+		CU_ASSERT_EQUAL(parse("{" M U "}", &r, &e), 0);
+		CU_ASSERT_EQUAL(r.format, CHAT_FORMAT_TEXT);
+		chat_request_free(&r);
+	}
+	/* reasoning budgets: 0 turns thinking off, N > 0 bounds it, -1 is
+	 * the default; the two names must agree */
+	{
+		static const struct { const char *kv; int rc; enum chat_thinking think; uint32_t budget; } bt[] = {
+			{ "\"thinking_budget_tokens\":0", 0, CHAT_THINK_OFF, 0 },
+			{ "\"thinking_budget_tokens\":100", 0, CHAT_THINK_DEFAULT, 100 },
+			{ "\"reasoning_budget_tokens\":7", 0, CHAT_THINK_DEFAULT, 7 },
+			{ "\"reasoning_budget_tokens\":0", 0, CHAT_THINK_OFF, 0 },
+			{ "\"thinking_budget_tokens\":-1", 0, CHAT_THINK_DEFAULT, 0 },
+			{ "\"thinking_budget_tokens\":5,\"reasoning_budget_tokens\":5", 0,
+			  CHAT_THINK_DEFAULT, 5 },
+			{ "\"thinking_budget_tokens\":5,\"reasoning_budget_tokens\":6", -1, 0, 0 },
+			{ "\"thinking_budget_tokens\":-2", -1, 0, 0 },
+		};
+		struct chat_request r;
+		struct api_error e;
+
+		for (size_t k = 0; k < sizeof(bt) / sizeof(bt[0]); k++) {
+			int rc;
+
+			snprintf(body, sizeof(body), "{" M U ",%s}", bt[k].kv);
+			rc = parse(body, &r, &e);
+			if (rc != bt[k].rc)
+				fprintf(stderr, "\nbudget %s: rc %d %s\n", bt[k].kv, rc, rc ? e.message : "");
+			CU_ASSERT_EQUAL(rc, bt[k].rc);
+			if (!rc)
+				CU_ASSERT(r.thinking == bt[k].think && r.think_budget == bt[k].budget);
+			chat_request_free(&r);
+		}
+	}
+	/* a value refused on purpose says which parameter and why */
+	{
+		struct chat_request r;
+		struct api_error e;
+
+		CU_ASSERT_EQUAL(parse("{" M U ",\"verbosity\":\"low\"}", &r, &e), -1);
+		CU_ASSERT_STRING_EQUAL(e.param, "verbosity");
+		CU_ASSERT(e.code && !strcmp(e.code, "unsupported_value"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "'low' for 'verbosity': this model"));
+		chat_request_free(&r);
+		CU_ASSERT_EQUAL(parse("{" M U ",\"verbosity\":\"loud\"}", &r, &e), -1);
+		CU_ASSERT(!e.code || strcmp(e.code, "unsupported_value"));
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "'loud'"));
+		chat_request_free(&r);
+	}
+	/* a tool message must name the call it answers */
+	{
+		struct chat_request r;
+		struct api_error e;
+
+		CU_ASSERT_EQUAL(parse("{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+				      CALL("c1", "f") ",{\"role\":\"tool\",\"content\":\"r\"}]}",
+				      &r, &e), -1);
+		CU_ASSERT_STRING_EQUAL(e.param, "messages[2].tool_call_id");
+		CU_ASSERT_PTR_NOT_NULL(strstr(e.message, "Missing"));
+		chat_request_free(&r);
+		CU_ASSERT_EQUAL(parse("{" M U ",\"stop\":null}", &r, &e), 0);
+		CU_ASSERT_EQUAL(r.s.n_stop, 0);
+		chat_request_free(&r);
+	}
+	/* an assistant tool call must say its arguments */
+	{
+		struct chat_request r;
+		struct api_error e;
+
+		CU_ASSERT_EQUAL(parse("{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+				      "{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+				      "\"function\",\"function\":{\"name\":\"f\"}}]}]}", &r, &e), -1);
+		CU_ASSERT_STRING_EQUAL(e.param, "messages[1].tool_calls[0].function.arguments");
+		chat_request_free(&r);
+	}
+}
+
+/* Null where a list may be absent, and strings kept with a request
+ * (the front ends that convert their shapes keep what they build). */
+static void test_request_kept(void)
+{
+	struct chat_request r;
+	struct api_error e;
+	const char *k1, *k2;
+
+	CU_ASSERT_EQUAL_FATAL(parse("{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+				    "{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":null}]}",
+				    &r, &e), 0);
+	CU_ASSERT_EQUAL(r.msgs[1].n_calls, 0);
+	k1 = chat_request_keep(&r, "kept text", 4);
+	k2 = chat_request_keep(&r, "", 0);
+	CU_ASSERT(k1 && !strcmp(k1, "kept"));
+	CU_ASSERT(k2 && !*k2);
+	chat_request_free(&r);
+}
+
 /* ---------------------------------------------------------------- template */
 
 static char *render_body(const char *body)
@@ -1241,6 +1587,9 @@ int main(void)
 	CU_add_test(s, "request: what each shape stores", test_request_stored);
 	CU_add_test(s, "request: each allocation failing", test_request_oom);
 	CU_add_test(s, "request: jansson's allocations failing", test_request_json_oom);
+	CU_add_test(s, "request: every limit from both sides", test_request_both_sides);
+	CU_add_test(s, "request: ranges from both sides", test_request_ranges);
+	CU_add_test(s, "request: null lists, kept strings", test_request_kept);
 	CU_add_test(s, "template: exact text", test_template_text);
 	CU_add_test(s, "responses: JSON", test_responses);
 	CU_add_test(s, "errors: JSON and kvd mapping", test_error_json);
