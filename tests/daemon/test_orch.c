@@ -963,6 +963,70 @@ out:
 }
 
 /*
+ * The same pressure with the prefix cache on: a preempted request's full
+ * blocks stay cached, and its readmission shares them back before
+ * reserving the rest. A readmitted request that then found no room kept
+ * the blocks it had shared while it waited; with several of them each
+ * holding its cached prefix and waiting for the rest, no request ran
+ * again (a livelock, seen in the eviction bench at the arena's floor).
+ * Every reply must come, equal to its run alone.
+ */
+static void test_preempt_cached(void)
+{
+	enum { N = 8 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply *ref = calloc(N, sizeof(*ref)), *r = calloc(N, sizeof(*r));
+	char (*p)[2048] = calloc(N, sizeof(*p));
+	struct rq q[N];
+	uint32_t i, same = 0, full = 0, tries;
+
+	if (!ref || !r || !p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	for (i = 0; i < N; i++) {
+		snprintf(p[i], 2048, "<|im_start|>user\nstory %u: tell it long<|im_end|>\n"
+			 "<|im_start|>assistant\n", i);
+		q[i] = (struct rq){ p[i], 0.7f, 7 + i, 360, 0, NULL };
+	}
+	base_config(&c);
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = 0; i < N; i++)
+		ask_rq(d, &q[i], &ref[i], NULL);
+	kvd_destroy(d);
+	for (tries = 0; tries < 3; tries++) {
+		base_config(&c);
+		c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens for 8 x up to 410 */
+		c.prefix_cache = 1;
+		c.decode_reserve = 0;
+		d = start(&c);
+		if (!d)
+			goto out;
+		ask_all(d, q, N, r);
+		if (metric(d, "kvarenad_preemptions_total") > 0 || tries == 2)
+			break;
+		kvd_destroy(d);
+	}
+	for (i = 0; i < N; i++) {
+		same += same_tokens(&r[i], &ref[i]);
+		full += r[i].finish == ref[i].finish;
+	}
+	CHECK(metric(d, "kvarenad_preemptions_total") > 0,
+	      "a full arena with the prefix cache preempts (%llu preemptions)",
+	      (unsigned long long)metric(d, "kvarenad_preemptions_total"));
+	CHECK(same == N && full == N, "readmitted with their cached blocks, every request ran "
+	      "to its end: %u of %u replies equal their runs alone (%s)", same, N,
+	      r[0].error ? r[0].err : "-");
+	kvd_destroy(d);
+out:
+	free(ref);
+	free(r);
+	free(p);
+}
+
+/*
  * Admission does not take what it would soon preempt: 24 prompts of ~115
  * tokens, each replying 100, queued at once on an arena of 1024 tokens
  * (5 times too small for all of them). Every reply equals its run alone,
@@ -3105,6 +3169,7 @@ int main(int argc, char **argv)
 	RUN(plugin);
 	RUN(paths);
 	RUN(preempt);
+	RUN(preempt_cached);
 	RUN(admission);
 	RUN(worker_storm);
 	RUN(stall);
