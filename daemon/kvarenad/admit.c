@@ -4,7 +4,8 @@
  * blocks, and whose blocks go back when the arena runs out.
  *
  * Admission: preempted jobs first (oldest first: they were running),
- * then queued ones in fair order (fair.c). A job is admitted when its
+ * then queued ones in fair order (fair.c), within a tenant by their
+ * conversations' start (queued_key()). A job is admitted when its
  * conversation's KV session is open, the longest cached prefix shared
  * from the radix index, and blocks reserved for the whole prompt, so its
  * chunks never wait for room halfway. Admission does not take what it
@@ -241,9 +242,14 @@ static int take_piece(struct kvd *d, struct kvd_job *j)
 		return rc;
 	j->piece_appended = 1;
 	if (c->wait_started_ns && c->tool_class) {
-		kvd_toolwait_record(d, c->tool_class, (kvd_now_ns() - c->wait_started_ns) / 1000);
+		/* the tool ran until its result arrived, not until admission:
+		 * time queued here is the server's, not the tool's */
+		uint64_t end = c->wait_ended_ns > c->wait_started_ns ? c->wait_ended_ns : kvd_now_ns();
+
+		kvd_toolwait_record(d, c->tool_class, (end - c->wait_started_ns) / 1000);
 		c->wait_started_ns = 0;
 	}
+	c->wait_ended_ns = 0;
 	/* the reply continues a text */
 	j->text_base = c->text_len;
 	kve_detok_init(&j->detok, d->tok);
@@ -316,32 +322,13 @@ static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int ot
 	return free_now >= want;
 }
 
-/*
- * No room for j after its KV session was opened and the cached prefix
- * attached in this turn: it gives them back and waits holding nothing.
- * A waiting job that kept the blocks it attached would hold part of the
- * arena that no running job can take (its conversation is not idle):
- * with readmitted preempted jobs each holding their cached prefixes and
- * waiting for the rest, nothing ran again (a livelock seen at the arena's
- * floor). Its full blocks stay in the prefix cache: it shares them again
- * when it fits, unless pressure takes them first.
- */
-static int wait_empty(struct kvd *d, struct kvd_conv *c, int opened)
-{
-	if (opened == 1)
-		kvd_conv_drop_kv(d, c);
-	else if (opened == 2)
-		kvd_conv_free_blocks(d, c);	/* the session stays (tiering.c) */
-	return 1;
-}
-
 /* 0 admitted, 1 no room (wait; stop admitting), 2 waiting for a shared
  * prefix being computed (others may pass), <0 failed (job finished). */
 static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int *others)
 {
 	struct kvd_conv *c = j->conv;
 	uint32_t kv0 = 0, sess_hit, n, copied = 0;
-	int rc, readmit = j->state == JOB_PREEMPTED, opened = 0;
+	int rc, readmit = j->state == JOB_PREEMPTED;
 
 	rc = take_piece(d, j);
 	if (rc) {
@@ -358,7 +345,6 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		return 2;
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
-		opened = c->has_kv ? 2 : 1;
 		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, d->path);
 		if ((!readmit && fork_wait(d, j)) || kvd_prefix_pending_wait(d, c, n, d->path)) {
 			if (!j->waited_prefix)
@@ -387,18 +373,18 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 			j->max_new = d->ctx_len - c->n_tokens;
 	}
 	if (!room_for(d, j, *committed, *others))
-		return wait_empty(d, c, opened);
+		return 1;
 	rc = kvd_conv_reserve_to(d, c, c->n_tokens);
 	if (rc == -EDQUOT) {
 		uint32_t bt = d->geom.block_tokens;
 
 		kvd_make_room_tenant(d, j->tenant, (c->n_tokens + bt - 1) / bt - c->as.s.n_blocks);
 		rc = kvd_conv_reserve_to(d, c, c->n_tokens);
-		if (rc == -EDQUOT)	/* its tenant's running jobs hold the budget */
-			return wait_empty(d, c, opened);
+		if (rc == -EDQUOT)
+			return 1;	/* its tenant's running jobs hold the budget */
 	}
 	if (rc == -ENOSPC)
-		return wait_empty(d, c, opened);
+		return 1;
 	if (rc) {
 		kvd_job_fail(d, j, rc == -E2BIG ? KVD_ERR_TOO_LONG : KVD_ERR_INTERNAL,
 			     rc == -E2BIG ? "the conversation exceeds the context length" :
@@ -442,7 +428,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 struct kvd_admit_cand {
 	struct kvd_job *j;
 	double vt;
-	uint64_t key;			/* preempted: order; queued: t_submit */
+	uint64_t key;			/* preempted: order; queued: queued_key() */
 	size_t pos;			/* in d->jobs: ties keep the list's order */
 };
 
@@ -455,6 +441,19 @@ static int cand_cmp(const void *a, const void *b)
 	if (x->key != y->key)
 		return x->key < y->key ? -1 : 1;
 	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* A queued job's place among its tenant's: its conversation's start
+ * (program-level first come, first served, as Continuum orders agent
+ * programs): a conversation back from a tool goes before the
+ * first turns of conversations that began after it, instead of queueing
+ * its few new tokens behind every prompt that arrived while its tool
+ * ran. A new conversation starts with its first request. */
+static uint64_t queued_key(const struct kvd_job *j)
+{
+	uint64_t t = j->conv ? j->conv->t_start_ns : 0;
+
+	return t && t < j->t_submit ? t : j->t_submit;
 }
 
 /* The jobs in state st, not cancelled, in admission order (d->admit_buf):
@@ -480,7 +479,7 @@ static size_t candidates(struct kvd *d, enum kvd_job_state st, struct kvd_admit_
 		}
 		d->admit_buf[n++] = (struct kvd_admit_cand){
 			j, st == JOB_QUEUED ? kvd_fair_vt(d, j->tenant) : 0,
-			st == JOB_QUEUED ? j->t_submit : j->order, pos };
+			st == JOB_QUEUED ? queued_key(j) : j->order, pos };
 	}
 	/* preempted: oldest first, whatever the tenant (vt 0) */
 	if (n > 1)

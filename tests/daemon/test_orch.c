@@ -963,70 +963,6 @@ out:
 }
 
 /*
- * The same pressure with the prefix cache on: a preempted request's full
- * blocks stay cached, and its readmission shares them back before
- * reserving the rest. A readmitted request that then found no room kept
- * the blocks it had shared while it waited; with several of them each
- * holding its cached prefix and waiting for the rest, no request ran
- * again (a livelock, seen in the eviction bench at the arena's floor).
- * Every reply must come, equal to its run alone.
- */
-static void test_preempt_cached(void)
-{
-	enum { N = 8 };
-	struct kvd_config c;
-	struct kvd *d;
-	struct reply *ref = calloc(N, sizeof(*ref)), *r = calloc(N, sizeof(*r));
-	char (*p)[2048] = calloc(N, sizeof(*p));
-	struct rq q[N];
-	uint32_t i, same = 0, full = 0, tries;
-
-	if (!ref || !r || !p || getenv("KVD_TEST_SMALL"))
-		goto out;	/* the guests' tiny model: pages hold thousands */
-	for (i = 0; i < N; i++) {
-		snprintf(p[i], 2048, "<|im_start|>user\nstory %u: tell it long<|im_end|>\n"
-			 "<|im_start|>assistant\n", i);
-		q[i] = (struct rq){ p[i], 0.7f, 7 + i, 360, 0, NULL };
-	}
-	base_config(&c);
-	c.prefix_cache = 0;
-	d = start(&c);
-	if (!d)
-		goto out;
-	for (i = 0; i < N; i++)
-		ask_rq(d, &q[i], &ref[i], NULL);
-	kvd_destroy(d);
-	for (tries = 0; tries < 3; tries++) {
-		base_config(&c);
-		c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens for 8 x up to 410 */
-		c.prefix_cache = 1;
-		c.decode_reserve = 0;
-		d = start(&c);
-		if (!d)
-			goto out;
-		ask_all(d, q, N, r);
-		if (metric(d, "kvarenad_preemptions_total") > 0 || tries == 2)
-			break;
-		kvd_destroy(d);
-	}
-	for (i = 0; i < N; i++) {
-		same += same_tokens(&r[i], &ref[i]);
-		full += r[i].finish == ref[i].finish;
-	}
-	CHECK(metric(d, "kvarenad_preemptions_total") > 0,
-	      "a full arena with the prefix cache preempts (%llu preemptions)",
-	      (unsigned long long)metric(d, "kvarenad_preemptions_total"));
-	CHECK(same == N && full == N, "readmitted with their cached blocks, every request ran "
-	      "to its end: %u of %u replies equal their runs alone (%s)", same, N,
-	      r[0].error ? r[0].err : "-");
-	kvd_destroy(d);
-out:
-	free(ref);
-	free(r);
-	free(p);
-}
-
-/*
  * Admission does not take what it would soon preempt: 24 prompts of ~115
  * tokens, each replying 100, queued at once on an arena of 1024 tokens
  * (5 times too small for all of them). Every reply equals its run alone,
@@ -1093,6 +1029,84 @@ out:
 	free(ref);
 	free(r);
 	free(p);
+}
+
+/*
+ * Program-level first come, first served (admit.c, queued_key()): a
+ * conversation's next turn (a tool's result, a user's reply) goes before
+ * the first turns of conversations that began after it. Six long first
+ * turns fill an arena that holds two at a time; then an earlier
+ * conversation sends its second turn. In arrival order it would wait for
+ * all six to be admitted (four of them finished); it is admitted next.
+ */
+static void test_program_fcfs(void)
+{
+	enum { NY = 6 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *jobs[NY + 1], *xj;
+	char x1[256], x2[1024], y[NY][4096];
+	struct reply rx;
+	unsigned n = 0, which, i, k, before_x = 0, done = 0;
+	int x_done = 0, tok = 0, ok = 1;
+
+	base_config(&c);
+	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
+	d = start(&c);
+	if (!d)
+		return;
+	snprintf(x1, sizeof(x1), "<|im_start|>user\nrun the tests<|im_end|>\n"
+		 "<|im_start|>assistant\n");
+	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
+		CHECK(0, "first conversation's first turn: %s", rx.err);
+		kvd_destroy(d);
+		return;
+	}
+	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
+		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
+	/* first turns of ~400 tokens each: two fit in the arena at once */
+	for (i = 0; i < NY; i++) {
+		int o = snprintf(y[i], sizeof(y[i]), "<|im_start|>user\n%u: log", i);
+
+		for (k = 0; o < 3900; k++) {
+			o += snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
+			if (k % 16 == 15 &&
+			    (tok = kve_tokenize(d->tok, y[i], (size_t)o, 1, NULL, 0)) >= 400)
+				break;
+		}
+		snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	}
+	for (i = 0; i < NY + 1 && ok; i++) {
+		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 24 : 4, 0, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		ok = jobs[n] != NULL;
+		n += ok;
+	}
+	xj = ok ? jobs[NY] : NULL;
+	CHECK(ok, "six first turns of %d tokens queued, then the earlier conversation's "
+	      "second turn (arena %u blocks of %u tokens)", tok, d->geom.blocks_total,
+	      d->geom.block_tokens);
+	/* the order replies end in */
+	while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN)
+			continue;
+		ok &= ev.type == KVD_EV_DONE;
+		if (jobs[which] == xj) {
+			x_done = 1;
+			before_x = done;
+		}
+		kvd_job_free(jobs[which]);
+		memmove(&jobs[which], &jobs[which + 1], (n - which - 1) * sizeof(jobs[0]));
+		n--;
+		done++;
+	}
+	CHECK(ok && done == NY + 1 && x_done && before_x < 4,
+	      "the second turn ended after %u of the six later conversations' first turns "
+	      "(in arrival order: 4 at least)", before_x);
+	kvd_destroy(d);
 }
 
 static pid_t worker_pid(struct kvd *d, uint32_t role, int ready)
@@ -3169,8 +3183,8 @@ int main(int argc, char **argv)
 	RUN(plugin);
 	RUN(paths);
 	RUN(preempt);
-	RUN(preempt_cached);
 	RUN(admission);
+	RUN(program_fcfs);
 	RUN(worker_storm);
 	RUN(stall);
 	RUN(fairness);
