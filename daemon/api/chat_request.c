@@ -17,6 +17,7 @@
  * ignored: clients echo response messages back with extra fields.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,14 @@ int param_wrong_type(struct api_error *e, const char *param, const json_t *v,
 	api_bad(e, param, "Invalid type for '%s': expected %s, but got %s.",
 		param, want, param_type_name(v));
 	return -1;
+}
+
+/* Whether o has key with a value other than null (null is absent). */
+static int param_given(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return v && !json_is_null(v);
 }
 
 /* Optional number within [lo, hi]; *out untouched when absent/null. */
@@ -690,7 +699,9 @@ static int parse_logit_bias(struct chat_request *r, struct api_error *e, json_t 
 		long long id = strtoll(key, &end, 10);
 		double x;
 
-		if (!*key || *end || id < 0 || id > INT32_MAX || (key[0] == '0' && key[1]))
+		/* digits only: strtoll would take a sign or leading blanks */
+		if (!isdigit((unsigned char)key[0]) || *end || id > INT32_MAX ||
+		    (key[0] == '0' && key[1]))
 			return api_bad(e, "logit_bias", "Invalid key in 'logit_bias': '%s' is not a token id.",
 				       key), -1;
 		if (!json_is_number(b))
@@ -733,10 +744,10 @@ int param_extra_sampling(struct chat_request *r, json_t *root, struct api_error 
 	if (param_number(e, root, "repetition_penalty", 0, 10, &rp) ||
 	    param_number(e, root, "repeat_penalty", 0, 10, &rp2))
 		return -1;
-	if (json_object_get(root, "repetition_penalty") && json_object_get(root, "repeat_penalty") &&
+	if (param_given(root, "repetition_penalty") && param_given(root, "repeat_penalty") &&
 	    rp != rp2)
 		return api_bad(e, "repeat_penalty", "Set only one of 'repetition_penalty' and 'repeat_penalty'."), -1;
-	if (!json_object_get(root, "repetition_penalty"))
+	if (!param_given(root, "repetition_penalty"))
 		rp = rp2;
 	if (rp == 0)
 		return api_bad(e, "repetition_penalty", "Invalid value for 'repetition_penalty': it must be above 0 (1 is off)."), -1;

@@ -4,7 +4,8 @@
  * blocks, and whose blocks go back when the arena runs out.
  *
  * Admission: preempted jobs first (oldest first: they were running),
- * then queued ones in fair order (fair.c). A job is admitted when its
+ * then queued ones in fair order (fair.c), within a tenant by their
+ * conversations' start (queued_key()). A job is admitted when its
  * conversation's KV session is open, the longest cached prefix shared
  * from the radix index, and blocks reserved for the whole prompt, so its
  * chunks never wait for room halfway. Admission does not take what it
@@ -241,9 +242,14 @@ static int take_piece(struct kvd *d, struct kvd_job *j)
 		return rc;
 	j->piece_appended = 1;
 	if (c->wait_started_ns && c->tool_class) {
-		kvd_toolwait_record(d, c->tool_class, (kvd_now_ns() - c->wait_started_ns) / 1000);
+		/* the tool ran until its result arrived, not until admission:
+		 * time queued here is the server's, not the tool's */
+		uint64_t end = c->wait_ended_ns > c->wait_started_ns ? c->wait_ended_ns : kvd_now_ns();
+
+		kvd_toolwait_record(d, c->tool_class, (end - c->wait_started_ns) / 1000);
 		c->wait_started_ns = 0;
 	}
+	c->wait_ended_ns = 0;
 	/* the reply continues a text */
 	j->text_base = c->text_len;
 	kve_detok_init(&j->detok, d->tok);
@@ -422,7 +428,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 struct kvd_admit_cand {
 	struct kvd_job *j;
 	double vt;
-	uint64_t key;			/* preempted: order; queued: t_submit */
+	uint64_t key;			/* preempted: order; queued: queued_key() */
 	size_t pos;			/* in d->jobs: ties keep the list's order */
 };
 
@@ -435,6 +441,19 @@ static int cand_cmp(const void *a, const void *b)
 	if (x->key != y->key)
 		return x->key < y->key ? -1 : 1;
 	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* A queued job's place among its tenant's: its conversation's start
+ * (program-level first come, first served, as Continuum orders agent
+ * programs): a conversation back from a tool goes before the
+ * first turns of conversations that began after it, instead of queueing
+ * its few new tokens behind every prompt that arrived while its tool
+ * ran. A new conversation starts with its first request. */
+static uint64_t queued_key(const struct kvd_job *j)
+{
+	uint64_t t = j->conv ? j->conv->t_start_ns : 0;
+
+	return t && t < j->t_submit ? t : j->t_submit;
 }
 
 /* The jobs in state st, not cancelled, in admission order (d->admit_buf):
@@ -460,7 +479,7 @@ static size_t candidates(struct kvd *d, enum kvd_job_state st, struct kvd_admit_
 		}
 		d->admit_buf[n++] = (struct kvd_admit_cand){
 			j, st == JOB_QUEUED ? kvd_fair_vt(d, j->tenant) : 0,
-			st == JOB_QUEUED ? j->t_submit : j->order, pos };
+			st == JOB_QUEUED ? queued_key(j) : j->order, pos };
 	}
 	/* preempted: oldest first, whatever the tenant (vt 0) */
 	if (n > 1)

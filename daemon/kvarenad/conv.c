@@ -271,6 +271,7 @@ struct kvd_conv *kvd_conv_new(struct kvd *d, uint32_t tenant)
 	c->dl_index = UINT32_MAX;
 	c->text_hash = 0xcbf29ce484222325ull;
 	c->last_used_ns = kvd_now_ns();
+	c->t_start_ns = c->last_used_ns;
 	list_push(d, c);
 	kvd_hmap_add(&d->conv_by_id, &c->by_id, id_key(c->id));
 	d->n_convs++;

@@ -749,6 +749,8 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		job_destroy(j);
 		return rc == -ENOMEM ? -ENOMEM : rc == -E2BIG ? -E2BIG : -EINVAL;
 	}
+	if (c->wait_started_ns)
+		c->wait_ended_ns = kvd_now_ns();	/* a client's tool returned (admit.c) */
 	if (d->jobs_tail)
 		d->jobs_tail->next = j;
 	else

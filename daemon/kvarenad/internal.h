@@ -209,7 +209,9 @@ struct kvd_conv {
 	uint32_t ktier;			/* and KVA_TIER_* (kstate.c) */
 	uint32_t tool_class;
 	uint64_t wait_started_ns;	/* TOOL_WAIT entry, for measuring */
+	uint64_t wait_ended_ns;		/* the client's tool result arrived */
 	uint64_t last_used_ns;
+	uint64_t t_start_ns;		/* its first request: its jobs' admission order */
 	uint64_t deadline_ns;		/* KV retention ends */
 	uint32_t dl_index;		/* in d->deadlines, UINT32_MAX: none */
 	int delete_pending;		/* DELETE while a step held a lease */
@@ -226,6 +228,7 @@ struct kvd_conv {
 	uint32_t tier_file_skip;	/* leading blocks not in it: the cache's */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
+	uint32_t tier_prefetched;	/* prefetches in this tool wait */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
 	uint8_t tier_setup;		/* a restore is finding its blocks */
 	uint8_t tier_missed;		/* this return's miss is counted */

@@ -520,8 +520,12 @@ static void arm_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 	uint64_t bytes, lead, at;
 	int64_t q;
 
+	/* once per wait: KV prefetched and then taken again before the tool
+	 * returned comes back when the result does (prefetching it again
+	 * would take another's room, which would be prefetched again: a
+	 * restore loop of the whole disk tier under pressure) */
 	if (!d->cfg.tier_prefetch || c->kstate != KVA_STATE_TOOL_WAIT || !c->wait_started_ns ||
-	    !c->tool_pred_us || !c->tier_file)
+	    !c->tool_pred_us || !c->tier_file || c->tier_prefetched)
 		return;
 	bytes = kvt_file_bytes(d->tier->t, (c->tier_file_tokens + bt - 1) / bt - c->tier_file_skip);
 	lead = kvt_restore_us(&d->tier->costs, bytes) + (uint64_t)d->cfg.tier_margin_ms * 1000;
@@ -683,6 +687,7 @@ void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
 	if (!tr)
 		return;
 	c->tool_pred_us = pred_us;
+	c->tier_prefetched = 0;
 	timer_cancel(tr, c, TIMER_PREFETCH);
 	/* re-rank when the tool outlives its prediction */
 	timer_arm(tr, c, TIMER_OVERRUN, c->wait_started_ns + pred_us * 1000ull +
@@ -787,6 +792,7 @@ static void on_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 	rc = start_restore(d, c, file_valid_tokens(d, c));
 	if (rc == 0) {
 		d->m.tier_prefetches++;
+		c->tier_prefetched++;
 		kvd_log(KVD_LOG_DEBUG, "tier", "%s: prefetch", c->id);
 	} else if (rc == -EAGAIN) {
 		/* no room yet: try again shortly, until the tool returns */

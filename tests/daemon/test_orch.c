@@ -1031,6 +1031,84 @@ out:
 	free(p);
 }
 
+/*
+ * Program-level first come, first served (admit.c, queued_key()): a
+ * conversation's next turn (a tool's result, a user's reply) goes before
+ * the first turns of conversations that began after it. Six long first
+ * turns fill an arena that holds two at a time; then an earlier
+ * conversation sends its second turn. In arrival order it would wait for
+ * all six to be admitted (four of them finished); it is admitted next.
+ */
+static void test_program_fcfs(void)
+{
+	enum { NY = 6 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *jobs[NY + 1], *xj;
+	char x1[256], x2[1024], y[NY][4096];
+	struct reply rx;
+	unsigned n = 0, which, i, k, before_x = 0, done = 0;
+	int x_done = 0, tok = 0, ok = 1;
+
+	base_config(&c);
+	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
+	d = start(&c);
+	if (!d)
+		return;
+	snprintf(x1, sizeof(x1), "<|im_start|>user\nrun the tests<|im_end|>\n"
+		 "<|im_start|>assistant\n");
+	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
+		CHECK(0, "first conversation's first turn: %s", rx.err);
+		kvd_destroy(d);
+		return;
+	}
+	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
+		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
+	/* first turns of ~400 tokens each: two fit in the arena at once */
+	for (i = 0; i < NY; i++) {
+		int o = snprintf(y[i], sizeof(y[i]), "<|im_start|>user\n%u: log", i);
+
+		for (k = 0; o < 3900; k++) {
+			o += snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
+			if (k % 16 == 15 &&
+			    (tok = kve_tokenize(d->tok, y[i], (size_t)o, 1, NULL, 0)) >= 400)
+				break;
+		}
+		snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	}
+	for (i = 0; i < NY + 1 && ok; i++) {
+		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 24 : 4, 0, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		ok = jobs[n] != NULL;
+		n += ok;
+	}
+	xj = ok ? jobs[NY] : NULL;
+	CHECK(ok, "six first turns of %d tokens queued, then the earlier conversation's "
+	      "second turn (arena %u blocks of %u tokens)", tok, d->geom.blocks_total,
+	      d->geom.block_tokens);
+	/* the order replies end in */
+	while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN)
+			continue;
+		ok &= ev.type == KVD_EV_DONE;
+		if (jobs[which] == xj) {
+			x_done = 1;
+			before_x = done;
+		}
+		kvd_job_free(jobs[which]);
+		memmove(&jobs[which], &jobs[which + 1], (n - which - 1) * sizeof(jobs[0]));
+		n--;
+		done++;
+	}
+	CHECK(ok && done == NY + 1 && x_done && before_x < 4,
+	      "the second turn ended after %u of the six later conversations' first turns "
+	      "(in arrival order: 4 at least)", before_x);
+	kvd_destroy(d);
+}
+
 static pid_t worker_pid(struct kvd *d, uint32_t role, int ready)
 {
 	pid_t pid = 0;
@@ -3106,6 +3184,7 @@ int main(int argc, char **argv)
 	RUN(paths);
 	RUN(preempt);
 	RUN(admission);
+	RUN(program_fcfs);
 	RUN(worker_storm);
 	RUN(stall);
 	RUN(fairness);

@@ -1047,6 +1047,124 @@ static void test_idle1000(void)
 #endif
 
 /*
+ * A prefetch once per tool wait: KV prefetched and taken again by the
+ * arena before the tool returned is not prefetched again (that took
+ * another's room, which was then prefetched again: 400 agents in an arena
+ * of 30 read the disk tier 10 times over, 17 prefetches per tool wait); it
+ * comes back when the result arrives, output bit-identical.
+ */
+static void test_prefetch_once(void)
+{
+	const struct reply *ref = reference(3);
+	char *dir = new_dir("prefetch1");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd *d;
+	int tool_ms;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 3, ref_tool[3]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(250);
+	d = start(&c);
+	if (!d)
+		goto out;
+	tool_ms = slow(1500);
+	train_class(d, ref_tool[3], (uint64_t)tool_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "a call to a tool that takes %d ms", tool_ms);
+	await_metric(d, "kvarenad_tier_spills_total", 1, tool_ms);
+	demand(d);
+	CHECK(await_metric(d, "kvarenad_tier_prefetches_total", 1, 2 * tool_ms) &&
+	      await_metric(d, "kvarenad_tier_restores_total", 1, 2 * tool_ms),
+	      "evicted, then prefetched before the tool returns");
+	demand(d);	/* the arena takes it again */
+	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "evicted again: on disk only");
+	msleep(tool_ms / 2);
+	CHECK(metric(d, "kvarenad_tier_prefetches_total") == 1 &&
+	      metric(d, "kvarenad_tier_restores_total") == 1,
+	      "not prefetched again in the same wait (%llu prefetches, %llu restores)",
+	      (unsigned long long)metric(d, "kvarenad_tier_prefetches_total"),
+	      (unsigned long long)metric(d, "kvarenad_tier_restores_total"));
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_tier_restores_total") == 2,
+	      "restored when the result arrives: output bit-identical to the run without "
+	      "eviction");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * A client's tool wait ends when its result arrives, not when the server
+ * gets round to it: a request queued behind others (here: the scheduler
+ * kept from admitting it for 800 ms) does not make the tool look slower,
+ * which would lengthen every later prediction of its class (and so the
+ * KV kept, spilled or prefetched for it).
+ */
+static void test_wait_at_arrival(void)
+{
+	struct kvd_config c;
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *j = NULL;
+	struct convo cv;
+	struct reply r1;
+	struct kvd *d;
+	uint64_t n_before, ms_before;
+	int tries, queued = 0, tool_ms = slow(300), held_ms = slow(800);
+
+	base_config(&c, NULL);
+	d = start(&c);
+	if (!d)
+		return;
+	for (tries = 0; tries < 10 && !queued; tries++) {
+		make_convo(&cv, 10 + tries, "bisect");
+		script(d, cv.call);
+		if (ask(d, cv.p1, 8, &r1))
+			break;
+		n_before = metric(d, "kvarenad_tool_wait_ms_count");
+		ms_before = metric(d, "kvarenad_tool_wait_ms_sum");
+		msleep(tool_ms);	/* the client's tool runs */
+		rq.model = "test";
+		rq.prompt = cv.p2;
+		rq.prompt_len = strlen(cv.p2);
+		rq.s.top_p = 1;
+		rq.s.has_seed = 1;
+		rq.s.max_tokens = 4;
+		if (kvd_job_submit(d, &rq, &j, &err)) {
+			printf("submit: %s\n", err.message);
+			break;
+		}
+		/* the scheduler must not have admitted it yet (else try again) */
+		pthread_mutex_lock(&d->lock);
+		queued = j->state == JOB_QUEUED;
+		if (queued)
+			msleep(held_ms);
+		pthread_mutex_unlock(&d->lock);
+		while (kvd_job_next(j, &ev, 120000) == 1 && ev.type == KVD_EV_TOKEN)
+			;
+		kvd_job_free(j);
+	}
+	CHECK(queued, "a tool result queued %d ms before admission (try %d)", held_ms, tries);
+	if (queued) {
+		uint64_t n = metric(d, "kvarenad_tool_wait_ms_count") - n_before;
+		uint64_t ms = metric(d, "kvarenad_tool_wait_ms_sum") - ms_before;
+
+		CHECK(n == 1 && ms >= (uint64_t)tool_ms && ms < (uint64_t)(tool_ms + held_ms / 2),
+		      "the tool wait recorded: %llu ms (the tool %d ms, then %d ms queued)",
+		      (unsigned long long)ms, tool_ms, held_ms);
+	}
+	stop(d);
+}
+
+/*
  * Agents sharing a long system prompt: the blocks every conversation
  * holds through the prefix cache are not written (they stay in the arena
  * and are shared again at restore); only a conversation's own are. Two
@@ -1195,6 +1313,8 @@ int main(int argc, char **argv)
 	RUN(decisions_off);
 	RUN(make_room);
 	RUN(shared_prefix);
+	RUN(wait_at_arrival);
+	RUN(prefetch_once);
 #ifndef __SANITIZE_ADDRESS__
 	RUN(idle1000);		/* unsanitized: check-tiering runs test_tiering_guest for it */
 #endif

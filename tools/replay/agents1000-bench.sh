@@ -27,7 +27,8 @@
 # BENCH_AGENTS_FIRST (1000), BENCH_AGENTS_RAMP_S (arrivals spread over,
 # 120), BENCH_AGENTS_MIX (tool mix, kvreplay's syntax), BENCH_AGENTS_ARENA_MB
 # (KV total / 8), BENCH_AGENTS_DISK_MB (the spill cap: KV total, at most the
-# free space less 4 GiB), BENCH_AGENTS_BASE (8).
+# free space less 4 GiB), BENCH_AGENTS_BASE (8),
+# BENCH_AGENTS_REQUEST_TIMEOUT_S (5400: a request's longest silence).
 # Usage: tools/replay/agents1000-bench.sh KVARENAD MKMODEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,6 +42,9 @@ turns=${BENCH_AGENTS_TURNS:-4}
 first=${BENCH_AGENTS_FIRST:-1000}
 ramp=${BENCH_AGENTS_RAMP_S:-120}
 nbase=${BENCH_AGENTS_BASE:-8}
+# a first turn may queue behind most of the others' prefills (1M tokens
+# on two cores: most of an hour) before its first byte
+req_timeout=${BENCH_AGENTS_REQUEST_TIMEOUT_S:-5400}
 calltok=${BENCH_AGENTS_CALL_TOKENS:-128}	# a call's budget (a forced call closes in ~70-100)
 # tool-wait dominated: seconds per call (quick reads, builds, test runs)
 mix=${BENCH_AGENTS_MIX:-read:0.5:2.0:0.5:32,compile:0.3:8.0:0.5:32,test:0.2:20.0:0.5:32}
@@ -72,6 +76,16 @@ arena_mb=${BENCH_AGENTS_ARENA_MB:-$((kv_total / 8 / 1048576))}
 floor_mb=$((12 * (ctx + calltok) * kv_token / 1048576))
 [ "$arena_mb" -ge "$floor_mb" ] || arena_mb=$floor_mb
 blocks=$((arena_mb * 1048576 / block))
+# the arena is whole 2 MiB pages of whole blocks (3 blocks of 576 KiB a
+# page), and the memfd backend caps an arena at half of RAM in whole
+# pages (lib/memfd.c): stay under it
+per_page=$((2097152 / block))
+ram_b=$(awk '/^MemTotal:/ { printf "%.0f", $2 * 1024 }' /proc/meminfo)
+cap_blocks=$((ram_b / 2 / 2097152 * per_page))
+if [ "$blocks" -gt "$cap_blocks" ]; then
+	blocks=$cap_blocks
+	arena_mb=$((blocks * block / 1048576))
+fi
 free_mb=$(df -Pm build | awk 'NR == 2 { print $4 }')
 disk_mb=${BENCH_AGENTS_DISK_MB:-$((kv_total / 1048576))}
 [ "$disk_mb" -le $((free_mb - 4096)) ] || disk_mb=$((free_mb - 4096))
@@ -91,7 +105,9 @@ run() {
 		echo "[model]"; echo "path = $PWD/$model"
 		echo "[kv]"; echo "backend = memfd"; echo "blocks = $nb"; echo "policy = toolwait"
 		echo "[tier]"; echo "dir = $PWD/$out/spill-$label"; echo "cap_mb = $disk_mb"
+		# every conversation is a connection from this one address
 		echo "[server]"; echo "max_connections = $((n + 64))"
+		echo "max_connections_per_ip = $((n + 64))"
 		echo "[limits]"; echo "max_queue = $((n * 2 + 64))"; echo "max_sessions = $((n * 2 + 64))"
 	} >"$conf"
 	port=$((port + 1))
@@ -105,6 +121,7 @@ run() {
 	echo "== $label: $nb blocks, concurrency $4 =="
 	$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$3" \
 		--label "$label" --out "$out" --concurrency "$4" --scale-tokens 1 \
+		--request-timeout "$req_timeout" \
 		--min-call-tokens "$calltok" --sample-s 1 --pid "$pid" --run-id "ag$label"
 	curl -sf "http://127.0.0.1:$port/metrics" >"$out/$label.metrics" || true
 	kill "$pid"

@@ -322,11 +322,13 @@ def parse_metrics(txt):
     return m
 
 
-def stream_chat(url, body):
+def stream_chat(url, body, timeout=600):
     """One streamed chat completion: (first-token time, end time, message,
     usage, finish_reason, error); the message's "session" is the server's
-    session id where it says one (kvarena's finish chunk)."""
-    c = conn_for(url)
+    session id where it says one (kvarena's finish chunk). timeout: the
+    longest silence on the connection (a request queued behind many
+    others' prefills says nothing until its first token)."""
+    c = conn_for(url, timeout)
     t_first = None
     content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
     try:
@@ -384,6 +386,7 @@ class Runner:
         self.args = args
         self.sessions = sessions
         self.url = args.url
+        self.timeout = args.request_timeout
         self.texter = Texter(args.url)
         classes = sorted({t["tool"] for s in sessions for t in s["turns"] if "tool" in t})
         self.tools = [{"type": "function", "function": {
@@ -444,7 +447,7 @@ class Runner:
                                 % (t["tool_ms"] / 1000.0, tool))
                     os.rename(reply_file + ".tmp", reply_file)
             t_send = time.monotonic()
-            t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body)
+            t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body, self.timeout)
             if msg is not None:
                 server_sess = msg.pop("session", None) or server_sess
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
@@ -775,6 +778,8 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--model", default="")
     r.add_argument("--concurrency", type=int, default=64)
+    r.add_argument("--request-timeout", type=float, default=600,
+                   help="seconds a request may go without a byte before it counts as failed")
     r.add_argument("--tool-mode", choices=("client", "server"), default="client")
     r.add_argument("--reply-dir", default="")
     r.add_argument("--min-call-tokens", type=int, default=128)
