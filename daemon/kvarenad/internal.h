@@ -434,6 +434,7 @@ struct kvd_metrics {
 	uint64_t tier_decisions[3];		/* keep, spill, discard at tool waits */
 	uint64_t tier_spills, tier_spill_bytes, tier_spill_failures;
 	uint64_t tier_spills_clean;		/* evictions a disk copy made free */
+	uint64_t tier_spills_deferred;		/* spill decisions left to the eviction */
 	uint64_t tier_restores, tier_restore_bytes, tier_restore_failures[4];
 	uint64_t tier_restore_cached_tokens;	/* restored by sharing cached blocks */
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;

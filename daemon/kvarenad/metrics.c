@@ -336,6 +336,9 @@ char *kvd_metrics_text(struct kvd *d)
 		m.tier_spill_failures);
 	counter(&o, "tier_spills_clean_total",
 		"Evictions made free by a copy already on disk (no write).", m.tier_spills_clean);
+	counter(&o, "tier_spills_deferred_total",
+		"Tool waits decided spill whose write waits for an eviction (lazy).",
+		m.tier_spills_deferred);
 	counter(&o, "tier_restores_total", "Spill files read back and verified.", m.tier_restores);
 	counter(&o, "tier_restore_bytes_total", "Bytes read back from spill files.",
 		m.tier_restore_bytes);

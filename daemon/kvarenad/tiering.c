@@ -678,6 +678,33 @@ static void log_decision(struct kvd *d, struct kvd_conv *c, const char *when, ui
 		pressure ? "yes" : "no", o->why);
 }
 
+/*
+ * Write a spill ahead, at the tool wait, or only when an eviction takes
+ * the blocks (lazy)? Lazy by default: a write ahead for a session that
+ * is never evicted is disk bandwidth and cap taken from the restores for
+ * nothing, and the arena under pressure has other idle KV to give first;
+ * the cost of lazy is that the eviction waits for the write (its blocks
+ * are freed when it is on disk: tens of ms for a 2k-token context at the
+ * measured bandwidth, against seconds to recompute it). Ahead only when
+ * the arena's shortfall (to its high watermark) is more than every other
+ * idle conversation holds: this one is going whichever the ranking.
+ */
+static int spill_ahead(struct kvd *d, const struct kvd_conv *c)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	const struct kvd_conv *o;
+	uint32_t high, short_by, others = 0;
+
+	if (kva_arena_get_info(d->arena, &ai))
+		return 1;
+	high = ai.high_wm ? ai.high_wm : 2 * (ai.low_wm ? ai.low_wm : ai.blocks_total / 8);
+	short_by = high > ai.blocks_free ? high - ai.blocks_free : 0;
+	for (o = d->convs; o && others < short_by; o = o->next)
+		if (o != c && idle_kv(o) && o->as.s.n_blocks && !o->tier_op && !o->tier_setup)
+			others += o->as.s.n_blocks;
+	return others < short_by;
+}
+
 void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
 {
 	struct kvd_tiering *tr = d->tier;
@@ -698,10 +725,15 @@ void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
 	decide(d, c, pred_us, pressure, &o);
 	d->m.tier_decisions[o.choice]++;
 	log_decision(d, c, "tool wait", pred_us, pressure, &o);
-	/* a spill is written behind: the blocks stay until the arena needs
-	 * them, and then go at once (an eviction of a clean copy) */
-	if (o.choice == KVT_SPILL && start_spill(d, c, 0) == 0)
-		return;
+	/* a spill written ahead: the blocks stay until the arena needs them,
+	 * and then go at once (an eviction of a clean copy); else it is
+	 * written when an eviction takes them (spill_ahead) */
+	if (o.choice == KVT_SPILL) {
+		if (!spill_ahead(d, c))
+			d->m.tier_spills_deferred++;
+		else if (start_spill(d, c, 0) == 0)
+			return;
+	}
 	if (o.choice != KVT_DISCARD)
 		return;
 	/* the KV leaves the arena because the arena needs it: an eviction,

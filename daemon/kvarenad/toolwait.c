@@ -60,9 +60,35 @@ static void class_hist(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h)
 }
 
 /*
+ * The global prior of class cls: the waits of every other class, pooled.
+ * Returns its weight: the observations the class lacks (fill), at most as
+ * many as the pool has.
+ */
+static uint32_t global_prior(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *prior,
+			     uint32_t fill)
+{
+	uint32_t i, k;
+
+	memset(prior, 0, sizeof(*prior));
+	for (i = 1; i <= d->n_classes; i++) {
+		struct kva_toolwait_hist c;
+
+		if (i == cls)
+			continue;
+		class_hist(d, i, &c);
+		prior->count += c.count;
+		prior->total_us += c.total_us;
+		for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++)
+			prior->slots[k] += c.slots[k];
+	}
+	return prior->count < fill ? prior->count : fill;
+}
+
+/*
  * The class's waits blended with its prior (the same tool's of every other
- * tenant, as KVD_TOOLWAIT_PRIOR observations; none: the class's alone, as
- * with a single tenant): h gets the blend's
+ * tenant, as KVD_TOOLWAIT_PRIOR observations; none, and fewer than the
+ * predictor trusts of its own: every tool's, for the observations it
+ * lacks; else the class's alone): h gets the blend's
  * histogram (slots scaled to integers, for the conditional mean), *mean
  * its mean in us and *n its weight in observations (own + prior).
  */
@@ -71,7 +97,7 @@ static void blended(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h, do
 {
 	struct kva_toolwait_hist own, prior;
 	uint64_t w[KVA_TOOLWAIT_SLOTS], max = 0;
-	uint32_t i, k;
+	uint32_t i, k, pw = KVD_TOOLWAIT_PRIOR;
 
 	class_hist(d, cls, &own);
 	memset(&prior, 0, sizeof(prior));
@@ -86,19 +112,25 @@ static void blended(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h, do
 		for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++)
 			prior.slots[k] += c.slots[k];
 	}
+	if (!prior.count && own.count < KVC_PREDICT_MIN_SAMPLES) {
+		/* a tool no tenant has measured enough: every tool's waits
+		 * stand in for its missing observations (a new class was
+		 * predicted at the predictor's 1 s cold start, whatever this
+		 * daemon's tools take), fading as its own come in */
+		pw = global_prior(d, cls, &prior, KVC_PREDICT_MIN_SAMPLES - own.count);
+	}
 	if (!prior.count) {
 		*h = own;
 		*n = (double)own.count;
 		*mean = own.count ? (double)own.total_us / (double)own.count : 0;
 		return;
 	}
-	*n = (double)own.count + KVD_TOOLWAIT_PRIOR;
-	*mean = ((double)own.total_us + KVD_TOOLWAIT_PRIOR * (double)prior.total_us /
+	*n = (double)own.count + pw;
+	*mean = ((double)own.total_us + pw * (double)prior.total_us /
 		 (double)prior.count) / *n;
-	/* own + PRIOR * prior / prior.count, in fixed point (x prior.count) */
+	/* own + pw * prior / prior.count, in fixed point (x prior.count) */
 	for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++) {
-		w[k] = (uint64_t)own.slots[k] * prior.count +
-		       (uint64_t)KVD_TOOLWAIT_PRIOR * prior.slots[k];
+		w[k] = (uint64_t)own.slots[k] * prior.count + (uint64_t)pw * prior.slots[k];
 		if (w[k] > max)
 			max = w[k];
 	}

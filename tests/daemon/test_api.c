@@ -39,6 +39,17 @@ void *__wrap_calloc(size_t n, size_t size)
 	return __real_calloc(n, size);
 }
 
+/* jansson's allocator (json_set_alloc_funcs, set in main): libc's,
+ * failing the k-th allocation while a test sets json_fail_at */
+static long json_fail_at = -1, json_allocs;
+
+static void *json_malloc_failing(size_t n)
+{
+	if (json_fail_at >= 0 && json_allocs++ == json_fail_at)
+		return NULL;
+	return malloc(n);
+}
+
 /* ---------------------------------------------------------------- requests */
 
 static int parse(const char *body, struct chat_request *r, struct api_error *e)
@@ -947,6 +958,46 @@ static void test_request_oom(void)
 	CU_ASSERT_EQUAL(k, 4);	/* the four above, each failed once */
 }
 
+/*
+ * jansson's allocations failing: the request's keep array (the first
+ * allocation chat_request_begin makes) is a 500, and chat_request_keep
+ * says NULL when its copy or the array's growth fails, never handing
+ * back a string the failed append freed.
+ */
+static void test_request_json_oom(void)
+{
+	struct chat_request r;
+	struct api_error e;
+	const char *body = "{" M U "}";
+	int kept = 0;
+
+	json_allocs = 0;
+	json_fail_at = 0;
+	CU_ASSERT_EQUAL(parse(body, &r, &e), -1);
+	json_fail_at = -1;
+	CU_ASSERT(e.status == 500 && !strcmp(e.type, "server_error"));
+	chat_request_free(&r);
+
+	CU_ASSERT_EQUAL_FATAL(parse(body, &r, &e), 0);
+	for (long k = 0; k < 64; k++) {
+		const char *s;
+
+		json_allocs = 0;
+		json_fail_at = k;
+		s = chat_request_keep(&r, "abc", 3);
+		json_fail_at = -1;
+		if (json_allocs <= k) {	/* nothing failed: kept */
+			CU_ASSERT(s && !strcmp(s, "abc"));
+			kept++;
+		} else {
+			CU_ASSERT_PTR_NULL(s);
+		}
+	}
+	/* the array grew at least once under a failure, and went on */
+	CU_ASSERT(kept > 8 && json_array_size(r.keep) == (size_t)kept);
+	chat_request_free(&r);
+}
+
 /* body with every "@@" replaced by n copies of c (or by the list
  * item(0..n-1) joined by commas when item is set) */
 static char *fill(const char *fmt, size_t n, char c, void (*item)(struct strbuf *, size_t))
@@ -1523,6 +1574,7 @@ int main(void)
 	CU_pSuite s;
 	unsigned fails;
 
+	json_set_alloc_funcs(json_malloc_failing, free);
 	if (chat_template_new(NULL, 0, NULL, &tmpl, NULL, 0) ||
 	    CU_initialize_registry() != CUE_SUCCESS)
 		return 1;
@@ -1534,6 +1586,7 @@ int main(void)
 	CU_add_test(s, "request: limits, defaults, stored values", test_request_limits);
 	CU_add_test(s, "request: what each shape stores", test_request_stored);
 	CU_add_test(s, "request: each allocation failing", test_request_oom);
+	CU_add_test(s, "request: jansson's allocations failing", test_request_json_oom);
 	CU_add_test(s, "request: every limit from both sides", test_request_both_sides);
 	CU_add_test(s, "request: ranges from both sides", test_request_ranges);
 	CU_add_test(s, "request: null lists, kept strings", test_request_kept);

@@ -529,6 +529,131 @@ static void train_class(struct kvd *d, const char *tool, uint64_t us)
 	pthread_mutex_unlock(&d->lock);
 }
 
+/*
+ * A tool class the daemon has never measured is predicted from every
+ * tool's measured waits, not at the predictor's 1 s cold start, and its
+ * own waits take over as they come: here the daemon's tools all take
+ * ~200 ms, so a new one is predicted at ~200 ms (it was 1000 ms: a tier
+ * deciding on a quick new tool as if it took a second, or on a slow one as
+ * if it took a second).
+ */
+static void test_new_class(void)
+{
+	char *dir = new_dir("newclass");
+	struct kvd_config c;
+	struct kvd *d;
+	uint64_t p0, p1, p8;
+	uint32_t cls, i;
+
+	if (!dir)
+		return;
+	base_config(&c, dir);
+	d = start(&c);
+	if (!d)
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	cls = kvd_toolclass(d, 0, "fresh", 5);
+	p0 = kvd_toolwait_predict_us(d, cls);
+	pthread_mutex_unlock(&d->lock);
+	train_class(d, "read", 200000);
+	train_class(d, "ls", 150000);
+	pthread_mutex_lock(&d->lock);
+	p1 = kvd_toolwait_predict_us(d, cls);
+	for (i = 0; i < 8; i++)
+		kvd_toolwait_record(d, cls, 6000000);
+	p8 = kvd_toolwait_predict_us(d, cls);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(p0 == 1000000, "with nothing measured, a new tool is the cold start (%.2f s)",
+	      p0 / 1e6);
+	CHECK(p1 >= 150000 && p1 <= 200000,
+	      "with every tool measured at 150-200 ms, a new one is predicted from them "
+	      "(%.3f s, not 1 s)", p1 / 1e6);
+	CHECK(p8 >= 5900000 && p8 <= 6100000,
+	      "after 8 waits of its own (6 s), its own (%.2f s)", p8 / 1e6);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/* Pressure that one block more free would end: the high watermark just
+ * above the free blocks. */
+static void slight_pressure(struct kvd *d)
+{
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	struct kvd_config nc;
+	char err[256];
+
+	pthread_mutex_lock(&d->lock);
+	nc = d->cfg;
+	if (kva_arena_get_info(d->arena, &ai) == 0) {
+		nc.low_wm = 1;
+		nc.high_wm = ai.blocks_free + 1;
+	}
+	if (kvd_tiering_reload(d, &nc, err, sizeof(err)))
+		printf("reload: %s\n", err);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * Spills are lazy: a tool wait under pressure decided "spill" writes
+ * nothing while the arena has other idle KV to give for its shortfall
+ * (here its own KV's size, idle conversations holding twice that); the eviction that
+ * takes its blocks writes it, and it is restored bit-identical. (Every
+ * spill decision wrote ahead before: disk bandwidth and cap spent on
+ * sessions the arena never evicted.)
+ */
+static void test_lazy_spill(void)
+{
+	const struct reply *ref = reference(1);
+	char *dir = new_dir("lazy");
+	struct kvd_config c;
+	struct convo idle, idle2, cv;
+	struct reply r0, r1, r2;
+	struct kvd *d;
+	int i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&idle, 3, "lint");
+	make_convo(&idle2, 4, "lint");
+	make_convo(&cv, 1, "compile");
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, "compile", 20000000);	/* a wait any spill pays for */
+	/* two idle conversations hold ~60 blocks; the call's own KV (~30)
+	 * is what the pressure lacks when its tool wait is decided */
+	CHECK(ask(d, idle.p1, 8, &r0) == 0 && ask(d, idle2.p1, 8, &r0) == 0,
+	      "idle conversations hold KV");
+	slight_pressure(d);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "a call to a tool of ~20 s under slight pressure");
+	msleep(300);
+	CHECK(metric(d, "kvarenad_tier_decisions_total{choice=\"spill\"}") == 1 &&
+	      metric(d, "kvarenad_tier_spills_deferred_total") == 1 &&
+	      metric(d, "kvarenad_tier_spills_total") == 0 && count_files(dir, ".kvspill", NULL) == 0,
+	      "decided spill, written lazily: nothing on disk while the arena has other idle KV "
+	      "(%llu spills, %llu deferred)",
+	      (unsigned long long)metric(d, "kvarenad_tier_spills_total"),
+	      (unsigned long long)metric(d, "kvarenad_tier_spills_deferred_total"));
+	demand(d);
+	for (i = 0; i < 2000 && strcmp(tier_of(d, r1.session), "disk"); i++)
+		msleep(10);
+	CHECK(metric(d, "kvarenad_tier_spills_total") >= 1 && !strcmp(tier_of(d, r1.session), "disk"),
+	      "the eviction writes it, then frees its blocks (tier %s)", tier_of(d, r1.session));
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref),
+	      "restored from the lazily written spill: bit-identical to the run without eviction");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 static void test_prefetch(void)
 {
 	const struct reply *ref = reference(1);
@@ -1306,6 +1431,8 @@ int main(int argc, char **argv)
 	} while (0)
 	RUN(spill_restore);
 	RUN(prefetch);
+	RUN(new_class);
+	RUN(lazy_spill);
 	RUN(corrupt);
 	RUN(cap);
 	RUN(overrun);

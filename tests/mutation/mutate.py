@@ -52,6 +52,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRATCH = os.path.join(ROOT, "build", "mutation")
 TREE = os.path.join(SCRATCH, "tree")
 EQUIV = os.path.join(ROOT, "tests", "mutation", "equivalent.txt")
+SOURCES = {}	# file -> its text when the candidates were enumerated
 
 # the sanitized library's binaries only: kve-demo (the unsanitized build)
 # is skipped, test_arena covers its hand-over
@@ -701,6 +702,7 @@ def main():
         cands = []
         for f in files:
             src = open(os.path.join(ROOT, f)).read()
+            SOURCES[f] = src
             for m in candidates(f, src):
                 if a.at and "%s:%d" % (f, line_of(src, m[0])) not in a.at:
                     continue
@@ -801,7 +803,9 @@ def run_groups(a, plan, env, results, seed):
             idx = queue.pop(0)
             f, m = cands[idx]
             path = os.path.join(TREE, f)
-            orig = open(os.path.join(ROOT, f)).read()
+            # the text the candidates were found in: an edit of the
+            # worktree during a run must not shift the offsets
+            orig = SOURCES[f]
             st, en, rep, kind = m
             mutated = orig[:st] + rep + orig[en:]
             if (f, mutated) in seen:

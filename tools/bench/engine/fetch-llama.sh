@@ -27,7 +27,8 @@ if [ ! -f "$CACHE/src/include/llama.h" ]; then
 	rm -rf "$CACHE/src"
 	git clone -q "$CACHE/x/package/llama/gitRelease.bundle" "$CACHE/src" 2>/dev/null
 fi
-if [ ! -x "$OUT" ] || [ tools/bench/engine/llama-driver.c -nt "$OUT" ]; then
+if [ ! -x "$OUT" ] || [ tools/bench/engine/llama-driver.c -nt "$OUT" ] ||
+   [ tools/bench/engine/bench_argmax.h -nt "$OUT" ]; then
 	mkdir -p "$(dirname "$OUT")"
 	${ENGINE_CC:-cc} -std=c11 -O2 -Wall -Wextra -I"$CACHE/src/include" -I"$CACHE/src/ggml/include" \
 		tools/bench/engine/llama-driver.c -L"$CACHE/lib" -lllama -lggml -lggml-base \

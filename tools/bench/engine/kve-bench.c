@@ -27,6 +27,7 @@
 
 #include "kvengine.h"
 #include "kv_arena.h"
+#include "bench_argmax.h"
 
 #define PREFILL_REPS 3
 
@@ -134,12 +135,7 @@ static double read_bandwidth(int huge, int nth)
 
 static int32_t argmax(const float *l, uint32_t n)
 {
-	uint32_t i, b = 0;
-
-	for (i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return (int32_t)b;
+	return (int32_t)bench_argmax(l, (int)n);
 }
 
 int main(int argc, char **argv)

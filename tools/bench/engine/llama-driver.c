@@ -18,6 +18,7 @@
 
 #include "ggml-backend.h"
 #include "llama.h"
+#include "bench_argmax.h"
 
 #define PREFILL_REPS 3
 
@@ -31,12 +32,7 @@ static double now(void)
 
 static int argmax(const float *l, int n)
 {
-	int i, b = 0;
-
-	for (i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
+	return bench_argmax(l, n);
 }
 
 static bool no_progress(float p, void *ud)
