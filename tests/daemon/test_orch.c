@@ -3099,6 +3099,79 @@ out:
 }
 #endif
 
+/*
+ * How long a conversation's KV is kept after its reply (sched.c,
+ * finishing): a reply ending in a tool call keeps it 4 x the tool class's
+ * predicted wait, within [toolwait_min_s, toolwait_max_s]; any other
+ * reply idle_retention_s. Three classes measured at 10 s, 0.5 s and 0.1 s
+ * meet the upper bound, neither bound and the lower bound.
+ */
+static void test_retention(void)
+{
+	static const struct { const char *tool; uint64_t us; } cls[] = {
+		{ "build", 10000000 }, { "grep", 500000 }, { "cat", 100000 },
+	};
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r;
+	char prompt[256], call[160];
+	uint32_t k, i;
+
+	base_config(&c);
+	c.toolwait_min_s = 1;
+	c.toolwait_max_s = 3;
+	c.idle_retention_s = 7;
+	d = start(&c);
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	for (k = 0; k < 3; k++)
+		for (i = 0; i < 16; i++)
+			kvd_toolwait_record(d, kvd_toolclass(d, 0, cls[k].tool, strlen(cls[k].tool)),
+					    cls[k].us);
+	pthread_mutex_unlock(&d->lock);
+	for (k = 0; k < 4; k++) {
+		const char *reply = call;
+		struct kvd_conv *cv;
+		uint64_t want, got = 0, pred = 0;
+		uint32_t tc = 0;
+
+		if (k < 3)
+			snprintf(call, sizeof(call), "<tool_call>\n{\"name\": \"%s\", \"arguments\": "
+				 "{}}\n</tool_call>", cls[k].tool);
+		else
+			reply = "All done.";
+		script(d, &reply, 1);
+		snprintf(prompt, sizeof(prompt), "<|im_start|>user\nstep %u<|im_end|>\n"
+			 "<|im_start|>assistant\n", k);
+		if (ask(d, prompt, 0, 1, 48, &r, NULL)) {
+			CHECK(0, "reply %u: %s", k, r.err);
+			continue;
+		}
+		pthread_mutex_lock(&d->lock);
+		cv = kvd_conv_find_id(d, r.session);
+		if (cv && k < 3) {
+			tc = kvd_toolclass(d, 0, cls[k].tool, strlen(cls[k].tool));
+			pred = kvd_toolwait_predict_us(d, tc) * 4;
+			want = pred < 1000000 ? 1000000 : pred > 3000000 ? 3000000 : pred;
+			got = cv->deadline_ns - cv->wait_started_ns;
+			CHECK(cv->tool_class == tc && cv->kstate == KVA_STATE_TOOL_WAIT &&
+			      got == want * 1000,
+			      "a call to %s (measured %.1f s): KV kept %.3f s (4 x %.3f s within [1, 3])",
+			      cls[k].tool, cls[k].us / 1e6, got / 1e9, pred / 4e6);
+		} else if (cv) {
+			got = cv->deadline_ns - cv->last_used_ns;
+			CHECK(cv->tool_class == 0 && cv->kstate == KVA_STATE_IDLE &&
+			      got <= 7000000000ull && got > 6500000000ull,
+			      "a reply without calls: KV kept %.3f s (idle_retention_s 7)", got / 1e9);
+		} else {
+			CHECK(0, "reply %u's conversation %s", k, r.session);
+		}
+		pthread_mutex_unlock(&d->lock);
+	}
+	kvd_destroy(d);
+}
+
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
  * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
@@ -3234,6 +3307,7 @@ int main(int argc, char **argv)
 			test_##name(); \
 	} while (0)
 	RUN(utf8_clean);
+	RUN(retention);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);

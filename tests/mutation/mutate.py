@@ -73,7 +73,8 @@ ORCH_PLUGIN = "build/lib/kvarenad/backend-cpu.so"
 ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressure",
               "worker_death", "plugin", "agent_loop", "paths", "preempt", "worker_storm",
               "stall", "fairness", "shared_start", "session_keys", "never_fits",
-              "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join"]
+              "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join",
+              "retention"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
