@@ -3169,6 +3169,23 @@ static void test_retention(void)
 		}
 		pthread_mutex_unlock(&d->lock);
 	}
+	/* time per output token is measured between tokens: a one-token
+	 * reply has none to add (sched.c, job ended) */
+	{
+		uint64_t n0 = metric(d, "kvarenad_tpot_ms_count"), n1, n2;
+		const char *one = "Yes.";
+
+		script(d, &one, 1);
+		ask(d, "<|im_start|>user\none token<|im_end|>\n<|im_start|>assistant\n", 0, 1, 1,
+		    &r, NULL);
+		n1 = metric(d, "kvarenad_tpot_ms_count");
+		ask(d, "<|im_start|>user\nthree tokens<|im_end|>\n<|im_start|>assistant\n", 0, 1, 3,
+		    &r, NULL);
+		n2 = metric(d, "kvarenad_tpot_ms_count");
+		CHECK(n1 == n0 && n2 == n0 + 1,
+		      "TPOT counts replies of more than one token only (%llu, %llu, %llu)",
+		      (unsigned long long)n0, (unsigned long long)n1, (unsigned long long)n2);
+	}
 	kvd_destroy(d);
 }
 
