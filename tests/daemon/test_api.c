@@ -999,8 +999,8 @@ static void test_request_json_oom(void)
 }
 
 /* body with every "@@" replaced by n copies of c (or by the list
- * item(0..n-1) joined by commas when item is set) */
-static char *fill(const char *fmt, size_t n, char c, void (*item)(struct strbuf *, size_t))
+ * printf(item, 0..n-1) joined by commas when item is set) */
+static char *fill(const char *fmt, size_t n, char c, const char *item)
 {
 	struct strbuf b = { 0 };
 	const char *at;
@@ -1011,7 +1011,7 @@ static char *fill(const char *fmt, size_t n, char c, void (*item)(struct strbuf 
 			if (item) {
 				if (i)
 					sb_adds(&b, ",");
-				item(&b, i);
+				sb_addf(&b, item, i);
 			} else {
 				sb_add(&b, &c, 1);
 			}
@@ -1020,41 +1020,6 @@ static char *fill(const char *fmt, size_t n, char c, void (*item)(struct strbuf 
 	}
 	sb_adds(&b, fmt);
 	return sb_steal(&b, NULL);
-}
-
-static void item_msg(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "{\"role\":\"user\",\"content\":\"m%zu\"}", i);
-}
-
-static void item_tool(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "{\"type\":\"function\",\"function\":{\"name\":\"f%zu\"}}", i);
-}
-
-static void item_part(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "{\"type\":\"text\",\"text\":\"p%zu\"}", i);
-}
-
-static void item_call(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "{\"id\":\"c%zu\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}", i);
-}
-
-static void item_meta(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "\"k%zu\":\"v\"", i);
-}
-
-static void item_stop(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "\"s%zu\"", i);
-}
-
-static void item_bias(struct strbuf *b, size_t i)
-{
-	sb_addf(b, "\"%zu\":1", i);
 }
 
 #define CALL(ID, NAME) "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"" ID \
@@ -1071,7 +1036,7 @@ static const struct limit {
 	const char *over;	/* the body one past the limit, when another */
 	size_t limit;
 	char c;
-	void (*item)(struct strbuf *, size_t);
+	const char *item;	/* a list entry's printf format, of its index */
 	const char *param;
 	const char *why;	/* in the message one past the limit */
 	int ok_at_limit;
@@ -1105,16 +1070,16 @@ static const struct limit {
 	{ "{" M U ",\"metadata\":{\"k\":\"@@\"}}", NULL, 512, 'v', NULL, "metadata", "512", 1 },
 	{ "{" M U ",\"metadata\":{\"@@\":\"v\"}}", NULL, 64, 'k', NULL, "metadata", "64", 1 },
 	/* lists */
-	{ "{" M "\"messages\":[@@]}", NULL, CHAT_MAX_MESSAGES, 0, item_msg, "messages", "at most", 1 },
-	{ "{" M U ",\"tools\":[@@]}", NULL, CHAT_MAX_TOOLS, 0, item_tool, "tools", "at most", 1 },
+	{ "{" M "\"messages\":[@@]}", NULL, CHAT_MAX_MESSAGES, 0, "{\"role\":\"user\",\"content\":\"m%zu\"}", "messages", "at most", 1 },
+	{ "{" M U ",\"tools\":[@@]}", NULL, CHAT_MAX_TOOLS, 0, "{\"type\":\"function\",\"function\":{\"name\":\"f%zu\"}}", "tools", "at most", 1 },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":[@@]}]}", NULL, CHAT_MAX_PARTS, 0,
-	  item_part, "messages[0].content", "at most", 1 },
+	  "{\"type\":\"text\",\"text\":\"p%zu\"}", "messages[0].content", "at most", 1 },
 	{ "{" M "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
-	  "\"content\":null,\"tool_calls\":[@@]}]}", NULL, CHAT_MAX_CALLS, 0, item_call,
+	  "\"content\":null,\"tool_calls\":[@@]}]}", NULL, CHAT_MAX_CALLS, 0, "{\"id\":\"c%zu\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}",
 	  "messages[1].tool_calls", "at most", 1 },
-	{ "{" M U ",\"metadata\":{@@}}", NULL, 16, 0, item_meta, "metadata", "16", 1 },
-	{ "{" M U ",\"stop\":[@@]}", NULL, KVD_MAX_STOP, 0, item_stop, "stop", NULL, 1 },
-	{ "{" M U ",\"logit_bias\":{@@}}", NULL, KVD_MAX_LOGIT_BIAS, 0, item_bias, "logit_bias",
+	{ "{" M U ",\"metadata\":{@@}}", NULL, 16, 0, "\"k%zu\":\"v\"", "metadata", "16", 1 },
+	{ "{" M U ",\"stop\":[@@]}", NULL, KVD_MAX_STOP, 0, "\"s%zu\"", "stop", NULL, 1 },
+	{ "{" M U ",\"logit_bias\":{@@}}", NULL, KVD_MAX_LOGIT_BIAS, 0, "\"%zu\":1", "logit_bias",
 	  "at most", 1 },
 };
 
