@@ -60,28 +60,26 @@ static void class_hist(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h)
 }
 
 /*
- * The global prior of class cls: the waits of every other class, pooled.
- * Returns its weight: the observations the class lacks (fill), at most as
- * many as the pool has.
+ * The waits of every class but cls pooled into *pool: only those of the
+ * same tool (other tenants') when same_tool, else every tool's.
  */
-static uint32_t global_prior(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *prior,
-			     uint32_t fill)
+static void pooled(struct kvd *d, uint32_t cls, int same_tool, struct kva_toolwait_hist *pool)
 {
 	uint32_t i, k;
 
-	memset(prior, 0, sizeof(*prior));
+	memset(pool, 0, sizeof(*pool));
 	for (i = 1; i <= d->n_classes; i++) {
 		struct kva_toolwait_hist c;
 
-		if (i == cls)
+		if (i == cls ||
+		    (same_tool && strcmp(d->classes[i - 1].name, d->classes[cls - 1].name)))
 			continue;
 		class_hist(d, i, &c);
-		prior->count += c.count;
-		prior->total_us += c.total_us;
+		pool->count += c.count;
+		pool->total_us += c.total_us;
 		for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++)
-			prior->slots[k] += c.slots[k];
+			pool->slots[k] += c.slots[k];
 	}
-	return prior->count < fill ? prior->count : fill;
 }
 
 /*
@@ -97,27 +95,19 @@ static void blended(struct kvd *d, uint32_t cls, struct kva_toolwait_hist *h, do
 {
 	struct kva_toolwait_hist own, prior;
 	uint64_t w[KVA_TOOLWAIT_SLOTS], max = 0;
-	uint32_t i, k, pw = KVD_TOOLWAIT_PRIOR;
+	uint32_t k, pw = KVD_TOOLWAIT_PRIOR;
 
 	class_hist(d, cls, &own);
-	memset(&prior, 0, sizeof(prior));
-	for (i = 1; i <= d->n_classes; i++) {
-		struct kva_toolwait_hist c;
-
-		if (i == cls || strcmp(d->classes[i - 1].name, d->classes[cls - 1].name))
-			continue;
-		class_hist(d, i, &c);
-		prior.count += c.count;
-		prior.total_us += c.total_us;
-		for (k = 0; k < KVA_TOOLWAIT_SLOTS; k++)
-			prior.slots[k] += c.slots[k];
-	}
+	pooled(d, cls, 1, &prior);
 	if (!prior.count && own.count < KVC_PREDICT_MIN_SAMPLES) {
 		/* a tool no tenant has measured enough: every tool's waits
 		 * stand in for its missing observations (a new class was
 		 * predicted at the predictor's 1 s cold start, whatever this
 		 * daemon's tools take), fading as its own come in */
-		pw = global_prior(d, cls, &prior, KVC_PREDICT_MIN_SAMPLES - own.count);
+		pooled(d, cls, 0, &prior);
+		pw = KVC_PREDICT_MIN_SAMPLES - own.count;
+		if (pw > prior.count)
+			pw = (uint32_t)prior.count;
 	}
 	if (!prior.count) {
 		*h = own;
