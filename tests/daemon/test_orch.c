@@ -3099,6 +3099,7 @@ out:
 }
 #endif
 
+#ifdef KVD_TEST_HOOKS
 /*
  * How long a conversation's KV is kept after its reply (sched.c,
  * finishing): a reply ending in a tool call keeps it 4 x the tool class's
@@ -3189,6 +3190,7 @@ static void test_retention(void)
 	kvd_destroy(d);
 }
 
+#endif
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
  * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
@@ -3324,7 +3326,6 @@ int main(int argc, char **argv)
 			test_##name(); \
 	} while (0)
 	RUN(utf8_clean);
-	RUN(retention);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
@@ -3347,6 +3348,7 @@ int main(int argc, char **argv)
 	RUN(index_chain);
 	RUN(bisect);
 #ifdef KVD_TEST_HOOKS
+	RUN(retention);
 	RUN(config_keys);
 	RUN(agent_loop);
 	RUN(escape);
