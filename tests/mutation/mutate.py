@@ -83,7 +83,7 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
 # check-tiering, not here
 TIER = "build/daemon/tests/test_tiering"
-TIER_WORK = "build/mutation/tiering"
+TIER_WORK = "build/daemon/tests/tiering"
 TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt", "cap",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
               "wait_at_arrival", "prefetch_once"]
