@@ -3491,6 +3491,130 @@ static void test_idle_sleeps(void)
 	kvd_destroy(d);
 }
 
+/* Whether conversation id holds KV now (-1: no such conversation). */
+static int conv_has_kv(struct kvd *d, const char *id)
+{
+	struct kvd_conv *cv;
+	int has;
+
+	pthread_mutex_lock(&d->lock);
+	cv = kvd_conv_find_id(d, id);
+	has = cv ? cv->has_kv : -1;
+	pthread_mutex_unlock(&d->lock);
+	return has;
+}
+
+/*
+ * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
+ * released when its deadline passes, soonest first, and the scheduler
+ * wakes for it. With idle_retention_s 1, A replies, then B 0.4 s later:
+ * A's KV goes 1 s after its reply while B's stays, B's 0.4 s later, and
+ * the arena's blocks are all free again (no prefix cache here).
+ */
+static void test_expire(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ra, rb;
+	struct timespec tick = { 0, 20000000 }, gap = { 0, 400000000 };
+	uint64_t t_a, t_b, a_gone = 0, b_gone = 0, now;
+	uint32_t free0, free1;
+	int b_at_a = -1;
+
+	base_config(&c);
+	c.idle_retention_s = 1;
+	c.prefix_cache = 0;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	free0 = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(ask(d, "<|im_start|>user\nfirst<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
+		  &ra, NULL) == 0, "A replies");
+	t_a = kvd_now_ns();
+	nanosleep(&gap, NULL);
+	CHECK(ask(d, "<|im_start|>user\nsecond<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
+		  &rb, NULL) == 0, "B replies");
+	t_b = kvd_now_ns();
+	CHECK(conv_has_kv(d, ra.session) == 1 && conv_has_kv(d, rb.session) == 1,
+	      "both hold their KV while idle");
+	for (now = t_b; now < t_b + 4000000000ull && !b_gone; now = kvd_now_ns()) {
+		nanosleep(&tick, NULL);
+		if (!a_gone && conv_has_kv(d, ra.session) == 0) {
+			a_gone = kvd_now_ns();
+			b_at_a = conv_has_kv(d, rb.session);
+		}
+		if (a_gone && conv_has_kv(d, rb.session) == 0)
+			b_gone = kvd_now_ns();
+	}
+	CHECK(a_gone >= t_a + 1000000000ull && a_gone < t_a + 2500000000ull && b_at_a == 1,
+	      "A's KV released %.2f s after its reply, B's kept then",
+	      a_gone ? (a_gone - t_a) / 1e9 : -1.0);
+	CHECK(b_gone >= t_b + 1000000000ull && b_gone < t_b + 2500000000ull,
+	      "B's KV released %.2f s after its reply", b_gone ? (b_gone - t_b) / 1e9 : -1.0);
+	pthread_mutex_lock(&d->lock);
+	free1 = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(free1 == free0, "every block free again: %u of %u", free1, free0);
+	kvd_destroy(d);
+}
+
+/*
+ * A reply that reaches the end of the context (admit.c caps max_new to
+ * the context left; sched.c ends the reply there): a prompt some 20
+ * tokens short of the model's 1024, with max_tokens unset (the server's
+ * cap, 1024) and EOS ignored, gets exactly what is left, finish "length"
+ * (a max_tokens past the context is refused at submission).
+ */
+static void test_context_end(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+	struct reply r;
+	char *p = malloc(16384);
+	int n = 0, o, k;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL && p, "orchestrator starts");
+	if (!d || !p)
+		goto out;
+	/* words while the prompt stays within 1004 tokens with BOS */
+	o = snprintf(p, 16384, "<|im_start|>user\n");
+	for (k = 0; o < 16000; k++) {
+		int len = snprintf(p + o, 16384 - (size_t)o, " w%d", (k * 37) % 997);
+
+		if (kve_tokenize(d->tok, p, (size_t)(o + len), 1, NULL, 0) > 1004)
+			break;
+		o += len;
+	}
+	p[o] = 0;
+	n = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0);
+	rq.model = "test";
+	rq.prompt = p;
+	rq.prompt_len = (size_t)o;
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.ignore_eos = 1;	/* max_tokens unset: the server's cap, 1024 */
+	memset(&r, 0, sizeof(r));
+	err.message[0] = 0;
+	CHECK(d->ctx_len == 1024 && n > 990 && n <= 1004 && kvd_job_submit(d, &rq, &j, &err) == 0 &&
+	      collect_reply(d, j, &r, NULL) == 0,
+	      "a prompt of %d tokens, max_tokens unset (%s%s)", n, err.message, r.err);
+	CHECK(r.finish == KVD_FINISH_LENGTH && r.usage.prompt_tokens == (uint32_t)n &&
+	      r.usage.completion_tokens == 1024 - (uint32_t)n,
+	      "the reply ends at the context: %u + %u tokens, finish %d", r.usage.prompt_tokens,
+	      r.usage.completion_tokens, (int)r.finish);
+out:
+	free(p);
+	kvd_destroy(d);
+}
+
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
  * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
@@ -3629,6 +3753,8 @@ int main(int argc, char **argv)
 	RUN(stop_cut);
 	RUN(worker_answers);
 	RUN(idle_sleeps);
+	RUN(expire);
+	RUN(context_end);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);

@@ -18,7 +18,8 @@ mutant is applied to a scratch copy of the tree (build/mutation/tree; the
 worktree's sources are never written), rebuilt, and the group's fast host
 suites run on it, stopping at the first failure: a failure or a timeout
 kills the mutant; a mutant that does not compile is replaced by the next
-candidate and does not count. A group split into parts (sched: the
+candidate and does not count. Code of #ifdef KVD_TEST_HOOKS blocks (what
+only the tests are built with) is not mutated. A group split into parts (sched: the
 orchestrator's and the disk tier's tests one KVD_TEST_ONLY name at a time,
 and the radix index's property test) times each part on
 the unmutated tree, learns once which parts reach which lines (a build with
@@ -77,7 +78,7 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "stall", "fairness", "shared_start", "session_keys", "never_fits",
               "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join",
               "retention", "dropped_events", "admission", "stop_cut", "worker_answers",
-              "idle_sleeps"]
+              "idle_sleeps", "expire", "context_end"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
@@ -171,9 +172,33 @@ SWAP = {"<": ["<=", ">"], "<=": ["<"], ">": [">=", "<"], ">=": [">"],
 SPACED = {"+", "-", "*", "&", "|", "^", "/", "%"}	# binary only when spaced
 
 
+def hooks_blanked(src):
+    """src with the code of #ifdef KVD_TEST_HOOKS blocks blanked (up to
+    their #else or #endif): test hooks the daemon is never built with
+    (daemon/kvarenad/kvarenad.mk), not code to mutate"""
+    out, depth, hook = [], 0, None
+    for line in src.split("\n"):
+        d = line.strip().replace("# ", "#")
+        if d.startswith("#if"):
+            depth += 1
+            if hook is None and d.split()[:2] == ["#ifdef", "KVD_TEST_HOOKS"]:
+                hook = depth
+                out.append(line)
+                continue
+        elif d.startswith("#else") and hook == depth:
+            hook = None
+        elif d.startswith("#endif"):
+            if hook == depth:
+                hook = None
+            depth -= 1
+        out.append(" " * len(line) if hook is not None else line)
+    return "\n".join(out)
+
+
 def mask(src):
-    """src with comments, string and char literals and preprocessor lines
-    blanked (same length, newlines kept)."""
+    """src with comments, string and char literals, preprocessor lines and
+    test hooks (hooks_blanked) blanked (same length, newlines kept)."""
+    src = hooks_blanked(src)
     out = list(src)
     i, n = 0, len(src)
     line_start = True
