@@ -3491,17 +3491,17 @@ static void test_idle_sleeps(void)
 	kvd_destroy(d);
 }
 
-/* Whether conversation id holds KV now (-1: no such conversation). */
-static int conv_has_kv(struct kvd *d, const char *id)
+/* The arena blocks conversation id holds now (-1: no such conversation). */
+static int conv_blocks(struct kvd *d, const char *id)
 {
 	struct kvd_conv *cv;
-	int has;
+	int n;
 
 	pthread_mutex_lock(&d->lock);
 	cv = kvd_conv_find_id(d, id);
-	has = cv ? cv->has_kv : -1;
+	n = !cv ? -1 : cv->has_kv ? (int)cv->as.s.n_blocks : 0;
 	pthread_mutex_unlock(&d->lock);
-	return has;
+	return n;
 }
 
 /*
@@ -3538,15 +3538,15 @@ static void test_expire(void)
 	CHECK(ask(d, "<|im_start|>user\nsecond<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
 		  &rb, NULL) == 0, "B replies");
 	t_b = kvd_now_ns();
-	CHECK(conv_has_kv(d, ra.session) == 1 && conv_has_kv(d, rb.session) == 1,
+	CHECK(conv_blocks(d, ra.session) > 0 && conv_blocks(d, rb.session) > 0,
 	      "both hold their KV while idle");
 	for (now = t_b; now < t_b + 4000000000ull && !b_gone; now = kvd_now_ns()) {
 		nanosleep(&tick, NULL);
-		if (!a_gone && conv_has_kv(d, ra.session) == 0) {
+		if (!a_gone && conv_blocks(d, ra.session) == 0) {
 			a_gone = kvd_now_ns();
-			b_at_a = conv_has_kv(d, rb.session);
+			b_at_a = conv_blocks(d, rb.session) > 0;
 		}
-		if (a_gone && conv_has_kv(d, rb.session) == 0)
+		if (a_gone && conv_blocks(d, rb.session) == 0)
 			b_gone = kvd_now_ns();
 	}
 	CHECK(a_gone >= t_a + 1000000000ull && a_gone < t_a + 2500000000ull && b_at_a == 1,
@@ -3612,6 +3612,60 @@ static void test_context_end(void)
 	      r.usage.completion_tokens, (int)r.finish);
 out:
 	free(p);
+	kvd_destroy(d);
+}
+
+/*
+ * A tenant's KV budget while a reply grows (admit.c,
+ * kvd_reserve_or_preempt on -EDQUOT): the tenant's own idle KV goes
+ * first, and a reply alone over the budget ends there, finish "length"
+ * (the budget is its context). Budget 6 blocks; X's idle conversation
+ * holds 2; Y's reply (EOS ignored) grows past X's blocks to the six.
+ */
+static void test_tenant_budget(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+	struct reply x, y;
+	struct rq qx = { "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4, 1,
+			 NULL, NULL };
+	uint32_t bt;
+
+	base_config(&c);
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "small");
+	c.tenants[0].id = 1;
+	c.tenants[0].kv_blocks = 6;
+	c.prefix_cache = 0;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	CHECK(ask_rq(d, &qx, &x, NULL) == 0 && conv_blocks(d, x.session) > 0,
+	      "X's conversation idles with its KV (%d blocks)", conv_blocks(d, x.session));
+	rq.model = "test";
+	rq.prompt = "<|im_start|>user\ny<|im_end|>\n<|im_start|>assistant\n";
+	rq.prompt_len = strlen(rq.prompt);
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = 8 * bt;
+	rq.s.ignore_eos = 1;
+	rq.tenant = 1;
+	memset(&y, 0, sizeof(y));
+	err.message[0] = 0;
+	CHECK(kvd_job_submit(d, &rq, &j, &err) == 0 && collect_reply(d, j, &y, NULL) == 0,
+	      "Y asks for %u tokens (%s%s)", 8 * bt, err.message, y.err);
+	CHECK(y.finish == KVD_FINISH_LENGTH && y.usage.completion_tokens < 8 * bt &&
+	      y.usage.prompt_tokens + y.usage.completion_tokens >= 6 * bt &&
+	      y.usage.prompt_tokens + y.usage.completion_tokens <= 6 * bt + 1,
+	      "Y's reply ends at the tenant's six blocks: %u + %u tokens, finish %d",
+	      y.usage.prompt_tokens, y.usage.completion_tokens, (int)y.finish);
+	CHECK(conv_blocks(d, x.session) == 0, "X's idle KV went to Y first (%d blocks left)",
+	      conv_blocks(d, x.session));
 	kvd_destroy(d);
 }
 
@@ -3755,6 +3809,7 @@ int main(int argc, char **argv)
 	RUN(idle_sleeps);
 	RUN(expire);
 	RUN(context_end);
+	RUN(tenant_budget);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
