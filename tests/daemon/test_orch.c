@@ -3669,6 +3669,70 @@ static void test_tenant_budget(void)
 	kvd_destroy(d);
 }
 
+/*
+ * [limits] max_sessions (conv.c, kvd_conv_new): past the cap the least
+ * recently used idle conversation is forgotten; with every conversation
+ * running, a new one is refused as busy (a 503 with Retry-After). Cap 2:
+ * A, B, then C forgets A; B's next turn, then D forgets C, not B.
+ */
+static void test_session_cap(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply a, b, b2, cc, dd, e;
+	struct kvd_error err;
+	struct kvd_job *j1, *j2;
+	char pb2[1024];
+
+	base_config(&c);
+	c.max_sessions = 2;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	ask(d, "<|im_start|>user\nA<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &a, NULL);
+	ask(d, "<|im_start|>user\nB<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &b, NULL);
+	ask(d, "<|im_start|>user\nC<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &cc, NULL);
+	CHECK(!a.error && !b.error && !cc.error && conv_blocks(d, a.session) == -1 &&
+	      conv_blocks(d, b.session) >= 0 && conv_blocks(d, cc.session) >= 0,
+	      "a third conversation forgets the least recently used (A)");
+	snprintf(pb2, sizeof(pb2), "<|im_start|>user\nB<|im_end|>\n<|im_start|>assistant\n"
+		 "%.*s<|im_end|>\n<|im_start|>user\nB2<|im_end|>\n<|im_start|>assistant\n",
+		 (int)b.len, b.text);
+	ask(d, pb2, 0, 1, 2, &b2, NULL);
+	ask(d, "<|im_start|>user\nD<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &dd, NULL);
+	CHECK(!b2.error && !strcmp(b2.session, b.session) && !dd.error &&
+	      conv_blocks(d, cc.session) == -1 && conv_blocks(d, b.session) >= 0,
+	      "after B's next turn, a fourth forgets C, not B");
+	/* both conversations running: a third is refused, nothing forgotten */
+	{
+		struct rq q1 = { "<|im_start|>user\nE<|im_end|>\n<|im_start|>assistant\n", 0, 1, 200,
+				 0, NULL, NULL };
+		struct rq q2 = { "<|im_start|>user\nF<|im_end|>\n<|im_start|>assistant\n", 0, 1, 200,
+				 0, NULL, NULL };
+		struct rq q3 = { "<|im_start|>user\nG<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2,
+				 0, NULL, NULL };
+		struct kvd_job *j3;
+
+		/* microseconds apart: the first two run for many milliseconds */
+		j1 = submit(d, &q1, &err);
+		j2 = submit(d, &q2, &err);
+		j3 = submit(d, &q3, &err);
+		CHECK(j1 && j2 && !j3 && err.kind == KVD_ERR_BUSY && err.retry_after_s == 1,
+		      "with both conversations running a third is refused as busy (%s)",
+		      j3 ? "admitted" : err.message);
+		if (j3)
+			kvd_job_free(j3);
+		memset(&e, 0, sizeof(e));
+		if (j1)
+			collect_reply(d, j1, &e, NULL);
+		memset(&e, 0, sizeof(e));
+		if (j2)
+			collect_reply(d, j2, &e, NULL);
+	}
+	kvd_destroy(d);
+}
+
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
  * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
@@ -3810,6 +3874,7 @@ int main(int argc, char **argv)
 	RUN(expire);
 	RUN(context_end);
 	RUN(tenant_budget);
+	RUN(session_cap);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
