@@ -201,12 +201,21 @@ static void mm_worker(void *arg, int c, int tid)
 }
 
 /* Chunks per matrix: a few per thread, so that a thread the host
- * preempts holds back a small share; rows per chunk a multiple of 16
- * (whole 4-row panels, and whole cache lines of y) */
+ * preempts holds back a small share, and no more than MM_CHUNK_BYTES of
+ * weights each, so that the thread that finishes first waits at most
+ * that long for the other's last chunk (the output head was 8 chunks of
+ * 1.7 MB for 110M Q4_0); rows per chunk a multiple of 16 (whole 4- and
+ * 16-row panels, and whole cache lines of y) */
+#define MM_CHUNK_BYTES	(64u << 10)
+
 static int mm_split(const struct kve_engine *e, struct mm_item *it)
 {
 	int nt = kve_threads_count(e->th), rows = (int)it->w->rows;
+	size_t bytes = (size_t)rows * it->w->row_bytes / MM_CHUNK_BYTES;
 	int want = nt == 1 ? 1 : 4 * nt;
+
+	if (nt > 1 && bytes > (size_t)want)
+		want = bytes < 4096 ? (int)bytes : 4096;
 	int per = ((rows + want - 1) / want + 15) & ~15;
 
 	if (nt == 1 || per >= rows)
