@@ -203,10 +203,12 @@ static void mm_worker(void *arg, int c, int tid)
 /* Chunks per matrix: a few per thread, so that a thread the host
  * preempts holds back a small share, and no more than MM_CHUNK_BYTES of
  * weights each, so that the thread that finishes first waits at most
- * that long for the other's last chunk (the output head was 8 chunks of
- * 1.7 MB for 110M Q4_0); rows per chunk a multiple of 16 (whole 4- and
- * 16-row panels, and whole cache lines of y) */
-#define MM_CHUNK_BYTES	(64u << 10)
+ * about that long for the other's last chunk (the output head was 8
+ * chunks of 1.7 MB for 110M Q4_0); not much less, as each chunk the
+ * worker claims (from the back, threads.c) starts a new stream. Rows per
+ * chunk a multiple of 16 (whole 4- and 16-row panels, and whole cache
+ * lines of y) */
+#define MM_CHUNK_BYTES	(256u << 10)
 
 static int mm_split(const struct kve_engine *e, struct mm_item *it)
 {
