@@ -43,7 +43,9 @@ KVE_INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
  * Decode prefetch over a packed panel, the distances kernels_avx2.c
  * measured (PREFETCH_NOTE there): every line of the n bytes at p. On a
  * Zen 5 (2026-12-02) distances of 0 to 16 KiB measured alike within that
- * VM's noise, for Q8_0, F16 and F32 (PF_AHEAD_F32 in kernels_avx512.c).
+ * VM's noise, for Q8_0, F16 and F32 (PF_AHEAD_F32 in kernels_avx512.c);
+ * later, on a quieter one, F16 was fastest at 8 KiB (PF_AHEAD_F16 there)
+ * and Q8_0 alike at 8 and 16 KiB, slower at 4.
  */
 #ifndef PF_AHEAD_Q8
 #define PF_AHEAD_Q8	8192
