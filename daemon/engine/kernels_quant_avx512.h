@@ -498,16 +498,10 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 }
 
 /* prefetch_ahead over one block of a 4-row panel, its length known at
- * compile time so the loop unrolls (the loop's own instructions were
- * about a tenth of a Q4_K decode tile's) */
+ * compile time so that the loop unrolls */
 KVE_INLINE void kq_prefetch_panel(const uint8_t *p, const uint32_t type)
 {
-	const int n = KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 : 144);
-	int l;
-
-#pragma GCC unroll 16
-	for (l = 0; l < n; l += 64)
-		_mm_prefetch((const char *)p + l, _MM_HINT_T0);
+	prefetch_ahead(p, KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 : 144));
 }
 
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
