@@ -641,11 +641,17 @@ def coverage(name, g, genv, parts, times, files, log):
             print("# %s: line coverage per part from %s" % (name, os.path.relpath(cache, ROOT)))
             return {f: (set(v[0]), {int(k): set(x) for k, x in v[1].items()})
                     for f, v in c["files"].items()}
+    objdir = os.path.join(TREE, cv["objdir"])
+    # built afresh: gcov's objects name their counters' files by absolute
+    # path, so objects copied from another tree count into that one
+    shutil.rmtree(objdir, ignore_errors=True)
+    for b in cv["build"]:
+        if os.path.exists(os.path.join(TREE, b)):
+            os.unlink(os.path.join(TREE, b))
     rc, _ = run(["make", "-s", "-j2", "--no-print-directory", "KVD_COV_SRCS=" + " ".join(files)]
                 + cv["build"], genv, 1800, log)
     if rc != 0:
         return None
-    objdir = os.path.join(TREE, cv["objdir"])
     out = {f: (set(), {}) for f in files}
     t0 = time.time()
     for pname, cmd, penv in parts:
@@ -666,6 +672,10 @@ def coverage(name, g, genv, parts, times, files, log):
             out[f][0].update(recorded)
             for ln in (recorded if rc != 0 else reached):
                 out[f][1].setdefault(ln, set()).add(pname)
+    if not any(by for _, by in out.values()):
+        # counters that recorded nothing: no verdict can rest on them
+        print("# %s: the coverage run reached no line at all" % name)
+        return None
     print("# %s: line coverage of %d parts in %.0fs" % (name, len(parts), time.time() - t0))
     json.dump({"key": key, "files": {f: (sorted(v[0]), {str(k): sorted(x) for k, x in v[1].items()})
                                       for f, v in out.items()}}, open(cache, "w"))
@@ -820,7 +830,7 @@ def run_groups(a, plan, env, results, seed):
                     cover = coverage(name, g, genv, parts, times,
                                      sorted({f for f, _ in cands}), log)
                 if cover is None:
-                    print("# %s: the coverage build failed (%s): every part runs for every "
+                    print("# %s: no line coverage (%s): every part runs for every "
                           "mutant" % (name, log_path))
             if cover is not None:
                 for f in sorted(cover):
