@@ -3504,12 +3504,25 @@ static int conv_blocks(struct kvd *d, const char *id)
 	return n;
 }
 
+/* When conversation id was last used (0: no such conversation). */
+static uint64_t conv_last_used(struct kvd *d, const char *id)
+{
+	struct kvd_conv *cv;
+	uint64_t t;
+
+	pthread_mutex_lock(&d->lock);
+	cv = kvd_conv_find_id(d, id);
+	t = cv ? cv->last_used_ns : 0;
+	pthread_mutex_unlock(&d->lock);
+	return t;
+}
+
 /*
  * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
  * released when its deadline passes, soonest first, and the scheduler
  * wakes for it. With idle_retention_s 1, A replies, then B 0.4 s later:
- * A's KV goes 1 s after its reply while B's stays, B's 0.4 s later, and
- * the arena's blocks are all free again (no prefix cache here).
+ * A's KV goes 1 s after its last use while B's stays, B's 1 s after its
+ * own, and the arena's blocks are all free again (no prefix cache here).
  */
 static void test_expire(void)
 {
@@ -3533,14 +3546,15 @@ static void test_expire(void)
 	pthread_mutex_unlock(&d->lock);
 	CHECK(ask(d, "<|im_start|>user\nfirst<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
 		  &ra, NULL) == 0, "A replies");
-	t_a = kvd_now_ns();
 	nanosleep(&gap, NULL);
 	CHECK(ask(d, "<|im_start|>user\nsecond<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
 		  &rb, NULL) == 0, "B replies");
-	t_b = kvd_now_ns();
+	/* retention counts from each conversation's last use */
+	t_a = conv_last_used(d, ra.session);
+	t_b = conv_last_used(d, rb.session);
 	CHECK(conv_blocks(d, ra.session) > 0 && conv_blocks(d, rb.session) > 0,
 	      "both hold their KV while idle");
-	for (now = t_b; now < t_b + 4000000000ull && !b_gone; now = kvd_now_ns()) {
+	for (now = kvd_now_ns(); now < t_b + 4000000000ull && !b_gone; now = kvd_now_ns()) {
 		nanosleep(&tick, NULL);
 		if (!a_gone && conv_blocks(d, ra.session) == 0) {
 			a_gone = kvd_now_ns();
@@ -3549,11 +3563,12 @@ static void test_expire(void)
 		if (a_gone && conv_blocks(d, rb.session) == 0)
 			b_gone = kvd_now_ns();
 	}
-	CHECK(a_gone >= t_a + 1000000000ull && a_gone < t_a + 2500000000ull && b_at_a == 1,
-	      "A's KV released %.2f s after its reply, B's kept then",
+	CHECK(t_a && t_b >= t_a + 300000000ull && a_gone >= t_a + 1000000000ull &&
+	      a_gone < t_a + 2500000000ull && b_at_a == 1,
+	      "A's KV released %.2f s after its last use, B's kept then",
 	      a_gone ? (a_gone - t_a) / 1e9 : -1.0);
 	CHECK(b_gone >= t_b + 1000000000ull && b_gone < t_b + 2500000000ull,
-	      "B's KV released %.2f s after its reply", b_gone ? (b_gone - t_b) / 1e9 : -1.0);
+	      "B's KV released %.2f s after its last use", b_gone ? (b_gone - t_b) / 1e9 : -1.0);
 	pthread_mutex_lock(&d->lock);
 	free1 = kvd_blocks_free(d);
 	pthread_mutex_unlock(&d->lock);
