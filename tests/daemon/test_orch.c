@@ -3748,6 +3748,57 @@ static void test_session_cap(void)
 	kvd_destroy(d);
 }
 
+/*
+ * A reply ending inside a UTF-8 sequence (sched.c, round_end): the
+ * detokenizer's held bytes go out as U+FFFD, and a next turn repeating
+ * the reply keeps every token. The reply is forced to the byte 0xE2
+ * three times (a logit bias on its token).
+ */
+static void test_utf8_tail(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq = { 0 };
+	struct kvd_logit_bias bias;
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+	struct reply r1, r2;
+	static const char p[] = "<|im_start|>user\nbytes<|im_end|>\n<|im_start|>assistant\n";
+	char next[512];
+	int32_t e2;
+	int n_suffix;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	CHECK(kve_tokenize(d->tok, "\xe2", 1, 0, &e2, 1) == 1, "the byte 0xE2 is token %d", e2);
+	bias = (struct kvd_logit_bias){ e2, 100 };
+	rq.model = "test";
+	rq.prompt = p;
+	rq.prompt_len = strlen(p);
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = 3;
+	rq.s.n_logit_bias = 1;
+	rq.s.logit_bias = &bias;
+	memset(&r1, 0, sizeof(r1));
+	CHECK(kvd_job_submit(d, &rq, &j, &err) == 0 && collect_reply(d, j, &r1, NULL) == 0 &&
+	      r1.usage.completion_tokens == 3 && r1.len == 9 &&
+	      !memcmp(r1.text, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 9),
+	      "three 0xE2 bytes come out as three U+FFFD (%zu bytes)", r1.len);
+	snprintf(next, sizeof(next), "%s%.*s<|im_end|>\n<|im_start|>user\nok<|im_end|>\n"
+		 "<|im_start|>assistant\n", p, (int)r1.len, r1.text);
+	n_suffix = kve_tokenize(d->tok, next + strlen(p) + r1.len,
+				strlen(next + strlen(p) + r1.len), 0, NULL, 0);
+	CHECK(ask(d, next, 0, 1, 2, &r2, NULL) == 0 && !strcmp(r2.session, r1.session) &&
+	      r2.usage.prompt_tokens - r2.usage.cached_tokens == (uint32_t)n_suffix + 1,
+	      "the next turn keeps all three tokens: %u prefilled = %d appended + 1 sampled "
+	      "without KV", r2.usage.prompt_tokens - r2.usage.cached_tokens, n_suffix);
+	kvd_destroy(d);
+}
+
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
  * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
@@ -3890,6 +3941,7 @@ int main(int argc, char **argv)
 	RUN(context_end);
 	RUN(tenant_budget);
 	RUN(session_cap);
+	RUN(utf8_tail);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
