@@ -508,6 +508,16 @@ static size_t candidates(struct kvd *d, enum kvd_job_state st, struct kvd_admit_
 	return n;
 }
 
+/* j waits for room: the blocks its prompt lacks are wanted now. */
+static void wanted(struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, need = (c->n_tokens + bt - 1) / bt;
+	uint32_t held = c->has_kv ? c->as.s.n_blocks : 0;
+
+	d->room_wanted += need > held ? need - held : 0;
+}
+
 void kvd_admit(struct kvd *d)
 {
 	struct kvd_job *j, *best;
@@ -516,6 +526,9 @@ void kvd_admit(struct kvd *d)
 	size_t n, i;
 	int blocked = 0, others;
 
+	/* what the waiting work lacks, counted again this turn (restores
+	 * on demand that found no room add theirs, tiering.c) */
+	d->room_wanted = 0;
 	for (j = d->jobs; j; j = j->next) {
 		/* a tool round whose KV came back from disk goes on */
 		if (j->state == JOB_KV_WAIT && !kvd_tiering_need_kv(d, j->conv))
@@ -530,6 +543,7 @@ void kvd_admit(struct kvd *d)
 	for (i = 0; i < n; i++)
 		if (admit_one(d, c[i].j, &committed, &others) == 1) {
 			blocked = 1;
+			wanted(d, c[i].j);
 			break;
 		}
 	/* queued jobs, fair order: the tenant of least virtual time, its
@@ -550,6 +564,7 @@ void kvd_admit(struct kvd *d)
 				if (kvd_tiering_busy(d)) {
 					/* a spill in flight frees blocks soon */
 					blocked = 1;
+					wanted(d, best);
 					break;
 				}
 				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
@@ -559,6 +574,7 @@ void kvd_admit(struct kvd *d)
 				}
 			}
 			blocked = 1;
+			wanted(d, best);
 			break;
 		default:
 			break;
