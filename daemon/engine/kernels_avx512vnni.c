@@ -82,7 +82,8 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 		__m512 dx[4], dw4 = _mm512_setzero_ps();
 
 		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
-			prefetch_ahead(sp[0] + o0 + PF_AHEAD_Q8, 2 * step);
+			prefetch_ahead(sp[0] + o0 + PF_AHEAD_Q8,
+				       2 * KVE_PANEL_Q8 * Q8_0_BYTES);	/* 2 * step */
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			__m512i xv = two ? load2(xs[j][b].q, xs[j][b + 1].q) :

@@ -43,7 +43,9 @@ KVE_INLINE __m128 hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d)
  * Decode prefetch over a packed panel, the distances kernels_avx2.c
  * measured (PREFETCH_NOTE there): every line of the n bytes at p. On a
  * Zen 5 (2026-12-02) distances of 0 to 16 KiB measured alike within that
- * VM's noise, for Q8_0, F16 and F32 (PF_AHEAD_F32 in kernels_avx512.c).
+ * VM's noise, for Q8_0, F16 and F32 (PF_AHEAD_F32 in kernels_avx512.c);
+ * later, on a quieter one, F16 was fastest at 8 KiB (PF_AHEAD_F16 there)
+ * and Q8_0 alike at 8 and 16 KiB, slower at 4.
  */
 #ifndef PF_AHEAD_Q8
 #define PF_AHEAD_Q8	8192
@@ -52,6 +54,9 @@ KVE_INLINE void prefetch_ahead(const uint8_t *p, size_t n)
 {
 	size_t l;
 
+	/* whole when n is known at compile time: the loop's own
+	 * instructions were a tenth of a Q4_K decode tile's */
+#pragma GCC unroll 16
 	for (l = 0; l < n; l += 64)
 		_mm_prefetch((const char *)p + l, _MM_HINT_T0);
 }
@@ -92,7 +97,8 @@ KVE_INLINE void tile_q8(const struct kve_mat *w, const struct kve_q8x *xq,
 		float dx0[4], dx1[4];
 
 		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
-			prefetch_ahead(sp[0] + (size_t)b * step + PF_AHEAD_Q8, 2 * step);
+			prefetch_ahead(sp[0] + (size_t)b * step + PF_AHEAD_Q8,
+				       2 * KVE_PANEL_Q8 * Q8_0_BYTES);	/* 2 * step */
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			if (two) {

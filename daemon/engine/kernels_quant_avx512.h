@@ -360,14 +360,19 @@ KQ_LINKAGE void KQ_MM_Q32(const struct kve_mat *w, const struct kve_q8x *xq, int
  */
 KVE_INLINE __m256i k4_scales(const uint8_t *blk)
 {
-	uint32_t u[3], sc03, sc47, m03, m47;
+	/* words u0 u1 u2 of the 12 bytes (and 4 more of the block's quants,
+	 * unused) in one vector, not four scalars inserted one by one:
+	 * sc03 = u0 & 3f, m03 = u1 & 3f, sc47 = (u2 & 0f) | ((u0 >> 2) & 30),
+	 * m47 = ((u2 >> 4) & 0f) | ((u1 >> 2) & 30), bytewise */
+	const __m128i u = _mm_loadu_si128((const __m128i *)(blk + 4));
+	const __m128i lo6 = _mm_and_si128(u, _mm_set1_epi8(0x3f));
+	const __m128i hi2 = _mm_and_si128(_mm_srli_epi32(u, 2), _mm_set1_epi8(0x30));
+	const __m128i lo4 = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(u, 0xaa),
+							 _mm_setr_epi32(0, 4, 0, 0)),
+					  _mm_set1_epi8(0x0f));
 
-	memcpy(u, blk + 4, 12);
-	sc03 = u[0] & 0x3f3f3f3f;
-	m03 = u[1] & 0x3f3f3f3f;
-	sc47 = (u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030);
-	m47 = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030);
-	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47));
+	/* [sc03 sc47 m03 m47] */
+	return _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(lo6, _mm_or_si128(lo4, hi2)));
 }
 
 /*
@@ -492,6 +497,13 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 	}
 }
 
+/* prefetch_ahead over one block of a 4-row panel, its length known at
+ * compile time so that the loop unrolls */
+KVE_INLINE void kq_prefetch_panel(const uint8_t *p, const uint32_t type)
+{
+	prefetch_ahead(p, KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 : 144));
+}
+
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
 			int r, int t, const int R, const int C, const uint32_t type)
 {
@@ -513,7 +525,7 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		__m512i xa[4][4];
 
 		if (C == 1 && R == 4 && w->panel)
-			prefetch_ahead(bp[0] + (size_t)b * step + PF_AHEAD_Q8, step);
+			kq_prefetch_panel(bp[0] + (size_t)b * step + PF_AHEAD_Q8, type);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			xb[j] = xk + (size_t)(t + j) * nb + b;

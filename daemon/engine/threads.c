@@ -13,12 +13,17 @@
  * step) and only then sleeps on a futex, so a host that has descheduled
  * the thread being waited for does not get a core burnt in return.
  *
- * Chunks are claimed from one 64-bit word, sequence << 32 | nchunks << 16
- * | next, by compare-and-swap: a claim succeeds only while the word still
+ * Chunks are claimed from one 64-bit word, sequence << 32 | end << 16 |
+ * next, by compare-and-swap: a claim succeeds only while the word still
  * names the job the thread read, so a thread woken late can neither run
  * a chunk of a finished job nor one of the next job with stale fn/arg
  * (all atomics are sequentially consistent; the job is written before the
- * word, and a job's fn/arg change only once all its chunks are claimed).
+ * word, and a job's fn/arg/nch change only once all its chunks are
+ * claimed). The caller claims from the front (next++), the workers from
+ * the back (--end): with two threads each then takes about the same half
+ * of every matrix step after step, which it may still hold in its own
+ * caches, where chunks taken alternately would go to either thread; the
+ * claims still balance whatever the host does to either thread.
  */
 #define _GNU_SOURCE
 #include "threads.h"
@@ -43,7 +48,8 @@ struct kve_threads {
 	uint32_t cur;			/* the caller's job counter */
 	_Atomic(kve_job_fn) fn;
 	_Atomic(void *) arg;
-	_Alignas(64) _Atomic uint64_t claim;	/* seq << 32 | nchunks << 16 | next */
+	_Atomic uint32_t nch;			/* the job's chunks */
+	_Alignas(64) _Atomic uint64_t claim;	/* seq << 32 | end << 16 | next */
 	_Alignas(64) _Atomic uint32_t seq;	/* futex: the latest job; workers wait on it */
 	_Atomic uint32_t sleepers;		/* workers asleep (or about to be) on seq */
 	_Atomic int stop;
@@ -114,13 +120,15 @@ static void work(struct kve_threads *t, uint32_t s, int tid)
 		uint64_t w = atomic_load(&t->claim);
 		kve_job_fn fn = atomic_load(&t->fn);
 		void *arg = atomic_load(&t->arg);
-		uint32_t next = (uint32_t)(w & 0xffff), nch = (uint32_t)((w >> 16) & 0xffff);
+		uint32_t next = (uint32_t)(w & 0xffff), end = (uint32_t)((w >> 16) & 0xffff), nch;
 
-		if ((uint32_t)(w >> 32) != s || next >= nch)
+		if ((uint32_t)(w >> 32) != s || next >= end)
 			return;
-		if (!atomic_compare_exchange_weak(&t->claim, &w, w + 1))
+		if (!atomic_compare_exchange_weak(&t->claim, &w, tid ? w - (1u << 16) : w + 1))
 			continue;
-		fn(arg, (int)next, tid);
+		/* the job's until its last chunk is done, which needs this one */
+		nch = atomic_load(&t->nch);
+		fn(arg, tid ? (int)end - 1 : (int)next, tid);
 		if (atomic_fetch_add(&t->done, 1) + 1 == nch && atomic_load(&t->caller_waits))
 			futex_wake(&t->done, 1);
 	}
@@ -231,6 +239,7 @@ void kve_threads_run(struct kve_threads *t, kve_job_fn fn, void *arg, int nchunk
 	atomic_store(&t->fn, fn);
 	atomic_store(&t->arg, arg);
 	atomic_store(&t->done, 0);
+	atomic_store(&t->nch, nch);
 	t->cur++;
 	atomic_store(&t->claim, (uint64_t)t->cur << 32 | (uint64_t)nch << 16);
 	atomic_store(&t->seq, t->cur);

@@ -12,7 +12,7 @@
  * with kva_blocks_share. Blocks are reserved before the timed sections.
  *
  * usage: kve-bench MODEL [--threads N] [--prompt N] [--decode N] [--batch N]
- *                  [--kv f16|f32] [--block N] [--no-bw]
+ *                  [--kv f16|f32] [--block N] [--no-bw] [--bw-mib N]
  *                  [--backend kernel|memfd|auto]
  */
 #define _GNU_SOURCE
@@ -86,13 +86,14 @@ static void *bw_thread(void *arg)
 	return NULL;
 }
 
-/* Best of 5 passes over 512 MiB, GB/s, the buffer read by nth threads
- * (each its own slice, started together); huge: the buffer in 2 MiB
+/* Best of 5 passes over mib MiB (512 unless --bw-mib), GB/s, the buffer
+ * read by nth threads (each its own slice, started together); huge: the
+ * buffer in 2 MiB
  * transparent huge pages (as the engine's weights are by default), else
  * 4 KiB pages. The roofline takes the better of the two. */
-static double read_bandwidth(int huge, int nth)
+static double read_bandwidth(int huge, int nth, size_t mib)
 {
-	size_t n = 512u << 20, al = 2u << 20, part;
+	size_t n = mib << 20, al = 2u << 20, part;
 	uint8_t *raw = mmap(NULL, n + al, PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *p;
 	double best = 0;
@@ -144,6 +145,7 @@ int main(int argc, char **argv)
 	enum kve_kv_dtype dt = KVE_KV_F16;
 	enum kva_backend backend = KVA_BACKEND_AUTO;
 	int bw = 1, a, rc;
+	size_t bw_mib = 512;	/* the read test's buffer */
 	char err[256];
 	struct kve_model *m;
 	const struct kve_model_info *in;
@@ -170,6 +172,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--kv") && a + 1 < argc)
 			dt = !strcmp(argv[++a], "f32") ? KVE_KV_F32 : KVE_KV_F16;
 		else if (!strcmp(argv[a], "--no-bw")) bw = 0;
+		else if (!strcmp(argv[a], "--bw-mib") && a + 1 < argc) bw_mib = strtoul(argv[++a], NULL, 10);
 		else if (!strcmp(argv[a], "--backend") && a + 1 < argc) {
 			a++;	/* where the KV arena is: kernel, memfd, auto */
 			backend = !strcmp(argv[a], "kernel") ? KVA_BACKEND_KERNEL :
@@ -177,6 +180,10 @@ int main(int argc, char **argv)
 				  KVA_BACKEND_AUTO;
 		}
 		else { fprintf(stderr, "kve-bench: unknown option %s\n", argv[a]); return 2; }
+	}
+	if (!bw_mib || bw_mib > 65536) {
+		fprintf(stderr, "kve-bench: --bw-mib 1..65536\n");
+		return 2;
 	}
 	if (!batch || batch > 64 || !prompt || prompt % bt) {
 		fprintf(stderr, "kve-bench: batch 1..64, prompt a multiple of the block size\n");
@@ -326,7 +333,8 @@ int main(int argc, char **argv)
 	printf("weight_mb=%.1f\n", in->weight_bytes / 1e6);
 	if (bw) {
 		/* as many reading threads as the engine runs */
-		double g4 = read_bandwidth(0, (int)threads), g2 = read_bandwidth(1, (int)threads);
+		double g4 = read_bandwidth(0, (int)threads, bw_mib);
+		double g2 = read_bandwidth(1, (int)threads, bw_mib);
 		double gbs = g2 > g4 ? g2 : g4;
 		double roof = gbs * 1e9 / (double)in->weight_bytes;
 		printf("read_gbs_4k=%.1f\nread_gbs_2m=%.1f\n", g4, g2);
