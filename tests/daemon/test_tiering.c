@@ -1263,10 +1263,11 @@ static uint32_t conv_blocks(struct kvd *d, const char *session)
 /*
  * A prefetch takes free room, or the room of conversations expected back
  * later than its own, never that of one expected back sooner (tier.md,
- * "Prefetch"). P (a tool of a fixed 14 s) is spilled and evicted; then S1
- * and S2 (tools of a fixed 9 s, started after P's: back 1-5 s before it)
- * fill the arena so that P's prefetch, due at its 5% quantile less the
- * margin (about 6.8 s into P's wait), finds less free than it needs.
+ * "Prefetch"). P (a tool of a fixed 28 s) is spilled and evicted; then S1
+ * and S2 (tools of a fixed 18 s, started after P's: back 1-10 s before
+ * it, whatever the load makes of their first turns) fill the arena so
+ * that P's prefetch, due at its 5% quantile less the margin (about 15 s
+ * into P's wait), finds less free than it needs.
  * Taking S1's or S2's room (the kernel's ranking, before) evicted KV that
  * was needed first: S1 and S2 were then restored on demand, stalling. Now
  * P's prefetch waits; S1 and S2 return to their KV, reply and are idle
@@ -1283,7 +1284,7 @@ static void test_prefetch_order(void)
 	uint32_t need, free_at;
 	char err[256];
 	struct kvd *d;
-	int p_ms = slow(14000), s_ms = slow(9000), k, ok = 0;
+	int p_ms = slow(28000), s_ms = slow(18000), k, ok = 0;
 
 	if (!dir || !cv) {
 		free(cv);
