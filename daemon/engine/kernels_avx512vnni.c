@@ -7,16 +7,20 @@
  *
  * vpdpbusd multiplies unsigned by signed bytes. The AVX-512 set makes the
  * operands fit by moving each weight's sign onto the activation (abs,
- * then a masked negate per row and token). Here the activations are made
- * unsigned once per token instead, x + 128 (x ^ 0x80; Q8_0 quants are in
- * [-127, 127]), and the offset is taken back out by starting each lane at
- * -128 * (the sum of its four weights), one vpdpbusd per row:
- *   lane = -128 * sum(w) + sum((x + 128) * w) = sum(x * w).
- * So each (row, token) costs one vpdpbusd, one convert and one FMA with
- * the scale. The lanes are the exact integers the AVX-512 set computes,
- * and the float steps after them are the same operations in the same
- * order (hsum16 and the per-block scale dw * dx from kernels_q8_avx512.h),
- * so the results equal that set's bit for bit.
+ * then a masked negate per row and token). Here the weights are made
+ * unsigned instead, w + 128 (w ^ 0x80, right for every int8), one xor
+ * per row shared by the tile's tokens, and the offset is taken back out
+ * by starting each lane at -128 * (the sum of its four x), one vpdpbusd
+ * per token shared by the tile's rows:
+ *   lane = -128 * sum(x) + sum((w + 128) * x) = sum(x * w).
+ * (It was the other way round, x + 128 and -128 * sum(w): a vpdpbusd and
+ * a subtraction per row, which a one-token tile pays for each row.) So
+ * each (row, token) costs one vpdpbusd, one convert and one FMA with the
+ * scale; a one-token tile over a panel multiplies its 4 rows' scales by
+ * dx at once. The lanes are the exact integers the AVX-512 set computes,
+ * and the float steps after them are the same operations on the same
+ * values in the same order (hsum16 and the per-block scale dw * dx from
+ * kernels_q8_avx512.h), so the results equal that set's bit for bit.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -58,7 +62,7 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 	__m512 acc[4][4];
 	const uint8_t *sp[4], *qp[4];
 	const size_t step = kve_q8_bstep(w);
-	const struct kve_q8x *xs[4];
+	const struct kve_q8x *xt[4];
 	const __m512i zero = _mm512_setzero_si512(), bias = _mm512_set1_epi8((char)0x80);
 	int nb = (int)w->cols / QK8_0, b, i, j;
 	/* 4 rows of one panel (a row slice may start inside a panel) */
@@ -74,11 +78,11 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 	}
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++)
-		xs[j] = xq + (size_t)(t + j) * nb;
+		xt[j] = xq + (size_t)(t + j) * nb;
 	for (b = 0; b < nb; b += 2) {
 		const int two = b + 1 < nb;
 		const size_t o0 = (size_t)b * step, o1 = two ? o0 + step : o0;
-		__m512i xu[4];
+		__m512i xs[4], offx[4];
 		__m512 dx[4], dw4 = _mm512_setzero_ps();
 
 		if (C == 1 && w->panel)	/* decode: as kernels_avx2.c's prefetch_q8 */
@@ -86,13 +90,13 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 				       2 * KVE_PANEL_Q8 * Q8_0_BYTES);	/* 2 * step */
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
-			__m512i xv = two ? load2(xs[j][b].q, xs[j][b + 1].q) :
-				     _mm512_zextsi256_si512(
-					     _mm256_loadu_si256((const __m256i *)xs[j][b].q));
-
-			/* x + 128; a missing block's zeros stay 0 (its weights are block b's) */
-			xu[j] = _mm512_mask_xor_epi32(xv, two ? 0xffff : 0x00ff, xv, bias);
-			dx[j] = two_scales(xs[j][b].d, two ? xs[j][b + 1].d : 0.0f);
+			/* a missing block's zeros: its lanes sum to 0 (its
+			 * weights are block b's again) */
+			xs[j] = two ? load2(xt[j][b].q, xt[j][b + 1].q) :
+				_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xt[j][b].q));
+			/* -128 * the sum of each lane's four x */
+			offx[j] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, xs[j]));
+			dx[j] = two_scales(xt[j][b].d, two ? xt[j][b + 1].d : 0.0f);
 		}
 		if (one_panel) {	/* the panel's 4 scales side by side */
 			uint64_t h0, h1;
@@ -101,11 +105,15 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 			memcpy(&h1, sp[0] + o1, 8);
 			dw4 = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi64x((long long)h1,
 										    (long long)h0)));
+			if (C == 1)	/* dw * dx for the 4 rows at once */
+				dw4 = _mm512_mul_ps(dw4, _mm512_castps256_ps512(_mm256_set_m128(
+					_mm_set1_ps(two ? xt[0][b + 1].d : 0.0f),
+					_mm_set1_ps(xt[0][b].d))));
 		}
 #pragma GCC unroll 4
 		for (i = 0; i < R; i++) {
-			const __m512i wv = load2(qp[i] + o0, qp[i] + o1);
-			__m512i off;
+			/* w + 128 */
+			const __m512i wu = _mm512_xor_si512(load2(qp[i] + o0, qp[i] + o1), bias);
 			__m512 dw;
 
 			if (one_panel) {
@@ -120,14 +128,13 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 				memcpy(&h1, sp[i] + o1, 2);
 				dw = two_scales(_cvtsh_ss(h0), two ? _cvtsh_ss(h1) : 0.0f);
 			}
-			/* -128 * sum(w) per lane; the missing block's lanes: 0 */
-			off = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, two ? bias :
-						_mm512_maskz_mov_epi32(0x00ff, bias), wv));
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++) {
-				__m512i p = _mm512_dpbusd_epi32(off, xu[j], wv);
+				__m512i p = _mm512_dpbusd_epi32(offx[j], wu, xs[j]);
 
+				/* one panel, one token: dw is dw * dx already */
 				acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+							    one_panel && C == 1 ? dw :
 							    _mm512_mul_ps(dw, dx[j]), acc[i][j]);
 			}
 		}

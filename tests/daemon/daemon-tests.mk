@@ -134,15 +134,16 @@ check-clients: $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
 	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
 
 # The mutation lane's coverage (tests/mutation/mutate.py, sched group):
-# test_orch and test_radix once more with gcov's line counters in the
-# core objects KVD_COV_SRCS names (the lane passes its group's files; -O0,
-# so a line's count is that line's), run part by part to learn which tests
-# reach which lines; never run by make check.
+# test_orch, test_tiering and test_radix once more with gcov's line
+# counters in the core objects KVD_COV_SRCS names (the lane passes its
+# group's files; -O0, so a line's count is that line's), run part by part
+# to learn which tests reach which lines; never run by make check.
 KVD_COV_SRCS   ?= $(KVD_CORE_SRCS)
 KVD_CORE_COBJS := $(KVD_COV_SRCS:%.c=$(KVD_OUT)/cov/%.o)
 KVD_CORE_CLIB  := $(KVD_OUT)/libkvd-cov.a
 KVD_TEST_ORCH_COV  := $(KVD_OUT)/tests/test_orch_cov
 KVD_TEST_RADIX_COV := $(KVD_OUT)/tests/test_radix_cov
+KVD_TEST_TIER_COV  := $(KVD_OUT)/tests/test_tiering_cov
 
 $(KVD_CORE_COBJS): $(KVD_OUT)/cov/%.o: %.c $(KVD_HDRS)
 	@mkdir -p $(@D)
@@ -154,6 +155,12 @@ $(KVD_CORE_CLIB): $(KVD_CORE_COBJS) $(filter-out $(KVD_COV_SRCS:%.c=$(KVD_OUT)/s
 	ar rcs $@ $^
 
 $(KVD_TEST_ORCH_COV): tests/daemon/test_orch.c $(KVD_CORE_CLIB) $(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS --coverage $< $(KVD_CORE_CLIB) \
+		$(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS)
+
+$(KVD_TEST_TIER_COV): tests/daemon/test_tiering.c $(KVD_CORE_CLIB) $(KVD_DEP_SLIBS) $(ENGINE_SLIB) \
+		$(LIB_A)
 	@mkdir -p $(@D)
 	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS --coverage $< $(KVD_CORE_CLIB) \
 		$(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS)

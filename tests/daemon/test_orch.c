@@ -119,6 +119,7 @@ struct rq {
 	uint32_t max_tokens;
 	uint32_t tenant;
 	const char *key;
+	const char *stop;		/* one stop sequence, or NULL */
 };
 
 static struct kvd_job *submit(struct kvd *d, const struct rq *q, struct kvd_error *err)
@@ -136,6 +137,10 @@ static struct kvd_job *submit(struct kvd *d, const struct rq *q, struct kvd_erro
 	rq.s.max_tokens = q->max_tokens;
 	rq.tenant = q->tenant;
 	rq.session_key = q->key;
+	if (q->stop) {
+		rq.s.n_stop = 1;
+		rq.s.stop[0] = q->stop;
+	}
 	if (kvd_job_submit(d, &rq, &j, err))
 		return NULL;
 	return j;
@@ -199,7 +204,7 @@ static int ask_rq(struct kvd *d, const struct rq *q, struct reply *r,
 static int ask(struct kvd *d, const char *prompt, float temp, uint64_t seed,
 	       uint32_t max_tokens, struct reply *r, void (*mid)(struct kvd *, int))
 {
-	struct rq q = { prompt, temp, seed, max_tokens, 0, NULL };
+	struct rq q = { prompt, temp, seed, max_tokens, 0, NULL, NULL };
 
 	return ask_rq(d, &q, r, mid);
 }
@@ -210,8 +215,9 @@ static int same_tokens(const struct reply *a, const struct reply *b)
 	       !memcmp(a->tokens, b->tokens, a->n_tokens * sizeof(a->tokens[0]));
 }
 
-/* The engine alone: tokenize with BOS, prefill, greedy decode. */
-static int engine_greedy(const char *prompt, uint32_t n, int32_t *out)
+/* The engine alone over token ids (the prompt's, or a conversation's
+ * own): prefill, greedy decode of up to n tokens into out. */
+static int engine_greedy_ids(const int32_t *ids, uint32_t n_ids, uint32_t n, int32_t *out)
 {
 	char err[256];
 	struct kve_model *m = kve_model_load(model_path, err, sizeof(err));
@@ -222,20 +228,19 @@ static int engine_greedy(const char *prompt, uint32_t n, int32_t *out)
 	struct kve_arena_session as;
 	struct kve_engine_params ep = { .n_threads = 1, .max_batch = 1 };
 	struct kve_engine *e = NULL;
-	int32_t ids[2048], next;
+	int32_t next;
 	float *lg = NULL;
 	uint32_t i, vocab;
-	int nt, got = 0;
+	int got = 0;
 
-	if (!t || kve_arena_kv_create(m, &p, &kv, err, sizeof(err)))
+	if (!t || !n_ids || kve_arena_kv_create(m, &p, &kv, err, sizeof(err)))
 		goto out;
 	e = kve_engine_create(m, kve_arena_kv_pool(kv), &ep, err, sizeof(err));
 	vocab = kve_model_info(m)->vocab;
 	lg = malloc(vocab * sizeof(float));
-	nt = kve_tokenize(t, prompt, strlen(prompt), 1, ids, 2048);
-	if (!e || !lg || nt <= 0 || kve_arena_session_open(kv, 1, 1024, &as))
+	if (!e || !lg || kve_arena_session_open(kv, 1, 1024, &as))
 		goto out;
-	if (kve_arena_prefill(e, kv, &as, ids, (uint32_t)nt, lg))
+	if (kve_arena_prefill(e, kv, &as, ids, n_ids, lg))
 		goto close;
 	for (i = 0; i < n; i++) {
 		struct kve_sampler sm = { 0, 0, 1, 0, 0 };
@@ -257,6 +262,20 @@ out:
 	kve_tokenizer_free(t);
 	kve_model_free(m);
 	return got;
+}
+
+/* The engine alone: tokenize with BOS, prefill, greedy decode. */
+static int engine_greedy(const char *prompt, uint32_t n, int32_t *out)
+{
+	char err[256];
+	struct kve_model *m = kve_model_load(model_path, err, sizeof(err));
+	struct kve_tokenizer *t = m ? kve_tokenizer_create(m, err, sizeof(err)) : NULL;
+	int32_t ids[2048];
+	int nt = t ? kve_tokenize(t, prompt, strlen(prompt), 1, ids, 2048) : -1;
+
+	kve_tokenizer_free(t);
+	kve_model_free(m);
+	return nt > 0 ? engine_greedy_ids(ids, (uint32_t)nt, n, out) : 0;
 }
 
 static uint64_t metric(struct kvd *d, const char *name)
@@ -849,7 +868,7 @@ static void test_paths(void)
 		goto out;
 	sched_prompts(p, N);
 	for (i = 0; i < N; i++)
-		q[i] = (struct rq){ p[i], i ? 0.9f : 0, 100 + i, 20, 0, NULL };
+		q[i] = (struct rq){ p[i], i ? 0.9f : 0, 100 + i, 20, 0, NULL, NULL };
 	base_config(&c);
 	c.step_tokens = 4096;
 	c.chunk_tokens = 4096;
@@ -917,7 +936,7 @@ static void test_preempt(void)
 	for (i = 0; i < N; i++) {
 		snprintf(p[i], 2048, "<|im_start|>user\nstory %u: tell it long<|im_end|>\n"
 			 "<|im_start|>assistant\n", i);
-		q[i] = (struct rq){ p[i], 0.7f, 7 + i, 360, 0, NULL };
+		q[i] = (struct rq){ p[i], 0.7f, 7 + i, 360, 0, NULL, NULL };
 	}
 	base_config(&c);
 	d = start(&c);
@@ -1130,7 +1149,7 @@ static void test_admission(void)
 		for (k = 0; k < 25 && o < 1900; k++)
 			o += snprintf(p[i] + o, 2048 - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
 		snprintf(p[i] + o, 2048 - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
-		q[i] = (struct rq){ p[i], 0.8f, 31 + i, 100, 0, NULL };
+		q[i] = (struct rq){ p[i], 0.8f, 31 + i, 100, 0, NULL, NULL };
 	}
 	base_config(&c);
 	c.prefix_cache = 0;
@@ -1218,7 +1237,7 @@ static void test_program_fcfs(void)
 		snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
 	}
 	for (i = 0; i < NY + 1 && ok; i++) {
-		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 24 : 4, 0, NULL };
+		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 24 : 4, 0, NULL, NULL };
 
 		jobs[n] = submit(d, &q, &err);
 		ok = jobs[n] != NULL;
@@ -1334,7 +1353,7 @@ static void test_stall(void)
 	struct kvd_job *ja;
 	struct kvd_error err;
 	char pa[256], pb[256], flag[64];
-	struct rq qa = { pa, 0, 1, 16, 0, NULL }, qb = { pb, 0, 1, 8, 0, NULL };
+	struct rq qa = { pa, 0, 1, 16, 0, NULL, NULL }, qb = { pb, 0, 1, 8, 0, NULL, NULL };
 	uint64_t t0, tb;
 	int fd;
 
@@ -1418,7 +1437,7 @@ static void test_fairness(void)
 	if (!d)
 		goto out;
 	for (i = 0; i < 2 * PER; i++) {
-		struct rq q = { p[i], 0, 1, 1, 1 + i % 2, NULL };
+		struct rq q = { p[i], 0, 1, 1, 1 + i % 2, NULL, NULL };
 
 		o = snprintf(p[i], sizeof(p[i]), "<|im_start|>user\nflood %u:", i);
 		for (k = 0; k < 150; k++)
@@ -1492,7 +1511,7 @@ static void test_shared_start(void)
 		snprintf(p[i], sizeof(p[i]), "%s<|im_start|>user\nagent %u: plan step %u of the "
 			 "build, then report<|im_end|>\n<|im_start|>assistant\n", sys_prompt, i,
 			 i * 13 % 7);
-		q[i] = (struct rq){ p[i], 0, 1, 4, 0, NULL };
+		q[i] = (struct rq){ p[i], 0, 1, 4, 0, NULL, NULL };
 	}
 	sys_tok = (uint32_t)kve_tokenize(d->tok, sys_prompt, strlen(sys_prompt), 1, NULL, 0);
 	ask_all(d, q, N, r);
@@ -1542,12 +1561,12 @@ static void test_session_keys(void)
 		return;
 	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nmy secret plan<|im_end|>\n"
 		 "<|im_start|>assistant\n", sys_prompt);
-	q = (struct rq){ p1, 0, 1, 12, 1, "alice" };
+	q = (struct rq){ p1, 0, 1, 12, 1, "alice", NULL };
 	ask_rq(d, &q, &a1, NULL);
 	snprintf(p2, sizeof(p2), "%s%.*s<|im_end|>\n<|im_start|>user\nand then?<|im_end|>\n"
 		 "<|im_start|>assistant\n", p1, (int)a1.len, a1.text);
 	/* bob repeats alice's whole conversation and names her key */
-	q = (struct rq){ p2, 0, 1, 4, 2, "alice" };
+	q = (struct rq){ p2, 0, 1, 4, 2, "alice", NULL };
 	CHECK(ask_rq(d, &q, &b, NULL) == 0 && strcmp(b.session, a1.session) &&
 	      b.usage.cached_tokens == 0,
 	      "another tenant naming alice's key gets a session of its own and none of her "
@@ -1557,10 +1576,10 @@ static void test_session_keys(void)
 	/* a client of alice's own tenant naming her key, with another turn */
 	snprintf(po, sizeof(po), "%s<|im_start|>user\nsomething else<|im_end|>\n"
 		 "<|im_start|>assistant\n", sys_prompt);
-	q = (struct rq){ po, 0, 1, 4, 1, "alice" };
+	q = (struct rq){ po, 0, 1, 4, 1, "alice", NULL };
 	CHECK(ask_rq(d, &q, &o, NULL) == 0 && strcmp(o.session, a1.session),
 	      "a request naming alice's key with other text starts its own conversation");
-	q = (struct rq){ p2, 0, 1, 4, 1, "alice" };
+	q = (struct rq){ p2, 0, 1, 4, 1, "alice", NULL };
 	CHECK(ask_rq(d, &q, &a2, NULL) == 0 && !strcmp(a2.session, a1.session) &&
 	      a2.usage.cached_tokens + 1 >= a1.usage.prompt_tokens + a1.usage.completion_tokens - 1,
 	      "alice's next turn continues her conversation whole: %u cached (turn 1: %u + %u)",
@@ -1575,7 +1594,7 @@ static void test_never_fits(void)
 	struct kvd *d;
 	struct reply r;
 	char p[4096];
-	struct rq q = { p, 0, 1, 4, 1, NULL };
+	struct rq q = { p, 0, 1, 4, 1, NULL, NULL };
 
 	base_config(&c);
 	c.n_tenants = 1;
@@ -1671,7 +1690,7 @@ static void test_bisect(void)
 	for (i = 0; i < N; i++) {
 		snprintf(p[i], sizeof(p[i]), "<|im_start|>user\nbatch member %u%s<|im_end|>\n"
 			 "<|im_start|>assistant\n", i, i == 2 ? " xyzzyq" : "");
-		q[i] = (struct rq){ p[i], 0, 1, 12, 0, NULL };
+		q[i] = (struct rq){ p[i], 0, 1, 12, 0, NULL, NULL };
 	}
 	base_config(&c);
 	d = start(&c);
@@ -3330,6 +3349,544 @@ static void test_retention(void)
 }
 
 #endif
+/* The tokens of conversation id (idle), then those of text past its own
+ * (no BOS): what a turn continuing it computes over; -1 when text does
+ * not continue it. */
+static int conv_then_text(struct kvd *d, const char *id, const char *text, int32_t *ids,
+			  uint32_t max)
+{
+	struct kvd_conv *cv;
+	int n = -1, k;
+
+	pthread_mutex_lock(&d->lock);
+	cv = kvd_conv_find_id(d, id);
+	if (cv && cv->n_tokens < max && cv->text_len <= strlen(text) &&
+	    !memcmp(cv->text, text, cv->text_len)) {
+		memcpy(ids, cv->tokens, cv->n_tokens * sizeof(*ids));
+		k = kve_tokenize(d->tok, text + cv->text_len, strlen(text + cv->text_len), 0,
+				 ids + cv->n_tokens, max - cv->n_tokens);
+		n = k >= 0 ? (int)cv->n_tokens + k : -1;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+/*
+ * A stop sequence cuts the reply, and the conversation with it
+ * (kvd_conv_truncate): the tokens past the cut and their KV go, and a
+ * block the prefix cache holds is never written again (the cut's kept
+ * tokens are prefilled anew into a private block). The stop sequence is
+ * 48 bytes of a reference reply (a first daemon), so the cut is found
+ * some 20 tokens after it falls: its block is full and in the cache by
+ * then. The next turn, repeating the reply as cut, computes what the
+ * engine alone computes over the conversation's tokens; a new
+ * conversation over the uncut reply reads the cache's blocks and computes
+ * what the engine computes over its prompt.
+ */
+static void test_stop_cut(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r1, r2, r3, r4;
+	char prompt[4096], stop[64], next[8192], other[8192];
+	int32_t want[16], ids[1024];
+	const struct kve_kv_pool *pool;
+	uint32_t bt, n_before, cut_block = UINT32_MAX;
+	size_t cut, kvb;
+	char *held;
+	int n;
+
+	snprintf(prompt, sizeof(prompt), "%s<|im_start|>user\nCount to twenty.<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	n = ask(d, prompt, 0, 1, 4 * bt, &r1, NULL);
+	kvd_destroy(d);
+	if (n || r1.len < 3 * 48 || memchr(r1.text, 0, r1.len)) {
+		CHECK(0, "a %u-token reply to cut: %s (%zu bytes)", 4 * bt, r1.err, r1.len);
+		return;
+	}
+	memcpy(stop, r1.text + r1.len / 3, 48);
+	stop[48] = 0;
+	cut = (size_t)(strstr(r1.text, stop) - r1.text);
+	n_before = r1.usage.prompt_tokens + r1.usage.completion_tokens;
+
+	d = start(&c);
+	CHECK(d != NULL, "a second orchestrator starts");
+	if (!d)
+		return;
+	pool = kve_arena_kv_pool(d->kv);
+	kvb = d->geom.kv_block_bytes;
+	held = malloc(kvb);
+	{
+		struct rq q = { prompt, 0, 1, 4 * bt, 0, NULL, stop };
+
+		CHECK(ask_rq(d, &q, &r2, NULL) == 0 && r2.finish == KVD_FINISH_STOP &&
+		      r2.len == cut && !memcmp(r2.text, r1.text, cut),
+		      "the stop sequence ends the reply at byte %zu of %zu", cut, r1.len);
+	}
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv = kvd_conv_find_id(d, r2.session);
+
+		CHECK(cv && cv->n_tokens < n_before && cv->text_len <= strlen(prompt) + cut &&
+		      cv->text[cv->text_len] == 0 && cv->n_tokens &&
+		      cv->tok_end[cv->n_tokens - 1] == cv->text_len,
+		      "the conversation ends at the cut: %u tokens of %u, %zu bytes",
+		      cv ? cv->n_tokens : 0, n_before, cv ? cv->text_len : 0);
+		CHECK(cv && cv->has_kv && cv->as.s.n_tokens % bt == 0 &&
+		      cv->as.s.n_tokens + bt > cv->n_tokens &&
+		      cv->as.s.n_blocks == cv->as.s.n_tokens / bt &&
+		      cv->n_offered == cv->as.s.n_tokens / bt,
+		      "its KV ends below the cut, at the cached block it fell in: %u positions "
+		      "of %u in %u blocks, %u in the cache", cv ? cv->as.s.n_tokens : 0,
+		      cv ? cv->n_tokens : 0, cv ? cv->as.s.n_blocks : 0, cv ? cv->n_offered : 0);
+		/* the block the cut fell in (given back, its id still in the
+		 * table) stays the cache's: its bytes now */
+		if (cv && cv->as.s.n_blocks < cv->as.cap) {
+			cut_block = cv->as.s.block_table[cv->as.s.n_blocks];
+			if (kvd_prefix_cached(d, cut_block) && held)
+				memcpy(held, pool->block_ptr(pool->ctx, cut_block), kvb);
+			else
+				cut_block = UINT32_MAX;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	/* the next turn repeats the reply as cut */
+	snprintf(next, sizeof(next), "%s%.*s<|im_end|>\n<|im_start|>user\nGo on.<|im_end|>\n"
+		 "<|im_start|>assistant\n", prompt, (int)r2.len, r2.text);
+	n = conv_then_text(d, r2.session, next, ids, sizeof(ids) / sizeof(ids[0]));
+	n = n > 0 ? engine_greedy_ids(ids, (uint32_t)n, 8, want) : 0;
+	CHECK(ask(d, next, 0, 1, 8, &r3, NULL) == 0 && r3.usage.cached_tokens > 0 &&
+	      n >= (int)r3.n_tokens && r3.n_tokens &&
+	      !memcmp(want, r3.tokens, r3.n_tokens * sizeof(want[0])),
+	      "the next turn reuses the kept KV (%u cached) and computes the engine's tokens",
+	      r3.usage.cached_tokens);
+	/* a new conversation (no idle one's text begins its prompt now)
+	 * over the uncut reply reads the cached blocks the cut fell in */
+	snprintf(other, sizeof(other), "%s%.*s<|im_end|>\n<|im_start|>user\nAgain.<|im_end|>\n"
+		 "<|im_start|>assistant\n", prompt, (int)r1.len, r1.text);
+	n = engine_greedy(other, 8, want);
+	CHECK(ask(d, other, 0, 1, 8, &r4, NULL) == 0 && r4.n_tokens && n >= (int)r4.n_tokens &&
+	      r4.usage.cached_tokens > strlen(prompt) / 8 &&
+	      !memcmp(want, r4.tokens, r4.n_tokens * sizeof(want[0])),
+	      "a new conversation over the uncut reply (%u of %u cached) computes the "
+	      "engine's tokens", r4.usage.cached_tokens, r4.usage.prompt_tokens);
+	pthread_mutex_lock(&d->lock);
+	CHECK(cut_block != UINT32_MAX && kvd_prefix_cached(d, cut_block) &&
+	      !memcmp(held, pool->block_ptr(pool->ctx, cut_block), kvb),
+	      "the cached block the cut fell in was never written again (block %u)", cut_block);
+	pthread_mutex_unlock(&d->lock);
+	free(held);
+	kvd_destroy(d);
+}
+
+/*
+ * What a worker answers is checked whole before anything changes
+ * (step.c, kvd_step_result): a step of two sequences (the first sampled,
+ * the second not) is put at the head of an idle worker's queue, and each
+ * answer below, one field off, is refused with -EPROTO, leaving the
+ * queue and the counters as they were. The step's sequences have no jobs:
+ * an answer taken past the checks would reach them and crash the test.
+ */
+struct answer {
+	uint16_t type;			/* KVD_MSG_RESULT or _KV_LOADED */
+	uint64_t step_id;
+	uint32_t n_seq, n_body;		/* sequences claimed, sequences sent */
+	uint64_t seq_id2;		/* the second sequence's id */
+	int32_t tok1, tok2;
+	uint32_t n_top, tops_sent, n_kv;
+	int len_delta;			/* bytes added (> 0) or cut (< 0) */
+	uint32_t kind, step_seqs;	/* the step's kind and sequences */
+};
+
+static void worker_answer(struct kvd *d, const struct answer *a, const char *what)
+{
+	struct kvd_worker *w = &d->workers[0];
+	struct kvd_wstep *st = &w->q[w->q_head], save = *st;
+	struct kvd_sent sent_save[2];
+	char buf[4096] = { 0 };
+	struct kvd_result r = { a->step_id, 0, a->n_seq, 1000, 0 };
+	uint64_t copied = d->m.kv_bytes_copied;
+	uint32_t head = w->q_head, n_q = w->n_q, i, t;
+	size_t len = sizeof(r);
+	int rc;
+
+	memcpy(sent_save, st->seqs, sizeof(sent_save));
+	st->id = 4242;
+	st->kind = a->kind;
+	st->void_ = 0;
+	st->n_seq = a->step_seqs;
+	st->seqs[0] = (struct kvd_sent){ NULL, 7, 0, 1, KVD_SEQ_SAMPLE };
+	st->seqs[1] = (struct kvd_sent){ NULL, 8, 0, 1, 0 };
+	memcpy(buf, &r, sizeof(r));
+	for (i = 0; i < a->n_body; i++) {
+		struct kvd_result_seq rs = { i ? a->seq_id2 : 7, i ? a->tok2 : a->tok1, 0, 0,
+					     i ? 0 : a->n_top, 0, i ? 0 : a->n_kv, 0 };
+		struct kvd_top top = { 1, -1 };
+
+		memcpy(buf + len, &rs, sizeof(rs));
+		len += sizeof(rs);
+		for (t = 0; !i && t < a->tops_sent; t++, len += sizeof(top))
+			memcpy(buf + len, &top, sizeof(top));
+	}
+	len = (size_t)((ssize_t)len + a->len_delta);
+	rc = kvd_step_result(d, w, a->type, buf, len);
+	CHECK(rc == -EPROTO && w->q_head == head && w->n_q == n_q &&
+	      d->m.kv_bytes_copied == copied,
+	      "a worker's answer with %s: refused (%d), nothing changed", what, rc);
+	memcpy(st->seqs, sent_save, sizeof(sent_save));
+	*st = save;
+}
+
+static void test_worker_answers(void)
+{
+	/* what a decode step of two sequences expects: its id, sequences 7
+	 * (a token in the vocabulary) and 8 (-1: not sampled), no tops, no
+	 * KV; each answer below changes one thing */
+	static const struct answer ok = { KVD_MSG_RESULT, 4242, 2, 2, 8, 5, -1, 0, 0, 0, 0,
+					  KVD_STEP_DECODE, 2 };
+	static const struct answer loaded = { KVD_MSG_KV_LOADED, 4242, 1, 0, 8, 5, -1, 0, 0,
+					      0, 0, 0, 1 };
+	struct kvd_config c;
+	struct answer a;
+	struct kvd *d;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL && kvd_ready(d), "orchestrator starts");
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	CHECK(d->vocab == 512 && d->max_seqs >= 2 && d->workers[0].n_q == 0,
+	      "an idle worker, a vocabulary of 512");
+	a = ok, a.step_id = 4241;
+	worker_answer(d, &a, "another step's id");
+	a = ok, a.n_seq = 3;
+	worker_answer(d, &a, "three sequences claimed, two sent");
+	a = ok, a.n_seq = 1;
+	worker_answer(d, &a, "one sequence claimed, two sent");
+	a = ok, a.n_body = 1;
+	worker_answer(d, &a, "one sequence of two sent");
+	a = ok, a.seq_id2 = 9;
+	worker_answer(d, &a, "a sequence of another step");
+	a = ok, a.tok1 = -1;
+	worker_answer(d, &a, "no token where one was sampled");
+	a = ok, a.tok1 = 512;
+	worker_answer(d, &a, "a token past the vocabulary");
+	a = ok, a.tok2 = 3;
+	worker_answer(d, &a, "a token where none was sampled");
+	a = ok, a.n_top = a.tops_sent = KVD_MAX_TOP_LOGPROBS + 1;
+	worker_answer(d, &a, "more top logprobs than allowed");
+	a = ok, a.n_top = 3;
+	worker_answer(d, &a, "top logprobs announced, not sent");
+	a = ok, a.n_kv = 1;
+	worker_answer(d, &a, "KV blocks announced, not sent");
+	a = ok, a.len_delta = 1;
+	worker_answer(d, &a, "a byte too many");
+	a = ok, a.len_delta = -1;
+	worker_answer(d, &a, "a byte too few");
+	a = ok, a.n_body = 0, a.len_delta = -1;
+	worker_answer(d, &a, "a result short of its header");
+	a = ok, a.kind = 0;
+	worker_answer(d, &a, "a step's result for a KV load");
+	a = loaded, a.kind = KVD_STEP_DECODE;
+	worker_answer(d, &a, "a KV load's answer for a decode step");
+	a = loaded, a.step_seqs = 2;
+	worker_answer(d, &a, "a KV load's answer for a load of two");
+	a = loaded, a.step_id = 4243;
+	worker_answer(d, &a, "a KV load's answer with another step's id");
+	a = loaded, a.len_delta = 1;
+	worker_answer(d, &a, "a KV load's answer a byte too long");
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
+}
+
+/* An idle orchestrator sleeps in poll (sched.c: a turn with nothing done
+ * waits for the next deadline, at most 250 ms): a second of idleness
+ * costs this process well under a tenth of a second of CPU. */
+static void test_idle_sleeps(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct timespec a, b, pause = { 0, 300000000 }, second = { 1, 0 };
+	double cpu;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL && kvd_ready(d), "orchestrator starts");
+	if (!d)
+		return;
+	nanosleep(&pause, NULL);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+	nanosleep(&second, NULL);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+	cpu = (double)(b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9;
+	CHECK(cpu < 0.1, "an idle second costs %.3f s of CPU", cpu);
+	kvd_destroy(d);
+}
+
+/* The arena blocks conversation id holds now (-1: no such conversation). */
+static int conv_blocks(struct kvd *d, const char *id)
+{
+	struct kvd_conv *cv;
+	int n;
+
+	pthread_mutex_lock(&d->lock);
+	cv = kvd_conv_find_id(d, id);
+	n = !cv ? -1 : cv->has_kv ? (int)cv->as.s.n_blocks : 0;
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+/* When conversation id was last used (0: no such conversation). */
+static uint64_t conv_last_used(struct kvd *d, const char *id)
+{
+	struct kvd_conv *cv;
+	uint64_t t;
+
+	pthread_mutex_lock(&d->lock);
+	cv = kvd_conv_find_id(d, id);
+	t = cv ? cv->last_used_ns : 0;
+	pthread_mutex_unlock(&d->lock);
+	return t;
+}
+
+/*
+ * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
+ * released when its deadline passes, soonest first, and the scheduler
+ * wakes for it. With idle_retention_s 1, A replies, then B 0.4 s later:
+ * A's KV goes 1 s after its last use while B's stays, B's 1 s after its
+ * own, and the arena's blocks are all free again (no prefix cache here).
+ */
+static void test_expire(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ra, rb;
+	struct timespec tick = { 0, 20000000 }, gap = { 0, 400000000 };
+	uint64_t t_a, t_b, a_gone = 0, b_gone = 0, now;
+	uint32_t free0, free1;
+	int b_at_a = -1;
+
+	base_config(&c);
+	c.idle_retention_s = 1;
+	c.prefix_cache = 0;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	free0 = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(ask(d, "<|im_start|>user\nfirst<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
+		  &ra, NULL) == 0, "A replies");
+	nanosleep(&gap, NULL);
+	CHECK(ask(d, "<|im_start|>user\nsecond<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4,
+		  &rb, NULL) == 0, "B replies");
+	/* retention counts from each conversation's last use */
+	t_a = conv_last_used(d, ra.session);
+	t_b = conv_last_used(d, rb.session);
+	CHECK(conv_blocks(d, ra.session) > 0 && conv_blocks(d, rb.session) > 0,
+	      "both hold their KV while idle");
+	for (now = kvd_now_ns(); now < t_b + 4000000000ull && !b_gone; now = kvd_now_ns()) {
+		nanosleep(&tick, NULL);
+		if (!a_gone && conv_blocks(d, ra.session) == 0) {
+			a_gone = kvd_now_ns();
+			b_at_a = conv_blocks(d, rb.session) > 0;
+		}
+		if (a_gone && conv_blocks(d, rb.session) == 0)
+			b_gone = kvd_now_ns();
+	}
+	CHECK(t_a && t_b >= t_a + 300000000ull && a_gone >= t_a + 1000000000ull &&
+	      a_gone < t_a + 2500000000ull && b_at_a == 1,
+	      "A's KV released %.2f s after its last use, B's kept then",
+	      a_gone ? (a_gone - t_a) / 1e9 : -1.0);
+	CHECK(b_gone >= t_b + 1000000000ull && b_gone < t_b + 2500000000ull,
+	      "B's KV released %.2f s after its last use", b_gone ? (b_gone - t_b) / 1e9 : -1.0);
+	pthread_mutex_lock(&d->lock);
+	free1 = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(free1 == free0, "every block free again: %u of %u", free1, free0);
+	kvd_destroy(d);
+}
+
+/*
+ * A reply that reaches the end of the context (admit.c caps max_new to
+ * the context left; sched.c ends the reply there): a prompt some 20
+ * tokens short of the model's 1024, with max_tokens unset (the server's
+ * cap, 1024) and EOS ignored, gets exactly what is left, finish "length"
+ * (a max_tokens past the context is refused at submission).
+ */
+static void test_context_end(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+	struct reply r;
+	char *p = malloc(16384);
+	int n = 0, o, k;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL && p, "orchestrator starts");
+	if (!d || !p)
+		goto out;
+	/* words while the prompt stays within 1004 tokens with BOS */
+	o = snprintf(p, 16384, "<|im_start|>user\n");
+	for (k = 0; o < 16000; k++) {
+		int len = snprintf(p + o, 16384 - (size_t)o, " w%d", (k * 37) % 997);
+
+		if (kve_tokenize(d->tok, p, (size_t)(o + len), 1, NULL, 0) > 1004)
+			break;
+		o += len;
+	}
+	p[o] = 0;
+	n = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0);
+	rq.model = "test";
+	rq.prompt = p;
+	rq.prompt_len = (size_t)o;
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.ignore_eos = 1;	/* max_tokens unset: the server's cap, 1024 */
+	memset(&r, 0, sizeof(r));
+	err.message[0] = 0;
+	CHECK(d->ctx_len == 1024 && n > 990 && n <= 1004 && kvd_job_submit(d, &rq, &j, &err) == 0 &&
+	      collect_reply(d, j, &r, NULL) == 0,
+	      "a prompt of %d tokens, max_tokens unset (%s%s)", n, err.message, r.err);
+	CHECK(r.finish == KVD_FINISH_LENGTH && r.usage.prompt_tokens == (uint32_t)n &&
+	      r.usage.completion_tokens == 1024 - (uint32_t)n,
+	      "the reply ends at the context: %u + %u tokens, finish %d", r.usage.prompt_tokens,
+	      r.usage.completion_tokens, (int)r.finish);
+out:
+	free(p);
+	kvd_destroy(d);
+}
+
+/*
+ * A tenant's KV budget while a reply grows (admit.c,
+ * kvd_reserve_or_preempt on -EDQUOT): the tenant's own idle KV goes
+ * first, and a reply alone over the budget ends there, finish "length"
+ * (the budget is its context). Budget 6 blocks; X's idle conversation
+ * holds 2; Y's reply (EOS ignored) grows past X's blocks to the six.
+ */
+static void test_tenant_budget(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+	struct reply x, y;
+	struct rq qx = { "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4, 1,
+			 NULL, NULL };
+	uint32_t bt;
+
+	base_config(&c);
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "small");
+	c.tenants[0].id = 1;
+	c.tenants[0].kv_blocks = 6;
+	c.prefix_cache = 0;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	CHECK(ask_rq(d, &qx, &x, NULL) == 0 && conv_blocks(d, x.session) > 0,
+	      "X's conversation idles with its KV (%d blocks)", conv_blocks(d, x.session));
+	rq.model = "test";
+	rq.prompt = "<|im_start|>user\ny<|im_end|>\n<|im_start|>assistant\n";
+	rq.prompt_len = strlen(rq.prompt);
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = 8 * bt;
+	rq.s.ignore_eos = 1;
+	rq.tenant = 1;
+	memset(&y, 0, sizeof(y));
+	err.message[0] = 0;
+	CHECK(kvd_job_submit(d, &rq, &j, &err) == 0 && collect_reply(d, j, &y, NULL) == 0,
+	      "Y asks for %u tokens (%s%s)", 8 * bt, err.message, y.err);
+	CHECK(y.finish == KVD_FINISH_LENGTH && y.usage.completion_tokens < 8 * bt &&
+	      y.usage.prompt_tokens + y.usage.completion_tokens >= 6 * bt &&
+	      y.usage.prompt_tokens + y.usage.completion_tokens <= 6 * bt + 1,
+	      "Y's reply ends at the tenant's six blocks: %u + %u tokens, finish %d",
+	      y.usage.prompt_tokens, y.usage.completion_tokens, (int)y.finish);
+	CHECK(conv_blocks(d, x.session) == 0, "X's idle KV went to Y first (%d blocks left)",
+	      conv_blocks(d, x.session));
+	kvd_destroy(d);
+}
+
+/*
+ * [limits] max_sessions (conv.c, kvd_conv_new): past the cap the least
+ * recently used idle conversation is forgotten; with every conversation
+ * running, a new one is refused as busy (a 503 with Retry-After). Cap 2:
+ * A, B, then C forgets A; B's next turn, then D forgets C, not B.
+ */
+static void test_session_cap(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply a, b, b2, cc, dd, e;
+	struct kvd_error err;
+	struct kvd_job *j1, *j2;
+	char pb2[1024];
+
+	base_config(&c);
+	c.max_sessions = 2;
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	ask(d, "<|im_start|>user\nA<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &a, NULL);
+	ask(d, "<|im_start|>user\nB<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &b, NULL);
+	ask(d, "<|im_start|>user\nC<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &cc, NULL);
+	CHECK(!a.error && !b.error && !cc.error && conv_blocks(d, a.session) == -1 &&
+	      conv_blocks(d, b.session) >= 0 && conv_blocks(d, cc.session) >= 0,
+	      "a third conversation forgets the least recently used (A)");
+	snprintf(pb2, sizeof(pb2), "<|im_start|>user\nB<|im_end|>\n<|im_start|>assistant\n"
+		 "%.*s<|im_end|>\n<|im_start|>user\nB2<|im_end|>\n<|im_start|>assistant\n",
+		 (int)b.len, b.text);
+	ask(d, pb2, 0, 1, 2, &b2, NULL);
+	ask(d, "<|im_start|>user\nD<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2, &dd, NULL);
+	CHECK(!b2.error && !strcmp(b2.session, b.session) && !dd.error &&
+	      conv_blocks(d, cc.session) == -1 && conv_blocks(d, b.session) >= 0,
+	      "after B's next turn, a fourth forgets C, not B");
+	/* both conversations running: a third is refused, nothing forgotten */
+	{
+		struct rq q1 = { "<|im_start|>user\nE<|im_end|>\n<|im_start|>assistant\n", 0, 1, 200,
+				 0, NULL, NULL };
+		struct rq q2 = { "<|im_start|>user\nF<|im_end|>\n<|im_start|>assistant\n", 0, 1, 200,
+				 0, NULL, NULL };
+		struct rq q3 = { "<|im_start|>user\nG<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2,
+				 0, NULL, NULL };
+		struct kvd_job *j3;
+
+		/* microseconds apart: the first two run for many milliseconds */
+		j1 = submit(d, &q1, &err);
+		j2 = submit(d, &q2, &err);
+		j3 = submit(d, &q3, &err);
+		CHECK(j1 && j2 && !j3 && err.kind == KVD_ERR_BUSY && err.retry_after_s == 1,
+		      "with both conversations running a third is refused as busy (%s)",
+		      j3 ? "admitted" : err.message);
+		if (j3)
+			kvd_job_free(j3);
+		memset(&e, 0, sizeof(e));
+		if (j1)
+			collect_reply(d, j1, &e, NULL);
+		memset(&e, 0, sizeof(e));
+		if (j2)
+			collect_reply(d, j2, &e, NULL);
+	}
+	kvd_destroy(d);
+}
+
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
  * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
@@ -3465,6 +4022,13 @@ int main(int argc, char **argv)
 			test_##name(); \
 	} while (0)
 	RUN(utf8_clean);
+	RUN(stop_cut);
+	RUN(worker_answers);
+	RUN(idle_sleeps);
+	RUN(expire);
+	RUN(context_end);
+	RUN(tenant_budget);
+	RUN(session_cap);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);

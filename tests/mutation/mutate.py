@@ -18,13 +18,16 @@ mutant is applied to a scratch copy of the tree (build/mutation/tree; the
 worktree's sources are never written), rebuilt, and the group's fast host
 suites run on it, stopping at the first failure: a failure or a timeout
 kills the mutant; a mutant that does not compile is replaced by the next
-candidate and does not count. A group split into parts (sched: the
-orchestrator's test one KVD_TEST_ONLY name at a time) times each part on
+candidate and does not count. Code of #ifdef KVD_TEST_HOOKS blocks (what
+only the tests are built with) is not mutated. A group split into parts (sched: the
+orchestrator's and the disk tier's tests one KVD_TEST_ONLY name at a time,
+and the radix index's property test) times each part on
 the unmutated tree, learns once which parts reach which lines (a build with
 gcov's counters, cached while the sources stay the same), and runs for each
 mutant only the parts that reach its line, fastest first, each limited to
-3 x its unmutated time; a mutant on a line no part reaches survives without
-a run ("uncovered"). The per-file and total scores and the
+3 x its unmutated time; a mutant on a line no part reaches is built (one
+that does not compile is replaced) and survives without a run
+("uncovered"). The per-file and total scores and the
 surviving mutants are printed at the end; survivors listed in
 tests/mutation/equivalent.txt (same file, same source line, same change)
 are reported as equivalent, with the reason given there, and leave the
@@ -74,7 +77,18 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "worker_death", "plugin", "agent_loop", "paths", "preempt", "worker_storm",
               "stall", "fairness", "shared_start", "session_keys", "never_fits",
               "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join",
-              "retention"]
+              "retention", "dropped_events", "admission", "stop_cut", "worker_answers",
+              "idle_sleeps", "expire", "context_end", "tenant_budget",
+              "session_cap"]
+# the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
+# paths with a tier (spills in the poll set, room made for restores);
+# idle1000 (1000 conversations' memory bound) runs unsanitized in
+# check-tiering, not here
+TIER = "build/daemon/tests/test_tiering"
+TIER_WORK = "build/daemon/tests/tiering"
+TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt", "cap",
+              "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
+              "wait_at_arrival", "prefetch_once"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
@@ -107,14 +121,18 @@ GROUPS = {
                          "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
                          "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
                          "daemon/kvarenad/radix.c"],
-                  build=[ORCH, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_PLUGIN],
+                  build=[ORCH, TIER, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_PLUGIN],
                   parts=[("radix", ["build/daemon/tests/test_radix", "{seed}", "20000"], {})] +
                         [("orch:" + t, [ORCH, ORCH_MODEL, ORCH_PLUGIN], {"KVD_TEST_ONLY": t})
-                         for t in ORCH_PARTS],
+                         for t in ORCH_PARTS] +
+                        [("tier:" + t, [TIER, ORCH_MODEL, TIER_WORK], {"KVD_TEST_ONLY": t})
+                         for t in TIER_PARTS],
                   env={"KVD_TEST_FAIL_FAST": "1", "ASAN_OPTIONS": "detect_leaks=1"},
                   cover=dict(build=["build/daemon/tests/test_orch_cov",
+                                    "build/daemon/tests/test_tiering_cov",
                                     "build/daemon/tests/test_radix_cov"],
                              binaries={ORCH: "build/daemon/tests/test_orch_cov",
+                                       TIER: "build/daemon/tests/test_tiering_cov",
                                        "build/daemon/tests/test_radix":
                                            "build/daemon/tests/test_radix_cov"},
                              objdir="build/daemon/cov")),
@@ -155,9 +173,33 @@ SWAP = {"<": ["<=", ">"], "<=": ["<"], ">": [">=", "<"], ">=": [">"],
 SPACED = {"+", "-", "*", "&", "|", "^", "/", "%"}	# binary only when spaced
 
 
+def hooks_blanked(src):
+    """src with the code of #ifdef KVD_TEST_HOOKS blocks blanked (up to
+    their #else or #endif): test hooks the daemon is never built with
+    (daemon/kvarenad/kvarenad.mk), not code to mutate"""
+    out, depth, hook = [], 0, None
+    for line in src.split("\n"):
+        d = line.strip().replace("# ", "#")
+        if d.startswith("#if"):
+            depth += 1
+            if hook is None and d.split()[:2] == ["#ifdef", "KVD_TEST_HOOKS"]:
+                hook = depth
+                out.append(line)
+                continue
+        elif d.startswith("#else") and hook == depth:
+            hook = None
+        elif d.startswith("#endif"):
+            if hook == depth:
+                hook = None
+            depth -= 1
+        out.append(" " * len(line) if hook is not None else line)
+    return "\n".join(out)
+
+
 def mask(src):
-    """src with comments, string and char literals and preprocessor lines
-    blanked (same length, newlines kept)."""
+    """src with comments, string and char literals, preprocessor lines and
+    test hooks (hooks_blanked) blanked (same length, newlines kept)."""
+    src = hooks_blanked(src)
     out = list(src)
     i, n = 0, len(src)
     line_start = True
@@ -599,11 +641,17 @@ def coverage(name, g, genv, parts, times, files, log):
             print("# %s: line coverage per part from %s" % (name, os.path.relpath(cache, ROOT)))
             return {f: (set(v[0]), {int(k): set(x) for k, x in v[1].items()})
                     for f, v in c["files"].items()}
+    objdir = os.path.join(TREE, cv["objdir"])
+    # built afresh: gcov's objects name their counters' files by absolute
+    # path, so objects copied from another tree count into that one
+    shutil.rmtree(objdir, ignore_errors=True)
+    for b in cv["build"]:
+        if os.path.exists(os.path.join(TREE, b)):
+            os.unlink(os.path.join(TREE, b))
     rc, _ = run(["make", "-s", "-j2", "--no-print-directory", "KVD_COV_SRCS=" + " ".join(files)]
                 + cv["build"], genv, 1800, log)
     if rc != 0:
         return None
-    objdir = os.path.join(TREE, cv["objdir"])
     out = {f: (set(), {}) for f in files}
     t0 = time.time()
     for pname, cmd, penv in parts:
@@ -624,6 +672,10 @@ def coverage(name, g, genv, parts, times, files, log):
             out[f][0].update(recorded)
             for ln in (recorded if rc != 0 else reached):
                 out[f][1].setdefault(ln, set()).add(pname)
+    if not any(by for _, by in out.values()):
+        # counters that recorded nothing: no verdict can rest on them
+        print("# %s: the coverage run reached no line at all" % name)
+        return None
     print("# %s: line coverage of %d parts in %.0fs" % (name, len(parts), time.time() - t0))
     json.dump({"key": key, "files": {f: (sorted(v[0]), {str(k): sorted(x) for k, x in v[1].items()})
                                       for f, v in out.items()}}, open(cache, "w"))
@@ -778,7 +830,7 @@ def run_groups(a, plan, env, results, seed):
                     cover = coverage(name, g, genv, parts, times,
                                      sorted({f for f, _ in cands}), log)
                 if cover is None:
-                    print("# %s: the coverage build failed (%s): every part runs for every "
+                    print("# %s: no line coverage (%s): every part runs for every "
                           "mutant" % (name, log_path))
             if cover is not None:
                 for f in sorted(cover):
@@ -817,15 +869,7 @@ def run_groups(a, plan, env, results, seed):
             seen.add((f, mutated))
             ln, desc = describe(f, orig, m)
             key = key_of(f, orig, m)
-            if "parts" in g:
-                sel = covering(cover, parts, f, ln)
-                if not sel:
-                    # no test runs this line: it survives, nothing to build
-                    done += 1
-                    results.append((name, f, ln, desc, key, "uncovered", 0.0))
-                    print("[%s %2d/%d] %-8s %5.1fs %s:%d %s" % (name, done, a.n, "UNCOVERED",
-                                                            0.0, f, ln, desc), flush=True)
-                    continue
+            sel = covering(cover, parts, f, ln) if "parts" in g else None
             with open(APPLIED, "w") as out:
                 out.write(f)
             with open(path, "w") as out:
@@ -839,7 +883,11 @@ def run_groups(a, plan, env, results, seed):
                             queue.insert(0, order[nxt])
                             nxt += 1
                         continue
-                    if "parts" in g:
+                    if sel == []:
+                        # no test runs this line: it survives (built first,
+                        # so one that does not compile is replaced as any)
+                        verdict, secs = "uncovered", 0.0
+                    elif "parts" in g:
                         verdict, secs = test_parts(sel, times, genv, a.part_timeout, log)
                     else:
                         verdict, secs = test(g, genv, limit, log)
@@ -851,7 +899,7 @@ def run_groups(a, plan, env, results, seed):
             results.append((name, f, ln, desc, key, verdict, secs))
             print("[%s %2d/%d] %-8s %5.1fs %s:%d %s%s" % (
                 name, done, a.n, verdict.upper(), secs, f, ln, desc,
-                " (parts: %s)" % " ".join(p[0] for p in sel) if "parts" in g else ""),
+                " (parts: %s)" % " ".join(p[0] for p in sel) if sel else ""),
                 flush=True)
         if nobuild:
             print("# %s: %d mutants did not compile (not counted)" % (name, nobuild))
