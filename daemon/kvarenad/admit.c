@@ -322,13 +322,32 @@ static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int ot
 	return free_now >= want;
 }
 
+/*
+ * No room for j after its KV session was opened and the cached prefix
+ * attached in this turn: it gives them back and waits holding nothing.
+ * A waiting job that kept the blocks it attached would hold part of the
+ * arena that no running job can take (its conversation is not idle):
+ * with readmitted preempted jobs each holding their cached prefixes and
+ * waiting for the rest, nothing ran again (a livelock seen at the arena's
+ * floor). Its full blocks stay in the prefix cache: it shares them again
+ * when it fits, unless pressure takes them first.
+ */
+static int wait_empty(struct kvd *d, struct kvd_conv *c, int opened)
+{
+	if (opened == 1)
+		kvd_conv_drop_kv(d, c);
+	else if (opened == 2)
+		kvd_conv_free_blocks(d, c);	/* the session stays (tiering.c) */
+	return 1;
+}
+
 /* 0 admitted, 1 no room (wait; stop admitting), 2 waiting for a shared
  * prefix being computed (others may pass), <0 failed (job finished). */
 static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int *others)
 {
 	struct kvd_conv *c = j->conv;
 	uint32_t kv0 = 0, sess_hit, n, copied = 0;
-	int rc, readmit = j->state == JOB_PREEMPTED;
+	int rc, readmit = j->state == JOB_PREEMPTED, opened = 0;
 
 	rc = take_piece(d, j);
 	if (rc) {
@@ -345,6 +364,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		return 2;
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
+		opened = c->has_kv ? 2 : 1;
 		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, d->path);
 		if ((!readmit && fork_wait(d, j)) || kvd_prefix_pending_wait(d, c, n, d->path)) {
 			if (!j->waited_prefix)
@@ -373,18 +393,18 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 			j->max_new = d->ctx_len - c->n_tokens;
 	}
 	if (!room_for(d, j, *committed, *others))
-		return 1;
+		return wait_empty(d, c, opened);
 	rc = kvd_conv_reserve_to(d, c, c->n_tokens);
 	if (rc == -EDQUOT) {
 		uint32_t bt = d->geom.block_tokens;
 
 		kvd_make_room_tenant(d, j->tenant, (c->n_tokens + bt - 1) / bt - c->as.s.n_blocks);
 		rc = kvd_conv_reserve_to(d, c, c->n_tokens);
-		if (rc == -EDQUOT)
-			return 1;	/* its tenant's running jobs hold the budget */
+		if (rc == -EDQUOT)	/* its tenant's running jobs hold the budget */
+			return wait_empty(d, c, opened);
 	}
 	if (rc == -ENOSPC)
-		return 1;
+		return wait_empty(d, c, opened);
 	if (rc) {
 		kvd_job_fail(d, j, rc == -E2BIG ? KVD_ERR_TOO_LONG : KVD_ERR_INTERNAL,
 			     rc == -E2BIG ? "the conversation exceeds the context length" :
@@ -488,6 +508,16 @@ static size_t candidates(struct kvd *d, enum kvd_job_state st, struct kvd_admit_
 	return n;
 }
 
+/* j waits for room: the blocks its prompt lacks are wanted now. */
+static void wanted(struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, need = (c->n_tokens + bt - 1) / bt;
+	uint32_t held = c->has_kv ? c->as.s.n_blocks : 0;
+
+	d->room_wanted += need > held ? need - held : 0;
+}
+
 void kvd_admit(struct kvd *d)
 {
 	struct kvd_job *j, *best;
@@ -496,6 +526,9 @@ void kvd_admit(struct kvd *d)
 	size_t n, i;
 	int blocked = 0, others;
 
+	/* what the waiting work lacks, counted again this turn (restores
+	 * on demand that found no room add theirs, tiering.c) */
+	d->room_wanted = 0;
 	for (j = d->jobs; j; j = j->next) {
 		/* a tool round whose KV came back from disk goes on */
 		if (j->state == JOB_KV_WAIT && !kvd_tiering_need_kv(d, j->conv))
@@ -510,6 +543,7 @@ void kvd_admit(struct kvd *d)
 	for (i = 0; i < n; i++)
 		if (admit_one(d, c[i].j, &committed, &others) == 1) {
 			blocked = 1;
+			wanted(d, c[i].j);
 			break;
 		}
 	/* queued jobs, fair order: the tenant of least virtual time, its
@@ -530,6 +564,7 @@ void kvd_admit(struct kvd *d)
 				if (kvd_tiering_busy(d)) {
 					/* a spill in flight frees blocks soon */
 					blocked = 1;
+					wanted(d, best);
 					break;
 				}
 				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
@@ -539,6 +574,7 @@ void kvd_admit(struct kvd *d)
 				}
 			}
 			blocked = 1;
+			wanted(d, best);
 			break;
 		default:
 			break;

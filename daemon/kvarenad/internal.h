@@ -519,6 +519,8 @@ struct kvd {
 	uint64_t next_order;
 	struct kvd_admit_cand *admit_buf;	/* admit.c: a turn's candidates */
 	size_t admit_cap;
+	uint32_t room_wanted;		/* blocks waiting work lacked at the last
+					 * admission (a prefetch leaves them) */
 	uint32_t next_group;
 	/* workers */
 	struct kvd_worker *workers;

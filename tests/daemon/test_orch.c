@@ -27,8 +27,8 @@
  *
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
- * preempt, admission, worker_storm, stall, fairness, shared_start,
- * session_keys, never_fits, index_chain, bisect, utf8_clean, and with the
+ * preempt, preempt_cached, admission, worker_storm, stall, fairness,
+ * shared_start, session_keys, never_fits, index_chain, bisect, utf8_clean, and with the
  * hooks agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
@@ -978,6 +978,145 @@ static void test_preempt(void)
 out:
 	free(ref);
 	free(r);
+	free(p);
+}
+
+/* buf = base, then words (seeded) until it tokenizes to at least
+ * `tokens`; 0, or -1 when buf is too small. */
+static int grow_text(struct kvd *d, char *buf, size_t len, const char *base, uint32_t seed,
+		     uint32_t tokens)
+{
+	int o = snprintf(buf, len, "%s", base);
+	uint32_t k;
+
+	for (k = 0; o > 0 && (size_t)o + 16 < len; k++) {
+		o += snprintf(buf + o, len - (size_t)o, " w%u", (k * 13 + seed * 7) % 89);
+		if (kve_tokenize(d->tok, buf, (size_t)o, 1, NULL, 0) >= (int)tokens)
+			return 0;
+	}
+	return -1;
+}
+
+static struct kvd_job *submit_long(struct kvd *d, const char *prompt, uint32_t max_tokens,
+				   struct kvd_error *err)
+{
+	struct kvd_request rq = { 0 };
+	struct kvd_job *j = NULL;
+
+	rq.model = "test";
+	rq.prompt = prompt;
+	rq.prompt_len = strlen(prompt);
+	rq.s.top_p = 1;
+	rq.s.has_seed = 1;
+	rq.s.seed = 1;
+	rq.s.max_tokens = max_tokens;
+	rq.s.ignore_eos = 1;	/* the reply must grow into the blocks it lacks */
+	if (kvd_job_submit(d, &rq, &j, err))
+		return NULL;
+	return j;
+}
+
+/*
+ * A waiting job holds no blocks (admit.c, wait_empty()): with the prefix
+ * cache on, admission shares a job's cached prefix before reserving the
+ * rest; a job that then found no room kept what it had shared. Built
+ * here, not left to timing, in an arena of B blocks: two earlier
+ * conversations leave prompts PA and PB cached (3B/8 blocks each, B/4
+ * free); A (PA + B/4) is admitted into the free blocks; B (PB + B/4)
+ * shares PB's blocks and finds no room; A's reply grows by B/16. If B
+ * kept PB's blocks, nothing idle is left to evict: A is preempted,
+ * readmitted with its cached blocks and waits for more, which B holds,
+ * while B waits for the ones A holds, and neither runs again (the
+ * livelock seen in the eviction bench at the arena's floor; both replies
+ * then time out). Waiting empty, PB's blocks are only cached and A takes
+ * them. Both replies must come, equal to their runs on an arena with room.
+ */
+static void test_preempt_cached(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *jobs[2];
+	struct reply warm, ref[2], r[2];
+	char *p = calloc(4, 8192), *pa = p, *pb = p + 8192, *qa = p + 16384, *qb = p + 24576;
+	uint32_t bt, nb, i, n, which, idx[2], same = 0, mx = 0;
+	int pass_no, ok = 1;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	for (pass_no = 0; pass_no < 2 && ok; pass_no++) {
+		struct reply *out = pass_no ? ref : r;
+
+		base_config(&c);
+		c.prefix_cache = 1;
+		c.decode_reserve = 0;	/* admit whatever fits (test "admission") */
+		if (!pass_no)
+			c.kv_blocks = 8;	/* one 2 MiB page */
+		d = start(&c);
+		if (!d)
+			goto out;
+		if (!pass_no) {
+			bt = d->geom.block_tokens;
+			nb = d->geom.blocks_total;
+			/* half a block over, so that the cached blocks hold
+			 * the same tokens whatever the join tokenizes to */
+			ok = nb >= 16 && nb % 16 == 0 &&
+			     !grow_text(d, pa, 8192, "A: the build log", 1, 3 * nb / 8 * bt + bt / 2) &&
+			     !grow_text(d, pb, 8192, "B: the test log", 2, 3 * nb / 8 * bt + bt / 2) &&
+			     !grow_text(d, qa, 8192, pa, 3, 5 * nb / 8 * bt - bt / 2) &&
+			     !grow_text(d, qb, 8192, pb, 4, 5 * nb / 8 * bt - bt / 2);
+			mx = nb / 16 * bt;
+			CHECK(ok, "an arena of %u blocks of %u tokens, prompts of %u and %u "
+			      "blocks", nb, bt, 3 * nb / 8, 5 * nb / 8);
+		}
+		/* PA and PB cached, their conversations gone */
+		for (i = 0; i < 2 && ok; i++) {
+			ok = !ask(d, i ? pb : pa, 0, 1, 1, &warm, NULL) &&
+			     !kvd_session_delete(d, warm.session, 0);
+		}
+		if (!pass_no)
+			CHECK(ok && metric(d, "kvarenad_kv_blocks_cached") == 3 * nb / 4,
+			      "PA and PB cached: %llu blocks (want %u)",
+			      (unsigned long long)metric(d, "kvarenad_kv_blocks_cached"), 3 * nb / 4);
+		n = 0;
+		for (i = 0; i < 2 && ok; i++) {
+			memset(&out[i], 0, sizeof(out[i]));
+			jobs[n] = submit_long(d, i ? qb : qa, mx, &err);
+			ok = jobs[n] != NULL;
+			idx[n] = i;
+			n += ok;
+		}
+		while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
+			struct reply *o = &out[idx[which]];
+
+			if (ev.type == KVD_EV_TOKEN) {
+				if (ev.token >= 0 && o->n_tokens < 1024)
+					o->tokens[o->n_tokens++] = ev.token;
+				continue;
+			}
+			o->finish = ev.type == KVD_EV_DONE ? ev.finish : 0;
+			o->error = ev.type != KVD_EV_DONE;
+			kvd_job_free(jobs[which]);
+			jobs[which] = jobs[n - 1];
+			idx[which] = idx[n - 1];
+			n--;
+		}
+		for (i = 0; i < n; i++)	/* no answer in 120 s: the livelock */
+			kvd_job_free(jobs[i]);
+		if (!pass_no)
+			CHECK(metric(d, "kvarenad_cache_evictions_total") > 0,
+			      "A's growth took cached blocks (%llu cache evictions, %llu "
+			      "preemptions)",
+			      (unsigned long long)metric(d, "kvarenad_cache_evictions_total"),
+			      (unsigned long long)metric(d, "kvarenad_preemptions_total"));
+		kvd_destroy(d);
+	}
+	for (i = 0; i < 2; i++)
+		same += same_tokens(&r[i], &ref[i]) && r[i].n_tokens == mx;
+	CHECK(same == 2, "both replies came, %u tokens each, equal to their runs with room: "
+	      "%u of 2 (a waiting job holds no blocks)", mx, same);
+out:
 	free(p);
 }
 
@@ -3966,6 +4105,7 @@ int main(int argc, char **argv)
 	RUN(plugin);
 	RUN(paths);
 	RUN(preempt);
+	RUN(preempt_cached);
 	RUN(admission);
 	RUN(program_fcfs);
 	RUN(worker_storm);

@@ -32,6 +32,9 @@
  *                   is spilled, and while its write is in flight asking
  *                   again takes no other (room on its way counts); all
  *                   continue bit-identical
+ *   prefetch_order  a prefetch takes free room or that of conversations
+ *                   expected back later, never of those back sooner: two
+ *                   conversations returning first keep their KV, no stall
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -301,14 +304,15 @@ struct convo {
 	char p2[16384];		/* the request bringing the result */
 };
 
-static void make_convo(struct convo *cv, int k, const char *tool)
+/* One of `lines` lines of log: ~3 blocks of KV a line (the test model's
+ * 512-token vocabulary). */
+static void make_convo_n(struct convo *cv, int k, const char *tool, int lines)
 {
 	char body[6000];
 	size_t n = 0;
 	int i;
 
-	/* ~30 blocks of KV (the test model's 512-token vocabulary) */
-	for (i = 0; i < 10 && n + 120 < sizeof(body); i++)
+	for (i = 0; i < lines && n + 120 < sizeof(body); i++)
 		n += (size_t)snprintf(body + n, sizeof(body) - n,
 				      "line %d of conversation %d: the build log says step %d "
 				      "passed in %d ms. ", i, k, i * 3 + k, (i * 37 + k * 11) % 997);
@@ -320,6 +324,12 @@ static void make_convo(struct convo *cv, int k, const char *tool)
 	snprintf(cv->p2, sizeof(cv->p2), "%s%s<|im_end|>\n<|im_start|>tool\n<tool_response>\n"
 		 "result %d: 42 files, 3 failures<|im_end|>\n<|im_start|>assistant\n", cv->p1,
 		 cv->call, k);
+}
+
+/* ~30 blocks of KV */
+static void make_convo(struct convo *cv, int k, const char *tool)
+{
+	make_convo_n(cv, k, tool, 10);
 }
 
 /* The references: the same two requests of every conversation the tests
@@ -1225,6 +1235,138 @@ out:
 	free(dir);
 }
 
+/* Blocks free in the arena. */
+static uint32_t free_blocks(struct kvd *d)
+{
+	uint32_t f;
+
+	pthread_mutex_lock(&d->lock);
+	f = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	return f;
+}
+
+/* The conversation's blocks in the arena. */
+static uint32_t conv_blocks(struct kvd *d, const char *session)
+{
+	struct kvd_conv *c;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&d->lock);
+	c = kvd_conv_find_id(d, session);
+	if (c && c->has_kv)
+		n = c->as.s.n_blocks;
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+/*
+ * A prefetch takes free room, or the room of conversations expected back
+ * later than its own, never that of one expected back sooner (tier.md,
+ * "Prefetch"). P (a tool of a fixed 28 s) is spilled and evicted; then S1
+ * and S2 (tools of a fixed 18 s, started after P's: back 1-10 s before
+ * it, whatever the load makes of their first turns) fill the arena so
+ * that P's prefetch, due at its 5% quantile less the margin (about 15 s
+ * into P's wait), finds less free than it needs.
+ * Taking S1's or S2's room (the kernel's ranking, before) evicted KV that
+ * was needed first: S1 and S2 were then restored on demand, stalling. Now
+ * P's prefetch waits; S1 and S2 return to their KV, reply and are idle
+ * (not waiting on a tool: expected back after P), and P's prefetch takes
+ * their room, so P is back before its result too: no stall at all.
+ */
+static void test_prefetch_order(void)
+{
+	char *dir = new_dir("order");
+	struct kvd_config c, nc;
+	struct convo *cv = calloc(3, sizeof(*cv));	/* P, S1, S2 */
+	struct reply r1[3], r2;
+	double tp, ts;
+	uint32_t need, free_at;
+	char err[256];
+	struct kvd *d;
+	int p_ms = slow(28000), s_ms = slow(18000), k, ok = 0;
+
+	if (!dir || !cv) {
+		free(cv);
+		free(dir);
+		return;
+	}
+	make_convo_n(&cv[0], 1, "compile", 12);
+	make_convo_n(&cv[1], 2, "grep", 6);
+	make_convo_n(&cv[2], 3, "quick_read", 6);
+	base_config(&c, dir);
+	c.kv_blocks = 64;			/* one 2 MiB page */
+	c.tier_margin_ms = (uint32_t)slow(2000);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, "compile", (uint64_t)p_ms * 1000);
+	train_class(d, "grep", (uint64_t)s_ms * 1000);
+	train_class(d, "quick_read", (uint64_t)s_ms * 1000);
+	/* P: spilled under the forced pressure, then evicted */
+	script(d, cv[0].call);
+	CHECK(ask(d, cv[0].p1, 8, &r1[0]) == 0, "P calls a tool of %d ms", p_ms);
+	tp = now_ms();
+	need = conv_blocks(d, r1[0].session);
+	CHECK(await_metric(d, "kvarenad_tier_spills_total", 1, p_ms / 4), "P written to disk");
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1[0].session), "disk"), "P evicted: on disk only (%u blocks)",
+	      need);
+	/* no pressure from here on: S1 and S2 keep their KV */
+	pthread_mutex_lock(&d->lock);
+	nc = d->cfg;
+	nc.low_wm = 1;
+	nc.high_wm = 2;
+	if (kvd_tiering_reload(d, &nc, err, sizeof(err)))
+		printf("reload: %s\n", err);
+	pthread_mutex_unlock(&d->lock);
+	for (k = 1; k < 3; k++) {
+		script(d, cv[k].call);
+		ok += ask(d, cv[k].p1, 8, &r1[k]) == 0;
+	}
+	ts = now_ms();
+	free_at = free_blocks(d);
+	CHECK(ok == 2 && free_at < need && ts - tp < p_ms - s_ms - slow(1000),
+	      "S1 and S2 wait on tools back about %d ms before P's; %u blocks free, P needs %u "
+	      "(arena %u)", p_ms - s_ms - (int)(ts - tp), free_at, need, d->geom.blocks_total);
+	/* P's prefetch comes due while S1 and S2 wait */
+	while (now_ms() - ts < s_ms)
+		msleep(20);
+	CHECK(!strcmp(tier_of(d, r1[1].session), "arena") &&
+	      !strcmp(tier_of(d, r1[2].session), "arena") &&
+	      metric(d, "kvarenad_evictions_total") == 1,
+	      "S1 and S2 still in the arena when their tools return (tiers %s, %s; %llu "
+	      "evictions: P's alone)", tier_of(d, r1[1].session), tier_of(d, r1[2].session),
+	      (unsigned long long)metric(d, "kvarenad_evictions_total"));
+	ok = 0;
+	for (k = 1; k < 3; k++)
+		ok += ask(d, cv[k].p2, 24, &r2) == 0 && r2.n_tokens > 0;
+	CHECK(ok == 2 && metric(d, "kvarenad_tier_restore_stalls_total") == 0 &&
+	      metric(d, "kvarenad_kv_misses_total") == 0,
+	      "S1 and S2 continue without a stall (%llu stalls, %llu misses)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"),
+	      (unsigned long long)metric(d, "kvarenad_kv_misses_total"));
+	/* P's result comes at its time, or once P is back when the replies
+	 * above ran past it (a loaded machine) */
+	ts = now_ms();
+	while ((now_ms() - tp < p_ms || strcmp(tier_of(d, r1[0].session), "arena")) &&
+	       now_ms() - ts < p_ms)
+		msleep(20);
+	CHECK(!strcmp(tier_of(d, r1[0].session), "arena") &&
+	      metric(d, "kvarenad_tier_prefetches_total") == 1,
+	      "P prefetched into their room once they were idle: tier %s %.0f ms into its "
+	      "%d ms wait (%llu prefetches)", tier_of(d, r1[0].session), now_ms() - tp, p_ms,
+	      (unsigned long long)metric(d, "kvarenad_tier_prefetches_total"));
+	CHECK(ask(d, cv[0].p2, 24, &r2) == 0 && r2.n_tokens > 0 &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 0,
+	      "P continues without a stall either");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+	free(cv);
+}
+
 /*
  * A client's tool wait ends when its result arrives, not when the server
  * gets round to it: a request queued behind others (here: the scheduler
@@ -1442,6 +1584,7 @@ int main(int argc, char **argv)
 	RUN(shared_prefix);
 	RUN(wait_at_arrival);
 	RUN(prefetch_once);
+	RUN(prefetch_order);
 #ifndef __SANITIZE_ADDRESS__
 	RUN(idle1000);		/* unsanitized: check-tiering runs test_tiering_guest for it */
 #endif
