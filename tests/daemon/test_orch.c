@@ -3786,8 +3786,9 @@ out:
  * A tenant's KV budget while a reply grows (admit.c,
  * kvd_reserve_or_preempt on -EDQUOT): the tenant's own idle KV goes
  * first, and a reply alone over the budget ends there, finish "length"
- * (the budget is its context). Budget 6 blocks; X's idle conversation
- * holds 2; Y's reply (EOS ignored) grows past X's blocks to the six.
+ * (the budget is its context), never another tenant's running reply.
+ * Budget 6 blocks; X's idle conversation holds 2; Y's reply (EOS ignored)
+ * grows past X's blocks to the six while Z, another tenant's, runs.
  */
 static void test_tenant_budget(void)
 {
@@ -3795,17 +3796,19 @@ static void test_tenant_budget(void)
 	struct kvd *d;
 	struct kvd_request rq = { 0 };
 	struct kvd_error err;
-	struct kvd_job *j = NULL;
-	struct reply x, y;
+	struct kvd_job *j = NULL, *jz = NULL;
+	struct reply x, y, z;
 	struct rq qx = { "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n", 0, 1, 4, 1,
 			 NULL, NULL };
 	uint32_t bt;
 
 	base_config(&c);
-	c.n_tenants = 1;
+	c.n_tenants = 2;
 	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "small");
 	c.tenants[0].id = 1;
 	c.tenants[0].kv_blocks = 6;
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "other");
+	c.tenants[1].id = 2;
 	c.prefix_cache = 0;
 	d = start(&c);
 	CHECK(d != NULL, "orchestrator starts");
@@ -3821,11 +3824,25 @@ static void test_tenant_budget(void)
 	rq.s.has_seed = 1;
 	rq.s.max_tokens = 8 * bt;
 	rq.s.ignore_eos = 1;
+	/* Z, another tenant's reply, runs alongside: never Y's victim */
+	rq.tenant = 2;
+	rq.prompt = "<|im_start|>user\nz<|im_end|>\n<|im_start|>assistant\n";
+	rq.prompt_len = strlen(rq.prompt);
+	rq.s.max_tokens = 12 * bt;
+	CHECK(kvd_job_submit(d, &rq, &jz, &err) == 0, "Z runs for %u tokens", 12 * bt);
 	rq.tenant = 1;
+	rq.prompt = "<|im_start|>user\ny<|im_end|>\n<|im_start|>assistant\n";
+	rq.prompt_len = strlen(rq.prompt);
+	rq.s.max_tokens = 8 * bt;
 	memset(&y, 0, sizeof(y));
+	memset(&z, 0, sizeof(z));
 	err.message[0] = 0;
 	CHECK(kvd_job_submit(d, &rq, &j, &err) == 0 && collect_reply(d, j, &y, NULL) == 0,
 	      "Y asks for %u tokens (%s%s)", 8 * bt, err.message, y.err);
+	CHECK(jz && collect_reply(d, jz, &z, NULL) == 0 && z.usage.completion_tokens == 12 * bt &&
+	      metric(d, "kvarenad_preemptions_total") == 0,
+	      "Z's reply whole (%u tokens) and nothing preempted: a tenant over its budget "
+	      "takes only its own", z.usage.completion_tokens);
 	CHECK(y.finish == KVD_FINISH_LENGTH && y.usage.completion_tokens < 8 * bt &&
 	      y.usage.prompt_tokens + y.usage.completion_tokens >= 6 * bt &&
 	      y.usage.prompt_tokens + y.usage.completion_tokens <= 6 * bt + 1,
