@@ -3824,21 +3824,20 @@ static void test_tenant_budget(void)
 	rq.s.has_seed = 1;
 	rq.s.max_tokens = 8 * bt;
 	rq.s.ignore_eos = 1;
-	/* Z, another tenant's reply, runs alongside: never Y's victim */
+	rq.tenant = 1;
+	memset(&y, 0, sizeof(y));
+	memset(&z, 0, sizeof(z));
+	err.message[0] = 0;
+	CHECK(kvd_job_submit(d, &rq, &j, &err) == 0, "Y asks for %u tokens (%s)", 8 * bt,
+	      err.message);
+	/* Z, another tenant's reply after Y's (so the lower priority of the
+	 * two), runs alongside: never Y's victim */
 	rq.tenant = 2;
 	rq.prompt = "<|im_start|>user\nz<|im_end|>\n<|im_start|>assistant\n";
 	rq.prompt_len = strlen(rq.prompt);
 	rq.s.max_tokens = 12 * bt;
 	CHECK(kvd_job_submit(d, &rq, &jz, &err) == 0, "Z runs for %u tokens", 12 * bt);
-	rq.tenant = 1;
-	rq.prompt = "<|im_start|>user\ny<|im_end|>\n<|im_start|>assistant\n";
-	rq.prompt_len = strlen(rq.prompt);
-	rq.s.max_tokens = 8 * bt;
-	memset(&y, 0, sizeof(y));
-	memset(&z, 0, sizeof(z));
-	err.message[0] = 0;
-	CHECK(kvd_job_submit(d, &rq, &j, &err) == 0 && collect_reply(d, j, &y, NULL) == 0,
-	      "Y asks for %u tokens (%s%s)", 8 * bt, err.message, y.err);
+	CHECK(j && collect_reply(d, j, &y, NULL) == 0, "Y's reply (%s)", y.err);
 	CHECK(jz && collect_reply(d, jz, &z, NULL) == 0 && z.usage.completion_tokens == 12 * bt &&
 	      metric(d, "kvarenad_preemptions_total") == 0,
 	      "Z's reply whole (%u tokens) and nothing preempted: a tenant over its budget "
