@@ -309,6 +309,27 @@ static void collision(void)
 	kvd_radix_fini(&r);
 }
 
+/* kvd_radix_insert refuses a block id past the arena's and one the index
+ * holds already, and leaves the index as it was. */
+static void insert_refused(void)
+{
+	struct kvd_radix r;
+	int32_t a[BT] = { 1, 2, 3, 4 }, b[BT] = { 5, 6, 7, 8 };
+
+	if (kvd_radix_init(&r, BT, 16, 42))
+		return;
+	CHECK(kvd_radix_insert(&r, 0, NULL, a, 3, 0) != NULL, "block 3 indexed");
+	CHECK(kvd_radix_insert(&r, 0, NULL, b, 16, 0) == NULL &&
+	      kvd_radix_insert(&r, 0, NULL, b, UINT32_MAX, 0) == NULL,
+	      "block ids 16 and 2^32-1 of an arena of 16: refused");
+	CHECK(kvd_radix_insert(&r, 0, NULL, b, 3, 0) == NULL && r.n == 1 &&
+	      kvd_radix_child(&r, 0, NULL, b) == NULL,
+	      "block 3 again, under other tokens: refused, the index as it was");
+	if (!failed)
+		OK("block ids past the arena or already indexed are refused");
+	kvd_radix_fini(&r);
+}
+
 static void long_prompt(void)
 {
 	struct kvd_radix r;
@@ -389,6 +410,7 @@ int main(int argc, char **argv)
 		   (unsigned long long)seed, count[0], count[1], count[2], count[3]);
 	kvd_radix_fini(&r);
 	collision();
+	insert_refused();
 	long_prompt();
 	printf("%d checks passed, %d failed\n", pass, failed);
 	return failed ? 1 : 0;
