@@ -122,19 +122,27 @@ struct rq {
 	const char *stop;		/* one stop sequence, or NULL */
 };
 
+/* A request for the test model: greedy, seed 1, top_p off. */
+static void request_init(struct kvd_request *rq, const char *prompt, uint32_t max_tokens)
+{
+	memset(rq, 0, sizeof(*rq));
+	rq->model = "test";
+	rq->prompt = prompt;
+	rq->prompt_len = strlen(prompt);
+	rq->s.top_p = 1;
+	rq->s.seed = 1;
+	rq->s.has_seed = 1;
+	rq->s.max_tokens = max_tokens;
+}
+
 static struct kvd_job *submit(struct kvd *d, const struct rq *q, struct kvd_error *err)
 {
-	struct kvd_request rq = { 0 };
+	struct kvd_request rq;
 	struct kvd_job *j = NULL;
 
-	rq.model = "test";
-	rq.prompt = q->prompt;
-	rq.prompt_len = strlen(q->prompt);
+	request_init(&rq, q->prompt, q->max_tokens);
 	rq.s.temperature = q->temp;
-	rq.s.top_p = 1;
 	rq.s.seed = q->seed;
-	rq.s.has_seed = 1;
-	rq.s.max_tokens = q->max_tokens;
 	rq.tenant = q->tenant;
 	rq.session_key = q->key;
 	if (q->stop) {
@@ -417,14 +425,9 @@ static void test_fork(void)
 		if (partial)
 			break;
 	}
-	rq.model = "test";
-	rq.prompt = p;
-	rq.prompt_len = strlen(p);
+	request_init(&rq, p, 8);
 	rq.s.temperature = 1;
-	rq.s.top_p = 1;
 	rq.s.seed = 5;
-	rq.s.has_seed = 1;
-	rq.s.max_tokens = 8;
 	memset(&ra, 0, sizeof(ra));
 	memset(&rb, 0, sizeof(rb));
 	if (kvd_job_submit(d, &rq, &a, &err) == 0) {
@@ -1003,13 +1006,7 @@ static struct kvd_job *submit_long(struct kvd *d, const char *prompt, uint32_t m
 	struct kvd_request rq = { 0 };
 	struct kvd_job *j = NULL;
 
-	rq.model = "test";
-	rq.prompt = prompt;
-	rq.prompt_len = strlen(prompt);
-	rq.s.top_p = 1;
-	rq.s.has_seed = 1;
-	rq.s.seed = 1;
-	rq.s.max_tokens = max_tokens;
+	request_init(&rq, prompt, max_tokens);
 	rq.s.ignore_eos = 1;	/* the reply must grow into the blocks it lacks */
 	if (kvd_job_submit(d, &rq, &j, err))
 		return NULL;
@@ -1783,13 +1780,7 @@ static struct kvd_job *submit_tools(struct kvd *d, const char *prompt, uint32_t 
 	struct kvd_error err;
 	struct kvd_job *j = NULL;
 
-	rq.model = "test";
-	rq.prompt = prompt;
-	rq.prompt_len = strlen(prompt);
-	rq.s.top_p = 1;
-	rq.s.has_seed = 1;
-	rq.s.seed = 1;
-	rq.s.max_tokens = max_tokens;
+	request_init(&rq, prompt, max_tokens);
 	rq.tenant = tenant;
 	rq.server_tools = ~0u;
 	if (kvd_job_submit(d, &rq, &j, &err))
@@ -3762,12 +3753,8 @@ static void test_context_end(void)
 	}
 	p[o] = 0;
 	n = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0);
-	rq.model = "test";
-	rq.prompt = p;
-	rq.prompt_len = (size_t)o;
-	rq.s.top_p = 1;
-	rq.s.has_seed = 1;
-	rq.s.ignore_eos = 1;	/* max_tokens unset: the server's cap, 1024 */
+	request_init(&rq, p, 0);	/* max_tokens unset: the server's cap, 1024 */
+	rq.s.ignore_eos = 1;
 	memset(&r, 0, sizeof(r));
 	err.message[0] = 0;
 	CHECK(d->ctx_len == 1024 && n > 990 && n <= 1004 && kvd_job_submit(d, &rq, &j, &err) == 0 &&
@@ -3817,12 +3804,7 @@ static void test_tenant_budget(void)
 	bt = d->geom.block_tokens;
 	CHECK(ask_rq(d, &qx, &x, NULL) == 0 && conv_blocks(d, x.session) > 0,
 	      "X's conversation idles with its KV (%d blocks)", conv_blocks(d, x.session));
-	rq.model = "test";
-	rq.prompt = "<|im_start|>user\ny<|im_end|>\n<|im_start|>assistant\n";
-	rq.prompt_len = strlen(rq.prompt);
-	rq.s.top_p = 1;
-	rq.s.has_seed = 1;
-	rq.s.max_tokens = 8 * bt;
+	request_init(&rq, "<|im_start|>user\ny<|im_end|>\n<|im_start|>assistant\n", 8 * bt);
 	rq.s.ignore_eos = 1;
 	rq.tenant = 1;
 	memset(&y, 0, sizeof(y));
@@ -3832,10 +3814,9 @@ static void test_tenant_budget(void)
 	      err.message);
 	/* Z, another tenant's reply after Y's (so the lower priority of the
 	 * two), runs alongside: never Y's victim */
+	request_init(&rq, "<|im_start|>user\nz<|im_end|>\n<|im_start|>assistant\n", 12 * bt);
+	rq.s.ignore_eos = 1;
 	rq.tenant = 2;
-	rq.prompt = "<|im_start|>user\nz<|im_end|>\n<|im_start|>assistant\n";
-	rq.prompt_len = strlen(rq.prompt);
-	rq.s.max_tokens = 12 * bt;
 	CHECK(kvd_job_submit(d, &rq, &jz, &err) == 0, "Z runs for %u tokens", 12 * bt);
 	CHECK(j && collect_reply(d, j, &y, NULL) == 0, "Y's reply (%s)", y.err);
 	CHECK(jz && collect_reply(d, jz, &z, NULL) == 0 && z.usage.completion_tokens == 12 * bt &&
@@ -3943,12 +3924,7 @@ static void test_utf8_tail(void)
 		return;
 	CHECK(kve_tokenize(d->tok, "\xe2", 1, 0, &e2, 1) == 1, "the byte 0xE2 is token %d", e2);
 	bias = (struct kvd_logit_bias){ e2, 100 };
-	rq.model = "test";
-	rq.prompt = p;
-	rq.prompt_len = strlen(p);
-	rq.s.top_p = 1;
-	rq.s.has_seed = 1;
-	rq.s.max_tokens = 3;
+	request_init(&rq, p, 3);
 	rq.s.n_logit_bias = 1;
 	rq.s.logit_bias = &bias;
 	memset(&r1, 0, sizeof(r1));
