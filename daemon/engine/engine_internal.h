@@ -140,6 +140,7 @@ static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, 
  * 4-row panels sum 16 partial lanes per row and add them at the end).
  */
 #define KVE_PANEL_QKX16	16
+_Static_assert(KVE_PANEL_QKX16 == KVE_PANEL_Q4X16, "one panel value: the type tells the layout");
 #define KVE_Q4KX16_BLK	(KVE_PANEL_QKX16 * 144)	/* bytes per block of a panel */
 #define KVE_Q6KX16_BLK	(KVE_PANEL_QKX16 * 210)
 

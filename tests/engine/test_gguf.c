@@ -865,8 +865,15 @@ static void test_load_modes(const char *path)
 	 * their own order (Q4_0) or the portable C product's (the K-quants;
 	 * Documentation/engine.md, Weight layout), not that of the 4-row
 	 * panels: close, not the same bits */
-	x16 = m[0]->layers[0].wq.panel == KVE_PANEL_Q4X16 ||
-	      m[0]->layers[0].wq.panel == KVE_PANEL_QKX16;
+	x16 = m[0]->output.panel == KVE_PANEL_Q4X16;	/* (== KVE_PANEL_QKX16) */
+	for (i = 0; i < (int)kve_model_info(m[0])->n_layers; i++) {
+		const struct kve_layer *L = &m[0]->layers[i];
+
+		x16 |= L->wq.panel == KVE_PANEL_Q4X16 || L->wk.panel == KVE_PANEL_Q4X16 ||
+		       L->wv.panel == KVE_PANEL_Q4X16 || L->wo.panel == KVE_PANEL_Q4X16 ||
+		       L->gate.panel == KVE_PANEL_Q4X16 || L->up.panel == KVE_PANEL_Q4X16 ||
+		       L->down.panel == KVE_PANEL_Q4X16;
+	}
 	CHECK(m[0]->g.map_base != m[2]->g.map_base &&
 	      ((uintptr_t)m[0]->g.base & ((2u << 20) - 1)) == 0 &&
 	      packed && !m[1]->layers[0].wq.panel && !m[2]->layers[0].wq.panel &&
