@@ -1124,10 +1124,11 @@ out:
 	free(p);
 }
 
-/* Worker w carries `chunk` prompt tokens and `dec` decode tokens in
- * flight, one step (seqs: room for dec + 1). */
+/* Worker w carries a prompt chunk of `chunk` tokens (the prompt's last
+ * when `last`: it samples) and `dec` decode tokens in flight, one step
+ * (seqs: room for dec + 1). */
 static void load_worker(struct kvd_worker *w, struct kvd_sent *seqs, int index, uint32_t role,
-			uint32_t chunk, uint32_t dec)
+			uint32_t chunk, int last, uint32_t dec)
 {
 	struct kvd_wstep *st = &w->q[0];
 	uint32_t k;
@@ -1139,7 +1140,7 @@ static void load_worker(struct kvd_worker *w, struct kvd_sent *seqs, int index, 
 	w->n_q = chunk || dec;
 	if (chunk) {
 		st->seqs[st->n_seq].n_new = chunk;
-		st->seqs[st->n_seq++].flags = KVD_SEQ_SAMPLE;
+		st->seqs[st->n_seq++].flags = last ? KVD_SEQ_SAMPLE : 0;
 	}
 	for (k = 0; k < dec; k++) {
 		st->seqs[st->n_seq].n_new = 1;
@@ -1157,12 +1158,15 @@ static void load_worker(struct kvd_worker *w, struct kvd_sent *seqs, int index, 
 static void test_route_order(void)
 {
 	enum { P = KVD_ROLE_PREFILL, D = KVD_ROLE_DECODE, N = 6 };
-	static const struct { uint32_t role, chunk, dec; } load[N] = {
-		{ P, 300, 0 }, { P, 0, 0 }, { P, 10, 2 }, { D, 0, 3 }, { D, 0, 0 }, { D, 0, 0 },
+	/* a prompt's last chunk, two decode tokens, a one-token chunk that
+	 * does not sample (a prompt token all the same) */
+	static const struct { uint32_t role, chunk; int last; uint32_t dec; } load[N] = {
+		{ P, 300, 1, 0 }, { P, 0, 0, 2 }, { P, 1, 0, 0 },
+		{ D, 0, 0, 3 }, { D, 0, 0, 0 }, { D, 0, 0, 0 },
 	};
 	static const struct { double scale; int want[N]; } cases[] = {
-		{ 1.0, { 1, 2, 0, 4, 5, 3 } },		/* costs 300 0 12 | 3 0 0 */
-		{ 0.001, { 1, 0, 2, 4, 5, 3 } },	/* 0.3 0 2.01 | 3 0 0 */
+		{ 1.0, { 2, 1, 0, 4, 5, 3 } },		/* costs 300 2 1 | 3 0 0 */
+		{ 0.001, { 2, 0, 1, 4, 5, 3 } },	/* 0.3 2 0.001 | 3 0 0 */
 	};
 	struct kvd *d = calloc(1, sizeof(*d));
 	struct kvd_worker *w = calloc(N, sizeof(*w)), *order[N];
@@ -1178,7 +1182,8 @@ static void test_route_order(void)
 		d->cfg.prefill_load_scale = cases[k].scale;
 		for (i = 0; i < N; i++) {
 			/* given in reverse: the order is the sort's, not the input's */
-			load_worker(&w[i], seqs[i], (int)i, load[i].role, load[i].chunk, load[i].dec);
+			load_worker(&w[i], seqs[i], (int)i, load[i].role, load[i].chunk, load[i].last,
+				    load[i].dec);
 			order[N - 1 - i] = &w[i];
 		}
 		kvd_route_order(d, order, N);
