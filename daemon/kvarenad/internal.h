@@ -723,6 +723,9 @@ void kvd_health_update(struct kvd *d, uint64_t now);
 
 /* router.c */
 double kvd_route_cost(const struct kvd *d, const struct kvd_worker *w);
+/* Sorts workers in the order they are offered steps: prefill stage
+ * first, then least cost, then index. */
+void kvd_route_order(const struct kvd *d, struct kvd_worker **order, uint32_t n);
 
 /* kstate.c */
 int kvd_kstate_init(struct kvd *d);
