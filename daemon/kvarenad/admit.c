@@ -16,9 +16,11 @@
  * room_for()), cover its blocks and its own reserve. Running replies are
  * finished first; a job alone is admitted whenever its prompt fits. A job whose next uncached block
  * another conversation is computing right now waits for it (prefix.c)
- * and lets the others pass; a job that does not fit waits for running
+ * and lets the others pass, as does one whose KV is being read back
+ * from disk (tiering.c); a job that does not fit waits for running
  * ones to free blocks, and stops admission behind it (so that a large
- * prompt is not starved by a stream of small ones). A request that could
+ * prompt is not starved by a stream of small ones), and so does one
+ * whose KV's restore found no room. A request that could
  * never fit was refused at submit with a 400 naming the limit (core.c):
  * the context is bounded by the arena.
  *
@@ -358,10 +360,19 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		kvd_job_fail(d, j, KVD_ERR_TOO_LONG, "the conversation exceeds the context length");
 		return -E2BIG;
 	}
-	/* its KV may be on disk: the job waits for the restore (tiering.c),
-	 * the others pass */
-	if (kvd_tiering_need_kv(d, c))
+	/* its KV may be on disk: the job waits for the restore (tiering.c)
+	 * and the others pass; a restore that found no room is a job
+	 * lacking room and holds admission behind it like one (later
+	 * arrivals took the room it had made: a 57 ms restore stalled 41 s
+	 * in an eviction trial) */
+	switch (kvd_tiering_need_kv(d, c)) {
+	case 0:
+		break;
+	case 2:
+		return 1;
+	default:
 		return 2;
+	}
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
 		opened = c->has_kv ? 2 : 1;
@@ -524,15 +535,25 @@ void kvd_admit(struct kvd *d)
 	struct kvd_admit_cand *c;
 	uint32_t running = 0, committed;
 	size_t n, i;
-	int blocked = 0, others;
+	int blocked = 0, others, restore_waits = 0;
 
 	/* what the waiting work lacks, counted again this turn (restores
-	 * on demand that found no room add theirs, tiering.c) */
+	 * on demand that found no room too: a prefetch leaves it them) */
 	d->room_wanted = 0;
 	for (j = d->jobs; j; j = j->next) {
-		/* a tool round whose KV came back from disk goes on */
-		if (j->state == JOB_KV_WAIT && !kvd_tiering_need_kv(d, j->conv))
-			kvd_resume_round(d, j);
+		/* a tool round whose KV came back from disk goes on; one whose
+		 * restore lacks room holds admission (as admit_one) */
+		if (j->state == JOB_KV_WAIT) {
+			switch (kvd_tiering_need_kv(d, j->conv)) {
+			case 0:
+				kvd_resume_round(d, j);
+				break;
+			case 2:
+				wanted(d, j);
+				restore_waits = 1;
+				break;
+			}
+		}
 		if (j->state == JOB_RUNNING || j->state == JOB_KV_LOAD || j->state == JOB_TOOL_RUNNING ||
 		    j->state == JOB_TOOL_RESULTS || j->state == JOB_KV_WAIT)
 			running++;
@@ -547,7 +568,9 @@ void kvd_admit(struct kvd *d)
 			break;
 		}
 	/* queued jobs, fair order: the tenant of least virtual time, its
-	 * oldest job; one that does not fit stops the rest */
+	 * oldest job; one that does not fit stops the rest, and so does a
+	 * tool round's restore that found no room (it was running) */
+	blocked |= restore_waits;
 	n = blocked ? 0 : candidates(d, JOB_QUEUED, &c);
 	for (i = 0; i < n && !blocked; i++) {
 		best = c[i].j;

@@ -723,6 +723,9 @@ void kvd_health_update(struct kvd *d, uint64_t now);
 
 /* router.c */
 double kvd_route_cost(const struct kvd *d, const struct kvd_worker *w);
+/* Sorts workers in the order they are offered steps: prefill stage
+ * first, then least cost, then index. */
+void kvd_route_order(const struct kvd *d, struct kvd_worker **order, uint32_t n);
 
 /* kstate.c */
 int kvd_kstate_init(struct kvd *d);
@@ -779,7 +782,8 @@ int kvd_tiering_poll(struct kvd *d, uint64_t now);
  * spill or discard its KV for the predicted wait. */
 void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us);
 /* c's job is about to use its KV: 0 go on (what the arena holds is its
- * KV; what it lacks is prefilled), 1 wait (a restore runs). */
+ * KV; what it lacks is prefilled), 1 wait (a restore runs), 2 wait for
+ * room (its restore found none: a job lacking room, admit.c). */
 int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c);
 /* The kernel ranked c a victim: its blocks go to disk or away. Blocks
  * freed now (a spill frees them when written: c->tier_op is then set). */

@@ -575,21 +575,6 @@ static void kv_loads(struct kvd *d, struct kvd_worker **order, uint32_t n)
 	}
 }
 
-static const struct kvd *cost_d;
-
-static int cost_cmp(const void *a, const void *b)
-{
-	const struct kvd_worker *x = *(struct kvd_worker *const *)a;
-	const struct kvd_worker *y = *(struct kvd_worker *const *)b;
-	double cx = kvd_route_cost(cost_d, x), cy = kvd_route_cost(cost_d, y);
-
-	if (x->role != y->role)		/* prefill workers first: decode ones mix */
-		return x->role == KVD_ROLE_PREFILL ? -1 : 1;
-	if (cx != cy)
-		return cx < cy ? -1 : 1;
-	return x->index - y->index;
-}
-
 /* The smallest bisection group with work, or 0. */
 static uint32_t next_group(const struct kvd *d)
 {
@@ -620,8 +605,7 @@ void kvd_steps_build(struct kvd *d)
 			order[n++] = &d->workers[i];
 	if (!n)
 		return;
-	cost_d = d;
-	qsort(order, n, sizeof(*order), cost_cmp);
+	kvd_route_order(d, order, n);
 	if (copy)
 		kv_loads(d, order, n);
 	for (cmax = 0, j = d->jobs; j; j = j->next)

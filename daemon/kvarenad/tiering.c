@@ -937,15 +937,15 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 			rc = start_restore(d, c, want);
 			if (rc == 0 && !c->tier_op)
 				return 0;	/* all of it from the prefix cache */
-			if (rc == -EAGAIN)	/* a prefetch leaves it the room */
-				d->room_wanted += (want + bt_of(d) - 1) / bt_of(d);
 			if (rc == 0 || rc == -EAGAIN) {
 				if (!c->stall_since_ns)
 					c->stall_since_ns = now;
 				if (!c->tier_missed)
 					d->m.kv_misses++;
 				c->tier_missed = 1;
-				return 1;
+				/* no room: the caller counts it wanted (a
+				 * prefetch leaves it the room) */
+				return rc == -EAGAIN ? 2 : 1;
 			}
 			kvd_log(KVD_LOG_WARN, "tier", "%s: cannot restore (%s): recomputed", c->id,
 				strerror(-rc));

@@ -27,9 +27,9 @@
  *
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
- * preempt, preempt_cached, admission, worker_storm, stall, fairness,
- * shared_start, session_keys, never_fits, index_chain, bisect, utf8_clean, and with the
- * hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * preempt, preempt_cached, readmit_first, route_order, admission, worker_storm,
+ * stall, fairness, shared_start, session_keys, never_fits, index_chain, bisect,
+ * utf8_clean, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -1013,6 +1013,20 @@ static struct kvd_job *submit_long(struct kvd *d, const char *prompt, uint32_t m
 	return j;
 }
 
+/* One event of a reply read with kvd_job_next_any: 1 when it ended. */
+static int take_event(struct reply *o, const struct kvd_event *ev)
+{
+	if (ev->type == KVD_EV_TOKEN) {
+		if (ev->token >= 0 && o->n_tokens < 1024)
+			o->tokens[o->n_tokens++] = ev->token;
+		return 0;
+	}
+	o->finish = ev->type == KVD_EV_DONE ? ev->finish : 0;
+	o->done = ev->type == KVD_EV_DONE;
+	o->error = !o->done;
+	return 1;
+}
+
 /*
  * A waiting job holds no blocks (admit.c, wait_empty()): with the prefix
  * cache on, admission shares a job's cached prefix before reserving the
@@ -1085,15 +1099,8 @@ static void test_preempt_cached(void)
 			n += ok;
 		}
 		while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
-			struct reply *o = &out[idx[which]];
-
-			if (ev.type == KVD_EV_TOKEN) {
-				if (ev.token >= 0 && o->n_tokens < 1024)
-					o->tokens[o->n_tokens++] = ev.token;
+			if (!take_event(&out[idx[which]], &ev))
 				continue;
-			}
-			o->finish = ev.type == KVD_EV_DONE ? ev.finish : 0;
-			o->error = ev.type != KVD_EV_DONE;
 			kvd_job_free(jobs[which]);
 			jobs[which] = jobs[n - 1];
 			idx[which] = idx[n - 1];
@@ -1113,6 +1120,196 @@ static void test_preempt_cached(void)
 		same += same_tokens(&r[i], &ref[i]) && r[i].n_tokens == mx;
 	CHECK(same == 2, "both replies came, %u tokens each, equal to their runs with room: "
 	      "%u of 2 (a waiting job holds no blocks)", mx, same);
+out:
+	free(p);
+}
+
+/* Worker w carries a prompt chunk of `chunk` tokens (the prompt's last
+ * when `last`: it samples) and `dec` decode tokens in flight, one step
+ * (seqs: room for dec + 1). */
+static void load_worker(struct kvd_worker *w, struct kvd_sent *seqs, int index, uint32_t role,
+			uint32_t chunk, int last, uint32_t dec)
+{
+	struct kvd_wstep *st = &w->q[0];
+	uint32_t k;
+
+	memset(w, 0, sizeof(*w));
+	st->seqs = seqs;
+	w->index = index;
+	w->role = role;
+	w->n_q = chunk || dec;
+	if (chunk) {
+		st->seqs[st->n_seq].n_new = chunk;
+		st->seqs[st->n_seq++].flags = last ? KVD_SEQ_SAMPLE : 0;
+	}
+	for (k = 0; k < dec; k++) {
+		st->seqs[st->n_seq].n_new = 1;
+		st->seqs[st->n_seq++].flags = KVD_SEQ_SAMPLE;
+	}
+}
+
+/*
+ * The order workers are offered steps (router.c, kvd_route_order): the
+ * prefill stage's first whatever their load (a decode worker mixes in
+ * only the prompt chunks they leave: the steps queued behind the ones in
+ * flight are built in this order), then least cost (prefill_load_scale
+ * x prompt tokens in flight + decode tokens in flight), then index.
+ */
+static void test_route_order(void)
+{
+	enum { P = KVD_ROLE_PREFILL, D = KVD_ROLE_DECODE, N = 6 };
+	/* a prompt's last chunk, two decode tokens, a one-token chunk that
+	 * does not sample (a prompt token all the same) */
+	static const struct { uint32_t role, chunk; int last; uint32_t dec; } load[N] = {
+		{ P, 300, 1, 0 }, { P, 0, 0, 2 }, { P, 1, 0, 0 },
+		{ D, 0, 0, 3 }, { D, 0, 0, 0 }, { D, 0, 0, 0 },
+	};
+	static const struct { double scale; int want[N]; } cases[] = {
+		{ 1.0, { 2, 1, 0, 4, 5, 3 } },		/* costs 300 2 1 | 3 0 0 */
+		{ 0.001, { 2, 0, 1, 4, 5, 3 } },	/* 0.3 2 0.001 | 3 0 0 */
+	};
+	struct kvd *d = calloc(1, sizeof(*d));
+	struct kvd_worker *w = calloc(N, sizeof(*w)), *order[N];
+	struct kvd_sent seqs[N][4];
+	uint32_t i, k;
+	char got[64];
+
+	if (!d || !w)
+		goto out;
+	for (k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		int o = 0, right = 1;
+
+		d->cfg.prefill_load_scale = cases[k].scale;
+		for (i = 0; i < N; i++) {
+			/* given in reverse: the order is the sort's, not the input's */
+			load_worker(&w[i], seqs[i], (int)i, load[i].role, load[i].chunk, load[i].last,
+				    load[i].dec);
+			order[N - 1 - i] = &w[i];
+		}
+		kvd_route_order(d, order, N);
+		for (i = 0; i < N; i++) {
+			o += snprintf(got + o, sizeof(got) - (size_t)o, " %d", order[i]->index);
+			right &= order[i]->index == cases[k].want[i];
+		}
+		CHECK(right, "workers offered steps in the order%s at prefill_load_scale %g "
+		      "(prefill stage first, then least cost, then index)", got, cases[k].scale);
+	}
+out:
+	free(w);
+	free(d);
+}
+
+/*
+ * A preempted job goes back before any queued one (admit.c, kvd_admit):
+ * one that finds no room stops admission as a queued one does, so that
+ * newcomers do not take the blocks it waits for. In an arena of B
+ * blocks, A and B (prompts of 3B/8 blocks, replies of B/2 blocks) grow
+ * until B, the newer, is preempted; it needs the blocks A keeps growing
+ * into, so it waits for A's end. C, a short prompt that fits the room
+ * left, arrives while B waits: C starts after A's end (A's last events
+ * are queued before C's first), not beside A. The three replies equal
+ * their runs on an arena with room.
+ */
+static void test_readmit_first(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *jobs[3];
+	struct reply ref[3], r[3];
+	char *p = calloc(2, 8192), *pa = p, *pb = p + 8192;
+	const char *pc = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+	uint32_t bt, nb, i, n = 0, which, idx[3], mx[3] = { 0, 0, 4 }, same = 0;
+	uint32_t a_at_c = 0;		/* A's tokens read when C's first came */
+	int pass_no, ok = 1, c_sent = 0, c_started = 0, a_ended_first = 0;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	for (pass_no = 0; pass_no < 2 && ok; pass_no++) {
+		struct reply *out = pass_no ? ref : r;
+
+		base_config(&c);
+		c.prefix_cache = 0;
+		c.decode_reserve = 0;	/* admit whatever fits (test "admission") */
+		if (!pass_no)
+			c.kv_blocks = 8;	/* one 2 MiB page */
+		d = start(&c);
+		if (!d)
+			goto out;
+		if (!pass_no) {
+			bt = d->geom.block_tokens;
+			nb = d->geom.blocks_total;
+			ok = nb >= 16 && nb % 16 == 0 &&
+			     !grow_text(d, pa, 8192, "A: the build log", 1, 3 * nb / 8 * bt - bt / 2) &&
+			     !grow_text(d, pb, 8192, "B: the test log", 2, 3 * nb / 8 * bt - bt / 2);
+			mx[0] = mx[1] = nb / 2 * bt;
+			CHECK(ok && 3 * nb / 8 * bt + mx[0] < d->ctx_len,
+			      "an arena of %u blocks of %u tokens, prompts of %u blocks, "
+			      "replies of %u", nb, bt, 3 * nb / 8, nb / 2);
+			ok = ok && 3 * nb / 8 * bt + mx[0] < d->ctx_len;
+		}
+		memset(out, 0, 3 * sizeof(*out));
+		for (n = 0; n < 3 && ok; n++) {
+			if (n == 2 && !pass_no)
+				break;	/* C: once B waits */
+			jobs[n] = submit_long(d, n == 2 ? pc : n ? pb : pa, mx[n], &err);
+			ok = jobs[n] != NULL;
+			idx[n] = n;
+		}
+		c_sent = pass_no;
+		while (ok && n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
+			uint32_t k = idx[which];
+			int ended = take_event(&out[k], &ev);
+
+			if (!pass_no && k == 2 && !c_started) {
+				/* C's first event: A's end is queued before it */
+				c_started = 1;
+				for (i = 0; i < n; i++)
+					if (idx[i] == 0)
+						break;
+				a_ended_first = i == n;
+				if (i < n && i != which) {
+					while (kvd_job_next(jobs[i], &ev, 0) == 1)
+						if (take_event(&out[0], &ev)) {
+							a_ended_first = 1;
+							kvd_job_free(jobs[i]);
+							jobs[i] = jobs[n - 1];
+							idx[i] = idx[n - 1];
+							n--;
+							which = which == n ? i : which;
+							break;
+						}
+				}
+				a_at_c = r[0].n_tokens;
+			}
+			if (ended) {
+				kvd_job_free(jobs[which]);
+				jobs[which] = jobs[n - 1];
+				idx[which] = idx[n - 1];
+				n--;
+			}
+			if (!c_sent && metric(d, "kvarenad_preemptions_total") > 0) {
+				c_sent = 1;
+				jobs[n] = submit_long(d, pc, mx[2], &err);
+				idx[n] = 2;
+				n += jobs[n] != NULL;
+			}
+		}
+		for (i = 0; i < n; i++)	/* no answer in 120 s */
+			kvd_job_free(jobs[i]);
+		if (!pass_no) {
+			CHECK(c_sent, "B preempted while A grows (%llu preemptions)",
+			      (unsigned long long)metric(d, "kvarenad_preemptions_total"));
+			CHECK(c_started && a_ended_first,
+			      "C, arriving while the preempted B waits for room, started after "
+			      "A's end (%u of A's %u tokens out before C's first)", a_at_c, mx[0]);
+		}
+		kvd_destroy(d);
+	}
+	for (i = 0; i < 3; i++)
+		same += same_tokens(&r[i], &ref[i]) && r[i].n_tokens == mx[i];
+	CHECK(same == 3, "A, B and C whole, equal to their runs with room: %u of 3", same);
 out:
 	free(p);
 }
@@ -4098,6 +4295,8 @@ int main(int argc, char **argv)
 	RUN(paths);
 	RUN(preempt);
 	RUN(preempt_cached);
+	RUN(readmit_first);
+	RUN(route_order);
 	RUN(admission);
 	RUN(program_fcfs);
 	RUN(worker_storm);

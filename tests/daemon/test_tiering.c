@@ -35,6 +35,8 @@
  *   prefetch_order  a prefetch takes free room or that of conversations
  *                   expected back later, never of those back sooner: two
  *                   conversations returning first keep their KV, no stall
+ *   restore_first   a restore on demand that finds no room holds
+ *                   admission: a later short request does not pass it
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -234,14 +236,14 @@ static void script(struct kvd *d, const char *reply)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static int ask(struct kvd *d, const char *prompt, uint32_t max_tokens, struct reply *r)
+/* A request as every test sends it (greedy, seeded, the top 20
+ * log-probabilities); its events are read by collect(). NULL: refused. */
+static struct kvd_job *submit(struct kvd *d, const char *prompt, uint32_t max_tokens)
 {
 	struct kvd_request rq = { 0 };
 	struct kvd_error err;
-	struct kvd_event ev;
 	struct kvd_job *j;
 
-	memset(r, 0, sizeof(*r));
 	rq.model = "test";
 	rq.prompt = prompt;
 	rq.prompt_len = strlen(prompt);
@@ -254,9 +256,16 @@ static int ask(struct kvd *d, const char *prompt, uint32_t max_tokens, struct re
 	rq.s.top_logprobs = 20;
 	if (kvd_job_submit(d, &rq, &j, &err)) {
 		printf("submit: %s\n", err.message);
-		r->error = 1;
-		return -1;
+		return NULL;
 	}
+	return j;
+}
+
+/* The job's reply, to its end; the job is freed. */
+static int collect(struct kvd_job *j, struct reply *r)
+{
+	struct kvd_event ev;
+
 	while (kvd_job_next(j, &ev, 120000) == 1) {
 		if (ev.type == KVD_EV_TOKEN) {
 			if (ev.token >= 0 && r->n_tokens < MAX_TOK) {
@@ -285,6 +294,19 @@ static int ask(struct kvd *d, const char *prompt, uint32_t max_tokens, struct re
 	}
 	kvd_job_free(j);
 	return r->error ? -1 : 0;
+}
+
+static int ask(struct kvd *d, const char *prompt, uint32_t max_tokens, struct reply *r)
+{
+	struct kvd_job *j;
+
+	memset(r, 0, sizeof(*r));
+	j = submit(d, prompt, max_tokens);
+	if (!j) {
+		r->error = 1;
+		return -1;
+	}
+	return collect(j, r);
 }
 
 /* Same tokens, same log-probabilities (bit for bit, the top 20 too). */
@@ -1368,6 +1390,124 @@ out:
 }
 
 /*
+ * A restore on demand that finds no room is a job lacking room: it holds
+ * admission behind it, as a prompt that does not fit does, so that later
+ * arrivals do not take the room it waits for. (Before, it let them pass:
+ * in an eviction trial, stalled restores of 57 ms waited 41 s for room
+ * that first turns queued after them kept taking.) A's KV is on disk; the
+ * arena is filled by a kvarena session of the test's own (another user
+ * of the arena: nothing the daemon may evict) to leave half of what A's
+ * restore needs, room enough for B, a short request that comes after A's
+ * tool result. B must not run while A waits; once the room is back, A is
+ * restored (output bit-identical) and B runs too.
+ */
+static void test_restore_first(void)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir("first");
+	struct kve_arena_session blk = { 0 };
+	const char *b_prompt = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_job *ja = NULL, *jb = NULL;
+	struct kvd_config c;
+	struct kvd_conv *cc;
+	struct convo cv;
+	struct reply r1, ra, rb;
+	struct kvd *d;
+	uint32_t bt, need = 0, left = 0, hold = 0;
+	uint64_t turn0, turns = 0;
+	int rc = -1, opened = 0, b_queued = 0, a_disk = 0, i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, ref_tool[0]);
+	base_config(&c, dir);
+	c.tier_prefetch = 0;		/* on demand: the return restores it */
+	d = start(&c);
+	if (!d)
+		goto out;
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, 20000), "A waits on a tool, spilled");
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
+	/* the arena full but for half of what A's restore needs */
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc) {
+		need = (cc->tier_file_tokens + bt - 1) / bt;
+		left = kvd_blocks_free(d);
+		hold = left > need / 2 ? left - need / 2 : 0;
+		rc = kve_arena_session_open(d->kv, 1, hold * bt, &blk);
+		opened = !rc;
+		if (!rc)
+			rc = kve_arena_session_reserve(d->kv, &blk, hold * bt);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left < need && left >= 4,
+	      "the arena held elsewhere: %u blocks free, A's restore needs %u", left, need);
+	if (rc)
+		goto stop;
+	/* A's tool result: its restore finds no room (a miss, no restore) */
+	ja = submit(d, cv.p2, 24);
+	CHECK(ja && await_metric(d, "kvarenad_kv_misses_total", 1, 20000) &&
+	      metric(d, "kvarenad_tier_restores_total") == 0,
+	      "A's tool result arrives: its KV is needed, its restore waits for room");
+	/* B after it: a short first turn that fits in what is free */
+	jb = submit(d, b_prompt, 4);
+	pthread_mutex_lock(&d->lock);
+	turn0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; i < 3000 && turns < 8; i++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		turns = d->n_step_us - turn0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	b_queued = jb && jb->state == JOB_QUEUED;
+	cc = kvd_conv_find_id(d, r1.session);
+	a_disk = cc && cc->tier_file && !cc->tier_op && (!cc->has_kv || !cc->as.s.n_blocks);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(jb && turns >= 8 && b_queued && a_disk,
+	      "%llu scheduler turns later B still waits behind A's restore (B %s, A %s)",
+	      (unsigned long long)turns, b_queued ? "queued" : "admitted", a_disk ? "on disk" : "?");
+	/* the room comes back */
+	pthread_mutex_lock(&d->lock);
+	kve_arena_session_close(d->kv, &blk);
+	opened = 0;
+	pthread_mutex_unlock(&d->lock);
+	memset(&ra, 0, sizeof(ra));
+	memset(&rb, 0, sizeof(rb));
+	CHECK(ja && collect(ja, &ra) == 0 && same_reply(&ra, ref),
+	      "A restored once there is room: output bit-identical to the run without eviction");
+	ja = NULL;
+	CHECK(jb && collect(jb, &rb) == 0 && rb.n_tokens > 0, "B runs after it");
+	jb = NULL;
+	CHECK(metric(d, "kvarenad_tier_restores_total") == 1 &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 1 &&
+	      metric(d, "kvarenad_tier_recomputed_tokens_total") == 0,
+	      "one restore, one stall, nothing recomputed");
+stop:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	if (ja)
+		collect(ja, &ra);
+	if (jb)
+		collect(jb, &rb);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
  * A client's tool wait ends when its result arrives, not when the server
  * gets round to it: a request queued behind others (here: the scheduler
  * kept from admitting it for 800 ms) does not make the tool look slower,
@@ -1585,6 +1725,7 @@ int main(int argc, char **argv)
 	RUN(wait_at_arrival);
 	RUN(prefetch_once);
 	RUN(prefetch_order);
+	RUN(restore_first);
 #ifndef __SANITIZE_ADDRESS__
 	RUN(idle1000);		/* unsanitized: check-tiering runs test_tiering_guest for it */
 #endif

@@ -79,7 +79,7 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join",
               "retention", "dropped_events", "admission", "stop_cut", "worker_answers",
               "idle_sleeps", "expire", "context_end", "tenant_budget",
-              "session_cap", "utf8_tail", "preempt_cached"]
+              "session_cap", "utf8_tail", "preempt_cached", "readmit_first", "route_order"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
@@ -120,7 +120,7 @@ GROUPS = {
     "sched": dict(files=["daemon/kvarenad/sched.c", "daemon/kvarenad/step.c",
                          "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
                          "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
-                         "daemon/kvarenad/radix.c"],
+                         "daemon/kvarenad/radix.c", "daemon/kvarenad/router.c"],
                   build=[ORCH, TIER, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_PLUGIN],
                   parts=[("radix", ["build/daemon/tests/test_radix", "{seed}", "20000"], {})] +
                         [("orch:" + t, [ORCH, ORCH_MODEL, ORCH_PLUGIN], {"KVD_TEST_ONLY": t})

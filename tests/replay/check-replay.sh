@@ -36,7 +36,12 @@ $py tools/replay/kvreplay.py convert --mooncake "$trace" \
 	>"$out/sessions.jsonl" 2>"$out/convert.log"
 [ "$(wc -l <"$out/sessions.jsonl")" = 4 ] || { echo "check-replay: convert made no 4 sessions" >&2; exit 1; }
 
-port=$((20000 + RANDOM % 20000))
+# a port the kernel says is free now, not a guess (a random base met
+# another server's port in a benchmark run)
+free_port() {
+	$py -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+port=
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -50,12 +55,14 @@ serve() {
 		echo "[kv]"; echo "backend = memfd"; echo "blocks = 192"
 		printf '%s\n' "$@"
 	} >"$conf"
-	port=$((port + 1))
+	port=$(free_port)
 	KVD_TEST_REPLY_DIR=$PWD/$out/replies "$bin" --config "$conf" --listen "127.0.0.1:$port" \
 		>"$out/$label.log" 2>&1 &
 	pid=$!
 	for i in $(seq 1 300); do
-		curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
+		# answering, and ours (someone may have taken the port since)
+		curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && kill -0 "$pid" 2>/dev/null &&
+			return 0
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.2
 	done

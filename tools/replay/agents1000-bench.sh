@@ -94,7 +94,13 @@ base_blocks=$(((nbase + 2) * ((ctx + calltok) / 16 + 2)))
 echo "agents1000: $n conversations of ~$ctx tokens: KV $((kv_total >> 20)) MiB in all;" \
 	"arena $arena_mb MiB ($blocks blocks), spill cap $disk_mb MiB"
 
-port=$((30000 + RANDOM % 20000))
+# a port the kernel says is free now (bound to port 0), not a guess: a
+# random base plus one per run once met another server's port and the
+# run failed (or would have replayed against that server)
+free_port() {
+	$py -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+port=
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 
@@ -110,7 +116,7 @@ run() {
 		echo "max_connections_per_ip = $((n + 64))"
 		echo "[limits]"; echo "max_queue = $((n * 2 + 64))"; echo "max_sessions = $((n * 2 + 64))"
 	} >"$conf"
-	port=$((port + 1))
+	port=$(free_port)
 	"$kvd" --config "$conf" --listen "127.0.0.1:$port" >"$out/$label.log" 2>&1 &
 	pid=$!
 	for i in $(seq 1 900); do
@@ -118,6 +124,8 @@ run() {
 		kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
 		sleep 0.2
 	done
+	# the server answering is ours (someone may have taken the port since)
+	kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
 	echo "== $label: $nb blocks, concurrency $4 =="
 	$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$3" \
 		--label "$label" --out "$out" --concurrency "$4" --scale-tokens 1 \

@@ -74,7 +74,13 @@ cat "$out/convert.log"
 ample=$((n * ((maxctx + 600) / 16 + 2) + 64))
 t_start=$(date +%s)
 
-port=$((30000 + RANDOM % 20000))
+# a port the kernel says is free now (bound to port 0), not a guess: a
+# random base plus one per run once met another server's port and the
+# run failed (or would have replayed against that server)
+free_port() {
+	$py -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+port=
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 
@@ -93,7 +99,7 @@ run() {
 		# stall of minutes that is the machine's, not the policy's
 		echo "[workers]"; echo "lease_ms = 300000"
 	} >"$conf"
-	port=$((port + 1))
+	port=$(free_port)
 	"$kvd" --config "$conf" --listen "127.0.0.1:$port" >"$out/$label.log" 2>&1 &
 	pid=$!
 	for i in $(seq 1 600); do
@@ -101,11 +107,17 @@ run() {
 		kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
 		sleep 0.2
 	done
+	# the server answering is ours (someone may have taken the port since)
+	kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
 	echo "== $label: $blocks blocks =="
+	# --close: an agent that is done closes its session (DELETE), as a
+	# harness does; left to its retention, an ended session's KV was
+	# spilled by every eviction that took it, disk bandwidth and an
+	# eviction counted for KV nobody would read again
 	timeout "${BENCH_EVICTION_RUN_TIMEOUT:-600}" \
 		$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$out/sessions.jsonl" \
 		--label "$label" --out "$out" --concurrency "$conc" --scale-tokens "$scale" \
-		--min-call-tokens "$calltok" --run-id "ev$label" || {
+		--min-call-tokens "$calltok" --close --run-id "ev$label" || {
 		echo "eviction: run $label failed or hung (timeout ${BENCH_EVICTION_RUN_TIMEOUT:-600} s)" >&2
 		exit 1
 	}
