@@ -29,7 +29,7 @@
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
- * never_fits, index_chain, bisect, utf8_clean, and with the hooks agent_loop,
+ * never_fits, index_chain, bisect, utf8_clean, stop_in_token, and with the hooks agent_loop,
  * escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
@@ -4160,6 +4160,90 @@ static void test_session_cap(void)
 	kvd_destroy(d);
 }
 
+/* Printable ASCII only: a stop sequence that reads as one. */
+static int ascii_text(const char *s, size_t n)
+{
+	while (n--)
+		if (s[n] < 0x20 || s[n] > 0x7e)
+			return 0;
+	return 1;
+}
+
+/*
+ * A stop sequence inside one token's text (sched.c, the token that
+ * completes it also brings text before it): that text is sent, then the
+ * reply ends, finish "stop". From a reference reply, the stop is a token's
+ * text after its first byte (the first token of three ASCII bytes or more
+ * whose tail occurs nowhere earlier); the reply with it equals the
+ * reference up to that byte.
+ */
+static void test_stop_in_token(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *j;
+	struct rq q = { "<|im_start|>user\nDescribe the build.<|im_end|>\n<|im_start|>assistant\n",
+			0, 1, 64, 0, NULL, NULL };
+	struct reply r;
+	char text[4096], stop[64] = "";
+	size_t len = 0, at = 0;
+	uint32_t stop_seq = 0;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	/* the reference, token by token */
+	j = submit(d, &q, &err);
+	while (j && kvd_job_next(j, &ev, 120000) == 1 && ev.type == KVD_EV_TOKEN) {
+		if (len + ev.text_len >= sizeof(text))
+			break;
+		memcpy(text + len, ev.text, ev.text_len);
+		text[len + ev.text_len] = 0;
+		/* the token's tail, where it first occurs in the text */
+		if (!at && ev.text_len >= 3 && ev.text_len < sizeof(stop) &&
+		    ascii_text(ev.text, ev.text_len)) {
+			memcpy(stop, ev.text + 1, ev.text_len - 1);
+			stop[ev.text_len - 1] = 0;
+			if ((size_t)(strstr(text, stop) - text) == len + 1)
+				at = len + 1;
+		}
+		len += ev.text_len;
+	}
+	if (j)
+		kvd_job_free(j);
+	CHECK(at, "a stop sequence inside a token of the reference: \"%s\" at byte %zu",
+	      at ? stop : "", at);
+	if (!at)
+		goto out;
+	q.stop = stop;
+	memset(&r, 0, sizeof(r));
+	j = submit(d, &q, &err);
+	while (j && kvd_job_next(j, &ev, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN) {
+			if (r.len + ev.text_len < sizeof(r.text)) {
+				memcpy(r.text + r.len, ev.text, ev.text_len);
+				r.len += ev.text_len;
+			}
+			continue;
+		}
+		r.finish = ev.type == KVD_EV_DONE ? ev.finish : 0;
+		stop_seq = ev.type == KVD_EV_DONE ? ev.stop_seq : 0;
+		break;
+	}
+	if (j)
+		kvd_job_free(j);
+	CHECK(r.len == at && !memcmp(r.text, text, at) && r.finish == KVD_FINISH_STOP &&
+	      stop_seq == 1, "the reply is the reference's first %zu bytes, the byte before "
+	      "the stop in its token included (%zu bytes, finish %d, stop %u)", at, r.len,
+	      (int)r.finish, stop_seq);
+out:
+	kvd_destroy(d);
+}
+
 /*
  * A reply ending inside a UTF-8 sequence (sched.c, round_end): the
  * detokenizer's held bytes go out as U+FFFD, and a next turn repeating
@@ -4349,6 +4433,7 @@ int main(int argc, char **argv)
 	RUN(tenant_budget);
 	RUN(session_cap);
 	RUN(utf8_tail);
+	RUN(stop_in_token);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
