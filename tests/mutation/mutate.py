@@ -79,7 +79,8 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join",
               "retention", "dropped_events", "admission", "stop_cut", "worker_answers",
               "idle_sleeps", "expire", "context_end", "tenant_budget",
-              "session_cap", "utf8_tail", "preempt_cached", "readmit_first", "route_order"]
+              "session_cap", "utf8_tail", "preempt_cached", "readmit_first", "route_order",
+              "constrained_long", "stop_in_token"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
@@ -88,7 +89,7 @@ TIER = "build/daemon/tests/test_tiering"
 TIER_WORK = "build/daemon/tests/tiering"
 TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt", "cap",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
-              "wait_at_arrival", "prefetch_once", "prefetch_order"]
+              "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
