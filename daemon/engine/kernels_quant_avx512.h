@@ -577,7 +577,7 @@ KVE_INLINE void rows_qk(const struct kve_mat *w, const struct kve_q8k *xk, int T
 			tile_qk(w, xk, y, ldy, r, t, 1, 1, type);
 }
 
-/* ---- Q4_K, Q6_K in 16-row panels (KVE_PANEL_QKX16) ------------------ */
+/* ---- Q4_K, Q5_K, Q6_K in 16-row panels (KVE_PANEL_QKX16) ------------ */
 
 /*
  * As Q4_0 x16: lane i of a group's vector is row i's 4 bytes, the
@@ -609,10 +609,21 @@ KVE_INLINE __m512i q4kx16_sm(__m512i u0, __m512i u1, __m512i u2, const int s, co
 		_mm512_and_si512(_mm512_srli_epi32(a, 8 * (s - 4) + 2), _mm512_set1_epi32(0x30)));
 }
 
-KVE_INLINE void tile_q4kx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
-			    int ldy, int r, int t, const int C)
+/* Q5_K: the 5th bits of a group's values, bit s of its qh group's bytes,
+ * as 16 (bit 4) */
+KVE_INLINE __m512i q5kx16_hi(__m512i qh, const int s)
 {
-	const int nb = (int)w->cols / QK_K;
+	const __m512i v = s <= 4 ? _mm512_slli_epi16(qh, 4 - s) : _mm512_srli_epi16(qh, s - 4);
+
+	return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
+}
+
+/* Q4_K (five 0) and Q5_K (five 1) */
+KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
+			     int ldy, int r, int t, const int C, const int five)
+{
+	const int nb = (int)w->cols / QK_K, qs = five ? 768 : 256;
+	const size_t bb = five ? KVE_Q5KX16_BLK : KVE_Q4KX16_BLK;
 	const uint8_t *p = kve_qkx16_blk(w, (uint32_t)r, 0);
 	const __m512i lo = _mm512_set1_epi8(0x0f);
 	__m512 acc[4];
@@ -621,14 +632,14 @@ KVE_INLINE void tile_q4kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++)
 		acc[j] = _mm512_setzero_ps();
-	for (b = 0; b < nb; b++, p += KVE_Q4KX16_BLK) {
+	for (b = 0; b < nb; b++, p += bb) {
 		const __m512i u0 = _mm512_loadu_si512(p + 64), u1 = _mm512_loadu_si512(p + 128);
 		const __m512i u2 = _mm512_loadu_si512(p + 192);
 		const struct kve_q8k *x[4];
 		__m512i is[4], ms[4];
 
 		if (C == 1)
-			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q4KX16_BLK);
+			prefetch_ahead(p + PF_AHEAD_Q8, bb);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			x[j] = xk + (size_t)(t + j) * nb + b;
@@ -644,9 +655,16 @@ KVE_INLINE void tile_q4kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 				pa[j] = pb[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
 			for (g = 0; g < 8; g++) {
-				const __m512i v = _mm512_loadu_si512(p + 256 + 64 * (8 * k + g));
-				const __m512i ql = _mm512_and_si512(v, lo);
-				const __m512i qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+				const __m512i v = _mm512_loadu_si512(p + qs + 64 * (8 * k + g));
+				__m512i ql = _mm512_and_si512(v, lo);
+				__m512i qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+
+				if (five) {	/* bits 2k, 2k + 1 of qh bytes 4g.. */
+					const __m512i h = _mm512_loadu_si512(p + 256 + 64 * g);
+
+					ql = _mm512_or_si512(ql, q5kx16_hi(h, 2 * k));
+					qh = _mm512_or_si512(qh, q5kx16_hi(h, 2 * k + 1));
+				}
 
 #pragma GCC unroll 4
 				for (j = 0; j < C; j++) {
@@ -788,8 +806,10 @@ KVE_INLINE void tiles_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 {
 	if (w->type == GGML_Q6_K)
 		tile_q6kx16(w, xk, y, ldy, r, t, C);
+	else if (w->type == GGML_Q5_K)
+		tile_q45kx16(w, xk, y, ldy, r, t, C, 1);
 	else
-		tile_q4kx16(w, xk, y, ldy, r, t, C);
+		tile_q45kx16(w, xk, y, ldy, r, t, C, 0);
 }
 
 static void rows_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,

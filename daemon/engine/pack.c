@@ -121,7 +121,7 @@ static int pack_q4x16(struct kve_mat *w)
 	return 0;
 }
 
-/* Q4_K and Q6_K in 16-row panels (engine_internal.h, KVE_PANEL_QKX16) */
+/* Q4_K, Q5_K and Q6_K in 16-row panels (engine_internal.h, KVE_PANEL_QKX16) */
 static int pack_qkx16(struct kve_mat *w)
 {
 	uint32_t r0, i, b, n, g, x, len, nb = w->cols / QK_K;
@@ -153,7 +153,8 @@ int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k)
 	if (k && k->q4_0_x16 && !w->panel && w->type == GGML_Q4_0 &&
 	    w->rows % KVE_PANEL_Q4X16 == 0)
 		return pack_q4x16(w);
-	if (k && k->qk_x16 && !w->panel && (w->type == GGML_Q4_K || w->type == GGML_Q6_K) &&
+	if (k && k->qk_x16 && !w->panel && (w->type == GGML_Q4_K || w->type == GGML_Q5_K ||
+					    w->type == GGML_Q6_K) &&
 	    w->rows % KVE_PANEL_QKX16 == 0)
 		return pack_qkx16(w);
 	return kve_mat_pack(w);

@@ -201,12 +201,12 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 
 	sc_mm(ref, &w, x, xq, xk, SC_T, yr, 0, rows);
 	/* pass 0: row-major (then packed in panels); pass 1: the set's own
-	 * 16-row layouts (Q4_0, Q4_K, Q6_K x16; engine_internal.h) */
+	 * 16-row layouts (Q4_0, Q4_K, Q5_K, Q6_K x16; engine_internal.h) */
 	for (pass = 0; pass < 2; pass++) {
 		if (pass == 1) {
 			if (rows % KVE_PANEL_Q4X16 ||
 			    !((cand->q4_0_x16 && type == GGML_Q4_0) ||
-			      (cand->qk_x16 && (type == GGML_Q4_K || type == GGML_Q6_K))))
+			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
 				break;
 			free(pk);
 			wx = w;
@@ -220,6 +220,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			}
 			name = type == GGML_Q4_0 ? "mm_q32 (Q4_0 in 16-row panels)" :
 			       type == GGML_Q4_K ? "mm_qk (Q4_K in 16-row panels)" :
+			       type == GGML_Q5_K ? "mm_qk (Q5_K in 16-row panels)" :
 			       "mm_qk (Q6_K in 16-row panels)";
 		}
 		wm = pass ? &wx : &w;

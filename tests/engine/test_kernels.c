@@ -586,7 +586,7 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 }
 
 /*
- * Q4_K and Q6_K in a set's 16-row panels (k->qk_x16, engine_internal.h):
+ * Q4_K, Q5_K and Q6_K in a set's 16-row panels (k->qk_x16, engine_internal.h):
  * the portable C product's bits on the row-major matrix, for batches of
  * 1-13 tokens, each token alone, row slices of 5 (partial panels) and
  * the row helper; the other sets (the C set, and AVX2 where the CPU has
@@ -594,11 +594,11 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
  */
 static void check_qk_x16(const struct kve_kernels *k, int has2)
 {
-	static const uint32_t types[] = { GGML_Q4_K, GGML_Q6_K };
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
 	static const uint32_t shapes[][2] = { { 16, 256 }, { 48, 768 }, { 32, 512 } };
 	unsigned ti, si;
 
-	for (ti = 0; ti < 2; ti++) {
+	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			uint32_t rows = shapes[si][0], cols = shapes[si][1], type = types[ti];
 			const int T = 13, nbk = (int)cols / QK_K;
