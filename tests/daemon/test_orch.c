@@ -29,8 +29,8 @@
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
- * never_fits, index_chain, bisect, utf8_clean, stop_in_token, and with the hooks agent_loop,
- * escape, mcp_servers, mcp_restart).
+ * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
+ * with the hooks agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -4160,6 +4160,82 @@ static void test_session_cap(void)
 	kvd_destroy(d);
 }
 
+/* A SentencePiece model beside the test model (make: orch-spm.gguf). */
+static void spm_model_path(char *out, size_t len)
+{
+	const char *slash = strrchr(model_path, '/');
+
+	if (getenv("KVD_TEST_SPM_MODEL"))
+		snprintf(out, len, "%s", getenv("KVD_TEST_SPM_MODEL"));
+	else
+		snprintf(out, len, "%.*sorch-spm.gguf", slash ? (int)(slash - model_path + 1) : 0,
+			 model_path);
+}
+
+/*
+ * A SentencePiece model (llama's tokenizer: a dummy-prefix space before
+ * the text it encodes): a conversation's next turn appends its new text
+ * as a continuation, without that space (conv.c, kvd_piece_make). What a
+ * turn prefills is the new text's tokens as the engine encodes a
+ * continuation (KVE_TOKENIZE_CONT), found in the conversation where the
+ * reply before it ends. New text starting with a word ("the": " the" is a
+ * piece of the vocabulary, and dropping a lone space token, as before,
+ * left it) and with a space.
+ */
+static void test_spm_turns(void)
+{
+	static const char *const add[] = { "the build log, please.\n", " and the tests?\n" };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r;
+	char *prompt = malloc(16384);
+	int32_t want[256];
+	uint32_t t, k, pending;
+	int n, right;
+
+	if (getenv("KVD_TEST_SMALL") || !prompt)
+		goto out;	/* the guests: one model */
+	base_config(&c);
+	spm_model_path(c.model_path, sizeof(c.model_path));
+	d = start(&c);
+	CHECK(d != NULL && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM,
+	      "orchestrator starts with a SentencePiece model (%s)", c.model_path);
+	if (!d || kve_tokenizer_kind(d->tok) != KVE_TOK_SPM)
+		goto done;
+	snprintf(prompt, 16384, "<|im_start|>user\nWhat is the build?<|im_end|>\n"
+		 "<|im_start|>assistant\n");
+	CHECK(ask(d, prompt, 0, 1, 12, &r, NULL) == 0, "first turn: %u tokens", r.n_tokens);
+	for (t = 0; t < 2 && !r.error; t++) {
+		size_t o = strlen(prompt);
+
+		pending = r.finish == KVD_FINISH_LENGTH;
+		snprintf(prompt + o, 16384 - o, "%.*s%s", (int)r.len, r.text, add[t]);
+		o += r.len;
+		n = kve_tokenize_spans(d->tok, prompt + o, strlen(prompt + o), NULL, 0,
+				       KVE_TOKENIZE_CONT, want, 256);
+		if (ask(d, prompt, 0, 1, 12, &r, NULL) || n <= 0 || n > 256)
+			break;
+		right = r.usage.prompt_tokens - r.usage.cached_tokens == (uint32_t)n + pending;
+		pthread_mutex_lock(&d->lock);
+		{
+			struct kvd_conv *cv = kvd_conv_find_id(d, r.session);
+
+			right &= cv && r.usage.prompt_tokens >= (uint32_t)n &&
+				 cv->n_tokens >= r.usage.prompt_tokens;
+			for (k = 0; right && k < (uint32_t)n; k++)
+				right &= cv->tokens[r.usage.prompt_tokens - n + k] == want[k];
+		}
+		pthread_mutex_unlock(&d->lock);
+		CHECK(right, "turn %u appends \"%.12s...\" as a continuation: %u prefilled = %d "
+		      "tokens + %u sampled without KV, the same ids", t + 2, add[t],
+		      r.usage.prompt_tokens - r.usage.cached_tokens, n, pending);
+	}
+done:
+	kvd_destroy(d);
+out:
+	free(prompt);
+}
+
 /* Printable ASCII only: a stop sequence that reads as one. */
 static int ascii_text(const char *s, size_t n)
 {
@@ -4434,6 +4510,7 @@ int main(int argc, char **argv)
 	RUN(session_cap);
 	RUN(utf8_tail);
 	RUN(stop_in_token);
+	RUN(spm_turns);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
