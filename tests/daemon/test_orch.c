@@ -3914,15 +3914,19 @@ static uint64_t conv_deadline(struct kvd *d, const char *id)
  * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
  * released when its deadline passes, soonest first, and the scheduler
  * wakes for it (sched.c: the next deadline shortens its poll, which
- * otherwise sleeps up to 250 ms). With idle_retention_s 2, five
+ * otherwise sleeps up to 250 ms). With idle_retention_s 2, eight
  * conversations reply 0.15 s apart: each one's KV goes at its deadline (2 s
- * after its reply, test_orch retention), within 150 ms, while the later
+ * after its reply, test_orch retention), within 125 ms, while the later
  * ones' stays, and the arena's blocks are all free again (no prefix cache
- * here).
+ * here). A scheduler that sleeps through a deadline wakes at a phase of
+ * its 250 ms that the deadlines' spacing does not control (seed 7306's
+ * sched.c:641 met five all under 150 ms late): eight under 125 ms is
+ * about a chance in 250 for it, while the deadline-driven wake-up is
+ * 7-11 ms late under load.
  */
 static void test_expire(void)
 {
-	enum { N = 5 };
+	enum { N = 8 };
 	struct kvd_config c;
 	struct kvd *d;
 	struct reply r[N];
@@ -3973,8 +3977,8 @@ static void test_expire(void)
 		if (gone[k] > due[k] && gone[k] - due[k] > late_max)
 			late_max = gone[k] - due[k];
 	}
-	CHECK(!left && in_order && late_max < 150000000ull,
-	      "soonest first, each within %.0f ms of its deadline (150)", late_max / 1e6);
+	CHECK(!left && in_order && late_max < 125000000ull,
+	      "soonest first, each within %.0f ms of its deadline (125)", late_max / 1e6);
 	pthread_mutex_lock(&d->lock);
 	free1 = kvd_blocks_free(d);
 	pthread_mutex_unlock(&d->lock);
