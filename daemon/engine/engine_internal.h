@@ -121,9 +121,75 @@ static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, 
 	       (size_t)b * KVE_Q4X16_BLK;
 }
 
+/*
+ * Q4_K, Q5_K and Q6_K packed for the AVX-512 sets' product (panel ==
+ * KVE_PANEL_QKX16, when the selected set asks for it: k->qk_x16): 16 rows
+ * per panel and per 256-value block b of the panel the 16 rows' blocks
+ * with each field "transposed" in 4-byte groups: 64-byte group k of a
+ * field holds bytes 4k..4k+3 of that field of every row (row i at 4i),
+ * so one 512-bit load is 16 rows by 4 bytes, as in Q4_0 x16 above.
+ *   Q4_K (2304 bytes): d of rows 0-15 (fp16, row i at 2i), dmin likewise,
+ *     the 12 scale bytes in 3 groups, the 128 nibble bytes in 32 groups.
+ *   Q5_K (2816 bytes): as Q4_K, with the 32 bytes of 5th bits (qh) in 8
+ *     groups between the scales and the nibbles (GGUF's order).
+ *   Q6_K (3360 bytes): d (32 bytes), the 16 int8 scales in 4 groups, the
+ *     128 bytes of low nibbles (ql) in 32 groups, the 64 of high bits
+ *     (qh) in 16 groups.
+ * The product then sums each 32- (16-) value sub-block of 16 rows in 16
+ * int32 lanes, scales them by the rows' sub-block scales, and runs the
+ * float step per block for 16 rows at once: the portable C product's
+ * operations in its order, so the same bits as kve_mm_qk_c (where the
+ * 4-row panels sum 16 partial lanes per row and add them at the end).
+ */
+#define KVE_PANEL_QKX16	16
+_Static_assert(KVE_PANEL_QKX16 == KVE_PANEL_Q4X16, "one panel value: the type tells the layout");
+#define KVE_Q4KX16_BLK	(KVE_PANEL_QKX16 * 144)	/* bytes per block of a panel */
+#define KVE_Q5KX16_BLK	(KVE_PANEL_QKX16 * 176)
+#define KVE_Q6KX16_BLK	(KVE_PANEL_QKX16 * 210)
+
+/* K-quant x16: block b of the panel holding row r */
+static inline const uint8_t *kve_qkx16_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
+{
+	return w->data + (size_t)(r - r % KVE_PANEL_QKX16) * w->row_bytes +
+	       (size_t)b * (w->type == GGML_Q6_K ? KVE_Q6KX16_BLK :
+			    w->type == GGML_Q5_K ? KVE_Q5KX16_BLK : KVE_Q4KX16_BLK);
+}
+
+/* K-quant x16: piece n of row i's block, the bytes [g, g + len) of its
+ * GGUF layout, sits at x in the panel's block; returns len (2 or 4), 0
+ * past the last piece (Q4_K 37 pieces, Q5_K 45, Q6_K 53) */
+static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
+				       uint32_t *g, uint32_t *x)
+{
+	if (type == GGML_Q6_K) {	/* d, scales, ql, qh */
+		if (n == 0) {
+			*g = 208;
+			*x = 2 * i;
+			return 2;
+		}
+		n--;
+		if (n >= 52)
+			return 0;
+		*g = n < 4 ? 192 + 4 * n : 4 * (n - 4);	/* ql and qh are adjacent */
+		*x = 32 + 64 * n + 4 * i;
+		return 4;
+	}
+	if (n < 2) {	/* d, dmin */
+		*g = 2 * n;
+		*x = 32 * n + 2 * i;
+		return 2;
+	}
+	n -= 2;
+	if (n >= (type == GGML_Q5_K ? 43u : 35u))
+		return 0;
+	*g = 4 + 4 * n;		/* the scales, (Q5_K: qh,) the nibbles */
+	*x = 64 + 64 * n + 4 * i;
+	return 4;
+}
+
 /* block b of row r in GGUF's layout, for the 4- to 6-bit types in any
- * layout: a pointer into the matrix, or (Q4_0 x16) buf filled with the
- * block's bytes (buf: ggml_blck_bytes(type) bytes) */
+ * layout: a pointer into the matrix, or (Q4_0, Q4_K, Q5_K, Q6_K x16) buf filled
+ * with the block's bytes (buf: ggml_blck_bytes(type) bytes) */
 static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r, uint32_t b,
 					     uint8_t *buf)
 {
@@ -132,6 +198,14 @@ static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r
 
 	if (w->panel != KVE_PANEL_Q4X16)
 		return kve_mat_blk(w, r, b);
+	if (w->type == GGML_Q4_K || w->type == GGML_Q5_K || w->type == GGML_Q6_K) {
+		uint32_t g, x, len;
+
+		p = kve_qkx16_blk(w, r, b);
+		for (k = 0; (len = kve_qkx16_piece(w->type, i, k, &g, &x)); k++)
+			memcpy(buf + g, p + x, len);
+		return buf;
+	}
 	p = kve_q4x16_blk(w, r, b);
 	memcpy(buf, p + 2 * i, 2);
 	for (k = 0; k < 4; k++)
@@ -150,7 +224,8 @@ int kve_mat_pack(struct kve_mat *w);
 /*
  * The same for the set k that will run the matrix: Q4_0 with rows a
  * multiple of 16 goes in KVE_PANEL_Q4X16 panels when k->q4_0_x16 says
- * its mm_q32 takes them; everything else as kve_mat_pack. pack.c.
+ * its mm_q32 takes them, Q4_K, Q5_K and Q6_K in KVE_PANEL_QKX16 panels when
+ * k->qk_x16 says its mm_qk does; everything else as kve_mat_pack. pack.c.
  */
 struct kve_kernels;
 int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k);
@@ -254,6 +329,10 @@ struct kve_kernels {
 	 * order above), not those of the 4-row panels. Every set's mm_q32
 	 * serves that layout. */
 	int q4_0_x16;
+	/* 1: mm_qk takes Q4_K, Q5_K and Q6_K in KVE_PANEL_QKX16 panels (loaded
+	 * models pack them so); the same bits as the portable C product.
+	 * Every set's mm_qk serves that layout. */
+	int qk_x16;
 };
 
 /* query heads one attention call takes (a GQA group larger than this is

@@ -466,4 +466,5 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.attn_values = attn_values,
 	.rmsnorm = kve_rmsnorm_avx2,
 	.q4_0_x16 = 1,
+	.qk_x16 = 1,
 };

@@ -142,14 +142,15 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 {
 	int nb = (int)w->cols / QK_K, r, t, b, i, sc[16], mn[8];
 	int8_t q[QK_K];
+	uint8_t buf[256];	/* a block of a 16-row panel, copied */
 	float d, dmin;
 
 	for (r = r0; r < r1; r++) {
 		for (t = 0; t < T; t++)
 			y[(size_t)t * ldy + r] = 0;
 		for (b = 0; b < nb; b++) {
-			kve_qk_ints(w->type, kve_mat_blk(w, (uint32_t)r, (uint32_t)b), q, sc, mn,
-				    &d, &dmin);
+			kve_qk_ints(w->type, kve_mat_blk_get(w, (uint32_t)r, (uint32_t)b, buf), q,
+				    sc, mn, &d, &dmin);
 			for (t = 0; t < T; t++) {
 				const struct kve_q8k *x = xk + (size_t)t * nb + b;
 				int32_t isum = 0, msum = 0, part;

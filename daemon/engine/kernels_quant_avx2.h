@@ -398,6 +398,10 @@ KVE_INLINE void rows_qk(const struct kve_mat *w, const struct kve_q8k *xk, int T
 KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
 			 int ldy, int r0, int r1)
 {
+	if (w->panel == KVE_PANEL_QKX16) {	/* the AVX-512 sets' layout: served, not fast */
+		kve_mm_qk_c(w, xk, T, y, ldy, r0, r1);
+		return;
+	}
 	switch (w->type) {
 	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;

@@ -577,9 +577,271 @@ KVE_INLINE void rows_qk(const struct kve_mat *w, const struct kve_q8k *xk, int T
 			tile_qk(w, xk, y, ldy, r, t, 1, 1, type);
 }
 
+/* ---- Q4_K, Q5_K, Q6_K in 16-row panels (KVE_PANEL_QKX16) ------------ */
+
+/*
+ * As Q4_0 x16: lane i of a group's vector is row i's 4 bytes, the
+ * token's 4 matching activation quants broadcast to every lane, so each
+ * vpdpbusd adds 4 products to all 16 rows. A sub-block's chain leaves its
+ * exact sum in the row's lane, which the rows' sub-block scales (decoded
+ * from the 3 or 4 groups of scale bytes, one lane per row) multiply;
+ * then kve_mm_qk_c's float step for 16 rows at once. Integers are exact
+ * in any order, and the float operations are the C product's in its
+ * order, so every (row, token) gives the C product's bits: the rows of a
+ * partial panel are left to it.
+ */
+KVE_INLINE __m512i kx_bcast(const int8_t *q)
+{
+	return _mm512_set1_epi32(q40x16_ld32(q));
+}
+
+/* Q4_K: sub-block s's scale (mn 0) or minimum (mn 1) of the 16 rows,
+ * from the groups u0, u1, u2 of scale bytes 0-3, 4-7, 8-11 (quant.c's
+ * kve_q4k_scales, one lane per row) */
+KVE_INLINE __m512i q4kx16_sm(__m512i u0, __m512i u1, __m512i u2, const int s, const int mn)
+{
+	const __m512i a = mn ? u1 : u0;
+
+	if (s < 4)
+		return _mm512_and_si512(_mm512_srli_epi32(a, 8 * s), _mm512_set1_epi32(0x3f));
+	return _mm512_or_si512(
+		_mm512_and_si512(_mm512_srli_epi32(u2, 8 * (s - 4) + 4 * mn), _mm512_set1_epi32(0x0f)),
+		_mm512_and_si512(_mm512_srli_epi32(a, 8 * (s - 4) + 2), _mm512_set1_epi32(0x30)));
+}
+
+/* Q5_K: the 5th bits of a group's values, bit s of its qh group's bytes,
+ * as 16 (bit 4) */
+KVE_INLINE __m512i q5kx16_hi(__m512i qh, const int s)
+{
+	const __m512i v = s <= 4 ? _mm512_slli_epi16(qh, 4 - s) : _mm512_srli_epi16(qh, s - 4);
+
+	return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
+}
+
+/* Q4_K (five 0) and Q5_K (five 1) */
+KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
+			     int ldy, int r, int t, const int C, const int five)
+{
+	const int nb = (int)w->cols / QK_K, qs = five ? 768 : 256;
+	const size_t bb = five ? KVE_Q5KX16_BLK : KVE_Q4KX16_BLK;
+	const uint8_t *p = kve_qkx16_blk(w, (uint32_t)r, 0);
+	const __m512i lo = _mm512_set1_epi8(0x0f);
+	__m512 acc[4];
+	int b, j, k, g, s;
+
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (b = 0; b < nb; b++, p += bb) {
+		const __m512i u0 = _mm512_loadu_si512(p + 64), u1 = _mm512_loadu_si512(p + 128);
+		const __m512i u2 = _mm512_loadu_si512(p + 192);
+		const struct kve_q8k *x[4];
+		__m512i is[4], ms[4];
+
+		if (C == 1)
+			prefetch_ahead(p + PF_AHEAD_Q8, bb);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			x[j] = xk + (size_t)(t + j) * nb + b;
+			is[j] = _mm512_setzero_si512();
+			ms[j] = _mm512_setzero_si512();
+		}
+#pragma GCC unroll 4
+		for (k = 0; k < 4; k++) {	/* sub-blocks 2k and 2k + 1: nibble bytes 32k.. */
+			__m512i pa[4], pb[4];
+
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				pa[j] = pb[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+			for (g = 0; g < 8; g++) {
+				const __m512i v = _mm512_loadu_si512(p + qs + 64 * (8 * k + g));
+				__m512i ql = _mm512_and_si512(v, lo);
+				__m512i qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+
+				if (five) {	/* bits 2k, 2k + 1 of qh bytes 4g.. */
+					const __m512i h = _mm512_loadu_si512(p + 256 + 64 * g);
+
+					ql = _mm512_or_si512(ql, q5kx16_hi(h, 2 * k));
+					qh = _mm512_or_si512(qh, q5kx16_hi(h, 2 * k + 1));
+				}
+
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++) {
+					pa[j] = kq_dot(pa[j], ql, kx_bcast(x[j]->q + 64 * k + 4 * g));
+					pb[j] = kq_dot(pb[j], qh, kx_bcast(x[j]->q + 64 * k + 32 + 4 * g));
+				}
+			}
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				is[j] = _mm512_add_epi32(is[j], _mm512_add_epi32(
+					_mm512_mullo_epi32(pa[j], q4kx16_sm(u0, u1, u2, 2 * k, 0)),
+					_mm512_mullo_epi32(pb[j], q4kx16_sm(u0, u1, u2, 2 * k + 1, 0))));
+		}
+#pragma GCC unroll 8
+		for (s = 0; s < 8; s++) {
+			const __m512i m = q4kx16_sm(u0, u1, u2, s, 1);
+
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				ms[j] = _mm512_add_epi32(ms[j], _mm512_mullo_epi32(m, _mm512_set1_epi32(
+					x[j]->bsums[2 * s] + x[j]->bsums[2 * s + 1])));
+		}
+		{
+			const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+			const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+
+			/* y += (d * dx) * isum - (dmin * dx) * msum */
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				acc[j] = _mm512_add_ps(acc[j], _mm512_sub_ps(
+					_mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[j]->d)),
+						      _mm512_cvtepi32_ps(is[j])),
+					_mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(x[j]->d)),
+						      _mm512_cvtepi32_ps(ms[j]))));
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
+}
+
+/* Q6_K: sub-block s's int8 scale of the 16 rows (groups g: scale bytes
+ * 4k..4k+3, one lane per row), sign-extended */
+KVE_INLINE __m512i q6kx16_sc(const __m512i *g, const int s)
+{
+	return _mm512_srai_epi32(_mm512_slli_epi32(g[s / 4], 24 - 8 * (s % 4)), 24);
+}
+
+KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
+			    int ldy, int r, int t, const int C)
+{
+	const int nb = (int)w->cols / QK_K;
+	const uint8_t *p = kve_qkx16_blk(w, (uint32_t)r, 0);
+	const __m512i lo = _mm512_set1_epi8(0x0f), hm = _mm512_set1_epi8(0x30);
+	__m512 acc[4];
+	int b, j, n, h, g, v;
+
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (b = 0; b < nb; b++, p += KVE_Q6KX16_BLK) {
+		const uint8_t *ql = p + 32 + 4 * 64, *qh = ql + 32 * 64;
+		const struct kve_q8k *x[4];
+		__m512i sg[4], is[4];
+
+		if (C == 1)
+			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q6KX16_BLK);
+#pragma GCC unroll 4
+		for (v = 0; v < 4; v++)
+			sg[v] = _mm512_loadu_si512(p + 32 + 64 * v);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			x[j] = xk + (size_t)(t + j) * nb + b;
+			is[j] = _mm512_setzero_si512();
+		}
+		/* half n, quarter h: the sub-blocks 8n + h + 2v (v < 4) of values
+		 * 128n + 32v + 16h + 0..15, from ql bytes 64n + 16h.. (low
+		 * nibbles v 0, 1; high v 2, 3; + 32 for odd v) and qh 32n + 16h.. */
+#pragma GCC unroll 2
+		for (n = 0; n < 2; n++) {
+#pragma GCC unroll 2
+			for (h = 0; h < 2; h++) {
+				__m512i pp[4][4];
+
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++)
+#pragma GCC unroll 4
+					for (v = 0; v < 4; v++)	/* the -32 off each quant */
+						pp[j][v] = _mm512_set1_epi32(
+							-32 * x[j]->bsums[8 * n + h + 2 * v]);
+#pragma GCC unroll 4
+				for (g = 4 * h; g < 4 * h + 4; g++) {
+					const __m512i l0 = _mm512_loadu_si512(ql + 64 * (16 * n + g));
+					const __m512i l1 = _mm512_loadu_si512(ql + 64 * (16 * n + 8 + g));
+					const __m512i hb = _mm512_loadu_si512(qh + 64 * (8 * n + g));
+					__m512i q[4];
+
+					q[0] = _mm512_or_si512(_mm512_and_si512(l0, lo),
+							       _mm512_and_si512(_mm512_slli_epi16(hb, 4), hm));
+					q[1] = _mm512_or_si512(_mm512_and_si512(l1, lo),
+							       _mm512_and_si512(_mm512_slli_epi16(hb, 2), hm));
+					q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), lo),
+							       _mm512_and_si512(hb, hm));
+					q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), lo),
+							       _mm512_and_si512(_mm512_srli_epi16(hb, 2), hm));
+#pragma GCC unroll 4
+					for (j = 0; j < C; j++)
+#pragma GCC unroll 4
+						for (v = 0; v < 4; v++)
+							pp[j][v] = kq_dot(pp[j][v], q[v], kx_bcast(
+								x[j]->q + 128 * n + 32 * v + 4 * g));
+				}
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++)
+#pragma GCC unroll 4
+					for (v = 0; v < 4; v++)
+						is[j] = _mm512_add_epi32(is[j], _mm512_mullo_epi32(
+							pp[j][v], q6kx16_sc(sg, 8 * n + h + 2 * v)));
+			}
+		}
+		{
+			const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+
+			/* y += (d * dx) * isum */
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(
+					_mm512_mul_ps(d, _mm512_set1_ps(x[j]->d)),
+					_mm512_cvtepi32_ps(is[j])));
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
+}
+
+KVE_INLINE void tiles_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
+			    int ldy, int r, int t, const int C)
+{
+	if (w->type == GGML_Q6_K)
+		tile_q6kx16(w, xk, y, ldy, r, t, C);
+	else if (w->type == GGML_Q5_K)
+		tile_q45kx16(w, xk, y, ldy, r, t, C, 1);
+	else
+		tile_q45kx16(w, xk, y, ldy, r, t, C, 0);
+}
+
+static void rows_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
+		       int ldy, int r0, int r1)
+{
+	int r = (r0 + KVE_PANEL_QKX16 - 1) / KVE_PANEL_QKX16 * KVE_PANEL_QKX16, t;
+
+	if (r > r1)
+		r = r1;
+	if (r > r0)	/* rows of a partial panel: the C product, the same bits */
+		kve_mm_qk_c(w, xk, T, y, ldy, r0, r);
+	for (; r + KVE_PANEL_QKX16 <= r1; r += KVE_PANEL_QKX16) {
+		for (t = 0; t + 4 <= T; t += 4)
+			tiles_qkx16(w, xk, y, ldy, r, t, 4);
+		if (t + 2 <= T) {
+			tiles_qkx16(w, xk, y, ldy, r, t, 2);
+			t += 2;
+		}
+		if (t < T)
+			tiles_qkx16(w, xk, y, ldy, r, t, 1);
+	}
+	if (r < r1)
+		kve_mm_qk_c(w, xk, T, y, ldy, r, r1);
+}
+
 KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
 	      int ldy, int r0, int r1)
 {
+	if (w->panel == KVE_PANEL_QKX16) {
+		rows_qkx16(w, xk, T, y, ldy, r0, r1);
+		return;
+	}
 	switch (w->type) {
 	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;

@@ -121,10 +121,41 @@ static int pack_q4x16(struct kve_mat *w)
 	return 0;
 }
 
+/* Q4_K, Q5_K and Q6_K in 16-row panels (engine_internal.h, KVE_PANEL_QKX16) */
+static int pack_qkx16(struct kve_mat *w)
+{
+	uint32_t r0, i, b, n, g, x, len, nb = w->cols / QK_K;
+	size_t bb = ggml_blck_bytes(w->type);
+	uint8_t *tmp = malloc(KVE_PANEL_QKX16 * w->row_bytes);
+
+	if (!tmp)
+		return -ENOMEM;
+	w->panel = KVE_PANEL_QKX16;	/* for kve_qkx16_blk */
+	for (r0 = 0; r0 < w->rows; r0 += KVE_PANEL_QKX16) {
+		memcpy(tmp, w->data + (size_t)r0 * w->row_bytes, KVE_PANEL_QKX16 * w->row_bytes);
+		for (b = 0; b < nb; b++) {
+			uint8_t *dst = (uint8_t *)kve_qkx16_blk(w, r0, b);
+
+			for (i = 0; i < KVE_PANEL_QKX16; i++) {
+				const uint8_t *blk = tmp + (size_t)i * w->row_bytes + b * bb;
+
+				for (n = 0; (len = kve_qkx16_piece(w->type, i, n, &g, &x)); n++)
+					memcpy(dst + x, blk + g, len);
+			}
+		}
+	}
+	free(tmp);
+	return 0;
+}
+
 int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k)
 {
 	if (k && k->q4_0_x16 && !w->panel && w->type == GGML_Q4_0 &&
 	    w->rows % KVE_PANEL_Q4X16 == 0)
 		return pack_q4x16(w);
+	if (k && k->qk_x16 && !w->panel && (w->type == GGML_Q4_K || w->type == GGML_Q5_K ||
+					    w->type == GGML_Q6_K) &&
+	    w->rows % KVE_PANEL_QKX16 == 0)
+		return pack_qkx16(w);
 	return kve_mat_pack(w);
 }

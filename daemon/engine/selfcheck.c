@@ -201,10 +201,12 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 
 	sc_mm(ref, &w, x, xq, xk, SC_T, yr, 0, rows);
 	/* pass 0: row-major (then packed in panels); pass 1: the set's own
-	 * Q4_0 layout (x16), its own results (engine_internal.h) */
+	 * 16-row layouts (Q4_0, Q4_K, Q5_K, Q6_K x16; engine_internal.h) */
 	for (pass = 0; pass < 2; pass++) {
 		if (pass == 1) {
-			if (!cand->q4_0_x16 || type != GGML_Q4_0 || rows % KVE_PANEL_Q4X16)
+			if (rows % KVE_PANEL_Q4X16 ||
+			    !((cand->q4_0_x16 && type == GGML_Q4_0) ||
+			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
 				break;
 			free(pk);
 			wx = w;
@@ -216,7 +218,10 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 				rc = -ENOMEM;
 				goto out;
 			}
-			name = "mm_q32 (Q4_0 in 16-row panels)";
+			name = type == GGML_Q4_0 ? "mm_q32 (Q4_0 in 16-row panels)" :
+			       type == GGML_Q4_K ? "mm_qk (Q4_K in 16-row panels)" :
+			       type == GGML_Q5_K ? "mm_qk (Q5_K in 16-row panels)" :
+			       "mm_qk (Q6_K in 16-row panels)";
 		}
 		wm = pass ? &wx : &w;
 		sc_mm(cand, wm, x, xq, xk, SC_T, yc, 0, rows);
@@ -577,9 +582,11 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 			  const struct kve_kernels *ref, char *why, size_t len)
 {
 	/* the last shape only for the types after Q8_0 (the first three's
-	 * random inputs stay what they were) */
+	 * random inputs stay what they were); { 32, 256 } only for the
+	 * K-quants (two 16-row panels) */
 	static const int shapes[][2] = { { 13, 44 }, { 9, 96 }, { 5, 256 }, { 4, 64 },
-					 { 16, 72 }, { 8, 96 }, { 12, 512 }, { 32, 96 } };
+					 { 16, 72 }, { 8, 96 }, { 12, 512 }, { 32, 96 },
+					 { 32, 256 } };
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
 					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
 					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
@@ -600,6 +607,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			if (shapes[si][1] % ggml_blck_size(types[ti]) ||
 			    (ti < 3 && si == 6) ||
+			    (si == 8 && ggml_blck_size(types[ti]) != QK_K) ||
 			    (types[ti] == GGML_BF16 && shapes[si][1] % 8))
 				continue;
 			rc = sc_matrix(cand, ref, types[ti], shapes[si][0], shapes[si][1], &seed,

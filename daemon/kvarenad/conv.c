@@ -606,7 +606,13 @@ int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bo
 			return n;
 		}
 	} else {
-		n = kve_tokenize(d->tok, text, len, add_bos, NULL, 0);
+		/* a piece appended to a conversation continues its text:
+		 * no SentencePiece dummy-prefix space (a raw prompt's
+		 * markers are plain text, and "the" would come out as
+		 * " the"); the first piece has it, as llama.cpp encodes */
+		unsigned flags = add_bos ? KVE_TOKENIZE_BOS : KVE_TOKENIZE_CONT;
+
+		n = kve_tokenize_spans(d->tok, text, len, NULL, 0, flags, NULL, 0);
 		if (n < 0) {
 			kvd_piece_free(pc);
 			return n;
@@ -616,23 +622,10 @@ int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bo
 			kvd_piece_free(pc);
 			return -ENOMEM;
 		}
-		rc = kve_tokenize(d->tok, text, len, add_bos, pc->ids, (size_t)n);
+		rc = kve_tokenize_spans(d->tok, text, len, NULL, 0, flags, pc->ids, (size_t)n);
 		if (rc < 0) {
 			kvd_piece_free(pc);
 			return rc;
-		}
-		/* SentencePiece puts a dummy-prefix space before every text
-		 * it encodes; a piece appended to a conversation continues a
-		 * text, and the chat template starts each with a marker
-		 * (<|im_end|>...), so a lone leading space token is that
-		 * prefix: drop it, and the tokens equal those of the whole
-		 * conversation encoded at once (the markup path gives no
-		 * dummy prefix to a continuation at all) */
-		if (!add_bos && n > 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
-		    len && text[0] != ' ' &&
-		    kve_token_bytes(d->tok, pc->ids[0], buf, sizeof(buf)) == 1 && buf[0] == ' ') {
-			memmove(pc->ids, pc->ids + 1, (size_t)(n - 1) * sizeof(*pc->ids));
-			n--;
 		}
 	}
 	pc->ends = malloc(((size_t)n + 1) * sizeof(*pc->ends));
@@ -651,9 +644,9 @@ int kvd_piece_make(const struct kvd *d, const char *text, size_t len, int add_bo
 
 		if (b < 0)
 			b = 0;
-		if (i == (add_bos ? 1 : 0) && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
+		if (add_bos && i == 1 && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM &&
 		    b > 0 && buf[0] == ' ' && (len == 0 || text[0] != ' '))
-			b--;	/* the dummy prefix */
+			b--;	/* the dummy prefix (the first piece's only) */
 		sum += (size_t)b;
 		pc->ends[i] = (uint32_t)sum;
 	}

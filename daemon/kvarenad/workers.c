@@ -446,6 +446,15 @@ static size_t seq_bytes(struct kvd *d, const struct kvd_sent *e)
 	return (n + 7) & ~(size_t)7;	/* records start 8-byte aligned */
 }
 
+/* n bytes at *p: none is no copy (the history, schema and name of a
+ * reply that has none are NULL, which memcpy may not be given) */
+static void put_bytes(char **p, const void *src, size_t n)
+{
+	if (n)
+		memcpy(*p, src, n);
+	*p += n;
+}
+
 static void put_seq(const struct kvd_sent *e, char **p)
 {
 	char *start = *p;
@@ -480,12 +489,9 @@ static void put_seq(const struct kvd_sent *e, char **p)
 		cw.tokens_left = j->max_new > j->n_gen ? j->max_new - j->n_gen : 1;
 		memcpy(*p, &cw, sizeof(cw));
 		*p += sizeof(cw);
-		memcpy(*p, j->hist, (size_t)j->n_hist * 4);
-		*p += (size_t)j->n_hist * 4;
-		memcpy(*p, j->c_json, cw.json_len);
-		*p += cw.json_len;
-		memcpy(*p, j->c_name, cw.name_len);
-		*p += cw.name_len;
+		put_bytes(p, j->hist, (size_t)j->n_hist * 4);
+		put_bytes(p, j->c_json, cw.json_len);
+		put_bytes(p, j->c_name, cw.name_len);
 	}
 	if (e->flags & KVD_SEQ_SAMPLE)
 		kvd_sampling_put(j, p);

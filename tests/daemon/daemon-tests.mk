@@ -3,6 +3,8 @@
 # (test_orch: real workers, engine and arena), under ASan/UBSan.
 KVD_TEST_ORCH  := $(KVD_OUT)/tests/test_orch
 KVD_TEST_MODEL := $(KVD_OUT)/tests/orch-bpe.gguf
+# test_orch's spm_turns: the same shape with a SentencePiece tokenizer
+KVD_TEST_SPM_MODEL := $(KVD_OUT)/tests/orch-spm.gguf
 
 $(KVD_TEST_ORCH): tests/daemon/test_orch.c $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A)
 	@mkdir -p $(@D)
@@ -14,10 +16,15 @@ $(KVD_TEST_MODEL): $(ENGINE_MKMODEL)
 	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
 		--vocab 512 --ctx 1024 --tokenizer bpe --type f32 --seed 3 -o $@ >/dev/null
 
+$(KVD_TEST_SPM_MODEL): $(ENGINE_MKMODEL)
+	@mkdir -p $(@D)
+	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
+		--vocab 512 --ctx 1024 --tokenizer spm --type f32 --seed 3 -o $@ >/dev/null
+
 # mcp_servers: the npm MCP servers (sandbox-npm) and the hostile fake;
 # escape: the escape suite's probe (kvs-probe) through the daemon's tools
 .PHONY: check-orch
-check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN) $(SANDBOX_FAKE) $(SANDBOX_PROBE) \
+check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_TEST_SPM_MODEL) $(KVD_PLUGIN) $(SANDBOX_FAKE) $(SANDBOX_PROBE) \
 	sandbox-npm
 	ASAN_OPTIONS=detect_leaks=1 KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) KVD_TEST_PROBE=$(SANDBOX_PROBE) \
 		KVD_TEST_MCP_NPM=$(SANDBOX_OUT)/npm \

@@ -27,9 +27,10 @@
  *
  * KVD_TEST_ONLY=name,name runs some (greedy_and_turns, prefix_sharing, fork,
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
- * preempt, preempt_cached, readmit_first, route_order, admission, worker_storm,
- * stall, fairness, shared_start, session_keys, never_fits, index_chain, bisect,
- * utf8_clean, and with the hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * preempt, preempt_cached, readmit_first, route_order, constrained_long,
+ * admission, worker_storm, stall, fairness, shared_start, session_keys,
+ * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
+ * with the hooks agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -1197,6 +1198,71 @@ static void test_route_order(void)
 out:
 	free(w);
 	free(d);
+}
+
+/*
+ * Structured decoding through the scheduler (sched.c keeps each reply's
+ * constrained tokens and sends them with every sampling step, so that a
+ * worker's matcher follows the reply): JSON-object replies longer than
+ * that history's first allocation (64 tokens), steered to close within
+ * max_tokens (close_in_budget), parse whole as one JSON object each, and
+ * batched they equal their runs alone. (Under UBSan it found the step's
+ * bytes copied from a NULL history of no tokens: workers.c, put_bytes.)
+ */
+static void test_constrained_long(void)
+{
+	enum { N = 3 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq;
+	struct kvd_error err;
+	struct kvd_job *j;
+	struct reply r[2][N];
+	const char *prompt = "<|im_start|>user\nList the build steps as JSON.<|im_end|>\n"
+			     "<|im_start|>assistant\n";
+	uint32_t i, k, objects = 0, longest = 0, same = 0;
+
+	if (getenv("KVD_TEST_SMALL"))
+		return;		/* TCG: 720 constrained tokens cost minutes */
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	for (k = 0; k < 2; k++) {
+		struct kvd_job *jobs[N];
+
+		/* k 0: one at a time; k 1: all at once (batched) */
+		for (i = 0; i < N; i++) {
+			request_init(&rq, prompt, 120);
+			rq.s.temperature = 1.0f;
+			rq.s.seed = 11 + i;
+			rq.c.kind = KVD_CONSTRAIN_JSON_OBJECT;
+			rq.s.close_in_budget = 1;
+			memset(&r[k][i], 0, sizeof(r[k][i]));
+			jobs[i] = kvd_job_submit(d, &rq, &j, &err) ? NULL : j;
+			if (!k && jobs[i])
+				collect_reply(d, jobs[i], &r[k][i], NULL);
+		}
+		for (i = 0; k && i < N; i++)
+			if (jobs[i])
+				collect_reply(d, jobs[i], &r[k][i], NULL);
+	}
+	for (i = 0; i < N; i++) {
+		json_error_t je;
+		json_t *o = json_loadb(r[0][i].text, r[0][i].len, 0, &je);
+
+		objects += json_is_object(o);
+		json_decref(o);
+		if (r[0][i].n_tokens > longest)
+			longest = r[0][i].n_tokens;
+		same += same_tokens(&r[0][i], &r[1][i]);
+	}
+	CHECK(objects == N && longest > 64, "%u of %u constrained replies parse as JSON objects, "
+	      "closed within max_tokens (close_in_budget), the longest %u tokens", objects, N,
+	      longest);
+	CHECK(same == N, "batched: %u of %u equal their runs alone", same, N);
+	kvd_destroy(d);
 }
 
 /*
@@ -4094,6 +4160,166 @@ static void test_session_cap(void)
 	kvd_destroy(d);
 }
 
+/* A SentencePiece model beside the test model (make: orch-spm.gguf). */
+static void spm_model_path(char *out, size_t len)
+{
+	const char *slash = strrchr(model_path, '/');
+
+	if (getenv("KVD_TEST_SPM_MODEL"))
+		snprintf(out, len, "%s", getenv("KVD_TEST_SPM_MODEL"));
+	else
+		snprintf(out, len, "%.*sorch-spm.gguf", slash ? (int)(slash - model_path + 1) : 0,
+			 model_path);
+}
+
+/*
+ * A SentencePiece model (llama's tokenizer: a dummy-prefix space before
+ * the text it encodes): a conversation's next turn appends its new text
+ * as a continuation, without that space (conv.c, kvd_piece_make). What a
+ * turn prefills is the new text's tokens as the engine encodes a
+ * continuation (KVE_TOKENIZE_CONT), found in the conversation where the
+ * reply before it ends. New text starting with a word ("the": " the" is a
+ * piece of the vocabulary, and dropping a lone space token, as before,
+ * left it) and with a space.
+ */
+static void test_spm_turns(void)
+{
+	static const char *const add[] = { "the build log, please.\n", " and the tests?\n" };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r;
+	char *prompt = malloc(16384);
+	int32_t want[256];
+	uint32_t t, k, pending;
+	int n, right;
+
+	if (getenv("KVD_TEST_SMALL") || !prompt)
+		goto out;	/* the guests: one model */
+	base_config(&c);
+	spm_model_path(c.model_path, sizeof(c.model_path));
+	d = start(&c);
+	CHECK(d != NULL && kve_tokenizer_kind(d->tok) == KVE_TOK_SPM,
+	      "orchestrator starts with a SentencePiece model (%s)", c.model_path);
+	if (!d || kve_tokenizer_kind(d->tok) != KVE_TOK_SPM)
+		goto done;
+	snprintf(prompt, 16384, "<|im_start|>user\nWhat is the build?<|im_end|>\n"
+		 "<|im_start|>assistant\n");
+	CHECK(ask(d, prompt, 0, 1, 12, &r, NULL) == 0, "first turn: %u tokens", r.n_tokens);
+	for (t = 0; t < 2 && !r.error; t++) {
+		size_t o = strlen(prompt);
+
+		pending = r.finish == KVD_FINISH_LENGTH;
+		snprintf(prompt + o, 16384 - o, "%.*s%s", (int)r.len, r.text, add[t]);
+		o += r.len;
+		n = kve_tokenize_spans(d->tok, prompt + o, strlen(prompt + o), NULL, 0,
+				       KVE_TOKENIZE_CONT, want, 256);
+		if (ask(d, prompt, 0, 1, 12, &r, NULL) || n <= 0 || n > 256)
+			break;
+		right = r.usage.prompt_tokens - r.usage.cached_tokens == (uint32_t)n + pending;
+		pthread_mutex_lock(&d->lock);
+		{
+			struct kvd_conv *cv = kvd_conv_find_id(d, r.session);
+
+			right &= cv && r.usage.prompt_tokens >= (uint32_t)n &&
+				 cv->n_tokens >= r.usage.prompt_tokens;
+			for (k = 0; right && k < (uint32_t)n; k++)
+				right &= cv->tokens[r.usage.prompt_tokens - n + k] == want[k];
+		}
+		pthread_mutex_unlock(&d->lock);
+		CHECK(right, "turn %u appends \"%.12s...\" as a continuation: %u prefilled = %d "
+		      "tokens + %u sampled without KV, the same ids", t + 2, add[t],
+		      r.usage.prompt_tokens - r.usage.cached_tokens, n, pending);
+	}
+done:
+	kvd_destroy(d);
+out:
+	free(prompt);
+}
+
+/* Printable ASCII only: a stop sequence that reads as one. */
+static int ascii_text(const char *s, size_t n)
+{
+	while (n--)
+		if (s[n] < 0x20 || s[n] > 0x7e)
+			return 0;
+	return 1;
+}
+
+/*
+ * A stop sequence inside one token's text (sched.c, the token that
+ * completes it also brings text before it): that text is sent, then the
+ * reply ends, finish "stop". From a reference reply, the stop is a token's
+ * text after its first byte (the first token of three ASCII bytes or more
+ * whose tail occurs nowhere earlier); the reply with it equals the
+ * reference up to that byte.
+ */
+static void test_stop_in_token(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *j;
+	struct rq q = { "<|im_start|>user\nDescribe the build.<|im_end|>\n<|im_start|>assistant\n",
+			0, 1, 64, 0, NULL, NULL };
+	struct reply r;
+	char text[4096], stop[64] = "";
+	size_t len = 0, at = 0;
+	uint32_t stop_seq = 0;
+
+	base_config(&c);
+	d = start(&c);
+	CHECK(d != NULL, "orchestrator starts");
+	if (!d)
+		return;
+	/* the reference, token by token */
+	j = submit(d, &q, &err);
+	while (j && kvd_job_next(j, &ev, 120000) == 1 && ev.type == KVD_EV_TOKEN) {
+		if (len + ev.text_len >= sizeof(text))
+			break;
+		memcpy(text + len, ev.text, ev.text_len);
+		text[len + ev.text_len] = 0;
+		/* the token's tail, where it first occurs in the text */
+		if (!at && ev.text_len >= 3 && ev.text_len < sizeof(stop) &&
+		    ascii_text(ev.text, ev.text_len)) {
+			memcpy(stop, ev.text + 1, ev.text_len - 1);
+			stop[ev.text_len - 1] = 0;
+			if ((size_t)(strstr(text, stop) - text) == len + 1)
+				at = len + 1;
+		}
+		len += ev.text_len;
+	}
+	if (j)
+		kvd_job_free(j);
+	CHECK(at, "a stop sequence inside a token of the reference: \"%s\" at byte %zu",
+	      at ? stop : "", at);
+	if (!at)
+		goto out;
+	q.stop = stop;
+	memset(&r, 0, sizeof(r));
+	j = submit(d, &q, &err);
+	while (j && kvd_job_next(j, &ev, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN) {
+			if (r.len + ev.text_len < sizeof(r.text)) {
+				memcpy(r.text + r.len, ev.text, ev.text_len);
+				r.len += ev.text_len;
+			}
+			continue;
+		}
+		r.finish = ev.type == KVD_EV_DONE ? ev.finish : 0;
+		stop_seq = ev.type == KVD_EV_DONE ? ev.stop_seq : 0;
+		break;
+	}
+	if (j)
+		kvd_job_free(j);
+	CHECK(r.len == at && !memcmp(r.text, text, at) && r.finish == KVD_FINISH_STOP &&
+	      stop_seq == 1, "the reply is the reference's first %zu bytes, the byte before "
+	      "the stop in its token included (%zu bytes, finish %d, stop %u)", at, r.len,
+	      (int)r.finish, stop_seq);
+out:
+	kvd_destroy(d);
+}
+
 /*
  * A reply ending inside a UTF-8 sequence (sched.c, round_end): the
  * detokenizer's held bytes go out as U+FFFD, and a next turn repeating
@@ -4283,6 +4509,8 @@ int main(int argc, char **argv)
 	RUN(tenant_budget);
 	RUN(session_cap);
 	RUN(utf8_tail);
+	RUN(stop_in_token);
+	RUN(spm_turns);
 	RUN(fair_join);
 	RUN(greedy_and_turns);
 	RUN(prefix_sharing);
@@ -4297,6 +4525,7 @@ int main(int argc, char **argv)
 	RUN(preempt_cached);
 	RUN(readmit_first);
 	RUN(route_order);
+	RUN(constrained_long);
 	RUN(admission);
 	RUN(program_fcfs);
 	RUN(worker_storm);

@@ -861,9 +861,19 @@ static void test_load_modes(const char *path)
 		goto out;
 	}
 	packed = m[0]->layers[0].wq.panel != 0;
-	/* Q4_0 in the AVX-512 sets' 16-row panels sums in its own order
-	 * (Documentation/engine.md, Weight layout): close, not the same bits */
-	x16 = m[0]->layers[0].wq.panel == KVE_PANEL_Q4X16;
+	/* Q4_0, Q4_K and Q6_K in the AVX-512 sets' 16-row panels sum in
+	 * their own order (Q4_0) or the portable C product's (the K-quants;
+	 * Documentation/engine.md, Weight layout), not that of the 4-row
+	 * panels: close, not the same bits */
+	x16 = m[0]->output.panel == KVE_PANEL_Q4X16;	/* (== KVE_PANEL_QKX16) */
+	for (i = 0; i < (int)kve_model_info(m[0])->n_layers; i++) {
+		const struct kve_layer *L = &m[0]->layers[i];
+
+		x16 |= L->wq.panel == KVE_PANEL_Q4X16 || L->wk.panel == KVE_PANEL_Q4X16 ||
+		       L->wv.panel == KVE_PANEL_Q4X16 || L->wo.panel == KVE_PANEL_Q4X16 ||
+		       L->gate.panel == KVE_PANEL_Q4X16 || L->up.panel == KVE_PANEL_Q4X16 ||
+		       L->down.panel == KVE_PANEL_Q4X16;
+	}
 	CHECK(m[0]->g.map_base != m[2]->g.map_base &&
 	      ((uintptr_t)m[0]->g.base & ((2u << 20) - 1)) == 0 &&
 	      packed && !m[1]->layers[0].wq.panel && !m[2]->layers[0].wq.panel &&
@@ -874,7 +884,7 @@ static void test_load_modes(const char *path)
 	      !memcmp(lg[1], lg[2], kve_model_info(m[0])->vocab * sizeof(float)),
 	      "%s %s: KVE_WEIGHTS=copy (2 MiB-aligned, %s), copy with KVE_PACK=0 and mmap: "
 	      "same logits %s", path, ggml_type_name(kve_model_info(m[0])->weight_type),
-	      x16 ? "packed in 16-row Q4_0 panels" : packed ? "packed in panels" : "row-major",
+	      x16 ? "packed in 16-row panels" : packed ? "packed in panels" : "row-major",
 	      x16 ? "(within 1e-3 of the largest, same argmax)" : "bit for bit");
 	/* the copies were written (packed) and then sealed: the weights,
 	 * first page to last, are read-only like the mapped file */

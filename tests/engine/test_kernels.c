@@ -585,6 +585,82 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 	      "row-major and packed: %u of %u)", v->name, parent->name, same, n);
 }
 
+/*
+ * Q4_K, Q5_K and Q6_K in a set's 16-row panels (k->qk_x16, engine_internal.h):
+ * the portable C product's bits on the row-major matrix, for batches of
+ * 1-13 tokens, each token alone, row slices of 5 (partial panels) and
+ * the row helper; the other sets (the C set, and AVX2 where the CPU has
+ * it) serve the layout with the same bits.
+ */
+static void check_qk_x16(const struct kve_kernels *k, int has2)
+{
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+	static const uint32_t shapes[][2] = { { 16, 256 }, { 48, 768 }, { 32, 512 } };
+	unsigned ti, si;
+
+	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+			uint32_t rows = shapes[si][0], cols = shapes[si][1], type = types[ti];
+			const int T = 13, nbk = (int)cols / QK_K;
+			struct tm t, p;
+			float *x = malloc(sizeof(float) * T * cols);
+			float *y = malloc(sizeof(float) * T * rows);
+			float *y1 = malloc(sizeof(float) * T * rows);
+			struct kve_q8k *xk = malloc(sizeof(*xk) * T * (size_t)nbk);
+			struct kve_q8x *xq = malloc(sizeof(*xq) * T * (size_t)(cols / 32));
+			int tt, r, same, packed, served = 1;
+
+			for (r = 0; r < T * (int)cols; r++)
+				x[r] = frand();
+			for (tt = 0; tt < T; tt++)
+				kve_quantize_q8k(x + tt * cols, (int)cols, xk + tt * nbk);
+			make_mat(&t, type, rows, cols);
+			run(&kve_kernels_c, &t, x, xq, xk, T, y, 0, (int)rows);
+			p = t;
+			p.buf = malloc(t.m.row_bytes * rows);
+			memcpy(p.buf, t.buf, t.m.row_bytes * rows);
+			p.m.data = p.buf;
+			packed = kve_mat_pack_for(&p.m, k) == 0 && p.m.panel == KVE_PANEL_QKX16 &&
+				 memcmp(p.buf, t.buf, t.m.row_bytes * rows);
+			same = packed;
+			for (tt = 1; tt <= T && packed; tt++) {
+				memset(y1, 0xff, sizeof(float) * T * rows);	/* NaN */
+				run(k, &p, x, xq, xk, tt, y1, 0, (int)rows);
+				same &= !memcmp(y1, y, sizeof(float) * tt * rows);
+			}
+			same &= packed && same_alone_sliced(k, &p, x, xq, xk, T, y, y1);
+			for (r = 0; r < (int)rows && packed; r++) {
+				float a[1024], b[1024];
+
+				kve_mat_row_f32(&t.m, (uint32_t)r, a);
+				kve_mat_row_f32(&p.m, (uint32_t)r, b);
+				same &= !memcmp(a, b, cols * sizeof(float));
+			}
+			CHECK(same, "%s %s [%u x %u] in 16-row panels: the portable C product's bits "
+			      "(1-13 tokens, alone, row slices, row helper)", k->name,
+			      ggml_type_name(type), rows, cols);
+			if (packed) {
+				run(&kve_kernels_c, &p, x, xq, xk, T, y1, 0, (int)rows);
+				served &= !memcmp(y1, y, sizeof(float) * T * rows);
+				if (has2) {
+					run(&kve_kernels_avx2, &p, x, xq, xk, T, y1, 0, (int)rows);
+					served &= !memcmp(y1, y, sizeof(float) * T * rows);
+				}
+			}
+			CHECK(packed && served, "%s [%u x %u] in 16-row panels: served by the C%s set, "
+			      "same bits", ggml_type_name(type), rows, cols, has2 ? " and AVX2" : "");
+			free(x);
+			free(y);
+			free(y1);
+			free(xk);
+			free(xq);
+			free(p.buf);
+			free(t.buf);
+			free(t.deq);
+		}
+	}
+}
+
 static void check_set(const struct kve_kernels *k)
 {
 	check_set_part(k, 0);
@@ -1447,6 +1523,7 @@ int main(void)
 		printf("# skip avx2: CPU lacks it\n");
 	if (has512) {
 		check_set(&kve_kernels_avx512);
+		check_qk_x16(&kve_kernels_avx512, has2);
 		check_convert(&kve_kernels_avx512);
 		check_silu(&kve_kernels_avx512);
 		check_block_attn(&kve_kernels_avx512);
@@ -1467,6 +1544,7 @@ int main(void)
 		check_same_q8("avx512vnni", kve_mm_q8_avx512vnni, &kve_kernels_avx512);
 		check_quant_set(kve_kernels_avx512vnni());
 		check_same_quant(kve_kernels_avx512vnni(), &kve_kernels_avx512);
+		check_qk_x16(kve_kernels_avx512vnni(), has2);
 		check_same_q8("avxvnni code with EVEX vpdpbusd", mm_q8_vnni256_evex,
 			      &kve_kernels_avx2);
 	} else {

@@ -72,6 +72,7 @@ CORE_TESTS = [["make", "-s", "--no-print-directory", "check-core"],
 # the orchestrator's test, one part per KVD_TEST_ONLY name
 ORCH = "build/daemon/tests/test_orch"
 ORCH_MODEL = "build/daemon/tests/orch-bpe.gguf"
+ORCH_SPM = "build/daemon/tests/orch-spm.gguf"	# spm_turns finds it beside ORCH_MODEL
 ORCH_PLUGIN = "build/lib/kvarenad/backend-cpu.so"
 ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressure",
               "worker_death", "plugin", "agent_loop", "paths", "preempt", "worker_storm",
@@ -79,7 +80,8 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "index_chain", "bisect", "utf8_clean", "program_fcfs", "fair_join",
               "retention", "dropped_events", "admission", "stop_cut", "worker_answers",
               "idle_sleeps", "expire", "context_end", "tenant_budget",
-              "session_cap", "utf8_tail", "preempt_cached", "readmit_first", "route_order"]
+              "session_cap", "utf8_tail", "preempt_cached", "readmit_first", "route_order",
+              "constrained_long", "stop_in_token", "spm_turns"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
@@ -88,7 +90,7 @@ TIER = "build/daemon/tests/test_tiering"
 TIER_WORK = "build/daemon/tests/tiering"
 TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt", "cap",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
-              "wait_at_arrival", "prefetch_once", "prefetch_order"]
+              "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
@@ -121,7 +123,8 @@ GROUPS = {
                          "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
                          "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
                          "daemon/kvarenad/radix.c", "daemon/kvarenad/router.c"],
-                  build=[ORCH, TIER, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_PLUGIN],
+                  build=[ORCH, TIER, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_SPM,
+                         ORCH_PLUGIN],
                   parts=[("radix", ["build/daemon/tests/test_radix", "{seed}", "20000"], {})] +
                         [("orch:" + t, [ORCH, ORCH_MODEL, ORCH_PLUGIN], {"KVD_TEST_ONLY": t})
                          for t in ORCH_PARTS] +
