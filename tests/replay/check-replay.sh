@@ -99,7 +99,7 @@ for mode in client server; do
 		$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" \
 			--sessions "$out/sessions.jsonl" --label "$pol-$mode" --out "$out" \
 			--tool-mode "$mode" --reply-dir "$PWD/$out/replies" --scale-tokens 0.0625 \
-			--sample-s 0.2 --run-id "$mode$pol"
+			--sample-s 0.2 --close --run-id "$mode$pol"
 		stop
 	done
 done
@@ -130,6 +130,16 @@ for lab in ("toolwait", "lru", "ttl"):
             bad.append("%s-server: no server-side tool ran" % lab)
         if d.get("kvarenad_tool_waits_total", 0) < 1:
             bad.append("%s-%s: the server measured no tool wait" % (lab, mode))
+        # --close: every ended session closed, its KV released (no spill
+        # file left, nothing in the arena for it). Client mode only: in
+        # server mode a turn's request does not repeat the server's tool
+        # rounds, so it starts a conversation of its own (sharing the
+        # prefix) and the one before is left idle, not closed (replay.md)
+        e = r["metrics_end"]
+        left = {k: e.get(k, 0) for k in ("kvarenad_tier_files", 'kvarenad_kv_sessions{tier="arena"}',
+                                         'kvarenad_kv_sessions{tier="disk"}')}
+        if mode == "client" and any(left.values()):
+            bad.append("%s-%s: closed sessions left %s" % (lab, mode, left))
 for p in ("completion-cdf.png", "occupancy.png", "report.txt", "report.tsv"):
     f = os.path.join(out, p)
     if not os.path.exists(f) or os.path.getsize(f) < (2000 if p.endswith(".png") else 100):
