@@ -355,6 +355,11 @@ static void test_greedy_and_turns(void)
 		      n_suffix, pending);
 	}
 	CHECK(!strcmp(r1.session, r2.session), "same session id across turns (%s)", r2.session);
+	/* 96 random bits: a session id names a conversation to DELETE
+	 * (/v1/sessions/{id}): unguessable */
+	CHECK(strlen(r1.session) == 29 && !strncmp(r1.session, "sess_", 5) &&
+	      strspn(r1.session + 5, "0123456789abcdef") == 24,
+	      "the session id is sess_ and 24 hex digits (12 random bytes)");
 	CHECK(metric(d, "kvarenad_kv_bytes_copied_total") == 0,
 	      "arena hand-off: 0 KV bytes copied between stages");
 	CHECK(metric(d, "kvarenad_handoffs_total") == 2, "two prefill->decode hand-offs");
