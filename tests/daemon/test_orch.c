@@ -4102,6 +4102,18 @@ static void test_tenant_budget(void)
 	      y.usage.prompt_tokens, y.usage.completion_tokens, (int)y.finish);
 	CHECK(conv_blocks(d, x.session) == 0, "X's idle KV went to Y first (%d blocks left)",
 	      conv_blocks(d, x.session));
+	/* what the tenant holds goes back block for block as its
+	 * conversations go (conv.c, kvd_blocks_hold) */
+	{
+		uint32_t held;
+
+		kvd_session_delete(d, x.session, 1);
+		kvd_session_delete(d, y.session, 1);
+		pthread_mutex_lock(&d->lock);
+		held = d->tenant_blocks[kvd_tenant_slot(d, 1)];
+		pthread_mutex_unlock(&d->lock);
+		CHECK(held == 0, "X and Y deleted: tenant small holds %u blocks", held);
+	}
 	kvd_destroy(d);
 }
 
