@@ -1019,6 +1019,20 @@ static struct kvd_job *submit_long(struct kvd *d, const char *prompt, uint32_t m
 	return j;
 }
 
+/* A daemon that admits whatever fits (decode_reserve 0, test "admission"),
+ * on one 2 MiB page of arena when tight (else the default room). */
+static struct kvd *start_admit_all(int prefix_cache, int tight)
+{
+	struct kvd_config c;
+
+	base_config(&c);
+	c.prefix_cache = prefix_cache;
+	c.decode_reserve = 0;
+	if (tight)
+		c.kv_blocks = 8;
+	return start(&c);
+}
+
 /* One event of a reply read with kvd_job_next_any: 1 when it ended. */
 static int take_event(struct reply *o, const struct kvd_event *ev)
 {
@@ -1050,7 +1064,6 @@ static int take_event(struct reply *o, const struct kvd_event *ev)
  */
 static void test_preempt_cached(void)
 {
-	struct kvd_config c;
 	struct kvd *d;
 	struct kvd_error err;
 	struct kvd_event ev;
@@ -1065,12 +1078,7 @@ static void test_preempt_cached(void)
 	for (pass_no = 0; pass_no < 2 && ok; pass_no++) {
 		struct reply *out = pass_no ? ref : r;
 
-		base_config(&c);
-		c.prefix_cache = 1;
-		c.decode_reserve = 0;	/* admit whatever fits (test "admission") */
-		if (!pass_no)
-			c.kv_blocks = 8;	/* one 2 MiB page */
-		d = start(&c);
+		d = start_admit_all(1, !pass_no);
 		if (!d)
 			goto out;
 		if (!pass_no) {
@@ -1283,7 +1291,6 @@ static void test_constrained_long(void)
  */
 static void test_readmit_first(void)
 {
-	struct kvd_config c;
 	struct kvd *d;
 	struct kvd_error err;
 	struct kvd_event ev;
@@ -1300,12 +1307,7 @@ static void test_readmit_first(void)
 	for (pass_no = 0; pass_no < 2 && ok; pass_no++) {
 		struct reply *out = pass_no ? ref : r;
 
-		base_config(&c);
-		c.prefix_cache = 0;
-		c.decode_reserve = 0;	/* admit whatever fits (test "admission") */
-		if (!pass_no)
-			c.kv_blocks = 8;	/* one 2 MiB page */
-		d = start(&c);
+		d = start_admit_all(0, !pass_no);
 		if (!d)
 			goto out;
 		if (!pass_no) {
