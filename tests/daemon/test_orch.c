@@ -2007,6 +2007,63 @@ static void test_bisect(void)
 	kvd_destroy(d);
 }
 
+/*
+ * A step that fails once (a passing fault: its retry succeeds) voids the
+ * step queued behind it on the same worker, which read KV the failed one
+ * never wrote: a prompt of two chunks whose first fails is answered with
+ * the tokens of its run alone, not with a token sampled over that KV.
+ */
+static void test_void_behind(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	char p[1024], flag[64];
+	uint64_t chunks;
+	int o, k, fd;
+
+	o = snprintf(p, sizeof(p), "<|im_start|>user\nvoided:");
+	for (k = 0; k < 40; k++)
+		o += snprintf(p + o, sizeof(p) - (size_t)o, " v%d", (k * 7) % 23);
+	snprintf(p + o, sizeof(p) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	snprintf(flag, sizeof(flag), "/tmp/kvd-fail-%d", (int)getpid());
+	memset(&ref, 0, sizeof(ref));
+	memset(&r, 0, sizeof(r));
+	base_config(&c);
+	c.steps_in_flight = 2;
+	d = start(&c);
+	if (!d)
+		return;
+	/* two chunks: the first, then the last, sampled */
+	c.chunk_tokens = (uint32_t)(kve_tokenize(d->tok, p, strlen(p), 1, NULL, 0) + 1) / 2;
+	kvd_destroy(d);
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 12, &ref, NULL);
+	CHECK(metric(d, "kvarenad_prefill_chunks_total") == 2, "alone: the prompt is two "
+	      "chunks of %u tokens", c.chunk_tokens);
+	kvd_destroy(d);
+	set_env("KVD_TEST_FAIL_FILE", flag);
+	d = start(&c);
+	if (!d)
+		goto out;
+	fd = open(flag, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	ask(d, p, 0, 1, 12, &r, NULL);
+	chunks = metric(d, "kvarenad_prefill_chunks_total");
+	CHECK(access(flag, F_OK) && metric(d, "kvarenad_step_failures_total") == 1 &&
+	      chunks == 4, "the first chunk failed once with the last queued behind it "
+	      "(%llu chunks sent: 4)", (unsigned long long)chunks);
+	CHECK(same_tokens(&r, &ref), "the voided chunk's answer is not taken: the tokens "
+	      "of the run alone (%s)", r.error ? r.err : "");
+	kvd_destroy(d);
+out:
+	unlink(flag);
+	set_env("KVD_TEST_FAIL_FILE", NULL);
+}
+
 #ifdef KVD_TEST_HOOKS
 /*
  * The agent loop, driven honestly: a random-weight model never calls a
@@ -4559,6 +4616,7 @@ int main(int argc, char **argv)
 	RUN(never_fits);
 	RUN(index_chain);
 	RUN(bisect);
+	RUN(void_behind);
 #ifdef KVD_TEST_HOOKS
 	RUN(retention);
 	RUN(config_keys);
