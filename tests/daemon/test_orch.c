@@ -4078,8 +4078,8 @@ static uint64_t conv_deadline(struct kvd *d, const char *id)
  * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
  * released when its deadline passes, soonest first, and the scheduler
  * wakes for it (sched.c: the next deadline shortens its poll, which
- * otherwise sleeps up to 250 ms). With idle_retention_s 2, eight
- * conversations reply 0.15 s apart: each one's KV goes at its deadline (2 s
+ * otherwise sleeps up to 250 ms). With idle_retention_s 4, eight
+ * conversations reply 0.15 s apart: each one's KV goes at its deadline (4 s
  * after its reply, test_orch retention), within 125 ms, while the later
  * ones' stays, and the arena's blocks are all free again (no prefix cache
  * here). A scheduler that sleeps through a deadline wakes at a phase of
@@ -4100,7 +4100,9 @@ static void test_expire(void)
 	char p[128];
 
 	base_config(&c);
-	c.idle_retention_s = 2;
+	/* eight replies and their gaps fit well inside it on a loaded host
+	 * (at 2 s, a sanitized run beside two busy cores took longer) */
+	c.idle_retention_s = 4;
 	c.prefix_cache = 0;
 	d = start(&c);
 	CHECK(d != NULL, "orchestrator starts");
