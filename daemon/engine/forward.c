@@ -204,8 +204,9 @@ static void mm_worker(void *arg, int c, int tid)
  * preempts holds back a small share, and no more than MM_CHUNK_BYTES of
  * weights each, so that the thread that finishes first waits at most
  * about that long for the other's last chunk (the output head was 8
- * chunks of 1.7 MB for 110M Q4_0); not much less, as each chunk the
- * worker claims (from the back, threads.c) starts a new stream. Rows per
+ * chunks of 1.7 MB for 110M Q4_0); not much less, as each thread's run
+ * of chunks is one stream only while its chunks follow each other in
+ * memory (threads.c's chunk_of). Rows per
  * chunk a multiple of 16 (whole 4- and 16-row panels, and whole cache
  * lines of y) */
 #define MM_CHUNK_BYTES	(256u << 10)

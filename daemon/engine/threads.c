@@ -20,10 +20,11 @@
  * (all atomics are sequentially consistent; the job is written before the
  * word, and a job's fn/arg/nch change only once all its chunks are
  * claimed). The caller claims from the front (next++), the workers from
- * the back (--end): with two threads each then takes about the same half
- * of every matrix step after step, which it may still hold in its own
- * caches, where chunks taken alternately would go to either thread; the
- * claims still balance whatever the host does to either thread.
+ * the back (--end), and chunk_of turns the back half around: with two
+ * threads each then walks about the same half of every matrix upwards,
+ * step after step, which it may still hold in its own caches, where
+ * chunks taken alternately would go to either thread; the claims still
+ * balance whatever the host does to either thread.
  */
 #define _GNU_SOURCE
 #include "threads.h"
@@ -113,6 +114,20 @@ static int spin_while(const struct kve_threads *t, _Atomic uint32_t *a, uint32_t
 	}
 }
 
+/* The chunk a claim of index i (of n) runs: the front half as it is, the
+ * back half reversed. The caller claims 0, 1, ... (its half upwards) and
+ * the worker n-1, n-2, ..., which here become h, h+1, ...: each thread
+ * walks its half of a matrix upwards, one stream, where the worker's
+ * chunks went downwards and each started a stream the kernels' prefetch
+ * (ahead in memory) never reached. A thread that runs out takes the
+ * other's last chunk first, as before. */
+static inline int chunk_of(uint32_t i, uint32_t n)
+{
+	uint32_t h = (n + 1) / 2;
+
+	return (int)(i < h ? i : n - 1 - i + h);
+}
+
 /* Claims and runs chunks of job s until none is left. */
 static void work(struct kve_threads *t, uint32_t s, int tid)
 {
@@ -128,7 +143,7 @@ static void work(struct kve_threads *t, uint32_t s, int tid)
 			continue;
 		/* the job's until its last chunk is done, which needs this one */
 		nch = atomic_load(&t->nch);
-		fn(arg, tid ? (int)end - 1 : (int)next, tid);
+		fn(arg, chunk_of(tid ? end - 1 : next, nch), tid);
 		if (atomic_fetch_add(&t->done, 1) + 1 == nch && atomic_load(&t->caller_waits))
 			futex_wake(&t->done, 1);
 	}
