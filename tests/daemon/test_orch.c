@@ -4381,6 +4381,7 @@ static void test_budget_admit(void)
 	rq.s.ignore_eos = 1;
 	rq.tenant = 1;
 	memset(&z, 0, sizeof(z));
+	memset(&v, 0, sizeof(v));
 	CHECK(kvd_job_submit(d, &rq, &jz, &err) == 0, "Z runs for %u tokens", zmax);
 	while (jz && tenant_held(d, 1) < 2)
 		nap_ms(1);
@@ -4389,8 +4390,8 @@ static void test_budget_admit(void)
 	jv = submit(d, &q, &err);
 	CHECK(jz && collect_reply(d, jz, &z, NULL) == 0 && z.usage.completion_tokens == zmax &&
 	      jv && collect_reply(d, jv, &v, NULL) == 0,
-	      "Z's reply whole (%u tokens), then V's (%u prompt tokens)",
-	      z.usage.completion_tokens, v.usage.prompt_tokens);
+	      "Z's reply whole (%u tokens), then V's (%u prompt tokens%s%s)",
+	      z.usage.completion_tokens, v.usage.prompt_tokens, v.error ? ": " : "", v.err);
 	CHECK(metric(d, "kvarenad_preemptions_total") == 0,
 	      "V waited for the tenant's running reply: nothing preempted");
 	kvd_destroy(d);
@@ -4682,6 +4683,15 @@ static void test_utf8_clean(void)
 		{ "\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 4 },
 		{ "\xf0\x9f\x98", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
 		{ "x\0y", "x\xef\xbf\xbdy", 3 },
+		/* overlong at each length, and the first and last code points
+		 * each length and the surrogates' edges allow */
+		{ "\xe0\x9f\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
+		{ "\xf0\x8f\xbf\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 4 },
+		{ "\xc2\x80\xdf\xbf", "\xc2\x80\xdf\xbf", 4 },
+		{ "\xe0\xa0\x80\xef\xbf\xbf", "\xe0\xa0\x80\xef\xbf\xbf", 6 },
+		{ "\xed\x9f\xbf\xee\x80\x80", "\xed\x9f\xbf\xee\x80\x80", 6 },
+		{ "\xf0\x90\x80\x80", "\xf0\x90\x80\x80", 4 },
+		{ "\xed\xbf\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
 	};
 	char out[64];
 
