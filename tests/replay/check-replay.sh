@@ -14,6 +14,8 @@ cd "$(dirname "$0")/../.."
 
 kvd=$1 hooks=$2 mk=$3
 py=/usr/bin/python3
+# the pure parts first: the eviction benchmark's arena rule, time limits
+$py tests/replay/test_kvreplay.py
 out=build/replay/smoke
 rm -rf "$out" && mkdir -p "$out" && chmod 700 "$out"
 model=build/replay/tiny-4k.gguf
