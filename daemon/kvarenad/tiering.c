@@ -421,6 +421,19 @@ static int start_spill(struct kvd *d, struct kvd_conv *c, int evicting)
 	return 0;
 }
 
+/* c holds no KV beyond a block-aligned prefix short of the file's valid
+ * `want` tokens: nothing, or the prefix cache's blocks a restore that
+ * lacked room attached. (Holding them made c look restored to the next
+ * try before, which dropped the file and recomputed all but the shared
+ * prefix, counted nowhere: 66 of toolwait's 124 resumed turns in an
+ * eviction trial.) */
+static int restoring(const struct kvd *d, const struct kvd_conv *c, uint32_t want)
+{
+	uint32_t bt = bt_of(d), n = c->has_kv ? c->as.s.n_tokens : 0;
+
+	return n < want && n % bt == 0 && (!c->has_kv || c->as.s.n_blocks == n / bt);
+}
+
 /* Starts reading c's spill file back into fresh blocks; the leading full
  * blocks the prefix cache holds are shared instead of read. 0 started
  * (c->tier_op set) or done (all from the cache), -EAGAIN no room yet,
@@ -447,10 +460,12 @@ static int start_restore(struct kvd *d, struct kvd_conv *c, uint32_t want, int p
 		if (rc)
 			return rc == -ENOSPC || rc == -EBUSY ? -EAGAIN : rc;
 	}
-	if (c->as.s.n_blocks || c->as.s.n_tokens)
+	if (!restoring(d, c, want))
 		return -EINVAL;		/* the arena holds it: nothing to read */
 	c->tier_setup = 1;		/* not a victim while its blocks are found */
-	if (d->cfg.prefix_cache)
+	/* what an earlier try that lacked room attached is still held */
+	covered = c->as.s.n_tokens;
+	if (!covered && d->cfg.prefix_cache)
 		covered = kvd_prefix_attach(d, c, want);
 	if (covered >= want) {
 		c->tier_setup = 0;
@@ -461,12 +476,13 @@ static int start_restore(struct kvd *d, struct kvd_conv *c, uint32_t want, int p
 			kvd_conv_reserve(d, c, want - covered);
 	c->tier_setup = 0;
 	if (rc) {
-		/* give back what the cache gave: holding it, c would look
-		 * restored to the next try (blocks in the arena), which
-		 * dropped the file and recomputed all but the shared prefix,
-		 * counted nowhere (66 of 124 resumed turns in an eviction
-		 * trial); it is attached again when there is room */
-		kvd_conv_free_blocks(d, c);
+		/* keep what the cache gave (given back, the next room made
+		 * for the waiting request took it from the cache, and the
+		 * file's skipped blocks were lost); the rest when there is
+		 * room. A prefetch gives it back: its conversation waits on
+		 * a tool, where holding a part would make it a victim */
+		if (prefetch)
+			kvd_conv_free_blocks(d, c);
 		return rc == -EDQUOT ? rc : -EAGAIN;
 	}
 	first = covered / bt;
@@ -962,10 +978,11 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 		kvd_tiering_abandon(d, c);
 	}
 	if (c->tier_file) {
-		if (c->has_kv && c->as.s.n_blocks) {
+		want = file_valid_tokens(d, c);
+		if (c->has_kv && c->as.s.n_blocks && !restoring(d, c, want)) {
 			/* the arena has it: the disk copy goes stale from now */
 			drop_file(d, c);
-		} else if (!(want = file_valid_tokens(d, c))) {
+		} else if (!want) {
 			/* cut back before the file's first block: nothing to read */
 			drop_file(d, c);
 		} else {
