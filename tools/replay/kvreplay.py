@@ -327,12 +327,16 @@ def parse_metrics(txt):
 def stream_chat(url, body, timeout=600):
     """One streamed chat completion: (first-token time, end time, message,
     usage, finish_reason, error); the message's "session" is the server's
-    session id where it says one (kvarena's finish chunk). timeout: the
-    longest silence on the connection (a request queued behind many
-    others' prefills says nothing until its first token)."""
+    session id where it says one (kvarena's finish chunk), its "rounds" the
+    tool rounds the server ran itself (kvarena's tool_run chunks: each
+    round's content and runs, in order; the message's content is what came
+    after the last). timeout: the longest silence on the connection (a
+    request queued behind many others' prefills says nothing until its
+    first token)."""
     c = conn_for(url, timeout)
     t_first = None
     content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
+    rounds = []
     try:
         c.request("POST", "/v1/chat/completions", json.dumps(body),
                   {"Content-Type": "application/json"})
@@ -355,6 +359,15 @@ def stream_chat(url, body, timeout=600):
                 usage = ev["usage"]
             if isinstance(ev.get("kvarena"), dict) and ev["kvarena"].get("session_id"):
                 sess = ev["kvarena"]["session_id"]
+            run = ev.get("kvarena", {}).get("tool_run") if isinstance(ev.get("kvarena"),
+                                                                       dict) else None
+            if isinstance(run, dict):
+                # the content so far was this round's, before its calls
+                if not rounds or rounds[-1]["round"] != run.get("round"):
+                    rounds.append({"round": run.get("round"), "content": "".join(content),
+                                   "runs": []})
+                    content = []
+                rounds[-1]["runs"].append(run)
             for ch in ev.get("choices", []):
                 d = ch.get("delta", {})
                 if (d.get("content") or d.get("tool_calls")) and t_first is None:
@@ -373,7 +386,8 @@ def stream_chat(url, body, timeout=600):
         err = "%s: %s" % (type(e).__name__, e)
     finally:
         c.close()
-    msg = {"role": "assistant", "content": "".join(content) or None, "session": sess}
+    msg = {"role": "assistant", "content": "".join(content) or None, "session": sess,
+           "rounds": rounds}
     if calls:
         msg["tool_calls"] = [{"id": v["id"], "type": "function",
                               "function": {"name": v["name"], "arguments": v["args"]}}
@@ -450,8 +464,10 @@ class Runner:
                     os.rename(reply_file + ".tmp", reply_file)
             t_send = time.monotonic()
             t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body, self.timeout)
+            rounds = []
             if msg is not None:
                 server_sess = msg.pop("session", None) or server_sess
+                rounds = msg.pop("rounds", [])
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
                   "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
                   "prompt_tokens": usage.get("prompt_tokens", 0),
@@ -479,6 +495,22 @@ class Runner:
                     msgs.append({"role": "tool", "tool_call_id": c["id"],
                                  "content": self.tool_output(sid, k, s)})
             else:
+                # the server's own tool rounds, sent back as an agent
+                # harness keeps its history: the call, its result, then
+                # the reply, so the next turn continues this conversation
+                # (sent without them, each turn started a conversation of
+                # its own and left the last one idle)
+                for rd in rounds:
+                    ids = ["call_%s_%d_%s_%s" % (sid, k, rd["round"], run.get("index", i))
+                           for i, run in enumerate(rd["runs"])]
+                    msgs.append({"role": "assistant", "content": rd["content"] or None,
+                                 "tool_calls": [{"id": cid, "type": "function", "function": {
+                                     "name": run.get("name", ""),
+                                     "arguments": run.get("arguments", "{}")}}
+                                     for cid, run in zip(ids, rd["runs"])]})
+                    for cid, run in zip(ids, rd["runs"]):
+                        msgs.append({"role": "tool", "tool_call_id": cid,
+                                     "content": run.get("output", "")})
                 msgs.append({"role": "assistant", "content": msg.get("content") or ""})
                 if k + 1 < len(s["turns"]):
                     msgs.append({"role": "user", "content": self.tool_output(sid, k, s)})
