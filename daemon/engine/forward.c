@@ -54,6 +54,8 @@ struct kve_engine {
 	float *rope_cs;		/* max_tok x rope_dims: cos, sin per pair */
 	/* the pass in flight */
 	uint32_t T, layer;
+	int kv_in_attn;		/* rope and KV stores in the attention tasks:
+				 * every token of the pass is another session's */
 	struct kve_session *const *tok_sess;
 	const uint32_t *tok_pos;
 	struct kve_session **sess_buf;
@@ -204,8 +206,9 @@ static void mm_worker(void *arg, int c, int tid)
  * preempts holds back a small share, and no more than MM_CHUNK_BYTES of
  * weights each, so that the thread that finishes first waits at most
  * about that long for the other's last chunk (the output head was 8
- * chunks of 1.7 MB for 110M Q4_0); not much less, as each chunk the
- * worker claims (from the back, threads.c) starts a new stream. Rows per
+ * chunks of 1.7 MB for 110M Q4_0); not much less, as each thread's run
+ * of chunks is one stream only while its chunks follow each other in
+ * memory (threads.c's chunk_of). Rows per
  * chunk a multiple of 16 (whole 4- and 16-row panels, and whole cache
  * lines of y) */
 #define MM_CHUNK_BYTES	(256u << 10)
@@ -391,6 +394,8 @@ static void kv_prefetch(struct kve_engine *e, const struct kv_walk *w, uint32_t 
 		__builtin_prefetch(p + o, 0, 3);
 }
 
+static void store_kv_head(struct kve_engine *e, uint32_t t, uint32_t g);
+
 static void attn_worker(void *arg, int c, int tid)
 {
 	struct kve_engine *e = arg;
@@ -422,6 +427,19 @@ static void attn_worker(void *arg, int c, int tid)
 
 		w.task = task;
 		w.nblk = (npos + bt - 1) / bt;
+		if (e->kv_in_attn) {
+			/* this token's rope and KV store for head g, here
+			 * rather than on one thread before the job: no other
+			 * task reads them (each token is its own session's),
+			 * and per head they are the same operations */
+			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
+
+			rope(e->q + ((size_t)t * in->n_heads + (size_t)g * group) * hd, (int)group,
+			     (int)hd, (int)in->rope_dims, in->rope_neox, cs);
+			rope(e->kk + ((size_t)t * in->n_kv_heads + g) * hd, 1, (int)hd,
+			     (int)in->rope_dims, in->rope_neox, cs);
+			store_kv_head(e, t, g);
+		}
 
 		/* the group's query heads, up to KVE_ATTN_HEADS at a time,
 		 * read each K and V row once */
@@ -457,25 +475,23 @@ static void attn_worker(void *arg, int c, int tid)
 	}
 }
 
-static void store_kv(struct kve_engine *e, uint32_t t)
+/* token t's K and V of KV head g into its session's block */
+static void store_kv_head(struct kve_engine *e, uint32_t t, uint32_t g)
 {
 	const struct kve_model_info *in = &e->m->info;
 	const struct kve_session *s = e->tok_sess[t];
 	uint32_t pos = e->tok_pos[t], bt = e->pool.block_tokens, hd = in->head_dim;
-	uint32_t blk = s->block_table[pos / bt], off = pos % bt, g;
+	uint32_t blk = s->block_table[pos / bt], off = pos % bt;
 	int v;
 
 	for (v = 0; v < 2; v++) {
-		const float *src = (v ? e->vv : e->kk) + (size_t)t * in->n_kv_heads * hd;
+		const float *src = (v ? e->vv : e->kk) + ((size_t)t * in->n_kv_heads + g) * hd;
+		uint8_t *dst = kv_head_base(e, blk, e->layer, v, g) + (size_t)off * hd * e->es;
 
-		for (g = 0; g < in->n_kv_heads; g++) {
-			uint8_t *dst = kv_head_base(e, blk, e->layer, v, g) +
-				       (size_t)off * hd * e->es;
-			if (e->es == 4)
-				memcpy(dst, src + (size_t)g * hd, hd * sizeof(float));
-			else
-				e->k->f32_to_f16((uint16_t *)dst, src + (size_t)g * hd, (int)hd);
-		}
+		if (e->es == 4)
+			memcpy(dst, src, hd * sizeof(float));
+		else
+			e->k->f32_to_f16((uint16_t *)dst, src, (int)hd);
 	}
 }
 
@@ -484,7 +500,7 @@ static void store_kv(struct kve_engine *e, uint32_t t)
 /* Runs T tokens; logits for the n_out tokens listed in out_idx go to
  * logits (vocab floats each). Positions/sessions were validated. */
 static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
-		    const uint32_t *out_idx, uint32_t n_out, float *logits)
+		    const uint32_t *out_idx, uint32_t n_out, float *logits, int distinct)
 {
 	const struct kve_model *m = e->m;
 	const struct kve_model_info *in = &m->info;
@@ -493,6 +509,9 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 	uint32_t l, t, i;
 
 	e->T = T;
+	/* a task that stores a token's KV while another task of the same
+	 * session reads it would race: only when no two tokens share one */
+	e->kv_in_attn = distinct || T == 1;
 	for (t = 0; t < T; t++) {
 		kve_mat_row_f32(&m->tok_embd, (uint32_t)tokens[t], e->x + (size_t)t * dim);
 		rope_table(e->rope_cs + (size_t)t * in->rope_dims, (int)in->rope_dims,
@@ -522,14 +541,15 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 					      e->kk + (size_t)i * in->head_dim, L->k_norm,
 					      (int)in->head_dim, in->rms_eps);
 		}
-		for (t = 0; t < T; t++) {
+		for (t = 0; t < T && !e->kv_in_attn; t++) {
 			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
 
 			rope(e->q + (size_t)t * qdim, (int)in->n_heads, (int)in->head_dim,
 			     (int)in->rope_dims, in->rope_neox, cs);
 			rope(e->kk + (size_t)t * kvdim, (int)in->n_kv_heads, (int)in->head_dim,
 			     (int)in->rope_dims, in->rope_neox, cs);
-			store_kv(e, t);
+			for (i = 0; i < in->n_kv_heads; i++)
+				store_kv_head(e, t, i);
 		}
 		kve_threads_run(e->th, attn_worker, e, attn_chunks(e));
 		matmul_add(e, e->att, (int)T, &L->wo, e->xb, e->x);
@@ -595,7 +615,7 @@ int kve_prefill(struct kve_engine *e, struct kve_session *s,
 		}
 		e->tok_sess = e->sess_buf;
 		e->tok_pos = e->pos_buf;
-		forward(e, tokens + done, T, &out, last ? 1 : 0, logits);
+		forward(e, tokens + done, T, &out, last ? 1 : 0, logits, 0);
 		s->n_tokens += T;
 		done += T;
 	}
@@ -628,7 +648,7 @@ int kve_decode(struct kve_engine *e, struct kve_session *const *sessions,
 	}
 	e->tok_sess = e->sess_buf;
 	e->tok_pos = e->pos_buf;
-	forward(e, tokens, n, e->pos_buf + e->max_tok, n, logits);
+	forward(e, tokens, n, e->pos_buf + e->max_tok, n, logits, 1);
 	for (i = 0; i < n; i++)
 		sessions[i]->n_tokens++;
 	return 0;
@@ -687,7 +707,7 @@ int kve_batch(struct kve_engine *e, struct kve_session *const *sessions,
 		e->tok_sess = e->sess_buf;
 		e->tok_pos = e->pos_buf;
 		forward(e, tokens + fed, T, out_idx, n_out,
-			logits + (size_t)first_out * vocab);
+			logits + (size_t)first_out * vocab, 0);
 		fed += T;
 	}
 	for (i = 0; i < n; i++)

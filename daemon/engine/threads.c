@@ -20,10 +20,11 @@
  * (all atomics are sequentially consistent; the job is written before the
  * word, and a job's fn/arg/nch change only once all its chunks are
  * claimed). The caller claims from the front (next++), the workers from
- * the back (--end): with two threads each then takes about the same half
- * of every matrix step after step, which it may still hold in its own
- * caches, where chunks taken alternately would go to either thread; the
- * claims still balance whatever the host does to either thread.
+ * the back (--end), and chunk_of turns the back half around: with two
+ * threads each then walks about the same half of every matrix upwards,
+ * step after step, which it may still hold in its own caches, where
+ * chunks taken alternately would go to either thread; the claims still
+ * balance whatever the host does to either thread.
  */
 #define _GNU_SOURCE
 #include "threads.h"
@@ -41,21 +42,25 @@
 #define SPIN_US_DEFAULT	50
 #define SPIN_US_MAX	10000
 
+/* Three cache lines: the caller's own; the job, which a worker reads
+ * whole as it starts (everything on one line: each line another core
+ * wrote costs a transfer, about 0.5 us one way between the two vCPUs of
+ * the Zen 5 VM); and done, which the workers write. */
 struct kve_threads {
 	int n;
 	pthread_t *th;
 	long spin_ns;
 	uint32_t cur;			/* the caller's job counter */
+	uint64_t waits_spun, waits_slept;	/* the caller's, kve_threads_waits */
+	_Alignas(64) _Atomic uint64_t claim;	/* seq << 32 | end << 16 | next */
 	_Atomic(kve_job_fn) fn;
 	_Atomic(void *) arg;
 	_Atomic uint32_t nch;			/* the job's chunks */
-	_Alignas(64) _Atomic uint64_t claim;	/* seq << 32 | end << 16 | next */
-	_Alignas(64) _Atomic uint32_t seq;	/* futex: the latest job; workers wait on it */
+	_Atomic uint32_t seq;		/* futex: the latest job; workers wait on it */
 	_Atomic uint32_t sleepers;		/* workers asleep (or about to be) on seq */
 	_Atomic int stop;
 	_Alignas(64) _Atomic uint32_t done;	/* futex: chunks of the job finished */
 	_Atomic uint32_t caller_waits;		/* the caller is asleep on done */
-	uint64_t waits_spun, waits_slept;	/* the caller's, kve_threads_waits */
 };
 
 struct worker_arg {
@@ -113,6 +118,20 @@ static int spin_while(const struct kve_threads *t, _Atomic uint32_t *a, uint32_t
 	}
 }
 
+/* The chunk a claim of index i (of n) runs: the front half as it is, the
+ * back half reversed. The caller claims 0, 1, ... (its half upwards) and
+ * the worker n-1, n-2, ..., which here become h, h+1, ...: each thread
+ * walks its half of a matrix upwards, one stream, where the worker's
+ * chunks went downwards and each started a stream the kernels' prefetch
+ * (ahead in memory) never reached. A thread that runs out takes the
+ * other's last chunk first, as before. */
+static inline int chunk_of(uint32_t i, uint32_t n)
+{
+	uint32_t h = (n + 1) / 2;
+
+	return (int)(i < h ? i : n - 1 - i + h);
+}
+
 /* Claims and runs chunks of job s until none is left. */
 static void work(struct kve_threads *t, uint32_t s, int tid)
 {
@@ -128,7 +147,7 @@ static void work(struct kve_threads *t, uint32_t s, int tid)
 			continue;
 		/* the job's until its last chunk is done, which needs this one */
 		nch = atomic_load(&t->nch);
-		fn(arg, tid ? (int)end - 1 : (int)next, tid);
+		fn(arg, chunk_of(tid ? end - 1 : next, nch), tid);
 		if (atomic_fetch_add(&t->done, 1) + 1 == nch && atomic_load(&t->caller_waits))
 			futex_wake(&t->done, 1);
 	}

@@ -46,11 +46,15 @@
 
 int kvd_conv_init(struct kvd *d)
 {
-	uint32_t n = d->cfg.max_sessions;
+	uint32_t n = d->cfg.max_sessions, bits = KVD_TEXT_FILTER_MIN_BITS;
 
 	if (getrandom(&d->text_seed, sizeof(d->text_seed), 0) != sizeof(d->text_seed))
 		d->text_seed = kvd_now_ns() * 0x9e3779b97f4a7c15ull;
-	d->text_filter = calloc(KVD_TEXT_FILTER, sizeof(*d->text_filter));
+	while (bits < KVD_TEXT_FILTER_MAX_BITS &&
+	       (1ull << bits) < (uint64_t)n * KVD_TEXT_FILTER_PER_CONV)
+		bits++;
+	d->text_filter_mask = (1u << bits) - 1;
+	d->text_filter = calloc((size_t)d->text_filter_mask + 1, sizeof(*d->text_filter));
 	d->deadlines = calloc(n + 1, sizeof(*d->deadlines));
 	if (!d->text_filter || !d->deadlines || kvd_hmap_init(&d->conv_by_id, n) ||
 	    kvd_hmap_init(&d->conv_by_sid, n) || kvd_hmap_init(&d->conv_by_text, n))
@@ -91,6 +95,32 @@ static uint64_t text_hash_more(uint64_t h, const char *p, size_t n)
 	return h;
 }
 
+/* The i-th of a key's counters (double hashing: two halves of the key) */
+static uint32_t filter_slot(const struct kvd *d, uint64_t key, uint32_t i)
+{
+	return ((uint32_t)(key >> 32) + i * ((uint32_t)key | 1)) & d->text_filter_mask;
+}
+
+static void filter_count(struct kvd *d, uint64_t key, int by)
+{
+	uint32_t i;
+
+	for (i = 0; i < KVD_TEXT_PROBES; i++)
+		__atomic_add_fetch(&d->text_filter[filter_slot(d, key, i)], (uint16_t)by,
+				   __ATOMIC_RELAXED);
+}
+
+/* Read without the lock: a stale count only adds or misses a candidate */
+static int filter_has(const struct kvd *d, uint64_t key)
+{
+	uint32_t i;
+
+	for (i = 0; i < KVD_TEXT_PROBES; i++)
+		if (!__atomic_load_n(&d->text_filter[filter_slot(d, key, i)], __ATOMIC_RELAXED))
+			return 0;
+	return 1;
+}
+
 static void text_index(struct kvd *d, struct kvd_conv *c)
 {
 	uint64_t k;
@@ -99,7 +129,7 @@ static void text_index(struct kvd *d, struct kvd_conv *c)
 		return;
 	k = text_key(d, c->tenant, c->text_hash);
 	kvd_hmap_add(&d->conv_by_text, &c->by_text, k);
-	__atomic_add_fetch(&d->text_filter[k >> (64 - KVD_TEXT_FILTER_BITS)], 1, __ATOMIC_RELAXED);
+	filter_count(d, k, 1);
 	c->text_indexed = 1;
 }
 
@@ -107,8 +137,7 @@ static void text_unindex(struct kvd *d, struct kvd_conv *c)
 {
 	if (!c->text_indexed)
 		return;
-	__atomic_sub_fetch(&d->text_filter[c->by_text.key >> (64 - KVD_TEXT_FILTER_BITS)], 1,
-			   __ATOMIC_RELAXED);
+	filter_count(d, c->by_text.key, -1);
 	kvd_hmap_del(&d->conv_by_text, &c->by_text);
 	c->text_indexed = 0;
 }
@@ -450,8 +479,7 @@ uint32_t kvd_conv_candidates(const struct kvd *d, uint32_t tenant, const char *p
 
 		h = (h ^ (uint8_t)prompt[k]) * FNV_PRIME;
 		key = text_key(d, tenant, h);
-		if (!__atomic_load_n(&d->text_filter[key >> (64 - KVD_TEXT_FILTER_BITS)],
-				     __ATOMIC_RELAXED))
+		if (!filter_has(d, key))
 			continue;
 		if (n == max) {		/* keep the longest */
 			memmove(out, out + 1, (max - 1) * sizeof(*out));

@@ -175,9 +175,20 @@ struct kvd_cand {
 	uint64_t key;
 };
 #define KVD_MAX_CANDS 32
-/* The counting filter in front of the text index: 2^16 counters. */
-#define KVD_TEXT_FILTER_BITS 16
-#define KVD_TEXT_FILTER (1u << KVD_TEXT_FILTER_BITS)
+/*
+ * The counting filter in front of the text index: each indexed text's key
+ * counts in KVD_TEXT_PROBES of its counters, and a prompt's prefix is a
+ * candidate only where all of them are set. Every byte of a prompt probes
+ * it, and a false positive past a conversation's end takes one of the
+ * candidates' places, so it must stay sparse when full: 64 counters a
+ * conversation of [limits] max_sessions, 2^16 to 2^22 of them (with one
+ * probe and 2^16, a 64 KiB tool result with 1000 conversations indexed
+ * had ~1000 false positives, and the agent's own was not a candidate).
+ */
+#define KVD_TEXT_PROBES 3
+#define KVD_TEXT_FILTER_PER_CONV 64
+#define KVD_TEXT_FILTER_MIN_BITS 16
+#define KVD_TEXT_FILTER_MAX_BITS 22
 
 struct kvd_conv {
 	struct kvd_hnode by_id;		/* d->conv_by_id */
@@ -503,7 +514,8 @@ struct kvd {
 	uint32_t n_convs;
 	struct kvd_hmap conv_by_id, conv_by_sid, conv_by_text;
 	uint64_t text_seed;
-	uint16_t *text_filter;		/* counts of text keys by top bits */
+	uint16_t *text_filter;		/* counts of text keys (KVD_TEXT_PROBES each) */
+	uint32_t text_filter_mask;	/* its size - 1 */
 	struct kvd_conv **deadlines;	/* a min-heap by deadline_ns */
 	uint32_t n_deadlines;
 	/* the prefix cache */

@@ -180,8 +180,10 @@ int kvd_workers_start(struct kvd *d)
 	d->workers = calloc(n + rp + rd, sizeof(*d->workers));
 	/* each worker's restarts leave one pid to reap; a few rounds of all */
 	d->reap = calloc((size_t)(n + rp + rd) * 4 + 8, sizeof(*d->reap));
-	if (!d->workers || !d->reap)
-		return -ENOMEM;
+	if (!d->workers || !d->reap) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 	d->n_workers = n + rp + rd;
 	/* decode tokens of a full batch, plus prompt chunks of a budget */
 	d->max_seqs = d->cfg.max_batch + (d->cfg.step_tokens < 64 ? d->cfg.step_tokens : 64);
@@ -197,14 +199,19 @@ int kvd_workers_start(struct kvd *d)
 			w->role = i < n + rp ? KVD_ROLE_PREFILL : KVD_ROLE_DECODE;
 		for (k = 0; k < KVD_MAX_DEPTH; k++) {
 			w->q[k].seqs = calloc(d->max_seqs, sizeof(*w->q[k].seqs));
-			if (!w->q[k].seqs)
-				return -ENOMEM;
+			if (!w->q[k].seqs) {
+				rc = -ENOMEM;
+				goto fail;
+			}
 		}
 		rc = spawn(d, w);
 		if (rc)
-			return rc;
+			goto fail;
 	}
 	return 0;
+fail:
+	kvd_workers_stop(d);	/* the workers started so far, every queue */
+	return rc;
 }
 
 void kvd_workers_reap(pid_t *pids, uint32_t n)

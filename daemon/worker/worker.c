@@ -668,6 +668,14 @@ static int do_step(struct worker *w, size_t len)
 		sp[i] = &seqs[i];
 	}
 #ifdef KVD_TEST_HOOKS
+	/* test_orch only: when the file $KVD_TEST_FAIL_FILE exists as a step
+	 * arrives, it is removed and the step fails whole, once, as a passing
+	 * backend fault would: its retry succeeds */
+	if (getenv("KVD_TEST_FAIL_FILE") && *getenv("KVD_TEST_FAIL_FILE") &&
+	    !unlink(getenv("KVD_TEST_FAIL_FILE"))) {
+		rc = -EIO;
+		goto reply;
+	}
 	/* test_orch only: a step carrying the token $KVD_TEST_POISON fails
 	 * whole, as a backend fault set off by one sequence's input would */
 	if (getenv("KVD_TEST_POISON")) {

@@ -2007,6 +2007,163 @@ static void test_bisect(void)
 	kvd_destroy(d);
 }
 
+/*
+ * A prompt that continues more idle conversations than the candidates
+ * kept (KVD_MAX_CANDS, 32): 40 conversations whose texts are each the
+ * next one's prefix, and a prompt extending the longest. The longest
+ * candidates are the ones kept: it continues the longest conversation,
+ * and the same prompt at once (the longest taken) the next longest.
+ */
+/*
+ * A start that fails (here the workers' program cannot be run) says why
+ * and leaves nothing behind: no worker, no queue, no memory (the leak
+ * checker at exit).
+ */
+static void test_start_fails(void)
+{
+	struct kvd_config c;
+	struct kvd *d = NULL;
+	char err[256] = "";
+	int rc;
+
+	base_config(&c);
+	rc = kvd_create(&c, "/nonexistent/kvarenad", &d, err, sizeof(err));
+	CHECK(rc && !d && strstr(err, "workers"), "a start whose workers cannot run fails: %s",
+	      err);
+}
+
+static int j_ok(const struct reply *r)
+{
+	return r->done && !r->error;
+}
+
+static void test_many_candidates(void)
+{
+	enum { N = 40 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply *a = calloc(N + 1, sizeof(*a)), *b = calloc(N + 1, sizeof(*b));
+	struct kvd_job *jobs[N] = { 0 };
+	struct kvd_error err;
+	char (*p)[2048] = calloc(N + 1, sizeof(*p));
+	uint32_t i, same = 0;
+
+	if (!a || !b || !p)
+		goto out;
+	base_config(&c);
+	c.kv_blocks = 1024;
+	/* the chain's replies, one token each, each prompt tokenized whole
+	 * (no conversation continued) as the conversations below are */
+	c.retention = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	snprintf(p[0], sizeof(p[0]), "a chain of turns: t0");
+	for (i = 0; i < N; i++) {
+		if (ask(d, p[i], 0, 1, 1, &a[i], NULL))
+			break;
+		snprintf(p[i + 1], sizeof(p[i + 1]), "%s%.*s t%u", p[i], (int)a[i].len,
+			 a[i].text, i + 1);
+	}
+	kvd_destroy(d);
+	CHECK(i == N, "the chain of %u one-token replies", i);
+	if (i < N)
+		goto out;
+	/* each turn as a conversation of its own: longest first, so none is
+	 * taken by a shorter prompt submitted after it */
+	c.retention = 1;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (i = N; i-- > 0;) {
+		struct rq q = { p[i], 0, 1, 1, 0, NULL, NULL };
+
+		jobs[i] = submit(d, &q, &err);
+	}
+	for (i = 0; i < N; i++)
+		if (jobs[i] && !collect_reply(d, jobs[i], &b[i], NULL) &&
+		    b[i].len == a[i].len && !memcmp(b[i].text, a[i].text, a[i].len))
+			same++;
+	CHECK(same == N, "%u conversations whose texts are each the next one's prefix "
+	      "(%u replies as in the chain)", N, same);
+	/* twice at once: the second finds the longest taken by the first */
+	{
+		struct rq q = { p[N], 0, 1, 1, 0, NULL, NULL };
+		struct kvd_job *j1 = submit(d, &q, &err), *j2 = submit(d, &q, &err);
+
+		if (j1)
+			collect_reply(d, j1, &b[N], NULL);
+		if (j2)
+			collect_reply(d, j2, &a[N], NULL);
+	}
+	CHECK(j_ok(&b[N]) && !strcmp(b[N].session, b[N - 1].session) && j_ok(&a[N]) &&
+	      !strcmp(a[N].session, b[N - 2].session), "a prompt with %u candidates continues "
+	      "the longest conversation, the same prompt at once the next longest (%s %s: "
+	      "%s %s)", N, b[N].session, a[N].session, b[N - 1].session, b[N - 2].session);
+	kvd_destroy(d);
+out:
+	free(p);
+	free(b);
+	free(a);
+}
+
+/*
+ * A step that fails once (a passing fault: its retry succeeds) voids the
+ * step queued behind it on the same worker, which read KV the failed one
+ * never wrote: a prompt of two chunks whose first fails is answered with
+ * the tokens of its run alone, not with a token sampled over that KV.
+ */
+static void test_void_behind(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	char p[1024], flag[64];
+	uint64_t chunks;
+	int o, k, fd;
+
+	o = snprintf(p, sizeof(p), "<|im_start|>user\nvoided:");
+	for (k = 0; k < 40; k++)
+		o += snprintf(p + o, sizeof(p) - (size_t)o, " v%d", (k * 7) % 23);
+	snprintf(p + o, sizeof(p) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	snprintf(flag, sizeof(flag), "/tmp/kvd-fail-%d", (int)getpid());
+	memset(&ref, 0, sizeof(ref));
+	memset(&r, 0, sizeof(r));
+	base_config(&c);
+	c.steps_in_flight = 2;
+	d = start(&c);
+	if (!d)
+		return;
+	/* two chunks: the first, then the last, sampled */
+	c.chunk_tokens = (uint32_t)(kve_tokenize(d->tok, p, strlen(p), 1, NULL, 0) + 1) / 2;
+	kvd_destroy(d);
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 12, &ref, NULL);
+	CHECK(metric(d, "kvarenad_prefill_chunks_total") == 2, "alone: the prompt is two "
+	      "chunks of %u tokens", c.chunk_tokens);
+	kvd_destroy(d);
+	set_env("KVD_TEST_FAIL_FILE", flag);
+	d = start(&c);
+	if (!d)
+		goto out;
+	fd = open(flag, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	ask(d, p, 0, 1, 12, &r, NULL);
+	chunks = metric(d, "kvarenad_prefill_chunks_total");
+	CHECK(access(flag, F_OK) && metric(d, "kvarenad_step_failures_total") == 1 &&
+	      chunks == 4, "the first chunk failed once with the last queued behind it "
+	      "(%llu chunks sent: 4)", (unsigned long long)chunks);
+	CHECK(same_tokens(&r, &ref), "the voided chunk's answer is not taken: the tokens "
+	      "of the run alone (%s)", r.error ? r.err : "");
+	kvd_destroy(d);
+out:
+	unlink(flag);
+	set_env("KVD_TEST_FAIL_FILE", NULL);
+}
+
 #ifdef KVD_TEST_HOOKS
 /*
  * The agent loop, driven honestly: a random-weight model never calls a
@@ -3921,8 +4078,8 @@ static uint64_t conv_deadline(struct kvd *d, const char *id)
  * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
  * released when its deadline passes, soonest first, and the scheduler
  * wakes for it (sched.c: the next deadline shortens its poll, which
- * otherwise sleeps up to 250 ms). With idle_retention_s 2, eight
- * conversations reply 0.15 s apart: each one's KV goes at its deadline (2 s
+ * otherwise sleeps up to 250 ms). With idle_retention_s 4, eight
+ * conversations reply 0.15 s apart: each one's KV goes at its deadline (4 s
  * after its reply, test_orch retention), within 125 ms, while the later
  * ones' stays, and the arena's blocks are all free again (no prefix cache
  * here). A scheduler that sleeps through a deadline wakes at a phase of
@@ -3943,7 +4100,9 @@ static void test_expire(void)
 	char p[128];
 
 	base_config(&c);
-	c.idle_retention_s = 2;
+	/* eight replies and their gaps fit well inside it on a loaded host
+	 * (at 2 s, a sanitized run beside two busy cores took longer) */
+	c.idle_retention_s = 4;
 	c.prefix_cache = 0;
 	d = start(&c);
 	CHECK(d != NULL, "orchestrator starts");
@@ -4559,6 +4718,9 @@ int main(int argc, char **argv)
 	RUN(never_fits);
 	RUN(index_chain);
 	RUN(bisect);
+	RUN(void_behind);
+	RUN(many_candidates);
+	RUN(start_fails);
 #ifdef KVD_TEST_HOOKS
 	RUN(retention);
 	RUN(config_keys);

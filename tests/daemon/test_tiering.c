@@ -1241,6 +1241,43 @@ static long rss_anon_kb(void)
  * under 256 KiB per idle conversation (BENCH=agents1000's goal). Run
  * unsanitized (ASan's quarantine and redzones are not the daemon's).
  */
+/*
+ * The last agent's tool returns a long result (64 KiB of build log): each
+ * byte of the prompt probes the text filter in front of the conversations'
+ * text index, and a false positive past the conversation's end takes the
+ * place of a candidate (the longest KVD_MAX_CANDS are kept). With n
+ * conversations in the filter, the agent's own must stay among them.
+ */
+static void long_result(struct kvd *d, const char *p, const struct reply *r, int n)
+{
+	enum { TAIL = 65536 };
+	size_t pl = strlen(p), tl = pl + r->len, o;
+	char *q = malloc(tl + TAIL + 64);
+	struct kvd_cand *cand = calloc(4096, sizeof(*cand));
+	uint32_t k, nc, fp = 0, found = 0;
+
+	if (!q || !cand)
+		goto out;
+	memcpy(q, p, pl);
+	memcpy(q + pl, r->text, r->len);
+	o = tl + (size_t)sprintf(q + tl, "<|im_end|>\n<|im_start|>tool\n<tool_response>\n");
+	for (k = 0; o < tl + TAIL; k++)
+		o += (size_t)sprintf(q + o, "step %u of the build: ok in %u ms\n", k,
+				     (k * 37) % 997);
+	nc = kvd_conv_candidates(d, 0, q, o, cand, 4096);
+	for (k = 0; k < nc; k++)
+		fp += cand[k].len > tl;
+	nc = kvd_conv_candidates(d, 0, q, o, cand, KVD_MAX_CANDS);
+	for (k = 0; k < nc; k++)
+		found |= cand[k].len == tl;
+	CHECK(found, "a 64 KiB tool result with %d conversations indexed: the agent's own "
+	      "is a candidate (%u false positives past its end, %d kept)", n, fp,
+	      KVD_MAX_CANDS);
+out:
+	free(cand);
+	free(q);
+}
+
 static void test_idle1000(void)
 {
 	struct kvd_config c;
@@ -1288,6 +1325,7 @@ static void test_idle1000(void)
 	CHECK(before > 0 && (after - before) * 1024 / n <= 256 * 1024,
 	      "daemon memory besides KV: %ld KiB for %d idle conversations, %.1f KiB each "
 	      "(bound 256 KiB)", after - before, n, (double)(after - before) / n);
+	long_result(d, p, &r, n);
 	stop(d);
 }
 #endif

@@ -6,8 +6,10 @@
  * default) and with KVE_SPIN_US=0 (every wait goes to the futex: the
  * sleep/wake paths). An idle team's workers go to sleep once their spin
  * runs out (waited for with a generous deadline, never timed), and
- * KVE_SPIN_US is read as documented. No timing is asserted: the host may
- * be loaded.
+ * KVE_SPIN_US is read as documented. Each thread walks its half of a
+ * job upwards from the half's start (the caller the front half, the
+ * worker the back one), then takes the other's last chunks downwards. No
+ * timing is asserted: the host may be loaded.
  */
 #define _GNU_SOURCE
 #include "threads.h"
@@ -28,6 +30,7 @@ struct job {
 	int out[MAXC];			/* plain writes, read after run() */
 	_Atomic int runs[MAXC];
 	_Atomic int by_tid[2];
+	int order[2][MAXC], nord[2];	/* each thread's chunks, in its order */
 };
 
 static void chunk(void *arg, int c, int tid)
@@ -36,8 +39,39 @@ static void chunk(void *arg, int c, int tid)
 
 	j->out[c] = j->seq * 131 + c;
 	atomic_fetch_add(&j->runs[c], 1);
-	if (tid >= 0 && tid < 2)
+	if (tid >= 0 && tid < 2) {
 		atomic_fetch_add(&j->by_tid[tid], 1);
+		j->order[tid][j->nord[tid]++] = c;
+	}
+}
+
+/* 1 if the chunks of o[0..m) that lie in [lo, hi) are lo, lo + 1, ...
+ * (up) or hi - 1, hi - 2, ... (down), in that order */
+static int walks(const int *o, int m, int lo, int hi, int up)
+{
+	int i, k = 0;
+
+	for (i = 0; i < m; i++) {
+		if (o[i] < lo || o[i] >= hi)
+			continue;
+		if (o[i] != (up ? lo + k : hi - 1 - k))
+			return 0;
+		k++;
+	}
+	return 1;
+}
+
+/* The caller walks the front half [0, h) upwards and takes the back
+ * half's last chunks downwards; the worker walks [h, n) upwards from h
+ * and takes the front half's last chunks downwards. */
+static int order_ok(const struct job *j, int n)
+{
+	int h = (n + 1) / 2;
+
+	return walks(j->order[0], j->nord[0], 0, h, 1) &&
+	       walks(j->order[0], j->nord[0], h, n, 0) &&
+	       walks(j->order[1], j->nord[1], h, n, 1) &&
+	       walks(j->order[1], j->nord[1], 0, h, 0);
 }
 
 /* 1 once all n - 1 workers of an idle team sleep on the futex; 0 if they
@@ -59,7 +93,7 @@ static void team(const char *spin, int n)
 {
 	struct kve_threads *t;
 	static struct job j;
-	int i, c, bad_runs = 0, bad_out = 0;
+	int i, c, bad_runs = 0, bad_out = 0, bad_order = 0;
 	unsigned x = 12345;
 
 	setenv("KVE_SPIN_US", spin, 1);
@@ -77,20 +111,26 @@ static void team(const char *spin, int n)
 		j.seq = i;
 		for (c = 0; c < MAXC; c++)
 			atomic_store(&j.runs[c], 0);
+		j.nord[0] = j.nord[1] = 0;
 		kve_threads_run(t, chunk, &j, n);
 		for (c = 0; c < MAXC; c++) {
 			bad_runs += atomic_load(&j.runs[c]) != (c < n);
 			bad_out += c < n && j.out[c] != i * 131 + c;
 		}
+		bad_order += kve_threads_count(t) == 2 && !order_ok(&j, n);
 	}
 	CHECK(!bad_runs, "spin %s us: %d jobs of 1-%d chunks: each chunk ran once (%d wrong)",
 	      spin, JOBS, MAXC, bad_runs);
 	CHECK(!bad_out, "spin %s us: every chunk's writes seen when run() returned (%d wrong)",
 	      spin, bad_out);
+	if (n == 2)
+		CHECK(!bad_order, "spin %s us: each thread walked its half upwards, then the "
+		      "other's last chunks downwards (%d jobs not)", spin, bad_order);
 	CHECK(all_asleep(t), "spin %s us: after %d jobs the team's %d workers sleep",
 	      spin, JOBS, n - 1);
 	for (c = 0; c < MAXC; c++)
 		atomic_store(&j.runs[c], 0);
+	j.nord[0] = j.nord[1] = 0;
 	kve_threads_run(t, chunk, &j, MAXC);
 	CHECK(atomic_load(&j.runs[MAXC - 1]) == 1 && j.out[MAXC - 1] == j.seq * 131 + MAXC - 1,
 	      "spin %s us: a job after the workers slept runs", spin);
