@@ -759,9 +759,10 @@ uint32_t kvd_blocks_free(struct kvd *d);
 /* Frees blocks until want are free: cache first, then victim sessions
  * ranked by the kernel's policy (idle ones only). Returns blocks free after. */
 uint32_t kvd_make_room(struct kvd *d, uint32_t want);
-/* The same within one tenant's budget: its idle conversations' KV,
- * least recently used first. Returns blocks released. */
-uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want);
+/* Room for need more blocks in a tenant's budget ([tenant.*] kv_blocks):
+ * its idle conversations' KV, least recently used first, until the
+ * budget has it. Returns blocks released. */
+uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t need);
 
 /* toolwait.c */
 /* A tool's class for a tenant (its id, 0: none): each tenant's tools

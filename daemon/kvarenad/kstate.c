@@ -469,11 +469,17 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 	return free_now;
 }
 
-uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t want)
+uint32_t kvd_make_room_tenant(struct kvd *d, uint32_t tenant, uint32_t need)
 {
-	uint32_t freed = 0;
+	uint32_t slot = kvd_tenant_slot(d, tenant), lim, want, freed = 0;
 	struct kvd_conv *c;
 
+	lim = slot ? d->cfg.tenants[slot - 1].kv_blocks : 0;
+	if (!lim)
+		return 0;
+	/* what the budget lacks, not all the caller needs: the rest of the
+	 * tenant's idle KV stays */
+	want = d->tenant_blocks[slot] + need > lim ? d->tenant_blocks[slot] + need - lim : 0;
 	while (freed < want && (c = oldest_idle(d, tenant, 0))) {
 		uint32_t n = c->as.s.n_blocks;
 

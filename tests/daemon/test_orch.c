@@ -4278,6 +4278,125 @@ static void test_tenant_budget(void)
 	kvd_destroy(d);
 }
 
+static uint32_t tenant_held(struct kvd *d, uint32_t id)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&d->lock);
+	n = d->tenant_blocks[kvd_tenant_slot(d, id)];
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
+/* A prompt of tokens in ((blocks - 1) * bt, blocks * bt - 1] (the text
+ * before, then a user turn): it needs that many blocks, and its first
+ * reply token fits in them. */
+static void prompt_of_blocks(struct kvd *d, char *p, size_t size, const char *before,
+			     const char *tag, uint32_t blocks)
+{
+	const char *end = "<|im_end|>\n<|im_start|>assistant\n";
+	uint32_t bt = d->geom.block_tokens, k;
+	int o = snprintf(p, size, "%s<|im_start|>user\n%s", before, tag);
+	int e = kve_tokenize(d->tok, end, strlen(end), 0, NULL, 0);
+
+	for (k = 0; k < 4096; k++) {
+		int n = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0);
+
+		if ((uint32_t)(n + e) > (blocks - 1) * bt + 2) {
+			snprintf(p + o, size - (size_t)o, "%s", end);
+			return;
+		}
+		o += snprintf(p + o, size - (size_t)o, " w%u", k % 7);
+	}
+}
+
+/*
+ * A tenant's KV budget at admission (admit.c, on -EDQUOT): a prompt that
+ * does not fit what the tenant holds takes the tenant's own idle KV,
+ * least recently used first, and only what the budget lacks (it took
+ * what the prompt needed, in all: more of the tenant's idle KV went than
+ * had to); a prompt that the tenant's running reply leaves no room for
+ * waits for it (never another tenant's, never preempting it).
+ * Budget 11 blocks; X, U and W idle (3 each with the test model):
+ * W's next turn needs 3 more (X goes, U stays), then Y, a new prompt of
+ * 4 blocks (U goes, W stays); then Z runs and V, a prompt of 10 blocks
+ * that fits only once Z is done, waits for it.
+ */
+static void test_budget_admit(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_job *jz = NULL, *jv = NULL;
+	struct reply x, u, w, w2, y, z, v;
+	struct rq q = { NULL, 0, 1, 4, 1, NULL, NULL };
+	const char *px = "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n";
+	const char *pu = "<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n";
+	const char *pw = "<|im_start|>user\nw<|im_end|>\n<|im_start|>assistant\n";
+	char pw2[2048], py[2048], pv[2048], wtext[512];
+	uint32_t bt, zmax;
+
+	base_config(&c);
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "small");
+	c.tenants[0].id = 1;
+	c.tenants[0].kv_blocks = 11;
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	q.prompt = px;
+	ask_rq(d, &q, &x, NULL);
+	q.prompt = pu;
+	ask_rq(d, &q, &u, NULL);
+	q.prompt = pw;
+	ask_rq(d, &q, &w, NULL);
+	CHECK(!x.error && !u.error && !w.error && conv_blocks(d, x.session) == 3 &&
+	      conv_blocks(d, u.session) == 3 && conv_blocks(d, w.session) == 3,
+	      "X, U and W idle with 3 blocks each of the 11");
+	snprintf(wtext, sizeof(wtext), "%s%.*s<|im_end|>\n", pw, (int)w.len, w.text);
+	prompt_of_blocks(d, pw2, sizeof(pw2), wtext, "more", 6);
+	q.prompt = pw2;
+	q.max_tokens = 1;
+	CHECK(ask_rq(d, &q, &w2, NULL) == 0 && !strcmp(w2.session, w.session) &&
+	      conv_blocks(d, w.session) == 6, "W's next turn grows it to 6 blocks (%d)",
+	      conv_blocks(d, w.session));
+	CHECK(conv_blocks(d, x.session) == 0 && conv_blocks(d, u.session) == 3,
+	      "it took the 1 block the budget lacked from the least recently used: X's KV "
+	      "went, U's stayed (%d blocks)", conv_blocks(d, u.session));
+	prompt_of_blocks(d, py, sizeof(py), "", "y", 4);
+	q.prompt = py;
+	CHECK(ask_rq(d, &q, &y, NULL) == 0 && y.usage.prompt_tokens > 3 * bt,
+	      "Y, a new prompt of %u tokens (4 blocks), is served", y.usage.prompt_tokens);
+	CHECK(conv_blocks(d, u.session) == 0 && conv_blocks(d, w.session) == 6,
+	      "it took the 2 blocks the budget lacked: U's KV went, W's stayed (%d blocks)",
+	      conv_blocks(d, w.session));
+	/* Z holds the budget while it runs; V fits only without it */
+	kvd_session_delete(d, w.session, 1);
+	kvd_session_delete(d, y.session, 1);
+	zmax = 3 * bt;
+	request_init(&rq, "<|im_start|>user\nz<|im_end|>\n<|im_start|>assistant\n", zmax);
+	rq.s.ignore_eos = 1;
+	rq.tenant = 1;
+	memset(&z, 0, sizeof(z));
+	memset(&v, 0, sizeof(v));
+	CHECK(kvd_job_submit(d, &rq, &jz, &err) == 0, "Z runs for %u tokens", zmax);
+	while (jz && tenant_held(d, 1) < 2)
+		nap_ms(1);
+	prompt_of_blocks(d, pv, sizeof(pv), "", "v", 10);
+	q.prompt = pv;
+	jv = submit(d, &q, &err);
+	CHECK(jz && collect_reply(d, jz, &z, NULL) == 0 && z.usage.completion_tokens == zmax &&
+	      jv && collect_reply(d, jv, &v, NULL) == 0,
+	      "Z's reply whole (%u tokens), then V's (%u prompt tokens%s%s)",
+	      z.usage.completion_tokens, v.usage.prompt_tokens, v.error ? ": " : "", v.err);
+	CHECK(metric(d, "kvarenad_preemptions_total") == 0,
+	      "V waited for the tenant's running reply: nothing preempted");
+	kvd_destroy(d);
+}
+
 /*
  * [limits] max_sessions (conv.c, kvd_conv_new): past the cap the least
  * recently used idle conversation is forgotten; with every conversation
@@ -4564,6 +4683,15 @@ static void test_utf8_clean(void)
 		{ "\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 4 },
 		{ "\xf0\x9f\x98", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
 		{ "x\0y", "x\xef\xbf\xbdy", 3 },
+		/* overlong at each length, and the first and last code points
+		 * each length and the surrogates' edges allow */
+		{ "\xe0\x9f\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
+		{ "\xf0\x8f\xbf\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 4 },
+		{ "\xc2\x80\xdf\xbf", "\xc2\x80\xdf\xbf", 4 },
+		{ "\xe0\xa0\x80\xef\xbf\xbf", "\xe0\xa0\x80\xef\xbf\xbf", 6 },
+		{ "\xed\x9f\xbf\xee\x80\x80", "\xed\x9f\xbf\xee\x80\x80", 6 },
+		{ "\xf0\x90\x80\x80", "\xf0\x90\x80\x80", 4 },
+		{ "\xed\xbf\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
 	};
 	char out[64];
 
@@ -4721,6 +4849,7 @@ int main(int argc, char **argv)
 	RUN(void_behind);
 	RUN(many_candidates);
 	RUN(start_fails);
+	RUN(budget_admit);
 #ifdef KVD_TEST_HOOKS
 	RUN(retention);
 	RUN(config_keys);
