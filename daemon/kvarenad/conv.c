@@ -772,10 +772,10 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 }
 
 /* Blocks for the positions up to total (KV and what is scheduled): on a
- * full arena, room is made (cache, then idle victims) and the allocation
- * retried once; -ENOSPC when that is not enough (the caller preempts),
- * -EDQUOT past the tenant's kv_blocks. */
-int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total)
+ * full arena, room is made (cache, then idle victims; unless make_room
+ * is 0) and the allocation retried once; -ENOSPC when that is not enough
+ * (the caller preempts), -EDQUOT past the tenant's kv_blocks. */
+static int reserve(struct kvd *d, struct kvd_conv *c, uint32_t total, int make_room)
 {
 	uint32_t before = c->as.s.n_blocks, bt = d->geom.block_tokens;
 	uint32_t need = (total + bt - 1) / bt;
@@ -793,7 +793,7 @@ int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total)
 			return -EDQUOT;
 	}
 	rc = kve_arena_session_reserve(d->kv, &c->as, total - c->as.s.n_tokens);
-	if (rc == -ENOSPC) {
+	if (rc == -ENOSPC && make_room) {
 		/* make room for more than this one step: evicting a victim per
 		 * decode step would cost every step a search */
 		kvd_make_room(d, need - before + d->geom.blocks_total / 16);
@@ -803,4 +803,14 @@ int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total)
 		return rc;
 	kvd_blocks_hold(d, c, before, c->as.s.n_blocks, +1);
 	return 0;
+}
+
+int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total)
+{
+	return reserve(d, c, total, 1);
+}
+
+int kvd_conv_reserve_free(struct kvd *d, struct kvd_conv *c, uint32_t n_more)
+{
+	return reserve(d, c, c->as.s.n_tokens + n_more, 0);
 }

@@ -679,6 +679,9 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c);
 int kvd_conv_reserve_to(struct kvd *d, struct kvd_conv *c, uint32_t total);
 /* Blocks for n_more positions after the KV (kvd_conv_reserve_to). */
 int kvd_conv_reserve(struct kvd *d, struct kvd_conv *c, uint32_t n_more);
+/* The same from free blocks only: no room is made (-ENOSPC), for work
+ * that must not take others' room by the kernel's ranking (a prefetch). */
+int kvd_conv_reserve_free(struct kvd *d, struct kvd_conv *c, uint32_t n_more);
 /* Every block back, the kvarena session kept (its KV is on disk or gone;
  * the kernel still sees its tool wait). */
 void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c);

@@ -112,7 +112,7 @@ char *kvd_metrics_text(struct kvd *d)
 	struct kvd_job *j;
 	struct kvd_metrics m;
 	struct kvd_tier_gauges tg;
-	uint64_t idle_bs = 0;
+	uint64_t idle_bs = 0, tw_blocks = 0;
 	static const char *const st_names[] = { "idle", "prefill", "decode", "tool_wait",
 						"ended" };
 
@@ -129,6 +129,12 @@ char *kvd_metrics_text(struct kvd *d)
 		states[c->has_kv ? (c->kstate <= KVA_STATE_ENDED ? c->kstate : 0) : KVA_STATE_ENDED]++;
 		if (c->has_kv && kva_session_get_info(d->arena, c->as.sid, &si) == 0)
 			idle_bs += si.idle_byte_sec;
+		/* KV waiting on a tool, nothing queued on it: what a tool-aware
+		 * policy has to choose among (the eviction benchmark sizes its
+		 * arena by it, replay.md) */
+		if (c->has_kv && c->kstate == KVA_STATE_TOOL_WAIT &&
+		    (!c->job || c->job->state == JOB_TOOL_RUNNING))
+			tw_blocks += c->as.s.n_blocks;
 	}
 	idle_bs += m.idle_byte_s_ended;
 	kvd_tiering_gauges(d, &tg);
@@ -181,6 +187,9 @@ char *kvd_metrics_text(struct kvd *d)
 		      "KV blocks some conversation holds (the rest of the used ones: the prefix "
 		      "cache's alone).", held);
 	}
+	gauge(&o, "kv_blocks_tool_wait",
+	      "KV blocks of conversations waiting on a tool with nothing queued (each "
+	      "conversation's, shared ones counted once per holder).", tw_blocks);
 	put(&o, "# HELP kvarenad_tenant_scheduled_tokens_total Tokens scheduled in steps, by "
 		"tenant (fair queueing's service; tenant 0: no API keys).\n"
 		"# TYPE kvarenad_tenant_scheduled_tokens_total counter\n");

@@ -37,6 +37,12 @@
  *                   conversations returning first keep their KV, no stall
  *   restore_first   a restore on demand that finds no room holds
  *                   admission: a later short request does not pass it
+ *   restore_shared  a restore that finds no room keeps its spill file
+ *                   (and the shared prefix it attached), and is restored,
+ *                   not recomputed, once the room is back
+ *   lost_shared     a prefetch whose skipped shared blocks the cache
+ *                   lost needs room for them too, and takes none of a
+ *                   conversation due back sooner
  *   closed_mid_spill a victim whose session is closed while its spill is
  *                   written was no eviction (the KV never left for it)
  *   shared_prefix   two agents on one long system prompt: only each one's
@@ -1792,6 +1798,258 @@ out:
 	free(dir);
 }
 
+/* Agent k on a system prompt every shared_convo() has (~16 blocks), its
+ * own user turn ~12 blocks: the call, then its result. */
+static void shared_convo(struct convo *cv, int k, const char *tool)
+{
+	struct convo own, sys;
+	const char *u, *su;
+
+	make_convo_n(&sys, 99, "none", 10);
+	make_convo_n(&own, k, tool, 4);
+	su = strstr(sys.p1, "<|im_start|>user\n") + strlen("<|im_start|>user\n");
+	u = strstr(own.p1, "<|im_start|>user\n");
+	snprintf(cv->p1, sizeof(cv->p1), "<|im_start|>system\nshared rules: %.600s<|im_end|>\n%s",
+		 su, u);
+	snprintf(cv->call, sizeof(cv->call), "%s", own.call);
+	snprintf(cv->p2, sizeof(cv->p2), "%s%s<|im_end|>\n<|im_start|>tool\n<tool_response>\n"
+		 "result %d: 42 files, 3 failures<|im_end|>\n<|im_start|>assistant\n", cv->p1,
+		 cv->call, k);
+}
+
+/*
+ * A restore that finds no room keeps the prefix cache's blocks it
+ * attached and goes on from them: holding them, the conversation looked
+ * restored to the next try (blocks in the arena), which dropped the
+ * spill file and recomputed all but the shared prefix, counted nowhere
+ * (in an eviction trial 66 of toolwait's 124 resumed turns recomputed
+ * ~1.8k tokens each, its metrics saying 0 recomputed). Two agents on one system prompt, B
+ * spilled and evicted (its own blocks on disk, the shared ones cached);
+ * the arena held elsewhere but for half of B's own blocks; B's tool
+ * result waits several scheduler turns for room, then the room comes
+ * back: B is restored from the file, once, nothing recomputed, output
+ * bit-identical to a daemon that never evicts.
+ */
+static void test_restore_shared(void)
+{
+	char *dir = new_dir("rshared");
+	struct kve_arena_session blk = { 0 };
+	struct kvd_config c;
+	struct convo a, b;
+	struct reply ra, rb, ref, r2;
+	struct kvd_job *jb = NULL;
+	struct kvd_conv *cb;
+	struct kvd *d;
+	uint32_t bt, own = 0, left = 0, hold = 0;
+	uint64_t turn0, turns = 0;
+	int i, rc = -1, opened = 0, waiting;
+
+	if (!dir)
+		return;
+	shared_convo(&a, 8, "grep");
+	shared_convo(&b, 9, "grep");
+	base_config(&c, NULL);		/* the reference: prefix cache, no tier */
+	c.prefix_cache = 1;
+	d = start(&c);
+	if (!d)
+		goto out;
+	script(d, a.call);
+	ask(d, a.p1, 8, &ra);
+	script(d, b.call);
+	ask(d, b.p1, 8, &rb);
+	ask(d, b.p2, 24, &ref);
+	stop(d);
+	base_config(&c, dir);
+	c.prefix_cache = 1;
+	c.tier_prefetch = 0;		/* on demand: the return restores it */
+	d = start(&c);
+	if (!d)
+		goto out;
+	script(d, a.call);
+	ask(d, a.p1, 8, &ra);
+	script(d, b.call);
+	ask(d, b.p1, 8, &rb);
+	CHECK(rb.usage.cached_tokens >= 4 * d->geom.block_tokens &&
+	      await_metric(d, "kvarenad_tier_spills_total", 2, 20000),
+	      "two agents share the system prompt (%u tokens), both written behind",
+	      rb.usage.cached_tokens);
+	CHECK(kvd_session_delete(d, ra.session, 0) == 0, "the first agent's conversation deleted");
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cb = kvd_conv_find_id(d, rb.session);
+	if (cb) {
+		own = cb->as.s.n_blocks - cb->tier_file_skip;
+		kvd_make_room(d, kvd_blocks_free(d) + own);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(own >= 4 && !strcmp(tier_of(d, rb.session), "disk"),
+	      "B evicted: its own %u blocks on disk, the shared ones cached", own);
+	/* the arena held elsewhere but for half of B's own blocks */
+	pthread_mutex_lock(&d->lock);
+	left = kvd_blocks_free(d);
+	hold = left > own / 2 ? left - own / 2 : 0;
+	rc = kve_arena_session_open(d->kv, 1, hold * bt, &blk);
+	opened = !rc;
+	if (!rc)
+		rc = kve_arena_session_reserve(d->kv, &blk, hold * bt);
+	left = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left < own, "%u blocks free, B's own KV is %u", left, own);
+	if (rc)
+		goto stop;
+	jb = submit(d, b.p2, 24);
+	CHECK(jb && await_metric(d, "kvarenad_kv_misses_total", 1, 20000),
+	      "B's tool result arrives: its KV is needed, its restore waits for room");
+	/* several tries of the restore while the room is lacking */
+	pthread_mutex_lock(&d->lock);
+	turn0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; i < 3000 && turns < 8; i++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		turns = d->n_step_us - turn0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	cb = kvd_conv_find_id(d, rb.session);
+	waiting = cb && cb->tier_file && !cb->tier_op;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(turns >= 8 && waiting, "%llu scheduler turns later B's restore still waits, its spill "
+	      "file kept", (unsigned long long)turns);
+	pthread_mutex_lock(&d->lock);
+	kve_arena_session_close(d->kv, &blk);
+	opened = 0;
+	pthread_mutex_unlock(&d->lock);
+	memset(&r2, 0, sizeof(r2));
+	CHECK(jb && collect(jb, &r2) == 0 && same_reply(&r2, &ref),
+	      "B restored once there is room: output bit-identical to the run without eviction");
+	jb = NULL;
+	CHECK(metric(d, "kvarenad_tier_restores_total") == 1 &&
+	      metric(d, "kvarenad_tier_recomputed_tokens_total") == 0 &&
+	      r2.usage.cached_tokens >= rb.usage.prompt_tokens,
+	      "restored from the file, not recomputed: %llu restores, %u prompt tokens cached "
+	      "(the first turn's were %u)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restores_total"),
+	      r2.usage.cached_tokens, rb.usage.prompt_tokens);
+stop:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	if (jb)
+		collect(jb, &r2);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * A prefetch makes room only from KV expected back later, also when the
+ * prefix cache has lost blocks its spill file skipped (shared then): it
+ * needs those too, and counted from the file's skip it found "enough"
+ * free room, then its restore made the rest by the kernel's ranking,
+ * evicting S, a conversation due back sooner. B (a 28 s tool) and A
+ * share a system prompt; B is spilled and evicted, A deleted, the cache
+ * emptied; S (an 18 s tool, started after B's) keeps its KV; the arena
+ * is held elsewhere but for B's own blocks and half of the lost ones.
+ * B's prefetch comes due while S waits: S must keep its KV and return
+ * without a miss.
+ */
+static void test_lost_shared(void)
+{
+	char *dir = new_dir("lostpfx");
+	struct kve_arena_session blk = { 0 };
+	struct kvd_config c, nc;
+	struct convo a, b, s;
+	struct reply ra, rb, rs, r2;
+	struct kvd_conv *cb;
+	char err[256];
+	struct kvd *d;
+	uint32_t bt, own = 0, skip = 0, left = 0, hold = 0;
+	double tp, ts;
+	int rc = -1, opened = 0, p_ms = slow(28000), s_ms = slow(18000);
+
+	if (!dir)
+		return;
+	shared_convo(&a, 10, "compile");
+	shared_convo(&b, 11, "compile");
+	make_convo_n(&s, 12, "grep", 4);
+	base_config(&c, dir);
+	c.prefix_cache = 1;
+	c.tier_margin_ms = (uint32_t)slow(2000);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, "compile", (uint64_t)p_ms * 1000);
+	train_class(d, "grep", (uint64_t)s_ms * 1000);
+	script(d, a.call);
+	ask(d, a.p1, 8, &ra);
+	script(d, b.call);
+	CHECK(ask(d, b.p1, 8, &rb) == 0 && await_metric(d, "kvarenad_tier_spills_total", 2, 20000),
+	      "A and B share a system prompt and wait on tools, written behind");
+	tp = now_ms();
+	CHECK(kvd_session_delete(d, ra.session, 0) == 0, "A deleted");
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cb = kvd_conv_find_id(d, rb.session);
+	if (cb) {
+		skip = cb->tier_file_skip;
+		own = cb->as.s.n_blocks - skip;
+		kvd_make_room(d, kvd_blocks_free(d) + own);
+	}
+	kvd_prefix_evict(d, d->geom.blocks_total);	/* the shared blocks too */
+	nc = d->cfg;			/* no pressure from here on */
+	nc.low_wm = 1;
+	nc.high_wm = 2;
+	if (kvd_tiering_reload(d, &nc, err, sizeof(err)))
+		printf("reload: %s\n", err);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(skip >= 4 && !strcmp(tier_of(d, rb.session), "disk") &&
+	      metric(d, "kvarenad_kv_blocks_cached") == 0,
+	      "B evicted (%u own blocks on disk, %u shared skipped), the cache emptied", own, skip);
+	script(d, s.call);
+	CHECK(ask(d, s.p1, 8, &rs) == 0, "S waits on a tool back before B's");
+	ts = now_ms();
+	/* free: B's own blocks and half the lost shared ones */
+	pthread_mutex_lock(&d->lock);
+	left = kvd_blocks_free(d);
+	hold = left > own + skip / 2 ? left - own - skip / 2 : 0;
+	rc = kve_arena_session_open(d->kv, 1, hold * bt, &blk);
+	opened = !rc;
+	if (!rc)
+		rc = kve_arena_session_reserve(d->kv, &blk, hold * bt);
+	left = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left >= own && left < own + skip && ts - tp < p_ms - s_ms - slow(1000),
+	      "%u blocks free: B's own %u, not its %u lost shared ones too; S back %.0f ms "
+	      "before B", left, own, skip, p_ms - s_ms - (ts - tp));
+	if (rc)
+		goto stop;
+	/* B's prefetch comes due while S waits */
+	while (now_ms() - ts < s_ms && !strcmp(tier_of(d, rs.session), "arena"))
+		msleep(20);
+	CHECK(!strcmp(tier_of(d, rs.session), "arena") &&
+	      metric(d, "kvarenad_evictions_total") == 1,
+	      "S still in the arena when its tool returns (tier %s; %llu evictions: B's alone)",
+	      tier_of(d, rs.session), (unsigned long long)metric(d, "kvarenad_evictions_total"));
+	CHECK(ask(d, s.p2, 24, &r2) == 0 && r2.n_tokens > 0 &&
+	      metric(d, "kvarenad_kv_misses_total") == 0, "S continues without a miss (%llu)",
+	      (unsigned long long)metric(d, "kvarenad_kv_misses_total"));
+stop:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(ask(d, b.p2, 24, &r2) == 0 && r2.n_tokens > 0, "B continues too");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 int main(int argc, char **argv)
 {
 	ssize_t n;
@@ -1848,6 +2106,8 @@ int main(int argc, char **argv)
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);
+	RUN(restore_shared);
+	RUN(lost_shared);
 #ifndef __SANITIZE_ADDRESS__
 	RUN(idle1000);		/* unsanitized: check-tiering runs test_tiering_guest for it */
 #endif

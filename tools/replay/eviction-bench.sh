@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # make bench BENCH=eviction: the agent-trace replay (tools/replay/kvreplay.py)
-# against kvarenad with a KV arena holding about half the working set,
+# against kvarenad with a KV arena that holds the running conversations and
+# about half of the KV waiting on tools (replay.md, "Sizing the arena"),
 # every policy in one run (the same sessions, one daemon each, one after
 # the other):
 #
-#   ample     an arena that never fills: the working set, and the bound
-#             (no eviction at all: the best mean completion any policy
-#             can reach on these sessions)
+#   ample     an arena that never fills: the working set, the arena's
+#             size (from its samples), and the bound (no eviction at all:
+#             the best mean completion any policy can reach)
 #   toolwait  the kernel's tool-aware ranking, the disk tier, keep/spill/
 #             discard decisions and prefetch (kvarena as shipped)
 #   lru       recency ranking, no disk tier, no decisions: a victim is
@@ -21,18 +22,24 @@
 # Q8_0 model (36 KiB of KV per token; prefill ~1000-1700 tokens/s on two
 # quiet cores, so a recomputed 2k-token context costs seconds of CPU that
 # every other session waits for), Mooncake conversations scaled to ~2k
-# tokens, 12 at once, tools of seconds. No session outgrows the model's
-# 4096 tokens: convert bounds each by --max-context with its tool calls'
-# decode budgets counted, and the chat markup fits in the rest.
+# tokens, all 16 at once, tools of seconds to minutes (x5: this machine's
+# model calls are slower than the GPUs' behind the trace's tool gaps). No
+# session outgrows the model's 4096 tokens: convert bounds each by
+# --max-context with its tool calls' decode budgets counted, and the chat
+# markup fits in the rest.
 #
 # Writes build/bench/eviction/ (sessions, one JSON per run, report.txt,
-# report.out with the bound, completion-cdf.png, occupancy.png) and rows to
-# build/bench/results.tsv. Estimated 10-15 minutes on a quiet machine.
-# Environment: BENCH_EVICTION_SESSIONS (24), BENCH_EVICTION_CONCURRENCY
-# (12), BENCH_EVICTION_MIX (the tool mix, kvreplay's syntax),
+# report.out with the bound, plan.txt with the arena rule's figures,
+# completion-cdf.png, occupancy.png) and rows to build/bench/results.tsv.
+# About 50-60 minutes on the shared 2-core machine.
+# Environment: BENCH_EVICTION_SESSIONS (16), BENCH_EVICTION_CONCURRENCY
+# (the sessions: all at once), BENCH_EVICTION_MIX (the tool mix,
+# kvreplay's syntax), BENCH_EVICTION_TOOL_SCALE (tool durations x, 5),
 # BENCH_EVICTION_SCALE (tokens x, 0.125), BENCH_EVICTION_MAX_CONTEXT
-# (1800), BENCH_EVICTION_CALL_TOKENS (a call's decode budget, 64),
-# BENCH_EVICTION_MODEL (a GGUF instead of the 110M one: a smoke trial).
+# (2400), BENCH_EVICTION_CALL_TOKENS (a call's decode budget, 64),
+# BENCH_EVICTION_RUN_TIMEOUT (seconds a run may take; default from the
+# workload: kvreplay.py plan), BENCH_EVICTION_MODEL (a GGUF instead of
+# the 110M one: a smoke trial).
 # Usage: tools/replay/eviction-bench.sh KVARENAD MKMODEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,21 +60,32 @@ fi
 [ -f "$model" ] || { echo "eviction: no model $model" >&2; exit 1; }
 shared=${KVA_SHARED:-../shared}
 [ -d "$shared" ] || shared=$(cd "$(git rev-parse --git-common-dir)/../.." && pwd)/shared
-n=${BENCH_EVICTION_SESSIONS:-24}
-conc=${BENCH_EVICTION_CONCURRENCY:-12}
+n=${BENCH_EVICTION_SESSIONS:-16}
+conc=${BENCH_EVICTION_CONCURRENCY:-$n}
 scale=${BENCH_EVICTION_SCALE:-0.125}
-maxctx=${BENCH_EVICTION_MAX_CONTEXT:-1800}
+maxctx=${BENCH_EVICTION_MAX_CONTEXT:-2400}
 # a forced call's budget: the 110M random model closes its call in 64
 # tokens under close_in_budget, not in 48 (measured)
 calltok=${BENCH_EVICTION_CALL_TOKENS:-64}
-# an agentic-coding mix of seconds (replay.md): file reads and greps,
-# builds, test runs; the tools' own time is the same in every run
-mix=${BENCH_EVICTION_MIX:-read:0.45:0.5:0.5:200,compile:0.35:3.0:0.5:100,test:0.20:8.0:0.5:300}
+# an agentic-coding mix (replay.md): file reads and greps, builds, test
+# runs; the tools' own time is the same in every run. Scaled x5: a model
+# call here (the 110M model on two shared cores, 16 agents) takes 10-50 s
+# against 1-3 s on the GPU servers behind the trace's tool gaps
+# (RUNTIME.md), so unscaled the agents would hardly ever wait on a tool
+# and there would be little tool-wait KV to choose about; x5 is the low
+# end of that factor, which keeps the longest session near 10 minutes
+mix=${BENCH_EVICTION_MIX:-read:0.80:0.3:0.6:200,compile:0.12:3:0.5:100,test:0.08:20:0.6:300}
+tscale=${BENCH_EVICTION_TOOL_SCALE:-5}
 $py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
 	--sessions "$n" --multi-turn-only --min-turns 4 --max-context "$maxctx" \
-	--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" --time-scale 0.005 \
-	--seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
+	--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" \
+	--tool-scale "$tscale" --time-scale 0.005 --seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
 cat "$out/convert.log"
+# a run's time limit from the workload (its sessions' own tool time),
+# then from the ample run's wall (kvreplay.py run_timeout): a constant
+# 1200 s stopped the benchmark in lru's run once
+tmo=${BENCH_EVICTION_RUN_TIMEOUT:-$($py tools/replay/kvreplay.py plan --sessions "$out/sessions.jsonl" |
+	sed -n 's/^timeout_s //p')}
 # the arena that never fills: every session at its largest, with the chat
 # markup and tool declarations (~600 tokens), 16 tokens a block (the
 # prefix cache may keep ended sessions' blocks)
@@ -109,16 +127,16 @@ run() {
 	done
 	# the server answering is ours (someone may have taken the port since)
 	kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
-	echo "== $label: $blocks blocks =="
 	# --close: an agent that is done closes its session (DELETE), as a
 	# harness does; left to its retention, an ended session's KV was
 	# spilled by every eviction that took it, disk bandwidth and an
 	# eviction counted for KV nobody would read again
-	timeout "${BENCH_EVICTION_RUN_TIMEOUT:-600}" \
+	echo "== $label: $blocks blocks, time limit $tmo s, at $(date -u +%H:%M:%S) =="
+	timeout "$tmo" \
 		$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$out/sessions.jsonl" \
 		--label "$label" --out "$out" --concurrency "$conc" --scale-tokens "$scale" \
 		--min-call-tokens "$calltok" --close --run-id "ev$label" || {
-		echo "eviction: run $label failed or hung (timeout ${BENCH_EVICTION_RUN_TIMEOUT:-600} s)" >&2
+		echo "eviction: run $label failed or hung (time limit $tmo s)" >&2
 		exit 1
 	}
 	kill "$pid"
@@ -127,22 +145,27 @@ run() {
 	echo "== $label: done at $(($(date +%s) - t_start)) s =="
 }
 
-# the working set: the most KV the conversations held at once with room
+# the working set, and the arena: at the median moment of a run that
+# never evicts, the KV of the conversations not waiting on a tool (they
+# need it now, under any policy) and half of the KV waiting on tools (what
+# a policy chooses about). Half of the whole working set, the rule before,
+# was less than the running conversations alone held (700-840 of 853
+# blocks in the 18:33 trial): every waiting session was evicted whatever
+# the ranking, and stalls were waits for room (replay.md)
 run ample "$ample" "policy = toolwait" "[tier]" "decisions = no"
-ws=$($py - "$out/ample.json" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(int(max(m.get("kvarenad_kv_blocks_conversations", 0) for m in r["timeline"])))
-EOF
-)
-half=$((ws / 2))
-# at least one session at its largest, twice (a floor of 5/8 of the
-# concurrent sessions at their largest kept the scheduler out of a
-# preemption livelock, fixed since: admit.c, wait_empty())
+$py tools/replay/kvreplay.py plan --sessions "$out/sessions.jsonl" --ample "$out/ample.json" \
+	>"$out/plan.txt"
+cat "$out/plan.txt"
+half=$(sed -n 's/^arena \([0-9]*\) .*/\1/p' "$out/plan.txt")
+ws=$(sed -n 's/.* working_set \([0-9]*\) .*/\1/p' "$out/plan.txt")
+wshare=$(sed -n 's/.* waiting_share \([0-9.]*\).*/\1/p' "$out/plan.txt")
+[ -n "${BENCH_EVICTION_RUN_TIMEOUT:-}" ] || tmo=$(sed -n 's/^timeout_s //p' "$out/plan.txt")
+# at least one session at its largest, twice: a request the arena cannot
+# hold is refused, never queued
 floor=$((2 * ((maxctx + 600) / 16 + 2)))
 [ "$half" -ge "$floor" ] || half=$floor
 [ "$half" -ge 64 ] || half=64
-echo "working set: $ws blocks at most; the policies run with $half"
+echo "working set: $ws blocks at most; the policies run with $half (waiting share $wshare)"
 low=$((half / 16)) high=$((half / 8))
 run toolwait "$half" "policy = toolwait" "low_watermark = $low" "high_watermark = $high" \
 	"[tier]" "dir = $PWD/$out/spill-toolwait"
@@ -154,11 +177,11 @@ run lru-tier "$half" "policy = lru" "low_watermark = $low" "high_watermark = $hi
 	"[tier]" "dir = $PWD/$out/spill-lru"
 
 $py tools/replay/kvreplay.py report --out "$out" ample toolwait lru ttl lru-tier | tee "$out/report.out"
-$py - "$out" "$ws" "$half" >>"$tsv" <<'EOF'
+$py - "$out" "$ws" "$half" "$wshare" >>"$tsv" <<'EOF'
 import json, os, sys
 sys.path.insert(0, "tools/replay")
 import kvreplay
-out, ws, half = sys.argv[1], sys.argv[2], sys.argv[3]
+out, ws, half, wshare = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 s = {lab: kvreplay.summarize(json.load(open(os.path.join(out, lab + ".json"))))
      for lab in ("ample", "toolwait", "lru", "ttl", "lru-tier")}
 misses = {lab: s[lab]["misses"] for lab in s}
@@ -196,6 +219,10 @@ row("completion_toolwait_vs_lru_tier", t["comp_mean"], "s", "lru-tier",
 print("restore_stalls_pct_toolwait\t%.2f\t%%\t-\t-\t-" % t["stall_pct"])
 print("recomputed_tokens_toolwait_vs_lru\t%d\ttokens\tlru\t%d\t-" % (t["recomputed"],
                                                                      s["lru"]["recomputed"]))
-print("eviction_arena_blocks\t%s\tblocks\tworking_set\t%s\t0.50" % (half, ws))
+print("eviction_arena_blocks\t%s\tblocks\tworking_set\t%s\t%.2f" % (half, ws,
+                                                                   int(half) / float(ws)))
+# the share of the conversations' KV that waited on tools (ample's
+# samples): what the policies choose about
+print("eviction_tool_wait_kv_share\t%s\tshare\t-\t-\t-" % wshare)
 EOF
 echo "eviction: rows in $tsv; report and plots in $out"

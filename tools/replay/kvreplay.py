@@ -13,6 +13,8 @@ tool-wait model and its sources, and every field of the report.
   kvreplay.py run --url http://127.0.0.1:8080 --sessions sessions.jsonl \\
                   --label toolwait --out DIR [--tool-mode client|server]
   kvreplay.py report --out DIR [LABEL ...]       (table, TSV, gnuplot PNGs)
+  kvreplay.py plan --sessions S.jsonl [--ample DIR/ample.json]
+                  (a run's time limit; the eviction benchmark's arena)
 
 Sessions file (JSONL, one session per line; `convert` writes it, operators
 may write their own):
@@ -325,12 +327,16 @@ def parse_metrics(txt):
 def stream_chat(url, body, timeout=600):
     """One streamed chat completion: (first-token time, end time, message,
     usage, finish_reason, error); the message's "session" is the server's
-    session id where it says one (kvarena's finish chunk). timeout: the
-    longest silence on the connection (a request queued behind many
-    others' prefills says nothing until its first token)."""
+    session id where it says one (kvarena's finish chunk), its "rounds" the
+    tool rounds the server ran itself (kvarena's tool_run chunks: each
+    round's content and runs, in order; the message's content is what came
+    after the last). timeout: the longest silence on the connection (a
+    request queued behind many others' prefills says nothing until its
+    first token)."""
     c = conn_for(url, timeout)
     t_first = None
     content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
+    rounds = []
     try:
         c.request("POST", "/v1/chat/completions", json.dumps(body),
                   {"Content-Type": "application/json"})
@@ -353,6 +359,15 @@ def stream_chat(url, body, timeout=600):
                 usage = ev["usage"]
             if isinstance(ev.get("kvarena"), dict) and ev["kvarena"].get("session_id"):
                 sess = ev["kvarena"]["session_id"]
+            run = ev.get("kvarena", {}).get("tool_run") if isinstance(ev.get("kvarena"),
+                                                                       dict) else None
+            if isinstance(run, dict):
+                # the content so far was this round's, before its calls
+                if not rounds or rounds[-1]["round"] != run.get("round"):
+                    rounds.append({"round": run.get("round"), "content": "".join(content),
+                                   "runs": []})
+                    content = []
+                rounds[-1]["runs"].append(run)
             for ch in ev.get("choices", []):
                 d = ch.get("delta", {})
                 if (d.get("content") or d.get("tool_calls")) and t_first is None:
@@ -371,7 +386,8 @@ def stream_chat(url, body, timeout=600):
         err = "%s: %s" % (type(e).__name__, e)
     finally:
         c.close()
-    msg = {"role": "assistant", "content": "".join(content) or None, "session": sess}
+    msg = {"role": "assistant", "content": "".join(content) or None, "session": sess,
+           "rounds": rounds}
     if calls:
         msg["tool_calls"] = [{"id": v["id"], "type": "function",
                               "function": {"name": v["name"], "arguments": v["args"]}}
@@ -448,8 +464,10 @@ class Runner:
                     os.rename(reply_file + ".tmp", reply_file)
             t_send = time.monotonic()
             t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body, self.timeout)
+            rounds = []
             if msg is not None:
                 server_sess = msg.pop("session", None) or server_sess
+                rounds = msg.pop("rounds", [])
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
                   "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
                   "prompt_tokens": usage.get("prompt_tokens", 0),
@@ -477,6 +495,22 @@ class Runner:
                     msgs.append({"role": "tool", "tool_call_id": c["id"],
                                  "content": self.tool_output(sid, k, s)})
             else:
+                # the server's own tool rounds, sent back as an agent
+                # harness keeps its history: the call, its result, then
+                # the reply, so the next turn continues this conversation
+                # (sent without them, each turn started a conversation of
+                # its own and left the last one idle)
+                for rd in rounds:
+                    ids = ["call_%s_%d_%s_%s" % (sid, k, rd["round"], run.get("index", i))
+                           for i, run in enumerate(rd["runs"])]
+                    msgs.append({"role": "assistant", "content": rd["content"] or None,
+                                 "tool_calls": [{"id": cid, "type": "function", "function": {
+                                     "name": run.get("name", ""),
+                                     "arguments": run.get("arguments", "{}")}}
+                                     for cid, run in zip(ids, rd["runs"])]})
+                    for cid, run in zip(ids, rd["runs"]):
+                        msgs.append({"role": "tool", "tool_call_id": cid,
+                                     "content": run.get("output", "")})
                 msgs.append({"role": "assistant", "content": msg.get("content") or ""})
                 if k + 1 < len(s["turns"]):
                     msgs.append({"role": "user", "content": self.tool_output(sid, k, s)})
@@ -730,6 +764,69 @@ def cmd_report(args):
     return 0
 
 
+# ---- a benchmark's arena and time limit ---------------------------------------------
+
+def arena_rule(timeline):
+    """The eviction benchmark's arena, from the samples of a run that never
+    evicted (replay.md, "Sizing the arena"): at each moment, the KV of the
+    conversations not waiting on a tool (running, or queued with their KV:
+    needed now, by any policy) plus half the KV of those waiting on one
+    (what a policy chooses among); the median over the samples in which
+    conversations held KV."""
+    need, run, wait, held_max = [], [], [], 0
+    for m in timeline:
+        held = m.get("kvarenad_kv_blocks_conversations", 0)
+        if held <= 0:
+            continue
+        if "kvarenad_kv_blocks_tool_wait" not in m:
+            raise ValueError("the server reports no kvarenad_kv_blocks_tool_wait")
+        tw = min(m["kvarenad_kv_blocks_tool_wait"], held)
+        run.append(held - tw)
+        wait.append(tw)
+        need.append(held - tw / 2.0)
+        held_max = max(held_max, held)
+    if not need:
+        raise ValueError("no sample in which conversations held KV")
+    return {"arena": int(math.ceil(pct(need, 50))), "working_set": int(held_max),
+            "running_p50": pct(run, 50), "waiting_p50": pct(wait, 50),
+            "waiting_share": sum(wait) / float(sum(run) + sum(wait))}
+
+
+def run_timeout(sessions, ample_wall=0.0, floor_s=1200.0):
+    """A replay's time limit from its workload, not a constant: its last
+    session's arrival and own tool time (what no policy shortens) twice,
+    plus floor_s for the compute; once a run that never evicts has
+    finished, at least four times its wall (lru took 2.4 times ample's in
+    a trial, past the 1200 s the limit was)."""
+    own = max(s.get("arrival_ms", 0) / 1000.0 +
+              sum(t.get("tool_ms", 0) for t in s["turns"]) / 1000.0 for s in sessions)
+    t = floor_s + 2 * own
+    if ample_wall > 0:
+        t = max(t, 4 * ample_wall)
+    return int(math.ceil(t))
+
+
+def cmd_plan(args):
+    with open(args.sessions) as f:
+        sessions = [json.loads(line) for line in f if line.strip()]
+    if not sessions:
+        raise SystemExit("plan: no sessions in %s" % args.sessions)
+    wall = 0.0
+    if args.ample:
+        with open(args.ample) as f:
+            r = json.load(f)
+        wall = r["wall_s"]
+        try:
+            a = arena_rule(r["timeline"])
+        except ValueError as e:
+            raise SystemExit("plan: %s: %s" % (args.ample, e))
+        print("arena %d working_set %d running_p50 %.0f waiting_p50 %.0f waiting_share %.3f"
+              % (a["arena"], a["working_set"], a["running_p50"], a["waiting_p50"],
+                 a["waiting_share"]))
+    print("timeout_s %d" % run_timeout(sessions, wall, args.floor_s))
+    return 0
+
+
 # ---- main ---------------------------------------------------------------------------
 
 def main():
@@ -794,12 +891,17 @@ def main():
     r.add_argument("--pid", type=int, default=0,
                    help="the server's process (this machine): its memory, threads and "
                    "fds sampled with /metrics")
+    n = sub.add_parser("plan", help="a benchmark's run time limit, and its arena from an "
+                       "ample run's samples")
+    n.add_argument("--sessions", required=True)
+    n.add_argument("--ample", default="", help="the JSON of a run that never evicted")
+    n.add_argument("--floor-s", type=float, default=1200.0)
     p = sub.add_parser("report", help="table and plots of runs")
     p.add_argument("--out", required=True)
     p.add_argument("labels", nargs="*")
     args = ap.parse_args()
     return {"convert": cmd_convert, "synth": cmd_synth, "run": cmd_run,
-            "report": cmd_report}[args.cmd](args) or 0
+            "plan": cmd_plan, "report": cmd_report}[args.cmd](args) or 0
 
 
 if __name__ == "__main__":
