@@ -209,7 +209,9 @@ void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c)
 }
 
 /* 1 when another conversation is computing the block c needs right after
- * its cached prefix (n_cached full blocks matched, path: their nodes). */
+ * its cached prefix (n_cached full blocks matched, path: their nodes),
+ * one it could attach: not the block of its last token, which c computes
+ * itself whatever the other brings (its logits). */
 int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached,
 			    struct kvd_rnode **path)
 {
@@ -218,7 +220,7 @@ int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_
 	struct kvd_hnode *e;
 	uint64_t key;
 
-	if (!d->has_cache_sid || !d->pending.n || (n_cached + 1) * bt > c->n_tokens)
+	if (!d->has_cache_sid || !d->pending.n || (n_cached + 1) * bt >= c->n_tokens)
 		return 0;
 	key = kvd_radix_key(&d->radix, c->tenant, parent, c->tokens + (size_t)n_cached * bt);
 	for (e = kvd_hmap_first(&d->pending, key); e; e = kvd_hmap_next(e)) {

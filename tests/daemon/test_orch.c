@@ -1534,6 +1534,152 @@ static void test_program_fcfs(void)
 	kvd_destroy(d);
 }
 
+/* A raw prompt of exactly n tokens (as the daemon encodes it, with BOS),
+ * or "" when no filler reaches n exactly */
+static void prompt_of_tokens(struct kvd *d, char *p, size_t size, const char *start, int n)
+{
+	static const char fill[] = "abcdefghijklmnopqrstuvwxyz";
+	size_t o = (size_t)snprintf(p, size, "%s", start);
+	int k = 0;
+
+	while (o + 2 < size && k < 26) {
+		int got;
+
+		p[o] = fill[k];
+		p[o + 1] = 0;
+		got = kve_tokenize(d->tok, p, o + 1, 1, NULL, 0);
+		if (got == n)
+			return;
+		if (got < n) {
+			o++;
+			k = 0;
+		} else {
+			k++;	/* one token too many: another letter may merge */
+		}
+	}
+	p[0] = 0;
+}
+
+/*
+ * A job never waits for the block that holds its last token (admit.c,
+ * prefix.c kvd_prefix_pending_wait): it computes that block itself
+ * whatever another prefill brings (the last token must be computed for
+ * its logits). A's prompt is one block and more; B's is exactly A's first
+ * block, submitted while A computes it: B does not wait for it, and its
+ * reply is its reply alone.
+ */
+static void test_last_block(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *ja, *jb;
+	struct reply ra, rb, ref;
+	char pb[512], pa[1024];
+	struct rq qa = { pa, 0, 1, 2, 0, NULL, NULL }, qb = { pb, 0, 1, 4, 0, NULL, NULL };
+	uint32_t bt;
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	prompt_of_tokens(d, pb, sizeof(pb), "the first block of a prompt: ", (int)bt);
+	CHECK(pb[0], "a prompt of exactly one block (%u tokens)", bt);
+	if (!pb[0]) {
+		kvd_destroy(d);
+		return;
+	}
+	ask_rq(d, &qb, &ref, NULL);
+	kvd_destroy(d);
+	snprintf(pa, sizeof(pa), "%s, and a long rest after it that A computes in the same "
+		 "chunk as its first block", pb);
+	d = start(&c);
+	if (!d)
+		return;
+	memset(&ra, 0, sizeof(ra));
+	memset(&rb, 0, sizeof(rb));
+	ja = submit(d, &qa, &err);
+	jb = submit(d, &qb, &err);
+	if (ja)
+		collect_reply(d, ja, &ra, NULL);
+	if (jb)
+		collect_reply(d, jb, &rb, NULL);
+	CHECK(!ra.error && rb.usage.prompt_tokens == bt && same_tokens(&rb, &ref),
+	      "B (%u tokens) replies as alone", rb.usage.prompt_tokens);
+	CHECK(metric(d, "kvarenad_prefix_waits_total") == 0,
+	      "B did not wait for A's block: it holds B's last token (%llu waits)",
+	      (unsigned long long)metric(d, "kvarenad_prefix_waits_total"));
+	kvd_destroy(d);
+}
+
+/*
+ * Admission between tenants (admit.c, cand_cmp): when room frees, the
+ * waiting job of the tenant with the least virtual time goes first, not
+ * the oldest. Tenant A queues six first turns of ~400 tokens in an arena
+ * holding two, then tenant B one: B's is admitted at the next free room,
+ * not after A's six (it ends before at most four of them).
+ */
+static void test_admit_fair(void)
+{
+	enum { NA = 6 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *jobs[NA + 1], *bj;
+	char y[NA + 1][4096];
+	unsigned n = 0, which, i, k, before_b = 0, done = 0;
+	int b_done = 0, ok = 1;
+
+	base_config(&c);
+	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
+	c.tenants[0].id = 1;
+	c.tenants[1].id = 2;
+	d = start(&c);
+	if (!d)
+		return;
+	for (i = 0; i < NA + 1; i++) {
+		int o = snprintf(y[i], sizeof(y[i]), "<|im_start|>user\n%u: log", i);
+
+		for (k = 0; o < 3900; k++) {
+			o += snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, " w%u", (k * 11 + i * 5) % 83);
+			if (k % 16 == 15 && kve_tokenize(d->tok, y[i], (size_t)o, 1, NULL, 0) >= 400)
+				break;
+		}
+		snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	}
+	for (i = 0; i < NA + 1 && ok; i++) {
+		struct rq q = { y[i], 0, 1, 24, i < NA ? 1 : 2, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		ok = jobs[n] != NULL;
+		n += ok;
+	}
+	bj = ok ? jobs[NA] : NULL;
+	CHECK(ok, "tenant a's six first turns queued, then tenant b's one (arena %u blocks)",
+	      d->geom.blocks_total);
+	while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN)
+			continue;
+		ok &= ev.type == KVD_EV_DONE;
+		if (jobs[which] == bj) {
+			b_done = 1;
+			before_b = done;
+		}
+		kvd_job_free(jobs[which]);
+		memmove(&jobs[which], &jobs[which + 1], (n - which - 1) * sizeof(jobs[0]));
+		n--;
+		done++;
+	}
+	CHECK(ok && done == NA + 1 && b_done && before_b <= 4,
+	      "tenant b's turn ended after %u of tenant a's six (in arrival order: 6)", before_b);
+	kvd_destroy(d);
+}
+
 static pid_t worker_pid(struct kvd *d, uint32_t role, int ready)
 {
 	pid_t pid = 0;
@@ -4850,6 +4996,8 @@ int main(int argc, char **argv)
 	RUN(many_candidates);
 	RUN(start_fails);
 	RUN(budget_admit);
+	RUN(admit_fair);
+	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
 	RUN(retention);
 	RUN(config_keys);
