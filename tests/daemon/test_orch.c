@@ -1456,6 +1456,47 @@ out:
 	free(p);
 }
 
+/* A first turn of ~400 tokens, told apart by i; returns its tokens. */
+static int first_turn_400(struct kvd *d, char *p, size_t size, unsigned i)
+{
+	int o = snprintf(p, size, "<|im_start|>user\n%u: log", i), tok = 0;
+	unsigned k;
+
+	for (k = 0; o < 3900; k++) {
+		o += snprintf(p + o, size - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
+		if (k % 16 == 15 && (tok = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0)) >= 400)
+			break;
+	}
+	snprintf(p + o, size - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+	return tok;
+}
+
+/* Runs the n jobs to their ends and frees them: how many ended before
+ * target did; *all: each of them ended done, target too. */
+static unsigned ended_before(struct kvd_job **jobs, unsigned n, const struct kvd_job *target,
+			     int *all)
+{
+	unsigned which, done = 0, before = 0, n0 = n;
+	int ok = 1, seen = 0;
+	struct kvd_event ev;
+
+	while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
+		if (ev.type == KVD_EV_TOKEN)
+			continue;
+		ok &= ev.type == KVD_EV_DONE;
+		if (jobs[which] == target) {
+			seen = 1;
+			before = done;
+		}
+		kvd_job_free(jobs[which]);
+		memmove(&jobs[which], &jobs[which + 1], (n - which - 1) * sizeof(jobs[0]));
+		n--;
+		done++;
+	}
+	*all = ok && seen && done == n0;
+	return before;
+}
+
 /*
  * Program-level first come, first served (admit.c, queued_key()): a
  * conversation's next turn (a tool's result, a user's reply) goes before
@@ -1470,12 +1511,11 @@ static void test_program_fcfs(void)
 	struct kvd_config c;
 	struct kvd *d;
 	struct kvd_error err;
-	struct kvd_event ev;
 	struct kvd_job *jobs[NY + 1], *xj;
 	char x1[256], x2[1024], y[NY][4096];
 	struct reply rx;
-	unsigned n = 0, which, i, k, before_x = 0, done = 0;
-	int x_done = 0, tok = 0, ok = 1;
+	unsigned n = 0, i, before_x;
+	int tok = 0, ok = 1, all;
 
 	base_config(&c);
 	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
@@ -1492,17 +1532,8 @@ static void test_program_fcfs(void)
 	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
 		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
 	/* first turns of ~400 tokens each: two fit in the arena at once */
-	for (i = 0; i < NY; i++) {
-		int o = snprintf(y[i], sizeof(y[i]), "<|im_start|>user\n%u: log", i);
-
-		for (k = 0; o < 3900; k++) {
-			o += snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
-			if (k % 16 == 15 &&
-			    (tok = kve_tokenize(d->tok, y[i], (size_t)o, 1, NULL, 0)) >= 400)
-				break;
-		}
-		snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
-	}
+	for (i = 0; i < NY; i++)
+		tok = first_turn_400(d, y[i], sizeof(y[i]), i);
 	for (i = 0; i < NY + 1 && ok; i++) {
 		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 24 : 4, 0, NULL, NULL };
 
@@ -1515,20 +1546,8 @@ static void test_program_fcfs(void)
 	      "second turn (arena %u blocks of %u tokens)", tok, d->geom.blocks_total,
 	      d->geom.block_tokens);
 	/* the order replies end in */
-	while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
-		if (ev.type == KVD_EV_TOKEN)
-			continue;
-		ok &= ev.type == KVD_EV_DONE;
-		if (jobs[which] == xj) {
-			x_done = 1;
-			before_x = done;
-		}
-		kvd_job_free(jobs[which]);
-		memmove(&jobs[which], &jobs[which + 1], (n - which - 1) * sizeof(jobs[0]));
-		n--;
-		done++;
-	}
-	CHECK(ok && done == NY + 1 && x_done && before_x < 4,
+	before_x = ended_before(jobs, n, xj, &all);
+	CHECK(ok && all && before_x < 4,
 	      "the second turn ended after %u of the six later conversations' first turns "
 	      "(in arrival order: 4 at least)", before_x);
 	kvd_destroy(d);
@@ -1626,11 +1645,10 @@ static void test_admit_fair(void)
 	struct kvd_config c;
 	struct kvd *d;
 	struct kvd_error err;
-	struct kvd_event ev;
 	struct kvd_job *jobs[NA + 1], *bj;
 	char y[NA + 1][4096];
-	unsigned n = 0, which, i, k, before_b = 0, done = 0;
-	int b_done = 0, ok = 1;
+	unsigned n = 0, i, before_b;
+	int ok = 1, all;
 
 	base_config(&c);
 	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
@@ -1642,16 +1660,8 @@ static void test_admit_fair(void)
 	d = start(&c);
 	if (!d)
 		return;
-	for (i = 0; i < NA + 1; i++) {
-		int o = snprintf(y[i], sizeof(y[i]), "<|im_start|>user\n%u: log", i);
-
-		for (k = 0; o < 3900; k++) {
-			o += snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, " w%u", (k * 11 + i * 5) % 83);
-			if (k % 16 == 15 && kve_tokenize(d->tok, y[i], (size_t)o, 1, NULL, 0) >= 400)
-				break;
-		}
-		snprintf(y[i] + o, sizeof(y[i]) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
-	}
+	for (i = 0; i < NA + 1; i++)
+		first_turn_400(d, y[i], sizeof(y[i]), i);
 	for (i = 0; i < NA + 1 && ok; i++) {
 		struct rq q = { y[i], 0, 1, 24, i < NA ? 1 : 2, NULL, NULL };
 
@@ -1662,20 +1672,8 @@ static void test_admit_fair(void)
 	bj = ok ? jobs[NA] : NULL;
 	CHECK(ok, "tenant a's six first turns queued, then tenant b's one (arena %u blocks)",
 	      d->geom.blocks_total);
-	while (n && kvd_job_next_any(jobs, n, &ev, &which, 120000) == 1) {
-		if (ev.type == KVD_EV_TOKEN)
-			continue;
-		ok &= ev.type == KVD_EV_DONE;
-		if (jobs[which] == bj) {
-			b_done = 1;
-			before_b = done;
-		}
-		kvd_job_free(jobs[which]);
-		memmove(&jobs[which], &jobs[which + 1], (n - which - 1) * sizeof(jobs[0]));
-		n--;
-		done++;
-	}
-	CHECK(ok && done == NA + 1 && b_done && before_b <= 4,
+	before_b = ended_before(jobs, n, bj, &all);
+	CHECK(ok && all && before_b <= 4,
 	      "tenant b's turn ended after %u of tenant a's six (in arrival order: 6)", before_b);
 	kvd_destroy(d);
 }

@@ -1698,6 +1698,28 @@ static void test_wait_at_arrival(void)
 	stop(d);
 }
 
+/* The reference for two agents on one system prompt: A's first turn,
+ * B's, B's second, on a daemon with the prefix cache and no tier. */
+static int shared_reference(const struct convo *a, const struct convo *b, struct reply *ra,
+			    struct reply *rb, struct reply *ref)
+{
+	struct kvd_config c;
+	struct kvd *d;
+
+	base_config(&c, NULL);
+	c.prefix_cache = 1;
+	d = start(&c);
+	if (!d)
+		return -1;
+	script(d, a->call);
+	ask(d, a->p1, 8, ra);
+	script(d, b->call);
+	ask(d, b->p1, 8, rb);
+	ask(d, b->p2, 24, ref);
+	stop(d);
+	return 0;
+}
+
 /*
  * Agents sharing a long system prompt: the blocks every conversation
  * holds through the prefix cache are not written (they stay in the arena
@@ -1734,18 +1756,8 @@ static void test_shared_prefix(void)
 			 "<tool_response>\nresult %d<|im_end|>\n<|im_start|>assistant\n", cv->p1,
 			 cv->call, i);
 	}
-	/* the reference: prefix cache, no tier */
-	base_config(&c, NULL);
-	c.prefix_cache = 1;
-	d = start(&c);
-	if (!d)
+	if (shared_reference(&a, &b, &ra, &rb, &ref))
 		goto out;
-	script(d, a.call);
-	ask(d, a.p1, 8, &ra);
-	script(d, b.call);
-	ask(d, b.p1, 8, &rb);
-	ask(d, b.p2, 24, &ref);
-	stop(d);
 	base_config(&c, dir);
 	c.prefix_cache = 1;
 	c.tier_prefetch = 0;
@@ -1848,17 +1860,8 @@ static void test_restore_shared(void)
 		return;
 	shared_convo(&a, 8, "grep");
 	shared_convo(&b, 9, "grep");
-	base_config(&c, NULL);		/* the reference: prefix cache, no tier */
-	c.prefix_cache = 1;
-	d = start(&c);
-	if (!d)
+	if (shared_reference(&a, &b, &ra, &rb, &ref))
 		goto out;
-	script(d, a.call);
-	ask(d, a.p1, 8, &ra);
-	script(d, b.call);
-	ask(d, b.p1, 8, &rb);
-	ask(d, b.p2, 24, &ref);
-	stop(d);
 	base_config(&c, dir);
 	c.prefix_cache = 1;
 	c.tier_prefetch = 0;		/* on demand: the return restores it */
