@@ -4346,6 +4346,17 @@ out:
 	kvd_destroy(d);
 }
 
+/* The blocks a tenant's conversations hold (conv.c, kvd_blocks_hold). */
+static uint32_t tenant_held(struct kvd *d, uint32_t id)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&d->lock);
+	n = d->tenant_blocks[kvd_tenant_slot(d, id)];
+	pthread_mutex_unlock(&d->lock);
+	return n;
+}
+
 /*
  * A tenant's KV budget while a reply grows (admit.c,
  * kvd_reserve_or_preempt on -EDQUOT): the tenant's own idle KV goes
@@ -4409,27 +4420,11 @@ static void test_tenant_budget(void)
 	      conv_blocks(d, x.session));
 	/* what the tenant holds goes back block for block as its
 	 * conversations go (conv.c, kvd_blocks_hold) */
-	{
-		uint32_t held;
-
-		kvd_session_delete(d, x.session, 1);
-		kvd_session_delete(d, y.session, 1);
-		pthread_mutex_lock(&d->lock);
-		held = d->tenant_blocks[kvd_tenant_slot(d, 1)];
-		pthread_mutex_unlock(&d->lock);
-		CHECK(held == 0, "X and Y deleted: tenant small holds %u blocks", held);
-	}
+	kvd_session_delete(d, x.session, 1);
+	kvd_session_delete(d, y.session, 1);
+	CHECK(tenant_held(d, 1) == 0, "X and Y deleted: tenant small holds %u blocks",
+	      tenant_held(d, 1));
 	kvd_destroy(d);
-}
-
-static uint32_t tenant_held(struct kvd *d, uint32_t id)
-{
-	uint32_t n;
-
-	pthread_mutex_lock(&d->lock);
-	n = d->tenant_blocks[kvd_tenant_slot(d, id)];
-	pthread_mutex_unlock(&d->lock);
-	return n;
 }
 
 /* A prompt of tokens in ((blocks - 1) * bt, blocks * bt - 1] (the text
