@@ -190,6 +190,18 @@ struct kvd_cand {
 #define KVD_TEXT_FILTER_MIN_BITS 16
 #define KVD_TEXT_FILTER_MAX_BITS 22
 
+/* Why a request found its KV still on disk (a restore stall): what the
+ * prefetch of its tool wait did (tiering.c, stall_cause()). */
+enum kvd_stall_cause {
+	KVD_STALL_NO_PREFETCH,	/* none armed: prefetch off, or no prediction */
+	KVD_STALL_EARLY,	/* the tool returned before the prefetch was due */
+	KVD_STALL_NO_ROOM,	/* the prefetch was due and found no room */
+	KVD_STALL_READING,	/* the prefetch's read was still running */
+	KVD_STALL_TAKEN,	/* prefetched, then evicted again before the return */
+	KVD_STALL_CAUSES
+};
+extern const char *const kvd_stall_cause_names[KVD_STALL_CAUSES];
+
 struct kvd_conv {
 	struct kvd_hnode by_id;		/* d->conv_by_id */
 	struct kvd_hnode by_sid;	/* d->conv_by_sid, while it has KV */
@@ -240,9 +252,13 @@ struct kvd_conv {
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
 	uint32_t tier_prefetched;	/* prefetches in this tool wait */
+	uint8_t tier_hold;		/* KV prefetched for a return not come yet */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
 	uint8_t tier_setup;		/* a restore is finding its blocks */
 	uint8_t tier_missed;		/* this return's miss is counted */
+	uint8_t stall_cause;		/* why the stall's KV was not back (KVD_STALL_*) */
+	uint16_t tier_noroom;		/* prefetch tries that found no room, this wait */
+	uint32_t stall_early_ms;	/* KVD_STALL_EARLY: the return came this much before */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recently used first */
@@ -449,6 +465,7 @@ struct kvd_metrics {
 	uint64_t tier_restores, tier_restore_bytes, tier_restore_failures[4];
 	uint64_t tier_restore_cached_tokens;	/* restored by sharing cached blocks */
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
+	uint64_t tier_stall_causes[KVD_STALL_CAUSES];	/* restore stalls by cause */
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
 	uint64_t kv_misses;			/* a request found its KV out of the arena */
@@ -810,6 +827,9 @@ void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c);
 int kvd_tiering_busy(const struct kvd *d);
 /* Blocks that eviction spills in flight free when written: room coming. */
 uint32_t kvd_tiering_freeing(const struct kvd *d);
+/* c's KV was prefetched for its tool's return, which is due: not a
+ * victim for another's room while a running job will free some. */
+int kvd_tiering_held(struct kvd *d, const struct kvd_conv *c);
 /* c lets go of what is in flight (its KV changes or goes). */
 void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
 /* c is forgotten: its file and timers go. */

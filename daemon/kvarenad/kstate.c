@@ -393,12 +393,13 @@ uint32_t kvd_blocks_free(struct kvd *d)
 	return ai.blocks_free;
 }
 
-/* May c's blocks go? Not while a step computes on them; a server-side
- * tool round's KV waits like a client's (tiering.c). */
-static int evictable(const struct kvd_conv *c)
+/* May c's blocks go? Not while a step computes on them (a server-side
+ * tool round's KV waits like a client's), nor while they were prefetched
+ * for a tool's return that is due (tiering.c). */
+static int evictable(struct kvd *d, const struct kvd_conv *c)
 {
 	return c->has_kv && c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
-	       (!c->job || c->job->state == JOB_TOOL_RUNNING);
+	       (!c->job || c->job->state == JOB_TOOL_RUNNING) && !kvd_tiering_held(d, c);
 }
 
 /* The least recently used evictable conversation (of the tenant when one
@@ -409,7 +410,7 @@ static struct kvd_conv *oldest_idle(struct kvd *d, uint32_t tenant, int any)
 	struct kvd_conv *c;
 
 	for (c = d->convs_tail; c; c = c->prev)
-		if (evictable(c) && (any || c->tenant == tenant))
+		if (evictable(d, c) && (any || c->tenant == tenant))
 			return c;
 	return NULL;
 }
@@ -439,7 +440,7 @@ uint32_t kvd_make_room(struct kvd *d, uint32_t want)
 		for (i = 0; i < n && COMING(free_now) < want; i++) {
 			struct kvd_conv *c = kvd_conv_by_sid(d, v[i].session_id);
 
-			if (!c || !evictable(c))
+			if (!c || !evictable(d, c))
 				continue;
 			kvd_tiering_evict(d, c);
 			/* what the victim gave back first: the cache only for

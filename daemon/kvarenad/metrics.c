@@ -369,6 +369,11 @@ char *kvd_metrics_text(struct kvd *d)
 		m.tier_prefetches);
 	counter(&o, "tier_restore_stalls_total",
 		"Requests that waited for their KV to come back from disk.", m.tier_restore_stalls);
+	put(&o, "# HELP kvarenad_tier_restore_stall_causes_total Restore stalls by what the "
+		"tool wait's prefetch did.\n# TYPE kvarenad_tier_restore_stall_causes_total counter\n");
+	for (i = 0; i < KVD_STALL_CAUSES; i++)
+		put(&o, "kvarenad_tier_restore_stall_causes_total{cause=\"%s\"} %llu\n",
+		    kvd_stall_cause_names[i], (unsigned long long)m.tier_stall_causes[i]);
 	counter(&o, "tier_discards_total", "KV discarded (recomputed if it returns).",
 		m.tier_discards);
 	counter(&o, "tier_recomputed_tokens_total",

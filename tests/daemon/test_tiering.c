@@ -32,6 +32,8 @@
  *                   is spilled, and while its write is in flight asking
  *                   again takes no other (room on its way counts); all
  *                   continue bit-identical
+ *   prefetch_held   KV prefetched for a return that is due is no victim
+ *                   for another's room while a job runs: no stall
  *   prefetch_order  a prefetch takes free room or that of conversations
  *                   expected back later, never of those back sooner: two
  *                   conversations returning first keep their KV, no stall
@@ -1384,6 +1386,87 @@ out:
 	free(dir);
 }
 
+/*
+ * KV prefetched for a tool's return that is due is not a victim for
+ * another request's room while a job runs (that job gives room back; the
+ * request waits for it): taken, it was read back on demand when the
+ * result came, a restore stall and a prefetch spent for nothing (6 of 29
+ * stalls in a 12-agent trial with an arena of two sessions). A is
+ * spilled, evicted and prefetched; B runs; the arena then needs every
+ * block: A's stay, and A's result finds its KV (no stall, output
+ * bit-identical). With nothing running the waiting request goes first
+ * (prefetch_once: taken again).
+ */
+static void test_prefetch_held(void)
+{
+	const struct reply *ref = reference(3);
+	const char *b_prompt = "<|im_start|>user\nwrite a long story<|im_end|>\n"
+			       "<|im_start|>assistant\n";
+	char *dir = new_dir("held");
+	struct kvd_job *jb = NULL;
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2, rb;
+	struct kvd *d;
+	double t0;
+	int tool_ms, ran = 0, i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 3, ref_tool[3]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(250);
+	d = start(&c);
+	if (!d)
+		goto out;
+	tool_ms = slow(4000);
+	train_class(d, ref_tool[3], (uint64_t)tool_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "A calls a tool that takes %d ms", tool_ms);
+	t0 = now_ms();
+	await_metric(d, "kvarenad_tier_spills_total", 1, tool_ms);
+	demand(d);
+	CHECK(await_metric(d, "kvarenad_tier_prefetches_total", 1, 2 * tool_ms) &&
+	      await_metric(d, "kvarenad_tier_restores_total", 1, 2 * tool_ms) &&
+	      !strcmp(tier_of(d, r1.session), "arena"),
+	      "A evicted, then prefetched before its tool returns (%.0f ms into the wait)",
+	      now_ms() - t0);
+	/* B runs; while it does, the arena needs every block */
+	jb = submit(d, b_prompt, 48);
+	for (i = 0; jb && i < 2000 && !ran; i++) {
+		pthread_mutex_lock(&d->lock);
+		if (jb->state == JOB_RUNNING) {
+			kvd_make_room(d, d->geom.blocks_total);
+			ran = 1;
+		}
+		pthread_mutex_unlock(&d->lock);
+		if (!ran)
+			msleep(1);
+	}
+	CHECK(ran && !strcmp(tier_of(d, r1.session), "arena") &&
+	      metric(d, "kvarenad_evictions_total") == 1,
+	      "the arena needs its memory while B runs: A's prefetched KV stays (tier %s, %llu "
+	      "evictions)", tier_of(d, r1.session),
+	      (unsigned long long)metric(d, "kvarenad_evictions_total"));
+	memset(&rb, 0, sizeof(rb));
+	CHECK(jb && collect(jb, &rb) == 0 && rb.n_tokens > 0, "B completes");
+	jb = NULL;
+	while (now_ms() - t0 < tool_ms)
+		msleep(20);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 0 &&
+	      metric(d, "kvarenad_tier_restores_total") == 1,
+	      "A's result finds its KV: no stall, one restore (the prefetch), output "
+	      "bit-identical to the run without eviction (%llu stalls)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 /* Blocks free in the arena. */
 static uint32_t free_blocks(struct kvd *d)
 {
@@ -2106,6 +2189,7 @@ int main(int argc, char **argv)
 	RUN(shared_prefix);
 	RUN(wait_at_arrival);
 	RUN(prefetch_once);
+	RUN(prefetch_held);
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);

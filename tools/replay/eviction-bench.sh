@@ -38,7 +38,10 @@
 # BENCH_EVICTION_SCALE (tokens x, 0.125), BENCH_EVICTION_MAX_CONTEXT
 # (2400), BENCH_EVICTION_CALL_TOKENS (a call's decode budget, 64),
 # BENCH_EVICTION_RUN_TIMEOUT (seconds a run may take; default from the
-# workload: kvreplay.py plan), BENCH_EVICTION_MODEL (a GGUF instead of
+# workload: kvreplay.py plan), BENCH_EVICTION_TIME_SCALE (arrivals x),
+# BENCH_EVICTION_MIN_TURNS (model calls a session makes at least),
+# BENCH_EVICTION_RUNS (the policies' runs to make, a trial: "toolwait lru";
+# ample always runs, it sizes the arena), BENCH_EVICTION_MODEL (a GGUF instead of
 # the 110M one: a smoke trial).
 # Usage: tools/replay/eviction-bench.sh KVARENAD MKMODEL
 set -euo pipefail
@@ -76,10 +79,13 @@ calltok=${BENCH_EVICTION_CALL_TOKENS:-64}
 # end of that factor, which keeps the longest session near 10 minutes
 mix=${BENCH_EVICTION_MIX:-read:0.80:0.3:0.6:200,compile:0.12:3:0.5:100,test:0.08:20:0.6:300}
 tscale=${BENCH_EVICTION_TOOL_SCALE:-5}
+tmscale=${BENCH_EVICTION_TIME_SCALE:-0.005}
+minturns=${BENCH_EVICTION_MIN_TURNS:-4}
+runs=${BENCH_EVICTION_RUNS:-toolwait lru ttl lru-tier}
 $py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
-	--sessions "$n" --multi-turn-only --min-turns 4 --max-context "$maxctx" \
+	--sessions "$n" --multi-turn-only --min-turns "$minturns" --max-context "$maxctx" \
 	--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" \
-	--tool-scale "$tscale" --time-scale 0.005 --seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
+	--tool-scale "$tscale" --time-scale "$tmscale" --seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
 cat "$out/convert.log"
 # a run's time limit from the workload (its sessions' own tool time),
 # then from the ample run's wall (kvreplay.py run_timeout): a constant
@@ -106,6 +112,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 run() {
 	local label=$1 blocks=$2 conf=$out/$1.conf i
 	shift 2
+	case " ample $runs " in *" $label "*) ;; *) return 0 ;; esac
 	{
 		echo "[model]"; echo "path = $model"
 		echo "[kv]"; echo "backend = memfd"; echo "blocks = $blocks"
@@ -176,7 +183,10 @@ run ttl "$half" "policy = ttl" "ttl_ms = 2000" "low_watermark = $low" "high_wate
 run lru-tier "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
 	"[tier]" "dir = $PWD/$out/spill-lru"
 
-$py tools/replay/kvreplay.py report --out "$out" ample toolwait lru ttl lru-tier | tee "$out/report.out"
+# shellcheck disable=SC2086
+$py tools/replay/kvreplay.py report --out "$out" ample $runs | tee "$out/report.out"
+# the rows compare every policy: a trial of some of them writes none
+[ "$runs" = "toolwait lru ttl lru-tier" ] || { echo "eviction: a trial ($runs): no rows"; exit 0; }
 $py - "$out" "$ws" "$half" "$wshare" >>"$tsv" <<'EOF'
 import json, os, sys
 sys.path.insert(0, "tools/replay")
