@@ -30,7 +30,8 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
- * with the hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * with the hooks queued_kv_line, queued_kv_grow, agent_loop, escape,
+ * mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -3820,6 +3821,231 @@ out:
 #endif
 
 #ifdef KVD_TEST_HOOKS
+/* Turns submitted while admission is held meet in one admission turn
+ * (admit.c, kvd_admit: test_hold_admit). */
+static void hold_admission(struct kvd *d, int on)
+{
+	pthread_mutex_lock(&d->lock);
+	d->test_hold_admit = on;
+	pthread_mutex_unlock(&d->lock);
+	if (!on)
+		kvd_wake(d);
+}
+
+/* out = the first turn p1, its reply, then a user turn of words grown
+ * until the whole tokenizes to `tokens` (seeded): 0, or -1. */
+static int next_turn(struct kvd *d, char *out, size_t size, const char *p1,
+		     const struct reply *r1, uint32_t seed, uint32_t tokens)
+{
+	char *head = malloc(size);
+	int rc = -1;
+
+	if (head) {
+		snprintf(head, size, "%s%.*s<|im_end|>\n<|im_start|>user\nlog", p1, (int)r1->len,
+			 r1->text);
+		rc = grow_text(d, out, size - 64, head, seed, tokens);
+		strcat(out, "<|im_end|>\n<|im_start|>assistant\n");
+	}
+	free(head);
+	return rc;
+}
+
+/* Each job's reply to its end, at most 30 s between two events: how many
+ * ended done (a job that never answers is a scheduler that stopped). */
+static unsigned replies_all(struct kvd_job **jobs, unsigned n, struct reply *r)
+{
+	struct kvd_job *left[8];
+	unsigned idx[8], m = n, which, done = 0, i;
+	struct kvd_event ev;
+
+	for (i = 0; i < n && i < 8; i++) {
+		left[i] = jobs[i];
+		idx[i] = i;
+		memset(&r[i], 0, sizeof(r[i]));
+	}
+	while (m && kvd_job_next_any(left, m, &ev, &which, 30000) == 1)
+		if (take_event(&r[idx[which]], &ev)) {
+			done += r[idx[which]].done;
+			kvd_job_free(left[which]);
+			left[which] = left[m - 1];
+			idx[which] = idx[m - 1];
+			m--;
+		}
+	for (i = 0; i < m; i++)
+		kvd_job_free(left[i]);
+	return done;
+}
+
+/* Turn 1 of conversations X (short: it begins first), Y and Z (~300
+ * tokens each, kept) on d; prompts in p[3], replies in r1[3]. */
+static int three_first_turns(struct kvd *d, char p[3][4096], struct reply r1[3])
+{
+	snprintf(p[0], 4096, "<|im_start|>user\nrun the tests<|im_end|>\n<|im_start|>assistant\n");
+	if (grow_text(d, p[1], 4000, "<|im_start|>user\nY: the build log", 5, 300) ||
+	    grow_text(d, p[2], 4000, "<|im_start|>user\nZ: the test log", 6, 300))
+		return -1;
+	strcat(p[1], "<|im_end|>\n<|im_start|>assistant\n");
+	strcat(p[2], "<|im_end|>\n<|im_start|>assistant\n");
+	for (int i = 0; i < 3; i++)
+		if (ask(d, p[i], 0, 1, 4, &r1[i], NULL))
+			return -1;
+	return 0;
+}
+
+/*
+ * The job first in line lacks room and nothing runs: the KV that queued
+ * turns behind it kept from their last turns goes (admit.c,
+ * take_queued_kv), else nothing would ever give a block back. An arena
+ * of 1024 tokens: X's short first turn, then Y's and Z's of ~300 tokens
+ * (kept). X's second turn (~450 tokens, ~420 more than it holds) and Y's
+ * and Z's short ones queue in one admission turn; X goes first (its
+ * conversation began first) with ~380 tokens' blocks free. It waited
+ * for good; now Z's KV goes (the last in line), X
+ * runs, then Y and Z (recomputed), and the three replies equal their
+ * runs with room.
+ */
+static void test_queued_kv_line(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[3];
+	struct reply r1[3], r2[3], ref;
+	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
+	unsigned i, n = 0, same = 0, done;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	base_config(&c);
+	c.kv_blocks = 8;
+	d = start(&c);
+	if (!d)
+		goto out;
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 || three_first_turns(d, p, r1) ||
+	    next_turn(d, p2[0], 4096, p[0], &r1[0], 7, 450) ||
+	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 310) ||
+	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 310)) {
+		CHECK(0, "three first turns on %u blocks of %u tokens", d->geom.blocks_total,
+		      d->geom.block_tokens);
+		kvd_destroy(d);
+		goto out;
+	}
+	hold_admission(d, 1);
+	for (i = 0; i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	done = replies_all(jobs, n, r2);
+	CHECK(n == 3 && done == 3, "X's second turn first in line lacking room, Y's and Z's "
+	      "queued holding the rest, nothing running: %u of 3 answered", done);
+	kvd_destroy(d);
+	/* with room: the same turns, one at a time */
+	base_config(&c);
+	d = start(&c);
+	if (d && !three_first_turns(d, p, r1))
+		for (i = 0; i < 3; i++)
+			same += !ask(d, p2[i], 0, 1, 8, &ref, NULL) && same_tokens(&r2[i], &ref);
+	CHECK(same == 3, "%u of 3 equal their runs with room", same);
+	if (d)
+		kvd_destroy(d);
+out:
+	free(p);
+}
+
+/*
+ * A running job's next block comes from the KV queued turns kept before
+ * any running job is preempted (admit.c, kvd_reserve_or_preempt): a
+ * preempted job goes back before every queued one, so preempting it to
+ * keep theirs inverts the order, and alone it preempted itself again at
+ * every readmission. An arena of 1024 tokens: Y's and Z's first turns
+ * (~300 tokens each) kept; P, a short prompt replying 480 tokens, runs;
+ * Y's and Z's second turns (~610 tokens each) queue in one admission
+ * turn and wait for room (P's decode reserve). When P's next block finds
+ * none free, Z's KV goes, not P: no preemption, every reply equal to its
+ * run with room.
+ */
+static void test_queued_kv_grow(void)
+{
+	const char *pp = "<|im_start|>user\nP: stream the log<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[3];
+	struct kvd_event ev;
+	struct reply r1[3], r2[3], ref;
+	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
+	unsigned i, n = 0, same = 0, done;
+	uint64_t pre;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;
+	base_config(&c);
+	c.kv_blocks = 8;
+	d = start(&c);
+	if (!d)
+		goto out;
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 || three_first_turns(d, p, r1) ||
+	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 610) ||
+	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 610)) {
+		CHECK(0, "first turns on %u blocks of %u tokens", d->geom.blocks_total,
+		      d->geom.block_tokens);
+		kvd_destroy(d);
+		goto out;
+	}
+	memset(&r2[0], 0, sizeof(r2[0]));
+	jobs[0] = submit_long(d, pp, 480, &err);
+	n = jobs[0] != NULL;
+	/* P runs (its first token is out) */
+	if (n && kvd_job_next(jobs[0], &ev, 30000) == 1 && ev.type == KVD_EV_TOKEN)
+		take_event(&r2[0], &ev);
+	hold_admission(d, 1);
+	for (i = 1; n == i && i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	{
+		struct reply first = r2[0];
+
+		done = replies_all(jobs, n, r2);
+		/* P's reply: its first token, then the rest */
+		if (first.n_tokens == 1 && r2[0].n_tokens < 1024) {
+			memmove(r2[0].tokens + 1, r2[0].tokens, r2[0].n_tokens * sizeof(int32_t));
+			r2[0].tokens[0] = first.tokens[0];
+			r2[0].n_tokens++;
+		}
+	}
+	pre = metric(d, "kvarenad_preemptions_total");
+	CHECK(n == 3 && done == 3 && pre == 0, "P growing past the free blocks while Y's and Z's "
+	      "second turns wait holding their KV: %u of 3 answered, %llu preemptions", done,
+	      (unsigned long long)pre);
+	kvd_destroy(d);
+	base_config(&c);
+	d = start(&c);
+	if (d && !three_first_turns(d, p, r1)) {
+		struct kvd_job *j = submit_long(d, pp, 480, &err);
+
+		memset(&ref, 0, sizeof(ref));
+		same += j && !collect_reply(d, j, &ref, NULL) && same_tokens(&r2[0], &ref) &&
+			ref.n_tokens == 480;
+	}
+	for (i = 1; d && i < 3; i++)
+		same += !ask(d, p2[i], 0, 1, 8, &ref, NULL) && same_tokens(&r2[i], &ref);
+	CHECK(same == 3, "%u of 3 equal their runs with room", same);
+	if (d)
+		kvd_destroy(d);
+out:
+	free(p);
+}
+
+#endif
+
+#ifdef KVD_TEST_HOOKS
 /*
  * How long a conversation's KV is kept after its reply (sched.c,
  * finishing): a reply ending in a tool call keeps it 4 x the tool class's
@@ -4992,6 +5218,8 @@ int main(int argc, char **argv)
 	RUN(admit_fair);
 	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
+	RUN(queued_kv_line);
+	RUN(queued_kv_grow);
 	RUN(retention);
 	RUN(config_keys);
 	RUN(agent_loop);
