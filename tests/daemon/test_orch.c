@@ -30,7 +30,7 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
- * with the hooks queued_kv_line, queued_kv_grow, agent_loop, escape,
+ * with the hooks expire_claimed, queued_kv_line, queued_kv_grow, agent_loop, escape,
  * mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
@@ -4522,6 +4522,69 @@ static void test_expire(void)
 	kvd_destroy(d);
 }
 
+#ifdef KVD_TEST_HOOKS
+/*
+ * Retention is for idle KV (conv.c, kvd_conv_expire): a conversation whose
+ * deadline passes while its next turn waits for admission keeps its KV,
+ * and the turn continues it. With idle_retention_s 1 and no prefix cache:
+ * turn 2 is queued (admission held) before turn 1's deadline and admitted
+ * 300 ms after it: all of turn 1 is reused (cached_tokens), and the reply
+ * equals turn 2 sent at once.
+ */
+static void test_expire_claimed(void)
+{
+	const char *p1 = "<|im_start|>user\nlist the files<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *j;
+	struct reply r1, r2, ref;
+	char p2[1024];
+	uint64_t due;
+	int pass_no;
+
+	for (pass_no = 0; pass_no < 2; pass_no++) {
+		base_config(&c);
+		c.idle_retention_s = 1;
+		c.prefix_cache = 0;
+		d = start(&c);
+		if (!d)
+			return;
+		if (ask(d, p1, 0, 1, 6, &r1, NULL)) {
+			CHECK(0, "turn 1: %s", r1.err);
+			kvd_destroy(d);
+			return;
+		}
+		snprintf(p2, sizeof(p2), "%s%.*s<|im_end|>\n<|im_start|>user\nnow build it"
+			 "<|im_end|>\n<|im_start|>assistant\n", p1, (int)r1.len, r1.text);
+		due = conv_deadline(d, r1.session);
+		if (pass_no) {
+			/* the reference: turn 2 at once */
+			CHECK(ask(d, p2, 0, 1, 8, &ref, NULL) == 0, "turn 2 at once");
+			kvd_destroy(d);
+			break;
+		}
+		CHECK(due > kvd_now_ns(), "turn 1's KV kept until its deadline");
+		hold_admission(d, 1);
+		{
+			struct rq q = { p2, 0, 1, 8, 0, NULL, NULL };
+
+			j = submit(d, &q, &err);
+		}
+		while (kvd_now_ns() < due + 300000000ull)
+			nap_ms(20);
+		hold_admission(d, 0);
+		memset(&r2, 0, sizeof(r2));
+		CHECK(j && collect_reply(d, j, &r2, NULL) == 0 && !strcmp(r2.session, r1.session) &&
+		      r2.usage.cached_tokens + 1 >= r1.usage.prompt_tokens + r1.n_tokens,
+		      "turn 2, queued across turn 1's deadline, continues it: %u of %u tokens "
+		      "reused", r2.usage.cached_tokens, r1.usage.prompt_tokens + r1.n_tokens);
+		kvd_destroy(d);
+	}
+	CHECK(same_tokens(&r2, &ref), "the same reply as turn 2 at once");
+}
+#endif
+
 /*
  * A reply that reaches the end of the context (admit.c caps max_new to
  * the context left; sched.c ends the reply there): a prompt some 20
@@ -5218,6 +5281,7 @@ int main(int argc, char **argv)
 	RUN(admit_fair);
 	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
+	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_grow);
 	RUN(retention);

@@ -4,8 +4,9 @@
  * allocations that a test of the whole daemon never meets: text tokenized
  * for a conversation (conv.c, kvd_piece_make: both tokenizer kinds, with
  * markup and without, a conversation's first piece and a later one), a
- * piece, a token and text appended to a conversation, and the radix
- * index (radix.c: its tables and a node). Each run has its k-th
+ * piece, a token and text appended to a conversation, the
+ * conversations' indexes (their sizes too), and the radix index
+ * (radix.c: its tables and a node). Each run has its k-th
  * allocation fail, for k = 0, 1, ... until a run makes fewer than k + 1
  * (the tokenizer's own, PCRE2's match data among them, count too): a
  * failing run returns -ENOMEM (NULL for a node) and leaves what it was
@@ -220,6 +221,51 @@ static void conv_runs(const char *what, uint32_t n0, enum conv_op op, const stru
 	conv_release(&ref);
 }
 
+/*
+ * The conversations' indexes (kvd_conv_init), each allocation failing in
+ * turn, for several max_sessions: a failure is -ENOMEM and kvd_conv_fini
+ * releases what was made; the text filter has KVD_TEXT_FILTER_PER_CONV
+ * counters per conversation, a power of two within [2^16, 2^22]
+ * (daemon.md: its memory is documented by that rule).
+ */
+static void conv_init_runs(void)
+{
+	static const uint32_t sessions[] = { 10, 1000, 5000, 70000 };
+
+	for (size_t s = 0; s < sizeof(sessions) / sizeof(sessions[0]); s++) {
+		uint64_t want = 1ull << KVD_TEXT_FILTER_MIN_BITS;
+		long k;
+
+		while (want < (uint64_t)sessions[s] * KVD_TEXT_FILTER_PER_CONV &&
+		       want < 1ull << KVD_TEXT_FILTER_MAX_BITS)
+			want <<= 1;
+		for (k = 0;; k++) {
+			struct kvd *d = calloc(1, sizeof(*d));
+			int rc, hit;
+
+			if (!d)
+				return;
+			d->cfg.max_sessions = sessions[s];
+			fail_from(k);
+			rc = kvd_conv_init(d);
+			hit = failed_one(k);
+			if (!hit)
+				CHECK(rc == 0 && (uint64_t)d->text_filter_mask + 1 == want,
+				      "conv init, %u sessions: %ld allocations, a text filter of %llu "
+				      "counters (%llu)", sessions[s], k,
+				      (unsigned long long)d->text_filter_mask + 1,
+				      (unsigned long long)want);
+			else
+				CHECK(rc == -ENOMEM, "conv init, %u sessions: allocation %ld failing: "
+				      "-ENOMEM (%d)", sessions[s], k, rc);
+			kvd_conv_fini(d);
+			free(d);
+			if (!hit)
+				break;
+		}
+	}
+}
+
 /* The radix index: init, and an insert, each allocation failing in turn. */
 static void radix_runs(void)
 {
@@ -332,6 +378,7 @@ int main(int argc, char **argv)
 	/* a token past 256 and text past 1024 bytes: both arrays grow */
 	conv_runs("push a token", 256, OP_TOKEN, NULL);
 	conv_runs("append text", 10, OP_TEXT, NULL);
+	conv_init_runs();
 	radix_runs();
 	printf("%ld runs of kvd_piece_make with an allocation failing\n", runs);
 	printf("%s: %d passed, %d failed\n", failed ? "FAIL" : "PASS", pass, failed);
