@@ -4169,7 +4169,9 @@ static int conv_then_text(struct kvd *d, const char *id, const char *text, int32
  * then. The next turn, repeating the reply as cut, computes what the
  * engine alone computes over the conversation's tokens; a new
  * conversation over the uncut reply reads the cache's blocks and computes
- * what the engine computes over its prompt.
+ * what the engine computes over its prompt. Without the cache, the block
+ * the cut falls in is the conversation's alone: its KV is kept up to the
+ * cut.
  */
 static void test_stop_cut(void)
 {
@@ -4270,6 +4272,28 @@ static void test_stop_cut(void)
 	      "the cached block the cut fell in was never written again (block %u)", cut_block);
 	pthread_mutex_unlock(&d->lock);
 	free(held);
+	kvd_destroy(d);
+	/* no cache: the block the cut falls in is the conversation's alone,
+	 * and its KV is kept up to the cut (nothing computed again) */
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		return;
+	{
+		struct rq q = { prompt, 0, 1, 4 * bt, 0, NULL, stop };
+
+		CHECK(ask_rq(d, &q, &r2, NULL) == 0 && r2.len == cut, "no cache: the same cut");
+	}
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv = kvd_conv_find_id(d, r2.session);
+
+		CHECK(cv && cv->has_kv && cv->n_tokens % bt && cv->as.s.n_tokens == cv->n_tokens &&
+		      cv->as.s.n_blocks == (cv->n_tokens + bt - 1) / bt,
+		      "no cache: the KV kept up to the cut inside its own block: %u positions of "
+		      "%u", cv ? cv->as.s.n_tokens : 0, cv ? cv->n_tokens : 0);
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
 
