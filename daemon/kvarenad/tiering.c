@@ -922,6 +922,21 @@ static uint32_t room_coming(struct kvd *d)
 }
 
 /*
+ * May c's prefetch take o's KV? Idle, expected back later than c (at
+ * `back`), and not itself brought back by a prefetch in this wait: that
+ * one is not prefetched again (once per wait), so taking it makes its
+ * return a stall for certain, while c waiting for room stalls only if
+ * none comes before c's tool returns. (Two tools of one class started
+ * together are expected back within a millisecond of each other: their
+ * prefetches took each other's KV, each return stalled; a 10-agent run.)
+ */
+static int takeable(const struct kvd_conv *o, const struct kvd_conv *c, uint64_t back)
+{
+	return o != c && idle_kv(o) && o->as.s.n_blocks && !o->tier_op && !o->tier_setup &&
+	       !(o->tier_hold && o->kstate == KVA_STATE_TOOL_WAIT) && expected_back_ns(o) > back;
+}
+
+/*
  * Room for c's prefetch of `need` blocks, in the order of expected
  * returns: the free blocks that waiting work does not lack
  * (d->room_wanted), the prefix cache's blocks no conversation holds,
@@ -948,16 +963,14 @@ static int prefetch_room(struct kvd *d, struct kvd_conv *c, uint32_t need)
 		return 0;		/* on its way: victims taken before */
 	cached = d->cfg.prefix_cache ? d->radix.n_evictable : 0;
 	for (o = d->convs_tail; o && avail + cached + later < need; o = o->prev)
-		if (o != c && idle_kv(o) && o->as.s.n_blocks && !o->tier_op && !o->tier_setup &&
-		    expected_back_ns(o) > back)
+		if (takeable(o, c, back))
 			later += o->as.s.n_blocks;
 	if (avail + cached + later < need)
 		return -1;
 	if (cached)
 		kvd_prefix_evict(d, need - avail);
 	for (o = d->convs_tail; o && room_coming(d) < need; o = o->prev)
-		if (o != c && idle_kv(o) && o->as.s.n_blocks && !o->tier_op && !o->tier_setup &&
-		    expected_back_ns(o) > back)
+		if (takeable(o, c, back))
 			kvd_tiering_evict(d, o);
 	return kvd_blocks_free(d) >= need + d->room_wanted;
 }

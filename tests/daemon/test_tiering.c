@@ -34,6 +34,7 @@
  *                   continue bit-identical
  *   prefetch_held   KV prefetched for a return that is due is no victim
  *                   for another's room while a job runs: no stall
+ *   prefetch_taken  a prefetch takes no KV another prefetch brought back
  *   prefetch_order  a prefetch takes free room or that of conversations
  *                   expected back later, never of those back sooner: two
  *                   conversations returning first keep their KV, no stall
@@ -1467,6 +1468,99 @@ out:
 	free(dir);
 }
 
+/*
+ * A prefetch does not take KV another prefetch brought back, even of a
+ * conversation expected back later: that one is not prefetched again in
+ * its wait, so its return would stall for certain. A's tool (mostly
+ * a_ms, now and then at once) is prefetched at once and held; B's
+ * (a fixed b_ms, started after) is due back first; B is evicted and the
+ * rest of the arena held by a kvarena session of the test's own, so
+ * that B's prefetch finds no room but A's. A's KV must stay (before, it
+ * was taken, and A's result stalled: taken_again).
+ */
+static void test_prefetch_taken(void)
+{
+	char *dir = new_dir("taken");
+	struct kve_arena_session blk = { 0 };
+	struct kvd_config c;
+	struct convo a, b;
+	struct reply ra, rb, r2;
+	struct kvd_conv *cc;
+	struct kvd *d;
+	uint32_t cls, i, bt, left = 0;
+	double tb;
+	int a_ms = slow(16000), b_ms = slow(3000), rc = -1, opened = 0;
+
+	if (!dir)
+		return;
+	make_convo(&a, 4, "slow_build");
+	make_convo(&b, 5, "quick_grep");
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(250);
+	d = start(&c);
+	if (!d)
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	cls = kvd_toolclass(d, 0, "slow_build", strlen("slow_build"));
+	kvd_toolwait_record(d, cls, 100000);
+	for (i = 0; i < 15; i++)
+		kvd_toolwait_record(d, cls, (uint64_t)a_ms * 1000);
+	pthread_mutex_unlock(&d->lock);
+	train_class(d, "quick_grep", (uint64_t)b_ms * 1000);
+	script(d, a.call);
+	CHECK(ask(d, a.p1, 8, &ra) == 0, "A calls a tool of ~%d ms (now and then at once)", a_ms);
+	pthread_mutex_lock(&d->lock);
+	cc = kvd_conv_find_id(d, ra.session);
+	if (cc)
+		kvd_tiering_evict(d, cc);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(await_metric(d, "kvarenad_tier_prefetches_total", 1, a_ms / 4) &&
+	      await_metric(d, "kvarenad_tier_restores_total", 1, a_ms / 4) &&
+	      !strcmp(tier_of(d, ra.session), "arena"),
+	      "A evicted and prefetched at once (its tool's 5%% quantile): back in the arena");
+	script(d, b.call);
+	CHECK(ask(d, b.p1, 8, &rb) == 0, "B calls a tool of %d ms, due back before A", b_ms);
+	tb = now_ms();
+	await_metric(d, "kvarenad_tier_spills_total", 2, b_ms / 2);
+	/* B evicted, and every free block held elsewhere, in one turn of
+	 * the lock: B's prefetch finds A's KV the only room */
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cc = kvd_conv_find_id(d, rb.session);
+	if (cc && cc->has_kv && cc->as.s.n_blocks) {
+		kvd_tiering_evict(d, cc);
+		left = kvd_blocks_free(d);
+		rc = kve_arena_session_open(d->kv, 1, left * bt, &blk);
+		opened = !rc;
+		if (!rc)
+			rc = kve_arena_session_reserve(d->kv, &blk, left * bt);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && left == 0 && !strcmp(tier_of(d, rb.session), "disk"),
+	      "B evicted, the rest of the arena held elsewhere (%u free)", left);
+	while (now_ms() - tb < b_ms)
+		msleep(20);
+	CHECK(!strcmp(tier_of(d, ra.session), "arena") && !strcmp(tier_of(d, rb.session), "disk"),
+	      "B's prefetch due: A's prefetched KV not taken for it (A %s, B %s)",
+	      tier_of(d, ra.session), tier_of(d, rb.session));
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(ask(d, b.p2, 8, &r2) == 0 && r2.n_tokens > 0, "B continues once there is room");
+	CHECK(ask(d, a.p2, 8, &r2) == 0 && r2.n_tokens > 0 &&
+	      metric(d, "kvarenad_tier_restore_stall_causes_total{cause=\"taken_again\"}") == 0,
+	      "A's result finds its KV (%llu stalls taken_again)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stall_causes_total"
+					 "{cause=\"taken_again\"}"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 /* Blocks free in the arena. */
 static uint32_t free_blocks(struct kvd *d)
 {
@@ -2190,6 +2284,7 @@ int main(int argc, char **argv)
 	RUN(wait_at_arrival);
 	RUN(prefetch_once);
 	RUN(prefetch_held);
+	RUN(prefetch_taken);
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);
