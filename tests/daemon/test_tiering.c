@@ -45,6 +45,8 @@
  *                   conversation due back sooner
  *   closed_mid_spill a victim whose session is closed while its spill is
  *                   written was no eviction (the KV never left for it)
+ *   closed_mid_restore a session closed while its restore is in flight:
+ *                   the read's blocks come back, nothing is left
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -1218,6 +1220,88 @@ out:
 	free(dir);
 }
 
+/*
+ * A session closed while its KV is being read back: the restore's ticket
+ * takes the session's blocks (tiering.c, kvd_tiering_abandon; conv.c,
+ * kvd_conv_detach_kv) and gives them back when the read completes. A
+ * conversation is spilled and freed, its restore started, and its
+ * session closed (as DELETE does) with the read in flight: once it is
+ * reaped every block is free again, no conversation answers to the old
+ * session id, no file is left, and the next conversation is served.
+ */
+static void test_closed_mid_restore(void)
+{
+	char *dir = new_dir("closed-restore");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd_conv *v;
+	struct kvd *d;
+	uint32_t free0 = 0, free1 = 0, users = 0;
+	uint64_t sid = 0;
+	int k, spilled = 0, restoring = 0, busy = 1, found = 1;
+
+	if (!dir)
+		return;
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], 60000000);
+	make_convo(&cv, 0, ref_tool[0]);
+	script(d, cv.call);
+	pthread_mutex_lock(&d->lock);
+	free0 = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	ask(d, cv.p1, 8, &r1);
+	/* spilled at its tool wait (the arena under pressure), written; then
+	 * evicted: its blocks freed, the file its only copy */
+	for (k = 0; k < 2000 && !spilled; k++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		v = kvd_conv_find_id(d, r1.session);
+		if (v && v->tier_file && !v->tier_op && kvd_conv_blocks(v))
+			kvd_make_room(d, kvd_blocks_free(d) + 1);
+		spilled = v && v->tier_file && !v->tier_op && !kvd_conv_blocks(v);
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(spilled, "the conversation spilled, its blocks freed");
+	pthread_mutex_lock(&d->lock);
+	v = kvd_conv_find_id(d, r1.session);
+	if (spilled && v) {
+		/* the restore starts: the job it is for would wait (1) */
+		restoring = kvd_tiering_need_kv(d, v) == 1 && v->tier_op;
+		sid = v->as.sid;
+		if (restoring)
+			kvd_conv_free(d, v);	/* what DELETE does */
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(restoring, "its restore in flight, then its session closed");
+	for (k = 0; k < 2000 && busy; k++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		busy = kvd_tiering_busy(d);
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	free1 = kvd_blocks_free(d);
+	found = sid && kvd_conv_by_sid(d, sid) != NULL;
+	for (k = 0; k < (int)d->geom.blocks_total; k++)
+		users += d->block_users[k];
+	pthread_mutex_unlock(&d->lock);
+	CHECK(!busy && free1 == free0 && !users && !found &&
+	      count_files(dir, ".kvspill", NULL) == 0,
+	      "the read reaped: %u of %u blocks free again, %u holders counted, the old "
+	      "session unknown (%d), no file left", free1, free0, users, found);
+	CHECK(ask(d, cv.p1, 8, &r2) == 0 && strcmp(r2.session, r1.session),
+	      "the next conversation is served");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 #ifndef __SANITIZE_ADDRESS__
 /* Anonymous memory this process holds (heap, stacks): the daemon's own,
  * besides the arena (a memfd: RssShmem) and the workers (processes). */
@@ -2109,6 +2193,7 @@ int main(int argc, char **argv)
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);
+	RUN(closed_mid_restore);
 	RUN(restore_shared);
 	RUN(lost_shared);
 #ifndef __SANITIZE_ADDRESS__
