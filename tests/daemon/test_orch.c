@@ -30,7 +30,8 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
- * with the hooks expire_claimed, queued_kv_line, queued_kv_grow, agent_loop, escape,
+ * with the hooks expire_claimed, queued_kv_line, queued_kv_tenants,
+ * queued_kv_grow, agent_loop, escape,
  * mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
@@ -1043,6 +1044,8 @@ static int take_event(struct reply *o, const struct kvd_event *ev)
 		return 0;
 	}
 	o->finish = ev->type == KVD_EV_DONE ? ev->finish : 0;
+	if (ev->type == KVD_EV_DONE)
+		o->usage = ev->usage;
 	o->done = ev->type == KVD_EV_DONE;
 	o->error = !o->done;
 	return 1;
@@ -3876,20 +3879,30 @@ static unsigned replies_all(struct kvd_job **jobs, unsigned n, struct reply *r)
 	return done;
 }
 
-/* Turn 1 of conversations X (short: it begins first), Y and Z (~300
- * tokens each, kept) on d; prompts in p[3], replies in r1[3]. */
-static int three_first_turns(struct kvd *d, char p[3][4096], struct reply r1[3])
+/* Turn 1 of conversations X (short: it begins first), Y and Z (~ty and
+ * ~300 tokens, kept) on d, of tenants tn[3] (NULL: 0); prompts in p[3],
+ * replies in r1[3]. */
+static int first_turns_of(struct kvd *d, char p[3][4096], struct reply r1[3], uint32_t ty,
+			  const uint32_t *tn)
 {
 	snprintf(p[0], 4096, "<|im_start|>user\nrun the tests<|im_end|>\n<|im_start|>assistant\n");
-	if (grow_text(d, p[1], 4000, "<|im_start|>user\nY: the build log", 5, 300) ||
+	if (grow_text(d, p[1], 4000, "<|im_start|>user\nY: the build log", 5, ty) ||
 	    grow_text(d, p[2], 4000, "<|im_start|>user\nZ: the test log", 6, 300))
 		return -1;
 	strcat(p[1], "<|im_end|>\n<|im_start|>assistant\n");
 	strcat(p[2], "<|im_end|>\n<|im_start|>assistant\n");
-	for (int i = 0; i < 3; i++)
-		if (ask(d, p[i], 0, 1, 4, &r1[i], NULL))
+	for (int i = 0; i < 3; i++) {
+		struct rq q = { p[i], 0, 1, 4, tn ? tn[i] : 0, NULL, NULL };
+
+		if (ask_rq(d, &q, &r1[i], NULL))
 			return -1;
+	}
 	return 0;
+}
+
+static int three_first_turns(struct kvd *d, char p[3][4096], struct reply r1[3])
+{
+	return first_turns_of(d, p, r1, 300, NULL);
 }
 
 /*
@@ -3941,6 +3954,9 @@ static void test_queued_kv_line(void)
 	done = replies_all(jobs, n, r2);
 	CHECK(n == 3 && done == 3, "X's second turn first in line lacking room, Y's and Z's "
 	      "queued holding the rest, nothing running: %u of 3 answered", done);
+	CHECK(r2[1].usage.cached_tokens + 1 >= r1[1].usage.prompt_tokens + r1[1].n_tokens,
+	      "Z's KV went (the last in line), Y's was kept: %u of %u tokens reused",
+	      r2[1].usage.cached_tokens, r1[1].usage.prompt_tokens + r1[1].n_tokens);
 	kvd_destroy(d);
 	/* with room: the same turns, one at a time */
 	base_config(&c);
@@ -3951,6 +3967,69 @@ static void test_queued_kv_line(void)
 	CHECK(same == 3, "%u of 3 equal their runs with room", same);
 	if (d)
 		kvd_destroy(d);
+out:
+	free(p);
+}
+
+/*
+ * Whose kept KV goes first is the admission order's last (fair order
+ * across tenants, then conversation start): tenants a and b, b served
+ * more. X (a, first in line, lacking room), Y (b, begun before Z) and Z
+ * (a): Y's turn goes after Z's, so Y's KV is taken, Z's is kept and its
+ * turn continues it.
+ */
+static void test_queued_kv_tenants(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[3];
+	struct reply r1[3], r2[3];
+	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
+	uint32_t tenant[3] = { 1, 2, 1 };
+	unsigned i, n = 0, done;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;
+	base_config(&c);
+	c.kv_blocks = 8;
+	c.prefix_cache = 0;	/* a turn reuses its conversation's KV or none */
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
+	c.tenants[0].id = 1;
+	c.tenants[1].id = 2;
+	d = start(&c);
+	if (!d)
+		goto out;
+	/* a's X and Z ~320 tokens in all, b's Y ~450: b is served more */
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 ||
+	    first_turns_of(d, p, r1, 450, tenant) ||
+	    next_turn(d, p2[0], 4096, p[0], &r1[0], 7, 450) ||
+	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 460) ||
+	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 310)) {
+		CHECK(0, "three first turns on %u blocks of %u tokens", d->geom.blocks_total,
+		      d->geom.block_tokens);
+		kvd_destroy(d);
+		goto out;
+	}
+	hold_admission(d, 1);
+	for (i = 0; i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, tenant[i], NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	done = replies_all(jobs, n, r2);
+	CHECK(n == 3 && done == 3, "X first in line lacking room, Y (b) and Z (a) queued "
+	      "holding the rest: %u of 3 answered", done);
+	CHECK(r2[1].usage.cached_tokens == 0 &&
+	      r2[2].usage.cached_tokens + 1 >= r1[2].usage.prompt_tokens + r1[2].n_tokens,
+	      "Y's KV (tenant b, last in line) was taken, Z's kept: %u and %u of %u tokens "
+	      "reused", r2[1].usage.cached_tokens, r2[2].usage.cached_tokens,
+	      r1[2].usage.prompt_tokens + r1[2].n_tokens);
+	kvd_destroy(d);
 out:
 	free(p);
 }
@@ -5307,6 +5386,7 @@ int main(int argc, char **argv)
 #ifdef KVD_TEST_HOOKS
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
+	RUN(queued_kv_tenants);
 	RUN(queued_kv_grow);
 	RUN(retention);
 	RUN(config_keys);
