@@ -2152,6 +2152,22 @@ static void test_bisect(void)
 	      "metrics: %llu failed steps, %llu bisections, 1 request charged",
 	      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
 	      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+	/* what the failed steps may have left in its KV is not trusted
+	 * (sched.c, kvd_job_let_go): its conversation keeps no block */
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv;
+		uint32_t kept = 0, seen = 0;
+
+		for (cv = d->convs; cv; cv = cv->next)
+			if (cv->text && !strncmp(cv->text, p[2], strlen(p[2]))) {
+				seen++;
+				kept += kvd_conv_blocks(cv);
+			}
+		CHECK(!kept, "the failed member's conversation (%u) keeps none of its KV (%u "
+		      "blocks)", seen, kept);
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
 
