@@ -469,9 +469,9 @@ static void test_copy_mode(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct reply r, ref;
-	char p[4096];
-	uint64_t copied;
+	struct reply r, ref, r2, ref2;
+	char p[4096], p2[8192];
+	uint64_t copied, copied2;
 
 	snprintf(p, sizeof(p), "%s<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		 sys_prompt);
@@ -485,13 +485,23 @@ static void test_copy_mode(void)
 	CHECK(copied > 0 && copied % (uint64_t)d->geom.kv_block_bytes == 0,
 	      "copy hand-off: %llu KV bytes copied between stages",
 	      (unsigned long long)copied);
+	/* one token more: two positions to compute (the reply's last token
+	 * and it), prompt work, so the prefill stage's, copied again */
+	snprintf(p2, sizeof(p2), "%s%.*sx", p, (int)r.len, r.text);
+	ask(d, p2, 0, 1, 4, &r2, NULL);
+	copied2 = metric(d, "kvarenad_kv_bytes_copied_total");
+	CHECK(r2.usage.prompt_tokens == r2.usage.cached_tokens + 2 && copied2 > copied,
+	      "two positions to compute (%u of %u cached) are the prefill stage's: %llu more KV "
+	      "bytes copied", r2.usage.cached_tokens, r2.usage.prompt_tokens,
+	      (unsigned long long)(copied2 - copied));
 	kvd_destroy(d);
 	base_config(&c);
 	d = start(&c);
 	if (!d)
 		return;
 	ask(d, p, 0, 1, 12, &ref, NULL);
-	CHECK(ref.n_tokens == r.n_tokens && !memcmp(ref.tokens, r.tokens, r.n_tokens * 4),
+	ask(d, p2, 0, 1, 4, &ref2, NULL);
+	CHECK(same_tokens(&ref, &r) && same_tokens(&ref2, &r2),
 	      "copy and arena hand-off give the same tokens");
 	kvd_destroy(d);
 }
