@@ -469,9 +469,9 @@ static void test_copy_mode(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct reply r, ref;
-	char p[4096];
-	uint64_t copied;
+	struct reply r, ref, r2, ref2;
+	char p[4096], p2[8192];
+	uint64_t copied, copied2;
 
 	snprintf(p, sizeof(p), "%s<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		 sys_prompt);
@@ -485,13 +485,23 @@ static void test_copy_mode(void)
 	CHECK(copied > 0 && copied % (uint64_t)d->geom.kv_block_bytes == 0,
 	      "copy hand-off: %llu KV bytes copied between stages",
 	      (unsigned long long)copied);
+	/* one token more: two positions to compute (the reply's last token
+	 * and it), prompt work, so the prefill stage's, copied again */
+	snprintf(p2, sizeof(p2), "%s%.*sx", p, (int)r.len, r.text);
+	ask(d, p2, 0, 1, 4, &r2, NULL);
+	copied2 = metric(d, "kvarenad_kv_bytes_copied_total");
+	CHECK(r2.usage.prompt_tokens == r2.usage.cached_tokens + 2 && copied2 > copied,
+	      "two positions to compute (%u of %u cached) are the prefill stage's: %llu more KV "
+	      "bytes copied", r2.usage.cached_tokens, r2.usage.prompt_tokens,
+	      (unsigned long long)(copied2 - copied));
 	kvd_destroy(d);
 	base_config(&c);
 	d = start(&c);
 	if (!d)
 		return;
 	ask(d, p, 0, 1, 12, &ref, NULL);
-	CHECK(ref.n_tokens == r.n_tokens && !memcmp(ref.tokens, r.tokens, r.n_tokens * 4),
+	ask(d, p2, 0, 1, 4, &ref2, NULL);
+	CHECK(same_tokens(&ref, &r) && same_tokens(&ref2, &r2),
 	      "copy and arena hand-off give the same tokens");
 	kvd_destroy(d);
 }
@@ -2152,6 +2162,22 @@ static void test_bisect(void)
 	      "metrics: %llu failed steps, %llu bisections, 1 request charged",
 	      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
 	      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+	/* what the failed steps may have left in its KV is not trusted
+	 * (sched.c, kvd_job_let_go): its conversation keeps no block */
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv;
+		uint32_t kept = 0, seen = 0;
+
+		for (cv = d->convs; cv; cv = cv->next)
+			if (cv->text && !strncmp(cv->text, p[2], strlen(p[2]))) {
+				seen++;
+				kept += kvd_conv_blocks(cv);
+			}
+		CHECK(!kept, "the failed member's conversation (%u) keeps none of its KV (%u "
+		      "blocks)", seen, kept);
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
 
@@ -4393,6 +4419,8 @@ struct answer {
 	uint32_t n_top, tops_sent, n_kv;
 	int len_delta;			/* bytes added (> 0) or cut (< 0) */
 	uint32_t kind, step_seqs;	/* the step's kind and sequences */
+	struct kvd_job *j0;		/* the first sequence's job, or NULL */
+	uint32_t first_block, kv_sent;	/* copy mode: blocks' place, blocks sent */
 };
 
 static void worker_answer(struct kvd *d, const struct answer *a, const char *what)
@@ -4400,7 +4428,8 @@ static void worker_answer(struct kvd *d, const struct answer *a, const char *wha
 	struct kvd_worker *w = &d->workers[0];
 	struct kvd_wstep *st = &w->q[w->q_head], save = *st;
 	struct kvd_sent sent_save[2];
-	char buf[4096] = { 0 };
+	size_t cap = 4096 + (size_t)a->kv_sent * d->geom.kv_block_bytes;
+	char *buf = calloc(1, cap);
 	struct kvd_result r = { a->step_id, 0, a->n_seq, 1000, 0 };
 	uint64_t copied = d->m.kv_bytes_copied;
 	uint32_t head = w->q_head, n_q = w->n_q, i, t;
@@ -4412,18 +4441,25 @@ static void worker_answer(struct kvd *d, const struct answer *a, const char *wha
 	st->kind = a->kind;
 	st->void_ = 0;
 	st->n_seq = a->step_seqs;
-	st->seqs[0] = (struct kvd_sent){ NULL, 7, 0, 1, KVD_SEQ_SAMPLE };
+	if (!buf) {
+		CHECK(0, "%s: a buffer", what);
+		return;
+	}
+	st->seqs[0] = (struct kvd_sent){ a->j0, 7, 0, 1, KVD_SEQ_SAMPLE };
 	st->seqs[1] = (struct kvd_sent){ NULL, 8, 0, 1, 0 };
 	memcpy(buf, &r, sizeof(r));
 	for (i = 0; i < a->n_body; i++) {
 		struct kvd_result_seq rs = { i ? a->seq_id2 : 7, i ? a->tok2 : a->tok1, 0, 0,
-					     i ? 0 : a->n_top, 0, i ? 0 : a->n_kv, 0 };
+					     i ? 0 : a->n_top, i ? 0 : a->first_block,
+					     i ? 0 : a->n_kv, 0 };
 		struct kvd_top top = { 1, -1 };
 
 		memcpy(buf + len, &rs, sizeof(rs));
 		len += sizeof(rs);
 		for (t = 0; !i && t < a->tops_sent; t++, len += sizeof(top))
 			memcpy(buf + len, &top, sizeof(top));
+		if (!i)
+			len += (size_t)a->kv_sent * d->geom.kv_block_bytes;	/* zeros */
 	}
 	len = (size_t)((ssize_t)len + a->len_delta);
 	rc = kvd_step_result(d, w, a->type, buf, len);
@@ -4432,6 +4468,7 @@ static void worker_answer(struct kvd *d, const struct answer *a, const char *wha
 	      "a worker's answer with %s: refused (%d), nothing changed", what, rc);
 	memcpy(st->seqs, sent_save, sizeof(sent_save));
 	*st = save;
+	free(buf);
 }
 
 static void test_worker_answers(void)
@@ -4440,9 +4477,9 @@ static void test_worker_answers(void)
 	 * (a token in the vocabulary) and 8 (-1: not sampled), no tops, no
 	 * KV; each answer below changes one thing */
 	static const struct answer ok = { KVD_MSG_RESULT, 4242, 2, 2, 8, 5, -1, 0, 0, 0, 0,
-					  KVD_STEP_DECODE, 2 };
+					  KVD_STEP_DECODE, 2, NULL, 0, 0 };
 	static const struct answer loaded = { KVD_MSG_KV_LOADED, 4242, 1, 0, 8, 5, -1, 0, 0,
-					      0, 0, 0, 1 };
+					      0, 0, 0, 1, NULL, 0, 0 };
 	struct kvd_config c;
 	struct answer a;
 	struct kvd *d;
@@ -4493,6 +4530,30 @@ static void test_worker_answers(void)
 	worker_answer(d, &a, "a KV load's answer with another step's id");
 	a = loaded, a.len_delta = 1;
 	worker_answer(d, &a, "a KV load's answer a byte too long");
+	/* copy mode's KV bytes: for blocks of the sequence's conversation
+	 * only (a job whose conversation holds one block; an answer taken
+	 * past the checks would reach the job and crash the test) */
+	{
+		struct kvd_conv *tc = kvd_conv_new(d, 0);
+		struct kvd_job *tj = calloc(1, sizeof(*tj));
+
+		if (tc && tj && !kvd_conv_open_kv(d, tc) && !kvd_conv_reserve_to(d, tc, 1)) {
+			tj->conv = tc;
+			a = ok, a.j0 = tj, a.n_kv = a.kv_sent = 2;
+			worker_answer(d, &a, "KV of two blocks, its conversation holding one");
+			a = ok, a.j0 = tj, a.n_kv = a.kv_sent = 1, a.first_block = 1;
+			worker_answer(d, &a, "KV of a block past its conversation's");
+			a = ok, a.j0 = tj, a.n_kv = a.kv_sent = 1, a.first_block = UINT32_MAX;
+			worker_answer(d, &a, "KV at a block index that wraps around");
+			a = ok, a.n_kv = a.kv_sent = 1;
+			worker_answer(d, &a, "KV for a sequence without a conversation");
+		} else {
+			CHECK(0, "a conversation holding one block");
+		}
+		if (tc)
+			kvd_conv_free(d, tc);
+		free(tj);
+	}
 	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }

@@ -95,7 +95,9 @@ TIER = "build/daemon/tests/test_tiering"
 TIER_WORK = "build/daemon/tests/tiering"
 TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt", "cap",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
-              "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first"]
+              "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first",
+              "closed_mid_spill", "closed_mid_restore", "restore_shared", "lost_shared",
+              "expire_tier"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
