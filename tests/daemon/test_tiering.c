@@ -53,6 +53,8 @@
  *   expire_tier     retention ending while a spill is written looks
  *                   again in 100 ms; with the KV on disk it frees the
  *                   blocks at once
+ *   discard_shares  a conversation whose KV the tier discarded shares
+ *                   the prefix cache's blocks of its prompt on return
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -1393,6 +1395,75 @@ out:
 	free(dir);
 }
 
+/*
+ * KV discarded by the tier keeps the conversation's kvarena session (its
+ * tool wait still known to the kernel) with no block (tiering.c,
+ * discard): on its return the conversation shares the prefix cache's
+ * blocks of its prompt as a new one would (admit.c, admit_one: a session
+ * with neither blocks nor positions is opened anew). A and B begin with
+ * one long system prompt; A's KV is discarded ([tier] decisions = no);
+ * A's next turn reuses the system prompt's cached blocks, B still
+ * holding them, and replies as it does with its KV kept.
+ */
+static void test_discard_shares(void)
+{
+	char *dir = new_dir("discard");
+	struct kvd_config c;
+	struct reply ra, rb, r2, ref;
+	struct kvd_conv *v;
+	struct kvd *d;
+	char sys[4096], pa[6144], pb[6144], pa2[12288];
+	uint32_t bt = 0, held = 1, n_sys = 0;
+	int k, o, pass_no;
+
+	if (!dir)
+		return;
+	o = snprintf(sys, sizeof(sys), "<|im_start|>system\nYou are a build agent. Rules:");
+	for (k = 0; o < 600; k++)
+		o += snprintf(sys + o, sizeof(sys) - (size_t)o, " r%d", (k * 31) % 97);
+	snprintf(sys + o, sizeof(sys) - (size_t)o, "<|im_end|>\n");
+	snprintf(pa, sizeof(pa), "%s<|im_start|>user\nA: build it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys);
+	snprintf(pb, sizeof(pb), "%s<|im_start|>user\nB: test it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys);
+	for (pass_no = 0; pass_no < 2; pass_no++) {
+		base_config(&c, pass_no ? NULL : dir);
+		c.prefix_cache = 1;
+		c.tier_decisions = 0;
+		d = start(&c);
+		if (!d)
+			goto out;
+		bt = d->geom.block_tokens;
+		n_sys = (uint32_t)kve_tokenize(d->tok, sys, strlen(sys), 1, NULL, 0);
+		ask(d, pa, 8, &ra);
+		ask(d, pb, 8, &rb);
+		snprintf(pa2, sizeof(pa2), "%s%.*s<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n"
+			 "<|im_start|>assistant\n", pa, (int)ra.len, ra.text);
+		if (!pass_no) {
+			pthread_mutex_lock(&d->lock);
+			v = kvd_conv_find_id(d, ra.session);
+			if (v)
+				kvd_tiering_evict(d, v);
+			held = v && v->has_kv ? kvd_conv_blocks(v) : 1;
+			pthread_mutex_unlock(&d->lock);
+			CHECK(v && v->has_kv && !held, "A's KV discarded, its session kept");
+			ask(d, pa2, 8, &r2);
+			CHECK(!r2.error && r2.usage.cached_tokens >= n_sys / bt * bt &&
+			      r2.usage.cached_tokens < r2.usage.prompt_tokens - 8,
+			      "A's return shares the system prompt's cached blocks: %u of %u "
+			      "tokens (the system prompt's full blocks: %u)", r2.usage.cached_tokens,
+			      r2.usage.prompt_tokens, n_sys / bt * bt);
+		} else {
+			ask(d, pa2, 8, &ref);
+		}
+		stop(d);
+	}
+	CHECK(same_reply(&r2, &ref), "its reply as with its KV kept");
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 #ifndef __SANITIZE_ADDRESS__
 /* Anonymous memory this process holds (heap, stacks): the daemon's own,
  * besides the arena (a memfd: RssShmem) and the workers (processes). */
@@ -2462,6 +2533,7 @@ int main(int argc, char **argv)
 	RUN(closed_mid_spill);
 	RUN(closed_mid_restore);
 	RUN(expire_tier);
+	RUN(discard_shares);
 	RUN(restore_shared);
 	RUN(lost_shared);
 #ifndef __SANITIZE_ADDRESS__
