@@ -49,7 +49,7 @@ struct kve_engine {
 	float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2;
 	struct kve_q8x *xq;
 	struct kve_q8k *xk;
-	float *scores;		/* per thread, attn_slice(info) x max_ctx each */
+	float *scores;		/* per thread, attn_scratch() floats each */
 	float *inv_freq;
 	float *rope_cs;		/* max_tok x rope_dims: cos, sin per pair */
 	/* the pass in flight */
@@ -353,44 +353,43 @@ static uint32_t attn_slice(const struct kve_model_info *in)
 }
 
 /*
- * The K and V slabs a chunk of attention tasks reads, in order: for each
- * task (token t, KV head g), the K slab of every block of its session,
- * then the V slabs. A slab is block_tokens x head_dim elements (2 KiB for
- * the 110M models at fp16) and the slabs of one session lie a block
- * apart, so the hardware prefetcher sees short runs, and the weights'
- * stream has evicted the KV since the last step: the attention was 18%
- * of a 110M Q4_0 decode step's samples at a 128-160 token context. So
- * the worker asks memory for the slab KV_PF_AHEAD bytes ahead of the one
- * it reads (4-32 KiB measured alike on the Zen 5, each about 10% faster
- * a step than none), only its filled rows and at most KV_PF_AHEAD bytes
- * of it (a long slab's rest is a stream the hardware follows).
+ * Decode's attention was 17% of a 110M Q4_0 step at a 128-160 token
+ * context while it reads 8% of the step's bytes (its K and V at 15-19
+ * GB/s, the weights at 40-48): a task read one KV head's 2 KiB slab in
+ * each block, the slabs of one block and layer lying side by side by head
+ * (kv_head_base), so every slab was a short run of its own. Now a task
+ * takes a run of its token's KV heads and reads them block by block: one
+ * stretch of adjacent slabs per block (24 KiB for the 110M models), K
+ * then V, and asks memory for the stretch KV_PF_AHEAD bytes ahead, slab
+ * by slab, while it works on this one. Each head's scores, softmax and
+ * weighted sum are the same calls on the same data as head by head, so
+ * the same bits.
  */
+
+/* floats of scores a thread holds: at least one KV head's query heads
+ * for the longest context, and room for a run of many at short ones */
+#define ATTN_RUN_FLOATS	32768
+
+/* how far ahead the attention asks for K and V: 4-32 KiB measured alike
+ * on the Zen 5 (each about 10% faster a step than none) */
 #define KV_PF_AHEAD	8192
 
-struct kv_walk {
-	uint32_t t1;		/* the chunk's end task */
-	uint32_t task, nblk;	/* the task slab 0 belongs to, its blocks */
-};
-
-static void kv_prefetch(struct kve_engine *e, const struct kv_walk *w, uint32_t i)
+static size_t attn_scratch(const struct kve_model_info *in, uint32_t max_ctx)
 {
-	const struct kve_model_info *in = &e->m->info;
-	uint32_t task = w->task, nblk = w->nblk, bt = e->pool.block_tokens, t, rows;
-	const uint8_t *p;
-	size_t o, n;
+	size_t one = (size_t)(in->n_heads / in->n_kv_heads) * ((max_ctx + 15) & ~15u);
 
-	while (i >= 2 * nblk) {	/* past this task: the next one's slabs */
-		i -= 2 * nblk;
-		if (++task >= w->t1)
-			return;
-		nblk = (e->tok_pos[task / in->n_kv_heads] + bt) / bt;
-	}
-	t = task / in->n_kv_heads;
-	rows = e->tok_pos[t] + 1 - (i % nblk) * bt;
-	n = (size_t)(rows < bt ? rows : bt) * in->head_dim * e->es;
-	p = kv_head_base(e, e->tok_sess[t]->block_table[i % nblk], e->layer, i >= nblk,
-			 task % in->n_kv_heads);
-	for (o = 0; o < n && o < KV_PF_AHEAD; o += 64)
+	return one > ATTN_RUN_FLOATS ? one : ATTN_RUN_FLOATS;
+}
+
+/* asks memory for KV head g's slab in block b of session s, K or V
+ * (is_v): its first rows rows */
+static void kv_prefetch(struct kve_engine *e, const struct kve_session *s, uint32_t b,
+			int is_v, uint32_t g, uint32_t rows)
+{
+	const uint8_t *p = kv_head_base(e, s->block_table[b], e->layer, is_v, g);
+	size_t n = (size_t)rows * e->m->info.head_dim * e->es, o;
+
+	for (o = 0; o < n; o += 64)
 		__builtin_prefetch(p + o, 0, 3);
 }
 
@@ -401,33 +400,31 @@ static void attn_worker(void *arg, int c, int tid)
 	struct kve_engine *e = arg;
 	const struct kve_model_info *in = &e->m->info;
 	const struct kve_kernels *k = e->k;
-	uint32_t hd = in->head_dim, bt = e->pool.block_tokens;
-	uint32_t group = in->n_heads / in->n_kv_heads;
-	uint64_t tasks = (uint64_t)e->T * in->n_kv_heads, nch = (uint64_t)attn_chunks(e);
+	uint32_t hd = in->head_dim, bt = e->pool.block_tokens, nkv = in->n_kv_heads;
+	uint32_t group = in->n_heads / nkv, slice = attn_slice(in);
+	uint64_t tasks = (uint64_t)e->T * nkv, nch = (uint64_t)attn_chunks(e);
 	uint32_t t0 = (uint32_t)(tasks * (uint64_t)c / nch);
-	uint32_t t1 = (uint32_t)(tasks * (uint64_t)(c + 1) / nch), task;
-	uint32_t slice = attn_slice(in);
-	size_t ss = e->max_ctx;
-	float *sc = e->scores + (size_t)tid * slice * ss;
+	uint32_t t1 = (uint32_t)(tasks * (uint64_t)(c + 1) / nch), task, run;
+	size_t cap = attn_scratch(in, e->max_ctx);
+	float *sc = e->scores + (size_t)tid * cap;
 	float scale = in->attn_scale;
 	int f16 = e->pool.dtype == KVE_KV_F16;
 	size_t slab = (size_t)bt * hd * e->es;
-	uint32_t ahead = slab >= KV_PF_AHEAD ? 1 : (uint32_t)(KV_PF_AHEAD / slab), i;
-	struct kv_walk w = { t1, t0, 0 };
 
-	if (t0 < t1) {
-		w.nblk = (e->tok_pos[t0 / in->n_kv_heads] + bt) / bt;
-		for (i = 0; i < ahead; i++)
-			kv_prefetch(e, &w, i);
-	}
-	for (task = t0; task < t1; task++) {
-		uint32_t t = task / in->n_kv_heads, g = task % in->n_kv_heads;
+	for (task = t0; task < t1; task += run) {
+		uint32_t t = task / nkv, g0 = task % nkv, npos = e->tok_pos[t] + 1;
+		uint32_t nblk = (npos + bt - 1) / bt, b, g, h, nh, v, i, ahead;
+		size_t ss = (npos + 15) & ~15u;	/* one head's scores */
 		const struct kve_session *s = e->tok_sess[t];
-		uint32_t npos = e->tok_pos[t] + 1, h0, h, b, nh;
+		const float *q = e->q + ((size_t)t * in->n_heads + (size_t)g0 * group) * hd;
+		float *out = e->att + ((size_t)t * in->n_heads + (size_t)g0 * group) * hd;
 
-		w.task = task;
-		w.nblk = (npos + bt - 1) / bt;
-		if (e->kv_in_attn) {
+		/* this token's heads from g0 to the chunk's end, as many
+		 * as the scores fit (at least one: attn_scratch) */
+		run = nkv - g0 < t1 - task ? nkv - g0 : t1 - task;
+		if ((size_t)run * group * ss > cap)
+			run = (uint32_t)(cap / (group * ss));
+		for (g = g0; g < g0 + run && e->kv_in_attn; g++) {
 			/* this token's rope and KV store for head g, here
 			 * rather than on one thread before the job: no other
 			 * task reads them (each token is its own session's),
@@ -440,36 +437,44 @@ static void attn_worker(void *arg, int c, int tid)
 			     (int)in->rope_dims, in->rope_neox, cs);
 			store_kv_head(e, t, g);
 		}
-
-		/* the group's query heads, up to KVE_ATTN_HEADS at a time,
-		 * read each K and V row once */
-		for (h0 = g * group; h0 < (g + 1) * group; h0 += nh) {
-			const float *q = e->q + ((size_t)t * in->n_heads + h0) * hd;
-			float *out = e->att + ((size_t)t * in->n_heads + h0) * hd;
-
-			nh = (g + 1) * group - h0 < slice ? (g + 1) * group - h0 : slice;
-			for (b = 0; b * bt < npos; b++) {
-				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, 0, g);
+		/* stretches ahead: at least KV_PF_AHEAD bytes */
+		ahead = (uint32_t)(KV_PF_AHEAD / (run * slab));
+		ahead = ahead ? ahead : 1;
+		for (i = 0; i < ahead && i < 2 * nblk; i++)
+			for (g = 0; g < run; g++)
+				kv_prefetch(e, s, i % nblk, i >= nblk, g0 + g,
+					    npos - i % nblk * bt < bt ? npos - i % nblk * bt : bt);
+		memset(out, 0, (size_t)run * group * hd * sizeof(float));
+		/* v = 0: the scores from K; v = 1: the sums of V rows */
+		for (v = 0; v < 2; v++) {
+			for (b = 0; b < nblk; b++) {
+				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, (int)v, g0);
 				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
+				/* the stretch ahead, K's blocks then V's */
+				uint32_t na = v * nblk + b + ahead, nb = na % nblk;
+				uint32_t nrows = npos - nb * bt < bt ? npos - nb * bt : bt;
 
-				kv_prefetch(e, &w, b + ahead);
-				k->attn_scores(q, (int)nh, kb, f16, (int)end, (int)hd, scale,
-					       sc + b * bt, ss);
+				for (g = 0; g < run; g++) {
+					if (na < 2 * nblk)
+						kv_prefetch(e, s, nb, na >= nblk, g0 + g, nrows);
+					for (h = g * group; h < (g + 1) * group; h += nh) {
+						nh = (g + 1) * group - h < slice ? (g + 1) * group - h : slice;
+						if (!v)
+							k->attn_scores(q + (size_t)h * hd, (int)nh,
+								       kb + g * slab, f16, (int)end, (int)hd,
+								       scale, sc + h * ss + b * bt, ss);
+						else
+							k->attn_values(out + (size_t)h * hd, (int)nh,
+								       sc + h * ss + b * bt, ss,
+								       kb + g * slab, f16, (int)end, (int)hd);
+					}
+				}
 			}
-			for (h = 0; h < nh; h++) {
+			for (h = 0; h < run * group && !v; h++) {
 				float *sh = sc + h * ss;
 
 				scale_by(sh, npos, 1.0f / k->softmax_exp(sh, (int)npos,
 									 max_of(sh, npos)));
-			}
-			memset(out, 0, (size_t)nh * hd * sizeof(float));
-			for (b = 0; b * bt < npos; b++) {
-				const uint8_t *vb = kv_head_base(e, s->block_table[b], e->layer, 1, g);
-				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
-
-				kv_prefetch(e, &w, w.nblk + b + ahead);
-				k->attn_values(out, (int)nh, sc + b * bt, ss, vb, f16, (int)end,
-					       (int)hd);
 			}
 		}
 	}
@@ -807,7 +812,7 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->hb2 = alloc_f((size_t)nt * in->ffn_dim);
 	e->xq = malloc(((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
 	e->xk = malloc(((size_t)nt * (widest / QK_K + 1)) * sizeof(struct kve_q8k));
-	e->scores = alloc_f((size_t)p->n_threads * attn_slice(in) * e->max_ctx);
+	e->scores = alloc_f((size_t)p->n_threads * attn_scratch(in, e->max_ctx));
 	e->inv_freq = alloc_f(in->rope_dims / 2 + 1);
 	e->rope_cs = alloc_f((size_t)nt * in->rope_dims + 1);
 	e->sess_buf = calloc(nt, sizeof(*e->sess_buf));
@@ -833,7 +838,7 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	memset(e->hb2, 0, (size_t)nt * in->ffn_dim * sizeof(float));
 	memset(e->xq, 0, ((size_t)nt * (widest / QK8_0 + 1)) * sizeof(struct kve_q8x));
 	memset(e->xk, 0, ((size_t)nt * (widest / QK_K + 1)) * sizeof(struct kve_q8k));
-	memset(e->scores, 0, (size_t)p->n_threads * attn_slice(in) * e->max_ctx * sizeof(float));
+	memset(e->scores, 0, (size_t)p->n_threads * attn_scratch(in, e->max_ctx) * sizeof(float));
 	return e;
 oom:
 	kve_engine_free(e);

@@ -64,6 +64,12 @@ struct kve_model *kve_model_load_mem(const void *buf, size_t len,
 				     char *err, size_t errlen);
 void kve_model_free(struct kve_model *m);
 const struct kve_model_info *kve_model_info(const struct kve_model *m);
+/* The n-th matrix a one-token pass reads, in the order it reads them
+ * (each layer's q, k, v, o, gate, up, down, then the output head): its
+ * bytes at *p, *len of them (their sum is weight_bytes). 0, or -ENOENT
+ * past the last. For measuring how fast this memory reads (kve-bench's
+ * roofline). */
+int kve_model_matrix(const struct kve_model *m, uint32_t n, const void **p, size_t *len);
 /* A string metadata value of the file ("tokenizer.chat_template"): its
  * bytes (not NUL-terminated, inside the model's mapping: valid while the
  * model is) and *len, or NULL when the key is absent or not a string. */

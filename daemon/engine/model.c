@@ -472,6 +472,26 @@ const struct kve_model_info *kve_model_info(const struct kve_model *m)
 	return &m->info;
 }
 
+int kve_model_matrix(const struct kve_model *m, uint32_t n, const void **p, size_t *len)
+{
+	const struct kve_mat *w;
+
+	if (n / 7 < m->info.n_layers) {
+		const struct kve_layer *L = &m->layers[n / 7];
+		const struct kve_mat *in_layer[7] = { &L->wq, &L->wk, &L->wv, &L->wo,
+						      &L->gate, &L->up, &L->down };
+
+		w = in_layer[n % 7];
+	} else if (n == 7 * m->info.n_layers) {
+		w = &m->output;
+	} else {
+		return -ENOENT;
+	}
+	*p = w->data;
+	*len = (size_t)w->rows * w->row_bytes;
+	return 0;
+}
+
 const char *kve_model_meta_str(const struct kve_model *m, const char *key,
 			       size_t *len)
 {

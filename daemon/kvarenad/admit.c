@@ -14,20 +14,24 @@
  * room the running replies are projected to need for their next tokens
  * ([sched] decode_reserve each, at most what is left of their max_tokens:
  * room_for()), cover its blocks and its own reserve. Running replies are
- * finished first; a job alone is admitted whenever its prompt fits. A job whose next uncached block
- * another conversation is computing right now waits for it (prefix.c)
+ * finished first; a job alone is admitted whenever its prompt fits. A
+ * job whose next uncached block another conversation is computing right
+ * now waits for it (prefix.c)
  * and lets the others pass, as does one whose KV is being read back
  * from disk (tiering.c); a job that does not fit waits for running
  * ones to free blocks, and stops admission behind it (so that a large
  * prompt is not starved by a stream of small ones), and so does one
- * whose KV's restore found no room. A request that could
+ * whose KV's restore found no room. When nothing runs, the job first
+ * in line that lacks room takes the KV that queued turns behind it kept
+ * from their last turns (take_queued_kv). A request that could
  * never fit was refused at submit with a 400 naming the limit (core.c):
  * the context is bounded by the arena.
  *
  * Preemption: when a running job needs a block (its next decode token,
- * the tool results appended to it) and evicting idle KV cannot free one,
- * the running job of lowest priority (fair.c: the tenant served most,
- * then the newest) that has no step in flight gives its KV back and
+ * the tool results appended to it) and evicting idle KV, then the KV
+ * queued turns kept, cannot free one, the running job of lowest priority
+ * (fair.c: the tenant served most, then the newest) that has no step in
+ * flight gives its KV back and
  * waits to be readmitted; its full blocks stay in the prefix cache until
  * pressure takes them too. kvd_preempt_how() is the one place the choice
  * of what happens to the victim's KV is made: recompute today (the
@@ -97,6 +101,57 @@ static struct kvd_job *victim(struct kvd *d, uint32_t tenant, int any_tenant)
 	return v;
 }
 
+static uint64_t queued_key(const struct kvd_job *j);
+
+/* Is queued job a admitted after queued job b (fair order, then its
+ * conversation's start: queued_key)? */
+static int admitted_after(const struct kvd *d, const struct kvd_job *a, const struct kvd_job *b)
+{
+	double va = kvd_fair_vt(d, a->tenant), vb = kvd_fair_vt(d, b->tenant);
+
+	if (a->tenant != b->tenant && va != vb)
+		return va > vb;
+	return queued_key(a) > queued_key(b);
+}
+
+/*
+ * The KV that queued jobs' conversations kept from their last turns (not
+ * idle while a job waits on it, so kvd_make_room leaves it) goes, the
+ * last in admission order first, until `want` blocks are free or on
+ * their way; not j's own. Taken for a running job's next block before
+ * any running job is preempted (a preempted job is readmitted before any
+ * queued one: keeping their KV at its cost inverts that order), and for
+ * the job first in line when nothing runs: then nothing else would ever
+ * give blocks back (a trace replay stopped for good so: a readmitted
+ * job lacking 108 blocks of 192, two queued turns holding 122). They
+ * recompute it, or restore it from disk, when admitted. 1 when any went.
+ */
+static int take_queued_kv(struct kvd *d, const struct kvd_job *j, uint32_t want)
+{
+	int took = 0;
+
+	while (kvd_make_room(d, want) + kvd_tiering_freeing(d) < want) {
+		struct kvd_job *q, *last = NULL;
+
+		for (q = d->jobs; q; q = q->next) {
+			const struct kvd_conv *c = q->conv;
+
+			if (q != j && q->state == JOB_QUEUED && !q->cancelled && c && c->has_kv &&
+			    c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
+			    (!last || admitted_after(d, q, last)))
+				last = q;
+		}
+		if (!last)
+			break;
+		kvd_log(KVD_LOG_INFO, "sched", "%s: %u blocks of KV kept for its queued turn "
+			"taken for %s", last->request_id, last->conv->as.s.n_blocks, j->request_id);
+		if (!kvd_tiering_evict(d, last->conv) && last->conv->as.s.n_blocks)
+			break;	/* nothing came free: do not spin */
+		took = 1;
+	}
+	return took;
+}
+
 int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total)
 {
 	struct kvd_conv *c = j->conv;
@@ -126,6 +181,9 @@ int kvd_reserve_or_preempt(struct kvd *d, struct kvd_job *j, uint32_t total)
 			break;
 		if (kvd_tiering_freeing(d))
 			return 1;	/* spills being written free blocks: next turn */
+		if (take_queued_kv(d, j, (total + d->geom.block_tokens - 1) / d->geom.block_tokens -
+					       c->as.s.n_blocks))
+			continue;
 		v = victim(d, 0, 1);
 		if (!v)
 			return 1;	/* everyone holding blocks is in flight: next turn */
@@ -529,6 +587,23 @@ static void wanted(struct kvd *d, const struct kvd_job *j)
 	d->room_wanted += need > held ? need - held : 0;
 }
 
+/* The blocks j lacks for its prompt and its first token. */
+static uint32_t line_need(const struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+	uint32_t bt = d->geom.block_tokens, need = (c->n_tokens + bt) / bt;
+	uint32_t held = c->has_kv ? c->as.s.n_blocks : 0;
+
+	return need > held ? need - held : 0;
+}
+
+/* Nothing runs, none was admitted in this turn and no spill is on its
+ * way: the job first in line that lacks room waits for nothing. */
+static int first_in_line_alone(struct kvd *d, uint32_t running, int others)
+{
+	return !running && !others && !kvd_tiering_busy(d);
+}
+
 void kvd_admit(struct kvd *d)
 {
 	struct kvd_job *j, *best;
@@ -537,6 +612,11 @@ void kvd_admit(struct kvd *d)
 	size_t n, i;
 	int blocked = 0, others, restore_waits = 0;
 
+#ifdef KVD_TEST_HOOKS
+	/* test_orch: turns queued while this is set meet in one admission */
+	if (d->test_hold_admit)
+		return;
+#endif
 	/* what the waiting work lacks, counted again this turn (restores
 	 * on demand that found no room too: a prefetch leaves it them) */
 	d->room_wanted = 0;
@@ -561,12 +641,18 @@ void kvd_admit(struct kvd *d)
 	committed = committed_blocks(d, &others);
 	/* preempted jobs, oldest first */
 	n = candidates(d, JOB_PREEMPTED, &c);
-	for (i = 0; i < n; i++)
-		if (admit_one(d, c[i].j, &committed, &others) == 1) {
+	for (i = 0; i < n; i++) {
+		int rc = admit_one(d, c[i].j, &committed, &others);
+
+		if (rc == 1 && first_in_line_alone(d, running, others) &&
+		    take_queued_kv(d, c[i].j, line_need(d, c[i].j)))
+			rc = admit_one(d, c[i].j, &committed, &others);
+		if (rc == 1) {
 			blocked = 1;
 			wanted(d, c[i].j);
 			break;
 		}
+	}
 	/* queued jobs, fair order: the tenant of least virtual time, its
 	 * oldest job; one that does not fit stops the rest, and so does a
 	 * tool round's restore that found no room (it was running) */
@@ -581,17 +667,19 @@ void kvd_admit(struct kvd *d)
 		case 1:
 			if (!running) {
 				/* nothing running will free blocks: make room from
-				 * idle KV and the cache */
-				uint32_t bt = d->geom.block_tokens;
-
+				 * idle KV and the cache, then from the KV queued
+				 * turns behind it kept */
 				if (kvd_tiering_busy(d)) {
 					/* a spill in flight frees blocks soon */
 					blocked = 1;
 					wanted(d, best);
 					break;
 				}
-				kvd_make_room(d, (best->conv->n_tokens + bt - 1) / bt + 1);
-				if (admit_one(d, best, &committed, &others) == 0) {
+				kvd_make_room(d, line_need(d, best));
+				if (admit_one(d, best, &committed, &others) == 0 ||
+				    (first_in_line_alone(d, running, others) &&
+				     take_queued_kv(d, best, line_need(d, best)) &&
+				     admit_one(d, best, &committed, &others) == 0)) {
 					running++;
 					break;
 				}

@@ -570,6 +570,7 @@ int kvd_conv_append_text(struct kvd_conv *c, const char *text, size_t len)
 		t = realloc(c->text, cap);
 		if (!t)
 			return -ENOMEM;
+		t[c->text_len] = 0;	/* a first buffer too: a string if cls fails */
 		c->text = t;
 		k = realloc(c->cls, cap);
 		if (!k)

@@ -566,6 +566,7 @@ struct kvd {
 	/* test_orch only: replies fed in place of the model's (sched.c) */
 	char *test_replies[8];
 	uint32_t n_test_replies;
+	int test_hold_admit;		/* kvd_admit admits nothing (admit.c) */
 #endif
 };
 

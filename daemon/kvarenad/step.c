@@ -154,29 +154,35 @@ static int on_kv_loaded(struct kvd *d, struct kvd_worker *w, const void *p, size
 	return 0;
 }
 
-/* copy mode: the bytes of the blocks a prefill wrote, for a decode worker */
-static int keep_kv_bytes(struct kvd *d, struct kvd_job *j, const struct kvd_result_seq *rs,
-			 const char *p)
+/* copy mode: the blocks an answer sends are its conversation's */
+static int kv_range_ok(const struct kvd_job *j, const struct kvd_result_seq *rs)
+{
+	const struct kvd_conv *c = j ? j->conv : NULL;
+
+	return c && c->has_kv && (uint64_t)rs->first_block + rs->n_kv_blocks <= c->as.s.n_blocks;
+}
+
+/* copy mode: the bytes of the blocks a prefill wrote, for a decode worker
+ * (their range checked with the whole answer: kv_range_ok) */
+static void keep_kv_bytes(struct kvd *d, struct kvd_job *j, const struct kvd_result_seq *rs,
+			  const char *p)
 {
 	struct kvd_conv *c = j->conv;
 	size_t kvb = (size_t)rs->n_kv_blocks * d->geom.kv_block_bytes;
 	uint32_t b;
 	char *q;
 
-	if (rs->first_block + rs->n_kv_blocks > c->as.s.n_blocks)
-		return -EPROTO;
 	free(j->kv_payload);
 	j->kv_payload_len = (size_t)rs->n_kv_blocks * (4 + d->geom.kv_block_bytes);
 	j->kv_payload = malloc(j->kv_payload_len);
 	if (!j->kv_payload) {
 		j->kv_payload_len = 0;
-		return 0;	/* decoded from the arena as is: no copy counted */
+		return;		/* decoded from the arena as is: no copy counted */
 	}
 	q = j->kv_payload;
 	for (b = 0; b < rs->n_kv_blocks; b++, q += 4)
 		memcpy(q, &c->as.s.block_table[rs->first_block + b], 4);
 	memcpy(q, p, kvb);
-	return 0;
 }
 
 int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const void *buf,
@@ -226,7 +232,8 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 			    (size_t)(end - q) < rs.n_top * sizeof(struct kvd_top))
 				return -EPROTO;
 			q += rs.n_top * sizeof(struct kvd_top);
-			if ((size_t)(end - q) < (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes)
+			if ((size_t)(end - q) < (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes ||
+			    (rs.n_kv_blocks && !kv_range_ok(st->seqs[i].j, &rs)))
 				return -EPROTO;
 			q += (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes;
 			if (st->seqs[i].flags & KVD_SEQ_SAMPLE ?
@@ -265,8 +272,8 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 		    e->n_kv + e->n_new <= c->n_tokens) {
 			c->as.s.n_tokens = e->n_kv + e->n_new;
 			kvd_prefix_offer(d, c);
-			if (rs.n_kv_blocks && keep_kv_bytes(d, j, &rs, p))
-				return -EPROTO;
+			if (rs.n_kv_blocks)
+				keep_kv_bytes(d, j, &rs, p);
 		}
 		p += (size_t)rs.n_kv_blocks * d->geom.kv_block_bytes;
 		/* not in flight any more: a job its token finishes lets go of

@@ -1018,9 +1018,16 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 {
 	/* past its retention the arena lets it go; the disk may keep it */
-	if (d->tier && d->tier->t && d->cfg.tier_decisions && idle_kv(c) &&
-	    c->as.s.n_blocks && (clean_copy(c) || start_spill(d, c, 1) == 0))
-		return;
+	if (d->tier && d->tier->t && d->cfg.tier_decisions && idle_kv(c) && c->as.s.n_blocks) {
+		if (clean_copy(c)) {
+			/* written behind already: the blocks go now (they
+			 * stayed until pressure came), no read back planned */
+			free_to_disk(d, c);
+			return;
+		}
+		if (start_spill(d, c, 1) == 0)
+			return;
+	}
 	kvd_conv_drop_kv(d, c);
 }
 

@@ -70,7 +70,7 @@ check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
 	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
 		sh tests/daemon/run-api.sh
 
-check-daemon: check-radix check-orch check-tiering check-serve check-orch-guest check-tier-guest check-replay
+check-daemon: check-radix check-sched-oom check-orch check-tiering check-serve check-orch-guest check-tier-guest check-replay
 
 # kvarenad with the test hooks (sched.c: a scripted reply read from
 # $KVD_TEST_REPLY_FILE), unsanitized (TCG): the sandbox's guest lane starts
@@ -103,6 +103,19 @@ $(KVD_SBX_MODEL): $(ENGINE_MKMODEL)
 
 # sandbox.mk's guest lane (included before this file) runs the daemon too
 check-sandbox-guest: $(KVD_HOOKS_BIN) $(KVD_SBX_MODEL)
+
+# The scheduler's allocations failing one by one (conv.c's pieces and
+# appends, radix.c), ASan's leak check on (tests/daemon/test_sched_oom.c)
+KVD_TEST_SCHED_OOM := $(KVD_OUT)/tests/test_sched_oom
+$(KVD_TEST_SCHED_OOM): tests/daemon/test_sched_oom.c $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) $(ENGINE_SLIB) \
+		$(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS $< $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) \
+		$(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS) -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
+.PHONY: check-sched-oom
+check-sched-oom: $(KVD_TEST_SCHED_OOM) $(KVD_TEST_MODEL) $(KVD_TEST_SPM_MODEL)
+	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_SCHED_OOM) $(KVD_TEST_MODEL) $(KVD_TEST_SPM_MODEL)
 
 # The radix index against a brute-force model (property test, ASan/UBSan)
 KVD_TEST_RADIX := $(KVD_OUT)/tests/test_radix
@@ -141,7 +154,7 @@ check-clients: $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
 	sh tests/daemon/clients/run-clients.sh $(KVD_BIN) $(ENGINE_MKMODEL) $(API_SERVER)
 
 # The mutation lane's coverage (tests/mutation/mutate.py, sched group):
-# test_orch, test_tiering and test_radix once more with gcov's line
+# test_orch, test_tiering, test_radix and test_sched_oom once more with gcov's line
 # counters in the core objects KVD_COV_SRCS names (the lane passes its
 # group's files; -O0, so a line's count is that line's), run part by part
 # to learn which tests reach which lines; never run by make check.
@@ -151,6 +164,7 @@ KVD_CORE_CLIB  := $(KVD_OUT)/libkvd-cov.a
 KVD_TEST_ORCH_COV  := $(KVD_OUT)/tests/test_orch_cov
 KVD_TEST_RADIX_COV := $(KVD_OUT)/tests/test_radix_cov
 KVD_TEST_TIER_COV  := $(KVD_OUT)/tests/test_tiering_cov
+KVD_TEST_SCHED_OOM_COV := $(KVD_OUT)/tests/test_sched_oom_cov
 
 $(KVD_CORE_COBJS): $(KVD_OUT)/cov/%.o: %.c $(KVD_HDRS)
 	@mkdir -p $(@D)
@@ -175,3 +189,10 @@ $(KVD_TEST_TIER_COV): tests/daemon/test_tiering.c $(KVD_CORE_CLIB) $(KVD_DEP_SLI
 $(KVD_TEST_RADIX_COV): tests/daemon/test_radix.c $(KVD_CORE_CLIB)
 	@mkdir -p $(@D)
 	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) --coverage $< $(KVD_CORE_CLIB) -o $@
+
+$(KVD_TEST_SCHED_OOM_COV): tests/daemon/test_sched_oom.c $(KVD_CORE_CLIB) $(KVD_DEP_SLIBS) \
+		$(ENGINE_SLIB) $(LIB_A)
+	@mkdir -p $(@D)
+	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS --coverage $< $(KVD_CORE_CLIB) \
+		$(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS) \
+		-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc

@@ -30,7 +30,9 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
- * with the hooks agent_loop, escape, mcp_servers, mcp_restart).
+ * with the hooks expire_claimed, queued_kv_line, queued_kv_tenants,
+ * queued_kv_grow, agent_loop, escape,
+ * mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -467,9 +469,9 @@ static void test_copy_mode(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct reply r, ref;
-	char p[4096];
-	uint64_t copied;
+	struct reply r, ref, r2, ref2;
+	char p[4096], p2[8192];
+	uint64_t copied, copied2;
 
 	snprintf(p, sizeof(p), "%s<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		 sys_prompt);
@@ -483,13 +485,23 @@ static void test_copy_mode(void)
 	CHECK(copied > 0 && copied % (uint64_t)d->geom.kv_block_bytes == 0,
 	      "copy hand-off: %llu KV bytes copied between stages",
 	      (unsigned long long)copied);
+	/* one token more: two positions to compute (the reply's last token
+	 * and it), prompt work, so the prefill stage's, copied again */
+	snprintf(p2, sizeof(p2), "%s%.*sx", p, (int)r.len, r.text);
+	ask(d, p2, 0, 1, 4, &r2, NULL);
+	copied2 = metric(d, "kvarenad_kv_bytes_copied_total");
+	CHECK(r2.usage.prompt_tokens == r2.usage.cached_tokens + 2 && copied2 > copied,
+	      "two positions to compute (%u of %u cached) are the prefill stage's: %llu more KV "
+	      "bytes copied", r2.usage.cached_tokens, r2.usage.prompt_tokens,
+	      (unsigned long long)(copied2 - copied));
 	kvd_destroy(d);
 	base_config(&c);
 	d = start(&c);
 	if (!d)
 		return;
 	ask(d, p, 0, 1, 12, &ref, NULL);
-	CHECK(ref.n_tokens == r.n_tokens && !memcmp(ref.tokens, r.tokens, r.n_tokens * 4),
+	ask(d, p2, 0, 1, 4, &ref2, NULL);
+	CHECK(same_tokens(&ref, &r) && same_tokens(&ref2, &r2),
 	      "copy and arena hand-off give the same tokens");
 	kvd_destroy(d);
 }
@@ -1042,6 +1054,8 @@ static int take_event(struct reply *o, const struct kvd_event *ev)
 		return 0;
 	}
 	o->finish = ev->type == KVD_EV_DONE ? ev->finish : 0;
+	if (ev->type == KVD_EV_DONE)
+		o->usage = ev->usage;
 	o->done = ev->type == KVD_EV_DONE;
 	o->error = !o->done;
 	return 1;
@@ -2148,6 +2162,22 @@ static void test_bisect(void)
 	      "metrics: %llu failed steps, %llu bisections, 1 request charged",
 	      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
 	      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+	/* what the failed steps may have left in its KV is not trusted
+	 * (sched.c, kvd_job_let_go): its conversation keeps no block */
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv;
+		uint32_t kept = 0, seen = 0;
+
+		for (cv = d->convs; cv; cv = cv->next)
+			if (cv->text && !strncmp(cv->text, p[2], strlen(p[2]))) {
+				seen++;
+				kept += kvd_conv_blocks(cv);
+			}
+		CHECK(!kept, "the failed member's conversation (%u) keeps none of its KV (%u "
+		      "blocks)", seen, kept);
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
 
@@ -3820,6 +3850,307 @@ out:
 #endif
 
 #ifdef KVD_TEST_HOOKS
+/* Turns submitted while admission is held meet in one admission turn
+ * (admit.c, kvd_admit: test_hold_admit). */
+static void hold_admission(struct kvd *d, int on)
+{
+	pthread_mutex_lock(&d->lock);
+	d->test_hold_admit = on;
+	pthread_mutex_unlock(&d->lock);
+	if (!on)
+		kvd_wake(d);
+}
+
+/* out = the first turn p1, its reply, then a user turn of words grown
+ * until the whole tokenizes to `tokens` (seeded): 0, or -1. */
+static int next_turn(struct kvd *d, char *out, size_t size, const char *p1,
+		     const struct reply *r1, uint32_t seed, uint32_t tokens)
+{
+	char *head = malloc(size);
+	int rc = -1;
+
+	if (head) {
+		snprintf(head, size, "%s%.*s<|im_end|>\n<|im_start|>user\nlog", p1, (int)r1->len,
+			 r1->text);
+		rc = grow_text(d, out, size - 64, head, seed, tokens);
+		strcat(out, "<|im_end|>\n<|im_start|>assistant\n");
+	}
+	free(head);
+	return rc;
+}
+
+/* Each job's reply to its end, at most 30 s between two events: how many
+ * ended done (a job that never answers is a scheduler that stopped). */
+static unsigned replies_all(struct kvd_job **jobs, unsigned n, struct reply *r)
+{
+	struct kvd_job *left[8];
+	unsigned idx[8], m = n, which, done = 0, i;
+	struct kvd_event ev;
+
+	for (i = 0; i < n && i < 8; i++) {
+		left[i] = jobs[i];
+		idx[i] = i;
+		memset(&r[i], 0, sizeof(r[i]));
+	}
+	while (m && kvd_job_next_any(left, m, &ev, &which, 30000) == 1)
+		if (take_event(&r[idx[which]], &ev)) {
+			done += r[idx[which]].done;
+			kvd_job_free(left[which]);
+			left[which] = left[m - 1];
+			idx[which] = idx[m - 1];
+			m--;
+		}
+	for (i = 0; i < m; i++)
+		kvd_job_free(left[i]);
+	return done;
+}
+
+/* Turn 1 of conversations X (short: it begins first), Y and Z (~ty and
+ * ~300 tokens, kept) on d, of tenants tn[3] (NULL: 0); prompts in p[3],
+ * replies in r1[3]. */
+static int first_turns_of(struct kvd *d, char p[3][4096], struct reply r1[3], uint32_t ty,
+			  const uint32_t *tn)
+{
+	snprintf(p[0], 4096, "<|im_start|>user\nrun the tests<|im_end|>\n<|im_start|>assistant\n");
+	if (grow_text(d, p[1], 4000, "<|im_start|>user\nY: the build log", 5, ty) ||
+	    grow_text(d, p[2], 4000, "<|im_start|>user\nZ: the test log", 6, 300))
+		return -1;
+	strcat(p[1], "<|im_end|>\n<|im_start|>assistant\n");
+	strcat(p[2], "<|im_end|>\n<|im_start|>assistant\n");
+	for (int i = 0; i < 3; i++) {
+		struct rq q = { p[i], 0, 1, 4, tn ? tn[i] : 0, NULL, NULL };
+
+		if (ask_rq(d, &q, &r1[i], NULL))
+			return -1;
+	}
+	return 0;
+}
+
+static int three_first_turns(struct kvd *d, char p[3][4096], struct reply r1[3])
+{
+	return first_turns_of(d, p, r1, 300, NULL);
+}
+
+/*
+ * The job first in line lacks room and nothing runs: the KV that queued
+ * turns behind it kept from their last turns goes (admit.c,
+ * take_queued_kv), else nothing would ever give a block back. An arena
+ * of 1024 tokens: X's short first turn, then Y's and Z's of ~300 tokens
+ * (kept). X's second turn (~450 tokens, ~420 more than it holds) and Y's
+ * and Z's short ones queue in one admission turn; X goes first (its
+ * conversation began first) with ~380 tokens' blocks free. It waited
+ * for good; now Z's KV goes (the last in line), X
+ * runs, then Y and Z (recomputed), and the three replies equal their
+ * runs with room.
+ */
+static void test_queued_kv_line(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[3];
+	struct reply r1[3], r2[3], ref;
+	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
+	unsigned i, n = 0, same = 0, done;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;	/* the guests' tiny model: pages hold thousands */
+	base_config(&c);
+	c.kv_blocks = 8;
+	d = start(&c);
+	if (!d)
+		goto out;
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 || three_first_turns(d, p, r1) ||
+	    next_turn(d, p2[0], 4096, p[0], &r1[0], 7, 450) ||
+	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 310) ||
+	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 310)) {
+		CHECK(0, "three first turns on %u blocks of %u tokens", d->geom.blocks_total,
+		      d->geom.block_tokens);
+		kvd_destroy(d);
+		goto out;
+	}
+	hold_admission(d, 1);
+	for (i = 0; i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	done = replies_all(jobs, n, r2);
+	CHECK(n == 3 && done == 3, "X's second turn first in line lacking room, Y's and Z's "
+	      "queued holding the rest, nothing running: %u of 3 answered", done);
+	CHECK(r2[1].usage.cached_tokens + 1 >= r1[1].usage.prompt_tokens + r1[1].n_tokens,
+	      "Z's KV went (the last in line), Y's was kept: %u of %u tokens reused",
+	      r2[1].usage.cached_tokens, r1[1].usage.prompt_tokens + r1[1].n_tokens);
+	kvd_destroy(d);
+	/* with room: the same turns, one at a time */
+	base_config(&c);
+	d = start(&c);
+	if (d && !three_first_turns(d, p, r1))
+		for (i = 0; i < 3; i++)
+			same += !ask(d, p2[i], 0, 1, 8, &ref, NULL) && same_tokens(&r2[i], &ref);
+	CHECK(same == 3, "%u of 3 equal their runs with room", same);
+	if (d)
+		kvd_destroy(d);
+out:
+	free(p);
+}
+
+/*
+ * Whose kept KV goes first is the admission order's last (fair order
+ * across tenants, then conversation start): tenants a and b, b served
+ * more. X (a, first in line, lacking room), Y (b, begun before Z) and Z
+ * (a): Y's turn goes after Z's, so Y's KV is taken, Z's is kept and its
+ * turn continues it.
+ */
+static void test_queued_kv_tenants(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[3];
+	struct reply r1[3], r2[3];
+	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
+	uint32_t tenant[3] = { 1, 2, 1 };
+	unsigned i, n = 0, done;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;
+	base_config(&c);
+	c.kv_blocks = 8;
+	c.prefix_cache = 0;	/* a turn reuses its conversation's KV or none */
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
+	c.tenants[0].id = 1;
+	c.tenants[1].id = 2;
+	d = start(&c);
+	if (!d)
+		goto out;
+	/* a's X and Z ~320 tokens in all, b's Y ~450: b is served more */
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 ||
+	    first_turns_of(d, p, r1, 450, tenant) ||
+	    next_turn(d, p2[0], 4096, p[0], &r1[0], 7, 450) ||
+	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 460) ||
+	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 310)) {
+		CHECK(0, "three first turns on %u blocks of %u tokens", d->geom.blocks_total,
+		      d->geom.block_tokens);
+		kvd_destroy(d);
+		goto out;
+	}
+	hold_admission(d, 1);
+	for (i = 0; i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, tenant[i], NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	done = replies_all(jobs, n, r2);
+	CHECK(n == 3 && done == 3, "X first in line lacking room, Y (b) and Z (a) queued "
+	      "holding the rest: %u of 3 answered", done);
+	CHECK(r2[1].usage.cached_tokens == 0 &&
+	      r2[2].usage.cached_tokens + 1 >= r1[2].usage.prompt_tokens + r1[2].n_tokens,
+	      "Y's KV (tenant b, last in line) was taken, Z's kept: %u and %u of %u tokens "
+	      "reused", r2[1].usage.cached_tokens, r2[2].usage.cached_tokens,
+	      r1[2].usage.prompt_tokens + r1[2].n_tokens);
+	kvd_destroy(d);
+out:
+	free(p);
+}
+
+/*
+ * A running job's next block comes from the KV queued turns kept before
+ * any running job is preempted (admit.c, kvd_reserve_or_preempt): a
+ * preempted job goes back before every queued one, so preempting it to
+ * keep theirs inverts the order, and alone it preempted itself again at
+ * every readmission. An arena of 1024 tokens: Y's and Z's first turns
+ * (~300 tokens each) kept; P, a short prompt replying 480 tokens, runs;
+ * Y's and Z's second turns (~610 tokens each) queue in one admission
+ * turn and wait for room (P's decode reserve). When P's next block finds
+ * none free, Z's KV goes, not P: no preemption, every reply equal to its
+ * run with room.
+ */
+static void test_queued_kv_grow(void)
+{
+	const char *pp = "<|im_start|>user\nP: stream the log<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[3];
+	struct kvd_event ev;
+	struct reply r1[3], r2[3], ref;
+	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
+	unsigned i, n = 0, same = 0, done;
+	uint64_t pre;
+
+	if (!p || getenv("KVD_TEST_SMALL"))
+		goto out;
+	base_config(&c);
+	c.kv_blocks = 8;
+	d = start(&c);
+	if (!d)
+		goto out;
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 || three_first_turns(d, p, r1) ||
+	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 610) ||
+	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 610)) {
+		CHECK(0, "first turns on %u blocks of %u tokens", d->geom.blocks_total,
+		      d->geom.block_tokens);
+		kvd_destroy(d);
+		goto out;
+	}
+	memset(&r2[0], 0, sizeof(r2[0]));
+	jobs[0] = submit_long(d, pp, 480, &err);
+	n = jobs[0] != NULL;
+	/* P runs (its first token is out) */
+	if (n && kvd_job_next(jobs[0], &ev, 30000) == 1 && ev.type == KVD_EV_TOKEN)
+		take_event(&r2[0], &ev);
+	hold_admission(d, 1);
+	for (i = 1; n == i && i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	{
+		struct reply first = r2[0];
+
+		done = replies_all(jobs, n, r2);
+		/* P's reply: its first token, then the rest */
+		if (first.n_tokens == 1 && r2[0].n_tokens < 1024) {
+			memmove(r2[0].tokens + 1, r2[0].tokens, r2[0].n_tokens * sizeof(int32_t));
+			r2[0].tokens[0] = first.tokens[0];
+			r2[0].n_tokens++;
+		}
+	}
+	pre = metric(d, "kvarenad_preemptions_total");
+	CHECK(n == 3 && done == 3 && pre == 0, "P growing past the free blocks while Y's and Z's "
+	      "second turns wait holding their KV: %u of 3 answered, %llu preemptions", done,
+	      (unsigned long long)pre);
+	kvd_destroy(d);
+	base_config(&c);
+	d = start(&c);
+	if (d && !three_first_turns(d, p, r1)) {
+		struct kvd_job *j = submit_long(d, pp, 480, &err);
+
+		memset(&ref, 0, sizeof(ref));
+		same += j && !collect_reply(d, j, &ref, NULL) && same_tokens(&r2[0], &ref) &&
+			ref.n_tokens == 480;
+	}
+	for (i = 1; d && i < 3; i++)
+		same += !ask(d, p2[i], 0, 1, 8, &ref, NULL) && same_tokens(&r2[i], &ref);
+	CHECK(same == 3, "%u of 3 equal their runs with room", same);
+	if (d)
+		kvd_destroy(d);
+out:
+	free(p);
+}
+
+#endif
+
+#ifdef KVD_TEST_HOOKS
 /*
  * How long a conversation's KV is kept after its reply (sched.c,
  * finishing): a reply ending in a tool call keeps it 4 x the tool class's
@@ -3943,7 +4274,9 @@ static int conv_then_text(struct kvd *d, const char *id, const char *text, int32
  * then. The next turn, repeating the reply as cut, computes what the
  * engine alone computes over the conversation's tokens; a new
  * conversation over the uncut reply reads the cache's blocks and computes
- * what the engine computes over its prompt.
+ * what the engine computes over its prompt. Without the cache, the block
+ * the cut falls in is the conversation's alone: its KV is kept up to the
+ * cut.
  */
 static void test_stop_cut(void)
 {
@@ -4045,6 +4378,28 @@ static void test_stop_cut(void)
 	pthread_mutex_unlock(&d->lock);
 	free(held);
 	kvd_destroy(d);
+	/* no cache: the block the cut falls in is the conversation's alone,
+	 * and its KV is kept up to the cut (nothing computed again) */
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		return;
+	{
+		struct rq q = { prompt, 0, 1, 4 * bt, 0, NULL, stop };
+
+		CHECK(ask_rq(d, &q, &r2, NULL) == 0 && r2.len == cut, "no cache: the same cut");
+	}
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv = kvd_conv_find_id(d, r2.session);
+
+		CHECK(cv && cv->has_kv && cv->n_tokens % bt && cv->as.s.n_tokens == cv->n_tokens &&
+		      cv->as.s.n_blocks == (cv->n_tokens + bt - 1) / bt,
+		      "no cache: the KV kept up to the cut inside its own block: %u positions of "
+		      "%u", cv ? cv->as.s.n_tokens : 0, cv ? cv->n_tokens : 0);
+	}
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
 }
 
 /*
@@ -4064,6 +4419,8 @@ struct answer {
 	uint32_t n_top, tops_sent, n_kv;
 	int len_delta;			/* bytes added (> 0) or cut (< 0) */
 	uint32_t kind, step_seqs;	/* the step's kind and sequences */
+	struct kvd_job *j0;		/* the first sequence's job, or NULL */
+	uint32_t first_block, kv_sent;	/* copy mode: blocks' place, blocks sent */
 };
 
 static void worker_answer(struct kvd *d, const struct answer *a, const char *what)
@@ -4071,7 +4428,8 @@ static void worker_answer(struct kvd *d, const struct answer *a, const char *wha
 	struct kvd_worker *w = &d->workers[0];
 	struct kvd_wstep *st = &w->q[w->q_head], save = *st;
 	struct kvd_sent sent_save[2];
-	char buf[4096] = { 0 };
+	size_t cap = 4096 + (size_t)a->kv_sent * d->geom.kv_block_bytes;
+	char *buf = calloc(1, cap);
 	struct kvd_result r = { a->step_id, 0, a->n_seq, 1000, 0 };
 	uint64_t copied = d->m.kv_bytes_copied;
 	uint32_t head = w->q_head, n_q = w->n_q, i, t;
@@ -4083,18 +4441,25 @@ static void worker_answer(struct kvd *d, const struct answer *a, const char *wha
 	st->kind = a->kind;
 	st->void_ = 0;
 	st->n_seq = a->step_seqs;
-	st->seqs[0] = (struct kvd_sent){ NULL, 7, 0, 1, KVD_SEQ_SAMPLE };
+	if (!buf) {
+		CHECK(0, "%s: a buffer", what);
+		return;
+	}
+	st->seqs[0] = (struct kvd_sent){ a->j0, 7, 0, 1, KVD_SEQ_SAMPLE };
 	st->seqs[1] = (struct kvd_sent){ NULL, 8, 0, 1, 0 };
 	memcpy(buf, &r, sizeof(r));
 	for (i = 0; i < a->n_body; i++) {
 		struct kvd_result_seq rs = { i ? a->seq_id2 : 7, i ? a->tok2 : a->tok1, 0, 0,
-					     i ? 0 : a->n_top, 0, i ? 0 : a->n_kv, 0 };
+					     i ? 0 : a->n_top, i ? 0 : a->first_block,
+					     i ? 0 : a->n_kv, 0 };
 		struct kvd_top top = { 1, -1 };
 
 		memcpy(buf + len, &rs, sizeof(rs));
 		len += sizeof(rs);
 		for (t = 0; !i && t < a->tops_sent; t++, len += sizeof(top))
 			memcpy(buf + len, &top, sizeof(top));
+		if (!i)
+			len += (size_t)a->kv_sent * d->geom.kv_block_bytes;	/* zeros */
 	}
 	len = (size_t)((ssize_t)len + a->len_delta);
 	rc = kvd_step_result(d, w, a->type, buf, len);
@@ -4103,6 +4468,7 @@ static void worker_answer(struct kvd *d, const struct answer *a, const char *wha
 	      "a worker's answer with %s: refused (%d), nothing changed", what, rc);
 	memcpy(st->seqs, sent_save, sizeof(sent_save));
 	*st = save;
+	free(buf);
 }
 
 static void test_worker_answers(void)
@@ -4111,9 +4477,9 @@ static void test_worker_answers(void)
 	 * (a token in the vocabulary) and 8 (-1: not sampled), no tops, no
 	 * KV; each answer below changes one thing */
 	static const struct answer ok = { KVD_MSG_RESULT, 4242, 2, 2, 8, 5, -1, 0, 0, 0, 0,
-					  KVD_STEP_DECODE, 2 };
+					  KVD_STEP_DECODE, 2, NULL, 0, 0 };
 	static const struct answer loaded = { KVD_MSG_KV_LOADED, 4242, 1, 0, 8, 5, -1, 0, 0,
-					      0, 0, 0, 1 };
+					      0, 0, 0, 1, NULL, 0, 0 };
 	struct kvd_config c;
 	struct answer a;
 	struct kvd *d;
@@ -4164,6 +4530,30 @@ static void test_worker_answers(void)
 	worker_answer(d, &a, "a KV load's answer with another step's id");
 	a = loaded, a.len_delta = 1;
 	worker_answer(d, &a, "a KV load's answer a byte too long");
+	/* copy mode's KV bytes: for blocks of the sequence's conversation
+	 * only (a job whose conversation holds one block; an answer taken
+	 * past the checks would reach the job and crash the test) */
+	{
+		struct kvd_conv *tc = kvd_conv_new(d, 0);
+		struct kvd_job *tj = calloc(1, sizeof(*tj));
+
+		if (tc && tj && !kvd_conv_open_kv(d, tc) && !kvd_conv_reserve_to(d, tc, 1)) {
+			tj->conv = tc;
+			a = ok, a.j0 = tj, a.n_kv = a.kv_sent = 2;
+			worker_answer(d, &a, "KV of two blocks, its conversation holding one");
+			a = ok, a.j0 = tj, a.n_kv = a.kv_sent = 1, a.first_block = 1;
+			worker_answer(d, &a, "KV of a block past its conversation's");
+			a = ok, a.j0 = tj, a.n_kv = a.kv_sent = 1, a.first_block = UINT32_MAX;
+			worker_answer(d, &a, "KV at a block index that wraps around");
+			a = ok, a.n_kv = a.kv_sent = 1;
+			worker_answer(d, &a, "KV for a sequence without a conversation");
+		} else {
+			CHECK(0, "a conversation holding one block");
+		}
+		if (tc)
+			kvd_conv_free(d, tc);
+		free(tj);
+	}
 	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
@@ -4295,6 +4685,69 @@ static void test_expire(void)
 	CHECK(free1 == free0, "every block free again: %u of %u", free1, free0);
 	kvd_destroy(d);
 }
+
+#ifdef KVD_TEST_HOOKS
+/*
+ * Retention is for idle KV (conv.c, kvd_conv_expire): a conversation whose
+ * deadline passes while its next turn waits for admission keeps its KV,
+ * and the turn continues it. With idle_retention_s 1 and no prefix cache:
+ * turn 2 is queued (admission held) before turn 1's deadline and admitted
+ * 300 ms after it: all of turn 1 is reused (cached_tokens), and the reply
+ * equals turn 2 sent at once.
+ */
+static void test_expire_claimed(void)
+{
+	const char *p1 = "<|im_start|>user\nlist the files<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *j;
+	struct reply r1, r2, ref;
+	char p2[1024];
+	uint64_t due;
+	int pass_no;
+
+	for (pass_no = 0; pass_no < 2; pass_no++) {
+		base_config(&c);
+		c.idle_retention_s = 1;
+		c.prefix_cache = 0;
+		d = start(&c);
+		if (!d)
+			return;
+		if (ask(d, p1, 0, 1, 6, &r1, NULL)) {
+			CHECK(0, "turn 1: %s", r1.err);
+			kvd_destroy(d);
+			return;
+		}
+		snprintf(p2, sizeof(p2), "%s%.*s<|im_end|>\n<|im_start|>user\nnow build it"
+			 "<|im_end|>\n<|im_start|>assistant\n", p1, (int)r1.len, r1.text);
+		due = conv_deadline(d, r1.session);
+		if (pass_no) {
+			/* the reference: turn 2 at once */
+			CHECK(ask(d, p2, 0, 1, 8, &ref, NULL) == 0, "turn 2 at once");
+			kvd_destroy(d);
+			break;
+		}
+		CHECK(due > kvd_now_ns(), "turn 1's KV kept until its deadline");
+		hold_admission(d, 1);
+		{
+			struct rq q = { p2, 0, 1, 8, 0, NULL, NULL };
+
+			j = submit(d, &q, &err);
+		}
+		while (kvd_now_ns() < due + 300000000ull)
+			nap_ms(20);
+		hold_admission(d, 0);
+		memset(&r2, 0, sizeof(r2));
+		CHECK(j && collect_reply(d, j, &r2, NULL) == 0 && !strcmp(r2.session, r1.session) &&
+		      r2.usage.cached_tokens + 1 >= r1.usage.prompt_tokens + r1.n_tokens,
+		      "turn 2, queued across turn 1's deadline, continues it: %u of %u tokens "
+		      "reused", r2.usage.cached_tokens, r1.usage.prompt_tokens + r1.n_tokens);
+		kvd_destroy(d);
+	}
+	CHECK(same_tokens(&r2, &ref), "the same reply as turn 2 at once");
+}
+#endif
 
 /*
  * A reply that reaches the end of the context (admit.c caps max_new to
@@ -4992,6 +5445,10 @@ int main(int argc, char **argv)
 	RUN(admit_fair);
 	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
+	RUN(expire_claimed);
+	RUN(queued_kv_line);
+	RUN(queued_kv_tenants);
+	RUN(queued_kv_grow);
 	RUN(retention);
 	RUN(config_keys);
 	RUN(agent_loop);

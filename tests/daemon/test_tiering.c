@@ -45,6 +45,13 @@
  *                   conversation due back sooner
  *   closed_mid_spill a victim whose session is closed while its spill is
  *                   written was no eviction (the KV never left for it)
+ *   closed_mid_restore a session closed while its restore is in flight:
+ *                   the read's blocks come back, nothing is left
+ *   expire_tier     retention ending while a spill is written looks
+ *                   again in 100 ms; with the KV on disk it frees the
+ *                   blocks at once
+ *   discard_shares  a conversation whose KV the tier discarded shares
+ *                   the prefix cache's blocks of its prompt on return
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -1218,6 +1225,242 @@ out:
 	free(dir);
 }
 
+/*
+ * A session closed while its KV is being read back: the restore's ticket
+ * takes the session's blocks (tiering.c, kvd_tiering_abandon; conv.c,
+ * kvd_conv_detach_kv) and gives them back when the read completes. A
+ * conversation is spilled and freed, its restore started, and its
+ * session closed (as DELETE does) with the read in flight: once it is
+ * reaped every block is free again, no conversation answers to the old
+ * session id, no file is left, and the next conversation is served.
+ */
+static void test_closed_mid_restore(void)
+{
+	char *dir = new_dir("closed-restore");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd_conv *v;
+	struct kvd *d;
+	uint32_t free0 = 0, free1 = 0, users = 0;
+	uint64_t sid = 0;
+	int k, spilled = 0, restoring = 0, busy = 1, found = 1;
+
+	if (!dir)
+		return;
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], 60000000);
+	make_convo(&cv, 0, ref_tool[0]);
+	script(d, cv.call);
+	pthread_mutex_lock(&d->lock);
+	free0 = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
+	ask(d, cv.p1, 8, &r1);
+	/* spilled at its tool wait (the arena under pressure), written; then
+	 * evicted: its blocks freed, the file its only copy */
+	for (k = 0; k < 2000 && !spilled; k++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		v = kvd_conv_find_id(d, r1.session);
+		if (v && v->tier_file && !v->tier_op && kvd_conv_blocks(v))
+			kvd_make_room(d, kvd_blocks_free(d) + 1);
+		spilled = v && v->tier_file && !v->tier_op && !kvd_conv_blocks(v);
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(spilled, "the conversation spilled, its blocks freed");
+	pthread_mutex_lock(&d->lock);
+	v = kvd_conv_find_id(d, r1.session);
+	if (spilled && v) {
+		/* the restore starts: the job it is for would wait (1) */
+		restoring = kvd_tiering_need_kv(d, v) == 1 && v->tier_op;
+		sid = v->as.sid;
+		if (restoring)
+			kvd_conv_free(d, v);	/* what DELETE does */
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(restoring, "its restore in flight, then its session closed");
+	for (k = 0; k < 2000 && busy; k++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		busy = kvd_tiering_busy(d);
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	free1 = kvd_blocks_free(d);
+	found = sid && kvd_conv_by_sid(d, sid) != NULL;
+	for (k = 0; k < (int)d->geom.blocks_total; k++)
+		users += d->block_users[k];
+	pthread_mutex_unlock(&d->lock);
+	CHECK(!busy && free1 == free0 && !users && !found &&
+	      count_files(dir, ".kvspill", NULL) == 0,
+	      "the read reaped: %u of %u blocks free again, %u holders counted, the old "
+	      "session unknown (%d), no file left", free1, free0, users, found);
+	CHECK(ask(d, cv.p1, 8, &r2) == 0 && strcmp(r2.session, r1.session),
+	      "the next conversation is served");
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * Retention ending beside the tier (conv.c, kvd_conv_expire; tiering.c,
+ * kvd_tiering_expire): a conversation whose retention ends while its
+ * spill is being written is looked at again 100 ms later, its KV kept;
+ * once written (a clean copy: the file holds exactly the arena's KV),
+ * its retention ending releases its blocks at once, the file keeping
+ * the KV (it kept them until pressure came, before).
+ */
+static void test_expire_tier(void)
+{
+	char *dir = new_dir("expire-tier");
+	struct kvd_config c, nc;
+	struct convo cv[2];
+	struct reply r1[2];
+	struct kvd_conv *v;
+	struct kvd *d;
+	uint64_t now = 0, dl = 0;
+	uint32_t held = 0, left = 1;
+	char err[256];
+	int k, in_flight = 0, clean = 0, file = 0;
+
+	if (!dir)
+		return;
+	base_config(&c, dir);
+	c.tier_prefetch = 0;
+	d = start(&c);
+	if (!d)
+		goto out;
+	for (k = 0; k < 2; k++) {
+		train_class(d, ref_tool[k], 60000000);
+		make_convo(&cv[k], k, ref_tool[k]);
+	}
+	/* the arena under pressure: the tool wait's KV is written behind
+	 * and kept, a clean copy */
+	script(d, cv[0].call);
+	ask(d, cv[0].p1, 8, &r1[0]);
+	for (k = 0; k < 2000 && !clean; k++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		v = kvd_conv_find_id(d, r1[0].session);
+		clean = v && v->tier_file && !v->tier_op && kvd_conv_blocks(v);
+		if (clean) {
+			now = kvd_now_ns();
+			kvd_conv_set_deadline(d, v, now);
+			kvd_conv_expire(d, now);
+			left = kvd_conv_blocks(v);
+			file = v->tier_file != 0;
+		}
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(clean && !left && file,
+	      "retention ending with its KV on disk: %u blocks left in the arena, the file kept "
+	      "(%d)", left, file);
+	/* no pressure: kept at the tool wait; then a victim, its spill in
+	 * flight, when its retention ends */
+	pthread_mutex_lock(&d->lock);
+	nc = d->cfg;
+	nc.low_wm = 1;
+	nc.high_wm = 2;
+	if (kvd_tiering_reload(d, &nc, err, sizeof(err)))
+		printf("reload: %s\n", err);
+	pthread_mutex_unlock(&d->lock);
+	script(d, cv[1].call);
+	ask(d, cv[1].p1, 8, &r1[1]);
+	pthread_mutex_lock(&d->lock);
+	v = kvd_conv_find_id(d, r1[1].session);
+	if (v && !v->tier_op) {
+		kvd_make_room(d, kvd_blocks_free(d) + 1);
+		in_flight = v->tier_op && v->tier_spill_evicting;
+		held = kvd_conv_blocks(v);
+		now = kvd_now_ns();
+		kvd_conv_set_deadline(d, v, now);
+		kvd_conv_expire(d, now);
+		dl = v->deadline_ns;
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(in_flight && held && dl == now + 100000000ull,
+	      "retention ending while its spill is written: its %u blocks kept, looked at again "
+	      "in %.0f ms", held, dl ? (dl - (double)now) / 1e6 : -1.0);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * KV discarded by the tier keeps the conversation's kvarena session (its
+ * tool wait still known to the kernel) with no block (tiering.c,
+ * discard): on its return the conversation shares the prefix cache's
+ * blocks of its prompt as a new one would (admit.c, admit_one: a session
+ * with neither blocks nor positions is opened anew). A and B begin with
+ * one long system prompt; A's KV is discarded ([tier] decisions = no);
+ * A's next turn reuses the system prompt's cached blocks, B still
+ * holding them, and replies as it does with its KV kept.
+ */
+static void test_discard_shares(void)
+{
+	char *dir = new_dir("discard");
+	struct kvd_config c;
+	struct reply ra, rb, r2, ref;
+	struct kvd_conv *v;
+	struct kvd *d;
+	char sys[4096], pa[6144], pb[6144], pa2[12288];
+	uint32_t bt = 0, held = 1, n_sys = 0;
+	int k, o, pass_no;
+
+	if (!dir)
+		return;
+	o = snprintf(sys, sizeof(sys), "<|im_start|>system\nYou are a build agent. Rules:");
+	for (k = 0; o < 600; k++)
+		o += snprintf(sys + o, sizeof(sys) - (size_t)o, " r%d", (k * 31) % 97);
+	snprintf(sys + o, sizeof(sys) - (size_t)o, "<|im_end|>\n");
+	snprintf(pa, sizeof(pa), "%s<|im_start|>user\nA: build it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys);
+	snprintf(pb, sizeof(pb), "%s<|im_start|>user\nB: test it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys);
+	for (pass_no = 0; pass_no < 2; pass_no++) {
+		base_config(&c, pass_no ? NULL : dir);
+		c.prefix_cache = 1;
+		c.tier_decisions = 0;
+		d = start(&c);
+		if (!d)
+			goto out;
+		bt = d->geom.block_tokens;
+		n_sys = (uint32_t)kve_tokenize(d->tok, sys, strlen(sys), 1, NULL, 0);
+		ask(d, pa, 8, &ra);
+		ask(d, pb, 8, &rb);
+		snprintf(pa2, sizeof(pa2), "%s%.*s<|im_end|>\n<|im_start|>user\nagain<|im_end|>\n"
+			 "<|im_start|>assistant\n", pa, (int)ra.len, ra.text);
+		if (!pass_no) {
+			pthread_mutex_lock(&d->lock);
+			v = kvd_conv_find_id(d, ra.session);
+			if (v)
+				kvd_tiering_evict(d, v);
+			held = v && v->has_kv ? kvd_conv_blocks(v) : 1;
+			pthread_mutex_unlock(&d->lock);
+			CHECK(v && v->has_kv && !held, "A's KV discarded, its session kept");
+			ask(d, pa2, 8, &r2);
+			CHECK(!r2.error && r2.usage.cached_tokens >= n_sys / bt * bt &&
+			      r2.usage.cached_tokens < r2.usage.prompt_tokens - 8,
+			      "A's return shares the system prompt's cached blocks: %u of %u "
+			      "tokens (the system prompt's full blocks: %u)", r2.usage.cached_tokens,
+			      r2.usage.prompt_tokens, n_sys / bt * bt);
+		} else {
+			ask(d, pa2, 8, &ref);
+		}
+		stop(d);
+	}
+	CHECK(same_reply(&r2, &ref), "its reply as with its KV kept");
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 #ifndef __SANITIZE_ADDRESS__
 /* Anonymous memory this process holds (heap, stacks): the daemon's own,
  * besides the arena (a memfd: RssShmem) and the workers (processes). */
@@ -2109,6 +2352,9 @@ int main(int argc, char **argv)
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);
+	RUN(closed_mid_restore);
+	RUN(expire_tier);
+	RUN(discard_shares);
 	RUN(restore_shared);
 	RUN(lost_shared);
 #ifndef __SANITIZE_ADDRESS__

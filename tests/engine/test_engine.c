@@ -91,6 +91,18 @@ static void test_model(const char *path)
 	      (size_t)in->n_layers * 2 * in->n_kv_heads * 16 * in->head_dim * 2,
 	      "block bytes = layers*2*kv_heads*tokens*head_dim*2 (%zu)",
 	      kve_kv_block_bytes(m, 16, KVE_KV_F16));
+	{	/* the matrices a decode step reads: weight_bytes in all */
+		const void *p;
+		size_t len, sum = 0, n = 0;
+
+		while (!kve_model_matrix(m, (uint32_t)n, &p, &len) && p && len) {
+			sum += len;
+			n++;
+		}
+		CHECK(n == 7 * (size_t)in->n_layers + 1 && sum == in->weight_bytes,
+		      "kve_model_matrix: %zu matrices, %zu bytes (weight_bytes %llu)", n, sum,
+		      (unsigned long long)in->weight_bytes);
+	}
 
 	for (d = 0; d < 2; d++) {
 		enum kve_kv_dtype dt = d ? KVE_KV_F16 : KVE_KV_F32;

@@ -82,16 +82,22 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "idle_sleeps", "expire", "context_end", "tenant_budget",
               "session_cap", "utf8_tail", "preempt_cached", "readmit_first", "route_order",
               "constrained_long", "stop_in_token", "spm_turns", "void_behind",
-              "many_candidates", "budget_admit", "admit_fair", "last_block"]
+              "many_candidates", "budget_admit", "admit_fair", "last_block",
+              "queued_kv_line", "queued_kv_grow", "expire_claimed",
+              "queued_kv_tenants"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
 # check-tiering, not here
+# the scheduler's allocations failing one by one (conv.c, radix.c)
+SCHED_OOM = "build/daemon/tests/test_sched_oom"
 TIER = "build/daemon/tests/test_tiering"
 TIER_WORK = "build/daemon/tests/tiering"
 TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt", "cap",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
-              "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first"]
+              "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first",
+              "closed_mid_spill", "closed_mid_restore", "restore_shared", "lost_shared",
+              "expire_tier", "discard_shares"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
@@ -124,9 +130,10 @@ GROUPS = {
                          "daemon/kvarenad/admit.c", "daemon/kvarenad/fair.c",
                          "daemon/kvarenad/conv.c", "daemon/kvarenad/prefix.c",
                          "daemon/kvarenad/radix.c", "daemon/kvarenad/router.c"],
-                  build=[ORCH, TIER, "build/daemon/tests/test_radix", ORCH_MODEL, ORCH_SPM,
-                         ORCH_PLUGIN],
-                  parts=[("radix", ["build/daemon/tests/test_radix", "{seed}", "20000"], {})] +
+                  build=[ORCH, TIER, "build/daemon/tests/test_radix", SCHED_OOM, ORCH_MODEL,
+                         ORCH_SPM, ORCH_PLUGIN],
+                  parts=[("radix", ["build/daemon/tests/test_radix", "{seed}", "20000"], {}),
+                         ("sched_oom", [SCHED_OOM, ORCH_MODEL, ORCH_SPM], {})] +
                         [("orch:" + t, [ORCH, ORCH_MODEL, ORCH_PLUGIN], {"KVD_TEST_ONLY": t})
                          for t in ORCH_PARTS] +
                         [("tier:" + t, [TIER, ORCH_MODEL, TIER_WORK], {"KVD_TEST_ONLY": t})
@@ -134,11 +141,13 @@ GROUPS = {
                   env={"KVD_TEST_FAIL_FAST": "1", "ASAN_OPTIONS": "detect_leaks=1"},
                   cover=dict(build=["build/daemon/tests/test_orch_cov",
                                     "build/daemon/tests/test_tiering_cov",
-                                    "build/daemon/tests/test_radix_cov"],
+                                    "build/daemon/tests/test_radix_cov",
+                                    "build/daemon/tests/test_sched_oom_cov"],
                              binaries={ORCH: "build/daemon/tests/test_orch_cov",
                                        TIER: "build/daemon/tests/test_tiering_cov",
                                        "build/daemon/tests/test_radix":
-                                           "build/daemon/tests/test_radix_cov"},
+                                           "build/daemon/tests/test_radix_cov",
+                                       SCHED_OOM: "build/daemon/tests/test_sched_oom_cov"},
                              objdir="build/daemon/cov")),
     # what a hostile MCP server's bytes reach (issue 36.8): the client
     # against the hostile fake and 20,000 inputs of the reference-checked

@@ -89,12 +89,12 @@ for mode in client server; do
 		bin=$hooks
 		tools=("[tools]" "enable = sh" "workdir_root = $PWD/$out/tools")
 		# a session is one conversation with its tool rounds: its last
-		# turn (~3.7k tokens) fits alone, the four do not. In 192 blocks
-		# it did not: a readmitted request of 108 blocks waited behind
-		# two queued requests whose conversations held 122 (their KV,
-		# not evictable while their requests wait), no block free, for
-		# good (a scheduler deadlock, replay.md)
-		blocks=320
+		# turn (~3.7k tokens) fits alone, the four do not: in 192
+		# blocks a readmitted request of 108 blocks waited behind two
+		# queued requests whose conversations held 122 (their KV, not
+		# idle while their requests wait), no block free, for good,
+		# until the request first in line took that KV (daemon.md,
+		# "Admission"; replay.md)
 	fi
 	for pol in toolwait lru ttl; do
 		case $pol in

@@ -6,9 +6,11 @@
 # and the shipped trained agent model (agent_f32, agent_q8),
 # one thread each, then two threads each (ENGINE_BENCH_T2_MODELS): prefill
 # tok/s (128-token prompt), greedy decode tok/s, decode at batch 8
-# (sessions sharing the prompt's KV), our decode as a % of the
-# read-bandwidth roofline measured in the same run (by as many threads),
-# and argmax agreement after the prompt. Appends rows to build/bench/results.tsv
+# (sessions sharing the prompt's KV), our decode as a % of its read
+# roofline (kve-bench: a step's bytes, the matrices and the K/V rows its
+# attention reads, at the rate as many threads read the model's matrices
+# in passes alternating with the decode steps; and, for comparison, the
+# DRAM roofline of a 512 MiB read), and argmax agreement after the prompt. Appends rows to build/bench/results.tsv
 # (name value unit peer peer_value ratio) and prints a table.
 # ENGINE_BENCH_MODELS limits the set (e.g. "15m_q8 110m_f32").
 set -eu
@@ -54,9 +56,10 @@ TABLE2=""
 
 # measure MODEL THREADS: sets o_* (ours) and l_* (llama.cpp) to the best
 # of ENGINE_BENCH_ROUNDS (default 2) alternating rounds, o1/l1 to the
-# first round's output: the host is shared and noisy; the read
-# bandwidth (with THREADS reading threads) is measured in the first
-# round only
+# first round's output, ob to the output of our round with the best
+# decode: the host is shared and noisy; every round measures its own
+# roofline between its decode steps, and pct is the best decode over
+# the roofline of the same round
 # llama.cpp's spinning barriers can collapse on a loaded host at 2
 # threads (runs of many minutes): each of its runs is cut off after
 # ENGINE_BENCH_PEER_TIMEOUT seconds (default 300) and then counts as 0
@@ -81,11 +84,13 @@ measure() {
 		eval "o_$k=\$(get \"\$o1\" $k)"
 		eval "l_$k=\$(get \"\$l1\" $k)"
 	done
+	ob=$o1
 	r=1
 	while [ "$r" -lt "${ENGINE_BENCH_ROUNDS:-2}" ]; do
-		o2=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC" --no-bw)
+		o2=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC")
 		l2=$(peer "$f" --threads "$2" --decode "$DEC")
 		cutoff "$l2" "$1" "$2"
+		[ "$(best "$o_decode_tps" "$(get "$o2" decode_tps)")" = "$o_decode_tps" ] || ob=$o2
 		for k in prefill_tps decode_tps batch_tps; do
 			eval "o_$k=\$(best \"\$o_$k\" \"\$(get \"\$o2\" $k)\")"
 			eval "l_$k=\$(best \"\$l_$k\" \"\$(get \"\$l2\" $k)\")"
@@ -95,8 +100,10 @@ measure() {
 	for k in prefill_tps decode_tps batch_tps; do
 		eval "[ -n \"\$l_$k\" ] || l_$k=0"
 	done
-	roof=$(get "$o1" roofline_tps)
+	roof=$(get "$ob" roofline_tps)
 	pct=$(awk -v d="$o_decode_tps" -v r="$roof" 'BEGIN { printf "%.1f", 100 * d / r }')
+	gbs=$(get "$ob" read_gbs)
+	dpct=$(get "$ob" dram_roofline_pct)
 }
 
 for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8 110m_q4_k_m 110m_q4_0 qwen3_q4_k_m}; do
@@ -109,18 +116,19 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_
 	row "prefill_${m}_t1" "$o_prefill_tps" tok/s llama.cpp "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")"
 	row "decode_${m}_t1" "$o_decode_tps" tok/s llama.cpp "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")"
 	row "decode_${m}_t1_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
-	row "decode_${m}_t1_roofline_pct" "$pct" % "roofline_tok/s@$(get "$o1" read_gbs)GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
+	row "decode_${m}_t1_roofline_pct" "$pct" % "roofline_tok/s@${gbs}GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
+	row "decode_${m}_t1_dram_roofline_pct" "$dpct" % "dram_GB/s" "$(get "$ob" dram_gbs)" "$(awk -v p="$dpct" 'BEGIN { printf "%.3f", p / 100 }')"
 	row "argmax_${m}" "$oa" token llama.cpp "$la" "$agree"
-	TABLE="$TABLE$(printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %s' \
+	TABLE="$TABLE$(printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s %5s%% %5s%% | %s' \
 		"$m" "$o_prefill_tps" "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")" \
 		"$o_decode_tps" "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")" \
 		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
-		"$roof" "$pct" "$( [ $agree = 1 ] && echo "agree ($oa)" || echo "MISMATCH $oa vs $la")")
+		"$roof" "$gbs" "$pct" "$dpct" "$( [ $agree = 1 ] && echo "agree ($oa)" || echo "MISMATCH $oa vs $la")")
 "
 done
 isa=$(get "$o1" isa)
 kv=$(get "$o1" kv)
-bw1=$(get "$o1" read_gbs)
+dram1=$(get "$o1" dram_gbs)
 
 # 2 threads, both engines (ENGINE_BENCH_T2_MODELS, default the 110M
 # files; "" skips): the same rows with _t2, the roofline at the read
@@ -132,23 +140,24 @@ for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8 110m_q4_k_m 110m_q4_0}; do
 	row "prefill_${m}_t2" "$o_prefill_tps" tok/s llama.cpp "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")"
 	row "decode_${m}_t2" "$o_decode_tps" tok/s llama.cpp "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")"
 	row "decode_${m}_t2_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
-	row "decode_${m}_t2_roofline_pct" "$pct" % "roofline_tok/s@$(get "$o1" read_gbs)GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
+	row "decode_${m}_t2_roofline_pct" "$pct" % "roofline_tok/s@${gbs}GB/s" "$roof" "$(awk -v p="$pct" 'BEGIN { printf "%.3f", p / 100 }')"
+	row "decode_${m}_t2_dram_roofline_pct" "$dpct" % "dram_GB/s" "$(get "$ob" dram_gbs)" "$(awk -v p="$dpct" 'BEGIN { printf "%.3f", p / 100 }')"
 	row "decode_${m}_t2_over_t1" "$(ratio "$o_decode_tps" "$d1")" x kvarena_t1 "$d1" "$(ratio "$o_decode_tps" "$d1")"
-	TABLE2="$TABLE2$(printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s%% | %5sx' \
+	TABLE2="$TABLE2$(printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s %5s%% %5s%% | %5sx' \
 		"$m" "$o_prefill_tps" "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")" \
 		"$o_decode_tps" "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")" \
 		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
-		"$roof" "$pct" "$(ratio "$o_decode_tps" "$d1")")
+		"$roof" "$gbs" "$pct" "$dpct" "$(ratio "$o_decode_tps" "$d1")")
 "
-	bw2="${bw2:+$bw2, }$m $(get "$o1" read_gbs)"	# each model measures its own
 done
 echo "host: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa, KV in a $kv, read bw $bw1 GB/s"
-printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" argmax
+echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa, KV in a $kv"
+echo "roof: tok/s at GB/s, the rate its matrices read between our decode steps; %roof: our decode over it; %dram: over the DRAM roofline (last: $dram1 GB/s)"
+printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof GB/s "%roof" "%dram" argmax
 printf '%s' "$TABLE"
 if [ -n "$TABLE2" ]; then
-	echo "2 threads, both engines; roofline at the 2-thread read bw (GB/s: ${bw2:-?}); t2/t1: our decode at 2 threads over 1"
-	printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof "%roof" t2/t1
+	echo "2 threads, both engines; roofline read by 2 threads; t2/t1: our decode at 2 threads over 1"
+	printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof GB/s "%roof" "%dram" t2/t1
 	printf '%s' "$TABLE2"
 fi
 [ -z "$PEER_NOTE" ] || echo "${PEER_NOTE#?}"
