@@ -606,11 +606,11 @@ static int first_in_line_alone(struct kvd *d, uint32_t running, int others)
 
 void kvd_admit(struct kvd *d)
 {
-	struct kvd_job *j, *best;
+	struct kvd_job *j, *best, *head = NULL;
 	struct kvd_admit_cand *c;
 	uint32_t running = 0, committed;
 	size_t n, i;
-	int blocked = 0, others, restore_waits = 0;
+	int others, restore_waits = 0;
 
 #ifdef KVD_TEST_HOOKS
 	/* test_orch: turns queued while this is set meet in one admission */
@@ -641,54 +641,42 @@ void kvd_admit(struct kvd *d)
 	committed = committed_blocks(d, &others);
 	/* preempted jobs, oldest first */
 	n = candidates(d, JOB_PREEMPTED, &c);
-	for (i = 0; i < n; i++) {
-		int rc = admit_one(d, c[i].j, &committed, &others);
-
-		if (rc == 1 && first_in_line_alone(d, running, others) &&
-		    take_queued_kv(d, c[i].j, line_need(d, c[i].j)))
-			rc = admit_one(d, c[i].j, &committed, &others);
-		if (rc == 1) {
-			blocked = 1;
-			wanted(d, c[i].j);
-			break;
-		}
-	}
+	for (i = 0; i < n && !head; i++)
+		if (admit_one(d, c[i].j, &committed, &others) == 1)
+			head = c[i].j;
 	/* queued jobs, fair order: the tenant of least virtual time, its
 	 * oldest job; one that does not fit stops the rest, and so does a
 	 * tool round's restore that found no room (it was running) */
-	blocked |= restore_waits;
-	n = blocked ? 0 : candidates(d, JOB_QUEUED, &c);
-	for (i = 0; i < n && !blocked; i++) {
+	n = head || restore_waits ? 0 : candidates(d, JOB_QUEUED, &c);
+	for (i = 0; i < n && !head; i++) {
 		best = c[i].j;
 		switch (admit_one(d, best, &committed, &others)) {
 		case 0:
 			running++;
 			break;
 		case 1:
-			if (!running) {
-				/* nothing running will free blocks: make room from
-				 * idle KV and the cache, then from the KV queued
-				 * turns behind it kept */
-				if (kvd_tiering_busy(d)) {
-					/* a spill in flight frees blocks soon */
-					blocked = 1;
-					wanted(d, best);
-					break;
-				}
+			/* nothing running will free blocks: make room from idle
+			 * KV and the cache (unless a spill in flight frees
+			 * blocks soon) */
+			if (!running && !kvd_tiering_busy(d)) {
 				kvd_make_room(d, line_need(d, best));
-				if (admit_one(d, best, &committed, &others) == 0 ||
-				    (first_in_line_alone(d, running, others) &&
-				     take_queued_kv(d, best, line_need(d, best)) &&
-				     admit_one(d, best, &committed, &others) == 0)) {
+				if (admit_one(d, best, &committed, &others) == 0) {
 					running++;
 					break;
 				}
 			}
-			blocked = 1;
-			wanted(d, best);
+			head = best;
 			break;
 		default:
 			break;
 		}
 	}
+	/* the job first in line lacks room and nothing runs: the KV queued
+	 * turns behind it kept is all that can give blocks back */
+	if (head && first_in_line_alone(d, running, others) &&
+	    take_queued_kv(d, head, line_need(d, head)) &&
+	    admit_one(d, head, &committed, &others) == 0)
+		head = NULL;
+	if (head)
+		wanted(d, head);
 }

@@ -246,23 +246,22 @@ static int wait_join(struct link *l)
 	}
 }
 
-/* The host's READY, forwarded with its name in the backend field. */
+/* The host's READY, forwarded with its name in the backend field. The
+ * worker is not progressed before it: the host connects meanwhile
+ * (kvr_peer_connect, xfer.h). */
 static int forward_ready(struct link *l)
 {
 	uint64_t t0 = now_ns();
 
 	for (;;) {
-		struct pollfd p[3] = { { ORCH_FD, POLLIN, 0 },
-				       { kvr_chan_fd(l->ch), POLLIN, 0 },
-				       { kvr_xfer_fd(l->x), POLLIN, 0 } };
+		struct pollfd p[2] = { { ORCH_FD, POLLIN, 0 }, { kvr_chan_fd(l->ch), POLLIN, 0 } };
 		struct kvd_ready rd;
 		uint16_t type;
 		size_t len;
 		char host[80];
 		int rc;
 
-		kvr_xfer_progress(l->x);
-		if (!kvr_chan_pending(l->ch) && poll(p, 3, 1000) < 0 && errno != EINTR)
+		if (!kvr_chan_pending(l->ch) && poll(p, 2, 1000) < 0 && errno != EINTR)
 			return -EIO;
 		if (p[0].revents)
 			return -EPIPE;

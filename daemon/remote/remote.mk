@@ -54,14 +54,11 @@ $(REMOTE_TEST_XFER_PLAIN): tests/remote/test_xfer.c $(REMOTE_LIB) daemon/worker/
 		$(REMOTE_LIBS) $(LIB_LDLIBS)
 
 # make check-remote-rxe: UCX over a verbs transport (rdma_rxe) in each guest
-# kernel, the arenas on kvarena.ko. On 6.1 the side that is the target of
-# the RDMA keeps a memfd arena: with kvarena.ko's there it dies
-# (Documentation/remote.md, "What kvarena.ko's mapping permits")
+# kernel, both arenas on kvarena.ko
 .PHONY: check-remote-rxe
 check-remote-rxe: modules-guest $(REMOTE_TEST_XFER_PLAIN)
 	@for k in $(GUEST_KERNELS); do \
-		case $$k in 6.1.*) s=memfd ;; *) s=kernel ;; esac; \
-		tests/remote/run-rxe-guest.sh $$k $$s kernel || exit 1; done
+		tests/remote/run-rxe-guest.sh $$k kernel kernel || exit 1; done
 
 # the authenticated control channel, on loopback
 REMOTE_TEST_CHAN := $(REMOTE_OUT)/tests/test_chan

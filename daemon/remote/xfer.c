@@ -290,6 +290,20 @@ int kvr_peer_connect(struct kvr_xfer *x, const void *blob, size_t len,
 		kvr_peer_close(p);
 		return ucs_errno(st);
 	}
+	/*
+	 * Let UCP's first keepalive round run now, while the peer has not yet
+	 * acknowledged the wire-up connection (it must not progress before this
+	 * side says it connected, xfer.h): the round then finds the connection
+	 * not up and sends nothing, and the next is KEEPALIVE_INTERVAL away.
+	 * Run later, it would send a keepalive right behind the wire-up request,
+	 * and UCX 1.13's tcp transport crashes the peer (SIGSEGV at 0xff..f8)
+	 * when it reads both at once: handling the request creates the endpoint
+	 * that takes over the accepted connection with its unread bytes, and
+	 * the read loop then frees a receive buffer that moved with them
+	 * (Documentation/remote.md, Tests). The round runs on every 32nd pass.
+	 */
+	for (int i = 0; i < 64; i++)
+		ucp_worker_progress(x->worker);
 	*pp = p;
 	return 0;
 }

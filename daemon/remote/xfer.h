@@ -56,6 +56,9 @@ int kvr_xfer_fd(struct kvr_xfer *x);
  * RMA (TCP) must call this for the peer's puts and gets to land. */
 int kvr_xfer_progress(struct kvr_xfer *x);
 
+/* Connects to the peer whose blob this is. The peer must not progress
+ * its worker (kvr_xfer_progress) from sending the blob until this side
+ * tells it, after this returns, that it connected: see xfer.c on UCX 1.13. */
 int kvr_peer_connect(struct kvr_xfer *x, const void *blob, size_t len,
 		     struct kvr_peer **pp, char *err, size_t errlen);
 /* Force-closes the endpoint: pending operations end in error and nothing
