@@ -117,6 +117,10 @@ $(KVD_TEST_SCHED_OOM): tests/daemon/test_sched_oom.c $(KVD_CORE_SLIB) $(KVD_DEP_
 check-sched-oom: $(KVD_TEST_SCHED_OOM) $(KVD_TEST_MODEL) $(KVD_TEST_SPM_MODEL)
 	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_SCHED_OOM) $(KVD_TEST_MODEL) $(KVD_TEST_SPM_MODEL)
 
+# check-remote (daemon/remote/remote.mk, read before the daemon's makefiles,
+# where these were still empty): kvarenad on two hosts needs them built
+check-remote: $(KVD_BIN) $(KVD_HOOKS_BIN) $(KVD_TEST_MODEL)
+
 # The radix index against a brute-force model (property test, ASan/UBSan)
 KVD_TEST_RADIX := $(KVD_OUT)/tests/test_radix
 $(KVD_TEST_RADIX): tests/daemon/test_radix.c $(KVD_CORE_SLIB)
