@@ -152,6 +152,20 @@ static void base_config(struct kvd_config *c, const char *tier_dir)
 		snprintf(c->tier_dir, sizeof(c->tier_dir), "%s", tier_dir);
 }
 
+/* With d->lock held: n of the arena's blocks taken by a kvarena session
+ * of the test's own (room held elsewhere). 0 or a negative errno;
+ * *opened: the session is to be closed. */
+static int hold_blocks(struct kvd *d, uint32_t n, struct kve_arena_session *blk, int *opened)
+{
+	uint32_t bt = d->geom.block_tokens;
+	int rc = kve_arena_session_open(d->kv, 1, n * bt, blk);
+
+	*opened = !rc;
+	if (!rc)
+		rc = kve_arena_session_reserve(d->kv, blk, n * bt);
+	return rc;
+}
+
 /* The arena always "needs" memory: its high watermark at its size, so
  * every tool wait spills (applied as SIGHUP applies it). */
 static void force_pressure(struct kvd *d)
@@ -1730,7 +1744,7 @@ static void test_prefetch_taken(void)
 	struct reply ra, rb, r2;
 	struct kvd_conv *cc;
 	struct kvd *d;
-	uint32_t cls, i, bt, left = 0;
+	uint32_t cls, i, left = 0;
 	double tb;
 	int a_ms = slow(16000), b_ms = slow(3000), rc = -1, opened = 0;
 
@@ -1768,15 +1782,11 @@ static void test_prefetch_taken(void)
 	/* B evicted, and every free block held elsewhere, in one turn of
 	 * the lock: B's prefetch finds A's KV the only room */
 	pthread_mutex_lock(&d->lock);
-	bt = d->geom.block_tokens;
 	cc = kvd_conv_find_id(d, rb.session);
 	if (cc && cc->has_kv && cc->as.s.n_blocks) {
 		kvd_tiering_evict(d, cc);
 		left = kvd_blocks_free(d);
-		rc = kve_arena_session_open(d->kv, 1, left * bt, &blk);
-		opened = !rc;
-		if (!rc)
-			rc = kve_arena_session_reserve(d->kv, &blk, left * bt);
+		rc = hold_blocks(d, left, &blk, &opened);
 		left = kvd_blocks_free(d);
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -1987,10 +1997,7 @@ static void test_restore_first(void)
 		need = (cc->tier_file_tokens + bt - 1) / bt;
 		left = kvd_blocks_free(d);
 		hold = left > need / 2 ? left - need / 2 : 0;
-		rc = kve_arena_session_open(d->kv, 1, hold * bt, &blk);
-		opened = !rc;
-		if (!rc)
-			rc = kve_arena_session_reserve(d->kv, &blk, hold * bt);
+		rc = hold_blocks(d, hold, &blk, &opened);
 		left = kvd_blocks_free(d);
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -2272,7 +2279,7 @@ static void test_restore_shared(void)
 	struct kvd_job *jb = NULL;
 	struct kvd_conv *cb;
 	struct kvd *d;
-	uint32_t bt, own = 0, left = 0, hold = 0;
+	uint32_t own = 0, left = 0, hold = 0;
 	uint64_t turn0, turns = 0;
 	int i, rc = -1, opened = 0, waiting;
 
@@ -2298,7 +2305,6 @@ static void test_restore_shared(void)
 	      rb.usage.cached_tokens);
 	CHECK(kvd_session_delete(d, ra.session, 0) == 0, "the first agent's conversation deleted");
 	pthread_mutex_lock(&d->lock);
-	bt = d->geom.block_tokens;
 	cb = kvd_conv_find_id(d, rb.session);
 	if (cb) {
 		own = cb->as.s.n_blocks - cb->tier_file_skip;
@@ -2311,10 +2317,7 @@ static void test_restore_shared(void)
 	pthread_mutex_lock(&d->lock);
 	left = kvd_blocks_free(d);
 	hold = left > own / 2 ? left - own / 2 : 0;
-	rc = kve_arena_session_open(d->kv, 1, hold * bt, &blk);
-	opened = !rc;
-	if (!rc)
-		rc = kve_arena_session_reserve(d->kv, &blk, hold * bt);
+	rc = hold_blocks(d, hold, &blk, &opened);
 	left = kvd_blocks_free(d);
 	pthread_mutex_unlock(&d->lock);
 	CHECK(rc == 0 && hold && left < own, "%u blocks free, B's own KV is %u", left, own);
@@ -2390,7 +2393,7 @@ static void test_lost_shared(void)
 	struct kvd_conv *cb;
 	char err[256];
 	struct kvd *d;
-	uint32_t bt, own = 0, skip = 0, left = 0, hold = 0;
+	uint32_t own = 0, skip = 0, left = 0, hold = 0;
 	double tp, ts;
 	int rc = -1, opened = 0, p_ms = slow(28000), s_ms = slow(18000);
 
@@ -2415,7 +2418,6 @@ static void test_lost_shared(void)
 	tp = now_ms();
 	CHECK(kvd_session_delete(d, ra.session, 0) == 0, "A deleted");
 	pthread_mutex_lock(&d->lock);
-	bt = d->geom.block_tokens;
 	cb = kvd_conv_find_id(d, rb.session);
 	if (cb) {
 		skip = cb->tier_file_skip;
@@ -2439,10 +2441,7 @@ static void test_lost_shared(void)
 	pthread_mutex_lock(&d->lock);
 	left = kvd_blocks_free(d);
 	hold = left > own + skip / 2 ? left - own - skip / 2 : 0;
-	rc = kve_arena_session_open(d->kv, 1, hold * bt, &blk);
-	opened = !rc;
-	if (!rc)
-		rc = kve_arena_session_reserve(d->kv, &blk, hold * bt);
+	rc = hold_blocks(d, hold, &blk, &opened);
 	left = kvd_blocks_free(d);
 	pthread_mutex_unlock(&d->lock);
 	CHECK(rc == 0 && hold && left >= own && left < own + skip && ts - tp < p_ms - s_ms - slow(1000),
