@@ -3931,6 +3931,40 @@ static int three_first_turns(struct kvd *d, char p[3][4096], struct reply r1[3])
 	return first_turns_of(d, p, r1, 300, NULL);
 }
 
+/* On d, an arena of 1024 tokens: the first turns (first_turns_of) and
+ * the second turns p2[i] of ~t2[i] tokens (0: none). 0, or -1. */
+static int turns_in_1024(struct kvd *d, char p[3][4096], struct reply r1[3], uint32_t ty,
+			 const uint32_t *tn, char p2[3][4096], const uint32_t t2[3])
+{
+	if (d->geom.blocks_total * d->geom.block_tokens != 1024 ||
+	    first_turns_of(d, p, r1, ty, tn))
+		return -1;
+	for (uint32_t i = 0; i < 3; i++)
+		if (t2[i] && next_turn(d, p2[i], 4096, p[i], &r1[i], 7 + i, t2[i]))
+			return -1;
+	return 0;
+}
+
+/* Second turns p2[from..3) (8 tokens each, of tenants tn, NULL: 0)
+ * submitted with admission held, so that they meet in one admission
+ * turn, into jobs[from..]: how many were taken. */
+static unsigned submit_held(struct kvd *d, char p2[3][4096], unsigned from, const uint32_t *tn,
+			    struct kvd_job **jobs)
+{
+	struct kvd_error err;
+	unsigned i, n = from;
+
+	hold_admission(d, 1);
+	for (i = from; n == i && i < 3; i++) {
+		struct rq q = { p2[i], 0, 1, 8, tn ? tn[i] : 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	hold_admission(d, 0);
+	return n;
+}
+
 /*
  * The job first in line lacks room and nothing runs: the KV that queued
  * turns behind it kept from their last turns goes (admit.c,
@@ -3947,7 +3981,6 @@ static void test_queued_kv_line(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct kvd_error err;
 	struct kvd_job *jobs[3];
 	struct reply r1[3], r2[3], ref;
 	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
@@ -3960,23 +3993,13 @@ static void test_queued_kv_line(void)
 	d = start(&c);
 	if (!d)
 		goto out;
-	if (d->geom.blocks_total * d->geom.block_tokens != 1024 || three_first_turns(d, p, r1) ||
-	    next_turn(d, p2[0], 4096, p[0], &r1[0], 7, 450) ||
-	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 310) ||
-	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 310)) {
+	if (turns_in_1024(d, p, r1, 300, NULL, p2, (const uint32_t[3]){ 450, 310, 310 })) {
 		CHECK(0, "three first turns on %u blocks of %u tokens", d->geom.blocks_total,
 		      d->geom.block_tokens);
 		kvd_destroy(d);
 		goto out;
 	}
-	hold_admission(d, 1);
-	for (i = 0; i < 3; i++) {
-		struct rq q = { p2[i], 0, 1, 8, 0, NULL, NULL };
-
-		jobs[n] = submit(d, &q, &err);
-		n += jobs[n] != NULL;
-	}
-	hold_admission(d, 0);
+	n = submit_held(d, p2, 0, NULL, jobs);
 	done = replies_all(jobs, n, r2);
 	CHECK(n == 3 && done == 3, "X's second turn first in line lacking room, Y's and Z's "
 	      "queued holding the rest, nothing running: %u of 3 answered", done);
@@ -4008,12 +4031,11 @@ static void test_queued_kv_tenants(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct kvd_error err;
 	struct kvd_job *jobs[3];
 	struct reply r1[3], r2[3];
 	char (*p)[4096] = calloc(6, 4096), (*p2)[4096] = p + 3;
 	uint32_t tenant[3] = { 1, 2, 1 };
-	unsigned i, n = 0, done;
+	unsigned n = 0, done;
 
 	if (!p || getenv("KVD_TEST_SMALL"))
 		goto out;
@@ -4029,24 +4051,13 @@ static void test_queued_kv_tenants(void)
 	if (!d)
 		goto out;
 	/* a's X and Z ~320 tokens in all, b's Y ~450: b is served more */
-	if (d->geom.blocks_total * d->geom.block_tokens != 1024 ||
-	    first_turns_of(d, p, r1, 450, tenant) ||
-	    next_turn(d, p2[0], 4096, p[0], &r1[0], 7, 450) ||
-	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 460) ||
-	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 310)) {
+	if (turns_in_1024(d, p, r1, 450, tenant, p2, (const uint32_t[3]){ 450, 460, 310 })) {
 		CHECK(0, "three first turns on %u blocks of %u tokens", d->geom.blocks_total,
 		      d->geom.block_tokens);
 		kvd_destroy(d);
 		goto out;
 	}
-	hold_admission(d, 1);
-	for (i = 0; i < 3; i++) {
-		struct rq q = { p2[i], 0, 1, 8, tenant[i], NULL, NULL };
-
-		jobs[n] = submit(d, &q, &err);
-		n += jobs[n] != NULL;
-	}
-	hold_admission(d, 0);
+	n = submit_held(d, p2, 0, tenant, jobs);
 	done = replies_all(jobs, n, r2);
 	CHECK(n == 3 && done == 3, "X first in line lacking room, Y (b) and Z (a) queued "
 	      "holding the rest: %u of 3 answered", done);
@@ -4092,9 +4103,7 @@ static void test_queued_kv_grow(void)
 	d = start(&c);
 	if (!d)
 		goto out;
-	if (d->geom.blocks_total * d->geom.block_tokens != 1024 || three_first_turns(d, p, r1) ||
-	    next_turn(d, p2[1], 4096, p[1], &r1[1], 8, 610) ||
-	    next_turn(d, p2[2], 4096, p[2], &r1[2], 9, 610)) {
+	if (turns_in_1024(d, p, r1, 300, NULL, p2, (const uint32_t[3]){ 0, 610, 610 })) {
 		CHECK(0, "first turns on %u blocks of %u tokens", d->geom.blocks_total,
 		      d->geom.block_tokens);
 		kvd_destroy(d);
@@ -4106,14 +4115,8 @@ static void test_queued_kv_grow(void)
 	/* P runs (its first token is out) */
 	if (n && kvd_job_next(jobs[0], &ev, 30000) == 1 && ev.type == KVD_EV_TOKEN)
 		take_event(&r2[0], &ev);
-	hold_admission(d, 1);
-	for (i = 1; n == i && i < 3; i++) {
-		struct rq q = { p2[i], 0, 1, 8, 0, NULL, NULL };
-
-		jobs[n] = submit(d, &q, &err);
-		n += jobs[n] != NULL;
-	}
-	hold_admission(d, 0);
+	if (n)
+		n = submit_held(d, p2, 1, NULL, jobs);
 	{
 		struct reply first = r2[0];
 
