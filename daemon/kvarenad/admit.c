@@ -114,6 +114,23 @@ static int admitted_after(const struct kvd *d, const struct kvd_job *a, const st
 	return queued_key(a) > queued_key(b);
 }
 
+/* The queued job other than j whose conversation's kept KV goes first:
+ * the last in admission order; NULL when none keeps any. */
+static struct kvd_job *last_queued_kv(const struct kvd *d, const struct kvd_job *j)
+{
+	struct kvd_job *q, *last = NULL;
+
+	for (q = d->jobs; q; q = q->next) {
+		const struct kvd_conv *c = q->conv;
+
+		if (q != j && q->state == JOB_QUEUED && !q->cancelled && c && c->has_kv &&
+		    c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
+		    (!last || admitted_after(d, q, last)))
+			last = q;
+	}
+	return last;
+}
+
 /*
  * The KV that queued jobs' conversations kept from their last turns (not
  * idle while a job waits on it, so kvd_make_room leaves it) goes, the
@@ -128,21 +145,13 @@ static int admitted_after(const struct kvd *d, const struct kvd_job *a, const st
  */
 static int take_queued_kv(struct kvd *d, const struct kvd_job *j, uint32_t want)
 {
+	struct kvd_job *last;
 	int took = 0;
 
-	while (kvd_make_room(d, want) + kvd_tiering_freeing(d) < want) {
-		struct kvd_job *q, *last = NULL;
-
-		for (q = d->jobs; q; q = q->next) {
-			const struct kvd_conv *c = q->conv;
-
-			if (q != j && q->state == JOB_QUEUED && !q->cancelled && c && c->has_kv &&
-			    c->as.s.n_blocks && !c->tier_op && !c->tier_setup &&
-			    (!last || admitted_after(d, q, last)))
-				last = q;
-		}
-		if (!last)
-			break;
+	/* with no queued turn's KV (the usual case under pressure) the room
+	 * is not even counted again */
+	while ((last = last_queued_kv(d, j)) &&
+	       kvd_make_room(d, want) + kvd_tiering_freeing(d) < want) {
 		kvd_log(KVD_LOG_INFO, "sched", "%s: %u blocks of KV kept for its queued turn "
 			"taken for %s", last->request_id, last->conv->as.s.n_blocks, j->request_id);
 		if (!kvd_tiering_evict(d, last->conv) && last->conv->as.s.n_blocks)
