@@ -2505,6 +2505,8 @@ int main(int argc, char **argv)
 	if (n <= 0 || !workdir)
 		return 2;
 	self[n] = 0;
+	/* the scheduler's books checked every turn (audit.c); KVD_AUDIT= turns it off */
+	setenv("KVD_AUDIT", "1", 0);
 	signal(SIGPIPE, SIG_IGN);
 	kvd_log_set_level(getenv("KVD_TEST_VERBOSE") ? KVD_LOG_DEBUG : KVD_LOG_WARN);
 #define RUN(name) do { \
