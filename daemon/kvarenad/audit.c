@@ -151,10 +151,22 @@ static void audit_blocks(struct kvd *d, const uint32_t *users, const uint32_t *t
 	uint32_t b, slot, nodes = 0, leaves = 0, *kids = NULL;
 	const struct kvd_rnode *n;
 
-	for (b = 0; b < d->geom.blocks_total; b++)
+	struct kva_arena_info ai = { .size = sizeof(ai) };
+	uint32_t used = 0;
+
+	for (b = 0; b < d->geom.blocks_total; b++) {
 		if (users[b] != d->block_users[b])
 			broken("block %u: %u holders counted, %u held", b, d->block_users[b],
 			       users[b]);
+		used += users[b] || kvd_radix_by_block(r, b);
+	}
+	/* the arena's own count: every block it has given out is a
+	 * conversation's or the cache's, or a disk transfer's in flight */
+	if (!d->test_arena_shared && !kva_arena_get_info(d->arena, &ai) &&
+	    (kvd_tiering_busy(d) ? ai.blocks_total - ai.blocks_free < used :
+				   ai.blocks_total - ai.blocks_free != used))
+		broken("the arena has %u blocks out, %u are held", ai.blocks_total - ai.blocks_free,
+		       used);
 	for (slot = 1; slot <= d->cfg.n_tenants; slot++)
 		if (tblocks[slot] != d->tenant_blocks[slot])
 			broken("tenant %u: %u blocks counted, %u held", slot,
@@ -195,6 +207,25 @@ static void audit_blocks(struct kvd *d, const uint32_t *users, const uint32_t *t
 		       r->n_evictable, nodes, leaves);
 }
 
+/* A running job's positions: the KV, then those sent in steps, then
+ * those to send; blocks for all sent. A preempted one's: none. */
+static void audit_progress(const struct kvd *d, const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+
+	/* preempted: nothing sent, nothing in flight, all recomputed */
+	if (j->state == JOB_PREEMPTED && (j->n_sched || j->inflight))
+		broken("job %llu: preempted with %u positions sent, %u steps in flight",
+		       (unsigned long long)j->seq_id, j->n_sched, j->inflight);
+	if (j->state != JOB_RUNNING || !c || !c->has_kv)
+		return;
+	if (j->n_sched < c->as.s.n_tokens || j->n_sched > c->n_tokens ||
+	    j->n_sched > c->as.s.n_blocks * d->geom.block_tokens)
+		broken("job %llu: %u positions sent, KV %u, tokens %u, blocks %u",
+		       (unsigned long long)j->seq_id, j->n_sched, c->as.s.n_tokens, c->n_tokens,
+		       c->as.s.n_blocks);
+}
+
 /* Jobs per tenant (fair.c), steps in flight per job and per worker. */
 static void audit_jobs(struct kvd *d)
 {
@@ -217,13 +248,20 @@ static void audit_jobs(struct kvd *d)
 			for (k = 0; k < w->n_q; k++) {
 				const struct kvd_wstep *st = &w->q[(w->q_head + k) % KVD_MAX_DEPTH];
 
-				for (s = 0; s < st->n_seq; s++)
-					held += st->seqs[s].j == j;
+				for (s = 0; s < st->n_seq; s++) {
+					if (st->seqs[s].j != j)
+						continue;
+					held++;
+					if (j->worker != (int)i)
+						broken("job %llu: in worker %u's step, its worker %d",
+						       (unsigned long long)j->seq_id, i, j->worker);
+				}
 			}
 		}
-		if (held != j->inflight)
-			broken("job %llu: %u steps in flight counted, %u found",
-			       (unsigned long long)j->seq_id, j->inflight, held);
+		if (held != j->inflight || (!held && j->worker != -1))
+			broken("job %llu: %u steps in flight counted, %u found (worker %d)",
+			       (unsigned long long)j->seq_id, j->inflight, held, j->worker);
+		audit_progress(d, j);
 	}
 	if (queued > d->n_queued)
 		broken("%u queued jobs, %u counted", queued, d->n_queued);
@@ -237,8 +275,16 @@ static void audit_jobs(struct kvd *d)
 
 		if (w->n_q > KVD_MAX_DEPTH)
 			broken("worker %u: %u steps in flight", i, w->n_q);
-		for (k = 0; k < w->n_q; k++)
-			tokens += w->q[(w->q_head + k) % KVD_MAX_DEPTH].tokens;
+		for (k = 0; k < w->n_q; k++) {
+			const struct kvd_wstep *st = &w->q[(w->q_head + k) % KVD_MAX_DEPTH];
+			uint32_t n_new = 0;
+
+			for (s = 0; s < st->n_seq; s++)
+				n_new += st->seqs[s].n_new;
+			if (n_new != st->tokens)
+				broken("worker %u: a step of %u tokens sends %u", i, st->tokens, n_new);
+			tokens += st->tokens;
+		}
 		if (tokens != w->q_tokens)
 			broken("worker %u: %u tokens in flight counted, %u found", i, w->q_tokens,
 			       tokens);

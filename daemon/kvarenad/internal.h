@@ -586,6 +586,8 @@ struct kvd {
 	uint32_t n_test_replies;
 	int test_hold_admit;		/* kvd_admit admits nothing (admit.c) */
 	int test_audit;			/* KVD_AUDIT: check the books every turn */
+	int test_arena_shared;		/* the test takes or ends the arena's blocks
+					 * itself: audit.c leaves the arena's count */
 #endif
 };
 

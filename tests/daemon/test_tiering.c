@@ -160,6 +160,7 @@ static int hold_blocks(struct kvd *d, uint32_t n, struct kve_arena_session *blk,
 	uint32_t bt = d->geom.block_tokens;
 	int rc = kve_arena_session_open(d->kv, 1, n * bt, blk);
 
+	d->test_arena_shared = 1;	/* blocks no holder of the daemon's has */
 	*opened = !rc;
 	if (!rc)
 		rc = kve_arena_session_reserve(d->kv, blk, n * bt);
