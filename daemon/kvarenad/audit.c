@@ -291,6 +291,25 @@ static void audit_jobs(struct kvd *d)
 	}
 }
 
+/* The token counters /metrics and usage are made of: what was reused
+ * comes from the cache, the conversation's own KV or a first choice's. */
+static void audit_metrics(const struct kvd *d)
+{
+	const struct kvd_metrics *m = &d->m;
+
+	if (m->cached_tokens != m->prefix_hit_tokens + m->session_hit_tokens +
+				m->fork_copied_tokens || m->cached_tokens > m->prompt_tokens ||
+	    m->preempt_recomputed_tokens > m->preempted_tokens)
+		broken("tokens: %llu prompt, %llu cached = %llu cache + %llu session + %llu copied; "
+		       "%llu of %llu preempted recomputed", (unsigned long long)m->prompt_tokens,
+		       (unsigned long long)m->cached_tokens,
+		       (unsigned long long)m->prefix_hit_tokens,
+		       (unsigned long long)m->session_hit_tokens,
+		       (unsigned long long)m->fork_copied_tokens,
+		       (unsigned long long)m->preempt_recomputed_tokens,
+		       (unsigned long long)m->preempted_tokens);
+}
+
 void kvd_audit(struct kvd *d)
 {
 	uint32_t tblocks[KVD_MAX_TENANTS + 1] = { 0 }, *users;
@@ -303,6 +322,7 @@ void kvd_audit(struct kvd *d)
 	audit_convs(d, users, tblocks);
 	audit_blocks(d, users, tblocks);
 	audit_jobs(d);
+	audit_metrics(d);
 	free(users);
 }
 
