@@ -356,6 +356,9 @@ struct kvd_job {
 	pthread_cond_t qcond;
 	struct kvd_qev *q_head, *q_tail;
 	struct kvd_qev *cur;		/* returned by the last kvd_job_next */
+	struct kvd_qev *end_ev;		/* its DONE or ERROR, made at submit */
+	int lost_event;			/* an event could not be made: it ends
+					 * in an error, not DONE */
 	int q_closed;
 	struct kvd_waiter *waiter;	/* kvd_job_next_any's, rung by pushes */
 	void (*notify)(void *arg);	/* kvd_job_set_notify's, under qlock */
