@@ -987,6 +987,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	d->self_exe = self_exe;
 	d->data_fd = -1;
 	d->remote_lfd = -1;
+#ifdef KVD_TEST_HOOKS
+	d->test_audit = getenv("KVD_AUDIT") && *getenv("KVD_AUDIT");
+#endif
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;
