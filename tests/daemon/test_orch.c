@@ -1767,6 +1767,38 @@ static void test_worker_storm(void)
 	kvd_destroy(d);
 }
 
+/*
+ * The kernel sees a request's stages: its session spends time in PREFILL
+ * while the prompt is computed and in DECODE while tokens come (the
+ * kernel's eviction ranks by them), and is IDLE once the reply is done.
+ */
+static void test_kstate_stages(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r;
+	struct kvd_conv *cv;
+	struct kva_session_info si = { .size = sizeof(si) };
+	int got = 0;
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	CHECK(ask(d, "<|im_start|>user\nname three stages<|im_end|>\n<|im_start|>assistant\n",
+		  0, 1, 12, &r, NULL) == 0 && r.n_tokens > 2, "a reply of %u tokens", r.n_tokens);
+	pthread_mutex_lock(&d->lock);
+	for (cv = d->convs; cv && !got; cv = cv->next)
+		got = cv->has_kv && kva_session_get_info(d->arena, cv->as.sid, &si) == 0;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(got && si.state_ns[KVA_STATE_PREFILL] > 0 && si.state_ns[KVA_STATE_DECODE] > 0 &&
+	      si.state == KVA_STATE_IDLE,
+	      "its session was in PREFILL %llu ns and DECODE %llu ns, IDLE now (state %u)",
+	      (unsigned long long)si.state_ns[KVA_STATE_PREFILL],
+	      (unsigned long long)si.state_ns[KVA_STATE_DECODE], si.state);
+	kvd_destroy(d);
+}
+
 /* stage_down: mid-reply, every worker's backend made one that cannot
  * load and the workers killed (a broken driver: each restart fails) */
 static char stage_down_saved[2][256];
@@ -5506,6 +5538,7 @@ int main(int argc, char **argv)
 	RUN(program_fcfs);
 	RUN(worker_storm);
 	RUN(stage_down);
+	RUN(kstate_stages);
 	RUN(stall);
 	RUN(fairness);
 	RUN(shared_start);
