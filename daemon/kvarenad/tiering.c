@@ -73,6 +73,8 @@ struct kvd_tiering {
 	uint32_t freeing;		/* blocks eviction spills free when written */
 	struct ttimer *heap;
 	uint32_t n_heap, cap_heap;
+	struct kvd_conv **due;		/* prefetches due that found no room */
+	uint32_t n_due, cap_due;
 };
 
 uint32_t kvd_tiering_ktier(const struct kvd_conv *c)
@@ -131,10 +133,44 @@ static void heap_down(struct kvd_tiering *tr, uint32_t i)
 	heap_set(tr, i, e);
 }
 
+/* c's prefetch is due and waits for room (a few at a time: a list). */
+static void due_add(struct kvd_tiering *tr, struct kvd_conv *c)
+{
+	if (c->tier_due)
+		return;
+	if (tr->n_due == tr->cap_due) {
+		uint32_t cap = tr->cap_due ? tr->cap_due * 2 : 16;
+		struct kvd_conv **v = realloc(tr->due, cap * sizeof(*v));
+
+		if (!v)
+			return;		/* admission just does not wait for it */
+		tr->due = v;
+		tr->cap_due = cap;
+	}
+	tr->due[tr->n_due++] = c;
+	c->tier_due = 1;
+}
+
+static void due_del(struct kvd_tiering *tr, struct kvd_conv *c)
+{
+	uint32_t i;
+
+	if (!c->tier_due)
+		return;
+	c->tier_due = 0;
+	for (i = 0; i < tr->n_due; i++)
+		if (tr->due[i] == c) {
+			tr->due[i] = tr->due[--tr->n_due];
+			return;
+		}
+}
+
 static void timer_cancel(struct kvd_tiering *tr, struct kvd_conv *c, uint32_t kind)
 {
 	uint32_t i = c->tier_timer[kind];
 
+	if (kind == TIMER_PREFETCH)
+		due_del(tr, c);	/* due no more: started, returned, moved */
 	if (!i)
 		return;
 	i--;
@@ -1005,6 +1041,7 @@ static void on_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 		if (c->tier_noroom < UINT16_MAX)
 			c->tier_noroom++;
 		timer_arm(d->tier, c, TIMER_PREFETCH, now + (room < 0 ? 100000000ull : 20000000ull));
+		due_add(d->tier, c);
 	}
 }
 
@@ -1111,6 +1148,17 @@ int kvd_tiering_held(struct kvd *d, const struct kvd_conv *c)
 		if (j->state == JOB_RUNNING || j->state == JOB_KV_LOAD)
 			return 1;
 	return 0;
+}
+
+uint64_t kvd_tiering_due_start(const struct kvd *d)
+{
+	uint64_t t = UINT64_MAX;
+	uint32_t i;
+
+	for (i = 0; d->tier && i < d->tier->n_due; i++)
+		if (d->tier->due[i]->t_start_ns < t)
+			t = d->tier->due[i]->t_start_ns;
+	return t;
 }
 
 int kvd_tiering_busy(const struct kvd *d)
@@ -1378,6 +1426,7 @@ void kvd_tiering_fini(struct kvd *d)
 		kvt_close(tr->t);
 	}
 	free(tr->heap);
+	free(tr->due);
 	free(tr);
 	d->tier = NULL;
 }

@@ -35,6 +35,9 @@
  *   prefetch_held   KV prefetched for a return that is due is no victim
  *                   for another's room while a job runs: no stall
  *   prefetch_taken  a prefetch takes no KV another prefetch brought back
+ *   prefetch_first  a prefetch due that lacks room holds admission of
+ *                   later conversations' turns while a job runs: the room
+ *                   coming back is its own, no stall
  *   prefetch_order  a prefetch takes free room or that of conversations
  *                   expected back later, never of those back sooner: two
  *                   conversations returning first keep their KV, no stall
@@ -1814,6 +1817,147 @@ out:
 	free(dir);
 }
 
+/*
+ * A prefetch that is due and finds no room holds the room that comes free
+ * for itself, before the turns of conversations that started after its
+ * own, while a job runs (which gives room back). A waits on a tool of a
+ * fixed duration, its KV on disk; the arena is held by a kvarena session
+ * of the test's own but for one block less than A's restore needs. When A's
+ * prefetch has come due and found no room, C (a later conversation)
+ * runs, and B, a short first turn after it that fits in what is free,
+ * must stay queued. Before, B was admitted, and in an eviction run such
+ * turns took each block a reply gave back ahead of the prefetch, whose
+ * tool's result then found its KV on disk (no_room: 10 of 22 stalls).
+ * Once the room is back, A is prefetched before its return (no stall,
+ * output bit-identical) and B runs.
+ */
+static void test_prefetch_first(void)
+{
+	const struct reply *ref = reference(0);
+	const char *b_prompt = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
+	const char *c_prompt = "<|im_start|>user\nwrite a long story<|im_end|>\n"
+			       "<|im_start|>assistant\n";
+	char *dir = new_dir("pfirst");
+	struct kve_arena_session blk = { 0 };
+	struct kvd_job *jb = NULL, *jc = NULL;
+	struct kvd_config c;
+	struct kvd_conv *cc;
+	struct convo cv;
+	struct reply r1, r2, rb, rc2;
+	struct kvd *d;
+	uint32_t bt, need = 0, left = 0, hold = 0, noroom = 0;
+	uint64_t turn0, turns = 0;
+	double t0;
+	int a_ms = slow(8000), rc = -1, opened = 0, b_queued = 0, c_runs = 0, a_disk = 0, i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, ref_tool[0]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(2000);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
+	      "A calls a tool of %d ms, spilled", a_ms);
+	t0 = now_ms();
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc) {
+		need = (cc->tier_file_tokens + bt - 1) / bt;
+		left = kvd_blocks_free(d);
+		hold = left > need - 1 ? left - (need - 1) : 0;
+		rc = hold_blocks(d, hold, &blk, &opened);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left < need && left >= 12,
+	      "the arena held elsewhere: %u blocks free, A's restore needs %u", left, need);
+	if (rc)
+		goto stop;
+	/* A's prefetch comes due (its return less the margin) and finds no room */
+	for (i = 0; i < a_ms / 10 && !noroom; i++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		cc = kvd_conv_find_id(d, r1.session);
+		noroom = cc ? cc->tier_noroom : 0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(noroom && metric(d, "kvarenad_tier_prefetches_total") == 0,
+	      "A's prefetch due %.0f ms into its %d ms wait: no room", now_ms() - t0, a_ms);
+	/* C runs (nothing ran: it is admitted), then B comes */
+	jc = submit(d, c_prompt, 64);
+	for (i = 0; jc && i < 2000 && !c_runs; i++) {
+		pthread_mutex_lock(&d->lock);
+		c_runs = jc->state == JOB_RUNNING;
+		pthread_mutex_unlock(&d->lock);
+		if (!c_runs)
+			msleep(1);
+	}
+	jb = submit(d, b_prompt, 4);
+	pthread_mutex_lock(&d->lock);
+	turn0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; i < 3000 && turns < 8; i++) {
+		msleep(2);
+		pthread_mutex_lock(&d->lock);
+		turns = d->n_step_us - turn0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	b_queued = jb && jb->state == JOB_QUEUED;
+	c_runs = jc && jc->state == JOB_RUNNING;
+	cc = kvd_conv_find_id(d, r1.session);
+	a_disk = cc && cc->tier_file && !cc->tier_op && (!cc->has_kv || !cc->as.s.n_blocks);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(c_runs && b_queued && a_disk,
+	      "%llu steps of C later B still waits behind A's due prefetch (B %s, C %s, A %s)",
+	      (unsigned long long)turns, b_queued ? "queued" : "admitted",
+	      c_runs ? "running" : "done", a_disk ? "on disk" : "?");
+	/* the room comes back: A's prefetch takes it first */
+	pthread_mutex_lock(&d->lock);
+	kve_arena_session_close(d->kv, &blk);
+	opened = 0;
+	pthread_mutex_unlock(&d->lock);
+	memset(&rb, 0, sizeof(rb));
+	memset(&rc2, 0, sizeof(rc2));
+	CHECK(jb && collect(jb, &rb) == 0 && rb.n_tokens > 0, "B runs after A's prefetch");
+	jb = NULL;
+	CHECK(jc && collect(jc, &rc2) == 0 && rc2.n_tokens > 0, "C completes");
+	jc = NULL;
+	CHECK(metric(d, "kvarenad_tier_prefetches_total") == 1 &&
+	      !strcmp(tier_of(d, r1.session), "arena") && now_ms() - t0 < a_ms,
+	      "A prefetched back %.0f ms into its %d ms wait", now_ms() - t0, a_ms);
+	while (now_ms() - t0 < a_ms)
+		msleep(20);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 0,
+	      "A's result finds its KV: no stall, output bit-identical (%llu stalls)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
+stop:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	if (jb)
+		collect(jb, &rb);
+	if (jc)
+		collect(jc, &rc2);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 /* Blocks free in the arena. */
 static uint32_t free_blocks(struct kvd *d)
 {
@@ -2527,6 +2671,7 @@ int main(int argc, char **argv)
 	RUN(prefetch_once);
 	RUN(prefetch_held);
 	RUN(prefetch_taken);
+	RUN(prefetch_first);
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);
