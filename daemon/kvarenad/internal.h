@@ -439,6 +439,8 @@ struct kvd_metrics {
 	uint64_t kv_bytes_copied;		/* between stages */
 	uint64_t handoffs;			/* prefill -> decode */
 	uint64_t evictions, evicted_blocks, cache_evictions;
+	uint64_t evictions_prefetch;	/* of them, for a prefetch's room */
+	uint64_t kv_expired;		/* KV out of the arena: retention over */
 	uint64_t pressure_events;
 	uint64_t kernel_events_dropped, kernel_resyncs;	/* kstate.c's resync */
 	uint64_t worker_restarts, lease_expiries;

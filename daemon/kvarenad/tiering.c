@@ -56,6 +56,7 @@ struct kvd_tticket {
 	uint32_t freeing;		/* eviction spill: blocks freed when written */
 	uint32_t evicted;		/* eviction spill: its blocks, an eviction
 					 * once written (spill_done) */
+	int for_prefetch;		/* that eviction made a prefetch's room */
 	uint64_t started_ns;
 };
 
@@ -75,6 +76,7 @@ struct kvd_tiering {
 	uint32_t n_heap, cap_heap;
 	struct kvd_conv **due;		/* prefetches due that found no room */
 	uint32_t n_due, cap_due;
+	int for_prefetch;		/* evictions now make a prefetch's room */
 };
 
 uint32_t kvd_tiering_ktier(const struct kvd_conv *c)
@@ -200,6 +202,15 @@ static void timer_arm(struct kvd_tiering *tr, struct kvd_conv *c, uint32_t kind,
 	}
 	tr->heap[tr->n_heap] = (struct ttimer){ at, c, kind };
 	heap_up(tr, tr->n_heap++);
+}
+
+/* n blocks of KV left the arena because the arena needed them. */
+static void count_eviction(struct kvd *d, uint32_t n, int for_prefetch)
+{
+	d->m.evictions++;
+	d->m.evicted_blocks += n;
+	if (for_prefetch)
+		d->m.evictions_prefetch++;
 }
 
 /* ---- the arena's state ------------------------------------------------------- */
@@ -625,12 +636,10 @@ static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_d
 	 * eviction frees them at once when the arena needs them */
 	if (!c->tier_spill_evicting)
 		return;
-	if (tk->evicted) {
-		/* the KV leaves the arena now: an eviction (one whose
-		 * conversation resumed or ended first never left it) */
-		d->m.evictions++;
-		d->m.evicted_blocks += tk->evicted;
-	}
+	if (tk->evicted)	/* the KV leaves the arena now: an eviction (one
+				 * whose conversation resumed or ended first never
+				 * left it) */
+		count_eviction(d, tk->evicted, tk->for_prefetch);
 	kvd_log(KVD_LOG_DEBUG, "tier", "%s: %u blocks on disk (%.1f MB in %.1f ms)", c->id,
 		c->as.s.n_blocks, (double)dn->bytes / 1e6, (double)dn->ns / 1e6);
 	free_to_disk(d, c);
@@ -846,8 +855,7 @@ void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
 		return;
 	/* the KV leaves the arena because the arena needs it: an eviction,
 	 * as much as a victim the kernel ranks */
-	d->m.evictions++;
-	d->m.evicted_blocks += c->as.s.n_blocks;
+	count_eviction(d, c->as.s.n_blocks, 0);
 	discard(d, c, "tool wait");
 }
 
@@ -861,8 +869,7 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
 	if (!n || c->tier_op || c->tier_setup)
 		return 0;
 	if (clean_copy(c)) {
-		d->m.evictions++;
-		d->m.evicted_blocks += n;
+		count_eviction(d, n, tr && tr->for_prefetch);
 		d->m.tier_spills_clean++;
 		kvd_log(KVD_LOG_INFO, "tier", "evict %s: %u blocks, already on disk", c->id, n);
 		free_to_disk(d, c);
@@ -890,15 +897,14 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
 		    start_spill(d, c, 1) == 0) {
 			if (c->tier_op) {
 				c->tier_op->evicted = n;
+				c->tier_op->for_prefetch = tr->for_prefetch;
 				return 0;
 			}
-			d->m.evictions++;
-			d->m.evicted_blocks += n;
+			count_eviction(d, n, tr->for_prefetch);
 			return c->as.s.n_blocks ? 0 : n;
 		}
 	}
-	d->m.evictions++;
-	d->m.evicted_blocks += n;
+	count_eviction(d, n, tr && tr->for_prefetch);
 	discard(d, c, "evicted");
 	return n;
 }
@@ -1005,9 +1011,11 @@ static int prefetch_room(struct kvd *d, struct kvd_conv *c, uint32_t need)
 		return -1;
 	if (cached)
 		kvd_prefix_evict(d, need - avail);
+	d->tier->for_prefetch = 1;	/* counted apart too: kvarenad_evictions_prefetch_total */
 	for (o = d->convs_tail; o && room_coming(d) < need; o = o->prev)
 		if (takeable(o, c, back))
 			kvd_tiering_evict(d, o);
+	d->tier->for_prefetch = 0;
 	return kvd_blocks_free(d) >= need + d->room_wanted;
 }
 
@@ -1113,6 +1121,10 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 
 void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 {
+	/* no eviction (the arena did not need the memory), but KV that is
+	 * restored or recomputed if the conversation comes back */
+	if (c->has_kv && c->as.s.n_blocks)
+		d->m.kv_expired++;
 	/* past its retention the arena lets it go; the disk may keep it */
 	if (d->tier && d->tier->t && d->cfg.tier_decisions && idle_kv(c) && c->as.s.n_blocks) {
 		if (clean_copy(c)) {
@@ -1124,6 +1136,9 @@ void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 		if (start_spill(d, c, 1) == 0)
 			return;
 	}
+	/* released: its return is a miss, and recomputes it (before, it was
+	 * counted nowhere) */
+	c->tier_lost_tokens += c->as.s.n_tokens;
 	kvd_conv_drop_kv(d, c);
 }
 

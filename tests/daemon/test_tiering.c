@@ -56,6 +56,8 @@
  *   expire_tier     retention ending while a spill is written looks
  *                   again in 100 ms; with the KV on disk it frees the
  *                   blocks at once
+ *   expire_miss     KV released when its retention ends (no disk) is no
+ *                   eviction but counted, and its return is a miss
  *   discard_shares  a conversation whose KV the tier discarded shares
  *                   the prefix cache's blocks of its prompt on return
  *   shared_prefix   two agents on one long system prompt: only each one's
@@ -1413,6 +1415,55 @@ out:
 }
 
 /*
+ * KV released because its retention ended (no disk tier) is no eviction
+ * (the arena did not need the memory) but is counted (kv_expired), and
+ * the conversation's return is a miss that recomputes it. Before, such
+ * a return was counted nowhere: neither a miss nor recomputed tokens, so
+ * a policy whose KV expired looked as if it had kept it.
+ */
+static void test_expire_miss(void)
+{
+	const struct reply *ref = reference(1);
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd_conv *v;
+	struct kvd *d;
+	uint64_t now;
+	uint32_t left = 1;
+
+	if (!ref)
+		return;
+	make_convo(&cv, 1, ref_tool[1]);
+	base_config(&c, NULL);
+	d = start(&c);
+	if (!d)
+		return;
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "A calls a tool; its KV kept (no pressure)");
+	pthread_mutex_lock(&d->lock);
+	v = kvd_conv_find_id(d, r1.session);
+	if (v) {
+		now = kvd_now_ns();
+		kvd_conv_set_deadline(d, v, now);
+		kvd_conv_expire(d, now);
+		left = kvd_conv_blocks(v);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(!left && metric(d, "kvarenad_kv_expired_total") == 1 &&
+	      metric(d, "kvarenad_evictions_total") == 0,
+	      "its retention ends: KV released (%u blocks left), counted expired, no eviction",
+	      left);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_kv_misses_total") == 1 &&
+	      metric(d, "kvarenad_tier_recomputed_tokens_total") > 0,
+	      "its return is a miss that recomputes it (%llu misses, %llu tokens), output "
+	      "bit-identical", (unsigned long long)metric(d, "kvarenad_kv_misses_total"),
+	      (unsigned long long)metric(d, "kvarenad_tier_recomputed_tokens_total"));
+	stop(d);
+}
+
+/*
  * KV discarded by the tier keeps the conversation's kvarena session (its
  * tool wait still known to the kernel) with no block (tiering.c,
  * discard): on its return the conversation shares the prefix cache's
@@ -2677,6 +2728,7 @@ int main(int argc, char **argv)
 	RUN(closed_mid_spill);
 	RUN(closed_mid_restore);
 	RUN(expire_tier);
+	RUN(expire_miss);
 	RUN(discard_shares);
 	RUN(restore_shared);
 	RUN(lost_shared);
