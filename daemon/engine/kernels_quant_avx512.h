@@ -595,18 +595,44 @@ KVE_INLINE __m512i kx_bcast(const int8_t *q)
 	return _mm512_set1_epi32(q40x16_ld32(q));
 }
 
-/* Q4_K: sub-block s's scale (mn 0) or minimum (mn 1) of the 16 rows,
- * from the groups u0, u1, u2 of scale bytes 0-3, 4-7, 8-11 (quant.c's
- * kve_q4k_scales, one lane per row) */
-KVE_INLINE __m512i q4kx16_sm(__m512i u0, __m512i u1, __m512i u2, const int s, const int mn)
+/* acc + u . (the 4 bytes at q, in every lane): the broadcast folded into
+ * vpdpbusd's memory operand with VNNI (GCC 12 does not fold it: a
+ * separate vpbroadcastd per product; Q4_K decode from the L2 +10-15%) */
+KVE_INLINE __m512i kq_dot_bc(__m512i acc, __m512i u, const int8_t *q)
 {
-	const __m512i a = mn ? u1 : u0;
+#if KQ_VNNI
+	__asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)q));
+	return acc;
+#else
+	return kq_dot(acc, u, kx_bcast(q));
+#endif
+}
 
-	if (s < 4)
-		return _mm512_and_si512(_mm512_srli_epi32(a, 8 * s), _mm512_set1_epi32(0x3f));
-	return _mm512_or_si512(
-		_mm512_and_si512(_mm512_srli_epi32(u2, 8 * (s - 4) + 4 * mn), _mm512_set1_epi32(0x0f)),
-		_mm512_and_si512(_mm512_srli_epi32(a, 8 * (s - 4) + 2), _mm512_set1_epi32(0x30)));
+/* acc lane i += a16[2i] * w[0] + a16[2i + 1] * w[1], w the two int16 at
+ * p (vpdpwssd, its broadcast folded as above; else madd) */
+KVE_INLINE __m512i kq_dotw_bc(__m512i acc, __m512i a16, const int32_t *p)
+{
+#if KQ_VNNI
+	__asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a16), "m"(*p));
+	return acc;
+#else
+	return _mm512_add_epi32(acc, _mm512_madd_epi16(a16, _mm512_set1_epi32(*p)));
+#endif
+}
+
+/* vpshufb indices: dword lane i gets byte s of lane i (zero-extended);
+ * word pairs: bytes s and s + 1 of lane i as its two words */
+KVE_INLINE __m512i kx_byte_idx(const int s)
+{
+	return _mm512_add_epi32(_mm512_set1_epi32((int)(0x80808000u | (unsigned)s)),
+				_mm512_set4_epi32(12, 8, 4, 0));
+}
+
+KVE_INLINE __m512i kx_word_idx(const int s)
+{
+	return _mm512_add_epi32(_mm512_set1_epi32((int)(0x80008000u | (unsigned)s |
+							(unsigned)(s + 1) << 16)),
+				_mm512_set4_epi32(0xc000c, 0x80008, 0x40004, 0));
 }
 
 /* Q5_K: the 5th bits of a group's values, bit s of its qh group's bytes,
@@ -618,16 +644,28 @@ KVE_INLINE __m512i q5kx16_hi(__m512i qh, const int s)
 	return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
 }
 
-/* Q4_K (five 0) and Q5_K (five 1) */
+/*
+ * Q4_K (five 0) and Q5_K (five 1). The 16 rows' scales and minima, bytes
+ * of the three scale groups u0 u1 u2 (quant.c's kve_q4k_scales, one lane
+ * per row), are put in four vectors of bytes (scales 0-3, 4-7, minima
+ * 0-3, 4-7) once per block; one vpshufb then gives sub-block s's scale
+ * in each lane, or two minima as a word pair. The minima's sum is 4
+ * vpdpwssd of those pairs against the activations' 32-value sums (each
+ * fits an int16: at most 32 * 127), and, with VNNI and Q4_K, the high
+ * nibbles go into vpdpbusd in place (v & 0xf0, 16 q) and their sums come
+ * back by a shift (exact: multiples of 16; maddubs would saturate). All
+ * integers exact, so the same sums as before and the C product's bits.
+ */
 KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
 			     int ldy, int r, int t, const int C, const int five)
 {
-	const int nb = (int)w->cols / QK_K, qs = five ? 768 : 256;
+	const int nb = (int)w->cols / QK_K, qs = five ? 768 : 256, hi16 = KQ_VNNI && !five;
 	const size_t bb = five ? KVE_Q5KX16_BLK : KVE_Q4KX16_BLK;
 	const uint8_t *p = kve_qkx16_blk(w, (uint32_t)r, 0);
-	const __m512i lo = _mm512_set1_epi8(0x0f);
+	const __m512i lo = _mm512_set1_epi8(0x0f), m3f = _mm512_set1_epi8(0x3f);
+	const __m512i m30 = _mm512_set1_epi8(0x30);
 	__m512 acc[4];
-	int b, j, k, g, s;
+	int b, j, k, g;
 
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++)
@@ -635,19 +673,37 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 	for (b = 0; b < nb; b++, p += bb) {
 		const __m512i u0 = _mm512_loadu_si512(p + 64), u1 = _mm512_loadu_si512(p + 128);
 		const __m512i u2 = _mm512_loadu_si512(p + 192);
+		/* (a & 0x0f) | (b & 0x30), a's high bits already clear: 0xf8 */
+		const __m512i sc[2] = {
+			_mm512_and_si512(u0, m3f),
+			_mm512_ternarylogic_epi32(_mm512_and_si512(u2, lo), _mm512_srli_epi32(u0, 2),
+						  m30, 0xf8) };
+		const __m512i mn[2] = {
+			_mm512_and_si512(u1, m3f),
+			_mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(u2, 4), lo),
+						  _mm512_srli_epi32(u1, 2), m30, 0xf8) };
 		const struct kve_q8k *x[4];
-		__m512i is[4], ms[4];
+		/* per token: the 8 sub-blocks' activation sums as word pairs,
+		 * dwords 0, 1 (B0 B1), (B2 B3), 4, 5 (B4 B5), (B6 B7) */
+		int32_t bp[4][8] __attribute__((aligned(32)));
+		__m512i is[4];
 
 		if (C == 1)
 			prefetch_ahead(p + PF_AHEAD_Q8, bb);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
+			const __m256i bs = _mm256_madd_epi16(
+				_mm256_loadu_si256((const __m256i *)xk[(size_t)(t + j) * nb + b].bsums),
+				_mm256_set1_epi16(1));
+
 			x[j] = xk + (size_t)(t + j) * nb + b;
+			_mm256_store_si256((__m256i *)bp[j], _mm256_packs_epi32(bs, bs));
 			is[j] = _mm512_setzero_si512();
-			ms[j] = _mm512_setzero_si512();
 		}
 #pragma GCC unroll 4
 		for (k = 0; k < 4; k++) {	/* sub-blocks 2k and 2k + 1: nibble bytes 32k.. */
+			const __m512i sa = _mm512_shuffle_epi8(sc[k / 2], kx_byte_idx(2 * k % 4));
+			const __m512i sb = _mm512_shuffle_epi8(sc[k / 2], kx_byte_idx(2 * k % 4 + 1));
 			__m512i pa[4], pb[4];
 
 #pragma GCC unroll 4
@@ -656,9 +712,13 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 #pragma GCC unroll 8
 			for (g = 0; g < 8; g++) {
 				const __m512i v = _mm512_loadu_si512(p + qs + 64 * (8 * k + g));
-				__m512i ql = _mm512_and_si512(v, lo);
-				__m512i qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+				__m512i ql = _mm512_and_si512(v, lo), qh;
 
+				if (hi16) {
+					qh = _mm512_andnot_si512(lo, v);
+				} else {
+					qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+				}
 				if (five) {	/* bits 2k, 2k + 1 of qh bytes 4g.. */
 					const __m512i h = _mm512_loadu_si512(p + 256 + 64 * g);
 
@@ -668,37 +728,38 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 
 #pragma GCC unroll 4
 				for (j = 0; j < C; j++) {
-					pa[j] = kq_dot(pa[j], ql, kx_bcast(x[j]->q + 64 * k + 4 * g));
-					pb[j] = kq_dot(pb[j], qh, kx_bcast(x[j]->q + 64 * k + 32 + 4 * g));
+					pa[j] = kq_dot_bc(pa[j], ql, x[j]->q + 64 * k + 4 * g);
+					pb[j] = kq_dot_bc(pb[j], qh, x[j]->q + 64 * k + 32 + 4 * g);
 				}
 			}
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++)
 				is[j] = _mm512_add_epi32(is[j], _mm512_add_epi32(
-					_mm512_mullo_epi32(pa[j], q4kx16_sm(u0, u1, u2, 2 * k, 0)),
-					_mm512_mullo_epi32(pb[j], q4kx16_sm(u0, u1, u2, 2 * k + 1, 0))));
-		}
-#pragma GCC unroll 8
-		for (s = 0; s < 8; s++) {
-			const __m512i m = q4kx16_sm(u0, u1, u2, s, 1);
-
-#pragma GCC unroll 4
-			for (j = 0; j < C; j++)
-				ms[j] = _mm512_add_epi32(ms[j], _mm512_mullo_epi32(m, _mm512_set1_epi32(
-					x[j]->bsums[2 * s] + x[j]->bsums[2 * s + 1])));
+					_mm512_mullo_epi32(pa[j], sa),
+					_mm512_mullo_epi32(hi16 ? _mm512_srai_epi32(pb[j], 4) : pb[j], sb)));
 		}
 		{
 			const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 			const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+			const __m512i m01 = _mm512_shuffle_epi8(mn[0], kx_word_idx(0));
+			const __m512i m23 = _mm512_shuffle_epi8(mn[0], kx_word_idx(2));
+			const __m512i m45 = _mm512_shuffle_epi8(mn[1], kx_word_idx(0));
+			const __m512i m67 = _mm512_shuffle_epi8(mn[1], kx_word_idx(2));
 
 			/* y += (d * dx) * isum - (dmin * dx) * msum */
 #pragma GCC unroll 4
-			for (j = 0; j < C; j++)
+			for (j = 0; j < C; j++) {
+				__m512i ms = kq_dotw_bc(_mm512_setzero_si512(), m01, &bp[j][0]);
+
+				ms = kq_dotw_bc(ms, m23, &bp[j][1]);
+				ms = kq_dotw_bc(ms, m45, &bp[j][4]);
+				ms = kq_dotw_bc(ms, m67, &bp[j][5]);
 				acc[j] = _mm512_add_ps(acc[j], _mm512_sub_ps(
 					_mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[j]->d)),
 						      _mm512_cvtepi32_ps(is[j])),
 					_mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(x[j]->d)),
-						      _mm512_cvtepi32_ps(ms[j]))));
+						      _mm512_cvtepi32_ps(ms))));
+			}
 		}
 	}
 #pragma GCC unroll 4
@@ -762,20 +823,22 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 					const __m512i hb = _mm512_loadu_si512(qh + 64 * (8 * n + g));
 					__m512i q[4];
 
-					q[0] = _mm512_or_si512(_mm512_and_si512(l0, lo),
-							       _mm512_and_si512(_mm512_slli_epi16(hb, 4), hm));
-					q[1] = _mm512_or_si512(_mm512_and_si512(l1, lo),
-							       _mm512_and_si512(_mm512_slli_epi16(hb, 2), hm));
-					q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), lo),
-							       _mm512_and_si512(hb, hm));
-					q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), lo),
-							       _mm512_and_si512(_mm512_srli_epi16(hb, 2), hm));
+					/* low nibble | high bits, one bit select each
+					 * (lo ? nibble : high bits): 0xe4 */
+					q[0] = _mm512_ternarylogic_epi32(l0, _mm512_and_si512(
+						_mm512_slli_epi16(hb, 4), hm), lo, 0xe4);
+					q[1] = _mm512_ternarylogic_epi32(l1, _mm512_and_si512(
+						_mm512_slli_epi16(hb, 2), hm), lo, 0xe4);
+					q[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l0, 4),
+									 _mm512_and_si512(hb, hm), lo, 0xe4);
+					q[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l1, 4), _mm512_and_si512(
+						_mm512_srli_epi16(hb, 2), hm), lo, 0xe4);
 #pragma GCC unroll 4
 					for (j = 0; j < C; j++)
 #pragma GCC unroll 4
 						for (v = 0; v < 4; v++)
-							pp[j][v] = kq_dot(pp[j][v], q[v], kx_bcast(
-								x[j]->q + 128 * n + 32 * v + 4 * g));
+							pp[j][v] = kq_dot_bc(pp[j][v], q[v],
+								x[j]->q + 128 * n + 32 * v + 4 * g);
 				}
 #pragma GCC unroll 4
 				for (j = 0; j < C; j++)
