@@ -1110,9 +1110,19 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 		}
 	}
 	if (c->tier_lost_tokens) {
-		if (!c->tier_missed)
+		uint32_t lost = c->tier_lost_tokens, cached = 0;
+
+		/* KV lost whole: the leading blocks the prefix cache still
+		 * holds (a shared prompt; blocks a released session left
+		 * cached) are shared, not computed (counted, they made lru's
+		 * recomputed tokens more than all the prompt tokens it computed
+		 * in an eviction run, 61.5k against 52.1k) */
+		if (!(c->has_kv && c->as.s.n_tokens) && c->n_tokens > 1)
+			cached = kvd_prefix_lookup(d, c, c->n_tokens - 1, NULL) * bt_of(d);
+		lost = lost > cached ? lost - cached : 0;
+		if (lost && !c->tier_missed)
 			d->m.kv_misses++;
-		d->m.tier_recomputed_tokens += c->tier_lost_tokens;
+		d->m.tier_recomputed_tokens += lost;
 		c->tier_lost_tokens = 0;
 	}
 	c->tier_missed = 0;	/* the next return counts afresh */
@@ -1136,8 +1146,10 @@ void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 		if (start_spill(d, c, 1) == 0)
 			return;
 	}
-	/* released: its return is a miss, and recomputes it (before, it was
-	 * counted nowhere) */
+	/* released: what its return recomputes of it is a miss (before, it
+	 * was counted nowhere); the prefix cache keeps its blocks (drop_kv
+	 * leaves them cached), and what the return finds there is not
+	 * counted (kvd_tiering_need_kv) */
 	c->tier_lost_tokens += c->as.s.n_tokens;
 	kvd_conv_drop_kv(d, c);
 }

@@ -60,6 +60,7 @@
  *                   eviction but counted, and its return is a miss
  *   discard_shares  a conversation whose KV the tier discarded shares
  *                   the prefix cache's blocks of its prompt on return
+ *                   (its recomputed tokens: what it computed again)
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -1482,6 +1483,7 @@ static void test_discard_shares(void)
 	struct kvd *d;
 	char sys[4096], pa[6144], pb[6144], pa2[12288];
 	uint32_t bt = 0, held = 1, n_sys = 0;
+	uint64_t rec;
 	int k, o, pass_no;
 
 	if (!dir)
@@ -1521,6 +1523,11 @@ static void test_discard_shares(void)
 			      "A's return shares the system prompt's cached blocks: %u of %u "
 			      "tokens (the system prompt's full blocks: %u)", r2.usage.cached_tokens,
 			      r2.usage.prompt_tokens, n_sys / bt * bt);
+			rec = metric(d, "kvarenad_tier_recomputed_tokens_total");
+			CHECK(rec > 0 && rec <= r2.usage.prompt_tokens - r2.usage.cached_tokens,
+			      "its recomputed tokens are those it computed again, not the "
+			      "cache's: %llu of %u computed", (unsigned long long)rec,
+			      r2.usage.prompt_tokens - r2.usage.cached_tokens);
 		} else {
 			ask(d, pa2, 8, &ref);
 		}
