@@ -110,6 +110,24 @@ void kvd_job_set_notify(struct kvd_job *j, void (*fn)(void *arg), void *arg)
 	pthread_mutex_unlock(&j->qlock);
 }
 
+/* The job's last event: allocated at submit, so a request always ends
+ * with DONE or ERROR, whatever memory is left then. */
+static struct kvd_qev *end_event(struct kvd_job *j)
+{
+	struct kvd_qev *q = j->end_ev;
+
+	j->end_ev = NULL;
+	return q ? q : calloc(1, sizeof(*q));
+}
+
+/* An event that could not be made: the reply is not whole, and its end
+ * says so (kvd_job_emit_done) instead of a DONE over a reply with a hole. */
+static void event_lost(struct kvd_job *j, struct kvd_qev *q)
+{
+	qev_free(q);
+	j->lost_event = 1;
+}
+
 void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n, int32_t tok,
 			float lp, const struct kvd_top *top, uint32_t n_top)
 {
@@ -117,8 +135,10 @@ void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n, int32_t t
 	uint32_t i;
 	size_t off = 0;
 
-	if (!q)
+	if (!q) {
+		j->lost_event = 1;
 		return;
+	}
 	q->ev.type = KVD_EV_TOKEN;
 	q->text = malloc(n + 1);
 	if (!q->text)
@@ -153,14 +173,20 @@ void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n, int32_t t
 	job_push(j, q);
 	return;
 fail:
-	qev_free(q);
+	event_lost(j, q);
 }
 
 void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 {
-	struct kvd_qev *q = calloc(1, sizeof(*q));
+	struct kvd_qev *q;
 	uint64_t now = kvd_now_ns();
 
+	if (j->lost_event) {
+		kvd_job_emit_error(j, KVD_ERR_INTERNAL,
+				   "out of memory: part of the reply could not be sent");
+		return;
+	}
+	q = end_event(j);
 	if (!q)
 		return;
 	q->ev.type = KVD_EV_DONE;
@@ -182,11 +208,13 @@ void kvd_job_emit_tool_run(struct kvd_job *j, const struct kvd_tool_run *tr)
 	size_t nl = strlen(tr->name), off = 0;
 	char *s;
 
-	if (!q)
+	if (!q) {
+		j->lost_event = 1;
 		return;
+	}
 	s = malloc(nl + tr->arguments_len + tr->output_len + 3);
 	if (!s) {
-		free(q);
+		event_lost(j, q);
 		return;
 	}
 	q->tool_strings = s;
@@ -208,7 +236,7 @@ void kvd_job_emit_tool_run(struct kvd_job *j, const struct kvd_tool_run *tr)
 
 void kvd_job_emit_error(struct kvd_job *j, enum kvd_err_kind kind, const char *msg)
 {
-	struct kvd_qev *q = calloc(1, sizeof(*q));
+	struct kvd_qev *q = end_event(j);
 
 	if (!q)
 		return;
@@ -357,6 +385,7 @@ static void job_destroy(struct kvd_job *j)
 		qev_free(q);
 	}
 	qev_free(j->cur);
+	qev_free(j->end_ev);
 	for (i = 0; i < KVD_MAX_STOP; i++)
 		free(j->stop[i]);
 	kvd_piece_free(&j->piece);
@@ -605,6 +634,12 @@ int kvd_job_submit(struct kvd *d, const struct kvd_request *r, struct kvd_job **
 		pthread_condattr_destroy(&ca);
 	}
 	j->d = d;
+	j->end_ev = calloc(1, sizeof(*j->end_ev));
+	if (!j->end_ev) {
+		j->refs = 1;
+		job_destroy(j);
+		goto nomem;
+	}
 	j->seq_id = __atomic_add_fetch(&d->next_seq_id, 1, __ATOMIC_RELAXED);
 	j->refs = 2;
 	j->worker = -1;
@@ -987,6 +1022,9 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	d->self_exe = self_exe;
 	d->data_fd = -1;
 	d->remote_lfd = -1;
+#ifdef KVD_TEST_HOOKS
+	d->test_audit = getenv("KVD_AUDIT") && *getenv("KVD_AUDIT");
+#endif
 	pthread_mutex_init(&d->lock, NULL);
 	{
 		pthread_condattr_t ca;

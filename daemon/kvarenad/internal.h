@@ -20,6 +20,7 @@
  *   agent.c     server-side tools: declarations, the sandbox, tool rounds
  *   mcp.c       MCP tool servers ([mcp.NAME]) for agent.c
  *   metrics.c   counters, histograms, Prometheus text
+ *   audit.c     test builds: the counters above checked every turn
  *
  * The lock rules. One lock (kvd.lock) guards all of the orchestrator's
  * state; everything done under it is bounded by the work at hand, never
@@ -356,6 +357,9 @@ struct kvd_job {
 	pthread_cond_t qcond;
 	struct kvd_qev *q_head, *q_tail;
 	struct kvd_qev *cur;		/* returned by the last kvd_job_next */
+	struct kvd_qev *end_ev;		/* its DONE or ERROR, made at submit */
+	int lost_event;			/* an event could not be made: it ends
+					 * in an error, not DONE */
 	int q_closed;
 	struct kvd_waiter *waiter;	/* kvd_job_next_any's, rung by pushes */
 	void (*notify)(void *arg);	/* kvd_job_set_notify's, under qlock */
@@ -587,10 +591,19 @@ struct kvd {
 	char *test_replies[8];
 	uint32_t n_test_replies;
 	int test_hold_admit;		/* kvd_admit admits nothing (admit.c) */
+	int test_audit;			/* KVD_AUDIT: check the books every turn */
+	int test_arena_shared;		/* the test takes or ends the arena's blocks
+					 * itself: audit.c leaves the arena's count */
 #endif
 };
 
 uint64_t kvd_now_ns(void);
+
+#ifdef KVD_TEST_HOOKS
+/* audit.c: the scheduler's counters against what its holders hold; aborts
+ * on a difference (test builds, KVD_AUDIT set) */
+void kvd_audit(struct kvd *d);
+#endif
 
 /* A tenant by its id (its stable identity, config.c: from its name, never
  * its place in the file) as the index of its per-tenant state (budgets,

@@ -671,6 +671,9 @@ void *kvd_sched_main(void *arg)
 		timeout = next <= now ? 0 : (int)((next - now) / 1000000ull) + 1;
 		if (timeout > 250)
 			timeout = 250;
+#ifdef KVD_TEST_HOOKS
+		kvd_audit(d);
+#endif
 		record_turn(d, t_turn);
 		pthread_mutex_unlock(&d->lock);
 

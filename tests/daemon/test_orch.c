@@ -621,6 +621,9 @@ static void test_dropped_events(void)
 		ok &= ask(d, p[i], 0, 1, 12, &r2, NULL) == 0 && same_tokens(&r2, &r1[i]);
 	CHECK(ok, "first turns as in the reference (their KV stays, idle)");
 	pthread_mutex_lock(&d->lock);	/* the scheduler reads no event meanwhile */
+#ifdef KVD_TEST_HOOKS
+	d->test_arena_shared = 1;	/* blocks taken and ended behind its back */
+#endif
 	{
 		struct kvd_conv *cv;
 
@@ -1761,6 +1764,72 @@ static void test_worker_storm(void)
 	      metric(d, "kvarenad_workers_up{stage=\"decode\"}") == 1,
 	      "metrics: %llu decode worker failures, the worker up",
 	      (unsigned long long)metric(d, "kvarenad_worker_failures_total{stage=\"decode\"}"));
+	kvd_destroy(d);
+}
+
+/* stage_down: mid-reply, every worker's backend made one that cannot
+ * load and the workers killed (a broken driver: each restart fails) */
+static char stage_down_saved[2][256];
+
+static void stage_down_break(struct kvd *d, int n)
+{
+	pid_t pp, dp;
+
+	if (n != 2)
+		return;
+	pthread_mutex_lock(&d->lock);
+	memcpy(stage_down_saved[0], d->cfg.prefill_backend, sizeof(stage_down_saved[0]));
+	memcpy(stage_down_saved[1], d->cfg.decode_backend, sizeof(stage_down_saved[1]));
+	snprintf(d->cfg.prefill_backend, sizeof(d->cfg.prefill_backend), "/nonexistent/b.so");
+	snprintf(d->cfg.decode_backend, sizeof(d->cfg.decode_backend), "/nonexistent/b.so");
+	pthread_mutex_unlock(&d->lock);
+	pp = worker_pid(d, KVD_ROLE_PREFILL, 0);
+	dp = worker_pid(d, KVD_ROLE_DECODE, 0);
+	if (pp > 0)
+		kill(pp, SIGKILL);
+	if (dp > 0)
+		kill(dp, SIGKILL);
+}
+
+/*
+ * Workers that keep failing: a request whose stage has had no worker up
+ * for a KV lease fails with 503 ("no worker able to run this request")
+ * instead of waiting for good, and once the workers load again the next
+ * request is served as before.
+ */
+static void test_stage_down(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	char p[256];
+	uint64_t t0;
+	int t;
+
+	snprintf(p, sizeof(p), "<|im_start|>user\nsay a lot<|im_end|>\n<|im_start|>assistant\n");
+	base_config(&c);
+	c.retention = 0;
+	c.restart_backoff_max_ms = 200;
+	if (!getenv("KVD_TEST_LEASE_MS"))
+		c.lease_ms = 1500;
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 8, &ref, NULL);
+	t0 = kvd_now_ns();
+	ask(d, p, 0, 1, 400, &r, stage_down_break);
+	CHECK(r.error && strstr(r.err, "no worker able to run this request") && r.n_tokens >= 2,
+	      "workers down mid-reply for a lease: the request fails after %u tokens in %.0f ms "
+	      "(%s)", r.n_tokens, (double)(kvd_now_ns() - t0) / 1e6, r.err);
+	CHECK(kvd_health(d) != KVD_HEALTH_OK, "/health is not ok meanwhile");
+	pthread_mutex_lock(&d->lock);
+	memcpy(d->cfg.prefill_backend, stage_down_saved[0], sizeof(stage_down_saved[0]));
+	memcpy(d->cfg.decode_backend, stage_down_saved[1], sizeof(stage_down_saved[1]));
+	pthread_mutex_unlock(&d->lock);
+	for (t = 0; t < 3000 && kvd_health(d) != KVD_HEALTH_OK; t++)
+		nap_ms(10);
+	CHECK(ask(d, p, 0, 1, 8, &r, NULL) == 0 && same_tokens(&r, &ref),
+	      "the workers load again: the next request is served, same tokens");
 	kvd_destroy(d);
 }
 
@@ -5397,6 +5466,8 @@ int main(int argc, char **argv)
 	if (n <= 0)
 		return 2;
 	self[n] = 0;
+	/* the scheduler's books checked every turn (audit.c); KVD_AUDIT= turns it off */
+	setenv("KVD_AUDIT", "1", 0);
 	signal(SIGPIPE, SIG_IGN);
 	kvd_log_set_level(KVD_LOG_WARN);
 	sys_prompt = getenv("KVD_TEST_SMALL") ? sys_prompt_short : sys_prompt_long;
@@ -5434,6 +5505,7 @@ int main(int argc, char **argv)
 	RUN(admission);
 	RUN(program_fcfs);
 	RUN(worker_storm);
+	RUN(stage_down);
 	RUN(stall);
 	RUN(fairness);
 	RUN(shared_start);

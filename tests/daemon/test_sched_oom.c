@@ -14,6 +14,12 @@
  * index's nodes), a run that succeeds equals the run without failures,
  * and nothing leaks (ASan's leak check at exit).
  *
+ * Then a running daemon (workers, arena, prefix cache, the audit of
+ * audit.c every turn): each allocation of its scheduler thread fails in
+ * turn while a request is served; the request either answers as without
+ * failures or ends in an error (never a reply cut short without one, never
+ * a hang), and the next request, nothing failing, answers as before.
+ *
  * Linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc (daemon-tests.mk),
  * so the daemon's and the engine's calls come here; libc and the shared
  * libraries allocate on their own.
@@ -22,11 +28,17 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
+#include "worker.h"
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
@@ -37,6 +49,9 @@ void *__wrap_realloc(void *p, size_t n);
 
 static long fail_at = -1, calls;
 static int pass, failed;
+/* the live daemon's part: only this thread's allocations count and fail */
+static pthread_t only_thread;
+static int only_set;
 
 #define CHECK(cond, ...) do { \
 	if (cond) { \
@@ -51,7 +66,10 @@ static int pass, failed;
 
 static int failing(void)
 {
-	return fail_at >= 0 && calls++ == fail_at;
+	if (__atomic_load_n(&fail_at, __ATOMIC_ACQUIRE) < 0 ||
+	    (__atomic_load_n(&only_set, __ATOMIC_ACQUIRE) && !pthread_equal(pthread_self(), only_thread)))
+		return 0;
+	return __atomic_fetch_add(&calls, 1, __ATOMIC_ACQ_REL) == fail_at;
 }
 
 void *__wrap_malloc(size_t n)
@@ -72,17 +90,15 @@ void *__wrap_realloc(void *p, size_t n)
 /* Counting starts: the k-th allocation from here fails (k < 0: none). */
 static void fail_from(long k)
 {
-	calls = 0;
-	fail_at = k;
+	__atomic_store_n(&calls, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&fail_at, k, __ATOMIC_RELEASE);
 }
 
 /* Counting stops: 1 when the k-th allocation was reached (it failed). */
 static int failed_one(long k)
 {
-	int reached = calls > k;
-
-	fail_at = -1;
-	return reached;
+	__atomic_store_n(&fail_at, -1, __ATOMIC_RELEASE);
+	return __atomic_load_n(&calls, __ATOMIC_ACQUIRE) > k;
 }
 
 /* memcmp of n bytes, n == 0 equal (the pointers may be NULL then) */
@@ -331,6 +347,123 @@ static struct kvd *daemon_of(const char *path, struct kve_model **m)
 	return d;
 }
 
+/* ---- a running daemon ------------------------------------------------------ */
+
+struct live_reply {
+	int32_t tokens[64];
+	uint32_t n;
+	int done, error;
+	char err[256];
+};
+
+/* One greedy request to its end (an error event, the reply, or 30 s). */
+static void live_ask(struct kvd *d, const char *prompt, struct live_reply *r)
+{
+	struct kvd_request rq = { 0 };
+	struct kvd_error err;
+	struct kvd_event ev;
+	struct kvd_job *j = NULL;
+
+	memset(r, 0, sizeof(*r));
+	rq.model = "test";
+	rq.prompt = prompt;
+	rq.prompt_len = strlen(prompt);
+	rq.s.top_p = 1;
+	rq.s.seed = 1;
+	rq.s.has_seed = 1;
+	rq.s.max_tokens = 6;
+	if (kvd_job_submit(d, &rq, &j, &err)) {
+		r->error = 1;
+		snprintf(r->err, sizeof(r->err), "refused: %.200s", err.message);
+		return;
+	}
+	while (kvd_job_next(j, &ev, 30000) == 1) {
+		if (ev.type == KVD_EV_TOKEN) {
+			if (ev.token >= 0 && r->n < 64)
+				r->tokens[r->n++] = ev.token;
+		} else {
+			r->done = ev.type == KVD_EV_DONE;
+			r->error = !r->done;
+			if (r->error)
+				snprintf(r->err, sizeof(r->err), "%s", ev.err.message);
+			break;
+		}
+	}
+	if (!r->done && !r->error)
+		snprintf(r->err, sizeof(r->err), "no answer in 30 s");
+	kvd_job_free(j);
+}
+
+static int live_same(const struct live_reply *a, const struct live_reply *b)
+{
+	return a->done && b->done && a->n == b->n && !memcmp(a->tokens, b->tokens, a->n * 4);
+}
+
+/*
+ * Each allocation of the scheduler thread failing in turn while one
+ * request is served, for k = 0, 1, ... until a request makes fewer
+ * than k + 1 (or 600: the count a request makes is in the output).
+ * Conversations are kept: later requests continue the same prompt's
+ * cached blocks, so the prefix cache's paths are taken too.
+ */
+static void live_runs(const char *model, const char *self)
+{
+	static const char prompt[] = "<|im_start|>user\ncount the files in the tree, "
+				     "then build it<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_config c;
+	struct live_reply ref, r, after;
+	char err[256] = "";
+	struct kvd *d = NULL;
+	long k;
+	int i, bad = 0, errors = 0, same = 0, hit;
+
+	kvd_config_defaults(&c);
+	snprintf(c.model_path, sizeof(c.model_path), "%s", model);
+	snprintf(c.model_id, sizeof(c.model_id), "test");
+	snprintf(c.backend, sizeof(c.backend), "memfd");
+	c.kv_blocks = 256;
+	c.toolwait_bpf = 0;
+	c.log_level = KVD_LOG_ERR;
+	if (kvd_create(&c, self, &d, err, sizeof(err))) {
+		CHECK(0, "live: kvd_create: %s", err);
+		return;
+	}
+	for (i = 0; i < 3000 && !kvd_ready(d); i++)
+		usleep(10000);	/* workers load the model */
+	live_ask(d, prompt, &ref);
+	CHECK(ref.done && ref.n > 0, "live: the request without failures (%s)", ref.err);
+	only_thread = d->sched;
+	__atomic_store_n(&only_set, 1, __ATOMIC_RELEASE);
+	for (k = 0; k < 600 && ref.done; k++) {
+		fail_from(k);
+		live_ask(d, prompt, &r);
+		hit = failed_one(k);
+		live_ask(d, prompt, &after);
+		if (!hit) {
+			CHECK(live_same(&r, &ref), "live: %ld scheduler allocations, none failing: "
+			      "the same reply", k);
+			break;
+		}
+		if (r.error && strcmp(r.err, "no answer in 30 s"))
+			errors++;
+		else if (live_same(&r, &ref))
+			same++;
+		else if (bad++ < 40)
+			CHECK(0, "live: allocation %ld failing: neither the reply nor an error "
+			      "(%u tokens, %s)", k, r.n, r.err);
+		if (!live_same(&after, &ref) && bad++ < 40)
+			CHECK(0, "live: after allocation %ld failed, the next request answers as "
+			      "before (%u tokens, %s)", k, after.n, after.err);
+	}
+	__atomic_store_n(&only_set, 0, __ATOMIC_RELEASE);
+	printf("live daemon: %ld runs with a scheduler allocation failing: %d errors, %d replies "
+	       "as without failures\n", k, errors, same);
+	CHECK(!bad, "live: %ld runs, each allocation of the scheduler thread failing in turn: "
+	      "%d ended in an error, %d answered as without failures, %d otherwise", k, errors,
+	      same, bad);
+	kvd_destroy(d);
+}
+
 int main(int argc, char **argv)
 {
 	static const char chat[] = "<|im_start|>user\nlist the files, then build: "
@@ -339,8 +472,27 @@ int main(int argc, char **argv)
 	struct kvd_span spans[3];
 	struct kvd_markup mk = { spans, 3, 0 };
 	struct kvd_piece pc;
+	char self[PATH_MAX];
 	long runs = 0;
+	ssize_t n;
 
+	if (argc >= 3 && !strcmp(argv[1], "--worker")) {
+		struct kvd_worker_args a = { .backend = "cpu", .n_threads = 1, .max_batch = 16 };
+
+		for (int i = 3; i + 1 < argc; i += 2) {
+			if (!strcmp(argv[i], "--model"))
+				a.model_path = argv[i + 1];
+			else if (!strcmp(argv[i], "--backend"))
+				a.backend = argv[i + 1];
+			else if (!strcmp(argv[i], "--max-ctx"))
+				a.max_ctx = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--max-batch"))
+				a.max_batch = (unsigned)atoi(argv[i + 1]);
+			else if (!strcmp(argv[i], "--max-step-tokens"))
+				a.max_step_tokens = (unsigned)atoi(argv[i + 1]);
+		}
+		return kvd_worker_main(KVD_WORKER_FD, &a);
+	}
 	if (argc < 3) {
 		fprintf(stderr, "usage: test_sched_oom BPE_MODEL SPM_MODEL\n");
 		return 2;
@@ -380,6 +532,13 @@ int main(int argc, char **argv)
 	conv_runs("append text", 10, OP_TEXT, NULL);
 	conv_init_runs();
 	radix_runs();
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		signal(SIGPIPE, SIG_IGN);
+		setenv("KVD_AUDIT", "1", 0);
+		live_runs(argv[1], self);
+	}
 	printf("%ld runs of kvd_piece_make with an allocation failing\n", runs);
 	printf("%s: %d passed, %d failed\n", failed ? "FAIL" : "PASS", pass, failed);
 	return failed ? 1 : 0;
