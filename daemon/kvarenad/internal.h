@@ -259,6 +259,7 @@ struct kvd_conv {
 	uint8_t tier_missed;		/* this return's miss is counted */
 	uint8_t stall_cause;		/* why the stall's KV was not back (KVD_STALL_*) */
 	uint16_t tier_noroom;		/* prefetch tries that found no room, this wait */
+	uint8_t tier_due;		/* its prefetch is due and lacks room (tr->due) */
 	uint32_t stall_early_ms;	/* KVD_STALL_EARLY: the return came this much before */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
@@ -442,6 +443,8 @@ struct kvd_metrics {
 	uint64_t kv_bytes_copied;		/* between stages */
 	uint64_t handoffs;			/* prefill -> decode */
 	uint64_t evictions, evicted_blocks, cache_evictions;
+	uint64_t evictions_prefetch;	/* of them, for a prefetch's room */
+	uint64_t kv_expired;		/* KV out of the arena: retention over */
 	uint64_t pressure_events;
 	uint64_t kernel_events_dropped, kernel_resyncs;	/* kstate.c's resync */
 	uint64_t worker_restarts, lease_expiries;
@@ -844,6 +847,10 @@ uint32_t kvd_tiering_freeing(const struct kvd *d);
 /* c's KV was prefetched for its tool's return, which is due: not a
  * victim for another's room while a running job will free some. */
 int kvd_tiering_held(struct kvd *d, const struct kvd_conv *c);
+/* The earliest start (t_start_ns) of a conversation whose prefetch is
+ * due and found no room; UINT64_MAX: none. Admission keeps the room
+ * that comes free for it before later conversations' turns (admit.c). */
+uint64_t kvd_tiering_due_start(const struct kvd *d);
 /* c lets go of what is in flight (its KV changes or goes). */
 void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
 /* c is forgotten: its file and timers go. */

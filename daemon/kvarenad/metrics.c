@@ -225,6 +225,11 @@ char *kvd_metrics_text(struct kvd *d)
 	counter(&o, "evictions_total", "Sessions whose KV left the arena because the arena "
 		"needed it (victims the kernel ranked, and tool waits spilled or discarded under "
 		"pressure).", m.evictions);
+	counter(&o, "evictions_prefetch_total", "Of those, the KV a prefetch took the room "
+		"of (conversations expected back later than the prefetched one).",
+		m.evictions_prefetch);
+	counter(&o, "kv_expired_total", "Sessions whose KV left the arena because its "
+		"retention ended (to disk, or released): no eviction.", m.kv_expired);
 	counter(&o, "kv_misses_total", "Requests whose conversation's KV was not in the arena "
 		"when they needed it (restored while they waited, or recomputed).", m.kv_misses);
 	counter(&o, "evicted_blocks_total", "Blocks released by evicted sessions.",

@@ -56,6 +56,7 @@ struct kvd_tticket {
 	uint32_t freeing;		/* eviction spill: blocks freed when written */
 	uint32_t evicted;		/* eviction spill: its blocks, an eviction
 					 * once written (spill_done) */
+	int for_prefetch;		/* that eviction made a prefetch's room */
 	uint64_t started_ns;
 };
 
@@ -73,6 +74,9 @@ struct kvd_tiering {
 	uint32_t freeing;		/* blocks eviction spills free when written */
 	struct ttimer *heap;
 	uint32_t n_heap, cap_heap;
+	struct kvd_conv **due;		/* prefetches due that found no room */
+	uint32_t n_due, cap_due;
+	int for_prefetch;		/* evictions now make a prefetch's room */
 };
 
 uint32_t kvd_tiering_ktier(const struct kvd_conv *c)
@@ -131,10 +135,44 @@ static void heap_down(struct kvd_tiering *tr, uint32_t i)
 	heap_set(tr, i, e);
 }
 
+/* c's prefetch is due and waits for room (a few at a time: a list). */
+static void due_add(struct kvd_tiering *tr, struct kvd_conv *c)
+{
+	if (c->tier_due)
+		return;
+	if (tr->n_due == tr->cap_due) {
+		uint32_t cap = tr->cap_due ? tr->cap_due * 2 : 16;
+		struct kvd_conv **v = realloc(tr->due, cap * sizeof(*v));
+
+		if (!v)
+			return;		/* admission just does not wait for it */
+		tr->due = v;
+		tr->cap_due = cap;
+	}
+	tr->due[tr->n_due++] = c;
+	c->tier_due = 1;
+}
+
+static void due_del(struct kvd_tiering *tr, struct kvd_conv *c)
+{
+	uint32_t i;
+
+	if (!c->tier_due)
+		return;
+	c->tier_due = 0;
+	for (i = 0; i < tr->n_due; i++)
+		if (tr->due[i] == c) {
+			tr->due[i] = tr->due[--tr->n_due];
+			return;
+		}
+}
+
 static void timer_cancel(struct kvd_tiering *tr, struct kvd_conv *c, uint32_t kind)
 {
 	uint32_t i = c->tier_timer[kind];
 
+	if (kind == TIMER_PREFETCH)
+		due_del(tr, c);	/* due no more: started, returned, moved */
 	if (!i)
 		return;
 	i--;
@@ -164,6 +202,15 @@ static void timer_arm(struct kvd_tiering *tr, struct kvd_conv *c, uint32_t kind,
 	}
 	tr->heap[tr->n_heap] = (struct ttimer){ at, c, kind };
 	heap_up(tr, tr->n_heap++);
+}
+
+/* n blocks of KV left the arena because the arena needed them. */
+static void count_eviction(struct kvd *d, uint32_t n, int for_prefetch)
+{
+	d->m.evictions++;
+	d->m.evicted_blocks += n;
+	if (for_prefetch)
+		d->m.evictions_prefetch++;
 }
 
 /* ---- the arena's state ------------------------------------------------------- */
@@ -589,12 +636,10 @@ static void spill_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt_d
 	 * eviction frees them at once when the arena needs them */
 	if (!c->tier_spill_evicting)
 		return;
-	if (tk->evicted) {
-		/* the KV leaves the arena now: an eviction (one whose
-		 * conversation resumed or ended first never left it) */
-		d->m.evictions++;
-		d->m.evicted_blocks += tk->evicted;
-	}
+	if (tk->evicted)	/* the KV leaves the arena now: an eviction (one
+				 * whose conversation resumed or ended first never
+				 * left it) */
+		count_eviction(d, tk->evicted, tk->for_prefetch);
 	kvd_log(KVD_LOG_DEBUG, "tier", "%s: %u blocks on disk (%.1f MB in %.1f ms)", c->id,
 		c->as.s.n_blocks, (double)dn->bytes / 1e6, (double)dn->ns / 1e6);
 	free_to_disk(d, c);
@@ -810,8 +855,7 @@ void kvd_tiering_tool_wait(struct kvd *d, struct kvd_conv *c, uint64_t pred_us)
 		return;
 	/* the KV leaves the arena because the arena needs it: an eviction,
 	 * as much as a victim the kernel ranks */
-	d->m.evictions++;
-	d->m.evicted_blocks += c->as.s.n_blocks;
+	count_eviction(d, c->as.s.n_blocks, 0);
 	discard(d, c, "tool wait");
 }
 
@@ -825,8 +869,7 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
 	if (!n || c->tier_op || c->tier_setup)
 		return 0;
 	if (clean_copy(c)) {
-		d->m.evictions++;
-		d->m.evicted_blocks += n;
+		count_eviction(d, n, tr && tr->for_prefetch);
 		d->m.tier_spills_clean++;
 		kvd_log(KVD_LOG_INFO, "tier", "evict %s: %u blocks, already on disk", c->id, n);
 		free_to_disk(d, c);
@@ -854,15 +897,14 @@ uint32_t kvd_tiering_evict(struct kvd *d, struct kvd_conv *c)
 		    start_spill(d, c, 1) == 0) {
 			if (c->tier_op) {
 				c->tier_op->evicted = n;
+				c->tier_op->for_prefetch = tr->for_prefetch;
 				return 0;
 			}
-			d->m.evictions++;
-			d->m.evicted_blocks += n;
+			count_eviction(d, n, tr->for_prefetch);
 			return c->as.s.n_blocks ? 0 : n;
 		}
 	}
-	d->m.evictions++;
-	d->m.evicted_blocks += n;
+	count_eviction(d, n, tr && tr->for_prefetch);
 	discard(d, c, "evicted");
 	return n;
 }
@@ -969,9 +1011,11 @@ static int prefetch_room(struct kvd *d, struct kvd_conv *c, uint32_t need)
 		return -1;
 	if (cached)
 		kvd_prefix_evict(d, need - avail);
+	d->tier->for_prefetch = 1;	/* counted apart too: kvarenad_evictions_prefetch_total */
 	for (o = d->convs_tail; o && room_coming(d) < need; o = o->prev)
 		if (takeable(o, c, back))
 			kvd_tiering_evict(d, o);
+	d->tier->for_prefetch = 0;
 	return kvd_blocks_free(d) >= need + d->room_wanted;
 }
 
@@ -1005,6 +1049,7 @@ static void on_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 		if (c->tier_noroom < UINT16_MAX)
 			c->tier_noroom++;
 		timer_arm(d->tier, c, TIMER_PREFETCH, now + (room < 0 ? 100000000ull : 20000000ull));
+		due_add(d->tier, c);
 	}
 }
 
@@ -1065,9 +1110,19 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 		}
 	}
 	if (c->tier_lost_tokens) {
-		if (!c->tier_missed)
+		uint32_t lost = c->tier_lost_tokens, cached = 0;
+
+		/* KV lost whole: the leading blocks the prefix cache still
+		 * holds (a shared prompt; blocks a released session left
+		 * cached) are shared, not computed (counted, they made lru's
+		 * recomputed tokens more than all the prompt tokens it computed
+		 * in an eviction run, 61.5k against 52.1k) */
+		if (!(c->has_kv && c->as.s.n_tokens) && c->n_tokens > 1)
+			cached = kvd_prefix_lookup(d, c, c->n_tokens - 1, NULL) * bt_of(d);
+		lost = lost > cached ? lost - cached : 0;
+		if (lost && !c->tier_missed)
 			d->m.kv_misses++;
-		d->m.tier_recomputed_tokens += c->tier_lost_tokens;
+		d->m.tier_recomputed_tokens += lost;
 		c->tier_lost_tokens = 0;
 	}
 	c->tier_missed = 0;	/* the next return counts afresh */
@@ -1076,6 +1131,10 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 
 void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 {
+	/* no eviction (the arena did not need the memory), but KV that is
+	 * restored or recomputed if the conversation comes back */
+	if (c->has_kv && c->as.s.n_blocks)
+		d->m.kv_expired++;
 	/* past its retention the arena lets it go; the disk may keep it */
 	if (d->tier && d->tier->t && d->cfg.tier_decisions && idle_kv(c) && c->as.s.n_blocks) {
 		if (clean_copy(c)) {
@@ -1087,6 +1146,11 @@ void kvd_tiering_expire(struct kvd *d, struct kvd_conv *c)
 		if (start_spill(d, c, 1) == 0)
 			return;
 	}
+	/* released: what its return recomputes of it is a miss (before, it
+	 * was counted nowhere); the prefix cache keeps its blocks (drop_kv
+	 * leaves them cached), and what the return finds there is not
+	 * counted (kvd_tiering_need_kv) */
+	c->tier_lost_tokens += c->as.s.n_tokens;
 	kvd_conv_drop_kv(d, c);
 }
 
@@ -1111,6 +1175,17 @@ int kvd_tiering_held(struct kvd *d, const struct kvd_conv *c)
 		if (j->state == JOB_RUNNING || j->state == JOB_KV_LOAD)
 			return 1;
 	return 0;
+}
+
+uint64_t kvd_tiering_due_start(const struct kvd *d)
+{
+	uint64_t t = UINT64_MAX;
+	uint32_t i;
+
+	for (i = 0; d->tier && i < d->tier->n_due; i++)
+		if (d->tier->due[i]->t_start_ns < t)
+			t = d->tier->due[i]->t_start_ns;
+	return t;
 }
 
 int kvd_tiering_busy(const struct kvd *d)
@@ -1378,6 +1453,7 @@ void kvd_tiering_fini(struct kvd *d)
 		kvt_close(tr->t);
 	}
 	free(tr->heap);
+	free(tr->due);
 	free(tr);
 	d->tier = NULL;
 }

@@ -35,6 +35,9 @@
  *   prefetch_held   KV prefetched for a return that is due is no victim
  *                   for another's room while a job runs: no stall
  *   prefetch_taken  a prefetch takes no KV another prefetch brought back
+ *   prefetch_first  a prefetch due that lacks room holds admission of
+ *                   later conversations' turns while a job runs: the room
+ *                   coming back is its own, no stall
  *   prefetch_order  a prefetch takes free room or that of conversations
  *                   expected back later, never of those back sooner: two
  *                   conversations returning first keep their KV, no stall
@@ -53,8 +56,11 @@
  *   expire_tier     retention ending while a spill is written looks
  *                   again in 100 ms; with the KV on disk it frees the
  *                   blocks at once
+ *   expire_miss     KV released when its retention ends (no disk) is no
+ *                   eviction but counted, and its return is a miss
  *   discard_shares  a conversation whose KV the tier discarded shares
  *                   the prefix cache's blocks of its prompt on return
+ *                   (its recomputed tokens: what it computed again)
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -1411,6 +1417,55 @@ out:
 }
 
 /*
+ * KV released because its retention ended (no disk tier) is no eviction
+ * (the arena did not need the memory) but is counted (kv_expired), and
+ * the conversation's return is a miss that recomputes it. Before, such
+ * a return was counted nowhere: neither a miss nor recomputed tokens, so
+ * a policy whose KV expired looked as if it had kept it.
+ */
+static void test_expire_miss(void)
+{
+	const struct reply *ref = reference(1);
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd_conv *v;
+	struct kvd *d;
+	uint64_t now;
+	uint32_t left = 1;
+
+	if (!ref)
+		return;
+	make_convo(&cv, 1, ref_tool[1]);
+	base_config(&c, NULL);
+	d = start(&c);
+	if (!d)
+		return;
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0, "A calls a tool; its KV kept (no pressure)");
+	pthread_mutex_lock(&d->lock);
+	v = kvd_conv_find_id(d, r1.session);
+	if (v) {
+		now = kvd_now_ns();
+		kvd_conv_set_deadline(d, v, now);
+		kvd_conv_expire(d, now);
+		left = kvd_conv_blocks(v);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(!left && metric(d, "kvarenad_kv_expired_total") == 1 &&
+	      metric(d, "kvarenad_evictions_total") == 0,
+	      "its retention ends: KV released (%u blocks left), counted expired, no eviction",
+	      left);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_kv_misses_total") == 1 &&
+	      metric(d, "kvarenad_tier_recomputed_tokens_total") > 0,
+	      "its return is a miss that recomputes it (%llu misses, %llu tokens), output "
+	      "bit-identical", (unsigned long long)metric(d, "kvarenad_kv_misses_total"),
+	      (unsigned long long)metric(d, "kvarenad_tier_recomputed_tokens_total"));
+	stop(d);
+}
+
+/*
  * KV discarded by the tier keeps the conversation's kvarena session (its
  * tool wait still known to the kernel) with no block (tiering.c,
  * discard): on its return the conversation shares the prefix cache's
@@ -1429,6 +1484,7 @@ static void test_discard_shares(void)
 	struct kvd *d;
 	char sys[4096], pa[6144], pb[6144], pa2[12288];
 	uint32_t bt = 0, held = 1, n_sys = 0;
+	uint64_t rec;
 	int k, o, pass_no;
 
 	if (!dir)
@@ -1468,6 +1524,11 @@ static void test_discard_shares(void)
 			      "A's return shares the system prompt's cached blocks: %u of %u "
 			      "tokens (the system prompt's full blocks: %u)", r2.usage.cached_tokens,
 			      r2.usage.prompt_tokens, n_sys / bt * bt);
+			rec = metric(d, "kvarenad_tier_recomputed_tokens_total");
+			CHECK(rec > 0 && rec <= r2.usage.prompt_tokens - r2.usage.cached_tokens,
+			      "its recomputed tokens are those it computed again, not the "
+			      "cache's: %llu of %u computed", (unsigned long long)rec,
+			      r2.usage.prompt_tokens - r2.usage.cached_tokens);
 		} else {
 			ask(d, pa2, 8, &ref);
 		}
@@ -1809,6 +1870,147 @@ static void test_prefetch_taken(void)
 	      "A's result finds its KV (%llu stalls taken_again)",
 	      (unsigned long long)metric(d, "kvarenad_tier_restore_stall_causes_total"
 					 "{cause=\"taken_again\"}"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * A prefetch that is due and finds no room holds the room that comes free
+ * for itself, before the turns of conversations that started after its
+ * own, while a job runs (which gives room back). A waits on a tool of a
+ * fixed duration, its KV on disk; the arena is held by a kvarena session
+ * of the test's own but for one block less than A's restore needs. When A's
+ * prefetch has come due and found no room, C (a later conversation)
+ * runs, and B, a short first turn after it that fits in what is free,
+ * must stay queued. Before, B was admitted, and in an eviction run such
+ * turns took each block a reply gave back ahead of the prefetch, whose
+ * tool's result then found its KV on disk (no_room: 10 of 22 stalls).
+ * Once the room is back, A is prefetched before its return (no stall,
+ * output bit-identical) and B runs.
+ */
+static void test_prefetch_first(void)
+{
+	const struct reply *ref = reference(0);
+	const char *b_prompt = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
+	const char *c_prompt = "<|im_start|>user\nwrite a long story<|im_end|>\n"
+			       "<|im_start|>assistant\n";
+	char *dir = new_dir("pfirst");
+	struct kve_arena_session blk = { 0 };
+	struct kvd_job *jb = NULL, *jc = NULL;
+	struct kvd_config c;
+	struct kvd_conv *cc;
+	struct convo cv;
+	struct reply r1, r2, rb, rc2;
+	struct kvd *d;
+	uint32_t bt, need = 0, left = 0, hold = 0, noroom = 0;
+	uint64_t turn0, turns = 0;
+	double t0;
+	int a_ms = slow(8000), rc = -1, opened = 0, b_queued = 0, c_runs = 0, a_disk = 0, i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, ref_tool[0]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(2000);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
+	      "A calls a tool of %d ms, spilled", a_ms);
+	t0 = now_ms();
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc) {
+		need = (cc->tier_file_tokens + bt - 1) / bt;
+		left = kvd_blocks_free(d);
+		hold = left > need - 1 ? left - (need - 1) : 0;
+		rc = hold_blocks(d, hold, &blk, &opened);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left < need && left >= 12,
+	      "the arena held elsewhere: %u blocks free, A's restore needs %u", left, need);
+	if (rc)
+		goto stop;
+	/* A's prefetch comes due (its return less the margin) and finds no room */
+	for (i = 0; i < a_ms / 10 && !noroom; i++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		cc = kvd_conv_find_id(d, r1.session);
+		noroom = cc ? cc->tier_noroom : 0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(noroom && metric(d, "kvarenad_tier_prefetches_total") == 0,
+	      "A's prefetch due %.0f ms into its %d ms wait: no room", now_ms() - t0, a_ms);
+	/* C runs (nothing ran: it is admitted), then B comes */
+	jc = submit(d, c_prompt, 64);
+	for (i = 0; jc && i < 2000 && !c_runs; i++) {
+		pthread_mutex_lock(&d->lock);
+		c_runs = jc->state == JOB_RUNNING;
+		pthread_mutex_unlock(&d->lock);
+		if (!c_runs)
+			msleep(1);
+	}
+	jb = submit(d, b_prompt, 4);
+	pthread_mutex_lock(&d->lock);
+	turn0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; i < 3000 && turns < 8; i++) {
+		msleep(2);
+		pthread_mutex_lock(&d->lock);
+		turns = d->n_step_us - turn0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	b_queued = jb && jb->state == JOB_QUEUED;
+	c_runs = jc && jc->state == JOB_RUNNING;
+	cc = kvd_conv_find_id(d, r1.session);
+	a_disk = cc && cc->tier_file && !cc->tier_op && (!cc->has_kv || !cc->as.s.n_blocks);
+	pthread_mutex_unlock(&d->lock);
+	CHECK(c_runs && b_queued && a_disk,
+	      "%llu steps of C later B still waits behind A's due prefetch (B %s, C %s, A %s)",
+	      (unsigned long long)turns, b_queued ? "queued" : "admitted",
+	      c_runs ? "running" : "done", a_disk ? "on disk" : "?");
+	/* the room comes back: A's prefetch takes it first */
+	pthread_mutex_lock(&d->lock);
+	kve_arena_session_close(d->kv, &blk);
+	opened = 0;
+	pthread_mutex_unlock(&d->lock);
+	memset(&rb, 0, sizeof(rb));
+	memset(&rc2, 0, sizeof(rc2));
+	CHECK(jb && collect(jb, &rb) == 0 && rb.n_tokens > 0, "B runs after A's prefetch");
+	jb = NULL;
+	CHECK(jc && collect(jc, &rc2) == 0 && rc2.n_tokens > 0, "C completes");
+	jc = NULL;
+	CHECK(metric(d, "kvarenad_tier_prefetches_total") == 1 &&
+	      !strcmp(tier_of(d, r1.session), "arena") && now_ms() - t0 < a_ms,
+	      "A prefetched back %.0f ms into its %d ms wait", now_ms() - t0, a_ms);
+	while (now_ms() - t0 < a_ms)
+		msleep(20);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 0,
+	      "A's result finds its KV: no stall, output bit-identical (%llu stalls)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
+stop:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	if (jb)
+		collect(jb, &rb);
+	if (jc)
+		collect(jc, &rc2);
 	stop(d);
 out:
 	rm_rf(dir);
@@ -2530,11 +2732,13 @@ int main(int argc, char **argv)
 	RUN(prefetch_once);
 	RUN(prefetch_held);
 	RUN(prefetch_taken);
+	RUN(prefetch_first);
 	RUN(prefetch_order);
 	RUN(restore_first);
 	RUN(closed_mid_spill);
 	RUN(closed_mid_restore);
 	RUN(expire_tier);
+	RUN(expire_miss);
 	RUN(discard_shares);
 	RUN(restore_shared);
 	RUN(lost_shared);

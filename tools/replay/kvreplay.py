@@ -643,10 +643,19 @@ def summarize(r):
         "errors": sum(s["errors"] for s in r["sessions"]),
         "evictions": d.get("kvarenad_evictions_total", 0),
         "misses": d.get("kvarenad_kv_misses_total", 0),
+        # evictions that made a prefetch's room (in "evictions" too), KV
+        # out of the arena because its retention ended, running requests
+        # preempted for room: replay.md, "What counts as an eviction"
+        "ev_prefetch": d.get("kvarenad_evictions_prefetch_total", 0),
+        "expired": d.get("kvarenad_kv_expired_total", 0),
+        "preempted": d.get("kvarenad_preemptions_total", 0),
         "spilled_mb": d.get("kvarenad_tier_spill_bytes_total", 0) / 1e6,
         "restored_mb": d.get("kvarenad_tier_restore_bytes_total", 0) / 1e6,
         "stalls": stalls, "stall_pct": 100.0 * stalls / returns if returns else 0.0,
-        "recomputed": d.get("kvarenad_tier_recomputed_tokens_total", 0),
+        # KV lost and computed again: evicted or expired (the tier's
+        # count), and preempted requests' KV
+        "recomputed": d.get("kvarenad_tier_recomputed_tokens_total", 0)
+        + d.get("kvarenad_preempt_recomputed_tokens_total", 0),
         "comp_mean": mean(comp), "comp_p50": pct(comp, 50), "comp_p99": pct(comp, 99),
         "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99),
         "tpot_p50": pct(tpot, 50), "tpot_p99": pct(tpot, 99),
@@ -659,12 +668,13 @@ def summarize(r):
 
 
 COLS = [("label", "%-10s"), ("mode", "%-6s"), ("sessions", "%5d"), ("errors", "%4d"),
-        ("evictions", "%7d"), ("misses", "%5d"), ("spilled_mb", "%8.1f"), ("restored_mb", "%8.1f"),
+        ("evictions", "%7d"), ("ev_prefetch", "%5d"), ("expired", "%5d"),
+        ("preempted", "%5d"), ("misses", "%5d"), ("spilled_mb", "%8.1f"), ("restored_mb", "%8.1f"),
         ("stalls", "%5d"), ("stall_pct", "%6.1f"), ("recomputed", "%8d"),
         ("comp_mean", "%7.2f"), ("comp_p50", "%7.2f"), ("comp_p99", "%7.2f"),
         ("ttft_p50", "%7.1f"), ("ttft_p99", "%7.1f"), ("tpot_p50", "%6.1f"),
         ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f"), ("pf_us", "%6.0f")]
-HEAD = ("policy mode sess err evict miss spillMB restMB stall stall% recomp comp_s p50_s p99_s "
+HEAD = ("policy mode sess err evict ev_pf expir preem miss spillMB restMB stall stall% recomp comp_s p50_s p99_s "
         "ttft50 ttft99 tpot50 tpot99 idleGB*s pf_us")
 
 
