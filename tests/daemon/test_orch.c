@@ -56,7 +56,7 @@
 #include "internal.h"
 #include "kvsandbox.h"
 #include "log.h"
-#include "worker.h"
+#include "test_worker.h"
 
 static int pass, failed;
 static const char *model_path, *plugin_path;
@@ -5463,31 +5463,10 @@ static void test_fair_join(void)
 int main(int argc, char **argv)
 {
 	ssize_t n;
+	int rc;
 
-	if (argc >= 3 && !strcmp(argv[1], "--worker")) {
-		struct kvd_worker_args a = { .backend = "cpu", .n_threads = 1, .max_batch = 16 };
-		int i;
-
-		for (i = 3; i + 1 < argc; i += 2) {
-			if (!strcmp(argv[i], "--model"))
-				a.model_path = argv[i + 1];
-			else if (!strcmp(argv[i], "--backend"))
-				a.backend = argv[i + 1];
-			else if (!strcmp(argv[i], "--max-ctx"))
-				a.max_ctx = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--max-batch"))
-				a.max_batch = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--max-step-tokens"))
-				a.max_step_tokens = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--threads"))
-				a.n_threads = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--tool-open"))
-				a.tool_open = argv[i + 1];
-			else if (!strcmp(argv[i], "--tool-close"))
-				a.tool_close = argv[i + 1];
-		}
-		return kvd_worker_main(KVD_WORKER_FD, &a);
-	}
+	if (test_worker_main(argc, argv, &rc))
+		return rc;
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s MODEL [PLUGIN.so]\n", argv[0]);
 		return 2;
