@@ -594,6 +594,7 @@ struct kvd {
 	int test_audit;			/* KVD_AUDIT: check the books every turn */
 	int test_arena_shared;		/* the test takes or ends the arena's blocks
 					 * itself: audit.c leaves the arena's count */
+	int test_build_short;		/* this turn's steps_build lacked memory */
 #endif
 };
 

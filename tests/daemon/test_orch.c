@@ -2246,23 +2246,29 @@ static void test_bisect(void)
 	if (!poison)
 		return;
 	snprintf(num, sizeof(num), "%u", poison);
-	set_env("KVD_TEST_POISON", num);
-	base_config(&c);
-	c.share_stages = 0;
-	d = start(&c);
-	set_env("KVD_TEST_POISON", NULL);
-	if (!d)
-		return;
-	ask_all(d, q, N, r);
-	for (i = 0; i < N; i++)
-		ok += i == 2 ? r[i].error : same_tokens(&r[i], &ref[i]);
-	CHECK(ok == N, "the member whose step fails fails alone (%s); the %u others complete "
-	      "with their own tokens", r[2].err, N - 1);
-	CHECK(metric(d, "kvarenad_requests_failed_worker_total") == 1 &&
-	      metric(d, "kvarenad_step_failures_total") >= 4,
-	      "metrics: %llu failed steps, %llu bisections, 1 request charged",
-	      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
-	      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+	/* stages apart, then shared (a group's steps go to any idle worker) */
+	for (int share = 0; share < 2; share++) {
+		set_env("KVD_TEST_POISON", num);
+		base_config(&c);
+		c.share_stages = share;
+		d = start(&c);
+		set_env("KVD_TEST_POISON", NULL);
+		if (!d)
+			return;
+		ask_all(d, q, N, r);
+		for (ok = 0, i = 0; i < N; i++)
+			ok += i == 2 ? r[i].error : same_tokens(&r[i], &ref[i]);
+		CHECK(ok == N, "stages %s: the member whose step fails fails alone (%s); the %u "
+		      "others complete with their own tokens", share ? "shared" : "apart",
+		      r[2].err, N - 1);
+		CHECK(metric(d, "kvarenad_requests_failed_worker_total") == 1 &&
+		      metric(d, "kvarenad_step_failures_total") >= 4,
+		      "metrics: %llu failed steps, %llu bisections, 1 request charged",
+		      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
+		      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+		if (!share)
+			kvd_destroy(d);
+	}
 	/* what the failed steps may have left in its KV is not trusted
 	 * (sched.c, kvd_job_let_go): its conversation keeps no block */
 	pthread_mutex_lock(&d->lock);
