@@ -111,6 +111,10 @@ static void audit_kv(struct kvd *d, struct kvd_conv *c, uint32_t *users, uint32_
 			broken("%s: offered block %u is not the cache's node of its tokens", c->id,
 			       i);
 	}
+	for (i = c->n_offered; c->nodes && i <= d->ctx_len / bt; i++)
+		if (c->nodes[i])
+			broken("%s: block %u not offered (of %u) still names a cache node", c->id,
+			       i, c->n_offered);
 }
 
 static void audit_convs(struct kvd *d, uint32_t *users, uint32_t *tblocks)
