@@ -148,11 +148,9 @@ static void audit_convs(struct kvd *d, uint32_t *users, uint32_t *tblocks)
 static void audit_blocks(struct kvd *d, const uint32_t *users, const uint32_t *tblocks)
 {
 	const struct kvd_radix *r = &d->radix;
-	uint32_t b, slot, nodes = 0, leaves = 0, *kids = NULL;
-	const struct kvd_rnode *n;
-
 	struct kva_arena_info ai = { .size = sizeof(ai) };
-	uint32_t used = 0;
+	uint32_t b, slot, nodes = 0, leaves = 0, used = 0, *kids = NULL;
+	const struct kvd_rnode *n;
 
 	for (b = 0; b < d->geom.blocks_total; b++) {
 		if (users[b] != d->block_users[b])
@@ -198,10 +196,9 @@ static void audit_blocks(struct kvd *d, const uint32_t *users, const uint32_t *t
 			       n->n_children, kids[b], n->on_lru);
 	}
 	free(kids);
-	for (n = r->lru_head; n; n = n->lru_next) {
+	for (n = r->lru_head; n; n = n->lru_next)
 		if (!n->on_lru || ++leaves > nodes)
 			broken("cache block %u on the eviction list, not evictable", n->block);
-	}
 	if (nodes != r->n || leaves != r->n_evictable)
 		broken("cache: %u nodes and %u evictable counted, %u and %u found", r->n,
 		       r->n_evictable, nodes, leaves);

@@ -56,7 +56,7 @@
 #include "internal.h"
 #include "kvsandbox.h"
 #include "log.h"
-#include "worker.h"
+#include "test_worker.h"
 
 static int pass, failed;
 static const char *model_path, *plugin_path;
@@ -1764,6 +1764,38 @@ static void test_worker_storm(void)
 	      metric(d, "kvarenad_workers_up{stage=\"decode\"}") == 1,
 	      "metrics: %llu decode worker failures, the worker up",
 	      (unsigned long long)metric(d, "kvarenad_worker_failures_total{stage=\"decode\"}"));
+	kvd_destroy(d);
+}
+
+/*
+ * The kernel sees a request's stages: its session spends time in PREFILL
+ * while the prompt is computed and in DECODE while tokens come (the
+ * kernel's eviction ranks by them), and is IDLE once the reply is done.
+ */
+static void test_kstate_stages(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply r;
+	struct kvd_conv *cv;
+	struct kva_session_info si = { .size = sizeof(si) };
+	int got = 0;
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	CHECK(ask(d, "<|im_start|>user\nname three stages<|im_end|>\n<|im_start|>assistant\n",
+		  0, 1, 12, &r, NULL) == 0 && r.n_tokens > 2, "a reply of %u tokens", r.n_tokens);
+	pthread_mutex_lock(&d->lock);
+	for (cv = d->convs; cv && !got; cv = cv->next)
+		got = cv->has_kv && kva_session_get_info(d->arena, cv->as.sid, &si) == 0;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(got && si.state_ns[KVA_STATE_PREFILL] > 0 && si.state_ns[KVA_STATE_DECODE] > 0 &&
+	      si.state == KVA_STATE_IDLE,
+	      "its session was in PREFILL %llu ns and DECODE %llu ns, IDLE now (state %u)",
+	      (unsigned long long)si.state_ns[KVA_STATE_PREFILL],
+	      (unsigned long long)si.state_ns[KVA_STATE_DECODE], si.state);
 	kvd_destroy(d);
 }
 
@@ -5431,31 +5463,10 @@ static void test_fair_join(void)
 int main(int argc, char **argv)
 {
 	ssize_t n;
+	int rc;
 
-	if (argc >= 3 && !strcmp(argv[1], "--worker")) {
-		struct kvd_worker_args a = { .backend = "cpu", .n_threads = 1, .max_batch = 16 };
-		int i;
-
-		for (i = 3; i + 1 < argc; i += 2) {
-			if (!strcmp(argv[i], "--model"))
-				a.model_path = argv[i + 1];
-			else if (!strcmp(argv[i], "--backend"))
-				a.backend = argv[i + 1];
-			else if (!strcmp(argv[i], "--max-ctx"))
-				a.max_ctx = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--max-batch"))
-				a.max_batch = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--max-step-tokens"))
-				a.max_step_tokens = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--threads"))
-				a.n_threads = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--tool-open"))
-				a.tool_open = argv[i + 1];
-			else if (!strcmp(argv[i], "--tool-close"))
-				a.tool_close = argv[i + 1];
-		}
-		return kvd_worker_main(KVD_WORKER_FD, &a);
-	}
+	if (test_worker_main(argc, argv, &rc))
+		return rc;
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s MODEL [PLUGIN.so]\n", argv[0]);
 		return 2;
@@ -5506,6 +5517,7 @@ int main(int argc, char **argv)
 	RUN(program_fcfs);
 	RUN(worker_storm);
 	RUN(stage_down);
+	RUN(kstate_stages);
 	RUN(stall);
 	RUN(fairness);
 	RUN(shared_start);

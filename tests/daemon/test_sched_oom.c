@@ -38,7 +38,7 @@
 
 #include "internal.h"
 #include "log.h"
-#include "worker.h"
+#include "test_worker.h"
 
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t size);
@@ -475,24 +475,10 @@ int main(int argc, char **argv)
 	char self[PATH_MAX];
 	long runs = 0;
 	ssize_t n;
+	int rc;
 
-	if (argc >= 3 && !strcmp(argv[1], "--worker")) {
-		struct kvd_worker_args a = { .backend = "cpu", .n_threads = 1, .max_batch = 16 };
-
-		for (int i = 3; i + 1 < argc; i += 2) {
-			if (!strcmp(argv[i], "--model"))
-				a.model_path = argv[i + 1];
-			else if (!strcmp(argv[i], "--backend"))
-				a.backend = argv[i + 1];
-			else if (!strcmp(argv[i], "--max-ctx"))
-				a.max_ctx = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--max-batch"))
-				a.max_batch = (unsigned)atoi(argv[i + 1]);
-			else if (!strcmp(argv[i], "--max-step-tokens"))
-				a.max_step_tokens = (unsigned)atoi(argv[i + 1]);
-		}
-		return kvd_worker_main(KVD_WORKER_FD, &a);
-	}
+	if (test_worker_main(argc, argv, &rc))
+		return rc;
 	if (argc < 3) {
 		fprintf(stderr, "usage: test_sched_oom BPE_MODEL SPM_MODEL\n");
 		return 2;
