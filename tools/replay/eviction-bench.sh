@@ -30,8 +30,9 @@
 #
 # Writes build/bench/eviction/ (sessions, one JSON per run, report.txt,
 # report.out with the bound, plan.txt with the arena rule's figures,
-# completion-cdf.png, occupancy.png) and rows to build/bench/results.tsv.
-# About 50-60 minutes on the shared 2-core machine.
+# completion-cdf.png, occupancy.png; the other load points in loadL/) and
+# rows to build/bench/results.tsv. About 40 minutes on the shared 2-core
+# machine (the main load's five runs about 16, load 1's three about 15).
 # Environment: BENCH_EVICTION_SESSIONS (10), BENCH_EVICTION_CONCURRENCY
 # (the sessions: all at once), BENCH_EVICTION_MIX (the tool mix,
 # kvreplay's syntax), BENCH_EVICTION_TOOL_SCALE (tool durations x, 1),
@@ -43,8 +44,8 @@
 # BENCH_EVICTION_RUNS (the policies' runs to make, a trial: "toolwait lru";
 # ample always runs, it sizes the arena), BENCH_EVICTION_MODEL (a GGUF instead of
 # the 110M one: a smoke trial), BENCH_EVICTION_LOAD (the load factor of the
-# main table, 1: arrivals and tool times / this), BENCH_EVICTION_LOADS (more
-# load factors, each with ample, toolwait and lru only: "2"; "" for none).
+# main table, 3: arrivals and tool times / this), BENCH_EVICTION_LOADS (more
+# load factors, each with ample, toolwait and lru only: "1 2"; "" for none).
 # Usage: tools/replay/eviction-bench.sh KVARENAD MKMODEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -89,12 +90,15 @@ allruns=${BENCH_EVICTION_RUNS:-toolwait lru ttl lru-tier}
 # The load (replay.md, "Load"): a factor L replays the same sessions with
 # arrivals and tool times divided by L, the model's work unchanged, so the
 # server computes L times as much per second of wall. At 1 the model ran
-# about a third of the time (the 04:43 run: requests queued in 0-1% of the
-# samples), where a recompute delays little else; CacheWise's completion
-# gain is from a server near saturation. Each run reports the share of its
-# samples with a request running (busy%) and waiting (queue%).
-mainload=${BENCH_EVICTION_LOAD:-1}
-loads=${BENCH_EVICTION_LOADS-2}
+# about a third of the time (the 04:43 run), where a recompute delays
+# little else; CacheWise's completion gain is from a server near
+# saturation. The main table is at 3, where without eviction the model
+# ran 69% of the time and never queued a request (the 07:19 trial); 1
+# and 2 run too, toolwait against lru. The policies' configuration is
+# the same at every load. Each run reports the share of its samples with
+# a request running (busy%) and waiting (queue%).
+mainload=${BENCH_EVICTION_LOAD:-3}
+loads=${BENCH_EVICTION_LOADS-1 2}
 # the arena that never fills: every session at its largest, with the chat
 # markup and tool declarations (~600 tokens), 16 tokens a block (the
 # prefix cache may keep ended sessions' blocks)
