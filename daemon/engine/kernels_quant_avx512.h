@@ -62,6 +62,22 @@ KVE_INLINE float kq_f16(const uint8_t *p)
 	return _cvtsh_ss(h);
 }
 
+/*
+ * A 512-bit load of weights kept in a register. GCC folds a load into
+ * each of its uses (vpandd mem, vpandnd mem), so a vector the tile uses
+ * twice was loaded twice, and the x16 tiles are bound by their loads:
+ * with the activations' broadcasts and the prefetches, a Q4_K block of 16
+ * rows was some 170 loads, at 2 a cycle. The empty asm makes the value
+ * opaque, so it is loaded once.
+ */
+KVE_INLINE __m512i kq_load1(const void *p)
+{
+	__m512i v = _mm512_loadu_si512(p);
+
+	__asm__("" : "+v"(v));
+	return v;
+}
+
 /* ---- Q4_0, Q4_1, Q5_0, Q5_1 ------------------------------------------ */
 
 /*
@@ -301,7 +317,7 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q4X16_BLK);
 #pragma GCC unroll 4
 			for (k = 0; k < 4; k++) {
-				const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+				const __m512i v = kq_load1(p + 32 + 64 * k);
 
 				s[k & 1] = kq_dot_bc(s[k & 1], _mm512_and_si512(v, lo), x->q + 4 * k);
 				s[2 + (k & 1)] = kq_dot_bc(s[2 + (k & 1)], KQ_VNNI ?
@@ -317,7 +333,7 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 		}
 #pragma GCC unroll 4
 		for (k = 0; k < 4; k++) {
-			const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+			const __m512i v = kq_load1(p + 32 + 64 * k);
 
 			q[k] = _mm512_and_si512(v, lo);
 			q[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
@@ -696,8 +712,8 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 	for (j = 0; j < C; j++)
 		acc[j] = _mm512_setzero_ps();
 	for (b = 0; b < nb; b++, p += bb) {
-		const __m512i u0 = _mm512_loadu_si512(p + 64), u1 = _mm512_loadu_si512(p + 128);
-		const __m512i u2 = _mm512_loadu_si512(p + 192);
+		const __m512i u0 = kq_load1(p + 64), u1 = kq_load1(p + 128);
+		const __m512i u2 = kq_load1(p + 192);
 		/* (a & 0x0f) | (b & 0x30), a's high bits already clear: 0xf8 */
 		const __m512i sc[2] = {
 			_mm512_and_si512(u0, m3f),
@@ -736,7 +752,7 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 				pa[j] = pb[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
 			for (g = 0; g < 8; g++) {
-				const __m512i v = _mm512_loadu_si512(p + qs + 64 * (8 * k + g));
+				const __m512i v = kq_load1(p + qs + 64 * (8 * k + g));
 				__m512i ql = _mm512_and_si512(v, lo), qh;
 
 				if (hi16) {
@@ -745,7 +761,7 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 					qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
 				}
 				if (five) {	/* bits 2k, 2k + 1 of qh bytes 4g.. */
-					const __m512i h = _mm512_loadu_si512(p + 256 + 64 * g);
+					const __m512i h = kq_load1(p + 256 + 64 * g);
 
 					ql = _mm512_or_si512(ql, q5kx16_hi(h, 2 * k));
 					qh = _mm512_or_si512(qh, q5kx16_hi(h, 2 * k + 1));
@@ -820,7 +836,7 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q6KX16_BLK);
 #pragma GCC unroll 4
 		for (v = 0; v < 4; v++)
-			sg[v] = _mm512_loadu_si512(p + 32 + 64 * v);
+			sg[v] = kq_load1(p + 32 + 64 * v);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			x[j] = xk + (size_t)(t + j) * nb + b;
@@ -843,9 +859,9 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 							-32 * x[j]->bsums[8 * n + h + 2 * v]);
 #pragma GCC unroll 4
 				for (g = 4 * h; g < 4 * h + 4; g++) {
-					const __m512i l0 = _mm512_loadu_si512(ql + 64 * (16 * n + g));
-					const __m512i l1 = _mm512_loadu_si512(ql + 64 * (16 * n + 8 + g));
-					const __m512i hb = _mm512_loadu_si512(qh + 64 * (8 * n + g));
+					const __m512i l0 = kq_load1(ql + 64 * (16 * n + g));
+					const __m512i l1 = kq_load1(ql + 64 * (16 * n + 8 + g));
+					const __m512i hb = kq_load1(qh + 64 * (8 * n + g));
 					__m512i q[4];
 
 					/* low nibble | high bits, one bit select each
