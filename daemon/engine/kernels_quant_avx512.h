@@ -64,11 +64,12 @@ KVE_INLINE float kq_f16(const uint8_t *p)
 
 /*
  * A 512-bit load of weights kept in a register. GCC folds a load into
- * each of its uses (vpandd mem, vpandnd mem), so a vector the tile uses
- * twice was loaded twice, and the x16 tiles are bound by their loads:
- * with the activations' broadcasts and the prefetches, a Q4_K block of 16
- * rows was some 170 loads, at 2 a cycle. The empty asm makes the value
- * opaque, so it is loaded once.
+ * each of its uses (vpandd mem, vpandnd mem), so a vector a tile uses
+ * twice was loaded twice, and the x16 tiles are bound by their loads
+ * (with the activations' broadcasts and the prefetches, a Q4_K block of 16
+ * rows was some 170 loads; this CPU does 2 zmm loads a cycle). The empty
+ * asm makes the value opaque, so it is loaded once: from the L2, Q4_0 x16
+ * 69 -> 82 GB/s and Q4_K x16 56 -> 73 (Documentation/engine.md, "Loads").
  */
 KVE_INLINE __m512i kq_load1(const void *p)
 {
@@ -808,6 +809,9 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
 }
 
+/* (Q6_K keeps the folded loads: loaded once it was 30% faster from the
+ * L2 but 1-10% slower a decode step from memory, alternating steps) */
+
 /* Q6_K: sub-block s's int8 scale of the 16 rows (groups g: scale bytes
  * 4k..4k+3, one lane per row), sign-extended */
 KVE_INLINE __m512i q6kx16_sc(const __m512i *g, const int s)
@@ -836,7 +840,7 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q6KX16_BLK);
 #pragma GCC unroll 4
 		for (v = 0; v < 4; v++)
-			sg[v] = kq_load1(p + 32 + 64 * v);
+			sg[v] = _mm512_loadu_si512(p + 32 + 64 * v);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			x[j] = xk + (size_t)(t + j) * nb + b;
@@ -859,9 +863,9 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 							-32 * x[j]->bsums[8 * n + h + 2 * v]);
 #pragma GCC unroll 4
 				for (g = 4 * h; g < 4 * h + 4; g++) {
-					const __m512i l0 = kq_load1(ql + 64 * (16 * n + g));
-					const __m512i l1 = kq_load1(ql + 64 * (16 * n + 8 + g));
-					const __m512i hb = kq_load1(qh + 64 * (8 * n + g));
+					const __m512i l0 = _mm512_loadu_si512(ql + 64 * (16 * n + g));
+					const __m512i l1 = _mm512_loadu_si512(ql + 64 * (16 * n + 8 + g));
+					const __m512i hb = _mm512_loadu_si512(qh + 64 * (8 * n + g));
 					__m512i q[4];
 
 					/* low nibble | high bits, one bit select each
