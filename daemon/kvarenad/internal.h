@@ -252,7 +252,7 @@ struct kvd_conv {
 	uint32_t tier_file_skip;	/* leading blocks not in it: the cache's */
 	uint32_t tier_lost_tokens;	/* KV dropped: recomputed when it returns */
 	uint32_t tier_timer[2];		/* prefetch, overrun: heap index + 1 */
-	uint32_t tier_prefetched;	/* prefetches in this tool wait */
+	uint32_t tier_prefetched;	/* prefetches for this wait's prediction */
 	uint8_t tier_hold;		/* KV prefetched for a return not come yet */
 	uint8_t tier_spill_evicting;	/* free the blocks when the spill is done */
 	uint8_t tier_setup;		/* a restore is finding its blocks */

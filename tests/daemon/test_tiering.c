@@ -35,6 +35,10 @@
  *   prefetch_held   KV prefetched for a return that is due is no victim
  *                   for another's room while a job runs: no stall
  *   prefetch_taken  a prefetch takes no KV another prefetch brought back
+ *   overrun_hold    a tool past its prediction whose return is due within
+ *                   a restore's lead keeps its prefetched KV held
+ *   overrun_prefetch prefetched KV taken after its tool overran is
+ *                   prefetched again for the new prediction: no stall
  *   prefetch_first  a prefetch due that lacks room holds admission of
  *                   later conversations' turns while a job runs: the room
  *                   coming back is its own, no stall
@@ -1653,11 +1657,13 @@ static void test_idle1000(void)
 #endif
 
 /*
- * A prefetch once per tool wait: KV prefetched and taken again by the
- * arena before the tool returned is not prefetched again (that took
- * another's room, which was then prefetched again: 400 agents in an arena
- * of 30 read the disk tier 10 times over, 17 prefetches per tool wait); it
- * comes back when the result arrives, output bit-identical.
+ * A prefetch once per prediction: KV prefetched and taken again by the
+ * arena before the tool returned is not prefetched again for the same
+ * prediction (that took another's room, which was then prefetched again:
+ * 400 agents in an arena of 30 read the disk tier 10 times over, 17
+ * prefetches per tool wait); it comes back when the result arrives (here
+ * before the tool's overrun, which would predict it anew:
+ * overrun_prefetch), output bit-identical.
  */
 static void test_prefetch_once(void)
 {
@@ -1690,10 +1696,10 @@ static void test_prefetch_once(void)
 	      "evicted, then prefetched before the tool returns");
 	demand(d);	/* the arena takes it again */
 	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "evicted again: on disk only");
-	msleep(tool_ms / 2);
+	msleep(tool_ms / 5);
 	CHECK(metric(d, "kvarenad_tier_prefetches_total") == 1 &&
 	      metric(d, "kvarenad_tier_restores_total") == 1,
-	      "not prefetched again in the same wait (%llu prefetches, %llu restores)",
+	      "not prefetched again for the same prediction (%llu prefetches, %llu restores)",
 	      (unsigned long long)metric(d, "kvarenad_tier_prefetches_total"),
 	      (unsigned long long)metric(d, "kvarenad_tier_restores_total"));
 	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
@@ -1870,6 +1876,177 @@ static void test_prefetch_taken(void)
 	      "A's result finds its KV (%llu stalls taken_again)",
 	      (unsigned long long)metric(d, "kvarenad_tier_restore_stall_causes_total"
 					 "{cause=\"taken_again\"}"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/* A class whose waits take `short_ms` mostly (12 of 16) and `long_ms`
+ * now and then (4 of 16): a tool that sometimes runs past its mean. */
+static void train_two(struct kvd *d, const char *tool, int short_ms, int long_ms)
+{
+	uint32_t cls, i;
+
+	pthread_mutex_lock(&d->lock);
+	cls = kvd_toolclass(d, 0, tool, strlen(tool));
+	for (i = 0; i < 16; i++)
+		kvd_toolwait_record(d, cls, (uint64_t)(i < 12 ? short_ms : long_ms) * 1000);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* A started: its tool call made, its KV spilled, evicted and prefetched
+ * back (the first prefetch of the wait, held). 0 or -1; *t0 the wait's
+ * start as the test saw it. */
+static int prefetched_back(struct kvd *d, const struct convo *cv, struct reply *r1, double *t0,
+			   int tool_ms)
+{
+	script(d, cv->call);
+	if (ask(d, cv->p1, 8, r1))
+		return -1;
+	*t0 = now_ms();
+	await_metric(d, "kvarenad_tier_spills_total", 1, tool_ms);
+	demand(d);
+	if (!await_metric(d, "kvarenad_tier_prefetches_total", 1, tool_ms) ||
+	    !await_metric(d, "kvarenad_tier_restores_total", 1, tool_ms))
+		return -1;
+	return strcmp(tier_of(d, r1->session), "arena") ? -1 : 0;
+}
+
+/*
+ * A tool past its prediction whose return is now due within a restore's
+ * lead keeps the hold on its prefetched KV. The class's waits are 1.2 s
+ * (12 of 16) or 3 s: predicted 1.65 s (the mean), and at the overrun
+ * (1.9 s) the return's 5% quantile is a few ms away. A's tool takes 3 s;
+ * after the overrun B runs and the arena needs every block: A's KV stays
+ * and its result finds it. Before, every overrun ended the hold: the arena
+ * took A's KV, and the return read it back on demand (taken_again: 8 of
+ * 14 stalls in an eviction run).
+ */
+static void test_overrun_hold(void)
+{
+	const struct reply *ref = reference(5);
+	const char *b_prompt = "<|im_start|>user\nwrite a long story<|im_end|>\n"
+			       "<|im_start|>assistant\n";
+	char *dir = new_dir("ovhold");
+	struct kvd_job *jb = NULL;
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2, rb;
+	struct kvd *d;
+	double t0 = 0;
+	int tool_ms = slow(3000), ran = 0, i, kept = 0;
+	uint64_t ev = 0;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 5, ref_tool[5]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(250);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_two(d, ref_tool[5], slow(1200), tool_ms);
+	CHECK(prefetched_back(d, &cv, &r1, &t0, tool_ms) == 0,
+	      "A (a tool of 1.2 s, now and then %d ms) evicted and prefetched back (%.0f ms "
+	      "into the wait)", tool_ms, now_ms() - t0);
+	CHECK(await_metric(d, "kvarenad_tool_overruns_total", 1, tool_ms),
+	      "A's tool runs past its prediction (%.0f ms into the wait)", now_ms() - t0);
+	ev = metric(d, "kvarenad_evictions_total");
+	jb = submit(d, b_prompt, 48);
+	for (i = 0; jb && i < 2000 && !ran; i++) {
+		struct kvd_conv *cc;
+
+		pthread_mutex_lock(&d->lock);
+		if (jb->state == JOB_RUNNING) {
+			kvd_make_room(d, d->geom.blocks_total);
+			cc = kvd_conv_find_id(d, r1.session);
+			kept = cc && cc->has_kv && cc->as.s.n_blocks;
+			ran = 1;
+		}
+		pthread_mutex_unlock(&d->lock);
+		if (!ran)
+			msleep(1);
+	}
+	CHECK(ran && kept && metric(d, "kvarenad_evictions_total") == ev,
+	      "the arena needs every block while B runs, %.0f ms into A's wait: A's prefetched "
+	      "KV stays (its return is due; %llu evictions, %llu before)", now_ms() - t0,
+	      (unsigned long long)metric(d, "kvarenad_evictions_total"), (unsigned long long)ev);
+	memset(&rb, 0, sizeof(rb));
+	CHECK(jb && collect(jb, &rb) == 0 && rb.n_tokens > 0, "B completes");
+	jb = NULL;
+	while (now_ms() - t0 < tool_ms)
+		msleep(20);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 0 &&
+	      metric(d, "kvarenad_tier_restores_total") == 1,
+	      "A's result finds its KV: no stall, one restore (the prefetch), output "
+	      "bit-identical to the run without eviction (%llu stalls)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
+ * KV prefetched for a prediction the tool overran, and then taken, is
+ * prefetched again for the new prediction. The class's waits are 1.5 s
+ * (12 of 16) or 6 s: predicted 2.6 s, and at the overrun (2.9 s) the
+ * return's 5% quantile is 1.5 s away, so the hold ends. A's tool takes
+ * 6 s; the arena takes A's KV after the overrun; it is back before the
+ * return, which does not stall. Before, a wait was prefetched once, and
+ * the return read it back on demand (taken_again).
+ */
+static void test_overrun_prefetch(void)
+{
+	const struct reply *ref = reference(6);
+	char *dir = new_dir("ovpf");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd *d;
+	double t0 = 0, back_at = 0;
+	int tool_ms = slow(6000), i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 6, ref_tool[6]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(250);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_two(d, ref_tool[6], slow(1500), tool_ms);
+	CHECK(prefetched_back(d, &cv, &r1, &t0, tool_ms) == 0,
+	      "A (a tool of 1.5 s, now and then %d ms) evicted and prefetched back (%.0f ms "
+	      "into the wait)", tool_ms, now_ms() - t0);
+	CHECK(await_metric(d, "kvarenad_tool_overruns_total", 1, tool_ms),
+	      "A's tool runs past its prediction (%.0f ms into the wait)", now_ms() - t0);
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk") &&
+	      metric(d, "kvarenad_evictions_total") == 2,
+	      "its return not due yet, the hold ends: the arena takes A's KV (%.0f ms into the "
+	      "wait)", now_ms() - t0);
+	for (i = 0; i < 100000 && now_ms() - t0 < tool_ms; i++) {
+		if (!back_at && !strcmp(tier_of(d, r1.session), "arena") &&
+		    metric(d, "kvarenad_tier_restores_total") == 2)
+			back_at = now_ms() - t0;
+		msleep(10);
+	}
+	CHECK(back_at > 0 && metric(d, "kvarenad_tier_prefetches_total") == 2,
+	      "prefetched again for the new prediction: back %.0f ms into the %d ms wait "
+	      "(%llu prefetches)", back_at, tool_ms,
+	      (unsigned long long)metric(d, "kvarenad_tier_prefetches_total"));
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
+	      metric(d, "kvarenad_tier_restore_stalls_total") == 0,
+	      "A's result finds its KV: no stall, output bit-identical to the run without "
+	      "eviction (%llu stalls)",
+	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
 	stop(d);
 out:
 	rm_rf(dir);
@@ -2732,6 +2909,8 @@ int main(int argc, char **argv)
 	RUN(prefetch_once);
 	RUN(prefetch_held);
 	RUN(prefetch_taken);
+	RUN(overrun_hold);
+	RUN(overrun_prefetch);
 	RUN(prefetch_first);
 	RUN(prefetch_order);
 	RUN(restore_first);

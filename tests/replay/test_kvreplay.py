@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """Unit tests of kvreplay's pure parts (make check-replay runs them first):
-the eviction benchmark's arena rule and its run time limits."""
+the eviction benchmark's arena rule, its run time limits and the server
+load it reports."""
 import os
 import sys
 import unittest
@@ -56,6 +57,20 @@ class RunTimeout(unittest.TestCase):
         t = kvreplay.run_timeout(self.sessions(10), ample_wall=560)
         self.assertGreaterEqual(t, 4 * 560)
         self.assertGreater(t, 1353)
+
+
+class ServerLoad(unittest.TestCase):
+    def test_busy_and_queued_shares(self):
+        tl = ([{"kvarenad_requests_running": 0, "kvarenad_queue_depth": 0}] * 2 +
+              [{"kvarenad_requests_running": 1, "kvarenad_queue_depth": 0}] * 5 +
+              [{"kvarenad_requests_running": 3, "kvarenad_queue_depth": 2}] * 3)
+        load = kvreplay.server_load(tl)
+        self.assertAlmostEqual(load["busy"], 0.8)
+        self.assertAlmostEqual(load["queued"], 0.3)
+
+    def test_no_samples(self):
+        load = kvreplay.server_load([{"t": 0.5}])
+        self.assertNotEqual(load["busy"], load["busy"])    # nan: nothing to say
 
 
 if __name__ == "__main__":

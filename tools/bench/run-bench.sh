@@ -254,7 +254,7 @@ bench_tier() {
 # and ttl without, lru with it. Goals: >= 3x fewer evictions and >= 3.5x
 # faster mean session completion than lru, restore stalls < 5%.
 bench_eviction() {
-	forget '(evictions_|kv_misses_|completion_|ttft_p99_toolwait|restore_stalls_pct_|recomputed_tokens_toolwait|eviction_arena)'
+	forget '(evictions_|kv_misses_|completion_|ttft_p99_toolwait|restore_stalls_pct_|recomputed_tokens_toolwait|eviction_|server_busy_pct_)'
 	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
 	tools/replay/eviction-bench.sh build/bin/kvarenad build/bin/kva-mkmodel
 }

@@ -30,8 +30,9 @@
 #
 # Writes build/bench/eviction/ (sessions, one JSON per run, report.txt,
 # report.out with the bound, plan.txt with the arena rule's figures,
-# completion-cdf.png, occupancy.png) and rows to build/bench/results.tsv.
-# About 50-60 minutes on the shared 2-core machine.
+# completion-cdf.png, occupancy.png; the other load points in loadL/) and
+# rows to build/bench/results.tsv. About 40 minutes on the shared 2-core
+# machine (the main load's five runs about 16, load 1's three about 15).
 # Environment: BENCH_EVICTION_SESSIONS (10), BENCH_EVICTION_CONCURRENCY
 # (the sessions: all at once), BENCH_EVICTION_MIX (the tool mix,
 # kvreplay's syntax), BENCH_EVICTION_TOOL_SCALE (tool durations x, 1),
@@ -42,7 +43,9 @@
 # BENCH_EVICTION_MIN_TURNS (model calls a session makes at least),
 # BENCH_EVICTION_RUNS (the policies' runs to make, a trial: "toolwait lru";
 # ample always runs, it sizes the arena), BENCH_EVICTION_MODEL (a GGUF instead of
-# the 110M one: a smoke trial).
+# the 110M one: a smoke trial), BENCH_EVICTION_LOAD (the load factor of the
+# main table, 3: arrivals and tool times / this), BENCH_EVICTION_LOADS (more
+# load factors, each with ample, toolwait and lru only: "1 2"; "" for none).
 # Usage: tools/replay/eviction-bench.sh KVARENAD MKMODEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,22 +86,25 @@ mix=${BENCH_EVICTION_MIX:-read:0.5:5:0.5:200,compile:0.3:20:0.5:100,test:0.2:60:
 tscale=${BENCH_EVICTION_TOOL_SCALE:-1}
 tmscale=${BENCH_EVICTION_TIME_SCALE:-0.02}
 minturns=${BENCH_EVICTION_MIN_TURNS:-6}
-runs=${BENCH_EVICTION_RUNS:-toolwait lru ttl lru-tier}
-$py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
-	--sessions "$n" --multi-turn-only --min-turns "$minturns" --max-context "$maxctx" \
-	--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" \
-	--tool-scale "$tscale" --time-scale "$tmscale" --seed 39 >"$out/sessions.jsonl" 2>"$out/convert.log"
-cat "$out/convert.log"
-# a run's time limit from the workload (its sessions' own tool time),
-# then from the ample run's wall (kvreplay.py run_timeout): a constant
-# 1200 s stopped the benchmark in lru's run once
-tmo=${BENCH_EVICTION_RUN_TIMEOUT:-$($py tools/replay/kvreplay.py plan --sessions "$out/sessions.jsonl" |
-	sed -n 's/^timeout_s //p')}
+allruns=${BENCH_EVICTION_RUNS:-toolwait lru ttl lru-tier}
+# The load (replay.md, "Load"): a factor L replays the same sessions with
+# arrivals and tool times divided by L, the model's work unchanged, so the
+# server computes L times as much per second of wall. At 1 the model ran
+# about a third of the time (the 04:43 run), where a recompute delays
+# little else; CacheWise's completion gain is from a server near
+# saturation. The main table is at 3, where without eviction the model
+# ran 69% of the time and never queued a request (the 07:19 trial); 1
+# and 2 run too, toolwait against lru. The policies' configuration is
+# the same at every load. Each run reports the share of its samples with
+# a request running (busy%) and waiting (queue%).
+mainload=${BENCH_EVICTION_LOAD:-3}
+loads=${BENCH_EVICTION_LOADS-1 2}
 # the arena that never fills: every session at its largest, with the chat
 # markup and tool declarations (~600 tokens), 16 tokens a block (the
 # prefix cache may keep ended sessions' blocks)
 ample=$((n * ((maxctx + 600) / 16 + 2) + 64))
 t_start=$(date +%s)
+top=$out
 
 # a port the kernel says is free now (bound to port 0), not a guess: a
 # random base plus one per run once met another server's port and the
@@ -154,52 +160,83 @@ run() {
 	echo "== $label: done at $(($(date +%s) - t_start)) s =="
 }
 
-# the working set, and the arena: at the median moment of a run that
-# never evicts, the KV of the conversations not waiting on a tool (they
-# need it now, under any policy) and half of the KV waiting on tools (what
-# a policy chooses about). Half of the whole working set, the rule before,
-# was less than the running conversations alone held (700-840 of 853
-# blocks in the 18:33 trial): every waiting session was evicted whatever
-# the ranking, and stalls were waits for room (replay.md)
-run ample "$ample" "policy = toolwait" "[tier]" "decisions = no"
-$py tools/replay/kvreplay.py plan --sessions "$out/sessions.jsonl" --ample "$out/ample.json" \
-	>"$out/plan.txt"
-cat "$out/plan.txt"
-half=$(sed -n 's/^arena \([0-9]*\) .*/\1/p' "$out/plan.txt")
-ws=$(sed -n 's/.* working_set \([0-9]*\) .*/\1/p' "$out/plan.txt")
-wshare=$(sed -n 's/.* waiting_share \([0-9.]*\).*/\1/p' "$out/plan.txt")
-[ -n "${BENCH_EVICTION_RUN_TIMEOUT:-}" ] || tmo=$(sed -n 's/^timeout_s //p' "$out/plan.txt")
-# at least one session at its largest, twice: a request the arena cannot
-# hold is refused, never queued
-floor=$((2 * ((maxctx + 600) / 16 + 2)))
-[ "$half" -ge "$floor" ] || half=$floor
-# and at least half the working set (the issue's "a KV capacity holding
-# about half the working set"): with agents mostly waiting on tools the
-# rule alone gave a third of it, about the running requests' own KV when
-# a few ran at once, so a prefetch found no room and every tool return
-# waited for a reply to end (a trial: 29 stalls in 42 returns)
-[ "$half" -ge $((ws / 2)) ] || half=$((ws / 2))
-[ "$half" -ge 64 ] || half=64
-echo "working set: $ws blocks at most; the policies run with $half (waiting share $wshare)"
-low=$((half / 16)) high=$((half / 8))
-run toolwait "$half" "policy = toolwait" "low_watermark = $low" "high_watermark = $high" \
-	"[tier]" "dir = $PWD/$out/spill-toolwait"
-run lru "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
-	"[tier]" "decisions = no"
-run ttl "$half" "policy = ttl" "ttl_ms = 2000" "low_watermark = $low" "high_watermark = $high" \
-	"[tier]" "decisions = no"
-run lru-tier "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
-	"[tier]" "dir = $PWD/$out/spill-lru"
+# $1 the load factor, $2 its directory, $3 the policies' runs: the
+# sessions at that load, ample, the arena rule, the runs, the report
+at_load() {
+	local L=$1
+	out=$2 runs=$3
+	mkdir -p "$out" && chmod 700 "$out"
+	$py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
+		--sessions "$n" --multi-turn-only --min-turns "$minturns" --max-context "$maxctx" \
+		--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" \
+		--tool-scale "$($py -c "print($tscale / $L)")" \
+		--time-scale "$($py -c "print($tmscale / $L)")" --seed 39 \
+		>"$out/sessions.jsonl" 2>"$out/convert.log"
+	cat "$out/convert.log"
+	echo "== load $L: arrivals and tool times / $L, in $out =="
+	# a run's time limit from the workload (its sessions' own tool time),
+	# then from the ample run's wall (kvreplay.py run_timeout): a constant
+	# 1200 s stopped the benchmark in lru's run once
+	tmo=${BENCH_EVICTION_RUN_TIMEOUT:-$($py tools/replay/kvreplay.py plan \
+		--sessions "$out/sessions.jsonl" | sed -n 's/^timeout_s //p')}
 
-# shellcheck disable=SC2086
-$py tools/replay/kvreplay.py report --out "$out" ample $runs | tee "$out/report.out"
+	# the working set, and the arena: at the median moment of a run that
+	# never evicts, the KV of the conversations not waiting on a tool (they
+	# need it now, under any policy) and half of the KV waiting on tools (what
+	# a policy chooses about). Half of the whole working set, the rule before,
+	# was less than the running conversations alone held (700-840 of 853
+	# blocks in the 18:33 trial): every waiting session was evicted whatever
+	# the ranking, and stalls were waits for room (replay.md)
+	run ample "$ample" "policy = toolwait" "[tier]" "decisions = no"
+	$py tools/replay/kvreplay.py plan --sessions "$out/sessions.jsonl" --ample "$out/ample.json" \
+		>"$out/plan.txt"
+	cat "$out/plan.txt"
+	half=$(sed -n 's/^arena \([0-9]*\) .*/\1/p' "$out/plan.txt")
+	ws=$(sed -n 's/.* working_set \([0-9]*\) .*/\1/p' "$out/plan.txt")
+	wshare=$(sed -n 's/.* waiting_share \([0-9.]*\).*/\1/p' "$out/plan.txt")
+	[ -n "${BENCH_EVICTION_RUN_TIMEOUT:-}" ] || tmo=$(sed -n 's/^timeout_s //p' "$out/plan.txt")
+	# at least one session at its largest, twice: a request the arena cannot
+	# hold is refused, never queued
+	floor=$((2 * ((maxctx + 600) / 16 + 2)))
+	[ "$half" -ge "$floor" ] || half=$floor
+	# and at least half the working set (the issue's "a KV capacity holding
+	# about half the working set"): with agents mostly waiting on tools the
+	# rule alone gave a third of it, about the running requests' own KV when
+	# a few ran at once, so a prefetch found no room and every tool return
+	# waited for a reply to end (a trial: 29 stalls in 42 returns)
+	[ "$half" -ge $((ws / 2)) ] || half=$((ws / 2))
+	[ "$half" -ge 64 ] || half=64
+	echo "working set: $ws blocks at most; the policies run with $half (waiting share $wshare)"
+	low=$((half / 16)) high=$((half / 8))
+	run toolwait "$half" "policy = toolwait" "low_watermark = $low" "high_watermark = $high" \
+		"[tier]" "dir = $PWD/$out/spill-toolwait"
+	run lru "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
+		"[tier]" "decisions = no"
+	run ttl "$half" "policy = ttl" "ttl_ms = 2000" "low_watermark = $low" "high_watermark = $high" \
+		"[tier]" "decisions = no"
+	run lru-tier "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
+		"[tier]" "dir = $PWD/$out/spill-lru"
+
+	# shellcheck disable=SC2086
+	$py tools/replay/kvreplay.py report --out "$out" ample $runs | tee "$out/report.out"
+}
+
+at_load "$mainload" "$top" "$allruns"
+ws_main=$ws half_main=$half wshare_main=$wshare
+# the other load points: the same sessions faster, toolwait against lru
+for L in $loads; do
+	at_load "$L" "$top/load$L" "toolwait lru"
+done
+out=$top
+
 # the rows compare every policy: a trial of some of them writes none
-[ "$runs" = "toolwait lru ttl lru-tier" ] || { echo "eviction: a trial ($runs): no rows"; exit 0; }
-$py - "$out" "$ws" "$half" "$wshare" >>"$tsv" <<'EOF'
+[ "$allruns" = "toolwait lru ttl lru-tier" ] || { echo "eviction: a trial ($allruns): no rows"; exit 0; }
+# shellcheck disable=SC2086
+$py - "$out" "$ws_main" "$half_main" "$wshare_main" "$mainload" $loads >>"$tsv" <<'EOF'
 import json, os, sys
 sys.path.insert(0, "tools/replay")
 import kvreplay
-out, ws, half, wshare = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+out, ws, half, wshare, mainload = sys.argv[1:6]
 s = {lab: kvreplay.summarize(json.load(open(os.path.join(out, lab + ".json"))))
      for lab in ("ample", "toolwait", "lru", "ttl", "lru-tier")}
 misses = {lab: s[lab]["misses"] for lab in s}
@@ -242,5 +279,29 @@ print("eviction_arena_blocks\t%s\tblocks\tworking_set\t%s\t%.2f" % (half, ws,
 # the share of the conversations' KV that waited on tools (ample's
 # samples): what the policies choose about
 print("eviction_tool_wait_kv_share\t%s\tshare\t-\t-\t-" % wshare)
+
+
+# the load each point ran at (busy: samples with a request running;
+# queued: with one waiting), and toolwait against lru at the other points
+def load_rows(L, runs):
+    for lab in ("ample", "toolwait", "lru"):
+        print("server_busy_pct_%s_load%s\t%.1f\t%%\tqueued_pct\t%.1f\t-"
+              % (lab, L, runs[lab]["busy_pct"], runs[lab]["queued_pct"]))
+
+
+load_rows(mainload, s)
+for L in sys.argv[6:]:
+    d = os.path.join(out, "load" + L)
+    r = {lab: kvreplay.summarize(json.load(open(os.path.join(d, lab + ".json"))))
+         for lab in ("ample", "toolwait", "lru")}
+    t, p, a = r["toolwait"], r["lru"], r["ample"]
+    row("completion_toolwait_vs_lru_load" + L, t["comp_mean"], "s", "lru", p["comp_mean"],
+        p["comp_mean"] / t["comp_mean"])
+    row("completion_bound_ample_vs_lru_load" + L, a["comp_mean"], "s", "lru", p["comp_mean"],
+        p["comp_mean"] / a["comp_mean"])
+    row("evictions_toolwait_vs_lru_load" + L, t["evictions"], "evictions", "lru",
+        p["evictions"], p["evictions"] / t["evictions"] if t["evictions"] else float("inf"))
+    print("restore_stalls_pct_toolwait_load%s\t%.2f\t%%\t-\t-\t-" % (L, t["stall_pct"]))
+    load_rows(L, r)
 EOF
 echo "eviction: rows in $tsv; report and plots in $out"

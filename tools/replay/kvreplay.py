@@ -628,8 +628,22 @@ def mean(v):
     return sum(v) / len(v) if v else float("nan")
 
 
+def server_load(timeline):
+    """How loaded the server was (its /metrics samples): the share of the
+    samples in which a request was running (the model busy) and in which
+    one waited in the queue (the model saturated: a request that must
+    wait for another's compute)."""
+    tl = [m for m in timeline if "kvarenad_requests_running" in m]
+    if not tl:
+        return {"busy": float("nan"), "queued": float("nan")}
+    busy = sum(1 for m in tl if m["kvarenad_requests_running"] > 0)
+    queued = sum(1 for m in tl if m.get("kvarenad_queue_depth", 0) > 0)
+    return {"busy": busy / float(len(tl)), "queued": queued / float(len(tl))}
+
+
 def summarize(r):
     d = r["metrics_delta"]
+    load = server_load(r.get("timeline", []))
     comp = [s["completion_s"] for s in r["sessions"] if not s["errors"]]
     reqs = [q for s in r["sessions"] for q in s["requests"] if not q["error"]]
     ttft = [q["ttft"] * 1000 for q in reqs if q["ttft"] is not None]
@@ -664,6 +678,8 @@ def summarize(r):
         # this run's compute speed: prefill time per prompt token computed
         # (a loaded machine shows here, whatever the policy)
         "pf_us": 1000.0 * d.get("kvarenad_prefill_ms_sum", 0) / computed if computed else 0.0,
+        # the load the policies ran at (replay.md, "Load")
+        "busy_pct": 100.0 * load["busy"], "queued_pct": 100.0 * load["queued"],
     }
 
 
@@ -673,9 +689,10 @@ COLS = [("label", "%-10s"), ("mode", "%-6s"), ("sessions", "%5d"), ("errors", "%
         ("stalls", "%5d"), ("stall_pct", "%6.1f"), ("recomputed", "%8d"),
         ("comp_mean", "%7.2f"), ("comp_p50", "%7.2f"), ("comp_p99", "%7.2f"),
         ("ttft_p50", "%7.1f"), ("ttft_p99", "%7.1f"), ("tpot_p50", "%6.1f"),
-        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f"), ("pf_us", "%6.0f")]
+        ("tpot_p99", "%6.1f"), ("idle_gbs", "%8.2f"), ("pf_us", "%6.0f"),
+        ("busy_pct", "%5.1f"), ("queued_pct", "%5.1f")]
 HEAD = ("policy mode sess err evict ev_pf expir preem miss spillMB restMB stall stall% recomp comp_s p50_s p99_s "
-        "ttft50 ttft99 tpot50 tpot99 idleGB*s pf_us")
+        "ttft50 ttft99 tpot50 tpot99 idleGB*s pf_us busy% queue%")
 
 
 def fmt_row(s):
