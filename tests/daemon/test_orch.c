@@ -2547,7 +2547,24 @@ struct gate {
 	int arena_wait;			/* the arena's own record said TOOL_WAIT */
 	uint32_t arena_class;
 	uint64_t arena_expected_us;
+	uint64_t seq1;			/* the job's sequence id in round 1 */
+	int renewed;			/* a later round's id was another */
 };
+
+/* After the gate: a later round names its sequence anew to the workers
+ * (sched.c, kvd_resume_round), whose per-sequence state (the matcher
+ * cache) is keyed by it, so that no round meets the last one's. */
+static void gate_rounds(struct gate *g)
+{
+	struct kvd_conv *c;
+
+	pthread_mutex_lock(&g->d->lock);
+	for (c = g->d->convs; c && c->job != g->j; c = c->next)
+		;
+	if (c && c->job->seq_id != g->seq1)
+		g->renewed = 1;
+	pthread_mutex_unlock(&g->d->lock);
+}
 
 static int gate_tick(void *arg)
 {
@@ -2556,8 +2573,12 @@ static int gate_tick(void *arg)
 	char path[700], view[640];
 	int fd;
 
-	if (g->opened || ++g->ticks > 1200)	/* 60 s */
-		return g->opened ? 0 : -1;
+	if (g->opened) {
+		gate_rounds(g);
+		return 0;
+	}
+	if (++g->ticks > 1200)	/* 60 s */
+		return -1;
 	pthread_mutex_lock(&g->d->lock);
 	for (c = g->d->convs; c && c->job != g->j; c = c->next)
 		;
@@ -2569,6 +2590,7 @@ static int gate_tick(void *arg)
 			struct kva_session_info si = { .size = sizeof(si) };
 
 			g->saw_wait = 1;
+			g->seq1 = c->job->seq_id;
 			g->tool_class = (int)c->tool_class;
 			/* what the arena (kvarena.ko, or the memfd backend) holds */
 			if (c->has_kv && kva_session_get_info(g->d->arena, c->as.sid, &si) == 0 &&
@@ -2699,6 +2721,8 @@ static void test_agent_loop(void)
 		CHECK(g.saw_wait && g.opened,
 		      "while the tool ran, the job was JOB_TOOL_RUNNING and its session TOOL_WAIT (class %d)",
 		      g.tool_class);
+		CHECK(g.renewed, "round 2 names its sequence anew to the workers (round 1: %llu)",
+		      (unsigned long long)g.seq1);
 		pthread_mutex_lock(&d->lock);
 		CHECK(g.tool_class == (int)kvd_toolclass(d, 1, "sh", 2),
 		      "its tool class is sh's (of tenant a)");
