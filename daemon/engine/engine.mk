@@ -52,6 +52,8 @@ ENGINE_LOGITS   := $(ENGINE_OUT)/tests/kve-logits
 # the constrained-decoding property test's generator (constrain-prop.js checks)
 ENGINE_KVCGEN   := $(ENGINE_OUT)/tests/kvc-gen
 ENGINE_BENCH    := $(ENGINE_OUT)/bench/kve-bench
+# the set's one-token products on a model's own matrices (engine.md, "Loads")
+ENGINE_TILES    := $(ENGINE_OUT)/bench/kve-tiles
 # constrained vs unconstrained decode, schema compile time (BENCH=constrained)
 ENGINE_KVCBENCH := $(ENGINE_OUT)/bench/kvc-bench
 
@@ -64,7 +66,8 @@ ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 	deps-engine-avx512 coverage-engine
 
 engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
-	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_KVCBENCH) $(ENGINE_DEMO)
+	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_TILES) $(ENGINE_KVCBENCH) \
+	$(ENGINE_DEMO)
 
 $(ENGINE_OBJS): $(ENGINE_OUT)/obj/%.o: $(ENGINE_SRC)/%.c $(ENGINE_HDRS)
 	@mkdir -p $(@D)
@@ -120,6 +123,10 @@ $(ENGINE_DEMO): tools/kve-demo/kve-demo.c $(ENGINE_LIB) $(ENGINE_KVA)
 $(ENGINE_BENCH): tools/bench/engine/kve-bench.c tools/bench/engine/bench_argmax.h $(ENGINE_LIB) $(ENGINE_KVA)
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS)
+
+$(ENGINE_TILES): tools/bench/engine/kve-tiles.c $(ENGINE_LIB)
+	@mkdir -p $(@D)
+	$(ENGINE_CC) $(ENGINE_CFLAGS) $< $(ENGINE_LIB) -o $@ $(ENGINE_LIBS)
 
 $(ENGINE_KVCBENCH): tools/bench/engine/kvc-bench.c $(ENGINE_LIB)
 	@mkdir -p $(@D)

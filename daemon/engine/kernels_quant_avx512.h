@@ -62,6 +62,23 @@ KVE_INLINE float kq_f16(const uint8_t *p)
 	return _cvtsh_ss(h);
 }
 
+/*
+ * A 512-bit load of weights kept in a register. GCC folds a load into
+ * each of its uses (vpandd mem, vpandnd mem), so a vector a tile uses
+ * twice was loaded twice, and the x16 tiles are bound by their loads
+ * (with the activations' broadcasts and the prefetches, a Q4_K block of 16
+ * rows was some 170 loads; this CPU does 2 zmm loads a cycle). The empty
+ * asm makes the value opaque, so it is loaded once: from the L2, Q4_0 x16
+ * 69 -> 82 GB/s and Q4_K x16 56 -> 73 (Documentation/engine.md, "Loads").
+ */
+KVE_INLINE __m512i kq_load1(const void *p)
+{
+	__m512i v = _mm512_loadu_si512(p);
+
+	__asm__("" : "+v"(v));
+	return v;
+}
+
 /* ---- Q4_0, Q4_1, Q5_0, Q5_1 ------------------------------------------ */
 
 /*
@@ -301,7 +318,7 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q4X16_BLK);
 #pragma GCC unroll 4
 			for (k = 0; k < 4; k++) {
-				const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+				const __m512i v = kq_load1(p + 32 + 64 * k);
 
 				s[k & 1] = kq_dot_bc(s[k & 1], _mm512_and_si512(v, lo), x->q + 4 * k);
 				s[2 + (k & 1)] = kq_dot_bc(s[2 + (k & 1)], KQ_VNNI ?
@@ -317,7 +334,7 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 		}
 #pragma GCC unroll 4
 		for (k = 0; k < 4; k++) {
-			const __m512i v = _mm512_loadu_si512(p + 32 + 64 * k);
+			const __m512i v = kq_load1(p + 32 + 64 * k);
 
 			q[k] = _mm512_and_si512(v, lo);
 			q[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
@@ -696,8 +713,8 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 	for (j = 0; j < C; j++)
 		acc[j] = _mm512_setzero_ps();
 	for (b = 0; b < nb; b++, p += bb) {
-		const __m512i u0 = _mm512_loadu_si512(p + 64), u1 = _mm512_loadu_si512(p + 128);
-		const __m512i u2 = _mm512_loadu_si512(p + 192);
+		const __m512i u0 = kq_load1(p + 64), u1 = kq_load1(p + 128);
+		const __m512i u2 = kq_load1(p + 192);
 		/* (a & 0x0f) | (b & 0x30), a's high bits already clear: 0xf8 */
 		const __m512i sc[2] = {
 			_mm512_and_si512(u0, m3f),
@@ -736,7 +753,7 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 				pa[j] = pb[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
 			for (g = 0; g < 8; g++) {
-				const __m512i v = _mm512_loadu_si512(p + qs + 64 * (8 * k + g));
+				const __m512i v = kq_load1(p + qs + 64 * (8 * k + g));
 				__m512i ql = _mm512_and_si512(v, lo), qh;
 
 				if (hi16) {
@@ -745,7 +762,7 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 					qh = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
 				}
 				if (five) {	/* bits 2k, 2k + 1 of qh bytes 4g.. */
-					const __m512i h = _mm512_loadu_si512(p + 256 + 64 * g);
+					const __m512i h = kq_load1(p + 256 + 64 * g);
 
 					ql = _mm512_or_si512(ql, q5kx16_hi(h, 2 * k));
 					qh = _mm512_or_si512(qh, q5kx16_hi(h, 2 * k + 1));
@@ -791,6 +808,9 @@ KVE_INLINE void tile_q45kx16(const struct kve_mat *w, const struct kve_q8k *xk, 
 	for (j = 0; j < C; j++)
 		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
 }
+
+/* (Q6_K keeps the folded loads: loaded once it was 30% faster from the
+ * L2 but 1-10% slower a decode step from memory, alternating steps) */
 
 /* Q6_K: sub-block s's int8 scale of the 16 rows (groups g: scale bytes
  * 4k..4k+3, one lane per row), sign-extended */
