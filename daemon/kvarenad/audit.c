@@ -111,6 +111,10 @@ static void audit_kv(struct kvd *d, struct kvd_conv *c, uint32_t *users, uint32_
 			broken("%s: offered block %u is not the cache's node of its tokens", c->id,
 			       i);
 	}
+	for (i = c->n_offered; c->nodes && i <= d->ctx_len / bt; i++)
+		if (c->nodes[i])
+			broken("%s: block %u not offered (of %u) still names a cache node", c->id,
+			       i, c->n_offered);
 }
 
 static void audit_convs(struct kvd *d, uint32_t *users, uint32_t *tblocks)
@@ -288,6 +292,58 @@ static void audit_jobs(struct kvd *d)
 	}
 }
 
+/*
+ * No worker idles while work it may take waits (step.c, kvd_steps_build):
+ * after a turn, a usable worker with nothing in flight means no running
+ * job had a next step for it. Left out: the copy handoff and remote
+ * stages (their own rules), a turn whose build ran short of memory, a
+ * job whose next step needs blocks it does not hold (reserving them may
+ * wait for room), and with stages apart a job of the other stage's kind
+ * outside a bisection group (a group's steps go to any idle worker).
+ */
+static void audit_idle(const struct kvd *d)
+{
+	int share = kvd_stages_shared(d);
+	uint32_t i, bt = d->geom.block_tokens;
+	const struct kvd_job *j;
+
+	if (d->cfg.handoff == KVD_HANDOFF_COPY || d->test_build_short)
+		return;
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].remote)
+			return;
+	for (i = 0; i < d->n_workers; i++) {
+		const struct kvd_worker *w = &d->workers[i];
+
+		if (w->n_q || !kvd_worker_usable(w))
+			continue;
+		for (j = d->jobs; j; j = j->next) {
+			const struct kvd_conv *c = j->conv;
+			uint32_t left, k;
+
+			if (j->state != JOB_RUNNING || !c || !c->has_kv || j->cancelled ||
+			    j->inflight || j->n_sched >= c->n_tokens)
+				continue;
+			left = c->n_tokens - j->n_sched;
+			k = 1;
+			if (left > 1) {
+				k = left < d->cfg.chunk_tokens ? left : d->cfg.chunk_tokens;
+				if (k > d->cfg.step_tokens)
+					k = d->cfg.step_tokens;
+			}
+			if ((uint64_t)c->as.s.n_blocks * bt < (uint64_t)j->n_sched + k)
+				continue;
+			if (!j->group && !share && (left > 1) != (w->role == KVD_ROLE_PREFILL))
+				continue;
+			broken("worker %u (%s) idle while job %llu waits for a step of %u at %u of "
+			       "%u tokens (group %u, stages %s)", i,
+			       w->role == KVD_ROLE_PREFILL ? "prefill" : "decode",
+			       (unsigned long long)j->seq_id, k, j->n_sched, c->n_tokens, j->group,
+			       share ? "shared" : "apart");
+		}
+	}
+}
+
 /* The token counters /metrics and usage are made of: what was reused
  * comes from the cache, the conversation's own KV or a first choice's. */
 static void audit_metrics(const struct kvd *d)
@@ -319,6 +375,7 @@ void kvd_audit(struct kvd *d)
 	audit_convs(d, users, tblocks);
 	audit_blocks(d, users, tblocks);
 	audit_jobs(d);
+	audit_idle(d);
 	audit_metrics(d);
 	free(users);
 }

@@ -340,7 +340,7 @@ int kvd_conv_open_kv(struct kvd *d, struct kvd_conv *c)
 	if (rc)
 		return rc;
 	c->has_kv = 1;
-	c->n_offered = 0;
+	kvd_prefix_offered_to(c, 0);
 	c->kstate = KVA_STATE_IDLE;
 	c->kclass = 0;
 	c->kexpected_us = 0;
@@ -368,7 +368,7 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 	kve_arena_session_close(d->kv, &c->as);
 	memset(&c->as, 0, sizeof(c->as));
 	c->has_kv = 0;
-	c->n_offered = 0;
+	kvd_prefix_offered_to(c, 0);
 	c->kstate = KVA_STATE_ENDED;
 }
 
@@ -390,7 +390,7 @@ void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
 	}
 	c->as.s.n_blocks = 0;
 	c->as.s.n_tokens = 0;
-	c->n_offered = 0;
+	kvd_prefix_offered_to(c, 0);
 }
 
 void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_session *out)
@@ -402,7 +402,7 @@ void kvd_conv_detach_kv(struct kvd *d, struct kvd_conv *c, struct kve_arena_sess
 	*out = c->as;
 	memset(&c->as, 0, sizeof(c->as));
 	c->has_kv = 0;
-	c->n_offered = 0;
+	kvd_prefix_offered_to(c, 0);
 	c->kstate = KVA_STATE_ENDED;
 }
 
@@ -768,7 +768,7 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 	}
 	c->as.s.n_tokens = kv;
 	if (c->n_offered > kv / bt)
-		c->n_offered = kv / bt;
+		kvd_prefix_offered_to(c, kv / bt);
 	return 0;
 }
 

@@ -594,6 +594,7 @@ struct kvd {
 	int test_audit;			/* KVD_AUDIT: check the books every turn */
 	int test_arena_shared;		/* the test takes or ends the arena's blocks
 					 * itself: audit.c leaves the arena's count */
+	int test_build_short;		/* this turn's steps_build lacked memory */
 #endif
 };
 
@@ -738,6 +739,7 @@ uint32_t kvd_prefix_lookup(struct kvd *d, const struct kvd_conv *c, uint32_t max
 uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens);
 /* Offers c's newly filled full blocks to the cache. */
 void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c);
+void kvd_prefix_offered_to(struct kvd_conv *c, uint32_t n);
 int kvd_prefix_cached(const struct kvd *d, uint32_t block);
 void kvd_prefix_busy(struct kvd *d, uint32_t block, int busy);
 /* Frees cached blocks no conversation holds, least recently used leaves

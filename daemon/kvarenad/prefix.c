@@ -80,6 +80,16 @@ static int ensure_nodes(struct kvd *d, struct kvd_conv *c)
 	return c->nodes ? 0 : -ENOMEM;
 }
 
+/* c has offered its first n blocks only: the nodes past them are
+ * forgotten, since they may leave the index (free_to_disk drops a
+ * conversation's own leaves) while c no longer holds their blocks. */
+void kvd_prefix_offered_to(struct kvd_conv *c, uint32_t n)
+{
+	if (c->nodes && n < c->n_offered)
+		memset(c->nodes + n, 0, (c->n_offered - n) * sizeof(*c->nodes));
+	c->n_offered = n;
+}
+
 /* Cached full blocks of the conversation's first max_tokens tokens. */
 uint32_t kvd_prefix_lookup(struct kvd *d, const struct kvd_conv *c, uint32_t max_tokens,
 			   struct kvd_rnode **path)
@@ -105,8 +115,10 @@ uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_token
 	ids = c->as.s.block_table;
 	for (i = 0; i < n; i++)
 		ids[i] = c->nodes[i]->block;
-	if (kva_blocks_share(d->arena, c->as.sid, n, ids) < 0)
+	if (kva_blocks_share(d->arena, c->as.sid, n, ids) < 0) {
+		memset(c->nodes, 0, n * sizeof(*c->nodes));
 		return 0;
+	}
 	c->as.s.n_blocks = n;
 	c->as.s.n_tokens = n * bt;
 	kvd_blocks_hold(d, c, 0, n, +1);
@@ -186,13 +198,14 @@ static uint64_t pending_key(struct kvd *d, const struct kvd_conv *c, uint32_t bl
 }
 
 /* c (KV open, its cached prefix attached) will compute the full block
- * after its cached prefix: others needing it next may wait for it. */
+ * after its cached prefix: others needing it next may wait for it, under
+ * the last block c offered as parent. */
 void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c)
 {
 	uint32_t bt = d->geom.block_tokens, b = c->as.s.n_tokens / bt;
 
 	if (!d->has_cache_sid || c->pending_registered || c->as.s.n_tokens % bt ||
-	    (b + 1) * bt > c->n_tokens || (b && (!c->nodes || !c->nodes[b - 1])))
+	    (b + 1) * bt > c->n_tokens || (b && (!c->nodes || b > c->n_offered)))
 		return;
 	c->pending_block = b;
 	c->pending_parent = b ? c->nodes[b - 1] : NULL;

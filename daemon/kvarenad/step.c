@@ -459,8 +459,14 @@ static uint32_t fill(struct kvd *d, struct kvd_worker *w, struct kvd_wstep *st, 
 		if ((prefill && !want_prefill) || (!prefill && !want_decode) || !budget)
 			continue;
 		n = collect(d, w, group, prefill, cbuf, cmax);
-		if (!n || picker_init(&pk, d, cbuf, n))
+		if (!n)
 			continue;
+		if (picker_init(&pk, d, cbuf, n)) {
+#ifdef KVD_TEST_HOOKS
+			d->test_build_short = 1;
+#endif
+			continue;
+		}
 		while (budget && st->n_seq < d->max_seqs && (i = picker_next(&pk, &run)) >= 0) {
 			struct cand *c = &cbuf[i];
 			uint32_t k = prefill ? c->left : 1;
@@ -603,6 +609,9 @@ void kvd_steps_build(struct kvd *d)
 	struct kvd_job *j;
 	struct cand *cbuf;
 
+#ifdef KVD_TEST_HOOKS
+	d->test_build_short = 0;
+#endif
 	if (depth > KVD_MAX_DEPTH)
 		depth = KVD_MAX_DEPTH;
 	if (copy)
@@ -618,8 +627,12 @@ void kvd_steps_build(struct kvd *d)
 	for (cmax = 0, j = d->jobs; j; j = j->next)
 		cmax++;
 	cbuf = malloc(((size_t)cmax + 1) * sizeof(*cbuf));
-	if (!cbuf)
+	if (!cbuf) {
+#ifdef KVD_TEST_HOOKS
+		d->test_build_short = 1;
+#endif
 		return;
+	}
 	/* idle workers: their own stage's work; a decode worker mixes in
 	 * prompt chunks when no prefill worker is free to take them */
 	for (i = 0; i < n; i++) {

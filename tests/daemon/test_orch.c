@@ -2246,23 +2246,29 @@ static void test_bisect(void)
 	if (!poison)
 		return;
 	snprintf(num, sizeof(num), "%u", poison);
-	set_env("KVD_TEST_POISON", num);
-	base_config(&c);
-	c.share_stages = 0;
-	d = start(&c);
-	set_env("KVD_TEST_POISON", NULL);
-	if (!d)
-		return;
-	ask_all(d, q, N, r);
-	for (i = 0; i < N; i++)
-		ok += i == 2 ? r[i].error : same_tokens(&r[i], &ref[i]);
-	CHECK(ok == N, "the member whose step fails fails alone (%s); the %u others complete "
-	      "with their own tokens", r[2].err, N - 1);
-	CHECK(metric(d, "kvarenad_requests_failed_worker_total") == 1 &&
-	      metric(d, "kvarenad_step_failures_total") >= 4,
-	      "metrics: %llu failed steps, %llu bisections, 1 request charged",
-	      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
-	      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+	/* stages apart, then shared (a group's steps go to any idle worker) */
+	for (int share = 0; share < 2; share++) {
+		set_env("KVD_TEST_POISON", num);
+		base_config(&c);
+		c.share_stages = share;
+		d = start(&c);
+		set_env("KVD_TEST_POISON", NULL);
+		if (!d)
+			return;
+		ask_all(d, q, N, r);
+		for (ok = 0, i = 0; i < N; i++)
+			ok += i == 2 ? r[i].error : same_tokens(&r[i], &ref[i]);
+		CHECK(ok == N, "stages %s: the member whose step fails fails alone (%s); the %u "
+		      "others complete with their own tokens", share ? "shared" : "apart",
+		      r[2].err, N - 1);
+		CHECK(metric(d, "kvarenad_requests_failed_worker_total") == 1 &&
+		      metric(d, "kvarenad_step_failures_total") >= 4,
+		      "metrics: %llu failed steps, %llu bisections, 1 request charged",
+		      (unsigned long long)metric(d, "kvarenad_step_failures_total"),
+		      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+		if (!share)
+			kvd_destroy(d);
+	}
 	/* what the failed steps may have left in its KV is not trusted
 	 * (sched.c, kvd_job_let_go): its conversation keeps no block */
 	pthread_mutex_lock(&d->lock);
@@ -4853,12 +4859,33 @@ static void test_expire_claimed(void)
 }
 #endif
 
+/* A prompt of words, as long as it stays within max tokens with BOS,
+ * ending in tail; its length in tokens. */
+static int words_prompt(struct kvd *d, char *p, size_t size, int max, const char *tail)
+{
+	int o = snprintf(p, size, "<|im_start|>user\n"), k;
+	size_t tl = strlen(tail);
+
+	for (k = 0; (size_t)o + tl + 16 < size; k++) {
+		int len = snprintf(p + o, size - (size_t)o, " w%d%s", (k * 37) % 997, tail);
+
+		if (kve_tokenize(d->tok, p, (size_t)(o + len), 1, NULL, 0) > max)
+			break;
+		o += len - (int)tl;
+	}
+	snprintf(p + o, size - (size_t)o, "%s", tail);
+	return kve_tokenize(d->tok, p, strlen(p), 1, NULL, 0);
+}
+
 /*
  * A reply that reaches the end of the context (admit.c caps max_new to
  * the context left; sched.c ends the reply there): a prompt some 20
  * tokens short of the model's 1024, with max_tokens unset (the server's
  * cap, 1024) and EOS ignored, gets exactly what is left, finish "length"
- * (a max_tokens past the context is refused at submission).
+ * (a max_tokens past the context is refused at submission). The cap is
+ * what structured decoding steers by: a JSON object asked for 40 tokens
+ * before the context's end, max_tokens unset, that runs past the end
+ * without close_in_budget is whole by the end with it.
  */
 static void test_context_end(void)
 {
@@ -4869,24 +4896,16 @@ static void test_context_end(void)
 	struct kvd_job *j = NULL;
 	struct reply r;
 	char *p = malloc(16384);
-	int n = 0, o, k;
+	const char *asst = "<|im_end|>\n<|im_start|>assistant\n";
+	int n = 0, k;
+	uint32_t seed = 0;
 
 	base_config(&c);
 	d = start(&c);
 	CHECK(d != NULL && p, "orchestrator starts");
 	if (!d || !p)
 		goto out;
-	/* words while the prompt stays within 1004 tokens with BOS */
-	o = snprintf(p, 16384, "<|im_start|>user\n");
-	for (k = 0; o < 16000; k++) {
-		int len = snprintf(p + o, 16384 - (size_t)o, " w%d", (k * 37) % 997);
-
-		if (kve_tokenize(d->tok, p, (size_t)(o + len), 1, NULL, 0) > 1004)
-			break;
-		o += len;
-	}
-	p[o] = 0;
-	n = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0);
+	n = words_prompt(d, p, 16384, 1004, "");
 	request_init(&rq, p, 0);	/* max_tokens unset: the server's cap, 1024 */
 	rq.s.ignore_eos = 1;
 	memset(&r, 0, sizeof(r));
@@ -4898,6 +4917,39 @@ static void test_context_end(void)
 	      r.usage.completion_tokens == 1024 - (uint32_t)n,
 	      "the reply ends at the context: %u + %u tokens, finish %d", r.usage.prompt_tokens,
 	      r.usage.completion_tokens, (int)r.finish);
+	n = words_prompt(d, p, 16384, 984, asst);
+	for (k = 0; k < 2; k++) {
+		/* k 0: a seed whose object runs past the end; k 1: steered */
+		for (uint32_t s = seed ? seed : 1; s < (seed ? seed + 1 : 8); s++) {
+			json_t *o;
+
+			request_init(&rq, p, 0);
+			rq.s.temperature = 1.0f;
+			rq.s.seed = s;
+			rq.c.kind = KVD_CONSTRAIN_JSON_OBJECT;
+			rq.s.close_in_budget = k;
+			memset(&r, 0, sizeof(r));
+			if (kvd_job_submit(d, &rq, &j, &err) || collect_reply(d, j, &r, NULL))
+				break;
+			o = json_loadb(r.text, r.len, 0, NULL);
+			if (!k && r.finish == KVD_FINISH_LENGTH && !json_is_object(o))
+				seed = s;
+			if (k)
+				CHECK(json_is_object(o) &&
+				      r.usage.prompt_tokens + r.usage.completion_tokens <= 1024,
+				      "a JSON object asked %d tokens before the context's end, "
+				      "max_tokens unset, is whole by then with close_in_budget "
+				      "(%u tokens, finish %d)", 1024 - n, r.usage.completion_tokens,
+				      (int)r.finish);
+			json_decref(o);
+			if (seed)
+				break;
+		}
+		if (!k)
+			CHECK(seed, "a seed whose object (prompt %d tokens) runs past the context", n);
+		if (!seed)
+			break;
+	}
 out:
 	free(p);
 	kvd_destroy(d);
