@@ -3981,6 +3981,21 @@ out:
 #endif
 
 #ifdef KVD_TEST_HOOKS
+/* With d->lock held: n of the arena's blocks taken by a kvarena session of
+ * the test's own; 0 or a negative errno (*opened: to be closed). */
+static int hold_blocks_orch(struct kvd *d, uint32_t n, struct kve_arena_session *blk,
+			    int *opened)
+{
+	uint32_t bt = d->geom.block_tokens;
+	int rc = kve_arena_session_open(d->kv, 1, n * bt, blk);
+
+	d->test_arena_shared = 1;	/* blocks no holder of the daemon's has */
+	*opened = !rc;
+	if (!rc)
+		rc = kve_arena_session_reserve(d->kv, blk, n * bt);
+	return rc;
+}
+
 /* Turns submitted while admission is held meet in one admission turn
  * (admit.c, kvd_admit: test_hold_admit). */
 static void hold_admission(struct kvd *d, int on)
@@ -3990,6 +4005,126 @@ static void hold_admission(struct kvd *d, int on)
 	pthread_mutex_unlock(&d->lock);
 	if (!on)
 		kvd_wake(d);
+}
+
+/*
+ * Admission at the room's edge (admit.c, room_for and decode_need): while
+ * A runs, B is admitted when the free blocks cover A's projected need
+ * (its KV up to its max_tokens, within decode_reserve) and B's prompt and
+ * reserve, and waits with one block less. A's prompt and max_tokens end
+ * one token past a block, where a projection rounded down is one short.
+ * The test holds the rest of the arena in a session of its own.
+ */
+static int room_edge_case(int short_by)
+{
+	char pa[512], pb[512];
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq;
+	struct kvd_error err;
+	struct kvd_job *a = NULL, *b = NULL;
+	struct kve_arena_session blk = { 0 };
+	struct reply ra, rb;
+	uint32_t bt, na, ma, want_a, need_a, want_b, mb = 40, hold = 0, free_now;
+	int rc = -1, opened = 0, b_early = 0, i;
+
+	base_config(&c);
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		return -1;
+	bt = d->geom.block_tokens;
+	snprintf(pa, sizeof(pa), "<|im_start|>user\nthe first of two at the edge<|im_end|>\n"
+		 "<|im_start|>assistant\n");
+	snprintf(pb, sizeof(pb), "<|im_start|>user\nthe second, admitted by the room "
+		 "left<|im_end|>\n<|im_start|>assistant\n");
+	na = (uint32_t)kve_tokenize(d->tok, pa, strlen(pa), 1, NULL, 0);
+	ma = 100 + (bt + 1 - (na + 100) % bt) % bt;	/* (na + ma) % bt == 1 */
+	request_init(&rq, pa, ma);
+	rq.s.ignore_eos = 1;
+	if (ma > d->cfg.decode_reserve || kvd_job_submit(d, &rq, &a, &err))
+		goto out;
+	for (i = 0; i < 2000; i++) {
+		int run;
+
+		pthread_mutex_lock(&d->lock);
+		run = a->state == JOB_RUNNING && a->n_gen > 0;
+		pthread_mutex_unlock(&d->lock);
+		if (run)
+			break;
+		usleep(1000);
+	}
+	hold_admission(d, 1);
+	request_init(&rq, pb, mb);
+	rq.s.ignore_eos = 1;
+	if (kvd_job_submit(d, &rq, &b, &err))
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	want_a = (na + ma + bt - 1) / bt;
+	need_a = a->state == JOB_RUNNING ? want_a - a->conv->as.s.n_blocks : 0;
+	/* B's text is tokenized at its admission: its length from here */
+	want_b = ((uint32_t)kve_tokenize(d->tok, pb, strlen(pb), 1, NULL, 0) + mb + bt - 1) / bt;
+	free_now = kvd_blocks_free(d);
+	if (a->state == JOB_RUNNING && free_now > need_a + want_b - short_by) {
+		hold = free_now - (need_a + want_b - short_by);
+		if (!hold_blocks_orch(d, hold, &blk, &opened))
+			rc = 0;
+	}
+	d->test_hold_admit = 0;
+	pthread_mutex_unlock(&d->lock);
+	kvd_wake(d);
+	for (i = 0; !rc && i < 5000; i++) {
+		int done;
+
+		pthread_mutex_lock(&d->lock);
+		done = a->state == JOB_FINISHED;
+		b_early |= !done && b->state == JOB_RUNNING;
+		pthread_mutex_unlock(&d->lock);
+		if (done || b_early)
+			break;
+		usleep(1000);
+	}
+	memset(&ra, 0, sizeof(ra));
+	memset(&rb, 0, sizeof(rb));
+	collect_reply(d, a, &ra, NULL);
+	a = NULL;
+	if (!rc && opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+		opened = 0;
+		kvd_wake(d);
+	}
+	collect_reply(d, b, &rb, NULL);
+	b = NULL;
+	if (!rc)
+		rc = ra.error || rb.error || rb.usage.completion_tokens != mb ? -1 : b_early;
+	if (short_by)
+		CHECK(rc == 0, "A (%u + %u tokens, %u blocks) runs; B (%u blocks) with one block "
+		      "less free waits for A's end (%u held by the test)", na, ma, want_a, want_b,
+		      hold);
+	else
+		CHECK(rc == 1, "A (%u + %u tokens, %u blocks) runs; B (%u blocks) is admitted "
+		      "beside it with just its room free (%u held by the test)", na, ma, want_a,
+		      want_b, hold);
+out:
+	if (a)
+		collect_reply(d, a, &ra, NULL);
+	if (b)
+		collect_reply(d, b, &rb, NULL);
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	kvd_destroy(d);
+	return rc;
+}
+
+static void test_room_edge(void)
+{
+	room_edge_case(0);
+	room_edge_case(1);
 }
 
 /* out = the first turn p1, its reply, then a user turn of words grown
@@ -5608,6 +5743,7 @@ int main(int argc, char **argv)
 	RUN(admit_fair);
 	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
+	RUN(room_edge);
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_tenants);
