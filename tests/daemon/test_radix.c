@@ -17,6 +17,7 @@
  * usage: test_radix [SEED [OPS]]
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +287,18 @@ static void check_all(struct kvd_radix *r)
 	      r->n_evictable, ev, n_lru);
 }
 
+/* An index of no block size or no blocks is refused, and holds nothing. */
+static void bad_init(void)
+{
+	struct kvd_radix r;
+
+	CHECK(kvd_radix_init(&r, 0, 16, 1) == -EINVAL && !r.by_block,
+	      "an index of 0-token blocks is refused");
+	CHECK(kvd_radix_init(&r, BT, 0, 1) == -EINVAL && !r.by_block,
+	      "an index of 0 blocks is refused");
+	OK("an index of no block size or no blocks is refused");
+}
+
 static void collision(void)
 {
 	struct kvd_radix r;
@@ -409,6 +422,7 @@ int main(int argc, char **argv)
 		   "%u inserts, %u lookups, %u take/release, %u evictions), then drained", ops,
 		   (unsigned long long)seed, count[0], count[1], count[2], count[3]);
 	kvd_radix_fini(&r);
+	bad_init();
 	collision();
 	insert_refused();
 	long_prompt();
