@@ -56,6 +56,7 @@
 #include "internal.h"
 #include "kvsandbox.h"
 #include "log.h"
+#include "test_hold.h"
 #include "test_worker.h"
 
 static int pass, failed;
@@ -3981,21 +3982,6 @@ out:
 #endif
 
 #ifdef KVD_TEST_HOOKS
-/* With d->lock held: n of the arena's blocks taken by a kvarena session of
- * the test's own; 0 or a negative errno (*opened: to be closed). */
-static int hold_blocks_orch(struct kvd *d, uint32_t n, struct kve_arena_session *blk,
-			    int *opened)
-{
-	uint32_t bt = d->geom.block_tokens;
-	int rc = kve_arena_session_open(d->kv, 1, n * bt, blk);
-
-	d->test_arena_shared = 1;	/* blocks no holder of the daemon's has */
-	*opened = !rc;
-	if (!rc)
-		rc = kve_arena_session_reserve(d->kv, blk, n * bt);
-	return rc;
-}
-
 /* Turns submitted while admission is held meet in one admission turn
  * (admit.c, kvd_admit: test_hold_admit). */
 static void hold_admission(struct kvd *d, int on)
@@ -4067,7 +4053,7 @@ static int room_edge_case(int short_by)
 	free_now = kvd_blocks_free(d);
 	if (a->state == JOB_RUNNING && free_now > need_a + want_b - short_by) {
 		hold = free_now - (need_a + want_b - short_by);
-		if (!hold_blocks_orch(d, hold, &blk, &opened))
+		if (!hold_blocks(d, hold, &blk, &opened))
 			rc = 0;
 	}
 	d->test_hold_admit = 0;

@@ -91,6 +91,7 @@
 
 #include "internal.h"
 #include "log.h"
+#include "test_hold.h"
 #include "worker.h"
 
 static int pass, failed;
@@ -160,21 +161,6 @@ static void base_config(struct kvd_config *c, const char *tier_dir)
 	c->prefix_cache = 0;		/* each conversation's KV is its own */
 	if (tier_dir)
 		snprintf(c->tier_dir, sizeof(c->tier_dir), "%s", tier_dir);
-}
-
-/* With d->lock held: n of the arena's blocks taken by a kvarena session
- * of the test's own (room held elsewhere). 0 or a negative errno;
- * *opened: the session is to be closed. */
-static int hold_blocks(struct kvd *d, uint32_t n, struct kve_arena_session *blk, int *opened)
-{
-	uint32_t bt = d->geom.block_tokens;
-	int rc = kve_arena_session_open(d->kv, 1, n * bt, blk);
-
-	d->test_arena_shared = 1;	/* blocks no holder of the daemon's has */
-	*opened = !rc;
-	if (!rc)
-		rc = kve_arena_session_reserve(d->kv, blk, n * bt);
-	return rc;
 }
 
 /* The arena always "needs" memory: its high watermark at its size, so
