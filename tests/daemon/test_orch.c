@@ -4113,6 +4113,75 @@ static void test_room_edge(void)
 	room_edge_case(1);
 }
 
+/*
+ * A running job's next block when every job holding blocks is in flight,
+ * itself too (admit.c, kvd_reserve_or_preempt): none can be taken this
+ * turn, so the answer is 1 (try the next turn) with the job running and
+ * holding what it held, never 0 (reserved) with no block behind it. A's
+ * step is in flight (the lock held, it cannot come back), the rest of
+ * the arena is held by the test, and A's next block is asked for.
+ */
+static void test_reserve_in_flight(void)
+{
+	char pa[512];
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_request rq;
+	struct kvd_error err;
+	struct kvd_job *a = NULL;
+	struct kve_arena_session blk = { 0 };
+	struct reply ra;
+	uint32_t bt, blocks0 = 0, blocks1 = 0, hold = 0;
+	int rc = -2, opened = 0, running = 0, i;
+
+	base_config(&c);
+	c.prefix_cache = 0;
+	d = start(&c);
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	snprintf(pa, sizeof(pa), "<|im_start|>user\nthe one whose steps are all in flight"
+		 "<|im_end|>\n<|im_start|>assistant\n");
+	request_init(&rq, pa, 64);
+	rq.s.ignore_eos = 1;
+	if (kvd_job_submit(d, &rq, &a, &err)) {
+		CHECK(0, "submit: %s", err.message);
+		kvd_destroy(d);
+		return;
+	}
+	for (i = 0; i < 5000; i++) {
+		pthread_mutex_lock(&d->lock);
+		if (a->state == JOB_RUNNING && a->inflight && a->n_gen < 32) {
+			/* A's step cannot come back while the lock is held */
+			blocks0 = a->conv->as.s.n_blocks;
+			hold = kvd_blocks_free(d);
+			if (!hold || !hold_blocks(d, hold, &blk, &opened)) {
+				rc = kvd_reserve_or_preempt(d, a, blocks0 * bt + 1);
+				running = a->state == JOB_RUNNING;
+				blocks1 = a->conv->as.s.n_blocks;
+			}
+			if (opened)
+				kve_arena_session_close(d->kv, &blk);
+			opened = 0;
+			pthread_mutex_unlock(&d->lock);
+			break;
+		}
+		pthread_mutex_unlock(&d->lock);
+		usleep(200);
+	}
+	kvd_wake(d);
+	memset(&ra, 0, sizeof(ra));
+	collect_reply(d, a, &ra, NULL);
+	CHECK(rc == 1 && running && blocks1 == blocks0,
+	      "A in flight, the arena full (%u blocks held by the test): its next block is "
+	      "for the next turn (%d), A running (%d) with its %u blocks (%u)", hold, rc,
+	      running, blocks0, blocks1);
+	CHECK(!ra.error && ra.usage.completion_tokens == 64,
+	      "A then replies whole (%u tokens%s%s)", ra.usage.completion_tokens,
+	      ra.error ? ": " : "", ra.err);
+	kvd_destroy(d);
+}
+
 /* out = the first turn p1, its reply, then a user turn of words grown
  * until the whole tokenizes to `tokens` (seeded): 0, or -1. */
 static int next_turn(struct kvd *d, char *out, size_t size, const char *p1,
@@ -5730,6 +5799,7 @@ int main(int argc, char **argv)
 	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
 	RUN(room_edge);
+	RUN(reserve_in_flight);
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_tenants);

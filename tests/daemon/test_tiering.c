@@ -1530,6 +1530,118 @@ out:
 	free(dir);
 }
 
+/*
+ * A conversation whose KV was discarded (its session kept, no block)
+ * that returns to no room waits holding nothing, not even the cached
+ * blocks of its prompt it shared in that turn (admit.c, wait_empty: a
+ * session opened anew gives back what it attached; kept, they are part
+ * of the arena no running job can take). A and B begin with one long
+ * system prompt; A's KV is discarded; the arena is held elsewhere; A's
+ * next turn (~200 tokens more) shares the system prompt's blocks, finds
+ * no room for the rest and waits with none; with the room back it
+ * replies as it does with its KV kept.
+ */
+static void test_discard_waits(void)
+{
+	char *dir = new_dir("discard_waits");
+	struct kvd_config c;
+	struct reply ra, rb, r2, ref;
+	struct kvd_conv *v, *vb;
+	struct kve_arena_session blk = { 0 };
+	struct kvd_job *ja = NULL;
+	struct kvd *d;
+	char sys[4096], pa[6144], pb[6144], pa2[12288];
+	uint32_t held = 1, hold = 0, a_blocks = 1, b_blocks = 1;
+	uint64_t turn0, turns = 0;
+	int k, o, pass_no, rc = -1, opened = 0, queued = 0, i;
+
+	if (!dir)
+		return;
+	memset(&r2, 0, sizeof(r2));
+	memset(&ref, 0, sizeof(ref));
+	o = snprintf(sys, sizeof(sys), "<|im_start|>system\nYou are a build agent. Rules:");
+	for (k = 0; o < 600; k++)
+		o += snprintf(sys + o, sizeof(sys) - (size_t)o, " r%d", (k * 31) % 97);
+	snprintf(sys + o, sizeof(sys) - (size_t)o, "<|im_end|>\n");
+	snprintf(pa, sizeof(pa), "%s<|im_start|>user\nA: build it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys);
+	snprintf(pb, sizeof(pb), "%s<|im_start|>user\nB: test it<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys);
+	for (pass_no = 0; pass_no < 2; pass_no++) {
+		base_config(&c, pass_no ? NULL : dir);
+		c.prefix_cache = 1;
+		c.tier_decisions = 0;
+		d = start(&c);
+		if (!d)
+			goto out;
+		ask(d, pa, 8, &ra);
+		ask(d, pb, 8, &rb);
+		o = snprintf(pa2, sizeof(pa2), "%s%.*s<|im_end|>\n<|im_start|>user\nthe log:", pa,
+			     (int)ra.len, ra.text);
+		for (k = 0; k < 60; k++)
+			o += snprintf(pa2 + o, sizeof(pa2) - (size_t)o, " line%d", (k * 17) % 89);
+		snprintf(pa2 + o, sizeof(pa2) - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
+		if (pass_no) {
+			ask(d, pa2, 8, &ref);
+			stop(d);
+			break;
+		}
+		pthread_mutex_lock(&d->lock);
+		v = kvd_conv_find_id(d, ra.session);
+		if (v)
+			kvd_tiering_evict(d, v);
+		held = v && v->has_kv ? kvd_conv_blocks(v) : 1;
+		/* the rest of the arena held elsewhere */
+		hold = kvd_blocks_free(d);
+		if (v && v->has_kv && !held && hold)
+			rc = hold_blocks(d, hold, &blk, &opened);
+		pthread_mutex_unlock(&d->lock);
+		CHECK(rc == 0, "A's KV discarded, its session kept; the %u free blocks held "
+		      "elsewhere", hold);
+		if (rc) {
+			stop(d);
+			goto out;
+		}
+		ja = submit(d, pa2, 8);
+		/* several admission tries while the room is lacking */
+		pthread_mutex_lock(&d->lock);
+		turn0 = d->n_step_us;
+		pthread_mutex_unlock(&d->lock);
+		for (i = 0; ja && i < 3000 && turns < 8; i++) {
+			msleep(10);
+			pthread_mutex_lock(&d->lock);
+			turns = d->n_step_us - turn0;
+			pthread_mutex_unlock(&d->lock);
+		}
+		pthread_mutex_lock(&d->lock);
+		v = kvd_conv_find_id(d, ra.session);
+		vb = kvd_conv_find_id(d, rb.session);
+		queued = ja && ja->state == JOB_QUEUED;
+		a_blocks = v && v->has_kv ? kvd_conv_blocks(v) : 1;
+		b_blocks = vb && vb->has_kv ? kvd_conv_blocks(vb) : 0;
+		pthread_mutex_unlock(&d->lock);
+		CHECK(ja && turns >= 8 && queued && !a_blocks && !b_blocks,
+		      "%llu scheduler turns later A's return waits holding %u blocks (room was "
+		      "made for it: B's idle KV holds %u)", (unsigned long long)turns, a_blocks,
+		      b_blocks);
+		pthread_mutex_lock(&d->lock);
+		if (opened)
+			kve_arena_session_close(d->kv, &blk);
+		opened = 0;
+		pthread_mutex_unlock(&d->lock);
+		kvd_wake(d);
+		if (ja)
+			collect(ja, &r2);
+		ja = NULL;
+		stop(d);
+	}
+	CHECK(!r2.error && r2.n_tokens && same_reply(&r2, &ref),
+	      "with the room back A replies as it does with its KV kept");
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 #ifndef __SANITIZE_ADDRESS__
 /* Anonymous memory this process holds (heap, stacks): the daemon's own,
  * besides the arena (a memfd: RssShmem) and the workers (processes). */
@@ -2905,6 +3017,7 @@ int main(int argc, char **argv)
 	RUN(expire_tier);
 	RUN(expire_miss);
 	RUN(discard_shares);
+	RUN(discard_waits);
 	RUN(restore_shared);
 	RUN(lost_shared);
 #ifndef __SANITIZE_ADDRESS__

@@ -84,7 +84,8 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "constrained_long", "stop_in_token", "spm_turns", "void_behind",
               "many_candidates", "budget_admit", "admit_fair", "last_block",
               "queued_kv_line", "queued_kv_grow", "expire_claimed",
-              "queued_kv_tenants", "stage_down", "kstate_stages", "room_edge"]
+              "queued_kv_tenants", "stage_down", "kstate_stages", "room_edge",
+              "reserve_in_flight"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
@@ -97,7 +98,7 @@ TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
               "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first",
               "closed_mid_spill", "closed_mid_restore", "restore_shared", "lost_shared",
-              "expire_tier", "discard_shares"]
+              "expire_tier", "discard_shares", "discard_waits"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
