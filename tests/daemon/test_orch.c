@@ -5631,7 +5631,7 @@ static void test_utf8_tail(void)
 
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
- * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
+ * surrogate, past U+10FFFF, cut short, a continuation missing, NUL) one U+FFFD. */
 static void test_utf8_clean(void)
 {
 	static const struct {
@@ -5654,6 +5654,10 @@ static void test_utf8_clean(void)
 		{ "\xed\x9f\xbf\xee\x80\x80", "\xed\x9f\xbf\xee\x80\x80", 6 },
 		{ "\xf0\x90\x80\x80", "\xf0\x90\x80\x80", 4 },
 		{ "\xed\xbf\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
+		/* a lead byte whose continuation is not one: its bytes up to
+		 * the stranger replaced, the stranger kept */
+		{ "\xc3(", "\xef\xbf\xbd(", 2 },
+		{ "\xe2\x82" "A", "\xef\xbf\xbd\xef\xbf\xbd" "A", 3 },
 	};
 	char out[64];
 
