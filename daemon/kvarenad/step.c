@@ -525,6 +525,10 @@ static int build(struct kvd *d, struct kvd_worker *w, int want_decode, int want_
 	st->tokens = 0;
 	st->group = group;
 	st->void_ = 0;
+#ifdef KVD_TEST_HOOKS
+	st->test_turn = d->test_turn;
+	st->test_want = (want_decode ? 1 : 0) | (want_prefill ? 2 : 0);
+#endif
 	if (!fill(d, w, st, want_decode, want_prefill, decode_first, group, cbuf, cmax))
 		return 0;
 	for (i = 0; i < st->n_seq; i++) {
@@ -611,6 +615,7 @@ void kvd_steps_build(struct kvd *d)
 
 #ifdef KVD_TEST_HOOKS
 	d->test_build_short = 0;
+	d->test_turn++;
 #endif
 	if (depth > KVD_MAX_DEPTH)
 		depth = KVD_MAX_DEPTH;
