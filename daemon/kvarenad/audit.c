@@ -274,8 +274,9 @@ static void audit_jobs(struct kvd *d)
 		const struct kvd_worker *w = &d->workers[i];
 		uint32_t tokens = 0;
 
-		if (w->n_q > KVD_MAX_DEPTH)
-			broken("worker %u: %u steps in flight", i, w->n_q);
+		if (w->n_q > KVD_MAX_DEPTH || (w->n_q && w->state == W_DOWN))
+			broken("worker %u: %u steps in flight (%s)", i, w->n_q,
+			       w->state == W_DOWN ? "down" : "up");
 		for (k = 0; k < w->n_q; k++) {
 			const struct kvd_wstep *st = &w->q[(w->q_head + k) % KVD_MAX_DEPTH];
 			uint32_t n_new = 0;

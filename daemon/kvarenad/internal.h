@@ -600,6 +600,7 @@ struct kvd {
 					 * itself: audit.c leaves the arena's count */
 	int test_build_short;		/* this turn's steps_build lacked memory */
 	uint64_t test_turn;		/* steps_builds so far (audit.c) */
+	int test_send_fail;		/* worker index + 1: its next step is not sent */
 #endif
 };
 
