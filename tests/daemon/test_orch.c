@@ -2657,6 +2657,121 @@ static int tool_scratch(const char *name, int shared, char root[256], char polic
 	return 0;
 }
 
+/*
+ * A server-side tool round at the edges (sched.c, tools_apply and
+ * kvd_resume_round). Tool results that leave no room for a token end the
+ * reply with "length" before the round is counted or run: its context is
+ * not a prompt that was prefilled. A round whose KV was discarded while
+ * its tool ran (the tier's discard keeps the session with no block, here
+ * done as tiering.c does it) is readmitted like a preempted job and
+ * shares the prefix cache's blocks of its context: only the tail and the
+ * tool results are computed, and the reply is the one with its KV kept.
+ */
+static void test_round_edges(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t, ref;
+	struct gate g = { 0 };
+	char root[256], policy[300], work[300], p1[4096];
+	uint32_t bt, nq = 0, ctx2, bound;
+	uint64_t tok0 = 0, tok1;
+	FILE *f;
+	int i, freed = 0;
+
+	if (tool_scratch("kvd-edges", 0, root, policy, work))
+		return;
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 10s\npids = 32\n");
+	fclose(f);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	c.tools_enabled = 1u << KVD_TOOL_SH;
+	c.tools_max_rounds = 2;
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	c.tenants[0].id = 1;
+	c.tenants[0].server_tools = 1;
+	d = start(&c);
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nlist the numbers<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+
+	/* results past the context: "length", the round neither run nor counted */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"seq 1 3000\"}}\n"
+			"</tool_call>",
+			"done",
+		};
+
+		script(d, r, 2);
+		CHECK(collect(submit_tools(d, p1, 1, 64), &t, NULL, NULL) == 0 &&
+		      t.r.finish == KVD_FINISH_LENGTH && t.n_runs == 1 &&
+		      t.r.usage.prompt_tokens < d->ctx_len,
+		      "tool results past the context (%u): the reply ends \"length\" with round "
+		      "1's prompt only in its usage (%u prompt tokens)", d->ctx_len,
+		      t.r.usage.prompt_tokens);
+	}
+
+	/* the same two rounds, KV kept, then discarded while the tool runs */
+	for (i = 0; i < 2; i++) {
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"mkfifo gate && "
+			"read x < gate && echo ok\"}}\n</tool_call>",
+			"checked",
+		};
+		char q[4200];
+
+		/* a conversation of its own each time: another user turn */
+		snprintf(q, sizeof(q), "%s<|im_start|>user\ncheck it, run %d<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt, i);
+		nq = ntok(d, q);
+		script(d, r, 2);
+		memset(&g, 0, sizeof(g));
+		g.d = d;
+		g.j = submit_tools(d, q, 1, 64);
+		snprintf(g.root, sizeof(g.root), "%s", work);
+		for (int k = 0; i && k < 1200 && !freed && g.j; k++) {
+			struct kvd_conv *cv;
+
+			pthread_mutex_lock(&d->lock);
+			for (cv = d->convs; cv && cv->job != g.j; cv = cv->next)
+				;
+			if (cv && cv->job->state == JOB_TOOL_RUNNING && cv->has_kv &&
+			    cv->as.s.n_blocks) {
+				tok0 = d->m.step_tokens;
+				kvd_conv_free_blocks(d, cv);	/* as the tier's discard */
+				freed = cv->has_kv && !cv->as.s.n_blocks;
+			}
+			pthread_mutex_unlock(&d->lock);
+			if (!freed)
+				usleep(50000);
+		}
+		collect(g.j, i ? &t : &ref, gate_tick, &g);
+	}
+	tok1 = metric(d, "kvarenad_step_tokens_total");
+	/* round 2's context is the usage's prompt less round 1's; the cache
+	 * keeps at least round 1's prompt's full blocks (the scripted reply's
+	 * KV is computed in round 2: a hook's text, not decoded) */
+	ctx2 = t.r.usage.prompt_tokens > nq ? t.r.usage.prompt_tokens - nq : 0;
+	bound = ctx2 - nq / bt * bt + bt;
+	CHECK(freed && !t.r.error && t.r.len == ref.r.len && !memcmp(t.r.text, ref.r.text, t.r.len) &&
+	      ctx2 > nq && tok1 - tok0 < bound,
+	      "a round whose KV was discarded while its tool ran replies as with it kept, "
+	      "computing %llu tokens of its %u (its prompt's %u full blocks shared: under %u)",
+	      (unsigned long long)(tok1 - tok0), ctx2, nq / bt, bound);
+	kvd_destroy(d);
+	snprintf(p1, sizeof(p1), "rm -rf '%s'", root);
+	if (system(p1))
+		CHECK(0, "cleanup");
+}
+
 static void test_agent_loop(void)
 {
 	struct kvd_config c;
@@ -5874,6 +5989,7 @@ int main(int argc, char **argv)
 	RUN(room_edge);
 	RUN(reserve_in_flight);
 	RUN(lost_in_turn);
+	RUN(round_edges);
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_tenants);
