@@ -99,7 +99,8 @@ TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
               "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first",
               "closed_mid_spill", "closed_mid_restore", "restore_shared", "lost_shared",
-              "expire_tier", "discard_shares", "discard_waits"]
+              "expire_tier", "discard_shares", "discard_waits",
+              "timer_sleeps"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
