@@ -2772,6 +2772,147 @@ static void test_round_edges(void)
 		CHECK(0, "cleanup");
 }
 
+/*
+ * A server-side tool round whose KV went to disk while its tool ran, and
+ * whose restore finds no room when the results come, holds admission as
+ * a job first in line does (admit.c, kvd_admit's JOB_KV_WAIT): a request
+ * that arrives meanwhile and would fit in the room left waits behind it
+ * instead of taking that room, and the round goes on first once the room
+ * is back. The conversation is spilled as the tier does under pressure;
+ * the test holds the rest of the arena.
+ */
+static void test_round_restore_waits(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t;
+	struct gate g = { 0 };
+	struct kvd_conv *cv;
+	struct kve_arena_session blk = { 0 };
+	struct kvd_job *q = NULL;
+	struct kvd_error err;
+	struct reply rq;
+	char root[256], policy[300], work[300], p1[4096], spill[320];
+	const char *pq = "<|im_start|>user\nshort<|im_end|>\n<|im_start|>assistant\n";
+	uint32_t bt, need_q, hold = 0;
+	uint64_t turn0, turns = 0;
+	int i, state = 0, opened = 0, q_waited = 0, kv_wait = 0;
+	FILE *f;
+
+	if (tool_scratch("kvd-rwait", 0, root, policy, work))
+		return;
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 20s\npids = 32\n");
+	fclose(f);
+	snprintf(spill, sizeof(spill), "%s/spill", root);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	snprintf(c.tier_dir, sizeof(c.tier_dir), "%s", spill);
+	c.tier_prefetch = 0;
+	c.prefix_cache = 0;
+	c.tools_enabled = 1u << KVD_TOOL_SH;
+	c.tools_max_rounds = 2;
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	c.tenants[0].id = 1;
+	c.tenants[0].server_tools = 1;
+	d = start(&c);
+	if (!d)
+		goto out;
+	bt = d->geom.block_tokens;
+	need_q = (ntok(d, pq) + bt - 1) / bt;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nwait for the gate<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"mkfifo gate && "
+			"read x < gate && echo ok\"}}\n</tool_call>",
+			"ok",
+		};
+
+		script(d, r, 2);
+	}
+	g.d = d;
+	g.j = submit_tools(d, p1, 1, 64);
+	snprintf(g.root, sizeof(g.root), "%s", work);
+	/* its tool runs: its KV to disk, then the arena held but for room
+	 * for the short request */
+	for (i = 0; g.j && i < 2000 && state < 2; i++) {
+		pthread_mutex_lock(&d->lock);
+		for (cv = d->convs; cv && cv->job != g.j; cv = cv->next)
+			;
+		if (cv && state == 0 && cv->job->state == JOB_TOOL_RUNNING && cv->has_kv &&
+		    cv->as.s.n_blocks) {
+			kvd_tiering_evict(d, cv);
+			state = 1;
+		}
+		if (cv && state == 1 && cv->tier_file && !cv->tier_op && !cv->as.s.n_blocks) {
+			uint32_t free_now = kvd_blocks_free(d);
+
+			hold = free_now > need_q + 1 ? free_now - need_q - 1 : 0;
+			if (hold && !hold_blocks(d, hold, &blk, &opened))
+				state = 2;
+			else
+				state = 3;
+		}
+		pthread_mutex_unlock(&d->lock);
+		usleep(10000);
+	}
+	CHECK(state == 2, "the round's KV spilled while its tool runs; the arena held but for %u "
+	      "blocks (%u held)", need_q + 1, hold);
+	if (state != 2)
+		goto collect;
+	/* the tool returns: the round waits for room to restore its KV */
+	while (g.j && !g.opened && !gate_tick(&g))
+		usleep(20000);
+	for (i = 0; i < 2000 && !kv_wait; i++) {
+		pthread_mutex_lock(&d->lock);
+		kv_wait = g.j->state == JOB_KV_WAIT;
+		pthread_mutex_unlock(&d->lock);
+		usleep(5000);
+	}
+	{
+		struct kvd_request r0;
+
+		request_init(&r0, pq, 4);
+		if (kvd_job_submit(d, &r0, &q, &err))
+			q = NULL;
+	}
+	pthread_mutex_lock(&d->lock);
+	turn0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; q && i < 3000 && turns < 10; i++) {
+		usleep(10000);
+		pthread_mutex_lock(&d->lock);
+		turns = d->n_step_us - turn0;
+		q_waited = q->state == JOB_QUEUED && g.j->state == JOB_KV_WAIT;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(kv_wait && q && turns >= 10 && q_waited,
+	      "the round waits to restore its KV; a short request that would fit the room left "
+	      "waits behind it (%llu turns)", (unsigned long long)turns);
+collect:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+		kvd_wake(d);
+	}
+	CHECK(g.j && collect(g.j, &t, gate_tick, &g) == 0 && t.n_runs == 1,
+	      "with the room back the round restores and completes");
+	memset(&rq, 0, sizeof(rq));
+	if (q)
+		CHECK(collect_reply(d, q, &rq, NULL) == 0, "the short request completes after it");
+	kvd_destroy(d);
+out:
+	snprintf(p1, sizeof(p1), "rm -rf '%s'", root);
+	if (system(p1))
+		CHECK(0, "cleanup");
+}
+
 static void test_agent_loop(void)
 {
 	struct kvd_config c;
@@ -5990,6 +6131,7 @@ int main(int argc, char **argv)
 	RUN(reserve_in_flight);
 	RUN(lost_in_turn);
 	RUN(round_edges);
+	RUN(round_restore_waits);
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_tenants);
