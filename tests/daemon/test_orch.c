@@ -30,9 +30,9 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
- * with the hooks expire_claimed, queued_kv_line, queued_kv_tenants,
- * queued_kv_grow, agent_loop, escape,
- * mcp_servers, mcp_restart).
+ * with the hooks room_edge, reserve_in_flight, lost_in_turn, round_edges,
+ * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
+ * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE

@@ -65,6 +65,10 @@
  *   discard_shares  a conversation whose KV the tier discarded shares
  *                   the prefix cache's blocks of its prompt on return
  *                   (its recomputed tokens: what it computed again)
+ *   discard_waits   such a conversation returning to no room waits
+ *                   holding nothing, not the cached blocks it attached
+ *   timer_sleeps    a wait's overrun timer due within the poll's cap does
+ *                   not make the scheduler spin until it fires
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical

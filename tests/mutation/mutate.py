@@ -100,7 +100,8 @@ TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt",
               "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first",
               "closed_mid_spill", "closed_mid_restore", "restore_shared", "lost_shared",
               "expire_tier", "discard_shares", "discard_waits",
-              "timer_sleeps"]
+              "timer_sleeps", "prefetch_first", "prefetch_taken", "overrun_hold",
+              "overrun_prefetch", "expire_miss"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
