@@ -4938,6 +4938,7 @@ static void test_stop_cut(void)
 	uint32_t bt, n_before, cut_block = UINT32_MAX;
 	size_t cut, kvb;
 	char *held;
+	uint32_t *ends1 = NULL, n_ends1 = 0;
 	int n;
 
 	snprintf(prompt, sizeof(prompt), "%s<|im_start|>user\nCount to twenty.<|im_end|>\n"
@@ -4949,9 +4950,20 @@ static void test_stop_cut(void)
 		return;
 	bt = d->geom.block_tokens;
 	n = ask(d, prompt, 0, 1, 4 * bt, &r1, NULL);
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv = n ? NULL : kvd_conv_find_id(d, r1.session);
+
+		if (cv && (ends1 = malloc(cv->n_tokens * sizeof(*ends1)))) {
+			memcpy(ends1, cv->tok_end, cv->n_tokens * sizeof(*ends1));
+			n_ends1 = cv->n_tokens;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 	if (n || r1.len < 3 * 48 || memchr(r1.text, 0, r1.len)) {
 		CHECK(0, "a %u-token reply to cut: %s (%zu bytes)", 4 * bt, r1.err, r1.len);
+		free(ends1);
 		return;
 	}
 	memcpy(stop, r1.text + r1.len / 3, 48);
@@ -4961,8 +4973,10 @@ static void test_stop_cut(void)
 
 	d = start(&c);
 	CHECK(d != NULL, "a second orchestrator starts");
-	if (!d)
+	if (!d) {
+		free(ends1);
 		return;
+	}
 	pool = kve_arena_kv_pool(d->kv);
 	kvb = d->geom.kv_block_bytes;
 	held = malloc(kvb);
@@ -4982,6 +4996,15 @@ static void test_stop_cut(void)
 		      cv->tok_end[cv->n_tokens - 1] == cv->text_len,
 		      "the conversation ends at the cut: %u tokens of %u, %zu bytes",
 		      cv ? cv->n_tokens : 0, n_before, cv ? cv->text_len : 0);
+		/* every token that ends within the cut, by the uncut run's ends */
+		if (cv && ends1) {
+			uint32_t k = n_ends1;
+
+			while (k && (ends1[k - 1] == UINT32_MAX || ends1[k - 1] > strlen(prompt) + cut))
+				k--;
+			CHECK(cv->n_tokens == k, "it keeps every token that ends within the cut: "
+			      "%u, the uncut run's ends say %u", cv->n_tokens, k);
+		}
 		CHECK(cv && cv->has_kv && cv->as.s.n_tokens % bt == 0 &&
 		      cv->as.s.n_tokens + bt > cv->n_tokens &&
 		      cv->as.s.n_blocks == cv->as.s.n_tokens / bt &&
@@ -5031,8 +5054,10 @@ static void test_stop_cut(void)
 	 * and its KV is kept up to the cut (nothing computed again) */
 	c.prefix_cache = 0;
 	d = start(&c);
-	if (!d)
+	if (!d) {
+		free(ends1);
 		return;
+	}
 	{
 		struct rq q = { prompt, 0, 1, 4 * bt, 0, NULL, stop };
 
@@ -5049,6 +5074,7 @@ static void test_stop_cut(void)
 	}
 	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
+	free(ends1);
 }
 
 /*
