@@ -470,9 +470,10 @@ static void test_copy_mode(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct reply r, ref, r2, ref2;
-	char p[4096], p2[8192];
+	struct reply r, ref, r2, ref2, rr[4], fa, fb;
+	char p[4096], p2[8192], pr[4][4096];
 	uint64_t copied, copied2;
+	int i, same;
 
 	snprintf(p, sizeof(p), "%s<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		 sys_prompt);
@@ -495,6 +496,39 @@ static void test_copy_mode(void)
 	      "two positions to compute (%u of %u cached) are the prefill stage's: %llu more KV "
 	      "bytes copied", r2.usage.cached_tokens, r2.usage.prompt_tokens,
 	      (unsigned long long)(copied2 - copied));
+	/* replies of 3 to 6 tokens in a row: the decode worker's queue is at
+	 * each place of its ring when a copy of KV is loaded into it */
+	for (i = 0; i < 4; i++) {
+		snprintf(pr[i], sizeof(pr[i]), "%s<|im_start|>user\nreply %d<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt, i);
+		ask(d, pr[i], 0, 1, 3 + (uint32_t)i, &rr[i], NULL);
+	}
+	/* two choices of one prompt: the second computes its own prompt (a
+	 * prefill worker's KV is private until copied: nothing to copy from) */
+	{
+		struct kvd_request rq;
+		struct kvd_error err;
+		struct kvd_job *a = NULL, *b = NULL;
+
+		request_init(&rq, p, 6);
+		rq.s.temperature = 1;
+		rq.s.seed = 5;
+		memset(&fa, 0, sizeof(fa));
+		memset(&fb, 0, sizeof(fb));
+		if (kvd_job_submit(d, &rq, &a, &err) == 0) {
+			rq.fork_of = a;
+			rq.s.seed = 6;
+			if (kvd_job_submit(d, &rq, &b, &err))
+				b = NULL;
+		}
+		if (a)
+			collect_reply(d, a, &fa, NULL);
+		if (b)
+			collect_reply(d, b, &fb, NULL);
+		CHECK(a && b && fa.done && fb.done && fb.usage.completion_tokens == 6,
+		      "copy hand-off: two choices of one prompt both complete (%s%s)", fa.err,
+		      fb.err);
+	}
 	kvd_destroy(d);
 	base_config(&c);
 	d = start(&c);
@@ -504,6 +538,13 @@ static void test_copy_mode(void)
 	ask(d, p2, 0, 1, 4, &ref2, NULL);
 	CHECK(same_tokens(&ref, &r) && same_tokens(&ref2, &r2),
 	      "copy and arena hand-off give the same tokens");
+	for (i = 0, same = 0; i < 4; i++) {
+		struct reply x;
+
+		ask(d, pr[i], 0, 1, 3 + (uint32_t)i, &x, NULL);
+		same += same_tokens(&x, &rr[i]);
+	}
+	CHECK(same == 4, "and the same for replies of 3 to 6 tokens in a row (%d of 4)", same);
 	kvd_destroy(d);
 }
 
