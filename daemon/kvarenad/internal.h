@@ -260,6 +260,7 @@ struct kvd_conv {
 	uint8_t stall_cause;		/* why the stall's KV was not back (KVD_STALL_*) */
 	uint16_t tier_noroom;		/* prefetch tries that found no room, this wait */
 	uint8_t tier_due;		/* its prefetch is due and lacks room (tr->due) */
+	uint8_t tool_overran;		/* this wait ran past its first prediction */
 	uint32_t stall_early_ms;	/* KVD_STALL_EARLY: the return came this much before */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
@@ -474,6 +475,7 @@ struct kvd_metrics {
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
 	uint64_t tier_stall_causes[KVD_STALL_CAUSES];	/* restore stalls by cause */
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
+	uint64_t tool_repredictions;		/* each overrun's new prediction */
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
 	uint64_t kv_misses;			/* a request found its KV out of the arena */
 	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;

@@ -388,8 +388,10 @@ char *kvd_metrics_text(struct kvd *d)
 		m.tier_disk_evictions);
 	counter(&o, "tier_direct_fallbacks_total",
 		"O_DIRECT transfers the kernel refused (buffered since).", tg.direct_fallbacks);
-	counter(&o, "tool_overruns_total", "Tool waits that ran past their prediction (re-ranked).",
-		m.tool_overruns);
+	counter(&o, "tool_overruns_total", "Tool waits that ran past their prediction (re-ranked), "
+		"each wait once.", m.tool_overruns);
+	counter(&o, "tool_repredictions_total", "New predictions of tool waits past their "
+		"prediction (a wait may overrun several).", m.tool_repredictions);
 	hist(&o, "tier_restore_ms", "Restore time (read and verify).", &m.tier_restore_ms);
 	hist(&o, "tier_restore_stall_ms",
 	     "How long a request waited for its KV to come back from disk.",
