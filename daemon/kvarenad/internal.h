@@ -353,6 +353,7 @@ struct kvd_job {
 	size_t kv_payload_len;
 	/* timing */
 	uint64_t t_submit, t_first, t_last, t_wait;
+	uint64_t t_admit;		/* admitted (its blocks taken) */
 	/* events to the API thread */
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
@@ -559,6 +560,12 @@ struct kvd {
 	size_t admit_cap;
 	uint32_t room_wanted;		/* blocks waiting work lacked at the last
 					 * admission (a prefetch leaves them) */
+	uint64_t hold_ns;		/* a job's blocks held, admission to its
+					 * end: moving mean (sched.c, job_ended) */
+	uint32_t prefetch_reserve;	/* blocks admission kept for prefetches
+					 * due within hold_ns, last turn */
+	uint32_t admit_reserve;		/* room_for's: free blocks to leave */
+	int admit_reserved;		/* room_for: held back for the reserve */
 	uint32_t next_group;
 	/* workers */
 	struct kvd_worker *workers;
@@ -855,6 +862,10 @@ int kvd_tiering_held(struct kvd *d, const struct kvd_conv *c);
  * due and found no room; UINT64_MAX: none. Admission keeps the room
  * that comes free for it before later conversations' turns (admit.c). */
 uint64_t kvd_tiering_due_start(const struct kvd *d);
+/* The blocks the prefetches due by until_ns need (spilled conversations
+ * waiting on a tool, no request of theirs queued), and the earliest start
+ * (t_start_ns) of their conversations (UINT64_MAX: none). */
+uint32_t kvd_tiering_reserve(struct kvd *d, uint64_t until_ns, uint64_t *first_start);
 /* c lets go of what is in flight (its KV changes or goes). */
 void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
 /* c is forgotten: its file and timers go. */

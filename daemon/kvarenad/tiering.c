@@ -1219,6 +1219,35 @@ uint64_t kvd_tiering_due_start(const struct kvd *d)
 	return t;
 }
 
+/*
+ * What the prefetches due by until_ns will need: a spilled conversation
+ * waiting on its tool (none of its requests queued yet) needs its file's
+ * blocks back (the shared ones it skipped are the cache's) when its
+ * prefetch comes due. Admission keeps them free from jobs of later
+ * conversations that would hold them past then (admit.c): taken, the
+ * prefetch found no room and its tool's result found its KV on disk
+ * (no_room: 51 of 69 restore stalls in a 100-agent pilot).
+ */
+uint32_t kvd_tiering_reserve(struct kvd *d, uint64_t until_ns, uint64_t *first_start)
+{
+	struct kvd_tiering *tr = d->tier;
+	uint32_t bt = bt_of(d), sum = 0, i, n;
+
+	*first_start = UINT64_MAX;
+	for (i = 0; tr && i < tr->n_heap; i++) {
+		const struct kvd_conv *c = tr->heap[i].c;
+
+		if (tr->heap[i].kind != TIMER_PREFETCH || tr->heap[i].at > until_ns || c->job ||
+		    c->tier_op || !c->tier_file || (c->has_kv && c->as.s.n_blocks))
+			continue;
+		n = (c->tier_file_tokens + bt - 1) / bt;
+		sum += n > c->tier_file_skip ? n - c->tier_file_skip : 0;
+		if (c->t_start_ns < *first_start)
+			*first_start = c->t_start_ns;
+	}
+	return sum;
+}
+
 int kvd_tiering_busy(const struct kvd *d)
 {
 	return d->tier && d->tier->in_flight;
