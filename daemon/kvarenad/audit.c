@@ -274,8 +274,9 @@ static void audit_jobs(struct kvd *d)
 		const struct kvd_worker *w = &d->workers[i];
 		uint32_t tokens = 0;
 
-		if (w->n_q > KVD_MAX_DEPTH)
-			broken("worker %u: %u steps in flight", i, w->n_q);
+		if (w->n_q > KVD_MAX_DEPTH || (w->n_q && w->state == W_DOWN))
+			broken("worker %u: %u steps in flight (%s)", i, w->n_q,
+			       w->state == W_DOWN ? "down" : "up");
 		for (k = 0; k < w->n_q; k++) {
 			const struct kvd_wstep *st = &w->q[(w->q_head + k) % KVD_MAX_DEPTH];
 			uint32_t n_new = 0;
@@ -344,6 +345,92 @@ static void audit_idle(const struct kvd *d)
 	}
 }
 
+/* Is job j in step st? */
+static int in_step(const struct kvd_wstep *st, const struct kvd_job *j)
+{
+	uint32_t s;
+
+	for (s = 0; s < st->n_seq; s++)
+		if (st->seqs[s].j == j)
+			return 1;
+	return 0;
+}
+
+/*
+ * What a step took is what it was built to take (step.c, fill): only the
+ * kinds it wanted (1 decode, 2 prompt chunks) and only its group's jobs;
+ * and the last step a worker got in this turn is full: with tokens of
+ * its budget and room for sequences left, no running job it could have
+ * taken waits (for decode, unless max_batch were reached). Left out, as
+ * in audit_idle: the copy handoff, remote workers, a build short of
+ * memory, and a job whose next step needs blocks it does not hold (its
+ * reservation may rightly wait). Only the last step: a job may change
+ * kind or become the worker's own after an earlier one was built.
+ */
+static void audit_steps(const struct kvd *d)
+{
+	uint32_t i, k, s, bt = d->geom.block_tokens;
+	const struct kvd_job *j;
+
+	if (d->cfg.handoff == KVD_HANDOFF_COPY || d->test_build_short)
+		return;
+	for (i = 0; i < d->n_workers; i++) {
+		const struct kvd_worker *w = &d->workers[i];
+		const struct kvd_wstep *last = NULL;
+		uint32_t decoded = 0;
+
+		if (w->remote)
+			continue;
+		for (k = 0; k < w->n_q; k++) {
+			const struct kvd_wstep *st = &w->q[(w->q_head + k) % KVD_MAX_DEPTH];
+
+			if (!st->kind || st->test_turn != d->test_turn)
+				continue;
+			last = st;
+			for (s = 0; s < st->n_seq; s++) {
+				const struct kvd_sent *e = &st->seqs[s];
+				uint32_t want = e->n_new > 1 || !(e->flags & KVD_SEQ_SAMPLE) ? 2 : 1;
+
+				if (!(st->test_want & want) || e->j->group != st->group)
+					broken("worker %u: a step built for %s%s (group %u) took job %llu's "
+					       "%s of %u (group %u)", i,
+					       st->test_want & 1 ? "decode " : "",
+					       st->test_want & 2 ? "chunks" : "", st->group,
+					       (unsigned long long)e->j->seq_id,
+					       want == 1 ? "decode token" : "chunk", e->n_new,
+					       e->j->group);
+			}
+		}
+		if (!last || last->tokens >= d->cfg.step_tokens || last->n_seq >= d->max_seqs)
+			continue;
+		for (s = 0; s < last->n_seq; s++)
+			decoded += last->seqs[s].n_new == 1 && (last->seqs[s].flags & KVD_SEQ_SAMPLE);
+		for (j = d->jobs; j; j = j->next) {
+			const struct kvd_conv *c = j->conv;
+			uint32_t left, kmax, want;
+
+			if (j->state != JOB_RUNNING || !c || !c->has_kv || j->cancelled ||
+			    j->group != last->group || j->n_sched >= c->n_tokens ||
+			    (j->inflight && j->worker != (int)i) || in_step(last, j))
+				continue;
+			left = c->n_tokens - j->n_sched;
+			want = left > 1 ? 2 : 1;
+			if (!(last->test_want & want) || (want == 1 && decoded >= d->cfg.max_batch))
+				continue;
+			kmax = left < d->cfg.chunk_tokens ? left : d->cfg.chunk_tokens;
+			if (kmax > d->cfg.step_tokens)
+				kmax = d->cfg.step_tokens;
+			if ((uint64_t)c->as.s.n_blocks * bt < (uint64_t)j->n_sched + kmax)
+				continue;
+			broken("worker %u: its step (%u of %u tokens, %u sequences, built for %s%s) "
+			       "left job %llu's %s waiting at %u of %u tokens", i, last->tokens,
+			       d->cfg.step_tokens, last->n_seq, last->test_want & 1 ? "decode " : "",
+			       last->test_want & 2 ? "chunks" : "", (unsigned long long)j->seq_id,
+			       want == 1 ? "decode token" : "chunk", j->n_sched, c->n_tokens);
+		}
+	}
+}
+
 /* The token counters /metrics and usage are made of: what was reused
  * comes from the cache, the conversation's own KV or a first choice's. */
 static void audit_metrics(const struct kvd *d)
@@ -376,6 +463,7 @@ void kvd_audit(struct kvd *d)
 	audit_blocks(d, users, tblocks);
 	audit_jobs(d);
 	audit_idle(d);
+	audit_steps(d);
 	audit_metrics(d);
 	free(users);
 }

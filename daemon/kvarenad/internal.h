@@ -392,6 +392,10 @@ struct kvd_wstep {
 	uint32_t n_seq;
 	uint32_t tokens;		/* tokens it computes (lease, routing) */
 	struct kvd_sent *seqs;		/* room for max_seqs */
+#ifdef KVD_TEST_HOOKS
+	uint64_t test_turn;		/* the steps_build it came from (audit.c) */
+	uint32_t test_want;		/* what it was built to take: 1 decode, 2 chunks */
+#endif
 };
 
 struct kvd_worker {
@@ -604,6 +608,8 @@ struct kvd {
 	int test_arena_shared;		/* the test takes or ends the arena's blocks
 					 * itself: audit.c leaves the arena's count */
 	int test_build_short;		/* this turn's steps_build lacked memory */
+	uint64_t test_turn;		/* steps_builds so far (audit.c) */
+	int test_send_fail;		/* worker index + 1: its next step is not sent */
 #endif
 };
 

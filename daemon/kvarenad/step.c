@@ -514,17 +514,26 @@ static int carries_chunks(const struct kvd_worker *w)
 	return 0;
 }
 
-/* Builds and sends one step for w; 1 when it did. */
+/* Builds and sends one step for w; 1 when it did. Not for a worker lost
+ * earlier in this turn (a send that failed): its steps went back to their
+ * jobs, and one queued now would never be sent, then forgotten when it
+ * comes back, its job in flight for good. */
 static int build(struct kvd *d, struct kvd_worker *w, int want_decode, int want_prefill,
 		 int decode_first, uint32_t group, struct cand *cbuf, uint32_t cmax)
 {
 	struct kvd_wstep *st = &w->q[(w->q_head + w->n_q) % KVD_MAX_DEPTH];
 	uint32_t i, chunks = 0, singles = 0;
 
+	if (!kvd_worker_usable(w))
+		return 0;
 	st->n_seq = 0;
 	st->tokens = 0;
 	st->group = group;
 	st->void_ = 0;
+#ifdef KVD_TEST_HOOKS
+	st->test_turn = d->test_turn;
+	st->test_want = (want_decode ? 1 : 0) | (want_prefill ? 2 : 0);
+#endif
 	if (!fill(d, w, st, want_decode, want_prefill, decode_first, group, cbuf, cmax))
 		return 0;
 	for (i = 0; i < st->n_seq; i++) {
@@ -611,6 +620,7 @@ void kvd_steps_build(struct kvd *d)
 
 #ifdef KVD_TEST_HOOKS
 	d->test_build_short = 0;
+	d->test_turn++;
 #endif
 	if (depth > KVD_MAX_DEPTH)
 		depth = KVD_MAX_DEPTH;

@@ -553,6 +553,12 @@ void kvd_worker_send(struct kvd *d, struct kvd_worker *w)
 		rc = kvd_msg_queue(&w->tx, KVD_MSG_KV_LOAD, iov, 2);
 	}
 	free(buf);
+#ifdef KVD_TEST_HOOKS
+	if (d->test_send_fail == w->index + 1) {
+		d->test_send_fail = 0;
+		rc = -EIO;	/* as a worker gone between two writes */
+	}
+#endif
 	if (!w->n_q)
 		w->head_started_ns = kvd_now_ns();
 	w->n_q++;

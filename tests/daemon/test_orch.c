@@ -4226,6 +4226,75 @@ static unsigned replies_all(struct kvd_job **jobs, unsigned n, struct reply *r)
 	return done;
 }
 
+/*
+ * A worker lost while a turn builds steps gets no other step in that
+ * turn (step.c, build): its steps went back to their jobs, and a step
+ * put in a down worker's queue was never sent, then forgotten when the
+ * worker came back, its job counted in flight for good with positions
+ * marked sent that no worker computed. Three prompts are admitted in one
+ * turn with two chunks' budget a step: the prefill worker takes two, the
+ * decode worker the third, and that send fails; the third must wait for
+ * a worker that is up (the audit checks no down worker holds a step),
+ * and all three reply as they do alone.
+ */
+static void test_lost_in_turn(void)
+{
+	static const char *const p[3] = {
+		"<|im_start|>user\nthe first of three prompts in one turn, long enough for one "
+		"chunk of thirty-two tokens at least<|im_end|>\n<|im_start|>assistant\n",
+		"<|im_start|>user\nthe second of three prompts in one turn, long enough for one "
+		"chunk of thirty-two tokens at least<|im_end|>\n<|im_start|>assistant\n",
+		"<|im_start|>user\nthe third of three prompts in one turn, long enough for one "
+		"chunk of thirty-two tokens at least<|im_end|>\n<|im_start|>assistant\n",
+	};
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_job *jobs[3];
+	struct kvd_error err;
+	struct reply ref[3], got[3];
+	unsigned i, n = 0, same = 0;
+	uint64_t lost;
+
+	base_config(&c);
+	c.prefix_cache = 0;
+	c.chunk_tokens = 32;
+	c.step_tokens = 64;
+	d = start(&c);
+	if (!d)
+		return;
+	for (i = 0; i < 3; i++) {
+		struct rq q = { p[i], 0, 1, 8, 0, NULL, NULL };
+
+		memset(&ref[i], 0, sizeof(ref[i]));
+		ask_rq(d, &q, &ref[i], NULL);
+	}
+	lost = metric(d, "kvarenad_worker_restarts_total");
+	hold_admission(d, 1);
+	for (i = 0; i < 3; i++) {
+		struct rq q = { p[i], 0, 1, 8, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		n += jobs[n] != NULL;
+	}
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < d->n_workers; i++)
+		if (d->workers[i].role == KVD_ROLE_DECODE)
+			d->test_send_fail = (int)i + 1;
+	pthread_mutex_unlock(&d->lock);
+	hold_admission(d, 0);
+	memset(got, 0, sizeof(got));
+	if (n == 3)
+		replies_all(jobs, n, got);
+	for (i = 0; i < 3; i++)
+		same += got[i].done && got[i].n_tokens == ref[i].n_tokens &&
+			!memcmp(got[i].tokens, ref[i].tokens, ref[i].n_tokens * sizeof(ref[i].tokens[0]));
+	CHECK(n == 3 && metric(d, "kvarenad_worker_restarts_total") == lost + 1 && same == 3,
+	      "the decode worker lost while it was sent a chunk (%llu restart): %u of 3 prompts "
+	      "reply as they do alone", (unsigned long long)(metric(d,
+	      "kvarenad_worker_restarts_total") - lost), same);
+	kvd_destroy(d);
+}
+
 /* Turn 1 of conversations X (short: it begins first), Y and Z (~ty and
  * ~300 tokens, kept) on d, of tenants tn[3] (NULL: 0); prompts in p[3],
  * replies in r1[3]. */
@@ -5631,7 +5700,7 @@ static void test_utf8_tail(void)
 
 /* The text a round ends with (kvd_utf8_clean): well-formed UTF-8 of every
  * length kept byte for byte; each byte of an ill-formed sequence (overlong,
- * surrogate, past U+10FFFF, cut short, NUL) one U+FFFD. */
+ * surrogate, past U+10FFFF, cut short, a continuation missing, NUL) one U+FFFD. */
 static void test_utf8_clean(void)
 {
 	static const struct {
@@ -5654,6 +5723,10 @@ static void test_utf8_clean(void)
 		{ "\xed\x9f\xbf\xee\x80\x80", "\xed\x9f\xbf\xee\x80\x80", 6 },
 		{ "\xf0\x90\x80\x80", "\xf0\x90\x80\x80", 4 },
 		{ "\xed\xbf\xbf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
+		/* a lead byte whose continuation is not one: its bytes up to
+		 * the stranger replaced, the stranger kept */
+		{ "\xc3(", "\xef\xbf\xbd(", 2 },
+		{ "\xe2\x82" "A", "\xef\xbf\xbd\xef\xbf\xbd" "A", 3 },
 	};
 	char out[64];
 
@@ -5800,6 +5873,7 @@ int main(int argc, char **argv)
 #ifdef KVD_TEST_HOOKS
 	RUN(room_edge);
 	RUN(reserve_in_flight);
+	RUN(lost_in_turn);
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_tenants);
