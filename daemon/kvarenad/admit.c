@@ -616,12 +616,6 @@ static uint32_t line_need(const struct kvd *d, const struct kvd_job *j)
 	return need > held ? need - held : 0;
 }
 
-/* j's conversation has its KV in the arena: the turn continues it. */
-static int holds_kv(const struct kvd_job *j)
-{
-	return j->conv && j->conv->has_kv && j->conv->as.s.n_blocks;
-}
-
 /* Nothing runs, none was admitted in this turn and no spill is on its
  * way: the job first in line that lacks room waits for nothing. */
 static int first_in_line_alone(struct kvd *d, uint32_t running, int others)
@@ -696,10 +690,7 @@ void kvd_admit(struct kvd *d)
 		best = c[i].j;
 		if (queued_key(best) > due)
 			continue;
-		/* a turn whose KV is in the arena (a conversation back) takes
-		 * a few blocks and, waiting, would keep its KV idle there */
-		d->admit_reserve = queued_key(best) > reserve_start && !holds_kv(best) ?
-			d->prefetch_reserve : 0;
+		d->admit_reserve = queued_key(best) > reserve_start ? d->prefetch_reserve : 0;
 		d->admit_reserved = 0;
 		rc = admit_one(d, best, &committed, &others);
 		d->admit_reserve = 0;
