@@ -388,7 +388,16 @@ static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int ot
 	free_now = kvd_blocks_free(d);
 	if (free_now < want && !kvd_tiering_busy(d))
 		free_now = kvd_make_room(d, want);
-	return free_now >= want;
+	if (free_now < want)
+		return 0;
+	/* what prefetches due while it runs will need stays free (kvd_admit):
+	 * nothing is evicted for it here, their prefetches take their own
+	 * room when due (tiering.c, prefetch_room) */
+	if (free_now < want + d->admit_reserve) {
+		d->admit_reserved = 1;
+		return 0;
+	}
+	return 1;
 }
 
 /*
@@ -504,6 +513,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		else
 			d->m.session_hit_tokens += j->n_cached - copied;
 		j->order = ++d->next_order;
+		j->t_admit = kvd_now_ns();
 		j->in_prefill = 1;
 		d->n_queued--;
 	}
@@ -618,9 +628,9 @@ void kvd_admit(struct kvd *d)
 	struct kvd_job *j, *best, *head = NULL;
 	struct kvd_admit_cand *c;
 	uint32_t running = 0, committed;
-	uint64_t due = UINT64_MAX;
+	uint64_t due = UINT64_MAX, reserve_start = UINT64_MAX;
 	size_t n, i;
-	int others, restore_waits = 0, giving = 0;
+	int others, restore_waits = 0, giving = 0, rc;
 
 #ifdef KVD_TEST_HOOKS
 	/* test_orch: turns queued while this is set meet in one admission */
@@ -658,6 +668,14 @@ void kvd_admit(struct kvd *d)
 	 * disk: 10 of 22 restore stalls in an eviction run, 1-31 s each. */
 	if (giving)
 		due = kvd_tiering_due_start(d);
+	/* and the prefetches due while a job admitted now would hold its
+	 * blocks (hold_ns, measured): their room is kept from the turns of
+	 * conversations that started after theirs (a first turn admitted
+	 * into it held it through its prefill and decode, tens of seconds
+	 * under load, while the prefetch waited: no_room stalls). With
+	 * nothing running they pass: the machine would idle. */
+	d->prefetch_reserve = giving && d->hold_ns ?
+		kvd_tiering_reserve(d, kvd_now_ns() + d->hold_ns, &reserve_start) : 0;
 	committed = committed_blocks(d, &others);
 	/* preempted jobs, oldest first */
 	n = candidates(d, JOB_PREEMPTED, &c);
@@ -672,7 +690,13 @@ void kvd_admit(struct kvd *d)
 		best = c[i].j;
 		if (queued_key(best) > due)
 			continue;
-		switch (admit_one(d, best, &committed, &others)) {
+		d->admit_reserve = queued_key(best) > reserve_start ? d->prefetch_reserve : 0;
+		d->admit_reserved = 0;
+		rc = admit_one(d, best, &committed, &others);
+		d->admit_reserve = 0;
+		if (rc == 1 && d->admit_reserved)
+			continue;	/* a smaller one may fit beside the reserve */
+		switch (rc) {
 		case 0:
 			running++;
 			break;

@@ -260,6 +260,7 @@ struct kvd_conv {
 	uint8_t stall_cause;		/* why the stall's KV was not back (KVD_STALL_*) */
 	uint16_t tier_noroom;		/* prefetch tries that found no room, this wait */
 	uint8_t tier_due;		/* its prefetch is due and lacks room (tr->due) */
+	uint8_t tool_overran;		/* this wait ran past its first prediction */
 	uint32_t stall_early_ms;	/* KVD_STALL_EARLY: the return came this much before */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
@@ -356,6 +357,7 @@ struct kvd_job {
 	size_t kv_payload_len;
 	/* timing */
 	uint64_t t_submit, t_first, t_last, t_wait;
+	uint64_t t_admit;		/* admitted (its blocks taken) */
 	/* events to the API thread */
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
@@ -482,6 +484,7 @@ struct kvd_metrics {
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
 	uint64_t tier_stall_causes[KVD_STALL_CAUSES];	/* restore stalls by cause */
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
+	uint64_t tool_repredictions;		/* each overrun's new prediction */
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */
 	uint64_t kv_misses;			/* a request found its KV out of the arena */
 	struct kvd_hist tier_restore_ms, tier_restore_stall_ms;
@@ -565,6 +568,12 @@ struct kvd {
 	size_t admit_cap;
 	uint32_t room_wanted;		/* blocks waiting work lacked at the last
 					 * admission (a prefetch leaves them) */
+	uint64_t hold_ns;		/* a job's blocks held, admission to its
+					 * end: moving mean (sched.c, job_ended) */
+	uint32_t prefetch_reserve;	/* blocks admission kept for prefetches
+					 * due within hold_ns, last turn */
+	uint32_t admit_reserve;		/* room_for's: free blocks to leave */
+	int admit_reserved;		/* room_for: held back for the reserve */
 	uint32_t next_group;
 	/* workers */
 	struct kvd_worker *workers;
@@ -863,6 +872,10 @@ int kvd_tiering_held(struct kvd *d, const struct kvd_conv *c);
  * due and found no room; UINT64_MAX: none. Admission keeps the room
  * that comes free for it before later conversations' turns (admit.c). */
 uint64_t kvd_tiering_due_start(const struct kvd *d);
+/* The blocks the prefetches due by until_ns need (spilled conversations
+ * waiting on a tool, no request of theirs queued), and the earliest start
+ * (t_start_ns) of their conversations (UINT64_MAX: none). */
+uint32_t kvd_tiering_reserve(struct kvd *d, uint64_t until_ns, uint64_t *first_start);
 /* c lets go of what is in flight (its KV changes or goes). */
 void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c);
 /* c is forgotten: its file and timers go. */

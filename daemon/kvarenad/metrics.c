@@ -113,6 +113,7 @@ char *kvd_metrics_text(struct kvd *d)
 	struct kvd_metrics m;
 	struct kvd_tier_gauges tg;
 	uint64_t idle_bs = 0, tw_blocks = 0;
+	uint32_t reserve;
 	static const char *const st_names[] = { "idle", "prefill", "decode", "tool_wait",
 						"ended" };
 
@@ -122,6 +123,7 @@ char *kvd_metrics_text(struct kvd *d)
 		return NULL;
 	pthread_mutex_lock(&d->lock);
 	m = d->m;
+	reserve = d->prefetch_reserve;
 	kva_arena_get_info(d->arena, &ai);
 	for (c = d->convs; c; c = c->next) {
 		struct kva_session_info si = { .size = sizeof(si) };
@@ -166,6 +168,8 @@ char *kvd_metrics_text(struct kvd *d)
 	for (i = 0; i <= KVA_STATE_ENDED; i++)
 		put(&o, "kvarenad_sessions{state=\"%s\"} %u\n", st_names[i], states[i]);
 	gauge(&o, "queue_depth", "Requests waiting for admission.", queued);
+	gauge(&o, "prefetch_reserve_blocks", "Blocks admission kept free for prefetches due "
+	      "while a job admitted now would run (last turn).", reserve);
 	gauge(&o, "requests_running", "Requests being prefilled or decoded.", running);
 	put(&o, "# HELP kvarenad_workers_up Stage workers serving.\n"
 		"# TYPE kvarenad_workers_up gauge\n"
@@ -388,8 +392,10 @@ char *kvd_metrics_text(struct kvd *d)
 		m.tier_disk_evictions);
 	counter(&o, "tier_direct_fallbacks_total",
 		"O_DIRECT transfers the kernel refused (buffered since).", tg.direct_fallbacks);
-	counter(&o, "tool_overruns_total", "Tool waits that ran past their prediction (re-ranked).",
-		m.tool_overruns);
+	counter(&o, "tool_overruns_total", "Tool waits that ran past their prediction (re-ranked), "
+		"each wait once.", m.tool_overruns);
+	counter(&o, "tool_repredictions_total", "New predictions of tool waits past their "
+		"prediction (a wait may overrun several).", m.tool_repredictions);
 	hist(&o, "tier_restore_ms", "Restore time (read and verify).", &m.tier_restore_ms);
 	hist(&o, "tier_restore_stall_ms",
 	     "How long a request waited for its KV to come back from disk.",

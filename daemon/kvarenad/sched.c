@@ -129,6 +129,13 @@ static void job_ended(struct kvd *d, struct kvd_job *j)
 {
 	if (j->state == JOB_QUEUED)
 		d->n_queued--;
+	if (j->t_admit) {
+		/* how long a job admitted now will hold its blocks: the
+		 * horizon of the prefetches admission keeps room for */
+		uint64_t h = kvd_now_ns() - j->t_admit;
+
+		d->hold_ns = d->hold_ns ? d->hold_ns - d->hold_ns / 8 + h / 8 : h;
+	}
 	j->state = JOB_FINISHED;
 	kvd_fair_job_gone(d, j->tenant);
 	kvd_piece_free(&j->piece);

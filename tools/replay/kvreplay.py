@@ -336,6 +336,7 @@ def stream_chat(url, body, timeout=600):
     c = conn_for(url, timeout)
     t_first = None
     content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
+    first_ms = None
     rounds = []
     try:
         c.request("POST", "/v1/chat/completions", json.dumps(body),
@@ -359,6 +360,12 @@ def stream_chat(url, body, timeout=600):
                 usage = ev["usage"]
             if isinstance(ev.get("kvarena"), dict) and ev["kvarena"].get("session_id"):
                 sess = ev["kvarena"]["session_id"]
+            if isinstance(ev.get("kvarena"), dict) and \
+                    isinstance(ev["kvarena"].get("timings"), dict):
+                # the server's first token (its TTFT): a tool call is
+                # streamed when its text is complete, so the client's
+                # first byte of a call turn comes after the call's decode
+                first_ms = ev["kvarena"]["timings"].get("prompt_ms")
             run = ev.get("kvarena", {}).get("tool_run") if isinstance(ev.get("kvarena"),
                                                                        dict) else None
             if isinstance(run, dict):
@@ -387,6 +394,7 @@ def stream_chat(url, body, timeout=600):
     finally:
         c.close()
     msg = {"role": "assistant", "content": "".join(content) or None, "session": sess,
+           "first_ms": first_ms,
            "rounds": rounds}
     if calls:
         msg["tool_calls"] = [{"id": v["id"], "type": "function",
@@ -465,14 +473,17 @@ class Runner:
             t_send = time.monotonic()
             t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body, self.timeout)
             rounds = []
+            first_ms = None
             if msg is not None:
                 server_sess = msg.pop("session", None) or server_sess
+                first_ms = msg.pop("first_ms", None)
                 rounds = msg.pop("rounds", [])
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
                   "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
                   "prompt_tokens": usage.get("prompt_tokens", 0),
                   "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
-                  "finish": finish, "tool": tool, "tool_ms": t.get("tool_ms"), "error": err}
+                  "finish": finish, "tool": tool, "tool_ms": t.get("tool_ms"), "error": err,
+                  "server_ttft": first_ms / 1000.0 if first_ms is not None else None}
             res["requests"].append(rq)
             if err or msg is None:
                 res["errors"] += 1
