@@ -262,6 +262,10 @@ static void audit_jobs(struct kvd *d)
 		if (held != j->inflight || (!held && j->worker != -1))
 			broken("job %llu: %u steps in flight counted, %u found (worker %d)",
 			       (unsigned long long)j->seq_id, j->inflight, held, j->worker);
+		/* bisection: a step of its group that succeeded proved it */
+		if (j->group && j->test_group_ok)
+			broken("job %llu: still in bisection group %u after a step of it succeeded",
+			       (unsigned long long)j->seq_id, j->group);
 		audit_progress(d, j);
 	}
 	if (queued > d->n_queued)

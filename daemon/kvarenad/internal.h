@@ -330,6 +330,10 @@ struct kvd_job {
 	int worker;			/* the worker of those steps, -1 */
 	uint32_t group;			/* bisection: only with its group, 0: any */
 	uint32_t fails;			/* steps failed with it alone */
+#ifdef KVD_TEST_HOOKS
+	int test_group_ok;		/* a step of its group succeeded since it
+					 * was put in one (audit.c) */
+#endif
 	uint64_t order;			/* admission order: preemption takes the last */
 	uint32_t preempt_lost;		/* KV positions preemption took, to recompute */
 	int tried;			/* admission looked at it this turn */

@@ -401,8 +401,8 @@ void kvd_on_token(struct kvd *d, struct kvd_job *j, int32_t tok, float lp,
 		{
 			uint32_t k = c->n_tokens;
 
-			while (k && (c->tok_end[k - 1] == UINT32_MAX ||
-				     c->tok_end[k - 1] > j->text_base + stop))
+			/* an end not known (UINT32_MAX) is past any cut */
+			while (k && c->tok_end[k - 1] > j->text_base + stop)
 				k--;
 			if (kvd_conv_truncate(d, c, k))
 				kvd_conv_drop_kv(d, c);

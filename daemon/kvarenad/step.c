@@ -83,6 +83,9 @@ static void charge(struct kvd *d, struct kvd_wstep *st)
 		struct kvd_job *j = live[0];
 
 		j->group = 0;
+#ifdef KVD_TEST_HOOKS
+		j->test_group_ok = 0;
+#endif
 		if (++j->fails > KVD_MAX_JOB_FAILS) {
 			d->m.requests_failed_worker++;
 			kvd_job_fail(d, j, KVD_ERR_INTERNAL,
@@ -100,6 +103,9 @@ static void charge(struct kvd *d, struct kvd_wstep *st)
 		if (j->state == JOB_FINISHED)
 			continue;
 		j->group = k++ < half ? g1 : g2;
+#ifdef KVD_TEST_HOOKS
+		j->test_group_ok = 0;
+#endif
 	}
 }
 
@@ -267,6 +273,9 @@ int kvd_step_result(struct kvd *d, struct kvd_worker *w, uint16_t type, const vo
 		p += rs.n_top * sizeof(struct kvd_top);
 		if (st->group && j->group == st->group)
 			j->group = 0;
+#ifdef KVD_TEST_HOOKS
+		j->test_group_ok |= st->group != 0;
+#endif
 		/* the positions this step wrote now count as KV */
 		if (c && c->has_kv && c->as.s.n_tokens == e->n_kv &&
 		    e->n_kv + e->n_new <= c->n_tokens) {

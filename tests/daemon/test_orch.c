@@ -30,9 +30,9 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
- * with the hooks expire_claimed, queued_kv_line, queued_kv_tenants,
- * queued_kv_grow, agent_loop, escape,
- * mcp_servers, mcp_restart).
+ * with the hooks room_edge, reserve_in_flight, lost_in_turn, round_edges,
+ * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
+ * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
  */
 #define _GNU_SOURCE
@@ -470,9 +470,10 @@ static void test_copy_mode(void)
 {
 	struct kvd_config c;
 	struct kvd *d;
-	struct reply r, ref, r2, ref2;
-	char p[4096], p2[8192];
+	struct reply r, ref, r2, ref2, rr[4], fa, fb;
+	char p[4096], p2[8192], pr[4][4096];
 	uint64_t copied, copied2;
+	int i, same;
 
 	snprintf(p, sizeof(p), "%s<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		 sys_prompt);
@@ -495,6 +496,39 @@ static void test_copy_mode(void)
 	      "two positions to compute (%u of %u cached) are the prefill stage's: %llu more KV "
 	      "bytes copied", r2.usage.cached_tokens, r2.usage.prompt_tokens,
 	      (unsigned long long)(copied2 - copied));
+	/* replies of 3 to 6 tokens in a row: the decode worker's queue is at
+	 * each place of its ring when a copy of KV is loaded into it */
+	for (i = 0; i < 4; i++) {
+		snprintf(pr[i], sizeof(pr[i]), "%s<|im_start|>user\nreply %d<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt, i);
+		ask(d, pr[i], 0, 1, 3 + (uint32_t)i, &rr[i], NULL);
+	}
+	/* two choices of one prompt: the second computes its own prompt (a
+	 * prefill worker's KV is private until copied: nothing to copy from) */
+	{
+		struct kvd_request rq;
+		struct kvd_error err;
+		struct kvd_job *a = NULL, *b = NULL;
+
+		request_init(&rq, p, 6);
+		rq.s.temperature = 1;
+		rq.s.seed = 5;
+		memset(&fa, 0, sizeof(fa));
+		memset(&fb, 0, sizeof(fb));
+		if (kvd_job_submit(d, &rq, &a, &err) == 0) {
+			rq.fork_of = a;
+			rq.s.seed = 6;
+			if (kvd_job_submit(d, &rq, &b, &err))
+				b = NULL;
+		}
+		if (a)
+			collect_reply(d, a, &fa, NULL);
+		if (b)
+			collect_reply(d, b, &fb, NULL);
+		CHECK(a && b && fa.done && fb.done && fb.usage.completion_tokens == 6,
+		      "copy hand-off: two choices of one prompt both complete (%s%s)", fa.err,
+		      fb.err);
+	}
 	kvd_destroy(d);
 	base_config(&c);
 	d = start(&c);
@@ -504,6 +538,13 @@ static void test_copy_mode(void)
 	ask(d, p2, 0, 1, 4, &ref2, NULL);
 	CHECK(same_tokens(&ref, &r) && same_tokens(&ref2, &r2),
 	      "copy and arena hand-off give the same tokens");
+	for (i = 0, same = 0; i < 4; i++) {
+		struct reply x;
+
+		ask(d, pr[i], 0, 1, 3 + (uint32_t)i, &x, NULL);
+		same += same_tokens(&x, &rr[i]);
+	}
+	CHECK(same == 4, "and the same for replies of 3 to 6 tokens in a row (%d of 4)", same);
 	kvd_destroy(d);
 }
 
@@ -2657,6 +2698,262 @@ static int tool_scratch(const char *name, int shared, char root[256], char polic
 	return 0;
 }
 
+/*
+ * A server-side tool round at the edges (sched.c, tools_apply and
+ * kvd_resume_round). Tool results that leave no room for a token end the
+ * reply with "length" before the round is counted or run: its context is
+ * not a prompt that was prefilled. A round whose KV was discarded while
+ * its tool ran (the tier's discard keeps the session with no block, here
+ * done as tiering.c does it) is readmitted like a preempted job and
+ * shares the prefix cache's blocks of its context: only the tail and the
+ * tool results are computed, and the reply is the one with its KV kept.
+ */
+static void test_round_edges(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t, ref;
+	struct gate g = { 0 };
+	char root[256], policy[300], work[300], p1[4096];
+	uint32_t bt, nq = 0, ctx2, bound;
+	uint64_t tok0 = 0, tok1;
+	FILE *f;
+	int i, freed = 0;
+
+	if (tool_scratch("kvd-edges", 0, root, policy, work))
+		return;
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 10s\npids = 32\n");
+	fclose(f);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	c.tools_enabled = 1u << KVD_TOOL_SH;
+	c.tools_max_rounds = 2;
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	c.tenants[0].id = 1;
+	c.tenants[0].server_tools = 1;
+	d = start(&c);
+	if (!d)
+		return;
+	bt = d->geom.block_tokens;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nlist the numbers<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+
+	/* results past the context: "length", the round neither run nor counted */
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"seq 1 3000\"}}\n"
+			"</tool_call>",
+			"done",
+		};
+
+		script(d, r, 2);
+		CHECK(collect(submit_tools(d, p1, 1, 64), &t, NULL, NULL) == 0 &&
+		      t.r.finish == KVD_FINISH_LENGTH && t.n_runs == 1 &&
+		      t.r.usage.prompt_tokens < d->ctx_len,
+		      "tool results past the context (%u): the reply ends \"length\" with round "
+		      "1's prompt only in its usage (%u prompt tokens)", d->ctx_len,
+		      t.r.usage.prompt_tokens);
+	}
+
+	/* the same two rounds, KV kept, then discarded while the tool runs */
+	for (i = 0; i < 2; i++) {
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"mkfifo gate && "
+			"read x < gate && echo ok\"}}\n</tool_call>",
+			"checked",
+		};
+		char q[4200];
+
+		/* a conversation of its own each time: another user turn */
+		snprintf(q, sizeof(q), "%s<|im_start|>user\ncheck it, run %d<|im_end|>\n"
+			 "<|im_start|>assistant\n", sys_prompt, i);
+		nq = ntok(d, q);
+		script(d, r, 2);
+		memset(&g, 0, sizeof(g));
+		g.d = d;
+		g.j = submit_tools(d, q, 1, 64);
+		snprintf(g.root, sizeof(g.root), "%s", work);
+		for (int k = 0; i && k < 1200 && !freed && g.j; k++) {
+			struct kvd_conv *cv;
+
+			pthread_mutex_lock(&d->lock);
+			for (cv = d->convs; cv && cv->job != g.j; cv = cv->next)
+				;
+			if (cv && cv->job->state == JOB_TOOL_RUNNING && cv->has_kv &&
+			    cv->as.s.n_blocks) {
+				tok0 = d->m.step_tokens;
+				kvd_conv_free_blocks(d, cv);	/* as the tier's discard */
+				freed = cv->has_kv && !cv->as.s.n_blocks;
+			}
+			pthread_mutex_unlock(&d->lock);
+			if (!freed)
+				usleep(50000);
+		}
+		collect(g.j, i ? &t : &ref, gate_tick, &g);
+	}
+	tok1 = metric(d, "kvarenad_step_tokens_total");
+	/* round 2's context is the usage's prompt less round 1's; the cache
+	 * keeps at least round 1's prompt's full blocks (the scripted reply's
+	 * KV is computed in round 2: a hook's text, not decoded) */
+	ctx2 = t.r.usage.prompt_tokens > nq ? t.r.usage.prompt_tokens - nq : 0;
+	bound = ctx2 - nq / bt * bt + bt;
+	CHECK(freed && !t.r.error && t.r.len == ref.r.len && !memcmp(t.r.text, ref.r.text, t.r.len) &&
+	      ctx2 > nq && tok1 - tok0 < bound,
+	      "a round whose KV was discarded while its tool ran replies as with it kept, "
+	      "computing %llu tokens of its %u (its prompt's %u full blocks shared: under %u)",
+	      (unsigned long long)(tok1 - tok0), ctx2, nq / bt, bound);
+	kvd_destroy(d);
+	snprintf(p1, sizeof(p1), "rm -rf '%s'", root);
+	if (system(p1))
+		CHECK(0, "cleanup");
+}
+
+/*
+ * A server-side tool round whose KV went to disk while its tool ran, and
+ * whose restore finds no room when the results come, holds admission as
+ * a job first in line does (admit.c, kvd_admit's JOB_KV_WAIT): a request
+ * that arrives meanwhile and would fit in the room left waits behind it
+ * instead of taking that room, and the round goes on first once the room
+ * is back. The conversation is spilled as the tier does under pressure;
+ * the test holds the rest of the arena.
+ */
+static void test_round_restore_waits(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct treply t;
+	struct gate g = { 0 };
+	struct kvd_conv *cv;
+	struct kve_arena_session blk = { 0 };
+	struct kvd_job *q = NULL;
+	struct kvd_error err;
+	struct reply rq;
+	char root[256], policy[300], work[300], p1[4096], spill[320];
+	const char *pq = "<|im_start|>user\nshort<|im_end|>\n<|im_start|>assistant\n";
+	uint32_t bt, need_q, hold = 0;
+	uint64_t turn0, turns = 0;
+	int i, state = 0, opened = 0, q_waited = 0, kv_wait = 0;
+	FILE *f;
+
+	if (tool_scratch("kvd-rwait", 0, root, policy, work))
+		return;
+	f = fopen(policy, "w");
+	if (!f)
+		return;
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 20s\npids = 32\n");
+	fclose(f);
+	snprintf(spill, sizeof(spill), "%s/spill", root);
+	base_config(&c);
+	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
+	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	snprintf(c.tier_dir, sizeof(c.tier_dir), "%s", spill);
+	c.tier_prefetch = 0;
+	c.prefix_cache = 0;
+	c.tools_enabled = 1u << KVD_TOOL_SH;
+	c.tools_max_rounds = 2;
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	c.tenants[0].id = 1;
+	c.tenants[0].server_tools = 1;
+	d = start(&c);
+	if (!d)
+		goto out;
+	bt = d->geom.block_tokens;
+	need_q = (ntok(d, pq) + bt - 1) / bt;
+	snprintf(p1, sizeof(p1), "%s<|im_start|>user\nwait for the gate<|im_end|>\n"
+		 "<|im_start|>assistant\n", sys_prompt);
+	{
+		const char *r[] = {
+			"<tool_call>\n{\"name\": \"sh\", \"arguments\": {\"command\": \"mkfifo gate && "
+			"read x < gate && echo ok\"}}\n</tool_call>",
+			"ok",
+		};
+
+		script(d, r, 2);
+	}
+	g.d = d;
+	g.j = submit_tools(d, p1, 1, 64);
+	snprintf(g.root, sizeof(g.root), "%s", work);
+	/* its tool runs: its KV to disk, then the arena held but for room
+	 * for the short request */
+	for (i = 0; g.j && i < 2000 && state < 2; i++) {
+		pthread_mutex_lock(&d->lock);
+		for (cv = d->convs; cv && cv->job != g.j; cv = cv->next)
+			;
+		if (cv && state == 0 && cv->job->state == JOB_TOOL_RUNNING && cv->has_kv &&
+		    cv->as.s.n_blocks) {
+			kvd_tiering_evict(d, cv);
+			state = 1;
+		}
+		if (cv && state == 1 && cv->tier_file && !cv->tier_op && !cv->as.s.n_blocks) {
+			uint32_t free_now = kvd_blocks_free(d);
+
+			hold = free_now > need_q + 1 ? free_now - need_q - 1 : 0;
+			if (hold && !hold_blocks(d, hold, &blk, &opened))
+				state = 2;
+			else
+				state = 3;
+		}
+		pthread_mutex_unlock(&d->lock);
+		usleep(10000);
+	}
+	CHECK(state == 2, "the round's KV spilled while its tool runs; the arena held but for %u "
+	      "blocks (%u held)", need_q + 1, hold);
+	if (state != 2)
+		goto collect;
+	/* the tool returns: the round waits for room to restore its KV */
+	while (g.j && !g.opened && !gate_tick(&g))
+		usleep(20000);
+	for (i = 0; i < 2000 && !kv_wait; i++) {
+		pthread_mutex_lock(&d->lock);
+		kv_wait = g.j->state == JOB_KV_WAIT;
+		pthread_mutex_unlock(&d->lock);
+		usleep(5000);
+	}
+	{
+		struct kvd_request r0;
+
+		request_init(&r0, pq, 4);
+		if (kvd_job_submit(d, &r0, &q, &err))
+			q = NULL;
+	}
+	pthread_mutex_lock(&d->lock);
+	turn0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; q && i < 3000 && turns < 10; i++) {
+		usleep(10000);
+		pthread_mutex_lock(&d->lock);
+		turns = d->n_step_us - turn0;
+		q_waited = q->state == JOB_QUEUED && g.j->state == JOB_KV_WAIT;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(kv_wait && q && turns >= 10 && q_waited,
+	      "the round waits to restore its KV; a short request that would fit the room left "
+	      "waits behind it (%llu turns)", (unsigned long long)turns);
+collect:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+		kvd_wake(d);
+	}
+	CHECK(g.j && collect(g.j, &t, gate_tick, &g) == 0 && t.n_runs == 1,
+	      "with the room back the round restores and completes");
+	memset(&rq, 0, sizeof(rq));
+	if (q)
+		CHECK(collect_reply(d, q, &rq, NULL) == 0, "the short request completes after it");
+	kvd_destroy(d);
+out:
+	snprintf(p1, sizeof(p1), "rm -rf '%s'", root);
+	if (system(p1))
+		CHECK(0, "cleanup");
+}
+
 static void test_agent_loop(void)
 {
 	struct kvd_config c;
@@ -4682,6 +4979,7 @@ static void test_stop_cut(void)
 	uint32_t bt, n_before, cut_block = UINT32_MAX;
 	size_t cut, kvb;
 	char *held;
+	uint32_t *ends1 = NULL, n_ends1 = 0;
 	int n;
 
 	snprintf(prompt, sizeof(prompt), "%s<|im_start|>user\nCount to twenty.<|im_end|>\n"
@@ -4693,9 +4991,20 @@ static void test_stop_cut(void)
 		return;
 	bt = d->geom.block_tokens;
 	n = ask(d, prompt, 0, 1, 4 * bt, &r1, NULL);
+	pthread_mutex_lock(&d->lock);
+	{
+		struct kvd_conv *cv = n ? NULL : kvd_conv_find_id(d, r1.session);
+
+		if (cv && (ends1 = malloc(cv->n_tokens * sizeof(*ends1)))) {
+			memcpy(ends1, cv->tok_end, cv->n_tokens * sizeof(*ends1));
+			n_ends1 = cv->n_tokens;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 	if (n || r1.len < 3 * 48 || memchr(r1.text, 0, r1.len)) {
 		CHECK(0, "a %u-token reply to cut: %s (%zu bytes)", 4 * bt, r1.err, r1.len);
+		free(ends1);
 		return;
 	}
 	memcpy(stop, r1.text + r1.len / 3, 48);
@@ -4705,8 +5014,10 @@ static void test_stop_cut(void)
 
 	d = start(&c);
 	CHECK(d != NULL, "a second orchestrator starts");
-	if (!d)
+	if (!d) {
+		free(ends1);
 		return;
+	}
 	pool = kve_arena_kv_pool(d->kv);
 	kvb = d->geom.kv_block_bytes;
 	held = malloc(kvb);
@@ -4726,6 +5037,15 @@ static void test_stop_cut(void)
 		      cv->tok_end[cv->n_tokens - 1] == cv->text_len,
 		      "the conversation ends at the cut: %u tokens of %u, %zu bytes",
 		      cv ? cv->n_tokens : 0, n_before, cv ? cv->text_len : 0);
+		/* every token that ends within the cut, by the uncut run's ends */
+		if (cv && ends1) {
+			uint32_t k = n_ends1;
+
+			while (k && (ends1[k - 1] == UINT32_MAX || ends1[k - 1] > strlen(prompt) + cut))
+				k--;
+			CHECK(cv->n_tokens == k, "it keeps every token that ends within the cut: "
+			      "%u, the uncut run's ends say %u", cv->n_tokens, k);
+		}
 		CHECK(cv && cv->has_kv && cv->as.s.n_tokens % bt == 0 &&
 		      cv->as.s.n_tokens + bt > cv->n_tokens &&
 		      cv->as.s.n_blocks == cv->as.s.n_tokens / bt &&
@@ -4775,8 +5095,10 @@ static void test_stop_cut(void)
 	 * and its KV is kept up to the cut (nothing computed again) */
 	c.prefix_cache = 0;
 	d = start(&c);
-	if (!d)
+	if (!d) {
+		free(ends1);
 		return;
+	}
 	{
 		struct rq q = { prompt, 0, 1, 4 * bt, 0, NULL, stop };
 
@@ -4793,6 +5115,7 @@ static void test_stop_cut(void)
 	}
 	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
+	free(ends1);
 }
 
 /*
@@ -5874,6 +6197,8 @@ int main(int argc, char **argv)
 	RUN(room_edge);
 	RUN(reserve_in_flight);
 	RUN(lost_in_turn);
+	RUN(round_edges);
+	RUN(round_restore_waits);
 	RUN(expire_claimed);
 	RUN(queued_kv_line);
 	RUN(queued_kv_tenants);

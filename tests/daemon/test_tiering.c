@@ -71,6 +71,10 @@
  *   discard_shares  a conversation whose KV the tier discarded shares
  *                   the prefix cache's blocks of its prompt on return
  *                   (its recomputed tokens: what it computed again)
+ *   discard_waits   such a conversation returning to no room waits
+ *                   holding nothing, not the cached blocks it attached
+ *   timer_sleeps    a wait's overrun timer due within the poll's cap does
+ *                   not make the scheduler spin until it fires
  *   shared_prefix   two agents on one long system prompt: only each one's
  *                   own blocks are written; restored from the cache and
  *                   the file, output identical
@@ -1657,6 +1661,51 @@ out:
 	free(dir);
 }
 
+/*
+ * An idle daemon whose conversation waits on a tool sleeps until its
+ * tier's next timer (sched.c: the poll's timeout from kvd_tiering_poll's
+ * milliseconds): the wait's overrun timer, due within the poll's 250 ms
+ * cap, may not turn the scheduler into a busy loop until it fires. Over
+ * the first two seconds of a wait predicted at half a second (its overrun
+ * fires and is armed again) the scheduler turns a few times, not
+ * thousands.
+ */
+static void test_timer_sleeps(void)
+{
+	char *dir = new_dir("timer_sleeps");
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1;
+	struct kvd *d;
+	uint64_t t0, t1;
+
+	if (!dir)
+		return;
+	base_config(&c, dir);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], 500000);
+	make_convo(&cv, 0, ref_tool[0]);
+	script(d, cv.call);
+	ask(d, cv.p1, 8, &r1);
+	pthread_mutex_lock(&d->lock);
+	t0 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	msleep(2000);
+	pthread_mutex_lock(&d->lock);
+	t1 = d->n_step_us;
+	pthread_mutex_unlock(&d->lock);
+	CHECK(!r1.error && metric(d, "kvarenad_tool_overruns_total") >= 1 && t1 - t0 <= 60,
+	      "a conversation waits on a tool past its half-second prediction: %llu scheduler "
+	      "turns in two seconds (%llu overruns)", (unsigned long long)(t1 - t0),
+	      (unsigned long long)metric(d, "kvarenad_tool_overruns_total"));
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
 #ifndef __SANITIZE_ADDRESS__
 /* Anonymous memory this process holds (heap, stacks): the daemon's own,
  * besides the arena (a memfd: RssShmem) and the workers (processes). */
@@ -3180,6 +3229,7 @@ int main(int argc, char **argv)
 	RUN(expire_miss);
 	RUN(discard_shares);
 	RUN(discard_waits);
+	RUN(timer_sleeps);
 	RUN(restore_shared);
 	RUN(lost_shared);
 #ifndef __SANITIZE_ADDRESS__

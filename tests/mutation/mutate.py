@@ -85,7 +85,8 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "many_candidates", "budget_admit", "admit_fair", "last_block",
               "queued_kv_line", "queued_kv_grow", "expire_claimed",
               "queued_kv_tenants", "stage_down", "kstate_stages", "room_edge",
-              "reserve_in_flight", "lost_in_turn"]
+              "reserve_in_flight", "lost_in_turn",
+              "round_edges", "round_restore_waits"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
@@ -98,7 +99,9 @@ TIER_PARTS = ["spill_restore", "prefetch", "new_class", "lazy_spill", "corrupt",
               "overrun", "killed", "decisions_off", "make_room", "shared_prefix",
               "wait_at_arrival", "prefetch_once", "prefetch_order", "restore_first",
               "closed_mid_spill", "closed_mid_restore", "restore_shared", "lost_shared",
-              "expire_tier", "discard_shares", "discard_waits"]
+              "expire_tier", "discard_shares", "discard_waits",
+              "timer_sleeps", "prefetch_first", "prefetch_taken", "overrun_hold",
+              "overrun_prefetch", "expire_miss"]
 
 # What each group mutates, what it builds, what it runs. A group whose
 # files do not exist yet (the daemon's, as they land) is skipped.
