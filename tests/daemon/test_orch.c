@@ -5328,7 +5328,8 @@ static uint64_t conv_deadline(struct kvd *d, const char *id)
  * Retention ends (conv.c, kvd_conv_expire): an idle conversation's KV is
  * released when its deadline passes, soonest first, and the scheduler
  * wakes for it (sched.c: the next deadline shortens its poll, which
- * otherwise sleeps up to 250 ms). With idle_retention_s 4, eight
+ * otherwise sleeps up to 250 ms). With idle_retention_s 4 (8 or 16 on a
+ * host too busy for eight replies in 4 s), eight
  * conversations reply 0.15 s apart: each one's KV goes at its deadline (4 s
  * after its reply, test_orch retention), within 125 ms, while the later
  * ones' stays, and the arena's blocks are all free again (no prefix cache
@@ -5346,35 +5347,46 @@ static void test_expire(void)
 	struct reply r[N];
 	struct timespec tick = { 0, 10000000 }, gap = { 0, 150000000 };
 	uint64_t due[N], gone[N] = { 0 }, now, late_max = 0;
-	uint32_t free0, free1, k, left = N, in_order = 1;
+	uint32_t free0, free1, k, left = N, in_order = 1, ret;
 	char p[128];
 
-	base_config(&c);
-	/* eight replies and their gaps fit well inside it on a loaded host
-	 * (at 2 s, a sanitized run beside two busy cores took longer) */
-	c.idle_retention_s = 4;
-	c.prefix_cache = 0;
-	d = start(&c);
-	CHECK(d != NULL, "orchestrator starts");
-	if (!d)
-		return;
-	pthread_mutex_lock(&d->lock);
-	free0 = kvd_blocks_free(d);
-	pthread_mutex_unlock(&d->lock);
-	/* the workers' first step is slow (hundreds of ms): warm them */
-	CHECK(ask(d, "<|im_start|>user\nwarm<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2,
-		  &r[0], NULL) == 0, "a first request");
-	for (k = 0; k < N; k++) {
-		if (k)
-			nanosleep(&gap, NULL);
-		snprintf(p, sizeof(p), "<|im_start|>user\nnumber %u<|im_end|>\n"
-			 "<|im_start|>assistant\n", k);
-		CHECK(ask(d, p, 0, 1, 4, &r[k], NULL) == 0 && conv_blocks(d, r[k].session) > 0,
-		      "conversation %u replies and idles with its KV", k);
-		due[k] = conv_deadline(d, r[k].session);
+	/* eight replies and their gaps must fit inside the retention: 4 s,
+	 * longer where the host is too busy for that (a sanitized run beside
+	 * two busy cores once took 6.5 s): the wait is the machine's, what
+	 * is checked below is not */
+	for (ret = 4;; ret *= 2) {
+		base_config(&c);
+		c.idle_retention_s = ret;
+		c.prefix_cache = 0;
+		d = start(&c);
+		CHECK(d != NULL, "orchestrator starts");
+		if (!d)
+			return;
+		pthread_mutex_lock(&d->lock);
+		free0 = kvd_blocks_free(d);
+		pthread_mutex_unlock(&d->lock);
+		/* the workers' first step is slow (hundreds of ms): warm them */
+		CHECK(ask(d, "<|im_start|>user\nwarm<|im_end|>\n<|im_start|>assistant\n", 0, 1, 2,
+			  &r[0], NULL) == 0, "a first request");
+		for (k = 0; k < N; k++) {
+			if (k)
+				nanosleep(&gap, NULL);
+			snprintf(p, sizeof(p), "<|im_start|>user\nnumber %u<|im_end|>\n"
+				 "<|im_start|>assistant\n", k);
+			CHECK(ask(d, p, 0, 1, 4, &r[k], NULL) == 0 &&
+			      conv_blocks(d, r[k].session) > 0,
+			      "conversation %u replies and idles with its KV", k);
+			due[k] = conv_deadline(d, r[k].session);
+		}
+		now = kvd_now_ns();
+		if (now < due[0] || ret >= 16)
+			break;
+		printf("note: eight replies outlasted a %u s retention here: again at %u s\n",
+		       ret, 2 * ret);
+		kvd_destroy(d);
 	}
-	now = kvd_now_ns();
-	CHECK(now < due[0], "the first deadline is %.3f s ahead", (due[0] - (double)now) / 1e9);
+	CHECK(now < due[0], "the first deadline is %.3f s ahead (retention %u s)",
+	      (due[0] - (double)now) / 1e9, ret);
 	for (; left && now < due[N - 1] + 3000000000ull; now = kvd_now_ns()) {
 		nanosleep(&tick, NULL);
 		for (k = 0; k < N; k++)
