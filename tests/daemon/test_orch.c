@@ -2698,6 +2698,34 @@ static int tool_scratch(const char *name, int shared, char root[256], char polic
 	return 0;
 }
 
+/* A daemon config with server-side sh for tenant a (id 1): a scratch
+ * root, its policy (sh with the given timeout) and work root; the caller
+ * adds to it. 0, or -1 (nothing to clean). */
+static int sh_tools_config(struct kvd_config *c, const char *name, const char *timeout,
+			   char root[256], char work[300])
+{
+	char policy[300];
+	FILE *f;
+
+	if (tool_scratch(name, 0, root, policy, work))
+		return -1;
+	f = fopen(policy, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = %s\npids = 32\n", timeout);
+	fclose(f);
+	base_config(c);
+	snprintf(c->tools_policy, sizeof(c->tools_policy), "%s", policy);
+	snprintf(c->tools_workdir_root, sizeof(c->tools_workdir_root), "%s", work);
+	c->tools_enabled = 1u << KVD_TOOL_SH;
+	c->tools_max_rounds = 2;
+	c->n_tenants = 1;
+	snprintf(c->tenants[0].name, sizeof(c->tenants[0].name), "a");
+	c->tenants[0].id = 1;
+	c->tenants[0].server_tools = 1;
+	return 0;
+}
+
 /*
  * A server-side tool round at the edges (sched.c, tools_apply and
  * kvd_resume_round). Tool results that leave no room for a token end the
@@ -2714,28 +2742,13 @@ static void test_round_edges(void)
 	struct kvd *d;
 	struct treply t, ref;
 	struct gate g = { 0 };
-	char root[256], policy[300], work[300], p1[4096];
+	char root[256], work[300], p1[4096];
 	uint32_t bt, nq = 0, ctx2, bound;
 	uint64_t tok0 = 0, tok1;
-	FILE *f;
 	int i, freed = 0;
 
-	if (tool_scratch("kvd-edges", 0, root, policy, work))
+	if (sh_tools_config(&c, "kvd-edges", "10s", root, work))
 		return;
-	f = fopen(policy, "w");
-	if (!f)
-		return;
-	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 10s\npids = 32\n");
-	fclose(f);
-	base_config(&c);
-	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
-	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
-	c.tools_enabled = 1u << KVD_TOOL_SH;
-	c.tools_max_rounds = 2;
-	c.n_tenants = 1;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
-	c.tenants[0].id = 1;
-	c.tenants[0].server_tools = 1;
 	d = start(&c);
 	if (!d)
 		return;
@@ -2833,33 +2846,18 @@ static void test_round_restore_waits(void)
 	struct kvd_job *q = NULL;
 	struct kvd_error err;
 	struct reply rq;
-	char root[256], policy[300], work[300], p1[4096], spill[320];
+	char root[256], work[300], p1[4096], spill[320];
 	const char *pq = "<|im_start|>user\nshort<|im_end|>\n<|im_start|>assistant\n";
 	uint32_t bt, need_q, hold = 0;
 	uint64_t turn0, turns = 0;
 	int i, state = 0, opened = 0, q_waited = 0, kv_wait = 0;
-	FILE *f;
 
-	if (tool_scratch("kvd-rwait", 0, root, policy, work))
+	if (sh_tools_config(&c, "kvd-rwait", "20s", root, work))
 		return;
-	f = fopen(policy, "w");
-	if (!f)
-		return;
-	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 20s\npids = 32\n");
-	fclose(f);
 	snprintf(spill, sizeof(spill), "%s/spill", root);
-	base_config(&c);
-	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
-	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
 	snprintf(c.tier_dir, sizeof(c.tier_dir), "%s", spill);
 	c.tier_prefetch = 0;
 	c.prefix_cache = 0;
-	c.tools_enabled = 1u << KVD_TOOL_SH;
-	c.tools_max_rounds = 2;
-	c.n_tenants = 1;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
-	c.tenants[0].id = 1;
-	c.tenants[0].server_tools = 1;
 	d = start(&c);
 	if (!d)
 		goto out;
@@ -2960,33 +2958,22 @@ static void test_agent_loop(void)
 	struct kvd *d;
 	struct treply t;
 	struct gate g = { 0 };
-	char root[256], policy[300], work[300], p1[4096], path[700], view[640];
+	char root[256], work[300], p1[4096], path[700], view[640];
 	const char *decl;
 	FILE *f;
 	int i;
 
-	if (tool_scratch("kvd-tools", 0, root, policy, work))
-		return;
-	f = fopen(policy, "w");
-	if (!f)
-		return;
 	/* a short timeout so the hostile cases end quickly */
-	fprintf(f, "[sh]\nexec = /usr/bin\ntimeout = 3s\npids = 32\n");
-	fclose(f);
-	base_config(&c);
-	snprintf(c.tools_policy, sizeof(c.tools_policy), "%s", policy);
-	snprintf(c.tools_workdir_root, sizeof(c.tools_workdir_root), "%s", work);
+	if (sh_tools_config(&c, "kvd-tools", "3s", root, work))
+		return;
 	c.tools_enabled = 1u << KVD_TOOL_SH | 1u << KVD_TOOL_C_COMPILE_RUN |
 			  1u << KVD_TOOL_READ_FILE | 1u << KVD_TOOL_WRITE_FILE;
-	c.tools_max_rounds = 2;
 	c.n_tenants = 2;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
-	c.tenants[0].id = 1;
-	c.tenants[0].server_tools = 1;
 	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
 	c.tenants[1].id = 2;
 	d = start(&c);
-	CHECK(d != NULL, "orchestrator starts with server-side tools (sandbox policy %s)", policy);
+	CHECK(d != NULL, "orchestrator starts with server-side tools (sandbox policy %s)",
+	      c.tools_policy);
 	if (!d)
 		return;
 	decl = kvd_server_tools(d);
@@ -3190,7 +3177,7 @@ static void test_agent_loop(void)
 	kvd_destroy(d);
 	CHECK(!dir_exists(work) || rmdir(work) == 0,
 	      "every session's work dir is gone after shutdown");
-	unlink(policy);
+	unlink(c.tools_policy);
 	rmdir(root);
 }
 
