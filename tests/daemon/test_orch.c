@@ -2243,6 +2243,36 @@ static void test_index_chain(void)
  * only: the batch is split (bisection) until it fails alone, and fails;
  * the others complete with their own tokens.
  */
+/* Does a member other than `self` read (its prompt) or write (its
+ * reply) token t, or `self` write it? */
+static int carried(struct kvd *d, char p[][256], const struct reply *ref, uint32_t n,
+		   uint32_t self, int32_t t)
+{
+	int used = 0;
+
+	for (uint32_t i = 0; i < n && !used; i++) {
+		int32_t o[64];
+		int m = i == self ? 0 : kve_tokenize(d->tok, p[i], strlen(p[i]), 1, o, 64);
+
+		for (int x = 0; x < m; x++)
+			used |= o[x] == t;
+		for (uint32_t x = 0; i != self && x < ref[i].n_tokens; x++)
+			used |= ref[i].tokens[x] == t;
+	}
+	return used;
+}
+
+static int in_prompt(struct kvd *d, const char *prompt, int32_t t)
+{
+	int32_t o[64];
+	int m = kve_tokenize(d->tok, prompt, strlen(prompt), 1, o, 64);
+
+	for (int x = 0; x < m; x++)
+		if (o[x] == t)
+			return 1;
+	return 0;
+}
+
 static void test_bisect(void)
 {
 	enum { N = 4 };
@@ -2253,7 +2283,7 @@ static void test_bisect(void)
 	struct rq q[N];
 	int32_t ids[64];
 	int n, k;
-	uint32_t i, ok = 0, poison = 0;
+	uint32_t i, ok = 0, poison = 0, poison_out = 0;
 
 	for (i = 0; i < N; i++) {
 		snprintf(p[i], sizeof(p[i]), "<|im_start|>user\nbatch member %u%s<|im_end|>\n"
@@ -2268,25 +2298,37 @@ static void test_bisect(void)
 		ask_rq(d, &q[i], &ref[i], NULL);
 	/* a token of member 2's prompt nobody else reads or writes */
 	n = kve_tokenize(d->tok, p[2], strlen(p[2]), 1, ids, 64);
-	for (k = 0; k < n && !poison; k++) {
-		int used = 0;
-
-		for (i = 0; i < N && !used; i++) {
-			int32_t o[64];
-			int m = i == 2 ? 0 : kve_tokenize(d->tok, p[i], strlen(p[i]), 1, o, 64);
-
-			for (int x = 0; x < m; x++)
-				used |= o[x] == ids[k];
-			for (uint32_t x = 0; x < ref[i].n_tokens; x++)
-				used |= ref[i].tokens[x] == ids[k];
-		}
-		if (!used)
+	for (k = 0; k < n && !poison; k++)
+		if (!carried(d, p, ref, N, 2, ids[k]))
 			poison = (uint32_t)ids[k];
-	}
+	/* and one member 2 only writes, not as its last token: read back as
+	 * the input of its next decode step, beside the others' */
+	for (k = 0; k + 1 < (int)ref[2].n_tokens && !poison_out; k++)
+		if (!carried(d, p, ref, N, 2, ref[2].tokens[k]) && !in_prompt(d, p[2],
+									     ref[2].tokens[k]))
+			poison_out = (uint32_t)ref[2].tokens[k];
 	kvd_destroy(d);
 	CHECK(poison, "a token only member 2 carries: %u", poison);
 	if (!poison)
 		return;
+	/* a decode step that fails: the groups are decode tokens */
+	if (poison_out) {
+		snprintf(num, sizeof(num), "%u", poison_out);
+		set_env("KVD_TEST_POISON", num);
+		base_config(&c);
+		d = start(&c);
+		set_env("KVD_TEST_POISON", NULL);
+		if (d) {
+			ask_all(d, q, N, r);
+			for (ok = 0, i = 0; i < N; i++)
+				ok += i == 2 ? r[i].error : same_tokens(&r[i], &ref[i]);
+			CHECK(ok == N && metric(d, "kvarenad_step_bisections_total") >= 1,
+			      "a decode step failing on member 2's own output token: it fails "
+			      "alone, the others complete with their own tokens (%llu bisections)",
+			      (unsigned long long)metric(d, "kvarenad_step_bisections_total"));
+			kvd_destroy(d);
+		}
+	}
 	snprintf(num, sizeof(num), "%u", poison);
 	/* stages apart, then shared (a group's steps go to any idle worker) */
 	for (int share = 0; share < 2; share++) {
