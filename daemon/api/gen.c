@@ -409,6 +409,8 @@ static void choice_done(struct gen *g, struct gen_choice *c)
 		 * once, as OpenAI and vLLM count it */
 		g->usage.prompt_tokens = c->usage.prompt_tokens;
 		g->usage.cached_tokens = c->usage.cached_tokens;
+		g->usage.restored_tokens = c->usage.restored_tokens;
+		g->usage.restore_stall_ms = c->usage.restore_stall_ms;
 		g->ttft_ms = c->ttft_ms;
 		g->total_ms = c->total_ms;
 	}
@@ -575,6 +577,8 @@ static void choice_event(struct gen *g, struct gen_choice *c, const struct kvd_e
 
 			e.usage.prompt_tokens = c->usage0.prompt_tokens;
 			e.usage.cached_tokens = c->usage0.cached_tokens;
+			e.usage.restored_tokens = c->usage0.restored_tokens;
+			e.usage.restore_stall_ms = c->usage0.restore_stall_ms;
 			e.usage.completion_tokens += c->usage0.completion_tokens;
 			e.ttft_ms = c->ttft0;
 			e.total_ms += c->total0;
@@ -1003,6 +1007,8 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 			api_error_from_kvd(e, &ke);
 			break;
 		}
+		/* calls held to the grammar stream in whatever spacing */
+		tc_stream_constrained(&g->ch[i].ts, kr.c.kind == KVD_CONSTRAIN_TOOLS);
 		g->ch[i].job = job;
 	}
 	g->calls_bounded = kr.c.kind == KVD_CONSTRAIN_TOOLS && kr.c.max_calls == 1;

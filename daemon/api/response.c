@@ -153,6 +153,15 @@ static json_t *ext_of(const struct resp_ctx *c, const char *session_id)
 		json_decref(o);
 		return NULL;
 	}
+	/* the conversation's KV came back from the disk tier for this turn */
+	if (o && c && c->has_timings && (c->usage.restored_tokens || c->usage.restore_stall_ms) &&
+	    json_object_set_new(o, "kv", json_pack("{s:I, s:I}",
+						   "restored_n", (json_int_t)c->usage.restored_tokens,
+						   "restore_stall_ms",
+						   (json_int_t)c->usage.restore_stall_ms))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 

@@ -203,6 +203,7 @@ static int check_call(const char *body, size_t len, struct tc_call *call,
 /* ---- the stream ---- */
 
 #define TC_MAX_TAIL 256		/* bytes between arguments and close tag */
+#define TC_MAX_HEAD (TC_MAX_NAME + 512)	/* a loose head, up to its "{" */
 
 void tc_stream_init(struct tc_stream *s, const struct chat_template *t,
 		    tc_emit_fn emit, void *ctx)
@@ -225,6 +226,11 @@ void tc_stream_reasoning(struct tc_stream *s, int on)
 void tc_stream_calls(struct tc_stream *s, int on)
 {
 	s->no_calls = !on;
+}
+
+void tc_stream_constrained(struct tc_stream *s, int on)
+{
+	s->loose = on;
 }
 
 void tc_emit(struct tc_stream *s, enum tc_event ev, const char *p,
@@ -343,6 +349,54 @@ static enum match canonical_head(const char *b, size_t n, size_t *name_off,
 	return FULL;
 }
 
+/* lit at *i, after whitespace where ws says so; past TC_MAX_HEAD, NO. */
+static enum match expect(const char *b, size_t n, size_t *i, const char *lit, int ws)
+{
+	size_t l = strlen(lit), k;
+
+	while (ws && *i < n && is_ws(b[*i]))
+		(*i)++;
+	if (*i > TC_MAX_HEAD)
+		return NO;
+	k = n - *i < l ? n - *i : l;
+	if (memcmp(b + *i, lit, k))
+		return NO;
+	*i += k;
+	return k < l ? PARTIAL : FULL;
+}
+
+/* The head in any JSON spacing, name first: for calls the decoder holds
+ * to the tool grammar (tc_stream_constrained), whose spacing a model may
+ * vary, while the block can only be a call. */
+static enum match loose_head(const char *b, size_t n, size_t *name_off,
+			     size_t *name_len, size_t *args_at)
+{
+	static const char *const before[] = { "{", "\"name\"", ":", "\"" };
+	static const char *const after[] = { "\"", ",", "\"arguments\"", ":", "{" };
+	size_t i = 0, start, k;
+	enum match m;
+
+	for (k = 0; k < 4; k++)
+		if ((m = expect(b, n, &i, before[k], 1)) != FULL)
+			return m;
+	start = i;
+	while (i < n && i - start <= TC_MAX_NAME && tc_valid_name(b + i, 1))
+		i++;
+	if (i - start > TC_MAX_NAME)
+		return NO;
+	if (i == n)
+		return PARTIAL;
+	if (i == start)
+		return NO;
+	*name_off = start;
+	*name_len = i - start;
+	for (k = 0; k < 5; k++)	/* no whitespace inside the name's string */
+		if ((m = expect(b, n, &i, after[k], k > 0)) != FULL)
+			return m;
+	*args_at = i - 1;
+	return FULL;
+}
+
 /* After the arguments: whitespace, "}", whitespace, the close tag. */
 static enum match tail(const char *b, size_t n, const char *close, size_t *used)
 {
@@ -399,8 +453,8 @@ static void in_block(struct tc_stream *s, size_t cl)
 
 	switch (s->phase) {
 	case TC_HEAD:
-		switch (canonical_head(s->block.s, s->block.len, &name_off,
-				       &name_len, &args_at)) {
+		switch ((s->loose ? loose_head : canonical_head)(s->block.s, s->block.len,
+								 &name_off, &name_len, &args_at)) {
 		case FULL:
 			memset(&call, 0, sizeof(call));
 			tc_make_id(call.id);

@@ -15,7 +15,9 @@
  * becomes a call:
  *  - streamed: the block starts exactly as the canonical form does,
  *    open tag, "\n{\"name\": \"NAME\", \"arguments\": {" with a valid NAME
- *    ([A-Za-z0-9_-]{1,64}). The call is announced there and its arguments
+ *    ([A-Za-z0-9_-]{1,64}), or in any JSON spacing where the decoder
+ *    holds the calls to the tool grammar (tc_stream_constrained). The
+ *    call is announced there and its arguments
  *    are passed on as they are generated, up to the "}" closing the
  *    arguments object (strings and nesting tracked); then whitespace, "}",
  *    whitespace and the close tag end the block. If something else follows
@@ -120,6 +122,7 @@ struct tc_stream {
 	int think, think_state, reasoning, think_text;
 	struct strbuf think_hold;
 	int no_calls;		/* tc_stream_calls(s, 0): all text is content */
+	int loose;		/* tc_stream_constrained(s, 1) */
 	/* the syntaxes whose calls end the reply (tool_call_tail.c) */
 	int tail_final;		/* no more calls: the rest is content */
 	int tail_nonws;		/* llama3: content seen before any call */
@@ -137,6 +140,12 @@ void tc_stream_reasoning(struct tc_stream *s, int on);
  * without tools: the text after the think block is content, whatever it
  * spells. Before any feed. */
 void tc_stream_calls(struct tc_stream *s, int on);
+/* The decoder holds every call to the tool grammar (a request with
+ * tools): a Hermes block whose head reads {"name": NAME, "arguments": {
+ * in any JSON spacing is streamed, not only the canonical one. Text not
+ * held to the grammar keeps the stricter rule above: a block in another
+ * spacing is checked whole. Before any feed. */
+void tc_stream_constrained(struct tc_stream *s, int on);
 /* 0, or the first negative error (emit's, or -ENOMEM) */
 int tc_stream_feed(struct tc_stream *s, const char *text, size_t len);
 int tc_stream_finish(struct tc_stream *s);

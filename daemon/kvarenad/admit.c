@@ -506,6 +506,9 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		j->n_cached = c->as.s.n_tokens;
 		if (j->n_cached > c->n_tokens - 1)
 			j->n_cached = c->n_tokens - 1;
+		j->n_restored = c->turn_restored < j->n_cached ? c->turn_restored : j->n_cached;
+		j->stall_ms = c->turn_stall_ms;
+		c->turn_restored = c->turn_stall_ms = 0;
 		d->m.prompt_tokens += j->n_prompt;
 		d->m.cached_tokens += j->n_cached;
 		if (kv0 && !sess_hit)

@@ -194,6 +194,8 @@ void kvd_job_emit_done(struct kvd_job *j, enum kvd_finish f)
 	q->ev.usage.prompt_tokens = j->n_prompt;
 	q->ev.usage.cached_tokens = j->n_cached;
 	q->ev.usage.completion_tokens = j->n_gen;
+	q->ev.usage.restored_tokens = j->n_restored;
+	q->ev.usage.restore_stall_ms = j->stall_ms;
 	snprintf(q->session_id, sizeof(q->session_id), "%s", j->sid);
 	q->ev.session_id = q->session_id;
 	q->ev.stop_seq = j->stop_seq;

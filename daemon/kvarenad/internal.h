@@ -262,6 +262,9 @@ struct kvd_conv {
 	uint8_t tier_due;		/* its prefetch is due and lacks room (tr->due) */
 	uint8_t tool_overran;		/* this wait ran past its first prediction */
 	uint32_t stall_early_ms;	/* KVD_STALL_EARLY: the return came this much before */
+	/* since its last turn's admission, for the next turn's usage */
+	uint32_t turn_restored;		/* tokens of KV the tier brought back */
+	uint32_t turn_stall_ms;		/* the next turn waited this long for it */
 	uint64_t tool_pred_us;		/* the tool wait's predicted length */
 	uint64_t stall_since_ns;	/* a request waits for a restore since */
 	struct kvd_conv *prev, *next;	/* d->convs, most recently used first */
@@ -344,6 +347,7 @@ struct kvd_job {
 					 * prefill's hand-off to decoding */
 	uint64_t rng;
 	uint32_t n_prompt, n_cached, n_gen;
+	uint32_t n_restored, stall_ms;	/* usage: the tier's part of n_cached */
 	struct kve_detok detok;
 	char *gen;			/* generated text */
 	size_t gen_len, gen_cap, emitted;

@@ -153,6 +153,11 @@ struct kvd_usage {
 	uint32_t prompt_tokens;
 	uint32_t cached_tokens;		/* prompt tokens whose KV was reused */
 	uint32_t completion_tokens;
+	/* of cached_tokens, those whose KV the disk tier brought back for
+	 * this turn (read from a spill file, or shared from the prefix cache
+	 * as the file's hashes said), and how long the turn waited for it */
+	uint32_t restored_tokens;
+	uint32_t restore_stall_ms;
 };
 
 struct kvd_top_logprob {

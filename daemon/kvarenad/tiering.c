@@ -707,6 +707,7 @@ static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt
 		valid = tk->want;
 	if (valid > c->as.s.n_tokens)
 		c->as.s.n_tokens = valid;
+	c->turn_restored = c->as.s.n_tokens;
 	kvd_hist_add(&d->m.tier_restore_ms, (double)(now - tk->started_ns) / 1e6);
 	if (dn->status) {
 		static const char *const why[] = { "checksum", "truncated", "stale", "io" };
@@ -727,6 +728,7 @@ static void restore_done(struct kvd *d, struct kvd_tticket *tk, const struct kvt
 		d->m.tier_restore_stalls++;
 		d->m.tier_stall_causes[c->stall_cause]++;
 		kvd_hist_add(&d->m.tier_restore_stall_ms, (double)(now - c->stall_since_ns) / 1e6);
+		c->turn_stall_ms = (uint32_t)((now - c->stall_since_ns + 999999) / 1000000);
 		log_stall(c, now, tk);
 		c->stall_since_ns = 0;
 	}
@@ -1121,8 +1123,11 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 			drop_file(d, c);
 		} else {
 			rc = start_restore(d, c, want, 0);
-			if (rc == 0 && !c->tier_op)
-				return 0;	/* all of it from the prefix cache */
+			if (rc == 0 && !c->tier_op) {
+				/* all of it from the prefix cache */
+				c->turn_restored = c->as.s.n_tokens;
+				return 0;
+			}
 			if (rc == 0 || rc == -EAGAIN) {
 				if (!c->stall_since_ns)
 					c->stall_since_ns = now;

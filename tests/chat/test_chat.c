@@ -427,6 +427,83 @@ static void test_tool_calls_incremental(void)
 	tc_stream_free(&st);
 }
 
+/* Calls held to the grammar (tc_stream_constrained) stream in any JSON
+ * spacing: announced at the arguments' "{", the arguments passed on as
+ * they come, and the same call as the whole check makes of the block. */
+static void test_tool_calls_loose(void)
+{
+	static const char *const texts[] = {
+		"<tool_call>{\"name\":\"write\",\"arguments\":{\"t\":\"}x\"}}</tool_call>",
+		"<tool_call>\n{ \"name\" :\t\"write\" ,\r\n \"arguments\":  {\"t\": \"}x\"} }\n</tool_call>",
+		"a\n<tool_call>{\n\"name\": \"write\", \"arguments\": {}}\n</tool_call>",
+	};
+	for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++) {
+		const char *text = texts[k], *args = strstr(text, "\"arguments\"");
+		struct tc_stream st;
+		struct trace t = { 0 };
+		struct collected whole, loose;
+		size_t i;
+		int constrained;
+
+		args = strchr(args, '{');
+		for (constrained = 0; constrained < 2; constrained++) {
+			memset(&t, 0, sizeof(t));
+			tc_stream_init(&st, tmpl, trace_emit, &t);
+			tc_stream_constrained(&st, constrained);
+			for (i = 0; text + i <= args; i++)
+				CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+			/* announced at the arguments' "{" only when held */
+			CU_ASSERT_EQUAL(t.starts, constrained);
+			CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, strlen(text + i)), 0);
+			CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+			CU_ASSERT_EQUAL(t.starts, 1);
+			CU_ASSERT_EQUAL(t.ends, 1);
+			tc_stream_free(&st);
+		}
+		/* the same content and call, byte for byte */
+		stream_pieces(text, NULL, 0, &whole);
+		memset(&loose, 0, sizeof(loose));
+		tc_stream_init(&st, tmpl, collect, &loose);
+		tc_stream_constrained(&st, 1);
+		for (i = 0; text[i]; i++)
+			CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+		CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+		tc_stream_free(&st);
+		CU_ASSERT_EQUAL(whole.n_calls, 1);
+		CU_ASSERT_EQUAL(loose.n_calls, 1);
+		CU_ASSERT_EQUAL(whole.content.len, loose.content.len);
+		CU_ASSERT(!whole.content.len || !memcmp(whole.content.s, loose.content.s,
+							 whole.content.len));
+		CU_ASSERT_EQUAL(whole.args.len, loose.args.len);
+		CU_ASSERT(whole.args.len && !memcmp(whole.args.s, loose.args.s, whole.args.len));
+		CU_ASSERT_EQUAL(whole.names.len, loose.names.len);
+		collected_free(&whole);
+		collected_free(&loose);
+	}
+	/* a head past TC_MAX_HEAD's whitespace: checked whole, still a call */
+	{
+		struct strbuf b = { 0 };
+		struct collected got;
+		struct tc_stream st;
+
+		sb_adds(&b, "<tool_call>{\"name\": \"f\",");
+		for (int i = 0; i < 1024; i++)
+			sb_adds(&b, " ");
+		sb_adds(&b, "\"arguments\": {\"a\": 1}}</tool_call>");
+		memset(&got, 0, sizeof(got));
+		tc_stream_init(&st, tmpl, collect, &got);
+		tc_stream_constrained(&st, 1);
+		CU_ASSERT_EQUAL(tc_stream_feed(&st, b.s, b.len), 0);
+		CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+		tc_stream_free(&st);
+		CU_ASSERT_EQUAL(got.n_calls, 1);
+		CU_ASSERT_EQUAL(got.content.len, 0);
+		CU_ASSERT(got.args.len == 9 && !memcmp(got.args.s, "{\"a\": 1}|", 9));
+		collected_free(&got);
+		sb_free(&b);
+	}
+}
+
 /* Configured tags, and a block over the size cap stays content. */
 static void test_tool_calls_tags_and_cap(void)
 {
@@ -1170,6 +1247,7 @@ int main(void)
 	CU_add_test(s, "tool calls: batch", test_tool_calls_batch);
 	CU_add_test(s, "tool calls: streamed, split everywhere", test_tool_calls_stream);
 	CU_add_test(s, "tool calls: arguments streamed as generated", test_tool_calls_incremental);
+	CU_add_test(s, "tool calls: held to the grammar, any spacing streams", test_tool_calls_loose);
 	CU_add_test(s, "tool calls: tags and size cap", test_tool_calls_tags_and_cap);
 	CU_add_test(s, "families: tool-call syntaxes, streamed", test_family_calls);
 	CU_add_test(s, "families: qwen3 reasoning split off", test_reasoning);

@@ -233,7 +233,10 @@ def test_structured(d):
         st, r, _ = d.chat(m, tools=tools, tool_choice="required", max_tokens=200,
                           temperature=0.8, seed=seed)
         calls = r["choices"][0]["message"].get("tool_calls") or [] if st == 200 else []
-        for c in calls:
+        # cut by max_tokens, the last call has the arguments made so far
+        # (as OpenAI's do): the complete ones are checked
+        whole = calls[:-1] if r["choices"][0]["finish_reason"] == "length" else calls
+        for c in whole:
             args = json.loads(c["function"]["arguments"])
             ok &= c["function"]["name"] in ("calc", "read_file")
             if c["function"]["name"] == "read_file":
@@ -241,7 +244,7 @@ def test_structured(d):
             else:
                 ok &= isinstance(args["expression"], str) and len(args["expression"]) <= 24
         # a sampled random model may spend its tokens on allowed whitespace
-        # and reach max_tokens right after a complete call ("length")
+        # and reach max_tokens in a call or right after one ("length")
         ok &= st == 200 and r["choices"][0]["finish_reason"] in ("tool_calls", "length") \
             and len(calls) >= 1
     check(ok, "tool_choice required: a random-weight model's sampled output is always a "
@@ -253,6 +256,29 @@ def test_structured(d):
     check(st == 200 and len(calls) == 1 and calls[0]["function"]["name"] == "read_file"
           and json.loads(calls[0]["function"]["arguments"])["path"] in ("/etc/motd", "/tmp/notes.txt"),
           "named tool_choice without parallel calls: exactly one call of that tool")
+    # streamed, the call is announced at its head and its arguments come
+    # as they are generated, whatever spacing the grammar let the model
+    # choose (the same call as the whole reply, same seed)
+    st2, resp = d.req("POST", "/v1/chat/completions",
+                      {"model": "test", "messages": m, "tools": tools, "max_tokens": 200,
+                       "temperature": 0.8, "seed": 4, "parallel_tool_calls": False,
+                       "tool_choice": {"type": "function", "function": {"name": "read_file"}},
+                       "stream": True}, stream=True)
+    heads, pieces = [], []
+    for raw in resp:
+        line = raw.decode().strip()
+        if not line.startswith("data: {"):
+            continue
+        for c in json.loads(line[6:])["choices"]:
+            for tc in c["delta"].get("tool_calls") or []:
+                if tc.get("id"):
+                    heads.append((tc["function"]["name"], len(pieces)))
+                if tc["function"].get("arguments"):
+                    pieces.append(tc["function"]["arguments"])
+    check(st2 == 200 and heads == [("read_file", 0)] and len(pieces) > 3
+          and "".join(pieces) == calls[0]["function"]["arguments"],
+          f"a held call streams from its head: name first, then {len(pieces)} argument "
+          "pieces making the whole reply's arguments")
     schema = {"type": "object", "properties": {
         "answer": {"type": "integer", "minimum": 0, "maximum": 100},
         "unit": {"type": "string", "enum": ["ms", "s"]}, "ok": {"type": "boolean"}},
@@ -951,6 +977,14 @@ def test_thousand_streams():
 def main():
     if os.environ.get("KVD_TEST_ONLY") == "streams":	# the one test, alone
         test_thousand_streams()
+        print(f"{passed} passed, {failed} failed")
+        return 1 if failed else 0
+    if os.environ.get("KVD_TEST_ONLY"):	# one test of a shared daemon
+        d = Daemon()
+        try:
+            globals()["test_" + os.environ["KVD_TEST_ONLY"]](d)
+        finally:
+            d.stop()
         print(f"{passed} passed, {failed} failed")
         return 1 if failed else 0
     test_server_tools()

@@ -574,6 +574,14 @@ static void test_spill_restore(void)
 	      metric(d, "kvarenad_tier_restore_stalls_total") == 1,
 	      "one restore, on demand: a counted stall (%llu ms total)",
 	      (unsigned long long)metric(d, "kvarenad_tier_restore_stall_ms_sum"));
+	CHECK(r1.usage.restored_tokens == 0 && r1.usage.restore_stall_ms == 0 &&
+	      r2.usage.restored_tokens == r2.usage.cached_tokens && r2.usage.restored_tokens &&
+	      r2.usage.restore_stall_ms > 0 &&
+	      r2.usage.restore_stall_ms <= metric(d, "kvarenad_tier_restore_stall_ms_sum") + 1,
+	      "the turn's usage says so: %u of its %u cached tokens restored, after a %u ms "
+	      "stall (the first turn: %u, %u ms)", r2.usage.restored_tokens,
+	      r2.usage.cached_tokens, r2.usage.restore_stall_ms, r1.usage.restored_tokens,
+	      r1.usage.restore_stall_ms);
 	CHECK(metric(d, "kvarenad_tier_recomputed_tokens_total") == 0, "nothing recomputed");
 	{
 		struct kva_session_info si;
@@ -771,6 +779,11 @@ static void test_prefetch(void)
 	      "eviction", tool_ms);
 	CHECK(metric(d, "kvarenad_tier_restore_stalls_total") == 0,
 	      "no restore stall: the KV was there when the tool returned");
+	CHECK(r2.usage.restored_tokens == r2.usage.cached_tokens && r2.usage.restored_tokens &&
+	      r2.usage.restore_stall_ms == 0,
+	      "the turn's usage: %u of its %u cached tokens restored (prefetched), no stall "
+	      "(%u ms)", r2.usage.restored_tokens, r2.usage.cached_tokens,
+	      r2.usage.restore_stall_ms);
 	stop(d);
 out:
 	rm_rf(dir);

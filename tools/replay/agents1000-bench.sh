@@ -18,7 +18,9 @@
 # every turn answered), daemon_bytes_per_idle_session (the daemon's
 # anonymous memory besides KV per conversation held, goal <= 256 KiB),
 # sched_step_p99_us (the scheduler's turn, lock held, at its worst sample),
-# resume_ttft_p99_ms_at_N against base (goal <= 2x), restore_stalls_pct
+# resume_ttft_p99_ms_at_N against base (goal <= 2x), the same in this run
+# for resumes whose KV came back from disk against those whose KV stayed
+# (resume_ttft_p99_ms_restored_vs_arena: same load), restore_stalls_pct
 # (goal < 5), and what the run was: kv_total_gib, arena_gib, spilled GiB.
 # Writes build/bench/agents1000/ (sessions, runs' JSON, daemon logs, the
 # report and its plots).
@@ -202,11 +204,31 @@ rb, ra = pct(resumes(base), 99), pct(resumes(ag), 99)
 rows.append(fmt("resume_ttft_p99_ms_at_%d" % n, "%.1f" % ra, "ms", "kv_in_arena", "%.1f" % rb,
                 "%.2f" % (ra / rb if rb else float("nan"))))
 # the same at the server's first token: a call turn's first byte reaches
-# the client when the call's text is complete, after its decode (~100
-# tokens at the load's decode batch), which the row above includes
+# the client when the call's head is decoded (~15 tokens: the tag, the
+# name, "arguments"), which the row above includes
 rb, ra = pct(resumes(base, "server_ttft"), 99), pct(resumes(ag, "server_ttft"), 99)
 rows.append(fmt("resume_first_token_p99_ms_at_%d" % n, "%.1f" % ra, "ms", "kv_in_arena",
                 "%.1f" % rb, "%.2f" % (ra / rb if rb else float("nan"))))
+# in the same run, at the same load: resumes whose KV the disk tier
+# brought back against those whose KV stayed in the arena (the server's
+# kvarena.kv): what the disk costs a resume once the load is the same
+# (kept: no more than the tool result and the markup computed anew; a
+# conversation whose KV was dropped recomputes its first turn too)
+def split(r, restored, key="ttft"):
+    return [q[key] * 1000 for s in r["sessions"] for q in s["requests"]
+            if q["turn"] > 0 and q.get(key) is not None and not q["error"]
+            and (q.get("restored_tokens", 0) > 0 if restored else
+                 q["prompt_tokens"] - q["cached_tokens"] < 256)]
+
+for key, row in (("ttft", "resume_ttft"), ("server_ttft", "resume_first_token")):
+    rd, ra_ = split(ag, True, key), split(ag, False, key)
+    if rd and ra_:
+        pd, pa = pct(rd, 99), pct(ra_, 99)
+        rows.append(fmt("%s_p99_ms_restored_vs_arena" % row, "%.1f" % pd, "ms",
+                        "arena_same_run", "%.1f" % pa, "%.2f" % (pd / pa if pa else float("nan"))))
+        if key == "ttft":
+            rows.append(fmt("resumes_restored", "%d" % len(rd), "turns", "arena",
+                            "%d" % len(ra_), "-"))
 d = ag["metrics_delta"]
 ret = d.get("kvarenad_tool_waits_total", 0)
 st = d.get("kvarenad_tier_restore_stalls_total", 0)

@@ -337,6 +337,7 @@ def stream_chat(url, body, timeout=600):
     t_first = None
     content, calls, usage, finish, err, sess = [], {}, {}, None, None, None
     first_ms = None
+    kv = {}
     rounds = []
     try:
         c.request("POST", "/v1/chat/completions", json.dumps(body),
@@ -362,10 +363,12 @@ def stream_chat(url, body, timeout=600):
                 sess = ev["kvarena"]["session_id"]
             if isinstance(ev.get("kvarena"), dict) and \
                     isinstance(ev["kvarena"].get("timings"), dict):
-                # the server's first token (its TTFT): a tool call is
-                # streamed when its text is complete, so the client's
-                # first byte of a call turn comes after the call's decode
+                # the server's first token (its TTFT): a call turn's
+                # first byte reaches the client a few tokens later, when
+                # the call's head is decoded (its name, then "arguments")
                 first_ms = ev["kvarena"]["timings"].get("prompt_ms")
+                # this turn's KV came back from the server's disk tier
+                kv = ev["kvarena"].get("kv") or {}
             run = ev.get("kvarena", {}).get("tool_run") if isinstance(ev.get("kvarena"),
                                                                        dict) else None
             if isinstance(run, dict):
@@ -394,7 +397,7 @@ def stream_chat(url, body, timeout=600):
     finally:
         c.close()
     msg = {"role": "assistant", "content": "".join(content) or None, "session": sess,
-           "first_ms": first_ms,
+           "first_ms": first_ms, "kv": kv,
            "rounds": rounds}
     if calls:
         msg["tool_calls"] = [{"id": v["id"], "type": "function",
@@ -474,16 +477,20 @@ class Runner:
             t_first, t_end, msg, usage, finish, err = stream_chat(self.url, body, self.timeout)
             rounds = []
             first_ms = None
+            kv = {}
             if msg is not None:
                 server_sess = msg.pop("session", None) or server_sess
                 first_ms = msg.pop("first_ms", None)
+                kv = msg.pop("kv", {})
                 rounds = msg.pop("rounds", [])
             rq = {"turn": k, "send": t_send - self.t0, "ttft": (t_first - t_send) if t_first else None,
                   "total": t_end - t_send, "completion_tokens": usage.get("completion_tokens", 0),
                   "prompt_tokens": usage.get("prompt_tokens", 0),
                   "cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
                   "finish": finish, "tool": tool, "tool_ms": t.get("tool_ms"), "error": err,
-                  "server_ttft": first_ms / 1000.0 if first_ms is not None else None}
+                  "server_ttft": first_ms / 1000.0 if first_ms is not None else None,
+                  "restored_tokens": kv.get("restored_n", 0),
+                  "restore_stall_ms": kv.get("restore_stall_ms", 0)}
             res["requests"].append(rq)
             if err or msg is None:
                 res["errors"] += 1
