@@ -516,6 +516,7 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		else
 			d->m.session_hit_tokens += j->n_cached - copied;
 		j->order = ++d->next_order;
+		j->place = queued_key(j);
 		j->t_admit = kvd_now_ns();
 		j->in_prefill = 1;
 		d->n_queued--;

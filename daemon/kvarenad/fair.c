@@ -71,5 +71,7 @@ int kvd_fair_after(const struct kvd *d, const struct kvd_job *a, const struct kv
 
 	if (a->tenant != b->tenant && va != vb)
 		return va > vb;
+	if (a->place != b->place)
+		return a->place > b->place;
 	return a->order > b->order;
 }

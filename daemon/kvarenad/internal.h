@@ -337,7 +337,10 @@ struct kvd_job {
 	int test_group_ok;		/* a step of its group succeeded since it
 					 * was put in one (audit.c) */
 #endif
-	uint64_t order;			/* admission order: preemption takes the last */
+	uint64_t order;			/* admission order */
+	/* its conversation's start (admit.c's queued_key): running jobs'
+	 * prompt chunks go in this order, and preemption takes the last */
+	uint64_t place;
 	uint32_t preempt_lost;		/* KV positions preemption took, to recompute */
 	int tried;			/* admission looked at it this turn */
 	int waited_prefix;		/* waited for a shared prefix (counted once) */
@@ -703,7 +706,7 @@ void kvd_fair_charge(struct kvd *d, uint32_t tenant, uint32_t tokens);
 void kvd_fair_job_added(struct kvd *d, uint32_t tenant);
 void kvd_fair_job_gone(struct kvd *d, uint32_t tenant);
 /* Larger: lower priority (preempted first): the tenant's service, then
- * admission order. */
+ * the conversation's start (job->place), then admission order. */
 int kvd_fair_after(const struct kvd *d, const struct kvd_job *a, const struct kvd_job *b);
 
 /* conv.c */

@@ -21,7 +21,10 @@
  * gets a second step queued behind the one it computes (steps_in_flight
  * 2): the next chunk of a prompt it is prefilling, or new work, which it
  * starts the moment the first ends, while the orchestrator already looks
- * at the first's answer. Between tenants, fair.c decides.
+ * at the first's answer. Between tenants, fair.c decides; within one,
+ * conversations go in the order they began (job->place, as admission
+ * orders them): a turn back from a tool computes its few new tokens
+ * before the rest of the long first prompts admitted while its tool ran.
  *
  * Failures: a step that fails, or whose worker dies or outlives its
  * lease, charges only the sequence that caused it: a batch is split in
@@ -325,6 +328,8 @@ static int cand_cmp(const void *a, const void *b)
 
 	if (x->tenant != y->tenant)
 		return x->tenant < y->tenant ? -1 : 1;
+	if (x->place != y->place)
+		return x->place < y->place ? -1 : 1;
 	return x->order < y->order ? -1 : x->order > y->order;
 }
 

@@ -1612,6 +1612,75 @@ static void test_program_fcfs(void)
 	kvd_destroy(d);
 }
 
+/*
+ * The same order among running jobs (step.c, job->place): prompt chunks
+ * go to conversations in the order they began, so a conversation back
+ * from a tool computes its few new tokens before the rest of the long
+ * first turns admitted before it (all of them fit in the arena here).
+ * Steps of 32 tokens, chunks of 16: six 400-token first turns take 75
+ * steps; in admission order the second turn would wait for them all.
+ */
+static void test_program_chunks(void)
+{
+	enum { NY = 6 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[NY + 1], *xj;
+	char x1[256], x2[1024], y[NY][4096];
+	struct reply rx;
+	unsigned n = 0, i, before_x;
+	int tok = 0, ok = 1, all;
+	uint64_t chunks0, chunks = 0;
+
+	base_config(&c);
+	c.step_tokens = 32;
+	c.chunk_tokens = 16;
+	d = start(&c);
+	if (!d)
+		return;
+	snprintf(x1, sizeof(x1), "<|im_start|>user\nrun the tests<|im_end|>\n"
+		 "<|im_start|>assistant\n");
+	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
+		CHECK(0, "first conversation's first turn: %s", rx.err);
+		kvd_destroy(d);
+		return;
+	}
+	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
+		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
+	for (i = 0; i < NY; i++)
+		tok = first_turn_400(d, y[i], sizeof(y[i]), i);
+	pthread_mutex_lock(&d->lock);
+	chunks0 = d->m.prefill_chunks;
+	pthread_mutex_unlock(&d->lock);
+	for (i = 0; i < NY + 1 && ok; i++) {
+		struct rq q = { i < NY ? y[i] : x2, 0, 1, 2, 0, NULL, NULL };
+		int w;
+
+		/* the six admitted and prefilling before the second turn */
+		for (w = 0; i == NY && w < 20000; w++) {
+			pthread_mutex_lock(&d->lock);
+			chunks = d->m.prefill_chunks - chunks0;
+			pthread_mutex_unlock(&d->lock);
+			if (chunks >= 2 * NY)
+				break;
+			usleep(500);
+		}
+		jobs[n] = submit(d, &q, &err);
+		ok = jobs[n] != NULL;
+		n += ok;
+	}
+	xj = ok ? jobs[NY] : NULL;
+	CHECK(ok && chunks >= 2 * NY, "six first turns of %d tokens running (%llu chunks "
+	      "computed), then the earlier conversation's second turn", tok,
+	      (unsigned long long)chunks);
+	before_x = ended_before(jobs, n, xj, &all);
+	CHECK(ok && all && before_x < 3,
+	      "the second turn ended after %u of the six later conversations' first turns "
+	      "(in admission order: 4)", before_x);
+	kvd_destroy(d);
+}
+
 /* A raw prompt of exactly n tokens (as the daemon encodes it, with BOS),
  * or "" when no filler reaches n exactly */
 static void prompt_of_tokens(struct kvd *d, char *p, size_t size, const char *start, int n)
@@ -6218,6 +6287,7 @@ int main(int argc, char **argv)
 	RUN(constrained_long);
 	RUN(admission);
 	RUN(program_fcfs);
+	RUN(program_chunks);
 	RUN(worker_storm);
 	RUN(stage_down);
 	RUN(kstate_stages);
