@@ -368,6 +368,7 @@ void kvd_conv_drop_kv(struct kvd *d, struct kvd_conv *c)
 	kve_arena_session_close(d->kv, &c->as);
 	memset(&c->as, 0, sizeof(c->as));
 	c->has_kv = 0;
+	c->turn_restored = 0;	/* gone again: recomputed, not restored */
 	kvd_prefix_offered_to(c, 0);
 	c->kstate = KVA_STATE_ENDED;
 }
@@ -390,6 +391,7 @@ void kvd_conv_free_blocks(struct kvd *d, struct kvd_conv *c)
 	}
 	c->as.s.n_blocks = 0;
 	c->as.s.n_tokens = 0;
+	c->turn_restored = 0;
 	kvd_prefix_offered_to(c, 0);
 }
 
