@@ -1613,6 +1613,63 @@ static void test_program_fcfs(void)
 }
 
 /*
+ * The template's end of turn (ChatML's <|im_end|>: d->eot, apart from the
+ * vocabulary's EOS) ends the reply: "stop", and the token is not text.
+ * The test model's vocabulary has no ChatML markers, so the test names
+ * its third greedy token the end of turn: the reply is then the two
+ * tokens before it; with ignore_eos it is never sampled (8 tokens).
+ */
+static void test_end_of_turn(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	const char *p = "<|im_start|>user\nsay little<|im_end|>\n<|im_start|>assistant\n";
+	struct rq q = { p, 0, 1, 8, 0, NULL, NULL };
+	struct kvd_request rq;
+	struct kvd_error err;
+	struct kvd_job *j = NULL;
+	uint32_t i;
+	int32_t eot;
+
+	base_config(&c);
+	d = start(&c);
+	if (!d)
+		return;
+	if (ask_rq(d, &q, &ref, NULL) || ref.n_tokens < 3 || ref.tokens[2] == ref.tokens[0] ||
+	    ref.tokens[2] == ref.tokens[1] || ref.tokens[2] == d->eos) {
+		CHECK(0, "end_of_turn: a reference reply whose third token is new (%u tokens)",
+		      ref.n_tokens);
+		kvd_destroy(d);
+		return;
+	}
+	eot = ref.tokens[2];
+	pthread_mutex_lock(&d->lock);
+	d->eot = eot;
+	pthread_mutex_unlock(&d->lock);
+	/* a new conversation (no session key): the same greedy tokens */
+	CHECK(ask_rq(d, &q, &r, NULL) == 0 && r.finish == KVD_FINISH_STOP && r.n_tokens == 2 &&
+	      r.tokens[0] == ref.tokens[0] && r.tokens[1] == ref.tokens[1],
+	      "the end of turn (token %d) ends the reply: stop after %u tokens (finish %d)",
+	      eot, r.n_tokens, (int)r.finish);
+	request_init(&rq, p, 8);
+	rq.s.ignore_eos = 1;
+	memset(&r, 0, sizeof(r));
+	if (kvd_job_submit(d, &rq, &j, &err) == 0 && collect_reply(d, j, &r, NULL) == 0) {
+		int seen = 0;
+
+		for (i = 0; i < r.n_tokens; i++)
+			seen |= r.tokens[i] == eot;
+		CHECK(r.finish == KVD_FINISH_LENGTH && r.n_tokens == 8 && !seen,
+		      "ignore_eos: the end of turn is never sampled: %u tokens, finish %d",
+		      r.n_tokens, (int)r.finish);
+	} else {
+		CHECK(0, "end_of_turn: ignore_eos request: %s", r.err);
+	}
+	kvd_destroy(d);
+}
+
+/*
  * The same order among running jobs (step.c, job->place): prompt chunks
  * go to conversations in the order they began, so a conversation back
  * from a tool computes its few new tokens before the rest of the long
@@ -6288,6 +6345,7 @@ int main(int argc, char **argv)
 	RUN(admission);
 	RUN(program_fcfs);
 	RUN(program_chunks);
+	RUN(end_of_turn);
 	RUN(worker_storm);
 	RUN(stage_down);
 	RUN(kstate_stages);
