@@ -29,7 +29,8 @@
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
- * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns, and
+ * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns,
+ * program_fcfs, program_chunks, end_of_turn, and
  * with the hooks room_edge, reserve_in_flight, lost_in_turn, round_edges,
  * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
  * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
