@@ -1377,7 +1377,7 @@ static void test_responses(void)
 {
 	struct resp_ctx rc = { .id = "chatcmpl-x", .model = "m", .created = 1700000000 };
 	struct tc_result tr;
-	struct kvd_usage u = { 10, 4, 3 };
+	struct kvd_usage u = { .prompt_tokens = 10, .cached_tokens = 4, .completion_tokens = 3 };
 	const char *text = "ok\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
 	struct kvd_top_logprob top[2] = { { 5, -0.1f, "ok", 2 }, { 6, -3.0f, "\xe2\x82", 2 } };
 	struct kvd_event ev = { .type = KVD_EV_TOKEN, .text = "ok", .text_len = 2,
@@ -1429,7 +1429,31 @@ static void test_responses(void)
 	msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
 	CU_ASSERT(json_is_null(json_object_get(msg, "content")));
 	CU_ASSERT(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs")));
+	/* timings, and no "kv" when nothing came back from the disk tier */
+	CU_ASSERT(json_object_get(json_object_get(j, "kvarena"), "timings") == NULL);
 	json_decref(j);
+	rc.has_timings = 1;
+	rc.usage = u;
+	s = resp_completion(&rc, &tr, "tool_calls", &u, NULL, NULL);
+	j = json_loads(s, 0, NULL);
+	free(s);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(json_object_get(j, "kvarena"),
+									"timings"), "cache_n")), 4);
+	CU_ASSERT(json_object_get(json_object_get(j, "kvarena"), "kv") == NULL);
+	json_decref(j);
+	/* the turn's KV came back from disk: kvarena.kv says how much, how late */
+	rc.usage.restored_tokens = 4;
+	rc.usage.restore_stall_ms = 7;
+	s = resp_completion(&rc, &tr, "tool_calls", &u, NULL, NULL);
+	j = json_loads(s, 0, NULL);
+	free(s);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(json_object_get(j, "kvarena"),
+									"kv"), "restored_n")), 4);
+	CU_ASSERT_EQUAL(json_integer_value(json_object_get(json_object_get(json_object_get(j, "kvarena"),
+									"kv"), "restore_stall_ms")), 7);
+	json_decref(j);
+	rc.has_timings = 0;
+	memset(&rc.usage, 0, sizeof(rc.usage));
 
 	/* chunks */
 	rc.usage_null = 1;
