@@ -30,7 +30,7 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns,
- * program_fcfs, program_chunks, end_of_turn, resume_room, and
+ * program_fcfs, program_chunks, end_of_turn, resume_room, worker_fd0, and
  * with the hooks room_edge, reserve_in_flight, lost_in_turn, round_edges,
  * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
  * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
@@ -807,6 +807,53 @@ static void test_worker_death(void)
 	      "no blocks leak (%u used, as before)",
 	      (uint32_t)metric(d, "kvarenad_kv_blocks_used"));
 	kvd_destroy(d);
+}
+
+/*
+ * A worker's socket may be descriptor 0 (a daemon started with its stdin
+ * closed): it is polled like any other (sched.c: a negative descriptor is
+ * a worker without one). With descriptor 0 free, the decode worker is
+ * killed; its replacement's socket takes 0, and the next reply is the
+ * same as before.
+ */
+static void test_worker_fd0(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	struct reply ref, r;
+	const char *p = "<|im_start|>user\ncount to ten<|im_end|>\n<|im_start|>assistant\n";
+	uint64_t restarts;
+	int saved, w, on0 = 0;
+	uint32_t i;
+
+	base_config(&c);
+	c.prefix_cache = 0;
+	c.retention = 0;
+	c.share_stages = 0;	/* the decode worker decodes */
+	d = start(&c);
+	if (!d)
+		return;
+	ask(d, p, 0, 1, 8, &ref, NULL);
+	restarts = metric(d, "kvarenad_worker_restarts_total");
+	saved = fcntl(0, F_DUPFD_CLOEXEC, 3);
+	close(0);
+	kill(decode_pid(d), SIGKILL);
+	for (w = 0; w < 2000 && !on0; w++) {
+		usleep(5000);
+		pthread_mutex_lock(&d->lock);
+		for (i = 0; i < d->n_workers; i++)
+			on0 |= d->workers[i].sock == 0 && d->workers[i].role == KVD_ROLE_DECODE;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(on0 && metric(d, "kvarenad_worker_restarts_total") > restarts,
+	      "the decode worker's replacement talks on descriptor 0");
+	CHECK(ask(d, p, 0, 1, 8, &r, NULL) == 0 && same_tokens(&r, &ref),
+	      "its steps are answered: the same reply (%u tokens)", r.n_tokens);
+	kvd_destroy(d);
+	if (saved >= 0) {
+		dup2(saved, 0);
+		close(saved);
+	}
 }
 
 static void test_plugin(void)
@@ -6428,6 +6475,7 @@ int main(int argc, char **argv)
 	RUN(program_chunks);
 	RUN(end_of_turn);
 	RUN(resume_room);
+	RUN(worker_fd0);
 	RUN(worker_storm);
 	RUN(stage_down);
 	RUN(kstate_stages);
