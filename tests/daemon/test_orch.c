@@ -2731,8 +2731,11 @@ out:
  * step queued behind it on the same worker, which read KV the failed one
  * never wrote: a prompt of two chunks whose first fails is answered with
  * the tokens of its run alone, not with a token sampled over that KV.
+ * Stages shared (the default) and apart: apart, the prefill worker's own
+ * second step takes the prompt's next chunk (step.c's depth loop), and
+ * the decode worker's takes none.
  */
-static void test_void_behind(void)
+static void void_behind(int share)
 {
 	struct kvd_config c;
 	struct kvd *d;
@@ -2750,6 +2753,7 @@ static void test_void_behind(void)
 	memset(&r, 0, sizeof(r));
 	base_config(&c);
 	c.steps_in_flight = 2;
+	c.share_stages = share;
 	d = start(&c);
 	if (!d)
 		return;
@@ -2773,14 +2777,21 @@ static void test_void_behind(void)
 	ask(d, p, 0, 1, 12, &r, NULL);
 	chunks = metric(d, "kvarenad_prefill_chunks_total");
 	CHECK(access(flag, F_OK) && metric(d, "kvarenad_step_failures_total") == 1 &&
-	      chunks == 4, "the first chunk failed once with the last queued behind it "
-	      "(%llu chunks sent: 4)", (unsigned long long)chunks);
+	      chunks == 4, "stages %s: the first chunk failed once with the last queued "
+	      "behind it (%llu chunks sent: 4)", share ? "shared" : "apart",
+	      (unsigned long long)chunks);
 	CHECK(same_tokens(&r, &ref), "the voided chunk's answer is not taken: the tokens "
 	      "of the run alone (%s)", r.error ? r.err : "");
 	kvd_destroy(d);
 out:
 	unlink(flag);
 	set_env("KVD_TEST_FAIL_FILE", NULL);
+}
+
+static void test_void_behind(void)
+{
+	void_behind(1);
+	void_behind(0);
 }
 
 #ifdef KVD_TEST_HOOKS
