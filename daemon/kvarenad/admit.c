@@ -11,11 +11,9 @@
  * chunks never wait for room halfway. Admission does not take what it
  * would soon have to preempt (vLLM's watermark, SGLang's reserved new
  * tokens): a prompt is admitted only when the free blocks, after the
- * room the running replies of conversations that began before its own
- * are projected to need for their next tokens ([sched] decode_reserve
- * each, at most what is left of their max_tokens: room_for()), cover its
- * blocks and its own reserve; younger conversations' replies give way
- * (preemption takes the last placed). Running replies are
+ * room the running replies are projected to need for their next tokens
+ * ([sched] decode_reserve each, at most what is left of their max_tokens:
+ * room_for()), cover its blocks and its own reserve. Running replies are
  * finished first; a job alone is admitted whenever its prompt fits. A
  * job whose next uncached block another conversation is computing right
  * now waits for it (prefix.c)
@@ -348,99 +346,35 @@ static uint32_t decode_need(const struct kvd *d, const struct kvd_job *j)
 	return want > c->as.s.n_blocks ? want - c->as.s.n_blocks : 0;
 }
 
-/* A running job's projected need (decode_need) at its place; after
- * commit_index(), need is the sum over it and every job placed before. */
-struct kvd_commit {
-	uint64_t place;
-	uint64_t need;
-};
-
-static int commit_cmp(const void *a, const void *b)
-{
-	const struct kvd_commit *x = a, *y = b;
-
-	return x->place < y->place ? -1 : x->place > y->place;
-}
-
-/* The running jobs' projected needs by place, summed in place order, once
- * a turn (n log n): admission asks what the jobs placed before one need.
- * Whether any runs (with KV that grows): *any. */
-static void commit_index(struct kvd *d, int *any)
+/* What the running jobs are projected to need (decode_need), and whether
+ * any runs (with KV that grows). */
+static uint32_t committed_blocks(const struct kvd *d, int *any)
 {
 	const struct kvd_job *j;
-	size_t n = 0, i;
+	uint32_t sum = 0;
 
 	*any = 0;
-	d->commit_all = 0;
-	d->commit_ok = 1;
-	for (j = d->jobs; j; j = j->next) {
-		uint32_t need;
-
-		if (!((j->state == JOB_RUNNING || j->state == JOB_KV_LOAD) && j->conv &&
-		      j->conv->has_kv))
-			continue;
-		*any = 1;
-		need = decode_need(d, j);
-		d->commit_all += need;
-		if (d->commit_ok && n == d->commit_cap) {
-			size_t cap = d->commit_cap ? 2 * d->commit_cap : 64;
-			struct kvd_commit *c = realloc(d->commit, cap * sizeof(*c));
-
-			/* without the index every running job's need counts
-			 * against every waiting one (the watermark alone) */
-			d->commit_ok = c != NULL;
-			if (c) {
-				d->commit = c;
-				d->commit_cap = cap;
-			}
+	for (j = d->jobs; j; j = j->next)
+		if ((j->state == JOB_RUNNING || j->state == JOB_KV_LOAD) && j->conv &&
+		    j->conv->has_kv) {
+			*any = 1;
+			sum += decode_need(d, j);
 		}
-		if (d->commit_ok)
-			d->commit[n++] = (struct kvd_commit){ j->place, need };
-	}
-	if (n)
-		qsort(d->commit, n, sizeof(*d->commit), commit_cmp);
-	for (i = 1; i < n; i++)
-		d->commit[i].need += d->commit[i - 1].need;
-	d->n_commit = n;
-}
-
-/* What the running jobs placed at or before place will need. */
-static uint64_t committed_before(const struct kvd *d, uint64_t place)
-{
-	size_t lo = 0, hi = d->n_commit;
-
-	if (!d->commit_ok)
-		return d->commit_all;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (d->commit[mid].place <= place)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo ? d->commit[lo - 1].need : 0;
+	return sum;
 }
 
 /*
  * Is there room to admit j (its conversation's KV session open, cached
- * blocks shared) without taking what the running jobs placed before it
- * will need? Its prompt's blocks not yet held, its own reserve and those
- * jobs' must be free, after evicting idle KV and unused cached blocks for
- * them (kvd_make_room: never a running job's). Jobs of conversations that
- * began after j's reserve nothing against it: if their replies run out
- * of room, preemption takes the last placed (fair.c), theirs, not j's. A
- * turn back from a tool so waits for the replies of older conversations
- * only, not for every first turn admitted while its tool ran (it waited
- * seconds for them under load: Documentation/replay.md). committed: the
- * jobs admitted earlier in this turn. A job alone is admitted when its
+ * blocks shared) without taking what the running jobs will need? Its
+ * prompt's blocks not yet held, its own reserve and the running ones'
+ * must be free, after evicting idle KV and unused cached blocks for them
+ * (kvd_make_room: never a running job's). A job alone is admitted when its
  * prompt fits: nothing else will give blocks back.
  */
-static int room_for(struct kvd *d, struct kvd_job *j, uint64_t committed, int others)
+static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int others)
 {
 	struct kvd_conv *c = j->conv;
-	uint32_t bt = d->geom.block_tokens, prompt, own, free_now;
-	uint64_t want;
+	uint32_t bt = d->geom.block_tokens, prompt, own, want, free_now;
 
 	if (!others || !d->cfg.decode_reserve)
 		return 1;
@@ -450,11 +384,10 @@ static int room_for(struct kvd *d, struct kvd_job *j, uint64_t committed, int ot
 	if (own > d->cfg.decode_reserve)
 		own = d->cfg.decode_reserve;
 	own = (c->n_tokens + own + bt - 1) / bt - (c->n_tokens + bt - 1) / bt;
-	committed += committed_before(d, j->state == JOB_PREEMPTED ? j->place : queued_key(j));
 	want = prompt + own + committed;
 	free_now = kvd_blocks_free(d);
 	if (free_now < want && !kvd_tiering_busy(d))
-		free_now = kvd_make_room(d, want > UINT32_MAX ? UINT32_MAX : (uint32_t)want);
+		free_now = kvd_make_room(d, want);
 	if (free_now < want)
 		return 0;
 	/* what prefetches due while it runs will need stays free (kvd_admit):
@@ -747,8 +680,7 @@ void kvd_admit(struct kvd *d)
 	 * nothing running they pass: the machine would idle. */
 	d->prefetch_reserve = giving && d->hold_ns ?
 		kvd_tiering_reserve(d, kvd_now_ns() + d->hold_ns, &reserve_start) : 0;
-	commit_index(d, &others);
-	committed = 0;
+	committed = committed_blocks(d, &others);
 	/* preempted jobs, oldest first */
 	n = candidates(d, JOB_PREEMPTED, &c);
 	for (i = 0; i < n && !head; i++)

@@ -995,7 +995,6 @@ static void release(struct kvd *d)
 	kvd_conv_fini(d);
 	free(d->path);
 	free(d->admit_buf);
-	free(d->commit);
 	free(d->block_users);
 	if (d->data_fd >= 0)
 		close(d->data_fd);

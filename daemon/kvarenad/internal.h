@@ -573,10 +573,6 @@ struct kvd {
 	uint64_t next_order;
 	struct kvd_admit_cand *admit_buf;	/* admit.c: a turn's candidates */
 	size_t admit_cap;
-	struct kvd_commit *commit;	/* admit.c: running jobs' needs by place */
-	size_t n_commit, commit_cap;
-	uint64_t commit_all;		/* all of them */
-	int commit_ok;			/* the index is whole */
 	uint32_t room_wanted;		/* blocks waiting work lacked at the last
 					 * admission (a prefetch leaves them) */
 	uint64_t hold_ns;		/* a job's blocks held, admission to its

@@ -30,7 +30,7 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns,
- * program_fcfs, program_chunks, end_of_turn, resume_room, worker_fd0, and
+ * program_fcfs, program_chunks, end_of_turn, worker_fd0, and
  * with the hooks room_edge, reserve_in_flight, lost_in_turn, round_edges,
  * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
  * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
@@ -1564,23 +1564,18 @@ out:
 }
 
 /* A first turn of ~400 tokens, told apart by i; returns its tokens. */
-static int first_turn_n(struct kvd *d, char *p, size_t size, unsigned i, int n)
+static int first_turn_400(struct kvd *d, char *p, size_t size, unsigned i)
 {
 	int o = snprintf(p, size, "<|im_start|>user\n%u: log", i), tok = 0;
 	unsigned k;
 
 	for (k = 0; o < 3900; k++) {
 		o += snprintf(p + o, size - (size_t)o, " w%u", (k * 13 + i * 7) % 89);
-		if (k % 16 == 15 && (tok = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0)) >= n)
+		if (k % 16 == 15 && (tok = kve_tokenize(d->tok, p, (size_t)o, 1, NULL, 0)) >= 400)
 			break;
 	}
 	snprintf(p + o, size - (size_t)o, "<|im_end|>\n<|im_start|>assistant\n");
 	return tok;
-}
-
-static int first_turn_400(struct kvd *d, char *p, size_t size, unsigned i)
-{
-	return first_turn_n(d, p, size, i, 400);
 }
 
 /* Runs the n jobs to their ends and frees them: how many ended before
@@ -1662,81 +1657,6 @@ static void test_program_fcfs(void)
 	CHECK(ok && all && before_x < 4,
 	      "the second turn ended after %u of the six later conversations' first turns "
 	      "(in arrival order: 4 at least)", before_x);
-	kvd_destroy(d);
-}
-
-/*
- * A turn back from a tool reserves nothing for the replies of younger
- * conversations (admit.c room_for, job->place): two ~310-token first
- * turns run in an arena of 64 blocks of 16 tokens and decode 256 tokens
- * each (8 blocks reserved each, decode_reserve); the earlier
- * conversation's next turn needs a block and 8 for its reply. Counting
- * their projected growth too, it would wait for one of them to end; it
- * ends first now (if they run out of room, preemption takes theirs, the
- * last placed).
- */
-static void test_resume_room(void)
-{
-	enum { NY = 2 };
-	struct kvd_config c;
-	struct kvd *d;
-	struct kvd_error err;
-	struct kvd_job *jobs[NY + 1], *xj;
-	char x1[256], x2[1024], y[NY][4096];
-	struct reply rx;
-	unsigned n = 0, i, before_x;
-	int ok = 1, all, w;
-	uint64_t running = 0;
-	uint32_t free_b = 0;
-
-	base_config(&c);
-	c.kv_blocks = 8;	/* one 2 MiB page: 64 blocks of 16 tokens */
-	d = start(&c);
-	if (!d)
-		return;
-	snprintf(x1, sizeof(x1), "<|im_start|>user\nrun the tests<|im_end|>\n"
-		 "<|im_start|>assistant\n");
-	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
-		CHECK(0, "resume_room: first turn: %s", rx.err);
-		kvd_destroy(d);
-		return;
-	}
-	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nok<|im_end|>\n"
-		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
-	for (i = 0; i < NY && ok; i++) {
-		first_turn_n(d, y[i], sizeof(y[i]), i, 300);
-		jobs[n] = submit_long(d, y[i], 256, &err);
-		ok = jobs[n] != NULL;
-		n += ok;
-	}
-	/* both admitted (their prompts' blocks held) before the next turn */
-	for (w = 0; ok && w < 20000; w++) {
-		struct kvd_job *j;
-
-		running = 0;
-		pthread_mutex_lock(&d->lock);
-		for (j = d->jobs; j; j = j->next)
-			running += j->state == JOB_RUNNING;
-		free_b = kvd_blocks_free(d);
-		pthread_mutex_unlock(&d->lock);
-		if (running == NY)
-			break;
-		usleep(500);
-	}
-	if (ok) {
-		struct rq q = { x2, 0, 1, 128, 0, NULL, NULL };
-
-		jobs[n] = submit(d, &q, &err);
-		ok = jobs[n] != NULL;
-		n += ok;
-	}
-	xj = ok ? jobs[NY] : NULL;
-	CHECK(ok && running == NY, "two first turns running (%llu), %u blocks free, then the "
-	      "earlier conversation's next turn", (unsigned long long)running, free_b);
-	before_x = ended_before(jobs, n, xj, &all);
-	CHECK(ok && all && before_x == 0,
-	      "the next turn ended after %u of the two later conversations' first turns "
-	      "(reserving for their growth: 1)", before_x);
 	kvd_destroy(d);
 }
 
@@ -5057,16 +4977,16 @@ out:
  * any running job is preempted (admit.c, kvd_reserve_or_preempt): a
  * preempted job goes back before every queued one, so preempting it to
  * keep theirs inverts the order, and alone it preempted itself again at
- * every readmission. An arena of 1024 tokens: X's, Y's and Z's first
- * turns (~300 tokens each for Y and Z) kept; P, X's short second turn
- * replying 480 tokens, runs; Y's and Z's second turns (~610 tokens each)
- * queue in one admission turn and wait for room (P's decode reserve: X
- * began before them, room_for). When P's next block finds none free,
- * Z's KV goes, not P: no preemption, every reply equal to its run with
- * room.
+ * every readmission. An arena of 1024 tokens: Y's and Z's first turns
+ * (~300 tokens each) kept; P, a short prompt replying 480 tokens, runs;
+ * Y's and Z's second turns (~610 tokens each) queue in one admission
+ * turn and wait for room (P's decode reserve). When P's next block finds
+ * none free, Z's KV goes, not P: no preemption, every reply equal to its
+ * run with room.
  */
 static void test_queued_kv_grow(void)
 {
+	const char *pp = "<|im_start|>user\nP: stream the log<|im_end|>\n<|im_start|>assistant\n";
 	struct kvd_config c;
 	struct kvd *d;
 	struct kvd_error err;
@@ -5084,14 +5004,14 @@ static void test_queued_kv_grow(void)
 	d = start(&c);
 	if (!d)
 		goto out;
-	if (turns_in_1024(d, p, r1, 300, NULL, p2, (const uint32_t[3]){ 40, 610, 610 })) {
+	if (turns_in_1024(d, p, r1, 300, NULL, p2, (const uint32_t[3]){ 0, 610, 610 })) {
 		CHECK(0, "first turns on %u blocks of %u tokens", d->geom.blocks_total,
 		      d->geom.block_tokens);
 		kvd_destroy(d);
 		goto out;
 	}
 	memset(&r2[0], 0, sizeof(r2[0]));
-	jobs[0] = submit_long(d, p2[0], 480, &err);
+	jobs[0] = submit_long(d, pp, 480, &err);
 	n = jobs[0] != NULL;
 	/* P runs (its first token is out) */
 	if (n && kvd_job_next(jobs[0], &ev, 30000) == 1 && ev.type == KVD_EV_TOKEN)
@@ -5117,7 +5037,7 @@ static void test_queued_kv_grow(void)
 	base_config(&c);
 	d = start(&c);
 	if (d && !three_first_turns(d, p, r1)) {
-		struct kvd_job *j = submit_long(d, p2[0], 480, &err);
+		struct kvd_job *j = submit_long(d, pp, 480, &err);
 
 		memset(&ref, 0, sizeof(ref));
 		same += j && !collect_reply(d, j, &ref, NULL) && same_tokens(&r2[0], &ref) &&
@@ -6485,7 +6405,6 @@ int main(int argc, char **argv)
 	RUN(program_fcfs);
 	RUN(program_chunks);
 	RUN(end_of_turn);
-	RUN(resume_room);
 	RUN(worker_fd0);
 	RUN(worker_storm);
 	RUN(stage_down);

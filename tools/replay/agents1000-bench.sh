@@ -218,6 +218,7 @@ def split(r, restored, key="ttft"):
     return [q[key] * 1000 for s in r["sessions"] for q in s["requests"]
             if q["turn"] > 0 and q.get(key) is not None and not q["error"]
             and (q.get("restored_tokens", 0) > 0 if restored else
+                 not q.get("restored_tokens") and
                  q["prompt_tokens"] - q["cached_tokens"] < 256)]
 
 for key, row in (("ttft", "resume_ttft"), ("server_ttft", "resume_first_token")):
