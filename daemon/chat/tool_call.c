@@ -316,6 +316,23 @@ static void leave_block(struct tc_stream *s, size_t used)
 
 enum match { NO, PARTIAL, FULL };
 
+/* A valid function name from b[start]: FULL with *end past it. */
+static enum match scan_name(const char *b, size_t n, size_t start, size_t *end)
+{
+	size_t i = start;
+
+	while (i < n && i - start <= TC_MAX_NAME && tc_valid_name(b + i, 1))
+		i++;
+	if (i - start > TC_MAX_NAME)
+		return NO;
+	if (i == n)
+		return PARTIAL;
+	if (i == start)
+		return NO;
+	*end = i;
+	return FULL;
+}
+
 /* Does the block start as the canonical form does, up to the "{" opening
  * the arguments? *name_len and *args_at on FULL. */
 static enum match canonical_head(const char *b, size_t n, size_t *name_off,
@@ -323,6 +340,7 @@ static enum match canonical_head(const char *b, size_t n, size_t *name_off,
 {
 	static const char p1[] = "\n{\"name\": \"", p2[] = "\", \"arguments\": {";
 	size_t l1 = sizeof(p1) - 1, l2 = sizeof(p2) - 1, i, k;
+	enum match m;
 
 	if (n == 0)
 		return PARTIAL;
@@ -330,14 +348,8 @@ static enum match canonical_head(const char *b, size_t n, size_t *name_off,
 		return NO;
 	if (n <= l1)
 		return PARTIAL;
-	for (i = l1; i < n && i - l1 <= TC_MAX_NAME && tc_valid_name(b + i, 1); i++)
-		;
-	if (i - l1 > TC_MAX_NAME)
-		return NO;
-	if (i == n)
-		return PARTIAL;
-	if (i == l1)
-		return NO;
+	if ((m = scan_name(b, n, l1, &i)) != FULL)
+		return m;
 	k = n - i < l2 ? n - i : l2;
 	if (memcmp(b + i, p2, k))
 		return NO;
@@ -380,14 +392,8 @@ static enum match loose_head(const char *b, size_t n, size_t *name_off,
 		if ((m = expect(b, n, &i, before[k], 1)) != FULL)
 			return m;
 	start = i;
-	while (i < n && i - start <= TC_MAX_NAME && tc_valid_name(b + i, 1))
-		i++;
-	if (i - start > TC_MAX_NAME)
-		return NO;
-	if (i == n)
-		return PARTIAL;
-	if (i == start)
-		return NO;
+	if ((m = scan_name(b, n, start, &i)) != FULL)
+		return m;
 	*name_off = start;
 	*name_len = i - start;
 	for (k = 0; k < 5; k++)	/* no whitespace inside the name's string */

@@ -1612,6 +1612,22 @@ static unsigned ended_before(struct kvd_job **jobs, unsigned n, const struct kvd
  * conversation sends its second turn. In arrival order it would wait for
  * all six to be admitted (four of them finished); it is admitted next.
  */
+/* X's first turn ("run the tests"), answered; into x2 its second. 0 or -1. */
+static int earlier_turn(struct kvd *d, char *x2, size_t size)
+{
+	static const char x1[] = "<|im_start|>user\nrun the tests<|im_end|>\n"
+				 "<|im_start|>assistant\n";
+	struct reply rx;
+
+	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
+		CHECK(0, "first conversation's first turn: %s", rx.err);
+		return -1;
+	}
+	snprintf(x2, size, "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
+		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
+	return 0;
+}
+
 static void test_program_fcfs(void)
 {
 	enum { NY = 6 };
@@ -1619,8 +1635,7 @@ static void test_program_fcfs(void)
 	struct kvd *d;
 	struct kvd_error err;
 	struct kvd_job *jobs[NY + 1], *xj;
-	char x1[256], x2[1024], y[NY][4096];
-	struct reply rx;
+	char x2[1024], y[NY][4096];
 	unsigned n = 0, i, before_x;
 	int tok = 0, ok = 1, all;
 
@@ -1629,15 +1644,10 @@ static void test_program_fcfs(void)
 	d = start(&c);
 	if (!d)
 		return;
-	snprintf(x1, sizeof(x1), "<|im_start|>user\nrun the tests<|im_end|>\n"
-		 "<|im_start|>assistant\n");
-	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
-		CHECK(0, "first conversation's first turn: %s", rx.err);
+	if (earlier_turn(d, x2, sizeof(x2))) {
 		kvd_destroy(d);
 		return;
 	}
-	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
-		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
 	/* first turns of ~400 tokens each: two fit in the arena at once */
 	for (i = 0; i < NY; i++)
 		tok = first_turn_400(d, y[i], sizeof(y[i]), i);
@@ -1732,8 +1742,7 @@ static void test_program_chunks(void)
 	struct kvd *d;
 	struct kvd_error err;
 	struct kvd_job *jobs[NY + 1], *xj;
-	char x1[256], x2[1024], y[NY][4096];
-	struct reply rx;
+	char x2[1024], y[NY][4096];
 	unsigned n = 0, i, before_x;
 	int tok = 0, ok = 1, all;
 	uint64_t chunks0, chunks = 0;
@@ -1744,15 +1753,10 @@ static void test_program_chunks(void)
 	d = start(&c);
 	if (!d)
 		return;
-	snprintf(x1, sizeof(x1), "<|im_start|>user\nrun the tests<|im_end|>\n"
-		 "<|im_start|>assistant\n");
-	if (ask(d, x1, 0, 1, 4, &rx, NULL)) {
-		CHECK(0, "first conversation's first turn: %s", rx.err);
+	if (earlier_turn(d, x2, sizeof(x2))) {
 		kvd_destroy(d);
 		return;
 	}
-	snprintf(x2, sizeof(x2), "%s%.*s<|im_end|>\n<|im_start|>user\nall passed<|im_end|>\n"
-		 "<|im_start|>assistant\n", x1, (int)rx.len, rx.text);
 	for (i = 0; i < NY; i++)
 		tok = first_turn_400(d, y[i], sizeof(y[i]), i);
 	pthread_mutex_lock(&d->lock);
