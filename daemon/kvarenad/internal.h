@@ -203,6 +203,23 @@ enum kvd_stall_cause {
 };
 extern const char *const kvd_stall_cause_names[KVD_STALL_CAUSES];
 
+/* Where the arena's blocks were when a tool's result found its KV on disk
+ * and its prefetch had found no room (tiering.c, room_census()): a full
+ * arena, or room the prefetch could not take. */
+enum kvd_room_holder {
+	KVD_ROOM_FREE,		/* free blocks */
+	KVD_ROOM_WANTED,	/* of them, what queued work lacked */
+	KVD_ROOM_CACHED,	/* the prefix cache's, no conversation's */
+	KVD_ROOM_RUNNING,	/* conversations with a turn admitted */
+	KVD_ROOM_QUEUED,	/* conversations whose turn waits for admission */
+	KVD_ROOM_HELD,		/* prefetched for a tool's return */
+	KVD_ROOM_MOVING,	/* idle, being written or read */
+	KVD_ROOM_SOONER,	/* idle, expected back sooner: not taken */
+	KVD_ROOM_LATER,		/* idle, expected back later: takeable */
+	KVD_ROOM_HOLDERS
+};
+extern const char *const kvd_room_holder_names[KVD_ROOM_HOLDERS];
+
 struct kvd_conv {
 	struct kvd_hnode by_id;		/* d->conv_by_id */
 	struct kvd_hnode by_sid;	/* d->conv_by_sid, while it has KV */
@@ -490,6 +507,8 @@ struct kvd_metrics {
 	uint64_t tier_restore_cached_tokens;	/* restored by sharing cached blocks */
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
 	uint64_t tier_stall_causes[KVD_STALL_CAUSES];	/* restore stalls by cause */
+	uint64_t tier_noroom_returns;		/* no_room returns, and their census */
+	uint64_t tier_noroom_blocks[KVD_ROOM_HOLDERS];
 	uint64_t tier_recomputed_tokens, tier_disk_evictions, tool_overruns;
 	uint64_t tool_repredictions;		/* each overrun's new prediction */
 	uint64_t idle_byte_s_ended;		/* idle byte-seconds of closed sessions */

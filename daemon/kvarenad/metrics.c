@@ -383,6 +383,14 @@ char *kvd_metrics_text(struct kvd *d)
 	for (i = 0; i < KVD_STALL_CAUSES; i++)
 		put(&o, "kvarenad_tier_restore_stall_causes_total{cause=\"%s\"} %llu\n",
 		    kvd_stall_cause_names[i], (unsigned long long)m.tier_stall_causes[i]);
+	counter(&o, "tier_no_room_returns_total", "Tool results that found their KV on disk "
+		"after its prefetch found no room.", m.tier_noroom_returns);
+	put(&o, "# HELP kvarenad_tier_no_room_blocks_total The arena's blocks at those returns, "
+		"by holder (summed over the returns).\n# TYPE kvarenad_tier_no_room_blocks_total "
+		"counter\n");
+	for (i = 0; i < KVD_ROOM_HOLDERS; i++)
+		put(&o, "kvarenad_tier_no_room_blocks_total{holder=\"%s\"} %llu\n",
+		    kvd_room_holder_names[i], (unsigned long long)m.tier_noroom_blocks[i]);
 	counter(&o, "tier_discards_total", "KV discarded (recomputed if it returns).",
 		m.tier_discards);
 	counter(&o, "tier_recomputed_tokens_total",

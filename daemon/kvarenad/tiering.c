@@ -677,6 +677,56 @@ static void stall_cause(struct kvd *d, struct kvd_conv *c, uint64_t now)
 		c->stall_cause = KVD_STALL_NO_PREFETCH;
 }
 
+static int takeable(const struct kvd_conv *o, const struct kvd_conv *c, uint64_t back);
+static uint64_t expected_back_ns(const struct kvd_conv *c);
+
+const char *const kvd_room_holder_names[KVD_ROOM_HOLDERS] = {
+	[KVD_ROOM_FREE] = "free", [KVD_ROOM_WANTED] = "wanted", [KVD_ROOM_CACHED] = "cached",
+	[KVD_ROOM_RUNNING] = "running", [KVD_ROOM_QUEUED] = "queued", [KVD_ROOM_HELD] = "held",
+	[KVD_ROOM_MOVING] = "moving", [KVD_ROOM_SOONER] = "sooner", [KVD_ROOM_LATER] = "later",
+};
+
+/*
+ * Where the arena's blocks were when c's tool returned and its prefetch
+ * had found no room: a full arena (turns running or queued, KV of
+ * conversations back sooner) or room the prefetch could have taken
+ * (`later`, which prefetch_room takes: a defect if ever counted). Blocks
+ * a prefix shares count once per conversation holding them.
+ */
+static void room_census(struct kvd *d, const struct kvd_conv *c)
+{
+	uint64_t back = expected_back_ns(c), n[KVD_ROOM_HOLDERS] = { 0 };
+	const struct kvd_conv *o;
+	char line[KVD_ROOM_HOLDERS * 32];
+	size_t len = 0;
+	uint32_t i;
+
+	n[KVD_ROOM_FREE] = kvd_blocks_free(d);
+	n[KVD_ROOM_WANTED] = d->room_wanted;
+	n[KVD_ROOM_CACHED] = d->cfg.prefix_cache ? d->radix.n_evictable : 0;
+	for (o = d->convs; o; o = o->next) {
+		uint32_t b = o->has_kv && o != c ? o->as.s.n_blocks : 0;
+
+		if (!b)
+			continue;
+		if (!idle_kv(o))
+			n[o->job->state == JOB_QUEUED ? KVD_ROOM_QUEUED : KVD_ROOM_RUNNING] += b;
+		else if (o->tier_hold && o->kstate == KVA_STATE_TOOL_WAIT)
+			n[KVD_ROOM_HELD] += b;
+		else if (o->tier_op || o->tier_setup)
+			n[KVD_ROOM_MOVING] += b;
+		else
+			n[takeable(o, c, back) ? KVD_ROOM_LATER : KVD_ROOM_SOONER] += b;
+	}
+	d->m.tier_noroom_returns++;
+	for (i = 0; i < KVD_ROOM_HOLDERS; i++) {
+		d->m.tier_noroom_blocks[i] += n[i];
+		len += snprintf(line + len, sizeof(line) - len, " %s %llu", kvd_room_holder_names[i],
+				(unsigned long long)n[i]);
+	}
+	kvd_log(KVD_LOG_INFO, "tier", "%s: no room at the return, blocks:%s", c->id, line);
+}
+
 static void log_stall(const struct kvd_conv *c, uint64_t now, const struct kvd_tticket *tk)
 {
 	kvd_log(KVD_LOG_INFO, "tier", "%s: restore stall %.1f ms (read %.1f ms), %s: tool class "
@@ -1096,8 +1146,12 @@ int kvd_tiering_need_kv(struct kvd *d, struct kvd_conv *c)
 
 	if (!tr)
 		return 0;
-	if (!c->stall_since_ns)
+	if (!c->stall_since_ns) {
 		stall_cause(d, c, now);
+		if (c->stall_cause == KVD_STALL_NO_ROOM && c->tier_file &&
+		    !(c->has_kv && c->as.s.n_blocks))
+			room_census(d, c);
+	}
 	c->tier_hold = 0;
 	timer_cancel(tr, c, TIMER_OVERRUN);
 	timer_cancel(tr, c, TIMER_PREFETCH);

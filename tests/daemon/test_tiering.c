@@ -44,6 +44,10 @@
  *   prefetch_first  a prefetch due that lacks room holds admission of
  *                   later conversations' turns while a job runs: the room
  *                   coming back is its own, no stall
+ *   room_census     a tool's result that finds its KV on disk, its
+ *                   prefetch having found no room: a no_room stall, and
+ *                   where the arena's blocks were (free, none idle and
+ *                   back later); restored once the room is back
  *   prefetch_reserve a prefetch due while a job admitted now would run
  *                   (the measured hold) keeps its room: a later
  *                   conversation's turn that would take it waits while a
@@ -2370,6 +2374,122 @@ out:
 }
 
 /*
+ * A tool's result that finds its KV on disk after its prefetch found no
+ * room is a no_room stall, and the daemon says where the arena's blocks
+ * were at that return (tiering.c, room_census): here, held by a kvarena
+ * session of the test's own, so free (one block short of A's restore)
+ * and no conversation's; none idle and back later (a prefetch would
+ * have taken those). Once the room is back A is restored, bit-identical.
+ */
+static void test_room_census(void)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir("census"), *txt = NULL, want[160];
+	struct kve_arena_session blk = { 0 };
+	struct kvd_job *ja = NULL;
+	struct kvd_config c;
+	struct kvd_conv *cc;
+	struct convo cv;
+	struct reply r1, r2;
+	struct kvd *d;
+	uint64_t census[KVD_ROOM_HOLDERS] = { 0 }, returns = 0, causes = 0, convs = 0;
+	uint32_t bt, need = 0, left = 0, hold = 0, noroom = 0, k;
+	double t0;
+	int a_ms = slow(4000), rc = -1, opened = 0, i;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, ref_tool[0]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(2000);
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
+	      "A calls a tool of %d ms, spilled", a_ms);
+	t0 = now_ms();
+	demand(d);
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc) {
+		need = (cc->tier_file_tokens + bt - 1) / bt;
+		left = kvd_blocks_free(d);
+		hold = left > need - 1 ? left - (need - 1) : 0;
+		rc = hold_blocks(d, hold, &blk, &opened);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left < need, "the arena held elsewhere: %u blocks free, A needs %u",
+	      left, need);
+	if (rc)
+		goto stop;
+	for (i = 0; i < a_ms / 10 && !noroom; i++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		cc = kvd_conv_find_id(d, r1.session);
+		noroom = cc ? cc->tier_noroom : 0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(noroom, "A's prefetch came due and found no room");
+	while (now_ms() - t0 < a_ms)
+		msleep(20);
+	/* the tool's result: A's turn finds its KV on disk, no room */
+	ja = submit(d, cv.p2, 24);
+	for (i = 0; ja && i < 2000 && !returns; i++) {
+		msleep(2);
+		pthread_mutex_lock(&d->lock);
+		returns = d->m.tier_noroom_returns;
+		pthread_mutex_unlock(&d->lock);
+	}
+	txt = kvd_metrics_text(d);
+	pthread_mutex_lock(&d->lock);
+	memcpy(census, d->m.tier_noroom_blocks, sizeof(census));
+	for (k = KVD_ROOM_RUNNING; k < KVD_ROOM_HOLDERS; k++)
+		convs += census[k];
+	pthread_mutex_unlock(&d->lock);
+	snprintf(want, sizeof(want), "kvarenad_tier_no_room_blocks_total{holder=\"free\"} %u\n",
+		 left);
+	CHECK(returns == 1 && census[KVD_ROOM_FREE] == left && !convs && txt &&
+	      strstr(txt, want) && strstr(txt, "kvarenad_tier_no_room_returns_total 1\n"),
+	      "the return's census: %llu returns, %llu free (%u), %llu in conversations, "
+	      "%llu idle back later", (unsigned long long)returns,
+	      (unsigned long long)census[KVD_ROOM_FREE], left, (unsigned long long)convs,
+	      (unsigned long long)census[KVD_ROOM_LATER]);
+	free(txt);
+	/* the room comes back: restored, not recomputed */
+	pthread_mutex_lock(&d->lock);
+	kve_arena_session_close(d->kv, &blk);
+	opened = 0;
+	pthread_mutex_unlock(&d->lock);
+	memset(&r2, 0, sizeof(r2));
+	CHECK(ja && collect(ja, &r2) == 0 && same_reply(&r2, ref), "A's reply, bit-identical");
+	ja = NULL;
+	pthread_mutex_lock(&d->lock);
+	causes = d->m.tier_stall_causes[KVD_STALL_NO_ROOM];
+	pthread_mutex_unlock(&d->lock);
+	CHECK(causes == 1 && metric(d, "kvarenad_tier_recomputed_tokens_total") == 0,
+	      "one no_room stall, nothing recomputed (%llu)", (unsigned long long)causes);
+stop:
+	if (opened) {
+		pthread_mutex_lock(&d->lock);
+		kve_arena_session_close(d->kv, &blk);
+		pthread_mutex_unlock(&d->lock);
+	}
+	if (ja)
+		collect(ja, &r2);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+/*
  * A prefetch due while a job admitted now would still hold its blocks
  * keeps its room from the turns of later conversations (admit.c,
  * kvd_tiering_reserve). A waits on a tool of a fixed 8 s, its KV on disk,
@@ -3233,6 +3353,7 @@ int main(int argc, char **argv)
 	RUN(overrun_hold);
 	RUN(overrun_prefetch);
 	RUN(prefetch_first);
+	RUN(room_census);
 	RUN(prefetch_reserve);
 	RUN(prefetch_order);
 	RUN(restore_first);
