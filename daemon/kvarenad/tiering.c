@@ -239,11 +239,6 @@ static uint64_t kv_bytes(const struct kvd *d, const struct kvd_conv *c)
 
 /* The stall rate a spill may risk: a restore is late at most this often. */
 #define MAX_STALL 0.05
-/* The prefetch's target is lower: the histogram's quantile is an estimate,
- * and an early return is one cause of stalls among others (no room, KV
- * taken again); at 0.05, 9 of a 100-agent pilot's 300 returns came 1-1126
- * ms before their prefetch was due. */
-#define PREFETCH_EARLY 0.02
 
 /* How long c's tool has run. */
 static uint64_t elapsed_us(const struct kvd_conv *c, uint64_t now)
@@ -589,25 +584,22 @@ void kvd_tiering_abandon(struct kvd *d, struct kvd_conv *c)
 /*
  * A spilled session's restore starts so that it is back before its tool
  * returns: at the time by which the tool has returned with probability
- * PREFETCH_EARLY (the conditional quantile of the class's distribution,
- * given how long it has run), less the restore time and the margin; while
- * the class has too few samples to say, half-way to its predicted (mean)
- * return, less those (a log-normal wait of sigma 0.5 returns before half
- * its mean 5% of the time; before the mean, about 60%).
+ * MAX_STALL (the conditional quantile of the class's distribution, given
+ * how long it has run), less the restore time and the margin; while the
+ * class has too few samples, at the predicted (mean) return less those.
  */
 static uint64_t prefetch_due_ns(struct kvd *d, struct kvd_conv *c, uint64_t now)
 {
 	uint32_t bt = bt_of(d);
-	uint64_t bytes, lead, back;
+	uint64_t bytes, lead;
 	int64_t q;
 
 	bytes = kvt_file_bytes(d->tier->t, (c->tier_file_tokens + bt - 1) / bt - c->tier_file_skip);
 	lead = kvt_restore_us(&d->tier->costs, bytes) + (uint64_t)d->cfg.tier_margin_ms * 1000;
-	q = kvd_toolwait_quantile_us(d, c->tool_class, elapsed_us(c, now), PREFETCH_EARLY);
+	q = kvd_toolwait_quantile_us(d, c->tool_class, elapsed_us(c, now), MAX_STALL);
 	if (q >= 0)
 		return now + ((uint64_t)q > lead ? ((uint64_t)q - lead) * 1000ull : 0);
-	back = c->wait_started_ns + c->tool_pred_us * 1000ull;
-	return kvt_prefetch_at_ns(&d->tier->costs, now, back > now ? (back - now) / 2000 : 0, bytes,
+	return kvt_prefetch_at_ns(&d->tier->costs, c->wait_started_ns, c->tool_pred_us, bytes,
 				  (uint64_t)d->cfg.tier_margin_ms * 1000);
 }
 
