@@ -2233,6 +2233,55 @@ out:
 }
 
 /*
+ * A (conversation 0) calls a tool of a_ms, its class trained to that, and
+ * is spilled and evicted (*t0: then); the arena is held by a kvarena
+ * session of the test's own (*blk, *opened) but for one block less than
+ * A's restore needs, and A's prefetch comes due (its return less the
+ * margin) and finds no room. 0: all of it so.
+ */
+static int short_of_room(struct kvd *d, const struct convo *cv, int a_ms, struct reply *r1,
+			 double *t0, struct kve_arena_session *blk, int *opened)
+{
+	uint32_t bt, need = 0, left = 0, hold = 0, noroom = 0;
+	struct kvd_conv *cc;
+	int rc = -1, i;
+
+	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
+	script(d, cv->call);
+	CHECK(ask(d, cv->p1, 8, r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
+	      "A calls a tool of %d ms, spilled", a_ms);
+	*t0 = now_ms();
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1->session), "disk"), "A evicted: its KV on disk only");
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	cc = kvd_conv_find_id(d, r1->session);
+	if (cc) {
+		need = (cc->tier_file_tokens + bt - 1) / bt;
+		left = kvd_blocks_free(d);
+		hold = left > need - 1 ? left - (need - 1) : 0;
+		rc = hold_blocks(d, hold, blk, opened);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && hold && left < need && left >= 12,
+	      "the arena held elsewhere: %u blocks free, A's restore needs %u", left, need);
+	if (rc)
+		return -1;
+	for (i = 0; i < a_ms / 10 && !noroom; i++) {
+		msleep(10);
+		pthread_mutex_lock(&d->lock);
+		cc = kvd_conv_find_id(d, r1->session);
+		noroom = cc ? cc->tier_noroom : 0;
+		pthread_mutex_unlock(&d->lock);
+	}
+	CHECK(noroom && metric(d, "kvarenad_tier_prefetches_total") == 0,
+	      "A's prefetch due %.0f ms into its %d ms wait: no room", now_ms() - *t0, a_ms);
+	return noroom ? 0 : -1;
+}
+
+/*
  * A prefetch that is due and finds no room holds the room that comes free
  * for itself, before the turns of conversations that started after its
  * own, while a job runs (which gives room back). A waits on a tool of a
@@ -2260,10 +2309,9 @@ static void test_prefetch_first(void)
 	struct convo cv;
 	struct reply r1, r2, rb, rc2;
 	struct kvd *d;
-	uint32_t bt, need = 0, left = 0, hold = 0, noroom = 0;
 	uint64_t turn0, turns = 0;
 	double t0;
-	int a_ms = slow(8000), rc = -1, opened = 0, b_queued = 0, c_runs = 0, a_disk = 0, i;
+	int a_ms = slow(8000), opened = 0, b_queued = 0, c_runs = 0, a_disk = 0, i;
 
 	if (!ref || !dir) {
 		free(dir);
@@ -2275,39 +2323,8 @@ static void test_prefetch_first(void)
 	d = start(&c);
 	if (!d)
 		goto out;
-	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
-	script(d, cv.call);
-	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
-	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
-	      "A calls a tool of %d ms, spilled", a_ms);
-	t0 = now_ms();
-	demand(d);
-	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
-	pthread_mutex_lock(&d->lock);
-	bt = d->geom.block_tokens;
-	cc = kvd_conv_find_id(d, r1.session);
-	if (cc) {
-		need = (cc->tier_file_tokens + bt - 1) / bt;
-		left = kvd_blocks_free(d);
-		hold = left > need - 1 ? left - (need - 1) : 0;
-		rc = hold_blocks(d, hold, &blk, &opened);
-		left = kvd_blocks_free(d);
-	}
-	pthread_mutex_unlock(&d->lock);
-	CHECK(rc == 0 && hold && left < need && left >= 12,
-	      "the arena held elsewhere: %u blocks free, A's restore needs %u", left, need);
-	if (rc)
+	if (short_of_room(d, &cv, a_ms, &r1, &t0, &blk, &opened))
 		goto stop;
-	/* A's prefetch comes due (its return less the margin) and finds no room */
-	for (i = 0; i < a_ms / 10 && !noroom; i++) {
-		msleep(10);
-		pthread_mutex_lock(&d->lock);
-		cc = kvd_conv_find_id(d, r1.session);
-		noroom = cc ? cc->tier_noroom : 0;
-		pthread_mutex_unlock(&d->lock);
-	}
-	CHECK(noroom && metric(d, "kvarenad_tier_prefetches_total") == 0,
-	      "A's prefetch due %.0f ms into its %d ms wait: no room", now_ms() - t0, a_ms);
 	/* C runs (nothing ran: it is admitted), then B comes */
 	jc = submit(d, c_prompt, 64);
 	for (i = 0; jc && i < 2000 && !c_runs; i++) {
@@ -2388,14 +2405,13 @@ static void test_room_census(void)
 	struct kve_arena_session blk = { 0 };
 	struct kvd_job *ja = NULL;
 	struct kvd_config c;
-	struct kvd_conv *cc;
 	struct convo cv;
 	struct reply r1, r2;
 	struct kvd *d;
 	uint64_t census[KVD_ROOM_HOLDERS] = { 0 }, returns = 0, causes = 0, convs = 0;
-	uint32_t bt, need = 0, left = 0, hold = 0, noroom = 0, k;
+	uint32_t left = 0, k;
 	double t0;
-	int a_ms = slow(4000), rc = -1, opened = 0, i;
+	int a_ms = slow(4000), opened = 0, i;
 
 	if (!ref || !dir) {
 		free(dir);
@@ -2407,36 +2423,11 @@ static void test_room_census(void)
 	d = start(&c);
 	if (!d)
 		goto out;
-	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
-	script(d, cv.call);
-	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
-	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
-	      "A calls a tool of %d ms, spilled", a_ms);
-	t0 = now_ms();
-	demand(d);
-	pthread_mutex_lock(&d->lock);
-	bt = d->geom.block_tokens;
-	cc = kvd_conv_find_id(d, r1.session);
-	if (cc) {
-		need = (cc->tier_file_tokens + bt - 1) / bt;
-		left = kvd_blocks_free(d);
-		hold = left > need - 1 ? left - (need - 1) : 0;
-		rc = hold_blocks(d, hold, &blk, &opened);
-		left = kvd_blocks_free(d);
-	}
-	pthread_mutex_unlock(&d->lock);
-	CHECK(rc == 0 && hold && left < need, "the arena held elsewhere: %u blocks free, A needs %u",
-	      left, need);
-	if (rc)
+	if (short_of_room(d, &cv, a_ms, &r1, &t0, &blk, &opened))
 		goto stop;
-	for (i = 0; i < a_ms / 10 && !noroom; i++) {
-		msleep(10);
-		pthread_mutex_lock(&d->lock);
-		cc = kvd_conv_find_id(d, r1.session);
-		noroom = cc ? cc->tier_noroom : 0;
-		pthread_mutex_unlock(&d->lock);
-	}
-	CHECK(noroom, "A's prefetch came due and found no room");
+	pthread_mutex_lock(&d->lock);
+	left = kvd_blocks_free(d);
+	pthread_mutex_unlock(&d->lock);
 	while (now_ms() - t0 < a_ms)
 		msleep(20);
 	/* the tool's result: A's turn finds its KV on disk, no room */
