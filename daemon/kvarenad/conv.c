@@ -795,6 +795,13 @@ static int reserve(struct kvd *d, struct kvd_conv *c, uint32_t total, int make_r
 		if (lim && d->tenant_blocks[slot] + (need - before) > lim)
 			return -EDQUOT;
 	}
+#ifdef KVD_TEST_HOOKS
+	if (d->test_reserve_fail) {
+		rc = d->test_reserve_fail;
+		d->test_reserve_fail = 0;
+		return rc;
+	}
+#endif
 	rc = kve_arena_session_reserve(d->kv, &c->as, total - c->as.s.n_tokens);
 	if (rc == -ENOSPC && make_room) {
 		/* make room for more than this one step: evicting a victim per

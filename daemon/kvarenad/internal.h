@@ -640,6 +640,7 @@ struct kvd {
 	int test_build_short;		/* this turn's steps_build lacked memory */
 	uint64_t test_turn;		/* steps_builds so far (audit.c) */
 	int test_send_fail;		/* worker index + 1: its next step is not sent */
+	int test_reserve_fail;		/* -errno: the next reservation fails so */
 #endif
 };
 

@@ -31,7 +31,7 @@
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns,
  * program_fcfs, program_chunks, end_of_turn, worker_fd0, and
- * with the hooks room_edge, reserve_in_flight, lost_in_turn, round_edges,
+ * with the hooks reserve_fail, room_edge, reserve_in_flight, lost_in_turn, round_edges,
  * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
  * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
  * KVD_TEST_FAIL_FAST=1 exits at the first failed check (the mutation lane).
@@ -184,6 +184,7 @@ static int collect_reply(struct kvd *d, struct kvd_job *j, struct reply *r,
 			break;
 		} else {
 			snprintf(r->err, sizeof(r->err), "%s", ev.err.message);
+			r->err_kind = ev.err.kind;
 			r->error = 1;
 			break;
 		}
@@ -808,6 +809,45 @@ static void test_worker_death(void)
 	      (uint32_t)metric(d, "kvarenad_kv_blocks_used"));
 	kvd_destroy(d);
 }
+
+#ifdef KVD_TEST_HOOKS
+/*
+ * A reservation of the prompt's KV that fails for a reason other than
+ * room (the kernel backend's ioctl, say: here -EIO by a test hook) fails
+ * that request with a clear error, before any step: it holds no block
+ * after, and the next request is served as before.
+ */
+static void test_reserve_fail(void)
+{
+	const char *p = "<|im_start|>user\ncount the blocks<|im_end|>\n<|im_start|>assistant\n";
+	struct kvd_config c;
+	struct reply ref, r;
+	uint32_t used;
+	struct kvd *d;
+
+	base_config(&c);
+	c.prefix_cache = 0;
+	c.retention = 0;
+	d = start(&c);
+	if (!d)
+		return;
+	used = (uint32_t)metric(d, "kvarenad_kv_blocks_used");
+	ask(d, p, 0, 1, 16, &ref, NULL);
+	pthread_mutex_lock(&d->lock);
+	d->test_reserve_fail = -EIO;
+	pthread_mutex_unlock(&d->lock);
+	ask(d, p, 0, 1, 16, &r, NULL);
+	CHECK(r.error && r.err_kind == KVD_ERR_INTERNAL && strstr(r.err, "cannot reserve KV") &&
+	      !r.n_tokens, "the reservation fails (EIO): the request fails so, no token (%s)",
+	      r.err);
+	CHECK((uint32_t)metric(d, "kvarenad_kv_blocks_used") == used,
+	      "it holds no block after (%u used, %u before)",
+	      (uint32_t)metric(d, "kvarenad_kv_blocks_used"), used);
+	CHECK(ask(d, p, 0, 1, 16, &r, NULL) == 0 && same_tokens(&r, &ref),
+	      "the next request is served as before (%u tokens)", r.n_tokens);
+	kvd_destroy(d);
+}
+#endif
 
 /*
  * A worker's socket may be descriptor 0 (a daemon started with its stdin
@@ -6427,6 +6467,7 @@ int main(int argc, char **argv)
 	RUN(admit_fair);
 	RUN(last_block);
 #ifdef KVD_TEST_HOOKS
+	RUN(reserve_fail);
 	RUN(room_edge);
 	RUN(reserve_in_flight);
 	RUN(lost_in_turn);

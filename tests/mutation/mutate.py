@@ -87,7 +87,7 @@ ORCH_PARTS = ["greedy_and_turns", "prefix_sharing", "fork", "copy_mode", "pressu
               "queued_kv_tenants", "stage_down", "kstate_stages", "room_edge",
               "reserve_in_flight", "lost_in_turn",
               "round_edges", "round_restore_waits", "program_chunks", "end_of_turn",
-              "worker_fd0"]
+              "worker_fd0", "reserve_fail"]
 # the disk tier's test, one part per KVD_TEST_ONLY name: the scheduler's
 # paths with a tier (spills in the poll set, room made for restores);
 # idle1000 (1000 conversations' memory bound) runs unsanitized in
