@@ -431,12 +431,30 @@ def describe(path, src, m):
                                           orig, new) if new or orig else kind
 
 
-def key_of(path, src, m):
-    """stable across line moves: file, the source line's text, the change"""
+def base_key(path, src, m):
     st, en, rep, kind = m
     return "%s | %s | %s -> %s" % (path, " ".join(line_text(src, st).split()),
                                      " ".join(src[st:en].split()) or "''",
                                      " ".join(rep.split()) or "''")
+
+
+_SAME_KEY = {}
+
+
+def key_of(path, src, m):
+    """stable across line moves: file, the source line's text, the change;
+    where one line has the same change in several places (the three 0s
+    of build(d, w, 0, 1, 0, 0, ...)), " #n" says which, in source order"""
+    base = base_key(path, src, m)
+    memo = (path, hash(src))
+    if memo not in _SAME_KEY:
+        by = {}
+        for x in candidates(path, src):
+            by.setdefault(base_key(path, src, x), []).append(x)
+        _SAME_KEY.clear()
+        _SAME_KEY[memo] = by
+    same = _SAME_KEY[memo].get(base, [m])
+    return base if len(same) < 2 or m not in same else "%s #%d" % (base, same.index(m) + 1)
 
 
 class Equiv:
@@ -453,10 +471,16 @@ class Equiv:
                     self.lines.append(line)
 
     def get(self, key):
-        k = " ".join(key.split()) + " || "
-        for line in self.lines:
-            if line.startswith(k):
-                return line[len(k):].strip() or "(no reason given)"
+        """a key with its place (" #n") matches a line naming that place,
+        else one naming none (written for every place of the change)"""
+        key = " ".join(key.split())
+        keys = [key]
+        if re.search(r" #\d+$", key):
+            keys.append(re.sub(r" #\d+$", "", key))
+        for k in keys:
+            for line in self.lines:
+                if line.startswith(k + " || "):
+                    return line[len(k) + 4:].strip() or "(no reason given)"
         return None
 
     def __contains__(self, key):
