@@ -6389,6 +6389,17 @@ static void test_fair_join(void)
 	CHECK(kvd_fair_vt(d, 11) == 300,
 	      "fair_join: a tenant ahead of the smallest running one (225, 325) keeps its virtual time (vt %g)",
 	      kvd_fair_vt(d, 11));
+	/* a floor of 0 is a floor: a tenant with a job not yet charged (0),
+	 * then one at 100; a third joining starts at 0, the smallest */
+	memset(d->tenant_jobs, 0, sizeof(d->tenant_jobs));
+	memset(d->tenant_vt, 0, sizeof(d->tenant_vt));
+	kvd_fair_job_added(d, 11);
+	kvd_fair_job_added(d, 22);
+	kvd_fair_charge(d, 22, 100);
+	kvd_fair_job_added(d, 33);
+	CHECK(kvd_fair_vt(d, 33) == 0,
+	      "fair_join: the running ones at 0 and 100: a joining tenant starts at 0 (vt %g)",
+	      kvd_fair_vt(d, 33));
 	free(d);
 }
 
