@@ -21,7 +21,8 @@
 # resume_ttft_p99_ms_at_N against base (goal <= 2x), the same in this run
 # for resumes whose KV came back from disk against those whose KV stayed
 # (resume_ttft_p99_ms_restored_vs_arena: same load), restore_stalls_pct
-# (goal < 5), and what the run was: kv_total_gib, arena_gib, spilled GiB.
+# (goal < 5) and by cause, the arena at no_room returns, and what the run
+# was: kv_total_gib, arena_gib, spilled GiB.
 # Writes build/bench/agents1000/ (sessions, runs' JSON, daemon logs, the
 # report and its plots).
 #
@@ -144,9 +145,10 @@ run agents "$blocks" "$out/sessions.jsonl" "$n"
 $py tools/replay/kvreplay.py report --out "$out" base agents | tee "$out/report.out"
 
 # the rows
-$py - "$out" "$n" "$kv_total" "$arena_mb" >>"$tsv" <<'EOF'
+$py - "$out" "$n" "$kv_total" "$arena_mb" "$blocks" >>"$tsv" <<'EOF'
 import json, math, sys
 out, n, kv_total, arena_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+blocks = int(sys.argv[5])
 base = json.load(open(out + "/base.json"))
 ag = json.load(open(out + "/agents.json"))
 
@@ -235,6 +237,20 @@ ret = d.get("kvarenad_tool_waits_total", 0)
 st = d.get("kvarenad_tier_restore_stalls_total", 0)
 rows.append(fmt("restore_stalls_pct", "%.2f" % (100.0 * st / ret if ret else 0), "%", "goal", 5,
                 "-"))
+# by cause (tier.md): no_room is a return whose prefetch found the arena
+# full; the census says of what, and whether room due back later was left
+# (idle_later: what a prefetch takes, so anything there is a defect)
+cause = lambda c: d.get('kvarenad_tier_restore_stall_causes_total{cause="%s"}' % c, 0)
+for c in ("early", "no_room", "taken_again", "reading"):
+    rows.append(fmt("restore_stalls_%s_pct" % c, "%.2f" % (100.0 * cause(c) / ret if ret else 0),
+                    "%", "stalls", "%d" % cause(c), "-"))
+nr = d.get("kvarenad_tier_no_room_returns_total", 0)
+if nr:
+    hold = lambda h: d.get('kvarenad_tier_no_room_blocks_total{holder="%s"}' % h, 0) / nr
+    rows.append(fmt("no_room_running_blocks_mean", "%.0f" % hold("running"), "blocks",
+                    "arena_blocks", "%d" % blocks, "-"))
+    rows.append(fmt("no_room_idle_later_blocks_mean", "%.0f" % hold("later"), "blocks",
+                    "returns", "%d" % nr, "-"))
 rows.append(fmt("agents_kv_total_gib", "%.1f" % (kv_total / 2**30), "GiB", "arena_gib",
                 "%.1f" % (arena_mb / 1024), "%.1f" % (kv_total / 2**30 / (arena_mb / 1024))))
 rows.append(fmt("agents_spilled_gib", "%.1f" % (d.get("kvarenad_tier_spill_bytes_total", 0) / 2**30),
