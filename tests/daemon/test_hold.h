@@ -25,6 +25,17 @@ static inline int hold_blocks(struct kvd *d, uint32_t n, struct kve_arena_sessio
 		rc = kve_arena_session_reserve(d->kv, blk, n * bt);
 	return rc;
 }
+
+/* The test's blocks given back (d->lock not held), if it holds them. */
+static inline void release_blocks(struct kvd *d, struct kve_arena_session *blk, int *opened)
+{
+	if (!*opened)
+		return;
+	pthread_mutex_lock(&d->lock);
+	kve_arena_session_close(d->kv, blk);
+	pthread_mutex_unlock(&d->lock);
+	*opened = 0;
+}
 #endif
 
 #endif

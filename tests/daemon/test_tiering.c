@@ -1660,11 +1660,7 @@ static void test_discard_waits(void)
 		      "%llu scheduler turns later A's return waits holding %u blocks (room was "
 		      "made for it: B's idle KV holds %u)", (unsigned long long)turns, a_blocks,
 		      b_blocks);
-		pthread_mutex_lock(&d->lock);
-		if (opened)
-			kve_arena_session_close(d->kv, &blk);
-		opened = 0;
-		pthread_mutex_unlock(&d->lock);
+		release_blocks(d, &blk, &opened);
 		kvd_wake(d);
 		if (ja)
 			collect(ja, &r2);
@@ -2044,11 +2040,7 @@ static void test_prefetch_taken(void)
 	CHECK(!strcmp(tier_of(d, ra.session), "arena") && !strcmp(tier_of(d, rb.session), "disk"),
 	      "B's prefetch due: A's prefetched KV not taken for it (A %s, B %s)",
 	      tier_of(d, ra.session), tier_of(d, rb.session));
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	CHECK(ask(d, b.p2, 8, &r2) == 0 && r2.n_tokens > 0, "B continues once there is room");
 	CHECK(ask(d, a.p2, 8, &r2) == 0 && r2.n_tokens > 0 &&
 	      metric(d, "kvarenad_tier_restore_stall_causes_total{cause=\"taken_again\"}") == 0,
@@ -2355,10 +2347,7 @@ static void test_prefetch_first(void)
 	      (unsigned long long)turns, b_queued ? "queued" : "admitted",
 	      c_runs ? "running" : "done", a_disk ? "on disk" : "?");
 	/* the room comes back: A's prefetch takes it first */
-	pthread_mutex_lock(&d->lock);
-	kve_arena_session_close(d->kv, &blk);
-	opened = 0;
-	pthread_mutex_unlock(&d->lock);
+	release_blocks(d, &blk, &opened);
 	memset(&rb, 0, sizeof(rb));
 	memset(&rc2, 0, sizeof(rc2));
 	CHECK(jb && collect(jb, &rb) == 0 && rb.n_tokens > 0, "B runs after A's prefetch");
@@ -2375,11 +2364,7 @@ static void test_prefetch_first(void)
 	      "A's result finds its KV: no stall, output bit-identical (%llu stalls)",
 	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
 stop:
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	if (jb)
 		collect(jb, &rb);
 	if (jc)
@@ -2454,10 +2439,7 @@ static void test_room_census(void)
 	      (unsigned long long)census[KVD_ROOM_LATER]);
 	free(txt);
 	/* the room comes back: restored, not recomputed */
-	pthread_mutex_lock(&d->lock);
-	kve_arena_session_close(d->kv, &blk);
-	opened = 0;
-	pthread_mutex_unlock(&d->lock);
+	release_blocks(d, &blk, &opened);
 	memset(&r2, 0, sizeof(r2));
 	CHECK(ja && collect(ja, &r2) == 0 && same_reply(&r2, ref), "A's reply, bit-identical");
 	ja = NULL;
@@ -2467,11 +2449,7 @@ static void test_room_census(void)
 	CHECK(causes == 1 && metric(d, "kvarenad_tier_recomputed_tokens_total") == 0,
 	      "one no_room stall, nothing recomputed (%llu)", (unsigned long long)causes);
 stop:
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	if (ja)
 		collect(ja, &r2);
 	stop(d);
@@ -2594,10 +2572,7 @@ static void test_prefetch_reserve(void)
 	      !strcmp(tier_of(d, r1.session), "arena") && now_ms() - t0 < a_ms,
 	      "A prefetched back %.0f ms into its %d ms wait", now_ms() - t0, a_ms);
 	/* the rest of the arena back for A's reply */
-	pthread_mutex_lock(&d->lock);
-	kve_arena_session_close(d->kv, &blk);
-	opened = 0;
-	pthread_mutex_unlock(&d->lock);
+	release_blocks(d, &blk, &opened);
 	while (now_ms() - t0 < a_ms)
 		msleep(20);
 	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref) &&
@@ -2605,11 +2580,7 @@ static void test_prefetch_reserve(void)
 	      "A's result finds its KV: no stall, output bit-identical (%llu stalls)",
 	      (unsigned long long)metric(d, "kvarenad_tier_restore_stalls_total"));
 stop:
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	if (jb)
 		collect(jb, &rb);
 	if (jc)
@@ -2842,10 +2813,7 @@ static void test_restore_first(void)
 	      "%llu scheduler turns later B still waits behind A's restore (B %s, A %s)",
 	      (unsigned long long)turns, b_queued ? "queued" : "admitted", a_disk ? "on disk" : "?");
 	/* the room comes back */
-	pthread_mutex_lock(&d->lock);
-	kve_arena_session_close(d->kv, &blk);
-	opened = 0;
-	pthread_mutex_unlock(&d->lock);
+	release_blocks(d, &blk, &opened);
 	memset(&ra, 0, sizeof(ra));
 	memset(&rb, 0, sizeof(rb));
 	CHECK(ja && collect(ja, &ra) == 0 && same_reply(&ra, ref),
@@ -2858,11 +2826,7 @@ static void test_restore_first(void)
 	      metric(d, "kvarenad_tier_recomputed_tokens_total") == 0,
 	      "one restore, one stall, nothing recomputed");
 stop:
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	if (ja)
 		collect(ja, &ra);
 	if (jb)
@@ -3154,10 +3118,7 @@ static void test_restore_shared(void)
 	pthread_mutex_unlock(&d->lock);
 	CHECK(turns >= 8 && waiting, "%llu scheduler turns later B's restore still waits, its spill "
 	      "file kept", (unsigned long long)turns);
-	pthread_mutex_lock(&d->lock);
-	kve_arena_session_close(d->kv, &blk);
-	opened = 0;
-	pthread_mutex_unlock(&d->lock);
+	release_blocks(d, &blk, &opened);
 	memset(&r2, 0, sizeof(r2));
 	CHECK(jb && collect(jb, &r2) == 0 && same_reply(&r2, &ref),
 	      "B restored once there is room: output bit-identical to the run without eviction");
@@ -3170,11 +3131,7 @@ static void test_restore_shared(void)
 	      (unsigned long long)metric(d, "kvarenad_tier_restores_total"),
 	      r2.usage.cached_tokens, rb.usage.prompt_tokens);
 stop:
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	if (jb)
 		collect(jb, &r2);
 	stop(d);
@@ -3272,11 +3229,7 @@ static void test_lost_shared(void)
 	      metric(d, "kvarenad_kv_misses_total") == 0, "S continues without a miss (%llu)",
 	      (unsigned long long)metric(d, "kvarenad_kv_misses_total"));
 stop:
-	if (opened) {
-		pthread_mutex_lock(&d->lock);
-		kve_arena_session_close(d->kv, &blk);
-		pthread_mutex_unlock(&d->lock);
-	}
+	release_blocks(d, &blk, &opened);
 	CHECK(ask(d, b.p2, 24, &r2) == 0 && r2.n_tokens > 0, "B continues too");
 	stop(d);
 out:
