@@ -256,10 +256,36 @@ static void test_extremes(void)
 	      kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 512));
 	CHECK(kvc_predict_survival(slots, KVC_PREDICT_SLOTS, 1024, 1024) == 0,
 	      "nothing outlives its slot");
-	/* The last microsecond of a slot: the rest's mean is the elapsed
-	 * time itself (integer us), so nothing remains. */
-	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 2047, 0) == 0,
-	      "at the last us of the last slot: 0 left");
+	/* Past the middle of the last slot holding waits, the rest is held
+	 * at a quarter of the slot (the spread mass would leave nothing at
+	 * its top), and a runtime predicting anew at each overrun does so
+	 * at most twice more in the slot before the Lindy rule. */
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 1280, 0) == 384,
+	      "before the middle of the last slot: the mean of the rest");
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 1792, 0) == 256,
+	      "past the middle of the last slot: a quarter of it");
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 2047, 0) == 256,
+	      "at the last us of the last slot: still a quarter of it");
+	{
+		uint64_t e = 1024;
+		int n = 0;
+
+		while (e < 2048 && n < 100) {
+			e += kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, e, 0);
+			n++;
+		}
+		CHECK(n == 3 && e == 2048,
+		      "overruns in the last slot: %d predictions to its top, %lu us",
+		      n, (unsigned long)e);
+		/* the hint: the prediction just passed, as kvarenad gives */
+		CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, e, e) == e,
+		      "at the top: the Lindy rule");
+	}
+	/* Not the last slot: the mass above pulls the rest up as before. */
+	slots[12] = 1;	/* [4096, 8192) us */
+	CHECK(kvc_predict_remaining_us(slots, KVC_PREDICT_SLOTS, 2047, 0) > 256,
+	      "a slot with waits above it: no floor needed");
+	slots[12] = 0;
 	/* Exactly 2^20 samples are not scaled: 3 and 5 above elapsed keep
 	 * their 3 : 5 weights (scaled by 2 they would round to 2 : 3). */
 	memset(slots, 0, sizeof(slots));
