@@ -299,6 +299,9 @@ char *kvd_metrics_text(struct kvd *d)
 	      "flight at once.", m.prefill_busy_max);
 	counter(&o, "prefix_waits_total", "Admissions that waited for another request "
 		"computing the same uncached prefix.", m.prefill_waits);
+	counter(&o, "admit_kv_given_back_total", "KV sessions a turn opened (its cached prefix "
+		"attached) to admit a request, then gave back for want of room.",
+		m.admit_given_back);
 	counter(&o, "prompt_copied_tokens_total", "Prompt tokens whose KV an n > 1 choice "
 		"copied from the first choice's (the blocks the prefix cache does not share).",
 		m.fork_copied_tokens);

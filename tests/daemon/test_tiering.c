@@ -2487,7 +2487,7 @@ static void test_prefetch_reserve(void)
 	struct reply r1, r2, rb, rc2;
 	struct kvd *d;
 	uint32_t bt, need = 0, left = 0, hold = 0, reserve = 0;
-	uint64_t turn0, turns = 0;
+	uint64_t turn0, turns = 0, given0 = 0, given;
 	double t0;
 	int a_ms = slow(8000), rc = -1, opened = 0, b_queued = 0, c_runs = 0, a_disk = 0, i;
 
@@ -2537,6 +2537,7 @@ static void test_prefetch_reserve(void)
 	      need);
 	if (rc)
 		goto stop;
+	given0 = metric(d, "kvarenad_admit_kv_given_back_total");
 	jb = submit(d, b_prompt, 4);
 	pthread_mutex_lock(&d->lock);
 	turn0 = d->n_step_us;
@@ -2560,6 +2561,12 @@ static void test_prefetch_reserve(void)
 	      "prefetch, not due yet (B %s, A %s)", (unsigned long long)turns, now_ms() - t0,
 	      c_runs ? "running" : "done", reserve, b_queued ? "queued" : "admitted",
 	      a_disk ? "on disk" : "?");
+	/* told so before its KV session is opened: a turn does not open
+	 * and give back a session for each job waiting beside the reserve */
+	given = metric(d, "kvarenad_admit_kv_given_back_total") - given0;
+	CHECK(b_queued && given == 0,
+	      "B's KV session not opened to be given back while it waits (%llu given back in "
+	      "%llu turns)", (unsigned long long)given, (unsigned long long)turns);
 	memset(&rb, 0, sizeof(rb));
 	memset(&rc2, 0, sizeof(rc2));
 	CHECK(jc && collect(jc, &rc2) == 0 && rc2.n_tokens > 0, "C completes");
