@@ -34,9 +34,20 @@ uint64_t kvd_radix_key(const struct kvd_radix *r, uint32_t tenant,
 	uint32_t i;
 
 	h = kvd_mix64(h ^ (parent ? parent->serial : 0));
-	for (i = 0; i < r->bt; i++)
-		h = kvd_mix64(h ^ (uint32_t)tokens[i]);
-	return h;
+	/* two tokens a round, one multiply (odd: a bijection) and a fold,
+	 * then one full mix: a third of the cost of a mix per token. Every
+	 * queued turn's prefix is walked in every scheduler turn, 61 ns a
+	 * block before, most of a turn at 1000 conversations. */
+	for (i = 0; i + 1 < r->bt; i += 2) {
+		h = (h ^ ((uint32_t)tokens[i] | (uint64_t)(uint32_t)tokens[i + 1] << 32)) *
+		    0x9e3779b97f4a7c15ull;
+		h ^= h >> 32;
+	}
+	if (i < r->bt) {
+		h = (h ^ (uint32_t)tokens[i]) * 0x9e3779b97f4a7c15ull;
+		h ^= h >> 32;
+	}
+	return kvd_mix64(h);
 }
 
 int kvd_radix_init(struct kvd_radix *r, uint32_t block_tokens, uint32_t blocks_total,
