@@ -363,14 +363,6 @@ static uint32_t committed_blocks(const struct kvd *d, int *any)
 	return sum;
 }
 
-/*
- * Is there room to admit j (its conversation's KV session open, cached
- * blocks shared) without taking what the running jobs will need? Its
- * prompt's blocks not yet held, its own reserve and the running ones'
- * must be free, after evicting idle KV and unused cached blocks for them
- * (kvd_make_room: never a running job's). A job alone is admitted when its
- * prompt fits: nothing else will give blocks back.
- */
 /* The blocks j's prompt lacks with `held` of them in its session, and its
  * own decode reserve. */
 static uint32_t blocks_wanted(const struct kvd *d, const struct kvd_job *j, uint32_t held)
@@ -387,6 +379,14 @@ static uint32_t blocks_wanted(const struct kvd *d, const struct kvd_job *j, uint
 	return prompt + own;
 }
 
+/*
+ * Is there room to admit j (its conversation's KV session open, cached
+ * blocks shared) without taking what the running jobs will need? Its
+ * prompt's blocks not yet held, its own reserve and the running ones'
+ * must be free, after evicting idle KV and unused cached blocks for them
+ * (kvd_make_room: never a running job's). A job alone is admitted when its
+ * prompt fits: nothing else will give blocks back.
+ */
 static int room_for(struct kvd *d, struct kvd_job *j, uint32_t committed, int others)
 {
 	uint32_t want, free_now;
@@ -454,18 +454,6 @@ static int wait_empty(struct kvd *d, struct kvd_conv *c, int opened)
 	return 1;
 }
 
-/* What room_for() reserves for a new turn's reply. */
-static void set_max_new(const struct kvd *d, struct kvd_job *j, int readmit)
-{
-	const struct kvd_conv *c = j->conv;
-
-	if (readmit)
-		return;
-	j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
-	if (j->max_new > d->ctx_len - c->n_tokens)
-		j->max_new = d->ctx_len - c->n_tokens;
-}
-
 /* 0 admitted, 1 no room (wait; stop admitting), 2 waiting for a shared
  * prefix being computed (others may pass), <0 failed (job finished). */
 static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int *others)
@@ -496,6 +484,12 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 	default:
 		return 2;
 	}
+	if (!readmit) {
+		/* what room_for() and short_beside_reserve() reserve for it */
+		j->max_new = j->s.max_tokens ? j->s.max_tokens : d->cfg.max_tokens_cap;
+		if (j->max_new > d->ctx_len - c->n_tokens)
+			j->max_new = d->ctx_len - c->n_tokens;
+	}
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
 		opened = c->has_kv ? 2 : 1;
@@ -506,7 +500,6 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 			j->waited_prefix = 1;
 			return 2;
 		}
-		set_max_new(d, j, readmit);
 		if (short_beside_reserve(d, j, d->cfg.prefix_cache ? n : 0, *committed, *others))
 			return 1;
 		rc = kvd_conv_open_kv(d, c);
@@ -523,7 +516,6 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 		if (d->cfg.prefix_cache)
 			kv0 = kvd_prefix_attach(d, c, c->n_tokens - 1);
 	}
-	set_max_new(d, j, readmit);
 	if (!room_for(d, j, *committed, *others))
 		return wait_empty(d, c, opened);
 	rc = kvd_conv_reserve_to(d, c, c->n_tokens);
