@@ -132,9 +132,10 @@ static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, 
  *     the 12 scale bytes in 3 groups, the 128 nibble bytes in 32 groups.
  *   Q5_K (2816 bytes): as Q4_K, with the 32 bytes of 5th bits (qh) in 8
  *     groups between the scales and the nibbles (GGUF's order).
- *   Q6_K (3360 bytes): d (32 bytes), the 16 int8 scales in 4 groups, the
- *     128 bytes of low nibbles (ql) in 32 groups, the 64 of high bits
- *     (qh) in 16 groups.
+ *   Q6_K (3360 bytes): d (32 bytes), the 16 int8 scales in 4 groups, then
+ *     the 32 groups of the 128 bytes of low nibbles (ql) and the 16 of the
+ *     64 of high bits (qh) interleaved in the order the product reads
+ *     them (kve_q6kx16_group), so that it reads each panel straight up.
  * The product then sums each 32- (16-) value sub-block of 16 rows in 16
  * int32 lanes, scales them by the rows' sub-block scales, and runs the
  * float step per block for 16 rows at once: the portable C product's
@@ -155,6 +156,29 @@ static inline const uint8_t *kve_qkx16_blk(const struct kve_mat *w, uint32_t r, 
 			    w->type == GGML_Q5_K ? KVE_Q5KX16_BLK : KVE_Q4KX16_BLK);
 }
 
+/*
+ * Q6_K x16: the 64-byte group (after d) that holds 4-byte group n of the
+ * rows' scales (n 0-3), ql (4-35) or qh (36-51). The scales first; then,
+ * for each half m of the block and j = 0..7, ql groups 16m + j and
+ * 16m + 8 + j and qh group 8m + j, three by three: the tile's order. In
+ * GGUF's order (ql, then qh) the tile read three streams at once, and the
+ * hardware prefetcher of a Zen 4 followed none of them (a 110M Q4_K_M
+ * file's Q6_K matrices read at 8 GB/s from memory, 34 after).
+ */
+static inline uint32_t kve_q6kx16_group(uint32_t n)
+{
+	uint32_t q;
+
+	if (n < 4)
+		return n;
+	if (n < 36) {
+		q = n - 4;
+		return 4 + 24 * (q / 16) + 3 * (q % 8) + q % 16 / 8;
+	}
+	q = n - 36;
+	return 4 + 24 * (q / 8) + 3 * (q % 8) + 2;
+}
+
 /* K-quant x16: piece n of row i's block, the bytes [g, g + len) of its
  * GGUF layout, sits at x in the panel's block; returns len (2 or 4), 0
  * past the last piece (Q4_K 37 pieces, Q5_K 45, Q6_K 53) */
@@ -171,7 +195,7 @@ static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
 		if (n >= 52)
 			return 0;
 		*g = n < 4 ? 192 + 4 * n : 4 * (n - 4);	/* ql and qh are adjacent */
-		*x = 32 + 64 * n + 4 * i;
+		*x = 32 + 64 * kve_q6kx16_group(n) + 4 * i;
 		return 4;
 	}
 	if (n < 2) {	/* d, dmin */
@@ -346,6 +370,26 @@ extern const struct kve_kernels kve_kernels_avx512;
 /* The set this process uses, picked once (kve_kernels_pick_sets); NULL,
  * and nothing kept, when memory for a self-check was short. */
 const struct kve_kernels *kve_kernels_select(void);
+
+/*
+ * Whether the AVX-512 sets' one-token products ask for the weights ahead
+ * of their loads (prefetch_ahead, kernels_q8_avx512.h): set by
+ * kve_kernels_select before any product runs, as kve_weight_prefetch_for
+ * says for $KVE_PREFETCH and this CPU. Prefetching changes no result,
+ * only the time.
+ */
+extern int kve_weight_prefetch;
+/*
+ * want ("0" or "1", else ignored; may be NULL) decides; otherwise the CPU
+ * does, by CPUID leaf 0's vendor (ebx, edx, ecx) and leaf 1's eax: on for
+ * AMD family 0x1A (Zen 5), where asking 8 KiB ahead made a pass over a
+ * Q4_K_M file's matrices 1.15-1.2x faster; off elsewhere: on family 0x19
+ * (Zen 4) it made the quantised decode 1.0-1.25x slower than the
+ * hardware's own prefetcher on the ascending panels (engine.md), and
+ * elsewhere it was never measured. kernels.c.
+ */
+int kve_weight_prefetch_for(const char *want, unsigned ebx0, unsigned edx0, unsigned ecx0,
+			    unsigned eax1);
 
 /*
  * Compares every kernel of cand with ref (the portable C set) on small

@@ -832,7 +832,7 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 	for (j = 0; j < C; j++)
 		acc[j] = _mm512_setzero_ps();
 	for (b = 0; b < nb; b++, p += KVE_Q6KX16_BLK) {
-		const uint8_t *ql = p + 32 + 4 * 64, *qh = ql + 32 * 64;
+		const uint8_t *q6 = p + 32 + 4 * 64;	/* kve_q6kx16_group's order */
 		const struct kve_q8k *x[4];
 		__m512i sg[4], is[4];
 
@@ -863,9 +863,11 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 							-32 * x[j]->bsums[8 * n + h + 2 * v]);
 #pragma GCC unroll 4
 				for (g = 4 * h; g < 4 * h + 4; g++) {
-					const __m512i l0 = _mm512_loadu_si512(ql + 64 * (16 * n + g));
-					const __m512i l1 = _mm512_loadu_si512(ql + 64 * (16 * n + 8 + g));
-					const __m512i hb = _mm512_loadu_si512(qh + 64 * (8 * n + g));
+					/* ql groups 16n + g and 16n + 8 + g, qh 8n + g */
+					const uint8_t *lg = q6 + 64 * (24 * n + 3 * g);
+					const __m512i l0 = _mm512_loadu_si512(lg);
+					const __m512i l1 = _mm512_loadu_si512(lg + 64);
+					const __m512i hb = _mm512_loadu_si512(lg + 128);
 					__m512i q[4];
 
 					/* low nibble | high bits, one bit select each

@@ -592,6 +592,60 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
  * the row helper; the other sets (the C set, and AVX2 where the CPU has
  * it) serve the layout with the same bits.
  */
+/* the x16 layouts: the 16 rows' pieces of a K-quant block fill the
+ * panel's block once each, every byte of the row's block copied once */
+static void check_qkx16_layout(void)
+{
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+	static const uint32_t blk[] = { KVE_Q4KX16_BLK, KVE_Q5KX16_BLK, KVE_Q6KX16_BLK };
+	unsigned ti, i, n, b, ok = 1;
+
+	for (ti = 0; ti < 3; ti++) {
+		uint8_t panel[KVE_Q6KX16_BLK], row[16][210];
+
+		memset(panel, 0, sizeof(panel));
+		memset(row, 0, sizeof(row));
+		for (i = 0; i < 16; i++) {
+			uint32_t g, x, len;
+
+			for (n = 0; (len = kve_qkx16_piece(types[ti], i, n, &g, &x)); n++)
+				for (b = 0; b < len; b++) {
+					ok &= x + b < blk[ti] && g + b < ggml_blck_bytes(types[ti]);
+					if (x + b < blk[ti] && g + b < 210) {
+						panel[x + b]++;
+						row[i][g + b]++;
+					}
+				}
+		}
+		for (b = 0; b < blk[ti]; b++)
+			ok &= panel[b] == 1;
+		for (i = 0; i < 16; i++)
+			for (b = 0; b < ggml_blck_bytes(types[ti]); b++)
+				ok &= row[i][b] == 1;
+	}
+	CHECK(ok, "Q4_K, Q5_K, Q6_K x16: each row's block bytes land once, filling the panel's "
+	      "block (Q6_K's groups in the tile's order)");
+}
+
+/* kve_weight_prefetch_for: the environment first, then the CPU */
+static void check_weight_prefetch(void)
+{
+	const unsigned amd[3] = { 0x68747541u, 0x69746e65u, 0x444d4163u };
+	const unsigned intel[3] = { 0x756e6547u, 0x49656e69u, 0x6c65746eu };
+	const unsigned zen5 = 0x00b40f00u, zen4 = 0x00a10f11u, icx = 0x000606a6u;
+
+	CHECK(kve_weight_prefetch_for(NULL, amd[0], amd[1], amd[2], zen5) == 1 &&
+	      kve_weight_prefetch_for(NULL, amd[0], amd[1], amd[2], zen4) == 0 &&
+	      kve_weight_prefetch_for(NULL, intel[0], intel[1], intel[2], icx) == 0 &&
+	      kve_weight_prefetch_for(NULL, intel[0], intel[1], intel[2], zen5) == 0,
+	      "weight prefetch: on for AMD family 0x1A, off for 0x19 and for Intel");
+	CHECK(kve_weight_prefetch_for("1", amd[0], amd[1], amd[2], zen4) == 1 &&
+	      kve_weight_prefetch_for("0", amd[0], amd[1], amd[2], zen5) == 0 &&
+	      kve_weight_prefetch_for("yes", amd[0], amd[1], amd[2], zen4) == 0 &&
+	      kve_weight_prefetch_for("", amd[0], amd[1], amd[2], zen5) == 1,
+	      "weight prefetch: KVE_PREFETCH=0|1 decides, anything else is ignored");
+}
+
 static void check_qk_x16(const struct kve_kernels *k, int has2)
 {
 	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
@@ -1545,6 +1599,9 @@ int main(void)
 		check_quant_set(kve_kernels_avx512vnni());
 		check_same_quant(kve_kernels_avx512vnni(), &kve_kernels_avx512);
 		check_qk_x16(kve_kernels_avx512vnni(), has2);
+		kve_weight_prefetch = !kve_weight_prefetch;	/* the other way, same bits */
+		check_qk_x16(kve_kernels_avx512vnni(), has2);
+		kve_weight_prefetch = !kve_weight_prefetch;
 		check_same_q8("avxvnni code with EVEX vpdpbusd", mm_q8_vnni256_evex,
 			      &kve_kernels_avx2);
 	} else {
@@ -1564,6 +1621,8 @@ int main(void)
 			      v ? "present" : "absent", v512 ? "present" : "absent");
 	}
 	check_pick_vnni();
+	check_qkx16_layout();
+	check_weight_prefetch();
 	best = (cpu & KVE_CPU_AVX512VNNI) ? "avx512vnni" : has512 ? "avx512" :
 	       (cpu & KVE_CPU_AVXVNNI) ? "avxvnni" : has2 ? "avx2" : "c";
 	printf("# dispatch picked: %s\n", kve_isa_name());
