@@ -372,24 +372,24 @@ extern const struct kve_kernels kve_kernels_avx512;
 const struct kve_kernels *kve_kernels_select(void);
 
 /*
- * Whether the AVX-512 sets' one-token products ask for the weights ahead
- * of their loads (prefetch_ahead, kernels_q8_avx512.h): set by
- * kve_kernels_select before any product runs, as kve_weight_prefetch_for
- * says for $KVE_PREFETCH and this CPU. Prefetching changes no result,
- * only the time.
+ * Whether decode asks memory for what it will read next: the AVX-512
+ * sets' one-token products their weights (prefetch_ahead,
+ * kernels_q8_avx512.h) and the attention its K and V (forward.c). Set by
+ * kve_kernels_select before any product runs, as kve_prefetch_for says
+ * for $KVE_PREFETCH and this CPU. It changes no result, only the time.
  */
-extern int kve_weight_prefetch;
+extern int kve_prefetch;
 /*
  * want ("0" or "1", else ignored; may be NULL) decides; otherwise the CPU
  * does, by CPUID leaf 0's vendor (ebx, edx, ecx) and leaf 1's eax: on for
- * AMD family 0x1A (Zen 5), where asking 8 KiB ahead made a pass over a
- * Q4_K_M file's matrices 1.15-1.2x faster; off elsewhere: on family 0x19
- * (Zen 4) it made the quantised decode 1.0-1.25x slower than the
- * hardware's own prefetcher on the ascending panels (engine.md), and
- * elsewhere it was never measured. kernels.c.
+ * AMD family 0x1A (Zen 5), where it was measured to pay (a pass over a
+ * Q4_K_M file's matrices 1.15-1.2x faster, the attention about 10%); off
+ * elsewhere: on family 0x19 (Zen 4) decode was 1.0-1.25x faster without
+ * it, the hardware's prefetchers following the ascending panels and KV
+ * slabs (engine.md), and elsewhere it was never measured. kernels.c.
  */
-int kve_weight_prefetch_for(const char *want, unsigned ebx0, unsigned edx0, unsigned ecx0,
-			    unsigned eax1);
+int kve_prefetch_for(const char *want, unsigned ebx0, unsigned edx0, unsigned ecx0,
+		     unsigned eax1);
 
 /*
  * Compares every kernel of cand with ref (the portable C set) on small

@@ -371,7 +371,8 @@ static uint32_t attn_slice(const struct kve_model_info *in)
 #define ATTN_RUN_FLOATS	32768
 
 /* how far ahead the attention asks for K and V: 4-32 KiB measured alike
- * on the Zen 5 (each about 10% faster a step than none) */
+ * on the Zen 5 (each about 10% faster a step than none; on a Zen 4 none
+ * was 3-8% faster, so kve_prefetch turns it off there) */
 #define KV_PF_AHEAD	8192
 
 static size_t attn_scratch(const struct kve_model_info *in, uint32_t max_ctx)
@@ -389,6 +390,8 @@ static inline void kv_prefetch(const uint8_t *p, size_t n)
 {
 	const uint8_t *end = p + n;
 
+	if (!kve_prefetch)	/* kve_prefetch_for: per CPU */
+		return;
 	for (; end - p >= 256; p += 256) {
 		__builtin_prefetch(p, 0, 3);
 		__builtin_prefetch(p + 64, 0, 3);

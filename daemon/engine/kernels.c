@@ -25,7 +25,7 @@
 static pthread_mutex_t pick_lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct kve_kernels *chosen;
 static char note[768];
-int kve_weight_prefetch;
+int kve_prefetch;
 
 static struct kve_kernels set_avxvnni, set_avx512vnni;
 static pthread_once_t vnni_once = PTHREAD_ONCE_INIT;
@@ -82,8 +82,8 @@ unsigned kve_cpu_probe(void)
 	return has;
 }
 
-int kve_weight_prefetch_for(const char *want, unsigned ebx0, unsigned edx0, unsigned ecx0,
-			    unsigned eax1)
+int kve_prefetch_for(const char *want, unsigned ebx0, unsigned edx0, unsigned ecx0,
+		     unsigned eax1)
 {
 	/* "AuthenticAMD" in ebx, edx, ecx */
 	const int amd = ebx0 == 0x68747541u && edx0 == 0x69746e65u && ecx0 == 0x444d4163u;
@@ -96,13 +96,13 @@ int kve_weight_prefetch_for(const char *want, unsigned ebx0, unsigned edx0, unsi
 	return amd && family == 0x1a;
 }
 
-static int weight_prefetch(void)
+static int prefetch_default(void)
 {
 	unsigned a, b, c, d, b0, c0, d0;
 
 	__asm__ volatile("cpuid" : "=a"(a), "=b"(b0), "=c"(c0), "=d"(d0) : "a"(0), "c"(0));
 	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
-	return kve_weight_prefetch_for(getenv("KVE_PREFETCH"), b0, d0, c0, a);
+	return kve_prefetch_for(getenv("KVE_PREFETCH"), b0, d0, c0, a);
 }
 
 unsigned kve_cpu_features_from(unsigned has)
@@ -219,7 +219,7 @@ const struct kve_kernels *kve_kernels_select(void)
 					  force && !strcmp(force, "1"), &s, note, sizeof(note));
 		if (note[0])
 			fprintf(stderr, "%s\n", note);
-		kve_weight_prefetch = weight_prefetch();
+		kve_prefetch = prefetch_default();
 		chosen = k;
 	}
 	k = chosen;
@@ -232,6 +232,12 @@ const char *kve_isa_name(void)
 	const struct kve_kernels *k = kve_kernels_select();
 
 	return k ? k->name : "none (out of memory)";
+}
+
+int kve_isa_prefetch(void)
+{
+	kve_kernels_select();
+	return kve_prefetch;
 }
 
 const char *kve_isa_note(void)

@@ -54,7 +54,7 @@ KVE_INLINE void prefetch_ahead(const uint8_t *p, size_t n)
 {
 	size_t l;
 
-	if (!kve_weight_prefetch)	/* kve_weight_prefetch_for: per CPU */
+	if (!kve_prefetch)	/* kve_prefetch_for: per CPU */
 		return;
 	/* whole when n is known at compile time: the loop's own
 	 * instructions were a tenth of a Q4_K decode tile's */

@@ -170,6 +170,10 @@ int kve_batch(struct kve_engine *e, struct kve_session *const *sessions,
  * meanwhile kve_isa_name() is "none (out of memory)". */
 const char *kve_isa_name(void);
 const char *kve_isa_note(void);
+/* 1 when decode asks memory ahead for its weights and K/V (software
+ * prefetch: on where it was measured to pay, an AMD Zen 5; off elsewhere;
+ * KVE_PREFETCH=0|1 decides instead). Results are the same either way. */
+int kve_isa_prefetch(void);
 
 /* ---- sampling ------------------------------------------------------- */
 

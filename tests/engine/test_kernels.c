@@ -627,22 +627,22 @@ static void check_qkx16_layout(void)
 	      "block (Q6_K's groups in the tile's order)");
 }
 
-/* kve_weight_prefetch_for: the environment first, then the CPU */
+/* kve_prefetch_for: the environment first, then the CPU */
 static void check_weight_prefetch(void)
 {
 	const unsigned amd[3] = { 0x68747541u, 0x69746e65u, 0x444d4163u };
 	const unsigned intel[3] = { 0x756e6547u, 0x49656e69u, 0x6c65746eu };
 	const unsigned zen5 = 0x00b40f00u, zen4 = 0x00a10f11u, icx = 0x000606a6u;
 
-	CHECK(kve_weight_prefetch_for(NULL, amd[0], amd[1], amd[2], zen5) == 1 &&
-	      kve_weight_prefetch_for(NULL, amd[0], amd[1], amd[2], zen4) == 0 &&
-	      kve_weight_prefetch_for(NULL, intel[0], intel[1], intel[2], icx) == 0 &&
-	      kve_weight_prefetch_for(NULL, intel[0], intel[1], intel[2], zen5) == 0,
+	CHECK(kve_prefetch_for(NULL, amd[0], amd[1], amd[2], zen5) == 1 &&
+	      kve_prefetch_for(NULL, amd[0], amd[1], amd[2], zen4) == 0 &&
+	      kve_prefetch_for(NULL, intel[0], intel[1], intel[2], icx) == 0 &&
+	      kve_prefetch_for(NULL, intel[0], intel[1], intel[2], zen5) == 0,
 	      "weight prefetch: on for AMD family 0x1A, off for 0x19 and for Intel");
-	CHECK(kve_weight_prefetch_for("1", amd[0], amd[1], amd[2], zen4) == 1 &&
-	      kve_weight_prefetch_for("0", amd[0], amd[1], amd[2], zen5) == 0 &&
-	      kve_weight_prefetch_for("yes", amd[0], amd[1], amd[2], zen4) == 0 &&
-	      kve_weight_prefetch_for("", amd[0], amd[1], amd[2], zen5) == 1,
+	CHECK(kve_prefetch_for("1", amd[0], amd[1], amd[2], zen4) == 1 &&
+	      kve_prefetch_for("0", amd[0], amd[1], amd[2], zen5) == 0 &&
+	      kve_prefetch_for("yes", amd[0], amd[1], amd[2], zen4) == 0 &&
+	      kve_prefetch_for("", amd[0], amd[1], amd[2], zen5) == 1,
 	      "weight prefetch: KVE_PREFETCH=0|1 decides, anything else is ignored");
 }
 
@@ -1599,9 +1599,9 @@ int main(void)
 		check_quant_set(kve_kernels_avx512vnni());
 		check_same_quant(kve_kernels_avx512vnni(), &kve_kernels_avx512);
 		check_qk_x16(kve_kernels_avx512vnni(), has2);
-		kve_weight_prefetch = !kve_weight_prefetch;	/* the other way, same bits */
+		kve_prefetch = !kve_prefetch;	/* the other way, same bits */
 		check_qk_x16(kve_kernels_avx512vnni(), has2);
-		kve_weight_prefetch = !kve_weight_prefetch;
+		kve_prefetch = !kve_prefetch;
 		check_same_q8("avxvnni code with EVEX vpdpbusd", mm_q8_vnni256_evex,
 			      &kve_kernels_avx2);
 	} else {

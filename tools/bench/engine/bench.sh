@@ -127,6 +127,7 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_
 "
 done
 isa=$(get "$o1" isa)
+pf=$( [ "$(get "$o1" prefetch)" = 1 ] && echo on || echo off)
 kv=$(get "$o1" kv)
 dram1=$(get "$o1" dram_gbs)
 
@@ -151,7 +152,7 @@ for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8 110m_q4_k_m 110m_q4_0}; do
 "
 done
 echo "host: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa, KV in a $kv"
+echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa (software prefetch $pf), KV in a $kv"
 echo "roof: tok/s at GB/s, the rate its matrices read between our decode steps; %roof: our decode over it; %dram: over the DRAM roofline (last: $dram1 GB/s)"
 printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof GB/s "%roof" "%dram" argmax
 printf '%s' "$TABLE"

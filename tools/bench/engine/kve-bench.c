@@ -455,6 +455,7 @@ int main(int argc, char **argv)
 		       g.block_size, g.block_tokens);
 	}
 	printf("weights=%s\n", getenv("KVE_WEIGHTS") ? getenv("KVE_WEIGHTS") : "default");
+	printf("prefetch=%d\n", kve_isa_prefetch());
 	printf("isa=%s\nthreads=%u\nprefill_tps=%.1f\ndecode_tps=%.1f\nbatch=%u\nbatch_tps=%.1f\n",
 	       kve_isa_name(), threads, prompt / t_pre, ndec / t_dec, batch, batch / t_bat);
 	/* decode_cpu_tps: tokens per CPU second (all threads); decode_cpus:
