@@ -71,6 +71,51 @@ static inline const uint8_t *kve_q8_quants(const struct kve_mat *w, uint32_t r, 
 	       (size_t)b * KVE_PANEL_Q8 * Q8_0_BYTES + 2 * KVE_PANEL_Q8 + QK8_0 * (r % KVE_PANEL_Q8);
 }
 
+/*
+ * Q8_0 packed for the AVX-512 VNNI set's product (panel == KVE_PANEL_Q8X16,
+ * when the set asks for it: k->q8_x16; rows a multiple of 16): per block b
+ * of a 16-row panel 544 bytes, the 16 rows' fp16 scales (row i at 2i) then
+ * the quants in 8 groups of 64 bytes, group k holding quants 4k..4k+3 of
+ * every row (row i at 4i), as Q4_0 x16. One vpdpbusd adds 4 products to
+ * all 16 rows, and the block's scaling runs once for the 16 rows, where
+ * the 4-row tile ran three float operations per vpdpbusd. Its results are
+ * the portable product's bits (kve_mm_q8_c), which serves this layout for
+ * every other set. The kernels of the 4-row layout (kve_q8_scale,
+ * kve_q8_quants) must not see it.
+ */
+#define KVE_PANEL_Q8X16	16
+#define KVE_Q8X16_BLK	(KVE_PANEL_Q8X16 * Q8_0_BYTES)	/* bytes per block of a panel */
+
+/* Q8_0 x16: block b of the panel holding row r */
+static inline const uint8_t *kve_q8x16_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
+{
+	return w->data + (size_t)(r - r % KVE_PANEL_Q8X16) * w->row_bytes +
+	       (size_t)b * KVE_Q8X16_BLK;
+}
+
+/* Q8_0, any layout: block b of row r as GGUF has it (the fp16 scale, 32
+ * quants), a pointer into the matrix when it holds them so, else buf
+ * (Q8_0_BYTES) filled with them */
+static inline const uint8_t *kve_q8_blk_get(const struct kve_mat *w, uint32_t r, uint32_t b,
+					    uint8_t *buf)
+{
+	const uint8_t *p;
+	uint32_t i = r % KVE_PANEL_Q8X16, k;
+
+	if (!w->panel)
+		return kve_q8_scale(w, r, b);
+	if (w->panel != KVE_PANEL_Q8X16) {
+		memcpy(buf, kve_q8_scale(w, r, b), 2);
+		memcpy(buf + 2, kve_q8_quants(w, r, b), QK8_0);
+		return buf;
+	}
+	p = kve_q8x16_blk(w, r, b);
+	memcpy(buf, p + 2 * i, 2);
+	for (k = 0; k < QK8_0 / 4; k++)
+		memcpy(buf + 2 + 4 * k, p + 32 + 64 * k + 4 * i, 4);
+	return buf;
+}
+
 /* Q8_0: bytes from one block of a row to its next (scales and quants) */
 static inline size_t kve_q8_bstep(const struct kve_mat *w)
 {
@@ -249,7 +294,8 @@ int kve_mat_pack(struct kve_mat *w);
  * The same for the set k that will run the matrix: Q4_0 with rows a
  * multiple of 16 goes in KVE_PANEL_Q4X16 panels when k->q4_0_x16 says
  * its mm_q32 takes them, Q4_K, Q5_K and Q6_K in KVE_PANEL_QKX16 panels when
- * k->qk_x16 says its mm_qk does; everything else as kve_mat_pack. pack.c.
+ * k->qk_x16 says its mm_qk does, Q8_0 in KVE_PANEL_Q8X16 panels when
+ * k->q8_x16 says its mm_q8 does; everything else as kve_mat_pack. pack.c.
  */
 struct kve_kernels;
 int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k);
@@ -357,6 +403,10 @@ struct kve_kernels {
 	 * models pack them so); the same bits as the portable C product.
 	 * Every set's mm_qk serves that layout. */
 	int qk_x16;
+	/* 1: mm_q8 takes Q8_0 in KVE_PANEL_Q8X16 panels (loaded models pack
+	 * it so); the same bits as the portable C product. Every set's mm_q8
+	 * serves that layout. */
+	int q8_x16;
 };
 
 /* query heads one attention call takes (a GQA group larger than this is
@@ -484,6 +534,9 @@ void kve_mm_bf16_c(const struct kve_mat *w, const float *x, int T, float *y, int
 void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
 		  int ldy, int r0, int r1);
 void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
+		 int ldy, int r0, int r1);
+/* the portable Q8_0 product, every layout (the Q8_0 x16 one's bits) */
+void kve_mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
 		 int ldy, int r0, int r1);
 
 /* Portable activation quantiser: the definition the SIMD ones match bit

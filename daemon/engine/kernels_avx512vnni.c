@@ -153,10 +153,87 @@ KVE_INLINE void tile_q8_vnni(const struct kve_mat *w, const struct kve_q8x *xq,
 			y[(size_t)(t + j) * ldy + r + i] = hsum16(acc[i][j]);
 }
 
+/*
+ * Q8_0 x16 (engine_internal.h): y[t + j][r..r + 15] for C tokens. Per
+ * block, each token's 8 vpdpbusd of the 16 rows' weights + 128 (unsigned)
+ * by its 4 quants broadcast, from -128 * the block's quant sum, leave the
+ * exact integer sums; then, per lane, s += (float)isum * (dw * dx): the
+ * portable product's operations in its order, so its bits.
+ */
+KVE_INLINE void tile_q8x16(const struct kve_mat *w, const struct kve_q8x *xq, float *y,
+			   int ldy, int r, int t, const int C)
+{
+	const int nb = (int)w->cols / QK8_0;
+	const uint8_t *p = kve_q8x16_blk(w, (uint32_t)r, 0);
+	const __m512i bias = _mm512_set1_epi8((char)0x80);
+	__m512 acc[4];
+	int b, j, g;
+
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (b = 0; b < nb; b++, p += KVE_Q8X16_BLK) {
+		const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+		const struct kve_q8x *x[4];
+		__m512i is[4];
+
+		if (C == 1)
+			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q8X16_BLK);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			x[j] = xq + (size_t)(t + j) * nb + b;
+			is[j] = _mm512_set1_epi32(-128 * x[j]->sum);
+		}
+#pragma GCC unroll 8
+		for (g = 0; g < QK8_0 / 4; g++) {
+			const __m512i v = _mm512_xor_si512(kq_load1(p + 32 + 64 * g), bias);
+
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				is[j] = kq_dot_bc(is[j], v, x[j]->q + 4 * g);
+		}
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(_mm512_cvtepi32_ps(is[j]),
+					_mm512_mul_ps(dw, _mm512_set1_ps(x[j]->d))));
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
+}
+
+static void rows_q8x16(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
+		       int ldy, int r0, int r1)
+{
+	int r = (r0 + KVE_PANEL_Q8X16 - 1) / KVE_PANEL_Q8X16 * KVE_PANEL_Q8X16, t;
+
+	if (r > r1)
+		r = r1;
+	if (r > r0)	/* rows of a partial panel: the C product, the same bits */
+		kve_mm_q8_c(w, xq, T, y, ldy, r0, r);
+	for (; r + KVE_PANEL_Q8X16 <= r1; r += KVE_PANEL_Q8X16) {
+		for (t = 0; t + 4 <= T; t += 4)
+			tile_q8x16(w, xq, y, ldy, r, t, 4);
+		if (t + 2 <= T) {
+			tile_q8x16(w, xq, y, ldy, r, t, 2);
+			t += 2;
+		}
+		if (t < T)
+			tile_q8x16(w, xq, y, ldy, r, t, 1);
+	}
+	if (r < r1)
+		kve_mm_q8_c(w, xq, T, y, ldy, r, r1);
+}
+
 void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 			  float *y, int ldy, int r0, int r1)
 {
 	int r = r0, t;
+
+	if (w->panel == KVE_PANEL_Q8X16) {
+		rows_q8x16(w, xq, T, y, ldy, r0, r1);
+		return;
+	}
 
 	for (; r + 4 <= r1; r += 4) {
 		for (t = 0; t + 4 <= T; t += 4)

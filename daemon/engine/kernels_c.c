@@ -63,8 +63,8 @@ static void mm_f16_c(const struct kve_mat *w, const float *x, int T, float *y,
 	mm_rows(w, x, T, y, ldy, r0, r1);
 }
 
-static void mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
-		    float *y, int ldy, int r0, int r1)
+void kve_mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
+		 float *y, int ldy, int r0, int r1)
 {
 	int nb = (int)w->cols / QK8_0;
 	int r, t, b, j;
@@ -75,11 +75,13 @@ static void mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 			float s = 0;
 
 			for (b = 0; b < nb; b++) {
-				const uint8_t *q = kve_q8_quants(w, (uint32_t)r, (uint32_t)b);
+				uint8_t buf[Q8_0_BYTES];
+				const uint8_t *blk = kve_q8_blk_get(w, (uint32_t)r, (uint32_t)b, buf);
+				const uint8_t *q = blk + 2;
 				int32_t isum = 0;
 				uint16_t h;
 
-				memcpy(&h, kve_q8_scale(w, (uint32_t)r, (uint32_t)b), 2);
+				memcpy(&h, blk, 2);
 				for (j = 0; j < QK8_0; j++)
 					isum += (int32_t)(int8_t)q[j] * xb[b].q[j];
 				s += (float)isum * (kve_f16_to_f32(h) * xb[b].d);
@@ -362,7 +364,7 @@ const struct kve_kernels kve_kernels_c = {
 	.name = "c",
 	.mm_f32 = mm_f32_c,
 	.mm_f16 = mm_f16_c,
-	.mm_q8 = mm_q8_c,
+	.mm_q8 = kve_mm_q8_c,
 	.mm_bf16 = kve_mm_bf16_c,
 	.mm_q32 = kve_mm_q32_c,
 	.mm_qk = kve_mm_qk_c,

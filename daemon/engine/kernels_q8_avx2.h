@@ -256,6 +256,11 @@ Q8_MM_LINKAGE void Q8_MM_NAME(const struct kve_mat *w, const struct kve_q8x *xq,
 	float dwq[4 * Q8_DWQ_MAX] __attribute__((aligned(32)));
 	int r = r0, t;
 
+	if (w->panel == KVE_PANEL_Q8X16) {	/* the VNNI set's layout: served, not fast */
+		kve_mm_q8_c(w, xq, T, y, ldy, r0, r1);
+		return;
+	}
+
 	if (T == 1 && !w->panel)
 		for (; r + 8 <= r1; r += 8)
 			tile_q8(w, NULL, xq, y, ldy, r, 0, 2, 1, 4, 0);

@@ -156,6 +156,11 @@ Q8_MM_LINKAGE void Q8_MM_NAME(const struct kve_mat *w, const struct kve_q8x *xq,
 {
 	int r = r0, t;
 
+	if (w->panel == KVE_PANEL_Q8X16) {	/* the VNNI set's layout: served, not fast */
+		kve_mm_q8_c(w, xq, T, y, ldy, r0, r1);
+		return;
+	}
+
 	for (; r + 4 <= r1; r += 4) {
 		for (t = 0; t + 2 <= T; t += 2)
 			tile_q8(w, xq, y, ldy, r, t, 4, 2);

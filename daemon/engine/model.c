@@ -537,11 +537,12 @@ void kve_mat_row_f32(const struct kve_mat *m, uint32_t row, float *out)
 	}
 	case GGML_Q8_0:
 		for (i = 0; i < m->cols / QK8_0; i++) {
-			const uint8_t *q = kve_q8_quants(m, row, i);
+			uint8_t buf[Q8_0_BYTES];
+			const uint8_t *blk = kve_q8_blk_get(m, row, i, buf), *q = blk + 2;
 			uint16_t h;
 			float d;
 
-			memcpy(&h, kve_q8_scale(m, row, i), 2);
+			memcpy(&h, blk, 2);
 			d = kve_f16_to_f32(h);
 			for (j = 0; j < QK8_0; j++)
 				out[i * QK8_0 + j] = d * (float)(int8_t)q[j];

@@ -648,11 +648,13 @@ static void check_weight_prefetch(void)
 
 static void check_qk_x16(const struct kve_kernels *k, int has2)
 {
-	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_0 };
 	static const uint32_t shapes[][2] = { { 16, 256 }, { 48, 768 }, { 32, 512 } };
 	unsigned ti, si;
 
 	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+		if (types[ti] == GGML_Q8_0 && !k->q8_x16)	/* its own flag */
+			continue;
 		for (si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
 			uint32_t rows = shapes[si][0], cols = shapes[si][1], type = types[ti];
 			const int T = 13, nbk = (int)cols / QK_K;
@@ -666,15 +668,20 @@ static void check_qk_x16(const struct kve_kernels *k, int has2)
 
 			for (r = 0; r < T * (int)cols; r++)
 				x[r] = frand();
-			for (tt = 0; tt < T; tt++)
+			for (tt = 0; tt < T; tt++) {
 				kve_quantize_q8k(x + tt * cols, (int)cols, xk + tt * nbk);
+				kve_quantize_q8x(x + tt * cols, (int)cols, xq + tt * (cols / 32));
+			}
 			make_mat(&t, type, rows, cols);
+			if (type == GGML_Q8_0)	/* -128 packs too (no sign trick) */
+				t.buf[2] = 0x80;
 			run(&kve_kernels_c, &t, x, xq, xk, T, y, 0, (int)rows);
 			p = t;
 			p.buf = malloc(t.m.row_bytes * rows);
 			memcpy(p.buf, t.buf, t.m.row_bytes * rows);
 			p.m.data = p.buf;
-			packed = kve_mat_pack_for(&p.m, k) == 0 && p.m.panel == KVE_PANEL_QKX16 &&
+			packed = kve_mat_pack_for(&p.m, k) == 0 &&
+				 p.m.panel == (type == GGML_Q8_0 ? KVE_PANEL_Q8X16 : KVE_PANEL_QKX16) &&
 				 memcmp(p.buf, t.buf, t.m.row_bytes * rows);
 			same = packed;
 			for (tt = 1; tt <= T && packed; tt++) {
@@ -1272,12 +1279,12 @@ static void check_selfcheck(int has2)
 			caught += rc == -1 && strstr(why, "missing") != NULL;
 		}
 		/* every function pointer is listed: they run from the name to
-		 * the layout flag, the one member after them */
+		 * the layout flags, the members after them */
 		CHECK(caught == (int)(sizeof(kern) / sizeof(kern[0])) &&
 		      offsetof(struct kve_kernels, q4_0_x16) == sizeof(char *) +
 		      sizeof(kern) / sizeof(kern[0]) * sizeof(bad.mm_f32) &&
 		      sizeof(struct kve_kernels) <= offsetof(struct kve_kernels, q4_0_x16) +
-		      sizeof(bad.mm_f32), "self-check: a set missing any one of its %zu kernels fails "
+		      4 * sizeof(int), "self-check: a set missing any one of its %zu kernels fails "
 		      "(%d caught): %s", sizeof(kern) / sizeof(kern[0]), caught, why);
 	}
 
@@ -1391,7 +1398,8 @@ static void check_pick_vnni(void)
 		same = !strcmp(a.name, "avxvnni") && a.mm_q8 == kve_mm_q8_avxvnni &&
 		       a.mm_q32 == kve_mm_q32_avxvnni && a.mm_qk == kve_mm_qk_avxvnni &&
 		       !strcmp(b.name, "avx512vnni") && b.mm_q8 == kve_mm_q8_avx512vnni &&
-		       b.mm_q32 == kve_mm_q32_avx512vnni && b.mm_qk == kve_mm_qk_avx512vnni;
+		       b.mm_q32 == kve_mm_q32_avx512vnni && b.mm_qk == kve_mm_qk_avx512vnni &&
+		       !a.q8_x16 && b.q8_x16;
 		a.name = kve_kernels_avx2.name;
 		a.mm_q8 = kve_kernels_avx2.mm_q8;
 		a.mm_q32 = kve_kernels_avx2.mm_q32;
@@ -1400,10 +1408,11 @@ static void check_pick_vnni(void)
 		b.mm_q8 = kve_kernels_avx512.mm_q8;
 		b.mm_q32 = kve_kernels_avx512.mm_q32;
 		b.mm_qk = kve_kernels_avx512.mm_qk;
+		b.q8_x16 = kve_kernels_avx512.q8_x16;
 		same &= !memcmp(&a, &kve_kernels_avx2, sizeof(a)) &&
 			!memcmp(&b, &kve_kernels_avx512, sizeof(b));
 		CHECK(same, "the avxvnni/avx512vnni sets are avx2/avx512 with mm_q8, mm_q32 and "
-		      "mm_qk replaced");
+		      "mm_qk replaced (and avx512vnni's Q8_0 in 16-row panels)");
 	}
 	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx512vnni", 0, &s, log, sizeof(log));
 	CHECK(k == &s512, "pick: KVE_ISA=avx512vnni without AVX-512 VNNI gives avx512");
