@@ -201,7 +201,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 
 	sc_mm(ref, &w, x, xq, xk, SC_T, yr, 0, rows);
 	/* pass 0: row-major (then packed in panels); pass 1: the set's own
-	 * 16-row layouts (Q4_0, Q4_K, Q5_K, Q6_K x16; engine_internal.h) */
+	 * 16-row layouts (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K x16; engine_internal.h) */
 	for (pass = 0; pass < 2; pass++) {
 		if (pass == 1) {
 			if (rows % KVE_PANEL_Q4X16 ||
