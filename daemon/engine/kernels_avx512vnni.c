@@ -202,28 +202,7 @@ KVE_INLINE void tile_q8x16(const struct kve_mat *w, const struct kve_q8x *xq, fl
 		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
 }
 
-static void rows_q8x16(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
-		       int ldy, int r0, int r1)
-{
-	int r = (r0 + KVE_PANEL_Q8X16 - 1) / KVE_PANEL_Q8X16 * KVE_PANEL_Q8X16, t;
-
-	if (r > r1)
-		r = r1;
-	if (r > r0)	/* rows of a partial panel: the C product, the same bits */
-		kve_mm_q8_c(w, xq, T, y, ldy, r0, r);
-	for (; r + KVE_PANEL_Q8X16 <= r1; r += KVE_PANEL_Q8X16) {
-		for (t = 0; t + 4 <= T; t += 4)
-			tile_q8x16(w, xq, y, ldy, r, t, 4);
-		if (t + 2 <= T) {
-			tile_q8x16(w, xq, y, ldy, r, t, 2);
-			t += 2;
-		}
-		if (t < T)
-			tile_q8x16(w, xq, y, ldy, r, t, 1);
-	}
-	if (r < r1)
-		kve_mm_q8_c(w, xq, T, y, ldy, r, r1);
-}
+KQ_ROWS_X16(rows_q8x16, struct kve_q8x, tile_q8x16, kve_mm_q8_c)
 
 void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 			  float *y, int ldy, int r0, int r1)

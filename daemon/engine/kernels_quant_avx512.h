@@ -922,28 +922,40 @@ KVE_INLINE void tiles_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 		tile_q45kx16(w, xk, y, ldy, r, t, C, 0);
 }
 
-static void rows_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
-		       int ldy, int r0, int r1)
-{
-	int r = (r0 + KVE_PANEL_QKX16 - 1) / KVE_PANEL_QKX16 * KVE_PANEL_QKX16, t;
-
-	if (r > r1)
-		r = r1;
-	if (r > r0)	/* rows of a partial panel: the C product, the same bits */
-		kve_mm_qk_c(w, xk, T, y, ldy, r0, r);
-	for (; r + KVE_PANEL_QKX16 <= r1; r += KVE_PANEL_QKX16) {
-		for (t = 0; t + 4 <= T; t += 4)
-			tiles_qkx16(w, xk, y, ldy, r, t, 4);
-		if (t + 2 <= T) {
-			tiles_qkx16(w, xk, y, ldy, r, t, 2);
-			t += 2;
-		}
-		if (t < T)
-			tiles_qkx16(w, xk, y, ldy, r, t, 1);
-	}
-	if (r < r1)
-		kve_mm_qk_c(w, xk, T, y, ldy, r, r1);
+/*
+ * NAME(w, x, T, y, ldy, r0, r1) over a 16-row layout whose tiles give the
+ * portable product's bits: whole panels by TILE (TILE(w, x, y, ldy, r, t,
+ * C) for C = 4, 2, 1 tokens, C a constant in each call), the rows of a
+ * partial panel by EDGE, that portable product. A macro, so each tile is
+ * inlined with its C.
+ */
+#define KQ_ROWS_X16(NAME, XT, TILE, EDGE)						\
+static void NAME(const struct kve_mat *w, const XT *x, int T, float *y, int ldy,	\
+		 int r0, int r1)								\
+{											\
+	int r = (r0 + 15) / 16 * 16, t;							\
+											\
+	if (r > r1)									\
+		r = r1;									\
+	if (r > r0)									\
+		EDGE(w, x, T, y, ldy, r0, r);						\
+	for (; r + 16 <= r1; r += 16) {							\
+		for (t = 0; t + 4 <= T; t += 4)						\
+			TILE(w, x, y, ldy, r, t, 4);					\
+		if (t + 2 <= T) {							\
+			TILE(w, x, y, ldy, r, t, 2);					\
+			t += 2;								\
+		}									\
+		if (t < T)								\
+			TILE(w, x, y, ldy, r, t, 1);					\
+	}										\
+	if (r < r1)									\
+		EDGE(w, x, T, y, ldy, r, r1);						\
 }
+
+_Static_assert(KVE_PANEL_QKX16 == 16 && KVE_PANEL_Q8X16 == 16, "KQ_ROWS_X16's panels");
+
+KQ_ROWS_X16(rows_qkx16, struct kve_q8k, tiles_qkx16, kve_mm_qk_c)
 
 KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int T, float *y,
 	      int ldy, int r0, int r1)
