@@ -93,26 +93,44 @@ static inline const uint8_t *kve_q8x16_blk(const struct kve_mat *w, uint32_t r, 
 	       (size_t)b * KVE_Q8X16_BLK;
 }
 
+/*
+ * Q4_0 and Q8_0 x16 share a block layout: the 16 rows' fp16 scales (row i
+ * at 2i), then `groups` 64-byte groups, group k holding bytes 4k..4k+3 of
+ * each row's quant bytes (row i at 4i). Row i's GGUF block (scale, then
+ * 4 * groups quant bytes) from or into the panel's block p.
+ */
+static inline void kve_x16_get(const uint8_t *p, uint32_t i, uint32_t groups, uint8_t *blk)
+{
+	uint32_t k;
+
+	memcpy(blk, p + 2 * i, 2);
+	for (k = 0; k < groups; k++)
+		memcpy(blk + 2 + 4 * k, p + 32 + 64 * k + 4 * i, 4);
+}
+
+static inline void kve_x16_put(uint8_t *p, uint32_t i, uint32_t groups, const uint8_t *blk)
+{
+	uint32_t k;
+
+	memcpy(p + 2 * i, blk, 2);
+	for (k = 0; k < groups; k++)
+		memcpy(p + 32 + 64 * k + 4 * i, blk + 2 + 4 * k, 4);
+}
+
 /* Q8_0, any layout: block b of row r as GGUF has it (the fp16 scale, 32
  * quants), a pointer into the matrix when it holds them so, else buf
  * (Q8_0_BYTES) filled with them */
 static inline const uint8_t *kve_q8_blk_get(const struct kve_mat *w, uint32_t r, uint32_t b,
 					    uint8_t *buf)
 {
-	const uint8_t *p;
-	uint32_t i = r % KVE_PANEL_Q8X16, k;
-
 	if (!w->panel)
 		return kve_q8_scale(w, r, b);
 	if (w->panel != KVE_PANEL_Q8X16) {
 		memcpy(buf, kve_q8_scale(w, r, b), 2);
 		memcpy(buf + 2, kve_q8_quants(w, r, b), QK8_0);
-		return buf;
+	} else {
+		kve_x16_get(kve_q8x16_blk(w, r, b), r % KVE_PANEL_Q8X16, QK8_0 / 4, buf);
 	}
-	p = kve_q8x16_blk(w, r, b);
-	memcpy(buf, p + 2 * i, 2);
-	for (k = 0; k < QK8_0 / 4; k++)
-		memcpy(buf + 2 + 4 * k, p + 32 + 64 * k + 4 * i, 4);
 	return buf;
 }
 
@@ -275,10 +293,7 @@ static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r
 			memcpy(buf + g, p + x, len);
 		return buf;
 	}
-	p = kve_q4x16_blk(w, r, b);
-	memcpy(buf, p + 2 * i, 2);
-	for (k = 0; k < 4; k++)
-		memcpy(buf + 2 + 4 * k, p + 32 + 64 * k + 4 * i, 4);
+	kve_x16_get(kve_q4x16_blk(w, r, b), i, 4, buf);
 	return buf;
 }
 

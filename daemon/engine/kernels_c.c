@@ -76,12 +76,18 @@ void kve_mm_q8_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 
 			for (b = 0; b < nb; b++) {
 				uint8_t buf[Q8_0_BYTES];
-				const uint8_t *blk = kve_q8_blk_get(w, (uint32_t)r, (uint32_t)b, buf);
-				const uint8_t *q = blk + 2;
+				const uint8_t *sc, *q;
 				int32_t isum = 0;
 				uint16_t h;
 
-				memcpy(&h, blk, 2);
+				if (w->panel == KVE_PANEL_Q8X16) {	/* gathered; the others in place */
+					sc = kve_q8_blk_get(w, (uint32_t)r, (uint32_t)b, buf);
+					q = sc + 2;
+				} else {
+					sc = kve_q8_scale(w, (uint32_t)r, (uint32_t)b);
+					q = kve_q8_quants(w, (uint32_t)r, (uint32_t)b);
+				}
+				memcpy(&h, sc, 2);
 				for (j = 0; j < QK8_0; j++)
 					isum += (int32_t)(int8_t)q[j] * xb[b].q[j];
 				s += (float)isum * (kve_f16_to_f32(h) * xb[b].d);

@@ -94,61 +94,36 @@ int kve_mat_pack(struct kve_mat *w)
 	return 0;
 }
 
-/* Q4_0 in 16-row panels (engine_internal.h, KVE_PANEL_Q4X16) */
-static int pack_q4x16(struct kve_mat *w)
+/*
+ * Q4_0 (4 groups, KVE_PANEL_Q4X16) and Q8_0 (8 groups, KVE_PANEL_Q8X16)
+ * in 16-row panels, kve_x16_put's layout (engine_internal.h). A Q8_0
+ * quant of -128 is fine there (the VNNI tile offsets the weights, not
+ * the sign).
+ */
+static int pack_x16(struct kve_mat *w, uint32_t groups)
 {
-	uint32_t r0, i, b, k, nb = w->cols / 32;
-	uint8_t *tmp = malloc(KVE_PANEL_Q4X16 * w->row_bytes);
+	const size_t bb = 2 + 4 * (size_t)groups;	/* GGUF's block */
+	uint32_t r0, i, b, nb = w->cols / 32;	/* 32 values a block, both types */
+	uint8_t *tmp = malloc(16 * w->row_bytes);
 
 	if (!tmp)
 		return -ENOMEM;
-	for (r0 = 0; r0 < w->rows; r0 += KVE_PANEL_Q4X16) {
+	for (r0 = 0; r0 < w->rows; r0 += 16) {
 		uint8_t *panel = (uint8_t *)w->data + (size_t)r0 * w->row_bytes;
 
-		memcpy(tmp, panel, KVE_PANEL_Q4X16 * w->row_bytes);
-		for (i = 0; i < KVE_PANEL_Q4X16; i++)
-			for (b = 0; b < nb; b++) {
-				const uint8_t *blk = tmp + (size_t)i * w->row_bytes + (size_t)b * 18;
-				uint8_t *dst = panel + (size_t)b * KVE_Q4X16_BLK;
-
-				memcpy(dst + 2 * i, blk, 2);
-				for (k = 0; k < 4; k++)
-					memcpy(dst + 32 + 64 * k + 4 * i, blk + 2 + 4 * k, 4);
-			}
+		memcpy(tmp, panel, 16 * w->row_bytes);
+		for (i = 0; i < 16; i++)
+			for (b = 0; b < nb; b++)
+				kve_x16_put(panel + (size_t)b * 16 * bb, i, groups,
+					    tmp + (size_t)i * w->row_bytes + (size_t)b * bb);
 	}
 	free(tmp);
-	w->panel = KVE_PANEL_Q4X16;
+	w->panel = 16;
 	return 0;
 }
 
-/* Q8_0 in 16-row panels (engine_internal.h, KVE_PANEL_Q8X16); a quant of
- * -128 is fine there (the VNNI tile offsets the weights, not the sign) */
-static int pack_q8x16(struct kve_mat *w)
-{
-	uint32_t r0, i, b, k, nb = w->cols / QK8_0;
-	uint8_t *tmp = malloc(KVE_PANEL_Q8X16 * w->row_bytes);
-
-	if (!tmp)
-		return -ENOMEM;
-	for (r0 = 0; r0 < w->rows; r0 += KVE_PANEL_Q8X16) {
-		uint8_t *panel = (uint8_t *)w->data + (size_t)r0 * w->row_bytes;
-
-		memcpy(tmp, panel, KVE_PANEL_Q8X16 * w->row_bytes);
-		for (i = 0; i < KVE_PANEL_Q8X16; i++)
-			for (b = 0; b < nb; b++) {
-				const uint8_t *blk = tmp + (size_t)i * w->row_bytes +
-						     (size_t)b * Q8_0_BYTES;
-				uint8_t *dst = panel + (size_t)b * KVE_Q8X16_BLK;
-
-				memcpy(dst + 2 * i, blk, 2);
-				for (k = 0; k < QK8_0 / 4; k++)
-					memcpy(dst + 32 + 64 * k + 4 * i, blk + 2 + 4 * k, 4);
-			}
-	}
-	free(tmp);
-	w->panel = KVE_PANEL_Q8X16;
-	return 0;
-}
+_Static_assert(KVE_PANEL_Q4X16 == 16 && KVE_PANEL_Q8X16 == 16 && KVE_Q4X16_BLK == 16 * 18 &&
+	       KVE_Q8X16_BLK == 16 * 34, "pack_x16's layouts");
 
 /* Q4_K, Q5_K and Q6_K in 16-row panels (engine_internal.h, KVE_PANEL_QKX16) */
 static int pack_qkx16(struct kve_mat *w)
@@ -181,10 +156,10 @@ int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k)
 {
 	if (k && k->q4_0_x16 && !w->panel && w->type == GGML_Q4_0 &&
 	    w->rows % KVE_PANEL_Q4X16 == 0)
-		return pack_q4x16(w);
+		return pack_x16(w, 4);
 	if (k && k->q8_x16 && !w->panel && w->type == GGML_Q8_0 &&
 	    w->rows % KVE_PANEL_Q8X16 == 0)
-		return pack_q8x16(w);
+		return pack_x16(w, QK8_0 / 4);
 	if (k && k->qk_x16 && !w->panel && (w->type == GGML_Q4_K || w->type == GGML_Q5_K ||
 					    w->type == GGML_Q6_K) &&
 	    w->rows % KVE_PANEL_QKX16 == 0)
