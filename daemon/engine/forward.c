@@ -39,6 +39,16 @@ struct mm_job {
 	struct mm_item it[3];
 };
 
+/* Tokens of a pass whose sessions begin with the same whole blocks (a
+ * shared prompt, a prompt chunk after its first): their attention reads
+ * those blocks once for all of them (attn_group_task) */
+struct attn_group {
+	uint32_t first, n;	/* members: att_tok[first, first + n) */
+	uint32_t shared;	/* leading blocks every member reads whole */
+	uint32_t ss;		/* a score row: the longest context, in 16s */
+	uint32_t top;		/* the longest context */
+};
+
 struct kve_engine {
 	const struct kve_model *m;
 	struct kve_kv_pool pool;
@@ -60,6 +70,11 @@ struct kve_engine {
 	const uint32_t *tok_pos;
 	struct kve_session **sess_buf;
 	uint32_t *pos_buf;
+	/* the pass's attention plan (attn_plan): att_tok lists the tokens
+	 * that read their KV alone (n_alone), then each group's members */
+	uint32_t *att_tok, *att_gid, n_alone, n_groups;
+	struct attn_group *att_grp;	/* 2 x max_tok: found, then final */
+	uint64_t *att_cost;		/* the work of the tasks before each unit */
 };
 
 /* ---- helpers -------------------------------------------------------- */
@@ -295,10 +310,11 @@ static void matmul_swiglu(struct kve_engine *e, const float *x, int T,
 
 /* ---- attention ------------------------------------------------------ */
 
-/* Attention tasks: one per (token, KV head); chunk c runs a range */
+/* Attention tasks: one per (token or group, KV head), attn_plan; chunk c
+ * runs a range of them, as much work as any other (task_at) */
 static int attn_chunks(const struct kve_engine *e)
 {
-	int tasks = (int)(e->T * e->m->info.n_kv_heads);
+	int tasks = (int)((e->n_alone + e->n_groups) * e->m->info.n_kv_heads);
 	int nt = kve_threads_count(e->th);
 	int want = nt == 1 ? 1 : 8 * nt;
 
@@ -367,8 +383,9 @@ static uint32_t attn_slice(const struct kve_model_info *in)
  */
 
 /* floats of scores a thread holds: at least one KV head's query heads
- * for the longest context, and room for a run of many at short ones */
-#define ATTN_RUN_FLOATS	32768
+ * for the longest context, and room for a run of many at short ones or
+ * a group of tokens (attn_plan): 256 KiB, 26 members at 2k tokens */
+#define ATTN_RUN_FLOATS	65536
 
 /* how far ahead the attention asks for K and V: 4-32 KiB measured alike
  * on the Zen 5 (each about 10% faster a step than none; on a Zen 4 none
@@ -404,6 +421,240 @@ static inline void kv_prefetch(const uint8_t *p, size_t n)
 
 static void store_kv_head(struct kve_engine *e, uint32_t t, uint32_t g);
 
+/* Token t's rope and KV store for KV head g, in its attention task
+ * (kv_in_attn) rather than on one thread before the job: no other task
+ * reads them (each token is its own session's, and groups read only
+ * blocks before every member's position), and per head they are the same
+ * operations */
+static void rope_store(struct kve_engine *e, uint32_t t, uint32_t g)
+{
+	const struct kve_model_info *in = &e->m->info;
+	uint32_t hd = in->head_dim, group = in->n_heads / in->n_kv_heads;
+	const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
+
+	rope(e->q + ((size_t)t * in->n_heads + (size_t)g * group) * hd, (int)group, (int)hd,
+	     (int)in->rope_dims, in->rope_neox, cs);
+	rope(e->kk + ((size_t)t * in->n_kv_heads + g) * hd, 1, (int)hd, (int)in->rope_dims,
+	     in->rope_neox, cs);
+	store_kv_head(e, t, g);
+}
+
+/* a group's members read at most 1/ATTN_OWN_SHARE of the rows they
+ * share of their own (attn_plan) */
+#define ATTN_OWN_SHARE	4
+
+/* Members a group can have: rows of scores for each (the longest
+ * context, ss floats) and its queries and sums (2 x head_dim) fit a
+ * thread's scratch */
+static uint32_t group_cap(const struct kve_engine *e, uint32_t ss)
+{
+	const struct kve_model_info *in = &e->m->info;
+	size_t row = (size_t)(in->n_heads / in->n_kv_heads) * (ss + 2 * in->head_dim);
+
+	return (uint32_t)(attn_scratch(in, e->max_ctx) / row);
+}
+
+/*
+ * The pass's attention plan. A decode batch of sessions that share a
+ * prompt read the prompt's KV once per sequence, the same blocks again and
+ * again. Tokens whose sessions begin with the same whole blocks before
+ * their positions are grouped (where the shared part dominates, below):
+ * a group task reads each shared block once and scores it against every
+ * member's queries, up to KVE_ATTN_HEADS at a time (the kernels load a K
+ * or V vector once for all of them), then each member's own blocks as
+ * before. Every score
+ * and every sum is the same kernel arithmetic in the same order as
+ * member by member (a score is its row's dot; a member's sums run over
+ * its blocks in ascending order, the shared ones first as before), so
+ * the same bits. The same holds for a prompt chunk after the first: its
+ * tokens share every block before the chunk.
+ */
+static void attn_plan(struct kve_engine *e)
+{
+	uint32_t bt = e->pool.block_tokens, T = e->T, n = 0, nf = 0, a = 0, t, g, k, i;
+	struct attn_group *G = e->att_grp, *F = e->att_grp + e->max_tok;
+
+	/* each token to the group of the first with its first block (as
+	 * first: the leader); shared: what all share with the leader */
+	for (t = 0; t < T; t++) {
+		const struct kve_session *s = e->tok_sess[t], *l = NULL;
+		uint32_t whole = e->tok_pos[t] / bt, ss = (e->tok_pos[t] + 16) & ~15u;
+
+		e->att_gid[t] = UINT32_MAX;
+		if (!whole)
+			continue;
+		for (g = 0; g < n; g++) {
+			l = e->tok_sess[G[g].first];
+			if (l == s || l->block_table[0] == s->block_table[0])
+				break;
+		}
+		if (g == n) {
+			G[n++] = (struct attn_group){ t, 0, whole, 0, 0 };
+		} else {
+			k = G[g].shared < whole ? G[g].shared : whole;
+			if (l != s)
+				for (i = 1; i < k; i++)
+					if (l->block_table[i] != s->block_table[i])
+						k = i;
+			G[g].shared = k;
+		}
+		G[g].n++;
+		if (ss > G[g].ss)
+			G[g].ss = ss;
+		if (e->tok_pos[t] + 1 > G[g].top)
+			G[g].top = e->tok_pos[t] + 1;
+		e->att_gid[t] = g;
+	}
+	/* a group of one, one whose rows would not fit twice, or one whose
+	 * members read much of their own reads alone: a group task reads
+	 * the members' own blocks one KV head at a time, 2 KiB slabs 576 KiB
+	 * apart at the 110M shape, where a lone token reads a block's heads
+	 * as one stretch; with 1888 own tokens after 512 shared a batch of
+	 * 16 decoded 2.4x slower grouped, with 128 after 512 alike, with at
+	 * most 32 after 1024 (8 sessions) 1.3-1.45x faster (Zen 4) */
+	for (g = 0; g < n; g++)
+		if (G[g].n < 2 || group_cap(e, G[g].ss) < 2 ||
+		    G[g].top - G[g].shared * bt > G[g].shared * bt / ATTN_OWN_SHARE)
+			G[g].shared = 0;
+	for (t = 0; t < T; t++)
+		if (e->att_gid[t] == UINT32_MAX || !G[e->att_gid[t]].shared)
+			e->att_tok[a++] = t;
+	e->n_alone = a;
+	for (g = 0; g < n; g++) {
+		uint32_t cap = group_cap(e, G[g].ss), m = G[g].n;
+
+		if (!G[g].shared)
+			continue;
+		G[g].first = a;
+		G[g].n = 0;
+		a += m;
+		/* as many tasks as the scratch needs, members in token order */
+		for (i = 0; i < m; i += cap)
+			F[nf++] = (struct attn_group){ G[g].first + i, m - i < cap ? m - i : cap,
+						       G[g].shared, G[g].ss, G[g].top };
+	}
+	for (t = 0; t < T; t++) {
+		g = e->att_gid[t];
+		if (g != UINT32_MAX && G[g].shared)
+			e->att_tok[G[g].first + G[g].n++] = t;
+	}
+	e->n_groups = nf;
+	/* a unit's work, per KV head: the K and V rows it reads, each shared
+	 * row once per call of up to KVE_ATTN_HEADS members */
+	e->att_cost[0] = 0;
+	for (k = 0; k < e->n_alone; k++)
+		e->att_cost[k + 1] = e->att_cost[k] + e->tok_pos[e->att_tok[k]] + 1;
+	for (g = 0; g < nf; g++, k++) {
+		uint64_t w = (uint64_t)F[g].shared * bt * ((F[g].n + KVE_ATTN_HEADS - 1) / KVE_ATTN_HEADS);
+
+		for (i = 0; i < F[g].n; i++)
+			w += e->tok_pos[e->att_tok[F[g].first + i]] + 1 - F[g].shared * bt;
+		e->att_cost[k + 1] = e->att_cost[k] + w;
+	}
+}
+
+/* The first task whose work starts at or after `at` (att_cost's units):
+ * chunks take equal work, not equal counts of tasks, a group's task
+ * being worth many of a lone token's, a late prompt token's more than an
+ * early one's */
+static uint32_t task_at(const struct kve_engine *e, uint64_t at)
+{
+	const uint64_t *P = e->att_cost;
+	uint32_t nkv = e->m->info.n_kv_heads, lo = 0, hi = e->n_alone + e->n_groups, u;
+	uint64_t w;
+
+	if (at >= P[hi] * nkv)
+		return hi * nkv;
+	while (hi - lo > 1) {	/* the last unit whose work starts at or before `at` */
+		u = lo + (hi - lo) / 2;
+		if (P[u] * nkv <= at)
+			lo = u;
+		else
+			hi = u;
+	}
+	w = P[lo + 1] - P[lo];
+	return lo * nkv + (uint32_t)((at - P[lo] * nkv + w - 1) / w);
+}
+
+/* One group's attention for KV head g: the shared blocks once for all
+ * members, then each member's own; sc: the thread's scratch (scores, then
+ * the members' queries and sums, side by side so that a kernel call takes
+ * up to KVE_ATTN_HEADS of them) */
+static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, uint32_t g,
+			    float *sc)
+{
+	const struct kve_model_info *in = &e->m->info;
+	const struct kve_kernels *k = e->k;
+	uint32_t hd = in->head_dim, bt = e->pool.block_tokens, group = in->n_heads / in->n_kv_heads;
+	uint32_t slice = attn_slice(in), rows = gr->n * group, i, h, r, b, v, nh;
+	const uint32_t *mem = e->att_tok + gr->first;
+	const struct kve_session *s0 = e->tok_sess[mem[0]];
+	size_t ss = gr->ss;
+	float *qs = sc + (size_t)rows * ss, *out = qs + (size_t)rows * hd;
+	float scale = in->attn_scale;
+	int f16 = e->pool.dtype == KVE_KV_F16;
+
+	for (i = 0; i < gr->n; i++) {
+		if (e->kv_in_attn)
+			rope_store(e, mem[i], g);
+		memcpy(qs + (size_t)i * group * hd,
+		       e->q + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
+		       (size_t)group * hd * sizeof(float));
+	}
+	memset(out, 0, (size_t)rows * hd * sizeof(float));
+	/* v = 0: the scores from K; v = 1: the sums of V rows */
+	for (v = 0; v < 2; v++) {
+		for (b = 0; b < gr->shared; b++) {
+			const uint8_t *kb = kv_head_base(e, s0->block_table[b], e->layer, (int)v, g);
+
+			if (b + 1 < gr->shared)
+				kv_prefetch(kv_head_base(e, s0->block_table[b + 1], e->layer, (int)v, g),
+					    (size_t)bt * hd * e->es);
+			for (r = 0; r < rows; r += nh) {
+				nh = rows - r < KVE_ATTN_HEADS ? rows - r : KVE_ATTN_HEADS;
+				if (!v)
+					k->attn_scores(qs + (size_t)r * hd, (int)nh, kb, f16, (int)bt,
+						       (int)hd, scale, sc + r * ss + b * bt, ss);
+				else
+					k->attn_values(out + (size_t)r * hd, (int)nh,
+						       sc + r * ss + b * bt, ss, kb, f16, (int)bt,
+						       (int)hd);
+			}
+		}
+		for (i = 0; i < gr->n; i++) {
+			const struct kve_session *s = e->tok_sess[mem[i]];
+			uint32_t npos = e->tok_pos[mem[i]] + 1, nblk = (npos + bt - 1) / bt;
+			size_t r0 = (size_t)i * group;
+
+			for (b = gr->shared; b < nblk; b++) {
+				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, (int)v, g);
+				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
+
+				for (h = 0; h < group; h += nh) {
+					nh = group - h < slice ? group - h : slice;
+					if (!v)
+						k->attn_scores(qs + (r0 + h) * hd, (int)nh, kb, f16,
+							       (int)end, (int)hd, scale,
+							       sc + (r0 + h) * ss + b * bt, ss);
+					else
+						k->attn_values(out + (r0 + h) * hd, (int)nh,
+							       sc + (r0 + h) * ss + b * bt, ss, kb,
+							       f16, (int)end, (int)hd);
+				}
+			}
+			for (h = 0; h < group && !v; h++) {
+				float *sh = sc + (r0 + h) * ss;
+
+				scale_by(sh, npos, 1.0f / k->softmax_exp(sh, (int)npos,
+									 max_of(sh, npos)));
+			}
+		}
+	}
+	for (i = 0; i < gr->n; i++)
+		memcpy(e->att + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
+		       out + (size_t)i * group * hd, (size_t)group * hd * sizeof(float));
+}
+
 static void attn_worker(void *arg, int c, int tid)
 {
 	struct kve_engine *e = arg;
@@ -411,17 +662,18 @@ static void attn_worker(void *arg, int c, int tid)
 	const struct kve_kernels *k = e->k;
 	uint32_t hd = in->head_dim, bt = e->pool.block_tokens, nkv = in->n_kv_heads;
 	uint32_t group = in->n_heads / nkv, slice = attn_slice(in);
-	uint64_t tasks = (uint64_t)e->T * nkv, nch = (uint64_t)attn_chunks(e);
-	uint32_t t0 = (uint32_t)(tasks * (uint64_t)c / nch);
-	uint32_t t1 = (uint32_t)(tasks * (uint64_t)(c + 1) / nch), task, run;
+	uint64_t alone = (uint64_t)e->n_alone * nkv, nch = (uint64_t)attn_chunks(e);
+	uint64_t work = e->att_cost[e->n_alone + e->n_groups] * nkv;
+	uint32_t t0 = task_at(e, work * (uint64_t)c / nch);
+	uint32_t t1 = task_at(e, work * (uint64_t)(c + 1) / nch), task, run;
 	size_t cap = attn_scratch(in, e->max_ctx);
 	float *sc = e->scores + (size_t)tid * cap;
 	float scale = in->attn_scale;
 	int f16 = e->pool.dtype == KVE_KV_F16;
 	size_t slab = (size_t)bt * hd * e->es;
 
-	for (task = t0; task < t1; task += run) {
-		uint32_t t = task / nkv, g0 = task % nkv, npos = e->tok_pos[t] + 1;
+	for (task = t0; task < t1 && task < alone; task += run) {
+		uint32_t t = e->att_tok[task / nkv], g0 = task % nkv, npos = e->tok_pos[t] + 1;
 		uint32_t nblk = (npos + bt - 1) / bt, b, g, h, nh, v, i, ahead;
 		size_t ss = (npos + 15) & ~15u;	/* one head's scores */
 		const struct kve_session *s = e->tok_sess[t];
@@ -433,19 +685,8 @@ static void attn_worker(void *arg, int c, int tid)
 		run = nkv - g0 < t1 - task ? nkv - g0 : t1 - task;
 		if ((size_t)run * group * ss > cap)
 			run = (uint32_t)(cap / (group * ss));
-		for (g = g0; g < g0 + run && e->kv_in_attn; g++) {
-			/* this token's rope and KV store for head g, here
-			 * rather than on one thread before the job: no other
-			 * task reads them (each token is its own session's),
-			 * and per head they are the same operations */
-			const float *cs = e->rope_cs + (size_t)t * in->rope_dims;
-
-			rope(e->q + ((size_t)t * in->n_heads + (size_t)g * group) * hd, (int)group,
-			     (int)hd, (int)in->rope_dims, in->rope_neox, cs);
-			rope(e->kk + ((size_t)t * in->n_kv_heads + g) * hd, 1, (int)hd,
-			     (int)in->rope_dims, in->rope_neox, cs);
-			store_kv_head(e, t, g);
-		}
+		for (g = g0; g < g0 + run && e->kv_in_attn; g++)
+			rope_store(e, t, g);
 		/* stretches ahead: at least KV_PF_AHEAD bytes */
 		ahead = (uint32_t)(KV_PF_AHEAD / (run * slab));
 		ahead = ahead ? ahead : 1;
@@ -493,6 +734,10 @@ static void attn_worker(void *arg, int c, int tid)
 			}
 		}
 	}
+	/* then the groups' tasks in the chunk: one KV head of one group each */
+	for (task = t0 > alone ? t0 : (uint32_t)alone; task < t1; task++)
+		attn_group_task(e, e->att_grp + e->max_tok + (task - alone) / nkv,
+				(uint32_t)((task - alone) % nkv), sc);
 }
 
 /*
@@ -557,6 +802,7 @@ static void forward(struct kve_engine *e, const int32_t *tokens, uint32_t T,
 	/* a task that stores a token's KV while another task of the same
 	 * session reads it would race: only when no two tokens share one */
 	e->kv_in_attn = distinct || T == 1;
+	attn_plan(e);
 	for (t = 0; t < T; t++) {
 		kve_mat_row_f32(&m->tok_embd, (uint32_t)tokens[t], e->x + (size_t)t * dim);
 		rope_table(e->rope_cs + (size_t)t * in->rope_dims, (int)in->rope_dims,
@@ -784,6 +1030,10 @@ void kve_engine_free(struct kve_engine *e)
 	free(e->rope_cs);
 	free(e->sess_buf);
 	free(e->pos_buf);
+	free(e->att_tok);
+	free(e->att_gid);
+	free(e->att_grp);
+	free(e->att_cost);
 	free(e);
 }
 
@@ -859,9 +1109,14 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->rope_cs = alloc_f((size_t)nt * in->rope_dims + 1);
 	e->sess_buf = calloc(nt, sizeof(*e->sess_buf));
 	e->pos_buf = calloc((size_t)nt * 2, sizeof(*e->pos_buf));
+	e->att_tok = calloc(nt, sizeof(*e->att_tok));
+	e->att_gid = calloc(nt, sizeof(*e->att_gid));
+	e->att_grp = calloc((size_t)nt * 2, sizeof(*e->att_grp));
+	e->att_cost = calloc((size_t)nt * 2 + 1, sizeof(*e->att_cost));
 	if (!e->th || !e->x || !e->xb || !e->q || !e->kk || !e->vv || !e->att ||
 	    !e->hb || !e->hb2 || !e->xq || !e->xk || !e->scores || !e->inv_freq || !e->rope_cs ||
-	    !e->sess_buf || !e->pos_buf)
+	    !e->sess_buf || !e->pos_buf || !e->att_tok || !e->att_gid || !e->att_grp ||
+	    !e->att_cost)
 		goto oom;
 	/* base^(-2i/d), divided by llama 3's factor for the pair, times the
 	 * linear scaling (positions / factor) */

@@ -75,7 +75,7 @@ static void test_model(const char *path)
 	int32_t tok[NTOK];
 	uint32_t i, v, steps = NTOK - 20 + 1;
 	float *a, *b;
-	int d;
+	int d, cfg;
 
 	CHECK(m != NULL, "load %s %s", path, m ? "" : err);
 	if (!m)
@@ -224,6 +224,60 @@ static void test_model(const char *path)
 				next[i] = kve_sample(&(struct kve_sampler){ 0 }, a + (size_t)i * v, v, NULL);
 		}
 		CHECK(ok && same, "%s: decode batch of 5 == each session alone (3 steps)", path);
+		rig_free(&rb);
+		rig_free(&r1);
+	}
+
+	/* a decode batch of sessions that share their first blocks (one
+	 * prompt, then a few tokens of each session's own) == each session
+	 * alone with private blocks, at 1 and 2 threads: the batch reads the
+	 * shared blocks once for all of them (attn_plan); then the same with
+	 * more tokens of their own than a group takes (each reads alone),
+	 * positions past the shared blocks */
+	for (cfg = 0; cfg < 4; cfg++) {
+		static const uint32_t owns[2][5] = { { 1, 0, 1, 0, 1 }, { 12, 12, 13, 12, 13 } };
+		const uint32_t *own = owns[cfg / 2], pre = cfg / 2 ? 8 : 16;
+		int th = 1 + cfg % 2;
+		struct rig rb, r1;
+		uint32_t tabs[5][8], tabs1[5][8], j;
+		struct kve_session sb[5], s1[5], *ps[5];
+		int32_t next[5], seq[32];
+		int ok = 1, same = 1, step;
+
+		ok &= !rig_init(&rb, m, 4, KVE_KV_F16, 48, (uint32_t)th, 0);
+		ok &= !rig_init(&r1, m, 4, KVE_KV_F16, 48, 1, 0);
+		for (i = 0; ok && i < 5; i++) {
+			for (j = 0; j < 8; j++) {
+				tabs[i][j] = j < pre / 4 ? j : i * 8 + j;
+				tabs1[i][j] = 8 + i * 8 + j;
+			}
+			sb[i] = (struct kve_session){ tabs[i], 8, i ? pre : 0 };
+			s1[i] = (struct kve_session){ tabs1[i], 8, 0 };
+			/* session i: the prompt, then own[i] tokens of its own */
+			for (j = 0; j < pre + own[i]; j++)
+				seq[j] = j < pre ? tok[j] : tok[(20 + 3 * i + j) % NTOK];
+			if (i && own[i])
+				ok &= !kve_prefill(rb.e, &sb[i], seq + pre, own[i], a);
+			else if (!i)
+				ok &= !kve_prefill(rb.e, &sb[i], seq, pre + own[i], a);
+			ok &= !kve_prefill(r1.e, &s1[i], seq, pre + own[i], b);
+			ps[i] = &sb[i];
+			next[i] = tok[30 + i];
+		}
+		for (step = 0; ok && step < 3; step++) {
+			ok &= !kve_decode(rb.e, ps, next, 5, a);
+			for (i = 0; i < 5; i++) {
+				struct kve_session *p1 = &s1[i];
+
+				ok &= !kve_decode(r1.e, &p1, &next[i], 1, b + (size_t)i * v);
+			}
+			same &= !memcmp(a, b, (size_t)5 * v * 4);
+			for (i = 0; i < 5; i++)
+				next[i] = kve_sample(&(struct kve_sampler){ 0 }, a + (size_t)i * v, v, NULL);
+		}
+		CHECK(ok && same, "%s: decode batch of 5 sessions sharing %u prompt blocks, %s of "
+		      "their own, == each alone (3 steps, %d thread%s)", path, pre / 4,
+		      cfg / 2 ? "12-13 tokens" : "0-1 token", th, th > 1 ? "s" : "");
 		rig_free(&rb);
 		rig_free(&r1);
 	}

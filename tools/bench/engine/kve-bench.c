@@ -9,11 +9,13 @@
  * KV lives in a libkvarena arena (kernel backend if /dev/kvarena opens,
  * else memfd) through daemon/engine/kv_arena.c, as in production: blocks
  * are allocated per session, the batch sessions share the prompt's blocks
- * with kva_blocks_share. Blocks are reserved, and the arena written
+ * with kva_blocks_share, and with --own N each prefills N tokens of its
+ * own after it (conversations that share a system prompt, each with its
+ * own turns; untimed). Blocks are reserved, and the arena written
  * once, before the timed sections.
  *
  * usage: kve-bench MODEL [--threads N] [--prompt N] [--decode N] [--batch N]
- *                  [--kv f16|f32] [--block N] [--no-bw] [--bw-mib N]
+ *                  [--own N] [--kv f16|f32] [--block N] [--no-bw] [--bw-mib N]
  *                  [--backend kernel|memfd|auto]
  */
 #define _GNU_SOURCE
@@ -237,7 +239,7 @@ static int32_t argmax(const float *l, uint32_t n)
 
 int main(int argc, char **argv)
 {
-	uint32_t threads = 1, prompt = 128, ndec = 64, batch = 8, bt = 16, i, j;
+	uint32_t threads = 1, prompt = 128, ndec = 64, batch = 8, own = 0, bt = 16, i, j;
 	enum kve_kv_dtype dt = KVE_KV_F16;
 	enum kva_backend backend = KVA_BACKEND_AUTO;
 	int bw = 1, a, rc;
@@ -267,6 +269,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--prompt") && a + 1 < argc) prompt = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--decode") && a + 1 < argc) ndec = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--batch") && a + 1 < argc) batch = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--own") && a + 1 < argc) own = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--block") && a + 1 < argc) bt = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--kv") && a + 1 < argc)
 			dt = !strcmp(argv[++a], "f32") ? KVE_KV_F32 : KVE_KV_F16;
@@ -284,8 +287,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kve-bench: --bw-mib 1..65536\n");
 		return 2;
 	}
-	if (!batch || batch > 64 || !prompt || prompt % bt) {
-		fprintf(stderr, "kve-bench: batch 1..64, prompt a multiple of the block size\n");
+	if (!batch || batch > 64 || !prompt || prompt % bt || own > 65536) {
+		fprintf(stderr, "kve-bench: batch 1..64, prompt a multiple of the block size, "
+			"own 0..65536\n");
 		return 2;
 	}
 	m = kve_model_load(argv[1], err, sizeof(err));
@@ -301,7 +305,7 @@ int main(int argc, char **argv)
 	/* K and V of one position, all layers: what the attention reads per
 	 * position of the context (the KV store's element size) */
 	kv_tok = kve_kv_block_bytes(m, 1, dt);
-	ctx = prompt + ndec + 1;
+	ctx = prompt + own + ndec + 1;
 	per = (ctx + bt - 1) / bt;
 	/* the prompt's blocks once, then private tails for each session */
 	ap.backend = backend;
@@ -418,7 +422,15 @@ int main(int argc, char **argv)
 			for (j = 0; j < batch; j++) {
 				rc = kve_arena_session_open(kv, 2 + j, ctx, &ss[j]);
 				rc = rc ? rc : kve_arena_session_share(kv, &ss[j], &s0, prompt / bt);
-				rc = rc ? rc : kve_arena_session_reserve(kv, &ss[j], steps);
+				rc = rc ? rc : kve_arena_session_reserve(kv, &ss[j], own + steps);
+				if (!rc && own) {	/* its own turns */
+					int32_t *mine = malloc(own * sizeof(*mine));
+
+					for (i = 0; mine && i < own; i++)
+						mine[i] = (int32_t)((tok[i % prompt] + 7 * j + 1) % in->vocab);
+					rc = mine ? kve_prefill(e, &ss[j].s, mine, own, lg) : -ENOMEM;
+					free(mine);
+				}
 				if (rc) {
 					fprintf(stderr, "kve-bench: batch session: %s\n", strerror(-rc));
 					return 1;
