@@ -170,6 +170,11 @@ int kve_batch(struct kve_engine *e, struct kve_session *const *sessions,
  * meanwhile kve_isa_name() is "none (out of memory)". */
 const char *kve_isa_name(void);
 const char *kve_isa_note(void);
+/* The engine's numerics revision: a new one whenever any kernel set's
+ * results change by a bit, so that what names a configuration's numbers
+ * (kvarenad's system_fingerprint) changes with them. */
+#define KVE_NUMERICS "2026-12-05"
+
 /* 1 when decode asks memory ahead for its weights and K/V (software
  * prefetch: on where it was measured to pay, an AMD Zen 5; off elsewhere;
  * KVE_PREFETCH=0|1 decides instead). Results are the same either way. */

@@ -878,13 +878,15 @@ int kvd_token_piece(struct kvd *d, int32_t id, char *buf, size_t len)
 }
 
 /* FNV-1a over what decides the numbers a request gets: the model (its id,
- * shape), the KV layout and the engine's kernel set. */
+ * shape), the KV layout, the engine's kernel set and its numerics
+ * revision, and this build's version. */
 static void make_fingerprint(struct kvd *d)
 {
 	char in[512];
 	uint64_t h = 0xcbf29ce484222325ull;
-	int n = snprintf(in, sizeof(in), "%s|%u|%u|%u|%s|%s", d->cfg.model_id, d->vocab,
-			 d->ctx_len, d->cfg.block_tokens, d->cfg.kv_dtype, kve_isa_name());
+	int n = snprintf(in, sizeof(in), "%s|%u|%u|%u|%s|%s|%s|%s", d->cfg.model_id, d->vocab,
+			 d->ctx_len, d->cfg.block_tokens, d->cfg.kv_dtype, kve_isa_name(),
+			 KVE_NUMERICS, KVD_VERSION);
 
 	for (int i = 0; i < n && i < (int)sizeof(in); i++)
 		h = (h ^ (uint8_t)in[i]) * 0x100000001b3ull;
