@@ -47,6 +47,7 @@ struct attn_group {
 	uint32_t shared;	/* leading blocks every member reads whole */
 	uint32_t ss;		/* a score row: the longest context, in 16s */
 	uint32_t top;		/* the longest context */
+	int chunk;		/* one session's prompt chunk (attn_plan) */
 };
 
 struct kve_engine {
@@ -475,21 +476,27 @@ static void attn_plan(struct kve_engine *e)
 	struct attn_group *G = e->att_grp, *F = e->att_grp + e->max_tok;
 
 	/* each token to the group of the first with its first block (as
-	 * first: the leader); shared: what all share with the leader */
+	 * first: the leader); shared: what all share with the leader. The
+	 * tokens of a prompt chunk (adjacent, of one session) group only
+	 * with each other: joined with other sessions' tokens that share a
+	 * system prompt, a group would share only that prompt, where the
+	 * chunk shares its whole history */
 	for (t = 0; t < T; t++) {
 		const struct kve_session *s = e->tok_sess[t], *l = NULL;
 		uint32_t whole = e->tok_pos[t] / bt, ss = (e->tok_pos[t] + 16) & ~15u;
+		int chunk = (t && e->tok_sess[t - 1] == s) || (t + 1 < T && e->tok_sess[t + 1] == s);
 
 		e->att_gid[t] = UINT32_MAX;
 		if (!whole)
 			continue;
 		for (g = 0; g < n; g++) {
 			l = e->tok_sess[G[g].first];
-			if (l == s || l->block_table[0] == s->block_table[0])
+			if (l == s || (!chunk && !G[g].chunk &&
+				       l->block_table[0] == s->block_table[0]))
 				break;
 		}
 		if (g == n) {
-			G[n++] = (struct attn_group){ t, 0, whole, 0, 0 };
+			G[n++] = (struct attn_group){ t, 0, whole, 0, 0, chunk };
 		} else {
 			k = G[g].shared < whole ? G[g].shared : whole;
 			if (l != s)
@@ -531,7 +538,7 @@ static void attn_plan(struct kve_engine *e)
 		/* as many tasks as the scratch needs, members in token order */
 		for (i = 0; i < m; i += cap)
 			F[nf++] = (struct attn_group){ G[g].first + i, m - i < cap ? m - i : cap,
-						       G[g].shared, G[g].ss, G[g].top };
+						       G[g].shared, G[g].ss, G[g].top, G[g].chunk };
 	}
 	for (t = 0; t < T; t++) {
 		g = e->att_gid[t];

@@ -278,6 +278,23 @@ static void test_model(const char *path)
 		CHECK(ok && same, "%s: decode batch of 5 sessions sharing %u prompt blocks, %s of "
 		      "their own, == each alone (3 steps, %d thread%s)", path, pre / 4,
 		      cfg / 2 ? "12-13 tokens" : "0-1 token", th, th > 1 ? "s" : "");
+		/* then one mixed pass: a chunk of 4 for session 0 (a group of
+		 * its own history), one token for each of the others */
+		if (ok && same) {
+			uint32_t nn[5] = { 4, 1, 1, 1, 1 }, off = 0;
+			int32_t feed[8];
+
+			for (i = 0; i < 8; i++)
+				feed[i] = tok[(33 + 5 * i) % NTOK];
+			ok &= !kve_batch(rb.e, ps, nn, feed, 5, a);
+			for (i = 0; ok && i < 5; off += nn[i], i++) {
+				ok &= !kve_prefill(r1.e, &s1[i], feed + off, nn[i], b);
+				same &= !memcmp(a + (size_t)i * v, b, (size_t)v * 4);
+			}
+			CHECK(ok && same, "%s: then a pass of a 4-token chunk and 4 decode tokens "
+			      "== each alone (%u shared blocks, %d thread%s)", path, pre / 4, th,
+			      th > 1 ? "s" : "");
+		}
 		rig_free(&rb);
 		rig_free(&r1);
 	}
