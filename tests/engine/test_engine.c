@@ -67,6 +67,29 @@ static int run_seq(struct rig *r, struct kve_session *s, const int32_t *tok,
 	return rc;
 }
 
+/* Three decode steps of n sessions as one batch in rb against each alone
+ * in r1 (greedy, from the batch's logits): 1 when every step's logits are
+ * the same bits and every call succeeded. */
+static int batch_vs_alone(struct rig *rb, struct rig *r1, struct kve_session **ps,
+			  struct kve_session *s1, int32_t *next, uint32_t n, float *a, float *b)
+{
+	uint32_t i, v = rb->vocab;
+	int ok = 1, same = 1, step;
+
+	for (step = 0; ok && step < 3; step++) {
+		ok &= !kve_decode(rb->e, ps, next, n, a);
+		for (i = 0; i < n; i++) {
+			struct kve_session *p1 = &s1[i];
+
+			ok &= !kve_decode(r1->e, &p1, &next[i], 1, b + (size_t)i * v);
+		}
+		same &= !memcmp(a, b, (size_t)n * v * 4);
+		for (i = 0; i < n; i++)
+			next[i] = kve_sample(&(struct kve_sampler){ 0 }, a + (size_t)i * v, v, NULL);
+	}
+	return ok && same;
+}
+
 static void test_model(const char *path)
 {
 	char err[256];
@@ -198,7 +221,7 @@ static void test_model(const char *path)
 		uint32_t tabs[5][8], tabs1[5][8];
 		struct kve_session sb[5], s1[5], *ps[5];
 		int32_t next[5];
-		int ok = 1, same = 1, step;
+		int ok = 1, same = 1;
 
 		rig_init(&rb, m, 4, KVE_KV_F16, 40, 1, 0);
 		rig_init(&r1, m, 4, KVE_KV_F16, 40, 1, 0);
@@ -213,16 +236,7 @@ static void test_model(const char *path)
 			ps[i] = &sb[i];
 			next[i] = tok[20 + i];
 		}
-		for (step = 0; step < 3; step++) {
-			ok &= !kve_decode(rb.e, ps, next, 5, a);
-			for (i = 0; i < 5; i++) {
-				struct kve_session *p1 = &s1[i];
-				ok &= !kve_decode(r1.e, &p1, &next[i], 1, b + (size_t)i * v);
-			}
-			same &= !memcmp(a, b, (size_t)5 * v * 4);
-			for (i = 0; i < 5; i++)
-				next[i] = kve_sample(&(struct kve_sampler){ 0 }, a + (size_t)i * v, v, NULL);
-		}
+		same = ok && batch_vs_alone(&rb, &r1, ps, s1, next, 5, a, b);
 		CHECK(ok && same, "%s: decode batch of 5 == each session alone (3 steps)", path);
 		rig_free(&rb);
 		rig_free(&r1);
@@ -242,7 +256,7 @@ static void test_model(const char *path)
 		uint32_t tabs[5][8], tabs1[5][8], j;
 		struct kve_session sb[5], s1[5], *ps[5];
 		int32_t next[5], seq[32];
-		int ok = 1, same = 1, step;
+		int ok = 1, same = 1;
 
 		ok &= !rig_init(&rb, m, 4, KVE_KV_F16, 48, (uint32_t)th, 0);
 		ok &= !rig_init(&r1, m, 4, KVE_KV_F16, 48, 1, 0);
@@ -264,17 +278,7 @@ static void test_model(const char *path)
 			ps[i] = &sb[i];
 			next[i] = tok[30 + i];
 		}
-		for (step = 0; ok && step < 3; step++) {
-			ok &= !kve_decode(rb.e, ps, next, 5, a);
-			for (i = 0; i < 5; i++) {
-				struct kve_session *p1 = &s1[i];
-
-				ok &= !kve_decode(r1.e, &p1, &next[i], 1, b + (size_t)i * v);
-			}
-			same &= !memcmp(a, b, (size_t)5 * v * 4);
-			for (i = 0; i < 5; i++)
-				next[i] = kve_sample(&(struct kve_sampler){ 0 }, a + (size_t)i * v, v, NULL);
-		}
+		same = ok && batch_vs_alone(&rb, &r1, ps, s1, next, 5, a, b);
 		CHECK(ok && same, "%s: decode batch of 5 sessions sharing %u prompt blocks, %s of "
 		      "their own, == each alone (3 steps, %d thread%s)", path, pre / 4,
 		      cfg / 2 ? "12-13 tokens" : "0-1 token", th, th > 1 ? "s" : "");
