@@ -407,6 +407,19 @@ struct kve_kernels {
 	 * bit-identical to axpy_* row by row; each V row read once */
 	void (*attn_values)(float *out, int nh, const float *p, size_t ps, const void *v,
 			    int f16, int n, int hd);
+	/* attn_scores over a KVE_KV_Q8_0 slab of bt rows (kvengine.h: the
+	 * scales, then the quants; rows 0..n-1 read) with nh query heads
+	 * quantised as Q8_0 activations (hd / 32 blocks a head): per row the
+	 * exact integer dot of each block, times (its scale * the query
+	 * block's), summed over the blocks in order from the first, times
+	 * scale; bit-identical in every set (kve_attn_scores_q8_c) */
+	void (*attn_scores_q8)(const struct kve_q8x *q, int nh, const uint8_t *k, int bt,
+			       int n, int hd, float scale, float *sc, size_t ss);
+	/* attn_values over a KVE_KV_Q8_0 slab: out_h += (p_h[j] * the row's
+	 * block scale) * quant, rows in order (kve_attn_values_q8_c; sets
+	 * differ by fused multiply-adds) */
+	void (*attn_values_q8)(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
+			       int bt, int n, int hd);
 	/* out = x / sqrt(mean(x^2) + eps) * w */
 	void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
 	/* 1: mm_q32 takes Q4_0 in KVE_PANEL_Q4X16 panels (and loaded models
@@ -428,6 +441,21 @@ struct kve_kernels {
  * taken in slices): 4 x 4 keys' accumulators fill half the AVX-512
  * registers */
 #define KVE_ATTN_HEADS 4
+
+/* a KVE_KV_Q8_0 slab of bt rows: the fp16 scales, hd / 32 a row, then
+ * the int8 quants, hd a row */
+static inline const int8_t *kve_kvq8_quants(const uint8_t *slab, int bt, int hd)
+{
+	return (const int8_t *)(slab + (size_t)bt * (size_t)(hd / 16));
+}
+
+void kve_attn_scores_q8_c(const struct kve_q8x *q, int nh, const uint8_t *k, int bt, int n,
+			  int hd, float scale, float *sc, size_t ss);
+void kve_attn_values_q8_c(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
+			  int bt, int n, int hd);
+
+void kve_attn_scores_q8_avx512vnni(const struct kve_q8x *q, int nh, const uint8_t *k, int bt,
+				   int n, int hd, float scale, float *sc, size_t ss);
 
 extern const struct kve_kernels kve_kernels_c;
 extern const struct kve_kernels kve_kernels_avx2;

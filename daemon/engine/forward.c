@@ -56,7 +56,10 @@ struct kve_engine {
 	const struct kve_kernels *k;
 	struct kve_threads *th;
 	uint32_t max_tok, max_ctx, max_chunk, max_batch;
-	size_t es;		/* bytes per KV element */
+	size_t es;		/* bytes per KV element (F32, F16) */
+	size_t slab;		/* bytes of one [layer][K|V][kv_head] of a block */
+	int kvt;		/* the pool's dtype */
+	struct kve_q8x *qq;	/* Q8_0 KV: the queries quantised, as e->q */
 	float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2;
 	struct kve_q8x *xq;
 	struct kve_q8k *xk;
@@ -129,10 +132,52 @@ static uint8_t *kv_head_base(struct kve_engine *e, uint32_t block_id,
 {
 	const struct kve_model_info *in = &e->m->info;
 	uint8_t *b = e->pool.block_ptr(e->pool.ctx, block_id);
-	size_t idx = ((size_t)(layer * 2 + is_v) * in->n_kv_heads + kv_head) *
-		     e->pool.block_tokens * in->head_dim;
+	size_t idx = (size_t)(layer * 2 + is_v) * in->n_kv_heads + kv_head;
 
-	return b + idx * e->es;
+	return b + idx * e->slab;
+}
+
+/* the bytes of a slab that its first rows rows take (what to ask memory
+ * for): a Q8_0 slab's scales, then the rows' quants */
+static size_t slab_rows(const struct kve_engine *e, uint32_t rows)
+{
+	uint32_t hd = e->m->info.head_dim;
+
+	if (e->kvt == KVE_KV_Q8_0)
+		return (size_t)e->pool.block_tokens * (hd / 16) + (size_t)rows * hd;
+	return (size_t)rows * hd * e->es;
+}
+
+/* Q8_0 KV: query heads [h0, h0 + nh) of token t quantised to dst */
+static void quantize_heads(struct kve_engine *e, uint32_t t, uint32_t h0, uint32_t nh,
+			   struct kve_q8x *dst)
+{
+	uint32_t hd = e->m->info.head_dim;
+
+	e->k->quantize_q8x(e->q + ((size_t)t * e->m->info.n_heads + h0) * hd, (int)(nh * hd),
+			   dst);
+}
+
+/* one call's attention over a slab: the scores of nh query heads from
+ * K (v = 0) or their sums of V rows (v = 1) */
+static void attn_call(const struct kve_engine *e, int v, const float *q,
+		      const struct kve_q8x *qq, int nh, const uint8_t *kb, uint32_t n,
+		      float *sc, size_t ss, float *out)
+{
+	const struct kve_kernels *k = e->k;
+	int hd = (int)e->m->info.head_dim, bt = (int)e->pool.block_tokens;
+
+	if (e->kvt == KVE_KV_Q8_0) {
+		if (!v)
+			k->attn_scores_q8(qq, nh, kb, bt, (int)n, hd, e->m->info.attn_scale, sc, ss);
+		else
+			k->attn_values_q8(out, nh, sc, ss, kb, bt, (int)n, hd);
+	} else if (!v) {
+		k->attn_scores(q, nh, kb, e->kvt == KVE_KV_F16, (int)n, hd, e->m->info.attn_scale,
+			       sc, ss);
+	} else {
+		k->attn_values(out, nh, sc, ss, kb, e->kvt == KVE_KV_F16, (int)n, hd);
+	}
 }
 
 /* ---- threaded matmul ------------------------------------------------ */
@@ -450,7 +495,9 @@ static void rope_store(struct kve_engine *e, uint32_t t, uint32_t g)
 static uint32_t group_cap(const struct kve_engine *e, uint32_t ss)
 {
 	const struct kve_model_info *in = &e->m->info;
-	size_t row = (size_t)(in->n_heads / in->n_kv_heads) * (ss + 2 * in->head_dim);
+	/* Q8_0 KV: the queries quantised too (44 bytes a 32 < 32 floats) */
+	size_t row = (size_t)(in->n_heads / in->n_kv_heads) *
+		     (ss + (e->kvt == KVE_KV_Q8_0 ? 3 : 2) * in->head_dim);
 
 	return (uint32_t)(attn_scratch(in, e->max_ctx) / row);
 }
@@ -586,7 +633,8 @@ static uint32_t task_at(const struct kve_engine *e, uint64_t at)
 /* One group's attention for KV head g: the shared blocks once for all
  * members, then each member's own; sc: the thread's scratch (scores, then
  * the members' queries and sums, side by side so that a kernel call takes
- * up to KVE_ATTN_HEADS of them) */
+ * up to KVE_ATTN_HEADS of them, then with a Q8_0 KV their queries
+ * quantised) */
 static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, uint32_t g,
 			    float *sc)
 {
@@ -594,12 +642,12 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 	const struct kve_kernels *k = e->k;
 	uint32_t hd = in->head_dim, bt = e->pool.block_tokens, group = in->n_heads / in->n_kv_heads;
 	uint32_t slice = attn_slice(in), rows = gr->n * group, i, h, r, b, v, nh;
+	uint32_t nbh = hd / QK8_0;	/* Q8_0 blocks a query head */
 	const uint32_t *mem = e->att_tok + gr->first;
 	const struct kve_session *s0 = e->tok_sess[mem[0]];
 	size_t ss = gr->ss;
 	float *qs = sc + (size_t)rows * ss, *out = qs + (size_t)rows * hd;
-	float scale = in->attn_scale;
-	int f16 = e->pool.dtype == KVE_KV_F16;
+	struct kve_q8x *qs8 = (struct kve_q8x *)(out + (size_t)rows * hd);
 
 	for (i = 0; i < gr->n; i++) {
 		if (e->kv_in_attn)
@@ -607,6 +655,8 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 		memcpy(qs + (size_t)i * group * hd,
 		       e->q + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
 		       (size_t)group * hd * sizeof(float));
+		if (e->kvt == KVE_KV_Q8_0)
+			quantize_heads(e, mem[i], g * group, group, qs8 + (size_t)i * group * nbh);
 	}
 	memset(out, 0, (size_t)rows * hd * sizeof(float));
 	/* v = 0: the scores from K; v = 1: the sums of V rows */
@@ -616,16 +666,12 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 
 			if (b + 1 < gr->shared)
 				kv_prefetch(kv_head_base(e, s0->block_table[b + 1], e->layer, (int)v, g),
-					    (size_t)bt * hd * e->es);
+					    slab_rows(e, bt));
 			for (r = 0; r < rows; r += nh) {
 				nh = rows - r < KVE_ATTN_HEADS ? rows - r : KVE_ATTN_HEADS;
-				if (!v)
-					k->attn_scores(qs + (size_t)r * hd, (int)nh, kb, f16, (int)bt,
-						       (int)hd, scale, sc + r * ss + b * bt, ss);
-				else
-					k->attn_values(out + (size_t)r * hd, (int)nh,
-						       sc + r * ss + b * bt, ss, kb, f16, (int)bt,
-						       (int)hd);
+				attn_call(e, (int)v, qs + (size_t)r * hd, qs8 + (size_t)r * nbh,
+					  (int)nh, kb, bt, sc + r * ss + b * bt, ss,
+					  out + (size_t)r * hd);
 			}
 		}
 		for (i = 0; i < gr->n; i++) {
@@ -639,14 +685,9 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 
 				for (h = 0; h < group; h += nh) {
 					nh = group - h < slice ? group - h : slice;
-					if (!v)
-						k->attn_scores(qs + (r0 + h) * hd, (int)nh, kb, f16,
-							       (int)end, (int)hd, scale,
-							       sc + (r0 + h) * ss + b * bt, ss);
-					else
-						k->attn_values(out + (r0 + h) * hd, (int)nh,
-							       sc + (r0 + h) * ss + b * bt, ss, kb,
-							       f16, (int)end, (int)hd);
+					attn_call(e, (int)v, qs + (r0 + h) * hd, qs8 + (r0 + h) * nbh,
+						  (int)nh, kb, end, sc + (r0 + h) * ss + b * bt, ss,
+						  out + (r0 + h) * hd);
 				}
 			}
 			for (h = 0; h < group && !v; h++) {
@@ -675,9 +716,8 @@ static void attn_worker(void *arg, int c, int tid)
 	uint32_t t1 = task_at(e, work * (uint64_t)(c + 1) / nch), task, run;
 	size_t cap = attn_scratch(in, e->max_ctx);
 	float *sc = e->scores + (size_t)tid * cap;
-	float scale = in->attn_scale;
-	int f16 = e->pool.dtype == KVE_KV_F16;
-	size_t slab = (size_t)bt * hd * e->es;
+	size_t slab = e->slab;
+	uint32_t nbh = hd / QK8_0;	/* Q8_0 blocks a query head */
 
 	for (task = t0; task < t1 && task < alone; task += run) {
 		uint32_t t = e->att_tok[task / nkv], g0 = task % nkv, npos = e->tok_pos[t] + 1;
@@ -685,6 +725,7 @@ static void attn_worker(void *arg, int c, int tid)
 		size_t ss = (npos + 15) & ~15u;	/* one head's scores */
 		const struct kve_session *s = e->tok_sess[t];
 		const float *q = e->q + ((size_t)t * in->n_heads + (size_t)g0 * group) * hd;
+		struct kve_q8x *qq = e->qq + ((size_t)t * in->n_heads + (size_t)g0 * group) * nbh;
 		float *out = e->att + ((size_t)t * in->n_heads + (size_t)g0 * group) * hd;
 
 		/* this token's heads from g0 to the chunk's end, as many
@@ -694,6 +735,8 @@ static void attn_worker(void *arg, int c, int tid)
 			run = (uint32_t)(cap / (group * ss));
 		for (g = g0; g < g0 + run && e->kv_in_attn; g++)
 			rope_store(e, t, g);
+		if (e->kvt == KVE_KV_Q8_0)
+			quantize_heads(e, t, g0 * group, run * group, qq);
 		/* stretches ahead: at least KV_PF_AHEAD bytes */
 		ahead = (uint32_t)(KV_PF_AHEAD / (run * slab));
 		ahead = ahead ? ahead : 1;
@@ -703,7 +746,7 @@ static void attn_worker(void *arg, int c, int tid)
 			uint32_t rows = npos - i % nblk * bt < bt ? npos - i % nblk * bt : bt;
 
 			for (g = 0; g < run; g++)
-				kv_prefetch(pf + g * slab, (size_t)rows * hd * e->es);
+				kv_prefetch(pf + g * slab, slab_rows(e, rows));
 		}
 		memset(out, 0, (size_t)run * group * hd * sizeof(float));
 		/* v = 0: the scores from K; v = 1: the sums of V rows */
@@ -719,17 +762,12 @@ static void attn_worker(void *arg, int c, int tid)
 
 				for (g = 0; g < run; g++) {
 					if (pf)
-						kv_prefetch(pf + g * slab, (size_t)nrows * hd * e->es);
+						kv_prefetch(pf + g * slab, slab_rows(e, nrows));
 					for (h = g * group; h < (g + 1) * group; h += nh) {
 						nh = (g + 1) * group - h < slice ? (g + 1) * group - h : slice;
-						if (!v)
-							k->attn_scores(q + (size_t)h * hd, (int)nh,
-								       kb + g * slab, f16, (int)end, (int)hd,
-								       scale, sc + h * ss + b * bt, ss);
-						else
-							k->attn_values(out + (size_t)h * hd, (int)nh,
-								       sc + h * ss + b * bt, ss,
-								       kb + g * slab, f16, (int)end, (int)hd);
+						attn_call(e, (int)v, q + (size_t)h * hd, qq + (size_t)h * nbh,
+							  (int)nh, kb + g * slab, end, sc + h * ss + b * bt,
+							  ss, out + (size_t)h * hd);
 					}
 				}
 			}
@@ -756,19 +794,42 @@ static void attn_worker(void *arg, int c, int tid)
 static void kv_store_prefetch(struct kve_engine *e, uint32_t l)
 {
 	const struct kve_model_info *in = &e->m->info;
-	uint32_t bt = e->pool.block_tokens, t, i;
-	size_t row = (size_t)in->head_dim * e->es, o;
+	uint32_t bt = e->pool.block_tokens, hd = in->head_dim, t, i;
+	int q8 = e->kvt == KVE_KV_Q8_0;
+	size_t row = q8 ? hd : (size_t)hd * e->es, o;
 
 	for (t = 0; t < e->T; t++) {
 		uint32_t pos = e->tok_pos[t], blk = e->tok_sess[t]->block_table[pos / bt];
 
 		for (i = 0; i < 2 * in->n_kv_heads; i++) {
-			const uint8_t *d = kv_head_base(e, blk, l, (int)(i / in->n_kv_heads),
-							i % in->n_kv_heads) + (size_t)(pos % bt) * row;
+			const uint8_t *base = kv_head_base(e, blk, l, (int)(i / in->n_kv_heads),
+							   i % in->n_kv_heads);
+			const uint8_t *d = (q8 ? (const uint8_t *)kve_kvq8_quants(base, (int)bt,
+										  (int)hd) : base) +
+					   (size_t)(pos % bt) * row;
 
+			if (q8)
+				__builtin_prefetch(base + (size_t)(pos % bt) * (hd / 16), 1, 3);
 			for (o = 0; o < row; o += 64)
 				__builtin_prefetch(d + o, 1, 3);
 		}
+	}
+}
+
+/* a K or V row into row off of a Q8_0 slab: quantised as the Q8_0
+ * activations are (llama.cpp's q8_0 KV: d = amax / 127 in fp16) */
+static void store_q8(struct kve_engine *e, uint8_t *slab, uint32_t off, const float *src)
+{
+	uint32_t hd = e->m->info.head_dim, nb = hd / QK8_0, b;
+	struct kve_q8x blk[1024 / QK8_0];
+	uint8_t *quants = slab + (size_t)e->pool.block_tokens * (hd / 16);
+
+	e->k->quantize_q8x(src, (int)hd, blk);
+	for (b = 0; b < nb; b++) {
+		uint16_t d = kve_f32_to_f16(blk[b].d);
+
+		memcpy(slab + ((size_t)off * nb + b) * 2, &d, 2);
+		memcpy(quants + (size_t)off * hd + (size_t)b * QK8_0, blk[b].q, QK8_0);
 	}
 }
 
@@ -783,9 +844,12 @@ static void store_kv_head(struct kve_engine *e, uint32_t t, uint32_t g)
 
 	for (v = 0; v < 2; v++) {
 		const float *src = (v ? e->vv : e->kk) + ((size_t)t * in->n_kv_heads + g) * hd;
-		uint8_t *dst = kv_head_base(e, blk, e->layer, v, g) + (size_t)off * hd * e->es;
+		uint8_t *base = kv_head_base(e, blk, e->layer, v, g);
+		uint8_t *dst = base + (size_t)off * hd * e->es;
 
-		if (e->es == 4)
+		if (e->kvt == KVE_KV_Q8_0)
+			store_q8(e, base, off, src);
+		else if (e->es == 4)
 			memcpy(dst, src, hd * sizeof(float));
 		else
 			e->k->f32_to_f16((uint16_t *)dst, src, (int)hd);
@@ -1031,6 +1095,7 @@ void kve_engine_free(struct kve_engine *e)
 	free(e->hb);
 	free(e->hb2);
 	free(e->xq);
+	free(e->qq);
 	free(e->xk);
 	free(e->scores);
 	free(e->inv_freq);
@@ -1068,9 +1133,11 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 		return NULL;
 	}
 	if (!pool->block_tokens || pool->block_tokens > 4096 ||
-	    (pool->dtype != KVE_KV_F32 && pool->dtype != KVE_KV_F16)) {
-		snprintf(err, errlen, "engine: block_tokens %u or dtype %d invalid",
-			 pool->block_tokens, (int)pool->dtype);
+	    !kve_kv_block_bytes(m, 1, pool->dtype)) {
+		snprintf(err, errlen, "engine: block_tokens %u or dtype %d invalid%s",
+			 pool->block_tokens, (int)pool->dtype,
+			 pool->dtype == KVE_KV_Q8_0 && in->head_dim % QK8_0 ?
+			 " (a Q8_0 KV needs a head dimension that is a multiple of 32)" : "");
 		return NULL;
 	}
 	if (!p->max_batch || p->max_batch > 1024 || p->max_chunk > 4096 ||
@@ -1087,7 +1154,10 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->k = kve_kernels_select();
 	if (!e->k)
 		goto oom;
-	e->es = pool->dtype == KVE_KV_F16 ? 2 : 4;
+	e->es = pool->dtype == KVE_KV_F32 ? 4 : 2;
+	e->kvt = pool->dtype;
+	e->slab = kve_kv_block_bytes(m, pool->block_tokens, pool->dtype) /
+		  ((size_t)in->n_layers * 2 * in->n_kv_heads);
 	e->max_chunk = p->max_chunk ? p->max_chunk : 128;
 	e->max_batch = p->max_batch;
 	e->max_ctx = p->max_ctx ? p->max_ctx : in->ctx_len;
@@ -1120,10 +1190,12 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 	e->att_gid = calloc(nt, sizeof(*e->att_gid));
 	e->att_grp = calloc((size_t)nt * 2, sizeof(*e->att_grp));
 	e->att_cost = calloc((size_t)nt * 2 + 1, sizeof(*e->att_cost));
+	if (e->kvt == KVE_KV_Q8_0)
+		e->qq = calloc((size_t)nt * (qdim / QK8_0), sizeof(*e->qq));
 	if (!e->th || !e->x || !e->xb || !e->q || !e->kk || !e->vv || !e->att ||
 	    !e->hb || !e->hb2 || !e->xq || !e->xk || !e->scores || !e->inv_freq || !e->rope_cs ||
 	    !e->sess_buf || !e->pos_buf || !e->att_tok || !e->att_gid || !e->att_grp ||
-	    !e->att_cost)
+	    !e->att_cost || (e->kvt == KVE_KV_Q8_0 && !e->qq))
 		goto oom;
 	/* base^(-2i/d), divided by llama 3's factor for the pair, times the
 	 * linear scaling (positions / factor) */

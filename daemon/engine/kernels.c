@@ -42,6 +42,7 @@ static void make_vnni_sets(void)
 	set_avx512vnni.mm_q8 = kve_mm_q8_avx512vnni;
 	set_avx512vnni.mm_q32 = kve_mm_q32_avx512vnni;
 	set_avx512vnni.mm_qk = kve_mm_qk_avx512vnni;
+	set_avx512vnni.attn_scores_q8 = kve_attn_scores_q8_avx512vnni;
 	set_avx512vnni.q8_x16 = 1;
 }
 

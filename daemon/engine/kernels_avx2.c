@@ -653,6 +653,8 @@ void kve_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float e
 		out[i] = x[i] * s * w[i];
 }
 
+#include "kernels_kvq8_avx2.h"
+
 const struct kve_kernels kve_kernels_avx2 = {
 	.name = "avx2",
 	.mm_f32 = mm_0,
@@ -672,5 +674,7 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.attn_scores = attn_scores,
 	.softmax_exp = kve_softmax_exp_avx2,
 	.attn_values = attn_values,
+	.attn_scores_q8 = kvq8_scores_256,
+	.attn_values_q8 = kvq8_values_256,
 	.rmsnorm = kve_rmsnorm_avx2,
 };

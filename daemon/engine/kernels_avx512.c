@@ -445,6 +445,73 @@ static void attn_values(float *out, int nh, const float *p, size_t ps, const voi
 		attn_values_i(out, nh, p, ps, v, 0, n, hd);
 }
 
+#include "kernels_kvq8_avx2.h"
+
+/* kvq8_values_256 with a 64-column window of nh heads in registers: the
+ * same operations per element ((p * scale) then one fused multiply-add
+ * per row, rows in order), so the same bits */
+KVE_INLINE void kvq8_values_win(float *out, const float *p, size_t ps, const uint8_t *v,
+				const int8_t *vq, int n, int hd, int c0, const int nh)
+{
+	__m512 acc[KVE_ATTN_HEADS][4];
+	int nb = hd / QK8_0, h, i, j;
+
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+#pragma GCC unroll 4
+		for (i = 0; i < 4; i++)
+			acc[h][i] = _mm512_loadu_ps(out + (size_t)h * hd + c0 + 16 * i);
+	for (j = 0; j < n; j++) {
+		const int8_t *r = vq + (size_t)j * hd + c0;
+		uint32_t dd;
+		float d0, d1;
+		__m512 w[4];
+
+		memcpy(&dd, v + ((size_t)j * nb + c0 / QK8_0) * 2, 4);
+		d0 = _cvtsh_ss((unsigned short)(dd & 0xffff));
+		d1 = _cvtsh_ss((unsigned short)(dd >> 16));
+#pragma GCC unroll 4
+		for (i = 0; i < 4; i++)
+			w[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+				_mm_loadu_si128((const __m128i *)(r + 16 * i))));
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++) {
+			float ph = p[(size_t)h * ps + j];
+			__m512 a0 = _mm512_set1_ps(ph * d0), a1 = _mm512_set1_ps(ph * d1);
+
+			acc[h][0] = _mm512_fmadd_ps(a0, w[0], acc[h][0]);
+			acc[h][1] = _mm512_fmadd_ps(a0, w[1], acc[h][1]);
+			acc[h][2] = _mm512_fmadd_ps(a1, w[2], acc[h][2]);
+			acc[h][3] = _mm512_fmadd_ps(a1, w[3], acc[h][3]);
+		}
+	}
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+#pragma GCC unroll 4
+		for (i = 0; i < 4; i++)
+			_mm512_storeu_ps(out + (size_t)h * hd + c0 + 16 * i, acc[h][i]);
+}
+
+static void kvq8_values_512(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
+			    int bt, int n, int hd)
+{
+	const int8_t *vq = kve_kvq8_quants(v, bt, hd);
+	int c0;
+
+	if (hd % 64 || nh > KVE_ATTN_HEADS) {
+		kvq8_values_256(out, nh, p, ps, v, bt, n, hd);
+		return;
+	}
+	for (c0 = 0; c0 < hd; c0 += 64) {
+		switch (nh) {
+		case 1: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 1); break;
+		case 2: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 2); break;
+		case 3: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 3); break;
+		default: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 4); break;
+		}
+	}
+}
+
 const struct kve_kernels kve_kernels_avx512 = {
 	.name = "avx512",
 	.mm_f32 = mm_0,
@@ -464,6 +531,8 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.attn_scores = attn_scores,
 	.softmax_exp = kve_softmax_exp_avx2,
 	.attn_values = attn_values,
+	.attn_scores_q8 = kvq8_scores_256,
+	.attn_values_q8 = kvq8_values_512,
 	.rmsnorm = kve_rmsnorm_avx2,
 	.q4_0_x16 = 1,
 	.qk_x16 = 1,

@@ -354,6 +354,59 @@ static void attn_values_c(float *out, int nh, const float *p, size_t ps, const v
 	}
 }
 
+void kve_attn_scores_q8_c(const struct kve_q8x *q, int nh, const uint8_t *k, int bt, int n,
+			  int hd, float scale, float *sc, size_t ss)
+{
+	const int8_t *kq = kve_kvq8_quants(k, bt, hd);
+	int nb = hd / QK8_0, h, j, b, i;
+
+	for (h = 0; h < nh; h++) {
+		const struct kve_q8x *qh = q + (size_t)h * nb;
+
+		for (j = 0; j < n; j++) {
+			float s = 0;
+
+			for (b = 0; b < nb; b++) {
+				const int8_t *r = kq + (size_t)j * hd + b * QK8_0;
+				int32_t isum = 0;
+				uint16_t d;
+				float f;
+
+				memcpy(&d, k + ((size_t)j * nb + b) * 2, 2);
+				for (i = 0; i < QK8_0; i++)
+					isum += (int32_t)qh[b].q[i] * r[i];
+				f = (float)isum * (kve_f16_to_f32(d) * qh[b].d);
+				s = b ? s + f : f;
+			}
+			sc[(size_t)h * ss + j] = s * scale;
+		}
+	}
+}
+
+void kve_attn_values_q8_c(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
+			  int bt, int n, int hd)
+{
+	const int8_t *vq = kve_kvq8_quants(v, bt, hd);
+	int nb = hd / QK8_0, h, j, b, i;
+
+	for (h = 0; h < nh; h++) {
+		float *oh = out + (size_t)h * hd;
+
+		for (j = 0; j < n; j++) {
+			for (b = 0; b < nb; b++) {
+				const int8_t *r = vq + (size_t)j * hd + b * QK8_0;
+				uint16_t d;
+				float a;
+
+				memcpy(&d, v + ((size_t)j * nb + b) * 2, 2);
+				a = p[(size_t)h * ps + j] * kve_f16_to_f32(d);
+				for (i = 0; i < QK8_0; i++)
+					oh[b * QK8_0 + i] += a * (float)r[i];
+			}
+		}
+	}
+}
+
 static void rmsnorm_c(float *out, const float *x, const float *w, int n, float eps)
 {
 	float ss = 0, s;
@@ -385,5 +438,7 @@ const struct kve_kernels kve_kernels_c = {
 	.attn_scores = attn_scores_c,
 	.softmax_exp = softmax_exp_c,
 	.attn_values = attn_values_c,
+	.attn_scores_q8 = kve_attn_scores_q8_c,
+	.attn_values_q8 = kve_attn_values_q8_c,
 	.rmsnorm = rmsnorm_c,
 };

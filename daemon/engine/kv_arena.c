@@ -73,7 +73,9 @@ static int geom_for_model(const struct kve_model *m, uint32_t *bt,
 	size_t per_tok = kve_kv_block_bytes(m, 1, dt);
 
 	if (!per_tok) {
-		set_err(err, errlen, "kv_arena: dtype %d invalid", (int)dt);
+		set_err(err, errlen, "kv_arena: dtype %d invalid%s", (int)dt,
+			dt == KVE_KV_Q8_0 ? " (a Q8_0 KV needs a head dimension that is a "
+					    "multiple of 32)" : "");
 		return -EINVAL;
 	}
 	if (per_tok > KVA_PAGE_SIZE) {
@@ -114,8 +116,8 @@ int kve_arena_kv_create(const struct kve_model *m,
 	}
 	*kvp = NULL;
 	bt = p->block_tokens ? p->block_tokens : KVE_DEFAULT_BLOCK_TOKENS;
-	if (bt > 4096 || (p->dtype != KVE_KV_F32 && p->dtype != KVE_KV_F16) ||
-	    !p->n_blocks) {
+	if (bt > 4096 || (p->dtype != KVE_KV_F32 && p->dtype != KVE_KV_F16 &&
+			  p->dtype != KVE_KV_Q8_0) || !p->n_blocks) {
 		set_err(err, errlen, "kv_arena: block_tokens %u, dtype %d or n_blocks %u invalid",
 			bt, (int)p->dtype, p->n_blocks);
 		return -EINVAL;
@@ -199,7 +201,8 @@ int kve_arena_kv_map(const struct kve_model *m, int data_fd,
 	}
 	*kvp = NULL;
 	bt = g->block_tokens;
-	if (!bt || bt > 4096 || (g->dtype != KVE_KV_F32 && g->dtype != KVE_KV_F16)) {
+	if (!bt || bt > 4096 || (g->dtype != KVE_KV_F32 && g->dtype != KVE_KV_F16 &&
+				 g->dtype != KVE_KV_Q8_0)) {
 		set_err(err, errlen, "kv_arena: received block_tokens %u / dtype %u invalid",
 			bt, g->dtype);
 		return -EINVAL;

@@ -81,6 +81,7 @@ const char *kve_model_meta_str(const struct kve_model *m, const char *key,
 enum kve_kv_dtype {
 	KVE_KV_F32 = 0,
 	KVE_KV_F16 = 1,
+	KVE_KV_Q8_0 = 2,	/* 8-bit, a fp16 scale per 32: head_dim % 32 == 0 */
 };
 
 #define KVE_DEFAULT_BLOCK_TOKENS 16
@@ -91,7 +92,10 @@ enum kve_kv_dtype {
  *   [layer][K|V][kv_head][token][head_dim]   elements of dtype
  * so the byte size is
  *   n_layers * 2 * n_kv_heads * block_tokens * head_dim * sizeof(dtype),
- * or 0 without a model or for a dtype other than KVE_KV_F32 and KVE_KV_F16.
+ * or 0 without a model or for an unknown dtype. A KVE_KV_Q8_0 slab (one
+ * [layer][K|V][kv_head]) is the fp16 scales of its block_tokens rows,
+ * head_dim / 32 per row, then their int8 quants, head_dim per row:
+ * head_dim * 17 / 16 bytes a row; 0 for a head_dim not a multiple of 32.
  */
 size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 			  enum kve_kv_dtype dtype);

@@ -509,9 +509,13 @@ size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 {
 	const struct kve_model_info *in;
 
-	if (!m || (dtype != KVE_KV_F32 && dtype != KVE_KV_F16))
+	if (!m || (dtype != KVE_KV_F32 && dtype != KVE_KV_F16 && dtype != KVE_KV_Q8_0))
 		return 0;	/* no block of an unknown type: callers refuse 0 */
 	in = &m->info;
+	if (dtype == KVE_KV_Q8_0)
+		return in->head_dim % QK8_0 ? 0 :
+		       (size_t)in->n_layers * 2 * in->n_kv_heads * block_tokens *
+		       (in->head_dim / 16 + in->head_dim);
 	return (size_t)in->n_layers * 2 * in->n_kv_heads * block_tokens *
 	       in->head_dim * (dtype == KVE_KV_F16 ? 2 : 4);
 }

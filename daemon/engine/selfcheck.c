@@ -557,6 +557,79 @@ static int sc_block_attn(const struct kve_kernels *cand, const struct kve_kernel
 	return 0;
 }
 
+/* Block attention over a Q8_0 KV slab (24 rows, 19 read, three query
+ * heads) at head dimensions 64, 96 and 128: scores bit for bit the
+ * portable C kernel's (the contract: exact integer dots, the same float
+ * steps), value sums within the summation bound */
+static int sc_block_attn_q8(const struct kve_kernels *cand, const struct kve_kernels *ref,
+			    uint64_t *seed, char *why, size_t len)
+{
+	enum { BT = 24, N = 19, NH = 3, SS = N + 2, HDMAX = 128 };
+	static const int hds[] = { 64, 96, 128 };
+	static uint8_t slab[BT * (HDMAX / 16 + HDMAX)];
+	static struct kve_q8x q[NH * HDMAX / QK8_0];
+	static float qf[NH * HDMAX], sa[NH * SS], sb[NH * SS], oa[NH * HDMAX], ob[NH * HDMAX];
+	static float mag[NH * HDMAX];
+	unsigned t;
+	int h, i, j;
+
+	for (t = 0; t < sizeof(hds) / sizeof(hds[0]); t++) {
+		int hd = hds[t], nb = hd / QK8_0;
+		int8_t *quants = (int8_t *)slab + (size_t)BT * (hd / 16);
+
+		for (i = 0; i < BT * nb; i++) {
+			/* scales of both signs, one row's zero */
+			uint16_t d = kve_f32_to_f16(i / nb == 5 ? 0.0f : sc_rand(seed) * 0.05f);
+
+			memcpy(slab + (size_t)i * 2, &d, 2);
+		}
+		for (i = 0; i < BT * hd; i++)	/* the full range, -127 and 127 */
+			quants[i] = (int8_t)(i % 97 == 0 ? 127 : i % 89 == 0 ? -127 :
+					     (int)(sc_rand(seed) * 127.0f));
+		for (i = 0; i < NH * hd; i++)
+			qf[i] = sc_rand(seed) * (i % 7 ? 1.0f : 3.0f);
+		ref->quantize_q8x(qf, NH * hd, q);
+		cand->attn_scores_q8(q, NH, slab, BT, N, hd, 0.125f, sa, SS);
+		ref->attn_scores_q8(q, NH, slab, BT, N, hd, 0.125f, sb, SS);
+		for (h = 0; h < NH; h++) {
+			for (j = 0; j < N; j++) {
+				if (memcmp(&sa[h * SS + j], &sb[h * SS + j], sizeof(float))) {
+					sc_msg(why, len, "attn_scores_q8 (head_dim %d, head %d of %d): "
+					       "row %d gives %.9g, portable C %.9g", hd, h, NH, j,
+					       (double)sa[h * SS + j], (double)sb[h * SS + j]);
+					return -1;
+				}
+			}
+		}
+		for (i = 0; i < NH * hd; i++) {
+			oa[i] = ob[i] = sc_rand(seed);
+			mag[i] = fabsf(oa[i]);
+		}
+		for (i = 0; i < NH * SS; i++)
+			sb[i] = fabsf(sc_rand(seed));
+		cand->attn_values_q8(oa, NH, sb, SS, slab, BT, N, hd);
+		ref->attn_values_q8(ob, NH, sb, SS, slab, BT, N, hd);
+		for (h = 0; h < NH; h++) {
+			for (i = 0; i < hd; i++) {
+				for (j = 0; j < N; j++) {
+					uint16_t d;
+
+					memcpy(&d, slab + ((size_t)j * nb + i / QK8_0) * 2, 2);
+					mag[h * hd + i] += fabsf(sb[h * SS + j] * kve_f16_to_f32(d) *
+								 (float)quants[j * hd + i]);
+				}
+				if (!sc_close(oa[h * hd + i], ob[h * hd + i], mag[h * hd + i], 2 * N)) {
+					sc_msg(why, len, "attn_values_q8 (head_dim %d, %d rows, head %d "
+					       "of %d): element %d gives %.9g, portable C %.9g", hd, N,
+					       h, NH, i, (double)oa[h * hd + i], (double)ob[h * hd + i]);
+					return -1;
+				}
+			}
+		}
+	}
+	return 0;
+}
+
 /* RMSNorm: within 1e-5 relative (summation order of the squares) */
 static int sc_rmsnorm(const struct kve_kernels *cand, const struct kve_kernels *ref,
 		      uint64_t *seed, char *why, size_t len)
@@ -601,7 +674,8 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	    !cand->mm_q32 || !cand->mm_qk || !cand->dot_f32 || !cand->quantize_q8k ||
 	    !cand->dot_f16 || !cand->axpy_f32 || !cand->axpy_f16 || !cand->quantize_q8x ||
 	    !cand->f32_to_f16 || !cand->silu_mul || !cand->attn_scores ||
-	    !cand->softmax_exp || !cand->attn_values || !cand->rmsnorm) {
+	    !cand->softmax_exp || !cand->attn_values || !cand->attn_scores_q8 ||
+	    !cand->attn_values_q8 || !cand->rmsnorm) {
 		sc_msg(why, len, "a kernel of the %s set is missing", cand->name);
 		return -1;
 	}
@@ -622,7 +696,8 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 		return -1;
 	if (sc_convert(cand, ref, &seed, why, len) || sc_silu(cand, ref, &seed, why, len))
 		return -1;
-	if (sc_block_attn(cand, ref, &seed, why, len))
+	if (sc_block_attn(cand, ref, &seed, why, len) ||
+	    sc_block_attn_q8(cand, ref, &seed, why, len))
 		return -1;
 	return sc_rmsnorm(cand, ref, &seed, why, len);
 }

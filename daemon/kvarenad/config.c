@@ -599,8 +599,9 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "[kv] backend must be auto, kernel or memfd");
 		return -1;
 	}
-	if (strcmp(c->kv_dtype, "f16") && strcmp(c->kv_dtype, "f32")) {
-		snprintf(err, errlen, "[kv] dtype must be f16 or f32");
+	if (strcmp(c->kv_dtype, "f16") && strcmp(c->kv_dtype, "f32") &&
+	    strcmp(c->kv_dtype, "q8_0")) {
+		snprintf(err, errlen, "[kv] dtype must be f16, f32 or q8_0");
 		return -1;
 	}
 	if (strcmp(c->policy, "toolwait") && strcmp(c->policy, "lru") &&

@@ -108,7 +108,7 @@ struct kvd_config {
 	char backend[16];		/* auto, kernel, memfd */
 	uint32_t kv_blocks;		/* arena capacity in blocks */
 	uint32_t block_tokens;
-	char kv_dtype[8];		/* f16, f32 */
+	char kv_dtype[8];		/* f16, f32, q8_0 */
 	enum kvd_handoff handoff;
 	char policy[16];		/* toolwait, lru, ttl */
 	uint32_t low_wm, high_wm;	/* free-block watermarks (0: the kernel's) */

@@ -952,7 +952,8 @@ static int open_arena(struct kvd *d, char *err, size_t errlen)
 		p.backend = KVA_BACKEND_AUTO;
 	p.n_blocks = d->cfg.kv_blocks;
 	p.block_tokens = d->cfg.block_tokens;
-	p.dtype = strcmp(d->cfg.kv_dtype, "f32") ? KVE_KV_F16 : KVE_KV_F32;
+	p.dtype = !strcmp(d->cfg.kv_dtype, "f32") ? KVE_KV_F32 :
+		  !strcmp(d->cfg.kv_dtype, "q8_0") ? KVE_KV_Q8_0 : KVE_KV_F16;
 	p.name = "kvarenad";
 	rc = kve_arena_kv_create(d->model, &p, &d->kv, err, errlen);
 	if (rc)

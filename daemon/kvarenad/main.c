@@ -347,13 +347,13 @@ int main(int argc, char **argv)
 	kvd_log(KVD_LOG_INFO, "main", "model %s (%s): context %u, vocab %u", cfg.model_id,
 		cfg.model_path, d->ctx_len, d->vocab);
 	kvd_log(KVD_LOG_INFO, "main",
-		"KV arena: %s, %u blocks of %u tokens (%u bytes each), "
+		"KV arena: %s, %u blocks of %u tokens (%s, %u bytes each), "
 		"hand-off %s, %u prefill + %u decode workers",
 		d->backend == KVA_BACKEND_KERNEL ?
 			"kernel backend (kvarena.ko: pinned 2 MiB pages, dma-buf)" :
 			"memfd backend, kvarena.ko not used (no dma-buf export, no "
 			"kernel-enforced isolation or quotas)",
-		d->geom.blocks_total, d->geom.block_tokens, d->geom.kv_block_bytes,
+		d->geom.blocks_total, d->geom.block_tokens, cfg.kv_dtype, d->geom.kv_block_bytes,
 		cfg.handoff == KVD_HANDOFF_COPY ? "copy" : "arena (zero-copy)",
 		cfg.prefill_workers, cfg.decode_workers);
 	if (!cfg.n_tenants)

@@ -51,7 +51,7 @@ struct kvd_kv_geom {
 	uint32_t blocks_per_page;
 	uint32_t blocks_total;
 	uint32_t block_tokens;
-	uint32_t dtype;		/* 0 F32, 1 F16 */
+	uint32_t dtype;		/* enum kve_kv_dtype: 0 F32, 1 F16, 2 Q8_0 */
 	uint32_t kv_block_bytes;
 	uint32_t n_layers, n_kv_heads, head_dim;
 	uint32_t pad;

@@ -122,7 +122,7 @@ static int geom_ok(const struct kvd_kv_geom *g)
 	       g->kv_block_bytes && g->kv_block_bytes <= g->block_size &&
 	       g->arena_bytes && !(g->arena_bytes & ((2u << 20) - 1)) &&
 	       (uint64_t)g->blocks_total <= g->arena_bytes / (2u << 20) * g->blocks_per_page &&
-	       g->dtype <= 1;
+	       g->dtype <= 2;
 }
 
 static int hello(struct worker *w, const struct kvd_worker_args *a)

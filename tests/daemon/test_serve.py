@@ -1028,6 +1028,16 @@ def main():
               "the CPU engine as a plugin .so serves the same greedy reply")
     finally:
         d.stop()
+    # an 8-bit KV ([kv] dtype = q8_0): the same conversations, the next
+    # turn and another conversation on the KV kept, streamed == not
+    d = Daemon(extra_conf="[kv]\ndtype = q8_0\n")
+    try:
+        d.log.seek(0)
+        head = d.log.read()
+        check("tokens (q8_0, " in head, "[kv] dtype = q8_0: the start log names the KV type")
+        test_turns_and_prefix(d)
+    finally:
+        d.stop()
     if os.path.exists(AGENT_MODEL):
         global MODEL
         saved, MODEL = MODEL, AGENT_MODEL

@@ -18,12 +18,15 @@ for f in "$ko" "$bin" "$mk"; do
 	[ -e "$f" ] || { echo "run-guest-arena: $f missing (make modules-guest engine)" >&2; exit 2; }
 done
 
-# Two shapes: GQA F32 with separate head, Q8_0 with one KV head, tied head.
+# Three shapes: GQA F32 with separate head, Q8_0 with one KV head, tied
+# head, and heads of 64 (a Q8_0 KV too).
 mkdir -p "$models"
 "$mk" --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 \
 	--type f32 --seed 11 -o "$models/f32-gqa.gguf" >/dev/null
 "$mk" --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 \
 	--type q8_0 --tied --seed 13 -o "$models/q8-gqa.gguf" >/dev/null
+"$mk" --dim 128 --layers 2 --heads 2 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 \
+	--type q8_0 --seed 17 -o "$models/hd64-q8.gguf" >/dev/null
 
 sysfs=/sys/class/misc/kvarena
 echo "== engine over kvarena.ko on $kver =="
@@ -33,7 +36,7 @@ tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$bin" \
 	--file "$models:models" --timeout "${KT_GUEST_TIMEOUT:-600}" --mem 1024 \
 	--log "build/tests/guest-arena-$kver.log" \
 	--cmd "modprobe kvarena max_pinned_mb=256 || exit 90" \
-	--cmd "KVE_TEST_BACKEND=kernel test_arena models/f32-gqa.gguf models/q8-gqa.gguf || exit 91" \
+	--cmd "KVE_TEST_BACKEND=kernel test_arena models/f32-gqa.gguf models/q8-gqa.gguf models/hd64-q8.gguf || exit 91" \
 	--cmd "w=0; while [ \$w -lt 5 ] && [ \"\$(cat $sysfs/pinned_bytes)\" != 0 ]; do sleep 1; w=\$((w + 1)); done" \
 	--cmd "p=\$(cat $sysfs/pinned_bytes) a=\$(cat $sysfs/arenas) s=\$(cat $sysfs/sessions)" \
 	--cmd "echo \"after: pinned_bytes \$p arenas \$a sessions \$s (\${w}s for lingering pages)\"" \

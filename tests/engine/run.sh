@@ -181,7 +181,7 @@ run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
 # kva_blocks_share, and a prefill process handing KV to a decode process
 run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
-run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf
+run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/q4km-gqa.gguf
 run "allocation failures, one at a time" $T/test_oom $M/f32-gqa.gguf $M/fz-bpe.gguf
 run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
 

@@ -174,7 +174,7 @@ static void test_geometry(const char *path, const struct kve_model *m)
 
 static void test_sessions(const char *path, const struct kve_model *m, enum kve_kv_dtype dt)
 {
-	const char *dn = dt == KVE_KV_F16 ? "f16" : "f32";
+	const char *dn = dt == KVE_KV_Q8_0 ? "q8_0" : dt == KVE_KV_F16 ? "f16" : "f32";
 	uint32_t v = kve_model_info(m)->vocab, i, j, steps = NTOK - 20 + 1, total, scattered = 0;
 	struct kve_engine_params ep = { 1, 8, 0, 256 };
 	struct kve_arena_session A, B, C, D, E, F, *pair[2];
@@ -1140,6 +1140,8 @@ int main(int argc, char **argv)
 		test_geometry(argv[i], m);
 		test_sessions(argv[i], m, KVE_KV_F32);
 		test_sessions(argv[i], m, KVE_KV_F16);
+		if (kve_kv_block_bytes(m, 1, KVE_KV_Q8_0))	/* head_dim a multiple of 32 */
+			test_sessions(argv[i], m, KVE_KV_Q8_0);
 		test_handoff(argv[i], m);
 		if (i == 1) {
 			test_recv_errors(m);

@@ -15,6 +15,8 @@
 #include "tcheck.h"
 
 #define NTOK 40
+/* a Q8_0 KV's logits against an F16 one's, as a share of their range */
+#define Q8_KV_BOUND 0.05
 
 struct rig {
 	struct kve_model *m;
@@ -90,6 +92,39 @@ static int batch_vs_alone(struct rig *rb, struct rig *r1, struct kve_session **p
 	return ok && same;
 }
 
+/* A Q8_0 KV against the F16 one on the same steps: what 8 bits a
+ * value cost the logits (llama.cpp's -ctk/-ctv q8_0 trade) */
+static void check_q8_kv(const char *path, const float *f16, const float *q8, uint32_t steps,
+			uint32_t v)
+{
+	double worst = 0;
+	uint32_t st, i, agree = 0;
+
+	for (st = 0; st < steps; st++) {
+		const float *x = f16 + (size_t)st * v, *y = q8 + (size_t)st * v;
+		float lo = x[0], hi = x[0];
+		uint32_t ax = 0, ay = 0;
+		double dmax = 0;
+
+		for (i = 0; i < v; i++) {
+			lo = x[i] < lo ? x[i] : lo;
+			hi = x[i] > hi ? x[i] : hi;
+			dmax = fabs((double)x[i] - y[i]) > dmax ? fabs((double)x[i] - y[i]) : dmax;
+			ax = x[i] > x[ax] ? i : ax;
+			ay = y[i] > y[ay] ? i : ay;
+		}
+		if (hi > lo && dmax / (hi - lo) > worst)
+			worst = dmax / (hi - lo);
+		agree += ax == ay;
+	}
+	printf("  (%s: q8_0 KV against f16: worst logit error %.4f of the range, argmax %u/%u)\n",
+	       path, worst, agree, steps);
+	CHECK(worst < Q8_KV_BOUND && agree * 10 >= steps * 9,
+	      "%s kv q8_0: logits within %.2f of the range of the f16 KV's, argmax agrees on "
+	      ">= 90%% of %u steps (worst %.4f, %u agree)", path, Q8_KV_BOUND, steps, worst,
+	      agree);
+}
+
 static void test_model(const char *path)
 {
 	char err[256];
@@ -97,7 +132,7 @@ static void test_model(const char *path)
 	const struct kve_model_info *in;
 	int32_t tok[NTOK];
 	uint32_t i, v, steps = NTOK - 20 + 1;
-	float *a, *b;
+	float *a, *b, *f16ref;
 	int d, cfg;
 
 	CHECK(m != NULL, "load %s %s", path, m ? "" : err);
@@ -127,14 +162,40 @@ static void test_model(const char *path)
 		      (unsigned long long)in->weight_bytes);
 	}
 
-	for (d = 0; d < 2; d++) {
-		enum kve_kv_dtype dt = d ? KVE_KV_F16 : KVE_KV_F32;
-		const char *dn = d ? "f16" : "f32";
+	if (in->head_dim % 32) {
+		struct tpool tq;
+		struct kve_kv_pool kq;
+
+		CHECK(!kve_kv_block_bytes(m, 16, KVE_KV_Q8_0),
+		      "%s: no Q8_0 KV block at head_dim %u (not a multiple of 32)", path,
+		      in->head_dim);
+		if (!tpool_init(&tq, m, 4, KVE_KV_F16, 4, &kq)) {
+			struct kve_engine_params p = { 1, 8, 0, 256 };
+
+			kq.dtype = KVE_KV_Q8_0;
+			CHECK(!kve_engine_create(m, &kq, &p, err, sizeof(err)) &&
+			      strstr(err, "multiple of 32"),
+			      "%s: a Q8_0 KV pool refused at head_dim %u: %s", path, in->head_dim,
+			      err);
+			tpool_free(&tq);
+		}
+	} else {
+		CHECK(kve_kv_block_bytes(m, 16, KVE_KV_Q8_0) ==
+		      (size_t)in->n_layers * 2 * in->n_kv_heads * 16 * in->head_dim * 17 / 16,
+		      "Q8_0 block bytes = layers*2*kv_heads*tokens*head_dim*17/16 (%zu)",
+		      kve_kv_block_bytes(m, 16, KVE_KV_Q8_0));
+	}
+	f16ref = calloc((size_t)steps * v, sizeof(float));
+	for (d = 0; d < 3 && f16ref; d++) {
+		enum kve_kv_dtype dt = d == 2 ? KVE_KV_Q8_0 : d ? KVE_KV_F16 : KVE_KV_F32;
+		const char *dn = d == 2 ? "q8_0" : d ? "f16" : "f32";
 		struct rig rc, rp;
 		uint32_t tab_c[1] = { 0 }, tab_p[16];
 		struct kve_session sc = { tab_c, 1, 0 }, sp = { tab_p, 16, 0 };
 		int ok = 1;
 
+		if (d == 2 && in->head_dim % 32)
+			break;
 		/* contiguous: one 64-token block; paged: 4-token blocks in a
 		 * scrambled order */
 		if (rig_init(&rc, m, 64, dt, 1, 1, 0) || rig_init(&rp, m, 4, dt, 16, 1, 0))
@@ -149,6 +210,10 @@ static void test_model(const char *path)
 		for (i = 0; i < steps * v && isfinite(a[i]); i++)
 			;
 		CHECK(i == steps * v, "%s kv %s: all logits finite", path, dn);
+		if (d == 1)
+			memcpy(f16ref, a, (size_t)steps * v * sizeof(float));
+		if (d == 2)
+			check_q8_kv(path, f16ref, a, steps, v);
 
 		/* prefill-then-decode == full recompute */
 		{
@@ -214,6 +279,7 @@ static void test_model(const char *path)
 		rig_free(&rc);
 		rig_free(&rp);
 	}
+	free(f16ref);
 
 	/* batch of 5 sessions with different lengths == each alone */
 	{
@@ -248,18 +314,22 @@ static void test_model(const char *path)
 	 * shared blocks once for all of them (attn_plan); then the same with
 	 * more tokens of their own than a group takes (each reads alone),
 	 * positions past the shared blocks */
-	for (cfg = 0; cfg < 4; cfg++) {
+	for (cfg = 0; cfg < 6; cfg++) {
 		static const uint32_t owns[2][5] = { { 1, 0, 1, 0, 1 }, { 12, 12, 13, 12, 13 } };
-		const uint32_t *own = owns[cfg / 2], pre = cfg / 2 ? 8 : 16;
+		const uint32_t *own = owns[cfg / 2 % 2], pre = cfg / 2 % 2 ? 8 : 16;
 		int th = 1 + cfg % 2;
+		/* the last two: the same groups over a Q8_0 KV */
+		enum kve_kv_dtype dt = cfg < 4 ? KVE_KV_F16 : KVE_KV_Q8_0;
 		struct rig rb, r1;
 		uint32_t tabs[5][8], tabs1[5][8], j;
 		struct kve_session sb[5], s1[5], *ps[5];
 		int32_t next[5], seq[32];
 		int ok = 1, same = 1;
 
-		ok &= !rig_init(&rb, m, 4, KVE_KV_F16, 48, (uint32_t)th, 0);
-		ok &= !rig_init(&r1, m, 4, KVE_KV_F16, 48, 1, 0);
+		if (dt == KVE_KV_Q8_0 && in->head_dim % 32)
+			break;
+		ok &= !rig_init(&rb, m, 4, dt, 48, (uint32_t)th, 0);
+		ok &= !rig_init(&r1, m, 4, dt, 48, 1, 0);
 		for (i = 0; ok && i < 5; i++) {
 			for (j = 0; j < 8; j++) {
 				tabs[i][j] = j < pre / 4 ? j : i * 8 + j;
@@ -280,8 +350,9 @@ static void test_model(const char *path)
 		}
 		same = ok && batch_vs_alone(&rb, &r1, ps, s1, next, 5, a, b);
 		CHECK(ok && same, "%s: decode batch of 5 sessions sharing %u prompt blocks, %s of "
-		      "their own, == each alone (3 steps, %d thread%s)", path, pre / 4,
-		      cfg / 2 ? "12-13 tokens" : "0-1 token", th, th > 1 ? "s" : "");
+		      "their own, == each alone (3 steps, %d thread%s, kv %s)", path, pre / 4,
+		      cfg / 2 % 2 ? "12-13 tokens" : "0-1 token", th, th > 1 ? "s" : "",
+		      cfg < 4 ? "f16" : "q8_0");
 		/* then one mixed pass: a chunk of 4 for session 0 (a group of
 		 * its own history), one token for each of the others */
 		if (ok && same) {
@@ -296,8 +367,8 @@ static void test_model(const char *path)
 				same &= !memcmp(a + (size_t)i * v, b, (size_t)v * 4);
 			}
 			CHECK(ok && same, "%s: then a pass of a 4-token chunk and 4 decode tokens "
-			      "== each alone (%u shared blocks, %d thread%s)", path, pre / 4, th,
-			      th > 1 ? "s" : "");
+			      "== each alone (%u shared blocks, %d thread%s, kv %s)", path, pre / 4,
+			      th, th > 1 ? "s" : "", cfg < 4 ? "f16" : "q8_0");
 		}
 		rig_free(&rb);
 		rig_free(&r1);

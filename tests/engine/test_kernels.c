@@ -1255,7 +1255,7 @@ static void check_selfcheck(int has2)
 	CHECK(rc == -1 && !strncmp(why, "quantize_q8x: block 0", 21),
 	      "self-check: a quantiser wrong in its first block only is caught: %s", why);
 
-	{	/* each of the 18 kernels missing in turn */
+	{	/* each of the 20 kernels missing in turn */
 		static const size_t kern[] = {
 			offsetof(struct kve_kernels, mm_f32), offsetof(struct kve_kernels, mm_f16),
 			offsetof(struct kve_kernels, mm_q8), offsetof(struct kve_kernels, mm_bf16),
@@ -1267,7 +1267,9 @@ static void check_selfcheck(int has2)
 			offsetof(struct kve_kernels, f32_to_f16), offsetof(struct kve_kernels, silu_mul),
 			offsetof(struct kve_kernels, attn_scores),
 			offsetof(struct kve_kernels, softmax_exp),
-			offsetof(struct kve_kernels, attn_values), offsetof(struct kve_kernels, rmsnorm)
+			offsetof(struct kve_kernels, attn_values),
+			offsetof(struct kve_kernels, attn_scores_q8),
+			offsetof(struct kve_kernels, attn_values_q8), offsetof(struct kve_kernels, rmsnorm)
 		};
 		size_t ki;
 		int caught = 0;
@@ -1399,7 +1401,7 @@ static void check_pick_vnni(void)
 		       a.mm_q32 == kve_mm_q32_avxvnni && a.mm_qk == kve_mm_qk_avxvnni &&
 		       !strcmp(b.name, "avx512vnni") && b.mm_q8 == kve_mm_q8_avx512vnni &&
 		       b.mm_q32 == kve_mm_q32_avx512vnni && b.mm_qk == kve_mm_qk_avx512vnni &&
-		       !a.q8_x16 && b.q8_x16;
+		       b.attn_scores_q8 == kve_attn_scores_q8_avx512vnni && !a.q8_x16 && b.q8_x16;
 		a.name = kve_kernels_avx2.name;
 		a.mm_q8 = kve_kernels_avx2.mm_q8;
 		a.mm_q32 = kve_kernels_avx2.mm_q32;
@@ -1408,11 +1410,13 @@ static void check_pick_vnni(void)
 		b.mm_q8 = kve_kernels_avx512.mm_q8;
 		b.mm_q32 = kve_kernels_avx512.mm_q32;
 		b.mm_qk = kve_kernels_avx512.mm_qk;
+		b.attn_scores_q8 = kve_kernels_avx512.attn_scores_q8;
 		b.q8_x16 = kve_kernels_avx512.q8_x16;
 		same &= !memcmp(&a, &kve_kernels_avx2, sizeof(a)) &&
 			!memcmp(&b, &kve_kernels_avx512, sizeof(b));
 		CHECK(same, "the avxvnni/avx512vnni sets are avx2/avx512 with mm_q8, mm_q32 and "
-		      "mm_qk replaced (and avx512vnni's Q8_0 in 16-row panels)");
+		      "mm_qk replaced (and avx512vnni's Q8_0 in 16-row panels and Q8_0 KV "
+		      "scores)");
 	}
 	k = kve_kernels_pick_sets(KVE_CPU_AVX2 | KVE_CPU_AVX512, "avx512vnni", 0, &s, log, sizeof(log));
 	CHECK(k == &s512, "pick: KVE_ISA=avx512vnni without AVX-512 VNNI gives avx512");

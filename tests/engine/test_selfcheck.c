@@ -35,7 +35,7 @@ enum fault {
 	F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD, F_F16_POS_INF,
 	F_F16_NEG_INF, F_F16_OVERFLOW_EDGE,
 	F_SILU, F_SCORES, F_SCORES_STRIDE4, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
-	F_RMSNORM,
+	F_RMSNORM, F_SCORES_Q8_ULP, F_SCORES_Q8_HD, F_VALUES_Q8,
 };
 
 static enum fault f;
@@ -404,6 +404,27 @@ static void f_values(float *out, int nh, const float *p, size_t ps, const void *
 		out[head_off(nh, (size_t)hd) + elem(hd)] += 0.5f;
 }
 
+/* Q8_0 KV: a score one ulp off (the contract is bit for bit), or wrong
+ * only at head dimension 128 (the third the check asks for); a value sum */
+static void f_scores_q8(const struct kve_q8x *q, int nh, const uint8_t *k, int bt, int n,
+			int hd, float scale, float *sc, size_t ss)
+{
+	C->attn_scores_q8(q, nh, k, bt, n, hd, scale, sc, ss);
+	if (f == F_SCORES_Q8_ULP)
+		sc[head_off(nh, ss) + elem(n)] = nextafterf(sc[head_off(nh, ss) + elem(n)],
+							    INFINITY);
+	if (f == F_SCORES_Q8_HD && hd == 128)
+		sc[elem(n)] += 0.01f;
+}
+
+static void f_values_q8(float *out, int nh, const float *p, size_t ps, const uint8_t *v, int bt,
+			int n, int hd)
+{
+	C->attn_values_q8(out, nh, p, ps, v, bt, n, hd);
+	if (f == F_VALUES_Q8)
+		out[head_off(nh, (size_t)hd) + elem(hd)] += 0.01f;
+}
+
 static void f_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
 	C->rmsnorm(out, x, w, n, eps);
@@ -417,7 +438,8 @@ static const struct kve_kernels faulty = {
 	.dot_f32 = f_dot_f32, .dot_f16 = f_dot_f16, .axpy_f32 = f_axpy_f32,
 	.axpy_f16 = f_axpy_f16, .quantize_q8x = f_quantize, .quantize_q8k = f_quantize_k,
 	.f32_to_f16 = f_to_f16, .silu_mul = f_silu, .attn_scores = f_scores,
-	.softmax_exp = f_softmax, .attn_values = f_values, .rmsnorm = f_rmsnorm,
+	.softmax_exp = f_softmax, .attn_values = f_values, .attn_scores_q8 = f_scores_q8,
+	.attn_values_q8 = f_values_q8, .rmsnorm = f_rmsnorm,
 };
 
 /* run the self-check with one fault; want: the start of why, or NULL for
@@ -597,6 +619,16 @@ static void vector_faults(void)
 	       "softmax_exp: sum", NULL);
 	expect("a softmax_exp wrong on its second call only (fp16 scores)", F_SOFTMAX_SECOND, 0,
 	       0, 0, 0, "softmax_exp", NULL);
+	expect("an attn_scores_q8 one ulp off in its first head's first row (Q8_0 KV)",
+	       F_SCORES_Q8_ULP, 0, 0, 0, 0, "attn_scores_q8 (head_dim 64", NULL);
+	expect("an attn_scores_q8 one ulp off in its last head's last row (Q8_0 KV)",
+	       F_SCORES_Q8_ULP, 0, 0, -1, 0, "attn_scores_q8 (head_dim 64", NULL);
+	expect("an attn_scores_q8 wrong at head dimension 128 only (Q8_0 KV)", F_SCORES_Q8_HD, 0,
+	       0, 0, 0, "attn_scores_q8 (head_dim 128", NULL);
+	expect("an attn_values_q8 wrong in its first head's first element (Q8_0 KV)",
+	       F_VALUES_Q8, 0, 0, 0, 0, "attn_values_q8", NULL);
+	expect("an attn_values_q8 wrong in its last head's last element (Q8_0 KV)",
+	       F_VALUES_Q8, 0, 0, -1, 0, "attn_values_q8", NULL);
 	expect("an rmsnorm wrong in its first element only", F_RMSNORM, 0, 0, 0, 0, "rmsnorm",
 	       NULL);
 	expect("an rmsnorm wrong in its last element only", F_RMSNORM, 0, 0, -1, 0, "rmsnorm",

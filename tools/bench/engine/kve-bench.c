@@ -15,7 +15,7 @@
  * once, before the timed sections.
  *
  * usage: kve-bench MODEL [--threads N] [--prompt N] [--decode N] [--batch N]
- *                  [--own N] [--kv f16|f32] [--block N] [--no-bw] [--bw-mib N]
+ *                  [--own N] [--kv f16|f32|q8_0] [--block N] [--no-bw] [--bw-mib N]
  *                  [--backend kernel|memfd|auto]
  */
 #define _GNU_SOURCE
@@ -272,7 +272,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--own") && a + 1 < argc) own = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--block") && a + 1 < argc) bt = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--kv") && a + 1 < argc)
-			dt = !strcmp(argv[++a], "f32") ? KVE_KV_F32 : KVE_KV_F16;
+			dt = !strcmp(argv[++a], "f32") ? KVE_KV_F32 :
+			     !strcmp(argv[a], "q8_0") ? KVE_KV_Q8_0 : KVE_KV_F16;
 		else if (!strcmp(argv[a], "--no-bw")) bw = 0;
 		else if (!strcmp(argv[a], "--bw-mib") && a + 1 < argc) bw_mib = strtoul(argv[++a], NULL, 10);
 		else if (!strcmp(argv[a], "--backend") && a + 1 < argc) {
