@@ -5,7 +5,7 @@
  * them with its numpy forward pass. Position 0 is a prefill of one token,
  * the rest are decode steps, so both paths are compared.
  *
- * usage: kve-logits MODEL OUT [--kv f16|f32] [--block N] [--threads N]
+ * usage: kve-logits MODEL OUT [--kv f16|f32|q8_0] [--block N] [--threads N]
  *                   [--prefill K] TOKEN...
  * --prefill K: prefill the first K tokens at once (logits of position K-1),
  *              then decode the rest.
@@ -216,7 +216,8 @@ int main(int argc, char **argv)
 	}
 	for (a = 3; a < argc; a++) {
 		if (!strcmp(argv[a], "--kv") && a + 1 < argc)
-			dt = !strcmp(argv[++a], "f16") ? KVE_KV_F16 : KVE_KV_F32;
+			dt = !strcmp(argv[++a], "f16") ? KVE_KV_F16 :
+			     !strcmp(argv[a], "q8_0") ? KVE_KV_Q8_0 : KVE_KV_F32;
 		else if (!strcmp(argv[a], "--block") && a + 1 < argc)
 			bt = (uint32_t)atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--threads") && a + 1 < argc)

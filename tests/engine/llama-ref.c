@@ -27,7 +27,9 @@
  *                                        (a file), printed as bytes
  *
  * KV in F32 and flash attention off, so that what differs from the engine
- * is the weights' arithmetic, not llama.cpp's fp16 KV.
+ * is the weights' arithmetic, not llama.cpp's fp16 KV; with KVE_REF_KV=q8_0
+ * in the environment, K and V in Q8_0 (its -ctk q8_0 -ctv q8_0, flash
+ * attention on, as it needs), against the engine's Q8_0 KV.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -101,6 +103,10 @@ static struct llama_context *open_ctx(const char *path, struct llama_model **mod
 	cp.n_threads = cp.n_threads_batch = 1;
 	cp.type_k = cp.type_v = GGML_TYPE_F32;
 	cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+	if (getenv("KVE_REF_KV") && !strcmp(getenv("KVE_REF_KV"), "q8_0")) {
+		cp.type_k = cp.type_v = GGML_TYPE_Q8_0;
+		cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+	}
 	ctx = llama_init_from_model(*model, cp);
 	if (!ctx)
 		fprintf(stderr, "llama-ref: cannot create a context for %s\n", path);

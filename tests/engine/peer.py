@@ -16,7 +16,12 @@ benchmark's peer cache and runs this).
    (llama_model_quantize: every matrix that type, or its Q4_K_M / Q5_K_M
    mix), and files of each type written by kva-mkmodel itself: the same
    prompt through both engines (prefill of 5 tokens, 7 decode steps),
-   logits of every position within BOUND[type] of llama.cpp's.
+   logits of every position within BOUND[type] of llama.cpp's. The llama
+   and qwen3 F32 files (heads of 64 and 128) again with K and V in Q8_0
+   in both engines (llama.cpp's -ctk q8_0 -ctv q8_0, its flash attention
+   on; the engine's [kv] dtype = q8_0), within 0.1: the queries and K/V
+   rows quantised as the same Q8_0 blocks, so a step apart at most where
+   a value sits on a rounding boundary (as for the quantised types).
 3. greedy: 32 greedy steps after the prompt, the same tokens; or, at the
    first step where they differ, a near-tie in both engines (the two
    tokens' logits within the bound of each other), which the bound
@@ -63,7 +68,7 @@ def report(ok, msg):
 
 
 def bound(t):
-    return 1e-4 if t == "f32" else 0.05 if t == "bf16" else 0.1
+    return 1e-4 if t == "f32" else 0.05 if t == "bf16" else 0.1   # q8_0 KV: 0.1
 
 
 # fp16 scales a block is forced to: 0, +-65504, the smallest subnormal,
@@ -105,8 +110,8 @@ def check_dequant(ref, kve, work):
                 ": value %d is %r, ggml %r" % (bad[0], x[bad[0]], y[bad[0]])))
 
 
-def run_kve(kve, model, out, greedy):
-    cmd = [kve, model, out, "--prefill", str(len(PROMPT) if greedy else PREFILL)]
+def run_kve(kve, model, out, greedy, kv="f32"):
+    cmd = [kve, model, out, "--kv", kv, "--prefill", str(len(PROMPT) if greedy else PREFILL)]
     if greedy:
         cmd += ["--greedy", str(STEPS)]
     r = subprocess.run(cmd + [str(x) for x in PROMPT], capture_output=True, text=True)
@@ -118,25 +123,26 @@ def run_kve(kve, model, out, greedy):
     return rows, ids
 
 
-def run_ref(ref, model, out, greedy):
+def run_ref(ref, model, out, greedy, kv="f32"):
     if greedy:
         cmd = [ref, "greedy", model, str(STEPS), out]
     else:
         cmd = [ref, "logits", model, out, str(PREFILL)]
-    r = subprocess.run(cmd + [str(x) for x in PROMPT], capture_output=True, text=True)
+    env = dict(os.environ, KVE_REF_KV=kv)
+    r = subprocess.run(cmd + [str(x) for x in PROMPT], capture_output=True, text=True, env=env)
     if r.returncode:
         raise RuntimeError("llama-ref: " + r.stderr.strip()[-300:])
     rows = np.fromfile(out, dtype=np.float32).reshape(-1, VOCAB)
     return rows, [int(x) for x in r.stdout.split()]
 
 
-def compare(ref, kve, work, model, label, t):
-    b = bound(t)
+def compare(ref, kve, work, model, label, t, kv="f32"):
+    b = bound(t if kv == "f32" else kv)
     try:
-        ours, _ = run_kve(kve, model, os.path.join(work, "kve.bin"), False)
-        theirs, _ = run_ref(ref, model, os.path.join(work, "ref.bin"), False)
-        gours, ids_o = run_kve(kve, model, os.path.join(work, "kveg.bin"), True)
-        gtheirs, ids_t = run_ref(ref, model, os.path.join(work, "refg.bin"), True)
+        ours, _ = run_kve(kve, model, os.path.join(work, "kve.bin"), False, kv)
+        theirs, _ = run_ref(ref, model, os.path.join(work, "ref.bin"), False, kv)
+        gours, ids_o = run_kve(kve, model, os.path.join(work, "kveg.bin"), True, kv)
+        gtheirs, ids_t = run_ref(ref, model, os.path.join(work, "refg.bin"), True, kv)
     except RuntimeError as e:
         report(False, "%s: %s" % (label, e))
         return
@@ -179,6 +185,9 @@ def main():
         subprocess.run([mk] + shape + args + ["--type", "f32", "-o", f32], check=True,
                        capture_output=True)
         compare(ref, kve, work, f32, "%s f32" % name, "f32")
+        if name in ("llama", "qwen3"):  # heads of 64 and 128: an 8-bit KV
+            compare(ref, kve, work, f32, "%s f32, K and V in Q8_0 (llama.cpp -ctk/-ctv q8_0)"
+                    % name, "f32", "q8_0")
         if name.startswith("llama") and name != "llama":
             continue    # the rope variants: F32 is what they are about
         for t in QUANTS if not quick or name == "llama" else ["q4_k_m"]:

@@ -151,6 +151,27 @@ for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8 110m_q4_k_m 110m_q4_0}; do
 		"$roof" "$gbs" "$pct" "$dpct" "$(ratio "$o_decode_tps" "$d1")")
 "
 done
+# A long context, the KV as f16 and as Q8_0 (kvarenad's [kv] dtype; llama.cpp's
+# -ctk/-ctv, with its flash attention, which Q8_0 V needs): the 110M Q8_0
+# model after a 2048-token prompt, 1 thread, both engines, one round
+# (ENGINE_BENCH_KV= leaves it out)
+model 110m_q8_ctx4k --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 4096 --type q8_0
+TABLE3=""
+for kvt in ${ENGINE_BENCH_KV-f16 q8_0}; do
+	f="$MD/110m_q8_ctx4k.gguf"
+	o=$($B/bench/kve-bench "$f" --threads 1 --prompt 2048 --decode "$DEC" --batch 4 --kv "$kvt" --no-bw)
+	l=$(peer "$f" --threads 1 --prompt 2048 --decode "$DEC" --batch 4 --kv "$kvt")
+	cutoff "$l" 110m_q8_ctx4k 1
+	line=""
+	for k in prefill_tps decode_tps batch_tps; do
+		ov=$(get "$o" $k) lv=$(get "$l" $k)
+		[ -n "$lv" ] || lv=0
+		row "${k%_tps}_110m_q8_ctx2k_kv_${kvt}_t1" "$ov" tok/s llama.cpp "$lv" "$(ratio "$ov" "$lv")"
+		line="$line $(printf '%8s %8s %5s |' "$ov" "$lv" "$(ratio "$ov" "$lv")")"
+	done
+	TABLE3="$TABLE3$(printf '%-6s |%s' "$kvt" "$line")
+"
+done
 echo "host: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "engine vs llama.cpp, 1 thread, tok/s (ours, llama.cpp, ratio); kernels $isa (software prefetch $pf), KV in a $kv"
 echo "roof: tok/s at GB/s, the rate its matrices read between our decode steps; %roof: our decode over it; %dram: over the DRAM roofline (last: $dram1 GB/s)"
@@ -160,6 +181,11 @@ if [ -n "$TABLE2" ]; then
 	echo "2 threads, both engines; roofline read by 2 threads; t2/t1: our decode at 2 threads over 1"
 	printf '%-12s %9s %9s %5s | %8s %8s %5s | %8s %8s %5s | %6s %5s %6s %6s | %s\n' model prefill llama x decode llama x batch8 llama x roof GB/s "%roof" "%dram" t2/t1
 	printf '%s' "$TABLE2"
+fi
+if [ -n "$TABLE3" ]; then
+	echo "110M Q8_0 after a 2048-token prompt, 1 thread, the KV as f16 and as Q8_0 in both engines (batch: 4 sessions sharing the prompt)"
+	printf '%-6s | %8s %8s %5s | %8s %8s %5s | %8s %8s %5s |\n' kv prefill llama x decode llama x batch4 llama x
+	printf '%s' "$TABLE3"
 fi
 [ -z "$PEER_NOTE" ] || echo "${PEER_NOTE#?}"
 echo "rows appended to $TSV"

@@ -8,7 +8,10 @@
  * part of the engine.
  *
  * usage: llama-driver LIBDIR MODEL [--threads N] [--prompt N] [--decode N]
- *                     [--batch N]
+ *                     [--batch N] [--kv f16|q8_0]
+ *
+ * --kv q8_0: K and V cached as Q8_0 (llama.cpp's -ctk q8_0 -ctv q8_0,
+ * which needs its flash attention), against kve-bench --kv q8_0.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -51,7 +54,7 @@ static void quiet(enum ggml_log_level level, const char *text, void *ud)
 
 int main(int argc, char **argv)
 {
-	int threads = 1, prompt = 128, ndec = 64, batch = 8, a, i, j, nv, steps;
+	int threads = 1, prompt = 128, ndec = 64, batch = 8, kvq8 = 0, a, i, j, nv, steps;
 	struct llama_model_params mp;
 	struct llama_context_params cp;
 	struct llama_model *model;
@@ -70,6 +73,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--prompt") && a + 1 < argc) prompt = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--decode") && a + 1 < argc) ndec = atoi(argv[++a]);
 		else if (!strcmp(argv[a], "--batch") && a + 1 < argc) batch = atoi(argv[++a]);
+		else if (!strcmp(argv[a], "--kv") && a + 1 < argc) kvq8 = !strcmp(argv[++a], "q8_0");
 	}
 	if (batch < 1 || batch > 64)
 		return 2;
@@ -93,6 +97,10 @@ int main(int argc, char **argv)
 	cp.n_seq_max = batch;
 	cp.kv_unified = true;
 	cp.n_threads = cp.n_threads_batch = threads;
+	if (kvq8) {
+		cp.type_k = cp.type_v = GGML_TYPE_Q8_0;
+		cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+	}
 	ctx = llama_init_from_model(model, cp);
 	if (!ctx) {
 		fprintf(stderr, "llama-driver: cannot create a context\n");
