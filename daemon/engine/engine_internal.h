@@ -442,11 +442,19 @@ struct kve_kernels {
  * registers */
 #define KVE_ATTN_HEADS 4
 
-/* a KVE_KV_Q8_0 slab of bt rows: the fp16 scales, hd / 32 a row, then
- * the int8 quants, hd a row */
+/* a KVE_KV_Q8_0 slab of bt rows: the fp16 scales (V: hd / 32 a row, row
+ * by row; K: bt a block, block by block), then the quants (V: int8, hd a
+ * row; K: in fours, each four the bt rows' four quants of those
+ * dimensions, offset by 128) */
 static inline const int8_t *kve_kvq8_quants(const uint8_t *slab, int bt, int hd)
 {
 	return (const int8_t *)(slab + (size_t)bt * (size_t)(hd / 16));
+}
+
+/* quant d of row j of a K slab's quants kq (kvengine.h) */
+static inline int kve_kvq8_k(const uint8_t *kq, int bt, int j, int d)
+{
+	return (int)kq[((size_t)(d / 4) * bt + j) * 4 + d % 4] - 128;
 }
 
 void kve_attn_scores_q8_c(const struct kve_q8x *q, int nh, const uint8_t *k, int bt, int n,

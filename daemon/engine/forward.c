@@ -143,8 +143,8 @@ static size_t slab_rows(const struct kve_engine *e, uint32_t rows)
 {
 	uint32_t hd = e->m->info.head_dim;
 
-	if (e->kvt == KVE_KV_Q8_0)
-		return (size_t)e->pool.block_tokens * (hd / 16) + (size_t)rows * hd;
+	if (e->kvt == KVE_KV_Q8_0)	/* K's quants are not row by row: all */
+		return e->slab;
 	return (size_t)rows * hd * e->es;
 }
 
@@ -808,8 +808,11 @@ static void kv_store_prefetch(struct kve_engine *e, uint32_t l)
 										  (int)hd) : base) +
 					   (size_t)(pos % bt) * row;
 
-			if (q8)
-				__builtin_prefetch(base + (size_t)(pos % bt) * (hd / 16), 1, 3);
+			if (q8 && i < in->n_kv_heads)
+				continue;	/* K's quants go in fours across the slab */
+			if (q8)	/* the row's scales, a block's apart */
+				for (o = 0; o < hd / QK8_0; o++)
+					__builtin_prefetch(base + ((size_t)o * bt + pos % bt) * 2, 1, 3);
 			for (o = 0; o < row; o += 64)
 				__builtin_prefetch(d + o, 1, 3);
 		}
@@ -818,18 +821,30 @@ static void kv_store_prefetch(struct kve_engine *e, uint32_t l)
 
 /* a K or V row into row off of a Q8_0 slab: quantised as the Q8_0
  * activations are (llama.cpp's q8_0 KV: d = amax / 127 in fp16) */
-static void store_q8(struct kve_engine *e, uint8_t *slab, uint32_t off, const float *src)
+static void store_q8(struct kve_engine *e, uint8_t *slab, uint32_t off, int is_v,
+		     const float *src)
 {
-	uint32_t hd = e->m->info.head_dim, nb = hd / QK8_0, b;
+	uint32_t hd = e->m->info.head_dim, nb = hd / QK8_0, bt = e->pool.block_tokens, b, i;
 	struct kve_q8x blk[1024 / QK8_0];
-	uint8_t *quants = slab + (size_t)e->pool.block_tokens * (hd / 16);
+	uint8_t *quants = slab + (size_t)bt * (hd / 16);
 
 	e->k->quantize_q8x(src, (int)hd, blk);
 	for (b = 0; b < nb; b++) {
 		uint16_t d = kve_f32_to_f16(blk[b].d);
 
-		memcpy(slab + ((size_t)off * nb + b) * 2, &d, 2);
-		memcpy(quants + (size_t)off * hd + (size_t)b * QK8_0, blk[b].q, QK8_0);
+		memcpy(slab + ((size_t)b * bt + off) * 2, &d, 2);	/* block by block */
+		if (is_v) {	/* V's quants row by row */
+			memcpy(quants + (size_t)off * hd + (size_t)b * QK8_0, blk[b].q, QK8_0);
+			continue;
+		}
+		/* K's in fours, offset by 128 */
+		for (i = 0; i < QK8_0; i += 4) {
+			uint8_t u[4] = { (uint8_t)(blk[b].q[i] ^ 0x80), (uint8_t)(blk[b].q[i + 1] ^ 0x80),
+					 (uint8_t)(blk[b].q[i + 2] ^ 0x80),
+					 (uint8_t)(blk[b].q[i + 3] ^ 0x80) };
+
+			memcpy(quants + (((size_t)b * QK8_0 + i) / 4 * bt + off) * 4, u, 4);
+		}
 	}
 }
 
@@ -848,7 +863,7 @@ static void store_kv_head(struct kve_engine *e, uint32_t t, uint32_t g)
 		uint8_t *dst = base + (size_t)off * hd * e->es;
 
 		if (e->kvt == KVE_KV_Q8_0)
-			store_q8(e, base, off, src);
+			store_q8(e, base, off, v, src);
 		else if (e->es == 4)
 			memcpy(dst, src, hd * sizeof(float));
 		else

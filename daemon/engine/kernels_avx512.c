@@ -447,14 +447,15 @@ static void attn_values(float *out, int nh, const float *p, size_t ps, const voi
 
 #include "kernels_kvq8_avx2.h"
 
-/* kvq8_values_256 with a 64-column window of nh heads in registers: the
- * same operations per element ((p * scale) then one fused multiply-add
- * per row, rows in order), so the same bits */
-KVE_INLINE void kvq8_values_win(float *out, const float *p, size_t ps, const uint8_t *v,
-				const int8_t *vq, int n, int hd, int c0, const int nh)
+/* kvq8_values_256 with a 64-column window of nh heads in registers, and
+ * each (p * scale) made for 16 rows at once: the same operations per
+ * element ((p * scale) then one fused multiply-add per row, rows in
+ * order), so the same bits. a: [head][block of the window][row] */
+KVE_INLINE void kvq8_values_win(float *out, const float *a, const int8_t *vq, int n, int hd,
+				int c0, const int nh)
 {
 	__m512 acc[KVE_ATTN_HEADS][4];
-	int nb = hd / QK8_0, h, i, j;
+	int h, i, j;
 
 #pragma GCC unroll 4
 	for (h = 0; h < nh; h++)
@@ -463,21 +464,16 @@ KVE_INLINE void kvq8_values_win(float *out, const float *p, size_t ps, const uin
 			acc[h][i] = _mm512_loadu_ps(out + (size_t)h * hd + c0 + 16 * i);
 	for (j = 0; j < n; j++) {
 		const int8_t *r = vq + (size_t)j * hd + c0;
-		uint32_t dd;
-		float d0, d1;
 		__m512 w[4];
 
-		memcpy(&dd, v + ((size_t)j * nb + c0 / QK8_0) * 2, 4);
-		d0 = _cvtsh_ss((unsigned short)(dd & 0xffff));
-		d1 = _cvtsh_ss((unsigned short)(dd >> 16));
 #pragma GCC unroll 4
 		for (i = 0; i < 4; i++)
 			w[i] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
 				_mm_loadu_si128((const __m128i *)(r + 16 * i))));
 #pragma GCC unroll 4
 		for (h = 0; h < nh; h++) {
-			float ph = p[(size_t)h * ps + j];
-			__m512 a0 = _mm512_set1_ps(ph * d0), a1 = _mm512_set1_ps(ph * d1);
+			__m512 a0 = _mm512_set1_ps(a[(h * 2) * 16 + j]);
+			__m512 a1 = _mm512_set1_ps(a[(h * 2 + 1) * 16 + j]);
 
 			acc[h][0] = _mm512_fmadd_ps(a0, w[0], acc[h][0]);
 			acc[h][1] = _mm512_fmadd_ps(a0, w[1], acc[h][1]);
@@ -496,18 +492,33 @@ static void kvq8_values_512(float *out, int nh, const float *p, size_t ps, const
 			    int bt, int n, int hd)
 {
 	const int8_t *vq = kve_kvq8_quants(v, bt, hd);
-	int c0;
+	float a[KVE_ATTN_HEADS * 2 * 16];
+	int c0, j0, h, b;
 
 	if (hd % 64 || nh > KVE_ATTN_HEADS) {
 		kvq8_values_256(out, nh, p, ps, v, bt, n, hd);
 		return;
 	}
-	for (c0 = 0; c0 < hd; c0 += 64) {
-		switch (nh) {
-		case 1: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 1); break;
-		case 2: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 2); break;
-		case 3: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 3); break;
-		default: kvq8_values_win(out, p, ps, v, vq, n, hd, c0, 4); break;
+	for (j0 = 0; j0 < n; j0 += 16) {
+		int m = n - j0 < 16 ? n - j0 : 16;
+		__mmask16 mk = (__mmask16)((1u << m) - 1);
+
+		for (c0 = 0; c0 < hd; c0 += 64) {
+			/* p * the scale, for the window's two blocks and m rows */
+			for (b = 0; b < 2; b++) {
+				__m512 d = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, v +
+					((size_t)(c0 / QK8_0 + b) * bt + j0) * 2));
+
+				for (h = 0; h < nh; h++)
+					_mm512_storeu_ps(a + (h * 2 + b) * 16, _mm512_mul_ps(
+						_mm512_maskz_loadu_ps(mk, p + (size_t)h * ps + j0), d));
+			}
+			switch (nh) {
+			case 1: kvq8_values_win(out, a, vq + (size_t)j0 * hd, m, hd, c0, 1); break;
+			case 2: kvq8_values_win(out, a, vq + (size_t)j0 * hd, m, hd, c0, 2); break;
+			case 3: kvq8_values_win(out, a, vq + (size_t)j0 * hd, m, hd, c0, 3); break;
+			default: kvq8_values_win(out, a, vq + (size_t)j0 * hd, m, hd, c0, 4); break;
+			}
 		}
 	}
 }

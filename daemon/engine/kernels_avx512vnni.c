@@ -230,121 +230,80 @@ void kve_mm_q8_avx512vnni(const struct kve_mat *w, const struct kve_q8x *xq, int
 }
 
 /*
- * Attention scores over a Q8_0 KV (KVE_KV_Q8_0 slabs), eight rows at a
- * time, two blocks (64 quants) a vector: per row and query head one
- * vpdpbusd of the row made unsigned (x ^ 0x80, shared by the heads)
- * against the head's quants, each lane started at -128 * the sum of its
- * four quants (the offset above); the lanes summed as integers to
- * [block 2c: rows 0-7 | block 2c + 1: rows 0-7]; then the float steps of
- * kve_attn_scores_q8_c on eight rows at once, in its order: the same
- * bits. A head dimension that is not a multiple of 64 takes the 256-bit
- * kernel.
+ * Attention scores over a Q8_0 KV (KVE_KV_Q8_0 slabs), sixteen rows a
+ * vector, a lane a row: K's quants lie in fours, offset by 128
+ * (kvengine.h), so one vpdpbusd takes four dimensions of sixteen rows
+ * against the query head's four (broadcast), each lane started at -128 x
+ * the block's query quant sum (the offset, as above); a block of 32 is 8
+ * of them, with no reduction across lanes. Then per block the float steps
+ * of kve_attn_scores_q8_c on the sixteen rows at once, in its order: the
+ * same bits. Each K vector is loaded once for all heads of the call.
  */
 #include "kernels_kvq8_avx2.h"
 
-/* the sixteen lanes of each of v[0..7] summed by block half:
- * [v0..v7 low 8 lanes | v0..v7 high 8 lanes] (exact: integers) */
-KVE_INLINE __m512i kvq8_hsum_rows(const __m512i *v)
+KVE_INLINE void kvq8_rows16(const struct kve_q8x *q, const uint8_t *k, const uint8_t *kq,
+			    int bt, int j, int m, int nb, float scale, float *sc, size_t ss,
+			    const int nh)
 {
-	__m512i t[4], u0, u1, s;
-	int i;
+	__mmask16 mk = (__mmask16)((1u << m) - 1);
+	__m512 s[KVE_ATTN_HEADS];
+	int b, g, h;
 
-	for (i = 0; i < 4; i++)
-		t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-					_mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-	u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(t[0], t[1]), _mm512_unpackhi_epi64(t[0], t[1]));
-	u1 = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2], t[3]), _mm512_unpackhi_epi64(t[2], t[3]));
-	/* quarters: u0 = rows 0-3, u1 = rows 4-7, of [A, A, B, B] */
-	s = _mm512_add_epi32(_mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
-			     _mm512_shuffle_i32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
-	/* [A 0-3, B 0-3, A 4-7, B 4-7] -> [A 0-7 | B 0-7] */
-	return _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-/* eight rows from row j (m of them real: the rest repeat the last, and
- * their scales are 0) for nh heads, block pair c */
-KVE_INLINE void kvq8_rows8(const uint8_t *k, const int8_t *kq, int j, int m, int nb, int hd,
-			   int c, const __m512i *qv, const __m512i *init, const __m512 *dq,
-			   __m256 *s, const int nh)
-{
-	const __m512i flip = _mm512_set1_epi8((char)0x80);
-	const __m512i lo_first = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14,
-						   1, 3, 5, 7, 9, 11, 13, 15);
-	int cs = nb / 2, h, u;
-	__m512i xu[8];
-	__m512 dk;
-
-#pragma GCC unroll 8
-	for (u = 0; u < 8; u++)
-		xu[u] = _mm512_xor_si512(_mm512_loadu_si512(kq + (size_t)(j + (u < m ? u : m - 1)) *
-							     hd + c * 64), flip);
-	/* the rows' scales of blocks 2c and 2c + 1: [r0 A, r0 B, r1 A, ...] */
-	if (nb == 2 && m == 8) {
-		dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + (size_t)j * 4)));
-	} else {
-		uint32_t dpair[8] = { 0 };
-
-		for (u = 0; u < m; u++)
-			memcpy(&dpair[u], k + ((size_t)(j + u) * nb + 2 * c) * 2, 4);
-		dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dpair));
-	}
-	dk = _mm512_permutexvar_ps(lo_first, dk);
 #pragma GCC unroll 4
-	for (h = 0; h < nh; h++) {
-		__m512i v[8];
-		__m512 f;
-		__m256 lo, hi;
+	for (h = 0; h < nh; h++)
+		s[h] = _mm512_setzero_ps();	/* the first block sets them */
+	for (b = 0; b < nb; b++) {
+		__m512i acc[KVE_ATTN_HEADS];
+		__m512 dk = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, k + ((size_t)b * bt + j) * 2));
 
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++)
+			acc[h] = _mm512_set1_epi32(-128 * q[(size_t)h * nb + b].sum);
 #pragma GCC unroll 8
-		for (u = 0; u < 8; u++)
-			v[u] = _mm512_dpbusd_epi32(init[h * cs + c], xu[u], qv[h * cs + c]);
-		f = _mm512_mul_ps(_mm512_cvtepi32_ps(kvq8_hsum_rows(v)),
-				  _mm512_mul_ps(dk, dq[h * cs + c]));
-		lo = _mm512_castps512_ps256(f);
-		hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1));
-		s[h] = _mm256_add_ps(c ? _mm256_add_ps(s[h], lo) : lo, hi);
+		for (g = 0; g < QK8_0 / 4; g++) {
+			__m512i kv = _mm512_maskz_loadu_epi32(mk, kq + ((size_t)(b * QK8_0 / 4 + g) * bt +
+									j) * 4);
+
+#pragma GCC unroll 4
+			for (h = 0; h < nh; h++) {
+				int32_t q4;
+
+				memcpy(&q4, q[(size_t)h * nb + b].q + 4 * g, 4);
+				acc[h] = _mm512_dpbusd_epi32(acc[h], kv, _mm512_set1_epi32(q4));
+			}
+		}
+#pragma GCC unroll 4
+		for (h = 0; h < nh; h++) {
+			__m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[h]),
+						 _mm512_mul_ps(dk, _mm512_set1_ps(q[(size_t)h * nb + b].d)));
+
+			s[h] = b ? _mm512_add_ps(s[h], f) : f;
+		}
 	}
+#pragma GCC unroll 4
+	for (h = 0; h < nh; h++)
+		_mm512_mask_storeu_ps(sc + (size_t)h * ss + j, mk,
+				      _mm512_mul_ps(s[h], _mm512_set1_ps(scale)));
 }
 
 void kve_attn_scores_q8_avx512vnni(const struct kve_q8x *q, int nh, const uint8_t *k, int bt,
 				   int n, int hd, float scale, float *sc, size_t ss)
 {
-	const int8_t *kq = kve_kvq8_quants(k, bt, hd);
-	const __m512i flip = _mm512_set1_epi8((char)0x80);
-	int nb = hd / QK8_0, cs = nb / 2, j, c, h;
-	/* per head and block pair: its quants, the lanes' starts, its scales */
-	__m512i qv[KVE_ATTN_HEADS * 1024 / 64], init[KVE_ATTN_HEADS * 1024 / 64];
-	__m512 dq[KVE_ATTN_HEADS * 1024 / 64];
+	const uint8_t *kq = (const uint8_t *)kve_kvq8_quants(k, bt, hd);
+	int nb = hd / QK8_0, j;
 
-	if (hd % 64 || nh > KVE_ATTN_HEADS) {
+	if (nh > KVE_ATTN_HEADS) {
 		kvq8_scores_256(q, nh, k, bt, n, hd, scale, sc, ss);
 		return;
 	}
-	for (h = 0; h < nh; h++)
-		for (c = 0; c < cs; c++) {
-			const struct kve_q8x *qb = q + (size_t)h * nb + 2 * c;
+	for (j = 0; j < n; j += 16) {
+		int m = n - j < 16 ? n - j : 16;
 
-			qv[h * cs + c] = _mm512_inserti64x4(_mm512_castsi256_si512(
-				_mm256_loadu_si256((const __m256i *)qb[0].q)),
-				_mm256_loadu_si256((const __m256i *)qb[1].q), 1);
-			init[h * cs + c] = _mm512_sub_epi32(_mm512_setzero_si512(),
-				_mm512_dpbusd_epi32(_mm512_setzero_si512(), flip, qv[h * cs + c]));
-			dq[h * cs + c] = two_scales(qb[0].d, qb[1].d);
+		switch (nh) {
+		case 1: kvq8_rows16(q, k, kq, bt, j, m, nb, scale, sc, ss, 1); break;
+		case 2: kvq8_rows16(q, k, kq, bt, j, m, nb, scale, sc, ss, 2); break;
+		case 3: kvq8_rows16(q, k, kq, bt, j, m, nb, scale, sc, ss, 3); break;
+		default: kvq8_rows16(q, k, kq, bt, j, m, nb, scale, sc, ss, 4); break;
 		}
-	for (j = 0; j < n; j += 8) {
-		int m = n - j < 8 ? n - j : 8;
-		__m256 s[KVE_ATTN_HEADS];
-
-		for (c = 0; c < cs; c++) {
-			switch (nh) {
-			case 1: kvq8_rows8(k, kq, j, m, nb, hd, c, qv, init, dq, s, 1); break;
-			case 2: kvq8_rows8(k, kq, j, m, nb, hd, c, qv, init, dq, s, 2); break;
-			case 3: kvq8_rows8(k, kq, j, m, nb, hd, c, qv, init, dq, s, 3); break;
-			default: kvq8_rows8(k, kq, j, m, nb, hd, c, qv, init, dq, s, 4); break;
-			}
-		}
-		for (h = 0; h < nh; h++)
-			_mm256_mask_storeu_ps(sc + (size_t)h * ss + j, (__mmask8)((1u << m) - 1),
-					      _mm256_mul_ps(s[h], _mm256_set1_ps(scale)));
 	}
 }

@@ -357,7 +357,7 @@ static void attn_values_c(float *out, int nh, const float *p, size_t ps, const v
 void kve_attn_scores_q8_c(const struct kve_q8x *q, int nh, const uint8_t *k, int bt, int n,
 			  int hd, float scale, float *sc, size_t ss)
 {
-	const int8_t *kq = kve_kvq8_quants(k, bt, hd);
+	const uint8_t *kq = (const uint8_t *)kve_kvq8_quants(k, bt, hd);
 	int nb = hd / QK8_0, h, j, b, i;
 
 	for (h = 0; h < nh; h++) {
@@ -367,14 +367,14 @@ void kve_attn_scores_q8_c(const struct kve_q8x *q, int nh, const uint8_t *k, int
 			float s = 0;
 
 			for (b = 0; b < nb; b++) {
-				const int8_t *r = kq + (size_t)j * hd + b * QK8_0;
 				int32_t isum = 0;
 				uint16_t d;
 				float f;
 
-				memcpy(&d, k + ((size_t)j * nb + b) * 2, 2);
+				memcpy(&d, k + ((size_t)b * bt + j) * 2, 2);
 				for (i = 0; i < QK8_0; i++)
-					isum += (int32_t)qh[b].q[i] * r[i];
+					isum += (int32_t)qh[b].q[i] *
+						kve_kvq8_k(kq, bt, j, b * QK8_0 + i);
 				f = (float)isum * (kve_f16_to_f32(d) * qh[b].d);
 				s = b ? s + f : f;
 			}
@@ -398,7 +398,7 @@ void kve_attn_values_q8_c(float *out, int nh, const float *p, size_t ps, const u
 				uint16_t d;
 				float a;
 
-				memcpy(&d, v + ((size_t)j * nb + b) * 2, 2);
+				memcpy(&d, v + ((size_t)b * bt + j) * 2, 2);
 				a = p[(size_t)h * ps + j] * kve_f16_to_f32(d);
 				for (i = 0; i < QK8_0; i++)
 					oh[b * QK8_0 + i] += a * (float)r[i];

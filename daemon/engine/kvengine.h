@@ -93,8 +93,11 @@ enum kve_kv_dtype {
  * so the byte size is
  *   n_layers * 2 * n_kv_heads * block_tokens * head_dim * sizeof(dtype),
  * or 0 without a model or for an unknown dtype. A KVE_KV_Q8_0 slab (one
- * [layer][K|V][kv_head]) is the fp16 scales of its block_tokens rows,
- * head_dim / 32 per row, then their int8 quants, head_dim per row:
+ * [layer][K|V][kv_head], B = block_tokens rows) is Q8_0 blocks of 32
+ * values split in two: first the fp16 scales, [head_dim / 32][B] (block
+ * by block, a row a scale), then the quants: V's int8, [B][head_dim]
+ * (row by row); K's [head_dim / 4][B][4] (four dimensions of every row,
+ * then the next four), each stored + 128 as an unsigned byte. So
  * head_dim * 17 / 16 bytes a row; 0 for a head_dim not a multiple of 32.
  */
 size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,

@@ -583,9 +583,11 @@ static int sc_block_attn_q8(const struct kve_kernels *cand, const struct kve_ker
 
 			memcpy(slab + (size_t)i * 2, &d, 2);
 		}
-		for (i = 0; i < BT * hd; i++)	/* the full range, -127 and 127 */
-			quants[i] = (int8_t)(i % 97 == 0 ? 127 : i % 89 == 0 ? -127 :
-					     (int)(sc_rand(seed) * 127.0f));
+		/* -127..127 as K holds them (offset by 128; V reads the same
+		 * bytes as they are), both ends included */
+		for (i = 0; i < BT * hd; i++)
+			quants[i] = (int8_t)((i % 97 == 0 ? 127 : i % 89 == 0 ? -127 :
+					      (int)(sc_rand(seed) * 127.0f)) ^ 0x80);
 		for (i = 0; i < NH * hd; i++)
 			qf[i] = sc_rand(seed) * (i % 7 ? 1.0f : 3.0f);
 		ref->quantize_q8x(qf, NH * hd, q);
