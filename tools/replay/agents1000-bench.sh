@@ -31,7 +31,10 @@
 # 120), BENCH_AGENTS_MIX (tool mix, kvreplay's syntax), BENCH_AGENTS_ARENA_MB
 # (KV total / 8), BENCH_AGENTS_DISK_MB (the spill cap: KV total, at most the
 # free space less 4 GiB), BENCH_AGENTS_BASE (8),
-# BENCH_AGENTS_REQUEST_TIMEOUT_S (5400: a request's longest silence).
+# BENCH_AGENTS_REQUEST_TIMEOUT_S (5400: a request's longest silence),
+# BENCH_AGENTS_KV (f16; q8_0: the 8-bit KV in the same arena bytes, so
+# that it holds 1.9x the tokens; the KV totals and the spill cap stay
+# those of f16, the workload's).
 # Usage: tools/replay/agents1000-bench.sh KVARENAD MKMODEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -69,10 +72,13 @@ cat "$out/synth.log"
 
 # sizes: KV per conversation from its context, the arena an eighth of all
 kv_token=$((36 * 1024))
+kv_dtype=${BENCH_AGENTS_KV:-f16}
 # (+ ~400: the chat markup and the three tools' declarations; a call's
 # decode up to its budget)
 ctx=$((512 + 400 + first + (turns - 1) * (32 + calltok) + 8))
 block=$((16 * kv_token))				# 16 tokens a block (576 KiB)
+# q8_0: 17/32 of those bytes, in the arena's 4 KiB units (308 KiB)
+[ "$kv_dtype" = f16 ] || block=$(((16 * kv_token * 17 / 32 + 4095) / 4096 * 4096))
 kv_total=$((n * ctx * kv_token))
 arena_mb=${BENCH_AGENTS_ARENA_MB:-$((kv_total / 8 / 1048576))}
 # at least 12 conversations at once (a small trial of the script)
@@ -113,6 +119,7 @@ run() {
 	{
 		echo "[model]"; echo "path = $PWD/$model"
 		echo "[kv]"; echo "backend = memfd"; echo "blocks = $nb"; echo "policy = toolwait"
+		echo "dtype = $kv_dtype"
 		echo "[tier]"; echo "dir = $PWD/$out/spill-$label"; echo "cap_mb = $disk_mb"
 		# every conversation is a connection from this one address
 		echo "[server]"; echo "max_connections = $((n + 64))"
