@@ -43,6 +43,8 @@ $(KVD_TEST_TIER): tests/daemon/test_tiering.c $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) 
 .PHONY: check-tiering
 check-tiering: $(KVD_TEST_TIER) $(KVD_TEST_MODEL)
 	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_TIER) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering
+	KVD_TEST_KV_DTYPE=q8_0 KVD_TEST_ONLY="spill_restore corrupt make_room shared_prefix" \
+		$(KVD_TEST_TIER) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering-q8
 	KVD_TEST_ONLY=idle1000 $(KVD_TEST_TIER_G) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering
 
 # In the guests: the same orchestrator over kvarena.ko (dma-buf hand-off,

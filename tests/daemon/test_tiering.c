@@ -170,6 +170,10 @@ static void base_config(struct kvd_config *c, const char *tier_dir)
 	snprintf(c->backend, sizeof(c->backend), "%s",
 		 getenv("KVD_TEST_BACKEND") ? getenv("KVD_TEST_BACKEND") : "memfd");
 	c->kv_blocks = 256;
+	/* KVD_TEST_KV_DTYPE=q8_0: the same tests over an 8-bit KV (the
+	 * references too) */
+	if (getenv("KVD_TEST_KV_DTYPE"))
+		snprintf(c->kv_dtype, sizeof(c->kv_dtype), "%s", getenv("KVD_TEST_KV_DTYPE"));
 	c->toolwait_bpf = 0;
 	c->log_level = getenv("KVD_TEST_VERBOSE") ? KVD_LOG_DEBUG : KVD_LOG_WARN;
 	c->prefix_cache = 0;		/* each conversation's KV is its own */
