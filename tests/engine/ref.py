@@ -200,7 +200,14 @@ def forward(g, tokens, kv_f16=False, q8_act=False, neox=None, biases=True,
         q = rope(head_norm(proj(xn, p, "attn_q"), nh, p + "attn_q_norm.weight"), nh)
         k = rope(head_norm(proj(xn, p, "attn_k"), nkv, p + "attn_k_norm.weight"), nkv)
         v = proj(xn, p, "attn_v").reshape(n, nkv, hd)
-        if kv_f16:
+        if kv_f16 == "q8_0":
+            # an 8-bit KV: K and V rows as Q8_0 blocks (32 values of one
+            # head), and the queries too for the scores, as the engine
+            # (and llama.cpp's flash attention) quantise them
+            k = np.stack([quant_act(k[:, i, :]) for i in range(nkv)], axis=1)
+            v = np.stack([quant_act(v[:, i, :]) for i in range(nkv)], axis=1)
+            q = np.stack([quant_act(q[:, i, :]) for i in range(nh)], axis=1)
+        elif kv_f16:
             k = k.astype(np.float16).astype(np.float64)
             v = v.astype(np.float16).astype(np.float64)
         out = np.zeros((n, nh, hd))
@@ -464,7 +471,8 @@ def main():
         return 1 if fails else 0
 
     bound = float(args[args.index("--bound") + 1])
-    kv16 = "--kv" in args and args[args.index("--kv") + 1] == "f16"
+    kv16 = "--kv" in args and args[args.index("--kv") + 1]
+    kv16 = kv16 if kv16 in ("f16", "q8_0") else False
     pre = int(args[args.index("--prefill") + 1]) if "--prefill" in args else 1
     vocab = g.tensors["token_embd.weight"].shape[0]
     rng = np.random.default_rng(7)
@@ -487,6 +495,9 @@ def main():
     if q8:   # informational: distance from plain float activations
         plain = float(np.abs(got - forward(g, tokens, kv16, False)[pre - 1:]).max())
         res.stdout = res.stdout.strip() + ", vs unquantised activations %.3g" % plain
+    if kv16 == "q8_0":  # and from a float KV
+        plain = float(np.abs(got - forward(g, tokens, False, q8)[pre - 1:]).max())
+        res.stdout = res.stdout.strip() + ", vs a float KV %.3g" % plain
     scale = float(np.abs(want).max())
     agree = int((got.argmax(1) == want.argmax(1)).sum())
     ok = got.shape == want.shape and err <= bound
