@@ -59,6 +59,7 @@ struct kve_engine {
 	size_t es;		/* bytes per KV element (F32, F16) */
 	size_t slab;		/* bytes of one [layer][K|V][kv_head] of a block */
 	int kvt;		/* the pool's dtype */
+	uint32_t rot_k, rot_v;	/* Q8_0 KV: Hadamard rotation sizes (kv_rotate) */
 	struct kve_q8x *qq;	/* Q8_0 KV: the queries quantised, as e->q */
 	float *x, *xb, *q, *kk, *vv, *att, *hb, *hb2;
 	struct kve_q8x *xq;
@@ -148,14 +149,48 @@ static size_t slab_rows(const struct kve_engine *e, uint32_t rows)
 	return (size_t)rows * hd * e->es;
 }
 
-/* Q8_0 KV: query heads [h0, h0 + nh) of token t quantised to dst */
+/*
+ * A Q8_0 KV rotates each head before it is quantised, as llama.cpp does
+ * for a quantised cache: x -> H x in pieces of n values, H the orthonormal
+ * Walsh-Hadamard matrix of size n (Sylvester's order, entries
+ * +-1/sqrt(n)), which spreads a few large values over the whole piece, so
+ * that one of them no longer sets a block's scale for 31 small ones. Q
+ * and K by the same H (n: the largest power of two from 64 dividing the
+ * head), so their dots are unchanged; V by H of 64, and each head's
+ * attention output by it again (H H = I). Heads that are not a multiple
+ * of 64 are not rotated.
+ */
+static void kv_rotate(float *x, uint32_t len, uint32_t n)
+{
+	float s = 1.0f / sqrtf((float)n);
+	uint32_t o, w, i, j;
+
+	for (o = 0; n && o < len; o += n) {
+		float *p = x + o;
+
+		for (w = 1; w < n; w *= 2)
+			for (i = 0; i < n; i += 2 * w)
+				for (j = i; j < i + w; j++) {
+					float a = p[j], b = p[j + w];
+
+					p[j] = a + b;
+					p[j + w] = a - b;
+				}
+		for (i = 0; i < n; i++)
+			p[i] *= s;
+	}
+}
+
+/* Q8_0 KV: query heads [h0, h0 + nh) of token t rotated (in place: the
+ * float queries serve nothing else then) and quantised to dst */
 static void quantize_heads(struct kve_engine *e, uint32_t t, uint32_t h0, uint32_t nh,
 			   struct kve_q8x *dst)
 {
 	uint32_t hd = e->m->info.head_dim;
+	float *q = e->q + ((size_t)t * e->m->info.n_heads + h0) * hd;
 
-	e->k->quantize_q8x(e->q + ((size_t)t * e->m->info.n_heads + h0) * hd, (int)(nh * hd),
-			   dst);
+	kv_rotate(q, nh * hd, e->rot_k);
+	e->k->quantize_q8x(q, (int)(nh * hd), dst);
 }
 
 /* one call's attention over a slab: the scores of nh query heads from
@@ -698,6 +733,8 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 			}
 		}
 	}
+	if (e->kvt == KVE_KV_Q8_0)	/* V's rotation undone */
+		kv_rotate(out, rows * hd, e->rot_v);
 	for (i = 0; i < gr->n; i++)
 		memcpy(e->att + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
 		       out + (size_t)i * group * hd, (size_t)group * hd * sizeof(float));
@@ -778,6 +815,8 @@ static void attn_worker(void *arg, int c, int tid)
 									 max_of(sh, npos)));
 			}
 		}
+		if (e->kvt == KVE_KV_Q8_0)	/* V's rotation undone */
+			kv_rotate(out, run * group * hd, e->rot_v);
 	}
 	/* then the groups' tasks in the chunk: one KV head of one group each */
 	for (task = t0 > alone ? t0 : (uint32_t)alone; task < t1; task++)
@@ -827,8 +866,11 @@ static void store_q8(struct kve_engine *e, uint8_t *slab, uint32_t off, int is_v
 	uint32_t hd = e->m->info.head_dim, nb = hd / QK8_0, bt = e->pool.block_tokens, b, i;
 	struct kve_q8x blk[1024 / QK8_0];
 	uint8_t *quants = slab + (size_t)bt * (hd / 16);
+	float rot[1024];
 
-	e->k->quantize_q8x(src, (int)hd, blk);
+	memcpy(rot, src, hd * sizeof(float));
+	kv_rotate(rot, hd, is_v ? e->rot_v : e->rot_k);
+	e->k->quantize_q8x(rot, (int)hd, blk);
 	for (b = 0; b < nb; b++) {
 		uint16_t d = kve_f32_to_f16(blk[b].d);
 
@@ -1171,6 +1213,11 @@ struct kve_engine *kve_engine_create(const struct kve_model *m,
 		goto oom;
 	e->es = pool->dtype == KVE_KV_F32 ? 4 : 2;
 	e->kvt = pool->dtype;
+	if (e->kvt == KVE_KV_Q8_0 && in->head_dim % 64 == 0) {
+		e->rot_v = 64;
+		for (e->rot_k = 64; in->head_dim % (2 * e->rot_k) == 0; e->rot_k *= 2)
+			;
+	}
 	e->slab = kve_kv_block_bytes(m, pool->block_tokens, pool->dtype) /
 		  ((size_t)in->n_layers * 2 * in->n_kv_heads);
 	e->max_chunk = p->max_chunk ? p->max_chunk : 128;

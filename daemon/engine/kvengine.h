@@ -99,6 +99,11 @@ enum kve_kv_dtype {
  * (row by row); K's [head_dim / 4][B][4] (four dimensions of every row,
  * then the next four), each stored + 128 as an unsigned byte. So
  * head_dim * 17 / 16 bytes a row; 0 for a head_dim not a multiple of 32.
+ * With a head_dim that is a multiple of 64 the rows are rotated before
+ * they are quantised (as llama.cpp's quantised cache does): K by the
+ * orthonormal Walsh-Hadamard matrix of the largest power of two from 64
+ * dividing head_dim, V by that of 64, each piece of the row on its own
+ * (Documentation/engine.md, "Paged KV").
  */
 size_t kve_kv_block_bytes(const struct kve_model *m, uint32_t block_tokens,
 			  enum kve_kv_dtype dtype);
@@ -180,7 +185,7 @@ const char *kve_isa_note(void);
 /* The engine's numerics revision: a new one whenever any kernel set's
  * results change by a bit, so that what names a configuration's numbers
  * (kvarenad's system_fingerprint) changes with them. */
-#define KVE_NUMERICS "2026-12-05"
+#define KVE_NUMERICS "2026-12-06"	/* the Q8_0 KV rotated */
 
 /* 1 when decode asks memory ahead for its weights and K/V (software
  * prefetch: on where it was measured to pay, an AMD Zen 5; off elsewhere;

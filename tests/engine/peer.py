@@ -19,14 +19,13 @@ benchmark's peer cache and runs this).
    logits of every position within BOUND[type] of llama.cpp's. The llama
    and qwen3 F32 files (heads of 64 and 128) again with K and V in Q8_0
    in both engines (llama.cpp's -ctk q8_0 -ctv q8_0, its flash attention
-   on; the engine's [kv] dtype = q8_0): with llama.cpp's Hadamard
-   rotation of quantised heads off (LLAMA_ATTN_ROT_DISABLE=1) the queries
-   and K/V rows are quantised as the same Q8_0 blocks, so the median
+   on; the engine's [kv] dtype = q8_0): both rotate each head of Q, K
+   and V by the same Walsh-Hadamard matrix before quantising it (V's sums
+   rotated back) and quantise the same Q8_0 blocks, so the median
    position within 1e-4 and every one within 0.1 (a step apart where a
-   value sits on a rounding boundary, as for the quantised types); as
-   llama.cpp runs by default (each head of K, V and Q rotated by a
-   Hadamard transform before it is quantised, then V's sums rotated
-   back; the engine does not rotate) within 0.1.
+   value sits on a rounding boundary, as for the quantised types); and a
+   control: llama.cpp with its rotation off (LLAMA_ATTN_ROT_DISABLE=1)
+   must miss by a median over 1e-3.
 3. greedy: 32 greedy steps after the prompt, the same tokens; or, at the
    first step where they differ, a near-tie in both engines (the two
    tokens' logits within the bound of each other), which the bound
@@ -177,6 +176,21 @@ def compare(ref, kve, work, model, label, t, kv="f32", median_bound=None):
                                      else "not a near-tie", gap_o, gap_t))
 
 
+def rotation_control(ref, kve, work, model, name):
+    """llama.cpp with its rotation of quantised heads off must miss the
+    engine by far more than the bound above, or that comparison could not
+    see a rotation left out"""
+    try:
+        ours, _ = run_kve(kve, model, os.path.join(work, "kve.bin"), False, "q8_0")
+        theirs, _ = run_ref(ref, model, os.path.join(work, "ref.bin"), False, "q8_0/norot")
+    except RuntimeError as e:
+        report(False, "%s rotation control: %s" % (name, e))
+        return
+    med = float(np.median(np.abs(ours - theirs).max(axis=1)))
+    report(med > 1e-3, "control: %s f32 with llama.cpp's rotation off "
+           "(LLAMA_ATTN_ROT_DISABLE=1) is off by a median %.3g (must exceed 1e-3)" % (name, med))
+
+
 def main():
     if len(sys.argv) < 5:
         sys.exit(__doc__)
@@ -198,9 +212,8 @@ def main():
         compare(ref, kve, work, f32, "%s f32" % name, "f32")
         if name in ("llama", "qwen3"):  # heads of 64 and 128: an 8-bit KV
             compare(ref, kve, work, f32, "%s f32, K and V in Q8_0 (llama.cpp -ctk/-ctv q8_0, "
-                    "its Hadamard rotation off)" % name, "f32", "q8_0/norot", 1e-4)
-            compare(ref, kve, work, f32, "%s f32, K and V in Q8_0 (llama.cpp -ctk/-ctv q8_0 "
-                    "as it runs by default, heads rotated)" % name, "f32", "q8_0")
+                    "heads rotated in both)" % name, "f32", "q8_0", 1e-4)
+            rotation_control(ref, kve, work, f32, name)
         if name.startswith("llama") and name != "llama":
             continue    # the rope variants: F32 is what they are about
         for t in QUANTS if not quick or name == "llama" else ["q4_k_m"]:
