@@ -420,6 +420,12 @@ struct kve_kernels {
 	 * differ by fused multiply-adds) */
 	void (*attn_values_q8)(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
 			       int bt, int n, int hd);
+	/* x -> H x for each piece of n values of len (n a power of two from
+	 * 16, len a multiple of n): the orthonormal Walsh-Hadamard matrix in
+	 * Sylvester's order, as log2 n passes of sums and differences, then
+	 * times 1/sqrt(n) (the Q8_0 KV's rotation); bit-identical in every
+	 * set (kve_hadamard_c: the same sums, each on its own) */
+	void (*hadamard)(float *x, int len, int n);
 	/* out = x / sqrt(mean(x^2) + eps) * w */
 	void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
 	/* 1: mm_q32 takes Q4_0 in KVE_PANEL_Q4X16 panels (and loaded models
@@ -459,6 +465,7 @@ static inline int kve_kvq8_k(const uint8_t *kq, int bt, int j, int d)
 
 void kve_attn_scores_q8_c(const struct kve_q8x *q, int nh, const uint8_t *k, int bt, int n,
 			  int hd, float scale, float *sc, size_t ss);
+void kve_hadamard_c(float *x, int len, int n);
 void kve_attn_values_q8_c(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
 			  int bt, int n, int hd);
 

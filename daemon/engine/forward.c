@@ -160,25 +160,10 @@ static size_t slab_rows(const struct kve_engine *e, uint32_t rows)
  * attention output by it again (H H = I). Heads that are not a multiple
  * of 64 are not rotated.
  */
-static void kv_rotate(float *x, uint32_t len, uint32_t n)
+static void kv_rotate(const struct kve_engine *e, float *x, uint32_t len, uint32_t n)
 {
-	float s = 1.0f / sqrtf((float)n);
-	uint32_t o, w, i, j;
-
-	for (o = 0; n && o < len; o += n) {
-		float *p = x + o;
-
-		for (w = 1; w < n; w *= 2)
-			for (i = 0; i < n; i += 2 * w)
-				for (j = i; j < i + w; j++) {
-					float a = p[j], b = p[j + w];
-
-					p[j] = a + b;
-					p[j + w] = a - b;
-				}
-		for (i = 0; i < n; i++)
-			p[i] *= s;
-	}
+	if (n)
+		e->k->hadamard(x, (int)len, (int)n);
 }
 
 /* Q8_0 KV: query heads [h0, h0 + nh) of token t rotated (in place: the
@@ -189,7 +174,7 @@ static void quantize_heads(struct kve_engine *e, uint32_t t, uint32_t h0, uint32
 	uint32_t hd = e->m->info.head_dim;
 	float *q = e->q + ((size_t)t * e->m->info.n_heads + h0) * hd;
 
-	kv_rotate(q, nh * hd, e->rot_k);
+	kv_rotate(e, q, nh * hd, e->rot_k);
 	e->k->quantize_q8x(q, (int)(nh * hd), dst);
 }
 
@@ -734,7 +719,7 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 		}
 	}
 	if (e->kvt == KVE_KV_Q8_0)	/* V's rotation undone */
-		kv_rotate(out, rows * hd, e->rot_v);
+		kv_rotate(e, out, rows * hd, e->rot_v);
 	for (i = 0; i < gr->n; i++)
 		memcpy(e->att + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
 		       out + (size_t)i * group * hd, (size_t)group * hd * sizeof(float));
@@ -816,7 +801,7 @@ static void attn_worker(void *arg, int c, int tid)
 			}
 		}
 		if (e->kvt == KVE_KV_Q8_0)	/* V's rotation undone */
-			kv_rotate(out, run * group * hd, e->rot_v);
+			kv_rotate(e, out, run * group * hd, e->rot_v);
 	}
 	/* then the groups' tasks in the chunk: one KV head of one group each */
 	for (task = t0 > alone ? t0 : (uint32_t)alone; task < t1; task++)
@@ -869,7 +854,7 @@ static void store_q8(struct kve_engine *e, uint8_t *slab, uint32_t off, int is_v
 	float rot[1024];
 
 	memcpy(rot, src, hd * sizeof(float));
-	kv_rotate(rot, hd, is_v ? e->rot_v : e->rot_k);
+	kv_rotate(e, rot, hd, is_v ? e->rot_v : e->rot_k);
 	e->k->quantize_q8x(rot, (int)hd, blk);
 	for (b = 0; b < nb; b++) {
 		uint16_t d = kve_f32_to_f16(blk[b].d);

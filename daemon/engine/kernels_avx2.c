@@ -676,5 +676,6 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.attn_values = attn_values,
 	.attn_scores_q8 = kvq8_scores_256,
 	.attn_values_q8 = kvq8_values_256,
+	.hadamard = kve_hadamard_c,
 	.rmsnorm = kve_rmsnorm_avx2,
 };

@@ -488,6 +488,45 @@ KVE_INLINE void kvq8_values_win(float *out, const float *a, const int8_t *vq, in
 			_mm512_storeu_ps(out + (size_t)h * hd + c0 + 16 * i, acc[h][i]);
 }
 
+/* kve_hadamard_c, sixteen values a vector: the passes 16 apart and more
+ * between vectors, those within one by a swap of its halves, quarters,
+ * pairs or neighbours and a blend of the sums and differences: the same
+ * sum or difference for every value, so the same bits */
+KVE_INLINE __m512 fwht_in(__m512 r, __m512 t, __mmask16 hi)
+{
+	return _mm512_mask_sub_ps(_mm512_add_ps(r, t), hi, t, r);
+}
+
+static void hadamard_512(float *x, int len, int n)
+{
+	__m512 s = _mm512_set1_ps(1.0f / sqrtf((float)n));
+	int o, w, i, j;
+
+	for (o = 0; o < len; o += n) {
+		float *p = x + o;
+
+		for (i = 0; i < n; i += 16) {	/* the passes within a vector first */
+			__m512 r = _mm512_loadu_ps(p + i);
+
+			r = fwht_in(r, _mm512_permute_ps(r, 0xb1), 0xaaaa);
+			r = fwht_in(r, _mm512_permute_ps(r, 0x4e), 0xcccc);
+			r = fwht_in(r, _mm512_shuffle_f32x4(r, r, 0xb1), 0xf0f0);
+			r = fwht_in(r, _mm512_shuffle_f32x4(r, r, 0x4e), 0xff00);
+			_mm512_storeu_ps(p + i, r);
+		}
+		for (w = 16; w < n; w *= 2)
+			for (i = 0; i < n; i += 2 * w)
+				for (j = i; j < i + w; j += 16) {
+					__m512 a = _mm512_loadu_ps(p + j), b = _mm512_loadu_ps(p + j + w);
+
+					_mm512_storeu_ps(p + j, _mm512_add_ps(a, b));
+					_mm512_storeu_ps(p + j + w, _mm512_sub_ps(a, b));
+				}
+		for (i = 0; i < n; i += 16)
+			_mm512_storeu_ps(p + i, _mm512_mul_ps(_mm512_loadu_ps(p + i), s));
+	}
+}
+
 static void kvq8_values_512(float *out, int nh, const float *p, size_t ps, const uint8_t *v,
 			    int bt, int n, int hd)
 {
@@ -544,6 +583,7 @@ const struct kve_kernels kve_kernels_avx512 = {
 	.attn_values = attn_values,
 	.attn_scores_q8 = kvq8_scores_256,
 	.attn_values_q8 = kvq8_values_512,
+	.hadamard = hadamard_512,
 	.rmsnorm = kve_rmsnorm_avx2,
 	.q4_0_x16 = 1,
 	.qk_x16 = 1,

@@ -407,6 +407,27 @@ void kve_attn_values_q8_c(float *out, int nh, const float *p, size_t ps, const u
 	}
 }
 
+void kve_hadamard_c(float *x, int len, int n)
+{
+	float s = 1.0f / sqrtf((float)n);
+	int o, w, i, j;
+
+	for (o = 0; o < len; o += n) {
+		float *p = x + o;
+
+		for (w = 1; w < n; w *= 2)
+			for (i = 0; i < n; i += 2 * w)
+				for (j = i; j < i + w; j++) {
+					float a = p[j], b = p[j + w];
+
+					p[j] = a + b;
+					p[j + w] = a - b;
+				}
+		for (i = 0; i < n; i++)
+			p[i] *= s;
+	}
+}
+
 static void rmsnorm_c(float *out, const float *x, const float *w, int n, float eps)
 {
 	float ss = 0, s;
@@ -440,5 +461,6 @@ const struct kve_kernels kve_kernels_c = {
 	.attn_values = attn_values_c,
 	.attn_scores_q8 = kve_attn_scores_q8_c,
 	.attn_values_q8 = kve_attn_values_q8_c,
+	.hadamard = kve_hadamard_c,
 	.rmsnorm = rmsnorm_c,
 };

@@ -632,6 +632,34 @@ static int sc_block_attn_q8(const struct kve_kernels *cand, const struct kve_ker
 	return 0;
 }
 
+/* The Q8_0 KV's rotation over three pieces of 64, then two of 128 and
+ * one of 256: bit for bit the portable one's (the same sums) */
+static int sc_hadamard(const struct kve_kernels *cand, const struct kve_kernels *ref,
+		       uint64_t *seed, char *why, size_t len)
+{
+	static const int ns[] = { 64, 128, 256 };
+	static float a[256 * 3], b[256 * 3];
+	unsigned t;
+	int i;
+
+	for (t = 0; t < sizeof(ns) / sizeof(ns[0]); t++) {
+		int n = ns[t], l = n == 64 ? 192 : 256;
+
+		for (i = 0; i < l; i++)
+			a[i] = b[i] = sc_rand(seed) * (i % 13 ? 1.0f : 40.0f);
+		cand->hadamard(a, l, n);
+		ref->hadamard(b, l, n);
+		for (i = 0; i < l; i++) {
+			if (memcmp(&a[i], &b[i], sizeof(float))) {
+				sc_msg(why, len, "hadamard (%d values, pieces of %d): element %d gives "
+				       "%.9g, portable C %.9g", l, n, i, (double)a[i], (double)b[i]);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
 /* RMSNorm: within 1e-5 relative (summation order of the squares) */
 static int sc_rmsnorm(const struct kve_kernels *cand, const struct kve_kernels *ref,
 		      uint64_t *seed, char *why, size_t len)
@@ -677,7 +705,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	    !cand->dot_f16 || !cand->axpy_f32 || !cand->axpy_f16 || !cand->quantize_q8x ||
 	    !cand->f32_to_f16 || !cand->silu_mul || !cand->attn_scores ||
 	    !cand->softmax_exp || !cand->attn_values || !cand->attn_scores_q8 ||
-	    !cand->attn_values_q8 || !cand->rmsnorm) {
+	    !cand->attn_values_q8 || !cand->hadamard || !cand->rmsnorm) {
 		sc_msg(why, len, "a kernel of the %s set is missing", cand->name);
 		return -1;
 	}
@@ -699,7 +727,8 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	if (sc_convert(cand, ref, &seed, why, len) || sc_silu(cand, ref, &seed, why, len))
 		return -1;
 	if (sc_block_attn(cand, ref, &seed, why, len) ||
-	    sc_block_attn_q8(cand, ref, &seed, why, len))
+	    sc_block_attn_q8(cand, ref, &seed, why, len) ||
+	    sc_hadamard(cand, ref, &seed, why, len))
 		return -1;
 	return sc_rmsnorm(cand, ref, &seed, why, len);
 }

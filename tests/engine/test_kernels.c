@@ -1255,7 +1255,7 @@ static void check_selfcheck(int has2)
 	CHECK(rc == -1 && !strncmp(why, "quantize_q8x: block 0", 21),
 	      "self-check: a quantiser wrong in its first block only is caught: %s", why);
 
-	{	/* each of the 20 kernels missing in turn */
+	{	/* each of the 21 kernels missing in turn */
 		static const size_t kern[] = {
 			offsetof(struct kve_kernels, mm_f32), offsetof(struct kve_kernels, mm_f16),
 			offsetof(struct kve_kernels, mm_q8), offsetof(struct kve_kernels, mm_bf16),
@@ -1269,7 +1269,8 @@ static void check_selfcheck(int has2)
 			offsetof(struct kve_kernels, softmax_exp),
 			offsetof(struct kve_kernels, attn_values),
 			offsetof(struct kve_kernels, attn_scores_q8),
-			offsetof(struct kve_kernels, attn_values_q8), offsetof(struct kve_kernels, rmsnorm)
+			offsetof(struct kve_kernels, attn_values_q8),
+			offsetof(struct kve_kernels, hadamard), offsetof(struct kve_kernels, rmsnorm)
 		};
 		size_t ki;
 		int caught = 0;

@@ -35,7 +35,7 @@ enum fault {
 	F_F16_ELEM, F_F16_SUBNORMAL, F_F16_NAN_INF, F_F16_NAN_PAYLOAD, F_F16_POS_INF,
 	F_F16_NEG_INF, F_F16_OVERFLOW_EDGE,
 	F_SILU, F_SCORES, F_SCORES_STRIDE4, F_SOFTMAX, F_SOFTMAX_SUM, F_SOFTMAX_SECOND, F_VALUES, F_VALUES_ROW0,
-	F_RMSNORM, F_SCORES_Q8_ULP, F_SCORES_Q8_HD, F_VALUES_Q8,
+	F_RMSNORM, F_SCORES_Q8_ULP, F_SCORES_Q8_HD, F_VALUES_Q8, F_HADAMARD,
 };
 
 static enum fault f;
@@ -425,6 +425,14 @@ static void f_values_q8(float *out, int nh, const float *p, size_t ps, const uin
 		out[head_off(nh, (size_t)hd) + elem(hd)] += 0.01f;
 }
 
+/* the rotation one ulp off in one element, at pieces of 128 only */
+static void f_hadamard(float *x, int len, int n)
+{
+	C->hadamard(x, len, n);
+	if (f == F_HADAMARD && n == 128)
+		x[elem(len)] = nextafterf(x[elem(len)], INFINITY);
+}
+
 static void f_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 {
 	C->rmsnorm(out, x, w, n, eps);
@@ -439,7 +447,7 @@ static const struct kve_kernels faulty = {
 	.axpy_f16 = f_axpy_f16, .quantize_q8x = f_quantize, .quantize_q8k = f_quantize_k,
 	.f32_to_f16 = f_to_f16, .silu_mul = f_silu, .attn_scores = f_scores,
 	.softmax_exp = f_softmax, .attn_values = f_values, .attn_scores_q8 = f_scores_q8,
-	.attn_values_q8 = f_values_q8, .rmsnorm = f_rmsnorm,
+	.attn_values_q8 = f_values_q8, .hadamard = f_hadamard, .rmsnorm = f_rmsnorm,
 };
 
 /* run the self-check with one fault; want: the start of why, or NULL for
@@ -629,6 +637,10 @@ static void vector_faults(void)
 	       F_VALUES_Q8, 0, 0, 0, 0, "attn_values_q8", NULL);
 	expect("an attn_values_q8 wrong in its last head's last element (Q8_0 KV)",
 	       F_VALUES_Q8, 0, 0, -1, 0, "attn_values_q8", NULL);
+	expect("a hadamard one ulp off in its first element, pieces of 128 only (Q8_0 KV)",
+	       F_HADAMARD, 0, 0, 0, 0, "hadamard (256 values, pieces of 128", NULL);
+	expect("a hadamard one ulp off in its last element, pieces of 128 only (Q8_0 KV)",
+	       F_HADAMARD, 0, 0, -1, 0, "hadamard (256 values, pieces of 128", NULL);
 	expect("an rmsnorm wrong in its first element only", F_RMSNORM, 0, 0, 0, 0, "rmsnorm",
 	       NULL);
 	expect("an rmsnorm wrong in its last element only", F_RMSNORM, 0, 0, -1, 0, "rmsnorm",
