@@ -655,6 +655,43 @@ void kve_rmsnorm_avx2(float *out, const float *x, const float *w, int n, float e
 
 #include "kernels_kvq8_avx2.h"
 
+/* kve_hadamard_c, eight values a vector: the passes 8 apart and more
+ * between vectors, those within one by a swap of its halves, pairs or
+ * neighbours and a blend of the sums and differences: the same sum or
+ * difference for every value, so the same bits */
+#define FWHT_IN(r, t, hi) _mm256_blend_ps(_mm256_add_ps(r, t), _mm256_sub_ps(t, r), hi)
+
+static void hadamard_256(float *x, int len, int n)
+{
+	__m256 s = _mm256_set1_ps(1.0f / sqrtf((float)n));
+	int o, w, i, j;
+
+	for (o = 0; o < len; o += n) {
+		float *p = x + o;
+
+		for (i = 0; i < n; i += 8) {	/* the passes within a vector first */
+			__m256 r = _mm256_loadu_ps(p + i);
+
+			r = FWHT_IN(r, _mm256_permute_ps(r, 0xb1), 0xaa);
+			r = FWHT_IN(r, _mm256_permute_ps(r, 0x4e), 0xcc);
+			r = FWHT_IN(r, _mm256_permute2f128_ps(r, r, 0x01), 0xf0);
+			_mm256_storeu_ps(p + i, r);
+		}
+		for (w = 8; w < n; w *= 2)
+			for (i = 0; i < n; i += 2 * w)
+				for (j = i; j < i + w; j += 8) {
+					__m256 a = _mm256_loadu_ps(p + j), b = _mm256_loadu_ps(p + j + w);
+
+					_mm256_storeu_ps(p + j, _mm256_add_ps(a, b));
+					_mm256_storeu_ps(p + j + w, _mm256_sub_ps(a, b));
+				}
+		for (i = 0; i < n; i += 8)
+			_mm256_storeu_ps(p + i, _mm256_mul_ps(_mm256_loadu_ps(p + i), s));
+	}
+}
+
+#undef FWHT_IN
+
 const struct kve_kernels kve_kernels_avx2 = {
 	.name = "avx2",
 	.mm_f32 = mm_0,
@@ -676,6 +713,6 @@ const struct kve_kernels kve_kernels_avx2 = {
 	.attn_values = attn_values,
 	.attn_scores_q8 = kvq8_scores_256,
 	.attn_values_q8 = kvq8_values_256,
-	.hadamard = kve_hadamard_c,
+	.hadamard = hadamard_256,
 	.rmsnorm = kve_rmsnorm_avx2,
 };
