@@ -139,12 +139,12 @@ static uint8_t *kv_head_base(struct kve_engine *e, uint32_t block_id,
 }
 
 /* the bytes of a slab that its first rows rows take (what to ask memory
- * for): a Q8_0 slab's scales, then the rows' quants */
+ * for): a Q8_0 slab's all (K's quants lie across its rows) */
 static size_t slab_rows(const struct kve_engine *e, uint32_t rows)
 {
 	uint32_t hd = e->m->info.head_dim;
 
-	if (e->kvt == KVE_KV_Q8_0)	/* K's quants are not row by row: all */
+	if (e->kvt == KVE_KV_Q8_0)
 		return e->slab;
 	return (size_t)rows * hd * e->es;
 }
@@ -672,11 +672,12 @@ static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, u
 	for (i = 0; i < gr->n; i++) {
 		if (e->kv_in_attn)
 			rope_store(e, mem[i], g);
-		memcpy(qs + (size_t)i * group * hd,
-		       e->q + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
-		       (size_t)group * hd * sizeof(float));
-		if (e->kvt == KVE_KV_Q8_0)
+		if (e->kvt == KVE_KV_Q8_0)	/* the scores take the quantised ones only */
 			quantize_heads(e, mem[i], g * group, group, qs8 + (size_t)i * group * nbh);
+		else
+			memcpy(qs + (size_t)i * group * hd,
+			       e->q + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
+			       (size_t)group * hd * sizeof(float));
 	}
 	memset(out, 0, (size_t)rows * hd * sizeof(float));
 	/* v = 0: the scores from K; v = 1: the sums of V rows */
