@@ -264,7 +264,7 @@ bench_eviction() {
 # Not in the default list: about an hour on 2 cores, and the spill files
 # want up to the KV's size in free disk (capped at the free space less 4 GiB).
 bench_agents1000() {
-	forget '(agents_|daemon_bytes_per_idle_session|sched_step_p99_us|resume_ttft_p99_ms_at_|restore_stalls_pct[[:space:]])'
+	forget '(agents_|daemon_bytes_per_idle_session|sched_step_p99_us|resume_|restore_stalls_pct[[:space:]]|restore_stalls_(early|no_room|taken_again|reading)_pct|no_room_)'
 	make --no-print-directory build/bin/kvarenad build/bin/kva-mkmodel >/dev/null
 	tools/replay/agents1000-bench.sh build/bin/kvarenad build/bin/kva-mkmodel
 }
