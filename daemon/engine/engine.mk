@@ -65,7 +65,7 @@ ENGINE_EMU_TK   := $(ENGINE_OUT)/avx512emu/test_kernels
 .PHONY: engine check-engine check-engine-avx512 check-engine-peer bench-engine deps-engine \
 	deps-engine-avx512 coverage-engine
 
-engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) $(ENGINE_TSMALL) \
+engine: $(ENGINE_LIB) $(ENGINE_SLIB) $(ENGINE_MKMODEL) $(ENGINE_TBINS) \
 	$(ENGINE_LOGITS) $(ENGINE_KVCGEN) $(ENGINE_BENCH) $(ENGINE_TILES) $(ENGINE_KVCBENCH) \
 	$(ENGINE_DEMO)
 
@@ -94,22 +94,6 @@ $(ENGINE_TBINS): $(ENGINE_OUT)/tests/%: tests/engine/%.c tests/engine/tcheck.h \
 	@mkdir -p $(@D)
 	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
 		$(ENGINE_SLIB) $(ENGINE_KVA) -o $@ $(ENGINE_LIBS) $(ENGINE_TLDFLAGS)
-
-# test_engine again over an attention scratch too small for a run of
-# heads: groups read one KV head a task, lone tokens short runs, tasks cut
-# where the scratch ends (forward.c, attn_plan and attn_worker)
-ENGINE_TSMALL   := $(ENGINE_OUT)/tests/test_engine_smallscratch
-$(ENGINE_OUT)/san/forward_smallscratch.o: $(ENGINE_SRC)/forward.c $(ENGINE_HDRS) \
-		daemon/engine/engine.mk
-	@mkdir -p $(@D)
-	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -DATTN_GROUP_FLOATS=512 \
-		-DATTN_RUN_FLOATS=256 -c $< -o $@
-
-$(ENGINE_TSMALL): tests/engine/test_engine.c tests/engine/tcheck.h \
-		$(ENGINE_OUT)/san/forward_smallscratch.o $(ENGINE_SLIB) $(ENGINE_KVA)
-	$(ENGINE_CC) $(ENGINE_CFLAGS) -O1 $(ENGINE_SANFLAGS) -Itests/engine $< \
-		$(ENGINE_OUT)/san/forward_smallscratch.o $(ENGINE_SLIB) $(ENGINE_KVA) -o $@ \
-		$(ENGINE_LIBS)
 
 # test_tokenizer runs the pre-tokenizers once more under a seccomp filter
 # that refuses executable memory (PCRE2's JIT off, its interpreter on;

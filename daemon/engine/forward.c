@@ -48,7 +48,6 @@ struct attn_group {
 	uint32_t ss;		/* a score row: the longest context, in 16s */
 	uint32_t top;		/* the longest context */
 	int chunk;		/* one session's prompt chunk (attn_plan) */
-	uint32_t heads;		/* KV heads a task takes (group_cap) */
 };
 
 struct kve_engine {
@@ -449,42 +448,21 @@ static uint32_t attn_slice(const struct kve_model_info *in)
  * the same bits.
  */
 
-/* floats of scores a lone token's run of heads takes at most (at least
- * one KV head's query heads for the longest context): 256 KiB, in the L2 */
-#ifndef ATTN_RUN_FLOATS
+/* floats of scores a thread holds: at least one KV head's query heads
+ * for the longest context, and room for a run of many at short ones or
+ * a group of tokens (attn_plan): 256 KiB, 26 members at 2k tokens */
 #define ATTN_RUN_FLOATS	65536
-#endif
-
-/* floats a thread holds: a group's task (attn_plan) may take a run of KV
- * heads for several members, their scores, queries and sums: 1 MiB, 8
- * members of the 110M models' 12 heads at 2.4k tokens */
-#ifndef ATTN_GROUP_FLOATS
-#define ATTN_GROUP_FLOATS	262144
-#endif
-
-/* a group whose members read more than 1/ATTN_OWN_SHARE of the rows they
- * share of their own reads them a run of KV heads a task (group_cap) */
-#define ATTN_OWN_SHARE	4
 
 /* how far ahead the attention asks for K and V: 4-32 KiB measured alike
  * on the Zen 5 (each about 10% faster a step than none; on a Zen 4 none
  * was 3-8% faster, so kve_prefetch turns it off there) */
 #define KV_PF_AHEAD	8192
 
-/* a lone token's run of heads: floats of scores it may take */
-static size_t attn_run_cap(const struct kve_model_info *in, uint32_t max_ctx)
+static size_t attn_scratch(const struct kve_model_info *in, uint32_t max_ctx)
 {
 	size_t one = (size_t)(in->n_heads / in->n_kv_heads) * ((max_ctx + 15) & ~15u);
 
 	return one > ATTN_RUN_FLOATS ? one : ATTN_RUN_FLOATS;
-}
-
-/* a thread's scratch, floats */
-static size_t attn_scratch(const struct kve_model_info *in, uint32_t max_ctx)
-{
-	size_t run = attn_run_cap(in, max_ctx);
-
-	return run > ATTN_GROUP_FLOATS ? run : ATTN_GROUP_FLOATS;
 }
 
 /* asks memory for every line of the n bytes at p, four a turn. It was a
@@ -527,46 +505,21 @@ static void rope_store(struct kve_engine *e, uint32_t t, uint32_t g)
 	store_kv_head(e, t, g);
 }
 
-/* floats a group member takes in a task, per KV head: the scores of its
- * query heads (the longest context, ss floats), their queries and sums
- * (2 x head_dim; a Q8_0 KV's queries quantised too: 44 bytes a 32, less
- * than 32 floats) */
-static size_t group_row(const struct kve_engine *e, uint32_t ss)
+/* a group's members read at most 1/ATTN_OWN_SHARE of the rows they
+ * share of their own (attn_plan) */
+#define ATTN_OWN_SHARE	4
+
+/* Members a group can have: rows of scores for each (the longest
+ * context, ss floats) and its queries and sums (2 x head_dim) fit a
+ * thread's scratch */
+static uint32_t group_cap(const struct kve_engine *e, uint32_t ss)
 {
 	const struct kve_model_info *in = &e->m->info;
+	/* Q8_0 KV: the queries quantised too (44 bytes a 32 < 32 floats) */
+	size_t row = (size_t)(in->n_heads / in->n_kv_heads) *
+		     (ss + (e->kvt == KVE_KV_Q8_0 ? 3 : 2) * in->head_dim);
 
-	return (size_t)(in->n_heads / in->n_kv_heads) *
-	       (ss + (e->kvt == KVE_KV_Q8_0 ? 3 : 2) * in->head_dim);
-}
-
-/*
- * Members a group's task can have, and the KV heads it takes (*heads).
- * Where the members read few rows of their own against the shared ones
- * (a prompt chunk after its history), one head for as many members as
- * fit a lone run's scores (the L2): each shared slab is read once for the
- * most members. Where they read many (decode batches of conversations
- * that share a system prompt), every KV head for fewer members, in the
- * whole scratch, so that their own blocks are read a stretch of heads at
- * a time, as a lone token's are, not a 2 KiB slab 576 KiB from the next
- * (the 110M shape; with 1888 own tokens after 512 shared, a batch of 16
- * decoded 2.4x slower one head a task than alone); one head where that
- * leaves fewer than two members.
- */
-static uint32_t group_cap(const struct kve_engine *e, const struct attn_group *g,
-			  uint32_t *heads)
-{
-	const struct kve_model_info *in = &e->m->info;
-	uint32_t bt = e->pool.block_tokens;
-	size_t row = group_row(e, g->ss);
-	size_t one = attn_run_cap(in, e->max_ctx) / row;	/* in the L2, as a lone run */
-	size_t runs = attn_scratch(in, e->max_ctx) / row / in->n_kv_heads;
-
-	if ((g->top - g->shared * bt) * ATTN_OWN_SHARE <= g->shared * bt || runs < 2) {
-		*heads = 1;
-		return (uint32_t)one;
-	}
-	*heads = in->n_kv_heads;
-	return (uint32_t)runs;
+	return (uint32_t)(attn_scratch(in, e->max_ctx) / row);
 }
 
 /*
@@ -610,7 +563,7 @@ static void attn_plan(struct kve_engine *e)
 				break;
 		}
 		if (g == n) {
-			G[n++] = (struct attn_group){ t, 0, whole, 0, 0, chunk, 0 };
+			G[n++] = (struct attn_group){ t, 0, whole, 0, 0, chunk };
 		} else {
 			k = G[g].shared < whole ? G[g].shared : whole;
 			if (l != s)
@@ -626,17 +579,23 @@ static void attn_plan(struct kve_engine *e)
 			G[g].top = e->tok_pos[t] + 1;
 		e->att_gid[t] = g;
 	}
-	/* a group of one, or one whose rows would not fit twice, reads
-	 * alone */
+	/* a group of one, one whose rows would not fit twice, or one whose
+	 * members read much of their own reads alone: a group task reads
+	 * the members' own blocks one KV head at a time, 2 KiB slabs 576 KiB
+	 * apart at the 110M shape, where a lone token reads a block's heads
+	 * as one stretch; with 1888 own tokens after 512 shared a batch of
+	 * 16 decoded 2.4x slower grouped, with 128 after 512 alike, with at
+	 * most 32 after 1024 (8 sessions) 1.3-1.45x faster (Zen 4) */
 	for (g = 0; g < n; g++)
-		if (G[g].n < 2 || group_cap(e, &G[g], &G[g].heads) < 2)
+		if (G[g].n < 2 || group_cap(e, G[g].ss) < 2 ||
+		    G[g].top - G[g].shared * bt > G[g].shared * bt / ATTN_OWN_SHARE)
 			G[g].shared = 0;
 	for (t = 0; t < T; t++)
 		if (e->att_gid[t] == UINT32_MAX || !G[e->att_gid[t]].shared)
 			e->att_tok[a++] = t;
 	e->n_alone = a;
 	for (g = 0; g < n; g++) {
-		uint32_t cap = group_cap(e, &G[g], &G[g].heads), m = G[g].n;
+		uint32_t cap = group_cap(e, G[g].ss), m = G[g].n;
 
 		if (!G[g].shared)
 			continue;
@@ -646,8 +605,7 @@ static void attn_plan(struct kve_engine *e)
 		/* as many tasks as the scratch needs, members in token order */
 		for (i = 0; i < m; i += cap)
 			F[nf++] = (struct attn_group){ G[g].first + i, m - i < cap ? m - i : cap,
-						       G[g].shared, G[g].ss, G[g].top, G[g].chunk,
-						       G[g].heads };
+						       G[g].shared, G[g].ss, G[g].top, G[g].chunk };
 	}
 	for (t = 0; t < T; t++) {
 		g = e->att_gid[t];
@@ -692,100 +650,80 @@ static uint32_t task_at(const struct kve_engine *e, uint64_t at)
 	return lo * nkv + (uint32_t)((at - P[lo] * nkv + w - 1) / w);
 }
 
-/* One group's attention for a run of KV heads from g0: the shared blocks
- * once for all members, then each member's own, a block's slabs of the
- * run read as one stretch, as a lone token's are; sc: the thread's
- * scratch (scores, then the members' queries and sums, the rows of one KV
- * head side by side so that a kernel call takes up to KVE_ATTN_HEADS of
- * them, then with a Q8_0 KV their queries quantised) */
-static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, uint32_t g0,
-			    uint32_t run, float *sc)
+/* One group's attention for KV head g: the shared blocks once for all
+ * members, then each member's own; sc: the thread's scratch (scores, then
+ * the members' queries and sums, side by side so that a kernel call takes
+ * up to KVE_ATTN_HEADS of them, then with a Q8_0 KV their queries
+ * quantised) */
+static void attn_group_task(struct kve_engine *e, const struct attn_group *gr, uint32_t g,
+			    float *sc)
 {
 	const struct kve_model_info *in = &e->m->info;
 	const struct kve_kernels *k = e->k;
 	uint32_t hd = in->head_dim, bt = e->pool.block_tokens, group = in->n_heads / in->n_kv_heads;
-	uint32_t slice = attn_slice(in), per = gr->n * group, rows = run * per;
-	uint32_t i, h, r, b, v, nh, gi;
+	uint32_t slice = attn_slice(in), rows = gr->n * group, i, h, r, b, v, nh;
 	uint32_t nbh = hd / QK8_0;	/* Q8_0 blocks a query head */
 	const uint32_t *mem = e->att_tok + gr->first;
 	const struct kve_session *s0 = e->tok_sess[mem[0]];
-	size_t ss = gr->ss, slab = e->slab;
+	size_t ss = gr->ss;
 	float *qs = sc + (size_t)rows * ss, *out = qs + (size_t)rows * hd;
 	struct kve_q8x *qs8 = (struct kve_q8x *)(out + (size_t)rows * hd);
 
-	/* row (gi, i, h): KV head g0 + gi, member i, its query head h */
-	for (gi = 0; gi < run; gi++)
-		for (i = 0; i < gr->n; i++) {
-			size_t r0 = (size_t)gi * per + (size_t)i * group;
-
-			if (e->kv_in_attn)
-				rope_store(e, mem[i], g0 + gi);
-			if (e->kvt == KVE_KV_Q8_0)	/* the scores take the quantised ones only */
-				quantize_heads(e, mem[i], (g0 + gi) * group, group, qs8 + r0 * nbh);
-			else
-				memcpy(qs + r0 * hd,
-				       e->q + ((size_t)mem[i] * in->n_heads +
-					       (size_t)(g0 + gi) * group) * hd,
-				       (size_t)group * hd * sizeof(float));
-		}
+	for (i = 0; i < gr->n; i++) {
+		if (e->kv_in_attn)
+			rope_store(e, mem[i], g);
+		if (e->kvt == KVE_KV_Q8_0)	/* the scores take the quantised ones only */
+			quantize_heads(e, mem[i], g * group, group, qs8 + (size_t)i * group * nbh);
+		else
+			memcpy(qs + (size_t)i * group * hd,
+			       e->q + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
+			       (size_t)group * hd * sizeof(float));
+	}
 	memset(out, 0, (size_t)rows * hd * sizeof(float));
 	/* v = 0: the scores from K; v = 1: the sums of V rows */
 	for (v = 0; v < 2; v++) {
 		for (b = 0; b < gr->shared; b++) {
-			const uint8_t *kb = kv_head_base(e, s0->block_table[b], e->layer, (int)v, g0);
+			const uint8_t *kb = kv_head_base(e, s0->block_table[b], e->layer, (int)v, g);
 
-			if (b + 1 < gr->shared) {
-				const uint8_t *pf = kv_head_base(e, s0->block_table[b + 1], e->layer,
-								 (int)v, g0);
-
-				for (gi = 0; gi < run; gi++)
-					kv_prefetch(pf + gi * slab, slab_rows(e, bt));
+			if (b + 1 < gr->shared)
+				kv_prefetch(kv_head_base(e, s0->block_table[b + 1], e->layer, (int)v, g),
+					    slab_rows(e, bt));
+			for (r = 0; r < rows; r += nh) {
+				nh = rows - r < KVE_ATTN_HEADS ? rows - r : KVE_ATTN_HEADS;
+				attn_call(e, (int)v, qs + (size_t)r * hd, qs8 + (size_t)r * nbh,
+					  (int)nh, kb, bt, sc + r * ss + b * bt, ss,
+					  out + (size_t)r * hd);
 			}
-			for (gi = 0; gi < run; gi++)
-				for (r = gi * per; r < (gi + 1) * per; r += nh) {
-					nh = (gi + 1) * per - r < KVE_ATTN_HEADS ?
-					     (gi + 1) * per - r : KVE_ATTN_HEADS;
-					attn_call(e, (int)v, qs + (size_t)r * hd, qs8 + (size_t)r * nbh,
-						  (int)nh, kb + gi * slab, bt, sc + r * ss + b * bt, ss,
-						  out + (size_t)r * hd);
-				}
 		}
 		for (i = 0; i < gr->n; i++) {
 			const struct kve_session *s = e->tok_sess[mem[i]];
 			uint32_t npos = e->tok_pos[mem[i]] + 1, nblk = (npos + bt - 1) / bt;
+			size_t r0 = (size_t)i * group;
 
 			for (b = gr->shared; b < nblk; b++) {
-				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, (int)v, g0);
+				const uint8_t *kb = kv_head_base(e, s->block_table[b], e->layer, (int)v, g);
 				uint32_t end = npos - b * bt < bt ? npos - b * bt : bt;
 
-				for (gi = 0; gi < run; gi++) {
-					size_t r0 = (size_t)gi * per + (size_t)i * group;
-
-					for (h = 0; h < group; h += nh) {
-						nh = group - h < slice ? group - h : slice;
-						attn_call(e, (int)v, qs + (r0 + h) * hd,
-							  qs8 + (r0 + h) * nbh, (int)nh, kb + gi * slab,
-							  end, sc + (r0 + h) * ss + b * bt, ss,
-							  out + (r0 + h) * hd);
-					}
+				for (h = 0; h < group; h += nh) {
+					nh = group - h < slice ? group - h : slice;
+					attn_call(e, (int)v, qs + (r0 + h) * hd, qs8 + (r0 + h) * nbh,
+						  (int)nh, kb, end, sc + (r0 + h) * ss + b * bt, ss,
+						  out + (r0 + h) * hd);
 				}
 			}
-			for (gi = 0; gi < run && !v; gi++)
-				for (h = 0; h < group; h++) {
-					float *sh = sc + ((size_t)gi * per + (size_t)i * group + h) * ss;
+			for (h = 0; h < group && !v; h++) {
+				float *sh = sc + (r0 + h) * ss;
 
-					scale_by(sh, npos, 1.0f / k->softmax_exp(sh, (int)npos,
-										 max_of(sh, npos)));
-				}
+				scale_by(sh, npos, 1.0f / k->softmax_exp(sh, (int)npos,
+									 max_of(sh, npos)));
+			}
 		}
 	}
 	if (e->kvt == KVE_KV_Q8_0)	/* V's rotation undone */
 		kv_rotate(e, out, rows * hd, e->rot_v);
-	for (gi = 0; gi < run; gi++)
-		for (i = 0; i < gr->n; i++)
-			memcpy(e->att + ((size_t)mem[i] * in->n_heads + (size_t)(g0 + gi) * group) * hd,
-			       out + ((size_t)gi * per + (size_t)i * group) * hd,
-			       (size_t)group * hd * sizeof(float));
+	for (i = 0; i < gr->n; i++)
+		memcpy(e->att + ((size_t)mem[i] * in->n_heads + (size_t)g * group) * hd,
+		       out + (size_t)i * group * hd, (size_t)group * hd * sizeof(float));
 }
 
 static void attn_worker(void *arg, int c, int tid)
@@ -799,8 +737,8 @@ static void attn_worker(void *arg, int c, int tid)
 	uint64_t work = e->att_cost[e->n_alone + e->n_groups] * nkv;
 	uint32_t t0 = task_at(e, work * (uint64_t)c / nch);
 	uint32_t t1 = task_at(e, work * (uint64_t)(c + 1) / nch), task, run;
-	size_t cap = attn_run_cap(in, e->max_ctx);
-	float *sc = e->scores + (size_t)tid * attn_scratch(in, e->max_ctx);
+	size_t cap = attn_scratch(in, e->max_ctx);
+	float *sc = e->scores + (size_t)tid * cap;
 	size_t slab = e->slab;
 	uint32_t nbh = hd / QK8_0;	/* Q8_0 blocks a query head */
 
@@ -866,17 +804,10 @@ static void attn_worker(void *arg, int c, int tid)
 		if (e->kvt == KVE_KV_Q8_0)	/* V's rotation undone */
 			kv_rotate(e, out, run * group * hd, e->rot_v);
 	}
-	/* then the groups' tasks in the chunk: a run of one group's KV heads
-	 * each, up to as many as group_cap made room for */
-	for (task = t0 > alone ? t0 : (uint32_t)alone; task < t1; task += run) {
-		const struct attn_group *gr = e->att_grp + e->max_tok + (task - alone) / nkv;
-		uint32_t g0 = (uint32_t)((task - alone) % nkv);
-
-		run = nkv - g0 < t1 - task ? nkv - g0 : t1 - task;
-		if (run > gr->heads)
-			run = gr->heads;
-		attn_group_task(e, gr, g0, run, sc);
-	}
+	/* then the groups' tasks in the chunk: one KV head of one group each */
+	for (task = t0 > alone ? t0 : (uint32_t)alone; task < t1; task++)
+		attn_group_task(e, e->att_grp + e->max_tok + (task - alone) / nkv,
+				(uint32_t)((task - alone) % nkv), sc);
 }
 
 /*

@@ -177,9 +177,6 @@ run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q40-gqa.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf $M/q4km-gqa.gguf $M/q51-gqa.gguf
 run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k-gqa.gguf $M/q40-gqa.gguf $M/bf16-gqa.gguf
-# an attention scratch too small for whole runs of heads: groups of
-# sessions one KV head a task, tasks cut where the scratch ends
-run "same, attention in short runs" $T/test_engine_smallscratch $M/f32-gqa.gguf $M/q8-gqa.gguf $M/gqa6-f16.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
 # kva_blocks_share, and a prefill process handing KV to a decode process
