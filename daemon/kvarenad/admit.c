@@ -27,6 +27,17 @@
  * never fit was refused at submit with a 400 naming the limit (core.c):
  * the context is bounded by the arena.
  *
+ * Admission keeps only a few steps ahead of the prefill stage: at most
+ * [sched] prefill_ahead prompt tokens of a tenant admitted and not yet
+ * computed (prefill_pending()), or one prompt however long. A prompt admitted
+ * holds its blocks until it is computed; 300 first turns of 1000 agents
+ * were admitted at once into an 8-bit KV's arena, most of it, for the
+ * minutes one prefill worker took to compute them, while the turns of
+ * conversations back from their tools, a few tokens each, waited for
+ * room. The next in line waits instead, not counted as lacking room, and
+ * a turn that continues a conversation is first in line before the first
+ * turns of conversations that began after it (queued_key()).
+ *
  * Preemption: when a running job needs a block (its next decode token,
  * the tool results appended to it) and evicting idle KV, then the KV
  * queued turns kept, cannot free one, the running job of lowest priority
@@ -572,6 +583,34 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 	return 0;
 }
 
+/* Prompt tokens each tenant's running jobs were admitted for and no step
+ * has taken yet (their blocks reserved, their KV to compute): per tenant,
+ * so that the steps' fair shares (fair.c) have each tenant's prompts to
+ * choose from. */
+static void prefill_pending(const struct kvd *d, uint64_t *pend)
+{
+	const struct kvd_job *j;
+
+	memset(pend, 0, (KVD_MAX_TENANTS + 1) * sizeof(*pend));
+	for (j = d->jobs; j; j = j->next)
+		if (j->state == JOB_RUNNING && j->conv && j->n_sched < j->conv->n_tokens &&
+		    j->tenant <= KVD_MAX_TENANTS)
+			pend[j->tenant] += j->conv->n_tokens - j->n_sched;
+}
+
+/* What j would add to it, before its cached prefix is known: all but
+ * the KV its conversation holds (a first turn's shared prompt counts),
+ * its request's tokens too while they have not joined the conversation
+ * (take_piece). */
+static uint64_t prefill_guess(const struct kvd_job *j)
+{
+	const struct kvd_conv *c = j->conv;
+	uint64_t n = (uint64_t)c->n_tokens + (j->piece_appended ? 0 : j->piece.n);
+	uint32_t held = c->has_kv ? c->as.s.n_tokens : 0;
+
+	return n > held ? n - held : 0;
+}
+
 /* Admission order, fixed for a turn: virtual times change only when
  * steps are built (fair.c), never while admitting. */
 struct kvd_admit_cand {
@@ -670,6 +709,8 @@ void kvd_admit(struct kvd *d)
 	struct kvd_admit_cand *c;
 	uint32_t running = 0, committed;
 	uint64_t due = UINT64_MAX, reserve_start = UINT64_MAX;
+	uint64_t pend[KVD_MAX_TENANTS + 1] = { 0 };	/* prefill_pending() */
+	uint8_t ahead[KVD_MAX_TENANTS + 1] = { 0 };	/* a tenant's line waits */
 	size_t n, i;
 	int others, restore_waits = 0, giving = 0, rc;
 
@@ -727,10 +768,24 @@ void kvd_admit(struct kvd *d)
 	 * oldest job; one that does not fit stops the rest, and so does a
 	 * tool round's restore that found no room (it was running) */
 	n = head || restore_waits ? 0 : candidates(d, JOB_QUEUED, &c);
+	if (n)
+		prefill_pending(d, pend);
 	for (i = 0; i < n && !head; i++) {
+		uint32_t t;
+
 		best = c[i].j;
 		if (queued_key(best) > due)
 			continue;
+		/* the prefill stage has work enough of this tenant's: its next
+		 * in line waits (it does not lack room), and so do those behind */
+		t = best->tenant <= KVD_MAX_TENANTS ? best->tenant : 0;
+		if (d->cfg.prefill_ahead && (ahead[t] ||
+					     (pend[t] && pend[t] + prefill_guess(best) >
+							 d->cfg.prefill_ahead))) {
+			d->m.admit_ahead_waits += !ahead[t];
+			ahead[t] = 1;
+			continue;
+		}
 		d->admit_reserve = queued_key(best) > reserve_start ? d->prefetch_reserve : 0;
 		d->admit_reserved = 0;
 		rc = admit_one(d, best, &committed, &others);
@@ -740,6 +795,7 @@ void kvd_admit(struct kvd *d)
 		switch (rc) {
 		case 0:
 			running++;
+			pend[t] += best->conv->n_tokens - best->n_sched;
 			break;
 		case 1:
 			/* nothing running will free blocks: make room from idle
@@ -749,6 +805,7 @@ void kvd_admit(struct kvd *d)
 				kvd_make_room(d, line_need(d, best));
 				if (admit_one(d, best, &committed, &others) == 0) {
 					running++;
+					pend[t] += best->conv->n_tokens - best->n_sched;
 					break;
 				}
 			}
@@ -757,6 +814,14 @@ void kvd_admit(struct kvd *d)
 		default:
 			break;
 		}
+	}
+	if (n) {
+		uint64_t sum = 0;
+
+		for (i = 0; i <= KVD_MAX_TENANTS; i++)
+			sum += pend[i];
+		if (sum > d->m.prefill_pending_max)
+			d->m.prefill_pending_max = sum;
 	}
 	/* the job first in line lacks room and nothing runs: the KV queued
 	 * turns behind it kept is all that can give blocks back */

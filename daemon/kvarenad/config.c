@@ -89,6 +89,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->steps_in_flight = 2;
 	c->share_stages = 1;
 	c->decode_reserve = 128;
+	c->prefill_ahead = 4096;
 	snprintf(c->prefill_backend, sizeof(c->prefill_backend), "cpu");
 	snprintf(c->decode_backend, sizeof(c->decode_backend), "cpu");
 	c->lease_ms = 30000;
@@ -452,6 +453,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("sched", "steps_in_flight", steps_in_flight, 1, 2);
 	BOOL("sched", "share_stages", share_stages);
 	U32("sched", "decode_reserve", decode_reserve, 0, 1 << 20);
+	U32("sched", "prefill_ahead", prefill_ahead, 0, 1 << 24);
 	U32("limits", "max_queue", max_queue, 1, 1 << 20);
 	U32("limits", "max_sessions", max_sessions, 1, 1 << 22);
 	STR("tools", "policy", tools_policy);

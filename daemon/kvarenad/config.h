@@ -147,6 +147,8 @@ struct kvd_config {
 	int share_stages;		/* an idle worker takes the other stage's work */
 	uint32_t decode_reserve;	/* admission keeps room for this many more
 					 * tokens of each running reply (admit.c) */
+	uint32_t prefill_ahead;		/* prompt tokens admitted and not yet
+					 * computed, at most (admit.c; 0: no bound) */
 	/* [limits] */
 	uint32_t max_queue;		/* jobs waiting for admission */
 	uint32_t max_sessions;		/* conversations remembered */

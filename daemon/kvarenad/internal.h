@@ -494,6 +494,8 @@ struct kvd_metrics {
 	uint64_t worker_failures[3];		/* by KVD_ROLE_* */
 	uint64_t prefill_waits;			/* admissions that waited for a shared prefix */
 	uint64_t admit_given_back;		/* KV opened at admission, given back: no room */
+	uint64_t admit_ahead_waits;		/* turns admission stopped at prefill_ahead */
+	uint64_t prefill_pending_max;		/* most prompt tokens admitted, not computed */
 	uint64_t fork_copied_tokens;		/* n > 1: prompt KV copied from choice 0 */
 	uint64_t multi_prefill_steps;		/* steps with chunks of 2+ prompts */
 	uint32_t prefill_busy_max;		/* prefill workers computing at once, most seen */

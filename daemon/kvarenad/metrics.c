@@ -302,6 +302,11 @@ char *kvd_metrics_text(struct kvd *d)
 	counter(&o, "admit_kv_given_back_total", "KV sessions a turn opened (its cached prefix "
 		"attached) to admit a request, then gave back for want of room.",
 		m.admit_given_back);
+	counter(&o, "admit_ahead_waits_total", "Admission turns that left the next request "
+		"queued because [sched] prefill_ahead prompt tokens were admitted and not yet "
+		"computed.", m.admit_ahead_waits);
+	gauge(&o, "admit_prefill_pending_max", "Most prompt tokens seen admitted and not yet "
+	      "computed at once (at an admission turn).", (double)m.prefill_pending_max);
 	counter(&o, "prompt_copied_tokens_total", "Prompt tokens whose KV an n > 1 choice "
 		"copied from the first choice's (the blocks the prefix cache does not share).",
 		m.fork_copied_tokens);

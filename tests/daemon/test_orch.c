@@ -30,7 +30,7 @@
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
  * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns,
- * program_fcfs, program_chunks, end_of_turn, worker_fd0, and
+ * program_fcfs, prefill_ahead, program_chunks, end_of_turn, worker_fd0, and
  * with the hooks reserve_fail, room_edge, reserve_in_flight, lost_in_turn, round_edges,
  * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
  * queued_kv_grow, agent_loop, escape, mcp_servers, mcp_restart).
@@ -1708,6 +1708,78 @@ static void test_program_fcfs(void)
 	      "the second turn ended after %u of the six later conversations' first turns "
 	      "(in arrival order: 4 at least)", before_x);
 	kvd_destroy(d);
+}
+
+/*
+ * Admission keeps a few steps ahead of the prefill stage (admit.c,
+ * [sched] prefill_ahead): twelve first turns of ~400 tokens queued at once
+ * into an arena that holds them all, then an earlier conversation's
+ * second turn. With the bound at 600 tokens no more than one first turn
+ * waits admitted and uncomputed at any admission turn (the gauge), the
+ * second turn is admitted ahead of the first turns behind it and ends
+ * before most of them, and every reply ends; without a bound all twelve
+ * are admitted at once (4800 tokens), which the check must tell apart.
+ */
+static unsigned prefill_ahead_run(uint32_t ahead, uint64_t *pending_max, int *all)
+{
+	enum { NY = 12 };
+	struct kvd_config c;
+	struct kvd *d;
+	struct kvd_error err;
+	struct kvd_job *jobs[NY + 1], *xj;
+	char x2[1024], (*y)[4096] = calloc(NY, sizeof(*y));
+	unsigned n = 0, i, before_x = NY;
+	int ok = 1;
+
+	*all = 0;
+	*pending_max = 0;
+	if (!y)
+		return NY;
+	base_config(&c);
+	c.prefill_ahead = ahead;
+	d = start(&c);
+	if (!d || earlier_turn(d, x2, sizeof(x2))) {
+		if (d)
+			kvd_destroy(d);
+		free(y);
+		return NY;
+	}
+	for (i = 0; i < NY; i++)
+		first_turn_400(d, y[i], sizeof(y[i]), i);
+	for (i = 0; i < NY + 1 && ok; i++) {
+		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 16 : 4, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		ok = jobs[n] != NULL;
+		n += ok;
+	}
+	xj = ok ? jobs[NY] : NULL;
+	if (ok)
+		before_x = ended_before(jobs, n, xj, all);
+	else
+		while (n)
+			kvd_job_free(jobs[--n]);
+	*pending_max = metric(d, "kvarenad_admit_prefill_pending_max");
+	kvd_destroy(d);
+	free(y);
+	return before_x;
+}
+
+static void test_prefill_ahead(void)
+{
+	uint64_t bound, unbound;
+	unsigned before;
+	int all, all0;
+
+	before = prefill_ahead_run(600, &bound, &all);
+	prefill_ahead_run(0, &unbound, &all0);
+	CHECK(all && all0 && bound <= 600 && bound >= 300 && unbound > 1200,
+	      "prompt tokens admitted and not yet computed at most: %llu with prefill_ahead 600, "
+	      "%llu without a bound (twelve first turns of ~400 tokens at once)",
+	      (unsigned long long)bound, (unsigned long long)unbound);
+	CHECK(all && before < 6,
+	      "the earlier conversation's second turn ended after %u of the twelve later first "
+	      "turns", before);
 }
 
 /*
@@ -6458,6 +6530,7 @@ int main(int argc, char **argv)
 	RUN(constrained_long);
 	RUN(admission);
 	RUN(program_fcfs);
+	RUN(prefill_ahead);
 	RUN(program_chunks);
 	RUN(end_of_turn);
 	RUN(worker_fd0);
