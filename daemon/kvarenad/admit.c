@@ -584,7 +584,8 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 }
 
 /* Prompt tokens each tenant's running jobs were admitted for and no step
- * has taken yet (their blocks reserved, their KV to compute): per tenant,
+ * has taken yet (their blocks reserved, their KV to compute; a reply's
+ * next token to decode is not one): per tenant,
  * so that the steps' fair shares (fair.c) have each tenant's prompts to
  * choose from. */
 static void prefill_pending(const struct kvd *d, uint64_t *pend)
@@ -593,8 +594,8 @@ static void prefill_pending(const struct kvd *d, uint64_t *pend)
 
 	memset(pend, 0, (KVD_MAX_TENANTS + 1) * sizeof(*pend));
 	for (j = d->jobs; j; j = j->next)
-		if (j->state == JOB_RUNNING && j->conv && j->n_sched < j->conv->n_tokens &&
-		    j->tenant <= KVD_MAX_TENANTS)
+		if (j->state == JOB_RUNNING && j->in_prefill && j->conv &&
+		    j->n_sched < j->conv->n_tokens && j->tenant <= KVD_MAX_TENANTS)
 			pend[j->tenant] += j->conv->n_tokens - j->n_sched;
 }
 
