@@ -1668,16 +1668,34 @@ static int earlier_turn(struct kvd *d, char *x2, size_t size)
 	return 0;
 }
 
+/* Submits the first turns y[0..ny) (replies of up to max_tokens), then x2
+ * (4 tokens) into jobs; returns how many went in (ny + 1: all). */
+static unsigned submit_then(struct kvd *d, char (*y)[4096], unsigned ny, uint32_t max_tokens,
+			    const char *x2, struct kvd_job **jobs)
+{
+	struct kvd_error err;
+	unsigned n = 0, i;
+
+	for (i = 0; i < ny + 1; i++) {
+		struct rq q = { i < ny ? y[i] : x2, 0, 1, i < ny ? max_tokens : 4, 0, NULL, NULL };
+
+		jobs[n] = submit(d, &q, &err);
+		if (!jobs[n])
+			break;
+		n++;
+	}
+	return n;
+}
+
 static void test_program_fcfs(void)
 {
 	enum { NY = 6 };
 	struct kvd_config c;
 	struct kvd *d;
-	struct kvd_error err;
 	struct kvd_job *jobs[NY + 1], *xj;
 	char x2[1024], y[NY][4096];
-	unsigned n = 0, i, before_x;
-	int tok = 0, ok = 1, all;
+	unsigned n, i, before_x;
+	int tok = 0, ok, all;
 
 	base_config(&c);
 	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
@@ -1691,13 +1709,8 @@ static void test_program_fcfs(void)
 	/* first turns of ~400 tokens each: two fit in the arena at once */
 	for (i = 0; i < NY; i++)
 		tok = first_turn_400(d, y[i], sizeof(y[i]), i);
-	for (i = 0; i < NY + 1 && ok; i++) {
-		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 24 : 4, 0, NULL, NULL };
-
-		jobs[n] = submit(d, &q, &err);
-		ok = jobs[n] != NULL;
-		n += ok;
-	}
+	n = submit_then(d, y, NY, 24, x2, jobs);
+	ok = n == NY + 1;
 	xj = ok ? jobs[NY] : NULL;
 	CHECK(ok, "six first turns of %d tokens queued, then the earlier conversation's "
 	      "second turn (arena %u blocks of %u tokens)", tok, d->geom.blocks_total,
@@ -1725,11 +1738,10 @@ static unsigned prefill_ahead_run(uint32_t ahead, uint64_t *pending_max, int *al
 	enum { NY = 12 };
 	struct kvd_config c;
 	struct kvd *d;
-	struct kvd_error err;
 	struct kvd_job *jobs[NY + 1], *xj;
 	char x2[1024], (*y)[4096] = calloc(NY, sizeof(*y));
-	unsigned n = 0, i, before_x = NY;
-	int ok = 1;
+	unsigned n, i, before_x = NY;
+	int ok;
 
 	*all = 0;
 	*pending_max = 0;
@@ -1746,13 +1758,8 @@ static unsigned prefill_ahead_run(uint32_t ahead, uint64_t *pending_max, int *al
 	}
 	for (i = 0; i < NY; i++)
 		first_turn_400(d, y[i], sizeof(y[i]), i);
-	for (i = 0; i < NY + 1 && ok; i++) {
-		struct rq q = { i < NY ? y[i] : x2, 0, 1, i < NY ? 16 : 4, 0, NULL, NULL };
-
-		jobs[n] = submit(d, &q, &err);
-		ok = jobs[n] != NULL;
-		n += ok;
-	}
+	n = submit_then(d, y, NY, 16, x2, jobs);
+	ok = n == NY + 1;
 	xj = ok ? jobs[NY] : NULL;
 	if (ok)
 		before_x = ended_before(jobs, n, xj, all);
