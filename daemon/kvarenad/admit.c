@@ -29,14 +29,15 @@
  *
  * Admission keeps only a few steps ahead of the prefill stage: at most
  * [sched] prefill_ahead prompt tokens of a tenant admitted and not yet
- * computed (prefill_pending()), or one prompt however long. A prompt admitted
- * holds its blocks until it is computed; 300 first turns of 1000 agents
- * were admitted at once into an 8-bit KV's arena, most of it, for the
- * minutes one prefill worker took to compute them, while the turns of
- * conversations back from their tools, a few tokens each, waited for
- * room. The next in line waits instead, not counted as lacking room, and
- * a turn that continues a conversation is first in line before the first
- * turns of conversations that began after it (queued_key()).
+ * computed (prefill_pending()), or one prompt however long. A prompt
+ * admitted holds its blocks until it is computed: in the 1000-agent
+ * benchmark, hundreds of first turns admitted at once held most of an
+ * 8-bit KV's arena for the minutes one prefill worker took to compute
+ * them, while the turns of conversations back from their tools, a few
+ * tokens each, waited for room. The next in line waits instead, not
+ * counted as lacking room, and a turn that continues a conversation is
+ * first in line before the first turns of conversations that began after
+ * it (queued_key()).
  *
  * Preemption: when a running job needs a block (its next decode token,
  * the tool results appended to it) and evicting idle KV, then the KV
@@ -585,9 +586,8 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 
 /* Prompt tokens each tenant's running jobs were admitted for and no step
  * has taken yet (their blocks reserved, their KV to compute; a reply's
- * next token to decode is not one): per tenant,
- * so that the steps' fair shares (fair.c) have each tenant's prompts to
- * choose from. */
+ * next token to decode is not one): per tenant, so that the steps' fair
+ * shares (fair.c) have each tenant's prompts to choose from. */
 static void prefill_pending(const struct kvd *d, uint64_t *pend)
 {
 	const struct kvd_job *j;
