@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <ini.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -732,4 +733,103 @@ void kvd_config_auto(struct kvd_config *c, char *note, size_t notelen)
 	c->threads_per_worker = threads;
 	snprintf(note, notelen, "%u CPUs: %u prefill + %u decode workers, %u thread%s each",
 		 cpus, c->prefill_workers, c->decode_workers, threads, threads > 1 ? "s" : "");
+}
+
+/*
+ * The settings read at start only, where struct kvd_config keeps them. A
+ * reload applies the rest: [tenant.*], the [server] metrics keys, [log]
+ * level, [kv] policy, low_watermark, high_watermark and ttl_ms, [tier]
+ * decisions, prefetch and prefetch_margin_ms (Documentation/daemon.md,
+ * "SIGHUP"). str: compared as a C string (a key set twice in one file
+ * leaves bytes after the NUL).
+ */
+struct start_only {
+	const char *name;
+	size_t off, len;
+	int str;
+};
+
+#define SO_(N, F, S) { N, offsetof(struct kvd_config, F), \
+		       sizeof(((struct kvd_config *)0)->F), S }
+#define SO(N, F) SO_(N, F, 0)
+#define SOS(N, F) SO_(N, F, 1)
+static const struct start_only start_only[] = {
+	SOS("[server] listen", listen_host), SO("[server] listen", listen_port),
+	SO("[server] allow_remote", allow_remote), SO("[server] max_body_kb", max_body_kb),
+	SO("[server] max_connections", max_connections),
+	SO("[server] max_connections_per_ip", max_connections_per_ip),
+	SO("[server] http_threads", http_threads),
+	SO("[server] connection_timeout_s", conn_timeout_s),
+	SO("[server] cors_origins", n_cors_origins), SO("[server] cors_origins", cors_origins),
+	SO("[server] allowed_hosts", n_allowed_hosts),
+	SO("[server] allowed_hosts", allowed_hosts),
+	SO("[server] responses_max", responses_max),
+	SO("[server] responses_max_mb", responses_max_mb),
+	SOS("[model] path", model_path), SOS("[model] id", model_id),
+	SO("[model] max_tokens", max_tokens_cap), SOS("[model] tool_call_open", tool_open),
+	SOS("[model] tool_call_close", tool_close), SOS("[model] chat_template", chat_template),
+	SOS("[kv] backend", backend), SO("[kv] blocks", kv_blocks),
+	SO("[kv] block_tokens", block_tokens), SOS("[kv] dtype", kv_dtype),
+	SO("[kv] handoff", handoff), SO("[kv] prefix_cache", prefix_cache),
+	SO("[kv] retention", retention), SO("[kv] idle_retention_s", idle_retention_s),
+	SO("[kv] toolwait_min_s", toolwait_min_s), SO("[kv] toolwait_max_s", toolwait_max_s),
+	SO("[kv] toolwait_bpf", toolwait_bpf),
+	SOS("[tier] dir", tier_dir), SO("[tier] cap_mb", tier_cap_mb),
+	SOS("[tier] direct", tier_direct), SOS("[tier] fixed", tier_fixed),
+	SO("[tier] queue_depth", tier_queue_depth),
+	SO("[workers] prefill", prefill_workers), SO("[workers] decode", decode_workers),
+	SO("[workers] threads", threads_per_worker), SO("[workers] max_batch", max_batch),
+	SOS("[workers] prefill_backend", prefill_backend),
+	SOS("[workers] decode_backend", decode_backend),
+	SOS("[workers] backend_options", backend_options),
+	SO("[workers] lease_ms", lease_ms), SO("[workers] lease_per_token_ms", lease_per_token_ms),
+	SO("[workers] restart_backoff_max_ms", restart_backoff_max_ms),
+	SO("[workers] prefill_load_scale", prefill_load_scale),
+	SO("[sched] step_tokens", step_tokens), SO("[sched] chunk_tokens", chunk_tokens),
+	SO("[sched] steps_in_flight", steps_in_flight), SO("[sched] share_stages", share_stages),
+	SO("[sched] decode_reserve", decode_reserve), SO("[sched] prefill_ahead", prefill_ahead),
+	SO("[limits] max_queue", max_queue), SO("[limits] max_sessions", max_sessions),
+	SOS("[tools] policy", tools_policy), SO("[tools] enable", tools_enabled),
+	SO("[tools] enable", tools_order), SO("[tools] enable", n_tools_order),
+	SO("[tools] max_rounds", tools_max_rounds), SOS("[tools] workdir_root", tools_workdir_root),
+	SO("[tools] result_bytes", tools_result_bytes), SO("[tools] threads", tools_threads),
+	SO("[tools] tool_concurrency", tools_concurrency),
+	SO("[tools] tool_disk_mb", tools_disk_mb),
+	SO("[mcp.*]", n_mcp), SO("[mcp.*]", mcp),
+	SOS("[remote] listen", remote_listen), SOS("[remote] secret_file", remote_secret_file),
+	SO("[remote] prefill", remote_prefill), SO("[remote] decode", remote_decode),
+	SOS("[remote] ucx_tls", remote_ucx_tls), SOS("[remote] ucx_devices", remote_ucx_devices),
+	SO("[remote] heartbeat_ms", remote_heartbeat_ms), SO("[remote] timeout_ms", remote_timeout_ms),
+	SO("[remote] join_grace_s", remote_join_grace_s),
+	SOS("[events] endpoint", events_endpoint), SOS("[events] replay_endpoint", events_replay),
+	SOS("[events] topic", events_topic), SO("[events] allow_remote", events_allow_remote),
+};
+
+size_t kvd_config_start_only_changed(const struct kvd_config *was,
+				     const struct kvd_config *now, char *out, size_t outlen)
+{
+	size_t i, n = 0, at = 0;
+	const char *last = NULL;
+
+	if (outlen)
+		out[0] = 0;
+	for (i = 0; i < sizeof(start_only) / sizeof(start_only[0]); i++) {
+		const struct start_only *so = &start_only[i];
+		const char *a = (const char *)was + so->off, *b = (const char *)now + so->off;
+		int w;
+
+		if (so->str ? !strncmp(a, b, so->len) : !memcmp(a, b, so->len))
+			continue;
+		if (last && !strcmp(last, so->name))
+			continue;	/* one setting kept in two fields */
+		last = so->name;
+		n++;
+		w = snprintf(out + at, outlen > at ? outlen - at : 0, "%s%s", at ? ", " : "",
+			     so->name);
+		if (w > 0)
+			at += (size_t)w;
+	}
+	if (at >= outlen && outlen > 4)
+		memcpy(out + outlen - 4, "...", 4);
+	return n;
 }

@@ -201,5 +201,11 @@ int kvd_config_check(struct kvd_config *c, char *err, size_t errlen);
 /* Fills the settings left to the machine (workers and threads from the
  * CPUs this process may run on); a line for the startup log in note. */
 void kvd_config_auto(struct kvd_config *c, char *note, size_t notelen);
+/* The settings read at start only ([model] path, [kv] blocks, ...) that
+ * differ between two configurations, both as loaded (before
+ * kvd_config_auto): their count, and "[sec] key, ..." in out (cut to
+ * outlen with "..."). What a SIGHUP cannot apply. */
+size_t kvd_config_start_only_changed(const struct kvd_config *was,
+				     const struct kvd_config *now, char *out, size_t outlen);
 
 #endif

@@ -254,6 +254,9 @@ static void raise_nofile(unsigned max_connections)
 int main(int argc, char **argv)
 {
 	struct kvd_config cfg;
+	/* as loaded at start, before kvd_config_auto: what a reload's
+	 * start-only settings are compared with */
+	static struct kvd_config loaded;
 	struct kvd_api_config ac;
 	static struct api_tenants at;
 	struct overrides ov = { 0 };
@@ -305,6 +308,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	kvd_log_set_level((enum kvd_log_level)cfg.log_level);
+	loaded = cfg;
 	{
 		char note[256];
 
@@ -398,6 +402,12 @@ int main(int argc, char **argv)
 					kvd_log_set_level((enum kvd_log_level)nc.log_level);
 					kvd_log(KVD_LOG_INFO, "main", "reloaded: %u tenants",
 						nc.n_tenants);
+					if (kvd_config_start_only_changed(&loaded, &nc, err,
+									  sizeof(err)))
+						kvd_log(KVD_LOG_WARN, "main",
+							"reload: %s changed: read at start only, "
+							"the running value stays until a restart",
+							err);
 				}
 			}
 			sd_notify(0, "READY=1");

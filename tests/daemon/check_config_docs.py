@@ -7,6 +7,9 @@ section, as "# key = value" or "key = value"), the configuration table of
 Documentation/daemon.md (a row of its section naming it) and kvarenad(8)'s
 CONFIGURATION section; and where the example gives a plain number or
 yes/no for a key whose default kvd_config_defaults() sets, the two agree.
+Every key is also either applied by a reload (RELOADED below, as
+Documentation/daemon.md's SIGHUP says) or in config.c's table of the
+settings read at start only, so that a reload changing it is reported.
 
 The [tenant.NAME] and [mcp.NAME] keys are parsed by their own functions
 and documented in their own places; they are not walked here.
@@ -30,6 +33,19 @@ def config_keys():
             if k:
                 keys.setdefault((m.group(1), k), (None, None))
     return keys
+
+
+# what SIGHUP applies (main.c, kvd_tiering_reload); every other key must
+# be in config.c's start_only table
+RELOADED = {("kv", "policy"), ("kv", "low_watermark"), ("kv", "high_watermark"),
+            ("kv", "ttl_ms"), ("tier", "decisions"), ("tier", "prefetch"),
+            ("tier", "prefetch_margin_ms"), ("log", "level"), ("server", "metrics_key"),
+            ("server", "metrics_key_file"), ("server", "metrics_key_credential")}
+
+
+def start_only():
+    return {(m.group(1), m.group(2))
+            for m in re.finditer(r'SOS?\("\[(\w+)\] (\w+)"', SRC)}
 
 
 def defaults():
@@ -86,6 +102,13 @@ def main():
         if re.fullmatch(r"[0-9.]+", val) and float(val) != float(want):
             gaps += 1
             print(f"[{sec}] {k}: packaging/kvarenad.conf says {val}, the default is {want}")
+    so = start_only()
+    for sec, k in sorted(set(keys) - so - RELOADED):
+        gaps += 1
+        print(f"[{sec}] {k}: neither applied by a reload nor in config.c's start_only table")
+    for sec, k in sorted(so & RELOADED):
+        gaps += 1
+        print(f"[{sec}] {k}: applied by a reload and in config.c's start_only table")
     print(f"check_config_docs: {len(keys)} keys, {gaps} gap(s)")
     return 1 if gaps else 0
 

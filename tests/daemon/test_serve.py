@@ -622,6 +622,21 @@ def test_tenant_identity():
               f"[tenant.a] removed and reloaded: a's key 401, b gets 0 of a's cached tokens "
               f"({cached}), b cannot delete a's session ({st_del})")
         check("released" in d.logtext(), "the reload released a's conversations (log)")
+        check("read at start only" not in d.logtext(),
+              "a reload of tenants only: no start-only setting named as changed")
+        # a start-only setting changed: the reload says it waits for a
+        # restart, and names only it
+        with open(d.conf, "a") as f:
+            f.write("[limits]\nmax_queue = 77\n[kv]\npolicy = lru\n")
+        d.p.send_signal(signal.SIGHUP)
+        for _ in range(100):
+            if d.logtext().count("reloaded:") >= 2:
+                break
+            time.sleep(0.1)
+        line = [x for x in d.logtext().splitlines() if "read at start only" in x]
+        check(len(line) == 1 and "[limits] max_queue changed" in line[0]
+              and "policy" not in line[0],
+              f"a reload changing [limits] max_queue says it needs a restart: {line}")
     finally:
         d.stop()
 
