@@ -1007,8 +1007,11 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 			api_error_from_kvd(e, &ke);
 			break;
 		}
-		/* calls held to the grammar stream in whatever spacing */
+		/* calls held to the grammar stream in whatever spacing; a
+		 * call forced by name is announced at the first token */
 		tc_stream_constrained(&g->ch[i].ts, kr.c.kind == KVD_CONSTRAIN_TOOLS);
+		if (kr.c.kind == KVD_CONSTRAIN_TOOLS && !kr.c.lazy && kr.c.tool_name)
+			tc_stream_forced(&g->ch[i].ts, kr.c.tool_name);
 		g->ch[i].job = job;
 	}
 	g->calls_bounded = kr.c.kind == KVD_CONSTRAIN_TOOLS && kr.c.max_calls == 1;

@@ -228,6 +228,12 @@ void tc_stream_calls(struct tc_stream *s, int on)
 	s->no_calls = !on;
 }
 
+void tc_stream_forced(struct tc_stream *s, const char *name)
+{
+	if (s->syn == TC_SYN_HERMES && name && tc_valid_name(name, strlen(name)))
+		s->forced = name;
+}
+
 void tc_stream_constrained(struct tc_stream *s, int on)
 {
 	s->loose = on;
@@ -288,6 +294,12 @@ static void call_start(struct tc_stream *s, const struct tc_call *call)
 {
 	size_t wl = s->ws.len;
 
+	if (s->forced_said == 1) {
+		/* announced with the reply's first text (tc_stream_forced) */
+		s->forced_said = 2;
+		sb_reset(&s->ws);
+		return;
+	}
 	if (s->n_calls == 0 || s->seg_nonws) {
 		if (wl && s->ws.s[wl - 1] == '\n')
 			wl--;
@@ -580,6 +592,15 @@ static void process(struct tc_stream *s)
 
 static void hermes_feed(struct tc_stream *s, const char *text, size_t len)
 {
+	if (s->forced && !s->forced_said && !s->n_calls) {
+		struct tc_call call;
+
+		memset(&call, 0, sizeof(call));
+		tc_make_id(call.id);
+		call.name = s->forced;
+		emit(s, TC_CALL_START, NULL, 0, &call);
+		s->forced_said = 1;
+	}
 	if (s->phase != TC_OUT)
 		sb_add(&s->block, text, len);
 	else
@@ -592,6 +613,18 @@ static void hermes_finish(struct tc_stream *s)
 	process(s);
 	if (s->err)
 		return;
+	if (s->forced_said == 1) {
+		/* announced, and the reply ended before its head did
+		 * (max_tokens): the call ends with no arguments; the held
+		 * head is not content */
+		call_end(s);
+		s->forced_said = 2;
+		sb_reset(&s->block);
+		sb_reset(&s->hold);
+		sb_reset(&s->ws);
+		s->phase = TC_OUT;
+		return;
+	}
 	switch (s->phase) {
 	case TC_HEAD:
 	case TC_WHOLE:

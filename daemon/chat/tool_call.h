@@ -123,6 +123,10 @@ struct tc_stream {
 	struct strbuf think_hold;
 	int no_calls;		/* tc_stream_calls(s, 0): all text is content */
 	int loose;		/* tc_stream_constrained(s, 1) */
+	/* tc_stream_forced: the call the reply must open with, announced
+	 * at its first text (1), then met in the text (2) */
+	const char *forced;
+	int forced_said;
 	/* the syntaxes whose calls end the reply (tool_call_tail.c) */
 	int tail_final;		/* no more calls: the rest is content */
 	int tail_nonws;		/* llama3: content seen before any call */
@@ -146,6 +150,14 @@ void tc_stream_calls(struct tc_stream *s, int on);
  * held to the grammar keeps the stricter rule above: a block in another
  * spacing is checked whole. Before any feed. */
 void tc_stream_constrained(struct tc_stream *s, int on);
+/* The decoder holds the reply to open with a call of NAME (tool_choice
+ * naming it, the Hermes syntax): its TC_CALL_START (id and name) goes
+ * out with the reply's first text, not once the model has written the
+ * name, so a client sees the call begin at the first token. The
+ * model's own head then starts nothing new; a reply cut before its
+ * arguments ends the announced call with none. NAME outlives the
+ * stream. Other syntaxes: no effect. Before any feed. */
+void tc_stream_forced(struct tc_stream *s, const char *name);
 /* 0, or the first negative error (emit's, or -ENOMEM) */
 int tc_stream_feed(struct tc_stream *s, const char *text, size_t len);
 int tc_stream_finish(struct tc_stream *s);

@@ -504,6 +504,93 @@ static void test_tool_calls_loose(void)
 	}
 }
 
+static struct chat_template *family(const char *name);
+
+/* A call forced by name (tc_stream_forced) is announced with the reply's
+ * first byte, once: the model's own head starts nothing more, the call
+ * is the one the whole check makes of the text, and a reply cut inside
+ * the head ends the announced call with no arguments and no content. */
+static void test_tool_calls_forced(void)
+{
+	static const char *const texts[] = {
+		"<tool_call>\n{\"name\": \"write\", \"arguments\": {\"t\": \"}x\"}}\n</tool_call>",
+		"<tool_call>{ \"name\" : \"write\",\n\"arguments\":{}}</tool_call>",
+	};
+	struct chat_template *q3 = family("qwen3");
+
+	for (size_t k = 0; k < sizeof(texts) / sizeof(texts[0]); k++) {
+		for (int think = 0; think < 2; think++) {
+			const char *text = texts[k];
+			struct collected whole, got;
+			struct tc_stream st;
+			struct trace t = { 0 };
+			size_t i;
+
+			/* qwen3 holds "<t" until it knows it is not "<think>" */
+			tc_stream_init(&st, think ? q3 : tmpl, trace_emit, &t);
+			tc_stream_constrained(&st, 1);
+			tc_stream_reasoning(&st, think);
+			tc_stream_forced(&st, "write");
+			CU_ASSERT_EQUAL(tc_stream_feed(&st, text, think ? 3 : 1), 0);
+			CU_ASSERT_EQUAL(t.starts, 1);
+			for (i = think ? 3 : 1; text[i]; i++)
+				CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+			CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+			CU_ASSERT_EQUAL(t.starts, 1);
+			CU_ASSERT_EQUAL(t.ends, 1);
+			tc_stream_free(&st);
+
+			stream_in(think ? q3 : tmpl, think, text, NULL, 0, &whole);
+			memset(&got, 0, sizeof(got));
+			tc_stream_init(&st, think ? q3 : tmpl, collect, &got);
+			tc_stream_constrained(&st, 1);
+			tc_stream_reasoning(&st, think);
+			tc_stream_forced(&st, "write");
+			for (i = 0; text[i]; i++)
+				CU_ASSERT_EQUAL(tc_stream_feed(&st, text + i, 1), 0);
+			CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+			tc_stream_free(&st);
+			CU_ASSERT_EQUAL(got.n_calls, 1);
+			CU_ASSERT_EQUAL(got.content.len, 0);
+			CU_ASSERT(got.names.len == 6 && !memcmp(got.names.s, "write|", 6));
+			CU_ASSERT(got.args.len == whole.args.len &&
+				  !memcmp(got.args.s, whole.args.s, whole.args.len));
+			collected_free(&whole);
+			collected_free(&got);
+		}
+	}
+	/* cut inside the head (max_tokens): the announced call, ended */
+	{
+		struct collected got;
+		struct tc_stream st;
+
+		memset(&got, 0, sizeof(got));
+		tc_stream_init(&st, tmpl, collect, &got);
+		tc_stream_constrained(&st, 1);
+		tc_stream_forced(&st, "write");
+		CU_ASSERT_EQUAL(tc_stream_feed(&st, "<tool_call>\n{\"na", 16), 0);
+		CU_ASSERT_EQUAL(tc_stream_finish(&st), 0);
+		tc_stream_free(&st);
+		CU_ASSERT_EQUAL(got.n_calls, 1);
+		CU_ASSERT_EQUAL(got.content.len, 0);
+		CU_ASSERT(got.names.len == 6 && !memcmp(got.names.s, "write|", 6));
+		CU_ASSERT(got.args.len == 1 && got.args.s[0] == '|');
+		collected_free(&got);
+	}
+	/* not Hermes: no effect (the llama3 reply is the call) */
+	{
+		struct chat_template *l3 = family("llama3");
+		struct tc_stream st;
+
+		tc_stream_init(&st, l3, collect, NULL);
+		tc_stream_forced(&st, "write");
+		CU_ASSERT_PTR_NULL(st.forced);
+		tc_stream_free(&st);
+		chat_template_free(l3);
+	}
+	chat_template_free(q3);
+}
+
 /* Configured tags, and a block over the size cap stays content. */
 static void test_tool_calls_tags_and_cap(void)
 {
@@ -1248,6 +1335,7 @@ int main(void)
 	CU_add_test(s, "tool calls: streamed, split everywhere", test_tool_calls_stream);
 	CU_add_test(s, "tool calls: arguments streamed as generated", test_tool_calls_incremental);
 	CU_add_test(s, "tool calls: held to the grammar, any spacing streams", test_tool_calls_loose);
+	CU_add_test(s, "tool calls: a call forced by name announced at once", test_tool_calls_forced);
 	CU_add_test(s, "tool calls: tags and size cap", test_tool_calls_tags_and_cap);
 	CU_add_test(s, "families: tool-call syntaxes, streamed", test_family_calls);
 	CU_add_test(s, "families: qwen3 reasoning split off", test_reasoning);
