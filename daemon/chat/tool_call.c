@@ -590,21 +590,47 @@ static void process(struct tc_stream *s)
 	}
 }
 
+/*
+ * A forced call (tc_stream_forced) begins: once the reply's first text
+ * other than whitespace has come, and it is the open tag's start, the
+ * whitespace before it goes out as call_start() would send it (minus
+ * the separator "\n") and the call is announced. Anything else first
+ * (the grammar allows none) leaves the call to be announced as usual.
+ */
+static void forced_start(struct tc_stream *s)
+{
+	size_t w = 0, n = s->hold.len, ol = strlen(s->tags.open), k;
+	struct tc_call call;
+
+	while (w < n && is_ws(s->hold.s[w]))
+		w++;
+	if (w == n)
+		return;
+	k = n - w < ol ? n - w : ol;
+	if (memcmp(s->hold.s + w, s->tags.open, k)) {
+		s->forced_said = 2;
+		return;
+	}
+	if (w && s->hold.s[w - 1] == '\n')
+		out(s, s->hold.s, w - 1);
+	else if (w)
+		out(s, s->hold.s, w);
+	sb_consume(&s->hold, w);
+	memset(&call, 0, sizeof(call));
+	tc_make_id(call.id);
+	call.name = s->forced;
+	emit(s, TC_CALL_START, NULL, 0, &call);
+	s->forced_said = 1;
+}
+
 static void hermes_feed(struct tc_stream *s, const char *text, size_t len)
 {
-	if (s->forced && !s->forced_said && !s->n_calls) {
-		struct tc_call call;
-
-		memset(&call, 0, sizeof(call));
-		tc_make_id(call.id);
-		call.name = s->forced;
-		emit(s, TC_CALL_START, NULL, 0, &call);
-		s->forced_said = 1;
-	}
 	if (s->phase != TC_OUT)
 		sb_add(&s->block, text, len);
 	else
 		sb_add(&s->hold, text, len);
+	if (s->forced && !s->forced_said && !s->n_calls && s->phase == TC_OUT && !s->hold.oom)
+		forced_start(s);
 	process(s);
 }
 

@@ -152,8 +152,9 @@ void tc_stream_calls(struct tc_stream *s, int on);
 void tc_stream_constrained(struct tc_stream *s, int on);
 /* The decoder holds the reply to open with a call of NAME (tool_choice
  * naming it, the Hermes syntax): its TC_CALL_START (id and name) goes
- * out with the reply's first text, not once the model has written the
- * name, so a client sees the call begin at the first token. The
+ * out as soon as the reply's first text other than whitespace opens the
+ * tag, not once the model has written the name, so a client sees the
+ * call begin at the first token. The
  * model's own head then starts nothing new; a reply cut before its
  * arguments ends the announced call with none. NAME outlives the
  * stream. Other syntaxes: no effect. Before any feed. */
