@@ -364,8 +364,10 @@ def stream_chat(url, body, timeout=600):
             if isinstance(ev.get("kvarena"), dict) and \
                     isinstance(ev["kvarena"].get("timings"), dict):
                 # the server's first token (its TTFT): a call turn's
-                # first byte reaches the client a few tokens later, when
-                # the call's head is decoded (its name, then "arguments")
+                # first byte reaches the client when the model opens the
+                # call's tag (a call forced by name is announced then;
+                # before 2026-12-06, once its name and "arguments" were
+                # decoded)
                 first_ms = ev["kvarena"]["timings"].get("prompt_ms")
                 # this turn's KV came back from the server's disk tier
                 kv = ev["kvarena"].get("kv") or {}
