@@ -592,9 +592,9 @@ static void process(struct tc_stream *s)
 
 /*
  * A forced call (tc_stream_forced) begins: once the reply's first text
- * other than whitespace has come, and it is the open tag's start, the
- * whitespace before it goes out as call_start() would send it (minus
- * the separator "\n") and the call is announced. Anything else first
+ * other than whitespace has come, and it is the open tag's start,
+ * call_start() announces it, the whitespace before it going out as for
+ * any call. Anything else first
  * (the grammar allows none) leaves the call to be announced as usual.
  */
 static void forced_start(struct tc_stream *s)
@@ -611,15 +611,13 @@ static void forced_start(struct tc_stream *s)
 		s->forced_said = 2;
 		return;
 	}
-	if (w && s->hold.s[w - 1] == '\n')
-		out(s, s->hold.s, w - 1);
-	else if (w)
-		out(s, s->hold.s, w);
+	sb_reset(&s->ws);
+	sb_add(&s->ws, s->hold.s, w);
 	sb_consume(&s->hold, w);
 	memset(&call, 0, sizeof(call));
 	tc_make_id(call.id);
 	call.name = s->forced;
-	emit(s, TC_CALL_START, NULL, 0, &call);
+	call_start(s, &call);
 	s->forced_said = 1;
 }
 
