@@ -835,18 +835,57 @@ static int refuse_if_set(struct parser *p, json_t *root, const char *key,
 	return -1;
 }
 
+/*
+ * The think budget of each effort: what a family that thinks (qwen3) may
+ * spend before its think block is closed and the reply goes on (gen.c).
+ * Such a family has no effort of its own, only a length; xhigh: no
+ * budget but max_tokens.
+ */
+uint32_t chat_effort_budget(enum chat_effort effort)
+{
+	static const uint32_t budget[] = {
+		[CHAT_EFFORT_LOW] = 1024, [CHAT_EFFORT_MEDIUM] = 4096, [CHAT_EFFORT_HIGH] = 16384,
+	};
+
+	return effort > CHAT_EFFORT_UNSET && effort < CHAT_EFFORT_XHIGH ? budget[effort] : 0;
+}
+
+int param_effort(struct chat_request *r, json_t *v, const char *param, struct api_error *e)
+{
+	static const char *const names[] = { "none", "minimal", "low", "medium", "high", "xhigh" };
+	const char *s;
+	size_t i;
+
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return param_wrong_type(e, param, v, "a string");
+	s = json_string_value(v);
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(s, names[i]))
+			break;
+	if (i == sizeof(names) / sizeof(names[0]))
+		return api_bad(e, param, "Invalid value for '%s': '%.64s' (none, minimal, low, medium, high or xhigh).",
+			       param, s), -1;
+	/* OpenAI's "no reasoning" and "as little as possible": a family
+	 * that cannot think a little thinks not at all */
+	if (i < 2) {
+		r->thinking = CHAT_THINK_OFF;
+	} else {
+		r->effort = (enum chat_effort)(CHAT_EFFORT_LOW + (i - 2));
+		r->effort_param = param;
+	}
+	return 0;
+}
+
 /* What says how to serve rather than what to generate: each honoured
  * or refused (param_serving and the rest), never accepted and ignored. */
 static int check_serving(struct parser *p, json_t *root)
 {
-	static const char *const efforts[] = { "none", "minimal", NULL };
-	static const char *const thinking[] = { "low", "medium", "high", "xhigh", NULL };
 	json_t *v;
 	size_t i;
 
-	if (param_serving(p->e, root) || param_verbosity(p->e, root, "verbosity", "verbosity") ||
-	    param_enum(p->e, root, "reasoning_effort", "reasoning_effort", efforts, thinking,
-		       "no reasoning budget can be set here (none or minimal only: each turns a thinking family's reasoning off)"))
+	if (param_serving(p->e, root) || param_verbosity(p->e, root, "verbosity", "verbosity"))
 		return -1;
 	v = json_object_get(root, "store");
 	if (v && !json_is_null(v) && !json_is_boolean(v))
@@ -903,18 +942,17 @@ static int parse_budget(struct parser *p, json_t *root)
  * Whether a family that thinks (qwen3) reasons first: the template
  * argument llama.cpp's and vLLM's servers pass through
  * (chat_template_kwargs {"enable_thinking": false}), or OpenAI's
- * reasoning_effort "none". Other template arguments are refused: the
+ * reasoning_effort "none" (its other values: a think budget, gen.c),
+ * and how long (llama.cpp's budget). Other template arguments are refused: the
  * templates are rendered in C (daemon/chat), not run.
  */
 static int parse_thinking(struct parser *p, json_t *root)
 {
 	json_t *v = json_object_get(root, "chat_template_kwargs"), *x;
-	const char *key, *fmt, *effort = json_string_value(json_object_get(root, "reasoning_effort"));
+	const char *key, *fmt;
 
-	/* OpenAI's "no reasoning" and "as little as possible": a family
-	 * that cannot think a little thinks not at all */
-	if (effort && (!strcmp(effort, "none") || !strcmp(effort, "minimal")))
-		p->r->thinking = CHAT_THINK_OFF;
+	if (param_effort(p->r, json_object_get(root, "reasoning_effort"), "reasoning_effort", p->e))
+		return -1;
 	/* llama.cpp's reasoning_format: where the reasoning goes */
 	x = json_object_get(root, "reasoning_format");
 	if (x && !json_is_null(x)) {

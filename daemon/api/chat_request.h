@@ -34,6 +34,11 @@ enum chat_tool_choice { CHAT_TOOLS_AUTO, CHAT_TOOLS_NONE, CHAT_TOOLS_REQUIRED,
 enum chat_format { CHAT_FORMAT_TEXT, CHAT_FORMAT_JSON_OBJECT,
 		   CHAT_FORMAT_JSON_SCHEMA };
 
+/* OpenAI's reasoning efforts above "minimal" (none and minimal turn
+ * thinking off) */
+enum chat_effort { CHAT_EFFORT_UNSET, CHAT_EFFORT_LOW, CHAT_EFFORT_MEDIUM, CHAT_EFFORT_HIGH,
+		   CHAT_EFFORT_XHIGH };
+
 struct chat_request {
 	json_t *root;
 	json_t *keep;			/* strings made while parsing */
@@ -67,7 +72,20 @@ struct chat_request {
 	 * thinking.budget_tokens); then it is closed and the reply goes on
 	 * (gen.c); 0: no budget */
 	uint32_t think_budget;
+	/* OpenAI's reasoning effort above none (chat_effort_budget): a
+	 * family that thinks gets that budget unless one is given; one that
+	 * does not is refused (gen.c, which knows the family); effort_param
+	 * names the field for that 400 */
+	enum chat_effort effort;
+	const char *effort_param;
 };
+
+/* Parses an OpenAI reasoning effort (none, minimal, low, medium, high,
+ * xhigh) from v into r (thinking off for none and minimal, r->effort for
+ * the rest); absent or null sets nothing. 0, or -1 with e filled. */
+int param_effort(struct chat_request *r, json_t *v, const char *param, struct api_error *e);
+/* The think budget an effort gives a family that thinks (0: none). */
+uint32_t chat_effort_budget(enum chat_effort effort);
 
 /* What every front end's parser shares (chat_request.c): the body
  * parsed into r->root with the defaults set, the top-level keys checked

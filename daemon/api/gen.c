@@ -935,6 +935,18 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		g->parse_tools = cr->n_tools > 0 && cr->tool_choice != CHAT_TOOLS_NONE;
 		g->thinks = chat_template_thinks(a->tmpl);
 		g->split_reasoning = g->thinks && !cr->reasoning_inline;
+		/* an effort is a think budget, which a family that does not
+		 * think cannot spend (OpenAI refuses it for such models too) */
+		if (cr->effort && !g->thinks) {
+			static const char *const name[] = { "", "low", "medium", "high", "xhigh" };
+
+			api_error_set(e, 400, API_INVALID, "unsupported_value", cr->effort_param,
+				      "Unsupported value: '%s' for '%s': this model's chat template does not think, so it has no reasoning to spend an effort on (none or minimal only).",
+				      name[cr->effort], cr->effort_param);
+			return -1;
+		}
+		if (cr->effort && !cr->think_budget)
+			cr->think_budget = chat_effort_budget(cr->effort);
 	}
 	g->n = n;
 	g->tenant = tenant;

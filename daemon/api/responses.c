@@ -1034,15 +1034,10 @@ static int parse_misc(struct rparser *p, json_t *root)
 		if (x && !json_is_null(x))
 			return unsupported(p, "reasoning.generate_summary", "Unsupported 'reasoning.generate_summary' %s: this model gives no reasoning summaries.",
 					   "");
-		x = json_object_get(v, "effort");
-		if (x && !json_is_null(x) && !(json_is_string(x) &&
-		    (!strcmp(json_string_value(x), "none") || !strcmp(json_string_value(x), "minimal"))))
-			return unsupported(p, "reasoning.effort", "Unsupported 'reasoning.effort' '%s': no reasoning budget can be set here (none or minimal only: each turns a thinking family's reasoning off).",
-					   json_is_string(x) ? json_string_value(x) : "");
 		/* none, minimal: a family that thinks (qwen3) answers at
-		 * once (it cannot think a little) */
-		if (json_is_string(x))
-			p->r->thinking = CHAT_THINK_OFF;
+		 * once (it cannot think a little); the rest: a think budget */
+		if (param_effort(p->r, json_object_get(v, "effort"), "reasoning.effort", p->e))
+			return -1;
 	}
 	v = json_object_get(root, "truncation");
 	if (v && !json_is_null(v) && !(json_is_string(v) && !strcmp(json_string_value(v), "disabled")))

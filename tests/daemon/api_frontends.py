@@ -559,6 +559,19 @@ def test_thinking():
                   f"{fam}: thinking off by chat_template_kwargs, reasoning_effort none and minimal, "
                   f"Anthropic's thinking disabled, reasoning.effort none and minimal: +{want} prompt "
                   f"bytes each; on by enable_thinking, adaptive and enabled (got {got})")
+            # an effort above minimal is a think budget: thinking stays
+            # on where the family thinks; refused where it does not
+            for kw, param in (({"reasoning_effort": "high"}, "reasoning_effort"),
+                              ({"reasoning_effort": "xhigh"}, "reasoning_effort")):
+                got = chat(**kw)
+                check(got == 0 if fam == "qwen3" else
+                      (got[0] == 400 and got[1]["error"]["param"] == param),
+                      f"{fam}: {kw}: {'thinking on' if fam == 'qwen3' else '400 naming ' + param} ({got})")
+            st, r, _ = s.req("POST", "/v1/responses", {"model": MODEL, "input": "say hi", "store": False,
+                                                       "reasoning": {"effort": "low"}})
+            check(st == 200 if fam == "qwen3" else
+                  (st == 400 and r["error"]["param"] == "reasoning.effort"),
+                  f"{fam}: responses reasoning.effort low: {st}")
             # a tool round's reasoning, sent back
             call = {"id": "call_1", "type": "function",
                     "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
@@ -658,6 +671,24 @@ def test_reasoning():
                                                                  "reasoning_budget_tokens": 4})
                 check(st == 400 and r["error"]["param"] == "reasoning_budget_tokens",
                       "qwen3: both budget names, different values: 400")
+                # reasoning_effort low: 1024 tokens of thinking, then
+                # the block is closed (an explicit budget wins)
+                long_think = "<think>\n" + "a " * 1100 + "\n</think>\n\n"
+                st, r, _ = s.req("POST", "/v1/chat/completions",
+                                 {"model": MODEL, "messages": user("say " + long_think + "Done."),
+                                  "reasoning_effort": "low"})
+                m = r["choices"][0]["message"] if st == 200 else {}
+                rt = r["usage"]["completion_tokens_details"]["reasoning_tokens"] if st == 200 else 0
+                check(m.get("content") == "Done." and 1024 <= rt <= 1026 and
+                      m.get("reasoning_content", "").count("a") < 1100,
+                      f"qwen3: reasoning_effort low: the think block closed at 1024 tokens ({st}, "
+                      f"{rt} reasoning tokens, content {m.get('content')!r})")
+                st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
+                                                                 "reasoning_effort": "low",
+                                                                 "thinking_budget_tokens": 3})
+                m = r["choices"][0]["message"] if st == 200 else {}
+                check(m.get("reasoning_content") == "Let me ",
+                      f"qwen3: reasoning_effort low with thinking_budget_tokens 3: the explicit budget ({m})")
                 st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
                                                                  "thinking_budget_tokens": 3,
                                                                  "reasoning_format": "none"})
