@@ -564,6 +564,7 @@ def test_thinking():
             for kw, param in (({"reasoning_effort": "high"}, "reasoning_effort"),
                               ({"reasoning_effort": "xhigh"}, "reasoning_effort")):
                 got = chat(**kw)
+                got = got - base if isinstance(got, int) else got
                 check(got == 0 if fam == "qwen3" else
                       (got[0] == 400 and got[1]["error"]["param"] == param),
                       f"{fam}: {kw}: {'thinking on' if fam == 'qwen3' else '400 naming ' + param} ({got})")
@@ -673,14 +674,14 @@ def test_reasoning():
                       "qwen3: both budget names, different values: 400")
                 # reasoning_effort low: 1024 tokens of thinking, then
                 # the block is closed (an explicit budget wins)
-                long_think = "<think>\n" + "a " * 1100 + "\n</think>\n\n"
+                long_think = "<think>\n" + "a " * 2000 + "\n</think>\n\n"
                 st, r, _ = s.req("POST", "/v1/chat/completions",
                                  {"model": MODEL, "messages": user("say " + long_think + "Done."),
                                   "reasoning_effort": "low"})
                 m = r["choices"][0]["message"] if st == 200 else {}
                 rt = r["usage"]["completion_tokens_details"]["reasoning_tokens"] if st == 200 else 0
                 check(m.get("content") == "Done." and 1024 <= rt <= 1026 and
-                      m.get("reasoning_content", "").count("a") < 1100,
+                      m.get("reasoning_content", "").count("a") < 2000,
                       f"qwen3: reasoning_effort low: the think block closed at 1024 tokens ({st}, "
                       f"{rt} reasoning tokens, content {m.get('content')!r})")
                 st, r, _ = s.req("POST", "/v1/chat/completions", {"model": MODEL, "messages": user(say),
