@@ -610,23 +610,29 @@ static int parse_stream(struct parser *p, json_t *root)
 	return param_stream_options(p->r, root, p->r->stream, &p->r->include_usage, p->e);
 }
 
-/* One of values (NULL-terminated), or, for refused ones (NULL-terminated
- * too), a 400 unsupported_value saying why. */
-static int param_enum(struct api_error *e, json_t *o, const char *key, const char *param,
-		      const char *const *ok, const char *const *refused, const char *why)
+/* One of values (NULL-terminated; *which: its index, -1 when absent,
+ * which may be NULL), or, for refused ones (NULL-terminated too), a 400
+ * unsupported_value saying why. */
+static int param_enum_at(struct api_error *e, json_t *v, const char *param,
+			 const char *const *ok, const char *const *refused, const char *why,
+			 int *which)
 {
-	json_t *v = json_object_get(o, key);
 	const char *s;
 	size_t i;
 
+	if (which)
+		*which = -1;
 	if (!v || json_is_null(v))
 		return 0;
 	if (!json_is_string(v))
 		return param_wrong_type(e, param, v, "a string");
 	s = json_string_value(v);
 	for (i = 0; ok[i]; i++)
-		if (!strcmp(s, ok[i]))
+		if (!strcmp(s, ok[i])) {
+			if (which)
+				*which = (int)i;
 			return 0;
+		}
 	for (i = 0; refused[i]; i++)
 		if (!strcmp(s, refused[i])) {
 			api_error_set(e, 400, API_INVALID, "unsupported_value", param,
@@ -635,6 +641,12 @@ static int param_enum(struct api_error *e, json_t *o, const char *key, const cha
 		}
 	api_bad(e, param, "Invalid value for '%s': '%.64s'.", param, s);
 	return -1;
+}
+
+static int param_enum(struct api_error *e, json_t *o, const char *key, const char *param,
+		      const char *const *ok, const char *const *refused, const char *why)
+{
+	return param_enum_at(e, json_object_get(o, key), param, ok, refused, why, NULL);
 }
 
 int param_verbosity(struct api_error *e, json_t *o, const char *key, const char *param)
@@ -852,26 +864,18 @@ uint32_t chat_effort_budget(enum chat_effort effort)
 
 int param_effort(struct chat_request *r, json_t *v, const char *param, struct api_error *e)
 {
-	static const char *const names[] = { "none", "minimal", "low", "medium", "high", "xhigh" };
-	const char *s;
-	size_t i;
+	static const char *const names[] = { "none", "minimal", "low", "medium", "high", "xhigh",
+					     NULL };
+	static const char *const none[] = { NULL };
+	int i;
 
-	if (!v || json_is_null(v))
-		return 0;
-	if (!json_is_string(v))
-		return param_wrong_type(e, param, v, "a string");
-	s = json_string_value(v);
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (!strcmp(s, names[i]))
-			break;
-	if (i == sizeof(names) / sizeof(names[0]))
-		return api_bad(e, param, "Invalid value for '%s': '%.64s' (none, minimal, low, medium, high or xhigh).",
-			       param, s), -1;
+	if (param_enum_at(e, v, param, names, none, "", &i))
+		return -1;
 	/* OpenAI's "no reasoning" and "as little as possible": a family
 	 * that cannot think a little thinks not at all */
-	if (i < 2) {
+	if (i == 0 || i == 1) {
 		r->thinking = CHAT_THINK_OFF;
-	} else {
+	} else if (i > 1) {
 		r->effort = (enum chat_effort)(CHAT_EFFORT_LOW + (i - 2));
 		r->effort_param = param;
 	}
