@@ -68,6 +68,12 @@ static const struct route_def {
 	{ "/metrics", NULL, R_METRICS, "GET", 0, DIALECT_OPENAI },
 	{ "/tokenize", NULL, R_TOKENIZE, "POST", 1, DIALECT_OPENAI },
 	{ "/detokenize", NULL, R_DETOKENIZE, "POST", 1, DIALECT_OPENAI },
+	/* llama.cpp's server's other names for the same routes: a client
+	 * whose base URL lacks the /v1 reaches them too */
+	{ "/chat/completions", NULL, R_CHAT, "POST", 1, DIALECT_OPENAI },
+	{ "/completions", NULL, R_COMPLETIONS, "POST", 1, DIALECT_OPENAI },
+	{ "/models", NULL, R_MODELS, "GET", 0, DIALECT_OPENAI },
+	{ "/v1/health", NULL, R_HEALTH, "GET, HEAD", 0, DIALECT_OPENAI },
 };
 
 static const struct route_def *route_of(enum route r)

@@ -303,7 +303,21 @@ def routes_and_methods():
     raw = raw_exchange(b"GET /v1/\xff\xfe%ff HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     check(status_of(raw) == 404, f"raw path: {raw[:60]!r}")
     error_of(body_of(raw), 404)
+    # llama.cpp's server's names without /v1: the same routes, keys and all
+    r, data = request("GET", "/models")
+    check(r.status == 200 and json.loads(data)["data"][0]["id"] == MODEL, "GET /models")
+    r, data = request("GET", "/v1/health", key=None)
+    check(r.status == 200 and json.loads(data)["status"] == "ok", "GET /v1/health, no key")
+    r, data = request("POST", "/chat/completions", {"model": MODEL, "messages": user("hi")})
+    check(r.status == 200 and json.loads(data)["object"] == "chat.completion",
+          f"POST /chat/completions: {r.status}")
+    r, data = request("POST", "/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2})
+    check(r.status == 200 and json.loads(data)["object"] == "text_completion",
+          f"POST /completions: {r.status}")
+    r, data = request("POST", "/chat/completions", {"model": MODEL, "messages": user("hi")}, key=None)
+    check(r.status == 401, f"POST /chat/completions without a key: {r.status}, wanted 401")
     for method, path, want in (("GET", "/nope", 404), ("POST", "/v1/embeddings", 404),
+                               ("POST", "/responses", 404), ("GET", "/chat/completions", 405),
                                ("GET", "/v1/chat/completions", 405),
                                ("DELETE", "/v1/chat/completions", 405),
                                ("POST", "/v1/models", 405), ("PUT", "/health", 405),
