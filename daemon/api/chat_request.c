@@ -32,6 +32,8 @@ struct parser {
 
 const char *param_type_name(const json_t *v)
 {
+	if (!v)		/* a key that is not there */
+		return "nothing";
 	switch (json_typeof(v)) {
 	case JSON_OBJECT: return "an object";
 	case JSON_ARRAY: return "an array";
@@ -47,8 +49,11 @@ const char *param_type_name(const json_t *v)
 int param_wrong_type(struct api_error *e, const char *param, const json_t *v,
 		      const char *want)
 {
-	api_bad(e, param, "Invalid type for '%s': expected %s, but got %s.",
-		param, want, param_type_name(v));
+	if (!v)
+		api_bad(e, param, "Missing required parameter: '%s' (expected %s).", param, want);
+	else
+		api_bad(e, param, "Invalid type for '%s': expected %s, but got %s.",
+			param, want, param_type_name(v));
 	return -1;
 }
 

@@ -101,6 +101,7 @@ const char *chat_request_keep(struct chat_request *r, const char *s, size_t n);
 
 /* Typed fields of a JSON object, errors naming param (OpenAI's wording);
  * absent or null leaves *out as it is. 0, or -1 with e filled. */
+/* (v NULL: a missing key, "Missing required parameter") */
 const char *param_type_name(const json_t *v);
 int param_wrong_type(struct api_error *e, const char *param, const json_t *v,
 		     const char *want);

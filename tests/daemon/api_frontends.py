@@ -300,7 +300,12 @@ def test_messages(s):
                          "messages.0.content.0"),
                         ({"messages": [{"role": "user", "content": [
                             {"type": "tool_result", "tool_use_id": "nope", "content": "x"}]}]},
-                         "messages.0.content.0")):
+                         "messages.0.content.0"),
+                        # a key the block needs, missing (found by api_fuzz.py: a
+                        # NULL read, the server's death under UBSan)
+                        ({"messages": user("say x") + [{"role": "assistant", "content": [
+                            {"type": "thinking", "signature": ""}]}] + user("say y")},
+                         "Missing required parameter: 'messages.1.content.0'")):
         bb = {"model": MODEL, "max_tokens": 8, "messages": user("say x")}
         bb.update(extra)
         st, r, _ = s.req("POST", "/v1/messages", bb)
@@ -429,6 +434,10 @@ def test_responses(s):
                          ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input[0]"),
                          ({"include": ["file_search_call.results"]}, "include"),
                          ({"previous_response_id": "resp_nope"}, "previous_response_id"),
+                         # no output (api_fuzz.py: a NULL read)
+                         ({"input": [{"type": "function_call", "call_id": "c1", "name": "get_weather",
+                                      "arguments": "{}"},
+                                     {"type": "function_call_output", "call_id": "c1"}]}, "input[1]"),
                          ({"tools": [{"type": "function", "name": "t", "parameters": {"type": "integer"}}],
                            "tool_choice": {"type": "function", "name": "t"}}, "tools[0].parameters"),
                          ({"bogus": 1}, "bogus")):

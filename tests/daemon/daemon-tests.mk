@@ -64,10 +64,12 @@ check-orch-guest: modules-guest $(KVD_TEST_ORCH_G) $(ENGINE_MKMODEL)
 # The real kvarenad over HTTP: test_serve.py (turns, prefix sharing,
 # streaming, budgets, reload, a killed worker, drain, copy mode, the
 # plugin, the listen policy), then the HTTP suites (bad input, 1000
-# connections, slow clients) and the official openai client against it.
+# connections, slow clients), mutated requests as each model family (30
+# s, api_fuzz.py) and the official openai client against it.
 .PHONY: check-serve check-daemon
 check-serve: $(KVD_BIN) $(KVD_PLUGIN) $(KVD_TEST_MODEL) $(SANDBOX_FAKE)
 	KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) /usr/bin/python3 tests/daemon/test_serve.py $(KVD_BIN) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+	/usr/bin/python3 tests/daemon/api_fuzz.py --kvarenad $(KVD_BIN) $(KVD_TEST_MODEL) 30
 	KVD_API_MODEL=test \
 	KVD_API_SERVER_CMD="tests/daemon/kvarenad-for-suite.sh $(KVD_BIN) $(KVD_TEST_MODEL) {port} {keys}" \
 		sh tests/daemon/run-api.sh
