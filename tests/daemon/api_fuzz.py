@@ -74,6 +74,19 @@ SEEDS = [
                                           "b": {"enum": ["x", "y"]}},
                                       "required": ["a"], "additionalProperties": False}}},
                               "logit_bias": {"5": -100}, "max_completion_tokens": 16}),
+    ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "say {}"}],
+                              "max_tokens": 24, "response_format": {"type": "json_schema", "json_schema": {
+                                  "name": "tree", "schema": {
+                                      "$ref": "#/$defs/node", "$defs": {"node": {
+                                          "type": "object", "properties": {
+                                              "id": {"type": "string", "pattern": "^[a-z]{2,8}$",
+                                                     "minLength": 2, "maxLength": 8},
+                                              "n": {"type": "number", "minimum": -5, "maximum": 5},
+                                              "kids": {"type": "array", "minItems": 0, "maxItems": 2,
+                                                       "items": {"$ref": "#/$defs/node"}},
+                                              "kind": {"anyOf": [{"const": "a"}, {"type": "null"},
+                                                                 {"type": "integer"}]}},
+                                          "required": ["id"]}}}}}}),
     ("/v1/completions", {"model": MODEL, "prompt": "say once", "max_tokens": 4, "echo": True,
                          "logprobs": 1, "n": 2, "stop": "x"}),
     ("/v1/completions", {"model": MODEL, "prompt": ["say a", "say b"], "stream": True}),
