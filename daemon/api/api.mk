@@ -69,7 +69,7 @@ check-api: deps-api $(API_UNIT) $(API_SERVER)
 	KVD_API_SERVER=$(API_SERVER) sh tests/daemon/run-api.sh
 	python3 tests/daemon/api_server_tools.py $(API_SERVER) 2>/dev/null
 	python3 tests/daemon/api_frontends.py $(API_SERVER) 2>/dev/null
-	python3 tests/daemon/api_fuzz.py $(API_SERVER) 20
+	KVD_API_FUZZ_ARGS=--server-tools python3 tests/daemon/api_fuzz.py $(API_SERVER) 20
 
 deps-api:
 	@[ -f /usr/include/microhttpd.h ] && [ -f /usr/include/jansson.h ] && \

@@ -22,7 +22,8 @@ parameters as they are served.
 
 usage: api_fuzz.py KVD-API-TESTSERVER [SECONDS]
        api_fuzz.py --kvarenad KVARENAD MODEL.gguf [SECONDS]
-(KVD_API_FUZZ_SEED=N replays a seed)
+(KVD_API_FUZZ_SEED=N replays a seed; KVD_API_FUZZ_ARGS adds the test
+server's arguments, e.g. --server-tools)
 """
 import copy
 import http.client
@@ -87,6 +88,10 @@ SEEDS = [
                                               "kind": {"anyOf": [{"const": "a"}, {"type": "null"},
                                                                  {"type": "integer"}]}},
                                           "required": ["id"]}}}}}}),
+    ("/v1/chat/completions", {"model": MODEL, "stream": True, "tools": TOOLS, "messages": [
+        {"role": "user", "content": "call srv_echo {\"x\": 3}"}]}),
+    ("/v1/responses", {"model": MODEL, "input": "call srv_echo {\"x\": 4}", "tools": [
+        {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]}),
     ("/v1/completions", {"model": MODEL, "prompt": "say once", "max_tokens": 4, "echo": True,
                          "logprobs": 1, "n": 2, "stop": "x"}),
     ("/v1/completions", {"model": MODEL, "prompt": ["say a", "say b"], "stream": True}),
@@ -238,6 +243,7 @@ class Server:
         else:
             cmd = [EXE, "--port", "0", "--port-file", pf, "--keys", kf,
                    "--chat-template", family, "--model", MODEL]
+            cmd += os.environ.get("KVD_API_FUZZ_ARGS", "").split()
         with open(self.log, "wb") as lf:
             self.p = subprocess.Popen(cmd, stdout=lf, stderr=lf)
         for _ in range(1200):
