@@ -867,14 +867,22 @@ uint32_t chat_effort_budget(enum chat_effort effort)
 	return effort > CHAT_EFFORT_UNSET && effort < CHAT_EFFORT_XHIGH ? budget[effort] : 0;
 }
 
+/* OpenAI's efforts: none and minimal, then enum chat_effort's from low */
+static const char *const effort_names[] = { "none", "minimal", "low", "medium", "high", "xhigh",
+					    NULL };
+
+const char *chat_effort_name(enum chat_effort effort)
+{
+	return effort > CHAT_EFFORT_UNSET && effort <= CHAT_EFFORT_XHIGH ?
+		effort_names[effort - CHAT_EFFORT_LOW + 2] : "";
+}
+
 int param_effort(struct chat_request *r, json_t *v, const char *param, struct api_error *e)
 {
-	static const char *const names[] = { "none", "minimal", "low", "medium", "high", "xhigh",
-					     NULL };
 	static const char *const none[] = { NULL };
 	int i;
 
-	if (param_enum_at(e, v, param, names, none, "", &i))
+	if (param_enum_at(e, v, param, effort_names, none, "", &i))
 		return -1;
 	/* OpenAI's "no reasoning" and "as little as possible": a family
 	 * that cannot think a little thinks not at all */

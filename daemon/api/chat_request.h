@@ -84,8 +84,10 @@ struct chat_request {
  * xhigh) from v into r (thinking off for none and minimal, r->effort for
  * the rest); absent or null sets nothing. 0, or -1 with e filled. */
 int param_effort(struct chat_request *r, json_t *v, const char *param, struct api_error *e);
-/* The think budget an effort gives a family that thinks (0: none). */
+/* The think budget an effort gives a family that thinks (0: none), and
+ * its name as the API spells it ("" for CHAT_EFFORT_UNSET). */
 uint32_t chat_effort_budget(enum chat_effort effort);
+const char *chat_effort_name(enum chat_effort effort);
 
 /* What every front end's parser shares (chat_request.c): the body
  * parsed into r->root with the defaults set, the top-level keys checked

@@ -938,11 +938,9 @@ int gen_submit(struct gen *g, uint32_t tenant, unsigned n, struct api_error *e)
 		/* an effort is a think budget, which a family that does not
 		 * think cannot spend (OpenAI refuses it for such models too) */
 		if (cr->effort && !g->thinks) {
-			static const char *const name[] = { "", "low", "medium", "high", "xhigh" };
-
 			api_error_set(e, 400, API_INVALID, "unsupported_value", cr->effort_param,
 				      "Unsupported value: '%s' for '%s': this model's chat template does not think, so it has no reasoning to spend an effort on (none or minimal only).",
-				      name[cr->effort], cr->effort_param);
+				      chat_effort_name(cr->effort), cr->effort_param);
 			return -1;
 		}
 		if (cr->effort && !cr->think_budget)
