@@ -80,6 +80,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->tier_queue_depth = 32;
 	c->tier_decisions = 1;
 	c->tier_prefetch = 1;
+	c->tier_prefetch_slack = 0;
 	c->tier_margin_ms = 100;
 	c->prefill_workers = KVD_WORKERS_AUTO;
 	c->decode_workers = KVD_WORKERS_AUTO;
@@ -420,6 +421,7 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("tier", "queue_depth", tier_queue_depth, 1, 1024);
 	BOOL("tier", "decisions", tier_decisions);
 	BOOL("tier", "prefetch", tier_prefetch);
+	BOOL("tier", "prefetch_slack", tier_prefetch_slack);
 	U32("tier", "prefetch_margin_ms", tier_margin_ms, 0, 600000);
 	/* auto: from the CPUs; 0 when remote hosts take the stage ([remote]
 	 * prefill / decode) */

@@ -126,6 +126,7 @@ struct kvd_config {
 	uint32_t tier_queue_depth;	/* block I/Os in flight */
 	int tier_decisions;		/* 1: keep/spill/discard at each tool wait */
 	int tier_prefetch;		/* 1: restore before the predicted return */
+	int tier_prefetch_slack;	/* 1: only with room for the turns meanwhile */
 	uint32_t tier_margin_ms;	/* prefetch safety margin */
 	/* [workers]; KVD_WORKERS_AUTO (threads: 0): from the CPUs present
 	 * (kvd_config_auto); 0 workers: remote hosts take the stage */

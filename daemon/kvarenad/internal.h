@@ -199,6 +199,7 @@ enum kvd_stall_cause {
 	KVD_STALL_NO_ROOM,	/* the prefetch was due and found no room */
 	KVD_STALL_READING,	/* the prefetch's read was still running */
 	KVD_STALL_TAKEN,	/* prefetched, then evicted again before the return */
+	KVD_STALL_NO_SLACK,	/* due, but its room was the turns' until the return */
 	KVD_STALL_CAUSES
 };
 extern const char *const kvd_stall_cause_names[KVD_STALL_CAUSES];
@@ -276,6 +277,7 @@ struct kvd_conv {
 	uint8_t tier_missed;		/* this return's miss is counted */
 	uint8_t stall_cause;		/* why the stall's KV was not back (KVD_STALL_*) */
 	uint16_t tier_noroom;		/* prefetch tries that found no room, this wait */
+	uint8_t tier_noslack;		/* its prefetch left the room to the turns */
 	uint8_t tier_due;		/* its prefetch is due and lacks room (tr->due) */
 	uint8_t tool_overran;		/* this wait ran past its first prediction */
 	uint32_t stall_early_ms;	/* KVD_STALL_EARLY: the return came this much before */
@@ -509,6 +511,7 @@ struct kvd_metrics {
 	uint64_t tier_restores, tier_restore_bytes, tier_restore_failures[4];
 	uint64_t tier_restore_cached_tokens;	/* restored by sharing cached blocks */
 	uint64_t tier_prefetches, tier_restore_stalls, tier_discards;
+	uint64_t tier_prefetches_deferred;	/* prefetches given up: no slack */
 	uint64_t tier_stall_causes[KVD_STALL_CAUSES];	/* restore stalls by cause */
 	uint64_t tier_noroom_returns;		/* no_room returns, and their census */
 	uint64_t tier_noroom_blocks[KVD_ROOM_HOLDERS];

@@ -384,6 +384,8 @@ char *kvd_metrics_text(struct kvd *d)
 		m.tier_restore_cached_tokens);
 	counter(&o, "tier_prefetches_total", "Restores started before the tool returned.",
 		m.tier_prefetches);
+	counter(&o, "tier_prefetches_deferred_total", "Prefetches left to the return: their "
+		"room was the turns' until then (no slack).", m.tier_prefetches_deferred);
 	counter(&o, "tier_restore_stalls_total",
 		"Requests that waited for their KV to come back from disk.", m.tier_restore_stalls);
 	put(&o, "# HELP kvarenad_tier_restore_stall_causes_total Restore stalls by what the "

@@ -44,6 +44,10 @@
  *   prefetch_first  a prefetch due that lacks room holds admission of
  *                   later conversations' turns while a job runs: the room
  *                   coming back is its own, no stall
+ *   prefetch_slack  a prefetch due while turns come and go that would
+ *                   fill the room it needs before the return is left to
+ *                   the return: a no_slack stall, bit-identical; with
+ *                   prefetch_slack = no the same prefetch goes
  *   room_census     a tool's result that finds its KV on disk, its
  *                   prefetch having found no room: a no_room stall, and
  *                   where the arena's blocks were (free, none idle and
@@ -2380,6 +2384,113 @@ out:
 }
 
 /*
+ * Agents' turns coming and going while A's KV waits on disk for its tool
+ * (each a fresh conversation closed once answered, as a harness does):
+ * the arena's inflow. Room for A's restore is free and 8 blocks more (a
+ * session of the test's own holds the rest, until A's return), and the
+ * turns fill more than those 8 before A's return. With the slack (the default) A's
+ * prefetch is left to the return: counted, a no_slack stall, the reply
+ * bit-identical. Taken early, the room would be the next turn's (which
+ * evicts another conversation for it) while the read it saves is a few
+ * ms (an eviction trial: 82-97 evictions against 43 so; tier.md). With
+ * prefetch_slack = no, the same prefetch goes: no stall.
+ */
+static void slack_case(int slack)
+{
+	const struct reply *ref = reference(0);
+	char *dir = new_dir(slack ? "pslack" : "pnoslack");
+	struct kve_arena_session blk = { 0 };
+	struct kvd_config c;
+	struct convo cv;
+	struct reply r1, r2, rt;
+	struct kvd_conv *cc;
+	struct kvd *d;
+	char p[256];
+	double t0;
+	int a_ms = slow(5000), turns = 0, opened = 0, rc = -1;
+	uint32_t need = 0, left = 0;
+	uint64_t pf = 0, given_up = 0;
+
+	if (!ref || !dir) {
+		free(dir);
+		return;
+	}
+	make_convo(&cv, 0, ref_tool[0]);
+	base_config(&c, dir);
+	c.tier_margin_ms = (uint32_t)slow(1000);
+	c.tier_prefetch_slack = slack;
+	d = start(&c);
+	if (!d)
+		goto out;
+	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
+	script(d, cv.call);
+	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
+	      "A calls a tool of %d ms, spilled", a_ms);
+	t0 = now_ms();
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
+	pthread_mutex_lock(&d->lock);
+	cc = kvd_conv_find_id(d, r1.session);
+	if (cc) {
+		need = (cc->tier_file_tokens + d->geom.block_tokens - 1) / d->geom.block_tokens;
+		left = kvd_blocks_free(d);
+		if (left > need + 8)
+			rc = hold_blocks(d, left - need - 8, &blk, &opened);
+		left = kvd_blocks_free(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	CHECK(rc == 0 && left == need + 8,
+	      "the arena held elsewhere: %u blocks free, A's restore needs %u", left, need);
+	/* turns come and go until A's prefetch is due and decided */
+	while (now_ms() - t0 < a_ms - slow(300) && !pf && !given_up) {
+		snprintf(p, sizeof(p), "<|im_start|>user\nturn %d: list the files and say which "
+			 "changed<|im_end|>\n<|im_start|>assistant\n", turns++);
+		if (ask(d, p, 1, &rt) == 0) {
+			pthread_mutex_lock(&d->lock);
+			cc = kvd_conv_find_id(d, rt.session);
+			if (cc)
+				kvd_conv_free(d, cc);	/* what DELETE does */
+			pthread_mutex_unlock(&d->lock);
+		}
+		pf = metric(d, "kvarenad_tier_prefetches_total");
+		given_up = metric(d, "kvarenad_tier_prefetches_deferred_total");
+		msleep(5);
+	}
+	if (slack)
+		CHECK(given_up == 1 && pf == 0 && !strcmp(tier_of(d, r1.session), "disk"),
+		      "%d turns meanwhile: A's prefetch left to the return %.0f ms into its %d ms "
+		      "wait (%llu given up, %llu prefetches)", turns, now_ms() - t0, a_ms,
+		      (unsigned long long)given_up, (unsigned long long)pf);
+	while (now_ms() - t0 < a_ms)
+		msleep(20);
+	if (!slack)
+		CHECK(metric(d, "kvarenad_tier_prefetches_total") == 1 &&
+		      metric(d, "kvarenad_tier_prefetches_deferred_total") == 0,
+		      "prefetch_slack = no, %d turns meanwhile: A prefetched", turns);
+	release_blocks(d, &blk, &opened);
+	CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref),
+	      "A's result: output bit-identical to the run without eviction");
+	if (slack)
+		CHECK(metric(d, "kvarenad_tier_restore_stall_causes_total{cause=\"no_slack\"}") == 1,
+		      "read at the return: a no_slack stall");
+	else
+		CHECK(metric(d, "kvarenad_tier_restore_stalls_total") == 0,
+		      "no stall: the KV was back");
+	release_blocks(d, &blk, &opened);
+	stop(d);
+out:
+	rm_rf(dir);
+	free(dir);
+}
+
+static void test_prefetch_slack(void)
+{
+	slack_case(1);
+	slack_case(0);
+}
+
+/*
  * A tool's result that finds its KV on disk after its prefetch found no
  * room is a no_room stall, and the daemon says where the arena's blocks
  * were at that return (tiering.c, room_census): here, held by a kvarena
@@ -3308,6 +3419,7 @@ int main(int argc, char **argv)
 	RUN(overrun_hold);
 	RUN(overrun_prefetch);
 	RUN(prefetch_first);
+	RUN(prefetch_slack);
 	RUN(room_census);
 	RUN(prefetch_reserve);
 	RUN(prefetch_order);

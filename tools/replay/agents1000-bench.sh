@@ -290,9 +290,10 @@ rows.append(fmt("restore_stalls_pct", "%.2f" % (100.0 * st / ret if ret else 0),
                 "-"))
 # by cause (tier.md): no_room is a return whose prefetch found the arena
 # full; the census says of what, and whether room due back later was left
-# (idle_later: what a prefetch takes, so anything there is a defect)
+# (idle_later: what a prefetch takes, so anything there is a defect);
+# no_slack a prefetch left to the return ([tier] prefetch_slack)
 cause = lambda c: d.get('kvarenad_tier_restore_stall_causes_total{cause="%s"}' % c, 0)
-for c in ("early", "no_room", "taken_again", "reading"):
+for c in ("early", "no_room", "taken_again", "reading", "no_slack"):
     rows.append(fmt("restore_stalls_%s_pct" % c, "%.2f" % (100.0 * cause(c) / ret if ret else 0),
                     "%", "stalls", "%d" % cause(c), "-"))
 nr = d.get("kvarenad_tier_no_room_returns_total", 0)
