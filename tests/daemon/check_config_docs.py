@@ -39,7 +39,7 @@ def config_keys():
 # be in config.c's start_only table
 RELOADED = {("kv", "policy"), ("kv", "low_watermark"), ("kv", "high_watermark"),
             ("kv", "ttl_ms"), ("tier", "decisions"), ("tier", "prefetch"),
-            ("tier", "prefetch_margin_ms"), ("log", "level"), ("server", "metrics_key"),
+            ("tier", "prefetch_margin_ms"), ("tier", "prefetch_slack"), ("log", "level"), ("server", "metrics_key"),
             ("server", "metrics_key_file"), ("server", "metrics_key_credential")}
 
 

@@ -2233,6 +2233,23 @@ out:
 }
 
 /*
+ * A (conversation 0) calls a tool of a_ms, its class trained to that, is
+ * spilled and evicted (*t0: then): its KV on disk only.
+ */
+static void a_on_disk(struct kvd *d, const struct convo *cv, int a_ms, struct reply *r1,
+		      double *t0)
+{
+	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
+	script(d, cv->call);
+	CHECK(ask(d, cv->p1, 8, r1) == 0 &&
+	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
+	      "A calls a tool of %d ms, spilled", a_ms);
+	*t0 = now_ms();
+	demand(d);
+	CHECK(!strcmp(tier_of(d, r1->session), "disk"), "A evicted: its KV on disk only");
+}
+
+/*
  * A (conversation 0) calls a tool of a_ms, its class trained to that, and
  * is spilled and evicted (*t0: then); the arena is held by a kvarena
  * session of the test's own (*blk, *opened) but for one block less than
@@ -2246,14 +2263,7 @@ static int short_of_room(struct kvd *d, const struct convo *cv, int a_ms, struct
 	struct kvd_conv *cc;
 	int rc = -1, i;
 
-	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
-	script(d, cv->call);
-	CHECK(ask(d, cv->p1, 8, r1) == 0 &&
-	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
-	      "A calls a tool of %d ms, spilled", a_ms);
-	*t0 = now_ms();
-	demand(d);
-	CHECK(!strcmp(tier_of(d, r1->session), "disk"), "A evicted: its KV on disk only");
+	a_on_disk(d, cv, a_ms, r1, t0);
 	pthread_mutex_lock(&d->lock);
 	bt = d->geom.block_tokens;
 	cc = kvd_conv_find_id(d, r1->session);
@@ -2422,14 +2432,7 @@ static void slack_case(int slack)
 	d = start(&c);
 	if (!d)
 		goto out;
-	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
-	script(d, cv.call);
-	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
-	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
-	      "A calls a tool of %d ms, spilled", a_ms);
-	t0 = now_ms();
-	demand(d);
-	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
+	a_on_disk(d, &cv, a_ms, &r1, &t0);
 	pthread_mutex_lock(&d->lock);
 	cc = kvd_conv_find_id(d, r1.session);
 	if (cc) {
@@ -2616,14 +2619,7 @@ static void test_prefetch_reserve(void)
 	d = start(&c);
 	if (!d)
 		goto out;
-	train_class(d, ref_tool[0], (uint64_t)a_ms * 1000);
-	script(d, cv.call);
-	CHECK(ask(d, cv.p1, 8, &r1) == 0 &&
-	      await_metric(d, "kvarenad_tier_spills_total", 1, a_ms / 4),
-	      "A calls a tool of %d ms, spilled", a_ms);
-	t0 = now_ms();
-	demand(d);
-	CHECK(!strcmp(tier_of(d, r1.session), "disk"), "A evicted: its KV on disk only");
+	a_on_disk(d, &cv, a_ms, &r1, &t0);
 	/* C runs (nothing ran: admitted whatever is due) */
 	jc = submit(d, c_prompt, 64);
 	for (i = 0; jc && i < 2000 && !c_runs; i++) {
