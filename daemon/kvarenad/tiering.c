@@ -1103,9 +1103,10 @@ static double inflow_bps(const struct kvd_tiering *tr)
 
 /*
  * The room the turns will fill before c's tool returns, at the measured
- * inflow: KV brought back now sits idle until then in room they would
- * take (evicting another's KV for it, or queueing for it), while the
- * read it saves is tens of ms at the return.
+ * inflow (sampled by kvd_tiering_poll, whose timers call this): KV
+ * brought back now sits idle until then in room they would take
+ * (evicting another's KV for it, or queueing for it), while the read it
+ * saves is tens of ms at the return.
  */
 static uint32_t slack_wanted(struct kvd *d, const struct kvd_conv *c, uint64_t now)
 {
@@ -1114,7 +1115,6 @@ static uint32_t slack_wanted(struct kvd *d, const struct kvd_conv *c, uint64_t n
 
 	if (!d->cfg.tier_prefetch_slack || back == UINT64_MAX || back <= now)
 		return 0;
-	inflow_sample(d, now);
 	w = inflow_bps(d->tier) * (double)(back - now) / 1e9;
 	return w >= (double)d->geom.blocks_total ? d->geom.blocks_total : (uint32_t)w;
 }
@@ -1186,7 +1186,7 @@ static void on_prefetch(struct kvd *d, struct kvd_conv *c, uint64_t now)
 		 * prediction: an overrun). Tried again as the return neared,
 		 * it took the room the turns had used meanwhile (an eviction
 		 * for one read saved, each): in an eviction trial, 82 and 97
-		 * evictions against 43 so, and 32 with no prefetch at all */
+		 * evictions against 42 so, and 32 with no prefetch at all */
 		d->m.tier_prefetches_deferred++;
 		c->tier_noslack = 1;
 		return;
