@@ -817,11 +817,38 @@ static enum MHD_Result refuse_cross_site(struct req *q, int status, const char *
 			"cross_site_refused", fmt, what ? what : "");
 }
 
+/* Headers a request may carry once. Two Content-Length or Host headers
+ * are how requests are smuggled past a proxy that reads the other one,
+ * and two keys leave which one authenticates to the reader: refused. */
+static const char *const single_headers[] = {
+	MHD_HTTP_HEADER_HOST, MHD_HTTP_HEADER_CONTENT_LENGTH, MHD_HTTP_HEADER_CONTENT_TYPE,
+	MHD_HTTP_HEADER_TRANSFER_ENCODING, MHD_HTTP_HEADER_AUTHORIZATION, "x-api-key", "Origin",
+};
+
+struct header_count {
+	unsigned int n[sizeof(single_headers) / sizeof(single_headers[0])];
+	const char *twice;
+};
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				    const char *value)
+{
+	struct header_count *hc = cls;
+
+	(void)kind;
+	(void)value;
+	for (size_t i = 0; i < sizeof(single_headers) / sizeof(single_headers[0]); i++)
+		if (!strcasecmp(key, single_headers[i]) && ++hc->n[i] == 2 && !hc->twice)
+			hc->twice = single_headers[i];
+	return MHD_YES;
+}
+
 /* The first call for a request: every check that needs no body. */
 static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 {
 	struct kvd_api *a = q->a;
 	const struct route_def *rd = match_route(url, q->arg, sizeof(q->arg));
+	struct header_count hc = { 0 };
 	const char *host, *origin, *cl, *ct;
 	enum MHD_Result ret;
 
@@ -829,6 +856,10 @@ static enum MHD_Result begin(struct req *q, const char *url, const char *method)
 		return api_fail(q, 404, API_INVALID, NULL, "Invalid URL (%s %.200s)", q->method, url);
 	q->route = rd->r;
 	q->dialect = rd->dialect;
+	MHD_get_connection_values(q->c, MHD_HEADER_KIND, count_header, &hc);
+	if (hc.twice)
+		return api_fail(q, 400, API_INVALID, NULL, "The header '%s' was sent more than once.",
+				hc.twice);
 	host = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
 	origin = MHD_lookup_connection_value(q->c, MHD_HEADER_KIND, "Origin");
 	if (!host_ok(a, host))

@@ -1179,52 +1179,107 @@ out:
 
 /* ---------------------------------------------------------------- routes */
 
+/* limit as the list endpoints take it: digits only, 1..100 (20 if absent) */
+static int list_limit(const char *s, long *limit)
+{
+	char *end;
+
+	if (!s) {
+		*limit = 20;
+		return 0;
+	}
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	*limit = strtol(s, &end, 10);
+	return errno || *end || *limit < 1 || *limit > 100 ? -1 : 0;
+}
+
+static const char *item_id(json_t *items, size_t k)
+{
+	const char *id = json_string_value(json_object_get(json_array_get(items, k), "id"));
+
+	return id ? id : "";
+}
+
+/* An input item as the Responses API lists it: a message's text content as
+ * its parts (input_text, or output_text for the assistant's), and a
+ * status. Only the listing: the stored item renders the prompt as sent. */
+static json_t *listed_item(json_t *it)
+{
+	const char *type = json_string_value(json_object_get(it, "type"));
+	const char *role = json_string_value(json_object_get(it, "role"));
+	json_t *text = json_object_get(it, "content"), *c;
+	int assistant = role && !strcmp(role, "assistant");
+
+	if (!type || strcmp(type, "message"))
+		return json_incref(it);
+	c = json_copy(it);
+	if (!c)
+		return NULL;
+	if (json_is_string(text))
+		json_object_set_new(c, "content",
+				    assistant ? json_pack("[{s:s, s:O, s:[]}]", "type", "output_text",
+							  "text", text, "annotations")
+					      : json_pack("[{s:s, s:O}]", "type", "input_text",
+							  "text", text));
+	if (!json_object_get(c, "status"))
+		json_object_set_new(c, "status", json_string("completed"));
+	return c;
+}
+
+/* GET /v1/responses/{id}/input_items: a page of the input in the order
+ * asked, after the item named by `after`. An `after` that names no item is
+ * a 400: listing from the start again would loop a client that pages on
+ * through a chain whose items it no longer has. */
 static enum MHD_Result get_items(struct req *q)
 {
 	json_t *items = responses_store_get(q->a->store, q->tenant_id, q->arg, RS_INPUT);
 	const char *order = MHD_lookup_connection_value(q->c, MHD_GET_ARGUMENT_KIND, "order");
 	const char *after = MHD_lookup_connection_value(q->c, MHD_GET_ARGUMENT_KIND, "after");
 	const char *lim = MHD_lookup_connection_value(q->c, MHD_GET_ARGUMENT_KIND, "limit");
-	json_t *data;
-	long limit = lim ? strtol(lim, NULL, 10) : 20;
-	size_t n, i, start = 0;
+	struct api_error e;
+	json_t *data, *o;
+	size_t n, i, m, start = 0;
+	long limit;
 	int desc;
 
 	if (!items)
 		return api_fail(q, 404, API_INVALID, NULL, "Response with id '%s' not found.", q->arg);
-	if (limit < 1 || limit > 100 || (order && strcmp(order, "asc") && strcmp(order, "desc"))) {
+	if (list_limit(lim, &limit)) {
 		json_decref(items);
-		return api_fail(q, 400, API_INVALID, NULL,
-				"Invalid query: limit 1..100, order asc or desc.");
+		api_bad(&e, "limit", "Invalid 'limit': '%.40s'; expected an integer from 1 to 100.", lim);
+		return api_send_error(q, &e);
+	}
+	if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+		json_decref(items);
+		api_bad(&e, "order", "Invalid 'order': '%.40s'; expected 'asc' or 'desc'.", order);
+		return api_send_error(q, &e);
 	}
 	desc = !order || !strcmp(order, "desc");
 	n = json_array_size(items);
 	if (after) {
-		for (i = 0; i < n; i++) {
-			size_t k = desc ? n - 1 - i : i;
-
-			if (!strcmp(json_string_value(json_object_get(json_array_get(items, k), "id")) ?
-				    json_string_value(json_object_get(json_array_get(items, k), "id")) : "",
-				    after)) {
-				start = i + 1;
-				break;
-			}
+		for (i = 0; i < n && strcmp(item_id(items, desc ? n - 1 - i : i), after); i++)
+			;
+		if (i == n) {
+			json_decref(items);
+			api_bad(&e, "after", "Invalid 'after': no input item '%.100s' in response '%s'.",
+				after, q->arg);
+			return api_send_error(q, &e);
 		}
+		start = i + 1;
 	}
 	data = json_array();
 	for (i = start; data && i < n && i < start + (size_t)limit; i++)
-		json_array_append(data, json_array_get(items, desc ? n - 1 - i : i));
-	{
-		size_t m = json_array_size(data);
-		json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data,
-				      "first_id", m ? json_incref(json_object_get(json_array_get(data, 0), "id")) :
-				      json_null(), "last_id", m ?
-				      json_incref(json_object_get(json_array_get(data, m - 1), "id")) : json_null(),
-				      "has_more", start + m < n);
-
-		json_decref(items);
-		return api_send_json(q, 200, o);
-	}
+		json_array_append_new(data, listed_item(json_array_get(items, desc ? n - 1 - i : i)));
+	m = json_array_size(data);
+	o = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data,
+		      "first_id", m ? json_incref(json_object_get(json_array_get(data, 0), "id")) :
+		      json_null(), "last_id", m ?
+		      json_incref(json_object_get(json_array_get(data, m - 1), "id")) : json_null(),
+		      "has_more", start + m < n);
+	json_decref(items);
+	return api_send_json(q, 200, o);
 }
 
 enum MHD_Result responses_handle(struct req *q)

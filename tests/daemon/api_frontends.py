@@ -338,6 +338,23 @@ def test_responses(s):
     check(st == 200 and items["object"] == "list" and len(items["data"]) == 1 and
           items["data"][0]["role"] == "user" and items["data"][0]["id"].startswith("msg_"),
           "input_items: the input, with an id")
+    # paging the input: limit and after as the list endpoints take them
+    st, r, _ = s.req("POST", "/v1/responses", {"model": MODEL, "input": [
+        {"role": "user", "content": "say a"}, {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "say b"}]})
+    pid = r.get("id")
+    st, p1, _ = s.req("GET", f"/v1/responses/{pid}/input_items?order=asc&limit=2")
+    ids = [i["id"] for i in p1.get("data", [])] if st == 200 else []
+    st2, p2, _ = s.req("GET", f"/v1/responses/{pid}/input_items?order=asc&limit=2&after={ids[-1] if ids else 'x'}")
+    check(st == 200 and len(ids) == 2 and p1["has_more"] and p1["last_id"] == ids[-1] and
+          st2 == 200 and len(p2["data"]) == 1 and not p2["has_more"] and
+          p2["data"][0]["content"][0]["text"] == "say b", "input_items: two pages, limit and after")
+    for q, param in (("limit=1e3", "limit"), ("limit=abc", "limit"), ("limit=0", "limit"),
+                     ("limit=101", "limit"), ("limit=2x", "limit"), ("order=up", "order"),
+                     ("after=msg_nothere", "after")):
+        st, e, _ = s.req("GET", f"/v1/responses/{pid}/input_items?{q}")
+        check(st == 400 and e["error"]["param"] == param,
+              f"input_items?{q}: a 400 naming {param} ({st}, {e.get('error', {}).get('message')})")
     # a function call, then only its output by previous_response_id
     b = {"model": MODEL, "instructions": "Be brief.", "tools": TOOLS_R,
          "input": [{"role": "user", "content": 'call get_weather {"city": "Paris"}'}]}

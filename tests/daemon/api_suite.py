@@ -352,6 +352,33 @@ def api_keys():
         check(st == 200, f"valid key: {st} {j}")
 
 
+@test()
+def duplicate_headers():
+    """A header a request may carry once, twice: a 400 naming it, whatever
+    the two values (two keys, one of them valid; two lengths: the request
+    smuggling shape)."""
+    body = json.dumps({"model": MODEL, "messages": user("hi")}).encode()
+    auth = b"Authorization: Bearer " + KEY_A.encode() + b"\r\n"
+    base = b"Host: localhost\r\nContent-Type: application/json\r\n"
+    length = b"Content-Length: %d\r\n" % len(body)
+    for name, extra in (("Authorization", auth + b"Authorization: Bearer wrong-key-0000000000000\r\n"),
+                        ("Authorization", auth + auth),
+                        ("x-api-key", auth + b"x-api-key: " + KEY_A.encode() + b"\r\nX-Api-Key: " +
+                         KEY_B.encode() + b"\r\n"),
+                        ("Content-Length", auth + b"Content-Length: 2\r\n"),
+                        ("Host", auth + b"Host: evil.example\r\n"),
+                        ("Content-Type", auth + b"Content-Type: text/plain\r\n")):
+        raw = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\n" + base + length + extra +
+                           b"Connection: close\r\n\r\n" + body)
+        check(status_of(raw) == 400, f"{name} twice: {raw[:60]!r}")
+        if b"\r\n\r\n" in raw and raw.split(b"\r\n\r\n", 1)[1]:
+            e = error_of(body_of(raw), 400)
+            check(name.lower() in e["message"].lower(), f"the message names {name}: {e['message']}")
+    raw = raw_exchange(b"POST /v1/chat/completions HTTP/1.1\r\n" + base + length + auth +
+                       b"Connection: close\r\n\r\n" + body)
+    check(status_of(raw) == 200, f"each once: {raw[:60]!r}")
+
+
 @test(scripted=True)
 def tenant_per_key():
     for key, tid in ((KEY_A, TENANT_A), (KEY_A2, TENANT_A), (KEY_B, TENANT_B)):

@@ -96,6 +96,14 @@ await test('retrieve, inputItems.list, delete', async () => {
   assert.equal(got.id, first.id);
   const items = await client.responses.inputItems.list(first.id);
   assert.ok(items.data.length >= 1);
+  // the SDK's auto-paging (after = the last id, while has_more) over three items
+  const three = await client.responses.create({ model, max_output_tokens: 4,
+    input: [{ role: 'user', content: 'one' }, { role: 'assistant', content: 'two' },
+      { role: 'user', content: 'three' }] });
+  const seen = [];
+  for await (const it of client.responses.inputItems.list(three.id, { limit: 1, order: 'asc' }))
+    seen.push(`${it.role}:${it.content[0].type}:${it.content[0].text}`);
+  assert.deepEqual(seen, ['user:input_text:one', 'assistant:output_text:two', 'user:input_text:three']);
   await client.responses.delete(first.id);
   await assert.rejects(client.responses.retrieve(first.id), (e) => e.status === 404);
 });
