@@ -80,7 +80,7 @@ void kvd_config_defaults(struct kvd_config *c)
 	c->tier_queue_depth = 32;
 	c->tier_decisions = 1;
 	c->tier_prefetch = 1;
-	c->tier_prefetch_slack = 0;
+	c->tier_prefetch_slack = 1;
 	c->tier_margin_ms = 100;
 	c->prefill_workers = KVD_WORKERS_AUTO;
 	c->decode_workers = KVD_WORKERS_AUTO;

@@ -2330,6 +2330,8 @@ static void test_prefetch_first(void)
 	make_convo(&cv, 0, ref_tool[0]);
 	base_config(&c, dir);
 	c.tier_margin_ms = (uint32_t)slow(2000);
+	/* the room's order under test: a prefetch short of room, not of slack */
+	c.tier_prefetch_slack = 0;
 	d = start(&c);
 	if (!d)
 		goto out;
@@ -2523,6 +2525,8 @@ static void test_room_census(void)
 	make_convo(&cv, 0, ref_tool[0]);
 	base_config(&c, dir);
 	c.tier_margin_ms = (uint32_t)slow(2000);
+	/* the room's order under test: a prefetch short of room, not of slack */
+	c.tier_prefetch_slack = 0;
 	d = start(&c);
 	if (!d)
 		goto out;
@@ -2616,6 +2620,8 @@ static void test_prefetch_reserve(void)
 	make_convo(&cv, 0, ref_tool[0]);
 	base_config(&c, dir);
 	c.tier_margin_ms = (uint32_t)slow(2000);
+	/* the room's order under test: a prefetch short of room, not of slack */
+	c.tier_prefetch_slack = 0;
 	d = start(&c);
 	if (!d)
 		goto out;
