@@ -715,6 +715,20 @@ HEAD = ("policy mode sess err evict ev_pf expir preem miss spillMB restMB stall 
         "ttft50 ttft99 tpot50 tpot99 idleGB*s pf_us busy% queue%")
 
 
+STALL_CAUSES = ("early", "no_room", "no_slack", "no_prefetch", "taken_again", "reading")
+
+
+def stall_causes(r):
+    """A run's restore stalls by cause (tier.md, "Why a stall happened") and
+    their mean length."""
+    d = r["metrics_delta"]
+    row = {c: int(d.get('kvarenad_tier_restore_stall_causes_total{cause="%s"}' % c, 0))
+           for c in STALL_CAUSES}
+    n = d.get("kvarenad_tier_restore_stall_ms_count", 0)
+    row["ms_mean"] = d.get("kvarenad_tier_restore_stall_ms_sum", 0) / n if n else 0.0
+    return row
+
+
 def fmt_row(s):
     out = []
     for k, f in COLS:
@@ -794,6 +808,15 @@ def cmd_report(args):
         f.write("\t".join(k for k, _ in COLS) + "\n")
         for s in rows:
             f.write("\t".join(str(s[k]) for k, _ in COLS) + "\n")
+    # what the stalls were, where a run had any (the tier's runs)
+    causes = [(s["label"], stall_causes(r)) for s, r in zip(rows, runs) if s["stalls"]]
+    if causes:
+        st = ["policy     " + " ".join(STALL_CAUSES) + "  mean_ms"]
+        st += ["%-10s %s %8.1f" % (lab, " ".join("%*d" % (len(k), c[k]) for k in STALL_CAUSES),
+                                    c["ms_mean"]) for lab, c in causes]
+        print("restore stalls by cause:\n" + "\n".join(st))
+        with open(os.path.join(args.out, "stalls.txt"), "w") as f:
+            f.write("\n".join(st) + "\n")
     by = {s["label"]: s for s in rows}
     if "ample" in by:
         # the bound: an arena that never fills evicts nothing, so its mean
