@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <signal.h>
 #include <time.h>
@@ -772,6 +773,21 @@ static int do_kv_load(struct worker *w, size_t len)
 	return kvd_msg_send(w->sock, KVD_MSG_KV_LOADED, &res, sizeof(res), -1);
 }
 
+/* A worker's compute is throughput work: SCHED_BATCH (the same share of
+ * the CPU, no preempting on wakeup), so that when the workers keep every
+ * core busy the orchestrator's scheduler thread, which holds its lock
+ * while it hands out steps, and the HTTP threads run when they wake
+ * rather than a slice later (daemon.md, "Processes"). Threads started
+ * later inherit it. */
+static void batch_policy(void)
+{
+	struct sched_param sp = { 0 };
+
+	if (sched_setscheduler(0, SCHED_BATCH, &sp))
+		kvd_log(KVD_LOG_WARN, "worker", "SCHED_BATCH refused (%s): normal policy",
+			strerror(errno));
+}
+
 int kvd_worker_main(int sock, const struct kvd_worker_args *a)
 {
 	struct worker w = { .sock = sock, .model_path = a->model_path, .args = a };
@@ -783,6 +799,7 @@ int kvd_worker_main(int sock, const struct kvd_worker_args *a)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() == 1)
 		return 1;
+	batch_policy();
 	rc = hello(&w, a);
 	if (rc) {
 		kvd_log(KVD_LOG_ERR, "worker", "cannot serve: %s", strerror(-rc));
