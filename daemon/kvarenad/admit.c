@@ -505,8 +505,8 @@ static int admit_one(struct kvd *d, struct kvd_job *j, uint32_t *committed, int 
 	sess_hit = c->has_kv ? c->as.s.n_tokens : 0;
 	if (!c->has_kv || (!c->as.s.n_blocks && !c->as.s.n_tokens)) {
 		opened = c->has_kv ? 2 : 1;
-		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, d->path);
-		if ((!readmit && fork_wait(d, j)) || kvd_prefix_pending_wait(d, c, n, d->path)) {
+		n = kvd_prefix_lookup(d, c, c->n_tokens - 1, NULL);
+		if ((!readmit && fork_wait(d, j)) || kvd_prefix_pending_wait(d, c, n)) {
 			if (!j->waited_prefix)
 				d->m.prefill_waits++;
 			j->waited_prefix = 1;

@@ -117,6 +117,25 @@ static void audit_kv(struct kvd *d, struct kvd_conv *c, uint32_t *users, uint32_
 			       i, c->n_offered);
 }
 
+/* Its last lookup in the index, where the next one goes on from: while
+ * no node has left since, the index's nodes of its own tokens. */
+static void audit_match(struct kvd *d, const struct kvd_conv *c)
+{
+	uint32_t bt = d->geom.block_tokens;
+	const struct kvd_rnode *n;
+
+	if (c->match.removals != d->radix.removals)
+		return;
+	for (n = c->match.last; n; n = n->parent)
+		if (kvd_radix_by_block(&d->radix, n->block) != n || n->tenant != c->tenant ||
+		    (n->depth + 1) * bt > c->n_tokens ||
+		    (n->parent ? n->parent->depth + 1 : 0) != n->depth ||
+		    memcmp(n->tokens, c->tokens + (size_t)n->depth * bt,
+			   (size_t)bt * sizeof(*c->tokens)))
+			broken("%s: its last match names block %u, not the cache's node of its tokens at block %u",
+			       c->id, n->block, n->depth);
+}
+
 static void audit_convs(struct kvd *d, uint32_t *users, uint32_t *tblocks)
 {
 	struct kvd_conv *c, *prev = NULL;
@@ -135,6 +154,7 @@ static void audit_convs(struct kvd *d, uint32_t *users, uint32_t *tblocks)
 			broken("%s: its job is another conversation's", c->id);
 		audit_text(c);
 		audit_kv(d, c, users, tblocks);
+		audit_match(d, c);
 	}
 	if (n != d->n_convs || d->convs_tail != prev)
 		broken("%u conversations listed, %u counted", n, d->n_convs);

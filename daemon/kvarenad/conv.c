@@ -741,6 +741,7 @@ int kvd_conv_truncate(struct kvd *d, struct kvd_conv *c, uint32_t n)
 	/* a restore must not write into blocks this cut gives back */
 	kvd_tiering_abandon(d, c);
 	c->n_tokens = n;
+	memset(&c->match, 0, sizeof(c->match));	/* other tokens may follow */
 	c->text_len = n ? c->tok_end[n - 1] : 0;
 	if (c->text)
 		c->text[c->text_len] = 0;

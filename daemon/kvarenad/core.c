@@ -996,7 +996,6 @@ static void release(struct kvd *d)
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	kvd_conv_fini(d);
-	free(d->path);
 	free(d->admit_buf);
 	free(d->block_users);
 	if (d->data_fd >= 0)
@@ -1086,9 +1085,6 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	rc = kvd_conv_init(d);
 	if (!rc)
 		rc = kvd_prefix_init(d);
-	d->path = calloc(d->ctx_len / d->geom.block_tokens + 1, sizeof(*d->path));
-	if (!rc && !d->path)
-		rc = -ENOMEM;
 	if (rc) {
 		snprintf(err, errlen, "conversations and prefix cache: %s", strerror(-rc));
 		goto fail;

@@ -100,6 +100,7 @@ struct kvd_radix {
 	struct kvd_rnode **by_block;
 	uint32_t blocks_total, bt, n, n_evictable;
 	uint64_t seed, serial;
+	uint64_t removals;		/* nodes that have left: kvd_rmatch */
 	struct kvd_rnode *lru_head, *lru_tail;	/* head: evicted first */
 };
 
@@ -115,6 +116,24 @@ struct kvd_rnode *kvd_radix_child(const struct kvd_radix *r, uint32_t tenant,
  * nodes to path when not NULL. */
 uint32_t kvd_radix_match(const struct kvd_radix *r, uint32_t tenant, const int32_t *tokens,
 			 uint32_t n_blocks, struct kvd_rnode **path);
+/*
+ * A sequence's last match, kept from one lookup to the next (a queued
+ * turn is looked up in every scheduler turn until it is admitted: the
+ * walks were 29% of the scheduler's CPU in a 100-agent run). While no
+ * node has left the index since, its path stands (an insertion only
+ * lengthens a match), so the next lookup goes on from its end. Zeroed:
+ * nothing matched yet. Its owner zeroes it when the sequence's tokens
+ * change other than by appending.
+ */
+struct kvd_rmatch {
+	uint64_t removals;		/* the index's count when taken */
+	struct kvd_rnode *last;		/* the deepest node matched, or NULL */
+};
+
+/* kvd_radix_match, going on from m and leaving the match in it; path
+ * (when not NULL) gets the nodes from the last one's parents. */
+uint32_t kvd_radix_match_from(const struct kvd_radix *r, struct kvd_rmatch *m, uint32_t tenant,
+			      const int32_t *tokens, uint32_t n_blocks, struct kvd_rnode **path);
 /* A new node (no equal one may exist: kvd_radix_child first); NULL when
  * out of memory or the block is indexed already. */
 struct kvd_rnode *kvd_radix_insert(struct kvd_radix *r, uint32_t tenant,
@@ -240,6 +259,7 @@ struct kvd_conv {
 	int text_indexed;
 	uint8_t *cls;			/* per text byte: KVD_TEXT_* (markup.c) */
 	struct kvd_rnode **nodes;	/* radix node of each full block offered */
+	struct kvd_rmatch match;	/* its tokens' last lookup in the index */
 	uint32_t n_offered;		/* full blocks offered to the cache */
 	int pending_registered;		/* computing pending_block for others */
 	uint32_t pending_block;
@@ -590,7 +610,6 @@ struct kvd {
 	uint64_t cache_sid;
 	int has_cache_sid;
 	struct kvd_hmap pending;	/* prefills in flight, by their next block */
-	struct kvd_rnode **path;	/* scratch: a prompt's cached blocks */
 	/* jobs */
 	struct kvd_job *jobs, *jobs_tail;	/* every job the scheduler holds, oldest first */
 	pthread_cond_t idle_cond;	/* a job finished (kvd_drain waits) */
@@ -784,7 +803,7 @@ void kvd_blocks_hold(struct kvd *d, struct kvd_conv *c, uint32_t from, uint32_t 
 /* prefix.c: the radix index tied to the arena */
 int kvd_prefix_init(struct kvd *d);
 void kvd_prefix_fini(struct kvd *d);
-uint32_t kvd_prefix_lookup(struct kvd *d, const struct kvd_conv *c, uint32_t max_tokens,
+uint32_t kvd_prefix_lookup(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens,
 			   struct kvd_rnode **path);
 /* Shares the longest cached run of c's full blocks into c (c has a kvarena
  * session and no blocks yet); returns tokens covered. */
@@ -799,8 +818,7 @@ void kvd_prefix_busy(struct kvd *d, uint32_t block, int busy);
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want);
 void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c);
 void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c);
-int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached,
-			    struct kvd_rnode **path);
+int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached);
 /* The cache lets go of one block (tiering.c: the evicted conversation that
  * alone holds it has it in a spill file; keeping it would keep its memory). */
 void kvd_prefix_drop(struct kvd *d, uint32_t block);

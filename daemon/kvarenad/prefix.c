@@ -91,13 +91,13 @@ void kvd_prefix_offered_to(struct kvd_conv *c, uint32_t n)
 }
 
 /* Cached full blocks of the conversation's first max_tokens tokens. */
-uint32_t kvd_prefix_lookup(struct kvd *d, const struct kvd_conv *c, uint32_t max_tokens,
+uint32_t kvd_prefix_lookup(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens,
 			   struct kvd_rnode **path)
 {
 	if (!d->has_cache_sid)
 		return 0;
-	return kvd_radix_match(&d->radix, c->tenant, c->tokens, max_tokens / d->geom.block_tokens,
-			       path);
+	return kvd_radix_match_from(&d->radix, &c->match, c->tenant, c->tokens,
+				    max_tokens / d->geom.block_tokens, path);
 }
 
 uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_tokens)
@@ -222,14 +222,13 @@ void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c)
 }
 
 /* 1 when another conversation is computing the block c needs right after
- * its cached prefix (n_cached full blocks matched, path: their nodes),
+ * its cached prefix (n_cached full blocks matched by its last lookup),
  * one it could attach: not the block of its last token, which c computes
  * itself whatever the other brings (its logits). */
-int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached,
-			    struct kvd_rnode **path)
+int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached)
 {
 	uint32_t bt = d->geom.block_tokens;
-	struct kvd_rnode *parent = n_cached ? path[n_cached - 1] : NULL;
+	struct kvd_rnode *parent = n_cached ? c->match.last : NULL;
 	struct kvd_hnode *e;
 	uint64_t key;
 

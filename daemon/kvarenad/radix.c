@@ -8,7 +8,9 @@
  * - Lookup walks a prompt block by block from the tenant's root: one hash
  *   probe per block, the node's ids and parent compared (a key collision
  *   costs a compare, never another prompt's KV), so the longest cached
- *   prefix of an n-token prompt costs O(n), at any depth.
+ *   prefix of an n-token prompt costs O(n), at any depth. A sequence
+ *   looked up again (a queued turn, every scheduler turn) goes on from
+ *   its last match while no node has left the index: one probe.
  * - A node is busy while some conversation holds its block; a node that
  *   is neither busy nor a parent is an evictable leaf. Evictable leaves
  *   wait in one list in the order they became evictable: released ones
@@ -138,20 +140,37 @@ struct kvd_rnode *kvd_radix_child(const struct kvd_radix *r, uint32_t tenant,
 	return NULL;
 }
 
+uint32_t kvd_radix_match_from(const struct kvd_radix *r, struct kvd_rmatch *m, uint32_t tenant,
+			      const int32_t *tokens, uint32_t n_blocks, struct kvd_rnode **path)
+{
+	struct kvd_rnode *n = m->last, *c;
+	uint32_t i;
+
+	if (m->removals != r->removals || (n && n->tenant != tenant))
+		n = NULL;	/* a node on the path may be gone: from the root */
+	while (n && n->depth >= n_blocks)
+		n = n->parent;
+	i = n ? n->depth + 1 : 0;
+	for (; i < n_blocks; i++) {
+		c = kvd_radix_child(r, tenant, n, tokens + (size_t)i * r->bt);
+		if (!c)
+			break;
+		n = c;
+	}
+	m->removals = r->removals;
+	m->last = n;
+	if (path)
+		for (c = n; c; c = c->parent)
+			path[c->depth] = c;
+	return i;
+}
+
 uint32_t kvd_radix_match(const struct kvd_radix *r, uint32_t tenant, const int32_t *tokens,
 			 uint32_t n_blocks, struct kvd_rnode **path)
 {
-	struct kvd_rnode *n = NULL;
-	uint32_t i;
+	struct kvd_rmatch m = { 0 };
 
-	for (i = 0; i < n_blocks; i++) {
-		n = kvd_radix_child(r, tenant, n, tokens + (size_t)i * r->bt);
-		if (!n)
-			break;
-		if (path)
-			path[i] = n;
-	}
-	return i;
+	return kvd_radix_match_from(r, &m, tenant, tokens, n_blocks, path);
 }
 
 struct kvd_rnode *kvd_radix_insert(struct kvd_radix *r, uint32_t tenant,
@@ -212,6 +231,7 @@ void kvd_radix_remove(struct kvd_radix *r, struct kvd_rnode *n)
 	kvd_hmap_del(&r->map, &n->h);
 	r->by_block[n->block] = NULL;
 	r->n--;
+	r->removals++;
 	free(n);
 	if (p && !--p->n_children)
 		lru_add(r, p, 1);

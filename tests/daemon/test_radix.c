@@ -232,6 +232,51 @@ static void op_match(struct kvd_radix *r)
 		      path[i]->tenant == tenant, "match: block %u is the model's", i);
 }
 
+/* Sequences looked up again and again, as queued turns are, through
+ * their last match (kvd_radix_match_from) while the index changes under
+ * them: the same blocks as the model's match every time. */
+#define NSEQ 8
+static struct {
+	int32_t tok[(MAXDEPTH + 2) * BT];
+	struct kvd_rmatch m;
+	uint32_t tenant;
+	int used;
+} seqs[NSEQ];
+
+static void op_memo(struct kvd_radix *r)
+{
+	struct kvd_rnode *path[MAXDEPTH + 2];
+	int mpath[MAXDEPTH + 2];
+	uint32_t s = rnd(NSEQ), nb = 1 + rnd(MAXDEPTH + 1), i, k, km;
+
+	if (!seqs[s].used || !rnd(8)) {
+		/* new tokens (a stored prefix, maybe changed late): a new
+		 * match, as kvd_conv_truncate starts one */
+		int src = (int)rnd(NBLOCKS);
+
+		for (i = 0; i < MAXDEPTH + 2; i++)
+			random_block(seqs[s].tok + i * BT);
+		if (ents[src].used && rnd(4)) {
+			memcpy(seqs[s].tok, ents[src].prefix,
+			       (size_t)(ents[src].depth + 1) * BT * sizeof(int32_t));
+			if (rnd(2))
+				seqs[s].tok[rnd((ents[src].depth + 1) * BT)] ^= 1;
+		}
+		memset(&seqs[s].m, 0, sizeof(seqs[s].m));
+		seqs[s].tenant = rnd(NTEN);
+		seqs[s].used = 1;
+	}
+	memset(path, 0, sizeof(path));
+	k = kvd_radix_match_from(r, &seqs[s].m, seqs[s].tenant, seqs[s].tok, nb, path);
+	km = model_match(seqs[s].tenant, seqs[s].tok, nb, mpath);
+	CHECK(k == km, "match from the last: %u blocks, the model %u", k, km);
+	CHECK(k ? seqs[s].m.last == path[k - 1] : !seqs[s].m.last,
+	      "the match kept is its deepest node");
+	for (i = 0; i < k && i < km; i++)
+		CHECK(path[i] == ents[mpath[i]].node && path[i]->tenant == seqs[s].tenant,
+		      "match from the last: block %u is the model's", i);
+}
+
 static void op_busy(struct kvd_radix *r)
 {
 	int e = (int)rnd(NBLOCKS);
@@ -346,11 +391,12 @@ static void insert_refused(void)
 static void long_prompt(void)
 {
 	struct kvd_radix r;
-	uint32_t nb = 2000, i, k;
+	uint32_t nb = 2000, i, k, k2 = 0;
 	int32_t *tok = malloc((size_t)nb * BT * sizeof(*tok));
 	struct kvd_rnode *p = NULL;
+	struct kvd_rmatch m;
 	struct timespec t0, t1;
-	double ms;
+	double ms, ms2;
 
 	if (!tok || kvd_radix_init(&r, BT, nb + 1, 7)) {
 		free(tok);
@@ -369,6 +415,17 @@ static void long_prompt(void)
 	      ms / 100);
 	OK("a 2000-block (8000-token) prompt matches whole, %.3f ms per lookup (no cap)",
 	   ms / 100);
+	/* looked up again from its last match: one probe past its end */
+	memset(&m, 0, sizeof(m));
+	k = kvd_radix_match_from(&r, &m, 0, tok, nb, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (i = 0; i < 100; i++)
+		k2 = kvd_radix_match_from(&r, &m, 0, tok, nb, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms2 = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	CHECK(k == nb && k2 == nb && m.last && m.last->depth == nb - 1,
+	      "from its last match: %u and %u blocks of %u", k, k2, nb);
+	OK("looked up again from its last match: %.2f us per lookup", ms2 * 10);
 	kvd_radix_fini(&r);
 	free(tok);
 }
@@ -393,7 +450,10 @@ int main(int argc, char **argv)
 			op_insert(&r);
 			count[0]++;
 		} else if (op < 7) {
-			op_match(&r);
+			if (op == 6)
+				op_memo(&r);
+			else
+				op_match(&r);
 			count[1]++;
 		} else if (op < 9) {
 			op_busy(&r);
