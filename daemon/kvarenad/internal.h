@@ -416,6 +416,7 @@ struct kvd_job {
 	struct kvd_waiter *waiter;	/* kvd_job_next_any's, rung by pushes */
 	void (*notify)(void *arg);	/* kvd_job_set_notify's, under qlock */
 	void *notify_arg;
+	int wake_queued;		/* in d->wakes (under qlock) */
 	struct kvd_job *next;		/* d->jobs */
 };
 
@@ -615,6 +616,8 @@ struct kvd {
 	pthread_cond_t idle_cond;	/* a job finished (kvd_drain waits) */
 	uint32_t n_queued;
 	uint64_t next_order;
+	struct kvd_job **wakes;		/* core.c: consumers the turn woke */
+	uint32_t n_wakes, cap_wakes;
 	struct kvd_admit_cand *admit_buf;	/* admit.c: a turn's candidates */
 	size_t admit_cap;
 	uint32_t room_wanted;		/* blocks waiting work lacked at the last
@@ -701,6 +704,12 @@ void kvd_set_tenants(struct kvd *d, const struct kvd_config *cfg);
 
 /* core.c */
 void kvd_job_put(struct kvd_job *j);			/* drop a reference */
+/* The scheduler's turn: the consumers its events wake are woken when it
+ * lets go of d->lock (kvd_wakes_flush, then kvd_wakes_done with the
+ * lock held again). */
+void kvd_wakes_defer(struct kvd *d, int on);
+void kvd_wakes_flush(struct kvd *d);
+void kvd_wakes_done(struct kvd *d);
 void kvd_job_emit_token(struct kvd_job *j, const char *text, size_t n,
 			int32_t tok, float lp, const struct kvd_top *top,
 			uint32_t n_top);

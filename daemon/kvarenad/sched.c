@@ -618,6 +618,7 @@ void *kvd_sched_main(void *arg)
 		return NULL;
 	}
 	pthread_mutex_lock(&d->lock);
+	kvd_wakes_defer(d, 1);
 	t_turn = kvd_now_ns();
 	for (;;) {
 		uint64_t now = kvd_now_ns(), next, dl;
@@ -682,8 +683,10 @@ void *kvd_sched_main(void *arg)
 		kvd_audit(d);
 #endif
 		record_turn(d, t_turn);
+		kvd_wakes_defer(d, 0);
 		pthread_mutex_unlock(&d->lock);
 
+		kvd_wakes_flush(d);
 		kvd_workers_reap(reap, n_reap);
 		did = 0;
 		for (i = 0; i < n_tok; i++) {
@@ -699,6 +702,8 @@ void *kvd_sched_main(void *arg)
 		rc = poll(pfd, (nfds_t)n, did ? 0 : timeout);
 
 		pthread_mutex_lock(&d->lock);
+		kvd_wakes_done(d);
+		kvd_wakes_defer(d, 1);
 		t_turn = kvd_now_ns();
 		for (i = 0; i < n_tok; i++) {
 			j = tok[i];
@@ -731,6 +736,11 @@ void *kvd_sched_main(void *arg)
 				kvd_worker_readable(d, w);
 		}
 	}
+	kvd_wakes_defer(d, 0);
+	pthread_mutex_unlock(&d->lock);
+	kvd_wakes_flush(d);
+	pthread_mutex_lock(&d->lock);
+	kvd_wakes_done(d);
 	pthread_mutex_unlock(&d->lock);
 	free(pfd);
 	free(reap);
