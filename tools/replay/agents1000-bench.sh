@@ -155,6 +155,8 @@ $py tools/replay/kvreplay.py report --out "$out" base agents | tee "$out/report.
 # the rows
 $py - "$out" "$n" "$kv_total" "$arena_mb" "$blocks" >>"$tsv" <<'EOF'
 import json, math, sys
+sys.path.insert(0, "tools/replay")
+from kvreplay import STALL_CAUSES
 out, n, kv_total, arena_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 blocks = int(sys.argv[5])
 base = json.load(open(out + "/base.json"))
@@ -291,9 +293,10 @@ rows.append(fmt("restore_stalls_pct", "%.2f" % (100.0 * st / ret if ret else 0),
 # by cause (tier.md): no_room is a return whose prefetch found the arena
 # full; the census says of what, and whether room due back later was left
 # (idle_later: what a prefetch takes, so anything there is a defect);
-# no_slack a prefetch left to the return ([tier] prefetch_slack)
+# no_slack a prefetch left to the return ([tier] prefetch_slack); the
+# causes are kvreplay's (its report prints them too)
 cause = lambda c: d.get('kvarenad_tier_restore_stall_causes_total{cause="%s"}' % c, 0)
-for c in ("early", "no_room", "taken_again", "reading", "no_slack"):
+for c in STALL_CAUSES:
     rows.append(fmt("restore_stalls_%s_pct" % c, "%.2f" % (100.0 * cause(c) / ret if ret else 0),
                     "%", "stalls", "%d" % cause(c), "-"))
 nr = d.get("kvarenad_tier_no_room_returns_total", 0)
