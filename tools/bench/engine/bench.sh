@@ -68,6 +68,16 @@ peer() {
 	timeout "${ENGINE_BENCH_PEER_TIMEOUT:-300}" "$LD" "$CACHE/lib" "$@" || echo "peer_timeout=1"
 }
 PEER_NOTE=""
+# pair FILE THREADS: at 2 threads, our 1-thread decode right before each
+# round, as the 1-thread rows measure it (o_pair: the best), so that
+# t2/t1 compares runs seconds apart; the 1-thread rows ran minutes
+# earlier, and this host's memory can read 1.5x slower a minute later
+# (engine.md, "Three quiet runs on a Zen 5")
+pair() {
+	[ "$2" = 2 ] || return 0
+	o_pair=$(best "$o_pair" "$(get "$($B/bench/kve-bench "$1" --threads 1 --decode "$DEC")" \
+		decode_tps)")
+}
 cutoff() {	# cutoff OUTPUT MODEL THREADS: note a peer run that was cut off
 	case "$1" in *peer_timeout=1*)
 		PEER_NOTE="$PEER_NOTE
@@ -77,6 +87,8 @@ llama.cpp $2 at $3 thread(s): a run was cut off after ${ENGINE_BENCH_PEER_TIMEOU
 
 measure() {
 	f="$MD/$1.gguf"
+	o_pair=""
+	pair "$f" "$2"
 	o1=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC")
 	l1=$(peer "$f" --threads "$2" --decode "$DEC")
 	cutoff "$l1" "$1" "$2"
@@ -87,6 +99,7 @@ measure() {
 	ob=$o1
 	r=1
 	while [ "$r" -lt "${ENGINE_BENCH_ROUNDS:-2}" ]; do
+		pair "$f" "$2"
 		o2=$($B/bench/kve-bench "$f" --threads "$2" --decode "$DEC")
 		l2=$(peer "$f" --threads "$2" --decode "$DEC")
 		cutoff "$l2" "$1" "$2"
@@ -108,7 +121,6 @@ measure() {
 
 for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8 110m_q4_k_m 110m_q4_0 qwen3_q4_k_m}; do
 	measure "$m" 1
-	eval "dec1_$m=\$o_decode_tps"
 	oa=$(get "$o1" argmax)
 	la=$(get "$l1" argmax)
 	agree=1
@@ -136,8 +148,7 @@ dram1=$(get "$o1" dram_gbs)
 # bandwidth of 2 threads, and our 2-thread decode over our 1-thread one
 for m in ${ENGINE_BENCH_T2_MODELS-110m_f32 110m_q8 110m_q4_k_m 110m_q4_0}; do
 	measure "$m" 2
-	eval "d1=\${dec1_$m:-}"
-	[ -n "$d1" ] || d1=$(get "$($B/bench/kve-bench "$MD/$m.gguf" --threads 1 --decode "$DEC" --no-bw)" decode_tps)
+	d1=$o_pair
 	row "prefill_${m}_t2" "$o_prefill_tps" tok/s llama.cpp "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")"
 	row "decode_${m}_t2" "$o_decode_tps" tok/s llama.cpp "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")"
 	row "decode_${m}_t2_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
