@@ -828,9 +828,10 @@ uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want);
 void kvd_prefix_pending_add(struct kvd *d, struct kvd_conv *c);
 void kvd_prefix_pending_drop(struct kvd *d, struct kvd_conv *c);
 int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_cached);
-/* The cache lets go of one block (tiering.c: the evicted conversation that
- * alone holds it has it in a spill file; keeping it would keep its memory). */
-void kvd_prefix_drop(struct kvd *d, uint32_t block);
+/* The cache lets go of blocks, leaves only, in the order given (tiering.c:
+ * an evicted conversation's that it alone holds, deepest first: its spill
+ * file has them; keeping them would keep their memory). */
+void kvd_prefix_drop(struct kvd *d, const uint32_t *blocks, uint32_t count);
 
 /* workers.c */
 int kvd_workers_start(struct kvd *d);

@@ -80,6 +80,33 @@ static int ensure_nodes(struct kvd *d, struct kvd_conv *c)
 	return c->nodes ? 0 : -ENOMEM;
 }
 
+/*
+ * The cache session's references, many blocks a call: a call costs the
+ * blocks the session holds besides its batch (kvc_blocks.c), and the
+ * cache session holds most of the arena, so one block a call made a
+ * watermark's eviction (1300 blocks of a 10k-block arena) 50 ms of the
+ * scheduler's turn. Frees here are of blocks whose nodes have left the
+ * index already: one that fails (a broken invariant: the cache holds
+ * every indexed block once) is logged and stays the cache's.
+ */
+#define CACHE_BATCH 256
+
+static uint32_t cache_let_go(struct kvd *d, const uint32_t *ids, uint32_t n)
+{
+	uint32_t i, freed = 0;
+
+	if (!n || kva_blocks_free(d->arena, d->cache_sid, n, ids) >= 0)
+		return n;
+	for (i = 0; i < n; i++) {
+		if (kva_blocks_free(d->arena, d->cache_sid, 1, ids + i) >= 0)
+			freed++;
+		else
+			kvd_log(KVD_LOG_ERR, "cache", "block %u: the cache's reference would not go",
+				ids[i]);
+	}
+	return freed;
+}
+
 /* c has offered its first n blocks only: the nodes past them are
  * forgotten, since they may leave the index (free_to_disk drops a
  * conversation's own leaves) while c no longer holds their blocks. */
@@ -128,31 +155,63 @@ uint32_t kvd_prefix_attach(struct kvd *d, struct kvd_conv *c, uint32_t max_token
 	return n * bt;
 }
 
+/*
+ * The cache's references on c's blocks from first to *end (at most
+ * CACHE_BATCH of them) that the index names nowhere, in one call, before
+ * they are indexed: returns how many (in ids, in c's order), 0 when the
+ * call failed. What is not indexed after all goes back in one call too.
+ */
+static uint32_t share_unindexed(struct kvd *d, const struct kvd_conv *c, uint32_t first,
+				uint32_t full, uint32_t *ids, uint32_t *end)
+{
+	uint32_t i, n = 0;
+
+	for (i = first; i < full && n < CACHE_BATCH; i++)
+		if (!kvd_radix_by_block(&d->radix, c->as.s.block_table[i]))
+			ids[n++] = c->as.s.block_table[i];
+	*end = i;
+	if (n && kva_blocks_share(d->arena, d->cache_sid, n, ids) < 0)
+		n = 0;
+	return n;
+}
+
 void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 {
-	uint32_t bt = d->geom.block_tokens, full, i;
+	uint32_t bt = d->geom.block_tokens, full, i, ids[CACHE_BATCH], unused[CACHE_BATCH];
+	uint32_t n_shared = 0, k = 0, n_unused = 0, end;
 
 	if (!d->has_cache_sid || !c->has_kv || ensure_nodes(d, c))
 		return;
 	full = c->as.s.n_tokens / bt;
+	end = c->n_offered;
 	for (i = c->n_offered; i < full; i++) {
 		struct kvd_rnode *parent = i ? c->nodes[i - 1] : NULL, *n;
 		uint32_t block = c->as.s.block_table[i];
+		int mine = 0;
 
 		if (i && !parent)
 			break;		/* the chain broke (no memory): nothing deeper */
+		if (i == end) {		/* the next batch of references */
+			cache_let_go(d, unused, n_unused);
+			n_unused = 0;
+			k = 0;
+			n_shared = share_unindexed(d, c, i, full, ids, &end);
+		}
+		if (k < n_shared && ids[k] == block) {
+			k++;
+			mine = 1;	/* the cache's reference taken, to index */
+		}
 		n = kvd_radix_child(&d->radix, c->tenant, parent, c->tokens + (size_t)i * bt);
-		if (!n && !kvd_radix_by_block(&d->radix, block) &&
-		    kva_blocks_share(d->arena, d->cache_sid, 1, &block) >= 0) {
+		if (!n && mine) {
 			n = kvd_radix_insert(&d->radix, c->tenant, parent,
 					     c->tokens + (size_t)i * bt, block,
 					     d->block_users[block] > 0);
-			if (!n)
-				kva_blocks_free(d->arena, d->cache_sid, 1, &block);
-			else	/* the routers' KV events (daemon/remote) */
+			if (n)		/* the routers' KV events (daemon/remote) */
 				kvd_kvev_stored(d, n->h.key, parent ? parent->h.key : 0,
 						c->tokens + (size_t)i * bt);
 		}
+		if (mine && (!n || n->block != block))
+			unused[n_unused++] = block;
 		/* an equal block another conversation computed meanwhile
 		 * stays the index's, and this one's chain stops there: c->nodes
 		 * names only blocks c holds (a node it does not hold may be
@@ -161,6 +220,10 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 			break;
 		c->nodes[i] = n;
 	}
+	/* the references taken for blocks the loop did not index */
+	while (k < n_shared)
+		unused[n_unused++] = ids[k++];
+	cache_let_go(d, unused, n_unused);
 	c->n_offered = i;
 	kvd_kvev_flush(d);
 	if (c->pending_registered && c->n_offered > c->pending_block)
@@ -169,21 +232,25 @@ void kvd_prefix_offer(struct kvd *d, struct kvd_conv *c)
 
 uint32_t kvd_prefix_evict(struct kvd *d, uint32_t want)
 {
-	uint32_t freed = 0;
+	uint32_t ids[CACHE_BATCH], taken = 0, freed = 0, k = 0;
 	struct kvd_rnode *n;
 
 	if (!d->has_cache_sid)
 		return 0;
-	while (freed < want && (n = kvd_radix_victim(&d->radix))) {
-		uint32_t block = n->block;
-
-		if (kva_blocks_free(d->arena, d->cache_sid, 1, &block) < 0)
-			break;
+	/* out of the index one by one (a leaf's going may make its parent
+	 * the next victim), the references in batches */
+	while (taken < want && (n = kvd_radix_victim(&d->radix))) {
+		ids[k++] = n->block;
 		kvd_kvev_removed(d, n->h.key);
 		kvd_radix_remove(&d->radix, n);
-		freed++;
+		taken++;
 		d->m.cache_evictions++;
+		if (k == CACHE_BATCH) {
+			freed += cache_let_go(d, ids, k);
+			k = 0;
+		}
 	}
+	freed += cache_let_go(d, ids, k);
 	kvd_kvev_flush(d);
 	return freed;
 }
@@ -251,17 +318,26 @@ int kvd_prefix_pending_wait(struct kvd *d, const struct kvd_conv *c, uint32_t n_
 /* Only a leaf can go (a child's key chains through its parent): tiering.c
  * drops a conversation's blocks deepest first, so its whole private tail
  * leaves the index; a block with cached children of its own stays. */
-void kvd_prefix_drop(struct kvd *d, uint32_t block)
+void kvd_prefix_drop(struct kvd *d, const uint32_t *blocks, uint32_t count)
 {
+	uint32_t ids[CACHE_BATCH], i, k = 0;
 	struct kvd_rnode *n;
 
 	if (!d->has_cache_sid)
 		return;
-	n = kvd_radix_by_block(&d->radix, block);
-	if (!n || n->n_children || kva_blocks_free(d->arena, d->cache_sid, 1, &block) < 0)
-		return;
-	kvd_kvev_removed(d, n->h.key);
-	kvd_radix_remove(&d->radix, n);
+	for (i = 0; i < count; i++) {
+		n = kvd_radix_by_block(&d->radix, blocks[i]);
+		if (!n || n->n_children)
+			continue;
+		ids[k++] = blocks[i];
+		kvd_kvev_removed(d, n->h.key);
+		kvd_radix_remove(&d->radix, n);
+		d->m.cache_evictions++;
+		if (k == CACHE_BATCH) {
+			cache_let_go(d, ids, k);
+			k = 0;
+		}
+	}
+	cache_let_go(d, ids, k);
 	kvd_kvev_flush(d);
-	d->m.cache_evictions++;
 }

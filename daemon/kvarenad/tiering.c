@@ -326,12 +326,20 @@ static void discard(struct kvd *d, struct kvd_conv *c, const char *why)
  */
 static void free_to_disk(struct kvd *d, struct kvd_conv *c)
 {
-	uint32_t i;
+	uint32_t i = c->as.s.n_blocks, n, only[256];
 
-	/* deepest first: the prefix cache's index lets go of leaves only */
-	for (i = c->as.s.n_blocks; i-- > c->tier_file_skip;)
-		if (d->block_users[c->as.s.block_table[i]] == 1)
-			kvd_prefix_drop(d, c->as.s.block_table[i]);
+	/* deepest first: the prefix cache's index lets go of leaves only;
+	 * many blocks a call (prefix.c, cache_let_go) */
+	while (i > c->tier_file_skip) {
+		for (n = 0; i > c->tier_file_skip && n < 256;) {
+			uint32_t b = c->as.s.block_table[--i];
+
+			if (d->block_users[b] == 1)
+				only[n++] = b;
+		}
+		if (n)
+			kvd_prefix_drop(d, only, n);
+	}
 	kvd_conv_free_blocks(d, c);
 	kvd_kstate_tier(d, c);
 }

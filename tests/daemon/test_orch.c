@@ -29,7 +29,7 @@
  * copy_mode, pressure, dropped_events, worker_death, plugin, paths,
  * preempt, preempt_cached, readmit_first, route_order, constrained_long,
  * admission, worker_storm, stall, fairness, shared_start, session_keys,
- * never_fits, index_chain, bisect, utf8_clean, stop_in_token, spm_turns,
+ * never_fits, index_chain, cache_batches, bisect, utf8_clean, stop_in_token, spm_turns,
  * program_fcfs, prefill_ahead, program_chunks, end_of_turn, worker_fd0, and
  * with the hooks reserve_fail, room_edge, reserve_in_flight, lost_in_turn, round_edges,
  * round_restore_waits, expire_claimed, queued_kv_line, queued_kv_tenants,
@@ -2531,6 +2531,84 @@ static void test_index_chain(void)
 		      "B's next offer indexes its own 3 blocks from the root (%u)", n);
 		kvd_conv_free(d, b);
 	}
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
+}
+
+/* Blocks the cache session holds (its kvarena reference on each). */
+static uint32_t cache_held(struct kvd *d)
+{
+	struct kva_session_info si = { .size = sizeof(si) };
+
+	return kva_session_get_info(d->arena, d->cache_sid, &si) ? UINT32_MAX : si.blocks_held;
+}
+
+/*
+ * The cache session's references go many blocks a call (prefix.c,
+ * cache_let_go): more cached blocks than one call's batch (256) are all
+ * evicted by one kvd_prefix_evict, and the cache session holds exactly
+ * the blocks the index names, before and after, also when an offer's
+ * blocks lose to equal ones indexed before (their references go back).
+ */
+static void test_cache_batches(void)
+{
+	struct kvd_config c;
+	struct kvd_conv *cv[48], *twin = NULL;
+	struct kvd *d;
+	uint32_t bt, per, i, n, nc = 0, total = 0;
+	int ok = 1;
+
+	base_config(&c);
+	c.kv_blocks = 1024;
+	d = start(&c);
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	bt = d->geom.block_tokens;
+	per = d->ctx_len / bt;
+	/* conversations of distinct tokens, full blocks computed (as if:
+	 * only the index is tested), until over a batch and a half */
+	while (ok && d->has_cache_sid && nc < 48 && total < 400 &&
+	       kvd_blocks_free(d) >= 2 * per) {
+		struct kvd_conv *x = kvd_conv_new(d, 0);
+
+		ok = x != NULL;
+		for (i = 0; ok && i < per * bt; i++)
+			ok = !kvd_conv_push_token(x, 7 + (int32_t)((nc * 5 + i) % 400), NULL, 0, 0);
+		ok = ok && !kvd_conv_open_kv(d, x) && !kvd_conv_reserve_to(d, x, per * bt);
+		if (x)
+			cv[nc++] = x;
+		if (ok) {
+			x->as.s.n_tokens = per * bt;
+			kvd_prefix_offer(d, x);
+			total += x->n_offered;
+		}
+	}
+	CHECK(ok && total > 256 && total == d->radix.n && cache_held(d) == total,
+	      "%u conversations offered %u blocks; indexed %u, the cache session holds %u",
+	      nc, total, d->radix.n, cache_held(d));
+	/* the first one's twin, computed in blocks of its own */
+	twin = ok ? kvd_conv_new(d, 0) : NULL;
+	ok = twin != NULL;
+	for (i = 0; ok && i < per * bt; i++)
+		ok = !kvd_conv_push_token(twin, 7 + (int32_t)(i % 400), NULL, 0, 0);
+	ok = ok && !kvd_conv_open_kv(d, twin) && !kvd_conv_reserve_to(d, twin, per * bt);
+	if (ok) {
+		twin->as.s.n_tokens = per * bt;
+		kvd_prefix_offer(d, twin);
+	}
+	CHECK(ok && twin->n_offered == 0 && d->radix.n == total && cache_held(d) == total,
+	      "a twin's equal blocks are not indexed and hold no cache reference "
+	      "(offered %u; indexed %u, held %u of %u)", ok ? twin->n_offered : 0, d->radix.n,
+	      cache_held(d), total);
+	if (twin)
+		kvd_conv_free(d, twin);
+	for (i = 0; i < nc; i++)
+		kvd_conv_free(d, cv[i]);
+	n = kvd_prefix_evict(d, d->geom.blocks_total);
+	CHECK(n == total && d->radix.n == 0 && cache_held(d) == 0,
+	      "one eviction lets go of all %u cached blocks (%u; %u indexed, %u held)", total,
+	      n, d->radix.n, cache_held(d));
 	pthread_mutex_unlock(&d->lock);
 	kvd_destroy(d);
 }
@@ -6550,6 +6628,7 @@ int main(int argc, char **argv)
 	RUN(session_keys);
 	RUN(never_fits);
 	RUN(index_chain);
+	RUN(cache_batches);
 	RUN(bisect);
 	RUN(void_behind);
 	RUN(many_candidates);
