@@ -85,9 +85,10 @@ static int ensure_nodes(struct kvd *d, struct kvd_conv *c)
  * blocks the session holds besides its batch (kvc_blocks.c), and the
  * cache session holds most of the arena, so one block a call made a
  * watermark's eviction (up to 1300 blocks of a 10k-block arena) 1300
- * passes over the cache's 10k references in one turn. Frees here are of blocks whose nodes have left the
- * index already: one that fails (a broken invariant: the cache holds
- * every indexed block once) is logged and stays the cache's.
+ * passes over the cache's 10k references in one turn. Frees here are of
+ * blocks whose nodes have left the index already: one that fails (a
+ * broken invariant: the cache holds every indexed block once) is logged
+ * and stays the cache's.
  */
 #define CACHE_BATCH 256
 
