@@ -139,37 +139,50 @@ check-engine-guest: modules-guest engine
 check-dkms:
 	tests/dkms/check-dkms.sh
 
+# Every test, in this order; each lane's time is printed as it ends and
+# all of them at the end, so that a log (CI's too) says where the time goes.
+CHECK_LANES := check-spdx \
+	check-man \
+	check-config-docs \
+	check-lib-docs \
+	check-kvactl \
+	check-core \
+	check-lib \
+	check-abi \
+	check-lib-valgrind \
+	check-python \
+	check-style \
+	check-guest \
+	check-dkms \
+	check-install \
+	check-engine \
+	check-engine-peer \
+	check-model \
+	check-engine-guest \
+	check-python-guest \
+	check-engine-avx512 \
+	check-toolwait \
+	check-fuzz \
+	check-chat \
+	check-api \
+	check-tier \
+	check-daemon \
+	check-remote \
+	check-remote-rxe \
+	check-sandbox \
+	check-sandbox-guest
+
 check-all:
-	$(MAKE) --no-print-directory check-spdx
-	$(MAKE) --no-print-directory check-man
-	$(MAKE) --no-print-directory check-config-docs
-	$(MAKE) --no-print-directory check-lib-docs
-	$(MAKE) --no-print-directory check-kvactl
-	$(MAKE) --no-print-directory check-core
-	$(MAKE) --no-print-directory check-lib
-	$(MAKE) --no-print-directory check-abi
-	$(MAKE) --no-print-directory check-lib-valgrind
-	$(MAKE) --no-print-directory check-python
-	$(MAKE) --no-print-directory check-style
-	$(MAKE) --no-print-directory check-guest
-	$(MAKE) --no-print-directory check-dkms
-	$(MAKE) --no-print-directory check-install
-	$(MAKE) --no-print-directory check-engine
-	$(MAKE) --no-print-directory check-engine-peer
-	$(MAKE) --no-print-directory check-model
-	$(MAKE) --no-print-directory check-engine-guest
-	$(MAKE) --no-print-directory check-python-guest
-	$(MAKE) --no-print-directory check-engine-avx512
-	$(MAKE) --no-print-directory check-toolwait
-	$(MAKE) --no-print-directory check-fuzz
-	$(MAKE) --no-print-directory check-chat
-	$(MAKE) --no-print-directory check-api
-	$(MAKE) --no-print-directory check-tier
-	$(MAKE) --no-print-directory check-daemon
-	$(MAKE) --no-print-directory check-remote
-	$(MAKE) --no-print-directory check-remote-rxe
-	$(MAKE) --no-print-directory check-sandbox
-	$(MAKE) --no-print-directory check-sandbox-guest
+	@mkdir -p $(B); : > $(B)/check-times; \
+	for t in $(CHECK_LANES); do \
+		s=$$(date +%s); \
+		echo "$(MAKE) --no-print-directory $$t"; \
+		$(MAKE) --no-print-directory $$t || { echo "check-all: $$t failed after $$(($$(date +%s) - s)) s"; exit 1; }; \
+		echo "$$t $$(($$(date +%s) - s))" >> $(B)/check-times; \
+		echo "check-all: $$t took $$(($$(date +%s) - s)) s"; \
+	done; \
+	echo "check-all: every lane passed; seconds each, longest first:"; \
+	sort -k2,2nr $(B)/check-times | awk '{ printf "  %-24s %5d\n", $$1, $$2; s += $$2 } END { printf "  %-24s %5d\n", "total", s }'
 
 # make install into a scratch DESTDIR, then build and run programs against
 # it through pkg-config, as a user of the installed library would: one in
