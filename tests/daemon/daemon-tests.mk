@@ -21,6 +21,10 @@ $(KVD_TEST_SPM_MODEL): $(ENGINE_MKMODEL)
 	$(ENGINE_MKMODEL) --dim 256 --layers 4 --heads 4 --kv-heads 2 --ffn 512 \
 		--vocab 512 --ctx 1024 --tokenizer spm --type f32 --seed 3 -o $@ >/dev/null
 
+# test_orch and test_tiering run as this many processes side by side
+# (tests/daemon/shards.sh; 1: one process, in order)
+KVD_TEST_SHARDS ?= 3
+
 # mcp_servers: the npm MCP servers (sandbox-npm) and the hostile fake;
 # escape: the escape suite's probe (kvs-probe) through the daemon's tools
 .PHONY: check-orch
@@ -28,7 +32,7 @@ check-orch: $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_TEST_SPM_MODEL) $(KVD_PLUGI
 	sandbox-npm
 	ASAN_OPTIONS=detect_leaks=1 KVD_TEST_MCP_FAKE=$(SANDBOX_FAKE) KVD_TEST_PROBE=$(SANDBOX_PROBE) \
 		KVD_TEST_MCP_NPM=$(SANDBOX_OUT)/npm \
-		$(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
+		tests/daemon/shards.sh $(KVD_TEST_SHARDS) $(KVD_TEST_ORCH) $(KVD_TEST_MODEL) $(KVD_PLUGIN)
 
 # The KV tiers end to end (daemon/kvarenad/tiering.c over daemon/tier/):
 # spill and restore bit-identical, prefetch before a known return,
@@ -42,7 +46,8 @@ $(KVD_TEST_TIER): tests/daemon/test_tiering.c $(KVD_CORE_SLIB) $(KVD_DEP_SLIBS) 
 
 .PHONY: check-tiering
 check-tiering: $(KVD_TEST_TIER) $(KVD_TEST_MODEL)
-	ASAN_OPTIONS=detect_leaks=1 $(KVD_TEST_TIER) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering
+	ASAN_OPTIONS=detect_leaks=1 tests/daemon/shards.sh $(KVD_TEST_SHARDS) $(KVD_TEST_TIER) \
+		$(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering
 	KVD_TEST_KV_DTYPE=q8_0 KVD_TEST_ONLY="spill_restore corrupt make_room shared_prefix" \
 		$(KVD_TEST_TIER) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering-q8
 	KVD_TEST_ONLY=idle1000 $(KVD_TEST_TIER_G) $(KVD_TEST_MODEL) $(KVD_OUT)/tests/tiering
@@ -204,3 +209,8 @@ $(KVD_TEST_SCHED_OOM_COV): tests/daemon/test_sched_oom.c $(KVD_CORE_CLIB) $(KVD_
 	$(CC) $(KVD_CFLAGS) -O1 $(KVD_SAN) -DKVD_TEST_HOOKS --coverage $< $(KVD_CORE_CLIB) \
 		$(KVD_DEP_SLIBS) $(ENGINE_SLIB) $(LIB_A) -o $@ $(KVD_LDLIBS) \
 		-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
+
+# The suites' own headers (test_hold.h, test_run.h, test_worker.h)
+KVD_TEST_HDRS := $(wildcard tests/daemon/test_*.h)
+$(KVD_TEST_ORCH) $(KVD_TEST_ORCH_G) $(KVD_TEST_ORCH_COV) $(KVD_TEST_TIER) $(KVD_TEST_TIER_G) \
+	$(KVD_TEST_TIER_COV) $(KVD_TEST_SCHED_OOM) $(KVD_TEST_SCHED_OOM_COV): $(KVD_TEST_HDRS)

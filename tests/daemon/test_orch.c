@@ -58,6 +58,7 @@
 #include "kvsandbox.h"
 #include "log.h"
 #include "test_hold.h"
+#include "test_run.h"
 #include "test_worker.h"
 
 static int pass, failed;
@@ -6582,11 +6583,6 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	kvd_log_set_level(KVD_LOG_WARN);
 	sys_prompt = getenv("KVD_TEST_SMALL") ? sys_prompt_short : sys_prompt_long;
-#define RUN(name) do { \
-		const char *only = getenv("KVD_TEST_ONLY"); \
-		if (!only || strstr(only, #name)) \
-			test_##name(); \
-	} while (0)
 	RUN(utf8_clean);
 	RUN(stop_cut);
 	RUN(worker_answers);

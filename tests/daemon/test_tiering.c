@@ -110,6 +110,7 @@
 #include "internal.h"
 #include "log.h"
 #include "test_hold.h"
+#include "test_run.h"
 #include "worker.h"
 
 static int pass, failed;
@@ -3398,11 +3399,6 @@ int main(int argc, char **argv)
 	setenv("KVD_AUDIT", "1", 0);
 	signal(SIGPIPE, SIG_IGN);
 	kvd_log_set_level(getenv("KVD_TEST_VERBOSE") ? KVD_LOG_DEBUG : KVD_LOG_WARN);
-#define RUN(name) do { \
-		const char *only = getenv("KVD_TEST_ONLY"); \
-		if (!only || strstr(only, #name)) \
-			test_##name(); \
-	} while (0)
 	RUN(spill_restore);
 	RUN(prefetch);
 	RUN(new_class);
