@@ -96,10 +96,11 @@ bail() {
 	fi
 }
 
-run() {	# run LABEL CMD...: log everything, show failures and notes
+run() {	# run LABEL CMD...: log everything, show failures, notes and seconds
 	label=$1
 	shift
 	echo "== $label" >> "$LOG"
+	t0=$(date +%s)
 	out=$("$@" 2>&1)
 	rc=$?
 	printf '%s\n' "$out" >> "$LOG"
@@ -110,7 +111,7 @@ run() {	# run LABEL CMD...: log everything, show failures and notes
 		echo "FAIL $label exited with status $rc" | tee -a "$LOG"
 		extra_fail=$((extra_fail + 1))
 	fi
-	printf '%-44s %4d ok %3d failed\n' "$label" "$n_ok" "$n_bad"
+	printf '%-44s %4d ok %3d failed %4d s\n' "$label" "$n_ok" "$n_bad" $(($(date +%s) - t0))
 	bail
 }
 
@@ -126,6 +127,98 @@ runref() {	# numpy lines are the interesting ones: always show them
 	fi
 	bail
 }
+
+# the references (numpy, python regex, python tokenizers) against the
+# ASan-built kve-logits
+references() {
+	echo "numpy reference (float64; max abs error over 24 positions of logits):"
+	BOUND=1e-4
+	for m in f32-gqa f16-gqa q8-gqa odd-f32 qwen2-f16 qwen2-q8 gqa6-f16; do
+		runref "ref $m" "$PY" tests/engine/ref.py logits $M/$m.gguf $T/kve-logits --bound $BOUND
+	done
+	# --controls: a reference with llama's rope (and one without the biases)
+	# must miss by more than the bound, so a rope mix-up cannot pass
+	runref "ref qwen2-f32" "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --controls
+	# qwen3 (and its per-head norms), llama 3's rope_freqs, linear rope scaling
+	runref "ref qwen3-f32 controls" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound $BOUND --controls
+	runref "ref qwen3-f32 c threads" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound $BOUND --threads 2 --block 3 --prefill 7
+	runref "ref llama3-f32 controls" "$PY" tests/engine/ref.py logits $M/llama3-f32.gguf $T/kve-logits --bound $BOUND --controls
+	runref "ref linrope-f32 controls" "$PY" tests/engine/ref.py logits $M/linrope-f32.gguf $T/kve-logits --bound $BOUND --controls
+	runref "ref f32-gqa controls" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --controls
+	# partial rope: 8 of 16 dims (llama pairs), 6 of 16 (NEOX halves)
+	runref "ref rope8-f32 controls" "$PY" tests/engine/ref.py logits $M/rope8-f32.gguf $T/kve-logits --bound $BOUND --controls
+	runref "ref qwen2-rope6-f16 controls" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-rope6-f16.gguf $T/kve-logits --bound $BOUND --controls --prefill 7
+	runref "ref qwen2 arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
+	runref "ref c qwen2 q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-q8.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
+	runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
+	# an 8-bit KV (heads of 64, rotated): 16-token blocks, then 3-token ones
+	# (K's fours across 3 rows) at 2 threads, and the portable kernels;
+	# bound 2e-3: a value on a rounding boundary can quantise a step apart
+	# under another summation order (7e-4 seen), while a float KV is 0.034
+	# away (which the check requires to exceed the bound)
+	runref "ref q8_0 kv" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound 2e-3 --kv q8_0 --prefill 9 --controls
+	runref "ref q8_0 kv threads" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound 2e-3 --kv q8_0 --threads 2 --block 3 --prefill 7
+	runref "ref c q8_0 kv" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound 2e-3 --kv q8_0 --block 5 --prefill 1
+	runref "ref c q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
+	runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.gguf $T/kve-logits --bound $BOUND --block 1
+	runref "ref gqa6 threads" "$PY" tests/engine/ref.py logits $M/gqa6-f16.gguf $T/kve-logits --bound $BOUND --kv f16 --threads 2 --block 3 --prefill 9
+	# KV in arena blocks (kve-logits under KVE_TEST_KV=arena). Q8_0 with fp16
+	# KV is not compared: rounding K/V to fp16 moves activations across Q8_0
+	# quantisation steps, which the 1e-4 bound cannot absorb
+	runref "ref arena q8" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --block 4 --prefill 9
+	runref "ref arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
+	echo "== pre-tokenizers" >> "$LOG"
+	out=$("$PY" tests/engine/ref.py pretok $T/kve-logits 2>&1)
+	printf '%s\n' "$out" >> "$LOG"
+	printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
+	printf '%-44s %4d ok %3d failed\n' "BPE pre-tokenizers vs python regex" \
+		"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
+	printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
+	for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2 qwen2-f32; do
+		echo "== tokens $m" >> "$LOG"
+		out=$("$PY" tests/engine/ref.py tokens $M/$m.gguf $T/kve-logits 2>&1)
+		printf '%s\n' "$out" >> "$LOG"
+		printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
+		printf '%-44s %4d ok %3d failed\n' "tokenizer vs python ($m)" \
+			"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
+		printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
+		bail
+	done
+}
+
+# beside NAME CMD...: CMD as a background job with a log and an output of
+# its own, added to the whole in join_beside; in order under ENGINE_FAIL_FAST
+beside_jobs=""
+beside() {
+	name=$1
+	shift
+	if [ -n "${ENGINE_FAIL_FAST:-}" ]; then
+		"$@"
+		return
+	fi
+	(
+		LOG=$B/check-$name.log
+		: > "$LOG"
+		extra_fail=0
+		"$@" > "$B/$name.out" 2>&1
+		echo "$extra_fail" > "$B/$name.fail"
+	) &
+	beside_jobs="$beside_jobs $name:$!"
+}
+
+join_beside() {
+	for j in $beside_jobs; do
+		wait "${j#*:}"
+		cat "$B/${j%%:*}.out"
+		cat "$B/check-${j%%:*}.log" >> "$LOG"
+		extra_fail=$((extra_fail + $(cat "$B/${j%%:*}.fail" 2>/dev/null || echo 1)))
+	done
+}
+
+# two jobs beside the rest, CPU-bound, 15-40 s each: the references and
+# the allocation failures (test_oom: each failing allocation a run of its own)
+beside refs references
+beside oom run "allocation failures, one at a time" $T/test_oom $M/f32-gqa.gguf $M/fz-bpe.gguf
 
 echo "engine checks"
 run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf $M/qwen2-f32.gguf \
@@ -182,7 +275,6 @@ run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k
 # kva_blocks_share, and a prefill process handing KV to a decode process
 run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
 run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/q4km-gqa.gguf
-run "allocation failures, one at a time" $T/test_oom $M/f32-gqa.gguf $M/fz-bpe.gguf
 run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
 
 # constrained decoding: unit checks on both tokenizers, then the property
@@ -235,59 +327,7 @@ if [ -z "${ENGINE_SKIP_DEMO:-}" ]; then
 	run "kve-demo: prefill and decode workers" demo_checks
 fi
 
-echo "numpy reference (float64; max abs error over 24 positions of logits):"
-BOUND=1e-4
-for m in f32-gqa f16-gqa q8-gqa odd-f32 qwen2-f16 qwen2-q8 gqa6-f16; do
-	runref "ref $m" "$PY" tests/engine/ref.py logits $M/$m.gguf $T/kve-logits --bound $BOUND
-done
-# --controls: a reference with llama's rope (and one without the biases)
-# must miss by more than the bound, so a rope mix-up cannot pass
-runref "ref qwen2-f32" "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --controls
-# qwen3 (and its per-head norms), llama 3's rope_freqs, linear rope scaling
-runref "ref qwen3-f32 controls" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound $BOUND --controls
-runref "ref qwen3-f32 c threads" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound $BOUND --threads 2 --block 3 --prefill 7
-runref "ref llama3-f32 controls" "$PY" tests/engine/ref.py logits $M/llama3-f32.gguf $T/kve-logits --bound $BOUND --controls
-runref "ref linrope-f32 controls" "$PY" tests/engine/ref.py logits $M/linrope-f32.gguf $T/kve-logits --bound $BOUND --controls
-runref "ref f32-gqa controls" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --controls
-# partial rope: 8 of 16 dims (llama pairs), 6 of 16 (NEOX halves)
-runref "ref rope8-f32 controls" "$PY" tests/engine/ref.py logits $M/rope8-f32.gguf $T/kve-logits --bound $BOUND --controls
-runref "ref qwen2-rope6-f16 controls" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-rope6-f16.gguf $T/kve-logits --bound $BOUND --controls --prefill 7
-runref "ref qwen2 arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/qwen2-f32.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
-runref "ref c qwen2 q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen2-q8.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
-runref "ref f16 kv" "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 4 --prefill 9
-# an 8-bit KV (heads of 64, rotated): 16-token blocks, then 3-token ones
-# (K's fours across 3 rows) at 2 threads, and the portable kernels;
-# bound 2e-3: a value on a rounding boundary can quantise a step apart
-# under another summation order (7e-4 seen), while a float KV is 0.034
-# away (which the check requires to exceed the bound)
-runref "ref q8_0 kv" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound 2e-3 --kv q8_0 --prefill 9 --controls
-runref "ref q8_0 kv threads" "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound 2e-3 --kv q8_0 --threads 2 --block 3 --prefill 7
-runref "ref c q8_0 kv" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/qwen3-f32.gguf $T/kve-logits --bound 2e-3 --kv q8_0 --block 5 --prefill 1
-runref "ref c q8" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --threads 2 --prefill 20
-runref "ref c f16" env KVE_ISA=c "$PY" tests/engine/ref.py logits $M/f16-gqa.gguf $T/kve-logits --bound $BOUND --block 1
-runref "ref gqa6 threads" "$PY" tests/engine/ref.py logits $M/gqa6-f16.gguf $T/kve-logits --bound $BOUND --kv f16 --threads 2 --block 3 --prefill 9
-# KV in arena blocks (kve-logits under KVE_TEST_KV=arena). Q8_0 with fp16
-# KV is not compared: rounding K/V to fp16 moves activations across Q8_0
-# quantisation steps, which the 1e-4 bound cannot absorb
-runref "ref arena q8" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/q8-gqa.gguf $T/kve-logits --bound $BOUND --block 4 --prefill 9
-runref "ref arena f16 kv" env KVE_TEST_KV=arena "$PY" tests/engine/ref.py logits $M/f32-gqa.gguf $T/kve-logits --bound $BOUND --kv f16 --block 3 --prefill 5
-echo "== pre-tokenizers" >> "$LOG"
-out=$("$PY" tests/engine/ref.py pretok $T/kve-logits 2>&1)
-printf '%s\n' "$out" >> "$LOG"
-printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
-printf '%-44s %4d ok %3d failed\n' "BPE pre-tokenizers vs python regex" \
-	"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
-printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
-for m in f32-gqa f16-gqa bpe-llama3 bpe-qwen2 qwen2-f32; do
-	echo "== tokens $m" >> "$LOG"
-	out=$("$PY" tests/engine/ref.py tokens $M/$m.gguf $T/kve-logits 2>&1)
-	printf '%s\n' "$out" >> "$LOG"
-	printf '%s\n' "$out" | grep -v '^ok' | sed 's/^/  /'
-	printf '%-44s %4d ok %3d failed\n' "tokenizer vs python ($m)" \
-		"$(printf '%s\n' "$out" | grep -c '^ok')" "$(printf '%s\n' "$out" | grep -c '^FAIL')"
-	printf '%s\n' "$out" | grep -q '^ok' || extra_fail=$((extra_fail + 1))
-	bail
-done
+join_beside
 
 pass=$(grep -c '^ok' "$LOG")
 fail=$(( $(grep -c '^FAIL' "$LOG") + extra_fail ))

@@ -10,7 +10,7 @@ for kver in "$@"; do
 	rm -rf "$src" && mkdir -p "$src"
 	cp -r --parents Kbuild kmod include/uapi/linux/kvarena.h "$src"/
 	log=$src/sparse.log
-	make -s -C "/lib/modules/$kver/build" M="$PWD/$src" C=2 modules >"$log" 2>&1 || {
+	make -s -j"$(nproc)" -C "/lib/modules/$kver/build" M="$PWD/$src" C=2 modules >"$log" 2>&1 || {
 		echo "sparse: build failed on $kver" >&2; cat "$log" >&2; rc=1; continue; }
 	if grep -E "^$PWD/$src/.*(warning|error):" "$log"; then
 		echo "sparse: reports on $kver (above)" >&2
