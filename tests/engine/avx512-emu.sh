@@ -5,9 +5,10 @@
 #
 #   tests/engine/avx512-emu.sh STATIC_TEST_BINARY
 #
-# No machine here has AVX-512, and QEMU's TCG does not emulate it, so the
-# AVX-512 kernels (daemon/engine/kernels_avx512.c, kernels_avx512vnni.c)
-# are run under Bochs with its Ice Lake CPU model (AVX-512 F/CD/DQ/BW/VL
+# A host whose CPU has AVX-512 F/BW/VL and VNNI runs the binary natively
+# under the same verdict (below). Elsewhere, QEMU's TCG not emulating
+# AVX-512, the AVX-512 kernels (daemon/engine/kernels_avx512.c,
+# kernels_avx512vnni.c) are run under Bochs with its Ice Lake CPU model (AVX-512 F/CD/DQ/BW/VL
 # and VNNI, among others): a Debian kernel boots
 # from a GRUB ISO into an initramfs of busybox and the (statically linked)
 # test binary; /init prints /proc/cpuinfo's flags and the kernel's XSAVE
@@ -65,6 +66,82 @@ fi
 bios=/usr/share/bochs/BIOS-bochs-latest
 vgabios=/usr/share/vgabios/vgabios.bin
 busybox=/bin/busybox
+
+# The verdict on $log (the test's output with the flags and exit-status
+# markers), the same whether it ran emulated or natively ($how)
+verdict() {
+	fail=0
+	vnni=
+	bad() { echo "avx512-emu: FAIL: $*"; fail=1; }
+
+	flags=$(sed -n 's/^avx512-emu: flags //p' "$log")
+	for f in avx512f avx512bw avx512vl; do
+		echo " $flags " | grep -q " $f " || bad "the $how CPU does not report $f"
+	done
+	[ "$how" = native ] ||
+		for x in "0x020: 'AVX-512 opmask'" "0x040: 'AVX-512 Hi256'" "0x080: 'AVX-512 ZMM_Hi256'"; do
+			grep -q "x86/fpu: Supporting XSAVE feature $x" "$log" ||
+				bad "the kernel did not enable XSAVE feature $x"
+		done
+	grep -q '^# skip avx512:' "$log" && bad "the test skipped AVX-512"
+	grep -q '^ok   avx512 ' "$log" || bad "no AVX-512 check passed"
+	# a model with AVX-512 VNNI (corei7_icelake_u, the default) must run the
+	# VNNI checks: the 512-bit set, and the 256-bit tile with EVEX vpdpbusd
+	if echo " $flags " | grep -q " avx512_vnni "; then
+		grep -q '^# skip avx512vnni' "$log" && bad "the test skipped AVX-512 VNNI"
+		grep -q '^ok   avx512vnni ' "$log" || bad "no AVX-512 VNNI check passed"
+		grep -q '^ok   avx512vnni mm_q8 == avx512 mm_q8 bit for bit' "$log" ||
+			bad "avx512vnni was not checked against avx512 bit for bit"
+		grep -q '^ok   avxvnni code with EVEX vpdpbusd mm_q8 == avx2 mm_q8 bit for bit' "$log" ||
+			bad "the 256-bit VNNI tile (EVEX) was not checked against avx2"
+		vnni=yes
+	elif [ "$how" != native ] && [ "$cpu" = corei7_icelake_u ]; then
+		bad "the emulated CPU does not report avx512_vnni"
+	fi
+	grep '^FAIL' "$log" | sed 's/^/avx512-emu: /'
+	grep -q '^FAIL' "$log" && bad "$(grep -c '^FAIL' "$log") check(s) failed"
+	status=$(sed -n 's/^avx512-emu: test exit status //p' "$log")
+	if [ -z "$status" ]; then
+		bad "no exit-status marker: the test never finished (see $log)"
+		tail -n 20 "$log" | sed 's/^/avx512-emu: serial: /'
+	elif [ "$status" != 0 ]; then
+		bad "the test exited with status $status"
+	fi
+
+	grep '^# ' "$log" | sed 's/^/avx512-emu: test: /'
+	echo "avx512-emu: cpu flags: $(echo " $flags " | tr ' ' '\n' | grep -E '^(avx|fma|f16c|xsave)' | tr '\n' ' ')"
+	sed -n 's/^avx512-emu: dmesg \[[ 0-9.]*\] \(x86\/fpu: Enabled.*\)/avx512-emu: \1/p' "$log"
+	echo "avx512-emu: $(grep -c '^ok   avx512 ' "$log") avx512 checks ok, $(grep -c '^ok   avx512vnni ' "$log") avx512vnni${vnni:+ (VNNI run)}; $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" || echo 'no summary line')"
+	echo "avx512-emu: ${secs}s end to end ($how); logs in $out"
+	[ "$fail" -eq 0 ] || exit 1
+	echo "avx512-emu: PASS"
+}
+
+# A host whose own CPU has AVX-512 F/BW/VL and VNNI (a Zen 4 or 5) runs
+# the same static binary natively under the same verdict, in seconds;
+# AVX512_EMU=1 boots Bochs all the same.
+how=emulated
+if [ "${AVX512_EMU:-0}" != 1 ]; then
+	how=native
+	host=" $(grep -m1 '^flags' /proc/cpuinfo | sed 's/^flags[^:]*: //') "
+	for f in avx512f avx512bw avx512vl avx512_vnni; do
+		case $host in *" $f "*) ;; *) how=emulated ;; esac
+	done
+fi
+if [ "$how" = native ]; then
+	mkdir -p "$out"
+	log=$out/native.txt
+	start=$(date +%s)
+	{
+		echo "avx512-emu: flags$host"
+		KVE_SELFCHECK=1 "$bin"
+		echo "avx512-emu: test exit status $?"
+	} >"$log" 2>&1
+	secs=$(( $(date +%s) - start ))
+	echo "avx512-emu: this CPU has AVX-512 F/BW/VL and VNNI: the test runs natively (AVX512_EMU=1 emulates)"
+	verdict
+	exit 0
+fi
 
 for t in bochs-bin grub-mkrescue xorriso cpio script timeout flock readelf; do
 	command -v $t >/dev/null 2>&1 || die "$t not found (scripts/deps.sh avx512-emu installs it)"
@@ -156,47 +233,4 @@ case $rc in 124 | 137) echo "avx512-emu: Bochs stopped by the ${tmo}s timeout" ;
 log=$out/serial.txt
 : >"$log"
 [ -f "$out/serial.log" ] && tr -d '\r' <"$out/serial.log" >"$log"
-fail=0
-vnni=
-bad() { echo "avx512-emu: FAIL: $*"; fail=1; }
-
-flags=$(sed -n 's/^avx512-emu: flags //p' "$log")
-for f in avx512f avx512bw avx512vl; do
-	echo " $flags " | grep -q " $f " || bad "the emulated CPU does not report $f"
-done
-for x in "0x020: 'AVX-512 opmask'" "0x040: 'AVX-512 Hi256'" "0x080: 'AVX-512 ZMM_Hi256'"; do
-	grep -q "x86/fpu: Supporting XSAVE feature $x" "$log" ||
-		bad "the kernel did not enable XSAVE feature $x"
-done
-grep -q '^# skip avx512:' "$log" && bad "the test skipped AVX-512"
-grep -q '^ok   avx512 ' "$log" || bad "no AVX-512 check passed"
-# a model with AVX-512 VNNI (corei7_icelake_u, the default) must run the
-# VNNI checks: the 512-bit set, and the 256-bit tile with EVEX vpdpbusd
-if echo " $flags " | grep -q " avx512_vnni "; then
-	grep -q '^# skip avx512vnni' "$log" && bad "the test skipped AVX-512 VNNI"
-	grep -q '^ok   avx512vnni ' "$log" || bad "no AVX-512 VNNI check passed"
-	grep -q '^ok   avx512vnni mm_q8 == avx512 mm_q8 bit for bit' "$log" ||
-		bad "avx512vnni was not checked against avx512 bit for bit"
-	grep -q '^ok   avxvnni code with EVEX vpdpbusd mm_q8 == avx2 mm_q8 bit for bit' "$log" ||
-		bad "the 256-bit VNNI tile (EVEX) was not checked against avx2"
-	vnni=yes
-elif [ "$cpu" = corei7_icelake_u ]; then
-	bad "the emulated CPU does not report avx512_vnni"
-fi
-grep '^FAIL' "$log" | sed 's/^/avx512-emu: /'
-grep -q '^FAIL' "$log" && bad "$(grep -c '^FAIL' "$log") check(s) failed"
-status=$(sed -n 's/^avx512-emu: test exit status //p' "$log")
-if [ -z "$status" ]; then
-	bad "no exit-status marker: the guest never finished (see $out/serial.log, $out/bochs.log)"
-	tail -n 20 "$log" | sed 's/^/avx512-emu: serial: /'
-elif [ "$status" != 0 ]; then
-	bad "the test exited with status $status"
-fi
-
-grep '^# ' "$log" | sed 's/^/avx512-emu: test: /'
-echo "avx512-emu: cpu flags: $(echo " $flags " | tr ' ' '\n' | grep -E '^(avx|fma|f16c|xsave)' | tr '\n' ' ')"
-sed -n 's/^avx512-emu: dmesg \[[ 0-9.]*\] \(x86\/fpu: Enabled.*\)/avx512-emu: \1/p' "$log"
-echo "avx512-emu: $(grep -c '^ok   avx512 ' "$log") avx512 checks ok, $(grep -c '^ok   avx512vnni ' "$log") avx512vnni${vnni:+ (VNNI run)}; $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" || echo 'no summary line')"
-echo "avx512-emu: ${secs}s end to end; logs in $out"
-[ "$fail" -eq 0 ] || exit 1
-echo "avx512-emu: PASS"
+verdict
