@@ -148,6 +148,7 @@ demo-host:
 
 check:
 	@scripts/deps.sh check
+	@$(MAKE) --no-print-directory check-build
 	@$(MAKE) --no-print-directory check-all
 
 BENCH ?=
