@@ -41,13 +41,14 @@ static inline int test_run_mine(const char *name)
 }
 
 #define RUN(name) do { \
-		double t0_; \
+		double t_; \
 		if (!test_run_mine(#name)) \
 			break; \
-		t0_ = test_run_now_s(); \
+		t_ = test_run_now_s(); \
 		test_##name(); \
-		if (test_run_now_s() - t0_ >= 1.0) \
-			printf("--   %s: %.1f s\n", #name, test_run_now_s() - t0_); \
+		t_ = test_run_now_s() - t_; \
+		if (t_ >= 1.0) \
+			printf("--   %s: %.1f s\n", #name, t_); \
 		fflush(stdout); \
 	} while (0)
 

@@ -8,8 +8,8 @@
 # A host whose CPU has AVX-512 F/BW/VL and VNNI runs the binary natively
 # under the same verdict (below). Elsewhere, QEMU's TCG not emulating
 # AVX-512, the AVX-512 kernels (daemon/engine/kernels_avx512.c,
-# kernels_avx512vnni.c) are run under Bochs with its Ice Lake CPU model (AVX-512 F/CD/DQ/BW/VL
-# and VNNI, among others): a Debian kernel boots
+# kernels_avx512vnni.c) are run under Bochs with its Ice Lake CPU model
+# (AVX-512 F/CD/DQ/BW/VL and VNNI, among others): a Debian kernel boots
 # from a GRUB ISO into an initramfs of busybox and the (statically linked)
 # test binary; /init prints /proc/cpuinfo's flags and the kernel's XSAVE
 # lines, runs the test, prints a marker with its exit status and powers

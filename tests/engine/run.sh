@@ -215,8 +215,9 @@ join_beside() {
 	done
 }
 
-# two jobs beside the rest, CPU-bound, 15-40 s each: the references and
-# the allocation failures (test_oom: each failing allocation a run of its own)
+# two jobs beside the rest, CPU-bound: the references (15-20 s) and the
+# allocation failures (40-50 s: test_oom, each failing allocation a run
+# of its own)
 beside refs references
 beside oom run "allocation failures, one at a time" $T/test_oom $M/f32-gqa.gguf $M/fz-bpe.gguf
 
