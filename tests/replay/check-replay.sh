@@ -115,6 +115,8 @@ for mode in client server; do
 done
 
 $py tools/replay/kvreplay.py report --out "$out" | tee "$out/report.out"
+# the offline bound on a real run's timing (the eviction benchmark's row)
+$py tools/replay/kvreplay.py bound --run "$out/lru-client.json" --arena 64 | tee "$out/bound.txt"
 $py - "$out" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
@@ -154,6 +156,12 @@ for p in ("completion-cdf.png", "occupancy.png", "report.txt", "report.tsv"):
     f = os.path.join(out, p)
     if not os.path.exists(f) or os.path.getsize(f) < (2000 if p.endswith(".png") else 100):
         bad.append("missing or empty: %s" % p)
+# the best offline ranking never evicts more than recency's
+sys.path.insert(0, "tools/replay")
+import kvreplay  # noqa: E402
+b = kvreplay.eviction_bound(json.load(open(os.path.join(out, "lru-client.json"))), 64)
+if b["oracle"] > b["lru"] or b["working_set"] <= b["shared"] or not b["curve"]:
+    bad.append("bound: %s" % b)
 rows = open(os.path.join(out, "report.txt")).read().splitlines()
 if len(rows) != 7:
     bad.append("report: %d lines, want a header and 6 rows" % len(rows))

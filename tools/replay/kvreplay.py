@@ -15,6 +15,8 @@ tool-wait model and its sources, and every field of the report.
   kvreplay.py report --out DIR [LABEL ...]       (table, TSV, gnuplot PNGs)
   kvreplay.py plan --sessions S.jsonl [--ample DIR/ample.json]
                   (a run's time limit; the eviction benchmark's arena)
+  kvreplay.py bound --run DIR/ample.json --arena BLOCKS
+                  (the evictions recency and the best offline ranking need)
 
 Sessions file (JSONL, one session per line; `convert` writes it, operators
 may write their own):
@@ -897,6 +899,151 @@ def cmd_plan(args):
     return 0
 
 
+# ---- the evictions any ranking needs (offline, on one run's timing) ------------------
+
+def block_tokens_of(run, default=16):
+    """The server's tokens a block, from its vLLM-style cache_config_info."""
+    for key in run.get("metrics_end", {}):
+        if key.startswith("vllm:cache_config_info"):
+            i = key.find('block_size="')
+            if i >= 0:
+                return int(key[i + 12:key.index('"', i + 12)])
+    return default
+
+
+def kv_turns(run, bt):
+    """A run's sessions as the KV their turns need: per session a list of
+    (start, end, blocks held after the turn, next turn's start or None),
+    and the blocks of the prompt every session shares (what first turns
+    found cached), which an arena holds once."""
+    shared = max([s["requests"][0].get("cached_tokens", 0) for s in run["sessions"]
+                  if s["requests"]] + [0]) // bt
+    out = []
+    for s in run["sessions"]:
+        reqs = [r for r in s["requests"] if not r.get("error")]
+        turns = []
+        for k, r in enumerate(reqs):
+            held = -(-(r["prompt_tokens"] + r["completion_tokens"]) // bt) - shared
+            turns.append((r["send"], r["send"] + r["total"], max(held, 0),
+                          reqs[k + 1]["send"] if k + 1 < len(reqs) else None))
+        out.append(turns)
+    return out, shared
+
+
+def evict_sim(sessions, cap, rank, wm=None):
+    """Replays the sessions' turns at their recorded times against an arena
+    of cap blocks. A turn holds its conversation's KV from its start to its
+    end (its whole size from the start); between turns the KV waits on a
+    tool and may be evicted; a session's last turn frees it. Room a turn
+    lacks is made by evicting waiting KV in the order rank gives: "lru"
+    (waiting longest first), "far" (Belady: the KV used again last first,
+    knowing every return), "far_size" (the wait left times the blocks: the
+    kernel's toolwait score with perfect predictions). wm = (low, high):
+    after a turn ends with fewer than low blocks free, evict up to high,
+    as the kernel's watermarks do. Counts evictions, returns that found
+    their KV gone (misses), and turns the arena could not hold beside the
+    running ones (over: no ranking could make room)."""
+    ev = []
+    for i, turns in enumerate(sessions):
+        for k, (t0, t1, size, nxt) in enumerate(turns):
+            ev.append((t0, 1, i, k, size, nxt))
+            ev.append((t1, 0, i, k, size, nxt))
+    ev.sort(key=lambda e: (e[0], e[1], e[2]))
+    n = len(sessions)
+    held, res, pin = [0] * n, [False] * n, [False] * n
+    last, nextu = [0.0] * n, [0.0] * n
+    st = {"evictions": 0, "misses": 0, "over": 0, "peak": 0}
+    free = cap
+
+    def score(i, now):
+        if rank == "lru":
+            return now - last[i]
+        if rank == "far":
+            return nextu[i]
+        return (nextu[i] - now) * held[i]
+
+    def make_room(want, now, me):
+        nonlocal free
+        while free < want:
+            cand = [i for i in range(n) if res[i] and not pin[i] and i != me]
+            if not cand:
+                return False
+            v = max(cand, key=lambda i: (score(i, now), -i))
+            res[v] = False
+            free += held[v]
+            held[v] = 0
+            st["evictions"] += 1
+        return True
+
+    for t, start, i, k, size, nxt in ev:
+        if start:
+            if k and not res[i]:
+                st["misses"] += 1
+            need = size - held[i]
+            pin[i] = True
+            if not make_room(need, t, i):
+                st["over"] += 1
+            free -= need
+            held[i], res[i] = size, True
+            st["peak"] = max(st["peak"], cap - free)
+        else:
+            pin[i], last[i], nextu[i] = False, t, nxt
+            if nxt is None:
+                free += held[i]
+                held[i], res[i] = 0, False
+            elif wm and free < wm[0]:
+                make_room(wm[1], t, -1)
+    return st
+
+
+def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
+    """On one run's timing (ample's: no policy's delays in it), the
+    evictions of recency against the best offline ranking (the fewest of
+    "far", "far_size" and lru itself: with KV of unequal sizes neither
+    offline ranking is optimal for certain, and the exact optimum is a
+    hard problem, so this is the best ranking tried, each knowing every
+    return in advance) in an arena of `arena` blocks, with no watermarks
+    for any, so that only the ranking differs; lru with the benchmark's
+    watermarks (1/16, 1/8) besides; and the same ratio at fractions of the
+    working set (the most the run's live conversations held at once, the
+    shared prompt once)."""
+    bt = block_tokens_of(run)
+    sessions, shared = kv_turns(run, bt)
+
+    def at(cap):
+        room = max(cap - shared, 0)
+        lru = evict_sim(sessions, room, "lru")
+        best = min([evict_sim(sessions, room, r) for r in ("far", "far_size")] + [lru],
+                   key=lambda x: x["evictions"])
+        return {"arena": cap, "lru": lru["evictions"], "oracle": best["evictions"],
+                "over": lru["over"],
+                "ratio": lru["evictions"] / float(best["evictions"]) if best["evictions"]
+                else float("inf") if lru["evictions"] else 1.0}
+
+    ws = evict_sim(sessions, 1 << 40, "lru")["peak"] + shared
+    b = at(arena)
+    b["lru_wm"] = evict_sim(sessions, max(arena - shared, 0), "lru",
+                            (arena // 16, arena // 8))["evictions"]
+    b.update(block_tokens=bt, shared=shared, working_set=ws,
+             curve=[dict(at(int(round(f * ws))), fraction=f) for f in fractions])
+    return b
+
+
+def cmd_bound(args):
+    with open(args.run) as f:
+        run = json.load(f)
+    b = eviction_bound(run, args.arena)
+    print("%s: working set %d blocks (%d tokens a block, %d shared by every session, once)"
+          % (run.get("label", args.run), b["working_set"], b["block_tokens"], b["shared"]))
+    print("arena %d blocks: lru %d evictions (%d with watermarks), the best offline ranking %d:"
+          " %.2fx; turns the arena could not hold beside the running ones: %d"
+          % (b["arena"], b["lru"], b["lru_wm"], b["oracle"], b["ratio"], b["over"]))
+    for c in b["curve"]:
+        print("  %.2f of the working set (%4d blocks): lru %3d, best %3d: %.2fx"
+              % (c["fraction"], c["arena"], c["lru"], c["oracle"], c["ratio"]))
+    return 0
+
+
 # ---- main ---------------------------------------------------------------------------
 
 def main():
@@ -966,12 +1113,16 @@ def main():
     n.add_argument("--sessions", required=True)
     n.add_argument("--ample", default="", help="the JSON of a run that never evicted")
     n.add_argument("--floor-s", type=float, default=1200.0)
+    b = sub.add_parser("bound", help="the evictions recency and the best offline ranking "
+                       "need on one run's timing")
+    b.add_argument("--run", required=True, help="a run's JSON (ample's: no eviction in it)")
+    b.add_argument("--arena", type=int, required=True, help="the arena, in blocks")
     p = sub.add_parser("report", help="table and plots of runs")
     p.add_argument("--out", required=True)
     p.add_argument("labels", nargs="*")
     args = ap.parse_args()
     return {"convert": cmd_convert, "synth": cmd_synth, "run": cmd_run,
-            "plan": cmd_plan, "report": cmd_report}[args.cmd](args) or 0
+            "plan": cmd_plan, "bound": cmd_bound, "report": cmd_report}[args.cmd](args) or 0
 
 
 if __name__ == "__main__":
