@@ -73,13 +73,13 @@ class ServerLoad(unittest.TestCase):
         self.assertNotEqual(load["busy"], load["busy"])    # nan: nothing to say
 
 
-def loop_run(shared_tokens=0):
+def loop_run(shared_tokens=0, turn_s=0.5):
     """Three agents in turn (A at 0, 3, 6 s, B at 1, 4, 7, C at 2, 5, 8),
     each turn half a second, each conversation 10 blocks of 16 tokens
     beyond a shared prompt: a recency loop in an arena of two of them."""
     sessions = []
     for i, name in enumerate("ABC"):
-        reqs = [{"send": float(i + 3 * k), "total": 0.5, "error": None,
+        reqs = [{"send": float(i + 3 * k), "total": turn_s, "error": None,
                  "prompt_tokens": shared_tokens + 150, "completion_tokens": 10,
                  "cached_tokens": shared_tokens if i else 0} for k in range(3)]
         sessions.append({"session": name, "requests": reqs})
@@ -108,6 +108,17 @@ class EvictionBound(unittest.TestCase):
         sessions, _ = kvreplay.kv_turns(loop_run(), 16)
         self.assertEqual(kvreplay.evict_sim(sessions, 25, "lru")["evictions"], 5)
         self.assertEqual(kvreplay.evict_sim(sessions, 25, "lru", (10, 20))["evictions"], 6)
+
+    def test_stall_floor(self):
+        # turns of half a second never overlap: a return's 10 blocks fit
+        # beside them in 15; turns of 1.5 s overlap (C runs when A
+        # returns, A when B does...): every return finds 10 of 15 running
+        sessions, _ = kvreplay.kv_turns(loop_run(), 16)
+        self.assertEqual(kvreplay.stall_floor(sessions, 15), (0, 6))
+        self.assertEqual(kvreplay.stall_floor(sessions, 5), (6, 6))
+        sessions, _ = kvreplay.kv_turns(loop_run(turn_s=1.5), 16)
+        self.assertEqual(kvreplay.stall_floor(sessions, 15), (6, 6))
+        self.assertEqual(kvreplay.stall_floor(sessions, 20), (0, 6))
 
     def test_bound_counts_the_shared_prompt_once(self):
         # 49 blocks every session shares: the same loop in an arena of

@@ -282,6 +282,10 @@ row("evictions_bound_oracle_vs_lru", b["oracle"], "evictions", "lru_offline", b[
     b["ratio"])
 f3 = [c["fraction"] for c in b["curve"] if c["ratio"] >= 3]
 print("evictions_bound_3x_working_set_share\t%.2f\tshare\t-\t-\t-" % (min(f3) if f3 else 1.0))
+# the tool returns whose KV had no room beside the turns running then:
+# a wait for room under any policy, a restore stall with a disk tier
+print("restore_stalls_floor_pct\t%.2f\t%%\treturns\t%d\t-"
+      % (100.0 * b["stall_floor"] / max(b["returns"], 1), b["returns"]))
 row("completion_toolwait_vs_lru_tier", t["comp_mean"], "s", "lru-tier",
     s["lru-tier"]["comp_mean"], s["lru-tier"]["comp_mean"] / t["comp_mean"])
 print("restore_stalls_pct_toolwait\t%.2f\t%%\t-\t-\t-" % t["stall_pct"])

@@ -996,6 +996,30 @@ def evict_sim(sessions, cap, rank, wm=None):
     return st
 
 
+def stall_floor(sessions, room):
+    """Tool returns whose conversation's KV could not be in an arena of
+    `room` blocks at that moment, beside the turns running then, however
+    it were ranked, prefetched or read: its turn waits for room under any
+    policy, and a disk tier counts that wait a restore stall (a recency
+    policy without one counts nothing). Returns (those, all returns)."""
+    ev = []
+    for i, turns in enumerate(sessions):
+        for k, (t0, t1, size, _) in enumerate(turns):
+            ev.append((t1, 0, -size))
+            if k:
+                ev.append((t0, 1, turns[k - 1][2]))
+            ev.append((t0, 2, size))
+    ev.sort(key=lambda e: (e[0], e[1]))
+    running = forced = returns = 0
+    for _, kind, v in ev:
+        if kind == 1:
+            returns += 1
+            forced += running + v > room
+        else:
+            running += v
+    return forced, returns
+
+
 def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
     """On one run's timing (ample's: no policy's delays in it), the
     evictions of recency against the best offline ranking (the fewest of
@@ -1016,7 +1040,7 @@ def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
         best = min([evict_sim(sessions, room, r) for r in ("far", "far_size")] + [lru],
                    key=lambda x: x["evictions"])
         return {"arena": cap, "lru": lru["evictions"], "oracle": best["evictions"],
-                "over": lru["over"],
+                "over": lru["over"], "stall_floor": stall_floor(sessions, room)[0],
                 "ratio": lru["evictions"] / float(best["evictions"]) if best["evictions"]
                 else float("inf") if lru["evictions"] else 1.0}
 
@@ -1024,6 +1048,7 @@ def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
     b = at(arena)
     b["lru_wm"] = evict_sim(sessions, max(arena - shared, 0), "lru",
                             (arena // 16, arena // 8))["evictions"]
+    b["returns"] = stall_floor(sessions, max(arena - shared, 0))[1]
     b.update(block_tokens=bt, shared=shared, working_set=ws,
              curve=[dict(at(int(round(f * ws))), fraction=f) for f in fractions])
     return b
@@ -1036,11 +1061,14 @@ def cmd_bound(args):
     print("%s: working set %d blocks (%d tokens a block, %d shared by every session, once)"
           % (run.get("label", args.run), b["working_set"], b["block_tokens"], b["shared"]))
     print("arena %d blocks: lru %d evictions (%d with watermarks), the best offline ranking %d:"
-          " %.2fx; turns the arena could not hold beside the running ones: %d"
-          % (b["arena"], b["lru"], b["lru_wm"], b["oracle"], b["ratio"], b["over"]))
+          " %.2fx; turns the arena could not hold beside the running ones: %d; tool returns"
+          " whose KV had no room beside them: %d of %d (%.1f%%, the floor of restore stalls)"
+          % (b["arena"], b["lru"], b["lru_wm"], b["oracle"], b["ratio"], b["over"],
+             b["stall_floor"], b["returns"], 100.0 * b["stall_floor"] / max(b["returns"], 1)))
     for c in b["curve"]:
-        print("  %.2f of the working set (%4d blocks): lru %3d, best %3d: %.2fx"
-              % (c["fraction"], c["arena"], c["lru"], c["oracle"], c["ratio"]))
+        print("  %.2f of the working set (%4d blocks): lru %3d, best %3d: %.2fx; stall floor %d"
+              % (c["fraction"], c["arena"], c["lru"], c["oracle"], c["ratio"],
+                 c["stall_floor"]))
     return 0
 
 
