@@ -913,9 +913,10 @@ def block_tokens_of(run, default=16):
 
 def kv_turns(run, bt):
     """A run's sessions as the KV their turns need: per session a list of
-    (start, end, blocks held after the turn, next turn's start or None),
-    and the blocks of the prompt every session shares (what first turns
-    found cached), which an arena holds once."""
+    (start, end, blocks held after the turn, next turn's start or None,
+    blocks of its prompt alone), and the blocks of the prompt every
+    session shares (what first turns found cached), which an arena holds
+    once (both sizes are beyond it)."""
     shared = max([s["requests"][0].get("cached_tokens", 0) for s in run["sessions"]
                   if s["requests"]] + [0]) // bt
     out = []
@@ -924,8 +925,9 @@ def kv_turns(run, bt):
         turns = []
         for k, r in enumerate(reqs):
             held = -(-(r["prompt_tokens"] + r["completion_tokens"]) // bt) - shared
+            prompt = -(-r["prompt_tokens"] // bt) - shared
             turns.append((r["send"], r["send"] + r["total"], max(held, 0),
-                          reqs[k + 1]["send"] if k + 1 < len(reqs) else None))
+                          reqs[k + 1]["send"] if k + 1 < len(reqs) else None, max(prompt, 0)))
         out.append(turns)
     return out, shared
 
@@ -945,7 +947,7 @@ def evict_sim(sessions, cap, rank, wm=None):
     running ones (over: no ranking could make room)."""
     ev = []
     for i, turns in enumerate(sessions):
-        for k, (t0, t1, size, nxt) in enumerate(turns):
+        for k, (t0, t1, size, nxt, _) in enumerate(turns):
             ev.append((t0, 1, i, k, size, nxt))
             ev.append((t1, 0, i, k, size, nxt))
     ev.sort(key=lambda e: (e[0], e[1], e[2]))
@@ -998,17 +1000,19 @@ def evict_sim(sessions, cap, rank, wm=None):
 
 def stall_floor(sessions, room):
     """Tool returns whose conversation's KV could not be in an arena of
-    `room` blocks at that moment, beside the turns running then, however
-    it were ranked, prefetched or read: its turn waits for room under any
-    policy, and a disk tier counts that wait a restore stall (a recency
-    policy without one counts nothing). Returns (those, all returns)."""
+    `room` blocks at that moment, beside the turns running then (each
+    counted at its prompt's blocks alone, the least it holds while it
+    runs, so that this is a floor), however it were ranked, prefetched or
+    read: its turn waits for room under any policy, and a disk tier counts
+    that wait a restore stall (a recency policy without one counts
+    nothing). Returns (those, all returns)."""
     ev = []
-    for i, turns in enumerate(sessions):
-        for k, (t0, t1, size, _) in enumerate(turns):
-            ev.append((t1, 0, -size))
+    for turns in sessions:
+        for k, (t0, t1, _, _, prompt) in enumerate(turns):
+            ev.append((t1, 0, -prompt))
             if k:
                 ev.append((t0, 1, turns[k - 1][2]))
-            ev.append((t0, 2, size))
+            ev.append((t0, 2, prompt))
     ev.sort(key=lambda e: (e[0], e[1]))
     running = forced = returns = 0
     for _, kind, v in ev:
