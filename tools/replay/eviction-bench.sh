@@ -18,6 +18,8 @@
 #             (Continuum-style retention), no disk tier
 #   lru-tier  recency ranking with the disk tier and decisions (which part
 #             of the gain is the ranking, which the tier)
+#   toolwait-rank  the kernel's tool-aware ranking alone, as lru runs: no
+#             disk tier, no decisions (the ranking against recency)
 #
 # The regime where eviction matters (Documentation/replay.md): the 110M
 # Q8_0 model (36 KiB of KV per token; prefill ~200 tokens/s measured on
@@ -32,8 +34,9 @@
 # report.out with the bound, plan.txt with the arena rule's figures,
 # bound.txt with the evictions recency and the best offline ranking need,
 # completion-cdf.png, occupancy.png; the other load points in loadL/) and
-# rows to build/bench/results.tsv. About 40 minutes on the shared 2-core
-# machine (the main load's five runs about 16, load 1's three about 15).
+# rows to build/bench/results.tsv. About 30-40 minutes on the 2-core
+# machine (quiet, 2026-12-07: the main load's runs 10, load 1's three 14,
+# load 2's three 7).
 # Environment: BENCH_EVICTION_SESSIONS (10), BENCH_EVICTION_CONCURRENCY
 # (the sessions: all at once), BENCH_EVICTION_MIX (the tool mix,
 # kvreplay's syntax), BENCH_EVICTION_TOOL_SCALE (tool durations x, 1),
@@ -89,7 +92,7 @@ mix=${BENCH_EVICTION_MIX:-read:0.5:5:0.5:200,compile:0.3:20:0.5:100,test:0.2:60:
 tscale=${BENCH_EVICTION_TOOL_SCALE:-1}
 tmscale=${BENCH_EVICTION_TIME_SCALE:-0.02}
 minturns=${BENCH_EVICTION_MIN_TURNS:-6}
-allruns=${BENCH_EVICTION_RUNS:-toolwait lru ttl lru-tier}
+allruns=${BENCH_EVICTION_RUNS:-toolwait lru ttl lru-tier toolwait-rank}
 # The load (replay.md, "Load"): a factor L replays the same sessions with
 # arrivals and tool times divided by L, the model's work unchanged, so the
 # server computes L times as much per second of wall. At 1 the model ran
@@ -224,6 +227,9 @@ at_load() {
 		"[tier]" "decisions = no"
 	run lru-tier "$half" "policy = lru" "low_watermark = $low" "high_watermark = $high" \
 		"[tier]" "dir = $PWD/$out/spill-lru"
+	# the kernel's ranking alone, as lru runs: no disk tier, no decisions
+	run toolwait-rank "$half" "policy = toolwait" "low_watermark = $low" \
+		"high_watermark = $high" "[tier]" "decisions = no"
 
 	# shellcheck disable=SC2086
 	$py tools/replay/kvreplay.py report --out "$out" ample $runs | tee "$out/report.out"
@@ -241,7 +247,7 @@ done
 out=$top
 
 # the rows compare every policy: a trial of some of them writes none
-[ "$allruns" = "toolwait lru ttl lru-tier" ] || { echo "eviction: a trial ($allruns): no rows"; exit 0; }
+[ "$allruns" = "toolwait lru ttl lru-tier toolwait-rank" ] || { echo "eviction: a trial ($allruns): no rows"; exit 0; }
 # shellcheck disable=SC2086
 $py - "$out" "$ws_main" "$half_main" "$wshare_main" "$mainload" $loads >>"$tsv" <<'EOF'
 import json, os, sys
@@ -249,7 +255,7 @@ sys.path.insert(0, "tools/replay")
 import kvreplay
 out, ws, half, wshare, mainload = sys.argv[1:6]
 s = {lab: kvreplay.summarize(json.load(open(os.path.join(out, lab + ".json"))))
-     for lab in ("ample", "toolwait", "lru", "ttl", "lru-tier")}
+     for lab in ("ample", "toolwait", "lru", "ttl", "lru-tier", "toolwait-rank")}
 misses = {lab: s[lab]["misses"] for lab in s}
 t = s["toolwait"]
 
@@ -295,6 +301,13 @@ print("restore_stalls_floor_pct\t%.2f\t%%\treturns\t%d\t-"
       % (100.0 * b["stall_floor"] / max(b["returns"], 1), b["returns"]))
 row("completion_toolwait_vs_lru_tier", t["comp_mean"], "s", "lru-tier",
     s["lru-tier"]["comp_mean"], s["lru-tier"]["comp_mean"] / t["comp_mean"])
+# the kernel's ranking alone (no disk tier, no decisions) against lru:
+# which part of the difference is the ranking, beside the offline bound
+r, p = s["toolwait-rank"], s["lru"]
+row("evictions_toolwait_rank_vs_lru", r["evictions"], "evictions", "lru", p["evictions"],
+    p["evictions"] / r["evictions"] if r["evictions"] else float("inf"))
+row("completion_toolwait_rank_vs_lru", r["comp_mean"], "s", "lru", p["comp_mean"],
+    p["comp_mean"] / r["comp_mean"])
 print("restore_stalls_pct_toolwait\t%.2f\t%%\t-\t-\t-" % t["stall_pct"])
 print("recomputed_tokens_toolwait_vs_lru\t%d\ttokens\tlru\t%d\t-" % (t["recomputed"],
                                                                      s["lru"]["recomputed"]))
