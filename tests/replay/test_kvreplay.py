@@ -99,6 +99,10 @@ class EvictionBound(unittest.TestCase):
         self.assertEqual((lru["evictions"], lru["misses"], lru["over"]), (5, 5, 0))
         self.assertEqual((far["evictions"], far["misses"], far["over"]), (3, 3, 0))
         self.assertEqual(kvreplay.evict_sim(sessions, 30, "lru")["evictions"], 0)
+        # every wait 2.5 s: the toolwait score with that mean known keeps
+        # the KV whose wait is nearly over, as Belady does
+        self.assertEqual(kvreplay.class_means(sessions), {None: 2.5})
+        self.assertEqual(kvreplay.evict_sim(sessions, 20, "class")["evictions"], 3)
         # no room beside a running turn is counted, not hidden
         self.assertEqual(kvreplay.evict_sim(sessions, 5, "far")["over"], 9)
 

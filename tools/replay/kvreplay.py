@@ -914,9 +914,9 @@ def block_tokens_of(run, default=16):
 def kv_turns(run, bt):
     """A run's sessions as the KV their turns need: per session a list of
     (start, end, blocks held after the turn, next turn's start or None,
-    blocks of its prompt alone), and the blocks of the prompt every
-    session shares (what first turns found cached), which an arena holds
-    once (both sizes are beyond it)."""
+    blocks of its prompt alone, the tool its wait is for or None), and
+    the blocks of the prompt every session shares (what first turns found
+    cached), which an arena holds once (both sizes are beyond it)."""
     shared = max([s["requests"][0].get("cached_tokens", 0) for s in run["sessions"]
                   if s["requests"]] + [0]) // bt
     out = []
@@ -927,9 +927,21 @@ def kv_turns(run, bt):
             held = -(-(r["prompt_tokens"] + r["completion_tokens"]) // bt) - shared
             prompt = -(-r["prompt_tokens"] // bt) - shared
             turns.append((r["send"], r["send"] + r["total"], max(held, 0),
-                          reqs[k + 1]["send"] if k + 1 < len(reqs) else None, max(prompt, 0)))
+                          reqs[k + 1]["send"] if k + 1 < len(reqs) else None, max(prompt, 0),
+                          r.get("tool")))
         out.append(turns)
     return out, shared
+
+
+def class_means(sessions):
+    """Each tool's mean wait in these sessions (end of a turn to the next's
+    start): what a predictor that had learnt the classes would expect."""
+    by = {}
+    for turns in sessions:
+        for t in turns:
+            if t[3] is not None:
+                by.setdefault(t[5], []).append(t[3] - t[1])
+    return {c: sum(w) / len(w) for c, w in by.items()}
 
 
 def evict_sim(sessions, cap, rank, wm=None):
@@ -940,20 +952,24 @@ def evict_sim(sessions, cap, rank, wm=None):
     lacks is made by evicting waiting KV in the order rank gives: "lru"
     (waiting longest first), "far" (Belady: the KV used again last first,
     knowing every return), "far_size" (the wait left times the blocks: the
-    kernel's toolwait score with perfect predictions). wm = (low, high):
+    kernel's toolwait score with perfect predictions), "class" (the
+    kernel's toolwait score with each wait predicted at its tool's mean
+    in these sessions, class_means: a predictor that has learnt the
+    classes but not the single wait). wm = (low, high):
     after a turn ends with fewer than low blocks free, evict up to high,
     as the kernel's watermarks do. Counts evictions, returns that found
     their KV gone (misses), and turns the arena could not hold beside the
     running ones (over: no ranking could make room)."""
     ev = []
     for i, turns in enumerate(sessions):
-        for k, (t0, t1, size, nxt, _) in enumerate(turns):
+        for k, (t0, t1, size, nxt, _, _) in enumerate(turns):
             ev.append((t0, 1, i, k, size, nxt))
             ev.append((t1, 0, i, k, size, nxt))
     ev.sort(key=lambda e: (e[0], e[1], e[2]))
     n = len(sessions)
     held, res, pin = [0] * n, [False] * n, [False] * n
-    last, nextu = [0.0] * n, [0.0] * n
+    last, nextu, pred = [0.0] * n, [0.0] * n, [0.0] * n
+    means = class_means(sessions) if rank == "class" else {}
     st = {"evictions": 0, "misses": 0, "over": 0, "peak": 0}
     free = cap
 
@@ -962,6 +978,9 @@ def evict_sim(sessions, cap, rank, wm=None):
             return now - last[i]
         if rank == "far":
             return nextu[i]
+        if rank == "class":	# kvc_candidate's: the wait left, else its length so far
+            el = now - last[i]
+            return (pred[i] - el if pred[i] > el else el) * held[i]
         return (nextu[i] - now) * held[i]
 
     def make_room(want, now, me):
@@ -990,6 +1009,8 @@ def evict_sim(sessions, cap, rank, wm=None):
             st["peak"] = max(st["peak"], cap - free)
         else:
             pin[i], last[i], nextu[i] = False, t, nxt
+            if nxt is not None:
+                pred[i] = means.get(sessions[i][k][5], 0.0)
             if nxt is None:
                 free += held[i]
                 held[i], res[i] = 0, False
@@ -1008,7 +1029,7 @@ def stall_floor(sessions, room):
     nothing). Returns (those, all returns)."""
     ev = []
     for turns in sessions:
-        for k, (t0, t1, _, _, prompt) in enumerate(turns):
+        for k, (t0, t1, _, _, prompt, _) in enumerate(turns):
             ev.append((t1, 0, -prompt))
             if k:
                 ev.append((t0, 1, turns[k - 1][2]))
@@ -1027,7 +1048,7 @@ def stall_floor(sessions, room):
 def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
     """On one run's timing (ample's: no policy's delays in it), the
     evictions of recency against the best offline ranking (the fewest of
-    "far", "far_size" and lru itself: with KV of unequal sizes neither
+    "far", "far_size", "class" and lru itself: with KV of unequal sizes neither
     offline ranking is optimal for certain, and the exact optimum is a
     hard problem, so this is the best ranking tried, each knowing every
     return in advance) in an arena of `arena` blocks, with no watermarks
@@ -1041,9 +1062,11 @@ def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
     def at(cap):
         room = max(cap - shared, 0)
         lru = evict_sim(sessions, room, "lru")
-        best = min([evict_sim(sessions, room, r) for r in ("far", "far_size")] + [lru],
+        cls = evict_sim(sessions, room, "class")
+        best = min([evict_sim(sessions, room, r) for r in ("far", "far_size")] + [cls, lru],
                    key=lambda x: x["evictions"])
         return {"arena": cap, "lru": lru["evictions"], "oracle": best["evictions"],
+                "class": cls["evictions"],
                 "over": lru["over"], "stall_floor": stall_floor(sessions, room)[0],
                 "ratio": lru["evictions"] / float(best["evictions"]) if best["evictions"]
                 else float("inf") if lru["evictions"] else 1.0}
@@ -1065,14 +1088,15 @@ def cmd_bound(args):
     print("%s: working set %d blocks (%d tokens a block, %d shared by every session, once)"
           % (run.get("label", args.run), b["working_set"], b["block_tokens"], b["shared"]))
     print("arena %d blocks: lru %d evictions (%d with watermarks), the best offline ranking %d:"
-          " %.2fx; turns the arena could not hold beside the running ones: %d; tool returns"
-          " whose KV had no room beside them: %d of %d (%.1f%%, the floor of restore stalls)"
-          % (b["arena"], b["lru"], b["lru_wm"], b["oracle"], b["ratio"], b["over"],
+          " %.2fx (the toolwait score with each tool's mean wait known: %d); turns the arena"
+          " could not hold beside the running ones: %d; tool returns whose KV had no room"
+          " beside them: %d of %d (%.1f%%, the floor of restore stalls)"
+          % (b["arena"], b["lru"], b["lru_wm"], b["oracle"], b["ratio"], b["class"], b["over"],
              b["stall_floor"], b["returns"], 100.0 * b["stall_floor"] / max(b["returns"], 1)))
     for c in b["curve"]:
-        print("  %.2f of the working set (%4d blocks): lru %3d, best %3d: %.2fx; stall floor %d"
-              % (c["fraction"], c["arena"], c["lru"], c["oracle"], c["ratio"],
-                 c["stall_floor"]))
+        print("  %.2f of the working set (%4d blocks): lru %3d, best %3d: %.2fx (class means %d);"
+              " stall floor %d" % (c["fraction"], c["arena"], c["lru"], c["oracle"], c["ratio"],
+                                   c["class"], c["stall_floor"]))
     return 0
 
 
