@@ -247,7 +247,10 @@ done
 out=$top
 
 # the rows compare every policy: a trial of some of them writes none
-[ "$allruns" = "toolwait lru ttl lru-tier toolwait-rank" ] || { echo "eviction: a trial ($allruns): no rows"; exit 0; }
+[ "$allruns" = "toolwait lru ttl lru-tier toolwait-rank" ] || {
+	echo "eviction: a trial ($allruns): no rows"
+	exit 0
+}
 # shellcheck disable=SC2086
 $py - "$out" "$ws_main" "$half_main" "$wshare_main" "$mainload" $loads >>"$tsv" <<'EOF'
 import json, os, sys
