@@ -51,7 +51,8 @@
 # main table, 3: arrivals and tool times / this), BENCH_EVICTION_LOADS (more
 # load factors, each with ample, toolwait and lru only: "1 2"; "" for none),
 # BENCH_EVICTION_ARENA_SHARE (the policies' arena at least this share of
-# the working set, 0.5).
+# the working set, 0.5), BENCH_EVICTION_WARMUP (1: each daemon first
+# replays other sessions of the workload, uncounted: a warm predictor).
 # Usage: tools/replay/eviction-bench.sh KVARENAD MKMODEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -109,6 +110,9 @@ loads=${BENCH_EVICTION_LOADS-1 2}
 # "about half"); a trial at another share shows a policy against the
 # offline bound there (kvreplay.py bound)
 share=${BENCH_EVICTION_ARENA_SHARE:-0.5}
+# 1: each daemon replays other sessions of the workload (seed 40) before
+# the measured ones, so that its tool-wait predictor starts warm
+warmup=${BENCH_EVICTION_WARMUP:-0}
 # the arena that never fills: every session at its largest, with the chat
 # markup and tool declarations (~600 tokens), 16 tokens a block (the
 # prefix cache may keep ended sessions' blocks)
@@ -156,6 +160,20 @@ run() {
 	# harness does; left to its retention, an ended session's KV was
 	# spilled by every eviction that took it, disk bandwidth and an
 	# eviction counted for KV nobody would read again
+	# a warm predictor: other sessions of the same workload first, in
+	# the same daemon (its tool-wait histograms then know the tools, as
+	# a daemon that has served a while does); not counted
+	if [ "$warmup" = 1 ]; then
+		echo "== $label: warm-up, at $(date -u +%H:%M:%S) =="
+		timeout "$tmo" \
+			$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" \
+			--sessions "$out/warmup/sessions.jsonl" --label "$label" --out "$out/warmup" \
+			--concurrency "$conc" --scale-tokens "$scale" --min-call-tokens "$calltok" \
+			--close --run-id "wu$label" || {
+			echo "eviction: warm-up $label failed or hung (time limit $tmo s)" >&2
+			exit 1
+		}
+	fi
 	echo "== $label: $blocks blocks, time limit $tmo s, at $(date -u +%H:%M:%S) =="
 	timeout "$tmo" \
 		$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$out/sessions.jsonl" \
@@ -170,19 +188,29 @@ run() {
 	echo "== $label: done at $(($(date +%s) - t_start)) s =="
 }
 
+# $1 the load factor, $2 the seed, $3 a directory: the workload's sessions
+# at that load in $3/sessions.jsonl
+sessions_at() {
+	mkdir -p "$3" && chmod 700 "$3"
+	$py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
+		--sessions "$n" --multi-turn-only --min-turns "$minturns" --max-context "$maxctx" \
+		--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" \
+		--tool-scale "$($py -c "print($tscale / $1)")" \
+		--time-scale "$($py -c "print($tmscale / $1)")" --seed "$2" \
+		>"$3/sessions.jsonl" 2>"$3/convert.log"
+}
+
 # $1 the load factor, $2 its directory, $3 the policies' runs: the
 # sessions at that load, ample, the arena rule, the runs, the report
 at_load() {
 	local L=$1
 	out=$2 runs=$3
-	mkdir -p "$out" && chmod 700 "$out"
-	$py tools/replay/kvreplay.py convert --mooncake "$shared/data/mooncake/conversation_trace.jsonl" \
-		--sessions "$n" --multi-turn-only --min-turns "$minturns" --max-context "$maxctx" \
-		--call-tokens "$calltok" --trim-first --scale-tokens "$scale" --tool-mix "$mix" \
-		--tool-scale "$($py -c "print($tscale / $L)")" \
-		--time-scale "$($py -c "print($tmscale / $L)")" --seed 39 \
-		>"$out/sessions.jsonl" 2>"$out/convert.log"
+	sessions_at "$L" 39 "$out"
 	cat "$out/convert.log"
+	if [ "$warmup" = 1 ]; then
+		sessions_at "$L" 40 "$out/warmup"
+		echo "warm-up: $(cat "$out/warmup/convert.log")"
+	fi
 	echo "== load $L: arrivals and tool times / $L, in $out =="
 	# a run's time limit from the workload (its sessions' own tool time),
 	# then from the ample run's wall (kvreplay.py run_timeout): a constant
