@@ -978,7 +978,7 @@ def evict_sim(sessions, cap, rank, wm=None):
             return now - last[i]
         if rank == "far":
             return nextu[i]
-        if rank == "class":	# kvc_candidate's: the wait left, else its length so far
+        if rank == "class":  # kvc_candidate's: the wait left, else its length so far
             el = now - last[i]
             return (pred[i] - el if pred[i] > el else el) * held[i]
         return (nextu[i] - now) * held[i]
@@ -1009,12 +1009,12 @@ def evict_sim(sessions, cap, rank, wm=None):
             st["peak"] = max(st["peak"], cap - free)
         else:
             pin[i], last[i], nextu[i] = False, t, nxt
-            if nxt is not None:
-                pred[i] = means.get(sessions[i][k][5], 0.0)
             if nxt is None:
                 free += held[i]
                 held[i], res[i] = 0, False
-            elif wm and free < wm[0]:
+                continue
+            pred[i] = means.get(sessions[i][k][5], 0.0)
+            if wm and free < wm[0]:
                 make_room(wm[1], t, -1)
     return st
 
@@ -1048,11 +1048,11 @@ def stall_floor(sessions, room):
 def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
     """On one run's timing (ample's: no policy's delays in it), the
     evictions of recency against the best offline ranking (the fewest of
-    "far", "far_size", "class" and lru itself: with KV of unequal sizes neither
-    offline ranking is optimal for certain, and the exact optimum is a
-    hard problem, so this is the best ranking tried, each knowing every
-    return in advance) in an arena of `arena` blocks, with no watermarks
-    for any, so that only the ranking differs; lru with the benchmark's
+    "far" and "far_size", which know every return in advance, "class",
+    which knows each tool's mean wait, and lru itself: with KV of unequal
+    sizes none is optimal for certain, and the exact optimum is a hard
+    problem, so this is the best ranking tried) in an arena of `arena`
+    blocks, with no watermarks for any, so that only the ranking differs; lru with the benchmark's
     watermarks (1/16, 1/8) besides; and the same ratio at fractions of the
     working set (the most the run's live conversations held at once, the
     shared prompt once)."""
