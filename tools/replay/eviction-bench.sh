@@ -156,10 +156,6 @@ run() {
 	done
 	# the server answering is ours (someone may have taken the port since)
 	kill -0 "$pid" 2>/dev/null || { tail -5 "$out/$label.log" >&2; exit 1; }
-	# --close: an agent that is done closes its session (DELETE), as a
-	# harness does; left to its retention, an ended session's KV was
-	# spilled by every eviction that took it, disk bandwidth and an
-	# eviction counted for KV nobody would read again
 	# a warm predictor: other sessions of the same workload first, in
 	# the same daemon (its tool-wait histograms then know the tools, as
 	# a daemon that has served a while does); not counted
@@ -174,6 +170,10 @@ run() {
 			exit 1
 		}
 	fi
+	# --close: an agent that is done closes its session (DELETE), as a
+	# harness does; left to its retention, an ended session's KV was
+	# spilled by every eviction that took it, disk bandwidth and an
+	# eviction counted for KV nobody would read again
 	echo "== $label: $blocks blocks, time limit $tmo s, at $(date -u +%H:%M:%S) =="
 	timeout "$tmo" \
 		$py tools/replay/kvreplay.py run --url "http://127.0.0.1:$port" --sessions "$out/sessions.jsonl" \
@@ -261,8 +261,8 @@ at_load() {
 
 	# shellcheck disable=SC2086
 	$py tools/replay/kvreplay.py report --out "$out" ample $runs | tee "$out/report.out"
-	# what any ranking could do here: lru against the best offline ranking,
-	# each knowing every return, replayed on ample's timing (replay.md)
+	# what any ranking could do here: lru against the best offline ranking
+	# (knowing every return, or each tool's mean wait), on ample's timing
 	$py tools/replay/kvreplay.py bound --run "$out/ample.json" --arena "$half" | tee "$out/bound.txt"
 }
 
