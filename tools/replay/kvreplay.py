@@ -1061,13 +1061,14 @@ def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
 
     def at(cap):
         room = max(cap - shared, 0)
+        floor, returns = stall_floor(sessions, room)
         lru = evict_sim(sessions, room, "lru")
         cls = evict_sim(sessions, room, "class")
         best = min([evict_sim(sessions, room, r) for r in ("far", "far_size")] + [cls, lru],
                    key=lambda x: x["evictions"])
         return {"arena": cap, "lru": lru["evictions"], "oracle": best["evictions"],
                 "class": cls["evictions"],
-                "over": lru["over"], "stall_floor": stall_floor(sessions, room)[0],
+                "over": lru["over"], "stall_floor": floor, "returns": returns,
                 "ratio": lru["evictions"] / float(best["evictions"]) if best["evictions"]
                 else float("inf") if lru["evictions"] else 1.0}
 
@@ -1075,7 +1076,6 @@ def eviction_bound(run, arena, fractions=(0.5, 0.6, 0.67, 0.75, 0.8, 0.9)):
     b = at(arena)
     b["lru_wm"] = evict_sim(sessions, max(arena - shared, 0), "lru",
                             (arena // 16, arena // 8))["evictions"]
-    b["returns"] = stall_floor(sessions, max(arena - shared, 0))[1]
     b.update(block_tokens=bt, shared=shared, working_set=ws,
              curve=[dict(at(int(round(f * ws))), fraction=f) for f in fractions])
     return b
