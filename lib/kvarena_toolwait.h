@@ -140,8 +140,10 @@ struct kva_toolwait_opts {
 /* Mount bpffs on /sys/fs/bpf and tracefs on /sys/kernel/tracing if they
  * are needed and absent (else: -ENODEV, with the reason logged). */
 #define KVA_TOOLWAIT_MOUNT		(1U << 0)
-/* Unlink pins found in pin_dir (a loader that died) and pin ours (else:
- * -EEXIST, as they may be a live loader's). */
+/* Unlink pins found in pin_dir and pin ours, whoever's they are (else:
+ * -EEXIST while a loaded program uses their maps, a live loader's; pins
+ * no program uses, a loader's that died without unpinning, are replaced
+ * without this flag). */
 #define KVA_TOOLWAIT_REPLACE_PINS	(1U << 1)
 #define KVA_TOOLWAIT_OPTS_SIZE_VER0 \
 	(offsetof(struct kva_toolwait_opts, pin_dir) + sizeof(const char *))

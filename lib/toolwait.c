@@ -241,11 +241,74 @@ static void tw_unpin(struct kva_toolwait *tw)
 	tw->pin_dir[0] = 0;
 }
 
-/* Pins already there are replaced only when the caller said so. */
+/*
+ * Whether a loaded program uses a map pinned in dir: 1 yes (a live
+ * loader's pins), 0 no (a loader that died without unpinning: its
+ * programs went with its file descriptors, its pins stayed), negative
+ * errno when it cannot tell.  Readers (kva_toolwait_open_pinned) hold
+ * map descriptors but no programs, and do not count.
+ */
+static int tw_pins_live(const char *dir)
+{
+	__u32 ids[TW_NMAPS], n = 0, id = 0, len, j, k;
+	char path[PATH_MAX + 32];
+	int i, fd, ret = 0;
+
+	for (i = 0; i < TW_NMAPS; i++) {
+		struct bpf_map_info mi = { 0 };
+
+		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);
+		fd = bpf_obj_get(path);
+		if (fd < 0) {
+			if (errno == ENOENT)
+				continue;
+			return -errno;
+		}
+		len = sizeof(mi);
+		if (bpf_obj_get_info_by_fd(fd, &mi, &len) == 0)
+			ids[n++] = mi.id;
+		else
+			ret = -errno;
+		close(fd);
+		if (ret)
+			return ret;
+	}
+	while (bpf_prog_get_next_id(id, &id) == 0) {
+		struct bpf_prog_info pi = { 0 };
+		__u32 maps[64];
+
+		fd = bpf_prog_get_fd_by_id(id);
+		if (fd < 0) {
+			if (errno == ENOENT)	/* freed since */
+				continue;
+			return -errno;
+		}
+		pi.nr_map_ids = sizeof(maps) / sizeof(maps[0]);
+		pi.map_ids = (__u64)(uintptr_t)maps;
+		len = sizeof(pi);
+		ret = bpf_obj_get_info_by_fd(fd, &pi, &len) ? -errno : 0;
+		close(fd);
+		if (ret)
+			return ret;
+		if (pi.nr_map_ids > sizeof(maps) / sizeof(maps[0]))
+			pi.nr_map_ids = sizeof(maps) / sizeof(maps[0]);
+		for (j = 0; j < pi.nr_map_ids; j++)
+			for (k = 0; k < n; k++)
+				if (maps[j] == ids[k])
+					return 1;
+	}
+	return errno == ENOENT ? 0 : -errno;
+}
+
+/*
+ * Pins already there are replaced when the caller said so, or when no
+ * loaded program uses their maps (a loader killed before it could unpin:
+ * else a daemon restarted after a crash would run without its programs).
+ */
 static int tw_pin(struct kva_toolwait *tw, const char *dir, uint32_t flags)
 {
 	char path[PATH_MAX + 32];
-	int i, ret;
+	int i, ret, live = 2;	/* 2: not asked */
 
 	if (strlen(dir) >= sizeof(tw->pin_dir))
 		return -ENAMETOOLONG;
@@ -260,14 +323,21 @@ static int tw_pin(struct kva_toolwait *tw, const char *dir, uint32_t flags)
 		return -errno;
 	for (i = 0; i < TW_NMAPS; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);
-		if (access(path, F_OK) == 0 &&
-		    !(flags & KVA_TOOLWAIT_REPLACE_PINS)) {
-			kva_log(KVA_LOG_ERR, "toolwait: %s exists: another "
-				"loader's (KVA_TOOLWAIT_REPLACE_PINS replaces "
-				"it)", path);
+		if (access(path, F_OK) || (flags & KVA_TOOLWAIT_REPLACE_PINS))
+			continue;
+		if (live == 2)
+			live = tw_pins_live(dir);
+		if (live) {
+			kva_log(KVA_LOG_ERR, "toolwait: %s exists: %s "
+				"(KVA_TOOLWAIT_REPLACE_PINS replaces it)", path,
+				live > 0 ? "a live loader's" : "maybe a live loader's");
 			return -EEXIST;
 		}
 	}
+	if (live == 0)
+		kva_log(KVA_LOG_INFO, "toolwait: replacing the pins in %s: no "
+			"loaded program uses their maps (their loader exited "
+			"without unpinning)", dir);
 	strcpy(tw->pin_dir, dir);
 	for (i = 0; i < TW_NMAPS; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);

@@ -3,7 +3,8 @@
 # The KV tiers over kvarena.ko in a QEMU guest running kernel VERSION: the
 # disk tier's unit tests on the module's arena mapping (test_tier with
 # KVT_TEST_BACKEND=kernel), then kvarenad's tiers end to end
-# (test_tiering with KVD_TEST_BACKEND=kernel), spill files on a tmpfs;
+# (test_tiering with KVD_TEST_BACKEND=kernel; its killed daemon with the
+# eBPF tool-wait programs loaded), spill files on a tmpfs;
 # then every byte pinned by the module must be back and the module must
 # unload. The 6.12 guest runs the tier O_DIRECT from and into the
 # module's mapping, through registered buffers; the 6.1 guest cannot.
@@ -41,7 +42,8 @@ tests/vm/run-guest.sh --kver "$kver" --ko "$ko" --bin "$unit" --bin "$bin" \
 	--cmd "modprobe kvarena max_pinned_mb=256 || exit 90" \
 	--cmd "mkdir -p /spill && mount -t tmpfs -o mode=0700 tmpfs /spill || exit 89" \
 	--cmd "KVT_TEST_BACKEND=kernel KVT_TEST_DIRECT=$direct KVT_TEST_FIXED=$fixed test_tier_guest /spill/unit || exit 91" \
-	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_SLOW=4 KVD_TEST_ONLY=spill_restore,prefetch,corrupt,overrun,killed test_tiering_guest models/orch.gguf /spill/daemon || exit 92" \
+	--cmd "mount -t bpf bpf /sys/fs/bpf || exit 88" \
+	--cmd "KVD_TEST_BACKEND=kernel KVD_TEST_BPF=1 KVD_TEST_SLOW=4 KVD_TEST_ONLY=spill_restore,prefetch,corrupt,overrun,killed test_tiering_guest models/orch.gguf /spill/daemon || exit 92" \
 	--cmd "w=0; while [ \$w -lt 5 ] && [ \"\$(cat $sysfs/pinned_bytes)\" != 0 ]; do sleep 1; w=\$((w + 1)); done" \
 	--cmd "p=\$(cat $sysfs/pinned_bytes) a=\$(cat $sysfs/arenas) s=\$(cat $sysfs/sessions)" \
 	--cmd "echo \"after: pinned_bytes \$p arenas \$a sessions \$s (\${w}s for lingering pages)\"" \

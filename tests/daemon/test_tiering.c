@@ -27,7 +27,9 @@
  *                   and each new prediction passed again too, but counted
  *                   as one wait that overran
  *   killed          kvarenad SIGKILLed mid-spill: the next start removes
- *                   the stray file and serves correct output
+ *                   the stray file and serves correct output (and, over
+ *                   kvarena.ko with KVD_TEST_BPF, loads its eBPF programs
+ *                   again in place of the killed one's pins)
  *   decisions_off   [tier] decisions = no: kept until the kernel's ranking
  *                   evicts, then recomputed (no disk)
  *   make_room       the arena needs one conversation's blocks: one victim
@@ -1029,11 +1031,16 @@ out:
 }
 
 /* kvarenad killed (SIGKILL, its workers with it) while a spill is being
- * written; the next start cleans the directory and serves correctly. */
+ * written; the next start cleans the directory and serves correctly. Over
+ * kvarena.ko with KVD_TEST_BPF set (bpffs mounted), both starts load the eBPF tool-wait
+ * programs: the killed one's pins are left behind, and the next start
+ * must replace them rather than run without its programs. */
 static void test_killed(void)
 {
 	const struct reply *ref = reference(0);
 	char *dir = new_dir("killed");
+	const char *be = getenv("KVD_TEST_BACKEND");
+	int bpf = be && !strcmp(be, "kernel") && getenv("KVD_TEST_BPF");
 	struct kvd_config c;
 	struct convo cv;
 	struct reply r2;
@@ -1053,8 +1060,9 @@ static void test_killed(void)
 		base_config(&c, dir);
 		/* one block at a time: the spill stays in flight longer */
 		c.tier_queue_depth = 1;
+		c.toolwait_bpf = bpf;
 		d = start(&c);
-		if (!d)
+		if (!d || (bpf && !d->tw))
 			_exit(3);
 		script(d, cv.call);
 		ask(d, cv.p1, 8, &r1);
@@ -1072,9 +1080,13 @@ static void test_killed(void)
 	CHECK(seen && WIFSIGNALED(st), "kvarenad SIGKILLed with a spill file in %s", dir);
 	msleep(300);	/* its workers follow it (PR_SET_PDEATHSIG) */
 	base_config(&c, dir);
+	c.toolwait_bpf = bpf;
 	d = start(&c);
 	CHECK(d && count_files(dir, ".kvspill", NULL) == 0,
 	      "restarted: the start-up clean removed the stray spill file");
+	if (bpf)
+		CHECK(d && d->tw, "restarted: the eBPF tool-wait programs loaded again, the killed "
+		      "daemon's pins replaced");
 	if (d) {
 		CHECK(ask(d, cv.p2, 24, &r2) == 0 && same_reply(&r2, ref),
 		      "the conversation's next request: recomputed, output bit-identical to the "

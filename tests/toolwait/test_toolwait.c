@@ -10,6 +10,7 @@
  *                     [-s tp_btf|raw_tp|tracepoint]
  *   test_toolwait bench -b memfd|kernel -l LABEL [-t SECONDS] [-r RATE]
  *   test_toolwait kvactl [kvactl toolwait args]
+ *   test_toolwait stale      (a killed loader's pins; run also checks it)
  *
  * Closing line: "N passed, N failed".
  */
@@ -249,6 +250,70 @@ static int run_kvactl(char **argv, int argc, bool json, char *out, size_t len)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/*
+ * A loader killed before it could unpin (SIGKILL, a crash) leaves its
+ * pins: the next loader takes them over without KVA_TOOLWAIT_REPLACE_PINS,
+ * as no loaded program uses their maps (a reader's view open beside does
+ * not count), while another process's live pins stay refused.
+ */
+static void check_stale_pins(const struct kva_toolwait_opts *base)
+{
+	static const char *const names[] = { "sessions", "classes", "cgroups", "procs",
+					     "stats", "events" };
+	struct kva_toolwait_opts o = *base;
+	struct kva_toolwait *tw = NULL, *view = NULL;
+	char dir[64], path[96], c;
+	int p[2], n, status;
+	size_t i;
+	pid_t pid;
+
+	snprintf(dir, sizeof(dir), "/sys/fs/bpf/kvatw-stale-%d", (int)getpid());
+	o.pin_dir = dir;
+	o.flags = KVA_TOOLWAIT_MOUNT;
+	if (pipe(p)) {
+		CHECK(0, "pipe: %s", strerror(errno));
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		close(p[0]);
+		if (kva_toolwait_open(&o, &tw) == 0 && write(p[1], "1", 1) == 1)
+			pause();
+		_exit(1);
+	}
+	close(p[1]);
+	n = pid > 0 ? (int)read(p[0], &c, 1) : -1;
+	close(p[0]);
+	CHECK(n == 1, "stale pins: the child's loader did not start");
+	if (n == 1) {
+		n = kva_toolwait_open(&o, &tw);
+		CHECK(n == -EEXIST && !tw, "another process's live pins refused: %s",
+		      strerror(-n));
+		kva_toolwait_close(tw);
+		tw = NULL;
+		n = kva_toolwait_open_pinned(dir, &view);
+		CHECK(n == 0, "a view of the child's pins: %s", strerror(-n));
+	}
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	snprintf(path, sizeof(path), "%s/sessions", dir);
+	CHECK(access(path, F_OK) == 0, "a killed loader's pins stay");
+	n = kva_toolwait_open(&o, &tw);
+	CHECK(n == 0 && tw, "a killed loader's pins replaced without REPLACE_PINS: %s",
+	      strerror(-n));
+	kva_toolwait_close(tw);
+	CHECK(access(dir, F_OK) != 0, "the new loader's pins gone at its close");
+	kva_toolwait_close(view);
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 static int cmd_run(int argc, char **argv)
 {
 	enum kva_backend backend = KVA_BACKEND_MEMFD;
@@ -342,6 +407,7 @@ static int cmd_run(int argc, char **argv)
 		      "live pins kept without REPLACE_PINS: %s", strerror(-n));
 		kva_toolwait_close(tw3);
 	}
+	check_stale_pins(&o);
 
 	for (i = 0; i < 2; i++) {
 		NEED(kva_session_open(arena, 1000 + i, &sid[i]) == 0,
@@ -822,10 +888,16 @@ int main(int argc, char **argv)
 		return cmd_demo(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "bench"))
 		return cmd_bench(argc - 1, argv + 1);
-	if (argc >= 2 && !strcmp(argv[1], "run"))
+	if (argc >= 2 && !strcmp(argv[1], "run")) {
 		cmd_run(argc - 1, argv + 1);
-	else {
-		fprintf(stderr, "usage: %s run|bench|kvactl ...\n", argv[0]);
+	} else if (argc >= 2 && !strcmp(argv[1], "stale")) {
+		struct kva_toolwait_opts o = { .size = sizeof(o), .module = KVA_TOOLWAIT_OFF,
+					       .usdt = KVA_TOOLWAIT_OFF };
+
+		mount_if_absent("/sys/fs/bpf", "bpf", "/sys/fs/bpf/.");
+		check_stale_pins(&o);
+	} else {
+		fprintf(stderr, "usage: %s run|stale|bench|kvactl ...\n", argv[0]);
 		return 2;
 	}
 	printf("test_toolwait: %d passed, %d failed\n", passed, failed);
