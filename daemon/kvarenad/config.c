@@ -399,6 +399,9 @@ static int set_key(struct kvd_config *c, const char *sec, const char *k, const c
 	U32("kv", "toolwait_min_s", toolwait_min_s, 0, 86400);
 	U32("kv", "toolwait_max_s", toolwait_max_s, 1, 86400 * 7);
 	BOOL("kv", "toolwait_bpf", toolwait_bpf);
+	if (!strcmp(sec, "kv") && !strcmp(k, "toolwait_state"))
+		return v[0] && v[0] != '/' ? -1 :
+		       copy_str(c->toolwait_state, sizeof(c->toolwait_state), v);
 	U32("kv", "ttl_ms", ttl_ms, 0, 86400000);
 	if (!strcmp(sec, "tier") && !strcmp(k, "dir"))
 		return v[0] && v[0] != '/' ? -1 : copy_str(c->tier_dir, sizeof(c->tier_dir), v);
@@ -775,7 +778,7 @@ static const struct start_only start_only[] = {
 	SO("[kv] handoff", handoff), SO("[kv] prefix_cache", prefix_cache),
 	SO("[kv] retention", retention), SO("[kv] idle_retention_s", idle_retention_s),
 	SO("[kv] toolwait_min_s", toolwait_min_s), SO("[kv] toolwait_max_s", toolwait_max_s),
-	SO("[kv] toolwait_bpf", toolwait_bpf),
+	SO("[kv] toolwait_bpf", toolwait_bpf), SOS("[kv] toolwait_state", toolwait_state),
 	SOS("[tier] dir", tier_dir), SO("[tier] cap_mb", tier_cap_mb),
 	SOS("[tier] direct", tier_direct), SOS("[tier] fixed", tier_fixed),
 	SO("[tier] queue_depth", tier_queue_depth),

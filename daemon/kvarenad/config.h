@@ -117,6 +117,7 @@ struct kvd_config {
 	uint32_t idle_retention_s;	/* an idle session's KV lives this long */
 	uint32_t toolwait_min_s, toolwait_max_s;	/* bounds of a TOOL_WAIT deadline */
 	int toolwait_bpf;		/* 1: load the eBPF tool-wait programs if possible */
+	char toolwait_state[512];	/* the tool-wait table kept across restarts ("": not) */
 	uint32_t ttl_ms;		/* the ttl policy's inactivity bound (0: the kernel's) */
 	/* [tier] the disk tier and the keep/spill/discard logic (tiering.c) */
 	char tier_dir[512];		/* spill directory; "": no disk tier */

@@ -1061,6 +1061,7 @@ static void release(struct kvd *d)
 	kvd_prefix_fini(d);
 	kvd_kstate_fini(d);
 	kvd_conv_fini(d);
+	free(d->tws_snap);
 	free(d->wakes);
 	free(d->admit_buf);
 	free(d->block_users);
@@ -1158,6 +1159,11 @@ int kvd_create(const struct kvd_config *cfg, const char *self_exe, struct kvd **
 	rc = kvd_tiering_init(d, err, errlen);
 	if (rc)
 		goto fail;
+	rc = kvd_toolwait_state_load(d);
+	if (rc) {
+		snprintf(err, errlen, "tool-wait table: %s", strerror(-rc));
+		goto fail;
+	}
 	rc = kvd_kstate_init(d);
 	if (rc) {
 		snprintf(err, errlen, "kernel state path: %s", strerror(-rc));
@@ -1293,6 +1299,8 @@ void kvd_destroy(struct kvd *d)
 	pthread_join(d->sched, NULL);
 	kvd_agent_stop(d);	/* running tools finish; then no thread holds a job */
 	kvd_workers_stop(d);
+	kvd_toolwait_state_snap(d, kvd_now_ns(), 1);	/* the waits since the last copy */
+	kvd_toolwait_state_flush(d);
 	/* jobs still held by the scheduler: their API side is gone by now */
 	while ((j = d->jobs)) {
 		d->jobs = j->next;

@@ -647,6 +647,12 @@ struct kvd {
 	uint32_t tenant_jobs[KVD_MAX_TENANTS + 1];	/* queued or running */
 	struct kvd_toolclass classes[KVD_MAX_TOOL_CLASSES];
 	uint32_t n_classes;
+	/* toolwait_state.c: the table to write, copied under the lock */
+	struct kvd_toolclass *tws_snap;	/* NULL: [kv] toolwait_state unset */
+	uint32_t tws_n;
+	uint64_t tws_waits;		/* m.tool_waits at the last copy */
+	uint64_t tws_next_ns;		/* the next copy's time */
+	int tws_pending, tws_failing;
 	struct kvd_metrics m;
 	uint32_t step_us[KVD_STEP_RING];	/* scheduler turns, microseconds */
 	uint64_t n_step_us;
@@ -900,6 +906,14 @@ double kvd_toolwait_survival(struct kvd *d, uint32_t tool_class, uint64_t elapse
 int64_t kvd_toolwait_quantile_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
 				 double p);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
+
+/* toolwait_state.c: the tool-wait table across restarts. load at start
+ * (never fails the start on a bad file: it says so and starts cold); snap
+ * under the lock (a copy, when due and new waits came, or force); flush
+ * with the lock dropped, by the thread that snapped (the write). */
+int kvd_toolwait_state_load(struct kvd *d);
+void kvd_toolwait_state_snap(struct kvd *d, uint64_t now, int force);
+void kvd_toolwait_state_flush(struct kvd *d);
 
 /* tiering.c */
 struct kvd_tticket;

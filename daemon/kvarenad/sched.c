@@ -648,6 +648,7 @@ void *kvd_sched_main(void *arg)
 		dl = kvd_conv_expire(d, now);
 		if (dl && dl < next)
 			next = dl;
+		kvd_toolwait_state_snap(d, now, 0);
 		/* tool results to tokenize while the lock is dropped */
 		n_tok = 0;
 		for (j = d->jobs; j && n_tok < MAX_TOKENIZE; j = j->next)
@@ -688,6 +689,7 @@ void *kvd_sched_main(void *arg)
 
 		kvd_wakes_flush(d);
 		kvd_workers_reap(reap, n_reap);
+		kvd_toolwait_state_flush(d);
 		did = 0;
 		for (i = 0; i < n_tok; i++) {
 			j = tok[i];

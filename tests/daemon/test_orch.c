@@ -4543,6 +4543,161 @@ static void test_tool_tenants(void)
 	kvd_destroy(d);
 }
 
+/* Starts a daemon on cfg and says how many tool classes it holds. */
+static uint32_t tws_classes(const struct kvd_config *c, struct kvd **dp)
+{
+	uint32_t n;
+
+	*dp = start(c);
+	if (!*dp)
+		return UINT32_MAX;
+	pthread_mutex_lock(&(*dp)->lock);
+	n = (*dp)->n_classes;
+	pthread_mutex_unlock(&(*dp)->lock);
+	return n;
+}
+
+static void tws_write(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/*
+ * [kv] toolwait_state: the tool waits one daemon measured are read back by
+ * the next, which predicts them as the first did (not from the 1 s cold
+ * start); a tenant's classes stay its own (not read back once it is no
+ * longer configured); a file that does not check out, or a symlink, is not
+ * read at all, and the start goes on cold; a daemon that measured nothing
+ * leaves the file as it was.
+ */
+static void test_toolwait_state(void)
+{
+	char dir[] = "/tmp/kvd-tws-XXXXXX", path[64], link[64], saved[8192] = "", now[8192] = "";
+	struct kvd_config c;
+	struct kvd *d;
+	struct stat st;
+	uint32_t ca, cb, i, n;
+	uint64_t pa = 0, pb = 0, qa = 0, qb = 0, cold;
+	FILE *f;
+
+	if (!mkdtemp(dir)) {
+		CHECK(0, "mkdtemp: %s", strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/toolwait.json", dir);
+	snprintf(link, sizeof(link), "%s/link.json", dir);
+	base_config(&c);
+	c.n_tenants = 1;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	c.tenants[0].id = 1;
+	snprintf(c.toolwait_state, sizeof(c.toolwait_state), "%s", path);
+	setenv("KVD_TEST_TWS_EVERY_MS", "100", 1);
+
+	CHECK(tws_classes(&c, &d) == 0, "no table yet: the daemon starts with no tool class");
+	if (!d)
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	ca = kvd_toolclass(d, 1, "build", 5);
+	cb = kvd_toolclass(d, 0, "grep", 4);
+	kvd_toolclass(d, 0, "never", 5);	/* no wait measured: not written */
+	cold = kvd_toolwait_predict_us(d, ca);
+	for (i = 0; i < 12; i++)
+		kvd_toolwait_record(d, ca, 20000000 + i * 100000);
+	for (i = 0; i < 10; i++)
+		kvd_toolwait_record(d, cb, 300000 + i * 1000);
+	pthread_mutex_unlock(&d->lock);
+	/* written while it runs too (every 30 s; 100 ms here): a crash loses
+	 * the waits since the last write, no more */
+	kvd_wake(d);
+	for (i = 0; i < 300 && stat(path, &st); i++)
+		sleep_ms(10);
+	CHECK(i < 300, "the running daemon wrote the table (%u ms)", i * 10);
+	unlink(path);
+	/* the last waits before the stop: written at the stop */
+	pthread_mutex_lock(&d->lock);
+	kvd_toolwait_record(d, ca, 30000000);
+	kvd_toolwait_record(d, cb, 200000);
+	pa = kvd_toolwait_predict_us(d, ca);
+	pb = kvd_toolwait_predict_us(d, cb);
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
+	CHECK(stat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600,
+	      "a clean stop wrote the waits since, mode 0600 (%o)", (unsigned)st.st_mode & 0777);
+	f = fopen(path, "r");
+	if (f) {
+		saved[fread(saved, 1, sizeof(saved) - 1, f)] = 0;
+		fclose(f);
+	}
+
+	n = tws_classes(&c, &d);
+	CHECK(n == 2, "the next start read two classes back (%u; the one with no wait left out)",
+	      n);
+	if (!d)
+		goto out;
+	pthread_mutex_lock(&d->lock);
+	qa = kvd_toolwait_predict_us(d, kvd_toolclass(d, 1, "build", 5));
+	qb = kvd_toolwait_predict_us(d, kvd_toolclass(d, 0, "grep", 4));
+	pthread_mutex_unlock(&d->lock);
+	CHECK(qa == pa && qb == pb && pa != cold,
+	      "and predicts as the first did: build %.2f s (first %.2f s, cold %.2f s), grep "
+	      "%.3f s (first %.3f s)", qa / 1e6, pa / 1e6, cold / 1e6, qb / 1e6, pb / 1e6);
+	kvd_destroy(d);
+	f = fopen(path, "r");
+	if (f) {
+		now[fread(now, 1, sizeof(now) - 1, f)] = 0;
+		fclose(f);
+	}
+	CHECK(saved[0] && !strcmp(saved, now), "a daemon that measured no wait left the file as "
+	      "it was");
+
+	c.n_tenants = 0;
+	CHECK(tws_classes(&c, &d) == 1, "tenant a no longer configured: its class is not read "
+	      "back, the other is");
+	kvd_destroy(d);
+	c.n_tenants = 1;
+
+	if (symlink(path, link) == 0) {
+		snprintf(c.toolwait_state, sizeof(c.toolwait_state), "%s", link);
+		CHECK(tws_classes(&c, &d) == 0, "a symlink in the table's place is not followed");
+		kvd_destroy(d);
+		snprintf(c.toolwait_state, sizeof(c.toolwait_state), "%s", path);
+	}
+	{
+		static const char *const bad[] = {
+			"not json",
+			"{\"version\": 2, \"classes\": []}",
+			/* the slots do not add up to the count */
+			"{\"version\": 1, \"classes\": [{\"tool\": \"grep\", \"tenant\": \"\", "
+			"\"count\": 9, \"total_us\": 100, \"max_us\": 50, \"slots\": [1,0,0,0,0,0,"
+			"0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}",
+			/* a good class, then one with a negative slot: all or nothing */
+			"{\"version\": 1, \"classes\": [{\"tool\": \"grep\", \"tenant\": \"\", "
+			"\"count\": 1, \"total_us\": 100, \"max_us\": 100, \"slots\": [0,0,0,0,0,0,"
+			"1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}, {\"tool\": \"x\", "
+			"\"tenant\": \"\", \"count\": 0, \"total_us\": 0, \"max_us\": 0, "
+			"\"slots\": [-1,1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}",
+		};
+
+		for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			tws_write(path, bad[i]);
+			n = tws_classes(&c, &d);
+			CHECK(n == 0, "a table that does not check out (%.40s...) is not read; the "
+			      "daemon starts, cold (%u classes)", bad[i], n);
+			kvd_destroy(d);
+		}
+	}
+out:
+	unsetenv("KVD_TEST_TWS_EVERY_MS");
+	unlink(link);
+	unlink(path);
+	rmdir(dir);
+}
+
 static void test_mcp_restart(void)
 {
 	const char *fake_rel = getenv("KVD_TEST_MCP_FAKE");
@@ -6650,6 +6805,7 @@ int main(int argc, char **argv)
 	RUN(mcp_servers);
 	RUN(mcp_restart);
 	RUN(tool_tenants);
+	RUN(toolwait_state);
 	RUN(mcp_tenants);
 #endif
 	printf("%d passed, %d failed\n", pass, failed);
