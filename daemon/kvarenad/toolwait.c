@@ -30,17 +30,54 @@ static const char *tenant_name(const struct kvd *d, uint32_t tenant)
 	return slot ? d->cfg.tenants[slot - 1].name : "";
 }
 
+static uint32_t find_class(const struct kvd *d, const char *tn, const char *name, size_t len,
+			   uint32_t *mine)
+{
+	uint32_t i;
+
+	*mine = 0;
+	for (i = 0; i < d->n_classes; i++) {
+		if (strcmp(d->classes[i].tenant, tn))
+			continue;
+		if (strlen(d->classes[i].name) == len && !memcmp(d->classes[i].name, name, len))
+			return i + 1;
+		(*mine)++;
+	}
+	return 0;
+}
+
+/*
+ * A tenant's share of the classes: the tool names come from what the
+ * model wrote, so one tenant's requests could make up names until every
+ * class was theirs, and every other tenant's new tools would then share
+ * the last one (and, kept in [kv] toolwait_state, after restarts too).
+ * Past its share a tenant's new tools share its class "*" (no tool name
+ * has that form: OpenAI's are [a-zA-Z0-9_-]).
+ */
+static uint32_t tenant_share(const struct kvd *d)
+{
+	uint32_t q = KVD_MAX_TOOL_CLASSES / (d->cfg.n_tenants + 1);
+
+	return q < 2 ? 2 : q;
+}
+
 uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len)
 {
 	const char *tn = tenant_name(d, tenant);
-	uint32_t i;
+	uint32_t i, mine;
 
 	if (len >= sizeof(d->classes[0].name))
 		len = sizeof(d->classes[0].name) - 1;
-	for (i = 0; i < d->n_classes; i++)
-		if (strlen(d->classes[i].name) == len && !memcmp(d->classes[i].name, name, len) &&
-		    !strcmp(d->classes[i].tenant, tn))
-			return i + 1;
+	i = find_class(d, tn, name, len, &mine);
+	if (i)
+		return i;
+	if (mine + 1 >= tenant_share(d)) {
+		name = "*";
+		len = 1;
+		i = find_class(d, tn, name, len, &mine);
+		if (i)
+			return i;
+	}
 	if (d->n_classes == KVD_MAX_TOOL_CLASSES)
 		return KVD_MAX_TOOL_CLASSES;	/* the last class takes the rest */
 	memcpy(d->classes[d->n_classes].name, name, len);

@@ -4543,6 +4543,59 @@ static void test_tool_tenants(void)
 	kvd_destroy(d);
 }
 
+/*
+ * Tool classes come from the names the model writes, so a tenant's
+ * requests can make up as many as they like: each tenant has its share of
+ * the 256 classes (256 / (tenants + 1)), past which its new tools share
+ * its class "*", and another tenant's new tool still gets a class of its
+ * own (before, one tenant's made-up names took every class and everyone's
+ * new tools shared the last).
+ */
+static void test_toolclass_share(void)
+{
+	struct kvd_config c;
+	struct kvd *d;
+	uint32_t i, first = 0, star = 0, mine = 0, other, none;
+	char name[32];
+
+	base_config(&c);
+	c.n_tenants = 2;
+	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
+	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
+	c.tenants[0].id = 1;
+	c.tenants[1].id = 2;
+	d = start(&c);
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < 300; i++) {
+		uint32_t cls;
+
+		snprintf(name, sizeof(name), "made_up_%u", i);
+		cls = kvd_toolclass(d, 1, name, strlen(name));
+		if (i == 0)
+			first = cls;
+		if (i == 299)
+			star = cls;
+	}
+	for (i = 0; i < d->n_classes; i++)
+		mine += !strcmp(d->classes[i].tenant, "a");
+	other = kvd_toolclass(d, 2, "grep", 4);
+	none = kvd_toolclass(d, 0, "grep", 4);
+	CHECK(mine == 85 && star && !strcmp(d->classes[star - 1].name, "*") &&
+	      kvd_toolclass(d, 1, "made_up_0", 9) == first &&
+	      kvd_toolclass(d, 1, "made_up_83", 10) != star &&
+	      kvd_toolclass(d, 1, "made_up_84", 10) == star,
+	      "tenant a's 300 made-up tool names: %u classes, its share (84 named, then \"%s\" "
+	      "for the rest)", mine, star ? d->classes[star - 1].name : "?");
+	CHECK(other && none && other != star && none != star && other != none &&
+	      other < KVD_MAX_TOOL_CLASSES && !strcmp(d->classes[other - 1].name, "grep"),
+	      "tenant b's new tool, and one without a tenant, still get classes of their own "
+	      "(%u, %u; a's rest: %u)", other, none, star);
+	pthread_mutex_unlock(&d->lock);
+	kvd_destroy(d);
+}
+
 /* Starts a daemon on cfg and says how many tool classes it holds. */
 static uint32_t tws_classes(const struct kvd_config *c, struct kvd **dp)
 {
@@ -6805,6 +6858,7 @@ int main(int argc, char **argv)
 	RUN(mcp_servers);
 	RUN(mcp_restart);
 	RUN(tool_tenants);
+	RUN(toolclass_share);
 	RUN(toolwait_state);
 	RUN(mcp_tenants);
 #endif
