@@ -522,6 +522,9 @@ static void test_many_in_flight(void)
 	CU_ASSERT_EQUAL_FATAL(wait_done(t, d, 40), 40);
 	for (i = 0; i < 40; i++) {
 		CU_ASSERT_EQUAL(d[i].status, 0);
+		if (d[i].status)
+			printf("(spill of file %u: %s) ", (unsigned)(uintptr_t)d[i].ctx,
+			       strerror(-d[i].status));
 		seen[(uintptr_t)d[i].ctx]++;
 	}
 	for (i = 0; i < 40; i++) {
