@@ -311,6 +311,9 @@ uint64_t kvt_prefetch_at_ns(const struct kvt_costs *c, uint64_t wait_start_ns,
  * rather than by the scheduler's timing.
  */
 void kvt_test_hold(struct kvt *t, uint32_t ios);
+/* Every transfer moves at most bytes (0: all it is asked), as a short
+ * read or write would: the rest goes again. */
+void kvt_test_piece(struct kvt *t, uint32_t bytes);
 #endif
 
 #ifdef __cplusplus

@@ -91,6 +91,7 @@ struct op {
 struct io {
 	struct op *op;
 	uint32_t idx;			/* block, or UINT32_MAX for the header */
+	uint32_t done;			/* bytes of it moved by earlier completions */
 	struct io *next_free;
 };
 
@@ -130,6 +131,7 @@ struct kvt {
 	struct kvt_stats st;
 #ifdef KVT_TEST_HOOKS
 	uint32_t hold_ios;		/* kvt_test_hold(): I/Os left to issue */
+	uint32_t piece;			/* kvt_test_piece(): the most one transfer moves */
 #endif
 
 	/* the thread's own */
@@ -628,43 +630,53 @@ static struct io_uring_sqe *get_sqe(struct kvt *t)
 	return sqe;
 }
 
-static void prep_block(struct kvt *t, struct op *o, struct io *io, uint32_t i)
+/* The I/O's bytes from io->done on: a block's, or the header's. */
+static void prep_io(struct kvt *t, struct op *o, struct io *io)
 {
 	struct io_uring_sqe *sqe = get_sqe(t);
-	uint32_t blk = o->blocks[i];
-	uint32_t fidx = o->kind == KVT_OP_SPILL ? i : o->first + i;
-	uint8_t *p = block_ptr(t, blk);
-	off_t off = (off_t)(o->hb + (uint64_t)fidx * t->g.block_size);
+	int hdr = io->idx == UINT32_MAX, w = o->kind == KVT_OP_SPILL;
+	uint32_t fidx = w ? io->idx : o->first + io->idx;
+	uint8_t *p = hdr ? o->hdr : block_ptr(t, o->blocks[io->idx]);
+	unsigned int len = hdr ? (unsigned int)o->hb : (unsigned int)t->g.block_size;
+	off_t off = hdr ? 0 : (off_t)(o->hb + (uint64_t)fidx * t->g.block_size);
 
-	if (t->fixed) {
-		int bi = (int)((uint64_t)(p - t->base) / FIXED_CHUNK);
+	p += io->done;
+	len -= io->done;
+	off += io->done;
+#ifdef KVT_TEST_HOOKS
+	if (t->piece && len > t->piece)
+		len = t->piece;
+#endif
+	if (t->fixed && !hdr) {
+		int bi = (int)((uint64_t)(p - io->done - t->base) / FIXED_CHUNK);
 
-		if (o->kind == KVT_OP_SPILL)
-			io_uring_prep_write_fixed(sqe, o->fd, p, t->g.block_size, off, bi);
+		if (w)
+			io_uring_prep_write_fixed(sqe, o->fd, p, len, off, bi);
 		else
-			io_uring_prep_read_fixed(sqe, o->fd, p, t->g.block_size, off, bi);
-	} else if (o->kind == KVT_OP_SPILL) {
-		io_uring_prep_write(sqe, o->fd, p, t->g.block_size, off);
+			io_uring_prep_read_fixed(sqe, o->fd, p, len, off, bi);
+	} else if (w) {
+		io_uring_prep_write(sqe, o->fd, p, len, off);
 	} else {
-		io_uring_prep_read(sqe, o->fd, p, t->g.block_size, off);
+		io_uring_prep_read(sqe, o->fd, p, len, off);
 	}
+	io_uring_sqe_set_data(sqe, io);
+}
+
+static void prep_block(struct kvt *t, struct op *o, struct io *io, uint32_t i)
+{
 	io->op = o;
 	io->idx = i;
-	io_uring_sqe_set_data(sqe, io);
+	io->done = 0;
+	prep_io(t, o, io);
 	o->inflight++;
 }
 
 static void prep_header(struct kvt *t, struct op *o, struct io *io)
 {
-	struct io_uring_sqe *sqe = get_sqe(t);
-
-	if (o->kind == KVT_OP_SPILL)
-		io_uring_prep_write(sqe, o->fd, o->hdr, (unsigned int)o->hb, 0);
-	else
-		io_uring_prep_read(sqe, o->fd, o->hdr, (unsigned int)o->hb, 0);
 	io->op = o;
 	io->idx = UINT32_MAX;
-	io_uring_sqe_set_data(sqe, io);
+	io->done = 0;
+	prep_io(t, o, io);
 	o->inflight++;
 	o->hdr_state = 1;
 }
@@ -696,6 +708,13 @@ static int may_issue(struct kvt *t)
 		t->hold_ios--;
 	pthread_mutex_unlock(&t->lock);
 	return ok;
+}
+
+void kvt_test_piece(struct kvt *t, uint32_t bytes)
+{
+	pthread_mutex_lock(&t->lock);
+	t->piece = bytes;
+	pthread_mutex_unlock(&t->lock);
 }
 
 void kvt_test_hold(struct kvt *t, uint32_t ios)
@@ -788,6 +807,17 @@ static void on_cqe(struct kvt *t, struct io *io, int res)
 	uint32_t i = io->idx;
 	size_t want = i == UINT32_MAX ? o->hb : t->g.block_size;
 
+	/* a short read or write that moved bytes: the rest goes again (a
+	 * write may stop short of what was asked without the disk being
+	 * full; a read short of the file's end likewise); only one that
+	 * moves nothing, or fails, ends the I/O short */
+	if (res > 0 && io->done + (size_t)res < want) {
+		io->done += (uint32_t)res;
+		prep_io(t, o, io);
+		return;
+	}
+	if (res >= 0)
+		res += (int)io->done;
 	io_put(t, io);
 	o->inflight--;
 	if (res < 0 && restart_able(t, o, res)) {
