@@ -314,6 +314,9 @@ void kvt_test_hold(struct kvt *t, uint32_t ios);
 /* Every transfer moves at most bytes (0: all it is asked), as a short
  * read or write would: the rest goes again. */
 void kvt_test_piece(struct kvt *t, uint32_t bytes);
+/* The next n completions that moved bytes read as -EAGAIN instead (the
+ * transfer is made again, as a refused one would be). */
+void kvt_test_eagain(struct kvt *t, uint32_t n);
 #endif
 
 #ifdef __cplusplus

@@ -47,6 +47,7 @@
 #define OP_UNLINK	100
 #define FIXED_CHUNK	(1ull << 30)	/* io_uring's largest registered buffer */
 #define MAX_FIXED	1024
+#define KVT_IO_AGAIN	8	/* -EAGAIN or -EINTR: how often an I/O goes again */
 
 enum fstate { F_WRITING = 0, F_READY, F_FAILED };
 
@@ -92,6 +93,7 @@ struct io {
 	struct op *op;
 	uint32_t idx;			/* block, or UINT32_MAX for the header */
 	uint32_t done;			/* bytes of it moved by earlier completions */
+	uint32_t again;			/* times it went again after -EAGAIN/-EINTR */
 	struct io *next_free;
 };
 
@@ -132,6 +134,7 @@ struct kvt {
 #ifdef KVT_TEST_HOOKS
 	uint32_t hold_ios;		/* kvt_test_hold(): I/Os left to issue */
 	uint32_t piece;			/* kvt_test_piece(): the most one transfer moves */
+	uint32_t eagain;		/* kvt_test_eagain(): completions to read as -EAGAIN */
 #endif
 
 	/* the thread's own */
@@ -644,8 +647,10 @@ static void prep_io(struct kvt *t, struct op *o, struct io *io)
 	len -= io->done;
 	off += io->done;
 #ifdef KVT_TEST_HOOKS
+	pthread_mutex_lock(&t->lock);
 	if (t->piece && len > t->piece)
 		len = t->piece;
+	pthread_mutex_unlock(&t->lock);
 #endif
 	if (t->fixed && !hdr) {
 		int bi = (int)((uint64_t)(p - io->done - t->base) / FIXED_CHUNK);
@@ -667,6 +672,7 @@ static void prep_block(struct kvt *t, struct op *o, struct io *io, uint32_t i)
 	io->op = o;
 	io->idx = i;
 	io->done = 0;
+	io->again = 0;
 	prep_io(t, o, io);
 	o->inflight++;
 }
@@ -676,6 +682,7 @@ static void prep_header(struct kvt *t, struct op *o, struct io *io)
 	io->op = o;
 	io->idx = UINT32_MAX;
 	io->done = 0;
+	io->again = 0;
 	prep_io(t, o, io);
 	o->inflight++;
 	o->hdr_state = 1;
@@ -708,6 +715,13 @@ static int may_issue(struct kvt *t)
 		t->hold_ios--;
 	pthread_mutex_unlock(&t->lock);
 	return ok;
+}
+
+void kvt_test_eagain(struct kvt *t, uint32_t n)
+{
+	pthread_mutex_lock(&t->lock);
+	t->eagain = n;
+	pthread_mutex_unlock(&t->lock);
 }
 
 void kvt_test_piece(struct kvt *t, uint32_t bytes)
@@ -807,6 +821,21 @@ static void on_cqe(struct kvt *t, struct io *io, int res)
 	uint32_t i = io->idx;
 	size_t want = i == UINT32_MAX ? o->hb : t->g.block_size;
 
+#ifdef KVT_TEST_HOOKS
+	pthread_mutex_lock(&t->lock);
+	if (t->eagain && res >= 0) {
+		t->eagain--;
+		res = -EAGAIN;
+	}
+	pthread_mutex_unlock(&t->lock);
+#endif
+	/* a transfer the kernel refused for now (io-wq out of workers, a
+	 * signal): it goes again, a few times */
+	if ((res == -EAGAIN || res == -EINTR) && io->again < KVT_IO_AGAIN) {
+		io->again++;
+		prep_io(t, o, io);
+		return;
+	}
 	/* a short read or write that moved bytes: the rest goes again (a
 	 * write may stop short of what was asked without the disk being
 	 * full; a read short of the file's end likewise); only one that
