@@ -225,6 +225,23 @@ static struct bpf_map *tw_map(struct kva_toolwait *tw, int i)
 	return maps[i];
 }
 
+/* Whether the object pinned at path is map fd (else another loader's,
+ * which replaced our pins since, and which we leave). */
+static bool tw_pinned_is(const char *path, int fd)
+{
+	struct bpf_map_info a = { 0 }, b = { 0 };
+	__u32 la = sizeof(a), lb = sizeof(b);
+	int pfd = bpf_obj_get(path);
+	bool same;
+
+	if (pfd < 0)
+		return false;
+	same = !bpf_obj_get_info_by_fd(pfd, &a, &la) && !bpf_obj_get_info_by_fd(fd, &b, &lb) &&
+	       a.id == b.id;
+	close(pfd);
+	return same;
+}
+
 static void tw_unpin(struct kva_toolwait *tw)
 {
 	char path[PATH_MAX + 32];
@@ -235,7 +252,8 @@ static void tw_unpin(struct kva_toolwait *tw)
 	for (i = 0; i < TW_NMAPS; i++) {
 		snprintf(path, sizeof(path), "%s/%s", tw->pin_dir,
 			 tw_map_name[i]);
-		bpf_map__unpin(tw_map(tw, i), path);
+		if (tw_pinned_is(path, tw->fd[i]))
+			bpf_map__unpin(tw_map(tw, i), path);
 	}
 	rmdir(tw->pin_dir);
 	tw->pin_dir[0] = 0;

@@ -307,6 +307,24 @@ static void check_stale_pins(const struct kva_toolwait_opts *base)
 	kva_toolwait_close(tw);
 	CHECK(access(dir, F_OK) != 0, "the new loader's pins gone at its close");
 	kva_toolwait_close(view);
+	/* a loader whose pins another replaced (REPLACE_PINS) leaves the
+	 * other's at its close */
+	{
+		struct kva_toolwait_opts o2 = o;
+		struct kva_toolwait *tw2 = NULL;
+
+		tw = NULL;
+		o2.flags |= KVA_TOOLWAIT_REPLACE_PINS;
+		n = kva_toolwait_open(&o, &tw);
+		CHECK(n == 0, "a first loader: %s", strerror(-n));
+		n = kva_toolwait_open(&o2, &tw2);
+		CHECK(n == 0, "a second, replacing its pins: %s", strerror(-n));
+		kva_toolwait_close(tw);
+		snprintf(path, sizeof(path), "%s/sessions", dir);
+		CHECK(access(path, F_OK) == 0, "the first closed: the second's pins stay");
+		kva_toolwait_close(tw2);
+		CHECK(access(dir, F_OK) != 0, "the second closed: its pins gone");
+	}
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
 		unlink(path);
