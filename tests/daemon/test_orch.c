@@ -99,6 +99,16 @@ static void base_config(struct kvd_config *c)
 		c->lease_ms = (uint32_t)atoi(getenv("KVD_TEST_LEASE_MS"));
 }
 
+/* Two tenants, ids 1 and 2. */
+static void two_tenants(struct kvd_config *c, const char *a, const char *b)
+{
+	c->n_tenants = 2;
+	snprintf(c->tenants[0].name, sizeof(c->tenants[0].name), "%s", a);
+	snprintf(c->tenants[1].name, sizeof(c->tenants[1].name), "%s", b);
+	c->tenants[0].id = 1;
+	c->tenants[1].id = 2;
+}
+
 static struct kvd *start(const struct kvd_config *c)
 {
 	char err[256] = "";
@@ -2009,11 +2019,7 @@ static void test_admit_fair(void)
 
 	base_config(&c);
 	c.kv_blocks = 8;	/* one 2 MiB page: 1024 tokens */
-	c.n_tenants = 2;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
-	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
-	c.tenants[0].id = 1;
-	c.tenants[1].id = 2;
+	two_tenants(&c, "a", "b");
 	d = start(&c);
 	if (!d)
 		return;
@@ -2287,11 +2293,7 @@ static void test_fairness(void)
 	if (!r || !p)
 		goto out;
 	base_config(&c);
-	c.n_tenants = 2;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "light");
-	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "heavy");
-	c.tenants[0].id = 1;
-	c.tenants[1].id = 2;
+	two_tenants(&c, "light", "heavy");
 	c.tenants[0].weight = 1;
 	c.tenants[1].weight = 3;
 	c.kv_blocks = 1024;
@@ -2417,11 +2419,7 @@ static void test_session_keys(void)
 	struct rq q;
 
 	base_config(&c);
-	c.n_tenants = 2;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "alice");
-	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "bob");
-	c.tenants[0].id = 1;
-	c.tenants[1].id = 2;
+	two_tenants(&c, "alice", "bob");
 	d = start(&c);
 	if (!d)
 		return;
@@ -4559,11 +4557,7 @@ static void test_toolclass_share(void)
 	char name[32];
 
 	base_config(&c);
-	c.n_tenants = 2;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
-	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
-	c.tenants[0].id = 1;
-	c.tenants[1].id = 2;
+	two_tenants(&c, "a", "b");
 	d = start(&c);
 	if (!d)
 		return;
@@ -5353,11 +5347,7 @@ static void test_queued_kv_tenants(void)
 	base_config(&c);
 	c.kv_blocks = 8;
 	c.prefix_cache = 0;	/* a turn reuses its conversation's KV or none */
-	c.n_tenants = 2;
-	snprintf(c.tenants[0].name, sizeof(c.tenants[0].name), "a");
-	snprintf(c.tenants[1].name, sizeof(c.tenants[1].name), "b");
-	c.tenants[0].id = 1;
-	c.tenants[1].id = 2;
+	two_tenants(&c, "a", "b");
 	d = start(&c);
 	if (!d)
 		goto out;
