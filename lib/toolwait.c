@@ -225,21 +225,22 @@ static struct bpf_map *tw_map(struct kva_toolwait *tw, int i)
 	return maps[i];
 }
 
-/* Whether the object pinned at path is map fd (else another loader's,
- * which replaced our pins since, and which we leave). */
-static bool tw_pinned_is(const char *path, int fd)
+/* The id of map fd, or of the map pinned at path (fd < 0): 0 and errno
+ * set when there is none. */
+static __u32 tw_map_id(int fd, const char *path)
 {
-	struct bpf_map_info a = { 0 }, b = { 0 };
-	__u32 la = sizeof(a), lb = sizeof(b);
-	int pfd = bpf_obj_get(path);
-	bool same;
+	struct bpf_map_info mi = { 0 };
+	__u32 len = sizeof(mi);
+	int f = fd >= 0 ? fd : bpf_obj_get(path), err = 0;
 
-	if (pfd < 0)
-		return false;
-	same = !bpf_obj_get_info_by_fd(pfd, &a, &la) && !bpf_obj_get_info_by_fd(fd, &b, &lb) &&
-	       a.id == b.id;
-	close(pfd);
-	return same;
+	if (f < 0)
+		return 0;
+	if (bpf_obj_get_info_by_fd(f, &mi, &len))
+		err = errno;
+	if (fd < 0)
+		close(f);
+	errno = err;
+	return err ? 0 : mi.id;
 }
 
 static void tw_unpin(struct kva_toolwait *tw)
@@ -252,7 +253,8 @@ static void tw_unpin(struct kva_toolwait *tw)
 	for (i = 0; i < TW_NMAPS; i++) {
 		snprintf(path, sizeof(path), "%s/%s", tw->pin_dir,
 			 tw_map_name[i]);
-		if (tw_pinned_is(path, tw->fd[i]))
+		/* still our map: another loader may have replaced our pins */
+		if (tw_map_id(-1, path) == tw_map_id(tw->fd[i], NULL))
 			bpf_map__unpin(tw_map(tw, i), path);
 	}
 	rmdir(tw->pin_dir);
@@ -273,23 +275,12 @@ static int tw_pins_live(const char *dir)
 	int i, fd, ret = 0;
 
 	for (i = 0; i < TW_NMAPS; i++) {
-		struct bpf_map_info mi = { 0 };
-
 		snprintf(path, sizeof(path), "%s/%s", dir, tw_map_name[i]);
-		fd = bpf_obj_get(path);
-		if (fd < 0) {
-			if (errno == ENOENT)
-				continue;
+		ids[n] = tw_map_id(-1, path);
+		if (ids[n])
+			n++;
+		else if (errno != ENOENT)
 			return -errno;
-		}
-		len = sizeof(mi);
-		if (bpf_obj_get_info_by_fd(fd, &mi, &len) == 0)
-			ids[n++] = mi.id;
-		else
-			ret = -errno;
-		close(fd);
-		if (ret)
-			return ret;
 	}
 	while (bpf_prog_get_next_id(id, &id) == 0) {
 		struct bpf_prog_info pi = { 0 };

@@ -906,6 +906,10 @@ double kvd_toolwait_survival(struct kvd *d, uint32_t tool_class, uint64_t elapse
 int64_t kvd_toolwait_quantile_us(struct kvd *d, uint32_t tool_class, uint64_t elapsed_us,
 				 double p);
 void kvd_toolwait_record(struct kvd *d, uint32_t tool_class, uint64_t wait_us);
+/* The class of (tenant name tn, tool name), 0 if none; *mine: the
+ * tenant's other classes, counted on the way. */
+uint32_t kvd_toolclass_find(const struct kvd *d, const char *tn, const char *name, size_t len,
+			    uint32_t *mine);
 
 /* toolwait_state.c: the tool-wait table across restarts. load at start
  * (never fails the start on a bad file: it says so and starts cold); snap

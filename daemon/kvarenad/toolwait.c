@@ -30,8 +30,8 @@ static const char *tenant_name(const struct kvd *d, uint32_t tenant)
 	return slot ? d->cfg.tenants[slot - 1].name : "";
 }
 
-static uint32_t find_class(const struct kvd *d, const char *tn, const char *name, size_t len,
-			   uint32_t *mine)
+uint32_t kvd_toolclass_find(const struct kvd *d, const char *tn, const char *name, size_t len,
+			    uint32_t *mine)
 {
 	uint32_t i;
 
@@ -56,10 +56,10 @@ static uint32_t find_class(const struct kvd *d, const char *tn, const char *name
  */
 static uint32_t tenant_share(const struct kvd *d)
 {
-	uint32_t q = KVD_MAX_TOOL_CLASSES / (d->cfg.n_tenants + 1);
-
-	return q < 2 ? 2 : q;
+	return KVD_MAX_TOOL_CLASSES / (d->cfg.n_tenants + 1);
 }
+_Static_assert(KVD_MAX_TOOL_CLASSES / (KVD_MAX_TENANTS + 1) >= 2,
+	       "every tenant's share holds a tool and its \"*\"");
 
 uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t len)
 {
@@ -68,13 +68,13 @@ uint32_t kvd_toolclass(struct kvd *d, uint32_t tenant, const char *name, size_t 
 
 	if (len >= sizeof(d->classes[0].name))
 		len = sizeof(d->classes[0].name) - 1;
-	i = find_class(d, tn, name, len, &mine);
+	i = kvd_toolclass_find(d, tn, name, len, &mine);
 	if (i)
 		return i;
 	if (mine + 1 >= tenant_share(d)) {
 		name = "*";
 		len = 1;
-		i = find_class(d, tn, name, len, &mine);
+		i = kvd_toolclass_find(d, tn, name, len, &mine);
 		if (i)
 			return i;
 	}

@@ -101,16 +101,6 @@ static int class_parse(json_t *o, struct kvd_toolclass *c)
 	return 0;
 }
 
-static int class_known(const struct kvd *d, const struct kvd_toolclass *c)
-{
-	uint32_t i;
-
-	for (i = 0; i < d->n_classes; i++)
-		if (!strcmp(d->classes[i].name, c->name) && !strcmp(d->classes[i].tenant, c->tenant))
-			return 1;
-	return 0;
-}
-
 int kvd_toolwait_state_load(struct kvd *d)
 {
 	const char *path = d->cfg.toolwait_state;
@@ -170,7 +160,10 @@ int kvd_toolwait_state_load(struct kvd *d)
 		}
 	}
 	for (i = 0; i < json_array_size(arr); i++) {
-		if (!tenant_known(d, cls[i].tenant) || class_known(d, &cls[i])) {
+		uint32_t mine;
+
+		if (!tenant_known(d, cls[i].tenant) ||
+		    kvd_toolclass_find(d, cls[i].tenant, cls[i].name, strlen(cls[i].name), &mine)) {
 			gone++;
 			continue;
 		}
