@@ -325,6 +325,10 @@ struct kve_layer {
 struct kve_model {
 	struct gguf g;
 	void *owned_buf;
+	/* the file's Q3_K matrices as Q6_K (model.c, repack_q3k): mapped
+	 * for them all at load, read-only once packed */
+	uint8_t *q6k;
+	size_t q6k_len, q6k_used;
 	struct kve_model_info info;
 	struct kve_mat tok_embd, output;
 	const float *out_norm;
@@ -649,6 +653,9 @@ void kve_q4k_scales(const uint8_t *blk, uint8_t out[16]);
 void kve_q32_ints(uint32_t type, const uint8_t *blk, uint8_t q[32], float *d, float *m);
 void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[8],
 		 float *d, float *dmin);
+/* A Q3_K block (110 bytes) as the Q6_K block (210 bytes) of the same
+ * values, which the engine computes with (model.c) */
+void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6);
 
 static inline float kve_bf16_to_f32(uint16_t h)
 {

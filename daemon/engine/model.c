@@ -9,12 +9,14 @@
  * refused with a message naming the architecture and the feature. Owns
  * no compute and no KV.
  */
+#define _DEFAULT_SOURCE	/* MAP_ANONYMOUS, madvise */
 #include "engine_internal.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
 
@@ -66,10 +68,62 @@ static int get_arch_f32(const struct gguf *g, const char *arch, const char *k,
 	return rc ? rc : (isfinite(*v) ? 0 : -EINVAL);
 }
 
-static int bind(const struct gguf *g, const char *name, struct kve_mat *m,
+/*
+ * Q3_K is read as Q6_K: every Q3_K block is the Q6_K block of the same
+ * values (kve_q3k_to_q6k), so the Q6_K kernels compute a Q3_K file's
+ * products exactly, in 210 bytes a block for 110 (Documentation/engine.md,
+ * "Q3_K"). The bytes all its Q3_K tensors take as Q6_K, each tensor's
+ * 64-aligned; the map is made for them before any is bound.
+ */
+static size_t q6k_bytes(const struct gguf_tensor *t)
+{
+	return ((size_t)(t->size / ggml_blck_bytes(GGML_Q3_K)) * ggml_blck_bytes(GGML_Q6_K) +
+		63) & ~(size_t)63;
+}
+
+static int map_q6k(struct kve_model *mo, char *err, size_t errlen)
+{
+	size_t len = 0;
+	uint64_t i;
+
+	for (i = 0; i < mo->g.n_tensors; i++)
+		if (mo->g.t[i].type == GGML_Q3_K)
+			len += q6k_bytes(&mo->g.t[i]);
+	if (!len)
+		return 0;
+	mo->q6k = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mo->q6k == MAP_FAILED) {
+		mo->q6k = NULL;
+		snprintf(err, errlen, "model: out of memory for the Q3_K tensors as Q6_K (%zu bytes)",
+			 len);
+		return -ENOMEM;
+	}
+	/* streamed once a token, as the file's copy (gguf.c) */
+	madvise(mo->q6k, len, MADV_HUGEPAGE);
+	mo->q6k_len = len;
+	return 0;
+}
+
+/* t's blocks rewritten as Q6_K into the map: m reads them there */
+static void repack_q3k(struct kve_model *mo, const struct gguf_tensor *t, struct kve_mat *m)
+{
+	size_t nb = t->size / ggml_blck_bytes(GGML_Q3_K), i;
+	uint8_t *dst = mo->q6k + mo->q6k_used;
+
+	for (i = 0; i < nb; i++)
+		kve_q3k_to_q6k(t->data + i * ggml_blck_bytes(GGML_Q3_K),
+			       dst + i * ggml_blck_bytes(GGML_Q6_K));
+	mo->q6k_used += q6k_bytes(t);
+	m->data = dst;
+	m->type = GGML_Q6_K;
+	m->row_bytes = nb / m->rows * ggml_blck_bytes(GGML_Q6_K);
+}
+
+static int bind(struct kve_model *mo, const char *name, struct kve_mat *m,
 		uint32_t cols, uint32_t rows, int optional, char *err,
 		size_t errlen)
 {
+	const struct gguf *g = &mo->g;
 	const struct gguf_tensor *t = gguf_find_tensor(g, name);
 
 	memset(m, 0, sizeof(*m));
@@ -96,6 +150,8 @@ static int bind(const struct gguf *g, const char *name, struct kve_mat *m,
 	m->rows = rows;
 	m->cols = cols;
 	m->row_bytes = t->size / rows;
+	if (t->type == GGML_Q3_K)
+		repack_q3k(mo, t, m);
 	return 0;
 }
 
@@ -280,8 +336,9 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 			ERR("model: token_embd.weight vocabulary size out of range");
 		in->vocab = (uint32_t)te->ne[1];
 	}
-	if (bind(g, "token_embd.weight", &m->tok_embd, in->dim, in->vocab, 0, err, errlen) ||
-	    bind(g, "output.weight", &m->output, in->dim, in->vocab, 1, err, errlen) ||
+	if (map_q6k(m, err, errlen) ||
+	    bind(m, "token_embd.weight", &m->tok_embd, in->dim, in->vocab, 0, err, errlen) ||
+	    bind(m, "output.weight", &m->output, in->dim, in->vocab, 1, err, errlen) ||
 	    bind_vec(g, "output_norm.weight", in->dim, &m->out_norm, 0, err, errlen))
 		goto fail;
 	/* llama 3.1+: one divisor per rotated pair's frequency */
@@ -304,7 +361,7 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 		struct kve_layer *L = &m->layers[i];
 #define B(field, suffix, c, r) \
 		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
-		 bind(g, nm, &L->field, c, r, 0, err, errlen))
+		 bind(m, nm, &L->field, c, r, 0, err, errlen))
 #define N(field, suffix) \
 		(snprintf(nm, sizeof(nm), "blk.%u." suffix ".weight", i), \
 		 bind_vec(g, nm, in->dim, &L->field, 0, err, errlen))
@@ -344,7 +401,8 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 			 L->down.row_bytes * in->dim;
 	}
 	in->qkv_bias = m->layers[0].bq != NULL;
-	in->weight_type = m->layers[0].wq.type;
+	/* the file's (a Q3_K file's matrices compute as Q6_K) */
+	in->weight_type = gguf_find_tensor(g, "blk.0.attn_q.weight")->type;
 	in->weight_bytes = bytes;
 	return m;
 fail:
@@ -437,8 +495,11 @@ struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
 		kve_model_free(m);
 		return NULL;
 	}
-	if (m)
+	if (m) {
 		gguf_seal(&m->g);
+		if (m->q6k)
+			mprotect(m->q6k, m->q6k_len, PROT_READ);
+	}
 	return m;
 }
 
@@ -463,6 +524,8 @@ void kve_model_free(struct kve_model *m)
 	if (!m)
 		return;
 	free(m->layers);
+	if (m->q6k)
+		munmap(m->q6k, m->q6k_len);
 	gguf_close(&m->g);
 	free(m);
 }

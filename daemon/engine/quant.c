@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
  * quant.c - the quantised block formats of GGUF files: what the bytes of
- * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K mean, as
+ * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K or Q6_K mean, as
  * the public format description defines them (Documentation/engine.md,
  * "Tensor types"), written out as the values ggml's reference
  * dequantisation computes, bit for bit (the same float operations in the
  * same order: test_quant checks every type against libggml on random
  * blocks). The kernels compute with the integers and scales directly;
  * this is the statement of what those integers mean, and what row lookups
- * (the token embedding) and the tests use.
+ * (the token embedding) and the tests use. Q3_K has no kernels: its blocks
+ * are rewritten as Q6_K blocks of the same values when a model is loaded
+ * (kve_q3k_to_q6k).
  *
  * Owns no memory and no layout beyond one block (panels: pack.c).
  */
@@ -135,6 +137,16 @@ void kve_dequant_block(uint32_t type, const uint8_t *b, float *out)
 		}
 		break;
 	}
+	case GGML_Q3_K: {
+		int8_t q[QK_K];
+		int sc[16], mn[8];
+		float dm;
+
+		kve_qk_ints(GGML_Q3_K, b, q, sc, mn, &d, &dm);
+		for (i = 0; i < QK_K; i++)
+			out[i] = d * (float)sc[i / 16] * (float)q[i];
+		break;
+	}
 	case GGML_Q6_K: {
 		/* 128 bytes ql, 64 bytes qh, 16 int8 scales, fp16 d. In each
 		 * half of 128 values (ql 64 bytes, qh 32 bytes on): value l
@@ -203,12 +215,39 @@ void kve_q32_ints(uint32_t type, const uint8_t *b, uint8_t q[32], float *d, floa
 }
 
 /*
- * One block of Q4_K, Q5_K or Q6_K as integers: q[i] the 256 quants (Q4_K
- * 0..15, Q5_K 0..31, Q6_K -32..31), sc[] the scales (Q4_K/Q5_K: 8, one
- * per 32 values; Q6_K: 16 signed, one per 16), mn[] the minima (Q4_K/
- * Q5_K), *d and *dmin the block's fp16 factors. Value i is
- * d * sc[i / 32] * q[i] - dmin * mn[i / 32] (Q4_K, Q5_K) or
- * d * sc[i / 16] * q[i] (Q6_K).
+ * Q3_K: 32 bytes hmask, 64 bytes qs, 12 scale bytes, fp16 d. In each half
+ * n of 128 values, values 32j + l (j < 4, l < 32) are bits 2j, 2j + 1 of
+ * qs[32n + l], less 4 unless bit 4n + j of hmask[l] is set: -4..3. The 16
+ * scales (one per 16 values) are 6-bit, less 32: their low 4 bits are the
+ * low nibbles of bytes 0-7 (scales 0-7) and the high nibbles (8-15), their
+ * high 2 bits bits 2k, 2k + 1 of bytes 8-11 (byte 8 + i % 4, k = i / 4).
+ */
+static void q3k_ints(const uint8_t *b, int8_t q[QK_K], int sc[16], float *d)
+{
+	const uint8_t *hm = b, *qs = b + 32, *s = b + 96;
+	int i, n, j, l;
+
+	*d = f16(b + 108);
+	for (i = 0; i < 16; i++) {
+		int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4;
+
+		sc[i] = (lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
+	}
+	for (n = 0; n < 2; n++)
+		for (j = 0; j < 4; j++)
+			for (l = 0; l < 32; l++)
+				q[128 * n + 32 * j + l] =
+					(int8_t)(((qs[32 * n + l] >> (2 * j)) & 3) -
+						 ((hm[l] >> (4 * n + j)) & 1 ? 0 : 4));
+}
+
+/*
+ * One block of Q3_K, Q4_K, Q5_K or Q6_K as integers: q[i] the 256 quants
+ * (Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31), sc[] the scales
+ * (Q4_K/Q5_K: 8, one per 32 values; Q3_K/Q6_K: 16 signed, one per 16),
+ * mn[] the minima (Q4_K/Q5_K), *d and *dmin the block's fp16 factors.
+ * Value i is d * sc[i / 32] * q[i] - dmin * mn[i / 32] (Q4_K, Q5_K) or
+ * d * sc[i / 16] * q[i] (Q3_K, Q6_K).
  */
 void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], int mn[8],
 		 float *d, float *dmin)
@@ -216,6 +255,11 @@ void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], in
 	uint8_t sm[16];
 	int i, j, n;
 
+	if (type == GGML_Q3_K) {
+		*dmin = 0;
+		q3k_ints(b, q, sc, d);
+		return;
+	}
 	if (type == GGML_Q6_K) {
 		const uint8_t *ql = b, *qh = b + 128;
 
@@ -252,4 +296,35 @@ void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], in
 			q[32 * j + i] = (int8_t)v;
 		}
 	}
+}
+
+/*
+ * A Q3_K block as the Q6_K block of the same values: its quants -4..3 are
+ * Q6_K quants (-32..31), its scales -32..31 Q6_K's int8 scales, its fp16 d
+ * Q6_K's d, and both formats scale 16 values by one scale (value i by
+ * scale i / 16), so every value, and every integer sum a dot product
+ * makes of them, is the same. Q6_K's layout (kve_dequant_block): value
+ * 128n + 32k + l is nibble k / 2 of ql[64n + 32 (k % 2) + l] with bits
+ * 2k, 2k + 1 of qh[32n + l] above it, plus 32.
+ */
+void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6)
+{
+	uint8_t *ql = q6, *qh = q6 + 128;
+	int8_t q[QK_K];
+	int sc[16], n, k, l;
+	float d;
+
+	q3k_ints(q3, q, sc, &d);
+	memset(q6, 0, 192);
+	for (n = 0; n < 2; n++)
+		for (k = 0; k < 4; k++)
+			for (l = 0; l < 32; l++) {
+				int v = q[128 * n + 32 * k + l] + 32;
+
+				ql[64 * n + 32 * (k % 2) + l] |= (uint8_t)((v & 0xF) << (4 * (k / 2)));
+				qh[32 * n + l] |= (uint8_t)((v >> 4) << (2 * k));
+			}
+	for (l = 0; l < 16; l++)
+		q6[192 + l] = (uint8_t)(int8_t)sc[l];
+	memcpy(q6 + 208, q3 + 108, 2);
 }

@@ -897,6 +897,16 @@ static void test_load_modes(const char *path)
 		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") && !m[i]->g.writable,
 		      "%s KVE_WEIGHTS=%s%s: the weights are read-only once loaded (%s .. %s)",
 		      path, weights[i], i == 1 ? " KVE_PACK=0" : "", first, last);
+		if (!m[i]->q6k)
+			continue;
+		/* a Q3_K file's matrices, as Q6_K in a map of their own */
+		maps_perms(m[i]->q6k, first);
+		maps_perms(m[i]->q6k + m[i]->q6k_len - 1, last);
+		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") &&
+		      m[i]->q6k_used == m[i]->q6k_len,
+		      "%s KVE_WEIGHTS=%s%s: its Q3_K matrices as Q6_K (%zu bytes) fill their map, "
+		      "read-only once loaded (%s .. %s)", path, weights[i],
+		      i == 1 ? " KVE_PACK=0" : "", m[i]->q6k_len, first, last);
 	}
 out:
 	for (i = 0; i < 3; i++) {
@@ -1108,9 +1118,70 @@ static void test_copy_size(void)
 	}
 }
 
+/*
+ * Q3_K, the format (Documentation/engine.md, "Tensor types"), on a block
+ * made by hand: scale i is i - 8 (6 bits, stored + 32) and value v's
+ * quant (v % 8) - 4 (stored + 4: bits 0-1 in qs, bit 2 in hmask), d 1, so
+ * value v is (v / 16 - 8) * (v % 8 - 4). Then the same values as the
+ * Q6_K block the engine computes with (kve_q3k_to_q6k), bit for bit, on
+ * that block and on random ones with every extreme d (0, +-65504, the
+ * least subnormal, +-inf, NaN).
+ */
+static void test_q3k(void)
+{
+	static const uint16_t extreme[] = { 0x0000, 0x7bff, 0xfbff, 0x0001, 0x7c00, 0xfc00,
+					    0x7e00 };
+	uint8_t b[110] = { 0 }, q6[210];
+	float x[QK_K], y[QK_K];
+	uint64_t r = 0x9e3779b97f4a7c15ull;
+	int v, i, bad = 0, k;
+
+	for (i = 0; i < 16; i++) {
+		int u = i - 8 + 32;
+
+		b[96 + i % 8] |= (uint8_t)((u & 0xF) << (i < 8 ? 0 : 4));
+		b[96 + 8 + i % 4] |= (uint8_t)((u >> 4) << (2 * (i / 4)));
+	}
+	for (v = 0; v < QK_K; v++) {
+		int n = v / 128, j = v % 128 / 32, l = v % 32, q = v % 8;
+
+		b[32 + 32 * n + l] |= (uint8_t)((q & 3) << (2 * j));
+		b[l] |= (uint8_t)((q >> 2) << (4 * n + j));
+	}
+	b[108] = 0x00;
+	b[109] = 0x3c;
+	kve_dequant_block(GGML_Q3_K, b, x);
+	for (v = 0; v < QK_K; v++)
+		bad += x[v] != (float)((v / 16 - 8) * (v % 8 - 4));
+	CHECK(!bad, "Q3_K: a block made by hand reads back as (v / 16 - 8) * (v %% 8 - 4) "
+	      "(%d of 256 values differ)", bad);
+	for (k = 0, bad = 0; k < 1000; k++) {
+		if (k) {
+			for (i = 0; i < 110; i++) {
+				r ^= r << 13;
+				r ^= r >> 7;
+				r ^= r << 17;
+				b[i] = (uint8_t)r;
+			}
+			if (k < 8) {
+				b[108] = (uint8_t)extreme[k - 1];
+				b[109] = (uint8_t)(extreme[k - 1] >> 8);
+			}
+		}
+		kve_dequant_block(GGML_Q3_K, b, x);
+		kve_q3k_to_q6k(b, q6);
+		kve_dequant_block(GGML_Q6_K, q6, y);
+		for (v = 0; v < QK_K; v++)
+			bad += memcmp(&x[v], &y[v], 4) && !(isnan(x[v]) && isnan(y[v]));
+	}
+	CHECK(!bad, "Q3_K as Q6_K: 1000 blocks (the one above, random ones, every extreme d) "
+	      "the same values bit for bit (%d differ)", bad);
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
+	test_q3k();
 	test_alignment();
 	test_short_read();
 	test_copy_size();

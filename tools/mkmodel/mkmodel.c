@@ -42,11 +42,12 @@ static const char usage[] =
 "  --vocab N        vocabulary size (512, at least ~400)\n"
 "  --ctx N          context length (256)\n"
 "  --type T         the matrices' type (f32): f32 | f16 | bf16 | q8_0 |\n"
-"                   q4_0 | q4_1 | q5_0 | q5_1 | q4_k | q5_k | q6_k, or the\n"
-"                   mixes q4_k_m | q5_k_m (types per tensor as llama.cpp's\n"
-"                   quantiser gives them). A matrix whose rows a type's\n"
-"                   block does not divide falls back as llama.cpp's does\n"
-"                   (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, then f16)\n"
+"                   q4_0 | q4_1 | q5_0 | q5_1 | q3_k | q4_k | q5_k | q6_k,\n"
+"                   or the mixes q3_k_m | q4_k_m | q5_k_m (types per tensor\n"
+"                   as llama.cpp's quantiser gives them). A matrix whose\n"
+"                   rows a type's block does not divide falls back as\n"
+"                   llama.cpp's does (q3_k -> q4_0, q4_k -> q5_0, q5_k ->\n"
+"                   q5_1, q6_k -> q8_0, then f16)\n"
 "  --tokenizer K    spm | bpe (spm; qwen2: bpe)\n"
 "  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2\n"
 "                   (gpt2; qwen2: qwen2)\n"
@@ -648,6 +649,45 @@ static void quant_k45(uint32_t type, const float *x, uint8_t *o)
 	}
 }
 
+/* Q3_K: per 16 values a scale that maps the largest magnitude to -4, as
+ * a 6-bit signed multiple (-32..31) of the block's d (the largest scale
+ * to -32); q = round(x / (d * sc)), -4..3, stored as q + 4: its low 2
+ * bits in qs, its third in hmask (quant.c's layout) */
+static void quant_q3k(const float *x, uint8_t *o)
+{
+	float scale[16], big = 0, d;
+	uint8_t *hm = o, *qs = o + 32, *s = o + 96;
+	int g, i, sc[16];
+
+	for (g = 0; g < 16; g++) {
+		scale[g] = signed_max(x + 16 * g, 16) / -4.0f;
+		if (fabsf(scale[g]) > fabsf(big))
+			big = scale[g];
+	}
+	put_f16(o + 108, big / -32.0f);
+	d = got_f16(o + 108);
+	memset(o, 0, 108);
+	for (g = 0; g < 16; g++) {
+		float ds;
+
+		sc[g] = clampi(d ? scale[g] / d : 0, -32, 31);
+		ds = d * (float)sc[g];
+		for (i = 0; i < 16; i++) {
+			int v = 16 * g + i, q = clampi(ds ? x[v] / ds : 0, -4, 3) + 4;
+			int n = v / 128, j = v % 128 / 32, l = v % 32;
+
+			qs[32 * n + l] |= (uint8_t)((q & 3) << (2 * j));
+			hm[l] |= (uint8_t)((q >> 2) << (4 * n + j));
+		}
+	}
+	for (g = 0; g < 16; g++) {
+		int u = sc[g] + 32;
+
+		s[g % 8] |= (uint8_t)((u & 0xF) << (g < 8 ? 0 : 4));
+		s[8 + g % 4] |= (uint8_t)((u >> 4) << (2 * (g / 4)));
+	}
+}
+
 /* Q6_K: per 16 values a scale amax / 31, as a signed 8-bit multiple of
  * the block's d; q = round(x / (d * sc)) + 32 */
 static void quant_q6k(const float *x, uint8_t *o)
@@ -728,6 +768,7 @@ static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
 			break;
 		}
 		case GGML_Q4_K: case GGML_Q5_K: quant_k45(type, x + i, p); break;
+		case GGML_Q3_K: quant_q3k(x + i, p); break;
 		case GGML_Q6_K: quant_q6k(x + i, p); break;
 		default: quant32(type, x + i, p); break;
 		}
@@ -737,7 +778,7 @@ static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
 
 /* ---- tensor types: --type and the mixes ------------------------------ */
 
-enum mix { MIX_NONE, MIX_Q4_K_M, MIX_Q5_K_M };
+enum mix { MIX_NONE, MIX_Q3_K_M, MIX_Q4_K_M, MIX_Q5_K_M };
 
 /* The type a tensor of `cols` columns gets when `want` does not divide
  * them: llama.cpp's quantiser's fallbacks */
@@ -745,7 +786,9 @@ static uint32_t fallback(uint32_t want, uint64_t cols)
 {
 	if (cols % ggml_blck_size(want) == 0)
 		return want;
-	if (want == GGML_Q4_K)
+	if (want == GGML_Q3_K)
+		want = GGML_Q4_0;
+	else if (want == GGML_Q4_K)
 		want = GGML_Q5_0;
 	else if (want == GGML_Q5_K)
 		want = GGML_Q5_1;
@@ -761,12 +804,14 @@ static int more_bits(uint32_t i, uint32_t n)
 	return i < n / 8 || i >= 7 * n / 8 || ((int)i - (int)(n / 8)) % 3 == 2;
 }
 
-enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_FFN_DOWN, R_OTHER };
+enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_ATTN_OUT, R_FFN_DOWN, R_OTHER };
 
 /* As llama.cpp assigns them for Q4_K_M / Q5_K_M (non-MoE models): the
  * output head (or a tied embedding) Q6_K (Q8_0 if 256 does not divide
  * it), attn_v and ffn_down of the more_bits layers Q6_K, every other
- * matrix the base type; then the fallbacks */
+ * matrix the base type; for Q3_K_M (not Falcon) the same head, attn_v
+ * Q5_K in layers 0-1 and Q4_K after, ffn_down Q5_K in the first sixteenth
+ * of the layers and Q4_K after, attn_output Q4_K; then the fallbacks */
 static uint32_t tensor_type(uint32_t base, enum mix mix, enum role role, uint32_t layer,
 			    uint32_t layers, int tied, uint64_t cols)
 {
@@ -774,6 +819,15 @@ static uint32_t tensor_type(uint32_t base, enum mix mix, enum role role, uint32_
 		return fallback(base, cols);
 	if (role == R_OUTPUT || (role == R_EMBD && tied))
 		return cols % QK_K ? GGML_Q8_0 : GGML_Q6_K;
+	if (mix == MIX_Q3_K_M) {	/* attn_v Q5_K in 2 layers, ffn_down in n/16 */
+		if (role == R_ATTN_V)
+			return fallback(layer < 2 ? GGML_Q5_K : GGML_Q4_K, cols);
+		if (role == R_FFN_DOWN)
+			return fallback(layer < layers / 16 ? GGML_Q5_K : GGML_Q4_K, cols);
+		if (role == R_ATTN_OUT)
+			return fallback(GGML_Q4_K, cols);
+		return fallback(base, cols);
+	}
 	if ((role == R_ATTN_V || role == R_FFN_DOWN) && more_bits(layer, layers))
 		return fallback(GGML_Q6_K, cols);
 	return fallback(base, cols);
@@ -918,7 +972,8 @@ int main(int argc, char **argv)
 				{ "f32", GGML_F32, MIX_NONE, 0 }, { "f16", GGML_F16, MIX_NONE, 1 },
 				{ "q4_0", GGML_Q4_0, MIX_NONE, 2 }, { "q4_1", GGML_Q4_1, MIX_NONE, 3 },
 				{ "q8_0", GGML_Q8_0, MIX_NONE, 7 }, { "q5_0", GGML_Q5_0, MIX_NONE, 8 },
-				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "q4_k", GGML_Q4_K, MIX_NONE, 14 },
+				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "q3_k", GGML_Q3_K, MIX_NONE, 11 },
+				{ "q3_k_m", GGML_Q3_K, MIX_Q3_K_M, 12 }, { "q4_k", GGML_Q4_K, MIX_NONE, 14 },
 				{ "q4_k_m", GGML_Q4_K, MIX_Q4_K_M, 15 }, { "q5_k", GGML_Q5_K, MIX_NONE, 16 },
 				{ "q5_k_m", GGML_Q5_K, MIX_Q5_K_M, 17 }, { "q6_k", GGML_Q6_K, MIX_NONE, 18 },
 				{ "bf16", GGML_BF16, MIX_NONE, 32 },
@@ -1125,7 +1180,7 @@ int main(int argc, char **argv)
 				T2(nm, (b ? kvh : heads) * hd, 0, GGML_F32, INIT_BIAS);
 			}
 		}
-		L2("attn_output", heads * hd, dim, TY(R_OTHER, heads * hd), INIT_MAT);
+		L2("attn_output", heads * hd, dim, TY(R_ATTN_OUT, heads * hd), INIT_MAT);
 		L2("ffn_norm", dim, 0, GGML_F32, INIT_NORM);
 		L2("ffn_gate", dim, ffn, TY(R_OTHER, dim), INIT_MAT);
 		L2("ffn_up", dim, ffn, TY(R_OTHER, dim), INIT_MAT);
