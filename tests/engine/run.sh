@@ -55,6 +55,8 @@ gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18 --unk-id 300
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
+# Q3_K (rewritten as Q6_K at load): the smallest K-quant shape
+gen fz-q3k.gguf --dim 256 --layers 1 --heads 2 --ffn 256 --vocab 400 --ctx 64 --type q3_k --seed 65
 # the 4- to 6-bit types and BF16 (Documentation/engine.md, "Tensor
 # types"): K-quants need rows of 256, so dim 256; Q4_K_M as llama.cpp mixes
 # it (Q4_K, Q6_K for attn_v/ffn_down of some layers and the head), a qwen3
@@ -280,7 +282,7 @@ run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k
 # kva_blocks_share, and a prefill process handing KV to a decode process
 run "same, KV blocks in a kvarena arena" env KVE_TEST_KV=arena $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf
 run "kvarena sessions, sharing, 2-process hand-over" $T/test_arena $M/f32-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/q4km-gqa.gguf
-run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf
+run "GGUF fuzz ($FUZZ mutations, ASan+UBSan)" $T/test_fuzz "$FUZZ" $M/fz-q8.gguf $M/fz-bpe.gguf $M/fz-qwen2.gguf $M/fz-q3k.gguf
 
 # constrained decoding: unit checks on both tokenizers, then the property
 # test: random specs (constrain-prop.js gen), completions sampled under
