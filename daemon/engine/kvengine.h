@@ -2,8 +2,9 @@
 /*
  * kvengine.h - public API of kvarena's built-in CPU inference engine.
  *
- * The engine runs llama-family GGUF models (architectures llama and qwen2;
- * F32, F16, Q8_0 tensors) on the CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
+ * The engine runs llama-family GGUF models (architectures llama, qwen2 and
+ * qwen3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q3_K-Q6_K
+ * tensors) on the CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
  * (block id -> address, e.g. backed by a kvarena arena) and, per session, a
  * table of block ids. The block layout is documented in
  * Documentation/engine.md and by kve_kv_block_bytes().
@@ -39,9 +40,11 @@ struct kve_model_info {
 	float rope_base;
 	float rms_eps;
 	int tied_output;	/* 1 when the output head is token_embd */
-	uint32_t weight_type;	/* type of layer 0's attn_q (ggml numbering: 0 F32,
-				 * 1 F16, 8 Q8_0, 12 Q4_K...; mixes vary per matrix) */
-	uint64_t weight_bytes;	/* bytes read per token for all matrices */
+	uint32_t weight_type;	/* type of layer 0's attn_q in the file (ggml
+				 * numbering: 0 F32, 1 F16, 8 Q8_0, 11 Q3_K,
+				 * 12 Q4_K...; mixes vary per matrix) */
+	uint64_t weight_bytes;	/* bytes read per token for all matrices (a Q3_K
+				 * matrix's as Q6_K, which the engine reads) */
 	const char *arch;	/* general.architecture: "llama", "qwen2" or "qwen3" */
 	int rope_neox;		/* 1: rope rotates pairs (i, i + rope_dims/2)
 				 * (NEOX, qwen2); 0: pairs (2i, 2i+1) (llama) */

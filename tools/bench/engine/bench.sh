@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # bench.sh - `make bench-engine` (`make bench BENCH=engine`): kvarena's
 # engine side by side with llama.cpp on the same random-weight GGUF files
-# (F32, F16, Q8_0, Q4_K_M, Q4_0; llama and qwen3 shapes)
+# (F32, F16, Q8_0, Q4_K_M, Q4_0, Q3_K_M; llama and qwen3 shapes)
 # and the shipped trained agent model (agent_f32, agent_q8),
 # one thread each, then two threads each (ENGINE_BENCH_T2_MODELS): prefill
 # tok/s (128-token prompt), greedy decode tok/s, decode at batch 8
