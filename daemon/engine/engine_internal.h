@@ -325,10 +325,11 @@ struct kve_layer {
 struct kve_model {
 	struct gguf g;
 	void *owned_buf;
-	/* the file's Q3_K matrices as Q6_K (model.c, repack_q3k): mapped
-	 * for them all at load, read-only once packed */
-	uint8_t *q6k;
-	size_t q6k_len, q6k_used;
+	/* the file's matrices read as another type (Q3_K as Q6_K, IQ4_NL
+	 * as Q8_0: model.c, rereads): mapped for them all at load,
+	 * read-only once packed */
+	uint8_t *rr;
+	size_t rr_len, rr_used;
 	struct kve_model_info info;
 	struct kve_mat tok_embd, output;
 	const float *out_norm;
@@ -654,8 +655,10 @@ void kve_q32_ints(uint32_t type, const uint8_t *blk, uint8_t q[32], float *d, fl
 void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[8],
 		 float *d, float *dmin);
 /* A Q3_K block (110 bytes) as the Q6_K block (210 bytes) of the same
- * values, which the engine computes with (model.c) */
+ * values, an IQ4_NL block (18) as the Q8_0 block (34): what the engine
+ * computes them with (model.c) */
 void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6);
+void kve_iq4nl_to_q8_0(const uint8_t *iq, uint8_t *q8);
 
 static inline float kve_bf16_to_f32(uint16_t h)
 {

@@ -329,7 +329,7 @@ static int parse(struct gguf *g, char *err, size_t errlen)
 				    kb, (unsigned long long)t->ne[0], ggml_type_name(t->type),
 				    ggml_blck_size(t->type));
 		if (rc == -3)
-			return fail(&c, "tensor '%s': type %u (%s) not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K)",
+			return fail(&c, "tensor '%s': type %u (%s) not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL)",
 				    kb, t->type, ggml_type_name(t->type));
 		t->size = sz;
 		if (t->offset % g->alignment)

@@ -3,8 +3,8 @@
  * kvengine.h - public API of kvarena's built-in CPU inference engine.
  *
  * The engine runs llama-family GGUF models (architectures llama, qwen2 and
- * qwen3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q3_K-Q6_K
- * tensors) on the CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
+ * qwen3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K-Q6_K and
+ * IQ4_NL tensors) on the CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
  * (block id -> address, e.g. backed by a kvarena arena) and, per session, a
  * table of block ids. The block layout is documented in
  * Documentation/engine.md and by kve_kv_block_bytes().
@@ -44,7 +44,8 @@ struct kve_model_info {
 				 * numbering: 0 F32, 1 F16, 8 Q8_0, 11 Q3_K,
 				 * 12 Q4_K...; mixes vary per matrix) */
 	uint64_t weight_bytes;	/* bytes read per token for all matrices (a Q3_K
-				 * matrix's as Q6_K, which the engine reads) */
+				 * or IQ4_NL matrix's as the Q6_K or Q8_0 the
+				 * engine reads) */
 	const char *arch;	/* general.architecture: "llama", "qwen2" or "qwen3" */
 	int rope_neox;		/* 1: rope rotates pairs (i, i + rope_dims/2)
 				 * (NEOX, qwen2); 0: pairs (2i, 2i+1) (llama) */

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
  * quant.c - the quantised block formats of GGUF files: what the bytes of
- * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K or Q6_K mean, as
+ * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_NL
+ * mean, as
  * the public format description defines them (Documentation/engine.md,
  * "Tensor types"), written out as the values ggml's reference
  * dequantisation computes, bit for bit (the same float operations in the
  * same order: test_quant checks every type against libggml on random
  * blocks). The kernels compute with the integers and scales directly;
  * this is the statement of what those integers mean, and what row lookups
- * (the token embedding) and the tests use. Q3_K has no kernels: its blocks
- * are rewritten as Q6_K blocks of the same values when a model is loaded
- * (kve_q3k_to_q6k).
+ * (the token embedding) and the tests use. Q3_K and IQ4_NL have no kernels:
+ * their blocks are rewritten as Q6_K and Q8_0 blocks of the same values
+ * when a model is loaded (kve_q3k_to_q6k, kve_iq4nl_to_q8_0).
  *
  * Owns no memory and no layout beyond one block (panels: pack.c).
  */
@@ -137,6 +138,13 @@ void kve_dequant_block(uint32_t type, const uint8_t *b, float *out)
 		}
 		break;
 	}
+	case GGML_IQ4_NL:	/* fp16 d, qs[16] as Q4_0's: d * values[q] */
+		d = f16(b);
+		for (i = 0; i < 16; i++) {
+			out[i] = d * (float)ggml_iq4nl_value(b[2 + i] & 0xF);
+			out[i + 16] = d * (float)ggml_iq4nl_value(b[2 + i] >> 4);
+		}
+		break;
 	case GGML_Q3_K: {
 		int8_t q[QK_K];
 		int sc[16], mn[8];
@@ -327,4 +335,21 @@ void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6)
 	for (l = 0; l < 16; l++)
 		q6[192 + l] = (uint8_t)(int8_t)sc[l];
 	memcpy(q6 + 208, q3 + 108, 2);
+}
+
+/*
+ * An IQ4_NL block as the Q8_0 block of the same values: its table's
+ * values are int8 (-127..113, never -128) and both scale 32 values by one
+ * fp16 d, so each value, and each integer sum of a dot product with Q8_0
+ * activations (what llama.cpp's IQ4_NL product takes too), is the same.
+ */
+void kve_iq4nl_to_q8_0(const uint8_t *iq, uint8_t *q8)
+{
+	int i;
+
+	memcpy(q8, iq, 2);
+	for (i = 0; i < 16; i++) {
+		q8[2 + i] = (uint8_t)ggml_iq4nl_value(iq[2 + i] & 0xF);
+		q8[2 + 16 + i] = (uint8_t)ggml_iq4nl_value(iq[2 + i] >> 4);
+	}
 }

@@ -897,16 +897,17 @@ static void test_load_modes(const char *path)
 		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") && !m[i]->g.writable,
 		      "%s KVE_WEIGHTS=%s%s: the weights are read-only once loaded (%s .. %s)",
 		      path, weights[i], i == 1 ? " KVE_PACK=0" : "", first, last);
-		if (!m[i]->q6k)
+		if (!m[i]->rr)
 			continue;
-		/* a Q3_K file's matrices, as Q6_K in a map of their own */
-		maps_perms(m[i]->q6k, first);
-		maps_perms(m[i]->q6k + m[i]->q6k_len - 1, last);
+		/* a Q3_K or IQ4_NL file's matrices, as Q6_K or Q8_0 in a map
+		 * of their own */
+		maps_perms(m[i]->rr, first);
+		maps_perms(m[i]->rr + m[i]->rr_len - 1, last);
 		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") &&
-		      m[i]->q6k_used == m[i]->q6k_len,
-		      "%s KVE_WEIGHTS=%s%s: its Q3_K matrices as Q6_K (%zu bytes) fill their map, "
-		      "read-only once loaded (%s .. %s)", path, weights[i],
-		      i == 1 ? " KVE_PACK=0" : "", m[i]->q6k_len, first, last);
+		      m[i]->rr_used == m[i]->rr_len,
+		      "%s KVE_WEIGHTS=%s%s: its matrices read as another type (%zu bytes) fill "
+		      "their map, read-only once loaded (%s .. %s)", path, weights[i],
+		      i == 1 ? " KVE_PACK=0" : "", m[i]->rr_len, first, last);
 	}
 out:
 	for (i = 0; i < 3; i++) {
@@ -1178,10 +1179,60 @@ static void test_q3k(void)
 	      "the same values bit for bit (%d differ)", bad);
 }
 
+/*
+ * IQ4_NL, the format: a block made by hand (d 1, nibble q of byte i at
+ * value i, 15 - q at value i + 16) reads back as the table's values; then
+ * the same values as the Q8_0 block the engine computes with
+ * (kve_iq4nl_to_q8_0), bit for bit, there and on random blocks with every
+ * extreme d.
+ */
+static void test_iq4nl(void)
+{
+	static const int8_t table[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+					  1, 13, 25, 38, 53, 69, 89, 113 };
+	static const uint16_t extreme[] = { 0x0000, 0x7bff, 0xfbff, 0x0001, 0x7c00, 0xfc00,
+					    0x7e00 };
+	uint8_t b[18] = { 0x00, 0x3c }, q8[34];
+	float x[32], y[32];
+	uint64_t r = 0x243f6a8885a308d3ull;
+	int i, k, bad = 0;
+
+	for (i = 0; i < 16; i++)
+		b[2 + i] = (uint8_t)(i | (15 - i) << 4);
+	kve_dequant_block(GGML_IQ4_NL, b, x);
+	for (i = 0; i < 16; i++)
+		bad += x[i] != table[i] || x[i + 16] != table[15 - i];
+	CHECK(!bad, "IQ4_NL: a block made by hand reads back as the table's values (%d differ)",
+	      bad);
+	for (k = 0, bad = 0; k < 1000; k++) {
+		if (k) {
+			for (i = 0; i < 18; i++) {
+				r ^= r << 13;
+				r ^= r >> 7;
+				r ^= r << 17;
+				b[i] = (uint8_t)r;
+			}
+			if (k < 8) {
+				b[0] = (uint8_t)extreme[k - 1];
+				b[1] = (uint8_t)(extreme[k - 1] >> 8);
+			}
+		}
+		kve_dequant_block(GGML_IQ4_NL, b, x);
+		kve_iq4nl_to_q8_0(b, q8);
+		kve_dequant_block(GGML_Q8_0, q8, y);
+		for (i = 0; i < 32; i++)
+			bad += memcmp(&x[i], &y[i], 4) && !(isnan(x[i]) && isnan(y[i]));
+		bad += memchr(q8 + 2, 0x80, 32) != NULL;	/* never -128 (pack.c) */
+	}
+	CHECK(!bad, "IQ4_NL as Q8_0: 1000 blocks (the one above, random ones, every extreme d) "
+	      "the same values bit for bit, no quant -128 (%d differ)", bad);
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
 	test_q3k();
+	test_iq4nl();
 	test_alignment();
 	test_short_read();
 	test_copy_size();

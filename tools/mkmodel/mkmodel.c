@@ -42,8 +42,8 @@ static const char usage[] =
 "  --vocab N        vocabulary size (512, at least ~400)\n"
 "  --ctx N          context length (256)\n"
 "  --type T         the matrices' type (f32): f32 | f16 | bf16 | q8_0 |\n"
-"                   q4_0 | q4_1 | q5_0 | q5_1 | q3_k | q4_k | q5_k | q6_k,\n"
-"                   or the mixes q3_k_m | q4_k_m | q5_k_m (types per tensor\n"
+"                   q4_0 | q4_1 | q5_0 | q5_1 | iq4_nl | q3_k | q4_k | q5_k |\n"
+"                   q6_k, or the mixes q3_k_m | q4_k_m | q5_k_m (types per tensor\n"
 "                   as llama.cpp's quantiser gives them). A matrix whose\n"
 "                   rows a type's block does not divide falls back as\n"
 "                   llama.cpp's does (q3_k -> q4_0, q4_k -> q5_0, q5_k ->\n"
@@ -649,6 +649,29 @@ static void quant_k45(uint32_t type, const float *x, uint8_t *o)
 	}
 }
 
+/* IQ4_NL: d maps the largest magnitude to the table's -127; each value to
+ * the table's nearest entry (the first of two as near) */
+static void quant_iq4nl(const float *x, uint8_t *o)
+{
+	float d, id;
+	int i, k, q[32];
+
+	put_f16(o, signed_max(x, 32) / -127.0f);
+	d = got_f16(o);
+	id = d ? 1.0f / d : 0.0f;
+	for (i = 0; i < 32; i++) {
+		float v = x[i] * id, best = INFINITY;
+
+		for (q[i] = 0, k = 0; k < 16; k++)
+			if (fabsf(v - (float)ggml_iq4nl_value((unsigned)k)) < best) {
+				best = fabsf(v - (float)ggml_iq4nl_value((unsigned)k));
+				q[i] = k;
+			}
+	}
+	for (i = 0; i < 16; i++)
+		o[2 + i] = (uint8_t)(q[i] | q[i + 16] << 4);
+}
+
 /* Q3_K: per 16 values a scale that maps the largest magnitude to -4, as
  * a 6-bit signed multiple (-32..31) of the block's d (the largest scale
  * to -32); q = round(x / (d * sc)), -4..3, stored as q + 4: its low 2
@@ -769,6 +792,7 @@ static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
 		}
 		case GGML_Q4_K: case GGML_Q5_K: quant_k45(type, x + i, p); break;
 		case GGML_Q3_K: quant_q3k(x + i, p); break;
+		case GGML_IQ4_NL: quant_iq4nl(x + i, p); break;
 		case GGML_Q6_K: quant_q6k(x + i, p); break;
 		default: quant32(type, x + i, p); break;
 		}
@@ -972,7 +996,8 @@ int main(int argc, char **argv)
 				{ "f32", GGML_F32, MIX_NONE, 0 }, { "f16", GGML_F16, MIX_NONE, 1 },
 				{ "q4_0", GGML_Q4_0, MIX_NONE, 2 }, { "q4_1", GGML_Q4_1, MIX_NONE, 3 },
 				{ "q8_0", GGML_Q8_0, MIX_NONE, 7 }, { "q5_0", GGML_Q5_0, MIX_NONE, 8 },
-				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "q3_k", GGML_Q3_K, MIX_NONE, 11 },
+				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "iq4_nl", GGML_IQ4_NL, MIX_NONE, 25 },
+				{ "q3_k", GGML_Q3_K, MIX_NONE, 11 },
 				{ "q3_k_m", GGML_Q3_K, MIX_Q3_K_M, 12 }, { "q4_k", GGML_Q4_K, MIX_NONE, 14 },
 				{ "q4_k_m", GGML_Q4_K, MIX_Q4_K_M, 15 }, { "q5_k", GGML_Q5_K, MIX_NONE, 16 },
 				{ "q5_k_m", GGML_Q5_K, MIX_Q5_K_M, 17 }, { "q6_k", GGML_Q6_K, MIX_NONE, 18 },
