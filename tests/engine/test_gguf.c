@@ -1120,22 +1120,59 @@ static void test_copy_size(void)
 }
 
 /*
+ * A type read as another (model.c, rereads): block b (n bytes, its fp16 d
+ * at d_off), then 999 random ones, the first seven with an extreme d (0,
+ * +-65504, the least subnormal, +-inf, NaN), each rewritten by conv as
+ * type `as`: the values that differ from the original's, bit for bit (a
+ * NaN for a NaN), and the rewrites holding a Q8_0 quant of -128 (which the
+ * packed Q8_0 kernels cannot take: pack.c).
+ */
+static int reread_differs(uint32_t type, uint32_t as, uint8_t *b, size_t n, size_t d_off,
+			  void (*conv)(const uint8_t *, uint8_t *))
+{
+	static const uint16_t extreme[] = { 0x0000, 0x7bff, 0xfbff, 0x0001, 0x7c00, 0xfc00,
+					    0x7e00 };
+	uint32_t vals = ggml_blck_size(type), i;
+	uint64_t r = 0x9e3779b97f4a7c15ull;
+	uint8_t out[256];
+	float x[QK_K], y[QK_K];
+	int k, bad = 0;
+
+	for (k = 0; k < 1000; k++) {
+		if (k) {
+			for (i = 0; i < n; i++) {
+				r ^= r << 13;
+				r ^= r >> 7;
+				r ^= r << 17;
+				b[i] = (uint8_t)r;
+			}
+			if (k < 8) {
+				b[d_off] = (uint8_t)extreme[k - 1];
+				b[d_off + 1] = (uint8_t)(extreme[k - 1] >> 8);
+			}
+		}
+		kve_dequant_block(type, b, x);
+		conv(b, out);
+		kve_dequant_block(as, out, y);
+		for (i = 0; i < vals; i++)
+			bad += memcmp(&x[i], &y[i], 4) && !(isnan(x[i]) && isnan(y[i]));
+		bad += as == GGML_Q8_0 && memchr(out + 2, 0x80, QK8_0) != NULL;
+	}
+	return bad;
+}
+
+/*
  * Q3_K, the format (Documentation/engine.md, "Tensor types"), on a block
  * made by hand: scale i is i - 8 (6 bits, stored + 32) and value v's
  * quant (v % 8) - 4 (stored + 4: bits 0-1 in qs, bit 2 in hmask), d 1, so
  * value v is (v / 16 - 8) * (v % 8 - 4). Then the same values as the
- * Q6_K block the engine computes with (kve_q3k_to_q6k), bit for bit, on
- * that block and on random ones with every extreme d (0, +-65504, the
- * least subnormal, +-inf, NaN).
+ * Q6_K block the engine computes with (kve_q3k_to_q6k).
  */
 static void test_q3k(void)
 {
-	static const uint16_t extreme[] = { 0x0000, 0x7bff, 0xfbff, 0x0001, 0x7c00, 0xfc00,
-					    0x7e00 };
-	uint8_t b[110] = { 0 }, q6[210];
-	float x[QK_K], y[QK_K];
-	uint64_t r = 0x9e3779b97f4a7c15ull;
-	int v, i, bad = 0, k;
+	uint8_t b[110] = { 0 };
+	float x[QK_K];
+	int v, i, bad = 0;
 
 	for (i = 0; i < 16; i++) {
 		int u = i - 8 + 32;
@@ -1156,25 +1193,7 @@ static void test_q3k(void)
 		bad += x[v] != (float)((v / 16 - 8) * (v % 8 - 4));
 	CHECK(!bad, "Q3_K: a block made by hand reads back as (v / 16 - 8) * (v %% 8 - 4) "
 	      "(%d of 256 values differ)", bad);
-	for (k = 0, bad = 0; k < 1000; k++) {
-		if (k) {
-			for (i = 0; i < 110; i++) {
-				r ^= r << 13;
-				r ^= r >> 7;
-				r ^= r << 17;
-				b[i] = (uint8_t)r;
-			}
-			if (k < 8) {
-				b[108] = (uint8_t)extreme[k - 1];
-				b[109] = (uint8_t)(extreme[k - 1] >> 8);
-			}
-		}
-		kve_dequant_block(GGML_Q3_K, b, x);
-		kve_q3k_to_q6k(b, q6);
-		kve_dequant_block(GGML_Q6_K, q6, y);
-		for (v = 0; v < QK_K; v++)
-			bad += memcmp(&x[v], &y[v], 4) && !(isnan(x[v]) && isnan(y[v]));
-	}
+	bad = reread_differs(GGML_Q3_K, GGML_Q6_K, b, sizeof(b), 108, kve_q3k_to_q6k);
 	CHECK(!bad, "Q3_K as Q6_K: 1000 blocks (the one above, random ones, every extreme d) "
 	      "the same values bit for bit (%d differ)", bad);
 }
@@ -1183,19 +1202,15 @@ static void test_q3k(void)
  * IQ4_NL, the format: a block made by hand (d 1, nibble q of byte i at
  * value i, 15 - q at value i + 16) reads back as the table's values; then
  * the same values as the Q8_0 block the engine computes with
- * (kve_iq4nl_to_q8_0), bit for bit, there and on random blocks with every
- * extreme d.
+ * (kve_iq4nl_to_q8_0), never a quant of -128.
  */
 static void test_iq4nl(void)
 {
 	static const int8_t table[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
 					  1, 13, 25, 38, 53, 69, 89, 113 };
-	static const uint16_t extreme[] = { 0x0000, 0x7bff, 0xfbff, 0x0001, 0x7c00, 0xfc00,
-					    0x7e00 };
-	uint8_t b[18] = { 0x00, 0x3c }, q8[34];
-	float x[32], y[32];
-	uint64_t r = 0x243f6a8885a308d3ull;
-	int i, k, bad = 0;
+	uint8_t b[18] = { 0x00, 0x3c };
+	float x[32];
+	int i, bad = 0;
 
 	for (i = 0; i < 16; i++)
 		b[2 + i] = (uint8_t)(i | (15 - i) << 4);
@@ -1204,26 +1219,7 @@ static void test_iq4nl(void)
 		bad += x[i] != table[i] || x[i + 16] != table[15 - i];
 	CHECK(!bad, "IQ4_NL: a block made by hand reads back as the table's values (%d differ)",
 	      bad);
-	for (k = 0, bad = 0; k < 1000; k++) {
-		if (k) {
-			for (i = 0; i < 18; i++) {
-				r ^= r << 13;
-				r ^= r >> 7;
-				r ^= r << 17;
-				b[i] = (uint8_t)r;
-			}
-			if (k < 8) {
-				b[0] = (uint8_t)extreme[k - 1];
-				b[1] = (uint8_t)(extreme[k - 1] >> 8);
-			}
-		}
-		kve_dequant_block(GGML_IQ4_NL, b, x);
-		kve_iq4nl_to_q8_0(b, q8);
-		kve_dequant_block(GGML_Q8_0, q8, y);
-		for (i = 0; i < 32; i++)
-			bad += memcmp(&x[i], &y[i], 4) && !(isnan(x[i]) && isnan(y[i]));
-		bad += memchr(q8 + 2, 0x80, 32) != NULL;	/* never -128 (pack.c) */
-	}
+	bad = reread_differs(GGML_IQ4_NL, GGML_Q8_0, b, sizeof(b), 0, kve_iq4nl_to_q8_0);
 	CHECK(!bad, "IQ4_NL as Q8_0: 1000 blocks (the one above, random ones, every extreme d) "
 	      "the same values bit for bit, no quant -128 (%d differ)", bad);
 }
