@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
  * quant.c - the quantised block formats of GGUF files: what the bytes of
- * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_NL
- * mean, as
- * the public format description defines them (Documentation/engine.md,
- * "Tensor types"), written out as the values ggml's reference
- * dequantisation computes, bit for bit (the same float operations in the
- * same order: test_quant checks every type against libggml on random
- * blocks). The kernels compute with the integers and scales directly;
- * this is the statement of what those integers mean, and what row lookups
- * (the token embedding) and the tests use. Q3_K and IQ4_NL have no kernels:
- * their blocks are rewritten as Q6_K and Q8_0 blocks of the same values
- * when a model is loaded (kve_q3k_to_q6k, kve_iq4nl_to_q8_0).
+ * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K or
+ * IQ4_NL mean, as the public format description defines them
+ * (Documentation/engine.md, "Tensor types"), written out as the values
+ * ggml's reference dequantisation computes, bit for bit (the same float
+ * operations in the same order: the peer test checks every type against
+ * libggml on random blocks). The kernels compute with the integers and
+ * scales directly; this is the statement of what those integers mean, and
+ * what row lookups (the token embedding) and the tests use. Q3_K and
+ * IQ4_NL have no kernels: their blocks are rewritten as Q6_K and Q8_0
+ * blocks of the same values when a model is loaded (kve_q3k_to_q6k,
+ * kve_iq4nl_to_q8_0).
  *
  * Owns no memory and no layout beyond one block (panels: pack.c).
  */
