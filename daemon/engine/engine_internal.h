@@ -162,9 +162,10 @@ static inline size_t kve_mat_bstep(const struct kve_mat *w)
 }
 
 /*
- * Q4_0 packed for the AVX-512 sets' product (panel == KVE_PANEL_Q4X16,
- * only when the selected set asks for it: kve_mat_pack_for): 16 rows per
- * panel, and per block b of the panel 288 bytes, the 16 rows' fp16
+ * Q4_0 and IQ4_NL (the same block layout) packed for the AVX-512 sets'
+ * product (panel == KVE_PANEL_Q4X16, only when the selected set asks for
+ * it: kve_mat_pack_for): 16 rows per panel, and per block b of the
+ * panel 288 bytes, the 16 rows' fp16
  * scales (32 bytes, row i at 2i) then four 64-byte groups, group k
  * holding bytes 4k..4k+3 of each row's 16 nibble bytes (row i at 4i).
  * One 512-bit load of a group is then 16 rows by 4 quants (low nibbles:
@@ -177,7 +178,7 @@ static inline size_t kve_mat_bstep(const struct kve_mat *w)
 #define KVE_PANEL_Q4X16	16
 #define KVE_Q4X16_BLK	(KVE_PANEL_Q4X16 * 18)	/* bytes per block of a panel */
 
-/* Q4_0 x16: block b of the panel holding row r */
+/* Q4_0 / IQ4_NL x16: block b of the panel holding row r */
 static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
 {
 	return w->data + (size_t)(r - r % KVE_PANEL_Q4X16) * w->row_bytes +
@@ -275,7 +276,7 @@ static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
 }
 
 /* block b of row r in GGUF's layout, for the 4- to 6-bit types in any
- * layout: a pointer into the matrix, or (Q4_0, Q4_K, Q5_K, Q6_K x16) buf filled
+ * layout: a pointer into the matrix, or (Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K x16) buf filled
  * with the block's bytes (buf: ggml_blck_bytes(type) bytes) */
 static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r, uint32_t b,
 					     uint8_t *buf)
@@ -307,7 +308,7 @@ static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r
 int kve_mat_pack(struct kve_mat *w);
 /*
  * The same for the set k that will run the matrix: Q4_0 with rows a
- * multiple of 16 goes in KVE_PANEL_Q4X16 panels when k->q4_0_x16 says
+ * multiple of 16 (and IQ4_NL) goes in KVE_PANEL_Q4X16 panels when k->q4_0_x16 says
  * its mm_q32 takes them, Q4_K, Q5_K and Q6_K in KVE_PANEL_QKX16 panels when
  * k->qk_x16 says its mm_qk does, Q8_0 in KVE_PANEL_Q8X16 panels when
  * k->q8_x16 says its mm_q8 does; everything else as kve_mat_pack. pack.c.
@@ -433,8 +434,8 @@ struct kve_kernels {
 	void (*hadamard)(float *x, int len, int n);
 	/* out = x / sqrt(mean(x^2) + eps) * w */
 	void (*rmsnorm)(float *out, const float *x, const float *w, int n, float eps);
-	/* 1: mm_q32 takes Q4_0 in KVE_PANEL_Q4X16 panels (and loaded models
-	 * pack Q4_0 so); its results there are its own (the whole-block
+	/* 1: mm_q32 takes Q4_0 and IQ4_NL in KVE_PANEL_Q4X16 panels (and
+	 * loaded models pack them so); its results there are its own (the whole-block
 	 * order above), not those of the 4-row panels. Every set's mm_q32
 	 * serves that layout. */
 	int q4_0_x16;
@@ -654,11 +655,14 @@ void kve_q4k_scales(const uint8_t *blk, uint8_t out[16]);
 void kve_q32_ints(uint32_t type, const uint8_t *blk, uint8_t q[32], float *d, float *m);
 void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[8],
 		 float *d, float *dmin);
+/* the offset kve_q32_ints' quants carry (0: the type has a minimum) */
+static inline int kve_q32_off(uint32_t type)
+{
+	return type == GGML_Q4_0 ? 8 : type == GGML_Q5_0 ? 16 : type == GGML_IQ4_NL ? 128 : 0;
+}
 /* A Q3_K block (110 bytes) as the Q6_K block (210 bytes) of the same
- * values, an IQ4_NL block (18) as the Q8_0 block (34): what the engine
- * computes them with (model.c) */
+ * values: what the engine computes it with (model.c) */
 void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6);
-void kve_iq4nl_to_q8_0(const uint8_t *iq, uint8_t *q8);
 
 static inline float kve_bf16_to_f32(uint16_t h)
 {

@@ -67,13 +67,18 @@ static inline uint32_t ggml_blck_bytes(uint32_t type)
 }
 
 /* IQ4_NL's 16 values, which its nibbles index (the format's table) */
-static inline int8_t ggml_iq4nl_value(unsigned q)
+static inline const int8_t *ggml_iq4nl_table(void)
 {
 	static const int8_t v[16] = {
 		-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 	};
 
-	return v[q & 15];
+	return v;
+}
+
+static inline int8_t ggml_iq4nl_value(unsigned q)
+{
+	return ggml_iq4nl_table()[q & 15];
 }
 
 /* Guards against absurd headers before any allocation. */

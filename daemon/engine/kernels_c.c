@@ -104,17 +104,17 @@ void kve_mm_bf16_c(const struct kve_mat *w, const float *x, int T, float *y,
 }
 
 /*
- * Q4_0, Q4_1, Q5_0, Q5_1 by Q8_0 activations: per block the exact integer
- * sum of the unsigned quants times the activation quants; the offset
- * (Q4_0 -8, Q5_0 -16) comes off through the activations' sum, the minimum
- * (Q4_1, Q5_1) goes on through it. Blocks are summed in order, each
+ * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL by Q8_0 activations: per block the
+ * exact integer sum of the unsigned quants times the activation quants;
+ * the offset (Q4_0 -8, Q5_0 -16, IQ4_NL's table + 128 -128) comes off
+ * through the activations' sum, the minimum (Q4_1, Q5_1) goes on through it. Blocks are summed in order, each
  * (row, token) on its own.
  */
 void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		     float *y, int ldy, int r0, int r1)
 {
 	int nb = (int)w->cols / 32, r, t, b, j;
-	int off = w->type == GGML_Q4_0 ? 8 : w->type == GGML_Q5_0 ? 16 : 0;
+	int off = kve_q32_off(w->type);
 	uint8_t q[32], buf[32];
 	float d, m;
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels_quant_avx2.h - the 256-bit products of the 4- to 6-bit types:
- * Q4_0, Q4_1, Q5_0, Q5_1 by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
  * Q6_K by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
  * 0: maddubs then madd) and kernels_avxvnni.c (KQ_VNNI 1: VEX vpdpbusd /
  * vpdpwssd), with KQ_MM_Q32 / KQ_MM_QK naming the products and
@@ -79,15 +79,42 @@ KVE_INLINE int q32_off_m(uint32_t type) { return type == GGML_Q4_1 || type == GG
 KVE_INLINE int q32_off_h(uint32_t type) { return type == GGML_Q5_1 ? 4 : 2; }
 KVE_INLINE int q32_off_qs(uint32_t type)
 {
-	return type == GGML_Q4_0 ? 2 : type == GGML_Q4_1 ? 4 : type == GGML_Q5_0 ? 6 : 8;
+	return type == GGML_Q4_0 || type == GGML_IQ4_NL ? 2 : type == GGML_Q4_1 ? 4 :
+	       type == GGML_Q5_0 ? 6 : 8;
 }
 
-/* a block's 32 unsigned quants in order (low nibbles: values 0-15) */
+/*
+ * IQ4_NL's table as the weights' bytes: with VNNI value + 128 (1..241,
+ * unsigned for vpdpbusd, whose sums are 32-bit; -128 * sum(x) then comes
+ * off as Q4_0's -8 does), else the signed values: maddubs's int16 pair
+ * sums would saturate on 241 * 127 * 2, so the product takes |value| by
+ * x with the value's sign (as llama.cpp's does), and no offset.
+ */
+KVE_INLINE __m256i kq_nl_table(void)
+{
+	const __m128i t = _mm_loadu_si128((const __m128i *)ggml_iq4nl_table());
+
+	return _mm256_broadcastsi128_si256(KQ_VNNI ? _mm_xor_si128(t, _mm_set1_epi8(-128)) : t);
+}
+
+/* acc + (the block's quants q) . x, IQ4_NL's signed ones as above */
+KVE_INLINE __m256i q32_dot(__m256i acc, __m256i q, __m256i x, const uint32_t type)
+{
+	if (type == GGML_IQ4_NL && !KQ_VNNI)
+		return kq_dot(acc, _mm256_abs_epi8(q), _mm256_sign_epi8(x, q));
+	return kq_dot(acc, q, x);
+}
+
+/* a block's 32 quants in order (low nibbles: values 0-15), unsigned but
+ * for IQ4_NL without VNNI (its table's values) */
 KVE_INLINE __m256i q32_w(const uint8_t *p, const uint32_t type)
 {
 	__m128i v = _mm_loadu_si128((const __m128i *)(p + q32_off_qs(type)));
 	__m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
 				     _mm256_set1_epi8(0x0f));
+
+	if (type == GGML_IQ4_NL)
+		return _mm256_shuffle_epi8(kq_nl_table(), q);
 
 	if (type == GGML_Q5_0 || type == GGML_Q5_1) {
 		uint32_t h;
@@ -109,7 +136,8 @@ KVE_INLINE void q32_row(const uint8_t *p, const struct kve_q8x *const *xb, const
 
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++) {
-		__m256i s = kq_dot(corr[j], q, _mm256_loadu_si256((const __m256i *)xb[j]->q));
+		__m256i s = q32_dot(corr[j], q, _mm256_loadu_si256((const __m256i *)xb[j]->q),
+				    type);
 
 		acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * xb[j]->d), acc[j]);
 		if (type == GGML_Q4_1 || type == GGML_Q5_1)
@@ -117,11 +145,13 @@ KVE_INLINE void q32_row(const uint8_t *p, const struct kve_q8x *const *xb, const
 	}
 }
 
-/* the offset term for a token's block: -8 (-16) times each lane's four
- * activations (0 for the types with a minimum instead) */
+/* the offset term for a token's block: -8 (-16, -128) times each lane's
+ * four activations (0 for the types with a minimum instead, and for
+ * IQ4_NL's signed quants) */
 KVE_INLINE __m256i q32_corr(const struct kve_q8x *xb, const uint32_t type)
 {
-	const int off = type == GGML_Q4_0 ? 3 : type == GGML_Q5_0 ? 4 : 0;
+	const int off = type == GGML_Q4_0 ? 3 : type == GGML_Q5_0 ? 4 :
+			type == GGML_IQ4_NL && KQ_VNNI ? 7 : 0;
 
 	if (!off)
 		return _mm256_setzero_si256();
@@ -199,6 +229,7 @@ KQ_LINKAGE void KQ_MM_Q32(const struct kve_mat *w, const struct kve_q8x *xq, int
 	case GGML_Q4_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_0); break;
 	case GGML_Q4_1: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_1); break;
 	case GGML_Q5_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q5_0); break;
+	case GGML_IQ4_NL: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_IQ4_NL); break;
 	default: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q5_1); break;
 	}
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels_quant_avx512.h - the 512-bit products of the 4- to 6-bit types:
- * Q4_0, Q4_1, Q5_0, Q5_1 by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
  * Q6_K by Q8_K activations (mm_qk). Included by kernels_avx512.c
  * (KQ_VNNI 0: maddubs then madd) and kernels_avx512vnni.c (KQ_VNNI 1:
  * vpdpbusd / vpdpwssd), after kernels_q8_avx512.h (hsum16, hsum16x4,
@@ -63,6 +63,36 @@ KVE_INLINE float kq_f16(const uint8_t *p)
 }
 
 /*
+ * IQ4_NL's table as the weights' bytes, in each 128-bit lane: with VNNI
+ * value + 128 (1..241, unsigned for vpdpbusd, whose sums are 32-bit;
+ * -128 * sum(x) then comes off as Q4_0's -8 does), else the signed
+ * values: maddubs's int16 pair sums would saturate on 241 * 127 * 2, so
+ * the product takes |value| by x with the value's sign (as llama.cpp's
+ * does; the activations are never -128), and no offset. Either way the
+ * same exact int32 sums.
+ */
+KVE_INLINE __m512i kq_nl_table(void)
+{
+	const __m128i t = _mm_loadu_si128((const __m128i *)ggml_iq4nl_table());
+
+	return _mm512_broadcast_i32x4(KQ_VNNI ? _mm_xor_si128(t, _mm_set1_epi8(-128)) : t);
+}
+
+/* x with the sign of q (q never 0: IQ4_NL's table has no 0) */
+KVE_INLINE __m512i kq_sign(__m512i x, __m512i q)
+{
+	return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
+}
+
+/* acc + (quants q) . x, IQ4_NL's signed ones as above */
+KVE_INLINE __m512i q32_dot(__m512i acc, __m512i q, __m512i x, const uint32_t type)
+{
+	if (type == GGML_IQ4_NL && !KQ_VNNI)
+		return kq_dot(acc, _mm512_abs_epi8(q), kq_sign(x, q));
+	return kq_dot(acc, q, x);
+}
+
+/*
  * A 512-bit load of weights kept in a register. GCC folds a load into
  * each of its uses (vpandd mem, vpandnd mem), so a vector a tile uses
  * twice was loaded twice, and the x16 tiles are bound by their loads
@@ -95,7 +125,8 @@ KVE_INLINE int q32_off_m(uint32_t type) { return type == GGML_Q4_1 || type == GG
 KVE_INLINE int q32_off_h(uint32_t type) { return type == GGML_Q5_1 ? 4 : 2; }
 KVE_INLINE int q32_off_qs(uint32_t type)
 {
-	return type == GGML_Q4_0 ? 2 : type == GGML_Q4_1 ? 4 : type == GGML_Q5_0 ? 6 : 8;
+	return type == GGML_Q4_0 || type == GGML_IQ4_NL ? 2 : type == GGML_Q4_1 ? 4 :
+	       type == GGML_Q5_0 ? 6 : 8;
 }
 
 /* the activations of blocks b and b + 1 (two: b + 1 exists) in the pair order */
@@ -108,7 +139,7 @@ KVE_INLINE __m512i q32_x(const struct kve_q8x *xb, const int two)
 }
 
 /* the weights' quants of blocks p0 and p1 (each a block's start) in the
- * pair order; 5-bit types with their high bits */
+ * pair order; 5-bit types with their high bits, IQ4_NL's through its table */
 KVE_INLINE __m512i q32_w(const uint8_t *p0, const uint8_t *p1, const uint32_t type)
 {
 	const int qs = q32_off_qs(type);
@@ -117,6 +148,8 @@ KVE_INLINE __m512i q32_w(const uint8_t *p0, const uint8_t *p1, const uint32_t ty
 	__m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m)),
 				       _mm256_and_si256(_mm256_srli_epi16(v, 4), m), 1);
 
+	if (type == GGML_IQ4_NL)
+		return _mm512_shuffle_epi8(kq_nl_table(), q);
 	if (type == GGML_Q5_0 || type == GGML_Q5_1) {
 		uint32_t h0, h1;
 
@@ -134,7 +167,9 @@ KVE_INLINE __m512i q32_w(const uint8_t *p0, const uint8_t *p1, const uint32_t ty
 KVE_INLINE void tile_q32(const struct kve_mat *w, const struct kve_q8x *xq, float *y,
 			 int ldy, int r, int t, const int R, const int C, const uint32_t type)
 {
-	const int nb = (int)w->cols / 32, off = type == GGML_Q4_0 ? 3 : type == GGML_Q5_0 ? 4 : 0;
+	const int nb = (int)w->cols / 32;
+	const int off = type == GGML_Q4_0 ? 3 : type == GGML_Q5_0 ? 4 :
+			type == GGML_IQ4_NL && KQ_VNNI ? 7 : 0;
 	const int affine = type == GGML_Q4_1 || type == GGML_Q5_1;
 	const size_t step = kve_mat_bstep(w);
 	__m512 acc[4][4];
@@ -166,7 +201,7 @@ KVE_INLINE void tile_q32(const struct kve_mat *w, const struct kve_q8x *xq, floa
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			xv[j] = q32_x(xs[j] + b, two);
-			/* the offset: -8 (-16) times each lane's four activations */
+			/* the offset: -8 (-16, -128) times each lane's four activations */
 			corr[j] = off ? _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(
 				kq_dot(_mm512_setzero_si512(), _mm512_set1_epi8(1), xv[j]), off)) :
 				_mm512_setzero_si512();
@@ -184,7 +219,7 @@ KVE_INLINE void tile_q32(const struct kve_mat *w, const struct kve_q8x *xq, floa
 
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++) {
-				__m512i p = kq_dot(corr[j], q, xv[j]);
+				__m512i p = q32_dot(corr[j], q, xv[j], type);
 
 				acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
 							    _mm512_mul_ps(dw, dx[j]), acc[i][j]);
@@ -235,7 +270,7 @@ KVE_INLINE void rows_q32(const struct kve_mat *w, const struct kve_q8x *xq, int 
 			tile_q32(w, xq, y, ldy, r, t, 1, 1, type);
 }
 
-/* ---- Q4_0 in 16-row panels (KVE_PANEL_Q4X16) ---------------------- */
+/* ---- Q4_0 and IQ4_NL in 16-row panels (KVE_PANEL_Q4X16) ------------ */
 
 /*
  * Lane i of a group's vector is row i's 4 quants; the token's matching 4
@@ -287,10 +322,29 @@ KVE_INLINE __m512i kq_dotw_bc(__m512i acc, __m512i a16, const int32_t *p)
 #endif
 }
 
-KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, float *y,
-			    int ldy, int r, int t, const int C)
+/*
+ * IQ4_NL has Q4_0's block layout, so the same panels and tile: each
+ * nibble vector goes through the table (kq_nl_table: + 128 with VNNI,
+ * the offset -128 * sum(x); without, signed, each product by |value|
+ * and x with the value's sign). nl: the type is IQ4_NL.
+ */
+KVE_INLINE __m512i q40x16_nl(__m512i q, const int nl)
 {
-	const int nb = (int)w->cols / 32;
+	return nl ? _mm512_shuffle_epi8(kq_nl_table(), q) : q;
+}
+
+/* acc + q . (the 4 bytes at x, in every lane) */
+KVE_INLINE __m512i q40x16_dot(__m512i acc, __m512i q, const int8_t *x, const int nl)
+{
+	if (nl && !KQ_VNNI)
+		return kq_dot(acc, _mm512_abs_epi8(q), kq_sign(kx_bcast(x), q));
+	return kq_dot_bc(acc, q, x);
+}
+
+KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, float *y,
+			    int ldy, int r, int t, const int C, const int nl)
+{
+	const int nb = (int)w->cols / 32, off = nl ? (KQ_VNNI ? 128 : 0) : 8;
 	const uint8_t *p = kve_q4x16_blk(w, (uint32_t)r, 0);
 	const __m512i lo = _mm512_set1_epi8(0x0f);
 	const struct kve_q8x *xs[KQ_X16_C];
@@ -304,15 +358,17 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 	}
 	for (b = 0; b < nb; b++, p += KVE_Q4X16_BLK) {
 		const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-		__m512i q[8];
+		__m512i q[8], qa[8];
+		__mmask64 qn[8];
 
 		if (C == 1) {
 			/* one token: four chains of 2 (the 4 groups' low and high
-			 * nibbles), the broadcasts folded into vpdpbusd; with VNNI
-			 * the high nibbles in place (16 q, shifted back after:
-			 * exact) */
+			 * nibbles), the broadcasts folded into vpdpbusd; Q4_0 with
+			 * VNNI has the high nibbles in place (16 q, shifted back
+			 * after: exact) */
 			const struct kve_q8x *x = xs[0] + b;
-			__m512i s[4] = { _mm512_set1_epi32(-8 * x->sum), _mm512_setzero_si512(),
+			const int inplace = KQ_VNNI && !nl;
+			__m512i s[4] = { _mm512_set1_epi32(-off * x->sum), _mm512_setzero_si512(),
 					 _mm512_setzero_si512(), _mm512_setzero_si512() };
 
 			prefetch_ahead(p + PF_AHEAD_Q8, KVE_Q4X16_BLK);
@@ -320,14 +376,16 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 			for (k = 0; k < 4; k++) {
 				const __m512i v = kq_load1(p + 32 + 64 * k);
 
-				s[k & 1] = kq_dot_bc(s[k & 1], _mm512_and_si512(v, lo), x->q + 4 * k);
-				s[2 + (k & 1)] = kq_dot_bc(s[2 + (k & 1)], KQ_VNNI ?
-					_mm512_andnot_si512(lo, v) :
-					_mm512_and_si512(_mm512_srli_epi16(v, 4), lo), x->q + 16 + 4 * k);
+				s[k & 1] = q40x16_dot(s[k & 1], q40x16_nl(_mm512_and_si512(v, lo), nl),
+						      x->q + 4 * k, nl);
+				s[2 + (k & 1)] = q40x16_dot(s[2 + (k & 1)], inplace ?
+					_mm512_andnot_si512(lo, v) : q40x16_nl(
+					_mm512_and_si512(_mm512_srli_epi16(v, 4), lo), nl),
+					x->q + 16 + 4 * k, nl);
 			}
 			s[2] = _mm512_add_epi32(s[2], s[3]);
 			s[0] = _mm512_add_epi32(_mm512_add_epi32(s[0], s[1]),
-						KQ_VNNI ? _mm512_srai_epi32(s[2], 4) : s[2]);
+						inplace ? _mm512_srai_epi32(s[2], 4) : s[2]);
 			acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]),
 						 _mm512_mul_ps(dw, _mm512_set1_ps(x->d)), acc[0]);
 			continue;
@@ -336,19 +394,30 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 		for (k = 0; k < 4; k++) {
 			const __m512i v = kq_load1(p + 32 + 64 * k);
 
-			q[k] = _mm512_and_si512(v, lo);
-			q[4 + k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo);
+			q[k] = q40x16_nl(_mm512_and_si512(v, lo), nl);
+			q[4 + k] = q40x16_nl(_mm512_and_si512(_mm512_srli_epi16(v, 4), lo), nl);
 		}
+		if (nl && !KQ_VNNI)	/* |value| and its sign, once for the C tokens */
+#pragma GCC unroll 8
+			for (k = 0; k < 8; k++) {
+				qa[k] = _mm512_abs_epi8(q[k]);
+				qn[k] = _mm512_movepi8_mask(q[k]);
+			}
 #pragma GCC unroll 8
 		for (j = 0; j < C; j++) {
 			const struct kve_q8x *x = xs[j] + b;
-			__m512i s0 = _mm512_set1_epi32(-8 * x->sum), s1 = _mm512_setzero_si512();
+			__m512i s0 = _mm512_set1_epi32(-off * x->sum), s1 = _mm512_setzero_si512();
 
-#pragma GCC unroll 4
-			for (k = 0; k < 4; k++) {
-				s0 = kq_dot(s0, q[k], _mm512_set1_epi32(q40x16_ld32(x->q + 4 * k)));
-				s1 = kq_dot(s1, q[4 + k],
-					    _mm512_set1_epi32(q40x16_ld32(x->q + 16 + 4 * k)));
+#pragma GCC unroll 8
+			for (k = 0; k < 8; k++) {
+				const __m512i xb = kx_bcast(x->q + (k & 3) * 4 + (k >> 2) * 16);
+				__m512i *sk = k < 4 ? &s0 : &s1;
+
+				if (nl && !KQ_VNNI)
+					*sk = kq_dot(*sk, qa[k], _mm512_mask_sub_epi8(
+						xb, qn[k], _mm512_setzero_si512(), xb));
+				else
+					*sk = kq_dot(*sk, q[k], xb);
 			}
 			acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
 						 _mm512_mul_ps(dw, _mm512_set1_ps(x->d)), acc[j]);
@@ -360,7 +429,8 @@ KVE_INLINE void tile_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, f
 }
 
 /* one row of a partial panel, one token: tile_q40x16's steps for its lane */
-KVE_INLINE float row_q40x16(const struct kve_mat *w, const struct kve_q8x *x, int r)
+KVE_INLINE float row_q40x16(const struct kve_mat *w, const struct kve_q8x *x, int r,
+			    const int nl)
 {
 	const int nb = (int)w->cols / 32, i = r % KVE_PANEL_Q4X16;
 	const uint8_t *p = kve_q4x16_blk(w, (uint32_t)r, 0);
@@ -368,13 +438,18 @@ KVE_INLINE float row_q40x16(const struct kve_mat *w, const struct kve_q8x *x, in
 	int b, k, m;
 
 	for (b = 0; b < nb; b++, p += KVE_Q4X16_BLK) {
-		int32_t s = -8 * x[b].sum;
+		int32_t s = nl ? 0 : -8 * x[b].sum;
 
 		for (k = 0; k < 4; k++)
 			for (m = 0; m < 4; m++) {
 				const uint8_t v = p[32 + 64 * k + 4 * i + m];
 
-				s += (v & 15) * x[b].q[4 * k + m] + (v >> 4) * x[b].q[16 + 4 * k + m];
+				if (nl)
+					s += ggml_iq4nl_value(v & 15) * x[b].q[4 * k + m] +
+					     ggml_iq4nl_value(v >> 4) * x[b].q[16 + 4 * k + m];
+				else
+					s += (v & 15) * x[b].q[4 * k + m] +
+					     (v >> 4) * x[b].q[16 + 4 * k + m];
 			}
 		acc = fmaf((float)s, kq_f16(p + 2 * i) * x[b].d, acc);
 	}
@@ -382,44 +457,48 @@ KVE_INLINE float row_q40x16(const struct kve_mat *w, const struct kve_q8x *x, in
 }
 
 static void rows_q40x16(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
-			int ldy, int r0, int r1)
+			int ldy, int r0, int r1, const int nl)
 {
 	const int nb = (int)w->cols / 32;
 	int r = r0, t;
 
 	for (; r < r1 && (r % KVE_PANEL_Q4X16 || r + KVE_PANEL_Q4X16 > r1); r++)
 		for (t = 0; t < T; t++)
-			y[(size_t)t * ldy + r] = row_q40x16(w, xq + (size_t)t * nb, r);
+			y[(size_t)t * ldy + r] = row_q40x16(w, xq + (size_t)t * nb, r, nl);
 	for (; r + KVE_PANEL_Q4X16 <= r1; r += KVE_PANEL_Q4X16) {
 		for (t = 0; t + KQ_X16_C <= T; t += KQ_X16_C)
-			tile_q40x16(w, xq, y, ldy, r, t, KQ_X16_C);
+			tile_q40x16(w, xq, y, ldy, r, t, KQ_X16_C, nl);
 		if (KQ_X16_C > 4 && t + 4 <= T) {
-			tile_q40x16(w, xq, y, ldy, r, t, 4);
+			tile_q40x16(w, xq, y, ldy, r, t, 4, nl);
 			t += 4;
 		}
 		if (t + 2 <= T) {
-			tile_q40x16(w, xq, y, ldy, r, t, 2);
+			tile_q40x16(w, xq, y, ldy, r, t, 2, nl);
 			t += 2;
 		}
 		if (t < T)
-			tile_q40x16(w, xq, y, ldy, r, t, 1);
+			tile_q40x16(w, xq, y, ldy, r, t, 1, nl);
 	}
 	for (; r < r1; r++)
 		for (t = 0; t < T; t++)
-			y[(size_t)t * ldy + r] = row_q40x16(w, xq + (size_t)t * nb, r);
+			y[(size_t)t * ldy + r] = row_q40x16(w, xq + (size_t)t * nb, r, nl);
 }
 
 KQ_LINKAGE void KQ_MM_Q32(const struct kve_mat *w, const struct kve_q8x *xq, int T, float *y,
 	       int ldy, int r0, int r1)
 {
 	if (w->panel == KVE_PANEL_Q4X16) {
-		rows_q40x16(w, xq, T, y, ldy, r0, r1);
+		if (w->type == GGML_IQ4_NL)
+			rows_q40x16(w, xq, T, y, ldy, r0, r1, 1);
+		else
+			rows_q40x16(w, xq, T, y, ldy, r0, r1, 0);
 		return;
 	}
 	switch (w->type) {
 	case GGML_Q4_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_0); break;
 	case GGML_Q4_1: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q4_1); break;
 	case GGML_Q5_0: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q5_0); break;
+	case GGML_IQ4_NL: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_IQ4_NL); break;
 	default: rows_q32(w, xq, T, y, ldy, r0, r1, GGML_Q5_1); break;
 	}
 }

@@ -70,9 +70,9 @@ static int get_arch_f32(const struct gguf *g, const char *arch, const char *k,
 
 /*
  * Types read as another (Documentation/engine.md, "Read as another
- * type"): every Q3_K block is a Q6_K block of the same values, every
- * IQ4_NL block a Q8_0 one (kve_q3k_to_q6k, kve_iq4nl_to_q8_0), so the
- * kernels of the second compute the first exactly, in more bytes. The
+ * type"): every Q3_K block is a Q6_K block of the same values
+ * (kve_q3k_to_q6k), so the kernels of the second compute the first
+ * exactly, in more bytes. The
  * loader rewrites such matrices into one map made for them all before
  * any is bound, each tensor 64-aligned there.
  */
@@ -81,7 +81,6 @@ static const struct reread {
 	void (*block)(const uint8_t *src, uint8_t *dst);
 } rereads[] = {
 	{ GGML_Q3_K, GGML_Q6_K, kve_q3k_to_q6k },
-	{ GGML_IQ4_NL, GGML_Q8_0, kve_iq4nl_to_q8_0 },
 };
 
 static const struct reread *reread_of(uint32_t type)
@@ -114,8 +113,8 @@ static int map_rereads(struct kve_model *mo, char *err, size_t errlen)
 	mo->rr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mo->rr == MAP_FAILED) {
 		mo->rr = NULL;
-		snprintf(err, errlen, "model: out of memory for the Q3_K / IQ4_NL tensors as Q6_K / "
-			 "Q8_0 (%zu bytes)", len);
+		snprintf(err, errlen, "model: out of memory for the Q3_K tensors as Q6_K (%zu bytes)",
+			 len);
 		return -ENOMEM;
 	}
 	/* streamed once a token, as the file's copy (gguf.c) */

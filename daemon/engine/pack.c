@@ -95,7 +95,7 @@ int kve_mat_pack(struct kve_mat *w)
 }
 
 /*
- * Q4_0 (4 groups, KVE_PANEL_Q4X16) and Q8_0 (8 groups, KVE_PANEL_Q8X16)
+ * Q4_0 and IQ4_NL (4 groups, KVE_PANEL_Q4X16) and Q8_0 (8 groups, KVE_PANEL_Q8X16)
  * in 16-row panels, kve_x16_put's layout (engine_internal.h). A Q8_0
  * quant of -128 is fine there (the VNNI tile offsets the weights, not
  * the sign).
@@ -154,7 +154,7 @@ static int pack_qkx16(struct kve_mat *w)
 
 int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k)
 {
-	if (k && k->q4_0_x16 && !w->panel && w->type == GGML_Q4_0 &&
+	if (k && k->q4_0_x16 && !w->panel && (w->type == GGML_Q4_0 || w->type == GGML_IQ4_NL) &&
 	    w->rows % KVE_PANEL_Q4X16 == 0)
 		return pack_x16(w, 4);
 	if (k && k->q8_x16 && !w->panel && w->type == GGML_Q8_0 &&

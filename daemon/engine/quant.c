@@ -8,10 +8,9 @@
  * operations in the same order: the peer test checks every type against
  * libggml on random blocks). The kernels compute with the integers and
  * scales directly; this is the statement of what those integers mean, and
- * what row lookups (the token embedding) and the tests use. Q3_K and
- * IQ4_NL have no kernels: their blocks are rewritten as Q6_K and Q8_0
- * blocks of the same values when a model is loaded (kve_q3k_to_q6k,
- * kve_iq4nl_to_q8_0).
+ * what row lookups (the token embedding) and the tests use. Q3_K has no
+ * kernels: its blocks are rewritten as Q6_K blocks of the same values
+ * when a model is loaded (kve_q3k_to_q6k).
  *
  * Owns no memory and no layout beyond one block (panels: pack.c).
  */
@@ -189,10 +188,11 @@ void kve_dequant_block(uint32_t type, const uint8_t *b, float *out)
 }
 
 /*
- * One block of Q4_0, Q4_1, Q5_0 or Q5_1 as integers: q[i] the 32 unsigned
- * quants (0..15, or 0..31 for the 5-bit types), *d the scale and *m the
- * minimum (Q4_1, Q5_1; the others' offset, -8 or -16 times d, is theirs
- * to apply: value = d * (q - off) or d * q + m).
+ * One block of Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL as integers: q[i] the 32
+ * unsigned quants (0..15, 0..31 for the 5-bit types, IQ4_NL's table value
+ * + 128: 1..241), *d the scale and *m the minimum (Q4_1, Q5_1; the
+ * others' offset, kve_q32_off times d, is theirs to apply: value =
+ * d * (q - off) or d * q + m).
  */
 void kve_q32_ints(uint32_t type, const uint8_t *b, uint8_t q[32], float *d, float *m)
 {
@@ -209,6 +209,12 @@ void kve_q32_ints(uint32_t type, const uint8_t *b, uint8_t q[32], float *d, floa
 		for (i = 0; i < 16; i++) {
 			q[i] = b[i] & 0xF;
 			q[i + 16] = b[i] >> 4;
+		}
+		break;
+	case GGML_IQ4_NL:
+		for (i = 0; i < 16; i++) {
+			q[i] = (uint8_t)(ggml_iq4nl_value(b[2 + i] & 0xF) + 128);
+			q[i + 16] = (uint8_t)(ggml_iq4nl_value(b[2 + i] >> 4) + 128);
 		}
 		break;
 	default:	/* Q5_0, Q5_1 */
@@ -335,21 +341,4 @@ void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6)
 	for (l = 0; l < 16; l++)
 		q6[192 + l] = (uint8_t)(int8_t)sc[l];
 	memcpy(q6 + 208, q3 + 108, 2);
-}
-
-/*
- * An IQ4_NL block as the Q8_0 block of the same values: its table's
- * values are int8 (-127..113, never -128) and both scale 32 values by one
- * fp16 d, so each value, and each integer sum of a dot product with Q8_0
- * activations (what llama.cpp's IQ4_NL product takes too), is the same.
- */
-void kve_iq4nl_to_q8_0(const uint8_t *iq, uint8_t *q8)
-{
-	int i;
-
-	memcpy(q8, iq, 2);
-	for (i = 0; i < 16; i++) {
-		q8[2 + i] = (uint8_t)ggml_iq4nl_value(iq[2 + i] & 0xF);
-		q8[2 + 16 + i] = (uint8_t)ggml_iq4nl_value(iq[2 + i] >> 4);
-	}
 }

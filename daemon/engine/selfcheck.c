@@ -93,6 +93,7 @@ static const char *sc_mm_name(uint32_t type)
 	case GGML_Q4_0: return "mm_q32 (Q4_0)";
 	case GGML_Q4_1: return "mm_q32 (Q4_1)";
 	case GGML_Q5_0: return "mm_q32 (Q5_0)";
+	case GGML_IQ4_NL: return "mm_q32 (IQ4_NL)";
 	default: return "mm_q32 (Q5_1)";
 	}
 }
@@ -201,11 +202,11 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 
 	sc_mm(ref, &w, x, xq, xk, SC_T, yr, 0, rows);
 	/* pass 0: row-major (then packed in panels); pass 1: the set's own
-	 * 16-row layouts (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K x16; engine_internal.h) */
+	 * 16-row layouts (Q8_0, Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K x16; engine_internal.h) */
 	for (pass = 0; pass < 2; pass++) {
 		if (pass == 1) {
 			if (rows % KVE_PANEL_Q4X16 ||
-			    !((cand->q4_0_x16 && type == GGML_Q4_0) ||
+			    !((cand->q4_0_x16 && (type == GGML_Q4_0 || type == GGML_IQ4_NL)) ||
 			      (cand->q8_x16 && type == GGML_Q8_0) ||
 			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
 				break;
@@ -220,6 +221,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 				goto out;
 			}
 			name = type == GGML_Q4_0 ? "mm_q32 (Q4_0 in 16-row panels)" :
+			       type == GGML_IQ4_NL ? "mm_q32 (IQ4_NL in 16-row panels)" :
 			       type == GGML_Q8_0 ? "mm_q8 (Q8_0 in 16-row panels)" :
 			       type == GGML_Q4_K ? "mm_qk (Q4_K in 16-row panels)" :
 			       type == GGML_Q5_K ? "mm_qk (Q5_K in 16-row panels)" :
@@ -694,7 +696,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 					 { 32, 256 } };
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
 					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
-					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
+					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;
 	int rc;

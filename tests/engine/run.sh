@@ -68,7 +68,7 @@ gen q6k-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 5
 # every matrix Q3_K with the head tied to a Q3_K embedding
 gen q3km-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q3_k_m --seed 63
 gen q3k-tied.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q3_k --tied --seed 64
-# IQ4_NL, read as Q8_0 (ffn_down, 80 wide, falls back to F16 as llama.cpp's)
+# IQ4_NL (ffn_down, 80 wide, falls back to F16 as llama.cpp's)
 gen iq4nl-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 80 --vocab 512 --ctx 128 --type iq4_nl --seed 66
 gen q40-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type q4_0 --seed 54
 gen q51-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q5_1 --seed 55
@@ -278,7 +278,7 @@ run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
 	$T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
 run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q40-gqa.gguf $M/q3k-tied.gguf $M/iq4nl-gqa.gguf
 run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf $M/q4km-gqa.gguf $M/q51-gqa.gguf $M/q3k-tied.gguf $M/iq4nl-gqa.gguf
-run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k-gqa.gguf $M/q40-gqa.gguf $M/bf16-gqa.gguf $M/q3km-gqa.gguf
+run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k-gqa.gguf $M/q40-gqa.gguf $M/bf16-gqa.gguf $M/q3km-gqa.gguf $M/iq4nl-gqa.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
 # kva_blocks_share, and a prefill process handing KV to a decode process

@@ -899,8 +899,7 @@ static void test_load_modes(const char *path)
 		      path, weights[i], i == 1 ? " KVE_PACK=0" : "", first, last);
 		if (!m[i]->rr)
 			continue;
-		/* a Q3_K or IQ4_NL file's matrices, as Q6_K or Q8_0 in a map
-		 * of their own */
+		/* a Q3_K file's matrices, as Q6_K in a map of their own */
 		maps_perms(m[i]->rr, first);
 		maps_perms(m[i]->rr + m[i]->rr_len - 1, last);
 		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") &&
@@ -1120,21 +1119,19 @@ static void test_copy_size(void)
 }
 
 /*
- * A type read as another (model.c, rereads): block b (n bytes, its fp16 d
- * at d_off), then 999 random ones, the first seven with an extreme d (0,
- * +-65504, the least subnormal, +-inf, NaN), each rewritten by conv as
- * type `as`: the values that differ from the original's, bit for bit (a
- * NaN for a NaN), and the rewrites holding a Q8_0 quant of -128 (which the
- * packed Q8_0 kernels cannot take: pack.c).
+ * A type's values read a second way (read2: what the engine computes
+ * with): block b (n bytes, its fp16 d at d_off), then 999 random ones,
+ * the first seven with an extreme d (0, +-65504, the least subnormal,
+ * +-inf, NaN); the values that differ from kve_dequant_block's, bit for
+ * bit (a NaN for a NaN).
  */
-static int reread_differs(uint32_t type, uint32_t as, uint8_t *b, size_t n, size_t d_off,
-			  void (*conv)(const uint8_t *, uint8_t *))
+static int read2_differs(uint32_t type, uint8_t *b, size_t n, size_t d_off,
+			 void (*read2)(const uint8_t *, float *))
 {
 	static const uint16_t extreme[] = { 0x0000, 0x7bff, 0xfbff, 0x0001, 0x7c00, 0xfc00,
 					    0x7e00 };
 	uint32_t vals = ggml_blck_size(type), i;
 	uint64_t r = 0x9e3779b97f4a7c15ull;
-	uint8_t out[256];
 	float x[QK_K], y[QK_K];
 	int k, bad = 0;
 
@@ -1152,13 +1149,32 @@ static int reread_differs(uint32_t type, uint32_t as, uint8_t *b, size_t n, size
 			}
 		}
 		kve_dequant_block(type, b, x);
-		conv(b, out);
-		kve_dequant_block(as, out, y);
+		read2(b, y);
 		for (i = 0; i < vals; i++)
 			bad += memcmp(&x[i], &y[i], 4) && !(isnan(x[i]) && isnan(y[i]));
-		bad += as == GGML_Q8_0 && memchr(out + 2, 0x80, QK8_0) != NULL;
 	}
 	return bad;
+}
+
+/* a Q3_K block's values as the Q6_K block model.c rewrites it as */
+static void q3k_as_q6k(const uint8_t *b, float *y)
+{
+	uint8_t q6[210];
+
+	kve_q3k_to_q6k(b, q6);
+	kve_dequant_block(GGML_Q6_K, q6, y);
+}
+
+/* an IQ4_NL block's values from the integers mm_q32 takes: d * (q - 128) */
+static void iq4nl_ints(const uint8_t *b, float *y)
+{
+	uint8_t q[32];
+	float d, m;	/* (no minimum) */
+	int i;
+
+	kve_q32_ints(GGML_IQ4_NL, b, q, &d, &m);
+	for (i = 0; i < 32; i++)
+		y[i] = d * (float)(q[i] - kve_q32_off(GGML_IQ4_NL));
 }
 
 /*
@@ -1193,7 +1209,7 @@ static void test_q3k(void)
 		bad += x[v] != (float)((v / 16 - 8) * (v % 8 - 4));
 	CHECK(!bad, "Q3_K: a block made by hand reads back as (v / 16 - 8) * (v %% 8 - 4) "
 	      "(%d of 256 values differ)", bad);
-	bad = reread_differs(GGML_Q3_K, GGML_Q6_K, b, sizeof(b), 108, kve_q3k_to_q6k);
+	bad = read2_differs(GGML_Q3_K, b, sizeof(b), 108, q3k_as_q6k);
 	CHECK(!bad, "Q3_K as Q6_K: 1000 blocks (the one above, random ones, every extreme d) "
 	      "the same values bit for bit (%d differ)", bad);
 }
@@ -1201,8 +1217,7 @@ static void test_q3k(void)
 /*
  * IQ4_NL, the format: a block made by hand (d 1, nibble q of byte i at
  * value i, 15 - q at value i + 16) reads back as the table's values; then
- * the same values as the Q8_0 block the engine computes with
- * (kve_iq4nl_to_q8_0), never a quant of -128.
+ * the same values from the integers the kernels take (kve_q32_ints).
  */
 static void test_iq4nl(void)
 {
@@ -1219,9 +1234,9 @@ static void test_iq4nl(void)
 		bad += x[i] != table[i] || x[i + 16] != table[15 - i];
 	CHECK(!bad, "IQ4_NL: a block made by hand reads back as the table's values (%d differ)",
 	      bad);
-	bad = reread_differs(GGML_IQ4_NL, GGML_Q8_0, b, sizeof(b), 0, kve_iq4nl_to_q8_0);
-	CHECK(!bad, "IQ4_NL as Q8_0: 1000 blocks (the one above, random ones, every extreme d) "
-	      "the same values bit for bit, no quant -128 (%d differ)", bad);
+	bad = read2_differs(GGML_IQ4_NL, b, sizeof(b), 0, iq4nl_ints);
+	CHECK(!bad, "IQ4_NL as d * (q - 128), q its table's value + 128: 1000 blocks (the one "
+	      "above, random ones, every extreme d) the same values bit for bit (%d differ)", bad);
 }
 
 int main(int argc, char **argv)

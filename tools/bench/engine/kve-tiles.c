@@ -72,7 +72,7 @@ static void product(const struct kve_kernels *k, const struct kve_mat *w, const 
 	case GGML_F16: k->mm_f16(w, a->x, 1, a->y, n, 0, n); break;
 	case GGML_BF16: k->mm_bf16(w, a->x, 1, a->y, n, 0, n); break;
 	case GGML_Q8_0: k->mm_q8(w, a->xq, 1, a->y, n, 0, n); break;
-	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
+	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: case GGML_IQ4_NL:
 		k->mm_q32(w, a->xq, 1, a->y, n, 0, n);
 		break;
 	default: k->mm_qk(w, a->xk, 1, a->y, n, 0, n); break;
