@@ -44,8 +44,7 @@ struct kve_model_info {
 				 * numbering: 0 F32, 1 F16, 8 Q8_0, 11 Q3_K,
 				 * 12 Q4_K...; mixes vary per matrix) */
 	uint64_t weight_bytes;	/* bytes read per token for all matrices (a Q3_K
-				 * or IQ4_NL matrix's as the Q6_K or Q8_0 the
-				 * engine reads) */
+				 * matrix's as the Q6_K the engine reads) */
 	const char *arch;	/* general.architecture: "llama", "qwen2" or "qwen3" */
 	int rope_neox;		/* 1: rope rotates pairs (i, i + rope_dims/2)
 				 * (NEOX, qwen2); 0: pairs (2i, 2i+1) (llama) */
