@@ -25,7 +25,7 @@ enum gguf_vtype {
 enum ggml_type {
 	GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3,
 	GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_Q3_K = 11, GGML_Q4_K = 12,
-	GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20, GGML_BF16 = 30,
+	GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20, GGML_IQ4_XS = 23, GGML_BF16 = 30,
 };
 
 #define QK8_0 32
@@ -42,7 +42,8 @@ static inline uint32_t ggml_blck_size(uint32_t type)
 	case GGML_F32: case GGML_F16: case GGML_BF16: return 1;
 	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
 	case GGML_Q8_0: case GGML_IQ4_NL: return 32;
-	case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: return QK_K;
+	case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+	case GGML_IQ4_XS: return QK_K;
 	default: return 0;
 	}
 }
@@ -62,6 +63,7 @@ static inline uint32_t ggml_blck_bytes(uint32_t type)
 	case GGML_Q4_K: return 144;	/* fp16 d, dmin, 12 scale bytes, 128 of nibbles */
 	case GGML_Q5_K: return 176;	/* as Q4_K and 32 bytes of high bits */
 	case GGML_Q6_K: return 210;	/* 128 low nibbles, 64 of 2-bit highs, 16 scales, fp16 d */
+	case GGML_IQ4_XS: return 136;	/* fp16 d, 2 + 4 bytes of 6-bit scales, 128 of nibbles */
 	default: return 0;
 	}
 }

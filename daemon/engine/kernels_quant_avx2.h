@@ -2,7 +2,7 @@
 /*
  * kernels_quant_avx2.h - the 256-bit products of the 4- to 6-bit types:
  * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
- * Q6_K by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
+ * Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
  * 0: maddubs then madd) and kernels_avxvnni.c (KQ_VNNI 1: VEX vpdpbusd /
  * vpdpwssd), with KQ_MM_Q32 / KQ_MM_QK naming the products and
  * KQ_LINKAGE their linkage; the includer defines hsum8.
@@ -90,11 +90,14 @@ KVE_INLINE int q32_off_qs(uint32_t type)
  * sums would saturate on 241 * 127 * 2, so the product takes |value| by
  * x with the value's sign (as llama.cpp's does), and no offset.
  */
+KVE_INLINE __m256i kq_nl_signed(void)
+{
+	return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ggml_iq4nl_table()));
+}
+
 KVE_INLINE __m256i kq_nl_table(void)
 {
-	const __m128i t = _mm_loadu_si128((const __m128i *)ggml_iq4nl_table());
-
-	return _mm256_broadcastsi128_si256(KQ_VNNI ? _mm_xor_si128(t, _mm_set1_epi8(-128)) : t);
+	return KQ_VNNI ? _mm256_xor_si256(kq_nl_signed(), _mm256_set1_epi8(-128)) : kq_nl_signed();
 }
 
 /* acc + (the block's quants q) . x, IQ4_NL's signed ones as above */
@@ -371,6 +374,44 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 	}
 }
 
+/*
+ * One row's share of one IQ4_XS block for C tokens: sub-block s (32
+ * values) is 16 bytes of nibbles as IQ4_NL's, through the table (signed:
+ * |value| by x with the value's sign, so maddubs's pair sums stay within
+ * int16), times its scale ls - 32 in the madd; acc += d * dx * sum
+ */
+KVE_INLINE void iq4xs_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m256 *acc,
+			  const int C)
+{
+	const __m256i lo = _mm256_set1_epi8(0x0f), tbl = kq_nl_signed();
+	const float d = kq_f16(blk);
+	uint16_t h;
+	__m256i is[4];
+	int s, j;
+
+	memcpy(&h, blk + 2, 2);
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		is[j] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+	for (s = 0; s < 8; s++) {
+		const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 8 + 16 * s));
+		const __m256i q = _mm256_shuffle_epi8(tbl, _mm256_and_si256(
+			_mm256_set_m128i(_mm_srli_epi16(v, 4), v), lo));
+		const __m256i qa = _mm256_abs_epi8(q);
+		const int ls = ((blk[4 + s / 2] >> 4 * (s % 2)) & 0xF) | ((h >> 2 * s) & 3) << 4;
+		const __m256i sc = _mm256_set1_epi16((short)(ls - 32));
+
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			is[j] = kq_dotw(is[j], qa, _mm256_sign_epi8(_mm256_loadu_si256(
+				(const __m256i *)(xb[j]->q + 32 * s)), q), sc);
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_set1_ps(d * xb[j]->d), acc[j]);
+}
+
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
 			int r, int t, const int R, const int C, const uint32_t type)
 {
@@ -399,6 +440,8 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		for (i = 0; i < R; i++) {
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
+			else if (type == GGML_IQ4_XS)
+				iq4xs_row(bp[i] + (size_t)b * step, xb, acc[i], C);
 			else
 				k45_row(bp[i] + (size_t)b * step, type == GGML_Q5_K, xb, acc[i], C);
 		}
@@ -436,6 +479,7 @@ KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int 
 	switch (w->type) {
 	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
+	case GGML_IQ4_XS: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_IQ4_XS); break;
 	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
 	}
 }

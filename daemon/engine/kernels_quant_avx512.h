@@ -2,7 +2,7 @@
 /*
  * kernels_quant_avx512.h - the 512-bit products of the 4- to 6-bit types:
  * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
- * Q6_K by Q8_K activations (mm_qk). Included by kernels_avx512.c
+ * Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx512.c
  * (KQ_VNNI 0: maddubs then madd) and kernels_avx512vnni.c (KQ_VNNI 1:
  * vpdpbusd / vpdpwssd), after kernels_q8_avx512.h (hsum16, hsum16x4,
  * load2, prefetch_ahead), with KQ_MM_Q32 / KQ_MM_QK naming the products
@@ -71,11 +71,14 @@ KVE_INLINE float kq_f16(const uint8_t *p)
  * does; the activations are never -128), and no offset. Either way the
  * same exact int32 sums.
  */
+KVE_INLINE __m512i kq_nl_signed(void)
+{
+	return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ggml_iq4nl_table()));
+}
+
 KVE_INLINE __m512i kq_nl_table(void)
 {
-	const __m128i t = _mm_loadu_si128((const __m128i *)ggml_iq4nl_table());
-
-	return _mm512_broadcast_i32x4(KQ_VNNI ? _mm_xor_si128(t, _mm_set1_epi8(-128)) : t);
+	return KQ_VNNI ? _mm512_xor_si512(kq_nl_signed(), _mm512_set1_epi8(-128)) : kq_nl_signed();
 }
 
 /* x with the sign of q (q never 0: IQ4_NL's table has no 0) */
@@ -648,11 +651,95 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 	}
 }
 
+/*
+ * IQ4_XS: fp16 d, u16 scales_h, scales_l[4], then per 32-value sub-block
+ * s 16 bytes of nibbles as IQ4_NL's (values 0-15 low, 16-31 high). A
+ * 64-byte load is sub-blocks 4h..4h + 3, one per 128-bit lane: its low
+ * nibbles their first 16 values, its high nibbles their last 16; the
+ * activations are put in the same order once per token and block
+ * (iq4xs_xv). Through the signed table, |value| by x with the value's
+ * sign (maddubs's pair sums within int16), times the sub-block's scale
+ * ls - 32 in the madd (or vpdpwssd).
+ */
+KVE_INLINE void iq4xs_xv(const int8_t *q, __m512i xa[4])
+{
+	const __m512i lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
+	const __m512i hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+	int h;
+
+#pragma GCC unroll 2
+	for (h = 0; h < 2; h++) {
+		const __m512i a = _mm512_loadu_si512(q + 128 * h), b = _mm512_loadu_si512(q + 128 * h + 64);
+
+		xa[2 * h] = _mm512_permutex2var_epi64(a, lo, b);
+		xa[2 * h + 1] = _mm512_permutex2var_epi64(a, hi, b);
+	}
+}
+
+/* the 8 scales ls - 32 as int16: ls is nibble s % 2 of scales_l[s / 2]
+ * with bits 2s, 2s + 1 of scales_h above it */
+KVE_INLINE __m128i iq4xs_scales(const uint8_t *blk)
+{
+	const __m128i raw = _mm_loadl_epi64((const __m128i *)blk);
+	const __m128i l = _mm_shuffle_epi8(raw, _mm_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1,
+							      6, -1, 6, -1, 7, -1, 7, -1));
+	const __m128i h = _mm_shuffle_epi8(raw, _mm_setr_epi8(2, 3, 2, 3, 2, 3, 2, 3,
+							      2, 3, 2, 3, 2, 3, 2, 3));
+	const __m128i l4 = _mm_and_si128(_mm_srlv_epi16(l, _mm_setr_epi16(0, 4, 0, 4, 0, 4, 0, 4)),
+					 _mm_set1_epi16(0xF));
+	const __m128i h2 = _mm_and_si128(_mm_srlv_epi16(h, _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
+					 _mm_set1_epi16(3));
+
+	return _mm_sub_epi16(_mm_or_si128(l4, _mm_slli_epi16(h2, 4)), _mm_set1_epi16(32));
+}
+
+/* One row's share of one IQ4_XS block for C tokens (xa: their activations
+ * in iq4xs_xv's order): acc += d * dx * sum(sc * value * x) */
+KVE_INLINE void iq4xs_row(const uint8_t *blk, const __m512i (*xa)[4],
+			  const struct kve_q8k *const *xb, __m512 *acc, const int C)
+{
+	const __m512i lo = _mm512_set1_epi8(0x0f), tbl = kq_nl_signed();
+	const __m512i s8 = _mm512_castsi128_si512(iq4xs_scales(blk));
+	const float d = kq_f16(blk);
+	__m512i qa[4], sc[2];
+	__mmask64 neg[4];
+	int v, j;
+
+#pragma GCC unroll 2
+	for (v = 0; v < 2; v++) {
+		const __m512i w = _mm512_loadu_si512(blk + 8 + 64 * v);
+		const __m512i q0 = _mm512_shuffle_epi8(tbl, _mm512_and_si512(w, lo));
+		const __m512i q1 = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(w, 4),
+									      lo));
+
+		qa[2 * v] = _mm512_abs_epi8(q0);
+		qa[2 * v + 1] = _mm512_abs_epi8(q1);
+		neg[2 * v] = _mm512_movepi8_mask(q0);
+		neg[2 * v + 1] = _mm512_movepi8_mask(q1);
+		/* int16 lane i: sub-block 4 v + i / 8's scale */
+		sc[v] = _mm512_permutexvar_epi16(_mm512_add_epi16(
+			_mm512_set1_epi16((short)(4 * v)), _mm512_cvtepu8_epi16(_mm256_setr_epi64x(
+				0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll))),
+			s8);
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++) {
+		__m512i is = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+		for (v = 0; v < 4; v++)
+			is = kq_dotw(is, qa[v], _mm512_mask_sub_epi8(xa[j][v], neg[v],
+					_mm512_setzero_si512(), xa[j][v]), sc[v / 2]);
+		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[j]->d), acc[j]);
+	}
+}
+
 /* prefetch_ahead over one block of a 4-row panel, its length known at
  * compile time so that the loop unrolls */
 KVE_INLINE void kq_prefetch_panel(const uint8_t *p, const uint32_t type)
 {
-	prefetch_ahead(p, KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 : 144));
+	prefetch_ahead(p, KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 :
+					 type == GGML_IQ4_XS ? 136 : 144));
 }
 
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
@@ -680,7 +767,9 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			xb[j] = xk + (size_t)(t + j) * nb + b;
-			if (type != GGML_Q6_K)
+			if (type == GGML_IQ4_XS)
+				iq4xs_xv(xb[j]->q, xa[j]);
+			else if (type != GGML_Q6_K)
 #pragma GCC unroll 4
 				for (v = 0; v < 4; v++)
 					xa[j][v] = k4_xv(xb[j]->q, v);
@@ -689,6 +778,9 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		for (i = 0; i < R; i++) {
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
+			else if (type == GGML_IQ4_XS)
+				iq4xs_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa, xb,
+					  acc[i], C);
 			else
 				k45_row(bp[i] + (size_t)b * step, type == GGML_Q5_K,
 					(const __m512i (*)[4])xa, xb, acc[i], C);
@@ -1046,6 +1138,7 @@ KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int 
 	switch (w->type) {
 	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
+	case GGML_IQ4_XS: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_IQ4_XS); break;
 	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
 	}
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * quant.c - the quantised block formats of GGUF files: what the bytes of
- * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K or
- * IQ4_NL mean, as the public format description defines them
+ * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
+ * or IQ4_XS mean, as the public format description defines them
  * (Documentation/engine.md, "Tensor types"), written out as the values
  * ggml's reference dequantisation computes, bit for bit (the same float
  * operations in the same order: the peer test checks every type against
@@ -144,6 +144,24 @@ void kve_dequant_block(uint32_t type, const uint8_t *b, float *out)
 			out[i + 16] = d * (float)ggml_iq4nl_value(b[2 + i] >> 4);
 		}
 		break;
+	case GGML_IQ4_XS: {
+		/* fp16 d, u16 scales_h, scales_l[4], qs[128]: sub-block s of
+		 * 32 values is IQ4_NL's qs[16] (at 16 s) with the scale
+		 * d * (ls - 32), ls 6 bits: nibble s % 2 of scales_l[s / 2]
+		 * and bits 2s, 2s + 1 of scales_h above it */
+		int8_t q[QK_K];
+		int sc[16], mn[8];
+		float dm;
+
+		kve_qk_ints(GGML_IQ4_XS, b, q, sc, mn, &d, &dm);
+		for (j = 0; j < 8; j++) {
+			float dl = d * (float)sc[j];
+
+			for (i = 0; i < 32; i++)
+				out[32 * j + i] = dl * (float)q[32 * j + i];
+		}
+		break;
+	}
 	case GGML_Q3_K: {
 		int8_t q[QK_K];
 		int sc[16], mn[8];
@@ -256,12 +274,13 @@ static void q3k_ints(const uint8_t *b, int8_t q[QK_K], int sc[16], float *d)
 }
 
 /*
- * One block of Q3_K, Q4_K, Q5_K or Q6_K as integers: q[i] the 256 quants
- * (Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31), sc[] the scales
- * (Q4_K/Q5_K: 8, one per 32 values; Q3_K/Q6_K: 16 signed, one per 16),
+ * One block of Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS as integers: q[i] the 256
+ * quants (Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31, IQ4_XS its
+ * table's values), sc[] the scales (Q4_K/Q5_K: 8, one per 32 values;
+ * IQ4_XS: 8 signed, one per 32; Q3_K/Q6_K: 16 signed, one per 16),
  * mn[] the minima (Q4_K/Q5_K), *d and *dmin the block's fp16 factors.
- * Value i is d * sc[i / 32] * q[i] - dmin * mn[i / 32] (Q4_K, Q5_K) or
- * d * sc[i / 16] * q[i] (Q3_K, Q6_K).
+ * Value i is d * sc[i / 32] * q[i] - dmin * mn[i / 32] (Q4_K, Q5_K; no
+ * minimum for IQ4_XS) or d * sc[i / 16] * q[i] (Q3_K, Q6_K).
  */
 void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], int mn[8],
 		 float *d, float *dmin)
@@ -272,6 +291,23 @@ void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], in
 	if (type == GGML_Q3_K) {
 		*dmin = 0;
 		q3k_ints(b, q, sc, d);
+		return;
+	}
+	if (type == GGML_IQ4_XS) {
+		uint16_t h;
+
+		memcpy(&h, b + 2, 2);
+		*d = f16(b);
+		*dmin = 0;
+		for (j = 0; j < 8; j++) {
+			const uint8_t *qs = b + 8 + 16 * j;
+
+			sc[j] = (((b[4 + j / 2] >> 4 * (j % 2)) & 0xF) | ((h >> 2 * j) & 3) << 4) - 32;
+			for (i = 0; i < 16; i++) {
+				q[32 * j + i] = ggml_iq4nl_value(qs[i] & 0xF);
+				q[32 * j + i + 16] = ggml_iq4nl_value(qs[i] >> 4);
+			}
+		}
 		return;
 	}
 	if (type == GGML_Q6_K) {

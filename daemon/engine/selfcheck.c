@@ -59,7 +59,8 @@ static int sc_close(float a, float b, double s, int n)
 static int sc_act(uint32_t type)
 {
 	return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 ? 0 :
-	       type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K ? 2 : 1;
+	       type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K ||
+	       type == GGML_IQ4_XS ? 2 : 1;
 }
 
 static void sc_mm(const struct kve_kernels *k, const struct kve_mat *w,
@@ -94,6 +95,7 @@ static const char *sc_mm_name(uint32_t type)
 	case GGML_Q4_1: return "mm_q32 (Q4_1)";
 	case GGML_Q5_0: return "mm_q32 (Q5_0)";
 	case GGML_IQ4_NL: return "mm_q32 (IQ4_NL)";
+	case GGML_IQ4_XS: return "mm_qk (IQ4_XS)";
 	default: return "mm_q32 (Q5_1)";
 	}
 }
@@ -208,7 +210,8 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			if (rows % KVE_PANEL_Q4X16 ||
 			    !((cand->q4_0_x16 && (type == GGML_Q4_0 || type == GGML_IQ4_NL)) ||
 			      (cand->q8_x16 && type == GGML_Q8_0) ||
-			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
+			      (cand->qk_x16 && ggml_blck_size(type) == QK_K &&
+			       type != GGML_IQ4_XS)))
 				break;
 			free(pk);
 			wx = w;
@@ -696,7 +699,8 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 					 { 32, 256 } };
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
 					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
-					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL };
+					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL,
+					  GGML_IQ4_XS };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;
 	int rc;

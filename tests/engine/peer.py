@@ -53,10 +53,10 @@ import numpy as np
 TYPES = {  # name: ggml type number, block bytes (dequant)
     "f16": (1, 2), "bf16": (30, 2), "q8_0": (8, 34), "q4_0": (2, 18), "q4_1": (3, 20),
     "q5_0": (6, 22), "q5_1": (7, 24), "q3_k": (11, 110), "q4_k": (12, 144),
-    "q5_k": (13, 176), "q6_k": (14, 210), "iq4_nl": (20, 18),
+    "q5_k": (13, 176), "q6_k": (14, 210), "iq4_nl": (20, 18), "iq4_xs": (23, 136),
 }
 QUANTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
-          "bf16", "q3_k_m", "q4_k_m", "q5_k_m"]
+          "iq4_xs", "bf16", "q3_k_m", "q4_k_m", "q5_k_m"]
 PROMPT = [1, 15, 77, 300, 42, 9, 128, 255, 400, 7, 3, 99]
 PREFILL = 5
 STEPS = 32
@@ -84,7 +84,7 @@ def scale_offsets(t):
     """byte offsets of a block's fp16 scales (d, and m / dmin)"""
     return {"f16": [0], "bf16": [], "q8_0": [0], "q4_0": [0], "q5_0": [0],
             "q4_1": [0, 2], "q5_1": [0, 2], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2],
-            "q6_k": [208], "iq4_nl": [0]}[t]
+            "q6_k": [208], "iq4_nl": [0], "iq4_xs": [0]}[t]
 
 
 def check_dequant(ref, kve, work):

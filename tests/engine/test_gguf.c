@@ -1239,11 +1239,46 @@ static void test_iq4nl(void)
 	      "above, random ones, every extreme d) the same values bit for bit (%d differ)", bad);
 }
 
+/*
+ * IQ4_XS, the format, on a block made by hand: d 1, sub-block s's scale
+ * ls = 7 s + 5 (low 4 bits in nibble s % 2 of scales_l[s / 2], top 2 in
+ * bits 2s, 2s + 1 of scales_h), value v's nibble (v + s) % 16 where s =
+ * v / 32 (low nibble of qs[16 s + v % 16] for v % 32 < 16, else high), so
+ * value v is (ls - 32) * table[(v + s) % 16].
+ */
+static void test_iq4xs(void)
+{
+	uint8_t b[136] = { 0x00, 0x3c };
+	uint16_t h = 0;
+	float x[QK_K];
+	int v, s, bad = 0;
+
+	for (s = 0; s < 8; s++) {
+		int ls = 7 * s + 5;
+
+		b[4 + s / 2] |= (uint8_t)((ls & 0xF) << 4 * (s % 2));
+		h |= (uint16_t)((ls >> 4) << 2 * s);
+	}
+	memcpy(b + 2, &h, 2);
+	for (v = 0; v < QK_K; v++) {
+		s = v / 32;
+		b[8 + 16 * s + v % 16] |= (uint8_t)(((v + s) % 16) << (v % 32 < 16 ? 0 : 4));
+	}
+	kve_dequant_block(GGML_IQ4_XS, b, x);
+	for (v = 0; v < QK_K; v++) {
+		s = v / 32;
+		bad += x[v] != (float)((7 * s + 5 - 32) * ggml_iq4nl_value((unsigned)(v + s) % 16));
+	}
+	CHECK(!bad, "IQ4_XS: a block made by hand reads back as (ls - 32) * table[q] "
+	      "(%d of 256 values differ)", bad);
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
 	test_q3k();
 	test_iq4nl();
+	test_iq4xs();
 	test_alignment();
 	test_short_read();
 	test_copy_size();

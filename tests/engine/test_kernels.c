@@ -117,7 +117,7 @@ static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
 	case GGML_F16: k->mm_f16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
 	case GGML_BF16: k->mm_bf16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
 	case GGML_Q8_0: k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
-	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_IQ4_XS:
 		k->mm_qk(&t->m, xk, T, y, (int)t->m.rows, r0, r1);
 		break;
 	default: k->mm_q32(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
@@ -461,7 +461,7 @@ static void check_quant_set(const struct kve_kernels *k)
 {
 	static const uint32_t types[] = { GGML_BF16, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
 					  GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,
-					  GGML_IQ4_NL };
+					  GGML_IQ4_NL, GGML_IQ4_XS };
 	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 96 }, { 9, 72 }, { 40, 32 },
 					      { 8, 256 }, { 21, 512 }, { 3, 768 }, { 12, 256 } };
 	unsigned ti, si;
@@ -551,7 +551,8 @@ static void check_quant_set(const struct kve_kernels *k)
 static void check_same_quant(const struct kve_kernels *v, const struct kve_kernels *parent)
 {
 	static const uint32_t types[] = { GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
-					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL };
+					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL,
+					  GGML_IQ4_XS };
 	static const int Ts[] = { 1, 2, 5, 13 };
 	enum { ROWS = 21, COLS = 512 };
 	static float x[13 * COLS], ya[13 * ROWS], yb[13 * ROWS];
@@ -582,7 +583,7 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 		free(t.buf);
 		free(t.deq);
 	}
-	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (8 types, 1-13 tokens, "
+	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (9 types, 1-13 tokens, "
 	      "row-major and packed: %u of %u)", v->name, parent->name, same, n);
 }
 

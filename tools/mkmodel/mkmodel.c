@@ -42,12 +42,12 @@ static const char usage[] =
 "  --vocab N        vocabulary size (512, at least ~400)\n"
 "  --ctx N          context length (256)\n"
 "  --type T         the matrices' type (f32): f32 | f16 | bf16 | q8_0 |\n"
-"                   q4_0 | q4_1 | q5_0 | q5_1 | iq4_nl | q3_k | q4_k | q5_k |\n"
-"                   q6_k, or the mixes q3_k_m | q4_k_m | q5_k_m (types per tensor\n"
-"                   as llama.cpp's quantiser gives them). A matrix whose\n"
+"                   q4_0 | q4_1 | q5_0 | q5_1 | iq4_nl | iq4_xs | q3_k | q4_k |\n"
+"                   q5_k | q6_k, or the mixes q3_k_m | q4_k_m | q5_k_m (types per\n"
+"                   tensor as llama.cpp's quantiser gives them). A matrix whose\n"
 "                   rows a type's block does not divide falls back as\n"
 "                   llama.cpp's does (q3_k -> q4_0, q4_k -> q5_0, q5_k ->\n"
-"                   q5_1, q6_k -> q8_0, then f16)\n"
+"                   q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl, then f16)\n"
 "  --tokenizer K    spm | bpe (spm; qwen2: bpe)\n"
 "  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2\n"
 "                   (gpt2; qwen2: qwen2)\n"
@@ -649,27 +649,63 @@ static void quant_k45(uint32_t type, const float *x, uint8_t *o)
 	}
 }
 
-/* IQ4_NL: d maps the largest magnitude to the table's -127; each value to
- * the table's nearest entry (the first of two as near) */
-static void quant_iq4nl(const float *x, uint8_t *o)
+/* 32 values to the nibbles of IQ4_NL's table at scale d (16 bytes, value
+ * i low in byte i, i + 16 high): each to the nearest entry (the first of
+ * two as near) */
+static void nl_nibbles(const float *x, float d, uint8_t *qs)
 {
-	float d, id;
+	float id = d ? 1.0f / d : 0.0f;
 	int i, k, q[32];
 
-	put_f16(o, signed_max(x, 32) / -127.0f);
-	d = got_f16(o);
-	id = d ? 1.0f / d : 0.0f;
 	for (i = 0; i < 32; i++) {
 		float v = x[i] * id, best = INFINITY;
 
-		for (q[i] = 0, k = 0; k < 16; k++)
-			if (fabsf(v - (float)ggml_iq4nl_value((unsigned)k)) < best) {
-				best = fabsf(v - (float)ggml_iq4nl_value((unsigned)k));
+		for (q[i] = 0, k = 0; k < 16; k++) {
+			float e = fabsf(v - (float)ggml_iq4nl_value((unsigned)k));
+
+			if (e < best) {
+				best = e;
 				q[i] = k;
 			}
+		}
 	}
 	for (i = 0; i < 16; i++)
-		o[2 + i] = (uint8_t)(q[i] | q[i + 16] << 4);
+		qs[i] = (uint8_t)(q[i] | q[i + 16] << 4);
+}
+
+/* IQ4_NL: d maps the largest magnitude to the table's -127 */
+static void quant_iq4nl(const float *x, uint8_t *o)
+{
+	put_f16(o, signed_max(x, 32) / -127.0f);
+	nl_nibbles(x, got_f16(o), o + 2);
+}
+
+/* IQ4_XS: each 32 values' scale as IQ4_NL's, then as a 6-bit signed
+ * multiple ls - 32 (-32..31) of the block's d, the largest scale to -32;
+ * ls's low 4 bits in scales_l (two a byte), its top 2 in scales_h */
+static void quant_iq4xs(const float *x, uint8_t *o)
+{
+	float s[8], smax = 0, d, id;
+	uint16_t h = 0;
+	int j;
+
+	for (j = 0; j < 8; j++) {
+		s[j] = signed_max(x + 32 * j, 32) / -127.0f;
+		if (fabsf(s[j]) > fabsf(smax))
+			smax = s[j];
+	}
+	put_f16(o, smax / -32.0f);
+	d = got_f16(o);
+	id = d ? 1.0f / d : 0.0f;
+	memset(o + 2, 0, 6);
+	for (j = 0; j < 8; j++) {
+		int l = clampi(s[j] * id, -32, 31);
+
+		o[4 + j / 2] |= (uint8_t)(((l + 32) & 0xF) << 4 * (j % 2));
+		h |= (uint16_t)(((l + 32) >> 4) << 2 * j);
+		nl_nibbles(x + 32 * j, d * (float)l, o + 8 + 16 * j);
+	}
+	memcpy(o + 2, &h, 2);
 }
 
 /* Q3_K: per 16 values a scale that maps the largest magnitude to -4, as
@@ -793,6 +829,7 @@ static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
 		case GGML_Q4_K: case GGML_Q5_K: quant_k45(type, x + i, p); break;
 		case GGML_Q3_K: quant_q3k(x + i, p); break;
 		case GGML_IQ4_NL: quant_iq4nl(x + i, p); break;
+		case GGML_IQ4_XS: quant_iq4xs(x + i, p); break;
 		case GGML_Q6_K: quant_q6k(x + i, p); break;
 		default: quant32(type, x + i, p); break;
 		}
@@ -818,6 +855,8 @@ static uint32_t fallback(uint32_t want, uint64_t cols)
 		want = GGML_Q5_1;
 	else if (want == GGML_Q6_K)
 		want = GGML_Q8_0;
+	else if (want == GGML_IQ4_XS)
+		want = GGML_IQ4_NL;
 	return cols % ggml_blck_size(want) ? GGML_F16 : want;
 }
 
@@ -997,6 +1036,7 @@ int main(int argc, char **argv)
 				{ "q4_0", GGML_Q4_0, MIX_NONE, 2 }, { "q4_1", GGML_Q4_1, MIX_NONE, 3 },
 				{ "q8_0", GGML_Q8_0, MIX_NONE, 7 }, { "q5_0", GGML_Q5_0, MIX_NONE, 8 },
 				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "iq4_nl", GGML_IQ4_NL, MIX_NONE, 25 },
+				{ "iq4_xs", GGML_IQ4_XS, MIX_NONE, 30 },
 				{ "q3_k", GGML_Q3_K, MIX_NONE, 11 },
 				{ "q3_k_m", GGML_Q3_K, MIX_Q3_K_M, 12 }, { "q4_k", GGML_Q4_K, MIX_NONE, 14 },
 				{ "q4_k_m", GGML_Q4_K, MIX_Q4_K_M, 15 }, { "q5_k", GGML_Q5_K, MIX_NONE, 16 },
