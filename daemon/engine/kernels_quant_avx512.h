@@ -693,17 +693,68 @@ KVE_INLINE __m128i iq4xs_scales(const uint8_t *blk)
 	return _mm_sub_epi16(_mm_or_si128(l4, _mm_slli_epi16(h2, 4)), _mm_set1_epi16(32));
 }
 
+/*
+ * With VNNI no sign trick: vpdpbusd takes the table + 128 (its sums are
+ * 32-bit), each int32 lane starts at -128 times the sum of its
+ * activations (iq4xs_xc, once per token and block), so the lane holds
+ * the exact sum of value * x over its bytes, which vpmulld scales by its
+ * sub-block's ls - 32: the same int32 lanes as the madd form's, so the
+ * same bits as the parent set's.
+ */
+KVE_INLINE void iq4xs_xc(const __m512i xa[4], __m512i xc[2])
+{
+	const __m512i one = _mm512_set1_epi8(1);
+	int h;
+
+#pragma GCC unroll 2
+	for (h = 0; h < 2; h++)
+		xc[h] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(
+			kq_dot(kq_dot(_mm512_setzero_si512(), one, xa[2 * h]), one, xa[2 * h + 1]), 7));
+}
+
 /* One row's share of one IQ4_XS block for C tokens (xa: their activations
- * in iq4xs_xv's order): acc += d * dx * sum(sc * value * x) */
-KVE_INLINE void iq4xs_row(const uint8_t *blk, const __m512i (*xa)[4],
+ * in iq4xs_xv's order; xc: with VNNI, iq4xs_xc of them): acc += d * dx *
+ * sum(sc * value * x) */
+KVE_INLINE void iq4xs_row(const uint8_t *blk, const __m512i (*xa)[4], const __m512i (*xc)[2],
 			  const struct kve_q8k *const *xb, __m512 *acc, const int C)
 {
-	const __m512i lo = _mm512_set1_epi8(0x0f), tbl = kq_nl_signed();
-	const __m512i s8 = _mm512_castsi128_si512(iq4xs_scales(blk));
+	const __m512i lo = _mm512_set1_epi8(0x0f);
 	const float d = kq_f16(blk);
+	int v, j;
+#if KQ_VNNI
+	const __m512i tbl = kq_nl_table();
+	const __m512i s32 = _mm512_zextsi256_si512(_mm256_cvtepi16_epi32(iq4xs_scales(blk)));
+	__m512i u[4], sc[2];
+
+#pragma GCC unroll 2
+	for (v = 0; v < 2; v++) {
+		const __m512i w = _mm512_loadu_si512(blk + 8 + 64 * v);
+
+		u[2 * v] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(w, lo));
+		u[2 * v + 1] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(w, 4), lo));
+		/* int32 lane i: sub-block 4 v + i / 4's scale */
+		sc[v] = _mm512_permutexvar_epi32(_mm512_setr_epi32(
+			4 * v, 4 * v, 4 * v, 4 * v, 4 * v + 1, 4 * v + 1, 4 * v + 1, 4 * v + 1,
+			4 * v + 2, 4 * v + 2, 4 * v + 2, 4 * v + 2, 4 * v + 3, 4 * v + 3, 4 * v + 3,
+			4 * v + 3), s32);
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++) {
+		__m512i is = _mm512_setzero_si512();
+
+#pragma GCC unroll 2
+		for (v = 0; v < 2; v++)
+			is = _mm512_add_epi32(is, _mm512_mullo_epi32(kq_dot(kq_dot(
+				xc[j][v], u[2 * v], xa[j][2 * v]), u[2 * v + 1], xa[j][2 * v + 1]), sc[v]));
+		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[j]->d), acc[j]);
+	}
+#else
+	const __m512i tbl = kq_nl_signed();
+	const __m512i s8 = _mm512_castsi128_si512(iq4xs_scales(blk));
 	__m512i qa[4], sc[2];
 	__mmask64 neg[4];
-	int v, j;
+
+	(void)xc;
 
 #pragma GCC unroll 2
 	for (v = 0; v < 2; v++) {
@@ -732,6 +783,7 @@ KVE_INLINE void iq4xs_row(const uint8_t *blk, const __m512i (*xa)[4],
 					_mm512_setzero_si512(), xa[j][v]), sc[v / 2]);
 		acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[j]->d), acc[j]);
 	}
+#endif
 }
 
 /* prefetch_ahead over one block of a 4-row panel, its length known at
@@ -760,16 +812,18 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 	}
 	for (b = 0; b < nb; b++) {
 		const struct kve_q8k *xb[4];
-		__m512i xa[4][4];
+		__m512i xa[4][4], xc[4][2];
 
 		if (C == 1 && R == 4 && w->panel)
 			kq_prefetch_panel(bp[0] + (size_t)b * step + PF_AHEAD_Q8, type);
 #pragma GCC unroll 4
 		for (j = 0; j < C; j++) {
 			xb[j] = xk + (size_t)(t + j) * nb + b;
-			if (type == GGML_IQ4_XS)
+			if (type == GGML_IQ4_XS) {
 				iq4xs_xv(xb[j]->q, xa[j]);
-			else if (type != GGML_Q6_K)
+				if (KQ_VNNI)
+					iq4xs_xc(xa[j], xc[j]);
+			} else if (type != GGML_Q6_K)
 #pragma GCC unroll 4
 				for (v = 0; v < 4; v++)
 					xa[j][v] = k4_xv(xb[j]->q, v);
@@ -779,8 +833,8 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
 			else if (type == GGML_IQ4_XS)
-				iq4xs_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa, xb,
-					  acc[i], C);
+				iq4xs_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa,
+					  (const __m512i (*)[2])xc, xb, acc[i], C);
 			else
 				k45_row(bp[i] + (size_t)b * step, type == GGML_Q5_K,
 					(const __m512i (*)[4])xa, xb, acc[i], C);
