@@ -200,6 +200,9 @@ static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, 
  *     the 32 groups of the 128 bytes of low nibbles (ql) and the 16 of the
  *     64 of high bits (qh) interleaved in the order the product reads
  *     them (kve_q6kx16_group), so that it reads each panel straight up.
+ *   IQ4_XS (2176 bytes): d (32 bytes), scales_h likewise, scales_l in 1
+ *     group, the 128 nibble bytes in 32 groups (as Q4_K, dmin's place
+ *     taken by scales_h).
  * The product then sums each 32- (16-) value sub-block of 16 rows in 16
  * int32 lanes, scales them by the rows' sub-block scales, and runs the
  * float step per block for 16 rows at once: the portable C product's
@@ -211,13 +214,15 @@ _Static_assert(KVE_PANEL_QKX16 == KVE_PANEL_Q4X16, "one panel value: the type te
 #define KVE_Q4KX16_BLK	(KVE_PANEL_QKX16 * 144)	/* bytes per block of a panel */
 #define KVE_Q5KX16_BLK	(KVE_PANEL_QKX16 * 176)
 #define KVE_Q6KX16_BLK	(KVE_PANEL_QKX16 * 210)
+#define KVE_IQ4XSX16_BLK	(KVE_PANEL_QKX16 * 136)
 
 /* K-quant x16: block b of the panel holding row r */
 static inline const uint8_t *kve_qkx16_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
 {
 	return w->data + (size_t)(r - r % KVE_PANEL_QKX16) * w->row_bytes +
 	       (size_t)b * (w->type == GGML_Q6_K ? KVE_Q6KX16_BLK :
-			    w->type == GGML_Q5_K ? KVE_Q5KX16_BLK : KVE_Q4KX16_BLK);
+			    w->type == GGML_Q5_K ? KVE_Q5KX16_BLK :
+			    w->type == GGML_IQ4_XS ? KVE_IQ4XSX16_BLK : KVE_Q4KX16_BLK);
 }
 
 /*
@@ -245,7 +250,7 @@ static inline uint32_t kve_q6kx16_group(uint32_t n)
 
 /* K-quant x16: piece n of row i's block, the bytes [g, g + len) of its
  * GGUF layout, sits at x in the panel's block; returns len (2 or 4), 0
- * past the last piece (Q4_K 37 pieces, Q5_K 45, Q6_K 53) */
+ * past the last piece (Q4_K 37 pieces, Q5_K 45, Q6_K 53, IQ4_XS 35) */
 static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
 				       uint32_t *g, uint32_t *x)
 {
@@ -262,13 +267,13 @@ static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
 		*x = 32 + 64 * kve_q6kx16_group(n) + 4 * i;
 		return 4;
 	}
-	if (n < 2) {	/* d, dmin */
+	if (n < 2) {	/* d, dmin (IQ4_XS: d, scales_h) */
 		*g = 2 * n;
 		*x = 32 * n + 2 * i;
 		return 2;
 	}
 	n -= 2;
-	if (n >= (type == GGML_Q5_K ? 43u : 35u))
+	if (n >= (type == GGML_Q5_K ? 43u : type == GGML_IQ4_XS ? 33u : 35u))
 		return 0;
 	*g = 4 + 4 * n;		/* the scales, (Q5_K: qh,) the nibbles */
 	*x = 64 + 64 * n + 4 * i;
@@ -286,7 +291,8 @@ static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r
 
 	if (w->panel != KVE_PANEL_Q4X16)
 		return kve_mat_blk(w, r, b);
-	if (w->type == GGML_Q4_K || w->type == GGML_Q5_K || w->type == GGML_Q6_K) {
+	if (w->type == GGML_Q4_K || w->type == GGML_Q5_K || w->type == GGML_Q6_K ||
+	    w->type == GGML_IQ4_XS) {
 		uint32_t g, x, len;
 
 		p = kve_qkx16_blk(w, r, b);

@@ -874,7 +874,7 @@ KVE_INLINE void rows_qk(const struct kve_mat *w, const struct kve_q8k *xk, int T
 			tile_qk(w, xk, y, ldy, r, t, 1, 1, type);
 }
 
-/* ---- Q4_K, Q5_K, Q6_K in 16-row panels (KVE_PANEL_QKX16) ------------ */
+/* ---- Q4_K, Q5_K, Q6_K, IQ4_XS in 16-row panels (KVE_PANEL_QKX16) ---- */
 
 /*
  * As Q4_0 x16: lane i of a group's vector is row i's 4 bytes, the
@@ -1136,11 +1136,90 @@ KVE_INLINE void tile_q6kx16(const struct kve_mat *w, const struct kve_q8k *xk, f
 		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
 }
 
+/*
+ * IQ4_XS x16: the 16 rows' scales_l (one group: lane i row i's 4 bytes)
+ * and scales_h (16 words) give sub-block s's ls - 32 in each lane by
+ * shifts; each 64-byte group of nibbles is 16 rows by 4 bytes of one
+ * sub-block, through the table as in IQ4_NL x16 (VNNI: + 128, the
+ * sub-block's lanes starting at -128 times its activations' sum; else
+ * |value| by x with the value's sign), and each sub-block's sums times
+ * its scale by vpmulld. All exact: the portable product's integer sum
+ * per row, then its float step, so its bits.
+ */
+KVE_INLINE void tile_iq4xsx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
+			      int ldy, int r, int t, const int C)
+{
+	const int nb = (int)w->cols / QK_K;
+	const uint8_t *p = kve_qkx16_blk(w, (uint32_t)r, 0);
+	const __m512i lo = _mm512_set1_epi8(0x0f), tbl = kq_nl_table();
+	const __m512i m4 = _mm512_set1_epi32(0xF), m3 = _mm512_set1_epi32(3);
+	__m512 acc[4];
+	int b, j, s, g;
+
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (b = 0; b < nb; b++, p += KVE_IQ4XSX16_BLK) {
+		const __m512i sl = kq_load1(p + 64);
+		const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 32)));
+		const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+		const struct kve_q8k *x[4];
+		__m512i is[4];
+
+		if (C == 1)
+			prefetch_ahead(p + PF_AHEAD_Q8, KVE_IQ4XSX16_BLK);
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			x[j] = xk + (size_t)(t + j) * nb + b;
+			is[j] = _mm512_setzero_si512();
+		}
+#pragma GCC unroll 8
+		for (s = 0; s < 8; s++) {
+			const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(
+				_mm512_and_si512(_mm512_srli_epi32(sl, 4 * s), m4),
+				_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(sh, 2 * s), m3), 4)),
+				_mm512_set1_epi32(32));
+			__m512i ps[4];
+
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				ps[j] = _mm512_set1_epi32(KQ_VNNI ? -128 * (x[j]->bsums[2 * s] +
+									    x[j]->bsums[2 * s + 1]) : 0);
+#pragma GCC unroll 4
+			for (g = 0; g < 4; g++) {
+				const __m512i v = kq_load1(p + 128 + 64 * (4 * s + g));
+				const __m512i ql = _mm512_shuffle_epi8(tbl, _mm512_and_si512(v, lo));
+				const __m512i qh = _mm512_shuffle_epi8(tbl, _mm512_and_si512(
+					_mm512_srli_epi16(v, 4), lo));
+
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++) {
+					ps[j] = q40x16_dot(ps[j], ql, x[j]->q + 32 * s + 4 * g, 1);
+					ps[j] = q40x16_dot(ps[j], qh, x[j]->q + 32 * s + 16 + 4 * g, 1);
+				}
+			}
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				is[j] = _mm512_add_epi32(is[j], _mm512_mullo_epi32(ps[j], sc));
+		}
+		/* y += (d * dx) * isum */
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++)
+			acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[j]->d)),
+								   _mm512_cvtepi32_ps(is[j])));
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
+}
+
 KVE_INLINE void tiles_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
 			    int ldy, int r, int t, const int C)
 {
 	if (w->type == GGML_Q6_K)
 		tile_q6kx16(w, xk, y, ldy, r, t, C);
+	else if (w->type == GGML_IQ4_XS)
+		tile_iq4xsx16(w, xk, y, ldy, r, t, C);
 	else if (w->type == GGML_Q5_K)
 		tile_q45kx16(w, xk, y, ldy, r, t, C, 1);
 	else

@@ -210,8 +210,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			if (rows % KVE_PANEL_Q4X16 ||
 			    !((cand->q4_0_x16 && (type == GGML_Q4_0 || type == GGML_IQ4_NL)) ||
 			      (cand->q8_x16 && type == GGML_Q8_0) ||
-			      (cand->qk_x16 && ggml_blck_size(type) == QK_K &&
-			       type != GGML_IQ4_XS)))
+			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
 				break;
 			free(pk);
 			wx = w;
@@ -228,6 +227,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			       type == GGML_Q8_0 ? "mm_q8 (Q8_0 in 16-row panels)" :
 			       type == GGML_Q4_K ? "mm_qk (Q4_K in 16-row panels)" :
 			       type == GGML_Q5_K ? "mm_qk (Q5_K in 16-row panels)" :
+			       type == GGML_IQ4_XS ? "mm_qk (IQ4_XS in 16-row panels)" :
 			       "mm_qk (Q6_K in 16-row panels)";
 		}
 		wm = pass ? &wx : &w;

@@ -598,11 +598,12 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
  * panel's block once each, every byte of the row's block copied once */
 static void check_qkx16_layout(void)
 {
-	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K };
-	static const uint32_t blk[] = { KVE_Q4KX16_BLK, KVE_Q5KX16_BLK, KVE_Q6KX16_BLK };
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS };
+	static const uint32_t blk[] = { KVE_Q4KX16_BLK, KVE_Q5KX16_BLK, KVE_Q6KX16_BLK,
+					KVE_IQ4XSX16_BLK };
 	unsigned ti, i, n, b, ok = 1;
 
-	for (ti = 0; ti < 3; ti++) {
+	for (ti = 0; ti < 4; ti++) {
 		uint8_t panel[KVE_Q6KX16_BLK], row[16][210];
 
 		memset(panel, 0, sizeof(panel));
@@ -625,7 +626,7 @@ static void check_qkx16_layout(void)
 			for (b = 0; b < ggml_blck_bytes(types[ti]); b++)
 				ok &= row[i][b] == 1;
 	}
-	CHECK(ok, "Q4_K, Q5_K, Q6_K x16: each row's block bytes land once, filling the panel's "
+	CHECK(ok, "Q4_K, Q5_K, Q6_K, IQ4_XS x16: each row's block bytes land once, filling the panel's "
 	      "block (Q6_K's groups in the tile's order)");
 }
 
@@ -650,7 +651,7 @@ static void check_weight_prefetch(void)
 
 static void check_qk_x16(const struct kve_kernels *k, int has2)
 {
-	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_0 };
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_0, GGML_IQ4_XS };
 	static const uint32_t shapes[][2] = { { 16, 256 }, { 48, 768 }, { 32, 512 } };
 	unsigned ti, si;
 
