@@ -63,7 +63,7 @@ static inline uint32_t ggml_blck_bytes(uint32_t type)
 	case GGML_Q4_K: return 144;	/* fp16 d, dmin, 12 scale bytes, 128 of nibbles */
 	case GGML_Q5_K: return 176;	/* as Q4_K and 32 bytes of high bits */
 	case GGML_Q6_K: return 210;	/* 128 low nibbles, 64 of 2-bit highs, 16 scales, fp16 d */
-	case GGML_IQ4_XS: return 136;	/* fp16 d, 2 + 4 bytes of 6-bit scales, 128 of nibbles */
+	case GGML_IQ4_XS: return 136;	/* fp16 d, 6 bytes of 6-bit scales, 128 of nibbles */
 	default: return 0;
 	}
 }

@@ -106,9 +106,9 @@ void kve_mm_bf16_c(const struct kve_mat *w, const float *x, int T, float *y,
 /*
  * Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL by Q8_0 activations: per block the
  * exact integer sum of the unsigned quants times the activation quants;
- * the offset (Q4_0 -8, Q5_0 -16, IQ4_NL's table + 128 -128) comes off
- * through the activations' sum, the minimum (Q4_1, Q5_1) goes on through it. Blocks are summed in order, each
- * (row, token) on its own.
+ * the offset (Q4_0 -8, Q5_0 -16, -128 from IQ4_NL's table + 128) comes
+ * off through the activations' sum, the minimum (Q4_1, Q5_1) goes on
+ * through it. Blocks are summed in order, each (row, token) on its own.
  */
 void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 		     float *y, int ldy, int r0, int r1)
@@ -162,7 +162,7 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 			for (t = 0; t < T; t++) {
 				const struct kve_q8k *x = xk + (size_t)t * nb + b;
 				int32_t isum = 0, msum = 0, part;
-				int per = w->type == GGML_Q6_K ? 16 : 32;	/* values a scale */
+				int per = w->type == GGML_Q6_K ? 16 : 32;
 
 				for (i = 0; i < QK_K; i += per) {
 					int j;
@@ -171,7 +171,8 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 						part += q[i + j] * x->q[i + j];
 					isum += sc[i / per] * part;
 				}
-				if (w->type == GGML_Q6_K || w->type == GGML_IQ4_XS) {	/* no minima */
+				/* Q6_K, IQ4_XS: no minima */
+				if (w->type == GGML_Q6_K || w->type == GGML_IQ4_XS) {
 					y[(size_t)t * ldy + r] += (d * x->d) * (float)isum;
 					continue;
 				}

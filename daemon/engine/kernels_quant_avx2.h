@@ -409,7 +409,8 @@ KVE_INLINE void iq4xs_row(const uint8_t *blk, const struct kve_q8k *const *xb, _
 	}
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++)
-		acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_set1_ps(d * xb[j]->d), acc[j]);
+		acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_set1_ps(d * xb[j]->d),
+					 acc[j]);
 }
 
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
