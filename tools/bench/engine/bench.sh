@@ -128,7 +128,22 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_
 	oa=$(get "$o1" argmax)
 	la=$(get "$l1" argmax)
 	agree=1
-	[ "$oa" = "$la" ] || { agree=0; fail=1; }
+	verdict="agree ($oa)"
+	# a near-tie counts as agreement: each engine's runner-up is the
+	# other's argmax, within 0.1 (the peer test's bound on quantised
+	# logits; Documentation/engine.md, "Against llama.cpp")
+	if [ "$oa" != "$la" ]; then
+		og=$(get "$o1" argmax_gap)
+		lg=$(get "$l1" argmax_gap)
+		if [ "$(get "$o1" argmax2)" = "$la" ] && [ "$(get "$l1" argmax2)" = "$oa" ] &&
+		   awk -v a="$og" -v b="$lg" 'BEGIN { exit !(a <= 0.1 && b <= 0.1) }'; then
+			verdict="near-tie $oa/$la ($og, $lg)"
+		else
+			agree=0
+			fail=1
+			verdict="MISMATCH $oa vs $la"
+		fi
+	fi
 	row "prefill_${m}_t1" "$o_prefill_tps" tok/s llama.cpp "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")"
 	row "decode_${m}_t1" "$o_decode_tps" tok/s llama.cpp "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")"
 	row "decode_${m}_t1_batch8" "$o_batch_tps" tok/s llama.cpp "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")"
@@ -139,7 +154,7 @@ for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_
 		"$m" "$o_prefill_tps" "$l_prefill_tps" "$(ratio "$o_prefill_tps" "$l_prefill_tps")" \
 		"$o_decode_tps" "$l_decode_tps" "$(ratio "$o_decode_tps" "$l_decode_tps")" \
 		"$o_batch_tps" "$l_batch_tps" "$(ratio "$o_batch_tps" "$l_batch_tps")" \
-		"$roof" "$gbs" "$pct" "$dpct" "$( [ $agree = 1 ] && echo "agree ($oa)" || echo "MISMATCH $oa vs $la")")
+		"$roof" "$gbs" "$pct" "$dpct" "$verdict")
 "
 done
 isa=$(get "$o1" isa)

@@ -381,8 +381,9 @@ int main(int argc, char **argv)
 			if (!j || t < t_pre)
 				t_pre = t;
 		}
-		printf("argmax=%d\n", argmax(lg, in->vocab));
 		next[0] = argmax(lg, in->vocab);
+		printf("argmax=%d\n", next[0]);
+		bench_print_runner_up(lg, (int)in->vocab, next[0]);
 		if (bw && threads == 2 && pthread_create(&wp.helper, NULL, wpass_helper, &wp)) {
 			fprintf(stderr, "kve-bench: pthread_create failed\n");
 			return 1;

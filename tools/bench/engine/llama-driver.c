@@ -131,6 +131,7 @@ int main(int argc, char **argv)
 	}
 	next[0] = argmax(llama_get_logits_ith(ctx, prompt - 1), nv);
 	printf("argmax=%d\n", next[0]);
+	bench_print_runner_up(llama_get_logits_ith(ctx, prompt - 1), nv, next[0]);
 
 	t = now();
 	for (i = 0; i < ndec; i++) {
