@@ -72,9 +72,8 @@ static int get_arch_f32(const struct gguf *g, const char *arch, const char *k,
  * Types read as another (Documentation/engine.md, "Read as another
  * type"): every Q3_K block is a Q6_K block of the same values
  * (kve_q3k_to_q6k), so the kernels of the second compute the first
- * exactly, in more bytes. The
- * loader rewrites such matrices into one map made for them all before
- * any is bound, each tensor 64-aligned there.
+ * exactly, in more bytes. The loader rewrites such matrices into one map
+ * made for them all before any is bound, each tensor 64-aligned there.
  */
 static const struct reread {
 	uint32_t from, as;
