@@ -144,32 +144,19 @@ void kve_dequant_block(uint32_t type, const uint8_t *b, float *out)
 			out[i + 16] = d * (float)ggml_iq4nl_value(b[2 + i] >> 4);
 		}
 		break;
-	case GGML_IQ4_XS: {
+	case GGML_IQ4_XS:
 		/* fp16 d, u16 scales_h, scales_l[4], qs[128]: sub-block s of
 		 * 32 values is IQ4_NL's qs[16] (at 16 s) with the scale
 		 * d * (ls - 32), ls 6 bits: nibble s % 2 of scales_l[s / 2]
-		 * and bits 2s, 2s + 1 of scales_h above it */
+		 * and bits 2s, 2s + 1 of scales_h above it (kve_qk_ints) */
+	case GGML_Q3_K: {	/* (d * sc) * q, a scale per 16 (Q3_K) or 32 values */
 		int8_t q[QK_K];
-		int sc[16], mn[8];
+		int sc[16], mn[8], per = type == GGML_Q3_K ? 16 : 32;
 		float dm;
 
-		kve_qk_ints(GGML_IQ4_XS, b, q, sc, mn, &d, &dm);
-		for (j = 0; j < 8; j++) {
-			float dl = d * (float)sc[j];
-
-			for (i = 0; i < 32; i++)
-				out[32 * j + i] = dl * (float)q[32 * j + i];
-		}
-		break;
-	}
-	case GGML_Q3_K: {
-		int8_t q[QK_K];
-		int sc[16], mn[8];
-		float dm;
-
-		kve_qk_ints(GGML_Q3_K, b, q, sc, mn, &d, &dm);
+		kve_qk_ints(type, b, q, sc, mn, &d, &dm);
 		for (i = 0; i < QK_K; i++)
-			out[i] = d * (float)sc[i / 16] * (float)q[i];
+			out[i] = d * (float)sc[i / per] * (float)q[i];
 		break;
 	}
 	case GGML_Q6_K: {
