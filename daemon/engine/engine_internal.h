@@ -659,7 +659,7 @@ void kve_dequant_block(uint32_t type, const uint8_t *blk, float *out);
 void kve_q4k_scales(const uint8_t *blk, uint8_t out[16]);
 /* the same blocks as integers and factors (quant.c says how they combine) */
 void kve_q32_ints(uint32_t type, const uint8_t *blk, uint8_t q[32], float *d, float *m);
-void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[8],
+void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[16],
 		 float *d, float *dmin);
 /* the offset kve_q32_ints' quants carry (0: the type has a minimum) */
 static inline int kve_q32_off(uint32_t type)

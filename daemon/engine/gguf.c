@@ -109,7 +109,7 @@ const char *ggml_type_name(uint32_t type)
 	case GGML_Q6_K: return "Q6_K";
 	case GGML_BF16: return "BF16";
 	case 9: return "Q8_1";
-	case 10: return "Q2_K";
+	case GGML_Q2_K: return "Q2_K";
 	case GGML_Q3_K: return "Q3_K";
 	case 15: return "Q8_K";
 	case 16: return "IQ2_XXS";
@@ -329,7 +329,7 @@ static int parse(struct gguf *g, char *err, size_t errlen)
 				    kb, (unsigned long long)t->ne[0], ggml_type_name(t->type),
 				    ggml_blck_size(t->type));
 		if (rc == -3)
-			return fail(&c, "tensor '%s': type %u (%s) not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
+			return fail(&c, "tensor '%s': type %u (%s) not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)",
 				    kb, t->type, ggml_type_name(t->type));
 		t->size = sz;
 		if (t->offset % g->alignment)

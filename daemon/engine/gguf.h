@@ -24,7 +24,7 @@ enum gguf_vtype {
  * their block layouts are in quant.c and Documentation/engine.md */
 enum ggml_type {
 	GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q4_1 = 3,
-	GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_Q3_K = 11, GGML_Q4_K = 12,
+	GGML_Q5_0 = 6, GGML_Q5_1 = 7, GGML_Q8_0 = 8, GGML_Q2_K = 10, GGML_Q3_K = 11, GGML_Q4_K = 12,
 	GGML_Q5_K = 13, GGML_Q6_K = 14, GGML_IQ4_NL = 20, GGML_IQ4_XS = 23, GGML_BF16 = 30,
 };
 
@@ -42,7 +42,7 @@ static inline uint32_t ggml_blck_size(uint32_t type)
 	case GGML_F32: case GGML_F16: case GGML_BF16: return 1;
 	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
 	case GGML_Q8_0: case GGML_IQ4_NL: return 32;
-	case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+	case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
 	case GGML_IQ4_XS: return QK_K;
 	default: return 0;
 	}
@@ -59,6 +59,7 @@ static inline uint32_t ggml_blck_bytes(uint32_t type)
 	case GGML_Q5_1: return 24;	/* fp16 d, m, high bits, nibbles */
 	case GGML_Q8_0: return Q8_0_BYTES;
 	case GGML_IQ4_NL: return 18;	/* fp16 d, 16 bytes of nibbles indexing ggml_iq4nl_value */
+	case GGML_Q2_K: return 84;	/* 16 scale|min bytes, 64 of 2-bit quants, fp16 d, dmin */
 	case GGML_Q3_K: return 110;	/* 32 bytes of 3rd bits, 64 of 2-bit lows, 12 scale bytes, fp16 d */
 	case GGML_Q4_K: return 144;	/* fp16 d, dmin, 12 scale bytes, 128 of nibbles */
 	case GGML_Q5_K: return 176;	/* as Q4_K and 32 bytes of high bits */

@@ -140,15 +140,15 @@ void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 }
 
 /*
- * Q4_K, Q5_K, Q6_K, IQ4_XS by Q8_K activations: per 256-value block the
- * exact integer sum over its sub-blocks of scale times the sum of quant
- * times activation quant, and (Q4_K, Q5_K) of minimum times the
- * activations' sums; then one scale for each.
+ * Q2_K, Q4_K, Q5_K, Q6_K, IQ4_XS by Q8_K activations: per 256-value
+ * block the exact integer sum over its sub-blocks of scale times the sum
+ * of quant times activation quant, and (Q2_K, Q4_K, Q5_K) of minimum
+ * times the activations' sums; then one scale for each.
  */
 void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 		    float *y, int ldy, int r0, int r1)
 {
-	int nb = (int)w->cols / QK_K, r, t, b, i, sc[16], mn[8];
+	int nb = (int)w->cols / QK_K, r, t, b, i, sc[16], mn[16];
 	int8_t q[QK_K];
 	uint8_t buf[256];	/* a block of a 16-row panel, copied */
 	float d, dmin;
@@ -162,7 +162,7 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 			for (t = 0; t < T; t++) {
 				const struct kve_q8k *x = xk + (size_t)t * nb + b;
 				int32_t isum = 0, msum = 0, part;
-				int per = w->type == GGML_Q6_K ? 16 : 32;
+				int per = w->type == GGML_Q6_K || w->type == GGML_Q2_K ? 16 : 32;
 
 				for (i = 0; i < QK_K; i += per) {
 					int j;
@@ -176,8 +176,12 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 					y[(size_t)t * ldy + r] += (d * x->d) * (float)isum;
 					continue;
 				}
-				for (i = 0; i < 8; i++)
-					msum += mn[i] * (x->bsums[2 * i] + x->bsums[2 * i + 1]);
+				if (w->type == GGML_Q2_K)	/* a minimum per 16 */
+					for (i = 0; i < 16; i++)
+						msum += mn[i] * x->bsums[i];
+				else
+					for (i = 0; i < 8; i++)
+						msum += mn[i] * (x->bsums[2 * i] + x->bsums[2 * i + 1]);
 				y[(size_t)t * ldy + r] += (d * x->d) * (float)isum -
 							  (dmin * x->d) * (float)msum;
 			}

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels_quant_avx2.h - the 256-bit products of the 4- to 6-bit types:
- * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
- * Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q2_K, Q4_K,
+ * Q5_K, Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
  * 0: maddubs then madd) and kernels_avxvnni.c (KQ_VNNI 1: VEX vpdpbusd /
  * vpdpwssd), with KQ_MM_Q32 / KQ_MM_QK naming the products and
  * KQ_LINKAGE their linkage; the includer defines hsum8.
@@ -375,6 +375,56 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 }
 
 /*
+ * One row's share of one Q2_K block for C tokens: per half n of 128
+ * values, the 32 bytes of 2-bit quants shifted by 2j are values 128n +
+ * 32j.. + 31, 16-value sub-blocks 8n + 2j (low 128 bits) and 8n + 2j + 1
+ * (high), each with its 4-bit scale in the madd; acc += d * dx * sum -
+ * dmin * dx * sum(m * bsums), a 4-bit minimum per 16 values
+ */
+KVE_INLINE void q2k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m256 *acc,
+			const int C)
+{
+	const __m256i m3 = _mm256_set1_epi8(3);
+	const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
+	const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, lo));
+	const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), lo));
+	const __m256i slo = _mm256_permute2x128_si256(s16, s16, 0x00);	/* s0..7 twice */
+	const __m256i shi = _mm256_permute2x128_si256(s16, s16, 0x11);	/* s8..15 twice */
+	const float d = kq_f16(blk + 80), dmin = kq_f16(blk + 82);
+	__m256i is[4];
+	int n, k, j;
+
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		is[j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+	for (n = 0; n < 2; n++) {
+		const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * n));
+		const __m256i src = n ? shi : slo;
+
+#pragma GCC unroll 4
+		for (k = 0; k < 4; k++) {
+			const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), m3);
+			const __m256i s = _mm256_shuffle_epi8(src, _mm256_set_m128i(
+				_mm_set1_epi16((short)((4 * k + 3) << 8 | (4 * k + 2))),
+				_mm_set1_epi16((short)((4 * k + 1) << 8 | (4 * k)))));
+
+#pragma GCC unroll 4
+			for (j = 0; j < C; j++)
+				is[j] = kq_dotw(is[j], q, _mm256_loadu_si256(
+					(const __m256i *)(xb[j]->q + 128 * n + 32 * k)), s);
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++) {
+		__m256i mn = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[j]->bsums), m16);
+
+		acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_set1_ps(d * xb[j]->d), acc[j]);
+		acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(dmin * xb[j]->d), acc[j]);
+	}
+}
+
+/*
  * One row's share of one IQ4_XS block for C tokens: sub-block s (32
  * values) is 16 bytes of nibbles as IQ4_NL's, through the table (signed:
  * |value| by x with the value's sign, so maddubs's pair sums stay within
@@ -441,6 +491,8 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		for (i = 0; i < R; i++) {
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
+			else if (type == GGML_Q2_K)
+				q2k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
 			else if (type == GGML_IQ4_XS)
 				iq4xs_row(bp[i] + (size_t)b * step, xb, acc[i], C);
 			else
@@ -481,6 +533,7 @@ KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int 
 	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
 	case GGML_IQ4_XS: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_IQ4_XS); break;
+	case GGML_Q2_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q2_K); break;
 	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
 	}
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels_quant_avx512.h - the 512-bit products of the 4- to 6-bit types:
- * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q4_K, Q5_K,
- * Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx512.c
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q2_K, Q4_K,
+ * Q5_K, Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx512.c
  * (KQ_VNNI 0: maddubs then madd) and kernels_avx512vnni.c (KQ_VNNI 1:
  * vpdpbusd / vpdpwssd), after kernels_q8_avx512.h (hsum16, hsum16x4,
  * load2, prefetch_ahead), with KQ_MM_Q32 / KQ_MM_QK naming the products
@@ -652,6 +652,59 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 }
 
 /*
+ * Q2_K: 16 bytes of scales (low nibble a scale, high a minimum, one each
+ * per 16 values), 64 bytes of 2-bit quants (bits 2j, 2j + 1 of byte
+ * 32n + l: value 128n + 32j + l), fp16 d and dmin. The 64 bytes shifted
+ * by 2j are vector j, values [32j, 32j + 32) and [128 + 32j, 160 + 32j),
+ * its int16 pair sums' 16-value sub-blocks 2j, 2j + 1, 8 + 2j, 9 + 2j in
+ * its four 128-bit lanes; the activations in that order (q2k_xv). The
+ * minima come off through the activations' 16 sums.
+ */
+KVE_INLINE __m512i q2k_xv(const int8_t *q, const int j)
+{
+	return load2(q + 32 * j, q + 128 + 32 * j);
+}
+
+/* One row's share of one Q2_K block for C tokens (xa: their activations
+ * in q2k_xv's order): acc += d * dx * sum(sc * q * x) - dmin * dx *
+ * sum(m * bsums) */
+KVE_INLINE void q2k_row(const uint8_t *blk, const __m512i (*xa)[4],
+			const struct kve_q8k *const *xb, __m512 *acc, const int C)
+{
+	const __m512i m3 = _mm512_set1_epi8(3);
+	const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
+	const __m512i sw = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, lo)));
+	const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), lo));
+	const __m512i v = _mm512_loadu_si512(blk + 16);
+	const float d = kq_f16(blk + 80), dmin = kq_f16(blk + 82);
+	__m512i q[4], sc[4];
+	int j, c;
+
+#pragma GCC unroll 4
+	for (j = 0; j < 4; j++) {
+		q[j] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * j), m3);
+		/* int16 lane i: sub-block (2j, 2j + 1, 8 + 2j, 9 + 2j)[i / 8]'s scale */
+		sc[j] = _mm512_permutexvar_epi16(_mm512_add_epi16(
+			_mm512_set1_epi16((short)(2 * j)), _mm512_cvtepu8_epi16(_mm256_setr_epi64x(
+				0, 0x0101010101010101ll, 0x0808080808080808ll, 0x0909090909090909ll))),
+			sw);
+	}
+#pragma GCC unroll 4
+	for (c = 0; c < C; c++) {
+		__m512i is = _mm512_setzero_si512();
+		const __m256i mn = _mm256_madd_epi16(
+			_mm256_loadu_si256((const __m256i *)xb[c]->bsums), m16);
+
+#pragma GCC unroll 4
+		for (j = 0; j < 4; j++)
+			is = kq_dotw(is, q[j], xa[c][j], sc[j]);
+		acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[c]->d), acc[c]);
+		acc[c] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mn)),
+					  _mm512_set1_ps(dmin * xb[c]->d), acc[c]);
+	}
+}
+
+/*
  * IQ4_XS: fp16 d, u16 scales_h, scales_l[4], then per 32-value sub-block
  * s 16 bytes of nibbles as IQ4_NL's (values 0-15 low, 16-31 high). A
  * 64-byte load is sub-blocks 4h..4h + 3, one per 128-bit lane: its low
@@ -791,7 +844,7 @@ KVE_INLINE void iq4xs_row(const uint8_t *blk, const __m512i (*xa)[4], const __m5
 KVE_INLINE void kq_prefetch_panel(const uint8_t *p, const uint32_t type)
 {
 	prefetch_ahead(p, KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 :
-					 type == GGML_IQ4_XS ? 136 : 144));
+					 type == GGML_IQ4_XS ? 136 : type == GGML_Q2_K ? 84 : 144));
 }
 
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
@@ -823,6 +876,10 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 				iq4xs_xv(xb[j]->q, xa[j]);
 				if (KQ_VNNI)
 					iq4xs_xc(xa[j], xc[j]);
+			} else if (type == GGML_Q2_K) {
+#pragma GCC unroll 4
+				for (v = 0; v < 4; v++)
+					xa[j][v] = q2k_xv(xb[j]->q, v);
 			} else if (type != GGML_Q6_K)
 #pragma GCC unroll 4
 				for (v = 0; v < 4; v++)
@@ -832,6 +889,8 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		for (i = 0; i < R; i++) {
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
+			else if (type == GGML_Q2_K)
+				q2k_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa, xb, acc[i], C);
 			else if (type == GGML_IQ4_XS)
 				iq4xs_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa,
 					  (const __m512i (*)[2])xc, xb, acc[i], C);
@@ -1272,6 +1331,7 @@ KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int 
 	case GGML_Q4_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q4_K); break;
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
 	case GGML_IQ4_XS: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_IQ4_XS); break;
+	case GGML_Q2_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q2_K); break;
 	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
 	}
 }

@@ -151,12 +151,26 @@ void kve_dequant_block(uint32_t type, const uint8_t *b, float *out)
 		 * and bits 2s, 2s + 1 of scales_h above it (kve_qk_ints) */
 	case GGML_Q3_K: {	/* (d * sc) * q, a scale per 16 (Q3_K) or 32 values */
 		int8_t q[QK_K];
-		int sc[16], mn[8], per = type == GGML_Q3_K ? 16 : 32;
+		int sc[16], mn[16], per = type == GGML_Q3_K ? 16 : 32;
 		float dm;
 
 		kve_qk_ints(type, b, q, sc, mn, &d, &dm);
 		for (i = 0; i < QK_K; i++)
 			out[i] = d * (float)sc[i / per] * (float)q[i];
+		break;
+	}
+	case GGML_Q2_K: {
+		/* 16 bytes scales (low nibble the scale, high the minimum of
+		 * 16 values), 64 bytes qs, fp16 d, dmin: value 128n + 32j + l
+		 * is bits 2j, 2j + 1 of qs[32n + l], (d * sc) * q - dmin * m
+		 * (kve_qk_ints) */
+		int8_t q[QK_K];
+		int sc[16], mn[16];
+		float dm;
+
+		kve_qk_ints(type, b, q, sc, mn, &d, &dm);
+		for (i = 0; i < QK_K; i++)
+			out[i] = d * (float)sc[i / 16] * (float)q[i] - dm * (float)mn[i / 16];
 		break;
 	}
 	case GGML_Q6_K: {
@@ -261,20 +275,35 @@ static void q3k_ints(const uint8_t *b, int8_t q[QK_K], int sc[16], float *d)
 }
 
 /*
- * One block of Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS as integers: q[i] the 256
- * quants (Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K -32..31, IQ4_XS its
- * table's values), sc[] the scales (Q4_K/Q5_K: 8, one per 32 values;
- * IQ4_XS: 8 signed, one per 32; Q3_K/Q6_K: 16 signed, one per 16),
- * mn[] the minima (Q4_K/Q5_K), *d and *dmin the block's fp16 factors.
- * Value i is d * sc[i / 32] * q[i] - dmin * mn[i / 32] (Q4_K, Q5_K; no
- * minimum for IQ4_XS) or d * sc[i / 16] * q[i] (Q3_K, Q6_K).
+ * One block of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or IQ4_XS as integers: q[i]
+ * the 256 quants (Q2_K 0..3, Q3_K -4..3, Q4_K 0..15, Q5_K 0..31, Q6_K
+ * -32..31, IQ4_XS its table's values), sc[] the scales (Q4_K/Q5_K: 8, one
+ * per 32 values; IQ4_XS: 8 signed, one per 32; Q2_K: 16, Q3_K/Q6_K: 16
+ * signed, one per 16), mn[] the minima (Q4_K/Q5_K: 8, Q2_K: 16), *d and
+ * *dmin the block's fp16 factors. Value i is d * sc[i / 32] * q[i] -
+ * dmin * mn[i / 32] (Q4_K, Q5_K; no minimum for IQ4_XS), d * sc[i / 16] *
+ * q[i] - dmin * mn[i / 16] (Q2_K) or d * sc[i / 16] * q[i] (Q3_K, Q6_K).
  */
-void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], int mn[8],
+void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], int mn[16],
 		 float *d, float *dmin)
 {
 	uint8_t sm[16];
 	int i, j, n;
 
+	if (type == GGML_Q2_K) {	/* scales[16], qs[64], fp16 d, dmin */
+		*d = f16(b + 80);
+		*dmin = f16(b + 82);
+		for (i = 0; i < 16; i++) {
+			sc[i] = b[i] & 0xF;
+			mn[i] = b[i] >> 4;
+		}
+		/* value 128n + 32j + l: bits 2j, 2j + 1 of qs[32n + l] */
+		for (n = 0; n < 2; n++)
+			for (j = 0; j < 4; j++)
+				for (i = 0; i < 32; i++)
+					q[128 * n + 32 * j + i] = (int8_t)((b[16 + 32 * n + i] >> 2 * j) & 3);
+		return;
+	}
 	if (type == GGML_Q3_K) {
 		*dmin = 0;
 		q3k_ints(b, q, sc, d);

@@ -59,8 +59,7 @@ static int sc_close(float a, float b, double s, int n)
 static int sc_act(uint32_t type)
 {
 	return type == GGML_F32 || type == GGML_F16 || type == GGML_BF16 ? 0 :
-	       type == GGML_Q4_K || type == GGML_Q5_K || type == GGML_Q6_K ||
-	       type == GGML_IQ4_XS ? 2 : 1;
+	       ggml_blck_size(type) == QK_K ? 2 : 1;
 }
 
 static void sc_mm(const struct kve_kernels *k, const struct kve_mat *w,
@@ -96,6 +95,7 @@ static const char *sc_mm_name(uint32_t type)
 	case GGML_Q5_0: return "mm_q32 (Q5_0)";
 	case GGML_IQ4_NL: return "mm_q32 (IQ4_NL)";
 	case GGML_IQ4_XS: return "mm_qk (IQ4_XS)";
+	case GGML_Q2_K: return "mm_qk (Q2_K)";
 	default: return "mm_q32 (Q5_1)";
 	}
 }
@@ -121,13 +121,15 @@ static void sc_fill_row(uint32_t type, uint8_t *row, int cols, uint64_t *seed)
 		return;
 	}
 	for (i = 0; i < n; i += bb) {
+		size_t at = type == GGML_Q6_K ? 208 : type == GGML_Q2_K ? 80 : 0;
+
 		h = kve_f32_to_f16(0.002f + 0.01f * (sc_rand(seed) + 1));
-		memcpy(row + i + (type == GGML_Q6_K ? 208 : 0), &h, 2);
+		memcpy(row + i + at, &h, 2);
 		if (type == GGML_Q4_1 || type == GGML_Q5_1 || type == GGML_Q4_K ||
-		    type == GGML_Q5_K) {
+		    type == GGML_Q5_K || type == GGML_Q2_K) {
 			h = kve_f32_to_f16((type == GGML_Q4_1 || type == GGML_Q5_1 ? 0.05f : 0.002f) *
 					   sc_rand(seed));
-			memcpy(row + i + 2, &h, 2);
+			memcpy(row + i + at + 2, &h, 2);
 		}
 	}
 }
@@ -210,7 +212,8 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			if (rows % KVE_PANEL_Q4X16 ||
 			    !((cand->q4_0_x16 && (type == GGML_Q4_0 || type == GGML_IQ4_NL)) ||
 			      (cand->q8_x16 && type == GGML_Q8_0) ||
-			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
+			      (cand->qk_x16 && ggml_blck_size(type) == QK_K &&
+			       type != GGML_Q2_K)))
 				break;
 			free(pk);
 			wx = w;
@@ -700,7 +703,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
 					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
 					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL,
-					  GGML_IQ4_XS };
+					  GGML_IQ4_XS, GGML_Q2_K };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;
 	int rc;

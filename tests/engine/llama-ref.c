@@ -66,7 +66,7 @@ static int quantize(const char *in, const char *out, const char *type)
 		{ "q5_k", LLAMA_FTYPE_MOSTLY_Q5_K_S, 1 }, { "q6_k", LLAMA_FTYPE_MOSTLY_Q6_K, 1 },
 		{ "iq4_nl", LLAMA_FTYPE_MOSTLY_IQ4_NL, 1 }, { "iq4_xs", LLAMA_FTYPE_MOSTLY_IQ4_XS, 1 },
 		{ "bf16", LLAMA_FTYPE_MOSTLY_BF16, 1 }, { "q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M, 0 },
-		{ "q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M, 0 },
+		{ "q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M, 0 }, { "q2_k", LLAMA_FTYPE_MOSTLY_Q2_K, 0 },
 	};
 	struct llama_model_quantize_params p = llama_model_quantize_default_params();
 	unsigned i;

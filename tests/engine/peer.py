@@ -13,8 +13,8 @@ benchmark's peer cache and runs this).
 2. logits: random F32 models from kva-mkmodel (llama with GQA, qwen2,
    qwen3 with 128-wide heads, llama 3's rope_freqs, linear rope scaling),
    quantised to each type by llama.cpp's own quantiser
-   (llama_model_quantize: every matrix that type, or its Q3_K_M / Q4_K_M /
-   Q5_K_M mix), and files of each type written by kva-mkmodel itself: the same
+   (llama_model_quantize: every matrix that type, or its Q2_K / Q3_K_M /
+   Q4_K_M / Q5_K_M mix), and files of each type written by kva-mkmodel itself: the same
    prompt through both engines (prefill of 5 tokens, 7 decode steps),
    logits of every position within BOUND[type] of llama.cpp's. The llama
    and qwen3 F32 files (heads of 64 and 128) again with K and V in Q8_0
@@ -54,9 +54,10 @@ TYPES = {  # name: ggml type number, block bytes (dequant)
     "f16": (1, 2), "bf16": (30, 2), "q8_0": (8, 34), "q4_0": (2, 18), "q4_1": (3, 20),
     "q5_0": (6, 22), "q5_1": (7, 24), "q3_k": (11, 110), "q4_k": (12, 144),
     "q5_k": (13, 176), "q6_k": (14, 210), "iq4_nl": (20, 18), "iq4_xs": (23, 136),
+    "q2_k": (10, 84),
 }
 QUANTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl",
-          "iq4_xs", "bf16", "q3_k_m", "q4_k_m", "q5_k_m"]
+          "iq4_xs", "bf16", "q2_k", "q3_k_m", "q4_k_m", "q5_k_m"]
 PROMPT = [1, 15, 77, 300, 42, 9, 128, 255, 400, 7, 3, 99]
 PREFILL = 5
 STEPS = 32
@@ -84,7 +85,7 @@ def scale_offsets(t):
     """byte offsets of a block's fp16 scales (d, and m / dmin)"""
     return {"f16": [0], "bf16": [], "q8_0": [0], "q4_0": [0], "q5_0": [0],
             "q4_1": [0, 2], "q5_1": [0, 2], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2],
-            "q6_k": [208], "iq4_nl": [0], "iq4_xs": [0]}[t]
+            "q6_k": [208], "iq4_nl": [0], "iq4_xs": [0], "q2_k": [80, 82]}[t]
 
 
 def check_dequant(ref, kve, work):

@@ -72,6 +72,9 @@ gen q3k-tied.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 
 gen iq4nl-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 80 --vocab 512 --ctx 128 --type iq4_nl --seed 66
 # IQ4_XS (ffn_down, 320 wide, falls back to IQ4_NL as llama.cpp's)
 gen iq4xs-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --vocab 512 --ctx 128 --type iq4_xs --seed 67
+# llama.cpp's Q2_K mix: Q2_K, attn_v and attn_output Q3_K, the head Q6_K,
+# ffn_down (320 wide) Q3_K's fallback Q4_0
+gen q2k-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --vocab 512 --ctx 128 --type q2_k --seed 68
 gen q40-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type q4_0 --seed 54
 gen q51-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 1 --ffn 128 --vocab 512 --ctx 128 --type q5_1 --seed 55
 gen bf16-gqa.gguf --dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --vocab 512 --ctx 128 --type bf16 --seed 56
@@ -235,7 +238,7 @@ echo "engine checks"
 run "gguf reader + model loader" $T/test_gguf $M/f32-gqa.gguf $M/qwen2-f32.gguf \
 	$M/f16-gqa.gguf $M/q8-gqa.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q6k-gqa.gguf \
 	$M/q40-gqa.gguf $M/q51-gqa.gguf $M/bf16-gqa.gguf $M/q3km-gqa.gguf $M/iq4nl-gqa.gguf \
-	$M/iq4xs-gqa.gguf
+	$M/iq4xs-gqa.gguf $M/q2k-gqa.gguf
 refusals() {	# each file asks for what the pass does not do: refused, named
 	for c in "no-experts|llama file with 8 experts: mixture of experts is not supported" \
 		 "no-yarn|qwen2 file with rope scaling 'yarn': not supported" \
@@ -279,9 +282,9 @@ run "tokenizers" $T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3
 FILL_7F="$ASAN_OPTIONS:malloc_fill_byte=127:max_malloc_fill_size=1048576"
 run "tokenizers, heap filled with 0x7f" env ASAN_OPTIONS="$FILL_7F" \
 	$T/test_tokenizer $M/f32-gqa.gguf $M/f16-gqa.gguf $M/bpe-llama3.gguf $M/bpe-qwen2.gguf $M/qwen2-f32.gguf
-run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q40-gqa.gguf $M/q3k-tied.gguf $M/iq4nl-gqa.gguf $M/iq4xs-gqa.gguf
-run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf $M/q4km-gqa.gguf $M/q51-gqa.gguf $M/q3k-tied.gguf $M/iq4nl-gqa.gguf $M/iq4xs-gqa.gguf
-run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k-gqa.gguf $M/q40-gqa.gguf $M/bf16-gqa.gguf $M/q3km-gqa.gguf $M/iq4nl-gqa.gguf $M/iq4xs-gqa.gguf
+run "paged KV, batching, threads, sampling" $T/test_engine $M/f32-gqa.gguf $M/f16-gqa.gguf $M/q8-gqa.gguf $M/odd-f32.gguf $M/qwen2-f16.gguf $M/gqa6-f16.gguf $M/q4km-gqa.gguf $M/q5km-qwen3.gguf $M/q40-gqa.gguf $M/q3k-tied.gguf $M/iq4nl-gqa.gguf $M/iq4xs-gqa.gguf $M/q2k-gqa.gguf
+run "same, portable C kernels" env KVE_ISA=c $T/test_engine $M/f32-gqa.gguf $M/q8-gqa.gguf $M/qwen2-q8.gguf $M/q4km-gqa.gguf $M/q51-gqa.gguf $M/q3k-tied.gguf $M/iq4nl-gqa.gguf $M/iq4xs-gqa.gguf $M/q2k-gqa.gguf
+run "same, AVX2 kernels" env KVE_ISA=avx2 $T/test_engine $M/q4km-gqa.gguf $M/q6k-gqa.gguf $M/q40-gqa.gguf $M/bf16-gqa.gguf $M/q3km-gqa.gguf $M/iq4nl-gqa.gguf $M/iq4xs-gqa.gguf $M/q2k-gqa.gguf
 # the same suite with every KV block a libkvarena arena block (memfd
 # backend), then the kv_arena adapter itself: per-session kva_blocks_alloc,
 # kva_blocks_share, and a prefill process handing KV to a decode process

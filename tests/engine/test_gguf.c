@@ -182,8 +182,8 @@ static void test_container(void)
 	expect(&w, w.n, "zero or too large", "zero dimension");
 	build(&w, &L, GGML_F32, 8); set64(&w, L.dim0, 1ull << 60);
 	expect(&w, w.n, "zero or too large", "2^60 dimension");
-	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 10);
-	expect(&w, w.n, "type 10 (Q2_K) not supported", "unsupported tensor type");
+	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 16);
+	expect(&w, w.n, "type 16 (IQ2_XXS) not supported", "unsupported tensor type");
 	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, 99);
 	expect(&w, w.n, "type 99 (unknown) not supported", "unknown tensor type");
 	build(&w, &L, GGML_F32, 8); set32(&w, L.ttype, GGML_Q4_0);
@@ -1273,9 +1273,50 @@ static void test_iq4xs(void)
 	      "(%d of 256 values differ)", bad);
 }
 
+/*
+ * Q2_K, the format, on a block made by hand: d 1, dmin 0.5, sub-block
+ * g's scale g (low nibble of scales[g]) and minimum 15 - g (high nibble),
+ * value v's quant v % 4 (bits 2j, 2j + 1 of qs[32n + l] for v = 128n +
+ * 32j + l), so value v is (v / 16) * (v % 4) - 0.5 * (15 - v / 16). Then
+ * the same values from the integers the kernels take (kve_qk_ints).
+ */
+static void q2k_ints(const uint8_t *b, float *y)
+{
+	int8_t q[QK_K];
+	int sc[16], mn[16], i;
+	float d, dmin;
+
+	kve_qk_ints(GGML_Q2_K, b, q, sc, mn, &d, &dmin);
+	for (i = 0; i < QK_K; i++)
+		y[i] = d * (float)sc[i / 16] * (float)q[i] - dmin * (float)mn[i / 16];
+}
+
+static void test_q2k(void)
+{
+	uint8_t b[84] = { 0 };
+	float x[QK_K];
+	int v, g, bad = 0;
+
+	for (g = 0; g < 16; g++)
+		b[g] = (uint8_t)(g | (15 - g) << 4);
+	for (v = 0; v < QK_K; v++)
+		b[16 + 32 * (v / 128) + v % 32] |= (uint8_t)((v % 4) << (2 * (v % 128 / 32)));
+	b[81] = 0x3c;	/* d 1.0 */
+	b[83] = 0x38;	/* dmin 0.5 */
+	kve_dequant_block(GGML_Q2_K, b, x);
+	for (v = 0; v < QK_K; v++)
+		bad += x[v] != (float)(v / 16 * (v % 4)) - 0.5f * (float)(15 - v / 16);
+	CHECK(!bad, "Q2_K: a block made by hand reads back as sc * q - 0.5 * m "
+	      "(%d of 256 values differ)", bad);
+	bad = read2_differs(GGML_Q2_K, b, sizeof(b), 80, q2k_ints);
+	CHECK(!bad, "Q2_K from kve_qk_ints: 1000 blocks (the one above, random ones, every "
+	      "extreme d) the same values bit for bit (%d differ)", bad);
+}
+
 int main(int argc, char **argv)
 {
 	test_container();
+	test_q2k();
 	test_q3k();
 	test_iq4nl();
 	test_iq4xs();

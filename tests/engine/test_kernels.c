@@ -53,12 +53,14 @@ static void fill_quant(uint32_t type, uint8_t *row, uint32_t cols, const float *
 	for (i = 0; i < n; i++)
 		row[i] = (uint8_t)(frand() * 128 + 128);
 	for (i = 0; i < n; i += bb) {
+		size_t at = type == GGML_Q6_K ? 208 : type == GGML_Q2_K ? 80 : 0;
+
 		h = kve_f32_to_f16(0.004f + 0.003f * frand());
-		memcpy(row + i + (type == GGML_Q6_K ? 208 : 0), &h, 2);
+		memcpy(row + i + at, &h, 2);
 		if (type == GGML_Q4_1 || type == GGML_Q5_1 || type == GGML_Q4_K ||
-		    type == GGML_Q5_K) {
+		    type == GGML_Q5_K || type == GGML_Q2_K) {
 			h = kve_f32_to_f16(0.01f * frand());
-			memcpy(row + i + 2, &h, 2);
+			memcpy(row + i + at + 2, &h, 2);
 		}
 	}
 }
@@ -117,7 +119,7 @@ static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
 	case GGML_F16: k->mm_f16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
 	case GGML_BF16: k->mm_bf16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
 	case GGML_Q8_0: k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
-	case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_IQ4_XS:
+	case GGML_Q2_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_IQ4_XS:
 		k->mm_qk(&t->m, xk, T, y, (int)t->m.rows, r0, r1);
 		break;
 	default: k->mm_q32(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
@@ -348,10 +350,10 @@ static void check_q8_m128(const struct kve_kernels *k)
 	CHECK(kept && err < 2e-5 * sqrt(cols) * 4, "%s Q8_0 weights of -128: the matrix stays "
 	      "row-major (%s) and the product is right against negative activations (max error "
 	      "%.2g)", k->name, kept ? "yes" : "no", err);
-	{	/* a type the engine does not read (Q2_K) is left alone */
-		struct kve_mat q4 = { NULL, 10, 4, 256, 84, 0 };
+	{	/* a type the engine does not read (IQ2_XXS) is left alone */
+		struct kve_mat q4 = { NULL, 16, 4, 256, 66, 0 };
 
-		CHECK(kve_mat_pack(&q4) == 1 && !q4.panel, "a Q2_K matrix is not packed");
+		CHECK(kve_mat_pack(&q4) == 1 && !q4.panel, "an IQ2_XXS matrix is not packed");
 	}
 	free(copy);
 	free(t.buf);
@@ -461,7 +463,7 @@ static void check_quant_set(const struct kve_kernels *k)
 {
 	static const uint32_t types[] = { GGML_BF16, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
 					  GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,
-					  GGML_IQ4_NL, GGML_IQ4_XS };
+					  GGML_IQ4_NL, GGML_IQ4_XS, GGML_Q2_K };
 	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 96 }, { 9, 72 }, { 40, 32 },
 					      { 8, 256 }, { 21, 512 }, { 3, 768 }, { 12, 256 } };
 	unsigned ti, si;
@@ -552,7 +554,7 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 {
 	static const uint32_t types[] = { GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
 					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL,
-					  GGML_IQ4_XS };
+					  GGML_IQ4_XS, GGML_Q2_K };
 	static const int Ts[] = { 1, 2, 5, 13 };
 	enum { ROWS = 21, COLS = 512 };
 	static float x[13 * COLS], ya[13 * ROWS], yb[13 * ROWS];
@@ -583,7 +585,7 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 		free(t.buf);
 		free(t.deq);
 	}
-	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (9 types, 1-13 tokens, "
+	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (10 types, 1-13 tokens, "
 	      "row-major and packed: %u of %u)", v->name, parent->name, same, n);
 }
 

@@ -43,10 +43,11 @@ static const char usage[] =
 "  --ctx N          context length (256)\n"
 "  --type T         the matrices' type (f32): f32 | f16 | bf16 | q8_0 |\n"
 "                   q4_0 | q4_1 | q5_0 | q5_1 | iq4_nl | iq4_xs | q3_k | q4_k |\n"
-"                   q5_k | q6_k, or the mixes q3_k_m | q4_k_m | q5_k_m (types per\n"
-"                   tensor as llama.cpp's quantiser gives them). A matrix whose\n"
-"                   rows a type's block does not divide falls back as\n"
-"                   llama.cpp's does (q3_k -> q4_0, q4_k -> q5_0, q5_k ->\n"
+"                   q5_k | q6_k, or the mixes q2_k | q3_k_m | q4_k_m | q5_k_m\n"
+"                   (types per tensor as llama.cpp's quantiser gives them; its\n"
+"                   Q2_K is a mix too). A matrix whose rows a type's block\n"
+"                   does not divide falls back as llama.cpp's does (q2_k,\n"
+"                   q3_k -> q4_0, q4_k -> q5_0, q5_k ->\n"
 "                   q5_1, q6_k -> q8_0, iq4_xs -> iq4_nl, then f16)\n"
 "  --tokenizer K    spm | bpe (spm; qwen2: bpe)\n"
 "  --pre NAME       bpe: tokenizer.ggml.pre, gpt2 | llama-bpe | qwen2\n"
@@ -747,6 +748,49 @@ static void quant_q3k(const float *x, uint8_t *o)
 	}
 }
 
+/* Q2_K: per 16 values a scale (max - min) / 3 and a minimum -min (min <=
+ * 0), both as 4-bit multiples of the block's d and dmin (scale in the low
+ * nibble of its byte, minimum in the high); q = round((x + dmin * m) /
+ * (d * sc)), value 128n + 32j + l in bits 2j, 2j + 1 of qs[32n + l] */
+static void quant_q2k(const float *x, uint8_t *o)
+{
+	float scale[16], mins[16], maxs = 0, maxm = 0, d, dmin;
+	uint8_t *qs = o + 16;
+	int g, i, sc[16], mn[16];
+
+	for (g = 0; g < 16; g++) {
+		float lo = 0, hi = x[16 * g];
+
+		for (i = 0; i < 16; i++) {
+			lo = fminf(lo, x[16 * g + i]);
+			hi = fmaxf(hi, x[16 * g + i]);
+		}
+		scale[g] = (hi - lo) / 3.0f;
+		mins[g] = -lo;
+		maxs = fmaxf(maxs, scale[g]);
+		maxm = fmaxf(maxm, mins[g]);
+	}
+	put_f16(o + 80, maxs / 15.0f);
+	put_f16(o + 82, maxm / 15.0f);
+	d = got_f16(o + 80);
+	dmin = got_f16(o + 82);
+	memset(qs, 0, 64);
+	for (g = 0; g < 16; g++) {
+		float ds, mm;
+
+		sc[g] = clampi(d ? scale[g] / d : 0, 0, 15);
+		mn[g] = clampi(dmin ? mins[g] / dmin : 0, 0, 15);
+		o[g] = (uint8_t)(sc[g] | mn[g] << 4);
+		ds = d * (float)sc[g];
+		mm = dmin * (float)mn[g];
+		for (i = 0; i < 16; i++) {
+			int v = 16 * g + i, q = clampi(ds ? (x[v] + mm) / ds : 0, 0, 3);
+
+			qs[32 * (v / 128) + v % 32] |= (uint8_t)(q << (2 * (v % 128 / 32)));
+		}
+	}
+}
+
 /* Q6_K: per 16 values a scale amax / 31, as a signed 8-bit multiple of
  * the block's d; q = round(x / (d * sc)) + 32 */
 static void quant_q6k(const float *x, uint8_t *o)
@@ -828,6 +872,7 @@ static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
 		}
 		case GGML_Q4_K: case GGML_Q5_K: quant_k45(type, x + i, p); break;
 		case GGML_Q3_K: quant_q3k(x + i, p); break;
+		case GGML_Q2_K: quant_q2k(x + i, p); break;
 		case GGML_IQ4_NL: quant_iq4nl(x + i, p); break;
 		case GGML_IQ4_XS: quant_iq4xs(x + i, p); break;
 		case GGML_Q6_K: quant_q6k(x + i, p); break;
@@ -839,7 +884,7 @@ static size_t quant_row(uint32_t type, const float *x, uint64_t n, uint8_t *o)
 
 /* ---- tensor types: --type and the mixes ------------------------------ */
 
-enum mix { MIX_NONE, MIX_Q3_K_M, MIX_Q4_K_M, MIX_Q5_K_M };
+enum mix { MIX_NONE, MIX_Q2_K, MIX_Q3_K_M, MIX_Q4_K_M, MIX_Q5_K_M };
 
 /* The type a tensor of `cols` columns gets when `want` does not divide
  * them: llama.cpp's quantiser's fallbacks */
@@ -847,7 +892,7 @@ static uint32_t fallback(uint32_t want, uint64_t cols)
 {
 	if (cols % ggml_blck_size(want) == 0)
 		return want;
-	if (want == GGML_Q3_K)
+	if (want == GGML_Q2_K || want == GGML_Q3_K)
 		want = GGML_Q4_0;
 	else if (want == GGML_Q4_K)
 		want = GGML_Q5_0;
@@ -874,14 +919,24 @@ enum role { R_EMBD, R_OUTPUT, R_ATTN_V, R_ATTN_OUT, R_FFN_DOWN, R_OTHER };
  * it), attn_v and ffn_down of the more_bits layers Q6_K, every other
  * matrix the base type; for Q3_K_M (not Falcon) the same head, attn_v
  * Q5_K in layers 0-1 and Q4_K after, ffn_down Q5_K in the first sixteenth
- * of the layers and Q4_K after, attn_output Q4_K; then the fallbacks */
+ * of the layers and Q4_K after, attn_output Q4_K; for Q2_K the same head,
+ * attn_v Q3_K (Q4_K where 4 or more query heads share a KV head),
+ * attn_output and ffn_down Q3_K, the rest (the token embedding too) Q2_K;
+ * then the fallbacks */
 static uint32_t tensor_type(uint32_t base, enum mix mix, enum role role, uint32_t layer,
-			    uint32_t layers, int tied, uint64_t cols)
+			    uint32_t layers, int tied, uint32_t gqa, uint64_t cols)
 {
 	if (mix == MIX_NONE)
 		return fallback(base, cols);
 	if (role == R_OUTPUT || (role == R_EMBD && tied))
 		return cols % QK_K ? GGML_Q8_0 : GGML_Q6_K;
+	if (mix == MIX_Q2_K) {	/* attn_v Q3_K (Q4_K at a GQA of 4 or more) */
+		if (role == R_ATTN_V)
+			return fallback(gqa >= 4 ? GGML_Q4_K : GGML_Q3_K, cols);
+		if (role == R_FFN_DOWN || role == R_ATTN_OUT)
+			return fallback(GGML_Q3_K, cols);
+		return fallback(base, cols);
+	}
 	if (mix == MIX_Q3_K_M) {	/* attn_v Q5_K in 2 layers, ffn_down in n/16 */
 		if (role == R_ATTN_V)
 			return fallback(layer < 2 ? GGML_Q5_K : GGML_Q4_K, cols);
@@ -1037,7 +1092,7 @@ int main(int argc, char **argv)
 				{ "q8_0", GGML_Q8_0, MIX_NONE, 7 }, { "q5_0", GGML_Q5_0, MIX_NONE, 8 },
 				{ "q5_1", GGML_Q5_1, MIX_NONE, 9 }, { "iq4_nl", GGML_IQ4_NL, MIX_NONE, 25 },
 				{ "iq4_xs", GGML_IQ4_XS, MIX_NONE, 30 },
-				{ "q3_k", GGML_Q3_K, MIX_NONE, 11 },
+				{ "q2_k", GGML_Q2_K, MIX_Q2_K, 10 }, { "q3_k", GGML_Q3_K, MIX_NONE, 11 },
 				{ "q3_k_m", GGML_Q3_K, MIX_Q3_K_M, 12 }, { "q4_k", GGML_Q4_K, MIX_NONE, 14 },
 				{ "q4_k_m", GGML_Q4_K, MIX_Q4_K_M, 15 }, { "q5_k", GGML_Q5_K, MIX_NONE, 16 },
 				{ "q5_k_m", GGML_Q5_K, MIX_Q5_K_M, 17 }, { "q6_k", GGML_Q6_K, MIX_NONE, 18 },
@@ -1215,7 +1270,7 @@ int main(int argc, char **argv)
 		memset(t, 0, sizeof(*t)); snprintf(t->name, sizeof(t->name), "%s", nm); \
 		t->ne[0] = c0; t->ne[1] = c1; t->nd = (c1) != 0 ? 2 : 1; t->type = ty; \
 		t->init = in; } while (0)
-#define TY(role, c0) tensor_type(type, mix, role, l, layers, tied, c0)
+#define TY(role, c0) tensor_type(type, mix, role, l, layers, tied, heads / kvh, c0)
 	l = 0;
 	T2("token_embd.weight", dim, nvocab, TY(R_EMBD, dim), INIT_EMBD);
 	T2("output_norm.weight", dim, 0, GGML_F32, INIT_NORM);

@@ -34,15 +34,16 @@ model 15m_q8 --dim 288 --layers 6 --heads 6 --ffn 768 --vocab 32000 --ctx 256 --
 model 110m_f32 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type f32
 model 110m_q8 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q8_0
 model gqa_f16 --dim 512 --layers 8 --heads 8 --kv-heads 2 --ffn 1408 --vocab 32000 --ctx 512 --type f16
-# the files people download: llama.cpp's Q4_K_M mix, Q4_0, IQ4_NL, IQ4_XS
-# and the Q3_K_M mix (its Q3_K read as Q6_K: Documentation/engine.md) of the 110M
-# shape, and Qwen3-0.6B's shape (16 heads of 128 over 1024, 8 KV heads,
+# the files people download: llama.cpp's Q4_K_M mix, Q4_0, IQ4_NL, IQ4_XS,
+# the Q3_K_M mix (its Q3_K read as Q6_K: Documentation/engine.md) and the
+# Q2_K mix of the 110M shape, and Qwen3-0.6B's shape (16 heads of 128 over 1024, 8 KV heads,
 # ffn 3072, tied embedding) with 8 of its 28 layers, Q4_K_M
 model 110m_q4_k_m --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q4_k_m
 model 110m_q4_0 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q4_0
 model 110m_q3_k_m --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q3_k_m
 model 110m_iq4_nl --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type iq4_nl
 model 110m_iq4_xs --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type iq4_xs
+model 110m_q2_k --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q2_k
 model qwen3_q4_k_m --arch qwen3 --dim 1024 --layers 8 --heads 16 --kv-heads 8 --head-dim 128 \
 	--ffn 3072 --vocab 32000 --ctx 1024 --tied --tokenizer bpe --pre qwen2 --type q4_k_m
 # the trained agent model as shipped (models/, Documentation/model.md)
@@ -123,7 +124,7 @@ measure() {
 	dpct=$(get "$ob" dram_roofline_pct)
 }
 
-for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8 110m_q4_k_m 110m_q4_0 qwen3_q4_k_m 110m_q3_k_m 110m_iq4_nl 110m_iq4_xs}; do
+for m in ${ENGINE_BENCH_MODELS:-15m_q8 110m_f32 110m_q8 gqa_f16 agent_f32 agent_q8 110m_q4_k_m 110m_q4_0 qwen3_q4_k_m 110m_q3_k_m 110m_iq4_nl 110m_iq4_xs 110m_q2_k}; do
 	measure "$m" 1
 	oa=$(get "$o1" argmax)
 	la=$(get "$l1" argmax)
