@@ -203,6 +203,10 @@ static inline const uint8_t *kve_q4x16_blk(const struct kve_mat *w, uint32_t r, 
  *   IQ4_XS (2176 bytes): d (32 bytes), scales_h likewise, scales_l in 1
  *     group, the 128 nibble bytes in 32 groups (as Q4_K, dmin's place
  *     taken by scales_h).
+ *   Q2_K (1344 bytes): d (32 bytes), dmin likewise, the 16 scale bytes
+ *     in 4 groups, the 64 bytes of 2-bit quants in 16 groups.
+ *   Q3_K (1760 bytes): d (32 bytes), the 12 scale bytes in 3 groups,
+ *     hmask in 8 groups, the 64 bytes of 2-bit quants in 16 groups.
  * The product then sums each 32- (16-) value sub-block of 16 rows in 16
  * int32 lanes, scales them by the rows' sub-block scales, and runs the
  * float step per block for 16 rows at once: the portable C product's
@@ -215,6 +219,8 @@ _Static_assert(KVE_PANEL_QKX16 == KVE_PANEL_Q4X16, "one panel value: the type te
 #define KVE_Q5KX16_BLK	(KVE_PANEL_QKX16 * 176)
 #define KVE_Q6KX16_BLK	(KVE_PANEL_QKX16 * 210)
 #define KVE_IQ4XSX16_BLK	(KVE_PANEL_QKX16 * 136)
+#define KVE_Q2KX16_BLK	(KVE_PANEL_QKX16 * 84)
+#define KVE_Q3KX16_BLK	(KVE_PANEL_QKX16 * 110)
 
 /* K-quant x16: block b of the panel holding row r */
 static inline const uint8_t *kve_qkx16_blk(const struct kve_mat *w, uint32_t r, uint32_t b)
@@ -222,7 +228,9 @@ static inline const uint8_t *kve_qkx16_blk(const struct kve_mat *w, uint32_t r, 
 	return w->data + (size_t)(r - r % KVE_PANEL_QKX16) * w->row_bytes +
 	       (size_t)b * (w->type == GGML_Q6_K ? KVE_Q6KX16_BLK :
 			    w->type == GGML_Q5_K ? KVE_Q5KX16_BLK :
-			    w->type == GGML_IQ4_XS ? KVE_IQ4XSX16_BLK : KVE_Q4KX16_BLK);
+			    w->type == GGML_IQ4_XS ? KVE_IQ4XSX16_BLK :
+			    w->type == GGML_Q2_K ? KVE_Q2KX16_BLK :
+			    w->type == GGML_Q3_K ? KVE_Q3KX16_BLK : KVE_Q4KX16_BLK);
 }
 
 /*
@@ -250,10 +258,31 @@ static inline uint32_t kve_q6kx16_group(uint32_t n)
 
 /* K-quant x16: piece n of row i's block, the bytes [g, g + len) of its
  * GGUF layout, sits at x in the panel's block; returns len (2 or 4), 0
- * past the last piece (Q4_K 37 pieces, Q5_K 45, Q6_K 53, IQ4_XS 35) */
+ * past the last piece (Q4_K 37 pieces, Q5_K 45, Q6_K 53, IQ4_XS 35, Q2_K
+ * 22, Q3_K 28) */
 static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
 				       uint32_t *g, uint32_t *x)
 {
+	if (type == GGML_Q2_K || type == GGML_Q3_K) {
+		int three = type == GGML_Q3_K;
+
+		if (n < (three ? 1u : 2u)) {	/* d, dmin */
+			*g = (three ? 108 : 80) + 2 * n;
+			*x = 32 * n + 2 * i;
+			return 2;
+		}
+		n -= three ? 1 : 2;
+		if (n >= (three ? 27u : 20u))
+			return 0;
+		if (three && n < 3) {	/* the scales, then hmask and qs (bytes 0-95) */
+			*g = 96 + 4 * n;
+			*x = 32 + 64 * n + 4 * i;
+			return 4;
+		}
+		*g = 4 * (n - (three ? 3 : 0));	/* Q2_K: the scales, then qs (0-79) */
+		*x = (three ? 32 : 64) + 64 * n + 4 * i;
+		return 4;
+	}
 	if (type == GGML_Q6_K) {	/* d, scales, ql, qh */
 		if (n == 0) {
 			*g = 208;
@@ -281,7 +310,7 @@ static inline uint32_t kve_qkx16_piece(uint32_t type, uint32_t i, uint32_t n,
 }
 
 /* block b of row r in GGUF's layout, for the 4- to 6-bit types in any
- * layout: a pointer into the matrix, or (Q4_0, IQ4_NL, Q4_K, Q5_K, Q6_K x16) buf filled
+ * layout: a pointer into the matrix, or (the x16 layouts) buf filled
  * with the block's bytes (buf: ggml_blck_bytes(type) bytes) */
 static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r, uint32_t b,
 					     uint8_t *buf)
@@ -292,7 +321,7 @@ static inline const uint8_t *kve_mat_blk_get(const struct kve_mat *w, uint32_t r
 	if (w->panel != KVE_PANEL_Q4X16)
 		return kve_mat_blk(w, r, b);
 	if (w->type == GGML_Q4_K || w->type == GGML_Q5_K || w->type == GGML_Q6_K ||
-	    w->type == GGML_IQ4_XS) {
+	    w->type == GGML_IQ4_XS || w->type == GGML_Q2_K || w->type == GGML_Q3_K) {
 		uint32_t g, x, len;
 
 		p = kve_qkx16_blk(w, r, b);
@@ -315,7 +344,7 @@ int kve_mat_pack(struct kve_mat *w);
 /*
  * The same for the set k that will run the matrix: Q4_0 with rows a
  * multiple of 16 (and IQ4_NL) goes in KVE_PANEL_Q4X16 panels when k->q4_0_x16 says
- * its mm_q32 takes them, Q4_K, Q5_K and Q6_K in KVE_PANEL_QKX16 panels when
+ * its mm_q32 takes them, the K-quants and IQ4_XS in KVE_PANEL_QKX16 panels when
  * k->qk_x16 says its mm_qk does, Q8_0 in KVE_PANEL_Q8X16 panels when
  * k->q8_x16 says its mm_q8 does; everything else as kve_mat_pack. pack.c.
  */
@@ -332,11 +361,6 @@ struct kve_layer {
 struct kve_model {
 	struct gguf g;
 	void *owned_buf;
-	/* the file's matrices read as another type (Q3_K as Q6_K, IQ4_NL
-	 * as Q8_0: model.c, rereads): mapped for them all at load,
-	 * read-only once packed */
-	uint8_t *rr;
-	size_t rr_len, rr_used;
 	struct kve_model_info info;
 	struct kve_mat tok_embd, output;
 	const float *out_norm;
@@ -661,14 +685,29 @@ void kve_q4k_scales(const uint8_t *blk, uint8_t out[16]);
 void kve_q32_ints(uint32_t type, const uint8_t *blk, uint8_t q[32], float *d, float *m);
 void kve_qk_ints(uint32_t type, const uint8_t *blk, int8_t q[QK_K], int sc[16], int mn[16],
 		 float *d, float *dmin);
+/*
+ * A Q3_K block's sixteen 6-bit scales (before their -32) from its 12
+ * scale bytes s, four at a time: scale i's low 4 bits are the low nibble
+ * of byte i (i < 8) or the high one of byte i - 8, its top 2 bits bits
+ * 2(i / 4), 2(i / 4) + 1 of byte 8 + i % 4 (quant.c, the kernels)
+ */
+static inline void kve_q3k_scales(const uint8_t *s, uint8_t out[16])
+{
+	uint32_t a[3], v[4];
+
+	memcpy(a, s, 12);
+	v[0] = (a[0] & 0x0f0f0f0f) | (a[2] & 0x03030303) << 4;
+	v[1] = (a[1] & 0x0f0f0f0f) | ((a[2] >> 2) & 0x03030303) << 4;
+	v[2] = ((a[0] >> 4) & 0x0f0f0f0f) | ((a[2] >> 4) & 0x03030303) << 4;
+	v[3] = ((a[1] >> 4) & 0x0f0f0f0f) | ((a[2] >> 6) & 0x03030303) << 4;
+	memcpy(out, v, 16);
+}
+
 /* the offset kve_q32_ints' quants carry (0: the type has a minimum) */
 static inline int kve_q32_off(uint32_t type)
 {
 	return type == GGML_Q4_0 ? 8 : type == GGML_Q5_0 ? 16 : type == GGML_IQ4_NL ? 128 : 0;
 }
-/* A Q3_K block (110 bytes) as the Q6_K block (210 bytes) of the same
- * values: what the engine computes it with (model.c) */
-void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6);
 
 static inline float kve_bf16_to_f32(uint16_t h)
 {

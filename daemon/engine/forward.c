@@ -212,7 +212,8 @@ static enum act act_of(uint32_t type)
 	case GGML_Q8_0: case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1:
 	case GGML_IQ4_NL:
 		return ACT_Q8;
-	case GGML_Q2_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_IQ4_XS:
+	case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+	case GGML_IQ4_XS:
 		return ACT_Q8K;
 	default:
 		return ACT_F32;
@@ -241,7 +242,8 @@ static void mm_rows(const struct kve_engine *e, const struct mm_job *j,
 	case GGML_Q4_0: case GGML_Q4_1: case GGML_Q5_0: case GGML_Q5_1: case GGML_IQ4_NL:
 		k->mm_q32(w, j->xq, j->T, y, rows, r0, r1);
 		break;
-	case GGML_Q2_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_IQ4_XS:
+	case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+	case GGML_IQ4_XS:
 		k->mm_qk(w, j->xk, j->T, y, rows, r0, r1);
 		break;
 	}

@@ -140,7 +140,7 @@ void kve_mm_q32_c(const struct kve_mat *w, const struct kve_q8x *xq, int T,
 }
 
 /*
- * Q2_K, Q4_K, Q5_K, Q6_K, IQ4_XS by Q8_K activations: per 256-value
+ * Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS by Q8_K activations: per 256-value
  * block the exact integer sum over its sub-blocks of scale times the sum
  * of quant times activation quant, and (Q2_K, Q4_K, Q5_K) of minimum
  * times the activations' sums; then one scale for each.
@@ -162,7 +162,8 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 			for (t = 0; t < T; t++) {
 				const struct kve_q8k *x = xk + (size_t)t * nb + b;
 				int32_t isum = 0, msum = 0, part;
-				int per = w->type == GGML_Q6_K || w->type == GGML_Q2_K ? 16 : 32;
+				int per = w->type == GGML_Q6_K || w->type == GGML_Q3_K ||
+					  w->type == GGML_Q2_K ? 16 : 32;
 
 				for (i = 0; i < QK_K; i += per) {
 					int j;
@@ -171,8 +172,9 @@ void kve_mm_qk_c(const struct kve_mat *w, const struct kve_q8k *xk, int T,
 						part += q[i + j] * x->q[i + j];
 					isum += sc[i / per] * part;
 				}
-				/* Q6_K, IQ4_XS: no minima */
-				if (w->type == GGML_Q6_K || w->type == GGML_IQ4_XS) {
+				/* Q3_K, Q6_K, IQ4_XS: no minima */
+				if (w->type == GGML_Q3_K || w->type == GGML_Q6_K ||
+				    w->type == GGML_IQ4_XS) {
 					y[(size_t)t * ldy + r] += (d * x->d) * (float)isum;
 					continue;
 				}

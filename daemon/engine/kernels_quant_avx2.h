@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels_quant_avx2.h - the 256-bit products of the 4- to 6-bit types:
- * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q2_K, Q4_K,
- * Q5_K, Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx2.c (KQ_VNNI
  * 0: maddubs then madd) and kernels_avxvnni.c (KQ_VNNI 1: VEX vpdpbusd /
  * vpdpwssd), with KQ_MM_Q32 / KQ_MM_QK naming the products and
  * KQ_LINKAGE their linkage; the includer defines hsum8.
@@ -375,40 +375,59 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 }
 
 /*
- * One row's share of one Q2_K block for C tokens: per half n of 128
- * values, the 32 bytes of 2-bit quants shifted by 2j are values 128n +
- * 32j.. + 31, 16-value sub-blocks 8n + 2j (low 128 bits) and 8n + 2j + 1
- * (high), each with its 4-bit scale in the madd; acc += d * dx * sum -
- * dmin * dx * sum(m * bsums), a 4-bit minimum per 16 values
+ * One row's share of one Q2_K or Q3_K block for C tokens: per half n of
+ * 128 values, the 32 bytes of 2-bit quants shifted by 2j are values 128n
+ * + 32j.. + 31, 16-value sub-blocks 8n + 2j (low 128 bits) and 8n + 2j +
+ * 1 (high), each with its scale in the madd. Q2_K: acc += d * dx * sum -
+ * dmin * dx * sum(m * bsums), a 4-bit minimum per 16 values. Q3_K: bit
+ * 4n + j of hmask[l] adds 4 (quants 0..7), the -4 off as 4 * sum(sc *
+ * bsums), the 6-bit scales less 32; acc += d * dx * sum.
  */
-KVE_INLINE void q2k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m256 *acc,
-			const int C)
+KVE_INLINE void k23_row(const uint8_t *blk, const int three, const struct kve_q8k *const *xb,
+			__m256 *acc, const int C)
 {
 	const __m256i m3 = _mm256_set1_epi8(3);
-	const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
-	const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, lo));
-	const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), lo));
-	const __m256i slo = _mm256_permute2x128_si256(s16, s16, 0x00);	/* s0..7 twice */
-	const __m256i shi = _mm256_permute2x128_si256(s16, s16, 0x11);	/* s8..15 twice */
-	const float d = kq_f16(blk + 80), dmin = kq_f16(blk + 82);
-	__m256i is[4];
+	const uint8_t *qs = blk + (three ? 32 : 16);
+	const float d = kq_f16(blk + (three ? 108 : 80)), dmin = three ? 0 : kq_f16(blk + 82);
+	const __m256i hm = three ? _mm256_loadu_si256((const __m256i *)blk) : _mm256_setzero_si256();
+	__m256i s16, m16 = _mm256_setzero_si256(), slo, shi, is[4];
 	int n, k, j;
 
+	if (three) {
+		uint8_t s[16];
+
+		kve_q3k_scales(blk + 96, s);
+		s16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s)),
+				       _mm256_set1_epi16(32));
+	} else {
+		const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
+
+		s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, lo));
+		m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), lo));
+	}
+	slo = _mm256_permute2x128_si256(s16, s16, 0x00);	/* s0..7 twice */
+	shi = _mm256_permute2x128_si256(s16, s16, 0x11);	/* s8..15 twice */
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++)
 		is[j] = _mm256_setzero_si256();
 #pragma GCC unroll 2
 	for (n = 0; n < 2; n++) {
-		const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * n));
+		const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * n));
 		const __m256i src = n ? shi : slo;
 
 #pragma GCC unroll 4
 		for (k = 0; k < 4; k++) {
-			const __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), m3);
+			__m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * k), m3);
 			const __m256i s = _mm256_shuffle_epi8(src, _mm256_set_m128i(
 				_mm_set1_epi16((short)((4 * k + 3) << 8 | (4 * k + 2))),
 				_mm_set1_epi16((short)((4 * k + 1) << 8 | (4 * k)))));
 
+			if (three) {
+				const __m256i b = _mm256_set1_epi8((char)(1 << (4 * n + k)));
+
+				q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(
+					_mm256_and_si256(hm, b), b), _mm256_set1_epi8(4)));
+			}
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++)
 				is[j] = kq_dotw(is[j], q, _mm256_loadu_si256(
@@ -417,10 +436,15 @@ KVE_INLINE void q2k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 	}
 #pragma GCC unroll 4
 	for (j = 0; j < C; j++) {
-		__m256i mn = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[j]->bsums), m16);
+		__m256i mn = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb[j]->bsums),
+					       three ? s16 : m16);
 
+		if (three)
+			is[j] = _mm256_sub_epi32(is[j], _mm256_slli_epi32(mn, 2));
 		acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[j]), _mm256_set1_ps(d * xb[j]->d), acc[j]);
-		acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(dmin * xb[j]->d), acc[j]);
+		if (!three)
+			acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mn), _mm256_set1_ps(dmin * xb[j]->d),
+						  acc[j]);
 	}
 }
 
@@ -491,8 +515,8 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		for (i = 0; i < R; i++) {
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
-			else if (type == GGML_Q2_K)
-				q2k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
+			else if (type == GGML_Q2_K || type == GGML_Q3_K)
+				k23_row(bp[i] + (size_t)b * step, type == GGML_Q3_K, xb, acc[i], C);
 			else if (type == GGML_IQ4_XS)
 				iq4xs_row(bp[i] + (size_t)b * step, xb, acc[i], C);
 			else
@@ -534,6 +558,7 @@ KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int 
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
 	case GGML_IQ4_XS: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_IQ4_XS); break;
 	case GGML_Q2_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q2_K); break;
+	case GGML_Q3_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q3_K); break;
 	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
 	}
 }

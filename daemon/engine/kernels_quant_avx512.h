@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernels_quant_avx512.h - the 512-bit products of the 4- to 6-bit types:
- * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q2_K, Q4_K,
- * Q5_K, Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx512.c
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL by Q8_0 activations (mm_q32) and Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_XS by Q8_K activations (mm_qk). Included by kernels_avx512.c
  * (KQ_VNNI 0: maddubs then madd) and kernels_avx512vnni.c (KQ_VNNI 1:
  * vpdpbusd / vpdpwssd), after kernels_q8_avx512.h (hsum16, hsum16x4,
  * load2, prefetch_ahead), with KQ_MM_Q32 / KQ_MM_QK naming the products
@@ -652,37 +652,57 @@ KVE_INLINE void q6k_row(const uint8_t *blk, const struct kve_q8k *const *xb, __m
 }
 
 /*
- * Q2_K: 16 bytes of scales (low nibble a scale, high a minimum, one each
- * per 16 values), 64 bytes of 2-bit quants (bits 2j, 2j + 1 of byte
- * 32n + l: value 128n + 32j + l), fp16 d and dmin. The 64 bytes shifted
- * by 2j are vector j, values [32j, 32j + 32) and [128 + 32j, 160 + 32j),
- * its int16 pair sums' 16-value sub-blocks 2j, 2j + 1, 8 + 2j, 9 + 2j in
- * its four 128-bit lanes; the activations in that order (q2k_xv). The
- * minima come off through the activations' 16 sums.
+ * Q2_K and Q3_K: 64 bytes of 2-bit quants, bits 2j, 2j + 1 of byte 32n +
+ * l value 128n + 32j + l, so the 64 bytes shifted by 2j are vector j,
+ * values [32j, 32j + 32) and [128 + 32j, 160 + 32j), its int16 pair sums'
+ * 16-value sub-blocks 2j, 2j + 1, 8 + 2j, 9 + 2j in its four 128-bit
+ * lanes; the activations in that order (k23_xv). Q2_K (16 bytes of
+ * scales, low nibble a scale and high a minimum per 16 values, then the
+ * quants, fp16 d and dmin): its minima come off through the activations'
+ * 16 sums. Q3_K (hmask[32], the quants, 12 bytes of 6-bit scales, fp16
+ * d): bit 4n + j of hmask[l] set adds 4 (quants 0..7, the value less 4),
+ * the -4 off as 4 * sum(sc * bsums), the scales less 32 signed.
  */
-KVE_INLINE __m512i q2k_xv(const int8_t *q, const int j)
+KVE_INLINE __m512i k23_xv(const int8_t *q, const int j)
 {
 	return load2(q + 32 * j, q + 128 + 32 * j);
 }
 
-/* One row's share of one Q2_K block for C tokens (xa: their activations
- * in q2k_xv's order): acc += d * dx * sum(sc * q * x) - dmin * dx *
- * sum(m * bsums) */
-KVE_INLINE void q2k_row(const uint8_t *blk, const __m512i (*xa)[4],
+/* One row's share of one Q2_K or Q3_K block for C tokens (xa: their
+ * activations in k23_xv's order): acc += d * dx * sum(sc * q * x) - dmin
+ * * dx * sum(m * bsums) (Q2_K) or d * dx * (sum(sc * q * x) - 4 *
+ * sum(sc * bsums)) (Q3_K) */
+KVE_INLINE void k23_row(const uint8_t *blk, const int three, const __m512i (*xa)[4],
 			const struct kve_q8k *const *xb, __m512 *acc, const int C)
 {
 	const __m512i m3 = _mm512_set1_epi8(3);
-	const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
-	const __m512i sw = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, lo)));
-	const __m256i m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), lo));
-	const __m512i v = _mm512_loadu_si512(blk + 16);
-	const float d = kq_f16(blk + 80), dmin = kq_f16(blk + 82);
-	__m512i q[4], sc[4];
+	const __m512i v = _mm512_loadu_si512(blk + (three ? 32 : 16));
+	const float d = kq_f16(blk + (three ? 108 : 80)), dmin = three ? 0 : kq_f16(blk + 82);
+	__m256i s16, m16 = _mm256_setzero_si256();
+	__m512i q[4], sc[4], sw, hm = _mm512_setzero_si512();
 	int j, c;
 
+	if (three) {
+		uint8_t s[16];
+
+		kve_q3k_scales(blk + 96, s);
+		s16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s)),
+				       _mm256_set1_epi16(32));
+		hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+	} else {
+		const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
+
+		s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sb, lo));
+		m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), lo));
+	}
+	sw = _mm512_zextsi256_si512(s16);
 #pragma GCC unroll 4
 	for (j = 0; j < 4; j++) {
 		q[j] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * j), m3);
+		if (three)	/* hmask bit j (values of half 0), 4 + j (half 1) */
+			q[j] = _mm512_mask_add_epi8(q[j], _mm512_test_epi8_mask(hm, _mm512_inserti64x4(
+				_mm512_set1_epi8((char)(1 << j)), _mm256_set1_epi8((char)(16 << j)), 1)),
+				q[j], _mm512_set1_epi8(4));
 		/* int16 lane i: sub-block (2j, 2j + 1, 8 + 2j, 9 + 2j)[i / 8]'s scale */
 		sc[j] = _mm512_permutexvar_epi16(_mm512_add_epi16(
 			_mm512_set1_epi16((short)(2 * j)), _mm512_cvtepu8_epi16(_mm256_setr_epi64x(
@@ -693,14 +713,17 @@ KVE_INLINE void q2k_row(const uint8_t *blk, const __m512i (*xa)[4],
 	for (c = 0; c < C; c++) {
 		__m512i is = _mm512_setzero_si512();
 		const __m256i mn = _mm256_madd_epi16(
-			_mm256_loadu_si256((const __m256i *)xb[c]->bsums), m16);
+			_mm256_loadu_si256((const __m256i *)xb[c]->bsums), three ? s16 : m16);
 
 #pragma GCC unroll 4
 		for (j = 0; j < 4; j++)
 			is = kq_dotw(is, q[j], xa[c][j], sc[j]);
+		if (three)
+			is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(_mm256_slli_epi32(mn, 2)));
 		acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * xb[c]->d), acc[c]);
-		acc[c] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mn)),
-					  _mm512_set1_ps(dmin * xb[c]->d), acc[c]);
+		if (!three)
+			acc[c] = _mm512_fnmadd_ps(_mm512_zextps256_ps512(_mm256_cvtepi32_ps(mn)),
+						  _mm512_set1_ps(dmin * xb[c]->d), acc[c]);
 	}
 }
 
@@ -844,7 +867,8 @@ KVE_INLINE void iq4xs_row(const uint8_t *blk, const __m512i (*xa)[4], const __m5
 KVE_INLINE void kq_prefetch_panel(const uint8_t *p, const uint32_t type)
 {
 	prefetch_ahead(p, KVE_PANEL_Q * (type == GGML_Q6_K ? 210 : type == GGML_Q5_K ? 176 :
-					 type == GGML_IQ4_XS ? 136 : type == GGML_Q2_K ? 84 : 144));
+					 type == GGML_IQ4_XS ? 136 : type == GGML_Q2_K ? 84 :
+					 type == GGML_Q3_K ? 110 : 144));
 }
 
 KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float *y, int ldy,
@@ -876,10 +900,10 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 				iq4xs_xv(xb[j]->q, xa[j]);
 				if (KQ_VNNI)
 					iq4xs_xc(xa[j], xc[j]);
-			} else if (type == GGML_Q2_K) {
+			} else if (type == GGML_Q2_K || type == GGML_Q3_K) {
 #pragma GCC unroll 4
 				for (v = 0; v < 4; v++)
-					xa[j][v] = q2k_xv(xb[j]->q, v);
+					xa[j][v] = k23_xv(xb[j]->q, v);
 			} else if (type != GGML_Q6_K)
 #pragma GCC unroll 4
 				for (v = 0; v < 4; v++)
@@ -889,8 +913,9 @@ KVE_INLINE void tile_qk(const struct kve_mat *w, const struct kve_q8k *xk, float
 		for (i = 0; i < R; i++) {
 			if (type == GGML_Q6_K)
 				q6k_row(bp[i] + (size_t)b * step, xb, acc[i], C);
-			else if (type == GGML_Q2_K)
-				q2k_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa, xb, acc[i], C);
+			else if (type == GGML_Q2_K || type == GGML_Q3_K)
+				k23_row(bp[i] + (size_t)b * step, type == GGML_Q3_K,
+					(const __m512i (*)[4])xa, xb, acc[i], C);
 			else if (type == GGML_IQ4_XS)
 				iq4xs_row(bp[i] + (size_t)b * step, (const __m512i (*)[4])xa,
 					  (const __m512i (*)[2])xc, xb, acc[i], C);
@@ -1272,11 +1297,167 @@ KVE_INLINE void tile_iq4xsx16(const struct kve_mat *w, const struct kve_q8k *xk,
 		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
 }
 
+/*
+ * Q2_K (three 0) and Q3_K (three 1) x16: qs group 8n + g is 16 rows by
+ * quant bytes 32n + 4g.. + 3, whose bits 2j, 2j + 1 are values 128n +
+ * 32j + 4g.. + 3 of sub-block 8n + 2j + g / 4; Q3_K adds 4 where bit 4n +
+ * j of the same bytes of hmask (group g) is set, each sub-block's lanes
+ * starting at -4 times its activations' sum (the quants' -4). Sub-block
+ * s's scale from the scale groups: Q2_K's low nibble of byte s % 4 of
+ * group s / 4 (the minimum its high nibble, whose sum goes by vpdpwssd
+ * of minima pairs against the activations' 16-value sums); Q3_K's 6 bits
+ * as kve_q3k_scales puts them, less 32. Every sum exact, then the C
+ * product's float step: its bits. (One tile with Q6_K's, the quants and
+ * scales by type, made prefill 10-35% slower: kept apart.)
+ */
+KVE_INLINE void tile_k23x16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
+			    int ldy, int r, int t, const int C, const int three)
+{
+	const int nb = (int)w->cols / QK_K;
+	const size_t bb = three ? KVE_Q3KX16_BLK : KVE_Q2KX16_BLK;
+	const uint8_t *p = kve_qkx16_blk(w, (uint32_t)r, 0);
+	const __m512i m3 = _mm512_set1_epi8(3), m4 = _mm512_set1_epi8(4);
+	const __m512i lo = _mm512_set1_epi32(0x0f0f0f0f), l2 = _mm512_set1_epi32(0x03030303);
+	__m512 acc[4];
+	int b, j, n, h, g, v;
+
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		acc[j] = _mm512_setzero_ps();
+	for (b = 0; b < nb; b++, p += bb) {
+		const uint8_t *hm = p + 224, *qs = p + (three ? 736 : 320);
+		const struct kve_q8k *x[4];
+		__m512i sg[4], is[4];
+
+		if (C == 1)
+			prefetch_ahead(p + PF_AHEAD_Q8, bb);
+		if (three) {	/* kve_q3k_scales per lane: (a & 0x0f) | b, 0xec */
+			const __m512i u0 = kq_load1(p + 32), u1 = kq_load1(p + 96);
+			const __m512i u2 = kq_load1(p + 160);
+
+			sg[0] = _mm512_ternarylogic_epi32(u0, _mm512_slli_epi32(
+				_mm512_and_si512(u2, l2), 4), lo, 0xec);
+			sg[1] = _mm512_ternarylogic_epi32(u1, _mm512_slli_epi32(
+				_mm512_and_si512(_mm512_srli_epi32(u2, 2), l2), 4), lo, 0xec);
+			sg[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(u0, 4), _mm512_slli_epi32(
+				_mm512_and_si512(_mm512_srli_epi32(u2, 4), l2), 4), lo, 0xec);
+			sg[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(u1, 4), _mm512_slli_epi32(
+				_mm512_and_si512(_mm512_srli_epi32(u2, 6), l2), 4), lo, 0xec);
+		} else {
+#pragma GCC unroll 4
+			for (v = 0; v < 4; v++)
+				sg[v] = kq_load1(p + 64 + 64 * v);
+		}
+#pragma GCC unroll 4
+		for (j = 0; j < C; j++) {
+			x[j] = xk + (size_t)(t + j) * nb + b;
+			is[j] = _mm512_setzero_si512();
+		}
+		/* half n, quarter h: sub-blocks 8n + 2v + h (v < 4) of values
+		 * 128n + 32v + 16h + 0..15, from qs groups 8n + 4h.. + 3 */
+#pragma GCC unroll 2
+		for (n = 0; n < 2; n++) {
+#pragma GCC unroll 2
+			for (h = 0; h < 2; h++) {
+				__m512i pp[4][4];
+
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++)
+#pragma GCC unroll 4
+					for (v = 0; v < 4; v++)
+						pp[j][v] = _mm512_set1_epi32(
+							three ? -4 * x[j]->bsums[8 * n + 2 * v + h] : 0);
+#pragma GCC unroll 4
+				for (g = 4 * h; g < 4 * h + 4; g++) {
+					const __m512i qv = kq_load1(qs + 64 * (8 * n + g));
+					__m512i q[4], hv = _mm512_setzero_si512();
+
+					if (three)
+						hv = kq_load1(hm + 64 * g);
+#pragma GCC unroll 4
+					for (v = 0; v < 4; v++) {
+						q[v] = _mm512_and_si512(_mm512_srli_epi16(qv, 2 * v), m3);
+						if (three) {	/* bit 4n + v of hmask as 4: a | b & c */
+							const int s = 4 * n + v - 2;
+							const __m512i hs = s >= 0 ? _mm512_srli_epi16(hv, s) :
+									   _mm512_slli_epi16(hv, -s);
+
+							q[v] = _mm512_ternarylogic_epi32(q[v], hs, m4, 0xf8);
+						}
+					}
+#pragma GCC unroll 4
+					for (j = 0; j < C; j++)
+#pragma GCC unroll 4
+						for (v = 0; v < 4; v++)
+							pp[j][v] = kq_dot_bc(pp[j][v], q[v],
+								x[j]->q + 128 * n + 32 * v + 4 * g);
+				}
+#pragma GCC unroll 4
+				for (v = 0; v < 4; v++) {
+					const int s = 8 * n + 2 * v + h;
+					__m512i sc = _mm512_srli_epi32(_mm512_slli_epi32(sg[s / 4],
+							24 - 8 * (s % 4)), 24);
+
+					sc = three ? _mm512_sub_epi32(sc, _mm512_set1_epi32(32)) :
+						     _mm512_and_si512(sc, _mm512_set1_epi32(0xF));
+#pragma GCC unroll 4
+					for (j = 0; j < C; j++)
+						is[j] = _mm512_add_epi32(is[j], _mm512_mullo_epi32(pp[j][v], sc));
+				}
+			}
+		}
+		{
+			const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+
+			if (three) {	/* y += (d * dx) * isum */
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++)
+					acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(
+						_mm512_mul_ps(d, _mm512_set1_ps(x[j]->d)),
+						_mm512_cvtepi32_ps(is[j])));
+			} else {	/* y += (d * dx) * isum - (dmin * dx) * msum */
+				const __m512 dmin = _mm512_cvtph_ps(
+					_mm256_loadu_si256((const __m256i *)(p + 32)));
+				__m512i mp[8];
+
+#pragma GCC unroll 4
+				for (v = 0; v < 4; v++) {	/* minima 4v, 4v + 1 | 4v + 2, 4v + 3 */
+					const __m512i mn = _mm512_and_si512(_mm512_srli_epi32(sg[v], 4), lo);
+
+					mp[2 * v] = _mm512_shuffle_epi8(mn, kx_word_idx(0));
+					mp[2 * v + 1] = _mm512_shuffle_epi8(mn, kx_word_idx(2));
+				}
+#pragma GCC unroll 4
+				for (j = 0; j < C; j++) {
+					const int32_t *bs = (const int32_t *)x[j]->bsums;
+					__m512i ms = _mm512_setzero_si512();
+
+#pragma GCC unroll 8
+					for (v = 0; v < 8; v++)	/* pair v: bsums 2v, 2v + 1 */
+						ms = kq_dotw_bc(ms, mp[v], bs + v);
+					acc[j] = _mm512_add_ps(acc[j], _mm512_sub_ps(
+						_mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(x[j]->d)),
+							      _mm512_cvtepi32_ps(is[j])),
+						_mm512_mul_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(x[j]->d)),
+							      _mm512_cvtepi32_ps(ms))));
+				}
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (j = 0; j < C; j++)
+		_mm512_storeu_ps(y + (size_t)(t + j) * ldy + r, acc[j]);
+}
+
 KVE_INLINE void tiles_qkx16(const struct kve_mat *w, const struct kve_q8k *xk, float *y,
 			    int ldy, int r, int t, const int C)
 {
 	if (w->type == GGML_Q6_K)
 		tile_q6kx16(w, xk, y, ldy, r, t, C);
+	else if (w->type == GGML_Q3_K)
+		tile_k23x16(w, xk, y, ldy, r, t, C, 1);
+	else if (w->type == GGML_Q2_K)
+		tile_k23x16(w, xk, y, ldy, r, t, C, 0);
 	else if (w->type == GGML_IQ4_XS)
 		tile_iq4xsx16(w, xk, y, ldy, r, t, C);
 	else if (w->type == GGML_Q5_K)
@@ -1332,6 +1513,7 @@ KQ_LINKAGE void KQ_MM_QK(const struct kve_mat *w, const struct kve_q8k *xk, int 
 	case GGML_Q5_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q5_K); break;
 	case GGML_IQ4_XS: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_IQ4_XS); break;
 	case GGML_Q2_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q2_K); break;
+	case GGML_Q3_K: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q3_K); break;
 	default: rows_qk(w, xk, T, y, ldy, r0, r1, GGML_Q6_K); break;
 	}
 }

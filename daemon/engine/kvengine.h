@@ -3,7 +3,7 @@
  * kvengine.h - public API of kvarena's built-in CPU inference engine.
  *
  * The engine runs llama-family GGUF models (architectures llama, qwen2 and
- * qwen3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q3_K-Q6_K, IQ4_NL
+ * qwen3; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K-Q6_K, IQ4_NL
  * and IQ4_XS tensors) on the CPU. It does not own KV memory: the caller hands it a struct kve_kv_pool
  * (block id -> address, e.g. backed by a kvarena arena) and, per session, a
  * table of block ids. The block layout is documented in

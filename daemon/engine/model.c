@@ -68,75 +68,6 @@ static int get_arch_f32(const struct gguf *g, const char *arch, const char *k,
 	return rc ? rc : (isfinite(*v) ? 0 : -EINVAL);
 }
 
-/*
- * Types read as another (Documentation/engine.md, "Read as another
- * type"): every Q3_K block is a Q6_K block of the same values
- * (kve_q3k_to_q6k), so the kernels of the second compute the first
- * exactly, in more bytes. The loader rewrites such matrices into one map
- * made for them all before any is bound, each tensor 64-aligned there.
- */
-static const struct reread {
-	uint32_t from, as;
-	void (*block)(const uint8_t *src, uint8_t *dst);
-} rereads[] = {
-	{ GGML_Q3_K, GGML_Q6_K, kve_q3k_to_q6k },
-};
-
-static const struct reread *reread_of(uint32_t type)
-{
-	size_t i;
-
-	for (i = 0; i < sizeof(rereads) / sizeof(rereads[0]); i++)
-		if (rereads[i].from == type)
-			return &rereads[i];
-	return NULL;
-}
-
-static size_t reread_bytes(const struct gguf_tensor *t, const struct reread *r)
-{
-	return ((size_t)(t->size / ggml_blck_bytes(r->from)) * ggml_blck_bytes(r->as) + 63) &
-	       ~(size_t)63;
-}
-
-static int map_rereads(struct kve_model *mo, char *err, size_t errlen)
-{
-	const struct reread *r;
-	size_t len = 0;
-	uint64_t i;
-
-	for (i = 0; i < mo->g.n_tensors; i++)
-		if ((r = reread_of(mo->g.t[i].type)))
-			len += reread_bytes(&mo->g.t[i], r);
-	if (!len)
-		return 0;
-	mo->rr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (mo->rr == MAP_FAILED) {
-		mo->rr = NULL;
-		snprintf(err, errlen, "model: out of memory for the Q3_K tensors as Q6_K (%zu bytes)",
-			 len);
-		return -ENOMEM;
-	}
-	/* streamed once a token, as the file's copy (gguf.c) */
-	madvise(mo->rr, len, MADV_HUGEPAGE);
-	mo->rr_len = len;
-	return 0;
-}
-
-/* t's blocks rewritten as r->as into the map: m reads them there */
-static void reread(struct kve_model *mo, const struct gguf_tensor *t, const struct reread *r,
-		   struct kve_mat *m)
-{
-	size_t nb = t->size / ggml_blck_bytes(r->from), i;
-	uint8_t *dst = mo->rr + mo->rr_used;
-
-	for (i = 0; i < nb; i++)
-		r->block(t->data + i * ggml_blck_bytes(r->from), dst + i * ggml_blck_bytes(r->as));
-	mo->rr_used += reread_bytes(t, r);
-	m->data = dst;
-	m->type = r->as;
-	m->row_bytes = nb / m->rows * ggml_blck_bytes(r->as);
-}
-
 static int bind(struct kve_model *mo, const char *name, struct kve_mat *m,
 		uint32_t cols, uint32_t rows, int optional, char *err,
 		size_t errlen)
@@ -168,8 +99,6 @@ static int bind(struct kve_model *mo, const char *name, struct kve_mat *m,
 	m->rows = rows;
 	m->cols = cols;
 	m->row_bytes = t->size / rows;
-	if (reread_of(t->type))
-		reread(mo, t, reread_of(t->type), m);
 	return 0;
 }
 
@@ -354,8 +283,7 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 			ERR("model: token_embd.weight vocabulary size out of range");
 		in->vocab = (uint32_t)te->ne[1];
 	}
-	if (map_rereads(m, err, errlen) ||
-	    bind(m, "token_embd.weight", &m->tok_embd, in->dim, in->vocab, 0, err, errlen) ||
+	if (bind(m, "token_embd.weight", &m->tok_embd, in->dim, in->vocab, 0, err, errlen) ||
 	    bind(m, "output.weight", &m->output, in->dim, in->vocab, 1, err, errlen) ||
 	    bind_vec(g, "output_norm.weight", in->dim, &m->out_norm, 0, err, errlen))
 		goto fail;
@@ -419,7 +347,6 @@ static struct kve_model *finish(struct kve_model *m, char *err, size_t errlen)
 			 L->down.row_bytes * in->dim;
 	}
 	in->qkv_bias = m->layers[0].bq != NULL;
-	/* the file's (a Q3_K file's matrices compute as Q6_K: rereads) */
 	in->weight_type = gguf_find_tensor(g, "blk.0.attn_q.weight")->type;
 	in->weight_bytes = bytes;
 	return m;
@@ -513,11 +440,8 @@ struct kve_model *kve_model_load(const char *path, char *err, size_t errlen)
 		kve_model_free(m);
 		return NULL;
 	}
-	if (m) {
+	if (m)
 		gguf_seal(&m->g);
-		if (m->rr)
-			mprotect(m->rr, m->rr_len, PROT_READ);
-	}
 	return m;
 }
 
@@ -542,8 +466,6 @@ void kve_model_free(struct kve_model *m)
 	if (!m)
 		return;
 	free(m->layers);
-	if (m->rr)
-		munmap(m->rr, m->rr_len);
 	gguf_close(&m->g);
 	free(m);
 }

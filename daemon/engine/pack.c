@@ -125,7 +125,7 @@ static int pack_x16(struct kve_mat *w, uint32_t groups)
 _Static_assert(KVE_PANEL_Q4X16 == 16 && KVE_PANEL_Q8X16 == 16 && KVE_Q4X16_BLK == 16 * 18 &&
 	       KVE_Q8X16_BLK == 16 * 34, "pack_x16's layouts");
 
-/* Q4_K, Q5_K, Q6_K and IQ4_XS in 16-row panels (engine_internal.h, KVE_PANEL_QKX16) */
+/* the K-quants and IQ4_XS in 16-row panels (engine_internal.h, KVE_PANEL_QKX16) */
 static int pack_qkx16(struct kve_mat *w)
 {
 	uint32_t r0, i, b, n, g, x, len, nb = w->cols / QK_K;
@@ -160,8 +160,7 @@ int kve_mat_pack_for(struct kve_mat *w, const struct kve_kernels *k)
 	if (k && k->q8_x16 && !w->panel && w->type == GGML_Q8_0 &&
 	    w->rows % KVE_PANEL_Q8X16 == 0)
 		return pack_x16(w, QK8_0 / 4);
-	if (k && k->qk_x16 && !w->panel && (w->type == GGML_Q4_K || w->type == GGML_Q5_K ||
-					    w->type == GGML_Q6_K || w->type == GGML_IQ4_XS) &&
+	if (k && k->qk_x16 && !w->panel && ggml_blck_size(w->type) == QK_K &&
 	    w->rows % KVE_PANEL_QKX16 == 0)
 		return pack_qkx16(w);
 	return kve_mat_pack(w);

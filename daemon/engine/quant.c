@@ -1,16 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
  * quant.c - the quantised block formats of GGUF files: what the bytes of
- * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL
- * or IQ4_XS mean, as the public format description defines them
+ * one block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_NL or IQ4_XS mean, as the public format description defines them
  * (Documentation/engine.md, "Tensor types"), written out as the values
  * ggml's reference dequantisation computes, bit for bit (the same float
  * operations in the same order: the peer test checks every type against
  * libggml on random blocks). The kernels compute with the integers and
  * scales directly; this is the statement of what those integers mean, and
- * what row lookups (the token embedding) and the tests use. Q3_K has no
- * kernels: its blocks are rewritten as Q6_K blocks of the same values
- * when a model is loaded (kve_q3k_to_q6k).
+ * what row lookups (the token embedding) and the tests use.
  *
  * Owns no memory and no layout beyond one block (panels: pack.c).
  */
@@ -257,15 +255,14 @@ void kve_q32_ints(uint32_t type, const uint8_t *b, uint8_t q[32], float *d, floa
  */
 static void q3k_ints(const uint8_t *b, int8_t q[QK_K], int sc[16], float *d)
 {
-	const uint8_t *hm = b, *qs = b + 32, *s = b + 96;
+	const uint8_t *hm = b, *qs = b + 32;
+	uint8_t s[16];
 	int i, n, j, l;
 
 	*d = f16(b + 108);
-	for (i = 0; i < 16; i++) {
-		int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4;
-
-		sc[i] = (lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
-	}
+	kve_q3k_scales(b + 96, s);
+	for (i = 0; i < 16; i++)
+		sc[i] = s[i] - 32;
 	for (n = 0; n < 2; n++)
 		for (j = 0; j < 4; j++)
 			for (l = 0; l < 32; l++)
@@ -362,35 +359,4 @@ void kve_qk_ints(uint32_t type, const uint8_t *b, int8_t q[QK_K], int sc[16], in
 			q[32 * j + i] = (int8_t)v;
 		}
 	}
-}
-
-/*
- * A Q3_K block as the Q6_K block of the same values: its quants -4..3 are
- * Q6_K quants (-32..31), its scales -32..31 Q6_K's int8 scales, its fp16 d
- * Q6_K's d, and both formats scale 16 values by one scale (value i by
- * scale i / 16), so every value, and every integer sum a dot product
- * makes of them, is the same. Q6_K's layout (kve_dequant_block): value
- * 128n + 32k + l is nibble k / 2 of ql[64n + 32 (k % 2) + l] with bits
- * 2k, 2k + 1 of qh[32n + l] above it, plus 32.
- */
-void kve_q3k_to_q6k(const uint8_t *q3, uint8_t *q6)
-{
-	uint8_t *ql = q6, *qh = q6 + 128;
-	int8_t q[QK_K];
-	int sc[16], n, k, l;
-	float d;
-
-	q3k_ints(q3, q, sc, &d);
-	memset(q6, 0, 192);
-	for (n = 0; n < 2; n++)
-		for (k = 0; k < 4; k++)
-			for (l = 0; l < 32; l++) {
-				int v = q[128 * n + 32 * k + l] + 32;
-
-				ql[64 * n + 32 * (k % 2) + l] |= (uint8_t)((v & 0xF) << (4 * (k / 2)));
-				qh[32 * n + l] |= (uint8_t)((v >> 4) << (2 * k));
-			}
-	for (l = 0; l < 16; l++)
-		q6[192 + l] = (uint8_t)(int8_t)sc[l];
-	memcpy(q6 + 208, q3 + 108, 2);
 }

@@ -96,6 +96,7 @@ static const char *sc_mm_name(uint32_t type)
 	case GGML_IQ4_NL: return "mm_q32 (IQ4_NL)";
 	case GGML_IQ4_XS: return "mm_qk (IQ4_XS)";
 	case GGML_Q2_K: return "mm_qk (Q2_K)";
+	case GGML_Q3_K: return "mm_qk (Q3_K)";
 	default: return "mm_q32 (Q5_1)";
 	}
 }
@@ -121,7 +122,8 @@ static void sc_fill_row(uint32_t type, uint8_t *row, int cols, uint64_t *seed)
 		return;
 	}
 	for (i = 0; i < n; i += bb) {
-		size_t at = type == GGML_Q6_K ? 208 : type == GGML_Q2_K ? 80 : 0;
+		size_t at = type == GGML_Q6_K ? 208 : type == GGML_Q2_K ? 80 :
+			    type == GGML_Q3_K ? 108 : 0;
 
 		h = kve_f32_to_f16(0.002f + 0.01f * (sc_rand(seed) + 1));
 		memcpy(row + i + at, &h, 2);
@@ -212,8 +214,7 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			if (rows % KVE_PANEL_Q4X16 ||
 			    !((cand->q4_0_x16 && (type == GGML_Q4_0 || type == GGML_IQ4_NL)) ||
 			      (cand->q8_x16 && type == GGML_Q8_0) ||
-			      (cand->qk_x16 && ggml_blck_size(type) == QK_K &&
-			       type != GGML_Q2_K)))
+			      (cand->qk_x16 && ggml_blck_size(type) == QK_K)))
 				break;
 			free(pk);
 			wx = w;
@@ -231,6 +232,8 @@ static int sc_matrix(const struct kve_kernels *cand, const struct kve_kernels *r
 			       type == GGML_Q4_K ? "mm_qk (Q4_K in 16-row panels)" :
 			       type == GGML_Q5_K ? "mm_qk (Q5_K in 16-row panels)" :
 			       type == GGML_IQ4_XS ? "mm_qk (IQ4_XS in 16-row panels)" :
+			       type == GGML_Q2_K ? "mm_qk (Q2_K in 16-row panels)" :
+			       type == GGML_Q3_K ? "mm_qk (Q3_K in 16-row panels)" :
 			       "mm_qk (Q6_K in 16-row panels)";
 		}
 		wm = pass ? &wx : &w;
@@ -703,7 +706,7 @@ int kve_kernels_selfcheck(const struct kve_kernels *cand,
 	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16,
 					  GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
 					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL,
-					  GGML_IQ4_XS, GGML_Q2_K };
+					  GGML_IQ4_XS, GGML_Q2_K, GGML_Q3_K };
 	uint64_t seed = 0x6b76652d73656c66ull;	/* fixed: the check is reproducible */
 	unsigned ti, si;
 	int rc;

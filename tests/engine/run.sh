@@ -55,7 +55,7 @@ gen bpe-llama3.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 
 gen bpe-qwen2.gguf --dim 32 --layers 1 --heads 2 --ffn 64 --vocab 512 --ctx 64 --type f32 --tokenizer bpe --pre qwen2 --seed 18 --unk-id 300
 gen fz-bpe.gguf --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type f16 --tokenizer bpe --seed 16
 gen fz-qwen2.gguf --arch qwen2 --dim 32 --layers 1 --heads 4 --kv-heads 2 --ffn 64 --vocab 400 --ctx 64 --type q8_0 --seed 19
-# Q3_K (rewritten as Q6_K at load): the smallest K-quant shape
+# Q3_K: the smallest K-quant shape
 gen fz-q3k.gguf --dim 256 --layers 1 --heads 2 --ffn 256 --vocab 400 --ctx 64 --type q3_k --seed 65
 # the 4- to 6-bit types and BF16 (Documentation/engine.md, "Tensor
 # types"): K-quants need rows of 256, so dim 256; Q4_K_M as llama.cpp mixes
@@ -64,7 +64,7 @@ gen fz-q3k.gguf --dim 256 --layers 1 --heads 2 --ffn 256 --vocab 400 --ctx 64 --
 gen q4km-gqa.gguf --dim 256 --layers 3 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q4_k_m --seed 51
 gen q5km-qwen3.gguf --arch qwen3 --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 --ffn 512 --vocab 512 --ctx 128 --type q5_k_m --seed 52
 gen q6k-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q6_k --tied --seed 53
-# Q3_K, read as Q6_K: llama.cpp's Q3_K_M mix (Q3_K, Q4_K, Q5_K, Q6_K), and
+# Q3_K: llama.cpp's Q3_K_M mix (Q3_K, Q4_K, Q5_K, Q6_K), and
 # every matrix Q3_K with the head tied to a Q3_K embedding
 gen q3km-gqa.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q3_k_m --seed 63
 gen q3k-tied.gguf --dim 256 --layers 2 --heads 4 --kv-heads 2 --ffn 512 --vocab 512 --ctx 128 --type q3_k --tied --seed 64

@@ -897,16 +897,6 @@ static void test_load_modes(const char *path)
 		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") && !m[i]->g.writable,
 		      "%s KVE_WEIGHTS=%s%s: the weights are read-only once loaded (%s .. %s)",
 		      path, weights[i], i == 1 ? " KVE_PACK=0" : "", first, last);
-		if (!m[i]->rr)
-			continue;
-		/* a Q3_K file's matrices, as Q6_K in a map of their own */
-		maps_perms(m[i]->rr, first);
-		maps_perms(m[i]->rr + m[i]->rr_len - 1, last);
-		CHECK(!strcmp(first, "r--p") && !strcmp(last, "r--p") &&
-		      m[i]->rr_used == m[i]->rr_len,
-		      "%s KVE_WEIGHTS=%s%s: its matrices read as another type (%zu bytes) fill "
-		      "their map, read-only once loaded (%s .. %s)", path, weights[i],
-		      i == 1 ? " KVE_PACK=0" : "", m[i]->rr_len, first, last);
 	}
 out:
 	for (i = 0; i < 3; i++) {
@@ -1156,13 +1146,28 @@ static int read2_differs(uint32_t type, uint8_t *b, size_t n, size_t d_off,
 	return bad;
 }
 
-/* a Q3_K block's values as the Q6_K block model.c rewrites it as */
-static void q3k_as_q6k(const uint8_t *b, float *y)
+/* a K-quant block's values from the integers mm_qk takes: (d * sc) * q -
+ * dmin * m, a scale (and minimum) per 16 values (Q2_K, Q3_K) */
+static void k16_ints(uint32_t type, const uint8_t *b, float *y)
 {
-	uint8_t q6[210];
+	int8_t q[QK_K];
+	int sc[16], mn[16] = { 0 }, i;
+	float d, dmin;
 
-	kve_q3k_to_q6k(b, q6);
-	kve_dequant_block(GGML_Q6_K, q6, y);
+	kve_qk_ints(type, b, q, sc, mn, &d, &dmin);
+	for (i = 0; i < QK_K; i++)
+		y[i] = d * (float)sc[i / 16] * (float)q[i] -
+		       (type == GGML_Q2_K ? dmin * (float)mn[i / 16] : 0.0f);
+}
+
+static void q2k_ints(const uint8_t *b, float *y)
+{
+	k16_ints(GGML_Q2_K, b, y);
+}
+
+static void q3k_ints(const uint8_t *b, float *y)
+{
+	k16_ints(GGML_Q3_K, b, y);
 }
 
 /* an IQ4_NL block's values from the integers mm_q32 takes: d * (q - 128) */
@@ -1181,8 +1186,8 @@ static void iq4nl_ints(const uint8_t *b, float *y)
  * Q3_K, the format (Documentation/engine.md, "Tensor types"), on a block
  * made by hand: scale i is i - 8 (6 bits, stored + 32) and value v's
  * quant (v % 8) - 4 (stored + 4: bits 0-1 in qs, bit 2 in hmask), d 1, so
- * value v is (v / 16 - 8) * (v % 8 - 4). Then the same values as the
- * Q6_K block the engine computes with (kve_q3k_to_q6k).
+ * value v is (v / 16 - 8) * (v % 8 - 4). Then the same values from the
+ * integers the kernels take (kve_qk_ints).
  */
 static void test_q3k(void)
 {
@@ -1209,8 +1214,8 @@ static void test_q3k(void)
 		bad += x[v] != (float)((v / 16 - 8) * (v % 8 - 4));
 	CHECK(!bad, "Q3_K: a block made by hand reads back as (v / 16 - 8) * (v %% 8 - 4) "
 	      "(%d of 256 values differ)", bad);
-	bad = read2_differs(GGML_Q3_K, b, sizeof(b), 108, q3k_as_q6k);
-	CHECK(!bad, "Q3_K as Q6_K: 1000 blocks (the one above, random ones, every extreme d) "
+	bad = read2_differs(GGML_Q3_K, b, sizeof(b), 108, q3k_ints);
+	CHECK(!bad, "Q3_K from kve_qk_ints: 1000 blocks (the one above, random ones, every extreme d) "
 	      "the same values bit for bit (%d differ)", bad);
 }
 
@@ -1280,17 +1285,6 @@ static void test_iq4xs(void)
  * 32j + l), so value v is (v / 16) * (v % 4) - 0.5 * (15 - v / 16). Then
  * the same values from the integers the kernels take (kve_qk_ints).
  */
-static void q2k_ints(const uint8_t *b, float *y)
-{
-	int8_t q[QK_K];
-	int sc[16], mn[16], i;
-	float d, dmin;
-
-	kve_qk_ints(GGML_Q2_K, b, q, sc, mn, &d, &dmin);
-	for (i = 0; i < QK_K; i++)
-		y[i] = d * (float)sc[i / 16] * (float)q[i] - dmin * (float)mn[i / 16];
-}
-
 static void test_q2k(void)
 {
 	uint8_t b[84] = { 0 };

@@ -53,7 +53,8 @@ static void fill_quant(uint32_t type, uint8_t *row, uint32_t cols, const float *
 	for (i = 0; i < n; i++)
 		row[i] = (uint8_t)(frand() * 128 + 128);
 	for (i = 0; i < n; i += bb) {
-		size_t at = type == GGML_Q6_K ? 208 : type == GGML_Q2_K ? 80 : 0;
+		size_t at = type == GGML_Q6_K ? 208 : type == GGML_Q2_K ? 80 :
+			    type == GGML_Q3_K ? 108 : 0;
 
 		h = kve_f32_to_f16(0.004f + 0.003f * frand());
 		memcpy(row + i + at, &h, 2);
@@ -119,7 +120,8 @@ static void run(const struct kve_kernels *k, const struct tm *t, const float *x,
 	case GGML_F16: k->mm_f16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
 	case GGML_BF16: k->mm_bf16(&t->m, x, T, y, (int)t->m.rows, r0, r1); break;
 	case GGML_Q8_0: k->mm_q8(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
-	case GGML_Q2_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K: case GGML_IQ4_XS:
+	case GGML_Q2_K: case GGML_Q3_K: case GGML_Q4_K: case GGML_Q5_K: case GGML_Q6_K:
+	case GGML_IQ4_XS:
 		k->mm_qk(&t->m, xk, T, y, (int)t->m.rows, r0, r1);
 		break;
 	default: k->mm_q32(&t->m, xq, T, y, (int)t->m.rows, r0, r1); break;
@@ -463,7 +465,7 @@ static void check_quant_set(const struct kve_kernels *k)
 {
 	static const uint32_t types[] = { GGML_BF16, GGML_Q4_0, GGML_Q4_1, GGML_Q5_0,
 					  GGML_Q5_1, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K,
-					  GGML_IQ4_NL, GGML_IQ4_XS, GGML_Q2_K };
+					  GGML_IQ4_NL, GGML_IQ4_XS, GGML_Q2_K, GGML_Q3_K };
 	static const uint32_t shapes[][2] = { { 37, 64 }, { 19, 96 }, { 9, 72 }, { 40, 32 },
 					      { 8, 256 }, { 21, 512 }, { 3, 768 }, { 12, 256 } };
 	unsigned ti, si;
@@ -554,7 +556,7 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 {
 	static const uint32_t types[] = { GGML_Q4_0, GGML_Q4_1, GGML_Q5_0, GGML_Q5_1,
 					  GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_NL,
-					  GGML_IQ4_XS, GGML_Q2_K };
+					  GGML_IQ4_XS, GGML_Q2_K, GGML_Q3_K };
 	static const int Ts[] = { 1, 2, 5, 13 };
 	enum { ROWS = 21, COLS = 512 };
 	static float x[13 * COLS], ya[13 * ROWS], yb[13 * ROWS];
@@ -585,12 +587,12 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
 		free(t.buf);
 		free(t.deq);
 	}
-	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (10 types, 1-13 tokens, "
+	CHECK(same == n, "%s mm_q32/mm_qk == %s's bit for bit (11 types, 1-13 tokens, "
 	      "row-major and packed: %u of %u)", v->name, parent->name, same, n);
 }
 
 /*
- * Q4_K, Q5_K and Q6_K in a set's 16-row panels (k->qk_x16, engine_internal.h):
+ * The K-quants and IQ4_XS in a set's 16-row panels (k->qk_x16, engine_internal.h):
  * the portable C product's bits on the row-major matrix, for batches of
  * 1-13 tokens, each token alone, row slices of 5 (partial panels) and
  * the row helper; the other sets (the C set, and AVX2 where the CPU has
@@ -600,12 +602,13 @@ static void check_same_quant(const struct kve_kernels *v, const struct kve_kerne
  * panel's block once each, every byte of the row's block copied once */
 static void check_qkx16_layout(void)
 {
-	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS };
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_IQ4_XS,
+					  GGML_Q2_K, GGML_Q3_K };
 	static const uint32_t blk[] = { KVE_Q4KX16_BLK, KVE_Q5KX16_BLK, KVE_Q6KX16_BLK,
-					KVE_IQ4XSX16_BLK };
+					KVE_IQ4XSX16_BLK, KVE_Q2KX16_BLK, KVE_Q3KX16_BLK };
 	unsigned ti, i, n, b, ok = 1;
 
-	for (ti = 0; ti < 4; ti++) {
+	for (ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
 		uint8_t panel[KVE_Q6KX16_BLK], row[16][210];
 
 		memset(panel, 0, sizeof(panel));
@@ -628,7 +631,7 @@ static void check_qkx16_layout(void)
 			for (b = 0; b < ggml_blck_bytes(types[ti]); b++)
 				ok &= row[i][b] == 1;
 	}
-	CHECK(ok, "Q4_K, Q5_K, Q6_K, IQ4_XS x16: each row's block bytes land once, filling the panel's "
+	CHECK(ok, "Q4_K, Q5_K, Q6_K, IQ4_XS, Q2_K, Q3_K x16: each row's block bytes land once, filling the panel's "
 	      "block (Q6_K's groups in the tile's order)");
 }
 
@@ -653,7 +656,8 @@ static void check_weight_prefetch(void)
 
 static void check_qk_x16(const struct kve_kernels *k, int has2)
 {
-	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_0, GGML_IQ4_XS };
+	static const uint32_t types[] = { GGML_Q4_K, GGML_Q5_K, GGML_Q6_K, GGML_Q8_0, GGML_IQ4_XS,
+					  GGML_Q2_K, GGML_Q3_K };
 	static const uint32_t shapes[][2] = { { 16, 256 }, { 48, 768 }, { 32, 512 } };
 	unsigned ti, si;
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # bench.sh - `make bench-engine` (`make bench BENCH=engine`): kvarena's
 # engine side by side with llama.cpp on the same random-weight GGUF files
-# (F32, F16, Q8_0, Q4_K_M, Q4_0, Q3_K_M, IQ4_NL, IQ4_XS; llama and qwen3 shapes)
+# (F32, F16, Q8_0, Q4_K_M, Q4_0, Q3_K_M, IQ4_NL, IQ4_XS, Q2_K; llama and qwen3 shapes)
 # and the shipped trained agent model (agent_f32, agent_q8),
 # one thread each, then two threads each (ENGINE_BENCH_T2_MODELS): prefill
 # tok/s (128-token prompt), greedy decode tok/s, decode at batch 8
@@ -35,9 +35,9 @@ model 110m_f32 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1
 model 110m_q8 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q8_0
 model gqa_f16 --dim 512 --layers 8 --heads 8 --kv-heads 2 --ffn 1408 --vocab 32000 --ctx 512 --type f16
 # the files people download: llama.cpp's Q4_K_M mix, Q4_0, IQ4_NL, IQ4_XS,
-# the Q3_K_M mix (its Q3_K read as Q6_K: Documentation/engine.md) and the
-# Q2_K mix of the 110M shape, and Qwen3-0.6B's shape (16 heads of 128 over 1024, 8 KV heads,
-# ffn 3072, tied embedding) with 8 of its 28 layers, Q4_K_M
+# the Q3_K_M and Q2_K mixes of the 110M shape, and Qwen3-0.6B's shape (16
+# heads of 128 over 1024, 8 KV heads, ffn 3072, tied embedding) with 8 of
+# its 28 layers, Q4_K_M
 model 110m_q4_k_m --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q4_k_m
 model 110m_q4_0 --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q4_0
 model 110m_q3_k_m --dim 768 --layers 12 --heads 12 --ffn 2048 --vocab 32000 --ctx 1024 --type q3_k_m
