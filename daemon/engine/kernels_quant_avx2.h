@@ -18,6 +18,8 @@
 #error "define KQ_VNNI, KQ_MM_Q32, KQ_MM_QK and KQ_LINKAGE before including kernels_quant_avx2.h"
 #endif
 
+#include "kernels_k3_scales.h"
+
 /* acc lane i += sum of u[4i + k] * s[4i + k], k < 4 (u unsigned bytes) */
 KVE_INLINE __m256i kq_dot(__m256i acc, __m256i u, __m256i s)
 {
@@ -394,11 +396,7 @@ KVE_INLINE void k23_row(const uint8_t *blk, const int three, const struct kve_q8
 	int n, k, j;
 
 	if (three) {
-		uint8_t s[16];
-
-		kve_q3k_scales(blk + 96, s);
-		s16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s)),
-				       _mm256_set1_epi16(32));
+		s16 = kq_q3k_scales(blk + 96);
 	} else {
 		const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
 
@@ -422,11 +420,12 @@ KVE_INLINE void k23_row(const uint8_t *blk, const int three, const struct kve_q8
 				_mm_set1_epi16((short)((4 * k + 3) << 8 | (4 * k + 2))),
 				_mm_set1_epi16((short)((4 * k + 1) << 8 | (4 * k)))));
 
-			if (three) {
-				const __m256i b = _mm256_set1_epi8((char)(1 << (4 * n + k)));
+			if (three) {	/* bit 4n + k of hmask, moved to bit 2 */
+				const int s = 4 * n + k - 2;
 
-				q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(
-					_mm256_and_si256(hm, b), b), _mm256_set1_epi8(4)));
+				q = _mm256_or_si256(q, _mm256_and_si256(s >= 0 ? _mm256_srli_epi16(hm, s) :
+									_mm256_slli_epi16(hm, -s),
+									_mm256_set1_epi8(4)));
 			}
 #pragma GCC unroll 4
 			for (j = 0; j < C; j++)

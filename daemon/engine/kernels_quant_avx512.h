@@ -28,6 +28,8 @@
 #error "define KQ_VNNI, KQ_MM_Q32, KQ_MM_QK and KQ_LINKAGE before including kernels_quant_avx512.h"
 #endif
 
+#include "kernels_k3_scales.h"
+
 /* tokens per Q4_0 x16 tile (a tail takes 2, then 1) */
 #ifndef KQ_X16_C
 #define KQ_X16_C	4
@@ -683,11 +685,7 @@ KVE_INLINE void k23_row(const uint8_t *blk, const int three, const __m512i (*xa)
 	int j, c;
 
 	if (three) {
-		uint8_t s[16];
-
-		kve_q3k_scales(blk + 96, s);
-		s16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s)),
-				       _mm256_set1_epi16(32));
+		s16 = kq_q3k_scales(blk + 96);
 		hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
 	} else {
 		const __m128i sb = _mm_loadu_si128((const __m128i *)blk), lo = _mm_set1_epi8(0x0f);
