@@ -9,14 +9,12 @@
  * refused with a message naming the architecture and the feature. Owns
  * no compute and no KV.
  */
-#define _DEFAULT_SOURCE	/* MAP_ANONYMOUS, madvise */
 #include "engine_internal.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #define ERR(...) do { snprintf(err, errlen, __VA_ARGS__); goto fail; } while (0)
 
